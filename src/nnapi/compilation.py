@@ -1,0 +1,193 @@
+"""Compilation: the NDK's ANeuralNetworksCompilation_* functions.
+
+``finish`` turns the model into a HAL model, chooses the device that runs it and asks
+that device to prepare it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+from nnapi._object import NnapiObject
+from nnapi.codes import BYTE_SIZE_OF_CACHE_TOKEN, PreferenceCode, PriorityCode
+from nnapi.device import Device, get_devices
+from nnapi.errors import BadDataError, BadStateError, UnexpectedNullError, error_for
+from nnapi.hal import ExecutionPreference, HalError, IDevice, IPreparedModel, Priority
+from nnapi.model import Model
+from nnapi.runtime.model_builder import build_hal_model
+
+#: Alignment and padding, in bytes, that let kernels read whole cache lines.
+PREFERRED_ALIGNMENT = 64
+PREFERRED_PADDING = 64
+
+_PRIORITY_TO_HAL = {
+    PriorityCode.PRIORITY_LOW: Priority.LOW,
+    PriorityCode.PRIORITY_MEDIUM: Priority.MEDIUM,
+    PriorityCode.PRIORITY_HIGH: Priority.HIGH,
+}
+
+
+class Compilation(NnapiObject):
+    """ANeuralNetworksCompilation."""
+
+    def __init__(self, model: Model, devices: Sequence[Device] | None = None) -> None:
+        """ANeuralNetworksCompilation_create, or _createForDevices when ``devices`` is given."""
+        self._freed = False
+        if model is None:
+            raise UnexpectedNullError("Compilation: model is None")
+        if not isinstance(model, Model):
+            raise BadDataError(f"Compilation: expected a Model, got {type(model).__name__}")
+        model._check_alive("Compilation")
+        if not model.is_finished:
+            raise BadStateError("Compilation: the model is not finished")
+        self._explicit_devices = devices is not None
+        if devices is not None:
+            devices = list(devices)
+            if not devices:
+                raise BadDataError("Compilation: devices must not be empty")
+            if not all(isinstance(d, Device) for d in devices):
+                raise BadDataError("Compilation: devices must be Device objects")
+            if len(set(devices)) != len(devices):
+                raise BadDataError("Compilation: devices must not repeat")
+        self._model = model
+        self._devices: list[Device] = devices if devices is not None else get_devices()
+        self._preference = PreferenceCode.PREFER_FAST_SINGLE_ANSWER
+        self._priority = PriorityCode.PRIORITY_DEFAULT
+        self._timeout_ns = 0
+        self._cache: tuple[str, bytes] | None = None
+        self._finished = False
+        self._prepared: IPreparedModel | None = None
+        self._device: IDevice | None = None
+
+    def _check_modifiable(self, call: str) -> None:
+        self._check_alive(call)
+        if self._finished:
+            raise BadStateError(f"{call}: the compilation is finished")
+
+    @property
+    def model(self) -> Model:
+        return self._model
+
+    @property
+    def is_finished(self) -> bool:
+        return self._finished
+
+    @property
+    def device(self) -> Device | None:
+        """The device chosen to run the model (after finish)."""
+        return Device(self._device) if self._device is not None else None
+
+    @property
+    def single_explicit_device(self) -> bool:
+        """Created for exactly one device: timing and timeouts are then allowed."""
+        return self._explicit_devices and len(self._devices) == 1
+
+    # --- settings --------------------------------------------------------------------
+    def set_preference(self, preference: int) -> None:
+        """ANeuralNetworksCompilation_setPreference."""
+        self._check_modifiable("set_preference")
+        try:
+            self._preference = PreferenceCode(preference)
+        except ValueError:
+            raise BadDataError(f"set_preference: invalid preference {preference!r}") from None
+
+    def set_priority(self, priority: int) -> None:
+        """ANeuralNetworksCompilation_setPriority."""
+        self._check_modifiable("set_priority")
+        if priority not in _PRIORITY_TO_HAL:
+            raise BadDataError(f"set_priority: invalid priority {priority!r}")
+        self._priority = PriorityCode(priority)
+
+    def set_timeout(self, duration_ns: int) -> None:
+        """ANeuralNetworksCompilation_setTimeout: 0 means no timeout. Only for a
+        compilation created for exactly one device."""
+        self._check_modifiable("set_timeout")
+        if not self.single_explicit_device:
+            raise BadDataError("set_timeout: only for a compilation created for exactly one device")
+        if not isinstance(duration_ns, int) or duration_ns < 0:
+            raise BadDataError(f"set_timeout: duration must be a non-negative int, got {duration_ns!r}")
+        self._timeout_ns = duration_ns
+
+    def set_caching(self, cache_dir: str | os.PathLike, token: bytes) -> None:
+        """ANeuralNetworksCompilation_setCaching: a cache directory and a 32-byte token."""
+        self._check_modifiable("set_caching")
+        if cache_dir is None or token is None:
+            raise UnexpectedNullError("set_caching: cache_dir and token are required")
+        if not isinstance(cache_dir, str | os.PathLike):
+            raise BadDataError("set_caching: cache_dir must be a path")
+        try:
+            token = bytes(token)
+        except TypeError:
+            raise BadDataError("set_caching: token must be bytes") from None
+        if len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
+            raise BadDataError(f"set_caching: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
+        self._cache = (os.fspath(cache_dir), token)
+
+    # --- finish ----------------------------------------------------------------------
+    def finish(self) -> None:
+        """ANeuralNetworksCompilation_finish: choose the device and prepare the model."""
+        self._check_modifiable("finish")
+        hal_model, _ = build_hal_model(self._model)
+        deadline = time.monotonic_ns() + self._timeout_ns if self._timeout_ns else None
+        candidates = [d._hal for d in self._devices]
+        device = self._choose_device(hal_model, candidates)
+        try:
+            prepared = device.prepare_model(hal_model, ExecutionPreference(int(self._preference)),
+                                            _PRIORITY_TO_HAL[self._priority], deadline)
+        except HalError as error:
+            raise error_for(error.status.to_result_code(), f"finish: {device.name}: {error}") from None
+        self._hal_model = hal_model
+        self._device = device
+        self._prepared = prepared
+        self._finished = True
+
+    def _choose_device(self, hal_model, candidates: list[IDevice]) -> IDevice:
+        """The fastest device that supports every operation of the model."""
+        able = []
+        for device in candidates:
+            flags = device.get_supported_operations(hal_model)
+            if all(flags):
+                able.append(device)
+        if not able:
+            raise BadDataError("finish: no single device among "
+                               f"{[d.name for d in candidates]} supports every operation of the model")
+
+        def cost(device: IDevice) -> float:
+            capabilities = device.get_capabilities()
+            codes = {o.type for o in hal_model.main.operands}
+            return sum(capabilities.performance_for(c).exec_time for c in codes)
+
+        return min(able, key=cost)
+
+    # --- queries ---------------------------------------------------------------------
+    def _check_finished_index(self, call: str, index: int, count: int) -> None:
+        self._check_alive(call)
+        if not self._finished:
+            raise BadStateError(f"{call}: the compilation is not finished")
+        if not isinstance(index, int) or not 0 <= index < count:
+            raise BadDataError(f"{call}: index {index!r} out of range ({count})")
+
+    def get_preferred_memory_alignment_for_input(self, index: int) -> int:
+        """ANeuralNetworksCompilation_getPreferredMemoryAlignmentForInput."""
+        self._check_finished_index("get_preferred_memory_alignment_for_input", index, len(self._model.inputs))
+        return PREFERRED_ALIGNMENT
+
+    def get_preferred_memory_alignment_for_output(self, index: int) -> int:
+        """ANeuralNetworksCompilation_getPreferredMemoryAlignmentForOutput."""
+        self._check_finished_index("get_preferred_memory_alignment_for_output", index, len(self._model.outputs))
+        return PREFERRED_ALIGNMENT
+
+    def get_preferred_memory_padding_for_input(self, index: int) -> int:
+        """ANeuralNetworksCompilation_getPreferredMemoryPaddingForInput."""
+        self._check_finished_index("get_preferred_memory_padding_for_input", index, len(self._model.inputs))
+        return PREFERRED_PADDING
+
+    def get_preferred_memory_padding_for_output(self, index: int) -> int:
+        """ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput."""
+        self._check_finished_index("get_preferred_memory_padding_for_output", index, len(self._model.outputs))
+        return PREFERRED_PADDING
+
+    def _release(self) -> None:
+        self._prepared = None

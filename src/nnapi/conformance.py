@@ -1,0 +1,225 @@
+"""Run CTS-style conformance vectors (see shared/conformance/README.md) through the
+public API and judge them with the CTS accuracy criteria."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import nnapi
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.errors import NnapiError
+from nnapi.operand import DTYPES, OperandType, SymmPerChannelQuantParams
+
+T = OperandCode
+_FLOAT32_TOLERANCE = (1e-5, 5 * 1.1920928955078125e-7)
+_FLOAT16_TOLERANCE = (5 * 0.0009765625, 5 * 0.0009765625)
+
+
+@dataclass
+class Outcome:
+    test: str
+    operations: tuple[str, ...]
+    passed: bool
+    message: str = ""
+
+
+def load_records(path: str | Path) -> Iterator[dict]:
+    """Every record of a ``.jsonl.gz`` (or plain ``.jsonl``) vector file."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:  # type: ignore[operator]
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def operations_of(record: dict) -> set[str]:
+    names = {op["type"] for op in record["main"]["operations"]}
+    for subgraph in record.get("referenced", []):
+        names |= {op["type"] for op in subgraph["operations"]}
+    return names
+
+
+def is_supported(record: dict) -> bool:
+    """True when every operation the record uses is implemented."""
+    from nnapi.operations import implemented_operations
+
+    implemented = {code.name for code in implemented_operations()}
+    return operations_of(record) <= implemented
+
+
+def _array(data: list, code: OperandCode) -> np.ndarray:
+    values = [float(v) if isinstance(v, str) else v for v in data]
+    return np.array(values, dtype=DTYPES[code])
+
+
+def _operand_type(operand: dict) -> OperandType:
+    quant = operand.get("channelQuant")
+    params = SymmPerChannelQuantParams(quant["channelDim"], quant["scales"]) if quant else None
+    return OperandType(T[operand["type"]], operand["dimensions"], operand.get("scale", 0.0),
+                       operand.get("zeroPoint", 0), params)
+
+
+def build_model(record: dict, subgraph: dict | None = None, keep: list | None = None,
+                cache: dict | None = None) -> nnapi.Model:
+    """The public-API Model for a record's subgraph (the main one by default)."""
+    subgraph = subgraph or record["main"]
+    keep = keep if keep is not None else []
+    cache = cache if cache is not None else {}
+    model = nnapi.Model()
+    for index, operand in enumerate(subgraph["operands"]):
+        op_type = _operand_type(operand)
+        model.add_operand(op_type.with_channel_quant(None))
+        if op_type.channel_quant is not None:
+            model.set_operand_symm_per_channel_quant_params(index, op_type.channel_quant)
+        lifetime = operand["lifetime"]
+        if lifetime in ("CONSTANT_COPY", "CONSTANT_REFERENCE"):
+            value = _array(operand["data"], op_type.type)
+            if lifetime == "CONSTANT_REFERENCE" and value.nbytes:
+                # Constants by reference travel through shared memory, as on Android.
+                memory = nnapi.Memory.create_shared(value.nbytes)
+                np.frombuffer(memory.buffer, dtype=value.dtype)[:] = value.reshape(-1)
+                keep.append(memory)
+                model.set_operand_value_from_memory(index, memory, 0, value.nbytes)
+            else:
+                keep.append(value)
+                model.set_operand_value(index, value)
+        elif lifetime == "NO_VALUE":
+            model.set_operand_value(index, None)
+        elif lifetime == "SUBGRAPH":
+            target = operand["data"][0]
+            if target not in cache:
+                cache[target] = build_model(record, record["referenced"][target], keep, cache)
+            model.set_operand_value_from_model(index, cache[target])
+    for operation in subgraph["operations"]:
+        model.add_operation(OperationCode[operation["type"]], operation["inputs"], operation["outputs"])
+    model.identify_inputs_and_outputs(subgraph["inputIndexes"], subgraph["outputIndexes"])
+    if record.get("isRelaxed"):
+        model.relax_computation_float32_to_float16(True)
+    model.finish()
+    return model
+
+
+def _tolerance(record: dict, code: OperandCode) -> tuple[float, float]:
+    uses_float16 = any(o["type"] in ("TENSOR_FLOAT16", "FLOAT16") for o in record["main"]["operands"])
+    if code == T.TENSOR_FLOAT16 or record.get("isRelaxed") or uses_float16:
+        return _FLOAT16_TOLERANCE
+    return _FLOAT32_TOLERANCE
+
+
+def compare(record: dict, operand: dict, actual: np.ndarray) -> str | None:
+    """None if ``actual`` meets the CTS criterion for ``operand``; else what differs."""
+    code = T[operand["type"]]
+    expected = _array(operand["data"], code).reshape(-1)
+    actual = actual.reshape(-1)
+    if expected.size != actual.size:
+        return f"{operand['name']}: {actual.size} values, expected {expected.size}"
+    if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+        atol, rtol = _tolerance(record, code)
+        exp64, act64 = expected.astype(np.float64), actual.astype(np.float64)
+        both_nan = np.isnan(exp64) & np.isnan(act64)
+        same_inf = np.isinf(exp64) & (exp64 == act64)
+        with np.errstate(invalid="ignore"):
+            ok = (np.abs(act64 - exp64) <= atol + rtol * np.abs(exp64)) | both_nan | same_inf
+    elif code == T.TENSOR_BOOL8 or code == T.BOOL:
+        ok = expected == actual
+    else:
+        limit = 3 if "mobilenet" in record["test"] and code in (T.TENSOR_QUANT8_ASYMM,
+                                                                 T.TENSOR_QUANT8_ASYMM_SIGNED) else 1
+        ok = np.abs(actual.astype(np.int64) - expected.astype(np.int64)) <= limit
+    if np.all(ok):
+        return None
+    bad = np.flatnonzero(~ok)
+    first = int(bad[0])
+    return (f"{operand['name']}: {bad.size}/{expected.size} values differ; first at {first}: "
+            f"got {actual[first]!r}, expected {expected[first]!r}")
+
+
+def _multinomial_check(record: dict, outputs: dict[int, np.ndarray]) -> str | None:
+    main = record["main"]
+    logits_operand = main["operands"][main["inputIndexes"][0]]
+    logits = _array(logits_operand["data"], T[logits_operand["type"]]).astype(np.float64)
+    batches = logits_operand["dimensions"][0] if logits_operand["dimensions"] else 1
+    logits = logits.reshape(batches, -1)
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    samples = next(iter(outputs.values())).reshape(batches, -1)
+    tolerance = record["multinomialTolerance"]
+    for batch in range(batches):
+        frequency = np.bincount(samples[batch], minlength=probabilities.shape[1]) / samples.shape[1]
+        if np.any(np.abs(frequency[: probabilities.shape[1]] - probabilities[batch]) > tolerance):
+            return f"batch {batch}: frequencies {frequency} vs probabilities {probabilities[batch]}"
+    return None
+
+
+def run_record(record: dict, device: nnapi.Device | None = None) -> Outcome:
+    """Build, compile and execute one record, and judge its outputs."""
+    operations = tuple(sorted(operations_of(record)))
+    keep: list[Any] = []
+    try:
+        model = build_model(record, keep=keep)
+        compilation = nnapi.Compilation(model, [device] if device is not None else None)
+        compilation.finish()
+        execution = nnapi.Execution(compilation)
+        main = record["main"]
+        for position, index in enumerate(main["inputIndexes"]):
+            operand = main["operands"][index]
+            data = operand["data"]
+            if not data:
+                execution.set_input(position, None)
+                continue
+            value = _array(data, T[operand["type"]])
+            dims = operand["dimensions"]
+            if dims and 0 in dims:
+                if len(dims) != 1:
+                    return Outcome(record["test"], operations, False, "input with unknown shape")
+                dims = [value.size]
+            value = value.reshape(dims)
+            keep.append(value)
+            execution.set_input(position, value)
+        outputs: dict[int, np.ndarray] = {}
+        for position, index in enumerate(main["outputIndexes"]):
+            operand = main["operands"][index]
+            code = T[operand["type"]]
+            declared = _operand_type(operand)
+            count = len(operand["data"] or []) if not declared.is_fully_specified else declared.element_count()
+            buffer = np.zeros(max(count, 0), dtype=DTYPES[code])
+            outputs[position] = buffer
+            execution.set_output(position, buffer)
+        execution.compute()
+    except NnapiError as error:
+        if record.get("expectFailure"):
+            return Outcome(record["test"], operations, True, f"failed as expected: {error.code.name}")
+        return Outcome(record["test"], operations, False, f"{type(error).__name__}: {error}")
+    except Exception as error:  # a raw exception escaping the public API is a bug
+        return Outcome(record["test"], operations, False, f"RAW {type(error).__name__}: {error}")
+    if record.get("expectFailure"):
+        return Outcome(record["test"], operations, False, "expected a failure, but it succeeded")
+    if record.get("multinomialTolerance", 0) > 0:
+        problem = _multinomial_check(record, outputs)
+        return Outcome(record["test"], operations, problem is None, problem or "")
+    problems = []
+    for position, index in enumerate(main["outputIndexes"]):
+        operand = main["operands"][index]
+        if operand.get("isIgnored"):
+            continue
+        problem = compare(record, operand, outputs[position])
+        if problem:
+            problems.append(problem)
+    return Outcome(record["test"], operations, not problems, "; ".join(problems))
+
+
+def default_vector_files() -> list[Path]:
+    """The vector files shipped with the test suite (tests/data), if present."""
+    here = Path(__file__).resolve().parents[2] / "tests" / "data"
+    return sorted(here.glob("*.jsonl.gz"))
+
+

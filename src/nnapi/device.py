@@ -1,0 +1,91 @@
+"""Devices: ANeuralNetworks_getDeviceCount / _getDevice and ANeuralNetworksDevice_*."""
+
+from __future__ import annotations
+
+from nnapi.codes import DeviceTypeCode, FeatureLevelCode
+from nnapi.hal import Capabilities, IDevice
+from nnapi.runtime import manager
+
+#: Android's defaults for WHILE loops (ANeuralNetworks_getDefaultLoopTimeout and
+#: ANeuralNetworks_getMaximumLoopTimeout), in nanoseconds.
+DEFAULT_LOOP_TIMEOUT_NS = 2_000_000_000
+MAXIMUM_LOOP_TIMEOUT_NS = 15_000_000_000
+
+
+class Device:
+    """ANeuralNetworksDevice: a handle on one driver device."""
+
+    def __init__(self, hal_device: IDevice) -> None:
+        self._hal = hal_device
+
+    @property
+    def name(self) -> str:
+        """ANeuralNetworksDevice_getName."""
+        return self._hal.name
+
+    @property
+    def version(self) -> str:
+        """ANeuralNetworksDevice_getVersion."""
+        return self._hal.version_string
+
+    @property
+    def type(self) -> DeviceTypeCode:
+        """ANeuralNetworksDevice_getType."""
+        return DeviceTypeCode(self._hal.device_type)
+
+    @property
+    def feature_level(self) -> FeatureLevelCode:
+        """ANeuralNetworksDevice_getFeatureLevel."""
+        return FeatureLevelCode(self._hal.feature_level)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._hal.get_capabilities()
+
+    def wait(self) -> None:
+        """ANeuralNetworksDevice_wait: block until the device is available."""
+        self._hal.wait()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and other._hal is self._hal
+
+    def __hash__(self) -> int:
+        return id(self._hal)
+
+    def __repr__(self) -> str:
+        return f"Device(name={self.name!r}, type={self.type.name}, feature_level={self.feature_level.name})"
+
+
+def get_devices() -> list[Device]:
+    """All devices (ANeuralNetworks_getDeviceCount + ANeuralNetworks_getDevice)."""
+    return [Device(d) for d in manager.hal_devices()]
+
+
+def get_device(index: int) -> Device:
+    """ANeuralNetworks_getDevice; BAD_DATA for an index out of range."""
+    from nnapi.errors import BadDataError
+
+    devices = get_devices()
+    if not isinstance(index, int) or not 0 <= index < len(devices):
+        raise BadDataError(f"get_device: index {index!r} out of range ({len(devices)} devices)")
+    return devices[index]
+
+
+def get_device_count() -> int:
+    """ANeuralNetworks_getDeviceCount."""
+    return len(manager.hal_devices())
+
+
+def get_runtime_feature_level() -> FeatureLevelCode:
+    """ANeuralNetworks_getRuntimeFeatureLevel."""
+    return FeatureLevelCode.FEATURE_LEVEL_8
+
+
+def get_default_loop_timeout() -> int:
+    """ANeuralNetworks_getDefaultLoopTimeout, in nanoseconds."""
+    return DEFAULT_LOOP_TIMEOUT_NS
+
+
+def get_maximum_loop_timeout() -> int:
+    """ANeuralNetworks_getMaximumLoopTimeout, in nanoseconds."""
+    return MAXIMUM_LOOP_TIMEOUT_NS

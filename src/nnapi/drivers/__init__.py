@@ -1,0 +1,1 @@
+"""Drivers behind the HAL: the reference CPU driver and sample drivers."""

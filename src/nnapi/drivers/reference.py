@@ -1,0 +1,256 @@
+"""The reference CPU driver, ``nnapi-reference``: runs every operation of a HAL model with
+the operation registry's numpy kernels, exactly as the specification defines them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnapi import __version__
+from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode
+from nnapi.errors import NnapiError
+from nnapi.hal import (
+    Capabilities,
+    ErrorStatus,
+    ExecutionPreference,
+    HalError,
+    IDevice,
+    IPreparedModel,
+    Model,
+    OperandLifeTime,
+    OutputShape,
+    PerformanceInfo,
+    Priority,
+    Request,
+    Subgraph,
+    Timing,
+)
+from nnapi.hal.validation import validate_model, validate_request
+from nnapi.operand import TENSOR_TYPES, dtype_of
+from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
+
+L = OperandLifeTime
+_RESULT_TO_STATUS = {
+    # codes an operation or the driver may raise, as the HAL status that carries them
+    4: ErrorStatus.INVALID_ARGUMENT,
+    8: ErrorStatus.OUTPUT_INSUFFICIENT_SIZE,
+    10: ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+    11: ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+    12: ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+    13: ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+}
+
+
+@dataclass(frozen=True)
+class SubgraphRef:
+    """The value of a MODEL operand: which referenced subgraph it names."""
+
+    index: int
+
+
+def supports_operation(subgraph: Subgraph, operation) -> bool:
+    """True if the registry implements ``operation`` with these operand types."""
+    implementation = get_operation(operation.type)
+    if implementation is None:
+        return False
+    context = ValidationContext(OperationCode(operation.type),
+                                [subgraph.operands[i].operand_type() for i in operation.inputs],
+                                [subgraph.operands[i].operand_type() for i in operation.outputs])
+    try:
+        implementation.validate(context)
+    except Exception:
+        return False
+    return True
+
+
+class ReferenceDevice(IDevice):
+    """The always-present CPU device."""
+
+    name = "nnapi-reference"
+    version_string = __version__
+    device_type = DeviceTypeCode.DEVICE_CPU
+    feature_level = FeatureLevelCode.FEATURE_LEVEL_8
+
+    def get_capabilities(self) -> Capabilities:
+        reference = PerformanceInfo(1.0, 1.0)
+        return Capabilities(
+            relaxed_float32_to_float16_scalar=reference,
+            relaxed_float32_to_float16_tensor=reference,
+            operand_performance={code: reference for code in OperandCode},
+            if_performance=reference,
+            while_performance=reference,
+        )
+
+    def get_supported_operations(self, model: Model) -> list[bool]:
+        return [supports_operation(model.main, operation) for operation in model.main.operations]
+
+    def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority=Priority.MEDIUM, deadline_ns=None) -> IPreparedModel:
+        validate_model(model)
+        if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
+            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before preparation")
+        for subgraph in [model.main, *model.referenced]:
+            for operation in subgraph.operations:
+                if not supports_operation(subgraph, operation):
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                                   f"operation {OperationCode(operation.type).name} is not supported")
+        return ReferencePreparedModel(model)
+
+
+class ReferencePreparedModel(IPreparedModel):
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self._constants = [self._decode_constants(s) for s in [model.main, *model.referenced]]
+
+    def _decode_constants(self, subgraph: Subgraph) -> dict[int, Tensor]:
+        constants: dict[int, Tensor] = {}
+        for index, operand in enumerate(subgraph.operands):
+            lifetime = operand.lifetime
+            if lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+                location = operand.location
+                buffer = (self.model.operand_values if lifetime == L.CONSTANT_COPY
+                          else self.model.pools[location.pool_index])
+                dtype = dtype_of(operand.type)
+                array = np.frombuffer(buffer, dtype=dtype, count=location.length // dtype.itemsize,
+                                      offset=location.offset).reshape(operand.dimensions)
+                constants[index] = _tensor(operand, tuple(operand.dimensions), array)
+            elif lifetime == L.NO_VALUE:
+                constants[index] = _tensor(operand, tuple(operand.dimensions), None)
+            elif lifetime == L.SUBGRAPH:
+                constants[index] = _tensor(operand, (), SubgraphRef(operand.location.offset))
+        return constants
+
+    def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
+                loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
+        start = time.monotonic_ns()
+        validate_request(request, self.model)
+        run = _Run(self, deadline_ns, loop_timeout_ns)
+        try:
+            inputs = [self._read_input(request, position, operand_index)
+                      for position, operand_index in enumerate(self.model.main.input_indexes)]
+            outputs = run.subgraph(0, inputs)
+        except HalError:
+            raise
+        except OperationFailed as error:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, str(error)) from error
+        except NnapiError as error:
+            raise HalError(_RESULT_TO_STATUS.get(int(error.code), ErrorStatus.GENERAL_FAILURE), str(error)) from error
+        except Exception as error:  # a kernel bug is reported, never leaked
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{type(error).__name__}: {error}") from error
+        shapes = self._write_outputs(request, outputs)
+        elapsed = time.monotonic_ns() - start
+        timing = Timing(elapsed, elapsed) if measure_timing else Timing()
+        return shapes, timing
+
+    def _read_input(self, request: Request, position: int, operand_index: int) -> Tensor:
+        operand = self.model.main.operands[operand_index]
+        argument = request.inputs[position]
+        if argument.has_no_value:
+            return _tensor(operand, tuple(operand.dimensions), None)
+        dims = tuple(argument.dimensions or operand.dimensions)
+        if operand.type in TENSOR_TYPES and (not dims or 0 in dims):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has unspecified dimensions")
+        dtype = dtype_of(operand.type)
+        count = int(np.prod(dims)) if dims else 1
+        location = argument.location
+        if location.length < count * dtype.itemsize:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} buffer is too small")
+        array = np.frombuffer(request.pools[location.pool_index], dtype=dtype, count=count,
+                              offset=location.offset).reshape(dims)
+        return _tensor(operand, dims, array)
+
+    def _write_outputs(self, request: Request, outputs: list[Tensor]) -> list[OutputShape]:
+        shapes: list[OutputShape] = []
+        for position, tensor in enumerate(outputs):
+            argument = request.outputs[position]
+            needed = tensor.value.nbytes if tensor.value is not None else 0
+            sufficient = argument.has_no_value or argument.location.length >= needed
+            shapes.append(OutputShape(list(tensor.shape), sufficient))
+        if not all(shape.is_sufficient for shape in shapes):
+            raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
+        for position, tensor in enumerate(outputs):
+            argument = request.outputs[position]
+            if argument.has_no_value or tensor.value is None or tensor.value.size == 0:
+                continue
+            target = np.frombuffer(request.pools[argument.location.pool_index], dtype=np.uint8,
+                                   count=tensor.value.nbytes, offset=argument.location.offset)
+            target[:] = np.ascontiguousarray(tensor.value).reshape(-1).view(np.uint8)
+        return shapes
+
+
+class _Run:
+    """One execution: runs subgraphs, checks the deadline, enforces kernel contracts."""
+
+    def __init__(self, prepared: ReferencePreparedModel, deadline_ns: int | None, loop_timeout_ns: int | None):
+        self.prepared = prepared
+        self.model = prepared.model
+        self.deadline_ns = deadline_ns
+        self.loop_timeout_ns = loop_timeout_ns
+
+    def check_deadline(self) -> None:
+        if self.deadline_ns is not None and time.monotonic_ns() > self.deadline_ns:
+            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the execution's deadline passed")
+
+    def run_reference(self, ref: SubgraphRef, inputs: list[Tensor]) -> list[Tensor]:
+        return self.subgraph(ref.index + 1, inputs)
+
+    def subgraph(self, number: int, inputs: list[Tensor]) -> list[Tensor]:
+        """Run subgraph ``number`` (0 = main, k = referenced[k-1]) on ``inputs``."""
+        subgraph = self.model.main if number == 0 else self.model.referenced[number - 1]
+        values: dict[int, Tensor] = dict(self.prepared._constants[number])
+        if len(inputs) != len(subgraph.input_indexes):
+            raise OperationFailed(f"subgraph expects {len(subgraph.input_indexes)} inputs, got {len(inputs)}")
+        for operand_index, tensor in zip(subgraph.input_indexes, inputs, strict=True):
+            operand = subgraph.operands[operand_index]
+            values[operand_index] = Tensor(operand.type, tensor.shape, operand.scale, operand.zero_point,
+                                           operand.channel_quant, tensor.value)
+        relaxed = self.model.relax_computation_float32_to_float16
+        for operation in subgraph.operations:
+            self.check_deadline()
+            code = OperationCode(operation.type)
+            implementation = get_operation(code)
+            if implementation is None:
+                raise OperationFailed(f"{code.name} is not implemented")
+            missing = [i for i in operation.inputs if i not in values]
+            if missing:
+                raise OperationFailed(f"{code.name}: operands {missing} have no value")
+            declared = [subgraph.operands[i].operand_type() for i in operation.outputs]
+            context = ExecutionContext(code, [values[i] for i in operation.inputs], declared, relaxed,
+                                       run_subgraph=self.run_reference, check_deadline=self.check_deadline,
+                                       loop_timeout_ns=self.loop_timeout_ns)
+            shapes = [tuple(int(d) for d in s) for s in implementation.prepare(context)]
+            if len(shapes) != len(operation.outputs):
+                raise OperationFailed(f"{code.name}: prepare gave {len(shapes)} shapes for "
+                                      f"{len(operation.outputs)} outputs")
+            for position, (shape, output_type) in enumerate(zip(shapes, declared, strict=True)):
+                known = output_type.dimensions
+                if known and (len(known) != len(shape) or any(k and k != s for k, s in zip(known, shape,
+                                                                                         strict=True))):
+                    raise OperationFailed(f"{code.name}: output {position} has shape {list(shape)} but the "
+                                          f"model declares {list(known)}")
+            results = implementation.execute(context)
+            if len(results) != len(operation.outputs):
+                raise OperationFailed(f"{code.name}: produced {len(results)} outputs, expected "
+                                      f"{len(operation.outputs)}")
+            for position, (result, shape, operand_index) in enumerate(zip(results, shapes, operation.outputs,
+                                                                          strict=True)):
+                operand = subgraph.operands[operand_index]
+                result = np.asarray(result)
+                expected_dtype = dtype_of(operand.type)
+                if result.dtype != expected_dtype or result.shape != shape:
+                    raise OperationFailed(f"{code.name}: output {position} is {result.dtype}{list(result.shape)}, "
+                                          f"expected {expected_dtype}{list(shape)} (kernel contract)")
+                values[operand_index] = Tensor(operand.type, shape, operand.scale, operand.zero_point,
+                                               operand.channel_quant, result)
+        outputs = []
+        for operand_index in subgraph.output_indexes:
+            if operand_index not in values:
+                raise OperationFailed(f"subgraph output {operand_index} was never computed")
+            outputs.append(values[operand_index])
+        return outputs
+
+
+def _tensor(operand, shape: tuple[int, ...], value) -> Tensor:
+    return Tensor(operand.type, shape, operand.scale, operand.zero_point, operand.channel_quant, value)

@@ -1,0 +1,99 @@
+"""Event: completion of an asynchronous execution (ANeuralNetworksEvent_*).
+
+Sync fences are modelled with Linux eventfds: ``get_sync_fence_fd`` returns a descriptor
+that becomes readable when the execution completes, and ``Event.create_from_sync_fence_fd``
+wraps any descriptor that becomes readable when its work is done.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+
+from nnapi._object import NnapiObject
+from nnapi.errors import BadDataError, BadStateError, NnapiError, UnexpectedNullError
+
+
+class Event(NnapiObject):
+    """ANeuralNetworksEvent."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._error: NnapiError | None = None
+        self._fence_fd: int | None = None
+        self._waited_fd: int | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create_from_sync_fence_fd(cls, sync_fence_fd: int) -> Event:
+        """ANeuralNetworksEvent_createFromSyncFenceFd: an event signalled when the
+        descriptor becomes readable. The descriptor is duplicated."""
+        if sync_fence_fd is None:
+            raise UnexpectedNullError("create_from_sync_fence_fd: fd is None")
+        if not isinstance(sync_fence_fd, int) or sync_fence_fd < 0:
+            raise BadDataError(f"create_from_sync_fence_fd: invalid fd {sync_fence_fd!r}")
+        try:
+            own = os.dup(sync_fence_fd)
+        except OSError as error:
+            raise BadDataError(f"create_from_sync_fence_fd: {error}") from None
+        event = cls()
+        event._waited_fd = own
+        return event
+
+    # --- producer side -----------------------------------------------------------------
+    def _signal(self, error: NnapiError | None = None) -> None:
+        with self._lock:
+            self._error = error
+            self._done.set()
+            if self._fence_fd is not None:
+                os.eventfd_write(self._fence_fd, 1)
+
+    # --- consumer side -----------------------------------------------------------------
+    def wait(self) -> None:
+        """ANeuralNetworksEvent_wait: block until done; raise the execution's error."""
+        self._check_alive("Event.wait")
+        if self._waited_fd is not None:
+            select.select([self._waited_fd], [], [])
+            return
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def is_done(self) -> bool:
+        if self._waited_fd is not None:
+            return bool(select.select([self._waited_fd], [], [], 0)[0])
+        return self._done.is_set()
+
+    def get_sync_fence_fd(self) -> int:
+        """ANeuralNetworksEvent_getSyncFenceFd: a new descriptor, readable once done.
+        The caller owns (and must close) it."""
+        self._check_alive("get_sync_fence_fd")
+        if self._waited_fd is not None:
+            return os.dup(self._waited_fd)
+        with self._lock:
+            if self._fence_fd is None:
+                self._fence_fd = os.eventfd(1 if self._done.is_set() else 0, os.EFD_CLOEXEC)
+            return os.dup(self._fence_fd)
+
+    def _release(self) -> None:
+        if not self._done.is_set() and self._waited_fd is None:
+            # The NDK waits for the execution before freeing its event.
+            self._done.wait()
+        for fd in (self._fence_fd, self._waited_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fence_fd = self._waited_fd = None
+
+
+def check_events(events, call: str) -> list[Event]:
+    if events is None:
+        raise UnexpectedNullError(f"{call}: dependencies is None")
+    events = list(events)
+    for event in events:
+        if not isinstance(event, Event):
+            raise BadDataError(f"{call}: dependencies must be Event objects")
+        if event._freed:
+            raise BadStateError(f"{call}: a dependency was freed")
+    return events

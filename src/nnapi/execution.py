@@ -1,0 +1,393 @@
+"""Execution: the NDK's ANeuralNetworksExecution_* functions.
+
+An execution binds buffers or memories to a compiled model's inputs and outputs, runs it
+on the chosen device (synchronously, asynchronously with an Event, or through a Burst)
+and reports output shapes and timing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnapi._object import NnapiObject
+from nnapi.codes import DurationCode, ResultCode
+from nnapi.compilation import Compilation
+from nnapi.device import DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS
+from nnapi.errors import (
+    BadDataError,
+    BadStateError,
+    NnapiError,
+    OpFailedError,
+    UnexpectedNullError,
+    error_for,
+)
+from nnapi.event import Event, check_events
+from nnapi.hal import DataLocation, ErrorStatus, HalError, OutputShape, Request, RequestArgument, Timing
+from nnapi.hal.types import NO_TIMING
+from nnapi.memory import Memory
+from nnapi.model import as_bytes_view
+from nnapi.operand import OperandType
+
+#: get_duration's value when no duration is available (UINT64_MAX).
+DURATION_UNAVAILABLE = NO_TIMING
+
+_PREPARATION, _COMPUTING, _COMPLETED = "preparation", "computing", "completed"
+
+
+@dataclass
+class _Argument:
+    omitted: bool
+    pool: Any = None  # a buffer object (memoryview) or a Memory
+    offset: int = 0
+    length: int = 0
+    dimensions: tuple[int, ...] = ()
+
+
+class Execution(NnapiObject):
+    """ANeuralNetworksExecution."""
+
+    def __init__(self, compilation: Compilation) -> None:
+        """ANeuralNetworksExecution_create."""
+        if compilation is None:
+            raise UnexpectedNullError("Execution: compilation is None")
+        if not isinstance(compilation, Compilation):
+            raise BadDataError(f"Execution: expected a Compilation, got {type(compilation).__name__}")
+        compilation._check_alive("Execution")
+        if not compilation.is_finished:
+            raise BadStateError("Execution: the compilation is not finished")
+        self._compilation = compilation
+        model = compilation.model
+        self._input_types = [model.operand_type(i) for i in model.inputs]
+        self._output_types = [model.operand_type(i) for i in model.outputs]
+        self._inputs: dict[int, _Argument] = {}
+        self._outputs: dict[int, _Argument] = {}
+        self._state = _PREPARATION
+        self._reusable = False
+        self._padding = False
+        self._measure = False
+        self._timeout_ns = 0
+        self._loop_timeout_ns = DEFAULT_LOOP_TIMEOUT_NS
+        self._output_shapes: list[OutputShape] | None = None
+        self._timing = Timing()
+        self._status = ResultCode.NO_ERROR
+        self._lock = threading.Lock()
+
+    # --- settings --------------------------------------------------------------------
+    def _check_preparation(self, call: str) -> None:
+        self._check_alive(call)
+        if self._state != _PREPARATION:
+            raise BadStateError(f"{call}: the execution has already been scheduled")
+
+    def set_reusable(self, reusable: bool) -> None:
+        """ANeuralNetworksExecution_setReusable."""
+        self._check_preparation("set_reusable")
+        self._reusable = bool(reusable)
+
+    def set_measure_timing(self, measure: bool) -> None:
+        """ANeuralNetworksExecution_setMeasureTiming: only for a compilation created for
+        exactly one device."""
+        self._check_preparation("set_measure_timing")
+        if not self._compilation.single_explicit_device:
+            raise BadDataError("set_measure_timing: only for a compilation created for exactly one device")
+        self._measure = bool(measure)
+
+    def set_timeout(self, duration_ns: int) -> None:
+        """ANeuralNetworksExecution_setTimeout: 0 means none. Only for a compilation
+        created for exactly one device."""
+        self._check_preparation("set_timeout")
+        if not self._compilation.single_explicit_device:
+            raise BadDataError("set_timeout: only for a compilation created for exactly one device")
+        if not isinstance(duration_ns, int) or duration_ns < 0:
+            raise BadDataError(f"set_timeout: duration must be a non-negative int, got {duration_ns!r}")
+        self._timeout_ns = duration_ns
+
+    def set_loop_timeout(self, duration_ns: int) -> None:
+        """ANeuralNetworksExecution_setLoopTimeout: capped at get_maximum_loop_timeout()."""
+        self._check_preparation("set_loop_timeout")
+        if not isinstance(duration_ns, int) or duration_ns < 0:
+            raise BadDataError(f"set_loop_timeout: duration must be a non-negative int, got {duration_ns!r}")
+        self._loop_timeout_ns = min(duration_ns, MAXIMUM_LOOP_TIMEOUT_NS)
+
+    def enable_input_and_output_padding(self, enable: bool) -> None:
+        """ANeuralNetworksExecution_enableInputAndOutputPadding."""
+        self._check_preparation("enable_input_and_output_padding")
+        if self._inputs or self._outputs:
+            raise BadStateError("enable_input_and_output_padding: inputs or outputs are already set")
+        self._padding = bool(enable)
+
+    # --- arguments -------------------------------------------------------------------
+    def _argument_type(self, call: str, kind: str, index: int, op_type: OperandType | None, value: Any
+                       ) -> tuple[OperandType, tuple[int, ...]]:
+        types = self._input_types if kind == "input" else self._output_types
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(types):
+            raise BadDataError(f"{call}: {kind} index {index!r} out of range ({len(types)} {kind}s)")
+        declared = types[index]
+        dims = declared.dimensions
+        if op_type is not None:
+            if not isinstance(op_type, OperandType):
+                raise BadDataError(f"{call}: type must be an OperandType")
+            if (op_type.type, op_type.scale, op_type.zero_point) != (declared.type, declared.scale,
+                                                                      declared.zero_point):
+                raise BadDataError(f"{call}: type {op_type.describe()} differs from the model's "
+                                   f"{declared.describe()} in more than dimensions")
+            if not declared.is_tensor and op_type.dimensions:
+                raise BadDataError(f"{call}: a scalar has no dimensions")
+            if declared.dimensions:
+                if len(op_type.dimensions) != len(declared.dimensions) or any(
+                        d and o != d for o, d in zip(op_type.dimensions, declared.dimensions, strict=True)):
+                    raise BadDataError(f"{call}: dimensions {list(op_type.dimensions)} contradict the model's "
+                                       f"{list(declared.dimensions)}")
+            dims = op_type.dimensions
+        elif declared.is_tensor and not declared.is_fully_specified and isinstance(value, np.ndarray):
+            # A numpy array states its own shape: use it to complete the model's.
+            shape = tuple(value.shape)
+            if declared.dimensions and (len(shape) != len(declared.dimensions) or any(
+                    d and s != d for s, d in zip(shape, declared.dimensions, strict=True))):
+                raise BadDataError(f"{call}: array shape {list(shape)} contradicts the model's "
+                                   f"{list(declared.dimensions)}")
+            dims = shape
+        return declared.with_dimensions(dims), tuple(dims)
+
+    def _check_length(self, call: str, kind: str, full_type: OperandType, length: int) -> None:
+        if kind == "input" and not full_type.is_fully_specified:
+            raise BadDataError(f"{call}: input type {full_type.describe()} is not fully specified; pass "
+                               "a type with its dimensions")
+        if full_type.is_fully_specified:
+            needed = full_type.byte_size()
+            if length < needed or (length != needed and not self._padding):
+                raise BadDataError(f"{call}: {full_type.describe()} needs {needed} bytes, got {length}")
+
+    def _set(self, call: str, kind: str, index: int, buffer: Any, op_type: OperandType | None) -> None:
+        self._check_preparation(call)
+        full_type, dims = self._argument_type(call, kind, index, op_type, buffer)
+        if buffer is None:
+            argument = _Argument(omitted=True)
+        else:
+            view = as_bytes_view(buffer, full_type)
+            if kind == "output" and view.readonly:
+                raise BadDataError(f"{call}: output buffer is read-only")
+            self._check_length(call, kind, full_type, view.nbytes)
+            argument = _Argument(False, view, 0, view.nbytes, dims)
+        (self._inputs if kind == "input" else self._outputs)[index] = argument
+
+    def _set_from_memory(self, call: str, kind: str, index: int, memory: Memory, offset: int, length: int,
+                         op_type: OperandType | None) -> None:
+        self._check_preparation(call)
+        if memory is None:
+            raise UnexpectedNullError(f"{call}: memory is None")
+        if not isinstance(memory, Memory):
+            raise BadDataError(f"{call}: expected a Memory")
+        memory._check_alive(call)
+        full_type, dims = self._argument_type(call, kind, index, op_type, None)
+        if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
+            raise BadDataError(f"{call}: offset and length must be non-negative ints")
+        if memory.is_from_desc:
+            if offset or length:
+                raise BadDataError(f"{call}: offset and length must be 0 for a memory from a MemoryDesc")
+            memory._desc.check_role(call, self._compilation, kind, index, full_type)
+            length = memory.size
+            dims = dims if full_type.is_fully_specified else tuple(memory._desc.dimensions or dims)
+        else:
+            if offset + length > memory.size:
+                raise BadDataError(f"{call}: offset {offset} + length {length} exceeds the memory's "
+                                   f"{memory.size} bytes")
+            if kind == "output" and not memory._writable:
+                raise BadDataError(f"{call}: the memory is read-only")
+            self._check_length(call, kind, full_type, length)
+        (self._inputs if kind == "input" else self._outputs)[index] = _Argument(False, memory, offset, length,
+                                                                                 dims)
+
+    def set_input(self, index: int, buffer: Any, type: OperandType | None = None) -> None:  # noqa: A002
+        """ANeuralNetworksExecution_setInput. ``buffer`` is bytes-like or numpy (None omits
+        an optional input); ``type`` completes dimensions the model left unspecified (a
+        numpy array's own shape does too)."""
+        self._set("set_input", "input", index, buffer, type)
+
+    def set_output(self, index: int, buffer: Any, type: OperandType | None = None) -> None:  # noqa: A002
+        """ANeuralNetworksExecution_setOutput: ``buffer`` must be writable (None omits)."""
+        self._set("set_output", "output", index, buffer, type)
+
+    def set_input_from_memory(self, index: int, memory: Memory, offset: int, length: int,
+                              type: OperandType | None = None) -> None:  # noqa: A002
+        """ANeuralNetworksExecution_setInputFromMemory."""
+        self._set_from_memory("set_input_from_memory", "input", index, memory, offset, length, type)
+
+    def set_output_from_memory(self, index: int, memory: Memory, offset: int, length: int,
+                               type: OperandType | None = None) -> None:  # noqa: A002
+        """ANeuralNetworksExecution_setOutputFromMemory."""
+        self._set_from_memory("set_output_from_memory", "output", index, memory, offset, length, type)
+
+    # --- running ---------------------------------------------------------------------
+    def _begin(self, call: str) -> None:
+        self._check_alive(call)
+        with self._lock:
+            if self._state == _COMPUTING:
+                raise BadStateError(f"{call}: the execution is running")
+            if self._state == _COMPLETED and not self._reusable:
+                raise BadStateError(f"{call}: the execution has completed and is not reusable")
+            missing = [f"input {i}" for i in range(len(self._input_types)) if i not in self._inputs]
+            missing += [f"output {i}" for i in range(len(self._output_types)) if i not in self._outputs]
+            if missing:
+                raise BadDataError(f"{call}: not set: {', '.join(missing)}")
+            self._state = _COMPUTING
+
+    def _request(self) -> Request:
+        pools: list[Any] = []
+        pool_ids: dict[int, int] = {}
+
+        def argument(arg: _Argument) -> RequestArgument:
+            if arg.omitted:
+                return RequestArgument(has_no_value=True)
+            buffer = arg.pool._pool() if isinstance(arg.pool, Memory) else arg.pool
+            if id(arg.pool) not in pool_ids:
+                pool_ids[id(arg.pool)] = len(pools)
+                pools.append(buffer)
+            return RequestArgument(False, DataLocation(pool_ids[id(arg.pool)], arg.offset, arg.length),
+                                   list(arg.dimensions))
+
+        inputs = [argument(self._inputs[i]) for i in range(len(self._input_types))]
+        outputs = [argument(self._outputs[i]) for i in range(len(self._output_types))]
+        return Request(inputs, outputs, pools)
+
+    def _run(self, burst=None, deadline_ns: int | None = None) -> None:
+        """Run on the device; record shapes, timing and status; raise on failure."""
+        if deadline_ns is None and self._timeout_ns:
+            deadline_ns = time.monotonic_ns() + self._timeout_ns
+        prepared = self._compilation._prepared
+        error: NnapiError | None = None
+        try:
+            request = self._request()
+            runner = burst._hal_burst if burst is not None else prepared
+            shapes, timing = runner.execute(request, self._measure, deadline_ns, self._loop_timeout_ns)
+            self._output_shapes, self._timing = shapes, timing
+        except HalError as hal_error:
+            code = hal_error.status.to_result_code()
+            self._output_shapes = hal_error.output_shapes if hal_error.status == \
+                ErrorStatus.OUTPUT_INSUFFICIENT_SIZE else None
+            self._timing = Timing()
+            error = error_for(code, str(hal_error))
+        except NnapiError as nnapi_error:
+            self._output_shapes, error = None, nnapi_error
+        except Exception as unexpected:  # never leak a raw exception from a driver
+            self._output_shapes = None
+            error = OpFailedError(f"{type(unexpected).__name__}: {unexpected}")
+        self._status = error.code if error is not None else ResultCode.NO_ERROR
+        self._state = _COMPLETED
+        if error is not None:
+            raise error
+
+    def compute(self) -> None:
+        """ANeuralNetworksExecution_compute: run synchronously."""
+        self._begin("compute")
+        self._run()
+
+    def burst_compute(self, burst) -> None:
+        """ANeuralNetworksExecution_burstCompute: run synchronously on ``burst``."""
+        from nnapi.burst import Burst
+
+        if burst is None:
+            raise UnexpectedNullError("burst_compute: burst is None")
+        if not isinstance(burst, Burst):
+            raise BadDataError("burst_compute: expected a Burst")
+        burst._check_alive("burst_compute")
+        if burst._compilation is not self._compilation:
+            raise BadDataError("burst_compute: the burst belongs to another compilation")
+        if not burst._busy.acquire(blocking=False):
+            raise BadStateError("burst_compute: the burst is running another execution")
+        try:
+            self._begin("burst_compute")
+            self._run(burst)
+        finally:
+            burst._busy.release()
+
+    def start_compute(self) -> Event:
+        """ANeuralNetworksExecution_startCompute: run asynchronously; wait on the Event."""
+        return self.start_compute_with_dependencies([], 0, call="start_compute")
+
+    def start_compute_with_dependencies(self, dependencies, duration_ns: int = 0, *,
+                                        call: str = "start_compute_with_dependencies") -> Event:
+        """ANeuralNetworksExecution_startComputeWithDependencies: run once every event in
+        ``dependencies`` is signalled; ``duration_ns`` (0 for none) bounds the run."""
+        events = check_events(dependencies, call)
+        if not isinstance(duration_ns, int) or duration_ns < 0:
+            raise BadDataError(f"{call}: duration must be a non-negative int")
+        if duration_ns and not self._compilation.single_explicit_device:
+            raise BadDataError(f"{call}: a duration needs a compilation created for exactly one device")
+        if duration_ns and self._timeout_ns:
+            raise BadDataError(f"{call}: set_timeout was called; the duration must be 0")
+        self._begin(call)
+        event = Event()
+
+        def work() -> None:
+            try:
+                for dependency in events:
+                    dependency.wait()
+            except NnapiError as failed:
+                self._status, self._state = failed.code, _COMPLETED
+                event._signal(OpFailedError(f"{call}: a dependency failed: {failed}"))
+                return
+            deadline = time.monotonic_ns() + duration_ns if duration_ns else None
+            try:
+                self._run(deadline_ns=deadline)
+            except NnapiError as failed:
+                event._signal(failed)
+                return
+            event._signal(None)
+
+        threading.Thread(target=work, name="nnapi-execution", daemon=True).start()
+        return event
+
+    # --- results ---------------------------------------------------------------------
+    def _check_completed(self, call: str, index: int) -> OutputShape:
+        self._check_alive(call)
+        if self._state != _COMPLETED:
+            raise BadStateError(f"{call}: the execution has not completed")
+        if not isinstance(index, int) or not 0 <= index < len(self._output_types):
+            raise BadDataError(f"{call}: output index {index!r} out of range")
+        if self._output_shapes is None:
+            raise BadStateError(f"{call}: the last computation failed ({self._status.name})")
+        return self._output_shapes[index]
+
+    def get_output_operand_rank(self, index: int) -> int:
+        """ANeuralNetworksExecution_getOutputOperandRank."""
+        return len(self._check_completed("get_output_operand_rank", index).dimensions)
+
+    def get_output_operand_dimensions(self, index: int) -> list[int]:
+        """ANeuralNetworksExecution_getOutputOperandDimensions. After OUTPUT_INSUFFICIENT_SIZE
+        it reports the shape the output needs. BAD_DATA for a scalar output."""
+        shape = self._check_completed("get_output_operand_dimensions", index)
+        if not self._output_types[index].is_tensor:
+            raise BadDataError("get_output_operand_dimensions: the output is a scalar")
+        return list(shape.dimensions)
+
+    def is_output_sufficient(self, index: int) -> bool:
+        return self._check_completed("is_output_sufficient", index).is_sufficient
+
+    def get_duration(self, duration_code: int) -> int:
+        """ANeuralNetworksExecution_getDuration, in nanoseconds; DURATION_UNAVAILABLE
+        (UINT64_MAX) when not measured."""
+        self._check_alive("get_duration")
+        if self._state != _COMPLETED:
+            raise BadStateError("get_duration: the execution has not completed")
+        try:
+            code = DurationCode(duration_code)
+        except ValueError:
+            raise BadDataError(f"get_duration: invalid duration code {duration_code!r}") from None
+        if not self._measure or self._status != ResultCode.NO_ERROR:
+            return DURATION_UNAVAILABLE
+        if code == DurationCode.DURATION_ON_HARDWARE:
+            return self._timing.time_on_device
+        if code == DurationCode.DURATION_IN_DRIVER:
+            return self._timing.time_in_driver
+        return DURATION_UNAVAILABLE  # fenced durations: only for fenced executions
+
+    def _release(self) -> None:
+        self._inputs.clear()
+        self._outputs.clear()
+
+

@@ -1,0 +1,183 @@
+"""Plain data of the NN HAL (after Android's canonical types in nn/common/Types.h)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from nnapi.codes import OperandCode, OperationCode, ResultCode
+from nnapi.operand import OperandType, SymmPerChannelQuantParams
+
+#: Timing's "no measurement" value, as UINT64_MAX in the HAL.
+NO_TIMING = 0xFFFFFFFFFFFFFFFF
+
+
+class OperandLifeTime(IntEnum):
+    TEMPORARY_VARIABLE = 0
+    SUBGRAPH_INPUT = 1
+    SUBGRAPH_OUTPUT = 2
+    CONSTANT_COPY = 3
+    CONSTANT_REFERENCE = 4
+    NO_VALUE = 5
+    SUBGRAPH = 6
+    POINTER = 7
+
+
+class ErrorStatus(IntEnum):
+    NONE = 0
+    DEVICE_UNAVAILABLE = 1
+    GENERAL_FAILURE = 2
+    OUTPUT_INSUFFICIENT_SIZE = 3
+    INVALID_ARGUMENT = 4
+    MISSED_DEADLINE_TRANSIENT = 5
+    MISSED_DEADLINE_PERSISTENT = 6
+    RESOURCE_EXHAUSTED_TRANSIENT = 7
+    RESOURCE_EXHAUSTED_PERSISTENT = 8
+    DEAD_OBJECT = 10000
+
+    def to_result_code(self) -> ResultCode:
+        return _STATUS_TO_RESULT[self]
+
+
+_STATUS_TO_RESULT = {
+    ErrorStatus.NONE: ResultCode.NO_ERROR,
+    ErrorStatus.DEVICE_UNAVAILABLE: ResultCode.UNAVAILABLE_DEVICE,
+    ErrorStatus.GENERAL_FAILURE: ResultCode.OP_FAILED,
+    ErrorStatus.OUTPUT_INSUFFICIENT_SIZE: ResultCode.OUTPUT_INSUFFICIENT_SIZE,
+    ErrorStatus.INVALID_ARGUMENT: ResultCode.BAD_DATA,
+    ErrorStatus.MISSED_DEADLINE_TRANSIENT: ResultCode.MISSED_DEADLINE_TRANSIENT,
+    ErrorStatus.MISSED_DEADLINE_PERSISTENT: ResultCode.MISSED_DEADLINE_PERSISTENT,
+    ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT: ResultCode.RESOURCE_EXHAUSTED_TRANSIENT,
+    ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT: ResultCode.RESOURCE_EXHAUSTED_PERSISTENT,
+    ErrorStatus.DEAD_OBJECT: ResultCode.DEAD_OBJECT,
+}
+
+
+class ExecutionPreference(IntEnum):
+    LOW_POWER = 0
+    FAST_SINGLE_ANSWER = 1
+    SUSTAINED_SPEED = 2
+
+
+class Priority(IntEnum):
+    LOW = 0
+    MEDIUM = 1
+    HIGH = 2
+
+
+class DeviceStatus(IntEnum):
+    AVAILABLE = 0
+    BUSY = 1
+    OFFLINE = 2
+    UNKNOWN = 3
+
+
+@dataclass
+class OutputShape:
+    dimensions: list[int]
+    is_sufficient: bool = True
+
+
+@dataclass
+class Timing:
+    """Durations in nanoseconds; NO_TIMING when not measured."""
+
+    time_on_device: int = NO_TIMING
+    time_in_driver: int = NO_TIMING
+
+
+class HalError(Exception):
+    """A driver call that failed with an ErrorStatus (plus output shapes where relevant)."""
+
+    def __init__(self, status: ErrorStatus, message: str = "", output_shapes: list[OutputShape] | None = None):
+        super().__init__(message or status.name)
+        self.status = status
+        self.output_shapes = output_shapes or []
+
+
+@dataclass
+class DataLocation:
+    """Where a value lives: ``length`` bytes at ``offset`` in pool ``pool_index``."""
+
+    pool_index: int = 0
+    offset: int = 0
+    length: int = 0
+
+
+@dataclass
+class Operand:
+    type: OperandCode
+    dimensions: list[int]
+    scale: float
+    zero_point: int
+    lifetime: OperandLifeTime
+    location: DataLocation = field(default_factory=DataLocation)
+    channel_quant: SymmPerChannelQuantParams | None = None
+    number_of_consumers: int = 0
+
+    def operand_type(self) -> OperandType:
+        return OperandType(self.type, self.dimensions, self.scale, self.zero_point, self.channel_quant)
+
+
+@dataclass
+class Operation:
+    type: OperationCode
+    inputs: list[int]
+    outputs: list[int]
+
+
+@dataclass
+class Subgraph:
+    operands: list[Operand]
+    operations: list[Operation]  # in an order where every operand is written before it is read
+    input_indexes: list[int]
+    output_indexes: list[int]
+
+
+@dataclass
+class Model:
+    """A HAL model: main subgraph, referenced subgraphs, a CONSTANT_COPY blob and pools.
+
+    A SUBGRAPH operand's ``location.offset`` is its index into ``referenced``.
+    """
+
+    main: Subgraph
+    referenced: list[Subgraph]
+    operand_values: bytes
+    pools: list[Any]  # buffer-protocol objects
+    relax_computation_float32_to_float16: bool = False
+
+
+@dataclass
+class RequestArgument:
+    has_no_value: bool = False
+    location: DataLocation = field(default_factory=DataLocation)
+    dimensions: list[int] = field(default_factory=list)  # completes an unspecified shape
+
+
+@dataclass
+class Request:
+    inputs: list[RequestArgument]
+    outputs: list[RequestArgument]
+    pools: list[Any]  # buffer-protocol objects; outputs' pools must be writable
+
+
+@dataclass
+class PerformanceInfo:
+    """Relative to the CPU running the model in float32: lower is better."""
+
+    exec_time: float = 1.0
+    power_usage: float = 1.0
+
+
+@dataclass
+class Capabilities:
+    relaxed_float32_to_float16_scalar: PerformanceInfo = field(default_factory=PerformanceInfo)
+    relaxed_float32_to_float16_tensor: PerformanceInfo = field(default_factory=PerformanceInfo)
+    operand_performance: dict[OperandCode, PerformanceInfo] = field(default_factory=dict)
+    if_performance: PerformanceInfo = field(default_factory=PerformanceInfo)
+    while_performance: PerformanceInfo = field(default_factory=PerformanceInfo)
+
+    def performance_for(self, code: OperandCode) -> PerformanceInfo:
+        return self.operand_performance.get(code, PerformanceInfo(float("inf"), float("inf")))

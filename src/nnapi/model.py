@@ -1,0 +1,397 @@
+"""Model: the NDK's ANeuralNetworksModel_* functions.
+
+A model is built operand by operand and operation by operation; every call checks its
+arguments as the NDK documents and raises the matching NnapiError. ``finish`` checks the
+graph as a whole (every operand written exactly once, no cycle) and freezes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnapi._object import NnapiObject
+from nnapi.codes import MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, OperandCode, OperationCode
+from nnapi.errors import BadDataError, BadStateError, NnapiError, UnexpectedNullError
+from nnapi.memory import Memory
+from nnapi.operand import (
+    OperandType,
+    SymmPerChannelQuantParams,
+    validate_channel_quant,
+    validate_operand_type,
+)
+from nnapi.operations import ValidationContext, get_operation
+
+
+@dataclass
+class _Operation:
+    code: OperationCode
+    inputs: list[int]
+    outputs: list[int]
+
+
+class _NoValue:
+    """An optional operand explicitly omitted (set_operand_value(index, None))."""
+
+
+@dataclass
+class _CopiedValue:
+    data: bytes
+
+
+@dataclass
+class _ReferencedValue:
+    """A large value the NDK keeps by reference: the caller's buffer, not a copy."""
+
+    view: memoryview
+
+
+@dataclass
+class _MemoryValue:
+    memory: Memory
+    offset: int
+    length: int
+
+
+@dataclass
+class _ModelValue:
+    model: Model
+
+
+NO_VALUE = _NoValue()
+
+
+def as_bytes_view(value: Any, op_type: OperandType | None = None) -> memoryview:
+    """A flat byte view of a bytes-like object or numpy value.
+
+    Python scalars (int, float, bool) are converted to ``op_type``'s element type, so
+    ``set_operand_value(i, 3)`` works for an INT32 operand.
+    """
+    if isinstance(value, bool | int | float) and op_type is not None and not op_type.is_tensor:
+        try:
+            value = np.array(value, dtype=op_type.dtype)
+        except (OverflowError, ValueError) as error:
+            raise BadDataError(f"value {value!r} does not fit {op_type.type.name}: {error}") from None
+    if isinstance(value, np.generic):
+        value = np.array(value)
+    if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+        value = np.ascontiguousarray(value)
+    try:
+        view = memoryview(value)
+    except TypeError:
+        raise BadDataError(f"expected a bytes-like object or numpy array, got {type(value).__name__}") from None
+    if not view.c_contiguous:
+        raise BadDataError("buffer must be C-contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+class Model(NnapiObject):
+    """ANeuralNetworksModel."""
+
+    def __init__(self) -> None:
+        """ANeuralNetworksModel_create."""
+        self._operands: list[OperandType] = []
+        self._values: dict[int, Any] = {}
+        self._operations: list[_Operation] = []
+        self._writers: dict[int, int] = {}  # operand index -> operation that writes it
+        self._inputs: list[int] = []
+        self._outputs: list[int] = []
+        self._relaxed = False
+        self._finished = False
+        self._run_order: list[int] = []
+
+    # --- state helpers ---------------------------------------------------------------
+    def _check_modifiable(self, call: str) -> None:
+        self._check_alive(call)
+        if self._finished:
+            raise BadStateError(f"{call}: the model is finished and cannot be modified")
+
+    def _check_index(self, call: str, index: Any) -> int:
+        if not isinstance(index, int | np.integer) or isinstance(index, bool):
+            raise BadDataError(f"{call}: operand index must be an int, got {index!r}")
+        if not 0 <= index < len(self._operands):
+            raise BadDataError(f"{call}: operand index {index} out of range (model has {len(self._operands)})")
+        return int(index)
+
+    @property
+    def is_finished(self) -> bool:
+        return self._finished
+
+    @property
+    def operand_count(self) -> int:
+        return len(self._operands)
+
+    @property
+    def operation_count(self) -> int:
+        return len(self._operations)
+
+    def operand_type(self, index: int) -> OperandType:
+        return self._operands[self._check_index("operand_type", index)]
+
+    @property
+    def inputs(self) -> list[int]:
+        return list(self._inputs)
+
+    @property
+    def outputs(self) -> list[int]:
+        return list(self._outputs)
+
+    @property
+    def relaxed(self) -> bool:
+        return self._relaxed
+
+    # --- construction ----------------------------------------------------------------
+    def add_operand(self, op_type: OperandType) -> int:
+        """ANeuralNetworksModel_addOperand; returns the new operand's index."""
+        self._check_modifiable("add_operand")
+        if op_type is None:
+            raise UnexpectedNullError("add_operand: type is None")
+        if not isinstance(op_type, OperandType):
+            raise BadDataError(f"add_operand: expected an OperandType, got {type(op_type).__name__}")
+        validate_operand_type(op_type, f"add_operand({len(self._operands)})")
+        self._operands.append(op_type)
+        return len(self._operands) - 1
+
+    def set_operand_value(self, index: int, value: Any) -> None:
+        """ANeuralNetworksModel_setOperandValue.
+
+        ``value`` is bytes-like, a numpy array or scalar, or a Python scalar for a scalar
+        operand; None marks an optional operand as omitted. Values up to
+        MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES bytes are copied now; larger ones are kept
+        by reference, so the buffer must stay unchanged while the model is in use.
+        """
+        call = "set_operand_value"
+        self._check_modifiable(call)
+        index = self._check_index(call, index)
+        op_type = self._operands[index]
+        self._check_settable(call, index)
+        if value is None:
+            self._values[index] = NO_VALUE
+            return
+        if op_type.type == OperandCode.MODEL:
+            raise BadDataError(f"{call}: operand {index} is a MODEL; use set_operand_value_from_model")
+        view = as_bytes_view(value, op_type)
+        self._check_value_length(call, index, view.nbytes)
+        if view.nbytes <= MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES:
+            self._values[index] = _CopiedValue(view.tobytes())
+        else:
+            self._values[index] = _ReferencedValue(view)
+
+    def set_operand_value_from_memory(self, index: int, memory: Memory, offset: int, length: int) -> None:
+        """ANeuralNetworksModel_setOperandValueFromMemory: the value is ``length`` bytes of
+        ``memory`` at ``offset``, referenced, not copied."""
+        call = "set_operand_value_from_memory"
+        self._check_modifiable(call)
+        if memory is None:
+            raise UnexpectedNullError(f"{call}: memory is None")
+        if not isinstance(memory, Memory):
+            raise BadDataError(f"{call}: expected a Memory, got {type(memory).__name__}")
+        memory._check_alive(call)
+        index = self._check_index(call, index)
+        self._check_settable(call, index)
+        if memory.is_from_desc:
+            raise BadDataError(f"{call}: a memory created from a MemoryDesc cannot hold operand values")
+        if self._operands[index].type == OperandCode.MODEL:
+            raise BadDataError(f"{call}: operand {index} is a MODEL; use set_operand_value_from_model")
+        if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
+            raise BadDataError(f"{call}: offset and length must be non-negative ints")
+        if offset + length > memory.size:
+            raise BadDataError(f"{call}: offset {offset} + length {length} exceeds the memory's {memory.size} bytes")
+        self._check_value_length(call, index, length)
+        self._values[index] = _MemoryValue(memory, offset, length)
+
+    def set_operand_value_from_model(self, index: int, value: Model) -> None:
+        """ANeuralNetworksModel_setOperandValueFromModel: a MODEL operand referring to a
+        finished model (the body or condition of IF / WHILE)."""
+        call = "set_operand_value_from_model"
+        self._check_modifiable(call)
+        if value is None:
+            raise UnexpectedNullError(f"{call}: value is None")
+        if not isinstance(value, Model):
+            raise BadDataError(f"{call}: expected a Model, got {type(value).__name__}")
+        value._check_alive(call)
+        index = self._check_index(call, index)
+        self._check_settable(call, index)
+        if self._operands[index].type != OperandCode.MODEL:
+            raise BadDataError(f"{call}: operand {index} is {self._operands[index].type.name}, not MODEL")
+        if not value._finished:
+            raise BadDataError(f"{call}: the referenced model must be finished")
+        if value is self:
+            raise BadDataError(f"{call}: a model cannot reference itself")
+        self._values[index] = _ModelValue(value)
+
+    def set_operand_symm_per_channel_quant_params(self, index: int, params: SymmPerChannelQuantParams) -> None:
+        """ANeuralNetworksModel_setOperandSymmPerChannelQuantParams."""
+        call = "set_operand_symm_per_channel_quant_params"
+        self._check_modifiable(call)
+        index = self._check_index(call, index)
+        if params is None:
+            raise UnexpectedNullError(f"{call}: params is None")
+        if not isinstance(params, SymmPerChannelQuantParams):
+            raise BadDataError(f"{call}: expected SymmPerChannelQuantParams")
+        validate_channel_quant(self._operands[index], params, f"{call}({index})")
+        self._operands[index] = self._operands[index].with_channel_quant(params)
+
+    def _check_settable(self, call: str, index: int) -> None:
+        if index in self._inputs or index in self._outputs:
+            raise BadDataError(f"{call}: operand {index} is a model input or output and cannot have a value")
+        if index in self._writers:
+            raise BadDataError(f"{call}: operand {index} is written by an operation and cannot have a value")
+
+    def _check_value_length(self, call: str, index: int, length: int) -> None:
+        op_type = self._operands[index]
+        if not op_type.is_fully_specified:
+            raise BadDataError(f"{call}: operand {index} ({op_type.describe()}) has unspecified dimensions")
+        if length != op_type.byte_size():
+            raise BadDataError(
+                f"{call}: operand {index} ({op_type.describe()}) needs {op_type.byte_size()} bytes, got {length}")
+
+    def add_operation(self, code: int, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        """ANeuralNetworksModel_addOperation: validates the operation's signature now."""
+        self._check_modifiable("add_operation")
+        try:
+            code = OperationCode(int(code))
+        except (ValueError, TypeError):
+            raise BadDataError(f"add_operation: unknown operation type {code!r}") from None
+        call = f"add_operation({code.name})"
+        if inputs is None or outputs is None:
+            raise UnexpectedNullError(f"{call}: inputs and outputs are required")
+        input_list = [self._check_index(call, i) for i in inputs]
+        output_list = [self._check_index(call, i) for i in outputs]
+        for position, index in enumerate(output_list):
+            if index in self._values:
+                raise BadDataError(f"{call}: output {position} (operand {index}) has a constant value")
+            if index in self._writers:
+                raise BadDataError(f"{call}: output {position} (operand {index}) is already written by "
+                                   f"operation {self._writers[index]}")
+            if index in self._inputs:
+                raise BadDataError(f"{call}: output {position} (operand {index}) is a model input")
+            if index in output_list[:position]:
+                raise BadDataError(f"{call}: operand {index} appears twice among the outputs")
+        implementation = get_operation(code)
+        if implementation is None:
+            raise BadDataError(f"{call}: operation {code.name} is not implemented yet by nnapi")
+        self._validate_operation(code, input_list, output_list)
+        for index in output_list:
+            self._writers[index] = len(self._operations)
+        self._operations.append(_Operation(code, input_list, output_list))
+
+    def _validate_operation(self, code: OperationCode, inputs: list[int], outputs: list[int]) -> None:
+        implementation = get_operation(code)
+        assert implementation is not None
+        context = ValidationContext(code, [self._operands[i] for i in inputs], [self._operands[i] for i in outputs])
+        try:
+            implementation.validate(context)
+        except NnapiError:
+            raise
+        except Exception as error:  # a validator bug must not escape as a raw exception
+            raise BadDataError(f"add_operation({code.name}): invalid signature ({error})") from error
+
+    def identify_inputs_and_outputs(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        """ANeuralNetworksModel_identifyInputsAndOutputs."""
+        call = "identify_inputs_and_outputs"
+        self._check_modifiable(call)
+        if inputs is None or outputs is None:
+            raise UnexpectedNullError(f"{call}: inputs and outputs are required")
+        input_list = [self._check_index(call, i) for i in inputs]
+        output_list = [self._check_index(call, i) for i in outputs]
+        for kind, indexes in (("input", input_list), ("output", output_list)):
+            if len(set(indexes)) != len(indexes):
+                raise BadDataError(f"{call}: an operand appears twice among the {kind}s")
+            for index in indexes:
+                if index in self._values:
+                    raise BadDataError(f"{call}: {kind} operand {index} has a constant value")
+        if set(input_list) & set(output_list):
+            raise BadDataError(f"{call}: an operand cannot be both an input and an output")
+        for index in input_list:
+            if index in self._writers:
+                raise BadDataError(f"{call}: input operand {index} is written by an operation")
+            if self._operands[index].type == OperandCode.MODEL:
+                raise BadDataError(f"{call}: a MODEL operand cannot be a model input")
+        self._inputs, self._outputs = input_list, output_list
+
+    def relax_computation_float32_to_float16(self, allow: bool) -> None:
+        """ANeuralNetworksModel_relaxComputationFloat32toFloat16."""
+        self._check_modifiable("relax_computation_float32_to_float16")
+        self._relaxed = bool(allow)
+
+    def finish(self) -> None:
+        """ANeuralNetworksModel_finish: validate the whole graph and freeze the model."""
+        self._check_modifiable("finish")
+        call = "finish"
+        if not self._inputs and not self._outputs and self._operations:
+            raise BadDataError(f"{call}: identify_inputs_and_outputs was not called")
+        if not self._outputs:
+            raise BadDataError(f"{call}: a model needs at least one output")
+        if not self._operations:
+            raise BadDataError(f"{call}: a model needs at least one operation")
+        for index, op_type in enumerate(self._operands):
+            if op_type.type == OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL and op_type.channel_quant is None:
+                raise BadDataError(f"{call}: operand {index} needs set_operand_symm_per_channel_quant_params")
+            defined = index in self._values or index in self._inputs or index in self._writers
+            if not defined:
+                raise BadDataError(f"{call}: operand {index} is never written (not an input, a constant "
+                                   "or an operation output)")
+            if op_type.type == OperandCode.MODEL and not isinstance(self._values.get(index), _ModelValue):
+                raise BadDataError(f"{call}: MODEL operand {index} needs set_operand_value_from_model")
+        # Re-check every signature: per-channel parameters may have been set since.
+        for operation in self._operations:
+            self._validate_operation(operation.code, operation.inputs, operation.outputs)
+        self._run_order = self._topological_order()
+        self._finished = True
+
+    def _topological_order(self) -> list[int]:
+        """Operation indexes in an order where every input is ready before it is read."""
+        ready = set(self._values) | set(self._inputs)
+        waiting = {i: {x for x in op.inputs if x not in ready} for i, op in enumerate(self._operations)}
+        readers: dict[int, list[int]] = {}
+        for i, pending in waiting.items():
+            for operand in pending:
+                readers.setdefault(operand, []).append(i)
+        queue = [i for i, pending in waiting.items() if not pending]
+        order: list[int] = []
+        while queue:
+            current = queue.pop(0)
+            order.append(current)
+            for operand in self._operations[current].outputs:
+                for reader in readers.get(operand, []):
+                    waiting[reader].discard(operand)
+                    if not waiting[reader]:
+                        queue.append(reader)
+        if len(order) != len(self._operations):
+            raise BadDataError("finish: the graph has a cycle")
+        return order
+
+    # --- queries ---------------------------------------------------------------------
+    def get_supported_operations_for_devices(self, devices: Sequence) -> list[bool]:
+        """ANeuralNetworksModel_getSupportedOperationsForDevices: one flag per operation,
+        in the order the operations were added; True if any of ``devices`` supports it."""
+        from nnapi.device import Device
+        from nnapi.runtime.model_builder import build_hal_model
+
+        call = "get_supported_operations_for_devices"
+        self._check_alive(call)
+        if devices is None:
+            raise UnexpectedNullError(f"{call}: devices is None")
+        if not self._finished:
+            raise BadStateError(f"{call}: the model is not finished")
+        devices = list(devices)
+        if not devices:
+            raise BadDataError(f"{call}: no devices given")
+        if not all(isinstance(d, Device) for d in devices):
+            raise BadDataError(f"{call}: devices must be Device objects")
+        if len({id(d._hal) for d in devices}) != len(devices):
+            raise BadDataError(f"{call}: devices must not repeat")
+        hal_model, order = build_hal_model(self)
+        supported = [False] * len(self._operations)
+        for device in devices:
+            flags = device._hal.get_supported_operations(hal_model)
+            for hal_index, original in enumerate(order):
+                supported[original] = supported[original] or bool(flags[hal_index])
+        return supported
+
+    def _release(self) -> None:
+        self._values.clear()

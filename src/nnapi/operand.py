@@ -1,0 +1,212 @@
+"""Operand types: ANeuralNetworksOperandType and ANeuralNetworksSymmPerChannelQuantParams.
+
+Also the facts about each OperandCode that every layer needs: the numpy dtype of its
+elements, whether it is a tensor, and the NDK's rules for a valid operand type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnapi.codes import OperandCode
+from nnapi.errors import BadDataError
+
+T = OperandCode
+
+#: The numpy dtype that stores one element of each operand type.
+DTYPES: dict[OperandCode, np.dtype] = {
+    T.FLOAT32: np.dtype(np.float32),
+    T.INT32: np.dtype(np.int32),
+    T.UINT32: np.dtype(np.uint32),
+    T.TENSOR_FLOAT32: np.dtype(np.float32),
+    T.TENSOR_INT32: np.dtype(np.int32),
+    T.TENSOR_QUANT8_ASYMM: np.dtype(np.uint8),
+    T.BOOL: np.dtype(np.bool_),
+    T.TENSOR_QUANT16_SYMM: np.dtype(np.int16),
+    T.TENSOR_FLOAT16: np.dtype(np.float16),
+    T.TENSOR_BOOL8: np.dtype(np.bool_),
+    T.FLOAT16: np.dtype(np.float16),
+    T.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.dtype(np.int8),
+    T.TENSOR_QUANT16_ASYMM: np.dtype(np.uint16),
+    T.TENSOR_QUANT8_SYMM: np.dtype(np.int8),
+    T.TENSOR_QUANT8_ASYMM_SIGNED: np.dtype(np.int8),
+}
+
+SCALAR_TYPES = frozenset({T.FLOAT32, T.INT32, T.UINT32, T.BOOL, T.FLOAT16})
+TENSOR_TYPES = frozenset(t for t in OperandCode if t.name.startswith("TENSOR_"))
+
+#: Quantized types with a scale and a zero point, and the range of their zero point.
+ZERO_POINT_RANGES: dict[OperandCode, tuple[int, int]] = {
+    T.TENSOR_QUANT8_ASYMM: (0, 255),
+    T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
+    T.TENSOR_QUANT16_ASYMM: (0, 65535),
+    T.TENSOR_QUANT8_SYMM: (0, 0),
+    T.TENSOR_QUANT16_SYMM: (0, 0),
+}
+QUANTIZED_TYPES = frozenset(ZERO_POINT_RANGES) | {T.TENSOR_QUANT8_SYMM_PER_CHANNEL}
+
+
+def is_tensor(code: OperandCode) -> bool:
+    return code in TENSOR_TYPES
+
+
+def dtype_of(code: OperandCode) -> np.dtype:
+    """The numpy dtype of one element of ``code``; BAD_DATA for MODEL, which has none."""
+    try:
+        return DTYPES[code]
+    except KeyError:
+        raise BadDataError(f"operand type {code.name} has no element data type") from None
+
+
+def type_name(code: int) -> str:
+    try:
+        return OperandCode(code).name
+    except ValueError:
+        return f"<unknown operand type {code}>"
+
+
+@dataclass(frozen=True)
+class SymmPerChannelQuantParams:
+    """ANeuralNetworksSymmPerChannelQuantParams: one scale per slice along ``channel_dim``."""
+
+    channel_dim: int
+    scales: tuple[float, ...]
+
+    def __init__(self, channel_dim: int, scales: Sequence[float]) -> None:
+        object.__setattr__(self, "channel_dim", int(channel_dim))
+        object.__setattr__(self, "scales", tuple(float(s) for s in scales))
+
+
+@dataclass(frozen=True)
+class OperandType:
+    """ANeuralNetworksOperandType: an operand's type code, dimensions and quantization.
+
+    ``dimensions`` uses 0 for an unspecified dimension; an empty tuple for a tensor means
+    its rank is unspecified (feature level 3 and later), and is required for scalars.
+    """
+
+    type: OperandCode
+    dimensions: tuple[int, ...] = ()
+    scale: float = 0.0
+    zero_point: int = 0
+    channel_quant: SymmPerChannelQuantParams | None = field(default=None, compare=True)
+
+    def __init__(
+        self,
+        type: int,  # noqa: A002 - the NDK field is called type
+        dimensions: Sequence[int] | None = None,
+        scale: float = 0.0,
+        zero_point: int = 0,
+        channel_quant: SymmPerChannelQuantParams | None = None,
+    ) -> None:
+        try:
+            code = OperandCode(int(type))
+        except (ValueError, TypeError):
+            raise BadDataError(f"unknown operand type {type!r}") from None
+        try:
+            dims = tuple(int(d) for d in (dimensions if dimensions is not None else ()))
+        except (TypeError, ValueError):
+            raise BadDataError(f"dimensions must be a sequence of ints, got {dimensions!r}") from None
+        try:
+            scale = float(scale)
+            zero_point = int(zero_point)
+        except (TypeError, ValueError):
+            raise BadDataError("scale must be a float and zero_point an int") from None
+        object.__setattr__(self, "type", code)
+        object.__setattr__(self, "dimensions", dims)
+        object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "zero_point", zero_point)
+        object.__setattr__(self, "channel_quant", channel_quant)
+
+    # --- derived facts -------------------------------------------------------------
+    @property
+    def is_tensor(self) -> bool:
+        return self.type in TENSOR_TYPES
+
+    @property
+    def rank(self) -> int:
+        return len(self.dimensions)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return dtype_of(self.type)
+
+    @property
+    def is_fully_specified(self) -> bool:
+        """True when the shape is known: scalars always, tensors with a rank and no 0."""
+        if not self.is_tensor:
+            return True
+        return len(self.dimensions) > 0 and all(d > 0 for d in self.dimensions)
+
+    def element_count(self) -> int:
+        return math.prod(self.dimensions) if self.is_tensor else 1
+
+    def byte_size(self) -> int:
+        """Bytes of a value of this type (0 for MODEL)."""
+        if self.type == T.MODEL:
+            return 0
+        return self.element_count() * self.dtype.itemsize
+
+    def with_dimensions(self, dimensions: Sequence[int]) -> OperandType:
+        return OperandType(self.type, dimensions, self.scale, self.zero_point, self.channel_quant)
+
+    def with_channel_quant(self, params: SymmPerChannelQuantParams | None) -> OperandType:
+        return OperandType(self.type, self.dimensions, self.scale, self.zero_point, params)
+
+    def describe(self) -> str:
+        text = self.type.name
+        if self.is_tensor:
+            text += "[" + ",".join(str(d) if d else "?" for d in self.dimensions) + "]"
+        if self.type in ZERO_POINT_RANGES:
+            text += f"(scale={self.scale:g}, zero_point={self.zero_point})"
+        return text
+
+
+def validate_operand_type(op_type: OperandType, where: str, allow_unspecified: bool = True) -> None:
+    """The NDK's rules for a valid ANeuralNetworksOperandType; raises BadDataError."""
+    code = op_type.type
+    if any(d < 0 for d in op_type.dimensions) or any(d > 0xFFFFFFFF for d in op_type.dimensions):
+        raise BadDataError(f"{where}: dimensions must be non-negative 32-bit values, got {list(op_type.dimensions)}")
+    if not is_tensor(code):
+        if op_type.dimensions:
+            raise BadDataError(f"{where}: scalar type {code.name} must have no dimensions")
+    elif not allow_unspecified and not op_type.is_fully_specified:
+        raise BadDataError(f"{where}: {code.name} must be fully specified")
+    scale, zero_point = op_type.scale, op_type.zero_point
+    if not math.isfinite(scale) or scale < 0:
+        raise BadDataError(f"{where}: scale must be finite and non-negative, got {scale}")
+    if code in ZERO_POINT_RANGES:
+        low, high = ZERO_POINT_RANGES[code]
+        if scale <= 0:
+            raise BadDataError(f"{where}: {code.name} needs a positive scale, got {scale}")
+        if not low <= zero_point <= high:
+            raise BadDataError(f"{where}: {code.name} zero_point must be in [{low}, {high}], got {zero_point}")
+    elif code == T.TENSOR_INT32:
+        # TENSOR_INT32 may carry a scale (biases of quantized layers) but no zero point.
+        if zero_point != 0:
+            raise BadDataError(f"{where}: TENSOR_INT32 zero_point must be 0, got {zero_point}")
+    else:
+        if scale != 0 or zero_point != 0:
+            raise BadDataError(f"{where}: {code.name} must have scale 0 and zero_point 0")
+    if op_type.channel_quant is not None and code != T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        raise BadDataError(f"{where}: per-channel quantization is only for TENSOR_QUANT8_SYMM_PER_CHANNEL")
+
+
+def validate_channel_quant(op_type: OperandType, params: SymmPerChannelQuantParams, where: str) -> None:
+    """Rules of ANeuralNetworksModel_setOperandSymmPerChannelQuantParams."""
+    if op_type.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        raise BadDataError(f"{where}: operand is {op_type.type.name}, not TENSOR_QUANT8_SYMM_PER_CHANNEL")
+    rank = op_type.rank
+    if not 0 <= params.channel_dim < max(rank, 1) or (rank and params.channel_dim >= rank):
+        raise BadDataError(f"{where}: channel_dim {params.channel_dim} out of range for rank {rank}")
+    if rank and op_type.dimensions[params.channel_dim] not in (0, len(params.scales)):
+        raise BadDataError(
+            f"{where}: {len(params.scales)} scales for a channel dimension of size "
+            f"{op_type.dimensions[params.channel_dim]}"
+        )
+    if not all(math.isfinite(s) and s > 0 for s in params.scales):
+        raise BadDataError(f"{where}: per-channel scales must be positive")

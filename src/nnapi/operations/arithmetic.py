@@ -1,0 +1,76 @@
+"""ADD, SUB, MUL, DIV: broadcasting element-wise arithmetic with a fused activation.
+
+Inputs: 0 and 1 are tensors of one type (quantized inputs may differ in scale and zero
+point), 2 is the INT32 FuseCode. Quantized results are computed on real values and
+quantized into the output's scale and zero point; TENSOR_INT32 requires FUSED_NONE and
+DIV on it is floor division.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import FuseCode, OperandCode, OperationCode
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import (
+    broadcast_shapes,
+    dequantize,
+    is_valid_fuse_code,
+    quantize_with_activation,
+)
+
+T = OperandCode
+_ALL_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
+              T.TENSOR_INT32)
+_TYPES = {
+    OperationCode.ADD: _ALL_TYPES,
+    OperationCode.SUB: _ALL_TYPES,
+    OperationCode.MUL: _ALL_TYPES,
+    OperationCode.DIV: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32),
+}
+_FLOAT_MATH = {
+    OperationCode.ADD: np.add,
+    OperationCode.SUB: np.subtract,
+    OperationCode.MUL: np.multiply,
+    OperationCode.DIV: np.divide,
+}
+_INT_MATH = {**_FLOAT_MATH, OperationCode.DIV: np.floor_divide}
+_MAX_RANK = 4
+
+
+@register(OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
+class BinaryArithmetic(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=3, outputs=1)
+        ctx.check_input_types([_TYPES[self.code], ctx.input_type(0), T.INT32])
+        ctx.check_output_type(0, ctx.input_type(0))
+        for index in (0, 1):
+            ctx.check_input_max_rank(index, _MAX_RANK)
+        a, b = ctx.inputs[0].dimensions, ctx.inputs[1].dimensions
+        if a and b and 0 not in a and 0 not in b and broadcast_shapes(a, b) is None:
+            ctx.fail(f"input shapes {list(a)} and {list(b)} do not broadcast")
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        a, b = ctx.input(0).shape, ctx.input(1).shape
+        shape = broadcast_shapes(a, b)
+        ctx.require(shape is not None, f"input shapes {list(a)} and {list(b)} do not broadcast")
+        fuse = ctx.scalar(2)
+        ctx.require(is_valid_fuse_code(fuse), f"invalid fuse code {fuse}")
+        if ctx.input(0).type == T.TENSOR_INT32:
+            ctx.require(fuse == FuseCode.FUSED_NONE, "TENSOR_INT32 requires FUSED_NONE")
+        return [shape]  # type: ignore[list-item]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        a, b = ctx.input(0), ctx.input(1)
+        fuse = ctx.scalar(2)
+        code = a.type
+        if code == T.TENSOR_INT32:
+            if self.code == OperationCode.DIV and np.any(b.value == 0):
+                ctx.fail("integer division by zero")
+            return [_INT_MATH[self.code](a.value, b.value).astype(np.int32)]
+        # Float16 is computed in float32 and rounded once, as Android's kernels do;
+        # quantized inputs are computed on exact real values (float64).
+        work = np.float32 if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16) else np.float64
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            real = _FLOAT_MATH[self.code](dequantize(a, dtype=work), dequantize(b, dtype=work))
+        return [quantize_with_activation(real, ctx.output(0), fuse)]

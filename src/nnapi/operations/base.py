@@ -1,0 +1,257 @@
+"""The operation contract and registry: every NNAPI operation is one `Operation` subclass.
+
+An operation module defines a subclass with three methods, after Android's
+nn/common/operations (validate / prepare / execute), and registers it:
+
+    @register(OperationCode.FLOOR)
+    class Floor(Operation):
+        def validate(self, ctx: ValidationContext) -> None:      # at add_operation
+            ctx.check_counts(inputs=1, outputs=1)
+            ctx.check_input_types([FLOAT_TYPES])
+            ctx.check_output_matches_input(0, 0)
+        def prepare(self, ctx: ExecutionContext) -> list[Shape]:  # shape inference
+            return [ctx.input(0).shape]
+        def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+            return [np.floor(ctx.input(0).value)]
+
+``validate`` sees operand *types* only (values may be set after the operation is added)
+and raises BadDataError through ``ctx.fail``. ``prepare`` sees the real input tensors
+at execution time (shapes and values) and returns the output shapes; value errors there
+go through ``ctx.fail`` (OP_FAILED). ``execute`` returns one numpy array per output, of
+the output operand's storage dtype and of the shape ``prepare`` returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.errors import BadDataError, NnapiError
+from nnapi.operand import OperandType, SymmPerChannelQuantParams, dtype_of
+
+Shape = tuple[int, ...]
+T = OperandCode
+
+
+class OperationFailed(NnapiError):
+    """An operation could not run on the values it was given (ANEURALNETWORKS_OP_FAILED)."""
+
+
+@dataclass
+class Tensor:
+    """An operand at execution time: its type information and its value.
+
+    ``value`` is a numpy array of the operand's storage dtype with ``shape``; scalars are
+    0-d arrays; ``value`` is None for an omitted optional operand (NO_VALUE).
+    """
+
+    type: OperandCode
+    shape: Shape
+    scale: float
+    zero_point: int
+    channel_quant: SymmPerChannelQuantParams | None
+    value: Any
+
+    @property
+    def is_omitted(self) -> bool:
+        return self.value is None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def item(self) -> Any:
+        """The Python value of a scalar operand (int, float or bool)."""
+        return self.value.item()
+
+
+class ValidationContext:
+    """What ``Operation.validate`` sees: the operation's operand types, at add_operation."""
+
+    def __init__(self, code: OperationCode, inputs: Sequence[OperandType], outputs: Sequence[OperandType]):
+        self.code = code
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+
+    # --- failing -----------------------------------------------------------------
+    def fail(self, message: str) -> None:
+        raise BadDataError(f"add_operation({self.code.name}): {message}")
+
+    def require(self, condition: bool, message: str) -> None:
+        if not condition:
+            self.fail(message)
+
+    # --- counts and types ------------------------------------------------------------
+    def check_counts(self, inputs: int | Iterable[int], outputs: int | Iterable[int]) -> None:
+        """Input/output counts; each may be one number or the allowed numbers."""
+        allowed_in = {inputs} if isinstance(inputs, int) else set(inputs)
+        allowed_out = {outputs} if isinstance(outputs, int) else set(outputs)
+        if len(self.inputs) not in allowed_in:
+            self.fail(f"expected {_one_of(allowed_in)} inputs, got {len(self.inputs)}")
+        if len(self.outputs) not in allowed_out:
+            self.fail(f"expected {_one_of(allowed_out)} outputs, got {len(self.outputs)}")
+
+    def check_input_type(self, index: int, allowed: OperandCode | Iterable[OperandCode]) -> None:
+        self._check_type("input", index, self.inputs[index].type, allowed)
+
+    def check_output_type(self, index: int, allowed: OperandCode | Iterable[OperandCode]) -> None:
+        self._check_type("output", index, self.outputs[index].type, allowed)
+
+    def check_input_types(self, allowed: Sequence[OperandCode | Iterable[OperandCode]], start: int = 0) -> None:
+        for offset, kinds in enumerate(allowed):
+            if start + offset < len(self.inputs):
+                self.check_input_type(start + offset, kinds)
+
+    def check_output_types(self, allowed: Sequence[OperandCode | Iterable[OperandCode]]) -> None:
+        for index, kinds in enumerate(allowed):
+            self.check_output_type(index, kinds)
+
+    def _check_type(self, kind: str, index: int, actual: OperandCode, allowed) -> None:
+        allowed_set = {allowed} if isinstance(allowed, OperandCode | int) else set(allowed)
+        if actual not in allowed_set:
+            names = " or ".join(sorted(OperandCode(a).name for a in allowed_set))
+            self.fail(f"{kind} {index} must be {names}, got {actual.name}")
+
+    def check_input_rank(self, index: int, allowed: int | Iterable[int]) -> None:
+        """Rank of an input, when known (an unspecified rank passes)."""
+        rank = self.inputs[index].rank
+        allowed_set = {allowed} if isinstance(allowed, int) else set(allowed)
+        if rank and rank not in allowed_set:
+            self.fail(f"input {index} must have rank {_one_of(allowed_set)}, got {rank}")
+
+    def check_input_max_rank(self, index: int, max_rank: int) -> None:
+        rank = self.inputs[index].rank
+        if rank > max_rank:
+            self.fail(f"input {index} must have rank at most {max_rank}, got {rank}")
+
+    def check_same_type(self, first: tuple[str, int], second: tuple[str, int]) -> None:
+        """Two operands ('input'/'output', index) share a type (and quantization)."""
+        a, b = self._get(first), self._get(second)
+        if a.type != b.type:
+            self.fail(f"{first[0]} {first[1]} and {second[0]} {second[1]} must have the same type, "
+                      f"got {a.type.name} and {b.type.name}")
+
+    def check_same_quantization(self, first: tuple[str, int], second: tuple[str, int]) -> None:
+        a, b = self._get(first), self._get(second)
+        if (a.scale, a.zero_point) != (b.scale, b.zero_point):
+            self.fail(f"{first[0]} {first[1]} and {second[0]} {second[1]} must have the same scale and "
+                      f"zero point, got ({a.scale}, {a.zero_point}) and ({b.scale}, {b.zero_point})")
+
+    def _get(self, which: tuple[str, int]) -> OperandType:
+        kind, index = which
+        return (self.inputs if kind == "input" else self.outputs)[index]
+
+    def input_type(self, index: int) -> OperandCode:
+        return self.inputs[index].type
+
+
+class ExecutionContext:
+    """What ``prepare`` and ``execute`` see: the input tensors and the declared outputs."""
+
+    def __init__(
+        self,
+        code: OperationCode,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[OperandType],
+        relaxed: bool = False,
+        run_subgraph: Callable[[Any, list[Tensor]], list[Tensor]] | None = None,
+        check_deadline: Callable[[], None] | None = None,
+        loop_timeout_ns: int | None = None,
+    ):
+        self.code = code
+        self.inputs = list(inputs)
+        #: the output operands as declared in the model (dimensions may hold 0s)
+        self.outputs = list(outputs)
+        #: the model allows float32 to be computed with float16 range and precision
+        self.relaxed = relaxed
+        self._run_subgraph = run_subgraph
+        self._check_deadline = check_deadline
+        self.loop_timeout_ns = loop_timeout_ns
+
+    def fail(self, message: str) -> None:
+        raise OperationFailed(f"{self.code.name}: {message}")
+
+    def require(self, condition: bool, message: str) -> None:
+        if not condition:
+            self.fail(message)
+
+    def input(self, index: int) -> Tensor:
+        return self.inputs[index]
+
+    def value(self, index: int) -> Any:
+        return self.inputs[index].value
+
+    def scalar(self, index: int) -> Any:
+        """The Python value of scalar input ``index``."""
+        return self.inputs[index].item()
+
+    def is_omitted(self, index: int) -> bool:
+        return index >= len(self.inputs) or self.inputs[index].is_omitted
+
+    def output(self, index: int) -> OperandType:
+        return self.outputs[index]
+
+    def output_dtype(self, index: int) -> np.dtype:
+        return dtype_of(self.outputs[index].type)
+
+    def run_subgraph(self, subgraph: Any, inputs: list[Tensor]) -> list[Tensor]:
+        """Run a referenced model (the value of a MODEL operand) for IF / WHILE."""
+        if self._run_subgraph is None:
+            self.fail("control flow is not available here")
+        return self._run_subgraph(subgraph, inputs)  # type: ignore[misc]
+
+    def check_deadline(self) -> None:
+        """Raise if the execution's deadline passed (long operations call this)."""
+        if self._check_deadline is not None:
+            self._check_deadline()
+
+
+class Operation:
+    """Base of every operation; subclasses implement validate, prepare and execute."""
+
+    code: OperationCode
+
+    def __init__(self, code: OperationCode) -> None:
+        self.code = code
+
+    @property
+    def name(self) -> str:
+        return self.code.name
+
+    def validate(self, ctx: ValidationContext) -> None:
+        raise NotImplementedError
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        raise NotImplementedError
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[OperationCode, Operation] = {}
+
+
+def register(*codes: OperationCode) -> Callable[[type[Operation]], type[Operation]]:
+    """Class decorator: register one instance of the class per operation code."""
+
+    def decorate(cls: type[Operation]) -> type[Operation]:
+        for code in codes:
+            if code in _REGISTRY:
+                raise RuntimeError(f"operation {code.name} registered twice")
+            _REGISTRY[OperationCode(code)] = cls(OperationCode(code))
+        return cls
+
+    return decorate
+
+
+def registry() -> dict[OperationCode, Operation]:
+    return _REGISTRY
+
+
+def _one_of(values: set[int]) -> str:
+    ordered = sorted(values)
+    return str(ordered[0]) if len(ordered) == 1 else " or ".join(map(str, ordered))

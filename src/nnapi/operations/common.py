@@ -1,0 +1,237 @@
+"""Helpers shared by the operation modules: type groups, quantization math, fused
+activations, broadcasting, padding and layouts.
+
+Quantized values follow the spec: real = (q - zero_point) * scale; converting back
+rounds to nearest (halves away from zero, as C's round does) and saturates to the
+type's range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from nnapi.codes import FuseCode, OperandCode, PaddingCode
+from nnapi.operand import OperandType, dtype_of
+from nnapi.operations.base import Tensor
+
+T = OperandCode
+
+# --- type groups ----------------------------------------------------------------------
+FLOAT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+QUANT8_ASYMM_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: tensor types whose elements are quantized with a single scale and zero point
+ASYMM_QUANT_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT16_ASYMM,
+                     T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM)
+SCALAR_FOR_TENSOR = {
+    T.TENSOR_FLOAT32: T.FLOAT32,
+    T.TENSOR_FLOAT16: T.FLOAT16,
+    T.TENSOR_INT32: T.INT32,
+}
+
+_INTEGER_RANGES = {
+    np.dtype(np.uint8): (0, 255),
+    np.dtype(np.int8): (-128, 127),
+    np.dtype(np.uint16): (0, 65535),
+    np.dtype(np.int16): (-32768, 32767),
+    np.dtype(np.int32): (-(2**31), 2**31 - 1),
+}
+
+
+def is_quantized(code: OperandCode) -> bool:
+    return code in ASYMM_QUANT_TYPES or code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+
+
+def integer_range(code_or_dtype: OperandCode | np.dtype) -> tuple[int, int]:
+    dtype = dtype_of(code_or_dtype) if isinstance(code_or_dtype, OperandCode | int) and not isinstance(
+        code_or_dtype, np.dtype) else np.dtype(code_or_dtype)
+    return _INTEGER_RANGES[dtype]
+
+
+# --- rounding and (de)quantization ----------------------------------------------------
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """Round to nearest, halves away from zero (C's round, used by Android's kernels)."""
+    return np.trunc(x + np.copysign(0.5, x))
+
+
+def saturate_cast(values: np.ndarray, code: OperandCode) -> np.ndarray:
+    """Round (if real) and clamp ``values`` to the range of ``code``, in its dtype."""
+    dtype = dtype_of(code)
+    values = np.asarray(values)
+    if values.dtype.kind == "f":
+        values = round_half_away(values)
+    low, high = _INTEGER_RANGES[dtype]
+    return np.clip(values, low, high).astype(dtype)
+
+
+def dequantize(tensor: Tensor | None = None, *, value=None, scale: float = 0.0, zero_point: int = 0,
+               dtype=np.float32) -> np.ndarray:
+    """Real values of a quantized tensor (per-channel aware); float tensors pass through."""
+    if tensor is not None:
+        value, scale, zero_point = tensor.value, tensor.scale, tensor.zero_point
+        if tensor.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+            params = tensor.channel_quant
+            assert params is not None
+            shape = [1] * value.ndim
+            shape[params.channel_dim] = -1
+            scales = np.asarray(params.scales, dtype=np.float64).reshape(shape)
+            return (value.astype(np.float64) * scales).astype(dtype)
+        if tensor.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.FLOAT32, T.FLOAT16):
+            return np.asarray(value, dtype=dtype)
+    return ((np.asarray(value).astype(np.float64) - zero_point) * scale).astype(dtype)
+
+
+def quantize(real: np.ndarray, output: OperandType | Tensor) -> np.ndarray:
+    """Quantize real values to ``output``'s type, scale and zero point (round, saturate)."""
+    code = output.type
+    if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+        return np.asarray(real).astype(dtype_of(code))
+    scaled = np.asarray(real, dtype=np.float64) / output.scale + output.zero_point
+    return saturate_cast(scaled, code)
+
+
+def requantize(tensor: Tensor, output: OperandType | Tensor) -> np.ndarray:
+    """Re-express a quantized tensor in ``output``'s quantization."""
+    if (tensor.scale, tensor.zero_point, tensor.type) == (output.scale, output.zero_point, output.type):
+        return tensor.value
+    return quantize(dequantize(tensor, dtype=np.float64), output)
+
+
+# --- fixed-point multipliers (for kernels that mirror integer pipelines) ---------------
+def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:
+    """Express ``real_multiplier`` as int32 ``multiplier`` * 2**(``shift`` - 31)."""
+    if real_multiplier == 0.0:
+        return 0, 0
+    mantissa, shift = np.frexp(real_multiplier)
+    fixed = int(round_half_away(np.float64(mantissa) * (1 << 31)))
+    if fixed == 1 << 31:
+        fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return fixed, int(shift)
+
+
+def multiply_by_quantized_multiplier(values: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
+    """TFLite's MultiplyByQuantizedMultiplier, vectorized: rounding doubling high multiply
+    followed by a rounding right shift. ``values`` are int32-range integers."""
+    x = np.asarray(values, dtype=np.int64)
+    left_shift = max(shift, 0)
+    right_shift = max(-shift, 0)
+    x = x * (1 << left_shift)
+    x = np.clip(x, -(2**31), 2**31 - 1)
+    product = x * np.int64(multiplier)
+    nudged = product + np.where(product >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    # C++ division truncates toward zero; shift the magnitude to do the same.
+    high = np.where(nudged >= 0, nudged >> 31, -((-nudged) >> 31))
+    if right_shift:
+        mask = (1 << right_shift) - 1
+        remainder = high & mask
+        threshold = (mask >> 1) + (high < 0)
+        high = (high >> right_shift) + (remainder > threshold)
+    return high
+
+
+# --- fused activations ----------------------------------------------------------------
+def activation_bounds_float(fuse: int) -> tuple[float, float]:
+    if fuse == FuseCode.FUSED_RELU:
+        return 0.0, np.inf
+    if fuse == FuseCode.FUSED_RELU1:
+        return -1.0, 1.0
+    if fuse == FuseCode.FUSED_RELU6:
+        return 0.0, 6.0
+    return -np.inf, np.inf
+
+
+def activation_bounds_quantized(fuse: int, output: OperandType | Tensor) -> tuple[int, int]:
+    """The clamp range, in quantized units, of a fused activation on ``output``."""
+    qmin, qmax = integer_range(output.type)
+    low, high = activation_bounds_float(fuse)
+
+    def to_q(x: float) -> int:
+        return output.zero_point + int(round_half_away(np.float64(x / output.scale)))
+
+    if np.isfinite(low):
+        qmin = max(qmin, to_q(low))
+    if np.isfinite(high):
+        qmax = min(qmax, to_q(high))
+    return qmin, qmax
+
+
+def apply_activation_float(x: np.ndarray, fuse: int) -> np.ndarray:
+    low, high = activation_bounds_float(fuse)
+    if fuse == FuseCode.FUSED_NONE:
+        return x
+    return np.clip(x, low, high).astype(x.dtype, copy=False)
+
+
+def quantize_with_activation(real: np.ndarray, output: OperandType | Tensor, fuse: int) -> np.ndarray:
+    """Quantize real results to ``output`` and clamp to the fused activation's range."""
+    if output.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+        return apply_activation_float(np.asarray(real).astype(dtype_of(output.type)), fuse)
+    qmin, qmax = activation_bounds_quantized(fuse, output)
+    scaled = round_half_away(np.asarray(real, dtype=np.float64) / output.scale) + output.zero_point
+    return np.clip(scaled, qmin, qmax).astype(dtype_of(output.type))
+
+
+def is_valid_fuse_code(value: int) -> bool:
+    return value in tuple(FuseCode)
+
+
+# --- shapes ---------------------------------------------------------------------------
+def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
+    """NNAPI broadcasting (trailing dimensions equal or 1); None if incompatible."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + tuple(a)
+    b = (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return tuple(out)
+
+
+def normalize_axis(axis: int, rank: int) -> int | None:
+    """``axis`` in [-rank, rank) as a non-negative axis; None when out of range."""
+    if -rank <= axis < rank:
+        return axis % rank if rank else 0
+    return None
+
+
+# --- padding and spatial layouts ------------------------------------------------------
+def implicit_padding(in_size: int, stride: int, filter_size: int, dilation: int,
+                     padding: int) -> tuple[int, int]:
+    """(head, tail) padding for PADDING_SAME / PADDING_VALID, as the NDK defines them."""
+    effective = (filter_size - 1) * dilation + 1
+    if padding == PaddingCode.PADDING_SAME:
+        out_size = (in_size + stride - 1) // stride
+        total = max((out_size - 1) * stride + effective - in_size, 0)
+        return total // 2, total - total // 2
+    return 0, 0
+
+
+def conv_output_size(in_size: int, filter_size: int, stride: int, dilation: int, pad_head: int,
+                     pad_tail: int) -> int:
+    effective = (filter_size - 1) * dilation + 1
+    return (in_size - effective + pad_head + pad_tail + stride) // stride
+
+
+def to_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
+    return np.transpose(x, (0, 2, 3, 1)) if nchw else x
+
+
+def from_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
+    return np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2))) if nchw else x
+
+
+def nhwc_shape(shape: Sequence[int], nchw: bool) -> tuple[int, ...]:
+    return (shape[0], shape[2], shape[3], shape[1]) if nchw else tuple(shape)
+
+
+def layout_shape(nhwc: Sequence[int], nchw: bool) -> tuple[int, ...]:
+    return (nhwc[0], nhwc[3], nhwc[1], nhwc[2]) if nchw else tuple(nhwc)
