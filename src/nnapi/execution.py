@@ -143,8 +143,9 @@ class Execution(NnapiObject):
                     raise BadDataError(f"{call}: dimensions {list(op_type.dimensions)} contradict the model's "
                                        f"{list(declared.dimensions)}")
             dims = op_type.dimensions
-        elif declared.is_tensor and not declared.is_fully_specified and isinstance(value, np.ndarray):
-            # A numpy array states its own shape: use it to complete the model's.
+        elif kind == "input" and declared.is_tensor and not declared.is_fully_specified and isinstance(
+                value, np.ndarray):
+            # An input numpy array states its own shape: use it to complete the model's.
             shape = tuple(value.shape)
             if declared.dimensions and (len(shape) != len(declared.dimensions) or any(
                     d and s != d for s, d in zip(shape, declared.dimensions, strict=True))):

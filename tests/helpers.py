@@ -1,0 +1,74 @@
+"""Build and run small models through the public API, for operation tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import nnapi
+from nnapi import OperandType
+
+
+def build_single_op_model(code: nnapi.OperationCode, inputs: Sequence[tuple[OperandType, Any]],
+                          outputs: Sequence[OperandType], constant_memory: bool = False):
+    """A finished model with one operation. Each input is (type, value): value None makes
+    it a model input, nnapi-style 'omitted' is spelled as the string "omitted", anything
+    else is a constant (through shared memory when ``constant_memory`` and it is large).
+    Returns (model, indexes of model inputs in order, keep-alive list)."""
+    model = nnapi.Model()
+    keep: list[Any] = []
+    model_inputs = []
+    input_indexes = []
+    for op_type, value in inputs:
+        index = model.add_operand(op_type.with_channel_quant(None))
+        if op_type.channel_quant is not None:
+            model.set_operand_symm_per_channel_quant_params(index, op_type.channel_quant)
+        input_indexes.append(index)
+        if value is None:
+            model_inputs.append(index)
+        elif isinstance(value, str) and value == "omitted":
+            model.set_operand_value(index, None)
+        else:
+            array = np.asarray(value, dtype=op_type.dtype)
+            keep.append(array)
+            if constant_memory and array.nbytes > 0:
+                memory = nnapi.Memory.create_shared(array.nbytes)
+                np.frombuffer(memory.buffer, dtype=array.dtype)[:] = array.reshape(-1)
+                keep.append(memory)
+                model.set_operand_value_from_memory(index, memory, 0, array.nbytes)
+            else:
+                model.set_operand_value(index, array)
+    output_indexes = [model.add_operand(t.with_channel_quant(None)) for t in outputs]
+    model.add_operation(code, input_indexes, output_indexes)
+    model.identify_inputs_and_outputs(model_inputs, output_indexes)
+    model.finish()
+    return model, model_inputs, keep
+
+
+def run_single_op(code: nnapi.OperationCode, inputs: Sequence[tuple[OperandType, Any]],
+                  outputs: Sequence[OperandType], feeds: Sequence[np.ndarray] = (),
+                  constant_memory: bool = False) -> list[np.ndarray]:
+    """Run a one-operation model; ``feeds`` are the values of the model inputs (the
+    inputs given with value None), in order. Outputs with unspecified dimensions are
+    sized by a first run that reports OUTPUT_INSUFFICIENT_SIZE, as an NDK app would."""
+    model, _, keep = build_single_op_model(code, inputs, outputs, constant_memory)
+    compilation = nnapi.Compilation(model)
+    compilation.finish()
+    buffers = [np.zeros(t.dimensions if t.is_fully_specified else (0,), dtype=t.dtype) for t in outputs]
+    for _attempt in range(2):
+        execution = nnapi.Execution(compilation)
+        for position, feed in enumerate(feeds):
+            execution.set_input(position, feed)
+        for position, buffer in enumerate(buffers):
+            execution.set_output(position, buffer)
+        try:
+            execution.compute()
+        except nnapi.OutputInsufficientSizeError:
+            buffers = [np.zeros(execution.get_output_operand_dimensions(i) if outputs[i].is_tensor else (),
+                                dtype=outputs[i].dtype) for i in range(len(outputs))]
+            continue
+        return [buffer.reshape(execution.get_output_operand_dimensions(i)) if outputs[i].is_tensor else buffer
+                for i, buffer in enumerate(buffers)]
+    raise AssertionError("output sizes kept changing")
