@@ -7,6 +7,7 @@ NnapiError (one subclass per result code).
 
 __version__ = "0.1.0"
 
+from nnapi.burst import Burst  # noqa: E402
 from nnapi.codes import (  # noqa: E402
     BYTE_SIZE_OF_CACHE_TOKEN,
     MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES,
@@ -20,6 +21,16 @@ from nnapi.codes import (  # noqa: E402
     PreferenceCode,
     PriorityCode,
     ResultCode,
+)
+from nnapi.compilation import Compilation  # noqa: E402
+from nnapi.device import (  # noqa: E402
+    Device,
+    get_default_loop_timeout,
+    get_device,
+    get_device_count,
+    get_devices,
+    get_maximum_loop_timeout,
+    get_runtime_feature_level,
 )
 from nnapi.errors import (  # noqa: E402
     BadDataError,
@@ -38,22 +49,11 @@ from nnapi.errors import (  # noqa: E402
     UnexpectedNullError,
     UnmappableError,
 )
-from nnapi.operand import OperandType, SymmPerChannelQuantParams  # noqa: E402
+from nnapi.event import Event  # noqa: E402
+from nnapi.execution import DURATION_UNAVAILABLE, Execution  # noqa: E402
 from nnapi.memory import PROT_READ, PROT_WRITE, Memory  # noqa: E402
 from nnapi.model import Model  # noqa: E402
-from nnapi.device import (  # noqa: E402
-    Device,
-    get_default_loop_timeout,
-    get_device,
-    get_device_count,
-    get_devices,
-    get_maximum_loop_timeout,
-    get_runtime_feature_level,
-)
-from nnapi.compilation import Compilation  # noqa: E402
-from nnapi.event import Event  # noqa: E402
-from nnapi.burst import Burst  # noqa: E402
-from nnapi.execution import DURATION_UNAVAILABLE, Execution  # noqa: E402
+from nnapi.operand import OperandType, SymmPerChannelQuantParams  # noqa: E402
 
 __all__ = [
     "BYTE_SIZE_OF_CACHE_TOKEN",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path

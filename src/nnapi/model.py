@@ -24,6 +24,7 @@ from nnapi.operand import (
     validate_operand_type,
 )
 from nnapi.operations import ValidationContext, get_operation
+from nnapi.operations.base import SubgraphSignature
 
 
 @dataclass
@@ -282,13 +283,22 @@ class Model(NnapiObject):
     def _validate_operation(self, code: OperationCode, inputs: list[int], outputs: list[int]) -> None:
         implementation = get_operation(code)
         assert implementation is not None
-        context = ValidationContext(code, [self._operands[i] for i in inputs], [self._operands[i] for i in outputs])
+        context = ValidationContext(code, [self._operands[i] for i in inputs], [self._operands[i] for i in outputs],
+                                    [self._referenced_signature(i) for i in inputs])
         try:
             implementation.validate(context)
         except NnapiError:
             raise
         except Exception as error:  # a validator bug must not escape as a raw exception
             raise BadDataError(f"add_operation({code.name}): invalid signature ({error})") from error
+
+    def _referenced_signature(self, index: int) -> SubgraphSignature | None:
+        value = self._values.get(index)
+        if not isinstance(value, _ModelValue):
+            return None
+        model = value.model
+        return SubgraphSignature(tuple(model._operands[i] for i in model._inputs),
+                                 tuple(model._operands[i] for i in model._outputs))
 
     def identify_inputs_and_outputs(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         """ANeuralNetworksModel_identifyInputsAndOutputs."""

@@ -30,6 +30,7 @@ from nnapi.hal import (
 from nnapi.hal.validation import validate_model, validate_request
 from nnapi.operand import TENSOR_TYPES, dtype_of
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
+from nnapi.operations.base import SubgraphSignature
 
 L = OperandLifeTime
 _RESULT_TO_STATUS = {
@@ -50,14 +51,24 @@ class SubgraphRef:
     index: int
 
 
-def supports_operation(subgraph: Subgraph, operation) -> bool:
+def supports_operation(model: Model, subgraph: Subgraph, operation) -> bool:
     """True if the registry implements ``operation`` with these operand types."""
     implementation = get_operation(operation.type)
     if implementation is None:
         return False
+
+    def signature(index: int) -> SubgraphSignature | None:
+        operand = subgraph.operands[index]
+        if operand.lifetime != L.SUBGRAPH:
+            return None
+        target = model.referenced[operand.location.offset]
+        return SubgraphSignature(tuple(target.operands[i].operand_type() for i in target.input_indexes),
+                                 tuple(target.operands[i].operand_type() for i in target.output_indexes))
+
     context = ValidationContext(OperationCode(operation.type),
                                 [subgraph.operands[i].operand_type() for i in operation.inputs],
-                                [subgraph.operands[i].operand_type() for i in operation.outputs])
+                                [subgraph.operands[i].operand_type() for i in operation.outputs],
+                                [signature(i) for i in operation.inputs])
     try:
         implementation.validate(context)
     except Exception:
@@ -84,7 +95,7 @@ class ReferenceDevice(IDevice):
         )
 
     def get_supported_operations(self, model: Model) -> list[bool]:
-        return [supports_operation(model.main, operation) for operation in model.main.operations]
+        return [supports_operation(model, model.main, operation) for operation in model.main.operations]
 
     def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority=Priority.MEDIUM, deadline_ns=None) -> IPreparedModel:
@@ -93,7 +104,7 @@ class ReferenceDevice(IDevice):
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before preparation")
         for subgraph in [model.main, *model.referenced]:
             for operation in subgraph.operations:
-                if not supports_operation(subgraph, operation):
+                if not supports_operation(model, subgraph, operation):
                     raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                    f"operation {OperationCode(operation.type).name} is not supported")
         return ReferencePreparedModel(model)

@@ -80,4 +80,6 @@ class IDevice(ABC):
         """Compile ``model``; raise HalError on failure."""
 
     def wait(self) -> None:
-        """Block until the device is available (ANeuralNetworksDevice_wait)."""
+        """Block until the device is available (ANeuralNetworksDevice_wait); an in-process
+        device is always available, so the default returns at once."""
+        return None

@@ -69,13 +69,28 @@ class Tensor:
         return self.value.item()
 
 
+@dataclass(frozen=True)
+class SubgraphSignature:
+    """The operand types of a referenced model's inputs and outputs (for IF / WHILE)."""
+
+    inputs: tuple[OperandType, ...]
+    outputs: tuple[OperandType, ...]
+
+
 class ValidationContext:
     """What ``Operation.validate`` sees: the operation's operand types, at add_operation."""
 
-    def __init__(self, code: OperationCode, inputs: Sequence[OperandType], outputs: Sequence[OperandType]):
+    def __init__(self, code: OperationCode, inputs: Sequence[OperandType], outputs: Sequence[OperandType],
+                 referenced: Sequence[SubgraphSignature | None] | None = None):
         self.code = code
         self.inputs = list(inputs)
         self.outputs = list(outputs)
+        self._referenced = list(referenced) if referenced is not None else [None] * len(self.inputs)
+
+    def referenced_signature(self, index: int) -> SubgraphSignature | None:
+        """For a MODEL input: the referenced model's input and output types; None while
+        its value is not set yet (``finish`` validates again once it is)."""
+        return self._referenced[index] if index < len(self._referenced) else None
 
     # --- failing -----------------------------------------------------------------
     def fail(self, message: str) -> None:
