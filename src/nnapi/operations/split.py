@@ -1,0 +1,46 @@
+"""SPLIT: cuts a tensor along an axis into num_splits equal parts, one per output.
+
+Inputs: 0 the tensor, 1 the INT32 axis (negative counts from the end), 2 the INT32
+number of splits, which must equal the output count and divide the axis size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._shape_common import (
+    DATA_TYPES_INT,
+    axis_value,
+    check_known_rank_at_least,
+    check_output_like_input,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+
+T = OperandCode
+
+
+@register(OperationCode.SPLIT)
+class Split(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        if not ctx.outputs:
+            ctx.fail("expected at least 1 output, got 0")
+        ctx.check_counts(inputs=3, outputs=len(ctx.outputs))
+        ctx.check_input_types([DATA_TYPES_INT, T.INT32, T.INT32])
+        check_known_rank_at_least(ctx, 0, 1)
+        for index in range(len(ctx.outputs)):
+            check_output_like_input(ctx, index)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        shape = ctx.input(0).shape
+        axis = axis_value(ctx, 1, len(shape))
+        splits = int(ctx.scalar(2))
+        ctx.require(splits == len(ctx.outputs),
+                    f"num_splits {splits} does not match the {len(ctx.outputs)} outputs")
+        ctx.require(shape[axis] % splits == 0, f"axis size {shape[axis]} is not divisible by {splits}")
+        part = shape[:axis] + (shape[axis] // splits,) + shape[axis + 1:]
+        return [part] * splits
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        axis = axis_value(ctx, 1, ctx.input(0).rank)
+        return [np.ascontiguousarray(part) for part in np.split(ctx.value(0), len(ctx.outputs), axis=axis)]
