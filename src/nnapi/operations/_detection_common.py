@@ -1,0 +1,218 @@
+"""Helpers shared by the detection operations (bounding-box transforms, NMS, ROI pooling).
+
+Boxes are [x1, y1, x2, y2] rows. Android's kernels compute every detection operation in
+float32 whatever the operand type (float16 and quantized values are converted first),
+so these helpers do the same: that keeps thresholds, ties and IoU comparisons identical.
+Quantized boxes are TENSOR_QUANT16_ASYMM with the fixed scale 0.125 and zero point 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from nnapi.codes import OperandCode
+from nnapi.operand import OperandType, dtype_of
+from nnapi.operations.base import Tensor, ValidationContext
+from nnapi.operations.common import integer_range, round_half_away
+
+T = OperandCode
+
+#: the fixed quantization of TENSOR_QUANT16_ASYMM boxes
+BOX_SCALE = 0.125
+BOX_ZERO_POINT = 0
+FLOAT_TENSORS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+QUANT8_TENSORS = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: the scalar type of float parameters: FLOAT16 for float16 models, FLOAT32 otherwise
+FLOAT_SCALAR_FOR = {T.TENSOR_FLOAT16: T.FLOAT16}
+
+
+def float_scalar(tensor_type: OperandCode) -> OperandCode:
+    return FLOAT_SCALAR_FOR.get(tensor_type, T.FLOAT32)
+
+
+# --- signature validation ---------------------------------------------------------------
+def check_signature(ctx: ValidationContext, inputs: Sequence[OperandCode], outputs: Sequence[OperandCode],
+                    input_ranks: dict[int, int] | None = None,
+                    output_ranks: dict[int, int] | None = None) -> None:
+    """Exact input/output counts and types, and ranks where the operand's rank is known."""
+    ctx.check_counts(inputs=len(inputs), outputs=len(outputs))
+    for index, code in enumerate(inputs):
+        ctx.check_input_type(index, code)
+    for index, code in enumerate(outputs):
+        ctx.check_output_type(index, code)
+    for index, rank in (input_ranks or {}).items():
+        ctx.check_input_rank(index, rank)
+    for index, rank in (output_ranks or {}).items():
+        actual = ctx.outputs[index].rank
+        if actual and actual != rank:
+            ctx.fail(f"output {index} must have rank {rank}, got {actual}")
+
+
+def check_box_quantization(ctx: ValidationContext, kind: str, index: int) -> None:
+    """A TENSOR_QUANT16_ASYMM box operand must use scale 0.125 and zero point 0."""
+    operand = ctx.inputs[index] if kind == "input" else ctx.outputs[index]
+    if operand.type == T.TENSOR_QUANT16_ASYMM and (operand.scale, operand.zero_point) != (BOX_SCALE,
+                                                                                          BOX_ZERO_POINT):
+        ctx.fail(f"{kind} {index} (boxes) must have scale 0.125 and zero point 0, got "
+                 f"({operand.scale}, {operand.zero_point})")
+
+
+# --- value conversion -----------------------------------------------------------------------
+def to_float32(tensor: Tensor) -> np.ndarray:
+    """The real values of a float or quantized tensor, as float32 (as Android converts them)."""
+    value = np.asarray(tensor.value)
+    if tensor.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.FLOAT32, T.FLOAT16):
+        return value.astype(np.float32)
+    return (value.astype(np.float32) - np.float32(tensor.zero_point)) * np.float32(tensor.scale)
+
+
+def from_float32(values: np.ndarray, output: OperandType) -> np.ndarray:
+    """float32 results in ``output``'s storage type: a cast for floats, otherwise
+    round(x / scale + zero_point) saturated, computed in float32 as Android does."""
+    values = np.asarray(values, dtype=np.float32)
+    if output.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+        return values.astype(dtype_of(output.type))
+    low, high = integer_range(output.type)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = values / np.float32(output.scale) + np.float32(output.zero_point)
+    return np.clip(round_half_away(scaled), low, high).astype(dtype_of(output.type))
+
+
+# --- box geometry ---------------------------------------------------------------------------
+def iou_one_to_many(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """Intersection over union of ``box`` [4] with each row of ``boxes`` [N, 4], in float32."""
+    area_one = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    width = np.maximum(np.minimum(boxes[:, 2], box[2]) - np.maximum(boxes[:, 0], box[0]), np.float32(0))
+    height = np.maximum(np.minimum(boxes[:, 3], box[3]) - np.maximum(boxes[:, 1], box[1]), np.float32(0))
+    intersection = width * height
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return intersection / (areas + area_one - intersection)
+
+
+def transform_boxes(boxes: np.ndarray, deltas: np.ndarray, image_height: np.ndarray,
+                    image_width: np.ndarray) -> np.ndarray:
+    """Apply [dx, dy, dw, dh] deltas to [x1, y1, x2, y2] boxes and clip to the image.
+
+    ``boxes`` [N, 4], ``deltas`` [N, C, 4], image sizes broadcastable to [N, 1]; float32.
+    """
+    width = (boxes[:, 2] - boxes[:, 0])[:, None]
+    height = (boxes[:, 3] - boxes[:, 1])[:, None]
+    center_x = ((boxes[:, 0] + boxes[:, 2]) / np.float32(2))[:, None]
+    center_y = ((boxes[:, 1] + boxes[:, 3]) / np.float32(2))[:, None]
+    with np.errstate(over="ignore"):
+        new_width = np.exp(deltas[..., 2]) * width
+        new_height = np.exp(deltas[..., 3]) * height
+    new_x = center_x + deltas[..., 0] * width
+    new_y = center_y + deltas[..., 1] * height
+    half_w, half_h = new_width / np.float32(2), new_height / np.float32(2)
+    zero = np.float32(0)
+    out = np.stack([
+        np.minimum(np.maximum(new_x - half_w, zero), image_width),
+        np.minimum(np.maximum(new_y - half_h, zero), image_height),
+        np.minimum(np.maximum(new_x + half_w, zero), image_width),
+        np.minimum(np.maximum(new_y + half_h, zero), image_height),
+    ], axis=-1)
+    return out.astype(np.float32, copy=False)
+
+
+def batch_runs(batch_ids: np.ndarray) -> list[tuple[int, int]]:
+    """(start, stop) of each run of consecutive equal batch indexes: boxes of one image
+    are grouped together, and each group is processed on its own."""
+    if batch_ids.size == 0:
+        return []
+    starts = np.flatnonzero(np.concatenate(([True], batch_ids[1:] != batch_ids[:-1])))
+    stops = np.append(starts[1:], batch_ids.size)
+    return list(zip(starts.tolist(), stops.tolist(), strict=True))
+
+
+# --- greedy non-maximum suppression -----------------------------------------------------
+#: given the IoUs of the remaining candidates with the box just selected and their
+#: scores, return (their new scores, which of them are dropped)
+Suppressor = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def hard_suppressor(iou_threshold: float) -> Suppressor:
+    """Drop every candidate overlapping the selected box by IoU >= threshold."""
+    threshold = np.float32(iou_threshold)
+
+    def suppress(iou: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return scores, iou >= threshold
+
+    return suppress
+
+
+def soft_suppressor(kernel: int, iou_threshold: float, sigma: float, drop_below: float) -> Suppressor:
+    """BOX_WITH_NMS_LIMIT's kernels: scale the scores (hard: by 0, linear: by 1 - IoU,
+    both when IoU >= threshold; gaussian: by exp(-IoU^2 / sigma)), then drop the
+    candidates whose score fell below ``drop_below``."""
+    threshold, sigma32, floor = np.float32(iou_threshold), np.float32(sigma), np.float32(drop_below)
+    one = np.float32(1)
+
+    def factor(iou: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            if kernel == 0:
+                return np.where(iou < threshold, one, np.float32(0))
+            if kernel == 1:
+                return np.where(iou < threshold, one, one - iou)
+            return np.exp(-(iou * iou) / sigma32)
+
+    def suppress(iou: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        new_scores = (scores * factor(iou)).astype(np.float32)
+        return new_scores, new_scores < floor
+
+    return suppress
+
+
+def _swap_compact(rest: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The candidates that survive, in the order Android's in-place compaction leaves them.
+
+    Android walks the candidates and swaps each dropped one with the last unexamined
+    candidate. The result: survivors among the first ``count`` positions stay where they
+    are, and the holes fill with the survivors from beyond, taken from the end. Score ties
+    are broken by this order, so it is reproduced rather than a stable filter.
+    """
+    count = int(np.count_nonzero(keep))
+    head = rest[:count].copy()
+    holes = ~keep[:count]
+    if holes.any():
+        head[holes] = rest[count:][keep[count:]][::-1]
+    return head
+
+
+def greedy_nms(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarray, suppress: Suppressor,
+               max_keep: int) -> np.ndarray:
+    """Select boxes greedily by score: take the best remaining candidate, rescore or drop
+    the others by their IoU with it, repeat. ``scores`` (float32, indexed like ``boxes``)
+    is updated in place for soft kernels. ``max_keep`` < 0 means no limit. Returns the
+    selected indexes in selection order.
+
+    The loop over selections is inherently sequential; each step is vectorized over the
+    remaining candidates.
+    """
+    active = np.asarray(candidates, dtype=np.int64)
+    limit = active.size if max_keep < 0 else min(max_keep, active.size)
+    selected: list[int] = []
+    while active.size and len(selected) < limit:
+        # np.argmax returns the first maximum, like std::max_element.
+        best = int(np.argmax(scores[active]))
+        if best:
+            active = active.copy()
+            active[0], active[best] = active[best], active[0]
+        chosen = int(active[0])
+        selected.append(chosen)
+        rest = active[1:]
+        if rest.size == 0:
+            break
+        iou = iou_one_to_many(boxes[chosen], boxes[rest])
+        new_scores, dropped = suppress(iou, scores[rest])
+        scores[rest] = new_scores
+        active = _swap_compact(rest, ~dropped)
+    return np.asarray(selected, dtype=np.int64)
+
+
+def sort_by_score(indexes: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """``indexes`` ordered by descending score (ties keep their order)."""
+    return indexes[np.argsort(-scores[indexes], kind="stable")]
