@@ -52,6 +52,7 @@ from nnapi.errors import (  # noqa: E402
 from nnapi.event import Event  # noqa: E402
 from nnapi.execution import DURATION_UNAVAILABLE, Execution  # noqa: E402
 from nnapi.memory import PROT_READ, PROT_WRITE, Memory  # noqa: E402
+from nnapi.memory_desc import MemoryDesc  # noqa: E402
 from nnapi.model import Model  # noqa: E402
 from nnapi.operand import OperandType, SymmPerChannelQuantParams  # noqa: E402
 
@@ -75,6 +76,7 @@ __all__ = [
     "FuseCode",
     "IncompleteError",
     "Memory",
+    "MemoryDesc",
     "MissedDeadlinePersistentError",
     "MissedDeadlineTransientError",
     "Model",

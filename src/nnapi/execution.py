@@ -235,6 +235,10 @@ class Execution(NnapiObject):
             missing += [f"output {i}" for i in range(len(self._output_types)) if i not in self._outputs]
             if missing:
                 raise BadDataError(f"{call}: not set: {', '.join(missing)}")
+            for position, argument in self._inputs.items():
+                if isinstance(argument.pool, Memory) and argument.pool.is_from_desc and \
+                        not argument.pool._initialized:
+                    raise BadDataError(f"{call}: input {position} reads a device memory never written")
             self._state = _COMPUTING
 
     def _request(self) -> Request:
@@ -278,6 +282,9 @@ class Execution(NnapiObject):
             self._output_shapes = None
             error = OpFailedError(f"{type(unexpected).__name__}: {unexpected}")
         self._status = error.code if error is not None else ResultCode.NO_ERROR
+        for argument in self._outputs.values():
+            if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
+                argument.pool._initialized = error is None
         self._state = _COMPLETED
         if error is not None:
             raise error
