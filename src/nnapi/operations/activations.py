@@ -1,0 +1,153 @@
+"""RELU, RELU1, RELU6, LOGISTIC, TANH, ELU, HARD_SWISH, PRELU: activation functions.
+
+Float16 is computed in float32 and rounded once. Quantized inputs:
+
+- RELU / RELU1 / RELU6 keep the input's scale and zero point (the output must declare
+  the same), so they clamp the quantized values to the activation range directly.
+- LOGISTIC and TANH have outputs of fixed quantization (the specification's values:
+  LOGISTIC 1/256 with zero point 0 / -128, TANH 1/128 with zero point 128 / 0); any other
+  output quantization is BAD_DATA.
+- HARD_SWISH and PRELU may change scale and zero point: they are computed on real values
+  (float64) and quantized once, which stays within the CTS tolerance of Android's
+  fixed-point kernels.
+
+Zero-sized inputs are accepted where the specification says so (all but PRELU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import FuseCode, OperandCode, OperationCode
+from nnapi.operations._elementwise import (
+    FLOAT_TENSORS,
+    QUANT8_TENSORS,
+    broadcast_output_shape,
+    check_broadcast,
+    check_same_shape_output,
+    float_input,
+    real_values,
+    reject_zero_sized,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import SCALAR_FOR_TENSOR, activation_bounds_float, activation_bounds_quantized, quantize
+
+T = OperandCode
+Op = OperationCode
+
+_ALL_TYPES = FLOAT_TENSORS + QUANT8_TENSORS
+_RELU_FUSE = {Op.RELU: FuseCode.FUSED_RELU, Op.RELU1: FuseCode.FUSED_RELU1, Op.RELU6: FuseCode.FUSED_RELU6}
+#: (scale, zero point) the specification prescribes for quantized outputs, per input type
+_FIXED_OUTPUT_QUANT = {
+    Op.LOGISTIC: {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)},
+    Op.TANH: {T.TENSOR_QUANT8_ASYMM: (1.0 / 128, 128), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 128, 0)},
+}
+_MAX_RANK = 4
+
+
+def _logistic(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _hard_swish(x: np.ndarray) -> np.ndarray:
+    return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
+
+
+_SMOOTH_FUNCTIONS = {Op.LOGISTIC: _logistic, Op.TANH: np.tanh, Op.HARD_SWISH: _hard_swish}
+
+
+@register(Op.RELU, Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH)
+class Activation(Operation):
+    """The one-input activations: a tensor in, a tensor of the same type and shape out."""
+
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=1, outputs=1)
+        ctx.check_input_type(0, _ALL_TYPES)
+        ctx.check_output_type(0, ctx.input_type(0))
+        if self.code != Op.HARD_SWISH:
+            ctx.check_input_max_rank(0, _MAX_RANK)
+        check_same_shape_output(ctx)
+        code = ctx.input_type(0)
+        if code not in QUANT8_TENSORS:
+            return
+        if self.code in _RELU_FUSE:
+            ctx.check_same_quantization(("input", 0), ("output", 0))
+        elif self.code in _FIXED_OUTPUT_QUANT:
+            scale, zero_point = _FIXED_OUTPUT_QUANT[self.code][code]
+            output = ctx.outputs[0]
+            # Compared in float32, the precision the NDK stores scales in.
+            if np.float32(output.scale) != np.float32(scale) or output.zero_point != zero_point:
+                ctx.fail(f"output 0 of {code.name} must have scale 1/{round(1 / scale)} and zero point "
+                         f"{zero_point}, got scale {output.scale} and zero point {output.zero_point}")
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        shape = ctx.input(0).shape
+        if self.code != Op.HARD_SWISH:
+            ctx.require(len(shape) <= _MAX_RANK, f"input 0 must have rank at most {_MAX_RANK}, got {len(shape)}")
+        return [shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        tensor = ctx.input(0)
+        output = ctx.output(0)
+        dtype = ctx.output_dtype(0)
+        if self.code in _RELU_FUSE:
+            fuse = _RELU_FUSE[self.code]
+            if tensor.type in QUANT8_TENSORS:
+                low, high = activation_bounds_quantized(fuse, tensor)
+                return [np.clip(tensor.value, low, high).astype(dtype, copy=False)]
+            low, high = activation_bounds_float(fuse)
+            # fmax/fmin send NaN to the lower bound, as the C++ max(min, x) does.
+            return [np.fmin(np.fmax(tensor.value, dtype.type(low)), dtype.type(high)).astype(dtype, copy=False)]
+        function = _SMOOTH_FUNCTIONS[self.code]
+        with np.errstate(over="ignore", invalid="ignore"):
+            if tensor.type in QUANT8_TENSORS:
+                return [quantize(function(real_values(tensor)), output)]
+            return [function(float_input(tensor)).astype(dtype, copy=False)]
+
+
+@register(Op.ELU)
+class Elu(Operation):
+    """ELU(x) = max(0, x) + min(0, alpha * (exp(x) - 1)); input 1 is the scalar alpha."""
+
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=2, outputs=1)
+        ctx.check_input_type(0, FLOAT_TENSORS)
+        ctx.check_input_type(1, SCALAR_FOR_TENSOR[ctx.input_type(0)])
+        ctx.check_output_type(0, ctx.input_type(0))
+        check_same_shape_output(ctx)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        return [ctx.input(0).shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        x = float_input(ctx.input(0))
+        alpha = np.float32(ctx.scalar(1))
+        with np.errstate(over="ignore", invalid="ignore"):
+            result = np.maximum(x, np.float32(0)) + np.minimum(np.float32(0), alpha * np.expm1(x))
+        return [result.astype(ctx.output_dtype(0), copy=False)]
+
+
+@register(Op.PRELU)
+class PRelu(Operation):
+    """f(x) = x for x >= 0, alpha * x otherwise; alpha (input 1) broadcasts against x."""
+
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=2, outputs=1)
+        ctx.check_input_type(0, _ALL_TYPES)
+        ctx.check_input_type(1, ctx.input_type(0))
+        ctx.check_output_type(0, ctx.input_type(0))
+        check_broadcast(ctx)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        reject_zero_sized(ctx)
+        return [broadcast_output_shape(ctx)]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        x, alpha = ctx.input(0), ctx.input(1)
+        if x.type in QUANT8_TENSORS:
+            real_x = real_values(x)
+            # Android tests the sign of (q - zero_point): the same as of the real value.
+            real = np.where(real_x >= 0, real_x, real_x * real_values(alpha))
+            return [quantize(real, ctx.output(0))]
+        a, b = float_input(x), float_input(alpha)
+        return [np.where(a >= 0, a, a * b).astype(ctx.output_dtype(0), copy=False)]
