@@ -1,0 +1,107 @@
+"""PAD, PAD_V2, MIRROR_PAD: grow a tensor by paddings[i] = (before, after) per dimension.
+
+PAD fills with zero (the zero point for quantized tensors, i.e. a real 0); PAD_V2 fills
+with its scalar input 2 (FLOAT32 / FLOAT16 for float tensors, an INT32 quantized value
+for quant8 tensors). MIRROR_PAD (feature level 7) mirrors the border: mode 0 REFLECT
+excludes the edge element (each padding < the dimension), mode 1 SYMMETRIC repeats it
+(each padding <= the dimension).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._shape_common import (
+    DATA_TYPES,
+    DATA_TYPES_INT,
+    check_known_rank_at_least,
+    check_output_like_input,
+    check_paddings_input,
+    paddings_values,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import QUANT8_ASYMM_TYPES, integer_range
+
+T = OperandCode
+_MAX_RANK = 4
+_PAD_VALUE_TYPES = {
+    T.TENSOR_FLOAT32: T.FLOAT32,
+    T.TENSOR_FLOAT16: T.FLOAT16,
+    T.TENSOR_QUANT8_ASYMM: T.INT32,
+    T.TENSOR_QUANT8_ASYMM_SIGNED: T.INT32,
+}
+_REFLECT, _SYMMETRIC = 0, 1
+
+
+def _padded_shape(ctx: ExecutionContext) -> tuple[np.ndarray, tuple[int, ...]]:
+    shape = ctx.input(0).shape
+    paddings = paddings_values(ctx, 1, len(shape))
+    return paddings, tuple(int(d) for d in paddings[:, 0] + np.asarray(shape, dtype=np.int64) + paddings[:, 1])
+
+
+def _pad_constant(value: np.ndarray, paddings: np.ndarray, fill, dtype: np.dtype) -> np.ndarray:
+    """Allocate the padded output filled with ``fill`` and copy the input into its middle
+    (faster than np.pad for the constant case)."""
+    out_shape = tuple(int(d) for d in paddings[:, 0] + np.asarray(value.shape) + paddings[:, 1])
+    output = np.full(out_shape, fill, dtype=dtype)
+    window = tuple(slice(int(b), int(b) + size) for b, size in zip(paddings[:, 0], value.shape, strict=True))
+    output[window] = value
+    return output
+
+
+@register(OperationCode.PAD, OperationCode.PAD_V2)
+class Pad(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        is_v2 = self.code == OperationCode.PAD_V2
+        ctx.check_counts(inputs=3 if is_v2 else 2, outputs=1)
+        ctx.check_input_type(0, DATA_TYPES)
+        ctx.check_input_max_rank(0, _MAX_RANK)
+        check_paddings_input(ctx, 1)
+        if is_v2:
+            ctx.check_input_type(2, _PAD_VALUE_TYPES[ctx.input_type(0)])
+        check_output_like_input(ctx)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        if self.code == OperationCode.PAD_V2 and ctx.input(0).type in QUANT8_ASYMM_TYPES:
+            low, high = integer_range(ctx.input(0).type)
+            value = int(ctx.scalar(2))
+            ctx.require(low <= value <= high, f"pad value {value} is out of range [{low}, {high}]")
+        return [_padded_shape(ctx)[1]]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        source = ctx.input(0)
+        paddings, _ = _padded_shape(ctx)
+        if self.code == OperationCode.PAD_V2:
+            fill = ctx.scalar(2)
+        else:
+            fill = source.zero_point if source.type in QUANT8_ASYMM_TYPES else 0
+        return [_pad_constant(source.value, paddings, fill, ctx.output_dtype(0))]
+
+
+@register(OperationCode.MIRROR_PAD)
+class MirrorPad(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=3, outputs=1)
+        ctx.check_input_type(0, DATA_TYPES_INT)
+        check_known_rank_at_least(ctx, 0, 1)
+        check_paddings_input(ctx, 1)
+        ctx.check_input_type(2, T.INT32)
+        check_output_like_input(ctx)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        shape = np.asarray(ctx.input(0).shape, dtype=np.int64)
+        ctx.require(len(shape) >= 1, "input 0 must have rank at least 1")
+        mode = int(ctx.scalar(2))
+        ctx.require(mode in (_REFLECT, _SYMMETRIC), f"mode must be 0 (REFLECT) or 1 (SYMMETRIC), got {mode}")
+        paddings, out_shape = _padded_shape(ctx)
+        limit = shape[:, None] - (1 if mode == _REFLECT else 0)
+        ctx.require(bool(np.all(paddings <= limit)),
+                    f"paddings {paddings.tolist()} are too large for shape {shape.tolist()} in "
+                    f"{'REFLECT' if mode == _REFLECT else 'SYMMETRIC'} mode")
+        return [out_shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        paddings, _ = _padded_shape(ctx)
+        mode = "reflect" if int(ctx.scalar(2)) == _REFLECT else "symmetric"
+        return [np.pad(ctx.value(0), [(int(b), int(a)) for b, a in paddings], mode=mode)]

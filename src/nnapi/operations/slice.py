@@ -1,0 +1,127 @@
+"""SLICE and STRIDED_SLICE: extract a (strided) sub-tensor.
+
+SLICE takes 1-D TENSOR_INT32 begin and size tensors (size -1 means "to the end").
+STRIDED_SLICE takes begin, end and non-zero strides plus three INT32 bit masks: a set
+bit i of begin_mask / end_mask uses the fullest range in dimension i, and of
+shrink_axis_mask drops dimension i, whose slice must then hold exactly one element.
+Out-of-range begin / end values are clamped as Android (and TFLite) clamp them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._shape_common import (
+    DATA_TYPES,
+    DATA_TYPES_INT,
+    check_known_rank_at_least,
+    check_output_like_input,
+    check_vector_input,
+    int_values,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+
+T = OperandCode
+_MAX_RANK = 4
+
+
+def _check_vector_lengths(ctx: ValidationContext, indexes: range, what: str) -> None:
+    rank = ctx.inputs[0].rank
+    for index in indexes:
+        dims = ctx.inputs[index].dimensions
+        if rank and len(dims) == 1 and dims[0] and dims[0] != rank:
+            ctx.fail(f"input {index} ({what}) must have {rank} elements, got {dims[0]}")
+
+
+@register(OperationCode.SLICE)
+class Slice(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=3, outputs=1)
+        ctx.check_input_type(0, DATA_TYPES_INT)
+        check_known_rank_at_least(ctx, 0, 1)
+        check_vector_input(ctx, 1, "begin")
+        check_vector_input(ctx, 2, "size")
+        _check_vector_lengths(ctx, range(1, 3), "begin / size")
+        check_output_like_input(ctx)
+
+    def _bounds(self, ctx: ExecutionContext) -> tuple[np.ndarray, np.ndarray]:
+        shape = np.asarray(ctx.input(0).shape, dtype=np.int64)
+        rank = len(shape)
+        ctx.require(rank >= 1, "input 0 must have rank at least 1")
+        begin = int_values(ctx, 1, "begin", length=rank)
+        size = int_values(ctx, 2, "size", length=rank)
+        size = np.where(size == -1, shape - begin, size)
+        ctx.require(bool(np.all((begin >= 0) & (begin <= shape))), f"begin {begin.tolist()} is out of range")
+        ctx.require(bool(np.all((size >= 0) & (begin + size <= shape))),
+                    f"slice begin {begin.tolist()} size {size.tolist()} exceeds shape {shape.tolist()}")
+        return begin, size
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        _, size = self._bounds(ctx)
+        return [tuple(int(s) for s in size)]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        begin, size = self._bounds(ctx)
+        window = tuple(slice(int(b), int(b + s)) for b, s in zip(begin, size, strict=True))
+        return [np.ascontiguousarray(ctx.value(0)[window])]
+
+
+def _clamp(index: int, dim: int, positive: bool) -> int:
+    """Where a begin/end index lands, as Android's ClampedIndex puts it."""
+    if positive:
+        if index >= dim:
+            return dim
+        return max(index + dim, 0) if index < 0 else index
+    if index < -dim:
+        return -1
+    index = min(index, dim - 1)
+    return index + dim if index < 0 else index
+
+
+@register(OperationCode.STRIDED_SLICE)
+class StridedSlice(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=7, outputs=1)
+        ctx.check_input_type(0, DATA_TYPES)
+        ctx.check_input_max_rank(0, _MAX_RANK)
+        for index, what in ((1, "begin"), (2, "end"), (3, "strides")):
+            check_vector_input(ctx, index, what)
+        _check_vector_lengths(ctx, range(1, 4), "begin / end / strides")
+        ctx.check_input_types([T.INT32] * 3, start=4)
+        check_output_like_input(ctx)
+
+    def _plan(self, ctx: ExecutionContext) -> tuple[tuple[slice, ...], tuple[int, ...]]:
+        """The per-dimension slices and the output shape."""
+        shape = ctx.input(0).shape
+        rank = len(shape)
+        begin = int_values(ctx, 1, "begin", length=rank).tolist()
+        end = int_values(ctx, 2, "end", length=rank).tolist()
+        strides = int_values(ctx, 3, "strides", length=rank).tolist()
+        begin_mask, end_mask, shrink_mask = (int(ctx.scalar(i)) for i in (4, 5, 6))
+        slices, out_shape = [], []
+        for axis, dim in enumerate(shape):
+            stride = strides[axis]
+            ctx.require(stride != 0, f"stride {axis} is zero")
+            positive = stride > 0
+            if dim == 0:
+                start = stop = 0
+            else:
+                start = (0 if positive else dim - 1) if begin_mask >> axis & 1 else _clamp(begin[axis], dim, positive)
+                stop = (dim if positive else -1) if end_mask >> axis & 1 else _clamp(end[axis], dim, positive)
+            length = max(0, -(-(stop - start) // stride))
+            # A stop of -1 (before index 0 going backwards) has no slice spelling but None.
+            slices.append(slice(start, stop if stop >= 0 else None, stride))
+            if shrink_mask >> axis & 1:
+                ctx.require(positive, f"shrunk dimension {axis} needs a positive stride")
+                ctx.require(length == 1, f"shrunk dimension {axis} must select one element, selects {length}")
+            else:
+                out_shape.append(length)
+        return tuple(slices), tuple(out_shape) or (1,)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        return [self._plan(ctx)[1]]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        slices, shape = self._plan(ctx)
+        return [np.ascontiguousarray(ctx.value(0)[slices]).reshape(shape)]
