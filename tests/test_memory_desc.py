@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import nnapi
-from nnapi import OperandType
 from nnapi import OperandCode as T
+from nnapi import OperandType
 from nnapi import OperationCode as Op
 
 
