@@ -1,0 +1,52 @@
+"""LOGICAL_AND, LOGICAL_OR (broadcasting) and LOGICAL_NOT on TENSOR_BOOL8 tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._elementwise import (
+    broadcast_output_shape,
+    check_broadcast,
+    check_same_shape_output,
+    reject_zero_sized,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+
+T = OperandCode
+Op = OperationCode
+
+_BINARY = {Op.LOGICAL_AND: np.logical_and, Op.LOGICAL_OR: np.logical_or}
+
+
+@register(Op.LOGICAL_AND, Op.LOGICAL_OR)
+class LogicalBinary(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=2, outputs=1)
+        ctx.check_input_types([T.TENSOR_BOOL8, T.TENSOR_BOOL8])
+        ctx.check_output_type(0, T.TENSOR_BOOL8)
+        check_broadcast(ctx)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        reject_zero_sized(ctx)
+        return [broadcast_output_shape(ctx)]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        result = _BINARY[self.code](ctx.value(0), ctx.value(1))
+        return [np.asarray(result, dtype=np.bool_)]
+
+
+@register(Op.LOGICAL_NOT)
+class LogicalNot(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=1, outputs=1)
+        ctx.check_input_type(0, T.TENSOR_BOOL8)
+        ctx.check_output_type(0, T.TENSOR_BOOL8)
+        check_same_shape_output(ctx)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        reject_zero_sized(ctx)
+        return [ctx.input(0).shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        return [np.logical_not(ctx.value(0))]

@@ -1,0 +1,60 @@
+"""SELECT: output[i] = condition[i] ? input1[i] : input2[i], element-wise, no broadcasting.
+
+The condition is TENSOR_BOOL8 of the inputs' shape; inputs 1 and 2 share one type and
+shape. Quantized inputs may each have their own scale and zero point, and the output its
+own: the chosen values are requantized into the output's quantization.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._elementwise import (
+    FLOAT_TENSORS,
+    QUANT8_TENSORS,
+    check_output_shape,
+    reject_zero_sized,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import requantize
+
+T = OperandCode
+
+_TYPES = FLOAT_TENSORS + (T.TENSOR_INT32,) + QUANT8_TENSORS
+
+
+@register(OperationCode.SELECT)
+class Select(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=3, outputs=1)
+        ctx.check_input_type(0, T.TENSOR_BOOL8)
+        ctx.check_input_type(1, _TYPES)
+        ctx.check_input_type(2, ctx.input_type(1))
+        ctx.check_output_type(0, ctx.input_type(1))
+        # All three inputs and the output have one shape: compare what is declared.
+        shapes = [ctx.inputs[i].dimensions for i in range(3)]
+        known = [s for s in shapes if s]
+        for index, shape in enumerate(shapes):
+            for other in known:
+                if shape and (len(shape) != len(other) or any(x and y and x != y for x, y in zip(shape, other))):
+                    ctx.fail(f"input {index} shape {list(shape)} differs from {list(other)}; SELECT "
+                             f"needs inputs of one shape")
+        if known:
+            merged = [max(dims) for dims in zip(*known)]
+            check_output_shape(ctx, merged)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        shape = ctx.input(1).shape
+        for index in (0, 2):
+            other = ctx.input(index).shape
+            ctx.require(other == shape, f"input {index} has shape {list(other)}, input 1 has {list(shape)}")
+        reject_zero_sized(ctx)
+        return [shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        condition, a, b = ctx.input(0), ctx.input(1), ctx.input(2)
+        if a.type in QUANT8_TENSORS:
+            output = ctx.output(0)
+            return [np.where(condition.value, requantize(a, output), requantize(b, output))]
+        return [np.where(condition.value, a.value, b.value)]
