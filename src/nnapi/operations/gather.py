@@ -1,0 +1,44 @@
+"""GATHER: picks slices of a tensor along an axis by index.
+
+Inputs: 0 the n-D tensor, 1 the INT32 axis (negative counts from the end), 2 a k-D
+TENSOR_INT32 of indices, each in [0, size of the axis). The output has shape
+input[:axis] + indices.shape + input[axis+1:].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._shape_common import (
+    DATA_TYPES_INT,
+    axis_value,
+    check_known_rank_at_least,
+    check_output_like_input,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+
+T = OperandCode
+
+
+@register(OperationCode.GATHER)
+class Gather(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=3, outputs=1)
+        ctx.check_input_types([DATA_TYPES_INT, T.INT32, T.TENSOR_INT32])
+        check_known_rank_at_least(ctx, 0, 1)
+        check_output_like_input(ctx)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        shape = ctx.input(0).shape
+        axis = axis_value(ctx, 1, len(shape))
+        indices = ctx.value(2)
+        ctx.require(indices is not None, "input 2 (indices) has no value")
+        if indices.size:
+            ctx.require(bool(np.all((indices >= 0) & (indices < shape[axis]))),
+                        f"indices must be in [0, {shape[axis]})")
+        return [shape[:axis] + tuple(indices.shape) + shape[axis + 1:]]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        axis = axis_value(ctx, 1, ctx.input(0).rank)
+        return [np.take(ctx.value(0), ctx.value(2), axis=axis)]
