@@ -1,0 +1,379 @@
+"""Shared machinery of the convolution and pooling family (CONV_2D, DEPTHWISE_CONV_2D,
+GROUPED_CONV_2D, TRANSPOSE_CONV_2D, the 2-D poolings, FULLY_CONNECTED).
+
+- ``SpatialArgs`` reads the scalar arguments these operations share (explicit or
+  implicit padding, strides, an operation-specific block such as the depth multiplier,
+  the fused activation, the optional NCHW flag and dilation) for validation and
+  execution alike.
+- ``padded`` / ``window_view`` / ``conv_accumulate`` / ``depthwise_accumulate`` compute
+  convolutions through im2col-style strided views and BLAS matrix products.
+- ``output_multipliers`` / ``requantize_accumulators`` reproduce Android's integer
+  output stage (int32 accumulators, a fixed-point multiplier and a rounding shift) so
+  that quantized results match its kernels bit for bit.
+- ``validate_conv_tensors`` checks the input / filter / bias / output type
+  configurations that the convolutions share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnapi.codes import OperandCode, PaddingCode
+from nnapi.operand import dtype_of
+from nnapi.operations.base import ExecutionContext, Tensor, ValidationContext
+from nnapi.operations.common import (
+    activation_bounds_quantized,
+    apply_activation_float,
+    from_nhwc,
+    implicit_padding,
+    is_valid_fuse_code,
+)
+
+T = OperandCode
+CONV_INPUT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+FLOAT_TENSORS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+QUANT8_TENSORS = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: float32 sums of integers are exact below this magnitude (24-bit significand)
+_FLOAT32_EXACT_LIMIT = 2**24
+
+
+# --- scalar arguments -----------------------------------------------------------------
+@dataclass
+class Spatial:
+    """The decoded scalar arguments of one convolution or pooling."""
+
+    pad_top: int
+    pad_bottom: int
+    pad_left: int
+    pad_right: int
+    stride_h: int
+    stride_w: int
+    dilation_h: int
+    dilation_w: int
+    fuse: int
+    nchw: bool
+    extras: dict[str, int]
+
+
+class SpatialArgs:
+    """The argument list after the tensor inputs: explicit padding (4 ints) or an
+    implicit padding code, the strides (width, height), ``extras`` (named ints that
+    precede the fused activation), the FuseCode, then the NCHW flag and the dilation
+    factors (width, height) where the operation has them.
+
+    ``layout_required``: the NCHW flag is a mandatory input (GROUPED_CONV_2D).
+    ``dilation``: the operation accepts the two optional dilation factors.
+    """
+
+    def __init__(self, first: int, extras: Sequence[str] = (), layout_required: bool = False,
+                 dilation: bool = False):
+        self.first = first
+        self.extras = tuple(extras)
+        self.layout_required = layout_required
+        self.dilation = dilation
+        self.explicit_base = first + 4 + 2 + len(self.extras) + 1
+        self.implicit_base = first + 1 + 2 + len(self.extras) + 1
+
+    def _counts(self, base: int) -> list[int]:
+        counts = [] if self.layout_required else [base]
+        counts.append(base + 1)
+        if self.dilation:
+            counts.append(base + 3)
+        return counts
+
+    def allowed_counts(self) -> set[int]:
+        return set(self._counts(self.explicit_base)) | set(self._counts(self.implicit_base))
+
+    def is_explicit(self, count: int, type_at) -> bool | None:
+        """Which form ``count`` inputs are; None when neither. ``type_at(i)`` gives the
+        operand type of input i (to tell implicit+dilation from explicit padding)."""
+        explicit = count in self._counts(self.explicit_base)
+        implicit = count in self._counts(self.implicit_base)
+        if explicit and implicit:
+            # The input after the implicit form's FuseCode is its layout flag (BOOL);
+            # in the explicit form the same position holds an INT32.
+            return type_at(self.implicit_base) != T.BOOL
+        if explicit:
+            return True
+        if implicit:
+            return False
+        return None
+
+    def validate(self, ctx: ValidationContext) -> None:
+        count = len(ctx.inputs)
+        explicit = self.is_explicit(count, lambda i: ctx.inputs[i].type)
+        if explicit is None:
+            ctx.fail(f"expected {' or '.join(map(str, sorted(self.allowed_counts())))} inputs, got {count}")
+        base = self.explicit_base if explicit else self.implicit_base
+        for index in range(self.first, base):
+            ctx.check_input_type(index, T.INT32)
+        if count > base:
+            ctx.check_input_type(base, T.BOOL)
+        for index in range(base + 1, count):
+            ctx.check_input_type(index, T.INT32)
+
+    def read(self, ctx: ExecutionContext, in_shape: Sequence[int], filter_hw: tuple[int, int] | None) -> Spatial:
+        """Decode the arguments; implicit padding needs the input's shape (4-D, in the
+        layout the NCHW flag gives) and the filter size (``filter_hw`` None: the filter
+        size is the extras' filter_h / filter_w)."""
+        count = len(ctx.inputs)
+        explicit = self.is_explicit(count, lambda i: ctx.input(i).type)
+        base = self.explicit_base if explicit else self.implicit_base
+        values = [int(ctx.scalar(i)) for i in range(self.first, base)]
+        nchw = bool(ctx.scalar(base)) if count > base and not ctx.is_omitted(base) else False
+        in_hw = (in_shape[2], in_shape[3]) if nchw else (in_shape[1], in_shape[2])
+        dilation_w = dilation_h = 1
+        if count > base + 1:
+            ctx.require(not ctx.is_omitted(base + 1) and not ctx.is_omitted(base + 2),
+                        "both dilation factors must be given")
+            dilation_w, dilation_h = int(ctx.scalar(base + 1)), int(ctx.scalar(base + 2))
+        position = 4 if explicit else 1
+        stride_w, stride_h = values[position], values[position + 1]
+        extras = dict(zip(self.extras, values[position + 2: position + 2 + len(self.extras)], strict=True))
+        fuse = values[-1]
+        ctx.require(stride_w > 0 and stride_h > 0, f"strides must be positive, got {stride_w}, {stride_h}")
+        ctx.require(dilation_w > 0 and dilation_h > 0,
+                    f"dilation factors must be positive, got {dilation_w}, {dilation_h}")
+        ctx.require(is_valid_fuse_code(fuse), f"invalid fuse code {fuse}")
+        if filter_hw is None:
+            filter_hw = (extras["filter_h"], extras["filter_w"])
+        if explicit:
+            left, right, top, bottom = values[:4]
+            ctx.require(min(left, right, top, bottom) >= 0,
+                        f"padding must be non-negative, got {[left, right, top, bottom]}")
+        else:
+            scheme = values[0]
+            ctx.require(scheme in (PaddingCode.PADDING_SAME, PaddingCode.PADDING_VALID),
+                        f"invalid padding scheme {scheme}")
+            top, bottom = implicit_padding(in_hw[0], stride_h, filter_hw[0], dilation_h, scheme)
+            left, right = implicit_padding(in_hw[1], stride_w, filter_hw[1], dilation_w, scheme)
+        return Spatial(top, bottom, left, right, stride_h, stride_w, dilation_h, dilation_w, fuse, nchw, extras)
+
+
+def layout_flag(ctx: ExecutionContext, index: int) -> bool:
+    """The value of an optional NCHW flag at ``index`` (False when absent or omitted)."""
+    return bool(ctx.scalar(index)) if not ctx.is_omitted(index) else False
+
+
+def spatial_dims(shape: Sequence[int], nchw: bool) -> tuple[int, int, int, int]:
+    """(batches, height, width, channels) of a 4-D shape in either layout."""
+    if nchw:
+        return shape[0], shape[2], shape[3], shape[1]
+    return shape[0], shape[1], shape[2], shape[3]
+
+
+# --- type configurations --------------------------------------------------------------
+def validate_conv_tensors(ctx: ValidationContext, channel_dim: int, filter_rank: int = 4) -> None:
+    """Inputs 0 (input), 1 (filter), 2 (bias) and output 0 of a convolution: float32 /
+    float16 throughout, or quant8 (signed) input and output with a same-typed or
+    per-channel filter and an int32 bias of scale input_scale * filter_scale."""
+    ctx.check_input_type(0, CONV_INPUT_TYPES)
+    code = ctx.input_type(0)
+    if code in FLOAT_TENSORS:
+        ctx.check_input_types([code, code], start=1)
+    else:
+        ctx.check_input_type(1, (code, T.TENSOR_QUANT8_SYMM_PER_CHANNEL))
+        ctx.check_input_type(2, T.TENSOR_INT32)
+    ctx.check_output_type(0, code)
+    ctx.check_input_rank(0, 4)
+    ctx.check_input_rank(1, filter_rank)
+    ctx.check_input_rank(2, 1)
+    if code in QUANT8_TENSORS:
+        validate_quantized_weights(ctx, channel_dim)
+
+
+def validate_quantized_weights(ctx: ValidationContext, channel_dim: int) -> None:
+    """Per-channel filter parameters, or the bias scale of a per-tensor quantized filter."""
+    data, weights, bias = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+    if weights.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        params = weights.channel_quant
+        if params is None:
+            return  # set later; Model.finish validates again
+        if params.channel_dim != channel_dim:
+            ctx.fail(f"input 1 (per-channel filter) must have channelDim {channel_dim}, got {params.channel_dim}")
+        if weights.rank > channel_dim and weights.dimensions[channel_dim] and \
+                len(params.scales) != weights.dimensions[channel_dim]:
+            ctx.fail(f"input 1 has {weights.dimensions[channel_dim]} channels but {len(params.scales)} scales")
+        return
+    product = float(np.float32(data.scale) * np.float32(weights.scale))
+    # Android's check (GetQuantizedConvolutionMultipler): equal to a relative 1e-6.
+    if abs(product - bias.scale) > 1e-6 * min(product, bias.scale):
+        ctx.fail(f"input 2 (bias) scale must be input scale * filter scale = {product:g}, got {bias.scale:g}")
+
+
+# --- strided views --------------------------------------------------------------------
+def padded(x: np.ndarray, top: int, bottom: int, left: int, right: int, value=0) -> np.ndarray:
+    """``x`` (N, H, W, C) with rows and columns of ``value`` added around H and W."""
+    if not (top or bottom or left or right):
+        return x
+    return np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=value)
+
+
+def window_view(xp: np.ndarray, out_hw: tuple[int, int], kernel_hw: tuple[int, int], strides: tuple[int, int],
+                dilations: tuple[int, int]) -> np.ndarray:
+    """Read-only (N, OH, OW, KH, KW, C) view of the windows of padded ``xp``."""
+    n, _, _, c = xp.shape
+    sn, sh, sw, sc = xp.strides
+    shape = (n, out_hw[0], out_hw[1], kernel_hw[0], kernel_hw[1], c)
+    strides_view = (sn, sh * strides[0], sw * strides[1], sh * dilations[0], sw * dilations[1], sc)
+    return np.lib.stride_tricks.as_strided(xp, shape, strides_view, writeable=False)
+
+
+def tap(xp: np.ndarray, i: int, j: int, out_hw: tuple[int, int], strides: tuple[int, int],
+        dilations: tuple[int, int]) -> np.ndarray:
+    """The (N, OH, OW, C) slice of padded ``xp`` that kernel tap (i, j) meets."""
+    top, left = i * dilations[0], j * dilations[1]
+    return xp[:, top: top + strides[0] * (out_hw[0] - 1) + 1: strides[0],
+              left: left + strides[1] * (out_hw[1] - 1) + 1: strides[1], :]
+
+
+def conv_accumulate(x: np.ndarray, filt: np.ndarray, groups: int, sp: Spatial,
+                    out_hw: tuple[int, int]) -> np.ndarray:
+    """Sum of products of a (grouped) convolution, in ``x``'s dtype: x (N, H, W, C)
+    and filt (OC, KH, KW, C / groups) already zero-point-shifted; the result is
+    (N, OH, OW, OC). One im2col copy and one BLAS product per group."""
+    n = x.shape[0]
+    oc, kh, kw, cg = filt.shape
+    oh, ow = out_hw
+    rows = n * oh * ow
+    simple = (kh == kw == 1 and sp.stride_h == sp.stride_w == 1
+              and not (sp.pad_top or sp.pad_bottom or sp.pad_left or sp.pad_right))
+    if simple:
+        windows = x.reshape(n, oh, ow, 1, 1, x.shape[3])
+    else:
+        xp = padded(x, sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
+        windows = window_view(xp, out_hw, (kh, kw), (sp.stride_h, sp.stride_w), (sp.dilation_h, sp.dilation_w))
+    if groups == 1:
+        cols = windows.reshape(rows, kh * kw * cg)
+        return (cols @ filt.reshape(oc, -1).T).reshape(n, oh, ow, oc)
+    per_group = oc // groups
+    split = windows.reshape(n, oh, ow, kh, kw, groups, cg)
+    cols = np.ascontiguousarray(split.transpose(5, 0, 1, 2, 3, 4, 6)).reshape(groups, rows, kh * kw * cg)
+    weights = filt.reshape(groups, per_group, kh * kw * cg).transpose(0, 2, 1)
+    out = np.matmul(cols, weights)  # (groups, rows, per_group)
+    return out.transpose(1, 0, 2).reshape(n, oh, ow, oc)
+
+
+def depthwise_accumulate(x: np.ndarray, filt: np.ndarray, multiplier: int, sp: Spatial,
+                         out_hw: tuple[int, int]) -> np.ndarray:
+    """Sum of products of a depthwise convolution: x (N, H, W, C), filt (KH, KW, C * m),
+    both zero-point-shifted, result (N, OH, OW, C * m) in ``x``'s dtype. A loop over the
+    kernel taps, each a vectorized multiply-add over the whole output."""
+    n, _, _, c = x.shape
+    kh, kw, _ = filt.shape
+    xp = padded(x, sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
+    acc = np.zeros((n, out_hw[0], out_hw[1], c, multiplier), dtype=x.dtype)
+    product = np.empty_like(acc)
+    weights = filt.reshape(kh, kw, c, multiplier)
+    for i in range(kh):
+        for j in range(kw):
+            window = tap(xp, i, j, out_hw, (sp.stride_h, sp.stride_w), (sp.dilation_h, sp.dilation_w))
+            np.multiply(window[..., None], weights[i, j], out=product)
+            acc += product
+    return acc.reshape(n, out_hw[0], out_hw[1], c * multiplier)
+
+
+# --- quantized arithmetic -------------------------------------------------------------
+def shifted(tensor: Tensor, dtype) -> np.ndarray:
+    """``q - zero_point`` of a quantized tensor (per-channel filters have zero point 0)."""
+    values = tensor.value.astype(dtype)
+    if tensor.zero_point:
+        values -= dtype(tensor.zero_point)
+    return values
+
+
+def exact_float_dtype(bound: float):
+    """float32 when every partial sum of integers below ``bound`` is exact in it,
+    else float64 (exact up to 2**53): integer convolutions through float BLAS."""
+    return np.float32 if bound < _FLOAT32_EXACT_LIMIT else np.float64
+
+
+def max_abs_shifted(tensor: Tensor) -> int:
+    """max |q - zero_point| over a quantized tensor (0 when empty)."""
+    if tensor.value.size == 0:
+        return 0
+    low, high = int(tensor.value.min()), int(tensor.value.max())
+    return max(abs(low - tensor.zero_point), abs(high - tensor.zero_point))
+
+
+def filter_scales(weights: Tensor, channels: int) -> np.ndarray:
+    """One float32 scale per output channel: the per-channel scales or the tensor's."""
+    if weights.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        assert weights.channel_quant is not None
+        return np.asarray(weights.channel_quant.scales, dtype=np.float32)
+    return np.full(channels, weights.scale, dtype=np.float32)
+
+
+def output_multipliers(input_scale: float, weight_scales: np.ndarray, output_scale: float
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed-point multipliers and shifts (arrays, one per channel) for
+    input_scale * weight_scale / output_scale, computed as Android does: the scale
+    product in float32, the quotient in float64, then frexp into a Q31 mantissa."""
+    real = (np.float32(input_scale) * weight_scales.astype(np.float32)).astype(np.float64) / np.float64(
+        np.float32(output_scale))
+    mantissa, exponent = np.frexp(real)
+    fixed = np.trunc(mantissa * 2.0**31 + np.copysign(0.5, mantissa)).astype(np.int64)
+    carry = fixed == 2**31
+    fixed = np.where(carry, fixed // 2, fixed)
+    exponent = exponent.astype(np.int64) + carry
+    tiny = exponent < -31
+    return np.where(tiny, 0, fixed), np.where(tiny, 0, exponent)
+
+
+def requantize_accumulators(acc: np.ndarray, multipliers: np.ndarray, shifts: np.ndarray, output,
+                            fuse: int) -> np.ndarray:
+    """int32 accumulators (any integer array, channels last) through TFLite's
+    MultiplyByQuantizedMultiplier, plus the output zero point, clamped to the fused
+    activation's range, as ``output``'s dtype. The rounding doubling high multiply is
+    floor((x * m + 2**30) / 2**31); the rounding right shift rounds halves away from 0."""
+    x = np.asarray(acc, dtype=np.int64)
+    left = np.maximum(shifts, 0)
+    right = np.maximum(-shifts, 0)
+    if np.any(left):
+        x = np.clip(x << left, -(2**31), 2**31 - 1)
+    high = (x * multipliers + (1 << 30)) >> 31
+    if np.any(right):
+        half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
+        high = (high + half - ((high < 0) & (right > 0))) >> right
+    low, top = activation_bounds_quantized(fuse, output)
+    result = high + output.zero_point
+    np.clip(result, low, top, out=result)
+    return result.astype(dtype_of(output.type))
+
+
+def quantized_conv_dtype(data: Tensor, weights: Tensor, taps: int):
+    """The float dtype in which a quantized convolution's integer sums are exact."""
+    bound = taps * max_abs_shifted(data) * max(max_abs_shifted(weights), 1)
+    return exact_float_dtype(bound)
+
+
+# --- the whole convolution ----------------------------------------------------------------
+def convolve(ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int], accumulate) -> np.ndarray:
+    """Run a convolution whose sums of products ``accumulate(x, filt)`` computes from
+    the zero-point-shifted NHWC input and filter (both of one float dtype), adding the
+    bias, the fused activation and, for quantized outputs, Android's requantization.
+    Returns the output in the operation's layout."""
+    data, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    output = ctx.output(0)
+    channels = bias.shape[0]
+    x = np.transpose(data.value, (0, 2, 3, 1)) if sp.nchw else data.value
+    if x.shape[0] == 0:
+        return from_nhwc(np.zeros((0, out_hw[0], out_hw[1], channels), dtype=dtype_of(output.type)), sp.nchw)
+    if data.type in FLOAT_TENSORS:
+        # float16 is computed in float32 and rounded once, as Android's kernels do
+        acc = accumulate(np.asarray(x, dtype=np.float32), np.asarray(weights.value, dtype=np.float32))
+        acc += np.asarray(bias.value, dtype=np.float32)
+        result = apply_activation_float(acc, sp.fuse).astype(dtype_of(output.type))
+        return from_nhwc(result, sp.nchw)
+    taps = weights.value.size // max(channels, 1)
+    work = quantized_conv_dtype(data, weights, taps)
+    shifted_input = x.astype(work)
+    if data.zero_point:
+        shifted_input -= work(data.zero_point)
+    acc = accumulate(shifted_input, shifted(weights, work))
+    acc_int = np.rint(acc).astype(np.int64) + bias.value.astype(np.int64)
+    multipliers, shifts = output_multipliers(data.scale, filter_scales(weights, channels), output.scale)
+    return from_nhwc(requantize_accumulators(acc_int, multipliers, shifts, output, sp.fuse), sp.nchw)
