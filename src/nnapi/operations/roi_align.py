@@ -1,0 +1,162 @@
+"""ROI_ALIGN: average of bilinearly interpolated sampling points in each bin of each region.
+
+Inputs: 0 feature map (4-D, NHWC or NCHW), 1 regions [num_rois, 4] ([x1, y1, x2, y2] in
+image coordinates), 2 batch index of each region, 3/4 output height/width, 5/6 height/width
+ratio of the image to the feature map, 7/8 sampling points per bin in height/width (0:
+ceil(bin size)), 9 NCHW flag. Output: [num_rois, out_h, out_w, depth] (NCHW: depth
+first). num_rois may be 0.
+
+Float types are computed in float32. Quantized feature maps follow Android's integer
+pipeline: the four bilinear weights are quantized to 1/255 steps, the weighted sums are
+accumulated in integers and rescaled with a fixed-point multiplier, so results match the
+reference to the last unit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._detection_common import (
+    BOX_SCALE,
+    FLOAT_TENSORS,
+    QUANT8_TENSORS,
+    check_box_quantization,
+    check_signature,
+    float_scalar,
+    from_float32,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import (
+    from_nhwc,
+    integer_range,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    round_half_away,
+    to_nhwc,
+)
+
+T = OperandCode
+#: the quantum of the integer bilinear weights of the quantized path
+_WEIGHT_STEP = np.float32(1.0 / 255.0)
+#: gathered elements per chunk of regions (bounds the temporary memory)
+_CHUNK_ELEMENTS = 1 << 22
+
+
+@register(OperationCode.ROI_ALIGN)
+class RoiAlign(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=10, outputs=1)
+        kind = ctx.input_type(0)
+        if kind not in FLOAT_TENSORS + QUANT8_TENSORS:
+            ctx.fail(f"input 0 must be a float or quant8 asymm tensor, got {kind.name}")
+        box_type = kind if kind in FLOAT_TENSORS else T.TENSOR_QUANT16_ASYMM
+        real = float_scalar(kind)
+        check_signature(ctx, [kind, box_type, T.TENSOR_INT32, T.INT32, T.INT32, real, real, T.INT32, T.INT32,
+                              T.BOOL], [kind], input_ranks={0: 4, 1: 2, 2: 1}, output_ranks={0: 4})
+        check_box_quantization(ctx, "input", 1)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        feature, rois, batches = ctx.input(0), ctx.input(1), ctx.input(2)
+        nchw = bool(ctx.scalar(9))
+        ctx.require(feature.rank == 4 and rois.rank == 2 and batches.rank == 1, "inputs must have ranks 4, 2, 1")
+        batch, height, width, depth = (feature.shape[0], *feature.shape[2:], feature.shape[1]) if nchw \
+            else feature.shape
+        ctx.require(min(batch, height, width, depth) > 0, "the feature map must not be empty")
+        num_rois = rois.shape[0]
+        ctx.require(rois.shape[1] == 4, f"regions must be [num_rois, 4], got {list(rois.shape)}")
+        ctx.require(batches.shape[0] == num_rois, f"batch indexes must be [{num_rois}]")
+        out_h, out_w = ctx.scalar(3), ctx.scalar(4)
+        ctx.require(out_h > 0 and out_w > 0, "output height and width must be positive")
+        ctx.require(ctx.scalar(5) > 0 and ctx.scalar(6) > 0, "height and width ratios must be positive")
+        ctx.require(ctx.scalar(7) >= 0 and ctx.scalar(8) >= 0, "sampling ratios must be non-negative")
+        return [(num_rois, depth, out_h, out_w) if nchw else (num_rois, out_h, out_w, depth)]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        nchw = bool(ctx.scalar(9))
+        feature = to_nhwc(np.asarray(ctx.value(0)), nchw)
+        batch, height, width, depth = feature.shape
+        out_h, out_w = ctx.scalar(3), ctx.scalar(4)
+        num_rois = ctx.input(1).shape[0]
+        quantized = ctx.input(0).type in QUANT8_TENSORS
+        out = np.zeros((num_rois, out_h, out_w, depth), dtype=ctx.output_dtype(0))
+        if num_rois == 0:
+            return [from_nhwc(out, nchw)]
+        batch_ids = np.asarray(ctx.value(2)).astype(np.int64)
+        ctx.require(bool(np.all((batch_ids >= 0) & (batch_ids < batch))), "batch index out of range")
+        height_scale = np.float32(1) / np.float32(ctx.scalar(5))
+        width_scale = np.float32(1) / np.float32(ctx.scalar(6))
+        rois = np.asarray(ctx.value(1)).astype(np.float32)
+        ctx.require(bool(np.all(rois >= 0)), "regions must not have negative coordinates")
+        scales = np.array([width_scale, height_scale, width_scale, height_scale], dtype=np.float32)
+        corners = rois * scales
+        if quantized:
+            corners = corners * np.float32(BOX_SCALE)
+        ctx.require(bool(np.all((corners[:, 0] <= width) & (corners[:, 2] <= width) & (corners[:, 1] <= height)
+                                & (corners[:, 3] <= height))), "regions must lie inside the feature map")
+        ctx.require(bool(np.all((corners[:, 0] <= corners[:, 2]) & (corners[:, 1] <= corners[:, 3]))),
+                    "every region needs x1 <= x2 and y1 <= y2")
+        one = np.float32(1)
+        step_w = np.maximum(corners[:, 2] - corners[:, 0], one) / np.float32(out_w)
+        step_h = np.maximum(corners[:, 3] - corners[:, 1], one) / np.float32(out_h)
+        ratio_w = np.full(num_rois, ctx.scalar(8), np.int64) if ctx.scalar(8) > 0 else np.ceil(step_w).astype(np.int64)
+        ratio_h = np.full(num_rois, ctx.scalar(7), np.int64) if ctx.scalar(7) > 0 else np.ceil(step_h).astype(np.int64)
+        flat = feature.reshape(batch * height * width, depth)
+        # Regions with the same sampling grid are computed together.
+        for sh, sw in sorted(set(zip(ratio_h.tolist(), ratio_w.tolist(), strict=True))):
+            group = np.flatnonzero((ratio_h == sh) & (ratio_w == sw))
+            ys, wy = _axis_samples(corners[group, 1], step_h[group], sh, out_h, height)
+            xs, wx = _axis_samples(corners[group, 0], step_w[group], sw, out_w, width)
+            base = batch_ids[group] * (height * width)
+            per_roi = out_h * sh * 2 * out_w * sw * 2 * depth
+            chunk = max(1, _CHUNK_ELEMENTS // per_roi)
+            for first in range(0, group.size, chunk):
+                part = slice(first, first + chunk)
+                # [r, i, sy, corner_y, j, sx, corner_x] flat positions into the feature map
+                index = (base[part, None, None, None, None, None, None]
+                         + ys[part, :, :, :, None, None, None] * width + xs[part, None, None, None, :, :, :])
+                values = flat[index]
+                if quantized:
+                    result = self._quantized(ctx, values, wy[part], wx[part], sh * sw)
+                else:
+                    summed = np.einsum("rpsaqtbc,rpsa,rqtb->rpqc", values.astype(np.float32), wy[part], wx[part],
+                                       optimize=True)
+                    result = from_float32(summed / np.float32(sh * sw), ctx.output(0))
+                out[group[part]] = result
+        return [from_nhwc(out, nchw)]
+
+    @staticmethod
+    def _quantized(ctx: ExecutionContext, values: np.ndarray, wy: np.ndarray, wx: np.ndarray,
+                   samples: int) -> np.ndarray:
+        """Android's integer ROI_ALIGN: weights in 1/255 steps, integer sums, fixed-point rescale."""
+        source, output = ctx.input(0), ctx.output(0)
+        weights = (wy[:, :, :, :, None, None, None] * wx[:, None, None, None, :, :, :]).astype(np.float32)
+        integer_weights = round_half_away(weights / _WEIGHT_STEP).astype(np.int64)
+        centered = values.astype(np.int64) - source.zero_point
+        sums = np.einsum("rpsaqtbc,rpsaqtb->rpqc", centered, integer_weights)
+        real_multiplier = np.float32(source.scale) * _WEIGHT_STEP / np.float32(output.scale) / np.float32(samples)
+        multiplier, shift = quantize_multiplier(float(real_multiplier))
+        scaled = multiply_by_quantized_multiplier(sums, multiplier, shift) + output.zero_point
+        low, high = integer_range(output.type)
+        return np.clip(scaled, low, high).astype(ctx.output_dtype(0))
+
+
+def _axis_samples(start: np.ndarray, step: np.ndarray, ratio: int, bins: int, size: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Sampling positions along one axis for regions starting at ``start`` with bin size
+    ``step``: the two neighbouring pixel indexes [r, bin, sample, 2] and their bilinear
+    weights. Samples at or past the last pixel use it alone."""
+    sub = step / np.float32(ratio)
+    bin_start = step[:, None] * np.arange(bins, dtype=np.float32)[None, :] + start[:, None]
+    position = (bin_start[:, :, None] + (sub / np.float32(2))[:, None, None]
+                + sub[:, None, None] * np.arange(ratio, dtype=np.float32)[None, None, :])
+    low = np.floor(position)
+    frac = (position - low).astype(np.float32)
+    low = low.astype(np.int64)
+    at_edge = low >= size - 1
+    low = np.where(at_edge, size - 1, low)
+    high = np.where(at_edge, size - 1, low + 1)
+    frac = np.where(at_edge, np.float32(0), frac)
+    indexes = np.stack([low, high], axis=-1)
+    weights = np.stack([np.float32(1) - frac, frac], axis=-1).astype(np.float32)
+    return indexes, weights
