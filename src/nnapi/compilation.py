@@ -90,13 +90,13 @@ class Compilation(NnapiObject):
         self._check_modifiable("set_preference")
         try:
             self._preference = PreferenceCode(preference)
-        except ValueError:
+        except (ValueError, TypeError):
             raise BadDataError(f"set_preference: invalid preference {preference!r}") from None
 
     def set_priority(self, priority: int) -> None:
         """ANeuralNetworksCompilation_setPriority."""
         self._check_modifiable("set_priority")
-        if priority not in _PRIORITY_TO_HAL:
+        if not isinstance(priority, int) or priority not in _PRIORITY_TO_HAL:
             raise BadDataError(f"set_priority: invalid priority {priority!r}")
         self._priority = PriorityCode(priority)
 

@@ -90,6 +90,8 @@ class Event(NnapiObject):
 def check_events(events, call: str) -> list[Event]:
     if events is None:
         raise UnexpectedNullError(f"{call}: dependencies is None")
+    if isinstance(events, str | bytes) or not hasattr(events, "__iter__"):
+        raise BadDataError(f"{call}: dependencies must be a sequence of Event")
     events = list(events)
     for event in events:
         if not isinstance(event, Event):

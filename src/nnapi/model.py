@@ -117,6 +117,11 @@ class Model(NnapiObject):
             raise BadDataError(f"{call}: operand index {index} out of range (model has {len(self._operands)})")
         return int(index)
 
+    def _index_list(self, call: str, indexes: Any) -> list[int]:
+        if isinstance(indexes, str | bytes) or not hasattr(indexes, "__iter__"):
+            raise BadDataError(f"{call}: expected a sequence of operand indexes, got {indexes!r}")
+        return [self._check_index(call, i) for i in indexes]
+
     @property
     def is_finished(self) -> bool:
         return self._finished
@@ -255,13 +260,13 @@ class Model(NnapiObject):
         self._check_modifiable("add_operation")
         try:
             code = OperationCode(int(code))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):
             raise BadDataError(f"add_operation: unknown operation type {code!r}") from None
         call = f"add_operation({code.name})"
         if inputs is None or outputs is None:
             raise UnexpectedNullError(f"{call}: inputs and outputs are required")
-        input_list = [self._check_index(call, i) for i in inputs]
-        output_list = [self._check_index(call, i) for i in outputs]
+        input_list = self._index_list(call, inputs)
+        output_list = self._index_list(call, outputs)
         for position, index in enumerate(output_list):
             if index in self._values:
                 raise BadDataError(f"{call}: output {position} (operand {index}) has a constant value")
@@ -306,8 +311,8 @@ class Model(NnapiObject):
         self._check_modifiable(call)
         if inputs is None or outputs is None:
             raise UnexpectedNullError(f"{call}: inputs and outputs are required")
-        input_list = [self._check_index(call, i) for i in inputs]
-        output_list = [self._check_index(call, i) for i in outputs]
+        input_list = self._index_list(call, inputs)
+        output_list = self._index_list(call, outputs)
         for kind, indexes in (("input", input_list), ("output", output_list)):
             if len(set(indexes)) != len(indexes):
                 raise BadDataError(f"{call}: an operand appears twice among the {kind}s")
@@ -388,6 +393,8 @@ class Model(NnapiObject):
             raise UnexpectedNullError(f"{call}: devices is None")
         if not self._finished:
             raise BadStateError(f"{call}: the model is not finished")
+        if not hasattr(devices, "__iter__"):
+            raise BadDataError(f"{call}: devices must be a sequence of Device")
         devices = list(devices)
         if not devices:
             raise BadDataError(f"{call}: no devices given")

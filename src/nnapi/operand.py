@@ -77,8 +77,12 @@ class SymmPerChannelQuantParams:
     scales: tuple[float, ...]
 
     def __init__(self, channel_dim: int, scales: Sequence[float]) -> None:
-        object.__setattr__(self, "channel_dim", int(channel_dim))
-        object.__setattr__(self, "scales", tuple(float(s) for s in scales))
+        try:
+            object.__setattr__(self, "channel_dim", int(channel_dim))
+            object.__setattr__(self, "scales", tuple(float(s) for s in scales))
+        except (TypeError, ValueError, OverflowError):
+            raise BadDataError(f"per-channel params need an int channel_dim and float scales, got "
+                               f"{channel_dim!r}, {scales!r}") from None
 
 
 @dataclass(frozen=True)
@@ -105,16 +109,16 @@ class OperandType:
     ) -> None:
         try:
             code = OperandCode(int(type))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):
             raise BadDataError(f"unknown operand type {type!r}") from None
         try:
             dims = tuple(int(d) for d in (dimensions if dimensions is not None else ()))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise BadDataError(f"dimensions must be a sequence of ints, got {dimensions!r}") from None
         try:
             scale = float(scale)
             zero_point = int(zero_point)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise BadDataError("scale must be a float and zero_point an int") from None
         object.__setattr__(self, "type", code)
         object.__setattr__(self, "dimensions", dims)
