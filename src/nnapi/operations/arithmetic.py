@@ -3,7 +3,8 @@
 Inputs: 0 and 1 are tensors of one type (quantized inputs may differ in scale and zero
 point), 2 is the INT32 FuseCode. Quantized results are computed on real values and
 quantized into the output's scale and zero point; TENSOR_INT32 requires FUSED_NONE and
-DIV on it is floor division.
+DIV on it is floor division. Quantized MUL requires output_scale > input1_scale *
+input2_scale (BAD_DATA otherwise).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from nnapi.operations.common import (
 T = OperandCode
 _ALL_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
               T.TENSOR_INT32)
+_QUANT8_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _TYPES = {
     OperationCode.ADD: _ALL_TYPES,
     OperationCode.SUB: _ALL_TYPES,
@@ -49,6 +51,12 @@ class BinaryArithmetic(Operation):
         a, b = ctx.inputs[0].dimensions, ctx.inputs[1].dimensions
         if a and b and 0 not in a and 0 not in b and broadcast_shapes(a, b) is None:
             ctx.fail(f"input shapes {list(a)} and {list(b)} do not broadcast")
+        if self.code == OperationCode.MUL and ctx.input_type(0) in _QUANT8_TYPES:
+            # The NDK requires output_scale > input1_scale * input2_scale for quantized MUL.
+            product = ctx.inputs[0].scale * ctx.inputs[1].scale
+            if not ctx.outputs[0].scale > product:
+                ctx.fail(f"output 0 scale {ctx.outputs[0].scale} must exceed the product of the input "
+                         f"scales ({product})")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         a, b = ctx.input(0).shape, ctx.input(1).shape
