@@ -1,0 +1,38 @@
+"""ARGMAX and ARGMIN: the index of the largest / smallest element along an axis.
+
+Inputs: 0 a non-empty tensor of rank >= 1, 1 the INT32 axis (negative counts from the
+end). The output is TENSOR_INT32 without the axis dimension ([1] for a 1-D input);
+ties resolve to the first (smallest) index. Quantized inputs compare stored integers,
+which order like their real values since the scale is positive.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._shape_common import DATA_TYPES_INT, axis_value, check_known_rank_at_least
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+
+T = OperandCode
+
+
+@register(OperationCode.ARGMAX, OperationCode.ARGMIN)
+class ArgMinMax(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=2, outputs=1)
+        ctx.check_input_types([DATA_TYPES_INT, T.INT32])
+        check_known_rank_at_least(ctx, 0, 1)
+        ctx.check_output_type(0, T.TENSOR_INT32)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        shape = ctx.input(0).shape
+        axis = axis_value(ctx, 1, len(shape))
+        ctx.require(0 not in shape, f"input 0 must be non-empty, got shape {list(shape)}")
+        return [shape[:axis] + shape[axis + 1:] or (1,)]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        x = ctx.value(0)
+        axis = axis_value(ctx, 1, x.ndim)
+        find = np.argmax if self.code == OperationCode.ARGMAX else np.argmin
+        return [find(x, axis=axis).astype(np.int32).reshape(self.prepare(ctx)[0])]

@@ -1,0 +1,80 @@
+"""EMBEDDING_LOOKUP and HASHTABLE_LOOKUP: select rows of a values tensor.
+
+EMBEDDING_LOOKUP: input 0 a 1-D TENSOR_INT32 of row indices (each in range, or the
+execution fails), input 1 the values (rank >= 2); output row i is values[lookups[i]].
+HASHTABLE_LOOKUP: inputs lookups [k] and keys [n] (TENSOR_INT32, keys sorted
+ascending), values [n, ...]; output row i is the values row whose key equals
+lookups[i], or zeros on a miss; output 1 ("hits", TENSOR_QUANT8_ASYMM with scale 1 and
+zero point 0) is 1 for a hit and 0 for a miss.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._shape_common import check_known_rank_at_least, check_output_like_input, check_vector_input
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+
+T = OperandCode
+_EMBEDDING_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
+                    T.TENSOR_QUANT8_ASYMM_SIGNED)
+_HASHTABLE_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
+
+
+@register(OperationCode.EMBEDDING_LOOKUP)
+class EmbeddingLookup(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=2, outputs=1)
+        check_vector_input(ctx, 0, "lookups")
+        ctx.check_input_type(1, _EMBEDDING_TYPES)
+        check_known_rank_at_least(ctx, 1, 2)
+        check_output_like_input(ctx, 0, source=1)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        lookups = ctx.value(0)
+        values = ctx.input(1)
+        ctx.require(lookups.ndim == 1, f"input 0 (lookups) must be 1-D, got shape {list(lookups.shape)}")
+        ctx.require(values.rank >= 2, f"input 1 (values) must have rank at least 2, got {values.rank}")
+        rows = values.shape[0]
+        ctx.require(bool(np.all((lookups >= 0) & (lookups < rows))), f"lookups must be in [0, {rows})")
+        return [(lookups.shape[0],) + values.shape[1:]]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        return [np.take(ctx.value(1), ctx.value(0), axis=0)]
+
+
+@register(OperationCode.HASHTABLE_LOOKUP)
+class HashtableLookup(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=3, outputs=2)
+        check_vector_input(ctx, 0, "lookups")
+        check_vector_input(ctx, 1, "keys")
+        ctx.check_input_type(2, _HASHTABLE_TYPES)
+        check_known_rank_at_least(ctx, 2, 2)
+        keys, values = ctx.inputs[1].dimensions, ctx.inputs[2].dimensions
+        if len(keys) == 1 and values and keys[0] and values[0] and keys[0] != values[0]:
+            ctx.fail(f"input 1 (keys) has {keys[0]} entries but input 2 (values) has {values[0]} rows")
+        check_output_like_input(ctx, 0, source=2)
+        ctx.check_output_type(1, T.TENSOR_QUANT8_ASYMM)
+        hits = ctx.outputs[1]
+        if (hits.scale, hits.zero_point) != (1.0, 0):
+            ctx.fail(f"output 1 (hits) must have scale 1.0 and zero point 0, got ({hits.scale}, {hits.zero_point})")
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        lookups, keys, values = ctx.input(0), ctx.input(1), ctx.input(2)
+        ctx.require(lookups.rank == 1 and keys.rank == 1, "lookups and keys must be 1-D")
+        ctx.require(values.rank >= 2, f"input 2 (values) must have rank at least 2, got {values.rank}")
+        ctx.require(keys.shape[0] == values.shape[0],
+                    f"{keys.shape[0]} keys for {values.shape[0]} rows of values")
+        return [(lookups.shape[0],) + values.shape[1:], (lookups.shape[0],)]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        lookups, keys, values = ctx.value(0), ctx.value(1), ctx.value(2)
+        # Keys are sorted: a binary search finds each lookup's candidate row.
+        rows = np.searchsorted(keys, lookups)
+        safe_rows = np.minimum(rows, max(keys.size - 1, 0))
+        hits = (rows < keys.size) & (keys[safe_rows] == lookups) if keys.size else np.zeros(lookups.shape, bool)
+        output = np.zeros((lookups.size,) + values.shape[1:], dtype=values.dtype)
+        output[hits] = values[rows[hits]]
+        return [output, hits.astype(np.uint8)]

@@ -1,0 +1,100 @@
+"""MEAN and REDUCE_ALL / ANY / MAX / MIN / PROD / SUM: reductions over listed axes.
+
+Inputs: 0 the tensor (rank up to 4), 1 a 1-D TENSOR_INT32 of axes in [-rank, rank)
+(repeats allowed; an empty list reduces nothing), 2 keep_dims: INT32 (> 0 keeps) for
+MEAN, BOOL for REDUCE_*. Reduced dimensions are dropped, or kept with size 1; when
+every dimension goes the output shape is [1]. Quantized MEAN / MAX / MIN share the
+input's scale and zero point, so they work on the stored integers directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._shape_common import (
+    DATA_TYPES,
+    axes_values,
+    check_output_like_input,
+    check_vector_input,
+    reduced_shape,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import integer_range, round_half_away
+
+T = OperandCode
+_CODE = OperationCode
+_FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+_TYPES = {
+    _CODE.MEAN: DATA_TYPES,
+    _CODE.REDUCE_ALL: (T.TENSOR_BOOL8,),
+    _CODE.REDUCE_ANY: (T.TENSOR_BOOL8,),
+    _CODE.REDUCE_MAX: DATA_TYPES,
+    _CODE.REDUCE_MIN: DATA_TYPES,
+    _CODE.REDUCE_PROD: _FLOAT,
+    _CODE.REDUCE_SUM: _FLOAT,
+}
+_MAX_RANK = 4
+
+
+def _extreme(dtype: np.dtype, largest: bool):
+    """The identity of max (lowest value) or min (highest value) for ``dtype``; it is the
+    result of reducing an empty set, as Android's kernels start from it."""
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+        return info.max if largest else info.min
+    info = np.iinfo(dtype)
+    return info.max if largest else info.min
+
+
+@register(*_TYPES)
+class Reduce(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=3, outputs=1)
+        ctx.check_input_type(0, _TYPES[self.code])
+        ctx.check_input_max_rank(0, _MAX_RANK)
+        check_vector_input(ctx, 1, "axes")
+        ctx.check_input_type(2, T.INT32 if self.code == _CODE.MEAN else T.BOOL)
+        check_output_like_input(ctx)
+
+    def _axes(self, ctx: ExecutionContext) -> tuple[tuple[int, ...], bool]:
+        axes = tuple(axes_values(ctx, 1, ctx.input(0).rank))
+        keep = ctx.scalar(2)
+        return axes, bool(keep > 0 if self.code == _CODE.MEAN else keep)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        axes, keep = self._axes(ctx)
+        return [reduced_shape(ctx.input(0).shape, axes, keep)]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        axes, keep = self._axes(ctx)
+        x = ctx.value(0)
+        code = self.code
+        out_shape = reduced_shape(x.shape, axes, keep)
+        dtype = ctx.output_dtype(0)
+        if code == _CODE.MEAN:
+            if x.dtype.kind == "f":
+                # float16 is averaged in float32 and rounded once, as Android does
+                result = np.mean(x, axis=axes, dtype=np.float64).astype(dtype)
+            else:
+                low, high = integer_range(x.dtype)
+                mean = np.mean(x, axis=axes, dtype=np.float64)
+                result = np.clip(round_half_away(mean), low, high).astype(dtype)
+        elif code in (_CODE.REDUCE_MAX, _CODE.REDUCE_MIN):
+            largest = code == _CODE.REDUCE_MAX
+            reducer = np.max if largest else np.min
+            result = reducer(x, axis=axes, initial=_extreme(x.dtype, not largest))
+        elif code == _CODE.REDUCE_SUM:
+            result = np.sum(x, axis=axes, dtype=np.float32).astype(dtype)
+        elif code == _CODE.REDUCE_PROD:
+            with np.errstate(invalid="ignore", over="ignore"):
+                product = np.prod(x, axis=axes, dtype=np.float32)
+            # Any zero factor makes the product 0 (even next to an infinity, where
+            # IEEE would give NaN), as Android's kernel defines it.
+            result = np.where(np.any(x == 0, axis=axes), np.float32(0), product).astype(dtype)
+        elif code == _CODE.REDUCE_ALL:
+            result = np.all(x, axis=axes)
+        else:
+            result = np.any(x, axis=axes)
+        return [np.asarray(result, dtype=dtype).reshape(out_shape)]
+
