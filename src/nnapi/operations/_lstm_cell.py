@@ -1,0 +1,271 @@
+"""The float LSTM and RNN cells shared by LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM,
+BIDIRECTIONAL_SEQUENCE_LSTM and the RNN family.
+
+One direction of an LSTM layer is an ``LstmDirection``: its weights (absent optional
+weights are None), read from the operation's inputs through a layout that maps weight
+names to input indexes. ``run_lstm`` unrolls it over a time-major sequence; the input
+(and auxiliary input) contributions of every time step are one matrix product done
+before the time loop, so the loop only multiplies the recurrent state.
+
+Variants, as the NNAPI spec defines them: CIFG (no input gate weights: i = 1 - f),
+peephole (cell-to-gate weights), projection with optional bias, layer normalization
+(gate pre-activations normalized per batch row, scaled, then the gate bias added),
+cell and projection clipping (0 disables).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnapi.operations.base import ExecutionContext
+
+#: names of the per-direction weight inputs, in the order the spec lists them
+WEIGHT_NAMES = (
+    "input_to_input", "input_to_forget", "input_to_cell", "input_to_output",
+    "recurrent_to_input", "recurrent_to_forget", "recurrent_to_cell", "recurrent_to_output",
+    "cell_to_input", "cell_to_forget", "cell_to_output",
+    "input_bias", "forget_bias", "cell_bias", "output_bias",
+    "projection", "projection_bias",
+)
+NORM_NAMES = ("input_norm", "forget_norm", "cell_norm", "output_norm")
+AUX_NAMES = ("aux_to_input", "aux_to_forget", "aux_to_cell", "aux_to_output")
+#: the weights every LSTM direction needs
+REQUIRED_NAMES = ("input_to_forget", "input_to_cell", "input_to_output", "recurrent_to_forget",
+                  "recurrent_to_cell", "recurrent_to_output", "forget_bias", "cell_bias", "output_bias")
+
+# Activation codes of the LSTM "g" function (TfLiteFusedActivation values).
+ACT_NONE, ACT_RELU, ACT_RELU1, ACT_RELU6, ACT_TANH, ACT_SIGMOID = 0, 1, 2, 3, 4, 6
+ACTIVATIONS = (ACT_NONE, ACT_RELU, ACT_RELU1, ACT_RELU6, ACT_TANH, ACT_SIGMOID)
+# Layer normalization divides by sqrt(variance + this), as TFLite's kernels do.
+_LAYER_NORM_EPSILON = np.float32(1e-8)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of a large negative argument overflows harmlessly to inf (result 0).
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype, copy=False)
+
+
+def activate(x: np.ndarray, code: int) -> np.ndarray:
+    """Apply an activation code (none, relu, relu1, relu6, tanh, sigmoid)."""
+    if code == ACT_RELU:
+        return np.maximum(x, 0)
+    if code == ACT_RELU1:
+        return np.clip(x, -1, 1)
+    if code == ACT_RELU6:
+        return np.clip(x, 0, 6)
+    if code == ACT_TANH:
+        return np.tanh(x)
+    if code == ACT_SIGMOID:
+        return sigmoid(x)
+    return x
+
+
+def optional_value(ctx: ExecutionContext, index: int | None) -> np.ndarray | None:
+    """The float32 value of an optional input, None when omitted or not in the signature."""
+    if index is None or ctx.is_omitted(index):
+        return None
+    return np.asarray(ctx.value(index), dtype=np.float32)
+
+
+@dataclass
+class LstmDirection:
+    """The weights of one LSTM direction, float32; absent optional weights are None."""
+
+    weights: dict[str, np.ndarray | None]
+    activation: int
+    cell_clip: float
+    proj_clip: float
+
+    @property
+    def use_cifg(self) -> bool:
+        return self.weights["input_to_input"] is None
+
+    @property
+    def use_layer_norm(self) -> bool:
+        return self.weights["output_norm"] is not None
+
+    @property
+    def num_units(self) -> int:
+        return self.weights["input_to_output"].shape[0]  # type: ignore[union-attr]
+
+    @property
+    def output_size(self) -> int:
+        return self.weights["recurrent_to_output"].shape[1]  # type: ignore[union-attr]
+
+    @property
+    def has_aux_weights(self) -> bool:
+        return self.weights.get("aux_to_forget") is not None
+
+    def gates(self) -> tuple[str, ...]:
+        """Gate names in scratch-buffer order (Android's: input, cell, forget, output)."""
+        return ("cell", "forget", "output") if self.use_cifg else ("input", "cell", "forget", "output")
+
+
+def read_direction(ctx: ExecutionContext, layout: dict[str, int | None], activation: int, cell_clip: float,
+                   proj_clip: float) -> LstmDirection:
+    weights = {name: optional_value(ctx, layout.get(name)) for name in (*WEIGHT_NAMES, *NORM_NAMES, *AUX_NAMES)}
+    return LstmDirection(weights, activation, cell_clip, proj_clip)
+
+
+def check_direction(ctx: ExecutionContext, d: LstmDirection, input_size: int, aux_size: int | None,
+                    label: str = "") -> None:
+    """Shape and presence rules of one direction (prepare time, OP_FAILED on violation)."""
+    w = d.weights
+    where = f"{label} " if label else ""
+    for name in REQUIRED_NAMES:
+        ctx.require(w[name] is not None, f"{where}{name} weights must be present")
+    ctx.require(d.cell_clip >= 0 and d.proj_clip >= 0, "clipping thresholds must not be negative")
+    ctx.require(d.activation in ACTIVATIONS, f"unsupported activation {d.activation}")
+    units = w["input_to_output"].shape[0] if w["input_to_output"].ndim == 2 else -1  # type: ignore[union-attr]
+    ctx.require(w["recurrent_to_output"].ndim == 2, f"{where}recurrent_to_output must be 2-D")  # type: ignore[union-attr]
+    out = w["recurrent_to_output"].shape[1]  # type: ignore[union-attr]
+    expected = {
+        "input_to_input": (units, input_size), "input_to_forget": (units, input_size),
+        "input_to_cell": (units, input_size), "input_to_output": (units, input_size),
+        "recurrent_to_input": (units, out), "recurrent_to_forget": (units, out),
+        "recurrent_to_cell": (units, out), "recurrent_to_output": (units, out),
+        "cell_to_input": (units,), "cell_to_forget": (units,), "cell_to_output": (units,),
+        "input_bias": (units,), "forget_bias": (units,), "cell_bias": (units,), "output_bias": (units,),
+        "projection": (out, units), "projection_bias": (out,),
+        "input_norm": (units,), "forget_norm": (units,), "cell_norm": (units,), "output_norm": (units,),
+    }
+    if aux_size is not None:
+        expected.update({name: (units, aux_size) for name in AUX_NAMES})
+    for name, shape in expected.items():
+        value = w.get(name)
+        if value is not None:
+            ctx.require(value.shape == shape, f"{where}{name} has shape {list(value.shape)}, expected {list(shape)}")
+    cifg = d.use_cifg
+    ctx.require((w["recurrent_to_input"] is None) == cifg,
+                f"{where}input_to_input and recurrent_to_input must be both present or both omitted")
+    ctx.require((w["input_bias"] is None) == cifg, f"{where}input gate bias must be present exactly without CIFG")
+    peephole = [w["cell_to_forget"] is not None, w["cell_to_output"] is not None]
+    ctx.require(all(peephole) or not any(peephole), f"{where}peephole weights must be all present or all omitted")
+    if cifg:
+        ctx.require(w["cell_to_input"] is None, f"{where}cell_to_input must be omitted with CIFG")
+    else:
+        ctx.require((w["cell_to_input"] is not None) == all(peephole),
+                    f"{where}peephole weights must be all present or all omitted")
+    ctx.require(w["projection"] is not None or w["projection_bias"] is None,
+                f"{where}projection bias needs projection weights")
+    ctx.require(w["projection"] is not None or out == units,
+                f"{where}without projection the output size must equal the number of units")
+    norms = [w[name] is not None for name in NORM_NAMES[1:]]
+    ctx.require(all(norms) or not any(norms), f"{where}layer norm weights must be all present or all omitted")
+    if cifg:
+        ctx.require(w["input_norm"] is None, f"{where}input layer norm weights must be omitted with CIFG")
+    else:
+        ctx.require((w["input_norm"] is not None) == all(norms),
+                    f"{where}layer norm weights must be all present or all omitted")
+    aux = [w.get(name) is not None for name in AUX_NAMES[1:]]
+    ctx.require(all(aux) or not any(aux), f"{where}auxiliary weights must be all present or all omitted")
+    if all(aux):
+        ctx.require((w.get("aux_to_input") is not None) == (not cifg),
+                    f"{where}aux_to_input weights must be present exactly without CIFG")
+
+
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    centered = x - mean
+    variance = np.mean(centered * centered, axis=-1, keepdims=True)
+    return centered / np.sqrt(variance + _LAYER_NORM_EPSILON) * weight + bias
+
+
+def run_lstm(d: LstmDirection, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray,
+             aux: np.ndarray | None = None, reverse: bool = False, check=None):
+    """Unroll one direction over a time-major float32 sequence ``inputs`` [T, B, in].
+
+    Returns (outputs [T, B, out], last output state, last cell state, last gate values
+    [B, G * units] in Android's scratch layout).
+    """
+    w = d.weights
+    gates = d.gates()
+    units = d.num_units
+    # One stacked matrix per source: the gates' rows side by side, so each time step needs
+    # a single recurrent matrix product.
+    stacked_input = np.concatenate([w[f"input_to_{g}"] for g in gates], axis=0)
+    stacked_recurrent = np.concatenate([w[f"recurrent_to_{g}"] for g in gates], axis=0).T.copy()
+    biases = np.concatenate([w[f"{g}_bias"] for g in gates])
+    pre = np.matmul(inputs, stacked_input.T)
+    if aux is not None and d.has_aux_weights:
+        stacked_aux = np.concatenate([w[f"aux_to_{g}"] for g in gates], axis=0)
+        pre = pre + np.matmul(aux, stacked_aux.T)
+    if not d.use_layer_norm:
+        # Without layer normalization the bias joins the pre-activation directly.
+        pre = pre + biases
+    steps = inputs.shape[0]
+    outputs = np.empty((steps, inputs.shape[1], d.output_size), dtype=np.float32)
+    h, c = h0.astype(np.float32), c0.astype(np.float32)
+    peephole = w["cell_to_output"] is not None
+    projection, projection_bias = w["projection"], w["projection_bias"]
+    scratch = np.zeros((inputs.shape[1], len(gates) * units), dtype=np.float32)
+    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    for t in order:
+        if check is not None:
+            check()
+        z = pre[t] + np.matmul(h, stacked_recurrent)
+        parts = dict(zip(gates, np.split(z, len(gates), axis=-1), strict=True))
+        if peephole:
+            if not d.use_cifg:
+                parts["input"] = parts["input"] + w["cell_to_input"] * c
+            parts["forget"] = parts["forget"] + w["cell_to_forget"] * c
+        if d.use_layer_norm:
+            for g in gates:
+                if g != "output":
+                    parts[g] = _layer_norm(parts[g], w[f"{g}_norm"], w[f"{g}_bias"])
+        forget = sigmoid(parts["forget"])
+        input_gate = 1.0 - forget if d.use_cifg else sigmoid(parts["input"])
+        candidate = activate(parts["cell"], d.activation)
+        c = forget * c + input_gate * candidate
+        if d.cell_clip > 0:
+            c = np.clip(c, -d.cell_clip, d.cell_clip)
+        out_pre = parts["output"]
+        if peephole:
+            out_pre = out_pre + w["cell_to_output"] * c
+        if d.use_layer_norm:
+            out_pre = _layer_norm(out_pre, w["output_norm"], w["output_bias"])
+        output_gate = sigmoid(out_pre)
+        hidden = output_gate * activate(c, d.activation)
+        if projection is not None:
+            hidden = np.matmul(hidden, projection.T)
+            if projection_bias is not None:
+                hidden = hidden + projection_bias
+            if d.proj_clip > 0:
+                hidden = np.clip(hidden, -d.proj_clip, d.proj_clip)
+        h = hidden.astype(np.float32, copy=False)
+        outputs[t] = h
+        values = {"input": input_gate, "cell": candidate, "forget": forget, "output": output_gate}
+        scratch = np.concatenate([values[g] for g in gates], axis=-1)
+    return outputs, h, c.astype(np.float32, copy=False), scratch
+
+
+def run_rnn(inputs: np.ndarray, weights: np.ndarray, recurrent: np.ndarray, bias: np.ndarray, h0: np.ndarray,
+            activation: int, aux: np.ndarray | None = None, aux_weights: np.ndarray | None = None,
+            reverse: bool = False, check=None) -> tuple[np.ndarray, np.ndarray]:
+    """Basic RNN over a time-major float32 sequence: h = act(x W' + aux A' + h R' + b).
+
+    Returns (outputs [T, B, units], last hidden state)."""
+    pre = np.matmul(inputs, weights.T) + bias
+    if aux is not None and aux_weights is not None:
+        pre = pre + np.matmul(aux, aux_weights.T)
+    recurrent_t = recurrent.T.copy()
+    outputs = np.empty(pre.shape, dtype=np.float32)
+    h = h0.astype(np.float32)
+    order = range(pre.shape[0] - 1, -1, -1) if reverse else range(pre.shape[0])
+    for t in order:
+        if check is not None:
+            check()
+        h = activate(pre[t] + np.matmul(h, recurrent_t), activation).astype(np.float32, copy=False)
+        outputs[t] = h
+    return outputs, h
+
+
+def to_time_major(x: np.ndarray, time_major: bool) -> np.ndarray:
+    return x if time_major else np.swapaxes(x, 0, 1)
+
+
+def from_time_major(x: np.ndarray, time_major: bool) -> np.ndarray:
+    return np.ascontiguousarray(x if time_major else np.swapaxes(x, 0, 1))

@@ -1,0 +1,240 @@
+"""LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM and BIDIRECTIONAL_SEQUENCE_LSTM (float32, float16,
+relaxed float32), all running the one cell of ``_lstm_cell``.
+
+LSTM is one time step with 23 inputs (feature level 1) or 27 (layer normalization,
+feature level 3) and four outputs (scratch, output state, cell state, output).
+UNIDIRECTIONAL_SEQUENCE_LSTM unrolls it over a time-major or batch-major sequence (28
+inputs; 1 output, or 3 with the final states). BIDIRECTIONAL_SEQUENCE_LSTM runs a forward
+and a backward direction (61 inputs); an auxiliary input either feeds both directions
+through auxiliary weights (cross-linking) or, without auxiliary weights, replaces the
+backward direction's input (parallel linking); merge_outputs concatenates the two outputs
+along the last axis; the final states are 4 optional extra outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._lstm_cell import (
+    AUX_NAMES,
+    NORM_NAMES,
+    WEIGHT_NAMES,
+    check_direction,
+    from_time_major,
+    read_direction,
+    run_lstm,
+    to_time_major,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import FLOAT_TYPES
+
+T = OperandCode
+_CLIP_SCALAR = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16}
+
+# Input layouts: weight name -> input index.
+_PLAIN = {name: 1 + i for i, name in enumerate(WEIGHT_NAMES)}
+_LSTM_LAYOUT = {**_PLAIN, **{name: 23 + i for i, name in enumerate(NORM_NAMES)}}
+_SEQUENCE_LAYOUT = {**_PLAIN, **{name: 24 + i for i, name in enumerate(NORM_NAMES)}}
+_FW_LAYOUT = {**_PLAIN, **{name: 53 + i for i, name in enumerate(NORM_NAMES)},
+              **{name: 40 + i for i, name in enumerate(AUX_NAMES)}}
+_BW_LAYOUT = {**{name: 18 + i for i, name in enumerate(WEIGHT_NAMES)},
+              **{name: 57 + i for i, name in enumerate(NORM_NAMES)},
+              **{name: 44 + i for i, name in enumerate(AUX_NAMES)}}
+_BIDI_FW_STATE, _BIDI_BW_STATE, _BIDI_AUX_INPUT = (35, 36), (37, 38), 39
+
+
+def _validate_signature(ctx: ValidationContext, tensors: range | list[int], activation: int,
+                        clips: tuple[int, int], bools: tuple[int, ...] = ()) -> OperandCode:
+    """Common type rules: every tensor input and output has input 0's float type, the
+    activation is INT32, the clipping thresholds are scalars of the matching float type."""
+    ctx.check_input_type(0, FLOAT_TYPES)
+    code = ctx.input_type(0)
+    for index in tensors:
+        ctx.check_input_type(index, code)
+    ctx.check_input_type(activation, T.INT32)
+    for index in clips:
+        ctx.check_input_type(index, _CLIP_SCALAR[code])
+    for index in bools:
+        ctx.check_input_type(index, T.BOOL)
+    for index in range(len(ctx.outputs)):
+        ctx.check_output_type(index, code)
+    return code
+
+
+def _check_ranks(ctx: ValidationContext, layout: dict[str, int]) -> None:
+    # Omitted optional operands are often declared with placeholder shapes, so only the
+    # required weights' ranks are checked here; the rest are checked at execution.
+    for name in ("input_to_forget", "input_to_cell", "input_to_output", "recurrent_to_forget",
+                 "recurrent_to_cell", "recurrent_to_output"):
+        ctx.check_input_rank(layout[name], 2)
+    for name in ("forget_bias", "cell_bias", "output_bias"):
+        ctx.check_input_rank(layout[name], 1)
+
+
+def _state(ctx: ExecutionContext, index: int, shape: tuple[int, int], what: str) -> np.ndarray:
+    ctx.require(not ctx.is_omitted(index), f"{what} must be present")
+    value = np.asarray(ctx.value(index), dtype=np.float32)
+    ctx.require(value.shape == shape, f"{what} has shape {list(value.shape)}, expected {list(shape)}")
+    return value
+
+
+def _clips(ctx: ExecutionContext, cell: int, proj: int) -> tuple[float, float]:
+    return float(ctx.scalar(cell)), float(ctx.scalar(proj))
+
+
+@register(OperationCode.LSTM)
+class Lstm(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=(23, 27), outputs=4)
+        tensors = list(range(20)) + list(range(23, len(ctx.inputs)))
+        _validate_signature(ctx, tensors, 20, (21, 22))
+        ctx.check_input_rank(0, 2)
+        _check_ranks(ctx, _PLAIN)
+        for index in (18, 19):
+            ctx.check_input_rank(index, 2)
+
+    def _direction(self, ctx: ExecutionContext):
+        ctx.require(not ctx.is_omitted(0), "input must be present")
+        x = ctx.input(0)
+        ctx.require(x.rank == 2, f"input must be 2-D, got rank {x.rank}")
+        layout = _LSTM_LAYOUT if len(ctx.inputs) == 27 else _PLAIN
+        d = read_direction(ctx, layout, int(ctx.scalar(20)), *_clips(ctx, 21, 22))
+        check_direction(ctx, d, x.shape[1], None)
+        batch = x.shape[0]
+        h0 = _state(ctx, 18, (batch, d.output_size), "output state in")
+        c0 = _state(ctx, 19, (batch, d.num_units), "cell state in")
+        return d, h0, c0
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        d, h0, c0 = self._direction(ctx)
+        batch = h0.shape[0]
+        scratch = (batch, d.num_units * len(d.gates()))
+        return [scratch, h0.shape, c0.shape, h0.shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        d, h0, c0 = self._direction(ctx)
+        x = np.asarray(ctx.value(0), dtype=np.float32)[np.newaxis]
+        outputs, h, c, scratch = run_lstm(d, x, h0, c0)
+        dtype = ctx.output_dtype(0)
+        return [scratch.astype(dtype), h.astype(dtype), c.astype(dtype), outputs[0].astype(dtype)]
+
+
+@register(OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM)
+class UnidirectionalSequenceLstm(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=28, outputs=(1, 3))
+        tensors = list(range(20)) + list(range(24, 28))
+        _validate_signature(ctx, tensors, 20, (21, 22), bools=(23,))
+        ctx.check_input_rank(0, 3)
+        _check_ranks(ctx, _PLAIN)
+        for index in (18, 19):
+            ctx.check_input_rank(index, 2)
+
+    def _setup(self, ctx: ExecutionContext):
+        ctx.require(not ctx.is_omitted(0), "input must be present")
+        x = ctx.input(0)
+        ctx.require(x.rank == 3, f"input must be 3-D, got rank {x.rank}")
+        time_major = bool(ctx.scalar(23))
+        batch = x.shape[1] if time_major else x.shape[0]
+        d = read_direction(ctx, _SEQUENCE_LAYOUT, int(ctx.scalar(20)), *_clips(ctx, 21, 22))
+        check_direction(ctx, d, x.shape[2], None)
+        h0 = _state(ctx, 18, (batch, d.output_size), "output state in")
+        c0 = _state(ctx, 19, (batch, d.num_units), "cell state in")
+        return d, time_major, h0, c0
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        d, _, h0, c0 = self._setup(ctx)
+        shape = (*ctx.input(0).shape[:2], d.output_size)
+        return [shape, h0.shape, c0.shape][: len(ctx.outputs)]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        d, time_major, h0, c0 = self._setup(ctx)
+        x = to_time_major(np.asarray(ctx.value(0), dtype=np.float32), time_major)
+        outputs, h, c, _ = run_lstm(d, x, h0, c0, check=ctx.check_deadline)
+        dtype = ctx.output_dtype(0)
+        results = [from_time_major(outputs, time_major).astype(dtype), h.astype(dtype), c.astype(dtype)]
+        return results[: len(ctx.outputs)]
+
+
+@register(OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM)
+class BidirectionalSequenceLstm(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=61, outputs=(1, 2, 5, 6))
+        tensors = list(range(48)) + list(range(53, 61))
+        _validate_signature(ctx, tensors, 48, (49, 50), bools=(51, 52))
+        ctx.check_input_rank(0, 3)
+        _check_ranks(ctx, _FW_LAYOUT)
+        _check_ranks(ctx, _BW_LAYOUT)
+        for index in (*_BIDI_FW_STATE, *_BIDI_BW_STATE):
+            ctx.check_input_rank(index, 2)
+
+    def _setup(self, ctx: ExecutionContext):
+        ctx.require(not ctx.is_omitted(0), "input must be present")
+        x = ctx.input(0)
+        ctx.require(x.rank == 3, f"input must be 3-D, got rank {x.rank}")
+        merge = bool(ctx.scalar(51))
+        time_major = bool(ctx.scalar(52))
+        expected = (1, 5) if merge else (2, 6)
+        ctx.require(len(ctx.outputs) in expected,
+                    f"{len(ctx.outputs)} outputs do not fit merge_outputs={merge} (expected {expected})")
+        batch = x.shape[1] if time_major else x.shape[0]
+        activation = int(ctx.scalar(48))
+        clips = _clips(ctx, 49, 50)
+        fw = read_direction(ctx, _FW_LAYOUT, activation, *clips)
+        bw = read_direction(ctx, _BW_LAYOUT, activation, *clips)
+        has_aux_input = not ctx.is_omitted(_BIDI_AUX_INPUT)
+        ctx.require(fw.has_aux_weights == bw.has_aux_weights,
+                    "forward and backward auxiliary weights must be both present or both omitted")
+        ctx.require(has_aux_input or not fw.has_aux_weights, "auxiliary weights need an auxiliary input")
+        aux_size = None
+        if has_aux_input:
+            aux = ctx.input(_BIDI_AUX_INPUT)
+            ctx.require(aux.rank == 3 and aux.shape[:2] == x.shape[:2],
+                        f"auxiliary input shape {list(aux.shape)} does not match input {list(x.shape)}")
+            aux_size = aux.shape[2]
+        parallel = has_aux_input and not fw.has_aux_weights
+        check_direction(ctx, fw, x.shape[2], aux_size if fw.has_aux_weights else None, "forward")
+        bw_input_size = aux_size if parallel else x.shape[2]
+        check_direction(ctx, bw, bw_input_size, aux_size if bw.has_aux_weights else None, "backward")
+        states = [
+            _state(ctx, _BIDI_FW_STATE[0], (batch, fw.output_size), "forward activation state"),
+            _state(ctx, _BIDI_FW_STATE[1], (batch, fw.num_units), "forward cell state"),
+            _state(ctx, _BIDI_BW_STATE[0], (batch, bw.output_size), "backward activation state"),
+            _state(ctx, _BIDI_BW_STATE[1], (batch, bw.num_units), "backward cell state"),
+        ]
+        return fw, bw, merge, time_major, parallel, has_aux_input, states
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        fw, bw, merge, _, _, _, states = self._setup(ctx)
+        lead = ctx.input(0).shape[:2]
+        shapes: list[Shape] = []
+        if merge:
+            shapes.append((*lead, fw.output_size + bw.output_size))
+        else:
+            shapes += [(*lead, fw.output_size), (*lead, bw.output_size)]
+        if len(ctx.outputs) > 2:
+            shapes += [s.shape for s in states]
+        return shapes
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        fw, bw, merge, time_major, parallel, has_aux_input, states = self._setup(ctx)
+        x = to_time_major(np.asarray(ctx.value(0), dtype=np.float32), time_major)
+        aux = None
+        if has_aux_input:
+            aux = to_time_major(np.asarray(ctx.value(_BIDI_AUX_INPUT), dtype=np.float32), time_major)
+        fw_out, fw_h, fw_c, _ = run_lstm(fw, x, states[0], states[1], aux=None if parallel else aux,
+                                         check=ctx.check_deadline)
+        bw_input = aux if parallel else x
+        bw_out, bw_h, bw_c, _ = run_lstm(bw, bw_input, states[2], states[3], aux=None if parallel else aux,
+                                         reverse=True, check=ctx.check_deadline)
+        dtype = ctx.output_dtype(0)
+        results = []
+        if merge:
+            results.append(from_time_major(np.concatenate([fw_out, bw_out], axis=-1), time_major).astype(dtype))
+        else:
+            results += [from_time_major(fw_out, time_major).astype(dtype),
+                        from_time_major(bw_out, time_major).astype(dtype)]
+        if len(ctx.outputs) > 2:
+            results += [s.astype(dtype) for s in (fw_h, fw_c, bw_h, bw_c)]
+        return results
