@@ -1,0 +1,117 @@
+"""AVERAGE_POOL_2D, MAX_POOL_2D, L2_POOL_2D: 2-D pooling with explicit or implicit
+padding, strides, a filter size, a fused activation and the optional NCHW layout.
+
+Padded positions never count: averages divide by the number of real input pixels in
+each window (as Android's kernels do). Each pooling is a loop over the filter taps, each
+a vectorized reduction step over the whole output. Quantized outputs share the input's
+scale and zero point, so averages stay integers: the window sum divided by the count,
+rounded half away from zero (TFLite's integer average pool).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._conv_common import SpatialArgs, padded, spatial_dims, tap
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import (
+    activation_bounds_quantized,
+    apply_activation_float,
+    conv_output_size,
+    from_nhwc,
+    integer_range,
+    layout_shape,
+)
+
+T = OperandCode
+_ARGS = SpatialArgs(first=1, extras=("filter_w", "filter_h"))
+_FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+_TYPES = {
+    OperationCode.AVERAGE_POOL_2D: _FLOAT + (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED),
+    OperationCode.MAX_POOL_2D: _FLOAT + (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED),
+    OperationCode.L2_POOL_2D: _FLOAT,
+}
+
+
+def _window_counts(size: int, out_size: int, stride: int, kernel: int, pad_head: int) -> np.ndarray:
+    """How many real (unpadded) input positions each output position's window covers."""
+    start = np.arange(out_size) * stride - pad_head
+    return np.minimum(start + kernel, size) - np.maximum(start, 0)
+
+
+@register(OperationCode.AVERAGE_POOL_2D, OperationCode.MAX_POOL_2D, OperationCode.L2_POOL_2D)
+class Pooling2D(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.require(len(ctx.outputs) == 1, f"expected 1 output, got {len(ctx.outputs)}")
+        ctx.require(len(ctx.inputs) >= 1, f"expected 7, 8, 10 or 11 inputs, got {len(ctx.inputs)}")
+        _ARGS.validate(ctx)
+        ctx.check_input_type(0, _TYPES[self.code])
+        ctx.check_output_type(0, ctx.input_type(0))
+        ctx.check_input_rank(0, 4)
+        if ctx.input_type(0) not in _FLOAT:
+            ctx.check_same_quantization(("input", 0), ("output", 0))
+
+    def _read(self, ctx: ExecutionContext):
+        data = ctx.input(0)
+        ctx.require(data.rank == 4, f"input 0 must have rank 4, got {data.rank}")
+        sp = _ARGS.read(ctx, data.shape, None)
+        batches, height, width, channels = spatial_dims(data.shape, sp.nchw)
+        fh, fw = sp.extras["filter_h"], sp.extras["filter_w"]
+        ctx.require(fh > 0 and fw > 0, f"filter size must be positive, got {fw}x{fh}")
+        ctx.require(height > 0 and width > 0 and channels > 0, "only the batch dimension may be zero")
+        # A window wholly inside the padding would average nothing (Android refuses it too).
+        ctx.require(max(sp.pad_left, sp.pad_right) < fw and max(sp.pad_top, sp.pad_bottom) < fh,
+                    "padding must be smaller than the filter")
+        out_h = conv_output_size(height, fh, sp.stride_h, 1, sp.pad_top, sp.pad_bottom)
+        out_w = conv_output_size(width, fw, sp.stride_w, 1, sp.pad_left, sp.pad_right)
+        ctx.require(out_h > 0 and out_w > 0, f"output would be {out_h}x{out_w}")
+        return sp, (out_h, out_w), layout_shape((batches, out_h, out_w, channels), sp.nchw)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        return [self._read(ctx)[2]]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        sp, out_hw, _ = self._read(ctx)
+        data, output = ctx.input(0), ctx.output(0)
+        x = np.transpose(data.value, (0, 2, 3, 1)) if sp.nchw else data.value
+        n, height, width, channels = x.shape
+        if n == 0:
+            return [from_nhwc(np.zeros((0, *out_hw, channels), dtype=data.value.dtype), sp.nchw)]
+        kernel = (sp.extras["filter_h"], sp.extras["filter_w"])
+        strides, dilations = (sp.stride_h, sp.stride_w), (1, 1)
+        is_float = data.type in _FLOAT
+        if self.code == OperationCode.MAX_POOL_2D:
+            lowest = -np.inf if is_float else integer_range(data.type)[0]
+            xp = padded(x, sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right, lowest)
+            result = tap(xp, 0, 0, out_hw, strides, dilations).copy()
+            for i in range(kernel[0]):
+                for j in range(kernel[1]):
+                    np.maximum(result, tap(xp, i, j, out_hw, strides, dilations), out=result)
+        else:
+            work = np.float32 if is_float else np.int32
+            values = np.asarray(x, dtype=work)
+            if self.code == OperationCode.L2_POOL_2D:
+                values = values * values
+            xp = padded(values, sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
+            result = np.zeros((n, *out_hw, channels), dtype=work)
+            for i in range(kernel[0]):
+                for j in range(kernel[1]):
+                    result += tap(xp, i, j, out_hw, strides, dilations)
+            counts = np.outer(_window_counts(height, out_hw[0], sp.stride_h, kernel[0], sp.pad_top),
+                              _window_counts(width, out_hw[1], sp.stride_w, kernel[1], sp.pad_left))
+            counts = counts[None, :, :, None]
+            if is_float:
+                result = result / counts.astype(np.float32)
+                if self.code == OperationCode.L2_POOL_2D:
+                    result = np.sqrt(result)
+            else:
+                # integer division rounding halves away from zero
+                half = counts // 2
+                result = np.where(result >= 0, (result + half) // counts, -((half - result) // counts))
+        if is_float:
+            result = apply_activation_float(result.astype(np.float32), sp.fuse).astype(data.value.dtype)
+        else:
+            low, high = activation_bounds_quantized(sp.fuse, output)
+            result = np.clip(result, low, high).astype(data.value.dtype)
+        return [from_nhwc(result, sp.nchw)]
