@@ -1,0 +1,71 @@
+"""SOFTMAX and LOG_SOFTMAX along any axis, with the positive exponent scale beta.
+
+SOFTMAX takes float32 / float16 / quant8 / quant8 signed (rank up to 4, the axis input
+optional, default -1); its quantized output has scale 1/256 and zero point 0 (unsigned)
+or -128 (signed). LOG_SOFTMAX takes float32 / float16 of any rank and a mandatory axis.
+Both subtract the maximum before exponentiating, computed in float64 and rounded once
+to the output type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import dequantize, normalize_axis, quantize
+
+T = OperandCode
+_SOFTMAX_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+_LOG_SOFTMAX_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+_OUTPUT_ZERO_POINT = {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128}
+
+
+@register(OperationCode.SOFTMAX, OperationCode.LOG_SOFTMAX)
+class Softmax(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        is_log = self.code == OperationCode.LOG_SOFTMAX
+        ctx.check_counts(inputs=3 if is_log else (2, 3), outputs=1)
+        ctx.check_input_type(0, _LOG_SOFTMAX_TYPES if is_log else _SOFTMAX_TYPES)
+        code = ctx.input_type(0)
+        beta_type = T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32
+        ctx.check_input_types([beta_type, T.INT32], start=1)
+        ctx.check_output_type(0, code)
+        if not is_log:
+            ctx.check_input_max_rank(0, 4)
+        if code in _OUTPUT_ZERO_POINT:
+            out = ctx.outputs[0]
+            if out.scale != 1.0 / 256 or out.zero_point != _OUTPUT_ZERO_POINT[code]:
+                ctx.fail(f"output 0 must have scale 1/256 and zero point {_OUTPUT_ZERO_POINT[code]}, "
+                         f"got ({out.scale}, {out.zero_point})")
+
+    def _axis(self, ctx: ExecutionContext) -> int:
+        rank = ctx.input(0).rank
+        axis = -1 if ctx.is_omitted(2) else int(ctx.scalar(2))
+        normalized = normalize_axis(axis, rank)
+        ctx.require(normalized is not None and rank > 0, f"axis {axis} is out of range for rank {rank}")
+        return normalized  # type: ignore[return-value]
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        data = ctx.input(0)
+        if self.code == OperationCode.SOFTMAX:
+            ctx.require(data.rank <= 4, f"input 0 must have rank at most 4, got {data.rank}")
+        beta = float(ctx.scalar(1))
+        ctx.require(beta > 0, f"beta must be positive, got {beta}")
+        self._axis(ctx)
+        return [data.shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        data, output = ctx.input(0), ctx.output(0)
+        if data.value.size == 0:
+            return [np.zeros(data.shape, dtype=data.value.dtype)]
+        axis = self._axis(ctx)
+        beta = float(np.float32(ctx.scalar(1)))
+        x = dequantize(data, dtype=np.float64)
+        scaled = (x - x.max(axis=axis, keepdims=True)) * beta
+        if self.code == OperationCode.LOG_SOFTMAX:
+            result = scaled - np.log(np.exp(scaled).sum(axis=axis, keepdims=True))
+        else:
+            exps = np.exp(scaled)
+            result = exps / exps.sum(axis=axis, keepdims=True)
+        return [quantize(result, output)]
