@@ -1,0 +1,135 @@
+"""L2_NORMALIZATION, LOCAL_RESPONSE_NORMALIZATION and INSTANCE_NORMALIZATION.
+
+- L2_NORMALIZATION divides by the L2 norm along an axis (default -1; a vector of zeros
+  gives zeros); float32 / float16 / quant8 / quant8 signed, the quantized output with
+  scale 1/128 and zero point 128 (unsigned) or 0 (signed). The norm is scale-free, so
+  quantized inputs are normalized as their integer (q - zero_point) values.
+- LOCAL_RESPONSE_NORMALIZATION: x / (bias + alpha * sum of squares within the radius
+  along an axis) ** beta; float32 / float16. The window sums come from a cumulative sum.
+- INSTANCE_NORMALIZATION: (x - mean) * gamma / sqrt(var + epsilon) + beta, mean and
+  variance over height and width of each batch and channel; float32 / float16, NHWC or
+  NCHW.
+All are computed in float64 and rounded once to the output type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import normalize_axis, quantize
+
+T = OperandCode
+_FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+_L2_TYPES = _FLOAT + (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+_L2_OUTPUT_ZERO_POINT = {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0}
+#: Android's floor on the L2 norm (float kernels), which turns all-zero vectors into zeros
+_L2_EPSILON = 1e-6
+
+
+def _scalar_type(code: OperandCode) -> OperandCode:
+    return T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32
+
+
+def _axis(ctx: ExecutionContext, index: int) -> int:
+    rank = ctx.input(0).rank
+    axis = -1 if ctx.is_omitted(index) else int(ctx.scalar(index))
+    normalized = normalize_axis(axis, rank)
+    ctx.require(rank > 0 and normalized is not None, f"axis {axis} is out of range for rank {rank}")
+    return normalized  # type: ignore[return-value]
+
+
+@register(OperationCode.L2_NORMALIZATION)
+class L2Normalization(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=(1, 2), outputs=1)
+        ctx.check_input_types([_L2_TYPES, T.INT32])
+        code = ctx.input_type(0)
+        ctx.check_output_type(0, code)
+        ctx.check_input_max_rank(0, 4)
+        if code in _L2_OUTPUT_ZERO_POINT:
+            out = ctx.outputs[0]
+            if out.scale != 1.0 / 128 or out.zero_point != _L2_OUTPUT_ZERO_POINT[code]:
+                ctx.fail(f"output 0 must have scale 1/128 and zero point {_L2_OUTPUT_ZERO_POINT[code]}, "
+                         f"got ({out.scale}, {out.zero_point})")
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        ctx.require(ctx.input(0).rank <= 4, f"input 0 must have rank at most 4, got {ctx.input(0).rank}")
+        _axis(ctx, 1)
+        return [ctx.input(0).shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        data = ctx.input(0)
+        if data.value.size == 0:
+            return [np.zeros(data.shape, dtype=data.value.dtype)]
+        axis = _axis(ctx, 1)
+        x = data.value.astype(np.float64)
+        if data.type not in _FLOAT:
+            x -= data.zero_point
+        norm = np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
+        result = x / np.maximum(norm, _L2_EPSILON)
+        return [quantize(result, ctx.output(0))]
+
+
+@register(OperationCode.LOCAL_RESPONSE_NORMALIZATION)
+class LocalResponseNormalization(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=(5, 6), outputs=1)
+        ctx.check_input_type(0, _FLOAT)
+        scalar = _scalar_type(ctx.input_type(0))
+        ctx.check_input_types([T.INT32, scalar, scalar, scalar, T.INT32], start=1)
+        ctx.check_output_type(0, ctx.input_type(0))
+        ctx.check_input_max_rank(0, 4)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        ctx.require(ctx.input(0).rank <= 4, f"input 0 must have rank at most 4, got {ctx.input(0).rank}")
+        ctx.require(int(ctx.scalar(1)) >= 0, f"radius must be non-negative, got {ctx.scalar(1)}")
+        _axis(ctx, 5)
+        return [ctx.input(0).shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        data = ctx.input(0)
+        if data.value.size == 0:
+            return [np.zeros(data.shape, dtype=data.value.dtype)]
+        axis = _axis(ctx, 5)
+        radius = int(ctx.scalar(1))
+        bias, alpha, beta = (float(ctx.scalar(i)) for i in (2, 3, 4))
+        x = np.moveaxis(data.value.astype(np.float64), axis, -1)
+        depth = x.shape[-1]
+        # running[..., k] = sum of squares of channels < k; a window sum is a difference
+        running = np.concatenate([np.zeros((*x.shape[:-1], 1)), np.cumsum(x * x, axis=-1)], axis=-1)
+        index = np.arange(depth)
+        upper = np.minimum(index + radius + 1, depth)
+        lower = np.maximum(index - radius, 0)
+        squares = running[..., upper] - running[..., lower]
+        result = x / np.power(bias + alpha * squares, beta)
+        return [np.moveaxis(result, -1, axis).astype(data.value.dtype)]
+
+
+@register(OperationCode.INSTANCE_NORMALIZATION)
+class InstanceNormalization(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=5, outputs=1)
+        ctx.check_input_type(0, _FLOAT)
+        scalar = _scalar_type(ctx.input_type(0))
+        ctx.check_input_types([scalar, scalar, scalar, T.BOOL], start=1)
+        ctx.check_output_type(0, ctx.input_type(0))
+        ctx.check_input_rank(0, 4)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        ctx.require(ctx.input(0).rank == 4, f"input 0 must have rank 4, got {ctx.input(0).rank}")
+        return [ctx.input(0).shape]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        data = ctx.input(0)
+        if data.value.size == 0:
+            return [np.zeros(data.shape, dtype=data.value.dtype)]
+        gamma, beta, epsilon = (float(ctx.scalar(i)) for i in (1, 2, 3))
+        spatial = (2, 3) if bool(ctx.scalar(4)) else (1, 2)
+        x = data.value.astype(np.float64)
+        mean = x.mean(axis=spatial, keepdims=True)
+        centered = x - mean
+        variance = np.mean(centered * centered, axis=spatial, keepdims=True)
+        result = centered * gamma / np.sqrt(variance + epsilon) + beta
+        return [result.astype(data.value.dtype)]
