@@ -1,7 +1,8 @@
 """Compilation: the NDK's ANeuralNetworksCompilation_* functions.
 
-``finish`` turns the model into a HAL model, chooses the device that runs it and asks
-that device to prepare it.
+``finish`` turns the model into a HAL model, partitions it into steps across the
+candidate devices (each operation on the best device that supports it) and asks each
+step's device to prepare its part.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from nnapi.device import Device, get_devices
 from nnapi.errors import BadDataError, BadStateError, UnexpectedNullError, error_for
 from nnapi.hal import ExecutionPreference, HalError, IDevice, IPreparedModel, Priority
 from nnapi.model import Model
+from nnapi.runtime.execution_plan import ExecutionPlan, partition
 from nnapi.runtime.model_builder import build_hal_model
 
 #: Alignment and padding, in bytes, that let kernels read whole cache lines.
@@ -132,34 +134,33 @@ class Compilation(NnapiObject):
         hal_model, _ = build_hal_model(self._model)
         deadline = time.monotonic_ns() + self._timeout_ns if self._timeout_ns else None
         candidates = [d._hal for d in self._devices]
-        device = self._choose_device(hal_model, candidates)
+        steps = partition(hal_model, candidates)
         try:
-            prepared = device.prepare_model(hal_model, ExecutionPreference(int(self._preference)),
-                                            _PRIORITY_TO_HAL[self._priority], deadline)
+            if len(steps) == 1:
+                device = steps[0].device
+                prepared = device.prepare_model(hal_model, ExecutionPreference(int(self._preference)),
+                                                _PRIORITY_TO_HAL[self._priority], deadline)
+            else:
+                for step in steps:
+                    device = step.device
+                    step.prepared = device.prepare_model(step.model, ExecutionPreference(int(self._preference)),
+                                                         _PRIORITY_TO_HAL[self._priority], deadline)
+                prepared = ExecutionPlan(hal_model, steps)
         except HalError as error:
             raise error_for(error.status.to_result_code(), f"finish: {device.name}: {error}") from None
         self._hal_model = hal_model
-        self._device = device
+        self._steps = steps
+        self._device = steps[0].device if len(steps) == 1 else None
         self._prepared = prepared
         self._finished = True
 
-    def _choose_device(self, hal_model, candidates: list[IDevice]) -> IDevice:
-        """The fastest device that supports every operation of the model."""
-        able = []
-        for device in candidates:
-            flags = device.get_supported_operations(hal_model)
-            if all(flags):
-                able.append(device)
-        if not able:
-            raise BadDataError("finish: no single device among "
-                               f"{[d.name for d in candidates]} supports every operation of the model")
-
-        def cost(device: IDevice) -> float:
-            capabilities = device.get_capabilities()
-            codes = {o.type for o in hal_model.main.operands}
-            return sum(capabilities.performance_for(c).exec_time for c in codes)
-
-        return min(able, key=cost)
+    @property
+    def step_devices(self) -> list[str]:
+        """After finish: the device name of each step of the plan, in run order."""
+        self._check_alive("step_devices")
+        if not self._finished:
+            raise BadStateError("step_devices: the compilation is not finished")
+        return [step.device.name for step in self._steps]
 
     # --- queries ---------------------------------------------------------------------
     def _check_finished_index(self, call: str, index: int, count: int) -> None:

@@ -1,0 +1,127 @@
+"""Partitioning a model across devices by their capabilities, with CPU fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnapi
+from nnapi import OperandCode as T
+from nnapi import OperandType
+from nnapi import OperationCode as Op
+from nnapi.drivers.sample import SampleDevice
+from nnapi.runtime import manager
+
+
+@pytest.fixture
+def sample_devices():
+    """Two sample accelerators: one fast at ADD only, one slower at MUL only."""
+    adder = SampleDevice("sample-add", [Op.ADD], exec_time=0.25)
+    multiplier = SampleDevice("sample-mul", [Op.MUL], exec_time=0.5)
+    manager.register_device(adder)
+    manager.register_device(multiplier)
+    yield adder, multiplier
+    manager.unregister_device("sample-add")
+    manager.unregister_device("sample-mul")
+
+
+def chain_model():
+    """y = ((x + x) * x) - x, then + x: ADD, MUL, SUB, ADD."""
+    model = nnapi.Model()
+    tensor = OperandType(T.TENSOR_FLOAT32, [3])
+    x = model.add_operand(tensor)
+    act = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(act, 0)
+    doubled, product, difference, y = (model.add_operand(tensor) for _ in range(4))
+    model.add_operation(Op.ADD, [x, x, act], [doubled])
+    model.add_operation(Op.MUL, [doubled, x, act], [product])
+    model.add_operation(Op.SUB, [product, x, act], [difference])
+    model.add_operation(Op.ADD, [difference, x, act], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+def run(compilation, x):
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, x)
+    y = np.zeros(3, np.float32)
+    execution.set_output(0, y)
+    execution.compute()
+    return y
+
+
+def test_each_operation_goes_to_its_best_device(sample_devices):
+    adder, multiplier = sample_devices
+    assert [d.name for d in nnapi.get_devices()] == ["nnapi-reference", "sample-add", "sample-mul"]
+    compilation = nnapi.Compilation(chain_model())
+    compilation.finish()
+    # SUB is supported by no accelerator: it falls back to the reference CPU device.
+    assert compilation.step_devices == ["sample-add", "sample-mul", "nnapi-reference", "sample-add"]
+    assert compilation.device is None
+    x = np.array([1, 2, 3], np.float32)
+    np.testing.assert_array_equal(run(compilation, x), (x + x) * x - x + x)
+    assert adder.executed_operations == [Op.ADD, Op.ADD] and multiplier.executed_operations == [Op.MUL]
+
+
+def test_supported_operations_union(sample_devices):
+    adder, multiplier = sample_devices
+    model = chain_model()
+    devices = {d.name: d for d in nnapi.get_devices()}
+    assert model.get_supported_operations_for_devices([devices["sample-add"]]) == [True, False, False, True]
+    assert model.get_supported_operations_for_devices(
+        [devices["sample-add"], devices["sample-mul"]]) == [True, True, False, True]
+
+
+def test_explicit_devices_without_fallback(sample_devices):
+    devices = {d.name: d for d in nnapi.get_devices()}
+    compilation = nnapi.Compilation(chain_model(), [devices["sample-add"], devices["sample-mul"]])
+    with pytest.raises(nnapi.BadDataError) as excinfo:
+        compilation.finish()
+    assert "SUB" in str(excinfo.value)
+    single = nnapi.Compilation(chain_model(), [devices["nnapi-reference"]])
+    single.finish()
+    assert single.step_devices == ["nnapi-reference"]
+
+
+def test_dynamic_shapes_cross_steps(sample_devices):
+    model = nnapi.Model()
+    unknown = OperandType(T.TENSOR_FLOAT32, [0])
+    x = model.add_operand(unknown)
+    act = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(act, 0)
+    doubled, y = model.add_operand(unknown), model.add_operand(unknown)
+    model.add_operation(Op.ADD, [x, x, act], [doubled])   # on sample-add
+    model.add_operation(Op.SUB, [doubled, x, act], [y])   # on the reference device
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    compilation = nnapi.Compilation(model)
+    compilation.finish()
+    assert compilation.step_devices == ["sample-add", "nnapi-reference"]
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, np.arange(6, dtype=np.float32))
+    small = np.zeros(2, np.float32)
+    execution.set_output(0, small)
+    with pytest.raises(nnapi.OutputInsufficientSizeError):
+        execution.compute()
+    assert execution.get_output_operand_dimensions(0) == [6]
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, np.arange(6, dtype=np.float32))
+    y = np.zeros(6, np.float32)
+    execution.set_output(0, y)
+    execution.compute()
+    np.testing.assert_array_equal(y, np.arange(6))
+
+
+def test_burst_over_a_plan(sample_devices):
+    compilation = nnapi.Compilation(chain_model())
+    compilation.finish()
+    burst = nnapi.Burst(compilation)
+    for value in (1.0, 2.0):
+        execution = nnapi.Execution(compilation)
+        x = np.full(3, value, np.float32)
+        execution.set_input(0, x)
+        y = np.zeros(3, np.float32)
+        execution.set_output(0, y)
+        execution.burst_compute(burst)
+        np.testing.assert_array_equal(y, (x + x) * x)
