@@ -35,8 +35,10 @@ def _convert(values: np.ndarray, target: np.dtype) -> np.ndarray:
     if values.dtype == target:
         return values
     if target.kind == "f":
-        # Float to float rounds to nearest; int to float is exact or rounds to nearest.
-        return values.astype(target)
+        # Float to float rounds to nearest; int to float is exact or rounds to nearest;
+        # beyond float16's range the result is inf, as in C.
+        with np.errstate(over="ignore"):
+            return values.astype(target)
     low, high = integer_range(target)
     if values.dtype.kind == "f":
         # In float64 so that int32's bounds are exact; NaN goes to 0.
