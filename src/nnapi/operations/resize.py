@@ -1,0 +1,123 @@
+"""RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR: resize the height and width of a 4-D
+image, to an output size (INT32 scalars) or by scale factors (FLOAT32 / FLOAT16
+scalars, output = floor(size * scale)); the optional NCHW layout, align_corners and
+half_pixel_centers flags; float32 / float16 / quant8 / quant8 signed (the quantized
+output keeps the input's scale and zero point).
+
+Sampling positions follow Android's kernels (TFLite's reference resize), in float32:
+the scale is in / out (or (in - 1) / (out - 1) with align_corners), half-pixel centers
+shift by 0.5. Rows and columns are gathered with index arrays; bilinear weights
+combine four gathered images. Quantized bilinear results are truncated toward zero,
+as the reference kernel's cast does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations._conv_common import spatial_dims
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import from_nhwc, layout_shape
+
+T = OperandCode
+_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+_FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+
+
+def _flag(ctx: ExecutionContext, index: int) -> bool:
+    return index < len(ctx.inputs) and not ctx.is_omitted(index) and bool(ctx.scalar(index))
+
+
+def _resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
+    if align_corners and out_size > 1:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(in_size) / np.float32(out_size)
+
+
+def _nearest_indexes(in_size: int, out_size: int, align_corners: bool, half_pixel: bool) -> np.ndarray:
+    scale = _resize_scale(in_size, out_size, align_corners)
+    position = np.arange(out_size, dtype=np.float32)
+    if half_pixel:
+        position = position + np.float32(0.5)
+    scaled = position * scale
+    # roundf rounds halves away from zero; positions are non-negative
+    index = np.floor(scaled + np.float32(0.5)) if align_corners else np.floor(scaled)
+    index = np.minimum(index.astype(np.int64), in_size - 1)
+    return np.maximum(index, 0) if half_pixel else index
+
+
+def _bilinear_taps(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
+    """(lower index, upper index, weight of the upper one) per output position."""
+    scale = _resize_scale(in_size, out_size, align_corners)
+    position = np.arange(out_size, dtype=np.float32)
+    scaled = (position + np.float32(0.5)) * scale - np.float32(0.5) if half_pixel else position * scale
+    lower = np.maximum(np.floor(scaled).astype(np.int64), 0)
+    upper = np.minimum(np.ceil(scaled).astype(np.int64), in_size - 1)
+    return lower, upper, (scaled - lower.astype(np.float32)).astype(np.float32)
+
+
+@register(OperationCode.RESIZE_BILINEAR, OperationCode.RESIZE_NEAREST_NEIGHBOR)
+class Resize(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        low = 3 if self.code == OperationCode.RESIZE_BILINEAR else 4
+        ctx.check_counts(inputs=range(low, 7), outputs=1)
+        ctx.check_input_type(0, _TYPES)
+        code = ctx.input_type(0)
+        scalar = ctx.input_type(2)
+        allowed = (T.INT32, T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32)
+        ctx.check_input_type(2, allowed)
+        ctx.check_input_type(1, scalar)
+        for index in range(3, len(ctx.inputs)):
+            ctx.check_input_type(index, T.BOOL)
+        ctx.check_output_type(0, code)
+        ctx.check_input_rank(0, 4)
+        if code not in _FLOAT:
+            ctx.check_same_quantization(("input", 0), ("output", 0))
+
+    def _read(self, ctx: ExecutionContext):
+        data = ctx.input(0)
+        ctx.require(data.rank == 4, f"input 0 must have rank 4, got {data.rank}")
+        nchw, align_corners, half_pixel = _flag(ctx, 3), _flag(ctx, 4), _flag(ctx, 5)
+        ctx.require(not (align_corners and half_pixel), "align_corners and half_pixel_centers are exclusive")
+        batches, height, width, channels = spatial_dims(data.shape, nchw)
+        ctx.require(height > 0 and width > 0 and channels > 0, "only the batch dimension may be zero")
+        if ctx.input(1).type == T.INT32:
+            out_w, out_h = int(ctx.scalar(1)), int(ctx.scalar(2))
+        else:
+            scale_w, scale_h = np.float32(ctx.scalar(1)), np.float32(ctx.scalar(2))
+            ctx.require(bool(np.isfinite(scale_w) and np.isfinite(scale_h)), "scales must be finite")
+            out_w = math.floor(np.float32(width) * scale_w)
+            out_h = math.floor(np.float32(height) * scale_h)
+        ctx.require(out_h > 0 and out_w > 0, f"output size must be positive, got {out_w}x{out_h}")
+        return (nchw, align_corners, half_pixel), (out_h, out_w), layout_shape((batches, out_h, out_w, channels),
+                                                                               nchw)
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        return [self._read(ctx)[2]]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        (nchw, align_corners, half_pixel), (out_h, out_w), _ = self._read(ctx)
+        data = ctx.input(0)
+        x = np.transpose(data.value, (0, 2, 3, 1)) if nchw else data.value
+        height, width = x.shape[1], x.shape[2]
+        if x.shape[0] == 0:
+            return [from_nhwc(np.zeros((0, out_h, out_w, x.shape[3]), dtype=x.dtype), nchw)]
+        if self.code == OperationCode.RESIZE_NEAREST_NEIGHBOR:
+            rows = _nearest_indexes(height, out_h, align_corners, half_pixel)
+            cols = _nearest_indexes(width, out_w, align_corners, half_pixel)
+            return [from_nhwc(np.ascontiguousarray(x[:, rows][:, :, cols]), nchw)]
+        y0, y1, dy = _bilinear_taps(height, out_h, align_corners, half_pixel)
+        x0, x1, dx = _bilinear_taps(width, out_w, align_corners, half_pixel)
+        values = np.asarray(x, dtype=np.float32)
+        top, bottom = values[:, y0], values[:, y1]
+        dy = dy[None, :, None, None]
+        dx = dx[None, None, :, None]
+        one = np.float32(1)
+        result = (top[:, :, x0] * (one - dy) * (one - dx) + bottom[:, :, x0] * dy * (one - dx)
+                  + top[:, :, x1] * (one - dy) * dx + bottom[:, :, x1] * dy * dx)
+        if data.type not in _FLOAT:
+            result = np.trunc(result)
+        return [from_nhwc(result.astype(x.dtype), nchw)]
