@@ -1,0 +1,89 @@
+"""BATCH_MATMUL (feature level 6): matrix products of the last two dimensions of two
+tensors of rank 2 to 4 with the same batch dimensions, each side optionally adjointed
+(transposed: the types are real); float32 / float16 / int32 / quant8 asymm signed.
+
+Float products go through BLAS (float16 computed in float32 and rounded once); int32
+products are exact in int64 and wrap to int32; quantized products accumulate the exact
+integer (q - zero_point) sums and requantize them with Android's fixed-point output
+stage (multiplier scale_x * scale_y / scale_out).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import FuseCode, OperandCode, OperationCode
+from nnapi.operations._conv_common import (
+    output_multipliers,
+    quantized_conv_dtype,
+    requantize_accumulators,
+    shifted,
+)
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+
+T = OperandCode
+_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def _flag(ctx: ExecutionContext, index: int) -> bool:
+    return index < len(ctx.inputs) and not ctx.is_omitted(index) and bool(ctx.scalar(index))
+
+
+def _result_shape(a: tuple[int, ...], b: tuple[int, ...], adj_a: bool, adj_b: bool):
+    """(output shape, None) or (None, what is wrong)."""
+    if len(a) != len(b):
+        return None, f"inputs must have the same rank, got {len(a)} and {len(b)}"
+    if tuple(a[:-2]) != tuple(b[:-2]):
+        return None, f"batch dimensions {list(a[:-2])} and {list(b[:-2])} differ"
+    rows, inner_a = (a[-1], a[-2]) if adj_a else (a[-2], a[-1])
+    inner_b, cols = (b[-1], b[-2]) if adj_b else (b[-2], b[-1])
+    if inner_a != inner_b:
+        return None, f"inner dimensions {inner_a} and {inner_b} differ"
+    return (*a[:-2], rows, cols), None
+
+
+@register(OperationCode.BATCH_MATMUL)
+class BatchMatmul(Operation):
+    def validate(self, ctx: ValidationContext) -> None:
+        ctx.check_counts(inputs=(2, 3, 4), outputs=1)
+        ctx.check_input_type(0, _TYPES)
+        code = ctx.input_type(0)
+        ctx.check_input_types([code, T.BOOL, T.BOOL], start=1)
+        ctx.check_output_type(0, code)
+        for index in (0, 1):
+            rank = ctx.inputs[index].rank
+            if rank and not 2 <= rank <= 4:
+                ctx.fail(f"input {index} must have rank 2 to 4, got {rank}")
+        a, b = ctx.inputs[0].dimensions, ctx.inputs[1].dimensions
+        if a and b and len(a) != len(b):
+            ctx.fail(f"inputs 0 and 1 must have the same rank, got {len(a)} and {len(b)}")
+
+    def prepare(self, ctx: ExecutionContext) -> list[Shape]:
+        a, b = ctx.input(0), ctx.input(1)
+        ctx.require(2 <= a.rank <= 4 and 2 <= b.rank <= 4, f"inputs must have rank 2 to 4, got {a.rank}, {b.rank}")
+        shape, problem = _result_shape(a.shape, b.shape, _flag(ctx, 2), _flag(ctx, 3))
+        ctx.require(shape is not None, problem or "")
+        return [shape]  # type: ignore[list-item]
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        a, b = ctx.input(0), ctx.input(1)
+        adj_a, adj_b = _flag(ctx, 2), _flag(ctx, 3)
+        shape, _ = _result_shape(a.shape, b.shape, adj_a, adj_b)
+
+        def oriented(values: np.ndarray, adjoint: bool) -> np.ndarray:
+            return np.swapaxes(values, -1, -2) if adjoint else values
+
+        if a.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+            left = oriented(np.asarray(a.value, dtype=np.float32), adj_a)
+            right = oriented(np.asarray(b.value, dtype=np.float32), adj_b)
+            return [np.matmul(left, right).astype(a.value.dtype).reshape(shape)]
+        if a.type == T.TENSOR_INT32:
+            product = np.matmul(oriented(a.value.astype(np.int64), adj_a), oriented(b.value.astype(np.int64), adj_b))
+            return [product.astype(np.int32).reshape(shape)]
+        inner = a.shape[-2] if adj_a else a.shape[-1]
+        work = quantized_conv_dtype(a, b, inner)
+        acc = np.matmul(oriented(shifted(a, work), adj_a), oriented(shifted(b, work), adj_b))
+        multipliers, shifts = output_multipliers(a.scale, np.array([b.scale]), ctx.output(0).scale)
+        result = requantize_accumulators(np.rint(acc).astype(np.int64), multipliers, shifts, ctx.output(0),
+                                         FuseCode.FUSED_NONE)
+        return [result.reshape(shape)]
