@@ -48,12 +48,14 @@ def test_demo_model_matches_numpy():
     compilation.finish()
     execution = nnapi.Execution(compilation)
     x = demo_input(3)
-    y = np.empty_like(x)
+    y = np.empty((1, 4), np.float32)
     execution.set_input(0, x)
     execution.set_output(0, y)
     execution.compute()
-    np.testing.assert_allclose(y, demo_expected(x), atol=1e-6)
-    assert (y == 0).any() and (y > 0).any()  # the fused RELU did clamp something
+    expected = demo_expected(x)
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-6)
+    assert abs(float(y.sum()) - 1.0) < 1e-5
+    assert expected.max() < 0.99  # scores are informative, not saturated
 
 
 def test_cli_run(capsys):

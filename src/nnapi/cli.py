@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     compilation = nnapi.Compilation(model, [device] if device else None)
     compilation.finish()
     x = demo_input(args.seed)
-    y = np.empty_like(x)
+    y = np.empty((1, 4), np.float32)
     latencies = []
     for _ in range(max(args.iterations, 1)):
         execution = nnapi.Execution(compilation)
@@ -61,12 +61,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         execution.compute()
         latencies.append(time.perf_counter() - start)
     chosen = compilation.device.name if compilation.device else "?"
-    print(f"model: built-in demo (MUL, ADD, DIV, SUB with RELU) on {chosen}")
+    print("model: built-in demo CNN (CONV_2D, MAX_POOL_2D, CONV_2D, AVERAGE_POOL_2D, RESHAPE, "
+          f"FULLY_CONNECTED, SOFTMAX) on {chosen}")
     print(f"input  0: float32{list(x.shape)}")
-    print(f"output 0: float32{execution.get_output_operand_dimensions(0)}")
-    with np.printoptions(precision=4, suppress=True, threshold=40, edgeitems=3):
-        print(y[0, 0])
-    matches = np.allclose(y, demo_expected(x), atol=1e-6)
+    print(f"output 0: float32{execution.get_output_operand_dimensions(0)} (class scores)")
+    with np.printoptions(precision=5, suppress=True):
+        print(f"  {y[0]}  -> class {int(np.argmax(y[0]))}")
+    matches = np.allclose(y, demo_expected(x), rtol=1e-4, atol=1e-6)
     print(f"matches numpy: {'yes' if matches else 'NO'}")
     ms = np.array(latencies) * 1e3
     print(f"latency over {len(ms)} runs: mean {ms.mean():.3f} ms, median {np.median(ms):.3f} ms, "
