@@ -36,9 +36,33 @@ class TopKV2(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x = ctx.value(0)
         k = int(ctx.scalar(1))
-        positions = np.broadcast_to(np.arange(x.shape[-1]), x.shape)
-        # Ascending by (value, index), then read backwards: descending values, and the
-        # larger index first among equal values.
-        order = np.lexsort((positions, x), axis=-1)[..., ::-1][..., :k]
+        rows = x.reshape(-1, x.shape[-1])
+        order = _top_k_positions(rows, k).reshape(x.shape[:-1] + (k,))
         values = np.take_along_axis(x, order, axis=-1)
-        return [np.ascontiguousarray(values), np.ascontiguousarray(order.astype(np.int32))]
+        return [np.ascontiguousarray(values), order.astype(np.int32)]
+
+
+def _top_k_positions(rows: np.ndarray, k: int) -> np.ndarray:
+    """Per row of the 2-D ``rows``, the positions of the k largest values: descending,
+    and the larger position first among equal values.
+
+    A partition finds each row's k-th largest value (linear time); everything above it
+    is in, and of the values equal to it the right-most ones fill the remaining places.
+    Only the k chosen entries are then sorted, instead of whole rows.
+    """
+    count, width = rows.shape
+    if count == 0:
+        return np.zeros((0, k), dtype=np.int64)
+    threshold = np.partition(rows, width - k, axis=-1)[:, width - k, None]
+    above = rows > threshold
+    equal = rows == threshold
+    needed = k - above.sum(axis=-1, keepdims=True)
+    # how many threshold-valued entries sit at or right of each position
+    from_right = np.cumsum(equal[:, ::-1], axis=-1)[:, ::-1]
+    chosen = above | (equal & (from_right <= needed))
+    # exactly k per row, so the row-major positions reshape into [count, k]
+    positions = (np.flatnonzero(chosen) % width).reshape(count, k)
+    picked = np.take_along_axis(rows, positions, axis=-1)
+    # ascending by (value, position), then read backwards
+    ranking = np.lexsort((positions, picked), axis=-1)[:, ::-1]
+    return np.take_along_axis(positions, ranking, axis=-1)
