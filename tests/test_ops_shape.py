@@ -390,6 +390,17 @@ class TestSemantics:
         (out,) = run(Op.REDUCE_ANY, [(b8(2, 2), None), vector([0, 1]), (BOOL, True)], [b8(1, 1)], [flags])
         np.testing.assert_array_equal(out, [[True]])
 
+    def test_reduce_max_of_negative_infinities_is_negative_infinity(self):
+        x = np.array([[-np.inf, -np.inf], [1, -np.inf]], np.float32)
+        (out,) = run(Op.REDUCE_MAX, [(f32(2, 2), None), vector([1]), (BOOL, False)], [f32(2)], [x])
+        np.testing.assert_array_equal(out, [-np.inf, 1])
+
+    def test_topk_many_ties_int32(self):
+        x = np.array([[4, 1, 4, 4, 0, 4], [2, 2, 2, 2, 2, 2]], np.int32)
+        values, indices = run(Op.TOPK_V2, [(i32(2, 6), None), scalar(4)], [i32(2, 4), i32(2, 4)], [x])
+        np.testing.assert_array_equal(values, [[4, 4, 4, 4], [2, 2, 2, 2]])
+        np.testing.assert_array_equal(indices, [[5, 3, 2, 0], [5, 4, 3, 2]])
+
     def test_mean_float16_and_repeated_axes(self):
         x = np.arange(8, dtype=np.float16).reshape(2, 4)
         (out,) = run(Op.MEAN, [(f16(2, 4), None), vector([1, -1]), scalar(0)], [f16(2)], [x])
@@ -433,6 +444,7 @@ BAD_SIGNATURES = {
     "split output zero point": (Op.SPLIT, [q8(2), INT, INT], [q8(2, zero_point=0)]),
     "pack axis is a tensor": (Op.PACK, [i32(1), f32(2)], [f32(1, 2)]),
     "pack output rank": (Op.PACK, [INT, f32(2), f32(2)], [f32(4)]),
+    "pack shapes differ": (Op.PACK, [INT, f32(2), f32(3)], [f32(2, 2)]),
     "slice bool8": (Op.SLICE, [b8(2), i32(1), i32(1)], [b8(1)]),
     "strided_slice int32 masks as bool": (Op.STRIDED_SLICE, [f32(2), i32(1), i32(1), i32(1), BOOL, INT, INT],
                                           [f32(1)]),

@@ -42,6 +42,9 @@ class Pack(Operation):
                 ctx.check_same_quantization(("input", 1), ("input", index))
         if len({len(d) for d in known}) > 1:
             ctx.fail("the tensors to pack must all have the same rank")
+        specified = {d for d in known if 0 not in d}
+        if len(specified) > 1:
+            ctx.fail(f"the tensors to pack must all have the same shape, got {sorted(map(list, specified))}")
         ctx.check_output_type(0, code)
         if code in QUANT8_ASYMM_TYPES:
             ctx.check_same_quantization(("input", 1), ("output", 0))

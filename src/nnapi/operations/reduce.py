@@ -38,8 +38,8 @@ _MAX_RANK = 4
 
 
 def _extreme(dtype: np.dtype, largest: bool):
-    """The identity of max (lowest value) or min (highest value) for ``dtype``; it is the
-    result of reducing an empty set, as Android's kernels start from it."""
+    """The identity of max (lowest value) or min (highest value) for ``dtype``: the result
+    of reducing an empty set, which Android's kernels start from."""
     if dtype.kind == "f":
         info = np.finfo(dtype)
         return info.max if largest else info.min
@@ -83,7 +83,11 @@ class Reduce(Operation):
         elif code in (_CODE.REDUCE_MAX, _CODE.REDUCE_MIN):
             largest = code == _CODE.REDUCE_MAX
             reducer = np.max if largest else np.min
-            result = reducer(x, axis=axes, initial=_extreme(x.dtype, not largest))
+            if any(x.shape[axis] == 0 for axis in axes):
+                result = reducer(x, axis=axes, initial=_extreme(x.dtype, not largest))
+            else:
+                # no starting value otherwise: an all -inf row has maximum -inf
+                result = reducer(x, axis=axes)
         elif code == _CODE.REDUCE_SUM:
             result = np.sum(x, axis=axes, dtype=np.float32).astype(dtype)
         elif code == _CODE.REDUCE_PROD:

@@ -60,8 +60,14 @@ def _top_k_positions(rows: np.ndarray, k: int) -> np.ndarray:
     # how many threshold-valued entries sit at or right of each position
     from_right = np.cumsum(equal[:, ::-1], axis=-1)[:, ::-1]
     chosen = above | (equal & (from_right <= needed))
+    flat = np.flatnonzero(chosen)
+    if flat.size != count * k:
+        # The threshold itself was NaN (it compares neither above nor equal): rank the
+        # whole rows instead, where NaN sorts last and so counts as the largest.
+        everywhere = np.broadcast_to(np.arange(width), rows.shape)
+        return np.lexsort((everywhere, rows), axis=-1)[:, ::-1][:, :k]
     # exactly k per row, so the row-major positions reshape into [count, k]
-    positions = (np.flatnonzero(chosen) % width).reshape(count, k)
+    positions = (flat % width).reshape(count, k)
     picked = np.take_along_axis(rows, positions, axis=-1)
     # ascending by (value, position), then read backwards
     ranking = np.lexsort((positions, picked), axis=-1)[:, ::-1]
