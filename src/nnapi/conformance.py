@@ -222,3 +222,75 @@ def default_vector_files() -> list[Path]:
     return sorted(here.glob("*.jsonl.gz"))
 
 
+
+
+# --- variations of a record (as Android's test generator derives them) -----------------
+def _copy(record: dict) -> dict:
+    return json.loads(json.dumps(record))
+
+
+def variant_dynamic_outputs(record: dict) -> dict | None:
+    """Every model output and temporary declared with unknown dimensions (same rank), so
+    shapes must be inferred at execution time. None for records expected to fail."""
+    if record.get("expectFailure"):
+        return None
+    changed = _copy(record)
+    for operand in changed["main"]["operands"]:
+        if operand["lifetime"] in ("SUBGRAPH_OUTPUT", "TEMPORARY_VARIABLE") and operand["dimensions"]:
+            operand["dimensions"] = [0] * len(operand["dimensions"])
+    changed["test"] += "_dynamic_output_shape"
+    return changed
+
+
+def variant_shared_memory_constants(record: dict) -> dict | None:
+    """Every tensor constant set from shared memory (CONSTANT_REFERENCE) instead of copied."""
+    changed = _copy(record)
+    moved = False
+    for operand in changed["main"]["operands"]:
+        if operand["lifetime"] == "CONSTANT_COPY" and operand["dimensions"] and operand["data"]:
+            operand["lifetime"] = "CONSTANT_REFERENCE"
+            moved = True
+    if not moved:
+        return None
+    changed["test"] += "_shared_memory_constants"
+    return changed
+
+
+#: operations with no signed counterpart of their TENSOR_QUANT8_ASYMM form: the spec gives
+#: QUANTIZED_16BIT_LSTM and HASHTABLE_LOOKUP no TENSOR_QUANT8_ASYMM_SIGNED, and CAST reads
+#: raw integers (scale and zero point ignored), so shifting them changes the real result.
+_UNSIGNED_ONLY = {"QUANTIZED_16BIT_LSTM", "HASHTABLE_LOOKUP", "CAST"}
+
+
+def variant_quant8_signed(record: dict) -> dict | None:
+    """TENSOR_QUANT8_ASYMM operands re-expressed as TENSOR_QUANT8_ASYMM_SIGNED with the same
+    real values (q - 128, zero point - 128): the outputs must shift the same way."""
+    if operations_of(record) & _UNSIGNED_ONLY:
+        return None
+    changed = _copy(record)
+    converted = False
+    for subgraph in [changed["main"], *changed.get("referenced", [])]:
+        for operation in subgraph["operations"]:
+            # PAD_V2's pad value for a quantized tensor is an INT32 scalar in quantized units.
+            if operation["type"] == "PAD_V2" and \
+                    subgraph["operands"][operation["inputs"][0]]["type"] == "TENSOR_QUANT8_ASYMM":
+                pad_value = subgraph["operands"][operation["inputs"][2]]
+                pad_value["data"] = [v - 128 for v in pad_value["data"]]
+        for operand in subgraph["operands"]:
+            if operand["type"] == "TENSOR_QUANT8_ASYMM":
+                operand["type"] = "TENSOR_QUANT8_ASYMM_SIGNED"
+                operand["zeroPoint"] -= 128
+                if operand["data"]:
+                    operand["data"] = [v - 128 for v in operand["data"]]
+                converted = True
+    if not converted:
+        return None
+    changed["test"] += "_quant8_signed"
+    return changed
+
+
+VARIANTS = {
+    "dynamic_outputs": variant_dynamic_outputs,
+    "shared_memory_constants": variant_shared_memory_constants,
+    "quant8_signed": variant_quant8_signed,
+}
