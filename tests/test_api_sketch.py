@@ -85,3 +85,10 @@ def test_cli_unknown_device_and_help():
     for command in ([], ["devices"], ["run"], ["conformance"]):
         helped = subprocess.run([sys.executable, "-m", "nnapi.cli", *command, "--help"], capture_output=True, text=True)
         assert helped.returncode == 0 and "usage: nnapi" in helped.stdout
+
+
+def test_cli_conformance_variant(capsys):
+    assert main(["conformance", "--quiet", "--ops", "MUL", "--variant", "quant8_signed"]) == 0
+    printed = capsys.readouterr().out
+    mul_row = next(line for line in printed.splitlines() if line.startswith("MUL "))
+    assert int(mul_row.split()[1]) > 0 and int(mul_row.split()[2]) == 0

@@ -98,7 +98,7 @@ def _family(record: dict) -> list[str]:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from nnapi.conformance import default_vector_files, is_supported, load_records, run_record
+    from nnapi.conformance import VARIANTS, default_vector_files, is_supported, load_records, run_record
 
     device = _find_device(args.device)
     files = [Path(f) for f in args.files] or default_vector_files()
@@ -110,6 +110,10 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         if not path.exists():
             raise SystemExit(f"nnapi conformance: {path} does not exist")
         for record in load_records(path):
+            if args.variant:
+                record = VARIANTS[args.variant](record)
+                if record is None:
+                    continue
             if wanted is None or wanted & set(_family(record)):
                 records.append(record)
     table: dict[str, Counter] = defaultdict(Counter)
@@ -163,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     conformance.add_argument("files", nargs="*", help="vector files (*.jsonl.gz); default: the shipped ones")
     conformance.add_argument("--device", help="run on this device only")
     conformance.add_argument("--ops", help="comma-separated operation names to select (e.g. CONV_2D,ADD)")
+    conformance.add_argument("--variant", choices=["dynamic_outputs", "shared_memory_constants", "quant8_signed"],
+                             help="run each vector in this variation instead (as Android's generator derives "
+                                  "them)")
     conformance.add_argument("--show-failures", type=int, default=20, metavar="N",
                              help="print the first N failures (default 20)")
     conformance.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
