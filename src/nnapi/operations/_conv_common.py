@@ -324,11 +324,48 @@ def output_multipliers(input_scale: float, weight_scales: np.ndarray, output_sca
 
 
 def requantize_accumulators(acc: np.ndarray, multipliers: np.ndarray, shifts: np.ndarray, output,
-                            fuse: int) -> np.ndarray:
-    """int32 accumulators (any integer array, channels last) through TFLite's
-    MultiplyByQuantizedMultiplier, plus the output zero point, clamped to the fused
-    activation's range, as ``output``'s dtype. The rounding doubling high multiply is
-    floor((x * m + 2**30) / 2**31); the rounding right shift rounds halves away from 0."""
+                            fuse: int, bias: np.ndarray | None = None) -> np.ndarray:
+    """Android's quantized output stage: int32 accumulators ``acc`` (an integer array,
+    or a float array holding exact integers; channels last) plus ``bias``, through
+    TFLite's MultiplyByQuantizedMultiplier with per-channel ``multipliers`` / ``shifts``
+    (``output_multipliers``), plus the output zero point, clamped to the fused
+    activation's range, as ``output``'s dtype.
+
+    That stage is a rounding doubling high multiply, floor((x * m + 2**30) / 2**31),
+    then a rounding right shift by r that rounds halves away from zero. Nested floors of
+    divisions compose, so both fold into one floor division by 2**(31 + r):
+    floor((x * m + 2**30 + half * 2**31 - [x * m < -2**30] * 2**31) / 2**(31 + r)),
+    half = 2**(r - 1) (0 when r = 0, where the negative correction also vanishes); the
+    bias and the zero point fold into the per-channel constant. Seven passes over the
+    output instead of a dozen."""
+    multipliers = np.asarray(multipliers, dtype=np.int64)
+    shifts = np.asarray(shifts, dtype=np.int64)
+    bias64 = np.zeros(1, dtype=np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
+    if np.any(shifts > 0):
+        # multipliers above 1 shift left first, saturating; rare, so the plain path
+        total = np.asarray(acc).astype(np.int64) + bias64
+        return _requantize_reference(total, multipliers, shifts, output, fuse)
+    right = -shifts
+    divisor_bits = 31 + right
+    half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
+    constant = bias64 * multipliers + (1 << 30) + (half << 31) + (np.int64(output.zero_point) << divisor_bits)
+    # x * m < -2**30 with x = acc + bias  <=>  acc * m < -2**30 - bias * m
+    threshold = np.where(right > 0, -(1 << 30) - bias64 * multipliers, np.iinfo(np.int64).min)
+    p = np.asarray(acc).astype(np.int64)
+    p *= multipliers
+    negative = p < threshold
+    p += constant
+    p -= negative.astype(np.int64) << 31
+    p >>= divisor_bits
+    low, high = activation_bounds_quantized(fuse, output)
+    np.clip(p, low, high, out=p)
+    return p.astype(dtype_of(output.type))
+
+
+def _requantize_reference(acc: np.ndarray, multipliers: np.ndarray, shifts: np.ndarray, output,
+                          fuse: int) -> np.ndarray:
+    """The output stage step by step (any shifts): saturating left shift, rounding
+    doubling high multiply, rounding right shift, zero point, activation clamp."""
     x = np.asarray(acc, dtype=np.int64)
     left = np.maximum(shifts, 0)
     right = np.maximum(-shifts, 0)
@@ -339,9 +376,7 @@ def requantize_accumulators(acc: np.ndarray, multipliers: np.ndarray, shifts: np
         half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
         high = (high + half - ((high < 0) & (right > 0))) >> right
     low, top = activation_bounds_quantized(fuse, output)
-    result = high + output.zero_point
-    np.clip(result, low, top, out=result)
-    return result.astype(dtype_of(output.type))
+    return np.clip(high + output.zero_point, low, top).astype(dtype_of(output.type))
 
 
 def quantized_conv_dtype(data: Tensor, weights: Tensor, taps: int):
@@ -373,7 +408,7 @@ def convolve(ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int], accumu
     shifted_input = x.astype(work)
     if data.zero_point:
         shifted_input -= work(data.zero_point)
+    # the float sums are exact integers (see quantized_conv_dtype)
     acc = accumulate(shifted_input, shifted(weights, work))
-    acc_int = np.rint(acc).astype(np.int64) + bias.value.astype(np.int64)
     multipliers, shifts = output_multipliers(data.scale, filter_scales(weights, channels), output.scale)
-    return from_nhwc(requantize_accumulators(acc_int, multipliers, shifts, output, sp.fuse), sp.nchw)
+    return from_nhwc(requantize_accumulators(acc, multipliers, shifts, output, sp.fuse, bias.value), sp.nchw)

@@ -84,6 +84,6 @@ class BatchMatmul(Operation):
         work = quantized_conv_dtype(a, b, inner)
         acc = np.matmul(oriented(shifted(a, work), adj_a), oriented(shifted(b, work), adj_b))
         multipliers, shifts = output_multipliers(a.scale, np.array([b.scale]), ctx.output(0).scale)
-        result = requantize_accumulators(np.rint(acc).astype(np.int64), multipliers, shifts, ctx.output(0),
+        result = requantize_accumulators(acc, multipliers, shifts, ctx.output(0),
                                          FuseCode.FUSED_NONE)
         return [result.reshape(shape)]

@@ -74,6 +74,6 @@ class FullyConnected(Operation):
             return [apply_activation_float(result, fuse).astype(data.value.dtype)]
         work = quantized_conv_dtype(data, weights, input_size)
         rows = shifted(data, work).reshape(-1, input_size)
-        acc = np.rint(rows @ shifted(weights, work).T).astype(np.int64) + bias.value.astype(np.int64)
+        acc = rows @ shifted(weights, work).T  # exact integers
         multipliers, shifts = output_multipliers(data.scale, np.array([weights.scale]), output.scale)
-        return [requantize_accumulators(acc, multipliers, shifts, output, fuse)]
+        return [requantize_accumulators(acc, multipliers, shifts, output, fuse, bias.value)]
