@@ -565,6 +565,11 @@ class TestZeroSized:
         dims, _ = _zero_sized_then(Op.TILE, [vector([5, 2])], f32(0, 6), self.x)
         assert dims == [0, 6]
 
+    def test_mean_over_an_empty_dimension_is_nan(self):
+        dims, out = _zero_sized_then(Op.MEAN, [vector([0]), scalar(0)], f32(3), self.x)
+        assert dims == [3]
+        assert np.isnan(out).all()
+
     def test_pad_grows_an_empty_tensor(self):
         dims, out = _zero_sized_then(Op.PAD, [(i32(2, 2), [[1, 1], [0, 0]])], f32(2, 3), self.x)
         assert dims == [2, 3]

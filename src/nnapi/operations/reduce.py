@@ -73,10 +73,17 @@ class Reduce(Operation):
         out_shape = reduced_shape(x.shape, axes, keep)
         dtype = ctx.output_dtype(0)
         if code == _CODE.MEAN:
+            empty_group = any(x.shape[axis] == 0 for axis in axes) and 0 not in out_shape
             if x.dtype.kind == "f":
-                # float16 is averaged in float32 and rounded once, as Android does
-                result = np.mean(x, axis=axes, dtype=np.float64).astype(dtype)
+                # float16 is averaged in float32 and rounded once, as Android does; the
+                # mean of an empty group is NaN
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    total = np.sum(x, axis=axes, dtype=np.float64)
+                    count = np.prod([x.shape[axis] for axis in axes], dtype=np.float64)
+                    result = (total / count).astype(dtype)
             else:
+                # a quantized tensor has no NaN to give for the mean of an empty group
+                ctx.require(not empty_group, "MEAN of quantized values over an empty dimension")
                 low, high = integer_range(x.dtype)
                 mean = np.mean(x, axis=axes, dtype=np.float64)
                 result = np.clip(round_half_away(mean), low, high).astype(dtype)
