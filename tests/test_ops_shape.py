@@ -204,6 +204,20 @@ class TestDynamicOutputShapes:
         (out,) = run(Op.ARGMAX, [(f32(2, 3), None), scalar(0)], [i32(0)], [x])
         np.testing.assert_array_equal(out, [1, 0, 1])
 
+    def test_split_space_to_batch_and_pad_v2(self):
+        x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+        outs = run(Op.SPLIT, [(f32(1, 4, 4, 1), None), scalar(1), scalar(2)], [f32(), f32(0, 0, 0, 0)], [x])
+        np.testing.assert_array_equal(outs[0], x[:, :2])
+        np.testing.assert_array_equal(outs[1], x[:, 2:])
+        (out,) = run(Op.SPACE_TO_BATCH_ND, [(f32(1, 4, 4, 1), None), vector([2, 2]),
+                                            (i32(2, 2), np.zeros((2, 2), np.int32))], [f32()], [x])
+        np.testing.assert_array_equal(out[:, :, :, 0], [x[0, ::2, ::2, 0], x[0, ::2, 1::2, 0],
+                                                        x[0, 1::2, ::2, 0], x[0, 1::2, 1::2, 0]])
+        (out,) = run(Op.PAD_V2, [(f32(1, 4, 4, 1), None), (i32(4, 2), None), (FLOAT, -1.0)], [f32()],
+                     [x, np.array([[0, 0], [0, 1], [0, 0], [0, 0]], np.int32)])
+        assert out.shape == (1, 5, 4, 1)
+        np.testing.assert_array_equal(out[0, 4, :, 0], [-1, -1, -1, -1])
+
     def test_concatenation_and_tile(self):
         a = np.ones((1, 2), np.float32)
         b = np.zeros((2, 2), np.float32)
