@@ -4,7 +4,8 @@ EMBEDDING_LOOKUP: input 0 a 1-D TENSOR_INT32 of row indices (each in range, or t
 execution fails), input 1 the values (rank >= 2); output row i is values[lookups[i]].
 HASHTABLE_LOOKUP: inputs lookups [k] and keys [n] (TENSOR_INT32, keys sorted
 ascending), values [n, ...]; output row i is the values row whose key equals
-lookups[i], or zeros on a miss; output 1 ("hits", TENSOR_QUANT8_ASYMM with scale 1 and
+lookups[i], or stored zeros on a miss (raw 0 bytes, also for quant8, as Android fills
+them); output 1 ("hits", TENSOR_QUANT8_ASYMM with scale 1 and
 zero point 0) is 1 for a hit and 0 for a miss.
 """
 
