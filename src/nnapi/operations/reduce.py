@@ -90,11 +90,13 @@ class Reduce(Operation):
         elif code in (_CODE.REDUCE_MAX, _CODE.REDUCE_MIN):
             largest = code == _CODE.REDUCE_MAX
             reducer = np.max if largest else np.min
-            if any(x.shape[axis] == 0 for axis in axes):
-                result = reducer(x, axis=axes, initial=_extreme(x.dtype, not largest))
+            if any(x.shape[axis] == 0 for axis in axes) or x.dtype.kind != "f":
+                initial = _extreme(x.dtype, not largest)
             else:
-                # no starting value otherwise: an all -inf row has maximum -inf
-                result = reducer(x, axis=axes)
+                # infinity, not the largest finite value: an all -inf row has maximum
+                # -inf (a starting value also takes numpy's faster reduction loop)
+                initial = -np.inf if largest else np.inf
+            result = reducer(x, axis=axes, initial=initial)
         elif code == _CODE.REDUCE_SUM:
             result = np.sum(x, axis=axes, dtype=np.float32).astype(dtype)
         elif code == _CODE.REDUCE_PROD:
