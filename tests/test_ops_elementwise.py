@@ -389,3 +389,54 @@ def test_zero_sized_input_rejected_where_the_spec_does_not_allow_it():
         _run_kernel(Op.EXP, [_tensor(f32([0, 2]), np.zeros((0, 2)))], [f32([0, 2])])
     with pytest.raises(OperationFailed):
         _run_kernel(Op.EQUAL, [_tensor(i32([0]), np.zeros(0)), _tensor(i32([1]), [1])], [b8([0])])
+
+
+# --- large quantized tensors (evaluated through lookup tables) ---------------------------
+def _round_half_away(x):
+    return np.trunc(x + np.copysign(0.5, x))
+
+
+def _quantize_reference(real, scale, zero_point, low, high):
+    """Android's fixed-point kernels: round the scaled value, then add the zero point."""
+    return np.clip(_round_half_away(real / scale) + zero_point, low, high)
+
+
+def _requantize_reference(real, scale, zero_point, low, high):
+    """Android's requantize (MAXIMUM, MINIMUM, SELECT): add the zero point, then round."""
+    return np.clip(_round_half_away(real / scale + zero_point), low, high)
+
+
+def test_large_quantized_binary_ops_match_elementwise_math():
+    rng = np.random.default_rng(7)
+    shape = (1, 64, 64, 32)  # large enough for the 256 x 256 table path
+    a = rng.integers(0, 256, shape).astype(np.uint8)
+    b = rng.integers(0, 256, shape[-1:]).astype(np.uint8)
+    ta, tb, out = q8(shape, 0.07, 120), q8(shape[-1:], 0.03, 10), q8(shape, 0.11, 100)
+    real_a, real_b = (a - 120.0) * 0.07, (b - 10.0) * 0.03
+    got = run(Op.ADD, [(ta, None), (tb, None), (INT32, 3)], out, [a, b])
+    want = np.clip(_quantize_reference(real_a + real_b, 0.11, 100, 0, 255), 100, 100 + round(6 / 0.11))
+    np.testing.assert_array_equal(got, want)
+    got = binary(Op.PRELU, ta, tb, out, a, b)
+    want = _quantize_reference(np.where(real_a >= 0, real_a, real_a * real_b), 0.11, 100, 0, 255)
+    np.testing.assert_array_equal(got, want)
+    sa, sb = a.view(np.int8), b.view(np.int8)
+    got = binary(Op.MINIMUM, s8(shape, 0.07, -8), s8(shape[-1:], 0.03, 10), s8(shape, 0.11, 3), sa, sb)
+    want = _requantize_reference(np.minimum((sa + 8.0) * 0.07, (sb - 10.0) * 0.03), 0.11, 3, -128, 127)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("code, low, high", [(Op.RELU, 0.0, np.inf), (Op.RELU1, -1.0, 1.0), (Op.RELU6, 0.0, 6.0)])
+def test_relu_float16_every_value(code, low, high):
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    out = unary(code, f16([every.size]), f16([every.size]), every)
+    wide = every.astype(np.float32)
+    want = np.where(np.isnan(wide), low, np.clip(wide, low, high)).astype(np.float16)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_select_float_keeps_every_bit():
+    x = np.array([np.nan, -0.0, np.inf, 1e-45], dtype=np.float32)
+    y = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+    out = run(Op.SELECT, [(b8([4]), None), (f32([4]), None), (f32([4]), None)], f32([4]),
+              [np.array([True, True, False, True]), x, y])
+    np.testing.assert_array_equal(out.view(np.uint32), np.array([x[0], x[1], y[2], x[3]]).view(np.uint32))

@@ -87,6 +87,64 @@ def float_input(tensor: Tensor) -> np.ndarray:
     return value if value.dtype == np.float32 else value.astype(np.float32)
 
 
+def real_of(stored: np.ndarray, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:
+    """Real values of stored quantized integers: (q - zero_point) * scale."""
+    return (np.asarray(stored).astype(dtype) - dtype(zero_point)) * dtype(scale)
+
+
 def real_values(tensor: Tensor, dtype=np.float64) -> np.ndarray:
     """Real values of a single-scale quantized tensor: (q - zero_point) * scale."""
-    return (tensor.value.astype(dtype) - dtype(tensor.zero_point)) * dtype(tensor.scale)
+    return real_of(tensor.value, tensor.scale, tensor.zero_point, dtype)
+
+
+# --- lookup tables for 8-bit quantized inputs --------------------------------------------
+# An 8-bit input has only 256 possible values, so an element-wise function of one (or two)
+# quantized inputs is evaluated once per possible value (or pair) and the tensor is mapped
+# through the table: the same results as evaluating every element, at a fraction of the
+# cost on large tensors.
+
+#: below this many output elements a 256 x 256 table costs more than computing directly
+_PAIR_TABLE_MIN_ELEMENTS = 1 << 16
+
+
+def all_stored_values(dtype: np.dtype) -> np.ndarray:
+    """The 256 values an 8-bit dtype can hold, ordered by bit pattern (the uint8 view), so
+    that ``table[value.view(np.uint8)]`` looks a value up."""
+    return np.arange(256, dtype=np.uint8).view(dtype)
+
+
+def map_quant8(stored: np.ndarray, function) -> np.ndarray:
+    """``function(stored)`` for an 8-bit array, through a 256-entry table."""
+    stored = np.asarray(stored)
+    table = function(all_stored_values(stored.dtype))
+    return np.take(table, stored.view(np.uint8))
+
+
+def map_quant8_pair(first: np.ndarray, second: np.ndarray, function) -> np.ndarray:
+    """``function(first, second)`` (broadcasting) for two 8-bit arrays, through a
+    256 x 256 table when the output is large enough to pay for it."""
+    first, second = np.asarray(first), np.asarray(second)
+    shape = np.broadcast_shapes(first.shape, second.shape)
+    if int(np.prod(shape)) < _PAIR_TABLE_MIN_ELEMENTS:
+        return function(first, second)
+    table = function(all_stored_values(first.dtype)[:, None], all_stored_values(second.dtype)[None, :])
+    index = (first.view(np.uint8).astype(np.uint16) << 8) | second.view(np.uint8)
+    return np.take(table.reshape(-1), index)
+
+
+# --- branch-free selection --------------------------------------------------------------
+_SAME_SIZE_INTS = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def select_by_bits(condition: np.ndarray, if_true: np.ndarray, if_false: np.ndarray) -> np.ndarray:
+    """``np.where(condition, if_true, if_false)`` for arrays of one dtype, broadcasting.
+
+    np.where branches per element, which is slow on unpredictable masks; blending the bit
+    patterns (false ^ ((true ^ false) & mask), mask all ones where the condition holds) is
+    branch-free and exact for every dtype, NaN payloads included."""
+    dtype = np.result_type(if_true, if_false)
+    int_type = _SAME_SIZE_INTS[dtype.itemsize]
+    true_bits = np.asarray(if_true, dtype=dtype).view(int_type)
+    false_bits = np.asarray(if_false, dtype=dtype).view(int_type)
+    mask = np.negative(np.asarray(condition).astype(int_type))
+    return (false_bits ^ ((true_bits ^ false_bits) & mask)).view(dtype)

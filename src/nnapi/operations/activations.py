@@ -9,7 +9,9 @@ Float16 is computed in float32 and rounded once. Quantized inputs:
   output quantization is BAD_DATA.
 - HARD_SWISH and PRELU may change scale and zero point: they are computed on real values
   (float64) and quantized once, which stays within the CTS tolerance of Android's
-  fixed-point kernels.
+  fixed-point kernels. Like those kernels, the scaled value is rounded (halves away
+  from zero) before the output zero point is added. Quantized LOGISTIC / TANH / HARD_SWISH / PRELU go through lookup
+  tables of every possible stored value (pair), which gives the same results faster.
 
 Zero-sized inputs are accepted where the specification says so (all but PRELU).
 """
@@ -26,11 +28,19 @@ from nnapi.operations._elementwise import (
     check_broadcast,
     check_same_shape_output,
     float_input,
-    real_values,
+    map_quant8,
+    map_quant8_pair,
+    real_of,
     reject_zero_sized,
+    select_by_bits,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import SCALAR_FOR_TENSOR, activation_bounds_float, activation_bounds_quantized, quantize
+from nnapi.operations.common import (
+    SCALAR_FOR_TENSOR,
+    activation_bounds_float,
+    activation_bounds_quantized,
+    quantize_with_activation,
+)
 
 T = OperandCode
 Op = OperationCode
@@ -51,6 +61,31 @@ def _logistic(x: np.ndarray) -> np.ndarray:
 
 def _hard_swish(x: np.ndarray) -> np.ndarray:
     return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
+
+
+def _float16_order_key(bits: np.ndarray) -> np.ndarray:
+    """Map float16 bit patterns (as int16) to int16 keys ordered like the float values.
+
+    Positive floats already order like their bit patterns; negative ones (sign bit set)
+    order backwards, so their magnitude bits are flipped. The map is its own inverse."""
+    return bits ^ ((bits >> 15) & np.int16(0x7FFF))
+
+
+def _clamp_float16(x: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Clamp a float16 array to [low, high] on integer keys: numpy's float16 arithmetic
+    converts element by element and is an order of magnitude slower."""
+    bits = x.view(np.int16)
+    keys = _float16_order_key(bits)
+    low_key = _float16_order_key(np.array(low, np.float16).view(np.int16))
+    keys = np.maximum(keys, low_key)
+    if np.isfinite(high):
+        keys = np.minimum(keys, _float16_order_key(np.array(high, np.float16).view(np.int16)))
+    result = _float16_order_key(keys).view(np.float16)
+    # NaN goes to the lower bound, as the C++ min(max(low, x), high) sends it.
+    nan = (bits & np.int16(0x7FFF)) > np.int16(0x7C00)
+    if nan.any():
+        result[nan] = low
+    return result
 
 
 _SMOOTH_FUNCTIONS = {Op.LOGISTIC: _logistic, Op.TANH: np.tanh, Op.HARD_SWISH: _hard_swish}
@@ -96,12 +131,22 @@ class Activation(Operation):
                 low, high = activation_bounds_quantized(fuse, tensor)
                 return [np.clip(tensor.value, low, high).astype(dtype, copy=False)]
             low, high = activation_bounds_float(fuse)
-            # fmax/fmin send NaN to the lower bound, as the C++ max(min, x) does.
-            return [np.fmin(np.fmax(tensor.value, dtype.type(low)), dtype.type(high)).astype(dtype, copy=False)]
+            if tensor.type == T.TENSOR_FLOAT16:
+                return [_clamp_float16(tensor.value, low, high)]
+            result = np.clip(tensor.value, dtype.type(low), dtype.type(high))
+            # NaN goes to the lower bound, as the C++ min(max(low, x), high) sends it.
+            nan = np.isnan(result)
+            if nan.any():
+                result[nan] = low
+            return [result]
         function = _SMOOTH_FUNCTIONS[self.code]
         with np.errstate(over="ignore", invalid="ignore"):
             if tensor.type in QUANT8_TENSORS:
-                return [quantize(function(real_values(tensor)), output)]
+                def on_stored(stored: np.ndarray) -> np.ndarray:
+                    real = function(real_of(stored, tensor.scale, tensor.zero_point))
+                    return quantize_with_activation(real, output, FuseCode.FUSED_NONE)
+
+                return [map_quant8(tensor.value, on_stored)]
             return [function(float_input(tensor)).astype(dtype, copy=False)]
 
 
@@ -145,9 +190,16 @@ class PRelu(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, alpha = ctx.input(0), ctx.input(1)
         if x.type in QUANT8_TENSORS:
-            real_x = real_values(x)
-            # Android tests the sign of (q - zero_point): the same as of the real value.
-            real = np.where(real_x >= 0, real_x, real_x * real_values(alpha))
-            return [quantize(real, ctx.output(0))]
+            output = ctx.output(0)
+
+            def on_stored(stored_x: np.ndarray, stored_alpha: np.ndarray) -> np.ndarray:
+                real_x = real_of(stored_x, x.scale, x.zero_point)
+                # Android tests the sign of (q - zero_point): the same as of the real value.
+                real = np.where(real_x >= 0, real_x, real_x * real_of(stored_alpha, alpha.scale, alpha.zero_point))
+                return quantize_with_activation(real, output, FuseCode.FUSED_NONE)
+
+            return [map_quant8_pair(x.value, alpha.value, on_stored)]
         a, b = float_input(x), float_input(alpha)
-        return [np.where(a >= 0, a, a * b).astype(ctx.output_dtype(0), copy=False)]
+        with np.errstate(over="ignore", invalid="ignore"):
+            result = select_by_bits(a >= 0, a, a * b)
+        return [result.astype(ctx.output_dtype(0), copy=False)]

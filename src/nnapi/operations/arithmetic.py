@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
+from nnapi.operations._elementwise import map_quant8_pair, real_of
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import (
     broadcast_shapes,
@@ -76,9 +77,17 @@ class BinaryArithmetic(Operation):
             if self.code == OperationCode.DIV and np.any(b.value == 0):
                 ctx.fail("integer division by zero")
             return [_INT_MATH[self.code](a.value, b.value).astype(np.int32)]
-        # Float16 is computed in float32 and rounded once, as Android's kernels do;
-        # quantized inputs are computed on exact real values (float64).
-        work = np.float32 if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16) else np.float64
+        output = ctx.output(0)
+        math = _FLOAT_MATH[self.code]
+        if code in _QUANT8_TYPES:
+            # Quantized inputs are computed on exact real values (float64), through a table
+            # of every pair of stored values when the tensors are large.
+            def on_stored(stored_a: np.ndarray, stored_b: np.ndarray) -> np.ndarray:
+                real = math(real_of(stored_a, a.scale, a.zero_point), real_of(stored_b, b.scale, b.zero_point))
+                return quantize_with_activation(real, output, fuse)
+
+            return [map_quant8_pair(a.value, b.value, on_stored)]
+        # Float16 is computed in float32 and rounded once, as Android's kernels do.
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            real = _FLOAT_MATH[self.code](dequantize(a, dtype=work), dequantize(b, dtype=work))
-        return [quantize_with_activation(real, ctx.output(0), fuse)]
+            real = math(dequantize(a, dtype=np.float32), dequantize(b, dtype=np.float32))
+        return [quantize_with_activation(real, output, fuse)]

@@ -19,7 +19,8 @@ from nnapi.operations._elementwise import (
     broadcast_output_shape,
     check_broadcast,
     float_input,
-    real_values,
+    map_quant8_pair,
+    real_of,
     reject_zero_sized,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
@@ -55,7 +56,13 @@ class BinaryMath(Operation):
         if a.type == T.TENSOR_INT32:
             return [function(a.value, b.value).astype(np.int32, copy=False)]
         if a.type in QUANT8_TENSORS:
-            return [quantize(function(real_values(a), real_values(b)), ctx.output(0))]
+            output = ctx.output(0)
+
+            def on_stored(stored_a: np.ndarray, stored_b: np.ndarray) -> np.ndarray:
+                real = function(real_of(stored_a, a.scale, a.zero_point), real_of(stored_b, b.scale, b.zero_point))
+                return quantize(real, output)
+
+            return [map_quant8_pair(a.value, b.value, on_stored)]
         with np.errstate(all="ignore"):
             result = function(float_input(a), float_input(b))
         return [result.astype(ctx.output_dtype(0), copy=False)]

@@ -41,6 +41,9 @@ def _convert(values: np.ndarray, target: np.dtype) -> np.ndarray:
             return values.astype(target)
     low, high = integer_range(target)
     if values.dtype.kind == "f":
+        if values.size and low <= float(values.min()) and float(values.max()) <= high:
+            # All finite and in range (NaN fails the test): a plain truncating cast.
+            return values.astype(target)
         # In float64 so that int32's bounds are exact; NaN goes to 0.
         wide = np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=high, neginf=low)
         return np.trunc(np.clip(wide, low, high)).astype(target)

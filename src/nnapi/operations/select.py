@@ -10,18 +10,30 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
+from nnapi.operand import OperandType
 from nnapi.operations._elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     check_output_shape,
+    map_quant8,
+    real_of,
     reject_zero_sized,
+    select_by_bits,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import requantize
+from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
+from nnapi.operations.common import quantize
 
 T = OperandCode
 
 _TYPES = FLOAT_TENSORS + (T.TENSOR_INT32,) + QUANT8_TENSORS
+
+
+def _requantize(tensor: Tensor, output: OperandType) -> np.ndarray:
+    """``tensor``'s values in ``output``'s quantization (through a 256-entry table)."""
+    if (tensor.scale, tensor.zero_point) == (output.scale, output.zero_point):
+        return tensor.value
+    return map_quant8(tensor.value, lambda stored: quantize(real_of(stored, tensor.scale, tensor.zero_point),
+                                                            output))
 
 
 @register(OperationCode.SELECT)
@@ -56,5 +68,5 @@ class Select(Operation):
         condition, a, b = ctx.input(0), ctx.input(1), ctx.input(2)
         if a.type in QUANT8_TENSORS:
             output = ctx.output(0)
-            return [np.where(condition.value, requantize(a, output), requantize(b, output))]
-        return [np.where(condition.value, a.value, b.value)]
+            return [select_by_bits(condition.value, _requantize(a, output), _requantize(b, output))]
+        return [select_by_bits(condition.value, a.value, b.value)]
