@@ -237,6 +237,12 @@ def test_roi_align_float_is_bilinear_average():
     np.testing.assert_allclose(out[0, :, :, 0], [[2.5, 3.5], [6.5, 7.5]], rtol=1e-6)
 
 
+def test_roi_align_output_of_unknown_rank():
+    out = roi_align(f32((1, 4, 4, 1)), f32((1, 4)), FEATURE, [[0, 0, 2, 2]], f32(()))
+    assert out.shape == (1, 2, 2, 1)
+    np.testing.assert_allclose(out[0, :, :, 0], [[2.5, 3.5], [6.5, 7.5]], rtol=1e-6)
+
+
 def test_roi_align_nchw_and_float16_match_nhwc():
     nhwc = roi_align(f32((1, 4, 4, 1)), f32((2, 4)), FEATURE, [[0, 0, 2, 2], [1, 0.5, 3.5, 3]], f32((2, 2, 2, 1)))
     nchw = roi_align(f32((1, 1, 4, 4)), f32((2, 4)), FEATURE.transpose(0, 3, 1, 2), [[0, 0, 2, 2], [1, 0.5, 3.5, 3]],
