@@ -8,7 +8,7 @@ nn/common/operations (validate / prepare / execute), and registers it:
         def validate(self, ctx: ValidationContext) -> None:      # at add_operation
             ctx.check_counts(inputs=1, outputs=1)
             ctx.check_input_types([FLOAT_TYPES])
-            ctx.check_output_matches_input(0, 0)
+            ctx.check_output_type(0, ctx.input_type(0))
         def prepare(self, ctx: ExecutionContext) -> list[Shape]:  # shape inference
             return [ctx.input(0).shape]
         def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
