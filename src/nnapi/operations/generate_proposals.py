@@ -85,6 +85,8 @@ class GenerateProposals(Operation):
         deltas = to_nhwc(to_float32(ctx.input(1)), nchw).reshape(batches, -1, 4)
         anchors = to_float32(ctx.input(2))
         image = to_float32(ctx.input(3))
+        ctx.require(bool(np.all((anchors[:, 0] <= anchors[:, 2]) & (anchors[:, 1] <= anchors[:, 3]))),
+                    "every anchor needs x1 <= x2 and y1 <= y2")
         height_stride, width_stride = np.float32(ctx.scalar(4)), np.float32(ctx.scalar(5))
         pre_limit, post_limit = int(ctx.scalar(6)), int(ctx.scalar(7))
         suppress = hard_suppressor(ctx.scalar(8))
