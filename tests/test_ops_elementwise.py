@@ -440,3 +440,22 @@ def test_select_float_keeps_every_bit():
     out = run(Op.SELECT, [(b8([4]), None), (f32([4]), None), (f32([4]), None)], f32([4]),
               [np.array([True, True, False, True]), x, y])
     np.testing.assert_array_equal(out.view(np.uint32), np.array([x[0], x[1], y[2], x[3]]).view(np.uint32))
+
+
+def test_quantize_nan_and_infinities_saturate():
+    values = np.array([np.nan, np.inf, -np.inf], dtype=np.float32)
+    np.testing.assert_array_equal(unary(Op.QUANTIZE, f32([3]), q8([3], 0.5, 10), values), [255, 255, 0])
+    np.testing.assert_array_equal(unary(Op.QUANTIZE, f32([3]), s8([3], 0.5, 10), values), [127, 127, -128])
+
+
+def test_cast_float16_to_quant8_truncates():
+    out = unary(Op.CAST, f16([4]), q8([4], 1.0, 0), [2.7, 255.9, -0.5, 1000.0])
+    np.testing.assert_array_equal(out, [2, 255, 0, 255])
+
+
+def test_activation_bad_signatures():
+    assert_bad(Op.HARD_SWISH, [(i32([2]), None)], [i32([2])])
+    assert_bad(Op.PRELU, [(f32([2]), None), (f16([2]), None)], [f32([2])])
+    assert_bad(Op.PRELU, [(f32([2, 3]), None), (f32([2]), None)], [f32([2, 3])])  # alpha does not broadcast
+    assert_bad(Op.TANH, [(f32([2]), None)], [f32([2, 1])])  # declared output rank differs
+    assert_bad(Op.LOGISTIC, [(f32([2]), None)], [f32([2]), f32([2])])  # one output only

@@ -33,7 +33,8 @@ _IDENTITY_ONLY = (T.TENSOR_BOOL8, T.TENSOR_INT32, T.TENSOR_QUANT16_ASYMM, T.TENS
 
 def _convert(values: np.ndarray, target: np.dtype) -> np.ndarray:
     if values.dtype == target:
-        return values
+        # A copy, so that the output never aliases the (read-only) input buffer.
+        return values.copy()
     if target.kind == "f":
         # Float to float rounds to nearest; int to float is exact or rounds to nearest;
         # beyond float16's range the result is inf, as in C.
