@@ -359,3 +359,25 @@ def test_detection_postprocessing_bad_signature():
             (q8((1, 3, 3), 0.1, 0), None), (f32((1, 3, 4)), None), (f32((3, 4)), None), (FLOAT, 10.0),
             (FLOAT, 10.0), (FLOAT, 5.0), (FLOAT, 5.0), (BOOL, False), (INT, 2), (INT, 2), (INT, 1), (FLOAT, 0.1),
             (FLOAT, 0.5), (BOOL, True)], [f32((1, 2)), f32((1, 2, 4)), i32((1, 2)), i32((1,))])
+
+
+def test_swap_compaction_matches_in_place_walk():
+    """The vectorized compaction equals walking the candidates and swapping each dropped
+    one with the last unexamined candidate (the order that breaks score ties)."""
+    from nnapi.operations._detection_common import _swap_compact
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        size = int(rng.integers(0, 12))
+        keep = rng.random(size) < 0.5
+        items = list(range(size))
+        flags = list(keep)
+        position, end = 0, size
+        while position < end:
+            if flags[position]:
+                position += 1
+            else:
+                end -= 1
+                items[position], items[end] = items[end], items[position]
+                flags[position], flags[end] = flags[end], flags[position]
+        assert _swap_compact(np.arange(size), keep).tolist() == items[:end]
