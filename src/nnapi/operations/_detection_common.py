@@ -166,8 +166,9 @@ def soft_suppressor(kernel: int, iou_threshold: float, sigma: float, drop_below:
     return suppress
 
 
-def _swap_compact(rest: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The candidates that survive, in the order Android's in-place compaction leaves them.
+def _compaction_order(keep: np.ndarray) -> np.ndarray:
+    """Positions of the surviving candidates, in the order Android's in-place compaction
+    leaves them.
 
     Android walks the candidates and swaps each dropped one with the last unexamined
     candidate. The result: survivors among the first ``count`` positions stay where they
@@ -175,42 +176,63 @@ def _swap_compact(rest: np.ndarray, keep: np.ndarray) -> np.ndarray:
     are broken by this order, so it is reproduced rather than a stable filter.
     """
     count = int(np.count_nonzero(keep))
-    head = rest[:count].copy()
+    order = np.arange(count)
     holes = ~keep[:count]
     if holes.any():
-        head[holes] = rest[count:][keep[count:]][::-1]
-    return head
+        order[holes] = (np.flatnonzero(keep[count:]) + count)[::-1]
+    return order
+
+
+def _swap_compact(rest: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The surviving entries of ``rest`` in compaction order (see ``_compaction_order``)."""
+    return rest[_compaction_order(keep)]
 
 
 def greedy_nms(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarray, suppress: Suppressor,
                max_keep: int) -> np.ndarray:
     """Select boxes greedily by score: take the best remaining candidate, rescore or drop
-    the others by their IoU with it, repeat. ``scores`` (float32, indexed like ``boxes``)
-    is updated in place for soft kernels. ``max_keep`` < 0 means no limit. Returns the
-    selected indexes in selection order.
+    the others by their IoU with it, repeat. ``max_keep`` < 0 means no limit. Returns the
+    selected indexes (into ``scores`` / ``boxes``) in selection order, and writes each
+    selected box's score at the time it was selected back into ``scores`` (float32).
 
     The loop over selections is inherently sequential; each step is vectorized over the
-    remaining candidates.
+    remaining candidates, whose coordinates, areas and scores travel with them in
+    contiguous arrays so that no step gathers from the full box list.
     """
-    active = np.asarray(candidates, dtype=np.int64)
-    limit = active.size if max_keep < 0 else min(max_keep, active.size)
+    order = np.array(candidates, dtype=np.int64)
+    limit = order.size if max_keep < 0 else min(max_keep, order.size)
+    if limit == 0:
+        return np.zeros(0, dtype=np.int64)
+    chosen_boxes = np.asarray(boxes, dtype=np.float32)[order]
+    x1, y1, x2, y2 = (np.ascontiguousarray(chosen_boxes[:, k]) for k in range(4))
+    areas = (x2 - x1) * (y2 - y1)
+    live = np.asarray(scores, dtype=np.float32)[order]
+    columns = [order, x1, y1, x2, y2, areas, live]
     selected: list[int] = []
-    while active.size and len(selected) < limit:
+    selected_scores: list[np.float32] = []
+    zero = np.float32(0)
+    while order.size and len(selected) < limit:
         # np.argmax returns the first maximum, like std::max_element.
-        best = int(np.argmax(scores[active]))
+        best = int(np.argmax(live))
         if best:
-            active = active.copy()
-            active[0], active[best] = active[best], active[0]
-        chosen = int(active[0])
-        selected.append(chosen)
-        rest = active[1:]
-        if rest.size == 0:
+            for column in columns:
+                column[0], column[best] = column[best], column[0]
+        selected.append(int(order[0]))
+        selected_scores.append(live[0])
+        if order.size == 1:
             break
-        iou = iou_one_to_many(boxes[chosen], boxes[rest])
-        new_scores, dropped = suppress(iou, scores[rest])
-        scores[rest] = new_scores
-        active = _swap_compact(rest, ~dropped)
-    return np.asarray(selected, dtype=np.int64)
+        width = np.maximum(np.minimum(x2[1:], x2[0]) - np.maximum(x1[1:], x1[0]), zero)
+        height = np.maximum(np.minimum(y2[1:], y2[0]) - np.maximum(y1[1:], y1[0]), zero)
+        intersection = width * height
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = intersection / (areas[1:] + areas[0] - intersection)
+        new_scores, dropped = suppress(iou, live[1:])
+        survivors = _compaction_order(~dropped) + 1
+        columns = [column[survivors] for column in columns[:-1]] + [np.asarray(new_scores)[survivors - 1]]
+        order, x1, y1, x2, y2, areas, live = columns
+    picked = np.asarray(selected, dtype=np.int64)
+    scores[picked] = np.asarray(selected_scores, dtype=np.float32)
+    return picked
 
 
 def sort_by_score(indexes: np.ndarray, scores: np.ndarray) -> np.ndarray:
