@@ -364,7 +364,7 @@ def test_detection_postprocessing_bad_signature():
 def test_swap_compaction_matches_in_place_walk():
     """The vectorized compaction equals walking the candidates and swapping each dropped
     one with the last unexamined candidate (the order that breaks score ties)."""
-    from nnapi.operations._detection_common import _swap_compact
+    from nnapi.operations._detection_common import _compaction_order
 
     rng = np.random.default_rng(1)
     for _ in range(200):
@@ -380,4 +380,4 @@ def test_swap_compaction_matches_in_place_walk():
                 end -= 1
                 items[position], items[end] = items[end], items[position]
                 flags[position], flags[end] = flags[end], flags[position]
-        assert _swap_compact(np.arange(size), keep).tolist() == items[:end]
+        assert _compaction_order(keep).tolist() == items[:end]

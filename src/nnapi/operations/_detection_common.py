@@ -81,17 +81,6 @@ def from_float32(values: np.ndarray, output: OperandType) -> np.ndarray:
 
 
 # --- box geometry ---------------------------------------------------------------------------
-def iou_one_to_many(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """Intersection over union of ``box`` [4] with each row of ``boxes`` [N, 4], in float32."""
-    area_one = (box[2] - box[0]) * (box[3] - box[1])
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    width = np.maximum(np.minimum(boxes[:, 2], box[2]) - np.maximum(boxes[:, 0], box[0]), np.float32(0))
-    height = np.maximum(np.minimum(boxes[:, 3], box[3]) - np.maximum(boxes[:, 1], box[1]), np.float32(0))
-    intersection = width * height
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return intersection / (areas + area_one - intersection)
-
-
 def transform_boxes(boxes: np.ndarray, deltas: np.ndarray, image_height: np.ndarray,
                     image_width: np.ndarray) -> np.ndarray:
     """Apply [dx, dy, dw, dh] deltas to [x1, y1, x2, y2] boxes and clip to the image.
@@ -181,11 +170,6 @@ def _compaction_order(keep: np.ndarray) -> np.ndarray:
     if holes.any():
         order[holes] = (np.flatnonzero(keep[count:]) + count)[::-1]
     return order
-
-
-def _swap_compact(rest: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The surviving entries of ``rest`` in compaction order (see ``_compaction_order``)."""
-    return rest[_compaction_order(keep)]
 
 
 def greedy_nms(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarray, suppress: Suppressor,
