@@ -105,15 +105,19 @@ class Activation(Operation):
         code = ctx.input_type(0)
         if code not in QUANT8_TENSORS:
             return
+        output = ctx.outputs[0]
         if self.code in _RELU_FUSE:
-            ctx.check_same_quantization(("input", 0), ("output", 0))
+            scale, zero_point = ctx.inputs[0].scale, ctx.inputs[0].zero_point
+            required = "the input's scale and zero point"
         elif self.code in _FIXED_OUTPUT_QUANT:
             scale, zero_point = _FIXED_OUTPUT_QUANT[self.code][code]
-            output = ctx.outputs[0]
-            # Compared in float32, the precision the NDK stores scales in.
-            if np.float32(output.scale) != np.float32(scale) or output.zero_point != zero_point:
-                ctx.fail(f"output 0 of {code.name} must have scale 1/{round(1 / scale)} and zero point "
-                         f"{zero_point}, got scale {output.scale} and zero point {output.zero_point}")
+            required = f"scale 1/{round(1 / scale)} and zero point {zero_point}"
+        else:
+            return  # HARD_SWISH may requantize freely
+        # Scales compare in float32, the precision the NDK stores them in.
+        if np.float32(output.scale) != np.float32(scale) or output.zero_point != zero_point:
+            ctx.fail(f"output 0 of {code.name} must have {required}, got scale {output.scale} and "
+                     f"zero point {output.zero_point}")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         shape = ctx.input(0).shape

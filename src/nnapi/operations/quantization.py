@@ -57,8 +57,7 @@ class Dequantize(Operation):
         ctx.check_input_type(0, _DEQUANTIZE_INPUTS)
         ctx.check_output_type(0, FLOAT_TENSORS)
         ctx.check_input_max_rank(0, _DEQUANTIZE_MAX_RANK)
-        if ctx.input_type(0) == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and ctx.inputs[0].channel_quant is None:
-            ctx.fail("input 0 is TENSOR_QUANT8_SYMM_PER_CHANNEL but has no per-channel quantization parameters")
+        # Per-channel parameters may be set after add_operation; Model.finish requires them.
         check_same_shape_output(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
