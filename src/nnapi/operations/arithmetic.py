@@ -53,9 +53,10 @@ class BinaryArithmetic(Operation):
         if a and b and 0 not in a and 0 not in b and broadcast_shapes(a, b) is None:
             ctx.fail(f"input shapes {list(a)} and {list(b)} do not broadcast")
         if self.code == OperationCode.MUL and ctx.input_type(0) in _QUANT8_TYPES:
-            # The NDK requires output_scale > input1_scale * input2_scale for quantized MUL.
-            product = ctx.inputs[0].scale * ctx.inputs[1].scale
-            if not ctx.outputs[0].scale > product:
+            # The NDK requires output_scale > input1_scale * input2_scale for quantized MUL
+            # (float32 scales, as the NDK stores them).
+            product = np.float32(ctx.inputs[0].scale) * np.float32(ctx.inputs[1].scale)
+            if not np.float32(ctx.outputs[0].scale) > product:
                 ctx.fail(f"output 0 scale {ctx.outputs[0].scale} must exceed the product of the input "
                          f"scales ({product})")
 
