@@ -1,6 +1,7 @@
 """Helpers shared by the element-wise operation modules (activations, unary, binary_math,
-comparisons, logical, select, cast, quantization): shape checks at validation time,
-broadcast shape inference, the zero-sized input rule, and float working precision.
+comparisons, logical, select, cast, quantization, and ADD/SUB/MUL in arithmetic): shape
+checks at validation time, broadcast shape inference, the zero-sized input rule, float
+working precision, lookup tables for 8-bit quantized inputs and a branch-free select.
 
 Not an operation module (the leading underscore keeps the package loader from treating
 it as one); the family modules import it.
