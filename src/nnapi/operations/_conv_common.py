@@ -230,31 +230,48 @@ def tap(xp: np.ndarray, i: int, j: int, out_hw: tuple[int, int], strides: tuple[
               left: left + strides[1] * (out_hw[1] - 1) + 1: strides[1], :]
 
 
+#: im2col copies are made a block of output rows at a time, at most this many bytes,
+#: so that large images do not need an image-sized column matrix (and blocks stay in cache)
+IM2COL_BLOCK_BYTES = 4 << 20
+
+
 def conv_accumulate(x: np.ndarray, filt: np.ndarray, groups: int, sp: Spatial,
                     out_hw: tuple[int, int]) -> np.ndarray:
     """Sum of products of a (grouped) convolution, in ``x``'s dtype: x (N, H, W, C)
     and filt (OC, KH, KW, C / groups) already zero-point-shifted; the result is
-    (N, OH, OW, OC). One im2col copy and one BLAS product per group."""
+    (N, OH, OW, OC). An im2col copy of the windows and a BLAS product per group, by
+    blocks of output rows (a 1x1 stride-1 unpadded convolution needs no copy)."""
     n = x.shape[0]
     oc, kh, kw, cg = filt.shape
     oh, ow = out_hw
-    rows = n * oh * ow
+    depth = kh * kw * cg
     simple = (kh == kw == 1 and sp.stride_h == sp.stride_w == 1
               and not (sp.pad_top or sp.pad_bottom or sp.pad_left or sp.pad_right))
+    if simple and groups == 1:
+        return (x.reshape(-1, depth) @ filt.reshape(oc, depth).T).reshape(n, oh, ow, oc)
     if simple:
         windows = x.reshape(n, oh, ow, 1, 1, x.shape[3])
     else:
         xp = padded(x, sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
         windows = window_view(xp, out_hw, (kh, kw), (sp.stride_h, sp.stride_w), (sp.dilation_h, sp.dilation_w))
-    if groups == 1:
-        cols = windows.reshape(rows, kh * kw * cg)
-        return (cols @ filt.reshape(oc, -1).T).reshape(n, oh, ow, oc)
     per_group = oc // groups
-    split = windows.reshape(n, oh, ow, kh, kw, groups, cg)
-    cols = np.ascontiguousarray(split.transpose(5, 0, 1, 2, 3, 4, 6)).reshape(groups, rows, kh * kw * cg)
-    weights = filt.reshape(groups, per_group, kh * kw * cg).transpose(0, 2, 1)
-    out = np.matmul(cols, weights)  # (groups, rows, per_group)
-    return out.transpose(1, 0, 2).reshape(n, oh, ow, oc)
+    # weights[g]: (depth, per_group), the filters of group g as columns
+    weights = np.ascontiguousarray(filt.reshape(groups, per_group, depth).transpose(0, 2, 1))
+    out = np.empty((n, oh, ow, oc), dtype=np.result_type(x.dtype, filt.dtype))
+    block = max(1, IM2COL_BLOCK_BYTES // max(1, ow * depth * groups * x.itemsize))
+    for batch in range(n):
+        for top in range(0, oh, block):
+            bottom = min(top + block, oh)
+            rows = (bottom - top) * ow
+            if groups == 1:
+                cols = windows[batch, top:bottom].reshape(rows, depth)
+                np.matmul(cols, weights[0], out=out[batch, top:bottom].reshape(rows, oc))
+                continue
+            split = windows[batch, top:bottom].reshape(bottom - top, ow, kh, kw, groups, cg)
+            cols = np.ascontiguousarray(split.transpose(4, 0, 1, 2, 3, 5)).reshape(groups, rows, depth)
+            products = np.matmul(cols, weights)  # (groups, rows, per_group)
+            out[batch, top:bottom] = products.transpose(1, 0, 2).reshape(bottom - top, ow, oc)
+    return out
 
 
 def depthwise_accumulate(x: np.ndarray, filt: np.ndarray, multiplier: int, sp: Spatial,
