@@ -198,6 +198,10 @@ class LshProjection(Operation):
         ctx.require(data.rank >= 1, "input must have rank at least 1")
         kind = int(ctx.scalar(3))
         ctx.require(kind in (_SPARSE_DEPRECATED, _DENSE, _SPARSE), f"unknown projection type {kind}")
+        if kind == _SPARSE and hashes.shape[0] > 1:
+            # the per-function offsets k << num_bits must fit the int32 signature
+            needed = hashes.shape[1] + int(np.ceil(np.log2(hashes.shape[0])))
+            ctx.require(needed <= 32, f"sparse signatures need {needed} bits, more than 32")
         weights = None if ctx.is_omitted(2) else np.asarray(ctx.value(2), dtype=np.float64)
         if weights is not None:
             ctx.require(weights.shape == (data.shape[0],),
