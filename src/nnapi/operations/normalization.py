@@ -9,7 +9,8 @@
 - INSTANCE_NORMALIZATION: (x - mean) * gamma / sqrt(var + epsilon) + beta, mean and
   variance over height and width of each batch and channel; float32 / float16, NHWC or
   NCHW.
-All are computed in float64 and rounded once to the output type.
+L2_NORMALIZATION computes float tensors in float32 (as Android does), the others in
+float64; all round once to the output type.
 """
 
 from __future__ import annotations
@@ -64,11 +65,12 @@ class L2Normalization(Operation):
         if data.value.size == 0:
             return [np.zeros(data.shape, dtype=data.value.dtype)]
         axis = _axis(ctx, 1)
-        x = data.value.astype(np.float64)
+        # float32 for float tensors (as Android computes), exact float64 for integers
+        x = data.value.astype(np.float32 if data.type in _FLOAT else np.float64)
         if data.type not in _FLOAT:
             x -= data.zero_point
         norm = np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
-        result = x / np.maximum(norm, _L2_EPSILON)
+        result = x / np.maximum(norm, x.dtype.type(_L2_EPSILON))
         return [quantize(result, ctx.output(0))]
 
 

@@ -3,8 +3,8 @@
 SOFTMAX takes float32 / float16 / quant8 / quant8 signed (rank up to 4, the axis input
 optional, default -1); its quantized output has scale 1/256 and zero point 0 (unsigned)
 or -128 (signed). LOG_SOFTMAX takes float32 / float16 of any rank and a mandatory axis.
-Both subtract the maximum before exponentiating, computed in float64 and rounded once
-to the output type.
+Both subtract the maximum before exponentiating; float tensors are computed in float32,
+quantized ones in float64, and rounded once to the output type.
 """
 
 from __future__ import annotations
@@ -60,12 +60,16 @@ class Softmax(Operation):
         if data.value.size == 0:
             return [np.zeros(data.shape, dtype=data.value.dtype)]
         axis = self._axis(ctx)
-        beta = float(np.float32(ctx.scalar(1)))
-        x = dequantize(data, dtype=np.float64)
-        scaled = (x - x.max(axis=axis, keepdims=True)) * beta
+        # float tensors are computed in float32 (as Android does; float16 rounded once
+        # at the end), quantized ones exactly in float64
+        work = np.float32 if data.type in _LOG_SOFTMAX_TYPES else np.float64
+        beta = work(np.float32(ctx.scalar(1)))
+        x = dequantize(data, dtype=work)
+        scaled = x - x.max(axis=axis, keepdims=True)
+        scaled *= beta
         if self.code == OperationCode.LOG_SOFTMAX:
             result = scaled - np.log(np.exp(scaled).sum(axis=axis, keepdims=True))
         else:
-            exps = np.exp(scaled)
-            result = exps / exps.sum(axis=axis, keepdims=True)
+            result = np.exp(scaled, out=scaled)
+            result /= result.sum(axis=axis, keepdims=True)
         return [quantize(result, output)]
