@@ -102,38 +102,46 @@ class RoiAlign(Operation):
         ratio_w = np.full(num_rois, ctx.scalar(8), np.int64) if ctx.scalar(8) > 0 else np.ceil(step_w).astype(np.int64)
         ratio_h = np.full(num_rois, ctx.scalar(7), np.int64) if ctx.scalar(7) > 0 else np.ceil(step_h).astype(np.int64)
         flat = feature.reshape(batch * height * width, depth)
+        if not quantized:
+            flat = flat.astype(np.float32, copy=False)
         # Regions with the same sampling grid are computed together.
         for sh, sw in sorted(set(zip(ratio_h.tolist(), ratio_w.tolist(), strict=True))):
             group = np.flatnonzero((ratio_h == sh) & (ratio_w == sw))
             ys, wy = _axis_samples(corners[group, 1], step_h[group], sh, out_h, height)
             xs, wx = _axis_samples(corners[group, 0], step_w[group], sw, out_w, width)
             base = batch_ids[group] * (height * width)
-            per_roi = out_h * sh * 2 * out_w * sw * 2 * depth
-            chunk = max(1, _CHUNK_ELEMENTS // per_roi)
+            taps = sh * 2 * sw * 2      # (sample, corner) pairs in y times those in x
+            chunk = max(1, _CHUNK_ELEMENTS // (out_h * out_w * taps * depth))
             for first in range(0, group.size, chunk):
                 part = slice(first, first + chunk)
-                # [r, i, sy, corner_y, j, sx, corner_x] flat positions into the feature map
+                count = group[part].size
+                # [r, i, j, sy, corner_y, sx, corner_x]: every tap of every output pixel, with
+                # its bilinear weight, so that each output pixel is one dot product.
                 index = (base[part, None, None, None, None, None, None]
-                         + ys[part, :, :, :, None, None, None] * width + xs[part, None, None, None, :, :, :])
-                values = flat[index]
+                         + ys[part][:, :, None, :, :, None, None] * width + xs[part][:, None, :, None, None, :, :])
+                weights = wy[part][:, :, None, :, :, None, None] * wx[part][:, None, :, None, None, :, :]
+                index = index.reshape(count, out_h, out_w, taps)
+                weights = weights.reshape(count, out_h, out_w, 1, taps)
+                values = flat[index]                                    # [r, i, j, taps, depth]
                 if quantized:
-                    result = self._quantized(ctx, values, wy[part], wx[part], sh * sw)
+                    result = self._quantized(ctx, values, weights, sh * sw)
                 else:
-                    summed = np.einsum("rpsaqtbc,rpsa,rqtb->rpqc", values.astype(np.float32), wy[part], wx[part],
-                                       optimize=True)
+                    summed = np.matmul(weights, values)[..., 0, :]
                     result = from_float32(summed / np.float32(sh * sw), ctx.output(0))
                 out[group[part]] = result
         return [from_nhwc(out, nchw)]
 
     @staticmethod
-    def _quantized(ctx: ExecutionContext, values: np.ndarray, wy: np.ndarray, wx: np.ndarray,
-                   samples: int) -> np.ndarray:
+    def _quantized(ctx: ExecutionContext, values: np.ndarray, weights: np.ndarray, samples: int) -> np.ndarray:
         """Android's integer ROI_ALIGN: weights in 1/255 steps, integer sums, fixed-point rescale."""
         source, output = ctx.input(0), ctx.output(0)
-        weights = (wy[:, :, :, :, None, None, None] * wx[:, None, None, None, :, :, :]).astype(np.float32)
-        integer_weights = round_half_away(weights / _WEIGHT_STEP).astype(np.int64)
-        centered = values.astype(np.int64) - source.zero_point
-        sums = np.einsum("rpsaqtbc,rpsaqtb->rpqc", centered, integer_weights)
+        integer_weights = round_half_away(weights / _WEIGHT_STEP)
+        # The integer dot products run through BLAS on floats, exactly: every product and
+        # partial sum is an integer below 2**24 (float32) or 2**53 (float64).
+        taps = weights.shape[-1]
+        exact = np.float32 if taps * 255 * 255 < 2**24 else np.float64
+        centered = values.astype(exact) - exact(source.zero_point)
+        sums = np.matmul(integer_weights.astype(exact), centered)[..., 0, :].astype(np.int64)
         real_multiplier = np.float32(source.scale) * _WEIGHT_STEP / np.float32(output.scale) / np.float32(samples)
         multiplier, shift = quantize_multiplier(float(real_multiplier))
         scaled = multiply_by_quantized_multiplier(sums, multiplier, shift) + output.zero_point
