@@ -376,8 +376,9 @@ class QuantizedLstm(Operation):
     def _setup(self, ctx: ExecutionContext):
         for index in (0, 2, 3, 4, 6, 7, 8, 13, 14, 15, 18, 19):
             ctx.require(not ctx.is_omitted(index), f"input {index} must be present")
+        for index in (0, 2, 3, 4, 6, 7, 8, 18, 19):
+            ctx.require(ctx.input(index).rank == 2, f"input {index} must be 2-D")
         x, h, c = ctx.input(0), ctx.input(18), ctx.input(19)
-        ctx.require(x.rank == 2, "input must be 2-D")
         batch, input_size = x.shape
         units = ctx.input(4).shape[0]
         output_size = ctx.input(8).shape[1]
