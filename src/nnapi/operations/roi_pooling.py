@@ -83,27 +83,24 @@ class RoiPooling(Operation):
         pixels = round_half_away(corners).astype(np.int64)
         h_start, h_stop = _bins(pixels[:, 1], pixels[:, 3], out_h, height)
         w_start, w_stop = _bins(pixels[:, 0], pixels[:, 2], out_w, width)
-        # Every bin is gathered as a fixed-size window; pixels past its end are masked out.
+        # Every bin is gathered as a fixed-size window. Window positions past the bin's end
+        # repeat its last pixel, which leaves the maximum unchanged and needs no mask.
         span_h = max(int((h_stop - h_start).max()), 1)
         span_w = max(int((w_stop - w_start).max()), 1)
-        rows = h_start[:, :, None] + np.arange(span_h)        # [r, i, kh]
-        cols = w_start[:, :, None] + np.arange(span_w)        # [r, j, kw]
-        row_ok = rows < h_stop[:, :, None]
-        col_ok = cols < w_stop[:, :, None]
-        rows, cols = np.minimum(rows, height - 1), np.minimum(cols, width - 1)
+        rows = np.minimum(h_start[:, :, None] + np.arange(span_h), h_stop[:, :, None] - 1)   # [r, i, kh]
+        cols = np.minimum(w_start[:, :, None] + np.arange(span_w), w_stop[:, :, None] - 1)   # [r, j, kw]
+        rows, cols = np.clip(rows, 0, height - 1), np.clip(cols, 0, width - 1)
+        # A bin clipped away entirely (a region at the map's edge) yields the zero point.
+        empty = (h_stop <= h_start)[:, :, None] | (w_stop <= w_start)[:, None, :]            # [r, i, j]
         flat = feature.reshape(batch * height * width, depth)
-        lowest = np.array(-np.inf if dtype.kind == "f" else np.iinfo(dtype).min, dtype=dtype)
         empty_value = np.array(ctx.input(0).zero_point if dtype.kind != "f" else 0, dtype=dtype)
         chunk = max(1, _CHUNK_ELEMENTS // (out_h * span_h * out_w * span_w * depth))
         for first in range(0, num_rois, chunk):
             part = slice(first, first + chunk)
             index = (batch_ids[part, None, None, None, None] * (height * width)
                      + rows[part, :, :, None, None] * width + cols[part, None, None, :, :])
-            valid = row_ok[part, :, :, None, None] & col_ok[part, None, None, :, :]
-            values = np.where(valid[..., None], flat[index], lowest)     # [r, i, kh, j, kw, c]
-            pooled = values.max(axis=(2, 4))
-            has_pixels = valid.any(axis=(2, 4))[..., None]
-            out[part] = np.where(has_pixels, pooled, empty_value)
+            pooled = flat[index].max(axis=(2, 4))                      # [r, i, kh, j, kw, c] -> [r, i, j, c]
+            out[part] = np.where(empty[part, :, :, None], empty_value, pooled)
         return [from_nhwc(out, nchw)]
 
 
