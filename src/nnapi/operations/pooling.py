@@ -22,6 +22,7 @@ from nnapi.operations.common import (
     from_nhwc,
     integer_range,
     layout_shape,
+    round_half_away,
 )
 
 T = OperandCode
@@ -89,7 +90,10 @@ class Pooling2D(Operation):
                 for j in range(kernel[1]):
                     np.maximum(result, tap(xp, i, j, out_hw, strides, dilations), out=result)
         else:
-            work = np.float32 if is_float else np.int32
+            # Quantized windows of up to 4096 taps: sums of 8-bit values are exact in float32
+            # and a quotient sum / count that is not a half lies at least 1 / (2 * count)
+            # from one, far beyond float32's rounding error; larger windows use float64.
+            work = np.float32 if is_float or kernel[0] * kernel[1] <= 4096 else np.float64
             values = np.asarray(x, dtype=work)
             if self.code == OperationCode.L2_POOL_2D:
                 values = values * values
@@ -100,15 +104,12 @@ class Pooling2D(Operation):
                     result += tap(xp, i, j, out_hw, strides, dilations)
             counts = np.outer(_window_counts(height, out_hw[0], sp.stride_h, kernel[0], sp.pad_top),
                               _window_counts(width, out_hw[1], sp.stride_w, kernel[1], sp.pad_left))
-            counts = counts[None, :, :, None]
-            if is_float:
-                result = result / counts.astype(np.float32)
-                if self.code == OperationCode.L2_POOL_2D:
-                    result = np.sqrt(result)
-            else:
-                # integer division rounding halves away from zero
-                half = counts // 2
-                result = np.where(result >= 0, (result + half) // counts, -((half - result) // counts))
+            result /= counts[None, :, :, None].astype(work)
+            if self.code == OperationCode.L2_POOL_2D:
+                np.sqrt(result, out=result)
+            if not is_float:
+                # TFLite's integer average rounds halves away from zero
+                result = round_half_away(result)
         if is_float:
             result = apply_activation_float(result.astype(np.float32), sp.fuse).astype(data.value.dtype)
         else:
