@@ -15,6 +15,7 @@ from nnapi import OperandCode as T
 from nnapi import OperandType as OT
 from nnapi import OperationCode as Op
 from nnapi.operations.lsh_projection import fingerprint64
+from nnapi.operations.quantized_lstm import fixed_logistic, fixed_tanh
 
 F32 = T.TENSOR_FLOAT32
 RNG = np.random.default_rng(1234)
@@ -366,6 +367,18 @@ def test_random_multinomial_follows_softmax_and_seeds():
 
 
 # --- QUANTIZED_LSTM against a float LSTM ---------------------------------------------------
+
+
+@pytest.mark.parametrize("integer_bits", [0, 3, 4, 6])
+def test_fixed_point_sigmoid_and_tanh_over_every_int16(integer_bits):
+    raw = np.arange(-32768, 32768, dtype=np.int64)
+    real = raw / 2.0 ** (15 - integer_bits)
+    logistic = fixed_logistic(raw, integer_bits) / 32768
+    tanh = fixed_tanh(raw, integer_bits) / 32768
+    # gemmlowp's algorithms are accurate to a few units of 2^-15
+    assert np.abs(logistic - 1 / (1 + np.exp(-real))).max() < 2.5e-4
+    assert np.abs(tanh - np.tanh(real)).max() < 4e-4
+    assert fixed_logistic(np.array([0]), integer_bits)[0] == 16384 and fixed_tanh(np.array([0]), integer_bits)[0] == 0
 
 
 def _q(values, scale, zero_point, dtype):
