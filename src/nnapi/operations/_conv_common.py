@@ -11,7 +11,8 @@ GROUPED_CONV_2D, TRANSPOSE_CONV_2D, the 2-D poolings, FULLY_CONNECTED).
   output stage (int32 accumulators, a fixed-point multiplier and a rounding shift) so
   that quantized results match its kernels bit for bit.
 - ``validate_conv_tensors`` checks the input / filter / bias / output type
-  configurations that the convolutions share.
+  configurations that the convolutions share; ``convolve`` runs one convolution end to
+  end (layout, float or quantized arithmetic, bias, fused activation).
 """
 
 from __future__ import annotations
@@ -153,11 +154,6 @@ class SpatialArgs:
         return Spatial(top, bottom, left, right, stride_h, stride_w, dilation_h, dilation_w, fuse, nchw, extras)
 
 
-def layout_flag(ctx: ExecutionContext, index: int) -> bool:
-    """The value of an optional NCHW flag at ``index`` (False when absent or omitted)."""
-    return bool(ctx.scalar(index)) if not ctx.is_omitted(index) else False
-
-
 def spatial_dims(shape: Sequence[int], nchw: bool) -> tuple[int, int, int, int]:
     """(batches, height, width, channels) of a 4-D shape in either layout."""
     if nchw:
@@ -166,7 +162,7 @@ def spatial_dims(shape: Sequence[int], nchw: bool) -> tuple[int, int, int, int]:
 
 
 # --- type configurations --------------------------------------------------------------
-def validate_conv_tensors(ctx: ValidationContext, channel_dim: int, filter_rank: int = 4) -> None:
+def validate_conv_tensors(ctx: ValidationContext, channel_dim: int) -> None:
     """Inputs 0 (input), 1 (filter), 2 (bias) and output 0 of a convolution: float32 /
     float16 throughout, or quant8 (signed) input and output with a same-typed or
     per-channel filter and an int32 bias of scale input_scale * filter_scale."""
@@ -179,7 +175,7 @@ def validate_conv_tensors(ctx: ValidationContext, channel_dim: int, filter_rank:
         ctx.check_input_type(2, T.TENSOR_INT32)
     ctx.check_output_type(0, code)
     ctx.check_input_rank(0, 4)
-    ctx.check_input_rank(1, filter_rank)
+    ctx.check_input_rank(1, 4)
     ctx.check_input_rank(2, 1)
     if code in QUANT8_TENSORS:
         validate_quantized_weights(ctx, channel_dim)
