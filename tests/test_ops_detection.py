@@ -381,3 +381,38 @@ def test_swap_compaction_matches_in_place_walk():
                 items[position], items[end] = items[end], items[position]
                 flags[position], flags[end] = flags[end], flags[position]
         assert _compaction_order(keep).tolist() == items[:end]
+
+
+def _kernel(code, inputs, outputs):
+    """Run a registered kernel directly on tensors (for zero-sized inputs, which only an
+    earlier operation can produce)."""
+    from nnapi.operations import ExecutionContext, Tensor, get_operation
+
+    tensors = [Tensor(t.type, np.shape(v), t.scale, t.zero_point, None, np.asarray(v, dtype=t.dtype))
+               for t, v in inputs]
+    ctx = ExecutionContext(code, tensors, outputs)
+    operation = get_operation(code)
+    shapes = operation.prepare(ctx)
+    results = operation.execute(ctx)
+    assert [r.shape for r in results] == [tuple(s) for s in shapes]
+    return results
+
+
+def test_zero_sized_inputs_at_kernel_level():
+    scores, boxes, batches = _kernel(Op.GENERATE_PROPOSALS, [
+        (f32((0, 2, 2, 1)), np.zeros((0, 2, 2, 1))), (f32((0, 2, 2, 4)), np.zeros((0, 2, 2, 4))),
+        (f32((1, 4)), [[0, 0, 2, 2]]), (f32((0, 2)), np.zeros((0, 2))), (FLOAT, 4.0), (FLOAT, 4.0), (INT, -1),
+        (INT, -1), (FLOAT, 0.5), (FLOAT, 0.5), (BOOL, False)], [f32((0,)), f32((0, 4)), i32((0,))])
+    assert scores.shape == (0,) and boxes.shape == (0, 4) and batches.shape == (0,)
+    heat_scores, points = _kernel(Op.HEATMAP_MAX_KEYPOINT, [
+        (f32((0, 4, 4, 3)), np.zeros((0, 4, 4, 3))), (f32((0, 4)), np.zeros((0, 4))), (BOOL, False)],
+        [f32((0, 3)), f32((0, 3, 2))])
+    assert heat_scores.shape == (0, 3) and points.shape == (0, 3, 2)
+    (moved,) = _kernel(Op.AXIS_ALIGNED_BBOX_TRANSFORM, [
+        (f32((0, 4)), np.zeros((0, 4))), (f32((0, 8)), np.zeros((0, 8))), (i32((0,)), np.zeros(0)),
+        (f32((1, 2)), [[8, 8]])], [f32((0, 8))])
+    assert moved.shape == (0, 8)
+    (pooled,) = _kernel(Op.ROI_POOLING, [
+        (f32((1, 4, 4, 1)), FEATURE), (f32((0, 4)), np.zeros((0, 4))), (i32((0,)), np.zeros(0)), (INT, 2), (INT, 2),
+        (FLOAT, 1.0), (FLOAT, 1.0), (BOOL, True)], [f32((0, 4, 2, 2))])
+    assert pooled.shape == (0, 4, 2, 2)

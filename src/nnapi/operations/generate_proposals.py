@@ -81,8 +81,9 @@ class GenerateProposals(Operation):
     def _propose(ctx: ExecutionContext, nchw: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         scores = to_nhwc(to_float32(ctx.input(0)), nchw)
         batches, height, width, num_anchors = scores.shape
-        scores = scores.reshape(batches, -1)
-        deltas = to_nhwc(to_float32(ctx.input(1)), nchw).reshape(batches, -1, 4)
+        positions = height * width * num_anchors
+        scores = scores.reshape(batches, positions)
+        deltas = to_nhwc(to_float32(ctx.input(1)), nchw).reshape(batches, positions, 4)
         anchors = to_float32(ctx.input(2))
         image = to_float32(ctx.input(3))
         ctx.require(bool(np.all((anchors[:, 0] <= anchors[:, 2]) & (anchors[:, 1] <= anchors[:, 3]))),
@@ -116,6 +117,8 @@ class GenerateProposals(Operation):
             out_scores.append(scores[b][kept])
             out_boxes.append(boxes[kept])
             out_batches.append(np.full(kept.size, b, dtype=np.int32))
+        if not out_scores:   # no images (a zero-sized batch from an earlier operation)
+            return np.zeros(0, np.float32), np.zeros((0, 4), np.float32), np.zeros(0, np.int32)
         return np.concatenate(out_scores), np.concatenate(out_boxes).reshape(-1, 4), np.concatenate(out_batches)
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
