@@ -416,3 +416,18 @@ def test_zero_sized_inputs_at_kernel_level():
         (f32((1, 4, 4, 1)), FEATURE), (f32((0, 4)), np.zeros((0, 4))), (i32((0,)), np.zeros(0)), (INT, 2), (INT, 2),
         (FLOAT, 1.0), (FLOAT, 1.0), (BOOL, True)], [f32((0, 4, 2, 2))])
     assert pooled.shape == (0, 4, 2, 2)
+
+
+def test_zero_rois_and_anchors_at_kernel_level():
+    outs = _kernel(Op.BOX_WITH_NMS_LIMIT, [
+        (f32((0, 2)), np.zeros((0, 2))), (f32((0, 8)), np.zeros((0, 8))), (i32((0,)), np.zeros(0)), (FLOAT, 0.3),
+        (INT, -1), (INT, 1), (FLOAT, 0.5), (FLOAT, 0.5), (FLOAT, 0.1)],
+        [f32((0,)), f32((0, 4)), i32((0,)), i32((0,))])
+    assert [o.shape for o in outs] == [(0,), (0, 4), (0,), (0,)]
+    for regular in (True, False):
+        scores, boxes, classes, counts = _kernel(Op.DETECTION_POSTPROCESSING, [
+            (f32((1, 0, 3)), np.zeros((1, 0, 3))), (f32((1, 0, 4)), np.zeros((1, 0, 4))),
+            (f32((0, 4)), np.zeros((0, 4))),
+            (FLOAT, 10.0), (FLOAT, 10.0), (FLOAT, 5.0), (FLOAT, 5.0), (BOOL, regular), (INT, 2), (INT, 1), (INT, 1),
+            (FLOAT, 0.1), (FLOAT, 0.5), (BOOL, False)], [f32((1, 2)), f32((1, 2, 4)), i32((1, 2)), i32((1,))])
+        assert counts.tolist() == [0] and scores.tolist() == [[0.0, 0.0]] and boxes.shape == (1, 2, 4)
