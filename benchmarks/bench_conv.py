@@ -73,8 +73,11 @@ def _case(op, kind: str, kernel: int, out_channels: int):
     return inputs, y, macs
 
 
-def _time(run, repeat: int) -> list[float]:
-    run()  # warm up
+def _time(run, repeat: int, warmup: int = 5) -> list[float]:
+    # Warm up: the first calls are slower while the allocator settles on reusing
+    # large blocks instead of mapping fresh pages.
+    for _ in range(warmup):
+        run()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnapi.codes import OperandCode, PaddingCode
+from nnapi.codes import FuseCode, OperandCode, PaddingCode
 from nnapi.operand import dtype_of
 from nnapi.operations.base import ExecutionContext, Tensor, ValidationContext
 from nnapi.operations.common import (
+    activation_bounds_float,
     activation_bounds_quantized,
-    apply_activation_float,
     from_nhwc,
     implicit_padding,
     is_valid_fuse_code,
@@ -414,8 +414,9 @@ def convolve(ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int], accumu
         # float16 is computed in float32 and rounded once, as Android's kernels do
         acc = accumulate(np.asarray(x, dtype=np.float32), np.asarray(weights.value, dtype=np.float32))
         acc += np.asarray(bias.value, dtype=np.float32)
-        result = apply_activation_float(acc, sp.fuse).astype(dtype_of(output.type))
-        return from_nhwc(result, sp.nchw)
+        if sp.fuse != FuseCode.FUSED_NONE:
+            np.clip(acc, *activation_bounds_float(sp.fuse), out=acc)  # in place: the output is large
+        return from_nhwc(acc.astype(dtype_of(output.type), copy=False), sp.nchw)
     taps = weights.value.size // max(channels, 1)
     work = quantized_conv_dtype(data, weights, taps)
     shifted_input = x.astype(work)
