@@ -349,8 +349,8 @@ def requantize_accumulators(acc: np.ndarray, multipliers: np.ndarray, shifts: np
     divisions compose, so both fold into one floor division by 2**(31 + r):
     floor((x * m + 2**30 + half * 2**31 - [x * m < -2**30] * 2**31) / 2**(31 + r)),
     half = 2**(r - 1) (0 when r = 0, where the negative correction also vanishes); the
-    bias and the zero point fold into the per-channel constant. Seven passes over the
-    output instead of a dozen."""
+    bias and the zero point fold into the per-channel constant, so the whole stage is a
+    few in-place passes over the output."""
     multipliers = np.asarray(multipliers, dtype=np.int64)
     shifts = np.asarray(shifts, dtype=np.int64)
     bias64 = np.zeros(1, dtype=np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
@@ -359,17 +359,22 @@ def requantize_accumulators(acc: np.ndarray, multipliers: np.ndarray, shifts: np
         total = np.asarray(acc).astype(np.int64) + bias64
         return _requantize_reference(total, multipliers, shifts, output, fuse)
     right = -shifts
-    divisor_bits = 31 + right
     half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
-    constant = bias64 * multipliers + (1 << 30) + (half << 31) + (np.int64(output.zero_point) << divisor_bits)
-    # x * m < -2**30 with x = acc + bias  <=>  acc * m < -2**30 - bias * m
-    threshold = np.where(right > 0, -(1 << 30) - bias64 * multipliers, np.iinfo(np.int64).min)
+    constant = bias64 * multipliers + (1 << 30) + (half << 31) + (np.int64(output.zero_point) << (31 + right))
     p = np.asarray(acc).astype(np.int64)
     p *= multipliers
-    negative = p < threshold
+    rounds = bool(np.any(right > 0))
+    if rounds:
+        # x * m < -2**30 with x = acc + bias  <=>  acc * m < -2**30 - bias * m
+        threshold = np.where(right > 0, -(1 << 30) - bias64 * multipliers, np.iinfo(np.int64).min)
+        negative = p < threshold
     p += constant
-    p -= negative.astype(np.int64) << 31
-    p >>= divisor_bits
+    # floor((q - negative * 2**31) / 2**(31 + r)) = floor((floor(q / 2**31) - negative) / 2**r):
+    # the correction then needs no 64-bit temporary
+    p >>= 31
+    if rounds:
+        np.subtract(p, negative, out=p)
+        p >>= right
     low, high = activation_bounds_quantized(fuse, output)
     np.clip(p, low, high, out=p)
     return p.astype(dtype_of(output.type))
