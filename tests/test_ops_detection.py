@@ -431,3 +431,27 @@ def test_zero_rois_and_anchors_at_kernel_level():
             (FLOAT, 10.0), (FLOAT, 10.0), (FLOAT, 5.0), (FLOAT, 5.0), (BOOL, regular), (INT, 2), (INT, 1), (INT, 1),
             (FLOAT, 0.1), (FLOAT, 0.5), (BOOL, False)], [f32((1, 2)), f32((1, 2, 4)), i32((1, 2)), i32((1,))])
         assert counts.tolist() == [0] and scores.tolist() == [[0.0, 0.0]] and boxes.shape == (1, 2, 4)
+
+
+@pytest.mark.parametrize("kernel", [0, 1, 2, "hard-drop"])
+def test_grouped_nms_matches_one_group_at_a_time(kernel):
+    """All classes advanced together select, rescore and break ties exactly as NMS run on
+    each class alone (scores with many ties, degenerate boxes, every limit)."""
+    from nnapi.operations._detection_common import greedy_nms, greedy_nms_groups, hard_suppressor, soft_suppressor
+
+    rng = np.random.default_rng(7)
+    for _ in range(150):
+        size, groups = int(rng.integers(0, 25)), int(rng.integers(1, 5))
+        scores = (np.round(rng.random(size * groups) * 10) / 10).astype(np.float32)
+        corner = rng.integers(0, 8, (size * groups, 2))
+        boxes = np.concatenate([corner, corner + rng.integers(0, 6, (size * groups, 2))], axis=1).astype(np.float32)
+        shuffled = rng.permutation(size * groups)
+        candidates = [shuffled[g::groups][rng.random(shuffled[g::groups].size) < 0.8] for g in range(groups)]
+        suppress = hard_suppressor(0.4) if kernel == "hard-drop" else soft_suppressor(kernel, 0.4, 0.5, 0.05)
+        limit = int(rng.choice([-1, 0, 1, 3]))
+        alone_scores, together_scores = scores.copy(), scores.copy()
+        alone = [greedy_nms(alone_scores, boxes, c, suppress, limit) for c in candidates]
+        together = greedy_nms_groups(together_scores, boxes, candidates, suppress, limit)
+        assert [a.tolist() for a in alone] == [t.tolist() for t in together]
+        chosen = np.concatenate(alone)
+        np.testing.assert_array_equal(alone_scores[chosen], together_scores[chosen])

@@ -219,6 +219,90 @@ def greedy_nms(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarray, su
     return picked
 
 
+def _compaction_order_rows(keep: np.ndarray) -> np.ndarray:
+    """``_compaction_order`` for every row of ``keep`` [groups, m] at once. Entries past a
+    row's survivor count are meaningless. Per row, the holes among the first ``count``
+    positions (ascending) pair with the survivors beyond them taken from the end."""
+    count = keep.sum(axis=1)
+    columns = np.arange(keep.shape[1])
+    order = np.broadcast_to(columns, keep.shape).copy()
+    head = columns < count[:, None]
+    hole_rows, hole_cols = np.nonzero(head & ~keep)
+    _, mirrored = np.nonzero((~head & keep)[:, ::-1])     # per row: beyond-survivors, last first
+    order[hole_rows, hole_cols] = keep.shape[1] - 1 - mirrored
+    return order
+
+
+def greedy_nms_groups(scores: np.ndarray, boxes: np.ndarray, candidate_groups: Sequence[np.ndarray],
+                      suppress: Suppressor, max_keep: int) -> list[np.ndarray]:
+    """``greedy_nms`` on several independent candidate lists (classes) at once.
+
+    The groups share ``scores`` and ``boxes`` but no candidate. Every step selects one box
+    in each group that still has candidates, so the number of Python-level steps is the
+    largest selection count of one group rather than their sum. Each group sees exactly
+    the selections, score updates and tie-breaking order ``greedy_nms`` gives it.
+    """
+    groups = len(candidate_groups)
+    if groups == 0:
+        return []
+    lengths = np.array([len(c) for c in candidate_groups], dtype=np.int64)
+    limits = lengths if max_keep < 0 else np.minimum(lengths, max_keep)
+    width = int(lengths.max())
+    valid = np.arange(width) < lengths[:, None]
+    order = np.zeros((groups, width), dtype=np.int64)
+    order[valid] = np.concatenate([np.asarray(c, dtype=np.int64) for c in candidate_groups])
+    # Per candidate, travelling together: x1, y1, x2, y2, area, current score.
+    state = np.empty((groups, width, 6), dtype=np.float32)
+    state[..., :4] = np.asarray(boxes, dtype=np.float32)[order]
+    state[..., 4] = (state[..., 2] - state[..., 0]) * (state[..., 3] - state[..., 1])
+    state[..., 5] = np.where(valid, np.asarray(scores, dtype=np.float32)[order], np.float32(-np.inf))
+    remaining = np.where(limits > 0, lengths, 0)
+    picked = np.zeros(groups, dtype=np.int64)
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    rows = np.arange(groups)
+    zero = np.float32(0)
+    while remaining.any():
+        selecting = remaining > 0
+        # np.argmax returns the first maximum per row, like std::max_element.
+        best = np.argmax(state[..., 5], axis=1)
+        for array in (order, state):
+            first = array[rows, 0].copy()
+            array[rows, 0] = array[rows, best]
+            array[rows, best] = first
+        steps.append((order[:, 0].copy(), state[:, 0, 5].copy(), selecting))
+        picked += selecting
+        chosen, rest = state[:, :1, :], state[:, 1:, :]
+        overlap_w = np.maximum(np.minimum(rest[..., 2], chosen[..., 2]) - np.maximum(rest[..., 0], chosen[..., 0]),
+                               zero)
+        overlap_h = np.maximum(np.minimum(rest[..., 3], chosen[..., 3]) - np.maximum(rest[..., 1], chosen[..., 1]),
+                               zero)
+        intersection = overlap_w * overlap_h
+        with np.errstate(divide="ignore", invalid="ignore"):   # degenerate boxes; -inf padding scores
+            iou = intersection / (rest[..., 4] + chosen[..., 4] - intersection)
+            new_scores, dropped = suppress(iou, rest[..., 5])
+        still_selecting = selecting & (picked < limits)
+        keep = ~dropped & (np.arange(width - 1) < (remaining - 1)[:, None]) & still_selecting[:, None]
+        remaining = keep.sum(axis=1)
+        new_width = int(remaining.max())
+        if new_width == 0:
+            break
+        # Gather the survivors of every group through flat indexes (one copy per array).
+        survivors = _compaction_order_rows(keep)[:, :new_width] + (rows * (width - 1))[:, None]
+        rest_state = np.ascontiguousarray(rest)
+        rest_state[..., 5] = new_scores
+        state = rest_state.reshape(-1, 6)[survivors]
+        order = np.ascontiguousarray(order[:, 1:]).reshape(-1)[survivors]
+        width = new_width
+        state[np.arange(width) >= remaining[:, None], 5] = -np.inf
+    if not steps:
+        return [np.zeros(0, dtype=np.int64) for _ in range(groups)]
+    indexes = np.stack([step[0] for step in steps])          # [step, group]
+    values = np.stack([step[1] for step in steps])
+    taken = np.stack([step[2] for step in steps])
+    scores[indexes[taken]] = values[taken]
+    return [indexes[taken[:, g], g] for g in range(groups)]
+
+
 def sort_by_score(indexes: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """``indexes`` ordered by descending score (ties keep their order)."""
     return indexes[np.argsort(-scores[indexes], kind="stable")]

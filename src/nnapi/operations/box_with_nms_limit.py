@@ -24,7 +24,7 @@ from nnapi.operations._detection_common import (
     check_signature,
     float_scalar,
     from_float32,
-    greedy_nms,
+    greedy_nms_groups,
     soft_suppressor,
     sort_by_score,
     to_float32,
@@ -85,11 +85,10 @@ class BoxWithNmsLimit(Operation):
                         "every box needs x1 <= x2 and y1 <= y2")
             # Flat index b * num_classes + c names the score and the box of roi b, class c.
             scores = all_scores[start:stop].reshape(-1).copy()
-            per_class = []
-            for cls in range(1, num_classes):
-                flat = np.arange(stop - start) * num_classes + cls
-                candidates = flat[scores[flat] > score_threshold]
-                per_class.append(greedy_nms(scores, boxes, candidates, suppress, max_detections))
+            # One NMS per foreground class, all classes advanced together.
+            flat = np.arange(stop - start)[:, None] * num_classes + np.arange(1, num_classes)
+            candidates = [column[scores[column] > score_threshold] for column in flat.T]
+            per_class = greedy_nms_groups(scores, boxes, candidates, suppress, max_detections)
             chosen = sort_by_score(np.concatenate(per_class), scores)
             if max_detections >= 0:
                 chosen = chosen[:max_detections]

@@ -25,6 +25,7 @@ from nnapi.operations._detection_common import (
     float_scalar,
     from_float32,
     greedy_nms,
+    greedy_nms_groups,
     hard_suppressor,
     sort_by_score,
     to_float32,
@@ -114,11 +115,9 @@ class DetectionPostprocessing(Operation):
         num_anchors, num_classes = scores.shape
         flat_scores = scores.reshape(-1).copy()
         flat_boxes = np.repeat(boxes, num_classes, axis=0)   # flat index a * num_classes + c
-        kept = []
-        for cls in range(1, num_classes):
-            flat = np.arange(num_anchors) * num_classes + cls
-            candidates = flat[flat_scores[flat] > threshold]
-            kept.append(greedy_nms(flat_scores, flat_boxes, candidates, suppress, per_class))
+        flat = np.arange(num_anchors)[:, None] * num_classes + np.arange(1, num_classes)
+        candidates = [column[flat_scores[column] > threshold] for column in flat.T]
+        kept = greedy_nms_groups(flat_scores, flat_boxes, candidates, suppress, per_class)
         chosen = sort_by_score(np.concatenate(kept), flat_scores)[:max_detections]
         anchor_of, classes = np.divmod(chosen, num_classes)
         return anchor_of, classes, flat_scores[chosen]
