@@ -140,6 +140,12 @@ class TestExecutionArguments:
             execution.compute()
         assert "input 1" in str(excinfo.value) and "output 0" in str(excinfo.value)
 
+    def test_zero_sized_array_is_bad_data(self):
+        model = binary_model(in_dims=(0, 3), out_dims=(0, 3))
+        execution = nnapi.Execution(compiled(model))
+        with pytest.raises(nnapi.BadDataError):
+            execution.set_input(0, np.zeros((0, 3), np.float32))  # 0 means "unspecified" to the NDK
+
     def test_padding(self):
         execution = nnapi.Execution(compiled())
         execution.enable_input_and_output_padding(True)

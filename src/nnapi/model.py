@@ -78,8 +78,11 @@ def as_bytes_view(value: Any, op_type: OperandType | None = None) -> memoryview:
             raise BadDataError(f"value {value!r} does not fit {op_type.type.name}: {error}") from None
     if isinstance(value, np.generic):
         value = np.array(value)
-    if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
-        value = np.ascontiguousarray(value)
+    if isinstance(value, np.ndarray):
+        if not value.flags.c_contiguous:
+            value = np.ascontiguousarray(value)
+        # A flat byte view works for every shape, zero-sized ones included.
+        value = value.reshape(-1).view(np.uint8)
     try:
         view = memoryview(value)
     except TypeError:
