@@ -330,7 +330,9 @@ class TestAsyncBurstAndEvents:
         second, out2 = ready_execution(a=(10, 20))
         event2 = second.start_compute_with_dependencies([event1])
         event2.wait()
-        assert select.select([fence], [], [], 5)[0] == [fence]
+        poller = select.poll()
+        poller.register(fence, select.POLLIN)
+        assert poller.poll(5000)
         os.close(fence)
         np.testing.assert_array_equal(out1, [4, 6])
         np.testing.assert_array_equal(out2, [13, 24])
@@ -413,6 +415,17 @@ class TestMemory:
             execution.set_input_from_memory(0, memory, 0, 12)  # wrong length
         execution.compute()
         np.testing.assert_array_equal(values[4:6], [4, 6])
+
+    def test_descriptor_closed_when_collected(self):
+        import gc
+
+        memory = nnapi.Memory.create_shared(8)
+        fd = memory._fd
+        os.fstat(fd)
+        del memory
+        gc.collect()
+        with pytest.raises(OSError):
+            os.fstat(fd)
 
     def test_freed_memory(self):
         memory = nnapi.Memory.create_shared(8)

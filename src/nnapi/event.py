@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+import weakref
 
 from nnapi._object import NnapiObject
 from nnapi.errors import BadDataError, BadStateError, NnapiError, UnexpectedNullError
@@ -39,6 +40,7 @@ class Event(NnapiObject):
             raise BadDataError(f"create_from_sync_fence_fd: {error}") from None
         event = cls()
         event._waited_fd = own
+        event._close_waited = weakref.finalize(event, os.close, own)
         return event
 
     # --- producer side -----------------------------------------------------------------
@@ -54,7 +56,7 @@ class Event(NnapiObject):
         """ANeuralNetworksEvent_wait: block until done; raise the execution's error."""
         self._check_alive("Event.wait")
         if self._waited_fd is not None:
-            select.select([self._waited_fd], [], [])
+            _wait_readable(self._waited_fd, None)
             return
         self._done.wait()
         if self._error is not None:
@@ -63,7 +65,7 @@ class Event(NnapiObject):
     @property
     def is_done(self) -> bool:
         if self._waited_fd is not None:
-            return bool(select.select([self._waited_fd], [], [], 0)[0])
+            return _wait_readable(self._waited_fd, 0)
         return self._done.is_set()
 
     def get_sync_fence_fd(self) -> int:
@@ -75,16 +77,24 @@ class Event(NnapiObject):
         with self._lock:
             if self._fence_fd is None:
                 self._fence_fd = os.eventfd(1 if self._done.is_set() else 0, os.EFD_CLOEXEC)
+                self._close_fence = weakref.finalize(self, os.close, self._fence_fd)
             return os.dup(self._fence_fd)
 
     def _release(self) -> None:
         if not self._done.is_set() and self._waited_fd is None:
             # The NDK waits for the execution before freeing its event.
             self._done.wait()
-        for fd in (self._fence_fd, self._waited_fd):
-            if fd is not None:
-                os.close(fd)
+        for closer in (getattr(self, "_close_fence", None), getattr(self, "_close_waited", None)):
+            if closer is not None:
+                closer()
         self._fence_fd = self._waited_fd = None
+
+
+def _wait_readable(fd: int, timeout_ms: int | None) -> bool:
+    """poll() rather than select(): descriptors above 1023 are fine."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout_ms))
 
 
 def check_events(events, call: str) -> list[Event]:

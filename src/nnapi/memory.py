@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import weakref
 
 from nnapi._object import NnapiObject
 from nnapi.errors import BadDataError, BadStateError, UnexpectedNullError, UnmappableError
@@ -31,6 +32,9 @@ class Memory(NnapiObject):
         memory._size = size
         memory._writable = writable
         memory._fd = fd
+        # Close the descriptor when the Memory is collected, even if free() never ran; the
+        # mapping itself lives as long as any view of it.
+        memory._close_fd = weakref.finalize(memory, os.close, fd) if fd is not None else None
         memory._desc = None
         memory._device_buffer = None
         return memory
@@ -139,7 +143,7 @@ class Memory(NnapiObject):
             except BufferError:
                 # Still exported (a numpy view of .buffer is alive): leave it to the GC.
                 pass
-        if self._fd is not None:
-            os.close(self._fd)
+        if self._close_fd is not None:
+            self._close_fd()
         self._mapping = None
         self._fd = None
