@@ -25,7 +25,10 @@ import numpy as np
 from nnapi.codes import FuseCode, OperandCode, PaddingCode
 from nnapi.operand import dtype_of
 from nnapi.operations.base import ExecutionContext, Tensor, ValidationContext
+from nnapi.operations.common import FLOAT_AND_QUANT8_TENSORS as CONV_INPUT_TYPES
 from nnapi.operations.common import (
+    FLOAT_TENSORS,
+    QUANT8_TENSORS,
     activation_bounds_float,
     activation_bounds_quantized,
     from_nhwc,
@@ -34,9 +37,6 @@ from nnapi.operations.common import (
 )
 
 T = OperandCode
-CONV_INPUT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
-FLOAT_TENSORS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
-QUANT8_TENSORS = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 #: float32 sums of integers are exact below this magnitude (24-bit significand)
 _FLOAT32_EXACT_LIMIT = 2**24
 

@@ -15,6 +15,8 @@ import numpy as np
 from nnapi.codes import OperandCode
 from nnapi.operand import OperandType, dtype_of
 from nnapi.operations.base import Tensor, ValidationContext
+from nnapi.operations.common import FLOAT_TENSORS as FLOAT_TENSORS  # re-exported
+from nnapi.operations.common import QUANT8_TENSORS as QUANT8_TENSORS  # re-exported
 from nnapi.operations.common import integer_range, round_half_away
 
 T = OperandCode
@@ -22,8 +24,6 @@ T = OperandCode
 #: the fixed quantization of TENSOR_QUANT16_ASYMM boxes
 BOX_SCALE = 0.125
 BOX_ZERO_POINT = 0
-FLOAT_TENSORS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
-QUANT8_TENSORS = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 #: the scalar type of float parameters: FLOAT16 for float16 models, FLOAT32 otherwise
 FLOAT_SCALAR_FOR = {T.TENSOR_FLOAT16: T.FLOAT16}
 

@@ -15,12 +15,12 @@ import numpy as np
 
 from nnapi.codes import OperandCode
 from nnapi.operations.base import ExecutionContext, Shape, Tensor, ValidationContext
+from nnapi.operations.common import FLOAT_TENSORS as FLOAT_TENSORS  # re-exported
+from nnapi.operations.common import QUANT8_TENSORS as QUANT8_TENSORS  # re-exported
 from nnapi.operations.common import broadcast_shapes
 
 T = OperandCode
 
-FLOAT_TENSORS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
-QUANT8_TENSORS = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
 
 def _known(dims: Sequence[int]) -> bool:

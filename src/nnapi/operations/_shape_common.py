@@ -14,12 +14,12 @@ import numpy as np
 
 from nnapi.codes import OperandCode
 from nnapi.operations.base import ExecutionContext, ValidationContext
-from nnapi.operations.common import QUANT8_ASYMM_TYPES, normalize_axis
+from nnapi.operations.common import FLOAT_AND_QUANT8_TENSORS as DATA_TYPES
+from nnapi.operations.common import QUANT8_TENSORS, normalize_axis
 
 T = OperandCode
 
 #: the four element types most data-movement operations accept
-DATA_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 #: the same plus TENSOR_INT32 (the operations added at feature level 3 and later)
 DATA_TYPES_INT = (*DATA_TYPES, T.TENSOR_INT32)
 
@@ -28,7 +28,7 @@ def check_output_like_input(ctx: ValidationContext, output: int = 0, source: int
     """Output ``output`` has the type of input ``source``, and for quant8 tensors the same
     scale and zero point (the spec's "must be the same as input0")."""
     ctx.check_output_type(output, ctx.input_type(source))
-    if ctx.input_type(source) in QUANT8_ASYMM_TYPES:
+    if ctx.input_type(source) in QUANT8_TENSORS:
         ctx.check_same_quantization(("input", source), ("output", output))
 
 

@@ -7,7 +7,7 @@ nn/common/operations (validate / prepare / execute), and registers it:
     class Floor(Operation):
         def validate(self, ctx: ValidationContext) -> None:      # at add_operation
             ctx.check_counts(inputs=1, outputs=1)
-            ctx.check_input_types([FLOAT_TYPES])
+            ctx.check_input_types([FLOAT_TENSORS])
             ctx.check_output_type(0, ctx.input_type(0))
         def prepare(self, ctx: ExecutionContext) -> list[Shape]:  # shape inference
             return [ctx.input(0).shape]

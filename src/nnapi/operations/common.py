@@ -19,8 +19,10 @@ from nnapi.operations.base import Tensor
 T = OperandCode
 
 # --- type groups ----------------------------------------------------------------------
-FLOAT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
-QUANT8_ASYMM_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+FLOAT_TENSORS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+QUANT8_TENSORS = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: the four types most operations take since feature level 4
+FLOAT_AND_QUANT8_TENSORS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 #: tensor types whose elements are quantized with a single scale and zero point
 ASYMM_QUANT_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT16_ASYMM,
                      T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM)

@@ -13,7 +13,7 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._shape_common import DATA_TYPES
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
-from nnapi.operations.common import QUANT8_ASYMM_TYPES, quantize
+from nnapi.operations.common import QUANT8_TENSORS, quantize
 
 T = OperandCode
 _MAX_RANK = 4
@@ -58,7 +58,7 @@ class Concatenation(Operation):
         count = len(ctx.inputs) - 1
         axis = int(ctx.scalar(count))
         output = ctx.output(0)
-        if output.type in QUANT8_ASYMM_TYPES:
+        if output.type in QUANT8_TENSORS:
             parts = [_requantize_quant8(ctx.input(index), output.scale, output.zero_point) for index in range(count)]
         else:
             parts = [ctx.value(index) for index in range(count)]

@@ -22,7 +22,7 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import FLOAT_TYPES
+from nnapi.operations.common import FLOAT_TENSORS
 
 T = OperandCode
 _SPARSE_DEPRECATED, _DENSE, _SPARSE = 1, 2, 3
@@ -182,7 +182,7 @@ def fingerprint64(keys: np.ndarray) -> np.ndarray:
 class LshProjection(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=4, outputs=1)
-        ctx.check_input_types([FLOAT_TYPES, _INPUT_TYPES, FLOAT_TYPES, T.INT32])
+        ctx.check_input_types([FLOAT_TENSORS, _INPUT_TYPES, FLOAT_TENSORS, T.INT32])
         ctx.check_output_type(0, T.TENSOR_INT32)
         ctx.check_input_rank(0, 2)
         if ctx.inputs[1].rank == 0 and ctx.inputs[1].dimensions == ():

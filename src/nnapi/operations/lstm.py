@@ -27,7 +27,7 @@ from nnapi.operations._lstm_cell import (
     to_time_major,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import FLOAT_TYPES
+from nnapi.operations.common import FLOAT_TENSORS
 
 T = OperandCode
 _CLIP_SCALAR = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16}
@@ -48,7 +48,7 @@ def _validate_signature(ctx: ValidationContext, tensors: range | list[int], acti
                         clips: tuple[int, int], bools: tuple[int, ...] = ()) -> OperandCode:
     """Common type rules: every tensor input and output has input 0's float type, the
     activation is INT32, the clipping thresholds are scalars of the matching float type."""
-    ctx.check_input_type(0, FLOAT_TYPES)
+    ctx.check_input_type(0, FLOAT_TENSORS)
     code = ctx.input_type(0)
     for index in tensors:
         ctx.check_input_type(index, code)

@@ -12,7 +12,7 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._shape_common import DATA_TYPES_INT, check_known_rank_at_least
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import QUANT8_ASYMM_TYPES, normalize_axis
+from nnapi.operations.common import QUANT8_TENSORS, normalize_axis
 
 T = OperandCode
 
@@ -38,7 +38,7 @@ class Pack(Operation):
         for index in range(1, len(ctx.inputs)):
             ctx.check_input_type(index, code)
             check_known_rank_at_least(ctx, index, 1)
-            if code in QUANT8_ASYMM_TYPES:
+            if code in QUANT8_TENSORS:
                 ctx.check_same_quantization(("input", 1), ("input", index))
         if len({len(d) for d in known}) > 1:
             ctx.fail("the tensors to pack must all have the same rank")
@@ -46,7 +46,7 @@ class Pack(Operation):
         if len(specified) > 1:
             ctx.fail(f"the tensors to pack must all have the same shape, got {sorted(map(list, specified))}")
         ctx.check_output_type(0, code)
-        if code in QUANT8_ASYMM_TYPES:
+        if code in QUANT8_TENSORS:
             ctx.check_same_quantization(("input", 1), ("output", 0))
         out_rank = ctx.outputs[0].rank
         if known and out_rank and out_rank != len(known[0]) + 1:

@@ -21,7 +21,7 @@ from nnapi.operations._shape_common import (
     paddings_values,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import QUANT8_ASYMM_TYPES, integer_range
+from nnapi.operations.common import QUANT8_TENSORS, integer_range
 
 T = OperandCode
 _MAX_RANK = 4
@@ -63,7 +63,7 @@ class Pad(Operation):
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        if self.code == OperationCode.PAD_V2 and ctx.input(0).type in QUANT8_ASYMM_TYPES:
+        if self.code == OperationCode.PAD_V2 and ctx.input(0).type in QUANT8_TENSORS:
             low, high = integer_range(ctx.input(0).type)
             value = int(ctx.scalar(2))
             ctx.require(low <= value <= high, f"pad value {value} is out of range [{low}, {high}]")
@@ -75,7 +75,7 @@ class Pad(Operation):
         if self.code == OperationCode.PAD_V2:
             fill = ctx.scalar(2)
         else:
-            fill = source.zero_point if source.type in QUANT8_ASYMM_TYPES else 0
+            fill = source.zero_point if source.type in QUANT8_TENSORS else 0
         return [_pad_constant(source.value, paddings, fill, ctx.output_dtype(0))]
 
 

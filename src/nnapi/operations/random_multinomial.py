@@ -14,7 +14,7 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import FLOAT_TYPES
+from nnapi.operations.common import FLOAT_TENSORS
 
 T = OperandCode
 
@@ -23,7 +23,7 @@ T = OperandCode
 class RandomMultinomial(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)
-        ctx.check_input_types([FLOAT_TYPES, T.INT32, T.TENSOR_INT32])
+        ctx.check_input_types([FLOAT_TENSORS, T.INT32, T.TENSOR_INT32])
         ctx.check_output_type(0, T.TENSOR_INT32)
         ctx.check_input_rank(0, 2)
         ctx.check_input_rank(2, 1)

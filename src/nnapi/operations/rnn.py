@@ -16,13 +16,13 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._lstm_cell import ACTIVATIONS, from_time_major, run_rnn, to_time_major
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import FLOAT_TYPES
+from nnapi.operations.common import FLOAT_TENSORS
 
 T = OperandCode
 
 
 def _validate_types(ctx: ValidationContext, tensors: list[int], scalars: dict[int, OperandCode]) -> None:
-    ctx.check_input_type(0, FLOAT_TYPES)
+    ctx.check_input_type(0, FLOAT_TENSORS)
     code = ctx.input_type(0)
     for index in tensors:
         ctx.check_input_type(index, code)

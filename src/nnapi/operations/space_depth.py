@@ -22,7 +22,7 @@ from nnapi.operations._shape_common import (
     paddings_values,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import QUANT8_ASYMM_TYPES, from_nhwc, layout_shape, nhwc_shape, to_nhwc
+from nnapi.operations.common import QUANT8_TENSORS, from_nhwc, layout_shape, nhwc_shape, to_nhwc
 
 T = OperandCode
 _CODE = OperationCode
@@ -117,7 +117,7 @@ class SpaceDepthBatch(Operation):
             y = blocks.transpose(2, 3, 0, 4, 1, 5)
         else:
             paddings = paddings_values(ctx, 2, 2)
-            fill = source.zero_point if source.type in QUANT8_ASYMM_TYPES else 0
+            fill = source.zero_point if source.type in QUANT8_TENSORS else 0
             padded = np.full((batches, height + int(paddings[0].sum()), width + int(paddings[1].sum()), depth),
                              fill, dtype=x.dtype)
             padded[:, paddings[0, 0]:paddings[0, 0] + height, paddings[1, 0]:paddings[1, 0] + width] = x

@@ -19,7 +19,7 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._lstm_cell import ACTIVATIONS, activate
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import FLOAT_TYPES
+from nnapi.operations.common import FLOAT_TENSORS
 
 T = OperandCode
 
@@ -28,7 +28,7 @@ T = OperandCode
 class Svdf(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=7, outputs=2)
-        ctx.check_input_type(0, FLOAT_TYPES)
+        ctx.check_input_type(0, FLOAT_TENSORS)
         code = ctx.input_type(0)
         ctx.check_input_types([code, code, code, code, code, T.INT32, T.INT32])
         ctx.check_output_types([code, code])
