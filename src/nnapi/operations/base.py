@@ -186,6 +186,9 @@ class ExecutionContext:
         self._run_subgraph = run_subgraph
         self._check_deadline = check_deadline
         self.loop_timeout_ns = loop_timeout_ns
+        #: results ``prepare`` computed that ``execute`` reuses (for operations whose output
+        #: shapes are only known by computing, e.g. NMS); one context serves one operation run
+        self.scratch: dict[str, Any] = {}
 
     def fail(self, message: str) -> None:
         raise OperationFailed(f"{self.code.name}: {message}")

@@ -65,7 +65,7 @@ class BoxWithNmsLimit(Operation):
         kernel = ctx.scalar(5)
         ctx.require(kernel in (0, 1, 2), f"NMS kernel must be 0, 1 or 2, got {kernel}")
         selected, batch_of = self._select(ctx, num_rois, num_classes, kernel)
-        ctx.selection = (selected, batch_of)  # type: ignore[attr-defined]
+        ctx.scratch["selection"] = (selected, batch_of)
         count = len(selected[0])
         return [(count,), (count, 4), (count,), (count,)]
 
@@ -103,7 +103,7 @@ class BoxWithNmsLimit(Operation):
         return (np.concatenate(kept_index), np.concatenate(kept_score)), np.concatenate(kept_batch)
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        (flat_index, scores), batch_of = ctx.selection  # type: ignore[attr-defined]
+        (flat_index, scores), batch_of = ctx.scratch["selection"]
         num_classes = ctx.input(0).shape[1]
         roi_index, classes = np.divmod(flat_index, num_classes)
         raw_boxes = np.asarray(ctx.value(1)).reshape(-1, num_classes, 4)

@@ -99,11 +99,11 @@ class If(Operation):
         results = ctx.run_subgraph(branch, list(ctx.inputs[3:]))
         ctx.require(len(results) == len(ctx.outputs),
                     f"the branch produced {len(results)} outputs, expected {len(ctx.outputs)}")
-        ctx.results = results  # type: ignore[attr-defined]
+        ctx.scratch["results"] = results
         return [tuple(result.shape) for result in results]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return [np.asarray(result.value) for result in ctx.results]  # type: ignore[attr-defined]
+        return [np.asarray(result.value) for result in ctx.scratch["results"]]
 
 
 @register(OperationCode.WHILE)
@@ -167,8 +167,8 @@ class While(Operation):
             values = list(carried) + values[len(carried):]
             iterations += 1
         results = values[:len(ctx.outputs)]
-        ctx.results = results  # type: ignore[attr-defined]
+        ctx.scratch["results"] = results
         return [tuple(result.shape) for result in results]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return [np.asarray(result.value) for result in ctx.results]  # type: ignore[attr-defined]
+        return [np.asarray(result.value) for result in ctx.scratch["results"]]

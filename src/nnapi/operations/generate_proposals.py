@@ -73,8 +73,8 @@ class GenerateProposals(Operation):
         ctx.require(deltas.shape == expected, f"deltas must be {list(expected)}, got {list(deltas.shape)}")
         ctx.require(anchors.shape == (num_anchors, 4), f"anchors must be [{num_anchors}, 4]")
         ctx.require(image.shape == (batches, 2), f"image info must be [{batches}, 2]")
-        ctx.proposals = self._propose(ctx, nchw)  # type: ignore[attr-defined]
-        count = ctx.proposals[0].shape[0]  # type: ignore[attr-defined]
+        ctx.scratch["proposals"] = self._propose(ctx, nchw)
+        count = ctx.scratch["proposals"][0].shape[0]
         return [(count,), (count, 4), (count,)]
 
     @staticmethod
@@ -122,5 +122,5 @@ class GenerateProposals(Operation):
         return np.concatenate(out_scores), np.concatenate(out_boxes).reshape(-1, 4), np.concatenate(out_batches)
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        scores, boxes, batch_ids = ctx.proposals  # type: ignore[attr-defined]
+        scores, boxes, batch_ids = ctx.scratch["proposals"]
         return [from_float32(scores, ctx.output(0)), from_float32(boxes, ctx.output(1)), batch_ids]
