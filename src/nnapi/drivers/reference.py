@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnapi import __version__
-from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode
+from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode, ResultCode
 from nnapi.errors import NnapiError
 from nnapi.hal import (
     Capabilities,
@@ -34,13 +34,13 @@ from nnapi.operations.base import SubgraphSignature
 
 L = OperandLifeTime
 _RESULT_TO_STATUS = {
-    # codes an operation or the driver may raise, as the HAL status that carries them
-    4: ErrorStatus.INVALID_ARGUMENT,
-    8: ErrorStatus.OUTPUT_INSUFFICIENT_SIZE,
-    10: ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-    11: ErrorStatus.MISSED_DEADLINE_PERSISTENT,
-    12: ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
-    13: ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+    # result codes an operation or the driver may raise, as the HAL status that carries them
+    ResultCode.BAD_DATA: ErrorStatus.INVALID_ARGUMENT,
+    ResultCode.OUTPUT_INSUFFICIENT_SIZE: ErrorStatus.OUTPUT_INSUFFICIENT_SIZE,
+    ResultCode.MISSED_DEADLINE_TRANSIENT: ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+    ResultCode.MISSED_DEADLINE_PERSISTENT: ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+    ResultCode.RESOURCE_EXHAUSTED_TRANSIENT: ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+    ResultCode.RESOURCE_EXHAUSTED_PERSISTENT: ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
 }
 
 
@@ -147,7 +147,7 @@ class ReferencePreparedModel(IPreparedModel):
         except OperationFailed as error:
             raise HalError(ErrorStatus.GENERAL_FAILURE, str(error)) from error
         except NnapiError as error:
-            raise HalError(_RESULT_TO_STATUS.get(int(error.code), ErrorStatus.GENERAL_FAILURE), str(error)) from error
+            raise HalError(_RESULT_TO_STATUS.get(error.code, ErrorStatus.GENERAL_FAILURE), str(error)) from error
         except Exception as error:  # a kernel bug is reported, never leaked
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{type(error).__name__}: {error}") from error
         shapes = self._write_outputs(request, outputs)
