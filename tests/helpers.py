@@ -72,3 +72,28 @@ def run_single_op(code: nnapi.OperationCode, inputs: Sequence[tuple[OperandType,
         return [buffer.reshape(execution.get_output_operand_dimensions(i)) if outputs[i].is_tensor else buffer
                 for i, buffer in enumerate(buffers)]
     raise AssertionError("output sizes kept changing")
+
+
+# --- operand types by element type, for operation tests --------------------------------
+def f32(dims) -> OperandType:
+    return OperandType(nnapi.OperandCode.TENSOR_FLOAT32, dims)
+
+
+def f16(dims) -> OperandType:
+    return OperandType(nnapi.OperandCode.TENSOR_FLOAT16, dims)
+
+
+def i32(dims) -> OperandType:
+    return OperandType(nnapi.OperandCode.TENSOR_INT32, dims)
+
+
+def b8(dims) -> OperandType:
+    return OperandType(nnapi.OperandCode.TENSOR_BOOL8, dims)
+
+
+def q8(dims, scale, zero_point) -> OperandType:
+    return OperandType(nnapi.OperandCode.TENSOR_QUANT8_ASYMM, dims, scale, zero_point)
+
+
+def s8(dims, scale, zero_point) -> OperandType:
+    return OperandType(nnapi.OperandCode.TENSOR_QUANT8_ASYMM_SIGNED, dims, scale, zero_point)

@@ -9,30 +9,10 @@ import numpy as np
 import pytest
 
 import nnapi
-from helpers import build_single_op_model, run_single_op
+from helpers import build_single_op_model, f16, f32, i32, q8, run_single_op, s8
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
-
-
-def f32(dims):
-    return OperandType(T.TENSOR_FLOAT32, dims)
-
-
-def f16(dims):
-    return OperandType(T.TENSOR_FLOAT16, dims)
-
-
-def i32(dims):
-    return OperandType(T.TENSOR_INT32, dims)
-
-
-def q8(dims, scale, zero_point):
-    return OperandType(T.TENSOR_QUANT8_ASYMM, dims, scale, zero_point)
-
-
-def s8(dims, scale, zero_point):
-    return OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, dims, scale, zero_point)
 
 
 def boxes16(dims):

@@ -11,36 +11,11 @@ import numpy as np
 import pytest
 
 import nnapi
-from helpers import build_single_op_model, run_single_op
+from helpers import b8, build_single_op_model, f16, f32, i32, q8, run_single_op, s8
 from nnapi import OperandCode as T
 from nnapi import OperandType, SymmPerChannelQuantParams
 from nnapi import OperationCode as Op
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, get_operation
-
-
-def f32(dims):
-    return OperandType(T.TENSOR_FLOAT32, dims)
-
-
-def f16(dims):
-    return OperandType(T.TENSOR_FLOAT16, dims)
-
-
-def i32(dims):
-    return OperandType(T.TENSOR_INT32, dims)
-
-
-def b8(dims):
-    return OperandType(T.TENSOR_BOOL8, dims)
-
-
-def q8(dims, scale, zero_point):
-    return OperandType(T.TENSOR_QUANT8_ASYMM, dims, scale, zero_point)
-
-
-def s8(dims, scale, zero_point):
-    return OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, dims, scale, zero_point)
-
 
 INT32 = OperandType(T.INT32)
 
