@@ -79,11 +79,11 @@ def test_cli_conformance_table(capsys):
 
 
 def test_cli_unknown_device_and_help():
-    result = subprocess.run([sys.executable, "-m", "nnapi.cli", "run", "--device", "nope"],
+    result = subprocess.run([sys.executable, "-m", "nnapi", "run", "--device", "nope"],
                             capture_output=True, text=True)
     assert result.returncode != 0 and "no device named 'nope'" in result.stderr
     for command in ([], ["devices"], ["run"], ["conformance"]):
-        helped = subprocess.run([sys.executable, "-m", "nnapi.cli", *command, "--help"], capture_output=True, text=True)
+        helped = subprocess.run([sys.executable, "-m", "nnapi", *command, "--help"], capture_output=True, text=True)
         assert helped.returncode == 0 and "usage: nnapi" in helped.stdout
 
 

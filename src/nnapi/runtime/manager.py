@@ -38,3 +38,21 @@ def register_device(device: IDevice) -> None:
 def unregister_device(name: str) -> None:
     with _lock:
         _devices[:] = [d for d in _devices if d.name != name or d.name == "nnapi-reference"]
+
+
+def load_driver_spec(spec: str) -> list[IDevice]:
+    """Import ``pkg.module:factory``, call the factory and register the devices it returns
+    (one IDevice or an iterable of them)."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"expected pkg.module:factory, got {spec!r}")
+    factory = getattr(importlib.import_module(module_name), attribute)
+    made = factory()
+    devices = [made] if isinstance(made, IDevice) else list(made)
+    for device in devices:
+        if not isinstance(device, IDevice):
+            raise TypeError(f"{spec} returned {type(device).__name__}, not an IDevice")
+        register_device(device)
+    return devices

@@ -1,0 +1,34 @@
+"""``nnapi devices``: the devices with type, version, feature level and capabilities."""
+
+from __future__ import annotations
+
+import argparse
+
+import nnapi
+
+
+def register(commands, common) -> None:
+    parser = commands.add_parser("devices", parents=[common],
+                                 help="list devices with type, version, feature level, capabilities")
+    parser.add_argument("-v", "--verbose", action="store_true", help="per-operand-type performance too")
+    parser.set_defaults(func=cmd_devices)
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    print(f"runtime feature level: {nnapi.get_runtime_feature_level().name}")
+    for device in nnapi.get_devices():
+        print(f"{device.name}")
+        print(f"  type:          {device.type.name}")
+        print(f"  version:       {device.version}")
+        print(f"  feature level: {device.feature_level.name} ({int(device.feature_level)})")
+        capabilities = device.capabilities
+        print(f"  relaxed float32 tensor perf: exec_time={capabilities.relaxed_float32_to_float16_tensor.exec_time:g} "
+              f"power_usage={capabilities.relaxed_float32_to_float16_tensor.power_usage:g}")
+        if args.verbose:
+            for code, info in sorted(capabilities.operand_performance.items()):
+                print(f"    {code.name:<34} exec_time={info.exec_time:g} power_usage={info.power_usage:g}")
+        from nnapi.operations import implemented_operations
+
+        if device.name == "nnapi-reference":
+            print(f"  operations:    {len(implemented_operations())} of {len(nnapi.OperationCode)} implemented")
+    return 0
