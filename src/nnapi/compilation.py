@@ -119,10 +119,10 @@ class Compilation(NnapiObject):
             raise UnexpectedNullError("set_caching: cache_dir and token are required")
         if not isinstance(cache_dir, str | os.PathLike):
             raise BadDataError("set_caching: cache_dir must be a path")
-        try:
-            token = bytes(token)
-        except TypeError:
-            raise BadDataError("set_caching: token must be bytes") from None
+        # bytes(int) would allocate that many zero bytes: only a bytes-like token is a token.
+        if not isinstance(token, bytes | bytearray | memoryview):
+            raise BadDataError(f"set_caching: token must be bytes, got {type(token).__name__}")
+        token = bytes(token)
         if len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
             raise BadDataError(f"set_caching: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
         self._cache = (os.fspath(cache_dir), token)
