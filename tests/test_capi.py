@@ -1,0 +1,88 @@
+"""The C API (libneuralnetworks.so): C and C++ programs under tests/capi, compiled with
+the system compiler against the generated header, build and run models through the C
+functions only. The library is built once per test session."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cffi", reason="the C API is built with cffi (pip install 'nnapi[capi]')")
+
+from nnapi import codes  # noqa: E402
+from nnapi.capi import build as capi_build  # noqa: E402
+from nnapi.capi.header import constants  # noqa: E402
+from nnapi.capi.signatures import FUNCTIONS  # noqa: E402
+
+SOURCES = Path(__file__).parent / "capi"
+CC = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+CXX = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+
+if CC is None:
+    pytest.skip("no C compiler (cc / gcc) on this machine: the C API tests need one", allow_module_level=True)
+
+
+class Toolchain:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.library = capi_build(root / "lib")
+        self.include = root / "lib" / "include"
+
+    def compile(self, *sources: str, cpp: bool = False, extra: tuple[str, ...] = ()) -> Path:
+        compiler = CXX if cpp else CC
+        if compiler is None:
+            pytest.skip("no C++ compiler (c++ / g++) on this machine")
+        output = self.root / Path(sources[0]).stem
+        command = [compiler, "-Wall", "-Wextra", "-Werror", "-O1", *(str(SOURCES / s) for s in sources),
+                   f"-I{self.include}", f"-L{self.library.parent}", "-lneuralnetworks",
+                   f"-Wl,-rpath,{self.library.parent}", "-lm", "-lpthread", "-o", str(output), *extra]
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, f"{' '.join(command)}\n{result.stderr}"
+        return output
+
+    def run(self, program: Path, *args: str, timeout: float = 120) -> str:
+        result = subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout)
+        assert result.returncode == 0, f"{program.name} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+        return result.stdout
+
+
+@pytest.fixture(scope="session")
+def toolchain(tmp_path_factory) -> Toolchain:
+    return Toolchain(tmp_path_factory.mktemp("capi"))
+
+
+def test_library_exports_every_feature_level_8_function(toolchain):
+    result = subprocess.run(["nm", "-D", "--defined-only", str(toolchain.library)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip("nm is not available")
+    exported = set(re.findall(r" T (ANeuralNetworks\w+)", result.stdout))
+    assert exported == {f.name for f in FUNCTIONS}
+    assert len(exported) == 69
+
+
+def test_header_values_match_the_python_enums(toolchain, tmp_path):
+    """A C program prints every constant as the compiler sees it in the generated header."""
+    names = sorted(constants())
+    source = tmp_path / "values.c"
+    source.write_text("#include <android/NeuralNetworks.h>\n#include <stdio.h>\nint main(void) {\n" +
+                      "".join(f'    printf("%s %lld\\n", "{n}", (long long){n});\n' for n in names) +
+                      "    return 0;\n}\n")
+    program = tmp_path / "values"
+    subprocess.run([CC, str(source), f"-I{toolchain.include}", "-o", str(program)], check=True)
+    printed = dict(line.split() for line in subprocess.run([str(program)], capture_output=True, text=True,
+                                                           check=True).stdout.splitlines())
+    assert {name: int(value) for name, value in printed.items()} == constants()
+    assert printed["ANEURALNETWORKS_TENSOR_QUANT8_ASYMM_SIGNED"] == "14" == str(int(codes.OperandCode(14)))
+    assert printed["ANEURALNETWORKS_PRIORITY_DEFAULT"] == "100"
+    assert printed["ANEURALNETWORKS_FEATURE_LEVEL_8"] == "1000008"
+
+
+@pytest.mark.parametrize("program", ["cnn", "control_flow", "dynamic_shape", "memory", "events", "threads"])
+def test_c_program(toolchain, program):
+    output = toolchain.run(toolchain.compile(f"{program}.c"))
+    assert f"PASS {program}" in output
