@@ -98,7 +98,8 @@ class ReferenceDevice(IDevice):
         return [supports_operation(model, model.main, operation) for operation in model.main.operations]
 
     def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
-                      priority=Priority.MEDIUM, deadline_ns=None) -> IPreparedModel:
+                      priority=Priority.MEDIUM, deadline_ns=None, model_cache=(), data_cache=(),
+                      token=None) -> IPreparedModel:
         validate_model(model)
         if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before preparation")

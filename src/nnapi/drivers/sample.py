@@ -61,7 +61,8 @@ class SampleDevice(IDevice):
         return [self._supports(model, model.main, operation) for operation in model.main.operations]
 
     def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
-                      priority=Priority.MEDIUM, deadline_ns=None) -> IPreparedModel:
+                      priority=Priority.MEDIUM, deadline_ns=None, model_cache=(), data_cache=(),
+                      token=None) -> IPreparedModel:
         validate_model(model)
         for operation in model.main.operations:
             if not self._supports(model, model.main, operation):

@@ -5,13 +5,20 @@ pools (objects exposing the buffer protocol: mmap'd shared memory, or, for in-pr
 drivers, the caller's own buffers), so a driver could move into another process.
 """
 
-from nnapi.hal.interfaces import IBurst, IDevice, IPreparedModel
+from nnapi.hal.interfaces import IBuffer, IBurst, IDevice, IFencedExecutionCallback, IPreparedModel
 from nnapi.hal.types import (
+    BufferDesc,
+    BufferRole,
+    BufferToken,
     Capabilities,
     DataLocation,
     DeviceStatus,
     ErrorStatus,
     ExecutionPreference,
+    Extension,
+    ExtensionNameAndPrefix,
+    ExtensionOperandTypeInformation,
+    FdPool,
     HalError,
     Model,
     Operand,
@@ -27,14 +34,23 @@ from nnapi.hal.types import (
 )
 
 __all__ = [
+    "BufferDesc",
+    "BufferRole",
+    "BufferToken",
     "Capabilities",
     "DataLocation",
     "DeviceStatus",
     "ErrorStatus",
     "ExecutionPreference",
+    "Extension",
+    "ExtensionNameAndPrefix",
+    "ExtensionOperandTypeInformation",
+    "FdPool",
     "HalError",
+    "IBuffer",
     "IBurst",
     "IDevice",
+    "IFencedExecutionCallback",
     "IPreparedModel",
     "Model",
     "Operand",

@@ -136,17 +136,104 @@ class Subgraph:
 
 
 @dataclass
+class ExtensionNameAndPrefix:
+    """The prefix (high 16 bits of an extension operand/operation type) a model uses for
+    one extension."""
+
+    name: str
+    prefix: int
+
+
+@dataclass
+class ExtensionOperandTypeInformation:
+    type: int  # the type within the extension (low 16 bits)
+    is_tensor: bool
+    byte_size: int  # of a scalar, or of one tensor element
+
+
+@dataclass
+class Extension:
+    """An extension a device supports (IDevice::getSupportedExtensions)."""
+
+    name: str
+    operand_types: list[ExtensionOperandTypeInformation] = field(default_factory=list)
+
+
+#: Operand and operation type values at or above this are extension types.
+EXTENSION_TYPE_BASE = 1 << 16
+EXTENSION_TYPE_LOW_BITS = 16
+
+
+def is_extension_type(value: int) -> bool:
+    return int(value) >= EXTENSION_TYPE_BASE
+
+
+@dataclass
 class Model:
     """A HAL model: main subgraph, referenced subgraphs, a CONSTANT_COPY blob and pools.
 
-    A SUBGRAPH operand's ``location.offset`` is its index into ``referenced``.
+    A SUBGRAPH operand's ``location.offset`` is its index into ``referenced``. Operand and
+    operation types >= 2**16 are extension types: the high 16 bits are a prefix listed in
+    ``extension_name_to_prefix``, the low 16 bits the type within that extension.
     """
 
     main: Subgraph
     referenced: list[Subgraph]
     operand_values: bytes
-    pools: list[Any]  # buffer-protocol objects
+    pools: list[Any]  # buffer-protocol objects, FdPool or BufferToken
     relax_computation_float32_to_float16: bool = False
+    extension_name_to_prefix: list[ExtensionNameAndPrefix] = field(default_factory=list)
+
+
+@dataclass
+class FdPool:
+    """A pool backed by a file descriptor (memfd / file): ``size`` bytes at ``offset``.
+
+    ``buffer`` is a view of those bytes for in-process use; a remote transport passes the
+    descriptor itself instead of the bytes. The descriptor stays owned by whoever made it.
+    """
+
+    fd: int
+    offset: int
+    size: int
+    writable: bool
+    buffer: Any = None
+
+
+
+def pool_view(pool: Any) -> memoryview:
+    """A byte view of a model or request pool (a buffer object or an FdPool); HalError
+    INVALID_ARGUMENT for anything else (a BufferToken is resolved by its device)."""
+    if isinstance(pool, FdPool):
+        pool = pool.buffer
+    try:
+        view = memoryview(pool)
+    except TypeError:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"pool of type {type(pool).__name__} has no bytes") from None
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+@dataclass(frozen=True)
+class BufferToken:
+    """A request pool naming device memory allocated by this device's ``allocate``."""
+
+    token: int
+
+
+@dataclass
+class BufferDesc:
+    """What ``IDevice.allocate`` is asked for: dimensions (0 = unknown axis; may be empty)."""
+
+    dimensions: list[int] = field(default_factory=list)
+
+
+@dataclass
+class BufferRole:
+    """One role of a device memory: input/output ``io_index`` of prepared model ``model_index``."""
+
+    model_index: int
+    io_index: int
+    probability: float = 1.0
 
 
 @dataclass

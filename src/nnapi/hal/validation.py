@@ -3,7 +3,7 @@ ValidateHal): indexes in range, lifetimes and locations consistent, requests wel
 
 from __future__ import annotations
 
-from nnapi.hal.types import ErrorStatus, HalError, Model, OperandLifeTime, Request, Subgraph
+from nnapi.hal.types import ErrorStatus, HalError, Model, OperandLifeTime, Request, Subgraph, pool_view
 
 L = OperandLifeTime
 
@@ -13,7 +13,7 @@ def _invalid(message: str) -> HalError:
 
 
 def _pool_size(pool) -> int:
-    return memoryview(pool).nbytes
+    return pool_view(pool).nbytes
 
 
 def validate_model(model: Model) -> None:
