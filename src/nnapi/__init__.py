@@ -104,3 +104,9 @@ __all__ = [
     "get_maximum_loop_timeout",
     "get_runtime_feature_level",
 ]
+
+# NNAPI_VLOG and NNAPI_TRACE take effect when the package is imported.
+from nnapi import tracing as _tracing  # noqa: E402,F401
+from nnapi import vlog as _vlog  # noqa: E402
+
+_vlog.enable_from_environment()

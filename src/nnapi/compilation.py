@@ -162,6 +162,14 @@ class Compilation(NnapiObject):
             raise BadStateError("step_devices: the compilation is not finished")
         return [step.device.name for step in self._steps]
 
+    def placement(self) -> dict:
+        """After finish: each operation's device, the devices that refused it and why, the
+        number of partitions and the bytes crossing devices per execution (no NDK
+        counterpart; see nnapi.tools.placement)."""
+        from nnapi.tools.placement import placement
+
+        return placement(self)
+
     # --- queries ---------------------------------------------------------------------
     def _check_finished_index(self, call: str, index: int, count: int) -> None:
         self._check_alive(call)

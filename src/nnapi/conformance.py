@@ -114,6 +114,29 @@ def _tolerance(record: dict, code: OperandCode) -> tuple[float, float]:
     return _FLOAT32_TOLERANCE
 
 
+def float_tolerance(code: OperandCode, relaxed: bool = False) -> tuple[float, float]:
+    """The CTS (absolute, relative) tolerance for a float operand type: float16 and
+    relaxed computations get float16's."""
+    return _FLOAT16_TOLERANCE if relaxed or code == T.TENSOR_FLOAT16 else _FLOAT32_TOLERANCE
+
+
+def within_tolerance(code: OperandCode, expected: np.ndarray, actual: np.ndarray,
+                     tolerance: tuple[float, float] = _FLOAT32_TOLERANCE, quant_limit: int = 1) -> np.ndarray:
+    """Per element, whether ``actual`` meets the CTS criterion for ``expected``: floats
+    within ``atol + rtol * |expected|`` (NaN matching NaN, infinities matching), booleans
+    equal, integers and quantized values within ``quant_limit``."""
+    if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.FLOAT32, T.FLOAT16):
+        atol, rtol = tolerance
+        exp64, act64 = expected.astype(np.float64), actual.astype(np.float64)
+        both_nan = np.isnan(exp64) & np.isnan(act64)
+        same_inf = np.isinf(exp64) & (exp64 == act64)
+        with np.errstate(invalid="ignore"):
+            return (np.abs(act64 - exp64) <= atol + rtol * np.abs(exp64)) | both_nan | same_inf
+    if code in (T.TENSOR_BOOL8, T.BOOL):
+        return expected == actual
+    return np.abs(actual.astype(np.int64) - expected.astype(np.int64)) <= quant_limit
+
+
 def compare(record: dict, operand: dict, actual: np.ndarray) -> str | None:
     """None if ``actual`` meets the CTS criterion for ``operand``; else what differs."""
     code = T[operand["type"]]
@@ -121,19 +144,9 @@ def compare(record: dict, operand: dict, actual: np.ndarray) -> str | None:
     actual = actual.reshape(-1)
     if expected.size != actual.size:
         return f"{operand['name']}: {actual.size} values, expected {expected.size}"
-    if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
-        atol, rtol = _tolerance(record, code)
-        exp64, act64 = expected.astype(np.float64), actual.astype(np.float64)
-        both_nan = np.isnan(exp64) & np.isnan(act64)
-        same_inf = np.isinf(exp64) & (exp64 == act64)
-        with np.errstate(invalid="ignore"):
-            ok = (np.abs(act64 - exp64) <= atol + rtol * np.abs(exp64)) | both_nan | same_inf
-    elif code == T.TENSOR_BOOL8 or code == T.BOOL:
-        ok = expected == actual
-    else:
-        limit = 3 if "mobilenet" in record["test"] and code in (T.TENSOR_QUANT8_ASYMM,
-                                                                 T.TENSOR_QUANT8_ASYMM_SIGNED) else 1
-        ok = np.abs(actual.astype(np.int64) - expected.astype(np.int64)) <= limit
+    limit = 3 if "mobilenet" in record["test"] and code in (T.TENSOR_QUANT8_ASYMM,
+                                                             T.TENSOR_QUANT8_ASYMM_SIGNED) else 1
+    ok = within_tolerance(code, expected, actual, _tolerance(record, code), limit)
     if np.all(ok):
         return None
     bad = np.flatnonzero(~ok)

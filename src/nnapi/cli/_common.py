@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import nnapi
@@ -62,3 +65,67 @@ def find_device(name: str | None) -> nnapi.Device | None:
 def print_json(value: Any) -> None:
     json.dump(value, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+@dataclass
+class LoadedModel:
+    """A model read from a file for a command: the Model, its operand names and the
+    source operation of each NNAPI operation when the file format has them, and the
+    objects the model references (kept alive with it)."""
+
+    model: nnapi.Model
+    path: str
+    operand_names: dict[int, str] | None = None
+    source_ops: list[str] | None = None
+    keep: Any = None
+
+
+def load_model(path: str) -> LoadedModel:
+    """A ``.tflite`` model (imported), or a CTS vector file (``.jsonl`` / ``.jsonl.gz``,
+    its first record: how ``nnapi fuzz`` writes failing graphs)."""
+    file = Path(path)
+    if not file.exists():
+        raise CliError(f"{path}: no such file")
+    if not file.is_file():
+        raise CliError(f"{path}: not a file")
+    if file.name.endswith((".jsonl", ".jsonl.gz")):
+        from nnapi.conformance import build_model, load_records
+
+        try:
+            record = next(iter(load_records(file)))
+        except StopIteration:
+            raise CliError(f"{path}: no vector in the file") from None
+        except (OSError, ValueError) as error:
+            raise CliError(f"{path}: not a CTS vector file ({error})") from None
+        keep: list = []
+        model = build_model(record, keep=keep)
+        names = {i: operand["name"] for i, operand in enumerate(record["main"]["operands"]) if operand.get("name")}
+        return LoadedModel(model, path, names, None, keep)
+    loader = getattr(nnapi, "load_model", None)
+    if loader is None:
+        raise CliError(f"{path}: reading model files needs the TFLite importer (pip install 'nnapi[tflite]')")
+    try:
+        imported = loader(str(file))
+    except ImportError as error:
+        raise CliError(f"{path}: {error} (pip install 'nnapi[tflite]')") from None
+    return LoadedModel(imported.model, path, getattr(imported, "operand_names", None),
+                       getattr(imported, "source_ops", None), imported)
+
+
+def progress(iterable: Iterable, total: int, description: str) -> Iterable:
+    """``iterable`` with a progress bar (rate and ETA, from tqdm) when stderr is a
+    terminal and tqdm is installed; plain otherwise."""
+    if not sys.stderr.isatty():
+        return iterable
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return iterable
+    return tqdm(iterable, total=total, desc=description, unit="it", leave=False, file=sys.stderr)
+
+
+def devices_named(names: list[str] | None) -> list[nnapi.Device] | None:
+    """The devices called ``names`` in that order (None: let the runtime choose)."""
+    if not names:
+        return None
+    return [find_device(name) for name in names]

@@ -1,0 +1,148 @@
+"""Bisect: the first operation whose output differs between a device and
+``nnapi-reference`` beyond the CTS tolerance.
+
+Every intermediate tensor of the main graph is exposed as an extra model output, the
+model runs once on the device under test (beside the reference, so operations the
+device refuses still run) and once on the reference alone with the same seeded inputs,
+and the outputs are compared operation by operation in run order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+import nnapi
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.conformance import float_tolerance, within_tolerance
+from nnapi.errors import BadDataError
+from nnapi.hal import OperandLifeTime
+from nnapi.operand import TENSOR_TYPES
+from nnapi.tools._models import random_input, run, with_outputs
+
+QUANTIZED = (OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED,
+             OperandCode.TENSOR_QUANT8_SYMM, OperandCode.TENSOR_QUANT16_ASYMM, OperandCode.TENSOR_QUANT16_SYMM)
+
+
+@dataclass
+class Difference:
+    """How one operand differs between the device and the reference."""
+
+    operation: int  # index in the model
+    operation_type: str
+    device: str  # where the operation ran in the device's plan
+    operand: int
+    operand_type: str
+    dimensions: list[int]
+    mismatched: int  # elements beyond tolerance
+    elements: int
+    max_abs_difference: float
+    max_quantized_steps: int | None = None  # quantized operands
+    #: The largest difference among the operation's inputs (intermediates only): non-zero
+    #: means earlier operations' differences, each within tolerance, reached it.
+    inherited_difference: float = 0.0
+
+
+@dataclass
+class BisectResult:
+    device: str
+    compared: int  # operands compared
+    first: Difference | None
+    later: list[Difference] = field(default_factory=list)  # other differing operations, run order
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _compile(model: nnapi.Model, devices: list[nnapi.Device]) -> nnapi.Compilation:
+    compilation = nnapi.Compilation(model, devices)
+    compilation.finish()
+    return compilation
+
+
+def bisect(model: Any, device: nnapi.Device | str, *, seed: int = 0, inputs: list[np.ndarray] | None = None,
+           tolerance: tuple[float, float] | None = None, quant_limit: int = 1) -> BisectResult:
+    """Compare every intermediate of ``model`` on ``device`` against the reference.
+
+    ``tolerance`` (atol, rtol) overrides the CTS float tolerance; ``quant_limit`` is the
+    quantized steps allowed."""
+    from nnapi.runtime.model_builder import build_hal_model
+
+    public = getattr(model, "model", model)
+    if not isinstance(public, nnapi.Model):
+        raise BadDataError(f"bisect: expected a Model, got {type(model).__name__}")
+    devices = {d.name: d for d in nnapi.get_devices()}
+    if isinstance(device, str):
+        if device not in devices:
+            raise BadDataError(f"bisect: no device named {device!r} (devices: {', '.join(devices)})")
+        device = devices[device]
+    reference = devices["nnapi-reference"]
+    hal_model, order = build_hal_model(public)
+    main = hal_model.main
+    intermediates = [i for op in main.operations for i in op.outputs
+                     if main.operands[i].lifetime == OperandLifeTime.TEMPORARY_VARIABLE
+                     and main.operands[i].type in TENSOR_TYPES]
+    exposed, keep = with_outputs(public, intermediates)
+    outputs = list(public.outputs) + [i for i in intermediates if i not in public.outputs]
+    if inputs is None:
+        rng = np.random.default_rng(seed)
+        inputs = [random_input(public.operand_type(i), rng) for i in public.inputs]
+    under_test = _compile(exposed, [device] if device.name == reference.name else [device, reference])
+    expected_compilation = _compile(exposed, [reference])
+    placement = under_test.placement()
+    actual = dict(zip(outputs, run(under_test, inputs)))
+    expected = dict(zip(outputs, run(expected_compilation, inputs)))
+    differences: list[Difference] = []
+    compared = 0
+    seen: dict[int, float] = {}  # operand -> max |difference|, within tolerance or not
+    for position, operation in enumerate(main.operations):
+        index = order[position]
+        inherited = max((seen.get(i, 0.0) for i in operation.inputs), default=0.0)
+        for operand_index in operation.outputs:
+            if operand_index not in actual:
+                continue
+            compared += 1
+            operand = main.operands[operand_index]
+            code = OperandCode(operand.type)
+            got, want = actual[operand_index], expected[operand_index]
+            if got.shape != want.shape:
+                differences.append(Difference(index, OperationCode(operation.type).name,
+                                              placement["operations"][index]["device"], operand_index, code.name,
+                                              list(want.shape), want.size, want.size, float("inf")))
+                break
+            limit = tolerance or float_tolerance(code, hal_model.relax_computation_float32_to_float16)
+            ok = within_tolerance(code, want.reshape(-1), got.reshape(-1), limit, quant_limit)
+            delta = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            finite = delta[np.isfinite(delta)]
+            seen[operand_index] = float(finite.max()) if finite.size else 0.0
+            if ok.all():
+                continue
+            steps = int(finite.max()) if code in QUANTIZED and finite.size else None
+            differences.append(Difference(
+                index, OperationCode(operation.type).name, placement["operations"][index]["device"], operand_index,
+                code.name, list(want.shape), int((~ok).sum()), int(want.size),
+                float(finite.max()) if finite.size else float("nan"), steps, inherited))
+    del keep
+    return BisectResult(device.name, compared, differences[0] if differences else None, differences[1:])
+
+
+def format_result(result: BisectResult, operand_names: dict[int, str] | None = None) -> str:
+    if result.first is None:
+        return (f"{result.device}: all {result.compared} operation outputs agree with nnapi-reference "
+                "within the CTS tolerance")
+    first = result.first
+    name = f" ({operand_names[first.operand]})" if operand_names and first.operand in operand_names else ""
+    lines = [f"{result.device}: first difference at operation #{first.operation} {first.operation_type} "
+             f"(ran on {first.device})",
+             f"  output operand #{first.operand}{name}: {first.operand_type} {first.dimensions}",
+             f"  {first.mismatched} of {first.elements} elements beyond tolerance; max |difference| "
+             f"{first.max_abs_difference:.6g}" + (f" ({first.max_quantized_steps} quantized steps)"
+                                                   if first.max_quantized_steps is not None else "")]
+    if first.inherited_difference:
+        lines.append(f"  its inputs already differed by up to {first.inherited_difference:.6g} (within tolerance): "
+                     "the difference may have grown from earlier operations")
+    if result.later:
+        lines.append(f"  {len(result.later)} later operations differ too (downstream of it or independent)")
+    return "\n".join(lines)

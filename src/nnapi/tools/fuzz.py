@@ -1,0 +1,219 @@
+"""Random-graph differential testing, after Android's CTS RandomGraph tests.
+
+Graphs are grown from operation signatures taken from the CTS vectors: every
+single-operation vector is a valid signature of its operation (operand types, shapes,
+quantization and parameters the specification allows). A graph chains several of them,
+feeding an earlier operation's output into a later operation's input of the same type
+and shape, with fresh seeded random values for every float or quantized input. It runs
+on the device under test (beside the reference, which takes the operations the device
+refuses) and on ``nnapi-reference`` alone; the CTS criteria judge the difference. A
+failing graph is written as a CTS vector (the reference's outputs as expected values),
+so ``nnapi conformance FILE --device NAME`` replays it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import nnapi
+from nnapi.conformance import _array, build_model, compare, default_vector_files, load_records
+from nnapi.errors import BadDataError
+from nnapi.operand import DTYPES
+
+#: Input types whose values are data (not indices, sizes or flags): randomized and chainable.
+DATA_TYPES = ("TENSOR_FLOAT32", "TENSOR_FLOAT16", "TENSOR_QUANT8_ASYMM", "TENSOR_QUANT8_ASYMM_SIGNED",
+              "TENSOR_QUANT16_ASYMM", "TENSOR_QUANT16_SYMM", "TENSOR_QUANT8_SYMM")
+#: Operations whose inputs past the first are boxes, anchors or regions with ordering rules
+#: (x1 <= x2, ...): those keep the signature's own values and are never fed from elsewhere.
+BOX_OPERATIONS = {"ROI_ALIGN", "ROI_POOLING", "HEATMAP_MAX_KEYPOINT"}
+#: Operations whose every input is boxes, or whose output sizes depend on the input values:
+#: they keep all of the signature's values.
+FIXED_OPERATIONS = {"AXIS_ALIGNED_BBOX_TRANSFORM", "BOX_WITH_NMS_LIMIT", "GENERATE_PROPOSALS",
+                    "DETECTION_POSTPROCESSING"}
+#: Operations whose outputs are random by definition.
+RANDOM_OPERATIONS = {"RANDOM_MULTINOMIAL"}
+
+
+def load_signatures(files: list[Path] | None = None) -> dict[str, list[dict]]:
+    """Single-operation CTS records, grouped by operation name, usable as signatures."""
+    signatures: dict[str, list[dict]] = {}
+    for path in files or default_vector_files():
+        for record in load_records(path):
+            main = record["main"]
+            if (record.get("expectFailure") or record.get("referenced") or record.get("isRelaxed")
+                    or len(main["operations"]) != 1 or main["operations"][0]["type"] in RANDOM_OPERATIONS
+                    or any(0 in o["dimensions"] for o in main["operands"])):
+                continue
+            signatures.setdefault(main["operations"][0]["type"], []).append(record)
+    return signatures
+
+
+def _key(operand: dict) -> tuple:
+    return (operand["type"], tuple(operand["dimensions"]), operand.get("scale", 0.0), operand.get("zeroPoint", 0))
+
+
+def _random_values(operand: dict, rng: np.random.Generator) -> list:
+    dtype = DTYPES[nnapi.OperandCode[operand["type"]]]
+    count = math.prod(operand["dimensions"]) if operand["dimensions"] else 1
+    if np.issubdtype(dtype, np.floating):
+        original = _array(operand["data"], nnapi.OperandCode[operand["type"]]).astype(np.float64)
+        spread = float(np.abs(original).max()) if original.size and np.isfinite(original).all() else 1.0
+        return rng.uniform(-spread or -1.0, spread or 1.0, count).astype(dtype).astype(float).tolist()
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, int(info.max) + 1, count).tolist()
+
+
+def _free_inputs(main: dict) -> set[int]:
+    """The inputs of a single-operation graph that take random values or earlier outputs."""
+    operation = main["operations"][0]
+    if operation["type"] in FIXED_OPERATIONS:
+        return set()
+    inputs = operation["inputs"][:1] if operation["type"] in BOX_OPERATIONS else operation["inputs"]
+    return {i for i in inputs if main["operands"][i]["lifetime"] == "SUBGRAPH_INPUT"
+            and main["operands"][i]["type"] in DATA_TYPES}
+
+
+def generate(signatures: dict[str, list[dict]], rng: np.random.Generator, max_operations: int = 5,
+             name: str = "fuzz") -> dict:
+    """One random graph as a CTS record (inputs filled in; expected outputs not yet)."""
+    names = sorted(signatures)
+    operands: list[dict] = []
+    operations: list[dict] = []
+    produced: dict[tuple, list[int]] = {}
+    wanted = int(rng.integers(1, max_operations + 1))
+    for _ in range(wanted):
+        choice = None
+        for attempt in range(20):
+            candidates = signatures[names[int(rng.integers(len(names)))]]
+            record = candidates[int(rng.integers(len(candidates)))]
+            main = record["main"]
+            free = _free_inputs(main)
+            links = {i: produced[_key(main["operands"][i])] for i in free if _key(main["operands"][i]) in produced}
+            if links or not operations or attempt == 19:
+                choice = (record, links)
+                break
+        record, links = choice  # type: ignore[misc]
+        main = record["main"]
+        free = _free_inputs(main)
+        remap: dict[int, int] = {}
+        for old, operand in enumerate(main["operands"]):
+            if old in links and rng.random() < 0.9:
+                options = links[old]
+                remap[old] = options[int(rng.integers(len(options)))]
+                continue
+            fresh = copy.deepcopy(operand)
+            if old in free:
+                fresh["data"] = _random_values(fresh, rng)
+            if fresh["lifetime"] == "SUBGRAPH_OUTPUT":
+                fresh["lifetime"] = "TEMPORARY_VARIABLE"
+                fresh["data"] = None
+            fresh["name"] = f"op{len(operations)}_{operand['name']}"
+            remap[old] = len(operands)
+            operands.append(fresh)
+        operation = main["operations"][0]
+        operations.append({"type": operation["type"], "inputs": [remap[i] for i in operation["inputs"]],
+                           "outputs": [remap[i] for i in operation["outputs"]]})
+        for i in operation["outputs"]:
+            produced.setdefault(_key(operands[remap[i]]), []).append(remap[i])
+    consumed = {i for op in operations for i in op["inputs"]}
+    outputs = [i for op in operations for i in op["outputs"] if i not in consumed]
+    for i in outputs:
+        operands[i]["lifetime"] = "SUBGRAPH_OUTPUT"
+    inputs = [i for i, operand in enumerate(operands) if operand["lifetime"] == "SUBGRAPH_INPUT"]
+    return {"spec": "fuzz", "version": "fuzz", "test": name,
+            "main": {"name": None, "operands": operands, "operations": operations,
+                     "inputIndexes": inputs, "outputIndexes": outputs},
+            "referenced": [], "isRelaxed": False, "expectFailure": False, "multinomialTolerance": 0.0,
+            "minSupportedVersion": "V1_0"}
+
+
+def _json_value(value: float | int | bool) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # the vector format's spelling of nan / inf
+    return value
+
+
+def _run(record: dict, devices: list[nnapi.Device]) -> list[np.ndarray]:
+    from nnapi.tools._models import run
+
+    keep: list = []
+    model = build_model(record, keep=keep)
+    compilation = nnapi.Compilation(model, devices)
+    compilation.finish()
+    main = record["main"]
+    inputs = []
+    for index in main["inputIndexes"]:
+        operand = main["operands"][index]
+        value = _array(operand["data"], nnapi.OperandCode[operand["type"]])
+        inputs.append(value.reshape(operand["dimensions"]) if operand["dimensions"] else value.reshape(()))
+    return run(compilation, inputs)
+
+
+@dataclass
+class FuzzOutcome:
+    graph: str
+    operations: list[str]
+    status: str  # "passed", "failed" or "invalid" (the reference rejected the random graph)
+    message: str = ""
+    path: str | None = None
+
+
+@dataclass
+class FuzzReport:
+    device: str
+    seed: int
+    outcomes: list[FuzzOutcome] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(1 for outcome in self.outcomes if outcome.status == status)
+
+
+def fuzz(device: nnapi.Device | str, graphs: int = 100, seed: int = 0, out_dir: str | Path | None = None,
+         max_operations: int = 5, signatures: dict[str, list[dict]] | None = None) -> Iterator[FuzzOutcome]:
+    """Generate and check ``graphs`` random graphs on ``device``; yields one outcome per graph
+    and writes each failing graph to ``out_dir`` as ``<name>.jsonl``."""
+    devices = {d.name: d for d in nnapi.get_devices()}
+    if isinstance(device, str):
+        if device not in devices:
+            raise BadDataError(f"fuzz: no device named {device!r} (devices: {', '.join(devices)})")
+        device = devices[device]
+    reference = devices["nnapi-reference"]
+    signatures = signatures if signatures is not None else load_signatures()
+    if not signatures:
+        raise BadDataError("fuzz: no CTS vectors to take operation signatures from")
+    rng = np.random.default_rng(seed)
+    for number in range(graphs):
+        record = generate(signatures, rng, max_operations, name=f"fuzz_seed{seed}_graph{number}")
+        names = [operation["type"] for operation in record["main"]["operations"]]
+        try:
+            expected = _run(record, [reference])
+        except nnapi.NnapiError as error:
+            yield FuzzOutcome(record["test"], names, "invalid", f"reference: {type(error).__name__}: {error}")
+            continue
+        main = record["main"]
+        for index, value in zip(main["outputIndexes"], expected):
+            main["operands"][index]["data"] = [_json_value(v) for v in value.reshape(-1).tolist()]
+        try:
+            actual = _run(record, [device] if device.name == reference.name else [device, reference])
+            problems = [problem for index, value in zip(main["outputIndexes"], actual)
+                        if (problem := compare(record, main["operands"][index], value))]
+        except nnapi.NnapiError as error:
+            problems = [f"{device.name}: {type(error).__name__}: {error}"]
+        if not problems:
+            yield FuzzOutcome(record["test"], names, "passed")
+            continue
+        path = None
+        if out_dir is not None:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            path = str(Path(out_dir) / f"{record['test']}.jsonl")
+            with open(path, "w") as handle:
+                handle.write(json.dumps(record) + "\n")
+        yield FuzzOutcome(record["test"], names, "failed", "; ".join(problems), path)

@@ -1,0 +1,307 @@
+"""The tools: graph dump, placement report, bisect, random-graph fuzzing, their commands,
+logging and tracing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import nnapi
+from nnapi import OperationCode as Op
+from nnapi.cli import main
+from nnapi.demo import build_demo_model
+from nnapi.drivers.sample import SampleDevice
+from nnapi.hal import IPreparedModel
+from nnapi.runtime.manager import register_device, unregister_device
+from nnapi.tools import graph_dump
+from nnapi.tools.bisect import bisect, format_result
+from nnapi.tools.fuzz import fuzz, load_signatures
+from nnapi.tools.graph_dump import to_dot
+from nnapi.tools.placement import format_placement
+
+
+class _Perturbing(IPreparedModel):
+    """Adds 0.25 to every float32 output of the prepared model it wraps: a planted bug."""
+
+    def __init__(self, inner: IPreparedModel, model) -> None:
+        self.inner, self.model = inner, model
+
+    def execute(self, request, measure_timing=False, deadline_ns=None, loop_timeout_ns=None):
+        shapes, timing = self.inner.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+        for argument, index in zip(request.outputs, self.model.main.output_indexes):
+            if self.model.main.operands[index].type == nnapi.OperandCode.TENSOR_FLOAT32:
+                location = argument.location
+                values = np.frombuffer(request.pools[location.pool_index], np.float32, location.length // 4,
+                                       location.offset)
+                values += np.float32(0.25)
+        return shapes, timing
+
+
+class WrongDevice(SampleDevice):
+    def prepare_model(self, model, *args, **kwargs):
+        return _Perturbing(super().prepare_model(model, *args, **kwargs), model)
+
+
+@pytest.fixture
+def conv_device():
+    register_device(SampleDevice("sample-conv", [Op.CONV_2D]))
+    yield "sample-conv"
+    unregister_device("sample-conv")
+
+
+@pytest.fixture
+def wrong_conv_device():
+    register_device(WrongDevice("wrong-conv", [Op.CONV_2D]))
+    yield "wrong-conv"
+    unregister_device("wrong-conv")
+
+
+def _finished(model, names=None):
+    devices = [d for d in nnapi.get_devices() if names is None or d.name in names]
+    compilation = nnapi.Compilation(model, devices)
+    compilation.finish()
+    return compilation
+
+
+# --- graph dump ---------------------------------------------------------------------------
+def test_graph_dump_lists_operands_and_operations_with_parameters():
+    graph = graph_dump(build_demo_model())
+    (main_graph,) = graph["subgraphs"]
+    types = [operation["type"] for operation in main_graph["operations"]]
+    assert types == ["CONV_2D", "MAX_POOL_2D", "CONV_2D", "AVERAGE_POOL_2D", "RESHAPE", "FULLY_CONNECTED",
+                     "SOFTMAX"]
+    first = main_graph["operands"][0]
+    assert first == {"index": 0, "type": "TENSOR_FLOAT32", "dimensions": [1, 16, 16, 3],
+                     "lifetime": "SUBGRAPH_INPUT"}
+    conv = main_graph["operations"][0]
+    # CONV_2D's implicit padding, strides and activation are scalar constants at inputs 3..6
+    assert set(conv["params"]) == {"3", "4", "5", "6"}
+    weights = main_graph["operands"][conv["inputs"][1]]
+    assert weights["lifetime"] == "CONSTANT_REFERENCE" and weights["value"].startswith("<216 values")
+    assert "device" not in conv
+
+
+def test_graph_dump_after_compilation_colours_by_device(conv_device):
+    model = build_demo_model()
+    compilation = _finished(model)
+    graph = graph_dump(model, compilation)
+    devices = [operation["device"] for operation in graph["subgraphs"][0]["operations"]]
+    assert devices == ["sample-conv", "nnapi-reference", "sample-conv"] + ["nnapi-reference"] * 4
+    dot = to_dot(graph)
+    assert dot.startswith("digraph nnapi {") and dot.rstrip().endswith("}")
+    assert dot.count('fillcolor="#8dd3c7"') == 2  # the two convolutions share sample-conv's colour
+    assert "on sample-conv" in dot and "devices:" in dot
+
+
+def test_graph_dump_draws_referenced_subgraphs_as_clusters():
+    from test_control_flow import fibonacci_model
+
+    graph = graph_dump(fibonacci_model())
+    assert [subgraph["name"] for subgraph in graph["subgraphs"]] == ["main", "subgraph 1", "subgraph 2"]
+    model_operands = [o for o in graph["subgraphs"][0]["operands"] if o["type"] == "MODEL"]
+    assert sorted(o["subgraph"] for o in model_operands) == [1, 2]
+    dot = to_dot(graph)
+    assert "subgraph cluster_1 {" in dot and "subgraph cluster_2 {" in dot
+    assert "WHILE (#0)" in dot and "LESS (#0)" in dot
+
+
+def test_graph_dump_rejects_unfinished_models():
+    with pytest.raises(nnapi.BadStateError, match="not finished"):
+        graph_dump(nnapi.Model())
+    with pytest.raises(nnapi.BadDataError, match="expected a Model"):
+        graph_dump("model.tflite")
+    with pytest.raises(nnapi.BadDataError, match="format"):
+        graph_dump(build_demo_model(), format="png")
+
+
+# --- placement ----------------------------------------------------------------------------
+def test_placement_names_devices_refusals_partitions_and_bytes(conv_device):
+    report = _finished(build_demo_model()).placement()
+    assert report["partitions"] == 4
+    assert [step["device"] for step in report["steps"]] == ["sample-conv", "nnapi-reference", "sample-conv",
+                                                            "nnapi-reference"]
+    pool = report["operations"][1]
+    assert pool["type"] == "MAX_POOL_2D" and pool["device"] == "nnapi-reference"
+    assert pool["refused"] == {"sample-conv": "declined by the driver"}
+    assert report["operations"][0]["refused"] == {}
+    # conv -> pool: 1x16x16x8 float32 crosses; pool -> conv: 1x8x8x8; conv -> avg pool: 1x8x8x16
+    assert report["bytes_between_devices"] == 4 * (16 * 16 * 8 + 8 * 8 * 8 + 8 * 8 * 16)
+    text = format_placement(report)
+    assert "refused by sample-conv: declined by the driver" in text and "partitions: 4" in text
+
+
+def test_placement_needs_a_finished_compilation():
+    compilation = nnapi.Compilation(build_demo_model())
+    with pytest.raises(nnapi.BadStateError, match="not finished"):
+        compilation.placement()
+
+
+# --- bisect -------------------------------------------------------------------------------
+def test_bisect_finds_the_operation_a_device_gets_wrong(wrong_conv_device):
+    result = bisect(build_demo_model(), wrong_conv_device)
+    assert result.first is not None
+    assert (result.first.operation, result.first.operation_type, result.first.device) == (0, "CONV_2D",
+                                                                                          "wrong-conv")
+    assert result.first.dimensions == [1, 16, 16, 8]
+    assert result.first.mismatched == 16 * 16 * 8 and abs(result.first.max_abs_difference - 0.25) < 1e-6
+    assert result.later  # everything downstream differs too
+    assert result.first.inherited_difference == 0.0
+    assert "first difference at operation #0 CONV_2D (ran on wrong-conv)" in format_result(result)
+
+
+def test_bisect_reports_agreement(conv_device):
+    result = bisect(build_demo_model(), conv_device)
+    assert result.first is None and result.compared == 7
+    assert "all 7 operation outputs agree" in format_result(result)
+
+
+def test_bisect_says_when_a_difference_grew_from_earlier_operations(wrong_conv_device):
+    result = bisect(build_demo_model(), wrong_conv_device, tolerance=(1.0, 0.0))
+    # the convolutions' 0.25 errors pass a 1.0 tolerance; the fully connected layer,
+    # run by the reference, amplifies them past it
+    assert (result.first.operation_type, result.first.device) == ("FULLY_CONNECTED", "nnapi-reference")
+    assert result.first.inherited_difference > 0.25
+    assert "may have grown from earlier operations" in format_result(result)
+    assert bisect(build_demo_model(), wrong_conv_device, tolerance=(10.0, 0.0)).first is None
+
+
+# --- fuzz ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def signatures():
+    return load_signatures()
+
+
+def test_fuzz_signatures_cover_most_operations(signatures):
+    assert len(signatures) > 85
+    assert all(len(record["main"]["operations"]) == 1 for records in signatures.values() for record in records)
+
+
+def test_fuzz_reference_against_itself_passes(signatures):
+    outcomes = list(fuzz("nnapi-reference", graphs=30, seed=3, signatures=signatures))
+    assert len(outcomes) == 30
+    assert [o for o in outcomes if o.status == "failed"] == []
+    assert sum(o.status == "passed" for o in outcomes) >= 27
+    assert max(len(o.operations) for o in outcomes) > 1
+
+
+def test_fuzz_finds_a_planted_bug_and_writes_a_replayable_vector(tmp_path, signatures, wrong_conv_device):
+    from nnapi.conformance import load_records, run_record
+
+    conv_only = {"CONV_2D": signatures["CONV_2D"], "RELU": signatures["RELU"]}
+    failed = [o for o in fuzz(wrong_conv_device, graphs=6, seed=1, out_dir=tmp_path, signatures=conv_only)
+              if o.status == "failed"]
+    float_convs = [o for o in failed if o.path]
+    assert float_convs, "the perturbed float CONV_2D outputs went unnoticed"
+    (record,) = load_records(float_convs[0].path)
+    devices = {d.name: d for d in nnapi.get_devices()}
+    assert run_record(record, devices["nnapi-reference"]).passed
+    assert not run_record(record, devices[wrong_conv_device]).passed
+
+
+# --- commands -----------------------------------------------------------------------------
+@pytest.fixture
+def vector_file(tmp_path):
+    """The demo model as a CTS vector file (how the tools read models without an importer)."""
+    from nnapi.tools.fuzz import generate
+
+    record = generate({"CONV_2D": [r for r in load_signatures()["CONV_2D"]
+                                   if r["main"]["operands"][0]["type"] == "TENSOR_FLOAT32"][:3]},
+                      np.random.default_rng(0), max_operations=1, name="conv")
+    main_graph = record["main"]
+    for index in main_graph["outputIndexes"]:
+        main_graph["operands"][index]["data"] = []
+    path = tmp_path / "conv.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    return str(path)
+
+
+def test_cli_dump_formats(vector_file, capsys, monkeypatch):
+    assert main(["dump", vector_file, "--format", "json"]) == 0
+    graph = json.loads(capsys.readouterr().out)
+    assert graph["subgraphs"][0]["operations"][0]["type"] == "CONV_2D"
+    assert graph["subgraphs"][0]["operations"][0]["device"] == "nnapi-reference"
+    assert main(["dump", vector_file]) == 0
+    assert capsys.readouterr().out.startswith("digraph nnapi {")
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert main(["dump", vector_file, "--format", "svg"]) == 2
+    assert "needs Graphviz's `dot` program" in capsys.readouterr().err
+
+
+def test_cli_placement_json(vector_file, capsys, conv_device):
+    assert main(["placement", vector_file, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["operations"][0]["device"] in ("sample-conv", "nnapi-reference")
+    assert report["partitions"] == 1
+
+
+def test_cli_bisect_exit_codes(vector_file, capsys, wrong_conv_device):
+    assert main(["bisect", vector_file, "--device", "nnapi-reference"]) == 0
+    assert "agree with nnapi-reference" in capsys.readouterr().out
+    assert main(["bisect", vector_file, "--device", wrong_conv_device, "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["first"]["operation_type"] == "CONV_2D"
+    assert main(["bisect", vector_file, "--device", wrong_conv_device, "--tolerance", "x"]) == 2
+    assert "--tolerance" in capsys.readouterr().err
+
+
+def test_cli_fuzz_exit_codes(capsys, wrong_conv_device):
+    assert main(["fuzz", "--device", "nnapi-reference", "--graphs", "5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["passed"] >= 4
+    assert main(["fuzz", "--device", "nope"]) == 2
+    assert "no device named 'nope'" in capsys.readouterr().err
+    assert main(["fuzz", "--device", "nnapi-reference", "--graphs", "0"]) == 2
+
+
+def test_cli_bad_model_files_give_one_line_errors(tmp_path, capsys):
+    assert main(["placement", str(tmp_path / "missing.tflite")]) == 2
+    assert capsys.readouterr().err.strip() == f"nnapi placement: {tmp_path / 'missing.tflite'}: no such file"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("this is not json\n")
+    assert main(["dump", str(bad)]) == 2
+    assert "not a CTS vector file" in capsys.readouterr().err
+
+
+def _nnapi(*args, env=None, **kwargs):
+    return subprocess.run([sys.executable, "-m", "nnapi", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=120, **kwargs)
+
+
+def test_python_dash_m_and_broken_pipe():
+    result = subprocess.run(f"{sys.executable} -m nnapi fuzz --device nnapi-reference --graphs 3 "
+                            f"--json | head -c 1", shell=True, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout == "{" and "Traceback" not in result.stderr
+    usage = _nnapi("dump")
+    assert usage.returncode == 2 and "usage: nnapi dump" in usage.stderr
+
+
+# --- logging and tracing ------------------------------------------------------------------
+def test_vlog_tags_parse_like_android():
+    from nnapi.vlog import TAGS, parse_tags
+
+    assert parse_tags("all") == list(TAGS) and parse_tags("1") == list(TAGS)
+    assert parse_tags("compilation,execution bogus") == ["compilation", "execution"]
+    assert parse_tags("") == []
+
+
+def test_trace_records_nested_spans(tmp_path):
+    from nnapi import tracing
+
+    path = tmp_path / "trace.json"
+    tracing.start(str(path))
+    with tracing.span("outer", "test", step=1):
+        with tracing.span("inner", "test"):
+            pass
+    events = tracing.stop()
+    assert [event["name"] for event in events] == ["inner", "outer"]
+    inner, outer = events
+    assert outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"]
+    assert outer["args"] == {"step": 1} and outer["ph"] == "X"
+    assert json.loads(path.read_text())["traceEvents"] == events
+    with tracing.span("after", "test"):
+        pass
+    assert tracing.stop() == []  # nothing is recorded while tracing is off
