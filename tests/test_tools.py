@@ -305,3 +305,14 @@ def test_trace_records_nested_spans(tmp_path):
     with tracing.span("after", "test"):
         pass
     assert tracing.stop() == []  # nothing is recorded while tracing is off
+
+
+def test_cli_json_reports_and_ops_validation(capsys):
+    assert main(["devices", "--json"]) == 0
+    devices = json.loads(capsys.readouterr().out)
+    assert devices["devices"][0]["name"] == "nnapi-reference" and devices["runtime_feature_level"] >= 8
+    assert main(["conformance", "--quiet", "--ops", "FLOOR", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table["failed"] == 0 and table["passed"] == table["operations"]["FLOOR"]["passed"] > 0
+    assert main(["conformance", "--ops", "CONV2D,ADD"]) == 2
+    assert "--ops: unknown operation CONV2D" in capsys.readouterr().err

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from nnapi.cli._common import EXIT_FAILED, CliError, find_device
+from nnapi.cli._common import EXIT_FAILED, CliError, find_device, print_json, progress
 
 
 def register(commands, common) -> None:
@@ -20,18 +19,22 @@ def register(commands, common) -> None:
     parser.add_argument("--show-failures", type=int, default=20, metavar="N",
                         help="print the first N failures (default 20)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_conformance)
 
 
-def _progress(done: int, total: int, failed: int, stream) -> None:
-    width = 30
-    filled = int(width * done / total) if total else width
-    bar = "#" * filled + "-" * (width - filled)
-    end = "\n" if done == total else ""
-    if stream.isatty() or done == total or done % max(total // 10, 1) == 0:
-        prefix = "\r" if stream.isatty() else ""
-        stream.write(f"{prefix}[{bar}] {done}/{total} ({failed} failed){end if stream.isatty() else chr(10)}")
-        stream.flush()
+def _wanted_operations(ops: str | None) -> set[str] | None:
+    """The operation names of ``--ops``; a name that is no operation is a usage error."""
+    if not ops:
+        return None
+    from nnapi.codes import OperationCode
+
+    wanted = {name.strip().upper() for name in ops.split(",") if name.strip()}
+    unknown = sorted(wanted - set(OperationCode.__members__))
+    if unknown or not wanted:
+        raise CliError(f"--ops: unknown operation {', '.join(unknown) or '(none given)'} "
+                       "(names as in OperationCode, e.g. CONV_2D,ADD)")
+    return wanted
 
 
 def _family(record: dict) -> list[str]:
@@ -52,7 +55,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     files = [Path(f) for f in args.files] or default_vector_files()
     if not files:
         raise CliError("give vector files (*.jsonl.gz)")
-    wanted = {name.strip().upper() for name in args.ops.split(",")} if args.ops else None
+    wanted = _wanted_operations(args.ops)
     records = []
     for path in files:
         if not path.exists():
@@ -67,7 +70,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     table: dict[str, Counter] = defaultdict(Counter)
     failures = []
     failed = 0
-    for done, record in enumerate(records, 1):
+    for record in progress(records, len(records), "conformance") if not args.quiet else records:
         families = _family(record)
         if not is_supported(record):
             for name in families:
@@ -80,16 +83,20 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             if not outcome.passed:
                 failed += 1
                 failures.append(outcome)
-        if not args.quiet:
-            _progress(done, len(records), failed, sys.stderr)
+    passed = sum(1 for r in records if is_supported(r)) - failed
+    skipped = sum(1 for r in records if not is_supported(r))
+    if args.json:
+        print_json({"vectors": len(records), "passed": passed, "failed": failed, "not_implemented": skipped,
+                    "operations": {name: dict(row) for name, row in sorted(table.items())},
+                    "failures": [{"test": o.test, "operations": list(o.operations), "message": o.message}
+                                 for o in failures]})
+        return EXIT_FAILED if failed else 0
     print(f"{'operation':<32} {'passed':>7} {'failed':>7} {'not impl.':>9}")
     totals: Counter = Counter()
     for name in sorted(table):
         row = table[name]
         totals.update(row)
         print(f"{name:<32} {row['passed']:>7} {row['failed']:>7} {row['not implemented']:>9}")
-    passed = sum(1 for r in records if is_supported(r)) - failed
-    skipped = sum(1 for r in records if not is_supported(r))
     print(f"{len(records)} vectors: {passed} passed, {failed} failed, {skipped} not implemented")
     for outcome in failures[: args.show_failures]:
         print(f"FAIL {outcome.test}: {outcome.message}")

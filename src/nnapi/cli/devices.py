@@ -5,16 +5,31 @@ from __future__ import annotations
 import argparse
 
 import nnapi
+from nnapi.cli._common import print_json
 
 
 def register(commands, common) -> None:
     parser = commands.add_parser("devices", parents=[common],
                                  help="list devices with type, version, feature level, capabilities")
     parser.add_argument("-v", "--verbose", action="store_true", help="per-operand-type performance too")
+    parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_devices)
 
 
+def _as_json(device: nnapi.Device) -> dict:
+    capabilities = device.capabilities
+    return {"name": device.name, "type": device.type.name, "version": device.version,
+            "feature_level": int(device.feature_level),
+            "relaxed_float32_to_float16_tensor": vars(capabilities.relaxed_float32_to_float16_tensor),
+            "operand_performance": {code.name: vars(info)
+                                    for code, info in sorted(capabilities.operand_performance.items())}}
+
+
 def cmd_devices(args: argparse.Namespace) -> int:
+    if args.json:
+        print_json({"runtime_feature_level": int(nnapi.get_runtime_feature_level()),
+                    "devices": [_as_json(device) for device in nnapi.get_devices()]})
+        return 0
     print(f"runtime feature level: {nnapi.get_runtime_feature_level().name}")
     for device in nnapi.get_devices():
         print(f"{device.name}")
