@@ -316,3 +316,15 @@ def test_cli_json_reports_and_ops_validation(capsys):
     assert table["failed"] == 0 and table["passed"] == table["operations"]["FLOOR"]["passed"] > 0
     assert main(["conformance", "--ops", "CONV2D,ADD"]) == 2
     assert "--ops: unknown operation CONV2D" in capsys.readouterr().err
+
+
+def test_reference_gives_its_validation_message_as_the_reason():
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.runtime.model_builder import build_hal_model
+
+    hal_model, _ = build_hal_model(build_demo_model())
+    conv = hal_model.main.operations[0]
+    hal_model.main.operands[conv.inputs[2]].type = nnapi.OperandCode.TENSOR_INT32  # a float conv's bias
+    reasons = ReferenceDevice().get_unsupported_reasons(hal_model)
+    assert reasons[1:] == [None] * 6
+    assert "CONV_2D" in reasons[0] and "TENSOR_INT32" in reasons[0]

@@ -53,9 +53,15 @@ class SubgraphRef:
 
 def supports_operation(model: Model, subgraph: Subgraph, operation) -> bool:
     """True if the registry implements ``operation`` with these operand types."""
+    return unsupported_reason(model, subgraph, operation) is None
+
+
+def unsupported_reason(model: Model, subgraph: Subgraph, operation) -> str | None:
+    """None if the registry implements ``operation`` with these operand types, else the
+    validation message that says why not."""
     implementation = get_operation(operation.type)
     if implementation is None:
-        return False
+        return f"{OperationCode(operation.type).name} is not implemented"
 
     def signature(index: int) -> SubgraphSignature | None:
         operand = subgraph.operands[index]
@@ -71,9 +77,11 @@ def supports_operation(model: Model, subgraph: Subgraph, operation) -> bool:
                                 [signature(i) for i in operation.inputs])
     try:
         implementation.validate(context)
-    except Exception:
-        return False
-    return True
+    except NnapiError as error:
+        return str(error)
+    except Exception as error:  # a validator's own bug must not break the query
+        return f"validation failed: {type(error).__name__}: {error}"
+    return None
 
 
 class ReferenceDevice(IDevice):
@@ -96,6 +104,9 @@ class ReferenceDevice(IDevice):
 
     def get_supported_operations(self, model: Model) -> list[bool]:
         return [supports_operation(model, model.main, operation) for operation in model.main.operations]
+
+    def get_unsupported_reasons(self, model: Model) -> list[str | None]:
+        return [unsupported_reason(model, model.main, operation) for operation in model.main.operations]
 
     def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority=Priority.MEDIUM, deadline_ns=None, model_cache=(), data_cache=(),

@@ -18,11 +18,13 @@ DECLINED = "declined by the driver"
 
 
 def refusal_reasons(device: IDevice, hal_model: HalModel) -> list[str | None]:
-    """Per main-graph operation: None where ``device`` supports it, else its reason."""
-    reasons = getattr(device, "get_unsupported_reasons", None)
-    if reasons is not None:
-        return list(reasons(hal_model))
-    return [None if ok else DECLINED for ok in device.get_supported_operations(hal_model)]
+    """Per main-graph operation: None where ``device`` supports it, else its reason (a
+    driver's failure to answer is itself the reason)."""
+    try:
+        return list(device.get_unsupported_reasons(hal_model))
+    except Exception as error:  # a driver's bug must not break the report
+        return [f"{DECLINED} (get_unsupported_reasons failed: {type(error).__name__}: {error})"] * len(
+            hal_model.main.operations)
 
 
 def _byte_size(operand) -> int | None:
