@@ -2,7 +2,8 @@
 
 The public API mirrors the NDK one to one, in snake_case: Model, Compilation, Execution,
 Burst, Memory, MemoryDesc, Event and Device, the enums of NeuralNetworksTypes.h, and
-NnapiError (one subclass per result code).
+NnapiError (one subclass per result code). On top of it: ``load_tflite`` / ``load_model``
+import model files, and ``Session`` runs one by tensor name in one call.
 """
 
 __version__ = "0.1.0"
@@ -51,10 +52,13 @@ from nnapi.errors import (  # noqa: E402
 )
 from nnapi.event import Event  # noqa: E402
 from nnapi.execution import DURATION_UNAVAILABLE, Execution  # noqa: E402
+from nnapi.importers import ImportedModel, load_model  # noqa: E402
+from nnapi.importers.tflite import load_tflite  # noqa: E402
 from nnapi.memory import PROT_READ, PROT_WRITE, Memory  # noqa: E402
 from nnapi.memory_desc import MemoryDesc  # noqa: E402
 from nnapi.model import Model  # noqa: E402
 from nnapi.operand import OperandType, SymmPerChannelQuantParams  # noqa: E402
+from nnapi.session import Session, TensorInfo  # noqa: E402
 
 __all__ = [
     "BYTE_SIZE_OF_CACHE_TOKEN",
@@ -74,6 +78,7 @@ __all__ = [
     "Execution",
     "FeatureLevelCode",
     "FuseCode",
+    "ImportedModel",
     "IncompleteError",
     "Memory",
     "MemoryDesc",
@@ -93,7 +98,9 @@ __all__ = [
     "ResourceExhaustedPersistentError",
     "ResourceExhaustedTransientError",
     "ResultCode",
+    "Session",
     "SymmPerChannelQuantParams",
+    "TensorInfo",
     "UnavailableDeviceError",
     "UnexpectedNullError",
     "UnmappableError",
@@ -103,6 +110,8 @@ __all__ = [
     "get_devices",
     "get_maximum_loop_timeout",
     "get_runtime_feature_level",
+    "load_model",
+    "load_tflite",
 ]
 
 # NNAPI_VLOG and NNAPI_TRACE take effect when the package is imported.

@@ -1,0 +1,1504 @@
+"""TensorFlow Lite import: a .tflite flatbuffer -> a finished nnapi.Model.
+
+The flatbuffer is read with the ``tflite`` package (``pip install nnapi[tflite]``), the
+generated schema bindings; nothing here parses bytes by hand. Each subgraph becomes one
+Model (WHILE / IF branches become referenced models). Each builtin operator maps to the
+NNAPI operation with the same meaning; where TFLite allows more than that operation (a
+requantizing MEAN, per-channel FULLY_CONNECTED, a rank-0 GATHER index, ...) the operator
+is lowered to an exact sequence of NNAPI operations and the rewrite is recorded in
+``ImportedModel.lowerings``. Weights stored as float16 behind DEQUANTIZE, or sparse
+behind DENSIFY, are folded into float32 / dense constants once, here. Anything without
+an NNAPI meaning raises BadDataError naming the operator's index, its name and why.
+
+Tensor conventions: a rank-0 TFLite tensor becomes a [1] NNAPI tensor (NNAPI has no
+rank-0 tensors); a dimension TFLite marks -1 becomes 0 (unknown until execution).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.errors import BadDataError, NnapiError
+from nnapi.importers import ImportedModel, Lowering, SourceOp, StateSpec, TensorSpec, read_source
+from nnapi.model import Model
+from nnapi.operand import OperandType, SymmPerChannelQuantParams
+
+try:  # the optional extra nnapi[tflite]
+    import tflite as _tfl
+    from tflite.utils import BUILTIN_OPCODE2NAME as _OPCODE_NAMES
+except ImportError:  # pragma: no cover - exercised only without the extra
+    _tfl = None
+    _OPCODE_NAMES = {}
+
+T = OperandCode
+Op = OperationCode
+
+# TFLite TensorType values (schema.fbs).
+_FLOAT32, _FLOAT16, _INT32, _UINT8, _INT64, _STRING, _BOOL, _INT16 = 0, 1, 2, 3, 4, 5, 6, 7
+_INT8, _FLOAT64 = 9, 10
+_TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL",
+               7: "INT16", 8: "COMPLEX64", 9: "INT8", 10: "FLOAT64", 11: "COMPLEX128", 12: "UINT64",
+               13: "RESOURCE", 14: "VARIANT", 15: "UINT32", 16: "UINT16", 17: "INT4"}
+_NUMPY = {_FLOAT32: np.float32, _FLOAT16: np.float16, _INT32: np.int32, _UINT8: np.uint8, _INT64: np.int64,
+          _BOOL: np.bool_, _INT16: np.int16, _INT8: np.int8, _FLOAT64: np.float64, 15: np.uint32, 16: np.uint16}
+
+# TFLite ActivationFunctionType: NONE, RELU, RELU_N1_TO_1, RELU6 equal NNAPI's FuseCode.
+_ACT_TANH, _ACT_SIGN_BIT = 4, 5
+_ACT_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+_FUSE_AS_OP = {1: Op.RELU, 2: Op.RELU1, 3: Op.RELU6, _ACT_TANH: Op.TANH}
+# TFLite Padding: SAME 0, VALID 1 -> NNAPI PaddingCode SAME 1, VALID 2.
+_PADDING = {0: 1, 1: 2}
+
+_FLOAT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+_QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def _require_tflite() -> None:
+    if _tfl is None:
+        raise BadDataError("TensorFlow Lite import needs the 'tflite' package: pip install 'nnapi[tflite]'")
+
+
+class UnsupportedOperator(Exception):
+    """Raised by a converter: the operator (as configured) has no NNAPI equivalent."""
+
+
+@dataclass
+class _TensorInfo:
+    index: int
+    name: str
+    tfl_type: int
+    shape: tuple[int, ...]  # TFLite shape, -1 for unknown
+    scales: np.ndarray | None
+    zero_points: np.ndarray | None
+    quantized_dimension: int
+    data: np.ndarray | None  # constant contents, shaped, or None
+    is_variable: bool
+    sparsity: Any
+
+    @property
+    def type_name(self) -> str:
+        return _TYPE_NAMES.get(self.tfl_type, str(self.tfl_type))
+
+    @property
+    def per_channel(self) -> bool:
+        return self.scales is not None and len(self.scales) > 1
+
+    @property
+    def scale(self) -> float:
+        return float(self.scales[0]) if self.scales is not None and len(self.scales) else 0.0
+
+    @property
+    def zero_point(self) -> int:
+        return int(self.zero_points[0]) if self.zero_points is not None and len(self.zero_points) else 0
+
+
+@dataclass
+class _Const:
+    """A constant known to the importer (a buffer, or a folded DEQUANTIZE / DENSIFY)."""
+
+    data: np.ndarray
+    code: OperandCode
+    scale: float = 0.0
+    zero_point: int = 0
+    channel: SymmPerChannelQuantParams | None = None
+
+
+def _operand_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    if len(shape) == 0:
+        return (1,)
+    return tuple(max(int(d), 0) for d in shape)
+
+
+class _Operator:
+    """One TFLite operator being converted: its tensors, options and names."""
+
+    def __init__(self, graph: _Graph, index: int, raw: Any) -> None:
+        self.graph = graph
+        self.index = index
+        self.raw = raw
+        code = graph.reader.opcodes[raw.OpcodeIndex()] if raw.OpcodeIndex() < len(graph.reader.opcodes) else None
+        if code is None:
+            raise BadDataError(f"tflite subgraph {graph.subgraph} operator {index}: opcode index "
+                               f"{raw.OpcodeIndex()} out of range")
+        self.builtin, self.custom = code
+        self.name = _OPCODE_NAMES.get(self.builtin, f"BUILTIN_{self.builtin}")
+        if self.custom is not None:
+            self.name = f"CUSTOM {self.custom}"
+        self.inputs = [int(i) for i in raw.InputsAsNumpy()] if raw.InputsLength() else []
+        self.outputs = [int(i) for i in raw.OutputsAsNumpy()] if raw.OutputsLength() else []
+        self.source = SourceOp(graph.subgraph, index, self.name)
+
+    def options(self, cls_name: str) -> Any:
+        table = self.raw.BuiltinOptions()
+        cls = getattr(_tfl, cls_name)
+        options = cls()
+        if table is None:
+            return None
+        options.Init(table.Bytes, table.Pos)
+        return options
+
+    def has_input(self, position: int) -> bool:
+        return position < len(self.inputs) and self.inputs[position] >= 0
+
+    def tensor(self, position: int) -> _TensorInfo:
+        return self.graph.tensors[self.inputs[position]]
+
+    def out_tensor(self, position: int = 0) -> _TensorInfo:
+        return self.graph.tensors[self.outputs[position]]
+
+
+class _Reader:
+    """The whole flatbuffer: operator codes, buffers and one _Graph per subgraph."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        try:
+            self.model = _tfl.Model.GetRootAsModel(data, 0)
+            self.opcodes: list[tuple[int, str | None]] = []
+            for i in range(self.model.OperatorCodesLength()):
+                code = self.model.OperatorCodes(i)
+                builtin = max(int(code.BuiltinCode()), int(code.DeprecatedBuiltinCode()))
+                custom = code.CustomCode()
+                self.opcodes.append((builtin, custom.decode("utf-8", "replace") if builtin == 32 and custom else
+                                     ("?" if builtin == 32 else None)))
+            self.subgraph_count = self.model.SubgraphsLength()
+        except NnapiError:
+            raise
+        except Exception as error:  # a corrupt flatbuffer surfaces as struct / index errors
+            raise BadDataError(f"not a valid TensorFlow Lite model ({type(error).__name__}: {error})") from None
+        if self.subgraph_count == 0:
+            raise BadDataError("the TensorFlow Lite model has no subgraphs")
+
+    def buffer_data(self, index: int) -> bytes | None:
+        if index <= 0 or index >= self.model.BuffersLength():
+            return None
+        buffer = self.model.Buffers(index)
+        if buffer.DataLength():
+            return buffer.DataAsNumpy().tobytes()
+        offset, size = int(buffer.Offset()), int(buffer.Size())
+        if offset > 1 and size:  # models over 2 GB keep buffers after the flatbuffer
+            if offset + size > len(self.data):
+                raise BadDataError(f"buffer {index} lies outside the file")
+            return self.data[offset:offset + size]
+        return None
+
+
+class _Graph:
+    """Tensor metadata of one subgraph."""
+
+    def __init__(self, reader: _Reader, subgraph: int) -> None:
+        self.reader = reader
+        self.subgraph = subgraph
+        self.raw = reader.model.Subgraphs(subgraph)
+        self.tensors = [self._tensor(i) for i in range(self.raw.TensorsLength())]
+        self.inputs = [int(i) for i in self.raw.InputsAsNumpy()] if self.raw.InputsLength() else []
+        self.outputs = [int(i) for i in self.raw.OutputsAsNumpy()] if self.raw.OutputsLength() else []
+        self.operators = [self.raw.Operators(i) for i in range(self.raw.OperatorsLength())]
+
+    def _tensor(self, i: int) -> _TensorInfo:
+        raw = self.raw.Tensors(i)
+        name = (raw.Name() or b"").decode("utf-8", "replace") or f"tensor_{i}"
+        shape = tuple(int(d) for d in raw.ShapeAsNumpy()) if raw.ShapeLength() else ()
+        if raw.ShapeSignatureLength():
+            signature = tuple(int(d) for d in raw.ShapeSignatureAsNumpy())
+            if len(signature) == len(shape):
+                shape = tuple(-1 if s < 0 else d for d, s in zip(shape, signature))
+        scales = zero_points = None
+        quantized_dimension = 0
+        quant = raw.Quantization()
+        if quant is not None and quant.ScaleLength():
+            scales = np.asarray(quant.ScaleAsNumpy(), np.float64)
+            zero_points = (np.asarray(quant.ZeroPointAsNumpy(), np.int64) if quant.ZeroPointLength()
+                           else np.zeros(len(scales), np.int64))
+            quantized_dimension = int(quant.QuantizedDimension())
+        data = None
+        raw_bytes = self.reader.buffer_data(raw.Buffer())
+        tfl_type = int(raw.Type())
+        sparsity = raw.Sparsity()
+        if raw_bytes is not None:
+            dtype = _NUMPY.get(tfl_type)
+            if dtype is None:
+                data = np.frombuffer(raw_bytes, np.uint8)
+            else:
+                data = np.frombuffer(raw_bytes, dtype).copy()
+                if sparsity is None:
+                    if data.size != int(np.prod(shape, dtype=np.int64)) or any(d < 0 for d in shape):
+                        raise BadDataError(f"tflite tensor {i} ({name}): buffer holds {data.size} values for "
+                                           f"shape {list(shape)}")
+                    data = data.reshape(shape)
+        return _TensorInfo(i, name, tfl_type, shape, scales, zero_points, quantized_dimension, data,
+                           bool(raw.IsVariable()), sparsity)
+
+
+class _Converter:
+    """Builds one nnapi.Model from one TFLite subgraph."""
+
+    def __init__(self, importer: _Importer, subgraph: int, top_level: bool) -> None:
+        self.importer = importer
+        self.graph = _Graph(importer.reader, subgraph)
+        self.top_level = top_level
+        self.model = Model()
+        self.operands: dict[int, int] = {}  # TFLite tensor -> NNAPI operand
+        self.consts: dict[int, _Const] = {}
+        self.sources: list[SourceOp] = []
+        self.lowerings: list[Lowering] = []
+        self.keep_alive: list[Any] = []
+        self.states: list[tuple[int, int]] = []  # (tensor, model input position)
+        self.state_outputs: dict[int, int] = {}  # tensor -> NNAPI operand holding its new value
+        self.current: _Operator | None = None
+        self._emitted: list[str] = []
+
+    # --- operands ----------------------------------------------------------------------
+    def nn_type(self, info: _TensorInfo, shape: Sequence[int] | None = None) -> OperandType:
+        dims = _operand_shape(info.shape if shape is None else shape)
+        t = info.tfl_type
+        if t == _FLOAT32:
+            return OperandType(T.TENSOR_FLOAT32, dims)
+        if t == _FLOAT16:
+            return OperandType(T.TENSOR_FLOAT16, dims)
+        if t == _BOOL:
+            return OperandType(T.TENSOR_BOOL8, dims)
+        if t == _INT32:
+            # Quantized biases carry a scale; a per-channel bias takes scale 0 in NNAPI.
+            scale = info.scale if info.scales is not None and len(info.scales) == 1 else 0.0
+            return OperandType(T.TENSOR_INT32, dims, scale, 0)
+        if t == _UINT8:
+            if info.scales is None:
+                raise UnsupportedOperator(f"tensor {info.index} ({info.name}) is uint8 without quantization")
+            return OperandType(T.TENSOR_QUANT8_ASYMM, dims, info.scale, info.zero_point)
+        if t == _INT8:
+            if info.scales is None:
+                raise UnsupportedOperator(f"tensor {info.index} ({info.name}) is int8 without quantization")
+            if info.per_channel:
+                return OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, dims)
+            return OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, dims, info.scale, info.zero_point)
+        if t == _INT16:
+            if info.scales is None or info.per_channel or info.zero_point != 0:
+                raise UnsupportedOperator(f"tensor {info.index} ({info.name}) is int16 without symmetric "
+                                          "per-tensor quantization")
+            return OperandType(T.TENSOR_QUANT16_SYMM, dims, info.scale, 0)
+        raise UnsupportedOperator(f"tensor {info.index} ({info.name}) has type {info.type_name}, "
+                                  "which NNAPI has no operand type for")
+
+    def channel_params(self, info: _TensorInfo) -> SymmPerChannelQuantParams | None:
+        if info.tfl_type == _INT8 and info.per_channel:
+            if info.zero_points is not None and np.any(info.zero_points != 0):
+                raise UnsupportedOperator(f"tensor {info.index} ({info.name}) is per-channel quantized with "
+                                          "non-zero zero points")
+            return SymmPerChannelQuantParams(info.quantized_dimension, [float(s) for s in info.scales])
+        return None
+
+    def add(self, op_type: OperandType, channel: SymmPerChannelQuantParams | None = None) -> int:
+        index = self.model.add_operand(op_type)
+        if channel is not None:
+            self.model.set_operand_symm_per_channel_quant_params(index, channel)
+        return index
+
+    def const_operand(self, data: np.ndarray, op_type: OperandType,
+                      channel: SymmPerChannelQuantParams | None = None) -> int:
+        index = self.add(op_type, channel)
+        data = np.ascontiguousarray(data, dtype=op_type.dtype)
+        self.keep_alive.append(data)
+        self.model.set_operand_value(index, data)
+        return index
+
+    def const_of(self, tensor: int) -> _Const | None:
+        """The constant value of a TFLite tensor, or None if it is computed at run time."""
+        if tensor in self.consts:
+            return self.consts[tensor]
+        info = self.graph.tensors[tensor]
+        if info.data is None or info.is_variable:
+            return None
+        if info.sparsity is not None:
+            raise UnsupportedOperator(f"tensor {tensor} ({info.name}) is sparse; only DENSIFY may read it")
+        if info.tfl_type in (_INT64, _FLOAT64):
+            # Index-like int64 constants (axes, shapes, paddings) narrow to NNAPI's int32.
+            if info.tfl_type == _INT64:
+                if info.data.size and (info.data.min() < -2**31 or info.data.max() >= 2**31):
+                    raise UnsupportedOperator(f"int64 constant {tensor} ({info.name}) exceeds int32")
+                const = _Const(info.data.astype(np.int32), T.TENSOR_INT32)
+            else:
+                const = _Const(info.data.astype(np.float32), T.TENSOR_FLOAT32)
+        else:
+            op_type = self.nn_type(info)
+            const = _Const(info.data, op_type.type, op_type.scale, op_type.zero_point, self.channel_params(info))
+        self.consts[tensor] = const
+        return const
+
+    def const_values(self, position: int, what: str) -> np.ndarray:
+        """The values of a constant input operand (axes, shapes, sizes) as a numpy array."""
+        op = self.current
+        const = self.const_of(op.inputs[position])
+        if const is None:
+            raise UnsupportedOperator(f"{what} (input {position}) must be a constant")
+        return const.data
+
+    def operand(self, tensor: int) -> int:
+        """The NNAPI operand of a TFLite tensor, creating it for a constant on first use."""
+        if tensor in self.operands:
+            return self.operands[tensor]
+        const = self.const_of(tensor)
+        if const is None:
+            info = self.graph.tensors[tensor]
+            raise UnsupportedOperator(f"tensor {tensor} ({info.name}) is read before any operator writes it")
+        dims = _operand_shape(const.data.shape)
+        index = self.const_operand(const.data.reshape(dims), OperandType(const.code, dims, const.scale,
+                                                                             const.zero_point), const.channel)
+        self.operands[tensor] = index
+        return index
+
+    def input(self, position: int) -> int:
+        return self.operand(self.current.inputs[position])
+
+    def type_of(self, operand: int) -> OperandType:
+        return self.model.operand_type(operand)
+
+    def output(self, position: int = 0) -> int:
+        """Create the NNAPI operand for the current operator's output ``position``."""
+        tensor = self.current.outputs[position]
+        info = self.graph.tensors[tensor]
+        if tensor in self.operands:
+            raise UnsupportedOperator(f"tensor {tensor} ({info.name}) is written twice")
+        index = self.add(self.nn_type(info), self.channel_params(info))
+        self.operands[tensor] = index
+        return index
+
+    def temp(self, like: OperandType, dims: Sequence[int] | None = None) -> int:
+        return self.add(like.with_dimensions(like.dimensions if dims is None else dims))
+
+    def i32(self, value: int) -> int:
+        return self.const_operand(np.int32(value), OperandType(T.INT32))
+
+    def f32(self, value: float) -> int:
+        return self.const_operand(np.float32(value), OperandType(T.FLOAT32))
+
+    def f16(self, value: float) -> int:
+        return self.const_operand(np.float16(value), OperandType(T.FLOAT16))
+
+    def boolean(self, value: bool) -> int:
+        return self.const_operand(np.bool_(value), OperandType(T.BOOL))
+
+    def float_scalar(self, value: float, like: int) -> int:
+        """A FLOAT16 scalar for a float16 tensor, FLOAT32 otherwise (NNAPI's rule)."""
+        return self.f16(value) if self.type_of(like).type == T.TENSOR_FLOAT16 else self.f32(value)
+
+    def vector(self, values: Sequence[int] | np.ndarray) -> int:
+        array = np.asarray(values, np.int32).reshape(-1)
+        if array.size == 0:
+            raise UnsupportedOperator("an empty list of indices has no NNAPI operand")
+        return self.const_operand(array, OperandType(T.TENSOR_INT32, [array.size]))
+
+    def omitted(self, op_type: OperandType) -> int:
+        index = self.add(op_type)
+        self.model.set_operand_value(index, None)
+        return index
+
+    # --- operations --------------------------------------------------------------------
+    def emit(self, code: OperationCode, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        self.model.add_operation(code, list(inputs), list(outputs))
+        self.sources.append(self.current.source)
+        self._emitted.append(code.name)
+
+    def lowered(self, reason: str) -> None:
+        """Record that the current operator became the operations emitted for it."""
+        self._lowering_reason = reason
+
+    def with_activation(self, activation: int, build: Callable[[int, int], None], target: int | None = None
+                        ) -> None:
+        """Emit an operation with a fused activation into ``target`` (default: the
+        operator's output): NNAPI fuses NONE / RELU / RELU1 / RELU6; a fused TANH
+        becomes a separate TANH."""
+        if activation in (0, 1, 2, 3):
+            build(self.i32(activation), self.output() if target is None else target)
+            return
+        if activation == _ACT_TANH:
+            info = self.current.out_tensor(0)
+            if info.tfl_type not in (_FLOAT32, _FLOAT16):
+                raise UnsupportedOperator("a fused TANH on a quantized output has no NNAPI equivalent")
+            final = self.output() if target is None else target
+            temp = self.temp(self.type_of(final))
+            build(self.i32(0), temp)
+            self.emit(Op.TANH, [temp], [final])
+            self.lowered("fused TANH activation applied as a separate TANH")
+            return
+        raise UnsupportedOperator(f"fused activation {_ACT_NAMES.get(activation, activation)} has no NNAPI "
+                                  "equivalent")
+
+    def activation_after(self, activation: int, produced: int, position: int = 0) -> None:
+        """Apply ``activation`` to ``produced`` into the operator's output (ops without a
+        fuse code in NNAPI, such as CONCATENATION)."""
+        code = _FUSE_AS_OP.get(activation)
+        if code is None:
+            raise UnsupportedOperator(f"fused activation {_ACT_NAMES.get(activation, activation)} has no NNAPI "
+                                      "equivalent")
+        self.emit(code, [produced], [self.output(position)])
+        self.lowered(f"fused {_ACT_NAMES[activation]} applied as a separate {code.name}")
+
+    def identity(self, source: int, target: int) -> None:
+        """Copy ``source`` into ``target`` with an operation that computes nothing (NNAPI
+        forbids an operand being a model input and output, or listed twice)."""
+        op_type = self.type_of(source)
+        if op_type.type == T.TENSOR_INT32:
+            zero = self.const_operand(np.zeros(1, np.int32), OperandType(T.TENSOR_INT32, [1]))
+            self.emit(Op.ADD, [source, zero, self.i32(0)], [target])
+        elif op_type.type == T.TENSOR_BOOL8:
+            self.emit(Op.LOGICAL_AND, [source, source], [target])
+        else:
+            shape = self.vector(op_type.dimensions) if op_type.is_fully_specified else self.vector([-1])
+            self.emit(Op.RESHAPE, [source, shape], [target])
+
+    # --- the subgraph ------------------------------------------------------------------
+    def convert(self, input_names: bool = True) -> ImportedModel:
+        graph = self.graph
+        inputs: list[int] = []
+        for tensor in graph.inputs:
+            info = graph.tensors[tensor]
+            index = self.add(self.nn_type(info), self.channel_params(info))
+            self.operands[tensor] = index
+            inputs.append(index)
+        if self.top_level:
+            for info in graph.tensors:
+                if info.is_variable and info.index not in self.operands:
+                    index = self.add(self.nn_type(info))
+                    self.operands[info.index] = index
+                    self.states.append((info.index, len(inputs)))
+                    inputs.append(index)
+        for position, raw in enumerate(graph.operators):
+            op = _Operator(graph, position, raw)
+            self.current = op
+            self._emitted = []
+            self._lowering_reason = None
+            try:
+                convert = _CONVERTERS.get(op.builtin) if op.custom is None else None
+                if op.custom is not None:
+                    raise UnsupportedOperator(f"custom operator '{op.custom}' has no NNAPI equivalent")
+                if convert is None:
+                    raise UnsupportedOperator("this builtin operator has no NNAPI equivalent")
+                convert(self, op)
+            except UnsupportedOperator as error:
+                raise BadDataError(f"tflite {op.source}: {error}") from None
+            except NnapiError as error:
+                raise BadDataError(f"tflite {op.source}: cannot express it in NNAPI ({error})") from None
+            except Exception as error:  # a malformed flatbuffer surfaces as index / struct errors
+                raise BadDataError(f"tflite {op.source}: malformed operator ({type(error).__name__}: "
+                                   f"{error})") from None
+            if self._lowering_reason is not None:
+                self.lowerings.append(Lowering(op.source, tuple(self._emitted), self._lowering_reason))
+        self.current = _Operator.__new__(_Operator)
+        self.current.source = SourceOp(graph.subgraph, -1, "outputs")
+        self.current.graph = graph
+        self._emitted = []
+        outputs: list[int] = []
+        for tensor in graph.outputs:
+            info = graph.tensors[tensor]
+            index = self.operand(tensor) if tensor in self.operands or self.const_of(tensor) is not None else None
+            if index is None:
+                raise BadDataError(f"tflite subgraph {graph.subgraph}: output tensor {tensor} ({info.name}) "
+                                   "is never written")
+            if index in inputs or index in outputs or tensor in self.consts or info.data is not None:
+                copy = self.add(self.type_of(index))
+                self.identity(index, copy)
+                index = copy
+            outputs.append(index)
+        state_specs: list[StateSpec] = []
+        for tensor, position in self.states:
+            info = graph.tensors[tensor]
+            out_index = None
+            if tensor in self.state_outputs:
+                out_index = len(outputs)
+                outputs.append(self.state_outputs[tensor])
+            initial = info.data if info.data is not None else np.zeros(
+                [max(d, 1) for d in info.shape], _NUMPY.get(info.tfl_type, np.float32))
+            state_specs.append(StateSpec(info.name, position, out_index,
+                                         np.asarray(initial).reshape(_operand_shape(info.shape))))
+        self.model.identify_inputs_and_outputs(inputs, outputs)
+        self.model.finish()
+        visible_inputs = [graph.tensors[t] for t in graph.inputs]
+        visible_outputs = [graph.tensors[t] for t in graph.outputs]
+        return ImportedModel(
+            model=self.model,
+            inputs=[self.spec(info) for info in visible_inputs],
+            outputs=[self.spec(info) for info in visible_outputs],
+            lowerings=self.lowerings,
+            sources=self.sources,
+            states=state_specs,
+            source_operator_count=len(graph.operators),
+            _keep_alive=self.keep_alive,
+        )
+
+    def spec(self, info: _TensorInfo) -> TensorSpec:
+        op_type = self.nn_type(info)
+        return TensorSpec(info.name, op_type.type, info.shape, op_type.scale, op_type.zero_point,
+                          op_type.dimensions)
+
+
+class _Importer:
+    def __init__(self, data: bytes) -> None:
+        self.reader = _Reader(data)
+        self.subgraph_models: dict[int, ImportedModel] = {}
+        self.in_progress: set[int] = set()
+
+    def subgraph(self, index: int) -> ImportedModel:
+        """The finished Model of a referenced subgraph (IF / WHILE), converted once."""
+        if not 0 < index < self.reader.subgraph_count:
+            raise UnsupportedOperator(f"references subgraph {index}, which does not exist")
+        if index in self.subgraph_models:
+            return self.subgraph_models[index]
+        if index in self.in_progress:
+            raise UnsupportedOperator(f"subgraph {index} references itself")
+        self.in_progress.add(index)
+        converted = _Converter(self, index, top_level=False).convert()
+        self.in_progress.discard(index)
+        self.subgraph_models[index] = converted
+        return converted
+
+
+def load_tflite(source: str | os.PathLike | bytes) -> ImportedModel:
+    """Import a TensorFlow Lite model (a path or the flatbuffer's bytes) as an ImportedModel.
+
+    Raises BadDataError naming the TFLite operator (index and name) and the reason when
+    the model uses something NNAPI cannot express (a custom operator, an unsupported type).
+    """
+    _require_tflite()
+    data, path = read_source(source)
+    if len(data) < 8 or data[4:8] != b"TFL3":
+        raise BadDataError(f"{path or 'the given bytes'}: not a TensorFlow Lite model (no TFL3 identifier)")
+    try:
+        importer = _Importer(data)
+        imported = _Converter(importer, 0, top_level=True).convert()
+    except NnapiError:
+        raise
+    except UnsupportedOperator as error:
+        raise BadDataError(f"tflite: {error}") from None
+    except Exception as error:  # a malformed flatbuffer surfaces as index / struct errors
+        raise BadDataError(f"{path or 'the given bytes'}: not a valid TensorFlow Lite model "
+                           f"({type(error).__name__}: {error})") from None
+    imported.path = path
+    imported.submodels = [importer.subgraph_models[i] for i in sorted(importer.subgraph_models)]
+    imported._keep_alive.append(data)
+    for sub in imported.submodels:
+        imported._keep_alive.extend(sub._keep_alive)
+    return imported
+
+
+# === operator converters ================================================================
+_CONVERTERS: dict[int, Callable[[_Converter, _Operator], None]] = {}
+
+
+def _converter(*names: str):
+    codes = {name: code for code, name in _OPCODE_NAMES.items()}
+
+    def wrap(function):
+        for name in names:
+            _CONVERTERS[codes[name]] = function
+        return function
+
+    return wrap
+
+
+def _bias_for(c: _Converter, op: _Operator, position: int, input_operand: int, filter_operand: int,
+              channels: int) -> int:
+    """The bias operand, or a zero bias when the operator has none (NNAPI requires one)."""
+    if op.has_input(position):
+        bias = c.input(position)
+        if c.type_of(bias).type == T.TENSOR_FLOAT16 and c.type_of(input_operand).type == T.TENSOR_FLOAT32:
+            raise UnsupportedOperator("float16 bias on a float32 operator")
+        return bias
+    in_type, filter_type = c.type_of(input_operand), c.type_of(filter_operand)
+    if in_type.type in _FLOAT_TYPES:
+        return c.const_operand(np.zeros(channels, in_type.dtype), OperandType(in_type.type, [channels]))
+    scale = 0.0 if filter_type.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL else in_type.scale * filter_type.scale
+    return c.const_operand(np.zeros(channels, np.int32), OperandType(T.TENSOR_INT32, [channels], scale))
+
+
+def _weights(c: _Converter, op: _Operator, position: int) -> int:
+    """A weight operand; int8 / uint8 weights of a float operator (TFLite's hybrid,
+    dynamic-range quantization) are dequantized into float32 constants once."""
+    tensor = op.inputs[position]
+    in_type = c.type_of(c.input(0))
+    const = c.const_of(tensor)
+    if in_type.type == T.TENSOR_FLOAT32 and tensor not in c.operands and const is not None \
+            and const.code != T.TENSOR_FLOAT32:
+        if const.code == T.TENSOR_FLOAT16:
+            c.consts[tensor] = _Const(const.data.astype(np.float32), T.TENSOR_FLOAT32)
+        else:
+            c.consts[tensor] = _dequantize_const(op.tensor(position), const)
+            c.lowered("hybrid (dynamic-range) quantized weights dequantized to float32 constants")
+    return c.operand(tensor)
+
+
+def _dequantize_const(info: _TensorInfo, const: _Const) -> _Const:
+    data = const.data
+    if data.dtype == np.float16:
+        return _Const(data.astype(np.float32), T.TENSOR_FLOAT32)
+    if info.scales is None:
+        raise UnsupportedOperator(f"tensor {info.index} ({info.name}) has no quantization to dequantize")
+    values = data.astype(np.float64)
+    scales, zero_points = info.scales, info.zero_points
+    if len(scales) > 1:
+        shape = [1] * data.ndim
+        shape[info.quantized_dimension] = len(scales)
+        scales = scales.reshape(shape)
+        zero_points = zero_points.reshape(shape)
+    return _Const(((values - zero_points) * scales).astype(np.float32), T.TENSOR_FLOAT32)
+
+
+@_converter("CONV_2D")
+def _conv_2d(c: _Converter, op: _Operator) -> None:
+    options = op.options("Conv2DOptions")
+    x = c.input(0)
+    w = _weights(c, op, 1)
+    w_type = c.type_of(w)
+    channels, in_per_group = w_type.dimensions[0], w_type.dimensions[3]
+    bias = _bias_for(c, op, 2, x, w, channels)
+    in_channels = c.type_of(x).dimensions[3] if c.type_of(x).rank == 4 else 0
+    padding = _PADDING[options.Padding()]
+    strides = [c.i32(options.StrideW()), c.i32(options.StrideH())]
+    dilation = [c.i32(options.DilationWFactor() or 1), c.i32(options.DilationHFactor() or 1)]
+    if in_channels and in_per_group and in_channels != in_per_group:
+        groups = in_channels // in_per_group
+        if options.DilationWFactor() > 1 or options.DilationHFactor() > 1:
+            raise UnsupportedOperator("a grouped convolution with dilation has no NNAPI equivalent")
+        c.with_activation(options.FusedActivationFunction(), lambda act, out: c.emit(
+            Op.GROUPED_CONV_2D, [x, w, bias, c.i32(padding), *strides, c.i32(groups), act, c.boolean(False)],
+            [out]))
+        c.lowered(f"{groups}-group convolution (filter depth {in_per_group} of {in_channels} input channels) "
+                  "as GROUPED_CONV_2D")
+        return
+    c.with_activation(options.FusedActivationFunction(), lambda act, out: c.emit(
+        Op.CONV_2D, [x, w, bias, c.i32(padding), *strides, act, c.boolean(False), *dilation], [out]))
+
+
+@_converter("DEPTHWISE_CONV_2D")
+def _depthwise(c: _Converter, op: _Operator) -> None:
+    options = op.options("DepthwiseConv2DOptions")
+    x = c.input(0)
+    w = _weights(c, op, 1)
+    channels = c.type_of(w).dimensions[3]
+    bias = _bias_for(c, op, 2, x, w, channels)
+    x_type = c.type_of(x)
+    multiplier = options.DepthMultiplier()
+    if x_type.rank == 4 and x_type.dimensions[3]:
+        multiplier = channels // x_type.dimensions[3]  # the option is unreliable in newer models
+    c.with_activation(options.FusedActivationFunction(), lambda act, out: c.emit(
+        Op.DEPTHWISE_CONV_2D,
+        [x, w, bias, c.i32(_PADDING[options.Padding()]), c.i32(options.StrideW()), c.i32(options.StrideH()),
+         c.i32(multiplier), act, c.boolean(False), c.i32(options.DilationWFactor() or 1),
+         c.i32(options.DilationHFactor() or 1)], [out]))
+
+
+@_converter("TRANSPOSE_CONV")
+def _transpose_conv(c: _Converter, op: _Operator) -> None:
+    options = op.options("TransposeConvOptions")
+    x = c.input(2)
+    w = _weights(c, op, 1)
+    channels = c.type_of(w).dimensions[0]
+    bias = _bias_for(c, op, 3, x, w, channels)
+    shape = c.input(0)
+    activation = options.FusedActivationFunction() if hasattr(options, "FusedActivationFunction") else 0
+    c.with_activation(activation, lambda act, out: c.emit(
+        Op.TRANSPOSE_CONV_2D, [x, w, bias, shape, c.i32(_PADDING[options.Padding()]), c.i32(options.StrideW()),
+                               c.i32(options.StrideH()), act, c.boolean(False)], [out]))
+
+
+@_converter("FULLY_CONNECTED")
+def _fully_connected(c: _Converter, op: _Operator) -> None:
+    options = op.options("FullyConnectedOptions")
+    if options.WeightsFormat() != 0:
+        raise UnsupportedOperator("shuffled FULLY_CONNECTED weights have no NNAPI equivalent")
+    x = c.input(0)
+    w = _weights(c, op, 1)
+    w_type = c.type_of(w)
+    units, depth = w_type.dimensions
+    bias = _bias_for(c, op, 2, x, w, units)
+    out_info = op.out_tensor()
+    out_type = c.nn_type(out_info)
+    activation = options.FusedActivationFunction()
+    x_type = c.type_of(x)
+    total = int(np.prod(x_type.dimensions)) if x_type.is_fully_specified else 0
+    batch = total // depth if total and depth else 0
+    needs_reshape = out_type.rank != 2
+    if w_type.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        # NNAPI FULLY_CONNECTED takes per-tensor weights only; a 1x1 CONV_2D over a
+        # [batch, 1, 1, depth] view computes the same sums with per-channel scales.
+        if not batch:
+            raise UnsupportedOperator("per-channel FULLY_CONNECTED needs a known input shape")
+        const = c.const_of(op.inputs[1])
+        params = c.channel_params(op.tensor(1))
+        filter4 = c.const_operand(const.data.reshape(units, 1, 1, depth),
+                                  OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [units, 1, 1, depth]),
+                                  SymmPerChannelQuantParams(0, params.scales))
+        x4 = c.temp(x_type, [batch, 1, 1, depth])
+        c.emit(Op.RESHAPE, [x, c.vector([batch, 1, 1, depth])], [x4])
+        y4 = c.temp(out_type, [batch, 1, 1, units])
+        c.with_activation(activation, lambda act, out: c.emit(
+            Op.CONV_2D, [x4, filter4, bias, c.i32(2), c.i32(1), c.i32(1), act, c.boolean(False)], [out]), y4)
+        c.emit(Op.RESHAPE, [y4, c.vector(out_type.dimensions)], [c.output()])
+        c.lowered("per-channel quantized weights: NNAPI FULLY_CONNECTED is per-tensor only, so "
+                  "RESHAPE + 1x1 CONV_2D (per-channel) + RESHAPE")
+        return
+    if needs_reshape:
+        if not batch:
+            raise UnsupportedOperator("FULLY_CONNECTED keeping its input rank needs a known input shape")
+        flat = c.temp(out_type, [batch, units])
+        c.with_activation(activation, lambda act, out: c.emit(Op.FULLY_CONNECTED, [x, w, bias, act], [out]), flat)
+        c.emit(Op.RESHAPE, [flat, c.vector(out_type.dimensions)], [c.output()])
+        c.lowered("keep_num_dims: NNAPI FULLY_CONNECTED outputs 2-D, so FULLY_CONNECTED + RESHAPE")
+        return
+    c.with_activation(activation, lambda act, out: c.emit(Op.FULLY_CONNECTED, [x, w, bias, act], [out]))
+
+
+def _pool(code: OperationCode):
+    def convert(c: _Converter, op: _Operator) -> None:
+        options = op.options("Pool2DOptions")
+        x = c.input(0)
+        c.with_activation(options.FusedActivationFunction(), lambda act, out: c.emit(
+            code, [x, c.i32(_PADDING[options.Padding()]), c.i32(options.StrideW()), c.i32(options.StrideH()),
+                   c.i32(options.FilterWidth()), c.i32(options.FilterHeight()), act, c.boolean(False)], [out]))
+    return convert
+
+
+_converter("AVERAGE_POOL_2D")(_pool(Op.AVERAGE_POOL_2D))
+_converter("MAX_POOL_2D")(_pool(Op.MAX_POOL_2D))
+_converter("L2_POOL_2D")(_pool(Op.L2_POOL_2D))
+
+
+_ARITHMETIC = {"ADD": (Op.ADD, "AddOptions"), "SUB": (Op.SUB, "SubOptions"), "MUL": (Op.MUL, "MulOptions"),
+               "DIV": (Op.DIV, "DivOptions")}
+
+
+def _arithmetic(c: _Converter, op: _Operator) -> None:
+    code, options_name = _ARITHMETIC[op.name]
+    options = op.options(options_name)
+    activation = options.FusedActivationFunction() if options is not None else 0
+    a, b = c.input(0), c.input(1)
+    c.with_activation(activation, lambda act, out: c.emit(code, [a, b, act], [out]))
+
+
+for _name in _ARITHMETIC:
+    _converter(_name)(_arithmetic)
+
+_SIMPLE = {
+    "ABS": Op.ABS, "EXP": Op.EXP, "FLOOR": Op.FLOOR, "LOG": Op.LOG, "NEG": Op.NEG, "RSQRT": Op.RSQRT,
+    "SIN": Op.SIN, "SQRT": Op.SQRT, "LOGISTIC": Op.LOGISTIC, "TANH": Op.TANH, "RELU": Op.RELU,
+    "RELU6": Op.RELU6, "RELU_N1_TO_1": Op.RELU1, "HARD_SWISH": Op.HARD_SWISH, "LOGICAL_NOT": Op.LOGICAL_NOT,
+    "L2_NORMALIZATION": Op.L2_NORMALIZATION,
+    "MAXIMUM": Op.MAXIMUM, "MINIMUM": Op.MINIMUM, "POW": Op.POW, "PRELU": Op.PRELU,
+    "LESS": Op.LESS, "LESS_EQUAL": Op.LESS_EQUAL, "GREATER": Op.GREATER, "GREATER_EQUAL": Op.GREATER_EQUAL,
+    "EQUAL": Op.EQUAL, "NOT_EQUAL": Op.NOT_EQUAL, "LOGICAL_AND": Op.LOGICAL_AND, "LOGICAL_OR": Op.LOGICAL_OR,
+    "SELECT": Op.SELECT, "SELECT_V2": Op.SELECT, "BATCH_MATMUL": None,
+}
+
+
+def _simple(c: _Converter, op: _Operator) -> None:
+    code = _SIMPLE[op.name]
+    if op.name == "L2_NORMALIZATION":
+        options = op.options("L2NormOptions")
+        if options is not None and options.FusedActivationFunction():
+            raise UnsupportedOperator("L2_NORMALIZATION with a fused activation")
+    if op.name in ("SELECT", "SELECT_V2"):
+        shapes = {c.type_of(c.input(i)).dimensions for i in range(3)}
+        if len(shapes) != 1:
+            raise UnsupportedOperator("NNAPI SELECT needs three tensors of one shape (no broadcasting)")
+    inputs = [c.input(i) for i in range(len(op.inputs))]
+    c.emit(code, inputs, [c.output()])
+
+
+for _name, _code in _SIMPLE.items():
+    if _code is not None:
+        _converter(_name)(_simple)
+
+
+@_converter("ELU")
+def _elu(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    c.emit(Op.ELU, [x, c.float_scalar(1.0, x)], [c.output()])
+
+
+@_converter("LEAKY_RELU")
+def _leaky_relu(c: _Converter, op: _Operator) -> None:
+    alpha = op.options("LeakyReluOptions").Alpha()
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if x_type.type in _FLOAT_TYPES:
+        slope = c.const_operand(np.array([alpha], x_type.dtype), OperandType(x_type.type, [1]))
+    elif x_type.type in _QUANT8 and alpha > 0:
+        # alpha is exactly representable as one step of a quantized tensor of scale alpha.
+        slope = c.const_operand(np.array([1], x_type.dtype), OperandType(x_type.type, [1], float(alpha), 0))
+    else:
+        raise UnsupportedOperator(f"LEAKY_RELU with alpha {alpha} on {x_type.type.name}")
+    c.emit(Op.PRELU, [x, slope], [c.output()])
+    c.lowered(f"LEAKY_RELU as PRELU with a constant slope {alpha:g}")
+
+
+@_converter("SQUARED_DIFFERENCE")
+def _squared_difference(c: _Converter, op: _Operator) -> None:
+    a, b = c.input(0), c.input(1)
+    out_type = c.nn_type(op.out_tensor())
+    if out_type.type not in _FLOAT_TYPES:
+        raise UnsupportedOperator("quantized SQUARED_DIFFERENCE has no exact NNAPI sequence")
+    difference = c.temp(out_type)
+    c.emit(Op.SUB, [a, b, c.i32(0)], [difference])
+    c.emit(Op.MUL, [difference, difference, c.i32(0)], [c.output()])
+    c.lowered("SQUARED_DIFFERENCE as SUB + MUL")
+
+
+@_converter("SQUARE")
+def _square(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    if c.type_of(x).type not in _FLOAT_TYPES + (T.TENSOR_INT32,):
+        raise UnsupportedOperator("quantized SQUARE")
+    c.emit(Op.MUL, [x, x, c.i32(0)], [c.output()])
+    c.lowered("SQUARE as MUL of the input by itself")
+
+
+@_converter("ADD_N")
+def _add_n(c: _Converter, op: _Operator) -> None:
+    operands = [c.input(i) for i in range(len(op.inputs))]
+    out_type = c.nn_type(op.out_tensor())
+    total = operands[0]
+    for i, operand in enumerate(operands[1:], 1):
+        target = c.output() if i == len(operands) - 1 else c.temp(out_type)
+        c.emit(Op.ADD, [total, operand, c.i32(0)], [target])
+        total = target
+    if len(operands) == 1:
+        c.identity(total, c.output())
+    c.lowered(f"ADD_N of {len(operands)} tensors as a chain of ADD")
+
+
+@_converter("BATCH_MATMUL")
+def _batch_matmul(c: _Converter, op: _Operator) -> None:
+    options = op.options("BatchMatMulOptions")
+    adj_x = bool(options.AdjX()) if options is not None else False
+    adj_y = bool(options.AdjY()) if options is not None else False
+    c.emit(Op.BATCH_MATMUL, [c.input(0), c.input(1), c.boolean(adj_x), c.boolean(adj_y)], [c.output()])
+
+
+@_converter("SOFTMAX")
+def _softmax(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    beta = op.options("SoftmaxOptions").Beta()
+    c.emit(Op.SOFTMAX, [x, c.float_scalar(beta, x)], [c.output()])
+
+
+@_converter("LOG_SOFTMAX")
+def _log_softmax(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    c.emit(Op.LOG_SOFTMAX, [x, c.float_scalar(1.0, x), c.i32(-1)], [c.output()])
+
+
+@_converter("LOCAL_RESPONSE_NORMALIZATION")
+def _lrn(c: _Converter, op: _Operator) -> None:
+    options = op.options("LocalResponseNormalizationOptions")
+    x = c.input(0)
+    c.emit(Op.LOCAL_RESPONSE_NORMALIZATION,
+           [x, c.i32(options.Radius()), c.float_scalar(options.Bias(), x), c.float_scalar(options.Alpha(), x),
+            c.float_scalar(options.Beta(), x)], [c.output()])
+
+
+@_converter("CONCATENATION")
+def _concatenation(c: _Converter, op: _Operator) -> None:
+    options = op.options("ConcatenationOptions")
+    operands = [c.input(i) for i in range(len(op.inputs))]
+    axis = options.Axis()
+    activation = options.FusedActivationFunction()
+    if activation == 0:
+        c.emit(Op.CONCATENATION, [*operands, c.i32(axis)], [c.output()])
+        return
+    temp = c.temp(c.nn_type(op.out_tensor()))
+    c.emit(Op.CONCATENATION, [*operands, c.i32(axis)], [temp])
+    c.activation_after(activation, temp)
+
+
+def _static_shape(c: _Converter, info: _TensorInfo) -> list[int] | None:
+    return list(_operand_shape(info.shape)) if all(d >= 0 for d in info.shape) else None
+
+
+@_converter("RESHAPE")
+def _reshape(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    out = op.out_tensor()
+    static = _static_shape(c, out)
+    if static is not None:
+        shape = c.vector(static)
+    elif op.has_input(1) and c.const_of(op.inputs[1]) is not None:
+        shape = c.vector(c.const_of(op.inputs[1]).data)
+    elif op.has_input(1):
+        shape = c.input(1)
+    else:
+        options = op.options("ReshapeOptions")
+        shape = c.vector(options.NewShapeAsNumpy())
+    c.emit(Op.RESHAPE, [x, shape], [c.output()])
+
+
+@_converter("SQUEEZE")
+def _squeeze(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    in_info = op.tensor(0)
+    options = op.options("SqueezeOptions")
+    dims = [int(d) for d in options.SqueezeDimsAsNumpy()] if options is not None and \
+        options.SqueezeDimsLength() else [i for i, d in enumerate(in_info.shape) if d == 1]
+    if not dims or len(in_info.shape) == len(dims):
+        # Nothing to squeeze, or a squeeze to rank 0 (NNAPI's [1]): a RESHAPE does it.
+        c.emit(Op.RESHAPE, [x, c.vector(_operand_shape(op.out_tensor().shape))], [c.output()])
+        return
+    c.emit(Op.SQUEEZE, [x, c.vector(dims)], [c.output()])
+
+
+@_converter("EXPAND_DIMS")
+def _expand_dims(c: _Converter, op: _Operator) -> None:
+    axis = int(c.const_values(1, "axis").reshape(-1)[0])
+    x = c.input(0)
+    if len(op.tensor(0).shape) == 0:
+        c.emit(Op.RESHAPE, [x, c.vector(_operand_shape(op.out_tensor().shape))], [c.output()])
+        return
+    c.emit(Op.EXPAND_DIMS, [x, c.i32(axis)], [c.output()])
+
+
+_REDUCERS = {"MEAN": Op.MEAN, "SUM": Op.REDUCE_SUM, "REDUCE_MAX": Op.REDUCE_MAX, "REDUCE_MIN": Op.REDUCE_MIN,
+             "REDUCE_PROD": Op.REDUCE_PROD, "REDUCE_ANY": Op.REDUCE_ANY, "REDUCE_ALL": Op.REDUCE_ALL}
+
+
+def _reduce(c: _Converter, op: _Operator) -> None:
+    code = _REDUCERS[op.name]
+    options = op.options("ReducerOptions")
+    keep = bool(options.KeepDims()) if options is not None else False
+    x = c.input(0)
+    axes = c.vector(c.const_values(1, "axes")) if c.const_of(op.inputs[1]) is not None else c.input(1)
+    keep_operand = c.i32(int(keep)) if code == Op.MEAN else c.boolean(keep)
+    x_type = c.type_of(x)
+    out_type = c.nn_type(op.out_tensor())
+    requantize = x_type.type in _QUANT8 and (x_type.scale, x_type.zero_point) != (out_type.scale,
+                                                                                   out_type.zero_point)
+    if not requantize:
+        c.emit(code, [x, axes, keep_operand], [c.output()])
+        return
+    if code not in (Op.MEAN, Op.REDUCE_MAX, Op.REDUCE_MIN):
+        raise UnsupportedOperator(f"quantized {op.name} has no NNAPI equivalent")
+    if code == Op.MEAN:
+        # NNAPI's quantized MEAN keeps the input's scale; TFLite rescales the sum to the
+        # output's. The float path computes the exact mean and rounds it once.
+        real = c.temp(OperandType(T.TENSOR_FLOAT32, x_type.dimensions))
+        c.emit(Op.DEQUANTIZE, [x], [real])
+        mean = c.temp(OperandType(T.TENSOR_FLOAT32, out_type.dimensions))
+        c.emit(Op.MEAN, [real, axes, keep_operand], [mean])
+        c.emit(Op.QUANTIZE, [mean], [c.output()])
+        c.lowered("quantized MEAN with an output scale other than the input's: DEQUANTIZE + float MEAN + "
+                  "QUANTIZE (one rounding, as TFLite)")
+        return
+    reduced = c.temp(x_type, out_type.dimensions)
+    c.emit(code, [x, axes, keep_operand], [reduced])
+    _requantize(c, reduced, c.output())
+    c.lowered(f"quantized {op.name} with a new output scale: {code.name} + requantize")
+
+
+def _requantize(c: _Converter, source: int, target: int) -> None:
+    """Re-express a quantized tensor at another scale / zero point / signedness."""
+    source_type = c.type_of(source)
+    real = c.temp(OperandType(T.TENSOR_FLOAT32, source_type.dimensions))
+    c.emit(Op.DEQUANTIZE, [source], [real])
+    c.emit(Op.QUANTIZE, [real], [target])
+
+
+for _name in _REDUCERS:
+    _converter(_name)(_reduce)
+
+
+@_converter("QUANTIZE")
+def _quantize(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    if c.type_of(x).type in _FLOAT_TYPES:
+        c.emit(Op.QUANTIZE, [x], [c.output()])
+        return
+    _requantize(c, x, c.output())
+    c.lowered("requantizing QUANTIZE (quantized input): DEQUANTIZE + QUANTIZE")
+
+
+@_converter("DEQUANTIZE")
+def _dequantize(c: _Converter, op: _Operator) -> None:
+    const = c.const_of(op.inputs[0])
+    if const is not None:
+        # float16 (or int8) weights stored compactly: fold into a float32 constant once.
+        c.consts[op.outputs[0]] = _dequantize_const(op.tensor(0), const)
+        c.lowered(f"constant {op.tensor(0).type_name} tensor dequantized at import")
+        return
+    x = c.input(0)
+    if c.type_of(x).type == T.TENSOR_FLOAT16:
+        c.emit(Op.CAST, [x], [c.output()])
+        c.lowered("DEQUANTIZE of a float16 tensor as CAST")
+        return
+    c.emit(Op.DEQUANTIZE, [x], [c.output()])
+
+
+@_converter("DENSIFY")
+def _densify(c: _Converter, op: _Operator) -> None:
+    info = op.tensor(0)
+    if info.data is None or info.sparsity is None:
+        raise UnsupportedOperator("DENSIFY of a tensor that is not a sparse constant")
+    dense = _densify_tensor(info)
+    op_type = c.nn_type(info)
+    c.consts[op.outputs[0]] = _Const(dense, op_type.type, op_type.scale, op_type.zero_point,
+                                     c.channel_params(info))
+    c.lowered("sparse constant densified at import")
+
+
+def _densify_tensor(info: _TensorInfo) -> np.ndarray:
+    """Expand a TFLite sparse constant (SparsityParameters: traversal order, block map,
+    DENSE / SPARSE_CSR dimension metadata) into its dense array."""
+    sparsity = info.sparsity
+    order = [int(d) for d in sparsity.TraversalOrderAsNumpy()]
+    block_map = [int(d) for d in sparsity.BlockMapAsNumpy()] if sparsity.BlockMapLength() else []
+    rank = len(info.shape)
+    metadata = [sparsity.DimMetadata(i) for i in range(sparsity.DimMetadataLength())]
+    values = info.data.reshape(-1)
+
+    def union_values(meta, which: str) -> np.ndarray:
+        kind = meta.ArraySegmentsType() if which == "segments" else meta.ArrayIndicesType()
+        table = meta.ArraySegments() if which == "segments" else meta.ArrayIndices()
+        cls = {1: _tfl.Int32Vector, 2: _tfl.Uint16Vector, 3: _tfl.Uint8Vector}.get(kind)
+        if cls is None or table is None:
+            raise UnsupportedOperator(f"sparse tensor {info.index} has unreadable {which}")
+        vec = cls()
+        vec.Init(table.Bytes, table.Pos)
+        return np.asarray(vec.ValuesAsNumpy(), np.int64)
+
+    # Dense sizes of each traversal dimension (block dimensions come after the rank ones).
+    sizes = [int(meta.DenseSize()) for meta in metadata]
+    dense_shape = list(info.shape)
+    block_sizes = {}
+    for k, original in enumerate(block_map):
+        block_sizes[original] = sizes[rank + k]
+    out = np.zeros(dense_shape, info.data.dtype)
+    position = [0]
+
+    def walk(level: int, index_prefix: list[int], parent: int) -> None:
+        meta = metadata[level]
+        if meta.Format() == 0:  # DENSE
+            children = [(i, parent * sizes[level] + i) for i in range(sizes[level])]
+        else:
+            segments, indices = union_values(meta, "segments"), union_values(meta, "indices")
+            children = [(int(indices[j]), j) for j in range(int(segments[parent]), int(segments[parent + 1]))]
+        for coordinate, child in children:
+            prefix = [*index_prefix, coordinate]
+            if level + 1 == len(metadata):
+                original = [0] * rank
+                for traversal_level, dim in enumerate(order):
+                    if dim < rank:
+                        original[dim] += prefix[traversal_level] * block_sizes.get(dim, 1)
+                    else:
+                        original[block_map[dim - rank]] += prefix[traversal_level]
+                out[tuple(original)] = values[position[0]]
+                position[0] += 1
+            else:
+                walk(level + 1, prefix, child)
+
+    walk(0, [], 0)
+    return out
+
+
+@_converter("CAST")
+def _cast(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.CAST, [c.input(0)], [c.output()])
+
+
+@_converter("PAD", "PADV2")
+def _pad(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    paddings = c.const_values(1, "paddings").astype(np.int32)
+    pad = c.const_operand(paddings, OperandType(T.TENSOR_INT32, list(paddings.shape)))
+    if op.name == "PADV2" and op.has_input(2):
+        value = c.const_values(2, "constant value").reshape(-1)[0]
+        x_type = c.type_of(x)
+        if x_type.type == T.TENSOR_FLOAT16:
+            scalar = c.f16(float(value))
+        elif x_type.type == T.TENSOR_FLOAT32:
+            scalar = c.f32(float(value))
+        else:
+            scalar = c.i32(int(value))
+        c.emit(Op.PAD_V2, [x, pad, scalar], [c.output()])
+        return
+    c.emit(Op.PAD, [x, pad], [c.output()])
+
+
+@_converter("MIRROR_PAD")
+def _mirror_pad(c: _Converter, op: _Operator) -> None:
+    paddings = c.const_values(1, "paddings").astype(np.int32)
+    mode = op.options("MirrorPadOptions").Mode()
+    pad = c.const_operand(paddings, OperandType(T.TENSOR_INT32, list(paddings.shape)))
+    c.emit(Op.MIRROR_PAD, [c.input(0), pad, c.i32(mode)], [c.output()])
+
+
+def _int_vector_input(c: _Converter, position: int) -> int:
+    const = c.const_of(c.current.inputs[position])
+    if const is not None:
+        return c.vector(const.data)
+    return c.input(position)
+
+
+@_converter("TRANSPOSE")
+def _transpose(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.TRANSPOSE, [c.input(0), _int_vector_input(c, 1)], [c.output()])
+
+
+@_converter("SLICE")
+def _slice(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.SLICE, [c.input(0), _int_vector_input(c, 1), _int_vector_input(c, 2)], [c.output()])
+
+
+@_converter("TILE")
+def _tile(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.TILE, [c.input(0), _int_vector_input(c, 1)], [c.output()])
+
+
+@_converter("REVERSE_V2")
+def _reverse(c: _Converter, op: _Operator) -> None:
+    axes = c.const_values(1, "axis").reshape(-1)
+    if axes.size != 1:
+        raise UnsupportedOperator("NNAPI REVERSE takes exactly one axis")
+    c.emit(Op.REVERSE, [c.input(0), c.vector(axes)], [c.output()])
+
+
+@_converter("STRIDED_SLICE")
+def _strided_slice(c: _Converter, op: _Operator) -> None:
+    options = op.options("StridedSliceOptions")
+    x = c.input(0)
+    in_shape = op.tensor(0).shape
+    begin = c.const_values(1, "begin").astype(np.int64).reshape(-1)
+    end = c.const_values(2, "end").astype(np.int64).reshape(-1)
+    strides = (c.const_values(3, "strides").astype(np.int64).reshape(-1) if op.has_input(3)
+               else np.ones_like(begin))
+    begin_mask, end_mask = options.BeginMask(), options.EndMask()
+    shrink = options.ShrinkAxisMask()
+    ellipsis, new_axis = options.EllipsisMask(), options.NewAxisMask()
+    offset = bool(options.Offset()) if hasattr(options, "Offset") else False
+    if ellipsis or new_axis or offset:
+        raise UnsupportedOperator("STRIDED_SLICE with ellipsis_mask, new_axis_mask or offset")
+    rank = len(in_shape)
+    if len(begin) != rank:
+        raise UnsupportedOperator(f"STRIDED_SLICE with {len(begin)} indices on a rank-{rank} tensor")
+    reasons = []
+    end = end.copy()
+    strides = strides.copy()
+    for axis in range(rank):
+        if shrink >> axis & 1:
+            # TFLite ignores end (and stride) on a shrunk axis and takes begin alone;
+            # NNAPI reads them, so make the slice [begin, begin + 1) explicitly.
+            size = in_shape[axis]
+            start = begin[axis] if not begin_mask >> axis & 1 else 0
+            if start < 0:
+                if size < 0:
+                    raise UnsupportedOperator("shrinking an axis of unknown size from a negative index")
+                start += size
+            if end[axis] != start + 1 or strides[axis] != 1 or begin_mask >> axis & 1 or end_mask >> axis & 1:
+                reasons.append(axis)
+            begin = begin.copy()
+            begin[axis] = start
+            end[axis] = start + 1
+            strides[axis] = 1
+            begin_mask &= ~(1 << axis)
+            end_mask &= ~(1 << axis)
+    c.emit(Op.STRIDED_SLICE, [x, c.vector(begin), c.vector(end), c.vector(strides), c.i32(begin_mask),
+                              c.i32(end_mask), c.i32(shrink)], [c.output()])
+    if reasons:
+        c.lowered(f"shrink axes {reasons}: TFLite ignores their end, NNAPI needs end = begin + 1; rewritten")
+
+
+@_converter("GATHER")
+def _gather(c: _Converter, op: _Operator) -> None:
+    options = op.options("GatherOptions")
+    axis = options.Axis() if options is not None else 0
+    if options is not None and options.BatchDims():
+        raise UnsupportedOperator("GATHER with batch_dims has no NNAPI equivalent")
+    x = c.input(0)
+    indices_info = op.tensor(1)
+    indices = c.input(1)
+    if c.type_of(indices).type != T.TENSOR_INT32:
+        raise UnsupportedOperator("GATHER indices must be int32 for NNAPI")
+    if len(indices_info.shape) > 0:
+        c.emit(Op.GATHER, [x, c.i32(axis), indices], [c.output()])
+        return
+    # A rank-0 index removes the axis; NNAPI's [1] index keeps it with size 1.
+    in_shape = list(_operand_shape(op.tensor(0).shape))
+    axis_n = axis % len(in_shape)
+    kept = [*in_shape[:axis_n], 1, *in_shape[axis_n + 1:]]
+    out_type = c.nn_type(op.out_tensor())
+    temp = c.temp(out_type, kept)
+    c.emit(Op.GATHER, [x, c.i32(axis), indices], [temp])
+    if out_type.type not in _FLOAT_TYPES + _QUANT8:
+        raise UnsupportedOperator(f"rank-0 GATHER index on {out_type.type.name} (no NNAPI RESHAPE for it)")
+    c.emit(Op.RESHAPE, [temp, c.vector(out_type.dimensions)], [c.output()])
+    c.lowered("rank-0 index: GATHER with a [1] index keeps the axis, so GATHER + RESHAPE drops it")
+
+
+@_converter("SPLIT")
+def _split(c: _Converter, op: _Operator) -> None:
+    axis = int(c.const_values(0, "axis").reshape(-1)[0])
+    x = c.operand(op.inputs[1])
+    outputs = [c.output(i) for i in range(len(op.outputs))]
+    c.emit(Op.SPLIT, [x, c.i32(axis), c.i32(len(outputs))], outputs)
+
+
+@_converter("SPLIT_V")
+def _split_v(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    sizes = c.const_values(1, "size_splits").astype(np.int64).reshape(-1)
+    axis = int(c.const_values(2, "axis").reshape(-1)[0])
+    shape = list(_operand_shape(op.tensor(0).shape))
+    axis %= len(shape)
+    if -1 in sizes:
+        sizes[list(sizes).index(-1)] = shape[axis] - (sizes.sum() + 1)
+    start = 0
+    for i, size in enumerate(sizes):
+        begin = [0] * len(shape)
+        begin[axis] = start
+        size_vector = [-1] * len(shape)
+        size_vector[axis] = int(size)
+        c.emit(Op.SLICE, [x, c.vector(begin), c.vector(size_vector)], [c.output(i)])
+        start += int(size)
+    c.lowered(f"SPLIT_V into {len(sizes)} parts as {len(sizes)} SLICE")
+
+
+@_converter("PACK")
+def _pack(c: _Converter, op: _Operator) -> None:
+    options = op.options("PackOptions")
+    operands = [c.input(i) for i in range(len(op.inputs))]
+    c.emit(Op.PACK, [c.i32(options.Axis()), *operands], [c.output()])
+
+
+@_converter("UNPACK")
+def _unpack(c: _Converter, op: _Operator) -> None:
+    options = op.options("UnpackOptions")
+    x = c.input(0)
+    shape = list(_operand_shape(op.tensor(0).shape))
+    axis = options.Axis() % len(shape)
+    count = len(op.outputs)
+    x_type = c.type_of(x)
+    pieces_shape = [*shape[:axis], 1, *shape[axis + 1:]]
+    pieces = [c.temp(x_type, pieces_shape) for _ in range(count)]
+    c.emit(Op.SPLIT, [x, c.i32(axis), c.i32(count)], pieces)
+    for i, piece in enumerate(pieces):
+        out_shape = list(_operand_shape(op.out_tensor(i).shape))
+        c.emit(Op.RESHAPE, [piece, c.vector(out_shape)], [c.output(i)])
+    c.lowered(f"UNPACK as SPLIT into {count} + RESHAPE each (drops the axis)")
+
+
+@_converter("ARG_MAX", "ARG_MIN")
+def _arg(c: _Converter, op: _Operator) -> None:
+    axis = int(c.const_values(1, "axis").reshape(-1)[0])
+    if op.out_tensor().tfl_type != _INT32:
+        raise UnsupportedOperator(f"{op.name} with {op.out_tensor().type_name} output (NNAPI outputs int32)")
+    code = Op.ARGMAX if op.name == "ARG_MAX" else Op.ARGMIN
+    c.emit(code, [c.input(0), c.i32(axis)], [c.output()])
+
+
+@_converter("TOPK_V2")
+def _topk(c: _Converter, op: _Operator) -> None:
+    k = int(c.const_values(1, "k").reshape(-1)[0])
+    c.emit(Op.TOPK_V2, [c.input(0), c.i32(k)], [c.output(0), c.output(1)])
+
+
+@_converter("FILL")
+def _fill(c: _Converter, op: _Operator) -> None:
+    value = c.const_values(1, "value").reshape(-1)[0]
+    out_type = c.nn_type(op.out_tensor())
+    scalar = {T.TENSOR_FLOAT32: c.f32, T.TENSOR_FLOAT16: c.f16, T.TENSOR_INT32: c.i32}.get(out_type.type)
+    if scalar is None:
+        raise UnsupportedOperator(f"FILL of {out_type.type.name}")
+    c.emit(Op.FILL, [_int_vector_input(c, 0), scalar(value)], [c.output()])
+
+
+@_converter("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR")
+def _resize(c: _Converter, op: _Operator) -> None:
+    bilinear = op.name == "RESIZE_BILINEAR"
+    options = op.options("ResizeBilinearOptions" if bilinear else "ResizeNearestNeighborOptions")
+    size = c.const_values(1, "size").reshape(-1)
+    code = Op.RESIZE_BILINEAR if bilinear else Op.RESIZE_NEAREST_NEIGHBOR
+    c.emit(code, [c.input(0), c.i32(int(size[1])), c.i32(int(size[0])), c.boolean(False),
+                  c.boolean(bool(options.AlignCorners())), c.boolean(bool(options.HalfPixelCenters()))],
+           [c.output()])
+
+
+@_converter("SPACE_TO_DEPTH", "DEPTH_TO_SPACE")
+def _space_depth(c: _Converter, op: _Operator) -> None:
+    s2d = op.name == "SPACE_TO_DEPTH"
+    options = op.options("SpaceToDepthOptions" if s2d else "DepthToSpaceOptions")
+    code = Op.SPACE_TO_DEPTH if s2d else Op.DEPTH_TO_SPACE
+    c.emit(code, [c.input(0), c.i32(options.BlockSize()), c.boolean(False)], [c.output()])
+
+
+@_converter("SPACE_TO_BATCH_ND")
+def _space_to_batch(c: _Converter, op: _Operator) -> None:
+    paddings = c.const_values(2, "paddings").astype(np.int32)
+    c.emit(Op.SPACE_TO_BATCH_ND, [c.input(0), c.vector(c.const_values(1, "block shape")),
+                                  c.const_operand(paddings, OperandType(T.TENSOR_INT32, list(paddings.shape)))],
+           [c.output()])
+
+
+@_converter("BATCH_TO_SPACE_ND")
+def _batch_to_space(c: _Converter, op: _Operator) -> None:
+    block = c.vector(c.const_values(1, "block shape"))
+    crops = c.const_values(2, "crops").astype(np.int64) if op.has_input(2) else np.zeros((2, 2), np.int64)
+    if not crops.any():
+        c.emit(Op.BATCH_TO_SPACE_ND, [c.input(0), block, c.boolean(False)], [c.output()])
+        return
+    out_type = c.nn_type(op.out_tensor())
+    shape = list(out_type.dimensions)
+    full = [shape[0], shape[1] + int(crops[0].sum()), shape[2] + int(crops[1].sum()), shape[3]]
+    temp = c.temp(out_type, full)
+    c.emit(Op.BATCH_TO_SPACE_ND, [c.input(0), block, c.boolean(False)], [temp])
+    c.emit(Op.SLICE, [temp, c.vector([0, int(crops[0, 0]), int(crops[1, 0]), 0]), c.vector(shape)], [c.output()])
+    c.lowered("BATCH_TO_SPACE_ND with crops: NNAPI has none, so BATCH_TO_SPACE_ND + SLICE")
+
+
+@_converter("EMBEDDING_LOOKUP")
+def _embedding_lookup(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.EMBEDDING_LOOKUP, [c.input(0), c.input(1)], [c.output()])
+
+
+@_converter("HASHTABLE_LOOKUP")
+def _hashtable_lookup(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.HASHTABLE_LOOKUP, [c.input(0), c.input(1), c.input(2)], [c.output(0), c.output(1)])
+
+
+@_converter("LSH_PROJECTION")
+def _lsh(c: _Converter, op: _Operator) -> None:
+    kind = op.options("LSHProjectionOptions").Type()
+    weight = c.input(2) if op.has_input(2) else c.omitted(OperandType(T.TENSOR_FLOAT32, [0]))
+    c.emit(Op.LSH_PROJECTION, [c.input(0), c.input(1), weight, c.i32(kind)], [c.output()])
+
+
+def _state_in(c: _Converter, op: _Operator, position: int) -> int:
+    """The operand of a state input (a variable tensor of the main graph, a model input)."""
+    return c.input(position)
+
+
+def _state_out(c: _Converter, op: _Operator, position: int) -> int:
+    """A fresh operand holding the new value of the state input ``position``; the main
+    model returns it as a hidden output so the Session can carry the state forward."""
+    tensor = op.inputs[position]
+    op_type = c.type_of(c.operand(tensor))
+    index = c.add(op_type)
+    info = op.graph.tensors[tensor]
+    if c.top_level and info.is_variable:
+        c.state_outputs[tensor] = index
+    return index
+
+
+@_converter("SVDF")
+def _svdf(c: _Converter, op: _Operator) -> None:
+    options = op.options("SVDFOptions")
+    if options.FusedActivationFunction() not in (0, 1, 3):
+        raise UnsupportedOperator("SVDF activation")
+    x = c.input(0)
+    wf = _weights(c, op, 1)
+    wt = _weights(c, op, 2)
+    units = c.type_of(wf).dimensions[0] // max(options.Rank(), 1)
+    bias = c.input(3) if op.has_input(3) else c.const_operand(np.zeros(units, np.float32),
+                                                               OperandType(T.TENSOR_FLOAT32, [units]))
+    state = _state_in(c, op, 4)
+    state_out = _state_out(c, op, 4)
+    c.emit(Op.SVDF, [x, wf, wt, bias, state, c.i32(options.Rank()), c.i32(options.FusedActivationFunction())],
+           [state_out, c.output()])
+
+
+@_converter("RNN")
+def _rnn(c: _Converter, op: _Operator) -> None:
+    options = op.options("RNNOptions")
+    state_out = _state_out(c, op, 4)
+    c.emit(Op.RNN, [c.input(0), _weights(c, op, 1), _weights(c, op, 2), c.input(3), _state_in(c, op, 4),
+                    c.i32(options.FusedActivationFunction())], [state_out, c.output()])
+
+
+@_converter("UNIDIRECTIONAL_SEQUENCE_RNN")
+def _sequence_rnn(c: _Converter, op: _Operator) -> None:
+    options = op.options("SequenceRNNOptions")
+    state_out = _state_out(c, op, 4)
+    c.emit(Op.UNIDIRECTIONAL_SEQUENCE_RNN,
+           [c.input(0), _weights(c, op, 1), _weights(c, op, 2), c.input(3), _state_in(c, op, 4),
+            c.i32(options.FusedActivationFunction()), c.i32(int(bool(options.TimeMajor())))],
+           [c.output(), state_out])
+
+
+def _lstm_tensors(c: _Converter, op: _Operator, count: int) -> list[int]:
+    """Inputs 0..count-1 of a TFLite LSTM, with omitted optional tensors as NO_VALUE."""
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if x_type.type != T.TENSOR_FLOAT32 and x_type.type != T.TENSOR_FLOAT16:
+        raise UnsupportedOperator(f"{op.name} on {x_type.type.name} (NNAPI's LSTM is float only)")
+    operands = [x]
+    for position in range(1, count):
+        if op.has_input(position):
+            operands.append(_weights(c, op, position) if position <= 17 else c.input(position))
+        else:
+            operands.append(c.omitted(OperandType(x_type.type, [0])))
+    return operands
+
+
+@_converter("UNIDIRECTIONAL_SEQUENCE_LSTM")
+def _sequence_lstm(c: _Converter, op: _Operator) -> None:
+    options = op.options("UnidirectionalSequenceLSTMOptions")
+    operands = _lstm_tensors(c, op, 24)
+    x_type = c.type_of(operands[0])
+    layer_norm = operands[20:24]
+    state_outputs = [_state_out(c, op, 18), _state_out(c, op, 19)]
+    scalar = c.f16 if x_type.type == T.TENSOR_FLOAT16 else c.f32
+    c.emit(Op.UNIDIRECTIONAL_SEQUENCE_LSTM,
+           [*operands[:20], c.i32(options.FusedActivationFunction()), scalar(options.CellClip()),
+            scalar(options.ProjClip()), c.boolean(bool(options.TimeMajor())), *layer_norm],
+           [c.output(), *state_outputs])
+
+
+@_converter("LSTM")
+def _lstm(c: _Converter, op: _Operator) -> None:
+    options = op.options("LSTMOptions")
+    if options.KernelType() != 0:
+        raise UnsupportedOperator("the BASIC LSTM kernel has no NNAPI equivalent")
+    operands = _lstm_tensors(c, op, 24)
+    x_type = c.type_of(operands[0])
+    batch = x_type.dimensions[0]
+    units = c.type_of(operands[4]).dimensions[0]
+    cifg = not op.has_input(1)
+    scratch = c.add(OperandType(x_type.type, [batch, units * (3 if cifg else 4)]))
+    scalar = c.f16 if x_type.type == T.TENSOR_FLOAT16 else c.f32
+    layer_norm = operands[20:24] if any(op.has_input(i) for i in range(20, 24)) else []
+    c.emit(Op.LSTM, [*operands[:20], c.i32(options.FusedActivationFunction()), scalar(options.CellClip()),
+                     scalar(options.ProjClip()), *layer_norm],
+           [scratch, _state_out(c, op, 18), _state_out(c, op, 19), c.output()])
+
+
+@_converter("WHILE")
+def _while(c: _Converter, op: _Operator) -> None:
+    options = op.options("WhileOptions")
+    cond = c.importer.subgraph(options.CondSubgraphIndex())
+    body = c.importer.subgraph(options.BodySubgraphIndex())
+    cond_operand = c.add(OperandType(T.MODEL))
+    c.model.set_operand_value_from_model(cond_operand, cond.model)
+    body_operand = c.add(OperandType(T.MODEL))
+    c.model.set_operand_value_from_model(body_operand, body.model)
+    inputs = [c.input(i) for i in range(len(op.inputs))]
+    outputs = [c.output(i) for i in range(len(op.outputs))]
+    c.emit(Op.WHILE, [cond_operand, body_operand, *inputs], outputs)
+
+
+@_converter("IF")
+def _if(c: _Converter, op: _Operator) -> None:
+    options = op.options("IfOptions")
+    then_model = c.importer.subgraph(options.ThenSubgraphIndex())
+    else_model = c.importer.subgraph(options.ElseSubgraphIndex())
+    branches = []
+    for branch in (then_model, else_model):
+        operand = c.add(OperandType(T.MODEL))
+        c.model.set_operand_value_from_model(operand, branch.model)
+        branches.append(operand)
+    inputs = [c.input(i) for i in range(1, len(op.inputs))]
+    outputs = [c.output(i) for i in range(len(op.outputs))]
+    c.emit(Op.IF, [c.input(0), *branches, *inputs], outputs)
+
+
+__all__ = ["load_tflite"]

@@ -1,0 +1,236 @@
+"""TensorFlow Lite import and Session: real models and one synthetic model per lowering,
+checked against LiteRT when it is installed and against its stored outputs when not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tflite")
+
+import nnapi  # noqa: E402
+from nnapi.session import random_inputs  # noqa: E402
+from tflite_cases import CASES  # noqa: E402
+
+MODELS = Path(__file__).parent / "data" / "models"
+REAL = ["hand_recrop", "face_detection_short_range", "lstm_1x20x40_128_fused", "lstm_1x20x40_128_while"]
+
+try:
+    from ai_edge_litert.interpreter import Interpreter
+except ImportError:  # the stored outputs stand in for LiteRT
+    Interpreter = None
+
+
+def litert_outputs(model: bytes | Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if isinstance(model, Path):
+        interpreter = Interpreter(model_path=str(model), num_threads=1)
+    else:
+        interpreter = Interpreter(model_content=model, num_threads=1)
+    interpreter.allocate_tensors()
+    by_name = {d["name"]: d for d in interpreter.get_input_details()}
+    for name, value in feeds.items():
+        interpreter.set_tensor(by_name[name]["index"], value)
+    interpreter.invoke()
+    return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+
+
+def assert_agrees(got: dict[str, np.ndarray], expected: dict[str, np.ndarray], tolerance: float) -> None:
+    assert set(got) == set(expected)
+    for name, want in expected.items():
+        have = got[name]
+        assert have.shape == want.shape, name
+        assert have.dtype == want.dtype, name
+        if want.dtype.kind == "f":
+            scale = max(float(np.abs(want).max()), 1e-30)
+            assert float(np.abs(have - want).max()) / scale <= tolerance, name
+        else:
+            assert int(np.abs(have.astype(np.int64) - want.astype(np.int64)).max()) <= tolerance, name
+
+
+# --- real models ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", REAL)
+def test_real_model_agrees_with_litert(name: str) -> None:
+    path = MODELS / f"{name}.tflite"
+    session = nnapi.Session(path, devices=["nnapi-reference"])
+    feeds = random_inputs(session.inputs, seed=0)
+    got = session.run(feeds)
+    if Interpreter is not None:
+        expected = litert_outputs(path, feeds)
+    else:
+        stored = np.load(MODELS / f"{name}.npz")
+        expected = {key[4:]: stored[key] for key in stored.files}
+    assert_agrees(got, expected, 1e-5)
+
+
+def test_stored_outputs_are_litert_outputs() -> None:
+    pytest.importorskip("ai_edge_litert")
+    for name in REAL:
+        path = MODELS / f"{name}.tflite"
+        feeds = random_inputs(nnapi.Session(path).inputs, seed=0)
+        stored = np.load(MODELS / f"{name}.npz")
+        assert_agrees({f"out:{k}": v for k, v in litert_outputs(path, feeds).items()},
+                      {k: stored[k] for k in stored.files}, 0)
+
+
+def test_custom_operator_is_refused_by_index_and_name() -> None:
+    with pytest.raises(nnapi.BadDataError, match=r"operator 244 \(CUSTOM Convolution2DTransposeBias\).*custom"):
+        nnapi.load_tflite(MODELS / "selfie_segmentation.tflite")
+
+
+def test_imported_model_describes_the_source() -> None:
+    imported = nnapi.load_tflite(MODELS / "face_detection_short_range.tflite")
+    assert imported.model.is_finished
+    assert [spec.name for spec in imported.inputs] == ["input"]
+    assert [spec.name for spec in imported.outputs] == ["regressors", "classificators"]
+    assert imported.inputs[0].type == nnapi.OperandCode.TENSOR_FLOAT32
+    assert imported.inputs[0].shape == (1, 128, 128, 3)
+    assert len(imported.sources) == imported.model.operation_count
+    # Every NNAPI operation names its TFLite operator; DEQUANTIZE of float16 weights was folded.
+    names = {source.name for source in imported.sources}
+    assert "DEQUANTIZE" not in names and "CONV_2D" in names
+    folded = [lowering for lowering in imported.lowerings if lowering.source.name == "DEQUANTIZE"]
+    assert len(folded) == 74 and all(lowering.operations == () for lowering in folded)
+    assert "DEQUANTIZE" not in imported.operation_histogram()
+
+
+def test_while_model_references_its_subgraphs() -> None:
+    imported = nnapi.load_tflite(MODELS / "lstm_1x20x40_128_while.tflite")
+    assert "WHILE" in imported.operation_histogram()
+    assert len(imported.submodels) == 2
+    body = imported.submodels[1]
+    assert any("rank-0" in lowering.reason for lowering in body.lowerings)
+
+
+def test_load_from_bytes_and_load_model() -> None:
+    data = (MODELS / "hand_recrop.tflite").read_bytes()
+    from_bytes = nnapi.load_tflite(data)
+    generic = nnapi.load_model(MODELS / "hand_recrop.tflite")
+    assert from_bytes.path is None and generic.path.endswith("hand_recrop.tflite")
+    assert from_bytes.operation_histogram() == generic.operation_histogram()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp / "missing.tflite", "no such file"),
+    (lambda tmp: tmp, "directory"),
+    (lambda tmp: _write(tmp / "notes.txt", b"hello, this is not a model"), "not a model"),
+    (lambda tmp: _write(tmp / "cut.tflite", (MODELS / "hand_recrop.tflite").read_bytes()[:4000]), "TensorFlow Lite"),
+])
+def test_bad_files_raise_one_bad_data_error(tmp_path: Path, make, message: str) -> None:
+    with pytest.raises(nnapi.BadDataError, match=message):
+        nnapi.load_model(make(tmp_path))
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+# --- synthetic lowerings --------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_lowering_agrees_with_litert(name: str) -> None:
+    case = CASES[name]
+    data = case.build()
+    imported = nnapi.load_tflite(data)
+    if case.lowering is None:
+        assert imported.lowerings == []
+    else:
+        assert any(case.lowering in str(lowering) for lowering in imported.lowerings), imported.lowerings
+    session = nnapi.Session(imported, devices=["nnapi-reference"])
+    feeds = random_inputs(session.inputs, seed=0)
+    got = session.run(feeds)
+    if case.reference is not None:
+        expected = case.reference(feeds)
+    elif Interpreter is not None:
+        expected = litert_outputs(data, feeds)
+    else:
+        stored = np.load(MODELS / "lowerings.npz")
+        expected = {key.split(":", 1)[1]: stored[key] for key in stored.files if key.split(":", 1)[0] == name}
+    assert_agrees(got, expected, case.tolerance)
+
+
+def test_if_branches_follow_the_condition() -> None:
+    session = nnapi.Session(CASES["if_branches"].build())
+    a = np.full((2, 2), 3, np.float32)
+    b = np.full((2, 2), 2, np.float32)
+    assert session.run({"cond": np.array([True]), "a": a, "b": b})["y"].tolist() == [[5, 5], [5, 5]]
+    assert session.run({"cond": np.array([False]), "a": a, "b": b})["y"].tolist() == [[6, 6], [6, 6]]
+
+
+# --- Session --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def recrop() -> nnapi.Session:
+    return nnapi.Session(MODELS / "hand_recrop.tflite")
+
+
+def test_session_describes_inputs_and_outputs(recrop: nnapi.Session) -> None:
+    assert [(i.name, i.dtype, i.shape) for i in recrop.inputs] == [("input_1", np.dtype(np.float32),
+                                                                     (1, 256, 256, 3))]
+    assert [(o.name, o.dtype, o.shape) for o in recrop.outputs] == [("output_crop", np.dtype(np.float32),
+                                                                      (1, 1, 1, 4))]
+    assert recrop.compile_seconds > 0
+
+
+@pytest.mark.parametrize("value, message", [
+    (np.zeros((1, 256, 256, 3), np.float64), r"input 'input_1': expected dtype float32, got float64"),
+    (np.zeros((1, 255, 256, 3), np.float32),
+     r"input 'input_1': expected shape \[1, 256, 256, 3\], got \[1, 255, 256, 3\]"),
+    (np.zeros((256, 256, 3), np.float32), r"expected shape \[1, 256, 256, 3\], got \[256, 256, 3\]"),
+    ("pixels", r"input 'input_1': expected a numpy array, got str"),
+])
+def test_session_rejects_wrong_inputs_by_name(recrop: nnapi.Session, value, message: str) -> None:
+    with pytest.raises(nnapi.BadDataError, match=message):
+        recrop.run({"input_1": value})
+
+
+def test_session_rejects_missing_and_unknown_inputs(recrop: nnapi.Session) -> None:
+    with pytest.raises(nnapi.BadDataError, match="input 'input_1' is missing"):
+        recrop.run({})
+    with pytest.raises(nnapi.BadDataError, match="no input named 'image'"):
+        recrop.run({"image": np.zeros(3, np.float32)})
+
+
+def test_session_rejects_unknown_device_and_objects() -> None:
+    with pytest.raises(nnapi.BadDataError, match="no device named 'tpu'"):
+        nnapi.Session(MODELS / "hand_recrop.tflite", devices=["tpu"])
+    with pytest.raises(nnapi.BadDataError, match="expected a model path"):
+        nnapi.Session(42)
+
+
+def test_session_carries_lstm_state_between_runs() -> None:
+    path = MODELS / "lstm_1x20x40_128_fused.tflite"
+    session = nnapi.Session(path)
+    assert [state.name for state in session.states] == ["arith.constant3", "arith.constant14"]
+    feeds = random_inputs(session.inputs, seed=3)
+    first = session.run(feeds)
+    second = session.run(feeds)
+    name = session.outputs[0].name
+    assert not np.array_equal(first[name], second[name])
+    if Interpreter is not None:  # LiteRT keeps its variable tensors between invocations too
+        interpreter = Interpreter(model_path=str(path), num_threads=1)
+        interpreter.allocate_tensors()
+        for expected in (first, second):
+            interpreter.set_tensor(interpreter.get_input_details()[0]["index"], feeds[session.inputs[0].name])
+            interpreter.invoke()
+            want = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+            np.testing.assert_allclose(expected[name], want, rtol=0, atol=1e-5 * np.abs(want).max())
+    session.reset_states()
+    np.testing.assert_array_equal(session.run(feeds)[name], first[name])
+
+
+def test_session_runs_a_plain_model() -> None:
+    model = nnapi.Model()
+    f32 = nnapi.OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [2])
+    a, b = model.add_operand(f32), model.add_operand(f32)
+    act = model.add_operand(nnapi.OperandType(nnapi.OperandCode.INT32))
+    out = model.add_operand(nnapi.OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [0]))
+    model.set_operand_value(act, 0)
+    model.add_operation(nnapi.OperationCode.ADD, [a, b, act], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    session = nnapi.Session(model)
+    assert [i.name for i in session.inputs] == ["input0", "input1"]
+    assert session.outputs[0].shape == (-1,)
+    result = session.run({"input0": np.array([1, 2], np.float32), "input1": np.array([3, 4], np.float32)})
+    np.testing.assert_array_equal(result["output0"], [4, 6])

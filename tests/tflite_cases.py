@@ -1,0 +1,301 @@
+"""Small synthetic TFLite models, one per importer lowering (and per quantized mapping the
+shipped test models lack), for tests/test_tflite_import.py.
+
+Each case: ``CASES[name] = Case(build, lowering, quantized)`` where ``build()`` returns
+the .tflite bytes, ``lowering`` is a word the recorded lowering's text must contain (None
+when the operator maps one to one), and ``tolerance`` bounds the disagreement with LiteRT
+(relative to the largest output magnitude for float, quantized steps otherwise).
+tests/data/models/make_expected.py stores LiteRT's outputs for them in lowerings.npz.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tflite_builder import Operator, Subgraph, Tensor, build, single_op
+
+
+@dataclass
+class Case:
+    build: Callable[[], bytes]
+    lowering: str | None
+    tolerance: float = 1e-5
+    #: numpy reference for cases where LiteRT computes something else (see the case):
+    #: inputs by name -> outputs by name
+    reference: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
+
+
+def _rng(seed: int = 7) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _q(values: np.ndarray, scale, zero_point, dtype, axis: int | None = None) -> np.ndarray:
+    if axis is not None:
+        shape = [1] * values.ndim
+        shape[axis] = -1
+        scale = np.asarray(scale).reshape(shape)
+    info = np.iinfo(dtype)
+    return np.clip(np.round(values / scale) + zero_point, info.min, info.max).astype(dtype)
+
+
+def mean_int8_rescale() -> bytes:
+    t = [Tensor("x", "int8", [1, 5, 5, 8], scale=0.05, zero_point=-3),
+         Tensor("axes", "int32", [2], data=np.array([1, 2], np.int32)),
+         Tensor("y", "int8", [1, 8], scale=0.013, zero_point=5)]
+    return single_op("MEAN", t, [0, 1], [2], ("ReducerOptions", {"KeepDims": False}))
+
+
+def mean_uint8_rescale() -> bytes:
+    t = [Tensor("x", "uint8", [1, 4, 6, 3], scale=0.1, zero_point=128),
+         Tensor("axes", "int32", [2], data=np.array([1, 2], np.int32)),
+         Tensor("y", "uint8", [1, 1, 1, 3], scale=0.02, zero_point=120)]
+    return single_op("MEAN", t, [0, 1], [2], ("ReducerOptions", {"KeepDims": True}))
+
+
+def fully_connected_per_channel() -> bytes:
+    rng = _rng()
+    w = rng.uniform(-1, 1, (6, 10)).astype(np.float32)
+    scales = (np.abs(w).max(axis=1) / 127).astype(np.float32)
+    wq = _q(w, scales, 0, np.int8, axis=0)
+    x_scale = 0.04
+    bias = rng.uniform(-1, 1, 6)
+    bias_scales = (scales * x_scale).astype(np.float32)
+    bq = np.round(bias / bias_scales).astype(np.int32)
+    t = [Tensor("x", "int8", [2, 10], scale=x_scale, zero_point=2),
+         Tensor("w", "int8", [6, 10], data=wq, scale=[float(s) for s in scales], zero_point=[0] * 6),
+         Tensor("b", "int32", [6], data=bq, scale=[float(s) for s in bias_scales], zero_point=[0] * 6),
+         Tensor("y", "int8", [2, 6], scale=0.03, zero_point=-4)]
+    return single_op("FULLY_CONNECTED", t, [0, 1, 2], [3], ("FullyConnectedOptions", {"FusedActivationFunction": 1}))
+
+
+def fully_connected_keep_dims() -> bytes:
+    rng = _rng()
+    t = [Tensor("x", "float32", [2, 3, 4]),
+         Tensor("w", "float32", [5, 4], data=rng.standard_normal((5, 4)).astype(np.float32)),
+         Tensor("b", "float32", [5], data=rng.standard_normal(5).astype(np.float32)),
+         Tensor("y", "float32", [2, 3, 5])]
+    return single_op("FULLY_CONNECTED", t, [0, 1, 2], [3], ("FullyConnectedOptions", {"KeepNumDims": True}))
+
+
+def quantize_requantize() -> bytes:
+    t = [Tensor("x", "int8", [3, 7], scale=0.05, zero_point=3),
+         Tensor("y", "int8", [3, 7], scale=0.031, zero_point=-10)]
+    return single_op("QUANTIZE", t, [0], [1])
+
+
+def quantize_uint8_to_int8() -> bytes:
+    t = [Tensor("x", "uint8", [2, 9], scale=0.07, zero_point=130),
+         Tensor("y", "int8", [2, 9], scale=0.07, zero_point=2)]
+    return single_op("QUANTIZE", t, [0], [1])
+
+
+def strided_slice_shrink() -> bytes:
+    # Axis 1 is shrunk from a negative begin with an end TFLite ignores (0).
+    t = [Tensor("x", "float32", [2, 5, 6]),
+         Tensor("begin", "int32", [3], data=np.array([0, -2, 1], np.int32)),
+         Tensor("end", "int32", [3], data=np.array([2, 0, 6], np.int32)),
+         Tensor("strides", "int32", [3], data=np.array([1, 1, 2], np.int32)),
+         Tensor("y", "float32", [2, 3])]
+    return single_op("STRIDED_SLICE", t, [0, 1, 2, 3], [4], ("StridedSliceOptions", {"ShrinkAxisMask": 2}))
+
+
+def gather_scalar_index() -> bytes:
+    t = [Tensor("x", "float32", [4, 3, 2]),
+         Tensor("i", "int32", [], data=np.array(2, np.int32)),
+         Tensor("y", "float32", [4, 2])]
+    return single_op("GATHER", t, [0, 1], [2], ("GatherOptions", {"Axis": 1}))
+
+
+def concatenation_relu6() -> bytes:
+    t = [Tensor("a", "float32", [1, 2, 3]), Tensor("b", "float32", [1, 2, 2]), Tensor("y", "float32", [1, 2, 5])]
+    return single_op("CONCATENATION", t, [0, 1], [2],
+                     ("ConcatenationOptions", {"Axis": 2, "FusedActivationFunction": 3}))
+
+
+def leaky_relu_float() -> bytes:
+    t = [Tensor("x", "float32", [3, 4]), Tensor("y", "float32", [3, 4])]
+    return single_op("LEAKY_RELU", t, [0], [1], ("LeakyReluOptions", {"Alpha": 0.2}))
+
+
+def squared_difference() -> bytes:
+    t = [Tensor("a", "float32", [2, 3]), Tensor("b", "float32", [3]), Tensor("y", "float32", [2, 3])]
+    return single_op("SQUARED_DIFFERENCE", t, [0, 1], [2])
+
+
+def split_v() -> bytes:
+    t = [Tensor("x", "float32", [2, 7]),
+         Tensor("sizes", "int32", [3], data=np.array([2, -1, 1], np.int32)),
+         Tensor("axis", "int32", [], data=np.array(1, np.int32)),
+         Tensor("y0", "float32", [2, 2]), Tensor("y1", "float32", [2, 4]), Tensor("y2", "float32", [2, 1])]
+    return single_op("SPLIT_V", t, [0, 1, 2], [3, 4, 5], ("SplitVOptions", {"NumSplits": 3}))
+
+
+def unpack() -> bytes:
+    t = [Tensor("x", "float32", [2, 3, 4]), Tensor("y0", "float32", [2, 4]), Tensor("y1", "float32", [2, 4]),
+         Tensor("y2", "float32", [2, 4])]
+    return single_op("UNPACK", t, [0], [1, 2, 3], ("UnpackOptions", {"Num": 3, "Axis": 1}))
+
+
+def batch_to_space_crops() -> bytes:
+    t = [Tensor("x", "float32", [4, 3, 3, 2]),
+         Tensor("block", "int32", [2], data=np.array([2, 2], np.int32)),
+         Tensor("crops", "int32", [2, 2], data=np.array([[1, 0], [0, 2]], np.int32)),
+         Tensor("y", "float32", [1, 5, 4, 2])]
+    return single_op("BATCH_TO_SPACE_ND", t, [0, 1, 2], [3])
+
+
+def conv_int8_per_channel() -> bytes:
+    rng = _rng()
+    w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    scales = (np.abs(w).reshape(4, -1).max(axis=1) / 127).astype(np.float32)
+    x_scale = 0.02
+    t = [Tensor("x", "int8", [1, 6, 6, 3], scale=x_scale, zero_point=-1),
+         Tensor("w", "int8", [4, 3, 3, 3], data=_q(w, scales, 0, np.int8, axis=0), scale=[float(s) for s in scales],
+                zero_point=[0] * 4),
+         Tensor("b", "int32", [4], data=np.array([100, -50, 0, 7], np.int32),
+                scale=[float(s * x_scale) for s in scales], zero_point=[0] * 4),
+         Tensor("y", "int8", [1, 3, 3, 4], scale=0.05, zero_point=3)]
+    return single_op("CONV_2D", t, [0, 1, 2], [3],
+                     ("Conv2DOptions", {"Padding": 0, "StrideW": 2, "StrideH": 2, "FusedActivationFunction": 3,
+                                        "DilationWFactor": 1, "DilationHFactor": 1}))
+
+
+def depthwise_int8_per_channel() -> bytes:
+    rng = _rng()
+    w = rng.uniform(-1, 1, (1, 3, 3, 4)).astype(np.float32)
+    scales = (np.abs(w).reshape(-1, 4).max(axis=0) / 127).astype(np.float32)
+    x_scale = 0.03
+    t = [Tensor("x", "int8", [1, 5, 5, 2], scale=x_scale, zero_point=4),
+         Tensor("w", "int8", [1, 3, 3, 4], data=_q(w, scales, 0, np.int8, axis=3), scale=[float(s) for s in scales],
+                zero_point=[0] * 4, quantized_dimension=3),
+         Tensor("b", "int32", [4], data=np.array([10, -20, 30, 0], np.int32),
+                scale=[float(s * x_scale) for s in scales], zero_point=[0] * 4),
+         Tensor("y", "int8", [1, 5, 5, 4], scale=0.04, zero_point=-2)]
+    return single_op("DEPTHWISE_CONV_2D", t, [0, 1, 2], [3],
+                     ("DepthwiseConv2DOptions", {"Padding": 0, "StrideW": 1, "StrideH": 1, "DepthMultiplier": 2,
+                                                 "DilationWFactor": 1, "DilationHFactor": 1}))
+
+
+def conv_uint8_valid() -> bytes:
+    rng = _rng()
+    t = [Tensor("x", "uint8", [1, 5, 5, 2], scale=0.02, zero_point=128),
+         Tensor("w", "uint8", [3, 2, 2, 2], data=rng.integers(0, 256, (3, 2, 2, 2)).astype(np.uint8), scale=0.01,
+                zero_point=120),
+         Tensor("b", "int32", [3], data=np.array([5, -5, 50], np.int32), scale=0.0002),
+         Tensor("y", "uint8", [1, 4, 4, 3], scale=0.03, zero_point=100)]
+    return single_op("CONV_2D", t, [0, 1, 2], [3],
+                     ("Conv2DOptions", {"Padding": 1, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": 1,
+                                        "DilationWFactor": 1, "DilationHFactor": 1}))
+
+
+def hybrid_fully_connected() -> bytes:
+    rng = _rng()
+    w = rng.uniform(-1, 1, (5, 8)).astype(np.float32)
+    scale = float(np.abs(w).max() / 127)
+    t = [Tensor("x", "float32", [2, 8]),
+         Tensor("w", "int8", [5, 8], data=_q(w, scale, 0, np.int8), scale=scale, zero_point=0),
+         Tensor("b", "float32", [5], data=rng.standard_normal(5).astype(np.float32)),
+         Tensor("y", "float32", [2, 5])]
+    return single_op("FULLY_CONNECTED", t, [0, 1, 2], [3], ("FullyConnectedOptions", {}))
+
+
+def densify_fully_connected() -> bytes:
+    # A 4x6 weight matrix stored as CSR (dim 0 dense, dim 1 sparse) behind DENSIFY.
+    dense = np.array([[0, 1.5, 0, 0, -2, 0], [0, 0, 0, 0, 0, 0], [3, 0, 0, 0.5, 0, 1], [0, 0, -1, 0, 0, 0]],
+                     np.float32)
+    segments, indices, values = [0], [], []
+    for row in dense:
+        nz = np.nonzero(row)[0]
+        indices.extend(int(i) for i in nz)
+        values.extend(float(row[i]) for i in nz)
+        segments.append(len(indices))
+    sparsity = ([0, 1], [], [(0, 4, None, None), (1, 6, segments, indices)])
+    t = [Tensor("x", "float32", [3, 6]),
+         Tensor("w_sparse", "float32", [4, 6], data=np.array(values, np.float32), sparsity=sparsity),
+         Tensor("w", "float32", [4, 6]),
+         Tensor("y", "float32", [3, 4])]
+    ops = [Operator("DENSIFY", [1], [2]), Operator("FULLY_CONNECTED", [0, 2, -1], [3], ("FullyConnectedOptions", {}))]
+    return build(Subgraph(t, ops, [0], [3]))
+
+
+def if_branches() -> bytes:
+    main = Subgraph([Tensor("cond", "bool", [1]), Tensor("a", "float32", [2, 2]), Tensor("b", "float32", [2, 2]),
+                     Tensor("y", "float32", [2, 2])],
+                    [Operator("IF", [0, 1, 2], [3], ("IfOptions", {"ThenSubgraphIndex": 1, "ElseSubgraphIndex": 2}))],
+                    [0, 1, 2], [3])
+    then = Subgraph([Tensor("a", "float32", [2, 2]), Tensor("b", "float32", [2, 2]), Tensor("s", "float32", [2, 2])],
+                    [Operator("ADD", [0, 1], [2], ("AddOptions", {}))], [0, 1], [2], name="then")
+    other = Subgraph([Tensor("a", "float32", [2, 2]), Tensor("b", "float32", [2, 2]), Tensor("p", "float32", [2, 2])],
+                     [Operator("MUL", [0, 1], [2], ("MulOptions", {}))], [0, 1], [2], name="else")
+    return build(main, then, other)
+
+
+def softmax_int8() -> bytes:
+    t = [Tensor("x", "int8", [2, 10], scale=0.1, zero_point=0), Tensor("y", "int8", [2, 10], scale=1 / 256,
+                                                                       zero_point=-128)]
+    return single_op("SOFTMAX", t, [0], [1], ("SoftmaxOptions", {"Beta": 1.0}))
+
+
+def add_uint8_rescale() -> bytes:
+    t = [Tensor("a", "uint8", [2, 6], scale=0.05, zero_point=120), Tensor("b", "uint8", [6], scale=0.02,
+                                                                          zero_point=10),
+         Tensor("y", "uint8", [2, 6], scale=0.06, zero_point=100)]
+    return single_op("ADD", t, [0, 1], [2], ("AddOptions", {"FusedActivationFunction": 0}))
+
+
+def pad_resize_transpose() -> bytes:
+    t = [Tensor("x", "float32", [1, 3, 4, 2]),
+         Tensor("pads", "int32", [4, 2], data=np.array([[0, 0], [1, 1], [0, 2], [0, 0]], np.int32)),
+         Tensor("p", "float32", [1, 5, 6, 2]),
+         Tensor("size", "int32", [2], data=np.array([7, 9], np.int32)),
+         Tensor("r", "float32", [1, 7, 9, 2]),
+         Tensor("perm", "int32", [4], data=np.array([0, 3, 1, 2], np.int32)),
+         Tensor("y", "float32", [1, 2, 7, 9])]
+    ops = [Operator("PAD", [0, 1], [2]),
+           Operator("RESIZE_BILINEAR", [2, 3], [4], ("ResizeBilinearOptions", {"HalfPixelCenters": True})),
+           Operator("TRANSPOSE", [4, 5], [6])]
+    return build(Subgraph(t, ops, [0], [6]))
+
+
+def _hybrid_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    rng = _rng()
+    w = rng.uniform(-1, 1, (5, 8)).astype(np.float32)
+    scale = float(np.abs(w).max() / 127)
+    bias = rng.standard_normal(5).astype(np.float32)
+    dequantized = _q(w, scale, 0, np.int8).astype(np.float64) * scale
+    return {"y": (feeds["x"].astype(np.float64) @ dequantized.T + bias).astype(np.float32)}
+
+
+CASES: dict[str, Case] = {
+    "mean_int8_rescale": Case(mean_int8_rescale, "MEAN", 1),
+    "mean_uint8_rescale": Case(mean_uint8_rescale, "MEAN", 1),
+    "fully_connected_per_channel": Case(fully_connected_per_channel, "per-channel", 1),
+    "fully_connected_keep_dims": Case(fully_connected_keep_dims, "keep_num_dims"),
+    "quantize_requantize": Case(quantize_requantize, "requantizing", 1),
+    "quantize_uint8_to_int8": Case(quantize_uint8_to_int8, "requantizing", 0),
+    "strided_slice_shrink": Case(strided_slice_shrink, "shrink"),
+    "gather_scalar_index": Case(gather_scalar_index, "rank-0"),
+    # The schema's fused RELU6 applies; LiteRT's builtin kernel refuses the model and its
+    # XNNPACK delegate ignores the activation, so the reference is numpy.
+    "concatenation_relu6": Case(concatenation_relu6, "RELU6", reference=lambda f: {
+        "y": np.clip(np.concatenate([f["a"], f["b"]], axis=2), 0, 6)}),
+    "leaky_relu_float": Case(leaky_relu_float, "PRELU"),
+    "squared_difference": Case(squared_difference, "SUB + MUL"),
+    "split_v": Case(split_v, "SLICE"),
+    "unpack": Case(unpack, "SPLIT"),
+    "batch_to_space_crops": Case(batch_to_space_crops, "crops"),
+    "conv_int8_per_channel": Case(conv_int8_per_channel, None, 1),
+    "depthwise_int8_per_channel": Case(depthwise_int8_per_channel, None, 1),
+    "conv_uint8_valid": Case(conv_uint8_valid, None, 1),
+    # LiteRT's hybrid kernel quantizes the input on the fly; nnapi (like TFLite's NNAPI
+    # delegate) dequantizes the weights once and computes in float: compared with numpy.
+    "hybrid_fully_connected": Case(hybrid_fully_connected, "hybrid", reference=_hybrid_reference),
+    "densify_fully_connected": Case(densify_fully_connected, "densified"),
+    "if_branches": Case(if_branches, None),
+    "softmax_int8": Case(softmax_int8, None, 1),
+    "add_uint8_rescale": Case(add_uint8_rescale, None, 1),
+    "pad_resize_transpose": Case(pad_resize_transpose, None),
+}
