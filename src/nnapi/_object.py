@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from nnapi.errors import BadStateError
+from typing import Any
+
+import numpy as np
+
+from nnapi.errors import BadDataError, BadStateError
+
+
+def as_flag(call: str, value: Any) -> bool:
+    """A bool argument of the NDK: True/False, or an integer (a numpy one included)."""
+    if isinstance(value, bool | int | np.bool_ | np.integer):
+        return bool(value)
+    raise BadDataError(f"{call}: expected a bool, got {type(value).__name__}")
 
 
 class NnapiObject:

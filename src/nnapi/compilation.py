@@ -11,6 +11,8 @@ import os
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from nnapi._object import NnapiObject
 from nnapi.codes import BYTE_SIZE_OF_CACHE_TOKEN, PreferenceCode, PriorityCode
 from nnapi.device import Device, get_devices
@@ -46,6 +48,8 @@ class Compilation(NnapiObject):
             raise BadStateError("Compilation: the model is not finished")
         self._explicit_devices = devices is not None
         if devices is not None:
+            if not isinstance(devices, list | tuple):
+                raise BadDataError(f"Compilation: devices must be a list of Device, got {type(devices).__name__}")
             devices = list(devices)
             if not devices:
                 raise BadDataError("Compilation: devices must not be empty")
@@ -120,9 +124,13 @@ class Compilation(NnapiObject):
         if not isinstance(cache_dir, str | os.PathLike):
             raise BadDataError("set_caching: cache_dir must be a path")
         # bytes(int) would allocate that many zero bytes: only a bytes-like token is a token.
-        if not isinstance(token, bytes | bytearray | memoryview):
-            raise BadDataError(f"set_caching: token must be bytes, got {type(token).__name__}")
-        token = bytes(token)
+        if not isinstance(token, bytes | bytearray | memoryview | np.ndarray):
+            raise BadDataError(f"set_caching: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got "
+                               f"{type(token).__name__}")
+        try:
+            token = bytes(memoryview(token).cast("B"))
+        except (TypeError, ValueError):
+            raise BadDataError("set_caching: token must be a flat bytes-like object") from None
         if len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
             raise BadDataError(f"set_caching: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
         self._cache = (os.fspath(cache_dir), token)
@@ -131,6 +139,7 @@ class Compilation(NnapiObject):
     def finish(self) -> None:
         """ANeuralNetworksCompilation_finish: choose the device and prepare the model."""
         self._check_modifiable("finish")
+        self._model._check_alive("finish")
         hal_model, _ = build_hal_model(self._model)
         deadline = time.monotonic_ns() + self._timeout_ns if self._timeout_ns else None
         candidates = [d._hal for d in self._devices]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode
+from nnapi.errors import NotConstructibleError, UnexpectedNullError
 from nnapi.hal import Capabilities, IDevice
 from nnapi.runtime import manager
 
@@ -16,6 +17,12 @@ class Device:
     """ANeuralNetworksDevice: a handle on one driver device."""
 
     def __init__(self, hal_device: IDevice) -> None:
+        """Devices come from get_devices / get_device; this wraps a driver's IDevice."""
+        if hal_device is None:
+            raise UnexpectedNullError("Device: no driver device given; use nnapi.get_devices()")
+        if not isinstance(hal_device, IDevice):
+            raise NotConstructibleError("Device cannot be constructed from "
+                                        f"{type(hal_device).__name__}; use nnapi.get_devices()")
         self._hal = hal_device
 
     @property
@@ -66,7 +73,7 @@ def get_device(index: int) -> Device:
     from nnapi.errors import BadDataError
 
     devices = get_devices()
-    if not isinstance(index, int) or not 0 <= index < len(devices):
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(devices):
         raise BadDataError(f"get_device: index {index!r} out of range ({len(devices)} devices)")
     return devices[index]
 

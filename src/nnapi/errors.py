@@ -88,6 +88,11 @@ _BY_CODE: dict[ResultCode, type[NnapiError]] = {
 }
 
 
+class NotConstructibleError(BadDataError, TypeError):
+    """A public class without an NDK constructor (Memory, Event, Device) was called
+    directly. BAD_DATA, and also a TypeError, as Python raises for a wrong call."""
+
+
 def error_for(code: ResultCode, message: str) -> NnapiError:
     """The NnapiError subclass instance for ``code``."""
     return _BY_CODE.get(ResultCode(code), NnapiError)(message, code)

@@ -11,20 +11,40 @@ import os
 import select
 import threading
 import weakref
+from collections.abc import Callable
 
 from nnapi._object import NnapiObject
-from nnapi.errors import BadDataError, BadStateError, NnapiError, UnexpectedNullError
+from nnapi._scheduler import FENCES
+from nnapi.errors import (
+    BadDataError,
+    BadStateError,
+    NnapiError,
+    NotConstructibleError,
+    ResourceExhaustedTransientError,
+    UnexpectedNullError,
+)
 
 
 class Event(NnapiObject):
     """ANeuralNetworksEvent."""
 
     def __init__(self) -> None:
-        self._done = threading.Event()
-        self._error: NnapiError | None = None
-        self._fence_fd: int | None = None
-        self._waited_fd: int | None = None
-        self._lock = threading.Lock()
+        # The NDK has no ANeuralNetworksEvent_create: an event comes from an execution or
+        # from a sync fence. One made here would never be signalled.
+        raise NotConstructibleError("Event cannot be constructed directly; it comes from "
+                                    "Execution.start_compute* or Event.create_from_sync_fence_fd")
+
+    @classmethod
+    def _new(cls) -> Event:
+        """An event an execution will signal."""
+        event = object.__new__(cls)
+        event._done = threading.Event()
+        event._error = None
+        event._fence_fd = None
+        event._waited_fd = None
+        event._lock = threading.Lock()
+        event._callbacks = []
+        return event
 
     @classmethod
     def create_from_sync_fence_fd(cls, sync_fence_fd: int) -> Event:
@@ -32,13 +52,14 @@ class Event(NnapiObject):
         descriptor becomes readable. The descriptor is duplicated."""
         if sync_fence_fd is None:
             raise UnexpectedNullError("create_from_sync_fence_fd: fd is None")
-        if not isinstance(sync_fence_fd, int) or sync_fence_fd < 0:
+        if not isinstance(sync_fence_fd, int) or isinstance(sync_fence_fd, bool) or \
+                not 0 <= sync_fence_fd < 2**31:
             raise BadDataError(f"create_from_sync_fence_fd: invalid fd {sync_fence_fd!r}")
         try:
             own = os.dup(sync_fence_fd)
         except OSError as error:
             raise BadDataError(f"create_from_sync_fence_fd: {error}") from None
-        event = cls()
+        event = cls._new()
         event._waited_fd = own
         event._close_waited = weakref.finalize(event, os.close, own)
         return event
@@ -50,6 +71,33 @@ class Event(NnapiObject):
             self._done.set()
             if self._fence_fd is not None:
                 os.eventfd_write(self._fence_fd, 1)
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(error)
+
+    def _when_done(self, callback: Callable[[NnapiError | None], None], call: str) -> None:
+        """Call ``callback(error)`` once the event is signalled (now, if it already is).
+
+        Whatever the caller does with the event afterwards (free it, let its descriptor
+        number be reused) does not matter: an execution's event is followed through its
+        own state, a sync fence through a duplicate of its descriptor.
+        """
+        if self._waited_fd is not None:
+            try:
+                fd = os.dup(self._waited_fd)
+            except OSError as error:
+                raise BadDataError(f"{call}: cannot duplicate a dependency's sync fence: {error}") from None
+            try:
+                FENCES.watch(fd, lambda: callback(None), call)
+            except BaseException:
+                os.close(fd)
+                raise
+            return
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self._error)
 
     # --- consumer side -----------------------------------------------------------------
     def wait(self) -> None:
@@ -72,13 +120,16 @@ class Event(NnapiObject):
         """ANeuralNetworksEvent_getSyncFenceFd: a new descriptor, readable once done.
         The caller owns (and must close) it."""
         self._check_alive("get_sync_fence_fd")
-        if self._waited_fd is not None:
-            return os.dup(self._waited_fd)
-        with self._lock:
-            if self._fence_fd is None:
-                self._fence_fd = os.eventfd(1 if self._done.is_set() else 0, os.EFD_CLOEXEC)
-                self._close_fence = weakref.finalize(self, os.close, self._fence_fd)
-            return os.dup(self._fence_fd)
+        try:
+            if self._waited_fd is not None:
+                return os.dup(self._waited_fd)
+            with self._lock:
+                if self._fence_fd is None:
+                    self._fence_fd = os.eventfd(1 if self._done.is_set() else 0, os.EFD_CLOEXEC)
+                    self._close_fence = weakref.finalize(self, os.close, self._fence_fd)
+                return os.dup(self._fence_fd)
+        except OSError as error:  # out of descriptors
+            raise ResourceExhaustedTransientError(f"get_sync_fence_fd: {error}") from None
 
     def _release(self) -> None:
         if not self._done.is_set() and self._waited_fd is None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from nnapi._object import NnapiObject
+from nnapi._object import NnapiObject, as_flag
+from nnapi._scheduler import POOL
 from nnapi.codes import DurationCode, ResultCode
 from nnapi.compilation import Compilation
 from nnapi.device import DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS
@@ -23,6 +25,8 @@ from nnapi.errors import (
     BadStateError,
     NnapiError,
     OpFailedError,
+    OutOfMemoryError,
+    ResourceExhaustedTransientError,
     UnexpectedNullError,
     error_for,
 )
@@ -31,7 +35,7 @@ from nnapi.hal import DataLocation, ErrorStatus, HalError, OutputShape, Request,
 from nnapi.hal.types import NO_TIMING
 from nnapi.memory import Memory
 from nnapi.model import as_bytes_view
-from nnapi.operand import OperandType
+from nnapi.operand import OperandType, dtype_of
 
 #: get_duration's value when no duration is available (UINT64_MAX).
 DURATION_UNAVAILABLE = NO_TIMING
@@ -46,6 +50,8 @@ class _Argument:
     offset: int = 0
     length: int = 0
     dimensions: tuple[int, ...] = ()
+    #: a non-contiguous numpy array: read (input) or written back (output) at compute time
+    array: np.ndarray | None = None
 
 
 class Execution(NnapiObject):
@@ -86,7 +92,7 @@ class Execution(NnapiObject):
     def set_reusable(self, reusable: bool) -> None:
         """ANeuralNetworksExecution_setReusable."""
         self._check_preparation("set_reusable")
-        self._reusable = bool(reusable)
+        self._reusable = as_flag("set_reusable", reusable)
 
     def set_measure_timing(self, measure: bool) -> None:
         """ANeuralNetworksExecution_setMeasureTiming: only for a compilation created for
@@ -94,7 +100,7 @@ class Execution(NnapiObject):
         self._check_preparation("set_measure_timing")
         if not self._compilation.single_explicit_device:
             raise BadDataError("set_measure_timing: only for a compilation created for exactly one device")
-        self._measure = bool(measure)
+        self._measure = as_flag("set_measure_timing", measure)
 
     def set_timeout(self, duration_ns: int) -> None:
         """ANeuralNetworksExecution_setTimeout: 0 means none. Only for a compilation
@@ -118,7 +124,7 @@ class Execution(NnapiObject):
         self._check_preparation("enable_input_and_output_padding")
         if self._inputs or self._outputs:
             raise BadStateError("enable_input_and_output_padding: inputs or outputs are already set")
-        self._padding = bool(enable)
+        self._padding = as_flag("enable_input_and_output_padding", enable)
 
     # --- arguments -------------------------------------------------------------------
     def _argument_type(self, call: str, kind: str, index: int, op_type: OperandType | None, value: Any
@@ -154,27 +160,59 @@ class Execution(NnapiObject):
             dims = shape
         return declared.with_dimensions(dims), tuple(dims)
 
-    def _check_length(self, call: str, kind: str, full_type: OperandType, length: int) -> None:
+    def _check_length(self, call: str, kind: str, index: int, full_type: OperandType, length: int) -> None:
         if kind == "input" and not full_type.is_fully_specified:
-            raise BadDataError(f"{call}: input type {full_type.describe()} is not fully specified; pass "
-                               "a type with its dimensions")
+            raise BadDataError(f"{call}: input {index} type {full_type.describe()} is not fully specified; "
+                               "pass a type with its dimensions")
         if full_type.is_fully_specified:
             needed = full_type.byte_size()
             if length < needed or (length != needed and not self._padding):
-                raise BadDataError(f"{call}: {full_type.describe()} needs {needed} bytes, got {length}")
+                raise BadDataError(f"{call}: {kind} {index} ({full_type.describe()}) needs {needed} bytes, "
+                                   f"got {length}")
 
     def _set(self, call: str, kind: str, index: int, buffer: Any, op_type: OperandType | None) -> None:
         self._check_preparation(call)
         full_type, dims = self._argument_type(call, kind, index, op_type, buffer)
         if buffer is None:
             argument = _Argument(omitted=True)
+        elif isinstance(buffer, np.ndarray) and not buffer.flags.c_contiguous:
+            # Kept as the caller's array: read at compute time like any other input, and an
+            # output is written back into it after the computation.
+            self._check_array(call, kind, index, full_type, buffer)
+            if kind == "output" and not buffer.flags.writeable:
+                raise BadDataError(f"{call}: output {index}: the array is read-only")
+            self._check_length(call, kind, index, full_type, buffer.nbytes)
+            argument = _Argument(False, None, 0, buffer.nbytes, dims, buffer)
         else:
-            view = as_bytes_view(buffer, full_type)
+            if isinstance(buffer, np.ndarray | np.generic):
+                self._check_array(call, kind, index, full_type,
+                                  buffer if isinstance(buffer, np.ndarray) else np.asarray(buffer))
+            try:
+                view = as_bytes_view(buffer, full_type)
+            except BadDataError as error:
+                raise BadDataError(f"{call}: {kind} {index}: {error}") from None
             if kind == "output" and view.readonly:
-                raise BadDataError(f"{call}: output buffer is read-only")
-            self._check_length(call, kind, full_type, view.nbytes)
+                raise BadDataError(f"{call}: output {index}: the buffer is read-only")
+            self._check_length(call, kind, index, full_type, view.nbytes)
             argument = _Argument(False, view, 0, view.nbytes, dims)
         (self._inputs if kind == "input" else self._outputs)[index] = argument
+
+    def _check_array(self, call: str, kind: str, index: int, full_type: OperandType, array: np.ndarray) -> None:
+        """A numpy argument has the operand's dtype, and its shape (or is flat with the
+        operand's element count); the byte count alone would let int32 pass for float32."""
+        if isinstance(array, np.ma.MaskedArray):
+            raise BadDataError(f"{call}: {kind} {index}: masked arrays are not supported")
+        expected = dtype_of(full_type.type)
+        if array.dtype != expected:
+            raise BadDataError(f"{call}: {kind} {index} is {full_type.type.name}, which needs dtype {expected}; "
+                               f"got an array of dtype {array.dtype}")
+        if not full_type.is_fully_specified or (self._padding and array.ndim == 1):
+            return
+        dims = tuple(full_type.dimensions)
+        count = full_type.element_count() if full_type.is_tensor else 1
+        if array.shape != dims and array.shape != (count,):
+            raise BadDataError(f"{call}: {kind} {index} has shape {list(dims)}; got an array of shape "
+                               f"{list(array.shape)}")
 
     def _set_from_memory(self, call: str, kind: str, index: int, memory: Memory, offset: int, length: int,
                          op_type: OperandType | None) -> None:
@@ -199,7 +237,7 @@ class Execution(NnapiObject):
                                    f"{memory.size} bytes")
             if kind == "output" and not memory._writable:
                 raise BadDataError(f"{call}: the memory is read-only")
-            self._check_length(call, kind, full_type, length)
+            self._check_length(call, kind, index, full_type, length)
         (self._inputs if kind == "input" else self._outputs)[index] = _Argument(False, memory, offset, length,
                                                                                  dims)
 
@@ -239,25 +277,58 @@ class Execution(NnapiObject):
                 if isinstance(argument.pool, Memory) and argument.pool.is_from_desc and \
                         not argument.pool._initialized:
                     raise BadDataError(f"{call}: input {position} reads a device memory never written")
+            if self._compilation._freed:
+                raise BadStateError(f"{call}: the compilation was freed")
+            self._previous_state = self._state
             self._state = _COMPUTING
 
-    def _request(self) -> Request:
+    def _request(self) -> tuple[Request, list[Callable[[], None]]]:
+        """The HAL request, read from the arguments now, and what to do after a successful
+        run to land outputs that could not be handed to the driver in place."""
         pools: list[Any] = []
         pool_ids: dict[int, int] = {}
+        write_backs: list[Callable[[], None]] = []
 
-        def argument(arg: _Argument) -> RequestArgument:
+        def own_pool(buffer: Any) -> int:
+            pools.append(buffer)
+            return len(pools) - 1
+
+        def argument(position: int, arg: _Argument, kind: str) -> RequestArgument:
             if arg.omitted:
                 return RequestArgument(has_no_value=True)
-            buffer = arg.pool._pool() if isinstance(arg.pool, Memory) else arg.pool
+            call = f"compute: {kind} {position}"
+            if arg.array is not None:
+                # A non-contiguous array: its values now, or a staging buffer written back.
+                if kind == "input":
+                    pool = own_pool(memoryview(np.ascontiguousarray(arg.array).reshape(-1).view(np.uint8)))
+                else:
+                    # Start from the array's values: bytes the driver leaves alone stay as they were.
+                    staging = bytearray(np.ascontiguousarray(arg.array).tobytes())
+                    pool = own_pool(staging)
+                    write_backs.append(lambda a=arg.array, b=staging: _write_back(a, b))
+                return RequestArgument(False, DataLocation(pool, 0, arg.length), list(arg.dimensions))
+            if isinstance(arg.pool, Memory) and arg.pool._direct:
+                # A file that may be truncated at any time is read and written with pread /
+                # pwrite, one private buffer per argument.
+                memory = arg.pool
+                if kind == "input":
+                    pool = own_pool(bytearray(memory._read(call, arg.offset, arg.length)))
+                else:
+                    staging = bytearray(memory._read(call, arg.offset, arg.length))
+                    pool = own_pool(staging)
+                    write_backs.append(lambda m=memory, o=arg.offset, b=staging, c=call: m._write(c, o, b))
+                return RequestArgument(False, DataLocation(pool, 0, arg.length), list(arg.dimensions))
+            if isinstance(arg.pool, Memory):
+                arg.pool._check_file_size(call)
             if id(arg.pool) not in pool_ids:
-                pool_ids[id(arg.pool)] = len(pools)
-                pools.append(buffer)
+                buffer = arg.pool._pool() if isinstance(arg.pool, Memory) else arg.pool
+                pool_ids[id(arg.pool)] = own_pool(buffer)
             return RequestArgument(False, DataLocation(pool_ids[id(arg.pool)], arg.offset, arg.length),
                                    list(arg.dimensions))
 
-        inputs = [argument(self._inputs[i]) for i in range(len(self._input_types))]
-        outputs = [argument(self._outputs[i]) for i in range(len(self._output_types))]
-        return Request(inputs, outputs, pools)
+        inputs = [argument(i, self._inputs[i], "input") for i in range(len(self._input_types))]
+        outputs = [argument(i, self._outputs[i], "output") for i in range(len(self._output_types))]
+        return Request(inputs, outputs, pools), write_backs
 
     def _run(self, burst=None, deadline_ns: int | None = None) -> None:
         """Run on the device; record shapes, timing and status; raise on failure."""
@@ -266,16 +337,24 @@ class Execution(NnapiObject):
         prepared = self._compilation._prepared
         error: NnapiError | None = None
         try:
-            request = self._request()
+            if self._compilation._freed or prepared is None:
+                raise BadStateError("compute: the compilation was freed")
+            request, write_backs = self._request()
             runner = burst._hal_burst if burst is not None else prepared
-            shapes, timing = runner.execute(request, self._measure, deadline_ns, self._loop_timeout_ns)
+            with np.errstate(all="ignore"):  # kernels never depend on the caller's numpy state
+                shapes, timing = runner.execute(request, self._measure, deadline_ns, self._loop_timeout_ns)
+            for write_back in write_backs:
+                write_back()
             self._output_shapes, self._timing = shapes, timing
         except HalError as hal_error:
             code = hal_error.status.to_result_code()
             self._output_shapes = hal_error.output_shapes if hal_error.status == \
                 ErrorStatus.OUTPUT_INSUFFICIENT_SIZE else None
             self._timing = Timing()
-            error = error_for(code, str(hal_error))
+            error = error_for(code, self._insufficient_message(hal_error))
+        except MemoryError:
+            self._output_shapes = None
+            error = OutOfMemoryError("compute: out of memory")
         except NnapiError as nnapi_error:
             self._output_shapes, error = None, nnapi_error
         except Exception as unexpected:  # never leak a raw exception from a driver
@@ -288,6 +367,20 @@ class Execution(NnapiObject):
         self._state = _COMPLETED
         if error is not None:
             raise error
+
+    def _insufficient_message(self, hal_error: HalError) -> str:
+        """For OUTPUT_INSUFFICIENT_SIZE: which outputs are too small and what they need."""
+        if hal_error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or not hal_error.output_shapes:
+            return str(hal_error)
+        parts = []
+        for position, shape in enumerate(hal_error.output_shapes):
+            if shape.is_sufficient or position >= len(self._output_types):
+                continue
+            needed = self._output_types[position].with_dimensions(tuple(shape.dimensions))
+            given = self._outputs[position].length if position in self._outputs else 0
+            size = needed.byte_size() if needed.is_fully_specified else "more"
+            parts.append(f"output {position} needs {size} bytes (shape {list(shape.dimensions)}), got {given}")
+        return f"{hal_error}: {'; '.join(parts)}" if parts else str(hal_error)
 
     def compute(self) -> None:
         """ANeuralNetworksExecution_compute: run synchronously."""
@@ -329,15 +422,20 @@ class Execution(NnapiObject):
         if duration_ns and self._timeout_ns:
             raise BadDataError(f"{call}: set_timeout was called; the duration must be 0")
         self._begin(call)
-        event = Event()
+        event = Event._new()
+        try:
+            POOL.reserve(call)
+        except NnapiError:
+            self._state = self._previous_state
+            raise
+        pending = [len(events)]
+        failures: list[NnapiError] = []
+        lock = threading.Lock()
 
         def work() -> None:
-            try:
-                for dependency in events:
-                    dependency.wait()
-            except NnapiError as failed:
-                self._status, self._state = failed.code, _COMPLETED
-                event._signal(OpFailedError(f"{call}: a dependency failed: {failed}"))
+            if failures:
+                self._status, self._state = failures[0].code, _COMPLETED
+                event._signal(OpFailedError(f"{call}: a dependency failed: {failures[0]}"))
                 return
             deadline = time.monotonic_ns() + duration_ns if duration_ns else None
             try:
@@ -347,7 +445,36 @@ class Execution(NnapiObject):
                 return
             event._signal(None)
 
-        threading.Thread(target=work, name="nnapi-execution", daemon=True).start()
+        def submit() -> None:
+            if not POOL.submit(work):
+                POOL.cancel()
+                self._status, self._state = ResultCode.RESOURCE_EXHAUSTED_TRANSIENT, _COMPLETED
+                event._signal(ResourceExhaustedTransientError(f"{call}: no worker thread available"))
+
+        def dependency_done(error: NnapiError | None) -> None:
+            with lock:
+                if error is not None:
+                    failures.append(error)
+                pending[0] -= 1
+                last = pending[0] == 0
+            if last:
+                submit()
+
+        for position, dependency in enumerate(events):
+            # Dependencies are followed through their own state (or a duplicate of their
+            # fence), so the caller may free them as soon as this returns.
+            try:
+                dependency._when_done(dependency_done, call)
+            except NnapiError as failed:
+                with lock:
+                    failures.append(failed)
+                    pending[0] -= len(events) - position  # those never report
+                    last = pending[0] == 0
+                if last:
+                    submit()
+                return event
+        if not events:
+            submit()
         return event
 
     # --- results ---------------------------------------------------------------------
@@ -397,5 +524,10 @@ class Execution(NnapiObject):
     def _release(self) -> None:
         self._inputs.clear()
         self._outputs.clear()
+
+
+def _write_back(array: np.ndarray, staging: bytearray) -> None:
+    """Copy a computed output from its staging buffer into the caller's strided array."""
+    array[...] = np.frombuffer(staging, dtype=array.dtype).reshape(array.shape)
 
 

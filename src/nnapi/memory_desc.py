@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from nnapi._object import NnapiObject
-from nnapi.errors import BadDataError, BadStateError, OpFailedError, UnexpectedNullError
+from nnapi.errors import BadDataError, BadStateError, OpFailedError, OutOfMemoryError, UnexpectedNullError
 from nnapi.operand import OperandType
+
+#: NNAPI sizes are uint32: no operand holds more bytes than this.
+MAX_OPERAND_BYTES = 2**32 - 1
 
 
 def _compatible(a: Sequence[int], b: Sequence[int]) -> bool:
@@ -74,9 +79,11 @@ class MemoryDesc(NnapiObject):
                     self._type.type, self._type.scale, self._type.zero_point, self._type.channel_quant):
                 raise BadDataError(f"{call}: operand type {op_type.describe()} differs from the other roles' "
                                    f"{self._type.describe()}")
-            if not _compatible(self._dimensions, op_type.dimensions):
-                raise BadDataError(f"{call}: dimensions {list(op_type.dimensions)} are incompatible with "
-                                   f"{list(self._dimensions)}")
+        if not _compatible(self._dimensions, op_type.dimensions):
+            raise BadDataError(f"{call}: dimensions {list(op_type.dimensions)} are incompatible with "
+                               f"{list(self._dimensions)}")
+        if not op_type.is_tensor and self._dimensions:
+            raise BadDataError(f"{call}: a scalar role, but dimensions {list(self._dimensions)} were set")
         self._type = op_type if self._type is None else self._type
         self._dimensions = _combine(self._dimensions, op_type.dimensions)
         self._roles.append((compilation, kind, index))
@@ -94,9 +101,14 @@ class MemoryDesc(NnapiObject):
         self._check_modifiable("set_dimensions")
         if dimensions is None:
             raise UnexpectedNullError("set_dimensions: dimensions is None")
-        dims = tuple(int(d) for d in dimensions)
-        if any(d < 0 for d in dims):
-            raise BadDataError("set_dimensions: dimensions must be non-negative")
+        if isinstance(dimensions, str | bytes) or not hasattr(dimensions, "__iter__"):
+            raise BadDataError(f"set_dimensions: expected a sequence of ints, got {dimensions!r}")
+        dims = tuple(dimensions)
+        if not all(isinstance(d, int | np.integer) and not isinstance(d, bool) for d in dims):
+            raise BadDataError(f"set_dimensions: dimensions must be ints, got {list(dims)!r}")
+        dims = tuple(int(d) for d in dims)
+        if any(not 0 <= d < 2**32 for d in dims):
+            raise BadDataError(f"set_dimensions: dimensions must be in [0, 2**32), got {list(dims)}")
         if self._type is not None and not self._type.is_tensor and dims:
             raise BadDataError("set_dimensions: a scalar has rank 0")
         if not _compatible(self._dimensions, dims):
@@ -119,9 +131,17 @@ class MemoryDesc(NnapiObject):
         full = self._type.with_dimensions(self._dimensions)
         if not full.is_fully_specified:
             raise OpFailedError("Memory.from_desc: nnapi-reference needs fully specified dimensions")
-        memory = memory_class._wrap(None, 0, full.byte_size(), True, None)
+        size = full.byte_size()
+        if size > MAX_OPERAND_BYTES:
+            raise OutOfMemoryError(f"Memory.from_desc: {full.describe()} needs {size} bytes, more than "
+                                   f"an operand may hold ({MAX_OPERAND_BYTES})")
+        try:
+            buffer = bytearray(size)
+        except MemoryError:
+            raise OutOfMemoryError(f"Memory.from_desc: cannot allocate {size} bytes") from None
+        memory = memory_class._wrap(None, 0, size, True, None)
         memory._desc = self
-        memory._device_buffer = bytearray(full.byte_size())
+        memory._device_buffer = buffer
         memory._initialized = False
         return memory
 

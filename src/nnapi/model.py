@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nnapi._object import NnapiObject
+from nnapi._object import NnapiObject, as_flag
 from nnapi.codes import MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, OperandCode, OperationCode
 from nnapi.errors import BadDataError, BadStateError, NnapiError, UnexpectedNullError
 from nnapi.memory import Memory
@@ -72,10 +72,7 @@ def as_bytes_view(value: Any, op_type: OperandType | None = None) -> memoryview:
     ``set_operand_value(i, 3)`` works for an INT32 operand.
     """
     if isinstance(value, bool | int | float) and op_type is not None and not op_type.is_tensor:
-        try:
-            value = np.array(value, dtype=op_type.dtype)
-        except (OverflowError, ValueError) as error:
-            raise BadDataError(f"value {value!r} does not fit {op_type.type.name}: {error}") from None
+        value = _scalar_array(value, op_type)
     if isinstance(value, np.generic):
         value = np.array(value)
     if isinstance(value, np.ndarray):
@@ -90,6 +87,30 @@ def as_bytes_view(value: Any, op_type: OperandType | None = None) -> memoryview:
     if not view.c_contiguous:
         raise BadDataError("buffer must be C-contiguous")
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def _scalar_array(value: bool | int | float, op_type: OperandType) -> np.ndarray:
+    """A Python scalar as ``op_type``'s element, refusing what would change its value
+    (1.7 for an INT32, 5 for a BOOL, 1e300 for a FLOAT16)."""
+    dtype = op_type.dtype
+    name = op_type.type.name
+    if dtype.kind in "iub":
+        if isinstance(value, float) and not value.is_integer():
+            raise BadDataError(f"value {value!r} is not an integer, as {name} needs")
+        if dtype.kind == "b" and value not in (0, 1):
+            raise BadDataError(f"value {value!r} is not a boolean, as {name} needs")
+        info = np.iinfo(dtype) if dtype.kind != "b" else None
+        if info is not None and not info.min <= value <= info.max:
+            raise BadDataError(f"value {value!r} does not fit {name} ([{info.min}, {info.max}])")
+        return np.array(int(value), dtype=dtype)
+    try:
+        with np.errstate(over="raise"):
+            array = np.array(value, dtype=dtype)
+    except (OverflowError, FloatingPointError, ValueError) as error:
+        raise BadDataError(f"value {value!r} does not fit {name}: {error}") from None
+    if np.isfinite(value) and not np.isfinite(array):
+        raise BadDataError(f"value {value!r} does not fit {name}")
+    return array
 
 
 class Model(NnapiObject):
@@ -182,7 +203,10 @@ class Model(NnapiObject):
             return
         if op_type.type == OperandCode.MODEL:
             raise BadDataError(f"{call}: operand {index} is a MODEL; use set_operand_value_from_model")
-        view = as_bytes_view(value, op_type)
+        try:
+            view = as_bytes_view(value, op_type)
+        except BadDataError as error:
+            raise BadDataError(f"{call}: operand {index}: {error}") from None
         self._check_value_length(call, index, view.nbytes)
         if view.nbytes <= MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES:
             self._values[index] = _CopiedValue(view.tobytes())
@@ -334,7 +358,7 @@ class Model(NnapiObject):
     def relax_computation_float32_to_float16(self, allow: bool) -> None:
         """ANeuralNetworksModel_relaxComputationFloat32toFloat16."""
         self._check_modifiable("relax_computation_float32_to_float16")
-        self._relaxed = bool(allow)
+        self._relaxed = as_flag("relax_computation_float32_to_float16", allow)
 
     def finish(self) -> None:
         """ANeuralNetworksModel_finish: validate the whole graph and freeze the model."""
@@ -396,7 +420,7 @@ class Model(NnapiObject):
             raise UnexpectedNullError(f"{call}: devices is None")
         if not self._finished:
             raise BadStateError(f"{call}: the model is not finished")
-        if not hasattr(devices, "__iter__"):
+        if isinstance(devices, str | bytes | np.ndarray) or not hasattr(devices, "__iter__"):
             raise BadDataError(f"{call}: devices must be a sequence of Device")
         devices = list(devices)
         if not devices:
