@@ -458,3 +458,24 @@ def test_scalars_that_keep_their_value():
     index = model.add_operand(OperandType(T.INT32))
     model.set_operand_value(index, 2.0)
     model.set_operand_value(index, True)
+
+
+def test_device_memory_copies_through_pread_pwrite():
+    compilation = compiled()
+    desc = nnapi.MemoryDesc()
+    desc.add_output_role(compilation, 0)
+    desc.finish()
+    device = nnapi.Memory.from_desc(desc)
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, np.arange(8, dtype=np.float32))
+    execution.set_input(1, np.ones(8, np.float32))
+    execution.set_output_from_memory(0, device, 0, 0)
+    execution.compute()
+    fd = os.memfd_create("plain")  # unsealable: read and written with pread / pwrite
+    try:
+        os.ftruncate(fd, 32)
+        host = nnapi.Memory.from_fd(32, nnapi.PROT_READ | nnapi.PROT_WRITE, fd)
+        nnapi.Memory.copy(device, host)
+        np.testing.assert_array_equal(np.frombuffer(os.pread(fd, 32, 0), np.float32), np.arange(8) + 1)
+    finally:
+        os.close(fd)

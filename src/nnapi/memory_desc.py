@@ -161,6 +161,10 @@ def copy_device_memory(src, dst) -> None:
         raise BadDataError(f"Memory.copy: sizes differ ({src.size} and {dst.size})")
     if not dst._writable:
         raise BadDataError("Memory.copy: destination is read-only")
-    memoryview(dst._pool())[:] = memoryview(src._pool())
+    data = memoryview(src._pool()) if src.is_from_desc else src._read("Memory.copy", 0, src.size)
+    if dst.is_from_desc:
+        memoryview(dst._pool())[:] = data
+    else:
+        dst._write("Memory.copy", 0, data)
     if dst.is_from_desc:
         dst._initialized = True
