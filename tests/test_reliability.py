@@ -479,3 +479,82 @@ def test_device_memory_copies_through_pread_pwrite():
         np.testing.assert_array_equal(np.frombuffer(os.pread(fd, 32, 0), np.float32), np.arange(8) + 1)
     finally:
         os.close(fd)
+
+
+# --- enormous shapes and deadlines inside one operation ---------------------------------------
+def test_enormous_output_is_out_of_memory_before_allocating():
+    model = nnapi.Model()
+    dims = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
+    value = model.add_operand(OperandType(T.FLOAT32))
+    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0]))
+    model.set_operand_value(value, 1.0)
+    model.add_operation(Op.FILL, [dims, value], [out])
+    model.identify_inputs_and_outputs([dims], [out])
+    model.finish()
+    execution = nnapi.Execution(compiled(model))
+    execution.set_input(0, np.array([2**16, 2**15], np.int32))  # 2**31 elements, 8 GiB
+    execution.set_output(0, np.zeros(4, np.float32))
+    with pytest.raises(nnapi.OutOfMemoryError, match=r"FILL: output 0 of shape \[65536, 32768\]"):
+        execution.compute()
+
+
+def conv_model(size: int, channels: int) -> nnapi.Model:
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, size, size, channels]))
+    w = model.add_operand(OperandType(T.TENSOR_FLOAT32, [channels, 3, 3, channels]))
+    b = model.add_operand(OperandType(T.TENSOR_FLOAT32, [channels]))
+    scalars = [model.add_operand(OperandType(T.INT32)) for _ in range(4)]
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, size, size, channels]))
+    model.set_operand_value(w, np.ones((channels, 3, 3, channels), np.float32))
+    model.set_operand_value(b, np.zeros(channels, np.float32))
+    for index, value in zip(scalars, [1, 1, 1, 0], strict=True):  # SAME padding, stride 1, no activation
+        model.set_operand_value(index, value)
+    model.add_operation(Op.CONV_2D, [x, w, b, *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+def test_deadline_ends_one_long_operation():
+    """One CONV_2D and a deadline far shorter than it: the deadline used to be checked only
+    between operations, so the execution ran to the end and succeeded."""
+    compilation = compiled(conv_model(64, 64), nnapi.get_devices()[:1])
+    execution = nnapi.Execution(compilation)
+    execution.set_timeout(1_000_000)  # 1 ms
+    execution.set_input(0, np.ones((1, 64, 64, 64), np.float32))
+    execution.set_output(0, np.zeros((1, 64, 64, 64), np.float32))
+    with pytest.raises(nnapi.MissedDeadlineTransientError):
+        execution.compute()
+
+
+def test_convolution_checks_the_deadline_per_block():
+    from nnapi.operations._conv_common import IM2COL_BLOCK_BYTES, Spatial, conv_accumulate
+    from nnapi.operations.base import deadline_checked
+
+    calls = []
+
+    def check() -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise nnapi.MissedDeadlineTransientError("deadline")
+
+    rows = 4 * IM2COL_BLOCK_BYTES // (32 * 9 * 8 * 4)  # a few blocks of output rows
+    x = np.ones((1, rows, 32, 8), np.float32)
+    sp = Spatial(0, 0, 0, 0, 1, 1, 1, 1, 0, False, {})
+    with deadline_checked(check), pytest.raises(nnapi.MissedDeadlineTransientError):
+        conv_accumulate(x, np.ones((8, 3, 3, 8), np.float32), 1, sp, (rows - 2, 30))
+    assert len(calls) == 2
+
+
+def test_omitting_a_required_input_is_bad_data():
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    model.add_operation(Op.LOGISTIC, [x], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    execution = nnapi.Execution(compiled(model))
+    execution.set_input(0, None)
+    execution.set_output(0, np.zeros(4, np.float32))
+    with pytest.raises(nnapi.BadDataError, match="LOGISTIC: input 0 omitted"):
+        execution.compute()

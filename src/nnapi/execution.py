@@ -347,7 +347,8 @@ class Execution(NnapiObject):
                 write_back()
             self._output_shapes, self._timing = shapes, timing
         except HalError as hal_error:
-            code = hal_error.status.to_result_code()
+            # An in-process driver may carry the exact result code the HAL status stands for.
+            code = getattr(hal_error, "result_code", None) or hal_error.status.to_result_code()
             self._output_shapes = hal_error.output_shapes if hal_error.status == \
                 ErrorStatus.OUTPUT_INSUFFICIENT_SIZE else None
             self._timing = Timing()

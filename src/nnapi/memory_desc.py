@@ -15,9 +15,7 @@ import numpy as np
 from nnapi._object import NnapiObject
 from nnapi.errors import BadDataError, BadStateError, OpFailedError, OutOfMemoryError, UnexpectedNullError
 from nnapi.operand import OperandType
-
-#: NNAPI sizes are uint32: no operand holds more bytes than this.
-MAX_OPERAND_BYTES = 2**32 - 1
+from nnapi.operations.base import MAX_OPERAND_BYTES
 
 
 def _compatible(a: Sequence[int], b: Sequence[int]) -> bool:

@@ -142,7 +142,8 @@ class Model(NnapiObject):
         return int(index)
 
     def _index_list(self, call: str, indexes: Any) -> list[int]:
-        if isinstance(indexes, str | bytes) or not hasattr(indexes, "__iter__"):
+        if isinstance(indexes, str | bytes) or not hasattr(indexes, "__iter__") or (
+                isinstance(indexes, np.ndarray) and indexes.ndim != 1):
             raise BadDataError(f"{call}: expected a sequence of operand indexes, got {indexes!r}")
         return [self._check_index(call, i) for i in indexes]
 

@@ -30,7 +30,7 @@ from nnapi.hal import (
 from nnapi.hal.validation import validate_model, validate_request
 from nnapi.operand import TENSOR_TYPES, dtype_of
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
-from nnapi.operations.base import SubgraphSignature
+from nnapi.operations.base import MAX_OPERAND_BYTES, SubgraphSignature, deadline_checked
 
 L = OperandLifeTime
 _RESULT_TO_STATUS = {
@@ -151,11 +151,15 @@ class ReferencePreparedModel(IPreparedModel):
         validate_request(request, self.model)
         run = _Run(self, deadline_ns, loop_timeout_ns)
         try:
-            inputs = [self._read_input(request, position, operand_index)
-                      for position, operand_index in enumerate(self.model.main.input_indexes)]
-            outputs = run.subgraph(0, inputs)
+            # Kernels run under their own numpy error state, whatever the caller set.
+            with np.errstate(all="ignore"), deadline_checked(run.check_deadline):
+                inputs = [self._read_input(request, position, operand_index)
+                          for position, operand_index in enumerate(self.model.main.input_indexes)]
+                outputs = run.subgraph(0, inputs)
         except HalError:
             raise
+        except MemoryError as error:
+            raise _out_of_memory(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "out of memory") from error
         except OperationFailed as error:
             raise HalError(ErrorStatus.GENERAL_FAILURE, str(error)) from error
         except NnapiError as error:
@@ -243,17 +247,19 @@ class _Run:
             context = ExecutionContext(code, [values[i] for i in operation.inputs], declared, relaxed,
                                        run_subgraph=self.run_reference, check_deadline=self.check_deadline,
                                        loop_timeout_ns=self.loop_timeout_ns)
-            shapes = [tuple(int(d) for d in s) for s in implementation.prepare(context)]
+            shapes = [tuple(int(d) for d in s) for s in _guarded(code, context, implementation.prepare)]
             if len(shapes) != len(operation.outputs):
                 raise OperationFailed(f"{code.name}: prepare gave {len(shapes)} shapes for "
                                       f"{len(operation.outputs)} outputs")
+            for position, (shape, output_type) in enumerate(zip(shapes, declared, strict=True)):
+                _check_output_size(code, position, shape, output_type)
             for position, (shape, output_type) in enumerate(zip(shapes, declared, strict=True)):
                 known = output_type.dimensions
                 if known and (len(known) != len(shape) or any(k and k != s for k, s in zip(known, shape,
                                                                                          strict=True))):
                     raise OperationFailed(f"{code.name}: output {position} has shape {list(shape)} but the "
                                           f"model declares {list(known)}")
-            results = implementation.execute(context)
+            results = _guarded(code, context, implementation.execute)
             if len(results) != len(operation.outputs):
                 raise OperationFailed(f"{code.name}: produced {len(results)} outputs, expected "
                                       f"{len(operation.outputs)}")
@@ -273,6 +279,43 @@ class _Run:
                 raise OperationFailed(f"subgraph output {operand_index} was never computed")
             outputs.append(values[operand_index])
         return outputs
+
+
+def _guarded(code: OperationCode, context: ExecutionContext, step):
+    """Run ``prepare`` or ``execute``. A kernel that trips over an omitted input (None
+    where a required value should be) was given bad data: BAD_DATA, as Android's CPU
+    executor reports a missing parameter, not a kernel failure."""
+    try:
+        return step(context)
+    except NnapiError:
+        raise
+    except (AttributeError, TypeError) as error:
+        omitted = [position for position, tensor in enumerate(context.inputs) if tensor.value is None]
+        if not omitted:
+            raise
+        raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                       f"{code.name}: input {', '.join(map(str, omitted))} omitted, but the operation needs a "
+                       "value there") from error
+
+
+def _check_output_size(code: OperationCode, position: int, shape: tuple[int, ...], output_type) -> None:
+    """Refuse an output larger than an operand may be before any kernel allocates it (a
+    FILL or TILE to 2**31 elements would otherwise die of MemoryError half way)."""
+    size = dtype_of(output_type.type).itemsize
+    for dim in shape:
+        size *= dim
+    if size > MAX_OPERAND_BYTES:
+        raise _out_of_memory(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                             f"{code.name}: output {position} of shape {list(shape)} needs {size} bytes, more "
+                             f"than an operand may hold ({MAX_OPERAND_BYTES})")
+
+
+def _out_of_memory(status: ErrorStatus, message: str) -> HalError:
+    """OUT_OF_MEMORY crosses the HAL as RESOURCE_EXHAUSTED_* (hal/Types.h); in process the
+    runtime reports the exact code, which the error carries."""
+    error = HalError(status, message)
+    error.result_code = ResultCode.OUT_OF_MEMORY
+    return error
 
 
 def _tensor(operand, shape: tuple[int, ...], value) -> Tensor:

@@ -24,7 +24,7 @@ import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, PaddingCode
 from nnapi.operand import dtype_of
-from nnapi.operations.base import ExecutionContext, Tensor, ValidationContext
+from nnapi.operations.base import ExecutionContext, Tensor, ValidationContext, check_deadline
 from nnapi.operations.common import FLOAT_AND_QUANT8_TENSORS as CONV_INPUT_TYPES
 from nnapi.operations.common import (
     FLOAT_TENSORS,
@@ -257,6 +257,7 @@ def conv_accumulate(x: np.ndarray, filt: np.ndarray, groups: int, sp: Spatial,
     block = max(1, IM2COL_BLOCK_BYTES // max(1, ow * depth * groups * x.itemsize))
     for batch in range(n):
         for top in range(0, oh, block):
+            check_deadline()
             bottom = min(top + block, oh)
             rows = (bottom - top) * ow
             if groups == 1:
@@ -283,6 +284,7 @@ def depthwise_accumulate(x: np.ndarray, filt: np.ndarray, multiplier: int, sp: S
     weights = filt.reshape(kh, kw, c, multiplier)
     for i in range(kh):
         for j in range(kw):
+            check_deadline()
             window = tap(xp, i, j, out_hw, (sp.stride_h, sp.stride_w), (sp.dilation_h, sp.dilation_w))
             np.multiply(window[..., None], weights[i, j], out=product)
             acc += product

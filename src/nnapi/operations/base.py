@@ -23,7 +23,9 @@ the output operand's storage dtype and of the shape ``prepare`` returned.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextvars
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +37,32 @@ from nnapi.operand import OperandType, SymmPerChannelQuantParams, dtype_of
 
 Shape = tuple[int, ...]
 T = OperandCode
+
+
+#: NNAPI sizes are uint32: no operand holds more bytes than this (Android rejects more).
+MAX_OPERAND_BYTES = 2**32 - 1
+
+#: The running execution's deadline check, for kernel helpers that have no context.
+_DEADLINE_CHECK: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "nnapi_deadline_check", default=None)
+
+
+def check_deadline() -> None:
+    """Raise if the running execution's deadline passed. Long kernels call this once per
+    block of work (it costs one clock read), so a deadline ends a heavy operation early."""
+    check = _DEADLINE_CHECK.get()
+    if check is not None:
+        check()
+
+
+@contextmanager
+def deadline_checked(check: Callable[[], None] | None) -> Iterator[None]:
+    """Make ``check`` what ``check_deadline`` calls while a driver runs an execution."""
+    token = _DEADLINE_CHECK.set(check)
+    try:
+        yield
+    finally:
+        _DEADLINE_CHECK.reset(token)
 
 
 class OperationFailed(NnapiError):
@@ -223,7 +251,8 @@ class ExecutionContext:
         return self._run_subgraph(subgraph, inputs)  # type: ignore[misc]
 
     def check_deadline(self) -> None:
-        """Raise if the execution's deadline passed (long operations call this)."""
+        """Raise if the execution's deadline passed (long operations call this, per block;
+        helpers without a context call the module's ``check_deadline``)."""
         if self._check_deadline is not None:
             self._check_deadline()
 
