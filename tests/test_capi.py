@@ -82,7 +82,32 @@ def test_header_values_match_the_python_enums(toolchain, tmp_path):
     assert printed["ANEURALNETWORKS_FEATURE_LEVEL_8"] == "1000008"
 
 
-@pytest.mark.parametrize("program", ["cnn", "control_flow", "dynamic_shape", "memory", "events", "threads"])
+@pytest.mark.parametrize("program", ["cnn", "control_flow", "dynamic_shape", "memory", "events", "threads", "misuse"])
 def test_c_program(toolchain, program):
     output = toolchain.run(toolchain.compile(f"{program}.c"))
     assert f"PASS {program}" in output
+
+
+def test_cpp_program(toolchain):
+    output = toolchain.run(toolchain.compile("cpp_api.cpp", cpp=True, extra=("-std=c++17",)))
+    assert "PASS cpp_api" in output
+
+
+def test_cli_capi_commands(toolchain, tmp_path, capsys):
+    from nnapi.cli import main
+
+    assert main(["capi", "include", "--out", str(tmp_path / "inc")]) == 0
+    include = Path(capsys.readouterr().out.strip())
+    header = (include / "android" / "NeuralNetworks.h").read_text()
+    assert header.count("__INTRODUCED_IN(") == 69 + 1  # 69 declarations + the fallback macro
+    assert main(["capi", "env", "--lib", str(toolchain.library.parent)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"export LD_LIBRARY_PATH={toolchain.library.parent}")
+
+
+def test_library_runs_from_a_plain_shell_environment(toolchain):
+    """No PYTHONPATH needed: the library knows where nnapi was installed when it was built."""
+    program = toolchain.compile("cnn.c")
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    result = subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
