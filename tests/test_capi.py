@@ -111,3 +111,25 @@ def test_library_runs_from_a_plain_shell_environment(toolchain):
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
     result = subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cts_vectors_through_the_c_api(toolchain):
+    """Every V1_0 vector and every 5th of the others, built and run by a C program; the
+    whole set (and its variations): tests/capi/run_conformance.py [--variants]."""
+    import sys
+
+    sys.path.insert(0, str(SOURCES))
+    from convert_vectors import convert
+    from run_conformance import run
+
+    from nnapi.conformance import default_vector_files
+
+    program = toolchain.compile("conformance_runner.c")
+    total = 0
+    for path in default_vector_files():
+        vectors = toolchain.root / f"{path.stem}.txt"
+        count = convert([path], vectors, every=1 if path.name.startswith("V1_0") else 5)
+        passed, failed, failures = run(program, vectors)
+        assert (passed, failed) == (count, 0), "\n".join(failures[:20])
+        total += passed
+    assert total > 1000
