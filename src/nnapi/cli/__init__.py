@@ -19,6 +19,7 @@ import pkgutil
 import sys
 
 import nnapi
+from nnapi import tracing
 from nnapi.cli._common import EXIT_INTERRUPTED, EXIT_NNAPI_ERROR, CliError, common_parser, load_drivers
 
 
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
+    trace = getattr(args, "trace", None)
+    if trace:
+        tracing.start(trace)
     try:
         load_drivers(getattr(args, "driver", None) or [])
         return args.func(args)
@@ -58,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    finally:
+        if trace:
+            try:
+                tracing.stop()
+            except OSError as error:
+                print(f"nnapi {args.command}: cannot write the trace {trace}: {error.strerror}", file=sys.stderr)
 
 
 def entry_point() -> None:

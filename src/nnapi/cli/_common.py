@@ -33,6 +33,8 @@ def common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--driver", action="append", default=[], metavar="PKG.MODULE:FACTORY",
                         help="load a driver plug-in before running (repeatable)")
+    common.add_argument("--trace", metavar="FILE.json",
+                        help="write a Chrome trace of compilations, executions and operations (Perfetto opens it)")
     return common
 
 
