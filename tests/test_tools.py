@@ -328,3 +328,48 @@ def test_reference_gives_its_validation_message_as_the_reason():
     reasons = ReferenceDevice().get_unsupported_reasons(hal_model)
     assert reasons[1:] == [None] * 6
     assert "CONV_2D" in reasons[0] and "TENSOR_INT32" in reasons[0]
+
+
+# --- on real models (tests/data/models) ---------------------------------------------------
+MODELS = os.path.join(os.path.dirname(__file__), "data", "models")
+
+
+def test_tools_on_an_imported_model(capsys, conv_device):
+    pytest.importorskip("tflite")
+    path = os.path.join(MODELS, "lstm_1x20x40_128_while.tflite")
+    assert main(["dump", path, "--format", "json"]) == 0
+    graph = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in graph["subgraphs"]] == ["main", "subgraph 1", "subgraph 2"]
+    names = [o.get("name") for o in graph["subgraphs"][0]["operands"] if o["lifetime"] == "SUBGRAPH_INPUT"]
+    assert any(name and "serving_default" in name for name in names)  # the TFLite tensor names
+    assert main(["placement", os.path.join(MODELS, "face_detection_short_range.tflite"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    convs = [entry for entry in report["operations"] if entry["type"] == "CONV_2D"]
+    assert convs and {entry["device"] for entry in convs} == {"sample-conv"}
+    assert all(entry["source"].startswith("operator ") for entry in report["operations"])
+    assert report["partitions"] > 1 and report["bytes_between_devices"] > 0
+    refused = next(entry for entry in report["operations"] if entry["type"] != "CONV_2D")
+    assert refused["refused"] == {"sample-conv": "declined by the driver"}
+
+
+def test_bisect_on_an_imported_model(wrong_conv_device):
+    pytest.importorskip("tflite")
+    from nnapi.cli._common import load_model
+
+    loaded = load_model(os.path.join(MODELS, "face_detection_short_range.tflite"))
+    result = bisect(loaded.model, wrong_conv_device)
+    assert result.first.operation_type == "CONV_2D" and result.first.device == "wrong-conv"
+    assert result.first.inherited_difference == 0.0
+    assert loaded.source_ops[result.first.operation].endswith("(CONV_2D)")
+
+
+def test_svg_through_graphviz(tmp_path):
+    import shutil
+
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed")
+    out = tmp_path / "demo.svg"
+    from nnapi.tools.graph_dump import render_svg
+
+    out.write_text(render_svg(graph_dump(build_demo_model(), format="dot")))
+    assert out.read_text().lstrip().startswith(("<?xml", "<svg")) and "CONV_2D" in out.read_text()

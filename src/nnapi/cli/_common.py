@@ -103,15 +103,14 @@ def load_model(path: str) -> LoadedModel:
         model = build_model(record, keep=keep)
         names = {i: operand["name"] for i, operand in enumerate(record["main"]["operands"]) if operand.get("name")}
         return LoadedModel(model, path, names, None, keep)
-    loader = getattr(nnapi, "load_model", None)
-    if loader is None:
-        raise CliError(f"{path}: reading model files needs the TFLite importer (pip install 'nnapi[tflite]')")
     try:
-        imported = loader(str(file))
+        imported = nnapi.load_model(str(file))
     except ImportError as error:
         raise CliError(f"{path}: {error} (pip install 'nnapi[tflite]')") from None
-    return LoadedModel(imported.model, path, getattr(imported, "operand_names", None),
-                       getattr(imported, "source_ops", None), imported)
+    model = imported.model
+    names = {model.inputs[k]: spec.name for k, spec in enumerate(imported.inputs)}
+    names.update({model.outputs[k]: spec.name for k, spec in enumerate(imported.outputs)})
+    return LoadedModel(model, path, names, [str(source) for source in imported.sources], imported)
 
 
 def progress(iterable: Iterable, total: int, description: str) -> Iterable:

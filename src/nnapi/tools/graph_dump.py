@@ -149,7 +149,7 @@ def _operand_label(entry: dict) -> str:
 def to_dot(graph: dict) -> str:
     """Graphviz DOT text for a :func:`graph_dump` dict."""
     colours: dict[str, str] = {}
-    lines = ["digraph nnapi {", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];']
+    lines = ["digraph nnapi {", "  rankdir=TB; compound=true;", '  node [fontname="Helvetica", fontsize=10];']
     for number, subgraph in enumerate(graph["subgraphs"]):
         prefix = f"s{number}_"
         indent = "  "
