@@ -1,52 +1,98 @@
-"""``nnapi run``: compile and run the built-in demo model, print its outputs and latency."""
+"""``nnapi run``: run a model (a .tflite file, or the built-in one) on given or seeded
+random inputs; print its outputs and latency."""
 
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-import nnapi
-from nnapi.cli._common import EXIT_FAILED, find_device
+from nnapi.cli._common import print_json
+from nnapi.cli._model import (
+    builtin_model_path,
+    latency_stats,
+    open_session,
+    positive,
+    read_inputs,
+    time_runs,
+)
 
 
 def register(commands, common) -> None:
     parser = commands.add_parser("run", parents=[common],
-                                 help="compile and run the built-in demo model, print outputs and latency")
-    parser.add_argument("--device", help="device name (default: let the runtime choose)")
-    parser.add_argument("--iterations", type=int, default=20, help="executions to time (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random input")
+                                 help="run a model (default: the built-in MediaPipe hand re-crop model) and print "
+                                      "its outputs and latency")
+    parser.add_argument("model", nargs="?", help="a .tflite model (default: the built-in one)")
+    parser.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                        help="an input array (repeatable; inputs not given are seeded random)")
+    parser.add_argument("--device", action="append", metavar="NAME",
+                        help="device to run on (repeatable; default: let the runtime choose)")
+    parser.add_argument("--iterations", type=positive, default=1, help="executions to time (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--save", metavar="FILE.npz", help="also write the outputs to FILE.npz")
+    parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_run)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from nnapi.demo import build_demo_model, demo_expected, demo_input
+def _summary(value: np.ndarray) -> dict:
+    flat = value.reshape(-1)
+    summary = {"dtype": value.dtype.name, "shape": list(value.shape)}
+    if flat.size:
+        summary.update(min=flat.min().item(), max=flat.max().item(), mean=float(flat.astype(np.float64).mean()),
+                       first=[v.item() for v in flat[:8]])
+        if value.ndim == 2 and value.shape[0] == 1 and value.shape[1] >= 10:
+            top = np.argsort(-flat.astype(np.float64), kind="stable")[:5]
+            summary["top5"] = [int(i) for i in top]
+    return summary
 
-    device = find_device(args.device)
-    model = build_demo_model()
-    compilation = nnapi.Compilation(model, [device] if device else None)
-    compilation.finish()
-    x = demo_input(args.seed)
-    y = np.empty((1, 4), np.float32)
-    latencies = []
-    for _ in range(max(args.iterations, 1)):
-        execution = nnapi.Execution(compilation)
-        execution.set_input(0, x)
-        execution.set_output(0, y)
-        start = time.perf_counter()
-        execution.compute()
-        latencies.append(time.perf_counter() - start)
-    chosen = compilation.device.name if compilation.device else "?"
-    print("model: built-in demo CNN (CONV_2D, MAX_POOL_2D, CONV_2D, AVERAGE_POOL_2D, RESHAPE, "
-          f"FULLY_CONNECTED, SOFTMAX) on {chosen}")
-    print(f"input  0: float32{list(x.shape)}")
-    print(f"output 0: float32{execution.get_output_operand_dimensions(0)} (class scores)")
-    with np.printoptions(precision=5, suppress=True):
-        print(f"  {y[0]}  -> class {int(np.argmax(y[0]))}")
-    matches = np.allclose(y, demo_expected(x), rtol=1e-4, atol=1e-6)
-    print(f"matches numpy: {'yes' if matches else 'NO'}")
-    ms = np.array(latencies) * 1e3
-    print(f"latency over {len(ms)} runs: mean {ms.mean():.3f} ms, median {np.median(ms):.3f} ms, "
-          f"min {ms.min():.3f} ms")
-    return 0 if matches else EXIT_FAILED
+
+def cmd_run(args: argparse.Namespace) -> int:
+    path = args.model or builtin_model_path()
+    session = open_session(path, args.device)
+    feeds, origin = read_inputs(session, args.input, args.seed)
+    results: dict = {}
+
+    def run() -> None:
+        results.update(session.run(feeds))
+
+    seconds = time_runs(run, args.iterations, 0)
+    stats = latency_stats(seconds)
+    devices = sorted(set(session.device_names))
+    if args.save:
+        try:
+            np.savez(args.save, **results)
+        except OSError as error:
+            from nnapi.cli._common import CliError
+
+            raise CliError(f"--save {args.save}: {error.strerror}") from None
+    if args.json:
+        print_json({"model": path, "builtin": args.model is None, "devices": devices,
+                    "inputs": {info.name: {"dtype": info.dtype.name, "shape": list(feeds[info.name].shape),
+                                           "from": origin[info.name]} for info in session.inputs},
+                    "outputs": {name: _summary(value) for name, value in results.items()},
+                    "latency": stats})
+        return 0
+    title = "built-in model: MediaPipe hand re-crop" if args.model is None else "model"
+    print(f"{title} ({path})")
+    print(f"device: {', '.join(devices)}    compile: {session.compile_seconds * 1e3:.1f} ms")
+    for info in session.inputs:
+        print(f"input  {info.describe()}  <- {origin[info.name]}")
+    with np.printoptions(precision=5, suppress=True, threshold=8, edgeitems=3):
+        for info in session.outputs:
+            value = results[info.name]
+            summary = _summary(value)
+            print(f"output {info.name}: {value.dtype.name}{list(value.shape)}")
+            if value.size:
+                print(f"  min {summary['min']:.6g}  max {summary['max']:.6g}  mean {summary['mean']:.6g}")
+                print(f"  {value.reshape(-1)[:8]}{' ...' if value.size > 8 else ''}")
+            if "top5" in summary:
+                print(f"  top-5 classes: {summary['top5']}")
+    print(f"latency: {', '.join(_short(stats))}")
+    return 0
+
+
+def _short(stats: dict) -> list[str]:
+    if stats["runs"] == 1:
+        return [f"{stats['mean_ms']:.3f} ms (1 run; --iterations N for more)"]
+    return [f"mean {stats['mean_ms']:.3f} ms", f"median {stats['median_ms']:.3f} ms", f"min {stats['min_ms']:.3f} ms",
+            f"{stats['runs']} runs"]

@@ -108,8 +108,15 @@ class ImportedModel:
     source_operator_count: int = 0
     #: Referenced models (IF / WHILE branches) with their own sources.
     submodels: list[ImportedModel] = field(default_factory=list)
+    #: NNAPI operand index -> the source tensor's name (operands the importer added have none).
+    operand_names: dict[int, str] = field(default_factory=dict)
     #: Buffers the model's constants refer to: they must live as long as the model.
     _keep_alive: list[Any] = field(default_factory=list, repr=False)
+
+    @property
+    def source_ops(self) -> list[str]:
+        """``sources`` as text, one per NNAPI operation (what the tools print)."""
+        return [str(source) for source in self.sources]
 
     def operation_histogram(self) -> dict[str, int]:
         """NNAPI operation name -> count in the main model."""

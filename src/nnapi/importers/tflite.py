@@ -529,6 +529,7 @@ class _Converter:
             sources=self.sources,
             states=state_specs,
             source_operator_count=len(graph.operators),
+            operand_names={operand: graph.tensors[tensor].name for tensor, operand in self.operands.items()},
             _keep_alive=self.keep_alive,
         )
 

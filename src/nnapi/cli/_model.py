@@ -1,0 +1,150 @@
+"""What the model commands (run, inspect, bench, compare) share: opening a model as a
+Session with one-line errors, reading ``--input NAME=FILE.npy``, the built-in model,
+LiteRT as the yardstick, latency statistics."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import nnapi
+from nnapi.cli._common import CliError, find_device
+from nnapi.session import Session, random_inputs
+
+#: The model ``nnapi run`` runs when given none (see nnapi/data/models/README.md).
+BUILTIN_MODEL = "hand_recrop.tflite"
+
+
+def builtin_model_path() -> str:
+    return str(resources.files("nnapi") / "data" / "models" / BUILTIN_MODEL)
+
+
+def check_model_path(path: str) -> str:
+    file = Path(path)
+    if not file.exists():
+        raise CliError(f"{path}: no such file")
+    if not file.is_file():
+        raise CliError(f"{path}: not a file")
+    return str(file)
+
+
+def open_session(path: str, device_names: list[str] | None = None) -> Session:
+    """Import and compile ``path``; file problems are one-line CliErrors."""
+    check_model_path(path)
+    devices = [find_device(name) for name in device_names] if device_names else None
+    try:
+        imported = nnapi.load_model(path)
+    except ImportError as error:
+        raise CliError(f"{path}: {error} (pip install 'nnapi[tflite]')") from None
+    except nnapi.BadDataError as error:
+        message = str(error)
+        raise CliError(message if message.startswith(path) else f"{path}: {message}") from None
+    return Session(imported, devices)
+
+
+def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The inputs named by ``--input NAME=FILE.npy`` (or ``FILE.npy`` alone for a model
+    with one input), the rest seeded random; also where each came from."""
+    given: dict[str, np.ndarray] = {}
+    origin: dict[str, str] = {}
+    names = [info.name for info in session.inputs]
+    for spec in specs or []:
+        name, sep, file = spec.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise CliError(f"--input {spec}: the model has {len(names)} inputs; use NAME=FILE.npy "
+                               f"(inputs: {', '.join(names)})")
+            name, file = names[0], spec
+        if name not in names:
+            raise CliError(f"--input {spec}: the model has no input {name!r} (inputs: {', '.join(names)})")
+        try:
+            value = np.load(file, allow_pickle=False)
+        except FileNotFoundError:
+            raise CliError(f"--input {spec}: {file}: no such file") from None
+        except (OSError, ValueError, EOFError) as error:
+            raise CliError(f"--input {spec}: {file}: not a .npy array ({error})") from None
+        if not isinstance(value, np.ndarray):
+            raise CliError(f"--input {spec}: {file}: holds several arrays (.npz); give one .npy array")
+        info = session.inputs[names.index(name)]
+        try:
+            session._check_input(info, value)
+        except nnapi.BadDataError as error:
+            raise CliError(f"--input {spec}: {error}") from None
+        given[name] = value
+        origin[name] = file
+    missing = [info for info in session.inputs if info.name not in given]
+    for name, value in random_inputs(missing, seed).items():
+        given[name] = value
+        origin[name] = f"random (seed {seed})"
+    return given, origin
+
+
+def litert_interpreter(path: str) -> Any | None:
+    """A single-threaded LiteRT interpreter for ``path``, or None if LiteRT is absent."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        return None
+    try:
+        interpreter = Interpreter(model_path=path, num_threads=1)
+        interpreter.allocate_tensors()
+    except (RuntimeError, ValueError) as error:
+        raise CliError(f"{path}: LiteRT cannot load it ({str(error).splitlines()[0]})") from None
+    return interpreter
+
+
+def litert_run(interpreter: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    by_name = {d["name"]: d for d in interpreter.get_input_details()}
+    for name, value in feeds.items():
+        if name not in by_name:
+            raise CliError(f"LiteRT's model has no input {name!r}")
+        interpreter.set_tensor(by_name[name]["index"], value)
+    interpreter.invoke()
+    return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+
+
+def time_runs(run, iterations: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        run()
+    seconds = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def latency_stats(seconds: list[float]) -> dict[str, float]:
+    ms = np.asarray(seconds) * 1e3
+    return {"runs": len(ms), "mean_ms": float(ms.mean()), "median_ms": float(np.median(ms)),
+            "p5_ms": float(np.percentile(ms, 5)), "p95_ms": float(np.percentile(ms, 95)), "min_ms": float(ms.min())}
+
+
+def format_stats(stats: dict[str, float]) -> str:
+    return (f"mean {stats['mean_ms']:.3f} ms, median {stats['median_ms']:.3f} ms, p5 {stats['p5_ms']:.3f} ms, "
+            f"p95 {stats['p95_ms']:.3f} ms, min {stats['min_ms']:.3f} ms ({stats['runs']} runs)")
+
+
+def positive(value: str) -> int:
+    """argparse type: an int >= 1 (argparse turns the error into a usage message)."""
+    return _int_at_least(value, 1, "a positive integer")
+
+
+def non_negative(value: str) -> int:
+    """argparse type: an int >= 0."""
+    return _int_at_least(value, 0, "a non-negative integer")
+
+
+def _int_at_least(value: str, low: int, what: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}") from None
+    if number < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+    return number

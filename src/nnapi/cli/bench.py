@@ -1,0 +1,69 @@
+"""``nnapi bench``: latency of a model in nnapi (warm-up, then mean, median, p5 / p95,
+min; compile time) and, when ai-edge-litert is installed, of the same model in LiteRT
+(single-threaded) on the same inputs in the same run, with the ratio."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from nnapi.cli._common import print_json
+from nnapi.cli._model import (
+    format_stats,
+    latency_stats,
+    litert_interpreter,
+    litert_run,
+    non_negative,
+    open_session,
+    positive,
+    read_inputs,
+    time_runs,
+)
+
+
+def register(commands, common) -> None:
+    parser = commands.add_parser("bench", parents=[common],
+                                 help="latency statistics of a model, side by side with LiteRT (single-threaded)")
+    parser.add_argument("model", help="a .tflite model")
+    parser.add_argument("--iterations", type=positive, default=10, help="timed executions (default 10)")
+    parser.add_argument("--warmup", type=non_negative, default=2, help="untimed executions first (default 2)")
+    parser.add_argument("--device", action="append", metavar="NAME",
+                        help="device to run on (repeatable; default: let the runtime choose)")
+    parser.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                        help="an input array (repeatable; inputs not given are seeded random)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--no-litert", action="store_true", help="do not time LiteRT")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    session = open_session(args.model, args.device)
+    load_and_compile = time.perf_counter() - start
+    feeds, _ = read_inputs(session, args.input, args.seed)
+    nnapi_stats = latency_stats(time_runs(lambda: session.run(feeds), args.iterations, args.warmup))
+    report = {"model": args.model, "devices": sorted(set(session.device_names)),
+              "iterations": args.iterations, "warmup": args.warmup,
+              "import_and_compile_ms": load_and_compile * 1e3, "compile_ms": session.compile_seconds * 1e3,
+              "nnapi": nnapi_stats, "litert": None}
+    interpreter = None if args.no_litert else litert_interpreter(args.model)
+    if interpreter is not None:
+        litert_stats = latency_stats(time_runs(lambda: litert_run(interpreter, feeds), args.iterations,
+                                               args.warmup))
+        report["litert"] = litert_stats
+        report["ratio_mean"] = nnapi_stats["mean_ms"] / litert_stats["mean_ms"]
+        report["ratio_median"] = nnapi_stats["median_ms"] / litert_stats["median_ms"]
+    if args.json:
+        print_json(report)
+        return 0
+    print(f"model: {args.model}")
+    print(f"device: {', '.join(report['devices'])}    import + compile: {report['import_and_compile_ms']:.1f} ms "
+          f"(compile {report['compile_ms']:.1f} ms)    warm-up: {args.warmup} runs")
+    print(f"nnapi:  {format_stats(nnapi_stats)}")
+    if report["litert"] is not None:
+        print(f"LiteRT: {format_stats(report['litert'])}  [1 thread]")
+        print(f"ratio nnapi / LiteRT: mean {report['ratio_mean']:.2f}x, median {report['ratio_median']:.2f}x")
+    elif not args.no_litert:
+        print("LiteRT: not installed (pip install 'nnapi[litert]' to compare)")
+    return 0

@@ -1,0 +1,168 @@
+"""The model commands: nnapi run / inspect / bench / compare, through nnapi.cli.main."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tflite")
+
+import nnapi  # noqa: E402
+from nnapi.cli import main  # noqa: E402
+
+MODELS = Path(__file__).parent / "data" / "models"
+LSTM = str(MODELS / "lstm_1x20x40_128_fused.tflite")
+LSTM_INPUT = "serving_default_input_1:0"
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code: int, err: str, message: str) -> None:
+    assert code != 0
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("INFO:")]
+    assert len(lines) == 1, err
+    assert message in lines[0]
+    assert "Traceback" not in err
+
+
+def test_run_without_a_model_runs_the_builtin_one(capsys) -> None:
+    code, out, _ = run_cli(capsys, "run")
+    assert code == 0
+    assert "built-in model: MediaPipe hand re-crop" in out
+    assert "input  input_1: float32[1,256,256,3]  <- random (seed 0)" in out
+    assert "output output_crop: float32[1, 1, 1, 4]" in out
+
+
+def test_builtin_model_is_the_tested_one() -> None:
+    from nnapi.cli._model import builtin_model_path
+
+    assert Path(builtin_model_path()).read_bytes() == (MODELS / "hand_recrop.tflite").read_bytes()
+
+
+def test_run_with_an_input_file_matches_the_session(tmp_path: Path, capsys) -> None:
+    x = np.random.default_rng(5).standard_normal((1, 20, 40)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code, out, _ = run_cli(capsys, "run", LSTM, "--input", f"{LSTM_INPUT}={tmp_path / 'x.npy'}", "--json",
+                           "--save", str(tmp_path / "y.npz"))
+    assert code == 0
+    report = json.loads(out)
+    assert report["inputs"][LSTM_INPUT]["from"] == str(tmp_path / "x.npy")
+    session = nnapi.Session(LSTM)
+    expected = session.run({LSTM_INPUT: x})
+    saved = np.load(tmp_path / "y.npz")
+    for name, value in expected.items():
+        np.testing.assert_array_equal(saved[name], value)
+        assert report["outputs"][name]["shape"] == list(value.shape)
+        assert report["outputs"][name]["max"] == pytest.approx(float(value.max()))
+
+
+@pytest.mark.parametrize("array, message", [
+    (np.zeros((1, 20, 40), np.float64), "expected dtype float32, got float64"),
+    (np.zeros((1, 20, 41), np.float32), "expected shape [1, 20, 40], got [1, 20, 41]"),
+])
+def test_run_rejects_a_wrong_input_file(tmp_path: Path, capsys, array: np.ndarray, message: str) -> None:
+    np.save(tmp_path / "x.npy", array)
+    code, _, err = run_cli(capsys, "run", LSTM, "--input", f"{LSTM_INPUT}={tmp_path / 'x.npy'}")
+    assert_one_line_error(code, err, message)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "/nonexistent/model.tflite"], "/nonexistent/model.tflite: no such file"),
+    (["inspect", "/nonexistent/model.tflite"], "no such file"),
+    (["bench", "/nonexistent/model.tflite"], "no such file"),
+    (["compare", "/nonexistent/model.tflite"], "no such file"),
+    (["run", str(MODELS)], "not a file"),
+    (["run", str(MODELS / "README.md")], "not a model nnapi can import"),
+    (["run", str(MODELS / "selfie_segmentation.tflite")], "CUSTOM Convolution2DTransposeBias"),
+    (["run", LSTM, "--input", "nope=x.npy"], "the model has no input 'nope'"),
+    (["run", LSTM, "--input", f"{LSTM_INPUT}=/nonexistent.npy"], "/nonexistent.npy: no such file"),
+    (["run", LSTM, "--input", f"{LSTM_INPUT}={MODELS / 'README.md'}"], "not a .npy array"),
+])
+def test_bad_arguments_give_one_line_errors(capsys, argv: list[str], message: str) -> None:
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, message)
+
+
+def test_inspect_lists_histogram_lowerings_and_devices(capsys) -> None:
+    code, out, _ = run_cli(capsys, "inspect", str(MODELS / "face_detection_short_range.tflite"))
+    assert code == 0
+    assert "164 operators in 1 subgraph -> 90 NNAPI operations" in out
+    assert "output classificators: TENSOR_FLOAT32[1,896,1]" in out
+    assert "CONV_2D            21" in out
+    assert "74 x DEQUANTIZE -> constant" in out
+    assert "nnapi-reference: 90 operations" in out
+
+
+def test_inspect_json_names_each_operation_source(capsys) -> None:
+    code, out, _ = run_cli(capsys, "inspect", str(MODELS / "lstm_1x20x40_128_while.tflite"), "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["subgraphs"] == 3
+    assert [entry["type"] for entry in report["placement"]] == ["RESHAPE", "WHILE", "STRIDED_SLICE"]
+    assert report["placement"][1]["source"] == "operator 1 (WHILE)"
+    assert any("rank-0" in lowering["what"] for lowering in report["lowerings"])
+
+
+def test_bench_reports_statistics_and_litert(capsys) -> None:
+    code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "3", "--warmup", "1", "--json")
+    assert code == 0
+    report = json.loads(out)
+    stats = report["nnapi"]
+    assert stats["runs"] == 3
+    assert stats["min_ms"] <= stats["p5_ms"] <= stats["median_ms"] <= stats["p95_ms"]
+    assert report["compile_ms"] > 0
+    try:
+        import ai_edge_litert  # noqa: F401
+    except ImportError:
+        assert report["litert"] is None
+    else:
+        assert report["litert"]["runs"] == 3
+        assert report["ratio_mean"] == pytest.approx(stats["mean_ms"] / report["litert"]["mean_ms"])
+
+
+def test_bench_rejects_bad_counts(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", LSTM, "--iterations", "0"])
+    assert exit_info.value.code == 2
+    assert "expected a positive integer" in capsys.readouterr().err
+
+
+def test_compare_agrees_with_litert(capsys) -> None:
+    pytest.importorskip("ai_edge_litert")
+    code, out, _ = run_cli(capsys, "compare", str(MODELS / "hand_recrop.tflite"), "--json")
+    assert code == 0
+    report = json.loads(out)
+    entry = report["outputs"]["output_crop"]
+    assert entry["ok"] and entry["max_rel"] <= 1e-5
+    code, out, _ = run_cli(capsys, "compare", LSTM, "--runs", "2")
+    assert code == 0 and "agree" in out
+
+
+def test_compare_without_litert_says_how_to_get_it(capsys, monkeypatch) -> None:
+    import nnapi.cli.compare as compare
+
+    monkeypatch.setattr(compare, "litert_interpreter", lambda path: None)
+    code, _, err = run_cli(capsys, "compare", LSTM)
+    assert_one_line_error(code, err, "pip install 'nnapi[litert]'")
+
+
+def test_compare_outputs_measures_steps_and_top1() -> None:
+    from nnapi.cli.compare import compare_outputs
+
+    theirs = np.zeros((1, 12), np.int8)
+    theirs[0, 3] = 50
+    ours = theirs.copy()
+    ours[0, 5] = 2
+    entry = compare_outputs(ours, theirs, quantized=True)
+    assert entry["max_steps"] == 2 and entry["top1_equal"] and entry["top5_overlap"] <= 5
+    ours[0, 7] = 60
+    assert not compare_outputs(ours, theirs, quantized=True)["top1_equal"]
+    floats = compare_outputs(np.array([1.0, 2.0], np.float32), np.array([1.0, 4.0], np.float32), quantized=False)
+    assert floats["max_abs"] == 2.0 and floats["max_rel"] == 0.5
