@@ -150,6 +150,14 @@ def test_lowering_agrees_with_litert(name: str) -> None:
     assert_agrees(got, expected, case.tolerance)
 
 
+def test_requantizing_reduce_max_is_refused() -> None:
+    # TFLite's own kernel requires one scale for input and output; so does the importer.
+    from tflite_cases import reduce_max_int8_rescale
+
+    with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(REDUCE_MAX\): quantized REDUCE_MAX needs"):
+        nnapi.load_tflite(reduce_max_int8_rescale())
+
+
 def test_if_branches_follow_the_condition() -> None:
     session = nnapi.Session(CASES["if_branches"].build())
     a = np.full((2, 2), 3, np.float32)

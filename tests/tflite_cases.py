@@ -260,6 +260,155 @@ def pad_resize_transpose() -> bytes:
     return build(Subgraph(t, ops, [0], [6]))
 
 
+def _unary(op: str, type_: str = "float32", shape=(2, 5), options=None, out_scale=None, out_zp=None,
+           in_scale=None, in_zp=None) -> Callable[[], bytes]:
+    def make() -> bytes:
+        t = [Tensor("x", type_, list(shape), scale=in_scale, zero_point=in_zp),
+             Tensor("y", type_, list(shape), scale=out_scale, zero_point=out_zp)]
+        return single_op(op, t, [0], [1], options)
+    return make
+
+
+def add_n() -> bytes:
+    t = [Tensor("a", "float32", [2, 3]), Tensor("b", "float32", [2, 3]), Tensor("c", "float32", [2, 3]),
+         Tensor("y", "float32", [2, 3])]
+    return single_op("ADD_N", t, [0, 1, 2], [3])
+
+
+def square() -> bytes:
+    return _unary("SQUARE")()
+
+
+def leaky_relu_int8() -> bytes:
+    return _unary("LEAKY_RELU", "int8", (3, 4), ("LeakyReluOptions", {"Alpha": 0.25}), 0.02, -20, 0.03, 5)()
+
+
+def reduce_max_int8_rescale() -> bytes:
+    t = [Tensor("x", "int8", [2, 6, 3], scale=0.05, zero_point=0),
+         Tensor("axes", "int32", [1], data=np.array([1], np.int32)),
+         Tensor("y", "int8", [2, 3], scale=0.08, zero_point=-7)]
+    return single_op("REDUCE_MAX", t, [0, 1], [2], ("ReducerOptions", {"KeepDims": False}))
+
+
+def grouped_conv() -> bytes:
+    rng = _rng()
+    t = [Tensor("x", "float32", [1, 5, 5, 4]),
+         Tensor("w", "float32", [6, 3, 3, 2], data=rng.standard_normal((6, 3, 3, 2)).astype(np.float32)),
+         Tensor("b", "float32", [6], data=rng.standard_normal(6).astype(np.float32)),
+         Tensor("y", "float32", [1, 5, 5, 6])]
+    return single_op("CONV_2D", t, [0, 1, 2], [3],
+                     ("Conv2DOptions", {"Padding": 0, "StrideW": 1, "StrideH": 1, "DilationWFactor": 1,
+                                        "DilationHFactor": 1}))
+
+
+def dynamic_batch_add() -> bytes:
+    t = [Tensor("a", "float32", [1, 3], shape_signature=[-1, 3]),
+         Tensor("b", "float32", [3], data=np.array([1, 2, 3], np.float32)),
+         Tensor("y", "float32", [1, 3], shape_signature=[-1, 3])]
+    return single_op("ADD", t, [0, 1], [2], ("AddOptions", {}))
+
+
+def mirror_pad_padv2() -> bytes:
+    t = [Tensor("x", "float32", [1, 3, 4, 1]),
+         Tensor("pads", "int32", [4, 2], data=np.array([[0, 0], [1, 2], [2, 1], [0, 0]], np.int32)),
+         Tensor("m", "float32", [1, 6, 7, 1]),
+         Tensor("pads2", "int32", [4, 2], data=np.array([[0, 0], [1, 0], [0, 1], [0, 0]], np.int32)),
+         Tensor("value", "float32", [], data=np.array(-3.5, np.float32)),
+         Tensor("y", "float32", [1, 7, 8, 1])]
+    ops = [Operator("MIRROR_PAD", [0, 1], [2], ("MirrorPadOptions", {"Mode": 1})),
+           Operator("PADV2", [2, 3, 4], [5])]
+    return build(Subgraph(t, ops, [0], [5]))
+
+
+def shape_ops() -> bytes:
+    t = [Tensor("x", "float32", [4, 4, 2]),
+         Tensor("axis", "int32", [], data=np.array(0, np.int32)),
+         Tensor("e", "float32", [1, 4, 4, 2]),
+         Tensor("s", "float32", [4, 4, 2]),
+         Tensor("d", "float32", [1, 4, 4, 2]),
+         Tensor("z", "float32", [1, 2, 2, 8]),
+         Tensor("y", "float32", [1, 4, 4, 2])]
+    ops = [Operator("EXPAND_DIMS", [0, 1], [2]),
+           Operator("SQUEEZE", [2], [3], ("SqueezeOptions", {"SqueezeDims": [0]})),
+           Operator("RESHAPE", [3], [4], ("ReshapeOptions", {"NewShape": [1, 4, 4, 2]})),
+           Operator("SPACE_TO_DEPTH", [4], [5], ("SpaceToDepthOptions", {"BlockSize": 2})),
+           Operator("DEPTH_TO_SPACE", [5], [6], ("DepthToSpaceOptions", {"BlockSize": 2}))]
+    return build(Subgraph(t, ops, [0], [6]))
+
+
+def split_pack_arg() -> bytes:
+    t = [Tensor("axis", "int32", [], data=np.array(1, np.int32)),
+         Tensor("x", "float32", [3, 4]),
+         Tensor("a", "float32", [3, 2]), Tensor("b", "float32", [3, 2]),
+         Tensor("p", "float32", [2, 3, 2]),
+         Tensor("argaxis", "int32", [1], data=np.array([2], np.int32)),
+         Tensor("i", "int32", [2, 3]),
+         Tensor("k", "int32", [], data=np.array(2, np.int32)),
+         Tensor("tv", "float32", [3, 2]), Tensor("ti", "int32", [3, 2])]
+    ops = [Operator("SPLIT", [0, 1], [2, 3], ("SplitOptions", {"NumSplits": 2})),
+           Operator("PACK", [2, 3], [4], ("PackOptions", {"ValuesCount": 2, "Axis": 0})),
+           Operator("ARG_MAX", [4, 5], [6], ("ArgMaxOptions", {"OutputType": 2})),
+           Operator("TOPK_V2", [1, 7], [8, 9])]
+    return build(Subgraph(t, ops, [1], [6, 8, 9]))
+
+
+def quantized_activations_uint8() -> bytes:
+    t = [Tensor("x", "uint8", [2, 8], scale=0.05, zero_point=128),
+         Tensor("s", "uint8", [2, 8], scale=1 / 256, zero_point=0),
+         Tensor("t", "uint8", [2, 8], scale=1 / 128, zero_point=128),
+         Tensor("r", "uint8", [2, 8], scale=0.05, zero_point=128)]
+    ops = [Operator("LOGISTIC", [0], [1]), Operator("TANH", [0], [2]), Operator("RELU6", [0], [3])]
+    return build(Subgraph(t, ops, [0], [1, 2, 3]))
+
+
+def float_activations() -> bytes:
+    t = [Tensor("x", "float32", [2, 8]), Tensor("h", "float32", [2, 8]), Tensor("e", "float32", [2, 8]),
+         Tensor("l", "float32", [2, 8]), Tensor("n", "float32", [2, 8]), Tensor("q", "float32", [2, 8])]
+    ops = [Operator("HARD_SWISH", [0], [1]), Operator("ELU", [0], [2]), Operator("LOG_SOFTMAX", [0], [3]),
+           Operator("L2_NORMALIZATION", [0], [4], ("L2NormOptions", {})), Operator("RELU_N1_TO_1", [1], [5])]
+    return build(Subgraph(t, ops, [0], [2, 3, 4, 5]))
+
+
+def transpose_conv() -> bytes:
+    rng = _rng()
+    t = [Tensor("shape", "int32", [4], data=np.array([1, 8, 8, 3], np.int32)),
+         Tensor("w", "float32", [3, 3, 3, 2], data=rng.standard_normal((3, 3, 3, 2)).astype(np.float32)),
+         Tensor("x", "float32", [1, 4, 4, 2]),
+         Tensor("y", "float32", [1, 8, 8, 3])]
+    return single_op("TRANSPOSE_CONV", t, [0, 1, 2], [3], ("TransposeConvOptions", {"Padding": 0, "StrideW": 2,
+                                                                                     "StrideH": 2}),
+                     model_inputs=[2])
+
+
+def comparisons_select() -> bytes:
+    t = [Tensor("a", "float32", [2, 4]), Tensor("b", "float32", [2, 4]), Tensor("c", "bool", [2, 4]),
+         Tensor("y", "float32", [2, 4]), Tensor("m", "float32", [2, 4])]
+    ops = [Operator("GREATER", [0, 1], [2]), Operator("SELECT_V2", [2, 0, 1], [3]),
+           Operator("MAXIMUM", [0, 1], [4])]
+    return build(Subgraph(t, ops, [0, 1], [3, 4]))
+
+
+def resize_nearest_uint8() -> bytes:
+    t = [Tensor("x", "uint8", [1, 3, 3, 2], scale=0.1, zero_point=3),
+         Tensor("size", "int32", [2], data=np.array([5, 7], np.int32)),
+         Tensor("y", "uint8", [1, 5, 7, 2], scale=0.1, zero_point=3)]
+    return single_op("RESIZE_NEAREST_NEIGHBOR", t, [0, 1], [2], ("ResizeNearestNeighborOptions", {}))
+
+
+def float16_weights_conv() -> bytes:
+    rng = _rng()
+    t = [Tensor("x", "float32", [1, 4, 4, 3]),
+         Tensor("w16", "float16", [2, 1, 1, 3], data=rng.standard_normal((2, 1, 1, 3)).astype(np.float16)),
+         Tensor("w", "float32", [2, 1, 1, 3]),
+         Tensor("y", "float32", [1, 4, 4, 2]),
+         Tensor("b", "float32", [2], data=np.array([0.5, -0.25], np.float32))]
+    ops = [Operator("DEQUANTIZE", [1], [2]),
+           Operator("CONV_2D", [0, 2, 4], [3], ("Conv2DOptions", {"Padding": 1, "StrideW": 1, "StrideH": 1,
+                                                                   "FusedActivationFunction": 2,
+                                                                   "DilationWFactor": 1, "DilationHFactor": 1}))]
+    return build(Subgraph(t, ops, [0], [3]))
+
+
 def _hybrid_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     rng = _rng()
     w = rng.uniform(-1, 1, (5, 8)).astype(np.float32)
@@ -298,4 +447,18 @@ CASES: dict[str, Case] = {
     "softmax_int8": Case(softmax_int8, None, 1),
     "add_uint8_rescale": Case(add_uint8_rescale, None, 1),
     "pad_resize_transpose": Case(pad_resize_transpose, None),
+    "add_n": Case(add_n, "ADD_N"),
+    "square": Case(square, "SQUARE"),
+    "leaky_relu_int8": Case(leaky_relu_int8, "PRELU", 1),
+    "grouped_conv": Case(grouped_conv, "GROUPED_CONV_2D"),
+    "dynamic_batch_add": Case(dynamic_batch_add, None),
+    "mirror_pad_padv2": Case(mirror_pad_padv2, None),
+    "shape_ops": Case(shape_ops, None),
+    "split_pack_arg": Case(split_pack_arg, None),
+    "quantized_activations_uint8": Case(quantized_activations_uint8, None, 1),
+    "float_activations": Case(float_activations, None),
+    "transpose_conv": Case(transpose_conv, None),
+    "comparisons_select": Case(comparisons_select, None),
+    "resize_nearest_uint8": Case(resize_nearest_uint8, None, 0),
+    "float16_weights_conv": Case(float16_weights_conv, "dequantized at import"),
 }

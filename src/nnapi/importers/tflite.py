@@ -980,8 +980,10 @@ def _reduce(c: _Converter, op: _Operator) -> None:
     if not requantize:
         c.emit(code, [x, axes, keep_operand], [c.output()])
         return
-    if code not in (Op.MEAN, Op.REDUCE_MAX, Op.REDUCE_MIN):
-        raise UnsupportedOperator(f"quantized {op.name} has no NNAPI equivalent")
+    if code != Op.MEAN:
+        # TFLite's own kernel refuses this too (its XNNPACK delegate copies the integers).
+        raise UnsupportedOperator(f"quantized {op.name} needs the output's scale and zero point equal to the "
+                                  "input's")
     if code == Op.MEAN:
         # NNAPI's quantized MEAN keeps the input's scale; TFLite rescales the sum to the
         # output's. The float path computes the exact mean and rounds it once.
@@ -993,10 +995,6 @@ def _reduce(c: _Converter, op: _Operator) -> None:
         c.lowered("quantized MEAN with an output scale other than the input's: DEQUANTIZE + float MEAN + "
                   "QUANTIZE (one rounding, as TFLite)")
         return
-    reduced = c.temp(x_type, out_type.dimensions)
-    c.emit(code, [x, axes, keep_operand], [reduced])
-    _requantize(c, reduced, c.output())
-    c.lowered(f"quantized {op.name} with a new output scale: {code.name} + requantize")
 
 
 def _requantize(c: _Converter, source: int, target: int) -> None:
