@@ -409,6 +409,73 @@ def float16_weights_conv() -> bytes:
     return build(Subgraph(t, ops, [0], [3]))
 
 
+def _lstm_weights(rng, prefix: str, units: int, inputs: int, start: int) -> list[Tensor]:
+    """input-to-gate (4), recurrent-to-gate (4) weights, no peepholes, 4 biases."""
+    tensors = [Tensor(f"{prefix}_w{g}", "float32", [units, inputs],
+                      data=(0.3 * rng.standard_normal((units, inputs))).astype(np.float32)) for g in "ifco"]
+    tensors += [Tensor(f"{prefix}_r{g}", "float32", [units, units],
+                       data=(0.3 * rng.standard_normal((units, units))).astype(np.float32)) for g in "ifco"]
+    tensors += [Tensor(f"{prefix}_b{g}", "float32", [units], data=(0.1 * rng.standard_normal(units)).astype(np.float32))
+                for g in "ifco"]
+    return tensors
+
+
+def bidirectional_lstm() -> bytes:
+    rng = _rng()
+    batch, steps, inputs, units = 1, 5, 3, 4
+    t = [Tensor("x", "float32", [batch, steps, inputs])]
+    fw = _lstm_weights(rng, "fw", units, inputs, 1)
+    bw = _lstm_weights(rng, "bw", units, inputs, 1)
+    t += fw + bw
+    n = len(t)  # 25
+    t += [Tensor("fw_h", "float32", [batch, units], variable=True), Tensor("fw_c", "float32", [batch, units],
+                                                                           variable=True),
+          Tensor("bw_h", "float32", [batch, units], variable=True), Tensor("bw_c", "float32", [batch, units],
+                                                                           variable=True),
+          Tensor("y_fw", "float32", [batch, steps, units]), Tensor("y_bw", "float32", [batch, steps, units])]
+
+    def direction(base: int) -> list[int]:
+        # 4 input weights, 4 recurrent weights, 3 peepholes (absent), 4 biases, projection (absent)
+        return [base + i for i in range(8)] + [-1, -1, -1] + [base + 8 + i for i in range(4)] + [-1, -1]
+
+    inputs_list = [0, *direction(1), *direction(13), n, n + 1, n + 2, n + 3, -1, -1, -1, -1, -1, -1, -1, -1, -1]
+    ops = [Operator("BIDIRECTIONAL_SEQUENCE_LSTM", inputs_list, [n + 4, n + 5],
+                    ("BidirectionalSequenceLSTMOptions", {"FusedActivationFunction": 4, "MergeOutputs": False,
+                                                          "TimeMajor": False}))]
+    return build(Subgraph(t, ops, [0], [n + 4, n + 5]))
+
+
+def bidirectional_rnn() -> bytes:
+    rng = _rng()
+    batch, steps, inputs, units = 2, 4, 3, 5
+    t = [Tensor("x", "float32", [batch, steps, inputs])]
+    for prefix in ("fw", "bw"):
+        t += [Tensor(f"{prefix}_w", "float32", [units, inputs],
+                     data=(0.5 * rng.standard_normal((units, inputs))).astype(np.float32)),
+              Tensor(f"{prefix}_r", "float32", [units, units],
+                     data=(0.5 * rng.standard_normal((units, units))).astype(np.float32)),
+              Tensor(f"{prefix}_b", "float32", [units], data=(0.1 * rng.standard_normal(units)).astype(np.float32)),
+              Tensor(f"{prefix}_h", "float32", [batch, units], variable=True)]
+    t += [Tensor("y", "float32", [batch, steps, 2 * units])]
+    ops = [Operator("BIDIRECTIONAL_SEQUENCE_RNN", [0, 1, 2, 3, 4, 5, 6, 7, 8, -1, -1, -1], [9],
+                    ("BidirectionalSequenceRNNOptions", {"FusedActivationFunction": 4, "MergeOutputs": True,
+                                                         "TimeMajor": False}))]
+    return build(Subgraph(t, ops, [0], [9]))
+
+
+def sequence_rnn() -> bytes:
+    rng = _rng()
+    batch, steps, inputs, units = 2, 3, 4, 3
+    t = [Tensor("x", "float32", [batch, steps, inputs]),
+         Tensor("w", "float32", [units, inputs], data=(0.5 * rng.standard_normal((units, inputs))).astype(np.float32)),
+         Tensor("r", "float32", [units, units], data=(0.5 * rng.standard_normal((units, units))).astype(np.float32)),
+         Tensor("b", "float32", [units], data=(0.1 * rng.standard_normal(units)).astype(np.float32)),
+         Tensor("h", "float32", [batch, units], variable=True),
+         Tensor("y", "float32", [batch, steps, units])]
+    return single_op("UNIDIRECTIONAL_SEQUENCE_RNN", t, [0, 1, 2, 3, 4], [5],
+                     ("SequenceRNNOptions", {"FusedActivationFunction": 1, "TimeMajor": False}), model_inputs=[0])
+
+
 def _hybrid_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     rng = _rng()
     w = rng.uniform(-1, 1, (5, 8)).astype(np.float32)
@@ -461,4 +528,7 @@ CASES: dict[str, Case] = {
     "comparisons_select": Case(comparisons_select, None),
     "resize_nearest_uint8": Case(resize_nearest_uint8, None, 0),
     "float16_weights_conv": Case(float16_weights_conv, "dequantized at import"),
+    "bidirectional_lstm": Case(bidirectional_lstm, None),
+    "bidirectional_rnn": Case(bidirectional_rnn, None),
+    "sequence_rnn": Case(sequence_rnn, None),
 }

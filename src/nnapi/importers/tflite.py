@@ -1433,7 +1433,7 @@ def _lstm_tensors(c: _Converter, op: _Operator, count: int) -> list[int]:
     operands = [x]
     for position in range(1, count):
         if op.has_input(position):
-            operands.append(_weights(c, op, position) if position <= 17 else c.input(position))
+            operands.append(_weights(c, op, position))  # states and inputs pass through unchanged
         else:
             operands.append(c.omitted(OperandType(x_type.type, [0])))
     return operands
@@ -1451,6 +1451,39 @@ def _sequence_lstm(c: _Converter, op: _Operator) -> None:
            [*operands[:20], c.i32(options.FusedActivationFunction()), scalar(options.CellClip()),
             scalar(options.ProjClip()), c.boolean(bool(options.TimeMajor())), *layer_norm],
            [c.output(), *state_outputs])
+
+
+@_converter("BIDIRECTIONAL_SEQUENCE_LSTM")
+def _bidirectional_lstm(c: _Converter, op: _Operator) -> None:
+    options = op.options("BidirectionalSequenceLSTMOptions")
+    operands = _lstm_tensors(c, op, 48)
+    x_type = c.type_of(operands[0])
+    scalar = c.f16 if x_type.type == T.TENSOR_FLOAT16 else c.f32
+    layer_norm = [c.omitted(OperandType(x_type.type, [0])) for _ in range(8)]
+    outputs = [c.output(i) for i in range(len(op.outputs))]
+    states = [_state_out(c, op, position) for position in (35, 36, 37, 38)]
+    c.emit(Op.BIDIRECTIONAL_SEQUENCE_LSTM,
+           [*operands, c.i32(options.FusedActivationFunction()), scalar(options.CellClip()),
+            scalar(options.ProjClip()), c.boolean(bool(options.MergeOutputs())), c.boolean(bool(options.TimeMajor())),
+            *layer_norm], [*outputs, *states])
+
+
+@_converter("BIDIRECTIONAL_SEQUENCE_RNN")
+def _bidirectional_rnn(c: _Converter, op: _Operator) -> None:
+    options = op.options("BidirectionalSequenceRNNOptions")
+    x = c.input(0)
+    x_type = c.type_of(x)
+    operands = [x]
+    for position in range(1, 12):
+        if op.has_input(position):
+            operands.append(_weights(c, op, position))
+        else:
+            operands.append(c.omitted(OperandType(x_type.type, [0])))
+    outputs = [c.output(i) for i in range(len(op.outputs))]
+    states = [_state_out(c, op, 4), _state_out(c, op, 8)]
+    c.emit(Op.BIDIRECTIONAL_SEQUENCE_RNN,
+           [*operands, c.i32(options.FusedActivationFunction()), c.boolean(bool(options.TimeMajor())),
+            c.boolean(bool(options.MergeOutputs()))], [*outputs, *states])
 
 
 @_converter("LSTM")
