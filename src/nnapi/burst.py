@@ -22,7 +22,7 @@ class Burst(NnapiObject):
         if not compilation.is_finished:
             raise BadStateError("Burst: the compilation is not finished")
         self._compilation = compilation
-        self._hal_burst = compilation._prepared.configure_burst()
+        self._hal_burst = compilation._plan.configure_burst()
         self._busy = threading.Lock()
 
     def _release(self) -> None:

@@ -17,9 +17,11 @@ from nnapi._object import NnapiObject
 from nnapi.codes import BYTE_SIZE_OF_CACHE_TOKEN, PreferenceCode, PriorityCode
 from nnapi.device import Device, get_devices
 from nnapi.errors import BadDataError, BadStateError, UnexpectedNullError, error_for
-from nnapi.hal import ExecutionPreference, HalError, IDevice, IPreparedModel, Priority
+from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, IPreparedModel, Priority
+from nnapi.hal import Model as HalModel
 from nnapi.model import Model
-from nnapi.runtime.execution_plan import ExecutionPlan, partition
+from nnapi.runtime import manager
+from nnapi.runtime.execution_plan import ExecutionPlan, Step, contain, partition
 from nnapi.runtime.model_builder import build_hal_model
 
 #: Alignment and padding, in bytes, that let kernels read whole cache lines.
@@ -64,7 +66,7 @@ class Compilation(NnapiObject):
         self._timeout_ns = 0
         self._cache: tuple[str, bytes] | None = None
         self._finished = False
-        self._prepared: IPreparedModel | None = None
+        self._plan: ExecutionPlan | None = None
         self._device: IDevice | None = None
 
     def _check_modifiable(self, call: str) -> None:
@@ -137,31 +139,57 @@ class Compilation(NnapiObject):
 
     # --- finish ----------------------------------------------------------------------
     def finish(self) -> None:
-        """ANeuralNetworksCompilation_finish: choose the device and prepare the model."""
+        """ANeuralNetworksCompilation_finish: partition the model into a plan and have
+        each step's device prepare its part.
+
+        Without explicit devices, a step whose device fails to prepare moves to
+        nnapi-reference, and if that cannot be done the whole model runs there (the driver
+        guide's CPU fallback). With explicit devices a failure is the result."""
         self._check_modifiable("finish")
         self._model._check_alive("finish")
         hal_model, _ = build_hal_model(self._model)
         deadline = time.monotonic_ns() + self._timeout_ns if self._timeout_ns else None
+        preference = ExecutionPreference(int(self._preference))
+        priority = _PRIORITY_TO_HAL[self._priority]
         candidates = [d._hal for d in self._devices]
-        steps = partition(hal_model, candidates)
-        try:
-            if len(steps) == 1:
-                device = steps[0].device
-                prepared = device.prepare_model(hal_model, ExecutionPreference(int(self._preference)),
-                                                _PRIORITY_TO_HAL[self._priority], deadline)
-            else:
-                for step in steps:
-                    device = step.device
-                    step.prepared = device.prepare_model(step.model, ExecutionPreference(int(self._preference)),
-                                                         _PRIORITY_TO_HAL[self._priority], deadline)
-                prepared = ExecutionPlan(hal_model, steps)
-        except HalError as error:
-            raise error_for(error.status.to_result_code(), f"finish: {device.name}: {error}") from None
-        self._hal_model = hal_model
+        fallback = None if self._explicit_devices else manager.reference_device()
+        steps = partition(hal_model, candidates, preference)
+        for step in steps:
+            try:
+                step.prepared = self._prepare(step.device, step.model, preference, priority, deadline)
+            except HalError as error:
+                if fallback is None or step.device is fallback:
+                    raise error_for(error.status.to_result_code(), f"finish: {step.device.name}: {error}") from None
+                try:  # partial fallback: this step on the CPU
+                    step.prepared = self._prepare(fallback, step.model, preference, priority, deadline)
+                    step.device = fallback
+                except HalError:
+                    steps = [Step(fallback, list(range(len(hal_model.main.operations))),
+                                  list(hal_model.main.input_indexes), list(hal_model.main.output_indexes),
+                                  hal_model)]
+                    try:  # full fallback: the whole model on the CPU
+                        steps[0].prepared = self._prepare(fallback, hal_model, preference, priority, deadline)
+                    except HalError as cpu_error:
+                        raise error_for(cpu_error.status.to_result_code(),
+                                        f"finish: {fallback.name}: {cpu_error}") from None
+                    break
+        self._plan = ExecutionPlan(hal_model, steps, fallback, preference, priority)
         self._steps = steps
         self._device = steps[0].device if len(steps) == 1 else None
-        self._prepared = prepared
         self._finished = True
+
+    def _prepare(self, device: IDevice, model: HalModel | None, preference: ExecutionPreference,
+                 priority: Priority, deadline: int | None) -> IPreparedModel:
+        """One device prepares one step's model; any failure comes back as HalError."""
+        assert model is not None
+        try:
+            prepared = device.prepare_model(model, preference, priority, deadline)
+        except Exception as error:  # noqa: BLE001 - a raw exception in a driver is contained
+            raise contain(device.name, "prepare_model", error) from None
+        if not isinstance(prepared, IPreparedModel):
+            raise HalError(ErrorStatus.GENERAL_FAILURE,
+                           f"{device.name}: prepare_model returned {type(prepared).__name__}")
+        return prepared
 
     @property
     def step_devices(self) -> list[str]:
@@ -208,4 +236,4 @@ class Compilation(NnapiObject):
         return PREFERRED_PADDING
 
     def _release(self) -> None:
-        self._prepared = None
+        self._plan = None

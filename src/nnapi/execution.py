@@ -334,7 +334,7 @@ class Execution(NnapiObject):
         """Run on the device; record shapes, timing and status; raise on failure."""
         if deadline_ns is None and self._timeout_ns:
             deadline_ns = time.monotonic_ns() + self._timeout_ns
-        prepared = self._compilation._prepared
+        prepared = self._compilation._plan
         error: NnapiError | None = None
         try:
             if self._compilation._freed or prepared is None:

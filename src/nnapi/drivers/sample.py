@@ -1,4 +1,4 @@
-"""Sample drivers: devices with configurable capabilities and supported operations.
+"""Sample drivers: devices with configurable capabilities, supported operations and faults.
 
 A SampleDevice computes with the reference kernels but claims only the operations it is
 given, with the performance it is given. That makes the runtime's device selection and
@@ -7,7 +7,11 @@ partitioning testable, and is a starting point for writing a real driver.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable
+
+import numpy as np
 
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode
 from nnapi.drivers.reference import ReferencePreparedModel, supports_operation
@@ -19,10 +23,15 @@ from nnapi.hal import (
     IDevice,
     IPreparedModel,
     Model,
+    OutputShape,
     PerformanceInfo,
     Priority,
+    Request,
+    Timing,
 )
+from nnapi.hal.types import pool_view
 from nnapi.hal.validation import validate_model
+from nnapi.operand import dtype_of
 
 
 class SampleDevice(IDevice):
@@ -71,3 +80,116 @@ class SampleDevice(IDevice):
         self.prepared_count += 1
         self.executed_operations.extend(OperationCode(o.type) for o in model.main.operations)
         return ReferencePreparedModel(model)
+
+
+class FaultyDevice(IDevice):
+    """A fault-injecting device, a tool for testing how an NNAPI integration copes with
+    drivers that fail (register it with ``nnapi.runtime.manager.register_device``).
+
+    It computes with the reference kernels and claims ``supported`` (None: every operation
+    nnapi-reference implements; else a set of OperationCodes), reporting ``exec_time`` and
+    ``power_usage`` for every operand type (lower is better than the CPU's 1.0), so the
+    runtime prefers it. Faults:
+
+    - ``fail_prepare``: prepare_model fails (HalError GENERAL_FAILURE);
+    - ``fail_execute``: every execution fails (HalError GENERAL_FAILURE);
+    - ``wrong_results``: executions succeed but every output element is perturbed
+      (+1, booleans flipped) — what a buggy accelerator looks like;
+    - ``raise_exception``: the failures above raise a raw RuntimeError instead of a
+      HalError (with neither set, every execution does), as a crashing driver would;
+    - ``delay_s``: each execution first sleeps this long (a deadline passing meanwhile
+      gives MISSED_DEADLINE_TRANSIENT).
+
+    ``prepare_count`` and ``execute_count`` count the calls that reached the device.
+    """
+
+    def __init__(self, name: str, *, supported: Iterable[OperationCode] | None = None, fail_prepare: bool = False,
+                 fail_execute: bool = False, wrong_results: bool = False, raise_exception: bool = False,
+                 delay_s: float = 0.0, exec_time: float = 0.5, power_usage: float = 1.0,
+                 feature_level: FeatureLevelCode = FeatureLevelCode.FEATURE_LEVEL_8,
+                 device_type: DeviceTypeCode = DeviceTypeCode.DEVICE_ACCELERATOR) -> None:
+        from nnapi.drivers.reference import ReferenceDevice
+
+        self.name = name
+        self.version_string = "faulty-1.0"
+        self.device_type = device_type
+        self.feature_level = feature_level
+        self.supported = None if supported is None else frozenset(OperationCode(o) for o in supported)
+        self.fail_prepare = fail_prepare
+        self.fail_execute = fail_execute
+        self.wrong_results = wrong_results
+        self.raise_exception = raise_exception
+        self.delay_s = delay_s
+        self.performance = PerformanceInfo(exec_time, power_usage)
+        self.prepare_count = 0
+        self.execute_count = 0
+        self._reference = ReferenceDevice()
+
+    def get_capabilities(self) -> Capabilities:
+        return Capabilities(
+            relaxed_float32_to_float16_scalar=self.performance,
+            relaxed_float32_to_float16_tensor=self.performance,
+            operand_performance={code: self.performance for code in OperandCode},
+            if_performance=self.performance,
+            while_performance=self.performance,
+        )
+
+    def get_supported_operations(self, model: Model) -> list[bool]:
+        flags = self._reference.get_supported_operations(model)
+        if self.supported is None:
+            return flags
+        return [flag and operation.type in self.supported for flag, operation in zip(flags, model.main.operations,
+                                                                                     strict=True)]
+
+    def _fail(self, what: str) -> None:
+        if self.raise_exception:
+            raise RuntimeError(f"{self.name}: injected crash in {what}")
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name}: injected failure in {what}")
+
+    def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority=Priority.MEDIUM, deadline_ns=None, model_cache=(), data_cache=(),
+                      token=None) -> IPreparedModel:
+        self.prepare_count += 1
+        if self.fail_prepare:
+            self._fail("prepare_model")
+        validate_model(model)
+        if not all(self.get_supported_operations(model)):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name}: the model has unsupported operations")
+        return _FaultyPreparedModel(self, self._reference.prepare_model(model, preference, priority, deadline_ns),
+                                    model)
+
+
+class _FaultyPreparedModel(IPreparedModel):
+    def __init__(self, device: FaultyDevice, inner: IPreparedModel, model: Model) -> None:
+        self._device = device
+        self._inner = inner
+        self._model = model
+
+    def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
+                loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
+        device = self._device
+        device.execute_count += 1
+        if device.delay_s:
+            time.sleep(device.delay_s)
+            if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"{device.name}: deadline passed")
+        if device.fail_execute or (device.raise_exception and not device.fail_prepare):
+            device._fail("execute")
+        shapes, timing = self._inner.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+        if device.wrong_results:
+            self._perturb(request, shapes)
+        return shapes, timing
+
+    def _perturb(self, request: Request, shapes: list[OutputShape]) -> None:
+        main = self._model.main
+        for argument, index, shape in zip(request.outputs, main.output_indexes, shapes, strict=True):
+            if argument.has_no_value:
+                continue
+            dtype = dtype_of(main.operands[index].type)
+            count = math.prod(shape.dimensions) if shape.dimensions else 1
+            view = pool_view(request.pools[argument.location.pool_index])
+            values = np.frombuffer(view, dtype, count, argument.location.offset)
+            if dtype == np.bool_:
+                values[...] = ~values
+            else:
+                values += np.ones((), dtype)

@@ -1,26 +1,41 @@
-"""Partitioning: split a HAL model into steps, each run by one device, and run them.
+"""Partitioning and the execution plan every compilation produces.
 
 Each operation goes to the device that supports it and reports the best performance
-for it (the reference CPU device supports everything it implements, so it is the
-fallback). Consecutive operations on one device form a step; each step is a HAL model of
-its own, prepared by its device. An ExecutionPlan runs the steps in order and carries
-intermediate values between them in runtime-owned buffers: the runtime moves bytes, the
-devices compute.
+for it under the compilation's preference (the reference CPU device supports everything
+it implements). Consecutive operations on one device form a step. A plan with one step
+covering the whole model hands requests straight to that step's prepared model (Android's
+``becomeSingleStep``); a plan with several steps runs them in order, binding model inputs
+and outputs to the caller's buffers and intermediate values to runtime-owned buffers —
+the runtime moves bytes, the devices compute, and each driver checks its own outputs'
+sizes (so output sufficiency is decided in one place: the driver).
+
+A device is only given what its feature level covers (Android's ``compliantWithV1_*``):
+operations, operand types and HAL features newer than the device are not sent to it.
+
+CPU fallback (only for a compilation that did not name its devices): a step whose device
+fails to prepare moves to ``nnapi-reference``; an execution that fails on another device
+with anything but a deadline or output-size error is re-run on ``nnapi-reference``.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnapi.codes import OperationCode
+from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.errors import BadDataError
 from nnapi.hal import (
+    BufferToken,
     DataLocation,
     ErrorStatus,
+    ExecutionPreference,
     HalError,
+    IBurst,
     IDevice,
     IPreparedModel,
     Model,
@@ -28,17 +43,175 @@ from nnapi.hal import (
     OperandLifeTime,
     Operation,
     OutputShape,
+    Priority,
     Request,
     RequestArgument,
     Subgraph,
     Timing,
 )
-from nnapi.hal.types import NO_TIMING
-from nnapi.operand import dtype_of
+from nnapi.hal.interfaces import IFencedExecutionCallback, _DoneCallback, wait_for_fences
+from nnapi.hal.types import NO_TIMING, is_extension_type
+from nnapi.operand import dtype_of, is_tensor
 
 L = OperandLifeTime
+F = FeatureLevelCode
+
+#: Errors an execution is not retried on the CPU for: the caller must act on them.
+_NO_FALLBACK = frozenset({ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                          ErrorStatus.MISSED_DEADLINE_PERSISTENT})
 
 
+# --- feature levels ---------------------------------------------------------------------
+def _operation_level(code: int) -> F:
+    if code <= OperationCode.TANH:
+        return F.FEATURE_LEVEL_1
+    if code <= OperationCode.TRANSPOSE:
+        return F.FEATURE_LEVEL_2
+    if code <= OperationCode.RESIZE_NEAREST_NEIGHBOR:
+        return F.FEATURE_LEVEL_3
+    if code <= OperationCode.RANK:
+        return F.FEATURE_LEVEL_4
+    if code <= OperationCode.BATCH_MATMUL:
+        return F.FEATURE_LEVEL_6
+    return F.FEATURE_LEVEL_7
+
+
+def _operand_level(operand: Operand) -> F:
+    code = operand.type
+    if is_extension_type(code):
+        return F.FEATURE_LEVEL_3
+    if code >= OperandCode.TENSOR_QUANT8_ASYMM_SIGNED:
+        level = F.FEATURE_LEVEL_4
+    elif code >= OperandCode.BOOL:
+        level = F.FEATURE_LEVEL_3
+    else:
+        level = F.FEATURE_LEVEL_1
+    # Unknown dimensions of a model input or output, or an unknown rank anywhere, arrived
+    # with HAL 1.2 (dynamic output shapes).
+    if is_tensor(code) and operand.lifetime in (L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT, L.TEMPORARY_VARIABLE):
+        if not operand.dimensions or (operand.lifetime != L.TEMPORARY_VARIABLE and 0 in operand.dimensions):
+            level = max(level, F.FEATURE_LEVEL_3)
+    return level
+
+
+def operation_feature_level(model: Model, subgraph: Subgraph, operation: Operation) -> F:
+    """The lowest feature level a device needs to be given ``operation``."""
+    if is_extension_type(operation.type):
+        level = F.FEATURE_LEVEL_3
+    else:
+        level = _operation_level(int(operation.type))
+    for index in list(operation.inputs) + list(operation.outputs):
+        if 0 <= index < len(subgraph.operands):
+            operand = subgraph.operands[index]
+            level = max(level, _operand_level(operand))
+            if model.relax_computation_float32_to_float16 and operand.type in (
+                    OperandCode.TENSOR_FLOAT32, OperandCode.FLOAT32):
+                level = max(level, F.FEATURE_LEVEL_2)
+    return level
+
+
+def _level_of(device: IDevice) -> int:
+    try:
+        return int(device.feature_level)
+    except Exception:  # a driver's broken attribute: treat it as the oldest level
+        return int(F.FEATURE_LEVEL_1)
+
+
+def _extension_names(device: IDevice) -> set[str]:
+    try:
+        return {extension.name for extension in device.get_supported_extensions()}
+    except Exception:
+        return set()
+
+
+def _uses_unknown_extension(model: Model, operation: Operation, subgraph: Subgraph, names: set[str]) -> bool:
+    prefixes = {entry.prefix: entry.name for entry in model.extension_name_to_prefix}
+    types = [operation.type] + [subgraph.operands[i].type for i in list(operation.inputs) + list(operation.outputs)
+                                if 0 <= i < len(subgraph.operands)]
+    return any(is_extension_type(t) and prefixes.get(int(t) >> 16) not in names for t in types)
+
+
+# --- support queries --------------------------------------------------------------------
+def supported_operations(model: Model, device: IDevice) -> list[bool]:
+    """Which main-subgraph operations ``device`` is given and supports. Operations beyond
+    its feature level or using extensions it lacks are not sent: it is asked about a
+    slice of the model holding only the rest. A driver's exception or malformed answer
+    counts as "supports nothing"."""
+    main = model.main
+    level = _level_of(device)
+    names = _extension_names(device)
+    eligible = [operation_feature_level(model, main, op) <= level and
+                not _uses_unknown_extension(model, op, main, names) for op in main.operations]
+    if not any(eligible):
+        return [False] * len(main.operations)
+    positions = [i for i, ok in enumerate(eligible) if ok]
+    query = model if all(eligible) else slice_model(model, positions)
+    query = _for_level(query, level)
+    try:
+        flags = device.get_supported_operations(query)
+        flags = [bool(flag) for flag in flags]
+    except Exception:
+        return [False] * len(main.operations)
+    if len(flags) != len(positions):
+        return [False] * len(main.operations)
+    result = [False] * len(main.operations)
+    for position, flag in zip(positions, flags, strict=True):
+        result[position] = flag
+    return result
+
+
+def _for_level(model: Model, level: int) -> Model:
+    """Drop HAL features a device of ``level`` does not know."""
+    if level < F.FEATURE_LEVEL_2 and model.relax_computation_float32_to_float16:
+        return Model(model.main, model.referenced, model.operand_values, model.pools, False,
+                     model.extension_name_to_prefix)
+    return model
+
+
+def _performance(device: IDevice, model: Model, operation: Operation, preference: ExecutionPreference) -> float:
+    try:
+        capabilities = device.get_capabilities()
+    except Exception:
+        return math.inf
+
+    def pick(info) -> float:
+        return info.power_usage if preference == ExecutionPreference.LOW_POWER else info.exec_time
+
+    if operation.type == OperationCode.IF:
+        return pick(capabilities.if_performance)
+    if operation.type == OperationCode.WHILE:
+        return pick(capabilities.while_performance)
+    if not operation.inputs:
+        return 1.0
+    operand = model.main.operands[operation.inputs[0]]
+    if model.relax_computation_float32_to_float16:
+        if operand.type == OperandCode.TENSOR_FLOAT32:
+            return pick(capabilities.relaxed_float32_to_float16_tensor)
+        if operand.type == OperandCode.FLOAT32:
+            return pick(capabilities.relaxed_float32_to_float16_scalar)
+    return pick(capabilities.performance_for(operand.type))
+
+
+def assign_devices(model: Model, devices: Sequence[IDevice],
+                   preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER) -> list[IDevice]:
+    """The device of each main-subgraph operation; BAD_DATA if one has none."""
+    support = [supported_operations(model, device) for device in devices]
+    chosen: list[IDevice] = []
+    for index, operation in enumerate(model.main.operations):
+        able = [d for d, flags in zip(devices, support, strict=True) if flags[index]]
+        if not able:
+            names = [d.name for d in devices]
+            try:
+                name = OperationCode(operation.type).name
+            except ValueError:
+                name = f"extension operation {int(operation.type):#x}"
+            raise BadDataError(f"finish: no device among {names} supports operation {index} ({name})")
+        # min() keeps the first of equals: the order devices were given breaks ties.
+        chosen.append(min(able, key=lambda d: _performance(d, model, operation, preference)))
+    return chosen
+
+
+# --- steps ------------------------------------------------------------------------------
 @dataclass
 class Step:
     device: IDevice
@@ -49,50 +222,30 @@ class Step:
     prepared: IPreparedModel | None = None
 
 
-def _operation_cost(device: IDevice, model: Model, operation: Operation) -> float:
-    capabilities = device.get_capabilities()
-    if operation.type == OperationCode.IF:
-        return capabilities.if_performance.exec_time
-    if operation.type == OperationCode.WHILE:
-        return capabilities.while_performance.exec_time
-    operand = model.main.operands[operation.inputs[0]] if operation.inputs else None
-    if operand is None:
-        return 1.0
-    if model.relax_computation_float32_to_float16 and operand.type in (3, 0):
-        return capabilities.relaxed_float32_to_float16_tensor.exec_time
-    return capabilities.performance_for(operand.type).exec_time
-
-
-def assign_devices(model: Model, devices: list[IDevice]) -> list[IDevice]:
-    """The device of each main-subgraph operation; BAD_DATA if one has none."""
-    support = [device.get_supported_operations(model) for device in devices]
-    chosen: list[IDevice] = []
-    for index, operation in enumerate(model.main.operations):
-        able = [d for d, flags in zip(devices, support, strict=True) if flags[index]]
-        if not able:
-            names = [d.name for d in devices]
-            raise BadDataError(f"finish: no device among {names} supports operation {index} "
-                               f"({OperationCode(operation.type).name})")
-        # min() keeps the first of equals: the order devices were given breaks ties.
-        chosen.append(min(able, key=lambda d: _operation_cost(d, model, operation)))
-    return chosen
-
-
-def partition(model: Model, devices: list[IDevice]) -> list[Step]:
-    """Steps of consecutive operations that share a device, with their HAL models."""
-    assignment = assign_devices(model, devices)
+def partition(model: Model, devices: Sequence[IDevice],
+              preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER) -> list[Step]:
+    """Steps of consecutive operations that share a device, with their HAL models. A
+    single step covers the whole model and its HAL model is ``model`` itself."""
+    assignment = assign_devices(model, devices, preference)
     steps: list[Step] = []
     for index, device in enumerate(assignment):
         if steps and steps[-1].device is device:
             steps[-1].operations.append(index)
         else:
             steps.append(Step(device, [index]))
-    if len(steps) > 1:
-        _cut(model, steps)
+    if not steps:
+        return steps
+    if len(steps) == 1:
+        steps[0].model = _for_level(model, _level_of(steps[0].device))
+        steps[0].inputs = list(model.main.input_indexes)
+        steps[0].outputs = list(model.main.output_indexes)
+    else:
+        cut(model, steps)
     return steps
 
 
-def _cut(model: Model, steps: list[Step]) -> None:
+def cut(model: Model, steps: list[Step]) -> None:
+    """Fill in each step's inputs, outputs and HAL model."""
     main = model.main
     producer_step: dict[int, int] = {}
     for number, step in enumerate(steps):
@@ -109,14 +262,31 @@ def _cut(model: Model, steps: list[Step]) -> None:
             i for i in reads
             if main.operands[i].lifetime == L.SUBGRAPH_INPUT or producer_step.get(i, number) != number))
         step.outputs = list(dict.fromkeys(i for i in writes if i in model_outputs or i in later_reads))
-        step.model = _step_model(model, step)
+        step.model = _for_level(_step_model(model, step.operations, step.inputs, step.outputs),
+                                _level_of(step.device))
 
 
-def _step_model(model: Model, step: Step) -> Model:
+def slice_model(model: Model, positions: list[int]) -> Model:
+    """A model of only the main-subgraph operations at ``positions``: what they read and
+    nobody among them writes becomes an input, what they write becomes an output."""
     main = model.main
-    used = sorted({i for op in step.operations for i in main.operations[op].inputs + main.operations[op].outputs})
+    written = {i for p in positions for i in main.operations[p].outputs}
+    reads = [i for p in positions for i in main.operations[p].inputs]
+    inputs = list(dict.fromkeys(i for i in reads if i not in written and main.operands[i].lifetime in (
+        L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT, L.TEMPORARY_VARIABLE)))
+    outputs = list(dict.fromkeys(i for p in positions for i in main.operations[p].outputs))
+    return _step_model(model, positions, inputs, outputs)
+
+
+def _step_model(model: Model, operations: list[int], step_inputs: list[int], step_outputs: list[int]) -> Model:
+    main = model.main
+    used = sorted({i for op in operations for i in main.operations[op].inputs + main.operations[op].outputs})
     new_index = {old: new for new, old in enumerate(used)}
-    inputs, outputs = set(step.inputs), set(step.outputs)
+    inputs, outputs = set(step_inputs), set(step_outputs)
+    consumers = dict.fromkeys(used, 0)
+    for op in operations:
+        for i in main.operations[op].inputs:
+            consumers[i] += 1
     operands = []
     for old in used:
         operand = main.operands[old]
@@ -128,89 +298,249 @@ def _step_model(model: Model, step: Step) -> Model:
         elif lifetime in (L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT):
             lifetime = L.TEMPORARY_VARIABLE
         operands.append(Operand(operand.type, list(operand.dimensions), operand.scale, operand.zero_point,
-                                lifetime, operand.location, operand.channel_quant, operand.number_of_consumers))
-    operations = [Operation(main.operations[op].type, [new_index[i] for i in main.operations[op].inputs],
-                            [new_index[i] for i in main.operations[op].outputs]) for op in step.operations]
-    subgraph = Subgraph(operands, operations, [new_index[i] for i in step.inputs],
-                        [new_index[i] for i in step.outputs])
+                                lifetime, operand.location, operand.channel_quant, consumers[old],
+                                *_extra_operand_fields(operand)))
+    new_operations = [Operation(main.operations[op].type, [new_index[i] for i in main.operations[op].inputs],
+                                [new_index[i] for i in main.operations[op].outputs]) for op in operations]
+    subgraph = Subgraph(operands, new_operations, [new_index[i] for i in step_inputs],
+                        [new_index[i] for i in step_outputs])
     return Model(subgraph, model.referenced, model.operand_values, model.pools,
-                 model.relax_computation_float32_to_float16)
+                 model.relax_computation_float32_to_float16, model.extension_name_to_prefix)
 
 
-def _byte_size(operand: Operand, dims: list[int]) -> int:
-    return math.prod(dims) * dtype_of(operand.type).itemsize if dims else dtype_of(operand.type).itemsize
+def _extra_operand_fields(operand: Operand) -> tuple:
+    extra = getattr(operand, "extension_data", None)
+    return (extra,) if extra is not None else ()
 
 
-class ExecutionPlan(IPreparedModel):
-    """A model prepared as several steps on several devices; runs like one prepared model."""
+def _byte_size(operand: Operand, dims: Sequence[int]) -> int:
+    itemsize = dtype_of(operand.type).itemsize if not is_extension_type(operand.type) else 1
+    return math.prod(dims) * itemsize if dims else itemsize
 
-    def __init__(self, model: Model, steps: list[Step]) -> None:
+
+# --- preparing --------------------------------------------------------------------------
+def contain(device_name: str, call: str, error: Exception) -> HalError:
+    """A driver's failure as a HalError: a HalError as it is, anything else (a raw Python
+    exception escaping the driver) as GENERAL_FAILURE naming the device."""
+    if isinstance(error, HalError):
+        return error
+    return HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: {call} raised {type(error).__name__}: {error}")
+
+
+# --- the plan ---------------------------------------------------------------------------
+class ExecutionPlan:
+    """What a finished compilation runs: one step (the whole model on one device) or many.
+
+    ``execute`` / ``execute_fenced`` / ``configure_burst`` mirror IPreparedModel, so the
+    public Execution and Burst talk only to the plan.
+    """
+
+    def __init__(self, model: Model, steps: list[Step], fallback_device: IDevice | None = None,
+                 preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                 priority: Priority = Priority.MEDIUM) -> None:
         self.model = model
         self.steps = steps
+        self.single = steps[0].prepared if len(steps) == 1 else None
+        # Falling back is pointless when everything already runs on the fallback device.
+        self.fallback_device = fallback_device if any(s.device is not fallback_device for s in steps) else None
+        self._preference = preference
+        self._priority = priority
+        self._cpu: IPreparedModel | None = None
+        self._cpu_lock = threading.Lock()
+        self._layout = _StepLayout(model, steps) if len(steps) > 1 else None
+        #: How many executions were re-run on the fallback device (for tests and tools).
+        self.fallback_count = 0
 
+    @property
+    def devices(self) -> list[IDevice]:
+        return [step.device for step in self.steps]
+
+    # --- execution -----------------------------------------------------------------
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
+        try:
+            if self.single is not None:
+                return self.single.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+            return self._execute_steps(request, measure_timing, deadline_ns, loop_timeout_ns)
+        except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
+            return self._fallback(error, request, deadline_ns, loop_timeout_ns)
+
+    def _fallback(self, error: Exception, request: Request, deadline_ns, loop_timeout_ns
+                  ) -> tuple[list[OutputShape], Timing]:
+        hal_error = contain(self.steps[0].device.name if self.single is not None else "plan", "execute", error)
+        if (self.fallback_device is None or hal_error.status in _NO_FALLBACK
+                or any(isinstance(pool, BufferToken) for pool in request.pools)):
+            raise hal_error from None
+        cpu = self._cpu_model()
+        self.fallback_count += 1
+        try:
+            return cpu.execute(request, False, deadline_ns, loop_timeout_ns)
+        except Exception as cpu_error:  # noqa: BLE001
+            raise contain(self.fallback_device.name, "execute", cpu_error) from None
+
+    def _cpu_model(self) -> IPreparedModel:
+        with self._cpu_lock:
+            if self._cpu is None:
+                device = self.fallback_device
+                assert device is not None
+                try:
+                    self._cpu = device.prepare_model(self.model, self._preference, self._priority)
+                except Exception as error:  # noqa: BLE001
+                    raise contain(device.name, "prepare_model", error) from None
+            return self._cpu
+
+    def _execute_steps(self, request: Request, measure_timing: bool, deadline_ns, loop_timeout_ns
+                       ) -> tuple[list[OutputShape], Timing]:
+        layout = self._layout
+        assert layout is not None
         main = self.model.main
-        # operand index -> (bytes, dimensions); None for an omitted optional input
-        values: dict[int, tuple[np.ndarray, list[int]] | None] = {}
+        # where each operand's value lives for this run: (pool, offset, length, dims), None if omitted
+        where: dict[int, tuple | None] = {}
         for argument, index in zip(request.inputs, main.input_indexes, strict=True):
             if argument.has_no_value:
-                values[index] = None
-                continue
-            location = argument.location
-            data = np.frombuffer(request.pools[location.pool_index], np.uint8, location.length, location.offset)
-            values[index] = (data, list(argument.dimensions or main.operands[index].dimensions))
+                where[index] = None
+            else:
+                location = argument.location
+                where[index] = (request.pools[location.pool_index], location.offset, location.length,
+                                list(argument.dimensions or main.operands[index].dimensions))
+        shapes = [OutputShape(list(argument.dimensions or main.operands[index].dimensions), True)
+                  for argument, index in zip(request.outputs, main.output_indexes, strict=True)]
+        caller_output = {index: argument for argument, index in zip(request.outputs, main.output_indexes,
+                                                                    strict=True) if not argument.has_no_value}
         on_device = in_driver = 0
-        for step in self.steps:
-            timing = self._run_step(step, values, measure_timing, deadline_ns, loop_timeout_ns)
+        for number, step in enumerate(self.steps):
+            timing = self._run_step(number, step, request, where, caller_output, shapes, measure_timing,
+                                    deadline_ns, loop_timeout_ns)
             if measure_timing and timing.time_on_device != NO_TIMING:
                 on_device += timing.time_on_device
                 in_driver += timing.time_in_driver
-        shapes = []
-        for argument, index in zip(request.outputs, main.output_indexes, strict=True):
-            data, dims = values[index]  # type: ignore[misc]
-            shapes.append(OutputShape(dims, argument.has_no_value or argument.location.length >= data.nbytes))
-        if not all(shape.is_sufficient for shape in shapes):
-            raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
-        for argument, index in zip(request.outputs, main.output_indexes, strict=True):
-            if argument.has_no_value:
-                continue
-            data, _ = values[index]  # type: ignore[misc]
-            target = np.frombuffer(request.pools[argument.location.pool_index], np.uint8, data.nbytes,
-                                   argument.location.offset)
-            target[:] = data
         return shapes, Timing(on_device, in_driver) if measure_timing else Timing()
 
-    def _run_step(self, step: Step, values, measure_timing, deadline_ns, loop_timeout_ns) -> Timing:
+    def _run_step(self, number: int, step: Step, request: Request, where: dict, caller_output: dict,
+                  shapes: list[OutputShape], measure_timing, deadline_ns, loop_timeout_ns) -> Timing:
+        layout = self._layout
+        assert layout is not None and step.prepared is not None
         main = self.model.main
         pools: list = []
+        pool_ids: dict[int, int] = {}
+
+        def pool_index(pool) -> int:
+            key = id(pool)
+            if key not in pool_ids:
+                pool_ids[key] = len(pools)
+                pools.append(pool)
+            return pool_ids[key]
+
         inputs = []
         for index in step.inputs:
-            value = values[index]
+            value = where.get(index)
             if value is None:
                 inputs.append(RequestArgument(has_no_value=True))
                 continue
-            data, dims = value
-            pools.append(data)
-            inputs.append(RequestArgument(False, DataLocation(len(pools) - 1, 0, data.nbytes), list(dims)))
-        sizes = [_byte_size(main.operands[i], main.operands[i].dimensions)
-                 if all(main.operands[i].dimensions) else 0 for i in step.outputs]
+            pool, offset, length, dims = value
+            inputs.append(RequestArgument(False, DataLocation(pool_index(pool), offset, length), list(dims)))
+        sizes = list(layout.temp_sizes[number])
         for _attempt in range(3):
-            buffers = [np.zeros(size, np.uint8) for size in sizes]
-            outputs = [RequestArgument(False, DataLocation(len(pools) + k, 0, size), [])
-                       for k, size in enumerate(sizes)]
+            temps: dict[int, np.ndarray] = {}
+            outputs = []
+            for k, index in enumerate(step.outputs):
+                argument = caller_output.get(index)
+                if argument is not None:
+                    location = argument.location
+                    outputs.append(RequestArgument(False, DataLocation(
+                        pool_index(request.pools[location.pool_index]), location.offset, location.length),
+                        list(argument.dimensions)))
+                else:
+                    temps[index] = buffer = np.zeros(sizes[k], np.uint8)
+                    outputs.append(RequestArgument(False, DataLocation(pool_index(buffer), 0, sizes[k]), []))
             try:
-                assert step.prepared is not None
-                shapes, timing = step.prepared.execute(Request(inputs, outputs, pools + buffers), measure_timing,
-                                                       deadline_ns, loop_timeout_ns)
+                step_shapes, timing = step.prepared.execute(Request(inputs, outputs, pools), measure_timing,
+                                                            deadline_ns, loop_timeout_ns)
             except HalError as error:
-                if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or not error.output_shapes:
+                if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or len(error.output_shapes) != len(
+                        step.outputs):
                     raise
-                sizes = [_byte_size(main.operands[i], shape.dimensions)
-                         for i, shape in zip(step.outputs, error.output_shapes, strict=True)]
+                caller_short = False
+                for k, (index, shape) in enumerate(zip(step.outputs, error.output_shapes, strict=True)):
+                    if index in layout.output_position:
+                        shapes[layout.output_position[index]] = OutputShape(list(shape.dimensions),
+                                                                            shape.is_sufficient)
+                    if index in caller_output:
+                        caller_short |= not shape.is_sufficient
+                    elif not shape.is_sufficient:
+                        sizes[k] = _byte_size(main.operands[index], shape.dimensions)
+                if caller_short:
+                    raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small",
+                                   shapes) from None
                 continue
-            for index, buffer, shape in zip(step.outputs, buffers, shapes, strict=True):
-                needed = _byte_size(main.operands[index], shape.dimensions)
-                values[index] = (buffer[:needed], list(shape.dimensions))
+            if len(step_shapes) != len(step.outputs):
+                raise HalError(ErrorStatus.GENERAL_FAILURE,
+                               f"{step.device.name}: returned {len(step_shapes)} output shapes for "
+                               f"{len(step.outputs)} outputs")
+            for index, shape in zip(step.outputs, step_shapes, strict=True):
+                dims = list(shape.dimensions)
+                needed = _byte_size(main.operands[index], dims)
+                if index in caller_output:
+                    location = caller_output[index].location
+                    where[index] = (request.pools[location.pool_index], location.offset, needed, dims)
+                else:
+                    where[index] = (temps[index], 0, needed, dims)
+                if index in layout.output_position:
+                    shapes[layout.output_position[index]] = OutputShape(dims, True)
             return timing
-        raise HalError(ErrorStatus.GENERAL_FAILURE, "a step's output sizes kept changing")
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"{step.device.name}: a step's output sizes kept changing")
+
+    def execute_fenced(self, request: Request, wait_for: Sequence[int], measure_timing: bool = False,
+                       deadline_ns: int | None = None, loop_timeout_ns: int | None = None,
+                       timeout_after_fence_ns: int | None = None) -> tuple[int | None, IFencedExecutionCallback]:
+        """IPreparedModel.execute_fenced for the plan: a single step hands it to its
+        driver; otherwise (or on a failure that may fall back) the plan waits for the
+        fences and runs synchronously."""
+        if self.single is not None:
+            try:
+                return self.single.execute_fenced(request, wait_for, measure_timing, deadline_ns, loop_timeout_ns,
+                                                  timeout_after_fence_ns)
+            except Exception as error:  # noqa: BLE001
+                hal_error = contain(self.steps[0].device.name, "execute_fenced", error)
+                if self.fallback_device is None or hal_error.status in _NO_FALLBACK:
+                    raise hal_error from None
+        wait_for_fences(wait_for, deadline_ns)
+        if timeout_after_fence_ns is not None:
+            after = time.monotonic_ns() + timeout_after_fence_ns
+            deadline_ns = after if deadline_ns is None else min(deadline_ns, after)
+        _, timing = self.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+        return None, _DoneCallback(ErrorStatus.NONE, timing, timing)
+
+    def configure_burst(self) -> IBurst:
+        return _PlanBurst(self)
+
+
+class _StepLayout:
+    """Per-compilation facts of a multi-step plan, computed once."""
+
+    def __init__(self, model: Model, steps: list[Step]) -> None:
+        main = model.main
+        self.output_position = {index: position for position, index in enumerate(main.output_indexes)}
+        self.temp_sizes = [[_byte_size(main.operands[i], main.operands[i].dimensions)
+                            if all(main.operands[i].dimensions) else 0 for i in step.outputs] for step in steps]
+
+
+class _PlanBurst(IBurst):
+    """A burst of a plan: the single step's own burst, with the plan's CPU fallback."""
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self._plan = plan
+        self._burst: IBurst | None = None
+        if plan.single is not None:
+            try:
+                self._burst = plan.single.configure_burst()
+            except Exception as error:  # noqa: BLE001
+                raise contain(plan.steps[0].device.name, "configure_burst", error) from None
+
+    def execute(self, request, measure_timing=False, deadline_ns=None, loop_timeout_ns=None):
+        if self._burst is None:
+            return self._plan.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+        try:
+            return self._burst.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+        except Exception as error:  # noqa: BLE001
+            return self._plan._fallback(error, request, deadline_ns, loop_timeout_ns)

@@ -26,6 +26,13 @@ def hal_devices() -> list[IDevice]:
         return list(_devices)
 
 
+def reference_device() -> IDevice:
+    """The nnapi-reference device: the CPU fallback."""
+    with _lock:
+        _ensure_reference()
+        return _devices[0]
+
+
 def register_device(device: IDevice) -> None:
     """Make a driver's device visible to get_devices() and to compilations."""
     with _lock:
