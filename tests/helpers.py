@@ -97,3 +97,8 @@ def q8(dims, scale, zero_point) -> OperandType:
 
 def s8(dims, scale, zero_point) -> OperandType:
     return OperandType(nnapi.OperandCode.TENSOR_QUANT8_ASYMM_SIGNED, dims, scale, zero_point)
+
+
+def scalar(code: nnapi.OperandCode, value) -> tuple[OperandType, Any]:
+    """A constant scalar input for ``build_single_op_model`` / ``run_single_op``."""
+    return (OperandType(code), value)

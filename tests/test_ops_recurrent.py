@@ -402,7 +402,10 @@ def test_quantized_lstm_matches_float_lstm(options):
                     projection_bias=options.get("projection_bias", False))
     x_scale, x_zero, h_scale, h_zero = 1 / 64, 3, 1 / 128, -2
     cell_scale = 2.0**-11
-    hidden_scale, hidden_zero = 1 / 128, 1
+    # Android's kernel stores the hidden state as v - hidden_zero (and its projection adds
+    # the zero point back); without projection those values are the output, so there the
+    # hidden quantization must be the output's with the zero point negated.
+    hidden_scale, hidden_zero = (1 / 128, 1) if projection else (h_scale, -h_zero)
     norm_scale = 1 / 1024
     intermediate = 2.0**-10
     x = _q(RNG.uniform(-1, 1, (batch, input_size)), x_scale, x_zero, np.int8)
@@ -434,7 +437,8 @@ def test_quantized_lstm_matches_float_lstm(options):
         quantized["projection_bias"] = (OT(T.TENSOR_INT32, (output_size,), scale),
                                         _q(w["projection_bias"], scale, 0, np.int32))
         real["projection_bias"] = quantized["projection_bias"][1] * scale
-    cell_clip, proj_clip = (0.3, 0.1) if options.get("clip") else (0.0, 0.0)
+    # The projection clip is in units of the projection weights' scale (Android): 10 steps.
+    cell_clip, proj_clip = (0.3, 10.5 * quantized["projection"][0].scale) if options.get("clip") else (0.0, 0.0)
     q8s, q16 = T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT16_SYMM
 
     def slot(name, code):
@@ -457,16 +461,22 @@ def test_quantized_lstm_matches_float_lstm(options):
     x_real = (x.astype(np.float64) - x_zero) * x_scale
     h_real = (h.astype(np.float64) - h_zero) * h_scale
     c_real = c.astype(np.float64) * cell_scale
-    h_ref, c_ref = reference_lstm_step(x_real, h_real, c_real, {**{k: None for k in w}, **real},
-                                       cell_clip, proj_clip)
+    h_ref, c_ref = reference_lstm_step(x_real, h_real, c_real, {**{k: None for k in w}, **real}, cell_clip)
     np.testing.assert_array_equal(state_out, out)
     # within about one step of the output quantization (the gates' fixed-point sigmoid and
     # tanh are accurate to a few 1e-4)
     np.testing.assert_allclose(cell_out * cell_scale, c_ref, atol=0.004)
-    np.testing.assert_allclose((out.astype(np.float64) - h_zero) * h_scale, h_ref, atol=1.5 * h_scale)
+    inside = np.ones(out.shape, dtype=bool)
     if cell_clip:
         assert np.abs(cell_out * cell_scale).max() <= cell_clip + cell_scale
-        assert np.abs((out.astype(np.float64) - h_zero) * h_scale).max() <= proj_clip + h_scale
+        # Android clips the int8 projection output to +-(clip / projection weights scale),
+        # around 0 rather than around the output's zero point.
+        limit = int(proj_clip / quantized["projection"][0].scale)
+        assert 0 < limit < 127 and np.abs(out.astype(np.int64)).max() <= limit
+        assert (np.abs(out.astype(np.int64)) == limit).any()  # the clip binds
+        inside = np.abs(out.astype(np.int64)) < limit
+    np.testing.assert_allclose(((out.astype(np.float64) - h_zero) * h_scale)[inside], h_ref[inside],
+                               atol=1.5 * h_scale)
 
 
 # --- signatures rejected at add_operation --------------------------------------------------

@@ -3,8 +3,8 @@
 Inputs: 0 and 1 are tensors of one type (quantized inputs may differ in scale and zero
 point), 2 is the INT32 FuseCode. Quantized results are computed on real values and
 quantized into the output's scale and zero point; TENSOR_INT32 requires FUSED_NONE and
-DIV on it is floor division. Quantized MUL requires output_scale > input1_scale *
-input2_scale (BAD_DATA otherwise).
+DIV on it is floor division (division by zero gives 0, as on Android). Quantized MUL
+requires output_scale > input1_scale * input2_scale (BAD_DATA otherwise).
 """
 
 from __future__ import annotations
@@ -41,6 +41,16 @@ _INT_MATH = {**_FLOAT_MATH, OperationCode.DIV: np.floor_divide}
 _MAX_RANK = 4
 
 
+def _floor_divide_int32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Floor division of int32 tensors. Division by zero is undefined in NNAPI but must
+    not fail the execution (CTS): Android writes 0 there, and so does this."""
+    a64, b64 = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+    zero = b64 == 0
+    quotient = np.floor_divide(a64, np.where(zero, 1, b64))
+    # int32 wrap-around for INT32_MIN / -1, as in C
+    return np.where(zero, 0, quotient).astype(np.int32)
+
+
 @register(OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
 class BinaryArithmetic(Operation):
     def validate(self, ctx: ValidationContext) -> None:
@@ -75,8 +85,8 @@ class BinaryArithmetic(Operation):
         fuse = ctx.scalar(2)
         code = a.type
         if code == T.TENSOR_INT32:
-            if self.code == OperationCode.DIV and np.any(b.value == 0):
-                ctx.fail("integer division by zero")
+            if self.code == OperationCode.DIV:
+                return [_floor_divide_int32(a.value, b.value)]
             return [_INT_MATH[self.code](a.value, b.value).astype(np.int32)]
         output = ctx.output(0)
         math = _FLOAT_MATH[self.code]

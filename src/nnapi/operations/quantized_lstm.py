@@ -14,17 +14,14 @@ matrix is laid out as Android's kernel lays it out (see ``execute``).
 
 QUANTIZED_LSTM (feature level 4): int8 asymmetric input and output, int8 symmetric
 weights, optional CIFG / peephole (QUANT16_SYMM) / projection / layer normalization
-(QUANT16_SYMM weights). Each matrix product is rescaled into the gate's intermediate
-scale (inputs 26-29) with a fixed-point multiplier; without layer normalization the gate
-goes straight to the activation, so its intermediate scale is Q3.12's 2^-12 (as in
-TFLite's integer LSTM) and the gate bias (scale input_scale * weights_scale) joins the
-input product. With layer normalization the bias is added after normalization in units of
-layer_norm_scale / 1024 (TFLite's integer layer norm). The hidden state o * tanh(c) is
-quantized with inputs 30/31, projected (bias scale weights_scale * hidden_scale) into the
-output state's quantization and clipped. Departures from Android's kernel, which has no
-CTS vectors: the peepholes of the input and forget gates read the previous cell state
-(the spec's equations), the projection subtracts the hidden state's zero point, and the
-clipping thresholds are quantized with the scale of the value they clip.
+(QUANT16_SYMM weights). It follows Android's kernel, which CTS checks drivers against,
+bit for bit: each matrix product is rescaled into the gate's intermediate scale (inputs
+26-29) with a fixed-point multiplier, layer normalization runs Android's integer algorithm
+(inverse square root by fixed-point Newton-Raphson, gate bias added after normalizing), the
+hidden state o * tanh(c) is quantized with inputs 30/31, projected and clipped, and the
+outputs are written raw in the input states' quantization. The surprising places are
+marked "Android:" in the code. Without layer normalization (no CTS vector) the gate goes
+to a Q3.12 activation with its bias in the input product, as the NDK documents the bias.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
-from nnapi.operations.common import quantize_multiplier, round_half_away
+from nnapi.operations.common import quantize_multiplier
 
 T = OperandCode
 
@@ -191,15 +188,6 @@ def _multiplier(real: float) -> tuple[int, int]:
     return quantize_multiplier(float(np.float32(real)))
 
 
-def _multipliers(reals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """quantize_multiplier over an array of positive reals."""
-    mantissa, exponent = np.frexp(reals)
-    fixed = round_half_away(mantissa * float(1 << 31)).astype(np.int64)
-    exponent = exponent.astype(np.int64)
-    carry = fixed == (1 << 31)
-    return np.where(carry, fixed // 2, fixed), np.where(carry, exponent + 1, exponent)
-
-
 def _log2_exact(scale: float) -> int | None:
     """log2(scale) when scale is (within float32 rounding) a power of two."""
     if scale <= 0:
@@ -295,68 +283,131 @@ class Quantized16BitLstm(Operation):
 
 
 # --- QUANTIZED_LSTM ----------------------------------------------------------------------
+#
+# Android's kernel is the behaviour CTS checks drivers against, so this one follows it
+# step by step, surprises included (each marked "Android:" below). Where Android's result
+# is undefined (it reads a buffer before writing it, or dereferences an absent bias) the
+# defined reading that agrees with TFLite's integer LSTM is used instead.
+
+INPUT_TENSOR = 0
+INPUT_TO_WEIGHTS = {"input": 1, "forget": 2, "cell": 3, "output": 4}
+RECURRENT_TO_WEIGHTS = {"input": 5, "forget": 6, "cell": 7, "output": 8}
+CELL_TO_WEIGHTS = {"input": 9, "forget": 10, "output": 11}
+GATE_BIAS = {"input": 12, "forget": 13, "cell": 14, "output": 15}
+PROJECTION_WEIGHTS = 16
+PROJECTION_BIAS = 17
+PREV_OUTPUT_TENSOR = 18
+PREV_CELL_STATE_TENSOR = 19
+LAYER_NORM_WEIGHTS = {"input": 20, "forget": 21, "cell": 22, "output": 23}
+CELL_CLIP = 24
+PROJECTION_CLIP = 25
+INTERMEDIATE_SCALE = {"input": 26, "forget": 27, "cell": 28, "output": 29}
+HIDDEN_STATE_ZERO_POINT = 30
+HIDDEN_STATE_SCALE = 31
+OUTPUT_STATE_OUT, CELL_STATE_OUT, OUTPUT_TENSOR = 0, 1, 2
 
 _GATES = ("input", "forget", "cell", "output")
-_QL = {
-    "input": 0, "output_state": 18, "cell_state": 19,
-    "input_to": dict(zip(_GATES, (1, 2, 3, 4), strict=True)),
-    "recurrent_to": dict(zip(_GATES, (5, 6, 7, 8), strict=True)),
-    "cell_to": {"input": 9, "forget": 10, "output": 11},
-    "bias": dict(zip(_GATES, (12, 13, 14, 15), strict=True)),
-    "norm": dict(zip(_GATES, (20, 21, 22, 23), strict=True)),
-    "intermediate": dict(zip(_GATES, (26, 27, 28, 29), strict=True)),
-}
-_PROJECTION, _PROJECTION_BIAS, _CELL_CLIP, _PROJ_CLIP, _HIDDEN_ZERO, _HIDDEN_SCALE = 16, 17, 24, 25, 30, 31
 _QLSTM_INPUT_TYPES = ([T.TENSOR_QUANT8_ASYMM_SIGNED] + [T.TENSOR_QUANT8_SYMM] * 8 + [T.TENSOR_QUANT16_SYMM] * 3
                       + [T.TENSOR_INT32] * 4 + [T.TENSOR_QUANT8_SYMM, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM_SIGNED,
                                                 T.TENSOR_QUANT16_SYMM] + [T.TENSOR_QUANT16_SYMM] * 4
                       + [T.FLOAT32] * 6 + [T.INT32, T.FLOAT32])
+_REQUIRED = (INPUT_TENSOR, *(INPUT_TO_WEIGHTS[g] for g in _GATES[1:]), *(RECURRENT_TO_WEIGHTS[g] for g in _GATES[1:]),
+             *(GATE_BIAS[g] for g in _GATES[1:]), PREV_OUTPUT_TENSOR, PREV_CELL_STATE_TENSOR)
+_MATRICES = (INPUT_TENSOR, *INPUT_TO_WEIGHTS.values(), *RECURRENT_TO_WEIGHTS.values(), PROJECTION_WEIGHTS,
+             PREV_OUTPUT_TENSOR, PREV_CELL_STATE_TENSOR)
+_VECTORS = (*CELL_TO_WEIGHTS.values(), *GATE_BIAS.values(), PROJECTION_BIAS, *LAYER_NORM_WEIGHTS.values())
+# The hidden state's tanh reads the cell state with (15 + log2 scale) integer bits, and
+# Android's kernel has tanh for 0 to 6 integer bits only.
+_CELL_SHIFTS = range(-15, -8)
 
 
-def _optional_scalar(ctx: ExecutionContext, index: int) -> float:
-    """An optional clipping threshold; omitted means 0 (no clipping)."""
-    return 0.0 if ctx.is_omitted(index) else float(ctx.scalar(index))
+def _f32_ratio(a: float, b: float, c: float) -> float:
+    """a * b / c in float32 arithmetic, as Android computes its effective scales."""
+    return float(np.float32(np.float32(a) * np.float32(b)) / np.float32(c))
 
 
-def _accumulate(gate: np.ndarray, values: np.ndarray, weights: Tensor, input_scale: float, target_scale: float,
+def _wrap32(x: np.ndarray | int):
+    return ((x + 2**31) & 0xFFFFFFFF) - 2**31
+
+
+def _srdhm32(a: int, b: int) -> int:
+    """gemmlowp SaturatingRoundingDoublingHighMul on int32 (Python ints)."""
+    if a == b == -(2**31):
+        return 2**31 - 1
+    product = a * b
+    nudged = product + ((1 << 30) if product >= 0 else 1 - (1 << 30))
+    return -((-nudged) >> 31) if nudged < 0 else nudged >> 31
+
+
+def _saturating_pot32(x: int, exponent: int) -> int:
+    """gemmlowp SaturatingRoundingMultiplyByPOT on int32, exponent >= 0."""
+    threshold = (1 << (31 - exponent)) - 1
+    if x > threshold:
+        return 2**31 - 1
+    if x < -threshold:
+        return -(2**31)
+    return _wrap32(x << exponent)
+
+
+def _inverse_sqrt_multiplier(value: int) -> tuple[int, int]:
+    """1 / sqrt(value) as (multiplier, shift) for multiply_by_quantized_multiplier,
+    computed as Android's GetInvSqrtQuantizedMultiplierExp does: five Newton-Raphson
+    steps in Q3.28 fixed point. Its last bits differ from the exactly rounded value,
+    and the layer-normalized gates (hence the cell state) follow them."""
+    if value <= 1:  # 0 and 1 both give "multiply by one"
+        return 2**31 - 1, 0
+    shift = 11
+    while value >= 1 << 29:
+        value //= 4
+        shift += 1
+    pairs = (32 - value.bit_length() - 1) // 2 - 1
+    shift -= pairs
+    value <<= 2 * pairs
+    half_input = int(_rounding_divide_by_pot(np.int64(value >> 1), 1))
+    half_three = (1 << 28) + (1 << 27)  # 1.5 in Q3.28
+    x = 1 << 28  # 1.0 in Q3.28
+    for _ in range(5):
+        x3 = _saturating_pot32(_srdhm32(_srdhm32(x, x), x), 6)  # Q9 -> Q3
+        x = _saturating_pot32(_wrap32(_srdhm32(half_three, x) - _srdhm32(half_input, x3)), 3)  # Q6 -> Q3
+    x = _srdhm32(x, 1518500250)  # * sqrt(2) / 2 in Q0.31
+    if shift < 0:
+        x, shift = _wrap32(x << -shift), 0
+    return x, -shift
+
+
+def _accumulate(gate: np.ndarray, values: np.ndarray, weights: Tensor, effective_scale: float,
                 bias: np.ndarray | None = None) -> np.ndarray:
-    """gate += rescale(values . weights' (+ bias)), saturating to int16 (TFLite's
+    """gate += rescale(values . weights' (+ bias)), saturating to int16 (Android's
     MatrixBatchVectorMultiplyAccumulate into an int16 gate buffer)."""
     accumulator = _int_matmul(values, np.asarray(weights.value).T)
     if bias is not None:
         accumulator = accumulator + bias
-    multiplier, shift = _multiplier(weights.scale * input_scale / target_scale)
+    multiplier, shift = quantize_multiplier(effective_scale)
     return _clamp16(gate + _multiply(accumulator, multiplier, shift))
 
 
 def _layer_norm(gate: np.ndarray, weights: Tensor, bias: np.ndarray) -> np.ndarray:
-    """TFLite's integer layer normalization: Q3.12 in, Q3.12 out."""
+    """Android's integer layer normalization (ApplyLayerNorm): Q3.12 in, Q3.12 out."""
     units = gate.shape[1]
     total = gate.sum(axis=1)
     squares = (gate * gate).sum(axis=1)
     mean = _c_div(total * 1024, units)
-    variance = (squares << 20) // units - mean * mean
-    variance = _c_div(variance, 1 << 20)
-    limit = min(1, int(10000 * weights.scale))
+    # Android: the variance divides 2^20 by the unit count before multiplying (exact only
+    # for power-of-two counts), then truncates.
+    variance = _c_div(squares * ((1 << 20) // units) - mean * mean, 1 << 20)
+    # Android: a variance below 1 becomes min(1, int(10000 * weights scale)), i.e. 0 for
+    # the usual small scales; 0 and 1 both mean "divide by one" below.
+    limit = min(1, int(np.float32(10000) * np.float32(weights.scale)))
     variance = np.where(variance < 1, limit, variance)
-    # 1 / stddev as a fixed-point multiplier per batch row (TFLite approximates the same
-    # value by Newton-Raphson; variances of 0 or 1 give a multiplier of 1).
-    inv_std = 1.0 / np.sqrt(np.maximum(variance, 1).astype(np.float64))
-    multipliers, shifts = _multipliers(inv_std)
-    normalized = _multiply(1024 * gate - mean[:, np.newaxis], multipliers[:, np.newaxis], shifts[:, np.newaxis])
-    scaled = normalized * np.asarray(weights.value, dtype=np.int64) + bias
+    inverse = [_inverse_sqrt_multiplier(int(v)) for v in variance]
+    multipliers = np.array([m for m, _ in inverse], dtype=np.int64)[:, np.newaxis]
+    shifts = np.array([s for _, s in inverse], dtype=np.int64)[:, np.newaxis]
+    normalized = _multiply(1024 * gate - mean[:, np.newaxis], multipliers, shifts)
+    # Android: the weighted value wraps in int32 (its own note says "saturate this").
+    scaled = _wrap32(normalized * np.asarray(weights.value, dtype=np.int64) + bias)
     scaled = _c_div(scaled + np.where(scaled > 0, 512, -512), 1024)
-    multiplier, shift = _multiplier(weights.scale)
+    multiplier, shift = quantize_multiplier(float(np.float32(weights.scale)))
     return _clamp16(_multiply(scaled, multiplier, shift + 12))
-
-
-def _requantize_to(values: np.ndarray, scale: float, zero_point: int, target, dtype) -> np.ndarray:
-    """Express integer results in a declared output quantization when it differs."""
-    if (scale, zero_point) == (target.scale, target.zero_point) or target.scale == 0:
-        return values.astype(dtype)
-    real = (values.astype(np.float64) - zero_point) * scale
-    info = np.iinfo(dtype)
-    return np.clip(round_half_away(real / target.scale) + target.zero_point, info.min, info.max).astype(dtype)
 
 
 @register(OperationCode.QUANTIZED_LSTM)
@@ -365,52 +416,53 @@ class QuantizedLstm(Operation):
         ctx.check_counts(inputs=32, outputs=3)
         ctx.check_input_types(_QLSTM_INPUT_TYPES)
         ctx.check_output_types([T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT16_SYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
-        for index in (0, 2, 3, 4, 6, 7, 8, 18, 19):
+        for index in (INPUT_TENSOR, *(INPUT_TO_WEIGHTS[g] for g in _GATES[1:]),
+                      *(RECURRENT_TO_WEIGHTS[g] for g in _GATES[1:]), PREV_OUTPUT_TENSOR, PREV_CELL_STATE_TENSOR):
             ctx.check_input_rank(index, 2)
-        for index in (13, 14, 15):
+        for index in (GATE_BIAS["forget"], GATE_BIAS["cell"], GATE_BIAS["output"]):
             ctx.check_input_rank(index, 1)
-        shift = _log2_exact(ctx.inputs[19].scale)
-        ctx.require(shift is not None and shift <= -9,
-                    "input 19 (cell state) must have a power-of-two scale of at most 2^-9")
+        shift = _log2_exact(ctx.inputs[PREV_CELL_STATE_TENSOR].scale)
+        ctx.require(shift in _CELL_SHIFTS,
+                    f"input {PREV_CELL_STATE_TENSOR} (cell state) must have a power-of-two scale "
+                    "from 2^-15 to 2^-9")
 
     def _setup(self, ctx: ExecutionContext):
-        for index in (0, 2, 3, 4, 6, 7, 8, 13, 14, 15, 18, 19):
+        for index in _REQUIRED:
             ctx.require(not ctx.is_omitted(index), f"input {index} must be present")
-        for index in (0, 2, 3, 4, 6, 7, 8, 18, 19):
-            ctx.require(ctx.input(index).rank == 2, f"input {index} must be 2-D")
-        x, h, c = ctx.input(0), ctx.input(18), ctx.input(19)
+        for index in _MATRICES:
+            if not ctx.is_omitted(index):
+                ctx.require(ctx.input(index).rank == 2, f"input {index} must be 2-D")
+        x, h, c = ctx.input(INPUT_TENSOR), ctx.input(PREV_OUTPUT_TENSOR), ctx.input(PREV_CELL_STATE_TENSOR)
         batch, input_size = x.shape
-        units = ctx.input(4).shape[0]
-        output_size = ctx.input(8).shape[1]
-        cifg = ctx.is_omitted(1)
+        units = ctx.input(INPUT_TO_WEIGHTS["output"]).shape[0]
+        output_size = ctx.input(RECURRENT_TO_WEIGHTS["output"]).shape[1]
+        cifg = ctx.is_omitted(INPUT_TO_WEIGHTS["input"])
         expected = {}
         for gate in _GATES:
-            if gate == "input" and cifg:
-                continue
-            expected[_QL["input_to"][gate]] = (units, input_size)
-            expected[_QL["recurrent_to"][gate]] = (units, output_size)
-            expected[_QL["bias"][gate]] = (units,)
-        for index in (*_QL["cell_to"].values(), *_QL["norm"].values()):
+            expected[INPUT_TO_WEIGHTS[gate]] = (units, input_size)
+            expected[RECURRENT_TO_WEIGHTS[gate]] = (units, output_size)
+        for index in _VECTORS:
             expected[index] = (units,)
-        expected.update({_PROJECTION: (output_size, units), _PROJECTION_BIAS: (output_size,),
-                         18: (batch, output_size), 19: (batch, units)})
+        expected.update({PROJECTION_WEIGHTS: (output_size, units), PROJECTION_BIAS: (output_size,),
+                         PREV_OUTPUT_TENSOR: (batch, output_size), PREV_CELL_STATE_TENSOR: (batch, units)})
         for index, shape in expected.items():
             if not ctx.is_omitted(index):
                 ctx.require(ctx.input(index).shape == shape,
                             f"input {index} has shape {list(ctx.input(index).shape)}, expected {list(shape)}")
-        ctx.require(ctx.is_omitted(5) == cifg and ctx.is_omitted(12) == cifg,
+        input_gate = (RECURRENT_TO_WEIGHTS["input"], GATE_BIAS["input"])
+        ctx.require(all(ctx.is_omitted(i) == cifg for i in input_gate),
                     "input gate weights and bias must all be present or all omitted (CIFG)")
-        peephole = [not ctx.is_omitted(i) for i in (10, 11)]
+        peephole = [not ctx.is_omitted(CELL_TO_WEIGHTS[g]) for g in ("forget", "output")]
         ctx.require(all(peephole) or not any(peephole), "peephole weights must be all present or all omitted")
-        ctx.require(ctx.is_omitted(9) == (cifg or not all(peephole)),
+        ctx.require(ctx.is_omitted(CELL_TO_WEIGHTS["input"]) == (cifg or not all(peephole)),
                     "cell-to-input weights must be present exactly with peephole and without CIFG")
-        norms = [not ctx.is_omitted(i) for i in (21, 22, 23)]
+        norms = [not ctx.is_omitted(LAYER_NORM_WEIGHTS[g]) for g in _GATES[1:]]
         ctx.require(all(norms) or not any(norms), "layer norm weights must be all present or all omitted")
-        ctx.require(ctx.is_omitted(20) == (cifg or not all(norms)),
+        ctx.require(ctx.is_omitted(LAYER_NORM_WEIGHTS["input"]) == (cifg or not all(norms)),
                     "input layer norm weights must be present exactly with layer norm and without CIFG")
-        ctx.require(not ctx.is_omitted(_PROJECTION) or ctx.is_omitted(_PROJECTION_BIAS),
+        ctx.require(not ctx.is_omitted(PROJECTION_WEIGHTS) or ctx.is_omitted(PROJECTION_BIAS),
                     "projection bias needs projection weights")
-        ctx.require(not ctx.is_omitted(_PROJECTION) or output_size == units,
+        ctx.require(not ctx.is_omitted(PROJECTION_WEIGHTS) or output_size == units,
                     "without projection the output size must equal the number of units")
         return x, h, c, cifg, all(peephole), all(norms)
 
@@ -421,62 +473,84 @@ class QuantizedLstm(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, h, c, cifg, peephole, layer_norm = self._setup(ctx)
         cell_shift = _log2_exact(c.scale)
-        ctx.require(cell_shift is not None and cell_shift <= -9, "cell state scale must be a power of two <= 2^-9")
         x_values = np.asarray(x.value, dtype=np.int64) - x.zero_point
         h_values = np.asarray(h.value, dtype=np.int64) - h.zero_point
         previous_cell = np.asarray(c.value, dtype=np.int64)
         batch, units = previous_cell.shape
 
         def gate_preactivation(gate: str, cell: np.ndarray) -> np.ndarray:
-            target = float(ctx.scalar(_QL["intermediate"][gate])) if layer_norm else 2.0**-12
-            bias = np.asarray(ctx.value(_QL["bias"][gate]), dtype=np.int64)
+            # Without layer normalization the NDK calls inputs 26-29 the scale of the
+            # "input to layer normalization" and gives the gate biases the scale
+            # input_scale * weights_scale: the gate goes straight to a Q3.12 activation
+            # and its bias joins the input product (TFLite's integer LSTM). Android's
+            # kernel (no CTS vector covers this case) would drop the biases here.
+            target = float(ctx.scalar(INTERMEDIATE_SCALE[gate])) if layer_norm else 2.0**-12
+            bias = np.asarray(ctx.value(GATE_BIAS[gate]), dtype=np.int64)
             result = np.zeros((batch, units), dtype=np.int64)
-            result = _accumulate(result, x_values, ctx.input(_QL["input_to"][gate]), x.scale, target,
+            input_weights, recurrent_weights = ctx.input(INPUT_TO_WEIGHTS[gate]), ctx.input(RECURRENT_TO_WEIGHTS[gate])
+            result = _accumulate(result, x_values, input_weights, _f32_ratio(input_weights.scale, x.scale, target),
                                  None if layer_norm else bias)
-            result = _accumulate(result, h_values, ctx.input(_QL["recurrent_to"][gate]), h.scale, target)
-            if peephole and gate in _QL["cell_to"]:
-                weights = ctx.input(_QL["cell_to"][gate])
-                multiplier, shift = _multiplier(2.0**cell_shift * weights.scale / target)
+            result = _accumulate(result, h_values, recurrent_weights,
+                                 _f32_ratio(recurrent_weights.scale, h.scale, target))
+            if peephole and gate in CELL_TO_WEIGHTS:
+                weights = ctx.input(CELL_TO_WEIGHTS[gate])
+                multiplier, shift = quantize_multiplier(
+                    float(np.float32(2.0**cell_shift * np.float32(weights.scale) / np.float32(target))))
                 product = cell * np.asarray(weights.value, dtype=np.int64)
                 result = _clamp16(result + _multiply(product, multiplier, shift))
             if layer_norm:
-                result = _layer_norm(result, ctx.input(_QL["norm"][gate]), bias)
+                result = _layer_norm(result, ctx.input(LAYER_NORM_WEIGHTS[gate]), bias)
             return result
 
+        # Android: the input and forget peepholes read the cell state *output* buffer
+        # before anything is written to it (undefined); they read the previous cell state
+        # here, as the equations and TFLite do. The output gate's peephole reads the new
+        # cell state in both.
         forget = fixed_logistic(gate_preactivation("forget", previous_cell), 3)
         modulation = fixed_tanh(gate_preactivation("cell", previous_cell), 3)
         if cifg:
-            input_gate = _wrap16(_ONE_Q0 - forget)
+            input_gate = _ONE_Q0 - forget
         else:
             input_gate = fixed_logistic(gate_preactivation("input", previous_cell), 3)
-        kept = _clamp16(_rounding_divide_by_pot(forget * previous_cell, 15))
-        added = _clamp16(_rounding_divide_by_pot(input_gate * modulation, 30 + cell_shift))
+        # Android: both products are cast to int16 (wrap-around), only their sum saturates.
+        kept = _wrap16(_rounding_divide_by_pot(forget * previous_cell, 15))
+        added = _wrap16(_rounding_divide_by_pot(input_gate * modulation, 30 + cell_shift))
         cell = _clamp16(kept + added)
-        cell_clip = _optional_scalar(ctx, _CELL_CLIP)
+        cell_clip = 0.0 if ctx.is_omitted(CELL_CLIP) else float(ctx.scalar(CELL_CLIP))
         if cell_clip > 0:
-            limit = int(min(cell_clip / c.scale, 32767.0))
-            cell = np.clip(cell, -limit, limit)
+            limit = int(min(max(np.float32(cell_clip) / np.float32(c.scale), -32768.0), 32767.0))
+            if limit > 0:
+                cell = np.clip(cell, -limit, limit)
         output_gate = fixed_logistic(gate_preactivation("output", cell), 3)
         cell_tanh = fixed_tanh(cell, cell_shift + 15)
-        hidden_scale = float(ctx.scalar(_HIDDEN_SCALE))
-        hidden_zero = int(ctx.scalar(_HIDDEN_ZERO))
-        multiplier, shift = _multiplier(2.0**-30 / hidden_scale)
-        hidden = np.clip(_multiply(output_gate * cell_tanh, multiplier, shift) + hidden_zero, -128, 127)
-        if ctx.is_omitted(_PROJECTION):
-            output = _requantize_to(hidden, hidden_scale, hidden_zero, h, np.int8).astype(np.int64)
+        hidden_scale = float(ctx.scalar(HIDDEN_STATE_SCALE))
+        hidden_zero = int(ctx.scalar(HIDDEN_STATE_ZERO_POINT))
+        multiplier, shift = quantize_multiplier(float(np.float32(2.0**-15 / hidden_scale * 2.0**-15)))
+        # Android: the hidden state's zero point is *subtracted* (the projection below adds
+        # it back), so the int8 hidden values are v - zero_point.
+        hidden = np.clip(_multiply(output_gate * cell_tanh, multiplier, shift) - hidden_zero, -128, 127)
+        if ctx.is_omitted(PROJECTION_WEIGHTS):
+            # Android: without projection the output is the hidden state's raw int8 values,
+            # whatever the output's declared scale (CTS qlstm_noprojection relies on it).
+            output = hidden
         else:
-            projection = ctx.input(_PROJECTION)
-            accumulator = _int_matmul(hidden - hidden_zero, np.asarray(projection.value).T)
-            if not ctx.is_omitted(_PROJECTION_BIAS):
-                accumulator = accumulator + np.asarray(ctx.value(_PROJECTION_BIAS), dtype=np.int64)
-            multiplier, shift = _multiplier(projection.scale * hidden_scale / h.scale)
+            projection = ctx.input(PROJECTION_WEIGHTS)
+            weights = np.asarray(projection.value, dtype=np.int64)
+            # Android adds hidden_zero * row sums to the projection bias (it dereferences the
+            # absent bias when there is none; an absent bias reads as zeros here).
+            bias = hidden_zero * weights.sum(axis=1)
+            if not ctx.is_omitted(PROJECTION_BIAS):
+                bias = bias + np.asarray(ctx.value(PROJECTION_BIAS), dtype=np.int64)
+            accumulator = _int_matmul(hidden, weights.T) + bias
+            multiplier, shift = quantize_multiplier(_f32_ratio(projection.scale, hidden_scale, h.scale))
             output = np.clip(_multiply(accumulator, multiplier, shift) + h.zero_point, -128, 127)
-            proj_clip = _optional_scalar(ctx, _PROJ_CLIP)
-            if proj_clip > 0:
-                limit = int(min(proj_clip / h.scale, 127.0))
-                output = np.clip(output, h.zero_point - limit, h.zero_point + limit)
-            output = np.clip(output, -128, 127)
-        out_state = _requantize_to(output, h.scale, h.zero_point, ctx.output(0), np.int8)
-        out_cell = _requantize_to(cell, c.scale, 0, ctx.output(1), np.int16)
-        out = _requantize_to(output, h.scale, h.zero_point, ctx.output(2), np.int8)
-        return [out_state, out_cell, out]
+            projection_clip = 0.0 if ctx.is_omitted(PROJECTION_CLIP) else float(ctx.scalar(PROJECTION_CLIP))
+            if projection_clip > 0:
+                # Android: the threshold is in units of the projection *weights'* scale and
+                # clips symmetrically around 0, not around the output's zero point.
+                limit = int(min(max(np.float32(projection_clip) / np.float32(projection.scale), -128.0), 127.0))
+                if limit > 0:
+                    output = np.clip(output, -limit, limit)
+        # Android: all three outputs are written raw, in the input states' quantization.
+        output = output.astype(np.int8)
+        return [output, cell.astype(np.int16), output.copy()]
