@@ -300,6 +300,23 @@ class TestEvents:
         np.testing.assert_array_equal(out2, 3)
 
 
+def test_free_while_running():
+    """ANeuralNetworksExecution_free on a running execution: the computation finishes."""
+    read_end, write_end = os.pipe()
+    gate = nnapi.Event.create_from_sync_fence_fd(read_end)
+    execution = nnapi.Execution(compiled())
+    execution.set_input(0, np.ones(8, np.float32))
+    execution.set_input(1, np.ones(8, np.float32))
+    out = np.zeros(8, np.float32)
+    execution.set_output(0, out)
+    event = execution.start_compute_with_dependencies([gate])
+    execution.free()
+    os.write(write_end, b"x")
+    event.wait()
+    np.testing.assert_array_equal(out, 2)
+    os.close(read_end), os.close(write_end)
+
+
 # --- 6. bounded worker pool ----------------------------------------------------------------
 class TestWorkerPool:
     def test_many_outstanding_executions_use_few_threads(self):

@@ -362,10 +362,14 @@ class Execution(NnapiObject):
             self._output_shapes = None
             error = OpFailedError(f"{type(unexpected).__name__}: {unexpected}")
         self._status = error.code if error is not None else ResultCode.NO_ERROR
-        for argument in self._outputs.values():
+        for argument in list(self._outputs.values()):
             if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
                 argument.pool._initialized = error is None
-        self._state = _COMPLETED
+        with self._lock:
+            self._state = _COMPLETED
+            if self._freed:  # freed while it ran: drop the arguments now (see _release)
+                self._inputs.clear()
+                self._outputs.clear()
         if error is not None:
             raise error
 
@@ -523,8 +527,12 @@ class Execution(NnapiObject):
         return DURATION_UNAVAILABLE  # fenced durations: only for fenced executions
 
     def _release(self) -> None:
-        self._inputs.clear()
-        self._outputs.clear()
+        # The NDK lets an execution be freed while it runs: the computation keeps its
+        # arguments and drops them when it ends.
+        with self._lock:
+            if self._state != _COMPUTING:
+                self._inputs.clear()
+                self._outputs.clear()
 
 
 def _write_back(array: np.ndarray, staging: bytearray) -> None:
