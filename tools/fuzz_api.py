@@ -286,9 +286,11 @@ class Worker:
                 self.check(entry)
         elif method == "burst":
             burst = self.pick(self.bursts)
-            if burst is None:
+            if burst is None or rng.random() < 0.2:
                 burst = nnapi.Burst(self.pick(self.compilations) or execution._compilation)
                 self.bursts.append(burst)
+            if rng.random() < 0.1:
+                burst.free()
             execution.burst_compute(burst)
             self.check(entry)
         elif method == "results":
@@ -300,8 +302,10 @@ class Worker:
             entry["expected"] = None  # an argument may be rebound: no longer checkable
             memory = self.pick(self.memories)
             if memory is not None:
+                device_memory = memory.is_from_desc if not memory._freed else False
                 getattr(execution, rng.choice(["set_input_from_memory", "set_output_from_memory"]))(
-                    rng.choice([0, 1, 2]), memory, rng.choice([0, 4, 8, 60, -1]), rng.choice([0, 8, 16, 24, 64]))
+                    rng.choice([0, 1, 2]), memory, 0 if device_memory else rng.choice([0, 4, 8, 60, -1]),
+                    0 if device_memory else rng.choice([0, 8, 16, 24, 64]))
         else:
             entry["expected"] = None
             self.call_junk(execution, rng.choice(["set_input", "set_output", "set_timeout", "set_loop_timeout",
@@ -413,6 +417,8 @@ class Worker:
         elif choice < 0.7:
             fd = event.get_sync_fence_fd()
             self.fds.append(fd)
+            if rng.random() < 0.5:  # a fence chained into a new event
+                self.events.append((nnapi.Event.create_from_sync_fence_fd(fd), never))
         elif choice < 0.8:
             _ = event.is_done
         elif not never:
