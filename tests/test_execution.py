@@ -462,3 +462,33 @@ class TestDevices:
         assert len(nnapi.OperationCode) == 106
         assert nnapi.OperationCode.REVERSE == 105 and nnapi.OperandCode.MODEL == 15
         assert nnapi.PriorityCode.PRIORITY_DEFAULT == nnapi.PriorityCode.PRIORITY_MEDIUM
+
+
+def test_each_input_and_output_is_set_once():
+    """As Android's ExecutionBuilder: a second setInput / setOutput for the same index is
+    BAD_STATE (CTS ValidationTestExecution.SetInput, "cannot do this twice")."""
+    model = nnapi.Model()
+    t = nnapi.OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [2])
+    a, b = model.add_operand(t), model.add_operand(t)
+    act = model.add_operand(nnapi.OperandType(nnapi.OperandCode.INT32))
+    out = model.add_operand(t)
+    model.set_operand_value(act, 0)
+    model.add_operation(nnapi.OperationCode.ADD, [a, b, act], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    compilation = nnapi.Compilation(model)
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    x, y = np.ones(2, np.float32), np.zeros(2, np.float32)
+    execution.set_input(0, x)
+    with pytest.raises(nnapi.BadStateError, match="input 0 was already set"):
+        execution.set_input(0, x)
+    memory = nnapi.Memory.create_shared(8)
+    with pytest.raises(nnapi.BadStateError, match="input 0 was already set"):
+        execution.set_input_from_memory(0, memory, 0, 8)
+    execution.set_input(1, x)
+    execution.set_output(0, y)
+    with pytest.raises(nnapi.BadStateError, match="output 0 was already set"):
+        execution.set_output(0, y)
+    execution.compute()
+    assert list(y) == [2.0, 2.0]

@@ -219,7 +219,7 @@ class TestStridedArrays:
         with pytest.raises(nnapi.BadDataError, match=r"output 0 has shape \[2, 4\]"):
             execution.set_output(0, np.zeros((1, 8), np.float32))
         execution.set_input(0, np.zeros(8, np.float32))  # a flat buffer with the right count is fine
-        execution.set_input(0, np.zeros((2, 4), np.float32))
+        execution.set_input(1, np.zeros((2, 4), np.float32))
 
     def test_too_small_output_names_the_output_and_size(self):
         model = nnapi.Model()

@@ -195,7 +195,15 @@ class Execution(NnapiObject):
                 raise BadDataError(f"{call}: output {index}: the buffer is read-only")
             self._check_length(call, kind, index, full_type, view.nbytes)
             argument = _Argument(False, view, 0, view.nbytes, dims)
-        (self._inputs if kind == "input" else self._outputs)[index] = argument
+        self._store(call, kind, index, argument)
+
+    def _store(self, call: str, kind: str, index: int, argument: _Argument) -> None:
+        """Bind a checked argument; each input and output is set once, as the NDK's
+        ExecutionBuilder does (BAD_STATE "already been provided")."""
+        arguments = self._inputs if kind == "input" else self._outputs
+        if index in arguments:
+            raise BadStateError(f"{call}: {kind} {index} was already set for this execution")
+        arguments[index] = argument
 
     def _check_array(self, call: str, kind: str, index: int, full_type: OperandType, array: np.ndarray) -> None:
         """A numpy argument has the operand's dtype, and its shape (or is flat with the
@@ -238,8 +246,7 @@ class Execution(NnapiObject):
             if kind == "output" and not memory._writable:
                 raise BadDataError(f"{call}: the memory is read-only")
             self._check_length(call, kind, index, full_type, length)
-        (self._inputs if kind == "input" else self._outputs)[index] = _Argument(False, memory, offset, length,
-                                                                                 dims)
+        self._store(call, kind, index, _Argument(False, memory, offset, length, dims))
 
     def set_input(self, index: int, buffer: Any, type: OperandType | None = None) -> None:  # noqa: A002
         """ANeuralNetworksExecution_setInput. ``buffer`` is bytes-like or numpy (None omits

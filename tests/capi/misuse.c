@@ -247,6 +247,7 @@ static void compilation_and_execution_misuse(void) {
     EXPECT_CODE(NUL, ANeuralNetworksExecution_setReusable(NULL, true));
     EXPECT_CODE(NUL, ANeuralNetworksExecution_enableInputAndOutputPadding(NULL, true));
     CHECK(ANeuralNetworksExecution_setInput(execution, 0, NULL, a, sizeof a));
+    EXPECT_CODE(STATE, ANeuralNetworksExecution_setInput(execution, 0, NULL, a, sizeof a)); /* set once */
     EXPECT_CODE(STATE, ANeuralNetworksExecution_enableInputAndOutputPadding(execution, true));
     EXPECT_CODE(NUL, ANeuralNetworksExecution_compute(NULL));
     EXPECT_CODE(BAD, ANeuralNetworksExecution_compute(execution)); /* input 1 and output 0 not set */
