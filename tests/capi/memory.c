@@ -1,8 +1,9 @@
-/* Memory through the C API: ANeuralNetworksMemory_createFromFd maps the caller's file
- * descriptor (constants, inputs and outputs live in it, and the caller's own mapping sees
- * the results); ANeuralNetworksMemory_copy; device memory from an ANeuralNetworksMemoryDesc
+/* Memory through the C API: ANeuralNetworksMemory_createFromFd on the caller's file
+ * descriptor (from ASharedMemory_create; constants, inputs and outputs live in it, and the
+ * caller's own mapping sees the results); ANeuralNetworksMemory_copy; device memory from an ANeuralNetworksMemoryDesc
  * passing one execution's output to the next execution's input. */
 #define _GNU_SOURCE
+#include <android/sharedmem.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -28,9 +29,8 @@ static ANeuralNetworksModel* mul_model(ANeuralNetworksMemory* weights, size_t of
 }
 
 int main(void) {
-    int fd = memfd_create("capi-test", 0);
-    EXPECT(fd >= 0);
-    EXPECT(ftruncate(fd, SIZE) == 0);
+    int fd = ASharedMemory_create("capi-test", SIZE); /* as an Android program would */
+    EXPECT(fd >= 0 && ASharedMemory_getSize(fd) == SIZE);
     float* mapped = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     EXPECT(mapped != MAP_FAILED);
     /* floats [0, 64): weights; [256, 320): input; [512, 576): output */

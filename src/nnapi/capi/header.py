@@ -89,12 +89,42 @@ def extension_header() -> str:
         "const char* nnapi_capi_last_error(void);", "", _CPP_CLOSE, "#endif", ""])
 
 
+def sharedmem_header() -> str:
+    """android/sharedmem.h: ASharedMemory_create and friends on memfd, so that programs
+    written for Android that allocate their NNAPI memory this way compile unchanged."""
+    return "\n".join([
+        _PREAMBLE.format(version=__import__("nnapi").__version__),
+        "#ifndef ANDROID_SHARED_MEMORY_H", "#define ANDROID_SHARED_MEMORY_H", "",
+        "#include <stddef.h>", "#include <sys/syscall.h>", "#include <unistd.h>", "", _CPP_OPEN,
+        "#if !defined(__USE_MISC) /* glibc declares syscall() only outside strict ISO modes */",
+        "long syscall(long number, ...);", "#endif", "",
+        "/* A new shared memory region of `size` bytes (memfd); returns its fd, or -1. */",
+        "static inline int ASharedMemory_create(const char* name, size_t size) {",
+        '    int fd = (int)syscall(SYS_memfd_create, name ? name : "ashmem", 0x0001U /* MFD_CLOEXEC */);',
+        "    if (fd < 0) return -1;",
+        "    if (syscall(SYS_ftruncate, fd, (long)size) != 0) {",
+        "        syscall(SYS_close, fd);",
+        "        return -1;",
+        "    }",
+        "    return fd;",
+        "}", "",
+        "static inline size_t ASharedMemory_getSize(int fd) {",
+        "    long size = syscall(SYS_lseek, fd, 0L, 2 /* SEEK_END */);",
+        "    return size < 0 ? 0 : (size_t)size;",
+        "}", "",
+        "/* Android narrows a region's protection; memfd regions keep theirs (accepted, no-op). */",
+        "static inline int ASharedMemory_setProt(int fd, int prot) {",
+        "    (void)fd;", "    (void)prot;", "    return 0;", "}", "",
+        _CPP_CLOSE, "#endif", ""])
+
+
 def write_include_dir(root: str | Path) -> Path:
-    """Write android/NeuralNetworks.h, android/NeuralNetworksTypes.h and nnapi/capi.h
-    under ``root`` (created if needed); returns ``root``."""
+    """Write android/NeuralNetworks.h, android/NeuralNetworksTypes.h, android/sharedmem.h
+    and nnapi/capi.h under ``root`` (created if needed); returns ``root``."""
     root = Path(root)
     for relative, text in (("android/NeuralNetworksTypes.h", types_header()),
                            ("android/NeuralNetworks.h", api_header()),
+                           ("android/sharedmem.h", sharedmem_header()),
                            ("nnapi/capi.h", extension_header())):
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
