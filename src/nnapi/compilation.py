@@ -7,18 +7,21 @@ step's device to prepare its part.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
+from nnapi import __version__
 from nnapi._object import NnapiObject
 from nnapi.codes import BYTE_SIZE_OF_CACHE_TOKEN, PreferenceCode, PriorityCode
 from nnapi.device import Device, get_devices
 from nnapi.errors import BadDataError, BadStateError, UnexpectedNullError, error_for
 from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, IPreparedModel, Priority
 from nnapi.hal import Model as HalModel
+from nnapi.hal.serialize import model_digest
 from nnapi.model import Model
 from nnapi.runtime import manager
 from nnapi.runtime.execution_plan import ExecutionPlan, Step, contain, partition
@@ -65,6 +68,8 @@ class Compilation(NnapiObject):
         self._priority = PriorityCode.PRIORITY_DEFAULT
         self._timeout_ns = 0
         self._cache: tuple[str, bytes] | None = None
+        #: How many steps finish() prepared from the compilation cache.
+        self.prepared_from_cache = 0
         self._finished = False
         self._plan: ExecutionPlan | None = None
         self._device: IDevice | None = None
@@ -180,16 +185,74 @@ class Compilation(NnapiObject):
 
     def _prepare(self, device: IDevice, model: HalModel | None, preference: ExecutionPreference,
                  priority: Priority, deadline: int | None) -> IPreparedModel:
-        """One device prepares one step's model; any failure comes back as HalError."""
+        """One device prepares one step's model (from its compilation cache when
+        set_caching was called and the cache is good); any failure comes back as HalError."""
         assert model is not None
+        files = self._open_cache_files(device, model, preference) if self._cache is not None else None
         try:
-            prepared = device.prepare_model(model, preference, priority, deadline)
+            if files is not None:
+                model_fds, data_fds, token, complete = files
+                if complete:
+                    try:
+                        prepared = device.prepare_model_from_cache(model_fds, data_fds, token, deadline)
+                        if isinstance(prepared, IPreparedModel):
+                            self.prepared_from_cache += 1
+                            return prepared
+                    except Exception:  # noqa: BLE001, S110 - a bad cache is only a miss: compile afresh
+                        pass
+                prepared = self._call_prepare(device, model, preference, priority, deadline, model_fds, data_fds,
+                                              token)
+            else:
+                prepared = self._call_prepare(device, model, preference, priority, deadline, (), (), None)
+        finally:
+            if files is not None:
+                for fd in [*files[0], *files[1]]:
+                    os.close(fd)
+        return prepared
+
+    @staticmethod
+    def _call_prepare(device: IDevice, model: HalModel, preference, priority, deadline, model_fds, data_fds,
+                      token) -> IPreparedModel:
+        try:
+            prepared = device.prepare_model(model, preference, priority, deadline, model_fds, data_fds, token)
         except Exception as error:  # noqa: BLE001 - a raw exception in a driver is contained
             raise contain(device.name, "prepare_model", error) from None
         if not isinstance(prepared, IPreparedModel):
             raise HalError(ErrorStatus.GENERAL_FAILURE,
                            f"{device.name}: prepare_model returned {type(prepared).__name__}")
         return prepared
+
+    def _open_cache_files(self, device: IDevice, model: HalModel, preference: ExecutionPreference
+                          ) -> tuple[list[int], list[int], bytes, bool] | None:
+        """The device's cache files in the caching directory, opened read-write, named from
+        the token and a digest of the model, device and nnapi version; None when the device
+        caches nothing or the files cannot be opened (caching is then skipped, silently)."""
+        try:
+            counts = device.get_number_of_cache_files_needed()
+            n_model, n_data = (int(counts[0]), int(counts[1]))
+        except Exception:  # noqa: BLE001
+            return None
+        if not (0 <= n_model <= 32 and 0 <= n_data <= 32) or n_model + n_data == 0:
+            return None
+        assert self._cache is not None
+        directory, user_token = self._cache
+        key = hashlib.sha256()
+        for part in (b"nnapi-compilation-cache-1", user_token, model_digest(model), str(device.name).encode(),
+                     str(device.version_string).encode(), __version__.encode(), b"%d" % int(preference)):
+            key.update(b"%d:" % len(part) + part)
+        token = key.digest()[:BYTE_SIZE_OF_CACHE_TOKEN]
+        opened: list[int] = []
+        try:
+            for kind, count in (("model", n_model), ("data", n_data)):
+                for i in range(count):
+                    path = os.path.join(directory, f"{token.hex()}.{kind}{i}")
+                    opened.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            complete = all(os.fstat(fd).st_size > 0 for fd in opened)
+        except OSError:
+            for fd in opened:
+                os.close(fd)
+            return None
+        return opened[:n_model], opened[n_model:], token, complete
 
     @property
     def step_devices(self) -> list[str]:

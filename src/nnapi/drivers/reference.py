@@ -119,7 +119,38 @@ class ReferenceDevice(IDevice):
                 if not supports_operation(model, subgraph, operation):
                     raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                    f"operation {OperationCode(operation.type).name} is not supported")
-        return ReferencePreparedModel(model)
+        prepared = ReferencePreparedModel(model)
+        if token is not None and len(model_cache) == 1 and len(data_cache) == 1:
+            self._write_cache(model, model_cache[0], data_cache[0], token)
+        return prepared
+
+    # --- compilation caching: the validated model, checksummed (see cache_format) ---
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        return (1, 1)
+
+    def _write_cache(self, model: Model, model_fd: int, data_fd: int, token: bytes) -> None:
+        from nnapi.drivers.cache_format import pack
+        from nnapi.hal.interfaces import write_fd
+
+        model_bytes, data_bytes = pack(model, token)
+        try:
+            write_fd(data_fd, data_bytes)
+            write_fd(model_fd, model_bytes)
+        except OSError:
+            pass  # a cache that cannot be written is no cache; the preparation stands
+
+    def prepare_model_from_cache(self, model_cache, data_cache, token, deadline_ns=None) -> IPreparedModel:
+        from nnapi.drivers.cache_format import unpack
+        from nnapi.hal.interfaces import read_fd
+
+        if len(model_cache) != 1 or len(data_cache) != 1 or token is None:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "expected one model and one data cache file and a token")
+        try:
+            model_bytes, data_bytes = read_fd(model_cache[0]), read_fd(data_cache[0])
+        except (OSError, TypeError, ValueError) as error:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot read the cache: {error}") from None
+        model = unpack(model_bytes, data_bytes, token)
+        return self.prepare_model(model, deadline_ns=deadline_ns)
 
 
 class ReferencePreparedModel(IPreparedModel):

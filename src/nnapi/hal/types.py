@@ -115,6 +115,7 @@ class Operand:
     location: DataLocation = field(default_factory=DataLocation)
     channel_quant: SymmPerChannelQuantParams | None = None
     number_of_consumers: int = 0
+    extension_data: bytes | None = None  # an extension operand's extra parameters (extraParams)
 
     def operand_type(self) -> OperandType:
         return OperandType(self.type, self.dimensions, self.scale, self.zero_point, self.channel_quant)

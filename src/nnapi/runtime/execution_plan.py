@@ -299,18 +299,13 @@ def _step_model(model: Model, operations: list[int], step_inputs: list[int], ste
             lifetime = L.TEMPORARY_VARIABLE
         operands.append(Operand(operand.type, list(operand.dimensions), operand.scale, operand.zero_point,
                                 lifetime, operand.location, operand.channel_quant, consumers[old],
-                                *_extra_operand_fields(operand)))
+                                operand.extension_data))
     new_operations = [Operation(main.operations[op].type, [new_index[i] for i in main.operations[op].inputs],
                                 [new_index[i] for i in main.operations[op].outputs]) for op in operations]
     subgraph = Subgraph(operands, new_operations, [new_index[i] for i in step_inputs],
                         [new_index[i] for i in step_outputs])
     return Model(subgraph, model.referenced, model.operand_values, model.pools,
                  model.relax_computation_float32_to_float16, model.extension_name_to_prefix)
-
-
-def _extra_operand_fields(operand: Operand) -> tuple:
-    extra = getattr(operand, "extension_data", None)
-    return (extra,) if extra is not None else ()
 
 
 def _byte_size(operand: Operand, dims: Sequence[int]) -> int:

@@ -1,0 +1,181 @@
+"""Compilation caching (after Android's CompilationCachingTest / CompilationCachingSecurityTest):
+a second compilation prepares from the cache; a cache for another model, token or version,
+or a truncated, tampered or swapped file, is detected and the model recompiled — never a
+wrong prepared model, never a crash."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+import nnapi
+from nnapi import OperandCode as T
+from nnapi import OperandType
+from nnapi import OperationCode as Op
+from nnapi.drivers import cache_format
+from nnapi.drivers.reference import ReferenceDevice
+from nnapi.hal import HalError
+from nnapi.runtime.model_builder import build_hal_model
+
+TOKEN = bytes(range(32))
+
+
+def model_of(op: Op, weights: np.ndarray) -> nnapi.Model:
+    """y = op(x, weights)."""
+    model = nnapi.Model()
+    tensor = OperandType(T.TENSOR_FLOAT32, [4])
+    x, w = model.add_operand(tensor), model.add_operand(tensor)
+    act, y = model.add_operand(OperandType(T.INT32)), model.add_operand(tensor)
+    model.set_operand_value(w, weights)
+    model.set_operand_value(act, 0)
+    model.add_operation(op, [x, w, act], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+X = np.array([1, 2, 3, 4], np.float32)
+W_A = np.array([10, 20, 30, 40], np.float32)  # > 128 bytes of constants is not needed: the blob is cached too
+W_B = np.array([-1, -2, -3, -4], np.float32)
+
+
+def compile_cached(model, directory, token=TOKEN):
+    compilation = nnapi.Compilation(model)
+    compilation.set_caching(directory, token)
+    compilation.finish()
+    return compilation
+
+
+def run(compilation):
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, X)
+    y = np.zeros(4, np.float32)
+    execution.set_output(0, y)
+    execution.compute()
+    return y
+
+
+def cache_files(directory):
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory))
+
+
+def test_second_compilation_prepares_from_cache(tmp_path):
+    first = compile_cached(model_of(Op.ADD, W_A), tmp_path)
+    assert first.prepared_from_cache == 0
+    files = cache_files(tmp_path)
+    assert [os.path.basename(f).split(".")[1] for f in files] == ["data0", "model0"]
+    assert all(os.path.getsize(f) > 0 for f in files)
+    second = compile_cached(model_of(Op.ADD, W_A), tmp_path)
+    assert second.prepared_from_cache == 1
+    np.testing.assert_array_equal(run(second), X + W_A)
+
+
+def test_another_model_or_token_uses_other_files(tmp_path):
+    compile_cached(model_of(Op.ADD, W_A), tmp_path)
+    other_weights = compile_cached(model_of(Op.ADD, W_B), tmp_path)
+    other_op = compile_cached(model_of(Op.MUL, W_A), tmp_path)
+    other_token = compile_cached(model_of(Op.ADD, W_A), tmp_path, token=bytes(32))
+    assert [c.prepared_from_cache for c in (other_weights, other_op, other_token)] == [0, 0, 0]
+    assert len(cache_files(tmp_path)) == 8
+    np.testing.assert_array_equal(run(other_weights), X + W_B)
+    np.testing.assert_array_equal(run(other_op), X * W_A)
+
+
+def _recompiles_correctly(tmp_path, expected=X + W_A):
+    compilation = compile_cached(model_of(Op.ADD, W_A), tmp_path)
+    assert compilation.prepared_from_cache == 0
+    np.testing.assert_array_equal(run(compilation), expected)
+    # ... and the fresh compilation rewrote a good cache
+    assert compile_cached(model_of(Op.ADD, W_A), tmp_path).prepared_from_cache == 1
+
+
+@pytest.mark.parametrize("which", ["model0", "data0"])
+def test_truncated_files_are_detected(tmp_path, which):
+    compile_cached(model_of(Op.ADD, W_A), tmp_path)
+    path = next(f for f in cache_files(tmp_path) if f.endswith(which))
+    for size in (1, os.path.getsize(path) // 2, os.path.getsize(path) - 1):
+        with open(path, "r+b") as handle:
+            handle.truncate(size)
+        _recompiles_correctly(tmp_path)
+
+
+@pytest.mark.parametrize("which", ["model0", "data0"])
+def test_tampered_bytes_are_detected(tmp_path, which):
+    compile_cached(model_of(Op.ADD, W_A), tmp_path)
+    path = next(f for f in cache_files(tmp_path) if f.endswith(which))
+    rng = random.Random(7)
+    for _ in range(12):
+        data = bytearray(open(path, "rb").read())
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        open(path, "wb").write(bytes(data))
+        _recompiles_correctly(tmp_path)
+
+
+def test_files_swapped_from_another_model_are_detected(tmp_path):
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir()
+    b_dir.mkdir()
+    compile_cached(model_of(Op.ADD, W_A), a_dir)
+    compile_cached(model_of(Op.ADD, W_B), b_dir)
+    a_files, b_files = cache_files(a_dir), cache_files(b_dir)
+    # B's content under A's names: the same token would be reused by an attacker's copy
+    for a_path, b_path in zip(a_files, b_files, strict=True):
+        open(a_path, "wb").write(open(b_path, "rb").read())
+    _recompiles_correctly(a_dir)
+    # only the data file swapped
+    compile_cached(model_of(Op.ADD, W_A), a_dir)
+    open(a_files[0], "wb").write(open(b_files[0], "rb").read())
+    _recompiles_correctly(a_dir)
+
+
+def test_other_version_and_garbage_are_detected(tmp_path):
+    compile_cached(model_of(Op.ADD, W_A), tmp_path)
+    model_path = next(f for f in cache_files(tmp_path) if f.endswith("model0"))
+    content = open(model_path, "rb").read()
+    version = nnapi.__version__.encode()
+    open(model_path, "wb").write(content.replace(b'"nnapi": "' + version, b'"nnapi": "0.0.0-other', 1))
+    _recompiles_correctly(tmp_path)
+    for garbage in (b"\0" * 100, cache_format.MAGIC + b"{}\n", cache_format.MAGIC + b"[1,2]\nxx", b"x"):
+        open(model_path, "wb").write(garbage)
+        _recompiles_correctly(tmp_path)
+
+
+def test_driver_checks_the_token_and_never_raises_raw(tmp_path):
+    hal_model, _ = build_hal_model(model_of(Op.ADD, W_A))
+    model_bytes, data_bytes = cache_format.pack(hal_model, TOKEN)
+    assert cache_format.unpack(model_bytes, data_bytes, TOKEN).main.operations[0].type == Op.ADD
+    with pytest.raises(HalError, match="another token"):
+        cache_format.unpack(model_bytes, data_bytes, bytes(32))
+    rng = random.Random(3)
+    for _ in range(200):
+        damaged = bytearray(model_bytes if rng.random() < 0.5 else data_bytes)
+        damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        is_model = damaged.startswith(cache_format.MAGIC)
+        try:
+            cache_format.unpack(bytes(damaged) if is_model else model_bytes,
+                                data_bytes if is_model else bytes(damaged), TOKEN)
+        except HalError:
+            pass
+    device = ReferenceDevice()
+    fds = [os.open(tmp_path / name, os.O_RDWR | os.O_CREAT) for name in ("m", "d")]
+    try:
+        with pytest.raises(HalError):
+            device.prepare_model_from_cache([fds[0]], [fds[1]], TOKEN)
+        device.prepare_model(hal_model, model_cache=[fds[0]], data_cache=[fds[1]], token=TOKEN)
+        prepared = device.prepare_model_from_cache([fds[0]], [fds[1]], TOKEN)
+        assert prepared is not None
+        with pytest.raises(HalError):
+            device.prepare_model_from_cache([fds[0]], [fds[1]], bytes(32))
+        with pytest.raises(HalError):
+            device.prepare_model_from_cache([9999], [fds[1]], TOKEN)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_unusable_cache_directory_is_ignored(tmp_path):
+    compilation = compile_cached(model_of(Op.ADD, W_A), tmp_path / "missing")
+    np.testing.assert_array_equal(run(compilation), X + W_A)
