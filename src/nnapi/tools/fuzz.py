@@ -14,6 +14,7 @@ so ``nnapi conformance FILE --device NAME`` replays it.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 from collections.abc import Iterator
@@ -43,9 +44,15 @@ RANDOM_OPERATIONS = {"RANDOM_MULTINOMIAL"}
 
 
 def load_signatures(files: list[Path] | None = None) -> dict[str, list[dict]]:
-    """Single-operation CTS records, grouped by operation name, usable as signatures."""
+    """Single-operation CTS records, grouped by operation name, usable as signatures
+    (read once per set of files; callers get their own dict)."""
+    return dict(_signatures(tuple(files or default_vector_files())))
+
+
+@functools.lru_cache(maxsize=4)
+def _signatures(files: tuple[Path, ...]) -> dict[str, list[dict]]:
     signatures: dict[str, list[dict]] = {}
-    for path in files or default_vector_files():
+    for path in files:
         for record in load_records(path):
             main = record["main"]
             if (record.get("expectFailure") or record.get("referenced") or record.get("isRelaxed")
