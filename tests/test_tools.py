@@ -376,3 +376,58 @@ def test_svg_through_graphviz(tmp_path):
 
     out.write_text(render_svg(graph_dump(build_demo_model(), format="dot")))
     assert out.read_text().lstrip().startswith(("<?xml", "<svg")) and "CONV_2D" in out.read_text()
+
+
+def test_placement_gives_feature_level_and_prepare_failure_reasons(signatures):
+    from nnapi.codes import FeatureLevelCode
+    from nnapi.conformance import build_model
+    from nnapi.drivers.sample import FaultyDevice
+
+    record = next(r for r in signatures["CONV_2D"]
+                  if r["main"]["operands"][r["main"]["inputIndexes"][0]]["type"] == "TENSOR_FLOAT16")
+    keep: list = []
+    model = build_model(record, keep=keep)
+    register_device(FaultyDevice("old-device", supported={Op.CONV_2D}, feature_level=FeatureLevelCode.FEATURE_LEVEL_2))
+    register_device(FaultyDevice("broken-device", supported={Op.CONV_2D}, fail_prepare=True))
+    try:
+        compilation = nnapi.Compilation(model)  # no explicit devices: CPU fallback applies
+        compilation.finish()
+        report = compilation.placement()
+    finally:
+        unregister_device("old-device")
+        unregister_device("broken-device")
+    (conv,) = report["operations"]
+    assert conv["device"] == "nnapi-reference"  # the CPU fallback took the failed step
+    assert conv["refused"]["old-device"] == "needs FEATURE_LEVEL_3; the device has FEATURE_LEVEL_2"
+    assert conv["refused"]["broken-device"].startswith("failed to prepare: ")
+
+
+FAULTY_PLUGIN = '''
+from nnapi import OperationCode
+from nnapi.drivers.sample import FaultyDevice
+
+def faulty():
+    return FaultyDevice("faulty", supported={OperationCode.CONV_2D, OperationCode.ADD}, wrong_results=True)
+'''
+
+
+def test_a_faulty_driver_loaded_with_driver_is_caught_by_placement_bisect_and_fuzz(tmp_path):
+    pytest.importorskip("tflite")
+    (tmp_path / "faulty_plugin.py").write_text(FAULTY_PLUGIN)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    model = os.path.join(MODELS, "face_detection_short_range.tflite")
+    placed = _nnapi("placement", model, "--driver", "faulty_plugin:faulty", "--json", env=env)
+    assert placed.returncode == 0, placed.stderr
+    report = json.loads(placed.stdout)
+    assert {e["device"] for e in report["operations"] if e["type"] in ("CONV_2D", "ADD")} == {"faulty"}
+    found = _nnapi("bisect", model, "--driver", "faulty_plugin:faulty", "--device", "faulty", env=env)
+    assert found.returncode == 1, found.stderr
+    assert "first difference at operation #0 CONV_2D (ran on faulty)" in found.stdout
+    fuzzed = _nnapi("fuzz", "--driver", "faulty_plugin:faulty", "--device", "faulty", "--graphs", "40",
+                    "--out", str(tmp_path / "failures"), env=env)
+    assert fuzzed.returncode == 1, fuzzed.stderr
+    written = sorted((tmp_path / "failures").glob("*.jsonl"))
+    assert written
+    replay = _nnapi("conformance", str(written[0]), "--driver", "faulty_plugin:faulty", "--device", "faulty",
+                    "--quiet", env=env)
+    assert replay.returncode == 1 and "1 failed" in replay.stdout

@@ -159,12 +159,14 @@ class Compilation(NnapiObject):
         candidates = [d._hal for d in self._devices]
         fallback = None if self._explicit_devices else manager.reference_device()
         steps = partition(hal_model, candidates, preference)
+        self._prepare_failures: list[tuple[str, str, list[int]]] = []  # device, error, its operations
         for step in steps:
             try:
                 step.prepared = self._prepare(step.device, step.model, preference, priority, deadline)
             except HalError as error:
                 if fallback is None or step.device is fallback:
                     raise error_for(error.status.to_result_code(), f"finish: {step.device.name}: {error}") from None
+                self._prepare_failures.append((step.device.name, str(error), list(step.operations)))
                 try:  # partial fallback: this step on the CPU
                     step.prepared = self._prepare(fallback, step.model, preference, priority, deadline)
                     step.device = fallback

@@ -132,32 +132,77 @@ def _uses_unknown_extension(model: Model, operation: Operation, subgraph: Subgra
 
 
 # --- support queries --------------------------------------------------------------------
+def _level_name(level: int) -> str:
+    try:
+        return F(level).name
+    except ValueError:
+        return f"feature level {level}"
+
+
+def _ineligibility(model: Model, device: IDevice) -> list[str | None]:
+    """Per main-subgraph operation, why the runtime does not even ask ``device`` about it
+    (beyond its feature level, or an extension it lacks); None where it asks."""
+    main = model.main
+    level = _level_of(device)
+    names = _extension_names(device)
+    reasons: list[str | None] = []
+    for operation in main.operations:
+        needed = operation_feature_level(model, main, operation)
+        if needed > level:
+            reasons.append(f"needs {_level_name(needed)}; the device has {_level_name(level)}")
+        elif _uses_unknown_extension(model, operation, main, names):
+            reasons.append("uses a vendor extension the device does not support")
+        else:
+            reasons.append(None)
+    return reasons
+
+
+def _ask(model: Model, device: IDevice, query) -> list:
+    """``query(device, model_slice)`` for the operations ``device`` is given (see
+    supported_operations), spread back over every operation; None where not asked or
+    where the driver's answer is unusable."""
+    main = model.main
+    ineligible = _ineligibility(model, device)
+    positions = [i for i, reason in enumerate(ineligible) if reason is None]
+    answers: list = [None] * len(main.operations)
+    if not positions:
+        return answers
+    sliced = model if len(positions) == len(main.operations) else slice_model(model, positions)
+    try:
+        flags = list(query(device, _for_level(sliced, _level_of(device))))
+    except Exception:
+        return answers
+    if len(flags) != len(positions):
+        return answers
+    for position, flag in zip(positions, flags, strict=True):
+        answers[position] = flag
+    return answers
+
+
 def supported_operations(model: Model, device: IDevice) -> list[bool]:
     """Which main-subgraph operations ``device`` is given and supports. Operations beyond
     its feature level or using extensions it lacks are not sent: it is asked about a
     slice of the model holding only the rest. A driver's exception or malformed answer
     counts as "supports nothing"."""
-    main = model.main
-    level = _level_of(device)
-    names = _extension_names(device)
-    eligible = [operation_feature_level(model, main, op) <= level and
-                not _uses_unknown_extension(model, op, main, names) for op in main.operations]
-    if not any(eligible):
-        return [False] * len(main.operations)
-    positions = [i for i, ok in enumerate(eligible) if ok]
-    query = model if all(eligible) else slice_model(model, positions)
-    query = _for_level(query, level)
-    try:
-        flags = device.get_supported_operations(query)
-        flags = [bool(flag) for flag in flags]
-    except Exception:
-        return [False] * len(main.operations)
-    if len(flags) != len(positions):
-        return [False] * len(main.operations)
-    result = [False] * len(main.operations)
-    for position, flag in zip(positions, flags, strict=True):
-        result[position] = flag
-    return result
+    return [bool(flag) for flag in _ask(model, device, lambda d, m: d.get_supported_operations(m))]
+
+
+def unsupported_reasons(model: Model, device: IDevice) -> list[str | None]:
+    """Per main-subgraph operation: None where ``device`` is given it and supports it,
+    else why not (the runtime's reason, or the driver's own from get_unsupported_reasons)."""
+    ineligible = _ineligibility(model, device)
+    asked = _ask(model, device, lambda d, m: [reason if reason is None else str(reason)
+                                              for reason in d.get_unsupported_reasons(m)])
+    supported = supported_operations(model, device)
+    reasons: list[str | None] = []
+    for position, ok in enumerate(supported):
+        if ok:
+            reasons.append(None)
+        elif ineligible[position]:
+            reasons.append(ineligible[position])
+        else:
+            reasons.append(asked[position] or "declined by the driver")
+    return reasons
 
 
 def _for_level(model: Model, level: int) -> Model:

@@ -18,13 +18,11 @@ DECLINED = "declined by the driver"
 
 
 def refusal_reasons(device: IDevice, hal_model: HalModel) -> list[str | None]:
-    """Per main-graph operation: None where ``device`` supports it, else its reason (a
-    driver's failure to answer is itself the reason)."""
-    try:
-        return list(device.get_unsupported_reasons(hal_model))
-    except Exception as error:  # a driver's bug must not break the report
-        return [f"{DECLINED} (get_unsupported_reasons failed: {type(error).__name__}: {error})"] * len(
-            hal_model.main.operations)
+    """Per main-graph operation: None where ``device`` is given and supports it, else
+    the reason (feature level, missing extension, or the driver's own)."""
+    from nnapi.runtime.execution_plan import unsupported_reasons
+
+    return unsupported_reasons(hal_model, device)
 
 
 def _byte_size(operand) -> int | None:
@@ -51,6 +49,9 @@ def placement(compilation: Any) -> dict[str, Any]:
             device_of_hal_op[op_index] = step.device.name
     candidates = [device._hal for device in compilation._devices]
     refused_by = {device.name: refusal_reasons(device, hal_model) for device in candidates}
+    for name, error, positions in getattr(compilation, "_prepare_failures", []):
+        for position in positions:
+            refused_by.setdefault(name, [None] * len(main.operations))[position] = f"failed to prepare: {error}"
     operations = [None] * len(main.operations)
     for position, operation in enumerate(main.operations):
         refusals = {name: reasons[position] for name, reasons in refused_by.items() if reasons[position]}
