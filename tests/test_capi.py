@@ -15,7 +15,6 @@ import pytest
 pytest.importorskip("cffi", reason="the C API is built with cffi (pip install 'nnapi[capi]')")
 
 from nnapi import codes  # noqa: E402
-from nnapi.capi import build as capi_build  # noqa: E402
 from nnapi.capi.header import constants  # noqa: E402
 from nnapi.capi.signatures import FUNCTIONS  # noqa: E402
 
@@ -29,8 +28,12 @@ if CC is None:
 
 class Toolchain:
     def __init__(self, root: Path) -> None:
+        from nnapi.cli import main
+
         self.root = root
-        self.library = capi_build(root / "lib")
+        # Built the documented way: `nnapi capi build --out DIR`.
+        assert main(["capi", "build", "--out", str(root / "lib")]) == 0
+        self.library = root / "lib" / "libneuralnetworks.so"
         self.include = root / "lib" / "include"
 
     def compile(self, *sources: str, cpp: bool = False, extra: tuple[str, ...] = ()) -> Path:
