@@ -70,7 +70,9 @@ def api_header() -> str:
     lines = [_PREAMBLE.format(version=__version__),
              "#ifndef ANDROID_PACKAGES_MODULES_NEURALNETWORKS_RUNTIME_NEURAL_NETWORKS_H",
              "#define ANDROID_PACKAGES_MODULES_NEURALNETWORKS_RUNTIME_NEURAL_NETWORKS_H", "",
-             "#include <android/NeuralNetworksTypes.h>", "",
+             "/* Quoted: found next to this file whether the include path names include/ or",
+             "   include/android/ (as programs written against Android's own tree do). */",
+             '#include "NeuralNetworksTypes.h"', "",
              "#ifndef __INTRODUCED_IN", "#define __INTRODUCED_IN(api_level)", "#endif", "",
              _CPP_OPEN]
     for function in FUNCTIONS:
