@@ -575,3 +575,27 @@ def test_omitting_a_required_input_is_bad_data():
     execution.set_output(0, np.zeros(4, np.float32))
     with pytest.raises(nnapi.BadDataError, match="LOGISTIC: input 0 omitted"):
         execution.compute()
+
+
+@pytest.mark.parametrize("code", [Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D])
+def test_pooling_checks_the_deadline_inside_the_kernel(code, monkeypatch):
+    from nnapi.drivers import reference
+
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 8, 8, 2]))
+    scalars = [model.add_operand(OperandType(T.INT32)) for _ in range(6)]
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 1, 2]))
+    for index, value in zip(scalars, [2, 1, 1, 8, 8, 0], strict=True):  # VALID, stride 1, 8x8 window
+        model.set_operand_value(index, value)
+    model.add_operation(code, [x, *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    calls = []
+    monkeypatch.setattr(reference._Run, "check_deadline", lambda self: calls.append(1))
+    execution = nnapi.Execution(compiled(model))
+    execution.set_input(0, np.ones((1, 8, 8, 2), np.float32))
+    out = np.zeros((1, 1, 1, 2), np.float32)
+    execution.set_output(0, out)
+    execution.compute()
+    np.testing.assert_allclose(out, 1)
+    assert len(calls) > 1  # once before the operation, then once per row of window taps

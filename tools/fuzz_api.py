@@ -430,7 +430,7 @@ class Worker:
 
         nnapi, rng = self.nnapi, self.rng
         cls = rng.choice([nnapi.Event, nnapi.Device, nnapi.Memory, nnapi.Burst, nnapi.Execution, nnapi.Compilation,
-                          nnapi.OperandType, nnapi.MemoryDesc, nnapi.Model])
+                          nnapi.OperandType, nnapi.MemoryDesc, nnapi.Model, nnapi.SymmPerChannelQuantParams])
         parameters = [p for p in inspect.signature(cls).parameters.values()
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         count = rng.randint(sum(p.default is p.empty for p in parameters), len(parameters))

@@ -14,7 +14,14 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._conv_common import SpatialArgs, padded, spatial_dims, tap
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.base import (
+    ExecutionContext,
+    Operation,
+    Shape,
+    ValidationContext,
+    check_deadline,
+    register,
+)
 from nnapi.operations.common import (
     activation_bounds_quantized,
     apply_activation_float,
@@ -87,6 +94,7 @@ class Pooling2D(Operation):
             xp = padded(x, sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right, lowest)
             result = tap(xp, 0, 0, out_hw, strides, dilations).copy()
             for i in range(kernel[0]):
+                check_deadline()  # once per row of taps: a global pool may have thousands
                 for j in range(kernel[1]):
                     np.maximum(result, tap(xp, i, j, out_hw, strides, dilations), out=result)
         else:
@@ -100,6 +108,7 @@ class Pooling2D(Operation):
             xp = padded(values, sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
             result = np.zeros((n, *out_hw, channels), dtype=work)
             for i in range(kernel[0]):
+                check_deadline()
                 for j in range(kernel[1]):
                     result += tap(xp, i, j, out_hw, strides, dilations)
             counts = np.outer(_window_counts(height, out_hw[0], sp.stride_h, kernel[0], sp.pad_top),

@@ -21,7 +21,14 @@ from nnapi.operations._conv_common import (
     spatial_dims,
     validate_conv_tensors,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.base import (
+    ExecutionContext,
+    Operation,
+    Shape,
+    ValidationContext,
+    check_deadline,
+    register,
+)
 from nnapi.operations.common import is_valid_fuse_code, layout_shape
 
 T = OperandCode
@@ -85,6 +92,7 @@ def _transpose_accumulate(x: np.ndarray, filt: np.ndarray, sp: Spatial, out_hw: 
     full_w = max((w - 1) * sp.stride_w + kw, sp.pad_left + out_hw[1])
     full = np.zeros((n, full_h, full_w, oc), dtype=contributions.dtype)
     for i in range(kh):
+        check_deadline()
         for j in range(kw):
             full[:, i: i + sp.stride_h * (h - 1) + 1: sp.stride_h,
                  j: j + sp.stride_w * (w - 1) + 1: sp.stride_w, :] += contributions[:, :, :, i, j, :]
