@@ -367,6 +367,27 @@ class TestWorkerPool:
         second.compute()  # back in a usable state
         os.close(read_end), os.close(write_end)
 
+    def test_fence_watch_failure_leaves_the_execution_usable(self, monkeypatch):
+        from nnapi import _scheduler
+
+        def refuse(fd, callback, call):
+            raise nnapi.ResourceExhaustedTransientError(f"{call}: no fence thread")
+
+        read_end, write_end = os.pipe()
+        fence = nnapi.Event.create_from_sync_fence_fd(read_end)
+        execution = nnapi.Execution(compiled())
+        for i in range(2):
+            execution.set_input(i, np.ones(8, np.float32))
+        out = np.zeros(8, np.float32)
+        execution.set_output(0, out)
+        monkeypatch.setattr(_scheduler.FENCES, "watch", refuse)
+        with pytest.raises(nnapi.ResourceExhaustedTransientError):
+            execution.start_compute_with_dependencies([fence])
+        monkeypatch.undo()
+        execution.compute()  # still in preparation: usable
+        np.testing.assert_array_equal(out, 2)
+        os.close(read_end), os.close(write_end)
+
     def test_thread_start_failure(self, monkeypatch):
         from nnapi import _scheduler
 

@@ -465,6 +465,8 @@ class Execution(NnapiObject):
 
         def dependency_done(error: NnapiError | None) -> None:
             with lock:
+                if pending[0] < 0:  # the start was called off (see below)
+                    return
                 if error is not None:
                     failures.append(error)
                 pending[0] -= 1
@@ -472,19 +474,19 @@ class Execution(NnapiObject):
             if last:
                 submit()
 
-        for position, dependency in enumerate(events):
+        for dependency in events:
             # Dependencies are followed through their own state (or a duplicate of their
             # fence), so the caller may free them as soon as this returns.
             try:
                 dependency._when_done(dependency_done, call)
-            except NnapiError as failed:
+            except NnapiError:
+                # Out of descriptors or threads: call the start off and leave the execution
+                # as it was; dependencies already followed report to nobody.
                 with lock:
-                    failures.append(failed)
-                    pending[0] -= len(events) - position  # those never report
-                    last = pending[0] == 0
-                if last:
-                    submit()
-                return event
+                    pending[0] = -1
+                POOL.cancel()
+                self._state = self._previous_state
+                raise
         if not events:
             submit()
         return event
