@@ -476,6 +476,119 @@ def sequence_rnn() -> bytes:
                      ("SequenceRNNOptions", {"FusedActivationFunction": 1, "TimeMajor": False}), model_inputs=[0])
 
 
+def misc_float() -> bytes:
+    """A chain of one-to-one float operators: SUB / DIV / MUL with fused activations,
+    elementwise math, pools, LRN, SLICE, TILE, REVERSE_V2, BATCH_MATMUL, CAST."""
+    rng = _rng()
+    t = [Tensor("x", "float32", [1, 4, 4, 2]),                                          # 0
+         Tensor("c", "float32", [2], data=np.array([0.5, 2.0], np.float32)),            # 1
+         Tensor("sub", "float32", [1, 4, 4, 2]),                                         # 2
+         Tensor("div", "float32", [1, 4, 4, 2]),                                         # 3
+         Tensor("mul", "float32", [1, 4, 4, 2]),                                         # 4
+         Tensor("exp", "float32", [1, 4, 4, 2]),                                         # 5
+         Tensor("log", "float32", [1, 4, 4, 2]),                                         # 6
+         Tensor("avg", "float32", [1, 2, 2, 2]),                                         # 7
+         Tensor("l2", "float32", [1, 3, 3, 2]),                                          # 8
+         Tensor("lrn", "float32", [1, 4, 4, 2]),                                         # 9
+         Tensor("begin", "int32", [4], data=np.array([0, 1, 0, 0], np.int32)),          # 10
+         Tensor("size", "int32", [4], data=np.array([1, 2, -1, 2], np.int32)),          # 11
+         Tensor("slice", "float32", [1, 2, 4, 2]),                                       # 12
+         Tensor("mult", "int32", [4], data=np.array([1, 1, 2, 1], np.int32)),           # 13
+         Tensor("tile", "float32", [1, 2, 8, 2]),                                        # 14
+         Tensor("raxis", "int32", [1], data=np.array([2], np.int32)),                   # 15
+         Tensor("rev", "float32", [1, 2, 8, 2]),                                         # 16
+         Tensor("m", "float32", [2, 3], data=rng.standard_normal((2, 3)).astype(np.float32)),  # 17
+         Tensor("mm", "float32", [1, 2, 8, 3]),                                          # 18
+         Tensor("abs", "float32", [1, 4, 4, 2]),                                         # 19
+         Tensor("sqrt", "float32", [1, 4, 4, 2]),                                        # 20
+         Tensor("rsqrt", "float32", [1, 4, 4, 2]),                                       # 21
+         Tensor("neg", "float32", [1, 4, 4, 2]),                                         # 22
+         Tensor("sin", "float32", [1, 4, 4, 2]),                                         # 23
+         Tensor("floor", "float32", [1, 4, 4, 2]),                                       # 24
+         Tensor("pow", "float32", [1, 4, 4, 2]),                                         # 25
+         Tensor("min", "float32", [1, 4, 4, 2]),                                         # 26
+         Tensor("cast", "int32", [1, 4, 4, 2]),                                          # 27
+         Tensor("mean", "float32", [1, 1, 1, 2]),                                        # 28
+         Tensor("axes", "int32", [2], data=np.array([1, 2], np.int32)),                 # 29
+         Tensor("sum", "float32", [1, 2]),                                               # 30
+         ]
+    pool = {"Padding": 1, "StrideW": 2, "StrideH": 2, "FilterWidth": 2, "FilterHeight": 2}
+    ops = [Operator("SUB", [0, 1], [2], ("SubOptions", {"FusedActivationFunction": 1})),
+           Operator("DIV", [0, 1], [3], ("DivOptions", {"FusedActivationFunction": 2})),
+           Operator("MUL", [0, 1], [4], ("MulOptions", {"FusedActivationFunction": 3})),
+           Operator("EXP", [0], [5]), Operator("LOG", [5], [6]),
+           Operator("AVERAGE_POOL_2D", [0], [7], ("Pool2DOptions", pool)),
+           Operator("L2_POOL_2D", [0], [8], ("Pool2DOptions", dict(pool, StrideW=1, StrideH=1))),
+           Operator("LOCAL_RESPONSE_NORMALIZATION", [0], [9], ("LocalResponseNormalizationOptions",
+                                                                 {"Radius": 1, "Bias": 1.0, "Alpha": 0.5,
+                                                                  "Beta": 0.75})),
+           Operator("SLICE", [0, 10, 11], [12]), Operator("TILE", [12, 13], [14]),
+           Operator("REVERSE_V2", [14, 15], [16]),
+           Operator("BATCH_MATMUL", [16, 17], [18], ("BatchMatMulOptions", {})),
+           Operator("ABS", [0], [19]), Operator("SQRT", [19], [20]), Operator("RSQRT", [5], [21]),
+           Operator("NEG", [0], [22]), Operator("SIN", [0], [23]), Operator("FLOOR", [4], [24]),
+           Operator("POW", [19, 1], [25]), Operator("MINIMUM", [0, 22], [26]), Operator("CAST", [4], [27]),
+           Operator("MEAN", [0, 29], [28], ("ReducerOptions", {"KeepDims": True})),
+           Operator("SUM", [0, 29], [30], ("ReducerOptions", {"KeepDims": False}))]
+    outputs = [2, 3, 6, 7, 8, 9, 18, 20, 21, 23, 24, 25, 26, 27, 28, 30]
+    return build(Subgraph(t, ops, [0], outputs))
+
+
+def quantize_dequantize_int8() -> bytes:
+    t = [Tensor("x", "float32", [2, 6]), Tensor("q", "int8", [2, 6], scale=0.01, zero_point=4),
+         Tensor("y", "float32", [2, 6])]
+    return build(Subgraph(t, [Operator("QUANTIZE", [0], [1]), Operator("DEQUANTIZE", [1], [2])], [0], [1, 2]))
+
+
+def embedding_lookup() -> bytes:
+    rng = _rng()
+    t = [Tensor("ids", "int32", [3]),
+         Tensor("table", "float32", [2, 4], data=rng.standard_normal((2, 4)).astype(np.float32)),
+         Tensor("y", "float32", [3, 4])]
+    return single_op("EMBEDDING_LOOKUP", t, [0, 1], [2])
+
+
+def svdf() -> bytes:
+    rng = _rng()
+    batch, inputs, units, rank, memory = 2, 3, 4, 1, 5
+    t = [Tensor("x", "float32", [batch, inputs]),
+         Tensor("wf", "float32", [units * rank, inputs], data=rng.standard_normal((units * rank, inputs)).astype(
+             np.float32)),
+         Tensor("wt", "float32", [units * rank, memory], data=rng.standard_normal((units * rank, memory)).astype(
+             np.float32)),
+         Tensor("b", "float32", [units], data=rng.standard_normal(units).astype(np.float32)),
+         Tensor("state", "float32", [batch, memory * units * rank], variable=True),
+         Tensor("y", "float32", [batch, units])]
+    return single_op("SVDF", t, [0, 1, 2, 3, 4], [5], ("SVDFOptions", {"Rank": rank, "FusedActivationFunction": 1}),
+                     model_inputs=[0])
+
+
+def rnn_cell() -> bytes:
+    rng = _rng()
+    batch, inputs, units = 2, 3, 4
+    t = [Tensor("x", "float32", [batch, inputs]),
+         Tensor("w", "float32", [units, inputs], data=(0.5 * rng.standard_normal((units, inputs))).astype(np.float32)),
+         Tensor("r", "float32", [units, units], data=(0.5 * rng.standard_normal((units, units))).astype(np.float32)),
+         Tensor("b", "float32", [units], data=(0.1 * rng.standard_normal(units)).astype(np.float32)),
+         Tensor("h", "float32", [batch, units], variable=True),
+         Tensor("y", "float32", [batch, units])]
+    return single_op("RNN", t, [0, 1, 2, 3, 4], [5], ("RNNOptions", {"FusedActivationFunction": 4}),
+                     model_inputs=[0])
+
+
+def lstm_cell() -> bytes:
+    rng = _rng()
+    batch, inputs, units = 1, 3, 4
+    t = [Tensor("x", "float32", [batch, inputs])] + _lstm_weights(rng, "c", units, inputs, 1)
+    n = len(t)  # 13
+    t += [Tensor("h", "float32", [batch, units], variable=True), Tensor("c", "float32", [batch, units], variable=True),
+          Tensor("y", "float32", [batch, units])]
+    inputs_list = [0, *range(1, 9), -1, -1, -1, *range(9, 13), -1, -1, n, n + 1, -1, -1, -1, -1]
+    return single_op("LSTM", t, inputs_list, [n + 2], ("LSTMOptions", {"FusedActivationFunction": 4,
+                                                                       "CellClip": 0.0, "ProjClip": 0.0}),
+                     model_inputs=[0])
+
+
 def _hybrid_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     rng = _rng()
     w = rng.uniform(-1, 1, (5, 8)).astype(np.float32)
@@ -531,4 +644,10 @@ CASES: dict[str, Case] = {
     "bidirectional_lstm": Case(bidirectional_lstm, None),
     "bidirectional_rnn": Case(bidirectional_rnn, None),
     "sequence_rnn": Case(sequence_rnn, None),
+    "misc_float": Case(misc_float, "broadcast to the batch shape", 1e-5),
+    "quantize_dequantize_int8": Case(quantize_dequantize_int8, None, 1),
+    "embedding_lookup": Case(embedding_lookup, None),
+    "svdf": Case(svdf, None),
+    "rnn_cell": Case(rnn_cell, None),
+    "lstm_cell": Case(lstm_cell, None),
 }

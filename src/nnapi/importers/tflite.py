@@ -878,7 +878,25 @@ def _batch_matmul(c: _Converter, op: _Operator) -> None:
     options = op.options("BatchMatMulOptions")
     adj_x = bool(options.AdjX()) if options is not None else False
     adj_y = bool(options.AdjY()) if options is not None else False
-    c.emit(Op.BATCH_MATMUL, [c.input(0), c.input(1), c.boolean(adj_x), c.boolean(adj_y)], [c.output()])
+    shapes = [list(_operand_shape(op.tensor(i).shape)) for i in range(2)]
+    batch = list(np.broadcast_shapes(tuple(shapes[0][:-2]), tuple(shapes[1][:-2])))
+    operands = []
+    broadcast = []
+    for i in range(2):
+        if shapes[i][:-2] == batch:
+            operands.append(c.input(i))
+            continue
+        # NNAPI needs both operands of one rank and batch shape; TFLite broadcasts them.
+        const = c.const_of(op.inputs[i])
+        if const is None or any(d < 0 for d in batch):
+            raise UnsupportedOperator("BATCH_MATMUL broadcasting a run-time operand has no NNAPI equivalent")
+        full = np.ascontiguousarray(np.broadcast_to(const.data.reshape(shapes[i]), batch + shapes[i][-2:]))
+        operands.append(c.const_operand(full, OperandType(const.code, full.shape, const.scale, const.zero_point)))
+        broadcast.append(i)
+    c.emit(Op.BATCH_MATMUL, [*operands, c.boolean(adj_x), c.boolean(adj_y)], [c.output()])
+    if broadcast:
+        c.lowered(f"constant operand {broadcast[0]} broadcast to the batch shape {batch} at import (NNAPI "
+                  "BATCH_MATMUL does not broadcast)")
 
 
 @_converter("SOFTMAX")
