@@ -589,6 +589,16 @@ def lstm_cell() -> bytes:
                      model_inputs=[0])
 
 
+def add_fused_tanh() -> bytes:
+    t = [Tensor("a", "float32", [2, 3]), Tensor("b", "float32", [2, 3]), Tensor("y", "float32", [2, 3])]
+    return single_op("ADD", t, [0, 1], [2], ("AddOptions", {"FusedActivationFunction": 4}))
+
+
+def dequantize_float16_input() -> bytes:
+    t = [Tensor("x", "float16", [2, 3]), Tensor("y", "float32", [2, 3])]
+    return single_op("DEQUANTIZE", t, [0], [1])
+
+
 def _hybrid_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     rng = _rng()
     w = rng.uniform(-1, 1, (5, 8)).astype(np.float32)
@@ -650,4 +660,8 @@ CASES: dict[str, Case] = {
     "svdf": Case(svdf, None),
     "rnn_cell": Case(rnn_cell, None),
     "lstm_cell": Case(lstm_cell, None),
+    # LiteRT's ADD kernel has no fused TANH; the schema's meaning is tanh(a + b).
+    "add_fused_tanh": Case(add_fused_tanh, "TANH", reference=lambda f: {"y": np.tanh(f["a"] + f["b"])}),
+    "dequantize_float16_input": Case(dequantize_float16_input, "CAST",
+                                     reference=lambda f: {"y": f["x"].astype(np.float32)}),
 }
