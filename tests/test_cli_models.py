@@ -166,3 +166,19 @@ def test_compare_outputs_measures_steps_and_top1() -> None:
     assert not compare_outputs(ours, theirs, quantized=True)["top1_equal"]
     floats = compare_outputs(np.array([1.0, 2.0], np.float32), np.array([1.0, 4.0], np.float32), quantized=False)
     assert floats["max_abs"] == 2.0 and floats["max_rel"] == 0.5
+
+
+def test_compare_verdict_uses_litert_own_disagreement() -> None:
+    from nnapi.cli.compare import _merge, _verdict
+
+    # 3 steps from XNNPACK, 1 from the builtin kernels, which are 3 apart themselves: agree.
+    entry = {"max_steps": 3, "builtin_difference": 1.0, "litert_own_difference": 3.0, "top1_equal": True,
+             "top5_overlap": 5}
+    assert _verdict(entry, False, 1e-5, 2)
+    # 3 steps from both, LiteRT agreeing with itself: outside the tolerance.
+    assert not _verdict(dict(entry, builtin_difference=3.0, litert_own_difference=0.0), False, 1e-5, 2)
+    # top-1 must agree whatever the steps; the worst run decides.
+    merged = _merge(entry, dict(entry, max_steps=0, top1_equal=False, top5_overlap=4))
+    assert merged["max_steps"] == 3 and merged["top5_overlap"] == 4 and not _verdict(merged, False, 1e-5, 2)
+    assert _verdict({"max_rel": 2e-6, "max_abs": 1e-4}, True, 1e-5, 2)
+    assert not _verdict({"error": "shape [2] vs LiteRT's [3]"}, True, 1e-5, 2)

@@ -84,14 +84,16 @@ def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[d
     return given, origin
 
 
-def litert_interpreter(path: str) -> Any | None:
-    """A single-threaded LiteRT interpreter for ``path``, or None if LiteRT is absent."""
+def litert_interpreter(path: str, builtin_kernels: bool = False) -> Any | None:
+    """A single-threaded LiteRT interpreter for ``path`` (its default XNNPACK delegate, or
+    only its builtin kernels), or None if LiteRT is absent."""
     try:
-        from ai_edge_litert.interpreter import Interpreter
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:
         return None
     try:
-        interpreter = Interpreter(model_path=path, num_threads=1)
+        resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_kernels else OpResolverType.AUTO
+        interpreter = Interpreter(model_path=path, num_threads=1, experimental_op_resolver_type=resolver)
         interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as error:
         raise CliError(f"{path}: LiteRT cannot load it ({str(error).splitlines()[0]})") from None
