@@ -431,3 +431,23 @@ def test_a_faulty_driver_loaded_with_driver_is_caught_by_placement_bisect_and_fu
     replay = _nnapi("conformance", str(written[0]), "--driver", "faulty_plugin:faulty", "--device", "faulty",
                     "--quiet", env=env)
     assert replay.returncode == 1 and "1 failed" in replay.stdout
+
+
+def test_nnapi_vlog_and_trace_from_the_environment(tmp_path, vector_file):
+    trace = tmp_path / "trace.json"
+    result = _nnapi("bisect", vector_file, "--device", "nnapi-reference",
+                    env={"NNAPI_VLOG": "compilation,model", "NNAPI_TRACE": str(trace)})
+    assert result.returncode == 0, result.stderr
+    assert "nnapi.compilation: partitioned 1 operations into 1 steps: nnapi-reference[0]" in result.stderr
+    assert "nnapi.model: finished:" in result.stderr and "nnapi.execution" not in result.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    categories = {event["cat"] for event in events}
+    assert {"compilation", "driver", "execution"} <= categories
+    assert all(event["ph"] == "X" and event["dur"] >= 0 for event in events)
+
+
+def test_trace_option_on_a_command(tmp_path, vector_file, capsys):
+    trace = tmp_path / "run.json"
+    assert main(["placement", vector_file, "--trace", str(trace)]) == 0
+    names = [event["name"] for event in json.loads(trace.read_text())["traceEvents"]]
+    assert "finish" in names and "prepare" in names

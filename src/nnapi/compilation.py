@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnapi import __version__
+from nnapi import __version__, tracing, vlog
 from nnapi._object import NnapiObject
 from nnapi.codes import BYTE_SIZE_OF_CACHE_TOKEN, PreferenceCode, PriorityCode
 from nnapi.device import Device, get_devices
@@ -143,6 +143,7 @@ class Compilation(NnapiObject):
         self._cache = (os.fspath(cache_dir), token)
 
     # --- finish ----------------------------------------------------------------------
+    @tracing.traced("finish", "compilation")
     def finish(self) -> None:
         """ANeuralNetworksCompilation_finish: partition the model into a plan and have
         each step's device prepare its part.
@@ -159,6 +160,8 @@ class Compilation(NnapiObject):
         candidates = [d._hal for d in self._devices]
         fallback = None if self._explicit_devices else manager.reference_device()
         steps = partition(hal_model, candidates, preference)
+        vlog.compilation.debug("partitioned %d operations into %d steps: %s", len(hal_model.main.operations),
+                               len(steps), ", ".join(f"{s.device.name}{s.operations}" for s in steps))
         self._prepare_failures: list[tuple[str, str, list[int]]] = []  # device, error, its operations
         for step in steps:
             try:
@@ -167,6 +170,8 @@ class Compilation(NnapiObject):
                 if fallback is None or step.device is fallback:
                     raise error_for(error.status.to_result_code(), f"finish: {step.device.name}: {error}") from None
                 self._prepare_failures.append((step.device.name, str(error), list(step.operations)))
+                vlog.compilation.debug("%s failed to prepare operations %s (%s); falling back to %s",
+                                       step.device.name, step.operations, error, fallback.name)
                 try:  # partial fallback: this step on the CPU
                     step.prepared = self._prepare(fallback, step.model, preference, priority, deadline)
                     step.device = fallback
@@ -185,6 +190,7 @@ class Compilation(NnapiObject):
         self._device = steps[0].device if len(steps) == 1 else None
         self._finished = True
 
+    @tracing.traced("prepare", "driver")
     def _prepare(self, device: IDevice, model: HalModel | None, preference: ExecutionPreference,
                  priority: Priority, deadline: int | None) -> IPreparedModel:
         """One device prepares one step's model (from its compilation cache when

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from nnapi import tracing, vlog
 from nnapi._object import NnapiObject, as_flag
 from nnapi._scheduler import POOL
 from nnapi.codes import DurationCode, ResultCode
@@ -337,6 +338,7 @@ class Execution(NnapiObject):
         outputs = [argument(i, self._outputs[i], "output") for i in range(len(self._output_types))]
         return Request(inputs, outputs, pools), write_backs
 
+    @tracing.traced("execute", "execution")
     def _run(self, burst=None, deadline_ns: int | None = None) -> None:
         """Run on the device; record shapes, timing and status; raise on failure."""
         if deadline_ns is None and self._timeout_ns:
@@ -378,6 +380,7 @@ class Execution(NnapiObject):
                 self._inputs.clear()
                 self._outputs.clear()
         if error is not None:
+            vlog.execution.debug("execution failed: %s: %s", error.code.name, error)
             raise error
 
     def _insufficient_message(self, hal_error: HalError) -> str:

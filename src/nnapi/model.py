@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from nnapi import vlog
 from nnapi._object import NnapiObject, as_flag
 from nnapi.codes import MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, OperandCode, OperationCode
 from nnapi.errors import BadDataError, BadStateError, NnapiError, UnexpectedNullError
@@ -385,6 +386,8 @@ class Model(NnapiObject):
             self._validate_operation(operation.code, operation.inputs, operation.outputs)
         self._run_order = self._topological_order()
         self._finished = True
+        vlog.model.debug("finished: %d operands, %d operations, inputs %s, outputs %s", len(self._operands),
+                         len(self._operations), self._inputs, self._outputs)
 
     def _topological_order(self) -> list[int]:
         """Operation indexes in an order where every input is ready before it is read."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nnapi import tracing, vlog
 from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.errors import BadDataError
 from nnapi.hal import (
@@ -400,6 +401,9 @@ class ExecutionPlan:
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
         try:
             if self.single is not None:
+                if tracing.state.enabled:
+                    with tracing.span(f"{self.steps[0].device.name}: execute", "driver"):
+                        return self.single.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
                 return self.single.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
             return self._execute_steps(request, measure_timing, deadline_ns, loop_timeout_ns)
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
@@ -413,6 +417,7 @@ class ExecutionPlan:
             raise hal_error from None
         cpu = self._cpu_model()
         self.fallback_count += 1
+        vlog.execution.debug("execution failed (%s); re-running on %s", hal_error, self.fallback_device.name)
         try:
             return cpu.execute(request, False, deadline_ns, loop_timeout_ns)
         except Exception as cpu_error:  # noqa: BLE001
@@ -494,8 +499,9 @@ class ExecutionPlan:
                     temps[index] = buffer = np.zeros(sizes[k], np.uint8)
                     outputs.append(RequestArgument(False, DataLocation(pool_index(buffer), 0, sizes[k]), []))
             try:
-                step_shapes, timing = step.prepared.execute(Request(inputs, outputs, pools), measure_timing,
-                                                            deadline_ns, loop_timeout_ns)
+                with tracing.span(f"step {number}: {step.device.name}: execute", "driver"):
+                    step_shapes, timing = step.prepared.execute(Request(inputs, outputs, pools), measure_timing,
+                                                                deadline_ns, loop_timeout_ns)
             except HalError as error:
                 if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or len(error.output_shapes) != len(
                         step.outputs):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+from nnapi import vlog
 from nnapi.hal import IDevice
 
 _lock = threading.Lock()
@@ -40,6 +41,7 @@ def register_device(device: IDevice) -> None:
         if any(existing.name == device.name for existing in _devices):
             raise ValueError(f"a device named {device.name!r} is already registered")
         _devices.append(device)
+    vlog.manager.debug("registered device %s", device.name)
 
 
 def unregister_device(name: str) -> None:
