@@ -436,8 +436,56 @@ class Worker:
         count = rng.randint(sum(p.default is p.empty for p in parameters), len(parameters))
         cls(*[self.junk() for _ in range(count)])
 
+    def act_threads(self) -> None:
+        """The same objects used from several threads at once: one execution computed,
+        freed and rebound concurrently; whatever fails must fail with an NnapiError."""
+        import threading
+
+        entry = self.pick(self.executions)
+        if entry is None:
+            return
+        execution = entry["execution"]
+        entry["expected"] = None
+        raw: list[BaseException] = []
+
+        def hammer(seed: int) -> None:
+            rng = random.Random(seed)
+            for _ in range(3):
+                try:
+                    rng.choice([execution.compute, execution.compute, lambda: execution.start_compute().wait(),
+                                lambda: self.bind(entry), execution.free])()
+                except self.nnapi.NnapiError:
+                    pass
+                except BaseException as error:  # noqa: BLE001 - reported below
+                    raw.append(error)
+
+        threads = [threading.Thread(target=hammer, args=(self.rng.random(),)) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        entry["expected"] = None
+        if raw:
+            raise raw[0]
+
+    def act_device(self) -> None:
+        """Devices and the module-level queries, with junk where they take arguments."""
+        nnapi, rng = self.nnapi, self.rng
+        choice = rng.random()
+        if choice < 0.3:
+            nnapi.get_device(rng.choice([0, self.junk()]))
+        elif choice < 0.6:
+            device = rng.choice(nnapi.get_devices())
+            for name in ("name", "version", "type", "feature_level", "capabilities"):
+                getattr(device, name)
+            device.wait()
+        else:
+            for function in (nnapi.get_device_count, nnapi.get_runtime_feature_level,
+                             nnapi.get_default_loop_timeout, nnapi.get_maximum_loop_timeout):
+                function()
+
     ACTIONS = ["act_model", "act_compilation", "act_execution", "act_execution", "act_execution",
-               "act_memory", "act_event", "act_junk_construct"]
+               "act_memory", "act_event", "act_junk_construct", "act_device", "act_threads"]
 
     def step(self) -> None:
         action = self.rng.choice(self.ACTIONS)
