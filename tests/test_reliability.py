@@ -491,6 +491,14 @@ def test_scalars_that_would_change_value(code, value):
         model.set_operand_value(index, value)
 
 
+@pytest.mark.parametrize("value", [np.zeros(2, object), np.ma.masked_array(np.zeros(2, np.float32), [0, 1])])
+def test_constants_of_objects_or_masked_are_bad_data(value):
+    model = nnapi.Model()
+    index = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2]))
+    with pytest.raises(nnapi.BadDataError, match="operand 0"):
+        model.set_operand_value(index, value)
+
+
 def test_scalars_that_keep_their_value():
     model = nnapi.Model()
     index = model.add_operand(OperandType(T.INT32))

@@ -77,6 +77,8 @@ def as_bytes_view(value: Any, op_type: OperandType | None = None) -> memoryview:
     if isinstance(value, np.generic):
         value = np.array(value)
     if isinstance(value, np.ndarray):
+        if value.dtype.hasobject or isinstance(value, np.ma.MaskedArray):
+            raise BadDataError(f"expected an array of numbers, got {type(value).__name__} of dtype {value.dtype}")
         if not value.flags.c_contiguous:
             value = np.ascontiguousarray(value)
         # A flat byte view works for every shape, zero-sized ones included.
