@@ -1,12 +1,30 @@
-"""Run CTS-style conformance vectors (see shared/conformance/README.md) through the
-public API and judge them with the CTS accuracy criteria."""
+"""Conformance: run Android's CTS vectors against a device through the public API and judge
+the outputs with the CTS accuracy criteria.
+
+The vectors ship inside the package (``nnapi/data/cts/*.jsonl.gz``), so a plain
+``pip install nnapi`` can check any device, including a plug-in's or a remote one::
+
+    import nnapi
+    from nnapi.conformance import run_conformance
+
+    device = next(d for d in nnapi.get_devices() if d.name == "my-npu")
+    report = run_conformance(device, operations={"CONV_2D", "ADD"})
+    print(report.passed, report.failed, report.not_implemented)
+    for outcome in report.failures:
+        print(outcome.test, outcome.message)
+
+``run_conformance`` is the whole run; ``load_records`` / ``run_record`` run one vector at
+a time; ``VARIANTS`` derives Android's generated variations of a vector. A vector file is
+JSON lines (gzipped), one record per test: the model's operands (type, dimensions,
+quantization, lifetime, data), operations, inputs and expected outputs.
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +42,14 @@ _FLOAT16_TOLERANCE = (5 * 0.0009765625, 5 * 0.0009765625)
 
 @dataclass
 class Outcome:
+    """The result of one vector: ``passed``, or why not in ``message``. ``implemented`` is
+    False for vectors using operations nnapi does not implement (not run)."""
+
     test: str
     operations: tuple[str, ...]
     passed: bool
     message: str = ""
+    implemented: bool = True
 
 
 def load_records(path: str | Path) -> Iterator[dict]:
@@ -230,9 +252,95 @@ def run_record(record: dict, device: nnapi.Device | None = None) -> Outcome:
 
 
 def default_vector_files() -> list[Path]:
-    """The vector files shipped with the test suite (tests/data), if present."""
-    here = Path(__file__).resolve().parents[2] / "tests" / "data"
-    return sorted(here.glob("*.jsonl.gz"))
+    """The CTS vector files shipped in the package (``nnapi/data/cts``)."""
+    return sorted((Path(__file__).resolve().parent / "data" / "cts").glob("*.jsonl.gz"))
+
+
+def tested_operations(record: dict) -> list[str]:
+    """The operations a record tests; the ADD Android's generator inserts to make a model
+    input internal (``..._as_internal`` tests) does not count."""
+    names = sorted(operations_of(record))
+    if len(names) > 1 and "ADD" in names and "as_internal" in record["test"]:
+        names.remove("ADD")
+    return names
+
+
+@dataclass
+class ConformanceReport:
+    """Every outcome of a ``run_conformance`` call, with counts."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for o in self.outcomes if o.implemented and o.passed)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for o in self.outcomes if o.implemented and not o.passed)
+
+    @property
+    def not_implemented(self) -> int:
+        return sum(1 for o in self.outcomes if not o.implemented)
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.implemented and not o.passed]
+
+    def by_operation(self) -> dict[str, dict[str, int]]:
+        """Per tested operation: counts of ``passed`` / ``failed`` / ``not implemented``."""
+        table: dict[str, dict[str, int]] = {}
+        for outcome in self.outcomes:
+            verdict = "not implemented" if not outcome.implemented else "passed" if outcome.passed else "failed"
+            for name in outcome.operations:
+                row = table.setdefault(name, {"passed": 0, "failed": 0, "not implemented": 0})
+                row[verdict] += 1
+        return dict(sorted(table.items()))
+
+
+def select_records(files: Iterable[str | Path] | None = None, operations: Iterable[str] | None = None,
+                   variant: str | None = None) -> list[dict]:
+    """The records of ``files`` (default: the shipped vectors) testing any of
+    ``operations`` (names such as ``"CONV_2D"``; default all), derived as ``variant`` (a key
+    of ``VARIANTS``) when given. Raises ValueError for an unknown variant, OSError for an
+    unreadable file."""
+    if variant is not None and variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r} (variants: {', '.join(VARIANTS)})")
+    wanted = {name.strip().upper() for name in operations} if operations is not None else None
+    records = []
+    for path in (default_vector_files() if files is None else [Path(f) for f in files]):
+        for record in load_records(path):
+            if variant is not None:
+                record = VARIANTS[variant](record)
+                if record is None:
+                    continue
+            if wanted is None or wanted & set(tested_operations(record)):
+                records.append(record)
+    return records
+
+
+def run_conformance(device: nnapi.Device | None = None, *, files: Iterable[str | Path] | None = None,
+                    operations: Iterable[str] | None = None, variant: str | None = None,
+                    records: Iterable[dict] | None = None,
+                    on_outcome: Callable[[int, int, Outcome], None] | None = None) -> ConformanceReport:
+    """Run CTS vectors on ``device`` (None: let the runtime choose, as an app would) and
+    return every outcome. Vectors come from ``records`` or else ``select_records(files,
+    operations, variant)``; ``on_outcome(done, total, outcome)`` is called after each one
+    (progress; ``total`` is -1 for an iterable without a length). Vectors using operations nnapi does not implement are reported, not run."""
+    chosen = records if records is not None else select_records(files, operations, variant)
+    total = len(chosen) if hasattr(chosen, "__len__") else -1  # a progress-bar wrapper keeps its length
+    report = ConformanceReport()
+    for done, record in enumerate(chosen, 1):
+        if is_supported(record):
+            outcome = run_record(record, device)
+            outcome.operations = tuple(tested_operations(record))
+        else:
+            outcome = Outcome(record["test"], tuple(tested_operations(record)), False,
+                              "uses an operation nnapi does not implement", implemented=False)
+        report.outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(done, total, outcome)
+    return report
 
 
 

@@ -1,7 +1,7 @@
 """Run the CTS vectors through the C API: build libneuralnetworks.so, convert the vectors
 (convert_vectors.py), compile conformance_runner.c with the system compiler and run it.
 
-    python tests/capi/run_conformance.py                  # every vector in tests/data
+    python tests/capi/run_conformance.py                  # every shipped vector (nnapi/data/cts)
     python tests/capi/run_conformance.py --variants       # and the derived variations
     python tests/capi/run_conformance.py FILE.jsonl.gz --every 10
 """

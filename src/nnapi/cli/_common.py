@@ -32,23 +32,26 @@ def common_parser() -> argparse.ArgumentParser:
     """The options every command takes (pass as ``parents=[common]``)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--driver", action="append", default=[], metavar="PKG.MODULE:FACTORY",
-                        help="load a driver plug-in before running (repeatable)")
+                        help="load a driver plug-in before running: pkg.module:factory or a shipped driver "
+                             "(reference, sample, faulty, ort); repeatable. Plug-ins also come from the "
+                             "nnapi.drivers entry points and NNAPI_DRIVERS")
     common.add_argument("--trace", metavar="FILE.json",
                         help="write a Chrome trace of compilations, executions and operations (Perfetto opens it)")
     return common
 
 
 def load_drivers(specs: list[str]) -> None:
-    """Register the devices of the ``--driver`` plug-ins."""
+    """Register the devices of the ``--driver`` plug-ins; one that fails is a usage error
+    naming it and the cause (the user asked for it explicitly)."""
     if not specs:
         return
-    from nnapi.runtime.manager import load_driver_spec
+    from nnapi.runtime.manager import DriverLoadError, load_driver_spec
 
     for spec in specs:
         try:
             load_driver_spec(spec)
-        except nnapi.NnapiError:
-            raise
+        except DriverLoadError as error:
+            raise CliError(f"--driver {error}") from None
         except Exception as error:  # a plug-in's own failure: name it, never a traceback
             raise CliError(f"--driver {spec}: {type(error).__name__}: {error}") from None
 

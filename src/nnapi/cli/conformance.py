@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections import Counter, defaultdict
 from pathlib import Path
 
 from nnapi.cli._common import EXIT_FAILED, CliError, find_device, print_json, progress
@@ -37,67 +36,33 @@ def _wanted_operations(ops: str | None) -> set[str] | None:
     return wanted
 
 
-def _family(record: dict) -> list[str]:
-    """The operations a record tests; ADD added by the generator to make inputs internal
-    does not count."""
-    from nnapi.conformance import operations_of
-
-    names = sorted(operations_of(record))
-    if len(names) > 1 and "ADD" in names and "as_internal" in record["test"]:
-        names.remove("ADD")
-    return names
-
-
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from nnapi.conformance import VARIANTS, default_vector_files, is_supported, load_records, run_record
+    from nnapi.conformance import run_conformance, select_records
 
     device = find_device(args.device)
-    files = [Path(f) for f in args.files] or default_vector_files()
-    if not files:
-        raise CliError("give vector files (*.jsonl.gz)")
     wanted = _wanted_operations(args.ops)
-    records = []
-    for path in files:
-        if not path.exists():
-            raise CliError(f"{path} does not exist")
-        for record in load_records(path):
-            if args.variant:
-                record = VARIANTS[args.variant](record)
-                if record is None:
-                    continue
-            if wanted is None or wanted & set(_family(record)):
-                records.append(record)
-    table: dict[str, Counter] = defaultdict(Counter)
-    failures = []
-    failed = 0
-    for record in progress(records, len(records), "conformance") if not args.quiet else records:
-        families = _family(record)
-        if not is_supported(record):
-            for name in families:
-                table[name]["not implemented"] += 1
-        else:
-            outcome = run_record(record, device)
-            verdict = "passed" if outcome.passed else "failed"
-            for name in families:
-                table[name][verdict] += 1
-            if not outcome.passed:
-                failed += 1
-                failures.append(outcome)
-    passed = sum(1 for r in records if is_supported(r)) - failed
-    skipped = sum(1 for r in records if not is_supported(r))
+    for name in args.files:
+        if not Path(name).exists():
+            raise CliError(f"{name} does not exist")
+    try:
+        records = select_records(args.files or None, wanted, args.variant)
+    except (OSError, ValueError, KeyError) as error:
+        raise CliError(f"cannot read the vectors: {type(error).__name__}: {error}") from None
+    if not records:
+        raise CliError("no vectors selected")
+    chosen = progress(records, len(records), "conformance") if not args.quiet else records
+    report = run_conformance(device, records=chosen)
     if args.json:
-        print_json({"vectors": len(records), "passed": passed, "failed": failed, "not_implemented": skipped,
-                    "operations": {name: dict(row) for name, row in sorted(table.items())},
+        print_json({"vectors": len(report.outcomes), "passed": report.passed, "failed": report.failed,
+                    "not_implemented": report.not_implemented, "operations": report.by_operation(),
                     "failures": [{"test": o.test, "operations": list(o.operations), "message": o.message}
-                                 for o in failures]})
-        return EXIT_FAILED if failed else 0
+                                 for o in report.failures]})
+        return EXIT_FAILED if report.failed else 0
     print(f"{'operation':<32} {'passed':>7} {'failed':>7} {'not impl.':>9}")
-    totals: Counter = Counter()
-    for name in sorted(table):
-        row = table[name]
-        totals.update(row)
+    for name, row in report.by_operation().items():
         print(f"{name:<32} {row['passed']:>7} {row['failed']:>7} {row['not implemented']:>9}")
-    print(f"{len(records)} vectors: {passed} passed, {failed} failed, {skipped} not implemented")
-    for outcome in failures[: args.show_failures]:
+    print(f"{len(report.outcomes)} vectors: {report.passed} passed, {report.failed} failed, "
+          f"{report.not_implemented} not implemented")
+    for outcome in report.failures[: args.show_failures]:
         print(f"FAIL {outcome.test}: {outcome.message}")
-    return EXIT_FAILED if failed else 0
+    return EXIT_FAILED if report.failed else 0

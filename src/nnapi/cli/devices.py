@@ -1,4 +1,5 @@
-"""``nnapi devices``: the devices with type, version, feature level and capabilities."""
+"""``nnapi devices``: the devices with type, version, feature level and capabilities, and the
+driver plug-ins / services that failed to load."""
 
 from __future__ import annotations
 
@@ -26,9 +27,12 @@ def _as_json(device: nnapi.Device) -> dict:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
+    from nnapi.runtime.manager import load_failures
+
     if args.json:
         print_json({"runtime_feature_level": int(nnapi.get_runtime_feature_level()),
-                    "devices": [_as_json(device) for device in nnapi.get_devices()]})
+                    "devices": [_as_json(device) for device in nnapi.get_devices()],
+                    "load_failures": [vars(failure) for failure in load_failures()]})
         return 0
     print(f"runtime feature level: {nnapi.get_runtime_feature_level().name}")
     for device in nnapi.get_devices():
@@ -46,4 +50,6 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
         if device.name == "nnapi-reference":
             print(f"  operations:    {len(implemented_operations())} of {len(nnapi.OperationCode)} implemented")
+    for failure in load_failures():
+        print(f"FAILED to load {failure.name} ({failure.source}): {failure.error}")
     return 0

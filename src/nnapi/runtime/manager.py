@@ -1,17 +1,58 @@
 """Device discovery: the devices the runtime knows, ``nnapi-reference`` always first.
 
-Other drivers register with ``register_device`` (tests use it for sample drivers).
+Where devices come from, in this order, the first time anyone asks for them:
+
+1. ``nnapi-reference``, always;
+2. driver plug-ins: every entry point of the ``nnapi.drivers`` group (a package declares
+   ``[project.entry-points."nnapi.drivers"] my-npu = "my_npu.driver:devices"``);
+3. ``NNAPI_DRIVERS=pkg.module:factory,...`` in the environment;
+4. driver services named by ``NNAPI_REMOTE_DEVICES=PATH,...`` (Unix sockets of
+   ``nnapi serve``; see ``nnapi.drivers.service``), or listed one per line in the file
+   named by ``NNAPI_REMOTE_DEVICES_FILE``.
+
+A factory returns one ``IDevice`` or an iterable of them. A plug-in that fails to load (the
+import fails, the factory raises, returns something else, or a name is taken) is recorded
+in ``load_failures()`` with its name and error and skipped; the others still load. Code
+may add devices itself with ``register_device`` (tests do) or ``load_driver_spec``
+(the CLI's ``--driver``).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from nnapi import vlog
 from nnapi.hal import IDevice
 
-_lock = threading.Lock()
+#: The entry-point group driver plug-ins declare.
+ENTRY_POINT_GROUP = "nnapi.drivers"
+
+_lock = threading.RLock()
 _devices: list[IDevice] = []
+_failures: list[LoadFailure] = []
+_discovered = False
+_loaded_specs: dict[str, list[IDevice]] = {}
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A driver plug-in that could not be loaded: where it came from (``entry point``,
+    ``NNAPI_DRIVERS``, ``--driver``, ``NNAPI_REMOTE_DEVICES``), its name or spec, and why."""
+
+    source: str
+    name: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.source}): {self.error}"
+
+
+class DriverLoadError(Exception):
+    """A driver spec that could not be loaded; the message names it and the cause."""
 
 
 def _ensure_reference() -> None:
@@ -21,9 +62,105 @@ def _ensure_reference() -> None:
         _devices.append(ReferenceDevice())
 
 
+def _discover() -> None:
+    """Load plug-ins, NNAPI_DRIVERS and remote services once (called under the lock)."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    for entry_point in _entry_points():
+        _try_load("entry point", f"{entry_point.name} = {entry_point.value}", entry_point.load)
+    for spec in _split(os.environ.get("NNAPI_DRIVERS", "")):
+        _try_load("NNAPI_DRIVERS", spec, lambda spec=spec: resolve_factory(spec))
+    for path in remote_service_paths():
+        _try_connect(path)
+
+
+def _entry_points() -> list:
+    from importlib.metadata import entry_points
+
+    try:
+        return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+    except Exception as error:  # a broken installed distribution's metadata
+        _failures.append(LoadFailure("entry point", ENTRY_POINT_GROUP, f"{type(error).__name__}: {error}"))
+        return []
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def remote_service_paths() -> list[str]:
+    """The driver-service sockets named by NNAPI_REMOTE_DEVICES and NNAPI_REMOTE_DEVICES_FILE."""
+    paths = _split(os.environ.get("NNAPI_REMOTE_DEVICES", ""))
+    config = os.environ.get("NNAPI_REMOTE_DEVICES_FILE")
+    if config:
+        try:
+            with open(config, encoding="utf-8") as handle:
+                for line in handle:
+                    line = line.split("#", 1)[0].strip()
+                    if line:
+                        paths.append(line)
+        except OSError as error:
+            _failures.append(LoadFailure("NNAPI_REMOTE_DEVICES_FILE", config, f"{type(error).__name__}: {error}"))
+    return paths
+
+
+def _try_load(source: str, name: str, get_factory: Callable[[], Callable]) -> None:
+    try:
+        _register_all(name, _call_factory(name, get_factory()))
+    except Exception as error:  # a plug-in's own failure must not stop the others
+        _failures.append(LoadFailure(source, name, _describe(error)))
+
+
+def _try_connect(path: str) -> None:
+    try:
+        from nnapi.drivers.service.client import connect_devices
+
+        _register_all(path, connect_devices(path))
+    except Exception as error:
+        _failures.append(LoadFailure("NNAPI_REMOTE_DEVICES", path, _describe(error)))
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, DriverLoadError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def _call_factory(name: str, factory: Callable) -> list[IDevice]:
+    if not callable(factory):
+        raise DriverLoadError(f"{name} is a {type(factory).__name__}, not a callable factory")
+    made = factory()
+    if isinstance(made, IDevice):
+        return [made]
+    try:
+        devices = list(made)
+    except TypeError:
+        raise DriverLoadError(f"{name} returned {type(made).__name__}, not an IDevice or an iterable of them") from None
+    for device in devices:
+        if not isinstance(device, IDevice):
+            raise DriverLoadError(f"{name} returned a {type(device).__name__}, not an IDevice")
+    return devices
+
+
+def _register_all(name: str, devices: list[IDevice]) -> None:
+    """Register every device of one plug-in, or none of them (a clash is the plug-in's failure)."""
+    taken = {device.name for device in _devices}
+    for device in devices:
+        if not isinstance(getattr(device, "name", None), str) or not device.name:
+            raise DriverLoadError(f"{name}: a device without a name")
+        if device.name in taken:
+            raise DriverLoadError(f"{name}: a device named {device.name!r} is already registered")
+        taken.add(device.name)
+    _devices.extend(devices)
+
+
 def hal_devices() -> list[IDevice]:
+    """Every known device: nnapi-reference first, then plug-ins, then the rest."""
     with _lock:
         _ensure_reference()
+        _discover()
         return list(_devices)
 
 
@@ -32,6 +169,14 @@ def reference_device() -> IDevice:
     with _lock:
         _ensure_reference()
         return _devices[0]
+
+
+def load_failures() -> list[LoadFailure]:
+    """The driver plug-ins and services that could not be loaded, with their errors."""
+    with _lock:
+        _ensure_reference()
+        _discover()
+        return list(_failures)
 
 
 def register_device(device: IDevice) -> None:
@@ -49,19 +194,53 @@ def unregister_device(name: str) -> None:
         _devices[:] = [d for d in _devices if d.name != name or d.name == "nnapi-reference"]
 
 
-def load_driver_spec(spec: str) -> list[IDevice]:
-    """Import ``pkg.module:factory``, call the factory and register the devices it returns
-    (one IDevice or an iterable of them)."""
-    import importlib
+def resolve_factory(spec: str) -> Callable:
+    """The factory a driver spec names: ``pkg.module:factory`` (an attribute path after the
+    colon, ``pkg.mod:Class.create`` works) or a shipped driver's short name
+    (``nnapi.drivers.catalog``: reference, sample, faulty, ort).
+    Raises DriverLoadError naming the spec and the cause."""
+    from nnapi.drivers.catalog import SHIPPED
 
-    module_name, _, attribute = spec.partition(":")
+    spec = spec.strip()
+    target = SHIPPED.get(spec, spec)
+    module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"expected pkg.module:factory, got {spec!r}")
-    factory = getattr(importlib.import_module(module_name), attribute)
-    made = factory()
-    devices = [made] if isinstance(made, IDevice) else list(made)
-    for device in devices:
-        if not isinstance(device, IDevice):
-            raise TypeError(f"{spec} returned {type(device).__name__}, not an IDevice")
-        register_device(device)
+        known = ", ".join(SHIPPED)
+        raise DriverLoadError(f"{spec!r}: expected pkg.module:factory or a shipped driver ({known})")
+    try:
+        value = importlib.import_module(module_name)
+    except Exception as error:
+        raise DriverLoadError(f"{spec}: cannot import {module_name}: {type(error).__name__}: {error}") from error
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise DriverLoadError(f"{spec}: {module_name} has no attribute {attribute!r}") from None
+    return value
+
+
+def make_devices(spec: str) -> list[IDevice]:
+    """The devices a driver spec's factory makes, not registered (``nnapi serve`` hosts them)."""
+    try:
+        return _call_factory(spec, resolve_factory(spec))
+    except DriverLoadError:
+        raise
+    except Exception as error:
+        raise DriverLoadError(f"{spec}: the factory failed: {type(error).__name__}: {error}") from error
+
+
+def load_driver_spec(spec: str) -> list[IDevice]:
+    """Import ``pkg.module:factory`` (or a shipped driver's short name), call the factory and
+    register the devices it returns (one IDevice or an iterable of them). Raises
+    DriverLoadError naming the spec and the cause; nothing is registered then. Loading the
+    same spec again returns the devices already loaded."""
+    with _lock:
+        if spec in _loaded_specs:
+            return list(_loaded_specs[spec])
+    devices = make_devices(spec)
+    with _lock:
+        _ensure_reference()
+        _discover()
+        _register_all(spec, devices)
+        _loaded_specs[spec] = devices
     return devices
