@@ -326,7 +326,8 @@ def run_conformance(device: nnapi.Device | None = None, *, files: Iterable[str |
     """Run CTS vectors on ``device`` (None: let the runtime choose, as an app would) and
     return every outcome. Vectors come from ``records`` or else ``select_records(files,
     operations, variant)``; ``on_outcome(done, total, outcome)`` is called after each one
-    (progress; ``total`` is -1 for an iterable without a length). Vectors using operations nnapi does not implement are reported, not run."""
+    (progress; ``total`` is -1 for an iterable without a length). Vectors using operations
+    nnapi does not implement are reported, not run."""
     chosen = records if records is not None else select_records(files, operations, variant)
     total = len(chosen) if hasattr(chosen, "__len__") else -1  # a progress-bar wrapper keeps its length
     report = ConformanceReport()
