@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     if trace:
         tracing.start(trace)
     try:
-        load_drivers(getattr(args, "driver", None) or [])
+        if getattr(args, "load_driver_plugins", True):
+            load_drivers(getattr(args, "driver", None) or [])
         return args.func(args)
     except CliError as error:
         print(f"nnapi {args.command}: {error}", file=sys.stderr)

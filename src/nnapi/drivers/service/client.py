@@ -1,0 +1,598 @@
+"""The runtime's side of the driver service: HAL proxies (IDevice, IPreparedModel, IBurst,
+IBuffer) that forward every call over the service's Unix socket.
+
+Devices appear as ``DEVICE@SERVICE`` (SERVICE: the socket file's stem). Memory crosses as
+descriptors: an fd-backed pool (a sealed memfd, what ``Memory.create_shared`` makes) is
+mapped by the service once and then named by number; any other buffer (a numpy array
+given to ``set_input``) is staged in a shared arena the service has mapped. When the
+service dies or stops answering, calls in flight fail with DEAD_OBJECT, the device is
+marked dead (it then supports no operation, so compilations fall back to the CPU), and the
+next call after the service is back reconnects; models prepared before must be prepared again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import mmap
+import os
+import select
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nnapi.codes import DeviceTypeCode, FeatureLevelCode
+from nnapi.drivers.service import wire
+from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IBurst, IDevice, IPreparedModel, Priority
+from nnapi.hal import types as hal_types
+
+#: Seconds a call without a deadline may wait for the service before it counts as hung
+#: (NNAPI_SERVICE_TIMEOUT overrides).
+DEFAULT_TIMEOUT_S = 60.0
+#: Extra seconds past a deadline before a silent service counts as hung.
+DEADLINE_GRACE_S = 2.0
+#: Constant blobs larger than this go by descriptor instead of inside the message.
+_INLINE_VALUES_LIMIT = 64 << 10
+_RECONNECT_INTERVAL_S = 0.2
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+def _dead(message: str) -> HalError:
+    return HalError(ErrorStatus.DEAD_OBJECT, message)
+
+
+def _byte_view(pool: Any) -> memoryview:
+    view = memoryview(pool)
+    return view if view.format == "B" and view.ndim == 1 and view.contiguous else view.cast("B")
+
+
+class _Arena:
+    """A sealed memfd mapped here and (once registered) in the service."""
+
+    def __init__(self, size: int) -> None:
+        self.fd = os.memfd_create("nnapi-service-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(self.fd, size)
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, _SEALS)
+        self.size = size
+        self.mapping = mmap.mmap(self.fd, size)
+        self.view = memoryview(self.mapping)
+        self.pool_id: int | None = None
+        self.generation = -1
+
+    def close(self) -> None:
+        self.view.release()
+        self.mapping.close()
+        os.close(self.fd)
+
+
+class ServiceLink:
+    """One connection to a service, shared by its devices; reconnects after a death."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.service_name = Path(path).stem
+        self._lock = threading.RLock()
+        self._sock: socket.socket | None = None
+        self._reader: wire.FrameReader | None = None
+        self._ids = itertools.count(1)
+        self._pool_ids = itertools.count(1)
+        self.generation = 0
+        self.dead = True
+        self.devices_info: list[dict] = []
+        self._last_attempt = 0.0
+        self._fd_pools: dict[tuple, int] = {}  # (dev, ino, writable) -> pool id, per connection
+        self._arenas: list[_Arena] = []  # free arenas
+        self._garbage: list[tuple[str, int, int]] = []  # (kind, handle, generation) to release
+        self.timeout_s = float(os.environ.get("NNAPI_SERVICE_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+    # --- connection ------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Connect and greet; raises OSError / HalError when the service is not there."""
+        with self._lock:
+            self._drop()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout_s)
+            try:
+                sock.connect(self.path)
+            except OSError:
+                sock.close()
+                raise
+            self._sock, self._reader = sock, wire.FrameReader(sock)
+            self.generation += 1
+            self.dead = False
+            self._fd_pools.clear()
+            try:
+                info = self._call_locked("hello", {"v": wire.PROTOCOL_VERSION}, (), None)
+            except HalError:
+                self._drop()
+                raise
+            devices = wire.get_list(wire.get_map(info, "hello").get("devices"), "devices")
+            if self.devices_info and [d["name"] for d in devices] != [d["name"] for d in self.devices_info]:
+                self._drop()
+                raise _dead("the service came back with other devices")
+            self.devices_info = devices
+
+    def _drop(self) -> None:
+        self.dead = True
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        if self._reader is not None:
+            self._reader.close()
+        self._sock = self._reader = None
+        self._fd_pools.clear()
+        self._garbage.clear()
+
+    def ensure(self, retry_now: bool = False) -> bool:
+        """True when connected, reconnecting (at most every 0.2 s) when not."""
+        with self._lock:
+            if not self.dead:
+                return True
+            now = time.monotonic()
+            if not retry_now and now - self._last_attempt < _RECONNECT_INTERVAL_S:
+                return False
+            self._last_attempt = now
+            try:
+                self.connect()
+            except (OSError, HalError, wire.WireError, KeyError, TypeError):
+                self._drop()
+                return False
+            return True
+
+    # --- calls -----------------------------------------------------------------------------
+    def call(self, op: str, args: dict, fds: Sequence[int] = (), deadline_ns: int | None = None,
+             generation: int | None = None) -> Any:
+        """Send one request and wait for its reply. HalError with the driver's status, or
+        DEAD_OBJECT when the service is gone, hung, or restarted since ``generation``."""
+        with self._lock:
+            if not self.ensure():
+                raise _dead(f"the driver service {self.path} is not running")
+            if generation is not None and generation != self.generation:
+                raise _dead(f"the driver service {self.path} restarted; prepare the model again")
+            self._flush_garbage()
+            return self._call_locked(op, args, fds, deadline_ns)
+
+    def _call_locked(self, op: str, args: dict, fds: Sequence[int], deadline_ns: int | None) -> Any:
+        message_id = next(self._ids)
+        assert self._sock is not None and self._reader is not None
+        timeout = self.timeout_s
+        if deadline_ns is not None:
+            timeout = max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9) + DEADLINE_GRACE_S
+        try:
+            self._sock.settimeout(timeout)
+            wire.send_frame(self._sock, wire.pack({"v": wire.PROTOCOL_VERSION, "id": message_id, "op": op,
+                                                   "a": args}), list(fds))
+            payload, got_fds = self._reader.read()
+        except (OSError, EOFError, wire.ProtocolError) as error:
+            self._drop()
+            reason = "stopped answering" if isinstance(error, TimeoutError) else "died"
+            raise _dead(f"the driver service {self.path} {reason} during {op}: {error}") from None
+        for fd in got_fds:
+            wire._close_quietly(fd)
+        try:
+            reply = wire.unpack(payload)
+            if reply.get("id") != message_id:
+                raise wire.WireError("reply to another request")
+        except wire.WireError as error:
+            self._drop()
+            raise _dead(f"the driver service {self.path} sent a bad reply: {error}") from None
+        if reply.get("ok"):
+            return reply.get("r")
+        try:
+            status = ErrorStatus(reply.get("status"))
+        except ValueError:
+            status = ErrorStatus.GENERAL_FAILURE
+        shapes = wire.decode_shapes(reply.get("shapes", []))
+        raise HalError(status, str(reply.get("msg", "")), shapes)
+
+    def release_later(self, kind: str, handle: int, generation: int) -> None:
+        """Queue a remote object for release with the next call (safe from finalizers)."""
+        self._garbage.append((kind, handle, generation))
+
+    def _flush_garbage(self) -> None:
+        garbage, self._garbage = self._garbage, []
+        for kind, handle, generation in garbage:
+            if generation != self.generation:
+                continue
+            try:
+                if kind == "pools":
+                    self._call_locked("forget", {"pools": [handle]}, (), None)
+                else:
+                    self._call_locked("release", {"kind": kind, "h": handle}, (), None)
+            except HalError:
+                pass
+
+    # --- pools -----------------------------------------------------------------------------
+    def fd_pool_ref(self, pool: Any, writable: bool, fds: list[int], new: list) -> list | None:
+        """A reference to an fd-backed pool the service can map (sealed memfd), registering
+        it in this call's ``new`` list the first time; None when it cannot go by fd."""
+        fd = getattr(pool, "fd", None)
+        if not isinstance(fd, int):
+            return None
+        try:
+            info = os.fstat(fd)
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        except OSError:
+            return None
+        if not seals & fcntl.F_SEAL_SHRINK:
+            return None
+        key = (info.st_dev, info.st_ino, writable)
+        pool_id = self._fd_pools.get(key)
+        if pool_id is None:
+            pool_id = next(self._pool_ids)
+            new.append([pool_id, len(fds), writable])
+            fds.append(fd)
+            self._fd_pools[key] = pool_id
+            if len(self._fd_pools) > 1024:  # forget the oldest mapping
+                old_key = next(iter(self._fd_pools))
+                self._garbage.append(("pools", self._fd_pools.pop(old_key), self.generation))
+        return [0, pool_id, int(getattr(pool, "offset", 0)), int(pool.size)]
+
+    def take_arena(self, size: int) -> _Arena:
+        with self._lock:
+            for index, arena in enumerate(self._arenas):
+                if arena.size >= size:
+                    return self._arenas.pop(index)
+        return _Arena(max(1 << 16, 1 << max(size - 1, 1).bit_length()))
+
+    def give_arena(self, arena: _Arena) -> None:
+        with self._lock:
+            if len(self._arenas) < 8:
+                self._arenas.append(arena)
+                return
+        arena.close()
+
+    def register_arena(self, arena: _Arena, fds: list[int], new: list) -> int:
+        if arena.generation != self.generation or arena.pool_id is None:
+            arena.pool_id = next(self._pool_ids)
+            arena.generation = self.generation
+            new.append([arena.pool_id, len(fds), True])
+            fds.append(arena.fd)
+        return arena.pool_id
+
+
+class _Staging:
+    """The pools of one call as references: fd pools by descriptor, other buffers copied
+    into an arena (and outputs copied back after a successful run)."""
+
+    def __init__(self, link: ServiceLink) -> None:
+        self.link = link
+        self.fds: list[int] = []
+        self.new: list = []
+        self.arena: _Arena | None = None
+        self._copies: list[tuple[memoryview, int]] = []  # (original, arena offset)
+
+    def refs(self, pools: Sequence[Any], writable: bool = True) -> list:
+        buffer_token = getattr(hal_types, "BufferToken", None)
+        refs: list = []
+        staged: list[tuple[int, memoryview]] = []
+        for pool in pools:
+            if buffer_token is not None and isinstance(pool, buffer_token):
+                refs.append([1, int(pool.token)])
+                continue
+            ref = self.link.fd_pool_ref(pool, writable, self.fds, self.new)
+            if ref is not None:
+                refs.append(ref)
+                continue
+            if hasattr(pool, "fd") and getattr(pool, "buffer", None) is not None:
+                pool = pool.buffer  # an fd pool that cannot be mapped remotely: stage its bytes
+            staged.append((len(refs), _byte_view(pool)))
+            refs.append(None)
+        if staged:
+            total = sum((view.nbytes + 63) & ~63 for _, view in staged)
+            self.arena = self.link.take_arena(total)
+            pool_id = self.link.register_arena(self.arena, self.fds, self.new)
+            offset = 0
+            for index, view in staged:
+                self.arena.view[offset: offset + view.nbytes] = view
+                refs[index] = [0, pool_id, offset, view.nbytes]
+                self._copies.append((view, offset))
+                offset += (view.nbytes + 63) & ~63
+        return refs
+
+    def copy_back(self, request) -> None:
+        """Land the outputs staged in the arena in the caller's buffers."""
+        if self.arena is None:
+            return
+        staged = {}
+        position = 0
+        for index, pool in enumerate(request.pools):
+            if position < len(self._copies) and _same(self._copies[position][0], pool):
+                staged[index] = self._copies[position]
+                position += 1
+        for argument in request.outputs:
+            if argument.has_no_value or argument.location.pool_index not in staged:
+                continue
+            view, base = staged[argument.location.pool_index]
+            start, length = argument.location.offset, argument.location.length
+            if not view.readonly:
+                view[start: start + length] = self.arena.view[base + start: base + start + length]
+
+    def done(self) -> None:
+        if self.arena is not None:
+            self.link.give_arena(self.arena)
+            self.arena = None
+
+    def map_args(self) -> dict:
+        return {"pools": self.new}
+
+
+def _same(view: memoryview, pool: Any) -> bool:
+    target = getattr(pool, "buffer", pool) if hasattr(pool, "fd") else pool
+    try:
+        other = _byte_view(target)
+    except TypeError:
+        return False
+    return other.nbytes == view.nbytes and (other.obj is view.obj)
+
+
+def _call_with_pools(link: ServiceLink, staging: _Staging, op: str, args: dict, deadline_ns: int | None = None,
+                     generation: int | None = None, extra_fds: Sequence[int] = ()) -> Any:
+    """Register new pools (in the same round trip when there are none to map) and call."""
+    with link._lock:
+        if staging.new:
+            link.call("map", staging.map_args(), staging.fds, None, generation)
+        fds = list(extra_fds)
+        return link.call(op, args, fds, deadline_ns, generation)
+
+
+class RemoteDevice(IDevice):
+    """A device of a driver service, as the runtime sees it."""
+
+    def __init__(self, link: ServiceLink, index: int) -> None:
+        info = link.devices_info[index]
+        self._link = link
+        self._index = index
+        self.name = f"{wire.get_str(info['name'], 'device name')}@{link.service_name}"
+        self.version_string = wire.get_str(info["version"], "version")
+        self.device_type = DeviceTypeCode(wire.get_int(info["type"], "device type"))
+        self.feature_level = FeatureLevelCode(wire.get_int(info["level"], "feature level"))
+        self._capabilities = wire.decode_capabilities(info["caps"])
+        cache = wire.get_ints(info.get("cache", [0, 0]), "cache files", 0, 32)
+        self._cache_files = (cache[0], cache[1]) if len(cache) == 2 else (0, 0)
+        self._extensions = info.get("ext", [])
+
+    @property
+    def is_dead(self) -> bool:
+        """True while the service is unreachable (DEAD_OBJECT)."""
+        return not self._link.ensure()
+
+    def get_capabilities(self):
+        return self._capabilities
+
+    def get_supported_extensions(self) -> list:
+        extension = getattr(hal_types, "Extension", None)
+        info = getattr(hal_types, "ExtensionOperandTypeInformation", None)
+        if extension is None or info is None:
+            return []
+        return [extension(name, [info(t, tensor, size) for t, tensor, size in types])
+                for name, types in self._extensions]
+
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        return self._cache_files
+
+    def _model_args(self, model, staging: _Staging) -> dict:
+        values = bytes(model.operand_values)
+        values_ref: Any = values
+        pools = list(model.pools)
+        if len(values) > _INLINE_VALUES_LIMIT:
+            pools_and_values = staging.refs([*pools, values], writable=False)
+            pool_refs, values_ref = pools_and_values[:-1], pools_and_values[-1]
+        else:
+            pool_refs = staging.refs(pools, writable=False)
+        return {"dev": self._index, "model": wire.encode_model(model, pool_refs, values_ref)}
+
+    def _model_call(self, op: str, model, extra: dict | None = None, deadline_ns: int | None = None,
+                    fds: Sequence[int] = (), keep_arena: bool = False):
+        staging = _Staging(self._link)
+        try:
+            with self._link._lock:
+                if not self._link.ensure():
+                    raise _dead(f"the driver service {self._link.path} is not running")
+                generation = self._link.generation
+                args = self._model_args(model, staging)
+                if extra:
+                    args.update(extra)
+                result = _call_with_pools(self._link, staging, op, args, deadline_ns, generation, fds)
+                return result, generation, staging
+        finally:
+            if not keep_arena:
+                staging.done()
+
+    def get_supported_operations(self, model) -> list[bool]:
+        try:
+            result, _, _ = self._model_call("supported", model)
+        except HalError as error:
+            if error.status == ErrorStatus.DEAD_OBJECT:
+                return [False] * len(model.main.operations)  # a dead device runs nothing: CPU fallback
+            raise
+        flags = [wire.get_bool(v, "supported") for v in wire.get_list(result, "supported")]
+        if len(flags) != len(model.main.operations):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "the service answered for another number of operations")
+        return flags
+
+    def get_unsupported_reasons(self, model) -> list[str | None]:
+        try:
+            result, _, _ = self._model_call("reasons", model)
+        except HalError as error:
+            if error.status == ErrorStatus.DEAD_OBJECT:
+                return [f"the driver service is dead: {error}"] * len(model.main.operations)
+            raise
+        return [None if r is None else wire.get_str(r, "reason") for r in wire.get_list(result, "reasons")]
+
+    def prepare_model(self, model, preference=ExecutionPreference.FAST_SINGLE_ANSWER, priority=Priority.MEDIUM,
+                      deadline_ns=None, model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> IPreparedModel:
+        fds = [*model_cache, *data_cache]
+        extra = {"pref": int(preference), "prio": int(priority), "deadline": deadline_ns,
+                 "mc": list(range(len(model_cache))), "dc": list(range(len(model_cache), len(fds))),
+                 "token": None if token is None else bytes(token)}
+        # The staged model pools stay mapped in the service as long as the prepared model.
+        result, generation, staging = self._model_call("prepare", model, extra, deadline_ns, fds, keep_arena=True)
+        return RemotePreparedModel(self._link, wire.get_int(result, "prepared model", 1), generation, model, staging)
+
+    def prepare_model_from_cache(self, model_cache: Sequence[int], data_cache: Sequence[int], token: bytes,
+                                 deadline_ns: int | None = None) -> IPreparedModel:
+        fds = [*model_cache, *data_cache]
+        generation = self._link.generation
+        handle = self._link.call("prepare_cache", {
+            "dev": self._index, "mc": list(range(len(model_cache))),
+            "dc": list(range(len(model_cache), len(fds))), "token": bytes(token), "deadline": deadline_ns},
+            fds, deadline_ns)
+        return RemotePreparedModel(self._link, wire.get_int(handle, "prepared model", 1), generation, None,
+                                   _Staging(self._link))
+
+    def allocate(self, desc, prepared_models, input_roles, output_roles):
+        handles = []
+        for prepared in prepared_models:
+            if not isinstance(prepared, RemotePreparedModel) or prepared._link is not self._link:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: a prepared model of another device")
+            handles.append(prepared._handle)
+        generation = self._link.generation
+        token = self._link.call("allocate", {
+            "dev": self._index, "dims": [int(d) for d in desc.dimensions], "prepared": handles,
+            "in": [[r.model_index, r.io_index, float(r.probability)] for r in input_roles],
+            "out": [[r.model_index, r.io_index, float(r.probability)] for r in output_roles]},
+            generation=generation)
+        token = wire.get_int(token, "buffer token", 1, (1 << 32) - 1)
+        return RemoteBuffer(self._link, token, generation), token
+
+    def wait(self) -> None:
+        """ANeuralNetworksDevice_wait: block until the service answers again."""
+        while not self._link.ensure(retry_now=True):
+            time.sleep(_RECONNECT_INTERVAL_S)
+
+
+class RemotePreparedModel(IPreparedModel):
+    def __init__(self, link: ServiceLink, handle: int, generation: int, model, staging: _Staging) -> None:
+        self._link = link
+        self._handle = handle
+        self._generation = generation
+        self._model = model
+        self._model_staging = staging  # keeps the staged model pools' arena until released
+        weakref.finalize(self, _release, link, "prepared", handle, generation, staging)
+
+    def _run(self, op: str, key: str, handle: int, request, measure_timing, deadline_ns, loop_timeout_ns):
+        staging = _Staging(self._link)
+        try:
+            with self._link._lock:
+                if self._generation != self._link.generation:
+                    raise _dead("the driver service restarted; prepare the model again")
+                args = {key: handle, "pools": staging.refs(request.pools),
+                        "in": wire.encode_request_arguments(request.inputs),
+                        "out": wire.encode_request_arguments(request.outputs),
+                        "timing": bool(measure_timing), "deadline": deadline_ns, "loop": loop_timeout_ns}
+                result = _call_with_pools(self._link, staging, op, args, deadline_ns, self._generation)
+            shapes_v, timing_v = wire.get_list(result, "execution result", 2)
+            staging.copy_back(request)
+            return wire.decode_shapes(shapes_v), wire.decode_timing(timing_v)
+        finally:
+            staging.done()
+
+    def execute(self, request, measure_timing=False, deadline_ns=None, loop_timeout_ns=None):
+        return self._run("execute", "h", self._handle, request, measure_timing, deadline_ns, loop_timeout_ns)
+
+    def execute_fenced(self, request, wait_for, measure_timing=False, deadline_ns=None, loop_timeout_ns=None,
+                       timeout_after_fence_ns=None):
+        _wait_for_fences(wait_for, deadline_ns)
+        if timeout_after_fence_ns is not None:
+            after = time.monotonic_ns() + timeout_after_fence_ns
+            deadline_ns = after if deadline_ns is None else min(deadline_ns, after)
+        _, timing = self.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+        return None, _FencedDone(timing)
+
+    def configure_burst(self) -> IBurst:
+        handle = wire.get_int(self._link.call("burst", {"h": self._handle}, generation=self._generation),
+                              "burst", 1)
+        return RemoteBurst(self, handle)
+
+
+class RemoteBurst(IBurst):
+    def __init__(self, prepared: RemotePreparedModel, handle: int) -> None:
+        self._prepared = prepared
+        self._handle = handle
+        weakref.finalize(self, _release, prepared._link, "burst", handle, prepared._generation, None)
+
+    def execute(self, request, measure_timing=False, deadline_ns=None, loop_timeout_ns=None):
+        return self._prepared._run("burst_execute", "b", self._handle, request, measure_timing, deadline_ns,
+                                   loop_timeout_ns)
+
+
+class RemoteBuffer:
+    """Device memory living in the service (IBuffer)."""
+
+    def __init__(self, link: ServiceLink, token: int, generation: int) -> None:
+        self._link = link
+        self._token = token
+        self._generation = generation
+        weakref.finalize(self, _release, link, "buffer", token, generation, None)
+
+    def _copy(self, op: str, pool, dims: list[int] | None) -> None:
+        staging = _Staging(self._link)
+        try:
+            with self._link._lock:
+                (ref,) = staging.refs([pool])
+                args = {"buf": self._token, "pool": ref}
+                if dims is not None:
+                    args["dims"] = [int(d) for d in dims]
+                _call_with_pools(self._link, staging, op, args, None, self._generation)
+            if op == "copy_to" and staging.arena is not None:
+                view = _byte_view(getattr(pool, "buffer", pool) if hasattr(pool, "fd") else pool)
+                view[:] = staging.arena.view[ref[2]: ref[2] + view.nbytes]
+        finally:
+            staging.done()
+
+    def copy_to(self, dst) -> None:
+        self._copy("copy_to", dst, None)
+
+    def copy_from(self, src, dimensions: list[int]) -> None:
+        self._copy("copy_from", src, dimensions)
+
+
+class _FencedDone:
+    def __init__(self, timing) -> None:
+        self._timing = timing
+
+    def get_execution_info(self):
+        return ErrorStatus.NONE, self._timing, self._timing
+
+
+def _wait_for_fences(fds: Sequence[int], deadline_ns: int | None) -> None:
+    for fd in fds:
+        poller = select.poll()
+        try:
+            poller.register(fd, select.POLLIN)
+        except (OSError, TypeError, ValueError) as error:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"bad sync fence {fd!r}: {error}") from None
+        while True:
+            timeout_ms = None if deadline_ns is None else max(0, (deadline_ns - time.monotonic_ns()) // 1_000_000)
+            events = poller.poll(timeout_ms)
+            if events:
+                if events[0][1] & (select.POLLERR | select.POLLNVAL):
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT, f"sync fence {fd} is in error")
+                break
+            if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed waiting for fences")
+
+
+def _release(link: ServiceLink, kind: str, handle: int, generation: int, staging: _Staging | None) -> None:
+    link.release_later(kind, handle, generation)
+    if staging is not None and staging.arena is not None:
+        arena = staging.arena
+        staging.arena = None
+        if arena.pool_id is not None:
+            link.release_later("pools", arena.pool_id, arena.generation)
+        arena.close()
+
+
+def connect_devices(path: str) -> list[IDevice]:
+    """Connect to the service at ``path`` and return proxies of its devices."""
+    link = ServiceLink(path)
+    link.connect()
+    return [RemoteDevice(link, index) for index in range(len(link.devices_info))]

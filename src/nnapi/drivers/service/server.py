@@ -1,0 +1,458 @@
+"""The driver service: hosts a driver's devices in this process and serves clients over a
+Unix socket (``nnapi serve --driver DRIVER --socket PATH``).
+
+One thread per client connection; everything a client creates (mapped pools, prepared
+models, bursts, device buffers) lives in that connection's session and is named by
+numbers local to it, so no client can reach another's memory or models. Every message is
+decoded with the strict checks of ``wire`` and HAL validation before a driver sees it; a
+message that breaks the schema gets an INVALID_ARGUMENT reply, a broken stream (bad magic,
+oversized, truncated, missing descriptors) closes that connection only. A driver's own
+exception becomes GENERAL_FAILURE; nothing a client sends can stop the service.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import signal
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nnapi.drivers.service import wire
+from nnapi.drivers.service.wire import WireError, get_bool, get_int, get_list, get_map, get_opt_int
+from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, Priority
+from nnapi.hal.validation import validate_model, validate_request
+
+_MAX_HANDLES = 1 << 16
+
+
+class _Session:
+    """One client's objects."""
+
+    def __init__(self) -> None:
+        self.pools: dict[int, tuple[mmap.mmap, memoryview]] = {}
+        self.prepared: dict[int, tuple[Any, Any]] = {}  # handle -> (IPreparedModel, HAL model)
+        self.bursts: dict[int, Any] = {}
+        self.buffers: dict[int, tuple[Any, int, int]] = {}  # client token -> (IBuffer, driver token, device)
+        self._next = 1
+
+    def add(self, table: dict, value: Any) -> int:
+        if len(table) >= _MAX_HANDLES:
+            raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT, "too many objects in this session")
+        handle = self._next
+        self._next += 1
+        table[handle] = value
+        return handle
+
+    def close(self) -> None:
+        for mapping, view in self.pools.values():
+            view.release()
+            try:
+                mapping.close()
+            except BufferError:
+                pass  # a driver still holds a view; the mapping goes with it
+        self.pools.clear()
+        self.prepared.clear()
+        self.bursts.clear()
+        self.buffers.clear()
+
+
+def _map_pool(fd: int, writable: bool) -> tuple[mmap.mmap, memoryview]:
+    """Map a client's memfd. It must be sealed against shrinking (F_SEAL_SHRINK), or the
+    client could truncate it under our mapping and crash us with SIGBUS."""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise WireError("a pool must be a memfd")
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError as error:
+        raise WireError(f"a pool must be a sealed memfd ({error.strerror})") from None
+    if not seals & fcntl.F_SEAL_SHRINK:
+        raise WireError("a pool's memfd must be sealed with F_SEAL_SHRINK")
+    if info.st_size <= 0:
+        raise WireError("an empty pool")
+    if writable and seals & fcntl.F_SEAL_WRITE:
+        raise WireError("a writable pool is sealed against writing")
+    prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+    try:
+        mapping = mmap.mmap(fd, info.st_size, mmap.MAP_SHARED, prot)
+    except (OSError, ValueError) as error:
+        raise WireError(f"cannot map the pool: {error}") from None
+    return mapping, memoryview(mapping)
+
+
+class Service:
+    """Serves ``devices`` on the Unix socket ``path``."""
+
+    def __init__(self, devices: list[IDevice], path: str) -> None:
+        if not devices:
+            raise ValueError("no devices to serve")
+        self.devices = devices
+        self.path = path
+        self._listener: socket.socket | None = None
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._handlers: dict[str, Callable] = {
+            "hello": self._hello, "supported": self._supported, "reasons": self._reasons,
+            "prepare": self._prepare, "prepare_cache": self._prepare_from_cache, "execute": self._execute,
+            "burst": self._burst, "burst_execute": self._burst_execute, "release": self._release,
+            "map": self._map, "forget": self._forget, "allocate": self._allocate, "copy_to": self._copy_to,
+            "copy_from": self._copy_from, "wait": self._wait,
+        }
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def bind(self) -> None:
+        if os.path.exists(self.path):
+            # A socket left by a service that died; refuse to clobber anything else.
+            if not stat.S_ISSOCK(os.stat(self.path).st_mode):
+                raise OSError(f"{self.path} exists and is not a socket")
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(self.path)
+            except OSError:
+                os.unlink(self.path)
+            else:
+                probe.close()
+                raise OSError(f"a service is already listening on {self.path}")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        os.chmod(self.path, 0o600)  # only this user's processes may connect
+        listener.listen(64)
+        self._listener = listener
+
+    def serve_forever(self) -> None:
+        if self._listener is None:
+            self.bind()
+        assert self._listener is not None
+        try:
+            while not self._stopping.is_set():
+                try:
+                    connection, _ = self._listener.accept()
+                except OSError:
+                    if self._stopping.is_set():
+                        break
+                    raise
+                thread = threading.Thread(target=self._serve_connection, args=(connection,), daemon=True)
+                thread.start()
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+
+    def close(self) -> None:
+        self._stopping.set()
+        if self._listener is not None:
+            self._listener.close()
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            self._listener = None
+        with self._lock:
+            for connection in list(self._connections):
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    # --- one client ------------------------------------------------------------------------
+    def _serve_connection(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(connection)
+        reader = wire.FrameReader(connection)
+        session = _Session()
+        greeted = False
+        try:
+            while True:
+                try:
+                    payload, fds = reader.read()
+                except (EOFError, wire.ProtocolError, OSError):
+                    return  # closed, or a broken stream: drop this client only
+                try:
+                    reply, keep_going = self._handle(payload, fds, session, greeted)
+                finally:
+                    for fd in fds:
+                        wire._close_quietly(fd)
+                if reply.get("ok") and reply.get("op") == "hello":
+                    greeted = True
+                reply.pop("op", None)
+                try:
+                    wire.send_frame(connection, wire.pack(reply))
+                except OSError:
+                    return
+                if not keep_going:
+                    return
+        finally:
+            reader.close()
+            session.close()
+            with self._lock:
+                self._connections.discard(connection)
+            connection.close()
+
+    def _handle(self, payload: bytes, fds: list[int], session: _Session, greeted: bool) -> tuple[dict, bool]:
+        message_id = 0
+        try:
+            message = wire.unpack(payload)
+            message_id = get_int(message.get("id", 0), "id", 0, (1 << 63) - 1)
+            version = get_int(message.get("v"), "version")
+            op = message.get("op")
+            if version != wire.PROTOCOL_VERSION:
+                raise WireError(f"protocol version {version} is not {wire.PROTOCOL_VERSION}")
+            handler = self._handlers.get(op) if isinstance(op, str) else None
+            if handler is None:
+                raise WireError(f"unknown operation {op!r}")
+            if not greeted and op != "hello":
+                raise WireError(f"{op} before hello")
+            result = handler(get_map(message.get("a", {}), "arguments"), fds, session)
+            return {"v": wire.PROTOCOL_VERSION, "id": message_id, "ok": True, "r": result, "op": op}, True
+        except HalError as error:
+            return {"v": wire.PROTOCOL_VERSION, "id": message_id, "ok": False, "status": int(error.status),
+                    "msg": str(error), "shapes": wire.encode_shapes(error.output_shapes)}, True
+        except Exception as error:  # a driver's own failure, contained
+            return {"v": wire.PROTOCOL_VERSION, "id": message_id, "ok": False,
+                    "status": int(ErrorStatus.GENERAL_FAILURE), "msg": f"{type(error).__name__}: {error}",
+                    "shapes": []}, True
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _device(self, args: dict) -> IDevice:
+        return self.devices[get_int(args.get("dev"), "dev", 0, len(self.devices) - 1)]
+
+    @staticmethod
+    def _fd(fds: list[int], value: Any, what: str) -> int:
+        return fds[get_int(value, what, 0, len(fds) - 1)] if fds else _no_fd(what)
+
+    @staticmethod
+    def _pool(session: _Session, ref: Any) -> Any:
+        """A pool reference: [0, pool id, offset, size] (mapped memory) or [1, token]."""
+        entry = get_list(ref, "pool")
+        kind = get_int(entry[0] if entry else None, "pool kind", 0, 1)
+        if kind == 1:
+            token = get_int(entry[1] if len(entry) > 1 else None, "buffer token", 1, (1 << 32) - 1)
+            if token not in session.buffers:
+                raise WireError(f"unknown device memory {token}")
+            from nnapi.hal.types import BufferToken
+
+            return BufferToken(session.buffers[token][1])
+        _, pool_id, offset, size = get_list(entry, "pool", 4)
+        pool_id = get_int(pool_id, "pool id", 0)
+        if pool_id not in session.pools:
+            raise WireError(f"unknown pool {pool_id}")
+        view = session.pools[pool_id][1]
+        offset, size = get_int(offset, "pool offset", 0), get_int(size, "pool size", 0)
+        if offset + size > len(view):
+            raise WireError(f"pool {pool_id}: [{offset}, {offset + size}) outside its {len(view)} bytes")
+        return view[offset: offset + size]
+
+    def _model(self, args: dict, session: _Session):
+        def values(ref: Any):
+            if isinstance(ref, bytes):
+                return ref
+            pool = self._pool(session, ref)
+            if not isinstance(pool, memoryview):
+                raise WireError("constant values must be bytes or mapped memory")
+            return pool
+
+        model = wire.decode_model(args.get("model"), lambda ref: self._pool(session, ref), values)
+        validate_model(model)
+        return model
+
+    def _prepared(self, session: _Session, value: Any) -> tuple[Any, Any]:
+        handle = get_int(value, "prepared model", 0)
+        if handle not in session.prepared:
+            raise WireError(f"unknown prepared model {handle}")
+        return session.prepared[handle]
+
+    def _request(self, args: dict, session: _Session, model):
+        pools = [self._pool(session, p) for p in get_list(args.get("pools"), "request pools", limit=wire.MAX_FDS)]
+        request = wire.decode_request(args.get("in"), args.get("out"), pools)
+        if model is not None:
+            validate_request(request, model)
+        return request
+
+    @staticmethod
+    def _timing_args(args: dict) -> tuple[bool, int | None, int | None]:
+        return (get_bool(args.get("timing", False), "timing"),
+                get_opt_int(args.get("deadline"), "deadline", 0),
+                get_opt_int(args.get("loop"), "loop timeout", 0))
+
+    # --- operations ------------------------------------------------------------------------
+    def _hello(self, args: dict, fds: list[int], session: _Session) -> dict:
+        version = get_int(args.get("v"), "client version")
+        if version != wire.PROTOCOL_VERSION:
+            raise WireError(f"client speaks protocol {version}, this service {wire.PROTOCOL_VERSION}")
+        devices = []
+        for device in self.devices:
+            cache = device.get_number_of_cache_files_needed() if hasattr(
+                device, "get_number_of_cache_files_needed") else (0, 0)
+            extensions = device.get_supported_extensions() if hasattr(device, "get_supported_extensions") else []
+            devices.append({
+                "name": device.name, "version": device.version_string, "type": int(device.device_type),
+                "level": int(device.feature_level), "caps": wire.encode_capabilities(device.get_capabilities()),
+                "cache": [int(cache[0]), int(cache[1])],
+                "ext": [[e.name, [[int(t.type), bool(t.is_tensor), int(t.byte_size)] for t in e.operand_types]]
+                        for e in extensions],
+            })
+        return {"devices": devices, "pid": os.getpid()}
+
+    def _supported(self, args: dict, fds: list[int], session: _Session) -> list[bool]:
+        model = self._model(args, session)
+        return [bool(flag) for flag in self._device(args).get_supported_operations(model)]
+
+    def _reasons(self, args: dict, fds: list[int], session: _Session) -> list:
+        device = self._device(args)
+        model = self._model(args, session)
+        if hasattr(device, "get_unsupported_reasons"):
+            return [None if r is None else str(r) for r in device.get_unsupported_reasons(model)]
+        return [None if ok else "declined by the driver" for ok in device.get_supported_operations(model)]
+
+    def _cache_fds(self, args: dict, fds: list[int]) -> tuple[list[int], list[int]]:
+        model_cache = [self._fd(fds, i, "model cache") for i in get_list(args.get("mc", []), "model cache", limit=64)]
+        data_cache = [self._fd(fds, i, "data cache") for i in get_list(args.get("dc", []), "data cache", limit=64)]
+        return model_cache, data_cache
+
+    def _prepare(self, args: dict, fds: list[int], session: _Session) -> int:
+        device = self._device(args)
+        model = self._model(args, session)
+        preference = ExecutionPreference(get_int(args.get("pref", 1), "preference", 0, 2))
+        priority = Priority(get_int(args.get("prio", 1), "priority", 0, 2))
+        deadline = get_opt_int(args.get("deadline"), "deadline", 0)
+        model_cache, data_cache = self._cache_fds(args, fds)
+        token = wire.get_bytes(args.get("token"), "token", allow_none=True)
+        if model_cache or data_cache or token is not None:
+            prepared = device.prepare_model(model, preference, priority, deadline, model_cache=model_cache,
+                                            data_cache=data_cache, token=token)
+        else:
+            prepared = device.prepare_model(model, preference, priority, deadline)
+        return session.add(session.prepared, (prepared, model))
+
+    def _prepare_from_cache(self, args: dict, fds: list[int], session: _Session) -> int:
+        device = self._device(args)
+        model_cache, data_cache = self._cache_fds(args, fds)
+        token = wire.get_bytes(args.get("token"), "token")
+        deadline = get_opt_int(args.get("deadline"), "deadline", 0)
+        if not hasattr(device, "prepare_model_from_cache"):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "compilation caching not supported")
+        prepared = device.prepare_model_from_cache(model_cache, data_cache, token, deadline)
+        # No model here: requests to it are validated by the driver alone (as it must anyway).
+        return session.add(session.prepared, (prepared, None))
+
+    def _execute(self, args: dict, fds: list[int], session: _Session) -> list:
+        prepared, model = self._prepared(session, args.get("h"))
+        request = self._request(args, session, model)
+        timing, deadline, loop = self._timing_args(args)
+        if deadline is not None and time.monotonic_ns() > deadline:
+            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before the service got the request")
+        shapes, measured = prepared.execute(request, timing, deadline, loop)
+        return [wire.encode_shapes(shapes), wire.encode_timing(measured)]
+
+    def _burst(self, args: dict, fds: list[int], session: _Session) -> int:
+        prepared, model = self._prepared(session, args.get("h"))
+        return session.add(session.bursts, (prepared.configure_burst(), model))
+
+    def _burst_execute(self, args: dict, fds: list[int], session: _Session) -> list:
+        handle = get_int(args.get("b"), "burst", 0)
+        if handle not in session.bursts:
+            raise WireError(f"unknown burst {handle}")
+        burst, model = session.bursts[handle]
+        request = self._request(args, session, model)
+        timing, deadline, loop = self._timing_args(args)
+        shapes, measured = burst.execute(request, timing, deadline, loop)
+        return [wire.encode_shapes(shapes), wire.encode_timing(measured)]
+
+    def _release(self, args: dict, fds: list[int], session: _Session) -> None:
+        tables = {"prepared": session.prepared, "burst": session.bursts, "buffer": session.buffers}
+        kind = args.get("kind")
+        if kind not in tables:
+            raise WireError(f"unknown kind {kind!r}")
+        tables[kind].pop(get_int(args.get("h"), "handle", 0), None)
+
+    def _map(self, args: dict, fds: list[int], session: _Session) -> None:
+        """Register pools: [[pool id, descriptor index, writable], ...]."""
+        for entry in get_list(args.get("pools"), "pools", limit=wire.MAX_FDS):
+            pool_id, index, writable = get_list(entry, "pool", 3)
+            pool_id = get_int(pool_id, "pool id", 0)
+            if pool_id in session.pools:
+                raise WireError(f"pool {pool_id} is already mapped")
+            if len(session.pools) >= _MAX_HANDLES:
+                raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT, "too many pools")
+            session.pools[pool_id] = _map_pool(self._fd(fds, index, "pool"), get_bool(writable, "writable"))
+
+    def _forget(self, args: dict, fds: list[int], session: _Session) -> None:
+        for pool_id in wire.get_ints(args.get("pools"), "pools", 0):
+            entry = session.pools.pop(pool_id, None)
+            if entry is not None:
+                entry[1].release()
+                try:
+                    entry[0].close()
+                except BufferError:
+                    pass
+
+    def _allocate(self, args: dict, fds: list[int], session: _Session) -> int:
+        from nnapi.hal.types import BufferDesc, BufferRole
+
+        device_index = get_int(args.get("dev"), "dev", 0, len(self.devices) - 1)
+        device = self.devices[device_index]
+        prepared = [self._prepared(session, h)[0] for h in get_list(args.get("prepared"), "prepared models")]
+
+        def roles(value: Any, what: str) -> list:
+            result = []
+            for entry in get_list(value, what):
+                model_index, io_index, probability = get_list(entry, what, 3)
+                result.append(BufferRole(get_int(model_index, f"{what} model", 0, len(prepared) - 1),
+                                         get_int(io_index, f"{what} index", 0, 1 << 32),
+                                         wire.get_float(probability, f"{what} probability")))
+            return result
+
+        desc = BufferDesc(wire.get_ints(args.get("dims"), "dimensions", 0, (1 << 32) - 1))
+        buffer, token = device.allocate(desc, prepared, roles(args.get("in"), "input role"),
+                                        roles(args.get("out"), "output role"))
+        return session.add(session.buffers, (buffer, int(token), device_index))
+
+    def _buffer(self, args: dict, session: _Session):
+        handle = get_int(args.get("buf"), "buffer", 0)
+        if handle not in session.buffers:
+            raise WireError(f"unknown device memory {handle}")
+        return session.buffers[handle][0]
+
+    def _copy_to(self, args: dict, fds: list[int], session: _Session) -> None:
+        self._buffer(args, session).copy_to(self._pool(session, args.get("pool")))
+
+    def _copy_from(self, args: dict, fds: list[int], session: _Session) -> None:
+        dims = wire.get_ints(args.get("dims"), "dimensions", 0, (1 << 32) - 1)
+        self._buffer(args, session).copy_from(self._pool(session, args.get("pool")), dims)
+
+    def _wait(self, args: dict, fds: list[int], session: _Session) -> None:
+        self._device(args).wait()
+
+
+def _no_fd(what: str) -> int:
+    raise WireError(f"{what}: the message carries no descriptors")
+
+
+def serve(devices: list[IDevice], path: str, ready: Callable[[], None] | None = None) -> None:
+    """Serve ``devices`` on ``path`` until SIGTERM / SIGINT."""
+    service = Service(devices, path)
+    service.bind()
+
+    def stop(signum, frame) -> None:
+        service.stop()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+    if ready is not None:
+        ready()
+    service.serve_forever()

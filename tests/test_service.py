@@ -1,0 +1,413 @@
+"""The driver service: a driver in another process, reached over a Unix socket.
+
+Every test starts a real service process (``python -m nnapi.drivers.service``) and uses
+its devices through the public API, or attacks its socket from another process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("msgpack")
+
+import nnapi  # noqa: E402
+from nnapi.codes import ResultCode  # noqa: E402
+from nnapi.demo import build_demo_model, demo_expected, demo_input  # noqa: E402
+from nnapi.drivers.service import wire  # noqa: E402
+from nnapi.drivers.service.client import connect_devices  # noqa: E402
+from nnapi.hal import ErrorStatus  # noqa: E402
+from nnapi.runtime import manager  # noqa: E402
+
+TESTS = Path(__file__).parent
+
+
+class Service:
+    """A service process on ``path`` hosting ``driver``."""
+
+    def __init__(self, path: Path, driver: str = "reference") -> None:
+        self.path, self.driver = path, driver
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> Service:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+        self.process = subprocess.Popen([sys.executable, "-m", "nnapi.drivers.service", "--driver", self.driver,
+                                         "--socket", str(self.path)], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, env=env)
+        line = self.process.stdout.readline()
+        assert line.startswith("serving"), line + self.process.stderr.read()
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def service(tmp_path):
+    started = []
+
+    def start(name: str = "svc", driver: str = "reference") -> Service:
+        running = Service(tmp_path / f"{name}.sock", driver).start()
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.kill()
+
+
+@pytest.fixture
+def remote(service):
+    """Start a service, register its devices here; yields (service, devices by name)."""
+    registered = []
+
+    def make(name: str, driver: str = "reference"):
+        running = service(name, driver)
+        devices = connect_devices(str(running.path))
+        for device in devices:
+            manager.register_device(device)
+            registered.append(device.name)
+        return running, {d.name: d for d in nnapi.get_devices()}
+
+    yield make
+    for name in registered:
+        manager.unregister_device(name)
+
+
+def _run_demo(compilation, x=None):
+    x = demo_input(1) if x is None else x
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, x)
+    y = np.zeros((1, 4), np.float32)
+    execution.set_output(0, y)
+    execution.compute()
+    return x, y
+
+
+def test_remote_device_looks_like_the_local_one(remote):
+    _, devices = remote("svcinfo")
+    local, far = devices["nnapi-reference"], devices["nnapi-reference@svcinfo"]
+    assert (far.type, far.version, far.feature_level) == (local.type, local.version, local.feature_level)
+    assert far.capabilities == local.capabilities
+    compilation = nnapi.Compilation(build_demo_model(), [far])
+    compilation.finish()
+    x, y = _run_demo(compilation)
+    np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+    # shared memory goes by descriptor (mapped once in the service), outputs land in it
+    memory_in = nnapi.Memory.create_shared(x.nbytes)
+    memory_out = nnapi.Memory.create_shared(16)
+    np.frombuffer(memory_in.buffer, np.float32)[:] = x.reshape(-1)
+    for _ in range(2):
+        execution = nnapi.Execution(compilation)
+        execution.set_input_from_memory(0, memory_in, 0, x.nbytes)
+        execution.set_output_from_memory(0, memory_out, 0, 16)
+        execution.set_measure_timing(True)
+        execution.compute()
+        np.testing.assert_allclose(np.frombuffer(memory_out.buffer, np.float32), demo_expected(x).reshape(-1),
+                                   rtol=1e-5, atol=1e-6)
+    # burst and asynchronous execution
+    burst = nnapi.Burst(compilation)
+    for seed in range(3):
+        x = demo_input(seed)
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, x)
+        y = np.zeros((1, 4), np.float32)
+        execution.set_output(0, y)
+        execution.burst_compute(burst)
+        np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, x)
+    y = np.zeros((1, 4), np.float32)
+    execution.set_output(0, y)
+    execution.start_compute().wait()
+    np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+
+
+def test_cts_subset_through_the_remote_device(remote):
+    from nnapi.conformance import is_supported, run_conformance, select_records
+
+    _, devices = remote("svccts")
+    records = [r for r in select_records() if is_supported(r)][::15]
+    report = run_conformance(devices["nnapi-reference@svccts"], records=records)
+    assert report.passed == len(records), [(o.test, o.message) for o in report.failures[:5]]
+
+
+def test_conformance_cli_with_the_service_in_the_environment(service):
+    running = service("svccli")
+    env = dict(os.environ, NNAPI_REMOTE_DEVICES=str(running.path))
+    result = subprocess.run([sys.executable, "-m", "nnapi", "conformance", "--quiet", "--ops", "ADD,RELU",
+                             "--device", "nnapi-reference@svccli"], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert " 0 failed" in result.stdout
+
+
+def test_service_killed_mid_run_then_restarted(remote):
+    running, devices = remote("svcslow", "service_drivers:slow")
+    device = devices["slow@svcslow"]
+    compilation = nnapi.Compilation(build_demo_model(), [device])
+    compilation.finish()
+    failure = []
+
+    def run() -> None:
+        try:
+            _run_demo(compilation)
+        except nnapi.NnapiError as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.5)
+    running.kill()
+    thread.join(30)
+    assert failure and failure[0].code == ResultCode.DEAD_OBJECT, failure
+    assert device._hal.is_dead
+    # a compilation that names no device falls back to the CPU
+    fallback = nnapi.Compilation(build_demo_model())
+    fallback.finish()
+    x, y = _run_demo(fallback)
+    np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(nnapi.NnapiError) as caught:
+        _run_demo(compilation)
+    assert caught.value.code == ResultCode.DEAD_OBJECT
+    # the service comes back: the device works again (models prepared before are gone)
+    running.start()
+    time.sleep(0.3)
+    assert not device._hal.is_dead
+    with pytest.raises(nnapi.NnapiError) as caught:
+        _run_demo(compilation)
+    assert caught.value.code == ResultCode.DEAD_OBJECT
+    again = nnapi.Compilation(build_demo_model(), [device])
+    again.finish()
+    execution = nnapi.Execution(again)
+    x = demo_input(3)
+    execution.set_input(0, x)
+    y = np.zeros((1, 4), np.float32)
+    execution.set_output(0, y)
+    execution.set_timeout(50_000_000)  # the deadline crosses the boundary: the slow driver misses it
+    with pytest.raises(nnapi.NnapiError) as caught:
+        execution.compute()
+    assert caught.value.code in (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)
+
+
+def test_hung_service_gives_dead_object(remote, monkeypatch):
+    running, devices = remote("svchang")
+    device = devices["nnapi-reference@svchang"]
+    compilation = nnapi.Compilation(build_demo_model(), [device])
+    compilation.finish()
+    device._hal._link.timeout_s = 1.0
+    os.kill(running.process.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(nnapi.NnapiError) as caught:
+            _run_demo(compilation)
+        assert caught.value.code == ResultCode.DEAD_OBJECT and time.monotonic() - start < 10
+    finally:
+        os.kill(running.process.pid, signal.SIGCONT)
+
+
+ATTACKER = textwrap.dedent('''
+    import os, socket, struct, sys, tempfile
+    import msgpack
+    path = sys.argv[1]
+    def conn():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(20)
+        s.connect(path)
+        return s
+    def frame(payload, nfds=0, magic=b"NNS1", length=None):
+        return struct.pack("<4sII", magic, len(payload) if length is None else length, nfds) + payload
+    def ask(s, message, fds=()):
+        data = frame(msgpack.packb(message), len(fds))
+        if fds:
+            socket.send_fds(s, [data], list(fds))
+        else:
+            s.sendall(data)
+        header = b""
+        while len(header) < 12:
+            chunk = s.recv(12 - len(header))
+            if not chunk:
+                return None
+            header += chunk
+        _, length, _ = struct.unpack("<4sII", header)
+        body = b""
+        while len(body) < length:
+            body += s.recv(length - len(body))
+        return msgpack.unpackb(body, strict_map_key=False)
+    def closed(s):
+        try:
+            return s.recv(1) == b""
+        except (ConnectionResetError, TimeoutError):
+            return True
+    results = []
+    for raw in (b"GET / HTTP/1.0\\r\\n\\r\\n", frame(b"", length=1 << 30), frame(b"\\x93\\x01", length=100),
+                frame(b"", 200)):
+        s = conn(); s.sendall(raw)
+        if raw.startswith(b"NNS1") and b"\\x93" in raw:
+            s.shutdown(socket.SHUT_WR)  # truncated frame, then end of stream
+        results.append(closed(s)); s.close()
+    s = conn()
+    replies = [
+        ask(s, [1, 2, 3]),
+        ask(s, {"v": 1, "id": 1, "op": "execute", "a": {"h": 1}}),
+        ask(s, {"v": 7, "id": 2, "op": "hello", "a": {"v": 7}}),
+        ask(s, {"v": 1, "id": 3, "op": "hello", "a": {"v": 1}}),
+        ask(s, {"v": 1, "id": 4, "op": "no_such_op", "a": {}}),
+        ask(s, {"v": 1, "id": 5, "op": "execute", "a": {"h": 1, "pools": [[0, 1, 0, 16]], "in": [], "out": []}}),
+        ask(s, {"v": 1, "id": 6, "op": "prepare", "a": {"dev": 0, "model": {"main": [[[1e300, "x"]], [], [], []]}}}),
+        ask(s, {"v": 1, "id": 7, "op": "prepare", "a": {"dev": 9, "model": {}}}),
+        ask(s, {"v": 1, "id": 8, "op": "copy_to", "a": {"buf": 1, "pool": [0, 1, 0, 4]}}),
+        ask(s, {"v": 1, "id": 9, "op": "supported", "a": {"dev": 0, "model": {"main": [[[3, [2], 0.0, 0, 0,
+             [0, 0, 0], None, 1]], [[0, [0, 0, 99], [0]]], [0], [0]], "ref": [], "values": b"", "pools": [],
+             "relaxed": False}}}),
+    ]
+    r, w = os.pipe()
+    replies.append(ask(s, {"v": 1, "id": 10, "op": "map", "a": {"pools": [[1, 0, True]]}}, [r]))
+    with tempfile.TemporaryFile() as plain:
+        plain.truncate(4096)
+        replies.append(ask(s, {"v": 1, "id": 11, "op": "map", "a": {"pools": [[2, 0, True]]}}, [plain.fileno()]))
+    replies.append(ask(s, {"v": 1, "id": 12, "op": "map", "a": {"pools": [[3, 5, True]]}}))
+    print(results)
+    print([None if r is None else (r.get("ok"), r.get("status"), r.get("msg", "")[:80]) for r in replies])
+''')
+
+
+def test_malformed_messages_from_another_process(remote):
+    running, devices = remote("svcbad")
+    device = devices["nnapi-reference@svcbad"]
+    compilation = nnapi.Compilation(build_demo_model(), [device])
+    compilation.finish()
+    _run_demo(compilation)  # a well-behaved client, connected throughout
+    result = subprocess.run([sys.executable, "-c", ATTACKER, str(running.path)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    closed_line, replies_line = result.stdout.strip().splitlines()
+    assert closed_line == "[True, True, True, True]"  # bad magic, oversized, truncated, missing fds: closed
+    replies = eval(replies_line)  # our own subprocess's repr of plain tuples
+    invalid = int(ErrorStatus.INVALID_ARGUMENT)
+    assert replies[0] == (False, invalid, "a message must be a map")
+    assert replies[1][:2] == (False, invalid) and "before hello" in replies[1][2]
+    assert replies[2][:2] == (False, invalid) and "version" in replies[2][2]
+    assert replies[3][0] is True
+    assert replies[4][:2] == (False, invalid) and "unknown operation" in replies[4][2]
+    for reply in replies[5:]:
+        assert reply[:2] == (False, invalid), reply  # INVALID_ARGUMENT, the connection kept
+    assert "unknown prepared model" in replies[5][2] or "unknown pool" in replies[5][2]
+    assert "out of range" in replies[7][2]
+    assert "unknown device memory" in replies[8][2]
+    assert "operand 99 out of range" in replies[9][2] or "out of range" in replies[9][2]
+    assert "memfd" in replies[10][2] and "sealed" in replies[11][2]
+    assert "no descriptors" in replies[12][2]
+    # the service is alive and the other client never noticed
+    assert running.process.poll() is None
+    x, y = _run_demo(compilation)
+    np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+
+
+SNOOPER = textwrap.dedent('''
+    import socket, sys
+    from nnapi.drivers.service import wire
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    reader = wire.FrameReader(s)
+    def ask(op, args):
+        wire.send_frame(s, wire.pack({"v": 1, "id": 1, "op": op, "a": args}))
+        return wire.unpack(reader.read()[0])
+    ask("hello", {"v": 1})
+    found = []
+    for handle in range(1, 40):
+        for op, args in (("execute", {"h": handle, "pools": [], "in": [], "out": []}),
+                         ("burst", {"h": handle}),
+                         ("copy_to", {"buf": handle, "pool": [0, handle, 0, 1]}),
+                         ("execute", {"h": 1, "pools": [[0, handle, 0, 1]], "in": [], "out": []}),
+                         ("execute", {"h": 1, "pools": [[1, handle]], "in": [], "out": []})):
+            reply = ask(op, args)
+            if reply.get("ok") or "unknown" not in reply.get("msg", ""):
+                found.append((op, handle, reply))
+    print(found)
+''')
+
+
+def test_a_client_cannot_reach_another_clients_memory(remote):
+    running, devices = remote("svciso")
+    device = devices["nnapi-reference@svciso"]
+    compilation = nnapi.Compilation(build_demo_model(), [device])
+    compilation.finish()
+    secret = nnapi.Memory.create_shared(4096)
+    np.frombuffer(secret.buffer, np.uint8)[:] = 0x5A
+    x = demo_input(2)
+    np.frombuffer(secret.buffer, np.float32)[: x.size] = x.reshape(-1)
+    execution = nnapi.Execution(compilation)
+    execution.set_input_from_memory(0, secret, 0, x.nbytes)
+    execution.set_output(0, np.zeros((1, 4), np.float32))
+    execution.compute()
+    nnapi.Burst(compilation)
+    result = subprocess.run([sys.executable, "-c", SNOOPER, str(running.path)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"  # every handle of the other client is unknown to this one
+
+
+CLIENT = textwrap.dedent('''
+    import numpy as np, nnapi
+    from nnapi.demo import build_demo_model, demo_expected, demo_input
+    device = next(d for d in nnapi.get_devices() if d.name.endswith("@svcmany"))
+    compilation = nnapi.Compilation(build_demo_model(), [device])
+    compilation.finish()
+    for seed in range(20):
+        x = demo_input(seed)
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, x)
+        y = np.zeros((1, 4), np.float32)
+        execution.set_output(0, y)
+        execution.compute()
+        assert np.allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+    print("ok")
+''')
+
+
+def test_several_client_processes_at_once(service):
+    running = service("svcmany")
+    env = dict(os.environ, NNAPI_REMOTE_DEVICES=str(running.path))
+    clients = [subprocess.Popen([sys.executable, "-c", CLIENT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env) for _ in range(3)]
+    for client in clients:
+        out, err = client.communicate(timeout=300)
+        assert client.returncode == 0 and out.strip() == "ok", err
+
+
+def test_unreachable_service_is_a_reported_load_failure(tmp_path):
+    env = dict(os.environ, NNAPI_REMOTE_DEVICES=str(tmp_path / "nobody.sock"))
+    result = subprocess.run([sys.executable, "-m", "nnapi", "devices"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0
+    assert f"FAILED to load {tmp_path / 'nobody.sock'} (NNAPI_REMOTE_DEVICES)" in result.stdout
+
+
+def test_frame_reader_limits():
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with left, right:
+        wire.send_frame(left, wire.pack({"v": 1}), [left.fileno()])
+        payload, fds = wire.FrameReader(right).read()
+        assert wire.unpack(payload) == {"v": 1} and len(fds) == 1
+        os.close(fds[0])
+    with pytest.raises(wire.WireError, match="out of range"):
+        wire.get_int(1 << 70, "x")
+    with pytest.raises(wire.WireError, match="expected an integer"):
+        wire.get_int(True, "x")
