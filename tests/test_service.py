@@ -213,6 +213,11 @@ def test_hung_service_gives_dead_object(remote, monkeypatch):
     compilation.finish()
     device._hal._link.timeout_s = 1.0
     os.kill(running.process.pid, signal.SIGSTOP)
+    stat = Path(f"/proc/{running.process.pid}/stat")
+    for _ in range(500):  # until the kernel has really stopped it
+        if stat.read_text().rsplit(")", 1)[1].split()[0] == "T":
+            break
+        time.sleep(0.01)
     try:
         start = time.monotonic()
         with pytest.raises(nnapi.NnapiError) as caught:
