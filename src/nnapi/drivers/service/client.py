@@ -27,7 +27,7 @@ from typing import Any
 
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode
 from nnapi.drivers.service import wire
-from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IBurst, IDevice, IPreparedModel, Priority
+from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IBurst, IDevice, IPreparedModel, Priority, serialize
 from nnapi.hal import types as hal_types
 
 #: Seconds a call without a deadline may wait for the service before it counts as hung
@@ -378,15 +378,16 @@ class RemoteDevice(IDevice):
         return self._cache_files
 
     def _model_args(self, model, staging: _Staging) -> dict:
-        values = bytes(model.operand_values)
-        values_ref: Any = values
-        pools = list(model.pools)
-        if len(values) > _INLINE_VALUES_LIMIT:
-            pools_and_values = staging.refs([*pools, values], writable=False)
-            pool_refs, values_ref = pools_and_values[:-1], pools_and_values[-1]
-        else:
-            pool_refs = staging.refs(pools, writable=False)
-        return {"dev": self._index, "model": wire.encode_model(model, pool_refs, values_ref)}
+        """The model in hal.serialize's plain form, its pools as references (descriptors or
+        the arena) and a large constant blob staged too instead of inside the message."""
+        values = model.operand_values
+        large = memoryview(values).nbytes > _INLINE_VALUES_LIMIT
+        refs = staging.refs([*model.pools, values] if large else list(model.pools), writable=False)
+        pool_refs = iter(refs)
+        plain = serialize.model_to_plain(model, lambda pool: next(pool_refs))
+        if large:
+            plain["operand_values"] = refs[-1]
+        return {"dev": self._index, "model": plain}
 
     def _model_call(self, op: str, model, extra: dict | None = None, deadline_ns: int | None = None,
                     fds: Sequence[int] = (), keep_arena: bool = False):

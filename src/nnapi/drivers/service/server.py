@@ -25,7 +25,7 @@ from typing import Any
 
 from nnapi.drivers.service import wire
 from nnapi.drivers.service.wire import WireError, get_bool, get_int, get_list, get_map, get_opt_int
-from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, Priority
+from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, Priority, serialize
 from nnapi.hal.validation import validate_model, validate_request
 
 _MAX_HANDLES = 1 << 16
@@ -257,15 +257,19 @@ class Service:
         return view[offset: offset + size]
 
     def _model(self, args: dict, session: _Session):
-        def values(ref: Any):
-            if isinstance(ref, bytes):
-                return ref
-            pool = self._pool(session, ref)
-            if not isinstance(pool, memoryview):
+        """The model of a message, decoded by hal.serialize (the plain-data form every
+        transport shares); a large constant blob comes as mapped memory, not bytes."""
+        plain = get_map(args.get("model"), "model")
+        values = plain.get("operand_values")
+        mapped = None
+        if not isinstance(values, bytes):
+            mapped = self._pool(session, values)
+            if not isinstance(mapped, memoryview):
                 raise WireError("constant values must be bytes or mapped memory")
-            return pool
-
-        model = wire.decode_model(args.get("model"), lambda ref: self._pool(session, ref), values)
+            plain = dict(plain, operand_values=b"")
+        model = serialize.model_from_plain(plain, lambda ref: self._pool(session, ref))
+        if mapped is not None:
+            model.operand_values = mapped
         validate_model(model)
         return model
 

@@ -8,9 +8,11 @@ descriptors it gets and hands each frame the number its header announces (a fram
 announcing more than arrived is a protocol error). Memory pools cross as descriptors and
 are mapped on both sides; tensor bytes never go through the socket.
 
-A request is ``{"v": 1, "id": N, "op": NAME, "a": {arguments}}``; a reply is ``{"v": 1,
-"id": N, "ok": True, "r": result}`` or ``{"v": 1, "id": N, "ok": False, "status":
-ErrorStatus, "msg": text, "shapes": [[dims, sufficient], ...]}``. Every decoder here checks
+Models travel in ``nnapi.hal.serialize``'s plain form (shared with the compilation
+cache), their pools replaced by references. A request is ``{"v": 1, "id": N, "op": NAME,
+"a": {arguments}}``; a reply is ``{"v": 1, "id": N, "ok": True, "r": result}`` or
+``{"v": 1, "id": N, "ok": False, "status": ErrorStatus, "msg": text, "shapes": [[dims, ok], ...]}``.
+Every decoder here checks
 types, ranges and lengths and raises ``WireError`` (INVALID_ARGUMENT) on anything else, so
 the service never trusts a byte it did not check; nothing is ever unpickled.
 """
@@ -24,24 +26,18 @@ from typing import Any
 
 import msgpack
 
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import OperandCode
 from nnapi.hal.types import (
     Capabilities,
     DataLocation,
     ErrorStatus,
     HalError,
-    Model,
-    Operand,
-    OperandLifeTime,
-    Operation,
     OutputShape,
     PerformanceInfo,
     Request,
     RequestArgument,
-    Subgraph,
     Timing,
 )
-from nnapi.operand import SymmPerChannelQuantParams
 
 #: Version of the message schema; a peer speaking another one is refused at ``hello``.
 PROTOCOL_VERSION = 1
@@ -226,92 +222,6 @@ def _enum(kind, value: Any, what: str, extension_ok: bool = False):
 
 
 # --- HAL objects ---------------------------------------------------------------------------
-def encode_model(model: Model, pool_refs: list[Any], values_ref: Any) -> dict:
-    """A HAL model as plain data; ``pool_refs`` replace its pools, ``values_ref`` its
-    constant blob (bytes, or a pool reference when large)."""
-    return {
-        "main": _encode_subgraph(model.main),
-        "ref": [_encode_subgraph(s) for s in model.referenced],
-        "values": values_ref,
-        "pools": pool_refs,
-        "relaxed": bool(model.relax_computation_float32_to_float16),
-        "ext": [[e.name, int(e.prefix)] for e in getattr(model, "extension_name_to_prefix", [])],
-    }
-
-
-def _encode_subgraph(subgraph: Subgraph) -> list:
-    operands = []
-    for o in subgraph.operands:
-        quant = None
-        if o.channel_quant is not None:
-            quant = [int(o.channel_quant.channel_dim), [float(s) for s in o.channel_quant.scales]]
-        operands.append([int(o.type), [int(d) for d in o.dimensions], float(o.scale), int(o.zero_point),
-                         int(o.lifetime), [int(o.location.pool_index), int(o.location.offset),
-                                           int(o.location.length)], quant, int(o.number_of_consumers)])
-    operations = [[int(op.type), [int(i) for i in op.inputs], [int(i) for i in op.outputs]]
-                  for op in subgraph.operations]
-    return [operands, operations, [int(i) for i in subgraph.input_indexes],
-            [int(i) for i in subgraph.output_indexes]]
-
-
-def decode_subgraph(value: Any, what: str) -> Subgraph:
-    operands_v, operations_v, inputs_v, outputs_v = get_list(value, what, 4)
-    operands = []
-    for index, entry in enumerate(get_list(operands_v, f"{what} operands")):
-        where = f"{what} operand {index}"
-        type_v, dims_v, scale_v, zero_v, lifetime_v, location_v, quant_v, consumers_v = get_list(entry, where, 8)
-        pool, offset, length = get_ints(get_list(location_v, f"{where} location", 3), f"{where} location", 0, _U64)
-        quant = None
-        if quant_v is not None:
-            channel_dim_v, scales_v = get_list(quant_v, f"{where} channel quant", 2)
-            quant = SymmPerChannelQuantParams(get_int(channel_dim_v, f"{where} channel dim", 0, 1 << 16),
-                                              [get_float(s, f"{where} scale") for s in get_list(scales_v, where)])
-        operands.append(Operand(
-            type=_enum(OperandCode, type_v, f"{where} type", extension_ok=True),
-            dimensions=get_ints(dims_v, f"{where} dimensions", 0, (1 << 32) - 1),
-            scale=get_float(scale_v, f"{where} scale"),
-            zero_point=get_int(zero_v, f"{where} zero point", -(1 << 31), (1 << 31) - 1),
-            lifetime=_enum(OperandLifeTime, lifetime_v, f"{where} lifetime"),
-            location=DataLocation(pool, offset, length),
-            channel_quant=quant,
-            number_of_consumers=get_int(consumers_v, f"{where} consumers", 0, 1 << 32),
-        ))
-    operations = []
-    for index, entry in enumerate(get_list(operations_v, f"{what} operations")):
-        where = f"{what} operation {index}"
-        type_v, in_v, out_v = get_list(entry, where, 3)
-        operations.append(Operation(_enum(OperationCode, type_v, f"{where} type", extension_ok=True),
-                                    get_ints(in_v, f"{where} inputs", 0, 1 << 32),
-                                    get_ints(out_v, f"{where} outputs", 0, 1 << 32)))
-    return Subgraph(operands, operations, get_ints(inputs_v, f"{what} inputs", 0, 1 << 32),
-                    get_ints(outputs_v, f"{what} outputs", 0, 1 << 32))
-
-
-def decode_model(value: Any, resolve_pool, resolve_values) -> Model:
-    """The HAL model of a message; ``resolve_pool(ref)`` / ``resolve_values(ref)`` turn
-    pool references into buffers (raising WireError for unknown ones)."""
-    fields = get_map(value, "model")
-    model = Model(
-        main=decode_subgraph(fields.get("main"), "main"),
-        referenced=[decode_subgraph(s, f"referenced[{i}]")
-                    for i, s in enumerate(get_list(fields.get("ref"), "referenced", limit=1 << 16))],
-        operand_values=resolve_values(fields.get("values")),
-        pools=[resolve_pool(p) for p in get_list(fields.get("pools"), "model pools", limit=MAX_FDS)],
-        relax_computation_float32_to_float16=get_bool(fields.get("relaxed"), "relaxed"),
-    )
-    extensions = get_list(fields.get("ext", []), "extensions", limit=1 << 16)
-    if extensions:
-        from nnapi.hal import types
-
-        pair = getattr(types, "ExtensionNameAndPrefix", None)
-        if pair is None:
-            raise WireError("this service does not support extensions")
-        model.extension_name_to_prefix = [
-            pair(get_str(n, "extension name"), get_int(p, "extension prefix", 0, 0xFFFF))
-            for n, p in (get_list(e, "extension", 2) for e in extensions)]
-    return model
-
-
 def encode_request_arguments(arguments: list[RequestArgument]) -> list:
     return [[bool(a.has_no_value), int(a.location.pool_index), int(a.location.offset), int(a.location.length),
              [int(d) for d in a.dimensions]] for a in arguments]
