@@ -227,6 +227,26 @@ def test_session_carries_lstm_state_between_runs() -> None:
     np.testing.assert_array_equal(session.run(feeds)[name], first[name])
 
 
+def test_session_run_failure_names_the_tflite_operator() -> None:
+    session = nnapi.Session(CASES["embedding_lookup"].build())
+    with pytest.raises(nnapi.OpFailedError, match=r"lookups must be in \[0, 2\) \[from tflite operator 0 "
+                                                 r"\(EMBEDDING_LOOKUP\)\]"):
+        session.run({"ids": np.array([0, 5, 1], np.int32)})
+
+
+def test_corrupted_models_raise_only_nnapi_errors() -> None:
+    data = (MODELS / "lstm_1x20x40_128_while.tflite").read_bytes()
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        corrupted = bytearray(data)
+        for _ in range(int(rng.integers(1, 12))):
+            corrupted[int(rng.integers(8, 4096))] = int(rng.integers(0, 256))
+        try:
+            nnapi.Session(bytes(corrupted))
+        except nnapi.NnapiError:
+            pass  # anything else escaping is the bug this test looks for
+
+
 def test_session_runs_a_plain_model() -> None:
     model = nnapi.Model()
     f32 = nnapi.OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [2])

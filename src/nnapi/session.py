@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from nnapi.codes import OperandCode
+from nnapi.codes import OperandCode, OperationCode
 from nnapi.compilation import Compilation
 from nnapi.device import Device, get_devices
-from nnapi.errors import BadDataError, OutputInsufficientSizeError
+from nnapi.errors import BadDataError, NnapiError, OutputInsufficientSizeError
 from nnapi.execution import Execution
 from nnapi.importers import ImportedModel, StateSpec, TensorSpec, load_model
 from nnapi.model import Model
@@ -189,6 +189,26 @@ class Session:
                 self._states[spec.input_index] = results[spec.output_index]
         return outputs
 
+    def _naming_source(self, error: NnapiError) -> NnapiError:
+        """``error`` with the source model's operator(s) behind the failing NNAPI
+        operation appended, when the message names the operation type."""
+        text = str(error)
+        name = text.split(":", 1)[0].strip()
+        if name not in OperationCode.__members__ or not self.imported.sources:
+            return error
+        sources = []
+        for operation, source in zip(self.model._operations, self.imported.sources):
+            if operation.code.name == name and str(source) not in sources:
+                sources.append(str(source))
+        if not sources:
+            return error
+        if len(sources) == 1:
+            where = f"from {self.imported.format} {sources[0]}"
+        else:
+            shown = ", ".join(sources[:5]) + (", ..." if len(sources) > 5 else "")
+            where = f"from one of {self.imported.format} {shown}"
+        return type(error)(f"{text} [{where}]", error.code)
+
     @staticmethod
     def _operand_dims(op_type: OperandType, array: np.ndarray) -> tuple[int, ...]:
         # A rank-0 source tensor is a [1] NNAPI operand.
@@ -221,6 +241,8 @@ class Session:
             except OutputInsufficientSizeError:
                 known = [execution.get_output_operand_dimensions(i) for i in range(len(buffers))]
                 continue
+            except NnapiError as error:
+                raise self._naming_source(error) from None
             results = []
             for position, buffer in enumerate(buffers):
                 dims = execution.get_output_operand_dimensions(position) if self._output_types[position].is_tensor \
