@@ -194,7 +194,13 @@ class TestCompute:
         execution.set_output(0, small)
         with pytest.raises(nnapi.OutputInsufficientSizeError):
             execution.compute()
-        assert execution.get_output_operand_dimensions(0) == [5]
+        # The NDK: OUTPUT_INSUFFICIENT_SIZE for that output, with the dimensions it needs.
+        with pytest.raises(nnapi.OutputInsufficientSizeError) as caught:
+            execution.get_output_operand_dimensions(0)
+        assert caught.value.dimensions == [5]
+        with pytest.raises(nnapi.OutputInsufficientSizeError) as caught:
+            execution.get_output_operand_rank(0)
+        assert caught.value.dimensions == [5]
         assert execution.is_output_sufficient(0) is False
         retry = nnapi.Execution(compiled(model))
         retry.set_input(0, np.arange(5, dtype=np.float32))
@@ -327,7 +333,7 @@ class TestAsyncBurstAndEvents:
 
     def test_dependencies_and_sync_fences(self):
         first, out1 = ready_execution()
-        event1 = first.start_compute()
+        event1 = first.start_compute_with_dependencies([])  # a fenced event: it has a sync fence
         fence = event1.get_sync_fence_fd()
         second, out2 = ready_execution(a=(10, 20))
         event2 = second.start_compute_with_dependencies([event1])

@@ -17,7 +17,7 @@ import numpy as np
 from nnapi import __version__, tracing, vlog
 from nnapi._object import NnapiObject
 from nnapi.codes import BYTE_SIZE_OF_CACHE_TOKEN, PreferenceCode, PriorityCode
-from nnapi.device import Device, get_devices
+from nnapi.device import Device, get_devices, wrap
 from nnapi.errors import BadDataError, BadStateError, UnexpectedNullError, error_for
 from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, IPreparedModel, Priority
 from nnapi.hal import Model as HalModel
@@ -90,7 +90,7 @@ class Compilation(NnapiObject):
     @property
     def device(self) -> Device | None:
         """The device chosen to run the model (after finish)."""
-        return Device(self._device) if self._device is not None else None
+        return wrap(self._device) if self._device is not None else None
 
     @property
     def single_explicit_device(self) -> bool:

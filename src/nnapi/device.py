@@ -63,9 +63,22 @@ class Device:
         return f"Device(name={self.name!r}, type={self.type.name}, feature_level={self.feature_level.name})"
 
 
+#: One Device per driver device, so get_devices() hands out the same objects each time.
+_wrappers: dict[int, Device] = {}
+
+
 def get_devices() -> list[Device]:
-    """All devices (ANeuralNetworks_getDeviceCount + ANeuralNetworks_getDevice)."""
-    return [Device(d) for d in manager.hal_devices()]
+    """All devices (ANeuralNetworks_getDeviceCount + ANeuralNetworks_getDevice), the same
+    Device objects on every call."""
+    return [wrap(hal_device) for hal_device in manager.hal_devices()]
+
+
+def wrap(hal_device: IDevice) -> Device:
+    """The one Device object for a driver device."""
+    wrapper = _wrappers.get(id(hal_device))
+    if wrapper is None or wrapper._hal is not hal_device:
+        wrapper = _wrappers[id(hal_device)] = Device(hal_device)
+    return wrapper
 
 
 def get_device(index: int) -> Device:

@@ -44,6 +44,7 @@ class Event(NnapiObject):
         event._waited_fd = None
         event._lock = threading.Lock()
         event._callbacks = []
+        event._fenced = False  # backed by a sync fence (start_compute_with_dependencies, a fence fd)
         return event
 
     @classmethod
@@ -61,6 +62,7 @@ class Event(NnapiObject):
             raise BadDataError(f"create_from_sync_fence_fd: {error}") from None
         event = cls._new()
         event._waited_fd = own
+        event._fenced = True
         event._close_waited = weakref.finalize(event, os.close, own)
         return event
 
@@ -99,6 +101,11 @@ class Event(NnapiObject):
                 return
         callback(self._error)
 
+    def _failure(self) -> NnapiError | None:
+        """The error of an execution's event that is already signalled, else None."""
+        with self._lock:
+            return self._error if self._done.is_set() else None
+
     # --- consumer side -----------------------------------------------------------------
     def wait(self) -> None:
         """ANeuralNetworksEvent_wait: block until done; raise the execution's error."""
@@ -118,8 +125,12 @@ class Event(NnapiObject):
 
     def get_sync_fence_fd(self) -> int:
         """ANeuralNetworksEvent_getSyncFenceFd: a new descriptor, readable once done.
-        The caller owns (and must close) it."""
+        The caller owns (and must close) it. BAD_DATA for an event not backed by a sync
+        fence (one from start_compute), as the NDK documents."""
         self._check_alive("get_sync_fence_fd")
+        if not self._fenced:
+            raise BadDataError("get_sync_fence_fd: the event is not backed by a sync fence (it comes from "
+                               "start_compute; use start_compute_with_dependencies for a fenced execution)")
         try:
             if self._waited_fd is not None:
                 return os.dup(self._waited_fd)

@@ -7,6 +7,7 @@ and reports output shapes and timing.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,12 +28,14 @@ from nnapi.errors import (
     NnapiError,
     OpFailedError,
     OutOfMemoryError,
+    OutputInsufficientSizeError,
     ResourceExhaustedTransientError,
     UnexpectedNullError,
     error_for,
 )
 from nnapi.event import Event, check_events
 from nnapi.hal import DataLocation, ErrorStatus, HalError, OutputShape, Request, RequestArgument, Timing
+from nnapi.hal.interfaces import wait_for_fences
 from nnapi.hal.types import NO_TIMING
 from nnapi.memory import Memory
 from nnapi.model import as_bytes_view
@@ -81,6 +84,7 @@ class Execution(NnapiObject):
         self._loop_timeout_ns = DEFAULT_LOOP_TIMEOUT_NS
         self._output_shapes: list[OutputShape] | None = None
         self._timing = Timing()
+        self._fenced_timing: Timing | None = None
         self._status = ResultCode.NO_ERROR
         self._lock = threading.Lock()
 
@@ -339,8 +343,11 @@ class Execution(NnapiObject):
         return Request(inputs, outputs, pools), write_backs
 
     @tracing.traced("execute", "execution")
-    def _run(self, burst=None, deadline_ns: int | None = None) -> None:
-        """Run on the device; record shapes, timing and status; raise on failure."""
+    def _run(self, burst=None, deadline_ns: int | None = None, fenced: bool = False,
+             duration_ns: int = 0) -> None:
+        """Run on the device; record shapes, timing and status; raise on failure. A
+        fenced run goes through the plan's execute_fenced, ``duration_ns`` (0: none)
+        counting from when its fences are signalled."""
         if deadline_ns is None and self._timeout_ns:
             deadline_ns = time.monotonic_ns() + self._timeout_ns
         prepared = self._compilation._plan
@@ -351,7 +358,10 @@ class Execution(NnapiObject):
             request, write_backs = self._request()
             runner = burst._hal_burst if burst is not None else prepared
             with np.errstate(all="ignore"):  # kernels never depend on the caller's numpy state
-                shapes, timing = runner.execute(request, self._measure, deadline_ns, self._loop_timeout_ns)
+                if fenced:
+                    shapes, timing = self._run_fenced(prepared, request, deadline_ns, duration_ns)
+                else:
+                    shapes, timing = runner.execute(request, self._measure, deadline_ns, self._loop_timeout_ns)
             for write_back in write_backs:
                 write_back()
             self._output_shapes, self._timing = shapes, timing
@@ -382,6 +392,24 @@ class Execution(NnapiObject):
         if error is not None:
             vlog.execution.debug("execution failed: %s: %s", error.code.name, error)
             raise error
+
+    def _run_fenced(self, plan, request: Request, deadline_ns: int | None, duration_ns: int
+                    ) -> tuple[list[OutputShape], Timing]:
+        fence, callback = plan.execute_fenced(request, [], self._measure, deadline_ns, self._loop_timeout_ns,
+                                              duration_ns or None)
+        if fence is not None:
+            try:
+                wait_for_fences([fence])
+            finally:
+                os.close(fence)
+        status, launched, fenced_timing = callback.get_execution_info()
+        if status != ErrorStatus.NONE:
+            raise HalError(status, "the fenced execution failed")
+        self._fenced_timing = fenced_timing
+        # Outputs of a fenced execution are fully specified (checked at the call).
+        shapes = [OutputShape(list(self._outputs[i].dimensions or self._output_types[i].dimensions), True)
+                  for i in range(len(self._output_types))]
+        return shapes, launched
 
     def _insufficient_message(self, hal_error: HalError) -> str:
         """For OUTPUT_INSUFFICIENT_SIZE: which outputs are too small and what they need."""
@@ -430,14 +458,18 @@ class Execution(NnapiObject):
         """ANeuralNetworksExecution_startComputeWithDependencies: run once every event in
         ``dependencies`` is signalled; ``duration_ns`` (0 for none) bounds the run."""
         events = check_events(dependencies, call)
-        if not isinstance(duration_ns, int) or duration_ns < 0:
+        fenced = call != "start_compute"
+        if not isinstance(duration_ns, int) or isinstance(duration_ns, bool) or duration_ns < 0:
             raise BadDataError(f"{call}: duration must be a non-negative int")
         if duration_ns and not self._compilation.single_explicit_device:
             raise BadDataError(f"{call}: a duration needs a compilation created for exactly one device")
-        if duration_ns and self._timeout_ns:
-            raise BadDataError(f"{call}: set_timeout was called; the duration must be 0")
+        if fenced:
+            self._check_fenced_call(call, events)
+        # set_timeout's deadline counts from this call; the duration from the dependencies' end.
+        call_deadline = time.monotonic_ns() + self._timeout_ns if self._timeout_ns else None
         self._begin(call)
         event = Event._new()
+        event._fenced = fenced
         try:
             POOL.reserve(call)
         except NnapiError:
@@ -452,9 +484,11 @@ class Execution(NnapiObject):
                 self._status, self._state = failures[0].code, _COMPLETED
                 event._signal(OpFailedError(f"{call}: a dependency failed: {failures[0]}"))
                 return
-            deadline = time.monotonic_ns() + duration_ns if duration_ns else None
             try:
-                self._run(deadline_ns=deadline)
+                if fenced:
+                    self._run(deadline_ns=call_deadline, fenced=True, duration_ns=duration_ns)
+                else:
+                    self._run(deadline_ns=call_deadline)
             except NnapiError as failed:
                 event._signal(failed)
                 return
@@ -494,6 +528,24 @@ class Execution(NnapiObject):
             submit()
         return event
 
+    def _check_fenced_call(self, call: str, events: list[Event]) -> None:
+        """The NDK's checks at startComputeWithDependencies: every output fully specified
+        (BAD_DATA), no dependency already failed (OP_FAILED)."""
+        for position in range(len(self._output_types)):
+            argument = self._outputs.get(position)
+            if argument is None:
+                continue  # _begin reports the missing output
+            declared = self._output_types[position]
+            if declared.is_tensor and not declared.with_dimensions(
+                    argument.dimensions or declared.dimensions).is_fully_specified:
+                raise BadDataError(f"{call}: output {position} has unspecified dimensions "
+                                   f"{list(argument.dimensions or declared.dimensions)}; a fenced execution "
+                                   "needs fully specified outputs")
+        for position, event in enumerate(events):
+            failure = event._failure()
+            if failure is not None:
+                raise OpFailedError(f"{call}: dependency {position} already failed: {failure}")
+
     # --- results ---------------------------------------------------------------------
     def _check_completed(self, call: str, index: int) -> OutputShape:
         self._check_alive(call)
@@ -505,14 +557,27 @@ class Execution(NnapiObject):
             raise BadStateError(f"{call}: the last computation failed ({self._status.name})")
         return self._output_shapes[index]
 
+    def _shape_of(self, call: str, index: int) -> OutputShape:
+        shape = self._check_completed(call, index)
+        if not shape.is_sufficient:
+            # The NDK reports OUTPUT_INSUFFICIENT_SIZE for the output whose buffer was too
+            # small; the error carries the dimensions it needs.
+            error = OutputInsufficientSizeError(f"{call}: output {index} was given too small a buffer; it needs "
+                                                f"dimensions {list(shape.dimensions)}")
+            error.dimensions = list(shape.dimensions)
+            raise error
+        return shape
+
     def get_output_operand_rank(self, index: int) -> int:
-        """ANeuralNetworksExecution_getOutputOperandRank."""
-        return len(self._check_completed("get_output_operand_rank", index).dimensions)
+        """ANeuralNetworksExecution_getOutputOperandRank. OUTPUT_INSUFFICIENT_SIZE (the
+        error's ``dimensions`` hold the needed shape) for an output whose buffer was too small."""
+        return len(self._shape_of("get_output_operand_rank", index).dimensions)
 
     def get_output_operand_dimensions(self, index: int) -> list[int]:
-        """ANeuralNetworksExecution_getOutputOperandDimensions. After OUTPUT_INSUFFICIENT_SIZE
-        it reports the shape the output needs. BAD_DATA for a scalar output."""
-        shape = self._check_completed("get_output_operand_dimensions", index)
+        """ANeuralNetworksExecution_getOutputOperandDimensions. OUTPUT_INSUFFICIENT_SIZE
+        (the error's ``dimensions`` hold the needed shape) for an output whose buffer was
+        too small; BAD_DATA for a scalar output."""
+        shape = self._shape_of("get_output_operand_dimensions", index)
         if not self._output_types[index].is_tensor:
             raise BadDataError("get_output_operand_dimensions: the output is a scalar")
         return list(shape.dimensions)
@@ -536,7 +601,10 @@ class Execution(NnapiObject):
             return self._timing.time_on_device
         if code == DurationCode.DURATION_IN_DRIVER:
             return self._timing.time_in_driver
-        return DURATION_UNAVAILABLE  # fenced durations: only for fenced executions
+        fenced = self._fenced_timing  # only a fenced execution has these
+        if fenced is None:
+            return DURATION_UNAVAILABLE
+        return fenced.time_on_device if code == DurationCode.FENCED_DURATION_ON_HARDWARE else fenced.time_in_driver
 
     def _release(self) -> None:
         # The NDK lets an execution be freed while it runs: the computation keeps its

@@ -88,7 +88,8 @@ class Memory(NnapiObject):
     def from_fd(cls, size: int, prot: int, fd: int, offset: int = 0) -> Memory:
         """ANeuralNetworksMemory_createFromFd: ``size`` bytes of ``fd`` at ``offset``.
 
-        ``prot`` is PROT_READ, optionally with PROT_WRITE. The descriptor is duplicated,
+        ``prot`` is PROT_NONE, PROT_READ, PROT_WRITE or both; the memory is writable with
+        PROT_WRITE (on Linux a shared mapping is always readable). The descriptor is duplicated,
         so the caller may close its own. Only regular files (memfds included) are
         accepted, and the file must hold ``offset + size`` bytes. A memfd that allows
         sealing is sealed against shrinking (F_SEAL_SHRINK) and mapped; any other file is
@@ -101,8 +102,10 @@ class Memory(NnapiObject):
             raise BadDataError(f"{call}: size must be a positive int, got {size!r}")
         if not _is_int(offset) or offset < 0 or offset + size > _MAX_FILE_OFFSET:
             raise BadDataError(f"{call}: offset must be a non-negative int, got {offset!r}")
-        if not _is_int(prot) or prot not in (PROT_READ, PROT_READ | PROT_WRITE):
-            raise BadDataError(f"{call}: prot must be PROT_READ or PROT_READ|PROT_WRITE, got {prot!r}")
+        # The NDK takes any combination of PROT_READ and PROT_WRITE, PROT_NONE included.
+        if not _is_int(prot) or prot & ~(PROT_READ | PROT_WRITE):
+            raise BadDataError(f"{call}: prot must combine PROT_READ and PROT_WRITE (or be PROT_NONE), "
+                               f"got {prot!r}")
         if not _is_int(fd) or not 0 <= fd < 2**31:
             raise BadDataError(f"{call}: bad file descriptor {fd!r}")
         try:
@@ -269,7 +272,7 @@ def _open_fd(call: str, fd: int, size: int, prot: int, offset: int) -> tuple[mma
     # mmap offsets must be page aligned; map from the page below and remember the rest.
     page_offset = offset - offset % mmap.ALLOCATIONGRANULARITY
     try:
-        mapping = mmap.mmap(fd, size + offset - page_offset, mmap.MAP_SHARED, prot, offset=page_offset)
+        mapping = mmap.mmap(fd, size + offset - page_offset, mmap.MAP_SHARED, prot | PROT_READ, offset=page_offset)
     except (OSError, ValueError, OverflowError) as error:
         raise UnmappableError(f"{call}: cannot map {size} bytes at {offset}: {error}") from None
     return mapping, offset - page_offset

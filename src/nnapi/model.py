@@ -352,6 +352,11 @@ class Model(NnapiObject):
                     raise BadDataError(f"{call}: {kind} operand {index} has a constant value")
         if set(input_list) & set(output_list):
             raise BadDataError(f"{call}: an operand cannot be both an input and an output")
+        # Android marks each operand's lifetime here: one already an input or output (a
+        # second call naming it again) is refused.
+        already = sorted(set(input_list + output_list) & set(self._inputs + self._outputs))
+        if already:
+            raise BadDataError(f"{call}: operand {already[0]} is already a model input or output")
         for index in input_list:
             if index in self._writers:
                 raise BadDataError(f"{call}: input operand {index} is written by an operation")
@@ -370,6 +375,8 @@ class Model(NnapiObject):
         call = "finish"
         if not self._inputs and not self._outputs and self._operations:
             raise BadDataError(f"{call}: identify_inputs_and_outputs was not called")
+        if not self._inputs:
+            raise BadDataError(f"{call}: a model needs at least one input (identify_inputs_and_outputs)")
         if not self._outputs:
             raise BadDataError(f"{call}: a model needs at least one output")
         if not self._operations:

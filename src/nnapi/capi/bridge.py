@@ -624,7 +624,11 @@ def ANeuralNetworksExecution_getOutputOperandRank(execution, index, rank):
     call = "ANeuralNetworksExecution_getOutputOperandRank"
     obj = _execution(execution, call)
     _require(call, rank=rank)
-    rank[0] = obj.get_output_operand_rank(index)
+    try:
+        rank[0] = obj.get_output_operand_rank(index)
+    except nnapi.OutputInsufficientSizeError as error:
+        rank[0] = len(error.dimensions)  # Android writes the needed shape, then returns the code
+        raise
 
 
 @_result
@@ -632,7 +636,13 @@ def ANeuralNetworksExecution_getOutputOperandDimensions(execution, index, dimens
     call = "ANeuralNetworksExecution_getOutputOperandDimensions"
     obj = _execution(execution, call)
     _require(call, dimensions=dimensions)
-    for i, size in enumerate(obj.get_output_operand_dimensions(index)):
+    try:
+        sizes = obj.get_output_operand_dimensions(index)
+    except nnapi.OutputInsufficientSizeError as error:
+        for i, size in enumerate(error.dimensions):  # the needed shape, then the code
+            dimensions[i] = size
+        raise
+    for i, size in enumerate(sizes):
         dimensions[i] = size
 
 

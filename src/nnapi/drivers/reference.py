@@ -27,6 +27,7 @@ from nnapi.hal import (
     Subgraph,
     Timing,
 )
+from nnapi.hal.types import is_extension_type
 from nnapi.hal.validation import validate_model, validate_request
 from nnapi.operand import TENSOR_TYPES, dtype_of
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
@@ -59,9 +60,15 @@ def supports_operation(model: Model, subgraph: Subgraph, operation) -> bool:
 def unsupported_reason(model: Model, subgraph: Subgraph, operation) -> str | None:
     """None if the registry implements ``operation`` with these operand types, else the
     validation message that says why not."""
+    if is_extension_type(operation.type):
+        return f"extension operation {int(operation.type):#x}: nnapi-reference supports no extensions"
     implementation = get_operation(operation.type)
     if implementation is None:
         return f"{OperationCode(operation.type).name} is not implemented"
+    # A constant set to no value where the operation needs one: refused at compilation.
+    if not getattr(implementation, "omitted_operands", True) and any(
+            subgraph.operands[i].lifetime == L.NO_VALUE for i in operation.inputs):
+        return f"{OperationCode(operation.type).name}: an input is omitted, which the operation does not allow"
 
     def signature(index: int) -> SubgraphSignature | None:
         operand = subgraph.operands[index]
