@@ -42,9 +42,26 @@ def build_single_op_model(code: nnapi.OperationCode, inputs: Sequence[tuple[Oper
                 model.set_operand_value(index, array)
     output_indexes = [model.add_operand(t.with_channel_quant(None)) for t in outputs]
     model.add_operation(code, input_indexes, output_indexes)
+    if not model_inputs:
+        # The NDK wants at least one model input: an operation whose inputs are all
+        # constants gets an extra, unused one (run_single_op feeds it DUMMY_FEED).
+        model_inputs.append(model.add_operand(OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [1])))
     model.identify_inputs_and_outputs(model_inputs, output_indexes)
     model.finish()
     return model, model_inputs, keep
+
+
+#: The value run_single_op feeds to the extra input of an all-constant model.
+DUMMY_FEED = np.zeros(1, np.float32)
+
+
+def needed_dimensions(execution: nnapi.Execution, index: int) -> list[int]:
+    """An output's dimensions, also after OUTPUT_INSUFFICIENT_SIZE (when the NDK reports
+    that code and the needed dimensions with it)."""
+    try:
+        return execution.get_output_operand_dimensions(index)
+    except nnapi.OutputInsufficientSizeError as error:
+        return error.dimensions
 
 
 def run_single_op(code: nnapi.OperationCode, inputs: Sequence[tuple[OperandType, Any]],
@@ -53,7 +70,9 @@ def run_single_op(code: nnapi.OperationCode, inputs: Sequence[tuple[OperandType,
     """Run a one-operation model; ``feeds`` are the values of the model inputs (the
     inputs given with value None), in order. Outputs with unspecified dimensions are
     sized by a first run that reports OUTPUT_INSUFFICIENT_SIZE, as an NDK app would."""
-    model, _, keep = build_single_op_model(code, inputs, outputs, constant_memory)
+    model, model_inputs, keep = build_single_op_model(code, inputs, outputs, constant_memory)
+    if len(model_inputs) > len(feeds):
+        feeds = [*feeds, DUMMY_FEED]
     compilation = nnapi.Compilation(model)
     compilation.finish()
     buffers = [np.zeros(t.dimensions if t.is_fully_specified else (0,), dtype=t.dtype) for t in outputs]
@@ -66,7 +85,7 @@ def run_single_op(code: nnapi.OperationCode, inputs: Sequence[tuple[OperandType,
         try:
             execution.compute()
         except nnapi.OutputInsufficientSizeError:
-            buffers = [np.zeros(execution.get_output_operand_dimensions(i) if outputs[i].is_tensor else (),
+            buffers = [np.zeros(needed_dimensions(execution, i) if outputs[i].is_tensor else (),
                                 dtype=outputs[i].dtype) for i in range(len(outputs))]
             continue
         return [buffer.reshape(execution.get_output_operand_dimensions(i)) if outputs[i].is_tensor else buffer

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import needed_dimensions
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -80,7 +81,7 @@ def run(model: nnapi.Model, feeds: list[np.ndarray], out_types: list[OperandType
         try:
             execution.compute()
         except nnapi.OutputInsufficientSizeError:
-            buffers = [np.zeros(execution.get_output_operand_dimensions(i), dtype=t.dtype)
+            buffers = [np.zeros(needed_dimensions(execution, i), dtype=t.dtype)
                        for i, t in enumerate(out_types)]
             continue
         return [b.reshape(execution.get_output_operand_dimensions(i)) for i, b in enumerate(buffers)]
