@@ -63,6 +63,21 @@ def test_run_with_an_input_file_matches_the_session(tmp_path: Path, capsys) -> N
         assert report["outputs"][name]["max"] == pytest.approx(float(value.max()))
 
 
+def test_run_takes_inputs_from_an_npz_by_name(tmp_path: Path, capsys) -> None:
+    x = np.random.default_rng(6).standard_normal((1, 20, 40)).astype(np.float32)
+    np.savez(tmp_path / "inputs.npz", **{LSTM_INPUT: x})
+    code, out, _ = run_cli(capsys, "run", LSTM, "--input", str(tmp_path / "inputs.npz"), "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["inputs"][LSTM_INPUT]["from"] == f"{tmp_path / 'inputs.npz'}[{LSTM_INPUT}]"
+    expected = nnapi.Session(LSTM).run({LSTM_INPUT: x})
+    for name, value in expected.items():
+        assert report["outputs"][name]["max"] == pytest.approx(float(value.max()))
+    np.savez(tmp_path / "wrong.npz", image=x)
+    code, _, err = run_cli(capsys, "run", LSTM, "--input", str(tmp_path / "wrong.npz"))
+    assert_one_line_error(code, err, "the model has no input 'image'")
+
+
 @pytest.mark.parametrize("array, message", [
     (np.zeros((1, 20, 40), np.float64), "expected dtype float32, got float64"),
     (np.zeros((1, 20, 41), np.float32), "expected shape [1, 20, 40], got [1, 20, 41]"),

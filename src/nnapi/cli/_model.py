@@ -49,12 +49,16 @@ def open_session(path: str, device_names: list[str] | None = None) -> Session:
 
 def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The inputs named by ``--input NAME=FILE.npy`` (or ``FILE.npy`` alone for a model
-    with one input), the rest seeded random; also where each came from."""
+    with one input, or ``FILE.npz`` holding arrays named after inputs), the rest seeded
+    random; also where each came from."""
     given: dict[str, np.ndarray] = {}
     origin: dict[str, str] = {}
     names = [info.name for info in session.inputs]
     for spec in specs or []:
         name, sep, file = spec.rpartition("=")
+        if not sep and spec.endswith(".npz"):
+            _read_npz(session, spec, given, origin)
+            continue
         if not sep:
             if len(names) != 1:
                 raise CliError(f"--input {spec}: the model has {len(names)} inputs; use NAME=FILE.npy "
@@ -82,6 +86,27 @@ def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[d
         given[name] = value
         origin[name] = f"random (seed {seed})"
     return given, origin
+
+
+def _read_npz(session: Session, file: str, given: dict[str, np.ndarray], origin: dict[str, str]) -> None:
+    """``--input FILE.npz``: every array of the file is the input of the same name."""
+    names = [info.name for info in session.inputs]
+    try:
+        with np.load(file, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except FileNotFoundError:
+        raise CliError(f"--input {file}: no such file") from None
+    except (OSError, ValueError, EOFError) as error:
+        raise CliError(f"--input {file}: not a .npz archive ({error})") from None
+    for name, value in arrays.items():
+        if name not in names:
+            raise CliError(f"--input {file}: the model has no input {name!r} (inputs: {', '.join(names)})")
+        try:
+            session._check_input(session.inputs[names.index(name)], value)
+        except nnapi.BadDataError as error:
+            raise CliError(f"--input {file}: {error}") from None
+        given[name] = value
+        origin[name] = f"{file}[{name}]"
 
 
 def litert_interpreter(path: str, builtin_kernels: bool = False) -> Any | None:

@@ -28,7 +28,8 @@ def register(commands, common) -> None:
     parser.add_argument("--device", action="append", metavar="NAME",
                         help="device to run on (repeatable; default: let the runtime choose)")
     parser.add_argument("--input", action="append", metavar="NAME=FILE.npy",
-                        help="an input array (repeatable; inputs not given are seeded random)")
+                        help="an input array, or FILE.npz of arrays named after inputs (repeatable; inputs not "
+                             "given are seeded random)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     parser.add_argument("--runs", type=positive, default=1,
                         help="compare this many runs, seeds SEED, SEED+1, ... (default 1)")

@@ -24,7 +24,8 @@ def register(commands, common) -> None:
                                       "its outputs and latency")
     parser.add_argument("model", nargs="?", help="a .tflite model (default: the built-in one)")
     parser.add_argument("--input", action="append", metavar="NAME=FILE.npy",
-                        help="an input array (repeatable; inputs not given are seeded random)")
+                        help="an input array, or FILE.npz of arrays named after inputs (repeatable; inputs not "
+                             "given are seeded random)")
     parser.add_argument("--device", action="append", metavar="NAME",
                         help="device to run on (repeatable; default: let the runtime choose)")
     parser.add_argument("--iterations", type=positive, default=1, help="executions to time (default 1)")
