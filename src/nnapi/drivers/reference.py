@@ -3,8 +3,11 @@ the operation registry's numpy kernels, exactly as the specification defines the
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +34,7 @@ from nnapi.hal.types import is_extension_type
 from nnapi.hal.validation import validate_model, validate_request
 from nnapi.operand import TENSOR_TYPES, dtype_of
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
-from nnapi.operations.base import MAX_OPERAND_BYTES, SubgraphSignature, deadline_checked
+from nnapi.operations.base import MAX_OPERAND_BYTES, Shape, SubgraphSignature, deadline_checked
 
 L = OperandLifeTime
 _RESULT_TO_STATUS = {
@@ -126,7 +129,8 @@ class ReferenceDevice(IDevice):
                 if not supports_operation(model, subgraph, operation):
                     raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                    f"operation {OperationCode(operation.type).name} is not supported")
-        prepared = ReferencePreparedModel(model)
+        with np.errstate(all="ignore"):  # tables and layouts computed at preparation
+            prepared = ReferencePreparedModel(model)
         if token is not None and len(model_cache) == 1 and len(data_cache) == 1:
             self._write_cache(model, model_cache[0], data_cache[0], token)
         return prepared
@@ -161,27 +165,20 @@ class ReferenceDevice(IDevice):
 
 
 class ReferencePreparedModel(IPreparedModel):
+    """A model prepared as one execution plan per subgraph (see ``_SubgraphPlan``)."""
+
     def __init__(self, model: Model) -> None:
         self.model = model
-        self._constants = [self._decode_constants(s) for s in [model.main, *model.referenced]]
-
-    def _decode_constants(self, subgraph: Subgraph) -> dict[int, Tensor]:
-        constants: dict[int, Tensor] = {}
-        for index, operand in enumerate(subgraph.operands):
-            lifetime = operand.lifetime
-            if lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
-                location = operand.location
-                buffer = (self.model.operand_values if lifetime == L.CONSTANT_COPY
-                          else self.model.pools[location.pool_index])
-                dtype = dtype_of(operand.type)
-                array = np.frombuffer(buffer, dtype=dtype, count=location.length // dtype.itemsize,
-                                      offset=location.offset).reshape(operand.dimensions)
-                constants[index] = _tensor(operand, tuple(operand.dimensions), array)
-            elif lifetime == L.NO_VALUE:
-                constants[index] = _tensor(operand, tuple(operand.dimensions), None)
-            elif lifetime == L.SUBGRAPH:
-                constants[index] = _tensor(operand, (), SubgraphRef(operand.location.offset))
-        return constants
+        relaxed = model.relax_computation_float32_to_float16
+        self._plans = [_SubgraphPlan(model, subgraph, relaxed) for subgraph in [model.main, *model.referenced]]
+        main = model.main
+        # per model input: (operand, dtype, declared dims, whether the declared dims are complete)
+        self._input_info = []
+        for index in main.input_indexes:
+            operand = main.operands[index]
+            dims = tuple(operand.dimensions)
+            self._input_info.append((operand, dtype_of(operand.type), dims,
+                                     operand.type not in TENSOR_TYPES or (bool(dims) and 0 not in dims)))
 
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
@@ -191,8 +188,7 @@ class ReferencePreparedModel(IPreparedModel):
         try:
             # Kernels run under their own numpy error state, whatever the caller set.
             with np.errstate(all="ignore"), deadline_checked(run.check_deadline):
-                inputs = [self._read_input(request, position, operand_index)
-                          for position, operand_index in enumerate(self.model.main.input_indexes)]
+                inputs = [self._read_input(request, position) for position in range(len(self._input_info))]
                 outputs = run.subgraph(0, inputs)
         except HalError:
             raise
@@ -209,16 +205,18 @@ class ReferencePreparedModel(IPreparedModel):
         timing = Timing(elapsed, elapsed) if measure_timing else Timing()
         return shapes, timing
 
-    def _read_input(self, request: Request, position: int, operand_index: int) -> Tensor:
-        operand = self.model.main.operands[operand_index]
+    def _read_input(self, request: Request, position: int) -> Tensor:
+        operand, dtype, declared, complete = self._input_info[position]
         argument = request.inputs[position]
         if argument.has_no_value:
-            return _tensor(operand, tuple(operand.dimensions), None)
-        dims = tuple(argument.dimensions or operand.dimensions)
-        if operand.type in TENSOR_TYPES and (not dims or 0 in dims):
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has unspecified dimensions")
-        dtype = dtype_of(operand.type)
-        count = int(np.prod(dims)) if dims else 1
+            return _tensor(operand, declared, None)
+        if complete:
+            dims = declared
+        else:
+            dims = tuple(argument.dimensions or declared)
+            if operand.type in TENSOR_TYPES and (not dims or 0 in dims):
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has unspecified dimensions")
+        count = math.prod(dims)
         location = argument.location
         if location.length < count * dtype.itemsize:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} buffer is too small")
@@ -237,20 +235,137 @@ class ReferencePreparedModel(IPreparedModel):
             raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
         for position, tensor in enumerate(outputs):
             argument = request.outputs[position]
-            if argument.has_no_value or tensor.value is None or tensor.value.size == 0:
+            value = tensor.value
+            if argument.has_no_value or value is None or value.size == 0:
                 continue
-            target = np.frombuffer(request.pools[argument.location.pool_index], dtype=np.uint8,
-                                   count=tensor.value.nbytes, offset=argument.location.offset)
-            target[:] = np.ascontiguousarray(tensor.value).reshape(-1).view(np.uint8)
+            target = np.frombuffer(request.pools[argument.location.pool_index], dtype=value.dtype,
+                                   count=value.size, offset=argument.location.offset)
+            target.reshape(value.shape)[...] = value
         return shapes
 
 
+class _DynamicValue(Exception):
+    """Raised at preparation when an operation's shape inference reads a value that is only
+    known at execution: that operation's shapes are then inferred per execution."""
+
+
+class _Unknown:
+    """The value of a non-constant operand while the plan is built: any use raises."""
+
+    def __getattr__(self, name: str):
+        raise _DynamicValue(name)
+
+    def _raise(self, *args, **kwargs):
+        raise _DynamicValue("value")
+
+    __array__ = __bool__ = __int__ = __float__ = __index__ = __len__ = __iter__ = __getitem__ = _raise
+
+
+_UNKNOWN = _Unknown()
+
+
+class _Step:
+    """One operation of a plan: its kernel, operands and, when static, output shapes."""
+
+    __slots__ = ("code", "implementation", "inputs", "outputs", "declared", "dtypes", "shapes", "kernel")
+
+    def __init__(self, subgraph: Subgraph, operation) -> None:
+        self.code = OperationCode(operation.type)
+        self.implementation = get_operation(self.code)
+        self.inputs = list(operation.inputs)
+        self.outputs = list(operation.outputs)
+        self.declared = [subgraph.operands[i].operand_type() for i in operation.outputs]
+        self.dtypes = [dtype_of(subgraph.operands[i].type) for i in operation.outputs]
+        #: output shapes inferred at preparation (None: inferred at every execution)
+        self.shapes: list[Shape] | None = None
+        #: the operation's prepared kernel: input values -> output arrays (None: ``execute``)
+        self.kernel: Callable[[list[Any]], list[np.ndarray]] | None = None
+
+
+class _SubgraphPlan:
+    """A subgraph prepared once: constants decoded, each operation resolved to its kernel,
+    output shapes inferred wherever they follow from static shapes and constants, and
+    each operation's ``plan`` given the chance to precompute what depends only on them."""
+
+    #: how many plans specialized to the input shapes of a call one subgraph keeps
+    MAX_SPECIALIZED = 8
+
+    def __init__(self, model: Model, subgraph: Subgraph, relaxed: bool,
+                 inputs: tuple[tuple[Shape, bool], ...] | None = None, constants: dict[int, Tensor] | None = None
+                 ) -> None:
+        self.model = model
+        self.subgraph = subgraph
+        self.relaxed = relaxed
+        self.constants = _decode_constants(model, subgraph) if constants is None else constants
+        self.templates = [(o.type, o.scale, o.zero_point, o.channel_quant) for o in subgraph.operands]
+        self.steps = [_Step(subgraph, operation) for operation in subgraph.operations]
+        #: the input shapes the static shapes assume (None where not fully specified), and
+        #: which inputs they assume omitted
+        if inputs is None:
+            self.input_shapes = [_static_shape(subgraph.operands[i]) for i in subgraph.input_indexes]
+            self.input_omitted = [False] * len(self.input_shapes)
+        else:
+            self.input_shapes = [shape for shape, _ in inputs]
+            self.input_omitted = [omitted for _, omitted in inputs]
+        self._specialized: dict[tuple, _SubgraphPlan] = {}
+        self._plan_static()
+
+    def for_inputs(self, inputs: tuple[tuple[Shape, bool], ...]) -> _SubgraphPlan | None:
+        """The plan for inputs of these shapes: this one when they are the shapes it
+        assumed, else one specialized to them (prepared on first use and kept, so a loop
+        body or a model with dynamic input shapes also runs prepared); None when too many
+        different shapes were seen (then the run infers shapes per execution)."""
+        if all(expected == shape and assumed == omitted for expected, assumed, (shape, omitted)
+               in zip(self.input_shapes, self.input_omitted, inputs, strict=True)):
+            return self
+        plan = self._specialized.get(inputs)
+        if plan is None and len(self._specialized) < self.MAX_SPECIALIZED:
+            plan = _SubgraphPlan(self.model, self.subgraph, self.relaxed, inputs, self.constants)
+            self._specialized[inputs] = plan
+        return plan
+
+    def _plan_static(self) -> None:
+        operands = self.subgraph.operands
+        known: dict[int, Tensor] = {}
+        for index, tensor in self.constants.items():
+            known[index] = tensor
+        for index, shape, omitted in zip(self.subgraph.input_indexes, self.input_shapes, self.input_omitted,
+                                         strict=True):
+            if shape is not None:
+                known[index] = _tensor(operands[index], shape, None if omitted else _UNKNOWN)
+        for step in self.steps:
+            implementation = step.implementation
+            shapes = None
+            if implementation is not None and all(i in known for i in step.inputs):
+                context = ExecutionContext(step.code, [known[i] for i in step.inputs], step.declared, self.relaxed)
+                try:
+                    shapes = [tuple(int(d) for d in s) for s in implementation.prepare(context)]
+                except Exception:  # noqa: BLE001 - reads a runtime value, or fails: infer at execution
+                    shapes = None
+                if shapes is not None and (context.scratch or len(shapes) != len(step.outputs) or not all(
+                        _agrees(shape, declared.dimensions) and _fits(shape, declared)
+                        for shape, declared in zip(shapes, step.declared, strict=True))):
+                    shapes = None  # let the execution report the problem as it happens
+                if shapes is not None:
+                    step.shapes = shapes
+                    for index, shape in zip(step.outputs, shapes, strict=True):
+                        known[index] = _tensor(operands[index], shape, _UNKNOWN)
+                    try:
+                        step.kernel = implementation.plan(context)
+                    except Exception:  # noqa: BLE001 - no prepared kernel: ``execute`` still works
+                        step.kernel = None
+            if shapes is None:
+                for index in step.outputs:
+                    shape = _static_shape(operands[index])
+                    if shape is not None:  # the run checks results against declared shapes
+                        known[index] = _tensor(operands[index], shape, _UNKNOWN)
+
+
 class _Run:
-    """One execution: runs subgraphs, checks the deadline, enforces kernel contracts."""
+    """One execution: runs subgraph plans, checks the deadline, enforces kernel contracts."""
 
     def __init__(self, prepared: ReferencePreparedModel, deadline_ns: int | None, loop_timeout_ns: int | None):
         self.prepared = prepared
-        self.model = prepared.model
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = loop_timeout_ns
 
@@ -263,60 +378,114 @@ class _Run:
 
     def subgraph(self, number: int, inputs: list[Tensor]) -> list[Tensor]:
         """Run subgraph ``number`` (0 = main, k = referenced[k-1]) on ``inputs``."""
-        subgraph = self.model.main if number == 0 else self.model.referenced[number - 1]
-        values: dict[int, Tensor] = dict(self.prepared._constants[number])
+        plan = self.prepared._plans[number]
+        subgraph = plan.subgraph
+        templates = plan.templates
         if len(inputs) != len(subgraph.input_indexes):
             raise OperationFailed(f"subgraph expects {len(subgraph.input_indexes)} inputs, got {len(inputs)}")
+        # the prepared shapes hold for inputs of the shapes the plan assumed
+        specialized = plan.for_inputs(tuple((tensor.shape, tensor.value is None) for tensor in inputs))
+        static = specialized is not None
+        if static:
+            plan = specialized
+        values: dict[int, Tensor] = dict(plan.constants)
         for operand_index, tensor in zip(subgraph.input_indexes, inputs, strict=True):
-            operand = subgraph.operands[operand_index]
-            values[operand_index] = Tensor(operand.type, tensor.shape, operand.scale, operand.zero_point,
-                                           operand.channel_quant, tensor.value)
-        relaxed = self.model.relax_computation_float32_to_float16
-        for operation in subgraph.operations:
-            self.check_deadline()
-            code = OperationCode(operation.type)
-            implementation = get_operation(code)
-            if implementation is None:
-                raise OperationFailed(f"{code.name} is not implemented")
-            missing = [i for i in operation.inputs if i not in values]
-            if missing:
-                raise OperationFailed(f"{code.name}: operands {missing} have no value")
-            declared = [subgraph.operands[i].operand_type() for i in operation.outputs]
-            context = ExecutionContext(code, [values[i] for i in operation.inputs], declared, relaxed,
-                                       run_subgraph=self.run_reference, check_deadline=self.check_deadline,
-                                       loop_timeout_ns=self.loop_timeout_ns)
-            shapes = [tuple(int(d) for d in s) for s in _guarded(code, context, implementation.prepare)]
-            if len(shapes) != len(operation.outputs):
-                raise OperationFailed(f"{code.name}: prepare gave {len(shapes)} shapes for "
-                                      f"{len(operation.outputs)} outputs")
-            for position, (shape, output_type) in enumerate(zip(shapes, declared, strict=True)):
-                _check_output_size(code, position, shape, output_type)
-            for position, (shape, output_type) in enumerate(zip(shapes, declared, strict=True)):
-                known = output_type.dimensions
-                if known and (len(known) != len(shape) or any(k and k != s for k, s in zip(known, shape,
-                                                                                         strict=True))):
-                    raise OperationFailed(f"{code.name}: output {position} has shape {list(shape)} but the "
-                                          f"model declares {list(known)}")
-            results = _guarded(code, context, implementation.execute)
-            if len(results) != len(operation.outputs):
-                raise OperationFailed(f"{code.name}: produced {len(results)} outputs, expected "
-                                      f"{len(operation.outputs)}")
-            for position, (result, shape, operand_index) in enumerate(zip(results, shapes, operation.outputs,
-                                                                          strict=True)):
-                operand = subgraph.operands[operand_index]
-                result = np.asarray(result)
-                expected_dtype = dtype_of(operand.type)
-                if result.dtype != expected_dtype or result.shape != shape:
-                    raise OperationFailed(f"{code.name}: output {position} is {result.dtype}{list(result.shape)}, "
-                                          f"expected {expected_dtype}{list(shape)} (kernel contract)")
-                values[operand_index] = Tensor(operand.type, shape, operand.scale, operand.zero_point,
-                                               operand.channel_quant, result)
+            values[operand_index] = _make(templates[operand_index], tensor.shape, tensor.value)
+        timed = self.deadline_ns is not None
+        for step in plan.steps:
+            if timed:
+                self.check_deadline()
+            try:
+                arguments = [values[i] for i in step.inputs]
+            except KeyError:
+                missing = [i for i in step.inputs if i not in values]
+                raise OperationFailed(f"{step.code.name}: operands {missing} have no value") from None
+            shapes = step.shapes if static else None
+            if shapes is not None and step.kernel is not None:
+                results = step.kernel([argument.value for argument in arguments])
+            else:
+                results, shapes = self._execute(step, arguments, shapes)
+            if len(results) != len(step.outputs):
+                raise OperationFailed(f"{step.code.name}: produced {len(results)} outputs, expected "
+                                      f"{len(step.outputs)}")
+            for position, (result, shape, dtype, operand_index) in enumerate(
+                    zip(results, shapes, step.dtypes, step.outputs, strict=True)):
+                if type(result) is not np.ndarray:
+                    result = np.asarray(result)
+                if result.dtype != dtype or result.shape != shape:
+                    raise OperationFailed(f"{step.code.name}: output {position} is {result.dtype}"
+                                          f"{list(result.shape)}, expected {dtype}{list(shape)} (kernel contract)")
+                values[operand_index] = _make(templates[operand_index], shape, result)
         outputs = []
         for operand_index in subgraph.output_indexes:
             if operand_index not in values:
                 raise OperationFailed(f"subgraph output {operand_index} was never computed")
             outputs.append(values[operand_index])
         return outputs
+
+    def _execute(self, step: _Step, arguments: list[Tensor], shapes: list[Shape] | None):
+        """Run an operation through its ``prepare`` (unless its shapes are known) and ``execute``."""
+        implementation = step.implementation
+        if implementation is None:
+            raise OperationFailed(f"{step.code.name} is not implemented")
+        context = ExecutionContext(step.code, arguments, step.declared, self.prepared._plans[0].relaxed,
+                                   run_subgraph=self.run_reference, check_deadline=self.check_deadline,
+                                   loop_timeout_ns=self.loop_timeout_ns)
+        if shapes is None:
+            shapes = [tuple(int(d) for d in s) for s in _guarded(step.code, context, implementation.prepare)]
+            if len(shapes) != len(step.outputs):
+                raise OperationFailed(f"{step.code.name}: prepare gave {len(shapes)} shapes for "
+                                      f"{len(step.outputs)} outputs")
+            for position, (shape, output_type) in enumerate(zip(shapes, step.declared, strict=True)):
+                _check_output_size(step.code, position, shape, output_type)
+            for position, (shape, output_type) in enumerate(zip(shapes, step.declared, strict=True)):
+                if not _agrees(shape, output_type.dimensions):
+                    raise OperationFailed(f"{step.code.name}: output {position} has shape {list(shape)} but the "
+                                          f"model declares {list(output_type.dimensions)}")
+        return _guarded(step.code, context, implementation.execute), shapes
+
+
+def _agrees(shape: Shape, declared) -> bool:
+    """A computed shape fits the declared dimensions (0 or an empty list: unspecified)."""
+    if not declared:
+        return True
+    return len(declared) == len(shape) and all(not d or d == s for d, s in zip(declared, shape, strict=True))
+
+
+def _fits(shape: Shape, output_type) -> bool:
+    """An output of ``shape`` is no larger than an operand may be."""
+    return math.prod(shape) * dtype_of(output_type.type).itemsize <= MAX_OPERAND_BYTES
+
+
+def _static_shape(operand) -> Shape | None:
+    """The shape every value of ``operand`` has, when its declaration fixes it."""
+    if operand.type not in TENSOR_TYPES:
+        return ()
+    dims = tuple(operand.dimensions)
+    return dims if dims and 0 not in dims else None
+
+
+def _decode_constants(model: Model, subgraph: Subgraph) -> dict[int, Tensor]:
+    constants: dict[int, Tensor] = {}
+    for index, operand in enumerate(subgraph.operands):
+        lifetime = operand.lifetime
+        if lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+            location = operand.location
+            buffer = model.operand_values if lifetime == L.CONSTANT_COPY else model.pools[location.pool_index]
+            dtype = dtype_of(operand.type)
+            array = np.frombuffer(buffer, dtype=dtype, count=location.length // dtype.itemsize,
+                                  offset=location.offset).reshape(operand.dimensions)
+            constants[index] = _tensor(operand, tuple(operand.dimensions), array)
+        elif lifetime == L.NO_VALUE:
+            constants[index] = _tensor(operand, tuple(operand.dimensions), None)
+        elif lifetime == L.SUBGRAPH:
+            constants[index] = _tensor(operand, (), SubgraphRef(operand.location.offset))
+    return constants
+
+
+def _make(template: tuple, shape: Shape, value) -> Tensor:
+    code, scale, zero_point, channel_quant = template
+    return Tensor(code, shape, scale, zero_point, channel_quant, value)
 
 
 def _guarded(code: OperationCode, context: ExecutionContext, step):

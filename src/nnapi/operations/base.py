@@ -278,6 +278,17 @@ class Operation:
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def plan(self, ctx: ExecutionContext) -> Callable[[list[Any]], list[np.ndarray]] | None:
+        """Optional: a kernel prepared once for this operation's static shapes and constants.
+
+        The driver calls it at preparation, after ``prepare`` succeeded on ``ctx`` whose
+        constant inputs hold their values and whose other inputs hold their (static) shapes
+        but no readable value. The returned callable maps the input values (numpy arrays, in
+        input order) to the output arrays, exactly as ``execute`` would, having precomputed
+        everything that depends only on shapes and constants. None: use ``execute``.
+        """
+        return None
+
 
 _REGISTRY: dict[OperationCode, Operation] = {}
 
