@@ -19,7 +19,7 @@ from nnapi import FuseCode, OperandType, PaddingCode, SymmPerChannelQuantParams
 from nnapi import OperandCode as T
 from nnapi import OperationCode as Op
 from nnapi.operations import get_operation
-from nnapi.operations._conv_common import _requantize_reference, output_multipliers, requantize_accumulators
+from nnapi.operations._conv_common import output_multipliers, output_stage, requantize_accumulators
 from nnapi.operations.base import ExecutionContext, Tensor
 
 RNG = np.random.default_rng(1234)
@@ -483,4 +483,4 @@ def test_requantize_fast_path_matches_step_by_step_pipeline():
     for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU6):
         fast = requantize_accumulators(acc.astype(np.float64), multipliers, shifts, out, fuse,
                                        bias)
-        np.testing.assert_array_equal(fast, _requantize_reference(acc + bias, multipliers, shifts, out, fuse))
+        np.testing.assert_array_equal(fast, output_stage(multipliers, shifts, out, fuse, bias).reference(acc))

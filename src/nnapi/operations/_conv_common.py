@@ -8,8 +8,11 @@ GROUPED_CONV_2D, TRANSPOSE_CONV_2D, the 2-D poolings, FULLY_CONNECTED).
 - ``padded`` / ``window_view`` / ``conv_accumulate`` / ``depthwise_accumulate`` compute
   convolutions through im2col-style strided views and BLAS matrix products.
 - ``output_multipliers`` / ``requantize_accumulators`` reproduce Android's integer
-  output stage (int32 accumulators, a fixed-point multiplier and a rounding shift) so
-  that quantized results match its kernels bit for bit.
+  output stage (int32 accumulators, a fixed-point multiplier and a rounding shift; the
+  arithmetic lives in ``quant_math``) so that quantized results match its kernels bit
+  for bit.
+- This is the reference path, run when shapes are only known at execution;
+  ``_conv_fast`` holds the kernels prepared once for static shapes and constant weights.
 - ``validate_conv_tensors`` checks the input / filter / bias / output type
   configurations that the convolutions share; ``convolve`` runs one convolution end to
   end (layout, float or quantized arithmetic, bias, fused activation).
@@ -35,6 +38,7 @@ from nnapi.operations.common import (
     implicit_padding,
     is_valid_fuse_code,
 )
+from nnapi.operations.quant_math import OutputStage, quantize_multipliers
 
 T = OperandCode
 #: float32 sums of integers are exact below this magnitude (24-bit significand)
@@ -326,77 +330,27 @@ def output_multipliers(input_scale: float, weight_scales: np.ndarray, output_sca
                        ) -> tuple[np.ndarray, np.ndarray]:
     """Fixed-point multipliers and shifts (arrays, one per channel) for
     input_scale * weight_scale / output_scale, computed as Android does: the scale
-    product in float32, the quotient in float64, then frexp into a Q31 mantissa."""
+    product in float32, the quotient in float64, then QuantizeMultiplier."""
     real = (np.float32(input_scale) * weight_scales.astype(np.float32)).astype(np.float64) / np.float64(
         np.float32(output_scale))
-    mantissa, exponent = np.frexp(real)
-    fixed = np.trunc(mantissa * 2.0**31 + np.copysign(0.5, mantissa)).astype(np.int64)
-    carry = fixed == 2**31
-    fixed = np.where(carry, fixed // 2, fixed)
-    exponent = exponent.astype(np.int64) + carry
-    tiny = exponent < -31
-    return np.where(tiny, 0, fixed), np.where(tiny, 0, exponent)
+    return quantize_multipliers(real)
+
+
+def output_stage(multipliers: np.ndarray, shifts: np.ndarray, output, fuse: int,
+                 bias: np.ndarray | None) -> OutputStage:
+    """The quantized output stage into ``output`` (its zero point, dtype and the fused
+    activation's clamp range)."""
+    low, high = activation_bounds_quantized(fuse, output)
+    return OutputStage(multipliers, shifts, bias, output.zero_point, low, high, dtype_of(output.type))
 
 
 def requantize_accumulators(acc: np.ndarray, multipliers: np.ndarray, shifts: np.ndarray, output,
                             fuse: int, bias: np.ndarray | None = None) -> np.ndarray:
-    """Android's quantized output stage: int32 accumulators ``acc`` (an integer array,
-    or a float array holding exact integers; channels last) plus ``bias``, through
-    TFLite's MultiplyByQuantizedMultiplier with per-channel ``multipliers`` / ``shifts``
-    (``output_multipliers``), plus the output zero point, clamped to the fused
-    activation's range, as ``output``'s dtype.
-
-    That stage is a rounding doubling high multiply, floor((x * m + 2**30) / 2**31),
-    then a rounding right shift by r that rounds halves away from zero. Nested floors of
-    divisions compose, so both fold into one floor division by 2**(31 + r):
-    floor((x * m + 2**30 + half * 2**31 - [x * m < -2**30] * 2**31) / 2**(31 + r)),
-    half = 2**(r - 1) (0 when r = 0, where the negative correction also vanishes); the
-    bias and the zero point fold into the per-channel constant, so the whole stage is a
-    few in-place passes over the output."""
-    multipliers = np.asarray(multipliers, dtype=np.int64)
-    shifts = np.asarray(shifts, dtype=np.int64)
-    bias64 = np.zeros(1, dtype=np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
-    if np.any(shifts > 0):
-        # multipliers above 1 shift left first, saturating; rare, so the plain path
-        total = np.asarray(acc).astype(np.int64) + bias64
-        return _requantize_reference(total, multipliers, shifts, output, fuse)
-    right = -shifts
-    half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
-    constant = bias64 * multipliers + (1 << 30) + (half << 31) + (np.int64(output.zero_point) << (31 + right))
-    p = np.asarray(acc).astype(np.int64)
-    p *= multipliers
-    rounds = bool(np.any(right > 0))
-    if rounds:
-        # x * m < -2**30 with x = acc + bias  <=>  acc * m < -2**30 - bias * m
-        threshold = np.where(right > 0, -(1 << 30) - bias64 * multipliers, np.iinfo(np.int64).min)
-        negative = p < threshold
-    p += constant
-    # floor((q - negative * 2**31) / 2**(31 + r)) = floor((floor(q / 2**31) - negative) / 2**r):
-    # the correction then needs no 64-bit temporary
-    p >>= 31
-    if rounds:
-        np.subtract(p, negative, out=p)
-        p >>= right
-    low, high = activation_bounds_quantized(fuse, output)
-    np.clip(p, low, high, out=p)
-    return p.astype(dtype_of(output.type))
-
-
-def _requantize_reference(acc: np.ndarray, multipliers: np.ndarray, shifts: np.ndarray, output,
-                          fuse: int) -> np.ndarray:
-    """The output stage step by step (any shifts): saturating left shift, rounding
-    doubling high multiply, rounding right shift, zero point, activation clamp."""
-    x = np.asarray(acc, dtype=np.int64)
-    left = np.maximum(shifts, 0)
-    right = np.maximum(-shifts, 0)
-    if np.any(left):
-        x = np.clip(x << left, -(2**31), 2**31 - 1)
-    high = (x * multipliers + (1 << 30)) >> 31
-    if np.any(right):
-        half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
-        high = (high + half - ((high < 0) & (right > 0))) >> right
-    low, top = activation_bounds_quantized(fuse, output)
-    return np.clip(high + output.zero_point, low, top).astype(dtype_of(output.type))
+    """Android's quantized output stage (``quant_math.OutputStage``) applied once: int32
+    accumulators ``acc`` (integers, or floats holding exact integers; channels last) plus
+    ``bias``, per-channel ``multipliers`` / ``shifts``, the output zero point and the
+    fused activation's clamp, as ``output``'s dtype."""
+    return output_stage(multipliers, shifts, output, fuse, bias)(acc)
 
 
 def quantized_conv_dtype(data: Tensor, weights: Tensor, taps: int):

@@ -88,16 +88,6 @@ def float_input(tensor: Tensor) -> np.ndarray:
     return value if value.dtype == np.float32 else value.astype(np.float32)
 
 
-def real_of(stored: np.ndarray, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:
-    """Real values of stored quantized integers: (q - zero_point) * scale."""
-    return (np.asarray(stored).astype(dtype) - dtype(zero_point)) * dtype(scale)
-
-
-def real_values(tensor: Tensor, dtype=np.float64) -> np.ndarray:
-    """Real values of a single-scale quantized tensor: (q - zero_point) * scale."""
-    return real_of(tensor.value, tensor.scale, tensor.zero_point, dtype)
-
-
 # --- lookup tables for 8-bit quantized inputs --------------------------------------------
 # An 8-bit input has only 256 possible values, so an element-wise function of one (or two)
 # quantized inputs is evaluated once per possible value (or pair) and the tensor is mapped

@@ -30,7 +30,6 @@ from nnapi.operations._elementwise import (
     float_input,
     map_quant8,
     map_quant8_pair,
-    real_of,
     reject_zero_sized,
     select_by_bits,
 )
@@ -41,6 +40,7 @@ from nnapi.operations.common import (
     activation_bounds_quantized,
     quantize_with_activation,
 )
+from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
 Op = OperationCode
@@ -147,7 +147,7 @@ class Activation(Operation):
         with np.errstate(over="ignore", invalid="ignore"):
             if tensor.type in QUANT8_TENSORS:
                 def on_stored(stored: np.ndarray) -> np.ndarray:
-                    real = function(real_of(stored, tensor.scale, tensor.zero_point))
+                    real = function(dequantize(stored, tensor.scale, tensor.zero_point))
                     return quantize_with_activation(real, output, FuseCode.FUSED_NONE)
 
                 return [map_quant8(tensor.value, on_stored)]
@@ -197,9 +197,9 @@ class PRelu(Operation):
             output = ctx.output(0)
 
             def on_stored(stored_x: np.ndarray, stored_alpha: np.ndarray) -> np.ndarray:
-                real_x = real_of(stored_x, x.scale, x.zero_point)
+                real_x = dequantize(stored_x, x.scale, x.zero_point)
                 # Android tests the sign of (q - zero_point): the same as of the real value.
-                real = np.where(real_x >= 0, real_x, real_x * real_of(stored_alpha, alpha.scale, alpha.zero_point))
+                real = np.where(real_x >= 0, real_x, real_x * dequantize(stored_alpha, alpha.scale, alpha.zero_point))
                 return quantize_with_activation(real, output, FuseCode.FUSED_NONE)
 
             return [map_quant8_pair(x.value, alpha.value, on_stored)]

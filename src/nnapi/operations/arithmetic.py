@@ -12,14 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
-from nnapi.operations._elementwise import map_quant8_pair, real_of
+from nnapi.operations._elementwise import map_quant8_pair
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import (
     broadcast_shapes,
-    dequantize,
+    dequantize_tensor,
     is_valid_fuse_code,
     quantize_with_activation,
 )
+from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
 _ALL_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
@@ -94,11 +95,11 @@ class BinaryArithmetic(Operation):
             # Quantized inputs are computed on exact real values (float64), through a table
             # of every pair of stored values when the tensors are large.
             def on_stored(stored_a: np.ndarray, stored_b: np.ndarray) -> np.ndarray:
-                real = math(real_of(stored_a, a.scale, a.zero_point), real_of(stored_b, b.scale, b.zero_point))
+                real = math(dequantize(stored_a, a.scale, a.zero_point), dequantize(stored_b, b.scale, b.zero_point))
                 return quantize_with_activation(real, output, fuse)
 
             return [map_quant8_pair(a.value, b.value, on_stored)]
         # Float16 is computed in float32 and rounded once, as Android's kernels do.
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            real = math(dequantize(a, dtype=np.float32), dequantize(b, dtype=np.float32))
+            real = math(dequantize_tensor(a, dtype=np.float32), dequantize_tensor(b, dtype=np.float32))
         return [quantize_with_activation(real, output, fuse)]

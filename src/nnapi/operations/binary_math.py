@@ -20,11 +20,11 @@ from nnapi.operations._elementwise import (
     check_broadcast,
     float_input,
     map_quant8_pair,
-    real_of,
     reject_zero_sized,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import quantize
+from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
 Op = OperationCode
@@ -59,7 +59,8 @@ class BinaryMath(Operation):
             output = ctx.output(0)
 
             def on_stored(stored_a: np.ndarray, stored_b: np.ndarray) -> np.ndarray:
-                real = function(real_of(stored_a, a.scale, a.zero_point), real_of(stored_b, b.scale, b.zero_point))
+                real = function(dequantize(stored_a, a.scale, a.zero_point),
+                                dequantize(stored_b, b.scale, b.zero_point))
                 return quantize(real, output)
 
             return [map_quant8_pair(a.value, b.value, on_stored)]

@@ -15,6 +15,7 @@ import numpy as np
 from nnapi.codes import FuseCode, OperandCode, PaddingCode
 from nnapi.operand import OperandType, dtype_of
 from nnapi.operations.base import Tensor
+from nnapi.operations.quant_math import dequantize, round_half_away
 
 T = OperandCode
 
@@ -51,12 +52,7 @@ def integer_range(code_or_dtype: OperandCode | np.dtype) -> tuple[int, int]:
     return _INTEGER_RANGES[dtype]
 
 
-# --- rounding and (de)quantization ----------------------------------------------------
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    """Round to nearest, halves away from zero (C's round, used by Android's kernels)."""
-    return np.trunc(x + np.copysign(0.5, x))
-
-
+# --- rounding and (de)quantization (the arithmetic itself: quant_math) ----------------
 def saturate_cast(values: np.ndarray, code: OperandCode) -> np.ndarray:
     """Round (if real) and clamp ``values`` to the range of ``code``, in its dtype."""
     dtype = dtype_of(code)
@@ -67,21 +63,20 @@ def saturate_cast(values: np.ndarray, code: OperandCode) -> np.ndarray:
     return np.clip(values, low, high).astype(dtype)
 
 
-def dequantize(tensor: Tensor | None = None, *, value=None, scale: float = 0.0, zero_point: int = 0,
-               dtype=np.float32) -> np.ndarray:
-    """Real values of a quantized tensor (per-channel aware); float tensors pass through."""
-    if tensor is not None:
-        value, scale, zero_point = tensor.value, tensor.scale, tensor.zero_point
-        if tensor.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
-            params = tensor.channel_quant
-            assert params is not None
-            shape = [1] * value.ndim
-            shape[params.channel_dim] = -1
-            scales = np.asarray(params.scales, dtype=np.float64).reshape(shape)
-            return (value.astype(np.float64) * scales).astype(dtype)
-        if tensor.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.FLOAT32, T.FLOAT16):
-            return np.asarray(value, dtype=dtype)
-    return ((np.asarray(value).astype(np.float64) - zero_point) * scale).astype(dtype)
+def dequantize_tensor(tensor: Tensor, dtype=np.float32) -> np.ndarray:
+    """Real values of a quantized tensor (per-channel aware), computed exactly in float64
+    and rounded once to ``dtype``; float tensors pass through as ``dtype``."""
+    value = tensor.value
+    if tensor.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        params = tensor.channel_quant
+        assert params is not None
+        shape = [1] * value.ndim
+        shape[params.channel_dim] = -1
+        scales = np.asarray(params.scales, dtype=np.float64).reshape(shape)
+        return (value.astype(np.float64) * scales).astype(dtype)
+    if tensor.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.FLOAT32, T.FLOAT16):
+        return np.asarray(value, dtype=dtype)
+    return dequantize(value, tensor.scale, tensor.zero_point, np.float64).astype(dtype)
 
 
 def quantize(real: np.ndarray, output: OperandType | Tensor) -> np.ndarray:
@@ -91,48 +86,6 @@ def quantize(real: np.ndarray, output: OperandType | Tensor) -> np.ndarray:
         return np.asarray(real).astype(dtype_of(code))
     scaled = np.asarray(real, dtype=np.float64) / output.scale + output.zero_point
     return saturate_cast(scaled, code)
-
-
-def requantize(tensor: Tensor, output: OperandType | Tensor) -> np.ndarray:
-    """Re-express a quantized tensor in ``output``'s quantization."""
-    if (tensor.scale, tensor.zero_point, tensor.type) == (output.scale, output.zero_point, output.type):
-        return tensor.value
-    return quantize(dequantize(tensor, dtype=np.float64), output)
-
-
-# --- fixed-point multipliers (for kernels that mirror integer pipelines) ---------------
-def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:
-    """Express ``real_multiplier`` as int32 ``multiplier`` * 2**(``shift`` - 31)."""
-    if real_multiplier == 0.0:
-        return 0, 0
-    mantissa, shift = np.frexp(real_multiplier)
-    fixed = int(round_half_away(np.float64(mantissa) * (1 << 31)))
-    if fixed == 1 << 31:
-        fixed //= 2
-        shift += 1
-    if shift < -31:
-        return 0, 0
-    return fixed, int(shift)
-
-
-def multiply_by_quantized_multiplier(values: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
-    """TFLite's MultiplyByQuantizedMultiplier, vectorized: rounding doubling high multiply
-    followed by a rounding right shift. ``values`` are int32-range integers."""
-    x = np.asarray(values, dtype=np.int64)
-    left_shift = max(shift, 0)
-    right_shift = max(-shift, 0)
-    x = x * (1 << left_shift)
-    x = np.clip(x, -(2**31), 2**31 - 1)
-    product = x * np.int64(multiplier)
-    nudged = product + np.where(product >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
-    # C++ division truncates toward zero; shift the magnitude to do the same.
-    high = np.where(nudged >= 0, nudged >> 31, -((-nudged) >> 31))
-    if right_shift:
-        mask = (1 << right_shift) - 1
-        remainder = high & mask
-        threshold = (mask >> 1) + (high < 0)
-        high = (high >> right_shift) + (remainder > threshold)
-    return high
 
 
 # --- fused activations ----------------------------------------------------------------

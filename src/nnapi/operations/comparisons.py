@@ -19,10 +19,10 @@ from nnapi.operations._elementwise import (
     QUANT8_TENSORS,
     broadcast_output_shape,
     check_broadcast,
-    real_values,
     reject_zero_sized,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
 Op = OperationCode
@@ -54,7 +54,8 @@ class Comparison(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         a, b = ctx.input(0), ctx.input(1)
         if a.type in QUANT8_TENSORS and (a.scale, a.zero_point) != (b.scale, b.zero_point):
-            left, right = real_values(a, np.float32), real_values(b, np.float32)
+            left = dequantize(a.value, a.scale, a.zero_point, np.float32)
+            right = dequantize(b.value, b.scale, b.zero_point, np.float32)
         else:
             # Same quantization: comparing the stored integers is comparing real values.
             left, right = a.value, b.value

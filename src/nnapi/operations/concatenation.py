@@ -12,8 +12,9 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._shape_common import DATA_TYPES
-from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
-from nnapi.operations.common import QUANT8_TENSORS, quantize
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import QUANT8_TENSORS
+from nnapi.operations.quant_math import requantize
 
 T = OperandCode
 _MAX_RANK = 4
@@ -59,21 +60,8 @@ class Concatenation(Operation):
         axis = int(ctx.scalar(count))
         output = ctx.output(0)
         if output.type in QUANT8_TENSORS:
-            parts = [_requantize_quant8(ctx.input(index), output.scale, output.zero_point) for index in range(count)]
+            parts = [requantize(t.value, t.scale, t.zero_point, output.scale, output.zero_point)
+                     for t in (ctx.input(index) for index in range(count))]
         else:
             parts = [ctx.value(index) for index in range(count)]
         return [np.concatenate(parts, axis=axis).astype(ctx.output_dtype(0), copy=False)]
-
-
-def _requantize_quant8(tensor: Tensor, scale: float, zero_point: int) -> np.ndarray:
-    """``tensor`` re-expressed with ``scale`` / ``zero_point``. An 8-bit tensor has only
-    256 possible values, so the result is a table lookup: each entry is computed once on
-    exact real values (round half away from zero, saturate)."""
-    if (tensor.scale, tensor.zero_point) == (scale, zero_point):
-        return tensor.value
-    dtype = tensor.value.dtype
-    # Index the table by the stored byte; for int8 the table is laid out in uint8 order.
-    codes = np.arange(256, dtype=np.uint8).view(dtype)
-    real = (codes.astype(np.float64) - tensor.zero_point) * tensor.scale
-    table = quantize(real, Tensor(tensor.type, (256,), scale, zero_point, None, None))
-    return table[tensor.value.view(np.uint8)]

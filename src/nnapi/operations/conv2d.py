@@ -20,6 +20,7 @@ from nnapi.operations._conv_common import (
     spatial_dims,
     validate_conv_tensors,
 )
+from nnapi.operations._conv_fast import PreparedConv
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import conv_output_size, layout_shape
 
@@ -65,3 +66,7 @@ class Conv2D(Operation):
         sp, shape = conv_output_shape(ctx, _ARGS)
         out_hw = (shape[2], shape[3]) if sp.nchw else (shape[1], shape[2])
         return [convolve(ctx, sp, out_hw, lambda x, f: conv_accumulate(x, f, 1, sp, out_hw))]
+
+    def plan(self, ctx: ExecutionContext) -> PreparedConv:
+        sp, shape = conv_output_shape(ctx, _ARGS)
+        return PreparedConv(ctx, sp, (shape[2], shape[3]) if sp.nchw else (shape[1], shape[2]))

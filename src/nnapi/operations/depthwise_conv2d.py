@@ -20,6 +20,7 @@ from nnapi.operations._conv_common import (
     spatial_dims,
     validate_conv_tensors,
 )
+from nnapi.operations._conv_fast import PreparedDepthwise
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import conv_output_size, layout_shape
 
@@ -62,3 +63,7 @@ class DepthwiseConv2D(Operation):
         sp, out_hw, _ = _output_shape(ctx)
         multiplier = sp.extras["multiplier"]
         return [convolve(ctx, sp, out_hw, lambda x, f: depthwise_accumulate(x, f[0], multiplier, sp, out_hw))]
+
+    def plan(self, ctx: ExecutionContext) -> PreparedDepthwise:
+        sp, out_hw, _ = _output_shape(ctx)
+        return PreparedDepthwise(ctx, sp, out_hw, sp.extras["multiplier"])

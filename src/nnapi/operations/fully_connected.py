@@ -23,6 +23,7 @@ from nnapi.operations._conv_common import (
     shifted,
     validate_quantized_weights,
 )
+from nnapi.operations._conv_fast import PreparedFullyConnected
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import apply_activation_float, is_valid_fuse_code
 
@@ -77,3 +78,6 @@ class FullyConnected(Operation):
         acc = rows @ shifted(weights, work).T  # exact integers
         multipliers, shifts = output_multipliers(data.scale, np.array([weights.scale]), output.scale)
         return [requantize_accumulators(acc, multipliers, shifts, output, fuse, bias.value)]
+
+    def plan(self, ctx: ExecutionContext) -> PreparedFullyConnected:
+        return PreparedFullyConnected(ctx, ctx.scalar(3))

@@ -30,7 +30,8 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
-from nnapi.operations.common import quantize_multiplier
+from nnapi.operations.quant_math import multiply_by_quantized_multiplier as _multiply
+from nnapi.operations.quant_math import quantize_multiplier
 
 T = OperandCode
 
@@ -163,18 +164,6 @@ def fixed_tanh(a: np.ndarray, integer_bits: int) -> np.ndarray:
 
 
 # --- int32 fixed-point multipliers, vectorized over arrays of multipliers --------------
-
-
-def _multiply(x: np.ndarray, multiplier, shift) -> np.ndarray:
-    """TFLite MultiplyByQuantizedMultiplier with array-valued multiplier and shift."""
-    x = np.asarray(x, dtype=np.int64)
-    multiplier = np.asarray(multiplier, dtype=np.int64)
-    shift = np.asarray(shift, dtype=np.int64)
-    left = np.maximum(shift, 0)
-    x = np.clip(x << left, -(2**31), 2**31 - 1)
-    product = x * multiplier
-    high = _c_div(product + np.where(product >= 0, 1 << 30, 1 - (1 << 30)), 1 << 31)
-    return _rounding_divide_by_pot(high, np.maximum(-shift, 0))
 
 
 def _int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

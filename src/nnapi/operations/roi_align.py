@@ -30,11 +30,9 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 from nnapi.operations.common import (
     from_nhwc,
     integer_range,
-    multiply_by_quantized_multiplier,
-    quantize_multiplier,
-    round_half_away,
     to_nhwc,
 )
+from nnapi.operations.quant_math import multiply_by_quantized_multiplier, quantize_multiplier, round_half_away
 
 T = OperandCode
 #: the quantum of the integer bilinear weights of the quantized path

@@ -10,30 +10,19 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operand import OperandType
 from nnapi.operations._elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     check_output_shape,
-    map_quant8,
-    real_of,
     reject_zero_sized,
     select_by_bits,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
-from nnapi.operations.common import quantize
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.quant_math import requantize
 
 T = OperandCode
 
 _TYPES = FLOAT_TENSORS + (T.TENSOR_INT32,) + QUANT8_TENSORS
-
-
-def _requantize(tensor: Tensor, output: OperandType) -> np.ndarray:
-    """``tensor``'s values in ``output``'s quantization (through a 256-entry table)."""
-    if (tensor.scale, tensor.zero_point) == (output.scale, output.zero_point):
-        return tensor.value
-    return map_quant8(tensor.value, lambda stored: quantize(real_of(stored, tensor.scale, tensor.zero_point),
-                                                            output))
 
 
 @register(OperationCode.SELECT)
@@ -68,5 +57,7 @@ class Select(Operation):
         condition, a, b = ctx.input(0), ctx.input(1), ctx.input(2)
         if a.type in QUANT8_TENSORS:
             output = ctx.output(0)
-            return [select_by_bits(condition.value, _requantize(a, output), _requantize(b, output))]
+            chosen_a = requantize(a.value, a.scale, a.zero_point, output.scale, output.zero_point)
+            chosen_b = requantize(b.value, b.scale, b.zero_point, output.scale, output.zero_point)
+            return [select_by_bits(condition.value, chosen_a, chosen_b)]
         return [select_by_bits(condition.value, a.value, b.value)]

@@ -13,7 +13,7 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import dequantize, normalize_axis, quantize
+from nnapi.operations.common import dequantize_tensor, normalize_axis, quantize
 
 T = OperandCode
 _SOFTMAX_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -64,7 +64,7 @@ class Softmax(Operation):
         # at the end), quantized ones exactly in float64
         work = np.float32 if data.type in _LOG_SOFTMAX_TYPES else np.float64
         beta = work(np.float32(ctx.scalar(1)))
-        x = dequantize(data, dtype=work)
+        x = dequantize_tensor(data, dtype=work)
         scaled = x - x.max(axis=axis, keepdims=True)
         scaled *= beta
         if self.code == OperationCode.LOG_SOFTMAX:

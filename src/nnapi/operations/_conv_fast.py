@@ -1,0 +1,231 @@
+"""Prepared kernels of CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED: the optimized path.
+
+An operation's ``plan`` builds one of these once, at preparation, when its shapes are
+static and its filter and bias are constants. Everything that depends only on them is
+computed there: the filter laid out for the product (zero point subtracted, in the
+float dtype in which the integer sums are exact), the bias, the fused activation's
+clamp, the per-channel fixed-point output stage (``quant_math.OutputStage``), the
+padding and the block size. A call then only pads the input, multiplies and runs the
+output stage, block by block of output rows so the temporaries stay in cache.
+
+The reference path (``_conv_common.convolve``) computes the same results from scratch at
+every execution; tests compare the two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import FuseCode
+from nnapi.operand import dtype_of
+from nnapi.operations._conv_common import (
+    Spatial,
+    exact_float_dtype,
+    filter_scales,
+    output_multipliers,
+    output_stage,
+    window_view,
+)
+from nnapi.operations.base import ExecutionContext, Tensor
+from nnapi.operations.common import FLOAT_TENSORS, activation_bounds_float, integer_range
+
+#: target size of one block's accumulators (bytes): a block's temporaries stay in cache
+_BLOCK_BYTES = 256 << 10
+#: the largest im2col block (bytes)
+_IM2COL_BYTES = 2 << 20
+
+
+def _input_bound(tensor: Tensor) -> int:
+    """max |q - zero_point| over every value the input's type can hold."""
+    low, high = integer_range(tensor.type)
+    return max(tensor.zero_point - low, high - tensor.zero_point)
+
+
+class _Epilogue:
+    """Bias, fused activation and (quantized) output stage of one output block."""
+
+    def __init__(self, ctx: ExecutionContext, fuse: int, channels: int, work) -> None:
+        data, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+        output = ctx.output(0)
+        self.dtype = dtype_of(output.type)
+        self.quantized = data.type not in FLOAT_TENSORS
+        if self.quantized:
+            multipliers, shifts = output_multipliers(data.scale, filter_scales(weights, channels), output.scale)
+            self.stage = output_stage(multipliers, shifts, output, fuse, bias.value)
+        else:
+            self.bias = np.asarray(bias.value, dtype=np.float32)
+            self.clip = activation_bounds_float(fuse) if fuse != FuseCode.FUSED_NONE else None
+
+    def finish(self, acc: np.ndarray, out: np.ndarray) -> None:
+        """Write the results of accumulators ``acc`` into ``out`` (same shape)."""
+        if self.quantized:
+            out[...] = self.stage(acc)
+            return
+        acc += self.bias
+        if self.clip is not None:
+            np.clip(acc, *self.clip, out=acc)
+        if out is not acc:
+            out[...] = acc
+
+
+def _work_dtype(data: Tensor, weights: np.ndarray, taps: int):
+    """The float dtype of the products: float32 for float tensors; for quantized ones the
+    dtype in which every partial sum of (q - zero_point) products is exact."""
+    if data.type in FLOAT_TENSORS:
+        return np.float32
+    weight_bound = int(np.abs(weights).max()) if weights.size else 0
+    return exact_float_dtype(taps * _input_bound(data) * max(weight_bound, 1))
+
+
+def _shifted_weights(weights: Tensor) -> np.ndarray:
+    """The filter's (q - zero_point) values (float filters as they are), int64."""
+    if weights.type in FLOAT_TENSORS:
+        return np.asarray(weights.value)
+    return weights.value.astype(np.int64) - weights.zero_point
+
+
+class _Padder:
+    """Copies an NHWC input into a padded buffer of the work dtype, zero point subtracted."""
+
+    def __init__(self, data: Tensor, sp: Spatial, work) -> None:
+        self.pads = (sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
+        self.work = work
+        self.zero = None if data.type in FLOAT_TENSORS else work(data.zero_point)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        top, bottom, left, right = self.pads
+        n, h, w, c = x.shape
+        if not (top or bottom or left or right):
+            if self.zero is None:
+                return x if x.dtype == self.work else x.astype(self.work)
+            return np.subtract(x, self.zero, dtype=self.work)
+        xp = np.empty((n, h + top + bottom, w + left + right, c), dtype=self.work)
+        xp[:, :top] = 0
+        xp[:, top + h:] = 0
+        xp[:, top:top + h, :left] = 0
+        xp[:, top:top + h, left + w:] = 0
+        inner = xp[:, top:top + h, left:left + w]
+        if self.zero is None:
+            np.copyto(inner, x, casting="unsafe")
+        else:
+            np.subtract(x, self.zero, out=inner, dtype=self.work)
+        return xp
+
+
+class PreparedConv:
+    """CONV_2D (one group) with static shapes and a constant filter and bias."""
+
+    def __init__(self, ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int]) -> None:
+        data, weights = ctx.input(0), ctx.input(1)
+        oc, kh, kw, depth = weights.shape
+        self.sp, self.out_hw, self.kernel_hw = sp, out_hw, (kh, kw)
+        shifted = _shifted_weights(weights)
+        self.work = _work_dtype(data, shifted, kh * kw * depth)
+        # (depth, oc): the filters as columns, in the im2col order (kh, kw, c)
+        self.weights = np.ascontiguousarray(shifted.reshape(oc, -1).T.astype(self.work))
+        self.depth, self.channels = kh * kw * depth, oc
+        self.pad = _Padder(data, sp, self.work)
+        self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work)
+        self.pointwise = kh == kw == 1 and sp.stride_h == sp.stride_w == 1
+        itemsize = np.dtype(self.work).itemsize
+        pixels = max(1, min(_IM2COL_BYTES // (self.depth * itemsize), _BLOCK_BYTES // (oc * 8)))
+        self.block_rows = max(1, pixels // out_hw[1])
+
+    def __call__(self, values: list) -> list[np.ndarray]:
+        sp = self.sp
+        x = np.transpose(values[0], (0, 2, 3, 1)) if sp.nchw else values[0]
+        n = x.shape[0]
+        oh, ow = self.out_hw
+        out = np.empty((n, oh, ow, self.channels), dtype=self.epilogue.dtype)
+        if n:
+            xp = self.pad(x)
+            windows = None if self.pointwise else window_view(
+                xp, self.out_hw, self.kernel_hw, (sp.stride_h, sp.stride_w), (sp.dilation_h, sp.dilation_w))
+            direct = not self.epilogue.quantized and out.dtype == self.work
+            for batch in range(n):
+                for top in range(0, oh, self.block_rows):
+                    bottom = min(top + self.block_rows, oh)
+                    rows = (bottom - top) * ow
+                    source = xp[batch, top:bottom] if windows is None else windows[batch, top:bottom]
+                    cols = source.reshape(rows, self.depth)
+                    target = out[batch, top:bottom].reshape(rows, self.channels)
+                    if direct:
+                        np.matmul(cols, self.weights, out=target)
+                        self.epilogue.finish(target, target)
+                    else:
+                        self.epilogue.finish(cols @ self.weights, target)
+        return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]
+
+
+class PreparedDepthwise:
+    """DEPTHWISE_CONV_2D with static shapes and a constant filter and bias: per block of
+    output rows, one multiply-add per kernel tap over the block."""
+
+    def __init__(self, ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int], multiplier: int) -> None:
+        data, weights = ctx.input(0), ctx.input(1)
+        _, kh, kw, channels = weights.shape
+        self.sp, self.out_hw, self.multiplier = sp, out_hw, multiplier
+        shifted = _shifted_weights(weights)[0]
+        self.work = _work_dtype(data, shifted, kh * kw)
+        taps = shifted.reshape(kh * kw, channels // multiplier, multiplier).astype(self.work)
+        self.taps = [(i, j, taps[i * kw + j] if multiplier > 1 else taps[i * kw + j, :, 0].copy())
+                     for i in range(kh) for j in range(kw)]
+        self.channels = channels
+        self.pad = _Padder(data, sp, self.work)
+        self.epilogue = _Epilogue(ctx, sp.fuse, channels, self.work)
+        self.block_rows = max(1, _BLOCK_BYTES // (out_hw[1] * channels * 8))
+
+    def __call__(self, values: list) -> list[np.ndarray]:
+        sp = self.sp
+        x = np.transpose(values[0], (0, 2, 3, 1)) if sp.nchw else values[0]
+        n = x.shape[0]
+        oh, ow = self.out_hw
+        m = self.multiplier
+        out = np.empty((n, oh, ow, self.channels), dtype=self.epilogue.dtype)
+        if n:
+            xp = self.pad(x)
+            sh, sw, dh, dw = sp.stride_h, sp.stride_w, sp.dilation_h, sp.dilation_w
+            c = x.shape[3]
+            acc_full = np.empty((self.block_rows, ow, c, m) if m > 1 else (self.block_rows, ow, c), self.work)
+            product_full = np.empty_like(acc_full)
+            for batch in range(n):
+                image = xp[batch]
+                for top in range(0, oh, self.block_rows):
+                    bottom = min(top + self.block_rows, oh)
+                    rows = bottom - top
+                    acc, product = acc_full[:rows], product_full[:rows]
+                    for k, (i, j, weight) in enumerate(self.taps):
+                        first_row = top * sh + i * dh
+                        window = image[first_row: first_row + (rows - 1) * sh + 1: sh,
+                                       j * dw: j * dw + (ow - 1) * sw + 1: sw]
+                        if m > 1:
+                            window = window[..., None]
+                        if k == 0:
+                            np.multiply(window, weight, out=acc)
+                        else:
+                            np.multiply(window, weight, out=product)
+                            acc += product
+                    self.epilogue.finish(acc.reshape(rows, ow, self.channels), out[batch, top:bottom])
+        return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]
+
+
+class PreparedFullyConnected:
+    """FULLY_CONNECTED with static shapes and constant weights and bias: one product."""
+
+    def __init__(self, ctx: ExecutionContext, fuse: int) -> None:
+        data, weights = ctx.input(0), ctx.input(1)
+        units, input_size = weights.shape
+        shifted = _shifted_weights(weights)
+        self.work = _work_dtype(data, shifted, input_size)
+        self.weights = np.ascontiguousarray(shifted.T.astype(self.work))  # (input_size, units)
+        self.input_size, self.units = input_size, units
+        self.zero = None if data.type in FLOAT_TENSORS else self.work(data.zero_point)
+        self.epilogue = _Epilogue(ctx, fuse, units, self.work)
+
+    def __call__(self, values: list) -> list[np.ndarray]:
+        x = values[0].reshape(-1, self.input_size)
+        out = np.empty((x.shape[0], self.units), dtype=self.epilogue.dtype)
+        if x.shape[0]:
+            rows = x.astype(self.work) if self.zero is None else np.subtract(x, self.zero, dtype=self.work)
+            self.epilogue.finish(rows @ self.weights, out)
+        return [out]

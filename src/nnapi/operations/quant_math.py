@@ -1,0 +1,157 @@
+"""Quantization arithmetic, defined once for every operation.
+
+- ``dequantize`` / ``requantize``: real = (q - zero_point) * scale, and stored values
+  re-expressed in another quantization with rounding half away from zero (C's round, as
+  Android's kernels use) and saturation to the stored type.
+- ``quantize_multiplier(s)``: a real multiplier as an int32 Q31 mantissa and a power of
+  two exponent, exactly as Android's QuantizeMultiplier (frexp, round, carry, flush to
+  zero below 2**-31).
+- ``multiply_by_quantized_multiplier``: TFLite's MultiplyByQuantizedMultiplier step by step
+  (saturating left shift, rounding doubling high multiply, rounding right shift), the
+  definition the fast output stage is tested against.
+- ``OutputStage``: the quantized output stage of convolutions and matrix products
+  (int32 accumulators + bias -> MultiplyByQuantizedMultiplier per channel -> + zero point
+  -> activation clamp) with everything that depends on constants computed once, and the
+  per-element work folded into a few in-place int64 passes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+# --- rounding, (de)quantization ---------------------------------------------------------
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """Round to nearest, halves away from zero (C's round, used by Android's kernels)."""
+    return np.trunc(x + np.copysign(0.5, x))
+
+
+def dequantize(values: np.ndarray, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:
+    """Real values of stored quantized integers, (q - zero_point) * scale, computed in ``dtype``."""
+    return (np.asarray(values).astype(dtype) - dtype(zero_point)) * dtype(scale)
+
+
+def requantize(values: np.ndarray, scale: float, zero_point: int, to_scale: float, to_zero_point: int,
+               dtype=None) -> np.ndarray:
+    """Stored values re-expressed in another scale / zero point, as Android's requantize:
+    round((q - zero_point) * scale / to_scale + to_zero_point) in float64, halves away
+    from zero, saturated to ``dtype`` (by default the values' own). 8-bit values go
+    through a 256-entry table: each possible value is computed once."""
+    values = np.asarray(values)
+    dtype = np.dtype(dtype or values.dtype)
+    if (scale, zero_point) == (to_scale, to_zero_point) and dtype == values.dtype:
+        return values
+    if values.dtype.itemsize == 1 and values.size > 256:
+        stored = np.arange(256, dtype=np.uint8).view(values.dtype)  # by bit pattern
+        return np.take(_requantize(stored, scale, zero_point, to_scale, to_zero_point, dtype),
+                       values.view(np.uint8))
+    return _requantize(values, scale, zero_point, to_scale, to_zero_point, dtype)
+
+
+def _requantize(values, scale, zero_point, to_scale, to_zero_point, dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    scaled = dequantize(values, scale, zero_point) / to_scale + to_zero_point
+    return np.clip(round_half_away(scaled), info.min, info.max).astype(dtype)
+
+
+# --- fixed-point multipliers ---------------------------------------------------------------
+def quantize_multipliers(reals) -> tuple[np.ndarray, np.ndarray]:
+    """Android's QuantizeMultiplier over an array of non-negative reals: int64 arrays of
+    Q31 mantissas and exponents with real = mantissa * 2**(exponent - 31); multipliers
+    below 2**-32 (exponent < -31) flush to (0, 0)."""
+    mantissa, exponent = np.frexp(np.asarray(reals, dtype=np.float64))
+    fixed = round_half_away(mantissa * float(1 << 31)).astype(np.int64)
+    exponent = exponent.astype(np.int64)
+    carry = fixed == (1 << 31)
+    fixed = np.where(carry, fixed // 2, fixed)
+    exponent = exponent + carry
+    tiny = exponent < -31
+    return np.where(tiny, 0, fixed), np.where(tiny, 0, exponent)
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """Android's QuantizeMultiplier for one real: (int32 Q31 mantissa, exponent)."""
+    fixed, exponent = quantize_multipliers(real)
+    return int(fixed), int(exponent)
+
+
+def multiply_by_quantized_multiplier(values, multiplier, shift) -> np.ndarray:
+    """TFLite's MultiplyByQuantizedMultiplier, element-wise (``multiplier`` and ``shift``
+    may be arrays that broadcast against ``values``): x saturated to int32 after a left
+    shift by max(shift, 0), the rounding doubling high multiply
+    trunc((x * m + nudge) / 2**31) (nudge 2**30, or 1 - 2**30 for negative products;
+    a product of two INT32_MIN saturates), then a right shift by max(-shift, 0) rounding
+    halves away from zero. Returns int64."""
+    x = np.asarray(values, dtype=np.int64)
+    multiplier = np.asarray(multiplier, dtype=np.int64)
+    shift = np.asarray(shift, dtype=np.int64)
+    x = np.clip(x << np.maximum(shift, 0), _INT32_MIN, _INT32_MAX)
+    product = x * multiplier
+    nudged = product + np.where(product >= 0, 1 << 30, 1 - (1 << 30))
+    high = np.where(nudged >= 0, nudged >> 31, -((-nudged) >> 31))  # C division truncates
+    high = np.where((x == _INT32_MIN) & (multiplier == _INT32_MIN), _INT32_MAX, high)
+    right = np.maximum(-shift, 0)
+    mask = (np.int64(1) << right) - 1
+    remainder = high & mask
+    threshold = (mask >> 1) + (high < 0)
+    return (high >> right) + (remainder > threshold)
+
+
+# --- the output stage of convolutions and matrix products -----------------------------------
+class OutputStage:
+    """Int32 accumulators to quantized outputs, prepared once.
+
+    ``multipliers`` / ``shifts`` (one per output channel, channels last, or one for all),
+    ``bias`` (int32 per channel or None), the output ``zero_point``, the clamp range
+    [``low``, ``high``] (the type's range narrowed by the fused activation) and the output
+    ``dtype``. Applying it equals, element by element,
+    clip(multiply_by_quantized_multiplier(acc + bias, m, shift) + zero_point, low, high).
+
+    For shifts <= 0 (multipliers below one, the usual case) the high multiply and the
+    rounding right shift by r compose into one floor division by 2**(31 + r):
+    floor((x * m + 2**30 + half * 2**31 - [x * m < -2**30] * 2**31) / 2**(31 + r)) with
+    half = 2**(r - 1) (0 when r = 0, where the negative correction also vanishes), and the
+    bias and zero point fold into the per-channel constant; in int64 the correction is
+    applied after the first shift by 31 so no step can overflow.
+    """
+
+    def __init__(self, multipliers, shifts, bias, zero_point: int, low: int, high: int, dtype) -> None:
+        self.multipliers = np.atleast_1d(np.asarray(multipliers, dtype=np.int64))
+        self.shifts = np.atleast_1d(np.asarray(shifts, dtype=np.int64))
+        self.bias = np.zeros(1, np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
+        self.zero_point, self.low, self.high = int(zero_point), int(low), int(high)
+        self.dtype = np.dtype(dtype)
+        self.fast = not np.any(self.shifts > 0)
+        right = np.maximum(-self.shifts, 0)
+        half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
+        m = self.multipliers
+        self._constant = self.bias * m + (1 << 30) + (half << 31) + (np.int64(self.zero_point) << (31 + right))
+        self._rounds = bool(np.any(right > 0))
+        self._uniform_right = int(right[0]) if np.all(right == right[0]) else None
+        self._right = right
+        # x * m < -2**30 with x = acc + bias  <=>  acc * m < -2**30 - bias * m
+        self._threshold = np.where(right > 0, -(1 << 30) - self.bias * m, np.iinfo(np.int64).min)
+
+    def __call__(self, acc: np.ndarray) -> np.ndarray:
+        """The quantized outputs of ``acc`` (integers, or floats holding exact integers)."""
+        if not self.fast:
+            return self.reference(acc)
+        p = np.asarray(acc).astype(np.int64)
+        p *= self.multipliers
+        if self._rounds:
+            negative = p < self._threshold
+        p += self._constant
+        p >>= 31
+        if self._rounds:
+            p -= negative
+            p >>= self._uniform_right if self._uniform_right is not None else self._right
+        np.clip(p, self.low, self.high, out=p)
+        return p.astype(self.dtype)
+
+    def reference(self, acc: np.ndarray) -> np.ndarray:
+        """The same stage by its definition (any shifts, no folding)."""
+        total = np.asarray(acc).astype(np.int64) + self.bias
+        scaled = multiply_by_quantized_multiplier(total, self.multipliers, self.shifts)
+        return np.clip(scaled + self.zero_point, self.low, self.high).astype(self.dtype)

@@ -1,0 +1,139 @@
+"""The prepared (optimized) kernels against the reference path, TFLite style: the same
+operation on the same random inputs through ``Operation.plan`` (what nnapi-reference runs
+for static shapes and constant weights) and through ``prepare`` + ``execute`` (what it runs
+when shapes are only known at execution). Quantized results must agree exactly; float
+results to rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnapi import OperandCode as T
+from nnapi import OperandType
+from nnapi import OperationCode as Op
+from nnapi.codes import FuseCode
+from nnapi.operand import SymmPerChannelQuantParams
+from nnapi.operations import get_operation
+from nnapi.operations.base import ExecutionContext, Tensor
+
+RNG = np.random.default_rng(11)
+
+
+def _tensor(code, value, scale=0.0, zero_point=0, channel_quant=None) -> Tensor:
+    value = np.asarray(value)
+    return Tensor(code, tuple(value.shape), scale, zero_point, channel_quant, value)
+
+
+def _scalar(code, value) -> Tensor:
+    dtype = {T.INT32: np.int32, T.BOOL: np.bool_, T.FLOAT32: np.float32}[code]
+    return Tensor(code, (), 0.0, 0, None, np.array(value, dtype=dtype))
+
+
+def _compare(code: Op, inputs: list[Tensor], output: OperandType) -> None:
+    operation = get_operation(code)
+    reference_ctx = ExecutionContext(code, inputs, [output])
+    shapes = operation.prepare(reference_ctx)
+    reference = operation.execute(reference_ctx)
+    kernel = operation.plan(ExecutionContext(code, inputs, [output]))
+    assert kernel is not None
+    prepared = kernel([tensor.value for tensor in inputs])
+    assert len(prepared) == len(reference) == len(shapes)
+    for fast, slow, shape in zip(prepared, reference, shapes, strict=True):
+        assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(shape)
+        if fast.dtype.kind == "f":
+            np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=1e-4 * max(1.0, float(np.abs(slow).max())))
+        else:
+            np.testing.assert_array_equal(fast, slow)
+
+
+def _quant_case(kind: str, x_shape, w_shape, channels: int, channel_dim: int, taps: int):
+    """(input, filter, bias tensors, output type factory) of one quantization kind."""
+    if kind == "float32" or kind == "float16":
+        code = T.TENSOR_FLOAT32 if kind == "float32" else T.TENSOR_FLOAT16
+        dtype = np.float32 if kind == "float32" else np.float16
+        x = _tensor(code, RNG.standard_normal(x_shape).astype(dtype))
+        w = _tensor(code, RNG.standard_normal(w_shape).astype(dtype))
+        b = _tensor(code, RNG.standard_normal(channels).astype(dtype))
+        return x, w, b, lambda shape: OperandType(code, shape)
+    if kind == "quant8":
+        x = _tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, x_shape).astype(np.uint8), 0.02, 131)
+        w = _tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, w_shape).astype(np.uint8), 0.01, 117)
+        b = _tensor(T.TENSOR_INT32, RNG.integers(-9000, 9000, channels).astype(np.int32),
+                    float(np.float32(0.02) * np.float32(0.01)))
+        out_scale = 0.0002 * np.sqrt(taps) * 60
+        return x, w, b, lambda shape: OperandType(T.TENSOR_QUANT8_ASYMM, shape, out_scale, 120)
+    scales = tuple(float(s) for s in RNG.uniform(0.002, 0.03, channels))
+    x = _tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, RNG.integers(-128, 128, x_shape).astype(np.int8), 0.03, -5)
+    w = _tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, RNG.integers(-127, 128, w_shape).astype(np.int8), 0.0, 0,
+                SymmPerChannelQuantParams(channel_dim, scales))
+    b = _tensor(T.TENSOR_INT32, RNG.integers(-20000, 20000, channels).astype(np.int32), 0.0)
+    out_scale = 0.03 * 0.015 * np.sqrt(taps) * 40
+    return x, w, b, lambda shape: OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, shape, out_scale, 7)
+
+
+KINDS = ["float32", "float16", "quant8", "quant8_signed_per_channel"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kernel, stride, padding, dilation, nchw", [
+    (3, 1, (1, 1, 1, 1), 1, False),
+    (3, 2, (0, 1, 0, 1), 1, False),
+    (1, 1, (0, 0, 0, 0), 1, False),
+    (1, 1, (1, 0, 2, 0), 1, True),
+    (3, 1, (2, 2, 2, 2), 2, True),
+    (2, 3, (0, 0, 0, 0), 1, False),
+])
+def test_prepared_conv_matches_reference(kind, kernel, stride, padding, dilation, nchw):
+    batches, size, in_ch, out_ch = 2, 9, 5, 7
+    x_shape = (batches, in_ch, size, size) if nchw else (batches, size, size, in_ch)
+    x, w, b, out_type = _quant_case(kind, x_shape, (out_ch, kernel, kernel, in_ch), out_ch, 0,
+                                    kernel * kernel * in_ch)
+    left, right, top, bottom = padding
+    effective = (kernel - 1) * dilation + 1
+    oh = (size - effective + top + bottom + stride) // stride
+    ow = (size - effective + left + right + stride) // stride
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU6):
+        args = [_scalar(T.INT32, v) for v in (left, right, top, bottom, stride, stride, fuse)]
+        args += [_scalar(T.BOOL, nchw), _scalar(T.INT32, dilation), _scalar(T.INT32, dilation)]
+        shape = [batches, out_ch, oh, ow] if nchw else [batches, oh, ow, out_ch]
+        _compare(Op.CONV_2D, [x, w, b, *args], out_type(shape))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("multiplier, stride, nchw, dilation", [(1, 1, False, 1), (1, 2, False, 1),
+                                                                 (3, 1, False, 1), (2, 2, True, 2)])
+def test_prepared_depthwise_matches_reference(kind, multiplier, stride, nchw, dilation):
+    batches, size, in_ch = 2, 11, 4
+    out_ch = in_ch * multiplier
+    x_shape = (batches, in_ch, size, size) if nchw else (batches, size, size, in_ch)
+    x, w, b, out_type = _quant_case(kind, x_shape, (1, 3, 3, out_ch), out_ch, 3, 9)
+    pad = dilation  # SAME-like explicit padding
+    effective = 2 * dilation + 1
+    out = (size - effective + 2 * pad + stride) // stride
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU):
+        args = [_scalar(T.INT32, v) for v in (pad, pad, pad, pad, stride, stride, multiplier, fuse)]
+        args += [_scalar(T.BOOL, nchw), _scalar(T.INT32, dilation), _scalar(T.INT32, dilation)]
+        shape = [batches, out_ch, out, out] if nchw else [batches, out, out, out_ch]
+        _compare(Op.DEPTHWISE_CONV_2D, [x, w, b, *args], out_type(shape))
+
+
+@pytest.mark.parametrize("kind", KINDS[:3])
+@pytest.mark.parametrize("x_shape", [(3, 20), (2, 2, 5, 4)])
+def test_prepared_fully_connected_matches_reference(kind, x_shape):
+    units, input_size = 6, x_shape[-1] if len(x_shape) == 2 else 20
+    x, w, b, out_type = _quant_case(kind, x_shape, (units, input_size), units, 0, input_size)
+    rows = int(np.prod(x_shape)) // input_size
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU1):
+        _compare(Op.FULLY_CONNECTED, [x, w, b, _scalar(T.INT32, fuse)], out_type([rows, units]))
+
+
+def test_prepared_depthwise_large_accumulators_use_exact_float64():
+    """A filter and input at full quant8 range over many taps: the exact-dtype choice
+    must not round (float32 would, past 2**24)."""
+    x = _tensor(T.TENSOR_QUANT8_ASYMM, np.full((1, 70, 70, 2), 255, np.uint8), 1.0, 0)
+    w = _tensor(T.TENSOR_QUANT8_ASYMM, np.full((1, 64, 64, 2), 255, np.uint8), 1.0, 0)
+    b = _tensor(T.TENSOR_INT32, np.array([1, -1], np.int32), 1.0)
+    args = [_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 1, 0)]
+    _compare(Op.DEPTHWISE_CONV_2D, [x, w, b, *args],
+             OperandType(T.TENSOR_QUANT8_ASYMM, [1, 7, 7, 2], 2.0**20, 0))
