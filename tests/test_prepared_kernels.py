@@ -137,3 +137,29 @@ def test_prepared_depthwise_large_accumulators_use_exact_float64():
     args = [_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 1, 0)]
     _compare(Op.DEPTHWISE_CONV_2D, [x, w, b, *args],
              OperandType(T.TENSOR_QUANT8_ASYMM, [1, 7, 7, 2], 2.0**20, 0))
+
+
+@pytest.mark.parametrize("code", [Op.ADD, Op.SUB, Op.MUL, Op.DIV])
+@pytest.mark.parametrize("kind", ["float32", "float16", "quant8", "quant8_signed"])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (4,)), ((1, 300, 300, 1), (1, 1, 1, 1)), ((), ())])
+def test_prepared_arithmetic_matches_reference(code, kind, shapes):
+    if code == Op.DIV and kind.startswith("quant8"):
+        pytest.skip("DIV has no quantized form")
+    tensors = []
+    for number, shape in enumerate(shapes):
+        if kind.startswith("float"):
+            operand = T.TENSOR_FLOAT32 if kind == "float32" else T.TENSOR_FLOAT16
+            value = RNG.standard_normal(shape).astype(np.float32 if kind == "float32" else np.float16)
+            tensors.append(_tensor(operand, value))
+        elif kind == "quant8":
+            tensors.append(_tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, shape).astype(np.uint8),
+                                   0.05 + 0.02 * number, 100 + number))
+        else:
+            tensors.append(_tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, RNG.integers(-128, 128, shape).astype(np.int8),
+                                   0.05 + 0.02 * number, -3 + number))
+    shape = list(np.broadcast_shapes(*shapes))
+    first = tensors[0]
+    out = OperandType(first.type, shape, 0.5 if kind.startswith("quant8") else 0.0,
+                      first.zero_point if kind.startswith("quant8") else 0)
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU):
+        _compare(code, [*tensors, _scalar(T.INT32, fuse)], out)

@@ -9,7 +9,8 @@ it as one); the family modules import it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -121,6 +122,22 @@ def map_quant8_pair(first: np.ndarray, second: np.ndarray, function) -> np.ndarr
     table = function(all_stored_values(first.dtype)[:, None], all_stored_values(second.dtype)[None, :])
     index = (first.view(np.uint8).astype(np.uint16) << 8) | second.view(np.uint8)
     return np.take(table.reshape(-1), index)
+
+
+def prepared_quant8_pair(function, first_dtype, second_dtype, shape) -> Callable[[list], list[np.ndarray]]:
+    """``map_quant8_pair`` prepared for a static output ``shape``: the table of every pair
+    of stored values is computed once, at preparation, when the output is large enough to
+    use it; the returned kernel maps [first, second] to [result]."""
+    if math.prod(shape) < _PAIR_TABLE_MIN_ELEMENTS:
+        return lambda values: [function(values[0], values[1])]
+    table = function(all_stored_values(np.dtype(first_dtype))[:, None],
+                     all_stored_values(np.dtype(second_dtype))[None, :]).reshape(-1)
+
+    def run(values: list) -> list[np.ndarray]:
+        index = (values[0].view(np.uint8).astype(np.uint16) << 8) | values[1].view(np.uint8)
+        return [np.take(table, index)]
+
+    return run
 
 
 # --- branch-free selection --------------------------------------------------------------

@@ -12,9 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
-from nnapi.operations._elementwise import map_quant8_pair
+from nnapi.operand import dtype_of
+from nnapi.operations._elementwise import map_quant8_pair, prepared_quant8_pair
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import (
+    activation_bounds_float,
     broadcast_shapes,
     dequantize_tensor,
     is_valid_fuse_code,
@@ -23,6 +25,8 @@ from nnapi.operations.common import (
 from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
+#: input positions
+INPUT1, INPUT2, ACTIVATION = 0, 1, 2
 _ALL_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
               T.TENSOR_INT32)
 _QUANT8_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -72,34 +76,67 @@ class BinaryArithmetic(Operation):
                          f"scales ({product})")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        a, b = ctx.input(0).shape, ctx.input(1).shape
+        a, b = ctx.input(INPUT1).shape, ctx.input(INPUT2).shape
         shape = broadcast_shapes(a, b)
         ctx.require(shape is not None, f"input shapes {list(a)} and {list(b)} do not broadcast")
-        fuse = ctx.scalar(2)
+        fuse = ctx.scalar(ACTIVATION)
         ctx.require(is_valid_fuse_code(fuse), f"invalid fuse code {fuse}")
-        if ctx.input(0).type == T.TENSOR_INT32:
+        if ctx.input(INPUT1).type == T.TENSOR_INT32:
             ctx.require(fuse == FuseCode.FUSED_NONE, "TENSOR_INT32 requires FUSED_NONE")
         return [shape]  # type: ignore[list-item]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        a, b = ctx.input(0), ctx.input(1)
-        fuse = ctx.scalar(2)
+        a, b = ctx.input(INPUT1), ctx.input(INPUT2)
+        fuse = ctx.scalar(ACTIVATION)
         code = a.type
         if code == T.TENSOR_INT32:
             if self.code == OperationCode.DIV:
                 return [_floor_divide_int32(a.value, b.value)]
             return [_INT_MATH[self.code](a.value, b.value).astype(np.int32)]
-        output = ctx.output(0)
-        math = _FLOAT_MATH[self.code]
         if code in _QUANT8_TYPES:
-            # Quantized inputs are computed on exact real values (float64), through a table
-            # of every pair of stored values when the tensors are large.
-            def on_stored(stored_a: np.ndarray, stored_b: np.ndarray) -> np.ndarray:
-                real = math(dequantize(stored_a, a.scale, a.zero_point), dequantize(stored_b, b.scale, b.zero_point))
-                return quantize_with_activation(real, output, fuse)
-
-            return [map_quant8_pair(a.value, b.value, on_stored)]
+            return [map_quant8_pair(a.value, b.value, self._on_stored(ctx))]
         # Float16 is computed in float32 and rounded once, as Android's kernels do.
+        math = _FLOAT_MATH[self.code]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             real = math(dequantize_tensor(a, dtype=np.float32), dequantize_tensor(b, dtype=np.float32))
-        return [quantize_with_activation(real, output, fuse)]
+        return [quantize_with_activation(real, ctx.output(0), fuse)]
+
+    def _on_stored(self, ctx: ExecutionContext):
+        """The quantized operation on stored values: computed on exact real values
+        (float64) and quantized into the output (through a table of every pair of
+        stored values when the tensors are large)."""
+        a, b = ctx.input(INPUT1), ctx.input(INPUT2)
+        output, fuse, math = ctx.output(0), ctx.scalar(ACTIVATION), _FLOAT_MATH[self.code]
+
+        def on_stored(stored_a: np.ndarray, stored_b: np.ndarray) -> np.ndarray:
+            real = math(dequantize(stored_a, a.scale, a.zero_point), dequantize(stored_b, b.scale, b.zero_point))
+            return quantize_with_activation(real, output, fuse)
+
+        return on_stored
+
+    def plan(self, ctx: ExecutionContext):
+        a, b = ctx.input(INPUT1), ctx.input(INPUT2)
+        code = a.type
+        if code == T.TENSOR_INT32:
+            return None
+        if code in _QUANT8_TYPES:
+            return prepared_quant8_pair(self._on_stored(ctx), dtype_of(a.type), dtype_of(b.type),
+                                        broadcast_shapes(a.shape, b.shape))
+        math = _FLOAT_MATH[self.code]
+        fuse = ctx.scalar(ACTIVATION)
+        bounds = activation_bounds_float(fuse) if fuse != FuseCode.FUSED_NONE else None
+        to_float16 = code == T.TENSOR_FLOAT16
+
+        def run(values: list) -> list[np.ndarray]:
+            first, second = values[0], values[1]
+            if to_float16:
+                first, second = first.astype(np.float32), second.astype(np.float32)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                result = math(first, second)
+            if type(result) is not np.ndarray:  # two scalars
+                result = np.asarray(result)
+            if bounds is not None:
+                np.clip(result, *bounds, out=result)
+            return [result.astype(np.float16) if to_float16 else result]
+
+        return run

@@ -1,0 +1,145 @@
+"""quant_math against the fixed-point definitions, written out in plain Python integers
+(C semantics: division truncates toward zero) and checked over edge cases and many
+random values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from nnapi.operations.quant_math import (
+    OutputStage,
+    dequantize,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    quantize_multipliers,
+    requantize,
+)
+
+RNG = np.random.default_rng(17)
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _c_round(x: float) -> int:
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+
+def _quantize_multiplier(real: float) -> tuple[int, int]:
+    """Android's QuantizeMultiplier (OperationsUtils.cpp), as written there."""
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    fixed = _c_round(q * (1 << 31))
+    if fixed == 1 << 31:
+        fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return fixed, shift
+
+
+def _c_div(a: int, b: int) -> int:
+    quotient = abs(a) // abs(b)
+    return quotient if (a >= 0) == (b > 0) else -quotient
+
+
+def _srdhm(a: int, b: int) -> int:
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    product = a * b
+    nudge = (1 << 30) if product >= 0 else 1 - (1 << 30)
+    return _c_div(product + nudge, 1 << 31)
+
+
+def _rounding_divide_by_pot(x: int, exponent: int) -> int:
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> exponent) + (1 if remainder > threshold else 0)
+
+
+def _multiply(x: int, multiplier: int, shift: int) -> int:
+    left, right = max(shift, 0), max(-shift, 0)
+    x = min(max(x * (1 << left), INT32_MIN), INT32_MAX)
+    return _rounding_divide_by_pot(_srdhm(x, multiplier), right)
+
+
+REALS = [0.0, 1.0, 0.5, 0.75, 2.0**-31, 2.0**-32, 2.0**-33, 3 * 2.0**-34, 1e-12, 0.9999999999, 1 - 2.0**-33,
+         2.0**-31 * (1 - 2.0**-40), 7.5, 1234.5678, 0.0003921568627, 1 / 3]
+
+
+def test_quantize_multiplier_matches_android_definition():
+    reals = REALS + list(RNG.uniform(0, 2, 2000)) + list(2.0 ** RNG.uniform(-40, 10, 2000))
+    fixed, exponents = quantize_multipliers(np.array(reals))
+    for real, m, e in zip(reals, fixed, exponents, strict=True):
+        assert (int(m), int(e)) == _quantize_multiplier(real), real
+        assert quantize_multiplier(real) == _quantize_multiplier(real)
+
+
+def test_tiny_multipliers_flush_to_zero():
+    assert quantize_multiplier(2.0**-33) == (0, 0)
+    assert quantize_multiplier(2.0**-32) == (1 << 30, -31)
+
+
+EDGE_VALUES = [0, 1, -1, 2, -2, 3, -3, INT32_MAX, INT32_MIN, INT32_MAX - 1, INT32_MIN + 1, 1 << 30, -(1 << 30),
+               12345, -12345, 65535, -65536]
+
+
+@pytest.mark.parametrize("shift", [-31, -20, -9, -1, 0, 1, 3])
+def test_multiply_by_quantized_multiplier_matches_definition(shift):
+    values = EDGE_VALUES + list(RNG.integers(INT32_MIN, INT32_MAX, 3000, dtype=np.int64))
+    multipliers = [1 << 30, INT32_MAX, (1 << 30) + 1, 1518500250, 1073741825, 2147483000, 0]
+    for multiplier in multipliers:
+        got = multiply_by_quantized_multiplier(np.array(values, np.int64), multiplier, shift)
+        want = [_multiply(int(v), multiplier, shift) for v in values]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_multiply_rounding_of_ties():
+    # x * 2**30 / 2**31 = x / 2: the high multiply rounds halves up (gemmlowp's nudge)
+    got = multiply_by_quantized_multiplier(np.array([1, -1, 3, -3, 5, -5]), 1 << 30, 0)
+    np.testing.assert_array_equal(got, [1, 0, 2, -1, 3, -2])
+    # the rounding right shift rounds halves away from zero: 6 / 4 and -6 / 4
+    got = multiply_by_quantized_multiplier(np.array([12, -12]), 1 << 30, -2)
+    np.testing.assert_array_equal(got, [2, -2])
+
+
+@pytest.mark.parametrize("shift_range", [(-12, 0), (-1, 0), (0, 0), (-3, 2)])
+def test_output_stage_fast_path_matches_definition(shift_range):
+    channels = 8
+    multipliers = RNG.integers(1 << 30, INT32_MAX, channels)
+    shifts = RNG.integers(shift_range[0], shift_range[1] + 1, channels)
+    bias = RNG.integers(-50000, 50000, channels)
+    acc = np.concatenate([RNG.integers(-2**22, 2**22, (500, channels)),
+                          np.arange(-4000, 4000).reshape(-1, channels)])
+    for low, high, zero_point, dtype in ((-128, 127, -3, np.int8), (0, 255, 128, np.uint8), (10, 70, 5, np.uint8)):
+        stage = OutputStage(multipliers, shifts, bias, zero_point, low, high, dtype)
+        fast = stage(acc.astype(np.float64))
+        want = np.array([[min(max(_multiply(int(a) + int(b), int(m), int(s)) + zero_point, low), high)
+                          for a, b, m, s in zip(row, bias, multipliers, shifts, strict=True)] for row in acc])
+        np.testing.assert_array_equal(fast, want)
+        np.testing.assert_array_equal(stage.reference(acc), want)
+        assert fast.dtype == np.dtype(dtype)
+
+
+def test_requantize_matches_android_requantize():
+    """Android (OperationsUtils.cpp requantize): round((q - zp) * scale / new_scale + new_zp)
+    in double, saturated; every uint8 / int8 value, several scale pairs (ties included)."""
+    for dtype, lo, hi in ((np.uint8, 0, 255), (np.int8, -128, 127)):
+        values = np.arange(lo, hi + 1).astype(dtype)
+        for scale, zp, to_scale, to_zp in ((0.5, 3, 1.0, 7), (0.1, 0, 0.3, -2 if lo else 2), (1.0, 0, 2.0, 0),
+                                           (0.0078125, 10, 0.00390625, 0)):
+            want = [min(max(_c_round((int(v) - zp) * scale / to_scale + to_zp), lo), hi) for v in values]
+            np.testing.assert_array_equal(requantize(values, scale, zp, to_scale, to_zp), want)
+            big = np.tile(values, 5)  # through the 256-entry table
+            np.testing.assert_array_equal(requantize(big, scale, zp, to_scale, to_zp), np.tile(want, 5))
+
+
+def test_dequantize_computes_in_the_requested_dtype():
+    values = np.array([0, 1, 255], np.uint8)
+    np.testing.assert_array_equal(dequantize(values, 0.1, 1), (np.array([0, 1, 255]) - 1) * 0.1)
+    as32 = dequantize(values, 0.1, 1, np.float32)
+    assert as32.dtype == np.float32
+    np.testing.assert_array_equal(as32, (values.astype(np.float32) - np.float32(1)) * np.float32(0.1))
