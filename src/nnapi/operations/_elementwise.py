@@ -125,10 +125,10 @@ def map_quant8_pair(first: np.ndarray, second: np.ndarray, function) -> np.ndarr
 
 
 def prepared_quant8_pair(function, first_dtype, second_dtype, shape) -> Callable[[list], list[np.ndarray]]:
-    """``map_quant8_pair`` prepared for a static output ``shape``: the table of every pair
-    of stored values is computed once, at preparation, when the output is large enough to
-    use it; the returned kernel maps [first, second] to [result]."""
-    if math.prod(shape) < _PAIR_TABLE_MIN_ELEMENTS:
+    """``map_quant8_pair`` prepared: the table of every pair of stored values is computed
+    once, at preparation (unless the output is tiny), and each execution only looks the
+    pairs up; the returned kernel maps [first, second] to [result]."""
+    if math.prod(shape) < 256:
         return lambda values: [function(values[0], values[1])]
     table = function(all_stored_values(np.dtype(first_dtype))[:, None],
                      all_stored_values(np.dtype(second_dtype))[None, :]).reshape(-1)

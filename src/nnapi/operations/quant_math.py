@@ -138,8 +138,8 @@ class OutputStage:
         """The quantized outputs of ``acc`` (integers, or floats holding exact integers)."""
         if not self.fast:
             return self.reference(acc)
-        p = np.asarray(acc).astype(np.int64)
-        p *= self.multipliers
+        # one pass: the accumulators (exact integers) cast to int64 and multiplied
+        p = np.multiply(acc, self.multipliers, dtype=np.int64, casting="unsafe")
         if self._rounds:
             negative = p < self._threshold
         p += self._constant
