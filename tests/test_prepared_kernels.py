@@ -163,3 +163,13 @@ def test_prepared_arithmetic_matches_reference(code, kind, shapes):
                       first.zero_point if kind.startswith("quant8") else 0)
     for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU):
         _compare(code, [*tensors, _scalar(T.INT32, fuse)], out)
+
+
+@pytest.mark.parametrize("code, second", [(Op.RESHAPE, np.array([3, -1], np.int32)),
+                                          (Op.SQUEEZE, np.array([1], np.int32)),
+                                          (Op.EXPAND_DIMS, np.array(0, np.int32))])
+def test_prepared_reshapes_match_reference(code, second):
+    data = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal((3, 1, 4)).astype(np.float32))
+    operand = T.INT32 if second.ndim == 0 else T.TENSOR_INT32
+    shape = {Op.RESHAPE: [3, 4], Op.SQUEEZE: [3, 4], Op.EXPAND_DIMS: [1, 3, 1, 4]}[code]
+    _compare(code, [data, _tensor(operand, second)], OperandType(T.TENSOR_FLOAT32, shape))

@@ -26,7 +26,7 @@ from nnapi.operations._conv_common import (
     output_stage,
     window_view,
 )
-from nnapi.operations.base import ExecutionContext, Tensor
+from nnapi.operations.base import ExecutionContext, Tensor, check_deadline
 from nnapi.operations.common import FLOAT_TENSORS, activation_bounds_float, integer_range
 
 #: target size of one block's accumulators (bytes): a block's temporaries stay in cache
@@ -59,7 +59,7 @@ class _Epilogue:
     def finish(self, acc: np.ndarray, out: np.ndarray) -> None:
         """Write the results of accumulators ``acc`` into ``out`` (same shape)."""
         if self.quantized:
-            out[...] = self.stage(acc)
+            self.stage(acc, out)
             return
         acc += self.bias
         if self.clip is not None:
@@ -121,8 +121,9 @@ class PreparedConv:
         self.sp, self.out_hw, self.kernel_hw = sp, out_hw, (kh, kw)
         shifted = _shifted_weights(weights)
         self.work = _work_dtype(data, shifted, kh * kw * depth)
-        # (depth, oc): the filters as columns, in the im2col order (kh, kw, c)
-        self.weights = np.ascontiguousarray(shifted.reshape(oc, -1).T.astype(self.work))
+        # (depth, oc): the filters as columns, in the im2col order (kh, kw, c); a transposed
+        # view of the (oc, depth) rows, which BLAS reads as they are (no copy at preparation)
+        self.weights = shifted.reshape(oc, -1).astype(self.work, copy=False).T
         self.depth, self.channels = kh * kw * depth, oc
         self.pad = _Padder(data, sp, self.work)
         self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work)
@@ -144,6 +145,7 @@ class PreparedConv:
             direct = not self.epilogue.quantized and out.dtype == self.work
             for batch in range(n):
                 for top in range(0, oh, self.block_rows):
+                    check_deadline()
                     bottom = min(top + self.block_rows, oh)
                     rows = (bottom - top) * ow
                     source = xp[batch, top:bottom] if windows is None else windows[batch, top:bottom]
@@ -188,12 +190,17 @@ class PreparedDepthwise:
             c = x.shape[3]
             acc_full = np.empty((self.block_rows, ow, c, m) if m > 1 else (self.block_rows, ow, c), self.work)
             product_full = np.empty_like(acc_full)
+            # float32 results accumulate in the output itself (one pass fewer)
+            direct = not self.epilogue.quantized and out.dtype == self.work
             for batch in range(n):
                 image = xp[batch]
                 for top in range(0, oh, self.block_rows):
+                    check_deadline()
                     bottom = min(top + self.block_rows, oh)
                     rows = bottom - top
                     acc, product = acc_full[:rows], product_full[:rows]
+                    if direct:
+                        acc = out[batch, top:bottom].reshape(acc.shape)
                     for k, (i, j, weight) in enumerate(self.taps):
                         first_row = top * sh + i * dh
                         window = image[first_row: first_row + (rows - 1) * sh + 1: sh,
@@ -205,7 +212,8 @@ class PreparedDepthwise:
                         else:
                             np.multiply(window, weight, out=product)
                             acc += product
-                    self.epilogue.finish(acc.reshape(rows, ow, self.channels), out[batch, top:bottom])
+                    target = out[batch, top:bottom]
+                    self.epilogue.finish(target if direct else acc.reshape(rows, ow, self.channels), target)
         return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]
 
 
@@ -217,7 +225,7 @@ class PreparedFullyConnected:
         units, input_size = weights.shape
         shifted = _shifted_weights(weights)
         self.work = _work_dtype(data, shifted, input_size)
-        self.weights = np.ascontiguousarray(shifted.T.astype(self.work))  # (input_size, units)
+        self.weights = shifted.astype(self.work, copy=False).T  # (input_size, units), a view
         self.input_size, self.units = input_size, units
         self.zero = None if data.type in FLOAT_TENSORS else self.work(data.zero_point)
         self.epilogue = _Epilogue(ctx, fuse, units, self.work)

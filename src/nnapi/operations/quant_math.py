@@ -114,7 +114,9 @@ class OutputStage:
     floor((x * m + 2**30 + half * 2**31 - [x * m < -2**30] * 2**31) / 2**(31 + r)) with
     half = 2**(r - 1) (0 when r = 0, where the negative correction also vanishes), and the
     bias and zero point fold into the per-channel constant; in int64 the correction is
-    applied after the first shift by 31 so no step can overflow.
+    applied after the first shift by 31 so no step can overflow. The correction only
+    changes results at or below the zero point, so it is skipped when the clamp maps all
+    of those to the zero point (fused ReLU / ReLU6).
     """
 
     def __init__(self, multipliers, shifts, bias, zero_point: int, low: int, high: int, dtype) -> None:
@@ -123,6 +125,7 @@ class OutputStage:
         self.bias = np.zeros(1, np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
         self.zero_point, self.low, self.high = int(zero_point), int(low), int(high)
         self.dtype = np.dtype(dtype)
+        self._low64, self._high64 = np.int64(low), np.int64(high)
         self.fast = not np.any(self.shifts > 0)
         right = np.maximum(-self.shifts, 0)
         half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
@@ -131,24 +134,38 @@ class OutputStage:
         self._rounds = bool(np.any(right > 0))
         self._uniform_right = int(right[0]) if np.all(right == right[0]) else None
         self._right = right
+        self._total_shift = 31 + self._uniform_right if self._uniform_right is not None else 31 + right
+        # The negative-tie correction only moves results at or below the zero point; when
+        # the clamp (a fused ReLU) sends all of those to the zero point it can be skipped.
+        self._clamped_below_zero_point = self.low >= self.zero_point
         # x * m < -2**30 with x = acc + bias  <=>  acc * m < -2**30 - bias * m
         self._threshold = np.where(right > 0, -(1 << 30) - self.bias * m, np.iinfo(np.int64).min)
 
-    def __call__(self, acc: np.ndarray) -> np.ndarray:
-        """The quantized outputs of ``acc`` (integers, or floats holding exact integers)."""
+    def __call__(self, acc: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The quantized outputs of ``acc`` (integers, or floats holding exact integers),
+        written into ``out`` (of the output dtype and ``acc``'s shape) when given."""
         if not self.fast:
-            return self.reference(acc)
+            result = self.reference(acc)
+            if out is None:
+                return result
+            out[...] = result
+            return out
         # one pass: the accumulators (exact integers) cast to int64 and multiplied
         p = np.multiply(acc, self.multipliers, dtype=np.int64, casting="unsafe")
-        if self._rounds:
+        correct = self._rounds and not self._clamped_below_zero_point
+        if correct:
             negative = p < self._threshold
         p += self._constant
-        p >>= 31
-        if self._rounds:
+        if correct:
+            p >>= 31
             p -= negative
             p >>= self._uniform_right if self._uniform_right is not None else self._right
-        np.clip(p, self.low, self.high, out=p)
-        return p.astype(self.dtype)
+        else:  # the nested floors compose into one shift
+            p >>= self._total_shift
+        if out is None:
+            out = np.empty(p.shape, self.dtype)
+        # clamp and narrow in one pass (the clamped values fit the output dtype)
+        return np.clip(p, self._low64, self._high64, out=out, casting="unsafe")
 
     def reference(self, acc: np.ndarray) -> np.ndarray:
         """The same stage by its definition (any shifts, no folding)."""

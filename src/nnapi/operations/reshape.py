@@ -61,6 +61,10 @@ class Reshape(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         return [ctx.value(0).reshape(self.prepare(ctx)[0])]
 
+    def plan(self, ctx: ExecutionContext):
+        shape = self.prepare(ctx)[0]  # static: a view with the shape found at preparation
+        return lambda values: [values[0].reshape(shape)]
+
 
 @register(OperationCode.SQUEEZE)
 class Squeeze(Operation):
@@ -90,6 +94,10 @@ class Squeeze(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         return [ctx.value(0).reshape(self.prepare(ctx)[0])]
 
+    def plan(self, ctx: ExecutionContext):
+        shape = self.prepare(ctx)[0]  # static: a view with the shape found at preparation
+        return lambda values: [values[0].reshape(shape)]
+
 
 @register(OperationCode.EXPAND_DIMS)
 class ExpandDims(Operation):
@@ -108,3 +116,7 @@ class ExpandDims(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         return [ctx.value(0).reshape(self.prepare(ctx)[0])]
+
+    def plan(self, ctx: ExecutionContext):
+        shape = self.prepare(ctx)[0]  # static: a view with the shape found at preparation
+        return lambda values: [values[0].reshape(shape)]
