@@ -173,3 +173,112 @@ def test_prepared_reshapes_match_reference(code, second):
     operand = T.INT32 if second.ndim == 0 else T.TENSOR_INT32
     shape = {Op.RESHAPE: [3, 4], Op.SQUEEZE: [3, 4], Op.EXPAND_DIMS: [1, 3, 1, 4]}[code]
     _compare(code, [data, _tensor(operand, second)], OperandType(T.TENSOR_FLOAT32, shape))
+
+
+@pytest.mark.parametrize("code", [Op.RELU, Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH])
+@pytest.mark.parametrize("kind", ["float32", "float16", "quant8", "quant8_signed"])
+def test_prepared_activations_match_reference(code, kind):
+    shape = (2, 5, 7, 3)
+    if kind.startswith("float"):
+        operand = T.TENSOR_FLOAT32 if kind == "float32" else T.TENSOR_FLOAT16
+        value = (RNG.standard_normal(shape) * 4).astype(np.float32 if kind == "float32" else np.float16)
+        value.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+        data, out = _tensor(operand, value), OperandType(operand, list(shape))
+    else:
+        operand = T.TENSOR_QUANT8_ASYMM if kind == "quant8" else T.TENSOR_QUANT8_ASYMM_SIGNED
+        dtype = np.uint8 if kind == "quant8" else np.int8
+        info = np.iinfo(dtype)
+        data = _tensor(operand, RNG.integers(info.min, info.max + 1, shape).astype(dtype), 0.05, 3)
+        if code in (Op.LOGISTIC, Op.TANH):
+            scale, zero = {(Op.LOGISTIC, "quant8"): (1 / 256, 0), (Op.LOGISTIC, "quant8_signed"): (1 / 256, -128),
+                           (Op.TANH, "quant8"): (1 / 128, 128), (Op.TANH, "quant8_signed"): (1 / 128, 0)}[code, kind]
+        elif code == Op.HARD_SWISH:
+            scale, zero = 0.04, 5
+        else:
+            scale, zero = 0.05, 3
+        out = OperandType(operand, list(shape), scale, zero)
+    operation = get_operation(code)
+    inputs = [data]
+    if operation.plan(ExecutionContext(code, inputs, [out])) is None:
+        pytest.skip("no prepared kernel (runs execute)")
+    _compare(code, inputs, out)
+
+
+@pytest.mark.parametrize("alpha_shape", [(3,), (1, 1, 3), (5, 7, 1)])
+def test_prepared_prelu_matches_reference(alpha_shape):
+    value = RNG.standard_normal((2, 5, 7, 3)).astype(np.float32)
+    value.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    alpha = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal(alpha_shape).astype(np.float32))
+    _compare(Op.PRELU, [_tensor(T.TENSOR_FLOAT32, value), alpha], OperandType(T.TENSOR_FLOAT32, [2, 5, 7, 3]))
+
+
+def _dequantized_weights_model():
+    """x [2, 3] -> FULLY_CONNECTED with weights DEQUANTIZE(constant uint8 [4, 3])."""
+    import nnapi
+
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3]))
+    stored = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [4, 3], 0.5, 10))
+    weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 3]))
+    bias = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    fuse = model.add_operand(OperandType(T.INT32))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 4]))
+    stored_value = np.arange(12, dtype=np.uint8).reshape(4, 3) * 7
+    model.set_operand_value(stored, stored_value)
+    model.set_operand_value(bias, np.array([1, 2, 3, 4], np.float32))
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(Op.DEQUANTIZE, [stored], [weights])
+    model.add_operation(Op.FULLY_CONNECTED, [x, weights, bias, fuse], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model, (stored_value.astype(np.float64) - 10) * 0.5
+
+
+def test_operations_on_constants_are_folded_at_preparation():
+    """DEQUANTIZE of constant weights runs once at preparation; the FULLY_CONNECTED that
+    reads it is then prepared with constant weights (a prepared kernel), and the results
+    are those of the model."""
+    import nnapi
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model, real_weights = _dequantized_weights_model()
+    prepared = ReferenceDevice().prepare_model(build_hal_model(model)[0])
+    (step,) = prepared._plans[0].steps
+    assert step.code == Op.FULLY_CONNECTED and step.kernel is not None
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    compilation = nnapi.Compilation(model)
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, x)
+    y = np.empty((2, 4), np.float32)
+    execution.set_output(0, y)
+    execution.compute()
+    np.testing.assert_allclose(y, x @ real_weights.T + [1, 2, 3, 4], rtol=1e-5)
+
+
+def test_plans_specialize_to_the_input_shapes_of_each_call():
+    """A model input of unspecified shape: each new shape gets a plan prepared for it (kept
+    for the next execution of that shape) and the results follow the shape."""
+    import nnapi
+
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0]))
+    one = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1]))
+    fuse = model.add_operand(OperandType(T.INT32))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0]))
+    model.set_operand_value(one, np.array([1], np.float32))
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(Op.ADD, [x, one, fuse], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    compilation = nnapi.Compilation(model)
+    compilation.finish()
+    for shape in [(2, 3), (4, 1), (2, 3)]:
+        value = RNG.standard_normal(shape).astype(np.float32)
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, value)
+        out = np.empty(shape, np.float32)
+        execution.set_output(0, out, OperandType(T.TENSOR_FLOAT32, list(shape)))
+        execution.compute()
+        np.testing.assert_array_equal(out, value + 1)

@@ -244,6 +244,10 @@ class ReferencePreparedModel(IPreparedModel):
         return shapes
 
 
+#: operations never run at preparation even on constant inputs (random, or running models)
+_NOT_FOLDED = frozenset({OperationCode.RANDOM_MULTINOMIAL, OperationCode.IF, OperationCode.WHILE})
+
+
 class _DynamicValue(Exception):
     """Raised at preparation when an operation's shape inference reads a value that is only
     known at execution: that operation's shapes are then inferred per execution."""
@@ -267,7 +271,7 @@ _UNKNOWN = _Unknown()
 class _Step:
     """One operation of a plan: its kernel, operands and, when static, output shapes."""
 
-    __slots__ = ("code", "implementation", "inputs", "outputs", "declared", "dtypes", "shapes", "kernel")
+    __slots__ = ("code", "implementation", "inputs", "outputs", "declared", "dtypes", "shapes", "kernel", "folded")
 
     def __init__(self, subgraph: Subgraph, operation) -> None:
         self.code = OperationCode(operation.type)
@@ -280,6 +284,8 @@ class _Step:
         self.shapes: list[Shape] | None = None
         #: the operation's prepared kernel: input values -> output arrays (None: ``execute``)
         self.kernel: Callable[[list[Any]], list[np.ndarray]] | None = None
+        #: computed at preparation from constants (its outputs are constants of the plan)
+        self.folded = False
 
 
 class _SubgraphPlan:
@@ -346,6 +352,8 @@ class _SubgraphPlan:
                         _agrees(shape, declared.dimensions) and _fits(shape, declared)
                         for shape, declared in zip(shapes, step.declared, strict=True))):
                     shapes = None  # let the execution report the problem as it happens
+                if shapes is not None and self._fold(step, context, shapes, known):
+                    continue
                 if shapes is not None:
                     step.shapes = shapes
                     for index, shape in zip(step.outputs, shapes, strict=True):
@@ -359,6 +367,32 @@ class _SubgraphPlan:
                     shape = _static_shape(operands[index])
                     if shape is not None:  # the run checks results against declared shapes
                         known[index] = _tensor(operands[index], shape, _UNKNOWN)
+        self.steps = [step for step in self.steps if not step.folded]
+
+    def _fold(self, step: _Step, context: ExecutionContext, shapes: list[Shape], known: dict[int, Tensor]) -> bool:
+        """Constant folding: an operation whose inputs are all constants (a DEQUANTIZE of
+        float16 weights, say) runs once here and its outputs become constants, so the
+        operations that read them are prepared with constant weights too."""
+        if step.code in _NOT_FOLDED or not all(i in self.constants for i in step.inputs):
+            return False
+        if all(i in self.constants for i in step.outputs):  # folded by the plan this one specializes
+            known.update((i, self.constants[i]) for i in step.outputs)
+            step.folded = True
+            return True
+        try:
+            results = step.implementation.execute(context)
+        except Exception:  # noqa: BLE001 - let the execution report it as it happens
+            return False
+        if len(results) != len(step.outputs):
+            return False
+        for result, shape, dtype in zip(results, shapes, step.dtypes, strict=True):
+            if not isinstance(result, np.ndarray) or result.dtype != dtype or result.shape != shape:
+                return False
+        for index, result, shape in zip(step.outputs, results, shapes, strict=True):
+            result.flags.writeable = False  # shared by every execution
+            self.constants[index] = known[index] = _tensor(self.subgraph.operands[index], shape, result)
+        step.folded = True
+        return True
 
 
 class _Run:

@@ -14,6 +14,8 @@ every execution; tests compare the two.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from nnapi.codes import FuseCode
@@ -73,15 +75,18 @@ def _work_dtype(data: Tensor, weights: np.ndarray, taps: int):
     dtype in which every partial sum of (q - zero_point) products is exact."""
     if data.type in FLOAT_TENSORS:
         return np.float32
-    weight_bound = int(np.abs(weights).max()) if weights.size else 0
+    weight_bound = max(-int(weights.min()), int(weights.max())) if weights.size else 0
     return exact_float_dtype(taps * _input_bound(data) * max(weight_bound, 1))
 
 
 def _shifted_weights(weights: Tensor) -> np.ndarray:
-    """The filter's (q - zero_point) values (float filters as they are), int64."""
+    """The filter's (q - zero_point) values (float filters as they are), int16."""
     if weights.type in FLOAT_TENSORS:
         return np.asarray(weights.value)
-    return weights.value.astype(np.int64) - weights.zero_point
+    shifted = weights.value.astype(np.int16)
+    if weights.zero_point:
+        shifted -= np.int16(weights.zero_point)
+    return shifted
 
 
 class _Padder:
@@ -91,19 +96,19 @@ class _Padder:
         self.pads = (sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
         self.work = work
         self.zero = None if data.type in FLOAT_TENSORS else work(data.zero_point)
+        self._local = threading.local()
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         top, bottom, left, right = self.pads
         n, h, w, c = x.shape
-        if not (top or bottom or left or right):
-            if self.zero is None:
-                return x if x.dtype == self.work else x.astype(self.work)
-            return np.subtract(x, self.zero, dtype=self.work)
-        xp = np.empty((n, h + top + bottom, w + left + right, c), dtype=self.work)
-        xp[:, :top] = 0
-        xp[:, top + h:] = 0
-        xp[:, top:top + h, :left] = 0
-        xp[:, top:top + h, left + w:] = 0
+        if not (top or bottom or left or right) and self.zero is None:
+            return x if x.dtype == self.work else x.astype(self.work)
+        # The padded buffer is kept from call to call (one per thread): its zero border is
+        # written once and the interior overwritten, with no fresh pages to fault in.
+        shape = (n, h + top + bottom, w + left + right, c)
+        xp = getattr(self._local, "buffer", None)
+        if xp is None or xp.shape != shape:
+            xp = self._local.buffer = np.zeros(shape, dtype=self.work)
         inner = xp[:, top:top + h, left:left + w]
         if self.zero is None:
             np.copyto(inner, x, casting="unsafe")
@@ -161,17 +166,22 @@ class PreparedConv:
 
 class PreparedDepthwise:
     """DEPTHWISE_CONV_2D with static shapes and a constant filter and bias: per block of
-    output rows, one multiply-add per kernel tap over the block."""
+    output rows, one ``einsum`` over the (rows, ow, kh, kw, c) window view: a single pass
+    of sums of products with no temporaries (several times faster than a multiply-add
+    per kernel tap)."""
 
     def __init__(self, ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int], multiplier: int) -> None:
         data, weights = ctx.input(0), ctx.input(1)
         _, kh, kw, channels = weights.shape
-        self.sp, self.out_hw, self.multiplier = sp, out_hw, multiplier
+        self.sp, self.out_hw, self.multiplier, self.kernel_hw = sp, out_hw, multiplier, (kh, kw)
         shifted = _shifted_weights(weights)[0]
         self.work = _work_dtype(data, shifted, kh * kw)
-        taps = shifted.reshape(kh * kw, channels // multiplier, multiplier).astype(self.work)
-        self.taps = [(i, j, taps[i * kw + j] if multiplier > 1 else taps[i * kw + j, :, 0].copy())
-                     for i in range(kh) for j in range(kw)]
+        if multiplier == 1:
+            self.weights = shifted.astype(self.work)  # (kh, kw, c)
+            self.subscripts = "hwijc,ijc->hwc"
+        else:
+            self.weights = shifted.reshape(kh, kw, channels // multiplier, multiplier).astype(self.work)
+            self.subscripts = "hwijc,ijcm->hwcm"
         self.channels = channels
         self.pad = _Padder(data, sp, self.work)
         self.epilogue = _Epilogue(ctx, sp.fuse, channels, self.work)
@@ -186,33 +196,20 @@ class PreparedDepthwise:
         out = np.empty((n, oh, ow, self.channels), dtype=self.epilogue.dtype)
         if n:
             xp = self.pad(x)
-            sh, sw, dh, dw = sp.stride_h, sp.stride_w, sp.dilation_h, sp.dilation_w
+            windows = window_view(xp, self.out_hw, self.kernel_hw, (sp.stride_h, sp.stride_w),
+                                  (sp.dilation_h, sp.dilation_w))
             c = x.shape[3]
             acc_full = np.empty((self.block_rows, ow, c, m) if m > 1 else (self.block_rows, ow, c), self.work)
-            product_full = np.empty_like(acc_full)
-            # float32 results accumulate in the output itself (one pass fewer)
+            # float32 results are summed into the output itself
             direct = not self.epilogue.quantized and out.dtype == self.work
             for batch in range(n):
-                image = xp[batch]
                 for top in range(0, oh, self.block_rows):
                     check_deadline()
                     bottom = min(top + self.block_rows, oh)
                     rows = bottom - top
-                    acc, product = acc_full[:rows], product_full[:rows]
-                    if direct:
-                        acc = out[batch, top:bottom].reshape(acc.shape)
-                    for k, (i, j, weight) in enumerate(self.taps):
-                        first_row = top * sh + i * dh
-                        window = image[first_row: first_row + (rows - 1) * sh + 1: sh,
-                                       j * dw: j * dw + (ow - 1) * sw + 1: sw]
-                        if m > 1:
-                            window = window[..., None]
-                        if k == 0:
-                            np.multiply(window, weight, out=acc)
-                        else:
-                            np.multiply(window, weight, out=product)
-                            acc += product
                     target = out[batch, top:bottom]
+                    acc = target.reshape(acc_full[:rows].shape) if direct else acc_full[:rows]
+                    np.einsum(self.subscripts, windows[batch, top:bottom], self.weights, out=acc)
                     self.epilogue.finish(target if direct else acc.reshape(rows, ow, self.channels), target)
         return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]
 

@@ -77,7 +77,7 @@ def reject_zero_sized(ctx: ExecutionContext, *indexes: int) -> None:
     accept them)."""
     for index in indexes or range(len(ctx.inputs)):
         tensor = ctx.input(index)
-        if tensor.value is not None and tensor.value.ndim and tensor.value.size == 0:
+        if tensor.value is not None and tensor.shape and 0 in tensor.shape:  # shapes only: static
             ctx.fail(f"input {index} is zero-sized (shape {list(tensor.shape)}), which "
                      f"{ctx.code.name} does not support")
 

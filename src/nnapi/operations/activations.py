@@ -21,9 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
+from nnapi.operand import dtype_of
 from nnapi.operations._elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
+    all_stored_values,
     broadcast_output_shape,
     check_broadcast,
     check_same_shape_output,
@@ -33,7 +35,7 @@ from nnapi.operations._elementwise import (
     reject_zero_sized,
     select_by_bits,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
 from nnapi.operations.common import (
     SCALAR_FOR_TENSOR,
     activation_bounds_float,
@@ -153,6 +155,30 @@ class Activation(Operation):
                 return [map_quant8(tensor.value, on_stored)]
             return [function(float_input(tensor)).astype(dtype, copy=False)]
 
+    def plan(self, ctx: ExecutionContext):
+        """Quantized inputs: the whole function as a 256-entry table built once; float32
+        ReLUs as fmax / fmin (NaN to the lower bound, as ``execute``)."""
+        tensor = ctx.input(0)
+        if tensor.type in QUANT8_TENSORS:
+            values = all_stored_values(dtype_of(tensor.type))
+            probe = Tensor(tensor.type, values.shape, tensor.scale, tensor.zero_point, None, values)
+            table = self.execute(ExecutionContext(self.code, [probe], ctx.outputs))[0]
+            return lambda inputs: [np.take(table, inputs[0].view(np.uint8))]
+        if tensor.type != T.TENSOR_FLOAT32:
+            return None
+        if self.code not in _RELU_FUSE:
+            function = _SMOOTH_FUNCTIONS[self.code]
+            return lambda inputs: [function(inputs[0])]
+        low, high = (np.float32(bound) for bound in activation_bounds_float(_RELU_FUSE[self.code]))
+
+        def relu(inputs: list) -> list[np.ndarray]:
+            result = np.fmax(inputs[0], low)  # fmax: NaN becomes the lower bound
+            if high != np.inf:
+                np.fmin(result, high, out=result)
+            return [result]
+
+        return relu
+
 
 @register(Op.ELU)
 class Elu(Operation):
@@ -207,3 +233,20 @@ class PRelu(Operation):
         with np.errstate(over="ignore", invalid="ignore"):
             result = select_by_bits(a >= 0, a, a * b)
         return [result.astype(ctx.output_dtype(0), copy=False)]
+
+    def plan(self, ctx: ExecutionContext):
+        """Quantized: the pair table once. Float32 with a constant alpha: one multiply by
+        a slope that is 1 where x >= 0 (x * 1 is x, NaN included) and alpha elsewhere."""
+        x, alpha = ctx.input(0), ctx.input(1)
+        if x.type in QUANT8_TENSORS:
+            return None
+        if x.type != T.TENSOR_FLOAT32 or not isinstance(alpha.value, np.ndarray):
+            return None
+        slope_alpha = np.asarray(alpha.value, dtype=np.float32)
+        one = np.float32(1)
+
+        def prelu(inputs: list) -> list[np.ndarray]:
+            value = inputs[0]
+            return [value * np.where(value >= 0, one, slope_alpha)]
+
+        return prelu
