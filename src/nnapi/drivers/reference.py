@@ -358,10 +358,13 @@ class _SubgraphPlan:
                     step.shapes = shapes
                     for index, shape in zip(step.outputs, shapes, strict=True):
                         known[index] = _tensor(operands[index], shape, _UNKNOWN)
-                    try:
-                        step.kernel = implementation.plan(context)
-                    except Exception:  # noqa: BLE001 - no prepared kernel: ``execute`` still works
-                        step.kernel = None
+                    # Omitted inputs go through ``execute``, which reports a missing
+                    # required value as BAD_DATA (``_guarded``).
+                    if all(tensor.value is not None for tensor in context.inputs):
+                        try:
+                            step.kernel = implementation.plan(context)
+                        except Exception:  # noqa: BLE001 - no prepared kernel: ``execute`` still works
+                            step.kernel = None
             if shapes is None:
                 for index in step.outputs:
                     shape = _static_shape(operands[index])
@@ -430,26 +433,31 @@ class _Run:
             if timed:
                 self.check_deadline()
             try:
-                arguments = [values[i] for i in step.inputs]
+                if static and step.kernel is not None:
+                    shapes = step.shapes
+                    results = step.kernel([values[i].value for i in step.inputs])
+                else:
+                    arguments = [values[i] for i in step.inputs]
+                    results, shapes = self._execute(step, arguments, step.shapes if static else None)
             except KeyError:
+                if all(i in values for i in step.inputs):
+                    raise
                 missing = [i for i in step.inputs if i not in values]
                 raise OperationFailed(f"{step.code.name}: operands {missing} have no value") from None
-            shapes = step.shapes if static else None
-            if shapes is not None and step.kernel is not None:
-                results = step.kernel([argument.value for argument in arguments])
-            else:
-                results, shapes = self._execute(step, arguments, shapes)
             if len(results) != len(step.outputs):
                 raise OperationFailed(f"{step.code.name}: produced {len(results)} outputs, expected "
                                       f"{len(step.outputs)}")
-            for position, (result, shape, dtype, operand_index) in enumerate(
-                    zip(results, shapes, step.dtypes, step.outputs, strict=True)):
+            for position, result in enumerate(results):
+                shape, dtype = shapes[position], step.dtypes[position]
                 if type(result) is not np.ndarray:
                     result = np.asarray(result)
-                if result.dtype != dtype or result.shape != shape:
+                # the kernel contract; ``is`` first: dtype equality is slow to test
+                if (result.dtype is not dtype and result.dtype != dtype) or result.shape != shape:
                     raise OperationFailed(f"{step.code.name}: output {position} is {result.dtype}"
                                           f"{list(result.shape)}, expected {dtype}{list(shape)} (kernel contract)")
-                values[operand_index] = _make(templates[operand_index], shape, result)
+                operand_index = step.outputs[position]
+                code, scale, zero_point, channel_quant = templates[operand_index]
+                values[operand_index] = Tensor(code, shape, scale, zero_point, channel_quant, result)
         outputs = []
         for operand_index in subgraph.output_indexes:
             if operand_index not in values:
