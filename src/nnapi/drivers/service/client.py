@@ -266,7 +266,8 @@ class _Staging:
         self.fds: list[int] = []
         self.new: list = []
         self.arena: _Arena | None = None
-        self._copies: list[tuple[memoryview, int]] = []  # (original, arena offset)
+        #: pool index -> (the caller's bytes, their offset in the arena)
+        self._copies: dict[int, tuple[memoryview, int]] = {}
 
     def refs(self, pools: Sequence[Any], writable: bool = True) -> list:
         buffer_token = getattr(hal_types, "BufferToken", None)
@@ -292,24 +293,20 @@ class _Staging:
             for index, view in staged:
                 self.arena.view[offset: offset + view.nbytes] = view
                 refs[index] = [0, pool_id, offset, view.nbytes]
-                self._copies.append((view, offset))
+                self._copies[index] = (view, offset)
                 offset += (view.nbytes + 63) & ~63
         return refs
 
     def copy_back(self, request) -> None:
-        """Land the outputs staged in the arena in the caller's buffers."""
+        """Land the outputs staged in the arena in the caller's buffers (``refs`` was given
+        ``request.pools``, so pool indexes match)."""
         if self.arena is None:
             return
-        staged = {}
-        position = 0
-        for index, pool in enumerate(request.pools):
-            if position < len(self._copies) and _same(self._copies[position][0], pool):
-                staged[index] = self._copies[position]
-                position += 1
         for argument in request.outputs:
-            if argument.has_no_value or argument.location.pool_index not in staged:
+            staged = None if argument.has_no_value else self._copies.get(argument.location.pool_index)
+            if staged is None:
                 continue
-            view, base = staged[argument.location.pool_index]
+            view, base = staged
             start, length = argument.location.offset, argument.location.length
             if not view.readonly:
                 view[start: start + length] = self.arena.view[base + start: base + start + length]
@@ -321,15 +318,6 @@ class _Staging:
 
     def map_args(self) -> dict:
         return {"pools": self.new}
-
-
-def _same(view: memoryview, pool: Any) -> bool:
-    target = getattr(pool, "buffer", pool) if hasattr(pool, "fd") else pool
-    try:
-        other = _byte_view(target)
-    except TypeError:
-        return False
-    return other.nbytes == view.nbytes and (other.obj is view.obj)
 
 
 def _call_with_pools(link: ServiceLink, staging: _Staging, op: str, args: dict, deadline_ns: int | None = None,
