@@ -189,6 +189,16 @@ class Session:
                 self._states[spec.input_index] = results[spec.output_index]
         return outputs
 
+    def _needed_dimensions(self, execution: Execution, index: int) -> list[int] | None:
+        """The shape output ``index`` needs after OUTPUT_INSUFFICIENT_SIZE (the NDK reports
+        it through the error for the outputs that were too small)."""
+        if not self._output_types[index].is_tensor:
+            return None
+        try:
+            return execution.get_output_operand_dimensions(index)
+        except OutputInsufficientSizeError as error:
+            return list(error.dimensions)
+
     def _naming_source(self, error: NnapiError) -> NnapiError:
         """``error`` with the source model's operator(s) behind the failing NNAPI
         operation appended, when the message names the operation type."""
@@ -239,7 +249,7 @@ class Session:
             try:
                 execution.compute()
             except OutputInsufficientSizeError:
-                known = [execution.get_output_operand_dimensions(i) for i in range(len(buffers))]
+                known = [self._needed_dimensions(execution, i) for i in range(len(buffers))]
                 continue
             except NnapiError as error:
                 raise self._naming_source(error) from None
