@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from nnapi.cli._common import print_json
+from nnapi.cli._common import CliError, print_json
 from nnapi.cli._model import (
     format_stats,
     latency_stats,
@@ -34,6 +34,8 @@ def register(commands, common) -> None:
                              "given are seeded random)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     parser.add_argument("--no-litert", action="store_true", help="do not time LiteRT")
+    parser.add_argument("--per-op", action="store_true",
+                        help="also time each operation (nnapi-reference records them), slowest first")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_bench)
 
@@ -55,6 +57,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report["litert"] = litert_stats
         report["ratio_mean"] = nnapi_stats["mean_ms"] / litert_stats["mean_ms"]
         report["ratio_median"] = nnapi_stats["median_ms"] / litert_stats["median_ms"]
+    if args.per_op:
+        from nnapi.tools.profile import format_profile, profile
+
+        try:
+            report["per_operation"] = profile(lambda: session.run(feeds), args.iterations)
+        except RuntimeError as error:
+            raise CliError(str(error)) from None
     if args.json:
         print_json(report)
         return 0
@@ -67,4 +76,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"ratio nnapi / LiteRT: mean {report['ratio_mean']:.2f}x, median {report['ratio_median']:.2f}x")
     elif not args.no_litert:
         print("LiteRT: not installed (pip install 'nnapi[litert]' to compare)")
+    if args.per_op:
+        print(format_profile(report["per_operation"]))
     return 0
