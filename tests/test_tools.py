@@ -451,3 +451,22 @@ def test_trace_option_on_a_command(tmp_path, vector_file, capsys):
     assert main(["placement", vector_file, "--trace", str(trace)]) == 0
     names = [event["name"] for event in json.loads(trace.read_text())["traceEvents"]]
     assert "finish" in names and "prepare" in names
+
+
+def test_per_operation_profile_and_bench_per_op(capsys):
+    pytest.importorskip("tflite")
+    from nnapi.tools.profile import profile
+
+    session = nnapi.Session(os.path.join(MODELS, "hand_recrop.tflite"))
+    feeds = {spec.name: np.zeros(spec.shape, spec.dtype) for spec in session.inputs}
+    rows = profile(lambda: session.run(feeds), iterations=3)
+    imported = nnapi.load_tflite(os.path.join(MODELS, "hand_recrop.tflite"))
+    histogram = imported.operation_histogram()
+    assert sum(row["calls"] for row in rows) == 3 * sum(histogram.values())  # every operation, every run
+    assert {row["operation"] for row in rows} == set(histogram)
+    assert abs(sum(row["share"] for row in rows) - 1.0) < 1e-9
+    assert rows == sorted(rows, key=lambda row: -row["total_us"])
+    assert main(["bench", os.path.join(MODELS, "hand_recrop.tflite"), "--iterations", "2", "--warmup", "0",
+                 "--no-litert", "--per-op"]) == 0
+    printed = capsys.readouterr().out
+    assert "per operation (slowest" in printed and "CONV_2D" in printed

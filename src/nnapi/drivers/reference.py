@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from nnapi import __version__
+from nnapi import __version__, tracing
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode, ResultCode
 from nnapi.errors import NnapiError
 from nnapi.hal import (
@@ -271,9 +271,11 @@ _UNKNOWN = _Unknown()
 class _Step:
     """One operation of a plan: its kernel, operands and, when static, output shapes."""
 
-    __slots__ = ("code", "implementation", "inputs", "outputs", "declared", "dtypes", "shapes", "kernel", "folded")
+    __slots__ = ("code", "implementation", "inputs", "outputs", "declared", "dtypes", "shapes", "kernel", "folded",
+                 "position")
 
-    def __init__(self, subgraph: Subgraph, operation) -> None:
+    def __init__(self, subgraph: Subgraph, operation, position: int) -> None:
+        self.position = position  # the operation's index in its subgraph (traces name it)
         self.code = OperationCode(operation.type)
         self.implementation = get_operation(self.code)
         self.inputs = list(operation.inputs)
@@ -304,7 +306,7 @@ class _SubgraphPlan:
         self.relaxed = relaxed
         self.constants = _decode_constants(model, subgraph) if constants is None else constants
         self.templates = [(o.type, o.scale, o.zero_point, o.channel_quant) for o in subgraph.operands]
-        self.steps = [_Step(subgraph, operation) for operation in subgraph.operations]
+        self.steps = [_Step(subgraph, operation, position) for position, operation in enumerate(subgraph.operations)]
         #: the input shapes the static shapes assume (None where not fully specified), and
         #: which inputs they assume omitted
         if inputs is None:
@@ -429,9 +431,12 @@ class _Run:
         for operand_index, tensor in zip(subgraph.input_indexes, inputs, strict=True):
             values[operand_index] = _make(templates[operand_index], tensor.shape, tensor.value)
         timed = self.deadline_ns is not None
+        traced = tracing.state.enabled  # one event per operation, for profiles and traces
         for step in plan.steps:
             if timed:
                 self.check_deadline()
+            if traced:
+                begin = tracing.now_us()
             try:
                 if static and step.kernel is not None:
                     shapes = step.shapes
@@ -458,6 +463,9 @@ class _Run:
                 operand_index = step.outputs[position]
                 code, scale, zero_point, channel_quant = templates[operand_index]
                 values[operand_index] = Tensor(code, shape, scale, zero_point, channel_quant, result)
+            if traced:
+                tracing.record(step.code.name, "operation", begin, tracing.now_us() - begin,
+                               {"subgraph": number, "position": step.position})
         outputs = []
         for operand_index in subgraph.output_indexes:
             if operand_index not in values:
