@@ -347,6 +347,7 @@ class _SubgraphPlan:
             if implementation is not None and all(i in known for i in step.inputs):
                 context = ExecutionContext(step.code, [known[i] for i in step.inputs], step.declared, self.relaxed)
                 try:
+                    implementation.check_inputs(context)  # refused: the execution reports it
                     shapes = [tuple(int(d) for d in s) for s in implementation.prepare(context)]
                 except Exception:  # noqa: BLE001 - reads a runtime value, or fails: infer at execution
                     shapes = None
@@ -482,6 +483,7 @@ class _Run:
                                    run_subgraph=self.run_reference, check_deadline=self.check_deadline,
                                    loop_timeout_ns=self.loop_timeout_ns)
         if shapes is None:
+            implementation.check_inputs(context)  # the registration flags
             shapes = [tuple(int(d) for d in s) for s in _guarded(step.code, context, implementation.prepare)]
             if len(shapes) != len(step.outputs):
                 raise OperationFailed(f"{step.code.name}: prepare gave {len(shapes)} shapes for "

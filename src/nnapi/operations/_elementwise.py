@@ -71,17 +71,6 @@ def broadcast_output_shape(ctx: ExecutionContext, first: int = 0, second: int = 
     return shape  # type: ignore[return-value]
 
 
-def reject_zero_sized(ctx: ExecutionContext, *indexes: int) -> None:
-    """Fail (OP_FAILED) on a zero-sized input for operations whose specification does not
-    allow one, as Android's runtime does (only operations documented "may be zero-sized"
-    accept them)."""
-    for index in indexes or range(len(ctx.inputs)):
-        tensor = ctx.input(index)
-        if tensor.value is not None and tensor.shape and 0 in tensor.shape:  # shapes only: static
-            ctx.fail(f"input {index} is zero-sized (shape {list(tensor.shape)}), which "
-                     f"{ctx.code.name} does not support")
-
-
 def float_input(tensor: Tensor) -> np.ndarray:
     """A float tensor's values in float32: float16 operands are computed in float32 and
     rounded once at the end, as Android's kernels do."""

@@ -32,7 +32,6 @@ from nnapi.operations._elementwise import (
     float_input,
     map_quant8,
     map_quant8_pair,
-    reject_zero_sized,
     select_by_bits,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
@@ -214,7 +213,6 @@ class PRelu(Operation):
         check_broadcast(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        reject_zero_sized(ctx)
         return [broadcast_output_shape(ctx)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:

@@ -56,7 +56,7 @@ def _floor_divide_int32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(zero, 0, quotient).astype(np.int32)
 
 
-@register(OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
+@register(OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV, zero_sized_inputs=True)
 class BinaryArithmetic(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)

@@ -261,9 +261,26 @@ class Operation:
     """Base of every operation; subclasses implement validate, prepare and execute."""
 
     code: OperationCode
+    #: inputs may have a zero dimension (Android's allowZeroSizedInput); set by ``register``
+    zero_sized_inputs: bool = False
+    #: inputs may be omitted (NO_VALUE; Android's allowOmittedOperand); set by ``register``
+    omitted_operands: bool = False
 
     def __init__(self, code: OperationCode) -> None:
         self.code = code
+
+    def check_inputs(self, ctx: ExecutionContext) -> None:
+        """The registration flags, which the driver enforces before ``prepare``: an omitted
+        input the operation does not accept is BAD_DATA (a missing parameter, as Android's
+        CPU executor reports it), a zero-sized one OP_FAILED."""
+        for index, tensor in enumerate(ctx.inputs):
+            if tensor.value is None:
+                if not self.omitted_operands:
+                    raise BadDataError(f"{self.code.name}: input {index} is omitted, which the operation does "
+                                       "not allow")
+            elif not self.zero_sized_inputs and tensor.shape and 0 in tensor.shape:  # shapes only: static
+                ctx.fail(f"input {index} is zero-sized (shape {list(tensor.shape)}), which {self.code.name} "
+                         "does not support")
 
     @property
     def name(self) -> str:
@@ -293,14 +310,27 @@ class Operation:
 _REGISTRY: dict[OperationCode, Operation] = {}
 
 
-def register(*codes: OperationCode) -> Callable[[type[Operation]], type[Operation]]:
-    """Class decorator: register one instance of the class per operation code."""
+def register(*codes: OperationCode, zero_sized_inputs: bool | Iterable[OperationCode] = False,
+             omitted_operands: bool | Iterable[OperationCode] = False,
+             ) -> Callable[[type[Operation]], type[Operation]]:
+    """Class decorator: register one instance of the class per operation code.
+
+    ``zero_sized_inputs`` / ``omitted_operands`` (True, or the codes among ``codes`` they
+    apply to) are Android's allowZeroSizedInput / allowOmittedOperand: without them the
+    driver refuses an input with a zero dimension (OP_FAILED) or an omitted input
+    (BAD_DATA) before ``prepare`` runs."""
+
+    def applies(flag: bool | Iterable[OperationCode], code: OperationCode) -> bool:
+        return flag if isinstance(flag, bool) else code in set(flag)
 
     def decorate(cls: type[Operation]) -> type[Operation]:
         for code in codes:
             if code in _REGISTRY:
                 raise RuntimeError(f"operation {code.name} registered twice")
-            _REGISTRY[OperationCode(code)] = cls(OperationCode(code))
+            operation = cls(OperationCode(code))
+            operation.zero_sized_inputs = applies(zero_sized_inputs, code)
+            operation.omitted_operands = applies(omitted_operands, code)
+            _REGISTRY[OperationCode(code)] = operation
         return cls
 
     return decorate

@@ -42,7 +42,7 @@ def _result_shape(a: tuple[int, ...], b: tuple[int, ...], adj_a: bool, adj_b: bo
     return (*a[:-2], rows, cols), None
 
 
-@register(OperationCode.BATCH_MATMUL)
+@register(OperationCode.BATCH_MATMUL, omitted_operands=True)
 class BatchMatmul(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(2, 3, 4), outputs=1)

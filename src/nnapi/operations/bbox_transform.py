@@ -26,7 +26,7 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 T = OperandCode
 
 
-@register(OperationCode.AXIS_ALIGNED_BBOX_TRANSFORM)
+@register(OperationCode.AXIS_ALIGNED_BBOX_TRANSFORM, zero_sized_inputs=True)
 class AxisAlignedBboxTransform(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=4, outputs=1)

@@ -20,7 +20,6 @@ from nnapi.operations._elementwise import (
     check_broadcast,
     float_input,
     map_quant8_pair,
-    reject_zero_sized,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import quantize
@@ -47,7 +46,6 @@ class BinaryMath(Operation):
         check_broadcast(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        reject_zero_sized(ctx)
         return [broadcast_output_shape(ctx)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:

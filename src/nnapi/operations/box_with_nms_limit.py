@@ -34,7 +34,7 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 T = OperandCode
 
 
-@register(OperationCode.BOX_WITH_NMS_LIMIT)
+@register(OperationCode.BOX_WITH_NMS_LIMIT, zero_sized_inputs=True)
 class BoxWithNmsLimit(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=9, outputs=4)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._elementwise import check_same_shape_output, reject_zero_sized
+from nnapi.operations._elementwise import check_same_shape_output
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import integer_range
 
@@ -64,7 +64,6 @@ class Cast(Operation):
         check_same_shape_output(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        reject_zero_sized(ctx, 0)
         return [ctx.input(0).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:

@@ -19,7 +19,6 @@ from nnapi.operations._elementwise import (
     QUANT8_TENSORS,
     broadcast_output_shape,
     check_broadcast,
-    reject_zero_sized,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.quant_math import dequantize
@@ -48,7 +47,6 @@ class Comparison(Operation):
         check_broadcast(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        reject_zero_sized(ctx)
         return [broadcast_output_shape(ctx)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:

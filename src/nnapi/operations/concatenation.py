@@ -20,7 +20,7 @@ T = OperandCode
 _MAX_RANK = 4
 
 
-@register(OperationCode.CONCATENATION)
+@register(OperationCode.CONCATENATION, zero_sized_inputs=True)
 class Concatenation(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         if len(ctx.inputs) < 2:

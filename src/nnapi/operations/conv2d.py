@@ -50,7 +50,7 @@ def conv_output_shape(ctx: ExecutionContext, args: SpatialArgs, groups_name: str
     return sp, layout_shape((batches, out_h, out_w, out_channels), sp.nchw)
 
 
-@register(OperationCode.CONV_2D)
+@register(OperationCode.CONV_2D, zero_sized_inputs=True, omitted_operands=True)
 class Conv2D(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.require(len(ctx.outputs) == 1, f"expected 1 output, got {len(ctx.outputs)}")

@@ -48,7 +48,7 @@ def _output_shape(ctx: ExecutionContext):
     return sp, (out_h, out_w), layout_shape((batches, out_h, out_w, out_channels), sp.nchw)
 
 
-@register(OperationCode.DEPTHWISE_CONV_2D)
+@register(OperationCode.DEPTHWISE_CONV_2D, zero_sized_inputs=True, omitted_operands=True)
 class DepthwiseConv2D(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.require(len(ctx.outputs) == 1, f"expected 1 output, got {len(ctx.outputs)}")

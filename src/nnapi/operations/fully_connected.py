@@ -30,7 +30,7 @@ from nnapi.operations.common import apply_activation_float, is_valid_fuse_code
 T = OperandCode
 
 
-@register(OperationCode.FULLY_CONNECTED)
+@register(OperationCode.FULLY_CONNECTED, zero_sized_inputs=True)
 class FullyConnected(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=4, outputs=1)

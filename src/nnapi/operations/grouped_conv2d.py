@@ -20,7 +20,7 @@ from nnapi.operations.conv2d import conv_output_shape
 _ARGS = SpatialArgs(first=3, extras=("groups",), layout_required=True)
 
 
-@register(OperationCode.GROUPED_CONV_2D)
+@register(OperationCode.GROUPED_CONV_2D, omitted_operands=True)
 class GroupedConv2D(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.require(len(ctx.outputs) == 1, f"expected 1 output, got {len(ctx.outputs)}")

@@ -9,7 +9,6 @@ from nnapi.operations._elementwise import (
     broadcast_output_shape,
     check_broadcast,
     check_same_shape_output,
-    reject_zero_sized,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
@@ -28,7 +27,6 @@ class LogicalBinary(Operation):
         check_broadcast(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        reject_zero_sized(ctx)
         return [broadcast_output_shape(ctx)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
@@ -45,7 +43,6 @@ class LogicalNot(Operation):
         check_same_shape_output(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        reject_zero_sized(ctx)
         return [ctx.input(0).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:

@@ -178,7 +178,7 @@ def fingerprint64(keys: np.ndarray) -> np.ndarray:
         return _len_over_64(k)
 
 
-@register(OperationCode.LSH_PROJECTION)
+@register(OperationCode.LSH_PROJECTION, omitted_operands=True)
 class LshProjection(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=4, outputs=1)

@@ -83,7 +83,7 @@ def _clips(ctx: ExecutionContext, cell: int, proj: int) -> tuple[float, float]:
     return float(ctx.scalar(cell)), float(ctx.scalar(proj))
 
 
-@register(OperationCode.LSTM)
+@register(OperationCode.LSTM, omitted_operands=True)
 class Lstm(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(23, 27), outputs=4)
@@ -120,7 +120,7 @@ class Lstm(Operation):
         return [scratch.astype(dtype), h.astype(dtype), c.astype(dtype), outputs[0].astype(dtype)]
 
 
-@register(OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM)
+@register(OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM, omitted_operands=True)
 class UnidirectionalSequenceLstm(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=28, outputs=(1, 3))
@@ -157,7 +157,7 @@ class UnidirectionalSequenceLstm(Operation):
         return results[: len(ctx.outputs)]
 
 
-@register(OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM)
+@register(OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM, omitted_operands=True)
 class BidirectionalSequenceLstm(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=61, outputs=(1, 2, 5, 6))

@@ -41,7 +41,7 @@ def _axis(ctx: ExecutionContext, index: int) -> int:
     return normalized  # type: ignore[return-value]
 
 
-@register(OperationCode.L2_NORMALIZATION)
+@register(OperationCode.L2_NORMALIZATION, omitted_operands=True)
 class L2Normalization(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(1, 2), outputs=1)
@@ -74,7 +74,7 @@ class L2Normalization(Operation):
         return [quantize(result, ctx.output(0))]
 
 
-@register(OperationCode.LOCAL_RESPONSE_NORMALIZATION)
+@register(OperationCode.LOCAL_RESPONSE_NORMALIZATION, omitted_operands=True)
 class LocalResponseNormalization(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(5, 6), outputs=1)

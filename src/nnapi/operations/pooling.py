@@ -48,7 +48,8 @@ def _window_counts(size: int, out_size: int, stride: int, kernel: int, pad_head:
     return np.minimum(start + kernel, size) - np.maximum(start, 0)
 
 
-@register(OperationCode.AVERAGE_POOL_2D, OperationCode.MAX_POOL_2D, OperationCode.L2_POOL_2D)
+@register(OperationCode.AVERAGE_POOL_2D, OperationCode.MAX_POOL_2D, OperationCode.L2_POOL_2D, zero_sized_inputs=True,
+          omitted_operands=True)
 class Pooling2D(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.require(len(ctx.outputs) == 1, f"expected 1 output, got {len(ctx.outputs)}")

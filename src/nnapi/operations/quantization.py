@@ -28,7 +28,7 @@ _DEQUANTIZE_INPUTS = QUANT8_TENSORS + (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYM
 _DEQUANTIZE_MAX_RANK = 4
 
 
-@register(OperationCode.QUANTIZE)
+@register(OperationCode.QUANTIZE, zero_sized_inputs=True)
 class Quantize(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=1, outputs=1)
@@ -50,7 +50,7 @@ class Quantize(Operation):
         return [clamped.astype(ctx.output_dtype(0))]
 
 
-@register(OperationCode.DEQUANTIZE)
+@register(OperationCode.DEQUANTIZE, zero_sized_inputs=True)
 class Dequantize(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=1, outputs=1)

@@ -399,7 +399,7 @@ def _layer_norm(gate: np.ndarray, weights: Tensor, bias: np.ndarray) -> np.ndarr
     return _clamp16(_multiply(scaled, multiplier, shift + 12))
 
 
-@register(OperationCode.QUANTIZED_LSTM)
+@register(OperationCode.QUANTIZED_LSTM, omitted_operands=True)
 class QuantizedLstm(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=32, outputs=3)

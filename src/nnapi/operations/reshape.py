@@ -66,7 +66,7 @@ class Reshape(Operation):
         return lambda values: [values[0].reshape(shape)]
 
 
-@register(OperationCode.SQUEEZE)
+@register(OperationCode.SQUEEZE, omitted_operands=True)
 class Squeeze(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)

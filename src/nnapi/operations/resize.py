@@ -59,7 +59,8 @@ def _bilinear_taps(in_size: int, out_size: int, align_corners: bool, half_pixel:
     return lower, upper, (scaled - lower.astype(np.float32)).astype(np.float32)
 
 
-@register(OperationCode.RESIZE_BILINEAR, OperationCode.RESIZE_NEAREST_NEIGHBOR)
+@register(OperationCode.RESIZE_BILINEAR, OperationCode.RESIZE_NEAREST_NEIGHBOR, zero_sized_inputs=True,
+          omitted_operands=True)
 class Resize(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         low = 3 if self.code == OperationCode.RESIZE_BILINEAR else 4

@@ -118,7 +118,7 @@ class UnidirectionalSequenceRnn(Operation):
         return [from_time_major(outputs, time_major).astype(dtype), h.astype(dtype)][: len(ctx.outputs)]
 
 
-@register(OperationCode.BIDIRECTIONAL_SEQUENCE_RNN)
+@register(OperationCode.BIDIRECTIONAL_SEQUENCE_RNN, omitted_operands=True)
 class BidirectionalSequenceRnn(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=15, outputs=(1, 2, 3, 4))

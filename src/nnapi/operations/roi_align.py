@@ -41,7 +41,7 @@ _WEIGHT_STEP = np.float32(1.0 / 255.0)
 _CHUNK_ELEMENTS = 1 << 22
 
 
-@register(OperationCode.ROI_ALIGN)
+@register(OperationCode.ROI_ALIGN, zero_sized_inputs=True)
 class RoiAlign(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=10, outputs=1)

@@ -14,7 +14,6 @@ from nnapi.operations._elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     check_output_shape,
-    reject_zero_sized,
     select_by_bits,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
@@ -50,7 +49,6 @@ class Select(Operation):
         for index in (0, 2):
             other = ctx.input(index).shape
             ctx.require(other == shape, f"input {index} has shape {list(other)}, input 1 has {list(shape)}")
-        reject_zero_sized(ctx)
         return [shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:

@@ -34,7 +34,7 @@ def _check_vector_lengths(ctx: ValidationContext, indexes: range, what: str) -> 
             ctx.fail(f"input {index} ({what}) must have {rank} elements, got {dims[0]}")
 
 
-@register(OperationCode.SLICE)
+@register(OperationCode.SLICE, zero_sized_inputs=True)
 class Slice(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)

@@ -21,7 +21,8 @@ _LOG_SOFTMAX_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 _OUTPUT_ZERO_POINT = {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128}
 
 
-@register(OperationCode.SOFTMAX, OperationCode.LOG_SOFTMAX)
+@register(OperationCode.SOFTMAX, OperationCode.LOG_SOFTMAX, zero_sized_inputs=[OperationCode.SOFTMAX],
+          omitted_operands=True)
 class Softmax(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         is_log = self.code == OperationCode.LOG_SOFTMAX

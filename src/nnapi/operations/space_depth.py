@@ -67,7 +67,8 @@ def _nhwc_output_shape(ctx: ExecutionContext, code: OperationCode, shape: Shape)
     return batches * bh * bw, padded_h // bh, padded_w // bw, depth
 
 
-@register(_CODE.DEPTH_TO_SPACE, _CODE.SPACE_TO_DEPTH, _CODE.BATCH_TO_SPACE_ND, _CODE.SPACE_TO_BATCH_ND)
+@register(_CODE.DEPTH_TO_SPACE, _CODE.SPACE_TO_DEPTH, _CODE.BATCH_TO_SPACE_ND, _CODE.SPACE_TO_BATCH_ND,
+          omitted_operands=True)
 class SpaceDepthBatch(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         parameters = _PARAMETERS[self.code]

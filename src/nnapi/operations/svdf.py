@@ -24,7 +24,7 @@ from nnapi.operations.common import FLOAT_TENSORS
 T = OperandCode
 
 
-@register(OperationCode.SVDF)
+@register(OperationCode.SVDF, omitted_operands=True)
 class Svdf(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=7, outputs=2)

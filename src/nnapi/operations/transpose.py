@@ -25,7 +25,7 @@ def _permutation(ctx: ExecutionContext) -> tuple[int, ...]:
     return tuple(int(p) for p in perm)
 
 
-@register(OperationCode.TRANSPOSE)
+@register(OperationCode.TRANSPOSE, zero_sized_inputs=True, omitted_operands=True)
 class Transpose(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)

@@ -99,7 +99,7 @@ def _transpose_accumulate(x: np.ndarray, filt: np.ndarray, sp: Spatial, out_hw: 
     return full[:, sp.pad_top: sp.pad_top + out_hw[0], sp.pad_left: sp.pad_left + out_hw[1], :]
 
 
-@register(OperationCode.TRANSPOSE_CONV_2D)
+@register(OperationCode.TRANSPOSE_CONV_2D, zero_sized_inputs=True, omitted_operands=True)
 class TransposeConv2D(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(_IMPLICIT_COUNT, _EXPLICIT_COUNT), outputs=1)

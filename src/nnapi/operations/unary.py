@@ -16,7 +16,6 @@ from nnapi.operations._elementwise import (
     FLOAT_TENSORS,
     check_same_shape_output,
     float_input,
-    reject_zero_sized,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
@@ -58,7 +57,6 @@ class UnaryMath(Operation):
         if self.code in _MAX_RANK:
             ctx.require(len(shape) <= _MAX_RANK[self.code], f"input 0 must have rank at most "
                         f"{_MAX_RANK[self.code]}, got {len(shape)}")
-        reject_zero_sized(ctx, 0)
         return [shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
