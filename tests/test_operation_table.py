@@ -1,0 +1,295 @@
+"""Generic checks over every registered operation, driven by one table of samples (one
+valid signature with values per operation, in the manner of JAX's lax test tables).
+
+The samples come from the CTS vectors (the first single-operation test of each operation,
+NHWC float32 where there is a choice) plus hand-written ones for the operations the
+vectors do not cover. Every sample is checked for:
+
+- wrong signatures (an unknown operand type in, or out, extra inputs) give BAD_DATA at
+  ``add_operation``, while the sample's own signature is accepted;
+- ``prepare`` gives the shapes ``execute`` produces, in the output operands' dtypes;
+- zero-sized and omitted inputs are refused or accepted as the registration flags say;
+- NCHW equals NHWC transposed, for operations with a layout input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nnapi
+from helpers import f32, i32, scalar
+from nnapi import OperandCode as T
+from nnapi import OperandType
+from nnapi import OperationCode as Op
+from nnapi.conformance import _array, _operand_type, load_records
+from nnapi.errors import BadDataError
+from nnapi.operand import dtype_of
+from nnapi.operations import ExecutionContext, OperationFailed, Tensor, get_operation, implemented_operations
+
+DATA = Path(__file__).parent / "data"
+# Control flow needs referenced models; tests/test_control_flow.py covers IF and WHILE.
+NOT_IN_TABLE = {Op.IF, Op.WHILE}
+# Operations with a data layout input: the inputs and outputs that are NHWC / NCHW images.
+LAYOUT = {
+    **{code: ((0,), (0,)) for code in (
+        Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D, Op.AVERAGE_POOL_2D,
+        Op.MAX_POOL_2D, Op.L2_POOL_2D, Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR, Op.DEPTH_TO_SPACE,
+        Op.SPACE_TO_DEPTH, Op.BATCH_TO_SPACE_ND, Op.SPACE_TO_BATCH_ND, Op.ROI_ALIGN, Op.ROI_POOLING,
+        Op.INSTANCE_NORMALIZATION)},
+    Op.GENERATE_PROPOSALS: ((0, 1), ()),
+    Op.HEATMAP_MAX_KEYPOINT: ((0,), ()),
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One valid use of an operation: input types with values (None = omitted) and the
+    output types (as the CTS vector declares them)."""
+
+    code: Op
+    inputs: tuple[tuple[OperandType, np.ndarray | None], ...]
+    outputs: tuple[OperandType, ...]
+    source: str
+
+    def tensors(self) -> list[Tensor]:
+        return [Tensor(t.type, tuple(t.dimensions) if value is None else value.shape, t.scale, t.zero_point,
+                       t.channel_quant, value) for t, value in self.inputs]
+
+    def context(self, inputs: list[Tensor] | None = None, outputs=None) -> ExecutionContext:
+        return ExecutionContext(self.code, inputs if inputs is not None else self.tensors(),
+                                list(outputs if outputs is not None else self.outputs))
+
+
+def _from_record(record: dict) -> Sample:
+    operands = record["main"]["operands"]
+    operation = record["main"]["operations"][0]
+    inputs = []
+    for index in operation["inputs"]:
+        operand = operands[index]
+        op_type = _operand_type(operand)
+        empty = operand["lifetime"] == "NO_VALUE" or (op_type.is_tensor and not operand["data"])
+        value = None if empty else _array(operand["data"], op_type.type).reshape(op_type.dimensions)
+        inputs.append((op_type, value))
+    outputs = tuple(_operand_type(operands[i]) for i in operation["outputs"])
+    return Sample(Op[operation["type"]], tuple(inputs), outputs, record["test"])
+
+
+def _preference(record: dict) -> tuple:
+    """Lower is better: NHWC float32 non-relaxed single answers first."""
+    name = record["test"]
+    input_type = record["main"]["operands"][record["main"]["operations"][0]["inputs"][0]]["type"]
+    layout_op = Op[record["main"]["operations"][0]["type"]] in LAYOUT
+    return (layout_op and "nhwc" not in name, "nchw" in name, record.get("isRelaxed", False),
+            input_type != "TENSOR_FLOAT32", "dynamic" in name or "zero_sized" in name, len(name))
+
+
+def _cts_samples() -> dict[Op, Sample]:
+    chosen: dict[str, dict] = {}
+    for path in sorted(DATA.glob("*.jsonl.gz")):
+        for record in load_records(path):
+            main = record["main"]
+            if len(main["operations"]) != 1 or record["referenced"] or record["expectFailure"]:
+                continue
+            if any(0 in o["dimensions"] for o in main["operands"] if o["lifetime"] == "SUBGRAPH_OUTPUT"):
+                continue
+            name = main["operations"][0]["type"]
+            if name not in chosen or _preference(record) < _preference(chosen[name]):
+                chosen[name] = record
+    return {Op[name]: _from_record(record) for name, record in chosen.items()}
+
+
+def _q16(dims, scale):
+    return OperandType(T.TENSOR_QUANT16_SYMM, dims, scale)
+
+
+def _hand_samples() -> dict[Op, Sample]:
+    """Operations of feature level 4 and later, which the vectors do not reach."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-2, 2, (2, 3, 4)).astype(np.float32)
+
+    def sample(code, inputs, outputs):
+        return Sample(code, tuple(inputs), tuple(outputs), "hand")
+
+    import test_ops_quantized_lstm_cts as qlstm
+
+    lstm_inputs, lstm_outputs, lstm_feeds = qlstm._operands(False, 3, True)
+    return {
+        Op.ELU: sample(Op.ELU, [(f32(x.shape), x), scalar(T.FLOAT32, np.float32(0.5))], [f32(x.shape)]),
+        Op.HARD_SWISH: sample(Op.HARD_SWISH, [(f32(x.shape), x)], [f32(x.shape)]),
+        Op.FILL: sample(Op.FILL, [(i32((2,)), np.array([2, 3], np.int32)), scalar(T.FLOAT32, np.float32(1.5))],
+                        [f32((2, 3))]),
+        Op.RANK: sample(Op.RANK, [(f32(x.shape), x)], [OperandType(T.INT32)]),
+        Op.BATCH_MATMUL: sample(Op.BATCH_MATMUL, [(f32((2, 3, 4)), x), (f32((2, 4, 5)),
+                                                   rng.uniform(-1, 1, (2, 4, 5)).astype(np.float32)),
+                                                  scalar(T.BOOL, np.bool_(False)), scalar(T.BOOL, np.bool_(False))],
+                                [f32((2, 3, 5))]),
+        Op.PACK: sample(Op.PACK, [scalar(T.INT32, np.int32(1)), (f32(x.shape), x), (f32(x.shape), -x)],
+                        [f32((2, 2, 3, 4))]),
+        Op.MIRROR_PAD: sample(Op.MIRROR_PAD, [(f32(x.shape), x), (i32((3, 2)), np.array([[1, 1], [0, 2], [1, 0]],
+                                                                                          np.int32)),
+                                              scalar(T.INT32, np.int32(0))], [f32((4, 5, 5))]),
+        Op.REVERSE: sample(Op.REVERSE, [(f32(x.shape), x), (i32((1,)), np.array([1], np.int32))], [f32(x.shape)]),
+        Op.QUANTIZED_LSTM: Sample(Op.QUANTIZED_LSTM, tuple(
+            (t, None if isinstance(v, str) else np.asarray(v, dtype=t.dtype).reshape(t.dimensions))
+            for t, v in lstm_inputs), tuple(lstm_outputs), "qlstm_projection (CTS)"),
+    }
+
+
+SAMPLES = {**_cts_samples(), **_hand_samples()}
+CODES = sorted(SAMPLES, key=lambda code: code.name)
+
+
+def _ids(codes):
+    return [code.name for code in codes]
+
+
+def test_table_covers_every_registered_operation():
+    missing = set(implemented_operations()) - set(SAMPLES) - NOT_IN_TABLE
+    assert not missing, f"no sample for {sorted(c.name for c in missing)}"
+    assert set(LAYOUT) <= set(SAMPLES)
+
+
+# --- signatures at add_operation ----------------------------------------------------------
+
+
+def _add(sample: Sample, inputs, outputs) -> None:
+    model = nnapi.Model()
+    input_indexes = []
+    for op_type in inputs:
+        index = model.add_operand(op_type.with_channel_quant(None))
+        if op_type.channel_quant is not None:
+            model.set_operand_symm_per_channel_quant_params(index, op_type.channel_quant)
+        input_indexes.append(index)
+    output_indexes = [model.add_operand(t.with_channel_quant(None)) for t in outputs]
+    for position, t in enumerate(outputs):
+        if t.channel_quant is not None:
+            model.set_operand_symm_per_channel_quant_params(output_indexes[position], t.channel_quant)
+    model.add_operation(sample.code, input_indexes, output_indexes)
+
+
+@pytest.mark.parametrize("code", CODES, ids=_ids(CODES))
+def test_wrong_signatures_are_bad_data_at_add_operation(code):
+    sample = SAMPLES[code]
+    types = [t for t, _ in sample.inputs]
+    outputs = list(sample.outputs)
+    _add(sample, types, outputs)  # the sample itself is accepted
+    alien = OperandType(T.UINT32)  # a type no operation takes or gives
+    for wrong_inputs, wrong_outputs, what in (
+            ([alien, *types[1:]], outputs, "input 0 of an unknown type"),
+            (types, [alien, *outputs[1:]], "output 0 of an unknown type"),
+            ([alien, *types[1:]], [alien, *outputs[1:]], "input 0 and output 0 of an unknown type"),
+            ([*types, alien, alien, alien], outputs, "three extra inputs")):
+        with pytest.raises(BadDataError):
+            _add(sample, wrong_inputs, wrong_outputs)
+            pytest.fail(f"{code.name}: {what} passed add_operation")
+
+
+# --- prepare / execute contract -----------------------------------------------------------
+
+
+def _run(sample: Sample, ctx: ExecutionContext) -> list[np.ndarray]:
+    operation = get_operation(sample.code)
+    operation.check_inputs(ctx)
+    shapes = [tuple(s) for s in operation.prepare(ctx)]
+    results = operation.execute(ctx)
+    assert len(shapes) == len(results) == len(sample.outputs)
+    for position, (shape, result, declared) in enumerate(zip(shapes, results, ctx.outputs, strict=True)):
+        result = np.asarray(result)
+        assert result.shape == shape, f"output {position}: prepare said {shape}, execute gave {result.shape}"
+        assert result.dtype == dtype_of(declared.type), f"output {position} is {result.dtype}"
+    return [np.asarray(r) for r in results]
+
+
+@pytest.mark.parametrize("code", CODES, ids=_ids(CODES))
+def test_prepare_shapes_equal_execute_shapes_in_the_declared_dtypes(code):
+    sample = SAMPLES[code]
+    results = _run(sample, sample.context())
+    for result, declared in zip(results, sample.outputs, strict=True):
+        if declared.dimensions and 0 not in declared.dimensions:
+            assert list(result.shape) == list(declared.dimensions)
+
+
+# --- registration flags -------------------------------------------------------------------
+
+
+def _zero_batch(sample: Sample) -> list[Tensor] | None:
+    tensors = sample.tensors()
+    first = tensors[0]
+    if first.value is None or first.rank == 0:
+        return None
+    empty = np.zeros((0, *first.shape[1:]), dtype=first.value.dtype)
+    tensors[0] = replace(first, shape=empty.shape, value=empty)
+    return tensors
+
+
+@pytest.mark.parametrize("code", CODES, ids=_ids(CODES))
+def test_zero_sized_inputs_follow_the_registration_flag(code):
+    sample = SAMPLES[code]
+    tensors = _zero_batch(sample)
+    if tensors is None:
+        pytest.skip("input 0 is not a tensor")
+    operation = get_operation(code)
+    unknown = [replace(t, dimensions=(0,) * len(t.dimensions)) if t.dimensions else t for t in sample.outputs]
+    ctx = sample.context(tensors, unknown)
+    if not operation.zero_sized_inputs:
+        with pytest.raises(OperationFailed, match="zero-sized"):
+            operation.check_inputs(ctx)
+        return
+    operation.check_inputs(ctx)
+    try:
+        shapes = [tuple(s) for s in operation.prepare(ctx)]
+    except OperationFailed:
+        return  # a zero batch may not fit the other inputs; refusing it is allowed
+    results = operation.execute(ctx)
+    assert [np.asarray(r).shape for r in results] == shapes
+
+
+@pytest.mark.parametrize("code", CODES, ids=_ids(CODES))
+def test_omitted_inputs_follow_the_registration_flag(code):
+    sample = SAMPLES[code]
+    operation = get_operation(code)
+    tensors = sample.tensors()
+    tensors[0] = replace(tensors[0], value=None)
+    if operation.omitted_operands:
+        operation.check_inputs(sample.context(tensors))  # refusing is the kernel's business
+    else:
+        with pytest.raises(BadDataError, match="omitted"):
+            operation.check_inputs(sample.context(tensors))
+
+
+# --- layouts -------------------------------------------------------------------------------
+
+
+def _to_nchw(shape):
+    return (shape[0], shape[3], shape[1], shape[2])
+
+
+@pytest.mark.parametrize("code", sorted(LAYOUT, key=lambda c: c.name), ids=_ids(sorted(LAYOUT, key=lambda c: c.name)))
+def test_nchw_equals_nhwc_transposed(code):
+    sample = SAMPLES[code]
+    layout = next((i for i, (t, _) in enumerate(sample.inputs) if t.type == T.BOOL), None)
+    assert layout is not None, f"the {code.name} sample ({sample.source}) has no layout input"
+    assert not bool(sample.inputs[layout][1]), f"the {code.name} sample is not NHWC"
+    image_inputs, image_outputs = LAYOUT[code]
+    nhwc = _run(sample, sample.context())
+    inputs = list(sample.inputs)
+    for index in image_inputs:
+        t, value = inputs[index]
+        inputs[index] = (replace(t, dimensions=_to_nchw(t.dimensions)), np.transpose(value, (0, 3, 1, 2)))
+    if code == Op.TRANSPOSE_CONV_2D and len(inputs) == 9:
+        # with implicit padding input 3 is the output shape, given in the layout's order
+        t, value = inputs[3]
+        inputs[3] = (t, value[[0, 3, 1, 2]])
+    inputs[layout] = (inputs[layout][0], np.bool_(True))
+    outputs = [replace(t, dimensions=_to_nchw(t.dimensions)) if i in image_outputs else t
+               for i, t in enumerate(sample.outputs)]
+    nchw_sample = replace(sample, inputs=tuple(inputs), outputs=tuple(outputs))
+    nchw = _run(nchw_sample, nchw_sample.context())
+    for position, (a, b) in enumerate(zip(nhwc, nchw, strict=True)):
+        if position in image_outputs:
+            b = np.transpose(b, (0, 2, 3, 1))
+        np.testing.assert_array_equal(a, b, err_msg=f"{code.name} output {position}")
