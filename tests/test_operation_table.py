@@ -293,3 +293,19 @@ def test_nchw_equals_nhwc_transposed(code):
         if position in image_outputs:
             b = np.transpose(b, (0, 2, 3, 1))
         np.testing.assert_array_equal(a, b, err_msg=f"{code.name} output {position}")
+
+
+def test_docs_table_lists_every_operation_with_its_module_and_flags():
+    docs = (Path(__file__).parents[1] / "docs" / "operations.md").read_text()
+    rows = {}
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in Op.__members__:
+            rows[Op[cells[0]]] = (cells[1].strip("`"), cells[2])
+    for code in implemented_operations():
+        operation = get_operation(code)
+        flags = ", ".join(name for name, on in (("zero-sized", operation.zero_sized_inputs),
+                                                 ("omitted", operation.omitted_operands)) if on)
+        module = type(operation).__module__.rsplit(".", 1)[1] + ".py"
+        assert rows.get(code) == (module, flags), f"docs/operations.md row for {code.name}"
+    assert set(rows) == set(implemented_operations())

@@ -6,8 +6,7 @@ NnapiError (one subclass per result code). On top of it: ``load_tflite`` / ``loa
 import model files, and ``Session`` runs one by tensor name in one call.
 """
 
-__version__ = "0.1.0"
-
+from nnapi._version import __version__  # noqa: F401
 from nnapi.burst import Burst  # noqa: E402
 from nnapi.codes import (  # noqa: E402
     BYTE_SIZE_OF_CACHE_TOKEN,

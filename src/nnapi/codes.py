@@ -12,6 +12,10 @@ from enum import IntEnum
 MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES = 128
 #: ANEURALNETWORKS_BYTE_SIZE_OF_CACHE_TOKEN
 BYTE_SIZE_OF_CACHE_TOKEN = 32
+#: Android's WHILE loop timeouts (ANeuralNetworks_getDefaultLoopTimeout and
+#: ANeuralNetworks_getMaximumLoopTimeout), in nanoseconds
+DEFAULT_LOOP_TIMEOUT_NS = 2_000_000_000
+MAXIMUM_LOOP_TIMEOUT_NS = 15_000_000_000
 
 
 class DeviceTypeCode(IntEnum):

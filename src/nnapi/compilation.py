@@ -14,8 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnapi import __version__, tracing, vlog
+from nnapi import tracing, vlog
 from nnapi._object import NnapiObject
+from nnapi._version import __version__
 from nnapi.codes import BYTE_SIZE_OF_CACHE_TOKEN, PreferenceCode, PriorityCode
 from nnapi.device import Device, get_devices, wrap
 from nnapi.errors import BadDataError, BadStateError, UnexpectedNullError, error_for

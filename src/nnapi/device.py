@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from nnapi.codes import DeviceTypeCode, FeatureLevelCode
+from nnapi.codes import DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, DeviceTypeCode, FeatureLevelCode
 from nnapi.errors import NotConstructibleError, UnexpectedNullError
 from nnapi.hal import Capabilities, IDevice
 from nnapi.runtime import manager
-
-#: Android's defaults for WHILE loops (ANeuralNetworks_getDefaultLoopTimeout and
-#: ANeuralNetworks_getMaximumLoopTimeout), in nanoseconds.
-DEFAULT_LOOP_TIMEOUT_NS = 2_000_000_000
-MAXIMUM_LOOP_TIMEOUT_NS = 15_000_000_000
 
 
 class Device:

@@ -62,13 +62,6 @@ def dtype_of(code: OperandCode) -> np.dtype:
         raise BadDataError(f"operand type {code.name} has no element data type") from None
 
 
-def type_name(code: int) -> str:
-    try:
-        return OperandCode(code).name
-    except ValueError:
-        return f"<unknown operand type {code}>"
-
-
 @dataclass(frozen=True)
 class SymmPerChannelQuantParams:
     """ANeuralNetworksSymmPerChannelQuantParams: one scale per slice along ``channel_dim``."""

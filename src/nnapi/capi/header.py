@@ -40,7 +40,7 @@ def constants() -> dict[str, int]:
 
 def types_header() -> str:
     """The text of android/NeuralNetworksTypes.h."""
-    from nnapi import __version__
+    from nnapi._version import __version__
 
     lines = [_PREAMBLE.format(version=__version__),
              "#ifndef ANDROID_PACKAGES_MODULES_NEURALNETWORKS_RUNTIME_NEURAL_NETWORKS_TYPES_H",
@@ -65,7 +65,7 @@ def types_header() -> str:
 
 def api_header() -> str:
     """The text of android/NeuralNetworks.h: every function of feature level 8."""
-    from nnapi import __version__
+    from nnapi._version import __version__
 
     lines = [_PREAMBLE.format(version=__version__),
              "#ifndef ANDROID_PACKAGES_MODULES_NEURALNETWORKS_RUNTIME_NEURAL_NETWORKS_H",

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from nnapi import __version__
+from nnapi._version import __version__
 from nnapi.hal.serialize import model_from_plain, model_to_plain
 from nnapi.hal.types import ErrorStatus, HalError, Model, pool_view
 

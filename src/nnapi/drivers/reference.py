@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from nnapi import __version__, tracing
+from nnapi import tracing
+from nnapi._version import __version__
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode, ResultCode
 from nnapi.errors import NnapiError
 from nnapi.hal import (

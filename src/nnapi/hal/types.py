@@ -21,7 +21,6 @@ class OperandLifeTime(IntEnum):
     CONSTANT_REFERENCE = 4
     NO_VALUE = 5
     SUBGRAPH = 6
-    POINTER = 7
 
 
 class ErrorStatus(IntEnum):
@@ -64,13 +63,6 @@ class Priority(IntEnum):
     LOW = 0
     MEDIUM = 1
     HIGH = 2
-
-
-class DeviceStatus(IntEnum):
-    AVAILABLE = 0
-    BUSY = 1
-    OFFLINE = 2
-    UNKNOWN = 3
 
 
 @dataclass

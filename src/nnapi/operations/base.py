@@ -171,13 +171,6 @@ class ValidationContext:
         if rank > max_rank:
             self.fail(f"input {index} must have rank at most {max_rank}, got {rank}")
 
-    def check_same_type(self, first: tuple[str, int], second: tuple[str, int]) -> None:
-        """Two operands ('input'/'output', index) share a type (and quantization)."""
-        a, b = self._get(first), self._get(second)
-        if a.type != b.type:
-            self.fail(f"{first[0]} {first[1]} and {second[0]} {second[1]} must have the same type, "
-                      f"got {a.type.name} and {b.type.name}")
-
     def check_same_quantization(self, first: tuple[str, int], second: tuple[str, int]) -> None:
         a, b = self._get(first), self._get(second)
         if (a.scale, a.zero_point) != (b.scale, b.zero_point):

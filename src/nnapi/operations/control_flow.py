@@ -21,14 +21,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import DEFAULT_LOOP_TIMEOUT_NS, OperandCode, OperationCode
 from nnapi.errors import MissedDeadlineTransientError
 from nnapi.operand import OperandType
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
 
 T = OperandCode
 #: ANeuralNetworks_getDefaultLoopTimeout, used when the driver passes no loop timeout
-_DEFAULT_LOOP_TIMEOUT_NS = 2_000_000_000
 
 
 def _compatible(a: OperandType, b: OperandType) -> str | None:
@@ -146,7 +145,7 @@ class While(Operation):
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         condition_model, body_model = ctx.value(0), ctx.value(1)
         values = list(ctx.inputs[2:])
-        timeout_ns = ctx.loop_timeout_ns if ctx.loop_timeout_ns is not None else _DEFAULT_LOOP_TIMEOUT_NS
+        timeout_ns = ctx.loop_timeout_ns if ctx.loop_timeout_ns is not None else DEFAULT_LOOP_TIMEOUT_NS
         start = time.monotonic_ns()
         iterations = 0
         while True:
