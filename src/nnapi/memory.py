@@ -30,6 +30,19 @@ PROT_READ = mmap.PROT_READ
 PROT_WRITE = mmap.PROT_WRITE
 
 
+class MemorySource(NnapiObject):
+    """What ``Memory.from_desc`` accepts: ``nnapi.memory_desc.MemoryDesc`` derives from it,
+    so this module does not import the descriptor (which imports the compilation, which
+    imports the model, which imports this module)."""
+
+    def _allocate(self, memory_class: type[Memory]) -> Memory:
+        raise NotImplementedError
+
+    def _copy_device_memory(self, src: Memory, dst: Memory) -> None:
+        """Memory.copy when ``src`` or ``dst`` came from this kind of descriptor."""
+        raise NotImplementedError
+
+
 class Memory(NnapiObject):
     """ANeuralNetworksMemory. ``buffer`` is a memoryview of the mapped bytes.
 
@@ -123,11 +136,9 @@ class Memory(NnapiObject):
     def from_desc(cls, desc) -> Memory:
         """ANeuralNetworksMemory_createFromDesc: a driver-managed memory for the roles of
         a finished MemoryDesc."""
-        from nnapi.memory_desc import MemoryDesc
-
         if desc is None:
             raise UnexpectedNullError("Memory.from_desc: desc is None")
-        if not isinstance(desc, MemoryDesc):
+        if not isinstance(desc, MemorySource):
             raise BadDataError("Memory.from_desc: desc must be a MemoryDesc")
         return desc._allocate(cls)
 
@@ -214,9 +225,7 @@ class Memory(NnapiObject):
         src._check_alive("Memory.copy")
         dst._check_alive("Memory.copy")
         if src.is_from_desc or dst.is_from_desc:
-            from nnapi.memory_desc import copy_device_memory
-
-            copy_device_memory(src, dst)
+            (src if src.is_from_desc else dst)._desc._copy_device_memory(src, dst)
             return
         if src.size != dst.size:
             raise BadDataError(f"Memory.copy: sizes differ ({src.size} and {dst.size})")

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnapi._object import NnapiObject
 from nnapi.errors import BadDataError, BadStateError, OpFailedError, OutOfMemoryError, UnexpectedNullError
+from nnapi.memory import MemorySource
 from nnapi.operand import OperandType
 from nnapi.operations.base import MAX_OPERAND_BYTES
 
@@ -34,7 +34,7 @@ def _combine(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     return tuple(x or y for x, y in zip(a, b, strict=True))
 
 
-class MemoryDesc(NnapiObject):
+class MemoryDesc(MemorySource):
     """ANeuralNetworksMemoryDesc (ANeuralNetworksMemoryDesc_create)."""
 
     def __init__(self) -> None:
@@ -121,6 +121,9 @@ class MemoryDesc(NnapiObject):
         self._finished = True
 
     # --- used by Memory and Execution ----------------------------------------------
+    def _copy_device_memory(self, src, dst) -> None:
+        copy_device_memory(src, dst)
+
     def _allocate(self, memory_class):
         self._check_alive("Memory.from_desc")
         if not self._finished:

@@ -8,7 +8,6 @@ graph as a whole (every operand written exactly once, no cycle) and freezes it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,44 +25,14 @@ from nnapi.operand import (
 )
 from nnapi.operations import ValidationContext, get_operation
 from nnapi.operations.base import SubgraphSignature
-
-
-@dataclass
-class _Operation:
-    code: OperationCode
-    inputs: list[int]
-    outputs: list[int]
-
-
-class _NoValue:
-    """An optional operand explicitly omitted (set_operand_value(index, None))."""
-
-
-@dataclass
-class _CopiedValue:
-    data: bytes
-
-
-@dataclass
-class _ReferencedValue:
-    """A large value the NDK keeps by reference: the caller's buffer, not a copy."""
-
-    view: memoryview
-
-
-@dataclass
-class _MemoryValue:
-    memory: Memory
-    offset: int
-    length: int
-
-
-@dataclass
-class _ModelValue:
-    model: Model
-
-
-NO_VALUE = _NoValue()
+from nnapi.runtime.operand_values import (
+    NO_VALUE,
+    CopiedValue,
+    MemoryValue,
+    ModelValue,
+    OperationRecord,
+    ReferencedValue,
+)
 
 
 def as_bytes_view(value: Any, op_type: OperandType | None = None) -> memoryview:
@@ -123,7 +92,7 @@ class Model(NnapiObject):
         """ANeuralNetworksModel_create."""
         self._operands: list[OperandType] = []
         self._values: dict[int, Any] = {}
-        self._operations: list[_Operation] = []
+        self._operations: list[OperationRecord] = []
         self._writers: dict[int, int] = {}  # operand index -> operation that writes it
         self._inputs: list[int] = []
         self._outputs: list[int] = []
@@ -213,9 +182,9 @@ class Model(NnapiObject):
             raise BadDataError(f"{call}: operand {index}: {error}") from None
         self._check_value_length(call, index, view.nbytes)
         if view.nbytes <= MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES:
-            self._values[index] = _CopiedValue(view.tobytes())
+            self._values[index] = CopiedValue(view.tobytes())
         else:
-            self._values[index] = _ReferencedValue(view)
+            self._values[index] = ReferencedValue(view)
 
     def set_operand_value_from_memory(self, index: int, memory: Memory, offset: int, length: int) -> None:
         """ANeuralNetworksModel_setOperandValueFromMemory: the value is ``length`` bytes of
@@ -238,7 +207,7 @@ class Model(NnapiObject):
         if offset + length > memory.size:
             raise BadDataError(f"{call}: offset {offset} + length {length} exceeds the memory's {memory.size} bytes")
         self._check_value_length(call, index, length)
-        self._values[index] = _MemoryValue(memory, offset, length)
+        self._values[index] = MemoryValue(memory, offset, length)
 
     def set_operand_value_from_model(self, index: int, value: Model) -> None:
         """ANeuralNetworksModel_setOperandValueFromModel: a MODEL operand referring to a
@@ -258,7 +227,7 @@ class Model(NnapiObject):
             raise BadDataError(f"{call}: the referenced model must be finished")
         if value is self:
             raise BadDataError(f"{call}: a model cannot reference itself")
-        self._values[index] = _ModelValue(value)
+        self._values[index] = ModelValue(value)
 
     def set_operand_symm_per_channel_quant_params(self, index: int, params: SymmPerChannelQuantParams) -> None:
         """ANeuralNetworksModel_setOperandSymmPerChannelQuantParams."""
@@ -314,7 +283,7 @@ class Model(NnapiObject):
         self._validate_operation(code, input_list, output_list)
         for index in output_list:
             self._writers[index] = len(self._operations)
-        self._operations.append(_Operation(code, input_list, output_list))
+        self._operations.append(OperationRecord(code, input_list, output_list))
 
     def _validate_operation(self, code: OperationCode, inputs: list[int], outputs: list[int]) -> None:
         implementation = get_operation(code)
@@ -330,7 +299,7 @@ class Model(NnapiObject):
 
     def _referenced_signature(self, index: int) -> SubgraphSignature | None:
         value = self._values.get(index)
-        if not isinstance(value, _ModelValue):
+        if not isinstance(value, ModelValue):
             return None
         model = value.model
         return SubgraphSignature(tuple(model._operands[i] for i in model._inputs),
@@ -388,7 +357,7 @@ class Model(NnapiObject):
             if not defined:
                 raise BadDataError(f"{call}: operand {index} is never written (not an input, a constant "
                                    "or an operation output)")
-            if op_type.type == OperandCode.MODEL and not isinstance(self._values.get(index), _ModelValue):
+            if op_type.type == OperandCode.MODEL and not isinstance(self._values.get(index), ModelValue):
                 raise BadDataError(f"{call}: MODEL operand {index} needs set_operand_value_from_model")
         # Re-check every signature: per-channel parameters may have been set since.
         for operation in self._operations:

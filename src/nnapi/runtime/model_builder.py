@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from nnapi import hal
 from nnapi.hal.types import DataLocation, OperandLifeTime
+from nnapi.runtime.operand_values import CopiedValue, MemoryValue, ModelValue, NoValue, ReferencedValue
 
 if TYPE_CHECKING:
     from nnapi.model import Model
@@ -33,8 +34,6 @@ class _Builder:
         return self._referenced_ids[id(model)]
 
     def subgraph(self, model: Model) -> tuple[hal.Subgraph, list[int]]:
-        from nnapi.model import _CopiedValue, _MemoryValue, _ModelValue, _NoValue, _ReferencedValue
-
         inputs, outputs = set(model._inputs), set(model._outputs)
         consumers = [0] * len(model._operands)
         for operation in model._operations:
@@ -48,22 +47,22 @@ class _Builder:
                 lifetime = OperandLifeTime.SUBGRAPH_INPUT
             elif index in outputs:
                 lifetime = OperandLifeTime.SUBGRAPH_OUTPUT
-            elif isinstance(value, _NoValue):
+            elif isinstance(value, NoValue):
                 lifetime = OperandLifeTime.NO_VALUE
-            elif isinstance(value, _CopiedValue):
+            elif isinstance(value, CopiedValue):
                 lifetime = OperandLifeTime.CONSTANT_COPY
                 # Keep every value aligned for the element types that need it.
                 self.blob.extend(b"\0" * (-len(self.blob) % 8))
                 location = DataLocation(0, len(self.blob), len(value.data))
                 self.blob.extend(value.data)
-            elif isinstance(value, _ReferencedValue):
+            elif isinstance(value, ReferencedValue):
                 lifetime = OperandLifeTime.CONSTANT_REFERENCE
                 location = DataLocation(self.pool_index(value.view, value.view), 0, value.view.nbytes)
-            elif isinstance(value, _MemoryValue):
+            elif isinstance(value, MemoryValue):
                 lifetime = OperandLifeTime.CONSTANT_REFERENCE
                 location = DataLocation(self.pool_index(value.memory, value.memory._pool()), value.offset,
                                         value.length)
-            elif isinstance(value, _ModelValue):
+            elif isinstance(value, ModelValue):
                 lifetime = OperandLifeTime.SUBGRAPH
                 location = DataLocation(0, self.referenced_index(value.model), 0)
             else:
