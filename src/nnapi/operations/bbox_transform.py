@@ -23,6 +23,13 @@ from nnapi.operations._detection_common import (
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
+# Input and output positions, as Android names them (kInputTensor, ...).
+ROI_TENSOR = 0
+DELTA_TENSOR = 1
+BATCHES_TENSOR = 2
+IMAGE_INFO_TENSOR = 3
+OUTPUT_TENSOR = 0
+
 T = OperandCode
 
 
@@ -30,12 +37,12 @@ T = OperandCode
 class AxisAlignedBboxTransform(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=4, outputs=1)
-        box_type = ctx.input_type(0)
+        box_type = ctx.input_type(ROI_TENSOR)
         if box_type in FLOAT_TENSORS:
             inputs = [box_type, box_type, T.TENSOR_INT32, box_type]
         elif box_type == T.TENSOR_QUANT16_ASYMM:
-            ctx.check_input_type(1, QUANT8_TENSORS)
-            inputs = [box_type, ctx.input_type(1), T.TENSOR_INT32, T.TENSOR_QUANT16_ASYMM]
+            ctx.check_input_type(DELTA_TENSOR, QUANT8_TENSORS)
+            inputs = [box_type, ctx.input_type(DELTA_TENSOR), T.TENSOR_INT32, T.TENSOR_QUANT16_ASYMM]
         else:
             ctx.fail(f"input 0 must be TENSOR_FLOAT32, TENSOR_FLOAT16 or TENSOR_QUANT16_ASYMM, got {box_type.name}")
         check_signature(ctx, inputs, [box_type], input_ranks={0: 2, 1: 2, 2: 1, 3: 2}, output_ranks={0: 2})
@@ -56,16 +63,16 @@ class AxisAlignedBboxTransform(Operation):
         return [(num_rois, deltas.shape[1])]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        boxes = to_float32(ctx.input(0))
-        num_rois, columns = ctx.input(1).shape
-        deltas = to_float32(ctx.input(1)).reshape(num_rois, columns // 4, 4)
-        batch_ids = np.asarray(ctx.value(2)).astype(np.int64)
-        image = to_float32(ctx.input(3))
+        boxes = to_float32(ctx.input(ROI_TENSOR))
+        num_rois, columns = ctx.input(DELTA_TENSOR).shape
+        deltas = to_float32(ctx.input(DELTA_TENSOR)).reshape(num_rois, columns // 4, 4)
+        batch_ids = np.asarray(ctx.value(BATCHES_TENSOR)).astype(np.int64)
+        image = to_float32(ctx.input(IMAGE_INFO_TENSOR))
         if num_rois == 0:
-            return [np.zeros((0, columns), dtype=ctx.output_dtype(0))]
+            return [np.zeros((0, columns), dtype=ctx.output_dtype(OUTPUT_TENSOR))]
         ctx.require(bool(np.all((batch_ids >= 0) & (batch_ids < image.shape[0]))), "batch index out of range")
         ctx.require(bool(np.all((boxes[:, 0] <= boxes[:, 2]) & (boxes[:, 1] <= boxes[:, 3]))),
                     "every box needs x1 <= x2 and y1 <= y2")
         sizes = image[batch_ids]
         out = transform_boxes(boxes, deltas, sizes[:, 0:1], sizes[:, 1:2])
-        return [from_float32(out.reshape(num_rois, columns), ctx.output(0))]
+        return [from_float32(out.reshape(num_rois, columns), ctx.output(OUTPUT_TENSOR))]

@@ -31,6 +31,21 @@ from nnapi.operations._detection_common import (
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
+# Input and output positions, as Android names them (kInputTensor, ...).
+SCORE_TENSOR = 0
+ROI_TENSOR = 1
+BATCHES_TENSOR = 2
+SCORE_THRESHOLD_SCALAR = 3
+MAX_NUM_DETECTION_SCALAR = 4
+NMS_KERNEL_SCALAR = 5
+IOU_THRESHOLD_SCALAR = 6
+SIGMA_SCALAR = 7
+NMS_SCORE_THRESHOLD_SCALAR = 8
+OUTPUT_SCORE_TENSOR = 0
+OUTPUT_ROI_TENSOR = 1
+OUTPUT_CLASS_TENSOR = 2
+OUTPUT_BATCHES_TENSOR = 3
+
 T = OperandCode
 
 
@@ -38,7 +53,7 @@ T = OperandCode
 class BoxWithNmsLimit(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=9, outputs=4)
-        score_type = ctx.input_type(0)
+        score_type = ctx.input_type(SCORE_TENSOR)
         if score_type in FLOAT_TENSORS:
             box_type = score_type
         elif score_type in QUANT8_TENSORS:
@@ -55,14 +70,14 @@ class BoxWithNmsLimit(Operation):
             ctx.check_same_quantization(("input", 0), ("output", 0))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        scores, boxes, batches = ctx.input(0), ctx.input(1), ctx.input(2)
+        scores, boxes, batches = ctx.input(SCORE_TENSOR), ctx.input(ROI_TENSOR), ctx.input(BATCHES_TENSOR)
         ctx.require(scores.rank == 2 and boxes.rank == 2 and batches.rank == 1, "inputs must have ranks 2, 2, 1")
         num_rois, num_classes = scores.shape
         ctx.require(num_classes > 1, "num_classes must be greater than 1 (class 0 is the background)")
         ctx.require(boxes.shape == (num_rois, num_classes * 4),
                     f"boxes must be [{num_rois}, {num_classes * 4}], got {list(boxes.shape)}")
         ctx.require(batches.shape == (num_rois,), f"batch indexes must be [{num_rois}], got {list(batches.shape)}")
-        kernel = ctx.scalar(5)
+        kernel = ctx.scalar(NMS_KERNEL_SCALAR)
         ctx.require(kernel in (0, 1, 2), f"NMS kernel must be 0, 1 or 2, got {kernel}")
         selected, batch_of = self._select(ctx, num_rois, num_classes, kernel)
         ctx.scratch["selection"] = (selected, batch_of)
@@ -72,12 +87,13 @@ class BoxWithNmsLimit(Operation):
     @staticmethod
     def _select(ctx: ExecutionContext, num_rois: int, num_classes: int, kernel: int):
         """The kept (flat score index, adjusted score) pairs of every image, in output order."""
-        score_threshold = np.float32(ctx.scalar(3))
-        max_detections = int(ctx.scalar(4))
-        suppress = soft_suppressor(kernel, ctx.scalar(6), ctx.scalar(7), ctx.scalar(8))
-        all_scores = to_float32(ctx.input(0))
-        all_boxes = to_float32(ctx.input(1)).reshape(num_rois, num_classes, 4)
-        batch_ids = np.asarray(ctx.value(2))
+        score_threshold = np.float32(ctx.scalar(SCORE_THRESHOLD_SCALAR))
+        max_detections = int(ctx.scalar(MAX_NUM_DETECTION_SCALAR))
+        suppress = soft_suppressor(kernel, ctx.scalar(IOU_THRESHOLD_SCALAR), ctx.scalar(SIGMA_SCALAR),
+                                   ctx.scalar(NMS_SCORE_THRESHOLD_SCALAR))
+        all_scores = to_float32(ctx.input(SCORE_TENSOR))
+        all_boxes = to_float32(ctx.input(ROI_TENSOR)).reshape(num_rois, num_classes, 4)
+        batch_ids = np.asarray(ctx.value(BATCHES_TENSOR))
         kept_index, kept_score, kept_batch = [], [], []
         for start, stop in batch_runs(batch_ids):
             boxes = all_boxes[start:stop].reshape(-1, 4)
@@ -104,8 +120,9 @@ class BoxWithNmsLimit(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         (flat_index, scores), batch_of = ctx.scratch["selection"]
-        num_classes = ctx.input(0).shape[1]
+        num_classes = ctx.input(SCORE_TENSOR).shape[1]
         roi_index, classes = np.divmod(flat_index, num_classes)
-        raw_boxes = np.asarray(ctx.value(1)).reshape(-1, num_classes, 4)
-        boxes = raw_boxes[roi_index, classes].astype(ctx.output_dtype(1), copy=False).reshape(-1, 4)
-        return [from_float32(scores, ctx.output(0)), boxes, classes.astype(np.int32), batch_of.astype(np.int32)]
+        raw_boxes = np.asarray(ctx.value(ROI_TENSOR)).reshape(-1, num_classes, 4)
+        boxes = raw_boxes[roi_index, classes].astype(ctx.output_dtype(OUTPUT_ROI_TENSOR), copy=False).reshape(-1, 4)
+        return [from_float32(scores, ctx.output(OUTPUT_SCORE_TENSOR)), boxes, classes.astype(np.int32),
+                batch_of.astype(np.int32)]

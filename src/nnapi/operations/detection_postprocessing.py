@@ -32,6 +32,26 @@ from nnapi.operations._detection_common import (
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
+# Input and output positions, as Android names them (kInputTensor, ...).
+SCORE_TENSOR = 0
+DELTA_TENSOR = 1
+ANCHOR_TENSOR = 2
+SCALE_Y_SCALAR = 3
+SCALE_X_SCALAR = 4
+SCALE_H_SCALAR = 5
+SCALE_W_SCALAR = 6
+USE_REGULAR_NMS_SCALAR = 7
+MAX_NUM_DETECTION_SCALAR = 8
+MAX_CLASSES_PER_DETECTION_SCALAR = 9
+MAX_NUM_DETECTION_PER_CLASS_SCALAR = 10
+SCORE_THRESHOLD_SCALAR = 11
+IOU_THRESHOLD_SCALAR = 12
+IS_BG_IN_LABEL_SCALAR = 13
+OUTPUT_SCORE_TENSOR = 0
+OUTPUT_ROI_TENSOR = 1
+OUTPUT_CLASS_TENSOR = 2
+OUTPUT_DETECTION_TENSOR = 3
+
 T = OperandCode
 
 
@@ -39,7 +59,7 @@ T = OperandCode
 class DetectionPostprocessing(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=14, outputs=4)
-        kind = ctx.input_type(0)
+        kind = ctx.input_type(SCORE_TENSOR)
         if kind not in FLOAT_TENSORS:
             ctx.fail(f"input 0 must be TENSOR_FLOAT32 or TENSOR_FLOAT16, got {kind.name}")
         real = float_scalar(kind)
@@ -48,7 +68,7 @@ class DetectionPostprocessing(Operation):
                         input_ranks={0: 3, 1: 3, 2: 2}, output_ranks={0: 2, 1: 3, 2: 2, 3: 1})
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        scores, deltas, anchors = ctx.input(0), ctx.input(1), ctx.input(2)
+        scores, deltas, anchors = ctx.input(SCORE_TENSOR), ctx.input(DELTA_TENSOR), ctx.input(ANCHOR_TENSOR)
         ctx.require(scores.rank == 3 and deltas.rank == 3 and anchors.rank == 2, "inputs must have ranks 3, 3, 2")
         batches, num_anchors, num_classes = scores.shape
         ctx.require(deltas.shape[:2] == (batches, num_anchors) and deltas.shape[2] >= 4,
@@ -56,27 +76,28 @@ class DetectionPostprocessing(Operation):
         ctx.require(anchors.shape == (num_anchors, 4), f"anchors must be [{num_anchors}, 4]")
         ctx.require(num_classes > 1, "num_classes must be greater than 1 (class 0 is the background)")
         ctx.require(all(ctx.scalar(i) > 0 for i in (3, 4, 5, 6)), "box scales must be positive")
-        ctx.require(ctx.scalar(11) >= 0 and ctx.scalar(12) >= 0, "thresholds must be non-negative")
-        detections = ctx.scalar(8)
+        ctx.require(ctx.scalar(SCORE_THRESHOLD_SCALAR) >= 0 and ctx.scalar(IOU_THRESHOLD_SCALAR) >= 0,
+                    "thresholds must be non-negative")
+        detections = ctx.scalar(MAX_NUM_DETECTION_SCALAR)
         ctx.require(detections > 0, "the maximum number of detections must be positive")
-        if ctx.scalar(7):
-            ctx.require(ctx.scalar(10) > 0, "detections per class must be positive")
+        if ctx.scalar(USE_REGULAR_NMS_SCALAR):
+            ctx.require(ctx.scalar(MAX_NUM_DETECTION_PER_CLASS_SCALAR) > 0, "detections per class must be positive")
         else:
-            ctx.require(ctx.scalar(9) > 0, "classes per detection must be positive")
-            detections *= ctx.scalar(9)
+            ctx.require(ctx.scalar(MAX_CLASSES_PER_DETECTION_SCALAR) > 0, "classes per detection must be positive")
+            detections *= ctx.scalar(MAX_CLASSES_PER_DETECTION_SCALAR)
         return [(batches, detections), (batches, detections, 4), (batches, detections), (batches,)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        scores = to_float32(ctx.input(0))
+        scores = to_float32(ctx.input(SCORE_TENSOR))
         batches, num_anchors, num_classes = scores.shape
-        deltas = to_float32(ctx.input(1))[..., :4]
-        anchors = to_float32(ctx.input(2))
+        deltas = to_float32(ctx.input(DELTA_TENSOR))[..., :4]
+        anchors = to_float32(ctx.input(ANCHOR_TENSOR))
         scale_y, scale_x, scale_h, scale_w = (np.float32(ctx.scalar(i)) for i in (3, 4, 5, 6))
-        regular = bool(ctx.scalar(7))
+        regular = bool(ctx.scalar(USE_REGULAR_NMS_SCALAR))
         max_detections, classes_per_detection, per_class = (int(ctx.scalar(i)) for i in (8, 9, 10))
-        threshold = np.float32(ctx.scalar(11))
-        suppress = hard_suppressor(ctx.scalar(12))
-        label_offset = 0 if ctx.scalar(13) else 1
+        threshold = np.float32(ctx.scalar(SCORE_THRESHOLD_SCALAR))
+        suppress = hard_suppressor(ctx.scalar(IOU_THRESHOLD_SCALAR))
+        label_offset = 0 if ctx.scalar(IS_BG_IN_LABEL_SCALAR) else 1
         slots = max_detections if regular else max_detections * classes_per_detection
         out_scores = np.zeros((batches, slots), np.float32)
         out_boxes = np.zeros((batches, slots, 4), np.float32)
@@ -105,7 +126,8 @@ class DetectionPostprocessing(Operation):
             out_boxes[b, :count] = boxes[anchor_of]
             out_classes[b, :count] = classes - label_offset
             out_counts[b] = count
-        return [from_float32(out_scores, ctx.output(0)), from_float32(out_boxes, ctx.output(1)), out_classes,
+        return [from_float32(out_scores, ctx.output(OUTPUT_SCORE_TENSOR)),
+                from_float32(out_boxes, ctx.output(OUTPUT_ROI_TENSOR)), out_classes,
                 out_counts]
 
     @staticmethod

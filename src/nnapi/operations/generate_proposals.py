@@ -36,6 +36,22 @@ from nnapi.operations._detection_common import (
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import to_nhwc
 
+# Input and output positions, as Android names them (kInputTensor, ...).
+SCORE_TENSOR = 0
+DELTA_TENSOR = 1
+ANCHOR_TENSOR = 2
+IMAGE_INFO_TENSOR = 3
+HEIGHT_STRIDE_SCALAR = 4
+WIDTH_STRIDE_SCALAR = 5
+PRE_NMS_MAX_SCALAR = 6
+POST_NMS_MAX_SCALAR = 7
+IOU_THRESHOLD_SCALAR = 8
+MIN_SIZE_SCALAR = 9
+LAYOUT_SCALAR = 10
+OUTPUT_SCORE_TENSOR = 0
+OUTPUT_ROI_TENSOR = 1
+OUTPUT_BATCHES_TENSOR = 2
+
 T = OperandCode
 
 
@@ -43,7 +59,7 @@ T = OperandCode
 class GenerateProposals(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=11, outputs=3)
-        kind = ctx.input_type(0)
+        kind = ctx.input_type(SCORE_TENSOR)
         if kind in FLOAT_TENSORS:
             anchor_type = image_type = box_type = kind
         elif kind in QUANT8_TENSORS:
@@ -57,14 +73,14 @@ class GenerateProposals(Operation):
         check_box_quantization(ctx, "input", 3)
         check_box_quantization(ctx, "output", 1)
         if kind in QUANT8_TENSORS:
-            anchors = ctx.inputs[2]
+            anchors = ctx.inputs[ANCHOR_TENSOR]
             if anchors.scale != BOX_SCALE:
                 ctx.fail(f"input 2 (anchors) must have scale 0.125, got {anchors.scale}")
             ctx.check_same_quantization(("input", 0), ("output", 0))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         scores, deltas, anchors, image = (ctx.input(i) for i in range(4))
-        nchw = bool(ctx.scalar(10))
+        nchw = bool(ctx.scalar(LAYOUT_SCALAR))
         ctx.require(scores.rank == 4 and deltas.rank == 4 and anchors.rank == 2 and image.rank == 2,
                     "inputs must have ranks 4, 4, 2, 2")
         batches, height, width, num_anchors = (scores.shape[0], *scores.shape[2:], scores.shape[1]) if nchw \
@@ -79,19 +95,20 @@ class GenerateProposals(Operation):
 
     @staticmethod
     def _propose(ctx: ExecutionContext, nchw: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        scores = to_nhwc(to_float32(ctx.input(0)), nchw)
+        scores = to_nhwc(to_float32(ctx.input(SCORE_TENSOR)), nchw)
         batches, height, width, num_anchors = scores.shape
         positions = height * width * num_anchors
         scores = scores.reshape(batches, positions)
-        deltas = to_nhwc(to_float32(ctx.input(1)), nchw).reshape(batches, positions, 4)
-        anchors = to_float32(ctx.input(2))
-        image = to_float32(ctx.input(3))
+        deltas = to_nhwc(to_float32(ctx.input(DELTA_TENSOR)), nchw).reshape(batches, positions, 4)
+        anchors = to_float32(ctx.input(ANCHOR_TENSOR))
+        image = to_float32(ctx.input(IMAGE_INFO_TENSOR))
         ctx.require(bool(np.all((anchors[:, 0] <= anchors[:, 2]) & (anchors[:, 1] <= anchors[:, 3]))),
                     "every anchor needs x1 <= x2 and y1 <= y2")
-        height_stride, width_stride = np.float32(ctx.scalar(4)), np.float32(ctx.scalar(5))
-        pre_limit, post_limit = int(ctx.scalar(6)), int(ctx.scalar(7))
-        suppress = hard_suppressor(ctx.scalar(8))
-        min_size = np.float32(ctx.scalar(9))
+        height_stride = np.float32(ctx.scalar(HEIGHT_STRIDE_SCALAR))
+        width_stride = np.float32(ctx.scalar(WIDTH_STRIDE_SCALAR))
+        pre_limit, post_limit = int(ctx.scalar(PRE_NMS_MAX_SCALAR)), int(ctx.scalar(POST_NMS_MAX_SCALAR))
+        suppress = hard_suppressor(ctx.scalar(IOU_THRESHOLD_SCALAR))
+        min_size = np.float32(ctx.scalar(MIN_SIZE_SCALAR))
         # Anchor a at feature position (h, w), in image coordinates: [h, w, a, 4] flattened.
         shift_y = np.arange(height, dtype=np.float32) * height_stride
         shift_x = np.arange(width, dtype=np.float32) * width_stride
@@ -123,4 +140,5 @@ class GenerateProposals(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         scores, boxes, batch_ids = ctx.scratch["proposals"]
-        return [from_float32(scores, ctx.output(0)), from_float32(boxes, ctx.output(1)), batch_ids]
+        return [from_float32(scores, ctx.output(OUTPUT_SCORE_TENSOR)),
+                from_float32(boxes, ctx.output(OUTPUT_ROI_TENSOR)), batch_ids]

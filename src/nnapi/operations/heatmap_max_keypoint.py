@@ -26,6 +26,13 @@ from nnapi.operations._detection_common import (
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import to_nhwc
 
+# Input and output positions, as Android names them (kInputTensor, ...).
+HEATMAP_TENSOR = 0
+BOXES_TENSOR = 1
+LAYOUT_SCALAR = 2
+OUTPUT_SCORE_TENSOR = 0
+OUTPUT_KEYPOINT_TENSOR = 1
+
 T = OperandCode
 
 
@@ -33,7 +40,7 @@ T = OperandCode
 class HeatmapMaxKeypoint(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=2)
-        kind = ctx.input_type(0)
+        kind = ctx.input_type(HEATMAP_TENSOR)
         if kind not in FLOAT_TENSORS + QUANT8_TENSORS:
             ctx.fail(f"input 0 must be a float or quant8 asymm tensor, got {kind.name}")
         box_type = kind if kind in FLOAT_TENSORS else T.TENSOR_QUANT16_ASYMM
@@ -43,8 +50,8 @@ class HeatmapMaxKeypoint(Operation):
         check_box_quantization(ctx, "output", 1)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        heatmap, boxes = ctx.input(0), ctx.input(1)
-        nchw = bool(ctx.scalar(2))
+        heatmap, boxes = ctx.input(HEATMAP_TENSOR), ctx.input(BOXES_TENSOR)
+        nchw = bool(ctx.scalar(LAYOUT_SCALAR))
         ctx.require(heatmap.rank == 4 and boxes.rank == 2, "inputs must have ranks 4 and 2")
         num_boxes, size = heatmap.shape[0], heatmap.shape[2]
         keypoints = heatmap.shape[1] if nchw else heatmap.shape[3]
@@ -55,16 +62,16 @@ class HeatmapMaxKeypoint(Operation):
         return [(num_boxes, keypoints), (num_boxes, keypoints, 2)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        nchw = bool(ctx.scalar(2))
-        heat = to_nhwc(to_float32(ctx.input(0)), nchw)
-        boxes = to_float32(ctx.input(1))
+        nchw = bool(ctx.scalar(LAYOUT_SCALAR))
+        heat = to_nhwc(to_float32(ctx.input(HEATMAP_TENSOR)), nchw)
+        boxes = to_float32(ctx.input(BOXES_TENSOR))
         num_boxes, size, _, keypoints = heat.shape
         if num_boxes == 0 or keypoints == 0:
-            return [np.zeros((num_boxes, keypoints), ctx.output_dtype(0)),
-                    np.zeros((num_boxes, keypoints, 2), ctx.output_dtype(1))]
+            return [np.zeros((num_boxes, keypoints), ctx.output_dtype(OUTPUT_SCORE_TENSOR)),
+                    np.zeros((num_boxes, keypoints, 2), ctx.output_dtype(OUTPUT_KEYPOINT_TENSOR))]
         ctx.require(bool(np.all((boxes[:, 0] <= boxes[:, 2]) & (boxes[:, 1] <= boxes[:, 3]))),
                     "every box needs x1 <= x2 and y1 <= y2")
-        tolerance = np.float32(1e-3 if ctx.input(0).type == T.TENSOR_FLOAT16 else 1e-5)
+        tolerance = np.float32(1e-3 if ctx.input(HEATMAP_TENSOR).type == T.TENSOR_FLOAT16 else 1e-5)
         per_keypoint = np.moveaxis(heat, 3, 1).reshape(num_boxes, keypoints, size * size)
         peak = np.argmax(per_keypoint, axis=2)                       # first maximum, [n, k]
         peak_score = np.take_along_axis(per_keypoint, peak[..., None], axis=2)[..., 0]
@@ -85,7 +92,9 @@ class HeatmapMaxKeypoint(Operation):
         half = np.float32(0.5)
         key_x = (peak_col.astype(np.float32) + delta_x + half) / fsize * width + boxes[:, 0:1]
         key_y = (peak_row.astype(np.float32) + delta_y + half) / fsize * height + boxes[:, 1:2]
-        return [from_float32(score, ctx.output(0)), from_float32(np.stack([key_x, key_y], axis=-1), ctx.output(1))]
+        keypoints = np.stack([key_x, key_y], axis=-1)
+        return [from_float32(score, ctx.output(OUTPUT_SCORE_TENSOR)),
+                from_float32(keypoints, ctx.output(OUTPUT_KEYPOINT_TENSOR))]
 
 
 def _taylor_refine(grid: np.ndarray, tolerance: np.float32, peak_score: np.ndarray

@@ -34,6 +34,19 @@ from nnapi.operations.common import (
 )
 from nnapi.operations.quant_math import multiply_by_quantized_multiplier, quantize_multiplier, round_half_away
 
+# Input and output positions, as Android names them (kInputTensor, ...).
+INPUT_TENSOR = 0
+ROI_TENSOR = 1
+BATCH_SPLIT_TENSOR = 2
+OUTPUT_HEIGHT_SCALAR = 3
+OUTPUT_WIDTH_SCALAR = 4
+HEIGHT_STRIDE_SCALAR = 5
+WIDTH_STRIDE_SCALAR = 6
+HEIGHT_SAMPLING_RATIO_SCALAR = 7
+WIDTH_SAMPLING_RATIO_SCALAR = 8
+LAYOUT_SCALAR = 9
+OUTPUT_TENSOR = 0
+
 T = OperandCode
 #: the quantum of the integer bilinear weights of the quantized path
 _WEIGHT_STEP = np.float32(1.0 / 255.0)
@@ -45,7 +58,7 @@ _CHUNK_ELEMENTS = 1 << 22
 class RoiAlign(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=10, outputs=1)
-        kind = ctx.input_type(0)
+        kind = ctx.input_type(INPUT_TENSOR)
         if kind not in FLOAT_TENSORS + QUANT8_TENSORS:
             ctx.fail(f"input 0 must be a float or quant8 asymm tensor, got {kind.name}")
         box_type = kind if kind in FLOAT_TENSORS else T.TENSOR_QUANT16_ASYMM
@@ -55,8 +68,8 @@ class RoiAlign(Operation):
         check_box_quantization(ctx, "input", 1)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        feature, rois, batches = ctx.input(0), ctx.input(1), ctx.input(2)
-        nchw = bool(ctx.scalar(9))
+        feature, rois, batches = ctx.input(INPUT_TENSOR), ctx.input(ROI_TENSOR), ctx.input(BATCH_SPLIT_TENSOR)
+        nchw = bool(ctx.scalar(LAYOUT_SCALAR))
         ctx.require(feature.rank == 4 and rois.rank == 2 and batches.rank == 1, "inputs must have ranks 4, 2, 1")
         batch, height, width, depth = (feature.shape[0], *feature.shape[2:], feature.shape[1]) if nchw \
             else feature.shape
@@ -64,27 +77,29 @@ class RoiAlign(Operation):
         num_rois = rois.shape[0]
         ctx.require(rois.shape[1] == 4, f"regions must be [num_rois, 4], got {list(rois.shape)}")
         ctx.require(batches.shape[0] == num_rois, f"batch indexes must be [{num_rois}]")
-        out_h, out_w = ctx.scalar(3), ctx.scalar(4)
+        out_h, out_w = ctx.scalar(OUTPUT_HEIGHT_SCALAR), ctx.scalar(OUTPUT_WIDTH_SCALAR)
         ctx.require(out_h > 0 and out_w > 0, "output height and width must be positive")
-        ctx.require(ctx.scalar(5) > 0 and ctx.scalar(6) > 0, "height and width ratios must be positive")
-        ctx.require(ctx.scalar(7) >= 0 and ctx.scalar(8) >= 0, "sampling ratios must be non-negative")
+        ctx.require(ctx.scalar(HEIGHT_STRIDE_SCALAR) > 0 and ctx.scalar(WIDTH_STRIDE_SCALAR) > 0,
+                    "height and width ratios must be positive")
+        ctx.require(ctx.scalar(HEIGHT_SAMPLING_RATIO_SCALAR) >= 0 and ctx.scalar(WIDTH_SAMPLING_RATIO_SCALAR) >= 0,
+                    "sampling ratios must be non-negative")
         return [(num_rois, depth, out_h, out_w) if nchw else (num_rois, out_h, out_w, depth)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        nchw = bool(ctx.scalar(9))
-        feature = to_nhwc(np.asarray(ctx.value(0)), nchw)
+        nchw = bool(ctx.scalar(LAYOUT_SCALAR))
+        feature = to_nhwc(np.asarray(ctx.value(INPUT_TENSOR)), nchw)
         batch, height, width, depth = feature.shape
-        out_h, out_w = ctx.scalar(3), ctx.scalar(4)
-        num_rois = ctx.input(1).shape[0]
-        quantized = ctx.input(0).type in QUANT8_TENSORS
-        out = np.zeros((num_rois, out_h, out_w, depth), dtype=ctx.output_dtype(0))
+        out_h, out_w = ctx.scalar(OUTPUT_HEIGHT_SCALAR), ctx.scalar(OUTPUT_WIDTH_SCALAR)
+        num_rois = ctx.input(ROI_TENSOR).shape[0]
+        quantized = ctx.input(INPUT_TENSOR).type in QUANT8_TENSORS
+        out = np.zeros((num_rois, out_h, out_w, depth), dtype=ctx.output_dtype(OUTPUT_TENSOR))
         if num_rois == 0:
             return [from_nhwc(out, nchw)]
-        batch_ids = np.asarray(ctx.value(2)).astype(np.int64)
+        batch_ids = np.asarray(ctx.value(BATCH_SPLIT_TENSOR)).astype(np.int64)
         ctx.require(bool(np.all((batch_ids >= 0) & (batch_ids < batch))), "batch index out of range")
-        height_scale = np.float32(1) / np.float32(ctx.scalar(5))
-        width_scale = np.float32(1) / np.float32(ctx.scalar(6))
-        rois = np.asarray(ctx.value(1)).astype(np.float32)
+        height_scale = np.float32(1) / np.float32(ctx.scalar(HEIGHT_STRIDE_SCALAR))
+        width_scale = np.float32(1) / np.float32(ctx.scalar(WIDTH_STRIDE_SCALAR))
+        rois = np.asarray(ctx.value(ROI_TENSOR)).astype(np.float32)
         ctx.require(bool(np.all(rois >= 0)), "regions must not have negative coordinates")
         scales = np.array([width_scale, height_scale, width_scale, height_scale], dtype=np.float32)
         corners = rois * scales
@@ -97,8 +112,9 @@ class RoiAlign(Operation):
         one = np.float32(1)
         step_w = np.maximum(corners[:, 2] - corners[:, 0], one) / np.float32(out_w)
         step_h = np.maximum(corners[:, 3] - corners[:, 1], one) / np.float32(out_h)
-        ratio_w = np.full(num_rois, ctx.scalar(8), np.int64) if ctx.scalar(8) > 0 else np.ceil(step_w).astype(np.int64)
-        ratio_h = np.full(num_rois, ctx.scalar(7), np.int64) if ctx.scalar(7) > 0 else np.ceil(step_h).astype(np.int64)
+        sampling_w, sampling_h = ctx.scalar(WIDTH_SAMPLING_RATIO_SCALAR), ctx.scalar(HEIGHT_SAMPLING_RATIO_SCALAR)
+        ratio_w = np.full(num_rois, sampling_w, np.int64) if sampling_w > 0 else np.ceil(step_w).astype(np.int64)
+        ratio_h = np.full(num_rois, sampling_h, np.int64) if sampling_h > 0 else np.ceil(step_h).astype(np.int64)
         flat = feature.reshape(batch * height * width, depth)
         if not quantized:
             flat = flat.astype(np.float32, copy=False)
@@ -125,14 +141,14 @@ class RoiAlign(Operation):
                     result = self._quantized(ctx, values, weights, sh * sw)
                 else:
                     summed = np.matmul(weights, values)[..., 0, :]
-                    result = from_float32(summed / np.float32(sh * sw), ctx.output(0))
+                    result = from_float32(summed / np.float32(sh * sw), ctx.output(OUTPUT_TENSOR))
                 out[group[part]] = result
         return [from_nhwc(out, nchw)]
 
     @staticmethod
     def _quantized(ctx: ExecutionContext, values: np.ndarray, weights: np.ndarray, samples: int) -> np.ndarray:
         """Android's integer ROI_ALIGN: weights in 1/255 steps, integer sums, fixed-point rescale."""
-        source, output = ctx.input(0), ctx.output(0)
+        source, output = ctx.input(INPUT_TENSOR), ctx.output(OUTPUT_TENSOR)
         integer_weights = round_half_away(weights / _WEIGHT_STEP)
         # The integer dot products run through BLAS on floats, exactly: every product and
         # partial sum is an integer below 2**24 (float32) or 2**53 (float64).
@@ -144,7 +160,7 @@ class RoiAlign(Operation):
         multiplier, shift = quantize_multiplier(float(real_multiplier))
         scaled = multiply_by_quantized_multiplier(sums, multiplier, shift) + output.zero_point
         low, high = integer_range(output.type)
-        return np.clip(scaled, low, high).astype(ctx.output_dtype(0))
+        return np.clip(scaled, low, high).astype(ctx.output_dtype(OUTPUT_TENSOR))
 
 
 def _axis_samples(start: np.ndarray, step: np.ndarray, ratio: int, bins: int, size: int

@@ -26,6 +26,17 @@ from nnapi.operations._detection_common import (
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import from_nhwc, round_half_away, to_nhwc
 
+# Input and output positions, as Android names them (kInputTensor, ...).
+INPUT_TENSOR = 0
+ROI_TENSOR = 1
+BATCH_SPLIT_TENSOR = 2
+OUTPUT_HEIGHT_SCALAR = 3
+OUTPUT_WIDTH_SCALAR = 4
+HEIGHT_STRIDE_SCALAR = 5
+WIDTH_STRIDE_SCALAR = 6
+LAYOUT_SCALAR = 7
+OUTPUT_TENSOR = 0
+
 T = OperandCode
 #: gathered elements per chunk of regions (bounds the temporary memory)
 _CHUNK_ELEMENTS = 1 << 22
@@ -35,7 +46,7 @@ _CHUNK_ELEMENTS = 1 << 22
 class RoiPooling(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=8, outputs=1)
-        kind = ctx.input_type(0)
+        kind = ctx.input_type(INPUT_TENSOR)
         if kind not in FLOAT_TENSORS + QUANT8_TENSORS:
             ctx.fail(f"input 0 must be a float or quant8 asymm tensor, got {kind.name}")
         box_type = kind if kind in FLOAT_TENSORS else T.TENSOR_QUANT16_ASYMM
@@ -47,34 +58,35 @@ class RoiPooling(Operation):
             ctx.check_same_quantization(("input", 0), ("output", 0))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        feature, rois, batches = ctx.input(0), ctx.input(1), ctx.input(2)
-        nchw = bool(ctx.scalar(7))
+        feature, rois, batches = ctx.input(INPUT_TENSOR), ctx.input(ROI_TENSOR), ctx.input(BATCH_SPLIT_TENSOR)
+        nchw = bool(ctx.scalar(LAYOUT_SCALAR))
         ctx.require(feature.rank == 4 and rois.rank == 2 and batches.rank == 1, "inputs must have ranks 4, 2, 1")
         depth = feature.shape[1] if nchw else feature.shape[3]
         num_rois = rois.shape[0]
         ctx.require(rois.shape[1] == 4, f"regions must be [num_rois, 4], got {list(rois.shape)}")
         ctx.require(batches.shape[0] == num_rois, f"batch indexes must be [{num_rois}]")
-        out_h, out_w = ctx.scalar(3), ctx.scalar(4)
+        out_h, out_w = ctx.scalar(OUTPUT_HEIGHT_SCALAR), ctx.scalar(OUTPUT_WIDTH_SCALAR)
         ctx.require(out_h > 0 and out_w > 0, "output height and width must be positive")
-        ctx.require(ctx.scalar(5) > 0 and ctx.scalar(6) > 0, "height and width ratios must be positive")
+        ctx.require(ctx.scalar(HEIGHT_STRIDE_SCALAR) > 0 and ctx.scalar(WIDTH_STRIDE_SCALAR) > 0,
+                    "height and width ratios must be positive")
         return [(num_rois, depth, out_h, out_w) if nchw else (num_rois, out_h, out_w, depth)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        nchw = bool(ctx.scalar(7))
-        feature = to_nhwc(np.asarray(ctx.value(0)), nchw)
+        nchw = bool(ctx.scalar(LAYOUT_SCALAR))
+        feature = to_nhwc(np.asarray(ctx.value(INPUT_TENSOR)), nchw)
         batch, height, width, depth = feature.shape
-        out_h, out_w = ctx.scalar(3), ctx.scalar(4)
-        num_rois = ctx.input(1).shape[0]
-        dtype = ctx.output_dtype(0)
+        out_h, out_w = ctx.scalar(OUTPUT_HEIGHT_SCALAR), ctx.scalar(OUTPUT_WIDTH_SCALAR)
+        num_rois = ctx.input(ROI_TENSOR).shape[0]
+        dtype = ctx.output_dtype(OUTPUT_TENSOR)
         out = np.zeros((num_rois, out_h, out_w, depth), dtype=dtype)
         if num_rois == 0 or out.size == 0:
             return [from_nhwc(out, nchw)]
-        batch_ids = np.asarray(ctx.value(2)).astype(np.int64)
+        batch_ids = np.asarray(ctx.value(BATCH_SPLIT_TENSOR)).astype(np.int64)
         ctx.require(bool(np.all((batch_ids >= 0) & (batch_ids < batch))), "batch index out of range")
-        rois = to_float32(ctx.input(1))
+        rois = to_float32(ctx.input(ROI_TENSOR))
         ctx.require(bool(np.all(rois >= 0)), "regions must not have negative coordinates")
-        height_scale = np.float32(1) / np.float32(ctx.scalar(5))
-        width_scale = np.float32(1) / np.float32(ctx.scalar(6))
+        height_scale = np.float32(1) / np.float32(ctx.scalar(HEIGHT_STRIDE_SCALAR))
+        width_scale = np.float32(1) / np.float32(ctx.scalar(WIDTH_STRIDE_SCALAR))
         corners = rois * np.array([width_scale, height_scale, width_scale, height_scale], dtype=np.float32)
         ctx.require(bool(np.all((corners[:, 0] <= width) & (corners[:, 2] <= width) & (corners[:, 1] <= height)
                                 & (corners[:, 3] <= height))), "regions must lie inside the feature map")
@@ -93,7 +105,7 @@ class RoiPooling(Operation):
         # A bin clipped away entirely (a region at the map's edge) yields the zero point.
         empty = (h_stop <= h_start)[:, :, None] | (w_stop <= w_start)[:, None, :]            # [r, i, j]
         flat = feature.reshape(batch * height * width, depth)
-        empty_value = np.array(ctx.input(0).zero_point if dtype.kind != "f" else 0, dtype=dtype)
+        empty_value = np.array(ctx.input(INPUT_TENSOR).zero_point if dtype.kind != "f" else 0, dtype=dtype)
         chunk = max(1, _CHUNK_ELEMENTS // (out_h * span_h * out_w * span_w * depth))
         for first in range(0, num_rois, chunk):
             part = slice(first, first + chunk)
