@@ -24,6 +24,12 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import FLOAT_TENSORS
 
+# Input and output positions, as Android names them (kInputTensor, ...).
+HASH_TENSOR = 0
+INPUT_TENSOR = 1
+WEIGHT_TENSOR = 2
+TYPE_PARAM = 3
+
 T = OperandCode
 _SPARSE_DEPRECATED, _DENSE, _SPARSE = 1, 2, 3
 _INPUT_TYPES = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
@@ -184,25 +190,26 @@ class LshProjection(Operation):
         ctx.check_counts(inputs=4, outputs=1)
         ctx.check_input_types([FLOAT_TENSORS, _INPUT_TYPES, FLOAT_TENSORS, T.INT32])
         ctx.check_output_type(0, T.TENSOR_INT32)
-        ctx.check_input_rank(0, 2)
-        if ctx.inputs[1].rank == 0 and ctx.inputs[1].dimensions == ():
+        ctx.check_input_rank(HASH_TENSOR, 2)
+        if ctx.inputs[INPUT_TENSOR].rank == 0 and ctx.inputs[INPUT_TENSOR].dimensions == ():
             return  # unknown rank: checked at execution
-        ctx.require(ctx.inputs[1].rank >= 1, "input 1 must have rank at least 1")
+        ctx.require(ctx.inputs[INPUT_TENSOR].rank >= 1, "input 1 must have rank at least 1")
 
     def _setup(self, ctx: ExecutionContext):
-        ctx.require(not ctx.is_omitted(0) and not ctx.is_omitted(1), "hash and input must be present")
-        hashes = ctx.input(0)
-        data = ctx.input(1)
+        ctx.require(not ctx.is_omitted(HASH_TENSOR) and not ctx.is_omitted(INPUT_TENSOR),
+                    "hash and input must be present")
+        hashes = ctx.input(HASH_TENSOR)
+        data = ctx.input(INPUT_TENSOR)
         ctx.require(hashes.rank == 2, "hash tensor must be 2-D")
         ctx.require(hashes.shape[1] <= 32, f"at most 32 bits per hash function, got {hashes.shape[1]}")
         ctx.require(data.rank >= 1, "input must have rank at least 1")
-        kind = int(ctx.scalar(3))
+        kind = int(ctx.scalar(TYPE_PARAM))
         ctx.require(kind in (_SPARSE_DEPRECATED, _DENSE, _SPARSE), f"unknown projection type {kind}")
         if kind == _SPARSE and hashes.shape[0] > 1:
             # the per-function offsets k << num_bits must fit the int32 signature
             needed = hashes.shape[1] + int(np.ceil(np.log2(hashes.shape[0])))
             ctx.require(needed <= 32, f"sparse signatures need {needed} bits, more than 32")
-        weights = None if ctx.is_omitted(2) else np.asarray(ctx.value(2), dtype=np.float64)
+        weights = None if ctx.is_omitted(WEIGHT_TENSOR) else np.asarray(ctx.value(WEIGHT_TENSOR), dtype=np.float64)
         if weights is not None:
             ctx.require(weights.shape == (data.shape[0],),
                         f"weights must have shape [{data.shape[0]}], got {list(weights.shape)}")

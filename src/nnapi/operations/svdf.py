@@ -21,6 +21,16 @@ from nnapi.operations._lstm_cell import ACTIVATIONS, activate
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import FLOAT_TENSORS
 
+# Input and output positions, as Android names them (kInputTensor, ...).
+INPUT_TENSOR = 0
+WEIGHTS_FEATURE_TENSOR = 1
+WEIGHTS_TIME_TENSOR = 2
+BIAS_TENSOR = 3
+STATE_IN_TENSOR = 4
+RANK_PARAM = 5
+ACTIVATION_PARAM = 6
+_MATRICES = (INPUT_TENSOR, WEIGHTS_FEATURE_TENSOR, WEIGHTS_TIME_TENSOR, STATE_IN_TENSOR)
+
 T = OperandCode
 
 
@@ -28,19 +38,20 @@ T = OperandCode
 class Svdf(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=7, outputs=2)
-        ctx.check_input_type(0, FLOAT_TENSORS)
-        code = ctx.input_type(0)
+        ctx.check_input_type(INPUT_TENSOR, FLOAT_TENSORS)
+        code = ctx.input_type(INPUT_TENSOR)
         ctx.check_input_types([code, code, code, code, code, T.INT32, T.INT32])
         ctx.check_output_types([code, code])
-        for index, rank in ((0, 2), (1, 2), (2, 2), (4, 2)):
-            ctx.check_input_rank(index, rank)
+        for index in _MATRICES:
+            ctx.check_input_rank(index, 2)
 
     def _setup(self, ctx: ExecutionContext):
-        for index, what in ((0, "input"), (1, "weights_feature"), (2, "weights_time"), (4, "state")):
+        for index, what in ((INPUT_TENSOR, "input"), (WEIGHTS_FEATURE_TENSOR, "weights_feature"),
+                            (WEIGHTS_TIME_TENSOR, "weights_time"), (STATE_IN_TENSOR, "state")):
             ctx.require(not ctx.is_omitted(index), f"{what} must be present")
-        x, features, times, state = (np.asarray(ctx.value(i), dtype=np.float32) for i in (0, 1, 2, 4))
-        rank = int(ctx.scalar(5))
-        activation = int(ctx.scalar(6))
+        x, features, times, state = (np.asarray(ctx.value(i), dtype=np.float32) for i in _MATRICES)
+        rank = int(ctx.scalar(RANK_PARAM))
+        activation = int(ctx.scalar(ACTIVATION_PARAM))
         ctx.require(activation in ACTIVATIONS, f"unsupported activation {activation}")
         ctx.require(x.ndim == 2 and features.ndim == 2 and times.ndim == 2 and state.ndim == 2,
                     "input, weights_feature, weights_time and state must be 2-D")
@@ -54,7 +65,7 @@ class Svdf(Operation):
         ctx.require(state.shape == (batch, memory * filters),
                     f"state has shape {list(state.shape)}, expected {[batch, memory * filters]}")
         units = filters // rank
-        bias = None if ctx.is_omitted(3) else np.asarray(ctx.value(3), dtype=np.float32)
+        bias = None if ctx.is_omitted(BIAS_TENSOR) else np.asarray(ctx.value(BIAS_TENSOR), dtype=np.float32)
         if bias is not None:
             ctx.require(bias.shape == (units,), f"bias must have shape [{units}]")
         return x, features, times, bias, state, rank, activation, units
