@@ -22,13 +22,21 @@ import pytest
 
 import nnapi
 from helpers import f32, i32, scalar
+from nnapi import FeatureLevelCode, OperandType
 from nnapi import OperandCode as T
-from nnapi import OperandType
 from nnapi import OperationCode as Op
 from nnapi.conformance import _array, _operand_type, load_records
 from nnapi.errors import BadDataError
 from nnapi.operand import dtype_of
-from nnapi.operations import ExecutionContext, OperationFailed, Tensor, get_operation, implemented_operations
+from nnapi.operations import (
+    ExecutionContext,
+    OperationFailed,
+    Tensor,
+    ValidationContext,
+    get_operation,
+    implemented_operations,
+)
+from nnapi.operations.base import introduced_in
 
 DATA = Path(__file__).parent / "data"
 # Control flow needs referenced models; tests/test_control_flow.py covers IF and WHILE.
@@ -186,6 +194,36 @@ def test_wrong_signatures_are_bad_data_at_add_operation(code):
         with pytest.raises(BadDataError):
             _add(sample, wrong_inputs, wrong_outputs)
             pytest.fail(f"{code.name}: {what} passed add_operation")
+
+
+@pytest.mark.parametrize("code", CODES, ids=_ids(CODES))
+def test_validate_reports_the_feature_level_of_the_signature(code):
+    sample = SAMPLES[code]
+    ctx = ValidationContext(code, [t for t, _ in sample.inputs], list(sample.outputs))
+    level = get_operation(code).check_signature(ctx)
+    assert level >= introduced_in(code)
+    if any(t.type >= T.BOOL for t in (*ctx.inputs, *ctx.outputs)):
+        assert level >= FeatureLevelCode.FEATURE_LEVEL_3  # operand types of feature level 3
+
+
+def test_optional_arguments_raise_the_feature_level():
+    x = f32((1, 2, 2, 1))
+    resize = [x, OperandType(T.INT32), OperandType(T.INT32)]
+
+    def level(code, inputs):
+        return get_operation(code).check_signature(ValidationContext(code, inputs, [f32((1, 4, 4, 1))]))
+    assert level(Op.RESIZE_BILINEAR, resize) == FeatureLevelCode.FEATURE_LEVEL_1
+    assert level(Op.RESIZE_BILINEAR, [*resize, OperandType(T.BOOL)]) == FeatureLevelCode.FEATURE_LEVEL_3
+    assert level(Op.RESIZE_BILINEAR, [*resize, *[OperandType(T.BOOL)] * 3]) == FeatureLevelCode.FEATURE_LEVEL_4
+    assert level(Op.RESIZE_NEAREST_NEIGHBOR, [*resize, OperandType(T.BOOL)]) == FeatureLevelCode.FEATURE_LEVEL_3
+    softmax = [f32((2, 3)), OperandType(T.FLOAT32)]
+    with_axis = [*softmax, OperandType(T.INT32)]
+    assert get_operation(Op.SOFTMAX).check_signature(
+        ValidationContext(Op.SOFTMAX, softmax, [f32((2, 3))])) == FeatureLevelCode.FEATURE_LEVEL_1
+    assert get_operation(Op.SOFTMAX).check_signature(
+        ValidationContext(Op.SOFTMAX, with_axis, [f32((2, 3))])) == FeatureLevelCode.FEATURE_LEVEL_3
+    assert introduced_in(Op.REVERSE) == FeatureLevelCode.FEATURE_LEVEL_7
+    assert introduced_in(Op.BATCH_MATMUL) == FeatureLevelCode.FEATURE_LEVEL_6
 
 
 # --- prepare / execute contract -----------------------------------------------------------

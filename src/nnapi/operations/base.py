@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.errors import BadDataError, NnapiError
 from nnapi.operand import OperandType, SymmPerChannelQuantParams, dtype_of
 
@@ -114,6 +114,13 @@ class ValidationContext:
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self._referenced = list(referenced) if referenced is not None else [None] * len(self.inputs)
+        #: the lowest feature level of the signature accepted so far: the operation's and
+        #: its operand types' own levels, raised by ``at_least`` for newer arguments
+        self.feature_level = max([introduced_in(code), *(_operand_level(t.type) for t in (*inputs, *outputs))])
+
+    def at_least(self, level: FeatureLevelCode) -> None:
+        """The signature uses something (an optional argument, a rule) of ``level``."""
+        self.feature_level = max(self.feature_level, level)
 
     def referenced_signature(self, index: int) -> SubgraphSignature | None:
         """For a MODEL input: the referenced model's input and output types; None while
@@ -183,6 +190,29 @@ class ValidationContext:
 
     def input_type(self, index: int) -> OperandCode:
         return self.inputs[index].type
+
+
+_F = FeatureLevelCode
+#: the last operation code of each feature level (codes are assigned in order)
+_LAST_OPERATION_OF_LEVEL = ((OperationCode.TANH, _F.FEATURE_LEVEL_1), (OperationCode.TRANSPOSE, _F.FEATURE_LEVEL_2),
+                            (OperationCode.RESIZE_NEAREST_NEIGHBOR, _F.FEATURE_LEVEL_3),
+                            (OperationCode.RANK, _F.FEATURE_LEVEL_4), (OperationCode.PACK, _F.FEATURE_LEVEL_6))
+
+
+def introduced_in(code: OperationCode) -> FeatureLevelCode:
+    """The NNAPI feature level that introduced operation ``code``."""
+    for last, level in _LAST_OPERATION_OF_LEVEL:
+        if code <= last:
+            return level
+    return _F.FEATURE_LEVEL_7
+
+
+def _operand_level(code: OperandCode) -> FeatureLevelCode:
+    if code >= OperandCode.TENSOR_QUANT8_ASYMM_SIGNED:
+        return _F.FEATURE_LEVEL_4
+    if code >= OperandCode.BOOL:
+        return _F.FEATURE_LEVEL_3
+    return _F.FEATURE_LEVEL_1
 
 
 class ExecutionContext:
@@ -281,6 +311,12 @@ class Operation:
 
     def validate(self, ctx: ValidationContext) -> None:
         raise NotImplementedError
+
+    def check_signature(self, ctx: ValidationContext) -> FeatureLevelCode:
+        """``validate``, then the minimum feature level of the signature it accepted (as
+        Android's validate functions return a version)."""
+        self.validate(ctx)
+        return ctx.feature_level
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         raise NotImplementedError

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import normalize_axis, quantize
 
@@ -46,6 +46,8 @@ class L2Normalization(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(1, 2), outputs=1)
         ctx.check_input_types([_L2_TYPES, T.INT32])
+        if len(ctx.inputs) > 1:
+            ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the axis
         code = ctx.input_type(0)
         ctx.check_output_type(0, code)
         ctx.check_input_max_rank(0, 4)
@@ -78,6 +80,8 @@ class L2Normalization(Operation):
 class LocalResponseNormalization(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(5, 6), outputs=1)
+        if len(ctx.inputs) > 5:
+            ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the axis
         ctx.check_input_type(0, _FLOAT)
         scalar = _scalar_type(ctx.input_type(0))
         ctx.check_input_types([T.INT32, scalar, scalar, scalar, T.INT32], start=1)

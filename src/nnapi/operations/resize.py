@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.operations._conv_common import spatial_dims
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import from_nhwc, layout_shape
@@ -73,6 +73,10 @@ class Resize(Operation):
         ctx.check_input_type(1, scalar)
         for index in range(3, len(ctx.inputs)):
             ctx.check_input_type(index, T.BOOL)
+        if len(ctx.inputs) > 3 or scalar != T.INT32:
+            ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the layout flag, output scales
+        if len(ctx.inputs) > 4:
+            ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_4)  # align_corners, half_pixel_centers
         ctx.check_output_type(0, code)
         ctx.check_input_rank(0, 4)
         if code not in _FLOAT:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import dequantize_tensor, normalize_axis, quantize
 
@@ -31,6 +31,8 @@ class Softmax(Operation):
         code = ctx.input_type(0)
         beta_type = T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32
         ctx.check_input_types([beta_type, T.INT32], start=1)
+        if len(ctx.inputs) > 2:
+            ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the axis
         ctx.check_output_type(0, code)
         if not is_log:
             ctx.check_input_max_rank(0, 4)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.operations._shape_common import (
     DATA_TYPES,
     check_output_like_input,
@@ -85,6 +85,7 @@ class SpaceDepthBatch(Operation):
         if self.code == _CODE.SPACE_TO_BATCH_ND:
             check_paddings_input(ctx, 2, rows=2)
         if len(ctx.inputs) > parameters:
+            ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the layout flag
             ctx.check_input_type(parameters, T.BOOL)
         check_output_like_input(ctx)
 
