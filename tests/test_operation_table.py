@@ -25,7 +25,7 @@ from helpers import f32, i32, scalar
 from nnapi import FeatureLevelCode, OperandType
 from nnapi import OperandCode as T
 from nnapi import OperationCode as Op
-from nnapi.conformance import _array, _operand_type, load_records
+from nnapi.conformance import _array, _operand_type, default_vector_files, load_records
 from nnapi.errors import BadDataError
 from nnapi.operand import dtype_of
 from nnapi.operations import (
@@ -38,7 +38,6 @@ from nnapi.operations import (
 )
 from nnapi.operations.base import introduced_in
 
-DATA = Path(__file__).parent / "data"
 # Control flow needs referenced models; tests/test_control_flow.py covers IF and WHILE.
 NOT_IN_TABLE = {Op.IF, Op.WHILE}
 # Operations with a data layout input: the inputs and outputs that are NHWC / NCHW images.
@@ -97,7 +96,7 @@ def _preference(record: dict) -> tuple:
 
 def _cts_samples() -> dict[Op, Sample]:
     chosen: dict[str, dict] = {}
-    for path in sorted(DATA.glob("*.jsonl.gz")):
+    for path in default_vector_files():
         for record in load_records(path):
             main = record["main"]
             if len(main["operations"]) != 1 or record["referenced"] or record["expectFailure"]:

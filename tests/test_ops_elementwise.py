@@ -323,6 +323,7 @@ def test_dequantize_bad_signatures():
 def _run_kernel(code, inputs, outputs):
     operation = get_operation(code)
     context = ExecutionContext(code, inputs, outputs)
+    operation.check_inputs(context)  # the registration flags, as the driver enforces them
     shapes = operation.prepare(context)
     results = operation.execute(context)
     return shapes, results

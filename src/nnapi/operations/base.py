@@ -299,8 +299,8 @@ class Operation:
         for index, tensor in enumerate(ctx.inputs):
             if tensor.value is None:
                 if not self.omitted_operands:
-                    raise BadDataError(f"{self.code.name}: input {index} is omitted, which the operation does "
-                                       "not allow")
+                    raise BadDataError(f"{self.code.name}: input {index} omitted, but the operation does not "
+                                       "accept omitted inputs")
             elif not self.zero_sized_inputs and tensor.shape and 0 in tensor.shape:  # shapes only: static
                 ctx.fail(f"input {index} is zero-sized (shape {list(tensor.shape)}), which {self.code.name} "
                          "does not support")

@@ -21,7 +21,9 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 T = OperandCode
 
 
-@register(OperationCode.GATHER)
+# Beyond Android's CPU kernels, which refuse a zero-sized input here: the result is well defined
+# and tests/test_ops_shape.py::TestZeroSized relies on it.
+@register(OperationCode.GATHER, zero_sized_inputs=True)
 class Gather(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)

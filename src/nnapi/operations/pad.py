@@ -50,7 +50,9 @@ def _pad_constant(value: np.ndarray, paddings: np.ndarray, fill, dtype: np.dtype
     return output
 
 
-@register(OperationCode.PAD, OperationCode.PAD_V2)
+# Beyond Android's CPU kernels, which refuse a zero-sized input here: the result is well defined
+# and tests/test_ops_shape.py::TestZeroSized relies on it.
+@register(OperationCode.PAD, OperationCode.PAD_V2, zero_sized_inputs=True)
 class Pad(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         is_v2 = self.code == OperationCode.PAD_V2

@@ -28,7 +28,9 @@ T = OperandCode
 _MAX_RANK = 4
 
 
-@register(OperationCode.RESHAPE)
+# Beyond Android's CPU kernels, which refuse a zero-sized input here: the result is well defined
+# and tests/test_ops_shape.py::TestZeroSized relies on it.
+@register(OperationCode.RESHAPE, zero_sized_inputs=True)
 class Reshape(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)

@@ -24,7 +24,9 @@ def _multiples(ctx: ExecutionContext) -> list[int]:
     return [int(m) for m in multiples]
 
 
-@register(OperationCode.TILE)
+# Beyond Android's CPU kernels, which refuse a zero-sized input here: the result is well defined
+# and tests/test_ops_shape.py::TestZeroSized relies on it.
+@register(OperationCode.TILE, zero_sized_inputs=True)
 class Tile(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
