@@ -92,7 +92,7 @@ def _clamp_float16(x: np.ndarray, low: float, high: float) -> np.ndarray:
 _SMOOTH_FUNCTIONS = {Op.LOGISTIC: _logistic, Op.TANH: np.tanh, Op.HARD_SWISH: _hard_swish}
 
 
-@register(Op.RELU, Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH)
+@register(Op.RELU, Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, zero_sized_inputs=True)
 class Activation(Operation):
     """The one-input activations: a tensor in, a tensor of the same type and shape out."""
 
@@ -179,7 +179,7 @@ class Activation(Operation):
         return relu
 
 
-@register(Op.ELU)
+@register(Op.ELU, zero_sized_inputs=True)
 class Elu(Operation):
     """ELU(x) = max(0, x) + min(0, alpha * (exp(x) - 1)); input 1 is the scalar alpha."""
 
