@@ -470,3 +470,22 @@ def test_per_operation_profile_and_bench_per_op(capsys):
                  "--no-litert", "--per-op"]) == 0
     printed = capsys.readouterr().out
     assert "per operation (slowest" in printed and "CONV_2D" in printed
+
+
+def test_extension_operation_types_are_named_not_crashed_on():
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.runtime.model_builder import build_hal_model
+
+    hal_model, _ = build_hal_model(build_demo_model())
+    hal_model.main.operations[1].type = (3 << 16) | 7  # an extension operation with prefix 3
+    reasons = ReferenceDevice().get_unsupported_reasons(hal_model)
+    assert "supports no extensions" in reasons[1] and reasons[0] is None
+    with pytest.raises(nnapi.hal.HalError) as raised:
+        ReferenceDevice().prepare_model(hal_model)
+    assert raised.value.status == nnapi.hal.ErrorStatus.INVALID_ARGUMENT
+    graph = graph_dump(build_demo_model())
+    assert graph["subgraphs"][0]["operations"][1]["type"] == "MAX_POOL_2D"
+    from nnapi.hal.types import operand_type_name, operation_name
+
+    assert operation_name((3 << 16) | 7) == "extension operation 7 (prefix 3)"
+    assert operand_type_name(999) == "unknown operand type 999" and operation_name(0) == "ADD"

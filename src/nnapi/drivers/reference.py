@@ -31,7 +31,7 @@ from nnapi.hal import (
     Subgraph,
     Timing,
 )
-from nnapi.hal.types import is_extension_type
+from nnapi.hal.types import is_extension_type, operation_name
 from nnapi.hal.validation import validate_model, validate_request
 from nnapi.operand import TENSOR_TYPES, dtype_of
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
@@ -68,11 +68,11 @@ def unsupported_reason(model: Model, subgraph: Subgraph, operation) -> str | Non
         return f"extension operation {int(operation.type):#x}: nnapi-reference supports no extensions"
     implementation = get_operation(operation.type)
     if implementation is None:
-        return f"{OperationCode(operation.type).name} is not implemented"
+        return f"{operation_name(operation.type)} is not implemented"
     # A constant set to no value where the operation needs one: refused at compilation.
     if not getattr(implementation, "omitted_operands", True) and any(
             subgraph.operands[i].lifetime == L.NO_VALUE for i in operation.inputs):
-        return f"{OperationCode(operation.type).name}: an input is omitted, which the operation does not allow"
+        return f"{operation_name(operation.type)}: an input is omitted, which the operation does not allow"
 
     def signature(index: int) -> SubgraphSignature | None:
         operand = subgraph.operands[index]
@@ -129,7 +129,7 @@ class ReferenceDevice(IDevice):
             for operation in subgraph.operations:
                 if not supports_operation(model, subgraph, operation):
                     raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                                   f"operation {OperationCode(operation.type).name} is not supported")
+                                   f"operation {operation_name(operation.type)} is not supported")
         with np.errstate(all="ignore"):  # tables and layouts computed at preparation
             prepared = ReferencePreparedModel(model)
         if token is not None and len(model_cache) == 1 and len(data_cache) == 1:

@@ -161,6 +161,29 @@ def is_extension_type(value: int) -> bool:
     return int(value) >= EXTENSION_TYPE_BASE
 
 
+def operation_name(value: int) -> str:
+    """OperationCode's name, or a description of an extension or unknown operation type
+    (a HAL model may carry any value; naming it must not fail)."""
+    try:
+        return OperationCode(value).name
+    except ValueError:
+        return _unnamed("operation", value)
+
+
+def operand_type_name(value: int) -> str:
+    """OperandCode's name, or a description of an extension or unknown operand type."""
+    try:
+        return OperandCode(value).name
+    except ValueError:
+        return _unnamed("operand type", value)
+
+
+def _unnamed(kind: str, value: int) -> str:
+    if is_extension_type(value):
+        return f"extension {kind} {int(value) & 0xFFFF} (prefix {int(value) >> 16})"
+    return f"unknown {kind} {int(value)}"
+
+
 @dataclass
 class Model:
     """A HAL model: main subgraph, referenced subgraphs, a CONSTANT_COPY blob and pools.

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 import nnapi
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import OperandCode
 from nnapi.conformance import float_tolerance, within_tolerance
 from nnapi.errors import BadDataError
 from nnapi.hal import OperandLifeTime
+from nnapi.hal.types import operation_name
 from nnapi.operand import TENSOR_TYPES
 from nnapi.tools._models import random_input, run, with_outputs
 
@@ -108,7 +109,7 @@ def bisect(model: Any, device: nnapi.Device | str, *, seed: int = 0, inputs: lis
             code = OperandCode(operand.type)
             got, want = actual[operand_index], expected[operand_index]
             if got.shape != want.shape:
-                differences.append(Difference(index, OperationCode(operation.type).name,
+                differences.append(Difference(index, operation_name(operation.type),
                                               placement["operations"][index]["device"], operand_index, code.name,
                                               list(want.shape), want.size, want.size, float("inf")))
                 break
@@ -121,7 +122,7 @@ def bisect(model: Any, device: nnapi.Device | str, *, seed: int = 0, inputs: lis
                 continue
             steps = int(finite.max()) if code in QUANTIZED and finite.size else None
             differences.append(Difference(
-                index, OperationCode(operation.type).name, placement["operations"][index]["device"], operand_index,
+                index, operation_name(operation.type), placement["operations"][index]["device"], operand_index,
                 code.name, list(want.shape), int((~ok).sum()), int(want.size),
                 float(finite.max()) if finite.size else float("nan"), steps, inherited))
     del keep

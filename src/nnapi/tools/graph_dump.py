@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import OperandCode
 from nnapi.errors import BadDataError, BadStateError
 from nnapi.hal import Model as HalModel
 from nnapi.hal import OperandLifeTime
+from nnapi.hal.types import operand_type_name, operation_name
 from nnapi.operand import DTYPES, TENSOR_TYPES
 
 L = OperandLifeTime
@@ -59,7 +60,7 @@ def _plain(value: np.ndarray) -> Any:
 def _describe_operand(hal_model: HalModel, index: int, operand) -> dict[str, Any]:
     described: dict[str, Any] = {
         "index": index,
-        "type": OperandCode(operand.type).name,
+        "type": operand_type_name(operand.type),
         "dimensions": list(operand.dimensions),
         "lifetime": L(operand.lifetime).name,
     }
@@ -114,7 +115,7 @@ def graph_dump(model: Any, compilation: Any = None, *, format: str = "json",  # 
             index = order[position] if number == 0 else position
             params = {str(slot): operands[i]["value"] for slot, i in enumerate(operation.inputs)
                       if subgraph.operands[i].type not in TENSOR_TYPES and "value" in operands[i]}
-            entry = {"index": index, "type": OperationCode(operation.type).name, "inputs": list(operation.inputs),
+            entry = {"index": index, "type": operation_name(operation.type), "inputs": list(operation.inputs),
                      "outputs": list(operation.outputs), "params": params}
             if number == 0 and devices is not None:
                 entry["device"] = devices[index]

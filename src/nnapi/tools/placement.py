@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from nnapi.codes import OperationCode
 from nnapi.errors import BadStateError
 from nnapi.hal import IDevice, OperandLifeTime
 from nnapi.hal import Model as HalModel
+from nnapi.hal.types import operation_name
 from nnapi.operand import dtype_of
 
 #: The reason given for a device that refuses an operation without saying why.
@@ -55,7 +55,7 @@ def placement(compilation: Any) -> dict[str, Any]:
     operations = [None] * len(main.operations)
     for position, operation in enumerate(main.operations):
         refusals = {name: reasons[position] for name, reasons in refused_by.items() if reasons[position]}
-        operations[order[position]] = {"index": order[position], "type": OperationCode(operation.type).name,
+        operations[order[position]] = {"index": order[position], "type": operation_name(operation.type),
                                        "device": device_of_hal_op[position], "refused": refusals}
     crossing = 0
     unknown = False
