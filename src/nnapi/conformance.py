@@ -194,13 +194,15 @@ def _multinomial_check(record: dict, outputs: dict[int, np.ndarray]) -> str | No
     return None
 
 
-def run_record(record: dict, device: nnapi.Device | None = None) -> Outcome:
-    """Build, compile and execute one record, and judge its outputs."""
+def run_record(record: dict, device: nnapi.Device | list[nnapi.Device] | None = None) -> Outcome:
+    """Build, compile and execute one record (for ``device``, or a list of devices the
+    runtime partitions it across), and judge its outputs."""
     operations = tuple(sorted(operations_of(record)))
     keep: list[Any] = []
     try:
         model = build_model(record, keep=keep)
-        compilation = nnapi.Compilation(model, [device] if device is not None else None)
+        devices = None if device is None else list(device) if isinstance(device, list) else [device]
+        compilation = nnapi.Compilation(model, devices)
         compilation.finish()
         execution = nnapi.Execution(compilation)
         main = record["main"]
@@ -249,6 +251,25 @@ def run_record(record: dict, device: nnapi.Device | None = None) -> Outcome:
         if problem:
             problems.append(problem)
     return Outcome(record["test"], operations, not problems, "; ".join(problems))
+
+
+def declined_by(record: dict, device: nnapi.Device) -> list[str]:
+    """Why ``device`` declines operations of the record's main subgraph: one reason per
+    declined operation (empty when it claims them all, or when the model cannot be built:
+    running it judges it)."""
+    from nnapi.runtime.model_builder import build_hal_model
+
+    keep: list[Any] = []
+    try:
+        hal_model, _ = build_hal_model(build_model(record, keep=keep))
+    except NnapiError:
+        return []
+    try:
+        reasons = device._hal.get_unsupported_reasons(hal_model)
+    except Exception:  # a driver that cannot answer: run the vector and let it be judged
+        return []
+    return [f"{operation.type.name}: {reason}" for operation, reason in zip(hal_model.main.operations, reasons)
+            if reason is not None]
 
 
 def default_vector_files() -> list[Path]:

@@ -1,0 +1,252 @@
+"""Benchmark: real models on nnapi-ort-cpu through the full nnapi runtime, beside LiteRT
+(XNNPACK), ONNX Runtime's own run of the same lowered graph and the reference device.
+
+Everything single-threaded, same inputs, one run: engines take turns each round so that
+a busy machine slows them alike; figures are the best of the rounds. By default a run is
+timed in CPU time of this process (every engine computes on the calling thread here, so
+that is its compute time, and it stays meaningful on a machine shared with other work);
+``--wall`` times wall-clock instead. Prints per model:
+
+- LiteRT, nnapi-ort-cpu (Compilation + Execution per run, as an app does), ORT's own
+  ``run`` on the lowered graph, and the reference device, in milliseconds;
+- ``ort/litert``: the ratio that the targets are about (<= 1.0 goal, <= 1.3 at worst);
+- ``overhead``: nnapi's per-execution cost over ORT's own run, in microseconds;
+- compile time, cold and from the compilation cache (second compilation);
+- agreement with LiteRT: max |difference| (float: relative to the output's largest
+  magnitude; quantized: in quantized steps);
+- the plan's steps when it is split (a model with an operation the device declines).
+
+    python benchmarks/bench_ort.py                     # every model in ../shared/models
+    python benchmarks/bench_ort.py path/to/model.tflite --runs 30 --reference-runs 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import nnapi
+from nnapi.runtime import manager
+
+DEFAULT_MODELS = [
+    "mobilenet_v1_1.0_224_float", "mobilenet_v1_1.0_224_int8", "mobilenet_v1_1.0_224_quant_uint8",
+    "mobilenet_v2_1.0_224_float", "mobilenet_v2_1.0_224_int8", "mobilenet_v2_1.0_224_quant_uint8",
+    "face_detection_short_range", "face_landmark", "hand_landmark_lite", "hand_recrop", "iris_landmark",
+    "lstm_1x20x40_128_fused",
+]
+SHARED_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+
+
+def ort_device() -> nnapi.Device:
+    found = [d for d in nnapi.get_devices() if d.name == "nnapi-ort-cpu"]
+    if found:
+        return found[0]
+    from nnapi.drivers.ort import devices
+
+    manager.register_device(devices()[0])
+    return [d for d in nnapi.get_devices() if d.name == "nnapi-ort-cpu"][0]
+
+
+def random_inputs(details: list[dict], seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for detail in details:
+        dtype, shape = np.dtype(detail["dtype"]), detail["shape"]
+        if dtype.kind == "f":
+            arrays.append(rng.uniform(-1, 1, shape).astype(dtype))
+        else:
+            info = np.iinfo(dtype)
+            arrays.append(rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype))
+    return arrays
+
+
+class NnapiRunner:
+    """One compilation; each call is one Execution (set inputs, outputs, compute)."""
+
+    def __init__(self, model: nnapi.Model, devices: list[nnapi.Device], outputs: list[np.ndarray],
+                 cache_dir: str | None = None, hidden: list[np.ndarray] | None = None) -> None:
+        start = time.perf_counter()
+        self.compilation = nnapi.Compilation(model, devices)
+        if cache_dir is not None:
+            self.compilation.set_caching(cache_dir, b"bench-ort-token-0123456789abcdef")
+        self.compilation.finish()
+        self.compile_s = time.perf_counter() - start
+        self.outputs = outputs
+        self.hidden = hidden or []
+
+    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        execution = nnapi.Execution(self.compilation)
+        for position, array in enumerate([*inputs, *self.hidden]):
+            execution.set_input(position, array)
+        for position, array in enumerate(self.outputs):
+            execution.set_output(position, array)
+        execution.compute()
+        return self.outputs
+
+
+def ort_own_runner(model: nnapi.Model, compilation: nnapi.Compilation | None = None):
+    """ORT's own InferenceSession.run on the graph the driver lowers the model to: the
+    very session the compilation's ORT step holds when it can be reached (two sessions of
+    one graph can differ by a few percent from where their buffers landed), else a new one."""
+    import onnxruntime as ort
+
+    prepared = getattr(getattr(compilation, "_plan", None), "single", None)
+    session = getattr(prepared, "session", None)
+    if session is not None:
+        names = [spec.name for spec in prepared.signature.inputs]
+        return lambda inputs: session.run(None, dict(zip(names, inputs, strict=True)))
+
+    from nnapi.drivers.ort.device import session_options
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    hal_model, _ = build_hal_model(model)
+    onnx_model, input_names, _ = lower_model(hal_model)
+    session = ort.InferenceSession(onnx_model.SerializeToString(), session_options(),
+                                   providers=["CPUExecutionProvider"])
+    return lambda inputs: session.run(None, dict(zip(input_names, inputs, strict=True)))
+
+
+def agreement(ours: np.ndarray, theirs: np.ndarray) -> str:
+    if ours.dtype.kind == "f":
+        scale = float(np.abs(theirs).max()) or 1.0
+        return f"{float(np.abs(ours.astype(np.float64) - theirs).max()) / scale:.1e} rel"
+    return f"{int(np.abs(ours.astype(np.int64) - theirs.astype(np.int64)).max())} steps"
+
+
+def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(str(path), num_threads=1)
+    interpreter.allocate_tensors()
+    input_details, output_details = interpreter.get_input_details(), interpreter.get_output_details()
+    inputs = random_inputs(input_details)
+
+    def litert(arrays):
+        for detail, array in zip(input_details, arrays, strict=True):
+            interpreter.set_tensor(detail["index"], array)
+        interpreter.invoke()
+        return [interpreter.get_tensor(d["index"]) for d in output_details]
+
+    imported = nnapi.load_tflite(path)
+    model = imported.model
+    # TFLite variable tensors are hidden NNAPI inputs (their state) and outputs
+    states = {state.input_index: state.initial for state in imported.states}
+    hidden = [states.get(position, None) for position in range(len(input_details), len(model.inputs))]
+    if any(value is None for value in hidden):
+        raise SystemExit(f"{path}: model inputs beyond LiteRT's that are not state")
+    outputs = [np.zeros(d["shape"], d["dtype"]) for d in output_details]
+    for index in model.outputs[len(output_details):]:
+        operand = model.operand_type(index)
+        outputs.append(np.zeros(operand.dimensions, operand.dtype))
+    device = ort_device()
+    reference = [d for d in nnapi.get_devices() if d.name == "nnapi-reference"][0]
+    with tempfile.TemporaryDirectory() as cache_dir:
+        ours = NnapiRunner(model, [device, reference], outputs, cache_dir, hidden)
+        cached = NnapiRunner(model, [device, reference], outputs, cache_dir, hidden)
+    steps = ours.compilation.step_devices
+    own = ort_own_runner(model, ours.compilation) if steps == ["nnapi-ort-cpu"] and not hidden else None
+    expected = [a.copy() for a in litert(inputs)]
+    result = [a.copy() for a in ours(inputs)]
+    times: dict[str, list[float]] = {"litert": [], "ort": [], "own": []}
+    engines = [("litert", litert), ("ort", ours), ("own", own)]
+    for round_number in range(runs):
+        # rotate the order each round: whoever runs right after another engine finds the
+        # caches cold, whoever follows ours (same weights) finds them warm
+        shift = round_number % len(engines)
+        for name, runner in engines[shift:] + engines[:shift]:
+            if runner is None:
+                continue
+            start = clock()
+            runner(inputs)
+            times[name].append(clock() - start)
+    row = {"model": path.stem, "steps": steps, "compile_s": ours.compile_s, "cached_s": cached.compile_s,
+           "agreement": ", ".join(agreement(a, b) for a, b in zip(result, expected))}
+    for name, samples in times.items():
+        row[name] = min(samples) if samples else None
+    row["reference"] = None
+    if reference_runs:
+        alone = NnapiRunner(model, [reference], [np.zeros_like(a) for a in outputs], hidden=hidden)
+        alone(inputs)
+        samples = []
+        for _ in range(reference_runs):
+            start = clock()
+            alone(inputs)
+            samples.append(clock() - start)
+        row["reference"] = min(samples)
+    return row
+
+
+def overhead_probe(rounds: int = 3000) -> tuple[float, float, float]:
+    """Per-execution cost on a model whose compute is negligible (one ADD of 8 floats):
+    (ORT's own run, the driver's execute, a full Execution through the runtime), in
+    microseconds, best of ``rounds`` -- the runtime's and driver's overhead without the
+    noise of a real model's run time."""
+    from nnapi.hal import DataLocation, Request, RequestArgument
+
+    model = nnapi.Model()
+    vector = nnapi.OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [1, 8])
+    a, b = model.add_operand(vector), model.add_operand(vector)
+    fuse = model.add_operand(nnapi.OperandType(nnapi.OperandCode.INT32))
+    model.set_operand_value(fuse, 0)
+    y = model.add_operand(vector)
+    model.add_operation(nnapi.OperationCode.ADD, [a, b, fuse], [y])
+    model.identify_inputs_and_outputs([a, b], [y])
+    model.finish()
+    x, out = np.ones((1, 8), np.float32), np.zeros((1, 8), np.float32)
+    runner = NnapiRunner(model, [ort_device()], [out])
+    own = ort_own_runner(model, runner.compilation)
+    from nnapi.runtime.model_builder import build_hal_model
+
+    prepared = ort_device()._hal.prepare_model(build_hal_model(model)[0])
+    request = Request([RequestArgument(False, DataLocation(0, 0, 32)), RequestArgument(False, DataLocation(1, 0, 32))],
+                      [RequestArgument(False, DataLocation(2, 0, 32))], [x, x, out])
+    calls = {"own": lambda: own([x, x]), "driver": lambda: prepared.execute(request), "runtime": lambda: runner([x, x])}
+    best = dict.fromkeys(calls, float("inf"))
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best["own"] * 1e6, best["driver"] * 1e6, best["runtime"] * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="*", help="tflite files (default: the shared models by name)")
+    parser.add_argument("--models-dir", type=Path, default=SHARED_MODELS,
+                        help=f"where the default models are (default {SHARED_MODELS})")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per engine (default 30)")
+    parser.add_argument("--reference-runs", type=int, default=1, help="timed reference runs (0: skip it)")
+    parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
+    args = parser.parse_args(argv)
+    paths = [Path(p) for p in args.models] or [args.models_dir / f"{name}.tflite" for name in DEFAULT_MODELS]
+    header = (f"{'model':<34} {'LiteRT ms':>9} {'ort ms':>8} {'ort/LiteRT':>10} {'ORT own':>8} {'overhead':>9} "
+              f"{'reference':>10} {'compile':>8} {'cached':>7}  agreement / plan")
+    print(header)
+    for path in paths:
+        if not path.exists():
+            print(f"{path.stem:<34} (missing: {path})")
+            continue
+        row = bench_model(path, args.runs, args.reference_runs, time.perf_counter if args.wall else time.process_time)
+        own = f"{row['own'] * 1e3:8.2f}" if row["own"] else f"{'-':>8}"
+        overhead = f"{(row['ort'] - row['own']) * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
+        reference = f"{row['reference'] * 1e3:8.0f}ms" if row["reference"] else f"{'-':>10}"
+        plan = "" if row["steps"] == ["nnapi-ort-cpu"] else f"; plan {' > '.join(row['steps'])}"
+        print(f"{row['model']:<34} {row['litert'] * 1e3:9.2f} {row['ort'] * 1e3:8.2f} "
+              f"{row['ort'] / row['litert']:9.2f}x {own} {overhead} {reference} {row['compile_s']:7.2f}s "
+              f"{row['cached_s']:6.2f}s  {row['agreement']}{plan}")
+        sys.stdout.flush()
+    own, driver, runtime = overhead_probe()
+    print(f"per-execution overhead (one ADD of 8 floats, best of 3000): ORT's own run {own:.1f}us, "
+          f"driver execute {driver:.1f}us, full Execution {runtime:.1f}us -> nnapi adds {runtime - own:.1f}us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

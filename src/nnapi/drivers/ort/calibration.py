@@ -1,0 +1,210 @@
+"""The ORT device's capabilities, measured rather than invented.
+
+The calibration run: for each operand type family the device computes in (float32,
+float16, quant8 asymm, quant8 asymm signed) one small convolutional block -- a 3x3
+CONV_2D, a 3x3 DEPTHWISE_CONV_2D and an ADD on a 1x28x28x16 tensor -- runs on the
+reference device and on this device; a family's ``exec_time`` is the best ORT time over
+the best reference time (the reference is 1.0 by definition; lower is better). Power is
+not measurable here, so ``power_usage`` takes the same figure (time spent on one core).
+
+It takes a fraction of a second, once per machine: the result is kept in
+``$NNAPI_ORT_CALIBRATION`` or ``~/.cache/nnapi/ort-calibration.json``, keyed by the nnapi
+and onnxruntime versions and the execution provider, and measured lazily on the first
+``get_capabilities`` (device discovery itself measures nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nnapi import __version__
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.hal import (
+    Capabilities,
+    DataLocation,
+    Model,
+    Operand,
+    OperandLifeTime,
+    Operation,
+    PerformanceInfo,
+    Request,
+    RequestArgument,
+    Subgraph,
+)
+from nnapi.operand import SymmPerChannelQuantParams
+
+if TYPE_CHECKING:
+    from nnapi.drivers.ort.device import OrtDevice
+
+T = OperandCode
+L = OperandLifeTime
+FAMILIES = {
+    "float32": (T.TENSOR_FLOAT32,),
+    "float16": (T.TENSOR_FLOAT16,),
+    "quant8_asymm": (T.TENSOR_QUANT8_ASYMM,),
+    "quant8_asymm_signed": (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL),
+}
+#: families that run on the device's int32 / bool tensors: shape and index operations
+_OTHER_TYPES = (T.TENSOR_INT32, T.TENSOR_BOOL8, T.INT32, T.FLOAT32, T.FLOAT16, T.BOOL)
+
+
+def cache_path() -> Path:
+    configured = os.environ.get("NNAPI_ORT_CALIBRATION")
+    if configured:
+        return Path(configured)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "nnapi" / "ort-calibration.json"
+
+
+def _key(device: OrtDevice) -> str:
+    import onnxruntime
+
+    return f"{__version__}|{onnxruntime.__version__}|{device.provider}|{platform.machine()}|{platform.node()}"
+
+
+def capabilities(device: OrtDevice) -> Capabilities:
+    """The device's Capabilities from the cached calibration, measuring it if needed."""
+    ratios = _load(device)
+    if ratios is None:
+        ratios = measure(device)
+        _store(device, ratios)
+    performance = {}
+    for family, codes in FAMILIES.items():
+        for code in codes:
+            performance[code] = PerformanceInfo(ratios[family], ratios[family])
+    for code in _OTHER_TYPES:
+        performance[code] = PerformanceInfo(ratios["float32"], ratios["float32"])
+    relaxed = PerformanceInfo(ratios["float32"], ratios["float32"])
+    # control flow is not run here: no figure (the runtime reads a missing one as infinite)
+    never = PerformanceInfo(float("inf"), float("inf"))
+    return Capabilities(relaxed_float32_to_float16_scalar=relaxed, relaxed_float32_to_float16_tensor=relaxed,
+                        operand_performance=performance, if_performance=never, while_performance=never)
+
+
+def _load(device: OrtDevice) -> dict[str, float] | None:
+    try:
+        stored = json.loads(cache_path().read_text())
+        ratios = stored[_key(device)]
+        if set(ratios) == set(FAMILIES) and all(isinstance(v, float) and v > 0 for v in ratios.values()):
+            return ratios
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _store(device: OrtDevice, ratios: dict[str, float]) -> None:
+    path = cache_path()
+    try:
+        try:
+            stored = json.loads(path.read_text())
+            if not isinstance(stored, dict):
+                stored = {}
+        except (OSError, ValueError):
+            stored = {}
+        stored[_key(device)] = ratios
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(stored, indent=1))
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a read-only home: measure again next time
+
+
+def measure(device: OrtDevice) -> dict[str, float]:
+    """ORT time / reference time of the calibration block, per type family."""
+    from nnapi.drivers.reference import ReferenceDevice
+
+    reference = ReferenceDevice()
+    ratios = {}
+    for family, codes in FAMILIES.items():
+        model, request = calibration_model(codes[0], codes[-1])
+        ours = _best_time(device.prepare_model(model), request, 20)
+        theirs = _best_time(reference.prepare_model(model), request, 3)
+        ratios[family] = float(max(ours / theirs, 1e-4))
+    return ratios
+
+
+def _best_time(prepared, request: Request, runs: int) -> float:
+    prepared.execute(request)
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        prepared.execute(request)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def calibration_model(code: OperandCode, filter_code: OperandCode) -> tuple[Model, Request]:
+    """The calibration block in ``code`` (filters in ``filter_code``) and a request for it."""
+    rng = np.random.default_rng(7)
+    channels, size = 16, 28
+    blob = bytearray()
+    operands: list[Operand] = []
+    quantized = code in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+    zero = 128 if code == T.TENSOR_QUANT8_ASYMM else 0
+
+    def add(op_type, dims, lifetime, data=None, scale=0.0, zero_point=0, channel_quant=None) -> int:
+        location = DataLocation()
+        if data is not None:
+            blob.extend(b"\0" * (-len(blob) % 8))
+            raw = np.ascontiguousarray(data).tobytes()
+            location = DataLocation(0, len(blob), len(raw))
+            blob.extend(raw)
+        operands.append(Operand(op_type, list(dims), scale, zero_point, lifetime, location, channel_quant))
+        return len(operands) - 1
+
+    def scalar(value: int) -> int:
+        return add(T.INT32, [], L.CONSTANT_COPY, np.array(value, np.int32))
+
+    def weights(dims):
+        if not quantized:
+            return add(code, dims, L.CONSTANT_COPY, (rng.standard_normal(dims) * 0.1).astype(_float(code)))
+        if filter_code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+            axis = 0 if dims[0] != 1 else 3
+            params = SymmPerChannelQuantParams(axis, [0.01] * dims[axis])
+            return add(filter_code, dims, L.CONSTANT_COPY, rng.integers(-127, 128, dims, dtype=np.int8),
+                       channel_quant=params)
+        return add(code, dims, L.CONSTANT_COPY, rng.integers(0, 255, dims).astype(_storage(code)), 0.01, zero)
+
+    def bias():
+        if quantized:
+            return add(T.TENSOR_INT32, [channels], L.CONSTANT_COPY, rng.integers(-100, 100, channels,
+                                                                                dtype=np.int32), 0.05 * 0.01)
+        return add(code, [channels], L.CONSTANT_COPY, rng.standard_normal(channels).astype(_float(code)))
+
+    shape = [1, size, size, channels]
+    act = dict(scale=0.05, zero_point=zero) if quantized else {}
+    source = add(code, shape, L.SUBGRAPH_INPUT, **act)
+    conv_out = add(code, shape, L.TEMPORARY_VARIABLE, **act)
+    depth_out = add(code, shape, L.TEMPORARY_VARIABLE, **act)
+    result = add(code, shape, L.SUBGRAPH_OUTPUT, **act)
+    conv = Operation(OperationCode.CONV_2D, [source, weights([channels, 3, 3, channels]), bias(), scalar(1),
+                                             scalar(1), scalar(1), scalar(1)], [conv_out])
+    depthwise = Operation(OperationCode.DEPTHWISE_CONV_2D, [conv_out, weights([1, 3, 3, channels]), bias(),
+                                                            scalar(1), scalar(1), scalar(1), scalar(1),
+                                                            scalar(1)], [depth_out])
+    add_op = Operation(OperationCode.ADD, [depth_out, source, scalar(0)], [result])
+    model = Model(Subgraph(operands, [conv, depthwise, add_op], [source], [result]), [], bytes(blob), [])
+    element = np.dtype(_storage(code)) if quantized else np.dtype(_float(code))
+    nbytes = int(np.prod(shape)) * element.itemsize
+    data = (rng.integers(0, 255, shape).astype(element) if quantized
+            else rng.standard_normal(shape).astype(element))
+    request = Request([RequestArgument(False, DataLocation(0, 0, nbytes))],
+                      [RequestArgument(False, DataLocation(1, 0, nbytes))],
+                      [data.tobytes(), bytearray(nbytes)])
+    return model, request
+
+
+def _float(code: OperandCode):
+    return np.float16 if code == T.TENSOR_FLOAT16 else np.float32
+
+
+def _storage(code: OperandCode):
+    return np.int8 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8

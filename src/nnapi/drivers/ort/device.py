@@ -1,0 +1,401 @@
+"""The ONNX Runtime devices (``nnapi-ort-cpu``, ``nnapi-ort-cuda``) and their prepared models.
+
+Preparation lowers the HAL model to one ONNX graph (lowering.py) and opens an ORT session
+on it; execution binds the request's pools to the session's inputs and outputs (zero
+copy: ORT reads the caller's input bytes and writes straight into the output buffers
+when their shapes are known) and runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from nnapi import __version__
+from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperationCode
+from nnapi.drivers.ort import calibration
+from nnapi.drivers.ort.lowering import Declined, lower_model, operation_support
+from nnapi.drivers.reference import supports_operation
+from nnapi.hal import (
+    Capabilities,
+    ErrorStatus,
+    ExecutionPreference,
+    HalError,
+    IDevice,
+    IPreparedModel,
+    Model,
+    OutputShape,
+    Priority,
+    Request,
+    Timing,
+)
+from nnapi.hal.validation import validate_model
+from nnapi.operand import dtype_of
+
+ort.set_default_logger_severity(3)  # failures reach the caller as HalErrors, not as log lines
+
+#: Cache file layout version; a cache written by another version is refused.
+CACHE_VERSION = 1
+_CACHE_MAGIC = b"NNAPI-ORT\0"
+
+
+def session_options(threads: int | None = None) -> ort.SessionOptions:
+    """Single-threaded by default (NNAPI_ORT_THREADS overrides): one execution, one core,
+    as the benchmarks compare engines."""
+    options = ort.SessionOptions()
+    count = threads if threads is not None else int(os.environ.get("NNAPI_ORT_THREADS", "1"))
+    options.intra_op_num_threads = count
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return options
+
+
+class OrtDevice(IDevice):
+    """One ONNX Runtime execution provider as an NNAPI device."""
+
+    feature_level = FeatureLevelCode.FEATURE_LEVEL_8
+
+    def __init__(self, provider: str = "CPUExecutionProvider", name: str = "nnapi-ort-cpu",
+                 device_type: DeviceTypeCode = DeviceTypeCode.DEVICE_CPU) -> None:
+        self.name = name
+        self.provider = provider
+        self.device_type = device_type
+        self.version_string = f"{__version__} (onnxruntime {ort.__version__})"
+        self._capabilities: Capabilities | None = None
+        self._lock = threading.Lock()
+
+    # --- queries -------------------------------------------------------------------------
+    def get_capabilities(self) -> Capabilities:
+        """Measured once per machine against the reference (see calibration.py)."""
+        with self._lock:
+            if self._capabilities is None:
+                self._capabilities = calibration.capabilities(self)
+            return self._capabilities
+
+    def get_unsupported_reasons(self, model: Model) -> list[str | None]:
+        reasons: list[str | None] = []
+        for operation in model.main.operations:
+            if operation.type in (OperationCode.IF, OperationCode.WHILE):
+                reasons.append(f"{OperationCode(operation.type).name}: control flow stays on the reference")
+            elif not supports_operation(model, model.main, operation):
+                reasons.append("not a valid operation (the reference's validation rejects it)")
+            else:
+                reasons.append(operation_support(model, operation))
+        return reasons
+
+    def get_supported_operations(self, model: Model) -> list[bool]:
+        return [reason is None for reason in self.get_unsupported_reasons(model)]
+
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        return (1, 0)
+
+    # --- preparation -------------------------------------------------------------------
+    def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority=Priority.MEDIUM, deadline_ns: int | None = None, model_cache: Sequence[int] = (),
+                      data_cache: Sequence[int] = (), token: bytes | None = None) -> IPreparedModel:
+        validate_model(model)
+        _check_deadline(deadline_ns, "preparation")
+        reasons = self.get_unsupported_reasons(model)
+        for operation, reason in zip(model.main.operations, reasons):
+            if reason is not None:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                               f"{self.name} does not support {OperationCode(operation.type).name}: {reason}")
+        try:
+            onnx_model, input_names, output_names = lower_model(model)
+        except Declined as reason:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name}: {reason}") from None
+        signature = Signature.of(model, input_names, output_names)
+        options = session_options()
+        optimized_path = None
+        if model_cache and token is not None:
+            handle, optimized_path = tempfile.mkstemp(suffix=".onnx", prefix="nnapi-ort-")
+            os.close(handle)
+            options.optimized_model_filepath = optimized_path
+        try:
+            session = self._session(onnx_model.SerializeToString(), options)
+            if optimized_path is not None:
+                with open(optimized_path, "rb") as handle:
+                    _write_cache(model_cache[0], token, signature, self, handle.read())
+        finally:
+            if optimized_path is not None:
+                os.unlink(optimized_path)
+        return OrtPreparedModel(session, signature)
+
+    def prepare_model_from_cache(self, model_cache: Sequence[int], data_cache: Sequence[int], token: bytes,
+                                 deadline_ns: int | None = None) -> IPreparedModel:
+        _check_deadline(deadline_ns, "preparation")
+        if len(model_cache) != 1:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"expected 1 model cache file, got {len(model_cache)}")
+        signature, payload = _read_cache(model_cache[0], token, self)
+        options = session_options()
+        # the cached model is already optimized for this machine: load it as it is
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return OrtPreparedModel(self._session(payload, options), signature)
+
+    def _session(self, model_bytes: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
+        try:
+            return ort.InferenceSession(model_bytes, options, providers=[self.provider])
+        except Exception as error:  # ORT's own exception types carry no status
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name}: onnxruntime refused the model: "
+                                                        f"{error}") from None
+
+
+def _check_deadline(deadline_ns: int | None, what: str) -> None:
+    if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
+        raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"the deadline passed before {what}")
+
+
+@dataclass
+class IoSpec:
+    name: str
+    dtype: np.dtype
+    dimensions: list[int]
+
+
+@dataclass
+class Signature:
+    """The graph's inputs and outputs, in HAL order: what execution binds."""
+
+    inputs: list[IoSpec]
+    outputs: list[IoSpec]
+
+    @classmethod
+    def of(cls, model: Model, input_names: list[str], output_names: list[str]) -> Signature:
+        main = model.main
+
+        def specs(indexes, names):
+            return [IoSpec(name, dtype_of(main.operands[i].type), list(main.operands[i].dimensions))
+                    for i, name in zip(indexes, names, strict=True)]
+        return cls(specs(main.input_indexes, input_names), specs(main.output_indexes, output_names))
+
+    def to_json(self) -> dict:
+        def encode(specs):
+            return [[s.name, s.dtype.str, s.dimensions] for s in specs]
+        return {"inputs": encode(self.inputs), "outputs": encode(self.outputs)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Signature:
+        def decode(items):
+            specs = []
+            for name, dtype, dims in items:
+                if not isinstance(name, str) or not all(isinstance(d, int) and d >= 0 for d in dims):
+                    raise ValueError("bad signature entry")
+                specs.append(IoSpec(name, np.dtype(dtype), list(dims)))
+            return specs
+        return cls(decode(data["inputs"]), decode(data["outputs"]))
+
+
+# --- cache files ------------------------------------------------------------------------
+def _cache_identity(device: OrtDevice) -> dict:
+    return {"version": CACHE_VERSION, "nnapi": __version__, "onnxruntime": ort.__version__,
+            "provider": device.provider}
+
+
+def _write_cache(fd: int, token: bytes, signature: Signature, device: OrtDevice, payload: bytes) -> None:
+    header = json.dumps({**_cache_identity(device), "token": bytes(token).hex(),
+                         "sha256": hashlib.sha256(payload).hexdigest(), "signature": signature.to_json()}).encode()
+    data = _CACHE_MAGIC + len(header).to_bytes(4, "little") + header + payload
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as error:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot write the cache file: {error}") from None
+
+
+def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[Signature, bytes]:
+    def refuse(why: str) -> HalError:
+        return HalError(ErrorStatus.GENERAL_FAILURE, f"cache refused: {why}")
+
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        remaining = size
+        while remaining > 0:
+            chunk = os.read(fd, remaining)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+    except (OSError, TypeError, ValueError) as error:
+        raise refuse(f"cannot read it: {error}") from None
+    if not data.startswith(_CACHE_MAGIC) or len(data) < len(_CACHE_MAGIC) + 4:
+        raise refuse("not an nnapi-ort cache file")
+    start = len(_CACHE_MAGIC) + 4
+    length = int.from_bytes(data[len(_CACHE_MAGIC):start], "little")
+    try:
+        header = json.loads(data[start:start + length])
+        if not isinstance(header, dict):
+            raise ValueError("header is not an object")
+        for key, expected in _cache_identity(device).items():
+            if header.get(key) != expected:
+                raise refuse(f"{key} is {header.get(key)!r}, expected {expected!r}")
+        if header.get("token") != bytes(token).hex():
+            raise refuse("token mismatch")
+        payload = data[start + length:]
+        if header.get("sha256") != hashlib.sha256(payload).hexdigest():
+            raise refuse("checksum mismatch")
+        signature = Signature.from_json(header["signature"])
+    except HalError:
+        raise
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise refuse(f"bad header: {error}") from None
+    return signature, payload
+
+
+# --- execution --------------------------------------------------------------------------
+def _pool_bytes(pool, writable: bool) -> memoryview:
+    buffer = getattr(pool, "buffer", pool)
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"pool of type {type(pool).__name__} is not memory of "
+                                                     "this device") from None
+    if writable and view.readonly:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output pool is read-only")
+    return view if view.format == "B" and view.ndim == 1 and view.c_contiguous else view.cast("B")
+
+
+class OrtPreparedModel(IPreparedModel):
+    """An ORT session and the order of its inputs and outputs."""
+
+    def __init__(self, session: ort.InferenceSession, signature: Signature) -> None:
+        self.session = session
+        self.signature = signature
+        self._local = threading.local()
+
+    def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
+                loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
+        start = time.monotonic_ns()
+        _check_deadline(deadline_ns, "execution")
+        signature = self.signature
+        if len(request.inputs) != len(signature.inputs) or len(request.outputs) != len(signature.outputs):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "the request's inputs or outputs do not match the model")
+        # One binding per thread, kept between executions: a request whose buffers are where
+        # the last one's were (an app's loop) runs without binding anything again.
+        binding, bound = getattr(self._local, "binding", None), getattr(self._local, "bound", None)
+        if binding is None or bound is None:
+            binding, bound = self.session.io_binding(), {}
+            self._local.binding, self._local.bound = binding, bound
+        keep = []  # the arrays bound: alive until the run is over
+        try:
+            for position, (argument, spec) in enumerate(zip(request.inputs, signature.inputs)):
+                array = self._input_array(request, position, argument, spec)
+                keep.append(array)
+                key = (array.ctypes.data, array.shape)
+                if bound.get(spec.name) != key:
+                    bound.pop(spec.name, None)
+                    binding.bind_input(spec.name, "cpu", 0, spec.dtype, array.shape, key[0])
+                    bound[spec.name] = key
+            late = []  # outputs ORT allocates (shape known only after the run)
+            for position, (argument, spec) in enumerate(zip(request.outputs, signature.outputs)):
+                if argument.has_no_value or not spec.dimensions or not all(spec.dimensions) \
+                        or argument.location.length < _nbytes(spec, spec.dimensions):
+                    late.append(position)
+                    if bound.get(spec.name, 0) is not None:
+                        bound.pop(spec.name, None)
+                        binding.bind_output(spec.name, "cpu")
+                        bound[spec.name] = None
+                    continue
+                target = self._output_array(request, argument, spec, spec.dimensions)
+                keep.append(target)
+                key = (target.ctypes.data, target.shape)
+                if bound.get(spec.name, 0) != key:
+                    bound.pop(spec.name, None)
+                    binding.bind_output(spec.name, "cpu", 0, spec.dtype, target.shape, key[0])
+                    bound[spec.name] = key
+        except HalError:
+            raise
+        except Exception as error:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot bind the request: {error}") from None
+        run_start = time.monotonic_ns()
+        self._run(binding, deadline_ns)
+        run_end = time.monotonic_ns()
+        shapes = [OutputShape(list(spec.dimensions)) for spec in signature.outputs]
+        if late:
+            values = binding.get_outputs()
+            results = {position: values[position].numpy() for position in late}
+            for position, result in results.items():
+                argument = request.outputs[position]
+                shapes[position] = OutputShape(list(result.shape), argument.has_no_value
+                                               or argument.location.length >= result.nbytes)
+            if not all(shape.is_sufficient for shape in shapes):
+                raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
+            for position, result in results.items():
+                argument = request.outputs[position]
+                if argument.has_no_value or result.size == 0:
+                    continue
+                target = self._output_array(request, argument, signature.outputs[position], list(result.shape))
+                target[...] = result
+        end = time.monotonic_ns()
+        return shapes, (Timing(run_end - run_start, end - start) if measure_timing else Timing())
+
+    def _input_array(self, request: Request, position: int, argument, spec: IoSpec) -> np.ndarray:
+        if argument.has_no_value:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has no value")
+        dims = list(argument.dimensions) or spec.dimensions
+        # a 0 the request gives is a zero-sized tensor (ORT takes those); one left from the
+        # model's declaration is an unspecified dimension
+        if not dims or (0 in dims and not argument.dimensions and argument.location.length):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has unspecified dimensions")
+        needed = _nbytes(spec, dims)
+        location = argument.location
+        if location.length < needed:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} buffer is too small")
+        pool = _pool_bytes(_pool_at(request, location.pool_index), writable=False)
+        if location.offset + needed > pool.nbytes:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} lies outside its pool")
+        return np.frombuffer(pool, spec.dtype, needed // spec.dtype.itemsize, location.offset).reshape(dims)
+
+    def _output_array(self, request: Request, argument, spec: IoSpec, dims: list[int]) -> np.ndarray:
+        needed = _nbytes(spec, dims)
+        location = argument.location
+        pool = _pool_bytes(_pool_at(request, location.pool_index), writable=True)
+        if location.offset + needed > pool.nbytes:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output lies outside its pool")
+        return np.frombuffer(pool, spec.dtype, needed // spec.dtype.itemsize, location.offset).reshape(dims)
+
+    def _run(self, binding, deadline_ns: int | None) -> None:
+        options = None
+        timer = None
+        if deadline_ns is not None:
+            # ORT checks RunOptions.terminate between nodes: a timer sets it at the deadline
+            options = ort.RunOptions()
+            remaining = (deadline_ns - time.monotonic_ns()) / 1e9
+            timer = threading.Timer(max(remaining, 0.0), setattr, (options, "terminate", True))
+            timer.start()
+        try:
+            self.session.run_with_iobinding(binding, options)
+        except Exception as error:
+            if options is not None and options.terminate:
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the execution's deadline passed") from None
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+
+def _pool_at(request: Request, index: int):
+    if not 0 <= index < len(request.pools):
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"pool {index} does not exist")
+    return request.pools[index]
+
+
+def _nbytes(spec: IoSpec, dims: list[int]) -> int:
+    return math.prod(dims) * spec.dtype.itemsize

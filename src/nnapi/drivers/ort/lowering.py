@@ -1,0 +1,1015 @@
+"""Lowering: one HAL subgraph to one ONNX graph, built with the ``onnx`` helper API.
+
+Every HAL operand becomes an ONNX value in an *internal encoding* chosen so that ONNX
+Runtime's fast kernels apply and the real values are unchanged:
+
+- TENSOR_FLOAT32 and TENSOR_FLOAT16 are float32 inside (as Android's CPU driver computes
+  float16 in float32); float16 model inputs and outputs are cast at the graph's edges.
+- TENSOR_QUANT8_ASYMM is uint8 with its zero point; TENSOR_QUANT8_ASYMM_SIGNED is
+  re-expressed as uint8 with zero point + 128 (q + 128 has the same real value, exactly),
+  which is the form ORT's x86 QLinear kernels are fastest on.
+- TENSOR_INT32 and TENSOR_BOOL8 are themselves.
+
+NNAPI's NHWC layout becomes Transpose -> NCHW operator -> Transpose; ORT's transpose
+optimizer cancels the pairs between consecutive operators. Fused activations become
+Relu / Clip (float) or a Clip on the quantized values (quantized), which ORT fuses or,
+when the clamp is the quantized range itself, is left out.
+
+Each operation's lowering raises ``Declined(reason)`` for anything ONNX cannot express
+exactly; the device asks the same functions whether it supports an operation, so what it
+claims and what it can lower never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from nnapi.codes import FuseCode, OperandCode, OperationCode
+from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
+from nnapi.operand import dtype_of
+
+T = OperandCode
+L = OperandLifeTime
+OPSET = 17
+MS_DOMAIN = "com.microsoft"
+
+FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: operand types with an internal encoding (weights' per-channel / symm types are constants only)
+ACTIVATION_TYPES = (*FLOATS, *QUANT8, T.TENSOR_INT32, T.TENSOR_BOOL8)
+NHWC_TO_NCHW = [0, 3, 1, 2]
+NCHW_TO_NHWC = [0, 2, 3, 1]
+
+
+class Declined(Exception):
+    """An operation (or operand) this device does not run; the message says why."""
+
+
+@dataclass
+class Value:
+    """An operand as an ONNX value: its name, internal element type and (for uint8) the
+    scale and internal zero point; ``const`` holds a constant's internal-encoded array."""
+
+    name: str
+    kind: str  # "float", "uint8", "int32", "bool"
+    dims: list[int]
+    scale: float = 0.0
+    zero_point: int = 0
+    const: np.ndarray | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+
+_KIND_ELEM = {"float": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int32": TensorProto.INT32,
+              "bool": TensorProto.BOOL}
+_HAL_ELEM = {T.TENSOR_FLOAT32: TensorProto.FLOAT, T.TENSOR_FLOAT16: TensorProto.FLOAT16,
+             T.TENSOR_QUANT8_ASYMM: TensorProto.UINT8, T.TENSOR_QUANT8_ASYMM_SIGNED: TensorProto.INT8,
+             T.TENSOR_INT32: TensorProto.INT32, T.TENSOR_BOOL8: TensorProto.BOOL}
+
+
+def internal_kind(code: int) -> str:
+    if code in FLOATS:
+        return "float"
+    if code in QUANT8:
+        return "uint8"
+    if code == T.TENSOR_INT32:
+        return "int32"
+    if code == T.TENSOR_BOOL8:
+        return "bool"
+    raise Declined(f"{_name(code)} operands are not supported")
+
+
+def internal_zero_point(operand: Operand) -> int:
+    return operand.zero_point + 128 if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED else operand.zero_point
+
+
+def _name(code: int) -> str:
+    try:
+        return OperandCode(code).name
+    except ValueError:
+        return f"operand type {code}"
+
+
+def round_half_away(x: float) -> int:
+    """std::round, as Android's kernels round when computing activation ranges."""
+    return int(math.floor(abs(x) + 0.5)) * (1 if x >= 0 else -1)
+
+
+class GraphBuilder:
+    """Accumulates nodes and initializers for one subgraph; ``value(i)`` is operand i."""
+
+    def __init__(self, model: Model, subgraph: Subgraph, isolated: bool = False) -> None:
+        self.model = model
+        self.subgraph = subgraph
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.values: dict[int, Value] = {}
+        self.uses_ms_domain = False
+        self._count = 0
+        self._constants: dict[tuple, str] = {}
+        # isolated: operands produced elsewhere are treated as inputs (for support queries)
+        self.isolated = isolated
+
+    # --- names, constants, nodes ---------------------------------------------------------
+    def fresh(self, hint: str = "t") -> str:
+        self._count += 1
+        return f"{hint}_{self._count}"
+
+    def constant(self, array: np.ndarray, hint: str = "c") -> str:
+        array = np.asarray(array)
+        if not array.flags.c_contiguous:
+            array = array.copy()  # (np.ascontiguousarray would make a scalar 1-d)
+        key = (array.dtype.str, array.shape, array.tobytes()) if array.size <= 16 else None
+        if key is not None and key in self._constants:
+            return self._constants[key]
+        name = self.fresh(hint)
+        if not self.isolated:  # a support query only needs the graph's shape, not the bytes
+            self.initializers.append(numpy_helper.from_array(array, name))
+        if key is not None:
+            self._constants[key] = name
+        return name
+
+    def node(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, domain: str = "",
+             **attributes) -> list[str]:
+        names = [self.fresh(op_type.lower()) for _ in range(outputs)] if isinstance(outputs, int) else outputs
+        if domain == MS_DOMAIN:
+            self.uses_ms_domain = True
+        self.nodes.append(helper.make_node(op_type, inputs, names, domain=domain or None, **attributes))
+        return names
+
+    def one(self, op_type: str, inputs: list[str], domain: str = "", **attributes) -> str:
+        return self.node(op_type, inputs, 1, domain, **attributes)[0]
+
+    # --- operands ---------------------------------------------------------------------
+    def operand(self, index: int) -> Operand:
+        return self.subgraph.operands[index]
+
+    def raw_constant(self, index: int) -> np.ndarray | None:
+        """The HAL value of a constant operand (None for one computed at run time)."""
+        operand = self.operand(index)
+        if operand.lifetime == L.NO_VALUE:
+            raise Declined(f"operand {index} is omitted")
+        if operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+            return None
+        location = operand.location
+        buffer = (self.model.operand_values if operand.lifetime == L.CONSTANT_COPY
+                  else self.model.pools[location.pool_index])
+        buffer = getattr(buffer, "buffer", buffer)
+        dtype = dtype_of(operand.type)
+        count = location.length // dtype.itemsize
+        array = np.frombuffer(buffer, dtype=dtype, count=count, offset=location.offset)
+        return array.reshape(operand.dimensions) if operand.dimensions else array.reshape(())
+
+    def scalar(self, index: int):
+        """A parameter's value; a parameter computed at run time is declined."""
+        value = self.raw_constant(index)
+        if value is None:
+            raise Declined(f"operand {index} (a parameter) is not a constant")
+        return value.reshape(-1)[0].item() if value.size == 1 else value
+
+    def optional_scalar(self, operation: Operation, position: int, default):
+        if position >= len(operation.inputs):
+            return default
+        if self.operand(operation.inputs[position]).lifetime == L.NO_VALUE:
+            return default
+        return self.scalar(operation.inputs[position])
+
+    def value(self, index: int) -> Value:
+        if index in self.values:
+            return self.values[index]
+        operand = self.operand(index)
+        kind = internal_kind(operand.type)
+        if any(d == 0 for d in operand.dimensions) and operand.lifetime not in (L.SUBGRAPH_INPUT,
+                                                                                 L.TEMPORARY_VARIABLE,
+                                                                                 L.SUBGRAPH_OUTPUT):
+            raise Declined(f"operand {index} has unknown dimensions")
+        raw = self.raw_constant(index)
+        zero_point = internal_zero_point(operand)
+        if raw is not None:
+            encoded = encode(raw, operand)
+            value = Value(self.constant(encoded, "w"), kind, list(operand.dimensions), operand.scale,
+                          zero_point, encoded)
+        elif operand.lifetime == L.SUBGRAPH_INPUT or self.isolated:
+            value = self._graph_input(index, operand, kind, zero_point)
+        else:
+            raise Declined(f"operand {index} is read before it is written")
+        self.values[index] = value
+        return value
+
+    def _graph_input(self, index: int, operand: Operand, kind: str, zero_point: int) -> Value:
+        if not operand.dimensions and operand.type not in (T.TENSOR_INT32,):
+            if operand.type in ACTIVATION_TYPES:
+                raise Declined(f"operand {index} has unknown rank")
+        name = f"in_{index}"
+        dims = [d if d else f"d{index}_{axis}" for axis, d in enumerate(operand.dimensions)]
+        self.inputs.append(helper.make_tensor_value_info(name, _HAL_ELEM[operand.type], dims))
+        if operand.type == T.TENSOR_FLOAT16:
+            name = self.one("Cast", [name], to=TensorProto.FLOAT)
+        elif operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED:
+            name = self.shift_signed(name, to_unsigned=True)
+        return Value(name, kind, list(operand.dimensions), operand.scale, zero_point)
+
+    def shift_signed(self, name: str, to_unsigned: bool) -> str:
+        """q + 128 as uint8 (or back to int8): exact, through a dequantize / quantize pair
+        with scale 1, which ORT runs as two cheap element-wise passes."""
+        one = self.constant(np.array(1.0, np.float32))
+        if to_unsigned:
+            real = self.one("DequantizeLinear", [name, one, self.constant(np.array(-128, np.int8))])
+            return self.one("QuantizeLinear", [real, one, self.constant(np.array(0, np.uint8))])
+        real = self.one("DequantizeLinear", [name, one, self.constant(np.array(128, np.uint8))])
+        return self.one("QuantizeLinear", [real, one, self.constant(np.array(0, np.int8))])
+
+    def set_output(self, index: int, name: str) -> Value:
+        operand = self.operand(index)
+        value = Value(name, internal_kind(operand.type), list(operand.dimensions), operand.scale,
+                      internal_zero_point(operand))
+        self.values[index] = value
+        return value
+
+    # --- quantization helpers -------------------------------------------------------
+    def qparams(self, value: Value | Operand) -> tuple[str, str]:
+        if isinstance(value, Operand):
+            scale, zero_point = value.scale, internal_zero_point(value)
+        else:
+            scale, zero_point = value.scale, value.zero_point
+        return (self.constant(np.array(scale, np.float32), "scale"),
+                self.constant(np.array(zero_point, np.uint8), "zp"))
+
+    def dequantize(self, value: Value) -> str:
+        if value.kind == "float":
+            return value.name
+        if value.kind != "uint8":
+            raise Declined(f"cannot dequantize a {value.kind} value")
+        return self.one("DequantizeLinear", [value.name, *self.qparams(value)])
+
+    def quantize(self, name: str, operand: Operand) -> str:
+        return self.one("QuantizeLinear", [name, *self.qparams(operand)])
+
+
+def encode(raw: np.ndarray, operand: Operand) -> np.ndarray:
+    """A HAL constant in its internal encoding."""
+    if operand.type in FLOATS:
+        return raw.astype(np.float32)
+    if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED:
+        return (raw.view(np.uint8) ^ np.uint8(0x80)).reshape(raw.shape)
+    if operand.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_INT32, T.TENSOR_BOOL8):
+        return raw
+    if operand.type in (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM):
+        return raw  # weights: read by the operation that owns them
+    if operand.type in (T.FLOAT32, T.INT32, T.BOOL, T.FLOAT16, T.UINT32):
+        return raw
+    raise Declined(f"{_name(operand.type)} constants are not supported")
+
+
+# --- operation lowerings -------------------------------------------------------------------
+Lowering = Callable[[GraphBuilder, Operation], None]
+LOWERINGS: dict[OperationCode, Lowering] = {}
+
+
+def lowers(*codes: OperationCode):
+    def register(function: Lowering) -> Lowering:
+        for code in codes:
+            LOWERINGS[code] = function
+        return function
+    return register
+
+
+def _same_kind(g: GraphBuilder, operation: Operation, allowed=ACTIVATION_TYPES) -> None:
+    for index in [*operation.inputs[:1], *operation.outputs]:
+        code = g.operand(index).type
+        if code not in allowed:
+            raise Declined(f"{OperationCode(operation.type).name} on {_name(code)} is not supported")
+
+
+def fused_activation(g: GraphBuilder, name: str, fuse: int, output: Operand) -> str:
+    """``name`` with the fused activation applied, in the output's internal encoding."""
+    if fuse == FuseCode.FUSED_NONE:
+        return name
+    if fuse not in (FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6):
+        raise Declined(f"fused activation {fuse} is not valid")
+    low, high = {FuseCode.FUSED_RELU: (0.0, math.inf), FuseCode.FUSED_RELU1: (-1.0, 1.0),
+                 FuseCode.FUSED_RELU6: (0.0, 6.0)}[FuseCode(fuse)]
+    if output.type in FLOATS:
+        if high == math.inf:
+            return g.one("Relu", [name])
+        return g.one("Clip", [name, g.constant(np.array(low, np.float32)), g.constant(np.array(high, np.float32))])
+    if output.type in QUANT8:
+        zero_point = internal_zero_point(output)
+        q_low = max(0, zero_point + round_half_away(low / output.scale))
+        q_high = 255 if high == math.inf else min(255, zero_point + round_half_away(high / output.scale))
+        if q_low <= 0 and q_high >= 255:
+            return name  # the clamp is the quantized range itself
+        return g.one("Clip", [name, g.constant(np.array(q_low, np.uint8)), g.constant(np.array(q_high, np.uint8))])
+    raise Declined(f"fused activation on {_name(output.type)}")
+
+
+def to_nchw(g: GraphBuilder, name: str, nchw: bool) -> str:
+    return name if nchw else g.one("Transpose", [name], perm=NHWC_TO_NCHW)
+
+
+def from_nchw(g: GraphBuilder, name: str, nchw: bool) -> str:
+    return name if nchw else g.one("Transpose", [name], perm=NCHW_TO_NHWC)
+
+
+def _require_rank(value: Value, rank: int, what: str) -> None:
+    if value.rank != rank:
+        raise Declined(f"{what} must have rank {rank}")
+
+
+# --- convolutions ----------------------------------------------------------------------
+@dataclass
+class _ConvParams:
+    pads: list[int] | None  # ONNX order: top, left, bottom, right
+    auto_pad: str | None
+    strides: list[int]
+    dilations: list[int]
+    fuse: int
+    nchw: bool
+    multiplier: int = 1
+
+
+def _conv_params(g: GraphBuilder, operation: Operation, depthwise: bool) -> _ConvParams:
+    inputs = operation.inputs
+    n = len(inputs)
+    shift = 1 if depthwise else 0  # depthwise has depth_multiplier before the activation
+    explicit_lengths = (11, 12, 14) if depthwise else (10, 11, 13)
+    explicit = n in explicit_lengths and not (n == explicit_lengths[0] and
+                                              g.operand(inputs[7 + shift]).type == T.BOOL)
+    if explicit:
+        left, right, top, bottom = (int(g.scalar(inputs[i])) for i in (3, 4, 5, 6))
+        stride_w, stride_h = int(g.scalar(inputs[7])), int(g.scalar(inputs[8]))
+        multiplier = int(g.scalar(inputs[9])) if depthwise else 1
+        rest = 9 + shift
+        fuse = int(g.scalar(inputs[rest]))
+        nchw = bool(g.optional_scalar(operation, rest + 1, False))
+        dil_w = int(g.optional_scalar(operation, rest + 2, 1))
+        dil_h = int(g.optional_scalar(operation, rest + 3, 1))
+        return _ConvParams([top, left, bottom, right], None, [stride_h, stride_w], [dil_h, dil_w], fuse, nchw,
+                           multiplier)
+    scheme = int(g.scalar(inputs[3]))
+    stride_w, stride_h = int(g.scalar(inputs[4])), int(g.scalar(inputs[5]))
+    multiplier = int(g.scalar(inputs[6])) if depthwise else 1
+    rest = 6 + shift
+    fuse = int(g.scalar(inputs[rest]))
+    nchw = bool(g.optional_scalar(operation, rest + 1, False))
+    dil_w = int(g.optional_scalar(operation, rest + 2, 1))
+    dil_h = int(g.optional_scalar(operation, rest + 3, 1))
+    if scheme not in (1, 2):
+        raise Declined(f"padding scheme {scheme} is not valid")
+    pads = None
+    if scheme == 1:
+        filter_dims = g.operand(inputs[1]).dimensions
+        kernel = (filter_dims[1], filter_dims[2]) if len(filter_dims) == 4 else (0, 0)
+        pads = same_pads(g.operand(inputs[0]).dimensions, nchw, kernel, (stride_h, stride_w), (dil_h, dil_w))
+    return _ConvParams(pads, "VALID" if scheme == 2 else None, [stride_h, stride_w], [dil_h, dil_w], fuse, nchw,
+                       multiplier)
+
+
+def same_pads(dims: list[int], nchw: bool, kernel, strides, dilations) -> list[int]:
+    """NNAPI's SAME padding as explicit ONNX pads (top, left, bottom, right): the odd pixel
+    goes at the end. ORT's SAME_UPPER would do the same but refuses dilations, so the pads
+    are computed here from the input's known size."""
+    if len(dims) != 4:
+        raise Declined("the input must have rank 4")
+    sizes = (dims[2], dims[3]) if nchw else (dims[1], dims[2])
+    if not all(sizes) or not all(kernel):
+        raise Declined("SAME padding needs the input's and filter's spatial sizes")
+    before, after = [], []
+    for size, k, stride, dilation in zip(sizes, kernel, strides, dilations):
+        if stride < 1 or dilation < 1:
+            raise Declined("strides and dilations must be positive")
+        out = (size + stride - 1) // stride
+        total = max((out - 1) * stride + (k - 1) * dilation + 1 - size, 0)
+        before.append(total // 2)
+        after.append(total - total // 2)
+    return [before[0], before[1], after[0], after[1]]
+
+
+def _conv_attributes(params: _ConvParams, kernel: list[int], group: int) -> dict:
+    attributes: dict = {"strides": params.strides, "dilations": params.dilations, "kernel_shape": kernel,
+                        "group": group}
+    if params.pads is not None:
+        attributes["pads"] = params.pads
+    else:
+        attributes["auto_pad"] = params.auto_pad
+    return attributes
+
+
+def _filter_to_oihw(g: GraphBuilder, index: int, depthwise: bool) -> tuple[str, np.ndarray | None, Value | None]:
+    """The filter as [O, I, H, W] (depthwise: [C, 1, H, W]) and, for a constant, its array."""
+    operand = g.operand(index)
+    perm = [3, 0, 1, 2] if depthwise else [0, 3, 1, 2]
+    raw = g.raw_constant(index)
+    if raw is not None:
+        # quantized weights keep their own type (int8 stays int8, as ORT's U8S8 kernels want)
+        kept = raw if operand.type in QUANT8 else encode(raw, operand)
+        array = np.ascontiguousarray(kept.transpose(perm))
+        return g.constant(array, "filter"), array, None
+    value = g.value(index)
+    return g.one("Transpose", [value.name], perm=perm), None, value
+
+
+def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: int,
+                  constant: bool = True) -> tuple[str, str]:
+    """(scale, zero point) initializers of a quantized filter, in the filter's ONNX type:
+    a constant int8 filter stays int8; one computed at run time is in its internal
+    encoding (uint8, zero point + 128)."""
+    if not constant and operand.type in QUANT8:
+        return g.qparams(operand)
+    if operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        quant = operand.channel_quant
+        expected_dim = 3 if depthwise else 0
+        if quant is None or quant.channel_dim != expected_dim:
+            raise Declined("per-channel filter scales must run along the output channels")
+        return (g.constant(np.array(quant.scales, np.float32), "wscale"),
+                g.constant(np.zeros(channels, np.int8), "wzp"))
+    if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED:
+        # int8 weights are kept as they are (not shifted): ORT's U8S8 kernels want them signed
+        return (g.constant(np.array(operand.scale, np.float32), "wscale"),
+                g.constant(np.array(operand.zero_point, np.int8), "wzp"))
+    if operand.type == T.TENSOR_QUANT8_ASYMM:
+        return (g.constant(np.array(operand.scale, np.float32), "wscale"),
+                g.constant(np.array(operand.zero_point, np.uint8), "wzp"))
+    raise Declined(f"{_name(operand.type)} filters are not supported")
+
+
+@lowers(OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D)
+def lower_conv(g: GraphBuilder, operation: Operation) -> None:
+    depthwise = operation.type == OperationCode.DEPTHWISE_CONV_2D
+    source = g.value(operation.inputs[0])
+    _require_rank(source, 4, "the input")
+    params = _conv_params(g, operation, depthwise)
+    output = g.operand(operation.outputs[0])
+    filter_operand = g.operand(operation.inputs[1])
+    if len(filter_operand.dimensions) != 4 or not all(filter_operand.dimensions):
+        raise Declined("the filter's shape must be known")
+    if depthwise:
+        _, kernel_h, kernel_w, channels_out = filter_operand.dimensions
+        channels_in = source.dims[1 if params.nchw else 3]
+        if not channels_in:
+            raise Declined("the input's channel count must be known")
+        if channels_in * params.multiplier != channels_out:
+            raise Declined("depth_multiplier does not match the filter")
+        group = channels_in
+    else:
+        channels_out, kernel_h, kernel_w, channels_in = filter_operand.dimensions
+        group = 1
+        if source.dims[1 if params.nchw else 3] not in (0, channels_in):
+            raise Declined("the filter's depth does not match the input")
+    x = to_nchw(g, source.name, params.nchw)
+    attributes = _conv_attributes(params, [kernel_h, kernel_w], group)
+    if output.type in FLOATS:
+        if g.operand(operation.inputs[0]).type not in FLOATS or filter_operand.type not in FLOATS:
+            raise Declined("mixed float and quantized operands")
+        weights, _, _ = _filter_to_oihw(g, operation.inputs[1], depthwise)
+        bias = g.value(operation.inputs[2])
+        y = g.one("Conv", [x, weights, bias.name], **attributes)
+    elif output.type in QUANT8:
+        if g.operand(operation.inputs[0]).type not in QUANT8:
+            raise Declined("a quantized output needs a quantized input")
+        if g.operand(operation.inputs[2]).type != T.TENSOR_INT32:
+            raise Declined("a quantized convolution needs an int32 bias")
+        weights, array, _ = _filter_to_oihw(g, operation.inputs[1], depthwise)
+        w_scale, w_zero = _weight_quant(g, filter_operand, depthwise, channels_out, array is not None)
+        bias = g.value(operation.inputs[2])
+        y = g.one("QLinearConv", [x, *g.qparams(source), weights, w_scale, w_zero, *g.qparams(output), bias.name],
+                  **attributes)
+    else:
+        raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
+    y = from_nchw(g, y, params.nchw)
+    g.set_output(operation.outputs[0], fused_activation(g, y, params.fuse, output))
+
+
+@lowers(OperationCode.FULLY_CONNECTED)
+def lower_fully_connected(g: GraphBuilder, operation: Operation) -> None:
+    source = g.value(operation.inputs[0])
+    weights_operand = g.operand(operation.inputs[1])
+    output = g.operand(operation.outputs[0])
+    if len(weights_operand.dimensions) != 2 or not all(weights_operand.dimensions):
+        raise Declined("the weights' shape must be known")
+    units, depth = weights_operand.dimensions
+    fuse = int(g.scalar(operation.inputs[3]))
+    flat = g.one("Reshape", [source.name, g.constant(np.array([-1, depth], np.int64))])
+    if output.type in FLOATS:
+        weights = g.value(operation.inputs[1])
+        bias = g.value(operation.inputs[2])
+        y = g.one("Gemm", [flat, weights.name, bias.name], transB=1)
+    elif output.type in QUANT8:
+        if weights_operand.type not in QUANT8 or g.operand(operation.inputs[2]).type != T.TENSOR_INT32:
+            raise Declined("quantized FULLY_CONNECTED needs quant8 weights and an int32 bias")
+        # A 1x1 QLinearConv: exactly NNAPI's integer product, bias and requantization.
+        raw = g.raw_constant(operation.inputs[1])
+        if raw is None:
+            raise Declined("quantized weights must be constant")
+        w = g.constant(np.ascontiguousarray(raw.reshape(units, depth, 1, 1)), "weights")
+        w_scale, w_zero = _weight_quant(g, weights_operand, False, units)
+        bias = g.value(operation.inputs[2])
+        x4 = g.one("Reshape", [flat, g.constant(np.array([-1, depth, 1, 1], np.int64))])
+        y4 = g.one("QLinearConv", [x4, *g.qparams(source), w, w_scale, w_zero, *g.qparams(output), bias.name],
+                   kernel_shape=[1, 1])
+        y = g.one("Reshape", [y4, g.constant(np.array([-1, units], np.int64))])
+    else:
+        raise Declined(f"FULLY_CONNECTED on {_name(output.type)} is not supported")
+    g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+# --- element-wise ----------------------------------------------------------------------
+_BINARY = {OperationCode.ADD: ("Add", "QLinearAdd"), OperationCode.MUL: ("Mul", "QLinearMul"),
+           OperationCode.SUB: ("Sub", None), OperationCode.DIV: ("Div", None)}
+
+
+@lowers(*_BINARY)
+def lower_binary(g: GraphBuilder, operation: Operation) -> None:
+    code = OperationCode(operation.type)
+    a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
+    output = g.operand(operation.outputs[0])
+    fuse = int(g.scalar(operation.inputs[2]))
+    float_op, quant_op = _BINARY[code]
+    if output.type in FLOATS:
+        y = g.one(float_op, [a.name, b.name])
+    elif output.type in QUANT8:
+        if quant_op is not None:
+            y = g.one(quant_op, [a.name, *g.qparams(a), b.name, *g.qparams(b), *g.qparams(output)],
+                      domain=MS_DOMAIN)
+        else:
+            y = g.quantize(g.one(float_op, [g.dequantize(a), g.dequantize(b)]), output)
+    elif output.type == T.TENSOR_INT32 and code in (OperationCode.ADD, OperationCode.MUL, OperationCode.SUB):
+        if fuse != FuseCode.FUSED_NONE:
+            raise Declined("a fused activation on int32")
+        y = g.one(float_op, [a.name, b.name])
+    else:
+        raise Declined(f"{code.name} on {_name(output.type)} is not supported")
+    g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+_UNARY_FLOAT = {OperationCode.LOGISTIC: "Sigmoid", OperationCode.TANH: "Tanh", OperationCode.RELU: "Relu",
+                OperationCode.HARD_SWISH: "HardSwish", OperationCode.ABS: "Abs", OperationCode.EXP: "Exp",
+                OperationCode.FLOOR: "Floor", OperationCode.NEG: "Neg", OperationCode.SQRT: "Sqrt",
+                OperationCode.ELU: "Elu"}
+_CLAMPS = {OperationCode.RELU: (0.0, math.inf), OperationCode.RELU1: (-1.0, 1.0), OperationCode.RELU6: (0.0, 6.0)}
+
+
+@lowers(*_UNARY_FLOAT, OperationCode.RELU1, OperationCode.RELU6)
+def lower_unary(g: GraphBuilder, operation: Operation) -> None:
+    code = OperationCode(operation.type)
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    if code == OperationCode.ELU:
+        alpha = float(g.scalar(operation.inputs[1]))
+    elif len(operation.inputs) != 1:
+        raise Declined(f"{code.name} takes one input")
+    if code not in (OperationCode.LOGISTIC, OperationCode.TANH, *_CLAMPS, OperationCode.HARD_SWISH) and \
+            output.type not in FLOATS:
+        raise Declined(f"{code.name} on {_name(output.type)} is not supported")
+
+    def apply(name: str) -> str:
+        if code in (OperationCode.RELU1, OperationCode.RELU6):
+            low, high = _CLAMPS[code]
+            return g.one("Clip", [name, g.constant(np.array(low, np.float32)),
+                                  g.constant(np.array(high, np.float32))])
+        if code == OperationCode.ELU:
+            return g.one("Elu", [name], alpha=alpha)
+        return g.one(_UNARY_FLOAT[code], [name])
+
+    if output.type in FLOATS:
+        y = apply(x.name)
+    elif output.type in QUANT8 and x.kind == "uint8":
+        same = x.scale == output.scale and x.zero_point == internal_zero_point(output)
+        if code in _CLAMPS and same:
+            fuse = {OperationCode.RELU: FuseCode.FUSED_RELU, OperationCode.RELU1: FuseCode.FUSED_RELU1,
+                    OperationCode.RELU6: FuseCode.FUSED_RELU6}[code]
+            y = fused_activation(g, x.name, fuse, output)
+            if y == x.name:
+                y = g.one("Identity", [x.name])
+        else:
+            y = g.quantize(apply(g.dequantize(x)), output)
+    else:
+        raise Declined(f"{code.name} on {_name(output.type)} is not supported")
+    g.set_output(operation.outputs[0], y)
+
+
+@lowers(OperationCode.PRELU)
+def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
+    x, alpha = g.value(operation.inputs[0]), g.value(operation.inputs[1])
+    output = g.operand(operation.outputs[0])
+    if not all(x.dims) or not all(alpha.dims) or alpha.rank > x.rank:
+        raise Declined("PRELU needs known shapes with alpha no larger than the input")
+    if any(a not in (1, d) for a, d in zip(alpha.dims[::-1], x.dims[::-1])):
+        raise Declined("alpha must broadcast to the input's shape")
+    if output.type in FLOATS:
+        y = _prelu(g, x.name, alpha.name)
+    elif output.type in QUANT8:
+        y = g.quantize(_prelu(g, g.dequantize(x), g.dequantize(alpha)), output)
+    else:
+        raise Declined(f"PRELU on {_name(output.type)} is not supported")
+    g.set_output(operation.outputs[0], y)
+
+
+def _prelu(g: GraphBuilder, x: str, alpha: str) -> str:
+    """PRELU in float as relu(x) + min(x, 0) * alpha: the same values as ONNX PRelu (x
+    where x >= 0, alpha * x below), but ORT runs PRelu's per-channel broadcast element
+    by element (90% of MediaPipe's face and iris models' time, 10x slower than this
+    form, whose broadcast multiply is vectorized and whose ops stay in ORT's NCHWc layout)."""
+    negative = g.one("Min", [x, g.constant(np.array(0.0, np.float32))])
+    return g.one("Add", [g.one("Relu", [x]), g.one("Mul", [negative, alpha])])
+
+
+# --- pooling, mean, softmax ------------------------------------------------------------
+@lowers(OperationCode.AVERAGE_POOL_2D, OperationCode.MAX_POOL_2D, OperationCode.L2_POOL_2D)
+def lower_pool(g: GraphBuilder, operation: Operation) -> None:
+    code = OperationCode(operation.type)
+    inputs = operation.inputs
+    x = g.value(inputs[0])
+    _require_rank(x, 4, "the input")
+    output = g.operand(operation.outputs[0])
+    if len(inputs) in (10, 11):
+        left, right, top, bottom = (int(g.scalar(inputs[i])) for i in (1, 2, 3, 4))
+        stride_w, stride_h, filter_w, filter_h = (int(g.scalar(inputs[i])) for i in (5, 6, 7, 8))
+        fuse, nchw = int(g.scalar(inputs[9])), bool(g.optional_scalar(operation, 10, False))
+        padding: dict = {"pads": [top, left, bottom, right]}
+    else:
+        scheme = int(g.scalar(inputs[1]))
+        stride_w, stride_h, filter_w, filter_h = (int(g.scalar(inputs[i])) for i in (2, 3, 4, 5))
+        fuse, nchw = int(g.scalar(inputs[6])), bool(g.optional_scalar(operation, 7, False))
+        if scheme not in (1, 2):
+            raise Declined(f"padding scheme {scheme} is not valid")
+        padding = ({"pads": same_pads(x.dims, nchw, (filter_h, filter_w), (stride_h, stride_w), (1, 1))}
+                   if scheme == 1 else {"auto_pad": "VALID"})
+    attributes = {"kernel_shape": [filter_h, filter_w], "strides": [stride_h, stride_w], **padding}
+    name = to_nchw(g, x.name, nchw)
+    if code == OperationCode.MAX_POOL_2D and output.type in QUANT8:
+        if x.scale != output.scale or x.zero_point != internal_zero_point(output):
+            raise Declined("quantized MAX_POOL_2D with different input and output quantization")
+        y = g.one("MaxPool", [name], **attributes)
+    elif output.type in FLOATS or output.type in QUANT8:
+        real = g.dequantize(Value(name, x.kind, x.dims, x.scale, x.zero_point))
+        if code == OperationCode.MAX_POOL_2D:
+            y = g.one("MaxPool", [real], **attributes)
+        elif code == OperationCode.AVERAGE_POOL_2D:
+            y = g.one("AveragePool", [real], count_include_pad=0, **attributes)
+        else:  # the root of the mean of squares over the window's valid pixels
+            if output.type not in FLOATS:
+                raise Declined("quantized L2_POOL_2D is not supported")
+            y = g.one("Sqrt", [g.one("AveragePool", [g.one("Mul", [real, real])], count_include_pad=0,
+                                     **attributes)])
+        if output.type in QUANT8:
+            y = g.quantize(y, output)
+    else:
+        raise Declined(f"{code.name} on {_name(output.type)} is not supported")
+    y = from_nchw(g, y, nchw)
+    g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+@lowers(OperationCode.MEAN)
+def lower_mean(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    axes = np.atleast_1d(np.asarray(g.scalar(operation.inputs[1]))).astype(np.int64)
+    keep = int(g.scalar(operation.inputs[2])) != 0
+    if x.rank == 0 or np.any(axes < -x.rank) or np.any(axes >= x.rank):
+        raise Declined("MEAN axes out of range")
+    axes = sorted({int(a) % x.rank for a in axes})
+    if output.type in FLOATS:
+        y = g.one("ReduceMean", [x.name], axes=axes, keepdims=int(keep))
+    elif output.type in QUANT8:
+        y = g.quantize(g.one("ReduceMean", [g.dequantize(x)], axes=axes, keepdims=int(keep)), output)
+    else:
+        raise Declined(f"MEAN on {_name(output.type)} is not supported")
+    g.set_output(operation.outputs[0], y)
+
+
+@lowers(OperationCode.SOFTMAX)
+def lower_softmax(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    beta = float(g.scalar(operation.inputs[1]))
+    axis = int(g.optional_scalar(operation, 2, -1))
+    if x.rank == 0 or not -x.rank <= axis < x.rank:
+        raise Declined("SOFTMAX axis out of range")
+    if output.type not in FLOATS and output.type not in QUANT8:
+        raise Declined(f"SOFTMAX on {_name(output.type)} is not supported")
+    real = g.dequantize(x)
+    if beta != 1.0:
+        real = g.one("Mul", [real, g.constant(np.array(beta, np.float32))])
+    y = g.one("Softmax", [real], axis=axis)
+    if output.type in QUANT8:
+        y = g.quantize(y, output)
+    g.set_output(operation.outputs[0], y)
+
+
+# --- shapes ------------------------------------------------------------------------------
+@lowers(OperationCode.RESHAPE)
+def lower_reshape(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    shape = np.atleast_1d(np.asarray(g.scalar(operation.inputs[1]))).astype(np.int64)
+    if np.any(shape == 0) or np.sum(shape == -1) > 1 or np.any(shape < -1):
+        raise Declined("RESHAPE's shape must be positive (one -1 at most)")
+    if output.dimensions and all(output.dimensions) and len(output.dimensions) == len(shape):
+        shape = np.array(output.dimensions, np.int64)
+    _check_same_quantization(x, output)
+    g.set_output(operation.outputs[0], g.one("Reshape", [x.name, g.constant(shape)]))
+
+
+def _check_same_quantization(x: Value, output: Operand) -> None:
+    if output.type in QUANT8 and (x.scale != output.scale or x.zero_point != internal_zero_point(output)):
+        raise Declined("output quantization differs from the input's")
+    if internal_kind(output.type) != x.kind:
+        raise Declined("output type differs from the input's")
+
+
+@lowers(OperationCode.CONCATENATION)
+def lower_concatenation(g: GraphBuilder, operation: Operation) -> None:
+    parts = [g.value(i) for i in operation.inputs[:-1]]
+    axis = int(g.scalar(operation.inputs[-1]))
+    output = g.operand(operation.outputs[0])
+    rank = parts[0].rank
+    if not -rank <= axis < rank:
+        raise Declined("CONCATENATION axis out of range")
+    kind = internal_kind(output.type)
+    if output.type in QUANT8 and any(p.scale != output.scale or p.zero_point != internal_zero_point(output)
+                                     for p in parts):
+        y = g.quantize(g.one("Concat", [g.dequantize(p) for p in parts], axis=axis), output)
+    else:
+        if any(p.kind != kind for p in parts):
+            raise Declined("inputs of different types")
+        y = g.one("Concat", [p.name for p in parts], axis=axis)
+    g.set_output(operation.outputs[0], y)
+
+
+@lowers(OperationCode.PAD, OperationCode.PAD_V2)
+def lower_pad(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    paddings = np.asarray(g.scalar(operation.inputs[1])).astype(np.int64).reshape(-1, 2)
+    if paddings.shape[0] != x.rank or np.any(paddings < 0):
+        raise Declined("paddings must be [rank, 2] and non-negative")
+    _check_same_quantization(x, output)
+    if x.kind == "float":
+        pad_value = np.array(float(g.scalar(operation.inputs[2])) if operation.type == OperationCode.PAD_V2
+                             else 0.0, np.float32)
+    elif x.kind == "uint8":
+        if operation.type == OperationCode.PAD_V2:
+            raw = int(g.scalar(operation.inputs[2]))
+            raw += 128 if output.type == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+            if not 0 <= raw <= 255:
+                raise Declined("pad value out of range")
+        else:
+            raw = x.zero_point  # PAD pads with the real value 0
+        pad_value = np.array(raw, np.uint8)
+    elif x.kind == "int32" and operation.type == OperationCode.PAD:
+        pad_value = np.array(0, np.int32)
+    else:
+        raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
+    pads = np.concatenate([paddings[:, 0], paddings[:, 1]])
+    g.set_output(operation.outputs[0], g.one("Pad", [x.name, g.constant(pads), g.constant(pad_value)],
+                                             mode="constant"))
+
+
+@lowers(OperationCode.RESIZE_BILINEAR)
+def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    _require_rank(x, 4, "the input")
+    output = g.operand(operation.outputs[0])
+    nchw = bool(g.optional_scalar(operation, 3, False))
+    align_corners = bool(g.optional_scalar(operation, 4, False))
+    half_pixel = bool(g.optional_scalar(operation, 5, False))
+    if align_corners and half_pixel:
+        raise Declined("align_corners and half_pixel_centers together are not valid")
+    height_axis, width_axis = (2, 3) if nchw else (1, 2)
+    if not x.dims[height_axis] or not x.dims[width_axis] or not x.dims[0]:
+        raise Declined("the input's shape must be known")
+    if g.operand(operation.inputs[1]).type == T.INT32:
+        width, height = int(g.scalar(operation.inputs[1])), int(g.scalar(operation.inputs[2]))
+    else:
+        scale_w, scale_h = float(g.scalar(operation.inputs[1])), float(g.scalar(operation.inputs[2]))
+        width = int(math.floor(x.dims[width_axis] * scale_w))
+        height = int(math.floor(x.dims[height_axis] * scale_h))
+    if width <= 0 or height <= 0:
+        raise Declined("the output size must be positive")
+    channels = x.dims[1 if nchw else 3]
+    if not channels:
+        raise Declined("the input's channel count must be known")
+    mode = "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
+    if output.type not in FLOATS and output.type not in QUANT8:
+        raise Declined(f"RESIZE_BILINEAR on {_name(output.type)} is not supported")
+    real = g.dequantize(Value(to_nchw(g, x.name, nchw), x.kind, x.dims, x.scale, x.zero_point))
+    sizes = g.constant(np.array([x.dims[0], channels, height, width], np.int64))
+    # half_pixel here is TF's: a length-1 output still samples from the half-pixel position
+    y = g.one("Resize", [real, "", "", sizes], mode="linear", coordinate_transformation_mode=mode)
+    if output.type in QUANT8:
+        y = g.quantize(y, output)
+    g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
+
+
+@lowers(OperationCode.DEPTH_TO_SPACE, OperationCode.SPACE_TO_DEPTH)
+def lower_depth_space(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    _require_rank(x, 4, "the input")
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    block = int(g.scalar(operation.inputs[1]))
+    nchw = bool(g.optional_scalar(operation, 2, False))
+    if block < 1:
+        raise Declined("block size must be positive")
+    op_type = "DepthToSpace" if operation.type == OperationCode.DEPTH_TO_SPACE else "SpaceToDepth"
+    extra = {"mode": "DCR"} if op_type == "DepthToSpace" else {}  # NNAPI's channel order is TF's: DCR
+    y = g.one(op_type, [to_nchw(g, x.name, nchw)], blocksize=block, **extra)
+    g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
+
+
+@lowers(OperationCode.STRIDED_SLICE)
+def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    if not x.dims or not all(x.dims):
+        raise Declined("STRIDED_SLICE needs the input's shape")
+    begin, end, strides = (np.asarray(g.scalar(operation.inputs[i])).reshape(-1).astype(np.int64)
+                           for i in (1, 2, 3))
+    begin_mask, end_mask, shrink = (int(g.scalar(operation.inputs[i])) for i in (4, 5, 6))
+    rank = x.rank
+    if not len(begin) == len(end) == len(strides) == rank or np.any(strides == 0):
+        raise Declined("begin, end and strides must have one entry per dimension and non-zero strides")
+    starts, ends, keep_shape = [], [], []
+    for axis in range(rank):
+        size, stride = x.dims[axis], int(strides[axis])
+        start, stop = int(begin[axis]), int(end[axis])
+        if shrink & (1 << axis):
+            # Android keeps a shrunk axis only where begin:end:stride selects one element
+            # with a positive stride; anything else fails there, so it is declined here
+            if stride < 0 or len(range(*slice(start, stop, stride).indices(size))) != 1:
+                raise Declined("a shrunk axis must select exactly one element with a positive stride")
+            start = start + size if start < 0 else start
+            stop, stride = start + 1, 1
+            strides[axis] = 1
+        else:
+            if begin_mask & (1 << axis):
+                start = 0 if stride > 0 else size - 1
+            if end_mask & (1 << axis):
+                stop = size if stride > 0 else -size - 1
+            keep_shape.append(axis)
+        starts.append(start)
+        ends.append(stop if not (end_mask & (1 << axis)) or stride > 0 else -(2 ** 62))
+    produced = [len(range(*slice(start, stop, int(step)).indices(size)))
+                for start, stop, step, size in zip(starts, ends, strides, x.dims)]
+    shape = [size for axis, size in enumerate(produced) if not shrink & (1 << axis)]
+    if any(size <= 0 for size in produced) or (output.dimensions and any(
+            d and d != s for d, s in zip(output.dimensions, shape)) or len(output.dimensions) not in (0, len(shape))):
+        raise Declined(f"STRIDED_SLICE gives shape {shape}, which the output operand does not allow")
+    y = g.one("Slice", [x.name, g.constant(np.array(starts, np.int64)), g.constant(np.array(ends, np.int64)),
+                        g.constant(np.arange(rank, dtype=np.int64)), g.constant(strides.astype(np.int64))])
+    if shrink:
+        squeezed = [axis for axis in range(rank) if shrink & (1 << axis)]
+        y = g.one("Squeeze", [y, g.constant(np.array(squeezed, np.int64))])
+    g.set_output(operation.outputs[0], y)
+
+
+# --- quantize / dequantize ----------------------------------------------------------------
+@lowers(OperationCode.QUANTIZE)
+def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    if x.kind != "float" or output.type not in QUANT8:
+        raise Declined("QUANTIZE from float to quant8 only")
+    # Android rounds half away from zero (std::round), where QuantizeLinear rounds half to
+    # even: compute round(x / scale) that way, then add the zero point and saturate.
+    scaled = g.one("Div", [x.name, g.constant(np.array(output.scale, np.float32))])
+    magnitude = g.one("Floor", [g.one("Add", [g.one("Abs", [scaled]), g.constant(np.array(0.5, np.float32))])])
+    rounded = g.one("Mul", [magnitude, g.one("Sign", [scaled])])
+    shifted = g.one("Add", [rounded, g.constant(np.array(internal_zero_point(output), np.float32))])
+    clamped = g.one("Clip", [shifted, g.constant(np.array(0.0, np.float32)),
+                             g.constant(np.array(255.0, np.float32))])
+    g.set_output(operation.outputs[0], g.one("Cast", [clamped], to=TensorProto.UINT8))
+
+
+@lowers(OperationCode.DEQUANTIZE)
+def lower_dequantize(g: GraphBuilder, operation: Operation) -> None:
+    index = operation.inputs[0]
+    operand = g.operand(index)
+    output = g.operand(operation.outputs[0])
+    if output.type not in FLOATS:
+        raise Declined("DEQUANTIZE to float only")
+    raw = g.raw_constant(index)
+    if raw is not None:  # a constant (MediaPipe's float16 weights): dequantized once, here
+        values = raw.astype(np.float32)
+        if operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+            quant = operand.channel_quant
+            if quant is None:
+                raise Declined("per-channel operand without scales")
+            shape = [1] * raw.ndim
+            shape[quant.channel_dim] = -1
+            values = values * np.array(quant.scales, np.float32).reshape(shape)
+        elif operand.type in (*QUANT8, T.TENSOR_QUANT8_SYMM):
+            values = (values - operand.zero_point) * np.float32(operand.scale)
+        elif operand.type not in FLOATS:
+            raise Declined(f"DEQUANTIZE from {_name(operand.type)} is not supported")
+        if output.type == T.TENSOR_FLOAT16:
+            values = values.astype(np.float16).astype(np.float32)
+        name = g.constant(values.astype(np.float32), "dequantized")
+        g.values[operation.outputs[0]] = Value(name, "float", list(output.dimensions), const=values)
+        return
+    if operand.type in QUANT8:
+        x = g.value(index)
+        y = g.dequantize(x)
+    elif operand.type in FLOATS:
+        y = g.one("Identity", [g.value(index).name])
+    else:
+        raise Declined(f"DEQUANTIZE of a non-constant {_name(operand.type)} is not supported")
+    g.set_output(operation.outputs[0], y)
+
+
+# --- the whole graph -------------------------------------------------------------------
+def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
+    """The ONNX model of ``model.main`` with its input and output names (one per HAL
+    input / output, in order). Raises Declined if any part cannot be lowered."""
+    subgraph = model.main
+    if model.referenced and any(operation.type in (OperationCode.IF, OperationCode.WHILE)
+                                for operation in subgraph.operations):
+        raise Declined("control flow is not supported")
+    g = GraphBuilder(model, subgraph)
+    for index in subgraph.input_indexes:
+        g.value(index)
+    input_names = [i.name for i in g.inputs]
+    for operation in subgraph.operations:
+        lower_operation(g, operation)
+    outputs, output_names = [], []
+    for position, index in enumerate(subgraph.output_indexes):
+        operand = subgraph.operands[index]
+        value = g.value(index)
+        name = f"out_{position}"
+        if operand.type == T.TENSOR_FLOAT16:
+            g.node("Cast", [value.name], [name], to=TensorProto.FLOAT16)
+        elif operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED:
+            g.node("Identity", [g.shift_signed(value.name, to_unsigned=False)], [name])
+        else:
+            g.node("Identity", [value.name], [name])
+        dims = [d if d else None for d in operand.dimensions]
+        outputs.append(helper.make_tensor_value_info(name, _HAL_ELEM[operand.type], dims))
+        output_names.append(name)
+    _drop_output_identities(g)
+    graph = helper.make_graph(g.nodes, "nnapi", g.inputs, outputs, g.initializers)
+    opsets = [helper.make_opsetid("", OPSET)]
+    if g.uses_ms_domain:
+        opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
+    onnx_model = helper.make_model(graph, opset_imports=opsets, producer_name="nnapi")
+    onnx_model.ir_version = 8
+    return onnx_model, input_names, output_names
+
+
+def _drop_output_identities(g: GraphBuilder) -> None:
+    """Let the node producing a graph output write it directly (no Identity copy) where the
+    value is produced by a node and read by nothing else."""
+    producers = {output: node for node in g.nodes for output in node.output}
+    reads: dict[str, int] = {}
+    for node in g.nodes:
+        for name in node.input:
+            reads[name] = reads.get(name, 0) + 1
+    for node in list(g.nodes):
+        if node.op_type != "Identity" or not node.output[0].startswith("out_"):
+            continue
+        source = node.input[0]
+        producer = producers.get(source)
+        if producer is None or reads.get(source, 0) != 1 or source.startswith("out_"):
+            continue
+        producer.output[list(producer.output).index(source)] = node.output[0]
+        g.nodes.remove(node)
+
+
+def lower_operation(g: GraphBuilder, operation: Operation) -> None:
+    try:
+        code = OperationCode(operation.type)
+    except ValueError:
+        raise Declined(f"operation type {operation.type} is unknown") from None
+    lowering = LOWERINGS.get(code)
+    if lowering is None:
+        raise Declined(f"{code.name} has no ONNX lowering")
+    for index in operation.outputs:
+        operand = g.operand(index)
+        if operand.type not in ACTIVATION_TYPES:
+            raise Declined(f"{code.name} output of type {_name(operand.type)} is not supported")
+    try:
+        lowering(g, operation)
+    except Declined:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as error:
+        raise Declined(f"{code.name}: {type(error).__name__}: {error}") from None
+
+
+def operation_support(model: Model, operation: Operation) -> str | None:
+    """None if ``operation`` (of the main subgraph) lowers, else why not."""
+    g = GraphBuilder(model, model.main, isolated=True)
+    try:
+        lower_operation(g, operation)
+    except Declined as reason:
+        return str(reason)
+    return None

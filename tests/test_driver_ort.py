@@ -1,0 +1,335 @@
+"""The ONNX Runtime driver (nnapi-ort-cpu): support decisions, results against the
+reference, partitioning around what it declines, caching, execution edge cases."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import nnapi  # noqa: E402
+from nnapi import OperandCode as T  # noqa: E402
+from nnapi import OperandType  # noqa: E402
+from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.codes import DeviceTypeCode  # noqa: E402
+from nnapi.conformance import (  # noqa: E402
+    VARIANTS,
+    declined_by,
+    default_vector_files,
+    is_supported,
+    load_records,
+    run_record,
+)
+from nnapi.drivers.ort import calibration, devices  # noqa: E402
+from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
+from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
+from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
+from nnapi.runtime import manager  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def calibration_file():
+    with tempfile.TemporaryDirectory() as directory:
+        previous = os.environ.get("NNAPI_ORT_CALIBRATION")
+        os.environ["NNAPI_ORT_CALIBRATION"] = os.path.join(directory, "calibration.json")
+        yield os.environ["NNAPI_ORT_CALIBRATION"]
+        if previous is None:
+            del os.environ["NNAPI_ORT_CALIBRATION"]
+        else:
+            os.environ["NNAPI_ORT_CALIBRATION"] = previous
+
+
+@pytest.fixture(scope="module")
+def ort_device():
+    """nnapi-ort-cpu registered with the runtime (found by plug-in discovery when that is
+    in place, registered here otherwise)."""
+    registered = [d for d in manager.hal_devices() if d.name == "nnapi-ort-cpu"]
+    if registered:
+        yield nnapi.Device(registered[0])
+        return
+    device = devices()[0]
+    manager.register_device(device)
+    yield nnapi.Device(device)
+    manager.unregister_device("nnapi-ort-cpu")
+
+
+def test_factory_gives_a_cpu_device_per_provider():
+    found = devices()
+    assert found[0].name == "nnapi-ort-cpu"
+    assert found[0].device_type == DeviceTypeCode.DEVICE_CPU
+    assert "onnxruntime" in found[0].version_string
+
+
+def test_capabilities_are_measured_and_cached(calibration_file):
+    device = OrtDevice()
+    capabilities = device.get_capabilities()
+    stored = calibration.cache_path().read_text()
+    assert calibration_file == str(calibration.cache_path()) and "float32" in stored
+    # ORT's convolutions beat the numpy reference by far on the calibration block
+    for code in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_FLOAT16):
+        assert 0 < capabilities.performance_for(code).exec_time < 1.0
+    assert capabilities.if_performance.exec_time == float("inf")
+    # a second device reads the cached figures instead of measuring again
+    start = time.perf_counter()
+    again = OrtDevice().get_capabilities()
+    assert time.perf_counter() - start < 0.5
+    assert again.performance_for(T.TENSOR_FLOAT32) == capabilities.performance_for(T.TENSOR_FLOAT32)
+
+
+@pytest.mark.parametrize("codes", [(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32), (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM),
+                                   (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL),
+                                   (T.TENSOR_FLOAT16, T.TENSOR_FLOAT16)])
+def test_conv_block_agrees_with_the_reference(codes):
+    model, request = calibration.calibration_model(*codes)
+    OrtDevice().prepare_model(model).execute(request)
+    ours = bytes(request.pools[1])
+    ReferenceDevice().prepare_model(model).execute(request)
+    theirs = bytes(request.pools[1])
+    dtype = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_FLOAT16: np.float16, T.TENSOR_QUANT8_ASYMM: np.uint8,
+             T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8}[codes[0]]
+    a, b = np.frombuffer(ours, dtype).astype(np.float64), np.frombuffer(theirs, dtype).astype(np.float64)
+    assert np.abs(b).max() > 0
+    if codes[0] == T.TENSOR_FLOAT32:
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    elif codes[0] == T.TENSOR_FLOAT16:
+        np.testing.assert_allclose(a, b, rtol=5e-3, atol=5e-3)
+    else:
+        assert np.abs(a - b).max() <= 1
+
+
+def _reference() -> nnapi.Device:
+    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+
+
+def _sampled_records(every: int, variant: str | None):
+    count = 0
+    for path in default_vector_files():
+        for record in load_records(path):
+            if variant is not None:
+                record = VARIANTS[variant](record)
+                if record is None:
+                    continue
+            if is_supported(record):
+                count += 1
+                if count % every == 0:
+                    yield record
+
+
+@pytest.mark.parametrize("variant, every, least", [(None, 9, 150), ("quant8_signed", 5, 60),
+                                                   ("dynamic_outputs", 17, 60)])
+def test_claimed_cts_vectors_pass(ort_device, variant, every, least):
+    """A sample of the CTS vectors (and of their signed-quantized and dynamic-shape
+    variants): the ones the device claims pass; the others are declined with a reason,
+    never run and failed."""
+    ran = declined = 0
+    failures = []
+    for record in _sampled_records(every, variant):
+        reasons = declined_by(record, ort_device)
+        assert all(": " in reason for reason in reasons)
+        if len(reasons) == len(record["main"]["operations"]):
+            declined += 1
+            continue
+        # partly claimed: the rest runs on the reference, and the split must agree too
+        outcome = run_record(record, [ort_device, _reference()] if reasons else ort_device)
+        ran += 1
+        if not outcome.passed:
+            failures.append(f"{outcome.test}: {outcome.message}")
+    assert not failures, failures[:5]
+    assert ran > least and declined > least // 2
+
+
+def _conv_then_argmax_model():
+    """CONV_2D (ORT) -> ARGMAX (declined by ORT: the reference runs it)."""
+    model = nnapi.Model()
+    image = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 3]))
+    weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 3, 3, 3]))
+    bias = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    rng = np.random.default_rng(3)
+    keep = [rng.standard_normal((4, 3, 3, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)]
+    model.set_operand_value(weights, keep[0])
+    model.set_operand_value(bias, keep[1])
+    scalars = []
+    for value in (1, 1, 1, 1):  # SAME padding, strides 1, RELU
+        index = model.add_operand(OperandType(T.INT32))
+        model.set_operand_value(index, value)
+        scalars.append(index)
+    features = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
+    model.add_operation(Op.CONV_2D, [image, weights, bias, *scalars], [features])
+    axis = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(axis, 3)
+    best = model.add_operand(OperandType(T.TENSOR_INT32, [1, 6, 6]))
+    model.add_operation(Op.ARGMAX, [features, axis], [best])
+    model.identify_inputs_and_outputs([image], [features, best])
+    model.finish()
+    return model, keep
+
+
+def _run(compilation, image):
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, image)
+    features = np.zeros((1, 6, 6, 4), np.float32)
+    best = np.zeros((1, 6, 6), np.int32)
+    execution.set_output(0, features)
+    execution.set_output(1, best)
+    execution.compute()
+    return features, best
+
+
+def test_declined_operation_runs_on_the_reference(ort_device):
+    model, _keep = _conv_then_argmax_model()
+    reference = [d for d in nnapi.get_devices() if d.name == "nnapi-reference"][0]
+    split = nnapi.Compilation(model, [ort_device, reference])
+    split.finish()
+    assert split.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
+    alone = nnapi.Compilation(model, [reference])
+    alone.finish()
+    image = np.random.default_rng(4).standard_normal((1, 6, 6, 3)).astype(np.float32)
+    features, best = _run(split, image)
+    expected_features, expected_best = _run(alone, image)
+    np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(best, expected_best)
+
+
+def test_unsupported_reasons_name_the_rule():
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model, _keep = _conv_then_argmax_model()
+    hal_model, _ = build_hal_model(model)
+    reasons = OrtDevice().get_unsupported_reasons(hal_model)
+    assert reasons[0] is None
+    assert "ARGMAX" in reasons[1]
+    assert OrtDevice().get_supported_operations(hal_model) == [True, False]
+
+
+def _request(model_request: Request) -> Request:
+    return Request(model_request.inputs, model_request.outputs, list(model_request.pools))
+
+
+def test_cache_round_trip_and_refusals():
+    model, request = calibration.calibration_model(T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL)
+    device = OrtDevice()
+    token = bytes(range(32))
+    with tempfile.TemporaryFile() as cache:
+        fd = cache.fileno()
+        device.prepare_model(model, model_cache=[fd], data_cache=[], token=token).execute(request)
+        expected = bytes(request.pools[1])
+        assert os.fstat(fd).st_size > 0
+        from_cache = device.prepare_model_from_cache([fd], [], token)
+        request.pools[1][:] = bytes(len(expected))
+        from_cache.execute(request)
+        assert bytes(request.pools[1]) == expected
+        with pytest.raises(HalError, match="token"):
+            device.prepare_model_from_cache([fd], [], bytes(32))
+        os.pwrite(fd, b"\xff", os.fstat(fd).st_size - 1)  # corrupt the payload's last byte
+        with pytest.raises(HalError, match="checksum"):
+            device.prepare_model_from_cache([fd], [], token)
+    with tempfile.TemporaryFile() as empty:
+        with pytest.raises(HalError):
+            device.prepare_model_from_cache([empty.fileno()], [], token)
+
+
+def test_execution_errors_are_hal_errors():
+    model, request = calibration.calibration_model(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32)
+    prepared = OrtDevice().prepare_model(model)
+    size = request.outputs[0].location.length
+    small = Request(request.inputs, [RequestArgument(False, DataLocation(1, 0, size - 4))], request.pools)
+    with pytest.raises(HalError) as error:
+        prepared.execute(small)
+    assert error.value.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
+    assert error.value.output_shapes[0].dimensions == [1, 28, 28, 16]
+    with pytest.raises(HalError) as error:
+        prepared.execute(request, deadline_ns=time.monotonic_ns() - 1)
+    assert error.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    read_only = Request(request.inputs, request.outputs, [request.pools[0], bytes(size)])
+    with pytest.raises(HalError) as error:
+        prepared.execute(read_only)
+    assert error.value.status == ErrorStatus.INVALID_ARGUMENT
+    shapes, timing = prepared.execute(request, measure_timing=True)
+    assert shapes[0].dimensions == [1, 28, 28, 16]
+    assert 0 < timing.time_on_device <= timing.time_in_driver
+
+
+def test_bindings_follow_the_request_buffers():
+    """Executions reuse their IO binding while the buffers stay put: new values in the
+    same buffers, new buffers, and other threads all see their own results."""
+    import threading
+
+    model, request = calibration.calibration_model(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32)
+    prepared = OrtDevice().prepare_model(model)
+    reference = ReferenceDevice().prepare_model(model)
+    size = request.outputs[0].location.length
+    rng = np.random.default_rng(11)
+    source = np.zeros(size // 4, np.float32)
+    target = np.zeros(size // 4, np.float32)
+
+    def expected(values: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(values)
+        reference.execute(Request(request.inputs, request.outputs, [values.copy(), out]))
+        return out
+
+    for _ in range(2):  # the same buffers, new values
+        source[:] = rng.standard_normal(source.size)
+        prepared.execute(Request(request.inputs, request.outputs, [source, target]))
+        np.testing.assert_allclose(target, expected(source), rtol=1e-5, atol=1e-5)
+    for _ in range(2):  # new buffers each time
+        fresh_in = rng.standard_normal(source.size).astype(np.float32)
+        fresh_out = np.zeros_like(fresh_in)
+        prepared.execute(Request(request.inputs, request.outputs, [fresh_in, fresh_out]))
+        np.testing.assert_allclose(fresh_out, expected(fresh_in), rtol=1e-5, atol=1e-5)
+    results: dict[int, bool] = {}
+
+    def worker(seed: int) -> None:
+        values = np.random.default_rng(seed).standard_normal(source.size).astype(np.float32)
+        out = np.zeros_like(values)
+        for _ in range(3):
+            prepared.execute(Request(request.inputs, request.outputs, [values, out]))
+        results[seed] = bool(np.allclose(out, expected(values), rtol=1e-5, atol=1e-5))
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {0: True, 1: True, 2: True}
+
+
+def test_second_compilation_comes_from_the_cache(ort_device, tmp_path):
+    """Through the public API: set_caching makes the second compilation load the cached,
+    already optimized ORT model instead of lowering again."""
+    _model, _keep = _conv_then_argmax_model()  # its weights
+    image = np.random.default_rng(5).standard_normal((1, 6, 6, 3)).astype(np.float32)
+    results = []
+    conv_only = nnapi.Model()
+    image_index = conv_only.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 3]))
+    weights = conv_only.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 3, 3, 3]))
+    bias = conv_only.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    conv_only.set_operand_value(weights, _keep[0])
+    conv_only.set_operand_value(bias, _keep[1])
+    scalars = []
+    for value in (1, 1, 1, 1):
+        index = conv_only.add_operand(OperandType(T.INT32))
+        conv_only.set_operand_value(index, value)
+        scalars.append(index)
+    features = conv_only.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
+    conv_only.add_operation(Op.CONV_2D, [image_index, weights, bias, *scalars], [features])
+    conv_only.identify_inputs_and_outputs([image_index], [features])
+    conv_only.finish()
+    for attempt in range(2):
+        compilation = nnapi.Compilation(conv_only, [ort_device])
+        compilation.set_caching(str(tmp_path), bytes(range(32)))
+        compilation.finish()
+        assert compilation.prepared_from_cache == attempt
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, image)
+        out = np.zeros((1, 6, 6, 4), np.float32)
+        execution.set_output(0, out)
+        execution.compute()
+        results.append(out)
+    np.testing.assert_array_equal(results[0], results[1])
+    assert np.abs(results[0]).max() > 0
