@@ -215,7 +215,9 @@ class ReferencePreparedModel(IPreparedModel):
             dims = declared
         else:
             dims = tuple(argument.dimensions or declared)
-            if operand.type in TENSOR_TYPES and (not dims or 0 in dims):
+            # a 0 the request gives is a zero-sized tensor (a step of a split plan passes
+            # those on); one left from the model's declaration is an unspecified dimension
+            if operand.type in TENSOR_TYPES and (not dims or (0 in dims and not argument.dimensions)):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has unspecified dimensions")
         count = math.prod(dims)
         location = argument.location
