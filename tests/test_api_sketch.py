@@ -82,7 +82,7 @@ def test_cli_devices(capsys):
 def test_cli_conformance_table(capsys):
     assert main(["conformance", "--quiet", "--ops", "SUB"]) == 0
     printed = capsys.readouterr().out
-    assert printed.splitlines()[0].split() == ["operation", "passed", "failed", "not", "impl."]
+    assert printed.splitlines()[0].split() == ["operation", "passed", "failed", "declined", "not", "impl."]
     sub_row = next(line for line in printed.splitlines() if line.startswith("SUB "))
     assert int(sub_row.split()[1]) > 100 and int(sub_row.split()[2]) == 0
 

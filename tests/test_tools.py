@@ -489,3 +489,23 @@ def test_extension_operation_types_are_named_not_crashed_on():
 
     assert operation_name((3 << 16) | 7) == "extension operation 7 (prefix 3)"
     assert operand_type_name(999) == "unknown operand type 999" and operation_name(0) == "ADD"
+
+
+def test_conformance_reports_declined_vectors_not_failures(capsys):
+    from nnapi.conformance import run_conformance, select_records
+
+    register_device(SampleDevice("conv-only", [Op.CONV_2D]))
+    try:
+        device = next(d for d in nnapi.get_devices() if d.name == "conv-only")
+        records = [r for r in select_records(operations=["CONV_2D"]) if len(r["main"]["operations"]) == 1][:5]
+        records += [r for r in select_records(operations=["FLOOR"]) if len(r["main"]["operations"]) == 1][:5]
+        report = run_conformance(device, records=records)
+        floors = [o for o in report.outcomes if o.operations == ("FLOOR",)]
+        assert floors and all(o.declined and "declined" in o.message for o in floors)
+        assert report.failed == 0 and report.declined == len(floors) and report.passed == len(records) - len(floors)
+        assert main(["conformance", "--quiet", "--ops", "FLOOR", "--device", "conv-only"]) == 0
+        printed = capsys.readouterr().out
+        floor_row = next(line for line in printed.splitlines() if line.startswith("FLOOR "))
+        assert floor_row.split()[1:4] == ["0", "0", floor_row.split()[3]] and int(floor_row.split()[3]) > 0
+    finally:
+        unregister_device("conv-only")

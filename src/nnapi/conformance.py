@@ -43,13 +43,15 @@ _FLOAT16_TOLERANCE = (5 * 0.0009765625, 5 * 0.0009765625)
 @dataclass
 class Outcome:
     """The result of one vector: ``passed``, or why not in ``message``. ``implemented`` is
-    False for vectors using operations nnapi does not implement (not run)."""
+    False for vectors using operations nnapi does not implement (not run); ``declined`` is
+    True when the device under test declines one of its operations (not a failure)."""
 
     test: str
     operations: tuple[str, ...]
     passed: bool
     message: str = ""
     implemented: bool = True
+    declined: bool = False
 
 
 def load_records(path: str | Path) -> Iterator[dict]:
@@ -298,7 +300,11 @@ class ConformanceReport:
 
     @property
     def failed(self) -> int:
-        return sum(1 for o in self.outcomes if o.implemented and not o.passed)
+        return sum(1 for o in self.outcomes if o.implemented and not o.passed and not o.declined)
+
+    @property
+    def declined(self) -> int:
+        return sum(1 for o in self.outcomes if o.declined)
 
     @property
     def not_implemented(self) -> int:
@@ -306,15 +312,16 @@ class ConformanceReport:
 
     @property
     def failures(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.implemented and not o.passed]
+        return [o for o in self.outcomes if o.implemented and not o.passed and not o.declined]
 
     def by_operation(self) -> dict[str, dict[str, int]]:
-        """Per tested operation: counts of ``passed`` / ``failed`` / ``not implemented``."""
+        """Per tested operation: counts of ``passed`` / ``failed`` / ``declined`` / ``not implemented``."""
         table: dict[str, dict[str, int]] = {}
         for outcome in self.outcomes:
-            verdict = "not implemented" if not outcome.implemented else "passed" if outcome.passed else "failed"
+            verdict = ("not implemented" if not outcome.implemented else "passed" if outcome.passed
+                       else "declined" if outcome.declined else "failed")
             for name in outcome.operations:
-                row = table.setdefault(name, {"passed": 0, "failed": 0, "not implemented": 0})
+                row = table.setdefault(name, {"passed": 0, "failed": 0, "declined": 0, "not implemented": 0})
                 row[verdict] += 1
         return dict(sorted(table.items()))
 
@@ -356,6 +363,11 @@ def run_conformance(device: nnapi.Device | None = None, *, files: Iterable[str |
         if is_supported(record):
             outcome = run_record(record, device)
             outcome.operations = tuple(tested_operations(record))
+            if not outcome.passed and device is not None:
+                # a device that declines an operation did not fail it: the vector is not its to run
+                reasons = declined_by(record, device)
+                if reasons:
+                    outcome.declined, outcome.message = True, "declined: " + "; ".join(reasons)
         else:
             outcome = Outcome(record["test"], tuple(tested_operations(record)), False,
                               "uses an operation nnapi does not implement", implemented=False)

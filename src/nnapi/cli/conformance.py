@@ -54,15 +54,16 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     report = run_conformance(device, records=chosen)
     if args.json:
         print_json({"vectors": len(report.outcomes), "passed": report.passed, "failed": report.failed,
-                    "not_implemented": report.not_implemented, "operations": report.by_operation(),
+                    "declined": report.declined, "not_implemented": report.not_implemented,
+                    "operations": report.by_operation(),
                     "failures": [{"test": o.test, "operations": list(o.operations), "message": o.message}
                                  for o in report.failures]})
         return EXIT_FAILED if report.failed else 0
-    print(f"{'operation':<32} {'passed':>7} {'failed':>7} {'not impl.':>9}")
+    print(f"{'operation':<32} {'passed':>7} {'failed':>7} {'declined':>8} {'not impl.':>9}")
     for name, row in report.by_operation().items():
-        print(f"{name:<32} {row['passed']:>7} {row['failed']:>7} {row['not implemented']:>9}")
+        print(f"{name:<32} {row['passed']:>7} {row['failed']:>7} {row['declined']:>8} {row['not implemented']:>9}")
     print(f"{len(report.outcomes)} vectors: {report.passed} passed, {report.failed} failed, "
-          f"{report.not_implemented} not implemented")
+          f"{report.declined} declined by the device, {report.not_implemented} not implemented")
     for outcome in report.failures[: args.show_failures]:
         print(f"FAIL {outcome.test}: {outcome.message}")
     return EXIT_FAILED if report.failed else 0
