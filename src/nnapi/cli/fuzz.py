@@ -44,5 +44,6 @@ def cmd_fuzz(args) -> int:
         print(f"{device.name}: {len(outcomes)} graphs, {counts['passed']} passed, {counts['failed']} failed, "
               f"{counts['invalid']} rejected by the reference (seed {args.seed})")
         if counts["failed"] and args.out:
-            print(f"replay one with: nnapi conformance {args.out}/<graph>.jsonl --device {device.name}")
+            print(f"replay one with: nnapi conformance {args.out}/<graph>.jsonl (with {device.name} loaded, "
+                  "as here, and no --device: operations it refuses run on nnapi-reference)")
     return EXIT_FAILED if counts["failed"] else 0

@@ -8,7 +8,8 @@ and shape, with fresh seeded random values for every float or quantized input. I
 on the device under test (beside the reference, which takes the operations the device
 refuses) and on ``nnapi-reference`` alone; the CTS criteria judge the difference. A
 failing graph is written as a CTS vector (the reference's outputs as expected values),
-so ``nnapi conformance FILE --device NAME`` replays it.
+so ``nnapi conformance FILE`` with the device loaded replays it (no ``--device``: as in
+the fuzz run, the operations the device refuses go to the reference).
 """
 
 from __future__ import annotations
