@@ -1,5 +1,6 @@
 """What the tools share: rebuilding a public Model from its HAL form (with extra
-outputs), seeded random inputs, and running a compilation whatever its output shapes."""
+outputs) and choosing the devices a model under test runs on. Running a model
+(output sizes, seeded inputs) is nnapi.Session's job."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import numpy as np
 
 import nnapi
 from nnapi.codes import OperandCode
-from nnapi.errors import OutputInsufficientSizeError
+from nnapi.errors import BadDataError
 from nnapi.hal import Model as HalModel
 from nnapi.hal import OperandLifeTime, Subgraph
-from nnapi.operand import OperandType, SymmPerChannelQuantParams, dtype_of
+from nnapi.operand import OperandType, SymmPerChannelQuantParams
 from nnapi.tools.graph_dump import _constant
 
 L = OperandLifeTime
@@ -58,51 +59,16 @@ def with_outputs(model: nnapi.Model, extra_outputs: Sequence[int]) -> tuple[nnap
     return _build(hal_model, hal_model.main, extra_outputs, keep, {}), keep
 
 
-def random_input(op_type: OperandType, rng: np.random.Generator) -> np.ndarray:
-    """A seeded random value for an input: floats in [-1, 1), quantized values over the
-    type's whole range, small non-negative integers, random booleans."""
-    dims = [d if d else 1 for d in op_type.dimensions]
-    dtype = dtype_of(op_type.type)
-    if np.issubdtype(dtype, np.floating):
-        return rng.uniform(-1, 1, dims).astype(dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, dims).astype(np.bool_)
-    if op_type.type in (T.TENSOR_INT32, T.INT32, T.UINT32):
-        return rng.integers(0, 4, dims).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, int(info.max) + 1, dims).astype(dtype)
+def device_and_reference(device: nnapi.Device | str, call: str) -> tuple[nnapi.Device, nnapi.Device]:
+    """The device under test (a Device or its name) and ``nnapi-reference``."""
+    devices = {d.name: d for d in nnapi.get_devices()}
+    if isinstance(device, str):
+        if device not in devices:
+            raise BadDataError(f"{call}: no device named {device!r} (devices: {', '.join(devices)})")
+        device = devices[device]
+    return device, devices["nnapi-reference"]
 
 
-def _needed_dimensions(execution: nnapi.Execution, index: int) -> list[int]:
-    """An output's full shape after OUTPUT_INSUFFICIENT_SIZE (the NDK reports it through
-    the error; the dimensions ride on it)."""
-    try:
-        return list(execution.get_output_operand_dimensions(index))
-    except OutputInsufficientSizeError as error:
-        return list(getattr(error, "dimensions", None) or [])
-
-
-def run(compilation: nnapi.Compilation, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Execute ``compilation`` once; outputs sized from the declared shapes, or from the
-    shapes the driver reports when those are unknown or too small."""
-    model = compilation.model
-    types = [model.operand_type(i) for i in model.outputs]
-    sizes = [t.element_count() if t.is_fully_specified else 1 for t in types]
-    for _attempt in range(3):
-        execution = nnapi.Execution(compilation)
-        for position, value in enumerate(inputs):
-            execution.set_input(position, value)
-        buffers = [np.zeros(max(size, 1), dtype_of(t.type)) for size, t in zip(sizes, types)]
-        for position, buffer in enumerate(buffers):
-            execution.set_output(position, buffer)
-        try:
-            execution.compute()
-        except OutputInsufficientSizeError:
-            sizes = [int(np.prod(_needed_dimensions(execution, i))) for i in range(len(types))]
-            continue
-        results = []
-        for position, buffer in enumerate(buffers):
-            dims = execution.get_output_operand_dimensions(position)
-            results.append(buffer[:int(np.prod(dims))].reshape(dims))
-        return results
-    raise nnapi.OpFailedError("output shapes kept changing between executions")
+def beside_reference(device: nnapi.Device, reference: nnapi.Device) -> list[nnapi.Device]:
+    """The devices a model runs on to test ``device``: it, and the reference for what it refuses."""
+    return [device] if device.name == reference.name else [device, reference]

@@ -21,7 +21,8 @@ from nnapi.errors import BadDataError
 from nnapi.hal import OperandLifeTime
 from nnapi.hal.types import operation_name
 from nnapi.operand import TENSOR_TYPES
-from nnapi.tools._models import random_input, run, with_outputs
+from nnapi.session import Session, random_inputs
+from nnapi.tools._models import beside_reference, device_and_reference, with_outputs
 
 QUANTIZED = (OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED,
              OperandCode.TENSOR_QUANT8_SYMM, OperandCode.TENSOR_QUANT16_ASYMM, OperandCode.TENSOR_QUANT16_SYMM)
@@ -57,12 +58,6 @@ class BisectResult:
         return asdict(self)
 
 
-def _compile(model: nnapi.Model, devices: list[nnapi.Device]) -> nnapi.Compilation:
-    compilation = nnapi.Compilation(model, devices)
-    compilation.finish()
-    return compilation
-
-
 def bisect(model: Any, device: nnapi.Device | str, *, seed: int = 0, inputs: list[np.ndarray] | None = None,
            tolerance: tuple[float, float] | None = None, quant_limit: int = 1) -> BisectResult:
     """Compare every intermediate of ``model`` on ``device`` against the reference.
@@ -74,12 +69,7 @@ def bisect(model: Any, device: nnapi.Device | str, *, seed: int = 0, inputs: lis
     public = getattr(model, "model", model)
     if not isinstance(public, nnapi.Model):
         raise BadDataError(f"bisect: expected a Model, got {type(model).__name__}")
-    devices = {d.name: d for d in nnapi.get_devices()}
-    if isinstance(device, str):
-        if device not in devices:
-            raise BadDataError(f"bisect: no device named {device!r} (devices: {', '.join(devices)})")
-        device = devices[device]
-    reference = devices["nnapi-reference"]
+    device, reference = device_and_reference(device, "bisect")
     hal_model, order = build_hal_model(public)
     main = hal_model.main
     intermediates = [i for op in main.operations for i in op.outputs
@@ -87,14 +77,13 @@ def bisect(model: Any, device: nnapi.Device | str, *, seed: int = 0, inputs: lis
                      and main.operands[i].type in TENSOR_TYPES]
     exposed, keep = with_outputs(public, intermediates)
     outputs = list(public.outputs) + [i for i in intermediates if i not in public.outputs]
-    if inputs is None:
-        rng = np.random.default_rng(seed)
-        inputs = [random_input(public.operand_type(i), rng) for i in public.inputs]
-    under_test = _compile(exposed, [device] if device.name == reference.name else [device, reference])
-    expected_compilation = _compile(exposed, [reference])
-    placement = under_test.placement()
-    actual = dict(zip(outputs, run(under_test, inputs)))
-    expected = dict(zip(outputs, run(expected_compilation, inputs)))
+    under_test = Session(exposed, beside_reference(device, reference))
+    expected_session = Session(exposed, [reference])
+    feeds = random_inputs(under_test.inputs, seed) if inputs is None else \
+        {info.name: value for info, value in zip(under_test.inputs, inputs, strict=True)}
+    placement = under_test.compilation.placement()
+    actual = dict(zip(outputs, under_test.run(feeds).values()))
+    expected = dict(zip(outputs, expected_session.run(feeds).values()))
     differences: list[Difference] = []
     compared = 0
     seen: dict[int, float] = {}  # operand -> max |difference|, within tolerance or not

@@ -29,6 +29,7 @@ import nnapi
 from nnapi.conformance import _array, build_model, compare, default_vector_files, load_records
 from nnapi.errors import BadDataError
 from nnapi.operand import DTYPES
+from nnapi.tools._models import beside_reference, device_and_reference
 
 #: Input types whose values are data (not indices, sizes or flags): randomized and chainable.
 DATA_TYPES = ("TENSOR_FLOAT32", "TENSOR_FLOAT16", "TENSOR_QUANT8_ASYMM", "TENSOR_QUANT8_ASYMM_SIGNED",
@@ -150,19 +151,17 @@ def _json_value(value: float | int | bool) -> Any:
 
 
 def _run(record: dict, devices: list[nnapi.Device]) -> list[np.ndarray]:
-    from nnapi.tools._models import run
+    from nnapi.session import Session
 
     keep: list = []
-    model = build_model(record, keep=keep)
-    compilation = nnapi.Compilation(model, devices)
-    compilation.finish()
+    session = Session(build_model(record, keep=keep), devices)
     main = record["main"]
-    inputs = []
-    for index in main["inputIndexes"]:
+    feeds = {}
+    for info, index in zip(session.inputs, main["inputIndexes"], strict=True):
         operand = main["operands"][index]
         value = _array(operand["data"], nnapi.OperandCode[operand["type"]])
-        inputs.append(value.reshape(operand["dimensions"]) if operand["dimensions"] else value.reshape(()))
-    return run(compilation, inputs)
+        feeds[info.name] = value.reshape(operand["dimensions"]) if operand["dimensions"] else value.reshape(())
+    return list(session.run(feeds).values())
 
 
 @dataclass
@@ -188,12 +187,7 @@ def fuzz(device: nnapi.Device | str, graphs: int = 100, seed: int = 0, out_dir: 
          max_operations: int = 5, signatures: dict[str, list[dict]] | None = None) -> Iterator[FuzzOutcome]:
     """Generate and check ``graphs`` random graphs on ``device``; yields one outcome per graph
     and writes each failing graph to ``out_dir`` as ``<name>.jsonl``."""
-    devices = {d.name: d for d in nnapi.get_devices()}
-    if isinstance(device, str):
-        if device not in devices:
-            raise BadDataError(f"fuzz: no device named {device!r} (devices: {', '.join(devices)})")
-        device = devices[device]
-    reference = devices["nnapi-reference"]
+    device, reference = device_and_reference(device, "fuzz")
     signatures = signatures if signatures is not None else load_signatures()
     if not signatures:
         raise BadDataError("fuzz: no CTS vectors to take operation signatures from")
@@ -210,7 +204,7 @@ def fuzz(device: nnapi.Device | str, graphs: int = 100, seed: int = 0, out_dir: 
         for index, value in zip(main["outputIndexes"], expected):
             main["operands"][index]["data"] = [_json_value(v) for v in value.reshape(-1).tolist()]
         try:
-            actual = _run(record, [device] if device.name == reference.name else [device, reference])
+            actual = _run(record, beside_reference(device, reference))
             problems = [problem for index, value in zip(main["outputIndexes"], actual)
                         if (problem := compare(record, main["operands"][index], value))]
         except nnapi.NnapiError as error:
