@@ -227,6 +227,48 @@ def test_hung_service_gives_dead_object(remote, monkeypatch):
         os.kill(running.process.pid, signal.SIGCONT)
 
 
+def _timed_failure(compute) -> tuple[int, float]:
+    start = time.monotonic()
+    with pytest.raises(nnapi.NnapiError) as caught:
+        compute()
+    return caught.value.code, time.monotonic() - start
+
+
+def test_loop_timeout_and_deadline_hold_across_the_boundary(remote):
+    from test_control_flow import infinite_loop_model
+
+    _, devices = remote("svcloop")
+    compilation = nnapi.Compilation(infinite_loop_model(), [devices["nnapi-reference@svcloop"]])
+    compilation.finish()
+
+    def execution(loop_timeout_ns=None, timeout_ns=None) -> nnapi.Execution:
+        made = nnapi.Execution(compilation)
+        made.set_input(0, np.array([7], np.int32))
+        made.set_output(0, np.zeros(1, np.int32))
+        if loop_timeout_ns is not None:
+            made.set_loop_timeout(loop_timeout_ns)
+        if timeout_ns is not None:
+            made.set_timeout(timeout_ns)
+        return made
+
+    # The loop timeout reaches the served driver: 50 ms, not the 2 s default. A WHILE loop
+    # that times out is MISSED_DEADLINE_TRANSIENT (as Android's CPU executor reports it).
+    code, elapsed = _timed_failure(execution(loop_timeout_ns=50_000_000).compute)
+    assert code == ResultCode.MISSED_DEADLINE_TRANSIENT and elapsed < 1.5, (code, elapsed)
+    burst = nnapi.Burst(compilation)
+    code, elapsed = _timed_failure(lambda: execution(loop_timeout_ns=50_000_000).burst_compute(burst))
+    assert code == ResultCode.MISSED_DEADLINE_TRANSIENT and elapsed < 1.5, (code, elapsed)
+    code, elapsed = _timed_failure(lambda: execution(loop_timeout_ns=50_000_000).start_compute().wait())
+    assert code == ResultCode.MISSED_DEADLINE_TRANSIENT and elapsed < 1.5, (code, elapsed)
+    # The execution's deadline (set_timeout) crosses too, inside the loop's 2 s default.
+    code, elapsed = _timed_failure(execution(timeout_ns=100_000_000).compute)
+    assert code in (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)
+    assert elapsed < 1.5, elapsed
+    # The service is fine afterwards: the default loop timeout (2 s) still ends the loop.
+    code, elapsed = _timed_failure(execution().compute)
+    assert code == ResultCode.MISSED_DEADLINE_TRANSIENT and 1.9 < elapsed < 30, (code, elapsed)
+
+
 ATTACKER = textwrap.dedent('''
     import os, socket, struct, sys, tempfile
     import msgpack
