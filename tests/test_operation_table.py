@@ -14,6 +14,7 @@ vectors do not cover. Every sample is checked for:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -223,6 +224,129 @@ def test_optional_arguments_raise_the_feature_level():
         ValidationContext(Op.SOFTMAX, with_axis, [f32((2, 3))])) == FeatureLevelCode.FEATURE_LEVEL_3
     assert introduced_in(Op.REVERSE) == FeatureLevelCode.FEATURE_LEVEL_7
     assert introduced_in(Op.BATCH_MATMUL) == FeatureLevelCode.FEATURE_LEVEL_6
+
+
+# --- declared shapes checked at add_operation ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A sample with some operands' declared dimensions changed so that they disagree;
+    ``needs_constant``: the check needs a constant scalar's value (a layout flag, a
+    multiplier, an axis), so it can only be made once that value is set."""
+
+    code: Op
+    changes: tuple[tuple[str, int, tuple[int, ...]], ...]  # ("input" | "output", index, dims)
+    message: str
+    needs_constant: bool
+
+
+MISMATCHES = [
+    Mismatch(Op.CONV_2D, (("input", 0, (1, 3, 3, 2)),), "filter depth 1", True),
+    Mismatch(Op.CONV_2D, (("input", 2, (2,)),), "bias", False),
+    Mismatch(Op.CONV_2D, (("output", 0, (1, 2, 2, 3)),), "output 0 depth", True),
+    Mismatch(Op.CONV_2D, (("output", 0, (2, 2, 2, 1)),), "batch", False),
+    Mismatch(Op.DEPTHWISE_CONV_2D, (("input", 0, (1, 3, 3, 3)),), "depth multiplier 2", True),
+    Mismatch(Op.DEPTHWISE_CONV_2D, (("input", 1, (2, 2, 2, 4)),), "depthwise filter", False),
+    Mismatch(Op.DEPTHWISE_CONV_2D, (("input", 2, (3,)),), "bias", False),
+    Mismatch(Op.GROUPED_CONV_2D, (("input", 0, (1, 3, 3, 4)),), "2 group", True),
+    Mismatch(Op.GROUPED_CONV_2D, (("input", 1, (3, 2, 2, 1)), ("input", 2, (3,)), ("output", 0, (1, 2, 2, 3))),
+             "do not divide into 2 groups", True),
+    Mismatch(Op.TRANSPOSE_CONV_2D, (("input", 0, (1, 1, 2, 2)),), "filter depth 1", True),
+    Mismatch(Op.TRANSPOSE_CONV_2D, (("input", 2, (2,)),), "bias", False),
+    Mismatch(Op.FULLY_CONNECTED, (("input", 1, (1, 2)),), "rows of the weights' input size 2", False),
+    Mismatch(Op.FULLY_CONNECTED, (("output", 0, (3, 2)),), "number of units", False),
+    Mismatch(Op.FULLY_CONNECTED, (("output", 0, (6, 1)),), "input's rows", False),
+    Mismatch(Op.CONCATENATION, (("input", 1, (2, 4)),), "only axis 0 may differ", True),
+    Mismatch(Op.CONCATENATION, (("output", 0, (5, 3)),), "sum of the inputs", True),
+    Mismatch(Op.BATCH_MATMUL, (("input", 1, (2, 5, 5)),), "inner dimensions 4 and 5", True),
+    Mismatch(Op.BATCH_MATMUL, (("output", 0, (2, 3, 4)),), "dimension 2 must be 5", True),
+]
+
+
+def _changed(sample: Sample, mismatch: Mismatch, unknown: bool = False):
+    """The sample's input and output types with the mismatch's changes (``unknown``: the
+    changed operands' dimensions all 0 instead)."""
+    inputs, outputs = [t for t, _ in sample.inputs], list(sample.outputs)
+    for kind, index, dims in mismatch.changes:
+        types = inputs if kind == "input" else outputs
+        types[index] = types[index].with_dimensions((0,) * len(dims) if unknown else dims)
+    return inputs, outputs
+
+
+def _build(sample: Sample, inputs, outputs, constants_first: bool) -> nnapi.Model:
+    """A one-operation model: tensors are model inputs, scalars constants set before
+    add_operation (``constants_first``, the usual order) or after it; then finished."""
+    model = nnapi.Model()
+    indexes = [model.add_operand(t) for t in inputs]
+    output_indexes = [model.add_operand(t) for t in outputs]
+    scalars = [(i, value) for i, (t, (_, value)) in zip(indexes, zip(inputs, sample.inputs, strict=True), strict=True)
+               if not t.is_tensor]
+    if constants_first:
+        for index, value in scalars:
+            model.set_operand_value(index, value)
+    model.add_operation(sample.code, indexes, output_indexes)
+    if not constants_first:
+        for index, value in scalars:
+            model.set_operand_value(index, value)
+    model.identify_inputs_and_outputs([i for i, t in zip(indexes, inputs, strict=True) if t.is_tensor],
+                                      output_indexes)
+    model.finish()
+    return model
+
+
+def _mismatch_id(mismatch: Mismatch) -> str:
+    return f"{mismatch.code.name}-{mismatch.message.replace(' ', '_')}"
+
+
+def test_mismatch_table_samples_are_accepted():
+    for code in sorted({m.code for m in MISMATCHES}, key=lambda c: c.name):
+        sample = SAMPLES[code]
+        _build(sample, [t for t, _ in sample.inputs], list(sample.outputs), constants_first=True)
+
+
+@pytest.mark.parametrize("mismatch", MISMATCHES, ids=[_mismatch_id(m) for m in MISMATCHES])
+def test_declared_shape_mismatches_are_bad_data_at_add_operation(mismatch):
+    """Everything the declared shapes (and the constants set so far) show is checked at
+    add_operation, not left for compute (CONV_2D filter depth, DEPTHWISE multiplier, ...)."""
+    sample = SAMPLES[mismatch.code]
+    inputs, outputs = _changed(sample, mismatch)
+    with pytest.raises(BadDataError, match=f"add_operation.*{re.escape(mismatch.message)}"):
+        _build(sample, inputs, outputs, constants_first=True)
+    # A check that needs a constant's value is skipped while the value is unknown, and
+    # made when finish validates the operation again.
+    if mismatch.needs_constant:
+        with pytest.raises(BadDataError, match=re.escape(mismatch.message)) as raised:
+            _build(sample, inputs, outputs, constants_first=False)
+        assert "finish" in "".join(line.name for line in raised.traceback)
+    else:
+        with pytest.raises(BadDataError, match=f"add_operation.*{re.escape(mismatch.message)}"):
+            _build(sample, inputs, outputs, constants_first=False)
+    # Unknown dimensions (0) skip the check: the shapes are then checked at execution.
+    model = nnapi.Model()
+    unknown_inputs, unknown_outputs = _changed(sample, mismatch, unknown=True)
+    indexes = [model.add_operand(t) for t in unknown_inputs]
+    for index, (t, (_, value)) in zip(indexes, zip(unknown_inputs, sample.inputs, strict=True), strict=True):
+        if not t.is_tensor:
+            model.set_operand_value(index, value)
+    model.add_operation(sample.code, indexes, [model.add_operand(t) for t in unknown_outputs])
+
+
+def test_shape_checks_read_constants_in_the_driver_too():
+    """nnapi-reference validates HAL models with their CONSTANT_COPY scalars: a CONV_2D
+    whose filter depth disagrees with the input is refused, not failed at compute."""
+    from nnapi.drivers.reference import unsupported_reason
+    from nnapi.runtime.model_builder import build_hal_model
+
+    sample = SAMPLES[Op.CONV_2D]
+    model = _build(sample, [t for t, _ in sample.inputs], list(sample.outputs), constants_first=True)
+    hal_model, _ = build_hal_model(model)
+    operation = hal_model.main.operations[0]
+    assert unsupported_reason(hal_model, hal_model.main, operation) is None
+    data = hal_model.main.operands[operation.inputs[0]]
+    data.dimensions = [1, 3, 3, 2]
+    reason = unsupported_reason(hal_model, hal_model.main, operation)
+    assert reason is not None and "filter depth 1" in reason
 
 
 # --- prepare / execute contract -----------------------------------------------------------

@@ -338,8 +338,12 @@ def test_batch_matmul_bad_signatures_and_values():
         build_single_op_model(Op.BATCH_MATMUL, [(q8(3, 4), None), (q8(4, 2), None)], [q8(3, 2)])
     with pytest.raises(nnapi.BadDataError):
         build_single_op_model(Op.BATCH_MATMUL, [(f32(3, 4), None), (f16(4, 2), None)], [f32(3, 2)])
+    # declared shapes whose inner dimensions differ: refused at add_operation (#17)
+    with pytest.raises(nnapi.BadDataError, match="inner dimensions 4 and 3 differ"):
+        build_single_op_model(Op.BATCH_MATMUL, [(f32(3, 4), None), (f32(3, 2), None)], [f32(0, 0)])
+    # shapes only known at execution: refused at compute
     with pytest.raises(nnapi.OpFailedError):
-        run_single_op(Op.BATCH_MATMUL, [(f32(3, 4), None), (f32(3, 2), None)], [f32(0, 0)],
+        run_single_op(Op.BATCH_MATMUL, [(f32(0, 0), None), (f32(3, 2), None)], [f32(0, 0)],
                       [np.zeros((3, 4), np.float32), np.zeros((3, 2), np.float32)])
 
 
@@ -465,10 +469,14 @@ def test_bad_values_fail_at_compute():
                   (f32(1), np.zeros(1, np.float32)), INT(PaddingCode.PADDING_SAME), INT(0), INT(1), INT(0)]
     with pytest.raises(nnapi.OpFailedError):
         run_single_op(Op.CONV_2D, bad_stride, [f32(0, 0, 0, 0)], [x])
+    # input depth 1 against filter depth 2: refused at add_operation when the shapes are
+    # declared (#17), at compute when the input's shape is only known then
     bad_channels = [(f32(1, 3, 3, 1), None), (f32(1, 1, 1, 2), np.ones((1, 1, 1, 2), np.float32)),
                     (f32(1), np.zeros(1, np.float32)), *_CONV_TAIL]
-    with pytest.raises(nnapi.OpFailedError):
+    with pytest.raises(nnapi.BadDataError, match="filter depth 2"):
         run_single_op(Op.CONV_2D, bad_channels, [f32(0, 0, 0, 0)], [x])
+    with pytest.raises(nnapi.OpFailedError):
+        run_single_op(Op.CONV_2D, [(f32(0, 0, 0, 0), None), *bad_channels[1:]], [f32(0, 0, 0, 0)], [x])
     with pytest.raises(nnapi.OpFailedError):
         run_single_op(Op.SOFTMAX, [(f32(1, 3), None), FLOAT(-1.0)], [f32(1, 3)], [np.zeros((1, 3), np.float32)])
 

@@ -62,6 +62,17 @@ def dtype_of(code: OperandCode) -> np.dtype:
         raise BadDataError(f"operand type {code.name} has no element data type") from None
 
 
+def scalar_value(code: OperandCode, data: bytes | memoryview) -> int | float | bool | None:
+    """The Python value of a scalar operand stored as ``data``; None when ``code`` is a
+    tensor type or ``data`` is not exactly one element (the caller checks sizes)."""
+    if code in TENSOR_TYPES or code not in DTYPES:
+        return None
+    dtype = DTYPES[code]
+    if len(data) != dtype.itemsize:
+        return None
+    return np.frombuffer(data, dtype=dtype)[0].item()
+
+
 @dataclass(frozen=True)
 class SymmPerChannelQuantParams:
     """ANeuralNetworksSymmPerChannelQuantParams: one scale per slice along ``channel_dim``."""

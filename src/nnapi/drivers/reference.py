@@ -33,7 +33,7 @@ from nnapi.hal import (
 )
 from nnapi.hal.types import is_extension_type, operation_name
 from nnapi.hal.validation import validate_model, validate_request
-from nnapi.operand import TENSOR_TYPES, dtype_of
+from nnapi.operand import TENSOR_TYPES, dtype_of, scalar_value
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
 from nnapi.operations.base import MAX_OPERAND_BYTES, Shape, SubgraphSignature, deadline_checked
 
@@ -82,10 +82,18 @@ def unsupported_reason(model: Model, subgraph: Subgraph, operation) -> str | Non
         return SubgraphSignature(tuple(target.operands[i].operand_type() for i in target.input_indexes),
                                  tuple(target.operands[i].operand_type() for i in target.output_indexes))
 
+    def constant(index: int) -> int | float | bool | None:
+        operand = subgraph.operands[index]
+        if operand.lifetime != L.CONSTANT_COPY:
+            return None
+        start = operand.location.offset
+        return scalar_value(operand.type, model.operand_values[start: start + operand.location.length])
+
     context = ValidationContext(OperationCode(operation.type),
                                 [subgraph.operands[i].operand_type() for i in operation.inputs],
                                 [subgraph.operands[i].operand_type() for i in operation.outputs],
-                                [signature(i) for i in operation.inputs])
+                                [signature(i) for i in operation.inputs],
+                                [constant(i) for i in operation.inputs])
     try:
         implementation.validate(context)
     except NnapiError as error:

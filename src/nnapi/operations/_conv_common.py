@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnapi.codes import FuseCode, OperandCode, PaddingCode
+from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
 from nnapi.operand import dtype_of
 from nnapi.operations.base import ExecutionContext, Tensor, ValidationContext, check_deadline
 from nnapi.operations.common import FLOAT_AND_QUANT8_TENSORS as CONV_INPUT_TYPES
@@ -120,6 +120,30 @@ class SpatialArgs:
         for index in range(base + 1, count):
             ctx.check_input_type(index, T.INT32)
 
+    def _base(self, ctx: ValidationContext) -> int | None:
+        explicit = self.is_explicit(len(ctx.inputs), lambda i: ctx.inputs[i].type)
+        return None if explicit is None else self.explicit_base if explicit else self.implicit_base
+
+    def layout(self, ctx: ValidationContext) -> bool | None:
+        """At validation: True for NCHW, False for NHWC (or no flag given), None while the
+        flag's constant value is not known."""
+        base = self._base(ctx)
+        if base is None:
+            return None
+        if len(ctx.inputs) <= base:
+            return False
+        value = ctx.constant(base)
+        return None if value is None else bool(value)
+
+    def extra(self, ctx: ValidationContext, name: str) -> int | None:
+        """At validation: the constant value of extra argument ``name`` (the depth
+        multiplier, the number of groups), None while it is not known."""
+        base = self._base(ctx)
+        if base is None:
+            return None
+        value = ctx.constant(base - 1 - len(self.extras) + self.extras.index(name))
+        return None if value is None else int(value)
+
     def read(self, ctx: ExecutionContext, in_shape: Sequence[int], filter_hw: tuple[int, int] | None) -> Spatial:
         """Decode the arguments; implicit padding needs the input's shape (4-D, in the
         layout the NCHW flag gives) and the filter size (``filter_hw`` None: the filter
@@ -183,6 +207,41 @@ def validate_conv_tensors(ctx: ValidationContext, channel_dim: int) -> None:
     ctx.check_input_rank(2, 1)
     if code in QUANT8_TENSORS:
         validate_quantized_weights(ctx, channel_dim)
+
+
+def check_conv_shapes(ctx: ValidationContext, nchw: bool | None, *, groups: int | None = 1,
+                      multiplier: int | None = None) -> None:
+    """The declared shapes of a convolution agree: filter depth (x groups) with the input's
+    channels, the bias with the filter count, the output's batch and channels with the
+    input and the filters. Filters are [count, h, w, depth], or for a depthwise
+    convolution (``multiplier`` given) [1, h, w, channels x multiplier]. Unknown
+    dimensions (0), an unknown layout or an unknown groups / multiplier skip what they
+    need; the check is then made at finish or at execution."""
+    if ctx.inputs[0].rank != 4 or ctx.inputs[1].rank != 4:
+        return
+    channel_axis = None if nchw is None else 1 if nchw else 3
+    depthwise = multiplier is not None or ctx.code == OperationCode.DEPTHWISE_CONV_2D
+    filters = ctx.dim(1, 3 if depthwise else 0)
+    ctx.check_dims_agree("input 2 (bias) size must equal the number of filters", ctx.dim(2, 0), filters)
+    ctx.check_dims_agree("output 0 batch must equal input 0 batch", ctx.dim(0, 0, output=True), ctx.dim(0, 0))
+    if depthwise and ctx.dim(1, 0) not in (0, 1):
+        ctx.fail(f"input 1 (depthwise filter) must have shape [1, height, width, depth_out], "
+                 f"got {list(ctx.inputs[1].dimensions)}")
+    if groups is not None and groups > 0 and filters and not depthwise and filters % groups:
+        ctx.fail(f"{filters} filters do not divide into {groups} groups")
+    if channel_axis is None:
+        return
+    channels = ctx.dim(0, channel_axis)
+    if depthwise:
+        if multiplier is not None and channels:
+            ctx.check_dims_agree(f"input 1 (filter) depth must be input depth {channels} x depth multiplier "
+                                 f"{multiplier}", filters, channels * multiplier)
+    elif groups is not None and ctx.dim(1, 3):
+        ctx.check_dims_agree(f"input 0 depth must equal filter depth {ctx.dim(1, 3)} x {groups} group(s)",
+                             channels, ctx.dim(1, 3) * groups)
+    if ctx.outputs[0].rank == 4:
+        ctx.check_dims_agree("output 0 depth must equal the number of filters",
+                             ctx.dim(0, channel_axis, output=True), filters)
 
 
 def validate_quantized_weights(ctx: ValidationContext, channel_dim: int) -> None:

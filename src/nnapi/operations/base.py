@@ -14,8 +14,10 @@ nn/common/operations (validate / prepare / execute), and registers it:
         def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
             return [np.floor(ctx.input(0).value)]
 
-``validate`` sees operand *types* only (values may be set after the operation is added)
-and raises BadDataError through ``ctx.fail``. ``prepare`` sees the real input tensors
+``validate`` sees operand *types*, plus the values of constant scalars already set
+(``ctx.constant``; values may be set after the operation is added, so a check that needs
+one is skipped while it is unknown and made when ``finish`` validates again), and raises
+BadDataError through ``ctx.fail``. ``prepare`` sees the real input tensors
 at execution time (shapes and values) and returns the output shapes; value errors there
 go through ``ctx.fail`` (OP_FAILED). ``execute`` returns one numpy array per output, of
 the output operand's storage dtype and of the shape ``prepare`` returned.
@@ -106,14 +108,17 @@ class SubgraphSignature:
 
 
 class ValidationContext:
-    """What ``Operation.validate`` sees: the operation's operand types, at add_operation."""
+    """What ``Operation.validate`` sees: the operation's operand types, at add_operation,
+    and the values of the constant scalar inputs set so far."""
 
     def __init__(self, code: OperationCode, inputs: Sequence[OperandType], outputs: Sequence[OperandType],
-                 referenced: Sequence[SubgraphSignature | None] | None = None):
+                 referenced: Sequence[SubgraphSignature | None] | None = None,
+                 constants: Sequence[int | float | bool | None] | None = None):
         self.code = code
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self._referenced = list(referenced) if referenced is not None else [None] * len(self.inputs)
+        self._constants = list(constants) if constants is not None else [None] * len(self.inputs)
         #: the lowest feature level of the signature accepted so far: the operation's and
         #: its operand types' own levels, raised by ``at_least`` for newer arguments
         self.feature_level = max([introduced_in(code), *(_operand_level(t.type) for t in (*inputs, *outputs))])
@@ -126,6 +131,24 @@ class ValidationContext:
         """For a MODEL input: the referenced model's input and output types; None while
         its value is not set yet (``finish`` validates again once it is)."""
         return self._referenced[index] if index < len(self._referenced) else None
+
+    def constant(self, index: int) -> int | float | bool | None:
+        """The value of scalar input ``index`` when it is a constant already set (a layout
+        flag, a depth multiplier, an axis); None while it is not known (not set yet, a
+        model input, or the output of another operation): checks that need it are then
+        skipped here and made at ``finish`` / compilation, or at execution."""
+        return self._constants[index] if index < len(self._constants) else None
+
+    def dim(self, index: int, axis: int, *, output: bool = False) -> int:
+        """Dimension ``axis`` of input (or output) ``index``; 0 when unknown (unspecified
+        rank or dimension), so that callers compare only what is known."""
+        dims = (self.outputs if output else self.inputs)[index].dimensions
+        return dims[axis] if -len(dims) <= axis < len(dims) else 0
+
+    def check_dims_agree(self, what: str, first: int, second: int) -> None:
+        """BAD_DATA when two known dimensions differ (0 means unknown and passes)."""
+        if first and second and first != second:
+            self.fail(f"{what}: {first} != {second}")
 
     # --- failing -----------------------------------------------------------------
     def fail(self, message: str) -> None:

@@ -19,6 +19,7 @@ from nnapi.operations._conv_common import (
     requantize_accumulators,
     shifted,
 )
+from nnapi.operations._elementwise import check_output_shape
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 T = OperandCode
@@ -57,6 +58,12 @@ class BatchMatmul(Operation):
         a, b = ctx.inputs[0].dimensions, ctx.inputs[1].dimensions
         if a and b and len(a) != len(b):
             ctx.fail(f"inputs 0 and 1 must have the same rank, got {len(a)} and {len(b)}")
+        flags = [False if index >= len(ctx.inputs) else ctx.constant(index) for index in (2, 3)]
+        if ctx.inputs[0].is_fully_specified and ctx.inputs[1].is_fully_specified and None not in flags:
+            shape, problem = _result_shape(tuple(a), tuple(b), bool(flags[0]), bool(flags[1]))
+            if shape is None:
+                ctx.fail(f"input 0 {list(a)} and input 1 {list(b)}: {problem}")
+            check_output_shape(ctx, shape)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         a, b = ctx.input(0), ctx.input(1)

@@ -20,6 +20,31 @@ T = OperandCode
 _MAX_RANK = 4
 
 
+def _check_shapes(ctx: ValidationContext, count: int, rank: int, axis: int) -> None:
+    """With the axis known: it is in range, the inputs agree off the axis, and the
+    declared output has their shape with the axis dimensions summed (0s are unknown)."""
+    if not 0 <= axis < rank:
+        ctx.fail(f"input {count} (axis) is {axis}, out of range for rank {rank}")
+    output = ctx.outputs[0]
+    if output.rank and output.rank != rank:
+        ctx.fail(f"output 0 must have rank {rank}, got {output.rank}")
+    for dim in range(rank):
+        if dim == axis:
+            continue
+        known = [(f"input {i}", ctx.dim(i, dim)) for i in range(count) if ctx.inputs[i].rank]
+        if output.rank:
+            known.append(("output 0", ctx.dim(0, dim, output=True)))
+        known = [(name, size) for name, size in known if size]
+        for name, size in known[1:]:
+            if size != known[0][1]:
+                ctx.fail(f"{name} dimension {dim} is {size} but {known[0][0]}'s is {known[0][1]}: "
+                         f"only axis {axis} may differ")
+    sizes = [ctx.dim(i, axis) for i in range(count)]
+    if output.rank and all(sizes) and ctx.dim(0, axis, output=True):
+        ctx.check_dims_agree(f"output 0 dimension {axis} must be the sum of the inputs'",
+                             ctx.dim(0, axis, output=True), sum(sizes))
+
+
 @register(OperationCode.CONCATENATION, zero_sized_inputs=True)
 class Concatenation(Operation):
     def validate(self, ctx: ValidationContext) -> None:
@@ -38,6 +63,9 @@ class Concatenation(Operation):
             ctx.fail(f"inputs 0..{count - 1} must all have the same rank, got ranks {sorted(ranks)}")
         ctx.check_input_type(count, T.INT32)
         ctx.check_output_type(0, ctx.input_type(0))
+        axis = ctx.constant(count)
+        if axis is not None and ranks:
+            _check_shapes(ctx, count, ranks.pop(), int(axis))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         count = len(ctx.inputs) - 1

@@ -15,6 +15,7 @@ import numpy as np
 from nnapi.codes import OperationCode
 from nnapi.operations._conv_common import (
     SpatialArgs,
+    check_conv_shapes,
     conv_accumulate,
     convolve,
     spatial_dims,
@@ -57,6 +58,7 @@ class Conv2D(Operation):
         ctx.require(len(ctx.inputs) >= 3, f"expected at least 7 inputs, got {len(ctx.inputs)}")
         _ARGS.validate(ctx)
         validate_conv_tensors(ctx, channel_dim=0)
+        check_conv_shapes(ctx, _ARGS.layout(ctx))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         _, shape = conv_output_shape(ctx, _ARGS)

@@ -15,6 +15,7 @@ import numpy as np
 from nnapi.codes import OperationCode
 from nnapi.operations._conv_common import (
     SpatialArgs,
+    check_conv_shapes,
     convolve,
     depthwise_accumulate,
     spatial_dims,
@@ -55,6 +56,7 @@ class DepthwiseConv2D(Operation):
         ctx.require(len(ctx.inputs) >= 3, f"expected at least 8 inputs, got {len(ctx.inputs)}")
         _ARGS.validate(ctx)
         validate_conv_tensors(ctx, channel_dim=3)
+        check_conv_shapes(ctx, _ARGS.layout(ctx), multiplier=_ARGS.extra(ctx, "multiplier"))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         return [_output_shape(ctx)[2]]

@@ -30,6 +30,25 @@ from nnapi.operations.common import apply_activation_float, is_valid_fuse_code
 T = OperandCode
 
 
+def _check_shapes(ctx: ValidationContext) -> None:
+    """The input splits into rows of the weights' input size, and the declared output is
+    [rows, units] (only what the declared shapes know is compared)."""
+    data, weights = ctx.inputs[0], ctx.inputs[1]
+    units, input_size = (ctx.dim(1, 0), ctx.dim(1, 1)) if weights.rank == 2 else (0, 0)
+    rows = 0
+    if input_size and data.is_fully_specified:
+        elements = math.prod(data.dimensions)
+        if elements % input_size:
+            ctx.fail(f"input 0 {list(data.dimensions)} has {elements} values, which do not split into rows of "
+                     f"the weights' input size {input_size}")
+        rows = elements // input_size
+    if ctx.outputs[0].rank:
+        ctx.require(ctx.outputs[0].rank == 2, f"output 0 must have rank 2, got {ctx.outputs[0].rank}")
+        ctx.check_dims_agree("output 0 dimension 0 must equal the input's rows", ctx.dim(0, 0, output=True), rows)
+        ctx.check_dims_agree("output 0 dimension 1 must equal the number of units", ctx.dim(0, 1, output=True),
+                             units)
+
+
 @register(OperationCode.FULLY_CONNECTED, zero_sized_inputs=True)
 class FullyConnected(Operation):
     def validate(self, ctx: ValidationContext) -> None:
@@ -46,6 +65,7 @@ class FullyConnected(Operation):
         weights, bias = ctx.inputs[1].dimensions, ctx.inputs[2].dimensions
         if len(weights) == 2 and len(bias) == 1 and weights[0] and bias[0] and weights[0] != bias[0]:
             ctx.fail(f"input 2 (bias) has {bias[0]} values for {weights[0]} units")
+        _check_shapes(ctx)
         if code not in FLOAT_TENSORS:
             validate_quantized_weights(ctx, channel_dim=0)
 

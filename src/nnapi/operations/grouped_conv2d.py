@@ -13,7 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperationCode
-from nnapi.operations._conv_common import SpatialArgs, conv_accumulate, convolve, validate_conv_tensors
+from nnapi.operations._conv_common import (
+    SpatialArgs,
+    check_conv_shapes,
+    conv_accumulate,
+    convolve,
+    validate_conv_tensors,
+)
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.conv2d import conv_output_shape
 
@@ -27,6 +33,7 @@ class GroupedConv2D(Operation):
         ctx.require(len(ctx.inputs) >= 3, f"expected 9 or 12 inputs, got {len(ctx.inputs)}")
         _ARGS.validate(ctx)
         validate_conv_tensors(ctx, channel_dim=0)
+        check_conv_shapes(ctx, _ARGS.layout(ctx), groups=_ARGS.extra(ctx, "groups"))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         return [conv_output_shape(ctx, _ARGS, "groups")[1]]

@@ -17,6 +17,7 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode, PaddingCode
 from nnapi.operations._conv_common import (
     Spatial,
+    check_conv_shapes,
     convolve,
     spatial_dims,
     validate_conv_tensors,
@@ -109,6 +110,8 @@ class TransposeConv2D(Operation):
         else:
             ctx.check_input_types([T.TENSOR_INT32] + [T.INT32] * 4 + [T.BOOL], start=3)
             ctx.check_input_rank(3, 1)
+        layout = ctx.constant(len(ctx.inputs) - 1)
+        check_conv_shapes(ctx, None if layout is None else bool(layout))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         return [_read(ctx)[2]]
