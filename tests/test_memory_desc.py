@@ -65,8 +65,8 @@ def test_device_memory_round_trip():
     reader.set_input_from_memory(0, device_memory, 0, 0)
     reader.set_input(1, np.ones(2, np.float32))
     reader.set_output(0, np.zeros(2, np.float32))
-    with pytest.raises(nnapi.BadDataError):
-        reader.compute()  # never written
+    with pytest.raises(nnapi.OpFailedError):
+        reader.compute()  # never written: OP_FAILED, as Android's ExecutionBuilder
 
     writer = nnapi.Execution(compilation)
     writer.set_input(0, np.array([1, 2], np.float32))

@@ -38,6 +38,7 @@ from nnapi.hal import DataLocation, ErrorStatus, HalError, OutputShape, Request,
 from nnapi.hal.interfaces import wait_for_fences
 from nnapi.hal.types import NO_TIMING
 from nnapi.memory import Memory
+from nnapi.memory_desc import check_input_memory
 from nnapi.model import as_bytes_view
 from nnapi.operand import OperandType, dtype_of
 
@@ -286,9 +287,8 @@ class Execution(NnapiObject):
             if missing:
                 raise BadDataError(f"{call}: not set: {', '.join(missing)}")
             for position, argument in self._inputs.items():
-                if isinstance(argument.pool, Memory) and argument.pool.is_from_desc and \
-                        not argument.pool._initialized:
-                    raise BadDataError(f"{call}: input {position} reads a device memory never written")
+                if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
+                    check_input_memory(call, argument.pool, position, argument.dimensions)
             if self._compilation._freed:
                 raise BadStateError(f"{call}: the compilation was freed")
             self._previous_state = self._state
@@ -330,13 +330,16 @@ class Execution(NnapiObject):
                     pool = own_pool(staging)
                     write_backs.append(lambda m=memory, o=arg.offset, b=staging, c=call: m._write(c, o, b))
                 return RequestArgument(False, DataLocation(pool, 0, arg.length), list(arg.dimensions))
+            dimensions = arg.dimensions
             if isinstance(arg.pool, Memory):
                 arg.pool._check_file_size(call)
+                if kind == "input" and arg.pool._desc is not None:
+                    dimensions = arg.pool._dims  # as last written (checked at the start)
             if id(arg.pool) not in pool_ids:
                 buffer = arg.pool._pool() if isinstance(arg.pool, Memory) else arg.pool
                 pool_ids[id(arg.pool)] = own_pool(buffer)
             return RequestArgument(False, DataLocation(pool_ids[id(arg.pool)], arg.offset, arg.length),
-                                   list(arg.dimensions))
+                                   list(dimensions))
 
         inputs = [argument(i, self._inputs[i], "input") for i in range(len(self._input_types))]
         outputs = [argument(i, self._outputs[i], "output") for i in range(len(self._output_types))]
@@ -381,9 +384,11 @@ class Execution(NnapiObject):
             self._output_shapes = None
             error = OpFailedError(f"{type(unexpected).__name__}: {unexpected}")
         self._status = error.code if error is not None else ResultCode.NO_ERROR
-        for argument in list(self._outputs.values()):
+        for position, argument in list(self._outputs.items()):
             if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
                 argument.pool._initialized = error is None
+                if error is None and self._output_shapes is not None and position < len(self._output_shapes):
+                    argument.pool._dims = tuple(self._output_shapes[position].dimensions)
         with self._lock:
             self._state = _COMPLETED
             if self._freed:  # freed while it ran: drop the arguments now (see _release)

@@ -73,7 +73,17 @@ class Memory(NnapiObject):
         # mapping itself lives as long as any view of it.
         memory._close_fd = weakref.finalize(memory, os.close, fd) if fd is not None else None
         memory._desc = None
+        #: a MemoryDesc memory the runtime holds itself (no device could allocate it)
         memory._device_buffer = None
+        #: a MemoryDesc memory a driver allocated: its IBuffer, its device, and the pool
+        #: requests name it by (runtime.device_memory.DeviceMemoryPool)
+        memory._ibuffer = None
+        memory._allocator = None
+        memory._hal_pool = None
+        #: a MemoryDesc memory: written yet (by an execution or a copy), and its dimensions
+        #: as last written
+        memory._initialized = False
+        memory._dims = ()
         return memory
 
     @classmethod
@@ -165,6 +175,13 @@ class Memory(NnapiObject):
     def is_from_desc(self) -> bool:
         return self._desc is not None
 
+    @property
+    def device_name(self) -> str | None:
+        """For a memory from a MemoryDesc, the device that allocated it (None when the
+        runtime holds it itself, because the roles' devices could not allocate it)."""
+        self._check_alive("Memory.device_name")
+        return self._allocator.name if self._allocator is not None else None
+
     def _check_file_size(self, call: str) -> None:
         """The file still holds the whole memory (it cannot shrink under a sealed mapping;
         a pread / pwrite memory's file can, and then the call fails cleanly)."""
@@ -212,7 +229,9 @@ class Memory(NnapiObject):
         self._check_alive("Memory")
         if self._direct:
             return bytearray(self._read("Memory", 0, self._size))
-        return self.buffer if self._mapping is not None else self._device_buffer
+        if self._mapping is not None:
+            return self.buffer
+        return self._hal_pool if self._hal_pool is not None else self._device_buffer
 
     @staticmethod
     def copy(src: Memory, dst: Memory) -> None:
@@ -224,6 +243,8 @@ class Memory(NnapiObject):
                                f"{type(dst).__name__}")
         src._check_alive("Memory.copy")
         dst._check_alive("Memory.copy")
+        if src is dst:
+            return  # as Android's copy: nothing to do
         if src.is_from_desc or dst.is_from_desc:
             (src if src.is_from_desc else dst)._desc._copy_device_memory(src, dst)
             return
@@ -245,6 +266,10 @@ class Memory(NnapiObject):
         self._mapping = None
         self._fd = None
         self._direct = False
+        # Device memory goes back to its driver once no execution holds it.
+        self._ibuffer = None
+        self._hal_pool = None
+        self._device_buffer = None
 
 
 #: Largest size a file offset can express (off_t).

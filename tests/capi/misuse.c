@@ -349,14 +349,14 @@ static void memory_and_event_misuse(void) {
     EXPECT_CODE(NUL, ANeuralNetworksMemory_createFromDesc(NULL, &device_memory));
     EXPECT_CODE(NUL, ANeuralNetworksMemory_createFromDesc(desc, NULL));
     CHECK(ANeuralNetworksMemory_createFromDesc(desc, &device_memory));
-    /* Device memory that was never written cannot be read. */
+    /* Device memory that was never written cannot be read (OP_FAILED at compute, as Android). */
     ANeuralNetworksExecution* execution = NULL;
     float a[2] = {1, 2}, y[2];
     CHECK(ANeuralNetworksExecution_create(compilation, &execution));
     CHECK(ANeuralNetworksExecution_setInputFromMemory(execution, 0, NULL, device_memory, 0, 0));
     CHECK(ANeuralNetworksExecution_setInput(execution, 1, NULL, a, sizeof a));
     CHECK(ANeuralNetworksExecution_setOutput(execution, 0, NULL, y, sizeof y));
-    EXPECT_CODE(BAD, ANeuralNetworksExecution_compute(execution));
+    EXPECT_CODE(ANEURALNETWORKS_OP_FAILED, ANeuralNetworksExecution_compute(execution));
     ANeuralNetworksExecution_free(execution);
     ANeuralNetworksMemory_free(device_memory);
     ANeuralNetworksMemoryDesc_free(desc);

@@ -14,8 +14,10 @@ import numpy as np
 from nnapi import tracing
 from nnapi._version import __version__
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode, ResultCode
+from nnapi.drivers import device_memory
 from nnapi.errors import NnapiError
 from nnapi.hal import (
+    BufferToken,
     Capabilities,
     ErrorStatus,
     ExecutionPreference,
@@ -111,6 +113,10 @@ class ReferenceDevice(IDevice):
     device_type = DeviceTypeCode.DEVICE_CPU
     feature_level = FeatureLevelCode.FEATURE_LEVEL_8
 
+    def __init__(self) -> None:
+        #: this device's live device memories (IDevice.allocate), by token
+        self._buffers = device_memory.BufferTracker()
+
     def get_capabilities(self) -> Capabilities:
         reference = PerformanceInfo(1.0, 1.0)
         return Capabilities(
@@ -139,7 +145,7 @@ class ReferenceDevice(IDevice):
                     raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                    f"operation {operation_name(operation.type)} is not supported")
         with np.errstate(all="ignore"):  # tables and layouts computed at preparation
-            prepared = ReferencePreparedModel(model)
+            prepared = ReferencePreparedModel(model, self._buffers)
         if token is not None and len(model_cache) == 1 and len(data_cache) == 1:
             self._write_cache(model, model_cache[0], data_cache[0], token)
         return prepared
@@ -172,12 +178,25 @@ class ReferenceDevice(IDevice):
         model = unpack(model_bytes, data_bytes, token)
         return self.prepare_model(model, deadline_ns=deadline_ns)
 
+    def allocate(self, desc, prepared_models, input_roles, output_roles):
+        """IDevice::allocate: device memory for roles of this device's prepared models
+        (fully specified dimensions only); see drivers.device_memory."""
+        return device_memory.allocate(self._buffers, self._model_of, desc, prepared_models, input_roles,
+                                      output_roles)
+
+    def _model_of(self, prepared) -> Model | None:
+        if isinstance(prepared, ReferencePreparedModel) and prepared._buffers is self._buffers:
+            return prepared.model
+        return None
+
 
 class ReferencePreparedModel(IPreparedModel):
     """A model prepared as one execution plan per subgraph (see ``_SubgraphPlan``)."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, buffers: device_memory.BufferTracker | None = None) -> None:
         self.model = model
+        #: the device memories requests may name by token (None: the device allocates none)
+        self._buffers = buffers
         relaxed = model.relax_computation_float32_to_float16
         self._plans = [_SubgraphPlan(model, subgraph, relaxed) for subgraph in [model.main, *model.referenced]]
         main = model.main
@@ -191,6 +210,9 @@ class ReferencePreparedModel(IPreparedModel):
 
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
+        for pool in request.pools:
+            if isinstance(pool, BufferToken):
+                return self._execute_device_memory(request, measure_timing, deadline_ns, loop_timeout_ns)
         start = time.monotonic_ns()
         validate_request(request, self.model)
         run = _Run(self, deadline_ns, loop_timeout_ns)
@@ -212,6 +234,18 @@ class ReferencePreparedModel(IPreparedModel):
         shapes = self._write_outputs(request, outputs)
         elapsed = time.monotonic_ns() - start
         timing = Timing(elapsed, elapsed) if measure_timing else Timing()
+        return shapes, timing
+
+    def _execute_device_memory(self, request: Request, measure_timing: bool, deadline_ns: int | None,
+                               loop_timeout_ns: int | None) -> tuple[list[OutputShape], Timing]:
+        """A request naming device memory by token: checked against the buffers' roles and
+        state, run on their bytes, and the output buffers marked written (or not)."""
+        resolved = device_memory.ResolvedRequest(self._buffers, self, request)
+        try:
+            shapes, timing = self.execute(resolved.request, measure_timing, deadline_ns, loop_timeout_ns)
+        except HalError as error:
+            raise resolved.failed(error) from None
+        resolved.succeeded(shapes)
         return shapes, timing
 
     def _read_input(self, request: Request, position: int) -> Tensor:

@@ -14,8 +14,10 @@ from collections.abc import Iterable
 import numpy as np
 
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode
+from nnapi.drivers import device_memory
 from nnapi.drivers.reference import ReferencePreparedModel, supports_operation
 from nnapi.hal import (
+    BufferToken,
     Capabilities,
     ErrorStatus,
     ExecutionPreference,
@@ -49,6 +51,7 @@ class SampleDevice(IDevice):
         self.performance = PerformanceInfo(exec_time, power_usage)
         self.prepared_count = 0
         self.executed_operations: list[OperationCode] = []
+        self._buffers = device_memory.BufferTracker()
 
     def get_capabilities(self) -> Capabilities:
         return Capabilities(
@@ -79,7 +82,15 @@ class SampleDevice(IDevice):
                                f"{self.name} does not support {OperationCode(operation.type).name}")
         self.prepared_count += 1
         self.executed_operations.extend(OperationCode(o.type) for o in model.main.operations)
-        return ReferencePreparedModel(model)
+        return ReferencePreparedModel(model, self._buffers)
+
+    def allocate(self, desc, prepared_models, input_roles, output_roles):
+        """IDevice::allocate, as nnapi-reference does it (see drivers.device_memory)."""
+        def model_of(prepared):
+            ours = isinstance(prepared, ReferencePreparedModel) and prepared._buffers is self._buffers
+            return prepared.model if ours else None
+
+        return device_memory.allocate(self._buffers, model_of, desc, prepared_models, input_roles, output_roles)
 
 
 class FaultyDevice(IDevice):
@@ -93,6 +104,9 @@ class FaultyDevice(IDevice):
 
     - ``fail_prepare``: prepare_model fails (HalError GENERAL_FAILURE);
     - ``fail_execute``: every execution fails (HalError GENERAL_FAILURE);
+    - ``fail_allocate``: IDevice.allocate fails (HalError GENERAL_FAILURE), so device
+      memory for its roles falls back to runtime memory (or fails with explicit devices);
+      otherwise it allocates device memory as nnapi-reference does;
     - ``wrong_results``: executions succeed but every output element is perturbed
       (+1, booleans flipped) — what a buggy accelerator looks like;
     - ``raise_exception``: the failures above raise a raw RuntimeError instead of a
@@ -100,11 +114,13 @@ class FaultyDevice(IDevice):
     - ``delay_s``: each execution first sleeps this long (a deadline passing meanwhile
       gives MISSED_DEADLINE_TRANSIENT).
 
-    ``prepare_count`` and ``execute_count`` count the calls that reached the device.
+    ``prepare_count``, ``execute_count`` and ``allocate_count`` count the calls that reached
+    the device.
     """
 
     def __init__(self, name: str, *, supported: Iterable[OperationCode] | None = None, fail_prepare: bool = False,
-                 fail_execute: bool = False, wrong_results: bool = False, raise_exception: bool = False,
+                 fail_execute: bool = False, fail_allocate: bool = False, wrong_results: bool = False,
+                 raise_exception: bool = False,
                  delay_s: float = 0.0, exec_time: float = 0.5, power_usage: float = 1.0,
                  feature_level: FeatureLevelCode = FeatureLevelCode.FEATURE_LEVEL_8,
                  device_type: DeviceTypeCode = DeviceTypeCode.DEVICE_ACCELERATOR) -> None:
@@ -117,12 +133,14 @@ class FaultyDevice(IDevice):
         self.supported = None if supported is None else frozenset(OperationCode(o) for o in supported)
         self.fail_prepare = fail_prepare
         self.fail_execute = fail_execute
+        self.fail_allocate = fail_allocate
         self.wrong_results = wrong_results
         self.raise_exception = raise_exception
         self.delay_s = delay_s
         self.performance = PerformanceInfo(exec_time, power_usage)
         self.prepare_count = 0
         self.execute_count = 0
+        self.allocate_count = 0
         self._reference = ReferenceDevice()
 
     def get_capabilities(self) -> Capabilities:
@@ -158,6 +176,20 @@ class FaultyDevice(IDevice):
         return _FaultyPreparedModel(self, self._reference.prepare_model(model, preference, priority, deadline_ns),
                                     model)
 
+    def allocate(self, desc, prepared_models, input_roles, output_roles):
+        """IDevice::allocate: device memory held by the device's reference kernels (their
+        prepared models are the ones named in requests)."""
+        self.allocate_count += 1
+        if self.fail_allocate:
+            self._fail("allocate")
+        inner = []
+        for position, prepared in enumerate(prepared_models):
+            if not isinstance(prepared, _FaultyPreparedModel) or prepared._device is not self:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                               f"{self.name}: allocate: prepared model {position} is not one of this device's")
+            inner.append(prepared._inner)
+        return self._reference.allocate(desc, inner, input_roles, output_roles)
+
 
 class _FaultyPreparedModel(IPreparedModel):
     def __init__(self, device: FaultyDevice, inner: IPreparedModel, model: Model) -> None:
@@ -187,7 +219,13 @@ class _FaultyPreparedModel(IPreparedModel):
                 continue
             dtype = dtype_of(main.operands[index].type)
             count = math.prod(shape.dimensions) if shape.dimensions else 1
-            view = pool_view(request.pools[argument.location.pool_index])
+            pool = request.pools[argument.location.pool_index]
+            if isinstance(pool, BufferToken):  # the device's own memory: perturbed where it lives
+                managed = self._device._reference._buffers.get(pool.token)
+                if managed is None:
+                    continue
+                pool = managed.data
+            view = pool_view(pool)
             values = np.frombuffer(view, dtype, count, argument.location.offset)
             if dtype == np.bool_:
                 values[...] = ~values

@@ -7,6 +7,7 @@ import math
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.hal.types import (
+    BufferToken,
     ErrorStatus,
     HalError,
     Model,
@@ -128,11 +129,13 @@ def validate_request(request: Request, model: Model) -> None:
             location = argument.location
             if not 0 <= location.pool_index < len(request.pools):
                 raise _invalid(f"{kind} {position}: pool {location.pool_index} does not exist")
-            view = pool_view(request.pools[location.pool_index])
-            if location.offset + location.length > view.nbytes:
-                raise _invalid(f"{kind} {position}: argument outside its pool")
-            if kind == "output" and view.readonly:
-                raise _invalid(f"output {position}: its pool is read-only")
+            pool = request.pools[location.pool_index]
+            if not isinstance(pool, BufferToken):  # device memory: its device checks the location
+                view = pool_view(pool)
+                if location.offset + location.length > view.nbytes:
+                    raise _invalid(f"{kind} {position}: argument outside its pool")
+                if kind == "output" and view.readonly:
+                    raise _invalid(f"output {position}: its pool is read-only")
             declared = main.operands[operand_index].dimensions
             if argument.dimensions and declared:
                 if len(argument.dimensions) != len(declared) or any(

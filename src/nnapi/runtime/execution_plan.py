@@ -31,7 +31,6 @@ from nnapi import tracing, vlog
 from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.errors import BadDataError
 from nnapi.hal import (
-    BufferToken,
     DataLocation,
     ErrorStatus,
     ExecutionPreference,
@@ -53,6 +52,7 @@ from nnapi.hal import (
 from nnapi.hal.interfaces import IFencedExecutionCallback, _DoneCallback, wait_for_fences
 from nnapi.hal.types import NO_TIMING, is_extension_type
 from nnapi.operand import dtype_of, is_tensor
+from nnapi.runtime.device_memory import DeviceMemoryPool, execute_on, needs_staging, staged
 
 L = OperandLifeTime
 F = FeatureLevelCode
@@ -401,6 +401,9 @@ class ExecutionPlan:
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
         try:
             if self.single is not None:
+                staging = staged(request, self.steps[0].device) if request.pools else None
+                if staging is not None:  # device memory of another device (see device_memory)
+                    return staging.run(self.single.execute, measure_timing, deadline_ns, loop_timeout_ns)
                 if tracing.state.enabled:
                     with tracing.span(f"{self.steps[0].device.name}: execute", "driver"):
                         return self.single.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
@@ -412,14 +415,14 @@ class ExecutionPlan:
     def _fallback(self, error: Exception, request: Request, deadline_ns, loop_timeout_ns
                   ) -> tuple[list[OutputShape], Timing]:
         hal_error = contain(self.steps[0].device.name if self.single is not None else "plan", "execute", error)
-        if (self.fallback_device is None or hal_error.status in _NO_FALLBACK
-                or any(isinstance(pool, BufferToken) for pool in request.pools)):
+        if self.fallback_device is None or hal_error.status in _NO_FALLBACK:
             raise hal_error from None
         cpu = self._cpu_model()
         self.fallback_count += 1
         vlog.execution.debug("execution failed (%s); re-running on %s", hal_error, self.fallback_device.name)
         try:
-            return cpu.execute(request, False, deadline_ns, loop_timeout_ns)
+            # No allocation named the CPU model: every device memory goes through staging.
+            return execute_on(None, cpu.execute, request, False, deadline_ns, loop_timeout_ns)
         except Exception as cpu_error:  # noqa: BLE001
             raise contain(self.fallback_device.name, "execute", cpu_error) from None
 
@@ -483,6 +486,12 @@ class ExecutionPlan:
                 inputs.append(RequestArgument(has_no_value=True))
                 continue
             pool, offset, length, dims = value
+            if type(pool) is DeviceMemoryPool and index not in layout.model_inputs:
+                # a model output an earlier step wrote into device memory: allocated for that
+                # step's role only, so every later reader gets its bytes through copy_to
+                staging = bytearray(pool.size)
+                pool.buffer.copy_to(staging)
+                pool = staging
             inputs.append(RequestArgument(False, DataLocation(pool_index(pool), offset, length), list(dims)))
         sizes = list(layout.temp_sizes[number])
         for _attempt in range(3):
@@ -500,8 +509,9 @@ class ExecutionPlan:
                     outputs.append(RequestArgument(False, DataLocation(pool_index(buffer), 0, sizes[k]), []))
             try:
                 with tracing.span(f"step {number}: {step.device.name}: execute", "driver"):
-                    step_shapes, timing = step.prepared.execute(Request(inputs, outputs, pools), measure_timing,
-                                                                deadline_ns, loop_timeout_ns)
+                    step_shapes, timing = execute_on(step.device, step.prepared.execute,
+                                                     Request(inputs, outputs, pools), measure_timing, deadline_ns,
+                                                     loop_timeout_ns)
             except HalError as error:
                 if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or len(error.output_shapes) != len(
                         step.outputs):
@@ -542,7 +552,7 @@ class ExecutionPlan:
         """IPreparedModel.execute_fenced for the plan: a single step hands it to its
         driver; otherwise (or on a failure that may fall back) the plan waits for the
         fences and runs synchronously."""
-        if self.single is not None:
+        if self.single is not None and not needs_staging(request, self.steps[0].device):
             try:
                 return self.single.execute_fenced(request, wait_for, measure_timing, deadline_ns, loop_timeout_ns,
                                                   timeout_after_fence_ns)
@@ -567,6 +577,7 @@ class _StepLayout:
     def __init__(self, model: Model, steps: list[Step]) -> None:
         main = model.main
         self.output_position = {index: position for position, index in enumerate(main.output_indexes)}
+        self.model_inputs = frozenset(main.input_indexes)
         self.temp_sizes = [[_byte_size(main.operands[i], main.operands[i].dimensions)
                             if all(main.operands[i].dimensions) else 0 for i in step.outputs] for step in steps]
 
@@ -587,6 +598,7 @@ class _PlanBurst(IBurst):
         if self._burst is None:
             return self._plan.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
         try:
-            return self._burst.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+            return execute_on(self._plan.steps[0].device, self._burst.execute, request, measure_timing, deadline_ns,
+                              loop_timeout_ns)
         except Exception as error:  # noqa: BLE001
             return self._plan._fallback(error, request, deadline_ns, loop_timeout_ns)
