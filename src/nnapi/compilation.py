@@ -25,7 +25,7 @@ from nnapi.hal import Model as HalModel
 from nnapi.hal.serialize import model_digest
 from nnapi.model import Model
 from nnapi.runtime import manager
-from nnapi.runtime.execution_plan import ExecutionPlan, Step, contain, partition
+from nnapi.runtime.execution_plan import ExecutionPlan, Step, contain, partition, uses_extension_operation
 from nnapi.runtime.model_builder import build_hal_model
 
 #: Alignment and padding, in bytes, that let kernels read whole cache lines.
@@ -159,7 +159,10 @@ class Compilation(NnapiObject):
         preference = ExecutionPreference(int(self._preference))
         priority = _PRIORITY_TO_HAL[self._priority]
         candidates = [d._hal for d in self._devices]
-        fallback = None if self._explicit_devices else manager.reference_device()
+        # No CPU fallback for explicit devices (the NDK's rule) nor for a model with an
+        # extension operation, which only its extension's devices can run (as Android).
+        fallback = None if self._explicit_devices or uses_extension_operation(hal_model) else \
+            manager.reference_device()
         steps = partition(hal_model, candidates, preference)
         vlog.compilation.debug("partitioned %d operations into %d steps: %s", len(hal_model.main.operations),
                                len(steps), ", ".join(f"{s.device.name}{s.operations}" for s in steps))

@@ -44,6 +44,23 @@ class Device:
     def capabilities(self) -> Capabilities:
         return self._hal.get_capabilities()
 
+    def get_extension_support(self, extension_name: str) -> bool:
+        """ANeuralNetworksDevice_getExtensionSupport: whether the device's driver supports
+        the vendor extension ``extension_name`` (IDevice.get_supported_extensions). A
+        driver whose query fails supports none."""
+        from nnapi.errors import BadDataError
+
+        if extension_name is None:
+            raise UnexpectedNullError("get_extension_support: extension_name is None")
+        if not isinstance(extension_name, str):
+            raise BadDataError(f"get_extension_support: extension_name must be a str, got "
+                               f"{type(extension_name).__name__}")
+        try:
+            extensions = list(self._hal.get_supported_extensions())
+        except Exception:  # noqa: BLE001 - a broken driver's answer: no extensions
+            return False
+        return any(getattr(extension, "name", None) == extension_name for extension in extensions)
+
     def wait(self) -> None:
         """ANeuralNetworksDevice_wait: block until the device is available."""
         self._hal.wait()

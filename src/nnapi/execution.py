@@ -217,7 +217,8 @@ class Execution(NnapiObject):
         if isinstance(array, np.ma.MaskedArray):
             raise BadDataError(f"{call}: {kind} {index}: masked arrays are not supported")
         expected = dtype_of(full_type.type)
-        if array.dtype != expected:
+        # An extension type's elements are opaque bytes: any dtype of their size will do.
+        if array.dtype != expected and not (full_type.is_extension and array.dtype.itemsize == expected.itemsize):
             raise BadDataError(f"{call}: {kind} {index} is {full_type.type.name}, which needs dtype {expected}; "
                                f"got an array of dtype {array.dtype}")
         if not full_type.is_fully_specified or (self._padding and array.ndim == 1):

@@ -26,6 +26,7 @@ from nnapi.operand import (
 )
 from nnapi.operations import ValidationContext, get_operation
 from nnapi.operations.base import SubgraphSignature
+from nnapi.runtime import type_manager
 from nnapi.runtime.operand_values import (
     NO_VALUE,
     CopiedValue,
@@ -34,6 +35,7 @@ from nnapi.runtime.operand_values import (
     OperationRecord,
     ReferencedValue,
 )
+from nnapi.runtime.type_manager import ExtensionOperandCode, ExtensionOperationCode
 
 
 def as_bytes_view(value: Any, op_type: OperandType | None = None) -> memoryview:
@@ -43,6 +45,9 @@ def as_bytes_view(value: Any, op_type: OperandType | None = None) -> memoryview:
     ``set_operand_value(i, 3)`` works for an INT32 operand.
     """
     if isinstance(value, bool | int | float) and op_type is not None and not op_type.is_tensor:
+        if op_type.is_extension:
+            raise BadDataError(f"{op_type.type.name} is an extension type: give its value as bytes or a numpy "
+                               "array, not a Python number")
         value = _scalar_array(value, op_type)
     if isinstance(value, np.generic):
         value = np.array(value)
@@ -100,6 +105,7 @@ class Model(NnapiObject):
         self._relaxed = False
         self._finished = False
         self._run_order: list[int] = []
+        self._extension_data: dict[int, bytes] = {}  # operand index -> its extension parameters
 
     # --- state helpers ---------------------------------------------------------------
     def _check_modifiable(self, call: str) -> None:
@@ -242,6 +248,68 @@ class Model(NnapiObject):
         validate_channel_quant(self._operands[index], params, f"{call}({index})")
         self._operands[index] = self._operands[index].with_channel_quant(params)
 
+    # --- vendor extensions (NeuralNetworksExtensions.h) --------------------------------
+    def _extension_type(self, call: str, extension_name: str, code_within_extension: int, kind: str) -> int:
+        self._check_alive(call)
+        if extension_name is None:
+            raise UnexpectedNullError(f"{call}: extension_name is None")
+        if not isinstance(extension_name, str):
+            raise BadDataError(f"{call}: extension_name must be a str, got {type(extension_name).__name__}")
+        if (not isinstance(code_within_extension, int | np.integer) or isinstance(code_within_extension, bool)
+                or not 0 <= code_within_extension <= type_manager.MAX_TYPE_WITHIN_EXTENSION):
+            raise BadDataError(f"{call}: the {kind} code within the extension must be an int in [0, 65535] "
+                               f"(uint16_t), got {code_within_extension!r}")
+        extension = type_manager.extension_named(extension_name)
+        if extension is None:
+            raise BadDataError(f"{call}: unknown extension {extension_name!r}: no device supports it")
+        return extension.prefix << 16 | int(code_within_extension)
+
+    def get_extension_operand_type(self, extension_name: str, operand_code_within_extension: int
+                                   ) -> ExtensionOperandCode:
+        """ANeuralNetworksModel_getExtensionOperandType: the operand type value
+        (``prefix << 16 | code``) of an extension's operand type, for OperandType.
+
+        BAD_DATA if no device supports ``extension_name``; whether the extension declares
+        the type is checked by add_operand."""
+        return ExtensionOperandCode(self._extension_type("get_extension_operand_type", extension_name,
+                                                         operand_code_within_extension, "operand"))
+
+    def get_extension_operation_type(self, extension_name: str, operation_code_within_extension: int
+                                     ) -> ExtensionOperationCode:
+        """ANeuralNetworksModel_getExtensionOperationType: the operation type value
+        (``prefix << 16 | code``) of an extension's operation, for add_operation.
+        BAD_DATA if no device supports ``extension_name``."""
+        return ExtensionOperationCode(self._extension_type("get_extension_operation_type", extension_name,
+                                                           operation_code_within_extension, "operation"))
+
+    def set_operand_extension_data(self, index: int, data: Any) -> None:
+        """ANeuralNetworksModel_setOperandExtensionData: the extension parameters of an
+        extension operand (copied now). ``data`` is bytes-like or a numpy array; None
+        removes them. BAD_DATA for an operand of a non-extension type or empty data (the
+        NDK's non-null pointer with length 0); BAD_STATE once the model is finished."""
+        call = "set_operand_extension_data"
+        self._check_modifiable(call)
+        index = self._check_index(call, index)
+        op_type = self._operands[index]
+        if data is not None:
+            try:
+                view = as_bytes_view(data)
+            except BadDataError as error:
+                raise BadDataError(f"{call}: operand {index}: {error}") from None
+            if view.nbytes == 0:
+                raise BadDataError(f"{call}: operand {index}: data is empty (length 0)")
+        if not op_type.is_extension:
+            raise BadDataError(f"{call}: operand {index} is {op_type.type.name}, not an extension type; only "
+                               "extension operands have extension data")
+        if data is None:
+            self._extension_data.pop(index, None)
+        else:
+            self._extension_data[index] = view.tobytes()
+
+    def extension_data(self, index: int) -> bytes | None:
+        """The extension data set on operand ``index`` (no NDK counterpart)."""
+        return self._extension_data.get(self._check_index("extension_data", index))
+
     def _check_settable(self, call: str, index: int) -> None:
         if index in self._inputs or index in self._outputs:
             raise BadDataError(f"{call}: operand {index} is a model input or output and cannot have a value")
@@ -257,12 +325,13 @@ class Model(NnapiObject):
                 f"{call}: operand {index} ({op_type.describe()}) needs {op_type.byte_size()} bytes, got {length}")
 
     def add_operation(self, code: int, inputs: Sequence[int], outputs: Sequence[int]) -> None:
-        """ANeuralNetworksModel_addOperation: validates the operation's signature now."""
+        """ANeuralNetworksModel_addOperation: validates the operation's signature now.
+
+        ``code`` may be a vendor extension's operation type (get_extension_operation_type):
+        as in Android, only its prefix and operand indexes are checked here; its driver
+        validates the rest when the model is compiled."""
         self._check_modifiable("add_operation")
-        try:
-            code = OperationCode(int(code))
-        except (ValueError, TypeError, OverflowError):
-            raise BadDataError(f"add_operation: unknown operation type {code!r}") from None
+        code = self._operation_code(code)
         call = f"add_operation({code.name})"
         if inputs is None or outputs is None:
             raise UnexpectedNullError(f"{call}: inputs and outputs are required")
@@ -278,13 +347,31 @@ class Model(NnapiObject):
                 raise BadDataError(f"{call}: output {position} (operand {index}) is a model input")
             if index in output_list[:position]:
                 raise BadDataError(f"{call}: operand {index} appears twice among the outputs")
-        implementation = get_operation(code)
-        if implementation is None:
-            raise BadDataError(f"{call}: operation {code.name} is not implemented yet by nnapi")
-        self._validate_operation(code, input_list, output_list)
+        if isinstance(code, OperationCode):
+            implementation = get_operation(code)
+            if implementation is None:
+                raise BadDataError(f"{call}: operation {code.name} is not implemented yet by nnapi")
+            self._validate_operation(code, input_list, output_list)
         for index in output_list:
             self._writers[index] = len(self._operations)
         self._operations.append(OperationRecord(code, input_list, output_list))
+
+    @staticmethod
+    def _operation_code(code: Any) -> OperationCode | ExtensionOperationCode:
+        """An OperationCode, or an extension operation type whose prefix names a known
+        extension (Android: BAD_DATA "Extension operation type ... is not recognized")."""
+        try:
+            return OperationCode(int(code))
+        except (ValueError, TypeError, OverflowError):
+            pass
+        if not isinstance(code, int | np.integer) or isinstance(code, bool) or not (
+                type_manager.EXTENSION_TYPE_BASE <= int(code) <= type_manager.MAX_EXTENSION_TYPE):
+            raise BadDataError(f"add_operation: unknown operation type {code!r}")
+        prefix, _ = type_manager.split(int(code))
+        if type_manager.extension_with_prefix(prefix) is None:
+            raise BadDataError(f"add_operation: operation type {int(code):#x} has extension prefix {prefix}, which "
+                               "no extension has (use Model.get_extension_operation_type)")
+        return ExtensionOperationCode(int(code))
 
     def _validate_operation(self, code: OperationCode, inputs: list[int], outputs: list[int]) -> None:
         implementation = get_operation(code)
@@ -370,7 +457,8 @@ class Model(NnapiObject):
                 raise BadDataError(f"{call}: MODEL operand {index} needs set_operand_value_from_model")
         # Re-check every signature: per-channel parameters may have been set since.
         for operation in self._operations:
-            self._validate_operation(operation.code, operation.inputs, operation.outputs)
+            if isinstance(operation.code, OperationCode):  # an extension's driver checks its own
+                self._validate_operation(operation.code, operation.inputs, operation.outputs)
         self._run_order = self._topological_order()
         self._finished = True
         vlog.model.debug("finished: %d operands, %d operations, inputs %s, outputs %s", len(self._operands),
@@ -403,6 +491,7 @@ class Model(NnapiObject):
         """ANeuralNetworksModel_getSupportedOperationsForDevices: one flag per operation,
         in the order the operations were added; True if any of ``devices`` supports it."""
         from nnapi.device import Device
+        from nnapi.runtime.execution_plan import supported_operations
         from nnapi.runtime.model_builder import build_hal_model
 
         call = "get_supported_operations_for_devices"
@@ -423,7 +512,9 @@ class Model(NnapiObject):
         hal_model, order = build_hal_model(self)
         supported = [False] * len(self._operations)
         for device in devices:
-            flags = device._hal.get_supported_operations(hal_model)
+            # As Android's runtime does: a device is not asked about operations beyond its
+            # feature level or using extensions it lacks, and a failing driver supports nothing.
+            flags = supported_operations(hal_model, device._hal)
             for hal_index, original in enumerate(order):
                 supported[original] = supported[original] or bool(flags[hal_index])
         return supported

@@ -2,6 +2,11 @@
 
 Also the facts about each OperandCode that every layer needs: the numpy dtype of its
 elements, whether it is a tensor, and the NDK's rules for a valid operand type.
+
+An operand type may also be a vendor extension's (``prefix << 16 | type``, from
+``Model.get_extension_operand_type``): whether it is a tensor and its element size come
+from the extension's declaration (nnapi.runtime.type_manager); its elements are opaque
+bytes (numpy dtype ``V<byte_size>``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import numpy as np
 
 from nnapi.codes import OperandCode
 from nnapi.errors import BadDataError
+from nnapi.runtime import type_manager
+from nnapi.runtime.type_manager import ExtensionOperandCode
 
 T = OperandCode
 
@@ -50,16 +57,33 @@ ZERO_POINT_RANGES: dict[OperandCode, tuple[int, int]] = {
 QUANTIZED_TYPES = frozenset(ZERO_POINT_RANGES) | {T.TENSOR_QUANT8_SYMM_PER_CHANNEL}
 
 
-def is_tensor(code: OperandCode) -> bool:
-    return code in TENSOR_TYPES
+def is_tensor(code: OperandCode | int) -> bool:
+    if code in TENSOR_TYPES:
+        return True
+    if code < type_manager.EXTENSION_TYPE_BASE:
+        return False
+    info = type_manager.operand_type_info(code)
+    return info is not None and info.is_tensor
 
 
-def dtype_of(code: OperandCode) -> np.dtype:
-    """The numpy dtype of one element of ``code``; BAD_DATA for MODEL, which has none."""
+def is_extension(code: OperandCode | int) -> bool:
+    """True for a vendor extension's operand type."""
+    return code >= type_manager.EXTENSION_TYPE_BASE
+
+
+def dtype_of(code: OperandCode | int) -> np.dtype:
+    """The numpy dtype of one element of ``code`` (opaque bytes, ``V<n>``, for an extension
+    type); BAD_DATA for MODEL, which has none, and for an unknown extension type."""
     try:
         return DTYPES[code]
     except KeyError:
-        raise BadDataError(f"operand type {code.name} has no element data type") from None
+        pass
+    if is_extension(code):
+        info = type_manager.operand_type_info(code)
+        if info is not None:
+            return np.dtype((np.void, info.byte_size))
+    name = code.name if hasattr(code, "name") else str(code)
+    raise BadDataError(f"operand type {name} has no element data type") from None
 
 
 def scalar_value(code: OperandCode, data: bytes | memoryview) -> int | float | bool | None:
@@ -97,7 +121,7 @@ class OperandType:
     its rank is unspecified (feature level 3 and later), and is required for scalars.
     """
 
-    type: OperandCode
+    type: OperandCode | ExtensionOperandCode
     dimensions: tuple[int, ...] = ()
     scale: float = 0.0
     zero_point: int = 0
@@ -112,9 +136,9 @@ class OperandType:
         channel_quant: SymmPerChannelQuantParams | None = None,
     ) -> None:
         try:
-            code = OperandCode(int(type))
+            code: OperandCode | ExtensionOperandCode = OperandCode(int(type))
         except (ValueError, TypeError, OverflowError):
-            raise BadDataError(f"unknown operand type {type!r}") from None
+            code = _extension_code(type)
         try:
             dims = tuple(int(d) for d in (dimensions if dimensions is not None else ()))
         except (TypeError, ValueError, OverflowError):
@@ -133,7 +157,13 @@ class OperandType:
     # --- derived facts -------------------------------------------------------------
     @property
     def is_tensor(self) -> bool:
-        return self.type in TENSOR_TYPES
+        code = self.type
+        return code in TENSOR_TYPES or (code >= type_manager.EXTENSION_TYPE_BASE and is_tensor(code))
+
+    @property
+    def is_extension(self) -> bool:
+        """True for a vendor extension's operand type."""
+        return is_extension(self.type)
 
     @property
     def rank(self) -> int:
@@ -174,11 +204,22 @@ class OperandType:
         return text
 
 
+def _extension_code(value: object) -> ExtensionOperandCode:
+    """``value`` as an extension operand type, or BAD_DATA "unknown operand type"."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool) and (
+            type_manager.EXTENSION_TYPE_BASE <= int(value) <= type_manager.MAX_EXTENSION_TYPE):
+        return ExtensionOperandCode(int(value))
+    raise BadDataError(f"unknown operand type {value!r}")
+
+
 def validate_operand_type(op_type: OperandType, where: str, allow_unspecified: bool = True) -> None:
     """The NDK's rules for a valid ANeuralNetworksOperandType; raises BadDataError."""
     code = op_type.type
     if any(d < 0 for d in op_type.dimensions) or any(d > 0xFFFFFFFF for d in op_type.dimensions):
         raise BadDataError(f"{where}: dimensions must be non-negative 32-bit values, got {list(op_type.dimensions)}")
+    if is_extension(code):
+        _validate_extension_type(op_type, where, allow_unspecified)
+        return
     if not is_tensor(code):
         if op_type.dimensions:
             raise BadDataError(f"{where}: scalar type {code.name} must have no dimensions")
@@ -202,6 +243,32 @@ def validate_operand_type(op_type: OperandType, where: str, allow_unspecified: b
             raise BadDataError(f"{where}: {code.name} must have scale 0 and zero_point 0")
     if op_type.channel_quant is not None and code != T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         raise BadDataError(f"{where}: per-channel quantization is only for TENSOR_QUANT8_SYMM_PER_CHANNEL")
+
+
+def _validate_extension_type(op_type: OperandType, where: str, allow_unspecified: bool) -> None:
+    """Android's rules for an extension operand type: declared by the extension its prefix
+    names, tensor or scalar dimensions as declared, no quantization parameters."""
+    code = op_type.type
+    prefix, within = type_manager.split(code)
+    extension = type_manager.extension_with_prefix(prefix)
+    if extension is None:
+        raise BadDataError(f"{where}: operand type {int(code):#x} has extension prefix {prefix}, which no "
+                           "extension has (use Model.get_extension_operand_type)")
+    info = extension.operand_types.get(within)
+    if info is None:
+        raise BadDataError(f"{where}: extension {extension.name} declares no operand type {within}")
+    name = code.name
+    if not info.is_tensor and op_type.dimensions:
+        raise BadDataError(f"{where}: {name} is a scalar type and must have no dimensions")
+    if info.is_tensor and not allow_unspecified and not op_type.is_fully_specified:
+        raise BadDataError(f"{where}: {name} must be fully specified")
+    if op_type.scale != 0 or op_type.zero_point != 0:
+        raise BadDataError(f"{where}: {name} is an extension type and must have scale 0 and zero_point 0 "
+                           "(its parameters go in set_operand_extension_data)")
+    if op_type.channel_quant is not None:
+        raise BadDataError(f"{where}: per-channel quantization is only for TENSOR_QUANT8_SYMM_PER_CHANNEL")
+    if info.is_tensor and op_type.is_fully_specified and op_type.byte_size() > 0xFFFFFFFF:
+        raise BadDataError(f"{where}: {op_type.describe()} is larger than 4 GiB")
 
 
 def validate_channel_quant(op_type: OperandType, params: SymmPerChannelQuantParams, where: str) -> None:

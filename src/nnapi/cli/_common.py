@@ -33,7 +33,7 @@ def common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--driver", action="append", default=[], metavar="PKG.MODULE:FACTORY",
                         help="load a driver plug-in before running: pkg.module:factory or a shipped driver "
-                             "(reference, sample, faulty, ort); repeatable. Plug-ins also come from the "
+                             "(reference, sample, faulty, ort, fibonacci); repeatable. Plug-ins also come from the "
                              "nnapi.drivers entry points and NNAPI_DRIVERS")
     common.add_argument("--trace", metavar="FILE.json",
                         help="write a Chrome trace of compilations, executions and operations (Perfetto opens it)")

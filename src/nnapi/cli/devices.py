@@ -17,10 +17,18 @@ def register(commands, common) -> None:
     parser.set_defaults(func=cmd_devices)
 
 
+def _extensions(device: nnapi.Device) -> list[str]:
+    """The names of the vendor extensions the device's driver reports."""
+    try:
+        return [str(extension.name) for extension in device._hal.get_supported_extensions()]
+    except Exception:  # noqa: BLE001 - a broken driver reports none
+        return []
+
+
 def _as_json(device: nnapi.Device) -> dict:
     capabilities = device.capabilities
     return {"name": device.name, "type": device.type.name, "version": device.version,
-            "feature_level": int(device.feature_level),
+            "feature_level": int(device.feature_level), "extensions": _extensions(device),
             "relaxed_float32_to_float16_tensor": vars(capabilities.relaxed_float32_to_float16_tensor),
             "operand_performance": {code.name: vars(info)
                                     for code, info in sorted(capabilities.operand_performance.items())}}
@@ -40,6 +48,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(f"  type:          {device.type.name}")
         print(f"  version:       {device.version}")
         print(f"  feature level: {device.feature_level.name} ({int(device.feature_level)})")
+        if _extensions(device):
+            print(f"  extensions:    {', '.join(_extensions(device))}")
         capabilities = device.capabilities
         print(f"  relaxed float32 tensor perf: exec_time={capabilities.relaxed_float32_to_float16_tensor.exec_time:g} "
               f"power_usage={capabilities.relaxed_float32_to_float16_tensor.power_usage:g}")

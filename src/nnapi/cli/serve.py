@@ -11,7 +11,7 @@ from nnapi.cli._common import CliError
 def register(commands, common) -> None:
     parser = commands.add_parser("serve", parents=[common],
                                  help="host a driver in its own process, served on a Unix socket "
-                                      "(--driver: pkg.module:factory or reference, sample, faulty, ort)")
+                                      "(--driver: pkg.module:factory or reference, sample, faulty, ort, fibonacci)")
     parser.add_argument("--socket", required=True, metavar="PATH", help="the Unix socket to listen on")
     # --driver names the driver to host here, not a plug-in for this process to use.
     parser.set_defaults(func=cmd_serve, load_driver_plugins=False)

@@ -49,10 +49,19 @@ def ort() -> list[IDevice]:
     raise RuntimeError("nnapi.drivers.ort has no device factory")
 
 
+def fibonacci() -> IDevice:
+    """``example-fibonacci``: the example vendor-extension driver (``com.example.fibonacci``;
+    nnapi.drivers.example_fibonacci)."""
+    from nnapi.drivers.example_fibonacci import FibonacciDevice
+
+    return FibonacciDevice()
+
+
 #: short name -> ``pkg.module:factory``
 SHIPPED = {
     "reference": "nnapi.drivers.catalog:reference",
     "sample": "nnapi.drivers.catalog:sample",
     "faulty": "nnapi.drivers.catalog:faulty",
     "ort": "nnapi.drivers.catalog:ort",
+    "fibonacci": "nnapi.drivers.catalog:fibonacci",
 }

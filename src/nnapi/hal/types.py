@@ -161,26 +161,31 @@ def is_extension_type(value: int) -> bool:
     return int(value) >= EXTENSION_TYPE_BASE
 
 
-def operation_name(value: int) -> str:
+def operation_name(value: int, model: Model | None = None) -> str:
     """OperationCode's name, or a description of an extension or unknown operation type
-    (a HAL model may carry any value; naming it must not fail)."""
+    (a HAL model may carry any value; naming it must not fail). With ``model``, an
+    extension type is named by its extension: ``com.example.fibonacci operation 0``."""
     try:
         return OperationCode(value).name
     except ValueError:
-        return _unnamed("operation", value)
+        return _unnamed("operation", value, model)
 
 
-def operand_type_name(value: int) -> str:
+def operand_type_name(value: int, model: Model | None = None) -> str:
     """OperandCode's name, or a description of an extension or unknown operand type."""
     try:
         return OperandCode(value).name
     except ValueError:
-        return _unnamed("operand type", value)
+        return _unnamed("operand type", value, model)
 
 
-def _unnamed(kind: str, value: int) -> str:
+def _unnamed(kind: str, value: int, model: Model | None) -> str:
     if is_extension_type(value):
-        return f"extension {kind} {int(value) & 0xFFFF} (prefix {int(value) >> 16})"
+        prefix = int(value) >> 16
+        for entry in model.extension_name_to_prefix if model is not None else ():
+            if entry.prefix == prefix:
+                return f"{entry.name} {kind} {int(value) & 0xFFFF}"
+        return f"extension {kind} {int(value) & 0xFFFF} (prefix {prefix})"
     return f"unknown {kind} {int(value)}"
 
 

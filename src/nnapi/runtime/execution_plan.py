@@ -50,7 +50,7 @@ from nnapi.hal import (
     Timing,
 )
 from nnapi.hal.interfaces import IFencedExecutionCallback, _DoneCallback, wait_for_fences
-from nnapi.hal.types import NO_TIMING, is_extension_type
+from nnapi.hal.types import NO_TIMING, is_extension_type, operation_name
 from nnapi.operand import dtype_of, is_tensor
 from nnapi.runtime.device_memory import DeviceMemoryPool, execute_on, needs_staging, staged
 
@@ -125,11 +125,25 @@ def _extension_names(device: IDevice) -> set[str]:
         return set()
 
 
-def _uses_unknown_extension(model: Model, operation: Operation, subgraph: Subgraph, names: set[str]) -> bool:
+def _missing_extension(model: Model, operation: Operation, subgraph: Subgraph, names: set[str]) -> str | None:
+    """The name of an extension ``operation`` uses (its type or an operand's) that is not
+    among ``names``; None when it needs none missing."""
     prefixes = {entry.prefix: entry.name for entry in model.extension_name_to_prefix}
     types = [operation.type] + [subgraph.operands[i].type for i in list(operation.inputs) + list(operation.outputs)
                                 if 0 <= i < len(subgraph.operands)]
-    return any(is_extension_type(t) and prefixes.get(int(t) >> 16) not in names for t in types)
+    for t in types:
+        if is_extension_type(t):
+            name = prefixes.get(int(t) >> 16)
+            if name not in names:
+                return name or f"with prefix {int(t) >> 16}"
+    return None
+
+
+def uses_extension_operation(model: Model) -> bool:
+    """True when a subgraph of ``model`` has a vendor extension operation (no CPU fallback
+    can run it)."""
+    return any(is_extension_type(operation.type) for subgraph in [model.main, *model.referenced]
+               for operation in subgraph.operations)
 
 
 # --- support queries --------------------------------------------------------------------
@@ -151,8 +165,8 @@ def _ineligibility(model: Model, device: IDevice) -> list[str | None]:
         needed = operation_feature_level(model, main, operation)
         if needed > level:
             reasons.append(f"needs {_level_name(needed)}; the device has {_level_name(level)}")
-        elif _uses_unknown_extension(model, operation, main, names):
-            reasons.append("uses a vendor extension the device does not support")
+        elif (missing := _missing_extension(model, operation, main, names)) is not None:
+            reasons.append(f"uses vendor extension {missing}, which the device does not support")
         else:
             reasons.append(None)
     return reasons
@@ -247,11 +261,10 @@ def assign_devices(model: Model, devices: Sequence[IDevice],
         able = [d for d, flags in zip(devices, support, strict=True) if flags[index]]
         if not able:
             names = [d.name for d in devices]
-            try:
-                name = OperationCode(operation.type).name
-            except ValueError:
-                name = f"extension operation {int(operation.type):#x}"
-            raise BadDataError(f"finish: no device among {names} supports operation {index} ({name})")
+            name = operation_name(operation.type, model)
+            missing = _missing_extension(model, operation, model.main, set())
+            hint = "" if missing is None else f"; none of them supports vendor extension {missing}"
+            raise BadDataError(f"finish: no device among {names} supports operation {index} ({name}){hint}")
         # min() keeps the first of equals: the order devices were given breaks ties.
         chosen.append(min(able, key=lambda d: _performance(d, model, operation, preference)))
     return chosen
@@ -355,7 +368,9 @@ def _step_model(model: Model, operations: list[int], step_inputs: list[int], ste
 
 
 def _byte_size(operand: Operand, dims: Sequence[int]) -> int:
-    itemsize = dtype_of(operand.type).itemsize if not is_extension_type(operand.type) else 1
+    # An extension type's element size is what its extension declares (the runtime's
+    # prefixes are the HAL model's).
+    itemsize = dtype_of(operand.type).itemsize
     return math.prod(dims) * itemsize if dims else itemsize
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from nnapi import vlog
 from nnapi.hal import IDevice
+from nnapi.runtime import type_manager
 
 #: The entry-point group driver plug-ins declare.
 ENTRY_POINT_GROUP = "nnapi.drivers"
@@ -164,6 +165,10 @@ def hal_devices() -> list[IDevice]:
         return list(_devices)
 
 
+# Extension names get their prefixes from the devices' declarations.
+type_manager.set_device_source(hal_devices)
+
+
 def reference_device() -> IDevice:
     """The nnapi-reference device: the CPU fallback."""
     with _lock:
@@ -197,7 +202,7 @@ def unregister_device(name: str) -> None:
 def resolve_factory(spec: str) -> Callable:
     """The factory a driver spec names: ``pkg.module:factory`` (an attribute path after the
     colon, ``pkg.mod:Class.create`` works) or a shipped driver's short name
-    (``nnapi.drivers.catalog``: reference, sample, faulty, ort).
+    (``nnapi.drivers.catalog``: reference, sample, faulty, ort, fibonacci).
     Raises DriverLoadError naming the spec and the cause."""
     from nnapi.drivers.catalog import SHIPPED
 

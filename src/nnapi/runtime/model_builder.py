@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nnapi import hal
-from nnapi.hal.types import DataLocation, OperandLifeTime
+from nnapi.hal.types import DataLocation, ExtensionNameAndPrefix, OperandLifeTime, is_extension_type
+from nnapi.runtime import type_manager
 from nnapi.runtime.operand_values import CopiedValue, MemoryValue, ModelValue, NoValue, ReferencedValue
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ class _Builder:
         self._pool_ids: dict[int, int] = {}
         self.referenced: list[hal.Subgraph | None] = []
         self._referenced_ids: dict[int, int] = {}
+        self.extension_prefixes: set[int] = set()  # of the extension types the model uses
 
     def pool_index(self, key: object, buffer) -> int:
         if id(key) not in self._pool_ids:
@@ -67,13 +69,24 @@ class _Builder:
                 location = DataLocation(0, self.referenced_index(value.model), 0)
             else:
                 lifetime = OperandLifeTime.TEMPORARY_VARIABLE
+            code = op_type.type
+            if op_type.is_extension:
+                code = int(code)
+                self.extension_prefixes.add(code >> 16)
             operands.append(hal.Operand(
-                type=op_type.type, dimensions=list(op_type.dimensions), scale=op_type.scale,
+                type=code, dimensions=list(op_type.dimensions), scale=op_type.scale,
                 zero_point=op_type.zero_point, lifetime=lifetime, location=location,
-                channel_quant=op_type.channel_quant, number_of_consumers=consumers[index]))
+                channel_quant=op_type.channel_quant, number_of_consumers=consumers[index],
+                extension_data=model._extension_data.get(index)))
         order = list(model._run_order)
-        operations = [hal.Operation(model._operations[i].code, list(model._operations[i].inputs),
-                                    list(model._operations[i].outputs)) for i in order]
+        operations = []
+        for i in order:
+            record = model._operations[i]
+            code = record.code
+            if is_extension_type(code):
+                code = int(code)
+                self.extension_prefixes.add(code >> 16)
+            operations.append(hal.Operation(code, list(record.inputs), list(record.outputs)))
         return hal.Subgraph(operands, operations, list(model._inputs), list(model._outputs)), order
 
 
@@ -83,6 +96,13 @@ def build_hal_model(model: Model) -> tuple[hal.Model, list[int]]:
     builder = _Builder()
     main, order = builder.subgraph(model)
     referenced = [subgraph for subgraph in builder.referenced if subgraph is not None]
+    # The runtime's prefixes (type_manager) are the model's: list the extensions it uses.
+    extensions = []
+    for prefix in sorted(builder.extension_prefixes):
+        extension = type_manager.extension_with_prefix(prefix)
+        if extension is not None:  # always known: add_operand / add_operation checked it
+            extensions.append(ExtensionNameAndPrefix(extension.name, prefix))
     hal_model = hal.Model(main=main, referenced=referenced, operand_values=bytes(builder.blob),
-                          pools=builder.pools, relax_computation_float32_to_float16=model._relaxed)
+                          pools=builder.pools, relax_computation_float32_to_float16=model._relaxed,
+                          extension_name_to_prefix=extensions)
     return hal_model, order

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from nnapi.codes import OperandCode
 from nnapi.errors import BadDataError, BadStateError
 from nnapi.hal import Model as HalModel
 from nnapi.hal import OperandLifeTime
@@ -47,7 +46,7 @@ def _constant(hal_model: HalModel, operand) -> np.ndarray | None:
         raw = memoryview(getattr(pool, "buffer", pool)).cast("B")[location.offset:location.offset + location.length]
     else:
         return None
-    dtype = DTYPES.get(OperandCode(operand.type))
+    dtype = DTYPES.get(operand.type)  # None for MODEL and extension types (opaque bytes)
     if dtype is None:
         return None
     return np.frombuffer(raw, dtype=dtype)
@@ -60,7 +59,7 @@ def _plain(value: np.ndarray) -> Any:
 def _describe_operand(hal_model: HalModel, index: int, operand) -> dict[str, Any]:
     described: dict[str, Any] = {
         "index": index,
-        "type": operand_type_name(operand.type),
+        "type": operand_type_name(operand.type, hal_model),
         "dimensions": list(operand.dimensions),
         "lifetime": L(operand.lifetime).name,
     }
@@ -115,8 +114,8 @@ def graph_dump(model: Any, compilation: Any = None, *, format: str = "json",  # 
             index = order[position] if number == 0 else position
             params = {str(slot): operands[i]["value"] for slot, i in enumerate(operation.inputs)
                       if subgraph.operands[i].type not in TENSOR_TYPES and "value" in operands[i]}
-            entry = {"index": index, "type": operation_name(operation.type), "inputs": list(operation.inputs),
-                     "outputs": list(operation.outputs), "params": params}
+            entry = {"index": index, "type": operation_name(operation.type, hal_model),
+                     "inputs": list(operation.inputs), "outputs": list(operation.outputs), "params": params}
             if number == 0 and devices is not None:
                 entry["device"] = devices[index]
             operations.append(entry)

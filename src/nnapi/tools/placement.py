@@ -55,7 +55,7 @@ def placement(compilation: Any) -> dict[str, Any]:
     operations = [None] * len(main.operations)
     for position, operation in enumerate(main.operations):
         refusals = {name: reasons[position] for name, reasons in refused_by.items() if reasons[position]}
-        operations[order[position]] = {"index": order[position], "type": operation_name(operation.type),
+        operations[order[position]] = {"index": order[position], "type": operation_name(operation.type, hal_model),
                                        "device": device_of_hal_op[position], "refused": refusals}
     crossing = 0
     unknown = False

@@ -10,7 +10,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nnapi.drivers.service",
                                      description="Host a driver's devices in this process, served on a Unix socket.")
     parser.add_argument("--driver", required=True, metavar="DRIVER",
-                        help="pkg.module:factory or a shipped driver: reference, sample, faulty, ort")
+                        help="pkg.module:factory or a shipped driver: reference, sample, faulty, ort, fibonacci")
     parser.add_argument("--socket", required=True, metavar="PATH", help="the Unix socket to listen on")
     args = parser.parse_args(argv)
     return run(args.driver, args.socket)
