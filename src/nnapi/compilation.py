@@ -190,6 +190,9 @@ class Compilation(NnapiObject):
                                         f"finish: {fallback.name}: {cpu_error}") from None
                     break
         self._plan = ExecutionPlan(hal_model, steps, fallback, preference, priority)
+        #: the model's input and output types, which every Execution checks its arguments against
+        self._io_types = (tuple(self._model.operand_type(i) for i in self._model.inputs),
+                          tuple(self._model.operand_type(i) for i in self._model.outputs))
         self._steps = steps
         self._device = steps[0].device if len(steps) == 1 else None
         self._finished = True

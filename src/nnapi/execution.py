@@ -72,9 +72,7 @@ class Execution(NnapiObject):
         if not compilation.is_finished:
             raise BadStateError("Execution: the compilation is not finished")
         self._compilation = compilation
-        model = compilation.model
-        self._input_types = [model.operand_type(i) for i in model.inputs]
-        self._output_types = [model.operand_type(i) for i in model.outputs]
+        self._input_types, self._output_types = map(list, compilation._io_types)
         self._inputs: dict[int, _Argument] = {}
         self._outputs: dict[int, _Argument] = {}
         self._state = _PREPARATION
@@ -88,6 +86,8 @@ class Execution(NnapiObject):
         self._fenced_timing: Timing | None = None
         self._status = ResultCode.NO_ERROR
         self._lock = threading.Lock()
+        #: (runner, its IExecution) for a reusable execution whose request is bound (see _run)
+        self._bound: tuple[Any, Any] | None = None
 
     # --- settings --------------------------------------------------------------------
     def _check_preparation(self, call: str) -> None:
@@ -164,7 +164,8 @@ class Execution(NnapiObject):
                 raise BadDataError(f"{call}: array shape {list(shape)} contradicts the model's "
                                    f"{list(declared.dimensions)}")
             dims = shape
-        return declared.with_dimensions(dims), tuple(dims)
+        dims = tuple(dims)
+        return (declared if dims == declared.dimensions else declared.with_dimensions(dims)), dims
 
     def _check_length(self, call: str, kind: str, index: int, full_type: OperandType, length: int) -> None:
         if kind == "input" and not full_type.is_fully_specified:
@@ -283,17 +284,25 @@ class Execution(NnapiObject):
                 raise BadStateError(f"{call}: the execution is running")
             if self._state == _COMPLETED and not self._reusable:
                 raise BadStateError(f"{call}: the execution has completed and is not reusable")
-            missing = [f"input {i}" for i in range(len(self._input_types)) if i not in self._inputs]
-            missing += [f"output {i}" for i in range(len(self._output_types)) if i not in self._outputs]
-            if missing:
+            if len(self._inputs) != len(self._input_types) or len(self._outputs) != len(self._output_types):
+                missing = [f"input {i}" for i in range(len(self._input_types)) if i not in self._inputs]
+                missing += [f"output {i}" for i in range(len(self._output_types)) if i not in self._outputs]
                 raise BadDataError(f"{call}: not set: {', '.join(missing)}")
-            for position, argument in self._inputs.items():
-                if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
-                    check_input_memory(call, argument.pool, position, argument.dimensions)
+            if self._bound is None:  # a bound request has no memories
+                for position, argument in self._inputs.items():
+                    if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
+                        check_input_memory(call, argument.pool, position, argument.dimensions)
             if self._compilation._freed:
                 raise BadStateError(f"{call}: the compilation was freed")
             self._previous_state = self._state
             self._state = _COMPUTING
+
+    def _bindable(self) -> bool:
+        """A reusable execution's request can be bound to the driver once when every
+        argument is a plain buffer: nothing to re-read, re-check or write back per compute
+        (memories are checked and staged at every computation)."""
+        return all(argument.omitted or (argument.array is None and not isinstance(argument.pool, Memory))
+                   for arguments in (self._inputs, self._outputs) for argument in arguments.values())
 
     def _request(self) -> tuple[Request, list[Callable[[], None]]]:
         """The HAL request, read from the arguments now, and what to do after a successful
@@ -359,15 +368,23 @@ class Execution(NnapiObject):
         try:
             if self._compilation._freed or prepared is None:
                 raise BadStateError("compute: the compilation was freed")
-            request, write_backs = self._request()
             runner = burst._hal_burst if burst is not None else prepared
-            with np.errstate(all="ignore"):  # kernels never depend on the caller's numpy state
+            bound = self._bound
+            if bound is not None and bound[0] is runner and not fenced:
+                shapes, timing = bound[1].execute(deadline_ns)
+            else:
+                request, write_backs = self._request()
                 if fenced:
                     shapes, timing = self._run_fenced(prepared, request, deadline_ns, duration_ns)
+                elif self._reusable and not write_backs and self._bindable():
+                    # The arguments are fixed from now on: the request is bound once.
+                    hal_execution = runner.create_reusable_execution(request, self._measure, self._loop_timeout_ns)
+                    self._bound = (runner, hal_execution)
+                    shapes, timing = hal_execution.execute(deadline_ns)
                 else:
                     shapes, timing = runner.execute(request, self._measure, deadline_ns, self._loop_timeout_ns)
-            for write_back in write_backs:
-                write_back()
+                for write_back in write_backs:
+                    write_back()
             self._output_shapes, self._timing = shapes, timing
         except HalError as hal_error:
             # An in-process driver may carry the exact result code the HAL status stands for.
@@ -385,16 +402,18 @@ class Execution(NnapiObject):
             self._output_shapes = None
             error = OpFailedError(f"{type(unexpected).__name__}: {unexpected}")
         self._status = error.code if error is not None else ResultCode.NO_ERROR
-        for position, argument in list(self._outputs.items()):
-            if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
-                argument.pool._initialized = error is None
-                if error is None and self._output_shapes is not None and position < len(self._output_shapes):
-                    argument.pool._dims = tuple(self._output_shapes[position].dimensions)
+        if self._bound is None:  # a bound request has no memories
+            for position, argument in list(self._outputs.items()):
+                if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
+                    argument.pool._initialized = error is None
+                    if error is None and self._output_shapes is not None and position < len(self._output_shapes):
+                        argument.pool._dims = tuple(self._output_shapes[position].dimensions)
         with self._lock:
             self._state = _COMPLETED
             if self._freed:  # freed while it ran: drop the arguments now (see _release)
                 self._inputs.clear()
                 self._outputs.clear()
+                self._bound = None
         if error is not None:
             vlog.execution.debug("execution failed: %s: %s", error.code.name, error)
             raise error
@@ -619,6 +638,7 @@ class Execution(NnapiObject):
             if self._state != _COMPUTING:
                 self._inputs.clear()
                 self._outputs.clear()
+                self._bound = None
 
 
 def _write_back(array: np.ndarray, staging: bytearray) -> None:

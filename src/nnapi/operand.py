@@ -11,6 +11,7 @@ bytes (numpy dtype ``V<byte_size>``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -173,7 +174,7 @@ class OperandType:
     def dtype(self) -> np.dtype:
         return dtype_of(self.type)
 
-    @property
+    @functools.cached_property  # asked at every set_input; the type never changes
     def is_fully_specified(self) -> bool:
         """True when the shape is known: scalars always, tensors with a rank and no 0."""
         if not self.is_tensor:
@@ -181,13 +182,17 @@ class OperandType:
         return len(self.dimensions) > 0 and all(d > 0 for d in self.dimensions)
 
     def element_count(self) -> int:
-        return math.prod(self.dimensions) if self.is_tensor else 1
+        return self._sizes[0]
 
     def byte_size(self) -> int:
         """Bytes of a value of this type (0 for MODEL)."""
-        if self.type == T.MODEL:
-            return 0
-        return self.element_count() * self.dtype.itemsize
+        return self._sizes[1]
+
+    @functools.cached_property
+    def _sizes(self) -> tuple[int, int]:
+        """(element count, byte size), computed once per type."""
+        count = math.prod(self.dimensions) if self.is_tensor else 1
+        return count, 0 if self.type == T.MODEL else count * self.dtype.itemsize
 
     def with_dimensions(self, dimensions: Sequence[int]) -> OperandType:
         return OperandType(self.type, dimensions, self.scale, self.zero_point, self.channel_quant)

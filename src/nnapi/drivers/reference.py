@@ -23,6 +23,7 @@ from nnapi.hal import (
     ExecutionPreference,
     HalError,
     IDevice,
+    IExecution,
     IPreparedModel,
     Model,
     OperandLifeTime,
@@ -37,7 +38,13 @@ from nnapi.hal.types import is_extension_type, operation_name
 from nnapi.hal.validation import validate_model, validate_request
 from nnapi.operand import TENSOR_TYPES, dtype_of, scalar_value
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
-from nnapi.operations.base import MAX_OPERAND_BYTES, Shape, SubgraphSignature, deadline_checked
+from nnapi.operations.base import (
+    MAX_OPERAND_BYTES,
+    Shape,
+    SubgraphSignature,
+    current_deadline_check,
+    deadline_checked,
+)
 
 L = OperandLifeTime
 _RESULT_TO_STATUS = {
@@ -215,12 +222,31 @@ class ReferencePreparedModel(IPreparedModel):
                 return self._execute_device_memory(request, measure_timing, deadline_ns, loop_timeout_ns)
         start = time.monotonic_ns()
         validate_request(request, self.model)
+        return self._compute(request, None, measure_timing, deadline_ns, loop_timeout_ns, start)
+
+    def create_reusable_execution(self, request: Request, measure_timing: bool = False,
+                                  loop_timeout_ns: int | None = None) -> IExecution:
+        if any(isinstance(pool, BufferToken) for pool in request.pools):
+            # device memory is resolved (and its state checked) at every computation
+            return super().create_reusable_execution(request, measure_timing, loop_timeout_ns)
+        return _ReusableExecution(self, request, measure_timing, loop_timeout_ns)
+
+    def _compute(self, request: Request, inputs: list[Tensor] | None, measure_timing: bool,
+                 deadline_ns: int | None, loop_timeout_ns: int | None, start: int,
+                 bound: _ReusableExecution | None = None) -> tuple[list[OutputShape], Timing]:
+        """Run a validated request (its inputs read from the pools unless given; its
+        outputs written by ``bound`` when the request is bound)."""
         run = _Run(self, deadline_ns, loop_timeout_ns)
         try:
             # Kernels run under their own numpy error state, whatever the caller set.
-            with np.errstate(all="ignore"), deadline_checked(run.check_deadline):
-                inputs = [self._read_input(request, position) for position in range(len(self._input_info))]
-                outputs = run.subgraph(0, inputs)
+            with np.errstate(all="ignore"):
+                if inputs is None:
+                    inputs = [self._read_input(request, position) for position in range(len(self._input_info))]
+                if deadline_ns is None and current_deadline_check() is None:
+                    outputs = run.subgraph(0, inputs)  # nothing for kernels to check
+                else:
+                    with deadline_checked(run.check_deadline):
+                        outputs = run.subgraph(0, inputs)
         except HalError:
             raise
         except MemoryError as error:
@@ -231,10 +257,11 @@ class ReferencePreparedModel(IPreparedModel):
             raise HalError(_RESULT_TO_STATUS.get(error.code, ErrorStatus.GENERAL_FAILURE), str(error)) from error
         except Exception as error:  # a kernel bug is reported, never leaked
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{type(error).__name__}: {error}") from error
-        shapes = self._write_outputs(request, outputs)
+        shapes = self._write_outputs(request, outputs) if bound is None else bound.write_outputs(outputs)
+        if not measure_timing:
+            return shapes, Timing()
         elapsed = time.monotonic_ns() - start
-        timing = Timing(elapsed, elapsed) if measure_timing else Timing()
-        return shapes, timing
+        return shapes, Timing(elapsed, elapsed)
 
     def _execute_device_memory(self, request: Request, measure_timing: bool, deadline_ns: int | None,
                                loop_timeout_ns: int | None) -> tuple[list[OutputShape], Timing]:
@@ -287,6 +314,54 @@ class ReferencePreparedModel(IPreparedModel):
                                    count=value.size, offset=argument.location.offset)
             target.reshape(value.shape)[...] = value
         return shapes
+
+
+class _ReusableExecution(IExecution):
+    """A request bound to a prepared model: validated once, its inputs read as views of
+    the caller's pools (which stay alive and fixed in size while it is used), so each
+    computation only runs the plan and writes the outputs."""
+
+    def __init__(self, prepared: ReferencePreparedModel, request: Request, measure_timing: bool,
+                 loop_timeout_ns: int | None) -> None:
+        validate_request(request, prepared.model)
+        self._prepared = prepared
+        self._request = request
+        self._measure = measure_timing
+        self._loop_timeout_ns = loop_timeout_ns
+        self._inputs = [prepared._read_input(request, position) for position in range(len(prepared._input_info))]
+        #: per output, a view of its buffer and the shape reported, once an output of that
+        #: shape was written there (then later results of the same shape are copied in)
+        self._targets: list[tuple[np.ndarray, OutputShape] | None] | None = None
+
+    def execute(self, deadline_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
+        start = time.monotonic_ns()
+        return self._prepared._compute(self._request, self._inputs, self._measure, deadline_ns,
+                                       self._loop_timeout_ns, start, self)
+
+    def write_outputs(self, outputs: list[Tensor]) -> list[OutputShape]:
+        targets = self._targets
+        if targets is not None:
+            shapes = []
+            for value, target in zip([tensor.value for tensor in outputs], targets, strict=True):
+                if target is None or value is None or value.shape != target[0].shape:
+                    break
+                np.copyto(target[0], value)
+                shapes.append(target[1])
+            else:
+                return shapes
+        shapes = self._prepared._write_outputs(self._request, outputs)
+        self._targets = [self._target(position, tensor, shape)
+                         for position, (tensor, shape) in enumerate(zip(outputs, shapes, strict=True))]
+        return list(shapes)
+
+    def _target(self, position: int, tensor: Tensor, shape: OutputShape) -> tuple[np.ndarray, OutputShape] | None:
+        argument = self._request.outputs[position]
+        value = tensor.value
+        if argument.has_no_value or value is None or value.size == 0:
+            return None
+        target = np.frombuffer(self._request.pools[argument.location.pool_index], dtype=value.dtype,
+                               count=value.size, offset=argument.location.offset).reshape(value.shape)
+        return target, shape
 
 
 #: operations never run at preparation even on constant inputs (random, or running models)
@@ -360,16 +435,23 @@ class _SubgraphPlan:
         else:
             self.input_shapes = [shape for shape, _ in inputs]
             self.input_omitted = [omitted for _, omitted in inputs]
+        self.input_key = tuple(zip(self.input_shapes, self.input_omitted, strict=True))
         self._specialized: dict[tuple, _SubgraphPlan] = {}
         self._plan_static()
+        #: when every operation has a prepared kernel: (kernel, inputs, outputs, shapes,
+        #: dtypes, step) per operation, run on bare arrays (``_Run.program``)
+        self.program: list[tuple] | None = None
+        if all(step.kernel is not None for step in self.steps):
+            self.program = [(step.kernel, step.inputs, step.outputs, step.shapes, step.dtypes, step)
+                            for step in self.steps]
+        self.constant_values = {index: tensor.value for index, tensor in self.constants.items()}
 
     def for_inputs(self, inputs: tuple[tuple[Shape, bool], ...]) -> _SubgraphPlan | None:
         """The plan for inputs of these shapes: this one when they are the shapes it
         assumed, else one specialized to them (prepared on first use and kept, so a loop
         body or a model with dynamic input shapes also runs prepared); None when too many
         different shapes were seen (then the run infers shapes per execution)."""
-        if all(expected == shape and assumed == omitted for expected, assumed, (shape, omitted)
-               in zip(self.input_shapes, self.input_omitted, inputs, strict=True)):
+        if inputs == self.input_key:
             return self
         plan = self._specialized.get(inputs)
         if plan is None and len(self._specialized) < self.MAX_SPECIALIZED:
@@ -469,15 +551,17 @@ class _Run:
         if len(inputs) != len(subgraph.input_indexes):
             raise OperationFailed(f"subgraph expects {len(subgraph.input_indexes)} inputs, got {len(inputs)}")
         # the prepared shapes hold for inputs of the shapes the plan assumed
-        specialized = plan.for_inputs(tuple((tensor.shape, tensor.value is None) for tensor in inputs))
+        specialized = plan.for_inputs(tuple([(tensor.shape, tensor.value is None) for tensor in inputs]))
         static = specialized is not None
+        timed = self.deadline_ns is not None
+        traced = tracing.state.enabled  # one event per operation, for profiles and traces
         if static:
             plan = specialized
+            if plan.program is not None and not timed and not traced:
+                return self.program(plan, inputs)
         values: dict[int, Tensor] = dict(plan.constants)
         for operand_index, tensor in zip(subgraph.input_indexes, inputs, strict=True):
             values[operand_index] = _make(templates[operand_index], tensor.shape, tensor.value)
-        timed = self.deadline_ns is not None
-        traced = tracing.state.enabled  # one event per operation, for profiles and traces
         for step in plan.steps:
             if timed:
                 self.check_deadline()
@@ -517,6 +601,39 @@ class _Run:
             if operand_index not in values:
                 raise OperationFailed(f"subgraph output {operand_index} was never computed")
             outputs.append(values[operand_index])
+        return outputs
+
+    @staticmethod
+    def program(plan: _SubgraphPlan, inputs: list[Tensor]) -> list[Tensor]:
+        """``subgraph`` for a plan whose every operation has a prepared kernel and static
+        shapes: the same steps and kernel contract on bare arrays (no deadline, no trace)."""
+        arrays = dict(plan.constant_values)
+        for operand_index, tensor in zip(plan.subgraph.input_indexes, inputs, strict=True):
+            arrays[operand_index] = tensor.value
+        for kernel, input_indexes, output_indexes, shapes, dtypes, step in plan.program:
+            results = kernel([arrays[i] for i in input_indexes])
+            if len(results) != len(output_indexes):
+                raise OperationFailed(f"{step.code.name}: produced {len(results)} outputs, expected "
+                                      f"{len(output_indexes)}")
+            for position, result in enumerate(results):
+                shape, dtype = shapes[position], dtypes[position]
+                if type(result) is not np.ndarray:
+                    result = np.asarray(result)
+                if (result.dtype is not dtype and result.dtype != dtype) or result.shape != shape:
+                    raise OperationFailed(f"{step.code.name}: output {position} is {result.dtype}"
+                                          f"{list(result.shape)}, expected {dtype}{list(shape)} (kernel contract)")
+                arrays[output_indexes[position]] = result
+        outputs = []
+        templates = plan.templates
+        for operand_index in plan.subgraph.output_indexes:
+            value = arrays.get(operand_index)
+            if value is None:
+                if operand_index not in plan.constants:
+                    raise OperationFailed(f"subgraph output {operand_index} was never computed")
+                outputs.append(plan.constants[operand_index])
+                continue
+            code, scale, zero_point, channel_quant = templates[operand_index]
+            outputs.append(Tensor(code, value.shape, scale, zero_point, channel_quant, value))
         return outputs
 
     def _execute(self, step: _Step, arguments: list[Tensor], shapes: list[Shape] | None):

@@ -5,7 +5,7 @@ pools (objects exposing the buffer protocol: mmap'd shared memory, or, for in-pr
 drivers, the caller's own buffers), so a driver could move into another process.
 """
 
-from nnapi.hal.interfaces import IBuffer, IBurst, IDevice, IFencedExecutionCallback, IPreparedModel
+from nnapi.hal.interfaces import IBuffer, IBurst, IDevice, IExecution, IFencedExecutionCallback, IPreparedModel
 from nnapi.hal.types import (
     BufferDesc,
     BufferRole,
@@ -48,6 +48,7 @@ __all__ = [
     "IBuffer",
     "IBurst",
     "IDevice",
+    "IExecution",
     "IFencedExecutionCallback",
     "IPreparedModel",
     "Model",

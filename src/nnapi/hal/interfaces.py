@@ -1,5 +1,5 @@
-"""The driver interfaces of the NN HAL: IDevice, IPreparedModel, IBurst, IBuffer and
-IFencedExecutionCallback (after Android's NN HAL 1.3 / AIDL interfaces).
+"""The driver interfaces of the NN HAL: IDevice, IPreparedModel, IBurst, IExecution, IBuffer
+and IFencedExecutionCallback (after Android's NN HAL 1.3 / AIDL interfaces).
 
 Methods added after HAL 1.0 have default implementations, so a driver implements only
 what it supports: no extensions, no cache files, no driver-allocated memory, fenced
@@ -108,6 +108,16 @@ class IPreparedModel(ABC):
     def configure_burst(self) -> IBurst:
         return _SimpleBurst(self)
 
+    def create_reusable_execution(self, request: Request, measure_timing: bool = False,
+                                  loop_timeout_ns: int | None = None) -> IExecution:
+        """IPreparedModel::createReusableExecution (AIDL): ``request`` bound to this model
+        for many computations, so what depends only on the request is checked and laid
+        out once. Raise HalError for a request the model cannot run. The caller keeps the
+        request's pools alive and unchanged in size while the execution is used.
+
+        The default runs ``execute`` on every computation."""
+        return _SimpleExecution(self.execute, request, measure_timing, loop_timeout_ns)
+
 
 class IBurst(ABC):
     """A burst: a channel for many executions of one prepared model."""
@@ -122,12 +132,44 @@ class IBurst(ABC):
     ) -> tuple[list[OutputShape], Timing]: ...
 
 
+    def create_reusable_execution(self, request: Request, measure_timing: bool = False,
+                                  loop_timeout_ns: int | None = None) -> IExecution:
+        """IBurst::createReusableExecution: as IPreparedModel's, run through the burst.
+        The default runs ``execute`` on every computation."""
+        return _SimpleExecution(self.execute, request, measure_timing, loop_timeout_ns)
+
+
 class _SimpleBurst(IBurst):
     def __init__(self, prepared: IPreparedModel) -> None:
         self._prepared = prepared
 
     def execute(self, request, measure_timing=False, deadline_ns=None, loop_timeout_ns=None):
         return self._prepared.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+
+    def create_reusable_execution(self, request, measure_timing=False, loop_timeout_ns=None):
+        # a burst of a prepared model without one of its own: the model's reusable execution
+        return self._prepared.create_reusable_execution(request, measure_timing, loop_timeout_ns)
+
+
+class IExecution(ABC):
+    """A request bound to a prepared model (AIDL IExecution): computed any number of
+    times, one at a time."""
+
+    @abstractmethod
+    def execute(self, deadline_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
+        """IExecution::executeSynchronously: run the bound request; raise HalError on
+        failure (with output shapes when an output is too small)."""
+
+
+class _SimpleExecution(IExecution):
+    def __init__(self, execute, request: Request, measure_timing: bool, loop_timeout_ns: int | None) -> None:
+        self._execute = execute
+        self._arguments = (request, measure_timing)
+        self._loop_timeout_ns = loop_timeout_ns
+
+    def execute(self, deadline_ns=None):
+        request, measure_timing = self._arguments
+        return self._execute(request, measure_timing, deadline_ns, self._loop_timeout_ns)
 
 
 class IBuffer(ABC):

@@ -121,24 +121,30 @@ def validate_request(request: Request, model: Model) -> None:
     main = model.main
     if len(request.inputs) != len(main.input_indexes) or len(request.outputs) != len(main.output_indexes):
         raise _invalid("request has the wrong number of inputs or outputs")
+    pools = request.pools
+    views: dict[int, memoryview] = {}  # each pool viewed once
     for kind, arguments, indexes in (("input", request.inputs, main.input_indexes),
                                      ("output", request.outputs, main.output_indexes)):
         for position, (argument, operand_index) in enumerate(zip(arguments, indexes, strict=True)):
             if argument.has_no_value:
                 continue
             location = argument.location
-            if not 0 <= location.pool_index < len(request.pools):
-                raise _invalid(f"{kind} {position}: pool {location.pool_index} does not exist")
-            pool = request.pools[location.pool_index]
+            pool_index = location.pool_index
+            if not 0 <= pool_index < len(pools):
+                raise _invalid(f"{kind} {position}: pool {pool_index} does not exist")
+            pool = pools[pool_index]
             if not isinstance(pool, BufferToken):  # device memory: its device checks the location
-                view = pool_view(pool)
+                view = views.get(pool_index)
+                if view is None:
+                    view = views[pool_index] = pool_view(pool)
                 if location.offset + location.length > view.nbytes:
                     raise _invalid(f"{kind} {position}: argument outside its pool")
                 if kind == "output" and view.readonly:
                     raise _invalid(f"output {position}: its pool is read-only")
-            declared = main.operands[operand_index].dimensions
-            if argument.dimensions and declared:
-                if len(argument.dimensions) != len(declared) or any(
-                        d and a != d for a, d in zip(argument.dimensions, declared, strict=True)):
-                    raise _invalid(f"{kind} {position}: dimensions {argument.dimensions} contradict the "
+            dimensions = argument.dimensions
+            if dimensions:
+                declared = main.operands[operand_index].dimensions
+                if declared and (len(dimensions) != len(declared) or any(
+                        d and a != d for a, d in zip(dimensions, declared, strict=True))):
+                    raise _invalid(f"{kind} {position}: dimensions {dimensions} contradict the "
                                    f"model's {declared}")

@@ -49,6 +49,11 @@ _DEADLINE_CHECK: contextvars.ContextVar[Callable[[], None] | None] = contextvars
     "nnapi_deadline_check", default=None)
 
 
+def current_deadline_check() -> Callable[[], None] | None:
+    """The check ``check_deadline`` calls now (None outside a run with a deadline)."""
+    return _DEADLINE_CHECK.get()
+
+
 def check_deadline() -> None:
     """Raise if the running execution's deadline passed. Long kernels call this once per
     block of work (it costs one clock read), so a deadline ends a heavy operation early."""

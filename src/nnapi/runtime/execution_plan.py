@@ -37,6 +37,7 @@ from nnapi.hal import (
     HalError,
     IBurst,
     IDevice,
+    IExecution,
     IPreparedModel,
     Model,
     Operand,
@@ -585,6 +586,12 @@ class ExecutionPlan:
     def configure_burst(self) -> IBurst:
         return _PlanBurst(self)
 
+    def create_reusable_execution(self, request: Request, measure_timing: bool = False,
+                                  loop_timeout_ns: int | None = None) -> IExecution:
+        """IPreparedModel.create_reusable_execution for the plan: a single step's driver
+        binds the request once (see ``_PlanExecution``)."""
+        return _PlanExecution(self, self.single, request, measure_timing, loop_timeout_ns)
+
 
 class _StepLayout:
     """Per-compilation facts of a multi-step plan, computed once."""
@@ -617,3 +624,38 @@ class _PlanBurst(IBurst):
                               loop_timeout_ns)
         except Exception as error:  # noqa: BLE001
             return self._plan._fallback(error, request, deadline_ns, loop_timeout_ns)
+
+    def create_reusable_execution(self, request, measure_timing=False, loop_timeout_ns=None):
+        return _PlanExecution(self._plan, self._burst, request, measure_timing, loop_timeout_ns)
+
+
+class _PlanExecution(IExecution):
+    """A request bound to a plan. A single step's driver binds it (through its prepared
+    model or burst, ``source``) at the first computation, so a failure to bind is
+    contained and falls back exactly as a failed ``execute`` does; a multi-step plan
+    runs the request through ``execute`` each time."""
+
+    def __init__(self, plan: ExecutionPlan, source: IPreparedModel | IBurst | None, request: Request,
+                 measure_timing: bool, loop_timeout_ns: int | None) -> None:
+        self._plan = plan
+        self._source = source
+        self._request = request
+        self._measure = measure_timing
+        self._loop_timeout_ns = loop_timeout_ns
+        self._bound: IExecution | None = None
+
+    def execute(self, deadline_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
+        plan = self._plan
+        if self._source is None:
+            return plan.execute(self._request, self._measure, deadline_ns, self._loop_timeout_ns)
+        try:
+            bound = self._bound
+            if bound is None:
+                bound = self._bound = self._source.create_reusable_execution(self._request, self._measure,
+                                                                             self._loop_timeout_ns)
+            if tracing.state.enabled:
+                with tracing.span(f"{plan.steps[0].device.name}: execute", "driver"):
+                    return bound.execute(deadline_ns)
+            return bound.execute(deadline_ns)
+        except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
+            return plan._fallback(error, self._request, deadline_ns, self._loop_timeout_ns)
