@@ -195,3 +195,22 @@ def test_the_reference_driver_validates_a_bound_request_once():
     with pytest.raises(HalError) as caught:
         prepared.configure_burst().create_reusable_execution(readonly)
     assert caught.value.status == ErrorStatus.INVALID_ARGUMENT
+
+
+def test_a_bound_request_with_device_memory_is_resolved_at_every_computation():
+    from nnapi.hal import BufferDesc, BufferRole, BufferToken
+
+    driver = ReferenceDevice()
+    prepared = driver.prepare_model(build_hal_model(add_model())[0])
+    buffer, token = driver.allocate(BufferDesc([]), [prepared], [BufferRole(0, 0)], [])
+    b, out = np.array([1, 2, 3], np.float32), np.zeros(3, np.float32)
+    request = hal_request(np.zeros(3, np.float32), b, out)
+    request.pools[0] = BufferToken(token)
+    bound = prepared.create_reusable_execution(request)
+    with pytest.raises(HalError) as caught:  # never written: refused, as execute refuses it
+        bound.execute()
+    assert caught.value.status == ErrorStatus.GENERAL_FAILURE
+    for value in (10.0, 20.0):
+        buffer.copy_from(np.full(3, value, np.float32).tobytes(), [])
+        bound.execute()
+        np.testing.assert_array_equal(out, b + value)
