@@ -272,6 +272,7 @@ def test_loop_timeout_and_deadline_hold_across_the_boundary(remote):
 ATTACKER = textwrap.dedent('''
     import os, socket, struct, sys, tempfile
     import msgpack
+    from nnapi.drivers.service.wire import PROTOCOL_VERSION as V
     path = sys.argv[1]
     def conn():
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -318,22 +319,22 @@ ATTACKER = textwrap.dedent('''
     s = conn()
     replies = [
         ask(s, [1, 2, 3]),
-        ask(s, {"v": 1, "id": 1, "op": "execute", "a": {"h": 1}}),
+        ask(s, {"v": V, "id": 1, "op": "execute", "a": {"h": 1}}),
         ask(s, {"v": 7, "id": 2, "op": "hello", "a": {"v": 7}}),
-        ask(s, {"v": 1, "id": 3, "op": "hello", "a": {"v": 1}}),
-        ask(s, {"v": 1, "id": 4, "op": "no_such_op", "a": {}}),
-        ask(s, {"v": 1, "id": 5, "op": "execute", "a": {"h": 1, "pools": [[0, 1, 0, 16]], "in": [], "out": []}}),
-        ask(s, {"v": 1, "id": 6, "op": "prepare", "a": {"dev": 0, "model": {"main": [[[1e300, "x"]], [], [], []]}}}),
-        ask(s, {"v": 1, "id": 7, "op": "prepare", "a": {"dev": 9, "model": {}}}),
-        ask(s, {"v": 1, "id": 8, "op": "copy_to", "a": {"buf": 1, "pool": [0, 1, 0, 4]}}),
-        ask(s, {"v": 1, "id": 9, "op": "supported", "a": {"dev": 0, "model": bad_model}}),
+        ask(s, {"v": V, "id": 3, "op": "hello", "a": {"v": V}}),
+        ask(s, {"v": V, "id": 4, "op": "no_such_op", "a": {}}),
+        ask(s, {"v": V, "id": 5, "op": "execute", "a": {"h": 1, "r": msgpack.packb([[[0, 1, 0, 16]], [], []])}}),
+        ask(s, {"v": V, "id": 6, "op": "prepare", "a": {"dev": 0, "model": {"main": [[[1e300, "x"]], [], [], []]}}}),
+        ask(s, {"v": V, "id": 7, "op": "prepare", "a": {"dev": 9, "model": {}}}),
+        ask(s, {"v": V, "id": 8, "op": "copy_to", "a": {"buf": 1, "pool": [0, 1, 0, 4]}}),
+        ask(s, {"v": V, "id": 9, "op": "supported", "a": {"dev": 0, "model": bad_model}}),
     ]
     r, w = os.pipe()
-    replies.append(ask(s, {"v": 1, "id": 10, "op": "map", "a": {"pools": [[1, 0, True]]}}, [r]))
+    replies.append(ask(s, {"v": V, "id": 10, "op": "map", "a": {"pools": [[1, 0, True]]}}, [r]))
     with tempfile.TemporaryFile() as plain:
         plain.truncate(4096)
-        replies.append(ask(s, {"v": 1, "id": 11, "op": "map", "a": {"pools": [[2, 0, True]]}}, [plain.fileno()]))
-    replies.append(ask(s, {"v": 1, "id": 12, "op": "map", "a": {"pools": [[3, 5, True]]}}))
+        replies.append(ask(s, {"v": V, "id": 11, "op": "map", "a": {"pools": [[2, 0, True]]}}, [plain.fileno()]))
+    replies.append(ask(s, {"v": V, "id": 12, "op": "map", "a": {"pools": [[3, 5, True]]}}))
     print(results)
     print([None if r is None else (r.get("ok"), r.get("status"), r.get("msg", "")[:80]) for r in replies])
 ''')
@@ -373,21 +374,38 @@ def test_malformed_messages_from_another_process(remote):
 
 SNOOPER = textwrap.dedent('''
     import socket, sys
+    import msgpack
     from nnapi.drivers.service import wire
+    from nnapi.hal import serialize
+    from nnapi.runtime.model_builder import build_hal_model
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(sys.argv[1])
     reader = wire.FrameReader(s)
     def ask(op, args):
-        wire.send_frame(s, wire.pack({"v": 1, "id": 1, "op": op, "a": args}))
+        wire.send_frame(s, wire.pack({"v": wire.PROTOCOL_VERSION, "id": 1, "op": op, "a": args}))
         return wire.unpack(reader.read()[0])
-    ask("hello", {"v": 1})
+    ask("hello", {"v": wire.PROTOCOL_VERSION})
+    # a model of our own, so that probes reach the pool and device memory tables
+    import numpy as np, nnapi
+    add = nnapi.Model()
+    tensor = nnapi.OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [1, 4])
+    x, y = add.add_operand(tensor), add.add_operand(tensor)
+    fuse = add.add_operand(nnapi.OperandType(nnapi.OperandCode.INT32))
+    add.set_operand_value(fuse, np.int32(0))
+    add.add_operation(nnapi.OperationCode.ADD, [x, x, fuse], [y])
+    add.identify_inputs_and_outputs([x], [y])
+    add.finish()
+    model = serialize.model_to_plain(build_hal_model(add)[0], lambda pool: None)
+    own = ask("prepare", {"dev": 0, "model": model})["r"]
+    argument = [[False, 0, 0, 16, []]]
     found = []
     for handle in range(1, 40):
-        for op, args in (("execute", {"h": handle, "pools": [], "in": [], "out": []}),
-                         ("burst", {"h": handle}),
-                         ("copy_to", {"buf": handle, "pool": [0, handle, 0, 1]}),
-                         ("execute", {"h": 1, "pools": [[0, handle, 0, 1]], "in": [], "out": []}),
-                         ("execute", {"h": 1, "pools": [[1, handle]], "in": [], "out": []})):
+        probes = [("copy_to", {"buf": handle, "pool": [0, handle, 0, 1]}),
+                  ("execute", {"h": own, "r": msgpack.packb([[[0, handle, 0, 16]], argument, argument])}),
+                  ("execute", {"h": own, "r": msgpack.packb([[[1, handle]], argument, argument])})]
+        if handle != own:
+            probes += [("execute", {"h": handle, "r": msgpack.packb([[], [], []])}), ("burst", {"h": handle})]
+        for op, args in probes:
             reply = ask(op, args)
             if reply.get("ok") or "unknown" not in reply.get("msg", ""):
                 found.append((op, handle, reply))

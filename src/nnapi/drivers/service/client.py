@@ -18,6 +18,7 @@ import mmap
 import os
 import select
 import socket
+import struct
 import threading
 import time
 import weakref
@@ -84,6 +85,7 @@ class ServiceLink:
         self.dead = True
         self.devices_info: list[dict] = []
         self._last_attempt = 0.0
+        self._applied_timeout: float | None = None
         self._fd_pools: dict[tuple, int] = {}  # (dev, ino, writable) -> pool id, per connection
         self._arenas: list[_Arena] = []  # free arenas
         self._garbage: list[tuple[str, int, int]] = []  # (kind, handle, generation) to release
@@ -101,6 +103,10 @@ class ServiceLink:
             except OSError:
                 sock.close()
                 raise
+            # Blocking, with the kernel's SO_RCVTIMEO / SO_SNDTIMEO as the hang detector: a
+            # Python-level timeout would add a poll() before every send and receive.
+            sock.settimeout(None)
+            self._applied_timeout = None
             self._sock, self._reader = sock, wire.FrameReader(sock)
             self.generation += 1
             self.dead = False
@@ -165,13 +171,14 @@ class ServiceLink:
         if deadline_ns is not None:
             timeout = max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9) + DEADLINE_GRACE_S
         try:
-            self._sock.settimeout(timeout)
+            if timeout != self._applied_timeout:
+                self._set_timeout(timeout)
             wire.send_frame(self._sock, wire.pack({"v": wire.PROTOCOL_VERSION, "id": message_id, "op": op,
                                                    "a": args}), list(fds))
             payload, got_fds = self._reader.read()
         except (OSError, EOFError, wire.ProtocolError) as error:
             self._drop()
-            reason = "stopped answering" if isinstance(error, TimeoutError) else "died"
+            reason = "stopped answering" if isinstance(error, (TimeoutError, BlockingIOError)) else "died"
             raise _dead(f"the driver service {self.path} {reason} during {op}: {error}") from None
         for fd in got_fds:
             wire._close_quietly(fd)
@@ -190,6 +197,14 @@ class ServiceLink:
             status = ErrorStatus.GENERAL_FAILURE
         shapes = wire.decode_shapes(reply.get("shapes", []))
         raise HalError(status, str(reply.get("msg", "")), shapes)
+
+    def _set_timeout(self, seconds: float) -> None:
+        assert self._sock is not None
+        seconds = max(seconds, 0.001)  # a zero timeval would mean no timeout at all
+        value = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        self._applied_timeout = seconds
 
     def release_later(self, kind: str, handle: int, generation: int) -> None:
         """Queue a remote object for release with the next call (safe from finalizers)."""
@@ -473,9 +488,7 @@ class RemotePreparedModel(IPreparedModel):
             with self._link._lock:
                 if self._generation != self._link.generation:
                     raise _dead("the driver service restarted; prepare the model again")
-                args = {key: handle, "pools": staging.refs(request.pools),
-                        "in": wire.encode_request_arguments(request.inputs),
-                        "out": wire.encode_request_arguments(request.outputs),
+                args = {key: handle, "r": wire.encode_request(staging.refs(request.pools), request),
                         "timing": bool(measure_timing), "deadline": deadline_ns, "loop": loop_timeout_ns}
                 result = _call_with_pools(self._link, staging, op, args, deadline_ns, self._generation)
             shapes_v, timing_v = wire.get_list(result, "execution result", 2)

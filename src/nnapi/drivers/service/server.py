@@ -29,6 +29,10 @@ from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, Prior
 from nnapi.hal.validation import validate_model, validate_request
 
 _MAX_HANDLES = 1 << 16
+#: Decoded, validated requests a session keeps, keyed by their packed bytes.
+_MAX_CACHED_REQUESTS = 256
+#: Largest packed request blob (its descriptors and arguments, not tensor data).
+_MAX_REQUEST_BYTES = 1 << 20
 
 
 class _Session:
@@ -39,6 +43,9 @@ class _Session:
         self.prepared: dict[int, tuple[Any, Any]] = {}  # handle -> (IPreparedModel, HAL model)
         self.bursts: dict[int, Any] = {}
         self.buffers: dict[int, tuple[Any, int, int]] = {}  # client token -> (IBuffer, driver token, device)
+        #: (id of the model validated against, packed request) -> the decoded, validated
+        #: Request; emptied whenever a pool, buffer or model it could name goes away.
+        self.requests: dict[tuple[int, bytes], Any] = {}
         self._next = 1
 
     def add(self, table: dict, value: Any) -> int:
@@ -60,6 +67,7 @@ class _Session:
         self.prepared.clear()
         self.bursts.clear()
         self.buffers.clear()
+        self.requests.clear()
 
 
 def _map_pool(fd: int, writable: bool) -> tuple[mmap.mmap, memoryview]:
@@ -280,10 +288,24 @@ class Service:
         return session.prepared[handle]
 
     def _request(self, args: dict, session: _Session, model):
-        pools = [self._pool(session, p) for p in get_list(args.get("pools"), "request pools", limit=wire.MAX_FDS)]
-        request = wire.decode_request(args.get("in"), args.get("out"), pools)
+        """The request of an execution message: decoded and validated the first time its
+        packed bytes are seen in this session, then reused (a burst's or a reusable
+        execution's request repeats byte for byte)."""
+        raw = wire.get_bytes(args.get("r"), "request")
+        key = (id(model), raw)
+        request = session.requests.get(key)
+        if request is not None:
+            return request
+        if len(raw) > _MAX_REQUEST_BYTES:
+            raise WireError(f"a request of {len(raw)} bytes exceeds {_MAX_REQUEST_BYTES}")
+        pools_v, inputs_v, outputs_v = get_list(wire.unpack(raw, list), "request", 3)
+        pools = [self._pool(session, p) for p in get_list(pools_v, "request pools", limit=wire.MAX_FDS)]
+        request = wire.decode_request(inputs_v, outputs_v, pools)
         if model is not None:
             validate_request(request, model)
+        if len(session.requests) >= _MAX_CACHED_REQUESTS:
+            session.requests.clear()
+        session.requests[key] = request
         return request
 
     @staticmethod
@@ -382,9 +404,11 @@ class Service:
         if kind not in tables:
             raise WireError(f"unknown kind {kind!r}")
         tables[kind].pop(get_int(args.get("h"), "handle", 0), None)
+        session.requests.clear()
 
     def _map(self, args: dict, fds: list[int], session: _Session) -> None:
         """Register pools: [[pool id, descriptor index, writable], ...]."""
+        session.requests.clear()
         for entry in get_list(args.get("pools"), "pools", limit=wire.MAX_FDS):
             pool_id, index, writable = get_list(entry, "pool", 3)
             pool_id = get_int(pool_id, "pool id", 0)
@@ -395,6 +419,7 @@ class Service:
             session.pools[pool_id] = _map_pool(self._fd(fds, index, "pool"), get_bool(writable, "writable"))
 
     def _forget(self, args: dict, fds: list[int], session: _Session) -> None:
+        session.requests.clear()  # their views would keep the mappings alive
         for pool_id in wire.get_ints(args.get("pools"), "pools", 0):
             entry = session.pools.pop(pool_id, None)
             if entry is not None:

@@ -19,6 +19,7 @@ the service never trusts a byte it did not check; nothing is ever unpickled.
 
 from __future__ import annotations
 
+import array
 import os
 import socket
 import struct
@@ -40,13 +41,16 @@ from nnapi.hal.types import (
 )
 
 #: Version of the message schema; a peer speaking another one is refused at ``hello``.
-PROTOCOL_VERSION = 1
+#: 2: an execution's request travels as one packed ``[pools, inputs, outputs]`` blob, so the
+#: service can reuse the request it decoded and validated last time when the bytes repeat.
+PROTOCOL_VERSION = 2
 MAGIC = b"NNS1"
 HEADER = struct.Struct("<4sII")
 #: Largest payload accepted (big values go by descriptor, not in messages).
 MAX_PAYLOAD = 64 << 20
 #: Most descriptors in one frame (the kernel's SCM_MAX_FD).
 MAX_FDS = 253
+_ANCILLARY_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
 _U64 = (1 << 64) - 1
 _I64 = 1 << 63
 
@@ -83,20 +87,37 @@ class FrameReader:
         self._buffer = bytearray()
         self._fds: list[int] = []
 
-    def _fill(self) -> None:
-        data, fds, flags, _ = socket.recv_fds(self._sock, 1 << 16, MAX_FDS)
-        self._fds.extend(fds)
+    def _receive(self) -> bytes:
+        """One recvmsg: its bytes; the descriptors that came with them are queued."""
+        data, ancillary, flags, _ = self._sock.recvmsg(1 << 16, _ANCILLARY_SPACE)
+        for level, kind, cdata in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(cdata[: len(cdata) - len(cdata) % fds.itemsize])
+                self._fds.extend(fds)
         if flags & socket.MSG_CTRUNC:
             raise ProtocolError("descriptors truncated")
-        if not data:
-            raise EOFError("connection closed")
-        self._buffer += data
         if len(self._fds) > 4 * MAX_FDS:
             raise ProtocolError("too many descriptors queued")
+        if not data:
+            raise EOFError("connection closed")
+        return data
+
+    def _fill(self) -> None:
+        self._buffer += self._receive()
 
     def read(self) -> tuple[bytes, list[int]]:
         """The next frame's payload and descriptors (the caller owns and closes them).
         EOFError at a clean end of stream; ProtocolError for a broken one."""
+        if not self._buffer and not self._fds:
+            # The usual case: one receive brings exactly one whole frame and its descriptors.
+            data = self._receive()
+            if len(data) >= HEADER.size:
+                magic, length, count = HEADER.unpack_from(data)
+                if magic == MAGIC and len(data) == HEADER.size + length and count == len(self._fds):
+                    fds, self._fds = self._fds, []
+                    return data[HEADER.size:], fds
+            self._buffer += data
         while len(self._buffer) < HEADER.size:
             if self._buffer:
                 try:
@@ -137,18 +158,18 @@ def _close_quietly(fd: int) -> None:
         pass
 
 
-def pack(message: dict) -> bytes:
+def pack(message: Any) -> bytes:
     return msgpack.packb(message, use_bin_type=True)
 
 
-def unpack(payload: bytes) -> dict:
-    """Decode a payload into a map; WireError for anything that is not a msgpack map."""
+def unpack(payload: bytes, kind: type = dict) -> Any:
+    """Decode a payload into a map (or ``kind``); WireError for anything else."""
     try:
         message = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as error:  # msgpack raises several types for malformed input
         raise WireError(f"malformed message: {type(error).__name__}: {error}") from None
-    if not isinstance(message, dict):
-        raise WireError("a message must be a map")
+    if not isinstance(message, kind):
+        raise WireError("a message must be a map" if kind is dict else f"expected a packed {kind.__name__}")
     return message
 
 
@@ -225,6 +246,13 @@ def _enum(kind, value: Any, what: str, extension_ok: bool = False):
 def encode_request_arguments(arguments: list[RequestArgument]) -> list:
     return [[bool(a.has_no_value), int(a.location.pool_index), int(a.location.offset), int(a.location.length),
              [int(d) for d in a.dimensions]] for a in arguments]
+
+
+def encode_request(pool_refs: list, request: Request) -> bytes:
+    """An execution's request as one blob: ``[pool references, inputs, outputs]``. The same
+    request (a reusable execution, a burst, staged buffers at the same arena offsets) packs
+    to the same bytes, which the service uses as the key of what it decoded last time."""
+    return pack([pool_refs, encode_request_arguments(request.inputs), encode_request_arguments(request.outputs)])
 
 
 def decode_request(inputs_v: Any, outputs_v: Any, pools: list) -> Request:
