@@ -265,3 +265,23 @@ def test_session_runs_a_plain_model() -> None:
     # An output larger than the first buffer offered: the runtime reports the shape, run retries.
     x = np.arange(100_000, dtype=np.float32)
     np.testing.assert_array_equal(session.run({"input0": x, "input1": x})["output0"], 2 * x)
+
+
+@pytest.mark.parametrize("masks, message", [
+    ({"EllipsisMask": 5}, "more than one ellipsis"),
+    ({"Offset": True}, "offset"),
+])
+def test_strided_slice_without_an_nnapi_meaning_is_refused(masks: dict, message: str) -> None:
+    from tflite_cases import _strided_slice
+
+    make = _strided_slice([2, 3, 4], [0, 0, 0], [1, 1, 1], [1, 1, 1], [1, 3, 4], **masks)
+    with pytest.raises(nnapi.BadDataError, match=rf"operator 0 \(STRIDED_SLICE\): .*{message}"):
+        nnapi.load_tflite(make())
+
+
+def test_strided_slice_naming_too_many_axes_is_refused() -> None:
+    from tflite_cases import _strided_slice
+
+    make = _strided_slice([2, 3], [0, 0, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1])
+    with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(STRIDED_SLICE\): .*more axes than the input's 2"):
+        nnapi.load_tflite(make())

@@ -102,6 +102,35 @@ def strided_slice_shrink() -> bytes:
     return single_op("STRIDED_SLICE", t, [0, 1, 2, 3], [4], ("StridedSliceOptions", {"ShrinkAxisMask": 2}))
 
 
+def _strided_slice(shape, begin, end, strides, out_shape, type_="float32", **masks) -> Callable[[], bytes]:
+    def make() -> bytes:
+        quant = {"scale": 0.1, "zero_point": 3} if type_ != "float32" else {}
+        t = [Tensor("x", type_, list(shape), **quant),
+             Tensor("begin", "int32", [len(begin)], data=np.array(begin, np.int32)),
+             Tensor("end", "int32", [len(end)], data=np.array(end, np.int32)),
+             Tensor("strides", "int32", [len(strides)], data=np.array(strides, np.int32)),
+             Tensor("y", type_, list(out_shape), **quant)]
+        return single_op("STRIDED_SLICE", t, [0, 1, 2, 3], [4], ("StridedSliceOptions", masks))
+    return make
+
+
+# x[1:2, ..., 1:4:2] on [2, 3, 4, 5]
+strided_slice_ellipsis = _strided_slice([2, 3, 4, 5], [1, 0, 1], [2, 0, 4], [1, 1, 2], [1, 3, 4, 2],
+                                        EllipsisMask=2)
+# x[1, None, -3:] on [2, 3, 4]: shrink, a new axis, and an implicit trailing ellipsis
+strided_slice_new_axis = _strided_slice([2, 3, 4], [1, 0, -3], [0, 0, 0], [1, 1, 1], [1, 3, 4], "int8",
+                                        NewAxisMask=2, ShrinkAxisMask=1, EndMask=4)
+# x[..., None, ::-2, None] on [2, 3, 5]
+strided_slice_ellipsis_new_axes = _strided_slice([2, 3, 5], [0, 0, 0, 0], [0, 0, 0, 0], [1, 1, -2, 1],
+                                                 [2, 3, 1, 3, 1], "uint8", EllipsisMask=1, NewAxisMask=10,
+                                                 BeginMask=4, EndMask=4)
+
+
+def rank() -> bytes:
+    t = [Tensor("x", "float32", [2, 3, 4]), Tensor("r", "int32", [])]
+    return single_op("RANK", t, [0], [1])
+
+
 def gather_scalar_index() -> bytes:
     t = [Tensor("x", "float32", [4, 3, 2]),
          Tensor("i", "int32", [], data=np.array(2, np.int32)),
@@ -616,6 +645,10 @@ CASES: dict[str, Case] = {
     "quantize_requantize": Case(quantize_requantize, "requantizing", 1),
     "quantize_uint8_to_int8": Case(quantize_uint8_to_int8, "requantizing", 0),
     "strided_slice_shrink": Case(strided_slice_shrink, "shrink"),
+    "strided_slice_ellipsis": Case(strided_slice_ellipsis, "ellipsis"),
+    "strided_slice_new_axis": Case(strided_slice_new_axis, "new_axis_mask", 0),
+    "strided_slice_ellipsis_new_axes": Case(strided_slice_ellipsis_new_axes, "new_axis_mask", 0),
+    "rank": Case(rank, "FILL", 0),
     "gather_scalar_index": Case(gather_scalar_index, "rank-0"),
     # The schema's fused RELU6 applies; LiteRT's builtin kernel refuses the model and its
     # XNNPACK delegate ignores the activation, so the reference is numpy.

@@ -1181,6 +1181,51 @@ def _reverse(c: _Converter, op: _Operator) -> None:
     c.emit(Op.REVERSE, [c.input(0), c.vector(axes)], [c.output()])
 
 
+def _dense_slice_spec(rank: int, begin: np.ndarray, end: np.ndarray, strides: np.ndarray, begin_mask: int,
+                      end_mask: int, shrink: int, ellipsis: int, new_axis: int
+                      ) -> tuple[list[list[int]], int, int, int, list[bool]]:
+    """TensorFlow's sparse slice spec (an ellipsis, new axes, fewer entries than the
+    rank) made dense: one (begin, end, stride) and mask bit per input axis, and for each
+    output axis whether it is a new size-1 axis (True) or comes from the input (False)."""
+    count = len(begin)
+    if not ellipsis & ((1 << count) - 1):
+        ellipsis |= 1 << count  # a spec shorter than the rank ends in an implicit ellipsis
+        count += 1
+    elif bin(ellipsis & ((1 << count) - 1)).count("1") > 1:
+        raise UnsupportedOperator("STRIDED_SLICE with more than one ellipsis")
+    spec: list[list[int]] = []
+    dense_begin_mask = dense_end_mask = dense_shrink = 0
+    out_axes: list[bool] = []
+    for i in range(count):
+        bit = 1 << i
+        if ellipsis & bit:
+            # The ellipsis covers every input axis the entries after it do not name.
+            named_after = sum(1 for j in range(i + 1, count) if not new_axis >> j & 1)
+            covered = rank - len(spec) - named_after
+            if covered < 0:
+                raise UnsupportedOperator(f"STRIDED_SLICE names more axes than the input's {rank}")
+            for _ in range(covered):
+                dense_begin_mask |= 1 << len(spec)
+                dense_end_mask |= 1 << len(spec)
+                spec.append([0, 0, 1])
+                out_axes.append(False)
+        elif new_axis & bit:
+            out_axes.append(True)  # TensorFlow ignores begin, end, stride and shrink here
+        else:
+            if len(spec) >= rank:
+                raise UnsupportedOperator(f"STRIDED_SLICE names more axes than the input's {rank}")
+            axis = len(spec)
+            dense_begin_mask |= (begin_mask >> i & 1) << axis
+            dense_end_mask |= (end_mask >> i & 1) << axis
+            dense_shrink |= (shrink >> i & 1) << axis
+            spec.append([int(begin[i]), int(end[i]), int(strides[i])])
+            if not shrink >> i & 1:
+                out_axes.append(False)
+    if len(spec) != rank:
+        raise UnsupportedOperator(f"STRIDED_SLICE names {len(spec)} of the input's {rank} axes")
+    return spec, dense_begin_mask, dense_end_mask, dense_shrink, out_axes
+
+
 @_converter("STRIDED_SLICE")
 def _strided_slice(c: _Converter, op: _Operator) -> None:
     options = op.options("StridedSliceOptions")
@@ -1190,18 +1235,23 @@ def _strided_slice(c: _Converter, op: _Operator) -> None:
     end = c.const_values(2, "end").astype(np.int64).reshape(-1)
     strides = (c.const_values(3, "strides").astype(np.int64).reshape(-1) if op.has_input(3)
                else np.ones_like(begin))
-    begin_mask, end_mask = options.BeginMask(), options.EndMask()
-    shrink = options.ShrinkAxisMask()
+    if not len(begin) == len(end) == len(strides):
+        raise UnsupportedOperator(f"STRIDED_SLICE with {len(begin)} begin, {len(end)} end and {len(strides)} "
+                                  "stride values")
     ellipsis, new_axis = options.EllipsisMask(), options.NewAxisMask()
     offset = bool(options.Offset()) if hasattr(options, "Offset") else False
-    if ellipsis or new_axis or offset:
-        raise UnsupportedOperator("STRIDED_SLICE with ellipsis_mask, new_axis_mask or offset")
+    if offset:
+        raise UnsupportedOperator("STRIDED_SLICE with offset (end relative to begin) has no NNAPI equivalent")
     rank = len(in_shape)
-    if len(begin) != rank:
-        raise UnsupportedOperator(f"STRIDED_SLICE with {len(begin)} indices on a rank-{rank} tensor")
+    # Entries naming an input axis; fewer than the rank means an ellipsis somewhere.
+    named = len(begin) - bin(new_axis & ((1 << len(begin)) - 1)).count("1")
+    spec, begin_mask, end_mask, shrink, out_axes = _dense_slice_spec(
+        rank, begin, end, strides, options.BeginMask(), options.EndMask(), options.ShrinkAxisMask(), ellipsis,
+        new_axis)
+    begin = np.array([s[0] for s in spec], np.int64)
+    end = np.array([s[1] for s in spec], np.int64)
+    strides = np.array([s[2] for s in spec], np.int64)
     reasons = []
-    end = end.copy()
-    strides = strides.copy()
     for axis in range(rank):
         if shrink >> axis & 1:
             # TFLite ignores end (and stride) on a shrunk axis and takes begin alone;
@@ -1214,16 +1264,49 @@ def _strided_slice(c: _Converter, op: _Operator) -> None:
                 start += size
             if end[axis] != start + 1 or strides[axis] != 1 or begin_mask >> axis & 1 or end_mask >> axis & 1:
                 reasons.append(axis)
-            begin = begin.copy()
             begin[axis] = start
             end[axis] = start + 1
             strides[axis] = 1
             begin_mask &= ~(1 << axis)
             end_mask &= ~(1 << axis)
-    c.emit(Op.STRIDED_SLICE, [x, c.vector(begin), c.vector(end), c.vector(strides), c.i32(begin_mask),
-                              c.i32(end_mask), c.i32(shrink)], [c.output()])
+    slice_inputs = [x, c.vector(begin), c.vector(end), c.vector(strides), c.i32(begin_mask), c.i32(end_mask),
+                    c.i32(shrink)]
+    notes = []
     if reasons:
-        c.lowered(f"shrink axes {reasons}: TFLite ignores their end, NNAPI needs end = begin + 1; rewritten")
+        notes.append(f"shrink axes {reasons}: TFLite ignores their end, NNAPI needs end = begin + 1; rewritten")
+    if ellipsis or named < rank:
+        notes.append("ellipsis (or fewer indices than the rank) expanded to full ranges of the axes it covers")
+    if any(out_axes):
+        out_info = op.out_tensor()
+        out_shape = list(out_info.shape)
+        if len(out_shape) != len(out_axes) or any(out_shape[i] not in (1, -1) for i, new in
+                                                  enumerate(out_axes) if new):
+            raise UnsupportedOperator(f"STRIDED_SLICE output shape {out_shape} does not match its new axes")
+        out_type = c.nn_type(out_info)
+        kept = [d for d, new in zip(out_type.dimensions, out_axes) if not new]
+        sliced = c.temp(out_type, kept or [1])
+        c.emit(Op.STRIDED_SLICE, slice_inputs, [sliced])
+        target = [-1 if d < 0 else 1 if new else d for d, new in zip(out_shape, out_axes)]
+        if target.count(-1) > 1:
+            raise UnsupportedOperator("new_axis_mask on an output with more than one unknown dimension")
+        c.emit(Op.RESHAPE, [sliced, c.vector(target)], [c.output()])
+        notes.append(f"new_axis_mask: STRIDED_SLICE + RESHAPE inserting size-1 axes at output positions "
+                     f"{[i for i, new in enumerate(out_axes) if new]}")
+    else:
+        c.emit(Op.STRIDED_SLICE, slice_inputs, [c.output()])
+    if notes:
+        c.lowered("; ".join(notes))
+
+
+@_converter("RANK")
+def _rank(c: _Converter, op: _Operator) -> None:
+    if op.out_tensor().tfl_type != _INT32:
+        raise UnsupportedOperator(f"RANK with {op.out_tensor().type_name} output (NNAPI's RANK gives int32)")
+    rank = c.add(OperandType(T.INT32))
+    c.emit(Op.RANK, [c.input(0)], [rank])
+    # TFLite's rank-0 int32 tensor is a [1] tensor here; FILL turns NNAPI's scalar into it.
+    c.emit(Op.FILL, [c.vector([1]), rank], [c.output()])
+    c.lowered("RANK gives an INT32 scalar; FILL of shape [1] makes it the rank-0 tensor TFLite outputs")
 
 
 @_converter("GATHER")
