@@ -285,3 +285,47 @@ def test_strided_slice_naming_too_many_axes_is_refused() -> None:
     make = _strided_slice([2, 3], [0, 0, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1])
     with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(STRIDED_SLICE\): .*more axes than the input's 2"):
         nnapi.load_tflite(make())
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda q: q.integer_lstm(sequence=False, cell_type="int8"),
+     r"cell state 19 \(c\) is INT8 \(TFLite's 8x8_8 kernel\)"),
+    (lambda q: q.integer_lstm(sequence=True, steps=2, peephole=True, output=3),
+     "peephole weights with a projection to 3 of 4 units"),
+    (lambda q: q.integer_lstm(sequence=False, layer_norm=True, layer_norm_spread=30.0),
+     "variance guard"),
+    (lambda q: q.basic_uint8_lstm(input_scale=0.01), "QUANTIZED_16BIT_LSTM"),
+])
+def test_integer_lstm_without_an_exact_nnapi_form_is_refused(make, message: str) -> None:
+    import tflite_qlstm_cases
+
+    with pytest.raises(nnapi.BadDataError, match=rf"operator 0 \((UNIDIRECTIONAL_SEQUENCE_)?LSTM\): .*{message}"):
+        nnapi.load_tflite(make(tflite_qlstm_cases))
+
+
+def test_integer_lstm_output_state_zero_point_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # LiteRT's result does not change with the output state's zero point; NNAPI's does.
+    import tflite_qlstm_cases
+
+    monkeypatch.setattr(tflite_qlstm_cases, "OUTPUT_STATE_ZERO_POINT", -2)
+    with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(LSTM\): output state 18 \(h\) has zero point -2"):
+        nnapi.load_tflite(tflite_qlstm_cases.integer_lstm(sequence=False))
+
+
+def test_integer_sequence_lstm_carries_its_states_between_runs() -> None:
+    from tflite_qlstm_cases import integer_lstm
+
+    data = integer_lstm(sequence=True, steps=3, layer_norm=True)
+    session = nnapi.Session(data, devices=["nnapi-reference"])
+    assert [state.name for state in session.states] == ["h", "c"]
+    feeds = random_inputs(session.inputs, seed=4)
+    first, second = session.run(feeds)["y"], session.run(feeds)["y"]
+    assert not np.array_equal(first, second)
+    if Interpreter is not None:  # LiteRT keeps its variable tensors between invocations too
+        interpreter = Interpreter(model_content=data, num_threads=1)
+        interpreter.allocate_tensors()
+        for expected in (first, second):
+            interpreter.set_tensor(interpreter.get_input_details()[0]["index"], feeds["x"])
+            interpreter.invoke()
+            want = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+            np.testing.assert_array_equal(expected, want)

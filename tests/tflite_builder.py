@@ -5,7 +5,7 @@ A model is described with plain Python: tensors (``Tensor``), operators (``Opera
 and subgraphs (``Subgraph``); ``build`` returns the .tflite bytes, which LiteRT and
 ``nnapi.load_tflite`` both read. Covers what the lowerings need: per-tensor and
 per-channel quantization, constants, variable tensors, sparse constants, builtin options
-with scalar and vector fields, several subgraphs.
+with scalar and vector fields, several subgraphs, operator intermediates.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ class Operator:
     outputs: list[int]
     options: tuple[str, dict[str, Any]] | None = None
     custom: str | None = None
+    #: tensors the kernel reads only the quantization of (the integer LSTM's scales)
+    intermediates: list[int] | None = None
 
 
 @dataclass
@@ -174,6 +176,7 @@ def _operator(state: _State, op: Operator) -> int:
     inputs = _generic_vector(b, op.inputs)
     outputs = _generic_vector(b, op.outputs)
     options = _options(state, *op.options) if op.options is not None else None
+    intermediates = _generic_vector(b, op.intermediates) if op.intermediates is not None else None
     tflite.OperatorStart(b)
     tflite.OperatorAddOpcodeIndex(b, state.opcodes.index(key))
     tflite.OperatorAddInputs(b, inputs)
@@ -181,6 +184,8 @@ def _operator(state: _State, op: Operator) -> int:
     if options is not None:
         tflite.OperatorAddBuiltinOptionsType(b, options[0])
         tflite.OperatorAddBuiltinOptions(b, options[1])
+    if intermediates is not None:
+        tflite.OperatorAddIntermediates(b, intermediates)
     return tflite.OperatorEnd(b)
 
 

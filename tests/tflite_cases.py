@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tflite_builder import Operator, Subgraph, Tensor, build, single_op
+from tflite_qlstm_cases import basic_uint8_lstm, integer_lstm
 
 
 @dataclass
@@ -695,6 +696,23 @@ CASES: dict[str, Case] = {
     "lstm_cell": Case(lstm_cell, None),
     # LiteRT's ADD kernel has no fused TANH; the schema's meaning is tanh(a + b).
     "add_fused_tanh": Case(add_fused_tanh, "TANH", reference=lambda f: {"y": np.tanh(f["a"] + f["b"])}),
+    # TFLite's integer LSTMs: LiteRT's outputs exactly (0 steps), every configuration.
+    "lstm_int8": Case(lambda: integer_lstm(sequence=False), "QUANTIZED_LSTM", 0),
+    "lstm_int8_projection_hidden_zero_point": Case(
+        lambda: integer_lstm(sequence=False, output=5, projection_bias=False, hidden_zero_point=-3),
+        "QUANTIZED_LSTM", 0),
+    "lstm_int8_peephole_layer_norm": Case(lambda: integer_lstm(sequence=False, peephole=True, layer_norm=True),
+                                          "QUANTIZED_LSTM", 0),
+    "sequence_lstm_int8": Case(lambda: integer_lstm(sequence=True, steps=4), "unrolled over its 4", 0),
+    "sequence_lstm_int8_cifg_layer_norm_projection_clips": Case(
+        lambda: integer_lstm(sequence=True, steps=3, layer_norm=True, cifg=True, output=3, cell_clip=3.0,
+                             proj_clip=0.5), "unrolled", 0),
+    "sequence_lstm_int8_time_major_peephole": Case(
+        lambda: integer_lstm(sequence=True, steps=5, time_major=True, layer_norm=True, peephole=True,
+                             hidden_zero_point=2), "unrolled", 0),
+    "sequence_lstm_int8_one_step": Case(lambda: integer_lstm(sequence=True, steps=1, cifg=True), "unrolled", 0),
+    "basic_lstm_uint8": Case(basic_uint8_lstm, "QUANTIZED_16BIT_LSTM", 0),
+    "basic_lstm_uint8_wide_input": Case(lambda: basic_uint8_lstm(inputs=6, units=4), "QUANTIZED_16BIT_LSTM", 0),
     "dequantize_float16_input": Case(dequantize_float16_input, "CAST",
                                      reference=lambda f: {"y": f["x"].astype(np.float32)}),
 }
