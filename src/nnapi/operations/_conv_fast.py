@@ -34,7 +34,9 @@ from nnapi.operations.common import FLOAT_TENSORS, activation_bounds_float, inte
 #: target size of one block's accumulators (bytes): a block's temporaries stay in cache
 _BLOCK_BYTES = 256 << 10
 #: the largest im2col block (bytes)
-_IM2COL_BYTES = 2 << 20
+_IM2COL_BYTES = 8 << 20
+#: the fewest output pixels of one block of a product (when the im2col block allows)
+_MIN_BLOCK_PIXELS = 1024
 
 
 def _input_bound(tensor: Tensor) -> int:
@@ -70,13 +72,20 @@ class _Epilogue:
             out[...] = acc
 
 
-def _work_dtype(data: Tensor, weights: np.ndarray, taps: int):
+def _work_dtype(data: Tensor, weights: np.ndarray, channel_axes: tuple[int, ...]):
     """The float dtype of the products: float32 for float tensors; for quantized ones the
-    dtype in which every partial sum of (q - zero_point) products is exact."""
+    dtype in which every partial sum of (q - zero_point) products is exact. Any partial
+    sum of one output's products, in whatever order BLAS adds them, is at most
+    max|x - zero_point| times the sum of that output's |filter| values, so the bound is
+    taken per output channel (``channel_axes``: the filter axes that index it), much
+    tighter than taps * max|w| for real filters."""
     if data.type in FLOAT_TENSORS:
         return np.float32
-    weight_bound = max(-int(weights.min()), int(weights.max())) if weights.size else 0
-    return exact_float_dtype(taps * _input_bound(data) * max(weight_bound, 1))
+    if not weights.size:
+        return np.float32
+    summed = tuple(axis for axis in range(weights.ndim) if axis not in channel_axes)
+    largest = int(np.abs(weights.astype(np.int64)).sum(axis=summed).max()) if summed else int(np.abs(weights).max())
+    return exact_float_dtype(_input_bound(data) * max(largest, 1))
 
 
 def _shifted_weights(weights: Tensor) -> np.ndarray:
@@ -125,7 +134,7 @@ class PreparedConv:
         oc, kh, kw, depth = weights.shape
         self.sp, self.out_hw, self.kernel_hw = sp, out_hw, (kh, kw)
         shifted = _shifted_weights(weights)
-        self.work = _work_dtype(data, shifted, kh * kw * depth)
+        self.work = _work_dtype(data, shifted, (0,))
         # (depth, oc): the filters as columns, in the im2col order (kh, kw, c); a transposed
         # view of the (oc, depth) rows, which BLAS reads as they are (no copy at preparation)
         self.weights = shifted.reshape(oc, -1).astype(self.work, copy=False).T
@@ -134,7 +143,11 @@ class PreparedConv:
         self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work)
         self.pointwise = kh == kw == 1 and sp.stride_h == sp.stride_w == 1
         itemsize = np.dtype(self.work).itemsize
-        pixels = max(1, min(_IM2COL_BYTES // (self.depth * itemsize), _BLOCK_BYTES // (oc * 8)))
+        # Each product repacks the filter inside BLAS: blocks of at least _MIN_BLOCK_PIXELS
+        # rows keep that cost small next to the product's (below it, 512x512 filters cost
+        # half again their product time), at the price of temporaries outside the cache.
+        pixels = max(_MIN_BLOCK_PIXELS, _BLOCK_BYTES // (oc * 8))
+        pixels = max(1, min(pixels, _IM2COL_BYTES // (self.depth * itemsize)))
         self.block_rows = max(1, pixels // out_hw[1])
 
     def __call__(self, values: list) -> list[np.ndarray]:
@@ -175,7 +188,7 @@ class PreparedDepthwise:
         _, kh, kw, channels = weights.shape
         self.sp, self.out_hw, self.multiplier, self.kernel_hw = sp, out_hw, multiplier, (kh, kw)
         shifted = _shifted_weights(weights)[0]
-        self.work = _work_dtype(data, shifted, kh * kw)
+        self.work = _work_dtype(data, shifted, (2,))
         if multiplier == 1:
             self.weights = shifted.astype(self.work)  # (kh, kw, c)
             self.subscripts = "hwijc,ijc->hwc"
@@ -221,7 +234,7 @@ class PreparedFullyConnected:
         data, weights = ctx.input(0), ctx.input(1)
         units, input_size = weights.shape
         shifted = _shifted_weights(weights)
-        self.work = _work_dtype(data, shifted, input_size)
+        self.work = _work_dtype(data, shifted, (0,))
         self.weights = shifted.astype(self.work, copy=False).T  # (input_size, units), a view
         self.input_size, self.units = input_size, units
         self.zero = None if data.type in FLOAT_TENSORS else self.work(data.zero_point)
