@@ -3,16 +3,20 @@ padding, strides, a filter size, a fused activation and the optional NCHW layout
 
 Padded positions never count: averages divide by the number of real input pixels in
 each window (as Android's kernels do). Each pooling is a loop over the filter taps, each
-a vectorized reduction step over the whole output. Quantized outputs share the input's
-scale and zero point, so averages stay integers: the window sum divided by the count,
-rounded half away from zero (TFLite's integer average pool).
+a vectorized reduction step over the whole output. ``plan`` prepares the same
+computation once for static shapes (``_PreparedPool``): windows that tile the input
+(filter = stride, no padding: 2x2 max pools, global averages) reduce a reshaped view in
+one call, others pad once; window counts and clamps are computed once. Quantized outputs
+share the input's scale and zero point, so averages stay integers: the window sum divided
+by the count, rounded half away from zero (TFLite's integer average pool).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from nnapi.codes import OperandCode, OperationCode
+from nnapi.codes import FuseCode, OperandCode, OperationCode
+from nnapi.operand import dtype_of
 from nnapi.operations._conv_common import SpatialArgs, padded, spatial_dims, tap
 from nnapi.operations.base import (
     ExecutionContext,
@@ -23,6 +27,7 @@ from nnapi.operations.base import (
     register,
 )
 from nnapi.operations.common import (
+    activation_bounds_float,
     activation_bounds_quantized,
     apply_activation_float,
     conv_output_size,
@@ -80,6 +85,10 @@ class Pooling2D(Operation):
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         return [self._read(ctx)[2]]
 
+    def plan(self, ctx: ExecutionContext) -> _PreparedPool:
+        sp, out_hw, _ = self._read(ctx)
+        return _PreparedPool(self.code, ctx, sp, out_hw)
+
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         sp, out_hw, _ = self._read(ctx)
         data, output = ctx.input(0), ctx.output(0)
@@ -126,3 +135,78 @@ class Pooling2D(Operation):
             low, high = activation_bounds_quantized(sp.fuse, output)
             result = np.clip(result, low, high).astype(data.value.dtype)
         return [from_nhwc(result, sp.nchw)]
+
+
+class _PreparedPool:
+    """A pooling with static shapes: what ``Pooling2D.execute`` computes, its constants
+    prepared once (the reference path stays ``execute``; tests compare the two)."""
+
+    def __init__(self, code: OperationCode, ctx: ExecutionContext, sp, out_hw: tuple[int, int]) -> None:
+        data = ctx.input(0)
+        self.code, self.sp, self.out_hw = code, sp, out_hw
+        self.dtype = dtype_of(data.type)
+        self.kernel = (sp.extras["filter_h"], sp.extras["filter_w"])
+        _, height, width, _ = spatial_dims(data.shape, sp.nchw)
+        self.is_float = data.type in _FLOAT
+        self.pads = (sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
+        # windows that tile the input: one reduction over a (n, oh, fh, ow, fw, c) view
+        self.tiled = not any(self.pads) and self.kernel == (sp.stride_h, sp.stride_w)
+        if code == OperationCode.MAX_POOL_2D:
+            self.work = self.dtype
+            self.fill = -np.inf if self.is_float else integer_range(data.type)[0]
+        else:
+            self.work = np.float32 if self.is_float or self.kernel[0] * self.kernel[1] <= 4096 else np.float64
+            self.fill = 0
+            counts = np.outer(_window_counts(height, out_hw[0], sp.stride_h, self.kernel[0], sp.pad_top),
+                              _window_counts(width, out_hw[1], sp.stride_w, self.kernel[1], sp.pad_left))
+            self.counts = counts[None, :, :, None].astype(self.work)
+        if self.is_float:
+            bounds = activation_bounds_float(sp.fuse)
+            self.clamp = None if sp.fuse == FuseCode.FUSED_NONE else bounds
+        else:
+            self.clamp = activation_bounds_quantized(sp.fuse, ctx.output(0))
+
+    def _padded(self, x: np.ndarray) -> np.ndarray:
+        top, bottom, left, right = self.pads
+        if not (top or bottom or left or right):
+            return x
+        n, h, w, c = x.shape
+        xp = np.full((n, h + top + bottom, w + left + right, c), self.fill, dtype=x.dtype)
+        xp[:, top:top + h, left:left + w] = x
+        return xp
+
+    def __call__(self, inputs: list) -> list[np.ndarray]:
+        sp = self.sp
+        x = np.transpose(inputs[0], (0, 2, 3, 1)) if sp.nchw else inputs[0]
+        n, _, _, channels = x.shape
+        oh, ow = self.out_hw
+        fh, fw = self.kernel
+        if n == 0:
+            return [from_nhwc(np.zeros((0, oh, ow, channels), dtype=self.dtype), sp.nchw)]
+        maximum = self.code == OperationCode.MAX_POOL_2D
+        if not maximum:
+            x = x.astype(self.work, copy=False)
+            if self.code == OperationCode.L2_POOL_2D:
+                x = x * x
+        if self.tiled:
+            windows = x[:, :oh * fh, :ow * fw].reshape(n, oh, fh, ow, fw, channels)
+            result = windows.max(axis=(2, 4)) if maximum else windows.sum(axis=(2, 4), dtype=self.work)
+        else:
+            xp = self._padded(x)
+            strides, dilations = (sp.stride_h, sp.stride_w), (1, 1)
+            result = tap(xp, 0, 0, self.out_hw, strides, dilations).copy()
+            reduce = np.maximum if maximum else np.add
+            for i in range(fh):
+                check_deadline()
+                for j in range(fw):
+                    if i or j:
+                        reduce(result, tap(xp, i, j, self.out_hw, strides, dilations), out=result)
+        if not maximum:
+            result /= self.counts
+            if self.code == OperationCode.L2_POOL_2D:
+                np.sqrt(result, out=result)
+            if not self.is_float:
+                result = round_half_away(result)
+        if self.clamp is not None:
+            result = np.clip(result, *self.clamp)
+        return [from_nhwc(result.astype(self.dtype, copy=False), sp.nchw)]
