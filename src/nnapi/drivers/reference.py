@@ -42,6 +42,7 @@ from nnapi.operations.base import (
     MAX_OPERAND_BYTES,
     Shape,
     SubgraphSignature,
+    check_deadline,
     current_deadline_check,
     deadline_checked,
 )
@@ -368,6 +369,26 @@ class _ReusableExecution(IExecution):
 _NOT_FOLDED = frozenset({OperationCode.RANDOM_MULTINOMIAL, OperationCode.IF, OperationCode.WHILE})
 
 
+_CONTROL_FLOW = frozenset({OperationCode.IF, OperationCode.WHILE})
+
+
+def _executing_kernel(step: _Step, context: ExecutionContext, relaxed: bool) -> Callable[[list[Any]], list]:
+    """The kernel of an operation with static shapes but no ``plan`` of its own: its
+    ``execute`` on the values of a call, with the output shapes already known (so a plan
+    whose operations all have one runs as a program on bare arrays). Long kernels still
+    see the running execution's deadline through the module-wide check."""
+    implementation, code, declared = step.implementation, step.code, step.declared
+    templates = [(tensor.type, tensor.shape, tensor.scale, tensor.zero_point, tensor.channel_quant)
+                 for tensor in context.inputs]
+
+    def kernel(values: list[Any]) -> list:
+        tensors = [Tensor(*template, value) for template, value in zip(templates, values, strict=True)]
+        return implementation.execute(ExecutionContext(code, tensors, declared, relaxed,
+                                                       check_deadline=check_deadline))
+
+    return kernel
+
+
 class _DynamicValue(Exception):
     """Raised at preparation when an operation's shape inference reads a value that is only
     known at execution: that operation's shapes are then inferred per execution."""
@@ -495,6 +516,8 @@ class _SubgraphPlan:
                             step.kernel = implementation.plan(context)
                         except Exception:  # noqa: BLE001 - no prepared kernel: ``execute`` still works
                             step.kernel = None
+                        if step.kernel is None and step.code not in _CONTROL_FLOW:
+                            step.kernel = _executing_kernel(step, context, self.relaxed)
             if shapes is None:
                 for index in step.outputs:
                     shape = _static_shape(operands[index])
