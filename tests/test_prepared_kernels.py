@@ -42,7 +42,8 @@ def _compare(code: Op, inputs: list[Tensor], output: OperandType) -> None:
     for fast, slow, shape in zip(prepared, reference, shapes, strict=True):
         assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(shape)
         if fast.dtype.kind == "f":
-            np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=1e-4 * max(1.0, float(np.abs(slow).max())))
+            scale = float(np.abs(slow).max()) if slow.size else 1.0
+            np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=1e-4 * max(1.0, scale))
         else:
             np.testing.assert_array_equal(fast, slow)
 
@@ -118,6 +119,37 @@ def test_prepared_depthwise_matches_reference(kind, multiplier, stride, nchw, di
         _compare(Op.DEPTHWISE_CONV_2D, [x, w, b, *args], out_type(shape))
 
 
+@pytest.mark.parametrize("code", [Op.MAX_POOL_2D, Op.AVERAGE_POOL_2D, Op.L2_POOL_2D])
+@pytest.mark.parametrize("kind", ["float32", "float16", "quant8", "quant8_signed"])
+@pytest.mark.parametrize("filt, stride, pad, nchw, batches", [
+    (2, 2, 0, False, 2),   # tiles the input (odd size: the last row and column are dropped)
+    (3, 2, 1, False, 2),   # overlapping windows over padding
+    (3, 1, 1, True, 1),
+    (9, 9, 0, False, 2),   # global
+    (4, 1, 0, False, 0),   # empty batch
+])
+def test_prepared_pooling_matches_reference(code, kind, filt, stride, pad, nchw, batches):
+    if code == Op.L2_POOL_2D and kind.startswith("quant"):
+        pytest.skip("L2_POOL_2D is float only")
+    size, channels = 9, 3
+    shape = (batches, channels, size, size) if nchw else (batches, size, size, channels)
+    if kind.startswith("float"):
+        code_type = T.TENSOR_FLOAT32 if kind == "float32" else T.TENSOR_FLOAT16
+        x = _tensor(code_type, RNG.standard_normal(shape).astype(np.float32 if kind == "float32" else np.float16))
+        out_type = lambda dims: OperandType(code_type, dims)  # noqa: E731
+    else:
+        code_type = T.TENSOR_QUANT8_ASYMM if kind == "quant8" else T.TENSOR_QUANT8_ASYMM_SIGNED
+        dtype = np.uint8 if kind == "quant8" else np.int8
+        info = np.iinfo(dtype)
+        x = _tensor(code_type, RNG.integers(info.min, info.max + 1, shape).astype(dtype), 0.05, 3)
+        out_type = lambda dims: OperandType(code_type, dims, 0.05, 3)  # noqa: E731
+    out = (size + 2 * pad - filt) // stride + 1
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU1):
+        args = [_scalar(T.INT32, v) for v in (pad, pad, pad, pad, stride, stride, filt, filt, fuse)]
+        dims = [batches, channels, out, out] if nchw else [batches, out, out, channels]
+        _compare(code, [x, *args, _scalar(T.BOOL, nchw)], out_type(dims))
+
+
 @pytest.mark.parametrize("kind", KINDS[:3])
 @pytest.mark.parametrize("x_shape", [(3, 20), (2, 2, 5, 4)])
 def test_prepared_fully_connected_matches_reference(kind, x_shape):
@@ -137,6 +169,29 @@ def test_prepared_depthwise_large_accumulators_use_exact_float64():
     args = [_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 1, 0)]
     _compare(Op.DEPTHWISE_CONV_2D, [x, w, b, *args],
              OperandType(T.TENSOR_QUANT8_ASYMM, [1, 7, 7, 2], 2.0**20, 0))
+
+
+@pytest.mark.parametrize("margin", [-1, 0, 1])
+def test_prepared_fully_connected_exact_dtype_follows_the_filter_sums(margin):
+    """The float32 / float64 choice bounds every partial sum by max|x - zp| times the
+    largest per-unit sum of |w - zp|: at the float32 limit (2**24) the results stay exact,
+    and the dtype switches exactly there (a sparse filter over many taps stays float32)."""
+    input_size = 4096
+    limit = 2**24 // 255  # units of |w| one unit may sum to with inputs at 255
+    total = limit + margin
+    row = np.zeros(input_size, np.int64)
+    row[: total // 127] = 127
+    row[total // 127] = total % 127
+    w_values = np.stack([row, -row, row[::-1]]).astype(np.int16) + 128
+    x = _tensor(T.TENSOR_QUANT8_ASYMM, np.full((2, input_size), 255, np.uint8), 0.5, 0)
+    x.value[1, ::3] = 0
+    w = _tensor(T.TENSOR_QUANT8_ASYMM, w_values.astype(np.uint8), 0.25, 128)
+    b = _tensor(T.TENSOR_INT32, np.array([7, -7, 0], np.int32), 0.125)
+    args = [x, w, b, _scalar(T.INT32, FuseCode.FUSED_NONE)]
+    output = OperandType(T.TENSOR_QUANT8_ASYMM, [2, 3], 2.0**16, 128)
+    _compare(Op.FULLY_CONNECTED, args, output)
+    kernel = get_operation(Op.FULLY_CONNECTED).plan(ExecutionContext(Op.FULLY_CONNECTED, args, [output]))
+    assert kernel.work == (np.float32 if 255 * total < 2**24 else np.float64)
 
 
 @pytest.mark.parametrize("code", [Op.ADD, Op.SUB, Op.MUL, Op.DIV])
