@@ -303,13 +303,15 @@ def test_integer_lstm_without_an_exact_nnapi_form_is_refused(make, message: str)
         nnapi.load_tflite(make(tflite_qlstm_cases))
 
 
-def test_integer_lstm_output_state_zero_point_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    # LiteRT's result does not change with the output state's zero point; NNAPI's does.
-    import tflite_qlstm_cases
+def test_quantized_variable_tensors_start_at_their_zero_point() -> None:
+    # TFLite resets a quantized variable tensor to the raw value of real 0, its zero point.
+    from tflite_qlstm_cases import OUTPUT_STATE_ZERO_POINT, integer_lstm
 
-    monkeypatch.setattr(tflite_qlstm_cases, "OUTPUT_STATE_ZERO_POINT", -2)
-    with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(LSTM\): output state 18 \(h\) has zero point -2"):
-        nnapi.load_tflite(tflite_qlstm_cases.integer_lstm(sequence=False))
+    assert OUTPUT_STATE_ZERO_POINT != 0
+    imported = nnapi.load_tflite(integer_lstm(sequence=False))
+    initial = {state.name: state.initial for state in imported.states}
+    assert initial["h"].dtype == np.int8 and np.all(initial["h"] == OUTPUT_STATE_ZERO_POINT)
+    assert initial["c"].dtype == np.int16 and np.all(initial["c"] == 0)
 
 
 def test_integer_sequence_lstm_carries_its_states_between_runs() -> None:

@@ -14,7 +14,7 @@ import numpy as np
 from tflite_builder import Operator, Subgraph, Tensor, build
 
 GATES = "ifco"  # TFLite's order of the full kernel's inputs: input, forget, cell, output
-OUTPUT_STATE_ZERO_POINT = 0
+OUTPUT_STATE_ZERO_POINT = -2
 
 
 def _symmetric(rng, shape, bits: int, spread: float = 0.4) -> tuple[np.ndarray, float]:

@@ -513,8 +513,11 @@ class _Converter:
             if tensor in self.state_outputs:
                 out_index = len(outputs)
                 outputs.append(self.state_outputs[tensor])
-            initial = info.data if info.data is not None else np.zeros(
-                [max(d, 1) for d in info.shape], _NUMPY.get(info.tfl_type, np.float32))
+            # TFLite starts a variable tensor without a buffer at zero: its zero point when
+            # quantized (the raw value of real 0), as LiteRT's ResetVariableTensors does.
+            initial = info.data if info.data is not None else np.full(
+                [max(d, 1) for d in info.shape], info.zero_point if info.scales is not None else 0,
+                _NUMPY.get(info.tfl_type, np.float32))
             state_specs.append(StateSpec(info.name, position, out_index,
                                          np.asarray(initial).reshape(_operand_shape(info.shape))))
         self.model.identify_inputs_and_outputs(inputs, outputs)
@@ -1642,14 +1645,6 @@ def _integer_lstm_operands(c: _Converter, op: _Operator, options: Any) -> list[i
         info = op.tensor(position)
         if info.tfl_type != _INT8 or info.scales is None or info.per_channel:
             raise UnsupportedOperator(f"input {position} ({info.name}) must be int8 quantized per tensor")
-    state = op.tensor(_LSTM_OUTPUT_STATE)
-    if state.zero_point != 0:
-        # Measured: LiteRT's integer LSTM multiplies the recurrent weights by the raw
-        # output state (its zero point ignored; results do not change with it), where
-        # QUANTIZED_LSTM subtracts the zero point first. They agree only at zero point 0.
-        raise UnsupportedOperator(f"output state {_LSTM_OUTPUT_STATE} ({state.name}) has zero point "
-                                  f"{state.zero_point}: TFLite's integer LSTM ignores it in the recurrent product, "
-                                  "NNAPI's QUANTIZED_LSTM does not (they agree only at zero point 0)")
     operands: list[int | None] = [None] * 32
     for position in range(1, 24):
         if position in (_LSTM_OUTPUT_STATE, _LSTM_CELL_STATE):
