@@ -27,7 +27,15 @@ from nnapi.operand import OperandType
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
 
 T = OperandCode
-#: ANeuralNetworks_getDefaultLoopTimeout, used when the driver passes no loop timeout
+
+# Named input positions (Android's IfOperation.h / WhileOperation.h kCondBoolOperand, ...).
+IF_CONDITION = 0
+IF_THEN_MODEL = 1
+IF_ELSE_MODEL = 2
+IF_FIRST_INPUT = 3  # the values passed to the chosen branch
+WHILE_CONDITION_MODEL = 0
+WHILE_BODY_MODEL = 1
+WHILE_FIRST_VALUE = 2  # the m input-output, k state and n input-only values
 
 
 def _compatible(a: OperandType, b: OperandType) -> str | None:
@@ -69,17 +77,18 @@ def _truth(tensor: Tensor) -> bool:
 @register(OperationCode.IF)
 class If(Operation):
     def validate(self, ctx: ValidationContext) -> None:
-        if len(ctx.inputs) < 3:
-            ctx.fail(f"expected at least 3 inputs (condition, then model, else model), got {len(ctx.inputs)}")
+        if len(ctx.inputs) < IF_FIRST_INPUT:
+            ctx.fail(f"expected at least {IF_FIRST_INPUT} inputs (condition, then model, else model), "
+                     f"got {len(ctx.inputs)}")
         if not ctx.outputs:
             ctx.fail("expected at least 1 output")
-        _check_condition_operand(ctx, ctx.inputs[0], "input 0 (condition)")
-        ctx.check_input_type(1, T.MODEL)
-        ctx.check_input_type(2, T.MODEL)
-        branch_inputs = ctx.inputs[3:]
-        input_names = [f"input {i + 3}" for i in range(len(branch_inputs))]
+        _check_condition_operand(ctx, ctx.inputs[IF_CONDITION], f"input {IF_CONDITION} (condition)")
+        ctx.check_input_type(IF_THEN_MODEL, T.MODEL)
+        ctx.check_input_type(IF_ELSE_MODEL, T.MODEL)
+        branch_inputs = ctx.inputs[IF_FIRST_INPUT:]
+        input_names = [f"input {i + IF_FIRST_INPUT}" for i in range(len(branch_inputs))]
         output_names = [f"output {i}" for i in range(len(ctx.outputs))]
-        for index, branch in ((1, "then"), (2, "else")):
+        for index, branch in ((IF_THEN_MODEL, "then"), (IF_ELSE_MODEL, "else")):
             signature = ctx.referenced_signature(index)
             if signature is None:
                 continue  # checked again at finish, once the model is set
@@ -91,11 +100,11 @@ class If(Operation):
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         try:
-            condition = _truth(ctx.input(0))
+            condition = _truth(ctx.input(IF_CONDITION))
         except ValueError as error:
             ctx.fail(str(error))
-        branch = ctx.value(1) if condition else ctx.value(2)
-        results = ctx.run_subgraph(branch, list(ctx.inputs[3:]))
+        branch = ctx.value(IF_THEN_MODEL) if condition else ctx.value(IF_ELSE_MODEL)
+        results = ctx.run_subgraph(branch, list(ctx.inputs[IF_FIRST_INPUT:]))
         ctx.require(len(results) == len(ctx.outputs),
                     f"the branch produced {len(results)} outputs, expected {len(ctx.outputs)}")
         ctx.scratch["results"] = results
@@ -108,18 +117,19 @@ class If(Operation):
 @register(OperationCode.WHILE)
 class While(Operation):
     def validate(self, ctx: ValidationContext) -> None:
-        if len(ctx.inputs) < 3:
-            ctx.fail(f"expected at least 3 inputs (condition model, body model, values), got {len(ctx.inputs)}")
+        if len(ctx.inputs) < WHILE_FIRST_VALUE + 1:
+            ctx.fail(f"expected at least {WHILE_FIRST_VALUE + 1} inputs (condition model, body model, values), "
+                     f"got {len(ctx.inputs)}")
         outputs = len(ctx.outputs)
         if outputs < 1:
             ctx.fail("expected at least 1 output")
-        ctx.check_input_type(0, T.MODEL)
-        ctx.check_input_type(1, T.MODEL)
-        values = ctx.inputs[2:]
+        ctx.check_input_type(WHILE_CONDITION_MODEL, T.MODEL)
+        ctx.check_input_type(WHILE_BODY_MODEL, T.MODEL)
+        values = ctx.inputs[WHILE_FIRST_VALUE:]
         if len(values) < outputs:
             ctx.fail(f"{outputs} outputs need at least {outputs} loop values, got {len(values)}")
-        value_names = [f"input {i + 2}" for i in range(len(values))]
-        condition = ctx.referenced_signature(0)
+        value_names = [f"input {i + WHILE_FIRST_VALUE}" for i in range(len(values))]
+        condition = ctx.referenced_signature(WHILE_CONDITION_MODEL)
         if condition is not None:
             if len(condition.inputs) != len(values):
                 ctx.fail(f"the condition model has {len(condition.inputs)} inputs, the operation passes "
@@ -128,7 +138,7 @@ class While(Operation):
             if len(condition.outputs) != 1:
                 ctx.fail(f"the condition model must have exactly 1 output, got {len(condition.outputs)}")
             _check_condition_operand(ctx, condition.outputs[0], "the condition model's output")
-        body = ctx.referenced_signature(1)
+        body = ctx.referenced_signature(WHILE_BODY_MODEL)
         if body is not None:
             if len(body.inputs) != len(values):
                 ctx.fail(f"the body model has {len(body.inputs)} inputs, the operation passes {len(values)}")
@@ -143,8 +153,8 @@ class While(Operation):
                          [f"output {i}" for i in range(outputs)])
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        condition_model, body_model = ctx.value(0), ctx.value(1)
-        values = list(ctx.inputs[2:])
+        condition_model, body_model = ctx.value(WHILE_CONDITION_MODEL), ctx.value(WHILE_BODY_MODEL)
+        values = list(ctx.inputs[WHILE_FIRST_VALUE:])
         timeout_ns = ctx.loop_timeout_ns if ctx.loop_timeout_ns is not None else DEFAULT_LOOP_TIMEOUT_NS
         start = time.monotonic_ns()
         iterations = 0

@@ -32,24 +32,60 @@ from nnapi.operations.common import FLOAT_TENSORS
 T = OperandCode
 _CLIP_SCALAR = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16}
 
-# Input layouts: weight name -> input index.
-_PLAIN = {name: 1 + i for i, name in enumerate(WEIGHT_NAMES)}
-_LSTM_LAYOUT = {**_PLAIN, **{name: 23 + i for i, name in enumerate(NORM_NAMES)}}
-_SEQUENCE_LAYOUT = {**_PLAIN, **{name: 24 + i for i, name in enumerate(NORM_NAMES)}}
-_FW_LAYOUT = {**_PLAIN, **{name: 53 + i for i, name in enumerate(NORM_NAMES)},
-              **{name: 40 + i for i, name in enumerate(AUX_NAMES)}}
-_BW_LAYOUT = {**{name: 18 + i for i, name in enumerate(WEIGHT_NAMES)},
-              **{name: 57 + i for i, name in enumerate(NORM_NAMES)},
-              **{name: 44 + i for i, name in enumerate(AUX_NAMES)}}
-_BIDI_FW_STATE, _BIDI_BW_STATE, _BIDI_AUX_INPUT = (35, 36), (37, 38), 39
+# Named input positions (Android's lstm.h kInputTensor, ...). The weights and biases
+# are WEIGHT_NAMES in order from WEIGHTS; the layer normalization weights NORM_NAMES.
+INPUT = 0
+WEIGHTS = 1  # input_to_input_weights, the first of the 17 WEIGHT_NAMES
+OUTPUT_STATE_IN = 18
+CELL_STATE_IN = 19
+ACTIVATION = 20
+CELL_CLIP = 21
+PROJ_CLIP = 22
+LSTM_NORM_WEIGHTS = 23  # LSTM's 4 optional layer normalization weights (27 inputs)
+LSTM_INPUT_COUNTS = (23, 27)
+# UNIDIRECTIONAL_SEQUENCE_LSTM: LSTM's first 23 inputs, then
+SEQ_TIME_MAJOR = 23
+SEQ_NORM_WEIGHTS = 24
+SEQ_INPUT_COUNT = 28
+# BIDIRECTIONAL_SEQUENCE_LSTM: the forward direction's weights at WEIGHTS, then
+BIDI_BW_WEIGHTS = 18
+BIDI_FW_STATE = (35, 36)  # activation state, cell state
+BIDI_BW_STATE = (37, 38)
+BIDI_AUX_INPUT = 39
+BIDI_FW_AUX_WEIGHTS = 40
+BIDI_BW_AUX_WEIGHTS = 44
+BIDI_ACTIVATION = 48
+BIDI_CELL_CLIP = 49
+BIDI_PROJ_CLIP = 50
+BIDI_MERGE_OUTPUTS = 51
+BIDI_TIME_MAJOR = 52
+BIDI_FW_NORM_WEIGHTS = 53
+BIDI_BW_NORM_WEIGHTS = 57
+BIDI_INPUT_COUNT = 61
+
+
+def _layout(weights: int, norm: int, aux: int | None = None) -> dict[str, int]:
+    """Weight name -> input index of one direction."""
+    layout = {name: weights + i for i, name in enumerate(WEIGHT_NAMES)}
+    layout.update({name: norm + i for i, name in enumerate(NORM_NAMES)})
+    if aux is not None:
+        layout.update({name: aux + i for i, name in enumerate(AUX_NAMES)})
+    return layout
+
+
+_PLAIN = {name: WEIGHTS + i for i, name in enumerate(WEIGHT_NAMES)}
+_LSTM_LAYOUT = _layout(WEIGHTS, LSTM_NORM_WEIGHTS)
+_SEQUENCE_LAYOUT = _layout(WEIGHTS, SEQ_NORM_WEIGHTS)
+_FW_LAYOUT = _layout(WEIGHTS, BIDI_FW_NORM_WEIGHTS, BIDI_FW_AUX_WEIGHTS)
+_BW_LAYOUT = _layout(BIDI_BW_WEIGHTS, BIDI_BW_NORM_WEIGHTS, BIDI_BW_AUX_WEIGHTS)
 
 
 def _validate_signature(ctx: ValidationContext, tensors: range | list[int], activation: int,
                         clips: tuple[int, int], bools: tuple[int, ...] = ()) -> OperandCode:
-    """Common type rules: every tensor input and output has input 0's float type, the
+    """Common type rules: every tensor input and output has the input's float type, the
     activation is INT32, the clipping thresholds are scalars of the matching float type."""
-    ctx.check_input_type(0, FLOAT_TENSORS)
-    code = ctx.input_type(0)
+    ctx.check_input_type(INPUT, FLOAT_TENSORS)
+    code = ctx.input_type(INPUT)
     for index in tensors:
         ctx.check_input_type(index, code)
     ctx.check_input_type(activation, T.INT32)
@@ -86,24 +122,24 @@ def _clips(ctx: ExecutionContext, cell: int, proj: int) -> tuple[float, float]:
 @register(OperationCode.LSTM, omitted_operands=True)
 class Lstm(Operation):
     def validate(self, ctx: ValidationContext) -> None:
-        ctx.check_counts(inputs=(23, 27), outputs=4)
-        tensors = list(range(20)) + list(range(23, len(ctx.inputs)))
-        _validate_signature(ctx, tensors, 20, (21, 22))
-        ctx.check_input_rank(0, 2)
+        ctx.check_counts(inputs=LSTM_INPUT_COUNTS, outputs=4)
+        tensors = list(range(ACTIVATION)) + list(range(LSTM_NORM_WEIGHTS, len(ctx.inputs)))
+        _validate_signature(ctx, tensors, ACTIVATION, (CELL_CLIP, PROJ_CLIP))
+        ctx.check_input_rank(INPUT, 2)
         _check_ranks(ctx, _PLAIN)
-        for index in (18, 19):
+        for index in (OUTPUT_STATE_IN, CELL_STATE_IN):
             ctx.check_input_rank(index, 2)
 
     def _direction(self, ctx: ExecutionContext):
-        ctx.require(not ctx.is_omitted(0), "input must be present")
-        x = ctx.input(0)
+        ctx.require(not ctx.is_omitted(INPUT), "input must be present")
+        x = ctx.input(INPUT)
         ctx.require(x.rank == 2, f"input must be 2-D, got rank {x.rank}")
-        layout = _LSTM_LAYOUT if len(ctx.inputs) == 27 else _PLAIN
-        d = read_direction(ctx, layout, int(ctx.scalar(20)), *_clips(ctx, 21, 22))
+        layout = _LSTM_LAYOUT if len(ctx.inputs) > LSTM_NORM_WEIGHTS else _PLAIN
+        d = read_direction(ctx, layout, int(ctx.scalar(ACTIVATION)), *_clips(ctx, CELL_CLIP, PROJ_CLIP))
         check_direction(ctx, d, x.shape[1], None)
         batch = x.shape[0]
-        h0 = _state(ctx, 18, (batch, d.output_size), "output state in")
-        c0 = _state(ctx, 19, (batch, d.num_units), "cell state in")
+        h0 = _state(ctx, OUTPUT_STATE_IN, (batch, d.output_size), "output state in")
+        c0 = _state(ctx, CELL_STATE_IN, (batch, d.num_units), "cell state in")
         return d, h0, c0
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
@@ -114,7 +150,7 @@ class Lstm(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         d, h0, c0 = self._direction(ctx)
-        x = np.asarray(ctx.value(0), dtype=np.float32)[np.newaxis]
+        x = np.asarray(ctx.value(INPUT), dtype=np.float32)[np.newaxis]
         outputs, h, c, scratch = run_lstm(d, x, h0, c0)
         dtype = ctx.output_dtype(0)
         return [scratch.astype(dtype), h.astype(dtype), c.astype(dtype), outputs[0].astype(dtype)]
@@ -123,34 +159,34 @@ class Lstm(Operation):
 @register(OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM, omitted_operands=True)
 class UnidirectionalSequenceLstm(Operation):
     def validate(self, ctx: ValidationContext) -> None:
-        ctx.check_counts(inputs=28, outputs=(1, 3))
-        tensors = list(range(20)) + list(range(24, 28))
-        _validate_signature(ctx, tensors, 20, (21, 22), bools=(23,))
-        ctx.check_input_rank(0, 3)
+        ctx.check_counts(inputs=SEQ_INPUT_COUNT, outputs=(1, 3))
+        tensors = list(range(ACTIVATION)) + list(range(SEQ_NORM_WEIGHTS, SEQ_INPUT_COUNT))
+        _validate_signature(ctx, tensors, ACTIVATION, (CELL_CLIP, PROJ_CLIP), bools=(SEQ_TIME_MAJOR,))
+        ctx.check_input_rank(INPUT, 3)
         _check_ranks(ctx, _PLAIN)
-        for index in (18, 19):
+        for index in (OUTPUT_STATE_IN, CELL_STATE_IN):
             ctx.check_input_rank(index, 2)
 
     def _setup(self, ctx: ExecutionContext):
-        ctx.require(not ctx.is_omitted(0), "input must be present")
-        x = ctx.input(0)
+        ctx.require(not ctx.is_omitted(INPUT), "input must be present")
+        x = ctx.input(INPUT)
         ctx.require(x.rank == 3, f"input must be 3-D, got rank {x.rank}")
-        time_major = bool(ctx.scalar(23))
+        time_major = bool(ctx.scalar(SEQ_TIME_MAJOR))
         batch = x.shape[1] if time_major else x.shape[0]
-        d = read_direction(ctx, _SEQUENCE_LAYOUT, int(ctx.scalar(20)), *_clips(ctx, 21, 22))
+        d = read_direction(ctx, _SEQUENCE_LAYOUT, int(ctx.scalar(ACTIVATION)), *_clips(ctx, CELL_CLIP, PROJ_CLIP))
         check_direction(ctx, d, x.shape[2], None)
-        h0 = _state(ctx, 18, (batch, d.output_size), "output state in")
-        c0 = _state(ctx, 19, (batch, d.num_units), "cell state in")
+        h0 = _state(ctx, OUTPUT_STATE_IN, (batch, d.output_size), "output state in")
+        c0 = _state(ctx, CELL_STATE_IN, (batch, d.num_units), "cell state in")
         return d, time_major, h0, c0
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         d, _, h0, c0 = self._setup(ctx)
-        shape = (*ctx.input(0).shape[:2], d.output_size)
+        shape = (*ctx.input(INPUT).shape[:2], d.output_size)
         return [shape, h0.shape, c0.shape][: len(ctx.outputs)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         d, time_major, h0, c0 = self._setup(ctx)
-        x = to_time_major(np.asarray(ctx.value(0), dtype=np.float32), time_major)
+        x = to_time_major(np.asarray(ctx.value(INPUT), dtype=np.float32), time_major)
         outputs, h, c, _ = run_lstm(d, x, h0, c0, check=ctx.check_deadline)
         dtype = ctx.output_dtype(0)
         results = [from_time_major(outputs, time_major).astype(dtype), h.astype(dtype), c.astype(dtype)]
@@ -160,36 +196,37 @@ class UnidirectionalSequenceLstm(Operation):
 @register(OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM, omitted_operands=True)
 class BidirectionalSequenceLstm(Operation):
     def validate(self, ctx: ValidationContext) -> None:
-        ctx.check_counts(inputs=61, outputs=(1, 2, 5, 6))
-        tensors = list(range(48)) + list(range(53, 61))
-        _validate_signature(ctx, tensors, 48, (49, 50), bools=(51, 52))
-        ctx.check_input_rank(0, 3)
+        ctx.check_counts(inputs=BIDI_INPUT_COUNT, outputs=(1, 2, 5, 6))
+        tensors = list(range(BIDI_ACTIVATION)) + list(range(BIDI_FW_NORM_WEIGHTS, BIDI_INPUT_COUNT))
+        _validate_signature(ctx, tensors, BIDI_ACTIVATION, (BIDI_CELL_CLIP, BIDI_PROJ_CLIP),
+                            bools=(BIDI_MERGE_OUTPUTS, BIDI_TIME_MAJOR))
+        ctx.check_input_rank(INPUT, 3)
         _check_ranks(ctx, _FW_LAYOUT)
         _check_ranks(ctx, _BW_LAYOUT)
-        for index in (*_BIDI_FW_STATE, *_BIDI_BW_STATE):
+        for index in (*BIDI_FW_STATE, *BIDI_BW_STATE):
             ctx.check_input_rank(index, 2)
 
     def _setup(self, ctx: ExecutionContext):
-        ctx.require(not ctx.is_omitted(0), "input must be present")
-        x = ctx.input(0)
+        ctx.require(not ctx.is_omitted(INPUT), "input must be present")
+        x = ctx.input(INPUT)
         ctx.require(x.rank == 3, f"input must be 3-D, got rank {x.rank}")
-        merge = bool(ctx.scalar(51))
-        time_major = bool(ctx.scalar(52))
+        merge = bool(ctx.scalar(BIDI_MERGE_OUTPUTS))
+        time_major = bool(ctx.scalar(BIDI_TIME_MAJOR))
         expected = (1, 5) if merge else (2, 6)
         ctx.require(len(ctx.outputs) in expected,
                     f"{len(ctx.outputs)} outputs do not fit merge_outputs={merge} (expected {expected})")
         batch = x.shape[1] if time_major else x.shape[0]
-        activation = int(ctx.scalar(48))
-        clips = _clips(ctx, 49, 50)
+        activation = int(ctx.scalar(BIDI_ACTIVATION))
+        clips = _clips(ctx, BIDI_CELL_CLIP, BIDI_PROJ_CLIP)
         fw = read_direction(ctx, _FW_LAYOUT, activation, *clips)
         bw = read_direction(ctx, _BW_LAYOUT, activation, *clips)
-        has_aux_input = not ctx.is_omitted(_BIDI_AUX_INPUT)
+        has_aux_input = not ctx.is_omitted(BIDI_AUX_INPUT)
         ctx.require(fw.has_aux_weights == bw.has_aux_weights,
                     "forward and backward auxiliary weights must be both present or both omitted")
         ctx.require(has_aux_input or not fw.has_aux_weights, "auxiliary weights need an auxiliary input")
         aux_size = None
         if has_aux_input:
-            aux = ctx.input(_BIDI_AUX_INPUT)
+            aux = ctx.input(BIDI_AUX_INPUT)
             ctx.require(aux.rank == 3 and aux.shape[:2] == x.shape[:2],
                         f"auxiliary input shape {list(aux.shape)} does not match input {list(x.shape)}")
             aux_size = aux.shape[2]
@@ -198,16 +235,16 @@ class BidirectionalSequenceLstm(Operation):
         bw_input_size = aux_size if parallel else x.shape[2]
         check_direction(ctx, bw, bw_input_size, aux_size if bw.has_aux_weights else None, "backward")
         states = [
-            _state(ctx, _BIDI_FW_STATE[0], (batch, fw.output_size), "forward activation state"),
-            _state(ctx, _BIDI_FW_STATE[1], (batch, fw.num_units), "forward cell state"),
-            _state(ctx, _BIDI_BW_STATE[0], (batch, bw.output_size), "backward activation state"),
-            _state(ctx, _BIDI_BW_STATE[1], (batch, bw.num_units), "backward cell state"),
+            _state(ctx, BIDI_FW_STATE[0], (batch, fw.output_size), "forward activation state"),
+            _state(ctx, BIDI_FW_STATE[1], (batch, fw.num_units), "forward cell state"),
+            _state(ctx, BIDI_BW_STATE[0], (batch, bw.output_size), "backward activation state"),
+            _state(ctx, BIDI_BW_STATE[1], (batch, bw.num_units), "backward cell state"),
         ]
         return fw, bw, merge, time_major, parallel, has_aux_input, states
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         fw, bw, merge, _, _, _, states = self._setup(ctx)
-        lead = ctx.input(0).shape[:2]
+        lead = ctx.input(INPUT).shape[:2]
         shapes: list[Shape] = []
         if merge:
             shapes.append((*lead, fw.output_size + bw.output_size))
@@ -219,10 +256,10 @@ class BidirectionalSequenceLstm(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         fw, bw, merge, time_major, parallel, has_aux_input, states = self._setup(ctx)
-        x = to_time_major(np.asarray(ctx.value(0), dtype=np.float32), time_major)
+        x = to_time_major(np.asarray(ctx.value(INPUT), dtype=np.float32), time_major)
         aux = None
         if has_aux_input:
-            aux = to_time_major(np.asarray(ctx.value(_BIDI_AUX_INPUT), dtype=np.float32), time_major)
+            aux = to_time_major(np.asarray(ctx.value(BIDI_AUX_INPUT), dtype=np.float32), time_major)
         fw_out, fw_h, fw_c, _ = run_lstm(fw, x, states[0], states[1], aux=None if parallel else aux,
                                          check=ctx.check_deadline)
         bw_input = aux if parallel else x

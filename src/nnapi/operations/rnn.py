@@ -20,10 +20,31 @@ from nnapi.operations.common import FLOAT_TENSORS
 
 T = OperandCode
 
+# Named input positions (Android's rnn.h kInputTensor, ...).
+INPUT = 0
+WEIGHTS = 1
+RECURRENT_WEIGHTS = 2
+BIAS = 3
+HIDDEN_STATE_IN = 4
+ACTIVATION = 5
+SEQ_TIME_MAJOR = 6  # UNIDIRECTIONAL_SEQUENCE_RNN: RNN's 6 inputs, then time_major
+#: one direction's weights, recurrent weights, bias and hidden state
+CELL = (WEIGHTS, RECURRENT_WEIGHTS, BIAS, HIDDEN_STATE_IN)
+# BIDIRECTIONAL_SEQUENCE_RNN: the forward cell at CELL, then
+BIDI_BW_CELL = (5, 6, 7, 8)
+BIDI_AUX_INPUT = 9
+BIDI_FW_AUX_WEIGHTS = 10
+BIDI_BW_AUX_WEIGHTS = 11
+BIDI_ACTIVATION = 12
+BIDI_TIME_MAJOR = 13
+BIDI_MERGE_OUTPUTS = 14
+#: the required rank of each tensor input of one cell (its input first)
+_CELL_RANKS = ((INPUT, 2), (WEIGHTS, 2), (RECURRENT_WEIGHTS, 2), (BIAS, 1), (HIDDEN_STATE_IN, 2))
+
 
 def _validate_types(ctx: ValidationContext, tensors: list[int], scalars: dict[int, OperandCode]) -> None:
-    ctx.check_input_type(0, FLOAT_TENSORS)
-    code = ctx.input_type(0)
+    ctx.check_input_type(INPUT, FLOAT_TENSORS)
+    code = ctx.input_type(INPUT)
     for index in tensors:
         ctx.check_input_type(index, code)
     for index, scalar in scalars.items():
@@ -66,25 +87,25 @@ def _activation(ctx: ExecutionContext, index: int) -> int:
 @register(OperationCode.RNN)
 class Rnn(Operation):
     def validate(self, ctx: ValidationContext) -> None:
-        ctx.check_counts(inputs=6, outputs=2)
-        _validate_types(ctx, [1, 2, 3, 4], {5: T.INT32})
-        for index, rank in ((0, 2), (1, 2), (2, 2), (3, 1), (4, 2)):
+        ctx.check_counts(inputs=ACTIVATION + 1, outputs=2)
+        _validate_types(ctx, list(CELL), {ACTIVATION: T.INT32})
+        for index, rank in _CELL_RANKS:
             ctx.check_input_rank(index, rank)
 
     def _cell(self, ctx: ExecutionContext) -> tuple[np.ndarray, _Cell]:
-        x = _value(ctx, 0, "input")
+        x = _value(ctx, INPUT, "input")
         ctx.require(x.ndim == 2, "input must be 2-D")
-        return x, _Cell(ctx, (1, 2, 3, 4), x.shape[1], x.shape[0], "")
+        return x, _Cell(ctx, CELL, x.shape[1], x.shape[0], "")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         _, cell = self._cell(ctx)
-        _activation(ctx, 5)
+        _activation(ctx, ACTIVATION)
         return [cell.state.shape, cell.state.shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, cell = self._cell(ctx)
         outputs, h = run_rnn(x[np.newaxis], cell.weights, cell.recurrent, cell.bias, cell.state,
-                             _activation(ctx, 5))
+                             _activation(ctx, ACTIVATION))
         result = h.astype(ctx.output_dtype(0))
         return [result, result.copy()]
 
@@ -92,28 +113,28 @@ class Rnn(Operation):
 @register(OperationCode.UNIDIRECTIONAL_SEQUENCE_RNN)
 class UnidirectionalSequenceRnn(Operation):
     def validate(self, ctx: ValidationContext) -> None:
-        ctx.check_counts(inputs=7, outputs=(1, 2))
-        _validate_types(ctx, [1, 2, 3, 4], {5: T.INT32, 6: T.INT32})
-        for index, rank in ((0, 3), (1, 2), (2, 2), (3, 1), (4, 2)):
-            ctx.check_input_rank(index, rank)
+        ctx.check_counts(inputs=SEQ_TIME_MAJOR + 1, outputs=(1, 2))
+        _validate_types(ctx, list(CELL), {ACTIVATION: T.INT32, SEQ_TIME_MAJOR: T.INT32})
+        for index, rank in _CELL_RANKS:
+            ctx.check_input_rank(index, 3 if index == INPUT else rank)
 
     def _setup(self, ctx: ExecutionContext):
-        x = _value(ctx, 0, "input")
+        x = _value(ctx, INPUT, "input")
         ctx.require(x.ndim == 3, "input must be 3-D")
-        time_major = int(ctx.scalar(6))
+        time_major = int(ctx.scalar(SEQ_TIME_MAJOR))
         ctx.require(time_major in (0, 1), f"time_major must be 0 or 1, got {time_major}")
         batch = x.shape[1] if time_major else x.shape[0]
-        return x, bool(time_major), _Cell(ctx, (1, 2, 3, 4), x.shape[2], batch, "")
+        return x, bool(time_major), _Cell(ctx, CELL, x.shape[2], batch, "")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         x, _, cell = self._setup(ctx)
-        _activation(ctx, 5)
+        _activation(ctx, ACTIVATION)
         return [(*x.shape[:2], cell.units), cell.state.shape][: len(ctx.outputs)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, time_major, cell = self._setup(ctx)
         outputs, h = run_rnn(to_time_major(x, time_major), cell.weights, cell.recurrent, cell.bias, cell.state,
-                             _activation(ctx, 5), check=ctx.check_deadline)
+                             _activation(ctx, ACTIVATION), check=ctx.check_deadline)
         dtype = ctx.output_dtype(0)
         return [from_time_major(outputs, time_major).astype(dtype), h.astype(dtype)][: len(ctx.outputs)]
 
@@ -121,22 +142,25 @@ class UnidirectionalSequenceRnn(Operation):
 @register(OperationCode.BIDIRECTIONAL_SEQUENCE_RNN, omitted_operands=True)
 class BidirectionalSequenceRnn(Operation):
     def validate(self, ctx: ValidationContext) -> None:
-        ctx.check_counts(inputs=15, outputs=(1, 2, 3, 4))
-        _validate_types(ctx, list(range(1, 12)), {12: T.INT32, 13: T.BOOL, 14: T.BOOL})
-        for index, rank in ((0, 3), (1, 2), (2, 2), (3, 1), (4, 2), (5, 2), (6, 2), (7, 1), (8, 2)):
+        ctx.check_counts(inputs=BIDI_MERGE_OUTPUTS + 1, outputs=(1, 2, 3, 4))
+        _validate_types(ctx, list(range(WEIGHTS, BIDI_ACTIVATION)),
+                        {BIDI_ACTIVATION: T.INT32, BIDI_TIME_MAJOR: T.BOOL, BIDI_MERGE_OUTPUTS: T.BOOL})
+        for index, rank in _CELL_RANKS:
+            ctx.check_input_rank(index, 3 if index == INPUT else rank)
+        for index, (_, rank) in zip(BIDI_BW_CELL, _CELL_RANKS[1:], strict=True):
             ctx.check_input_rank(index, rank)
 
     def _setup(self, ctx: ExecutionContext):
-        x = _value(ctx, 0, "input")
+        x = _value(ctx, INPUT, "input")
         ctx.require(x.ndim == 3, "input must be 3-D")
-        time_major = bool(ctx.scalar(13))
-        merge = bool(ctx.scalar(14))
+        time_major = bool(ctx.scalar(BIDI_TIME_MAJOR))
+        merge = bool(ctx.scalar(BIDI_MERGE_OUTPUTS))
         expected = (1, 3) if merge else (2, 4)
         ctx.require(len(ctx.outputs) in expected,
                     f"{len(ctx.outputs)} outputs do not fit merge_outputs={merge} (expected {expected})")
         batch = x.shape[1] if time_major else x.shape[0]
-        has_aux = not ctx.is_omitted(9)
-        aux_weights = [not ctx.is_omitted(i) for i in (10, 11)]
+        has_aux = not ctx.is_omitted(BIDI_AUX_INPUT)
+        aux_weights = [not ctx.is_omitted(i) for i in (BIDI_FW_AUX_WEIGHTS, BIDI_BW_AUX_WEIGHTS)]
         ctx.require(all(aux_weights) or not any(aux_weights),
                     "forward and backward auxiliary weights must be both present or both omitted")
         ctx.require(has_aux or not any(aux_weights), "auxiliary weights need an auxiliary input")
@@ -144,14 +168,15 @@ class BidirectionalSequenceRnn(Operation):
         parallel = has_aux and not cross
         aux = None
         if has_aux:
-            aux = _value(ctx, 9, "auxiliary input")
+            aux = _value(ctx, BIDI_AUX_INPUT, "auxiliary input")
             ctx.require(aux.ndim == 3 and aux.shape[:2] == x.shape[:2],
                         f"auxiliary input shape {list(aux.shape)} does not match input {list(x.shape)}")
-        fw = _Cell(ctx, (1, 2, 3, 4), x.shape[2], batch, "forward")
-        bw = _Cell(ctx, (5, 6, 7, 8), aux.shape[2] if parallel else x.shape[2], batch, "backward")
+        fw = _Cell(ctx, CELL, x.shape[2], batch, "forward")
+        bw = _Cell(ctx, BIDI_BW_CELL, aux.shape[2] if parallel else x.shape[2], batch, "backward")
         fw_aux = bw_aux = None
         if cross:
-            fw_aux, bw_aux = _value(ctx, 10, "forward aux weights"), _value(ctx, 11, "backward aux weights")
+            fw_aux = _value(ctx, BIDI_FW_AUX_WEIGHTS, "forward aux weights")
+            bw_aux = _value(ctx, BIDI_BW_AUX_WEIGHTS, "backward aux weights")
             for cell, weights, label in ((fw, fw_aux, "forward"), (bw, bw_aux, "backward")):
                 ctx.require(weights.shape == (cell.units, aux.shape[2]),  # type: ignore[union-attr]
                             f"{label} auxiliary weights have shape {list(weights.shape)}")
@@ -159,7 +184,7 @@ class BidirectionalSequenceRnn(Operation):
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         x, _, _, merge, _, fw, bw, _, _ = self._setup(ctx)
-        _activation(ctx, 12)
+        _activation(ctx, BIDI_ACTIVATION)
         lead = x.shape[:2]
         shapes: list[Shape] = [(*lead, fw.units + bw.units)] if merge else [(*lead, fw.units), (*lead, bw.units)]
         if len(ctx.outputs) > len(shapes):
@@ -168,7 +193,7 @@ class BidirectionalSequenceRnn(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, aux, time_major, merge, parallel, fw, bw, fw_aux, bw_aux = self._setup(ctx)
-        activation = _activation(ctx, 12)
+        activation = _activation(ctx, BIDI_ACTIVATION)
         x = to_time_major(x, time_major)
         if aux is not None:
             aux = to_time_major(aux, time_major)
