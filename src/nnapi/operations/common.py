@@ -42,10 +42,6 @@ _INTEGER_RANGES = {
 }
 
 
-def is_quantized(code: OperandCode) -> bool:
-    return code in ASYMM_QUANT_TYPES or code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL
-
-
 def integer_range(code_or_dtype: OperandCode | np.dtype) -> tuple[int, int]:
     dtype = dtype_of(code_or_dtype) if isinstance(code_or_dtype, OperandCode | int) and not isinstance(
         code_or_dtype, np.dtype) else np.dtype(code_or_dtype)
