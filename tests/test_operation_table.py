@@ -226,6 +226,31 @@ def test_optional_arguments_raise_the_feature_level():
     assert introduced_in(Op.BATCH_MATMUL) == FeatureLevelCode.FEATURE_LEVEL_6
 
 
+@pytest.mark.parametrize("code", CODES, ids=_ids(CODES))
+def test_runtime_gives_an_operation_to_devices_of_its_signature_level(code):
+    """The partitioner's feature level for an operation (which devices may be given it)
+    is the one its signature needs, not more: a feature level 6 device runs PACK."""
+    from nnapi.runtime.execution_plan import operation_feature_level
+    from nnapi.runtime.model_builder import build_hal_model
+
+    sample = SAMPLES[code]
+    inputs = [t for t, _ in sample.inputs]
+    needed = get_operation(code).check_signature(ValidationContext(code, inputs, list(sample.outputs)))
+    model = nnapi.Model()
+    indexes = [model.add_operand(t) for t in inputs]
+    for index, (t, value) in zip(indexes, sample.inputs, strict=True):
+        if not t.is_tensor or value is None:  # constants and omitted operands
+            model.set_operand_value(index, value)
+    outputs = [model.add_operand(t) for t in sample.outputs]
+    model.add_operation(code, indexes, outputs)
+    model.identify_inputs_and_outputs([i for i, (t, value) in zip(indexes, sample.inputs, strict=True)
+                                       if t.is_tensor and value is not None], outputs)
+    model.finish()
+    hal_model, _ = build_hal_model(model)
+    level = operation_feature_level(hal_model, hal_model.main, hal_model.main.operations[0])
+    assert introduced_in(code) <= level <= needed
+
+
 # --- declared shapes checked at add_operation ------------------------------------------------
 
 

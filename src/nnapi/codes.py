@@ -213,3 +213,31 @@ class ResultCode(IntEnum):
     RESOURCE_EXHAUSTED_TRANSIENT = 12
     RESOURCE_EXHAUSTED_PERSISTENT = 13
     DEAD_OBJECT = 14
+
+
+#: the last operation code of each feature level (codes are assigned in order)
+_LAST_OPERATION_OF_LEVEL = (
+    (OperationCode.TANH, FeatureLevelCode.FEATURE_LEVEL_1),
+    (OperationCode.TRANSPOSE, FeatureLevelCode.FEATURE_LEVEL_2),
+    (OperationCode.RESIZE_NEAREST_NEIGHBOR, FeatureLevelCode.FEATURE_LEVEL_3),
+    (OperationCode.RANK, FeatureLevelCode.FEATURE_LEVEL_4),
+    (OperationCode.PACK, FeatureLevelCode.FEATURE_LEVEL_6),
+)
+
+
+def operation_introduced_in(code: int) -> FeatureLevelCode:
+    """The NNAPI feature level that introduced operation ``code`` (its "Available since"
+    line in NeuralNetworksTypes.h)."""
+    for last, level in _LAST_OPERATION_OF_LEVEL:
+        if code <= last:
+            return level
+    return FeatureLevelCode.FEATURE_LEVEL_7
+
+
+def operand_type_introduced_in(code: int) -> FeatureLevelCode:
+    """The NNAPI feature level that introduced operand type ``code``."""
+    if code >= OperandCode.TENSOR_QUANT8_ASYMM_SIGNED:
+        return FeatureLevelCode.FEATURE_LEVEL_4
+    if code >= OperandCode.BOOL:
+        return FeatureLevelCode.FEATURE_LEVEL_3
+    return FeatureLevelCode.FEATURE_LEVEL_1

@@ -8,6 +8,12 @@ from typing import Any
 
 from nnapi.codes import OperandCode, OperationCode, ResultCode
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
+from nnapi.runtime.type_manager import (  # noqa: F401 (the HAL's spelling)
+    EXTENSION_TYPE_BASE,
+    extension_prefix,
+    is_extension_type,
+)
+from nnapi.runtime.type_manager import split as split_extension_type
 
 #: Timing's "no measurement" value, as UINT64_MAX in the HAL.
 NO_TIMING = 0xFFFFFFFFFFFFFFFF
@@ -152,15 +158,6 @@ class Extension:
     operand_types: list[ExtensionOperandTypeInformation] = field(default_factory=list)
 
 
-#: Operand and operation type values at or above this are extension types.
-EXTENSION_TYPE_BASE = 1 << 16
-EXTENSION_TYPE_LOW_BITS = 16
-
-
-def is_extension_type(value: int) -> bool:
-    return int(value) >= EXTENSION_TYPE_BASE
-
-
 def operation_name(value: int, model: Model | None = None) -> str:
     """OperationCode's name, or a description of an extension or unknown operation type
     (a HAL model may carry any value; naming it must not fail). With ``model``, an
@@ -181,11 +178,11 @@ def operand_type_name(value: int, model: Model | None = None) -> str:
 
 def _unnamed(kind: str, value: int, model: Model | None) -> str:
     if is_extension_type(value):
-        prefix = int(value) >> 16
+        prefix, within = split_extension_type(value)
         for entry in model.extension_name_to_prefix if model is not None else ():
             if entry.prefix == prefix:
-                return f"{entry.name} {kind} {int(value) & 0xFFFF}"
-        return f"extension {kind} {int(value) & 0xFFFF} (prefix {prefix})"
+                return f"{entry.name} {kind} {within}"
+        return f"extension {kind} {within} (prefix {prefix})"
     return f"unknown {kind} {int(value)}"
 
 

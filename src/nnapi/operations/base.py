@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
+from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode, operand_type_introduced_in
+from nnapi.codes import operation_introduced_in as introduced_in
 from nnapi.errors import BadDataError, NnapiError
 from nnapi.operand import OperandType, SymmPerChannelQuantParams, dtype_of
 
@@ -126,7 +127,8 @@ class ValidationContext:
         self._constants = list(constants) if constants is not None else [None] * len(self.inputs)
         #: the lowest feature level of the signature accepted so far: the operation's and
         #: its operand types' own levels, raised by ``at_least`` for newer arguments
-        self.feature_level = max([introduced_in(code), *(_operand_level(t.type) for t in (*inputs, *outputs))])
+        self.feature_level = max([introduced_in(code),
+                                  *(operand_type_introduced_in(t.type) for t in (*inputs, *outputs))])
 
     def at_least(self, level: FeatureLevelCode) -> None:
         """The signature uses something (an optional argument, a rule) of ``level``."""
@@ -218,29 +220,6 @@ class ValidationContext:
 
     def input_type(self, index: int) -> OperandCode:
         return self.inputs[index].type
-
-
-_F = FeatureLevelCode
-#: the last operation code of each feature level (codes are assigned in order)
-_LAST_OPERATION_OF_LEVEL = ((OperationCode.TANH, _F.FEATURE_LEVEL_1), (OperationCode.TRANSPOSE, _F.FEATURE_LEVEL_2),
-                            (OperationCode.RESIZE_NEAREST_NEIGHBOR, _F.FEATURE_LEVEL_3),
-                            (OperationCode.RANK, _F.FEATURE_LEVEL_4), (OperationCode.PACK, _F.FEATURE_LEVEL_6))
-
-
-def introduced_in(code: OperationCode) -> FeatureLevelCode:
-    """The NNAPI feature level that introduced operation ``code``."""
-    for last, level in _LAST_OPERATION_OF_LEVEL:
-        if code <= last:
-            return level
-    return _F.FEATURE_LEVEL_7
-
-
-def _operand_level(code: OperandCode) -> FeatureLevelCode:
-    if code >= OperandCode.TENSOR_QUANT8_ASYMM_SIGNED:
-        return _F.FEATURE_LEVEL_4
-    if code >= OperandCode.BOOL:
-        return _F.FEATURE_LEVEL_3
-    return _F.FEATURE_LEVEL_1
 
 
 class ExecutionContext:

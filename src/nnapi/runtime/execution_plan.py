@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nnapi import tracing, vlog
-from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
+from nnapi.codes import (
+    FeatureLevelCode,
+    OperandCode,
+    OperationCode,
+    operand_type_introduced_in,
+    operation_introduced_in,
+)
 from nnapi.errors import BadDataError
 from nnapi.hal import (
     DataLocation,
@@ -51,7 +57,7 @@ from nnapi.hal import (
     Timing,
 )
 from nnapi.hal.interfaces import IFencedExecutionCallback, _DoneCallback, wait_for_fences
-from nnapi.hal.types import NO_TIMING, is_extension_type, operation_name
+from nnapi.hal.types import NO_TIMING, extension_prefix, is_extension_type, operation_name
 from nnapi.operand import dtype_of, is_tensor
 from nnapi.runtime.device_memory import DeviceMemoryPool, execute_on, needs_staging, staged
 
@@ -61,33 +67,21 @@ F = FeatureLevelCode
 #: Errors an execution is not retried on the CPU for: the caller must act on them.
 _NO_FALLBACK = frozenset({ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                           ErrorStatus.MISSED_DEADLINE_PERSISTENT})
+#: How often a step is run again with the temporary output sizes its driver reported
+#: (OUTPUT_INSUFFICIENT_SIZE) before the plan gives up: a driver whose reported sizes keep
+#: changing would otherwise loop forever.
+_STEP_OUTPUT_SIZE_ATTEMPTS = 3
+#: The performance of an operation without inputs (no operand type to rate it by): equal
+#: on every device, so the device order decides.
+_SAME_FOR_EVERY_DEVICE = 1.0
 
 
 # --- feature levels ---------------------------------------------------------------------
-def _operation_level(code: int) -> F:
-    if code <= OperationCode.TANH:
-        return F.FEATURE_LEVEL_1
-    if code <= OperationCode.TRANSPOSE:
-        return F.FEATURE_LEVEL_2
-    if code <= OperationCode.RESIZE_NEAREST_NEIGHBOR:
-        return F.FEATURE_LEVEL_3
-    if code <= OperationCode.RANK:
-        return F.FEATURE_LEVEL_4
-    if code <= OperationCode.BATCH_MATMUL:
-        return F.FEATURE_LEVEL_6
-    return F.FEATURE_LEVEL_7
-
-
 def _operand_level(operand: Operand) -> F:
     code = operand.type
     if is_extension_type(code):
         return F.FEATURE_LEVEL_3
-    if code >= OperandCode.TENSOR_QUANT8_ASYMM_SIGNED:
-        level = F.FEATURE_LEVEL_4
-    elif code >= OperandCode.BOOL:
-        level = F.FEATURE_LEVEL_3
-    else:
-        level = F.FEATURE_LEVEL_1
+    level = operand_type_introduced_in(code)
     # Unknown dimensions of a model input or output, or an unknown rank anywhere, arrived
     # with HAL 1.2 (dynamic output shapes).
     if is_tensor(code) and operand.lifetime in (L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT, L.TEMPORARY_VARIABLE):
@@ -101,7 +95,7 @@ def operation_feature_level(model: Model, subgraph: Subgraph, operation: Operati
     if is_extension_type(operation.type):
         level = F.FEATURE_LEVEL_3
     else:
-        level = _operation_level(int(operation.type))
+        level = operation_introduced_in(operation.type)
     for index in list(operation.inputs) + list(operation.outputs):
         if 0 <= index < len(subgraph.operands):
             operand = subgraph.operands[index]
@@ -134,9 +128,9 @@ def _missing_extension(model: Model, operation: Operation, subgraph: Subgraph, n
                                 if 0 <= i < len(subgraph.operands)]
     for t in types:
         if is_extension_type(t):
-            name = prefixes.get(int(t) >> 16)
+            name = prefixes.get(extension_prefix(t))
             if name not in names:
-                return name or f"with prefix {int(t) >> 16}"
+                return name or f"with prefix {extension_prefix(t)}"
     return None
 
 
@@ -243,7 +237,7 @@ def _performance(device: IDevice, model: Model, operation: Operation, preference
     if operation.type == OperationCode.WHILE:
         return pick(capabilities.while_performance)
     if not operation.inputs:
-        return 1.0
+        return _SAME_FOR_EVERY_DEVICE
     operand = model.main.operands[operation.inputs[0]]
     if model.relax_computation_float32_to_float16:
         if operand.type == OperandCode.TENSOR_FLOAT32:
@@ -510,7 +504,7 @@ class ExecutionPlan:
                 pool = staging
             inputs.append(RequestArgument(False, DataLocation(pool_index(pool), offset, length), list(dims)))
         sizes = list(layout.temp_sizes[number])
-        for _attempt in range(3):
+        for _attempt in range(_STEP_OUTPUT_SIZE_ATTEMPTS):
             temps: dict[int, np.ndarray] = {}
             outputs = []
             for k, index in enumerate(step.outputs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nnapi import hal
-from nnapi.hal.types import DataLocation, ExtensionNameAndPrefix, OperandLifeTime, is_extension_type
+from nnapi.hal.types import DataLocation, ExtensionNameAndPrefix, OperandLifeTime, extension_prefix, is_extension_type
 from nnapi.runtime import type_manager
 from nnapi.runtime.operand_values import CopiedValue, MemoryValue, ModelValue, NoValue, ReferencedValue
 
@@ -72,7 +72,7 @@ class _Builder:
             code = op_type.type
             if op_type.is_extension:
                 code = int(code)
-                self.extension_prefixes.add(code >> 16)
+                self.extension_prefixes.add(extension_prefix(code))
             operands.append(hal.Operand(
                 type=code, dimensions=list(op_type.dimensions), scale=op_type.scale,
                 zero_point=op_type.zero_point, lifetime=lifetime, location=location,
@@ -85,7 +85,7 @@ class _Builder:
             code = record.code
             if is_extension_type(code):
                 code = int(code)
-                self.extension_prefixes.add(code >> 16)
+                self.extension_prefixes.add(extension_prefix(code))
             operations.append(hal.Operation(code, list(record.inputs), list(record.outputs)))
         return hal.Subgraph(operands, operations, list(model._inputs), list(model._outputs)), order
 

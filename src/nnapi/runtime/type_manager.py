@@ -25,8 +25,10 @@ from typing import Any
 
 from nnapi import vlog
 
+#: An extension type value is its prefix above this many bits of type within the extension.
+_TYPE_WITHIN_EXTENSION_BITS = 16
 #: Operand and operation type values at or above this are extension types.
-EXTENSION_TYPE_BASE = 1 << 16
+EXTENSION_TYPE_BASE = 1 << _TYPE_WITHIN_EXTENSION_BITS
 #: The largest value an extension type may have (the NDK's types are 32-bit).
 MAX_EXTENSION_TYPE = 0xFFFFFFFF
 #: The largest type number within one extension (uint16_t in NeuralNetworksExtensions.h).
@@ -132,9 +134,14 @@ def is_extension_type(value: int) -> bool:
     return int(value) >= EXTENSION_TYPE_BASE
 
 
+def extension_prefix(value: int) -> int:
+    """The prefix (the extension's number within a model) of an extension type value."""
+    return int(value) >> _TYPE_WITHIN_EXTENSION_BITS
+
+
 def split(value: int) -> tuple[int, int]:
     """(prefix, type within the extension) of an extension type value."""
-    return int(value) >> 16, int(value) & 0xFFFF
+    return extension_prefix(value), int(value) & MAX_TYPE_WITHIN_EXTENSION
 
 
 def operand_type_info(value: int) -> OperandTypeInfo | None:

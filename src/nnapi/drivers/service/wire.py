@@ -38,6 +38,7 @@ from nnapi.hal.types import (
     Request,
     RequestArgument,
     Timing,
+    is_extension_type,
 )
 
 #: Version of the message schema; a peer speaking another one is refused at ``hello``.
@@ -237,7 +238,7 @@ def _enum(kind, value: Any, what: str, extension_ok: bool = False):
     try:
         return kind(number)
     except ValueError:
-        if extension_ok and number >= 1 << 16:
+        if extension_ok and is_extension_type(number):
             return number  # an extension type: prefix << 16 | type
         raise WireError(f"{what}: {number} is not a valid {kind.__name__}") from None
 
