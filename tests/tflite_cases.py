@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tflite_builder import Operator, Subgraph, Tensor, build, single_op
-from tflite_qlstm_cases import basic_uint8_lstm, integer_lstm
+from tflite_qlstm_cases import basic_float_lstm, basic_uint8_lstm, integer_lstm
 
 
 @dataclass
@@ -713,6 +713,8 @@ CASES: dict[str, Case] = {
     "sequence_lstm_int8_one_step": Case(lambda: integer_lstm(sequence=True, steps=1, cifg=True), "unrolled", 0),
     "basic_lstm_uint8": Case(basic_uint8_lstm, "QUANTIZED_16BIT_LSTM", 0),
     "basic_lstm_uint8_wide_input": Case(lambda: basic_uint8_lstm(inputs=6, units=4), "QUANTIZED_16BIT_LSTM", 0),
+    "basic_lstm_float": Case(basic_float_lstm, "float BASIC LSTM as LSTM"),
+    "basic_lstm_float_wide_input": Case(lambda: basic_float_lstm(inputs=7, units=3, batch=1), "as LSTM"),
     "dequantize_float16_input": Case(dequantize_float16_input, "CAST",
                                      reference=lambda f: {"y": f["x"].astype(np.float32)}),
 }

@@ -1,6 +1,6 @@
-"""Synthetic fully-integer LSTMs for the importer's QUANTIZED_LSTM / QUANTIZED_16BIT_LSTM
+"""Synthetic LSTMs for the importer's QUANTIZED_LSTM / QUANTIZED_16BIT_LSTM / LSTM
 lowerings: TFLite's int8 LSTM / UNIDIRECTIONAL_SEQUENCE_LSTM (int16 cell state, optional
-CIFG, peephole, layer normalization, projection, clipping) and its uint8 basic LSTM.
+CIFG, peephole, layer normalization, projection, clipping) and its uint8 and float basic LSTM.
 
 Weights are drawn in float and quantized as TFLite's converter does (symmetric int8
 weights, int16 layer-norm and peephole weights, int32 biases); the operator's
@@ -114,6 +114,24 @@ def basic_uint8_lstm(batch: int = 2, inputs: int = 3, units: int = 4, weights_sc
          Tensor("c", "int16", [batch, units], scale=2.0**-11, zero_point=0),
          Tensor("concat", "uint8", [batch, inputs + units], scale=1 / 128, zero_point=128),
          Tensor("activations", "int16", [batch, 4 * units], scale=2.0**-12, zero_point=0)]
+    op = Operator("LSTM", [0, 1, 2, 3, 4], [5, 6, 7, 8], ("LSTMOptions", {"FusedActivationFunction": 4,
+                                                                         "KernelType": 1}))
+    return build(Subgraph(t, [op], [0, 1, 4], [5, 6]))
+
+
+def basic_float_lstm(batch: int = 2, inputs: int = 3, units: int = 4, seed: int = 13) -> bytes:
+    """TFLite's BASIC LSTM kernel on float32 (one weight matrix over [input, previous output])."""
+    rng = np.random.default_rng(seed)
+    t = [Tensor("x", "float32", [batch, inputs]),
+         Tensor("h_in", "float32", [batch, units]),
+         Tensor("w", "float32", [4 * units, inputs + units],
+                data=(0.5 * rng.standard_normal((4 * units, inputs + units))).astype(np.float32)),
+         Tensor("b", "float32", [4 * units], data=(0.2 * rng.standard_normal(4 * units)).astype(np.float32)),
+         Tensor("c_in", "float32", [batch, units]),
+         Tensor("h", "float32", [batch, units]),
+         Tensor("c", "float32", [batch, units]),
+         Tensor("concat", "float32", [batch, inputs + units]),
+         Tensor("activations", "float32", [batch, 4 * units])]
     op = Operator("LSTM", [0, 1, 2, 3, 4], [5, 6, 7, 8], ("LSTMOptions", {"FusedActivationFunction": 4,
                                                                          "KernelType": 1}))
     return build(Subgraph(t, [op], [0, 1, 4], [5, 6]))

@@ -1597,10 +1597,7 @@ def _bidirectional_rnn(c: _Converter, op: _Operator) -> None:
 def _lstm(c: _Converter, op: _Operator) -> None:
     options = op.options("LSTMOptions")
     if options.KernelType() != 0:
-        if op.tensor(0).tfl_type != _UINT8:
-            raise UnsupportedOperator(f"the BASIC LSTM kernel on {op.tensor(0).type_name} has no NNAPI equivalent "
-                                      "(NNAPI's QUANTIZED_16BIT_LSTM takes uint8)")
-        _basic_quantized_lstm(c, op)
+        _basic_lstm(c, op, options)
         return
     if op.tensor(0).tfl_type == _INT8:
         _integer_lstm(c, op, options)
@@ -1775,19 +1772,26 @@ def _integer_sequence_lstm(c: _Converter, op: _Operator, options: Any) -> None:
 
 
 # TFLite's basic LSTM kernel: concatenated weights [4 * units, input + units] in gate order
-# input, cell, forget, output; NNAPI QUANTIZED_16BIT_LSTM's inputs 1-12.
+# input, cell, forget, output; NNAPI's LSTMs take one matrix per gate, in the order
+# input, forget, cell, output.
 _BASIC_INPUT, _BASIC_PREV_ACTIVATION, _BASIC_WEIGHTS, _BASIC_BIAS, _BASIC_PREV_STATE = 0, 1, 2, 3, 4
 _BASIC_GATES = ("input", "cell", "forget", "output")
-_Q16_GATE_ORDER = ("input", "forget", "cell", "output")
+_NNAPI_GATE_ORDER = ("input", "forget", "cell", "output")
 
 
-def _basic_quantized_lstm(c: _Converter, op: _Operator) -> None:
+def _basic_lstm(c: _Converter, op: _Operator, options: Any) -> None:
+    """TFLite's BASIC LSTM kernel: one weight matrix over [input, previous output] and one
+    bias, gate blocks input, cell, forget, output; float32 -> LSTM, uint8 -> QUANTIZED_16BIT_LSTM."""
     if len(op.inputs) != 5:
         raise UnsupportedOperator(f"a BASIC LSTM with {len(op.inputs)} inputs (expected 5)")
+    x_info = op.tensor(_BASIC_INPUT)
+    if x_info.tfl_type not in (_FLOAT32, _UINT8):
+        raise UnsupportedOperator(f"the BASIC LSTM kernel on {x_info.type_name} has no NNAPI equivalent (LSTM takes "
+                                  "float, QUANTIZED_16BIT_LSTM uint8)")
     for position in (_BASIC_WEIGHTS, _BASIC_BIAS):
         if op.tensor(position).data is None:
-            raise UnsupportedOperator(f"input {position} ({op.tensor(position).name}) of a quantized BASIC LSTM must "
-                                      "be a constant")
+            raise UnsupportedOperator(f"input {position} ({op.tensor(position).name}) of a BASIC LSTM must be a "
+                                      "constant")
     weights_info, bias_info = op.tensor(_BASIC_WEIGHTS), op.tensor(_BASIC_BIAS)
     rows, columns = weights_info.shape
     units = rows // 4
@@ -1799,20 +1803,38 @@ def _basic_quantized_lstm(c: _Converter, op: _Operator) -> None:
         tensor = op.outputs[position]
         if tensor >= 0 and (tensor in op.graph.outputs or tensor in readers):
             raise UnsupportedOperator(f"output {position} ({op.graph.tensors[tensor].name}), a kernel temporary, is "
-                                      "read; NNAPI's QUANTIZED_16BIT_LSTM does not produce it")
-    weights = weights_info.data
-    weight_type = c.nn_type(weights_info)
-    blocks = {gate: weights[i * units:(i + 1) * units] for i, gate in enumerate(_BASIC_GATES)}
+                                      "read; NNAPI's LSTMs do not produce it")
+    blocks = {gate: weights_info.data[i * units:(i + 1) * units] for i, gate in enumerate(_BASIC_GATES)}
     biases = {gate: bias_info.data[i * units:(i + 1) * units] for i, gate in enumerate(_BASIC_GATES)}
+    weight_type, bias_type = c.nn_type(weights_info), c.nn_type(bias_info).with_dimensions([units])
+    if x_info.tfl_type == _FLOAT32:
+        if options.FusedActivationFunction() != _ACT_TANH or options.CellClip() or options.ProjClip():
+            raise UnsupportedOperator("a float BASIC LSTM computes with tanh and no clipping only")
+        # TFLite's kernel multiplies [input, previous output]: the first input_size columns
+        # are the input weights.
+        order = _NNAPI_GATE_ORDER
+        x_weights = [c.const_operand(np.ascontiguousarray(blocks[g][:, :input_size]),
+                                     weight_type.with_dimensions([units, input_size])) for g in order]
+        h_weights = [c.const_operand(np.ascontiguousarray(blocks[g][:, input_size:]),
+                                     weight_type.with_dimensions([units, units])) for g in order]
+        bias_operands = [c.const_operand(biases[g], bias_type) for g in order]
+        absent = [c.omitted(OperandType(T.TENSOR_FLOAT32, [0])) for _ in range(5)]  # peepholes, projection
+        batch = x_info.shape[0]
+        scratch = c.add(OperandType(T.TENSOR_FLOAT32, [max(batch, 0), 4 * units]))
+        state_out = c.add(OperandType(T.TENSOR_FLOAT32, [max(batch, 0), units]))
+        c.emit(Op.LSTM, [c.input(_BASIC_INPUT), *x_weights, *h_weights, *absent[:3], *bias_operands, *absent[3:],
+                         c.input(_BASIC_PREV_ACTIVATION), c.input(_BASIC_PREV_STATE), c.i32(_ACT_TANH), c.f32(0.0),
+                         c.f32(0.0)], [scratch, state_out, c.output(1), c.output(0)])
+        c.lowered("float BASIC LSTM as LSTM: concatenated weights and biases split per gate")
+        return
     # As TFLite's NNAPI delegate splits them: the first `units` columns are the recurrent
     # weights, the rest the input weights; QUANTIZED_16BIT_LSTM concatenates them back in
     # that order and multiplies by [input, previous output], as TFLite's kernel does.
     input_weights = [c.const_operand(np.ascontiguousarray(blocks[g][:, units:]),
-                                     weight_type.with_dimensions([units, input_size])) for g in _Q16_GATE_ORDER]
+                                     weight_type.with_dimensions([units, input_size])) for g in _NNAPI_GATE_ORDER]
     recurrent_weights = [c.const_operand(np.ascontiguousarray(blocks[g][:, :units]),
-                                         weight_type.with_dimensions([units, units])) for g in _Q16_GATE_ORDER]
-    bias_type = c.nn_type(bias_info).with_dimensions([units])
-    bias_operands = [c.const_operand(biases[g], bias_type) for g in _Q16_GATE_ORDER]
+                                         weight_type.with_dimensions([units, units])) for g in _NNAPI_GATE_ORDER]
+    bias_operands = [c.const_operand(biases[g], bias_type) for g in _NNAPI_GATE_ORDER]
     c.emit(Op.QUANTIZED_16BIT_LSTM,
            [c.input(_BASIC_INPUT), *input_weights, *recurrent_weights, *bias_operands, c.input(_BASIC_PREV_STATE),
             c.input(_BASIC_PREV_ACTIVATION)], [c.output(1), c.output(0)])
