@@ -404,7 +404,10 @@ SNOOPER = textwrap.dedent('''
                   ("execute", {"h": own, "r": msgpack.packb([[[0, handle, 0, 16]], argument, argument])}),
                   ("execute", {"h": own, "r": msgpack.packb([[[1, handle]], argument, argument])})]
         if handle != own:
-            probes += [("execute", {"h": handle, "r": msgpack.packb([[], [], []])}), ("burst", {"h": handle})]
+            probes += [("execute", {"h": handle, "r": msgpack.packb([[], [], []])}), ("burst", {"h": handle}),
+                       ("bind", {"b": handle, "r": msgpack.packb([[], [], []])}),
+                       ("bind", {"h": handle, "r": msgpack.packb([[], [], []])})]
+        probes.append(("run", {"x": handle}))
         for op, args in probes:
             reply = ask(op, args)
             if reply.get("ok") or "unknown" not in reply.get("msg", ""):
@@ -426,11 +429,64 @@ def test_a_client_cannot_reach_another_clients_memory(remote):
     execution.set_input_from_memory(0, secret, 0, x.nbytes)
     execution.set_output(0, np.zeros((1, 4), np.float32))
     execution.compute()
-    nnapi.Burst(compilation)
+    burst = nnapi.Burst(compilation)
+    bound = nnapi.Execution(compilation)  # a request bound in the service, named by number
+    bound.set_reusable(True)
+    bound.set_input_from_memory(0, secret, 0, x.nbytes)
+    bound.set_output(0, np.zeros((1, 4), np.float32))
+    bound.burst_compute(burst)
+    bound.compute()
     result = subprocess.run([sys.executable, "-c", SNOOPER, str(running.path)], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"  # every handle of the other client is unknown to this one
+
+
+def test_reusable_execution_is_bound_once_in_the_service(remote):
+    running, devices = remote("svcbound")
+    device = devices["nnapi-reference@svcbound"]
+    compilation = nnapi.Compilation(build_demo_model(), [device])
+    compilation.finish()
+    link = device._hal._link
+    ops = []
+    call = link.call
+
+    def counting(op, *args, **kwargs):
+        ops.append(op)
+        return call(op, *args, **kwargs)
+
+    link.call = counting
+    x = demo_input(0).copy()
+    y = np.zeros((1, 4), np.float32)
+    for use_burst in (True, False):
+        burst = nnapi.Burst(compilation) if use_burst else None
+        execution = nnapi.Execution(compilation)
+        execution.set_reusable(True)
+        execution.set_input(0, x)
+        execution.set_output(0, y)
+        ops.clear()
+        for seed in range(4):
+            x[...] = demo_input(seed)  # the same buffer, new values: staged again before each run
+            y[...] = 0
+            execution.burst_compute(burst) if use_burst else execution.compute()
+            np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+        # the request crossed once; each computation after it is one small "run" message
+        assert [op for op in ops if op not in ("map", "forget", "release")] == ["bind"] + ["run"] * 4, ops
+    link.call = call
+    running.kill()
+    with pytest.raises(nnapi.NnapiError) as caught:
+        execution.compute()
+    assert caught.value.code == ResultCode.DEAD_OBJECT
+
+
+def test_the_service_keeps_freed_memory():
+    # glibc's adaptive trimming made a fresh service page-fault a model's temporaries back in
+    # on every execution; the service process fixes the thresholds at start
+    import platform
+
+    from nnapi.drivers.service.server import keep_freed_memory
+
+    assert keep_freed_memory() is (platform.libc_ver()[0] == "glibc")
 
 
 CLIENT = textwrap.dedent('''

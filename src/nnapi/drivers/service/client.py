@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
+import math
 import mmap
 import os
 import select
@@ -28,8 +29,19 @@ from typing import Any
 
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode
 from nnapi.drivers.service import wire
-from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IBurst, IDevice, IPreparedModel, Priority, serialize
+from nnapi.hal import (
+    ErrorStatus,
+    ExecutionPreference,
+    HalError,
+    IBurst,
+    IDevice,
+    IExecution,
+    IPreparedModel,
+    Priority,
+    serialize,
+)
 from nnapi.hal import types as hal_types
+from nnapi.operand import dtype_of
 
 #: Seconds a call without a deadline may wait for the service before it counts as hung
 #: (NNAPI_SERVICE_TIMEOUT overrides).
@@ -66,7 +78,10 @@ class _Arena:
 
     def close(self) -> None:
         self.view.release()
-        self.mapping.close()
+        try:
+            self.mapping.close()
+        except BufferError:
+            pass  # views of it are still referenced; the mapping goes with the last
         os.close(self.fd)
 
 
@@ -107,7 +122,7 @@ class ServiceLink:
             # Python-level timeout would add a poll() before every send and receive.
             sock.settimeout(None)
             self._applied_timeout = None
-            self._sock, self._reader = sock, wire.FrameReader(sock)
+            self._sock, self._reader = sock, wire.FrameReader(sock, descriptors=False)
             self.generation += 1
             self.dead = False
             self._fd_pools.clear()
@@ -161,7 +176,8 @@ class ServiceLink:
                 raise _dead(f"the driver service {self.path} is not running")
             if generation is not None and generation != self.generation:
                 raise _dead(f"the driver service {self.path} restarted; prepare the model again")
-            self._flush_garbage()
+            if self._garbage:
+                self._flush_garbage()
             return self._call_locked(op, args, fds, deadline_ns)
 
     def _call_locked(self, op: str, args: dict, fds: Sequence[int], deadline_ns: int | None) -> Any:
@@ -333,6 +349,30 @@ class _Staging:
 
     def map_args(self) -> dict:
         return {"pools": self.new}
+
+    def argument_copies(self, request) -> tuple[list, list]:
+        """For a bound request: the (destination, source) views to copy before each run
+        (staged inputs into the arena) and after it (staged outputs back), each only the
+        argument's bytes."""
+        def copies(arguments, inbound: bool) -> list:
+            result = []
+            for position, argument in enumerate(arguments):
+                staged = None if argument.has_no_value else self._copies.get(argument.location.pool_index)
+                if staged is None:
+                    continue
+                view, base = staged
+                start, length = argument.location.offset, argument.location.length
+                arena = self.arena.view[base + start: base + start + length]
+                mine = view[start: start + length]
+                if inbound:
+                    result.append((arena, mine))
+                elif not mine.readonly:
+                    result.append((position, mine, arena))
+            return result
+
+        if self.arena is None:
+            return [], []
+        return copies(request.inputs, True), copies(request.outputs, False)
 
 
 def _call_with_pools(link: ServiceLink, staging: _Staging, op: str, args: dict, deadline_ns: int | None = None,
@@ -514,6 +554,9 @@ class RemotePreparedModel(IPreparedModel):
                               "burst", 1)
         return RemoteBurst(self, handle)
 
+    def create_reusable_execution(self, request, measure_timing=False, loop_timeout_ns=None) -> IExecution:
+        return RemoteExecution(self, "h", self._handle, request, measure_timing, loop_timeout_ns)
+
 
 class RemoteBurst(IBurst):
     def __init__(self, prepared: RemotePreparedModel, handle: int) -> None:
@@ -524,6 +567,67 @@ class RemoteBurst(IBurst):
     def execute(self, request, measure_timing=False, deadline_ns=None, loop_timeout_ns=None):
         return self._prepared._run("burst_execute", "b", self._handle, request, measure_timing, deadline_ns,
                                    loop_timeout_ns)
+
+    def create_reusable_execution(self, request, measure_timing=False, loop_timeout_ns=None) -> IExecution:
+        return RemoteExecution(self._prepared, "b", self._handle, request, measure_timing, loop_timeout_ns)
+
+
+class RemoteExecution(IExecution):
+    """A request bound in the service (createReusableExecution of a prepared model or a
+    burst), as Android's burst caches its memory pools: the pools are registered and the
+    request is sent, validated and bound by the driver once; each computation sends only
+    the execution's number and deadline. Plain buffers are staged in an arena this
+    execution keeps: its inputs are copied in before each run and its outputs back after."""
+
+    def __init__(self, prepared: RemotePreparedModel, key: str, handle: int, request, measure_timing: bool,
+                 loop_timeout_ns: int | None) -> None:
+        link = self._link = prepared._link
+        self._generation = prepared._generation
+        staging = _Staging(link)
+        try:
+            with link._lock:
+                if self._generation != link.generation:
+                    raise _dead("the driver service restarted; prepare the model again")
+                args = {key: handle, "r": wire.encode_request(staging.refs(request.pools), request),
+                        "timing": bool(measure_timing), "loop": loop_timeout_ns}
+                result = _call_with_pools(link, staging, "bind", args, None, self._generation)
+            self._handle = wire.get_int(result, "execution", 1)
+        except BaseException:
+            staging.done()
+            raise
+        self._copy_in, copy_out = staging.argument_copies(request)
+        # an output's bytes past its result (a dynamic shape) stay the caller's: copy the
+        # result's size when the model says how big an element is
+        model = prepared._model
+        self._copy_out = [(position, mine, arena, _element_size(model, position))
+                          for position, mine, arena in copy_out]
+        self._run_args = {"x": self._handle, "deadline": None}
+        #: the last result as received and as decoded: a repeat is not decoded again
+        self._last: tuple[Any, Any] = (None, None)
+        weakref.finalize(self, _release, link, "execution", self._handle, self._generation, staging)
+
+    def execute(self, deadline_ns: int | None = None):
+        link = self._link
+        with link._lock:
+            if self._generation != link.generation:
+                raise _dead("the driver service restarted; prepare the model again")
+            for arena, mine in self._copy_in:
+                arena[:] = mine
+            args = self._run_args
+            args["deadline"] = deadline_ns
+            result = link.call("run", args, (), deadline_ns, self._generation)
+        raw, decoded = self._last
+        if result != raw:
+            shapes_v, timing_v = wire.get_list(result, "execution result", 2)
+            decoded = wire.decode_shapes(shapes_v), wire.decode_timing(timing_v)
+            self._last = result, decoded
+        shapes, timing = decoded
+        for position, mine, arena, size in self._copy_out:
+            count = len(mine)
+            if size is not None and position < len(shapes):
+                count = min(count, size * math.prod(shapes[position].dimensions))
+            mine[:count] = arena[:count]
+        return [hal_types.OutputShape(list(shape.dimensions), shape.is_sufficient) for shape in shapes], timing
 
 
 class RemoteBuffer:
@@ -555,6 +659,17 @@ class RemoteBuffer:
 
     def copy_from(self, src, dimensions: list[int]) -> None:
         self._copy("copy_from", src, dimensions)
+
+
+def _element_size(model, position: int) -> int | None:
+    """Bytes per element of the model's output ``position`` (None: unknown)."""
+    if model is None:
+        return None
+    try:
+        code = model.main.operands[model.main.output_indexes[position]].type
+        return None if hal_types.is_extension_type(int(code)) else int(dtype_of(code).itemsize)
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
 
 
 class _FencedDone:

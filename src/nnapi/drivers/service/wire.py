@@ -83,13 +83,22 @@ def send_frame(sock: socket.socket, payload: bytes, fds: list[int] = ()) -> None
 class FrameReader:
     """Reads frames from a socket, with the descriptors they carry."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, descriptors: bool = True) -> None:
+        """``descriptors=False``: a peer that never sends any (the service's replies); the
+        kernel closes any it sends anyway, and each receive goes into one reused buffer."""
         self._sock = sock
         self._buffer = bytearray()
         self._fds: list[int] = []
+        self._chunk = None if descriptors else bytearray(1 << 16)
 
     def _receive(self) -> bytes:
         """One recvmsg: its bytes; the descriptors that came with them are queued."""
+        chunk = self._chunk
+        if chunk is not None:
+            count = self._sock.recv_into(chunk)
+            if not count:
+                raise EOFError("connection closed")
+            return chunk[:count]
         data, ancillary, flags, _ = self._sock.recvmsg(1 << 16, _ANCILLARY_SPACE)
         for level, kind, cdata in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
