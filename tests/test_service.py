@@ -479,6 +479,39 @@ def test_reusable_execution_is_bound_once_in_the_service(remote):
     assert caught.value.code == ResultCode.DEAD_OBJECT
 
 
+def test_compilation_cache_through_the_service(remote, tmp_path):
+    running, devices = remote("svccache")
+    device = devices["nnapi-reference@svccache"]
+    token = bytes(range(32))
+    outputs = []
+    for expected_from_cache in (0, 1):
+        compilation = nnapi.Compilation(build_demo_model(), [device])
+        compilation.set_caching(str(tmp_path), token)
+        compilation.finish()
+        assert compilation.prepared_from_cache == expected_from_cache
+        x, y = _run_demo(compilation, demo_input(4))
+        np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+        outputs.append(y)
+        # the service validates requests to a model prepared from the cache as to any other
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, x)
+        execution.set_output(0, np.zeros((1, 4), np.float32))
+        execution.compute()
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    # a cache "file" that is a pipe would block the driver reading it: refused, service alive
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(nnapi.hal.HalError) as caught:
+            device._hal.prepare_model_from_cache([read_end], [read_end], token)
+        assert caught.value.status == ErrorStatus.INVALID_ARGUMENT and "regular file" in str(caught.value)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert running.process.poll() is None
+    x, y = _run_demo(compilation)
+    np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+
+
 def test_the_service_keeps_freed_memory():
     # glibc's adaptive trimming made a fresh service page-fault a model's temporaries back in
     # on every execution; the service process fixes the thresholds at start

@@ -172,7 +172,7 @@ class ServiceLink:
         """Send one request and wait for its reply. HalError with the driver's status, or
         DEAD_OBJECT when the service is gone, hung, or restarted since ``generation``."""
         with self._lock:
-            if not self.ensure():
+            if self.dead and not self.ensure():
                 raise _dead(f"the driver service {self.path} is not running")
             if generation is not None and generation != self.generation:
                 raise _dead(f"the driver service {self.path} restarted; prepare the model again")

@@ -27,6 +27,7 @@ from typing import Any
 from nnapi.drivers.service import wire
 from nnapi.drivers.service.wire import WireError, get_bool, get_int, get_list, get_map, get_opt_int
 from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, Priority, serialize
+from nnapi.hal import Model as HalModel
 from nnapi.hal.validation import validate_model, validate_request
 
 _MAX_HANDLES = 1 << 16
@@ -350,8 +351,17 @@ class Service:
         return [None if ok else "declined by the driver" for ok in device.get_supported_operations(model)]
 
     def _cache_fds(self, args: dict, fds: list[int]) -> tuple[list[int], list[int]]:
+        """The cache files of a message: regular files only (a pipe or socket would block
+        the driver reading it, a device file is no cache)."""
         model_cache = [self._fd(fds, i, "model cache") for i in get_list(args.get("mc", []), "model cache", limit=64)]
         data_cache = [self._fd(fds, i, "data cache") for i in get_list(args.get("dc", []), "data cache", limit=64)]
+        for fd in (*model_cache, *data_cache):
+            try:
+                regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            except OSError:
+                regular = False
+            if not regular:
+                raise WireError("a cache file must be a regular file")
         return model_cache, data_cache
 
     def _prepare(self, args: dict, fds: list[int], session: _Session) -> int:
@@ -377,8 +387,18 @@ class Service:
         if not hasattr(device, "prepare_model_from_cache"):
             raise HalError(ErrorStatus.GENERAL_FAILURE, "compilation caching not supported")
         prepared = device.prepare_model_from_cache(model_cache, data_cache, token, deadline)
-        # No model here: requests to it are validated by the driver alone (as it must anyway).
-        return session.add(session.prepared, (prepared, None))
+        # The cache came from the client: the model the driver rebuilt from it (where the
+        # driver shows it) is validated as a prepared one is, and requests are checked
+        # against it; a driver that keeps none validates requests alone (as it must anyway).
+        model = getattr(prepared, "model", None)
+        if isinstance(model, HalModel):
+            try:
+                validate_model(model)
+            except HalError as error:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"the model in the cache is invalid: {error}") from None
+        else:
+            model = None
+        return session.add(session.prepared, (prepared, model))
 
     def _execute(self, args: dict, fds: list[int], session: _Session) -> list:
         prepared, model = self._prepared(session, args.get("h"))
