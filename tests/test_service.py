@@ -479,6 +479,39 @@ def test_reusable_execution_is_bound_once_in_the_service(remote):
     assert caught.value.code == ResultCode.DEAD_OBJECT
 
 
+def test_tensors_in_shared_memory_cross_without_copies(remote):
+    _, devices = remote("svccopy")
+    device = devices["nnapi-reference@svccopy"]
+    link = device._hal._link
+    compilation = nnapi.Compilation(build_demo_model(), [device])
+    compilation.finish()
+    shape = demo_input(0).shape
+    size = demo_input(0).nbytes
+    shared_in, shared_out = nnapi.Memory.create_shared(size), nnapi.Memory.create_shared(16)
+    x_shared = np.frombuffer(shared_in.buffer, np.float32).reshape(shape)
+    y_shared = np.frombuffer(shared_out.buffer, np.float32).reshape(1, 4)
+    x_plain, y_plain = np.zeros(shape, np.float32), np.zeros((1, 4), np.float32)
+    for reusable in (False, True):
+        for shared in (True, False):
+            burst = nnapi.Burst(compilation)
+            execution = nnapi.Execution(compilation)
+            execution.set_reusable(reusable)
+            if shared:
+                execution.set_input_from_memory(0, shared_in, 0, size)
+                execution.set_output_from_memory(0, shared_out, 0, 16)
+            else:
+                execution.set_input(0, x_plain)
+                execution.set_output(0, y_plain)
+            x, y = (x_shared, y_shared) if shared else (x_plain, y_plain)
+            for seed in range(3 if reusable else 1):
+                x[...] = demo_input(seed)
+                before = link.staged_bytes
+                execution.burst_compute(burst)
+                np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+                # by descriptor: no byte copied; plain buffers: staged in and out once each
+                assert link.staged_bytes - before == (0 if shared else size + 16), (reusable, shared, seed)
+
+
 def test_compilation_cache_through_the_service(remote, tmp_path):
     running, devices = remote("svccache")
     device = devices["nnapi-reference@svccache"]

@@ -12,6 +12,7 @@ import mmap
 import os
 import stat
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,8 @@ class Memory(NnapiObject):
         # Close the descriptor when the Memory is collected, even if free() never ran; the
         # mapping itself lives as long as any view of it.
         memory._close_fd = weakref.finalize(memory, os.close, fd) if fd is not None else None
+        if mapping is not None and fd is not None:
+            _MAPPED[mapping] = weakref.ref(memory)
         memory._desc = None
         #: a MemoryDesc memory the runtime holds itself (no device could allocate it)
         memory._device_buffer = None
@@ -270,6 +273,28 @@ class Memory(NnapiObject):
         self._ibuffer = None
         self._hal_pool = None
         self._device_buffer = None
+
+
+#: mapping -> the Memory it belongs to (see ``memory_of``)
+_MAPPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def memory_of(buffer: Any) -> tuple[int, int, int, bool] | None:
+    """For a request pool that is a whole Memory's mapped bytes (what the runtime hands
+    drivers for a memory from ``create_shared`` / ``from_fd``): its descriptor, where it
+    starts in the file, its size and whether it is writable; None for anything else. A
+    transport that passes descriptors (the driver service) sends the memory itself instead
+    of copying its bytes."""
+    if not isinstance(buffer, memoryview):
+        return None
+    reference = _MAPPED.get(buffer.obj) if isinstance(buffer.obj, mmap.mmap) else None
+    memory = reference() if reference is not None else None
+    if memory is None or memory._fd is None or memory._mapping is None or buffer.nbytes != memory._size:
+        return None
+    start = np.frombuffer(memory._mapping, np.uint8).__array_interface__["data"][0] + memory._offset
+    if np.frombuffer(buffer, np.uint8).__array_interface__["data"][0] != start:
+        return None  # another part of the mapping
+    return memory._fd, memory._file_offset, memory._size, memory._writable
 
 
 #: Largest size a file offset can express (off_t).

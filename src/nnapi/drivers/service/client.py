@@ -41,6 +41,7 @@ from nnapi.hal import (
     serialize,
 )
 from nnapi.hal import types as hal_types
+from nnapi.memory import memory_of
 from nnapi.operand import dtype_of
 
 #: Seconds a call without a deadline may wait for the service before it counts as hung
@@ -105,6 +106,9 @@ class ServiceLink:
         self._arenas: list[_Arena] = []  # free arenas
         self._garbage: list[tuple[str, int, int]] = []  # (kind, handle, generation) to release
         self.timeout_s = float(os.environ.get("NNAPI_SERVICE_TIMEOUT", DEFAULT_TIMEOUT_S))
+        #: tensor bytes copied between callers' buffers and staging arenas (plain buffers
+        #: given to set_input / set_output); memory that crosses by descriptor adds nothing
+        self.staged_bytes = 0
 
     # --- connection ------------------------------------------------------------------------
     def connect(self) -> None:
@@ -242,10 +246,17 @@ class ServiceLink:
     # --- pools -----------------------------------------------------------------------------
     def fd_pool_ref(self, pool: Any, writable: bool, fds: list[int], new: list) -> list | None:
         """A reference to an fd-backed pool the service can map (sealed memfd), registering
-        it in this call's ``new`` list the first time; None when it cannot go by fd."""
+        it in this call's ``new`` list the first time; None when it cannot go by fd. The
+        pool is an FdPool, or a Memory's mapped bytes (``nnapi.memory.memory_of``)."""
         fd = getattr(pool, "fd", None)
-        if not isinstance(fd, int):
-            return None
+        if isinstance(fd, int):
+            offset, size = int(getattr(pool, "offset", 0)), int(pool.size)
+        else:
+            shared = memory_of(pool)
+            if shared is None:
+                return None
+            fd, offset, size, mapped_writable = shared
+            writable = writable and mapped_writable
         try:
             info = os.fstat(fd)
             seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
@@ -263,7 +274,7 @@ class ServiceLink:
             if len(self._fd_pools) > 1024:  # forget the oldest mapping
                 old_key = next(iter(self._fd_pools))
                 self._garbage.append(("pools", self._fd_pools.pop(old_key), self.generation))
-        return [0, pool_id, int(getattr(pool, "offset", 0)), int(pool.size)]
+        return [0, pool_id, offset, size]
 
     def take_arena(self, size: int) -> _Arena:
         with self._lock:
@@ -300,7 +311,9 @@ class _Staging:
         #: pool index -> (the caller's bytes, their offset in the arena)
         self._copies: dict[int, tuple[memoryview, int]] = {}
 
-    def refs(self, pools: Sequence[Any], writable: bool = True) -> list:
+    def refs(self, pools: Sequence[Any], writable: bool = True, copy_in: set[int] | None = None) -> list:
+        """References for ``pools``: by descriptor where they can go so, else staged in an
+        arena (their bytes copied in, or only those of the pools in ``copy_in``)."""
         buffer_token = getattr(hal_types, "BufferToken", None)
         refs: list = []
         staged: list[tuple[int, memoryview]] = []
@@ -322,25 +335,31 @@ class _Staging:
             pool_id = self.link.register_arena(self.arena, self.fds, self.new)
             offset = 0
             for index, view in staged:
-                self.arena.view[offset: offset + view.nbytes] = view
+                if copy_in is None or index in copy_in:
+                    self.arena.view[offset: offset + view.nbytes] = view
+                    self.link.staged_bytes += view.nbytes
                 refs[index] = [0, pool_id, offset, view.nbytes]
                 self._copies[index] = (view, offset)
                 offset += (view.nbytes + 63) & ~63
         return refs
 
-    def copy_back(self, request) -> None:
+    def copy_back(self, request, shapes: list | None = None, sizes: list | None = None) -> None:
         """Land the outputs staged in the arena in the caller's buffers (``refs`` was given
-        ``request.pools``, so pool indexes match)."""
+        ``request.pools``, so pool indexes match): with the outputs' ``shapes`` and element
+        ``sizes``, only the bytes of each result."""
         if self.arena is None:
             return
-        for argument in request.outputs:
+        for position, argument in enumerate(request.outputs):
             staged = None if argument.has_no_value else self._copies.get(argument.location.pool_index)
             if staged is None:
                 continue
             view, base = staged
             start, length = argument.location.offset, argument.location.length
+            if sizes is not None and shapes is not None and position < len(shapes):
+                length = min(length, sizes[position] * math.prod(shapes[position].dimensions))
             if not view.readonly:
                 view[start: start + length] = self.arena.view[base + start: base + start + length]
+                self.link.staged_bytes += length
 
     def done(self) -> None:
         if self.arena is not None:
@@ -520,20 +539,32 @@ class RemotePreparedModel(IPreparedModel):
         self._generation = generation
         self._model = model
         self._model_staging = staging  # keeps the staged model pools' arena until released
+        #: bytes per element of each output (None: not known, e.g. prepared from a cache)
+        sizes = [_element_size(model, position) for position in range(len(model.main.output_indexes))] \
+            if model is not None else None
+        self._output_sizes = sizes if sizes is not None and None not in sizes else None
         weakref.finalize(self, _release, link, "prepared", handle, generation, staging)
 
     def _run(self, op: str, key: str, handle: int, request, measure_timing, deadline_ns, loop_timeout_ns):
         staging = _Staging(self._link)
+        # Output-only buffers are not copied in when each result's size is known (then
+        # only the result's bytes come back); else their bytes must survive the run.
+        sizes = self._output_sizes
+        copy_in = None
+        if sizes is not None:
+            copy_in = {a.location.pool_index for a in request.inputs if not a.has_no_value}
         try:
             with self._link._lock:
                 if self._generation != self._link.generation:
                     raise _dead("the driver service restarted; prepare the model again")
-                args = {key: handle, "r": wire.encode_request(staging.refs(request.pools), request),
+                refs = staging.refs(request.pools, copy_in=copy_in)
+                args = {key: handle, "r": wire.encode_request(refs, request),
                         "timing": bool(measure_timing), "deadline": deadline_ns, "loop": loop_timeout_ns}
                 result = _call_with_pools(self._link, staging, op, args, deadline_ns, self._generation)
             shapes_v, timing_v = wire.get_list(result, "execution result", 2)
-            staging.copy_back(request)
-            return wire.decode_shapes(shapes_v), wire.decode_timing(timing_v)
+            shapes = wire.decode_shapes(shapes_v)
+            staging.copy_back(request, shapes, sizes)
+            return shapes, wire.decode_timing(timing_v)
         finally:
             staging.done()
 
@@ -588,7 +619,11 @@ class RemoteExecution(IExecution):
             with link._lock:
                 if self._generation != link.generation:
                     raise _dead("the driver service restarted; prepare the model again")
-                args = {key: handle, "r": wire.encode_request(staging.refs(request.pools), request),
+                # inputs are copied in before each run; outputs need no copy in when each
+                # result's size is known (only its bytes come back)
+                copy_in = set() if prepared._output_sizes is not None else None
+                refs = staging.refs(request.pools, copy_in=copy_in)
+                args = {key: handle, "r": wire.encode_request(refs, request),
                         "timing": bool(measure_timing), "loop": loop_timeout_ns}
                 result = _call_with_pools(link, staging, "bind", args, None, self._generation)
             self._handle = wire.get_int(result, "execution", 1)
@@ -613,6 +648,7 @@ class RemoteExecution(IExecution):
                 raise _dead("the driver service restarted; prepare the model again")
             for arena, mine in self._copy_in:
                 arena[:] = mine
+                link.staged_bytes += len(mine)
             args = self._run_args
             args["deadline"] = deadline_ns
             result = link.call("run", args, (), deadline_ns, self._generation)
@@ -627,6 +663,7 @@ class RemoteExecution(IExecution):
             if size is not None and position < len(shapes):
                 count = min(count, size * math.prod(shapes[position].dimensions))
             mine[:count] = arena[:count]
+            link.staged_bytes += count
         return [hal_types.OutputShape(list(shape.dimensions), shape.is_sufficient) for shape in shapes], timing
 
 
@@ -651,6 +688,7 @@ class RemoteBuffer:
             if op == "copy_to" and staging.arena is not None:
                 view = _byte_view(getattr(pool, "buffer", pool) if hasattr(pool, "fd") else pool)
                 view[:] = staging.arena.view[ref[2]: ref[2] + view.nbytes]
+                self._link.staged_bytes += view.nbytes
         finally:
             staging.done()
 
