@@ -269,7 +269,7 @@ def test_session_runs_a_plain_model() -> None:
 
 @pytest.mark.parametrize("masks, message", [
     ({"EllipsisMask": 5}, "more than one ellipsis"),
-    ({"Offset": True}, "offset"),
+    ({"Offset": True, "BeginMask": 1}, "offset together with"),
 ])
 def test_strided_slice_without_an_nnapi_meaning_is_refused(masks: dict, message: str) -> None:
     from tflite_cases import _strided_slice

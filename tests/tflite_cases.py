@@ -127,6 +127,12 @@ strided_slice_ellipsis_new_axes = _strided_slice([2, 3, 5], [0, 0, 0, 0], [0, 0,
                                                  BeginMask=4, EndMask=4)
 
 
+# x[1:1+2, 5:5-4:-1] with end relative to begin (offset); the shrunk axis ignores its end
+strided_slice_offset = _strided_slice([4, 6], [1, 5], [2, -4], [1, -1], [2, 4], Offset=True)
+strided_slice_offset_shrink = _strided_slice([4, 6, 3], [-3, 1, 0], [2, 3, 0], [1, 2, 1], [2, 2],
+                                             Offset=True, ShrinkAxisMask=4)
+
+
 def rank() -> bytes:
     t = [Tensor("x", "float32", [2, 3, 4]), Tensor("r", "int32", [])]
     return single_op("RANK", t, [0], [1])
@@ -650,6 +656,8 @@ CASES: dict[str, Case] = {
     "strided_slice_new_axis": Case(strided_slice_new_axis, "new_axis_mask", 0),
     "strided_slice_ellipsis_new_axes": Case(strided_slice_ellipsis_new_axes, "new_axis_mask", 0),
     "rank": Case(rank, "FILL", 0),
+    "strided_slice_offset": Case(strided_slice_offset, "offset"),
+    "strided_slice_offset_shrink": Case(strided_slice_offset_shrink, "offset"),
     "gather_scalar_index": Case(gather_scalar_index, "rank-0"),
     # The schema's fused RELU6 applies; LiteRT's builtin kernel refuses the model and its
     # XNNPACK delegate ignores the activation, so the reference is numpy.

@@ -1243,8 +1243,14 @@ def _strided_slice(c: _Converter, op: _Operator) -> None:
                                   "stride values")
     ellipsis, new_axis = options.EllipsisMask(), options.NewAxisMask()
     offset = bool(options.Offset()) if hasattr(options, "Offset") else False
+    notes = []
     if offset:
-        raise UnsupportedOperator("STRIDED_SLICE with offset (end relative to begin) has no NNAPI equivalent")
+        # offset: each end counts from its (unresolved) begin; measured against LiteRT,
+        # a negative begin is not wrapped first. Added here once the indices are known.
+        if ellipsis or new_axis or options.BeginMask():
+            raise UnsupportedOperator("STRIDED_SLICE with offset together with ellipsis, new-axis or begin masks")
+        end = begin + end
+        notes.append("offset: end = begin + end computed at import")
     rank = len(in_shape)
     # Entries naming an input axis; fewer than the rank means an ellipsis somewhere.
     named = len(begin) - bin(new_axis & ((1 << len(begin)) - 1)).count("1")
@@ -1274,7 +1280,6 @@ def _strided_slice(c: _Converter, op: _Operator) -> None:
             end_mask &= ~(1 << axis)
     slice_inputs = [x, c.vector(begin), c.vector(end), c.vector(strides), c.i32(begin_mask), c.i32(end_mask),
                     c.i32(shrink)]
-    notes = []
     if reasons:
         notes.append(f"shrink axes {reasons}: TFLite ignores their end, NNAPI needs end = begin + 1; rewritten")
     if ellipsis or named < rank:
