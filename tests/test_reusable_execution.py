@@ -214,3 +214,29 @@ def test_a_bound_request_with_device_memory_is_resolved_at_every_computation():
         buffer.copy_from(np.full(3, value, np.float32).tobytes(), [])
         bound.execute()
         np.testing.assert_array_equal(out, b + value)
+
+
+def test_bound_computations_keep_their_own_numpy_error_state():
+    """The lean path of a bound request (input views to output views) still runs kernels
+    under their own error state: a caller's np.seterr(all="raise") does not turn an
+    overflow into a failure, on any computation."""
+    model = nnapi.Model()
+    tensor = OperandType(T.TENSOR_FLOAT32, [2])
+    a, b = model.add_operand(tensor), model.add_operand(tensor)
+    act = model.add_operand(OperandType(T.INT32))
+    out = model.add_operand(tensor)
+    model.set_operand_value(act, 0)
+    model.add_operation(Op.MUL, [a, b, act], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    x, y, result = np.array([3e38, 2.0], np.float32), np.array([10.0, 3.0], np.float32), np.zeros(2, np.float32)
+    execution = reusable(compiled(model), x, y, result)
+    burst = nnapi.Burst(execution._compilation)
+    with np.errstate(all="raise"):
+        for round_ in range(3):
+            x[1] = round_
+            if round_ == 2:
+                execution.burst_compute(burst)
+            else:
+                execution.compute()
+            np.testing.assert_array_equal(result, [np.inf, 3.0 * round_])

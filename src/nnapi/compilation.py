@@ -193,6 +193,10 @@ class Compilation(NnapiObject):
         #: the model's input and output types, which every Execution checks its arguments against
         self._io_types = (tuple(self._model.operand_type(i) for i in self._model.inputs),
                           tuple(self._model.operand_type(i) for i in self._model.outputs))
+        #: per input and output index whose type is fully specified (extensions aside): the
+        #: dtype, the array shapes accepted (its dimensions, or flat) and the dimensions; the
+        #: fast path of Execution.set_input / set_output
+        self._io_arrays = tuple(_array_arguments(types) for types in self._io_types)
         self._steps = steps
         self._device = steps[0].device if len(steps) == 1 else None
         self._finished = True
@@ -315,3 +319,15 @@ class Compilation(NnapiObject):
 
     def _release(self) -> None:
         self._plan = None
+
+
+def _array_arguments(types) -> dict[int, tuple[np.dtype, set[tuple[int, ...]], tuple[int, ...]]]:
+    """For each fully specified, non-extension operand type: (dtype, the array shapes an
+    argument may have: its dimensions or flat, its dimensions)."""
+    arguments = {}
+    for index, op_type in enumerate(types):
+        if op_type.is_fully_specified and not op_type.is_extension:
+            dims = tuple(op_type.dimensions)
+            count = op_type.element_count() if op_type.is_tensor else 1
+            arguments[index] = (op_type.dtype, {dims, (count,)}, dims)
+    return arguments

@@ -178,6 +178,19 @@ class Execution(NnapiObject):
                                    f"got {length}")
 
     def _set(self, call: str, kind: str, index: int, buffer: Any, op_type: OperandType | None) -> None:
+        if (op_type is None and type(buffer) is np.ndarray and self._state == _PREPARATION and not self._padding
+                and not self._freed):
+            # The usual call: a contiguous array of the operand's dtype and shape for an
+            # operand the model fully specifies; checked against what the compilation
+            # cached (the general path below gives the same answers, and the messages).
+            expected = self._compilation._io_arrays[kind == "output"].get(index) if isinstance(index, int) else None
+            if (expected is not None and buffer.dtype == expected[0] and buffer.flags.c_contiguous
+                    and buffer.shape in expected[1] and (kind == "input" or buffer.flags.writeable)
+                    and not isinstance(index, bool)):
+                dims = expected[2]
+                view = memoryview(buffer.reshape(-1).view(np.uint8))
+                self._store(call, kind, index, _Argument(False, view, 0, view.nbytes, dims))
+                return
         self._check_preparation(call)
         full_type, dims = self._argument_type(call, kind, index, op_type, buffer)
         if buffer is None:
@@ -307,6 +320,14 @@ class Execution(NnapiObject):
     def _request(self) -> tuple[Request, list[Callable[[], None]]]:
         """The HAL request, read from the arguments now, and what to do after a successful
         run to land outputs that could not be handed to the driver in place."""
+        inputs, outputs = self._inputs, self._outputs
+        n_in, n_out = len(self._input_types), len(self._output_types)
+        plain = [inputs[i] for i in range(n_in)] + [outputs[i] for i in range(n_out)]
+        if all(type(arg.pool) is memoryview and arg.array is None and not arg.omitted for arg in plain):
+            # the usual case, buffers given by set_input / set_output: one pool each
+            arguments = [RequestArgument(False, DataLocation(pool, arg.offset, arg.length), list(arg.dimensions))
+                         for pool, arg in enumerate(plain)]
+            return Request(arguments[:n_in], arguments[n_in:], [arg.pool for arg in plain]), []
         pools: list[Any] = []
         pool_ids: dict[int, int] = {}
         write_backs: list[Callable[[], None]] = []

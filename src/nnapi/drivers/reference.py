@@ -238,26 +238,17 @@ class ReferencePreparedModel(IPreparedModel):
         """Run a validated request (its inputs read from the pools unless given; its
         outputs written by ``bound`` when the request is bound)."""
         run = _Run(self, deadline_ns, loop_timeout_ns)
-        try:
-            # Kernels run under their own numpy error state, whatever the caller set.
-            with np.errstate(all="ignore"):
-                if inputs is None:
-                    inputs = [self._read_input(request, position) for position in range(len(self._input_info))]
-                if deadline_ns is None and current_deadline_check() is None:
-                    outputs = run.subgraph(0, inputs)  # nothing for kernels to check
-                else:
-                    with deadline_checked(run.check_deadline):
-                        outputs = run.subgraph(0, inputs)
-        except HalError:
-            raise
-        except MemoryError as error:
-            raise _out_of_memory(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "out of memory") from error
-        except OperationFailed as error:
-            raise HalError(ErrorStatus.GENERAL_FAILURE, str(error)) from error
-        except NnapiError as error:
-            raise HalError(_RESULT_TO_STATUS.get(error.code, ErrorStatus.GENERAL_FAILURE), str(error)) from error
-        except Exception as error:  # a kernel bug is reported, never leaked
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{type(error).__name__}: {error}") from error
+
+        def compute() -> list[Tensor]:
+            nonlocal inputs
+            if inputs is None:
+                inputs = [self._read_input(request, position) for position in range(len(self._input_info))]
+            if deadline_ns is None and current_deadline_check() is None:
+                return run.subgraph(0, inputs)  # nothing for kernels to check
+            with deadline_checked(run.check_deadline):
+                return run.subgraph(0, inputs)
+
+        outputs = _contained(compute)
         shapes = self._write_outputs(request, outputs) if bound is None else bound.write_outputs(outputs)
         if not measure_timing:
             return shapes, Timing()
@@ -330,25 +321,54 @@ class _ReusableExecution(IExecution):
         self._measure = measure_timing
         self._loop_timeout_ns = loop_timeout_ns
         self._inputs = [prepared._read_input(request, position) for position in range(len(prepared._input_info))]
+        #: the main plan for these inputs when it runs as a program: computations without a
+        #: deadline or trace go from the input views straight to the output views
+        plan = prepared._plans[0].for_inputs(tuple([(tensor.shape, tensor.value is None) for tensor in self._inputs]))
+        self._program = plan if plan is not None and plan.program is not None else None
+        self._values = [tensor.value for tensor in self._inputs]
         #: per output, a view of its buffer and the shape reported, once an output of that
         #: shape was written there (then later results of the same shape are copied in)
         self._targets: list[tuple[np.ndarray, OutputShape] | None] | None = None
 
     def execute(self, deadline_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
         start = time.monotonic_ns()
+        plan, targets = self._program, self._targets
+        if (plan is not None and targets is not None and deadline_ns is None and not tracing.state.enabled
+                and current_deadline_check() is None):
+            values = _contained(lambda: _Run.program_arrays(plan, self._values))
+            shapes = self._copy_out(values, targets)
+            if shapes is not None:
+                if not self._measure:
+                    return shapes, Timing()
+                elapsed = time.monotonic_ns() - start
+                return shapes, Timing(elapsed, elapsed)
+            outputs = [plan.constants[index] if value is None else _make(
+                plan.templates[index], value.shape, value) for index, value in zip(
+                plan.subgraph.output_indexes, values, strict=True)]
+            shapes = self.write_outputs(outputs)
+            if not self._measure:
+                return shapes, Timing()
+            elapsed = time.monotonic_ns() - start
+            return shapes, Timing(elapsed, elapsed)
         return self._prepared._compute(self._request, self._inputs, self._measure, deadline_ns,
                                        self._loop_timeout_ns, start, self)
 
+    @staticmethod
+    def _copy_out(values: list, targets: list) -> list[OutputShape] | None:
+        """Copy results into the output views kept from an earlier computation; None when
+        one differs in shape from what was written there (then outputs are checked again)."""
+        shapes = []
+        for value, target in zip(values, targets, strict=True):
+            if target is None or value is None or value.shape != target[0].shape:
+                return None
+            np.copyto(target[0], value)
+            shapes.append(target[1])
+        return shapes
+
     def write_outputs(self, outputs: list[Tensor]) -> list[OutputShape]:
-        targets = self._targets
-        if targets is not None:
-            shapes = []
-            for value, target in zip([tensor.value for tensor in outputs], targets, strict=True):
-                if target is None or value is None or value.shape != target[0].shape:
-                    break
-                np.copyto(target[0], value)
-                shapes.append(target[1])
-            else:
+        if self._targets is not None:
+            shapes = self._copy_out([tensor.value for tensor in outputs], self._targets)
+            if shapes is not None:
                 return shapes
         shapes = self._prepared._write_outputs(self._request, outputs)
         self._targets = [self._target(position, tensor, shape)
@@ -630,9 +650,23 @@ class _Run:
     def program(plan: _SubgraphPlan, inputs: list[Tensor]) -> list[Tensor]:
         """``subgraph`` for a plan whose every operation has a prepared kernel and static
         shapes: the same steps and kernel contract on bare arrays (no deadline, no trace)."""
+        templates = plan.templates
+        outputs = []
+        for operand_index, value in zip(plan.subgraph.output_indexes,
+                                        _Run.program_arrays(plan, [tensor.value for tensor in inputs]), strict=True):
+            if value is None:  # an omitted constant
+                outputs.append(plan.constants[operand_index])
+                continue
+            code, scale, zero_point, channel_quant = templates[operand_index]
+            outputs.append(Tensor(code, value.shape, scale, zero_point, channel_quant, value))
+        return outputs
+
+    @staticmethod
+    def program_arrays(plan: _SubgraphPlan, values: list[Any]) -> list[np.ndarray]:
+        """``program`` from input arrays to output arrays (None for an omitted constant)."""
         arrays = dict(plan.constant_values)
-        for operand_index, tensor in zip(plan.subgraph.input_indexes, inputs, strict=True):
-            arrays[operand_index] = tensor.value
+        for operand_index, value in zip(plan.subgraph.input_indexes, values, strict=True):
+            arrays[operand_index] = value
         for kernel, input_indexes, output_indexes, shapes, dtypes, step in plan.program:
             results = kernel([arrays[i] for i in input_indexes])
             if len(results) != len(output_indexes):
@@ -647,16 +681,11 @@ class _Run:
                                           f"{list(result.shape)}, expected {dtype}{list(shape)} (kernel contract)")
                 arrays[output_indexes[position]] = result
         outputs = []
-        templates = plan.templates
         for operand_index in plan.subgraph.output_indexes:
             value = arrays.get(operand_index)
-            if value is None:
-                if operand_index not in plan.constants:
-                    raise OperationFailed(f"subgraph output {operand_index} was never computed")
-                outputs.append(plan.constants[operand_index])
-                continue
-            code, scale, zero_point, channel_quant = templates[operand_index]
-            outputs.append(Tensor(code, value.shape, scale, zero_point, channel_quant, value))
+            if value is None and operand_index not in plan.constants:
+                raise OperationFailed(f"subgraph output {operand_index} was never computed")
+            outputs.append(value)
         return outputs
 
     def _execute(self, step: _Step, arguments: list[Tensor], shapes: list[Shape] | None):
@@ -680,6 +709,25 @@ class _Run:
                     raise OperationFailed(f"{step.code.name}: output {position} has shape {list(shape)} but the "
                                           f"model declares {list(output_type.dimensions)}")
         return _guarded(step.code, context, implementation.execute), shapes
+
+
+def _contained(compute: Callable[[], Any]) -> Any:
+    """Run ``compute`` (a whole execution's kernels) under its own numpy error state,
+    whatever the caller set, with every failure reported as the HAL status it stands for
+    (a kernel bug included: never leaked)."""
+    try:
+        with np.errstate(all="ignore"):
+            return compute()
+    except HalError:
+        raise
+    except MemoryError as error:
+        raise _out_of_memory(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "out of memory") from error
+    except OperationFailed as error:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, str(error)) from error
+    except NnapiError as error:
+        raise HalError(_RESULT_TO_STATUS.get(error.code, ErrorStatus.GENERAL_FAILURE), str(error)) from error
+    except Exception as error:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"{type(error).__name__}: {error}") from error
 
 
 def _agrees(shape: Shape, declared) -> bool:

@@ -222,6 +222,8 @@ class FdPool:
 def pool_view(pool: Any) -> memoryview:
     """A byte view of a model or request pool (a buffer object or an FdPool); HalError
     INVALID_ARGUMENT for anything else (a BufferToken is resolved by its device)."""
+    if type(pool) is memoryview and pool.ndim == 1 and pool.format == "B":
+        return pool
     if isinstance(pool, FdPool):
         pool = pool.buffer
     try:

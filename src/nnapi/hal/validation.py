@@ -144,7 +144,7 @@ def validate_request(request: Request, model: Model) -> None:
             dimensions = argument.dimensions
             if dimensions:
                 declared = main.operands[operand_index].dimensions
-                if declared and (len(dimensions) != len(declared) or any(
+                if declared and dimensions != declared and (len(dimensions) != len(declared) or any(
                         d and a != d for a, d in zip(dimensions, declared, strict=True))):
                     raise _invalid(f"{kind} {position}: dimensions {dimensions} contradict the "
                                    f"model's {declared}")
