@@ -1731,49 +1731,49 @@ def _integer_lstm(c: _Converter, op: _Operator, options: Any) -> None:
 
 def _integer_sequence_lstm(c: _Converter, op: _Operator, options: Any) -> None:
     """TFLite's integer UNIDIRECTIONAL_SEQUENCE_LSTM unrolled over its static time axis:
-    SPLIT the input into steps, one QUANTIZED_LSTM per step threading the states, and
-    CONCATENATION of the step outputs (TFLite copies each step's output state raw)."""
+    the input viewed as [time * batch, input] (time-major) or [batch, time * input]
+    (batch-major) and SPLIT into the steps, one QUANTIZED_LSTM per step threading the
+    states, the step outputs concatenated the same way and viewed back (TFLite copies each
+    step's output state raw into the output)."""
     operands = _integer_lstm_operands(c, op, options)
     time_major = bool(options.TimeMajor())
     x_info, y_info = op.tensor(_LSTM_INPUT), op.out_tensor()
     if len(x_info.shape) != 3 or any(d < 0 for d in (*x_info.shape, *y_info.shape)):
         raise UnsupportedOperator("an integer sequence LSTM needs a static [batch, time, input] shape to unroll")
-    time_axis = 0 if time_major else 1
-    steps = x_info.shape[time_axis]
-    batch = x_info.shape[1 - time_axis]
+    steps, batch = (x_info.shape[0], x_info.shape[1]) if time_major else (x_info.shape[1], x_info.shape[0])
+    input_size, output_size = x_info.shape[2], y_info.shape[2]
     x_type, y_type = c.nn_type(x_info), c.nn_type(y_info)
-    output_size = y_info.shape[2]
-    x = c.input(_LSTM_INPUT)
-    pieces = [x]
-    if steps > 1:
-        pieces = [c.temp(x_type, [1 if axis == time_axis else d for axis, d in enumerate(x_info.shape)])
-                  for _ in range(steps)]
-        c.emit(Op.SPLIT, [x, c.i32(time_axis), c.i32(steps)], pieces)
+    # Row-major views in which the steps are blocks along one axis: axis 0 when time-major.
+    axis = 0 if time_major else 1
+    flat = [steps * batch, input_size] if time_major else [batch, steps * input_size]
+    pieces = [c.temp(x_type, [batch, input_size]) for _ in range(steps)]
+    if steps == 1:
+        c.emit(Op.RESHAPE, [c.input(_LSTM_INPUT), c.vector([batch, input_size])], pieces)
+    else:
+        viewed = c.temp(x_type, flat)
+        c.emit(Op.RESHAPE, [c.input(_LSTM_INPUT), c.vector(flat)], [viewed])
+        c.emit(Op.SPLIT, [viewed, c.i32(axis), c.i32(steps)], pieces)
     state = _state_in(c, op, _LSTM_OUTPUT_STATE)
     cell = _state_in(c, op, _LSTM_CELL_STATE)
     state_type, cell_type = c.type_of(state), c.type_of(cell)
-    step_shape = c.vector([batch, x_info.shape[2]])
     outputs = []
     for step, piece in enumerate(pieces):
-        step_input = c.temp(x_type, [batch, x_info.shape[2]])
-        c.emit(Op.RESHAPE, [piece, step_shape], [step_input])
         last = step == steps - 1
         new_state = _state_out(c, op, _LSTM_OUTPUT_STATE) if last else c.temp(state_type)
         new_cell = _state_out(c, op, _LSTM_CELL_STATE) if last else c.temp(cell_type)
         step_output = c.temp(y_type, [batch, output_size])
         inputs = list(operands)
-        inputs[_LSTM_INPUT], inputs[_LSTM_OUTPUT_STATE], inputs[_LSTM_CELL_STATE] = step_input, state, cell
+        inputs[_LSTM_INPUT], inputs[_LSTM_OUTPUT_STATE], inputs[_LSTM_CELL_STATE] = piece, state, cell
         c.emit(Op.QUANTIZED_LSTM, inputs, [new_state, new_cell, step_output])
         state, cell = new_state, new_cell
-        expanded = c.temp(y_type, [1, batch, output_size] if time_major else [batch, 1, output_size])
-        c.emit(Op.RESHAPE, [step_output, c.vector(c.type_of(expanded).dimensions)], [expanded])
-        outputs.append(expanded)
+        outputs.append(step_output)
+    joined = outputs[0]
     if steps > 1:
-        c.emit(Op.CONCATENATION, [*outputs, c.i32(time_axis)], [c.output()])
-    else:
-        c.identity(outputs[0], c.output())
-    c.lowered(f"fully-integer sequence LSTM unrolled over its {steps} time steps: SPLIT, RESHAPE + QUANTIZED_LSTM "
-              "per step with the operator's intermediate scales, RESHAPE + CONCATENATION")
+        joined = c.temp(y_type, [steps * batch, output_size] if time_major else [batch, steps * output_size])
+        c.emit(Op.CONCATENATION, [*outputs, c.i32(axis)], [joined])
+    c.emit(Op.RESHAPE, [joined, c.vector(y_info.shape)], [c.output()])
+    c.lowered(f"fully-integer sequence LSTM unrolled over its {steps} time steps: RESHAPE + SPLIT into steps, "
+              "QUANTIZED_LSTM per step with the operator's intermediate scales, CONCATENATION + RESHAPE")
 
 
 # TFLite's basic LSTM kernel: concatenated weights [4 * units, input + units] in gate order
