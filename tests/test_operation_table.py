@@ -357,6 +357,97 @@ def test_declared_shape_mismatches_are_bad_data_at_add_operation(mismatch):
     model.add_operation(sample.code, indexes, [model.add_operand(t) for t in unknown_outputs])
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A sample with some constant inputs' values (``values``: input index -> value) or
+    declared dimensions (``changes``, as in Mismatch) changed so that ``prepare`` refuses
+    it, or infers other output dimensions than declared: BAD_DATA at add_operation."""
+
+    code: Op
+    values: tuple[tuple[int, object], ...]
+    changes: tuple[tuple[str, int, tuple[int, ...]], ...]
+    message: str
+
+
+REFUSALS = [
+    Refusal(Op.AVERAGE_POOL_2D, ((7, 3), (8, 3)), (), "filter 3x3 is larger than the padded input 2x2"),
+    Refusal(Op.MAX_POOL_2D, ((1, 3), (2, 3), (3, 3), (4, 3), (7, 3), (8, 3)), (),
+            "padding must be smaller than the filter"),
+    Refusal(Op.MAX_POOL_2D, (), (("output", 0, (1, 1, 1, 1)),),
+            "output 0 is declared [1, 1, 1, 1], but the inputs give [1, 2, 2, 1]"),
+    Refusal(Op.SPACE_TO_DEPTH, ((1, 3),), (), "must be divisible by block size 3"),
+    Refusal(Op.DEPTH_TO_SPACE, ((1, 3),), (), "not divisible by block_size^2 9"),
+    Refusal(Op.GATHER, ((1, 2),), (), "axis 2"),
+    Refusal(Op.RESHAPE, ((1, np.array([4], np.int32)),), (), "does not hold 9 elements"),
+    Refusal(Op.TRANSPOSE, (), (("output", 0, (1, 2, 1, 2)),), "output 0 is declared [1, 2, 1, 2]"),
+    Refusal(Op.PAD, (), (("output", 0, (1, 3, 3, 1)),), "but the inputs give [1, 4, 4, 1]"),
+    Refusal(Op.SLICE, ((2, np.array([4], np.int32)),), (), "size [4] exceeds shape [4]"),
+    Refusal(Op.SPLIT, ((2, 4),), (("output", 0, (2,)),), "num_splits 4"),
+    Refusal(Op.MEAN, ((1, np.array([4], np.int32)),), (), "axis 4"),
+]
+
+
+def _build_with_constants(sample: Sample, refusal: Refusal, constants_first: bool, unknown: bool = False):
+    """A one-operation model of ``sample`` with the refusal's changes: scalars and int32
+    tensors (shapes, axes, paddings) are constants, set before add_operation or after it;
+    other tensors model inputs (``unknown``: of unknown dimensions)."""
+    values = dict(refusal.values)
+    inputs, outputs = _changed(sample, Mismatch(sample.code, refusal.changes, "", False))
+    model = nnapi.Model()
+    indexes, constants, model_inputs = [], [], []
+    for position, (t, (_, value)) in enumerate(zip(inputs, sample.inputs, strict=True)):
+        value = values.get(position, value)
+        is_constant = not t.is_tensor or t.type == T.TENSOR_INT32
+        if is_constant and t.is_tensor:
+            value = np.asarray(value, np.int32)
+            t = t.with_dimensions(value.shape)
+        elif not is_constant and unknown:
+            t = t.with_dimensions((0,) * len(t.dimensions))
+        index = model.add_operand(t)
+        indexes.append(index)
+        (constants if is_constant else model_inputs).append((index, value))
+    output_indexes = [model.add_operand(t) for t in outputs]
+
+    def set_constants():
+        for index, value in constants:
+            model.set_operand_value(index, value)
+    if constants_first:
+        set_constants()
+    model.add_operation(sample.code, indexes, output_indexes)
+    if not constants_first:
+        set_constants()
+    model.identify_inputs_and_outputs([i for i, _ in model_inputs], output_indexes)
+    model.finish()
+    return model
+
+
+def _refusal_id(refusal: Refusal) -> str:
+    return f"{refusal.code.name}-{refusal.message.replace(' ', '_')}"
+
+
+def test_refusal_table_samples_are_accepted():
+    for code in sorted({r.code for r in REFUSALS}, key=lambda c: c.name):
+        _build_with_constants(SAMPLES[code], Refusal(code, (), (), ""), constants_first=True)
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=[_refusal_id(r) for r in REFUSALS])
+def test_what_prepare_refuses_on_declared_shapes_is_bad_data_at_add_operation(refusal):
+    """prepare runs on the declared shapes and constant values at add_operation: a
+    pooling filter larger than its padded input, a block size that does not divide, an
+    axis out of range, a RESHAPE whose constant shape does not hold the elements, an
+    output declared with other dimensions than the inputs give."""
+    sample = SAMPLES[refusal.code]
+    with pytest.raises(BadDataError, match=f"add_operation.*{re.escape(refusal.message)}"):
+        _build_with_constants(sample, refusal, constants_first=True)
+    # constants set after add_operation: finish validates the operation again
+    with pytest.raises(BadDataError, match=re.escape(refusal.message)) as raised:
+        _build_with_constants(sample, refusal, constants_first=False)
+    assert "finish" in "".join(line.name for line in raised.traceback)
+    # inputs of unknown dimensions: checked at execution instead
+    if not refusal.changes:
+        _build_with_constants(sample, refusal, constants_first=True, unknown=True)
+
+
 def test_shape_checks_read_constants_in_the_driver_too():
     """nnapi-reference validates HAL models with their CONSTANT_COPY scalars: a CONV_2D
     whose filter depth disagrees with the input is refused, not failed at compute."""

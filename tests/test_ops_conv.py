@@ -412,8 +412,11 @@ def test_resize_nearest_flags_signed_and_nchw():
     (out,) = run_single_op(Op.RESIZE_NEAREST_NEIGHBOR, [(q8s(1, 1, 2, 2), None), INT(3), INT(3), BOOL(True),
                                                         BOOL(True), BOOL(False)], [q8s(0, 0, 0, 0)], [image])
     np.testing.assert_array_equal(out[0, 0], [[-10, 20, 20], [30, 40, 40], [30, 40, 40]])
-    with pytest.raises(nnapi.OpFailedError):
+    with pytest.raises(nnapi.BadDataError, match="add_operation.*exclusive"):
         run_single_op(Op.RESIZE_NEAREST_NEIGHBOR, [(q8s(1, 1, 2, 2), None), INT(3), INT(3), BOOL(True),
+                                                   BOOL(True), BOOL(True)], [q8s(0, 0, 0, 0)], [image])
+    with pytest.raises(nnapi.OpFailedError):  # the input's shape known only at compute
+        run_single_op(Op.RESIZE_NEAREST_NEIGHBOR, [(q8s(0, 0, 0, 0), None), INT(3), INT(3), BOOL(True),
                                                    BOOL(True), BOOL(True)], [q8s(0, 0, 0, 0)], [image])
 
 
@@ -467,8 +470,10 @@ def test_bad_values_fail_at_compute():
     x = np.zeros((1, 3, 3, 1), np.float32)
     bad_stride = [(f32(1, 3, 3, 1), None), (f32(1, 1, 1, 1), np.ones((1, 1, 1, 1), np.float32)),
                   (f32(1), np.zeros(1, np.float32)), INT(PaddingCode.PADDING_SAME), INT(0), INT(1), INT(0)]
-    with pytest.raises(nnapi.OpFailedError):
+    with pytest.raises(nnapi.BadDataError, match="add_operation.*strides must be positive"):
         run_single_op(Op.CONV_2D, bad_stride, [f32(0, 0, 0, 0)], [x])
+    with pytest.raises(nnapi.OpFailedError):  # the input's shape known only at compute
+        run_single_op(Op.CONV_2D, [(f32(0, 0, 0, 0), None), *bad_stride[1:]], [f32(0, 0, 0, 0)], [x])
     # input depth 1 against filter depth 2: refused at add_operation when the shapes are
     # declared (#17), at compute when the input's shape is only known then
     bad_channels = [(f32(1, 3, 3, 1), None), (f32(1, 1, 1, 2), np.ones((1, 1, 1, 2), np.float32)),
@@ -477,8 +482,10 @@ def test_bad_values_fail_at_compute():
         run_single_op(Op.CONV_2D, bad_channels, [f32(0, 0, 0, 0)], [x])
     with pytest.raises(nnapi.OpFailedError):
         run_single_op(Op.CONV_2D, [(f32(0, 0, 0, 0), None), *bad_channels[1:]], [f32(0, 0, 0, 0)], [x])
-    with pytest.raises(nnapi.OpFailedError):
+    with pytest.raises(nnapi.BadDataError, match="add_operation.*beta must be positive"):
         run_single_op(Op.SOFTMAX, [(f32(1, 3), None), FLOAT(-1.0)], [f32(1, 3)], [np.zeros((1, 3), np.float32)])
+    with pytest.raises(nnapi.OpFailedError):
+        run_single_op(Op.SOFTMAX, [(f32(0, 3), None), FLOAT(-1.0)], [f32(1, 3)], [np.zeros((1, 3), np.float32)])
 
 
 # --- the folded fixed-point output stage -------------------------------------------------------

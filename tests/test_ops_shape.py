@@ -314,8 +314,11 @@ class TestPack:
                 [np.ones(2, np.float32), np.ones(3, np.float32)])
 
     def test_axis_out_of_range_fails(self):
-        with pytest.raises(nnapi.OpFailedError):
+        # refused at add_operation when the inputs' shapes are declared (#17), at compute otherwise
+        with pytest.raises(nnapi.BadDataError, match="add_operation.*axis 2 is out of range"):
             run(Op.PACK, [scalar(2), (f32(2), None)], [f32()], [np.ones(2, np.float32)])
+        with pytest.raises(nnapi.OpFailedError):
+            run(Op.PACK, [scalar(2), (f32(0), None)], [f32()], [np.ones(2, np.float32)])
 
 
 class TestMirrorPad:
@@ -344,7 +347,12 @@ class TestMirrorPad:
     @pytest.mark.parametrize("mode, padding", [(0, 3), (1, 4), (2, 0)])
     def test_paddings_too_large_or_bad_mode_fail(self, mode, padding):
         with pytest.raises(nnapi.OpFailedError):
-            run(Op.MIRROR_PAD, [(f32(3), None), (i32(1, 2), np.array([[padding, 0]], np.int32)), scalar(mode)],
+            run(Op.MIRROR_PAD, [(f32(0), None), (i32(1, 2), np.array([[padding, 0]], np.int32)), scalar(mode)],
+                [f32(0)], [np.ones(3, np.float32)])
+
+    def test_bad_mode_is_refused_at_add_operation_when_the_input_is_declared(self):
+        with pytest.raises(nnapi.BadDataError, match="add_operation.*mode must be 0"):
+            run(Op.MIRROR_PAD, [(f32(3), None), (i32(1, 2), np.array([[0, 0]], np.int32)), scalar(2)],
                 [f32(0)], [np.ones(3, np.float32)])
 
 
@@ -361,8 +369,10 @@ class TestReverse:
         np.testing.assert_array_equal(out, x[..., ::-1])
 
     def test_negative_axis_fails(self):
-        with pytest.raises(nnapi.OpFailedError):
+        with pytest.raises(nnapi.BadDataError, match="add_operation"):  # a constant axis, a declared shape
             run(Op.REVERSE, [(f32(2), None), vector([-1])], [f32(2)], [np.ones(2, np.float32)])
+        with pytest.raises(nnapi.OpFailedError):
+            run(Op.REVERSE, [(f32(0), None), vector([-1])], [f32(2)], [np.ones(2, np.float32)])
 
     def test_axis_must_have_shape_one(self):
         with pytest.raises(nnapi.BadDataError):
@@ -420,25 +430,37 @@ class TestSemantics:
         (out,) = run(Op.MEAN, [(f16(2, 4), None), vector([1, -1]), scalar(0)], [f16(2)], [x])
         np.testing.assert_array_equal(out, [1.5, 5.5])
 
+    # Constant indices or shapes against a declared input shape are refused at add_operation
+    # (#17); against a shape known only at compute, the execution fails.
     def test_gather_index_out_of_range_fails(self):
-        with pytest.raises(nnapi.OpFailedError):
+        with pytest.raises(nnapi.BadDataError, match="add_operation"):
             run(Op.GATHER, [(f32(3), None), scalar(0), vector([3])], [f32(1)], [np.ones(3, np.float32)])
+        with pytest.raises(nnapi.OpFailedError):
+            run(Op.GATHER, [(f32(0), None), scalar(0), vector([3])], [f32(1)], [np.ones(3, np.float32)])
 
     def test_embedding_lookup_out_of_range_fails(self):
-        with pytest.raises(nnapi.OpFailedError):
+        with pytest.raises(nnapi.BadDataError, match="add_operation"):
             run(Op.EMBEDDING_LOOKUP, [vector([-1]), (f32(2, 2), None)], [f32(1, 2)], [np.ones((2, 2), np.float32)])
+        with pytest.raises(nnapi.OpFailedError):
+            run(Op.EMBEDDING_LOOKUP, [vector([-1]), (f32(0, 2), None)], [f32(1, 2)], [np.ones((2, 2), np.float32)])
 
     def test_reshape_element_count_mismatch_fails(self):
-        with pytest.raises(nnapi.OpFailedError):
+        with pytest.raises(nnapi.BadDataError, match="add_operation.*does not hold 6 elements"):
             run(Op.RESHAPE, [(f32(6), None), vector([4, -1])], [f32(0, 0)], [np.ones(6, np.float32)])
+        with pytest.raises(nnapi.OpFailedError):
+            run(Op.RESHAPE, [(f32(0), None), vector([4, -1])], [f32(0, 0)], [np.ones(6, np.float32)])
 
     def test_topk_k_out_of_range_fails(self):
-        with pytest.raises(nnapi.OpFailedError):
+        with pytest.raises(nnapi.BadDataError, match="add_operation.*k = 4 is out of range"):
             run(Op.TOPK_V2, [(f32(3), None), scalar(4)], [f32(0), i32(0)], [np.ones(3, np.float32)])
+        with pytest.raises(nnapi.OpFailedError):
+            run(Op.TOPK_V2, [(f32(0), None), scalar(4)], [f32(0), i32(0)], [np.ones(3, np.float32)])
 
     def test_split_count_must_match_outputs(self):
-        with pytest.raises(nnapi.OpFailedError):
+        with pytest.raises(nnapi.BadDataError, match="add_operation.*num_splits 4"):
             run(Op.SPLIT, [(f32(4), None), scalar(0), scalar(4)], [f32(2), f32(2)], [np.ones(4, np.float32)])
+        with pytest.raises(nnapi.OpFailedError):
+            run(Op.SPLIT, [(f32(0), None), scalar(0), scalar(4)], [f32(2), f32(2)], [np.ones(4, np.float32)])
 
 
 # --- bad signatures: BAD_DATA at add_operation -----------------------------------------------

@@ -168,7 +168,7 @@ class Worker:
                     inputs = [a, b]
             else:
                 inputs = [a, b]
-            model.set_operand_value(act, rng.choice([0, 0, 1, 1.7, 5]))
+            model.set_operand_value(act, rng.choice([0, 0, 0, 1, 1, 1.7, 5]))
             model.add_operation(code, [a, b, act], [out])
         elif code == Op.LOGISTIC:
             out = model.add_operand(OperandType(dtype, dims))
@@ -177,7 +177,7 @@ class Worker:
         else:
             beta = model.add_operand(OperandType(T.FLOAT32 if dtype == T.TENSOR_FLOAT32 else T.FLOAT16))
             out = model.add_operand(OperandType(dtype, dims))
-            model.set_operand_value(beta, rng.choice([1.0, 1e30, -1.0]))
+            model.set_operand_value(beta, rng.choice([1.0, 1.0, 1e30, -1.0]))
             model.add_operation(code, [a, beta], [out])
             inputs = [a]
         model.identify_inputs_and_outputs(inputs, [out])

@@ -20,7 +20,7 @@ from nnapi.memory import Memory
 from nnapi.operand import (
     OperandType,
     SymmPerChannelQuantParams,
-    scalar_value,
+    constant_value,
     validate_channel_quant,
     validate_operand_type,
 )
@@ -378,20 +378,21 @@ class Model(NnapiObject):
         assert implementation is not None
         context = ValidationContext(code, [self._operands[i] for i in inputs], [self._operands[i] for i in outputs],
                                     [self._referenced_signature(i) for i in inputs],
-                                    [self._constant_scalar(i) for i in inputs])
+                                    [self._constant(i) for i in inputs])
         try:
-            implementation.validate(context)
+            implementation.check_signature(context)
         except NnapiError:
             raise
         except Exception as error:  # a validator bug must not escape as a raw exception
             raise BadDataError(f"add_operation({code.name}): invalid signature ({error})") from error
 
-    def _constant_scalar(self, index: int) -> int | float | bool | None:
-        """The value of a scalar operand already set by set_operand_value; None otherwise."""
+    def _constant(self, index: int) -> int | float | bool | np.ndarray | None:
+        """The value of a scalar or small tensor already set by set_operand_value (copied:
+        at most 128 bytes, as every scalar); None otherwise."""
         value = self._values.get(index)
-        if not isinstance(value, CopiedValue):  # scalars are always copied (4 bytes at most)
+        if not isinstance(value, CopiedValue):
             return None
-        return scalar_value(self._operands[index].type, value.data)
+        return constant_value(self._operands[index], value.data)
 
     def _referenced_signature(self, index: int) -> SubgraphSignature | None:
         value = self._values.get(index)

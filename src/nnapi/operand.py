@@ -98,6 +98,19 @@ def scalar_value(code: OperandCode, data: bytes | memoryview) -> int | float | b
     return np.frombuffer(data, dtype=dtype)[0].item()
 
 
+def constant_value(op_type: OperandType, data: bytes | memoryview) -> int | float | bool | np.ndarray | None:
+    """The value of a constant operand stored as ``data``: a scalar's Python value, or a
+    fully specified tensor's read-only array; None when ``data`` does not hold exactly
+    that (the caller checks sizes)."""
+    if op_type.type not in TENSOR_TYPES:
+        return scalar_value(op_type.type, data)
+    if op_type.type not in DTYPES or not op_type.is_fully_specified or len(data) != op_type.byte_size():
+        return None
+    array = np.frombuffer(data, dtype=DTYPES[op_type.type]).reshape(op_type.dimensions)
+    array.flags.writeable = False
+    return array
+
+
 @dataclass(frozen=True)
 class SymmPerChannelQuantParams:
     """ANeuralNetworksSymmPerChannelQuantParams: one scale per slice along ``channel_dim``."""

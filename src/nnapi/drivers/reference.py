@@ -36,7 +36,7 @@ from nnapi.hal import (
 )
 from nnapi.hal.types import is_extension_type, operation_name
 from nnapi.hal.validation import validate_model, validate_request
-from nnapi.operand import TENSOR_TYPES, dtype_of, scalar_value
+from nnapi.operand import TENSOR_TYPES, constant_value, dtype_of
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
 from nnapi.operations.base import (
     MAX_OPERAND_BYTES,
@@ -97,7 +97,7 @@ def unsupported_reason(model: Model, subgraph: Subgraph, operation) -> str | Non
         if operand.lifetime != L.CONSTANT_COPY:
             return None
         start = operand.location.offset
-        return scalar_value(operand.type, model.operand_values[start: start + operand.location.length])
+        return constant_value(operand.operand_type(), model.operand_values[start: start + operand.location.length])
 
     context = ValidationContext(OperationCode(operation.type),
                                 [subgraph.operands[i].operand_type() for i in operation.inputs],
@@ -105,7 +105,7 @@ def unsupported_reason(model: Model, subgraph: Subgraph, operation) -> str | Non
                                 [signature(i) for i in operation.inputs],
                                 [constant(i) for i in operation.inputs])
     try:
-        implementation.validate(context)
+        implementation.check_signature(context)
     except NnapiError as error:
         return str(error)
     except Exception as error:  # a validator's own bug must not break the query

@@ -119,7 +119,7 @@ class ValidationContext:
 
     def __init__(self, code: OperationCode, inputs: Sequence[OperandType], outputs: Sequence[OperandType],
                  referenced: Sequence[SubgraphSignature | None] | None = None,
-                 constants: Sequence[int | float | bool | None] | None = None):
+                 constants: Sequence[Any] | None = None):
         self.code = code
         self.inputs = list(inputs)
         self.outputs = list(outputs)
@@ -139,10 +139,11 @@ class ValidationContext:
         its value is not set yet (``finish`` validates again once it is)."""
         return self._referenced[index] if index < len(self._referenced) else None
 
-    def constant(self, index: int) -> int | float | bool | None:
-        """The value of scalar input ``index`` when it is a constant already set (a layout
-        flag, a depth multiplier, an axis); None while it is not known (not set yet, a
-        model input, or the output of another operation): checks that need it are then
+    def constant(self, index: int) -> Any:
+        """The value of input ``index`` when it is a constant already set: a scalar's (a
+        layout flag, a depth multiplier, an axis) or a small tensor's array (RESHAPE's
+        shape); None while it is not known (not set yet, a model input, the output of
+        another operation, a tensor too large to be copied): checks that need it are then
         skipped here and made at ``finish`` / compilation, or at execution."""
         return self._constants[index] if index < len(self._constants) else None
 
@@ -287,6 +288,108 @@ class ExecutionContext:
             self._check_deadline()
 
 
+class _Unknown(Exception):
+    """Shape inference at validation needs something the declared model does not say."""
+
+
+class _DeclaredTensor(Tensor):
+    """A tensor input at validation: its declared type and (fully specified) shape, no value."""
+
+    @property  # type: ignore[override]
+    def value(self) -> Any:
+        raise _Unknown
+
+    @value.setter
+    def value(self, _: Any) -> None:
+        pass
+
+
+class _DeclaredInputs(list):
+    """The inputs at validation: known ones read as usual, unknown ones (None) stop the inference."""
+
+    def __getitem__(self, key: Any) -> Any:
+        item = super().__getitem__(key)
+        if item is None or (isinstance(item, list) and None in item):
+            raise _Unknown
+        return item
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(len(self)))
+
+
+class _DeclaredContext(ExecutionContext):
+    """``prepare``'s view of an operation at add_operation: tensors with their declared
+    shapes, scalars and small tensors with their constant values; reading anything else
+    (other tensors' values, an unknown dimension, a scalar not set yet, whether an operand
+    is omitted)
+    stops the inference (``_Unknown``), and the shapes are checked at execution instead."""
+
+    def __init__(self, ctx: ValidationContext):
+        inputs: list[Tensor | None] = []
+        for index, t in enumerate(ctx.inputs):
+            constant = ctx.constant(index)
+            if not t.is_tensor:
+                inputs.append(None if constant is None else Tensor(
+                    t.type, (), t.scale, t.zero_point, None, np.asarray(constant, dtype_of(t.type))))
+            elif isinstance(constant, np.ndarray):
+                inputs.append(Tensor(t.type, constant.shape, t.scale, t.zero_point, t.channel_quant, constant))
+            elif t.dimensions and 0 not in t.dimensions:
+                inputs.append(_DeclaredTensor(t.type, tuple(t.dimensions), t.scale, t.zero_point, t.channel_quant,
+                                              None))
+            else:
+                inputs.append(None)
+        super().__init__(ctx.code, [], ctx.outputs)
+        self.inputs = self._declared = _DeclaredInputs(inputs)
+        self._validation = ctx
+
+    def fail(self, message: str) -> None:
+        self._validation.fail(message)
+
+    def input(self, index: int) -> Tensor:
+        return self._declared[index]
+
+    def value(self, index: int) -> Any:
+        return self.input(index).value
+
+    def scalar(self, index: int) -> Any:
+        return self.input(index).item()
+
+    def is_omitted(self, index: int) -> bool:
+        if index >= len(self._declared):
+            return True
+        known = list.__getitem__(self._declared, index)
+        if known is not None and not isinstance(known, _DeclaredTensor):
+            return False  # a constant scalar that is set
+        raise _Unknown
+
+    def run_subgraph(self, subgraph: Any, inputs: list[Tensor]) -> list[Tensor]:
+        raise _Unknown
+
+
+def check_declared_shapes(operation: Operation, ctx: ValidationContext) -> None:
+    """Run ``operation.prepare`` on the declared shapes and constant scalars: what it
+    refuses, and outputs declared with other dimensions than it infers, are BAD_DATA at
+    add_operation (Android finds them only at execution). Skipped when ``prepare`` needs
+    anything the declaration does not say."""
+    try:
+        shapes = operation.prepare(_DeclaredContext(ctx))
+    except (_Unknown, OperationFailed):
+        return
+    except NnapiError:
+        raise
+    except Exception:  # prepare not written for declared shapes: the execution checks them
+        return
+    if len(shapes) != len(ctx.outputs):
+        return
+    for position, (shape, declared) in enumerate(zip(shapes, ctx.outputs, strict=True)):
+        dims = tuple(declared.dimensions)
+        if not dims:
+            continue
+        shape = tuple(int(d) for d in shape)
+        if len(dims) != len(shape) or any(d and d != s for d, s in zip(dims, shape, strict=True)):
+            ctx.fail(f"output {position} is declared {list(dims)}, but the inputs give {list(shape)}")
+
+
 class Operation:
     """Base of every operation; subclasses implement validate, prepare and execute."""
 
@@ -323,6 +426,7 @@ class Operation:
         """``validate``, then the minimum feature level of the signature it accepted (as
         Android's validate functions return a version)."""
         self.validate(ctx)
+        check_declared_shapes(self, ctx)
         return ctx.feature_level
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:

@@ -77,6 +77,9 @@ class Pooling2D(Operation):
         # A window wholly inside the padding would average nothing (Android refuses it too).
         ctx.require(max(sp.pad_left, sp.pad_right) < fw and max(sp.pad_top, sp.pad_bottom) < fh,
                     "padding must be smaller than the filter")
+        padded_h, padded_w = height + sp.pad_top + sp.pad_bottom, width + sp.pad_left + sp.pad_right
+        ctx.require(fh <= padded_h and fw <= padded_w,
+                    f"filter {fw}x{fh} is larger than the padded input {padded_w}x{padded_h}")
         out_h = conv_output_size(height, fh, sp.stride_h, 1, sp.pad_top, sp.pad_bottom)
         out_w = conv_output_size(width, fw, sp.stride_w, 1, sp.pad_left, sp.pad_right)
         ctx.require(out_h > 0 and out_w > 0, f"output would be {out_h}x{out_w}")
