@@ -4,9 +4,16 @@ model and on MobileNet v1, and throughput with 1 and 4 client processes.
 
     python benchmarks/bench_service.py [--iterations N] [--seconds S] [--model PATH.tflite]
 
-Prints median microseconds per execution and the difference (the service's added cost);
-targets: <= 100 us added per execution, <= 30 us in a burst. LiteRT's single-threaded
-MobileNet latency is printed beside ours for scale.
+Three ways to run: a new Execution per run (``compute``); one reusable execution in a
+burst (its request bound in the service once, then one small message per run); the same
+with tensors in shared memory (``Memory.create_shared``: they cross by descriptor). The
+in-process and service runs are interleaved in batches so that load on the machine hits
+both alike. Prints median microseconds per execution, the difference (the service's added
+cost; targets: <= 100 us added per execution, <= 30 us in a burst) and the tensor bytes
+the client copied per execution (plain numpy buffers are staged in shared memory once
+each way; shared memory is never copied). LiteRT's single-threaded MobileNet latency is
+printed beside ours for scale. Throughput depends on numpy's BLAS threads in the service
+process (OPENBLAS_NUM_THREADS, default: one per core), printed with the figures.
 """
 
 from __future__ import annotations
@@ -53,17 +60,39 @@ def mobilenet_model(path: Path):
     return imported, inputs, outputs
 
 
-def time_executions(compilation, inputs, outputs, iterations: int, burst: bool) -> list[float]:
+def set_arguments(execution, inputs, outputs, memories) -> None:
+    """Plain numpy buffers, or (``memories``) the same bytes in shared memory."""
+    if memories is None:
+        for i, x in enumerate(inputs):
+            execution.set_input(i, x)
+        for i, y in enumerate(outputs):
+            execution.set_output(i, y)
+        return
+    ins, outs = memories
+    for i, memory in enumerate(ins):
+        execution.set_input_from_memory(i, memory, 0, inputs[i].nbytes)
+    for i, memory in enumerate(outs):
+        execution.set_output_from_memory(i, memory, 0, outputs[i].nbytes)
+
+
+def shared_memories(inputs, outputs):
+    """Shared memories (sealed memfds) holding ``inputs`` and room for ``outputs``."""
+    ins = []
+    for x in inputs:
+        memory = nnapi.Memory.create_shared(x.nbytes)
+        np.frombuffer(memory.buffer, x.dtype)[:] = x.reshape(-1)
+        ins.append(memory)
+    return ins, [nnapi.Memory.create_shared(y.nbytes) for y in outputs]
+
+
+def time_executions(compilation, inputs, outputs, iterations: int, burst: bool, memories=None) -> list[float]:
     """Seconds per execution: a fresh Execution per run, or one reusable execution in a burst."""
     times = []
     if burst:
         handle = nnapi.Burst(compilation)
         execution = nnapi.Execution(compilation)
         execution.set_reusable(True)
-        for i, x in enumerate(inputs):
-            execution.set_input(i, x)
-        for i, y in enumerate(outputs):
-            execution.set_output(i, y)
+        set_arguments(execution, inputs, outputs, memories)
         for _ in range(iterations):
             start = time.perf_counter()
             execution.burst_compute(handle)
@@ -72,36 +101,48 @@ def time_executions(compilation, inputs, outputs, iterations: int, burst: bool) 
     for _ in range(iterations):
         start = time.perf_counter()
         execution = nnapi.Execution(compilation)
-        for i, x in enumerate(inputs):
-            execution.set_input(i, x)
-        for i, y in enumerate(outputs):
-            execution.set_output(i, y)
+        set_arguments(execution, inputs, outputs, memories)
         execution.compute()
         times.append(time.perf_counter() - start)
     return times
 
 
+KINDS = (("execution", False, False), ("burst", True, False), ("burst, shared memory", True, True))
+
+
 def compare(name: str, model, inputs, outputs, local, remote, iterations: int) -> None:
-    results = {}
+    """Median per execution in process and through the service, the runs of both devices
+    interleaved (one batch each in turn) so that load on the machine hits both alike."""
+    link = remote._hal._link
+    memories = shared_memories(inputs, outputs)
+    compilations = {}
     for label, device in (("in process", local), ("service", remote)):
-        compilation = nnapi.Compilation(model, [device])
-        compilation.finish()
-        expected = None
-        for burst in (False, True):
-            time_executions(compilation, inputs, outputs, max(iterations // 10, 2), burst)  # warm up
-            times = time_executions(compilation, inputs, outputs, iterations, burst)
-            results[(label, burst)] = statistics.median(times) * 1e6
-            if expected is None:
-                expected = [y.copy() for y in outputs]
-        results[(label, "out")] = expected
+        compilations[label] = nnapi.Compilation(model, [device])
+        compilations[label].finish()
+    results: dict = {}
+    staged: dict = {}
+    batch = max(iterations // 10, 1)
+    for kind, burst, shared in KINDS:
+        for compilation in compilations.values():  # warm up
+            time_executions(compilation, inputs, outputs, max(batch, 2), burst, memories if shared else None)
+        for _ in range(max(iterations // batch, 1)):
+            for label, compilation in compilations.items():
+                before = link.staged_bytes
+                times = time_executions(compilation, inputs, outputs, batch, burst, memories if shared else None)
+                results.setdefault((label, kind), []).extend(times)
+                if label == "service":
+                    staged[kind] = (link.staged_bytes - before) // batch
+                if not shared:
+                    results.setdefault((label, "out"), [y.copy() for y in outputs])
     same = all(np.allclose(a, b, rtol=1e-5, atol=1e-6)
                for a, b in zip(results[("in process", "out")], results[("service", "out")]))
-    for burst in (False, True):
-        kind = "burst      " if burst else "execution  "
-        local_us, remote_us = results[("in process", burst)], results[("service", burst)]
-        print(f"{name:<14} {kind} in process {local_us:10.1f} us   service {remote_us:10.1f} us   "
-              f"added {remote_us - local_us:+9.1f} us   ratio {remote_us / local_us:5.2f}x")
-    print(f"{name:<14} outputs equal: {'yes' if same else 'NO'}")
+    for kind, _, _ in KINDS:
+        local_us = statistics.median(results[("in process", kind)]) * 1e6
+        remote_us = statistics.median(results[("service", kind)]) * 1e6
+        print(f"{name:<13} {kind:<21} in process {local_us:9.1f} us  service {remote_us:9.1f} us  "
+              f"added {remote_us - local_us:+8.1f} us  ratio {remote_us / local_us:5.2f}x  "
+              f"tensor bytes copied {staged[kind]}")
+    print(f"{name:<13} outputs equal: {'yes' if same else 'NO'}")
 
 
 CLIENT = textwrap.dedent('''
@@ -199,7 +240,8 @@ def main() -> int:
                     print(f"MobileNet v1   LiteRT (1 thread) {litert:10.1f} us")
             else:
                 print(f"(no {args.model}: MobileNet skipped)")
-            print(f"throughput, bursts, {args.seconds:g} s:")
+            print(f"throughput, bursts, {args.seconds:g} s; {os.cpu_count()} cores, BLAS threads per process: "
+                  f"{os.environ.get('OPENBLAS_NUM_THREADS', 'one per core')}:")
             for clients in (1, 4):
                 rate = throughput(path, "trivial", clients, args.seconds)
                 print(f"trivial ADD    {clients} client process(es): {rate:10.0f} executions/s")

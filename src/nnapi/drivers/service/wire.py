@@ -89,17 +89,20 @@ class FrameReader:
         self._sock = sock
         self._buffer = bytearray()
         self._fds: list[int] = []
-        self._chunk = None if descriptors else bytearray(1 << 16)
+        self._descriptors = descriptors
+        #: one receive buffer, reused (no 64 KiB allocation per message)
+        self._chunk = bytearray(1 << 16)
 
     def _receive(self) -> bytes:
         """One recvmsg: its bytes; the descriptors that came with them are queued."""
         chunk = self._chunk
-        if chunk is not None:
+        if not self._descriptors:
             count = self._sock.recv_into(chunk)
             if not count:
                 raise EOFError("connection closed")
             return chunk[:count]
-        data, ancillary, flags, _ = self._sock.recvmsg(1 << 16, _ANCILLARY_SPACE)
+        count, ancillary, flags, _ = self._sock.recvmsg_into([chunk], _ANCILLARY_SPACE)
+        data = chunk[:count]
         for level, kind, cdata in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array("i")
