@@ -335,6 +335,12 @@ ATTACKER = textwrap.dedent('''
         plain.truncate(4096)
         replies.append(ask(s, {"v": V, "id": 11, "op": "map", "a": {"pools": [[2, 0, True]]}}, [plain.fileno()]))
     replies.append(ask(s, {"v": V, "id": 12, "op": "map", "a": {"pools": [[3, 5, True]]}}))
+    replies.append(ask(s, {"v": V, "id": 13, "op": "run", "a": {"x": "1"}}))
+    replies.append(ask(s, {"v": V, "id": 14, "op": "run", "a": {"x": 77}}))
+    replies.append(ask(s, {"v": V, "id": 15, "op": "bind", "a": {"h": 1, "r": b"garbage"}}))
+    replies.append(ask(s, {"v": V, "id": 16, "op": "bind", "a": {"b": [1], "r": b""}}))
+    replies.append(ask(s, {"v": V, "id": 17, "op": "prepare_cache", "a": {"dev": 0, "mc": [0], "dc": [0],
+                                                                           "token": bytes(32)}}, [r]))
     print(results)
     print([None if r is None else (r.get("ok"), r.get("status"), r.get("msg", "")[:80]) for r in replies])
 ''')
@@ -366,6 +372,9 @@ def test_malformed_messages_from_another_process(remote):
     assert "out of range" in replies[9][2] or "does not exist" in replies[9][2], replies[9]
     assert "memfd" in replies[10][2] and "sealed" in replies[11][2]
     assert "no descriptors" in replies[12][2]
+    assert "expected an integer" in replies[13][2] and "unknown execution" in replies[14][2]
+    assert "unknown prepared model" in replies[15][2] and "expected an integer" in replies[16][2]
+    assert "regular file" in replies[17][2]
     # the service is alive and the other client never noticed
     assert running.process.poll() is None
     x, y = _run_demo(compilation)
