@@ -12,6 +12,7 @@ import pytest
 from nnapi.operations.quant_math import (
     OutputStage,
     dequantize,
+    dequantize_per_channel,
     multiply_by_quantized_multiplier,
     quantize_multiplier,
     quantize_multipliers,
@@ -143,3 +144,14 @@ def test_dequantize_computes_in_the_requested_dtype():
     as32 = dequantize(values, 0.1, 1, np.float32)
     assert as32.dtype == np.float32
     np.testing.assert_array_equal(as32, (values.astype(np.float32) - np.float32(1)) * np.float32(0.1))
+
+
+@pytest.mark.parametrize("channel_dim", [0, 1, 2])
+def test_dequantize_per_channel_scales_each_channel(channel_dim):
+    values = RNG.integers(-127, 128, (3, 4, 5)).astype(np.int8)
+    scales = RNG.uniform(0.01, 2.0, values.shape[channel_dim]).astype(np.float32)
+    real = dequantize_per_channel(values, scales, channel_dim)
+    assert real.dtype == np.float32
+    for c, scale in enumerate(scales):
+        channel = np.take(values, c, axis=channel_dim).astype(np.float32)
+        np.testing.assert_array_equal(np.take(real, c, axis=channel_dim), channel * scale)

@@ -1,6 +1,7 @@
 """Quantization arithmetic, defined once for every operation.
 
-- ``dequantize`` / ``requantize``: real = (q - zero_point) * scale, and stored values
+- ``dequantize`` / ``dequantize_per_channel`` / ``requantize``: real = (q - zero_point) *
+  scale (per channel: q * scales[c]), and stored values
   re-expressed in another quantization with rounding half away from zero (C's round, as
   Android's kernels use) and saturation to the stored type.
 - ``quantize_multiplier(s)``: a real multiplier as an int32 Q31 mantissa and a power of
@@ -31,6 +32,15 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
 def dequantize(values: np.ndarray, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:
     """Real values of stored quantized integers, (q - zero_point) * scale, computed in ``dtype``."""
     return (np.asarray(values).astype(dtype) - dtype(zero_point)) * dtype(scale)
+
+
+def dequantize_per_channel(values: np.ndarray, scales, channel_dim: int, dtype=np.float32) -> np.ndarray:
+    """Real values of TENSOR_QUANT8_SYMM_PER_CHANNEL integers: q * scales[c] along
+    ``channel_dim`` (zero point 0), computed in ``dtype``."""
+    values = np.asarray(values).astype(dtype)
+    shape = [1] * values.ndim
+    shape[channel_dim] = -1
+    return values * np.asarray(scales, dtype=dtype).reshape(shape)
 
 
 def requantize(values: np.ndarray, scale: float, zero_point: int, to_scale: float, to_zero_point: int,

@@ -21,6 +21,7 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._elementwise import FLOAT_TENSORS, QUANT8_TENSORS, check_same_shape_output, float_input
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import integer_range, round_half_away
+from nnapi.operations.quant_math import dequantize, dequantize_per_channel
 
 T = OperandCode
 
@@ -74,13 +75,9 @@ class Dequantize(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         tensor = ctx.input(0)
-        stored = tensor.value.astype(np.float32)
         if tensor.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
             params = tensor.channel_quant
-            scale = np.ones(stored.ndim, dtype=np.int64)
-            scale[params.channel_dim] = -1
-            scales = np.asarray(params.scales, dtype=np.float32).reshape(tuple(scale))
-            real = stored * scales
+            real = dequantize_per_channel(tensor.value, params.scales, params.channel_dim, np.float32)
         else:
-            real = (stored - np.float32(tensor.zero_point)) * np.float32(tensor.scale)
+            real = dequantize(tensor.value, tensor.scale, tensor.zero_point, np.float32)
         return [real.astype(ctx.output_dtype(0), copy=False)]

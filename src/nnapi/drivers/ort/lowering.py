@@ -33,6 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
 from nnapi.operand import dtype_of
+from nnapi.operations.quant_math import dequantize, dequantize_per_channel
 
 T = OperandCode
 L = OperandLifeTime
@@ -906,11 +907,9 @@ def lower_dequantize(g: GraphBuilder, operation: Operation) -> None:
             quant = operand.channel_quant
             if quant is None:
                 raise Declined("per-channel operand without scales")
-            shape = [1] * raw.ndim
-            shape[quant.channel_dim] = -1
-            values = values * np.array(quant.scales, np.float32).reshape(shape)
+            values = dequantize_per_channel(raw, quant.scales, quant.channel_dim, np.float32)
         elif operand.type in (*QUANT8, T.TENSOR_QUANT8_SYMM):
-            values = (values - operand.zero_point) * np.float32(operand.scale)
+            values = dequantize(raw, operand.scale, operand.zero_point, np.float32)
         elif operand.type not in FLOATS:
             raise Declined(f"DEQUANTIZE from {_name(operand.type)} is not supported")
         if output.type == T.TENSOR_FLOAT16:
