@@ -14,13 +14,19 @@ from nnapi.operations._shape_common import DATA_TYPES, axis_value, check_output_
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 T = OperandCode
+
+# Named input positions (Android's channel_shuffle.cpp).
+INPUT = 0
+NUM_GROUPS = 1
+AXIS = 2
+
 _MAX_RANK = 4
 
 
 def _groups_and_axis(ctx: ExecutionContext) -> tuple[int, int]:
-    shape = ctx.input(0).shape
-    axis = axis_value(ctx, 2, len(shape))
-    groups = int(ctx.scalar(1))
+    shape = ctx.input(INPUT).shape
+    axis = axis_value(ctx, AXIS, len(shape))
+    groups = int(ctx.scalar(NUM_GROUPS))
     ctx.require(groups > 0, f"num_groups must be positive, got {groups}")
     ctx.require(shape[axis] % groups == 0, f"{shape[axis]} channels are not divisible into {groups} groups")
     return groups, axis
@@ -31,16 +37,16 @@ class ChannelShuffle(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)
         ctx.check_input_types([DATA_TYPES, T.INT32, T.INT32])
-        ctx.check_input_max_rank(0, _MAX_RANK)
+        ctx.check_input_max_rank(INPUT, _MAX_RANK)
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         _groups_and_axis(ctx)
-        return [ctx.input(0).shape]
+        return [ctx.input(INPUT).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         groups, axis = _groups_and_axis(ctx)
-        x = ctx.value(0)
+        x = ctx.value(INPUT)
         shape = x.shape
         grouped = x.reshape(shape[:axis] + (groups, shape[axis] // groups) + shape[axis + 1:])
         return [np.ascontiguousarray(np.swapaxes(grouped, axis, axis + 1)).reshape(shape)]

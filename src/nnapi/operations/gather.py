@@ -20,6 +20,12 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 
 T = OperandCode
 
+# Named input positions (Android's gather.cpp kInputTensor, kInputAxis, kInputIndices).
+INPUT = 0
+AXIS = 1
+INDICES = 2
+
+
 
 # Beyond Android's CPU kernels, which refuse a zero-sized input here: the result is well defined
 # and tests/test_ops_shape.py::TestZeroSized relies on it.
@@ -28,13 +34,13 @@ class Gather(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)
         ctx.check_input_types([DATA_TYPES_INT, T.INT32, T.TENSOR_INT32])
-        check_known_rank_at_least(ctx, 0, 1)
+        check_known_rank_at_least(ctx, INPUT, 1)
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
-        axis = axis_value(ctx, 1, len(shape))
-        indices = ctx.value(2)
+        shape = ctx.input(INPUT).shape
+        axis = axis_value(ctx, AXIS, len(shape))
+        indices = ctx.value(INDICES)
         ctx.require(indices is not None, "input 2 (indices) has no value")
         if indices.size:
             ctx.require(bool(np.all((indices >= 0) & (indices < shape[axis]))),
@@ -42,5 +48,5 @@ class Gather(Operation):
         return [shape[:axis] + tuple(indices.shape) + shape[axis + 1:]]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        axis = axis_value(ctx, 1, ctx.input(0).rank)
-        return [np.take(ctx.value(0), ctx.value(2), axis=axis)]
+        axis = axis_value(ctx, AXIS, ctx.input(INPUT).rank)
+        return [np.take(ctx.value(INPUT), ctx.value(INDICES), axis=axis)]

@@ -16,10 +16,15 @@ from nnapi.operations.common import QUANT8_TENSORS, normalize_axis
 
 T = OperandCode
 
+# Named input positions (Android's pack.cpp kInputAxisScalar, kInputFirstTensor).
+AXIS = 0
+FIRST_INPUT = 1
+
+
 
 def _axis(ctx: ExecutionContext) -> int:
-    rank = ctx.input(1).rank
-    axis = int(ctx.scalar(0))
+    rank = ctx.input(FIRST_INPUT).rank
+    axis = int(ctx.scalar(AXIS))
     normalized = normalize_axis(axis, rank + 1)
     ctx.require(normalized is not None, f"axis {axis} is out of range for inputs of rank {rank}")
     return normalized  # type: ignore[return-value]
@@ -31,11 +36,11 @@ class Pack(Operation):
         if len(ctx.inputs) < 2:
             ctx.fail(f"expected at least 2 inputs (the axis and a tensor), got {len(ctx.inputs)}")
         ctx.check_counts(inputs=len(ctx.inputs), outputs=1)
-        ctx.check_input_type(0, T.INT32)
-        ctx.check_input_type(1, DATA_TYPES_INT)
-        code = ctx.input_type(1)
-        known = [ctx.inputs[i].dimensions for i in range(1, len(ctx.inputs)) if ctx.inputs[i].rank]
-        for index in range(1, len(ctx.inputs)):
+        ctx.check_input_type(AXIS, T.INT32)
+        ctx.check_input_type(FIRST_INPUT, DATA_TYPES_INT)
+        code = ctx.input_type(FIRST_INPUT)
+        known = [ctx.inputs[i].dimensions for i in range(FIRST_INPUT, len(ctx.inputs)) if ctx.inputs[i].rank]
+        for index in range(FIRST_INPUT, len(ctx.inputs)):
             ctx.check_input_type(index, code)
             check_known_rank_at_least(ctx, index, 1)
             if code in QUANT8_TENSORS:
@@ -53,7 +58,7 @@ class Pack(Operation):
             ctx.fail(f"output 0 must have rank {len(known[0]) + 1}, got {out_rank}")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(1).shape
+        shape = ctx.input(FIRST_INPUT).shape
         ctx.require(len(shape) >= 1, "the tensors to pack must have rank at least 1")
         for index in range(2, len(ctx.inputs)):
             ctx.require(ctx.input(index).shape == shape,
@@ -62,5 +67,5 @@ class Pack(Operation):
         return [shape[:axis] + (len(ctx.inputs) - 1,) + shape[axis:]]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        values = [ctx.value(index) for index in range(1, len(ctx.inputs))]
+        values = [ctx.value(index) for index in range(FIRST_INPUT, len(ctx.inputs))]
         return [np.stack(values, axis=_axis(ctx)).astype(ctx.output_dtype(0), copy=False)]

@@ -24,6 +24,13 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 from nnapi.operations.common import QUANT8_TENSORS, integer_range
 
 T = OperandCode
+
+# Named input positions (Android's pad.cpp / mirror_pad.cpp kInputTensor, kPaddingsTensor, ...).
+INPUT = 0
+PADDINGS = 1
+PAD_V2_VALUE = 2
+MIRROR_PAD_MODE = 2
+
 _MAX_RANK = 4
 _PAD_VALUE_TYPES = {
     T.TENSOR_FLOAT32: T.FLOAT32,
@@ -35,8 +42,8 @@ _REFLECT, _SYMMETRIC = 0, 1
 
 
 def _padded_shape(ctx: ExecutionContext) -> tuple[np.ndarray, tuple[int, ...]]:
-    shape = ctx.input(0).shape
-    paddings = paddings_values(ctx, 1, len(shape))
+    shape = ctx.input(INPUT).shape
+    paddings = paddings_values(ctx, PADDINGS, len(shape))
     return paddings, tuple(int(d) for d in paddings[:, 0] + np.asarray(shape, dtype=np.int64) + paddings[:, 1])
 
 
@@ -57,25 +64,25 @@ class Pad(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         is_v2 = self.code == OperationCode.PAD_V2
         ctx.check_counts(inputs=3 if is_v2 else 2, outputs=1)
-        ctx.check_input_type(0, DATA_TYPES)
-        ctx.check_input_max_rank(0, _MAX_RANK)
-        check_paddings_input(ctx, 1)
+        ctx.check_input_type(INPUT, DATA_TYPES)
+        ctx.check_input_max_rank(INPUT, _MAX_RANK)
+        check_paddings_input(ctx, PADDINGS)
         if is_v2:
-            ctx.check_input_type(2, _PAD_VALUE_TYPES[ctx.input_type(0)])
+            ctx.check_input_type(PAD_V2_VALUE, _PAD_VALUE_TYPES[ctx.input_type(INPUT)])
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        if self.code == OperationCode.PAD_V2 and ctx.input(0).type in QUANT8_TENSORS:
-            low, high = integer_range(ctx.input(0).type)
-            value = int(ctx.scalar(2))
+        if self.code == OperationCode.PAD_V2 and ctx.input(INPUT).type in QUANT8_TENSORS:
+            low, high = integer_range(ctx.input(INPUT).type)
+            value = int(ctx.scalar(PAD_V2_VALUE))
             ctx.require(low <= value <= high, f"pad value {value} is out of range [{low}, {high}]")
         return [_padded_shape(ctx)[1]]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        source = ctx.input(0)
+        source = ctx.input(INPUT)
         paddings, _ = _padded_shape(ctx)
         if self.code == OperationCode.PAD_V2:
-            fill = ctx.scalar(2)
+            fill = ctx.scalar(PAD_V2_VALUE)
         else:
             fill = source.zero_point if source.type in QUANT8_TENSORS else 0
         return [_pad_constant(source.value, paddings, fill, ctx.output_dtype(0))]
@@ -85,16 +92,16 @@ class Pad(Operation):
 class MirrorPad(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)
-        ctx.check_input_type(0, DATA_TYPES_INT)
-        check_known_rank_at_least(ctx, 0, 1)
-        check_paddings_input(ctx, 1)
-        ctx.check_input_type(2, T.INT32)
+        ctx.check_input_type(INPUT, DATA_TYPES_INT)
+        check_known_rank_at_least(ctx, INPUT, 1)
+        check_paddings_input(ctx, PADDINGS)
+        ctx.check_input_type(MIRROR_PAD_MODE, T.INT32)
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = np.asarray(ctx.input(0).shape, dtype=np.int64)
+        shape = np.asarray(ctx.input(INPUT).shape, dtype=np.int64)
         ctx.require(len(shape) >= 1, "input 0 must have rank at least 1")
-        mode = int(ctx.scalar(2))
+        mode = int(ctx.scalar(MIRROR_PAD_MODE))
         ctx.require(mode in (_REFLECT, _SYMMETRIC), f"mode must be 0 (REFLECT) or 1 (SYMMETRIC), got {mode}")
         paddings, out_shape = _padded_shape(ctx)
         limit = shape[:, None] - (1 if mode == _REFLECT else 0)
@@ -105,5 +112,5 @@ class MirrorPad(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         paddings, _ = _padded_shape(ctx)
-        mode = "reflect" if int(ctx.scalar(2)) == _REFLECT else "symmetric"
-        return [np.pad(ctx.value(0), [(int(b), int(a)) for b, a in paddings], mode=mode)]
+        mode = "reflect" if int(ctx.scalar(MIRROR_PAD_MODE)) == _REFLECT else "symmetric"
+        return [np.pad(ctx.value(INPUT), [(int(b), int(a)) for b, a in paddings], mode=mode)]

@@ -25,6 +25,13 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 from nnapi.operations.common import normalize_axis
 
 T = OperandCode
+
+# Named input positions (Android's reshape.cpp kInputTensor, kTargetShape, ...).
+INPUT = 0
+RESHAPE_SHAPE = 1
+SQUEEZE_AXES = 1
+EXPAND_DIMS_AXIS = 1
+
 _MAX_RANK = 4
 
 
@@ -34,14 +41,14 @@ _MAX_RANK = 4
 class Reshape(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
-        ctx.check_input_type(0, DATA_TYPES)
-        ctx.check_input_max_rank(0, _MAX_RANK)
-        check_vector_input(ctx, 1, "shape")
+        ctx.check_input_type(INPUT, DATA_TYPES)
+        ctx.check_input_max_rank(INPUT, _MAX_RANK)
+        check_vector_input(ctx, RESHAPE_SHAPE, "shape")
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        target = int_values(ctx, 1, "shape")
-        count = math.prod(ctx.input(0).shape)
+        target = int_values(ctx, RESHAPE_SHAPE, "shape")
+        count = math.prod(ctx.input(INPUT).shape)
         stretch = np.flatnonzero(target == -1)
         ctx.require(stretch.size <= 1, "at most one dimension of the new shape may be -1")
         known = np.delete(target, stretch)
@@ -61,7 +68,7 @@ class Reshape(Operation):
         return [tuple(int(d) for d in shape)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return [ctx.value(0).reshape(self.prepare(ctx)[0])]
+        return [ctx.value(INPUT).reshape(self.prepare(ctx)[0])]
 
     def plan(self, ctx: ExecutionContext):
         shape = self.prepare(ctx)[0]  # static: a view with the shape found at preparation
@@ -72,19 +79,19 @@ class Reshape(Operation):
 class Squeeze(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
-        ctx.check_input_type(0, DATA_TYPES)
-        ctx.check_input_max_rank(0, _MAX_RANK)
-        check_vector_input(ctx, 1, "squeeze dimensions")
+        ctx.check_input_type(INPUT, DATA_TYPES)
+        ctx.check_input_max_rank(INPUT, _MAX_RANK)
+        check_vector_input(ctx, SQUEEZE_AXES, "squeeze dimensions")
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
+        shape = ctx.input(INPUT).shape
         rank = len(shape)
-        if ctx.is_omitted(1):
+        if ctx.is_omitted(SQUEEZE_AXES):
             squeezed = {axis for axis, size in enumerate(shape) if size == 1}
         else:
             squeezed = set()
-            for axis in int_values(ctx, 1, "squeeze dimensions").tolist():
+            for axis in int_values(ctx, SQUEEZE_AXES, "squeeze dimensions").tolist():
                 normalized = normalize_axis(axis, rank)
                 ctx.require(normalized is not None, f"axis {axis} is out of range for rank {rank}")
                 ctx.require(shape[normalized] == 1,
@@ -94,7 +101,7 @@ class Squeeze(Operation):
         return [kept or (1,)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return [ctx.value(0).reshape(self.prepare(ctx)[0])]
+        return [ctx.value(INPUT).reshape(self.prepare(ctx)[0])]
 
     def plan(self, ctx: ExecutionContext):
         shape = self.prepare(ctx)[0]  # static: a view with the shape found at preparation
@@ -106,18 +113,18 @@ class ExpandDims(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
         ctx.check_input_types([DATA_TYPES_INT, T.INT32])
-        check_known_rank_at_least(ctx, 0, 1)
+        check_known_rank_at_least(ctx, INPUT, 1)
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
-        axis = int(ctx.scalar(1))
+        shape = ctx.input(INPUT).shape
+        axis = int(ctx.scalar(EXPAND_DIMS_AXIS))
         normalized = normalize_axis(axis, len(shape) + 1)
         ctx.require(normalized is not None, f"axis {axis} is out of range for rank {len(shape)}")
         return [shape[:normalized] + (1,) + shape[normalized:]]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return [ctx.value(0).reshape(self.prepare(ctx)[0])]
+        return [ctx.value(INPUT).reshape(self.prepare(ctx)[0])]
 
     def plan(self, ctx: ExecutionContext):
         shape = self.prepare(ctx)[0]  # static: a view with the shape found at preparation

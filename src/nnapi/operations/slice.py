@@ -23,11 +23,22 @@ from nnapi.operations._shape_common import (
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 T = OperandCode
+
+# Named input positions (Android's slice.cpp and strided_slice.cpp kInputTensor, kBeginTensor, ...).
+INPUT = 0
+BEGIN = 1
+SLICE_SIZE = 2
+STRIDED_END = 2
+STRIDED_STRIDES = 3
+STRIDED_BEGIN_MASK = 4
+STRIDED_END_MASK = 5
+STRIDED_SHRINK_AXIS_MASK = 6
+
 _MAX_RANK = 4
 
 
 def _check_vector_lengths(ctx: ValidationContext, indexes: range, what: str) -> None:
-    rank = ctx.inputs[0].rank
+    rank = ctx.inputs[INPUT].rank
     for index in indexes:
         dims = ctx.inputs[index].dimensions
         if rank and len(dims) == 1 and dims[0] and dims[0] != rank:
@@ -38,19 +49,19 @@ def _check_vector_lengths(ctx: ValidationContext, indexes: range, what: str) -> 
 class Slice(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)
-        ctx.check_input_type(0, DATA_TYPES_INT)
-        check_known_rank_at_least(ctx, 0, 1)
-        check_vector_input(ctx, 1, "begin")
-        check_vector_input(ctx, 2, "size")
-        _check_vector_lengths(ctx, range(1, 3), "begin / size")
+        ctx.check_input_type(INPUT, DATA_TYPES_INT)
+        check_known_rank_at_least(ctx, INPUT, 1)
+        check_vector_input(ctx, BEGIN, "begin")
+        check_vector_input(ctx, SLICE_SIZE, "size")
+        _check_vector_lengths(ctx, range(BEGIN, SLICE_SIZE + 1), "begin / size")
         check_output_like_input(ctx)
 
     def _bounds(self, ctx: ExecutionContext) -> tuple[np.ndarray, np.ndarray]:
-        shape = np.asarray(ctx.input(0).shape, dtype=np.int64)
+        shape = np.asarray(ctx.input(INPUT).shape, dtype=np.int64)
         rank = len(shape)
         ctx.require(rank >= 1, "input 0 must have rank at least 1")
-        begin = int_values(ctx, 1, "begin", length=rank)
-        size = int_values(ctx, 2, "size", length=rank)
+        begin = int_values(ctx, BEGIN, "begin", length=rank)
+        size = int_values(ctx, SLICE_SIZE, "size", length=rank)
         size = np.where(size == -1, shape - begin, size)
         ctx.require(bool(np.all((begin >= 0) & (begin <= shape))), f"begin {begin.tolist()} is out of range")
         ctx.require(bool(np.all((size >= 0) & (begin + size <= shape))),
@@ -64,7 +75,7 @@ class Slice(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         begin, size = self._bounds(ctx)
         window = tuple(slice(int(b), int(b + s)) for b, s in zip(begin, size, strict=True))
-        return [np.ascontiguousarray(ctx.value(0)[window])]
+        return [np.ascontiguousarray(ctx.value(INPUT)[window])]
 
 
 def _clamp(index: int, dim: int, positive: bool) -> int:
@@ -83,22 +94,23 @@ def _clamp(index: int, dim: int, positive: bool) -> int:
 class StridedSlice(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=7, outputs=1)
-        ctx.check_input_type(0, DATA_TYPES)
-        ctx.check_input_max_rank(0, _MAX_RANK)
+        ctx.check_input_type(INPUT, DATA_TYPES)
+        ctx.check_input_max_rank(INPUT, _MAX_RANK)
         for index, what in ((1, "begin"), (2, "end"), (3, "strides")):
             check_vector_input(ctx, index, what)
-        _check_vector_lengths(ctx, range(1, 4), "begin / end / strides")
-        ctx.check_input_types([T.INT32] * 3, start=4)
+        _check_vector_lengths(ctx, range(BEGIN, STRIDED_STRIDES + 1), "begin / end / strides")
+        ctx.check_input_types([T.INT32] * 3, start=STRIDED_BEGIN_MASK)
         check_output_like_input(ctx)
 
     def _plan(self, ctx: ExecutionContext) -> tuple[tuple[slice, ...], tuple[int, ...]]:
         """The per-dimension slices and the output shape."""
-        shape = ctx.input(0).shape
+        shape = ctx.input(INPUT).shape
         rank = len(shape)
-        begin = int_values(ctx, 1, "begin", length=rank).tolist()
-        end = int_values(ctx, 2, "end", length=rank).tolist()
-        strides = int_values(ctx, 3, "strides", length=rank).tolist()
-        begin_mask, end_mask, shrink_mask = (int(ctx.scalar(i)) for i in (4, 5, 6))
+        begin = int_values(ctx, BEGIN, "begin", length=rank).tolist()
+        end = int_values(ctx, STRIDED_END, "end", length=rank).tolist()
+        strides = int_values(ctx, STRIDED_STRIDES, "strides", length=rank).tolist()
+        begin_mask, end_mask, shrink_mask = (int(ctx.scalar(i)) for i in (
+            STRIDED_BEGIN_MASK, STRIDED_END_MASK, STRIDED_SHRINK_AXIS_MASK))
         slices, out_shape = [], []
         for axis, dim in enumerate(shape):
             stride = strides[axis]
@@ -124,4 +136,4 @@ class StridedSlice(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         slices, shape = self._plan(ctx)
-        return [np.ascontiguousarray(ctx.value(0)[slices]).reshape(shape)]
+        return [np.ascontiguousarray(ctx.value(INPUT)[slices]).reshape(shape)]

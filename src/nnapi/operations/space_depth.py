@@ -25,6 +25,13 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 from nnapi.operations.common import QUANT8_TENSORS, from_nhwc, layout_shape, nhwc_shape, to_nhwc
 
 T = OperandCode
+
+# Named input positions (Android's depth_to_space.cpp / space_to_batch.cpp kInputTensor,
+# kBlockSizeScalar / kBlockSizeTensor, kPaddingsTensor); the layout flag follows (_PARAMETERS).
+INPUT = 0
+BLOCK_SIZE = 1  # INT32 for DEPTH_TO_SPACE / SPACE_TO_DEPTH, [2] TENSOR_INT32 for the _ND ones
+SPACE_TO_BATCH_PADDINGS = 2
+
 _CODE = OperationCode
 #: inputs before the optional layout flag
 _PARAMETERS = {
@@ -37,10 +44,10 @@ _PARAMETERS = {
 
 def _block_sizes(ctx: ExecutionContext, code: OperationCode) -> tuple[int, int]:
     if code in (_CODE.DEPTH_TO_SPACE, _CODE.SPACE_TO_DEPTH):
-        size = int(ctx.scalar(1))
+        size = int(ctx.scalar(BLOCK_SIZE))
         blocks = (size, size)
     else:
-        blocks = tuple(int(b) for b in int_values(ctx, 1, "block sizes", length=2))  # type: ignore[assignment]
+        blocks = tuple(int(b) for b in int_values(ctx, BLOCK_SIZE, "block sizes", length=2))  # type: ignore[assignment]
     ctx.require(min(blocks) >= 1, f"block sizes must be at least 1, got {list(blocks)}")
     return blocks
 
@@ -59,7 +66,7 @@ def _nhwc_output_shape(ctx: ExecutionContext, code: OperationCode, shape: Shape)
     if code == _CODE.BATCH_TO_SPACE_ND:
         ctx.require(batches % (bh * bw) == 0, f"batch {batches} is not divisible by {bh} * {bw}")
         return batches // (bh * bw), height * bh, width * bw, depth
-    paddings = paddings_values(ctx, 2, 2)
+    paddings = paddings_values(ctx, SPACE_TO_BATCH_PADDINGS, 2)
     padded_h = height + int(paddings[0].sum())
     padded_w = width + int(paddings[1].sum())
     ctx.require(padded_h % bh == 0 and padded_w % bw == 0,
@@ -73,17 +80,17 @@ class SpaceDepthBatch(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         parameters = _PARAMETERS[self.code]
         ctx.check_counts(inputs=(parameters, parameters + 1), outputs=1)
-        ctx.check_input_type(0, DATA_TYPES)
-        ctx.check_input_rank(0, 4)
+        ctx.check_input_type(INPUT, DATA_TYPES)
+        ctx.check_input_rank(INPUT, 4)
         if self.code in (_CODE.DEPTH_TO_SPACE, _CODE.SPACE_TO_DEPTH):
-            ctx.check_input_type(1, T.INT32)
+            ctx.check_input_type(BLOCK_SIZE, T.INT32)
         else:
-            check_vector_input(ctx, 1, "block sizes")
-            dims = ctx.inputs[1].dimensions
+            check_vector_input(ctx, BLOCK_SIZE, "block sizes")
+            dims = ctx.inputs[BLOCK_SIZE].dimensions
             if len(dims) == 1 and dims[0] and dims[0] != 2:
                 ctx.fail(f"input 1 (block sizes) must have 2 elements, got {dims[0]}")
         if self.code == _CODE.SPACE_TO_BATCH_ND:
-            check_paddings_input(ctx, 2, rows=2)
+            check_paddings_input(ctx, SPACE_TO_BATCH_PADDINGS, rows=2)
         if len(ctx.inputs) > parameters:
             ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the layout flag
             ctx.check_input_type(parameters, T.BOOL)
@@ -94,14 +101,14 @@ class SpaceDepthBatch(Operation):
         return len(ctx.inputs) > parameters and not ctx.is_omitted(parameters) and bool(ctx.scalar(parameters))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
+        shape = ctx.input(INPUT).shape
         ctx.require(len(shape) == 4, f"input 0 must have rank 4, got shape {list(shape)}")
         nchw = self._nchw(ctx)
         return [layout_shape(_nhwc_output_shape(ctx, self.code, nhwc_shape(shape, nchw)), nchw)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         nchw = self._nchw(ctx)
-        source = ctx.input(0)
+        source = ctx.input(INPUT)
         x = to_nhwc(source.value, nchw)
         batches, height, width, depth = x.shape
         bh, bw = _block_sizes(ctx, self.code)
@@ -118,7 +125,7 @@ class SpaceDepthBatch(Operation):
             blocks = x.reshape(bh, bw, batches // (bh * bw), height, width, depth)
             y = blocks.transpose(2, 3, 0, 4, 1, 5)
         else:
-            paddings = paddings_values(ctx, 2, 2)
+            paddings = paddings_values(ctx, SPACE_TO_BATCH_PADDINGS, 2)
             fill = source.zero_point if source.type in QUANT8_TENSORS else 0
             padded = np.full((batches, height + int(paddings[0].sum()), width + int(paddings[1].sum()), depth),
                              fill, dtype=x.dtype)

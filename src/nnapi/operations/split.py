@@ -19,6 +19,12 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 
 T = OperandCode
 
+# Named input positions (Android's split.cpp).
+INPUT = 0
+AXIS = 1
+NUM_SPLITS = 2
+
+
 
 @register(OperationCode.SPLIT)
 class Split(Operation):
@@ -27,14 +33,14 @@ class Split(Operation):
             ctx.fail("expected at least 1 output, got 0")
         ctx.check_counts(inputs=3, outputs=len(ctx.outputs))
         ctx.check_input_types([DATA_TYPES_INT, T.INT32, T.INT32])
-        check_known_rank_at_least(ctx, 0, 1)
+        check_known_rank_at_least(ctx, INPUT, 1)
         for index in range(len(ctx.outputs)):
             check_output_like_input(ctx, index)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
-        axis = axis_value(ctx, 1, len(shape))
-        splits = int(ctx.scalar(2))
+        shape = ctx.input(INPUT).shape
+        axis = axis_value(ctx, AXIS, len(shape))
+        splits = int(ctx.scalar(NUM_SPLITS))
         ctx.require(splits == len(ctx.outputs),
                     f"num_splits {splits} does not match the {len(ctx.outputs)} outputs")
         ctx.require(shape[axis] % splits == 0, f"axis size {shape[axis]} is not divisible by {splits}")
@@ -42,5 +48,5 @@ class Split(Operation):
         return [part] * splits
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        axis = axis_value(ctx, 1, ctx.input(0).rank)
-        return [np.ascontiguousarray(part) for part in np.split(ctx.value(0), len(ctx.outputs), axis=axis)]
+        axis = axis_value(ctx, AXIS, ctx.input(INPUT).rank)
+        return [np.ascontiguousarray(part) for part in np.split(ctx.value(INPUT), len(ctx.outputs), axis=axis)]

@@ -17,9 +17,13 @@ from nnapi.operations._shape_common import (
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
+# Named input positions (Android's tile.cpp kInputTensor, kMultiplesTensor).
+INPUT = 0
+MULTIPLES = 1
+
 
 def _multiples(ctx: ExecutionContext) -> list[int]:
-    multiples = int_values(ctx, 1, "multiples", length=ctx.input(0).rank)
+    multiples = int_values(ctx, MULTIPLES, "multiples", length=ctx.input(INPUT).rank)
     ctx.require(bool(np.all(multiples >= 0)), f"multiples must be non-negative, got {multiples.tolist()}")
     return [int(m) for m in multiples]
 
@@ -30,17 +34,17 @@ def _multiples(ctx: ExecutionContext) -> list[int]:
 class Tile(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
-        ctx.check_input_type(0, DATA_TYPES_INT)
-        check_known_rank_at_least(ctx, 0, 1)
-        check_vector_input(ctx, 1, "multiples")
-        rank, dims = ctx.inputs[0].rank, ctx.inputs[1].dimensions
+        ctx.check_input_type(INPUT, DATA_TYPES_INT)
+        check_known_rank_at_least(ctx, INPUT, 1)
+        check_vector_input(ctx, MULTIPLES, "multiples")
+        rank, dims = ctx.inputs[INPUT].rank, ctx.inputs[MULTIPLES].dimensions
         if rank and len(dims) == 1 and dims[0] and dims[0] != rank:
             ctx.fail(f"input 1 (multiples) must have {rank} elements, got {dims[0]}")
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         multiples = _multiples(ctx)
-        return [tuple(size * m for size, m in zip(ctx.input(0).shape, multiples, strict=True))]
+        return [tuple(size * m for size, m in zip(ctx.input(INPUT).shape, multiples, strict=True))]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return [np.tile(ctx.value(0), _multiples(ctx))]
+        return [np.tile(ctx.value(INPUT), _multiples(ctx))]

@@ -15,27 +15,32 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 
 T = OperandCode
 
+# Named input positions (Android's topk_v2.cpp kInputTensor, kTopKTensor).
+INPUT = 0
+K = 1
+
+
 
 @register(OperationCode.TOPK_V2)
 class TopKV2(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=2)
         ctx.check_input_types([DATA_TYPES_INT, T.INT32])
-        check_known_rank_at_least(ctx, 0, 1)
-        check_output_like_input(ctx, 0)
+        check_known_rank_at_least(ctx, INPUT, 1)
+        check_output_like_input(ctx, INPUT)
         ctx.check_output_type(1, T.TENSOR_INT32)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
+        shape = ctx.input(INPUT).shape
         ctx.require(len(shape) >= 1, "input 0 must have rank at least 1")
-        k = int(ctx.scalar(1))
+        k = int(ctx.scalar(K))
         ctx.require(1 <= k <= shape[-1], f"k = {k} is out of range [1, {shape[-1]}]")
         out = shape[:-1] + (k,)
         return [out, out]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        x = ctx.value(0)
-        k = int(ctx.scalar(1))
+        x = ctx.value(INPUT)
+        k = int(ctx.scalar(K))
         rows = x.reshape(-1, x.shape[-1])
         order = _top_k_positions(rows, k).reshape(x.shape[:-1] + (k,))
         values = np.take_along_axis(x, order, axis=-1)

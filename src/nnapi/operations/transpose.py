@@ -12,14 +12,18 @@ from nnapi.codes import OperationCode
 from nnapi.operations._shape_common import DATA_TYPES, check_output_like_input, check_vector_input, int_values
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
+# Named input positions (Android's transpose.cpp kInputTensor, kPermTensor).
+INPUT = 0
+PERMUTATION = 1
+
 _MAX_RANK = 4
 
 
 def _permutation(ctx: ExecutionContext) -> tuple[int, ...]:
-    rank = ctx.input(0).rank
-    if ctx.is_omitted(1):
+    rank = ctx.input(INPUT).rank
+    if ctx.is_omitted(PERMUTATION):
         return tuple(range(rank - 1, -1, -1))
-    perm = int_values(ctx, 1, "permutation", length=rank)
+    perm = int_values(ctx, PERMUTATION, "permutation", length=rank)
     ctx.require(sorted(perm.tolist()) == list(range(rank)),
                 f"{perm.tolist()} is not a permutation of {rank} dimensions")
     return tuple(int(p) for p in perm)
@@ -29,19 +33,19 @@ def _permutation(ctx: ExecutionContext) -> tuple[int, ...]:
 class Transpose(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
-        ctx.check_input_type(0, DATA_TYPES)
-        ctx.check_input_max_rank(0, _MAX_RANK)
-        check_vector_input(ctx, 1, "permutation")
-        perm_dims = ctx.inputs[1].dimensions
-        rank = ctx.inputs[0].rank
+        ctx.check_input_type(INPUT, DATA_TYPES)
+        ctx.check_input_max_rank(INPUT, _MAX_RANK)
+        check_vector_input(ctx, PERMUTATION, "permutation")
+        perm_dims = ctx.inputs[PERMUTATION].dimensions
+        rank = ctx.inputs[INPUT].rank
         if rank and perm_dims and perm_dims[0] and perm_dims[0] != rank:
             ctx.fail(f"input 1 (permutation) must have {rank} elements, got {perm_dims[0]}")
         check_output_like_input(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
+        shape = ctx.input(INPUT).shape
         return [tuple(shape[p] for p in _permutation(ctx))]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         # A contiguous copy: the driver writes outputs out as flat row-major bytes.
-        return [np.ascontiguousarray(np.transpose(ctx.value(0), _permutation(ctx)))]
+        return [np.ascontiguousarray(np.transpose(ctx.value(INPUT), _permutation(ctx)))]
