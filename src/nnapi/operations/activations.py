@@ -44,6 +44,13 @@ from nnapi.operations.common import (
 from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
+
+# Named input positions (Android's activation.cpp kInputTensor; elu.cpp kAlphaScalar;
+# prelu.cpp kAlphaTensor).
+INPUT = 0
+ELU_ALPHA = 1
+PRELU_ALPHA = 1
+
 Op = OperationCode
 
 _ALL_TYPES = FLOAT_TENSORS + QUANT8_TENSORS
@@ -98,17 +105,17 @@ class Activation(Operation):
 
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=1, outputs=1)
-        ctx.check_input_type(0, _ALL_TYPES)
-        ctx.check_output_type(0, ctx.input_type(0))
+        ctx.check_input_type(INPUT, _ALL_TYPES)
+        ctx.check_output_type(0, ctx.input_type(INPUT))
         if self.code != Op.HARD_SWISH:
-            ctx.check_input_max_rank(0, _MAX_RANK)
+            ctx.check_input_max_rank(INPUT, _MAX_RANK)
         check_same_shape_output(ctx)
-        code = ctx.input_type(0)
+        code = ctx.input_type(INPUT)
         if code not in QUANT8_TENSORS:
             return
         output = ctx.outputs[0]
         if self.code in _RELU_FUSE:
-            scale, zero_point = ctx.inputs[0].scale, ctx.inputs[0].zero_point
+            scale, zero_point = ctx.inputs[INPUT].scale, ctx.inputs[INPUT].zero_point
             required = "the input's scale and zero point"
         elif self.code in _FIXED_OUTPUT_QUANT:
             scale, zero_point = _FIXED_OUTPUT_QUANT[self.code][code]
@@ -121,13 +128,13 @@ class Activation(Operation):
                      f"zero point {output.zero_point}")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
+        shape = ctx.input(INPUT).shape
         if self.code != Op.HARD_SWISH:
             ctx.require(len(shape) <= _MAX_RANK, f"input 0 must have rank at most {_MAX_RANK}, got {len(shape)}")
         return [shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        tensor = ctx.input(0)
+        tensor = ctx.input(INPUT)
         output = ctx.output(0)
         dtype = ctx.output_dtype(0)
         if self.code in _RELU_FUSE:
@@ -157,21 +164,21 @@ class Activation(Operation):
     def plan(self, ctx: ExecutionContext):
         """Quantized inputs: the whole function as a 256-entry table built once; float32
         ReLUs as fmax / fmin (NaN to the lower bound, as ``execute``)."""
-        tensor = ctx.input(0)
+        tensor = ctx.input(INPUT)
         if tensor.type in QUANT8_TENSORS:
             values = all_stored_values(dtype_of(tensor.type))
             probe = Tensor(tensor.type, values.shape, tensor.scale, tensor.zero_point, None, values)
             table = self.execute(ExecutionContext(self.code, [probe], ctx.outputs))[0]
-            return lambda inputs: [np.take(table, inputs[0].view(np.uint8))]
+            return lambda inputs: [np.take(table, inputs[INPUT].view(np.uint8))]
         if tensor.type != T.TENSOR_FLOAT32:
             return None
         if self.code not in _RELU_FUSE:
             function = _SMOOTH_FUNCTIONS[self.code]
-            return lambda inputs: [function(inputs[0])]
+            return lambda inputs: [function(inputs[INPUT])]
         low, high = (np.float32(bound) for bound in activation_bounds_float(_RELU_FUSE[self.code]))
 
         def relu(inputs: list) -> list[np.ndarray]:
-            result = np.fmax(inputs[0], low)  # fmax: NaN becomes the lower bound
+            result = np.fmax(inputs[INPUT], low)  # fmax: NaN becomes the lower bound
             if high != np.inf:
                 np.fmin(result, high, out=result)
             return [result]
@@ -185,17 +192,17 @@ class Elu(Operation):
 
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
-        ctx.check_input_type(0, FLOAT_TENSORS)
-        ctx.check_input_type(1, SCALAR_FOR_TENSOR[ctx.input_type(0)])
-        ctx.check_output_type(0, ctx.input_type(0))
+        ctx.check_input_type(INPUT, FLOAT_TENSORS)
+        ctx.check_input_type(ELU_ALPHA, SCALAR_FOR_TENSOR[ctx.input_type(INPUT)])
+        ctx.check_output_type(0, ctx.input_type(INPUT))
         check_same_shape_output(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        return [ctx.input(0).shape]
+        return [ctx.input(INPUT).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        x = float_input(ctx.input(0))
-        alpha = np.float32(ctx.scalar(1))
+        x = float_input(ctx.input(INPUT))
+        alpha = np.float32(ctx.scalar(ELU_ALPHA))
         with np.errstate(over="ignore", invalid="ignore"):
             result = np.maximum(x, np.float32(0)) + np.minimum(np.float32(0), alpha * np.expm1(x))
         return [result.astype(ctx.output_dtype(0), copy=False)]
@@ -207,16 +214,16 @@ class PRelu(Operation):
 
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
-        ctx.check_input_type(0, _ALL_TYPES)
-        ctx.check_input_type(1, ctx.input_type(0))
-        ctx.check_output_type(0, ctx.input_type(0))
+        ctx.check_input_type(INPUT, _ALL_TYPES)
+        ctx.check_input_type(PRELU_ALPHA, ctx.input_type(INPUT))
+        ctx.check_output_type(0, ctx.input_type(INPUT))
         check_broadcast(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         return [broadcast_output_shape(ctx)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        x, alpha = ctx.input(0), ctx.input(1)
+        x, alpha = ctx.input(INPUT), ctx.input(PRELU_ALPHA)
         if x.type in QUANT8_TENSORS:
             output = ctx.output(0)
 
@@ -235,7 +242,7 @@ class PRelu(Operation):
     def plan(self, ctx: ExecutionContext):
         """Quantized: the pair table once. Float32 with a constant alpha: one multiply by
         a slope that is 1 where x >= 0 (x * 1 is x, NaN included) and alpha elsewhere."""
-        x, alpha = ctx.input(0), ctx.input(1)
+        x, alpha = ctx.input(INPUT), ctx.input(PRELU_ALPHA)
         if x.type in QUANT8_TENSORS:
             return None
         if x.type != T.TENSOR_FLOAT32 or not isinstance(alpha.value, np.ndarray):
@@ -244,7 +251,7 @@ class PRelu(Operation):
         one = np.float32(1)
 
         def prelu(inputs: list) -> list[np.ndarray]:
-            value = inputs[0]
+            value = inputs[INPUT]
             return [value * np.where(value >= 0, one, slope_alpha)]
 
         return prelu
