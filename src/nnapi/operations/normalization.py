@@ -22,6 +22,21 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 from nnapi.operations.common import normalize_axis, quantize
 
 T = OperandCode
+
+# Named input positions (Android's l2_normalization.cpp / local_response_normalization.cpp /
+# instance_normalization.cpp kInputTensor, kAxisScalar, ...).
+INPUT = 0
+L2_AXIS = 1
+LRN_RADIUS = 1
+LRN_BIAS = 2
+LRN_ALPHA = 3
+LRN_BETA = 4
+LRN_AXIS = 5
+INSTANCE_GAMMA = 1
+INSTANCE_BETA = 2
+INSTANCE_EPSILON = 3
+INSTANCE_LAYOUT = 4
+
 _FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 _L2_TYPES = _FLOAT + (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _L2_OUTPUT_ZERO_POINT = {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0}
@@ -34,7 +49,7 @@ def _scalar_type(code: OperandCode) -> OperandCode:
 
 
 def _axis(ctx: ExecutionContext, index: int) -> int:
-    rank = ctx.input(0).rank
+    rank = ctx.input(INPUT).rank
     axis = -1 if ctx.is_omitted(index) else int(ctx.scalar(index))
     normalized = normalize_axis(axis, rank)
     ctx.require(rank > 0 and normalized is not None, f"axis {axis} is out of range for rank {rank}")
@@ -46,11 +61,11 @@ class L2Normalization(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(1, 2), outputs=1)
         ctx.check_input_types([_L2_TYPES, T.INT32])
-        if len(ctx.inputs) > 1:
+        if len(ctx.inputs) > L2_AXIS:
             ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the axis
-        code = ctx.input_type(0)
+        code = ctx.input_type(INPUT)
         ctx.check_output_type(0, code)
-        ctx.check_input_max_rank(0, 4)
+        ctx.check_input_max_rank(INPUT, 4)
         if code in _L2_OUTPUT_ZERO_POINT:
             out = ctx.outputs[0]
             if out.scale != 1.0 / 128 or out.zero_point != _L2_OUTPUT_ZERO_POINT[code]:
@@ -58,15 +73,15 @@ class L2Normalization(Operation):
                          f"got ({out.scale}, {out.zero_point})")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        ctx.require(ctx.input(0).rank <= 4, f"input 0 must have rank at most 4, got {ctx.input(0).rank}")
-        _axis(ctx, 1)
-        return [ctx.input(0).shape]
+        ctx.require(ctx.input(INPUT).rank <= 4, f"input 0 must have rank at most 4, got {ctx.input(INPUT).rank}")
+        _axis(ctx, L2_AXIS)
+        return [ctx.input(INPUT).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        data = ctx.input(0)
+        data = ctx.input(INPUT)
         if data.value.size == 0:
             return [np.zeros(data.shape, dtype=data.value.dtype)]
-        axis = _axis(ctx, 1)
+        axis = _axis(ctx, L2_AXIS)
         # float32 for float tensors (as Android computes), exact float64 for integers
         x = data.value.astype(np.float32 if data.type in _FLOAT else np.float64)
         if data.type not in _FLOAT:
@@ -80,27 +95,27 @@ class L2Normalization(Operation):
 class LocalResponseNormalization(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(5, 6), outputs=1)
-        if len(ctx.inputs) > 5:
+        if len(ctx.inputs) > LRN_AXIS:
             ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the axis
-        ctx.check_input_type(0, _FLOAT)
-        scalar = _scalar_type(ctx.input_type(0))
-        ctx.check_input_types([T.INT32, scalar, scalar, scalar, T.INT32], start=1)
-        ctx.check_output_type(0, ctx.input_type(0))
-        ctx.check_input_max_rank(0, 4)
+        ctx.check_input_type(INPUT, _FLOAT)
+        scalar = _scalar_type(ctx.input_type(INPUT))
+        ctx.check_input_types([T.INT32, scalar, scalar, scalar, T.INT32], start=LRN_RADIUS)
+        ctx.check_output_type(0, ctx.input_type(INPUT))
+        ctx.check_input_max_rank(INPUT, 4)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        ctx.require(ctx.input(0).rank <= 4, f"input 0 must have rank at most 4, got {ctx.input(0).rank}")
-        ctx.require(int(ctx.scalar(1)) >= 0, f"radius must be non-negative, got {ctx.scalar(1)}")
-        _axis(ctx, 5)
-        return [ctx.input(0).shape]
+        ctx.require(ctx.input(INPUT).rank <= 4, f"input 0 must have rank at most 4, got {ctx.input(INPUT).rank}")
+        ctx.require(int(ctx.scalar(LRN_RADIUS)) >= 0, f"radius must be non-negative, got {ctx.scalar(LRN_RADIUS)}")
+        _axis(ctx, LRN_AXIS)
+        return [ctx.input(INPUT).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        data = ctx.input(0)
+        data = ctx.input(INPUT)
         if data.value.size == 0:
             return [np.zeros(data.shape, dtype=data.value.dtype)]
-        axis = _axis(ctx, 5)
-        radius = int(ctx.scalar(1))
-        bias, alpha, beta = (float(ctx.scalar(i)) for i in (2, 3, 4))
+        axis = _axis(ctx, LRN_AXIS)
+        radius = int(ctx.scalar(LRN_RADIUS))
+        bias, alpha, beta = (float(ctx.scalar(i)) for i in (LRN_BIAS, LRN_ALPHA, LRN_BETA))
         x = np.moveaxis(data.value.astype(np.float64), axis, -1)
         depth = x.shape[-1]
         # running[..., k] = sum of squares of channels < k; a window sum is a difference
@@ -117,22 +132,22 @@ class LocalResponseNormalization(Operation):
 class InstanceNormalization(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=5, outputs=1)
-        ctx.check_input_type(0, _FLOAT)
-        scalar = _scalar_type(ctx.input_type(0))
-        ctx.check_input_types([scalar, scalar, scalar, T.BOOL], start=1)
-        ctx.check_output_type(0, ctx.input_type(0))
-        ctx.check_input_rank(0, 4)
+        ctx.check_input_type(INPUT, _FLOAT)
+        scalar = _scalar_type(ctx.input_type(INPUT))
+        ctx.check_input_types([scalar, scalar, scalar, T.BOOL], start=INSTANCE_GAMMA)
+        ctx.check_output_type(0, ctx.input_type(INPUT))
+        ctx.check_input_rank(INPUT, 4)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        ctx.require(ctx.input(0).rank == 4, f"input 0 must have rank 4, got {ctx.input(0).rank}")
-        return [ctx.input(0).shape]
+        ctx.require(ctx.input(INPUT).rank == 4, f"input 0 must have rank 4, got {ctx.input(INPUT).rank}")
+        return [ctx.input(INPUT).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        data = ctx.input(0)
+        data = ctx.input(INPUT)
         if data.value.size == 0:
             return [np.zeros(data.shape, dtype=data.value.dtype)]
-        gamma, beta, epsilon = (float(ctx.scalar(i)) for i in (1, 2, 3))
-        spatial = (2, 3) if bool(ctx.scalar(4)) else (1, 2)
+        gamma, beta, epsilon = (float(ctx.scalar(i)) for i in (INSTANCE_GAMMA, INSTANCE_BETA, INSTANCE_EPSILON))
+        spatial = (2, 3) if bool(ctx.scalar(INSTANCE_LAYOUT)) else (1, 2)
         x = data.value.astype(np.float64)
         mean = x.mean(axis=spatial, keepdims=True)
         centered = x - mean
