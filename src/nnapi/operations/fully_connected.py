@@ -29,12 +29,19 @@ from nnapi.operations.common import apply_activation_float, is_valid_fuse_code
 
 T = OperandCode
 
+# Named input positions (Android's fully_connected.cpp kInputTensor, kWeightsTensor, ...).
+INPUT = 0
+WEIGHTS = 1
+BIAS = 2
+ACTIVATION = 3
+
+
 
 def _check_shapes(ctx: ValidationContext) -> None:
     """The input splits into rows of the weights' input size, and the declared output is
     [rows, units] (only what the declared shapes know is compared)."""
-    data, weights = ctx.inputs[0], ctx.inputs[1]
-    units, input_size = (ctx.dim(1, 0), ctx.dim(1, 1)) if weights.rank == 2 else (0, 0)
+    data, weights = ctx.inputs[INPUT], ctx.inputs[WEIGHTS]
+    units, input_size = (ctx.dim(WEIGHTS, 0), ctx.dim(WEIGHTS, 1)) if weights.rank == 2 else (0, 0)
     rows = 0
     if input_size and data.is_fully_specified:
         elements = math.prod(data.dimensions)
@@ -53,16 +60,17 @@ def _check_shapes(ctx: ValidationContext) -> None:
 class FullyConnected(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=4, outputs=1)
-        ctx.check_input_type(0, CONV_INPUT_TYPES)
-        code = ctx.input_type(0)
+        ctx.check_input_type(INPUT, CONV_INPUT_TYPES)
+        code = ctx.input_type(INPUT)
         bias_type = code if code in FLOAT_TENSORS else T.TENSOR_INT32
-        ctx.check_input_types([code, bias_type, T.INT32], start=1)
+        ctx.check_input_types([code, bias_type, T.INT32], start=WEIGHTS)
         ctx.check_output_type(0, code)
-        if ctx.inputs[0].rank:
-            ctx.require(2 <= ctx.inputs[0].rank <= 4, f"input 0 must have rank 2 to 4, got {ctx.inputs[0].rank}")
-        ctx.check_input_rank(1, 2)
-        ctx.check_input_rank(2, 1)
-        weights, bias = ctx.inputs[1].dimensions, ctx.inputs[2].dimensions
+        rank = ctx.inputs[INPUT].rank
+        if rank:
+            ctx.require(2 <= rank <= 4, f"input 0 must have rank 2 to 4, got {rank}")
+        ctx.check_input_rank(WEIGHTS, 2)
+        ctx.check_input_rank(BIAS, 1)
+        weights, bias = ctx.inputs[WEIGHTS].dimensions, ctx.inputs[BIAS].dimensions
         if len(weights) == 2 and len(bias) == 1 and weights[0] and bias[0] and weights[0] != bias[0]:
             ctx.fail(f"input 2 (bias) has {bias[0]} values for {weights[0]} units")
         _check_shapes(ctx)
@@ -70,7 +78,7 @@ class FullyConnected(Operation):
             validate_quantized_weights(ctx, channel_dim=0)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        data, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+        data, weights, bias = ctx.input(INPUT), ctx.input(WEIGHTS), ctx.input(BIAS)
         ctx.require(2 <= data.rank <= 4, f"input 0 must have rank 2 to 4, got {data.rank}")
         ctx.require(weights.rank == 2 and bias.rank == 1, "weights must be 2-D and bias 1-D")
         units, input_size = weights.shape
@@ -78,14 +86,14 @@ class FullyConnected(Operation):
         ctx.require(bias.shape[0] == units, f"bias has {bias.shape[0]} values for {units} units")
         elements = math.prod(data.shape)
         ctx.require(elements % input_size == 0, f"{elements} input values do not split into rows of {input_size}")
-        fuse = ctx.scalar(3)
+        fuse = ctx.scalar(ACTIVATION)
         ctx.require(is_valid_fuse_code(fuse), f"invalid fuse code {fuse}")
         return [(elements // input_size, units)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        data, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+        data, weights, bias = ctx.input(INPUT), ctx.input(WEIGHTS), ctx.input(BIAS)
         output = ctx.output(0)
-        fuse = ctx.scalar(3)
+        fuse = ctx.scalar(ACTIVATION)
         units, input_size = weights.shape
         if data.value.size == 0:
             return [np.zeros((0, units), dtype=data.value.dtype)]
@@ -100,4 +108,4 @@ class FullyConnected(Operation):
         return [requantize_accumulators(acc, multipliers, shifts, output, fuse, bias.value)]
 
     def plan(self, ctx: ExecutionContext) -> PreparedFullyConnected:
-        return PreparedFullyConnected(ctx, ctx.scalar(3))
+        return PreparedFullyConnected(ctx, ctx.scalar(ACTIVATION))
