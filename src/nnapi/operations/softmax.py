@@ -16,6 +16,12 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 from nnapi.operations.common import dequantize_tensor, normalize_axis, quantize
 
 T = OperandCode
+
+# Named input positions (Android's softmax.cpp kInputTensor, kBetaScalar, kAxisScalar).
+INPUT = 0
+BETA = 1
+AXIS = 2
+
 _SOFTMAX_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _LOG_SOFTMAX_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 _OUTPUT_ZERO_POINT = {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128}
@@ -27,15 +33,15 @@ class Softmax(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         is_log = self.code == OperationCode.LOG_SOFTMAX
         ctx.check_counts(inputs=3 if is_log else (2, 3), outputs=1)
-        ctx.check_input_type(0, _LOG_SOFTMAX_TYPES if is_log else _SOFTMAX_TYPES)
-        code = ctx.input_type(0)
+        ctx.check_input_type(INPUT, _LOG_SOFTMAX_TYPES if is_log else _SOFTMAX_TYPES)
+        code = ctx.input_type(INPUT)
         beta_type = T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32
-        ctx.check_input_types([beta_type, T.INT32], start=1)
-        if len(ctx.inputs) > 2:
+        ctx.check_input_types([beta_type, T.INT32], start=BETA)
+        if len(ctx.inputs) > AXIS:
             ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the axis
         ctx.check_output_type(0, code)
         if not is_log:
-            ctx.check_input_max_rank(0, 4)
+            ctx.check_input_max_rank(INPUT, 4)
         if code in _OUTPUT_ZERO_POINT:
             out = ctx.outputs[0]
             if out.scale != 1.0 / 256 or out.zero_point != _OUTPUT_ZERO_POINT[code]:
@@ -43,30 +49,30 @@ class Softmax(Operation):
                          f"got ({out.scale}, {out.zero_point})")
 
     def _axis(self, ctx: ExecutionContext) -> int:
-        rank = ctx.input(0).rank
-        axis = -1 if ctx.is_omitted(2) else int(ctx.scalar(2))
+        rank = ctx.input(INPUT).rank
+        axis = -1 if ctx.is_omitted(AXIS) else int(ctx.scalar(AXIS))
         normalized = normalize_axis(axis, rank)
         ctx.require(normalized is not None and rank > 0, f"axis {axis} is out of range for rank {rank}")
         return normalized  # type: ignore[return-value]
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        data = ctx.input(0)
+        data = ctx.input(INPUT)
         if self.code == OperationCode.SOFTMAX:
             ctx.require(data.rank <= 4, f"input 0 must have rank at most 4, got {data.rank}")
-        beta = float(ctx.scalar(1))
+        beta = float(ctx.scalar(BETA))
         ctx.require(beta > 0, f"beta must be positive, got {beta}")
         self._axis(ctx)
         return [data.shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        data, output = ctx.input(0), ctx.output(0)
+        data, output = ctx.input(INPUT), ctx.output(0)
         if data.value.size == 0:
             return [np.zeros(data.shape, dtype=data.value.dtype)]
         axis = self._axis(ctx)
         # float tensors are computed in float32 (as Android does; float16 rounded once
         # at the end), quantized ones exactly in float64
         work = np.float32 if data.type in _LOG_SOFTMAX_TYPES else np.float64
-        beta = work(np.float32(ctx.scalar(1)))
+        beta = work(np.float32(ctx.scalar(BETA)))
         x = dequantize_tensor(data, dtype=work)
         scaled = x - x.max(axis=axis, keepdims=True)
         scaled *= beta
