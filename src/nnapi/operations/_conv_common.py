@@ -41,6 +41,14 @@ from nnapi.operations.common import (
 from nnapi.operations.quant_math import OutputStage, quantize_multipliers
 
 T = OperandCode
+
+# Named input positions shared by the convolutions (Android's conv2d.cpp kInputTensor,
+# kFilterTensor, kBiasTensor); their SpatialArgs start at FIRST_ARGUMENT.
+INPUT = 0
+FILTER = 1
+BIAS = 2
+FIRST_ARGUMENT = 3
+
 #: float32 sums of integers are exact below this magnitude (24-bit significand)
 _FLOAT32_EXACT_LIMIT = 2**24
 
@@ -194,17 +202,17 @@ def validate_conv_tensors(ctx: ValidationContext, channel_dim: int) -> None:
     """Inputs 0 (input), 1 (filter), 2 (bias) and output 0 of a convolution: float32 /
     float16 throughout, or quant8 (signed) input and output with a same-typed or
     per-channel filter and an int32 bias of scale input_scale * filter_scale."""
-    ctx.check_input_type(0, CONV_INPUT_TYPES)
-    code = ctx.input_type(0)
+    ctx.check_input_type(INPUT, CONV_INPUT_TYPES)
+    code = ctx.input_type(INPUT)
     if code in FLOAT_TENSORS:
-        ctx.check_input_types([code, code], start=1)
+        ctx.check_input_types([code, code], start=FILTER)
     else:
-        ctx.check_input_type(1, (code, T.TENSOR_QUANT8_SYMM_PER_CHANNEL))
-        ctx.check_input_type(2, T.TENSOR_INT32)
+        ctx.check_input_type(FILTER, (code, T.TENSOR_QUANT8_SYMM_PER_CHANNEL))
+        ctx.check_input_type(BIAS, T.TENSOR_INT32)
     ctx.check_output_type(0, code)
-    ctx.check_input_rank(0, 4)
-    ctx.check_input_rank(1, 4)
-    ctx.check_input_rank(2, 1)
+    ctx.check_input_rank(INPUT, 4)
+    ctx.check_input_rank(FILTER, 4)
+    ctx.check_input_rank(BIAS, 1)
     if code in QUANT8_TENSORS:
         validate_quantized_weights(ctx, channel_dim)
 
@@ -217,28 +225,28 @@ def check_conv_shapes(ctx: ValidationContext, nchw: bool | None, *, groups: int 
     convolution (``multiplier`` given) [1, h, w, channels x multiplier]. Unknown
     dimensions (0), an unknown layout or an unknown groups / multiplier skip what they
     need; the check is then made at finish or at execution."""
-    if ctx.inputs[0].rank != 4 or ctx.inputs[1].rank != 4:
+    if ctx.inputs[INPUT].rank != 4 or ctx.inputs[FILTER].rank != 4:
         return
     channel_axis = None if nchw is None else 1 if nchw else 3
     depthwise = multiplier is not None or ctx.code == OperationCode.DEPTHWISE_CONV_2D
-    filters = ctx.dim(1, 3 if depthwise else 0)
-    ctx.check_dims_agree("input 2 (bias) size must equal the number of filters", ctx.dim(2, 0), filters)
-    ctx.check_dims_agree("output 0 batch must equal input 0 batch", ctx.dim(0, 0, output=True), ctx.dim(0, 0))
-    if depthwise and ctx.dim(1, 0) not in (0, 1):
+    filters = ctx.dim(FILTER, 3 if depthwise else 0)
+    ctx.check_dims_agree("input 2 (bias) size must equal the number of filters", ctx.dim(BIAS, 0), filters)
+    ctx.check_dims_agree("output 0 batch must equal input 0 batch", ctx.dim(0, 0, output=True), ctx.dim(INPUT, 0))
+    if depthwise and ctx.dim(FILTER, 0) not in (0, 1):
         ctx.fail(f"input 1 (depthwise filter) must have shape [1, height, width, depth_out], "
-                 f"got {list(ctx.inputs[1].dimensions)}")
+                 f"got {list(ctx.inputs[FILTER].dimensions)}")
     if groups is not None and groups > 0 and filters and not depthwise and filters % groups:
         ctx.fail(f"{filters} filters do not divide into {groups} groups")
     if channel_axis is None:
         return
-    channels = ctx.dim(0, channel_axis)
+    channels = ctx.dim(INPUT, channel_axis)
     if depthwise:
         if multiplier is not None and channels:
             ctx.check_dims_agree(f"input 1 (filter) depth must be input depth {channels} x depth multiplier "
                                  f"{multiplier}", filters, channels * multiplier)
-    elif groups is not None and ctx.dim(1, 3):
-        ctx.check_dims_agree(f"input 0 depth must equal filter depth {ctx.dim(1, 3)} x {groups} group(s)",
-                             channels, ctx.dim(1, 3) * groups)
+    elif groups is not None and ctx.dim(FILTER, 3):
+        ctx.check_dims_agree(f"input 0 depth must equal filter depth {ctx.dim(FILTER, 3)} x {groups} group(s)",
+                             channels, ctx.dim(FILTER, 3) * groups)
     if ctx.outputs[0].rank == 4:
         ctx.check_dims_agree("output 0 depth must equal the number of filters",
                              ctx.dim(0, channel_axis, output=True), filters)
@@ -246,7 +254,7 @@ def check_conv_shapes(ctx: ValidationContext, nchw: bool | None, *, groups: int 
 
 def validate_quantized_weights(ctx: ValidationContext, channel_dim: int) -> None:
     """Per-channel filter parameters, or the bias scale of a per-tensor quantized filter."""
-    data, weights, bias = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+    data, weights, bias = ctx.inputs[INPUT], ctx.inputs[FILTER], ctx.inputs[BIAS]
     if weights.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         params = weights.channel_quant
         if params is None:
@@ -424,7 +432,7 @@ def convolve(ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int], accumu
     the zero-point-shifted NHWC input and filter (both of one float dtype), adding the
     bias, the fused activation and, for quantized outputs, Android's requantization.
     Returns the output in the operation's layout."""
-    data, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    data, weights, bias = ctx.input(INPUT), ctx.input(FILTER), ctx.input(BIAS)
     output = ctx.output(0)
     channels = bias.shape[0]
     x = np.transpose(data.value, (0, 2, 3, 1)) if sp.nchw else data.value

@@ -21,6 +21,9 @@ import numpy as np
 from nnapi.codes import FuseCode
 from nnapi.operand import dtype_of
 from nnapi.operations._conv_common import (
+    BIAS,
+    FILTER,
+    INPUT,
     Spatial,
     exact_float_dtype,
     filter_scales,
@@ -49,7 +52,7 @@ class _Epilogue:
     """Bias, fused activation and (quantized) output stage of one output block."""
 
     def __init__(self, ctx: ExecutionContext, fuse: int, channels: int, work) -> None:
-        data, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+        data, weights, bias = ctx.input(INPUT), ctx.input(FILTER), ctx.input(BIAS)
         output = ctx.output(0)
         self.dtype = dtype_of(output.type)
         self.quantized = data.type not in FLOAT_TENSORS
@@ -130,7 +133,7 @@ class PreparedConv:
     """CONV_2D (one group) with static shapes and a constant filter and bias."""
 
     def __init__(self, ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int]) -> None:
-        data, weights = ctx.input(0), ctx.input(1)
+        data, weights = ctx.input(INPUT), ctx.input(FILTER)
         oc, kh, kw, depth = weights.shape
         self.sp, self.out_hw, self.kernel_hw = sp, out_hw, (kh, kw)
         shifted = _shifted_weights(weights)
@@ -152,7 +155,7 @@ class PreparedConv:
 
     def __call__(self, values: list) -> list[np.ndarray]:
         sp = self.sp
-        x = np.transpose(values[0], (0, 2, 3, 1)) if sp.nchw else values[0]
+        x = np.transpose(values[INPUT], (0, 2, 3, 1)) if sp.nchw else values[INPUT]
         n = x.shape[0]
         oh, ow = self.out_hw
         out = np.empty((n, oh, ow, self.channels), dtype=self.epilogue.dtype)
@@ -184,7 +187,7 @@ class PreparedDepthwise:
     per kernel tap)."""
 
     def __init__(self, ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int], multiplier: int) -> None:
-        data, weights = ctx.input(0), ctx.input(1)
+        data, weights = ctx.input(INPUT), ctx.input(FILTER)
         _, kh, kw, channels = weights.shape
         self.sp, self.out_hw, self.multiplier, self.kernel_hw = sp, out_hw, multiplier, (kh, kw)
         shifted = _shifted_weights(weights)[0]
@@ -202,7 +205,7 @@ class PreparedDepthwise:
 
     def __call__(self, values: list) -> list[np.ndarray]:
         sp = self.sp
-        x = np.transpose(values[0], (0, 2, 3, 1)) if sp.nchw else values[0]
+        x = np.transpose(values[INPUT], (0, 2, 3, 1)) if sp.nchw else values[INPUT]
         n = x.shape[0]
         oh, ow = self.out_hw
         m = self.multiplier
@@ -231,7 +234,7 @@ class PreparedFullyConnected:
     """FULLY_CONNECTED with static shapes and constant weights and bias: one product."""
 
     def __init__(self, ctx: ExecutionContext, fuse: int) -> None:
-        data, weights = ctx.input(0), ctx.input(1)
+        data, weights = ctx.input(INPUT), ctx.input(FILTER)
         units, input_size = weights.shape
         shifted = _shifted_weights(weights)
         self.work = _work_dtype(data, shifted, (0,))
@@ -241,7 +244,7 @@ class PreparedFullyConnected:
         self.epilogue = _Epilogue(ctx, fuse, units, self.work)
 
     def __call__(self, values: list) -> list[np.ndarray]:
-        x = values[0].reshape(-1, self.input_size)
+        x = values[INPUT].reshape(-1, self.input_size)
         out = np.empty((x.shape[0], self.units), dtype=self.epilogue.dtype)
         if x.shape[0]:
             rows = x.astype(self.work) if self.zero is None else np.subtract(x, self.zero, dtype=self.work)

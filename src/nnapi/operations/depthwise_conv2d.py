@@ -14,6 +14,10 @@ import numpy as np
 
 from nnapi.codes import OperationCode
 from nnapi.operations._conv_common import (
+    BIAS,
+    FILTER,
+    FIRST_ARGUMENT,
+    INPUT,
     SpatialArgs,
     check_conv_shapes,
     convolve,
@@ -25,11 +29,11 @@ from nnapi.operations._conv_fast import PreparedDepthwise
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import conv_output_size, layout_shape
 
-_ARGS = SpatialArgs(first=3, extras=("multiplier",), dilation=True)
+_ARGS = SpatialArgs(first=FIRST_ARGUMENT, extras=("multiplier",), dilation=True)
 
 
 def _output_shape(ctx: ExecutionContext):
-    data, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    data, weights, bias = ctx.input(INPUT), ctx.input(FILTER), ctx.input(BIAS)
     ctx.require(data.rank == 4, f"input 0 must have rank 4, got {data.rank}")
     ctx.require(weights.rank == 4, f"input 1 must have rank 4, got {weights.rank}")
     ctx.require(bias.rank == 1, f"input 2 must have rank 1, got {bias.rank}")

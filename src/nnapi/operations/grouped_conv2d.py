@@ -14,6 +14,7 @@ import numpy as np
 
 from nnapi.codes import OperationCode
 from nnapi.operations._conv_common import (
+    FIRST_ARGUMENT,
     SpatialArgs,
     check_conv_shapes,
     conv_accumulate,
@@ -23,7 +24,7 @@ from nnapi.operations._conv_common import (
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.conv2d import conv_output_shape
 
-_ARGS = SpatialArgs(first=3, extras=("groups",), layout_required=True)
+_ARGS = SpatialArgs(first=FIRST_ARGUMENT, extras=("groups",), layout_required=True)
 
 
 @register(OperationCode.GROUPED_CONV_2D, omitted_operands=True)

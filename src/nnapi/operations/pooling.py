@@ -17,7 +17,7 @@ import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.operand import dtype_of
-from nnapi.operations._conv_common import SpatialArgs, padded, spatial_dims, tap
+from nnapi.operations._conv_common import INPUT, SpatialArgs, padded, spatial_dims, tap
 from nnapi.operations.base import (
     ExecutionContext,
     Operation,
@@ -60,14 +60,14 @@ class Pooling2D(Operation):
         ctx.require(len(ctx.outputs) == 1, f"expected 1 output, got {len(ctx.outputs)}")
         ctx.require(len(ctx.inputs) >= 1, f"expected 7, 8, 10 or 11 inputs, got {len(ctx.inputs)}")
         _ARGS.validate(ctx)
-        ctx.check_input_type(0, _TYPES[self.code])
-        ctx.check_output_type(0, ctx.input_type(0))
-        ctx.check_input_rank(0, 4)
-        if ctx.input_type(0) not in _FLOAT:
+        ctx.check_input_type(INPUT, _TYPES[self.code])
+        ctx.check_output_type(0, ctx.input_type(INPUT))
+        ctx.check_input_rank(INPUT, 4)
+        if ctx.input_type(INPUT) not in _FLOAT:
             ctx.check_same_quantization(("input", 0), ("output", 0))
 
     def _read(self, ctx: ExecutionContext):
-        data = ctx.input(0)
+        data = ctx.input(INPUT)
         ctx.require(data.rank == 4, f"input 0 must have rank 4, got {data.rank}")
         sp = _ARGS.read(ctx, data.shape, None)
         batches, height, width, channels = spatial_dims(data.shape, sp.nchw)
@@ -94,7 +94,7 @@ class Pooling2D(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         sp, out_hw, _ = self._read(ctx)
-        data, output = ctx.input(0), ctx.output(0)
+        data, output = ctx.input(INPUT), ctx.output(0)
         x = np.transpose(data.value, (0, 2, 3, 1)) if sp.nchw else data.value
         n, height, width, channels = x.shape
         if n == 0:
@@ -145,7 +145,7 @@ class _PreparedPool:
     prepared once (the reference path stays ``execute``; tests compare the two)."""
 
     def __init__(self, code: OperationCode, ctx: ExecutionContext, sp, out_hw: tuple[int, int]) -> None:
-        data = ctx.input(0)
+        data = ctx.input(INPUT)
         self.code, self.sp, self.out_hw = code, sp, out_hw
         self.dtype = dtype_of(data.type)
         self.kernel = (sp.extras["filter_h"], sp.extras["filter_w"])
@@ -180,7 +180,7 @@ class _PreparedPool:
 
     def __call__(self, inputs: list) -> list[np.ndarray]:
         sp = self.sp
-        x = np.transpose(inputs[0], (0, 2, 3, 1)) if sp.nchw else inputs[0]
+        x = np.transpose(inputs[INPUT], (0, 2, 3, 1)) if sp.nchw else inputs[INPUT]
         n, _, _, channels = x.shape
         oh, ow = self.out_hw
         fh, fw = self.kernel

@@ -16,6 +16,10 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode, PaddingCode
 from nnapi.operations._conv_common import (
+    BIAS,
+    FILTER,
+    FIRST_ARGUMENT,
+    INPUT,
     Spatial,
     check_conv_shapes,
     convolve,
@@ -33,6 +37,12 @@ from nnapi.operations.base import (
 from nnapi.operations.common import is_valid_fuse_code, layout_shape
 
 T = OperandCode
+# Named input positions after INPUT, FILTER, BIAS (Android's transpose_conv_2d.cpp): the
+# explicit form's 4 paddings, or the implicit form's output shape and padding scheme; then
+# the strides, the FuseCode and the layout flag, last.
+EXPLICIT_PADDINGS = FIRST_ARGUMENT  # left, right, top, bottom
+IMPLICIT_OUTPUT_SHAPE = FIRST_ARGUMENT
+IMPLICIT_PADDING_SCHEME = FIRST_ARGUMENT + 1
 _EXPLICIT_COUNT = 11
 _IMPLICIT_COUNT = 9
 
@@ -49,7 +59,7 @@ def _transpose_padding(out_size: int, stride: int, filter_size: int, scheme: int
 
 
 def _read(ctx: ExecutionContext) -> tuple[Spatial, tuple[int, int], Shape]:
-    data, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    data, weights, bias = ctx.input(INPUT), ctx.input(FILTER), ctx.input(BIAS)
     ctx.require(data.rank == 4, f"input 0 must have rank 4, got {data.rank}")
     ctx.require(weights.rank == 4, f"input 1 must have rank 4, got {weights.rank}")
     ctx.require(bias.rank == 1, f"input 2 must have rank 1, got {bias.rank}")
@@ -62,13 +72,13 @@ def _read(ctx: ExecutionContext) -> tuple[Spatial, tuple[int, int], Shape]:
     ctx.require(is_valid_fuse_code(fuse), f"invalid fuse code {fuse}")
     batches, height, width, channels = spatial_dims(data.shape, nchw)
     if explicit:
-        left, right, top, bottom = (int(ctx.scalar(i)) for i in range(3, 7))
+        left, right, top, bottom = (int(ctx.scalar(i)) for i in range(EXPLICIT_PADDINGS, EXPLICIT_PADDINGS + 4))
         ctx.require(min(left, right, top, bottom) >= 0,
                     f"padding must be non-negative, got {[left, right, top, bottom]}")
     else:
-        shape = ctx.input(3)
+        shape = ctx.input(IMPLICIT_OUTPUT_SHAPE)
         ctx.require(shape.shape == (4,), f"input 3 (output shape) must have shape [4], got {list(shape.shape)}")
-        scheme = int(ctx.scalar(4))
+        scheme = int(ctx.scalar(IMPLICIT_PADDING_SCHEME))
         ctx.require(scheme in (PaddingCode.PADDING_SAME, PaddingCode.PADDING_VALID), f"invalid padding scheme {scheme}")
         _, want_h, want_w, _ = spatial_dims([int(v) for v in shape.value], nchw)
         top, bottom = _transpose_padding(want_h, stride_h, kh, scheme)
@@ -106,10 +116,10 @@ class TransposeConv2D(Operation):
         ctx.check_counts(inputs=(_IMPLICIT_COUNT, _EXPLICIT_COUNT), outputs=1)
         validate_conv_tensors(ctx, channel_dim=0)
         if len(ctx.inputs) == _EXPLICIT_COUNT:
-            ctx.check_input_types([T.INT32] * 7 + [T.BOOL], start=3)
+            ctx.check_input_types([T.INT32] * 7 + [T.BOOL], start=FIRST_ARGUMENT)
         else:
-            ctx.check_input_types([T.TENSOR_INT32] + [T.INT32] * 4 + [T.BOOL], start=3)
-            ctx.check_input_rank(3, 1)
+            ctx.check_input_types([T.TENSOR_INT32] + [T.INT32] * 4 + [T.BOOL], start=FIRST_ARGUMENT)
+            ctx.check_input_rank(IMPLICIT_OUTPUT_SHAPE, 1)
         layout = ctx.constant(len(ctx.inputs) - 1)
         check_conv_shapes(ctx, None if layout is None else bool(layout))
 
