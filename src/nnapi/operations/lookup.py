@@ -18,6 +18,14 @@ from nnapi.operations._shape_common import check_known_rank_at_least, check_outp
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 T = OperandCode
+
+# Named input positions (Android's embedding_lookup.cpp / hashtable_lookup.cpp kLookupTensor,
+# kValueTensor, kKeyTensor).
+LOOKUPS = 0
+EMBEDDING_VALUES = 1
+HASHTABLE_KEYS = 1
+HASHTABLE_VALUES = 2
+
 _EMBEDDING_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
                     T.TENSOR_QUANT8_ASYMM_SIGNED)
 _HASHTABLE_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
@@ -27,14 +35,14 @@ _HASHTABLE_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
 class EmbeddingLookup(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
-        check_vector_input(ctx, 0, "lookups")
-        ctx.check_input_type(1, _EMBEDDING_TYPES)
-        check_known_rank_at_least(ctx, 1, 2)
-        check_output_like_input(ctx, 0, source=1)
+        check_vector_input(ctx, LOOKUPS, "lookups")
+        ctx.check_input_type(EMBEDDING_VALUES, _EMBEDDING_TYPES)
+        check_known_rank_at_least(ctx, EMBEDDING_VALUES, 2)
+        check_output_like_input(ctx, 0, source=EMBEDDING_VALUES)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        lookups = ctx.value(0)
-        values = ctx.input(1)
+        lookups = ctx.value(LOOKUPS)
+        values = ctx.input(EMBEDDING_VALUES)
         ctx.require(lookups.ndim == 1, f"input 0 (lookups) must be 1-D, got shape {list(lookups.shape)}")
         ctx.require(values.rank >= 2, f"input 1 (values) must have rank at least 2, got {values.rank}")
         rows = values.shape[0]
@@ -42,28 +50,28 @@ class EmbeddingLookup(Operation):
         return [(lookups.shape[0],) + values.shape[1:]]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return [np.take(ctx.value(1), ctx.value(0), axis=0)]
+        return [np.take(ctx.value(EMBEDDING_VALUES), ctx.value(LOOKUPS), axis=0)]
 
 
 @register(OperationCode.HASHTABLE_LOOKUP)
 class HashtableLookup(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=2)
-        check_vector_input(ctx, 0, "lookups")
-        check_vector_input(ctx, 1, "keys")
-        ctx.check_input_type(2, _HASHTABLE_TYPES)
-        check_known_rank_at_least(ctx, 2, 2)
-        keys, values = ctx.inputs[1].dimensions, ctx.inputs[2].dimensions
+        check_vector_input(ctx, LOOKUPS, "lookups")
+        check_vector_input(ctx, HASHTABLE_KEYS, "keys")
+        ctx.check_input_type(HASHTABLE_VALUES, _HASHTABLE_TYPES)
+        check_known_rank_at_least(ctx, HASHTABLE_VALUES, 2)
+        keys, values = ctx.inputs[HASHTABLE_KEYS].dimensions, ctx.inputs[HASHTABLE_VALUES].dimensions
         if len(keys) == 1 and values and keys[0] and values[0] and keys[0] != values[0]:
             ctx.fail(f"input 1 (keys) has {keys[0]} entries but input 2 (values) has {values[0]} rows")
-        check_output_like_input(ctx, 0, source=2)
+        check_output_like_input(ctx, 0, source=HASHTABLE_VALUES)
         ctx.check_output_type(1, T.TENSOR_QUANT8_ASYMM)
         hits = ctx.outputs[1]
         if (hits.scale, hits.zero_point) != (1.0, 0):
             ctx.fail(f"output 1 (hits) must have scale 1.0 and zero point 0, got ({hits.scale}, {hits.zero_point})")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        lookups, keys, values = ctx.input(0), ctx.input(1), ctx.input(2)
+        lookups, keys, values = ctx.input(LOOKUPS), ctx.input(HASHTABLE_KEYS), ctx.input(HASHTABLE_VALUES)
         ctx.require(lookups.rank == 1 and keys.rank == 1, "lookups and keys must be 1-D")
         ctx.require(values.rank >= 2, f"input 2 (values) must have rank at least 2, got {values.rank}")
         ctx.require(keys.shape[0] == values.shape[0],
@@ -71,7 +79,7 @@ class HashtableLookup(Operation):
         return [(lookups.shape[0],) + values.shape[1:], (lookups.shape[0],)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        lookups, keys, values = ctx.value(0), ctx.value(1), ctx.value(2)
+        lookups, keys, values = ctx.value(LOOKUPS), ctx.value(HASHTABLE_KEYS), ctx.value(HASHTABLE_VALUES)
         # Keys are sorted: a binary search finds each lookup's candidate row.
         rows = np.searchsorted(keys, lookups)
         safe_rows = np.minimum(rows, max(keys.size - 1, 0))
