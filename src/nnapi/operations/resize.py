@@ -23,6 +23,16 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 from nnapi.operations.common import from_nhwc, layout_shape
 
 T = OperandCode
+
+# Named input positions (Android's resize_image_ops.cpp): the output width and height (INT32)
+# or the scales (FLOAT), then the optional layout, align_corners and half_pixel_centers flags.
+INPUT = 0
+WIDTH = 1
+HEIGHT = 2
+LAYOUT = 3
+ALIGN_CORNERS = 4
+HALF_PIXEL_CENTERS = 5
+
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 
@@ -65,34 +75,34 @@ class Resize(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         low = 3 if self.code == OperationCode.RESIZE_BILINEAR else 4
         ctx.check_counts(inputs=range(low, 7), outputs=1)
-        ctx.check_input_type(0, _TYPES)
-        code = ctx.input_type(0)
-        scalar = ctx.input_type(2)
+        ctx.check_input_type(INPUT, _TYPES)
+        code = ctx.input_type(INPUT)
+        scalar = ctx.input_type(HEIGHT)
         allowed = (T.INT32, T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32)
-        ctx.check_input_type(2, allowed)
-        ctx.check_input_type(1, scalar)
-        for index in range(3, len(ctx.inputs)):
+        ctx.check_input_type(HEIGHT, allowed)
+        ctx.check_input_type(WIDTH, scalar)
+        for index in range(LAYOUT, len(ctx.inputs)):
             ctx.check_input_type(index, T.BOOL)
-        if len(ctx.inputs) > 3 or scalar != T.INT32:
+        if len(ctx.inputs) > LAYOUT or scalar != T.INT32:
             ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_3)  # the layout flag, output scales
-        if len(ctx.inputs) > 4:
+        if len(ctx.inputs) > ALIGN_CORNERS:
             ctx.at_least(FeatureLevelCode.FEATURE_LEVEL_4)  # align_corners, half_pixel_centers
         ctx.check_output_type(0, code)
-        ctx.check_input_rank(0, 4)
+        ctx.check_input_rank(INPUT, 4)
         if code not in _FLOAT:
             ctx.check_same_quantization(("input", 0), ("output", 0))
 
     def _read(self, ctx: ExecutionContext):
-        data = ctx.input(0)
+        data = ctx.input(INPUT)
         ctx.require(data.rank == 4, f"input 0 must have rank 4, got {data.rank}")
-        nchw, align_corners, half_pixel = _flag(ctx, 3), _flag(ctx, 4), _flag(ctx, 5)
+        nchw, align_corners, half_pixel = _flag(ctx, LAYOUT), _flag(ctx, ALIGN_CORNERS), _flag(ctx, HALF_PIXEL_CENTERS)
         ctx.require(not (align_corners and half_pixel), "align_corners and half_pixel_centers are exclusive")
         batches, height, width, channels = spatial_dims(data.shape, nchw)
         ctx.require(height > 0 and width > 0 and channels > 0, "only the batch dimension may be zero")
-        if ctx.input(1).type == T.INT32:
-            out_w, out_h = int(ctx.scalar(1)), int(ctx.scalar(2))
+        if ctx.input(WIDTH).type == T.INT32:
+            out_w, out_h = int(ctx.scalar(WIDTH)), int(ctx.scalar(HEIGHT))
         else:
-            scale_w, scale_h = np.float32(ctx.scalar(1)), np.float32(ctx.scalar(2))
+            scale_w, scale_h = np.float32(ctx.scalar(WIDTH)), np.float32(ctx.scalar(HEIGHT))
             ctx.require(bool(np.isfinite(scale_w) and np.isfinite(scale_h)), "scales must be finite")
             out_w = math.floor(np.float32(width) * scale_w)
             out_h = math.floor(np.float32(height) * scale_h)
@@ -105,7 +115,7 @@ class Resize(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         (nchw, align_corners, half_pixel), (out_h, out_w), _ = self._read(ctx)
-        data = ctx.input(0)
+        data = ctx.input(INPUT)
         x = np.transpose(data.value, (0, 2, 3, 1)) if nchw else data.value
         height, width = x.shape[1], x.shape[2]
         if x.shape[0] == 0:
