@@ -23,6 +23,13 @@ from nnapi.operations._elementwise import check_output_shape
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 T = OperandCode
+
+# Named input positions (Android's batch_matmul.cpp kInputLHSTensor, kInputRHSTensor, ...).
+LHS = 0
+RHS = 1
+ADJOINT_LHS = 2
+ADJOINT_RHS = 3
+
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
 
@@ -47,34 +54,34 @@ def _result_shape(a: tuple[int, ...], b: tuple[int, ...], adj_a: bool, adj_b: bo
 class BatchMatmul(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=(2, 3, 4), outputs=1)
-        ctx.check_input_type(0, _TYPES)
-        code = ctx.input_type(0)
-        ctx.check_input_types([code, T.BOOL, T.BOOL], start=1)
+        ctx.check_input_type(LHS, _TYPES)
+        code = ctx.input_type(LHS)
+        ctx.check_input_types([code, T.BOOL, T.BOOL], start=RHS)
         ctx.check_output_type(0, code)
-        for index in (0, 1):
+        for index in (LHS, RHS):
             rank = ctx.inputs[index].rank
             if rank and not 2 <= rank <= 4:
                 ctx.fail(f"input {index} must have rank 2 to 4, got {rank}")
-        a, b = ctx.inputs[0].dimensions, ctx.inputs[1].dimensions
+        a, b = ctx.inputs[LHS].dimensions, ctx.inputs[RHS].dimensions
         if a and b and len(a) != len(b):
             ctx.fail(f"inputs 0 and 1 must have the same rank, got {len(a)} and {len(b)}")
-        flags = [False if index >= len(ctx.inputs) else ctx.constant(index) for index in (2, 3)]
-        if ctx.inputs[0].is_fully_specified and ctx.inputs[1].is_fully_specified and None not in flags:
+        flags = [False if index >= len(ctx.inputs) else ctx.constant(index) for index in (ADJOINT_LHS, ADJOINT_RHS)]
+        if ctx.inputs[LHS].is_fully_specified and ctx.inputs[RHS].is_fully_specified and None not in flags:
             shape, problem = _result_shape(tuple(a), tuple(b), bool(flags[0]), bool(flags[1]))
             if shape is None:
                 ctx.fail(f"input 0 {list(a)} and input 1 {list(b)}: {problem}")
             check_output_shape(ctx, shape)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        a, b = ctx.input(0), ctx.input(1)
+        a, b = ctx.input(LHS), ctx.input(RHS)
         ctx.require(2 <= a.rank <= 4 and 2 <= b.rank <= 4, f"inputs must have rank 2 to 4, got {a.rank}, {b.rank}")
-        shape, problem = _result_shape(a.shape, b.shape, _flag(ctx, 2), _flag(ctx, 3))
+        shape, problem = _result_shape(a.shape, b.shape, _flag(ctx, ADJOINT_LHS), _flag(ctx, ADJOINT_RHS))
         ctx.require(shape is not None, problem or "")
         return [shape]  # type: ignore[list-item]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        a, b = ctx.input(0), ctx.input(1)
-        adj_a, adj_b = _flag(ctx, 2), _flag(ctx, 3)
+        a, b = ctx.input(LHS), ctx.input(RHS)
+        adj_a, adj_b = _flag(ctx, ADJOINT_LHS), _flag(ctx, ADJOINT_RHS)
         shape, _ = _result_shape(a.shape, b.shape, adj_a, adj_b)
 
         def oriented(values: np.ndarray, adjoint: bool) -> np.ndarray:
