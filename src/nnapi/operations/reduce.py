@@ -23,6 +23,12 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 from nnapi.operations.common import integer_range, round_half_away
 
 T = OperandCode
+
+# Named input positions (Android's reduce.cpp kInputTensor, kInputAxes, kInputKeepDims).
+INPUT = 0
+AXES = 1
+KEEP_DIMS = 2
+
 _CODE = OperationCode
 _FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 _TYPES = {
@@ -53,24 +59,24 @@ def _extreme(dtype: np.dtype, largest: bool):
 class Reduce(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)
-        ctx.check_input_type(0, _TYPES[self.code])
-        ctx.check_input_max_rank(0, _MAX_RANK)
-        check_vector_input(ctx, 1, "axes")
-        ctx.check_input_type(2, T.INT32 if self.code == _CODE.MEAN else T.BOOL)
+        ctx.check_input_type(INPUT, _TYPES[self.code])
+        ctx.check_input_max_rank(INPUT, _MAX_RANK)
+        check_vector_input(ctx, AXES, "axes")
+        ctx.check_input_type(KEEP_DIMS, T.INT32 if self.code == _CODE.MEAN else T.BOOL)
         check_output_like_input(ctx)
 
     def _axes(self, ctx: ExecutionContext) -> tuple[tuple[int, ...], bool]:
-        axes = tuple(axes_values(ctx, 1, ctx.input(0).rank))
-        keep = ctx.scalar(2)
+        axes = tuple(axes_values(ctx, AXES, ctx.input(INPUT).rank))
+        keep = ctx.scalar(KEEP_DIMS)
         return axes, bool(keep > 0 if self.code == _CODE.MEAN else keep)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         axes, keep = self._axes(ctx)
-        return [reduced_shape(ctx.input(0).shape, axes, keep)]
+        return [reduced_shape(ctx.input(INPUT).shape, axes, keep)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         axes, keep = self._axes(ctx)
-        x = ctx.value(0)
+        x = ctx.value(INPUT)
         code = self.code
         out_shape = reduced_shape(x.shape, axes, keep)
         dtype = ctx.output_dtype(0)
