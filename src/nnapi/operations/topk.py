@@ -27,7 +27,7 @@ class TopKV2(Operation):
         ctx.check_counts(inputs=2, outputs=2)
         ctx.check_input_types([DATA_TYPES_INT, T.INT32])
         check_known_rank_at_least(ctx, INPUT, 1)
-        check_output_like_input(ctx, INPUT)
+        check_output_like_input(ctx, 0)
         ctx.check_output_type(1, T.TENSOR_INT32)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
