@@ -25,6 +25,10 @@ from nnapi.operations.quant_math import dequantize, dequantize_per_channel
 
 T = OperandCode
 
+# Named input positions (Android's quantize.cpp / dequantize.cpp kInputTensor).
+INPUT = 0
+
+
 _DEQUANTIZE_INPUTS = QUANT8_TENSORS + (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL)
 _DEQUANTIZE_MAX_RANK = 4
 
@@ -33,18 +37,18 @@ _DEQUANTIZE_MAX_RANK = 4
 class Quantize(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=1, outputs=1)
-        ctx.check_input_type(0, FLOAT_TENSORS)
+        ctx.check_input_type(INPUT, FLOAT_TENSORS)
         ctx.check_output_type(0, QUANT8_TENSORS)
         check_same_shape_output(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        return [ctx.input(0).shape]
+        return [ctx.input(INPUT).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         output = ctx.output(0)
         low, high = integer_range(output.type)
         with np.errstate(all="ignore"):
-            scaled = round_half_away(float_input(ctx.input(0)) / np.float32(output.scale))
+            scaled = round_half_away(float_input(ctx.input(INPUT)) / np.float32(output.scale))
             shifted = scaled + np.float32(output.zero_point)
         # fmin first: NaN becomes ``high``, as min(high, NaN) does in C++.
         clamped = np.fmax(np.fmin(shifted, np.float32(high)), np.float32(low))
@@ -55,17 +59,17 @@ class Quantize(Operation):
 class Dequantize(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=1, outputs=1)
-        ctx.check_input_type(0, _DEQUANTIZE_INPUTS)
+        ctx.check_input_type(INPUT, _DEQUANTIZE_INPUTS)
         ctx.check_output_type(0, FLOAT_TENSORS)
-        ctx.check_input_max_rank(0, _DEQUANTIZE_MAX_RANK)
+        ctx.check_input_max_rank(INPUT, _DEQUANTIZE_MAX_RANK)
         # Per-channel parameters may be set after add_operation; Model.finish requires them.
         check_same_shape_output(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
+        shape = ctx.input(INPUT).shape
         ctx.require(len(shape) <= _DEQUANTIZE_MAX_RANK,
                     f"input 0 must have rank at most {_DEQUANTIZE_MAX_RANK}, got {len(shape)}")
-        tensor = ctx.input(0)
+        tensor = ctx.input(INPUT)
         if tensor.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
             params = tensor.channel_quant
             ctx.require(params is not None and params.channel_dim < len(shape)
@@ -74,7 +78,7 @@ class Dequantize(Operation):
         return [shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        tensor = ctx.input(0)
+        tensor = ctx.input(INPUT)
         if tensor.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
             params = tensor.channel_quant
             real = dequantize_per_channel(tensor.value, params.scales, params.channel_dim, np.float32)
