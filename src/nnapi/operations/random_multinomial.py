@@ -18,6 +18,12 @@ from nnapi.operations.common import FLOAT_TENSORS
 
 T = OperandCode
 
+# Named input positions (Android's multinomial.cpp kInputTensor, kSampleCountParam, kRandomSeedsTensor).
+LOGITS = 0
+SAMPLE_COUNT = 1
+SEEDS = 2
+
+
 
 @register(OperationCode.RANDOM_MULTINOMIAL)
 class RandomMultinomial(Operation):
@@ -25,16 +31,16 @@ class RandomMultinomial(Operation):
         ctx.check_counts(inputs=3, outputs=1)
         ctx.check_input_types([FLOAT_TENSORS, T.INT32, T.TENSOR_INT32])
         ctx.check_output_type(0, T.TENSOR_INT32)
-        ctx.check_input_rank(0, 2)
-        ctx.check_input_rank(2, 1)
+        ctx.check_input_rank(LOGITS, 2)
+        ctx.check_input_rank(SEEDS, 1)
 
     def _setup(self, ctx: ExecutionContext):
-        ctx.require(not ctx.is_omitted(0) and not ctx.is_omitted(2), "logits and seeds must be present")
-        logits = ctx.input(0)
+        ctx.require(not ctx.is_omitted(LOGITS) and not ctx.is_omitted(SEEDS), "logits and seeds must be present")
+        logits = ctx.input(LOGITS)
         ctx.require(logits.rank == 2, f"logits must be 2-D, got rank {logits.rank}")
-        samples = int(ctx.scalar(1))
+        samples = int(ctx.scalar(SAMPLE_COUNT))
         ctx.require(samples >= 0, f"sample count must not be negative, got {samples}")
-        seeds = np.asarray(ctx.value(2)).reshape(-1)
+        seeds = np.asarray(ctx.value(SEEDS)).reshape(-1)
         ctx.require(seeds.size == 2, f"seeds must have 2 values, got {seeds.size}")
         return logits, samples, seeds
 
