@@ -16,23 +16,28 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 
 T = OperandCode
 
+# Named input positions (Android's arg_min_max.cpp).
+INPUT = 0
+AXIS = 1
+
+
 
 @register(OperationCode.ARGMAX, OperationCode.ARGMIN)
 class ArgMinMax(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
         ctx.check_input_types([DATA_TYPES_INT, T.INT32])
-        check_known_rank_at_least(ctx, 0, 1)
+        check_known_rank_at_least(ctx, INPUT, 1)
         ctx.check_output_type(0, T.TENSOR_INT32)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
-        axis = axis_value(ctx, 1, len(shape))
+        shape = ctx.input(INPUT).shape
+        axis = axis_value(ctx, AXIS, len(shape))
         ctx.require(0 not in shape, f"input 0 must be non-empty, got shape {list(shape)}")
         return [shape[:axis] + shape[axis + 1:] or (1,)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        x = ctx.value(0)
-        axis = axis_value(ctx, 1, x.ndim)
+        x = ctx.value(INPUT)
+        axis = axis_value(ctx, AXIS, x.ndim)
         find = np.argmax if self.code == OperationCode.ARGMAX else np.argmin
         return [find(x, axis=axis).astype(np.int32).reshape(self.prepare(ctx)[0])]
