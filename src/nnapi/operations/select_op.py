@@ -21,6 +21,12 @@ from nnapi.operations.quant_math import requantize
 
 T = OperandCode
 
+# Named input positions (Android's select_v2.cpp kInputCondition, kInputTensor1, kInputTensor2).
+CONDITION = 0
+INPUT1 = 1
+INPUT2 = 2
+
+
 _TYPES = FLOAT_TENSORS + (T.TENSOR_INT32,) + QUANT8_TENSORS
 
 
@@ -28,12 +34,12 @@ _TYPES = FLOAT_TENSORS + (T.TENSOR_INT32,) + QUANT8_TENSORS
 class Select(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)
-        ctx.check_input_type(0, T.TENSOR_BOOL8)
-        ctx.check_input_type(1, _TYPES)
-        ctx.check_input_type(2, ctx.input_type(1))
-        ctx.check_output_type(0, ctx.input_type(1))
+        ctx.check_input_type(CONDITION, T.TENSOR_BOOL8)
+        ctx.check_input_type(INPUT1, _TYPES)
+        ctx.check_input_type(INPUT2, ctx.input_type(INPUT1))
+        ctx.check_output_type(0, ctx.input_type(INPUT1))
         # All three inputs and the output have one shape: compare what is declared.
-        shapes = [ctx.inputs[i].dimensions for i in range(3)]
+        shapes = [ctx.inputs[i].dimensions for i in (CONDITION, INPUT1, INPUT2)]
         known = [s for s in shapes if s]
         for index, shape in enumerate(shapes):
             for other in known:
@@ -45,14 +51,14 @@ class Select(Operation):
             check_output_shape(ctx, merged)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(1).shape
-        for index in (0, 2):
+        shape = ctx.input(INPUT1).shape
+        for index in (CONDITION, INPUT2):
             other = ctx.input(index).shape
             ctx.require(other == shape, f"input {index} has shape {list(other)}, input 1 has {list(shape)}")
         return [shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        condition, a, b = ctx.input(0), ctx.input(1), ctx.input(2)
+        condition, a, b = ctx.input(CONDITION), ctx.input(INPUT1), ctx.input(INPUT2)
         if a.type in QUANT8_TENSORS:
             output = ctx.output(0)
             chosen_a = requantize(a.value, a.scale, a.zero_point, output.scale, output.zero_point)
