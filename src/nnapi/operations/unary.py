@@ -20,6 +20,10 @@ from nnapi.operations._elementwise import (
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 T = OperandCode
+
+# Named input positions (Android's elementwise.cpp kInputTensor).
+INPUT = 0
+
 Op = OperationCode
 
 
@@ -46,21 +50,21 @@ _MAX_RANK = {Op.FLOOR: 4}
 class UnaryMath(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=1, outputs=1)
-        ctx.check_input_type(0, _TYPES[self.code])
-        ctx.check_output_type(0, ctx.input_type(0))
+        ctx.check_input_type(INPUT, _TYPES[self.code])
+        ctx.check_output_type(0, ctx.input_type(INPUT))
         if self.code in _MAX_RANK:
-            ctx.check_input_max_rank(0, _MAX_RANK[self.code])
+            ctx.check_input_max_rank(INPUT, _MAX_RANK[self.code])
         check_same_shape_output(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        shape = ctx.input(0).shape
+        shape = ctx.input(INPUT).shape
         if self.code in _MAX_RANK:
             ctx.require(len(shape) <= _MAX_RANK[self.code], f"input 0 must have rank at most "
                         f"{_MAX_RANK[self.code]}, got {len(shape)}")
         return [shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        tensor = ctx.input(0)
+        tensor = ctx.input(INPUT)
         if tensor.type == T.TENSOR_INT32:
             # numpy wraps like two's complement C++ here; silence its overflow warning.
             with np.errstate(over="ignore"):
