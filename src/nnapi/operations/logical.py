@@ -13,6 +13,12 @@ from nnapi.operations._elementwise import (
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 T = OperandCode
+
+# Named input positions (Android's logical_and_or.cpp / logical_not.cpp).
+INPUT1 = 0  # LOGICAL_AND / LOGICAL_OR
+INPUT2 = 1
+INPUT = 0  # LOGICAL_NOT
+
 Op = OperationCode
 
 _BINARY = {Op.LOGICAL_AND: np.logical_and, Op.LOGICAL_OR: np.logical_or}
@@ -30,7 +36,7 @@ class LogicalBinary(Operation):
         return [broadcast_output_shape(ctx)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        result = _BINARY[self.code](ctx.value(0), ctx.value(1))
+        result = _BINARY[self.code](ctx.value(INPUT1), ctx.value(INPUT2))
         return [np.asarray(result, dtype=np.bool_)]
 
 
@@ -38,12 +44,12 @@ class LogicalBinary(Operation):
 class LogicalNot(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=1, outputs=1)
-        ctx.check_input_type(0, T.TENSOR_BOOL8)
+        ctx.check_input_type(INPUT, T.TENSOR_BOOL8)
         ctx.check_output_type(0, T.TENSOR_BOOL8)
         check_same_shape_output(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        return [ctx.input(0).shape]
+        return [ctx.input(INPUT).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return [np.logical_not(ctx.value(0))]
+        return [np.logical_not(ctx.value(INPUT))]
