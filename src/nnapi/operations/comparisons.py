@@ -24,6 +24,11 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Validation
 from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
+
+# Named input positions (Android's comparisons.cpp kInputTensor1, kInputTensor2).
+INPUT1 = 0
+INPUT2 = 1
+
 Op = OperationCode
 
 _TYPES = (T.TENSOR_BOOL8,) + FLOAT_TENSORS + (T.TENSOR_INT32,) + QUANT8_TENSORS
@@ -41,8 +46,8 @@ _COMPARE = {
 class Comparison(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
-        ctx.check_input_type(0, _TYPES)
-        ctx.check_input_type(1, ctx.input_type(0))
+        ctx.check_input_type(INPUT1, _TYPES)
+        ctx.check_input_type(INPUT2, ctx.input_type(INPUT1))
         ctx.check_output_type(0, T.TENSOR_BOOL8)
         check_broadcast(ctx)
 
@@ -50,7 +55,7 @@ class Comparison(Operation):
         return [broadcast_output_shape(ctx)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        a, b = ctx.input(0), ctx.input(1)
+        a, b = ctx.input(INPUT1), ctx.input(INPUT2)
         if a.type in QUANT8_TENSORS and (a.scale, a.zero_point) != (b.scale, b.zero_point):
             left = dequantize(a.value, a.scale, a.zero_point, np.float32)
             right = dequantize(b.value, b.scale, b.zero_point, np.float32)
