@@ -26,6 +26,11 @@ from nnapi.operations.common import quantize
 from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
+
+# Named input positions (Android's pow.cpp / maximum_minimum.cpp kInputTensor1, kInputTensor2).
+INPUT1 = 0
+INPUT2 = 1
+
 Op = OperationCode
 
 _TYPES = {
@@ -40,16 +45,16 @@ _FUNCTIONS = {Op.POW: np.power, Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum}
 class BinaryMath(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=2, outputs=1)
-        ctx.check_input_type(0, _TYPES[self.code])
-        ctx.check_input_type(1, ctx.input_type(0))
-        ctx.check_output_type(0, ctx.input_type(0))
+        ctx.check_input_type(INPUT1, _TYPES[self.code])
+        ctx.check_input_type(INPUT2, ctx.input_type(INPUT1))
+        ctx.check_output_type(0, ctx.input_type(INPUT1))
         check_broadcast(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         return [broadcast_output_shape(ctx)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        a, b = ctx.input(0), ctx.input(1)
+        a, b = ctx.input(INPUT1), ctx.input(INPUT2)
         function = _FUNCTIONS[self.code]
         if a.type == T.TENSOR_INT32:
             return [function(a.value, b.value).astype(np.int32, copy=False)]
