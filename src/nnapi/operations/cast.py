@@ -24,6 +24,10 @@ from nnapi.operations.common import integer_range
 
 T = OperandCode
 
+# Named input positions (Android's cast.cpp kInputTensor).
+INPUT = 0
+
+
 #: types that convert into one another
 _CONVERTIBLE = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
 #: types that may only be cast to themselves
@@ -55,8 +59,8 @@ def _convert(values: np.ndarray, target: np.dtype) -> np.ndarray:
 class Cast(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=1, outputs=1)
-        source = ctx.input_type(0)
-        ctx.check_input_type(0, _CONVERTIBLE + _IDENTITY_ONLY)
+        source = ctx.input_type(INPUT)
+        ctx.check_input_type(INPUT, _CONVERTIBLE + _IDENTITY_ONLY)
         if source in _CONVERTIBLE:
             ctx.check_output_type(0, _CONVERTIBLE)
         else:
@@ -64,7 +68,7 @@ class Cast(Operation):
         check_same_shape_output(ctx)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        return [ctx.input(0).shape]
+        return [ctx.input(INPUT).shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return [_convert(ctx.value(0), ctx.output_dtype(0))]
+        return [_convert(ctx.value(INPUT), ctx.output_dtype(0))]
