@@ -25,6 +25,12 @@ from nnapi.operations.common import (
 from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
+
+# Named input positions (Android's broadcast.cpp kInputTensor1, kInputTensor2, kActivationScalar).
+INPUT1 = 0
+INPUT2 = 1
+ACTIVATION = 2
+
 #: input positions
 INPUT1, INPUT2, ACTIVATION = 0, 1, 2
 _ALL_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
@@ -60,17 +66,17 @@ def _floor_divide_int32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class BinaryArithmetic(Operation):
     def validate(self, ctx: ValidationContext) -> None:
         ctx.check_counts(inputs=3, outputs=1)
-        ctx.check_input_types([_TYPES[self.code], ctx.input_type(0), T.INT32])
-        ctx.check_output_type(0, ctx.input_type(0))
-        for index in (0, 1):
+        ctx.check_input_types([_TYPES[self.code], ctx.input_type(INPUT1), T.INT32])
+        ctx.check_output_type(0, ctx.input_type(INPUT1))
+        for index in (INPUT1, INPUT2):
             ctx.check_input_max_rank(index, _MAX_RANK)
-        a, b = ctx.inputs[0].dimensions, ctx.inputs[1].dimensions
+        a, b = ctx.inputs[INPUT1].dimensions, ctx.inputs[INPUT2].dimensions
         if a and b and 0 not in a and 0 not in b and broadcast_shapes(a, b) is None:
             ctx.fail(f"input shapes {list(a)} and {list(b)} do not broadcast")
-        if self.code == OperationCode.MUL and ctx.input_type(0) in _QUANT8_TYPES:
+        if self.code == OperationCode.MUL and ctx.input_type(INPUT1) in _QUANT8_TYPES:
             # The NDK requires output_scale > input1_scale * input2_scale for quantized MUL
             # (float32 scales, as the NDK stores them).
-            product = np.float32(ctx.inputs[0].scale) * np.float32(ctx.inputs[1].scale)
+            product = np.float32(ctx.inputs[INPUT1].scale) * np.float32(ctx.inputs[INPUT2].scale)
             if not np.float32(ctx.outputs[0].scale) > product:
                 ctx.fail(f"output 0 scale {ctx.outputs[0].scale} must exceed the product of the input "
                          f"scales ({product})")
@@ -128,7 +134,7 @@ class BinaryArithmetic(Operation):
         to_float16 = code == T.TENSOR_FLOAT16
 
         def run(values: list) -> list[np.ndarray]:
-            first, second = values[0], values[1]
+            first, second = values[INPUT1], values[INPUT2]
             if to_float16:
                 first, second = first.astype(np.float32), second.astype(np.float32)
             result = math(first, second)  # the driver runs kernels under np.errstate(all="ignore")
