@@ -187,7 +187,15 @@ def _log2_exact(scale: float) -> int | None:
 
 # --- QUANTIZED_16BIT_LSTM ---------------------------------------------------------------
 
-_Q16_INPUT, _Q16_CELL_IN, _Q16_OUTPUT_IN = 0, 13, 14
+# Named input positions (Android's quantized_lstm.cpp): the input, then 4 input weights,
+# 4 recurrent weights and 4 biases in gate order input, forget, cell, output, then the states.
+_Q16_INPUT = 0
+_Q16_INPUT_WEIGHTS = 1
+_Q16_RECURRENT_WEIGHTS = 5
+_Q16_BIASES = 9
+_Q16_CELL_IN = 13
+_Q16_OUTPUT_IN = 14
+_Q16_INPUT_GATE, _Q16_FORGET_GATE, _Q16_CELL_GATE, _Q16_OUTPUT_GATE = range(4)
 
 
 def _close(a: float, b: float) -> bool:
@@ -209,12 +217,12 @@ class Quantized16BitLstm(Operation):
         out = ctx.outputs[1]
         ctx.require(_close(out.scale, 1 / 128) and out.zero_point == 128,
                     "output 1 must have scale 1/128 and zero point 128")
-        weights = ctx.inputs[1]
+        weights = ctx.inputs[_Q16_INPUT_WEIGHTS]
         ctx.require(weights.scale > 0, "weights must have a positive scale")
-        for index in range(1, 9):
+        for index in range(_Q16_INPUT_WEIGHTS, _Q16_BIASES):
             ctx.check_input_rank(index, 2)
-            ctx.check_same_quantization(("input", 1), ("input", index))
-        for index in range(9, 13):
+            ctx.check_same_quantization(("input", _Q16_INPUT_WEIGHTS), ("input", index))
+        for index in range(_Q16_BIASES, _Q16_CELL_IN):
             ctx.check_input_rank(index, 1)
             bias = ctx.inputs[index]
             ctx.require(_close(bias.scale, weights.scale / 128) and bias.zero_point == 0,
@@ -224,7 +232,7 @@ class Quantized16BitLstm(Operation):
                         f"{where} must have scale 2^-11 and zero point 0")
 
     def _setup(self, ctx: ExecutionContext):
-        for index in range(15):
+        for index in range(_Q16_OUTPUT_IN + 1):
             ctx.require(not ctx.is_omitted(index), f"input {index} must be present")
         x, h, c = ctx.input(_Q16_INPUT), ctx.input(_Q16_OUTPUT_IN), ctx.input(_Q16_CELL_IN)
         ctx.require(x.rank == 2 and h.rank == 2, "input and previous output must be 2-D")
@@ -232,11 +240,11 @@ class Quantized16BitLstm(Operation):
         output_size = h.shape[1]
         ctx.require(h.shape[0] == batch and c.shape == (batch, output_size),
                     f"states must be [{batch}, {output_size}]")
-        for index in range(1, 9):
-            columns = input_size if index <= 4 else output_size
+        for index in range(_Q16_INPUT_WEIGHTS, _Q16_BIASES):
+            columns = input_size if index < _Q16_RECURRENT_WEIGHTS else output_size
             ctx.require(ctx.input(index).shape == (output_size, columns),
                         f"input {index} must have shape [{output_size}, {columns}]")
-        for index in range(9, 13):
+        for index in range(_Q16_BIASES, _Q16_CELL_IN):
             ctx.require(ctx.input(index).shape == (output_size,), f"input {index} must have shape [{output_size}]")
         return x, h, c
 
@@ -247,8 +255,9 @@ class Quantized16BitLstm(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, h, c = self._setup(ctx)
         # Gate order of the stacked product: input, cell (modulation), forget, output.
-        order = ((1, 5, 9), (3, 7, 11), (2, 6, 10), (4, 8, 12))
-        weights_zero = ctx.input(1).zero_point
+        order = [(_Q16_INPUT_WEIGHTS + gate, _Q16_RECURRENT_WEIGHTS + gate, _Q16_BIASES + gate)
+                 for gate in (_Q16_INPUT_GATE, _Q16_CELL_GATE, _Q16_FORGET_GATE, _Q16_OUTPUT_GATE)]
+        weights_zero = ctx.input(_Q16_INPUT_WEIGHTS).zero_point
         # Android assembles each gate's row block as [recurrent weights | input weights] and
         # multiplies it by [input, previous output]; the CTS vectors (input size 2, output
         # size 4) expect exactly that pairing, so it is kept.
@@ -257,7 +266,7 @@ class Quantized16BitLstm(Operation):
         activations = np.concatenate([x.value, h.value], axis=1).astype(np.int64) - 128
         accumulator = _int_matmul(activations, (stacked.astype(np.int64) - weights_zero).T) + biases
         # Rescale the int32 accumulator (scale bias_scale) to Q3.12 (scale 2^-12).
-        multiplier, shift = _multiplier(4096 * float(np.float32(ctx.input(9).scale)))
+        multiplier, shift = _multiplier(4096 * float(np.float32(ctx.input(_Q16_BIASES).scale)))
         gates = _clamp16(_multiply(accumulator, multiplier, shift))
         # One logistic over all four blocks (the cell block's is unused) costs less than
         # three calls on the separate blocks.
