@@ -17,6 +17,10 @@ from nnapi.operations.common import QUANT8_TENSORS
 from nnapi.operations.quant_math import requantize
 
 T = OperandCode
+
+# Named input positions (Android's concatenation.cpp): the tensors from FIRST_INPUT, the axis last.
+FIRST_INPUT = 0
+
 _MAX_RANK = 4
 
 
@@ -52,24 +56,24 @@ class Concatenation(Operation):
             ctx.fail(f"expected at least 2 inputs (a tensor and the axis), got {len(ctx.inputs)}")
         ctx.check_counts(inputs=len(ctx.inputs), outputs=1)
         count = len(ctx.inputs) - 1
-        ctx.check_input_type(0, DATA_TYPES)
+        ctx.check_input_type(FIRST_INPUT, DATA_TYPES)
         ranks = set()
         for index in range(count):
-            ctx.check_input_type(index, ctx.input_type(0))
+            ctx.check_input_type(index, ctx.input_type(FIRST_INPUT))
             ctx.check_input_max_rank(index, _MAX_RANK)
             if ctx.inputs[index].rank:
                 ranks.add(ctx.inputs[index].rank)
         if len(ranks) > 1:
             ctx.fail(f"inputs 0..{count - 1} must all have the same rank, got ranks {sorted(ranks)}")
         ctx.check_input_type(count, T.INT32)
-        ctx.check_output_type(0, ctx.input_type(0))
+        ctx.check_output_type(0, ctx.input_type(FIRST_INPUT))
         axis = ctx.constant(count)
         if axis is not None and ranks:
             _check_shapes(ctx, count, ranks.pop(), int(axis))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         count = len(ctx.inputs) - 1
-        first = ctx.input(0).shape
+        first = ctx.input(FIRST_INPUT).shape
         rank = len(first)
         axis = int(ctx.scalar(count))
         ctx.require(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
