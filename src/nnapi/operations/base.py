@@ -3,16 +3,18 @@
 An operation module defines a subclass with three methods, after Android's
 nn/common/operations (validate / prepare / execute), and registers it:
 
+    INPUT = 0  # named input positions, as Android's kInputTensor
+
     @register(OperationCode.FLOOR)
     class Floor(Operation):
         def validate(self, ctx: ValidationContext) -> None:      # at add_operation
             ctx.check_counts(inputs=1, outputs=1)
             ctx.check_input_types([FLOAT_TENSORS])
-            ctx.check_output_type(0, ctx.input_type(0))
+            ctx.check_output_type(0, ctx.input_type(INPUT))
         def prepare(self, ctx: ExecutionContext) -> list[Shape]:  # shape inference
-            return [ctx.input(0).shape]
+            return [ctx.input(INPUT).shape]
         def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-            return [np.floor(ctx.input(0).value)]
+            return [np.floor(ctx.input(INPUT).value)]
 
 ``validate`` sees operand *types*, plus the values of constant scalars already set
 (``ctx.constant``; values may be set after the operation is added, so a check that needs
