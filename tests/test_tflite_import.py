@@ -331,3 +331,21 @@ def test_integer_sequence_lstm_carries_its_states_between_runs() -> None:
             interpreter.invoke()
             want = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
             np.testing.assert_array_equal(expected, want)
+
+
+def test_sequence_lstm_with_diagonal_recurrent_weights_is_refused() -> None:
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    units, inputs = 2, 3
+    tensors = [Tensor("x", "float32", [1, 2, inputs])]
+    tensors += [Tensor(f"w{g}", "float32", [units, inputs], data=np.ones((units, inputs), np.float32)) for g in "ifco"]
+    tensors += [Tensor(f"r{g}", "float32", [units], data=np.ones(units, np.float32)) for g in "ifco"]
+    tensors += [Tensor(f"b{g}", "float32", [units], data=np.zeros(units, np.float32)) for g in "ifco"]
+    tensors += [Tensor("h", "float32", [1, units], variable=True), Tensor("c", "float32", [1, units], variable=True),
+                Tensor("y", "float32", [1, 2, units])]
+    slots = [0, *range(1, 9), -1, -1, -1, *range(9, 13), -1, -1, 13, 14, -1, -1, -1, -1]
+    op = Operator("UNIDIRECTIONAL_SEQUENCE_LSTM", slots, [15],
+                  ("UnidirectionalSequenceLSTMOptions",
+                   {"FusedActivationFunction": 4, "DiagonalRecurrentTensors": True}))
+    with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(UNIDIRECTIONAL_SEQUENCE_LSTM\): diagonal recurrent"):
+        nnapi.load_tflite(build(Subgraph(tensors, [op], [0], [15])))

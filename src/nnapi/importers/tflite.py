@@ -1551,6 +1551,8 @@ def _lstm_tensors(c: _Converter, op: _Operator, count: int) -> list[int]:
 @_converter("UNIDIRECTIONAL_SEQUENCE_LSTM")
 def _sequence_lstm(c: _Converter, op: _Operator) -> None:
     options = op.options("UnidirectionalSequenceLSTMOptions")
+    if hasattr(options, "DiagonalRecurrentTensors") and options.DiagonalRecurrentTensors():
+        raise UnsupportedOperator("diagonal recurrent weights (one value per unit) have no NNAPI equivalent")
     if op.tensor(0).tfl_type == _INT8:
         _integer_sequence_lstm(c, op, options)
         return
