@@ -101,7 +101,7 @@ def _public_api(op, inputs, output: OperandType):
     model.add_operation(op, list(range(len(inputs))), [out_index])
     model.identify_inputs_and_outputs([0], [out_index])
     model.finish()
-    compilation = nnapi.Compilation(model)
+    compilation = nnapi.Compilation(model, [nnapi.get_devices()[0]])  # nnapi-reference: its kernels
     compilation.finish()
     result = np.zeros(output.dimensions, dtype=output.dtype)
 

@@ -56,7 +56,7 @@ def _model(code: Op, inputs: list[tuple[OperandType, Any, bool]], outputs: list[
     model.add_operation(code, indexes, out_indexes)
     model.identify_inputs_and_outputs(model_inputs, out_indexes)
     model.finish()
-    compilation = nnapi.Compilation(model)
+    compilation = nnapi.Compilation(model, [nnapi.get_devices()[0]])  # nnapi-reference: its kernels
     compilation.finish()
     return compilation, feeds, keep
 

@@ -104,7 +104,7 @@ def bench(code, kind, shape, repeat, rng):
     model.add_operation(code, list(range(len(inputs))), [out_index])
     model.identify_inputs_and_outputs(indexes, [out_index])
     model.finish()
-    compilation = nnapi.Compilation(model)
+    compilation = nnapi.Compilation(model, [nnapi.get_devices()[0]])  # nnapi-reference: its kernels
     compilation.finish()
     output = np.zeros(out_type.dimensions, dtype=out_type.dtype)
     times = []

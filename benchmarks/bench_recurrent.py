@@ -50,7 +50,7 @@ def _build(code, inputs, outputs):
     model.add_operation(code, indexes, output_indexes)
     model.identify_inputs_and_outputs(model_inputs, output_indexes)
     model.finish()
-    compilation = nnapi.Compilation(model)
+    compilation = nnapi.Compilation(model, [nnapi.get_devices()[0]])  # nnapi-reference: its kernels
     compilation.finish()
     buffers = [np.zeros(t.dimensions, dtype=t.dtype) for t in outputs]
     return compilation, feeds, buffers, keep

@@ -89,7 +89,7 @@ class Case:
         model.add_operation(self.code, list(range(len(self.inputs))), outputs)
         model.identify_inputs_and_outputs(model_inputs, outputs)
         model.finish()
-        compilation = nnapi.Compilation(model)
+        compilation = nnapi.Compilation(model, [nnapi.get_devices()[0]])  # nnapi-reference: its kernels
         compilation.finish()
         # Size the output buffers once from the kernel's own shape inference.
         shapes = get_operation(self.code).prepare(ExecutionContext(

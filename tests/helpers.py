@@ -2,13 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 import nnapi
 from nnapi import OperandType
+from nnapi.runtime import manager
+
+REFERENCE = "nnapi-reference"
+
+
+def reference_devices() -> list[nnapi.Device]:
+    """[nnapi-reference]: tests of the reference's own kernels compile for it explicitly, so a
+    discovered plug-in (nnapi-ort-cpu) never takes their operations."""
+    return [device for device in nnapi.get_devices() if device.name == REFERENCE]
+
+
+@contextmanager
+def only_devices(*devices) -> Iterator[None]:
+    """Register ``devices`` and let the runtime see only them and nnapi-reference until the
+    block ends: runtime tests (partitioning, fallback, preferences) check the choice among a
+    known set of devices, which the plug-ins discovered on this machine must not join."""
+    with manager._lock:
+        manager.hal_devices()  # discover now, so the plug-ins are not added during the block
+        saved = list(manager._devices)
+        manager._devices[:] = [manager.reference_device()]
+    try:
+        for device in devices:
+            manager.register_device(device)
+        yield
+    finally:
+        with manager._lock:
+            manager._devices[:] = saved
 
 
 def build_single_op_model(code: nnapi.OperationCode, inputs: Sequence[tuple[OperandType, Any]],
@@ -66,14 +94,14 @@ def needed_dimensions(execution: nnapi.Execution, index: int) -> list[int]:
 
 def run_single_op(code: nnapi.OperationCode, inputs: Sequence[tuple[OperandType, Any]],
                   outputs: Sequence[OperandType], feeds: Sequence[np.ndarray] = (),
-                  constant_memory: bool = False) -> list[np.ndarray]:
-    """Run a one-operation model; ``feeds`` are the values of the model inputs (the
-    inputs given with value None), in order. Outputs with unspecified dimensions are
-    sized by a first run that reports OUTPUT_INSUFFICIENT_SIZE, as an NDK app would."""
+                  constant_memory: bool = False, devices: Sequence[nnapi.Device] | None = None) -> list[np.ndarray]:
+    """Run a one-operation model on nnapi-reference (or ``devices``); ``feeds`` are the values of
+    the model inputs (the inputs given with value None), in order. Outputs with unspecified
+    dimensions are sized by a first run that reports OUTPUT_INSUFFICIENT_SIZE, as an NDK app would."""
     model, model_inputs, keep = build_single_op_model(code, inputs, outputs, constant_memory)
     if len(model_inputs) > len(feeds):
         feeds = [*feeds, DUMMY_FEED]
-    compilation = nnapi.Compilation(model)
+    compilation = nnapi.Compilation(model, reference_devices() if devices is None else devices)
     compilation.finish()
     buffers = [np.zeros(t.dimensions if t.is_fully_specified else (0,), dtype=t.dtype) for t in outputs]
     for _attempt in range(2):

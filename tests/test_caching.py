@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import reference_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -43,7 +44,7 @@ W_B = np.array([-1, -2, -3, -4], np.float32)
 
 
 def compile_cached(model, directory, token=TOKEN):
-    compilation = nnapi.Compilation(model)
+    compilation = nnapi.Compilation(model, reference_devices())  # nnapi-reference's cache files
     compilation.set_caching(directory, token)
     compilation.finish()
     return compilation

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("tflite")
 
 import nnapi  # noqa: E402
+from helpers import only_devices  # noqa: E402
 from nnapi.cli import main  # noqa: E402
 
 MODELS = Path(__file__).parent / "data" / "models"
@@ -106,7 +107,8 @@ def test_bad_arguments_give_one_line_errors(capsys, argv: list[str], message: st
 
 
 def test_inspect_lists_histogram_lowerings_and_devices(capsys) -> None:
-    code, out, _ = run_cli(capsys, "inspect", str(MODELS / "face_detection_short_range.tflite"))
+    with only_devices():  # nnapi-reference alone (test_driver_ort checks the listing with nnapi-ort-cpu)
+        code, out, _ = run_cli(capsys, "inspect", str(MODELS / "face_detection_short_range.tflite"))
     assert code == 0
     assert "164 operators in 1 subgraph -> 90 NNAPI operations" in out
     assert "output classificators: TENSOR_FLOAT32[1,896,1]" in out

@@ -196,6 +196,42 @@ def test_declined_operation_runs_on_the_reference(ort_device):
     np.testing.assert_array_equal(best, expected_best)
 
 
+def test_discovered_as_a_plug_in():
+    from importlib.metadata import entry_points
+
+    (entry,) = [e for e in entry_points(group=manager.ENTRY_POINT_GROUP) if e.name == "ort"]
+    assert entry.value == "nnapi.drivers.ort:devices"
+    assert "nnapi-ort-cpu" in [device.name for device in nnapi.get_devices()]
+    assert not [failure for failure in manager.load_failures() if failure.name.startswith("ort")]
+
+
+def test_default_compilation_splits_across_ort_and_the_reference():
+    """No devices given: the runtime uses every device, as Android's does. The convolution goes
+    to nnapi-ort-cpu (measured faster), ARGMAX, which it declines, to nnapi-reference, and the
+    results equal the reference alone's within the CTS tolerance."""
+    model, _keep = _conv_then_argmax_model()
+    default = nnapi.Compilation(model)
+    default.finish()
+    assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
+    reference = [d for d in nnapi.get_devices() if d.name == "nnapi-reference"]
+    alone = nnapi.Compilation(model, reference)
+    alone.finish()
+    image = np.random.default_rng(5).standard_normal((1, 6, 6, 3)).astype(np.float32)
+    features, best = _run(default, image)
+    expected_features, expected_best = _run(alone, image)
+    np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(best, expected_best)
+
+
+def test_inspect_lists_the_ort_device(capsys):
+    pytest.importorskip("tflite")
+    from nnapi.cli import main
+
+    model = os.path.join(os.path.dirname(__file__), "data", "models", "face_detection_short_range.tflite")
+    assert main(["inspect", model]) == 0
+    assert "nnapi-ort-cpu: 90 operations" in capsys.readouterr().out
+
+
 def test_unsupported_reasons_name_the_rule():
     from nnapi.runtime.model_builder import build_hal_model
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import only_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -16,16 +17,15 @@ from nnapi.runtime import manager
 
 @pytest.fixture
 def register():
-    names = []
+    """Register FaultyDevices for one test; the runtime chooses among them and nnapi-reference
+    only (plug-ins discovered on this machine are hidden meanwhile)."""
+    with only_devices():
 
-    def add(device):
-        manager.register_device(device)
-        names.append(device.name)
-        return device
+        def add(device):
+            manager.register_device(device)
+            return device
 
-    yield add
-    for name in names:
-        manager.unregister_device(name)
+        yield add
 
 
 def add_mul_model(dtype=T.TENSOR_FLOAT32, relaxed=False):

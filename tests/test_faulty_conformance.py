@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import only_devices
 from nnapi import OperationCode as Op
 from nnapi.conformance import (
     DTYPES,
@@ -23,7 +24,6 @@ from nnapi.conformance import (
 )
 from nnapi.drivers.sample import FaultyDevice
 from nnapi.operand import OperandCode as T
-from nnapi.runtime import manager
 
 _ALL = [record for path in default_vector_files() for record in load_records(path) if is_supported(record)]
 _STRIDE = 1 if os.environ.get("NNAPI_FULL_CONFORMANCE") else 25
@@ -63,9 +63,8 @@ def outputs_of(record: dict, devices) -> tuple[list[np.ndarray], list[str]]:
 def faulty(request):
     supported = None if request.param == "whole" else {op for op in Op if op % 2 == 0}
     device = FaultyDevice(f"faulty-{request.param}", supported=supported)
-    manager.register_device(device)
-    yield device
-    manager.unregister_device(device.name)
+    with only_devices(device):  # the runtime chooses between it and nnapi-reference alone
+        yield device
 
 
 @pytest.mark.parametrize("record", _RECORDS, ids=[f"{r['version']}-{r['test']}" for r in _RECORDS])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import nnapi
-from helpers import run_single_op
+from helpers import reference_devices, run_single_op
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -544,7 +544,7 @@ def _zero_sized_then(code, extra_inputs, output_type, feed):
     model.add_operation(code, inputs, [out])
     model.identify_inputs_and_outputs([x], [empty, out])
     model.finish()
-    compilation = nnapi.Compilation(model)
+    compilation = nnapi.Compilation(model, reference_devices())
     compilation.finish()
     execution = nnapi.Execution(compilation)
     execution.set_input(0, feed)
@@ -582,7 +582,7 @@ class TestZeroSized:
         model.add_operation(Op.CONCATENATION, [empty, x, axis], [out])
         model.identify_inputs_and_outputs([x], [out])
         model.finish()
-        compilation = nnapi.Compilation(model)
+        compilation = nnapi.Compilation(model, reference_devices())
         compilation.finish()
         execution = nnapi.Execution(compilation)
         execution.set_input(0, self.x)

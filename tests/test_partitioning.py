@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import only_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
 from nnapi.drivers.sample import SampleDevice
-from nnapi.runtime import manager
 
 
 @pytest.fixture
@@ -18,11 +18,8 @@ def sample_devices():
     """Two sample accelerators: one fast at ADD only, one slower at MUL only."""
     adder = SampleDevice("sample-add", [Op.ADD], exec_time=0.25)
     multiplier = SampleDevice("sample-mul", [Op.MUL], exec_time=0.5)
-    manager.register_device(adder)
-    manager.register_device(multiplier)
-    yield adder, multiplier
-    manager.unregister_device("sample-add")
-    manager.unregister_device("sample-mul")
+    with only_devices(adder, multiplier):  # and nnapi-reference: no plug-in joins the plan
+        yield adder, multiplier
 
 
 def chain_model():

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import reference_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -621,8 +622,7 @@ def test_pooling_checks_the_deadline_inside_the_kernel(code, monkeypatch):
     model.finish()
     calls = []
     monkeypatch.setattr(reference._Run, "check_deadline", lambda self: calls.append(1))
-    reference_device = [d for d in nnapi.get_devices() if d.name == "nnapi-reference"]
-    execution = nnapi.Execution(compiled(model, reference_device))
+    execution = nnapi.Execution(compiled(model, reference_devices()))  # the reference's kernel
     execution.set_timeout(60 * 10**9)  # a deadline for the kernel to check (none: nothing to check)
     execution.set_input(0, np.ones((1, 8, 8, 2), np.float32))
     out = np.zeros((1, 1, 1, 2), np.float32)

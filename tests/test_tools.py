@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import only_devices
 from nnapi import OperationCode as Op
 from nnapi.cli import main
 from nnapi.demo import build_demo_model
@@ -51,16 +52,21 @@ class WrongDevice(SampleDevice):
 
 @pytest.fixture
 def conv_device():
-    register_device(SampleDevice("sample-conv", [Op.CONV_2D]))
-    yield "sample-conv"
-    unregister_device("sample-conv")
+    with only_devices(SampleDevice("sample-conv", [Op.CONV_2D])):  # beside nnapi-reference alone
+        yield "sample-conv"
 
 
 @pytest.fixture
 def wrong_conv_device():
-    register_device(WrongDevice("wrong-conv", [Op.CONV_2D]))
-    yield "wrong-conv"
-    unregister_device("wrong-conv")
+    with only_devices(WrongDevice("wrong-conv", [Op.CONV_2D])):
+        yield "wrong-conv"
+
+
+@pytest.fixture
+def reference_only():
+    """The runtime sees nnapi-reference alone (no discovered plug-in) during the test."""
+    with only_devices():
+        yield
 
 
 def _finished(model, names=None):
@@ -222,7 +228,7 @@ def vector_file(tmp_path, signatures):
     return str(path)
 
 
-def test_cli_dump_formats(vector_file, capsys, monkeypatch):
+def test_cli_dump_formats(vector_file, capsys, monkeypatch, reference_only):
     assert main(["dump", vector_file, "--format", "json"]) == 0
     graph = json.loads(capsys.readouterr().out)
     assert graph["subgraphs"][0]["operations"][0]["type"] == "CONV_2D"
@@ -387,15 +393,11 @@ def test_placement_gives_feature_level_and_prepare_failure_reasons(signatures):
                   if r["main"]["operands"][r["main"]["inputIndexes"][0]]["type"] == "TENSOR_FLOAT16")
     keep: list = []
     model = build_model(record, keep=keep)
-    register_device(FaultyDevice("old-device", supported={Op.CONV_2D}, feature_level=FeatureLevelCode.FEATURE_LEVEL_2))
-    register_device(FaultyDevice("broken-device", supported={Op.CONV_2D}, fail_prepare=True))
-    try:
+    old = FaultyDevice("old-device", supported={Op.CONV_2D}, feature_level=FeatureLevelCode.FEATURE_LEVEL_2)
+    with only_devices(old, FaultyDevice("broken-device", supported={Op.CONV_2D}, fail_prepare=True)):
         compilation = nnapi.Compilation(model)  # no explicit devices: CPU fallback applies
         compilation.finish()
         report = compilation.placement()
-    finally:
-        unregister_device("old-device")
-        unregister_device("broken-device")
     (conv,) = report["operations"]
     assert conv["device"] == "nnapi-reference"  # the CPU fallback took the failed step
     assert conv["refused"]["old-device"] == "needs FEATURE_LEVEL_3; the device has FEATURE_LEVEL_2"
@@ -406,8 +408,9 @@ FAULTY_PLUGIN = '''
 from nnapi import OperationCode
 from nnapi.drivers.sample import FaultyDevice
 
-def faulty():
-    return FaultyDevice("faulty", supported={OperationCode.CONV_2D, OperationCode.ADD}, wrong_results=True)
+def faulty():  # faster than any other device (nnapi-ort-cpu included), so it takes CONV_2D and ADD
+    return FaultyDevice("faulty", supported={OperationCode.CONV_2D, OperationCode.ADD}, wrong_results=True,
+                        exec_time=1e-6)
 '''
 
 
@@ -457,7 +460,7 @@ def test_per_operation_profile_and_bench_per_op(capsys):
     pytest.importorskip("tflite")
     from nnapi.tools.profile import profile
 
-    session = nnapi.Session(os.path.join(MODELS, "hand_recrop.tflite"))
+    session = nnapi.Session(os.path.join(MODELS, "hand_recrop.tflite"), "nnapi-reference")  # records operations
     feeds = {spec.name: np.zeros(spec.shape, spec.dtype) for spec in session.inputs}
     rows = profile(lambda: session.run(feeds), iterations=3)
     imported = nnapi.load_tflite(os.path.join(MODELS, "hand_recrop.tflite"))
@@ -467,7 +470,7 @@ def test_per_operation_profile_and_bench_per_op(capsys):
     assert abs(sum(row["share"] for row in rows) - 1.0) < 1e-9
     assert rows == sorted(rows, key=lambda row: -row["total_us"])
     assert main(["bench", os.path.join(MODELS, "hand_recrop.tflite"), "--iterations", "2", "--warmup", "0",
-                 "--no-litert", "--per-op"]) == 0
+                 "--no-litert", "--per-op", "--device", "nnapi-reference"]) == 0
     printed = capsys.readouterr().out
     assert "per operation (slowest" in printed and "CONV_2D" in printed
 
