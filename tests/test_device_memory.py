@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import only_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -29,6 +30,14 @@ from nnapi.hal import (
 )
 from nnapi.runtime import manager
 from nnapi.runtime.model_builder import build_hal_model
+
+
+@pytest.fixture(autouse=True)
+def _reference_and_registered_only():
+    """These tests check which device allocates and how memory is staged among known devices:
+    plug-ins discovered on this machine (nnapi-ort-cpu) must not take the operations."""
+    with only_devices():
+        yield
 
 
 @pytest.fixture

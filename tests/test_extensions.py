@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import only_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -35,10 +36,11 @@ FIRST_20 = [1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597,
 
 @pytest.fixture
 def fib_device():
+    """The extension device beside nnapi-reference alone (plug-ins such as nnapi-ort-cpu would
+    take the standard operations the tests expect on the reference)."""
     device = FibonacciDevice("test-fibonacci")
-    manager.register_device(device)
-    yield device
-    manager.unregister_device(device.name)
+    with only_devices(device):
+        yield device
 
 
 def reference():
