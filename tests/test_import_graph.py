@@ -87,3 +87,20 @@ def test_the_import_graph_of_nnapi_has_no_cycle():
 def test_a_cycle_is_found_when_there_is_one():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_drivers_and_operations_do_not_import_the_package_front_door():
+    """A driver or an operation imports what it uses from its module (nnapi._version, not
+    ``from nnapi import __version__``): the front door imports the whole public API."""
+    modules = _module_names()
+    offenders = []
+    for name, path in modules.items():
+        if not name.startswith(("nnapi.drivers", "nnapi.operations")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and any(alias.name == "nnapi" for alias in node.names):
+                offenders.append(f"{name}: import nnapi")
+            elif isinstance(node, ast.ImportFrom) and node.module == "nnapi" and not node.level:
+                offenders += [f"{name}: from nnapi import {alias.name}" for alias in node.names
+                              if f"nnapi.{alias.name}" not in modules]
+    assert offenders == []

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nnapi import __version__
+from nnapi._version import __version__
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.hal import (
     Capabilities,

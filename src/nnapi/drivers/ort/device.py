@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from nnapi import __version__
+from nnapi._version import __version__
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperationCode
 from nnapi.drivers.ort import calibration
 from nnapi.drivers.ort.lowering import Declined, lower_model, operation_support
