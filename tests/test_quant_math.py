@@ -14,6 +14,7 @@ from nnapi.operations.quant_math import (
     dequantize,
     dequantize_per_channel,
     multiply_by_quantized_multiplier,
+    quantize,
     quantize_multiplier,
     quantize_multipliers,
     requantize,
@@ -155,3 +156,23 @@ def test_dequantize_per_channel_scales_each_channel(channel_dim):
     for c, scale in enumerate(scales):
         channel = np.take(values, c, axis=channel_dim).astype(np.float32)
         np.testing.assert_array_equal(np.take(real, c, axis=channel_dim), channel * scale)
+
+
+def test_quantize_rounds_before_adding_the_zero_point():
+    """round(real / scale) + zero_point (TFLite's and Android's order): a negative tie
+    rounds away from zero before the zero point moves it, and every spelling agrees."""
+    from nnapi import OperandCode as T
+    from nnapi import OperandType
+    from nnapi.operations.common import activation_bounds_quantized, quantize_with_activation
+    from nnapi.operations.common import quantize as quantize_to
+
+    reals = np.array([-0.5, 0.5, -1.5, 2.5, -2.49])
+    np.testing.assert_array_equal(quantize(reals, 1.0, 1), [0, 2, -1, 4, -1])
+    output = OperandType(T.TENSOR_QUANT8_ASYMM, (5,), 1.0, 1)
+    np.testing.assert_array_equal(quantize_to(reals, output), [0, 2, 0, 4, 0])  # saturated to uint8
+    np.testing.assert_array_equal(quantize_with_activation(reals, output, 0), [0, 2, 0, 4, 0])
+    signed = OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, (5,), 0.5, 3)
+    assert activation_bounds_quantized(1, signed) == (3, 127)  # RELU: real 0 is q 3
+    assert activation_bounds_quantized(2, signed) == (1, 5)  # RELU1: reals -1..1
+    as32 = quantize(np.float32(0.3), 0.1, 0, np.float32)
+    assert as32.dtype == np.float32 and as32 == np.float32(3)

@@ -14,8 +14,9 @@ import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, PaddingCode
 from nnapi.operand import OperandType, dtype_of
+from nnapi.operations import quant_math
 from nnapi.operations.base import Tensor
-from nnapi.operations.quant_math import dequantize, round_half_away
+from nnapi.operations.quant_math import dequantize, dequantize_per_channel, round_half_away
 
 T = OperandCode
 
@@ -66,10 +67,7 @@ def dequantize_tensor(tensor: Tensor, dtype=np.float32) -> np.ndarray:
     if tensor.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         params = tensor.channel_quant
         assert params is not None
-        shape = [1] * value.ndim
-        shape[params.channel_dim] = -1
-        scales = np.asarray(params.scales, dtype=np.float64).reshape(shape)
-        return (value.astype(np.float64) * scales).astype(dtype)
+        return dequantize_per_channel(value, params.scales, params.channel_dim, np.float64).astype(dtype)
     if tensor.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.FLOAT32, T.FLOAT16):
         return np.asarray(value, dtype=dtype)
     return dequantize(value, tensor.scale, tensor.zero_point, np.float64).astype(dtype)
@@ -80,8 +78,7 @@ def quantize(real: np.ndarray, output: OperandType | Tensor) -> np.ndarray:
     code = output.type
     if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
         return np.asarray(real).astype(dtype_of(code))
-    scaled = np.asarray(real, dtype=np.float64) / output.scale + output.zero_point
-    return saturate_cast(scaled, code)
+    return saturate_cast(quant_math.quantize(real, output.scale, output.zero_point), code)
 
 
 # --- fused activations ----------------------------------------------------------------
@@ -101,7 +98,7 @@ def activation_bounds_quantized(fuse: int, output: OperandType | Tensor) -> tupl
     low, high = activation_bounds_float(fuse)
 
     def to_q(x: float) -> int:
-        return output.zero_point + int(round_half_away(np.float64(x / output.scale)))
+        return int(quant_math.quantize(x, output.scale, output.zero_point))
 
     if np.isfinite(low):
         qmin = max(qmin, to_q(low))
@@ -122,7 +119,7 @@ def quantize_with_activation(real: np.ndarray, output: OperandType | Tensor, fus
     if output.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
         return apply_activation_float(np.asarray(real).astype(dtype_of(output.type)), fuse)
     qmin, qmax = activation_bounds_quantized(fuse, output)
-    scaled = round_half_away(np.asarray(real, dtype=np.float64) / output.scale) + output.zero_point
+    scaled = quant_math.quantize(real, output.scale, output.zero_point)
     return np.clip(scaled, qmin, qmax).astype(dtype_of(output.type))
 
 

@@ -1,7 +1,8 @@
 """Quantization arithmetic, defined once for every operation.
 
-- ``dequantize`` / ``dequantize_per_channel`` / ``requantize``: real = (q - zero_point) *
-  scale (per channel: q * scales[c]), and stored values
+- ``quantize`` / ``dequantize`` / ``dequantize_per_channel`` / ``requantize``: q =
+  round(real / scale) + zero_point, real = (q - zero_point) * scale (per channel:
+  q * scales[c]), and stored values
   re-expressed in another quantization with rounding half away from zero (C's round, as
   Android's kernels use) and saturation to the stored type.
 - ``quantize_multiplier(s)``: a real multiplier as an int32 Q31 mantissa and a power of
@@ -27,6 +28,13 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 def round_half_away(x: np.ndarray) -> np.ndarray:
     """Round to nearest, halves away from zero (C's round, used by Android's kernels)."""
     return np.trunc(x + np.copysign(0.5, x))
+
+
+def quantize(real, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:
+    """Stored values of reals, round(real / scale) + zero_point with halves away from
+    zero, computed in ``dtype`` (float64, or float32 where Android divides in float32);
+    not yet saturated to the stored type."""
+    return round_half_away(np.asarray(real, dtype=dtype) / dtype(scale)) + dtype(zero_point)
 
 
 def dequantize(values: np.ndarray, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:

@@ -20,8 +20,8 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._elementwise import FLOAT_TENSORS, QUANT8_TENSORS, check_same_shape_output, float_input
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import integer_range, round_half_away
-from nnapi.operations.quant_math import dequantize, dequantize_per_channel
+from nnapi.operations.common import integer_range
+from nnapi.operations.quant_math import dequantize, dequantize_per_channel, quantize
 
 T = OperandCode
 
@@ -48,8 +48,7 @@ class Quantize(Operation):
         output = ctx.output(0)
         low, high = integer_range(output.type)
         with np.errstate(all="ignore"):
-            scaled = round_half_away(float_input(ctx.input(INPUT)) / np.float32(output.scale))
-            shifted = scaled + np.float32(output.zero_point)
+            shifted = quantize(float_input(ctx.input(INPUT)), output.scale, output.zero_point, np.float32)
         # fmin first: NaN becomes ``high``, as min(high, NaN) does in C++.
         clamped = np.fmax(np.fmin(shifted, np.float32(high)), np.float32(low))
         return [clamped.astype(ctx.output_dtype(0))]

@@ -33,6 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
 from nnapi.operand import dtype_of
+from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized
 from nnapi.operations.quant_math import dequantize, dequantize_per_channel
 
 T = OperandCode
@@ -97,11 +98,6 @@ def _name(code: int) -> str:
         return OperandCode(code).name
     except ValueError:
         return f"operand type {code}"
-
-
-def round_half_away(x: float) -> int:
-    """std::round, as Android's kernels round when computing activation ranges."""
-    return int(math.floor(abs(x) + 0.5)) * (1 if x >= 0 else -1)
 
 
 class GraphBuilder:
@@ -297,16 +293,15 @@ def fused_activation(g: GraphBuilder, name: str, fuse: int, output: Operand) -> 
         return name
     if fuse not in (FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6):
         raise Declined(f"fused activation {fuse} is not valid")
-    low, high = {FuseCode.FUSED_RELU: (0.0, math.inf), FuseCode.FUSED_RELU1: (-1.0, 1.0),
-                 FuseCode.FUSED_RELU6: (0.0, 6.0)}[FuseCode(fuse)]
+    low, high = activation_bounds_float(fuse)
     if output.type in FLOATS:
         if high == math.inf:
             return g.one("Relu", [name])
         return g.one("Clip", [name, g.constant(np.array(low, np.float32)), g.constant(np.array(high, np.float32))])
     if output.type in QUANT8:
-        zero_point = internal_zero_point(output)
-        q_low = max(0, zero_point + round_half_away(low / output.scale))
-        q_high = 255 if high == math.inf else min(255, zero_point + round_half_away(high / output.scale))
+        q_low, q_high = activation_bounds_quantized(fuse, output)
+        shift = internal_zero_point(output) - output.zero_point  # int8 travels as uint8 (+128)
+        q_low, q_high = q_low + shift, q_high + shift
         if q_low <= 0 and q_high >= 255:
             return name  # the clamp is the quantized range itself
         return g.one("Clip", [name, g.constant(np.array(q_low, np.uint8)), g.constant(np.array(q_high, np.uint8))])
