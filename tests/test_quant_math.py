@@ -18,6 +18,8 @@ from nnapi.operations.quant_math import (
     quantize_multiplier,
     quantize_multipliers,
     requantize,
+    rounding_divide_by_pot,
+    rounding_doubling_high_multiply,
 )
 
 RNG = np.random.default_rng(17)
@@ -176,3 +178,16 @@ def test_quantize_rounds_before_adding_the_zero_point():
     assert activation_bounds_quantized(2, signed) == (1, 5)  # RELU1: reals -1..1
     as32 = quantize(np.float32(0.3), 0.1, 0, np.float32)
     assert as32.dtype == np.float32 and as32 == np.float32(3)
+
+
+def test_fixed_point_steps_match_gemmlowp():
+    """The two steps of MultiplyByQuantizedMultiplier, shared with QUANTIZED_LSTM."""
+    assert rounding_doubling_high_multiply(INT32_MIN, INT32_MIN) == INT32_MAX
+    a = RNG.integers(INT32_MIN, INT32_MAX, 2000, dtype=np.int64)
+    b = RNG.integers(INT32_MIN, INT32_MAX, 2000, dtype=np.int64)
+    # exact integer division (Python ints), truncating toward zero like C
+    exact = [(x * y + (1 << 30 if x * y >= 0 else 1 - (1 << 30))) for x, y in zip(a.tolist(), b.tolist(), strict=True)]
+    exact = [abs(n) // 2**31 * (1 if n >= 0 else -1) for n in exact]
+    np.testing.assert_array_equal(rounding_doubling_high_multiply(a, b), exact)
+    np.testing.assert_array_equal(rounding_divide_by_pot([5, -5, 6, -6, 7, -7], 1), [3, -3, 3, -3, 4, -4])
+    np.testing.assert_array_equal(rounding_divide_by_pot([12, -12, 13], [3, 3, 0]), [2, -2, 13])

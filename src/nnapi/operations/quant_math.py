@@ -103,18 +103,32 @@ def multiply_by_quantized_multiplier(values, multiplier, shift) -> np.ndarray:
     a product of two INT32_MIN saturates), then a right shift by max(-shift, 0) rounding
     halves away from zero. Returns int64."""
     x = np.asarray(values, dtype=np.int64)
-    multiplier = np.asarray(multiplier, dtype=np.int64)
     shift = np.asarray(shift, dtype=np.int64)
     x = np.clip(x << np.maximum(shift, 0), _INT32_MIN, _INT32_MAX)
-    product = x * multiplier
+    return rounding_divide_by_pot(rounding_doubling_high_multiply(x, multiplier), np.maximum(-shift, 0))
+
+
+def rounding_doubling_high_multiply(a, b) -> np.ndarray:
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int32 values, element-wise:
+    trunc((a * b + nudge) / 2**31) with nudge 2**30, or 1 - 2**30 for negative products;
+    a product of two INT32_MIN saturates to INT32_MAX. Returns int64."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    product = a * b
     nudged = product + np.where(product >= 0, 1 << 30, 1 - (1 << 30))
     high = np.where(nudged >= 0, nudged >> 31, -((-nudged) >> 31))  # C division truncates
-    high = np.where((x == _INT32_MIN) & (multiplier == _INT32_MIN), _INT32_MAX, high)
-    right = np.maximum(-shift, 0)
-    mask = (np.int64(1) << right) - 1
-    remainder = high & mask
-    threshold = (mask >> 1) + (high < 0)
-    return (high >> right) + (remainder > threshold)
+    return np.where((a == _INT32_MIN) & (b == _INT32_MIN), _INT32_MAX, high)
+
+
+def rounding_divide_by_pot(x, exponent) -> np.ndarray:
+    """gemmlowp's RoundingDivideByPOT: x / 2**exponent rounded to nearest, halves away from
+    zero (``exponent`` >= 0, may be an array). Returns int64."""
+    x = np.asarray(x, dtype=np.int64)
+    exponent = np.asarray(exponent, dtype=np.int64)
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
 
 
 # --- the output stage of convolutions and matrix products -----------------------------------

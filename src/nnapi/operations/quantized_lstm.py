@@ -31,7 +31,7 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
 from nnapi.operations.quant_math import multiply_by_quantized_multiplier as _multiply
-from nnapi.operations.quant_math import quantize_multiplier
+from nnapi.operations.quant_math import quantize_multiplier, rounding_divide_by_pot, rounding_doubling_high_multiply
 
 T = OperandCode
 
@@ -61,19 +61,10 @@ def _srdhm16(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
     return np.where((np.asarray(a) == -32768) & (np.asarray(b) == -32768), 32767, high)
 
 
-def _rounding_divide_by_pot(x: np.ndarray, exponent) -> np.ndarray:
-    """Round-to-nearest (ties away from zero) arithmetic right shift; exponent may be an array."""
-    exponent = np.asarray(exponent, dtype=np.int64)
-    mask = (np.int64(1) << exponent) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0)
-    return (x >> exponent) + (remainder > threshold)
-
-
 def _saturating_mul_by_pot16(x: np.ndarray, exponent: int) -> np.ndarray:
     """gemmlowp SaturatingRoundingMultiplyByPOT on int16 raw values."""
     if exponent <= 0:
-        return _rounding_divide_by_pot(x, -exponent) if exponent else x
+        return rounding_divide_by_pot(x, -exponent) if exponent else x
     threshold = (1 << (15 - exponent)) - 1
     shifted = _wrap16(x << exponent)
     return np.where(x > threshold, 32767, np.where(x < -threshold, -32768, shifted))
@@ -81,7 +72,7 @@ def _saturating_mul_by_pot16(x: np.ndarray, exponent: int) -> np.ndarray:
 
 def _constant16(value32: int) -> int:
     """gemmlowp's int16 constant from its Q0.31 (or Qn.31-n) int32 spelling."""
-    return int(_rounding_divide_by_pot(np.int64(value32), 16))
+    return int(rounding_divide_by_pot(np.int64(value32), 16))
 
 
 _ONE_Q0 = 32767  # FixedPoint<int16, 0>::One()
@@ -276,7 +267,7 @@ class Quantized16BitLstm(Operation):
         new_cell = _clamp16(_saturating_mul_by_pot16(_srdhm16(input_gate, modulation), -4)
                             + _srdhm16(forget_gate, previous_cell))
         hidden = _srdhm16(output_gate, fixed_tanh(_saturating_mul_by_pot16(new_cell, 1), 3))
-        output = np.clip(_rounding_divide_by_pot(hidden, 8), -128, 127) + 128
+        output = np.clip(rounding_divide_by_pot(hidden, 8), -128, 127) + 128
         return [new_cell.astype(np.int16), output.astype(np.uint8)]
 
 
@@ -330,11 +321,7 @@ def _wrap32(x: np.ndarray | int):
 
 def _srdhm32(a: int, b: int) -> int:
     """gemmlowp SaturatingRoundingDoublingHighMul on int32 (Python ints)."""
-    if a == b == -(2**31):
-        return 2**31 - 1
-    product = a * b
-    nudged = product + ((1 << 30) if product >= 0 else 1 - (1 << 30))
-    return -((-nudged) >> 31) if nudged < 0 else nudged >> 31
+    return int(rounding_doubling_high_multiply(a, b))
 
 
 def _saturating_pot32(x: int, exponent: int) -> int:
@@ -361,7 +348,7 @@ def _inverse_sqrt_multiplier(value: int) -> tuple[int, int]:
     pairs = (32 - value.bit_length() - 1) // 2 - 1
     shift -= pairs
     value <<= 2 * pairs
-    half_input = int(_rounding_divide_by_pot(np.int64(value >> 1), 1))
+    half_input = int(rounding_divide_by_pot(np.int64(value >> 1), 1))
     half_three = (1 << 28) + (1 << 27)  # 1.5 in Q3.28
     x = 1 << 28  # 1.0 in Q3.28
     for _ in range(5):
@@ -511,8 +498,8 @@ class QuantizedLstm(Operation):
         else:
             input_gate = fixed_logistic(gate_preactivation("input", previous_cell), 3)
         # Android: both products are cast to int16 (wrap-around), only their sum saturates.
-        kept = _wrap16(_rounding_divide_by_pot(forget * previous_cell, 15))
-        added = _wrap16(_rounding_divide_by_pot(input_gate * modulation, 30 + cell_shift))
+        kept = _wrap16(rounding_divide_by_pot(forget * previous_cell, 15))
+        added = _wrap16(rounding_divide_by_pot(input_gate * modulation, 30 + cell_shift))
         cell = _clamp16(kept + added)
         cell_clip = 0.0 if ctx.is_omitted(CELL_CLIP) else float(ctx.scalar(CELL_CLIP))
         if cell_clip > 0:
