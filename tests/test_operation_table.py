@@ -465,6 +465,26 @@ def test_shape_checks_read_constants_in_the_driver_too():
     assert reason is not None and "filter depth 1" in reason
 
 
+def test_driver_support_query_runs_prepare_on_constant_tensors():
+    """nnapi-reference's HAL check sees small CONSTANT_COPY tensors too: a RESHAPE whose
+    constant shape does not hold the input's elements is refused, not failed at compute."""
+    from nnapi.drivers.reference import unsupported_reason
+    from nnapi.runtime.model_builder import build_hal_model
+
+    sample = SAMPLES[Op.RESHAPE]
+    model = _build_with_constants(sample, Refusal(Op.RESHAPE, (), (), ""), constants_first=True)
+    hal_model, _ = build_hal_model(model)
+    operation = hal_model.main.operations[0]
+    assert unsupported_reason(hal_model, hal_model.main, operation) is None
+    shape = hal_model.main.operands[operation.inputs[1]]
+    start = shape.location.offset
+    values = bytearray(hal_model.operand_values)
+    values[start: start + 4] = np.array([4], np.int32).tobytes()
+    hal_model.operand_values = bytes(values)
+    reason = unsupported_reason(hal_model, hal_model.main, operation)
+    assert reason is not None and "does not hold 9 elements" in reason
+
+
 # --- prepare / execute contract -----------------------------------------------------------
 
 
