@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
+ort = pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
@@ -27,7 +27,7 @@ from nnapi.conformance import (  # noqa: E402
     run_record,
 )
 from nnapi.drivers.ort import calibration, devices  # noqa: E402
-from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
+from nnapi.drivers.ort.device import OrtDevice, OrtPreparedModel  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402
@@ -221,6 +221,82 @@ def test_default_compilation_splits_across_ort_and_the_reference():
     expected_features, expected_best = _run(alone, image)
     np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(best, expected_best)
+
+
+def _reference_alone(model, image):
+    alone = nnapi.Compilation(model, [d for d in nnapi.get_devices() if d.name == "nnapi-reference"])
+    alone.finish()
+    return _run(alone, image)
+
+
+def test_split_plan_falls_back_to_the_cpu_when_ort_fails_to_execute(monkeypatch):
+    """No devices given: an ORT step whose run fails (onnxruntime raising) is re-run with the
+    whole model on nnapi-reference, as for a single-device plan; with explicit devices the
+    failure is the result (the NDK's rule)."""
+    model, _keep = _conv_then_argmax_model()
+    default = nnapi.Compilation(model)
+    default.finish()
+    assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
+    explicit = nnapi.Compilation(model, [d for d in nnapi.get_devices()
+                                         if d.name in ("nnapi-ort-cpu", "nnapi-reference")])
+    explicit.finish()
+    assert explicit.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
+    image = np.random.default_rng(6).standard_normal((1, 6, 6, 3)).astype(np.float32)
+    expected_features, expected_best = _reference_alone(model, image)
+
+    def broken_run(self, binding, run_options=None):
+        raise RuntimeError("injected onnxruntime failure")
+
+    monkeypatch.setattr(ort.InferenceSession, "run_with_iobinding", broken_run)
+    for _ in range(2):
+        features, best = _run(default, image)
+        np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(best, expected_best)
+    assert default._plan.fallback_count == 2
+    with pytest.raises(nnapi.OpFailedError, match="injected onnxruntime failure"):
+        _run(explicit, image)
+
+
+def test_split_plan_missing_its_deadline_on_ort_is_not_re_run(monkeypatch):
+    """A deadline error is the result even without explicit devices (no CPU fallback)."""
+    model, _keep = _conv_then_argmax_model()
+    default = nnapi.Compilation(model)
+    default.finish()
+    assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
+
+    def late(self, binding, deadline_ns):
+        raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the execution's deadline passed")
+
+    monkeypatch.setattr(OrtPreparedModel, "_run", late)
+    with pytest.raises(nnapi.NnapiError) as excinfo:
+        _run(default, np.zeros((1, 6, 6, 3), np.float32))
+    assert excinfo.value.code == nnapi.ResultCode.MISSED_DEADLINE_TRANSIENT
+    assert default._plan.fallback_count == 0
+
+
+def test_split_plan_moves_a_step_ort_fails_to_prepare_to_the_cpu(monkeypatch):
+    """No devices given: when onnxruntime refuses the lowered graph, that step is prepared on
+    nnapi-reference and the results are the reference's."""
+    model, _keep = _conv_then_argmax_model()
+    warm = nnapi.Compilation(model)  # capabilities measured before sessions start failing
+    warm.finish()
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("injected onnxruntime refusal")
+
+    monkeypatch.setattr(ort, "InferenceSession", refused)
+    default = nnapi.Compilation(model)
+    default.finish()
+    assert default.step_devices == ["nnapi-reference", "nnapi-reference"]
+    image = np.random.default_rng(7).standard_normal((1, 6, 6, 3)).astype(np.float32)
+    features, best = _run(default, image)
+    expected_features, expected_best = _reference_alone(model, image)
+    np.testing.assert_array_equal(features, expected_features)
+    np.testing.assert_array_equal(best, expected_best)
+    explicit = nnapi.Compilation(model, [d for d in nnapi.get_devices() if d.name == "nnapi-ort-cpu"]
+                                 + [d for d in nnapi.get_devices() if d.name == "nnapi-reference"])
+    with pytest.raises(nnapi.OpFailedError, match="injected onnxruntime refusal"):
+        explicit.finish()
 
 
 def test_inspect_lists_the_ort_device(capsys):
