@@ -14,10 +14,15 @@ that is its compute time, and it stays meaningful on a machine shared with other
 - compile time, cold and from the compilation cache (second compilation);
 - agreement with LiteRT: max |difference| (float: relative to the output's largest
   magnitude; quantized: in quantized steps);
-- the plan's steps when it is split (a model with an operation the device declines).
+- the plan's steps when it is split (a model with an operation the device declines);
+- the cost of a partition boundary: one model timed as one ORT step and split around every
+  operation of one type (a copy of nnapi-ort-cpu declining it, so the reference runs those),
+  ``(split - whole) / boundaries`` per boundary. That includes the declined operations' own
+  time on the reference, so the default is MobileNetV2's residual ADDs, cheap in numpy.
 
     python benchmarks/bench_ort.py                     # every model in ../shared/models
     python benchmarks/bench_ort.py path/to/model.tflite --runs 30 --reference-runs 0
+    python benchmarks/bench_ort.py --split-only --split-model mobilenet_v2_1.0_224_float --split-op ADD
 """
 
 from __future__ import annotations
@@ -182,6 +187,60 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
     return row
 
 
+def declining_ort_device(declined: set[int]) -> nnapi.Device:
+    """A second nnapi-ort-cpu that declines the operation types ``declined`` (its capabilities
+    are the real device's), so a plan splits there and the reference runs them."""
+    from nnapi.drivers.ort.device import OrtDevice
+
+    real = ort_device()._hal
+
+    class DecliningOrt(OrtDevice):
+        def get_capabilities(self):
+            return real.get_capabilities()
+
+        def get_unsupported_reasons(self, model):
+            reasons = super().get_unsupported_reasons(model)
+            return [reason if operation.type not in declined else "declined for the boundary benchmark"
+                    for operation, reason in zip(model.main.operations, reasons, strict=True)]
+
+    name = "nnapi-ort-cpu-split"
+    if not [d for d in nnapi.get_devices() if d.name == name]:
+        manager.register_device(DecliningOrt(name=name))
+    return [d for d in nnapi.get_devices() if d.name == name][0]
+
+
+def boundary_cost(path: Path, operation: str, runs: int, clock) -> dict:
+    """The same model as one ORT step and split around every ``operation``: the best time of
+    each (taking turns), the number of boundaries and the cost of one."""
+    imported = nnapi.load_tflite(path)
+    model = imported.model
+    if imported.states:
+        raise SystemExit(f"{path}: a model with state is not supported by the boundary benchmark")
+    inputs = [np.asarray(random_inputs([{"dtype": model.operand_type(i).dtype,
+                                         "shape": model.operand_type(i).dimensions}], seed=n)[0])
+              for n, i in enumerate(model.inputs)]
+    outputs = [np.zeros(model.operand_type(i).dimensions, model.operand_type(i).dtype) for i in model.outputs]
+    reference = [d for d in nnapi.get_devices() if d.name == "nnapi-reference"][0]
+    whole = NnapiRunner(model, [ort_device(), reference], outputs)
+    split_outputs = [np.zeros_like(a) for a in outputs]
+    split = NnapiRunner(model, [declining_ort_device({nnapi.OperationCode[operation]}), reference], split_outputs)
+    boundaries = len(split.compilation.step_devices) - 1
+    whole(inputs)
+    split(inputs)
+    agreement_text = ", ".join(agreement(a, b) for a, b in zip(split_outputs, outputs, strict=True))
+    times: dict[str, list[float]] = {"whole": [], "split": []}
+    for round_number in range(runs):
+        order = [("whole", whole), ("split", split)]
+        for name, runner in order if round_number % 2 == 0 else order[::-1]:
+            start = clock()
+            runner(inputs)
+            times[name].append(clock() - start)
+    best = {name: min(samples) for name, samples in times.items()}
+    return {"model": path.stem, "operation": operation, "whole_steps": whole.compilation.step_devices,
+            "boundaries": boundaries, "agreement": agreement_text, **best,
+            "per_boundary": (best["split"] - best["whole"]) / boundaries if boundaries else None}
+
+
 def overhead_probe(rounds: int = 3000) -> tuple[float, float, float]:
     """Per-execution cost on a model whose compute is negligible (one ADD of 8 floats):
     (ORT's own run, the driver's execute, a full Execution through the runtime), in
@@ -224,7 +283,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=30, help="timed runs per engine (default 30)")
     parser.add_argument("--reference-runs", type=int, default=1, help="timed reference runs (0: skip it)")
     parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
+    parser.add_argument("--split-model", default="mobilenet_v2_1.0_224_float",
+                        help="the model of the partition-boundary benchmark (a name in --models-dir or a path)")
+    parser.add_argument("--split-op", default="ADD", help="operation type declined there (default ADD)")
+    parser.add_argument("--split-only", action="store_true", help="only the partition-boundary benchmark")
     args = parser.parse_args(argv)
+    clock = time.perf_counter if args.wall else time.process_time
+    if not args.split_only:
+        print_table(args, clock)
+    split_path = Path(args.split_model)
+    if not split_path.exists():
+        split_path = args.models_dir / f"{args.split_model}.tflite"
+    row = boundary_cost(split_path, args.split_op, args.runs, clock)
+    print(f"partition boundaries: {row['model']}, every {row['operation']} on nnapi-reference: "
+          f"whole ({' > '.join(row['whole_steps'])}) {row['whole'] * 1e3:.2f} ms, split in "
+          f"{row['boundaries'] + 1} steps {row['split'] * 1e3:.2f} ms -> "
+          + (f"{row['per_boundary'] * 1e6:.0f} us per boundary" if row["boundaries"] else "no boundary")
+          + f" (the {row['operation']}s' own reference time included); split vs whole {row['agreement']}")
+    return 0
+
+
+def print_table(args, clock) -> None:
     paths = [Path(p) for p in args.models] or [args.models_dir / f"{name}.tflite" for name in DEFAULT_MODELS]
     header = (f"{'model':<34} {'LiteRT ms':>9} {'ort ms':>8} {'ort/LiteRT':>10} {'ORT own':>8} {'overhead':>9} "
               f"{'reference':>10} {'compile':>8} {'cached':>7}  agreement / plan")
@@ -233,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.exists():
             print(f"{path.stem:<34} (missing: {path})")
             continue
-        row = bench_model(path, args.runs, args.reference_runs, time.perf_counter if args.wall else time.process_time)
+        row = bench_model(path, args.runs, args.reference_runs, clock)
         own = f"{row['own'] * 1e3:8.2f}" if row["own"] else f"{'-':>8}"
         overhead = f"{(row['ort'] - row['own']) * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
         reference = f"{row['reference'] * 1e3:8.0f}ms" if row["reference"] else f"{'-':>10}"
@@ -245,7 +324,6 @@ def main(argv: list[str] | None = None) -> int:
     own, driver, runtime = overhead_probe()
     print(f"per-execution overhead (one ADD of 8 floats, best of 3000): ORT's own run {own:.1f}us, "
           f"driver execute {driver:.1f}us, full Execution {runtime:.1f}us -> nnapi adds {runtime - own:.1f}us")
-    return 0
 
 
 if __name__ == "__main__":
