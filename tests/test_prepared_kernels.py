@@ -337,3 +337,54 @@ def test_plans_specialize_to_the_input_shapes_of_each_call():
         execution.set_output(0, out, OperandType(T.TENSOR_FLOAT32, list(shape)))
         execution.compute()
         np.testing.assert_array_equal(out, value + 1)
+
+
+def _sequence_lstm_inputs(variant: str, time_major: bool, activation: int):
+    """The 28 inputs of UNIDIRECTIONAL_SEQUENCE_LSTM (steps 5, batch 2, input 3, 4 units)."""
+    steps, batch, size, units = 5, 2, 3, 4
+    out = 3 if variant == "projection" else units
+    f32 = T.TENSOR_FLOAT32
+
+    def tensor(shape, scale=0.5):
+        return _tensor(f32, (RNG.standard_normal(shape) * scale).astype(np.float32))
+
+    omitted = Tensor(f32, (0,), 0.0, 0, None, None)
+    cifg = variant == "cifg"
+    weights = [omitted if cifg else tensor((units, size))] + [tensor((units, size)) for _ in range(3)]
+    weights += [omitted if cifg else tensor((units, out))] + [tensor((units, out)) for _ in range(3)]
+    weights += [omitted] * 3  # no peephole
+    weights += [omitted if cifg else tensor((units,))] + [tensor((units,)) for _ in range(3)]
+    weights += [tensor((out, units)), tensor((out,))] if variant == "projection" else [omitted, omitted]
+    x_shape = (steps, batch, size) if time_major else (batch, steps, size)
+    clips = (3.0, 0.4) if variant == "projection" else (0.0, 0.0)
+    inputs = [tensor(x_shape, 2.0), *weights, tensor((batch, out)), tensor((batch, units)),
+              _scalar(T.INT32, activation), _scalar(T.FLOAT32, clips[0]), _scalar(T.FLOAT32, clips[1]),
+              _scalar(T.BOOL, time_major), omitted, omitted, omitted, omitted]
+    seq_shape = [steps, batch, out] if time_major else [batch, steps, out]
+    outputs = [OperandType(f32, seq_shape), OperandType(f32, [batch, out]), OperandType(f32, [batch, units])]
+    return inputs, outputs
+
+
+@pytest.mark.parametrize("variant", ["plain", "cifg", "projection"])
+@pytest.mark.parametrize("time_major", [True, False])
+@pytest.mark.parametrize("activation", [0, 1, 4, 6])  # none, relu, tanh, sigmoid
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_prepared_sequence_lstm_matches_reference(variant, time_major, activation, outputs):
+    inputs, output_types = _sequence_lstm_inputs(variant, time_major, activation)
+    operation = get_operation(Op.UNIDIRECTIONAL_SEQUENCE_LSTM)
+    declared = output_types[:outputs]
+    reference = operation.execute(ExecutionContext(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared))
+    kernel = operation.plan(ExecutionContext(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared))
+    prepared = kernel([tensor.value for tensor in inputs])
+    assert len(prepared) == len(reference) == outputs
+    for fast, slow in zip(prepared, reference, strict=True):
+        assert fast.dtype == slow.dtype == np.float32 and fast.shape == slow.shape
+        np.testing.assert_array_equal(fast, slow)  # the same float32 operations
+
+
+def test_prepared_sequence_lstm_leaves_peephole_to_execute():
+    inputs, output_types = _sequence_lstm_inputs("plain", True, 4)
+    for index in (9, 10, 11):  # cell_to_input / forget / output
+        inputs[index] = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal(4).astype(np.float32))
+    context = ExecutionContext(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, output_types)
+    assert get_operation(Op.UNIDIRECTIONAL_SEQUENCE_LSTM).plan(context) is None

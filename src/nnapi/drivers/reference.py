@@ -403,8 +403,8 @@ def _executing_kernel(step: _Step, context: ExecutionContext, relaxed: bool) -> 
 
     def kernel(values: list[Any]) -> list:
         tensors = [Tensor(*template, value) for template, value in zip(templates, values, strict=True)]
-        return implementation.execute(ExecutionContext(code, tensors, declared, relaxed,
-                                                       check_deadline=check_deadline))
+        return _guarded(code, ExecutionContext(code, tensors, declared, relaxed, check_deadline=check_deadline),
+                        implementation.execute)
 
     return kernel
 
@@ -530,8 +530,8 @@ class _SubgraphPlan:
                     for index, shape in zip(step.outputs, shapes, strict=True):
                         known[index] = _tensor(operands[index], shape, _UNKNOWN)
                     # Omitted inputs go through ``execute``, which reports a missing
-                    # required value as BAD_DATA (``_guarded``).
-                    if all(tensor.value is not None for tensor in context.inputs):
+                    # required value as BAD_DATA (``_guarded``), unless the plan handles them.
+                    if implementation.plan_sees_omitted or all(tensor.value is not None for tensor in context.inputs):
                         try:
                             step.kernel = implementation.plan(context)
                         except Exception:  # noqa: BLE001 - no prepared kernel: ``execute`` still works

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnapi.operations.base import ExecutionContext
+from nnapi.operations.base import ExecutionContext, check_deadline
 
 #: names of the per-direction weight inputs, in the order the spec lists them
 WEIGHT_NAMES = (
@@ -240,6 +240,81 @@ def run_lstm(d: LstmDirection, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarra
         values = {"input": input_gate, "cell": candidate, "forget": forget, "output": output_gate}
         scratch = np.concatenate([values[g] for g in gates], axis=-1)
     return outputs, h, c.astype(np.float32, copy=False), scratch
+
+
+class PreparedLstm:
+    """``run_lstm`` for one direction whose weights are constants, prepared once: the
+    stacked input and recurrent matrices and biases are built here, and each time step is
+    one product into a reused buffer with the gate functions applied in place on its
+    slices (the same float32 operations as ``run_lstm``, so the same values). Covers the
+    plain, CIFG and projection variants; peephole and layer normalization stay on
+    ``run_lstm`` (``supports``)."""
+
+    def __init__(self, d: LstmDirection) -> None:
+        w = d.weights
+        self.d = d
+        gates = d.gates()
+        self.units = d.num_units
+        self.stacked_input = np.concatenate([w[f"input_to_{g}"] for g in gates], axis=0)
+        self.stacked_recurrent = np.concatenate([w[f"recurrent_to_{g}"] for g in gates], axis=0).T.copy()
+        self.biases = np.concatenate([w[f"{g}_bias"] for g in gates])
+        self.projection, self.projection_bias = w["projection"], w["projection_bias"]
+        # column ranges of the gates in the stacked product (Android's scratch order)
+        u = self.units
+        first = {g: i * u for i, g in enumerate(gates)}
+        self.input_cols = None if d.use_cifg else slice(first["input"], first["input"] + u)
+        self.cell_cols = slice(first["cell"], first["cell"] + u)
+        self.forget_cols = slice(first["forget"], first["forget"] + u)
+        self.output_cols = slice(first["output"], first["output"] + u)
+
+    @staticmethod
+    def supports(d: LstmDirection) -> bool:
+        return d.weights["cell_to_output"] is None and not d.use_layer_norm and not d.has_aux_weights
+
+    def __call__(self, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(outputs [T, B, out], last output state, last cell state) of a time-major
+        float32 sequence ``inputs`` [T, B, in]."""
+        d = self.d
+        pre = np.matmul(inputs, self.stacked_input.T)
+        pre += self.biases
+        steps, batch = inputs.shape[0], inputs.shape[1]
+        outputs = np.empty((steps, batch, d.output_size), dtype=np.float32)
+        h, c = h0.astype(np.float32), c0.astype(np.float32)
+        z = np.empty((batch, self.stacked_recurrent.shape[1]), dtype=np.float32)
+        one = np.float32(1.0)
+        for t in range(steps):
+            check_deadline()
+            np.matmul(h, self.stacked_recurrent, out=z)
+            np.add(pre[t], z, out=z)
+            # the candidate first (a new array), then every column through the sigmoid at once
+            candidate = activate(z[:, self.cell_cols], d.activation)
+            if candidate.base is z:
+                candidate = candidate.copy()
+            _sigmoid_in_place(z)
+            forget = z[:, self.forget_cols]
+            input_gate = one - forget if self.input_cols is None else z[:, self.input_cols]
+            c = forget * c + input_gate * candidate
+            if d.cell_clip > 0:
+                c = np.clip(c, -d.cell_clip, d.cell_clip)
+            hidden = z[:, self.output_cols] * activate(c, d.activation)
+            if self.projection is not None:
+                hidden = np.matmul(hidden, self.projection.T)
+                if self.projection_bias is not None:
+                    hidden = hidden + self.projection_bias
+                if d.proj_clip > 0:
+                    hidden = np.clip(hidden, -d.proj_clip, d.proj_clip)
+            h = hidden.astype(np.float32, copy=False)
+            outputs[t] = h
+        return outputs, h, c.astype(np.float32, copy=False)
+
+
+def _sigmoid_in_place(x: np.ndarray) -> None:
+    """``sigmoid`` (1 / (1 + exp(-x)), float32) written over ``x``."""
+    np.negative(x, out=x)
+    np.exp(x, out=x)
+    np.add(x, np.float32(1.0), out=x)
+    np.divide(np.float32(1.0), x, out=x)
 
 
 def run_rnn(inputs: np.ndarray, weights: np.ndarray, recurrent: np.ndarray, bias: np.ndarray, h0: np.ndarray,

@@ -400,6 +400,9 @@ class Operation:
     zero_sized_inputs: bool = False
     #: inputs may be omitted (NO_VALUE; Android's allowOmittedOperand); set by ``register``
     omitted_operands: bool = False
+    #: ``plan`` is also called when optional inputs are omitted (their values are None):
+    #: for operations whose plan checks which are present (the LSTMs)
+    plan_sees_omitted: bool = False
 
     def __init__(self, code: OperationCode) -> None:
         self.code = code

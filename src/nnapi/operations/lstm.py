@@ -20,6 +20,7 @@ from nnapi.operations._lstm_cell import (
     AUX_NAMES,
     NORM_NAMES,
     WEIGHT_NAMES,
+    PreparedLstm,
     check_direction,
     from_time_major,
     read_direction,
@@ -108,11 +109,14 @@ def _check_ranks(ctx: ValidationContext, layout: dict[str, int]) -> None:
         ctx.check_input_rank(layout[name], 1)
 
 
-def _state(ctx: ExecutionContext, index: int, shape: tuple[int, int], what: str) -> np.ndarray:
+def _state(ctx: ExecutionContext, index: int, shape: tuple[int, int], what: str, read: bool = True
+           ) -> np.ndarray | None:
+    """A state input checked against ``shape``, as float32 (None unless ``read``: shape
+    inference needs only its shape, so a state fed by the caller keeps shapes static)."""
     ctx.require(not ctx.is_omitted(index), f"{what} must be present")
-    value = np.asarray(ctx.value(index), dtype=np.float32)
-    ctx.require(value.shape == shape, f"{what} has shape {list(value.shape)}, expected {list(shape)}")
-    return value
+    actual = tuple(ctx.input(index).shape)
+    ctx.require(actual == shape, f"{what} has shape {list(actual)}, expected {list(shape)}")
+    return np.asarray(ctx.value(index), dtype=np.float32) if read else None
 
 
 def _clips(ctx: ExecutionContext, cell: int, proj: int) -> tuple[float, float]:
@@ -167,7 +171,7 @@ class UnidirectionalSequenceLstm(Operation):
         for index in (OUTPUT_STATE_IN, CELL_STATE_IN):
             ctx.check_input_rank(index, 2)
 
-    def _setup(self, ctx: ExecutionContext):
+    def _setup(self, ctx: ExecutionContext, read_states: bool = True):
         ctx.require(not ctx.is_omitted(INPUT), "input must be present")
         x = ctx.input(INPUT)
         ctx.require(x.rank == 3, f"input must be 3-D, got rank {x.rank}")
@@ -175,14 +179,36 @@ class UnidirectionalSequenceLstm(Operation):
         batch = x.shape[1] if time_major else x.shape[0]
         d = read_direction(ctx, _SEQUENCE_LAYOUT, int(ctx.scalar(ACTIVATION)), *_clips(ctx, CELL_CLIP, PROJ_CLIP))
         check_direction(ctx, d, x.shape[2], None)
-        h0 = _state(ctx, OUTPUT_STATE_IN, (batch, d.output_size), "output state in")
-        c0 = _state(ctx, CELL_STATE_IN, (batch, d.num_units), "cell state in")
+        h0 = _state(ctx, OUTPUT_STATE_IN, (batch, d.output_size), "output state in", read_states)
+        c0 = _state(ctx, CELL_STATE_IN, (batch, d.num_units), "cell state in", read_states)
         return d, time_major, h0, c0
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        d, _, h0, c0 = self._setup(ctx)
-        shape = (*ctx.input(INPUT).shape[:2], d.output_size)
-        return [shape, h0.shape, c0.shape][: len(ctx.outputs)]
+        d, _, _, _ = self._setup(ctx, read_states=False)
+        x = ctx.input(INPUT)
+        batch = x.shape[1] if bool(ctx.scalar(SEQ_TIME_MAJOR)) else x.shape[0]
+        shape = (*x.shape[:2], d.output_size)
+        return [shape, (batch, d.output_size), (batch, d.num_units)][: len(ctx.outputs)]
+
+    plan_sees_omitted = True
+
+    def plan(self, ctx: ExecutionContext):
+        """Float32 with constant weights (plain, CIFG or projection variants): the time
+        loop of ``PreparedLstm``, its stacked weights built once."""
+        x = ctx.input(INPUT)
+        if x.type != T.TENSOR_FLOAT32 or ctx.output_dtype(0) != np.float32:
+            return None
+        d, time_major, _, _ = self._setup(ctx, read_states=False)
+        if not PreparedLstm.supports(d):
+            return None
+        cell, count = PreparedLstm(d), len(ctx.outputs)
+
+        def kernel(values: list) -> list[np.ndarray]:
+            sequence = to_time_major(np.asarray(values[INPUT], dtype=np.float32), time_major)
+            outputs, h, c = cell(sequence, values[OUTPUT_STATE_IN], values[CELL_STATE_IN])
+            return [from_time_major(outputs, time_major), h, c][:count]
+
+        return kernel
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         d, time_major, h0, c0 = self._setup(ctx)
