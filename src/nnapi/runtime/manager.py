@@ -238,7 +238,9 @@ def load_driver_spec(spec: str) -> list[IDevice]:
     """Import ``pkg.module:factory`` (or a shipped driver's short name), call the factory and
     register the devices it returns (one IDevice or an iterable of them). Raises
     DriverLoadError naming the spec and the cause; nothing is registered then. Loading the
-    same spec again returns the devices already loaded."""
+    same spec again returns the devices already loaded, and so does naming a driver already
+    discovered (an entry point such as ``ort``): its devices, same names and classes, are
+    registered already."""
     with _lock:
         if spec in _loaded_specs:
             return list(_loaded_specs[spec])
@@ -246,6 +248,11 @@ def load_driver_spec(spec: str) -> list[IDevice]:
     with _lock:
         _ensure_reference()
         _discover()
-        _register_all(spec, devices)
+        registered = {device.name: device for device in _devices}
+        same = [registered.get(device.name) for device in devices]
+        if devices and all(old is not None and type(old) is type(new) for old, new in zip(same, devices, strict=True)):
+            devices = [old for old in same if old is not None]
+        else:
+            _register_all(spec, devices)
         _loaded_specs[spec] = devices
     return devices
