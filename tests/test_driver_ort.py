@@ -196,6 +196,48 @@ def test_declined_operation_runs_on_the_reference(ort_device):
     np.testing.assert_array_equal(best, expected_best)
 
 
+@pytest.mark.parametrize("alphas", [[0.25, 0.0, 1.0], [0.25, 1.5, -2.0]])
+def test_prelu_equals_the_reference_exactly(ort_device, alphas):
+    """Constant alpha <= 1 is lowered as max(x, alpha * x), any other as
+    relu(x) + min(x, 0) * alpha: both the reference's values bit for bit."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4, 5, 3]))
+    alpha = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 3]))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4, 5, 3]))
+    model.set_operand_value(alpha, np.array(alphas, np.float32).reshape(1, 1, 3))
+    model.add_operation(Op.PRELU, [x, alpha], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    on_ort = nnapi.Compilation(model, [ort_device])
+    on_ort.finish()
+    alone = nnapi.Compilation(model, [_reference()])
+    alone.finish()
+    value = np.random.default_rng(8).standard_normal((1, 4, 5, 3)).astype(np.float32)
+    results = []
+    for compilation in (on_ort, alone):
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, value)
+        results.append(np.zeros((1, 4, 5, 3), np.float32))
+        execution.set_output(0, results[-1])
+        execution.compute()
+    np.testing.assert_array_equal(results[0], results[1])
+    assert (results[0] != value).any()  # negative inputs were scaled
+
+
+def test_naming_the_discovered_driver_again_is_no_error():
+    """--driver ort where the entry point already registered nnapi-ort-cpu: the devices
+    already there, not a name clash."""
+    registered = [d for d in manager.hal_devices() if d.name == "nnapi-ort-cpu"]
+    assert registered
+    try:
+        loaded = manager.load_driver_spec("ort")
+        assert [device.name for device in loaded] == ["nnapi-ort-cpu"]
+        assert loaded[0] is registered[0]
+        assert [d.name for d in manager.hal_devices()].count("nnapi-ort-cpu") == 1
+    finally:
+        manager._loaded_specs.pop("ort", None)
+
+
 def test_discovered_as_a_plug_in():
     from importlib.metadata import entry_points
 

@@ -602,7 +602,13 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
     if any(a not in (1, d) for a, d in zip(alpha.dims[::-1], x.dims[::-1])):
         raise Declined("alpha must broadcast to the input's shape")
     if output.type in FLOATS:
-        y = _prelu(g, x.name, alpha.name)
+        known = g.raw_constant(operation.inputs[1])
+        if known is not None and known.size and bool(np.all(known.astype(np.float32) <= 1.0)):
+            # alpha <= 1 (and not NaN): x >= alpha * x exactly where x >= 0, so the larger
+            # of the two is PRELU's value, in two ops instead of four
+            y = g.one("Max", [x.name, g.one("Mul", [x.name, alpha.name])])
+        else:
+            y = _prelu(g, x.name, alpha.name)
     elif output.type in QUANT8:
         y = g.quantize(_prelu(g, g.dequantize(x), g.dequantize(alpha)), output)
     else:
