@@ -160,9 +160,10 @@ def test_dequantize_per_channel_scales_each_channel(channel_dim):
         np.testing.assert_array_equal(np.take(real, c, axis=channel_dim), channel * scale)
 
 
-def test_quantize_rounds_before_adding_the_zero_point():
-    """round(real / scale) + zero_point (TFLite's and Android's order): a negative tie
-    rounds away from zero before the zero point moves it, and every spelling agrees."""
+def test_quantize_in_both_of_androids_rounding_orders():
+    """zero_point + round(real / scale) (QUANTIZE, fused activations, TFLite): a negative
+    tie rounds away from zero before the zero point moves it; values computed in float
+    are converted the other way round, as Android's convertFloat32ToQuant does."""
     from nnapi import OperandCode as T
     from nnapi import OperandType
     from nnapi.operations.common import activation_bounds_quantized, quantize_with_activation
@@ -170,8 +171,10 @@ def test_quantize_rounds_before_adding_the_zero_point():
 
     reals = np.array([-0.5, 0.5, -1.5, 2.5, -2.49])
     np.testing.assert_array_equal(quantize(reals, 1.0, 1), [0, 2, -1, 4, -1])
+    # Android's other order (convertFloat32ToQuant, requantize): the zero point first
+    np.testing.assert_array_equal(quantize(reals, 1.0, 1, round_last=True), [1, 2, -1, 4, -1])
     output = OperandType(T.TENSOR_QUANT8_ASYMM, (5,), 1.0, 1)
-    np.testing.assert_array_equal(quantize_to(reals, output), [0, 2, 0, 4, 0])  # saturated to uint8
+    np.testing.assert_array_equal(quantize_to(reals, output), [1, 2, 0, 4, 0])  # round last, saturated
     np.testing.assert_array_equal(quantize_with_activation(reals, output, 0), [0, 2, 0, 4, 0])
     signed = OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, (5,), 0.5, 3)
     assert activation_bounds_quantized(1, signed) == (3, 127)  # RELU: real 0 is q 3

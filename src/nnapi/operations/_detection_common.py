@@ -17,7 +17,8 @@ from nnapi.operand import OperandType, dtype_of
 from nnapi.operations.base import Tensor, ValidationContext
 from nnapi.operations.common import FLOAT_TENSORS as FLOAT_TENSORS  # re-exported
 from nnapi.operations.common import QUANT8_TENSORS as QUANT8_TENSORS  # re-exported
-from nnapi.operations.common import integer_range, round_half_away
+from nnapi.operations.common import integer_range
+from nnapi.operations.quant_math import dequantize, quantize
 
 T = OperandCode
 
@@ -65,7 +66,7 @@ def to_float32(tensor: Tensor) -> np.ndarray:
     value = np.asarray(tensor.value)
     if tensor.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.FLOAT32, T.FLOAT16):
         return value.astype(np.float32)
-    return (value.astype(np.float32) - np.float32(tensor.zero_point)) * np.float32(tensor.scale)
+    return dequantize(value, tensor.scale, tensor.zero_point, np.float32)
 
 
 def from_float32(values: np.ndarray, output: OperandType) -> np.ndarray:
@@ -76,8 +77,8 @@ def from_float32(values: np.ndarray, output: OperandType) -> np.ndarray:
         return values.astype(dtype_of(output.type))
     low, high = integer_range(output.type)
     with np.errstate(invalid="ignore", over="ignore"):
-        scaled = values / np.float32(output.scale) + np.float32(output.zero_point)
-    return np.clip(round_half_away(scaled), low, high).astype(dtype_of(output.type))
+        scaled = quantize(values, output.scale, output.zero_point, np.float32, round_last=True)
+    return np.clip(scaled, low, high).astype(dtype_of(output.type))
 
 
 # --- box geometry ---------------------------------------------------------------------------

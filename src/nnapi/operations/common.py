@@ -74,11 +74,12 @@ def dequantize_tensor(tensor: Tensor, dtype=np.float32) -> np.ndarray:
 
 
 def quantize(real: np.ndarray, output: OperandType | Tensor) -> np.ndarray:
-    """Quantize real values to ``output``'s type, scale and zero point (round, saturate)."""
+    """Quantize real values to ``output``'s type, scale and zero point: round(real / scale
+    + zero_point), saturated (Android's convertFloat32ToQuant)."""
     code = output.type
     if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
         return np.asarray(real).astype(dtype_of(code))
-    return saturate_cast(quant_math.quantize(real, output.scale, output.zero_point), code)
+    return saturate_cast(quant_math.quantize(real, output.scale, output.zero_point, round_last=True), code)
 
 
 # --- fused activations ----------------------------------------------------------------

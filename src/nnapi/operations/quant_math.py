@@ -30,11 +30,18 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return np.trunc(x + np.copysign(0.5, x))
 
 
-def quantize(real, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:
-    """Stored values of reals, round(real / scale) + zero_point with halves away from
-    zero, computed in ``dtype`` (float64, or float32 where Android divides in float32);
-    not yet saturated to the stored type."""
-    return round_half_away(np.asarray(real, dtype=dtype) / dtype(scale)) + dtype(zero_point)
+def quantize(real, scale: float, zero_point: int, dtype=np.float64, *, round_last: bool = False) -> np.ndarray:
+    """Stored values of reals, halves rounded away from zero, computed in ``dtype``
+    (float64, or float32 where Android divides in float32); not yet saturated.
+
+    Android rounds in two orders, which differ on negative ties: zero_point +
+    round(real / scale) (QUANTIZE, activation ranges, TFLite's quantize) and, with
+    ``round_last``, round(real / scale + zero_point) (convertFloat32ToQuant and requantize,
+    for results computed in float)."""
+    scaled = np.asarray(real, dtype=dtype) / dtype(scale)
+    if round_last:
+        return round_half_away(scaled + dtype(zero_point))
+    return round_half_away(scaled) + dtype(zero_point)
 
 
 def dequantize(values: np.ndarray, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:
@@ -70,8 +77,8 @@ def requantize(values: np.ndarray, scale: float, zero_point: int, to_scale: floa
 
 def _requantize(values, scale, zero_point, to_scale, to_zero_point, dtype) -> np.ndarray:
     info = np.iinfo(dtype)
-    scaled = dequantize(values, scale, zero_point) / to_scale + to_zero_point
-    return np.clip(round_half_away(scaled), info.min, info.max).astype(dtype)
+    scaled = quantize(dequantize(values, scale, zero_point), to_scale, to_zero_point, round_last=True)
+    return np.clip(scaled, info.min, info.max).astype(dtype)
 
 
 # --- fixed-point multipliers ---------------------------------------------------------------
