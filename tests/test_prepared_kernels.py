@@ -122,7 +122,7 @@ def test_prepared_depthwise_matches_reference(kind, multiplier, stride, nchw, di
 @pytest.mark.parametrize("code", [Op.MAX_POOL_2D, Op.AVERAGE_POOL_2D, Op.L2_POOL_2D])
 @pytest.mark.parametrize("kind", ["float32", "float16", "quant8", "quant8_signed"])
 @pytest.mark.parametrize("filt, stride, pad, nchw, batches", [
-    (2, 2, 0, False, 2),   # tiles the input (odd size: the last row and column are dropped)
+    (2, 2, 0, False, 2),   # windows tile the input (odd size: the last row and column are dropped)
     (3, 2, 1, False, 2),   # overlapping windows over padding
     (3, 1, 1, True, 1),
     (9, 9, 0, False, 2),   # global

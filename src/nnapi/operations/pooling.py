@@ -5,8 +5,8 @@ Padded positions never count: averages divide by the number of real input pixels
 each window (as Android's kernels do). Each pooling is a loop over the filter taps, each
 a vectorized reduction step over the whole output. ``plan`` prepares the same
 computation once for static shapes (``_PreparedPool``): windows that tile the input
-(filter = stride, no padding: 2x2 max pools, global averages) reduce a reshaped view in
-one call, others pad once; window counts and clamps are computed once. Quantized outputs
+(filter = stride, no padding, more than 16 taps: global averages) reduce a reshaped view
+in one call, others pad once; window counts and clamps are computed once. Quantized outputs
 share the input's scale and zero point, so averages stay integers: the window sum divided
 by the count, rounded half away from zero (TFLite's integer average pool).
 """
@@ -152,8 +152,11 @@ class _PreparedPool:
         _, height, width, _ = spatial_dims(data.shape, sp.nchw)
         self.is_float = data.type in _FLOAT
         self.pads = (sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
-        # windows that tile the input: one reduction over a (n, oh, fh, ow, fw, c) view
-        self.tiled = not any(self.pads) and self.kernel == (sp.stride_h, sp.stride_w)
+        # large windows that tile the input (global pools): one reduction over a
+        # (n, oh, fh, ow, fw, c) view; small ones (2x2) are faster as a few whole-array
+        # maximum / add passes over strided views than as that 6-D reduction
+        self.tiled = (not any(self.pads) and self.kernel == (sp.stride_h, sp.stride_w)
+                      and self.kernel[0] * self.kernel[1] > 16)
         if code == OperationCode.MAX_POOL_2D:
             self.work = self.dtype
             self.fill = -np.inf if self.is_float else integer_range(data.type)[0]
