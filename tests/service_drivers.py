@@ -30,3 +30,8 @@ class SlowDevice(SampleDevice):
 
 def slow() -> SlowDevice:
     return SlowDevice("slow")
+
+
+def pair() -> list[SampleDevice]:
+    """Two devices in one service (device memory of one must never reach the other)."""
+    return [SampleDevice("sample-a"), SampleDevice("sample-b")]

@@ -47,9 +47,12 @@ class _Session:
         self.buffers: dict[int, tuple[Any, int, int]] = {}  # client token -> (IBuffer, driver token, device)
         #: handle -> the driver's IExecution: a request bound once (``bind``), run by ``run``
         self.executions: dict[int, Any] = {}
-        #: (id of the model validated against, packed request) -> the decoded, validated
+        #: (id of the model validated against, its device, packed request) -> the decoded, validated
         #: Request; emptied whenever a pool, buffer or model it could name goes away.
-        self.requests: dict[tuple[int, bytes], Any] = {}
+        self.requests: dict[tuple[int, int | None, bytes], Any] = {}
+        #: prepared model / burst handle -> its device's index: device memory is only ever
+        #: named in requests to the device that allocated it
+        self.device_of: dict[int, int] = {}
         self._next = 1
 
     def add(self, table: dict, value: Any) -> int:
@@ -73,6 +76,7 @@ class _Session:
         self.buffers.clear()
         self.executions.clear()
         self.requests.clear()
+        self.device_of.clear()
 
 
 def _map_pool(fd: int, writable: bool) -> tuple[mmap.mmap, memoryview]:
@@ -242,15 +246,19 @@ class Service:
 
     # --- helpers ---------------------------------------------------------------------------
     def _device(self, args: dict) -> IDevice:
-        return self.devices[get_int(args.get("dev"), "dev", 0, len(self.devices) - 1)]
+        return self.devices[self._device_index(args)]
+
+    def _device_index(self, args: dict) -> int:
+        return get_int(args.get("dev"), "dev", 0, len(self.devices) - 1)
 
     @staticmethod
     def _fd(fds: list[int], value: Any, what: str) -> int:
         return fds[get_int(value, what, 0, len(fds) - 1)] if fds else _no_fd(what)
 
     @staticmethod
-    def _pool(session: _Session, ref: Any) -> Any:
-        """A pool reference: [0, pool id, offset, size] (mapped memory) or [1, token]."""
+    def _pool(session: _Session, ref: Any, device: int | None = None) -> Any:
+        """A pool reference: [0, pool id, offset, size] (mapped memory) or [1, token] (device
+        memory, only for a request to ``device``, the one that allocated it)."""
         entry = get_list(ref, "pool")
         kind = get_int(entry[0] if entry else None, "pool kind", 0, 1)
         if kind == 1:
@@ -259,7 +267,10 @@ class Service:
                 raise WireError(f"unknown device memory {token}")
             from nnapi.hal.types import BufferToken
 
-            return BufferToken(session.buffers[token][1])
+            _, driver_token, owner = session.buffers[token]
+            if device is None or owner != device:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"device memory {token} belongs to another device")
+            return BufferToken(driver_token)
         _, pool_id, offset, size = get_list(entry, "pool", 4)
         pool_id = get_int(pool_id, "pool id", 0)
         if pool_id not in session.pools:
@@ -293,19 +304,19 @@ class Service:
             raise WireError(f"unknown prepared model {handle}")
         return session.prepared[handle]
 
-    def _request(self, args: dict, session: _Session, model):
+    def _request(self, args: dict, session: _Session, model, device: int | None):
         """The request of an execution message: decoded and validated the first time its
         packed bytes are seen in this session, then reused (a burst's or a reusable
         execution's request repeats byte for byte)."""
         raw = wire.get_bytes(args.get("r"), "request")
-        key = (id(model), raw)
+        key = (id(model), device, raw)
         request = session.requests.get(key)
         if request is not None:
             return request
         if len(raw) > _MAX_REQUEST_BYTES:
             raise WireError(f"a request of {len(raw)} bytes exceeds {_MAX_REQUEST_BYTES}")
         pools_v, inputs_v, outputs_v = get_list(wire.unpack(raw, list), "request", 3)
-        pools = [self._pool(session, p) for p in get_list(pools_v, "request pools", limit=wire.MAX_FDS)]
+        pools = [self._pool(session, p, device) for p in get_list(pools_v, "request pools", limit=wire.MAX_FDS)]
         request = wire.decode_request(inputs_v, outputs_v, pools)
         if model is not None:
             validate_request(request, model)
@@ -377,7 +388,9 @@ class Service:
                                             data_cache=data_cache, token=token)
         else:
             prepared = device.prepare_model(model, preference, priority, deadline)
-        return session.add(session.prepared, (prepared, model))
+        handle = session.add(session.prepared, (prepared, model))
+        session.device_of[handle] = self._device_index(args)
+        return handle
 
     def _prepare_from_cache(self, args: dict, fds: list[int], session: _Session) -> int:
         device = self._device(args)
@@ -398,11 +411,13 @@ class Service:
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"the model in the cache is invalid: {error}") from None
         else:
             model = None
-        return session.add(session.prepared, (prepared, model))
+        handle = session.add(session.prepared, (prepared, model))
+        session.device_of[handle] = self._device_index(args)
+        return handle
 
     def _execute(self, args: dict, fds: list[int], session: _Session) -> list:
         prepared, model = self._prepared(session, args.get("h"))
-        request = self._request(args, session, model)
+        request = self._request(args, session, model, session.device_of.get(get_int(args.get("h"), "handle", 0)))
         timing, deadline, loop = self._timing_args(args)
         if deadline is not None and time.monotonic_ns() > deadline:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before the service got the request")
@@ -411,14 +426,16 @@ class Service:
 
     def _burst(self, args: dict, fds: list[int], session: _Session) -> int:
         prepared, model = self._prepared(session, args.get("h"))
-        return session.add(session.bursts, (prepared.configure_burst(), model))
+        handle = session.add(session.bursts, (prepared.configure_burst(), model))
+        session.device_of[handle] = session.device_of.get(get_int(args.get("h"), "handle", 0), -1)
+        return handle
 
     def _burst_execute(self, args: dict, fds: list[int], session: _Session) -> list:
         handle = get_int(args.get("b"), "burst", 0)
         if handle not in session.bursts:
             raise WireError(f"unknown burst {handle}")
         burst, model = session.bursts[handle]
-        request = self._request(args, session, model)
+        request = self._request(args, session, model, session.device_of.get(handle))
         timing, deadline, loop = self._timing_args(args)
         shapes, measured = burst.execute(request, timing, deadline, loop)
         return [wire.encode_shapes(shapes), wire.encode_timing(measured)]
@@ -433,8 +450,9 @@ class Service:
                 raise WireError(f"unknown burst {handle}")
             source, model = session.bursts[handle]
         else:
-            source, model = self._prepared(session, args.get("h"))
-        request = self._request(args, session, model)
+            handle = get_int(args.get("h"), "handle", 0)
+            source, model = self._prepared(session, handle)
+        request = self._request(args, session, model, session.device_of.get(handle))
         timing = get_bool(args.get("timing", False), "timing")
         loop = get_opt_int(args.get("loop"), "loop timeout", 0)
         create = getattr(source, "create_reusable_execution", None)
@@ -460,7 +478,10 @@ class Service:
         kind = args.get("kind")
         if kind not in tables:
             raise WireError(f"unknown kind {kind!r}")
-        tables[kind].pop(get_int(args.get("h"), "handle", 0), None)
+        handle = get_int(args.get("h"), "handle", 0)
+        tables[kind].pop(handle, None)
+        if kind != "buffer":
+            session.device_of.pop(handle, None)
         session.requests.clear()
 
     def _map(self, args: dict, fds: list[int], session: _Session) -> None:
@@ -489,9 +510,12 @@ class Service:
     def _allocate(self, args: dict, fds: list[int], session: _Session) -> int:
         from nnapi.hal.types import BufferDesc, BufferRole
 
-        device_index = get_int(args.get("dev"), "dev", 0, len(self.devices) - 1)
+        device_index = self._device_index(args)
         device = self.devices[device_index]
-        prepared = [self._prepared(session, h)[0] for h in get_list(args.get("prepared"), "prepared models")]
+        handles = get_list(args.get("prepared"), "prepared models", limit=_MAX_HANDLES)
+        prepared = [self._prepared(session, h)[0] for h in handles]
+        if any(session.device_of.get(h) != device_index for h in handles):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: a prepared model of another device")
 
         def roles(value: Any, what: str) -> list:
             result = []
