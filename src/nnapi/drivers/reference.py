@@ -147,11 +147,12 @@ class ReferenceDevice(IDevice):
         validate_model(model)
         if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before preparation")
-        for subgraph in [model.main, *model.referenced]:
-            for operation in subgraph.operations:
-                if not supports_operation(model, subgraph, operation):
-                    raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                                   f"operation {operation_name(operation.type)} is not supported")
+        names = ["main"] + [f"referenced[{i}]" for i in range(len(model.referenced))]
+        for name, subgraph in zip(names, [model.main, *model.referenced], strict=True):
+            for position, operation in enumerate(subgraph.operations):
+                reason = unsupported_reason(model, subgraph, operation)
+                if reason is not None:  # named: which operation, and the validation's reason
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{name} operation {position}: {reason}")
         with np.errstate(all="ignore"):  # tables and layouts computed at preparation
             prepared = ReferencePreparedModel(model, self._buffers)
         if token is not None and len(model_cache) == 1 and len(data_cache) == 1:

@@ -15,7 +15,7 @@ import numpy as np
 
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode
 from nnapi.drivers import device_memory
-from nnapi.drivers.reference import ReferencePreparedModel, supports_operation
+from nnapi.drivers.reference import ReferencePreparedModel, supports_operation, unsupported_reason
 from nnapi.hal import (
     BufferToken,
     Capabilities,
@@ -31,7 +31,7 @@ from nnapi.hal import (
     Request,
     Timing,
 )
-from nnapi.hal.types import pool_view
+from nnapi.hal.types import operation_name, pool_view
 from nnapi.hal.validation import validate_model
 from nnapi.operand import dtype_of
 
@@ -171,8 +171,12 @@ class FaultyDevice(IDevice):
         if self.fail_prepare:
             self._fail("prepare_model")
         validate_model(model)
-        if not all(self.get_supported_operations(model)):
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name}: the model has unsupported operations")
+        for position, flag in enumerate(self.get_supported_operations(model)):
+            if not flag:
+                operation = model.main.operations[position]
+                reason = unsupported_reason(model, model.main, operation) or (
+                    f"{operation_name(operation.type)} is not among the operations it supports")
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name}: main operation {position}: {reason}")
         return _FaultyPreparedModel(self, self._reference.prepare_model(model, preference, priority, deadline_ns),
                                     model)
 
