@@ -191,6 +191,9 @@ def calibration_model(code: OperandCode, filter_code: OperandCode) -> tuple[Mode
                                                             scalar(1), scalar(1), scalar(1), scalar(1),
                                                             scalar(1)], [depth_out])
     add_op = Operation(OperationCode.ADD, [depth_out, source, scalar(0)], [result])
+    for operation in (conv, depthwise, add_op):  # HAL validation checks the counts
+        for index in operation.inputs:
+            operands[index].number_of_consumers += 1
     model = Model(Subgraph(operands, [conv, depthwise, add_op], [source], [result]), [], bytes(blob), [])
     element = np.dtype(_storage(code)) if quantized else np.dtype(_float(code))
     nbytes = int(np.prod(shape)) * element.itemsize
