@@ -137,6 +137,19 @@ def test_device_memory_never_reaches_another_device_of_the_service(remote):
         request_to_second.execute(request)
     assert excinfo.value.status == ErrorStatus.INVALID_ARGUMENT
     assert "belongs to another device" in str(excinfo.value)
+    for create in (request_to_second.create_reusable_execution,  # bound once: the same rule
+                   request_to_second.configure_burst().create_reusable_execution):
+        with pytest.raises(HalError) as excinfo:
+            create(request).execute()
+        assert excinfo.value.status == ErrorStatus.INVALID_ARGUMENT
+        assert "belongs to another device" in str(excinfo.value)
+    own = Request(request.inputs, request.outputs, [memory._hal_pool, np.ones(2, np.float32).tobytes(),
+                                                    bytearray(8)])
+    for create in (on_first._plan.single.create_reusable_execution,  # its own device takes it
+                   on_first._plan.single.configure_burst().create_reusable_execution):
+        create(own).execute()
+        np.testing.assert_array_equal(np.frombuffer(own.pools[2], np.float32), [2, 3])
+        own.pools[2][:] = bytes(8)
     with pytest.raises(HalError) as excinfo:  # allocate on one device for the other's prepared model
         first._hal.allocate(BufferDesc([]), [request_to_second], [BufferRole(0, 0)], [])
     assert excinfo.value.status == ErrorStatus.INVALID_ARGUMENT and "another device" in str(excinfo.value)
