@@ -48,8 +48,9 @@ class Toolchain:
         assert result.returncode == 0, f"{' '.join(command)}\n{result.stderr}"
         return output
 
-    def run(self, program: Path, *args: str, timeout: float = 120) -> str:
-        result = subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout)
+    def run(self, program: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+        result = subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout,
+                                env=None if env is None else {**os.environ, **env})
         assert result.returncode == 0, f"{program.name} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
         return result.stdout
 
@@ -65,7 +66,7 @@ def test_library_exports_every_feature_level_8_function(toolchain):
         pytest.skip("nm is not available")
     exported = set(re.findall(r" T (ANeuralNetworks\w+)", result.stdout))
     assert exported == {f.name for f in FUNCTIONS}
-    assert len(exported) == 69
+    assert len(exported) == 69 + 4  # NeuralNetworks.h and NeuralNetworksExtensions.h
 
 
 def test_header_values_match_the_python_enums(toolchain, tmp_path):
@@ -89,6 +90,24 @@ def test_header_values_match_the_python_enums(toolchain, tmp_path):
 def test_c_program(toolchain, program):
     output = toolchain.run(toolchain.compile(f"{program}.c"))
     assert f"PASS {program}" in output
+
+
+def test_extensions_c_program(toolchain):
+    """NeuralNetworksExtensions.h: a C program builds and runs a model of the example
+    driver's com.example.fibonacci extension, and misuses the four functions."""
+    output = toolchain.run(toolchain.compile("extensions.c"),
+                           env={"NNAPI_DRIVERS": "nnapi.drivers.catalog:fibonacci"})
+    assert "PASS extensions" in output
+
+
+def test_extensions_header_declares_the_four_functions(toolchain):
+    header = (toolchain.include / "android" / "NeuralNetworksExtensions.h").read_text()
+    declared = re.findall(r"^int (ANeuralNetworks\w+)\(", header, re.MULTILINE)
+    assert declared == ["ANeuralNetworksDevice_getExtensionSupport", "ANeuralNetworksModel_getExtensionOperandType",
+                        "ANeuralNetworksModel_getExtensionOperationType",
+                        "ANeuralNetworksModel_setOperandExtensionData"]
+    assert "uint16_t operandCodeWithinExtension, int32_t* type" in header
+    assert "Extension" not in (toolchain.include / "android" / "NeuralNetworks.h").read_text()
 
 
 def test_cpp_program(toolchain):

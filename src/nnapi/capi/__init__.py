@@ -4,8 +4,8 @@ level 8 with the NDK's signatures, implemented on this Python package.
 The library is built with cffi's embedding API (``nnapi capi build``): a C program that
 calls ``ANeuralNetworksModel_create`` starts an embedded Python interpreter on its first
 call, imports nnapi, and every later call goes straight to :mod:`nnapi.capi.bridge`.
-``nnapi capi include`` gives the include directory with ``android/NeuralNetworks.h``,
-generated from :mod:`nnapi.codes`.
+``nnapi capi include`` gives the include directory with ``android/NeuralNetworks.h``
+(and ``android/NeuralNetworksExtensions.h``), generated from :mod:`nnapi.codes`.
 """
 
 from __future__ import annotations

@@ -291,6 +291,25 @@ def ANeuralNetworksDevice_wait(device):
     _device(device, "ANeuralNetworksDevice_wait").wait()
 
 
+def _extension_name(call: str, pointer: Any) -> str:
+    """A C string naming an extension (UTF-8)."""
+    _require(call, extensionName=pointer)
+    raw = ffi.string(ffi.cast("const char*", pointer))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadDataError(f"{call}: extensionName is not UTF-8: {raw!r}") from None
+
+
+@_result
+def ANeuralNetworksDevice_getExtensionSupport(device, extensionName, isExtensionSupported):
+    call = "ANeuralNetworksDevice_getExtensionSupport"
+    obj = _device(device, call)
+    name = _extension_name(call, extensionName)
+    _require(call, isExtensionSupported=isExtensionSupported)
+    isExtensionSupported[0] = obj.get_extension_support(name)
+
+
 def ANeuralNetworks_getDefaultLoopTimeout():
     return nnapi.get_default_loop_timeout()
 
@@ -343,6 +362,36 @@ def ANeuralNetworksModel_setOperandValue(model, index, buffer, length):
     else:
         # Larger values stay in the caller's memory, as the NDK says.
         obj.set_operand_value(index, _caller_buffer(buffer, length, writable=False))
+
+
+@_result
+def ANeuralNetworksModel_getExtensionOperandType(model, extensionName, operandCodeWithinExtension, type_):
+    call = "ANeuralNetworksModel_getExtensionOperandType"
+    obj = _model(model, call)
+    name = _extension_name(call, extensionName)
+    _require(call, type=type_)
+    type_[0] = int(obj.get_extension_operand_type(name, int(operandCodeWithinExtension)))
+
+
+@_result
+def ANeuralNetworksModel_getExtensionOperationType(model, extensionName, operationCodeWithinExtension, type_):
+    call = "ANeuralNetworksModel_getExtensionOperationType"
+    obj = _model(model, call)
+    name = _extension_name(call, extensionName)
+    _require(call, type=type_)
+    type_[0] = int(obj.get_extension_operation_type(name, int(operationCodeWithinExtension)))
+
+
+@_result
+def ANeuralNetworksModel_setOperandExtensionData(model, index, data, length):
+    call = "ANeuralNetworksModel_setOperandExtensionData"
+    obj = _model(model, call)
+    if _is_null(data):
+        if length:
+            raise UnexpectedNullError(f"{call}: data is NULL but length is {length}")
+        obj.set_operand_extension_data(index, None)  # NULL, 0: the data is removed
+    else:
+        obj.set_operand_extension_data(index, ffi.buffer(ffi.cast("char*", data), length)[:])
 
 
 @_result

@@ -41,7 +41,8 @@ def _failure_value(result: str) -> str:
 
 def _c_source() -> str:
     """The exported entry points: start Python once, then forward."""
-    lines = ["#include <android/NeuralNetworks.h>", "#include <nnapi/capi.h>", "",
+    lines = ["#include <android/NeuralNetworks.h>", "#include <android/NeuralNetworksExtensions.h>",
+             "#include <nnapi/capi.h>", "",
              _python_declarations(), "",
              "/* 1 once the embedded interpreter has run nnapi's init code, -1 if that failed",
              "   (cffi prints why); entry points then fail with OP_FAILED instead of",

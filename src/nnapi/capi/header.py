@@ -1,5 +1,6 @@
-"""Generate android/NeuralNetworks.h (and NeuralNetworksTypes.h) from nnapi's own enums
-and the signature table, so the C header cannot drift from the Python package."""
+"""Generate android/NeuralNetworks.h (with NeuralNetworksTypes.h and
+NeuralNetworksExtensions.h) from nnapi's own enums and the signature table, so the C
+headers cannot drift from the Python package."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from enum import IntEnum
 from pathlib import Path
 
 from nnapi import codes
-from nnapi.capi.signatures import FUNCTIONS, OPAQUE_TYPES, STRUCTS
+from nnapi.capi.signatures import EXTENSIONS_HEADER, FUNCTIONS, MAIN_HEADER, OPAQUE_TYPES, STRUCTS
 
 #: The NDK's enum typedefs, in the order NeuralNetworksTypes.h declares them.
 ENUMS: tuple[type[IntEnum], ...] = (
@@ -75,8 +76,30 @@ def api_header() -> str:
              '#include "NeuralNetworksTypes.h"', "",
              "#ifndef __INTRODUCED_IN", "#define __INTRODUCED_IN(api_level)", "#endif", "",
              _CPP_OPEN]
-    for function in FUNCTIONS:
-        lines.append(f"{function.prototype} __INTRODUCED_IN({function.api_level});")
+    lines += _declarations(MAIN_HEADER)
+    lines += ["", _CPP_CLOSE, "#endif"]
+    return "\n".join(lines) + "\n"
+
+
+def _declarations(header: str) -> list[str]:
+    return [f"{function.prototype} __INTRODUCED_IN({function.api_level});"
+            for function in FUNCTIONS if function.header == header]
+
+
+def extensions_api_header() -> str:
+    """The text of android/NeuralNetworksExtensions.h: the vendor-extension functions
+    (ANeuralNetworksDevice_getExtensionSupport, ANeuralNetworksModel_getExtension*Type,
+    ANeuralNetworksModel_setOperandExtensionData)."""
+    from nnapi._version import __version__
+
+    lines = [_PREAMBLE.format(version=__version__),
+             "#ifndef ANDROID_PACKAGES_MODULES_NEURALNETWORKS_RUNTIME_NEURAL_NETWORKS_EXTENSIONS_H",
+             "#define ANDROID_PACKAGES_MODULES_NEURALNETWORKS_RUNTIME_NEURAL_NETWORKS_EXTENSIONS_H", "",
+             "/* A vendor extension's operand and operation types are prefix << 16 | code: ask",
+             "   ANeuralNetworksModel_getExtensionOperandType / OperationType for them, never",
+             "   assume a prefix. */",
+             '#include "NeuralNetworks.h"', "", _CPP_OPEN]
+    lines += _declarations(EXTENSIONS_HEADER)
     lines += ["", _CPP_CLOSE, "#endif"]
     return "\n".join(lines) + "\n"
 
@@ -121,11 +144,13 @@ def sharedmem_header() -> str:
 
 
 def write_include_dir(root: str | Path) -> Path:
-    """Write android/NeuralNetworks.h, android/NeuralNetworksTypes.h, android/sharedmem.h
-    and nnapi/capi.h under ``root`` (created if needed); returns ``root``."""
+    """Write android/NeuralNetworks.h, android/NeuralNetworksTypes.h,
+    android/NeuralNetworksExtensions.h, android/sharedmem.h and nnapi/capi.h under
+    ``root`` (created if needed); returns ``root``."""
     root = Path(root)
     for relative, text in (("android/NeuralNetworksTypes.h", types_header()),
                            ("android/NeuralNetworks.h", api_header()),
+                           ("android/NeuralNetworksExtensions.h", extensions_api_header()),
                            ("android/sharedmem.h", sharedmem_header()),
                            ("nnapi/capi.h", extension_header())):
         path = root / relative

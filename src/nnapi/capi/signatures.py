@@ -1,6 +1,7 @@
 """The C signatures of every ANeuralNetworks* function of feature level 8, as the NDK
-declares them (NeuralNetworks.h). One table drives the generated header, the cffi
-embedding declarations and the C entry points, so the three cannot disagree.
+declares them (NeuralNetworks.h, and NeuralNetworksExtensions.h for vendor extensions).
+One table drives the generated headers, the cffi embedding declarations and the C entry
+points, so the three cannot disagree.
 """
 
 from __future__ import annotations
@@ -122,6 +123,23 @@ _PROTOTYPES: tuple[tuple[int, str], ...] = (
     (31, "int ANeuralNetworksExecution_setReusable(ANeuralNetworksExecution* execution, bool reusable)"),
 )
 
+#: NeuralNetworksExtensions.h: vendor extensions (feature level 3), declared in their own
+#: header as Android does.
+_EXTENSION_PROTOTYPES: tuple[tuple[int, str], ...] = (
+    (29, "int ANeuralNetworksDevice_getExtensionSupport(const ANeuralNetworksDevice* device, "
+         "const char* extensionName, bool* isExtensionSupported)"),
+    (29, "int ANeuralNetworksModel_getExtensionOperandType(ANeuralNetworksModel* model, "
+         "const char* extensionName, uint16_t operandCodeWithinExtension, int32_t* type)"),
+    (29, "int ANeuralNetworksModel_getExtensionOperationType(ANeuralNetworksModel* model, "
+         "const char* extensionName, uint16_t operationCodeWithinExtension, ANeuralNetworksOperationType* type)"),
+    (29, "int ANeuralNetworksModel_setOperandExtensionData(ANeuralNetworksModel* model, int32_t index, "
+         "const void* data, size_t length)"),
+)
+
+#: The header each table's functions are declared in (under android/).
+MAIN_HEADER = "NeuralNetworks.h"
+EXTENSIONS_HEADER = "NeuralNetworksExtensions.h"
+
 
 @dataclass(frozen=True)
 class Function:
@@ -131,6 +149,7 @@ class Function:
     result: str
     name: str
     params: tuple[tuple[str, str], ...]  # (C type, parameter name)
+    header: str = MAIN_HEADER  # the android/ header that declares it
 
     @property
     def prototype(self) -> str:
@@ -148,7 +167,7 @@ class Function:
 _PROTOTYPE = re.compile(r"^(?P<result>[\w ]+?\**)\s*(?P<name>ANeuralNetworks\w+)\((?P<params>.*)\)$")
 
 
-def _parse(api_level: int, text: str) -> Function:
+def _parse(api_level: int, text: str, header: str = MAIN_HEADER) -> Function:
     match = _PROTOTYPE.match(text)
     if match is None:
         raise ValueError(f"not a prototype: {text}")
@@ -159,11 +178,14 @@ def _parse(api_level: int, text: str) -> Function:
             ctype, _, pname = param.strip().rpartition(" ")
             ctype += "*" * (len(pname) - len(pname.lstrip("*")))
             params.append((ctype.strip(), pname.lstrip("*")))
-    return Function(api_level, match["result"].strip(), match["name"], tuple(params))
+    return Function(api_level, match["result"].strip(), match["name"], tuple(params), header)
 
 
-#: Every ANeuralNetworks* function of feature level 8, in the table's order.
-FUNCTIONS: tuple[Function, ...] = tuple(_parse(level, text) for level, text in _PROTOTYPES)
+#: Every ANeuralNetworks* function of feature level 8 (NeuralNetworks.h, then
+#: NeuralNetworksExtensions.h), in the tables' order.
+FUNCTIONS: tuple[Function, ...] = (tuple(_parse(level, text) for level, text in _PROTOTYPES)
+                                   + tuple(_parse(level, text, EXTENSIONS_HEADER)
+                                           for level, text in _EXTENSION_PROTOTYPES))
 
 #: The opaque object types of the NDK.
 OPAQUE_TYPES = ("ANeuralNetworksMemory", "ANeuralNetworksModel", "ANeuralNetworksCompilation",
