@@ -132,8 +132,10 @@ def test_an_omitted_constant_fails_at_compilation():
     model.set_operand_value(b, None)
     model.identify_inputs_and_outputs([a], [y])
     model.finish()
-    with pytest.raises(nnapi.BadDataError):
+    with pytest.raises(nnapi.BadDataError) as caught:
         nnapi.Compilation(model).finish()
+    # the message says why, device by device
+    assert "nnapi-reference: ADD: an input is omitted, which the operation does not allow" in str(caught.value)
 
 
 @needs_flags

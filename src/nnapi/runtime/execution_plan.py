@@ -258,7 +258,10 @@ def assign_devices(model: Model, devices: Sequence[IDevice],
             names = [d.name for d in devices]
             name = operation_name(operation.type, model)
             missing = _missing_extension(model, operation, model.main, set())
-            hint = "" if missing is None else f"; none of them supports vendor extension {missing}"
+            if missing is not None:
+                hint = f"; none of them supports vendor extension {missing}"
+            else:  # each device's reason (asked only now: this is the failure path)
+                hint = "; " + "; ".join(f"{d.name}: {unsupported_reasons(model, d)[index]}" for d in devices)
             raise BadDataError(f"finish: no device among {names} supports operation {index} ({name}){hint}")
         # min() keeps the first of equals: the order devices were given breaks ties.
         chosen.append(min(able, key=lambda d: _performance(d, model, operation, preference)))
