@@ -144,6 +144,32 @@ def test_bench_reports_statistics_and_litert(capsys) -> None:
         assert report["ratio_mean"] == pytest.approx(stats["mean_ms"] / report["litert"]["mean_ms"])
 
 
+def test_bench_each_device_times_every_device_alone_and_says_why_one_cannot(capsys) -> None:
+    from nnapi.drivers.sample import FaultyDevice
+
+    # A device that supports only ADD cannot run the LSTM model alone: its row names the reason.
+    add_only = FaultyDevice("add-only", supported={nnapi.OperationCode.ADD})
+    with only_devices(add_only):
+        code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "2", "--warmup", "0",
+                               "--each-device", "--no-litert", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert set(report["per_device"]) == {"nnapi-reference", "add-only"}
+    reference = report["per_device"]["nnapi-reference"]
+    assert reference["runs"] == 2 and reference["min_ms"] <= reference["median_ms"]
+    assert "cannot run the whole model" in report["per_device"]["add-only"]["error"]
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in report["per_device"]["add-only"]["error"]
+    assert report["litert_builtin"] is None
+
+    with only_devices(add_only):
+        code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "2", "--warmup", "0",
+                               "--each-device", "--device", "nnapi-reference")
+    assert code == 0
+    rows = out.split("each device alone")[1].splitlines()
+    assert any(row.strip().startswith("nnapi-reference") and "ms" in row for row in rows)
+    assert not any("add-only" in row for row in rows)
+
+
 def test_bench_rejects_bad_counts(capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", LSTM, "--iterations", "0"])

@@ -1,12 +1,15 @@
 """``nnapi bench``: latency of a model in nnapi (warm-up, then mean, median, p5 / p95,
 min; compile time) and, when ai-edge-litert is installed, of the same model in LiteRT
-(single-threaded) on the same inputs in the same run, with the ratio."""
+(single-threaded) on the same inputs in the same run, with the ratio. ``--each-device``
+also times the model on every device alone (a device that cannot run all of it says why)
+beside the runtime's own choice and LiteRT's XNNPACK and builtin kernels."""
 
 from __future__ import annotations
 
 import argparse
 import time
 
+import nnapi
 from nnapi.cli._common import CliError, print_json
 from nnapi.cli._model import (
     format_stats,
@@ -36,8 +39,31 @@ def register(commands, common) -> None:
     parser.add_argument("--no-litert", action="store_true", help="do not time LiteRT")
     parser.add_argument("--per-op", action="store_true",
                         help="also time each operation (nnapi-reference records them), slowest first")
+    parser.add_argument("--each-device", action="store_true",
+                        help="also time the model on each device alone (the --device ones, or every device), "
+                             "side by side with LiteRT's XNNPACK and builtin kernels")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_bench)
+
+
+def _each_device(args: argparse.Namespace, feeds: dict) -> dict[str, dict]:
+    """Latency of the model on each device alone, or why that device cannot run all of it."""
+    names = args.device or [device.name for device in nnapi.get_devices()]
+    results: dict[str, dict] = {}
+    for name in names:
+        try:
+            session = open_session(args.model, [name])
+        except nnapi.NnapiError as error:
+            results[name] = {"error": f"cannot run the whole model: {error}"}
+            continue
+        results[name] = latency_stats(time_runs(lambda session=session: session.run(feeds), args.iterations,
+                                                args.warmup))
+    return results
+
+
+def _ratios(stats: dict, anchors: dict[str, dict | None]) -> str:
+    return "  ".join(f"{stats['median_ms'] / anchor['median_ms']:.2f}x {label}"
+                     for label, anchor in anchors.items() if anchor is not None)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -57,6 +83,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report["litert"] = litert_stats
         report["ratio_mean"] = nnapi_stats["mean_ms"] / litert_stats["mean_ms"]
         report["ratio_median"] = nnapi_stats["median_ms"] / litert_stats["median_ms"]
+    if args.each_device:
+        report["per_device"] = _each_device(args, feeds)
+        builtin = None if args.no_litert else litert_interpreter(args.model, builtin_kernels=True)
+        report["litert_builtin"] = None if builtin is None else latency_stats(
+            time_runs(lambda: litert_run(builtin, feeds), args.iterations, args.warmup))
     if args.per_op:
         from nnapi.tools.profile import format_profile, profile
 
@@ -76,6 +107,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"ratio nnapi / LiteRT: mean {report['ratio_mean']:.2f}x, median {report['ratio_median']:.2f}x")
     elif not args.no_litert:
         print("LiteRT: not installed (pip install 'nnapi[litert]' to compare)")
+    if args.each_device:
+        anchors = {"LiteRT XNNPACK": report["litert"], "LiteRT builtin": report["litert_builtin"]}
+        if report["litert_builtin"] is not None:
+            print(f"LiteRT builtin kernels: {format_stats(report['litert_builtin'])}  [1 thread]")
+        print("each device alone (median; ratio to LiteRT's median):")
+        rows = {f"runtime's choice ({', '.join(report['devices'])})": nnapi_stats, **report["per_device"]}
+        width = max(len(label) for label in rows)
+        for label, stats in rows.items():
+            if "error" in stats:
+                print(f"  {label:<{width}}  {stats['error']}")
+            else:
+                print(f"  {label:<{width}}  {stats['median_ms']:9.3f} ms  {_ratios(stats, anchors)}".rstrip())
     if args.per_op:
         print(format_profile(report["per_operation"]))
     return 0
