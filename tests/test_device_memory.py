@@ -28,7 +28,6 @@ from nnapi.hal import (
     Request,
     RequestArgument,
 )
-from nnapi.runtime import manager
 from nnapi.runtime.model_builder import build_hal_model
 
 
@@ -38,20 +37,6 @@ def _reference_and_registered_only():
     plug-ins discovered on this machine (nnapi-ort-cpu) must not take the operations."""
     with only_devices():
         yield
-
-
-@pytest.fixture
-def register():
-    names = []
-
-    def add(device):
-        manager.register_device(device)
-        names.append(device.name)
-        return device
-
-    yield add
-    for name in names:
-        manager.unregister_device(name)
 
 
 def add_model(dims=(2,)) -> nnapi.Model:

@@ -6,26 +6,12 @@ import numpy as np
 import pytest
 
 import nnapi
-from helpers import only_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
 from nnapi.codes import FeatureLevelCode, PreferenceCode
 from nnapi.drivers.sample import FaultyDevice
 from nnapi.runtime import manager
-
-
-@pytest.fixture
-def register():
-    """Register FaultyDevices for one test; the runtime chooses among them and nnapi-reference
-    only (plug-ins discovered on this machine are hidden meanwhile)."""
-    with only_devices():
-
-        def add(device):
-            manager.register_device(device)
-            return device
-
-        yield add
 
 
 def add_mul_model(dtype=T.TENSOR_FLOAT32, relaxed=False):

@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 
 import nnapi
-from helpers import only_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
 from nnapi.drivers.reference import ReferenceDevice
 from nnapi.drivers.sample import FaultyDevice
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument
-from nnapi.runtime import manager
 from nnapi.runtime.model_builder import build_hal_model
 
 
@@ -133,21 +131,6 @@ def test_memories_and_strided_arrays_stay_on_the_per_computation_path():
     execution.compute()
     np.testing.assert_array_equal(strided, [13, 24])
     assert execution._bound is None
-
-
-@pytest.fixture
-def register():
-    names = []
-
-    def add(device):
-        manager.register_device(device)
-        names.append(device.name)
-        return device
-
-    with only_devices():  # plug-ins discovered here (nnapi-ort-cpu) must not take the operations
-        yield add
-        for name in names:
-            manager.unregister_device(name)
 
 
 @pytest.mark.parametrize("use_burst", [False, True])
