@@ -31,6 +31,7 @@ def assert_one_line_error(code: int, err: str, message: str) -> None:
     assert len(lines) == 1, err
     assert message in lines[0]
     assert "Traceback" not in err
+    assert "Error: " not in lines[0], "an exception's class name instead of a user message"
 
 
 def test_run_without_a_model_runs_the_builtin_one(capsys) -> None:
@@ -96,6 +97,9 @@ def test_run_rejects_a_wrong_input_file(tmp_path: Path, capsys, array: np.ndarra
     (["compare", "/nonexistent/model.tflite"], "no such file"),
     (["run", str(MODELS)], "not a file"),
     (["run", str(MODELS / "README.md")], "not a model nnapi can import"),
+    (["dump", str(MODELS / "README.md")], "not a model nnapi can import"),
+    (["placement", str(MODELS / "README.md")], "not a model nnapi can import"),
+    (["dump", "/nonexistent/model.tflite"], "/nonexistent/model.tflite: no such file"),
     (["run", str(MODELS / "selfie_segmentation.tflite")], "CUSTOM Convolution2DTransposeBias"),
     (["run", LSTM, "--input", "nope=x.npy"], "the model has no input 'nope'"),
     (["run", LSTM, "--input", f"{LSTM_INPUT}=/nonexistent.npy"], "/nonexistent.npy: no such file"),

@@ -85,14 +85,33 @@ class LoadedModel:
     keep: Any = None
 
 
-def load_model(path: str) -> LoadedModel:
-    """A ``.tflite`` model (imported), or a CTS vector file (``.jsonl`` / ``.jsonl.gz``,
-    its first record: how ``nnapi fuzz`` writes failing graphs)."""
+def check_model_file(path: str) -> Path:
+    """``path`` as a Path when it names a readable regular file; a one-line CliError otherwise."""
     file = Path(path)
     if not file.exists():
         raise CliError(f"{path}: no such file")
     if not file.is_file():
         raise CliError(f"{path}: not a file")
+    return file
+
+
+def import_model(path: str) -> nnapi.ImportedModel:
+    """``nnapi.load_model(path)`` with its failures (missing file, LiteRT's schema not
+    installed, a file that is not a model) as one-line CliErrors naming the file."""
+    check_model_file(path)
+    try:
+        return nnapi.load_model(path)
+    except ImportError as error:
+        raise CliError(f"{path}: {error} (pip install 'nnapi[tflite]')") from None
+    except nnapi.BadDataError as error:
+        message = str(error)
+        raise CliError(message if message.startswith(path) else f"{path}: {message}") from None
+
+
+def load_model(path: str) -> LoadedModel:
+    """A ``.tflite`` model (imported), or a CTS vector file (``.jsonl`` / ``.jsonl.gz``,
+    its first record: how ``nnapi fuzz`` writes failing graphs)."""
+    file = check_model_file(path)
     if file.name.endswith((".jsonl", ".jsonl.gz")):
         from nnapi.conformance import build_model, load_records
 
@@ -106,10 +125,7 @@ def load_model(path: str) -> LoadedModel:
         model = build_model(record, keep=keep)
         names = {i: operand["name"] for i, operand in enumerate(record["main"]["operands"]) if operand.get("name")}
         return LoadedModel(model, path, names, None, keep)
-    try:
-        imported = nnapi.load_model(str(file))
-    except ImportError as error:
-        raise CliError(f"{path}: {error} (pip install 'nnapi[tflite]')") from None
+    imported = import_model(path)
     model = imported.model
     names = {model.inputs[k]: spec.name for k, spec in enumerate(imported.inputs)}
     names.update({model.outputs[k]: spec.name for k, spec in enumerate(imported.outputs)})

@@ -7,13 +7,12 @@ from __future__ import annotations
 import argparse
 import time
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import nnapi
-from nnapi.cli._common import CliError, find_device
+from nnapi.cli._common import CliError, find_device, import_model
 from nnapi.session import Session, random_inputs
 
 #: The model ``nnapi run`` runs when given none (see nnapi/data/models/README.md).
@@ -24,27 +23,10 @@ def builtin_model_path() -> str:
     return str(resources.files("nnapi") / "data" / "models" / BUILTIN_MODEL)
 
 
-def check_model_path(path: str) -> str:
-    file = Path(path)
-    if not file.exists():
-        raise CliError(f"{path}: no such file")
-    if not file.is_file():
-        raise CliError(f"{path}: not a file")
-    return str(file)
-
-
 def open_session(path: str, device_names: list[str] | None = None) -> Session:
     """Import and compile ``path``; file problems are one-line CliErrors."""
-    check_model_path(path)
     devices = [find_device(name) for name in device_names] if device_names else None
-    try:
-        imported = nnapi.load_model(path)
-    except ImportError as error:
-        raise CliError(f"{path}: {error} (pip install 'nnapi[tflite]')") from None
-    except nnapi.BadDataError as error:
-        message = str(error)
-        raise CliError(message if message.startswith(path) else f"{path}: {message}") from None
-    return Session(imported, devices)
+    return Session(import_model(path), devices)
 
 
 def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
