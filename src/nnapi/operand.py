@@ -87,6 +87,11 @@ def dtype_of(code: OperandCode | int) -> np.dtype:
     raise BadDataError(f"operand type {name} has no element data type") from None
 
 
+def value_byte_size(code: OperandCode | int, dimensions: Sequence[int]) -> int:
+    """Bytes of a value of type ``code`` with ``dimensions`` (a scalar when there are none)."""
+    return math.prod(dimensions) * dtype_of(code).itemsize
+
+
 def scalar_value(code: OperandCode, data: bytes | memoryview) -> int | float | bool | None:
     """The Python value of a scalar operand stored as ``data``; None when ``code`` is a
     tensor type or ``data`` is not exactly one element (the caller checks sizes)."""

@@ -58,7 +58,7 @@ from nnapi.hal import (
 )
 from nnapi.hal.interfaces import IFencedExecutionCallback, _DoneCallback, wait_for_fences
 from nnapi.hal.types import NO_TIMING, extension_prefix, is_extension_type, operation_name
-from nnapi.operand import dtype_of, is_tensor
+from nnapi.operand import is_tensor, value_byte_size
 from nnapi.runtime.device_memory import DeviceMemoryPool, execute_on, needs_staging, staged
 
 L = OperandLifeTime
@@ -365,13 +365,6 @@ def _step_model(model: Model, operations: list[int], step_inputs: list[int], ste
                  model.relax_computation_float32_to_float16, model.extension_name_to_prefix)
 
 
-def _byte_size(operand: Operand, dims: Sequence[int]) -> int:
-    # An extension type's element size is what its extension declares (the runtime's
-    # prefixes are the HAL model's).
-    itemsize = dtype_of(operand.type).itemsize
-    return math.prod(dims) * itemsize if dims else itemsize
-
-
 # --- preparing --------------------------------------------------------------------------
 def contain(device_name: str, call: str, error: Exception) -> HalError:
     """A driver's failure as a HalError: a HalError as it is, anything else (a raw Python
@@ -537,7 +530,7 @@ class ExecutionPlan:
                     if index in caller_output:
                         caller_short |= not shape.is_sufficient
                     elif not shape.is_sufficient:
-                        sizes[k] = _byte_size(main.operands[index], shape.dimensions)
+                        sizes[k] = value_byte_size(main.operands[index].type, shape.dimensions)
                 if caller_short:
                     raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small",
                                    shapes) from None
@@ -548,7 +541,7 @@ class ExecutionPlan:
                                f"{len(step.outputs)} outputs")
             for index, shape in zip(step.outputs, step_shapes, strict=True):
                 dims = list(shape.dimensions)
-                needed = _byte_size(main.operands[index], dims)
+                needed = value_byte_size(main.operands[index].type, dims)
                 if index in caller_output:
                     location = caller_output[index].location
                     where[index] = (request.pools[location.pool_index], location.offset, needed, dims)
@@ -597,7 +590,7 @@ class _StepLayout:
         main = model.main
         self.output_position = {index: position for position, index in enumerate(main.output_indexes)}
         self.model_inputs = frozenset(main.input_indexes)
-        self.temp_sizes = [[_byte_size(main.operands[i], main.operands[i].dimensions)
+        self.temp_sizes = [[value_byte_size(main.operands[i].type, main.operands[i].dimensions)
                             if all(main.operands[i].dimensions) else 0 for i in step.outputs] for step in steps]
 
 

@@ -4,14 +4,13 @@ devices per execution."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from nnapi.errors import BadStateError
 from nnapi.hal import IDevice, OperandLifeTime
 from nnapi.hal import Model as HalModel
 from nnapi.hal.types import operation_name
-from nnapi.operand import dtype_of
+from nnapi.operand import value_byte_size
 
 #: The reason given for a device that refuses an operation without saying why.
 DECLINED = "declined by the driver"
@@ -23,12 +22,6 @@ def refusal_reasons(device: IDevice, hal_model: HalModel) -> list[str | None]:
     from nnapi.runtime.execution_plan import unsupported_reasons
 
     return unsupported_reasons(hal_model, device)
-
-
-def _byte_size(operand) -> int | None:
-    if any(d == 0 for d in operand.dimensions):
-        return None
-    return math.prod(operand.dimensions) * dtype_of(operand.type).itemsize
 
 
 def placement(compilation: Any) -> dict[str, Any]:
@@ -70,11 +63,10 @@ def placement(compilation: Any) -> dict[str, Any]:
             operand = main.operands[operand_index]
             if operand.lifetime == OperandLifeTime.SUBGRAPH_INPUT or producer.get(operand_index, number) == number:
                 continue
-            size = _byte_size(operand)
-            if size is None:
+            if 0 in operand.dimensions:
                 unknown = True
             else:
-                crossing += size
+                crossing += value_byte_size(operand.type, operand.dimensions)
     return {
         "devices": [device.name for device in candidates],
         "partitions": len(steps),
