@@ -28,6 +28,7 @@ from nnapi.errors import BadDataError, NnapiError
 from nnapi.importers import ImportedModel, Lowering, SourceOp, StateSpec, TensorSpec, read_source
 from nnapi.model import Model
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
+from nnapi.operations.quant_math import dequantize
 
 try:  # the optional extra nnapi[tflite]
     import tflite as _tfl
@@ -643,14 +644,13 @@ def _dequantize_const(info: _TensorInfo, const: _Const) -> _Const:
         return _Const(data.astype(np.float32), T.TENSOR_FLOAT32)
     if info.scales is None:
         raise UnsupportedOperator(f"tensor {info.index} ({info.name}) has no quantization to dequantize")
-    values = data.astype(np.float64)
     scales, zero_points = info.scales, info.zero_points
-    if len(scales) > 1:
+    if len(scales) > 1:  # per channel: broadcast along the quantized dimension
         shape = [1] * data.ndim
         shape[info.quantized_dimension] = len(scales)
         scales = scales.reshape(shape)
         zero_points = zero_points.reshape(shape)
-    return _Const(((values - zero_points) * scales).astype(np.float32), T.TENSOR_FLOAT32)
+    return _Const(dequantize(data, scales, zero_points).astype(np.float32), T.TENSOR_FLOAT32)
 
 
 @_converter("CONV_2D")

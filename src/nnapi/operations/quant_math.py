@@ -45,7 +45,8 @@ def quantize(real, scale: float, zero_point: int, dtype=np.float64, *, round_las
 
 
 def dequantize(values: np.ndarray, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:
-    """Real values of stored quantized integers, (q - zero_point) * scale, computed in ``dtype``."""
+    """Real values of stored quantized integers, (q - zero_point) * scale, computed in
+    ``dtype``; scale and zero point may be arrays that broadcast against ``values``."""
     return (np.asarray(values).astype(dtype) - dtype(zero_point)) * dtype(scale)
 
 
