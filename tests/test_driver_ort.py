@@ -196,32 +196,95 @@ def test_declined_operation_runs_on_the_reference(ort_device):
     np.testing.assert_array_equal(best, expected_best)
 
 
+def _compare_with_reference(model, inputs, output_shape, device):
+    """The model's one output on ``device`` alone and on the reference alone."""
+    on_ort = nnapi.Compilation(model, [device])
+    on_ort.finish()
+    alone = nnapi.Compilation(model, [_reference()])
+    alone.finish()
+    results = []
+    for compilation in (on_ort, alone):
+        execution = nnapi.Execution(compilation)
+        for position, value in enumerate(inputs):
+            execution.set_input(position, value)
+        results.append(np.zeros(output_shape, np.float32))
+        execution.set_output(0, results[-1])
+        execution.compute()
+    return results
+
+
 @pytest.mark.parametrize("alphas", [[0.25, 0.0, 1.0], [0.25, 1.5, -2.0]])
-def test_prelu_equals_the_reference_exactly(ort_device, alphas):
-    """Constant alpha <= 1 is lowered as max(x, alpha * x), any other as
-    relu(x) + min(x, 0) * alpha: both the reference's values bit for bit."""
+@pytest.mark.parametrize("shape", [[1, 4, 5, 3], [4, 5, 3]])
+def test_prelu_equals_the_reference_exactly(ort_device, alphas, shape):
+    """Rank 4 with a per-channel alpha is lowered as relu(x) + (-alpha) * relu(-x) with the
+    scalings as depthwise convolutions (infinities included); otherwise constant alpha <= 1
+    as max(x, alpha * x), any other as relu(x) + min(x, 0) * alpha: all the reference's
+    values bit for bit."""
     model = nnapi.Model()
-    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4, 5, 3]))
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
     alpha = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 3]))
-    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4, 5, 3]))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
     model.set_operand_value(alpha, np.array(alphas, np.float32).reshape(1, 1, 3))
     model.add_operation(Op.PRELU, [x, alpha], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
-    on_ort = nnapi.Compilation(model, [ort_device])
-    on_ort.finish()
-    alone = nnapi.Compilation(model, [_reference()])
-    alone.finish()
-    value = np.random.default_rng(8).standard_normal((1, 4, 5, 3)).astype(np.float32)
-    results = []
-    for compilation in (on_ort, alone):
-        execution = nnapi.Execution(compilation)
-        execution.set_input(0, value)
-        results.append(np.zeros((1, 4, 5, 3), np.float32))
-        execution.set_output(0, results[-1])
-        execution.compute()
-    np.testing.assert_array_equal(results[0], results[1])
-    assert (results[0] != value).any()  # negative inputs were scaled
+    value = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    if len(shape) == 4:
+        value.reshape(-1)[:6] = [np.inf, -np.inf, np.inf, -np.inf, -np.inf, np.inf]
+    ours, theirs = _compare_with_reference(model, [value], shape, ort_device)
+    np.testing.assert_array_equal(ours, theirs)
+    assert (ours != value).any()  # negative inputs were scaled
+
+
+@pytest.mark.parametrize("consumer", ["ADD", "CONV_2D"])
+def test_channel_pad_before_an_element_wise_operation_enters_nchwc_once(ort_device, consumer):
+    """PAD of the channels (MediaPipe's residual widening) followed by an ADD gets an
+    identity depthwise convolution (x * 1.0) so ORT keeps the ADD in its blocked layout;
+    before a convolution it does not. Either way the values are the reference's."""
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4, 4, 16]))
+    paddings = model.add_operand(OperandType(T.TENSOR_INT32, [4, 2]))
+    model.set_operand_value(paddings, np.array([[0, 0], [0, 0], [0, 0], [0, 16]], np.int32))
+    padded = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4, 4, 32]))
+    model.add_operation(Op.PAD, [x, paddings], [padded])
+    fuse = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(fuse, 0)
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal((1, 4, 4, 16)).astype(np.float32)]
+    if consumer == "ADD":
+        other = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4, 4, 32]))
+        out = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4, 4, 32]))
+        model.add_operation(Op.ADD, [padded, other, fuse], [out])
+        model.identify_inputs_and_outputs([x, other], [out])
+        inputs.append(rng.standard_normal((1, 4, 4, 32)).astype(np.float32))
+        shape = [1, 4, 4, 32]
+    else:
+        weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [8, 1, 1, 32]))
+        model.set_operand_value(weights, rng.standard_normal((8, 1, 1, 32)).astype(np.float32))
+        bias = model.add_operand(OperandType(T.TENSOR_FLOAT32, [8]))
+        model.set_operand_value(bias, np.zeros(8, np.float32))
+        scalars = []
+        for value in (2, 1, 1):  # VALID padding, strides 1
+            scalars.append(model.add_operand(OperandType(T.INT32)))
+            model.set_operand_value(scalars[-1], value)
+        out = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4, 4, 8]))
+        model.add_operation(Op.CONV_2D, [padded, weights, bias, *scalars, fuse], [out])
+        model.identify_inputs_and_outputs([x], [out])
+        shape = [1, 4, 4, 8]
+    model.finish()
+    onnx_model, _, _ = lower_model(build_hal_model(model)[0])
+    convolutions = [node for node in onnx_model.graph.node if node.op_type == "Conv"]
+    assert len(convolutions) == 1  # the anchor before the ADD; only the model's own before the CONV_2D
+    assert [a.i for a in convolutions[0].attribute if a.name == "group"] == ([32] if consumer == "ADD" else [1])
+    ours, theirs = _compare_with_reference(model, inputs, shape, ort_device)
+    if consumer == "ADD":
+        np.testing.assert_array_equal(ours, theirs)
+        assert (ours[..., 16:] == inputs[1][..., 16:]).all()
+    else:
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
 def test_naming_the_discovered_driver_again_is_no_error():
