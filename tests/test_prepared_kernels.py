@@ -267,6 +267,47 @@ def test_prepared_prelu_matches_reference(alpha_shape):
     _compare(Op.PRELU, [_tensor(T.TENSOR_FLOAT32, value), alpha], OperandType(T.TENSOR_FLOAT32, [2, 5, 7, 3]))
 
 
+def _prelu_bits(x: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """PRELU of x and alpha through ``plan`` and through ``execute``, as bit patterns."""
+    operation = get_operation(Op.PRELU)
+    inputs = [_tensor(T.TENSOR_FLOAT32, x), _tensor(T.TENSOR_FLOAT32, alpha)]
+    out = OperandType(T.TENSOR_FLOAT32, list(np.broadcast_shapes(x.shape, alpha.shape)))
+    reference = operation.execute(ExecutionContext(Op.PRELU, inputs, [out]))[0]
+    prepared = operation.plan(ExecutionContext(Op.PRELU, inputs, [out]))([x, alpha])[0]
+    assert prepared.dtype == reference.dtype == np.float32 and prepared.shape == reference.shape
+    return prepared.view(np.int32), reference.view(np.int32)
+
+
+_PRELU_SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4e38, -3.4e38, 1.0, -1.0],
+                           np.float32)
+
+
+@pytest.mark.parametrize("alphas", ["below_one", "mixed", "above_one", "with_zero", "not_finite"])
+@pytest.mark.parametrize("alpha_shape", [(4,), (1, 1, 4), (3, 1, 1)])
+def test_prepared_prelu_is_bit_exact(alphas, alpha_shape):
+    """Every alpha regime (max(alpha x, x), its mirror for alpha > 1, the slope fallback
+    for alpha 0 and non-finite alphas) against ``execute`` bit for bit, signed zeros,
+    infinities, NaN and extremes included."""
+    x = (RNG.standard_normal((2, 3, 5, 4)) * 3).astype(np.float32)
+    x.reshape(-1)[:_PRELU_SPECIALS.size] = _PRELU_SPECIALS
+    x.reshape(-1)[-_PRELU_SPECIALS.size:] = _PRELU_SPECIALS[::-1]
+    pool = {"below_one": [-2.5, -1.0, -0.25, 1e-30, 0.3, 1.0], "mixed": [-1.5, -0.5, 0.5, 1.0, 1.5, 7.0],
+            "above_one": [1.0000001, 2.0, 3.5, 100.0], "with_zero": [0.0, -0.0, 0.5, 2.0],
+            "not_finite": [np.inf, -np.inf, np.nan, 0.5]}[alphas]
+    alpha = RNG.choice(np.array(pool, np.float32), size=alpha_shape).astype(np.float32)
+    alpha.reshape(-1)[:len(pool)] = pool[:alpha.size]
+    fast, slow = _prelu_bits(x, alpha)
+    np.testing.assert_array_equal(fast, slow)
+
+
+def test_prepared_prelu_alpha_broadcasting_the_input_up():
+    x = RNG.standard_normal((5, 1)).astype(np.float32)
+    alpha = np.array([[-0.5, 0.25, 2.0]], np.float32)
+    fast, slow = _prelu_bits(x, alpha)
+    assert fast.shape == (5, 3)
+    np.testing.assert_array_equal(fast, slow)
+
+
 def _dequantized_weights_model():
     """x [2, 3] -> FULLY_CONNECTED with weights DEQUANTIZE(constant uint8 [4, 3])."""
     import nnapi

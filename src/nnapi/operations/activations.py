@@ -240,14 +240,17 @@ class PRelu(Operation):
         return [result.astype(ctx.output_dtype(0), copy=False)]
 
     def plan(self, ctx: ExecutionContext):
-        """Quantized: the pair table once. Float32 with a constant alpha: one multiply by
-        a slope that is 1 where x >= 0 (x * 1 is x, NaN included) and alpha elsewhere."""
+        """Float32 with a constant alpha: two or four full passes (``_prelu_by_maximum``)
+        where numpy's maximum is known to keep its second argument on ties; otherwise one
+        multiply by a slope that is 1 where x >= 0 (x * 1 is x, NaN included) and alpha
+        elsewhere. Quantized inputs run ``execute`` (its pair table)."""
         x, alpha = ctx.input(INPUT), ctx.input(PRELU_ALPHA)
-        if x.type in QUANT8_TENSORS:
-            return None
         if x.type != T.TENSOR_FLOAT32 or not isinstance(alpha.value, np.ndarray):
             return None
         slope_alpha = np.asarray(alpha.value, dtype=np.float32)
+        fast = _prelu_by_maximum(slope_alpha)
+        if fast is not None:
+            return fast
         one = np.float32(1)
 
         def prelu(inputs: list) -> list[np.ndarray]:
@@ -255,3 +258,53 @@ class PRelu(Operation):
             return [value * np.where(value >= 0, one, slope_alpha)]
 
         return prelu
+
+
+def _maximum_keeps_second_on_ties() -> bool:
+    """Whether ``np.maximum(a, b)`` returns ``b`` where a == b (+0 against -0), in its
+    vector loops and their scalar tails alike: IEEE leaves it open and numpy does not
+    document it, so it is probed once rather than assumed."""
+    for length in (1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 64, 67, 130):
+        for zero in (0.0, -0.0):
+            first = np.full(length, zero, np.float32)
+            second = np.full(length, -zero, np.float32)
+            if not np.array_equal(np.signbit(np.maximum(first, second)), np.signbit(second)):
+                return False
+            strided = np.maximum(np.repeat(first, 2)[::2], np.repeat(second, 2)[::2])
+            if not np.array_equal(np.signbit(strided), np.signbit(second)):
+                return False
+    return True
+
+
+_MAXIMUM_KEEPS_SECOND = _maximum_keeps_second_on_ties()
+
+
+def _prelu_by_maximum(alpha: np.ndarray):
+    """PRELU as max(alpha * x, x), which equals x >= 0 ? x : alpha * x bit for bit when
+    alpha <= 1 (rounding is monotonic, so alpha * x <= x exactly where x >= 0 and >= x
+    where x < 0), +0 and -0 included because the tie keeps x. Channels with alpha > 1
+    are mirrored: -max(-alpha * x, -x), negation being exact. Two passes (four with
+    mirrored channels) instead of a compare, a broadcast select and a multiply, which
+    are several times slower. None (use the slope form) where the identity fails:
+    alpha 0 or not finite (0 * inf and inf * 0 are NaN where x >= 0 must give x), or a
+    numpy whose maximum does not keep its second argument on ties."""
+    if not _MAXIMUM_KEEPS_SECOND or alpha.size == 0 or not np.isfinite(alpha).all() or (alpha == 0).any():
+        return None
+    mirrored = alpha > 1
+    if not mirrored.any():
+        def prelu(inputs: list) -> list[np.ndarray]:
+            value = inputs[INPUT]
+            result = np.multiply(value, alpha)
+            return [np.maximum(result, value, out=result)]
+
+        return prelu
+    sign = np.where(mirrored, np.float32(-1), np.float32(1)).astype(np.float32)
+    signed_alpha = (sign * alpha).astype(np.float32)  # exact: a sign change
+
+    def mirrored_prelu(inputs: list) -> list[np.ndarray]:
+        value = inputs[INPUT]
+        result = np.multiply(value, signed_alpha)
+        np.maximum(result, value * sign, out=result)
+        return [np.multiply(result, sign, out=result)]
+
+    return mirrored_prelu
