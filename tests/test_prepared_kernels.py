@@ -429,3 +429,17 @@ def test_prepared_sequence_lstm_leaves_peephole_to_execute():
         inputs[index] = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal(4).astype(np.float32))
     context = ExecutionContext(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, output_types)
     assert get_operation(Op.UNIDIRECTIONAL_SEQUENCE_LSTM).plan(context) is None
+
+
+@pytest.mark.parametrize(("constant_shape", "shape"), [((8,), (1, 128, 128, 8)), ((1, 1, 3), (2, 5, 7, 3)),
+                                                       ((5, 1, 1), (2, 5, 7, 3)), ((), (4, 4)), ((3,), (3,)),
+                                                       ((2, 1), (2, 300))])
+def test_tile_trailing_broadcasts_to_the_same_values(constant_shape, shape):
+    from nnapi.operations._elementwise import tile_trailing
+
+    constant = RNG.standard_normal(constant_shape).astype(np.float32)
+    tiled = tile_trailing(constant, shape)
+    assert tiled.flags.c_contiguous and tiled.ndim <= len(shape)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(x * tiled, x * constant)
+    assert tiled.size >= min(256, int(np.prod(shape)))  # one innermost run per row, not per element

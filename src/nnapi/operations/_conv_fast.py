@@ -51,7 +51,10 @@ def _input_bound(tensor: Tensor) -> int:
 class _Epilogue:
     """Bias, fused activation and (quantized) output stage of one output block."""
 
-    def __init__(self, ctx: ExecutionContext, fuse: int, channels: int, work) -> None:
+    def __init__(self, ctx: ExecutionContext, fuse: int, channels: int, work, row: int = 1) -> None:
+        """``row``: the output pixels of one row of a block (blocks are whole rows), over
+        which the float bias is tiled once so that adding it runs one numpy loop per row
+        rather than one per pixel (``tile_trailing``)."""
         data, weights, bias = ctx.input(INPUT), ctx.input(FILTER), ctx.input(BIAS)
         output = ctx.output(0)
         self.dtype = dtype_of(output.type)
@@ -61,6 +64,7 @@ class _Epilogue:
             self.stage = output_stage(multipliers, shifts, output, fuse, bias.value)
         else:
             self.bias = np.asarray(bias.value, dtype=np.float32)
+            self.bias_row = np.tile(self.bias, row)
             self.clip = activation_bounds_float(fuse) if fuse != FuseCode.FUSED_NONE else None
 
     def finish(self, acc: np.ndarray, out: np.ndarray) -> None:
@@ -68,7 +72,11 @@ class _Epilogue:
         if self.quantized:
             self.stage(acc, out)
             return
-        acc += self.bias
+        if acc.flags.c_contiguous and acc.size % self.bias_row.size == 0:
+            rows = acc.reshape(-1, self.bias_row.size)  # a view
+            rows += self.bias_row
+        else:
+            acc += self.bias
         if self.clip is not None:
             np.clip(acc, *self.clip, out=acc)
         if out is not acc:
@@ -143,7 +151,7 @@ class PreparedConv:
         self.weights = shifted.reshape(oc, -1).astype(self.work, copy=False).T
         self.depth, self.channels = kh * kw * depth, oc
         self.pad = _Padder(data, sp, self.work)
-        self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work)
+        self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work, row=out_hw[1])
         self.pointwise = kh == kw == 1 and sp.stride_h == sp.stride_w == 1
         itemsize = np.dtype(self.work).itemsize
         # Each product repacks the filter inside BLAS: blocks of at least _MIN_BLOCK_PIXELS

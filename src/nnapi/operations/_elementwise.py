@@ -71,6 +71,29 @@ def broadcast_output_shape(ctx: ExecutionContext, first: int = 0, second: int = 
     return shape  # type: ignore[return-value]
 
 
+#: the shortest innermost run ``tile_trailing`` leaves a broadcast constant
+_MIN_BROADCAST_RUN = 256
+
+
+def tile_trailing(constant: np.ndarray, shape: Shape) -> np.ndarray:
+    """``constant`` as an array that broadcasts against ``shape`` to the same values,
+    materialized over ``shape``'s trailing axes until its innermost contiguous run has at
+    least 256 elements (or covers every axis). numpy's broadcasting loops run once per
+    innermost run, so a per-channel constant of shape (C,) against (N, H, W, C) pays one
+    loop per pixel (a few times slower than the arithmetic for C = 8); tiled to (W, C),
+    one per row. Prepared kernels call this once, at preparation."""
+    constant = np.asarray(constant)
+    if not shape or constant.ndim > len(shape) or np.broadcast_shapes(constant.shape, shape) != tuple(shape):
+        return constant
+    full = constant.reshape((1,) * (len(shape) - constant.ndim) + constant.shape)
+    axes, run = 0, 1
+    while axes < len(shape) and run < _MIN_BROADCAST_RUN:
+        axes += 1
+        run *= shape[-axes]
+    target = full.shape[:len(shape) - axes] + tuple(shape[len(shape) - axes:])
+    return np.ascontiguousarray(np.broadcast_to(full, target))
+
+
 def float_input(tensor: Tensor) -> np.ndarray:
     """A float tensor's values in float32: float16 operands are computed in float32 and
     rounded once at the end, as Android's kernels do."""

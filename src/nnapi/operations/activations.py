@@ -33,6 +33,7 @@ from nnapi.operations._elementwise import (
     map_quant8,
     map_quant8_pair,
     select_by_bits,
+    tile_trailing,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
 from nnapi.operations.common import (
@@ -248,7 +249,7 @@ class PRelu(Operation):
         if x.type != T.TENSOR_FLOAT32 or not isinstance(alpha.value, np.ndarray):
             return None
         slope_alpha = np.asarray(alpha.value, dtype=np.float32)
-        fast = _prelu_by_maximum(slope_alpha)
+        fast = _prelu_by_maximum(slope_alpha, x.shape)
         if fast is not None:
             return fast
         one = np.float32(1)
@@ -279,7 +280,7 @@ def _maximum_keeps_second_on_ties() -> bool:
 _MAXIMUM_KEEPS_SECOND = _maximum_keeps_second_on_ties()
 
 
-def _prelu_by_maximum(alpha: np.ndarray):
+def _prelu_by_maximum(alpha: np.ndarray, shape: Shape):
     """PRELU as max(alpha * x, x), which equals x >= 0 ? x : alpha * x bit for bit when
     alpha <= 1 (rounding is monotonic, so alpha * x <= x exactly where x >= 0 and >= x
     where x < 0), +0 and -0 included because the tie keeps x. Channels with alpha > 1
@@ -287,9 +288,11 @@ def _prelu_by_maximum(alpha: np.ndarray):
     mirrored channels) instead of a compare, a broadcast select and a multiply, which
     are several times slower. None (use the slope form) where the identity fails:
     alpha 0 or not finite (0 * inf and inf * 0 are NaN where x >= 0 must give x), or a
-    numpy whose maximum does not keep its second argument on ties."""
+    numpy whose maximum does not keep its second argument on ties. The constants are
+    tiled over the input's trailing axes (``tile_trailing``)."""
     if not _MAXIMUM_KEEPS_SECOND or alpha.size == 0 or not np.isfinite(alpha).all() or (alpha == 0).any():
         return None
+    alpha = tile_trailing(alpha, shape)
     mirrored = alpha > 1
     if not mirrored.any():
         def prelu(inputs: list) -> list[np.ndarray]:
