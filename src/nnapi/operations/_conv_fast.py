@@ -19,7 +19,9 @@ import threading
 import numpy as np
 
 from nnapi.codes import FuseCode
+from nnapi.codes import OperandCode as T
 from nnapi.operand import dtype_of
+from nnapi.operations import _jit
 from nnapi.operations._conv_common import (
     BIAS,
     FILTER,
@@ -62,6 +64,9 @@ class _Epilogue:
         if self.quantized:
             multipliers, shifts = output_multipliers(data.scale, filter_scales(weights, channels), output.scale)
             self.stage = output_stage(multipliers, shifts, output, fuse, bias.value)
+            compiled = _jit.kernels()
+            if compiled is not None:
+                self.stage = _jit.FusedOutputStage(self.stage, compiled, work, channels)
         else:
             self.bias = np.asarray(bias.value, dtype=np.float32)
             self.bias_row = np.tile(self.bias, row)
@@ -210,8 +215,20 @@ class PreparedDepthwise:
         self.pad = _Padder(data, sp, self.work)
         self.epilogue = _Epilogue(ctx, sp.fuse, channels, self.work)
         self.block_rows = max(1, _BLOCK_BYTES // (out_hw[1] * channels * 8))
+        self.compiled = _compiled_depthwise(ctx, sp, shifted, multiplier, self.epilogue)
 
     def __call__(self, values: list) -> list[np.ndarray]:
+        if self.compiled is None:
+            return self._numpy(values)
+        x = values[INPUT]
+        if self.sp.nchw:
+            x = np.ascontiguousarray(np.transpose(x, (0, 2, 3, 1)))
+        out = np.empty((x.shape[0], *self.out_hw, self.channels), dtype=self.epilogue.dtype)
+        check_deadline()
+        self.compiled(np.ascontiguousarray(x), out)
+        return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if self.sp.nchw else out]
+
+    def _numpy(self, values: list) -> list[np.ndarray]:
         sp = self.sp
         x = np.transpose(values[INPUT], (0, 2, 3, 1)) if sp.nchw else values[INPUT]
         n = x.shape[0]
@@ -236,6 +253,46 @@ class PreparedDepthwise:
                     np.einsum(self.subscripts, windows[batch, top:bottom], self.weights, out=acc)
                     self.epilogue.finish(target if direct else acc.reshape(rows, ow, self.channels), target)
         return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]
+
+
+def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray, multiplier: int,
+                        epilogue: _Epilogue):
+    """The compiled depthwise kernel (``_jit``) bound to this operation's constants, as a
+    function of the NHWC input and the output array; None where it does not apply (numba
+    absent or disabled, float16, int32 sums that could overflow)."""
+    compiled = _jit.kernels()
+    data, output = ctx.input(INPUT), ctx.output(0)
+    depth = shifted.shape[2]
+    if compiled is None or output.type == T.TENSOR_FLOAT16:
+        return None
+    geometry = (multiplier, np.array([sp.stride_h, sp.stride_w], np.int64),
+                np.array([sp.dilation_h, sp.dilation_w], np.int64), np.array([sp.pad_top, sp.pad_left], np.int64))
+    if not epilogue.quantized:
+        weights = np.ascontiguousarray(shifted, dtype=np.float32)
+        bias = np.ascontiguousarray(epilogue.bias, dtype=np.float32)
+        low, high = epilogue.clip if epilogue.clip is not None else (-np.inf, np.inf)
+        low, high = np.float32(low), np.float32(high)
+
+        def run_float(x: np.ndarray, out: np.ndarray) -> None:
+            compiled.depthwise_float(x, weights, *geometry, bias, low, high, out)
+        run = run_float
+    else:
+        # the int32 sums are exact: no partial sum can exceed max|x - zp| * sum|w|
+        largest = int(np.abs(shifted.astype(np.int64)).sum(axis=(0, 1)).max()) if shifted.size else 0
+        if _input_bound(data) * largest >= 2**31:
+            return None
+        weights = np.ascontiguousarray(shifted, dtype=np.int32)
+        zero_point = np.int32(data.zero_point)
+        stage = epilogue.stage
+        params = _jit.stage_parameters(stage.stage if isinstance(stage, _jit.FusedOutputStage) else stage, depth)
+
+        def run_quantized(x: np.ndarray, out: np.ndarray) -> None:
+            compiled.depthwise_quantized(x, zero_point, weights, *geometry, *params, out)
+        run = run_quantized
+    # compile (or load from the cache) now, at preparation, for these dtypes
+    run(np.zeros((0, 1, 1, depth // multiplier), dtype_of(data.type)),
+        np.empty((0, 1, 1, depth), dtype_of(output.type)))
+    return run
 
 
 class PreparedFullyConnected:

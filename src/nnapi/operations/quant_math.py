@@ -166,8 +166,9 @@ class OutputStage:
         self.zero_point, self.low, self.high = int(zero_point), int(low), int(high)
         self.dtype = np.dtype(dtype)
         self._low64, self._high64 = np.int64(low), np.int64(high)
-        self.fast = not np.any(self.shifts > 0)
         right = np.maximum(-self.shifts, 0)
+        # the folded form shifts the zero point left by 31 + r: it must fit in int64
+        self.fast = not np.any(self.shifts > 0) and 32 + int(right.max()) + abs(self.zero_point).bit_length() < 63
         half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
         m = self.multipliers
         self._constant = self.bias * m + (1 << 30) + (half << 31) + (np.int64(self.zero_point) << (31 + right))

@@ -1,0 +1,136 @@
+"""Compiled kernels of the prepared path (the optional ``nnapi[fast]`` extra, on numba).
+
+Imported only through ``nnapi.operations._jit``, and only when numba is installed and not
+disabled: this module imports numba at its top. Each kernel is a single pass over its data
+doing what numpy needs several passes (and int64 temporaries) for:
+
+- ``requantize_rows``: the quantized output stage of convolutions and matrix products
+  (``quant_math.OutputStage``): int32 accumulators (or floats holding exact integers)
+  plus bias, TFLite's MultiplyByQuantizedMultiplier per channel, zero point, clamp,
+  narrowed to the output type.
+- ``depthwise_quantized``: DEPTHWISE_CONV_2D on stored 8-bit inputs, summed exactly in
+  int32 straight from the unpadded input (padding taps hold the zero point, so they add
+  nothing and are skipped), followed by the same output stage per output pixel.
+- ``depthwise_float``: the float32 DEPTHWISE_CONV_2D with bias and the activation clamp.
+
+The numpy kernels remain the reference; tests compare these with them bit for bit
+(quantized) and within float32 rounding (float). Functions compile lazily at their first
+call for each argument type and are cached on disk (``cache=True``), so a process pays
+the compilation once per machine, later ones only load it.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
+
+_jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
+
+
+@_jit
+def _finish(acc, bias, multipliers, lefts, rights, halves, zero_point, low, high, out):
+    """The output stage of one output pixel: ``acc`` (one value per channel) into ``out``.
+
+    TFLite's MultiplyByQuantizedMultiplier (see quant_math) without branches, so that the
+    loop over channels vectorizes: x = acc + bias shifted left and saturated to int32;
+    the rounding doubling high multiply trunc((x * m + nudge) / 2**31), nudge 2**30 or
+    1 - 2**30 by the product's sign, equals floor((x * m + 2**30) / 2**31) for every
+    product (m >= 0 from QuantizeMultiplier; the INT32_MIN * INT32_MIN case cannot occur);
+    the right shift by r rounding halves away from zero is
+    floor((h + 2**(r - 1) - [h < 0 and r > 0]) / 2**r). Per-channel arrays: ``halves`` =
+    2**(r - 1) and 0 for r = 0, ``lefts`` / ``rights`` the shifts, one value per channel.
+    """
+    for c in range(acc.shape[0]):
+        x = (np.int64(acc[c]) + bias[c]) << lefts[c]
+        x32 = np.int32(min(max(x, _INT32_MIN), _INT32_MAX))
+        h = (np.int64(x32) * np.int64(multipliers[c]) + (1 << 30)) >> 31
+        half = halves[c]
+        value = ((h + half + ((h >> 63) & -np.int64(half > 0))) >> rights[c]) + zero_point
+        out[c] = min(max(value, low), high)
+
+
+@_jit
+def requantize_rows(acc, bias, multipliers, lefts, rights, halves, zero_point, low, high, out):
+    """Output stage of a (rows, channels) block of accumulators into ``out`` (same shape);
+    ``bias``, ``multipliers``, ``lefts``, ``rights``, ``halves``: one value per channel."""
+    for r in range(acc.shape[0]):
+        _finish(acc[r], bias, multipliers, lefts, rights, halves, zero_point, low, high, out[r])
+
+
+@_jit
+def depthwise_quantized(x, input_zero_point, weights, multiplier, strides, dilations, pads,
+                        bias, multipliers, lefts, rights, halves, zero_point, low, high, out):
+    """Quantized DEPTHWISE_CONV_2D: ``x`` (N, H, W, C) stored 8-bit values, ``weights``
+    (KH, KW, C * multiplier) int32 with their zero point subtracted, ``strides`` /
+    ``dilations`` (h, w), ``pads`` (top, left); writes ``out`` (N, OH, OW, C * multiplier)."""
+    n, height, width, channels = x.shape
+    kh, kw, depth = weights.shape
+    _, oh, ow, _ = out.shape
+    acc = np.empty(depth, np.int32)
+    shifted = np.empty(channels, np.int32)
+    for b in range(n):
+        for oy in range(oh):
+            for ox in range(ow):
+                acc[:] = 0
+                for i in range(kh):
+                    y = oy * strides[0] - pads[0] + i * dilations[0]
+                    if y < 0 or y >= height:
+                        continue
+                    for j in range(kw):
+                        xx = ox * strides[1] - pads[1] + j * dilations[1]
+                        if xx < 0 or xx >= width:
+                            continue
+                        row = x[b, y, xx]
+                        w = weights[i, j]
+                        if multiplier == 1:
+                            for c in range(channels):
+                                acc[c] += (np.int32(row[c]) - input_zero_point) * w[c]
+                        else:
+                            for c in range(channels):
+                                shifted[c] = np.int32(row[c]) - input_zero_point
+                            for c in range(channels):
+                                for q in range(multiplier):
+                                    acc[c * multiplier + q] += shifted[c] * w[c * multiplier + q]
+                _finish(acc, bias, multipliers, lefts, rights, halves, zero_point, low, high, out[b, oy, ox])
+
+
+@_jit
+def depthwise_float(x, weights, multiplier, strides, dilations, pads, bias, low, high, out):
+    """Float32 DEPTHWISE_CONV_2D: ``x`` (N, H, W, C), ``weights`` (KH, KW, C * multiplier),
+    ``bias`` per output channel, results clamped to [``low``, ``high``] into ``out``."""
+    n, height, width, channels = x.shape
+    kh, kw, depth = weights.shape
+    _, oh, ow, _ = out.shape
+    acc = np.empty(depth, np.float32)
+    for b in range(n):
+        for oy in range(oh):
+            for ox in range(ow):
+                acc[:] = 0
+                for i in range(kh):
+                    y = oy * strides[0] - pads[0] + i * dilations[0]
+                    if y < 0 or y >= height:
+                        continue
+                    for j in range(kw):
+                        xx = ox * strides[1] - pads[1] + j * dilations[1]
+                        if xx < 0 or xx >= width:
+                            continue
+                        row = x[b, y, xx]
+                        w = weights[i, j]
+                        if multiplier == 1:
+                            for c in range(channels):
+                                acc[c] += row[c] * w[c]
+                        else:
+                            for c in range(channels):
+                                for q in range(multiplier):
+                                    acc[c * multiplier + q] += row[c] * w[c * multiplier + q]
+                target = out[b, oy, ox]
+                for c in range(depth):
+                    value = acc[c] + bias[c]
+                    if value < low:  # NaN stays NaN, as with np.clip
+                        value = low
+                    elif value > high:
+                        value = high
+                    target[c] = value

@@ -1,0 +1,227 @@
+"""The compiled kernels (``nnapi[fast]``, numba) against the numpy path they replace.
+
+The same prepared operation is built twice, once with the compiled kernels and once with
+``NNAPI_NO_NUMBA=1`` (the numpy path, itself tested against the reference in
+test_prepared_kernels), on random shapes and values including the edge cases: per-channel
+filters, positive and negative shifts, saturation, dilation, padding wider than the
+kernel reach, depth multipliers, empty batches, NCHW. Quantized results must agree bit
+for bit, float32 results to rounding. Skipped when numba is not installed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from nnapi import OperandCode as T  # noqa: E402
+from nnapi import OperandType  # noqa: E402
+from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.codes import FuseCode  # noqa: E402
+from nnapi.operand import SymmPerChannelQuantParams  # noqa: E402
+from nnapi.operations import _jit, get_operation  # noqa: E402
+from nnapi.operations._conv_fast import PreparedDepthwise  # noqa: E402
+from nnapi.operations.base import ExecutionContext, Tensor  # noqa: E402
+from nnapi.operations.quant_math import OutputStage, quantize_multipliers  # noqa: E402
+
+RNG = np.random.default_rng(23)
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _tensor(code, value, scale=0.0, zero_point=0, channel_quant=None) -> Tensor:
+    value = np.asarray(value)
+    return Tensor(code, tuple(value.shape), scale, zero_point, channel_quant, value)
+
+
+def _scalar(code, value) -> Tensor:
+    dtype = {T.INT32: np.int32, T.BOOL: np.bool_}[code]
+    return Tensor(code, (), 0.0, 0, None, np.array(value, dtype=dtype))
+
+
+# --- the output stage -----------------------------------------------------------------------
+def _stage(channels: int, shifts, dtype, low=None, high=None, zero_point=None, biases=None) -> OutputStage:
+    info = np.iinfo(dtype)
+    multipliers = RNG.integers(1 << 30, 1 << 31, len(shifts))
+    multipliers[:1] = (1 << 31) - 1  # the largest Q31 mantissa
+    zero_point = int(RNG.integers(info.min, info.max + 1)) if zero_point is None else zero_point
+    bias = RNG.integers(-(1 << 20), 1 << 20, channels if biases is None else biases)
+    return OutputStage(multipliers, shifts, bias, zero_point, info.min if low is None else low,
+                       info.max if high is None else high, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("acc_dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("shifts", ["negative", "mixed", "zero", "one"])
+def test_output_stage_matches_numpy(dtype, acc_dtype, shifts):
+    channels = int(RNG.integers(1, 40))
+    shift = {"negative": RNG.integers(-31, 0, channels), "mixed": RNG.integers(-20, 6, channels),
+             "zero": np.zeros(channels, np.int64), "one": np.array([-7])}[shifts]
+    if shifts == "one":  # a single (per-tensor) multiplier and shift for every channel
+        stage = _stage(1, shift, dtype, biases=channels)
+    else:
+        stage = _stage(channels, shift, dtype)
+    bound = 2**23 if acc_dtype == np.float32 else 2**30
+    acc = RNG.integers(-bound, bound, (257, channels))
+    acc[:8] = RNG.integers(-300, 300, (8, channels))  # near zero: rounding ties, the zero point
+    acc[8] = -stage.bias  # x = 0
+    acc = acc.astype(acc_dtype)
+    fused = _jit.FusedOutputStage(stage, _jit.kernels(), acc_dtype, channels)
+    out = np.empty(acc.shape, dtype)
+    assert fused(acc, out) is out
+    np.testing.assert_array_equal(out, stage.reference(acc))
+    np.testing.assert_array_equal(out, stage(acc))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_output_stage_saturates_like_the_definition(dtype):
+    """Accumulators + bias past int32 saturate before the multiply; positive shifts
+    saturate after the left shift; results past the type or a fused clamp saturate."""
+    channels = 6
+    stage = _stage(channels, np.array([3, 0, -1, -31, 1, 30]), dtype)
+    acc = np.array([[INT32_MAX] * channels, [INT32_MIN] * channels, [2**40] * channels, [-(2**40)] * channels,
+                    [1 << 29] * channels, [-(1 << 29)] * channels, [0] * channels], np.int64)
+    fused = _jit.FusedOutputStage(stage, _jit.kernels(), np.int64, channels)
+    out = np.empty(acc.shape, dtype)
+    np.testing.assert_array_equal(fused(acc, out), stage.reference(acc))
+    info = np.iinfo(dtype)
+    clamped = _stage(channels, np.full(channels, -9), dtype, low=info.min + 20, high=info.min + 40,
+                     zero_point=info.min + 20)
+    acc = RNG.integers(-(1 << 20), 1 << 20, (300, channels)).astype(np.float32)
+    fused = _jit.FusedOutputStage(clamped, _jit.kernels(), np.float32, channels)
+    np.testing.assert_array_equal(fused(acc, np.empty(acc.shape, dtype)), clamped.reference(acc))
+
+
+def test_output_stage_of_real_multipliers_matches_numpy():
+    """Multipliers from QuantizeMultiplier of real scale ratios (the production case),
+    tiny ones flushed to zero included."""
+    reals = np.concatenate([RNG.uniform(1e-5, 0.9, 30), [2.0**-33, 1.0, 1.5, 3.99]])
+    multipliers, shifts = quantize_multipliers(reals)
+    stage = OutputStage(multipliers, shifts, RNG.integers(-5000, 5000, reals.size), -3, -128, 127, np.int8)
+    acc = RNG.integers(-(1 << 21), 1 << 21, (100, reals.size)).astype(np.float32)
+    fused = _jit.FusedOutputStage(stage, _jit.kernels(), np.float32, reals.size)
+    np.testing.assert_array_equal(fused(acc, np.empty(acc.shape, np.int8)), stage(acc))
+
+
+def test_output_stage_writes_strided_outputs_through_numpy():
+    stage = _stage(4, np.full(4, -8), np.uint8)
+    fused = _jit.FusedOutputStage(stage, _jit.kernels(), np.float32, 4)
+    acc = RNG.integers(-(1 << 16), 1 << 16, (5, 8)).astype(np.float32)[:, ::2]
+    out = np.zeros((5, 8), np.uint8)[:, 1::2]
+    fused(acc, out)
+    np.testing.assert_array_equal(out, stage.reference(acc))
+
+
+# --- depthwise convolution -------------------------------------------------------------------
+def _depthwise_case(kind: str, rng):
+    """Random DEPTHWISE_CONV_2D inputs and output type of one kind."""
+    batches = int(rng.choice([0, 1, 2]))
+    channels, multiplier = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+    kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    stride_h, stride_w = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    dilation_h, dilation_w = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    height, width = int(rng.integers(1, 12)), int(rng.integers(1, 12))
+    pads = [int(p) for p in rng.integers(0, 5, 4)]  # left, right, top, bottom; wider than reach sometimes
+    out_h = (height + pads[2] + pads[3] - (kh - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (width + pads[0] + pads[1] - (kw - 1) * dilation_w - 1) // stride_w + 1
+    if out_h <= 0 or out_w <= 0:
+        return None
+    nchw = bool(rng.integers(0, 2))
+    depth = channels * multiplier
+    x_shape = (batches, channels, height, width) if nchw else (batches, height, width, channels)
+    out_shape = [batches, depth, out_h, out_w] if nchw else [batches, out_h, out_w, depth]
+    fuse = int(rng.choice([FuseCode.FUSED_NONE, FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6]))
+    args = [_scalar(T.INT32, v) for v in (*pads, stride_w, stride_h, multiplier, fuse)]
+    args += [_scalar(T.BOOL, nchw), _scalar(T.INT32, dilation_w), _scalar(T.INT32, dilation_h)]
+    taps = kh * kw
+    if kind == "float32":
+        x = _tensor(T.TENSOR_FLOAT32, rng.standard_normal(x_shape).astype(np.float32))
+        w = _tensor(T.TENSOR_FLOAT32, rng.standard_normal((1, kh, kw, depth)).astype(np.float32))
+        b = _tensor(T.TENSOR_FLOAT32, rng.standard_normal(depth).astype(np.float32))
+        return [x, w, b, *args], OperandType(T.TENSOR_FLOAT32, out_shape)
+    if kind == "quant8":
+        x_zp, w_zp = int(rng.integers(0, 256)), int(rng.integers(0, 256))
+        x = _tensor(T.TENSOR_QUANT8_ASYMM, rng.integers(0, 256, x_shape).astype(np.uint8), 0.02, x_zp)
+        w = _tensor(T.TENSOR_QUANT8_ASYMM, rng.integers(0, 256, (1, kh, kw, depth)).astype(np.uint8), 0.01, w_zp)
+        b = _tensor(T.TENSOR_INT32, rng.integers(-20000, 20000, depth).astype(np.int32),
+                    float(np.float32(0.02) * np.float32(0.01)))
+        # small output scales saturate often; large ones exercise positive shifts rarely
+        out_scale = float(0.0002 * np.sqrt(taps) * rng.choice([0.5, 20, 60, 2000]))
+        return [x, w, b, *args], OperandType(T.TENSOR_QUANT8_ASYMM, out_shape, out_scale, int(rng.integers(0, 256)))
+    scales = tuple(float(s) for s in rng.uniform(0.0005, 0.05, depth))
+    x = _tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, rng.integers(-128, 128, x_shape).astype(np.int8), 0.03,
+                int(rng.integers(-128, 128)))
+    w = _tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, rng.integers(-127, 128, (1, kh, kw, depth)).astype(np.int8),
+                0.0, 0, SymmPerChannelQuantParams(3, scales))
+    b = _tensor(T.TENSOR_INT32, rng.integers(-40000, 40000, depth).astype(np.int32), 0.0)
+    out_scale = float(0.03 * 0.01 * np.sqrt(taps) * rng.choice([0.001, 1, 40, 200]))
+    return [x, w, b, *args], OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, out_shape, out_scale,
+                                         int(rng.integers(-128, 128)))
+
+
+def _plan(code, inputs, output):
+    return get_operation(code).plan(ExecutionContext(code, inputs, [output]))
+
+
+@pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel", "float32"])
+@pytest.mark.parametrize("seed", range(12))
+def test_depthwise_matches_numpy(kind, seed, monkeypatch):
+    rng = np.random.default_rng(1000 + seed)
+    case = None
+    while case is None:
+        case = _depthwise_case(kind, rng)
+    inputs, output = case
+    compiled = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
+    assert isinstance(compiled, PreparedDepthwise) and compiled.compiled is not None
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        reference = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
+    assert reference.compiled is None
+    values = [tensor.value for tensor in inputs]
+    fast, slow = compiled(values)[0], reference(values)[0]
+    assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(output.dimensions)
+    if kind == "float32":
+        np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(slow).max(initial=0))))
+    else:
+        np.testing.assert_array_equal(fast, slow)
+
+
+def test_depthwise_mobilenet_layer_matches_numpy():
+    """A MobileNet-sized layer (112x112x32, 3x3, SAME, ReLU6) at full input range."""
+    inputs = [
+        _tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, (1, 112, 112, 32)).astype(np.uint8), 0.0235, 0),
+        _tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, (1, 3, 3, 32)).astype(np.uint8), 0.34, 165),
+        _tensor(T.TENSOR_INT32, RNG.integers(-30000, 30000, 32).astype(np.int32),
+                float(np.float32(0.0235) * np.float32(0.34))),
+        *[_scalar(T.INT32, v) for v in (1, 1, 1, 1, 1, 1, 1, FuseCode.FUSED_RELU6)],
+    ]
+    output = OperandType(T.TENSOR_QUANT8_ASYMM, [1, 112, 112, 32], 0.0235, 0)
+    compiled = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
+    values = [tensor.value for tensor in inputs]
+    want = get_operation(Op.DEPTHWISE_CONV_2D).execute(ExecutionContext(Op.DEPTHWISE_CONV_2D, inputs, [output]))
+    np.testing.assert_array_equal(compiled(values)[0], want[0])
+
+
+def test_disabled_by_the_environment(monkeypatch):
+    assert _jit.kernels() is not None
+    monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
+    assert _jit.kernels() is None
+    monkeypatch.setenv(_jit.DISABLE_VARIABLE, "0")
+    assert _jit.kernels() is not None
+
+
+def test_depthwise_keeps_float16_and_overflowing_sums_on_numpy():
+    """float16 is computed by the numpy path; so are quantized sums that int32 could not hold."""
+    f16 = [_tensor(T.TENSOR_FLOAT16, RNG.standard_normal((1, 5, 5, 2)).astype(np.float16)),
+           _tensor(T.TENSOR_FLOAT16, RNG.standard_normal((1, 3, 3, 2)).astype(np.float16)),
+           _tensor(T.TENSOR_FLOAT16, RNG.standard_normal(2).astype(np.float16)),
+           *[_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 1, 0)]]
+    assert _plan(Op.DEPTHWISE_CONV_2D, f16, OperandType(T.TENSOR_FLOAT16, [1, 3, 3, 2])).compiled is None
+    big = [_tensor(T.TENSOR_QUANT8_ASYMM, np.full((1, 190, 190, 1), 255, np.uint8), 1.0, 0),
+           _tensor(T.TENSOR_QUANT8_ASYMM, np.full((1, 190, 190, 1), 255, np.uint8), 1.0, 0),
+           _tensor(T.TENSOR_INT32, np.zeros(1, np.int32), 1.0),
+           *[_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 1, 0)]]
+    output = OperandType(T.TENSOR_QUANT8_ASYMM, [1, 1, 1, 1], 2.0**30, 0)
+    kernel = _plan(Op.DEPTHWISE_CONV_2D, big, output)
+    assert kernel.compiled is None
+    assert kernel([t.value for t in big])[0][0, 0, 0, 0] == round(190 * 190 * 255 * 255 / 2**30)
