@@ -236,6 +236,35 @@ def test_prelu_equals_the_reference_exactly(ort_device, alphas, shape):
     assert (ours != value).any()  # negative inputs were scaled
 
 
+@pytest.mark.parametrize("alphas", [[np.inf, 0.5, 2.0], [-np.inf, 0.25, 0.5], [np.nan, 1.0, -1.0]])
+@pytest.mark.parametrize("shape", [[1, 4, 5, 3], [4, 5, 3]])
+@pytest.mark.parametrize("alpha_given", ["constant", "at execution"])
+def test_prelu_with_non_finite_or_runtime_alpha_equals_the_reference(ort_device, alphas, shape, alpha_given):
+    """An infinite or NaN alpha times the zeros of x >= 0 would be NaN in the faster forms;
+    PRELU gives x there (and alpha * 0 where x is a zero): the reference's values bit for
+    bit, alpha a constant or an input."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    alpha = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 3]))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    alpha_value = np.array(alphas, np.float32).reshape(1, 1, 3)
+    inputs = [x]
+    if alpha_given == "constant":
+        model.set_operand_value(alpha, alpha_value)
+    else:
+        inputs.append(alpha)
+    model.add_operation(Op.PRELU, [x, alpha], [y])
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    value = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    value.reshape(-1)[:6] = [0.0, -0.0, np.inf, -np.inf, 0.0, -0.0]
+    values = [value] if alpha_given == "constant" else [value, alpha_value]
+    ours, theirs = _compare_with_reference(model, values, shape, ort_device)
+    np.testing.assert_array_equal(ours, theirs)
+    positive = value > 0
+    np.testing.assert_array_equal(ours[positive], value[positive])  # x where x > 0, whatever alpha
+
+
 @pytest.mark.parametrize("consumer", ["ADD", "CONV_2D"])
 def test_channel_pad_before_an_element_wise_operation_enters_nchwc_once(ort_device, consumer):
     """PAD of the channels (MediaPipe's residual widening) followed by an ADD gets an

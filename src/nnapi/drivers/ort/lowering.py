@@ -644,14 +644,20 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("alpha must broadcast to the input's shape")
     if output.type in FLOATS:
         known = g.raw_constant(operation.inputs[1])
-        if known is not None and known.size and x.rank == 4 and all(d == 1 for d in alpha.dims[:-1]):
+        # The faster forms multiply alpha by zeros where x >= 0 (or by x = 0), which is NaN
+        # for an infinite or NaN alpha where PRELU gives x: they need a finite constant.
+        finite = known is not None and known.size > 0 and bool(np.isfinite(known).all())
+        if finite and x.rank == 4 and all(d == 1 for d in alpha.dims[:-1]):
             y = _prelu_blocked(g, x, known.astype(np.float32).reshape(-1))
-        elif known is not None and known.size and bool(np.all(known.astype(np.float32) <= 1.0)):
-            # alpha <= 1 (and not NaN): x >= alpha * x exactly where x >= 0, so the larger
-            # of the two is PRELU's value, in two ops instead of four
+        elif finite and bool(np.all(known.astype(np.float32) <= 1.0)):
+            # alpha <= 1: x >= alpha * x exactly where x >= 0, so the larger of the two is
+            # PRELU's value, in two ops instead of four
             y = g.one("Max", [x.name, g.one("Mul", [x.name, alpha.name])])
-        else:
+        elif finite:
             y = _prelu(g, x.name, alpha.name)
+        else:  # alpha given at execution, or not finite: PRELU's own definition
+            zero = g.constant(np.array(0.0, np.float32))
+            y = g.one("Where", [g.one("GreaterOrEqual", [x.name, zero]), x.name, g.one("Mul", [x.name, alpha.name])])
     elif output.type in QUANT8:
         y = g.quantize(_prelu(g, g.dequantize(x), g.dequantize(alpha)), output)
     else:
