@@ -444,3 +444,81 @@ def test_tile_trailing_broadcasts_to_the_same_values(constant_shape, shape):
     x = RNG.standard_normal(shape).astype(np.float32)
     np.testing.assert_array_equal(x * tiled, x * constant)
     assert tiled.size >= min(256, int(np.prod(shape)))  # one innermost run per row, not per element
+
+
+def _compare_exactly(code: Op, inputs: list[Tensor], output: OperandType) -> None:
+    """``plan`` against ``execute``: the same dtype, shape and bits (copying operations)."""
+    operation = get_operation(code)
+    reference = operation.execute(ExecutionContext(code, inputs, [output]))
+    kernel = operation.plan(ExecutionContext(code, inputs, [output]))
+    assert kernel is not None
+    prepared = kernel([tensor.value for tensor in inputs])
+    for fast, slow in zip(prepared, reference, strict=True):
+        assert fast.dtype == slow.dtype and fast.shape == slow.shape and fast.flags.c_contiguous
+        np.testing.assert_array_equal(fast.view(np.uint8), slow.view(np.uint8))
+
+
+_COPY_KINDS = {"float32": (T.TENSOR_FLOAT32, np.float32, 0.0, 0), "float16": (T.TENSOR_FLOAT16, np.float16, 0.0, 0),
+               "quant8": (T.TENSOR_QUANT8_ASYMM, np.uint8, 0.5, 7),
+               "quant8_signed": (T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8, 0.5, -3)}
+
+
+def _copy_input(kind: str, shape) -> Tensor:
+    code, dtype, scale, zero = _COPY_KINDS[kind]
+    if dtype in (np.uint8, np.int8):
+        info = np.iinfo(dtype)
+        return _tensor(code, RNG.integers(info.min, info.max + 1, shape).astype(dtype), scale, zero)
+    value = RNG.standard_normal(shape).astype(dtype)
+    value.reshape(-1)[:2] = [-0.0, np.nan]
+    return _tensor(code, value, scale, zero)
+
+
+@pytest.mark.parametrize("kind", list(_COPY_KINDS))
+@pytest.mark.parametrize("code", [Op.PAD, Op.PAD_V2])
+@pytest.mark.parametrize("paddings", [[[0, 0], [1, 2], [0, 1], [0, 4]], [[0, 0], [0, 0], [0, 0], [0, 0]]])
+def test_prepared_pad_matches_reference(kind, code, paddings):
+    data = _copy_input(kind, (2, 3, 4, 5))
+    pads = np.array(paddings, np.int32)
+    inputs = [data, _tensor(T.TENSOR_INT32, pads)]
+    if code == Op.PAD_V2:
+        float_kind = kind.startswith("float")
+        value_code = {"float32": T.FLOAT32, "float16": T.FLOAT16}.get(kind, T.INT32)
+        value = np.array(-0.0 if kind == "float32" else 1.5, np.float16 if kind == "float16" else np.float32) \
+            if float_kind else np.array(9, np.int32)
+        inputs.append(Tensor(value_code, (), 0.0, 0, None, value))
+    shape = [d + int(b) + int(a) for d, (b, a) in zip(data.shape, paddings, strict=True)]
+    code_type, _, scale, zero = _COPY_KINDS[kind]
+    _compare_exactly(code, inputs, OperandType(code_type, shape, scale, zero))
+
+
+@pytest.mark.parametrize("kind", list(_COPY_KINDS))
+def test_prepared_slices_match_reference(kind):
+    code_type, _, scale, zero = _COPY_KINDS[kind]
+    data = _copy_input(kind, (2, 5, 6, 3))
+    begin, size = np.array([0, 1, 2, 0], np.int32), np.array([-1, 3, 2, 2], np.int32)
+    _compare_exactly(Op.SLICE, [data, _tensor(T.TENSOR_INT32, begin), _tensor(T.TENSOR_INT32, size)],
+                     OperandType(code_type, [2, 3, 2, 2], scale, zero))
+    strided = [data, _tensor(T.TENSOR_INT32, np.array([0, 4, 1, 0], np.int32)),
+               _tensor(T.TENSOR_INT32, np.array([1, 0, 6, 3], np.int32)),
+               _tensor(T.TENSOR_INT32, np.array([1, -2, 2, 1], np.int32)),
+               _scalar(T.INT32, 0), _scalar(T.INT32, 0), _scalar(T.INT32, 1)]
+    _compare_exactly(Op.STRIDED_SLICE, strided, OperandType(code_type, [2, 3, 3], scale, zero))
+
+
+@pytest.mark.parametrize("kind", list(_COPY_KINDS))
+@pytest.mark.parametrize("axis", [0, 3])
+def test_prepared_concatenation_matches_reference(kind, axis):
+    code_type, _, scale, zero = _COPY_KINDS[kind]
+    first, second = _copy_input(kind, (2, 3, 4, 5)), _copy_input(kind, (2, 3, 4, 5))
+    shape = [2, 3, 4, 5]
+    shape[axis] *= 2
+    _compare_exactly(Op.CONCATENATION, [first, second, _scalar(T.INT32, axis)],
+                     OperandType(code_type, shape, scale, zero))
+
+
+def test_concatenation_requantizing_inputs_runs_execute():
+    first = _copy_input("quant8", (2, 3))
+    other = Tensor(T.TENSOR_QUANT8_ASYMM, (2, 3), 0.25, 7, None, first.value)
+    context = ExecutionContext(Op.CONCATENATION, [first, other, _scalar(T.INT32, 0)],
+                               [OperandType(T.TENSOR_QUANT8_ASYMM, [4, 3], 0.5, 7)])
+    assert get_operation(Op.CONCATENATION).plan(context) is None

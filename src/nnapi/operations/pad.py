@@ -50,11 +50,22 @@ def _padded_shape(ctx: ExecutionContext) -> tuple[np.ndarray, tuple[int, ...]]:
 def _pad_constant(value: np.ndarray, paddings: np.ndarray, fill, dtype: np.dtype) -> np.ndarray:
     """Allocate the padded output filled with ``fill`` and copy the input into its middle
     (faster than np.pad for the constant case)."""
-    out_shape = tuple(int(d) for d in paddings[:, 0] + np.asarray(value.shape) + paddings[:, 1])
-    output = np.full(out_shape, fill, dtype=dtype)
-    window = tuple(slice(int(b), int(b) + size) for b, size in zip(paddings[:, 0], value.shape, strict=True))
-    output[window] = value
-    return output
+    return _constant_padder(value.shape, paddings, fill, dtype)(value)
+
+
+def _constant_padder(shape: Shape, paddings: np.ndarray, fill, dtype: np.dtype):
+    """The constant pad of inputs of ``shape``, its output shape and window found once."""
+    out_shape = tuple(int(d) for d in paddings[:, 0] + np.asarray(shape, dtype=np.int64) + paddings[:, 1])
+    window = tuple(slice(int(b), int(b) + size) for b, size in zip(paddings[:, 0], shape, strict=True))
+    dtype = np.dtype(dtype)
+    zero = dtype.type(fill) == 0 and not np.signbit(dtype.type(fill))  # np.zeros: pages come zeroed
+
+    def pad(value: np.ndarray) -> np.ndarray:
+        output = np.zeros(out_shape, dtype=dtype) if zero else np.full(out_shape, fill, dtype=dtype)
+        output[window] = value
+        return output
+
+    return pad
 
 
 # Beyond Android's CPU kernels, which refuse a zero-sized input here: the result is well defined
@@ -79,13 +90,21 @@ class Pad(Operation):
         return [_padded_shape(ctx)[1]]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        source = ctx.input(INPUT)
         paddings, _ = _padded_shape(ctx)
+        return [_pad_constant(ctx.value(INPUT), paddings, self._fill(ctx), ctx.output_dtype(0))]
+
+    def _fill(self, ctx: ExecutionContext):
+        source = ctx.input(INPUT)
         if self.code == OperationCode.PAD_V2:
-            fill = ctx.scalar(PAD_V2_VALUE)
-        else:
-            fill = source.zero_point if source.type in QUANT8_TENSORS else 0
-        return [_pad_constant(source.value, paddings, fill, ctx.output_dtype(0))]
+            return ctx.scalar(PAD_V2_VALUE)
+        return source.zero_point if source.type in QUANT8_TENSORS else 0
+
+    def plan(self, ctx: ExecutionContext):
+        """Static shape and constant paddings (and value): the output shape and the window
+        of the input found once."""
+        paddings, _ = _padded_shape(ctx)
+        pad = _constant_padder(ctx.input(INPUT).shape, paddings, self._fill(ctx), ctx.output_dtype(0))
+        return lambda values: [pad(values[INPUT])]
 
 
 @register(OperationCode.MIRROR_PAD)

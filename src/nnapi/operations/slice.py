@@ -77,6 +77,12 @@ class Slice(Operation):
         window = tuple(slice(int(b), int(b + s)) for b, s in zip(begin, size, strict=True))
         return [np.ascontiguousarray(ctx.value(INPUT)[window])]
 
+    def plan(self, ctx: ExecutionContext):
+        """The window found once (static shape, constant begin and size)."""
+        begin, size = self._bounds(ctx)
+        window = tuple(slice(int(b), int(b + s)) for b, s in zip(begin, size, strict=True))
+        return lambda values: [np.ascontiguousarray(values[INPUT][window])]
+
 
 def _clamp(index: int, dim: int, positive: bool) -> int:
     """Where a begin/end index lands, as Android's ClampedIndex puts it."""
@@ -137,3 +143,8 @@ class StridedSlice(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         slices, shape = self._plan(ctx)
         return [np.ascontiguousarray(ctx.value(INPUT)[slices]).reshape(shape)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The slices and the output shape found once (static shape, constant arguments)."""
+        slices, shape = self._plan(ctx)
+        return lambda values: [np.ascontiguousarray(values[INPUT][slices]).reshape(shape)]
