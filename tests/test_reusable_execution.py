@@ -134,6 +134,49 @@ def test_memories_and_strided_arrays_stay_on_the_per_computation_path():
 
 
 @pytest.mark.parametrize("use_burst", [False, True])
+def test_mapped_memories_are_bound_and_read_at_every_computation(use_burst):
+    compilation = compiled(add_model(dims=(2,)))
+    a, out = nnapi.Memory.create_shared(8), nnapi.Memory.create_shared(8)
+    b = np.array([10, 20], np.float32)
+    execution = nnapi.Execution(compilation)
+    execution.set_reusable(True)
+    execution.set_input_from_memory(0, a, 0, 8)
+    execution.set_input(1, b)
+    execution.set_output_from_memory(0, out, 0, 8)
+    burst = nnapi.Burst(compilation)
+    for values in ([1, 2], [3, 4], [-5, 0.5]):
+        np.frombuffer(a.buffer, np.float32)[:] = values
+        execution.burst_compute(burst) if use_burst else execution.compute()
+        np.testing.assert_array_equal(np.frombuffer(out.buffer, np.float32), np.float32(values) + b)
+    assert execution._bound is not None and set(map(id, execution._bound_memories)) == {id(a), id(out)}
+    a.free()  # bound, yet a freed memory is still refused
+    with pytest.raises(nnapi.BadStateError, match="freed"):
+        execution.burst_compute(burst) if use_burst else execution.compute()
+
+
+def test_a_memory_read_through_its_descriptor_is_not_bound(tmp_path):
+    compilation = compiled(add_model(dims=(2,)))
+    with open(tmp_path / "a.bin", "w+b") as file:  # a regular file: pread at every computation
+        file.write(np.float32([1, 2]).tobytes())
+        file.flush()
+        memory = nnapi.Memory.from_fd(8, nnapi.PROT_READ | nnapi.PROT_WRITE, file.fileno(), 0)
+        out = np.zeros(2, np.float32)
+        execution = nnapi.Execution(compilation)
+        execution.set_reusable(True)
+        execution.set_input_from_memory(0, memory, 0, 8)
+        execution.set_input(1, np.ones(2, np.float32))
+        execution.set_output(0, out)
+        execution.compute()
+        np.testing.assert_array_equal(out, [2, 3])
+        file.seek(0)
+        file.write(np.float32([5, 6]).tobytes())
+        file.flush()
+        execution.compute()
+        np.testing.assert_array_equal(out, [6, 7])
+        assert execution._bound is None
+
+
+@pytest.mark.parametrize("use_burst", [False, True])
 def test_a_failing_driver_falls_back_on_every_computation(register, use_burst):
     faulty = register(FaultyDevice("faulty-reusable", fail_execute=True))
     compilation = compiled(add_model())

@@ -88,6 +88,8 @@ class Execution(NnapiObject):
         self._lock = threading.Lock()
         #: (runner, its IExecution) for a reusable execution whose request is bound (see _run)
         self._bound: tuple[Any, Any] | None = None
+        #: the memories a bound request maps (checked alive at each computation)
+        self._bound_memories: tuple[Memory, ...] = ()
 
     # --- settings --------------------------------------------------------------------
     def _check_preparation(self, call: str) -> None:
@@ -301,10 +303,13 @@ class Execution(NnapiObject):
                 missing = [f"input {i}" for i in range(len(self._input_types)) if i not in self._inputs]
                 missing += [f"output {i}" for i in range(len(self._output_types)) if i not in self._outputs]
                 raise BadDataError(f"{call}: not set: {', '.join(missing)}")
-            if self._bound is None:  # a bound request has no memories
+            if self._bound is None:  # a bound request has no memories from a MemoryDesc
                 for position, argument in self._inputs.items():
                     if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
                         check_input_memory(call, argument.pool, position, argument.dimensions)
+            else:
+                for memory in self._bound_memories:  # bound, but still not usable once freed
+                    memory._check_alive(call)
             if self._compilation._freed:
                 raise BadStateError(f"{call}: the compilation was freed")
             self._previous_state = self._state
@@ -312,10 +317,29 @@ class Execution(NnapiObject):
 
     def _bindable(self) -> bool:
         """A reusable execution's request can be bound to the driver once when every
-        argument is a plain buffer: nothing to re-read, re-check or write back per compute
-        (memories are checked and staged at every computation)."""
-        return all(argument.omitted or (argument.array is None and not isinstance(argument.pool, Memory))
-                   for arguments in (self._inputs, self._outputs) for argument in arguments.values())
+        argument is a plain buffer or a mapped memory that cannot shrink (create_shared,
+        a sealed from_fd): nothing to re-read, re-check or write back per compute. A
+        memory read through its descriptor or from a MemoryDesc is read, checked or
+        updated at every computation, so it is not bound."""
+        for arguments in (self._inputs, self._outputs):
+            for argument in arguments.values():
+                if argument.omitted:
+                    continue
+                if argument.array is not None:
+                    return False
+                pool = argument.pool
+                if isinstance(pool, Memory) and (pool._mapping is None or pool._direct or pool._desc is not None):
+                    return False
+        return True
+
+    def _memories(self) -> tuple[Memory, ...]:
+        """The memories among the arguments (each once)."""
+        found: dict[int, Memory] = {}
+        for arguments in (self._inputs, self._outputs):
+            for argument in arguments.values():
+                if isinstance(argument.pool, Memory):
+                    found[id(argument.pool)] = argument.pool
+        return tuple(found.values())
 
     def _request(self) -> tuple[Request, list[Callable[[], None]]]:
         """The HAL request, read from the arguments now, and what to do after a successful
@@ -401,6 +425,7 @@ class Execution(NnapiObject):
                     # The arguments are fixed from now on: the request is bound once.
                     hal_execution = runner.create_reusable_execution(request, self._measure, self._loop_timeout_ns)
                     self._bound = (runner, hal_execution)
+                    self._bound_memories = self._memories()
                     shapes, timing = hal_execution.execute(deadline_ns)
                 else:
                     shapes, timing = runner.execute(request, self._measure, deadline_ns, self._loop_timeout_ns)
@@ -423,7 +448,7 @@ class Execution(NnapiObject):
             self._output_shapes = None
             error = OpFailedError(f"{type(unexpected).__name__}: {unexpected}")
         self._status = error.code if error is not None else ResultCode.NO_ERROR
-        if self._bound is None:  # a bound request has no memories
+        if self._bound is None:  # a bound request has no memories from a MemoryDesc
             for position, argument in list(self._outputs.items()):
                 if isinstance(argument.pool, Memory) and argument.pool.is_from_desc:
                     argument.pool._initialized = error is None

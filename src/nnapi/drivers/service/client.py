@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode
+from nnapi.drivers.service import channel as fast
 from nnapi.drivers.service import wire
 from nnapi.hal import (
     ErrorStatus,
@@ -105,6 +106,9 @@ class ServiceLink:
         self._fd_pools: dict[tuple, int] = {}  # (dev, ino, writable) -> pool id, per connection
         self._arenas: list[_Arena] = []  # free arenas
         self._garbage: list[tuple[str, int, int]] = []  # (kind, handle, generation) to release
+        #: the shared-memory channel of this connection (None: every message by socket)
+        self._channel: fast.Channel | None = None
+        self._channel_seq = 0
         self.timeout_s = float(os.environ.get("NNAPI_SERVICE_TIMEOUT", DEFAULT_TIMEOUT_S))
         #: tensor bytes copied between callers' buffers and staging arenas (plain buffers
         #: given to set_input / set_output); memory that crosses by descriptor adds nothing
@@ -140,6 +144,27 @@ class ServiceLink:
                 self._drop()
                 raise _dead("the service came back with other devices")
             self.devices_info = devices
+            self._open_channel()
+
+    def _open_channel(self) -> None:
+        """Set up the shared-memory channel (``channel`` module) unless
+        NNAPI_SERVICE_CHANNEL=0; a service that refuses it is spoken to by socket only."""
+        if os.environ.get("NNAPI_SERVICE_CHANNEL", "1") == "0":
+            return
+        channel, memory = fast.Channel.create()
+        try:
+            self._call_locked("channel", {"cap": channel.capacity}, (memory, channel.to_peer, channel.from_peer),
+                              None)
+        except HalError:
+            channel.close()
+            if self.dead:
+                raise
+            return
+        finally:
+            os.close(memory)
+        assert self._sock is not None
+        channel.watch(self._sock.fileno())
+        self._channel, self._channel_seq = channel, 0
 
     def _drop(self) -> None:
         self.dead = True
@@ -151,6 +176,9 @@ class ServiceLink:
         if self._reader is not None:
             self._reader.close()
         self._sock = self._reader = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
         self._fd_pools.clear()
         self._garbage.clear()
 
@@ -191,11 +219,16 @@ class ServiceLink:
         if deadline_ns is not None:
             timeout = max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9) + DEADLINE_GRACE_S
         try:
-            if timeout != self._applied_timeout:
-                self._set_timeout(timeout)
-            wire.send_frame(self._sock, wire.pack({"v": wire.PROTOCOL_VERSION, "id": message_id, "op": op,
-                                                   "a": args}), list(fds))
-            payload, got_fds = self._reader.read()
+            payload = wire.pack({"v": wire.PROTOCOL_VERSION, "id": message_id, "op": op, "a": args})
+            channel = self._channel
+            if channel is not None and not fds and len(payload) <= channel.capacity:
+                payload = self._through_channel(channel, payload, timeout)
+                got_fds = ()
+            else:
+                if timeout != self._applied_timeout:
+                    self._set_timeout(timeout)
+                wire.send_frame(self._sock, payload, list(fds))
+                payload, got_fds = self._reader.read()
         except (OSError, EOFError, wire.ProtocolError) as error:
             self._drop()
             reason = "stopped answering" if isinstance(error, (TimeoutError, BlockingIOError)) else "died"
@@ -217,6 +250,41 @@ class ServiceLink:
             status = ErrorStatus.GENERAL_FAILURE
         shapes = wire.decode_shapes(reply.get("shapes", []))
         raise HalError(status, str(reply.get("msg", "")), shapes)
+
+    def _through_channel(self, channel: fast.Channel, payload: bytes, timeout: float) -> bytes:
+        """One request and its reply through the shared-memory channel: the reply's bytes.
+        Spins briefly for the reply, then sleeps on the doorbell and the socket; TimeoutError
+        past ``timeout`` seconds, EOFError / ProtocolError when the service is gone or breaks
+        the channel's rules."""
+        words = channel.words
+        seq = self._channel_seq + 1
+        channel.request_slot[:len(payload)] = payload
+        words[fast.REQUEST_LEN] = len(payload)
+        words[fast.REQUEST_SEQ] = seq
+        self._channel_seq = seq
+        channel.ring()
+        if not channel.spin(fast.REPLY_SEQ, seq - 1):
+            end = time.monotonic() + timeout
+            while words[fast.REPLY_SEQ] == seq - 1:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"no reply in {timeout:g} s")
+                _, ready = channel.sleep(max(1, math.ceil(remaining * 1000)))
+                if ready and words[fast.REPLY_SEQ] == seq - 1:
+                    assert self._reader is not None
+                    self._reader.read()  # EOFError: the service is gone
+                    raise wire.ProtocolError("a frame while a reply was due in the channel")
+        if words[fast.REPLY_SEQ] != seq:
+            raise wire.ProtocolError("a reply in the channel out of sequence")
+        length = words[fast.REPLY_LEN]
+        if length == fast.ON_SOCKET:
+            assert self._reader is not None
+            if timeout != self._applied_timeout:
+                self._set_timeout(timeout)
+            return self._reader.read()[0]
+        if length > channel.capacity:
+            raise wire.ProtocolError("a reply longer than the channel's slot")
+        return bytes(channel.reply_slot[:length])
 
     def _set_timeout(self, seconds: float) -> None:
         assert self._sock is not None

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nnapi.drivers.service import channel as fast
 from nnapi.drivers.service import wire
 from nnapi.drivers.service.wire import WireError, get_bool, get_int, get_list, get_map, get_opt_int
 from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, Priority, serialize
@@ -53,6 +54,9 @@ class _Session:
         #: prepared model / burst handle -> its device's index: device memory is only ever
         #: named in requests to the device that allocated it
         self.device_of: dict[int, int] = {}
+        #: the shared-memory channel (``channel`` message) and the last request number seen on it
+        self.channel: fast.Channel | None = None
+        self.channel_seq = 0
         self._next = 1
 
     def add(self, table: dict, value: Any) -> int:
@@ -77,6 +81,9 @@ class _Session:
         self.executions.clear()
         self.requests.clear()
         self.device_of.clear()
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
 
 
 def _map_pool(fd: int, writable: bool) -> tuple[mmap.mmap, memoryview]:
@@ -121,7 +128,7 @@ class Service:
             "burst": self._burst, "burst_execute": self._burst_execute, "release": self._release,
             "map": self._map, "forget": self._forget, "allocate": self._allocate, "copy_to": self._copy_to,
             "copy_from": self._copy_from, "wait": self._wait,
-            "bind": self._bind, "run": self._run,
+            "bind": self._bind, "run": self._run, "channel": self._channel,
         }
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -195,6 +202,14 @@ class Service:
         greeted = False
         try:
             while True:
+                channel = session.channel
+                if channel is not None and not reader.buffered:
+                    if channel.poller is None:
+                        channel.watch(connection.fileno())
+                    if self._next_on_channel(channel, session):
+                        if not self._channel_message(channel, session, connection):
+                            return  # a broken channel: drop this client only
+                        continue
                 try:
                     payload, fds = reader.read()
                 except (EOFError, wire.ProtocolError, OSError):
@@ -219,6 +234,48 @@ class Service:
             with self._lock:
                 self._connections.discard(connection)
             connection.close()
+
+    @staticmethod
+    def _next_on_channel(channel: fast.Channel, session: _Session) -> bool:
+        """Wait for the next message: True when one is in the channel, False when the
+        socket has something (a frame, or the client gone). Spins briefly, then sleeps."""
+        seen = session.channel_seq
+        if channel.spin(fast.REQUEST_SEQ, seen):
+            return True
+        while True:
+            _, ready = channel.sleep(None)
+            if channel.words[fast.REQUEST_SEQ] != seen:
+                return True
+            if ready:
+                return False
+
+    def _channel_message(self, channel: fast.Channel, session: _Session, connection: socket.socket) -> bool:
+        """Handle the request in the channel and put the reply there (or, too large for
+        the slot, on the socket); False when the channel is broken (a sequence number
+        other than the next, a length beyond the slot)."""
+        words = channel.words
+        seq = words[fast.REQUEST_SEQ]
+        length = words[fast.REQUEST_LEN]
+        if seq != session.channel_seq + 1 or length > channel.capacity:
+            return False
+        session.channel_seq = seq
+        # copied out first: the client may change the slot while we look at it
+        payload = bytes(channel.request_slot[:length])
+        reply, keep_going = self._handle(payload, (), session, True)
+        reply.pop("op", None)
+        data = wire.pack(reply)
+        if len(data) <= channel.capacity:
+            channel.reply_slot[:len(data)] = data
+            words[fast.REPLY_LEN] = len(data)
+        else:
+            try:
+                wire.send_frame(connection, data)
+            except OSError:
+                return False
+            words[fast.REPLY_LEN] = fast.ON_SOCKET
+        words[fast.REPLY_SEQ] = seq
+        channel.ring()
+        return keep_going
 
     def _handle(self, payload: bytes, fds: list[int], session: _Session, greeted: bool) -> tuple[dict, bool]:
         message_id = 0
@@ -546,6 +603,32 @@ class Service:
 
     def _wait(self, args: dict, fds: list[int], session: _Session) -> None:
         self._device(args).wait()
+
+    def _channel(self, args: dict, fds: list[int], session: _Session) -> None:
+        """Set up the shared-memory channel (``channel`` module): {"cap": slot bytes} with
+        descriptors [sealed memfd of the channel's size, request doorbell, reply doorbell]
+        (eventfds). Later messages may come through it instead of the socket."""
+        if session.channel is not None:
+            raise WireError("this connection already has a channel")
+        capacity = get_int(args.get("cap"), "channel capacity", fast.MIN_CAPACITY, fast.MAX_CAPACITY)
+        if len(fds) != 3:
+            raise WireError("a channel comes with 3 descriptors: its memory and two eventfds")
+        memory, request_bell, reply_bell = fds
+        if not (fast.is_eventfd(request_bell) and fast.is_eventfd(reply_bell)):
+            raise WireError("a channel's doorbells must be eventfds")
+        try:
+            size = os.fstat(memory).st_size
+        except OSError as error:
+            raise WireError(f"a channel's memory: {error.strerror}") from None
+        if size != fast.size_for(capacity):
+            raise WireError(f"a channel of {capacity}-byte slots is {fast.size_for(capacity)} bytes, not {size}")
+        mapping, view = _map_pool(memory, True)  # a memfd sealed against shrinking
+        view.release()
+        to_client, from_client = os.dup(reply_bell), os.dup(request_bell)
+        for fd in (to_client, from_client):
+            os.set_blocking(fd, False)  # a full counter must not block us
+        session.channel = fast.Channel(mapping, capacity, to_client, from_client)
+        session.channel_seq = 0  # the client's first request through it is number 1
 
 
 class _Bound:

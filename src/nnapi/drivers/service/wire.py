@@ -44,7 +44,8 @@ from nnapi.hal.types import (
 #: Version of the message schema; a peer speaking another one is refused at ``hello``.
 #: 2: an execution's request travels as one packed ``[pools, inputs, outputs]`` blob, so the
 #: service can reuse the request it decoded and validated last time when the bytes repeat.
-PROTOCOL_VERSION = 2
+#: 3: the ``channel`` message: payloads may also travel through shared memory (``channel``).
+PROTOCOL_VERSION = 3
 MAGIC = b"NNS1"
 HEADER = struct.Struct("<4sII")
 #: Largest payload accepted (big values go by descriptor, not in messages).
@@ -115,6 +116,12 @@ class FrameReader:
         if not data:
             raise EOFError("connection closed")
         return data
+
+    @property
+    def buffered(self) -> bool:
+        """Bytes or descriptors received and not yet handed out (a frame may be waiting
+        that poll() would not announce)."""
+        return bool(self._buffer or self._fds)
 
     def _fill(self) -> None:
         self._buffer += self._receive()
