@@ -75,6 +75,8 @@ def test_capabilities_are_measured_and_cached(calibration_file):
     for code in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_FLOAT16):
         assert 0 < capabilities.performance_for(code).exec_time < 1.0
     assert capabilities.if_performance.exec_time == float("inf")
+    # the fixed cost of an execution: a few to a few hundred microseconds on any machine
+    assert 1e-6 < capabilities.step_cost_s < 1e-3
     # a second device reads the cached figures instead of measuring again
     start = time.perf_counter()
     again = OrtDevice().get_capabilities()
@@ -314,6 +316,34 @@ def test_channel_pad_before_an_element_wise_operation_enters_nchwc_once(ort_devi
         assert (ours[..., 16:] == inputs[1][..., 16:]).all()
     else:
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_a_small_island_after_a_declined_operation_stays_on_the_reference(ort_device):
+    """The fused LSTM's shape: an operation ORT declines (LOG here) then a light one it runs
+    (an ADD of 20 floats): a second step would cost more than ORT saves, so the plan is the
+    reference alone (the CONV_2D -> ARGMAX model above still splits)."""
+    model = nnapi.Model()
+    tensor = OperandType(T.TENSOR_FLOAT32, [1, 20])
+    x = model.add_operand(tensor)
+    logs = model.add_operand(tensor)
+    model.add_operation(Op.LOG, [x], [logs])
+    fuse = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(fuse, 0)
+    y = model.add_operand(tensor)
+    model.add_operation(Op.ADD, [logs, x, fuse], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    assert model.get_supported_operations_for_devices([ort_device]) == [False, True]
+    compilation = nnapi.Compilation(model, [ort_device, _reference()])
+    compilation.finish()
+    assert compilation.step_devices == ["nnapi-reference"]
+    value = np.linspace(0.5, 3.0, 20, dtype=np.float32).reshape(1, 20)
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, value)
+    out = np.zeros((1, 20), np.float32)
+    execution.set_output(0, out)
+    execution.compute()
+    np.testing.assert_allclose(out, np.log(value) + value, rtol=1e-6)
 
 
 def test_naming_the_discovered_driver_again_is_no_error():

@@ -124,3 +124,82 @@ def test_burst_over_a_plan(sample_devices):
         execution.set_output(0, y)
         execution.burst_compute(burst)
         np.testing.assert_array_equal(y, (x + x) * x)
+
+
+def add_sub_add_model(shape):
+    """y = ((x + x) - x) + x on ``shape``: ADD, SUB, ADD."""
+    model = nnapi.Model()
+    tensor = OperandType(T.TENSOR_FLOAT32, shape)
+    x = model.add_operand(tensor)
+    act = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(act, 0)
+    doubled, difference, y = (model.add_operand(tensor) for _ in range(3))
+    model.add_operation(Op.ADD, [x, x, act], [doubled])
+    model.add_operation(Op.SUB, [doubled, x, act], [difference])
+    model.add_operation(Op.ADD, [difference, x, act], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("shape, steps", [
+    # one ADD of 3 floats saves ~4 us on the fast device; the step it needs costs 50 us + the
+    # runtime's: both islands join the reference's step
+    ([3], ["nnapi-reference"]),
+    # ADDs of 1M floats (12 MB touched each) save far more than a step costs: still split
+    ([1024, 1024], ["sample-fast", "nnapi-reference", "sample-fast"]),
+])
+def test_islands_weighed_against_the_step_they_cost(register, shape, steps):
+    """A device reporting a step cost (Capabilities.step_cost_s) gets an island of light
+    operations only where it saves more than the steps it costs; the values are the same
+    whichever plan runs."""
+    fast = register(SampleDevice("sample-fast", [Op.ADD], exec_time=0.25, step_cost_s=50e-6))
+    compilation = nnapi.Compilation(add_sub_add_model(shape))
+    compilation.finish()
+    assert compilation.step_devices == steps
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, x)
+    y = np.zeros(shape, np.float32)
+    execution.set_output(0, y)
+    execution.compute()
+    np.testing.assert_array_equal(y, ((x + x) - x) + x)
+    assert fast.executed_operations == ([] if steps == ["nnapi-reference"] else [Op.ADD, Op.ADD])
+
+
+def test_islands_of_heavy_operations_and_devices_without_a_step_cost_stay(register):
+    """A convolution island is never weighed (its cost is not proportional to its bytes);
+    a device that reports no step cost keeps Android's best device per operation."""
+    costly = register(SampleDevice("sample-conv", [Op.CONV_2D], exec_time=0.25, step_cost_s=1.0))
+    model = nnapi.Model()
+    image = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 2, 2, 1]))
+    weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 1, 1]))
+    model.set_operand_value(weights, np.full((1, 1, 1, 1), 2.0, np.float32))
+    bias = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1]))
+    model.set_operand_value(bias, np.zeros(1, np.float32))
+    scalars = []
+    for value in (2, 1, 1, 0):  # VALID, strides 1, no activation
+        scalars.append(model.add_operand(OperandType(T.INT32)))
+        model.set_operand_value(scalars[-1], value)
+    features = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 2, 2, 1]))
+    model.add_operation(Op.CONV_2D, [image, weights, bias, *scalars], [features])
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 2, 2, 1]))
+    model.add_operation(Op.SUB, [features, image, scalars[-1]], [y])
+    model.identify_inputs_and_outputs([image], [y])
+    model.finish()
+    compilation = nnapi.Compilation(model)
+    compilation.finish()
+    assert compilation.step_devices == ["sample-conv", "nnapi-reference"]
+    execution = nnapi.Execution(compilation)
+    x = np.arange(4, dtype=np.float32).reshape(1, 2, 2, 1)
+    execution.set_input(0, x)
+    out = np.zeros((1, 2, 2, 1), np.float32)
+    execution.set_output(0, out)
+    execution.compute()
+    np.testing.assert_array_equal(out, x)
+    assert costly.executed_operations == [Op.CONV_2D]
+    # the same tiny ADD island on a device without a step cost stays split
+    register(SampleDevice("sample-free", [Op.ADD], exec_time=0.25))
+    plain = nnapi.Compilation(add_sub_add_model([3]))
+    plain.finish()
+    assert plain.step_devices == ["sample-free", "nnapi-reference", "sample-free"]

@@ -83,8 +83,14 @@ def test_other_objects_round_trip():
     shapes = [OutputShape([1, 2], False)]
     assert S.output_shapes_from_plain(S.output_shapes_to_plain(shapes)) == shapes
     assert S.timing_from_plain(S.timing_to_plain(Timing(5, 6))) == Timing(5, 6)
-    caps = Capabilities(PerformanceInfo(0.5, 0.25), operand_performance={T.TENSOR_FLOAT32: PerformanceInfo(0.1, 2)})
+    caps = Capabilities(PerformanceInfo(0.5, 0.25), operand_performance={T.TENSOR_FLOAT32: PerformanceInfo(0.1, 2)},
+                        step_cost_s=12e-6)
     assert S.capabilities_from_plain(S.capabilities_to_plain(caps)) == caps
+    older = S.capabilities_to_plain(caps)
+    del older["step_cost_s"]  # written before the field existed: not weighed
+    assert S.capabilities_from_plain(older).step_cost_s == 0.0
+    with pytest.raises(HalError, match="step_cost_s"):
+        S.capabilities_from_plain({**older, "step_cost_s": -1.0})
     extensions = [Extension("com.example.fib", [ExtensionOperandTypeInformation(0, False, 8)])]
     assert S.extensions_from_plain(S.extensions_to_plain(extensions)) == extensions
 

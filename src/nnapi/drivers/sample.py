@@ -38,12 +38,15 @@ from nnapi.operand import dtype_of
 
 class SampleDevice(IDevice):
     """A device that supports ``operations`` (all implemented ones when None) and
-    reports ``exec_time`` / ``power_usage`` for every operand type (lower is better)."""
+    reports ``exec_time`` / ``power_usage`` for every operand type (lower is better) and
+    ``step_cost_s`` as the fixed cost of a step on it (0: not weighed)."""
 
     def __init__(self, name: str, operations: Iterable[OperationCode] | None = None, exec_time: float = 0.5,
                  power_usage: float = 0.5, device_type: DeviceTypeCode = DeviceTypeCode.DEVICE_ACCELERATOR,
-                 feature_level: FeatureLevelCode = FeatureLevelCode.FEATURE_LEVEL_8, version: str = "1.0") -> None:
+                 feature_level: FeatureLevelCode = FeatureLevelCode.FEATURE_LEVEL_8, version: str = "1.0",
+                 step_cost_s: float = 0.0) -> None:
         self.name = name
+        self.step_cost_s = step_cost_s
         self.version_string = version
         self.device_type = device_type
         self.feature_level = feature_level
@@ -60,6 +63,7 @@ class SampleDevice(IDevice):
             operand_performance={code: self.performance for code in OperandCode},
             if_performance=self.performance,
             while_performance=self.performance,
+            step_cost_s=self.step_cost_s,
         )
 
     def _supports(self, model: Model, subgraph, operation) -> bool:

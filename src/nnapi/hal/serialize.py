@@ -134,6 +134,7 @@ def capabilities_to_plain(capabilities: Capabilities) -> dict:
                      for code, info in capabilities.operand_performance.items()],
         "if": _performance_to_plain(capabilities.if_performance),
         "while": _performance_to_plain(capabilities.while_performance),
+        "step_cost_s": float(capabilities.step_cost_s),
     }
 
 
@@ -283,9 +284,13 @@ def capabilities_from_plain(value: Any) -> Capabilities:
         if code not in _OPERAND_CODES:
             raise _bad(f"operand performance {i}: unknown type {code}")
         operands[OperandCode(code)] = PerformanceInfo(_float(exec_time, "exec_time"), _float(power, "power_usage"))
+    step_cost = _float(d.get("step_cost_s", 0.0), "step_cost_s")  # absent in older writers' data
+    if step_cost < 0:
+        raise _bad(f"step_cost_s must not be negative, got {step_cost}")
     return Capabilities(_performance_from_plain(d["relaxed_scalar"], "relaxed scalar"),
                         _performance_from_plain(d["relaxed_tensor"], "relaxed tensor"), operands,
-                        _performance_from_plain(d["if"], "if"), _performance_from_plain(d["while"], "while"))
+                        _performance_from_plain(d["if"], "if"), _performance_from_plain(d["while"], "while"),
+                        step_cost)
 
 
 def extensions_from_plain(value: Any) -> list[Extension]:

@@ -285,6 +285,12 @@ class Capabilities:
     operand_performance: dict[OperandCode, PerformanceInfo] = field(default_factory=dict)
     if_performance: PerformanceInfo = field(default_factory=PerformanceInfo)
     while_performance: PerformanceInfo = field(default_factory=PerformanceInfo)
+    #: nnapi's addition to Android's struct: the measured fixed cost, in seconds, of one
+    #: execution on this device (its dispatch and binding, whatever the model), so that the
+    #: partitioner can weigh a plan step's cost against what running operations here saves.
+    #: 0.0 (the default, and what a device that does not measure it reports): not weighed,
+    #: each operation goes to its best device as on Android.
+    step_cost_s: float = 0.0
 
     def performance_for(self, code: OperandCode) -> PerformanceInfo:
         return self.operand_performance.get(code, PerformanceInfo(float("inf"), float("inf")))

@@ -9,6 +9,11 @@ and outputs to the caller's buffers and intermediate values to runtime-owned buf
 the runtime moves bytes, the devices compute, and each driver checks its own outputs'
 sizes (so output sufficiency is decided in one place: the driver).
 
+A device that reports what a step on it costs (``Capabilities.step_cost_s``, measured by
+its driver) has its small islands weighed: a run of light operations between steps of
+another device that supports them moves there when the steps saved cost more than the
+operations lose (keep_islands_with_neighbours).
+
 A device is only given what its feature level covers (Android's ``compliantWithV1_*``):
 operations, operand types and HAL features newer than the device are not sent to it.
 
@@ -265,6 +270,99 @@ def assign_devices(model: Model, devices: Sequence[IDevice],
             raise BadDataError(f"finish: no device among {names} supports operation {index} ({name}){hint}")
         # min() keeps the first of equals: the order devices were given breaks ties.
         chosen.append(min(able, key=lambda d: _performance(d, model, operation, preference)))
+    supports = {id(device): flags for device, flags in zip(devices, support, strict=True)}
+    return keep_islands_with_neighbours(model, chosen, supports, preference)
+
+
+# --- weighing plan steps -----------------------------------------------------------------
+#: The runtime's own cost of one more step (its request, the runtime-owned buffers of the
+#: values crossing, one more driver call), in seconds: on the 2-core VM this was written on,
+#: an ADD on nnapi-ort-cpu then a LOG on the reference takes 72-77 us as two steps against
+#: 36-40 us as one reference step, of which the ORT driver's own execution is ~15 us.
+RUNTIME_STEP_COST_S = 20e-6
+#: Operations whose time is proportional to the bytes they touch (element-wise, data
+#: movement, reductions): only islands of these are weighed, with the reference's time
+#: estimated as a fixed part plus a part per byte (numpy's element-wise passes). Anything
+#: else (convolutions, recurrent layers, ...) is always worth its device.
+LIGHT_OPERATION_S = 5e-6
+LIGHT_BYTE_S = 0.05e-9
+LIGHT_OPERATIONS = frozenset(OperationCode[name] for name in (
+    "ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "ABS", "NEG", "EXP", "LOG", "SQRT", "RSQRT", "SIN",
+    "FLOOR", "RELU", "RELU1", "RELU6", "LOGISTIC", "TANH", "HARD_SWISH", "ELU", "PRELU", "CAST", "QUANTIZE",
+    "DEQUANTIZE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "CONCATENATION", "SPLIT", "SLICE",
+    "STRIDED_SLICE", "PAD", "PAD_V2", "GATHER", "TILE", "SELECT", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL",
+    "GREATER", "GREATER_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "LOGICAL_NOT", "ARGMAX", "ARGMIN", "MEAN",
+    "REDUCE_SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY", "REDUCE_ALL", "SOFTMAX",
+    "L2_NORMALIZATION", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "CHANNEL_SHUFFLE", "FILL", "RANK"))
+
+
+def _step_cost(device: IDevice) -> float:
+    try:
+        cost = float(getattr(device.get_capabilities(), "step_cost_s", 0.0))
+    except Exception:
+        return 0.0
+    return cost if 0.0 < cost < math.inf else 0.0
+
+
+def _light_time(model: Model, operation: Operation) -> float | None:
+    """The reference's estimated time for a light operation; None for any other (or one
+    whose tensors' sizes are not all known)."""
+    if operation.type not in LIGHT_OPERATIONS:
+        return None
+    touched = 0
+    for index in (*operation.inputs, *operation.outputs):
+        operand = model.main.operands[index]
+        if not is_tensor(operand.type) or operand.lifetime == L.NO_VALUE:
+            continue
+        if not operand.dimensions or not all(operand.dimensions):
+            return None
+        touched += value_byte_size(operand.type, operand.dimensions)
+    return LIGHT_OPERATION_S + touched * LIGHT_BYTE_S
+
+
+def keep_islands_with_neighbours(model: Model, chosen: list[IDevice], supports: dict[int, list[bool]],
+                                 preference: ExecutionPreference) -> list[IDevice]:
+    """Move an island -- a run of consecutive operations on a device that reports a step cost
+    (Capabilities.step_cost_s) -- to a neighbouring step's device where the steps that saves
+    cost more than the island's operations lose there (the fused LSTM's one STRIDED_SLICE on
+    nnapi-ort-cpu after the reference's LSTM: 0.55 ms split, 0.42 ms on the reference alone).
+    Only islands of light operations are weighed; devices that report no step cost keep
+    Android's choice of the best device per operation."""
+    chosen = list(chosen)
+    operations = model.main.operations
+    moved = True
+    while moved:
+        moved = False
+        runs: list[tuple[IDevice, int, int]] = []  # (device, first, end) of each step-to-be
+        for index, device in enumerate(chosen):
+            if runs and runs[-1][0] is device:
+                runs[-1] = (device, runs[-1][1], index + 1)
+            else:
+                runs.append((device, index, index + 1))
+        for number, (device, first, end) in enumerate(runs):
+            own = _step_cost(device)
+            if own == 0.0:
+                continue
+            times = [_light_time(model, operations[i]) for i in range(first, end)]
+            if any(t is None for t in times):
+                continue
+            sides = [runs[n][0] for n in (number - 1, number + 1) if 0 <= n < len(runs)]
+            best: tuple[float, IDevice] | None = None
+            for target in dict.fromkeys(sides):  # each neighbouring device once, in order
+                flags = supports.get(id(target))
+                if flags is None or not all(flags[i] for i in range(first, end)):
+                    continue
+                merged = sides.count(target) == 2  # the steps either side become one
+                saved = own + RUNTIME_STEP_COST_S + (_step_cost(target) + RUNTIME_STEP_COST_S if merged else 0.0)
+                lost = sum(t * (_performance(target, model, operations[i], preference)
+                                - _performance(device, model, operations[i], preference))
+                           for t, i in zip(times, range(first, end), strict=True))
+                if lost < saved and (best is None or saved - lost > best[0]):
+                    best = (saved - lost, target)
+            if best is not None:
+                chosen[first:end] = [best[1]] * (end - first)
+                moved = True
+                break
     return chosen
 
 

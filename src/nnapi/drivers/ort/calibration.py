@@ -7,6 +7,10 @@ reference device and on this device; a family's ``exec_time`` is the best ORT ti
 the best reference time (the reference is 1.0 by definition; lower is better). Power is
 not measurable here, so ``power_usage`` takes the same figure (time spent on one core).
 
+``step_cost_s`` is the best time of the driver's execute on a model of one ADD of eight
+floats: the fixed cost of a plan step on this device, which the runtime's partitioner
+weighs against what small islands of operations save here.
+
 It takes a fraction of a second, once per machine: the result is kept in
 ``$NNAPI_ORT_CALIBRATION`` or ``~/.cache/nnapi/ort-calibration.json``, keyed by the nnapi
 and onnxruntime versions and the execution provider, and measured lazily on the first
@@ -51,6 +55,8 @@ FAMILIES = {
     "quant8_asymm": (T.TENSOR_QUANT8_ASYMM,),
     "quant8_asymm_signed": (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL),
 }
+#: the calibration entry holding the fixed cost of an execution (seconds), beside the ratios
+STEP_COST = "step_cost_s"
 #: families that run on the device's int32 / bool tensors: shape and index operations
 _OTHER_TYPES = (T.TENSOR_INT32, T.TENSOR_BOOL8, T.INT32, T.FLOAT32, T.FLOAT16, T.BOOL)
 
@@ -85,14 +91,16 @@ def capabilities(device: OrtDevice) -> Capabilities:
     # control flow is not run here: no figure (the runtime reads a missing one as infinite)
     never = PerformanceInfo(float("inf"), float("inf"))
     return Capabilities(relaxed_float32_to_float16_scalar=relaxed, relaxed_float32_to_float16_tensor=relaxed,
-                        operand_performance=performance, if_performance=never, while_performance=never)
+                        operand_performance=performance, if_performance=never, while_performance=never,
+                        step_cost_s=ratios[STEP_COST])
 
 
 def _load(device: OrtDevice) -> dict[str, float] | None:
     try:
         stored = json.loads(cache_path().read_text())
         ratios = stored[_key(device)]
-        if set(ratios) == set(FAMILIES) and all(isinstance(v, float) and v > 0 for v in ratios.values()):
+        if set(ratios) == {*FAMILIES, STEP_COST} and all(isinstance(v, float) and 0 < v < 1
+                                                         for v in ratios.values()):
             return ratios
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -128,6 +136,8 @@ def measure(device: OrtDevice) -> dict[str, float]:
         ours = _best_time(device.prepare_model(model), request, 20)
         theirs = _best_time(reference.prepare_model(model), request, 3)
         ratios[family] = float(max(ours / theirs, 1e-4))
+    model, request = one_add_model()
+    ratios[STEP_COST] = float(max(_best_time(device.prepare_model(model), request, 200), 1e-7))
     return ratios
 
 
@@ -139,6 +149,22 @@ def _best_time(prepared, request: Request, runs: int) -> float:
         prepared.execute(request)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def one_add_model() -> tuple[Model, Request]:
+    """ADD of two [1, 8] float32 inputs, and a request for it: a model whose compute is
+    negligible, so its execution time is the device's fixed cost."""
+    vector = [1, 8]
+    operands = [Operand(T.TENSOR_FLOAT32, vector, 0.0, 0, L.SUBGRAPH_INPUT, number_of_consumers=1),
+                Operand(T.TENSOR_FLOAT32, vector, 0.0, 0, L.SUBGRAPH_INPUT, number_of_consumers=1),
+                Operand(T.INT32, [], 0.0, 0, L.CONSTANT_COPY, DataLocation(0, 0, 4), number_of_consumers=1),
+                Operand(T.TENSOR_FLOAT32, vector, 0.0, 0, L.SUBGRAPH_OUTPUT)]
+    add = Operation(OperationCode.ADD, [0, 1, 2], [3])
+    model = Model(Subgraph(operands, [add], [0, 1], [3]), [], np.zeros(1, np.int32).tobytes(), [])
+    data = np.ones(8, np.float32).tobytes()
+    request = Request([RequestArgument(False, DataLocation(0, 0, 32)), RequestArgument(False, DataLocation(1, 0, 32))],
+                      [RequestArgument(False, DataLocation(2, 0, 32))], [data, data, bytearray(32)])
+    return model, request
 
 
 def calibration_model(code: OperandCode, filter_code: OperandCode) -> tuple[Model, Request]:
