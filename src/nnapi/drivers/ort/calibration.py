@@ -79,7 +79,8 @@ def capabilities(device: OrtDevice) -> Capabilities:
     """The device's Capabilities from the cached calibration, measuring it if needed."""
     ratios = _load(device)
     if ratios is None:
-        ratios = measure(device)
+        with np.errstate(all="ignore"):  # the caller's numpy error state is not the calibration's
+            ratios = measure(device)
         _store(device, ratios)
     performance = {}
     for family, codes in FAMILIES.items():
