@@ -202,3 +202,49 @@ def test_an_idle_service_does_not_spin(remote):  # noqa: F811 (the fixtures of t
     assert _cpu_seconds(running.process.pid) - before < 0.1  # asleep, not spinning
     x, y = _run_demo(compilation)  # and it wakes up for the next message
     np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+
+
+def _mapped_memories(pid: int) -> int:
+    return sum("nnapi-memory" in line for line in open(f"/proc/{pid}/maps"))
+
+
+def _add_model() -> nnapi.Model:
+    model = nnapi.Model()
+    tensor = nnapi.OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [4])
+    a, b = model.add_operand(tensor), model.add_operand(tensor)
+    fuse = model.add_operand(nnapi.OperandType(nnapi.OperandCode.INT32))
+    out = model.add_operand(tensor)
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(nnapi.OperationCode.ADD, [a, b, fuse], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    return model
+
+
+def test_the_service_lets_go_of_freed_memories(remote):  # noqa: F811 (the fixtures of test_service)
+    running, devices = remote("svcfree")
+    device = devices["nnapi-reference@svcfree"]
+    compilation = nnapi.Compilation(_add_model(), [device])
+    compilation.finish()
+    baseline = _mapped_memories(running.process.pid)
+    for round_ in range(40):
+        a, b, out = (nnapi.Memory.create_shared(16) for _ in range(3))
+        np.frombuffer(a.buffer, np.float32)[:] = round_
+        np.frombuffer(b.buffer, np.float32)[:] = [1, 2, 3, 4]
+        execution = nnapi.Execution(compilation)
+        execution.set_input_from_memory(0, a, 0, 16)
+        execution.set_input_from_memory(1, b, 0, 16)
+        execution.set_output_from_memory(0, out, 0, 16)
+        execution.compute()
+        np.testing.assert_array_equal(np.frombuffer(out.buffer, np.float32), np.float32([1, 2, 3, 4]) + round_)
+        a.free()  # freed explicitly; the others when they are collected
+        del execution, a, b, out
+    x, y = _run_demo(_finished(device))  # one more call: the service is told to let go
+    np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+    assert _mapped_memories(running.process.pid) - baseline <= 3  # 120 memories were mapped there
+
+
+def _finished(device):
+    compilation = nnapi.Compilation(build_demo_model(), [device])
+    compilation.finish()
+    return compilation

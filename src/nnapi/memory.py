@@ -12,6 +12,7 @@ import mmap
 import os
 import stat
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,8 @@ class Memory(NnapiObject):
         memory._close_fd = weakref.finalize(memory, os.close, fd) if fd is not None else None
         if mapping is not None and fd is not None:
             _MAPPED[mapping] = weakref.ref(memory)
+        #: run once when the memory is freed or collected (see ``when_released``)
+        memory._release_callbacks = []
         memory._desc = None
         #: a MemoryDesc memory the runtime holds itself (no device could allocate it)
         memory._device_buffer = None
@@ -258,6 +261,9 @@ class Memory(NnapiObject):
         dst._write("Memory.copy", 0, src._read("Memory.copy", 0, src.size))
 
     def _release(self) -> None:
+        callbacks, self._release_callbacks = getattr(self, "_release_callbacks", []), []
+        for callback in callbacks:
+            callback()
         if self._mapping is not None:
             try:
                 self._mapping.close()
@@ -279,12 +285,8 @@ class Memory(NnapiObject):
 _MAPPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def memory_of(buffer: Any) -> tuple[int, int, int, bool] | None:
-    """For a request pool that is a whole Memory's mapped bytes (what the runtime hands
-    drivers for a memory from ``create_shared`` / ``from_fd``): its descriptor, where it
-    starts in the file, its size and whether it is writable; None for anything else. A
-    transport that passes descriptors (the driver service) sends the memory itself instead
-    of copying its bytes."""
+def _mapped_memory(buffer: Any) -> Memory | None:
+    """The Memory whose whole mapped bytes ``buffer`` is, or None."""
     if not isinstance(buffer, memoryview):
         return None
     reference = _MAPPED.get(buffer.obj) if isinstance(buffer.obj, mmap.mmap) else None
@@ -294,7 +296,39 @@ def memory_of(buffer: Any) -> tuple[int, int, int, bool] | None:
     start = np.frombuffer(memory._mapping, np.uint8).__array_interface__["data"][0] + memory._offset
     if np.frombuffer(buffer, np.uint8).__array_interface__["data"][0] != start:
         return None  # another part of the mapping
+    return memory
+
+
+def memory_of(buffer: Any) -> tuple[int, int, int, bool] | None:
+    """For a request pool that is a whole Memory's mapped bytes (what the runtime hands
+    drivers for a memory from ``create_shared`` / ``from_fd``): its descriptor, where it
+    starts in the file, its size and whether it is writable; None for anything else. A
+    transport that passes descriptors (the driver service) sends the memory itself instead
+    of copying its bytes."""
+    memory = _mapped_memory(buffer)
+    if memory is None:
+        return None
     return memory._fd, memory._file_offset, memory._size, memory._writable
+
+
+def when_released(buffer: Any, callback: Callable[[], None]) -> bool:
+    """Call ``callback`` (once, from any thread; it must not raise) when the Memory whose
+    mapped bytes ``buffer`` is gets freed or collected; False (and nothing happens) when
+    ``buffer`` is no such memory. A transport that mapped the memory elsewhere (the driver
+    service) lets go of that mapping then."""
+    memory = _mapped_memory(buffer)
+    if memory is None:
+        return False
+    done = [False]
+
+    def once() -> None:
+        if not done[0]:
+            done[0] = True
+            callback()
+
+    memory._release_callbacks.append(once)
+    weakref.finalize(memory, once)
+    return True
 
 
 #: Largest size a file offset can express (off_t).

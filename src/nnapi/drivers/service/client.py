@@ -13,6 +13,7 @@ next call after the service is back reconnects; models prepared before must be p
 from __future__ import annotations
 
 import fcntl
+import functools
 import itertools
 import math
 import mmap
@@ -42,7 +43,7 @@ from nnapi.hal import (
     serialize,
 )
 from nnapi.hal import types as hal_types
-from nnapi.memory import memory_of
+from nnapi.memory import memory_of, when_released
 from nnapi.operand import dtype_of
 
 #: Seconds a call without a deadline may wait for the service before it counts as hung
@@ -300,14 +301,15 @@ class ServiceLink:
 
     def _flush_garbage(self) -> None:
         garbage, self._garbage = self._garbage, []
-        for kind, handle, generation in garbage:
-            if generation != self.generation:
-                continue
+        pools = [handle for kind, handle, generation in garbage if kind == "pools" and generation == self.generation]
+        calls = [("forget", {"pools": pools})] if pools else []  # one message for all the pools
+        calls += [("release", {"kind": kind, "h": handle}) for kind, handle, generation in garbage
+                  if kind != "pools" and generation == self.generation]
+        for op, args in calls:
+            if self.dead:
+                return
             try:
-                if kind == "pools":
-                    self._call_locked("forget", {"pools": [handle]}, (), None)
-                else:
-                    self._call_locked("release", {"kind": kind, "h": handle}, (), None)
+                self._call_locked(op, args, (), None)
             except HalError:
                 pass
 
@@ -339,10 +341,20 @@ class ServiceLink:
             new.append([pool_id, len(fds), writable])
             fds.append(fd)
             self._fd_pools[key] = pool_id
-            if len(self._fd_pools) > 1024:  # forget the oldest mapping
+            # The service lets go of its mapping when the Memory is freed (its mapping
+            # keeps the memory's pages alive); the oldest goes past 1,024 in any case.
+            when_released(pool, functools.partial(self._forget_pool, key, pool_id, self.generation))
+            if len(self._fd_pools) > 1024:
                 old_key = next(iter(self._fd_pools))
                 self._garbage.append(("pools", self._fd_pools.pop(old_key), self.generation))
         return [0, pool_id, offset, size]
+
+    def _forget_pool(self, key: tuple, pool_id: int, generation: int) -> None:
+        """A mapped pool's memory is gone: the service unmaps it with the next call (safe
+        from finalizers: no lock, no I/O)."""
+        if self._fd_pools.get(key) == pool_id:
+            self._fd_pools.pop(key, None)
+            self._garbage.append(("pools", pool_id, generation))
 
     def take_arena(self, size: int) -> _Arena:
         with self._lock:
