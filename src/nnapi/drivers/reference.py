@@ -15,6 +15,7 @@ from nnapi import tracing
 from nnapi._version import __version__
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode, ResultCode
 from nnapi.drivers import device_memory
+from nnapi.drivers._pages import keep_pages
 from nnapi.errors import NnapiError
 from nnapi.hal import (
     BufferToken,
@@ -208,6 +209,8 @@ class ReferencePreparedModel(IPreparedModel):
         self._buffers = buffers
         relaxed = model.relax_computation_float32_to_float16
         self._plans = [_SubgraphPlan(model, subgraph, relaxed) for subgraph in [model.main, *model.referenced]]
+        # the intermediates' pages stay in the process between executions (_pages)
+        keep_pages(sum(plan.intermediate_bytes() for plan in self._plans))
         main = model.main
         # per model input: (operand, dtype, declared dims, whether the declared dims are complete)
         self._input_info = []
@@ -487,6 +490,11 @@ class _SubgraphPlan:
             self.program = [(step.kernel, step.inputs, step.outputs, step.shapes, step.dtypes, step)
                             for step in self.steps]
         self.constant_values = {index: tensor.value for index, tensor in self.constants.items()}
+
+    def intermediate_bytes(self) -> int:
+        """The bytes of every operation output whose shape is known at preparation."""
+        return sum(math.prod(shape) * dtype.itemsize for step in self.steps if step.shapes is not None
+                   for shape, dtype in zip(step.shapes, step.dtypes, strict=True))
 
     def for_inputs(self, inputs: tuple[tuple[Shape, bool], ...]) -> _SubgraphPlan | None:
         """The plan for inputs of these shapes: this one when they are the shapes it
