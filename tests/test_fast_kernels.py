@@ -225,3 +225,52 @@ def test_depthwise_keeps_float16_and_overflowing_sums_on_numpy():
     kernel = _plan(Op.DEPTHWISE_CONV_2D, big, output)
     assert kernel.compiled is None
     assert kernel([t.value for t in big])[0][0, 0, 0, 0] == round(190 * 190 * 255 * 255 / 2**30)
+
+
+# --- quantized products split into exact float32 parts ---------------------------------------
+def _big_product_case(code: Op, rng, depth: int, extreme: bool):
+    """A quantized CONV_2D (3x3) or FULLY_CONNECTED whose float32 sums would not be exact."""
+    x_zp, w_zp = (0, 0) if extreme else (int(rng.integers(0, 256)), 128)
+    units = 23
+    if code == Op.FULLY_CONNECTED:
+        x_shape, w_shape = (3, depth), (units, depth)
+    else:
+        x_shape, w_shape = (1, 6, 5, depth // 9), (units, 3, 3, depth // 9)
+    x_values = np.full(x_shape, 255, np.uint8) if extreme else rng.integers(0, 256, x_shape).astype(np.uint8)
+    w_values = rng.choice(np.array([0, 255], np.uint8), w_shape) if extreme else \
+        rng.integers(0, 256, w_shape).astype(np.uint8)
+    x = _tensor(T.TENSOR_QUANT8_ASYMM, x_values, 0.5, x_zp)
+    w = _tensor(T.TENSOR_QUANT8_ASYMM, w_values, 0.25, w_zp)
+    b = _tensor(T.TENSOR_INT32, rng.integers(-(1 << 16), 1 << 16, units).astype(np.int32), 0.125)
+    # outputs spread over the type's range: (x - zp) * (w - zp) sums ~ N(0, depth * 74**2 * 74**2),
+    # or at full range ~ depth * 255 * 127 (mapped to about 228)
+    out_scale = 0.125 * depth * 255 * 127 / 100 if extreme else 0.125 * 74 * 74 * np.sqrt(depth) / 40
+    if code == Op.FULLY_CONNECTED:
+        return [x, w, b, _scalar(T.INT32, 0)], OperandType(T.TENSOR_QUANT8_ASYMM, [3, units], out_scale, 128)
+    args = [_scalar(T.INT32, v) for v in (1, 1, 1, 1, 1, 1, 0)]
+    return [x, w, b, *args], OperandType(T.TENSOR_QUANT8_ASYMM, [1, 6, 5, units], out_scale, 128)
+
+
+@pytest.mark.parametrize("code", [Op.FULLY_CONNECTED, Op.CONV_2D])
+@pytest.mark.parametrize("depth, extreme", [(2304, False), (4608, False), (1152, True), (5184, True)])
+def test_split_products_match_numpy(code, depth, extreme, monkeypatch):
+    """Products whose float32 sums would round run as float32 parts each exact (summed in
+    int64), or in float64 past _MAX_PARTS parts; either way equal to the numpy path's
+    float64 product, at full input and filter range too."""
+    rng = np.random.default_rng(depth + extreme)
+    inputs, output = _big_product_case(code, rng, depth, extreme)
+    compiled = _plan(code, inputs, output)
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        reference = _plan(code, inputs, output)
+    assert reference.work == np.float64 and reference.parts is None
+    if compiled.parts is not None:
+        assert compiled.work == np.float32 and len(compiled.parts) >= 2
+        columns = np.abs(compiled.weights.astype(np.int64))  # (summed, outputs)
+        bound = 255 - inputs[0].zero_point if extreme else max(inputs[0].zero_point, 255 - inputs[0].zero_point)
+        for start, stop in compiled.parts:
+            assert bound * columns[start:stop].sum(axis=0).max() < 2**24
+    else:
+        assert compiled.work == np.float64
+    values = [tensor.value for tensor in inputs]
+    np.testing.assert_array_equal(compiled(values)[0], reference(values)[0])

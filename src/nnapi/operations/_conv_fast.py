@@ -42,6 +42,8 @@ _BLOCK_BYTES = 256 << 10
 _IM2COL_BYTES = 8 << 20
 #: the fewest output pixels of one block of a product (when the im2col block allows)
 _MIN_BLOCK_PIXELS = 1024
+#: the most float32 products one quantized product is split into (else it runs in float64)
+_MAX_PARTS = 8
 
 
 def _input_bound(tensor: Tensor) -> int:
@@ -53,10 +55,12 @@ def _input_bound(tensor: Tensor) -> int:
 class _Epilogue:
     """Bias, fused activation and (quantized) output stage of one output block."""
 
-    def __init__(self, ctx: ExecutionContext, fuse: int, channels: int, work, row: int = 1) -> None:
+    def __init__(self, ctx: ExecutionContext, fuse: int, channels: int, work, row: int = 1,
+                 parts: bool = False) -> None:
         """``row``: the output pixels of one row of a block (blocks are whole rows), over
         which the float bias is tiled once so that adding it runs one numpy loop per row
-        rather than one per pixel (``tile_trailing``)."""
+        rather than one per pixel (``tile_trailing``). ``parts``: accumulators come as
+        float32 parts to sum (``finish_parts``; compiled kernels only)."""
         data, weights, bias = ctx.input(INPUT), ctx.input(FILTER), ctx.input(BIAS)
         output = ctx.output(0)
         self.dtype = dtype_of(output.type)
@@ -66,11 +70,15 @@ class _Epilogue:
             self.stage = output_stage(multipliers, shifts, output, fuse, bias.value)
             compiled = _jit.kernels()
             if compiled is not None:
-                self.stage = _jit.FusedOutputStage(self.stage, compiled, work, channels)
+                self.stage = _jit.FusedOutputStage(self.stage, compiled, work, channels, parts)
         else:
             self.bias = np.asarray(bias.value, dtype=np.float32)
             self.bias_row = np.tile(self.bias, row)
             self.clip = activation_bounds_float(fuse) if fuse != FuseCode.FUSED_NONE else None
+
+    def finish_parts(self, parts: np.ndarray, out: np.ndarray) -> None:
+        """Write the results of accumulators summed from exact ``parts`` into ``out``."""
+        self.stage.sum_parts(parts, out)
 
     def finish(self, acc: np.ndarray, out: np.ndarray) -> None:
         """Write the results of accumulators ``acc`` into ``out`` (same shape)."""
@@ -102,6 +110,42 @@ def _work_dtype(data: Tensor, weights: np.ndarray, channel_axes: tuple[int, ...]
     summed = tuple(axis for axis in range(weights.ndim) if axis not in channel_axes)
     largest = int(np.abs(weights.astype(np.int64)).sum(axis=summed).max()) if summed else int(np.abs(weights).max())
     return exact_float_dtype(_input_bound(data) * max(largest, 1))
+
+
+def _float32_parts(data: Tensor, columns: np.ndarray) -> list[tuple[int, int]] | None:
+    """Where a quantized product too large for exact float32 sums can be split along its
+    summed axis into float32 products that are each exact (summed afterwards in int64 by
+    the compiled output stage): the [start, stop) ranges of the summed axis, greedy, from
+    the bound max|x - zero_point| * (sum of |w| over the range) < 2**24 for every output
+    channel; None when that takes more than _MAX_PARTS products or numba is not in use.
+    ``columns``: the (q - zero_point) filter, (outputs, summed)."""
+    if data.type in FLOAT_TENSORS or _jit.kernels() is None or not columns.size:
+        return None
+    limit = (2**24 - 1) // _input_bound(data)
+    sums = np.cumsum(np.abs(columns.astype(np.int64)), axis=1)  # (outputs, summed)
+    ranges, start, depth = [], 0, columns.shape[1]
+    while start < depth:
+        base = sums[:, start - 1:start] if start else 0
+        over = np.flatnonzero(np.max(sums[:, start:] - base, axis=0) > limit)
+        stop = start + int(over[0]) if over.size else depth
+        if stop == start or len(ranges) == _MAX_PARTS:
+            return None
+        ranges.append((start, stop))
+        start = stop
+    return ranges if len(ranges) > 1 else None
+
+
+def _product(cols: np.ndarray, weights: np.ndarray, parts: list[tuple[int, int]] | None, epilogue: _Epilogue,
+             target: np.ndarray) -> None:
+    """The quantized outputs of ``cols @ weights`` into ``target``: one product, or the
+    exact float32 products of the ``parts`` of the summed axis, summed by the output stage."""
+    if parts is None:
+        epilogue.finish(cols @ weights, target)
+        return
+    partial = np.empty((len(parts), cols.shape[0], weights.shape[1]), np.float32)
+    for index, (start, stop) in enumerate(parts):
+        np.matmul(cols[:, start:stop], weights[start:stop], out=partial[index])
+    epilogue.finish_parts(partial, target)
 
 
 def _shifted_weights(weights: Tensor) -> np.ndarray:
@@ -151,12 +195,16 @@ class PreparedConv:
         self.sp, self.out_hw, self.kernel_hw = sp, out_hw, (kh, kw)
         shifted = _shifted_weights(weights)
         self.work = _work_dtype(data, shifted, (0,))
+        # float32 products twice as fast as float64 ones: split where the sums need it
+        self.parts = _float32_parts(data, shifted.reshape(oc, -1)) if self.work == np.float64 else None
+        if self.parts is not None:
+            self.work = np.float32
         # (depth, oc): the filters as columns, in the im2col order (kh, kw, c); a transposed
         # view of the (oc, depth) rows, which BLAS reads as they are (no copy at preparation)
         self.weights = shifted.reshape(oc, -1).astype(self.work, copy=False).T
         self.depth, self.channels = kh * kw * depth, oc
         self.pad = _Padder(data, sp, self.work)
-        self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work, row=out_hw[1])
+        self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work, row=out_hw[1], parts=self.parts is not None)
         self.pointwise = kh == kw == 1 and sp.stride_h == sp.stride_w == 1
         itemsize = np.dtype(self.work).itemsize
         # Each product repacks the filter inside BLAS: blocks of at least _MIN_BLOCK_PIXELS
@@ -189,7 +237,7 @@ class PreparedConv:
                         np.matmul(cols, self.weights, out=target)
                         self.epilogue.finish(target, target)
                     else:
-                        self.epilogue.finish(cols @ self.weights, target)
+                        _product(cols, self.weights, self.parts, self.epilogue, target)
         return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]
 
 
@@ -303,15 +351,21 @@ class PreparedFullyConnected:
         units, input_size = weights.shape
         shifted = _shifted_weights(weights)
         self.work = _work_dtype(data, shifted, (0,))
+        self.parts = _float32_parts(data, shifted) if self.work == np.float64 else None
+        if self.parts is not None:
+            self.work = np.float32
         self.weights = shifted.astype(self.work, copy=False).T  # (input_size, units), a view
         self.input_size, self.units = input_size, units
         self.zero = None if data.type in FLOAT_TENSORS else self.work(data.zero_point)
-        self.epilogue = _Epilogue(ctx, fuse, units, self.work)
+        self.epilogue = _Epilogue(ctx, fuse, units, self.work, parts=self.parts is not None)
 
     def __call__(self, values: list) -> list[np.ndarray]:
         x = values[INPUT].reshape(-1, self.input_size)
         out = np.empty((x.shape[0], self.units), dtype=self.epilogue.dtype)
         if x.shape[0]:
             rows = x.astype(self.work) if self.zero is None else np.subtract(x, self.zero, dtype=self.work)
-            self.epilogue.finish(rows @ self.weights, out)
+            if self.epilogue.quantized:
+                _product(rows, self.weights, self.parts, self.epilogue, out)
+            else:
+                self.epilogue.finish(rows @ self.weights, out)
         return [out]

@@ -52,18 +52,30 @@ class FusedOutputStage:
     """``quant_math.OutputStage`` in one compiled pass: called with accumulators and the
     output array (C-contiguous, channels last), writes the quantized results into it."""
 
-    def __init__(self, stage: OutputStage, module: ModuleType, acc_dtype, channels: int) -> None:
+    def __init__(self, stage: OutputStage, module: ModuleType, acc_dtype, channels: int, parts: bool = False) -> None:
+        """``parts``: accumulators also come as exact float32 parts to sum (``sum_parts``)."""
         self.stage = stage
         self.kernel = module.requantize_rows
+        self.parts_kernel = module.requantize_parts
         self.channels = channels
         self.params = stage_parameters(stage, channels)
         # compile (or load from the cache) now, at preparation, for these dtypes
         self.kernel(np.zeros((0, channels), acc_dtype), *self.params, np.empty((0, channels), stage.dtype))
+        if parts:
+            self.parts_kernel(np.zeros((1, 0, channels), np.float32), *self.params,
+                              np.empty((0, channels), stage.dtype))
 
     def __call__(self, acc: np.ndarray, out: np.ndarray) -> np.ndarray:
         if not (acc.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
             return self.stage(acc, out)
         self.kernel(acc.reshape(-1, self.channels), *self.params, out.reshape(-1, self.channels))
+        return out
+
+
+    def sum_parts(self, parts: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """The outputs of accumulators that are the sums of ``parts`` (P, rows, channels),
+        float32 partial sums each exact, into ``out`` (rows, channels, C-contiguous)."""
+        self.parts_kernel(parts, *self.params, out)
         return out
 
 

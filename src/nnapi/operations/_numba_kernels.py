@@ -8,6 +8,8 @@ doing what numpy needs several passes (and int64 temporaries) for:
   (``quant_math.OutputStage``): int32 accumulators (or floats holding exact integers)
   plus bias, TFLite's MultiplyByQuantizedMultiplier per channel, zero point, clamp,
   narrowed to the output type.
+- ``requantize_parts``: the same after summing exact float32 partial products (a
+  product whose float32 sums would not be exact, split along the summed axis).
 - ``depthwise_quantized``: DEPTHWISE_CONV_2D on stored 8-bit inputs, summed exactly in
   int32 straight from the unpadded input (padding taps hold the zero point, so they add
   nothing and are skipped), followed by the same output stage per output pixel.
@@ -58,6 +60,22 @@ def requantize_rows(acc, bias, multipliers, lefts, rights, halves, zero_point, l
     ``bias``, ``multipliers``, ``lefts``, ``rights``, ``halves``: one value per channel."""
     for r in range(acc.shape[0]):
         _finish(acc[r], bias, multipliers, lefts, rights, halves, zero_point, low, high, out[r])
+
+
+@_jit
+def requantize_parts(parts, bias, multipliers, lefts, rights, halves, zero_point, low, high, out):
+    """Output stage of accumulators given as ``parts`` (P, rows, channels) to be summed
+    (float32 partial products of slices of the summed axis, each exact): the exact sum of
+    the parts in int64, then as ``requantize_rows``."""
+    count, rows, channels = parts.shape
+    acc = np.empty(channels, np.int64)
+    for r in range(rows):
+        for c in range(channels):
+            acc[c] = np.int64(parts[0, r, c])
+        for p in range(1, count):
+            for c in range(channels):
+                acc[c] += np.int64(parts[p, r, c])
+        _finish(acc, bias, multipliers, lefts, rights, halves, zero_point, low, high, out[r])
 
 
 @_jit
