@@ -53,7 +53,10 @@ def _stage(channels: int, shifts, dtype, low=None, high=None, zero_point=None, b
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("acc_dtype", [np.float32, np.float64, np.int32, np.int64])
 @pytest.mark.parametrize("shifts", ["negative", "mixed", "zero", "one"])
-def test_output_stage_matches_numpy(dtype, acc_dtype, shifts):
+@pytest.mark.parametrize("folded", [False, True])
+def test_output_stage_matches_numpy(dtype, acc_dtype, shifts, folded):
+    """Both forms of the compiled stage: the general one and, for accumulators of a known
+    bound and no left shifts, the one with the bias folded into a per-channel constant."""
     channels = int(RNG.integers(1, 40))
     shift = {"negative": RNG.integers(-31, 0, channels), "mixed": RNG.integers(-20, 6, channels),
              "zero": np.zeros(channels, np.int64), "one": np.array([-7])}[shifts]
@@ -66,8 +69,9 @@ def test_output_stage_matches_numpy(dtype, acc_dtype, shifts):
     acc[:8] = RNG.integers(-300, 300, (8, channels))  # near zero: rounding ties, the zero point
     acc[8] = -stage.bias  # x = 0
     acc = acc.astype(acc_dtype)
-    fused = _jit.FusedOutputStage(stage, _jit.kernels(), acc_dtype, channels)
+    fused = _jit.FusedOutputStage(stage, _jit.kernels(), acc_dtype, channels, acc_bound=bound if folded else None)
     out = np.empty(acc.shape, dtype)
+    assert fused.folded == (folded and not np.any(shift > 0))
     assert fused(acc, out) is out
     np.testing.assert_array_equal(out, stage.reference(acc))
     np.testing.assert_array_equal(out, stage(acc))

@@ -69,8 +69,10 @@ class _Epilogue:
             multipliers, shifts = output_multipliers(data.scale, filter_scales(weights, channels), output.scale)
             self.stage = output_stage(multipliers, shifts, output, fuse, bias.value)
             compiled = _jit.kernels()
-            if compiled is not None:
-                self.stage = _jit.FusedOutputStage(self.stage, compiled, work, channels, parts)
+            if compiled is not None and _jit.compilable(self.stage):
+                # float32 products are exact below 2**24 (``_work_dtype``), each part of a split one too
+                bound = None if work == np.float64 else 2**24 * (_MAX_PARTS if parts else 1)
+                self.stage = _jit.FusedOutputStage(self.stage, compiled, work, channels, parts, bound)
         else:
             self.bias = np.asarray(bias.value, dtype=np.float32)
             self.bias_row = np.tile(self.bias, row)
@@ -327,15 +329,15 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
     else:
         # the int32 sums are exact: no partial sum can exceed max|x - zp| * sum|w|
         largest = int(np.abs(shifted.astype(np.int64)).sum(axis=(0, 1)).max()) if shifted.size else 0
-        if _input_bound(data) * largest >= 2**31:
+        if _input_bound(data) * largest >= 2**31 or not isinstance(epilogue.stage, _jit.FusedOutputStage):
             return None
         weights = np.ascontiguousarray(shifted, dtype=np.int32)
         zero_point = np.int32(data.zero_point)
         stage = epilogue.stage
-        params = _jit.stage_parameters(stage.stage if isinstance(stage, _jit.FusedOutputStage) else stage, depth)
+        params = _jit.stage_parameters(stage.stage, depth, _input_bound(data) * largest)
 
         def run_quantized(x: np.ndarray, out: np.ndarray) -> None:
-            compiled.depthwise_quantized(x, zero_point, weights, *geometry, *params, out)
+            compiled.depthwise_quantized(x, zero_point, weights, *geometry, params, out)
         run = run_quantized
     # compile (or load from the cache) now, at preparation, for these dtypes
     run(np.zeros((0, 1, 1, depth // multiplier), dtype_of(data.type)),

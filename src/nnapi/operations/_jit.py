@@ -50,46 +50,67 @@ def kernels() -> ModuleType | None:
 
 class FusedOutputStage:
     """``quant_math.OutputStage`` in one compiled pass: called with accumulators and the
-    output array (C-contiguous, channels last), writes the quantized results into it."""
+    output array (C-contiguous, channels last), writes the quantized results into it.
+    ``acc_bound``: a bound on |accumulator| known at preparation (None: any int64), which
+    lets the kernel fold the bias into a constant when no saturation can occur."""
 
-    def __init__(self, stage: OutputStage, module: ModuleType, acc_dtype, channels: int, parts: bool = False) -> None:
+    def __init__(self, stage: OutputStage, module: ModuleType, acc_dtype, channels: int, parts: bool = False,
+                 acc_bound: int | None = None) -> None:
         """``parts``: accumulators also come as exact float32 parts to sum (``sum_parts``)."""
         self.stage = stage
         self.kernel = module.requantize_rows
         self.parts_kernel = module.requantize_parts
         self.channels = channels
-        self.params = stage_parameters(stage, channels)
+        self.params = stage_parameters(stage, channels, acc_bound)
         # compile (or load from the cache) now, at preparation, for these dtypes
-        self.kernel(np.zeros((0, channels), acc_dtype), *self.params, np.empty((0, channels), stage.dtype))
+        self.kernel(np.zeros((0, channels), acc_dtype), self.params, np.empty((0, channels), stage.dtype))
         if parts:
-            self.parts_kernel(np.zeros((1, 0, channels), np.float32), *self.params,
+            self.parts_kernel(np.zeros((1, 0, channels), np.float32), self.params,
                               np.empty((0, channels), stage.dtype))
+
+    @property
+    def folded(self) -> bool:
+        return bool(self.params[-1])
 
     def __call__(self, acc: np.ndarray, out: np.ndarray) -> np.ndarray:
         if not (acc.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
             return self.stage(acc, out)
-        self.kernel(acc.reshape(-1, self.channels), *self.params, out.reshape(-1, self.channels))
+        self.kernel(acc.reshape(-1, self.channels), self.params, out.reshape(-1, self.channels))
         return out
-
 
     def sum_parts(self, parts: np.ndarray, out: np.ndarray) -> np.ndarray:
         """The outputs of accumulators that are the sums of ``parts`` (P, rows, channels),
         float32 partial sums each exact, into ``out`` (rows, channels, C-contiguous)."""
-        self.parts_kernel(parts, *self.params, out)
+        self.parts_kernel(parts, self.params, out)
         return out
 
 
-def stage_parameters(stage: OutputStage, channels: int) -> tuple:
-    """The compiled kernels' form of an output stage of ``channels`` channels: bias,
-    multipliers (int32), left shifts, right shifts, 2**(right - 1) (0 where right is 0),
-    one value per channel, then the zero point and the clamp range."""
+def compilable(stage: OutputStage) -> bool:
+    """Whether the compiled kernels' int64 arithmetic holds this stage: Q31 multipliers
+    (QuantizeMultiplier's), shifts within [-31, 30], |zero point| < 2**16 (always so for
+    the stages of convolutions and matrix products)."""
+    return bool(np.all((stage.multipliers >= 0) & (stage.multipliers <= _INT32_MAX))
+                and np.all((stage.shifts >= -31) & (stage.shifts <= 30)) and abs(stage.zero_point) < 2**16)
+
+
+def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = None) -> tuple:
+    """The compiled kernels' form of an output stage of ``channels`` channels (see
+    ``_numba_kernels._finish``), one int64 value per channel unless said: bias,
+    multipliers (int32), left shifts, right shifts r, offsets 2**(r - 1) + zero_point *
+    2**r (2**(r - 1) read as 0 for r = 0), -1 where r > 0 else 0, bias * m + 2**30; then
+    the clamp range and whether the folded form applies (no left shift, and
+    ``acc_bound`` + |bias| < 2**31)."""
     def per_channel(values, dtype=np.int64) -> np.ndarray:
         return np.ascontiguousarray(np.broadcast_to(np.asarray(values, dtype=dtype), (channels,)))
 
-    if np.any(stage.multipliers < 0) or np.any(stage.multipliers > _INT32_MAX):
-        raise ValueError("output multipliers must be Q31 values in [0, 2**31)")
-    rights = np.maximum(-stage.shifts, 0)
+    if not compilable(stage):
+        raise ValueError("the compiled output stage takes Q31 multipliers, shifts in [-31, 30], |zero point| < 2**16")
+    multipliers = per_channel(stage.multipliers)
+    bias, lefts = per_channel(stage.bias), per_channel(np.maximum(stage.shifts, 0))
+    rights = per_channel(np.maximum(-stage.shifts, 0))
     halves = np.where(rights > 0, np.left_shift(1, np.maximum(rights - 1, 0)), 0)
-    return (per_channel(stage.bias), per_channel(stage.multipliers, np.int32), per_channel(np.maximum(stage.shifts, 0)),
-            per_channel(rights), per_channel(halves), np.int64(stage.zero_point), np.int64(stage.low),
-            np.int64(stage.high))
+    folded = acc_bound is not None and not np.any(lefts) and acc_bound + int(np.abs(bias).max(initial=0)) < 2**31
+    return (bias, multipliers.astype(np.int32), lefts, rights,
+            np.ascontiguousarray(halves + (np.int64(stage.zero_point) << rights)),
+            np.ascontiguousarray(-(rights > 0).astype(np.int64)), bias * multipliers + (1 << 30),
+            np.int64(stage.low), np.int64(stage.high), bool(folded))

@@ -33,8 +33,9 @@ _jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
 
 
 @_jit
-def _finish(acc, bias, multipliers, lefts, rights, halves, zero_point, low, high, out):
-    """The output stage of one output pixel: ``acc`` (one value per channel) into ``out``.
+def _finish(acc, params, out):
+    """The output stage of one output pixel: ``acc`` (one value per channel) into ``out``;
+    ``params`` from ``_jit.stage_parameters``.
 
     TFLite's MultiplyByQuantizedMultiplier (see quant_math) without branches, so that the
     loop over channels vectorizes: x = acc + bias shifted left and saturated to int32;
@@ -42,28 +43,36 @@ def _finish(acc, bias, multipliers, lefts, rights, halves, zero_point, low, high
     1 - 2**30 by the product's sign, equals floor((x * m + 2**30) / 2**31) for every
     product (m >= 0 from QuantizeMultiplier; the INT32_MIN * INT32_MIN case cannot occur);
     the right shift by r rounding halves away from zero is
-    floor((h + 2**(r - 1) - [h < 0 and r > 0]) / 2**r). Per-channel arrays: ``halves`` =
-    2**(r - 1) and 0 for r = 0, ``lefts`` / ``rights`` the shifts, one value per channel.
+    floor((h + 2**(r - 1) - [h < 0 and r > 0]) / 2**r), and adding the zero point
+    shifted left by r inside that floor adds it to the result.
+
+    ``folded`` (no left shifts, and |acc| + |bias| < 2**31 so that x needs no saturation):
+    x * m + 2**30 = acc * m + (bias * m + 2**30), the second term one constant per channel.
     """
-    for c in range(acc.shape[0]):
-        x = (np.int64(acc[c]) + bias[c]) << lefts[c]
-        x32 = np.int32(min(max(x, _INT32_MIN), _INT32_MAX))
-        h = (np.int64(x32) * np.int64(multipliers[c]) + (1 << 30)) >> 31
-        half = halves[c]
-        value = ((h + half + ((h >> 63) & -np.int64(half > 0))) >> rights[c]) + zero_point
-        out[c] = min(max(value, low), high)
+    bias, multipliers, lefts, rights, offsets, negatives, constants, low, high, folded = params
+    if folded:
+        for c in range(acc.shape[0]):
+            h = (np.int64(acc[c]) * np.int64(multipliers[c]) + constants[c]) >> 31
+            value = (h + offsets[c] + ((h >> 63) & negatives[c])) >> rights[c]
+            out[c] = min(max(value, low), high)
+    else:
+        for c in range(acc.shape[0]):
+            x = (np.int64(acc[c]) + bias[c]) << lefts[c]
+            x32 = np.int32(min(max(x, _INT32_MIN), _INT32_MAX))
+            h = (np.int64(x32) * np.int64(multipliers[c]) + (1 << 30)) >> 31
+            value = (h + offsets[c] + ((h >> 63) & negatives[c])) >> rights[c]
+            out[c] = min(max(value, low), high)
 
 
 @_jit
-def requantize_rows(acc, bias, multipliers, lefts, rights, halves, zero_point, low, high, out):
-    """Output stage of a (rows, channels) block of accumulators into ``out`` (same shape);
-    ``bias``, ``multipliers``, ``lefts``, ``rights``, ``halves``: one value per channel."""
+def requantize_rows(acc, params, out):
+    """Output stage of a (rows, channels) block of accumulators into ``out`` (same shape)."""
     for r in range(acc.shape[0]):
-        _finish(acc[r], bias, multipliers, lefts, rights, halves, zero_point, low, high, out[r])
+        _finish(acc[r], params, out[r])
 
 
 @_jit
-def requantize_parts(parts, bias, multipliers, lefts, rights, halves, zero_point, low, high, out):
+def requantize_parts(parts, params, out):
     """Output stage of accumulators given as ``parts`` (P, rows, channels) to be summed
     (float32 partial products of slices of the summed axis, each exact): the exact sum of
     the parts in int64, then as ``requantize_rows``."""
@@ -75,12 +84,11 @@ def requantize_parts(parts, bias, multipliers, lefts, rights, halves, zero_point
         for p in range(1, count):
             for c in range(channels):
                 acc[c] += np.int64(parts[p, r, c])
-        _finish(acc, bias, multipliers, lefts, rights, halves, zero_point, low, high, out[r])
+        _finish(acc, params, out[r])
 
 
 @_jit
-def depthwise_quantized(x, input_zero_point, weights, multiplier, strides, dilations, pads,
-                        bias, multipliers, lefts, rights, halves, zero_point, low, high, out):
+def depthwise_quantized(x, input_zero_point, weights, multiplier, strides, dilations, pads, params, out):
     """Quantized DEPTHWISE_CONV_2D: ``x`` (N, H, W, C) stored 8-bit values, ``weights``
     (KH, KW, C * multiplier) int32 with their zero point subtracted, ``strides`` /
     ``dilations`` (h, w), ``pads`` (top, left); writes ``out`` (N, OH, OW, C * multiplier)."""
@@ -112,7 +120,7 @@ def depthwise_quantized(x, input_zero_point, weights, multiplier, strides, dilat
                             for c in range(channels):
                                 for q in range(multiplier):
                                     acc[c * multiplier + q] += shifted[c] * w[c * multiplier + q]
-                _finish(acc, bias, multipliers, lefts, rights, halves, zero_point, low, high, out[b, oy, ox])
+                _finish(acc, params, out[b, oy, ox])
 
 
 @_jit
