@@ -38,6 +38,7 @@ from nnapi.hal import (
     IBurst,
     IDevice,
     IExecution,
+    IFencedExecutionCallback,
     IPreparedModel,
     Priority,
     serialize,
@@ -318,23 +319,10 @@ class ServiceLink:
         """A reference to an fd-backed pool the service can map (sealed memfd), registering
         it in this call's ``new`` list the first time; None when it cannot go by fd. The
         pool is an FdPool, or a Memory's mapped bytes (``nnapi.memory.memory_of``)."""
-        fd = getattr(pool, "fd", None)
-        if isinstance(fd, int):
-            offset, size = int(getattr(pool, "offset", 0)), int(pool.size)
-        else:
-            shared = memory_of(pool)
-            if shared is None:
-                return None
-            fd, offset, size, mapped_writable = shared
-            writable = writable and mapped_writable
-        try:
-            info = os.fstat(fd)
-            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-        except OSError:
+        found = _descriptor_of(pool, writable)
+        if found is None:
             return None
-        if not seals & fcntl.F_SEAL_SHRINK:
-            return None
-        key = (info.st_dev, info.st_ino, writable)
+        fd, offset, size, writable, key = found
         pool_id = self._fd_pools.get(key)
         if pool_id is None:
             pool_id = next(self._pool_ids)
@@ -377,6 +365,36 @@ class ServiceLink:
             new.append([arena.pool_id, len(fds), True])
             fds.append(arena.fd)
         return arena.pool_id
+
+
+def _descriptor_of(pool: Any, writable: bool) -> tuple[int, int, int, bool, tuple] | None:
+    """(fd, offset, size, writable, identity) of a pool that can cross by descriptor (a
+    sealed memfd: an FdPool, or a Memory's mapped bytes); None for any other."""
+    fd = getattr(pool, "fd", None)
+    if isinstance(fd, int):
+        offset, size = int(getattr(pool, "offset", 0)), int(pool.size)
+    else:
+        shared = memory_of(pool)
+        if shared is None:
+            return None
+        fd, offset, size, mapped_writable = shared
+        writable = writable and mapped_writable
+    try:
+        info = os.fstat(fd)
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        return None
+    if not seals & fcntl.F_SEAL_SHRINK:
+        return None
+    return fd, offset, size, writable, (info.st_dev, info.st_ino, writable)
+
+
+def _all_by_descriptor(pools: Sequence[Any]) -> bool:
+    """True when no pool of a request would be staged (each is device memory or crosses by
+    descriptor)."""
+    token = getattr(hal_types, "BufferToken", None)
+    return all((token is not None and isinstance(pool, token)) or _descriptor_of(pool, True) is not None
+               for pool in pools)
 
 
 class _Staging:
@@ -653,12 +671,56 @@ class RemotePreparedModel(IPreparedModel):
 
     def execute_fenced(self, request, wait_for, measure_timing=False, deadline_ns=None, loop_timeout_ns=None,
                        timeout_after_fence_ns=None):
+        """IPreparedModel::executeFenced. With fences to wait for and every pool crossing by
+        descriptor (shared or device memory), the service waits for the fences and runs
+        in a thread of its own, and this returns at once with a sync fence the service
+        signals when done; the connection serves other calls meanwhile. Plain buffers are
+        staged and must be copied back after the run, so then the fences are waited here
+        and the run is synchronous, as with no fences at all."""
+        if wait_for:
+            started = self._start_fenced(request, wait_for, measure_timing, deadline_ns, loop_timeout_ns,
+                                         timeout_after_fence_ns)
+            if started is not None:
+                return started
         _wait_for_fences(wait_for, deadline_ns)
         if timeout_after_fence_ns is not None:
             after = time.monotonic_ns() + timeout_after_fence_ns
             deadline_ns = after if deadline_ns is None else min(deadline_ns, after)
         _, timing = self.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
         return None, _FencedDone(timing)
+
+    def _start_fenced(self, request, wait_for, measure_timing, deadline_ns, loop_timeout_ns,
+                      timeout_after_fence_ns) -> tuple[int, IFencedExecutionCallback] | None:
+        """Hand a fenced execution to the service (``execute_fenced`` there); None when a
+        pool would have to be staged."""
+        for fd in wait_for:
+            try:
+                os.fstat(fd)
+            except (OSError, TypeError, ValueError) as error:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"bad sync fence {fd!r}: {error}") from None
+        if not _all_by_descriptor(request.pools):
+            return None
+        link = self._link
+        staging = _Staging(link)
+        done = os.eventfd(0, os.EFD_CLOEXEC)
+        try:
+            with link._lock:
+                if self._generation != link.generation:
+                    raise _dead("the driver service restarted; prepare the model again")
+                refs = staging.refs(request.pools)
+                args = {"h": self._handle, "r": wire.encode_request(refs, request), "timing": bool(measure_timing),
+                        "deadline": deadline_ns, "loop": loop_timeout_ns, "after": timeout_after_fence_ns,
+                        "w": list(range(len(wait_for))), "done": len(wait_for)}
+                result = _call_with_pools(link, staging, "execute_fenced", args, None, self._generation,
+                                          [*wait_for, done])
+            handle = wire.get_int(result, "fenced execution", 1)
+            callback = _RemoteFencedCallback(link, handle, self._generation, os.dup(done))
+        except BaseException:
+            os.close(done)
+            raise
+        finally:
+            staging.done()
+        return done, callback
 
     def configure_burst(self) -> IBurst:
         handle = wire.get_int(self._link.call("burst", {"h": self._handle}, generation=self._generation),
@@ -796,6 +858,34 @@ class _FencedDone:
 
     def get_execution_info(self):
         return ErrorStatus.NONE, self._timing, self._timing
+
+
+class _RemoteFencedCallback(IFencedExecutionCallback):
+    """The service's report of a fenced execution it runs: asked for once its sync fence
+    is signalled (waited here first, so the service never waits on our behalf)."""
+
+    def __init__(self, link: ServiceLink, handle: int, generation: int, done: int) -> None:
+        self._link, self._handle, self._generation, self._done = link, handle, generation, done
+        self._info: tuple | None = None
+        weakref.finalize(self, _release, link, "fenced", handle, generation, None)
+        weakref.finalize(self, os.close, done)
+
+    def get_execution_info(self):
+        if self._info is None:
+            deadline = time.monotonic_ns() + int(self._link.timeout_s * 1e9)
+            try:
+                _wait_for_fences([self._done], deadline)
+            except HalError:
+                return ErrorStatus.DEAD_OBJECT, hal_types.Timing(), hal_types.Timing()
+            try:
+                status_v, launched_v, fenced_v = wire.get_list(self._link.call(
+                    "fenced_info", {"f": self._handle}, generation=self._generation), "fenced info", 3)
+                status = ErrorStatus(wire.get_int(status_v, "status"))
+                self._info = status, wire.decode_timing(launched_v), wire.decode_timing(fenced_v)
+            except (HalError, ValueError) as error:
+                status = error.status if isinstance(error, HalError) else ErrorStatus.GENERAL_FAILURE
+                return status, hal_types.Timing(), hal_types.Timing()
+        return self._info
 
 
 def _wait_for_fences(fds: Sequence[int], deadline_ns: int | None) -> None:

@@ -16,6 +16,7 @@ import ctypes
 import fcntl
 import mmap
 import os
+import select
 import signal
 import socket
 import stat
@@ -27,7 +28,7 @@ from typing import Any
 from nnapi.drivers.service import channel as fast
 from nnapi.drivers.service import wire
 from nnapi.drivers.service.wire import WireError, get_bool, get_int, get_list, get_map, get_opt_int
-from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, Priority, serialize
+from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, Priority, Timing, serialize
 from nnapi.hal import Model as HalModel
 from nnapi.hal.validation import validate_model, validate_request
 
@@ -36,6 +37,8 @@ _MAX_HANDLES = 1 << 16
 _MAX_CACHED_REQUESTS = 256
 #: Largest packed request blob (its descriptors and arguments, not tensor data).
 _MAX_REQUEST_BYTES = 1 << 20
+#: Fenced executions of one client waiting for their fences at once (a thread each).
+_MAX_PENDING_FENCED = 64
 
 
 class _Session:
@@ -57,6 +60,11 @@ class _Session:
         #: the shared-memory channel (``channel`` message) and the last request number seen on it
         self.channel: fast.Channel | None = None
         self.channel_seq = 0
+        #: fenced executions run by worker threads: handle -> None while running, then
+        #: [status, launched timing, fenced timing]
+        self.fenced: dict[int, list | None] = {}
+        #: set when the client is gone: workers still waiting for fences give up
+        self.closed = threading.Event()
         self._next = 1
 
     def add(self, table: dict, value: Any) -> int:
@@ -68,6 +76,7 @@ class _Session:
         return handle
 
     def close(self) -> None:
+        self.closed.set()
         for mapping, view in self.pools.values():
             view.release()
             try:
@@ -81,6 +90,7 @@ class _Session:
         self.executions.clear()
         self.requests.clear()
         self.device_of.clear()
+        self.fenced.clear()
         if self.channel is not None:
             self.channel.close()
             self.channel = None
@@ -129,6 +139,7 @@ class Service:
             "map": self._map, "forget": self._forget, "allocate": self._allocate, "copy_to": self._copy_to,
             "copy_from": self._copy_from, "wait": self._wait,
             "bind": self._bind, "run": self._run, "channel": self._channel,
+            "execute_fenced": self._execute_fenced, "fenced_info": self._fenced_info,
         }
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -497,6 +508,52 @@ class Service:
         shapes, measured = burst.execute(request, timing, deadline, loop)
         return [wire.encode_shapes(shapes), wire.encode_timing(measured)]
 
+    def _execute_fenced(self, args: dict, fds: list[int], session: _Session) -> int:
+        """IPreparedModel::executeFenced with fences to wait for: {"h", "r", "timing",
+        "deadline", "loop", "after": timeout after the fences, "w": fence descriptor
+        indexes, "done": the eventfd to signal when finished}. The request is checked now
+        (an error is this message's reply); a worker thread waits for the fences and runs
+        it, so this connection goes on serving (the fences may be signalled by work the
+        client sends next). Returns the handle ``fenced_info`` reports on."""
+        handle_v = get_int(args.get("h"), "handle", 0)
+        prepared, model = self._prepared(session, handle_v)
+        request = self._request(args, session, model, session.device_of.get(handle_v))
+        timing, deadline, loop = self._timing_args(args)
+        after = get_opt_int(args.get("after"), "timeout after fences", 0)
+        waits = [self._fd(fds, i, "sync fence") for i in get_list(args.get("w"), "sync fences", limit=64)]
+        done = self._fd(fds, args.get("done"), "done fence")
+        if not fast.is_eventfd(done):
+            raise WireError("the done fence must be an eventfd")
+        if sum(1 for result in session.fenced.values() if result is None) >= _MAX_PENDING_FENCED:
+            raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, "too many fenced executions waiting")
+        handle = session.add(session.fenced, None)
+        owned: list[int] = []  # our copies: the message's descriptors are closed after it
+        try:
+            for fd in (*waits, done):
+                owned.append(os.dup(fd))
+            os.set_blocking(owned[-1], False)
+            threading.Thread(target=_run_fenced, daemon=True, name=f"fenced-{handle}",
+                             args=(session, handle, prepared, request, timing, deadline, loop, after, owned[:-1],
+                                   owned[-1])).start()
+        except (OSError, RuntimeError) as error:
+            session.fenced.pop(handle, None)
+            for fd in owned:
+                wire._close_quietly(fd)
+            raise HalError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                           f"cannot start the fenced execution: {error}") from None
+        return handle
+
+    def _fenced_info(self, args: dict, fds: list[int], session: _Session) -> list:
+        """IFencedExecutionCallback::getExecutionInfo: [status, launched timing, fenced
+        timing]. Never waits: the client asks once the done fence is signalled."""
+        handle = get_int(args.get("f"), "fenced execution", 0)
+        if handle not in session.fenced:
+            raise WireError(f"unknown fenced execution {handle}")
+        result = session.fenced[handle]
+        if result is None:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "the fenced execution has not finished")
+        return result
+
     def _bind(self, args: dict, fds: list[int], session: _Session) -> int:
         """IPreparedModel / IBurst createReusableExecution: the request is decoded and
         validated once and handed to the driver to bind; ``run`` then names it by number.
@@ -531,13 +588,13 @@ class Service:
 
     def _release(self, args: dict, fds: list[int], session: _Session) -> None:
         tables = {"prepared": session.prepared, "burst": session.bursts, "buffer": session.buffers,
-                  "execution": session.executions}
+                  "execution": session.executions, "fenced": session.fenced}
         kind = args.get("kind")
         if kind not in tables:
             raise WireError(f"unknown kind {kind!r}")
         handle = get_int(args.get("h"), "handle", 0)
         tables[kind].pop(handle, None)
-        if kind != "buffer":
+        if kind not in ("buffer", "fenced"):
             session.device_of.pop(handle, None)
         session.requests.clear()
 
@@ -629,6 +686,51 @@ class Service:
             os.set_blocking(fd, False)  # a full counter must not block us
         session.channel = fast.Channel(mapping, capacity, to_client, from_client)
         session.channel_seq = 0  # the client's first request through it is number 1
+
+
+def _run_fenced(session: _Session, handle: int, prepared: Any, request: Any, timing: bool, deadline: int | None,
+                loop: int | None, after: int | None, waits: list[int], done: int) -> None:
+    """A fenced execution's worker: wait for the fences (giving up when the deadline
+    passes or the client goes away), run, record the result, signal ``done``."""
+    no_timing = wire.encode_timing(Timing())
+    result = [int(ErrorStatus.GENERAL_FAILURE), no_timing, no_timing]
+    try:
+        poller = select.poll()
+        for fd in waits:
+            poller.register(fd, select.POLLIN)
+        pending = set(waits)
+        while pending and not session.closed.is_set():
+            slice_ms = 100
+            if deadline is not None:
+                slice_ms = max(0, min(slice_ms, (deadline - time.monotonic_ns()) // 1_000_000))
+            for fd, events in poller.poll(slice_ms):
+                if events & (select.POLLERR | select.POLLNVAL):
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT, f"sync fence {fd} is in error")
+                pending.discard(fd)
+                poller.unregister(fd)
+            if pending and deadline is not None and time.monotonic_ns() >= deadline:
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed waiting for fences")
+        if pending:
+            return  # the client is gone
+        signalled = time.monotonic_ns()
+        if after is not None:
+            deadline = signalled + after if deadline is None else min(deadline, signalled + after)
+        _, measured = prepared.execute(request, timing, deadline, loop)
+        encoded = wire.encode_timing(measured)
+        result = [int(ErrorStatus.NONE), encoded, encoded]
+    except HalError as error:
+        result[0] = int(error.status)
+    except Exception:  # a driver's own failure, contained
+        pass
+    finally:
+        if handle in session.fenced:
+            session.fenced[handle] = result
+        try:
+            os.eventfd_write(done, 1)
+        except OSError:
+            pass
+        for fd in (*waits, done):
+            wire._close_quietly(fd)
 
 
 class _Bound:
