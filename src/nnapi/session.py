@@ -241,7 +241,9 @@ class Session:
                 execution.set_input(position, array)
             buffers = [self._output_buffer(t, known[i]) for i, t in enumerate(self._output_types)]
             for position, buffer in enumerate(buffers):
-                if known[position] is None and not self._output_types[position].is_fully_specified:
+                # a fully specified output's buffer has the model's dimensions: no type to
+                # pass (the Execution's quick path for plain arrays), nor to read back
+                if known[position] is None:
                     execution.set_output(position, buffer)
                 else:
                     execution.set_output(position, buffer,
@@ -255,6 +257,9 @@ class Session:
                 raise self._naming_source(error) from None
             results = []
             for position, buffer in enumerate(buffers):
+                if self._output_types[position].is_fully_specified:
+                    results.append(buffer)
+                    continue
                 dims = execution.get_output_operand_dimensions(position) if self._output_types[position].is_tensor \
                     else []
                 count = int(np.prod(dims)) if dims else 1

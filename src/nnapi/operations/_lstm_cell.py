@@ -319,6 +319,7 @@ class PreparedLstm:
         forget, output_gate, cell_part = z[:, self.forget_cols], z[:, self.output_cols], z[:, self.cell_cols]
         input_gate = spare if self.input_cols is None else z[:, self.input_cols]
         activation, one, clip = d.activation, np.float32(1.0), d.cell_clip
+        low, high = np.float32(-clip), np.float32(clip)
         projection = self.projection
         for t in range(steps):
             check_deadline()
@@ -332,8 +333,8 @@ class PreparedLstm:
             np.multiply(forget, c, out=c)
             np.multiply(input_gate, candidate, out=candidate)
             np.add(c, candidate, out=c)  # c = f * c + i * candidate
-            if clip > 0:
-                np.clip(c, -clip, clip, out=c)
+            if clip > 0:  # np.clip's values through two ufuncs, without its Python wrapper
+                np.minimum(np.maximum(c, low, out=c), high, out=c)
             activate_into(c, activation, cell_out)
             if projection is None:
                 h = np.multiply(output_gate, cell_out, out=outputs[t])
