@@ -85,8 +85,9 @@ KINDS = ["float32", "float16", "quant8", "quant8_signed_per_channel"]
     (3, 1, (2, 2, 2, 2), 2, True),
     (2, 3, (0, 0, 0, 0), 1, False),
 ])
-def test_prepared_conv_matches_reference(kind, kernel, stride, padding, dilation, nchw):
-    batches, size, in_ch, out_ch = 2, 9, 5, 7
+@pytest.mark.parametrize("in_ch", [5, 3])  # 3: the columns gathered transposed (few input channels)
+def test_prepared_conv_matches_reference(kind, kernel, stride, padding, dilation, nchw, in_ch):
+    batches, size, out_ch = 2, 9, 7
     x_shape = (batches, in_ch, size, size) if nchw else (batches, size, size, in_ch)
     x, w, b, out_type = _quant_case(kind, x_shape, (out_ch, kernel, kernel, in_ch), out_ch, 0,
                                     kernel * kernel * in_ch)
@@ -99,6 +100,22 @@ def test_prepared_conv_matches_reference(kind, kernel, stride, padding, dilation
         args += [_scalar(T.BOOL, nchw), _scalar(T.INT32, dilation), _scalar(T.INT32, dilation)]
         shape = [batches, out_ch, oh, ow] if nchw else [batches, oh, ow, out_ch]
         _compare(Op.CONV_2D, [x, w, b, *args], out_type(shape))
+
+
+@pytest.mark.parametrize("kind", ["float32", "quant8"])
+@pytest.mark.parametrize("kernel, stride", [(3, 1), (5, 2)])
+def test_prepared_conv_of_an_image_in_blocks_matches_reference(kind, kernel, stride):
+    """An RGB image large enough for several blocks of output rows."""
+    size, out_ch = 100 * stride, 8
+    x, w, b, out_type = _quant_case(kind, (1, size, size, 3), (out_ch, kernel, kernel, 3), out_ch, 0,
+                                    kernel * kernel * 3)
+    pad = kernel // 2
+    out = (size + 2 * pad - kernel) // stride + 1
+    args = [_scalar(T.INT32, v) for v in (pad, pad, pad, pad, stride, stride, FuseCode.FUSED_RELU)]
+    kernel_ = get_operation(Op.CONV_2D).plan(ExecutionContext(Op.CONV_2D, [x, w, b, *args],
+                                                              [out_type([1, out, out, out_ch])]))
+    assert kernel_.planar and kernel_.block_rows < out  # the case meant: several transposed blocks
+    _compare(Op.CONV_2D, [x, w, b, *args], out_type([1, out, out, out_ch]))
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -40,6 +40,8 @@ from nnapi.operations.common import FLOAT_TENSORS, activation_bounds_float, inte
 _BLOCK_BYTES = 256 << 10
 #: the largest im2col block (bytes)
 _IM2COL_BYTES = 8 << 20
+#: convolutions over at most this many input channels gather their columns transposed
+_PLANAR_MAX_CHANNELS = 4
 #: the fewest output pixels of one block of a product (when the im2col block allows)
 _MIN_BLOCK_PIXELS = 1024
 #: the most float32 products one quantized product is split into (else it runs in float64)
@@ -215,6 +217,23 @@ class PreparedConv:
         pixels = max(_MIN_BLOCK_PIXELS, _BLOCK_BYTES // (oc * 8))
         pixels = max(1, min(pixels, _IM2COL_BYTES // (self.depth * itemsize)))
         self.block_rows = max(1, pixels // out_hw[1])
+        # Few input channels (an RGB image's first layer): im2col rows are copied in runs
+        # of kw * C values (9 for 3x3 RGB), one numpy loop each; the columns are gathered
+        # transposed instead, one run per output row of each (tap, channel)
+        # (``_planar_columns``), and multiplied as a transposed operand.
+        self.planar = not self.pointwise and depth <= _PLANAR_MAX_CHANNELS
+
+    def _planar_columns(self, xp: np.ndarray, batch: int, top: int, bottom: int) -> np.ndarray:
+        """The (depth, pixels) columns of output rows [top, bottom), im2col order (kh, kw, c)."""
+        sp, (kh, kw), ow = self.sp, self.kernel_hw, self.out_hw[1]
+        _, sh, sw, sc = xp.strides
+        channels = xp.shape[3]
+        view = np.lib.stride_tricks.as_strided(
+            xp[batch, top * sp.stride_h:], (kh, kw, channels, bottom - top, ow),
+            (sh * sp.dilation_h, sw * sp.dilation_w, sc, sh * sp.stride_h, sw * sp.stride_w), writeable=False)
+        columns = np.empty((self.depth, (bottom - top) * ow), dtype=xp.dtype)
+        np.copyto(columns.reshape(view.shape), view)
+        return columns
 
     def __call__(self, values: list) -> list[np.ndarray]:
         sp = self.sp
@@ -224,7 +243,7 @@ class PreparedConv:
         out = np.empty((n, oh, ow, self.channels), dtype=self.epilogue.dtype)
         if n:
             xp = self.pad(x)
-            windows = None if self.pointwise else window_view(
+            windows = None if self.pointwise or self.planar else window_view(
                 xp, self.out_hw, self.kernel_hw, (sp.stride_h, sp.stride_w), (sp.dilation_h, sp.dilation_w))
             direct = not self.epilogue.quantized and out.dtype == self.work
             for batch in range(n):
@@ -232,8 +251,11 @@ class PreparedConv:
                     check_deadline()
                     bottom = min(top + self.block_rows, oh)
                     rows = (bottom - top) * ow
-                    source = xp[batch, top:bottom] if windows is None else windows[batch, top:bottom]
-                    cols = source.reshape(rows, self.depth)
+                    if self.planar:
+                        cols = self._planar_columns(xp, batch, top, bottom).T
+                    else:
+                        source = xp[batch, top:bottom] if windows is None else windows[batch, top:bottom]
+                        cols = source.reshape(rows, self.depth)
                     target = out[batch, top:bottom].reshape(rows, self.channels)
                     if direct:
                         np.matmul(cols, self.weights, out=target)
