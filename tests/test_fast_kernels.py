@@ -278,3 +278,25 @@ def test_split_products_match_numpy(code, depth, extreme, monkeypatch):
         assert compiled.work == np.float64
     values = [tensor.value for tensor in inputs]
     np.testing.assert_array_equal(compiled(values)[0], reference(values)[0])
+
+
+def test_a_kernel_that_fails_to_compile_falls_back_to_numpy(monkeypatch, caplog):
+    """A compiled kernel failing at preparation (a numba that cannot compile here, an
+    unreadable cache) leaves the operation, and later ones, on the numpy path."""
+    def broken(*args):
+        raise TypeError("can't unbox array")
+
+    monkeypatch.setattr(_jit, "_unavailable", False)
+    monkeypatch.setattr(_jit.kernels(), "depthwise_quantized", broken)
+    inputs = [
+        _tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, (1, 5, 5, 3)).astype(np.uint8), 0.5, 3),
+        _tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, (1, 3, 3, 3)).astype(np.uint8), 0.25, 120),
+        _tensor(T.TENSOR_INT32, RNG.integers(-100, 100, 3).astype(np.int32), 0.125),
+        *[_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 1, 0)],
+    ]
+    output = OperandType(T.TENSOR_QUANT8_ASYMM, [1, 3, 3, 3], 1.0, 128)
+    kernel = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
+    assert kernel.compiled is None and _jit.kernels() is None
+    assert "compiled kernels disabled" in caplog.text
+    want = get_operation(Op.DEPTHWISE_CONV_2D).execute(ExecutionContext(Op.DEPTHWISE_CONV_2D, inputs, [output]))
+    np.testing.assert_array_equal(kernel([t.value for t in inputs])[0], want[0])

@@ -74,7 +74,9 @@ class _Epilogue:
             if compiled is not None and _jit.compilable(self.stage):
                 # float32 products are exact below 2**24 (``_work_dtype``), each part of a split one too
                 bound = None if work == np.float64 else 2**24 * (_MAX_PARTS if parts else 1)
-                self.stage = _jit.FusedOutputStage(self.stage, compiled, work, channels, parts, bound)
+                fused = _jit.FusedOutputStage(self.stage, compiled, work, channels, parts, bound)
+                if fused.ready:
+                    self.stage = fused
         else:
             self.bias = np.asarray(bias.value, dtype=np.float32)
             self.bias_row = np.tile(self.bias, row)
@@ -361,9 +363,9 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
         def run_quantized(x: np.ndarray, out: np.ndarray) -> None:
             compiled.depthwise_quantized(x, zero_point, weights, *geometry, params, out)
         run = run_quantized
-    # compile (or load from the cache) now, at preparation, for these dtypes
-    run(np.zeros((0, 1, 1, depth // multiplier), dtype_of(data.type)),
-        np.empty((0, 1, 1, depth), dtype_of(output.type)))
+    if not _jit.warm_up(run, np.zeros((0, 1, 1, depth // multiplier), dtype_of(data.type)),
+                        np.empty((0, 1, 1, depth), dtype_of(output.type))):
+        return None
     return run
 
 

@@ -21,6 +21,7 @@ from types import ModuleType
 
 import numpy as np
 
+from nnapi import vlog
 from nnapi.operations.quant_math import OutputStage
 
 #: set (to anything but "" or "0") to keep every kernel on its numpy path
@@ -48,6 +49,22 @@ def kernels() -> ModuleType | None:
     return _module
 
 
+def warm_up(run, *args) -> bool:
+    """Call a compiled kernel once at preparation on empty arrays of the real dtypes, so
+    that numba compiles it (or loads it from its cache) then rather than in an execution.
+    False when that fails (a numba that cannot compile here, an unreadable cache): the
+    caller keeps its numpy kernel, and so does every later preparation in this process."""
+    global _unavailable
+    try:
+        run(*args)
+    except Exception as error:  # noqa: BLE001 - any failure of the optional path falls back to numpy
+        _unavailable = True
+        vlog.logger("cpuexe").warning("nnapi[fast]: compiled kernels disabled, numpy kernels used: %s: %s",
+                                      type(error).__name__, error)
+        return False
+    return True
+
+
 class FusedOutputStage:
     """``quant_math.OutputStage`` in one compiled pass: called with accumulators and the
     output array (C-contiguous, channels last), writes the quantized results into it.
@@ -62,11 +79,11 @@ class FusedOutputStage:
         self.parts_kernel = module.requantize_parts
         self.channels = channels
         self.params = stage_parameters(stage, channels, acc_bound)
-        # compile (or load from the cache) now, at preparation, for these dtypes
-        self.kernel(np.zeros((0, channels), acc_dtype), self.params, np.empty((0, channels), stage.dtype))
-        if parts:
-            self.parts_kernel(np.zeros((1, 0, channels), np.float32), self.params,
-                              np.empty((0, channels), stage.dtype))
+        self.ready = warm_up(self.kernel, np.zeros((0, channels), acc_dtype), self.params,
+                             np.empty((0, channels), stage.dtype))
+        if parts and self.ready:
+            self.ready = warm_up(self.parts_kernel, np.zeros((1, 0, channels), np.float32), self.params,
+                                 np.empty((0, channels), stage.dtype))
 
     @property
     def folded(self) -> bool:

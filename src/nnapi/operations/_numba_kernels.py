@@ -30,9 +30,11 @@ _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 
 _jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
+# helpers inlined into their callers (no per-call reference counting of array arguments)
+_inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 
 
-@_jit
+@_inline
 def _finish(acc, params, out):
     """The output stage of one output pixel: ``acc`` (one value per channel) into ``out``;
     ``params`` from ``_jit.stage_parameters``.
@@ -91,36 +93,57 @@ def requantize_parts(parts, params, out):
 def depthwise_quantized(x, input_zero_point, weights, multiplier, strides, dilations, pads, params, out):
     """Quantized DEPTHWISE_CONV_2D: ``x`` (N, H, W, C) stored 8-bit values, ``weights``
     (KH, KW, C * multiplier) int32 with their zero point subtracted, ``strides`` /
-    ``dilations`` (h, w), ``pads`` (top, left); writes ``out`` (N, OH, OW, C * multiplier)."""
+    ``dilations`` (h, w), ``pads`` (top, left); writes ``out`` (N, OH, OW, C * multiplier).
+    Elements are indexed directly (no array views in the loops: each view would count a
+    reference)."""
     n, height, width, channels = x.shape
     kh, kw, depth = weights.shape
     _, oh, ow, _ = out.shape
-    acc = np.empty(depth, np.int32)
-    shifted = np.empty(channels, np.int32)
+    acc = np.empty((ow, depth), np.int32)
     for b in range(n):
         for oy in range(oh):
-            for ox in range(ow):
-                acc[:] = 0
-                for i in range(kh):
-                    y = oy * strides[0] - pads[0] + i * dilations[0]
-                    if y < 0 or y >= height:
-                        continue
-                    for j in range(kw):
-                        xx = ox * strides[1] - pads[1] + j * dilations[1]
-                        if xx < 0 or xx >= width:
-                            continue
-                        row = x[b, y, xx]
-                        w = weights[i, j]
+            acc[:] = 0
+            for i in range(kh):
+                y = oy * strides[0] - pads[0] + i * dilations[0]
+                if y < 0 or y >= height:
+                    continue
+                for j in range(kw):
+                    # the output columns whose tap j falls inside the input row
+                    offset = j * dilations[1] - pads[1]
+                    first = max(0, (-offset + strides[1] - 1) // strides[1])
+                    last = min(ow, (width - 1 - offset) // strides[1] + 1)
+                    for ox in range(first, last):
+                        xx = ox * strides[1] + offset
                         if multiplier == 1:
                             for c in range(channels):
-                                acc[c] += (np.int32(row[c]) - input_zero_point) * w[c]
+                                acc[ox, c] += (np.int32(x[b, y, xx, c]) - input_zero_point) * weights[i, j, c]
                         else:
                             for c in range(channels):
-                                shifted[c] = np.int32(row[c]) - input_zero_point
-                            for c in range(channels):
+                                value = np.int32(x[b, y, xx, c]) - input_zero_point
                                 for q in range(multiplier):
-                                    acc[c * multiplier + q] += shifted[c] * w[c * multiplier + q]
-                _finish(acc, params, out[b, oy, ox])
+                                    acc[ox, c * multiplier + q] += value * weights[i, j, c * multiplier + q]
+            _requantize_block(acc, params, out, b, oy)
+
+
+@_inline
+def _requantize_block(acc, params, out, b, oy):
+    """The output stage of one output row ``acc`` (OW, depth) into ``out[b, oy]``."""
+    bias, multipliers, lefts, rights, offsets, negatives, constants, low, high, folded = params
+    columns, depth = acc.shape
+    if folded:
+        for ox in range(columns):
+            for c in range(depth):
+                h = (np.int64(acc[ox, c]) * np.int64(multipliers[c]) + constants[c]) >> 31
+                value = (h + offsets[c] + ((h >> 63) & negatives[c])) >> rights[c]
+                out[b, oy, ox, c] = min(max(value, low), high)
+    else:
+        for ox in range(columns):
+            for c in range(depth):
+                shifted = (np.int64(acc[ox, c]) + bias[c]) << lefts[c]
+                x32 = np.int32(min(max(shifted, _INT32_MIN), _INT32_MAX))
+                h = (np.int64(x32) * np.int64(multipliers[c]) + (1 << 30)) >> 31
+                value = (h + offsets[c] + ((h >> 63) & negatives[c])) >> rights[c]
+                out[b, oy, ox, c] = min(max(value, low), high)
 
 
 @_jit
@@ -130,33 +153,32 @@ def depthwise_float(x, weights, multiplier, strides, dilations, pads, bias, low,
     n, height, width, channels = x.shape
     kh, kw, depth = weights.shape
     _, oh, ow, _ = out.shape
-    acc = np.empty(depth, np.float32)
+    acc = np.empty((ow, depth), np.float32)
     for b in range(n):
         for oy in range(oh):
-            for ox in range(ow):
-                acc[:] = 0
-                for i in range(kh):
-                    y = oy * strides[0] - pads[0] + i * dilations[0]
-                    if y < 0 or y >= height:
-                        continue
-                    for j in range(kw):
-                        xx = ox * strides[1] - pads[1] + j * dilations[1]
-                        if xx < 0 or xx >= width:
-                            continue
-                        row = x[b, y, xx]
-                        w = weights[i, j]
+            acc[:] = 0
+            for i in range(kh):
+                y = oy * strides[0] - pads[0] + i * dilations[0]
+                if y < 0 or y >= height:
+                    continue
+                for j in range(kw):
+                    offset = j * dilations[1] - pads[1]
+                    first = max(0, (-offset + strides[1] - 1) // strides[1])
+                    last = min(ow, (width - 1 - offset) // strides[1] + 1)
+                    for ox in range(first, last):
+                        xx = ox * strides[1] + offset
                         if multiplier == 1:
                             for c in range(channels):
-                                acc[c] += row[c] * w[c]
+                                acc[ox, c] += x[b, y, xx, c] * weights[i, j, c]
                         else:
                             for c in range(channels):
                                 for q in range(multiplier):
-                                    acc[c * multiplier + q] += row[c] * w[c * multiplier + q]
-                target = out[b, oy, ox]
+                                    acc[ox, c * multiplier + q] += x[b, y, xx, c] * weights[i, j, c * multiplier + q]
+            for ox in range(ow):
                 for c in range(depth):
-                    value = acc[c] + bias[c]
+                    value = acc[ox, c] + bias[c]
                     if value < low:  # NaN stays NaN, as with np.clip
                         value = low
                     elif value > high:
                         value = high
-                    target[c] = value
+                    out[b, oy, ox, c] = value
