@@ -285,10 +285,15 @@ class PreparedLstm:
         self.d = d
         gates = d.gates()
         self.units = d.num_units
+        # The gates that go through the sigmoid have their weights and bias negated, so
+        # the product is -z exactly (rounding is symmetric: (-a) * b + (-c) = -(a * b + c)
+        # bit for bit) and the sigmoid 1 / (1 + exp(-z)) needs no negation per step.
+        sign = np.concatenate([np.full(d.num_units, 1.0 if g == "cell" else -1.0, np.float32) for g in gates])
         stacked_input = np.concatenate([w[f"input_to_{g}"] for g in gates], axis=0)
-        self.stacked_input_t = np.ascontiguousarray(stacked_input.T)
-        self.stacked_recurrent = np.concatenate([w[f"recurrent_to_{g}"] for g in gates], axis=0).T.copy()
-        self.biases = np.concatenate([w[f"{g}_bias"] for g in gates])
+        self.stacked_input_t = np.ascontiguousarray(stacked_input.T * sign)
+        self.stacked_recurrent = np.ascontiguousarray(
+            np.concatenate([w[f"recurrent_to_{g}"] for g in gates], axis=0).T * sign)
+        self.biases = np.concatenate([w[f"{g}_bias"] for g in gates]) * sign
         self.projection, self.projection_bias = w["projection"], w["projection_bias"]
         # column ranges of the gates in the stacked product (Android's scratch order)
         u = self.units
@@ -327,7 +332,9 @@ class PreparedLstm:
             np.add(pre[t], z, out=z)
             # the candidate first, then every column through the sigmoid at once
             activate_into(cell_part, activation, candidate)
-            _sigmoid_in_place(z)
+            np.exp(z, out=z)  # the sigmoid of the negated gates (the cell's columns unused)
+            np.add(z, one, out=z)
+            np.divide(one, z, out=z)
             if spare is not None:
                 np.subtract(one, forget, out=spare)  # CIFG: i = 1 - f
             np.multiply(forget, c, out=c)
