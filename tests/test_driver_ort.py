@@ -146,6 +146,32 @@ def test_claimed_cts_vectors_pass(ort_device, variant, every, least):
     assert ran > least and declined > least // 2
 
 
+@pytest.mark.parametrize("operation", ["GROUPED_CONV_2D", "TRANSPOSE_CONV_2D", "RESIZE_NEAREST_NEIGHBOR",
+                                       "L2_NORMALIZATION", "CHANNEL_SHUFFLE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS",
+                                       "MAXIMUM"])
+def test_lowerings_pass_their_cts_vectors(ort_device, operation):
+    """Every fourth CTS vector of the operation that nnapi-ort-cpu claims passes (the
+    quantized TRANSPOSE_CONV_2D / L2_NORMALIZATION and parameters given at run time are
+    declined), and it claims some."""
+    claimed, failures = 0, []
+    for path in default_vector_files():
+        for record in load_records(path):
+            names = {o["type"] if isinstance(o["type"], str) else Op(o["type"]).name
+                     for o in record["main"]["operations"]}
+            if operation not in names or not is_supported(record):
+                continue
+            if declined_by(record, ort_device):
+                continue
+            claimed += 1
+            if claimed % 4 != 1:
+                continue
+            outcome = run_record(record, ort_device)
+            if not outcome.passed:
+                failures.append(f"{outcome.test}: {outcome.message}")
+    assert not failures, failures[:5]
+    assert claimed >= 2
+
+
 def _conv_then_argmax_model():
     """CONV_2D (ORT) -> ARGMAX (declined by ORT: the reference runs it)."""
     model = nnapi.Model()

@@ -479,12 +479,15 @@ def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: 
     raise Declined(f"{_name(operand.type)} filters are not supported")
 
 
-@lowers(OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D)
+@lowers(OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.GROUPED_CONV_2D)
 def lower_conv(g: GraphBuilder, operation: Operation) -> None:
     depthwise = operation.type == OperationCode.DEPTHWISE_CONV_2D
+    grouped = operation.type == OperationCode.GROUPED_CONV_2D
     source = g.value(operation.inputs[0])
     _require_rank(source, 4, "the input")
-    params = _conv_params(g, operation, depthwise)
+    # GROUPED_CONV_2D's arguments sit where DEPTHWISE_CONV_2D's do, num_groups in the
+    # depth multiplier's place (and its layout flag is mandatory)
+    params = _conv_params(g, operation, depthwise or grouped)
     output = g.operand(operation.outputs[0])
     filter_operand = g.operand(operation.inputs[1])
     if len(filter_operand.dimensions) != 4 or not all(filter_operand.dimensions):
@@ -497,6 +500,12 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
         if channels_in * params.multiplier != channels_out:
             raise Declined("depth_multiplier does not match the filter")
         group = channels_in
+    elif grouped:
+        channels_out, kernel_h, kernel_w, depth = filter_operand.dimensions
+        group = params.multiplier
+        channels_in = source.dims[1 if params.nchw else 3]
+        if group < 1 or channels_out % group or channels_in != depth * group:
+            raise Declined("num_groups does not divide the filters and the input's channels")
     else:
         channels_out, kernel_h, kernel_w, channels_in = filter_operand.dimensions
         group = 1
@@ -940,6 +949,190 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
         squeezed = [axis for axis in range(rank) if shrink & (1 << axis)]
         y = g.one("Squeeze", [y, g.constant(np.array(squeezed, np.int64))])
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
+
+
+@lowers(OperationCode.RESIZE_NEAREST_NEIGHBOR)
+def lower_resize_nearest(g: GraphBuilder, operation: Operation) -> None:
+    """Two Gathers of rows and columns whose indexes are the reference's own (computed here,
+    once, from the static sizes): exact for every type, whatever the rounding flags."""
+    from nnapi.operations.resize import _nearest_indexes
+
+    x = g.value(operation.inputs[0])
+    _require_rank(x, 4, "the input")
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    nchw = bool(g.optional_scalar(operation, 3, False))
+    align_corners = bool(g.optional_scalar(operation, 4, False))
+    half_pixel = bool(g.optional_scalar(operation, 5, False))
+    height_axis, width_axis = (2, 3) if nchw else (1, 2)
+    height, width = x.dims[height_axis], x.dims[width_axis]
+    if not height or not width:
+        raise Declined("the input's height and width must be known")
+    if g.operand(operation.inputs[1]).type == T.INT32:
+        out_w, out_h = int(g.scalar(operation.inputs[1])), int(g.scalar(operation.inputs[2]))
+    else:
+        scale_w, scale_h = np.float32(g.scalar(operation.inputs[1])), np.float32(g.scalar(operation.inputs[2]))
+        if not (np.isfinite(scale_w) and np.isfinite(scale_h)):
+            raise Declined("scales must be finite")
+        out_w, out_h = math.floor(np.float32(width) * scale_w), math.floor(np.float32(height) * scale_h)
+    if out_w <= 0 or out_h <= 0:
+        raise Declined("the output size must be positive")
+    rows = _nearest_indexes(height, out_h, align_corners, half_pixel).astype(np.int64)
+    cols = _nearest_indexes(width, out_w, align_corners, half_pixel).astype(np.int64)
+    y = g.one("Gather", [x.name, g.constant(rows)], axis=height_axis)
+    y = g.one("Gather", [y, g.constant(cols)], axis=width_axis)
+    g.set_output(operation.outputs[0], y)
+
+
+@lowers(OperationCode.TRANSPOSE_CONV_2D)
+def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
+    """Float ConvTranspose: NNAPI's paddings crop the full output as ONNX's pads do; the
+    implicit form's tail padding may be negative (the output reaches past the last tap),
+    which is ONNX's output_padding. Quantized layers are declined (no ORT kernel computes
+    NNAPI's integer sums and output stage)."""
+    from nnapi.operations.transpose_conv2d import _transpose_padding
+
+    inputs = operation.inputs
+    source = g.value(inputs[0])
+    _require_rank(source, 4, "the input")
+    output = g.operand(operation.outputs[0])
+    filter_operand = g.operand(inputs[1])
+    if output.type not in FLOATS or filter_operand.type not in FLOATS:
+        raise Declined(f"TRANSPOSE_CONV_2D on {_name(output.type)} is not supported")
+    if len(filter_operand.dimensions) != 4 or not all(filter_operand.dimensions):
+        raise Declined("the filter's shape must be known")
+    channels_out, kernel_h, kernel_w, depth = filter_operand.dimensions
+    nchw = bool(g.scalar(inputs[-1]))
+    fuse = int(g.scalar(inputs[-2]))
+    stride_w, stride_h = int(g.scalar(inputs[-4])), int(g.scalar(inputs[-3]))
+    if stride_w < 1 or stride_h < 1:
+        raise Declined("strides must be positive")
+    if source.dims[1 if nchw else 3] not in (0, depth):
+        raise Declined("the filter's depth does not match the input")
+    if len(inputs) == 11:
+        left, right, top, bottom = (int(g.scalar(inputs[i])) for i in (3, 4, 5, 6))
+        if min(left, right, top, bottom) < 0:
+            raise Declined("paddings must not be negative")
+    elif len(inputs) == 9:
+        shape = np.asarray(g.scalar(inputs[3])).reshape(-1)
+        scheme = int(g.scalar(inputs[4]))
+        if shape.size != 4 or scheme not in (1, 2):
+            raise Declined("the output shape must have 4 values and the padding scheme be SAME or VALID")
+        want_h, want_w = (int(shape[2]), int(shape[3])) if nchw else (int(shape[1]), int(shape[2]))
+        top, bottom = _transpose_padding(want_h, stride_h, kernel_h, scheme)
+        left, right = _transpose_padding(want_w, stride_w, kernel_w, scheme)
+    else:
+        raise Declined("TRANSPOSE_CONV_2D takes 9 or 11 inputs")
+    raw = g.raw_constant(inputs[1])
+    if raw is not None:  # ONNX's filter is [in, out, h, w]
+        weights = g.constant(np.ascontiguousarray(raw.astype(np.float32).transpose(3, 0, 1, 2)), "filter")
+    else:
+        weights = g.one("Transpose", [g.value(inputs[1]).name], perm=[3, 0, 1, 2])
+    bias = g.value(inputs[2])
+    attributes: dict = {"kernel_shape": [kernel_h, kernel_w], "strides": [stride_h, stride_w],
+                        "pads": [top, left, max(bottom, 0), max(right, 0)]}
+    if bottom < 0 or right < 0:
+        attributes["output_padding"] = [max(-bottom, 0), max(-right, 0)]
+    y = g.one("ConvTranspose", [to_nchw(g, source.name, nchw), weights, bias.name], **attributes)
+    y = from_nchw(g, y, nchw)
+    g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+@lowers(OperationCode.L2_NORMALIZATION)
+def lower_l2_normalization(g: GraphBuilder, operation: Operation) -> None:
+    """x / max(sqrt(sum(x * x)), 1e-6) along the axis in float32, as the reference and
+    Android compute it; quantized outputs are declined (QuantizeLinear rounds halves to
+    even, NNAPI away from zero)."""
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    if output.type not in FLOATS or x.kind != "float":
+        raise Declined(f"L2_NORMALIZATION on {_name(output.type)} is not supported")
+    axis = int(g.optional_scalar(operation, 1, -1))
+    if not 1 <= x.rank <= 4 or not -x.rank <= axis < x.rank:
+        raise Declined("L2_NORMALIZATION needs rank 1 to 4 and an axis in range")
+    squares = g.one("ReduceSum", [g.one("Mul", [x.name, x.name]), g.constant(np.array([axis % x.rank], np.int64))],
+                    keepdims=1)
+    norm = g.one("Max", [g.one("Sqrt", [squares]), g.constant(np.array(1e-6, np.float32))])
+    g.set_output(operation.outputs[0], g.one("Div", [x.name, norm]))
+
+
+@lowers(OperationCode.TRANSPOSE)
+def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    if x.rank == 0:
+        raise Declined("TRANSPOSE needs the input's rank")
+    perm = g.optional_scalar(operation, 1, None)
+    perm = list(range(x.rank))[::-1] if perm is None else [int(p) for p in np.asarray(perm).reshape(-1)]
+    if sorted(perm) != list(range(x.rank)):
+        raise Declined("perm must be a permutation of the input's axes")
+    g.set_output(operation.outputs[0], g.one("Transpose", [x.name], perm=perm))
+
+
+@lowers(OperationCode.SQUEEZE)
+def lower_squeeze(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    if x.rank == 0 or not all(x.dims):
+        raise Declined("SQUEEZE needs the input's shape")
+    axes = g.optional_scalar(operation, 1, None)
+    axes = [a for a, d in enumerate(x.dims) if d == 1] if axes is None else \
+        sorted({int(a) % x.rank for a in np.asarray(axes).reshape(-1) if -x.rank <= int(a) < x.rank})
+    if axes != [] and any(x.dims[a] != 1 for a in axes):
+        raise Declined("SQUEEZE of an axis whose size is not 1")
+    shape = [d for a, d in enumerate(x.dims) if a not in axes]
+    g.set_output(operation.outputs[0], g.one("Reshape", [x.name, g.constant(np.array(shape, np.int64))]))
+
+
+@lowers(OperationCode.EXPAND_DIMS)
+def lower_expand_dims(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    axis = int(g.scalar(operation.inputs[1]))
+    if not -(x.rank + 1) <= axis <= x.rank:
+        raise Declined("EXPAND_DIMS axis out of range")
+    axis %= x.rank + 1
+    g.set_output(operation.outputs[0], g.one("Unsqueeze", [x.name, g.constant(np.array([axis], np.int64))]))
+
+
+@lowers(OperationCode.MAXIMUM, OperationCode.MINIMUM)
+def lower_maximum(g: GraphBuilder, operation: Operation) -> None:
+    """Max / Min of float or int32, or of quant8 values sharing one quantization (then the
+    integer comparison is the real one's); other quantized cases requantize and are declined."""
+    a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
+    output = g.operand(operation.outputs[0])
+    if output.type in QUANT8:
+        for v in (a, b):
+            _check_same_quantization(v, output)
+    elif output.type not in (*FLOATS, T.TENSOR_INT32) or a.kind != b.kind:
+        raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
+    op_type = "Max" if operation.type == OperationCode.MAXIMUM else "Min"
+    g.set_output(operation.outputs[0], g.one(op_type, [a.name, b.name]))
+
+
+@lowers(OperationCode.CHANNEL_SHUFFLE)
+def lower_channel_shuffle(g: GraphBuilder, operation: Operation) -> None:
+    """[.., groups, C / groups] -> [.., C / groups, groups] along the axis: two reshapes and
+    a transpose, data movement only."""
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    groups, axis = int(g.scalar(operation.inputs[1])), int(g.scalar(operation.inputs[2]))
+    if x.rank == 0 or not all(x.dims) or not -x.rank <= axis < x.rank:
+        raise Declined("CHANNEL_SHUFFLE needs the input's shape and an axis in range")
+    axis %= x.rank
+    channels = x.dims[axis]
+    if groups < 1 or channels % groups:
+        raise Declined("num_groups must divide the channels")
+    split = [*x.dims[:axis], groups, channels // groups, *x.dims[axis + 1:]]
+    perm = list(range(len(split)))
+    perm[axis], perm[axis + 1] = perm[axis + 1], perm[axis]
+    y = g.one("Reshape", [x.name, g.constant(np.array(split, np.int64))])
+    y = g.one("Transpose", [y], perm=perm)
+    g.set_output(operation.outputs[0], g.one("Reshape", [y, g.constant(np.array(x.dims, np.int64))]))
 
 
 # --- quantize / dequantize ----------------------------------------------------------------
