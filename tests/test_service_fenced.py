@@ -102,3 +102,51 @@ def test_plain_buffers_with_fences_are_waited_in_the_client(prepared):
     with pytest.raises(nnapi.hal.HalError) as caught:
         prepared.execute_fenced(_request([_shared().buffer] * 3), [12345])
     assert caught.value.status == ErrorStatus.INVALID_ARGUMENT
+
+
+def test_malformed_fenced_messages_get_errors(remote):  # noqa: F811 (the fixtures of test_service)
+    import socket
+
+    from nnapi.drivers.service import wire
+    from nnapi.hal import serialize
+
+    running, _ = remote("svcfencebad")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    s.connect(str(running.path))
+    reader = wire.FrameReader(s)
+
+    def ask(op, args, fds=()):
+        wire.send_frame(s, wire.pack({"v": wire.PROTOCOL_VERSION, "id": 1, "op": op, "a": args}), list(fds))
+        return wire.unpack(reader.read()[0])
+
+    with s:
+        assert ask("hello", {"v": wire.PROTOCOL_VERSION})["ok"]
+        plain = serialize.model_to_plain(build_hal_model(_add_model())[0])
+        handle = ask("prepare", {"dev": 0, "model": plain})["r"]
+        memory = _shared([1, 2, 3, 4])
+        assert ask("map", {"pools": [[1, 0, True]]}, [memory._fd])["ok"]
+        request = wire.pack([[[0, 1, 0, 16]] * 3, [[False, 0, 0, 16, [4]]] * 2, [[False, 2, 0, 16, [4]]]])
+        fence, done = os.eventfd(1), os.eventfd(0)
+        r, w = os.pipe()
+        try:
+            base = {"h": handle, "r": request, "w": [0], "done": 1}
+            replies = [ask("execute_fenced", base, [fence, r]),  # done is a pipe
+                       ask("execute_fenced", dict(base, w=[5]), [fence, done]),  # no such descriptor
+                       ask("execute_fenced", dict(base, h=99), [fence, done]),
+                       ask("fenced_info", {"f": 42})]
+            good = ask("execute_fenced", base, [fence, done])
+        finally:
+            for fd in (fence, done, r, w):
+                os.close(fd)
+        assert all(not reply["ok"] and reply["status"] == int(ErrorStatus.INVALID_ARGUMENT) for reply in replies)
+        assert "eventfd" in replies[0]["msg"] and "out of range" in replies[1]["msg"]
+        assert "unknown prepared model" in replies[2]["msg"] and "unknown fenced execution" in replies[3]["msg"]
+        assert good["ok"]
+        for _ in range(200):  # the worker finishes; its report is there, without waiting
+            info = ask("fenced_info", {"f": good["r"]})
+            if info["ok"]:
+                break
+            time.sleep(0.01)
+        assert info["ok"] and info["r"][0] == int(ErrorStatus.NONE)
+        np.testing.assert_array_equal(np.frombuffer(memory.buffer, np.float32), [2, 4, 6, 8])
