@@ -158,6 +158,22 @@ def test_conformance_cli_with_the_service_in_the_environment(service):
     assert " 0 failed" in result.stdout
 
 
+def test_conformance_against_a_dead_service_reports_failures_not_declined(remote):
+    """A dead remote device supports no operation (so compilations fall back to the CPU),
+    but a vendor's conformance run must not read its crash as operations declined."""
+    from nnapi.conformance import is_supported, run_conformance, select_records
+
+    running, devices = remote("svcdead")
+    device = devices["nnapi-reference@svcdead"]
+    records = [r for r in select_records(operations=["ADD"]) if is_supported(r)][:4]
+    assert run_conformance(device, records=records).passed == len(records)
+    running.kill()
+    report = run_conformance(device, records=records)
+    assert report.failed == len(records) and report.declined == 0 and report.passed == 0
+    assert all("DEAD_OBJECT" in o.message or "not running" in o.message for o in report.failures), \
+        [o.message for o in report.failures]
+
+
 def test_service_killed_mid_run_then_restarted(remote):
     running, devices = remote("svcslow", "service_drivers:slow")
     device = devices["slow@svcslow"]

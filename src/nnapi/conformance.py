@@ -257,10 +257,14 @@ def run_record(record: dict, device: nnapi.Device | list[nnapi.Device] | None = 
 
 def declined_by(record: dict, device: nnapi.Device) -> list[str]:
     """Why ``device`` declines operations of the record's main subgraph: one reason per
-    declined operation (empty when it claims them all, or when the model cannot be built:
-    running it judges it)."""
+    declined operation (empty when it claims them all, when the model cannot be built, or
+    when the device is dead: running it judges it)."""
     from nnapi.runtime.model_builder import build_hal_model
 
+    if getattr(device._hal, "is_dead", False):
+        # a dead device (a driver service that crashed or stopped) supports nothing: its
+        # vectors failed, they were not declined
+        return []
     keep: list[Any] = []
     try:
         hal_model, _ = build_hal_model(build_model(record, keep=keep))
