@@ -294,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     split_path = Path(args.split_model)
     if not split_path.exists():
         split_path = args.models_dir / f"{args.split_model}.tflite"
+    if not split_path.exists():
+        print(f"partition boundaries: (missing: {split_path}; give --split-model or --models-dir)")
+        return 0
     row = boundary_cost(split_path, args.split_op, args.runs, clock)
     print(f"partition boundaries: {row['model']}, every {row['operation']} on nnapi-reference: "
           f"whole ({' > '.join(row['whole_steps'])}) {row['whole'] * 1e3:.2f} ms, split in "
