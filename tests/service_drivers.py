@@ -35,3 +35,16 @@ def slow() -> SlowDevice:
 def pair() -> list[SampleDevice]:
     """Two devices in one service (device memory of one must never reach the other)."""
     return [SampleDevice("sample-a"), SampleDevice("sample-b")]
+
+
+class SteppedDevice(SampleDevice):
+    """A sample device that reports a fixed cost per plan step (Capabilities.step_cost_s)."""
+
+    def get_capabilities(self):
+        import dataclasses
+
+        return dataclasses.replace(super().get_capabilities(), step_cost_s=3.5e-5)
+
+
+def stepped() -> SteppedDevice:
+    return SteppedDevice("stepped")

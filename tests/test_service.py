@@ -100,6 +100,17 @@ def _run_demo(compilation, x=None):
     return x, y
 
 
+def test_remote_capabilities_carry_the_step_cost(remote):
+    """Capabilities.step_cost_s (what the partitioner weighs a plan step by) crosses the
+    service like the rest of the capabilities."""
+    from service_drivers import stepped
+
+    _, devices = remote("svcstep", "service_drivers:stepped")
+    far = devices["stepped@svcstep"]
+    assert far.capabilities == stepped().get_capabilities()
+    assert far._hal.get_capabilities().step_cost_s == 3.5e-5
+
+
 def test_remote_device_looks_like_the_local_one(remote):
     _, devices = remote("svcinfo")
     local, far = devices["nnapi-reference"], devices["nnapi-reference@svcinfo"]
@@ -627,3 +638,11 @@ def test_frame_reader_limits():
         wire.get_int(1 << 70, "x")
     with pytest.raises(wire.WireError, match="expected an integer"):
         wire.get_int(True, "x")
+    from nnapi.hal.types import Capabilities
+
+    encoded = wire.encode_capabilities(Capabilities(step_cost_s=2e-5))
+    assert wire.decode_capabilities(encoded).step_cost_s == 2e-5
+    assert wire.decode_capabilities({k: v for k, v in encoded.items() if k != "step"}).step_cost_s == 0.0
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(wire.WireError, match="step cost"):
+            wire.decode_capabilities(dict(encoded, step=bad))

@@ -315,7 +315,7 @@ def encode_capabilities(c: Capabilities) -> dict:
 
     return {"rs": perf(c.relaxed_float32_to_float16_scalar), "rt": perf(c.relaxed_float32_to_float16_tensor),
             "ops": [[int(code), *perf(p)] for code, p in c.operand_performance.items()],
-            "if": perf(c.if_performance), "while": perf(c.while_performance)}
+            "if": perf(c.if_performance), "while": perf(c.while_performance), "step": float(c.step_cost_s)}
 
 
 def decode_capabilities(value: Any) -> Capabilities:
@@ -329,5 +329,8 @@ def decode_capabilities(value: Any) -> Capabilities:
     for entry in get_list(fields.get("ops"), "operand performance"):
         code, exec_time, power = get_list(entry, "operand performance", 3)
         operand_performance[_enum(OperandCode, code, "operand type", extension_ok=True)] = perf([exec_time, power])
+    step_cost = get_float(fields.get("step", 0.0), "step cost")  # absent from older services
+    if not 0.0 <= step_cost < float("inf"):
+        raise WireError(f"step cost: must be a finite number of seconds >= 0, got {step_cost}")
     return Capabilities(perf(fields.get("rs")), perf(fields.get("rt")), operand_performance,
-                        perf(fields.get("if")), perf(fields.get("while")))
+                        perf(fields.get("if")), perf(fields.get("while")), step_cost)
