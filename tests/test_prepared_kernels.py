@@ -513,6 +513,26 @@ def test_prepared_pad_matches_reference(kind, code, paddings):
 
 
 @pytest.mark.parametrize("kind", list(_COPY_KINDS))
+@pytest.mark.parametrize("axis, count", [(0, 2), (1, 5), (-1, 3), (2, 1)])
+def test_prepared_split_matches_reference(kind, axis, count):
+    code_type, _, scale, zero = _COPY_KINDS[kind]
+    data = _copy_input(kind, (2, 5, 6))
+    part = list(data.value.shape)
+    part[axis] //= count
+    outputs = [OperandType(code_type, part, scale, zero)] * count
+    inputs = [data, _scalar(T.INT32, axis), _scalar(T.INT32, count)]
+    operation = get_operation(Op.SPLIT)
+    reference = operation.execute(ExecutionContext(Op.SPLIT, inputs, outputs))
+    kernel = operation.plan(ExecutionContext(Op.SPLIT, inputs, outputs))
+    prepared = kernel([tensor.value for tensor in inputs])
+    assert len(prepared) == len(reference) == count
+    for fast, slow in zip(prepared, reference, strict=True):
+        assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(part) and fast.flags.c_contiguous
+        np.testing.assert_array_equal(fast.view(np.uint8), slow.view(np.uint8))
+    np.testing.assert_array_equal(np.concatenate(prepared, axis=axis).view(np.uint8), data.value.view(np.uint8))
+
+
+@pytest.mark.parametrize("kind", list(_COPY_KINDS))
 def test_prepared_slices_match_reference(kind):
     code_type, _, scale, zero = _COPY_KINDS[kind]
     data = _copy_input(kind, (2, 5, 6, 3))

@@ -25,7 +25,6 @@ AXIS = 1
 NUM_SPLITS = 2
 
 
-
 @register(OperationCode.SPLIT)
 class Split(Operation):
     def validate(self, ctx: ValidationContext) -> None:
@@ -50,3 +49,11 @@ class Split(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         axis = axis_value(ctx, AXIS, ctx.input(INPUT).rank)
         return [np.ascontiguousarray(part) for part in np.split(ctx.value(INPUT), len(ctx.outputs), axis=axis)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The parts' windows found once (static shape, constant axis and count)."""
+        (part, *_) = self.prepare(ctx)
+        axis = axis_value(ctx, AXIS, ctx.input(INPUT).rank)
+        step = part[axis]
+        windows = [(slice(None),) * axis + (slice(k * step, (k + 1) * step),) for k in range(len(ctx.outputs))]
+        return lambda values: [np.ascontiguousarray(values[INPUT][window]) for window in windows]
