@@ -54,16 +54,33 @@ def _finish(acc, params, out):
     bias, multipliers, lefts, rights, offsets, negatives, constants, low, high, folded = params
     if folded:
         for c in range(acc.shape[0]):
-            h = (np.int64(acc[c]) * np.int64(multipliers[c]) + constants[c]) >> 31
-            value = (h + offsets[c] + ((h >> 63) & negatives[c])) >> rights[c]
-            out[c] = min(max(value, low), high)
+            h = _folded_high_mul(acc[c], c, multipliers, constants)
+            out[c] = _round_shift_clamp(h, c, rights, offsets, negatives, low, high)
     else:
         for c in range(acc.shape[0]):
-            x = (np.int64(acc[c]) + bias[c]) << lefts[c]
-            x32 = np.int32(min(max(x, _INT32_MIN), _INT32_MAX))
-            h = (np.int64(x32) * np.int64(multipliers[c]) + (1 << 30)) >> 31
-            value = (h + offsets[c] + ((h >> 63) & negatives[c])) >> rights[c]
-            out[c] = min(max(value, low), high)
+            h = _saturated_high_mul(acc[c], c, bias, lefts, multipliers)
+            out[c] = _round_shift_clamp(h, c, rights, offsets, negatives, low, high)
+
+
+@_inline
+def _folded_high_mul(a, c, multipliers, constants):
+    """floor((x * m + 2**30) / 2**31) with bias and rounding folded into ``constants``."""
+    return (np.int64(a) * np.int64(multipliers[c]) + constants[c]) >> 31
+
+
+@_inline
+def _saturated_high_mul(a, c, bias, lefts, multipliers):
+    """x = (a + bias) shifted left and saturated to int32, then floor((x * m + 2**30) / 2**31)."""
+    x = (np.int64(a) + bias[c]) << lefts[c]
+    x32 = np.int32(min(max(x, _INT32_MIN), _INT32_MAX))
+    return (np.int64(x32) * np.int64(multipliers[c]) + (1 << 30)) >> 31
+
+
+@_inline
+def _round_shift_clamp(h, c, rights, offsets, negatives, low, high):
+    """The right shift rounding halves away from zero, the zero point added, the clamp."""
+    value = (h + offsets[c] + ((h >> 63) & negatives[c])) >> rights[c]
+    return min(max(value, low), high)
 
 
 @_jit
@@ -133,17 +150,13 @@ def _requantize_block(acc, params, out, b, oy):
     if folded:
         for ox in range(columns):
             for c in range(depth):
-                h = (np.int64(acc[ox, c]) * np.int64(multipliers[c]) + constants[c]) >> 31
-                value = (h + offsets[c] + ((h >> 63) & negatives[c])) >> rights[c]
-                out[b, oy, ox, c] = min(max(value, low), high)
+                h = _folded_high_mul(acc[ox, c], c, multipliers, constants)
+                out[b, oy, ox, c] = _round_shift_clamp(h, c, rights, offsets, negatives, low, high)
     else:
         for ox in range(columns):
             for c in range(depth):
-                shifted = (np.int64(acc[ox, c]) + bias[c]) << lefts[c]
-                x32 = np.int32(min(max(shifted, _INT32_MIN), _INT32_MAX))
-                h = (np.int64(x32) * np.int64(multipliers[c]) + (1 << 30)) >> 31
-                value = (h + offsets[c] + ((h >> 63) & negatives[c])) >> rights[c]
-                out[b, oy, ox, c] = min(max(value, low), high)
+                h = _saturated_high_mul(acc[ox, c], c, bias, lefts, multipliers)
+                out[b, oy, ox, c] = _round_shift_clamp(h, c, rights, offsets, negatives, low, high)
 
 
 @_jit
