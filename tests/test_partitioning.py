@@ -22,19 +22,20 @@ def sample_devices():
         yield adder, multiplier
 
 
-def chain_model():
-    """y = ((x + x) * x) - x, then + x: ADD, MUL, SUB, ADD."""
+def chain_model(shape=(3,), operations=(Op.ADD, Op.MUL, Op.SUB, Op.ADD)):
+    """A chain of binary operations on ``shape``, each taking the previous result and x
+    (the first x and x); by default y = ((x + x) * x) - x, then + x."""
     model = nnapi.Model()
-    tensor = OperandType(T.TENSOR_FLOAT32, [3])
+    tensor = OperandType(T.TENSOR_FLOAT32, list(shape))
     x = model.add_operand(tensor)
     act = model.add_operand(OperandType(T.INT32))
     model.set_operand_value(act, 0)
-    doubled, product, difference, y = (model.add_operand(tensor) for _ in range(4))
-    model.add_operation(Op.ADD, [x, x, act], [doubled])
-    model.add_operation(Op.MUL, [doubled, x, act], [product])
-    model.add_operation(Op.SUB, [product, x, act], [difference])
-    model.add_operation(Op.ADD, [difference, x, act], [y])
-    model.identify_inputs_and_outputs([x], [y])
+    previous = x
+    for operation in operations:
+        result = model.add_operand(tensor)
+        model.add_operation(operation, [previous, x, act], [result])
+        previous = result
+    model.identify_inputs_and_outputs([x], [previous])
     model.finish()
     return model
 
@@ -128,18 +129,7 @@ def test_burst_over_a_plan(sample_devices):
 
 def add_sub_add_model(shape):
     """y = ((x + x) - x) + x on ``shape``: ADD, SUB, ADD."""
-    model = nnapi.Model()
-    tensor = OperandType(T.TENSOR_FLOAT32, shape)
-    x = model.add_operand(tensor)
-    act = model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(act, 0)
-    doubled, difference, y = (model.add_operand(tensor) for _ in range(3))
-    model.add_operation(Op.ADD, [x, x, act], [doubled])
-    model.add_operation(Op.SUB, [doubled, x, act], [difference])
-    model.add_operation(Op.ADD, [difference, x, act], [y])
-    model.identify_inputs_and_outputs([x], [y])
-    model.finish()
-    return model
+    return chain_model(shape, (Op.ADD, Op.SUB, Op.ADD))
 
 
 @pytest.mark.parametrize("shape, steps", [
