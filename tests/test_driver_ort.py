@@ -211,15 +211,12 @@ def _run(compilation, image):
 
 def test_declined_operation_runs_on_the_reference(ort_device):
     model, _keep = _conv_then_argmax_model()
-    reference = [d for d in nnapi.get_devices() if d.name == "nnapi-reference"][0]
-    split = nnapi.Compilation(model, [ort_device, reference])
+    split = nnapi.Compilation(model, [ort_device, _reference()])
     split.finish()
     assert split.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
-    alone = nnapi.Compilation(model, [reference])
-    alone.finish()
     image = np.random.default_rng(4).standard_normal((1, 6, 6, 3)).astype(np.float32)
     features, best = _run(split, image)
-    expected_features, expected_best = _run(alone, image)
+    expected_features, expected_best = _reference_alone(model, image)
     np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(best, expected_best)
 
@@ -403,18 +400,15 @@ def test_default_compilation_splits_across_ort_and_the_reference():
     default = nnapi.Compilation(model)
     default.finish()
     assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
-    reference = [d for d in nnapi.get_devices() if d.name == "nnapi-reference"]
-    alone = nnapi.Compilation(model, reference)
-    alone.finish()
     image = np.random.default_rng(5).standard_normal((1, 6, 6, 3)).astype(np.float32)
     features, best = _run(default, image)
-    expected_features, expected_best = _run(alone, image)
+    expected_features, expected_best = _reference_alone(model, image)
     np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(best, expected_best)
 
 
 def _reference_alone(model, image):
-    alone = nnapi.Compilation(model, [d for d in nnapi.get_devices() if d.name == "nnapi-reference"])
+    alone = nnapi.Compilation(model, [_reference()])
     alone.finish()
     return _run(alone, image)
 
