@@ -14,7 +14,7 @@ import numpy as np
 
 from nnapi.codes import OperandCode
 from nnapi.operand import OperandType, dtype_of
-from nnapi.operations.base import Tensor, ValidationContext
+from nnapi.operations.base import ExecutionContext, Shape, Tensor, ValidationContext
 from nnapi.operations.common import FLOAT_TENSORS as FLOAT_TENSORS  # re-exported
 from nnapi.operations.common import QUANT8_TENSORS as QUANT8_TENSORS  # re-exported
 from nnapi.operations.common import integer_range
@@ -307,3 +307,50 @@ def greedy_nms_groups(scores: np.ndarray, boxes: np.ndarray, candidate_groups: S
 def sort_by_score(indexes: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """``indexes`` ordered by descending score (ties keep their order)."""
     return indexes[np.argsort(-scores[indexes], kind="stable")]
+
+
+# --- regions of interest (ROI_ALIGN, ROI_POOLING) -----------------------------------------
+# Both operations share inputs 0-6: feature map, regions, batch index of each region,
+# output height / width, and the height / width ratio of the image to the feature map.
+ROI_INPUT_TENSOR = 0
+ROI_REGIONS_TENSOR = 1
+ROI_BATCH_SPLIT_TENSOR = 2
+ROI_OUTPUT_HEIGHT_SCALAR = 3
+ROI_OUTPUT_WIDTH_SCALAR = 4
+ROI_HEIGHT_STRIDE_SCALAR = 5
+ROI_WIDTH_STRIDE_SCALAR = 6
+
+
+def roi_output_shape(ctx: ExecutionContext, nchw: bool) -> Shape:
+    """The pooled output's shape, [num_rois, out_h, out_w, depth] (NCHW: depth first),
+    after checking the region and batch-index shapes and the positive sizes and ratios."""
+    feature, rois = ctx.input(ROI_INPUT_TENSOR), ctx.input(ROI_REGIONS_TENSOR)
+    batches = ctx.input(ROI_BATCH_SPLIT_TENSOR)
+    ctx.require(feature.rank == 4 and rois.rank == 2 and batches.rank == 1, "inputs must have ranks 4, 2, 1")
+    depth = feature.shape[1] if nchw else feature.shape[3]
+    num_rois = rois.shape[0]
+    ctx.require(rois.shape[1] == 4, f"regions must be [num_rois, 4], got {list(rois.shape)}")
+    ctx.require(batches.shape[0] == num_rois, f"batch indexes must be [{num_rois}]")
+    out_h, out_w = ctx.scalar(ROI_OUTPUT_HEIGHT_SCALAR), ctx.scalar(ROI_OUTPUT_WIDTH_SCALAR)
+    ctx.require(out_h > 0 and out_w > 0, "output height and width must be positive")
+    ctx.require(ctx.scalar(ROI_HEIGHT_STRIDE_SCALAR) > 0 and ctx.scalar(ROI_WIDTH_STRIDE_SCALAR) > 0,
+                "height and width ratios must be positive")
+    return (num_rois, depth, out_h, out_w) if nchw else (num_rois, out_h, out_w, depth)
+
+
+def roi_corners(ctx: ExecutionContext, batch: int, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each region's batch index (int64) and its corners in feature-map coordinates
+    (float32 [num_rois, 4]: the region's real value times 1 / ratio), after checking that
+    every index names a batch and every region is ordered and lies inside the map."""
+    batch_ids = np.asarray(ctx.value(ROI_BATCH_SPLIT_TENSOR)).astype(np.int64)
+    ctx.require(bool(np.all((batch_ids >= 0) & (batch_ids < batch))), "batch index out of range")
+    rois = to_float32(ctx.input(ROI_REGIONS_TENSOR))
+    ctx.require(bool(np.all(rois >= 0)), "regions must not have negative coordinates")
+    height_scale = np.float32(1) / np.float32(ctx.scalar(ROI_HEIGHT_STRIDE_SCALAR))
+    width_scale = np.float32(1) / np.float32(ctx.scalar(ROI_WIDTH_STRIDE_SCALAR))
+    corners = rois * np.array([width_scale, height_scale, width_scale, height_scale], dtype=np.float32)
+    ctx.require(bool(np.all((corners[:, 0] <= width) & (corners[:, 2] <= width) & (corners[:, 1] <= height)
+                            & (corners[:, 3] <= height))), "regions must lie inside the feature map")
+    ctx.require(bool(np.all((corners[:, 0] <= corners[:, 2]) & (corners[:, 1] <= corners[:, 3]))),
+                "every region needs x1 <= x2 and y1 <= y2")
+    return batch_ids, corners

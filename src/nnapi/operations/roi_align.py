@@ -18,13 +18,14 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._detection_common import (
-    BOX_SCALE,
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     check_box_quantization,
     check_signature,
     float_scalar,
     from_float32,
+    roi_corners,
+    roi_output_shape,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import (
@@ -68,22 +69,13 @@ class RoiAlign(Operation):
         check_box_quantization(ctx, "input", 1)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        feature, rois, batches = ctx.input(INPUT_TENSOR), ctx.input(ROI_TENSOR), ctx.input(BATCH_SPLIT_TENSOR)
         nchw = bool(ctx.scalar(LAYOUT_SCALAR))
-        ctx.require(feature.rank == 4 and rois.rank == 2 and batches.rank == 1, "inputs must have ranks 4, 2, 1")
-        batch, height, width, depth = (feature.shape[0], *feature.shape[2:], feature.shape[1]) if nchw \
-            else feature.shape
-        ctx.require(min(batch, height, width, depth) > 0, "the feature map must not be empty")
-        num_rois = rois.shape[0]
-        ctx.require(rois.shape[1] == 4, f"regions must be [num_rois, 4], got {list(rois.shape)}")
-        ctx.require(batches.shape[0] == num_rois, f"batch indexes must be [{num_rois}]")
-        out_h, out_w = ctx.scalar(OUTPUT_HEIGHT_SCALAR), ctx.scalar(OUTPUT_WIDTH_SCALAR)
-        ctx.require(out_h > 0 and out_w > 0, "output height and width must be positive")
-        ctx.require(ctx.scalar(HEIGHT_STRIDE_SCALAR) > 0 and ctx.scalar(WIDTH_STRIDE_SCALAR) > 0,
-                    "height and width ratios must be positive")
+        shape = roi_output_shape(ctx, nchw)
+        feature = ctx.input(INPUT_TENSOR)
+        ctx.require(min(feature.shape) > 0, "the feature map must not be empty")
         ctx.require(ctx.scalar(HEIGHT_SAMPLING_RATIO_SCALAR) >= 0 and ctx.scalar(WIDTH_SAMPLING_RATIO_SCALAR) >= 0,
                     "sampling ratios must be non-negative")
-        return [(num_rois, depth, out_h, out_w) if nchw else (num_rois, out_h, out_w, depth)]
+        return [shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         nchw = bool(ctx.scalar(LAYOUT_SCALAR))
@@ -95,20 +87,7 @@ class RoiAlign(Operation):
         out = np.zeros((num_rois, out_h, out_w, depth), dtype=ctx.output_dtype(OUTPUT_TENSOR))
         if num_rois == 0:
             return [from_nhwc(out, nchw)]
-        batch_ids = np.asarray(ctx.value(BATCH_SPLIT_TENSOR)).astype(np.int64)
-        ctx.require(bool(np.all((batch_ids >= 0) & (batch_ids < batch))), "batch index out of range")
-        height_scale = np.float32(1) / np.float32(ctx.scalar(HEIGHT_STRIDE_SCALAR))
-        width_scale = np.float32(1) / np.float32(ctx.scalar(WIDTH_STRIDE_SCALAR))
-        rois = np.asarray(ctx.value(ROI_TENSOR)).astype(np.float32)
-        ctx.require(bool(np.all(rois >= 0)), "regions must not have negative coordinates")
-        scales = np.array([width_scale, height_scale, width_scale, height_scale], dtype=np.float32)
-        corners = rois * scales
-        if quantized:
-            corners = corners * np.float32(BOX_SCALE)
-        ctx.require(bool(np.all((corners[:, 0] <= width) & (corners[:, 2] <= width) & (corners[:, 1] <= height)
-                                & (corners[:, 3] <= height))), "regions must lie inside the feature map")
-        ctx.require(bool(np.all((corners[:, 0] <= corners[:, 2]) & (corners[:, 1] <= corners[:, 3]))),
-                    "every region needs x1 <= x2 and y1 <= y2")
+        batch_ids, corners = roi_corners(ctx, batch, height, width)
         one = np.float32(1)
         step_w = np.maximum(corners[:, 2] - corners[:, 0], one) / np.float32(out_w)
         step_h = np.maximum(corners[:, 3] - corners[:, 1], one) / np.float32(out_h)

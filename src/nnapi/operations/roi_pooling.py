@@ -21,7 +21,8 @@ from nnapi.operations._detection_common import (
     check_box_quantization,
     check_signature,
     float_scalar,
-    to_float32,
+    roi_corners,
+    roi_output_shape,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import from_nhwc, round_half_away, to_nhwc
@@ -58,18 +59,7 @@ class RoiPooling(Operation):
             ctx.check_same_quantization(("input", 0), ("output", 0))
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        feature, rois, batches = ctx.input(INPUT_TENSOR), ctx.input(ROI_TENSOR), ctx.input(BATCH_SPLIT_TENSOR)
-        nchw = bool(ctx.scalar(LAYOUT_SCALAR))
-        ctx.require(feature.rank == 4 and rois.rank == 2 and batches.rank == 1, "inputs must have ranks 4, 2, 1")
-        depth = feature.shape[1] if nchw else feature.shape[3]
-        num_rois = rois.shape[0]
-        ctx.require(rois.shape[1] == 4, f"regions must be [num_rois, 4], got {list(rois.shape)}")
-        ctx.require(batches.shape[0] == num_rois, f"batch indexes must be [{num_rois}]")
-        out_h, out_w = ctx.scalar(OUTPUT_HEIGHT_SCALAR), ctx.scalar(OUTPUT_WIDTH_SCALAR)
-        ctx.require(out_h > 0 and out_w > 0, "output height and width must be positive")
-        ctx.require(ctx.scalar(HEIGHT_STRIDE_SCALAR) > 0 and ctx.scalar(WIDTH_STRIDE_SCALAR) > 0,
-                    "height and width ratios must be positive")
-        return [(num_rois, depth, out_h, out_w) if nchw else (num_rois, out_h, out_w, depth)]
+        return [roi_output_shape(ctx, bool(ctx.scalar(LAYOUT_SCALAR)))]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         nchw = bool(ctx.scalar(LAYOUT_SCALAR))
@@ -81,17 +71,7 @@ class RoiPooling(Operation):
         out = np.zeros((num_rois, out_h, out_w, depth), dtype=dtype)
         if num_rois == 0 or out.size == 0:
             return [from_nhwc(out, nchw)]
-        batch_ids = np.asarray(ctx.value(BATCH_SPLIT_TENSOR)).astype(np.int64)
-        ctx.require(bool(np.all((batch_ids >= 0) & (batch_ids < batch))), "batch index out of range")
-        rois = to_float32(ctx.input(ROI_TENSOR))
-        ctx.require(bool(np.all(rois >= 0)), "regions must not have negative coordinates")
-        height_scale = np.float32(1) / np.float32(ctx.scalar(HEIGHT_STRIDE_SCALAR))
-        width_scale = np.float32(1) / np.float32(ctx.scalar(WIDTH_STRIDE_SCALAR))
-        corners = rois * np.array([width_scale, height_scale, width_scale, height_scale], dtype=np.float32)
-        ctx.require(bool(np.all((corners[:, 0] <= width) & (corners[:, 2] <= width) & (corners[:, 1] <= height)
-                                & (corners[:, 3] <= height))), "regions must lie inside the feature map")
-        ctx.require(bool(np.all((rois[:, 0] <= rois[:, 2]) & (rois[:, 1] <= rois[:, 3]))),
-                    "every region needs x1 <= x2 and y1 <= y2")
+        batch_ids, corners = roi_corners(ctx, batch, height, width)
         pixels = round_half_away(corners).astype(np.int64)
         h_start, h_stop = _bins(pixels[:, 1], pixels[:, 3], out_h, height)
         w_start, w_stop = _bins(pixels[:, 0], pixels[:, 2], out_w, width)
