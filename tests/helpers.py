@@ -121,6 +121,21 @@ def run_single_op(code: nnapi.OperationCode, inputs: Sequence[tuple[OperandType,
     raise AssertionError("output sizes kept changing")
 
 
+def add_model(dims: Sequence[int] = (2,), *, fuse: int = 0, finish: bool = True) -> nnapi.Model:
+    """The one-ADD model many API tests need: out = a + b (float32, ``dims``), fused activation ``fuse``."""
+    model = nnapi.Model()
+    tensor = OperandType(nnapi.OperandCode.TENSOR_FLOAT32, list(dims))
+    a, b = model.add_operand(tensor), model.add_operand(tensor)
+    act = model.add_operand(OperandType(nnapi.OperandCode.INT32))
+    out = model.add_operand(tensor)
+    model.set_operand_value(act, fuse)
+    model.add_operation(nnapi.OperationCode.ADD, [a, b, act], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    if finish:
+        model.finish()
+    return model
+
+
 # --- operand types by element type, for operation tests --------------------------------
 def f32(dims) -> OperandType:
     return OperandType(nnapi.OperandCode.TENSOR_FLOAT32, dims)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import nnapi
-from helpers import only_devices
+from helpers import add_model, only_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -37,20 +37,6 @@ def _reference_and_registered_only():
     plug-ins discovered on this machine (nnapi-ort-cpu) must not take the operations."""
     with only_devices():
         yield
-
-
-def add_model(dims=(2,)) -> nnapi.Model:
-    """out = a + b."""
-    model = nnapi.Model()
-    a = model.add_operand(OperandType(T.TENSOR_FLOAT32, dims))
-    b = model.add_operand(OperandType(T.TENSOR_FLOAT32, dims))
-    act = model.add_operand(OperandType(T.INT32))
-    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, dims))
-    model.set_operand_value(act, 0)
-    model.add_operation(Op.ADD, [a, b, act], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    model.finish()
-    return model
 
 
 def compile_model(model, devices=None) -> nnapi.Compilation:

@@ -6,22 +6,13 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import add_model
 from nnapi import OperandCode as T
 from nnapi import OperandType
-from nnapi import OperationCode as Op
 
 
 def add_compilation(dims=(2,)):
-    model = nnapi.Model()
-    a = model.add_operand(OperandType(T.TENSOR_FLOAT32, dims))
-    b = model.add_operand(OperandType(T.TENSOR_FLOAT32, dims))
-    act = model.add_operand(OperandType(T.INT32))
-    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, dims))
-    model.set_operand_value(act, 0)
-    model.add_operation(Op.ADD, [a, b, act], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    model.finish()
-    compilation = nnapi.Compilation(model)
+    compilation = nnapi.Compilation(add_model(dims))
     compilation.finish()
     return compilation
 

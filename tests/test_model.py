@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import add_model
 from nnapi import OperandCode as T
 from nnapi import OperandType, ResultCode
 from nnapi import OperationCode as Op
@@ -13,20 +14,6 @@ from nnapi import OperationCode as Op
 
 def f32(*dims):
     return OperandType(T.TENSOR_FLOAT32, dims)
-
-
-def add_model(finish=True, dims=(2,)):
-    model = nnapi.Model()
-    a = model.add_operand(f32(*dims))
-    b = model.add_operand(f32(*dims))
-    act = model.add_operand(OperandType(T.INT32))
-    out = model.add_operand(f32(*dims))
-    model.set_operand_value(act, 0)
-    model.add_operation(Op.ADD, [a, b, act], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    if finish:
-        model.finish()
-    return model
 
 
 def code_of(excinfo) -> ResultCode:

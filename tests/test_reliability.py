@@ -16,27 +16,14 @@ import numpy as np
 import pytest
 
 import nnapi
-from helpers import reference_devices
+from helpers import add_model, reference_devices
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
 
 
-def add_model(dims=(8,)) -> nnapi.Model:
-    model = nnapi.Model()
-    a = model.add_operand(OperandType(T.TENSOR_FLOAT32, dims))
-    b = model.add_operand(OperandType(T.TENSOR_FLOAT32, dims))
-    act = model.add_operand(OperandType(T.INT32))
-    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, dims))
-    model.set_operand_value(act, 0)
-    model.add_operation(Op.ADD, [a, b, act], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    model.finish()
-    return model
-
-
 def compiled(model=None, devices=None) -> nnapi.Compilation:
-    compilation = nnapi.Compilation(model or add_model(), devices)
+    compilation = nnapi.Compilation(model or add_model((8,)), devices)
     compilation.finish()
     return compilation
 
@@ -434,11 +421,11 @@ def small_execution():
 
 
 @pytest.mark.parametrize("call", [
-    lambda: nnapi.Compilation(add_model(), 5),
-    lambda: nnapi.Compilation(add_model(), nnapi.get_devices()[0]),
-    lambda: nnapi.Compilation(add_model()).set_caching("/tmp", -1),
-    lambda: nnapi.Compilation(add_model()).set_caching("/tmp", 2**40),
-    lambda: nnapi.Compilation(add_model()).set_caching("/tmp", [300] * 32),
+    lambda: nnapi.Compilation(add_model((8,)), 5),
+    lambda: nnapi.Compilation(add_model((8,)), nnapi.get_devices()[0]),
+    lambda: nnapi.Compilation(add_model((8,))).set_caching("/tmp", -1),
+    lambda: nnapi.Compilation(add_model((8,))).set_caching("/tmp", 2**40),
+    lambda: nnapi.Compilation(add_model((8,))).set_caching("/tmp", [300] * 32),
     lambda: nnapi.MemoryDesc().set_dimensions(5),
     lambda: nnapi.MemoryDesc().set_dimensions([math.nan]),
     lambda: nnapi.MemoryDesc().set_dimensions([2**40]),
@@ -446,7 +433,7 @@ def small_execution():
     lambda: small_execution().enable_input_and_output_padding(np.array([1, 2])),
     lambda: nnapi.Execution(compiled(devices=nnapi.get_devices()[:1])).set_measure_timing(np.array([1, 2])),
     lambda: nnapi.Model().relax_computation_float32_to_float16(np.array([1, 2])),
-    lambda: add_model().get_supported_operations_for_devices(np.array(1)),
+    lambda: add_model((8,)).get_supported_operations_for_devices(np.array(1)),
 ])
 def test_bad_arguments_are_nnapi_errors(call):
     with pytest.raises(nnapi.NnapiError):
@@ -476,7 +463,7 @@ def test_compute_after_compilation_freed_is_bad_state():
 
 
 def test_finish_after_model_freed_is_bad_state():
-    model = add_model()
+    model = add_model((8,))
     compilation = nnapi.Compilation(model)
     model.free()
     with pytest.raises(nnapi.BadStateError):

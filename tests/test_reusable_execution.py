@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import nnapi
+from helpers import add_model
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -16,19 +17,6 @@ from nnapi.drivers.reference import ReferenceDevice
 from nnapi.drivers.sample import FaultyDevice
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument
 from nnapi.runtime.model_builder import build_hal_model
-
-
-def add_model(dims=(3,), fuse=0):
-    model = nnapi.Model()
-    tensor = OperandType(T.TENSOR_FLOAT32, dims)
-    a, b = model.add_operand(tensor), model.add_operand(tensor)
-    act = model.add_operand(OperandType(T.INT32))
-    out = model.add_operand(tensor)
-    model.set_operand_value(act, fuse)
-    model.add_operation(Op.ADD, [a, b, act], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    model.finish()
-    return model
 
 
 def tile_model():
@@ -60,7 +48,7 @@ def reusable(compilation, a, b, out):
 
 @pytest.mark.parametrize("through", ["compute", "burst", "both"])
 def test_every_computation_reads_the_inputs_again(through):
-    compilation = compiled(add_model())
+    compilation = compiled(add_model((3,)))
     a, b, out = np.array([1, 2, 3], np.float32), np.array([10, 20, 30], np.float32), np.zeros(3, np.float32)
     execution = reusable(compilation, a, b, out)
     burst = nnapi.Burst(compilation)
@@ -102,7 +90,7 @@ def test_output_shapes_follow_each_computation():
 
 
 def test_a_deadline_is_checked_on_every_computation():
-    compilation = compiled(add_model(), [d for d in nnapi.get_devices() if d.name == "nnapi-reference"])
+    compilation = compiled(add_model((3,)), [d for d in nnapi.get_devices() if d.name == "nnapi-reference"])
     a, b, out = np.ones(3, np.float32), np.ones(3, np.float32), np.zeros(3, np.float32)
     execution = nnapi.Execution(compilation)
     execution.set_reusable(True)
@@ -179,7 +167,7 @@ def test_a_memory_read_through_its_descriptor_is_not_bound(tmp_path):
 @pytest.mark.parametrize("use_burst", [False, True])
 def test_a_failing_driver_falls_back_on_every_computation(register, use_burst):
     faulty = register(FaultyDevice("faulty-reusable", fail_execute=True))
-    compilation = compiled(add_model())
+    compilation = compiled(add_model((3,)))
     assert compilation.step_devices == ["faulty-reusable"]
     a, b, out = np.array([1, 2, 3], np.float32), np.ones(3, np.float32), np.zeros(3, np.float32)
     execution = reusable(compilation, a, b, out)
@@ -204,7 +192,7 @@ def hal_request(a, b, out):
 
 
 def test_the_reference_driver_validates_a_bound_request_once():
-    prepared = ReferenceDevice().prepare_model(build_hal_model(add_model())[0])
+    prepared = ReferenceDevice().prepare_model(build_hal_model(add_model((3,)))[0])
     a, b, out = np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32), np.zeros(3, np.float32)
     bound = prepared.create_reusable_execution(hal_request(a, b, out))
     for _ in range(2):
@@ -229,7 +217,7 @@ def test_a_bound_request_with_device_memory_is_resolved_at_every_computation():
     from nnapi.hal import BufferDesc, BufferRole, BufferToken
 
     driver = ReferenceDevice()
-    prepared = driver.prepare_model(build_hal_model(add_model())[0])
+    prepared = driver.prepare_model(build_hal_model(add_model((3,)))[0])
     buffer, token = driver.allocate(BufferDesc([]), [prepared], [BufferRole(0, 0)], [])
     b, out = np.array([1, 2, 3], np.float32), np.zeros(3, np.float32)
     request = hal_request(np.zeros(3, np.float32), b, out)

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("msgpack")
 
 import nnapi  # noqa: E402
+from helpers import add_model  # noqa: E402
 from nnapi.demo import build_demo_model, demo_expected, demo_input  # noqa: E402
 from nnapi.drivers.service import channel as fast  # noqa: E402
 from nnapi.drivers.service.client import connect_devices  # noqa: E402
@@ -208,23 +209,10 @@ def _mapped_memories(pid: int) -> int:
     return sum("nnapi-memory" in line for line in open(f"/proc/{pid}/maps"))
 
 
-def _add_model() -> nnapi.Model:
-    model = nnapi.Model()
-    tensor = nnapi.OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [4])
-    a, b = model.add_operand(tensor), model.add_operand(tensor)
-    fuse = model.add_operand(nnapi.OperandType(nnapi.OperandCode.INT32))
-    out = model.add_operand(tensor)
-    model.set_operand_value(fuse, np.int32(0))
-    model.add_operation(nnapi.OperationCode.ADD, [a, b, fuse], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    model.finish()
-    return model
-
-
 def test_the_service_lets_go_of_freed_memories(remote):  # noqa: F811 (the fixtures of test_service)
     running, devices = remote("svcfree")
     device = devices["nnapi-reference@svcfree"]
-    compilation = nnapi.Compilation(_add_model(), [device])
+    compilation = nnapi.Compilation(add_model((4,)), [device])
     compilation.finish()
     baseline = _mapped_memories(running.process.pid)
     for round_ in range(40):

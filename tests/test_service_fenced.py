@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("msgpack")
 
 import nnapi  # noqa: E402
+from helpers import add_model  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, Request, RequestArgument  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 from test_service import remote, service  # noqa: E402,F401  (fixtures)
-from test_service_channel import _add_model  # noqa: E402
 
 
 def _request(pools) -> Request:
@@ -44,7 +44,7 @@ def _shared(values=None):
 def prepared(remote):  # noqa: F811 (the fixtures of test_service)
     _, devices = remote("svcfence")
     device = devices["nnapi-reference@svcfence"]._hal
-    return device.prepare_model(build_hal_model(_add_model())[0])
+    return device.prepare_model(build_hal_model(add_model((4,)))[0])
 
 
 def test_the_service_waits_for_the_fences_while_the_connection_serves(prepared):
@@ -122,7 +122,7 @@ def test_malformed_fenced_messages_get_errors(remote):  # noqa: F811 (the fixtur
 
     with s:
         assert ask("hello", {"v": wire.PROTOCOL_VERSION})["ok"]
-        plain = serialize.model_to_plain(build_hal_model(_add_model())[0])
+        plain = serialize.model_to_plain(build_hal_model(add_model((4,)))[0])
         handle = ask("prepare", {"dev": 0, "model": plain})["r"]
         memory = _shared([1, 2, 3, 4])
         assert ask("map", {"pools": [[1, 0, True]]}, [memory._fd])["ok"]
