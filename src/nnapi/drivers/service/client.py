@@ -18,7 +18,6 @@ import itertools
 import math
 import mmap
 import os
-import select
 import socket
 import struct
 import threading
@@ -44,6 +43,7 @@ from nnapi.hal import (
     serialize,
 )
 from nnapi.hal import types as hal_types
+from nnapi.hal.interfaces import wait_for_fences
 from nnapi.memory import memory_of, when_released
 from nnapi.operand import dtype_of
 
@@ -682,7 +682,7 @@ class RemotePreparedModel(IPreparedModel):
                                          timeout_after_fence_ns)
             if started is not None:
                 return started
-        _wait_for_fences(wait_for, deadline_ns)
+        wait_for_fences(wait_for, deadline_ns)
         if timeout_after_fence_ns is not None:
             after = time.monotonic_ns() + timeout_after_fence_ns
             deadline_ns = after if deadline_ns is None else min(deadline_ns, after)
@@ -874,7 +874,7 @@ class _RemoteFencedCallback(IFencedExecutionCallback):
         if self._info is None:
             deadline = time.monotonic_ns() + int(self._link.timeout_s * 1e9)
             try:
-                _wait_for_fences([self._done], deadline)
+                wait_for_fences([self._done], deadline)
             except HalError:
                 return ErrorStatus.DEAD_OBJECT, hal_types.Timing(), hal_types.Timing()
             try:
@@ -886,24 +886,6 @@ class _RemoteFencedCallback(IFencedExecutionCallback):
                 status = error.status if isinstance(error, HalError) else ErrorStatus.GENERAL_FAILURE
                 return status, hal_types.Timing(), hal_types.Timing()
         return self._info
-
-
-def _wait_for_fences(fds: Sequence[int], deadline_ns: int | None) -> None:
-    for fd in fds:
-        poller = select.poll()
-        try:
-            poller.register(fd, select.POLLIN)
-        except (OSError, TypeError, ValueError) as error:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"bad sync fence {fd!r}: {error}") from None
-        while True:
-            timeout_ms = None if deadline_ns is None else max(0, (deadline_ns - time.monotonic_ns()) // 1_000_000)
-            events = poller.poll(timeout_ms)
-            if events:
-                if events[0][1] & (select.POLLERR | select.POLLNVAL):
-                    raise HalError(ErrorStatus.INVALID_ARGUMENT, f"sync fence {fd} is in error")
-                break
-            if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
-                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed waiting for fences")
 
 
 def _release(link: ServiceLink, kind: str, handle: int, generation: int, staging: _Staging | None) -> None:
