@@ -154,13 +154,7 @@ class FibonacciDevice(IDevice):
         self.performance = PerformanceInfo(exec_time, power_usage)
 
     def get_capabilities(self) -> Capabilities:
-        return Capabilities(
-            relaxed_float32_to_float16_scalar=self.performance,
-            relaxed_float32_to_float16_tensor=self.performance,
-            operand_performance={code: self.performance for code in OperandCode},
-            if_performance=self.performance,
-            while_performance=self.performance,
-        )
+        return Capabilities.uniform(self.performance)
 
     def get_supported_extensions(self) -> list[Extension]:
         return [Extension(EXTENSION_NAME, [

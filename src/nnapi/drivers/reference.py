@@ -13,7 +13,7 @@ import numpy as np
 
 from nnapi import tracing
 from nnapi._version import __version__
-from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode, ResultCode
+from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperationCode, ResultCode
 from nnapi.drivers import device_memory
 from nnapi.drivers._pages import keep_pages
 from nnapi.errors import NnapiError
@@ -127,14 +127,8 @@ class ReferenceDevice(IDevice):
         self._buffers = device_memory.BufferTracker()
 
     def get_capabilities(self) -> Capabilities:
-        reference = PerformanceInfo(1.0, 1.0)
-        return Capabilities(
-            relaxed_float32_to_float16_scalar=reference,
-            relaxed_float32_to_float16_tensor=reference,
-            operand_performance={code: reference for code in OperandCode},
-            if_performance=reference,
-            while_performance=reference,
-        )
+        # The reference is the unit the other devices' figures are relative to.
+        return Capabilities.uniform(PerformanceInfo(1.0, 1.0))
 
     def get_supported_operations(self, model: Model) -> list[bool]:
         return [supports_operation(model, model.main, operation) for operation in model.main.operations]

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperandCode, OperationCode
+from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperationCode
 from nnapi.drivers import device_memory
 from nnapi.drivers.reference import ReferencePreparedModel, supports_operation, unsupported_reason
 from nnapi.hal import (
@@ -57,14 +57,7 @@ class SampleDevice(IDevice):
         self._buffers = device_memory.BufferTracker()
 
     def get_capabilities(self) -> Capabilities:
-        return Capabilities(
-            relaxed_float32_to_float16_scalar=self.performance,
-            relaxed_float32_to_float16_tensor=self.performance,
-            operand_performance={code: self.performance for code in OperandCode},
-            if_performance=self.performance,
-            while_performance=self.performance,
-            step_cost_s=self.step_cost_s,
-        )
+        return Capabilities.uniform(self.performance, self.step_cost_s)
 
     def _supports(self, model: Model, subgraph, operation) -> bool:
         if self.operations is not None and operation.type not in self.operations:
@@ -148,13 +141,7 @@ class FaultyDevice(IDevice):
         self._reference = ReferenceDevice()
 
     def get_capabilities(self) -> Capabilities:
-        return Capabilities(
-            relaxed_float32_to_float16_scalar=self.performance,
-            relaxed_float32_to_float16_tensor=self.performance,
-            operand_performance={code: self.performance for code in OperandCode},
-            if_performance=self.performance,
-            while_performance=self.performance,
-        )
+        return Capabilities.uniform(self.performance)
 
     def get_supported_operations(self, model: Model) -> list[bool]:
         flags = self._reference.get_supported_operations(model)

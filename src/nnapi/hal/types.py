@@ -292,5 +292,13 @@ class Capabilities:
     #: each operation goes to its best device as on Android.
     step_cost_s: float = 0.0
 
+    @classmethod
+    def uniform(cls, performance: PerformanceInfo, step_cost_s: float = 0.0) -> Capabilities:
+        """Capabilities with the same performance for every operand type, relaxed float32
+        and control flow: a device that does not tell its workloads apart."""
+        return cls(relaxed_float32_to_float16_scalar=performance, relaxed_float32_to_float16_tensor=performance,
+                   operand_performance={code: performance for code in OperandCode},
+                   if_performance=performance, while_performance=performance, step_cost_s=step_cost_s)
+
     def performance_for(self, code: OperandCode) -> PerformanceInfo:
         return self.operand_performance.get(code, PerformanceInfo(float("inf"), float("inf")))
