@@ -164,6 +164,38 @@ def implicit_padding(in_size: int, stride: int, filter_size: int, dilation: int,
     return 0, 0
 
 
+def transpose_conv_padding(out_size: int, stride: int, filter_size: int, padding: int) -> tuple[int, int]:
+    """(head, tail) implicit padding of TRANSPOSE_CONV_2D, computed on its output size: the
+    tail fits the last stride exactly and so may be negative."""
+    if padding != PaddingCode.PADDING_SAME:
+        return 0, 0
+    steps = (out_size + stride - 1) // stride
+    total = (steps - 1) * stride + filter_size - out_size
+    head = total // 2 if total > 0 else 0
+    return head, total - head
+
+
+def resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
+    """The input step per output pixel of RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR, in
+    float32 as Android computes it."""
+    if align_corners and out_size > 1:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(in_size) / np.float32(out_size)
+
+
+def nearest_indexes(in_size: int, out_size: int, align_corners: bool, half_pixel: bool) -> np.ndarray:
+    """The input index RESIZE_NEAREST_NEIGHBOR reads for each output position along one axis."""
+    scale = resize_scale(in_size, out_size, align_corners)
+    position = np.arange(out_size, dtype=np.float32)
+    if half_pixel:
+        position = position + np.float32(0.5)
+    scaled = position * scale
+    # roundf rounds halves away from zero; positions are non-negative
+    index = np.floor(scaled + np.float32(0.5)) if align_corners else np.floor(scaled)
+    index = np.minimum(index.astype(np.int64), in_size - 1)
+    return np.maximum(index, 0) if half_pixel else index
+
+
 def conv_output_size(in_size: int, filter_size: int, stride: int, dilation: int, pad_head: int,
                      pad_tail: int) -> int:
     effective = (filter_size - 1) * dilation + 1

@@ -20,7 +20,7 @@ import numpy as np
 from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.operations._conv_common import spatial_dims
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import from_nhwc, layout_shape
+from nnapi.operations.common import from_nhwc, layout_shape, nearest_indexes, resize_scale
 
 T = OperandCode
 
@@ -41,27 +41,9 @@ def _flag(ctx: ExecutionContext, index: int) -> bool:
     return index < len(ctx.inputs) and not ctx.is_omitted(index) and bool(ctx.scalar(index))
 
 
-def _resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
-    if align_corners and out_size > 1:
-        return np.float32(in_size - 1) / np.float32(out_size - 1)
-    return np.float32(in_size) / np.float32(out_size)
-
-
-def _nearest_indexes(in_size: int, out_size: int, align_corners: bool, half_pixel: bool) -> np.ndarray:
-    scale = _resize_scale(in_size, out_size, align_corners)
-    position = np.arange(out_size, dtype=np.float32)
-    if half_pixel:
-        position = position + np.float32(0.5)
-    scaled = position * scale
-    # roundf rounds halves away from zero; positions are non-negative
-    index = np.floor(scaled + np.float32(0.5)) if align_corners else np.floor(scaled)
-    index = np.minimum(index.astype(np.int64), in_size - 1)
-    return np.maximum(index, 0) if half_pixel else index
-
-
 def _bilinear_taps(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
     """(lower index, upper index, weight of the upper one) per output position."""
-    scale = _resize_scale(in_size, out_size, align_corners)
+    scale = resize_scale(in_size, out_size, align_corners)
     position = np.arange(out_size, dtype=np.float32)
     scaled = (position + np.float32(0.5)) * scale - np.float32(0.5) if half_pixel else position * scale
     lower = np.maximum(np.floor(scaled).astype(np.int64), 0)
@@ -121,8 +103,8 @@ class Resize(Operation):
         if x.shape[0] == 0:
             return [from_nhwc(np.zeros((0, out_h, out_w, x.shape[3]), dtype=x.dtype), nchw)]
         if self.code == OperationCode.RESIZE_NEAREST_NEIGHBOR:
-            rows = _nearest_indexes(height, out_h, align_corners, half_pixel)
-            cols = _nearest_indexes(width, out_w, align_corners, half_pixel)
+            rows = nearest_indexes(height, out_h, align_corners, half_pixel)
+            cols = nearest_indexes(width, out_w, align_corners, half_pixel)
             return [from_nhwc(np.ascontiguousarray(x[:, rows][:, :, cols]), nchw)]
         y0, y1, dy = _bilinear_taps(height, out_h, align_corners, half_pixel)
         x0, x1, dx = _bilinear_taps(width, out_w, align_corners, half_pixel)

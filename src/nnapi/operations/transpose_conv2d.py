@@ -34,7 +34,7 @@ from nnapi.operations.base import (
     check_deadline,
     register,
 )
-from nnapi.operations.common import is_valid_fuse_code, layout_shape
+from nnapi.operations.common import is_valid_fuse_code, layout_shape, transpose_conv_padding
 
 T = OperandCode
 # Named input positions after INPUT, FILTER, BIAS (Android's transpose_conv_2d.cpp): the
@@ -45,17 +45,6 @@ IMPLICIT_OUTPUT_SHAPE = FIRST_ARGUMENT
 IMPLICIT_PADDING_SCHEME = FIRST_ARGUMENT + 1
 _EXPLICIT_COUNT = 11
 _IMPLICIT_COUNT = 9
-
-
-def _transpose_padding(out_size: int, stride: int, filter_size: int, scheme: int) -> tuple[int, int]:
-    """Implicit padding of a transpose convolution, computed on its output size; the
-    tail fits the last stride exactly and so may be negative."""
-    if scheme != PaddingCode.PADDING_SAME:
-        return 0, 0
-    steps = (out_size + stride - 1) // stride
-    total = (steps - 1) * stride + filter_size - out_size
-    head = total // 2 if total > 0 else 0
-    return head, total - head
 
 
 def _read(ctx: ExecutionContext) -> tuple[Spatial, tuple[int, int], Shape]:
@@ -81,8 +70,8 @@ def _read(ctx: ExecutionContext) -> tuple[Spatial, tuple[int, int], Shape]:
         scheme = int(ctx.scalar(IMPLICIT_PADDING_SCHEME))
         ctx.require(scheme in (PaddingCode.PADDING_SAME, PaddingCode.PADDING_VALID), f"invalid padding scheme {scheme}")
         _, want_h, want_w, _ = spatial_dims([int(v) for v in shape.value], nchw)
-        top, bottom = _transpose_padding(want_h, stride_h, kh, scheme)
-        left, right = _transpose_padding(want_w, stride_w, kw, scheme)
+        top, bottom = transpose_conv_padding(want_h, stride_h, kh, scheme)
+        left, right = transpose_conv_padding(want_w, stride_w, kw, scheme)
     ctx.require(channels == depth, f"input depth {channels} does not match filter depth {depth}")
     ctx.require(bias.shape[0] == out_channels, f"bias has {bias.shape[0]} values for {out_channels} filters")
     ctx.require(height > 0 and width > 0 and channels > 0 and out_channels > 0,
