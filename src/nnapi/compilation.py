@@ -26,7 +26,6 @@ from nnapi.hal.serialize import model_digest
 from nnapi.model import Model
 from nnapi.runtime import manager
 from nnapi.runtime.execution_plan import ExecutionPlan, Step, contain, partition, uses_extension_operation
-from nnapi.runtime.model_builder import build_hal_model
 
 #: Alignment and padding, in bytes, that let kernels read whole cache lines.
 PREFERRED_ALIGNMENT = 64
@@ -154,7 +153,7 @@ class Compilation(NnapiObject):
         guide's CPU fallback). With explicit devices a failure is the result."""
         self._check_modifiable("finish")
         self._model._check_alive("finish")
-        hal_model, _ = build_hal_model(self._model)
+        hal_model, _ = self._model._hal_model()
         deadline = time.monotonic_ns() + self._timeout_ns if self._timeout_ns else None
         preference = ExecutionPreference(int(self._preference))
         priority = _PRIORITY_TO_HAL[self._priority]

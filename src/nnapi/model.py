@@ -106,6 +106,8 @@ class Model(NnapiObject):
         self._finished = False
         self._run_order: list[int] = []
         self._extension_data: dict[int, bytes] = {}  # operand index -> its extension parameters
+        #: the HAL model of the finished model, built once (``_hal_model``)
+        self._hal: tuple | None = None
 
     # --- state helpers ---------------------------------------------------------------
     def _check_modifiable(self, call: str) -> None:
@@ -493,7 +495,6 @@ class Model(NnapiObject):
         in the order the operations were added; True if any of ``devices`` supports it."""
         from nnapi.device import Device
         from nnapi.runtime.execution_plan import supported_operations
-        from nnapi.runtime.model_builder import build_hal_model
 
         call = "get_supported_operations_for_devices"
         self._check_alive(call)
@@ -510,7 +511,7 @@ class Model(NnapiObject):
             raise BadDataError(f"{call}: devices must be Device objects")
         if len({id(d._hal) for d in devices}) != len(devices):
             raise BadDataError(f"{call}: devices must not repeat")
-        hal_model, order = build_hal_model(self)
+        hal_model, order = self._hal_model()
         supported = [False] * len(self._operations)
         for device in devices:
             # As Android's runtime does: a device is not asked about operations beyond its
@@ -520,5 +521,17 @@ class Model(NnapiObject):
                 supported[original] = supported[original] or bool(flags[hal_index])
         return supported
 
+    def _hal_model(self) -> tuple:
+        """The HAL model of this finished model and its run order (``build_hal_model``),
+        built at the first compilation and shared by later ones: a finished model never
+        changes, and a driver that keeps what it learned of a HAL model object (the
+        reference driver's validation) need not learn it again."""
+        if self._hal is None:
+            from nnapi.runtime.model_builder import build_hal_model
+
+            self._hal = build_hal_model(self)
+        return self._hal
+
     def _release(self) -> None:
+        self._hal = None
         self._values.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -114,6 +115,17 @@ def unsupported_reason(model: Model, subgraph: Subgraph, operation) -> str | Non
     return None
 
 
+class _Vetted:
+    """What this device learned of one HAL model object: whether it passed validate_model,
+    and per subgraph (0 = main) each operation's unsupported_reason."""
+
+    __slots__ = ("reasons", "valid")
+
+    def __init__(self) -> None:
+        self.valid = False
+        self.reasons: dict[int, list[str | None]] = {}
+
+
 class ReferenceDevice(IDevice):
     """The always-present CPU device."""
 
@@ -125,28 +137,59 @@ class ReferenceDevice(IDevice):
     def __init__(self) -> None:
         #: this device's live device memories (IDevice.allocate), by token
         self._buffers = device_memory.BufferTracker()
+        #: by id of a live HAL model object: what was learned of it (``_vetted``)
+        self._vetted: dict[int, _Vetted] = {}
+
+    def _vetting(self, model: Model) -> _Vetted:
+        """This device's record of ``model`` (the object: the runtime asks which operations
+        are supported, then prepares, with the one HAL model it built for a finished Model
+        and never changes, and a later compilation of that Model hands over the same
+        object), so that neither validation nor the per-operation checks run twice. A
+        HAL model from elsewhere (a copy, a service's decoded one) is a new object."""
+        key = id(model)
+        vetted = self._vetted.get(key)
+        if vetted is None:
+            vetted = _Vetted()
+            try:
+                weakref.finalize(model, self._vetted.pop, key, None)
+            except TypeError:  # an object that cannot be referenced weakly: not remembered
+                return vetted
+            self._vetted[key] = vetted
+        return vetted
+
+    def _reasons(self, model: Model, number: int) -> list[str | None]:
+        """unsupported_reason of every operation of subgraph ``number`` (0 = main)."""
+        vetted = self._vetting(model)
+        reasons = vetted.reasons.get(number)
+        if reasons is None:
+            subgraph = model.main if number == 0 else model.referenced[number - 1]
+            reasons = vetted.reasons[number] = [unsupported_reason(model, subgraph, operation)
+                                                for operation in subgraph.operations]
+        return reasons
 
     def get_capabilities(self) -> Capabilities:
         # The reference is the unit the other devices' figures are relative to.
         return Capabilities.uniform(PerformanceInfo(1.0, 1.0))
 
     def get_supported_operations(self, model: Model) -> list[bool]:
-        return [supports_operation(model, model.main, operation) for operation in model.main.operations]
+        return [reason is None for reason in self._reasons(model, 0)]
 
     def get_unsupported_reasons(self, model: Model) -> list[str | None]:
-        return [unsupported_reason(model, model.main, operation) for operation in model.main.operations]
+        return list(self._reasons(model, 0))
 
     def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority=Priority.MEDIUM, deadline_ns=None, model_cache=(), data_cache=(),
                       token=None) -> IPreparedModel:
-        validate_model(model)
+        vetted = self._vetting(model)
+        if not vetted.valid:
+            validate_model(model)
+            vetted.valid = True
         if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before preparation")
-        names = ["main"] + [f"referenced[{i}]" for i in range(len(model.referenced))]
-        for name, subgraph in zip(names, [model.main, *model.referenced], strict=True):
-            for position, operation in enumerate(subgraph.operations):
-                reason = unsupported_reason(model, subgraph, operation)
+        for number in range(1 + len(model.referenced)):
+            for position, reason in enumerate(self._reasons(model, number)):
                 if reason is not None:  # named: which operation, and the validation's reason
+                    name = "main" if number == 0 else f"referenced[{number - 1}]"
                     raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{name} operation {position}: {reason}")
         with np.errstate(all="ignore"):  # tables and layouts computed at preparation
             prepared = ReferencePreparedModel(model, self._buffers)

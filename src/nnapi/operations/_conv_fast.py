@@ -114,7 +114,8 @@ def _work_dtype(data: Tensor, weights: np.ndarray, channel_axes: tuple[int, ...]
     if not weights.size:
         return np.float32
     summed = tuple(axis for axis in range(weights.ndim) if axis not in channel_axes)
-    largest = int(np.abs(weights.astype(np.int64)).sum(axis=summed).max()) if summed else int(np.abs(weights).max())
+    # int16 magnitudes summed in int64 (no int64 copy of the filter: fresh pages cost more than the sum)
+    largest = int(np.abs(weights).sum(axis=summed, dtype=np.int64).max()) if summed else int(np.abs(weights).max())
     return exact_float_dtype(_input_bound(data) * max(largest, 1))
 
 
@@ -128,7 +129,7 @@ def _float32_parts(data: Tensor, columns: np.ndarray) -> list[tuple[int, int]] |
     if data.type in FLOAT_TENSORS or _jit.kernels() is None or not columns.size:
         return None
     limit = (2**24 - 1) // _input_bound(data)
-    sums = np.cumsum(np.abs(columns.astype(np.int64)), axis=1)  # (outputs, summed)
+    sums = np.cumsum(np.abs(columns), axis=1, dtype=np.int64)  # (outputs, summed)
     ranges, start, depth = [], 0, columns.shape[1]
     while start < depth:
         base = sums[:, start - 1:start] if start else 0
@@ -352,7 +353,7 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
         run = run_float
     else:
         # the int32 sums are exact: no partial sum can exceed max|x - zp| * sum|w|
-        largest = int(np.abs(shifted.astype(np.int64)).sum(axis=(0, 1)).max()) if shifted.size else 0
+        largest = int(np.abs(shifted).sum(axis=(0, 1), dtype=np.int64).max()) if shifted.size else 0
         if _input_bound(data) * largest >= 2**31 or not isinstance(epilogue.stage, _jit.FusedOutputStage):
             return None
         weights = np.ascontiguousarray(shifted, dtype=np.int32)
