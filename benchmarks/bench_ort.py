@@ -10,7 +10,11 @@ that is its compute time, and it stays meaningful on a machine shared with other
 - LiteRT, nnapi-ort-cpu (Compilation + Execution per run, as an app does), ORT's own
   ``run`` on the lowered graph, and the reference device, in milliseconds;
 - ``ort/litert``: the ratio that the targets are about (<= 1.0 goal, <= 1.3 at worst);
-- ``overhead``: nnapi's per-execution cost over ORT's own run, in microseconds;
+- ``overhead``: nnapi's per-execution cost over ORT's own run, in microseconds: the
+  median over rounds of the difference between an Execution per run and ORT's own
+  ``session.run`` on the very session the compilation holds (same optimized graph, same
+  session options, same input arrays, its outputs in new arrays as a user's ``run``),
+  run one right after the other; ``reusable`` the same for one reusable Execution;
 - compile time, cold and from the compilation cache (second compilation);
 - agreement with LiteRT: max |difference| (float: relative to the output's largest
   magnitude; quantized: in quantized steps);
@@ -45,6 +49,15 @@ DEFAULT_MODELS = [
     "lstm_1x20x40_128_fused",
 ]
 SHARED_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+
+
+OVERHEAD_NOTE = """\
+ort ms: a new Execution per run (set_input, set_output, compute), best of the rounds.
+ORT own: the same InferenceSession (same optimized graph and session options) called as a
+user calls it, session.run(None, {name: array}) on the same input arrays, its outputs in new
+arrays; best of the rounds. overhead: median over the rounds of (nnapi - ORT own), the two
+run one right after the other in each round; reusable: the same for one reusable Execution
+(set_reusable, its arguments set once, compute per run)."""
 
 
 def ort_device() -> nnapi.Device:
@@ -91,6 +104,27 @@ class NnapiRunner:
         for position, array in enumerate(self.outputs):
             execution.set_output(position, array)
         execution.compute()
+        return self.outputs
+
+
+class ReusableRunner:
+    """One reusable Execution (ANeuralNetworksExecution_setReusable), its inputs and outputs
+    set once: each call is one compute, as an app's loop over new values in the same
+    buffers does."""
+
+    def __init__(self, compilation: nnapi.Compilation, inputs: list[np.ndarray], outputs: list[np.ndarray],
+                 hidden: list[np.ndarray] | None = None) -> None:
+        self.inputs, self.outputs = inputs, outputs
+        self.execution = nnapi.Execution(compilation)
+        self.execution.set_reusable(True)
+        for position, array in enumerate([*inputs, *(hidden or [])]):
+            self.execution.set_input(position, array)
+        for position, array in enumerate(outputs):
+            self.execution.set_output(position, array)
+
+    def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        assert all(a is b for a, b in zip(inputs, self.inputs, strict=True)), "bound to other inputs"
+        self.execution.compute()
         return self.outputs
 
 
@@ -156,13 +190,21 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
         cached = NnapiRunner(model, [device, reference], outputs, cache_dir, hidden)
     steps = ours.compilation.step_devices
     own = ort_own_runner(model, ours.compilation) if steps == ["nnapi-ort-cpu"] and not hidden else None
+    reusable_outputs = [np.zeros_like(a) for a in outputs]
+    reusable = ReusableRunner(ours.compilation, inputs, reusable_outputs, hidden)
     expected = [a.copy() for a in litert(inputs)]
     result = [a.copy() for a in ours(inputs)]
-    times: dict[str, list[float]] = {"litert": [], "ort": [], "own": []}
-    engines = [("litert", litert), ("ort", ours), ("own", own)]
+    reusable(inputs)
+    if any(not np.array_equal(a, b) for a, b in zip(reusable_outputs, result, strict=True)):
+        raise SystemExit(f"{path}: the reusable execution's outputs differ from the execution's")
+    times: dict[str, list[float]] = {"litert": [], "ort": [], "reusable": [], "own": []}
+    # the engines on the ORT session take turns right after one another in each round (so
+    # each finds the weights where the previous left them), in an order that rotates
+    engines = [("ort", ours), ("reusable", reusable), ("own", own)]
     for round_number in range(runs):
-        # rotate the order each round: whoever runs right after another engine finds the
-        # caches cold, whoever follows ours (same weights) finds them warm
+        start = clock()
+        litert(inputs)
+        times["litert"].append(clock() - start)
         shift = round_number % len(engines)
         for name, runner in engines[shift:] + engines[:shift]:
             if runner is None:
@@ -174,6 +216,11 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
            "agreement": ", ".join(agreement(a, b) for a, b in zip(result, expected))}
     for name, samples in times.items():
         row[name] = min(samples) if samples else None
+    # overhead: the median over rounds of (ours - ORT's own) within the round, which the
+    # machine's load shifts much less than a difference of two separate minima
+    for name in ("ort", "reusable"):
+        row[f"{name}_overhead"] = (float(np.median(np.subtract(times[name], times["own"])))
+                                   if times["own"] else None)
     row["reference"] = None
     if reference_runs:
         alone = NnapiRunner(model, [reference], [np.zeros_like(a) for a in outputs], hidden=hidden)
@@ -241,9 +288,10 @@ def boundary_cost(path: Path, operation: str, runs: int, clock) -> dict:
             "per_boundary": (best["split"] - best["whole"]) / boundaries if boundaries else None}
 
 
-def overhead_probe(rounds: int = 3000) -> tuple[float, float, float]:
+def overhead_probe(rounds: int = 3000) -> tuple[float, float, float, float]:
     """Per-execution cost on a model whose compute is negligible (one ADD of 8 floats):
-    (ORT's own run, the driver's execute, a full Execution through the runtime), in
+    (ORT's own run, the driver's execute, a full Execution through the runtime, a reusable
+    Execution's compute), in
     microseconds, best of ``rounds`` -- the runtime's and driver's overhead without the
     noise of a real model's run time."""
     from nnapi.hal import DataLocation, Request, RequestArgument
@@ -265,14 +313,16 @@ def overhead_probe(rounds: int = 3000) -> tuple[float, float, float]:
     prepared = ort_device()._hal.prepare_model(build_hal_model(model)[0])
     request = Request([RequestArgument(False, DataLocation(0, 0, 32)), RequestArgument(False, DataLocation(1, 0, 32))],
                       [RequestArgument(False, DataLocation(2, 0, 32))], [x, x, out])
-    calls = {"own": lambda: own([x, x]), "driver": lambda: prepared.execute(request), "runtime": lambda: runner([x, x])}
+    reusable = ReusableRunner(runner.compilation, [x, x], [np.zeros_like(out)])
+    calls = {"own": lambda: own([x, x]), "driver": lambda: prepared.execute(request), "runtime": lambda: runner([x, x]),
+             "reusable": lambda: reusable([x, x])}
     best = dict.fromkeys(calls, float("inf"))
     for _ in range(rounds):
         for name, call in calls.items():
             start = time.perf_counter()
             call()
             best[name] = min(best[name], time.perf_counter() - start)
-    return best["own"] * 1e6, best["driver"] * 1e6, best["runtime"] * 1e6
+    return best["own"] * 1e6, best["driver"] * 1e6, best["runtime"] * 1e6, best["reusable"] * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(args, clock) -> None:
     paths = [Path(p) for p in args.models] or [args.models_dir / f"{name}.tflite" for name in DEFAULT_MODELS]
     header = (f"{'model':<34} {'LiteRT ms':>9} {'ort ms':>8} {'ort/LiteRT':>10} {'ORT own':>8} {'overhead':>9} "
-              f"{'reference':>10} {'compile':>8} {'cached':>7}  agreement / plan")
+              f"{'reusable':>9} {'reference':>10} {'compile':>8} {'cached':>7}  agreement / plan")
+    print(OVERHEAD_NOTE)
     print(header)
     for path in paths:
         if not path.exists():
@@ -317,16 +368,18 @@ def print_table(args, clock) -> None:
             continue
         row = bench_model(path, args.runs, args.reference_runs, clock)
         own = f"{row['own'] * 1e3:8.2f}" if row["own"] else f"{'-':>8}"
-        overhead = f"{(row['ort'] - row['own']) * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
+        overhead = f"{row['ort_overhead'] * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
+        reusable = f"{row['reusable_overhead'] * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
         reference = f"{row['reference'] * 1e3:8.0f}ms" if row["reference"] else f"{'-':>10}"
         plan = "" if row["steps"] == ["nnapi-ort-cpu"] else f"; plan {' > '.join(row['steps'])}"
         print(f"{row['model']:<34} {row['litert'] * 1e3:9.2f} {row['ort'] * 1e3:8.2f} "
-              f"{row['ort'] / row['litert']:9.2f}x {own} {overhead} {reference} {row['compile_s']:7.2f}s "
+              f"{row['ort'] / row['litert']:9.2f}x {own} {overhead} {reusable} {reference} {row['compile_s']:7.2f}s "
               f"{row['cached_s']:6.2f}s  {row['agreement']}{plan}")
         sys.stdout.flush()
-    own, driver, runtime = overhead_probe()
+    own, driver, runtime, reusable = overhead_probe()
     print(f"per-execution overhead (one ADD of 8 floats, best of 3000): ORT's own run {own:.1f}us, "
-          f"driver execute {driver:.1f}us, full Execution {runtime:.1f}us -> nnapi adds {runtime - own:.1f}us")
+          f"driver execute {driver:.1f}us, full Execution {runtime:.1f}us -> nnapi adds {runtime - own:.1f}us; "
+          f"reusable Execution {reusable:.1f}us -> {reusable - own:.1f}us")
 
 
 if __name__ == "__main__":
