@@ -300,3 +300,35 @@ def test_a_kernel_that_fails_to_compile_falls_back_to_numpy(monkeypatch, caplog)
     assert "compiled kernels disabled" in caplog.text
     want = get_operation(Op.DEPTHWISE_CONV_2D).execute(ExecutionContext(Op.DEPTHWISE_CONV_2D, inputs, [output]))
     np.testing.assert_array_equal(kernel([t.value for t in inputs])[0], want[0])
+
+
+# --- RESIZE_BILINEAR ----------------------------------------------------------------------------
+@pytest.mark.parametrize("code, dtype", [(T.TENSOR_FLOAT32, np.float32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
+                                         (T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8)])
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True)])  # align_corners, half_pixel
+@pytest.mark.parametrize("shape, size", [((1, 28, 28, 64), (56, 56)), ((2, 5, 7, 3), (3, 11)),
+                                         ((1, 1, 1, 2), (4, 4))])
+def test_resize_bilinear_matches_numpy(code, dtype, flags, shape, size, monkeypatch):
+    """The compiled blend against the numpy one, bit for bit (same float32 operations in
+    the same order), on upsampling, mixed up/down sampling and a single pixel."""
+    if dtype == np.float32:
+        value = RNG.standard_normal(shape).astype(np.float32) * 100
+        specials = np.array([np.inf, np.nan, -0.0], np.float32)
+        value.reshape(-1)[:3] = specials[:value.size]
+    else:
+        info = np.iinfo(dtype)
+        value = RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+    scale, zero = (0.0, 0) if dtype == np.float32 else (0.25, 3)
+    out_h, out_w = size
+    inputs = [_tensor(code, value, scale, zero), _scalar(T.INT32, out_w), _scalar(T.INT32, out_h),
+              _scalar(T.BOOL, False), _scalar(T.BOOL, flags[0]), _scalar(T.BOOL, flags[1])]
+    output = OperandType(code, [shape[0], out_h, out_w, shape[3]], scale, zero)
+    compiled = _plan(Op.RESIZE_BILINEAR, inputs, output)
+    assert compiled.compiled is not None
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        reference = _plan(Op.RESIZE_BILINEAR, inputs, output)
+    assert reference.compiled is None
+    fast, slow = compiled([value])[0], reference([value])[0]
+    assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(output.dimensions)
+    np.testing.assert_array_equal(fast.view(np.uint8), slow.view(np.uint8))

@@ -563,3 +563,19 @@ def test_concatenation_requantizing_inputs_runs_execute():
     context = ExecutionContext(Op.CONCATENATION, [first, other, _scalar(T.INT32, 0)],
                                [OperandType(T.TENSOR_QUANT8_ASYMM, [4, 3], 0.5, 7)])
     assert get_operation(Op.CONCATENATION).plan(context) is None
+
+
+@pytest.mark.parametrize("kind", list(_COPY_KINDS))
+@pytest.mark.parametrize("code", [Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR])
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True)])  # align_corners, half_pixel
+@pytest.mark.parametrize("size, nchw", [((7, 9), False), ((3, 2), False), ((12, 5), True)])
+def test_prepared_resize_matches_reference(kind, code, flags, size, nchw):
+    """Prepared taps (and, with nnapi[fast], the compiled blend) against execute, bit for
+    bit: both compute each output with the same float32 operations in the same order."""
+    data = _copy_input(kind, (2, 3, 4, 5) if nchw else (2, 4, 5, 3))
+    code_type, _, scale, zero = _COPY_KINDS[kind]
+    out_h, out_w = size
+    inputs = [data, _scalar(T.INT32, out_w), _scalar(T.INT32, out_h), _scalar(T.BOOL, nchw),
+              _scalar(T.BOOL, flags[0]), _scalar(T.BOOL, flags[1])]
+    shape = [2, 3, out_h, out_w] if nchw else [2, out_h, out_w, 3]
+    _compare_exactly(code, inputs, OperandType(code_type, shape, scale, zero))

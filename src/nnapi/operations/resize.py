@@ -9,6 +9,10 @@ the scale is in / out (or (in - 1) / (out - 1) with align_corners), half-pixel c
 shift by 0.5. Rows and columns are gathered with index arrays; bilinear weights
 combine four gathered images. Quantized bilinear results are truncated toward zero,
 as the reference kernel's cast does.
+
+``plan`` prepares the sampling indexes and weights once; with ``nnapi[fast]`` the
+bilinear blend of float32 and 8-bit images runs as one compiled pass
+(``_numba_resize``), which tests compare with the numpy kernel bit for bit.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import math
 import numpy as np
 
 from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
+from nnapi.operations import _jit
 from nnapi.operations._conv_common import spatial_dims
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import from_nhwc, layout_shape, nearest_indexes, resize_scale
+from nnapi.operations.common import from_nhwc, layout_shape, nearest_indexes, resize_scale, to_nhwc
 
 T = OperandCode
 
@@ -49,6 +54,39 @@ def _bilinear_taps(in_size: int, out_size: int, align_corners: bool, half_pixel:
     lower = np.maximum(np.floor(scaled).astype(np.int64), 0)
     upper = np.minimum(np.ceil(scaled).astype(np.int64), in_size - 1)
     return lower, upper, (scaled - lower.astype(np.float32)).astype(np.float32)
+
+
+def _bilinear(values: np.ndarray, rows, cols, quantized: bool, dtype: np.dtype) -> np.ndarray:
+    """The bilinear blend of NHWC ``values`` (float32) at ``rows`` / ``cols`` = (lower,
+    upper, weight of the lower, weight of the upper): each output is
+    ``a * wy0 * wx0 + b * wy1 * wx0 + c * wy0 * wx1 + d * wy1 * wx1`` in float32, left to
+    right, as Android's kernel computes it (weighting rows before gathering columns
+    leaves every product the same)."""
+    y0, y1, wy0, wy1 = rows
+    x0, x1, wx0, wx1 = cols
+    top = values[:, y0] * wy0[None, :, None, None]
+    bottom = values[:, y1] * wy1[None, :, None, None]
+    wx0, wx1 = wx0[None, None, :, None], wx1[None, None, :, None]
+    result = np.take(top, x0, axis=2)
+    result *= wx0
+    term = np.take(bottom, x0, axis=2)
+    term *= wx0
+    result += term
+    np.take(top, x1, axis=2, out=term)
+    term *= wx1
+    result += term
+    np.take(bottom, x1, axis=2, out=term)
+    term *= wx1
+    result += term
+    if quantized:
+        np.trunc(result, out=result)
+    return result.astype(dtype, copy=False)
+
+
+def _weighted_taps(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
+    """``_bilinear_taps`` as (lower, upper, weight of the lower, weight of the upper)."""
+    lower, upper, fraction = _bilinear_taps(in_size, out_size, align_corners, half_pixel)
+    return lower, upper, np.float32(1) - fraction, fraction
 
 
 @register(OperationCode.RESIZE_BILINEAR, OperationCode.RESIZE_NEAREST_NEIGHBOR, zero_sized_inputs=True,
@@ -106,15 +144,62 @@ class Resize(Operation):
             rows = nearest_indexes(height, out_h, align_corners, half_pixel)
             cols = nearest_indexes(width, out_w, align_corners, half_pixel)
             return [from_nhwc(np.ascontiguousarray(x[:, rows][:, :, cols]), nchw)]
-        y0, y1, dy = _bilinear_taps(height, out_h, align_corners, half_pixel)
-        x0, x1, dx = _bilinear_taps(width, out_w, align_corners, half_pixel)
-        values = np.asarray(x, dtype=np.float32)
-        top, bottom = values[:, y0], values[:, y1]
-        dy = dy[None, :, None, None]
-        dx = dx[None, None, :, None]
-        one = np.float32(1)
-        result = (top[:, :, x0] * (one - dy) * (one - dx) + bottom[:, :, x0] * dy * (one - dx)
-                  + top[:, :, x1] * (one - dy) * dx + bottom[:, :, x1] * dy * dx)
-        if data.type not in _FLOAT:
-            result = np.trunc(result)
-        return [from_nhwc(result.astype(x.dtype), nchw)]
+        rows = _weighted_taps(height, out_h, align_corners, half_pixel)
+        cols = _weighted_taps(width, out_w, align_corners, half_pixel)
+        return [from_nhwc(_bilinear(np.asarray(x, dtype=np.float32), rows, cols, data.type not in _FLOAT, x.dtype),
+                          nchw)]
+
+    def plan(self, ctx: ExecutionContext):
+        (nchw, align_corners, half_pixel), (out_h, out_w), _ = self._read(ctx)
+        data = ctx.input(INPUT)
+        batches, height, width, channels = spatial_dims(data.shape, nchw)
+        if batches == 0:
+            return None
+        dtype = ctx.output_dtype(0)
+        if self.code == OperationCode.RESIZE_NEAREST_NEIGHBOR:
+            rows = nearest_indexes(height, out_h, align_corners, half_pixel)
+            cols = nearest_indexes(width, out_w, align_corners, half_pixel)
+            return lambda values: [from_nhwc(np.take(np.take(to_nhwc(values[0], nchw), rows, axis=1), cols, axis=2),
+                                             nchw)]
+        rows = _weighted_taps(height, out_h, align_corners, half_pixel)
+        cols = _weighted_taps(width, out_w, align_corners, half_pixel)
+        return PreparedBilinear(rows, cols, data.type not in _FLOAT, dtype, (batches, out_h, out_w, channels), nchw)
+
+
+class PreparedBilinear:
+    """RESIZE_BILINEAR with its taps computed at preparation: the compiled blend
+    (``compiled``, with nnapi[fast]) or the numpy one."""
+
+    def __init__(self, rows, cols, quantized: bool, dtype: np.dtype, nhwc_shape: Shape, nchw: bool) -> None:
+        self.rows, self.cols, self.quantized, self.dtype = rows, cols, quantized, dtype
+        self.nhwc_shape, self.nchw = nhwc_shape, nchw
+        self.compiled = _compiled_bilinear(rows, cols, quantized, dtype, nhwc_shape[3])
+
+    def __call__(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        x = to_nhwc(values[0], self.nchw)
+        if self.compiled is None:
+            return [from_nhwc(_bilinear(np.asarray(x, dtype=np.float32), self.rows, self.cols, self.quantized,
+                                        self.dtype), self.nchw)]
+        out = np.empty(self.nhwc_shape, self.dtype)
+        self.compiled(np.ascontiguousarray(x), out)
+        return [from_nhwc(out, self.nchw)]
+
+
+def _compiled_bilinear(rows, cols, quantized: bool, dtype: np.dtype, channels: int):
+    """The compiled blend bound to its taps, as a function of the NHWC input and the output
+    array; None without numba, for float16, or when numba fails to load it."""
+    if dtype not in (np.float32, np.uint8, np.int8) or _jit.kernels() is None:
+        return None
+    from nnapi.operations._numba_resize import bilinear_nhwc
+
+    y0, y1, wy0, wy1 = (np.ascontiguousarray(a) for a in rows)
+    x0, x1, wx0, wx1 = (np.ascontiguousarray(a) for a in cols)
+
+    def run(x, out):
+        bilinear_nhwc(x, y0, y1, wy0, wy1, x0, x1, wx0, wx1, quantized, out)
+
+    probe = np.zeros((0, 1, 1, channels), dtype)
+    if not _jit.warm_up(lambda: bilinear_nhwc(probe, y0, y1, wy0, wy1, x0, x1, wx0, wx1, quantized,
+                                              np.zeros((0, y0.size, x0.size, channels), dtype))):
+        return None
+    return run
