@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -175,3 +176,203 @@ def test_bad_requests_are_hal_errors(pools, outputs, status):
         if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
             assert error.value.output_shapes[0].dimensions == [1, 28, 28, 16]
     prepared.execute(request)  # the device is still usable
+
+
+def _conv_chain(count: int, size: int = 48, channels: int = 32) -> tuple[nnapi.Model, list[np.ndarray]]:
+    """``count`` 3x3 CONV_2Ds in a row (a model ORT runs node by node for a while), and
+    the weights it refers to."""
+    model = nnapi.Model()
+    shape = OperandType(T.TENSOR_FLOAT32, [1, size, size, channels])
+    rng = np.random.default_rng(4)
+    current = first = model.add_operand(shape)
+    keep = []
+    for _ in range(count):
+        weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [channels, 3, 3, channels]))
+        bias = model.add_operand(OperandType(T.TENSOR_FLOAT32, [channels]))
+        keep += [(rng.standard_normal((channels, 3, 3, channels)) * 0.05).astype(np.float32),
+                 np.zeros(channels, np.float32)]
+        model.set_operand_value(weights, keep[-2])
+        model.set_operand_value(bias, keep[-1])
+        scalars = []
+        for value in (1, 1, 1, 1):  # SAME padding, strides 1, RELU
+            index = model.add_operand(OperandType(T.INT32))
+            model.set_operand_value(index, value)
+            scalars.append(index)
+        output = model.add_operand(shape)
+        model.add_operation(Op.CONV_2D, [current, weights, bias, *scalars], [output])
+        current = output
+    model.identify_inputs_and_outputs([first], [current])
+    model.finish()
+    return model, keep
+
+
+def test_a_deadline_stops_a_run_midway(ort_device):
+    """A deadline that passes while ORT runs stops the run before its next node
+    (MISSED_DEADLINE_TRANSIENT, well before a whole run's time); the next execution
+    without a deadline runs to the end; the reusable path honours it too."""
+    model, _weights = _conv_chain(60)
+    compilation = nnapi.Compilation(model, [ort_device])
+    compilation.finish()
+    image = np.random.default_rng(5).standard_normal((1, 48, 48, 32)).astype(np.float32)
+    result = np.zeros_like(image)
+
+    def run(timeout_ns: int | None, reusable: nnapi.Execution | None = None) -> float:
+        execution = reusable or nnapi.Execution(compilation)
+        if reusable is None:
+            execution.set_input(0, image)
+            execution.set_output(0, result)
+        if timeout_ns is not None:
+            execution.set_timeout(timeout_ns)
+        start = time.perf_counter()
+        try:
+            execution.compute()
+        finally:
+            elapsed = time.perf_counter() - start
+        return elapsed
+
+    whole = min(run(None) for _ in range(3))
+    assert np.abs(result).max() > 0
+    for reusable in (None, _reusable(compilation, image, result)):
+        result[:] = np.nan
+        start = time.perf_counter()
+        with pytest.raises(nnapi.NnapiError) as error:
+            run(int(whole * 1e9 / 6), reusable)
+        elapsed = time.perf_counter() - start
+        assert error.value.code == nnapi.ResultCode.MISSED_DEADLINE_TRANSIENT
+        assert elapsed < whole * 0.7, (elapsed, whole)
+        assert np.isnan(result).all()  # the last node never ran
+    run(None)
+    assert not np.isnan(result).any()
+
+
+def _reusable(compilation, image, result) -> nnapi.Execution:
+    execution = nnapi.Execution(compilation)
+    execution.set_reusable(True)
+    execution.set_input(0, image)
+    execution.set_output(0, result)
+    return execution
+
+
+def test_deadlines_passed_before_the_run_on_both_paths():
+    model, request, source, target = _float_block()
+    prepared = OrtDevice().prepare_model(model)
+    past = time.monotonic_ns() - 1
+    for attempt in (lambda: prepared.execute(request, deadline_ns=past),
+                    lambda: prepared.create_reusable_execution(request).execute(past)):
+        with pytest.raises(HalError) as error:
+            attempt()
+        assert error.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    # a deadline far ahead changes nothing
+    shapes, _ = prepared.execute(request, deadline_ns=time.monotonic_ns() + 10**10)
+    assert shapes[0].dimensions == [1, 28, 28, 16]
+
+
+def test_timing_is_reported_through_the_runtime(ort_device):
+    """measure_timing: the time ORT ran (on hardware) and the driver's whole execute (in
+    driver), for an Execution per run; unavailable without measure_timing."""
+    model, _weights = _conv_chain(4, size=16, channels=8)
+    compilation = nnapi.Compilation(model, [ort_device])
+    compilation.finish()
+    image = np.ones((1, 16, 16, 8), np.float32)
+    for measure in (True, False):
+        execution = nnapi.Execution(compilation)
+        execution.set_measure_timing(measure)
+        execution.set_input(0, image)
+        execution.set_output(0, np.zeros_like(image))
+        start = time.monotonic_ns()
+        execution.compute()
+        elapsed = time.monotonic_ns() - start
+        on_hardware = execution.get_duration(nnapi.DurationCode.DURATION_ON_HARDWARE)
+        in_driver = execution.get_duration(nnapi.DurationCode.DURATION_IN_DRIVER)
+        if measure:
+            assert 0 < on_hardware <= in_driver <= elapsed
+        else:
+            assert on_hardware == in_driver == nnapi.DURATION_UNAVAILABLE
+
+
+def _real_cuda() -> bool:
+    import nnapi.drivers.ort as ort_driver
+
+    return "CUDAExecutionProvider" in ort.get_available_providers() and ort_driver.gpu_present()
+
+
+@pytest.fixture
+def mocked_cuda(monkeypatch):
+    """The provider list of onnxruntime-gpu on a machine with a GPU, mocked at the seam
+    the factory reads (onnxruntime's available providers, the GPU check). Nothing here runs
+    on a GPU: onnxruntime is the CPU build, so a session asked for CUDA lands on the CPU."""
+    import nnapi.drivers.ort as ort_driver
+
+    if _real_cuda():
+        pytest.skip("a real CUDA provider and GPU are here: test_cuda_device_runs_on_a_real_gpu covers them")
+    real = ort.get_available_providers()
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", *real])
+    monkeypatch.setattr(ort_driver, "gpu_present", lambda: True)
+    return ort_driver
+
+
+def test_the_cuda_provider_is_a_gpu_device_where_a_gpu_is_present(mocked_cuda, monkeypatch):
+    from nnapi.codes import DeviceTypeCode
+
+    found = {device.name: device for device in devices()}
+    assert set(found) == {"nnapi-ort-cpu", "nnapi-ort-cuda"}
+    cuda = found["nnapi-ort-cuda"]
+    assert cuda.device_type == DeviceTypeCode.DEVICE_GPU and cuda.provider == "CUDAExecutionProvider"
+    assert found["nnapi-ort-cpu"].device_type == DeviceTypeCode.DEVICE_CPU
+    monkeypatch.setattr(mocked_cuda, "gpu_present", lambda: False)  # onnxruntime-gpu, no GPU: not listed
+    assert [device.name for device in devices()] == ["nnapi-ort-cpu"]
+
+
+def test_a_cuda_device_that_cannot_start_its_provider_refuses_and_is_never_chosen(mocked_cuda):
+    """Where onnxruntime cannot start CUDA it runs the session on the CPU (a warning only):
+    the GPU device refuses such a session instead of running on the CPU under its name,
+    reports infinite figures (the partitioner never picks it) and a compilation without
+    devices named runs on the others with the right results."""
+    cuda = next(device for device in devices() if device.name == "nnapi-ort-cuda")
+    model, request, source, target = _float_block()
+    with pytest.warns(UserWarning), pytest.raises(HalError) as error:
+        cuda.prepare_model(model)
+    assert error.value.status == ErrorStatus.GENERAL_FAILURE
+    assert "did not start CUDAExecutionProvider" in str(error.value)
+    with pytest.warns(UserWarning):
+        capabilities = cuda.get_capabilities()
+    assert capabilities.performance_for(T.TENSOR_FLOAT32).exec_time == float("inf")
+    assert capabilities.step_cost_s == 0.0
+    manager.register_device(cuda)
+    try:
+        assert "nnapi-ort-cuda" in [device.name for device in nnapi.get_devices()]
+        shape = OperandType(T.TENSOR_FLOAT32, [4])
+        add = nnapi.Model()
+        a, b = add.add_operand(shape), add.add_operand(shape)
+        fuse = add.add_operand(OperandType(T.INT32))
+        add.set_operand_value(fuse, 0)
+        out = add.add_operand(shape)
+        add.add_operation(Op.ADD, [a, b, fuse], [out])
+        add.identify_inputs_and_outputs([a, b], [out])
+        add.finish()
+        compilation = nnapi.Compilation(add)
+        compilation.finish()
+        assert "nnapi-ort-cuda" not in compilation.step_devices
+        x = np.arange(4, dtype=np.float32)
+        result = np.zeros(4, np.float32)
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, x)
+        execution.set_input(1, x)
+        execution.set_output(0, result)
+        execution.compute()
+        np.testing.assert_array_equal(result, 2 * x)
+    finally:
+        manager.unregister_device("nnapi-ort-cuda")
+
+
+def test_cuda_device_runs_on_a_real_gpu():
+    """Only where onnxruntime-gpu and a GPU are present: the calibration block on
+    nnapi-ort-cuda agrees with the reference and its capabilities are measured."""
+    if not _real_cuda():
+        pytest.skip("no CUDA provider and GPU here (onnxruntime-gpu on a machine with an NVIDIA GPU)")
+    cuda = next(device for device in devices() if device.name == "nnapi-ort-cuda")
+    model, request, source, target = _float_block()
+    source[:] = np.random.default_rng(8).standard_normal(source.size)
+    cuda.prepare_model(model).execute(request)
+    np.testing.assert_allclose(target, _expected(model, request, source), rtol=1e-3, atol=1e-3)
+    assert 0 < cuda.get_capabilities().performance_for(T.TENSOR_FLOAT32).exec_time < float("inf")

@@ -8,6 +8,8 @@ no devices.
 
 from __future__ import annotations
 
+import os
+
 from nnapi.hal import IDevice
 
 #: execution providers exposed as devices: provider -> (device name, device type name)
@@ -17,16 +19,41 @@ PROVIDERS = {
 }
 
 
+def gpu_present() -> bool:
+    """Whether the kernel exposes a GPU the CUDA provider could use (an NVIDIA driver's
+    /proc entries or device nodes, WSL's /dev/dxg): read from the file system, so listing
+    devices loads no CUDA library. The provider itself is checked when a model is
+    prepared (OrtDevice refuses a session onnxruntime moved to the CPU)."""
+    try:
+        if any(os.scandir("/proc/driver/nvidia/gpus")):
+            return True
+    except OSError:
+        pass
+    return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/dxg")
+
+
+def usable_providers() -> list[str]:
+    """The providers of PROVIDERS this machine can run: onnxruntime's available ones, the
+    CUDA provider only where a GPU is present (onnxruntime-gpu lists it on any machine)."""
+    import onnxruntime
+
+    available = set(onnxruntime.get_available_providers())
+    return [provider for provider in PROVIDERS if provider in available
+            and (provider != "CUDAExecutionProvider" or gpu_present())]
+
+
 def devices() -> list[IDevice]:
     """The ONNX Runtime devices this machine can run (ANeuralNetworks_getDevice lists them)."""
     try:
         import onnx  # noqa: F401
-        import onnxruntime
+        import onnxruntime  # noqa: F401
     except ImportError:
         return []
     from nnapi.codes import DeviceTypeCode
     from nnapi.drivers.ort.device import OrtDevice
 
-    available = set(onnxruntime.get_available_providers())
-    return [OrtDevice(provider, name, DeviceTypeCode[kind])
-            for provider, (name, kind) in PROVIDERS.items() if provider in available]
+    found: list[IDevice] = []
+    for provider in usable_providers():
+        name, kind = PROVIDERS[provider]
+        found.append(OrtDevice(provider, name, DeviceTypeCode[kind]))
+    return found

@@ -2,8 +2,9 @@
 
 Preparation lowers the HAL model to one ONNX graph (lowering.py) and opens an ORT session
 on it; execution binds the request's pools to the session's inputs and outputs (zero
-copy: ORT reads the caller's input bytes and writes straight into the output buffers
-when their shapes are known) and runs it.
+copy on the CPU provider: ORT reads the caller's input bytes and writes straight into the
+output buffers when their shapes are known; the CUDA provider copies them to and from the
+GPU inside the run) and runs it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from nnapi.hal import (
     IPreparedModel,
     Model,
     OutputShape,
+    PerformanceInfo,
     Priority,
     Request,
     Timing,
@@ -80,10 +82,17 @@ class OrtDevice(IDevice):
 
     # --- queries -------------------------------------------------------------------------
     def get_capabilities(self) -> Capabilities:
-        """Measured once per machine against the reference (see calibration.py)."""
+        """Measured once per machine against the reference (see calibration.py). A provider
+        that cannot run here (onnxruntime-gpu without its CUDA libraries: every session
+        lands on the CPU) measures nothing: its figures are infinite, so the partitioner
+        never picks it, and preparing on it fails with the reason."""
         with self._lock:
             if self._capabilities is None:
-                self._capabilities = calibration.capabilities(self)
+                try:
+                    self._capabilities = calibration.capabilities(self)
+                except HalError:
+                    never = PerformanceInfo(float("inf"), float("inf"))
+                    self._capabilities = Capabilities.uniform(never)
             return self._capabilities
 
     def get_unsupported_reasons(self, model: Model) -> list[str | None]:
@@ -148,10 +157,17 @@ class OrtDevice(IDevice):
 
     def _session(self, model_bytes: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
         try:
-            return ort.InferenceSession(model_bytes, options, providers=[self.provider])
+            session = ort.InferenceSession(model_bytes, options, providers=[self.provider])
         except Exception as error:  # ORT's own exception types carry no status
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name}: onnxruntime refused the model: "
                                                         f"{error}") from None
+        started = session.get_providers()
+        if not started or started[0] != self.provider:
+            # onnxruntime falls back to the CPU (with a warning) when a provider cannot start:
+            # a GPU device must not run on the CPU and say otherwise
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name}: onnxruntime did not start {self.provider} "
+                                                        f"here (the session runs on {', '.join(started)})")
+        return session
 
 
 def _check_deadline(deadline_ns: int | None, what: str) -> None:
@@ -472,13 +488,10 @@ class OrtPreparedModel(IPreparedModel):
 
     def _run(self, binding, deadline_ns: int | None) -> None:
         options = None
-        timer = None
         if deadline_ns is not None:
-            # ORT checks RunOptions.terminate between nodes: a timer sets it at the deadline
+            # ORT checks RunOptions.terminate before each node: the watchdog sets it at the deadline
             options = ort.RunOptions()
-            remaining = (deadline_ns - time.monotonic_ns()) / 1e9
-            timer = threading.Timer(max(remaining, 0.0), setattr, (options, "terminate", True))
-            timer.start()
+            _WATCHDOG.arm(deadline_ns, options)
         try:
             self.session.run_with_iobinding(binding, options)
         except Exception as error:
@@ -486,8 +499,57 @@ class OrtPreparedModel(IPreparedModel):
                 raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the execution's deadline passed") from None
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
         finally:
-            if timer is not None:
-                timer.cancel()
+            if options is not None:
+                _WATCHDOG.disarm(options)
+
+
+class _Watchdog:
+    """One thread for every run with a deadline (a timer thread per run cost ~100 us to
+    start): it sets a run's RunOptions.terminate when its deadline passes, and ORT stops
+    before the next node. A run that ends first disarms its entry; the flag set late on
+    a finished run is harmless (its RunOptions is not used again)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._armed: dict[int, tuple[int, ort.RunOptions]] = {}  # id(options) -> (deadline, options)
+        self._thread: threading.Thread | None = None
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)  # the thread does not cross a fork
+
+    def _forget(self) -> None:
+        self._condition = threading.Condition()
+        self._armed.clear()
+        self._thread = None
+
+    def arm(self, deadline_ns: int, options: ort.RunOptions) -> None:
+        if deadline_ns <= time.monotonic_ns():
+            options.terminate = True
+            return
+        with self._condition:
+            self._armed[id(options)] = (deadline_ns, options)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="nnapi-ort-deadlines", daemon=True)
+                self._thread.start()
+            self._condition.notify()
+
+    def disarm(self, options: ort.RunOptions) -> None:
+        with self._condition:
+            self._armed.pop(id(options), None)
+
+    def _watch(self) -> None:
+        condition = self._condition
+        with condition:
+            while True:
+                now = time.monotonic_ns()
+                for key, (deadline, options) in list(self._armed.items()):
+                    if deadline <= now:
+                        options.terminate = True
+                        del self._armed[key]
+                earliest = min((deadline for deadline, _ in self._armed.values()), default=None)
+                condition.wait(None if earliest is None else max(earliest - now, 0) / 1e9)
+
+
+_WATCHDOG = _Watchdog()
 
 
 class OrtExecution(IExecution):
