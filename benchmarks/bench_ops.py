@@ -143,6 +143,34 @@ def with_constant(op: str, shape: list[int], constant: Tensor, out_shape: list[i
     return build
 
 
+def dilated_conv(size: int, channels: int, rate: int) -> Callable[[str], bytes]:
+    def build(kind: str) -> bytes:
+        tensors = [_activation("x", [1, size, size, channels], kind),
+                   _weights("w", [channels, 3, 3, channels], kind, 0)]
+        tensors += [_bias("b", tensors[1], kind), _activation("y", [1, size, size, channels], kind)]
+        return single_op("CONV_2D", tensors, [0, 1, 2], [3],
+                         ("Conv2DOptions", {"Padding": 0, "StrideW": 1, "StrideH": 1, "DilationWFactor": rate,
+                                            "DilationHFactor": rate}))
+    return build
+
+
+def block_op(op: str, shape: list[int], out_shape: list[int]) -> Callable[[str], bytes]:
+    options = "DepthToSpaceOptions" if op == "DEPTH_TO_SPACE" else "SpaceToDepthOptions"
+
+    def build(kind: str) -> bytes:
+        tensors = [_activation("x", shape, kind), _activation("y", out_shape, kind)]
+        return single_op(op, tensors, [0], [1], (options, {"BlockSize": 2}))
+    return build
+
+
+def strided_slice(shape: list[int], begin, end, strides, out_shape: list[int]) -> Callable[[str], bytes]:
+    def build(kind: str) -> bytes:
+        tensors = [_activation("x", shape, kind), _int32("begin", begin), _int32("end", end),
+                   _int32("strides", strides), _activation("y", out_shape, kind)]
+        return single_op("STRIDED_SLICE", tensors, [0, 1, 2, 3], [4], ("StridedSliceOptions", {}))
+    return build
+
+
 def prelu(shape: list[int]) -> Callable[[str], bytes]:
     def build(kind: str) -> bytes:
         alpha = _RNG.uniform(0.05, 0.3, shape[-1:]).astype(np.float32)
@@ -192,6 +220,25 @@ CASES: dict[str, tuple[Callable[[str], bytes], tuple[str, ...]]] = {
     "LEAKY_RELU 56x56x64": (unary("LEAKY_RELU", [1, 56, 56, 64], ("LeakyReluOptions", {"Alpha": 0.2})),
                             ("float32", "int8")),
     "PRELU 56x56x64": (prelu([1, 56, 56, 64]), ("float32", "int8")),
+    "CONV_2D 3x3 dilation 4 33x33x64": (dilated_conv(33, 64, 4), ("float32", "int8")),
+    "AVERAGE_POOL 3x3 SAME 28x28x192": (pool("AVERAGE_POOL_2D", 28, 192, 3, 1), ("float32", "int8")),
+    "SUB 56x56x64": (binary("SUB", [1, 56, 56, 64], "SubOptions"), ("float32", "int8")),
+    "DIV 56x56x64": (binary("DIV", [1, 56, 56, 64], "DivOptions"), ("float32",)),
+    "MAXIMUM 56x56x64": (binary("MAXIMUM", [1, 56, 56, 64], "MaximumMinimumOptions"), ("float32", "int8")),
+    "SQUARED_DIFFERENCE 56x56x64": (binary("SQUARED_DIFFERENCE", [1, 56, 56, 64], "SquaredDifferenceOptions"),
+                                    ("float32",)),
+    "DEPTH_TO_SPACE 28x28x256": (block_op("DEPTH_TO_SPACE", [1, 28, 28, 256], [1, 56, 56, 64]),
+                                 ("float32", "int8")),
+    "SPACE_TO_DEPTH 56x56x64": (block_op("SPACE_TO_DEPTH", [1, 56, 56, 64], [1, 28, 28, 256]),
+                                ("float32", "int8")),
+    "STRIDED_SLICE 56x56x128 half": (strided_slice([1, 56, 56, 128], [0, 0, 0, 0], [1, 56, 56, 64], [1, 1, 1, 1],
+                                                   [1, 56, 56, 64]), ("float32", "int8")),
+    "TRANSPOSE 56x56x64 NCHW": (with_constant("TRANSPOSE", [1, 56, 56, 64], _int32("perm", [0, 3, 1, 2]),
+                                              [1, 64, 56, 56]), ("float32", "int8")),
+    "EXP 56x56x64": (unary("EXP", [1, 56, 56, 64]), ("float32",)),
+    "RSQRT 56x56x64": (unary("RSQRT", [1, 56, 56, 64]), ("float32",)),
+    "L2_NORMALIZATION 56x56x64": (unary("L2_NORMALIZATION", [1, 56, 56, 64], ("L2NormOptions", {}),
+                                        out_scale=1 / 128, out_zero=0), ("float32", "int8")),
     "SOFTMAX 1x1001": (unary("SOFTMAX", [1, 1001], ("SoftmaxOptions", {"Beta": 1.0}), out_scale=1 / 256,
                              out_zero=-128), ("float32", "int8")),
 }

@@ -579,3 +579,31 @@ def test_prepared_resize_matches_reference(kind, code, flags, size, nchw):
               _scalar(T.BOOL, flags[0]), _scalar(T.BOOL, flags[1])]
     shape = [2, 3, out_h, out_w] if nchw else [2, out_h, out_w, 3]
     _compare_exactly(code, inputs, OperandType(code_type, shape, scale, zero))
+
+
+@pytest.mark.parametrize("code", [Op.MAXIMUM, Op.MINIMUM, Op.POW])
+@pytest.mark.parametrize("kind", ["float32", "int32", "quant8", "quant8_signed", "quant8_requantized"])
+@pytest.mark.parametrize("shapes", [((2, 16, 16, 3), (2, 16, 16, 3)), ((2, 16, 16, 3), (3,)), ((4,), (2, 1, 4))])
+def test_prepared_binary_math_matches_reference(code, kind, shapes):
+    """MAXIMUM / MINIMUM / POW plans against execute, bit for bit: the quantized inputs of
+    one quantization as plain max / min of stored values, the others through the table."""
+    if code == Op.POW and kind != "float32":
+        return
+    first_shape, second_shape = shapes
+    if kind == "float32":
+        first, second = (_copy_input("float32", s) for s in shapes)
+        if code == Op.POW:
+            first = _tensor(T.TENSOR_FLOAT32, np.abs(first.value))
+        output = OperandType(T.TENSOR_FLOAT32, list(np.broadcast_shapes(first_shape, second_shape)))
+    elif kind == "int32":
+        first, second = (_tensor(T.TENSOR_INT32, RNG.integers(-1000, 1000, s).astype(np.int32)) for s in shapes)
+        output = OperandType(T.TENSOR_INT32, list(np.broadcast_shapes(first_shape, second_shape)))
+    else:
+        base = "quant8" if kind == "quant8_requantized" else kind
+        first, second = (_copy_input(base, s) for s in shapes)
+        code_type, _, scale, zero = _COPY_KINDS[base]
+        if kind == "quant8_requantized":
+            second = Tensor(second.type, second.shape, 0.3, 100, None, second.value)
+            scale, zero = 0.7, 20
+        output = OperandType(code_type, list(np.broadcast_shapes(first_shape, second_shape)), scale, zero)
+    _compare_exactly(code, [first, second], output)

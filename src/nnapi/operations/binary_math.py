@@ -6,6 +6,10 @@ a non-integer exponent gives NaN, as C's pow does). MAXIMUM and MINIMUM also tak
 TENSOR_INT32 and quantized tensors; quantized inputs may each have their own scale and
 zero point, and the output its own: the larger / smaller real value is quantized into the
 output (the same as requantizing both first, since requantizing is monotonic).
+
+``plan`` prepares the quantized cases once: where both inputs share the output's scale
+and zero point, requantizing is the identity and the result is the larger / smaller
+stored value; otherwise the table of every pair of stored values is built at preparation.
 """
 
 from __future__ import annotations
@@ -13,16 +17,19 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
+from nnapi.operand import dtype_of
 from nnapi.operations._elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
+    all_stored_values,
     broadcast_output_shape,
     check_broadcast,
     float_input,
     map_quant8_pair,
+    prepared_quant8_pair,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import quantize
+from nnapi.operations.common import broadcast_shapes, quantize
 from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
@@ -59,14 +66,43 @@ class BinaryMath(Operation):
         if a.type == T.TENSOR_INT32:
             return [function(a.value, b.value).astype(np.int32, copy=False)]
         if a.type in QUANT8_TENSORS:
-            output = ctx.output(0)
-
-            def on_stored(stored_a: np.ndarray, stored_b: np.ndarray) -> np.ndarray:
-                real = function(dequantize(stored_a, a.scale, a.zero_point),
-                                dequantize(stored_b, b.scale, b.zero_point))
-                return quantize(real, output)
-
-            return [map_quant8_pair(a.value, b.value, on_stored)]
+            return [map_quant8_pair(a.value, b.value, self._on_stored(ctx))]
         with np.errstate(all="ignore"):
             result = function(float_input(a), float_input(b))
         return [result.astype(ctx.output_dtype(0), copy=False)]
+
+    def _on_stored(self, ctx: ExecutionContext):
+        """The quantized function on stored values: real values compared, the result
+        quantized into the output."""
+        a, b, output = ctx.input(INPUT1), ctx.input(INPUT2), ctx.output(0)
+        function = _FUNCTIONS[self.code]
+
+        def on_stored(stored_a: np.ndarray, stored_b: np.ndarray) -> np.ndarray:
+            real = function(dequantize(stored_a, a.scale, a.zero_point), dequantize(stored_b, b.scale, b.zero_point))
+            return quantize(real, output)
+
+        return on_stored
+
+    def plan(self, ctx: ExecutionContext):
+        a, b = ctx.input(INPUT1), ctx.input(INPUT2)
+        function = _FUNCTIONS[self.code]
+        if a.type == T.TENSOR_INT32:
+            return lambda values: [function(values[INPUT1], values[INPUT2]).astype(np.int32, copy=False)]
+        if a.type in QUANT8_TENSORS:
+            if self._requantizing_is_identity(ctx):
+                return lambda values: [function(values[INPUT1], values[INPUT2])]
+            return prepared_quant8_pair(self._on_stored(ctx), dtype_of(a.type), dtype_of(b.type),
+                                        broadcast_shapes(a.shape, b.shape))
+        if a.type != T.TENSOR_FLOAT32:
+            return None
+        return lambda values: [function(values[INPUT1], values[INPUT2])]  # under the driver's np.errstate
+
+    def _requantizing_is_identity(self, ctx: ExecutionContext) -> bool:
+        """MAXIMUM / MINIMUM whose inputs share the output's quantization, where quantizing
+        each stored value's real value gives that value back (checked on all 256)."""
+        a, b, output = ctx.input(INPUT1), ctx.input(INPUT2), ctx.output(0)
+        if self.code == Op.POW or not ((a.scale, a.zero_point) == (b.scale, b.zero_point)
+                                       == (output.scale, output.zero_point)):
+            return False
+        values = all_stored_values(dtype_of(a.type))
+        return bool(np.array_equal(quantize(dequantize(values, a.scale, a.zero_point), output), values))
