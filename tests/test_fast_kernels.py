@@ -332,3 +332,65 @@ def test_resize_bilinear_matches_numpy(code, dtype, flags, shape, size, monkeypa
     fast, slow = compiled([value])[0], reference([value])[0]
     assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(output.dimensions)
     np.testing.assert_array_equal(fast.view(np.uint8), slow.view(np.uint8))
+
+# --- how the kernels are loaded ----------------------------------------------------------------
+def test_kernels_load_from_the_cache_without_numba_s_compiler_set_up():
+    """Every compiled kernel loads through LeanCache; in a fresh process whose cache is
+    warm (the first process fills it), preparing and running a float depthwise layer
+    loads its kernel without importing numba's implementation registries (numba.np.linalg,
+    which imports scipy.linalg when scipy is installed) — a compilation would import them."""
+    import subprocess
+    import sys
+
+    import numba
+
+    from nnapi.operations import _numba_cache, _numba_kernels
+
+    dispatchers = [value for value in vars(_numba_kernels).values()
+                   if isinstance(value, numba.core.registry.CPUDispatcher) and not value.targetoptions.get("inline")]
+    assert dispatchers and all(isinstance(d._cache, _numba_cache.LeanCache) for d in dispatchers)
+    child = (
+        "import sys, numpy as np\n"
+        "from nnapi.operations import _jit\n"
+        "from nnapi.operations._conv_fast import PreparedDepthwise\n"
+        "from tests.test_fast_kernels import _depthwise_case, _plan, Op\n"
+        "inputs, output = None, None\n"
+        "rng = np.random.default_rng(5)\n"
+        "case = None\n"
+        "while case is None:\n"
+        "    case = _depthwise_case('float32', rng)\n"
+        "kernel = _plan(Op.DEPTHWISE_CONV_2D, *case)\n"
+        "assert isinstance(kernel, PreparedDepthwise) and kernel.compiled is not None\n"
+        "kernel([t.value for t in case[0]])\n"
+        "print(_jit.kernels().depthwise_float.stats.cache_hits and 'hit' or 'miss', 'numba.np.linalg' in sys.modules)\n"
+    )
+    first = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    assert first.stdout.split()[0] in ("hit", "miss")
+    second = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    assert second.stdout.split() == ["hit", "False"], second.stdout + second.stderr
+
+
+@pytest.mark.parametrize("kind", ["float32", "quant8", "quant8_signed_per_channel"])
+def test_read_only_constants_share_one_compiled_version(kind):
+    """A layer whose constants are read-only views (a model's weights) and one whose
+    constants are fresh arrays call the same machine code: numba keys its versions on
+    read-only flags too, and each version is one more load in a process."""
+    rng = np.random.default_rng(77)
+    case = None
+    while case is None:
+        case = _depthwise_case(kind, rng)
+    inputs, output = case
+    kernel = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
+    compiled = _jit.kernels()
+    dispatcher = compiled.depthwise_float if kind == "float32" else compiled.depthwise_quantized
+    known = set(dispatcher.signatures)
+    frozen = []
+    for tensor in inputs:
+        value = np.array(tensor.value)
+        value.flags.writeable = False
+        frozen.append(Tensor(tensor.type, tensor.shape, tensor.scale, tensor.zero_point, tensor.channel_quant, value))
+    again = _plan(Op.DEPTHWISE_CONV_2D, frozen, output)
+    assert again.compiled is not None
+    assert set(dispatcher.signatures) == known
+    values = [tensor.value for tensor in inputs]
+    np.testing.assert_array_equal(again(values)[0], kernel(values)[0])

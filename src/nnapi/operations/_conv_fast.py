@@ -129,12 +129,15 @@ def _float32_parts(data: Tensor, columns: np.ndarray) -> list[tuple[int, int]] |
     if data.type in FLOAT_TENSORS or _jit.kernels() is None or not columns.size:
         return None
     limit = (2**24 - 1) // _input_bound(data)
-    sums = np.cumsum(np.abs(columns), axis=1, dtype=np.int64)  # (outputs, summed)
-    ranges, start, depth = [], 0, columns.shape[1]
+    depth = columns.shape[1]
+    # |w| <= 2**9 (stored 8-bit values less their zero point): int32 sums where they fit
+    sums = np.cumsum(np.abs(columns), axis=1, dtype=np.int32 if depth < 2**22 else np.int64)  # (outputs, summed)
+    ranges, start = [], 0
     while start < depth:
-        base = sums[:, start - 1:start] if start else 0
-        over = np.flatnonzero(np.max(sums[:, start:] - base, axis=0) > limit)
-        stop = start + int(over[0]) if over.size else depth
+        # each row's sums never decrease: a range of a row ends at its count of sums within
+        # the limit, and the part ends where the first row's does
+        ceiling = (sums[:, start - 1] if start else np.zeros(len(sums), sums.dtype)) + limit
+        stop = start + int(np.count_nonzero(sums[:, start:] <= ceiling[:, None], axis=1).min())
         if stop == start or len(ranges) == _MAX_PARTS:
             return None
         ranges.append((start, stop))
@@ -343,8 +346,8 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
     geometry = (multiplier, np.array([sp.stride_h, sp.stride_w], np.int64),
                 np.array([sp.dilation_h, sp.dilation_w], np.int64), np.array([sp.pad_top, sp.pad_left], np.int64))
     if not epilogue.quantized:
-        weights = np.ascontiguousarray(shifted, dtype=np.float32)
-        bias = np.ascontiguousarray(epilogue.bias, dtype=np.float32)
+        weights = _jit.constant(shifted, np.float32)
+        bias = _jit.constant(epilogue.bias, np.float32)
         low, high = epilogue.clip if epilogue.clip is not None else (-np.inf, np.inf)
         low, high = np.float32(low), np.float32(high)
 
@@ -356,7 +359,7 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
         largest = int(np.abs(shifted).sum(axis=(0, 1), dtype=np.int64).max()) if shifted.size else 0
         if _input_bound(data) * largest >= 2**31 or not isinstance(epilogue.stage, _jit.FusedOutputStage):
             return None
-        weights = np.ascontiguousarray(shifted, dtype=np.int32)
+        weights = _jit.constant(shifted, np.int32)
         zero_point = np.int32(data.zero_point)
         stage = epilogue.stage
         params = _jit.stage_parameters(stage.stage, depth, _input_bound(data) * largest)

@@ -118,7 +118,7 @@ def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = 
     the clamp range and whether the folded form applies (no left shift, and
     ``acc_bound`` + |bias| < 2**31)."""
     def per_channel(values, dtype=np.int64) -> np.ndarray:
-        return np.ascontiguousarray(np.broadcast_to(np.asarray(values, dtype=dtype), (channels,)))
+        return constant(np.broadcast_to(np.asarray(values, dtype=dtype), (channels,)), dtype)
 
     if not compilable(stage):
         raise ValueError("the compiled output stage takes Q31 multipliers, shifts in [-31, 30], |zero point| < 2**16")
@@ -127,7 +127,16 @@ def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = 
     rights = per_channel(np.maximum(-stage.shifts, 0))
     halves = np.where(rights > 0, np.left_shift(1, np.maximum(rights - 1, 0)), 0)
     folded = acc_bound is not None and not np.any(lefts) and acc_bound + int(np.abs(bias).max(initial=0)) < 2**31
-    return (bias, multipliers.astype(np.int32), lefts, rights,
-            np.ascontiguousarray(halves + (np.int64(stage.zero_point) << rights)),
-            np.ascontiguousarray(-(rights > 0).astype(np.int64)), bias * multipliers + (1 << 30),
+    return (bias, constant(multipliers, np.int32), lefts, rights,
+            constant(halves + (np.int64(stage.zero_point) << rights), np.int64),
+            constant(-(rights > 0).astype(np.int64), np.int64), constant(bias * multipliers + (1 << 30), np.int64),
             np.int64(stage.low), np.int64(stage.high), bool(folded))
+
+
+def constant(values, dtype) -> np.ndarray:
+    """``values`` as a kernel argument: a C-contiguous, writable array of ``dtype`` of its
+    own. numba types an array by dtype, rank, layout and whether it is read-only, and
+    loads (or compiles) one machine code per combination: a constant that is sometimes a
+    read-only view (a model's weights, a broadcast) and sometimes a fresh array would
+    cost a process one more load per kernel."""
+    return np.array(values, dtype=dtype, order="C", copy=True)

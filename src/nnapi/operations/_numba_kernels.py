@@ -26,10 +26,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from nnapi.operations._numba_cache import kernel
+
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 
-_jit = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
+_jit = kernel(nogil=True, fastmath=False, boundscheck=False)
 # helpers inlined into their callers (no per-call reference counting of array arguments)
 _inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 
