@@ -339,16 +339,23 @@ def test_kernels_load_from_the_cache_without_numba_s_compiler_set_up():
     warm (the first process fills it), preparing and running a float depthwise layer
     loads its kernel without importing numba's implementation registries (numba.np.linalg,
     which imports scipy.linalg when scipy is installed) — a compilation would import them."""
+    import importlib
+    import pkgutil
     import subprocess
     import sys
 
     import numba
 
-    from nnapi.operations import _numba_cache, _numba_kernels
+    from nnapi import operations
+    from nnapi.operations import _numba_cache
 
-    dispatchers = [value for value in vars(_numba_kernels).values()
+    modules = [importlib.import_module(f"nnapi.operations.{info.name}") for info in pkgutil.iter_modules(
+        operations.__path__) if info.name.startswith("_numba_") and info.name != "_numba_cache"]
+    dispatchers = [value for module in modules for value in vars(module).values()
                    if isinstance(value, numba.core.registry.CPUDispatcher) and not value.targetoptions.get("inline")]
-    assert dispatchers and all(isinstance(d._cache, _numba_cache.LeanCache) for d in dispatchers)
+    assert len(modules) >= 2 and dispatchers
+    assert all(isinstance(d._cache, _numba_cache.LeanCache) for d in dispatchers), \
+        "a kernel module defines kernels with numba.njit instead of _numba_cache.kernel"
     child = (
         "import sys, numpy as np\n"
         "from nnapi.operations import _jit\n"

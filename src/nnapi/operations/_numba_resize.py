@@ -8,11 +8,12 @@ fused multiply-add), so the two agree bit for bit; tests compare them.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from nnapi.operations._numba_cache import kernel
 
-@numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)
+
+@kernel(nogil=True, fastmath=False, boundscheck=False)
 def bilinear_nhwc(x, y0, y1, wy0, wy1, x0, x1, wx0, wx1, truncate, out):
     """``out[b, i, j, k]``: the bilinear blend of ``x`` (NHWC, C-contiguous) at rows
     y0[i] / y1[i] and columns x0[j] / x1[j] with float32 weights; truncated toward zero
