@@ -1131,6 +1131,283 @@ def lower_channel_shuffle(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Reshape", [y, g.constant(np.array(x.dims, np.int64))]))
 
 
+# --- comparisons, selection, logic --------------------------------------------------------
+_COMPARISONS = {OperationCode.EQUAL: "Equal", OperationCode.NOT_EQUAL: "Equal", OperationCode.GREATER: "Greater",
+                OperationCode.GREATER_EQUAL: "GreaterOrEqual", OperationCode.LESS: "Less",
+                OperationCode.LESS_EQUAL: "LessOrEqual"}
+
+
+@lowers(*_COMPARISONS)
+def lower_comparison(g: GraphBuilder, operation: Operation) -> None:
+    """Broadcasting comparisons to BOOL8. Quantized inputs sharing one quantization compare
+    their stored integers (as int32); with different ones their real values, dequantized in
+    float32 as (q - zero_point) * scale like the reference; booleans compare as 0 / 1."""
+    a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
+    if a.kind != b.kind:
+        raise Declined("the inputs have different types")
+    if a.kind == "uint8" and (a.scale, a.zero_point) != (b.scale, b.zero_point):
+        left, right = g.dequantize(a), g.dequantize(b)
+    elif a.kind in ("uint8", "bool"):
+        left, right = (g.one("Cast", [v.name], to=TensorProto.INT32) for v in (a, b))
+    else:
+        left, right = a.name, b.name
+    y = g.one(_COMPARISONS[OperationCode(operation.type)], [left, right])
+    if operation.type == OperationCode.NOT_EQUAL:
+        y = g.one("Not", [y])  # IEEE: NaN != NaN, as Not(Equal) gives
+    g.set_output(operation.outputs[0], y)
+
+
+@lowers(OperationCode.SELECT)
+def lower_select(g: GraphBuilder, operation: Operation) -> None:
+    """Where(condition, input1, input2); quantized inputs must already be in the output's
+    quantization (requantizing one would round as QuantizeLinear does, half to even)."""
+    condition, a, b = (g.value(i) for i in operation.inputs[:3])
+    output = g.operand(operation.outputs[0])
+    if condition.kind != "bool":
+        raise Declined("the condition must be BOOL8")
+    for v in (a, b):
+        _check_same_quantization(v, output)
+    g.set_output(operation.outputs[0], g.one("Where", [condition.name, a.name, b.name]))
+
+
+_LOGICAL = {OperationCode.LOGICAL_AND: "And", OperationCode.LOGICAL_OR: "Or", OperationCode.LOGICAL_NOT: "Not"}
+
+
+@lowers(*_LOGICAL)
+def lower_logical(g: GraphBuilder, operation: Operation) -> None:
+    inputs = [g.value(i) for i in operation.inputs]
+    if any(v.kind != "bool" for v in inputs):
+        raise Declined(f"{OperationCode(operation.type).name} takes BOOL8 tensors")
+    g.set_output(operation.outputs[0], g.one(_LOGICAL[OperationCode(operation.type)], [v.name for v in inputs]))
+
+
+@lowers(OperationCode.POW)
+def lower_pow(g: GraphBuilder, operation: Operation) -> None:
+    base, exponent = g.value(operation.inputs[0]), g.value(operation.inputs[1])
+    if base.kind != "float" or exponent.kind != "float":
+        raise Declined("POW takes float tensors")
+    g.set_output(operation.outputs[0], g.one("Pow", [base.name, exponent.name]))
+
+
+@lowers(OperationCode.LOG_SOFTMAX)
+def lower_log_softmax(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    if x.kind != "float":
+        raise Declined("LOG_SOFTMAX takes float tensors")
+    beta = float(g.scalar(operation.inputs[1]))
+    axis = _constant_axis(g, operation.inputs[2], x.rank)
+    scaled = x.name if beta == 1.0 else g.one("Mul", [x.name, g.constant(np.array(beta, np.float32))])
+    g.set_output(operation.outputs[0], g.one("LogSoftmax", [scaled], axis=axis))
+
+
+# --- reductions, arg max / min ----------------------------------------------------------
+def _constant_axis(g: GraphBuilder, index: int, rank: int) -> int:
+    axis = int(g.scalar(index))
+    if rank == 0 or not -rank <= axis < rank:
+        raise Declined(f"axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def _constant_ints(g: GraphBuilder, index: int, what: str) -> np.ndarray:
+    value = g.raw_constant(index)
+    if value is None:
+        raise Declined(f"{what} must be a constant")
+    return np.asarray(value).reshape(-1).astype(np.int64)
+
+
+def _reduced(g: GraphBuilder, name: str, rank: int, axes: list[int], keep: bool) -> str:
+    """NNAPI gives shape [1] where every dimension was reduced away (ONNX a scalar)."""
+    if not keep and len(axes) == rank:
+        return g.one("Reshape", [name, g.constant(np.array([1], np.int64))])
+    return name
+
+
+@lowers(OperationCode.REDUCE_MAX, OperationCode.REDUCE_MIN, OperationCode.REDUCE_SUM, OperationCode.REDUCE_PROD,
+        OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL)
+def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
+    """ReduceMax / Min on float and on quant8 in the input's own quantization (the integers'
+    order is the real values'), ReduceSum / Prod on float, ANY / ALL as the max / min of the
+    booleans as int32. An empty axis list reduces nothing; PROD is 0 wherever a factor is
+    0, even beside an infinity, as Android defines it."""
+    code = OperationCode(operation.type)
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    if x.rank == 0 or not all(x.dims):
+        raise Declined(f"{code.name} needs the input's shape")
+    axes = []
+    for axis in _constant_ints(g, operation.inputs[1], "the axes"):
+        if not -x.rank <= axis < x.rank:
+            raise Declined(f"axis {axis} is out of range for rank {x.rank}")
+        if int(axis) % x.rank not in axes:
+            axes.append(int(axis) % x.rank)
+    axes.sort()
+    keep = bool(g.scalar(operation.inputs[2]))
+    if code in (OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL):
+        if x.kind != "bool":
+            raise Declined(f"{code.name} takes BOOL8 tensors")
+    elif code in (OperationCode.REDUCE_MAX, OperationCode.REDUCE_MIN):
+        if x.kind not in ("float", "uint8"):
+            raise Declined(f"{code.name} on {x.kind} is not supported")
+        _check_same_quantization(x, output)
+    elif x.kind != "float":
+        raise Declined(f"{code.name} takes float tensors")
+    if not axes:
+        g.set_output(operation.outputs[0], g.one("Identity", [x.name]))
+        return
+    attributes = {"axes": axes, "keepdims": int(keep)}
+    if code in (OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL):
+        as_int = g.one("Cast", [x.name], to=TensorProto.INT32)
+        reduced = g.one("ReduceMax" if code == OperationCode.REDUCE_ANY else "ReduceMin", [as_int], **attributes)
+        y = g.one("Cast", [reduced], to=TensorProto.BOOL)
+    elif code == OperationCode.REDUCE_SUM:
+        y = g.one("ReduceSum", [x.name, g.constant(np.array(axes, np.int64))], keepdims=int(keep))
+    elif code == OperationCode.REDUCE_PROD:
+        product = g.one("ReduceProd", [x.name], **attributes)
+        zeros = g.one("Cast", [g.one("Equal", [x.name, g.constant(np.array(0.0, np.float32))])], to=TensorProto.INT32)
+        any_zero = g.one("Cast", [g.one("ReduceMax", [zeros], **attributes)], to=TensorProto.BOOL)
+        y = g.one("Where", [any_zero, g.constant(np.array(0.0, np.float32)), product])
+    else:
+        y = g.one("ReduceMax" if code == OperationCode.REDUCE_MAX else "ReduceMin", [x.name], **attributes)
+    g.set_output(operation.outputs[0], _reduced(g, y, x.rank, axes, keep))
+
+
+@lowers(OperationCode.ARGMAX, OperationCode.ARGMIN)
+def lower_argminmax(g: GraphBuilder, operation: Operation) -> None:
+    """ArgMax / ArgMin (the first index of equal extremes, as the reference's numpy does) as
+    int32; quant8 compares the stored integers, whose order is the real values'."""
+    x = g.value(operation.inputs[0])
+    if x.kind not in ("float", "int32", "uint8"):
+        raise Declined(f"{OperationCode(operation.type).name} on {x.kind} is not supported")
+    if not all(x.dims):
+        raise Declined("the input's shape must be known")
+    axis = _constant_axis(g, operation.inputs[1], x.rank)
+    op_type = "ArgMax" if operation.type == OperationCode.ARGMAX else "ArgMin"
+    index = g.one(op_type, [x.name], axis=axis, keepdims=0, select_last_index=0)
+    y = g.one("Cast", [index], to=TensorProto.INT32)
+    g.set_output(operation.outputs[0], _reduced(g, y, x.rank, [axis], False))
+
+
+# --- data movement ------------------------------------------------------------------------
+@lowers(OperationCode.GATHER)
+def lower_gather(g: GraphBuilder, operation: Operation) -> None:
+    """Gather along a constant axis. NNAPI refuses indices outside [0, size) where ONNX
+    would count a negative one from the end: constant indices are checked here, indices
+    given at run time are sent out of range when negative, so that the run fails as the
+    reference's does instead of reading another element."""
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    if x.rank == 0 or not all(x.dims):
+        raise Declined("GATHER needs the input's shape")
+    axis = _constant_axis(g, operation.inputs[1], x.rank)
+    size = x.dims[axis]
+    known = g.raw_constant(operation.inputs[2])
+    if known is not None:
+        if known.size and not bool(np.all((known >= 0) & (known < size))):
+            raise Declined(f"indices must be in [0, {size})")
+        indices = g.value(operation.inputs[2]).name
+    else:
+        given = g.value(operation.inputs[2]).name
+        negative = g.one("Less", [given, g.constant(np.array(0, np.int32))])
+        indices = g.one("Where", [negative, g.constant(np.array(size, np.int32)), given])
+    g.set_output(operation.outputs[0], g.one("Gather", [x.name, indices], axis=axis))
+
+
+@lowers(OperationCode.SPLIT)
+def lower_split(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    if x.rank == 0 or not all(x.dims):
+        raise Declined("SPLIT needs the input's shape")
+    axis = _constant_axis(g, operation.inputs[1], x.rank)
+    count = int(g.scalar(operation.inputs[2]))
+    if count != len(operation.outputs) or count < 1 or x.dims[axis] % count:
+        raise Declined("num_splits must divide the axis and match the outputs")
+    for index in operation.outputs:
+        _check_same_quantization(x, g.operand(index))
+    sizes = g.constant(np.full(count, x.dims[axis] // count, np.int64))
+    for index, name in zip(operation.outputs, g.node("Split", [x.name, sizes], count, axis=axis)):
+        g.set_output(index, name)
+
+
+@lowers(OperationCode.SLICE)
+def lower_slice(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    if x.rank == 0 or not all(x.dims):
+        raise Declined("SLICE needs the input's shape")
+    begin = _constant_ints(g, operation.inputs[1], "begin")
+    size = _constant_ints(g, operation.inputs[2], "size")
+    if len(begin) != x.rank or len(size) != x.rank:
+        raise Declined("begin and size must have one entry per dimension")
+    dims = np.array(x.dims, np.int64)
+    end = np.where(size == -1, dims, begin + size)
+    if np.any(begin < 0) or np.any((size < 1) & (size != -1)) or np.any(end > dims) or np.any(end <= begin):
+        raise Declined("begin and size must select a non-empty part of each dimension")
+    y = g.one("Slice", [x.name, g.constant(begin), g.constant(end), g.constant(np.arange(x.rank, dtype=np.int64))])
+    g.set_output(operation.outputs[0], y)
+
+
+@lowers(OperationCode.TILE)
+def lower_tile(g: GraphBuilder, operation: Operation) -> None:
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    multiples = _constant_ints(g, operation.inputs[1], "multiples")
+    if x.rank == 0 or len(multiples) != x.rank or np.any(multiples < 1):
+        raise Declined("multiples must be positive, one per dimension")
+    g.set_output(operation.outputs[0], g.one("Tile", [x.name, g.constant(multiples)]))
+
+
+@lowers(OperationCode.SPACE_TO_BATCH_ND, OperationCode.BATCH_TO_SPACE_ND)
+def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
+    """TensorFlow's block rearrangement as Pad (the zero point for quant8), Reshape,
+    Transpose, Reshape, in NHWC: batch index (i * block_w + j) * batches + b holds block
+    offset (i, j) of image b. Data movement only, exact for every type."""
+    space_to_batch = operation.type == OperationCode.SPACE_TO_BATCH_ND
+    x = g.value(operation.inputs[0])
+    _require_rank(x, 4, "the input")
+    output = g.operand(operation.outputs[0])
+    _check_same_quantization(x, output)
+    if not all(x.dims):
+        raise Declined("the input's shape must be known")
+    block_h, block_w = (int(b) for b in _constant_ints(g, operation.inputs[1], "the block sizes"))
+    layout_position = 3 if space_to_batch else 2
+    nchw = bool(g.optional_scalar(operation, layout_position, False))
+    if block_h < 1 or block_w < 1:
+        raise Declined("block sizes must be positive")
+    name = g.one("Transpose", [x.name], perm=NCHW_TO_NHWC) if nchw else x.name
+    batches, height, width, depth = (x.dims[0], x.dims[2], x.dims[3], x.dims[1]) if nchw else x.dims
+    if space_to_batch:
+        paddings = _constant_ints(g, operation.inputs[2], "the paddings").reshape(-1)
+        if paddings.size != 4 or np.any(paddings < 0):
+            raise Declined("paddings must be [2, 2] and non-negative")
+        height += int(paddings[0] + paddings[1])
+        width += int(paddings[2] + paddings[3])
+        if height % block_h or width % block_w:
+            raise Declined("the padded size is not a multiple of the blocks")
+        if paddings.any():
+            fill = np.array(x.zero_point, np.uint8) if x.kind == "uint8" else np.array(0, _NUMPY_KIND[x.kind])
+            pads = np.array([0, paddings[0], paddings[2], 0, 0, paddings[1], paddings[3], 0], np.int64)
+            name = g.one("Pad", [name, g.constant(pads), g.constant(fill)], mode="constant")
+        split = [batches, height // block_h, block_h, width // block_w, block_w, depth]
+        perm = [2, 4, 0, 1, 3, 5]
+        shape = [batches * block_h * block_w, height // block_h, width // block_w, depth]
+    else:
+        if batches % (block_h * block_w):
+            raise Declined("the batches are not a multiple of the blocks")
+        split = [block_h, block_w, batches // (block_h * block_w), height, width, depth]
+        perm = [2, 3, 0, 4, 1, 5]
+        shape = [batches // (block_h * block_w), height * block_h, width * block_w, depth]
+    y = g.one("Reshape", [name, g.constant(np.array(split, np.int64))])
+    y = g.one("Transpose", [y], perm=perm)
+    y = g.one("Reshape", [y, g.constant(np.array(shape, np.int64))])
+    g.set_output(operation.outputs[0], g.one("Transpose", [y], perm=NHWC_TO_NCHW) if nchw else y)
+
+
+_NUMPY_KIND = {"float": np.float32, "int32": np.int32, "uint8": np.uint8, "bool": np.bool_}
+
+
 # --- quantize / dequantize ----------------------------------------------------------------
 @lowers(OperationCode.QUANTIZE)
 def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
