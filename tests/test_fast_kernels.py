@@ -401,3 +401,26 @@ def test_read_only_constants_share_one_compiled_version(kind):
     assert set(dispatcher.signatures) == known
     values = [tensor.value for tensor in inputs]
     np.testing.assert_array_equal(again(values)[0], kernel(values)[0])
+
+
+# --- float32 HARD_SWISH -------------------------------------------------------------------------
+def test_hard_swish_matches_numpy(monkeypatch):
+    """The compiled HARD_SWISH against the numpy kernel, bit for bit: -0, NaN, infinities,
+    the clamp's edges and a strided (NCHW-like) input view."""
+    value = (RNG.standard_normal((2, 17, 9, 8)) * 6).astype(np.float32)
+    value.reshape(-1)[:9] = [np.nan, np.inf, -np.inf, -0.0, 0.0, -3.0, 3.0, 1e30, -1e30]
+    output = OperandType(T.TENSOR_FLOAT32, list(value.shape))
+    from nnapi.operations import _numba_activations
+
+    calls = []
+    kernel = _numba_activations.hard_swish
+    monkeypatch.setattr(_numba_activations, "hard_swish", lambda *args: calls.append(1) or kernel(*args))
+    compiled = _plan(Op.HARD_SWISH, [_tensor(T.TENSOR_FLOAT32, value)], output)
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        reference = _plan(Op.HARD_SWISH, [_tensor(T.TENSOR_FLOAT32, value)], output)
+    for data in (value, np.transpose(value, (0, 2, 1, 3))):
+        fast, slow = compiled([data])[0], reference([data])[0]
+        assert fast.dtype == slow.dtype == np.float32 and fast.shape == slow.shape == data.shape
+        np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+    assert len(calls) == 3  # the warm-up at preparation, then both runs of the compiled plan

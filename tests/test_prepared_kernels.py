@@ -607,3 +607,12 @@ def test_prepared_binary_math_matches_reference(code, kind, shapes):
             scale, zero = 0.7, 20
         output = OperandType(code_type, list(np.broadcast_shapes(first_shape, second_shape)), scale, zero)
     _compare_exactly(code, [first, second], output)
+
+
+@pytest.mark.parametrize("code", [Op.LOGISTIC, Op.HARD_SWISH])
+def test_prepared_float32_activations_are_bit_exact(code):
+    """The in-place float32 kernels do execute's operations in its order: the same bits,
+    -0, NaN, infinities and the clamp's edges included."""
+    value = (RNG.standard_normal((4, 9, 11, 8)) * 6).astype(np.float32)
+    value.reshape(-1)[:9] = [np.nan, np.inf, -np.inf, -0.0, 0.0, -3.0, 3.0, 100.0, -100.0]
+    _compare_exactly(code, [_tensor(T.TENSOR_FLOAT32, value)], OperandType(T.TENSOR_FLOAT32, list(value.shape)))

@@ -22,6 +22,7 @@ import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.operand import dtype_of
+from nnapi.operations import _jit
 from nnapi.operations._elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
@@ -100,6 +101,34 @@ def _clamp_float16(x: np.ndarray, low: float, high: float) -> np.ndarray:
 _SMOOTH_FUNCTIONS = {Op.LOGISTIC: _logistic, Op.TANH: np.tanh, Op.HARD_SWISH: _hard_swish}
 
 
+def _logistic_in_place(x: np.ndarray) -> np.ndarray:
+    """``_logistic`` on float32 with one temporary: the same operations in the same order."""
+    result = np.negative(x)
+    np.exp(result, out=result)
+    np.add(result, np.float32(1), out=result)
+    return np.divide(np.float32(1), result, out=result)
+
+
+def _compiled_hard_swish():
+    """The compiled HARD_SWISH (nnapi[fast]) as a function of a float32 array, or None."""
+    if _jit.kernels() is None:
+        return None
+    from nnapi.operations._numba_activations import hard_swish
+
+    def run(x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x)
+        out = np.empty_like(x)
+        hard_swish(x.reshape(-1), out.reshape(-1))
+        return out
+
+    probe = np.zeros(0, np.float32)
+    return run if _jit.warm_up(hard_swish, probe, probe.copy()) else None
+
+
+#: the prepared float32 kernels: the smooth functions' math without their temporaries
+_PREPARED_FLOAT32 = {Op.LOGISTIC: _logistic_in_place}
+
+
 @register(Op.RELU, Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, zero_sized_inputs=True)
 class Activation(Operation):
     """The one-input activations: a tensor in, a tensor of the same type and shape out."""
@@ -174,7 +203,8 @@ class Activation(Operation):
         if tensor.type != T.TENSOR_FLOAT32:
             return None
         if self.code not in _RELU_FUSE:
-            function = _SMOOTH_FUNCTIONS[self.code]
+            function = (self.code == Op.HARD_SWISH and _compiled_hard_swish()) or \
+                _PREPARED_FLOAT32.get(self.code, _SMOOTH_FUNCTIONS[self.code])
             return lambda inputs: [function(inputs[INPUT])]
         low, high = (np.float32(bound) for bound in activation_bounds_float(_RELU_FUSE[self.code]))
 
