@@ -56,8 +56,9 @@ ort ms: a new Execution per run (set_input, set_output, compute), best of the ro
 ORT own: the same InferenceSession (same optimized graph and session options) called as a
 user calls it, session.run(None, {name: array}) on the same input arrays, its outputs in new
 arrays; best of the rounds. overhead: median over the rounds of (nnapi - ORT own), the two
-run one right after the other in each round; reusable: the same for one reusable Execution
-(set_reusable, its arguments set once, compute per run)."""
+run one right after the other in each round (their order rotating); reusable: the same for
+one reusable Execution (set_reusable, its arguments set once, compute per run). More
+--runs narrow the overhead on a busy machine."""
 
 
 def ort_device() -> nnapi.Device:

@@ -298,9 +298,6 @@ _LATE = object()  # an output bound for ORT to allocate (its shape known only af
 
 
 def _pool_bytes(pool, writable: bool) -> memoryview:
-    if type(pool) is memoryview and pool.format == "B" and pool.ndim == 1 and pool.c_contiguous \
-            and not (writable and pool.readonly):
-        return pool  # the runtime's own pools (set_input / set_output)
     buffer = getattr(pool, "buffer", pool)
     try:
         view = memoryview(buffer)
@@ -439,8 +436,16 @@ class OrtPreparedModel(IPreparedModel):
         index = location.pool_index
         found = views.get(index)
         if found is None:
-            view = _pool_bytes(_pool_at(request, index), writable)
-            found = views[index] = (view, _address(view))
+            pools = request.pools
+            pool = pools[index] if 0 <= index < len(pools) else _pool_at(request, index)
+            if type(pool) is memoryview and pool.ndim == 1 and pool.format == "B" and pool.c_contiguous \
+                    and not pool.readonly and pool.nbytes:
+                # the runtime's own pools (set_input / set_output): their address, nothing else
+                found = (pool, ctypes.addressof(ctypes.c_char.from_buffer(pool)))
+            else:
+                view = _pool_bytes(pool, writable)
+                found = (view, _address(view))
+            views[index] = found
         elif writable and found[0].readonly:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output pool is read-only")
         offset = location.offset
