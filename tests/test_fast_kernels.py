@@ -424,3 +424,45 @@ def test_hard_swish_matches_numpy(monkeypatch):
         assert fast.dtype == slow.dtype == np.float32 and fast.shape == slow.shape == data.shape
         np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
     assert len(calls) == 3  # the warm-up at preparation, then both runs of the compiled plan
+
+
+def test_numba_is_imported_only_by_a_model_that_uses_a_compiled_kernel():
+    """Fresh processes: compiling and running a float32 model without a depthwise layer
+    (ADD, CONV_2D) leaves numba unimported, its start-up unpaid; a quantized CONV_2D
+    (whose output stage is compiled) imports it at compilation, not at execution."""
+    import subprocess
+    import sys
+
+    child = (
+        "import sys, numpy as np\n"
+        "import nnapi\n"
+        "from nnapi import OperandCode as T, OperandType, OperationCode as Op\n"
+        "quantized = sys.argv[1] == 'quant8'\n"
+        "code = T.TENSOR_QUANT8_ASYMM if quantized else T.TENSOR_FLOAT32\n"
+        "dtype = np.uint8 if quantized else np.float32\n"
+        "scale = {'scale': 0.5, 'zero_point': 3} if quantized else {}\n"
+        "m = nnapi.Model()\n"
+        "x = m.add_operand(OperandType(code, [1, 4, 4, 2], **scale))\n"
+        "w = m.add_operand(OperandType(code, [3, 1, 1, 2], **scale))\n"
+        "m.set_operand_value(w, np.arange(6, dtype=dtype).reshape(3, 1, 1, 2))\n"
+        "b = m.add_operand(OperandType(T.TENSOR_INT32 if quantized else T.TENSOR_FLOAT32, [3],"
+        " **({'scale': 0.25} if quantized else {})))\n"
+        "m.set_operand_value(b, np.zeros(3, np.int32 if quantized else np.float32))\n"
+        "args = []\n"
+        "for value in (1, 1, 1, 0):\n"
+        "    i = m.add_operand(OperandType(T.INT32)); m.set_operand_value(i, np.int32(value)); args.append(i)\n"
+        "y = m.add_operand(OperandType(code, [1, 4, 4, 3], **({'scale': 2.0, 'zero_point': 1} if quantized else {})))\n"
+        "z = m.add_operand(OperandType(code, [1, 4, 4, 3], **({'scale': 2.0, 'zero_point': 1} if quantized else {})))\n"
+        "m.add_operation(Op.CONV_2D, [x, w, b, *args], [y])\n"
+        "m.add_operation(Op.ADD, [y, y, args[-1]], [z])\n"
+        "m.identify_inputs_and_outputs([x], [z]); m.finish()\n"
+        "devices = [d for d in nnapi.get_devices() if d.name == 'nnapi-reference']\n"
+        "c = nnapi.Compilation(m, devices); c.finish()\n"
+        "compiled = 'numba' in sys.modules\n"
+        "e = nnapi.Execution(c); e.set_input(0, np.ones((1, 4, 4, 2), dtype))\n"
+        "out = np.empty((1, 4, 4, 3), dtype); e.set_output(0, out); e.compute()\n"
+        "print(compiled, 'numba' in sys.modules)\n"
+    )
+    for kind, expected in (("float32", ["False", "False"]), ("quant8", ["True", "True"])):
+        result = subprocess.run([sys.executable, "-c", child, kind], capture_output=True, text=True, check=True)
+        assert result.stdout.split() == expected, (kind, result.stdout, result.stderr)
