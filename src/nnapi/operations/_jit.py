@@ -83,7 +83,7 @@ class FusedOutputStage:
                              np.empty((0, channels), stage.dtype))
         if parts and self.ready:
             self.ready = warm_up(self.parts_kernel, np.zeros((1, 0, channels), np.float32), self.params,
-                                 np.empty((0, channels), stage.dtype))
+                                 np.empty((0, channels), stage.dtype), np.empty(channels, np.int64))
 
     @property
     def folded(self) -> bool:
@@ -98,7 +98,7 @@ class FusedOutputStage:
     def sum_parts(self, parts: np.ndarray, out: np.ndarray) -> np.ndarray:
         """The outputs of accumulators that are the sums of ``parts`` (P, rows, channels),
         float32 partial sums each exact, into ``out`` (rows, channels, C-contiguous)."""
-        self.parts_kernel(parts, self.params, out)
+        self.parts_kernel(parts, self.params, out, np.empty(self.channels, np.int64))
         return out
 
 

@@ -15,6 +15,10 @@ doing what numpy needs several passes (and int64 temporaries) for:
   nothing and are skipped), followed by the same output stage per output pixel.
 - ``depthwise_float``: the float32 DEPTHWISE_CONV_2D with bias and the activation clamp.
 
+Scratch arrays come from the caller: a kernel calling ``np.empty`` makes numba import its
+array implementation (``numba.np.arrayobj`` and a dozen modules, ~20 ms) when it loads the
+kernel from the cache in a new process.
+
 The numpy kernels remain the reference; tests compare these with them bit for bit
 (quantized) and within float32 rounding (float). Functions compile lazily at their first
 call for each argument type and are cached on disk (``cache=True``), so a process pays
@@ -93,12 +97,11 @@ def requantize_rows(acc, params, out):
 
 
 @_jit
-def requantize_parts(parts, params, out):
+def requantize_parts(parts, params, out, acc):
     """Output stage of accumulators given as ``parts`` (P, rows, channels) to be summed
     (float32 partial products of slices of the summed axis, each exact): the exact sum of
-    the parts in int64, then as ``requantize_rows``."""
+    the parts in int64 (in ``acc``, int64 scratch of one row), then as ``requantize_rows``."""
     count, rows, channels = parts.shape
-    acc = np.empty(channels, np.int64)
     for r in range(rows):
         for c in range(channels):
             acc[c] = np.int64(parts[0, r, c])
@@ -109,16 +112,15 @@ def requantize_parts(parts, params, out):
 
 
 @_jit
-def depthwise_quantized(x, input_zero_point, weights, multiplier, strides, dilations, pads, params, out):
+def depthwise_quantized(x, input_zero_point, weights, multiplier, strides, dilations, pads, params, out, acc):
     """Quantized DEPTHWISE_CONV_2D: ``x`` (N, H, W, C) stored 8-bit values, ``weights``
     (KH, KW, C * multiplier) int32 with their zero point subtracted, ``strides`` /
     ``dilations`` (h, w), ``pads`` (top, left); writes ``out`` (N, OH, OW, C * multiplier).
     Elements are indexed directly (no array views in the loops: each view would count a
-    reference)."""
+    reference). ``acc``: int32 scratch of one output row, (OW, C * multiplier)."""
     n, height, width, channels = x.shape
     kh, kw, depth = weights.shape
     _, oh, ow, _ = out.shape
-    acc = np.empty((ow, depth), np.int32)
     for b in range(n):
         for oy in range(oh):
             acc[:] = 0
@@ -162,13 +164,13 @@ def _requantize_block(acc, params, out, b, oy):
 
 
 @_jit
-def depthwise_float(x, weights, multiplier, strides, dilations, pads, bias, low, high, out):
+def depthwise_float(x, weights, multiplier, strides, dilations, pads, bias, low, high, out, acc):
     """Float32 DEPTHWISE_CONV_2D: ``x`` (N, H, W, C), ``weights`` (KH, KW, C * multiplier),
-    ``bias`` per output channel, results clamped to [``low``, ``high``] into ``out``."""
+    ``bias`` per output channel, results clamped to [``low``, ``high``] into ``out``;
+    ``acc``: float32 scratch of one output row, (OW, C * multiplier)."""
     n, height, width, channels = x.shape
     kh, kw, depth = weights.shape
     _, oh, ow, _ = out.shape
-    acc = np.empty((ow, depth), np.float32)
     for b in range(n):
         for oy in range(oh):
             acc[:] = 0
