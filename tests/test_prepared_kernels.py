@@ -616,3 +616,32 @@ def test_prepared_float32_activations_are_bit_exact(code):
     value = (RNG.standard_normal((4, 9, 11, 8)) * 6).astype(np.float32)
     value.reshape(-1)[:9] = [np.nan, np.inf, -np.inf, -0.0, 0.0, -3.0, 3.0, 100.0, -100.0]
     _compare_exactly(code, [_tensor(T.TENSOR_FLOAT32, value)], OperandType(T.TENSOR_FLOAT32, list(value.shape)))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kernel, stride, padding, nchw", [
+    (3, 2, (0, 1, 0, 1), False),   # a MediaPipe decoder's 2x upsampling (SAME)
+    (3, 1, (1, 1, 1, 1), True),
+    (2, 2, (0, 0, 0, 0), False),
+    (5, 3, (2, 0, 1, 3), False),
+    (1, 1, (0, 0, 0, 0), True),
+])
+def test_prepared_transpose_conv_matches_reference(kind, kernel, stride, padding, nchw):
+    """TRANSPOSE_CONV_2D's plan against execute: quantized bit for bit, float to rounding,
+    explicit paddings and the implicit form's output-shape tensor."""
+    batches, size, in_ch, out_ch = 2, 6, 5, 4
+    x_shape = (batches, in_ch, size, size) if nchw else (batches, size, size, in_ch)
+    x, w, b, out_type = _quant_case(kind, x_shape, (out_ch, kernel, kernel, in_ch), out_ch, 0,
+                                    kernel * kernel * in_ch)
+    left, right, top, bottom = padding
+    oh = size * stride + kernel - stride - top - bottom
+    ow = size * stride + kernel - stride - left - right
+    shape = [batches, out_ch, oh, ow] if nchw else [batches, oh, ow, out_ch]
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU1):
+        args = [_scalar(T.INT32, v) for v in (left, right, top, bottom, stride, stride, fuse)]
+        _compare(Op.TRANSPOSE_CONV_2D, [x, w, b, *args, _scalar(T.BOOL, nchw)], out_type(shape))
+    if not nchw:  # implicit padding: SAME for the output shape asked
+        want = [batches, size * stride, size * stride, out_ch]
+        args = [_tensor(T.TENSOR_INT32, np.array(want, np.int32)), _scalar(T.INT32, 1),
+                *[_scalar(T.INT32, v) for v in (stride, stride, FuseCode.FUSED_RELU)], _scalar(T.BOOL, False)]
+        _compare(Op.TRANSPOSE_CONV_2D, [x, w, b, *args], out_type(want))

@@ -401,3 +401,43 @@ class PreparedFullyConnected:
             else:
                 self.epilogue.finish(rows @ self.weights, out)
         return [out]
+
+
+class PreparedTransposeConv:
+    """TRANSPOSE_CONV_2D with static shapes and a constant filter and bias: the reference's
+    product of every input pixel with every tap, scatter-added tap by tap into the strided
+    output grid in the same order (the same float sums), with the filter laid out and
+    shifted, the bias and the output stage made once."""
+
+    def __init__(self, ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int]) -> None:
+        data, weights = ctx.input(INPUT), ctx.input(FILTER)
+        oc, kh, kw, depth = weights.shape
+        self.sp, self.out_hw, self.kernel_hw, self.channels = sp, out_hw, (kh, kw), oc
+        shifted = _shifted_weights(weights)
+        # every output sums a subset of one filter's products: CONV_2D's per-channel bound holds
+        self.work = _work_dtype(data, shifted, (0,))
+        # (depth, kh * kw * oc): input channels against (tap, output channel) columns
+        self.weights = np.ascontiguousarray(shifted.transpose(1, 2, 0, 3).reshape(-1, depth).T, dtype=self.work)
+        self.zero = None if data.type in FLOAT_TENSORS else self.work(data.zero_point)
+        self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work)
+
+    def __call__(self, values: list) -> list[np.ndarray]:
+        sp, (kh, kw), oc = self.sp, self.kernel_hw, self.channels
+        x = np.transpose(values[INPUT], (0, 2, 3, 1)) if sp.nchw else values[INPUT]
+        n, h, w, depth = x.shape
+        oh, ow = self.out_hw
+        out = np.empty((n, oh, ow, oc), dtype=self.epilogue.dtype)
+        if n:
+            rows = x.reshape(-1, depth)
+            rows = rows.astype(self.work) if self.zero is None else np.subtract(rows, self.zero, dtype=self.work)
+            contributions = (rows @ self.weights).reshape(n, h, w, kh, kw, oc)
+            full = np.zeros((n, max((h - 1) * sp.stride_h + kh, sp.pad_top + oh),
+                             max((w - 1) * sp.stride_w + kw, sp.pad_left + ow), oc), dtype=self.work)
+            for i in range(kh):
+                check_deadline()
+                for j in range(kw):
+                    full[:, i: i + sp.stride_h * (h - 1) + 1: sp.stride_h,
+                         j: j + sp.stride_w * (w - 1) + 1: sp.stride_w] += contributions[:, :, :, i, j]
+            acc = np.ascontiguousarray(full[:, sp.pad_top: sp.pad_top + oh, sp.pad_left: sp.pad_left + ow])
+            self.epilogue.finish(acc, out)
+        return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]

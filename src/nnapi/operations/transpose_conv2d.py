@@ -7,7 +7,8 @@ One BLAS product gives every input pixel's contribution to every kernel tap; a l
 over the taps scatter-adds them into the strided output grid, which is then cropped by
 the padding (the tail padding may be negative: the output then extends past the last
 tap). Quantized layers requantize the exact integer sums with Android's fixed-point
-output stage.
+output stage. ``plan`` (constant filter and bias, static shapes) runs the same sums with
+everything else prepared (``_conv_fast.PreparedTransposeConv``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from nnapi.operations._conv_common import (
     spatial_dims,
     validate_conv_tensors,
 )
+from nnapi.operations._conv_fast import PreparedTransposeConv
 from nnapi.operations.base import (
     ExecutionContext,
     Operation,
@@ -118,3 +120,7 @@ class TransposeConv2D(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         sp, out_hw, _ = _read(ctx)
         return [convolve(ctx, sp, out_hw, lambda x, f: _transpose_accumulate(x, f, sp, out_hw))]
+
+    def plan(self, ctx: ExecutionContext) -> PreparedTransposeConv:
+        sp, out_hw, _ = _read(ctx)
+        return PreparedTransposeConv(ctx, sp, out_hw)
