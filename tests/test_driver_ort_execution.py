@@ -376,3 +376,25 @@ def test_cuda_device_runs_on_a_real_gpu():
     cuda.prepare_model(model).execute(request)
     np.testing.assert_allclose(target, _expected(model, request, source), rtol=1e-3, atol=1e-3)
     assert 0 < cuda.get_capabilities().performance_for(T.TENSOR_FLOAT32).exec_time < float("inf")
+
+
+def test_a_reusable_execution_keeps_a_mapped_pool_mapped():
+    """The driver service releases its view of a pool a client forgets and closes the
+    mapping: a reusable execution bound to it must keep it mapped (closing refuses) so
+    ORT never writes to unmapped memory; the execution still computes."""
+    import mmap
+
+    model, request, source, target = _float_block()
+    mapping = mmap.mmap(-1, target.nbytes)
+    view = memoryview(mapping)
+    execution = OrtDevice().prepare_model(model).create_reusable_execution(
+        Request(request.inputs, request.outputs, [source, view]))
+    view.release()
+    with pytest.raises(BufferError):
+        mapping.close()
+    source[:] = np.random.default_rng(9).standard_normal(source.size)
+    execution.execute()
+    np.testing.assert_allclose(np.frombuffer(mapping, np.float32), _expected(model, request, source),
+                               rtol=1e-5, atol=1e-5)
+    del execution
+    mapping.close()

@@ -418,7 +418,9 @@ class OrtPreparedModel(IPreparedModel):
         except Exception as error:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot bind the request: {error}") from None
         if keep:
-            binding.views = [view for view, _ in views.values()]
+            # views of their own: the caller releasing its view (the driver service when a
+            # client forgets a pool) leaves the memory mapped while ORT holds its address
+            binding.views = [memoryview(view) for view, _ in views.values()]
         return late
 
     @staticmethod
