@@ -152,7 +152,8 @@ def test_claimed_cts_vectors_pass(ort_device, variant, every, least):
                                        "MAXIMUM", "EQUAL", "NOT_EQUAL", "GREATER_EQUAL", "LESS", "SELECT",
                                        "LOGICAL_AND", "POW", "LOG_SOFTMAX", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_SUM",
                                        "REDUCE_PROD", "REDUCE_ANY", "ARGMAX", "ARGMIN", "GATHER", "SPLIT",
-                                       "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND"])
+                                       "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND", "LOCAL_RESPONSE_NORMALIZATION",
+                                       "INSTANCE_NORMALIZATION"])
 def test_lowerings_pass_their_cts_vectors(ort_device, operation):
     """Every fourth CTS vector of the operation that nnapi-ort-cpu claims passes (the
     quantized TRANSPOSE_CONV_2D / L2_NORMALIZATION, SELECT requantizing, and parameters
@@ -266,6 +267,40 @@ def test_gather_refuses_a_negative_index_given_at_run_time(ort_device):
         execution.set_output(0, np.zeros((2, 3), np.float32))
         with pytest.raises(nnapi.NnapiError):
             execution.compute()
+
+
+@pytest.mark.parametrize("weight_zero_point, high, centered", [(128, 255, True), (10, 200, False)])
+def test_uint8_weights_centered_to_int8_where_they_fit(ort_device, monkeypatch, weight_zero_point, high, centered):
+    """Constant uint8 filters whose q - zero_point all fit int8 are lowered as int8 with zero
+    point 0 (ORT's fast symmetric kernels): the same integer products, so the outputs equal
+    the plain lowering's bit for bit; filters that do not fit keep uint8."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.runtime.model_builder import build_hal_model
+
+    rng = np.random.default_rng(11)
+    weights = rng.integers(0, high + 1, (4, 3, 3, 3)).astype(np.uint8)
+    weights.reshape(-1)[:2] = [0, high]
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 5, 5, 3], scale=0.05, zero_point=120))
+    w = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [4, 3, 3, 3], scale=0.01, zero_point=weight_zero_point))
+    model.set_operand_value(w, weights)
+    bias = model.add_operand(OperandType(T.TENSOR_INT32, [4], scale=0.05 * 0.01))
+    model.set_operand_value(bias, np.arange(-2, 2, dtype=np.int32) * 40)
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 5, 5, 4], scale=0.2, zero_point=100))
+    scalars = [_constant(model, T.INT32, v) for v in (1, 1, 1, 0)]  # SAME, strides 1, no activation
+    model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
+    filters = [t for t in onnx_model.graph.initializer if list(t.dims) == [4, 3, 3, 3]]
+    assert len(filters) == 1 and (filters[0].data_type == 3) == centered  # 3: INT8, 2: UINT8
+    image = rng.integers(0, 256, (1, 5, 5, 3)).astype(np.uint8)
+    outputs = [np.zeros((1, 5, 5, 4), np.uint8)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(ours[0])) > 10
+    monkeypatch.setattr(lowering, "centered_weights", lambda raw, zero_point: None)
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    np.testing.assert_array_equal(ours[0], plain[0])
 
 
 def _conv_then_cast_model():
