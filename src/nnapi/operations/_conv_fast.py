@@ -353,7 +353,7 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
 
         def run_float(x: np.ndarray, out: np.ndarray) -> None:
             compiled.depthwise_float(x, weights, *geometry, bias, low, high, out,
-                                     np.empty((out.shape[2], depth), np.float32))
+                                     _jit.scratch((out.shape[2], depth), np.float32))
         run = run_float
     else:
         # the int32 sums are exact: no partial sum can exceed max|x - zp| * sum|w|
@@ -367,7 +367,7 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
 
         def run_quantized(x: np.ndarray, out: np.ndarray) -> None:
             compiled.depthwise_quantized(x, zero_point, weights, *geometry, params, out,
-                                         np.empty((out.shape[2], depth), np.int32))
+                                         _jit.scratch((out.shape[2], depth), np.int32))
         run = run_quantized
     if not _jit.warm_up(run, np.zeros((0, 1, 1, depth // multiplier), dtype_of(data.type)),
                         np.empty((0, 1, 1, depth), dtype_of(output.type))):

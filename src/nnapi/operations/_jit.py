@@ -16,6 +16,7 @@ once per machine, loading from the cache afterwards) and never in an execution.
 
 from __future__ import annotations
 
+import math
 import os
 from types import ModuleType
 
@@ -98,7 +99,7 @@ class FusedOutputStage:
     def sum_parts(self, parts: np.ndarray, out: np.ndarray) -> np.ndarray:
         """The outputs of accumulators that are the sums of ``parts`` (P, rows, channels),
         float32 partial sums each exact, into ``out`` (rows, channels, C-contiguous)."""
-        self.parts_kernel(parts, self.params, out, np.empty(self.channels, np.int64))
+        self.parts_kernel(parts, self.params, out, scratch((self.channels,), np.int64))
         return out
 
 
@@ -131,6 +132,18 @@ def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = 
             constant(halves + (np.int64(stage.zero_point) << rights), np.int64),
             constant(-(rights > 0).astype(np.int64), np.int64), constant(bias * multipliers + (1 << 30), np.int64),
             np.int64(stage.low), np.int64(stage.high), bool(folded))
+
+
+def scratch(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialized C array for a kernel's working rows, starting on a 64-byte
+    boundary as numba's own allocations do (a kernel allocating it itself would make numba
+    import its array implementation when loading the kernel; see _numba_kernels). One per
+    call: executions of one compilation may run at once."""
+    dtype = np.dtype(dtype)
+    count = math.prod(shape)
+    raw = np.empty(count * dtype.itemsize + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
 def constant(values, dtype) -> np.ndarray:
