@@ -471,3 +471,40 @@ def test_numba_is_imported_only_by_a_model_that_uses_a_compiled_kernel():
     for kind, expected in (("float32", ["False", "False"]), ("quant8", ["True", "True"])):
         result = subprocess.run([sys.executable, "-c", child, kind], capture_output=True, text=True, check=True)
         assert result.stdout.split() == expected, (kind, result.stdout, result.stderr)
+
+
+def test_a_read_only_model_input_runs_the_machine_code_loaded_at_compilation():
+    """An input given as a read-only view (np.frombuffer) reaches a compiled kernel as a
+    writable copy: numba would type the view apart and compile or load another version
+    of the kernel inside the execution."""
+    import nnapi
+
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 8, 8, 4]))
+    w = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 3, 3, 4]))
+    model.set_operand_value(w, RNG.standard_normal((1, 3, 3, 4)).astype(np.float32))
+    b = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    model.set_operand_value(b, np.zeros(4, np.float32))
+    args = []
+    for value in (1, 1, 1, 1, 1, 1, 1, 0):  # explicit padding 1, strides 1, multiplier 1, no activation
+        args.append(model.add_operand(OperandType(T.INT32)))
+        model.set_operand_value(args[-1], np.int32(value))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 8, 8, 4]))
+    model.add_operation(Op.DEPTHWISE_CONV_2D, [x, w, b, *args], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    compilation = nnapi.Compilation(model, [d for d in nnapi.get_devices() if d.name == "nnapi-reference"])
+    compilation.finish()
+    dispatcher = _jit.kernels().depthwise_float
+    known = set(dispatcher.signatures)
+    values = RNG.standard_normal((1, 8, 8, 4)).astype(np.float32)
+    results = []
+    for array in (values, np.frombuffer(values.tobytes(), np.float32).reshape(values.shape)):
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, array)
+        out = np.empty((1, 8, 8, 4), np.float32)
+        execution.set_output(0, out)
+        execution.compute()
+        results.append(out)
+    assert set(dispatcher.signatures) == known
+    np.testing.assert_array_equal(results[0], results[1])

@@ -303,7 +303,7 @@ class PreparedDepthwise:
             x = np.ascontiguousarray(np.transpose(x, (0, 2, 3, 1)))
         out = np.empty((x.shape[0], *self.out_hw, self.channels), dtype=self.epilogue.dtype)
         check_deadline()
-        self.compiled(np.ascontiguousarray(x), out)
+        self.compiled(_jit.kernel_input(x), out)
         return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if self.sp.nchw else out]
 
     def _numpy(self, values: list) -> list[np.ndarray]:

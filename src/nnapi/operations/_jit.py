@@ -146,6 +146,14 @@ def scratch(shape: tuple[int, ...], dtype) -> np.ndarray:
     return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
+def kernel_input(x: np.ndarray) -> np.ndarray:
+    """An execution's array as a kernel argument: C-contiguous and writable. A model input
+    may be a read-only view (``np.frombuffer``, a mapped file); numba types that apart and
+    would compile (or load) another version inside the execution, so it is copied."""
+    x = np.ascontiguousarray(x)
+    return x if x.flags.writeable else x.copy()
+
+
 def constant(values, dtype) -> np.ndarray:
     """``values`` as a kernel argument: a C-contiguous, writable array of ``dtype`` of its
     own. numba types an array by dtype, rank, layout and whether it is read-only, and

@@ -116,7 +116,7 @@ def _compiled_hard_swish():
     from nnapi.operations._numba_activations import hard_swish
 
     def run(x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x)
+        x = _jit.kernel_input(x)
         out = np.empty_like(x)
         hard_swish(x.reshape(-1), out.reshape(-1))
         return out

@@ -181,7 +181,7 @@ class PreparedBilinear:
             return [from_nhwc(_bilinear(np.asarray(x, dtype=np.float32), self.rows, self.cols, self.quantized,
                                         self.dtype), self.nchw)]
         out = np.empty(self.nhwc_shape, self.dtype)
-        self.compiled(np.ascontiguousarray(x), out)
+        self.compiled(_jit.kernel_input(x), out)
         return [from_nhwc(out, self.nchw)]
 
 
