@@ -160,6 +160,8 @@ def test_a_reusable_execution_through_the_runtime(ort_device, bind_calls):
     (lambda s, t: [s], None, ErrorStatus.INVALID_ARGUMENT),
     # an output at a negative offset
     (lambda s, t: [s, t], lambda n: [RequestArgument(False, DataLocation(1, -4, n))], ErrorStatus.INVALID_ARGUMENT),
+    # an input whose dimensions contradict the model's
+    (lambda s, t: [s, t], "dims", ErrorStatus.INVALID_ARGUMENT),
     # an output buffer too small: the shape it needs comes back
     (lambda s, t: [s, t], lambda n: [RequestArgument(False, DataLocation(1, 0, n - 4))],
      ErrorStatus.OUTPUT_INSUFFICIENT_SIZE),
@@ -168,7 +170,11 @@ def test_bad_requests_are_hal_errors(pools, outputs, status):
     model, request, source, target = _float_block()
     prepared = OrtDevice().prepare_model(model)
     size = request.outputs[0].location.length
-    bad = Request(request.inputs, outputs(size) if outputs else request.outputs, pools(source, target))
+    inputs = request.inputs
+    if outputs == "dims":
+        outputs = None
+        inputs = [RequestArgument(False, request.inputs[0].location, [1, 28, 28, 8])]
+    bad = Request(inputs, outputs(size) if outputs else request.outputs, pools(source, target))
     for attempt in (lambda: prepared.execute(bad), lambda: prepared.create_reusable_execution(bad).execute()):
         with pytest.raises(HalError) as error:
             attempt()

@@ -435,6 +435,11 @@ class OrtPreparedModel(IPreparedModel):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has unspecified dimensions")
         if any(not isinstance(d, int) or d < 0 for d in dims):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has bad dimensions {dims}")
+        declared = spec.dimensions
+        if declared and (len(dims) != len(declared) or any(d and d != g for d, g in zip(declared, dims))):
+            # what the model fixes, a request cannot change (ORT would only fail inside the run)
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has dimensions {list(dims)}; the model "
+                                                         f"declares {declared}")
         return tuple(dims), _nbytes(spec, dims)
 
     @staticmethod
