@@ -303,6 +303,42 @@ def test_uint8_weights_centered_to_int8_where_they_fit(ort_device, monkeypatch, 
     np.testing.assert_array_equal(ours[0], plain[0])
 
 
+def test_slice_and_tile_parameters_given_at_run_time_are_checked(ort_device):
+    """SLICE's begin / size and TILE's multiples as model inputs: valid ones give the
+    reference's values; a begin or size out of range, or a negative multiple, fails the run
+    (ONNX alone would clamp the slice) as the reference's does."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [3, 4]))
+    begin = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
+    size = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
+    multiples = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
+    part = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3]))
+    tiled = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 9]))
+    model.add_operation(Op.SLICE, [x, begin, size], [part])
+    model.add_operation(Op.TILE, [part, multiples], [tiled])
+    model.identify_inputs_and_outputs([x, begin, size, multiples], [tiled])
+    model.finish()
+    compilation = nnapi.Compilation(model, [ort_device])
+    compilation.finish()
+    assert compilation.step_devices == ["nnapi-ort-cpu"]
+    value = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+    def arguments(b, z, m):
+        return [value, np.array(b, np.int32), np.array(z, np.int32), np.array(m, np.int32)]
+
+    ours, theirs = _on_both(model, arguments([1, 1], [2, -1], [2, 3]), [np.zeros((4, 9), np.float32)], ort_device)
+    np.testing.assert_array_equal(ours[0], np.tile(value[1:3, 1:4], (2, 3)))
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    # begin -3 with size 2: ONNX would read rows 0..1 (from the end) and give the right shape
+    for bad in (([2, 1], [2, 3], [2, 3]), ([-3, 1], [2, 3], [2, 3]), ([1, 1], [2, 3], [-2, 3])):
+        execution = nnapi.Execution(compilation)
+        for position, argument in enumerate(arguments(*bad)):
+            execution.set_input(position, argument)
+        execution.set_output(0, np.zeros((4, 9), np.float32))
+        with pytest.raises(nnapi.NnapiError):
+            execution.compute()
+
+
 def _conv_then_cast_model():
     """CONV_2D (ORT) -> CAST to int32 (declined by ORT: the reference runs it)."""
     model = nnapi.Model()

@@ -1396,34 +1396,70 @@ def lower_split(g: GraphBuilder, operation: Operation) -> None:
         g.set_output(index, name)
 
 
+def fail_unless(g: GraphBuilder, condition: str, value: str) -> str:
+    """The int64 ``value`` unchanged where the boolean scalar ``condition`` holds; otherwise
+    the run fails (a Gather of index 1 from a one-element tensor, which ORT refuses): how a
+    parameter given at run time is checked as NNAPI requires instead of ONNX clamping it."""
+    index = g.one("Cast", [g.one("Not", [condition])], to=TensorProto.INT64)
+    zero = g.one("Gather", [g.constant(np.zeros(1, np.int64)), index], axis=0)
+    return g.one("Add", [value, zero])
+
+
 @lowers(OperationCode.SLICE)
 def lower_slice(g: GraphBuilder, operation: Operation) -> None:
+    """Slice from begin for size elements (-1: to the end). Constant begin / size are
+    checked here; given at run time, the run fails unless 0 <= begin <= begin + size <=
+    dimension everywhere, as the reference's does."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     _check_same_quantization(x, output)
     if x.rank == 0 or not all(x.dims):
         raise Declined("SLICE needs the input's shape")
-    begin = _constant_ints(g, operation.inputs[1], "begin")
-    size = _constant_ints(g, operation.inputs[2], "size")
-    if len(begin) != x.rank or len(size) != x.rank:
-        raise Declined("begin and size must have one entry per dimension")
     dims = np.array(x.dims, np.int64)
-    end = np.where(size == -1, dims, begin + size)
-    if np.any(begin < 0) or np.any((size < 1) & (size != -1)) or np.any(end > dims) or np.any(end <= begin):
-        raise Declined("begin and size must select a non-empty part of each dimension")
-    y = g.one("Slice", [x.name, g.constant(begin), g.constant(end), g.constant(np.arange(x.rank, dtype=np.int64))])
+    axes = g.constant(np.arange(x.rank, dtype=np.int64))
+    known_begin, known_size = (g.raw_constant(i) for i in operation.inputs[1:3])
+    if known_begin is not None and known_size is not None:
+        begin, size = (np.asarray(v).reshape(-1).astype(np.int64) for v in (known_begin, known_size))
+        if len(begin) != x.rank or len(size) != x.rank:
+            raise Declined("begin and size must have one entry per dimension")
+        end = np.where(size == -1, dims, begin + size)
+        if np.any(begin < 0) or np.any((size < 1) & (size != -1)) or np.any(end > dims) or np.any(end <= begin):
+            raise Declined("begin and size must select a non-empty part of each dimension")
+        y = g.one("Slice", [x.name, g.constant(begin), g.constant(end), axes])
+    else:
+        begin, size = (g.one("Cast", [g.value(i).name], to=TensorProto.INT64) for i in operation.inputs[1:3])
+        shape = g.constant(dims)
+        size = g.one("Where", [g.one("Equal", [size, g.constant(np.array(-1, np.int64))]),
+                               g.one("Sub", [shape, begin]), size])
+        end = g.one("Add", [begin, size])
+        zero = g.constant(np.array(0, np.int64))
+        checks = [g.one("GreaterOrEqual", [begin, zero]), g.one("GreaterOrEqual", [size, zero]),
+                  g.one("LessOrEqual", [end, shape])]
+        valid = g.one("And", [g.one("And", checks[:2]), checks[2]])
+        valid = g.one("Cast", [g.one("ReduceMin", [g.one("Cast", [valid], to=TensorProto.INT32)], keepdims=0)],
+                      to=TensorProto.BOOL)
+        y = g.one("Slice", [x.name, fail_unless(g, valid, begin), end, axes])
     g.set_output(operation.outputs[0], y)
 
 
 @lowers(OperationCode.TILE)
 def lower_tile(g: GraphBuilder, operation: Operation) -> None:
+    """Tile; multiples given at run time go to it as they are (ORT refuses a negative one,
+    as the reference does, and 0 gives an empty dimension in both)."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     _check_same_quantization(x, output)
-    multiples = _constant_ints(g, operation.inputs[1], "multiples")
-    if x.rank == 0 or len(multiples) != x.rank or np.any(multiples < 1):
-        raise Declined("multiples must be positive, one per dimension")
-    g.set_output(operation.outputs[0], g.one("Tile", [x.name, g.constant(multiples)]))
+    if x.rank == 0:
+        raise Declined("TILE needs the input's rank")
+    known = g.raw_constant(operation.inputs[1])
+    if known is None:
+        multiples = g.one("Cast", [g.value(operation.inputs[1]).name], to=TensorProto.INT64)
+    else:
+        values = np.asarray(known).reshape(-1).astype(np.int64)
+        if len(values) != x.rank or np.any(values < 1):
+            raise Declined("multiples must be positive, one per dimension")
+        multiples = g.constant(values)
+    g.set_output(operation.outputs[0], g.one("Tile", [x.name, multiples]))
 
 
 @lowers(OperationCode.SPACE_TO_BATCH_ND, OperationCode.BATCH_TO_SPACE_ND)
