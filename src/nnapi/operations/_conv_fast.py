@@ -362,11 +362,15 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
             return None
         weights = _jit.constant(shifted, np.int32)
         zero_point = np.int32(data.zero_point)
+        # what the zero point takes from a window lying wholly inside the input, per channel
+        # (|zero point| <= the input bound: fits in int32 as the sums do)
+        zero_point_sums = np.ascontiguousarray(data.zero_point * weights.sum(axis=(0, 1), dtype=np.int64),
+                                               dtype=np.int32)
         stage = epilogue.stage
         params = _jit.stage_parameters(stage.stage, depth, _input_bound(data) * largest)
 
         def run_quantized(x: np.ndarray, out: np.ndarray) -> None:
-            compiled.depthwise_quantized(x, zero_point, weights, *geometry, params, out,
+            compiled.depthwise_quantized(x, zero_point, weights, zero_point_sums, *geometry, params, out,
                                          _jit.scratch((out.shape[2], depth), np.int32))
         run = run_quantized
     if not _jit.warm_up(run, np.zeros((0, 1, 1, depth // multiplier), dtype_of(data.type)),

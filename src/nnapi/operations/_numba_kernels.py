@@ -12,7 +12,8 @@ doing what numpy needs several passes (and int64 temporaries) for:
   product whose float32 sums would not be exact, split along the summed axis).
 - ``depthwise_quantized``: DEPTHWISE_CONV_2D on stored 8-bit inputs, summed exactly in
   int32 straight from the unpadded input (padding taps hold the zero point, so they add
-  nothing and are skipped), followed by the same output stage per output pixel.
+  nothing and are skipped), followed by the same output stage per output pixel; a 3x3
+  filter's interior pixels sum their nine taps in one vectorized pass over the channels.
 - ``depthwise_float``: the float32 DEPTHWISE_CONV_2D with bias and the activation clamp.
 
 Scratch arrays come from the caller: a kernel calling ``np.empty`` makes numba import its
@@ -112,38 +113,89 @@ def requantize_parts(parts, params, out, acc):
 
 
 @_jit
-def depthwise_quantized(x, input_zero_point, weights, multiplier, strides, dilations, pads, params, out, acc):
+def depthwise_quantized(x, input_zero_point, weights, zero_point_sums, multiplier, strides, dilations, pads, params,
+                        out, acc):
     """Quantized DEPTHWISE_CONV_2D: ``x`` (N, H, W, C) stored 8-bit values, ``weights``
-    (KH, KW, C * multiplier) int32 with their zero point subtracted, ``strides`` /
+    (KH, KW, C * multiplier) int32 with their zero point subtracted, ``zero_point_sums``
+    the input zero point times each channel's filter sum (int32), ``strides`` /
     ``dilations`` (h, w), ``pads`` (top, left); writes ``out`` (N, OH, OW, C * multiplier).
     Elements are indexed directly (no array views in the loops: each view would count a
-    reference). ``acc``: int32 scratch of one output row, (OW, C * multiplier)."""
+    reference). A 3x3 filter's output pixels whose window lies inside the input (all but
+    the border) sum their nine taps in one pass over the channels (``_inner_3x3``);
+    every other pixel accumulates tap by tap over its row (``_taps``). ``acc``: int32
+    scratch of one output row, (OW, C * multiplier)."""
     n, height, width, channels = x.shape
     kh, kw, depth = weights.shape
     _, oh, ow, _ = out.shape
+    three = kh == 3 and kw == 3 and multiplier == 1
+    lo, hi = _inner_columns(width, ow, kw, strides[1], dilations[1], pads[1])
     for b in range(n):
         for oy in range(oh):
-            acc[:] = 0
-            for i in range(kh):
-                y = oy * strides[0] - pads[0] + i * dilations[0]
-                if y < 0 or y >= height:
-                    continue
-                for j in range(kw):
-                    # the output columns whose tap j falls inside the input row
-                    offset = j * dilations[1] - pads[1]
-                    first = max(0, (-offset + strides[1] - 1) // strides[1])
-                    last = min(ow, (width - 1 - offset) // strides[1] + 1)
-                    for ox in range(first, last):
-                        xx = ox * strides[1] + offset
-                        if multiplier == 1:
-                            for c in range(channels):
-                                acc[ox, c] += (np.int32(x[b, y, xx, c]) - input_zero_point) * weights[i, j, c]
-                        else:
-                            for c in range(channels):
-                                value = np.int32(x[b, y, xx, c]) - input_zero_point
-                                for q in range(multiplier):
-                                    acc[ox, c * multiplier + q] += value * weights[i, j, c * multiplier + q]
+            top = oy * strides[0] - pads[0]
+            if three and lo < hi and top >= 0 and top + 2 * dilations[0] < height:
+                _inner_3x3(x, b, top, weights, zero_point_sums, strides[1], dilations, pads[1], lo, hi, acc)
+                _taps(x, b, top, input_zero_point, weights, multiplier, strides[1], dilations, pads[1], 0, lo, acc)
+                _taps(x, b, top, input_zero_point, weights, multiplier, strides[1], dilations, pads[1], hi, ow, acc)
+            else:
+                _taps(x, b, top, input_zero_point, weights, multiplier, strides[1], dilations, pads[1], 0, ow, acc)
             _requantize_block(acc, params, out, b, oy)
+
+
+@_inline
+def _inner_columns(width, ow, kw, stride, dilation, pad):
+    """[lo, hi): the output columns whose every tap lies inside the input row."""
+    lo = min(ow, (pad + stride - 1) // stride)
+    reach = width - 1 - (kw - 1) * dilation + pad  # the last window start inside the row
+    hi = min(ow, reach // stride + 1) if reach >= 0 else 0
+    return lo, max(lo, hi)
+
+
+@_inline
+def _inner_3x3(x, b, top, weights, zero_point_sums, stride, dilations, pad, lo, hi, acc):
+    """Output columns [lo, hi) of one row of a 3x3 filter, every tap inside the input:
+    sum (x - zp) * w = sum x * w - zp * sum w (``zero_point_sums``), nine products per
+    channel in one pass (exact: the int32 result is the same integer however it is summed)."""
+    channels = x.shape[3]
+    dh, dw = dilations[0], dilations[1]
+    y1, y2 = top + dh, top + 2 * dh
+    for ox in range(lo, hi):
+        x0 = ox * stride - pad
+        x1, x2 = x0 + dw, x0 + 2 * dw
+        for c in range(channels):
+            acc[ox, c] = (np.int32(x[b, top, x0, c]) * weights[0, 0, c] + np.int32(x[b, top, x1, c]) * weights[0, 1, c]
+                          + np.int32(x[b, top, x2, c]) * weights[0, 2, c]
+                          + np.int32(x[b, y1, x0, c]) * weights[1, 0, c] + np.int32(x[b, y1, x1, c]) * weights[1, 1, c]
+                          + np.int32(x[b, y1, x2, c]) * weights[1, 2, c]
+                          + np.int32(x[b, y2, x0, c]) * weights[2, 0, c] + np.int32(x[b, y2, x1, c]) * weights[2, 1, c]
+                          + np.int32(x[b, y2, x2, c]) * weights[2, 2, c] - zero_point_sums[c])
+
+
+@_inline
+def _taps(x, b, top, input_zero_point, weights, multiplier, stride, dilations, pad, start, stop, acc):
+    """Output columns [start, stop) of one row, accumulated tap by tap over the columns
+    each tap reaches (no bounds test per pixel; taps outside the input add nothing)."""
+    height, width, channels = x.shape[1], x.shape[2], x.shape[3]
+    kh, kw = weights.shape[0], weights.shape[1]
+    acc[start:stop] = 0
+    for i in range(kh):
+        y = top + i * dilations[0]
+        if y < 0 or y >= height:
+            continue
+        for j in range(kw):
+            # the output columns whose tap j falls inside the input row
+            offset = j * dilations[1] - pad
+            first = max(start, (-offset + stride - 1) // stride)
+            last = min(stop, (width - 1 - offset) // stride + 1)
+            for ox in range(first, last):
+                xx = ox * stride + offset
+                if multiplier == 1:
+                    for c in range(channels):
+                        acc[ox, c] += (np.int32(x[b, y, xx, c]) - input_zero_point) * weights[i, j, c]
+                else:
+                    for c in range(channels):
+                        value = np.int32(x[b, y, xx, c]) - input_zero_point
+                        for q in range(multiplier):
+                            acc[ox, c * multiplier + q] += value * weights[i, j, c * multiplier + q]
 
 
 @_inline
@@ -167,30 +219,23 @@ def _requantize_block(acc, params, out, b, oy):
 def depthwise_float(x, weights, multiplier, strides, dilations, pads, bias, low, high, out, acc):
     """Float32 DEPTHWISE_CONV_2D: ``x`` (N, H, W, C), ``weights`` (KH, KW, C * multiplier),
     ``bias`` per output channel, results clamped to [``low``, ``high``] into ``out``;
+    the interior of a 3x3 filter in one pass of nine products per channel, as
+    ``depthwise_quantized`` (the taps added in the same order as the other pixels);
     ``acc``: float32 scratch of one output row, (OW, C * multiplier)."""
     n, height, width, channels = x.shape
     kh, kw, depth = weights.shape
     _, oh, ow, _ = out.shape
+    three = kh == 3 and kw == 3 and multiplier == 1
+    lo, hi = _inner_columns(width, ow, kw, strides[1], dilations[1], pads[1])
     for b in range(n):
         for oy in range(oh):
-            acc[:] = 0
-            for i in range(kh):
-                y = oy * strides[0] - pads[0] + i * dilations[0]
-                if y < 0 or y >= height:
-                    continue
-                for j in range(kw):
-                    offset = j * dilations[1] - pads[1]
-                    first = max(0, (-offset + strides[1] - 1) // strides[1])
-                    last = min(ow, (width - 1 - offset) // strides[1] + 1)
-                    for ox in range(first, last):
-                        xx = ox * strides[1] + offset
-                        if multiplier == 1:
-                            for c in range(channels):
-                                acc[ox, c] += x[b, y, xx, c] * weights[i, j, c]
-                        else:
-                            for c in range(channels):
-                                for q in range(multiplier):
-                                    acc[ox, c * multiplier + q] += x[b, y, xx, c] * weights[i, j, c * multiplier + q]
+            top = oy * strides[0] - pads[0]
+            if three and lo < hi and top >= 0 and top + 2 * dilations[0] < height:
+                _inner_3x3_float(x, b, top, weights, strides[1], dilations, pads[1], lo, hi, acc)
+                _taps_float(x, b, top, weights, multiplier, strides[1], dilations, pads[1], 0, lo, acc)
+                _taps_float(x, b, top, weights, multiplier, strides[1], dilations, pads[1], hi, ow, acc)
+            else:
+                _taps_float(x, b, top, weights, multiplier, strides[1], dilations, pads[1], 0, ow, acc)
             for ox in range(ow):
                 for c in range(depth):
                     value = acc[ox, c] + bias[c]
@@ -199,3 +244,46 @@ def depthwise_float(x, weights, multiplier, strides, dilations, pads, bias, low,
                     elif value > high:
                         value = high
                     out[b, oy, ox, c] = value
+
+
+@_inline
+def _inner_3x3_float(x, b, top, weights, stride, dilations, pad, lo, hi, acc):
+    """``_inner_3x3`` in float32: the nine products summed in the taps' order."""
+    channels = x.shape[3]
+    dh, dw = dilations[0], dilations[1]
+    y1, y2 = top + dh, top + 2 * dh
+    for ox in range(lo, hi):
+        x0 = ox * stride - pad
+        x1, x2 = x0 + dw, x0 + 2 * dw
+        for c in range(channels):
+            acc[ox, c] = (x[b, top, x0, c] * weights[0, 0, c] + x[b, top, x1, c] * weights[0, 1, c]
+                          + x[b, top, x2, c] * weights[0, 2, c]
+                          + x[b, y1, x0, c] * weights[1, 0, c] + x[b, y1, x1, c] * weights[1, 1, c]
+                          + x[b, y1, x2, c] * weights[1, 2, c]
+                          + x[b, y2, x0, c] * weights[2, 0, c] + x[b, y2, x1, c] * weights[2, 1, c]
+                          + x[b, y2, x2, c] * weights[2, 2, c])
+
+
+@_inline
+def _taps_float(x, b, top, weights, multiplier, stride, dilations, pad, start, stop, acc):
+    """``_taps`` in float32."""
+    height, width, channels = x.shape[1], x.shape[2], x.shape[3]
+    kh, kw = weights.shape[0], weights.shape[1]
+    acc[start:stop] = 0
+    for i in range(kh):
+        y = top + i * dilations[0]
+        if y < 0 or y >= height:
+            continue
+        for j in range(kw):
+            offset = j * dilations[1] - pad
+            first = max(start, (-offset + stride - 1) // stride)
+            last = min(stop, (width - 1 - offset) // stride + 1)
+            for ox in range(first, last):
+                xx = ox * stride + offset
+                if multiplier == 1:
+                    for c in range(channels):
+                        acc[ox, c] += x[b, y, xx, c] * weights[i, j, c]
+                else:
+                    for c in range(channels):
+                        for q in range(multiplier):
+                            acc[ox, c * multiplier + q] += x[b, y, xx, c] * weights[i, j, c * multiplier + q]
