@@ -438,6 +438,17 @@ class TestSemantics:
         with pytest.raises(nnapi.OpFailedError):
             run(Op.GATHER, [(f32(0), None), scalar(0), vector([3])], [f32(1)], [np.ones(3, np.float32)])
 
+    def test_gather_runtime_indices_are_checked_at_every_execution(self):
+        """Indices that are a model input: the output shape is known at preparation (the
+        operation runs prepared), their values are checked when each execution runs."""
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        inputs = [(f32(3, 4), None), scalar(0), (i32(2), None)]
+        (out,) = run(Op.GATHER, inputs, [f32(2, 4)], [x, np.array([2, 0], np.int32)])
+        np.testing.assert_array_equal(out, x[[2, 0]])
+        for bad in ([3, 0], [0, -1]):
+            with pytest.raises(nnapi.OpFailedError, match=r"indices must be in \[0, 3\)"):
+                run(Op.GATHER, inputs, [f32(2, 4)], [x, np.array(bad, np.int32)])
+
     def test_embedding_lookup_out_of_range_fails(self):
         with pytest.raises(nnapi.BadDataError, match="add_operation"):
             run(Op.EMBEDDING_LOOKUP, [vector([-1]), (f32(2, 2), None)], [f32(1, 2)], [np.ones((2, 2), np.float32)])

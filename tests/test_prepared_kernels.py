@@ -15,7 +15,7 @@ from nnapi import OperationCode as Op
 from nnapi.codes import FuseCode
 from nnapi.operand import SymmPerChannelQuantParams
 from nnapi.operations import get_operation
-from nnapi.operations.base import ExecutionContext, Tensor
+from nnapi.operations.base import ExecutionContext, OperationFailed, Tensor
 
 RNG = np.random.default_rng(11)
 
@@ -530,6 +530,69 @@ def test_prepared_split_matches_reference(kind, axis, count):
         assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(part) and fast.flags.c_contiguous
         np.testing.assert_array_equal(fast.view(np.uint8), slow.view(np.uint8))
     np.testing.assert_array_equal(np.concatenate(prepared, axis=axis).view(np.uint8), data.value.view(np.uint8))
+
+
+@pytest.mark.parametrize("kind", list(_COPY_KINDS))
+@pytest.mark.parametrize("axis, indices", [(0, [1, 0, 1]), (1, [[4, 0], [2, 2]]), (-1, [5]), (2, 3)])
+def test_prepared_gather_matches_reference(kind, axis, indices):
+    """GATHER prepared (indices known only at the call, as a loop body computes them):
+    the same values as ``execute``, and indices out of range fail the call as they do there."""
+    data = _copy_input(kind, (2, 5, 6))
+    index_tensor = _tensor(T.TENSOR_INT32, np.array(indices, np.int32))
+    shape = list(data.value.shape)
+    resolved = axis % 3
+    out_shape = shape[:resolved] + list(index_tensor.value.shape) + shape[resolved + 1:]
+    code_type, _, scale, zero = _COPY_KINDS[kind]
+    inputs = [data, _scalar(T.INT32, axis), index_tensor]
+    _compare_exactly(Op.GATHER, inputs, OperandType(code_type, out_shape, scale, zero))
+    kernel = get_operation(Op.GATHER).plan(ExecutionContext(Op.GATHER, inputs, [OperandType(code_type, out_shape)]))
+    for bad in (-1, shape[resolved]):
+        wrong = np.array(indices, np.int32)
+        wrong.reshape(-1)[-1] = bad
+        with pytest.raises(OperationFailed, match=rf"GATHER: indices must be in \[0, {shape[resolved]}\)"):
+            kernel([data.value, np.int32(axis), wrong])
+
+
+@pytest.mark.parametrize("code", [Op.ADD, Op.SUB, Op.MUL, Op.DIV])
+def test_prepared_int32_arithmetic_matches_reference(code):
+    """int32 arithmetic prepared: wrap-around, floor division, division by zero (0), broadcasting."""
+    a = RNG.integers(-(2**31), 2**31, (3, 4)).astype(np.int32)
+    a[0, :2] = [2**31 - 1, -(2**31)]
+    b = RNG.integers(-5, 6, (1, 4)).astype(np.int32)
+    b[0, 0] = 0
+    inputs = [_tensor(T.TENSOR_INT32, a), _tensor(T.TENSOR_INT32, b), _scalar(T.INT32, 0)]
+    _compare_exactly(code, inputs, OperandType(T.TENSOR_INT32, [3, 4]))
+    scalars = [_tensor(T.TENSOR_INT32, np.array(7, np.int32)), _tensor(T.TENSOR_INT32, np.array(2, np.int32)),
+               _scalar(T.INT32, 0)]
+    (value,) = get_operation(code).plan(ExecutionContext(code, scalars, [OperandType(T.TENSOR_INT32, [])]))(
+        [t.value for t in scalars])
+    assert int(value) == {Op.ADD: 9, Op.SUB: 5, Op.MUL: 14, Op.DIV: 3}[code]
+
+
+_COMPARED = {"float32": (T.TENSOR_FLOAT32, lambda shape: RNG.integers(-2, 3, shape).astype(np.float32), 0.0, 0),
+             "int32": (T.TENSOR_INT32, lambda shape: RNG.integers(-2, 3, shape).astype(np.int32), 0.0, 0),
+             "bool8": (T.TENSOR_BOOL8, lambda shape: RNG.integers(0, 2, shape).astype(np.bool_), 0.0, 0),
+             "quant8": (T.TENSOR_QUANT8_ASYMM, lambda shape: RNG.integers(0, 4, shape).astype(np.uint8), 0.5, 1)}
+
+
+@pytest.mark.parametrize("kind", list(_COMPARED))
+@pytest.mark.parametrize("code", [Op.LESS, Op.LESS_EQUAL, Op.EQUAL, Op.NOT_EQUAL, Op.GREATER, Op.GREATER_EQUAL])
+def test_prepared_comparisons_match_reference(kind, code):
+    """Comparisons prepared where both inputs share one quantization; inputs of two
+    quantizations are compared as real values by ``execute`` (no plan)."""
+    code_type, values, scale, zero = _COMPARED[kind]
+    inputs = [_tensor(code_type, values((2, 3)), scale, zero), _tensor(code_type, values((3,)), scale, zero)]
+    _compare_exactly(code, inputs, OperandType(T.TENSOR_BOOL8, [2, 3]))
+    if kind == "quant8":
+        other = [inputs[0], _tensor(code_type, inputs[1].value, 0.25, 3)]
+        assert get_operation(code).plan(ExecutionContext(code, other, [OperandType(T.TENSOR_BOOL8, [2, 3])])) is None
+
+
+@pytest.mark.parametrize("code", [Op.LOGICAL_AND, Op.LOGICAL_OR])
+def test_prepared_logical_matches_reference(code):
+    inputs = [_tensor(T.TENSOR_BOOL8, RNG.integers(0, 2, (4, 1)).astype(np.bool_)),
+              _tensor(T.TENSOR_BOOL8, RNG.integers(0, 2, (3,)).astype(np.bool_))]
+    _compare_exactly(code, inputs, OperandType(T.TENSOR_BOOL8, [4, 3]))
 
 
 @pytest.mark.parametrize("kind", list(_COPY_KINDS))

@@ -123,8 +123,11 @@ class BinaryArithmetic(Operation):
     def plan(self, ctx: ExecutionContext):
         a, b = ctx.input(INPUT1), ctx.input(INPUT2)
         code = a.type
-        if code == T.TENSOR_INT32:
-            return None
+        if code == T.TENSOR_INT32:  # what ``execute`` computes, without its context (a loop counter's ADD)
+            if self.code == OperationCode.DIV:
+                return lambda values: [_floor_divide_int32(values[INPUT1], values[INPUT2])]
+            integer_math = _INT_MATH[self.code]
+            return lambda values: [integer_math(values[INPUT1], values[INPUT2]).astype(np.int32)]
         if code in _QUANT8_TYPES:
             return prepared_quant8_pair(self._on_stored(ctx), dtype_of(a.type), dtype_of(b.type),
                                         broadcast_shapes(a.shape, b.shape))

@@ -63,3 +63,12 @@ class Comparison(Operation):
             # Same quantization: comparing the stored integers is comparing real values.
             left, right = a.value, b.value
         return [np.asarray(_COMPARE[self.code](left, right), dtype=np.bool_)]
+
+    def plan(self, ctx: ExecutionContext):
+        """Inputs of one quantization (or none) compared as stored, without a context per
+        call (a WHILE condition runs one per iteration); others go through ``execute``."""
+        a, b = ctx.input(INPUT1), ctx.input(INPUT2)
+        if a.type in QUANT8_TENSORS and (a.scale, a.zero_point) != (b.scale, b.zero_point):
+            return None
+        compare = _COMPARE[self.code]
+        return lambda values: [np.asarray(compare(values[INPUT1], values[INPUT2]), dtype=np.bool_)]

@@ -16,7 +16,7 @@ from nnapi.operations._shape_common import (
     check_known_rank_at_least,
     check_output_like_input,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.base import ExecutionContext, Operation, OperationFailed, Shape, ValidationContext, register
 
 T = OperandCode
 
@@ -42,11 +42,32 @@ class Gather(Operation):
         axis = axis_value(ctx, AXIS, len(shape))
         indices = ctx.value(INDICES)
         ctx.require(indices is not None, "input 2 (indices) has no value")
-        if indices.size:
-            ctx.require(bool(np.all((indices >= 0) & (indices < shape[axis]))),
-                        f"indices must be in [0, {shape[axis]})")
-        return [shape[:axis] + tuple(indices.shape) + shape[axis + 1:]]
+        # The output's shape follows from the indices' shape alone. Their values are
+        # checked here when known (a constant, or at execution); at preparation, indices
+        # computed at run time (a loop counter) are not, and the prepared kernel checks them.
+        if isinstance(indices, np.ndarray):
+            ctx.require(_in_range(indices, shape[axis]), f"indices must be in [0, {shape[axis]})")
+        return [shape[:axis] + tuple(ctx.input(INDICES).shape) + shape[axis + 1:]]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         axis = axis_value(ctx, AXIS, ctx.input(INPUT).rank)
         return [np.take(ctx.value(INPUT), ctx.value(INDICES), axis=axis)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The axis resolved once (static shapes, constant axis); each call checks the
+        indices (their values may be known only at run time) and takes."""
+        axis = axis_value(ctx, AXIS, ctx.input(INPUT).rank)
+        size = ctx.input(INPUT).shape[axis]
+        message = f"{ctx.code.name}: indices must be in [0, {size})"  # as ``ExecutionContext.require`` says it
+
+        def run(values: list) -> list[np.ndarray]:
+            indices = values[INDICES]
+            if not _in_range(indices, size):
+                raise OperationFailed(message)
+            return [np.take(values[INPUT], indices, axis=axis)]
+        return run
+
+
+def _in_range(indices: np.ndarray, size: int) -> bool:
+    """Whether every index is in [0, ``size``)."""
+    return not indices.size or (int(indices.min()) >= 0 and int(indices.max()) < size)

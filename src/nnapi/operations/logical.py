@@ -39,6 +39,11 @@ class LogicalBinary(Operation):
         result = _BINARY[self.code](ctx.value(INPUT1), ctx.value(INPUT2))
         return [np.asarray(result, dtype=np.bool_)]
 
+    def plan(self, ctx: ExecutionContext):
+        """``execute`` without a context per call (a WHILE condition runs one per iteration)."""
+        combine = _BINARY[self.code]
+        return lambda values: [np.asarray(combine(values[INPUT1], values[INPUT2]), dtype=np.bool_)]
+
 
 @register(Op.LOGICAL_NOT)
 class LogicalNot(Operation):
