@@ -537,3 +537,31 @@ def test_a_read_only_model_input_runs_the_machine_code_loaded_at_compilation():
         results.append(out)
     assert set(dispatcher.signatures) == known
     np.testing.assert_array_equal(results[0], results[1])
+
+
+# --- PRELU -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, alpha_shape", [((2, 5, 7, 3), (3,)), ((1, 4, 4, 20), (1, 1, 20)), ((3, 6, 2), (6, 1)),
+                                                ((2, 3, 4), (2, 1, 4)), ((5, 300), (1,)), ((0, 4), (4,)), ((7,), (7,))])
+@pytest.mark.parametrize("slopes", ["small", "mirrored", "special"])
+def test_prelu_matches_numpy_bit_for_bit(shape, alpha_shape, slopes, monkeypatch):
+    """The one-pass PRELU against the numpy plan and ``execute``: the same bits, for
+    slopes below and above 1 and zero or non-finite ones, and inputs with -0, NaN, inf."""
+    rng = np.random.default_rng(len(shape) * 100 + len(alpha_shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    if x.size >= 6:
+        x.reshape(-1)[:6] = [-0.0, 0.0, np.nan, np.inf, -np.inf, -1e-40]
+    alpha = {"small": rng.uniform(0.01, 0.9, alpha_shape), "mirrored": rng.uniform(-2, 3, alpha_shape),
+             "special": rng.choice(np.array([0.0, np.inf, -np.inf, np.nan, 0.25, 1.5]), alpha_shape)}[slopes]
+    inputs = [_tensor(T.TENSOR_FLOAT32, x), _tensor(T.TENSOR_FLOAT32, alpha.astype(np.float32))]
+    output = OperandType(T.TENSOR_FLOAT32, list(shape))
+    compiled = _plan(Op.PRELU, inputs, output)
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        numpy_plan = _plan(Op.PRELU, inputs, output)
+    assert compiled.__qualname__.startswith("_compiled_prelu") == bool(x.size)  # empty inputs: numpy
+    assert not numpy_plan.__qualname__.startswith("_compiled_prelu")
+    values = [tensor.value for tensor in inputs]
+    want = get_operation(Op.PRELU).execute(ExecutionContext(Op.PRELU, inputs, [output]))[0]
+    for got in (compiled(values)[0], numpy_plan(values)[0]):
+        assert got.dtype == np.float32 and got.shape == shape
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

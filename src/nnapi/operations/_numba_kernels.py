@@ -15,6 +15,7 @@ doing what numpy needs several passes (and int64 temporaries) for:
   nothing and are skipped), followed by the same output stage per output pixel; a 3x3
   filter's interior pixels sum their nine taps in one vectorized pass over the channels.
 - ``depthwise_float``: the float32 DEPTHWISE_CONV_2D with bias and the activation clamp.
+- ``prelu_float``: the float32 PRELU in one pass (numpy needs a multiply and a maximum).
 
 Scratch arrays come from the caller: a kernel calling ``np.empty`` makes numba import its
 array implementation (``numba.np.arrayobj`` and a dozen modules, ~20 ms) when it loads the
@@ -287,3 +288,15 @@ def _taps_float(x, b, top, weights, multiplier, stride, dilations, pad, start, s
                     for c in range(channels):
                         for q in range(multiplier):
                             acc[ox, c * multiplier + q] += x[b, y, xx, c] * weights[i, j, c * multiplier + q]
+
+
+@_jit
+def prelu_float(x, alpha, out):
+    """Float32 PRELU, x >= 0 ? x : x * alpha, in one pass: ``x`` and ``out`` flat, the
+    slopes ``alpha`` flat of a length that divides x's (they repeat with that period:
+    the slopes of the input's trailing axes). NaN is not >= 0: NaN * alpha, as numpy's."""
+    period = alpha.shape[0]
+    for start in range(0, x.shape[0], period):
+        for i in range(period):
+            value = x[start + i]
+            out[start + i] = value if value >= 0 else value * alpha[i]

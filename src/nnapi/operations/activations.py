@@ -279,6 +279,9 @@ class PRelu(Operation):
         if x.type != T.TENSOR_FLOAT32 or not isinstance(alpha.value, np.ndarray):
             return None
         slope_alpha = np.asarray(alpha.value, dtype=np.float32)
+        compiled = _compiled_prelu(slope_alpha, x.shape)
+        if compiled is not None:
+            return compiled
         fast = _prelu_by_maximum(slope_alpha, x.shape)
         if fast is not None:
             return fast
@@ -289,6 +292,38 @@ class PRelu(Operation):
             return [value * np.where(value >= 0, one, slope_alpha)]
 
         return prelu
+
+
+def _compiled_prelu(alpha: np.ndarray, shape: Shape):
+    """The compiled one-pass PRELU (``nnapi[fast]``), or None (numba absent or disabled,
+    alpha not broadcasting to the input): the slopes materialized once over the input's
+    trailing axes from the first along which they vary (at least a row long, as
+    ``tile_trailing`` makes them), so that the flat input repeats them with that period."""
+    compiled = _jit.kernels()
+    if compiled is None or not shape or alpha.ndim > len(shape) or \
+            np.broadcast_shapes(alpha.shape, shape) != tuple(shape):
+        return None
+    tiled = tile_trailing(alpha, shape)
+    full = tiled.reshape((1,) * (len(shape) - tiled.ndim) + tiled.shape)
+    leading = 0
+    while leading < len(shape) and full.shape[leading] == 1:
+        leading += 1
+    slopes = np.ascontiguousarray(np.broadcast_to(full[(0,) * leading], shape[leading:]), dtype=np.float32)
+    slopes = slopes.reshape(-1)
+    if not slopes.size or not _jit.warm_up(compiled.prelu_float, np.zeros(0, np.float32), slopes,
+                                           np.empty(0, np.float32)):
+        return None
+    kernel = compiled.prelu_float
+
+    def prelu(inputs: list) -> list[np.ndarray]:
+        value = inputs[INPUT]
+        if not value.flags.c_contiguous:
+            value = np.ascontiguousarray(value)
+        out = np.empty(value.shape, np.float32)
+        kernel(value.reshape(-1), slopes, out.reshape(-1))
+        return [out]
+
+    return prelu
 
 
 def _maximum_keeps_second_on_ties() -> bool:
