@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from nnapi.codes import OperandCode
+from nnapi.operations import _jit
 from nnapi.operations.base import ExecutionContext, Shape, Tensor, ValidationContext
 from nnapi.operations.common import FLOAT_TENSORS as FLOAT_TENSORS  # re-exported
 from nnapi.operations.common import QUANT8_TENSORS as QUANT8_TENSORS  # re-exported
@@ -144,12 +145,31 @@ def prepared_quant8_pair(function, first_dtype, second_dtype, shape) -> Callable
         return lambda values: [function(values[0], values[1])]
     table = function(all_stored_values(np.dtype(first_dtype))[:, None],
                      all_stored_values(np.dtype(second_dtype))[None, :]).reshape(-1)
+    compiled = _compiled_pairs(table)
 
     def run(values: list) -> list[np.ndarray]:
-        index = (values[0].view(np.uint8).astype(np.uint16) << 8) | values[1].view(np.uint8)
+        first, second = values[0], values[1]
+        if compiled is not None and first.shape == second.shape and first.flags.c_contiguous \
+                and second.flags.c_contiguous:
+            out = np.empty(first.shape, table.dtype)
+            compiled(first.view(np.uint8).reshape(-1), second.view(np.uint8).reshape(-1), table.view(np.uint8),
+                     out.view(np.uint8).reshape(-1))
+            return [out]
+        index = (first.view(np.uint8).astype(np.uint16) << 8) | second.view(np.uint8)
         return [np.take(table, index)]
 
     return run
+
+
+def _compiled_pairs(table: np.ndarray):
+    """The compiled one-pass lookup (``nnapi[fast]``) for a table of 8-bit results, or None."""
+    compiled = _jit.kernels()
+    if compiled is None or table.dtype.itemsize != 1:
+        return None
+    empty = np.zeros(0, np.uint8)
+    if not _jit.warm_up(compiled.lookup_pairs, empty, empty, table.view(np.uint8), np.empty(0, np.uint8)):
+        return None
+    return compiled.lookup_pairs
 
 
 # --- branch-free selection --------------------------------------------------------------

@@ -16,6 +16,8 @@ doing what numpy needs several passes (and int64 temporaries) for:
   filter's interior pixels sum their nine taps in one vectorized pass over the channels.
 - ``depthwise_float``: the float32 DEPTHWISE_CONV_2D with bias and the activation clamp.
 - ``prelu_float``: the float32 PRELU in one pass (numpy needs a multiply and a maximum).
+- ``lookup_pairs``: an element-wise function of two 8-bit tensors of one shape through
+  the table of every pair of stored values, in one pass (numpy builds the index in three).
 
 Scratch arrays come from the caller: a kernel calling ``np.empty`` makes numba import its
 array implementation (``numba.np.arrayobj`` and a dozen modules, ~20 ms) when it loads the
@@ -300,3 +302,11 @@ def prelu_float(x, alpha, out):
         for i in range(period):
             value = x[start + i]
             out[start + i] = value if value >= 0 else value * alpha[i]
+
+
+@_jit
+def lookup_pairs(first, second, table, out):
+    """``out[i] = table[first[i] * 256 + second[i]]``: flat uint8 views of two 8-bit
+    tensors of one shape, the 65536-entry table and the output (8-bit results)."""
+    for i in range(first.shape[0]):
+        out[i] = table[(np.int64(first[i]) << 8) | np.int64(second[i])]
