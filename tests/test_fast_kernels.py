@@ -593,3 +593,48 @@ def test_pair_table_lookup_matches_numpy(code, kind, shapes, monkeypatch):
         for got in (compiled(values)[0], numpy_plan(values)[0]):
             assert got.dtype == dtype and got.shape == shapes[0]
             np.testing.assert_array_equal(got, want)
+
+
+# --- MAX_POOL_2D -------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("seed", range(8))
+def test_max_pool_matches_numpy(kind, seed, monkeypatch):
+    """The one-pass MAX_POOL_2D against numpy's prepared pooling and ``execute``: random
+    windows, strides and padding (as wide as the window: whole windows of padding), NCHW,
+    every fused clamp; float inputs with NaN and infinities."""
+    rng = np.random.default_rng(3000 + seed)
+    batches, channels = int(rng.integers(0, 3)), int(rng.integers(1, 20))
+    fh, fw, sh, sw = (int(v) for v in rng.integers(1, 5, 4))
+    if seed < 4:  # 2x2 windows: the four-tap pass inside, tap by tap at the border
+        fh = fw = 2
+    height, width = int(rng.integers(fh, 14)), int(rng.integers(fw, 14))
+    pads = [int(rng.integers(0, fw)), int(rng.integers(0, fw)), int(rng.integers(0, fh)), int(rng.integers(0, fh))]
+    nchw = bool(rng.integers(0, 2))
+    fuse = int(rng.choice([FuseCode.FUSED_NONE, FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6]))
+    shape = (batches, channels, height, width) if nchw else (batches, height, width, channels)
+    if kind == T.TENSOR_FLOAT32:
+        values = (rng.standard_normal(shape) * 4).astype(np.float32)
+        if values.size > 4:
+            values.reshape(-1)[rng.choice(values.size, 4, replace=False)] = [np.nan, np.inf, -np.inf, -0.0]
+        x, out_scale, out_zero = _tensor(kind, values), 0.0, 0
+    else:
+        dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
+        info = np.iinfo(dtype)
+        x = _tensor(kind, rng.integers(info.min, info.max + 1, shape).astype(dtype), 0.05, int(info.min) + 100)
+        out_scale, out_zero = 0.05, int(info.min) + 100
+    out_h = (height + pads[2] + pads[3] - fh) // sh + 1
+    out_w = (width + pads[0] + pads[1] - fw) // sw + 1
+    args = [_scalar(T.INT32, v) for v in (*pads, sw, sh, fw, fh, fuse)] + [_scalar(T.BOOL, nchw)]
+    dims = [batches, channels, out_h, out_w] if nchw else [batches, out_h, out_w, channels]
+    output = OperandType(kind, dims, out_scale, out_zero)
+    inputs = [x, *args]
+    compiled = _plan(Op.MAX_POOL_2D, inputs, output)
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        numpy_plan = _plan(Op.MAX_POOL_2D, inputs, output)
+    assert compiled.compiled is not None and numpy_plan.compiled is None
+    want = get_operation(Op.MAX_POOL_2D).execute(ExecutionContext(Op.MAX_POOL_2D, inputs, [output]))[0]
+    values = [tensor.value for tensor in inputs]
+    for got in (compiled(values)[0], numpy_plan(values)[0]):
+        assert got.dtype == want.dtype and got.shape == want.shape == tuple(dims)
+        np.testing.assert_array_equal(got, want)

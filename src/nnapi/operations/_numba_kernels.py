@@ -16,6 +16,8 @@ doing what numpy needs several passes (and int64 temporaries) for:
   filter's interior pixels sum their nine taps in one vectorized pass over the channels.
 - ``depthwise_float``: the float32 DEPTHWISE_CONV_2D with bias and the activation clamp.
 - ``prelu_float``: the float32 PRELU in one pass (numpy needs a multiply and a maximum).
+- ``max_pool``: MAX_POOL_2D in one pass over each output pixel's window (numpy makes one
+  pass over the whole output per tap), with the activation's clamp.
 - ``lookup_pairs``: an element-wise function of two 8-bit tensors of one shape through
   the table of every pair of stored values, in one pass (numpy builds the index in three).
 
@@ -310,3 +312,72 @@ def lookup_pairs(first, second, table, out):
     tensors of one shape, the 65536-entry table and the output (8-bit results)."""
     for i in range(first.shape[0]):
         out[i] = table[(np.int64(first[i]) << 8) | np.int64(second[i])]
+
+
+@_jit
+def max_pool(x, kernel, strides, pads, fill, low, high, out):
+    """MAX_POOL_2D of ``x`` (N, H, W, C) into ``out`` (N, OH, OW, C): ``kernel`` /
+    ``strides`` (h, w), ``pads`` (top, left); taps in the padding are skipped (they hold
+    ``fill``, the type's lowest value, which never wins), a window wholly in the padding
+    gives ``fill``. The maximum is numpy's: NaN wins, and a later tap wins a tie (as
+    np.maximum(result, tap) does). Results clamped to [``low``, ``high``] (NaN kept).
+    The output columns of a 2x2 window inside the input take their four taps in one pass
+    over the channels (a loop over few channels per tap costs more than the taps)."""
+    n, height, width, channels = x.shape
+    _, oh, ow, _ = out.shape
+    two = kernel[0] == 2 and kernel[1] == 2
+    lo, hi = _inner_columns(width, ow, kernel[1], strides[1], 1, pads[1])
+    for b in range(n):
+        for oy in range(oh):
+            top = oy * strides[0] - pads[0]
+            if two and lo < hi and top >= 0 and top + 1 < height:
+                _max_2x2(x, b, top, strides[1], pads[1], lo, hi, low, high, out, oy)
+                _max_taps(x, b, top, kernel, strides[1], pads[1], 0, lo, fill, low, high, out, oy)
+                _max_taps(x, b, top, kernel, strides[1], pads[1], hi, ow, fill, low, high, out, oy)
+            else:
+                _max_taps(x, b, top, kernel, strides[1], pads[1], 0, ow, fill, low, high, out, oy)
+
+
+@_inline
+def _max_2x2(x, b, top, stride, pad, lo, hi, low, high, out, oy):
+    """Output columns [lo, hi) of row ``oy`` of a 2x2 window inside the input."""
+    for ox in range(lo, hi):
+        left = ox * stride - pad
+        for c in range(x.shape[3]):
+            best = _later_max(_later_max(_later_max(x[b, top, left, c], x[b, top, left + 1, c]),
+                                         x[b, top + 1, left, c]), x[b, top + 1, left + 1, c])
+            out[b, oy, ox, c] = _clamp(best, low, high)
+
+
+@_inline
+def _max_taps(x, b, top, kernel, stride, pad, start, stop, fill, low, high, out, oy):
+    """Output columns [start, stop) of row ``oy``, any window, tap by tap."""
+    height, width, channels = x.shape[1], x.shape[2], x.shape[3]
+    first_i, last_i = max(0, -top), min(kernel[0], height - top)
+    for ox in range(start, stop):
+        left = ox * stride - pad
+        first_j, last_j = max(0, -left), min(kernel[1], width - left)
+        for c in range(channels):
+            out[b, oy, ox, c] = fill
+        for i in range(first_i, last_i):
+            for j in range(first_j, last_j):
+                for c in range(channels):
+                    out[b, oy, ox, c] = _later_max(out[b, oy, ox, c], x[b, top + i, left + j, c])
+        for c in range(channels):
+            out[b, oy, ox, c] = _clamp(out[b, oy, ox, c], low, high)
+
+
+@_inline
+def _later_max(best, value):
+    """np.maximum(best, value): NaN wins, ``value`` wins a tie."""
+    return value if value >= best or value != value else best
+
+
+@_inline
+def _clamp(value, low, high):
+    """``value`` clamped to [low, high], NaN kept (np.clip's result)."""
+    if value < low:
+        return low
+    if value > high:
+        return high
+    return value

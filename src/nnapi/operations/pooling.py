@@ -17,6 +17,7 @@ import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.operand import dtype_of
+from nnapi.operations import _jit
 from nnapi.operations._conv_common import INPUT, SpatialArgs, padded, spatial_dims, tap
 from nnapi.operations.base import (
     ExecutionContext,
@@ -171,6 +172,28 @@ class _PreparedPool:
             self.clamp = None if sp.fuse == FuseCode.FUSED_NONE else bounds
         else:
             self.clamp = activation_bounds_quantized(sp.fuse, ctx.output(0))
+        self.compiled = self._compiled_max() if code == OperationCode.MAX_POOL_2D else None
+
+    def _compiled_max(self):
+        """The compiled MAX_POOL_2D (``nnapi[fast]``) bound to this pooling's geometry, as a
+        function of the NHWC input and the output; None for float16 or without numba."""
+        compiled = _jit.kernels()
+        if compiled is None or self.dtype not in (np.float32, np.uint8, np.int8):
+            return None
+        sp, dtype = self.sp, self.dtype
+        geometry = (np.array(self.kernel, np.int64), np.array([sp.stride_h, sp.stride_w], np.int64),
+                    np.array([sp.pad_top, sp.pad_left], np.int64))
+        low, high = (-np.inf, np.inf) if self.clamp is None else self.clamp
+        bounds = (dtype.type(self.fill), dtype.type(max(low, self.fill)),
+                  dtype.type(min(high, np.inf if self.is_float else np.iinfo(dtype).max)))
+        kernel = compiled.max_pool
+
+        def run(x: np.ndarray, out: np.ndarray) -> None:
+            kernel(x, *geometry, *bounds, out)
+
+        if not _jit.warm_up(run, np.zeros((0, 1, 1, 1), dtype), np.empty((0, 1, 1, 1), dtype)):
+            return None
+        return run
 
     def _padded(self, x: np.ndarray) -> np.ndarray:
         top, bottom, left, right = self.pads
@@ -190,6 +213,11 @@ class _PreparedPool:
         if n == 0:
             return [from_nhwc(np.zeros((0, oh, ow, channels), dtype=self.dtype), sp.nchw)]
         maximum = self.code == OperationCode.MAX_POOL_2D
+        if self.compiled is not None:  # one pass over the input: the deadline checked once, before it
+            check_deadline()
+            out = np.empty((n, oh, ow, channels), self.dtype)
+            self.compiled(np.ascontiguousarray(x), out)
+            return [from_nhwc(out, sp.nchw)]
         if not maximum:
             x = x.astype(self.work, copy=False)
             if self.code == OperationCode.L2_POOL_2D:
