@@ -117,10 +117,11 @@ def test_output_stage_writes_strided_outputs_through_numpy():
 
 
 # --- depthwise convolution -------------------------------------------------------------------
-def _depthwise_case(kind: str, rng, three: bool = False):
+def _depthwise_case(kind: str, rng, three: bool = False, rows: bool = False):
     """Random DEPTHWISE_CONV_2D inputs and output type of one kind; ``three``: a 3x3
     filter of depth multiplier 1 over inputs wide enough to have an interior (the
-    compiled kernels' one-pass path), with up to 40 channels."""
+    compiled kernels' one-pass path), with up to 40 channels; ``rows``: multiplier 1 and
+    stride 1 along rows (whole rows at once below 32 channels)."""
     batches = int(rng.choice([0, 1, 2]))
     channels, multiplier = int(rng.integers(1, 9)), int(rng.integers(1, 4))
     kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
@@ -130,6 +131,8 @@ def _depthwise_case(kind: str, rng, three: bool = False):
     if three:
         batches, channels, multiplier, kh, kw = int(rng.integers(1, 3)), int(rng.integers(1, 41)), 1, 3, 3
         height, width = int(rng.integers(3, 20)), int(rng.integers(3, 20))
+    if rows:
+        multiplier, stride_w, channels = 1, 1, int(rng.integers(1, 40))
     pads = [int(p) for p in rng.integers(0, 5, 4)]  # left, right, top, bottom; wider than reach sometimes
     out_h = (height + pads[2] + pads[3] - (kh - 1) * dilation_h - 1) // stride_h + 1
     out_w = (width + pads[0] + pads[1] - (kw - 1) * dilation_w - 1) // stride_w + 1
@@ -208,6 +211,31 @@ def test_depthwise_3x3_interior_matches_numpy(kind, seed, monkeypatch):
     inputs, output = case
     compiled = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
     assert compiled.compiled is not None
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        reference = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
+    values = [tensor.value for tensor in inputs]
+    fast, slow = compiled(values)[0], reference(values)[0]
+    if kind == "float32":
+        np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(slow).max(initial=0))))
+    else:
+        np.testing.assert_array_equal(fast, slow)
+
+
+@pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel", "float32"])
+@pytest.mark.parametrize("seed", range(12))
+def test_depthwise_rows_match_numpy(kind, seed, monkeypatch):
+    """Multiplier 1 at stride 1 along rows: below 32 channels whole rows are one run per
+    tap (the filter and output stage tiled along a row), every filter size, dilation,
+    vertical stride and padding, against the numpy path."""
+    rng = np.random.default_rng(4000 + seed)
+    case = None
+    while case is None:
+        case = _depthwise_case(kind, rng, rows=True)
+    inputs, output = case
+    compiled = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
+    assert compiled.compiled is not None
+    assert compiled.compiled.__name__.endswith("_rows") == (inputs[1].value.shape[3] < 32)
     with monkeypatch.context() as patch:
         patch.setenv(_jit.DISABLE_VARIABLE, "1")
         reference = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)

@@ -46,6 +46,9 @@ _PLANAR_MAX_CHANNELS = 4
 _MIN_BLOCK_PIXELS = 1024
 #: the most float32 products one quantized product is split into (else it runs in float64)
 _MAX_PARTS = 8
+#: depthwise convolutions over fewer channels than this (stride 1 along rows, multiplier
+#: 1) run whole rows as one run of pixels x channels (``depthwise_rows_*``)
+_ROW_CHANNELS = 32
 
 
 def _input_bound(tensor: Tensor) -> int:
@@ -293,7 +296,7 @@ class PreparedDepthwise:
         self.pad = _Padder(data, sp, self.work)
         self.epilogue = _Epilogue(ctx, sp.fuse, channels, self.work)
         self.block_rows = max(1, _BLOCK_BYTES // (out_hw[1] * channels * 8))
-        self.compiled = _compiled_depthwise(ctx, sp, shifted, multiplier, self.epilogue)
+        self.compiled = _compiled_depthwise(ctx, sp, shifted, multiplier, self.epilogue, out_hw)
 
     def __call__(self, values: list) -> list[np.ndarray]:
         if self.compiled is None:
@@ -334,10 +337,12 @@ class PreparedDepthwise:
 
 
 def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray, multiplier: int,
-                        epilogue: _Epilogue):
+                        epilogue: _Epilogue, out_hw: tuple[int, int]):
     """The compiled depthwise kernel (``_jit``) bound to this operation's constants, as a
     function of the NHWC input and the output array; None where it does not apply (numba
-    absent or disabled, float16, int32 sums that could overflow)."""
+    absent or disabled, float16, int32 sums that could overflow). Few channels at stride 1
+    along rows run by whole rows, their filter (and bias or output stage) tiled along an
+    output row here."""
     compiled = _jit.kernels()
     data, output = ctx.input(INPUT), ctx.output(0)
     depth = shifted.shape[2]
@@ -345,16 +350,33 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
         return None
     geometry = (multiplier, np.array([sp.stride_h, sp.stride_w], np.int64),
                 np.array([sp.dilation_h, sp.dilation_w], np.int64), np.array([sp.pad_top, sp.pad_left], np.int64))
+    rows = multiplier == 1 and sp.stride_w == 1 and depth < _ROW_CHANNELS
+    ow = out_hw[1]
+
+    def tiled(values: np.ndarray, dtype) -> np.ndarray:  # per-channel values repeated along an output row
+        return np.ascontiguousarray(np.tile(np.asarray(values, dtype=dtype), (1,) * (values.ndim - 1) + (ow,)))
+
+    def flat_rows(array: np.ndarray) -> np.ndarray:  # (N, H, W, C) -> (N, H, W * C), a view
+        n, h, w, c = array.shape
+        return array.reshape(n, h, w * c)
+
     if not epilogue.quantized:
         weights = _jit.constant(shifted, np.float32)
         bias = _jit.constant(epilogue.bias, np.float32)
         low, high = epilogue.clip if epilogue.clip is not None else (-np.inf, np.inf)
         low, high = np.float32(low), np.float32(high)
+        if rows:
+            row_weights, row_bias = tiled(weights, np.float32), tiled(bias, np.float32)
 
-        def run_float(x: np.ndarray, out: np.ndarray) -> None:
-            compiled.depthwise_float(x, weights, *geometry, bias, low, high, out,
-                                     _jit.scratch((out.shape[2], depth), np.float32))
-        run = run_float
+            def run_float_rows(x: np.ndarray, out: np.ndarray) -> None:
+                compiled.depthwise_rows_float(flat_rows(x), row_weights, depth, *geometry[1:], row_bias, low, high,
+                                              flat_rows(out), _jit.scratch((row_bias.size,), np.float32))
+            run = run_float_rows
+        else:
+            def run_float(x: np.ndarray, out: np.ndarray) -> None:
+                compiled.depthwise_float(x, weights, *geometry, bias, low, high, out,
+                                         _jit.scratch((out.shape[2], depth), np.float32))
+            run = run_float
     else:
         # the int32 sums are exact: no partial sum can exceed max|x - zp| * sum|w|
         largest = int(np.abs(shifted).sum(axis=(0, 1), dtype=np.int64).max()) if shifted.size else 0
@@ -368,11 +390,21 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
                                                dtype=np.int32)
         stage = epilogue.stage
         params = _jit.stage_parameters(stage.stage, depth, _input_bound(data) * largest)
+        if rows:
+            row_weights = tiled(weights, np.int32)
+            row_params = tuple(tiled(value, value.dtype) if isinstance(value, np.ndarray) else value
+                               for value in params)
 
-        def run_quantized(x: np.ndarray, out: np.ndarray) -> None:
-            compiled.depthwise_quantized(x, zero_point, weights, zero_point_sums, *geometry, params, out,
-                                         _jit.scratch((out.shape[2], depth), np.int32))
-        run = run_quantized
+            def run_quantized_rows(x: np.ndarray, out: np.ndarray) -> None:
+                compiled.depthwise_rows_quantized(flat_rows(x), zero_point, row_weights, depth, *geometry[1:],
+                                                  row_params, flat_rows(out),
+                                                  _jit.scratch((row_weights.shape[2],), np.int32))
+            run = run_quantized_rows
+        else:
+            def run_quantized(x: np.ndarray, out: np.ndarray) -> None:
+                compiled.depthwise_quantized(x, zero_point, weights, zero_point_sums, *geometry, params, out,
+                                             _jit.scratch((out.shape[2], depth), np.int32))
+            run = run_quantized
     if not _jit.warm_up(run, np.zeros((0, 1, 1, depth // multiplier), dtype_of(data.type)),
                         np.empty((0, 1, 1, depth), dtype_of(output.type))):
         return None

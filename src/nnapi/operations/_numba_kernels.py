@@ -15,6 +15,10 @@ doing what numpy needs several passes (and int64 temporaries) for:
   nothing and are skipped), followed by the same output stage per output pixel; a 3x3
   filter's interior pixels sum their nine taps in one vectorized pass over the channels.
 - ``depthwise_float``: the float32 DEPTHWISE_CONV_2D with bias and the activation clamp.
+- ``depthwise_rows_quantized`` / ``depthwise_rows_float``: the same for few channels,
+  stride 1 along rows and multiplier 1, over whole rows (pixels x channels as one run,
+  the filter and output stage tiled along a row at preparation): loops over few channels
+  per pixel cost more than their arithmetic.
 - ``prelu_float``: the float32 PRELU in one pass (numpy needs a multiply and a maximum).
 - ``max_pool``: MAX_POOL_2D in one pass over each output pixel's window (numpy makes one
   pass over the whole output per tap), with the activation's clamp.
@@ -201,6 +205,70 @@ def _taps(x, b, top, input_zero_point, weights, multiplier, stride, dilations, p
                         value = np.int32(x[b, y, xx, c]) - input_zero_point
                         for q in range(multiplier):
                             acc[ox, c * multiplier + q] += value * weights[i, j, c * multiplier + q]
+
+
+@_jit
+def depthwise_rows_quantized(x, input_zero_point, weights, channels, strides, dilations, pads, params, out, acc):
+    """Quantized DEPTHWISE_CONV_2D over whole rows: ``x`` (N, H, W * C) stored 8-bit
+    values, ``weights`` (KH, KW, OW * C) int32 (zero point subtracted) tiled along an
+    output row, ``params`` the output stage tiled likewise, ``out`` (N, OH, OW * C);
+    stride 1 along rows (``strides[0]`` down), multiplier 1. Each tap adds one run of
+    pixels x channels: the output columns it reaches, shifted by its offset; taps in the
+    padding add nothing. ``acc``: int32 scratch of one output row (OW * C)."""
+    n, height, row = x.shape
+    kh, kw, span = weights.shape
+    oh = out.shape[1]
+    width, ow = row // channels, span // channels
+    for b in range(n):
+        for oy in range(oh):
+            acc[:] = 0
+            top = oy * strides[0] - pads[0]
+            for i in range(kh):
+                y = top + i * dilations[0]
+                if y < 0 or y >= height:
+                    continue
+                for j in range(kw):
+                    offset = j * dilations[1] - pads[1]
+                    first, last = max(0, -offset) * channels, min(ow, width - offset) * channels
+                    if first >= last:
+                        continue
+                    # views of the run (indexes that are the loop's own vectorize; one
+                    # computed from it is tested for negative values at every element)
+                    source = x[b, y, first + offset * channels:last + offset * channels]
+                    taps, sums = weights[i, j, first:last], acc[first:last]
+                    for k in range(last - first):
+                        sums[k] += (np.int32(source[k]) - input_zero_point) * taps[k]
+            _finish(acc, params, out[b, oy])
+
+
+@_jit
+def depthwise_rows_float(x, weights, channels, strides, dilations, pads, bias, low, high, out, acc):
+    """``depthwise_rows_quantized`` in float32: ``bias`` tiled along a row, results
+    clamped to [``low``, ``high``] (NaN kept); taps summed in the filter's order; ``acc``:
+    float32 scratch of one output row (OW * C)."""
+    n, height, row = x.shape
+    kh, kw, span = weights.shape
+    oh = out.shape[1]
+    width, ow = row // channels, span // channels
+    for b in range(n):
+        for oy in range(oh):
+            acc[:] = 0
+            top = oy * strides[0] - pads[0]
+            for i in range(kh):
+                y = top + i * dilations[0]
+                if y < 0 or y >= height:
+                    continue
+                for j in range(kw):
+                    offset = j * dilations[1] - pads[1]
+                    first, last = max(0, -offset) * channels, min(ow, width - offset) * channels
+                    if first >= last:
+                        continue
+                    source = x[b, y, first + offset * channels:last + offset * channels]
+                    taps, sums = weights[i, j, first:last], acc[first:last]
+                    for k in range(last - first):
+                        sums[k] += source[k] * taps[k]
+            for k in range(span):
+                out[b, oy, k] = _clamp(acc[k] + bias[k], low, high)
 
 
 @_inline
