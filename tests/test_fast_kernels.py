@@ -345,6 +345,7 @@ def test_a_kernel_that_fails_to_compile_falls_back_to_numpy(monkeypatch, caplog)
 
     monkeypatch.setattr(_jit, "_unavailable", False)
     monkeypatch.setattr(_jit.kernels(), "depthwise_quantized", broken)
+    monkeypatch.setattr(_jit.kernels(), "depthwise_rows_quantized", broken)  # few channels: whole rows
     inputs = [
         _tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, (1, 5, 5, 3)).astype(np.uint8), 0.5, 3),
         _tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, (1, 3, 3, 3)).astype(np.uint8), 0.25, 120),

@@ -354,7 +354,7 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
     ow = out_hw[1]
 
     def tiled(values: np.ndarray, dtype) -> np.ndarray:  # per-channel values repeated along an output row
-        return np.ascontiguousarray(np.tile(np.asarray(values, dtype=dtype), (1,) * (values.ndim - 1) + (ow,)))
+        return _jit.constant(np.tile(np.asarray(values, dtype=dtype), (1,) * (values.ndim - 1) + (ow,)), dtype)
 
     def flat_rows(array: np.ndarray) -> np.ndarray:  # (N, H, W, C) -> (N, H, W * C), a view
         n, h, w, c = array.shape
@@ -386,8 +386,7 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
         zero_point = np.int32(data.zero_point)
         # what the zero point takes from a window lying wholly inside the input, per channel
         # (|zero point| <= the input bound: fits in int32 as the sums do)
-        zero_point_sums = np.ascontiguousarray(data.zero_point * weights.sum(axis=(0, 1), dtype=np.int64),
-                                               dtype=np.int32)
+        zero_point_sums = _jit.constant(data.zero_point * weights.sum(axis=(0, 1), dtype=np.int64), np.int32)
         stage = epilogue.stage
         params = _jit.stage_parameters(stage.stage, depth, _input_bound(data) * largest)
         if rows:

@@ -167,7 +167,8 @@ def _compiled_pairs(table: np.ndarray):
     if compiled is None or table.dtype.itemsize != 1:
         return None
     empty = np.zeros(0, np.uint8)
-    if not _jit.warm_up(compiled.lookup_pairs, empty, empty, table.view(np.uint8), np.empty(0, np.uint8)):
+    if not _jit.warm_up(compiled.lookup_pairs, empty, empty, _jit.constant(table.view(np.uint8), np.uint8),
+                        np.empty(0, np.uint8)):
         return None
     return compiled.lookup_pairs
 

@@ -308,8 +308,7 @@ def _compiled_prelu(alpha: np.ndarray, shape: Shape):
     leading = 0
     while leading < len(shape) and full.shape[leading] == 1:
         leading += 1
-    slopes = np.ascontiguousarray(np.broadcast_to(full[(0,) * leading], shape[leading:]), dtype=np.float32)
-    slopes = slopes.reshape(-1)
+    slopes = _jit.constant(np.broadcast_to(full[(0,) * leading], shape[leading:]).reshape(-1), np.float32)
     if not slopes.size or not _jit.warm_up(compiled.prelu_float, np.zeros(0, np.float32), slopes,
                                            np.empty(0, np.float32)):
         return None
