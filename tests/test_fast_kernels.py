@@ -667,3 +667,29 @@ def test_max_pool_matches_numpy(kind, seed, monkeypatch):
     for got in (compiled(values)[0], numpy_plan(values)[0]):
         assert got.dtype == want.dtype and got.shape == want.shape == tuple(dims)
         np.testing.assert_array_equal(got, want)
+
+
+def test_read_only_inputs_add_no_kernel_version():
+    """PRELU, MAX_POOL_2D and a quantized ADD fed read-only inputs (a model input from
+    np.frombuffer) use the version loaded at preparation: no other is compiled or loaded
+    inside the execution, and the results are the same."""
+    rng = np.random.default_rng(7)
+    x = _tensor(T.TENSOR_FLOAT32, rng.standard_normal((1, 8, 8, 4)).astype(np.float32))
+    q = _tensor(T.TENSOR_QUANT8_ASYMM, rng.integers(0, 256, (1, 16, 16, 4)).astype(np.uint8), 0.1, 3)
+    pool_args = [_scalar(T.INT32, v) for v in (0, 0, 0, 0, 2, 2, 2, 2, 0)] + [_scalar(T.BOOL, False)]
+    cases = [
+        (Op.PRELU, [x, _tensor(T.TENSOR_FLOAT32, rng.uniform(0.1, 0.5, 4).astype(np.float32))],
+         OperandType(T.TENSOR_FLOAT32, [1, 8, 8, 4]), "prelu_float"),
+        (Op.MAX_POOL_2D, [x, *pool_args], OperandType(T.TENSOR_FLOAT32, [1, 4, 4, 4]), "max_pool"),
+        (Op.ADD, [q, q, _scalar(T.INT32, 0)], OperandType(T.TENSOR_QUANT8_ASYMM, [1, 16, 16, 4], 0.2, 5),
+         "lookup_pairs"),
+    ]
+    for code, inputs, output, name in cases:
+        kernel = _plan(code, inputs, output)
+        dispatcher = getattr(_jit.kernels(), name)
+        versions = len(dispatcher.signatures)
+        values = [tensor.value for tensor in inputs]
+        read_only = [np.frombuffer(v.tobytes(), v.dtype).reshape(v.shape) if v.ndim else v for v in values]
+        assert not read_only[0].flags.writeable
+        np.testing.assert_array_equal(kernel(read_only)[0], kernel(values)[0])
+        assert len(dispatcher.signatures) == versions, name

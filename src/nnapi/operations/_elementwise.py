@@ -149,8 +149,8 @@ def prepared_quant8_pair(function, first_dtype, second_dtype, shape) -> Callable
 
     def run(values: list) -> list[np.ndarray]:
         first, second = values[0], values[1]
-        if compiled is not None and first.shape == second.shape and first.flags.c_contiguous \
-                and second.flags.c_contiguous:
+        if compiled is not None and first.shape == second.shape:
+            first, second = _jit.kernel_input(first), _jit.kernel_input(second)
             out = np.empty(first.shape, table.dtype)
             compiled(first.view(np.uint8).reshape(-1), second.view(np.uint8).reshape(-1), table.view(np.uint8),
                      out.view(np.uint8).reshape(-1))

@@ -315,9 +315,7 @@ def _compiled_prelu(alpha: np.ndarray, shape: Shape):
     kernel = compiled.prelu_float
 
     def prelu(inputs: list) -> list[np.ndarray]:
-        value = inputs[INPUT]
-        if not value.flags.c_contiguous:
-            value = np.ascontiguousarray(value)
+        value = _jit.kernel_input(inputs[INPUT])
         out = np.empty(value.shape, np.float32)
         kernel(value.reshape(-1), slopes, out.reshape(-1))
         return [out]

@@ -216,7 +216,7 @@ class _PreparedPool:
         if self.compiled is not None:  # one pass over the input: the deadline checked once, before it
             check_deadline()
             out = np.empty((n, oh, ow, channels), self.dtype)
-            self.compiled(np.ascontiguousarray(x), out)
+            self.compiled(_jit.kernel_input(x), out)
             return [from_nhwc(out, sp.nchw)]
         if not maximum:
             x = x.astype(self.work, copy=False)
