@@ -279,12 +279,15 @@ class PRelu(Operation):
         if x.type != T.TENSOR_FLOAT32 or not isinstance(alpha.value, np.ndarray):
             return None
         slope_alpha = np.asarray(alpha.value, dtype=np.float32)
-        compiled = _compiled_prelu(slope_alpha, x.shape)
-        if compiled is not None:
-            return compiled
+        # numpy's vectorized multiply and maximum beat the compiled scalar loop (iris_landmark:
+        # 0.65 against 2.6 ms of PRELU per run), so the compiled kernel only takes the cases
+        # the maximum form cannot
         fast = _prelu_by_maximum(slope_alpha, x.shape)
         if fast is not None:
             return fast
+        compiled = _compiled_prelu(slope_alpha, x.shape)
+        if compiled is not None:
+            return compiled
         one = np.float32(1)
 
         def prelu(inputs: list) -> list[np.ndarray]:
