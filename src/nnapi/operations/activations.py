@@ -125,9 +125,6 @@ def _compiled_hard_swish():
     return run if _jit.warm_up(hard_swish, probe, probe.copy()) else None
 
 
-#: the prepared float32 kernels: the smooth functions' math without their temporaries
-_PREPARED_FLOAT32 = {Op.LOGISTIC: _logistic_in_place}
-
 
 @register(Op.RELU, Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, zero_sized_inputs=True)
 class Activation(Operation):
@@ -203,8 +200,11 @@ class Activation(Operation):
         if tensor.type != T.TENSOR_FLOAT32:
             return None
         if self.code not in _RELU_FUSE:
-            function = (self.code == Op.HARD_SWISH and _compiled_hard_swish()) or \
-                _PREPARED_FLOAT32.get(self.code, _SMOOTH_FUNCTIONS[self.code])
+            function = _SMOOTH_FUNCTIONS[self.code]
+            if self.code == Op.LOGISTIC:
+                function = _logistic_in_place
+            elif self.code == Op.HARD_SWISH:
+                function = _compiled_hard_swish() or function
             return lambda inputs: [function(inputs[INPUT])]
         low, high = (np.float32(bound) for bound in activation_bounds_float(_RELU_FUSE[self.code]))
 
