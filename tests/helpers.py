@@ -136,6 +136,22 @@ def add_model(dims: Sequence[int] = (2,), *, fuse: int = 0, finish: bool = True)
     return model
 
 
+def constant_add_chain() -> nnapi.Model:
+    """Two operations on a constant: y = (a + b) + b, b = [1, 1] (float32)."""
+    model = nnapi.Model()
+    tensor = OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [2])
+    a, b = model.add_operand(tensor), model.add_operand(tensor)
+    model.set_operand_value(b, np.ones(2, np.float32))
+    act = model.add_operand(OperandType(nnapi.OperandCode.INT32))
+    model.set_operand_value(act, 0)
+    t, y = model.add_operand(tensor), model.add_operand(tensor)
+    model.add_operation(nnapi.OperationCode.ADD, [a, b, act], [t])
+    model.add_operation(nnapi.OperationCode.ADD, [t, b, act], [y])
+    model.identify_inputs_and_outputs([a], [y])
+    model.finish()
+    return model
+
+
 # --- operand types by element type, for operation tests --------------------------------
 def f32(dims) -> OperandType:
     return OperandType(nnapi.OperandCode.TENSOR_FLOAT32, dims)

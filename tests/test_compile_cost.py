@@ -10,30 +10,12 @@ import gc
 
 import numpy as np
 import pytest
-from tests.helpers import reference_devices
 
 import nnapi
+from helpers import constant_add_chain, reference_devices
 from nnapi import OperandCode as T
-from nnapi import OperandType
-from nnapi import OperationCode as Op
 from nnapi.drivers import reference
 from nnapi.hal import HalError
-
-
-def _chain() -> nnapi.Model:
-    """y = (a + b) + b with a constant b: two operations."""
-    model = nnapi.Model()
-    tensor = OperandType(T.TENSOR_FLOAT32, [2])
-    a, b = model.add_operand(tensor), model.add_operand(tensor)
-    model.set_operand_value(b, np.ones(2, np.float32))
-    act = model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(act, 0)
-    t, y = model.add_operand(tensor), model.add_operand(tensor)
-    model.add_operation(Op.ADD, [a, b, act], [t])
-    model.add_operation(Op.ADD, [t, b, act], [y])
-    model.identify_inputs_and_outputs([a], [y])
-    model.finish()
-    return model
 
 
 @pytest.fixture
@@ -61,7 +43,7 @@ def _compute(compilation: nnapi.Compilation) -> np.ndarray:
 
 
 def test_a_compilation_checks_each_operation_once(counted):
-    compilation = nnapi.Compilation(_chain(), reference_devices())
+    compilation = nnapi.Compilation(constant_add_chain(), reference_devices())
     compilation.finish()
     # the partitioner's get_supported_operations and prepare_model share one answer
     assert counted == {"validate_model": 1, "unsupported_reason": 2}
@@ -69,7 +51,7 @@ def test_a_compilation_checks_each_operation_once(counted):
 
 
 def test_a_second_compilation_does_not_validate_again(counted):
-    model = _chain()
+    model = constant_add_chain()
     first = nnapi.Compilation(model, reference_devices())
     first.finish()
     before = dict(counted)
@@ -82,7 +64,7 @@ def test_a_second_compilation_does_not_validate_again(counted):
 
 def test_another_hal_model_object_is_validated():
     device = reference.ReferenceDevice()
-    hal_model = _chain()._hal_model()[0]
+    hal_model = constant_add_chain()._hal_model()[0]
     device.prepare_model(hal_model)
     broken = copy.copy(hal_model)
     broken.main = copy.deepcopy(hal_model.main)
@@ -101,7 +83,7 @@ def test_another_hal_model_object_is_validated():
 
 def test_what_a_device_learned_goes_with_the_model():
     device = reference.ReferenceDevice()
-    hal_model = _chain()._hal_model()[0]
+    hal_model = constant_add_chain()._hal_model()[0]
     assert device.get_supported_operations(hal_model) == [True, True]
     assert len(device._vetted) == 1
     del hal_model

@@ -8,10 +8,8 @@ import copy
 import numpy as np
 import pytest
 
-import nnapi
+from helpers import constant_add_chain
 from nnapi import OperandCode as T
-from nnapi import OperandType
-from nnapi import OperationCode as Op
 from nnapi.drivers.reference import ReferenceDevice
 from nnapi.hal import DataLocation, ErrorStatus, HalError, OperandLifeTime, Request, RequestArgument
 from nnapi.runtime.model_builder import build_hal_model
@@ -20,19 +18,8 @@ L = OperandLifeTime
 
 
 def hal_chain():
-    """y = (a + b) + b with a constant b."""
-    model = nnapi.Model()
-    tensor = OperandType(T.TENSOR_FLOAT32, [2])
-    a, b = model.add_operand(tensor), model.add_operand(tensor)
-    model.set_operand_value(b, np.ones(2, np.float32))
-    act = model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(act, 0)
-    t, y = model.add_operand(tensor), model.add_operand(tensor)
-    model.add_operation(Op.ADD, [a, b, act], [t])
-    model.add_operation(Op.ADD, [t, b, act], [y])
-    model.identify_inputs_and_outputs([a], [y])
-    model.finish()
-    return build_hal_model(model)[0]
+    """y = (a + b) + b with a constant b, as a HAL model."""
+    return build_hal_model(constant_add_chain())[0]
 
 
 def broken(mutate):
