@@ -21,3 +21,38 @@ def register():
             return device
 
         yield add
+
+
+@pytest.fixture(scope="module")
+def calibration_file():
+    """nnapi-ort-cpu's calibration cache in a fresh temporary file for one test module (its
+    path), so a module measures the device itself; the ORT test modules use it throughout."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        previous = os.environ.get("NNAPI_ORT_CALIBRATION")
+        os.environ["NNAPI_ORT_CALIBRATION"] = os.path.join(directory, "calibration.json")
+        yield os.environ["NNAPI_ORT_CALIBRATION"]
+        if previous is None:
+            del os.environ["NNAPI_ORT_CALIBRATION"]
+        else:
+            os.environ["NNAPI_ORT_CALIBRATION"] = previous
+
+
+@pytest.fixture(scope="module")
+def ort_device():
+    """nnapi-ort-cpu registered with the runtime (found by plug-in discovery when that is
+    in place, registered here otherwise)."""
+    import nnapi
+    from nnapi.drivers.ort import devices
+    from nnapi.runtime import manager
+
+    registered = [d for d in manager.hal_devices() if d.name == "nnapi-ort-cpu"]
+    if registered:
+        yield nnapi.Device(registered[0])
+        return
+    device = devices()[0]
+    manager.register_device(device)
+    yield nnapi.Device(device)
+    manager.unregister_device("nnapi-ort-cpu")

@@ -33,31 +33,7 @@ from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402
 
-
-@pytest.fixture(scope="module", autouse=True)
-def calibration_file():
-    with tempfile.TemporaryDirectory() as directory:
-        previous = os.environ.get("NNAPI_ORT_CALIBRATION")
-        os.environ["NNAPI_ORT_CALIBRATION"] = os.path.join(directory, "calibration.json")
-        yield os.environ["NNAPI_ORT_CALIBRATION"]
-        if previous is None:
-            del os.environ["NNAPI_ORT_CALIBRATION"]
-        else:
-            os.environ["NNAPI_ORT_CALIBRATION"] = previous
-
-
-@pytest.fixture(scope="module")
-def ort_device():
-    """nnapi-ort-cpu registered with the runtime (found by plug-in discovery when that is
-    in place, registered here otherwise)."""
-    registered = [d for d in manager.hal_devices() if d.name == "nnapi-ort-cpu"]
-    if registered:
-        yield nnapi.Device(registered[0])
-        return
-    device = devices()[0]
-    manager.register_device(device)
-    yield nnapi.Device(device)
-    manager.unregister_device("nnapi-ort-cpu")
+pytestmark = pytest.mark.usefixtures("calibration_file")
 
 
 def test_factory_gives_a_cpu_device_per_provider():

@@ -5,8 +5,6 @@ mocked (no GPU here: what is checked is the device code path, not a GPU run)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 
 import numpy as np
@@ -16,6 +14,7 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import add_model  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -25,29 +24,7 @@ from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402
 
-
-@pytest.fixture(scope="module", autouse=True)
-def calibration_file():
-    with tempfile.TemporaryDirectory() as directory:
-        previous = os.environ.get("NNAPI_ORT_CALIBRATION")
-        os.environ["NNAPI_ORT_CALIBRATION"] = os.path.join(directory, "calibration.json")
-        yield
-        if previous is None:
-            del os.environ["NNAPI_ORT_CALIBRATION"]
-        else:
-            os.environ["NNAPI_ORT_CALIBRATION"] = previous
-
-
-@pytest.fixture(scope="module")
-def ort_device():
-    registered = [d for d in manager.hal_devices() if d.name == "nnapi-ort-cpu"]
-    if registered:
-        yield nnapi.Device(registered[0])
-        return
-    device = devices()[0]
-    manager.register_device(device)
-    yield nnapi.Device(device)
-    manager.unregister_device("nnapi-ort-cpu")
+pytestmark = pytest.mark.usefixtures("calibration_file")
 
 
 @pytest.fixture
@@ -347,16 +324,7 @@ def test_a_cuda_device_that_cannot_start_its_provider_refuses_and_is_never_chose
     manager.register_device(cuda)
     try:
         assert "nnapi-ort-cuda" in [device.name for device in nnapi.get_devices()]
-        shape = OperandType(T.TENSOR_FLOAT32, [4])
-        add = nnapi.Model()
-        a, b = add.add_operand(shape), add.add_operand(shape)
-        fuse = add.add_operand(OperandType(T.INT32))
-        add.set_operand_value(fuse, 0)
-        out = add.add_operand(shape)
-        add.add_operation(Op.ADD, [a, b, fuse], [out])
-        add.identify_inputs_and_outputs([a, b], [out])
-        add.finish()
-        compilation = nnapi.Compilation(add)
+        compilation = nnapi.Compilation(add_model((4,)))
         compilation.finish()
         assert "nnapi-ort-cuda" not in compilation.step_devices
         x = np.arange(4, dtype=np.float32)
