@@ -175,16 +175,9 @@ def _plan(code, inputs, output):
     return get_operation(code).plan(ExecutionContext(code, inputs, [output]))
 
 
-@pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel", "float32"])
-@pytest.mark.parametrize("seed", range(12))
-def test_depthwise_matches_numpy(kind, seed, monkeypatch):
-    rng = np.random.default_rng(1000 + seed)
-    case = None
-    while case is None:
-        case = _depthwise_case(kind, rng)
-    inputs, output = case
-    compiled = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
-    assert isinstance(compiled, PreparedDepthwise) and compiled.compiled is not None
+def _assert_depthwise_matches_numpy(kind, compiled, inputs, output, monkeypatch) -> None:
+    """The compiled DEPTHWISE_CONV_2D plan against the numpy one built with numba disabled:
+    the same dtype and shape, the same bits (quantized) or float32 rounding (float)."""
     with monkeypatch.context() as patch:
         patch.setenv(_jit.DISABLE_VARIABLE, "1")
         reference = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
@@ -200,6 +193,19 @@ def test_depthwise_matches_numpy(kind, seed, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel", "float32"])
 @pytest.mark.parametrize("seed", range(12))
+def test_depthwise_matches_numpy(kind, seed, monkeypatch):
+    rng = np.random.default_rng(1000 + seed)
+    case = None
+    while case is None:
+        case = _depthwise_case(kind, rng)
+    inputs, output = case
+    compiled = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
+    assert isinstance(compiled, PreparedDepthwise) and compiled.compiled is not None
+    _assert_depthwise_matches_numpy(kind, compiled, inputs, output, monkeypatch)
+
+
+@pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel", "float32"])
+@pytest.mark.parametrize("seed", range(12))
 def test_depthwise_3x3_interior_matches_numpy(kind, seed, monkeypatch):
     """3x3 filters: the interior pixels' nine-tap pass (raw values times the filter less
     the zero point's share) and the border's tap-by-tap path, every stride, dilation and
@@ -211,15 +217,7 @@ def test_depthwise_3x3_interior_matches_numpy(kind, seed, monkeypatch):
     inputs, output = case
     compiled = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
     assert compiled.compiled is not None
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        reference = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
-    values = [tensor.value for tensor in inputs]
-    fast, slow = compiled(values)[0], reference(values)[0]
-    if kind == "float32":
-        np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(slow).max(initial=0))))
-    else:
-        np.testing.assert_array_equal(fast, slow)
+    _assert_depthwise_matches_numpy(kind, compiled, inputs, output, monkeypatch)
 
 
 @pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel", "float32"])
@@ -236,15 +234,7 @@ def test_depthwise_rows_match_numpy(kind, seed, monkeypatch):
     compiled = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
     assert compiled.compiled is not None
     assert compiled.compiled.__name__.endswith("_rows") == (inputs[1].value.shape[3] < 32)
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        reference = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
-    values = [tensor.value for tensor in inputs]
-    fast, slow = compiled(values)[0], reference(values)[0]
-    if kind == "float32":
-        np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(slow).max(initial=0))))
-    else:
-        np.testing.assert_array_equal(fast, slow)
+    _assert_depthwise_matches_numpy(kind, compiled, inputs, output, monkeypatch)
 
 
 def test_depthwise_mobilenet_layer_matches_numpy():
