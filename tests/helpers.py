@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -180,3 +181,20 @@ def s8(dims, scale, zero_point) -> OperandType:
 def scalar(code: nnapi.OperandCode, value) -> tuple[OperandType, Any]:
     """A constant scalar input for ``build_single_op_model`` / ``run_single_op``."""
     return (OperandType(code), value)
+
+
+def litert_outputs(model: bytes | Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """LiteRT's outputs (single-threaded, its default delegate) for ``model``, a file or
+    the flatbuffer's bytes, fed ``feeds`` by input name; ai_edge_litert must be installed."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    if isinstance(model, Path):
+        interpreter = Interpreter(model_path=str(model), num_threads=1)
+    else:
+        interpreter = Interpreter(model_content=model, num_threads=1)
+    interpreter.allocate_tensors()
+    by_name = {d["name"]: d for d in interpreter.get_input_details()}
+    for name, value in feeds.items():
+        interpreter.set_tensor(by_name[name]["index"], value)
+    interpreter.invoke()
+    return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("tflite")
 
 import nnapi  # noqa: E402
+from helpers import litert_outputs  # noqa: E402
 from nnapi.session import random_inputs  # noqa: E402
 from tflite_cases import CASES  # noqa: E402
 
@@ -21,19 +22,6 @@ try:
     from ai_edge_litert.interpreter import Interpreter
 except ImportError:  # the stored outputs stand in for LiteRT
     Interpreter = None
-
-
-def litert_outputs(model: bytes | Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    if isinstance(model, Path):
-        interpreter = Interpreter(model_path=str(model), num_threads=1)
-    else:
-        interpreter = Interpreter(model_content=model, num_threads=1)
-    interpreter.allocate_tensors()
-    by_name = {d["name"]: d for d in interpreter.get_input_details()}
-    for name, value in feeds.items():
-        interpreter.set_tensor(by_name[name]["index"], value)
-    interpreter.invoke()
-    return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
 
 
 def assert_agrees(got: dict[str, np.ndarray], expected: dict[str, np.ndarray], tolerance: float) -> None:

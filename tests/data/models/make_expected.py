@@ -10,28 +10,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from ai_edge_litert.interpreter import Interpreter
 
 import nnapi
 from nnapi.session import random_inputs
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent.parent))
+from helpers import litert_outputs  # noqa: E402
 from tflite_cases import CASES  # noqa: E402
-
-
-def litert_outputs(model: bytes | Path, feeds: dict) -> dict:
-    if isinstance(model, Path):
-        interpreter = Interpreter(model_path=str(model), num_threads=1)
-    else:
-        interpreter = Interpreter(model_content=model, num_threads=1)
-    interpreter.allocate_tensors()
-    by_name = {d["name"]: d for d in interpreter.get_input_details()}
-    for name, value in feeds.items():
-        interpreter.set_tensor(by_name[name]["index"], value)
-    interpreter.invoke()
-    return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
-
 
 for path in sorted(HERE.glob("*.tflite")):
     try:
