@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,31 @@ def test_bench_each_device_times_every_device_alone_and_says_why_one_cannot(caps
     rows = out.split("each device alone")[1].splitlines()
     assert any(row.strip().startswith("nnapi-reference") and "ms" in row for row in rows)
     assert not any("add-only" in row for row in rows)
+
+
+def test_bench_pins_blas_to_litert_thread_count_for_the_command_only(capsys) -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = [entry["num_threads"] for entry in threadpoolctl.threadpool_info() if entry["user_api"] == "blas"]
+    code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "1", "--warmup", "0", "--no-litert",
+                           "--threads", "1", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["threads"] == 1 and report["blas"] == "1 thread (threadpoolctl)"
+    after = [entry["num_threads"] for entry in threadpoolctl.threadpool_info() if entry["user_api"] == "blas"]
+    assert after == before  # restored: the limit is the command's, not the process's
+
+
+def test_bench_says_when_blas_is_not_pinned(capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # as if it were not installed
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        monkeypatch.delenv(variable, raising=False)
+    code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "1", "--warmup", "0", "--no-litert")
+    assert code == 0
+    assert "BLAS (numpy, under nnapi-reference): not pinned to 1 thread: install threadpoolctl" in out
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "1", "--warmup", "0", "--no-litert",
+                           "--threads", "2", "--json")
+    assert json.loads(out)["blas"] == "2 threads (OPENBLAS_NUM_THREADS)"
 
 
 def test_bench_rejects_bad_counts(capsys) -> None:

@@ -91,16 +91,16 @@ def _read_npz(session: Session, file: str, given: dict[str, np.ndarray], origin:
         origin[name] = f"{file}[{name}]"
 
 
-def litert_interpreter(path: str, builtin_kernels: bool = False) -> Any | None:
-    """A single-threaded LiteRT interpreter for ``path`` (its default XNNPACK delegate, or
-    only its builtin kernels), or None if LiteRT is absent."""
+def litert_interpreter(path: str, builtin_kernels: bool = False, threads: int = 1) -> Any | None:
+    """A LiteRT interpreter for ``path`` with ``threads`` threads (its default XNNPACK
+    delegate, or only its builtin kernels), or None if LiteRT is absent."""
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:
         return None
     try:
         resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_kernels else OpResolverType.AUTO
-        interpreter = Interpreter(model_path=path, num_threads=1, experimental_op_resolver_type=resolver)
+        interpreter = Interpreter(model_path=path, num_threads=threads, experimental_op_resolver_type=resolver)
         interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as error:
         raise CliError(f"{path}: LiteRT cannot load it ({str(error).splitlines()[0]})") from None

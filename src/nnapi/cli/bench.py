@@ -2,11 +2,20 @@
 min; compile time) and, when ai-edge-litert is installed, of the same model in LiteRT
 (single-threaded) on the same inputs in the same run, with the ratio. ``--each-device``
 also times the model on every device alone (a device that cannot run all of it says why)
-beside the runtime's own choice and LiteRT's XNNPACK and builtin kernels."""
+beside the runtime's own choice and LiteRT's XNNPACK and builtin kernels.
+
+Every engine gets the same number of threads (``--threads``, default 1): LiteRT's
+interpreter, and numpy's BLAS under nnapi-reference, which otherwise runs one thread per
+core and on a busy machine makes small models several times slower. BLAS is pinned with
+threadpoolctl (``nnapi[litert]``); without it the report says whether the environment
+(OPENBLAS_NUM_THREADS, ...) pinned it. nnapi-ort-cpu keeps its own setting
+(NNAPI_ORT_THREADS, default 1)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import time
 
 import nnapi
@@ -36,6 +45,8 @@ def register(commands, common) -> None:
                         help="an input array, or FILE.npz of arrays named after inputs (repeatable; inputs not "
                              "given are seeded random)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--threads", type=positive, default=1,
+                        help="threads of LiteRT and of numpy's BLAS under nnapi-reference (default 1)")
     parser.add_argument("--no-litert", action="store_true", help="do not time LiteRT")
     parser.add_argument("--per-op", action="store_true",
                         help="also time each operation (nnapi-reference records them), slowest first")
@@ -66,17 +77,45 @@ def _ratios(stats: dict, anchors: dict[str, dict | None]) -> str:
                      for label, anchor in anchors.items() if anchor is not None)
 
 
+_BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def _threads(count: int) -> str:
+    return f"{count} thread{'s' * (count > 1)}"
+
+
+def _pinned_blas(threads: int, stack: contextlib.ExitStack) -> str:
+    """Limit numpy's BLAS to ``threads`` for the rest of the command (restored on exit of
+    ``stack``); says how, or why it could not."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        pinned = [name for name in _BLAS_VARIABLES if os.environ.get(name) == str(threads)]
+        if pinned:
+            return f"{_threads(threads)} ({pinned[0]})"
+        return (f"not pinned to {_threads(threads)}: install threadpoolctl "
+                f"(pip install 'nnapi[litert]') or set OPENBLAS_NUM_THREADS={threads}")
+    stack.enter_context(threadpool_limits(limits=threads, user_api="blas"))
+    return f"{_threads(threads)} (threadpoolctl)"
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:
+        blas = _pinned_blas(args.threads, stack)
+        return _bench(args, blas)
+
+
+def _bench(args: argparse.Namespace, blas: str) -> int:
     start = time.perf_counter()
     session = open_session(args.model, args.device)
     load_and_compile = time.perf_counter() - start
     feeds, _ = read_inputs(session, args.input, args.seed)
     nnapi_stats = latency_stats(time_runs(lambda: session.run(feeds), args.iterations, args.warmup))
     report = {"model": args.model, "devices": sorted(set(session.device_names)),
-              "iterations": args.iterations, "warmup": args.warmup,
+              "iterations": args.iterations, "warmup": args.warmup, "threads": args.threads, "blas": blas,
               "import_and_compile_ms": load_and_compile * 1e3, "compile_ms": session.compile_seconds * 1e3,
               "nnapi": nnapi_stats, "litert": None}
-    interpreter = None if args.no_litert else litert_interpreter(args.model)
+    interpreter = None if args.no_litert else litert_interpreter(args.model, threads=args.threads)
     if interpreter is not None:
         litert_stats = latency_stats(time_runs(lambda: litert_run(interpreter, feeds), args.iterations,
                                                args.warmup))
@@ -85,7 +124,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report["ratio_median"] = nnapi_stats["median_ms"] / litert_stats["median_ms"]
     if args.each_device:
         report["per_device"] = _each_device(args, feeds)
-        builtin = None if args.no_litert else litert_interpreter(args.model, builtin_kernels=True)
+        builtin = None if args.no_litert else litert_interpreter(args.model, builtin_kernels=True,
+                                                                  threads=args.threads)
         report["litert_builtin"] = None if builtin is None else latency_stats(
             time_runs(lambda: litert_run(builtin, feeds), args.iterations, args.warmup))
     if args.per_op:
@@ -98,19 +138,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return 0
+    threads_note = f"[{_threads(args.threads)}]"
     print(f"model: {args.model}")
     print(f"device: {', '.join(report['devices'])}    import + compile: {report['import_and_compile_ms']:.1f} ms "
           f"(compile {report['compile_ms']:.1f} ms)    warm-up: {args.warmup} runs")
+    print(f"BLAS (numpy, under nnapi-reference): {blas}")
     print(f"nnapi:  {format_stats(nnapi_stats)}")
     if report["litert"] is not None:
-        print(f"LiteRT: {format_stats(report['litert'])}  [1 thread]")
+        print(f"LiteRT: {format_stats(report['litert'])}  {threads_note}")
         print(f"ratio nnapi / LiteRT: mean {report['ratio_mean']:.2f}x, median {report['ratio_median']:.2f}x")
     elif not args.no_litert:
         print("LiteRT: not installed (pip install 'nnapi[litert]' to compare)")
     if args.each_device:
         anchors = {"LiteRT XNNPACK": report["litert"], "LiteRT builtin": report["litert_builtin"]}
         if report["litert_builtin"] is not None:
-            print(f"LiteRT builtin kernels: {format_stats(report['litert_builtin'])}  [1 thread]")
+            print(f"LiteRT builtin kernels: {format_stats(report['litert_builtin'])}  {threads_note}")
         print("each device alone (median; ratio to LiteRT's median):")
         rows = {f"runtime's choice ({', '.join(report['devices'])})": nnapi_stats, **report["per_device"]}
         width = max(len(label) for label in rows)
