@@ -192,11 +192,12 @@ def _conv_chain(count: int, size: int = 48, channels: int = 32) -> tuple[nnapi.M
 def test_a_deadline_stops_a_run_midway(ort_device):
     """A deadline that passes while ORT runs stops the run before its next node
     (MISSED_DEADLINE_TRANSIENT, well before a whole run's time); the next execution
-    without a deadline runs to the end; the reusable path honours it too."""
-    model, _weights = _conv_chain(60)
+    without a deadline runs to the end; the reusable path honours it too. The run is long
+    (~70 ms) so that a watchdog woken late on a loaded machine still stops it midway."""
+    model, _weights = _conv_chain(60, size=96)
     compilation = nnapi.Compilation(model, [ort_device])
     compilation.finish()
-    image = np.random.default_rng(5).standard_normal((1, 48, 48, 32)).astype(np.float32)
+    image = np.random.default_rng(5).standard_normal((1, 96, 96, 32)).astype(np.float32)
     result = np.zeros_like(image)
 
     def run(timeout_ns: int | None, reusable: nnapi.Execution | None = None) -> float:
