@@ -770,3 +770,54 @@ def test_second_compilation_comes_from_the_cache(ort_device, tmp_path):
         results.append(out)
     np.testing.assert_array_equal(results[0], results[1])
     assert np.abs(results[0]).max() > 0
+
+
+@pytest.mark.parametrize("depth, stride, kernel, padding, merged", [
+    (3, 2, 3, "same", True), (3, 2, 3, (1, 1, 1, 1), True), (1, 2, 3, "same", True), (2, 2, 5, (2, 1, 2, 3), True),
+    (3, 2, 2, "valid", True), (3, 2, 3, "valid", False), (1, 1, 3, "same", False)])
+def test_image_convolution_with_merged_columns_equals_the_plain_one(ort_device, monkeypatch, depth, stride, kernel,
+                                                                      padding, merged):
+    """A quantized CONV_2D on 1-3 channels runs on ORT as a convolution of the input with
+    adjacent columns merged into channels (a filter spread with zeros): the same integer
+    sums, so the outputs equal the plain QLinearConv's bit for bit (and the reference's
+    within a step), per-channel int8 weights, padding on every side. Not where the output
+    does not cover the merged columns (VALID 3x3 stride 2) or where the spread filter would
+    cost over three times the multiply-adds (stride 1 on one channel)."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.runtime.model_builder import build_hal_model
+
+    rng = np.random.default_rng(21)
+    height, width, channels_out = 9, 16, 8
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, height, width, depth], scale=0.03,
+                                      zero_point=-5))
+    w = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [channels_out, kernel, kernel, depth]))
+    scales = rng.uniform(0.002, 0.02, channels_out).astype(np.float32)
+    model.set_operand_symm_per_channel_quant_params(w, nnapi.SymmPerChannelQuantParams(0, scales.tolist()))
+    model.set_operand_value(w, rng.integers(-127, 128, (channels_out, kernel, kernel, depth)).astype(np.int8))
+    bias = model.add_operand(OperandType(T.TENSOR_INT32, [channels_out]))
+    model.set_operand_value(bias, rng.integers(-500, 500, channels_out).astype(np.int32))
+    if padding == "valid" or padding == "same":
+        scalars = [_constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, stride, stride, 0)]
+        out_width = -(-width // stride) if padding == "same" else (width - kernel) // stride + 1
+        out_height = -(-height // stride) if padding == "same" else (height - kernel) // stride + 1
+    else:
+        left, right, top, bottom = padding
+        scalars = [_constant(model, T.INT32, v) for v in (left, right, top, bottom, stride, stride, 0)]
+        out_width = (width + left + right - kernel) // stride + 1
+        out_height = (height + top + bottom - kernel) // stride + 1
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, out_height, out_width, channels_out],
+                                      scale=0.1, zero_point=3))
+    model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
+    filters = [list(t.dims) for t in onnx_model.graph.initializer if len(t.dims) == 4]
+    assert (filters[0][1] != depth) == merged, filters  # the merged filter has m * depth channels
+    image = rng.integers(-128, 128, (2, height, width, depth)).astype(np.int8)
+    outputs = [np.zeros((2, out_height, out_width, channels_out), np.int8)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(ours[0])) > 20
+    monkeypatch.setattr(lowering, "_merged_columns", lambda *arguments: None)
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    np.testing.assert_array_equal(ours[0], plain[0])
