@@ -20,7 +20,7 @@ from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.codes import FuseCode  # noqa: E402
 from nnapi.operand import SymmPerChannelQuantParams  # noqa: E402
-from nnapi.operations import _jit, get_operation  # noqa: E402
+from nnapi.operations import _conv_fast, _jit, get_operation  # noqa: E402
 from nnapi.operations._conv_fast import PreparedDepthwise  # noqa: E402
 from nnapi.operations.base import ExecutionContext, Tensor  # noqa: E402
 from nnapi.operations.quant_math import OutputStage, quantize_multipliers  # noqa: E402
@@ -325,6 +325,42 @@ def test_split_products_match_numpy(code, depth, extreme, monkeypatch):
         assert compiled.work == np.float64
     values = [tensor.value for tensor in inputs]
     np.testing.assert_array_equal(compiled(values)[0], reference(values)[0])
+
+
+def _greedy_parts(columns: np.ndarray, limit: int) -> list[tuple[int, int]] | None:
+    """_float32_parts by its definition: from each start, take columns while every row's
+    sum of |w| over the range stays within ``limit``."""
+    magnitudes = np.abs(columns.astype(np.int64))
+    ranges, start = [], 0
+    while start < columns.shape[1]:
+        stop, total = start, np.zeros(len(columns), np.int64)
+        while stop < columns.shape[1] and (total + magnitudes[:, stop]).max() <= limit:
+            total += magnitudes[:, stop]
+            stop += 1
+        if stop == start or len(ranges) == _conv_fast._MAX_PARTS:
+            return None
+        ranges.append((start, stop))
+        start = stop
+    return ranges if len(ranges) > 1 else None
+
+
+def test_split_ranges_are_the_greedy_ones():
+    """The split of a product's summed axis (found from block sums, then within one block)
+    is the greedy one: random and sparse filters, ranges ending on and off block
+    boundaries, starts inside a block, more parts than allowed (None)."""
+    rng = np.random.default_rng(5)
+    outcomes = set()
+    for trial in range(300):
+        rows, depth = int(rng.integers(1, 24)), int(rng.integers(1, 1500))
+        columns = rng.integers(-512, 513, (rows, depth)).astype(np.int16)
+        if trial % 3 == 0:
+            columns[:, rng.integers(0, depth, depth // 2)] = 0
+        zero_point = int(rng.integers(0, 256))
+        data = _tensor(T.TENSOR_QUANT8_ASYMM, np.zeros((1, 1), np.uint8), 0.5, zero_point)
+        want = _greedy_parts(columns, (2**24 - 1) // max(zero_point, 255 - zero_point))
+        assert _conv_fast._float32_parts(data, columns) == want, trial
+        outcomes.add(0 if want is None else min(len(want), 3))
+    assert outcomes == {0, 2, 3}  # unsplit or too many parts, two parts, more
 
 
 def test_a_kernel_that_fails_to_compile_falls_back_to_numpy(monkeypatch, caplog):
