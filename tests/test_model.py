@@ -151,6 +151,18 @@ class TestOperandValues:
         model.set_operand_symm_per_channel_quant_params(per_channel, params)
         assert model.operand_type(per_channel).channel_quant == params
 
+    @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), float("-inf")])
+    @pytest.mark.parametrize("channels", [3, 64])  # a few scales, and many (checked vectorized)
+    def test_per_channel_scales_must_be_positive_and_finite(self, bad, channels):
+        model = nnapi.Model()
+        per_channel = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [channels, 2]))
+        scales = [0.5] * channels
+        scales[channels // 2] = bad
+        with pytest.raises(nnapi.BadDataError, match="per-channel scales must be positive"):
+            model.set_operand_symm_per_channel_quant_params(per_channel, nnapi.SymmPerChannelQuantParams(0, scales))
+        scales[channels // 2] = 1e-30
+        model.set_operand_symm_per_channel_quant_params(per_channel, nnapi.SymmPerChannelQuantParams(0, scales))
+
 
 class TestOperations:
     def test_signature_is_validated_when_added(self):

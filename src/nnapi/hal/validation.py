@@ -47,7 +47,9 @@ def _pool_size(pool, where: str) -> int:
 
 
 def _is_index(value) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
+    if isinstance(value, int):  # ints and their enums first: the abstract Integral check costs more
+        return value.__class__ is not bool
+    return isinstance(value, Integral)
 
 
 def _valid_location(location: DataLocation) -> bool:
@@ -84,6 +86,7 @@ def _validate_operand(where: str, operand: Operand, model: Model, pool_sizes: li
             code = OperandCode(operand.type)
         except ValueError:
             raise _invalid(f"{where}: unknown operand type {operand.type}") from None
+        op_type = None
         try:
             op_type = operand.operand_type()
             validate_operand_type(op_type, where)
@@ -120,7 +123,8 @@ def _validate_operand(where: str, operand: Operand, model: Model, pool_sizes: li
                 raise _invalid(f"{where}: CONSTANT_REFERENCE value at {location.offset}+{location.length} is "
                                f"outside pool {location.pool_index} ({pool_sizes[location.pool_index]} bytes)")
         if not extension:
-            op_type = operand.operand_type()
+            if op_type is None:  # not reached: a non-extension operand's type was made above
+                op_type = operand.operand_type()
             if op_type.type == OperandCode.MODEL:
                 raise _invalid(f"{where}: a MODEL operand must have lifetime SUBGRAPH")
             # A constant's location holds exactly its value when its size is known
