@@ -821,3 +821,60 @@ def test_image_convolution_with_merged_columns_equals_the_plain_one(ort_device, 
     monkeypatch.setattr(lowering, "_merged_columns", lambda *arguments: None)
     plain, _ = _on_both(model, [image], outputs, ort_device)
     np.testing.assert_array_equal(ours[0], plain[0])
+
+
+def _float_tensor(model, shape, value=None):
+    index = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    if value is not None:
+        model.set_operand_value(index, value.astype(np.float32))
+    return index
+
+
+def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device, monkeypatch):
+    """A BlazeFace-like residual block on 24 / 28 channels (depthwise, 1x1 to 28, channel
+    PAD of the skip connection, ADD + RELU, MAX_POOL, PRELU, 1x1 to 20 channels out) is
+    lowered with its 28-channel values padded to 32 (zero filters, zero PAD channels): the
+    reference's values and the unpadded lowering's to float32 rounding."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.runtime.model_builder import build_hal_model
+
+    rng = np.random.default_rng(5)
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 8, 8, 24])
+    scalars = {v: _constant(model, T.INT32, v) for v in (0, 1, 2)}
+    dw = _float_tensor(model, [1, 8, 8, 24])
+    depthwise_filter = _float_tensor(model, [1, 3, 3, 24], rng.standard_normal((1, 3, 3, 24)))
+    model.add_operation(Op.DEPTHWISE_CONV_2D, [x, depthwise_filter, _float_tensor(model, [24], rng.standard_normal(24)),
+                                               scalars[1], scalars[1], scalars[1], scalars[1], scalars[0]], [dw])
+    main = _float_tensor(model, [1, 8, 8, 28])
+    model.add_operation(Op.CONV_2D, [dw, _float_tensor(model, [28, 1, 1, 24], rng.standard_normal((28, 1, 1, 24))),
+                                     _float_tensor(model, [28], rng.standard_normal(28)), scalars[1], scalars[1],
+                                     scalars[1], scalars[0]], [main])
+    skip = _float_tensor(model, [1, 8, 8, 28])
+    paddings = _constant(model, T.TENSOR_INT32, np.array([[0, 0], [0, 0], [0, 0], [0, 4]], np.int32), [4, 2])
+    model.add_operation(Op.PAD, [dw, paddings], [skip])
+    added = _float_tensor(model, [1, 8, 8, 28])
+    model.add_operation(Op.ADD, [main, skip, scalars[1]], [added])  # fused RELU
+    pooled = _float_tensor(model, [1, 4, 4, 28])
+    model.add_operation(Op.MAX_POOL_2D, [added, scalars[2], scalars[2], scalars[2], scalars[2], scalars[2],
+                                         scalars[0]], [pooled])
+    scaled = _float_tensor(model, [1, 4, 4, 28])
+    model.add_operation(Op.PRELU, [pooled, _float_tensor(model, [1, 1, 28], rng.uniform(-1, 2, (1, 1, 28)))], [scaled])
+    y = _float_tensor(model, [1, 4, 4, 20])
+    model.add_operation(Op.CONV_2D, [scaled, _float_tensor(model, [20, 1, 1, 28], rng.standard_normal((20, 1, 1, 28))),
+                                     _float_tensor(model, [20], rng.standard_normal(20)), scalars[1], scalars[1],
+                                     scalars[1], scalars[0]], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
+    shapes = [list(t.dims) for t in onnx_model.graph.initializer if len(t.dims) == 4]
+    assert [32, 24, 1, 1] in shapes and [20, 32, 1, 1] in shapes  # 28 channels computed as 32
+    assert not any(node.op_type == "Slice" for node in onnx_model.graph.node)
+    image = rng.standard_normal((1, 8, 8, 24)).astype(np.float32)
+    outputs = [np.zeros((1, 4, 4, 20), np.float32)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    scale = np.abs(theirs[0]).max()  # sums of ~200 products: rounding relative to the largest
+    assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * scale and len(np.unique(ours[0])) > 300
+    monkeypatch.setattr(lowering, "wants_padding", lambda *arguments: False)
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(ours[0] - plain[0]).max() <= 1e-6 * scale

@@ -125,6 +125,8 @@ class GraphBuilder:
         self.inputs: list[onnx.ValueInfoProto] = []
         self.values: dict[int, Value] = {}
         self.uses_ms_domain = False
+        #: operands computed with their channels padded to the NCHWc block (see padded_channels)
+        self.padded: dict[int, tuple[str, int]] = {}
         self._count = 0
         self._constants: dict[tuple, str] = {}
         # isolated: operands produced elsewhere are treated as inputs (for support queries)
@@ -198,6 +200,11 @@ class GraphBuilder:
         if index in self.values:
             return self.values[index]
         operand = self.operand(index)
+        if index in self.padded:  # a consumer that wants the real channels only
+            value = Value(self.channel_slice(self.padded[index][0], operand.dimensions[3]), "float",
+                          list(operand.dimensions))
+            self.values[index] = value
+            return value
         kind = internal_kind(operand.type)
         if any(d == 0 for d in operand.dimensions) and operand.lifetime not in (L.SUBGRAPH_INPUT,
                                                                                  L.TEMPORARY_VARIABLE,
@@ -215,6 +222,30 @@ class GraphBuilder:
             raise Declined(f"operand {index} is read before it is written")
         self.values[index] = value
         return value
+
+    def blocked_value(self, index: int) -> Value:
+        """Operand ``index`` as ``value`` gives it, or where it was computed with padded
+        channels, that NHWC value (its dims say how many channels it has)."""
+        if index in self.padded:
+            name, channels = self.padded[index]
+            return Value(name, "float", [*self.operand(index).dimensions[:3], channels])
+        return self.value(index)
+
+    def set_channels(self, index: int, name: str, channels: int) -> None:
+        """Output ``index`` computed as NHWC ``name`` with ``channels`` channels: the real
+        ones, then zeros. Kept padded where every consumer takes it so (wants_padding),
+        else cut to the real channels."""
+        real = self.operand(index).dimensions[3]
+        if channels == real:
+            self.set_output(index, name)
+        elif channels == padded_channels(real) and wants_padding(self, index):
+            self.padded[index] = (name, channels)
+        else:
+            self.set_output(index, self.channel_slice(name, real))
+
+    def channel_slice(self, name: str, channels: int) -> str:
+        begin, end, axis = (self.constant(np.array([v], np.int64)) for v in (0, channels, 3))
+        return self.one("Slice", [name, begin, end, axis])
 
     def _graph_input(self, index: int, operand: Operand, kind: str, zero_point: int) -> Value:
         if not operand.dimensions and operand.type not in (T.TENSOR_INT32,):
@@ -359,6 +390,85 @@ def keep_blocked(g: GraphBuilder, operation: Operation, name: str) -> str:
         return name
     identity = channel_scale(g, to_nchw(g, name, False), np.ones(output.dimensions[3], np.float32))
     return from_nchw(g, identity, False)
+
+
+def padded_channels(channels: int) -> int:
+    return -(-channels // NCHWC_BLOCK) * NCHWC_BLOCK
+
+
+#: operations that take (and give) a float NHWC value with its channels padded with zeros
+#: to the NCHWc block, when their parameters allow (_takes_padded)
+_PADDED_CONSUMERS = (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.ADD, OperationCode.PAD,
+                     OperationCode.PAD_V2, OperationCode.MAX_POOL_2D, OperationCode.AVERAGE_POOL_2D,
+                     OperationCode.RELU, OperationCode.RELU1, OperationCode.RELU6, OperationCode.PRELU)
+
+
+def wants_padding(g: GraphBuilder, index: int) -> bool:
+    """Whether float NHWC operand ``index``, whose channels are not a multiple of the
+    NCHWc block, is better computed with them padded with zeros to the block: ORT keeps
+    only block-aligned values in NCHWc between operators, so BlazeFace's 28-, 36- and
+    42-channel residual blocks left it at every ADD, channel PAD and pooling (two reorders
+    each, the ADD and PAD unvectorized); padded, the chain stays blocked and the PADs of
+    the skip connections vanish (their zeros are already there). Only where every consumer
+    takes the padded form (it is not a graph output), so no cut back is needed: the
+    convolutions read the extra channels with zero weights and give zeros there, the
+    element-wise operations and pooling keep zeros zero. (For a non-finite input a dense
+    convolution's padded channels are NaN, 0 * inf, where its real ones are non-finite
+    already.)"""
+    operand = g.operand(index)
+    dims = operand.dimensions
+    if (g.isolated or operand.type not in FLOATS or len(dims) != 4 or not all(dims) or dims[3] % NCHWC_BLOCK == 0
+            or dims[3] < NCHWC_BLOCK // 2 or index in g.subgraph.output_indexes):
+        return False
+    consumers = [op for op in g.subgraph.operations if index in op.inputs]
+    return bool(consumers) and all(_takes_padded(g, op, index) for op in consumers)
+
+
+def _takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
+    """Whether ``operation`` lowers with input ``index`` in the padded form (as the padded
+    branches of the lowerings below do)."""
+    code = operation.type
+    inputs = list(operation.inputs)
+    if code not in _PADDED_CONSUMERS or inputs.count(index) != 1:
+        return False
+    position = inputs.index(index)
+    if g.operand(operation.outputs[0]).type not in FLOATS:
+        return False
+    try:
+        if code in (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D):
+            depthwise = code == OperationCode.DEPTHWISE_CONV_2D
+            params = _conv_params(g, operation, depthwise)
+            return (position == 0 and not params.nchw and (not depthwise or params.multiplier == 1)
+                    and g.raw_constant(inputs[1]) is not None and g.raw_constant(inputs[2]) is not None)
+        if code == OperationCode.ADD:
+            return position < 2 and g.operand(inputs[0]).dimensions == g.operand(inputs[1]).dimensions
+        if code in (OperationCode.PAD, OperationCode.PAD_V2):
+            paddings = g.raw_constant(inputs[1])
+            return (position == 0 and paddings is not None and paddings.size == 8
+                    and int(paddings.reshape(4, 2)[3, 0]) == 0 and _pad_value_is_zero(g, operation))
+        if code in (OperationCode.MAX_POOL_2D, OperationCode.AVERAGE_POOL_2D):
+            return position == 0 and not _pool_layout_nchw(g, operation)
+        if code == OperationCode.PRELU:
+            alpha = g.raw_constant(inputs[1])
+            return position == 0 and alpha is not None and alpha.size > 0 and bool(np.isfinite(alpha).all()) and (
+                len(g.operand(inputs[1]).dimensions) <= 4 and all(d == 1 for d in alpha.shape[:-1]))
+    except (Declined, ValueError, TypeError, IndexError):
+        return False
+    return True  # RELU, RELU1, RELU6
+
+
+def _pad_value_is_zero(g: GraphBuilder, operation: Operation) -> bool:
+    return operation.type == OperationCode.PAD or float(g.scalar(operation.inputs[2])) == 0.0
+
+
+def _pool_layout_nchw(g: GraphBuilder, operation: Operation) -> bool:
+    return bool(g.optional_scalar(operation, 10 if len(operation.inputs) in (10, 11) else 7, False))
+
+
+def _pad_channels(g: GraphBuilder, name: str, extra: int) -> str:
+    """NHWC ``name`` with ``extra`` zero channels after its own."""
+    pads = g.constant(np.array([0, 0, 0, 0, 0, 0, 0, extra], np.int64))
+    return g.one("Pad", [name, pads, g.constant(np.array(0.0, np.float32))], mode="constant")
 
 
 def _require_rank(value: Value, rank: int, what: str) -> None:
@@ -565,10 +675,47 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: _ConvParams, 
     return g.one("Reshape", [from_nchw(g, y, False), g.constant(np.array(output.dimensions, np.int64))])
 
 
+def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool:
+    """A float NHWC convolution reading or giving channels padded to the NCHWc block (see
+    wants_padding): zero filter taps for the extra input channels, zero filters and biases
+    for the extra output channels. False where it does not apply."""
+    inputs, index = operation.inputs, operation.outputs[0]
+    output = g.operand(index)
+    if g.isolated or output.type not in FLOATS or g.operand(inputs[0]).type not in FLOATS:
+        return False
+    padded_in = inputs[0] in g.padded
+    if not (padded_in or (not depthwise and wants_padding(g, index))):
+        return False
+    raw_filter, raw_bias = g.raw_constant(inputs[1]), g.raw_constant(inputs[2])
+    params = _conv_params(g, operation, depthwise)
+    real = g.operand(inputs[0]).dimensions
+    if (raw_filter is None or raw_bias is None or params.nchw or len(real) != 4 or raw_filter.ndim != 4
+            or raw_filter.shape[3] != real[3] or (depthwise and (params.multiplier != 1 or raw_filter.shape[0] != 1))):
+        return False
+    x = g.blocked_value(inputs[0])
+    depth = x.dims[3]
+    weights, bias = raw_filter.astype(np.float32), raw_bias.astype(np.float32).reshape(-1)
+    if depthwise:
+        channels = depth
+        weights = np.pad(weights, ((0, 0), (0, 0), (0, 0), (0, channels - weights.shape[3]))).transpose(3, 0, 1, 2)
+        group = channels
+    else:
+        channels = padded_channels(output.dimensions[3]) if wants_padding(g, index) else output.dimensions[3]
+        weights = np.pad(weights, ((0, channels - weights.shape[0]), (0, 0), (0, 0), (0, depth - weights.shape[3])))
+        weights, group = weights.transpose(0, 3, 1, 2), 1
+    bias = np.pad(bias, (0, channels - bias.size))
+    y = g.one("Conv", [to_nchw(g, x.name, False), g.constant(np.ascontiguousarray(weights), "filter"),
+                       g.constant(bias, "w")], **_conv_attributes(params, list(weights.shape[2:]), group))
+    g.set_channels(index, fused_activation(g, from_nchw(g, y, False), params.fuse, output), channels)
+    return True
+
+
 @lowers(OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.GROUPED_CONV_2D)
 def lower_conv(g: GraphBuilder, operation: Operation) -> None:
     depthwise = operation.type == OperationCode.DEPTHWISE_CONV_2D
     grouped = operation.type == OperationCode.GROUPED_CONV_2D
+    if not grouped and _padded_conv(g, operation, depthwise):
+        return
     source = g.value(operation.inputs[0])
     _require_rank(source, 4, "the input")
     # GROUPED_CONV_2D's arguments sit where DEPTHWISE_CONV_2D's do, num_groups in the
@@ -669,9 +816,19 @@ _BINARY = {OperationCode.ADD: ("Add", "QLinearAdd"), OperationCode.MUL: ("Mul", 
 @lowers(*_BINARY)
 def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     code = OperationCode(operation.type)
-    a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     output = g.operand(operation.outputs[0])
     fuse = int(g.scalar(operation.inputs[2]))
+    if code == OperationCode.ADD and output.type in FLOATS and any(i in g.padded for i in operation.inputs[:2]) \
+            and g.operand(operation.inputs[0]).dimensions == g.operand(operation.inputs[1]).dimensions:
+        # channels padded to the NCHWc block (wants_padding): zeros + zeros stay zeros
+        a, b = (g.blocked_value(i) for i in operation.inputs[:2])
+        channels = max(a.dims[3], b.dims[3])
+        a_name, b_name = (v.name if v.dims[3] == channels else _pad_channels(g, v.name, channels - v.dims[3])
+                          for v in (a, b))
+        y = fused_activation(g, g.one("Add", [a_name, b_name]), fuse, output)
+        g.set_channels(operation.outputs[0], y, channels)
+        return
+    a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     float_op, quant_op = _BINARY[code]
     if output.type in FLOATS:
         y = g.one(float_op, [a.name, b.name])
@@ -700,8 +857,15 @@ _CLAMPS = {OperationCode.RELU: (0.0, math.inf), OperationCode.RELU1: (-1.0, 1.0)
 @lowers(*_UNARY_FLOAT, OperationCode.RELU1, OperationCode.RELU6)
 def lower_unary(g: GraphBuilder, operation: Operation) -> None:
     code = OperationCode(operation.type)
-    x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
+    if code in _CLAMPS and output.type in FLOATS and operation.inputs[0] in g.padded:
+        x = g.blocked_value(operation.inputs[0])  # channels padded to the block: clamped zeros stay zeros
+        low, high = _CLAMPS[code]
+        y = g.one("Relu", [x.name]) if high == math.inf else g.one(
+            "Clip", [x.name, g.constant(np.array(low, np.float32)), g.constant(np.array(high, np.float32))])
+        g.set_channels(operation.outputs[0], y, x.dims[3])
+        return
+    x = g.value(operation.inputs[0])
     if code == OperationCode.ELU:
         alpha = float(g.scalar(operation.inputs[1]))
     elif len(operation.inputs) != 1:
@@ -738,8 +902,15 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
 
 @lowers(OperationCode.PRELU)
 def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
-    x, alpha = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     output = g.operand(operation.outputs[0])
+    if output.type in FLOATS and operation.inputs[0] in g.padded and _takes_padded(g, operation, operation.inputs[0]):
+        x = g.blocked_value(operation.inputs[0])  # channels padded to the block: alpha 0 there, PRELU(0) = 0
+        real = g.operand(operation.inputs[0]).dimensions[3]
+        known = np.broadcast_to(g.raw_constant(operation.inputs[1]).astype(np.float32).reshape(-1), (real,))
+        y = _prelu_blocked(g, x, np.pad(known, (0, x.dims[3] - real)))
+        g.set_channels(operation.outputs[0], y, x.dims[3])
+        return
+    x, alpha = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     if not all(x.dims) or not all(alpha.dims) or alpha.rank > x.rank:
         raise Declined("PRELU needs known shapes with alpha no larger than the input")
     if any(a not in (1, d) for a, d in zip(alpha.dims[::-1], x.dims[::-1])):
@@ -798,7 +969,10 @@ def _prelu(g: GraphBuilder, x: str, alpha: str) -> str:
 def lower_pool(g: GraphBuilder, operation: Operation) -> None:
     code = OperationCode(operation.type)
     inputs = operation.inputs
-    x = g.value(inputs[0])
+    # channels padded to the NCHWc block (wants_padding): the pooled zeros stay zeros
+    padded = (code != OperationCode.L2_POOL_2D and g.operand(operation.outputs[0]).type in FLOATS
+              and inputs[0] in g.padded and not _pool_layout_nchw(g, operation))
+    x = g.blocked_value(inputs[0]) if padded else g.value(inputs[0])
     _require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
     if len(inputs) in (10, 11):
@@ -836,7 +1010,11 @@ def lower_pool(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined(f"{code.name} on {_name(output.type)} is not supported")
     y = from_nchw(g, y, nchw)
-    g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+    y = fused_activation(g, y, fuse, output)
+    if padded:
+        g.set_channels(operation.outputs[0], y, x.dims[3])
+    else:
+        g.set_output(operation.outputs[0], y)
 
 
 @lowers(OperationCode.MEAN)
@@ -918,6 +1096,8 @@ def lower_concatenation(g: GraphBuilder, operation: Operation) -> None:
 
 @lowers(OperationCode.PAD, OperationCode.PAD_V2)
 def lower_pad(g: GraphBuilder, operation: Operation) -> None:
+    if _padded_pad(g, operation):
+        return
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     paddings = np.asarray(g.scalar(operation.inputs[1])).astype(np.int64).reshape(-1, 2)
@@ -943,6 +1123,33 @@ def lower_pad(g: GraphBuilder, operation: Operation) -> None:
     pads = np.concatenate([paddings[:, 0], paddings[:, 1]])
     y = g.one("Pad", [x.name, g.constant(pads), g.constant(pad_value)], mode="constant")
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
+
+
+def _padded_pad(g: GraphBuilder, operation: Operation) -> bool:
+    """A float PAD with zeros reading or giving channels padded to the NCHWc block (see
+    wants_padding): the padded input's zero channels are the first of the channels it
+    adds, so a skip connection's channel PAD within the block is no operation at all."""
+    source, index = operation.inputs[0], operation.outputs[0]
+    output = g.operand(index)
+    if g.isolated or output.type not in FLOATS or g.operand(source).type not in FLOATS:
+        return False
+    wanted = wants_padding(g, index)
+    paddings = g.raw_constant(operation.inputs[1])
+    if not (source in g.padded or wanted) or paddings is None or paddings.size != 8 or len(output.dimensions) != 4:
+        return False
+    paddings = paddings.reshape(4, 2).astype(np.int64)
+    if paddings[3, 0] != 0 or np.any(paddings < 0) or not _pad_value_is_zero(g, operation):
+        return False
+    x = g.blocked_value(source)
+    real = g.operand(source).dimensions[3] + int(paddings[3, 1])
+    channels = padded_channels(real) if wanted else real
+    if channels < x.dims[3]:
+        return False
+    pads = np.concatenate([paddings[:, 0], [*paddings[:3, 1], channels - x.dims[3]]])
+    y = x.name if not pads.any() else g.one("Pad", [x.name, g.constant(pads), g.constant(np.array(0.0, np.float32))],
+                                             mode="constant")
+    g.set_channels(index, y, channels)
+    return True
 
 
 @lowers(OperationCode.RESIZE_BILINEAR)
