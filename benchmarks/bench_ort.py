@@ -10,11 +10,12 @@ that is its compute time, and it stays meaningful on a machine shared with other
 - LiteRT, nnapi-ort-cpu (Compilation + Execution per run, as an app does), ORT's own
   ``run`` on the lowered graph, and the reference device, in milliseconds;
 - ``ort/litert``: the ratio that the targets are about (<= 1.0 goal, <= 1.3 at worst);
-- ``overhead``: nnapi's per-execution cost over ORT's own run, in microseconds: the
-  median over rounds of the difference between an Execution per run and ORT's own
+- ``overhead``: nnapi's per-execution cost over ORT's own run, in microseconds: a new
+  Execution per run (create, set_input, set_output, compute) minus ORT's own
   ``session.run`` on the very session the compilation holds (same optimized graph, same
   session options, same input arrays, its outputs in new arrays as a user's ``run``),
-  run one right after the other; ``reusable`` the same for one reusable Execution;
+  the two timed one right after the other in each round; see OVERHEAD_NOTE for how the
+  rounds are combined. ``reusable``: the same for one reusable Execution;
 - compile time, cold and from the compilation cache (second compilation);
 - agreement with LiteRT: max |difference| (float: relative to the output's largest
   magnitude; quantized: in quantized steps);
@@ -52,13 +53,18 @@ SHARED_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 
 
 OVERHEAD_NOTE = """\
-ort ms: a new Execution per run (set_input, set_output, compute), best of the rounds.
+ort ms: a new Execution per run (Execution(compilation), set_input, set_output, compute, as
+code written before feature level 5 runs every inference), best of the rounds.
 ORT own: the same InferenceSession (same optimized graph and session options) called as a
 user calls it, session.run(None, {name: array}) on the same input arrays, its outputs in new
-arrays; best of the rounds. overhead: median over the rounds of (nnapi - ORT own), the two
-run one right after the other in each round (their order rotating); reusable: the same for
-one reusable Execution (set_reusable, its arguments set once, compute per run). More
---runs narrow the overhead on a busy machine."""
+arrays; best of the rounds.
+overhead = nnapi (new Execution) - ORT own, per round: each round runs LiteRT, then a new
+Execution and ORT's own run one right after the other, then a reusable Execution and ORT's
+own run one right after the other, each pair in alternating order (the first of a pair
+finds the caches as the previous engine left them). The column is the mean of two medians:
+over the rounds where nnapi ran first, and over those where ORT ran first, which cancels
+what the order costs. reusable: the same for one reusable Execution (set_reusable, its
+arguments set once, compute per run). More --runs narrow it on a busy machine."""
 
 
 def ort_device() -> nnapi.Device:
@@ -199,29 +205,37 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
     if any(not np.array_equal(a, b) for a, b in zip(reusable_outputs, result, strict=True)):
         raise SystemExit(f"{path}: the reusable execution's outputs differ from the execution's")
     times: dict[str, list[float]] = {"litert": [], "ort": [], "reusable": [], "own": []}
-    # the engines on the ORT session take turns right after one another in each round (so
-    # each finds the weights where the previous left them), in an order that rotates
-    engines = [("ort", ours), ("reusable", reusable), ("own", own)]
-    for round_number in range(runs):
+    # per nnapi engine and order (nnapi first: 0, ORT first: 1), the rounds' (nnapi - ORT own)
+    differences: dict[str, tuple[list[float], list[float]]] = {"ort": ([], []), "reusable": ([], [])}
+
+    def timed(runner) -> float:
         start = clock()
-        litert(inputs)
-        times["litert"].append(clock() - start)
-        shift = round_number % len(engines)
-        for name, runner in engines[shift:] + engines[:shift]:
-            if runner is None:
+        runner(inputs)
+        return clock() - start
+
+    for round_number in range(runs):
+        times["litert"].append(timed(litert))
+        order = round_number % 2
+        for name, runner in (("ort", ours), ("reusable", reusable)):
+            if own is None:
+                times[name].append(timed(runner))
                 continue
-            start = clock()
-            runner(inputs)
-            times[name].append(clock() - start)
+            if order == 0:
+                ours_s, own_s = timed(runner), timed(own)
+            else:
+                own_s, ours_s = timed(own), timed(runner)
+            times[name].append(ours_s)
+            times["own"].append(own_s)
+            differences[name][order].append(ours_s - own_s)
     row = {"model": path.stem, "steps": steps, "compile_s": ours.compile_s, "cached_s": cached.compile_s,
            "agreement": ", ".join(agreement(a, b) for a, b in zip(result, expected))}
     for name, samples in times.items():
         row[name] = min(samples) if samples else None
-    # overhead: the median over rounds of (ours - ORT's own) within the round, which the
-    # machine's load shifts much less than a difference of two separate minima
-    for name in ("ort", "reusable"):
-        row[f"{name}_overhead"] = (float(np.median(np.subtract(times[name], times["own"])))
-                                   if times["own"] else None)
+    # the order's cost cancelled: the mean of the medians of either order (a median of the
+    # round's own difference moves much less with the machine's load than two minima do)
+    for name, (first, second) in differences.items():
+        row[f"{name}_overhead"] = (float(np.median(first) + np.median(second)) / 2
+                                   if first and second else None)
     row["reference"] = None
     if reference_runs:
         alone = NnapiRunner(model, [reference], [np.zeros_like(a) for a in outputs], hidden=hidden)
@@ -331,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="*", help="tflite files (default: the shared models by name)")
     parser.add_argument("--models-dir", type=Path, default=SHARED_MODELS,
                         help=f"where the default models are (default {SHARED_MODELS})")
-    parser.add_argument("--runs", type=int, default=30, help="timed runs per engine (default 30)")
+    parser.add_argument("--runs", type=int, default=40, help="rounds (default 40; at least 2 for overheads)")
     parser.add_argument("--reference-runs", type=int, default=1, help="timed reference runs (0: skip it)")
     parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
     parser.add_argument("--split-model", default="mobilenet_v2_1.0_224_float",

@@ -265,7 +265,7 @@ class TestCompute:
         # through the private table the query reads.
         execution, _ = ready_execution()
         execution.compute()
-        execution._output_types[0] = OperandType(T.FLOAT32)
+        execution._output_types = (OperandType(T.FLOAT32),)  # the compilation's, shared: replaced
         with pytest.raises(nnapi.BadDataError):
             execution.get_output_operand_dimensions(0)
 

@@ -41,6 +41,10 @@ _PRIORITY_TO_HAL = {
 class Compilation(NnapiObject):
     """ANeuralNetworksCompilation."""
 
+    #: what its Executions check arguments against and run through (execution._Table),
+    #: built at the first Execution
+    _execution_table = None
+
     def __init__(self, model: Model, devices: Sequence[Device] | None = None) -> None:
         """ANeuralNetworksCompilation_create, or _createForDevices when ``devices`` is given."""
         self._freed = False
@@ -318,6 +322,7 @@ class Compilation(NnapiObject):
 
     def _release(self) -> None:
         self._plan = None
+        self._execution_table = None  # and the arrays its bound request holds
 
 
 def _array_arguments(types) -> dict[int, tuple[np.dtype, set[tuple[int, ...]], tuple[int, ...]]]:

@@ -46,6 +46,11 @@ from nnapi.operand import OperandType, dtype_of
 DURATION_UNAVAILABLE = NO_TIMING
 
 _PREPARATION, _COMPUTING, _COMPLETED = "preparation", "computing", "completed"
+#: Guards every execution's state against free() from another thread (the sections are a
+#: few attribute reads and writes: one lock for all executions spares a lock per Execution).
+_STATE_LOCK = threading.Lock()
+#: The timing of a run that measured none (shared, never mutated).
+_UNMEASURED = Timing()
 
 
 @dataclass
@@ -59,37 +64,130 @@ class _Argument:
     array: np.ndarray | None = None
 
 
+class _Table:
+    """What every Execution of one compilation checks its arguments against and runs
+    through, computed once (at the compilation's first Execution).
+
+    Why it exists: an app that creates an Execution per inference (the only way before
+    feature level 5) pays the per-execution Python after the model's run has filled the
+    caches with weights and activations, when each interpreted step costs ~10x what a
+    micro-benchmark shows. So the usual execution (every argument a contiguous array of
+    its operand's dtype and declared shape, set with set_input / set_output) is checked
+    against these tables in a few steps, and it runs through ``run``, which hands the
+    plan a request bound once when the arrays are the ones the previous executions of
+    this compilation used."""
+
+    __slots__ = ("input_types", "output_types", "n_in", "n_total", "inputs", "outputs", "in_args", "out_args",
+                 "plan", "lock", "cached", "pending")
+
+    def __init__(self, compilation: Compilation) -> None:
+        self.input_types, self.output_types = compilation._io_types
+        self.n_in = len(self.input_types)
+        self.n_total = self.n_in + len(self.output_types)
+        arrays_in, arrays_out = compilation._io_arrays
+        #: per index of a fully specified operand: (dtype, accepted array shapes, dims, position)
+        #: where position numbers inputs then outputs (the pool of the argument in ``run``)
+        self.inputs = {i: (*spec, i) for i, spec in arrays_in.items()}
+        self.outputs = {i: (*spec, self.n_in + i) for i, spec in arrays_out.items()}
+        specs = [self.inputs.get(i) for i in range(self.n_in)] + [
+            self.outputs.get(i) for i in range(len(self.output_types))]
+        types = [*self.input_types, *self.output_types]
+        #: the request's arguments when every argument is such an array: argument k in pool k,
+        #: all of it (None when an operand is not fully specified: never all arrays then)
+        self.in_args = self.out_args = None
+        if all(spec is not None for spec in specs):
+            arguments = [RequestArgument(False, DataLocation(k, 0, types[k].byte_size()), list(spec[2]))
+                         for k, spec in enumerate(specs)]
+            self.in_args, self.out_args = arguments[:self.n_in], arguments[self.n_in:]
+        self.plan = compilation._plan
+        self.lock = threading.Lock()
+        #: (the arrays' ids, the arrays, the request bound to the plan): the arrays are held
+        #: so that their ids and addresses stay theirs while bound
+        self.cached: tuple[tuple[int, ...], list[np.ndarray], Any] | None = None
+        #: the arrays' ids of the last run that was not bound (bound when seen twice in a row)
+        self.pending: tuple[int, ...] | None = None
+
+    def request(self, arrays: list[np.ndarray]) -> Request:
+        pools = [memoryview(array.reshape(-1).view(np.uint8)) for array in arrays]
+        return Request(list(self.in_args), list(self.out_args), pools)
+
+    def run(self, arrays: list[np.ndarray], deadline_ns: int | None, loop_timeout_ns: int
+            ) -> tuple[list[OutputShape], Timing]:
+        """Run the execution whose arguments are ``arrays`` (inputs then outputs, each the
+        whole of its operand). The same arrays as the last two runs (an app's loop over
+        buffers it keeps) go through the request bound for them (one binding per
+        compilation, replaced when the arrays change); any others through a request of
+        their own, as before."""
+        key = tuple(map(id, arrays))
+        cached = self.cached
+        if cached is not None and cached[0] == key:
+            if self.lock.acquire(False):
+                try:
+                    return cached[2].execute(deadline_ns)
+                finally:
+                    self.lock.release()
+            # another thread runs the bound request: this one runs apart
+            return self.plan.execute(self.request(arrays), False, deadline_ns, loop_timeout_ns)
+        request = self.request(arrays)
+        if self.pending != key:
+            self.pending = key
+            return self.plan.execute(request, False, deadline_ns, loop_timeout_ns)
+        bound = self.plan.create_reusable_execution(request, False, loop_timeout_ns)
+        with self.lock:
+            self.cached = (key, list(arrays), bound)
+            return bound.execute(deadline_ns)
+
+
+def _table_of(compilation: Any, call: str) -> _Table:
+    """The compilation's table after the checks of ANeuralNetworksExecution_create."""
+    if compilation is None:
+        raise UnexpectedNullError(f"{call}: compilation is None")
+    if not isinstance(compilation, Compilation):
+        raise BadDataError(f"{call}: expected a Compilation, got {type(compilation).__name__}")
+    compilation._check_alive(call)
+    if not compilation.is_finished:
+        raise BadStateError(f"{call}: the compilation is not finished")
+    table = compilation._execution_table
+    if table is None:
+        table = compilation._execution_table = _Table(compilation)
+    return table
+
+
 class Execution(NnapiObject):
     """ANeuralNetworksExecution."""
 
+    # What a new Execution starts with, as class attributes: an object sets only what it changes.
+    _state = _PREPARATION
+    _reusable = False
+    _padding = False
+    _measure = False
+    _timeout_ns = 0
+    _loop_timeout_ns = DEFAULT_LOOP_TIMEOUT_NS
+    _output_shapes: list[OutputShape] | None = None
+    _timing = _UNMEASURED
+    _fenced_timing: Timing | None = None
+    _status = ResultCode.NO_ERROR
+    _lock = _STATE_LOCK
+    #: (runner, its IExecution) for a reusable execution whose request is bound (see _run)
+    _bound: tuple[Any, Any] | None = None
+    #: the memories a bound request maps (checked alive at each computation)
+    _bound_memories: tuple[Memory, ...] = ()
+    #: how many arguments are arrays held in ``_arrays`` (see set_input); the others are in
+    #: ``_inputs`` / ``_outputs``
+    _array_count = 0
+
     def __init__(self, compilation: Compilation) -> None:
         """ANeuralNetworksExecution_create."""
-        if compilation is None:
-            raise UnexpectedNullError("Execution: compilation is None")
-        if not isinstance(compilation, Compilation):
-            raise BadDataError(f"Execution: expected a Compilation, got {type(compilation).__name__}")
-        compilation._check_alive("Execution")
-        if not compilation.is_finished:
-            raise BadStateError("Execution: the compilation is not finished")
+        table = compilation._execution_table if compilation.__class__ is Compilation else None
+        if table is None or compilation._freed:
+            table = _table_of(compilation, "Execution")
         self._compilation = compilation
-        self._input_types, self._output_types = map(list, compilation._io_types)
+        self._table = table
+        self._input_types, self._output_types = table.input_types, table.output_types
         self._inputs: dict[int, _Argument] = {}
         self._outputs: dict[int, _Argument] = {}
-        self._state = _PREPARATION
-        self._reusable = False
-        self._padding = False
-        self._measure = False
-        self._timeout_ns = 0
-        self._loop_timeout_ns = DEFAULT_LOOP_TIMEOUT_NS
-        self._output_shapes: list[OutputShape] | None = None
-        self._timing = Timing()
-        self._fenced_timing: Timing | None = None
-        self._status = ResultCode.NO_ERROR
-        self._lock = threading.Lock()
-        #: (runner, its IExecution) for a reusable execution whose request is bound (see _run)
-        self._bound: tuple[Any, Any] | None = None
-        #: the memories a bound request maps (checked alive at each computation)
-        self._bound_memories: tuple[Memory, ...] = ()
+        #: per position (inputs, then outputs) the array set_input / set_output took as it is
+        self._arrays: list[np.ndarray | None] = [None] * table.n_total
 
     # --- settings --------------------------------------------------------------------
     def _check_preparation(self, call: str) -> None:
@@ -130,7 +228,7 @@ class Execution(NnapiObject):
     def enable_input_and_output_padding(self, enable: bool) -> None:
         """ANeuralNetworksExecution_enableInputAndOutputPadding."""
         self._check_preparation("enable_input_and_output_padding")
-        if self._inputs or self._outputs:
+        if self._inputs or self._outputs or self._array_count:
             raise BadStateError("enable_input_and_output_padding: inputs or outputs are already set")
         self._padding = as_flag("enable_input_and_output_padding", enable)
 
@@ -180,19 +278,6 @@ class Execution(NnapiObject):
                                    f"got {length}")
 
     def _set(self, call: str, kind: str, index: int, buffer: Any, op_type: OperandType | None) -> None:
-        if (op_type is None and type(buffer) is np.ndarray and self._state == _PREPARATION and not self._padding
-                and not self._freed):
-            # The usual call: a contiguous array of the operand's dtype and shape for an
-            # operand the model fully specifies; checked against what the compilation
-            # cached (the general path below gives the same answers, and the messages).
-            expected = self._compilation._io_arrays[kind == "output"].get(index) if isinstance(index, int) else None
-            if (expected is not None and buffer.dtype == expected[0] and buffer.flags.c_contiguous
-                    and buffer.shape in expected[1] and (kind == "input" or buffer.flags.writeable)
-                    and not isinstance(index, bool)):
-                dims = expected[2]
-                view = memoryview(buffer.reshape(-1).view(np.uint8))
-                self._store(call, kind, index, _Argument(False, view, 0, view.nbytes, dims))
-                return
         self._check_preparation(call)
         full_type, dims = self._argument_type(call, kind, index, op_type, buffer)
         if buffer is None:
@@ -223,9 +308,26 @@ class Execution(NnapiObject):
         """Bind a checked argument; each input and output is set once, as the NDK's
         ExecutionBuilder does (BAD_STATE "already been provided")."""
         arguments = self._inputs if kind == "input" else self._outputs
-        if index in arguments:
+        if index in arguments or self._arrays[index if kind == "input" else self._table.n_in + index] is not None:
             raise BadStateError(f"{call}: {kind} {index} was already set for this execution")
         arguments[index] = argument
+
+    def _materialize(self) -> None:
+        """Turn the arrays set_input / set_output took as they are into arguments in
+        ``_inputs`` / ``_outputs``, which every path but compute's usual one reads."""
+        table, arrays = self._table, self._arrays
+        for position, array in enumerate(arrays):
+            if array is None:
+                continue
+            if position < table.n_in:
+                arguments, index, spec = self._inputs, position, table.inputs[position]
+            else:
+                arguments, index = self._outputs, position - table.n_in
+                spec = table.outputs[index]
+            view = memoryview(array.reshape(-1).view(np.uint8))
+            arguments[index] = _Argument(False, view, 0, view.nbytes, spec[2])
+        self._arrays = [None] * table.n_total
+        self._array_count = 0
 
     def _check_array(self, call: str, kind: str, index: int, full_type: OperandType, array: np.ndarray) -> None:
         """A numpy argument has the operand's dtype, and its shape (or is flat with the
@@ -275,10 +377,30 @@ class Execution(NnapiObject):
         """ANeuralNetworksExecution_setInput. ``buffer`` is bytes-like or numpy (None omits
         an optional input); ``type`` completes dimensions the model left unspecified (a
         numpy array's own shape does too)."""
+        if type is None and buffer.__class__ is np.ndarray and index.__class__ is int:
+            # The usual call: a contiguous array of the operand's dtype and shape (or flat) for
+            # an operand the model fully specifies, kept as it is (_set gives the same answers
+            # for it, and every message).
+            spec = self._table.inputs.get(index)
+            if (spec is not None and (buffer.dtype is spec[0] or buffer.dtype == spec[0]) and buffer.shape in spec[1]
+                    and buffer.flags.c_contiguous and self._state is _PREPARATION and not self._padding
+                    and not self._freed and self._arrays[index] is None and index not in self._inputs):
+                self._arrays[index] = buffer
+                self._array_count += 1
+                return
         self._set("set_input", "input", index, buffer, type)
 
     def set_output(self, index: int, buffer: Any, type: OperandType | None = None) -> None:  # noqa: A002
         """ANeuralNetworksExecution_setOutput: ``buffer`` must be writable (None omits)."""
+        if type is None and buffer.__class__ is np.ndarray and index.__class__ is int:
+            spec = self._table.outputs.get(index)  # as set_input's, writable too
+            if spec is not None and (buffer.dtype is spec[0] or buffer.dtype == spec[0]) and buffer.shape in spec[1]:
+                flags = buffer.flags
+                if (flags.c_contiguous and flags.writeable and self._state is _PREPARATION and not self._padding
+                        and not self._freed and self._arrays[spec[3]] is None and index not in self._outputs):
+                    self._arrays[spec[3]] = buffer
+                    self._array_count += 1
+                    return
         self._set("set_output", "output", index, buffer, type)
 
     def set_input_from_memory(self, index: int, memory: Memory, offset: int, length: int,
@@ -295,6 +417,8 @@ class Execution(NnapiObject):
     def _begin(self, call: str) -> None:
         self._check_alive(call)
         with self._lock:
+            if self._array_count:
+                self._materialize()
             if self._state == _COMPUTING:
                 raise BadStateError(f"{call}: the execution is running")
             if self._state == _COMPLETED and not self._reusable:
@@ -432,21 +556,29 @@ class Execution(NnapiObject):
                 for write_back in write_backs:
                     write_back()
             self._output_shapes, self._timing = shapes, timing
-        except HalError as hal_error:
+        except Exception as caught:  # noqa: BLE001 - never leak a raw exception from a driver
+            error = self._failure(caught)
+        self._complete(error)
+
+    def _failure(self, caught: Exception) -> NnapiError:
+        """The error a failed run raises, with the output shapes and timing it leaves."""
+        self._timing = _UNMEASURED
+        self._output_shapes = None
+        if isinstance(caught, HalError):
             # An in-process driver may carry the exact result code the HAL status stands for.
-            code = getattr(hal_error, "result_code", None) or hal_error.status.to_result_code()
-            self._output_shapes = hal_error.output_shapes if hal_error.status == \
-                ErrorStatus.OUTPUT_INSUFFICIENT_SIZE else None
-            self._timing = Timing()
-            error = error_for(code, self._insufficient_message(hal_error))
-        except MemoryError:
-            self._output_shapes = None
-            error = OutOfMemoryError("compute: out of memory")
-        except NnapiError as nnapi_error:
-            self._output_shapes, error = None, nnapi_error
-        except Exception as unexpected:  # never leak a raw exception from a driver
-            self._output_shapes = None
-            error = OpFailedError(f"{type(unexpected).__name__}: {unexpected}")
+            code = getattr(caught, "result_code", None) or caught.status.to_result_code()
+            if caught.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                self._output_shapes = caught.output_shapes
+            return error_for(code, self._insufficient_message(caught))
+        if isinstance(caught, MemoryError):
+            return OutOfMemoryError("compute: out of memory")
+        if isinstance(caught, NnapiError):
+            return caught
+        return OpFailedError(f"{type(caught).__name__}: {caught}")
+
+    def _complete(self, error: NnapiError | None) -> None:
+        """Record the end of a run (its status, memories from a MemoryDesc written or not)
+        and raise ``error`` if it failed."""
         self._status = error.code if error is not None else ResultCode.NO_ERROR
         if self._bound is None:  # a bound request has no memories from a MemoryDesc
             for position, argument in list(self._outputs.items()):
@@ -457,9 +589,7 @@ class Execution(NnapiObject):
         with self._lock:
             self._state = _COMPLETED
             if self._freed:  # freed while it ran: drop the arguments now (see _release)
-                self._inputs.clear()
-                self._outputs.clear()
-                self._bound = None
+                self._drop_arguments()
         if error is not None:
             vlog.execution.debug("execution failed: %s: %s", error.code.name, error)
             raise error
@@ -486,6 +616,8 @@ class Execution(NnapiObject):
         """For OUTPUT_INSUFFICIENT_SIZE: which outputs are too small and what they need."""
         if hal_error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or not hal_error.output_shapes:
             return str(hal_error)
+        if self._array_count:
+            self._materialize()
         parts = []
         for position, shape in enumerate(hal_error.output_shapes):
             if shape.is_sufficient or position >= len(self._output_types):
@@ -498,6 +630,25 @@ class Execution(NnapiObject):
 
     def compute(self) -> None:
         """ANeuralNetworksExecution_compute: run synchronously."""
+        table = self._table
+        if (self._array_count == table.n_total and not self._reusable and not self._measure
+                and self._loop_timeout_ns == DEFAULT_LOOP_TIMEOUT_NS and not tracing.state.enabled):
+            # The usual execution (see _Table): every argument an array set as it is, run once.
+            with _STATE_LOCK:
+                ready = self._state is _PREPARATION and not self._freed and not self._compilation._freed
+                if ready:
+                    self._state = _COMPUTING
+            if ready:
+                deadline_ns = time.monotonic_ns() + self._timeout_ns if self._timeout_ns else None
+                try:
+                    self._output_shapes, self._timing = table.run(self._arrays, deadline_ns, self._loop_timeout_ns)
+                except Exception as caught:  # noqa: BLE001 - never leak a raw exception from a driver
+                    self._complete(self._failure(caught))
+                with _STATE_LOCK:
+                    self._state = _COMPLETED
+                    if self._freed:  # freed while it ran: drop the arguments now (see _release)
+                        self._drop_arguments()
+                return
         self._begin("compute")
         self._run()
 
@@ -602,6 +753,9 @@ class Execution(NnapiObject):
     def _check_fenced_call(self, call: str, events: list[Event]) -> None:
         """The NDK's checks at startComputeWithDependencies: every output fully specified
         (BAD_DATA), no dependency already failed (OP_FAILED)."""
+        with self._lock:
+            if self._array_count:
+                self._materialize()
         for position in range(len(self._output_types)):
             argument = self._outputs.get(position)
             if argument is None:
@@ -682,9 +836,14 @@ class Execution(NnapiObject):
         # arguments and drops them when it ends.
         with self._lock:
             if self._state != _COMPUTING:
-                self._inputs.clear()
-                self._outputs.clear()
-                self._bound = None
+                self._drop_arguments()
+
+    def _drop_arguments(self) -> None:
+        self._inputs.clear()
+        self._outputs.clear()
+        self._arrays = [None] * self._table.n_total
+        self._array_count = 0
+        self._bound = None
 
 
 def _write_back(array: np.ndarray, staging: bytearray) -> None:
