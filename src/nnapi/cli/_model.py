@@ -29,6 +29,17 @@ def open_session(path: str, device_names: list[str] | None = None) -> Session:
     return Session(import_model(path), devices)
 
 
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that runs a model: --device, --input, --seed (read
+    by ``open_session`` and ``read_inputs``)."""
+    parser.add_argument("--device", action="append", metavar="NAME",
+                        help="device to run on (repeatable; default: let the runtime choose)")
+    parser.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                        help="an input array, or FILE.npz of arrays named after inputs (repeatable; inputs not "
+                             "given are seeded random)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+
+
 def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The inputs named by ``--input NAME=FILE.npy`` (or ``FILE.npy`` alone for a model
     with one input, or ``FILE.npz`` holding arrays named after inputs), the rest seeded

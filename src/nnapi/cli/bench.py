@@ -21,6 +21,7 @@ import time
 import nnapi
 from nnapi.cli._common import CliError, print_json
 from nnapi.cli._model import (
+    add_run_arguments,
     format_stats,
     latency_stats,
     litert_interpreter,
@@ -39,12 +40,7 @@ def register(commands, common) -> None:
     parser.add_argument("model", help="a .tflite model")
     parser.add_argument("--iterations", type=positive, default=10, help="timed executions (default 10)")
     parser.add_argument("--warmup", type=non_negative, default=2, help="untimed executions first (default 2)")
-    parser.add_argument("--device", action="append", metavar="NAME",
-                        help="device to run on (repeatable; default: let the runtime choose)")
-    parser.add_argument("--input", action="append", metavar="NAME=FILE.npy",
-                        help="an input array, or FILE.npz of arrays named after inputs (repeatable; inputs not "
-                             "given are seeded random)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    add_run_arguments(parser)
     parser.add_argument("--threads", type=positive, default=1,
                         help="threads of LiteRT and of numpy's BLAS under nnapi-reference (default 1)")
     parser.add_argument("--no-litert", action="store_true", help="do not time LiteRT")

@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 
 from nnapi.cli._common import EXIT_FAILED, CliError, print_json
-from nnapi.cli._model import litert_interpreter, litert_run, open_session, positive, read_inputs
+from nnapi.cli._model import add_run_arguments, litert_interpreter, litert_run, open_session, positive, read_inputs
 
 
 def register(commands, common) -> None:
@@ -25,12 +25,7 @@ def register(commands, common) -> None:
                                  help="outputs of a model in nnapi vs LiteRT on the same inputs (needs "
                                       "ai-edge-litert)")
     parser.add_argument("model", help="a .tflite model")
-    parser.add_argument("--device", action="append", metavar="NAME",
-                        help="device to run on (repeatable; default: let the runtime choose)")
-    parser.add_argument("--input", action="append", metavar="NAME=FILE.npy",
-                        help="an input array, or FILE.npz of arrays named after inputs (repeatable; inputs not "
-                             "given are seeded random)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    add_run_arguments(parser)
     parser.add_argument("--runs", type=positive, default=1,
                         help="compare this many runs, seeds SEED, SEED+1, ... (default 1)")
     parser.add_argument("--rtol", type=float, default=1e-5,

@@ -9,6 +9,7 @@ import numpy as np
 
 from nnapi.cli._common import print_json
 from nnapi.cli._model import (
+    add_run_arguments,
     builtin_model_path,
     latency_stats,
     open_session,
@@ -23,13 +24,8 @@ def register(commands, common) -> None:
                                  help="run a model (default: the built-in MediaPipe hand re-crop model) and print "
                                       "its outputs and latency")
     parser.add_argument("model", nargs="?", help="a .tflite model (default: the built-in one)")
-    parser.add_argument("--input", action="append", metavar="NAME=FILE.npy",
-                        help="an input array, or FILE.npz of arrays named after inputs (repeatable; inputs not "
-                             "given are seeded random)")
-    parser.add_argument("--device", action="append", metavar="NAME",
-                        help="device to run on (repeatable; default: let the runtime choose)")
+    add_run_arguments(parser)
     parser.add_argument("--iterations", type=positive, default=1, help="executions to time (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     parser.add_argument("--save", metavar="FILE.npz", help="also write the outputs to FILE.npz")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_run)
