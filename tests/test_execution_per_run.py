@@ -298,3 +298,30 @@ def test_a_split_plan(request):
         np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(best, expected_best)
     assert split._execution_table.cached is not None
+
+
+def test_unspecified_dimensions_take_the_general_path(device):
+    """A model whose dimensions are left to the execution: each run's arrays say them, and
+    the results have each run's shape (no binding of another shape is reused)."""
+    model = nnapi.Model()
+    tensor = OperandType(T.TENSOR_FLOAT32, [0, 3])
+    a, b = model.add_operand(tensor), model.add_operand(tensor)
+    fuse = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(fuse, 0)
+    out = model.add_operand(tensor)
+    model.add_operation(nnapi.OperationCode.ADD, [a, b, fuse], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    for rows in (2, 2, 2, 5, 1, 5):
+        x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+        result = np.zeros((rows, 3), np.float32)
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, x)
+        execution.set_input(1, x)
+        execution.set_output(0, result)
+        execution.compute()
+        np.testing.assert_array_equal(result, 2 * x)
+        assert execution.get_output_operand_dimensions(0) == [rows, 3]
+    assert compilation._execution_table.cached is None
