@@ -129,11 +129,11 @@ def test_claimed_cts_vectors_pass(ort_device, variant, every, least):
                                        "LOGICAL_AND", "POW", "LOG_SOFTMAX", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_SUM",
                                        "REDUCE_PROD", "REDUCE_ANY", "ARGMAX", "ARGMIN", "GATHER", "SPLIT",
                                        "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND", "LOCAL_RESPONSE_NORMALIZATION",
-                                       "INSTANCE_NORMALIZATION"])
+                                       "INSTANCE_NORMALIZATION", "CAST", "TOPK_V2"])
 def test_lowerings_pass_their_cts_vectors(ort_device, operation):
     """Every fourth CTS vector of the operation that nnapi-ort-cpu claims passes (the
-    quantized TRANSPOSE_CONV_2D / L2_NORMALIZATION, SELECT requantizing, and parameters
-    given at run time are declined), and it claims some."""
+    quantized TRANSPOSE_CONV_2D, SELECT requantizing, and parameters given at run time are
+    declined), and it claims some."""
     claimed, failures = 0, []
     for record in _records_by_operation().get(operation, []):
         if declined_by(record, ort_device):
@@ -878,3 +878,39 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     monkeypatch.setattr(lowering, "wants_padding", lambda *arguments: False)
     plain, _ = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0] - plain[0]).max() <= 1e-6 * scale
+
+
+@pytest.mark.parametrize("target, dtype", [(T.TENSOR_INT32, np.int32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
+                                           (T.TENSOR_FLOAT16, np.float16)])
+def test_cast_of_floats_at_the_edges_equals_the_reference(ort_device, target, dtype):
+    """CAST from float32: truncation toward zero after saturation, NaN to 0, 2^31 and
+    beyond to int32's top (float32 has no 2^31 - 1), float16 rounding once and
+    overflowing to infinity: the reference's values exactly."""
+    value = np.array([0.7, -0.7, 255.9, 256.0, -1.5, np.nan, np.inf, -np.inf, 2.0 ** 31, -(2.0 ** 31), 3e9, -3e9,
+                      65519.0, 65520.0, 1.0 + 2.0 ** -11, 123456.7], np.float32)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [value.size]))
+    y = model.add_operand(OperandType(target, [value.size], scale=1.0 if target == T.TENSOR_QUANT8_ASYMM else 0.0))
+    model.add_operation(Op.CAST, [x], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    ours, theirs = _on_both(model, [value], [np.zeros(value.size, dtype)], ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+
+
+def test_topk_lists_equal_values_by_larger_index_first(ort_device):
+    """TOPK_V2 on quant8 signed rows with ties: the larger index first (NNAPI's rule, ONNX's
+    is the opposite), the reference's values and indices."""
+    rows = np.array([[3, 7, 3, -2, 7, 3], [-128, 0, 0, 127, -128, 0]], np.int8)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, 6], scale=0.5, zero_point=1))
+    values = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, 4], scale=0.5, zero_point=1))
+    indices = model.add_operand(OperandType(T.TENSOR_INT32, [2, 4]))
+    model.add_operation(Op.TOPK_V2, [x, _constant(model, T.INT32, 4)], [values, indices])
+    model.identify_inputs_and_outputs([x], [values, indices])
+    model.finish()
+    outputs = [np.zeros((2, 4), np.int8), np.zeros((2, 4), np.int32)]
+    ours, theirs = _on_both(model, [rows], outputs, ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    np.testing.assert_array_equal(ours[1], [[4, 1, 5, 2], [3, 5, 2, 1]])

@@ -1337,11 +1337,16 @@ def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
 @lowers(OperationCode.L2_NORMALIZATION)
 def lower_l2_normalization(g: GraphBuilder, operation: Operation) -> None:
     """x / max(sqrt(sum(x * x)), 1e-6) along the axis in float32, as the reference and
-    Android compute it; quantized outputs are declined (QuantizeLinear rounds halves to
-    even, NNAPI away from zero)."""
+    Android compute it; quantized inputs as their integers q - zero_point (exact in
+    float32, the norm being scale-free), the result quantized rounding halves away from
+    zero as Android does (quantize_half_away)."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    if output.type not in FLOATS or x.kind != "float":
+    if output.type in QUANT8 and x.kind == "uint8":
+        integers = g.one("DequantizeLinear", [x.name, g.constant(np.array(1.0, np.float32)),
+                                              g.constant(np.array(x.zero_point, np.uint8))])
+        x = Value(integers, "float", x.dims)
+    elif output.type not in FLOATS or x.kind != "float":
         raise Declined(f"L2_NORMALIZATION on {_name(output.type)} is not supported")
     axis = int(g.optional_scalar(operation, 1, -1))
     if not 1 <= x.rank <= 4 or not -x.rank <= axis < x.rank:
@@ -1349,7 +1354,8 @@ def lower_l2_normalization(g: GraphBuilder, operation: Operation) -> None:
     squares = g.one("ReduceSum", [g.one("Mul", [x.name, x.name]), g.constant(np.array([axis % x.rank], np.int64))],
                     keepdims=1)
     norm = g.one("Max", [g.one("Sqrt", [squares]), g.constant(np.array(1e-6, np.float32))])
-    g.set_output(operation.outputs[0], g.one("Div", [x.name, norm]))
+    y = g.one("Div", [x.name, norm])
+    g.set_output(operation.outputs[0], quantize_half_away(g, y, output) if output.type in QUANT8 else y)
 
 
 @lowers(OperationCode.LOCAL_RESPONSE_NORMALIZATION)
@@ -1791,6 +1797,78 @@ def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
 _NUMPY_KIND = {"float": np.float32, "int32": np.int32, "uint8": np.uint8, "bool": np.bool_}
 
 
+@lowers(OperationCode.TOPK_V2)
+def lower_topk(g: GraphBuilder, operation: Operation) -> None:
+    """TopK along the last axis of the input reversed there: ONNX lists equal values by
+    lower index first, NNAPI by larger index first, so the reversed row's order is NNAPI's
+    and index i of it is n - 1 - i. Quant8 values compare as their integers (as int32, for
+    which ORT has a kernel). Where n is known only at run time, k > n fails the run there."""
+    x = g.value(operation.inputs[0])
+    values_index, indices_index = operation.outputs
+    _check_same_quantization(x, g.operand(values_index))
+    if x.rank == 0 or x.kind not in ("float", "int32", "uint8"):
+        raise Declined("TOPK_V2 needs the input's rank and float, int32 or quant8 values")
+    count = int(g.scalar(operation.inputs[1]))
+    k = g.constant(np.array([count], np.int64))
+    if x.dims[-1]:
+        size = g.constant(np.array([x.dims[-1]], np.int64))
+        if not 1 <= count <= x.dims[-1]:
+            raise Declined(f"k must be in [1, {x.dims[-1]}]")
+    else:  # the last dimension is known at run time only: checked then
+        size = g.one("Gather", [g.one("Shape", [x.name]), g.constant(np.array([-1], np.int64))], axis=0)
+        valid = g.one("And", [g.one("GreaterOrEqual", [k, g.constant(np.array([1], np.int64))]),
+                              g.one("LessOrEqual", [k, size])])
+        k = fail_unless(g, g.one("Squeeze", [valid]), k)
+    reversed_row = g.one("Slice", [x.name, g.constant(np.array([-1], np.int64)),
+                                   g.constant(np.array([np.iinfo(np.int64).min], np.int64)),
+                                   g.constant(np.array([-1], np.int64)), g.constant(np.array([-1], np.int64))])
+    data = g.one("Cast", [reversed_row], to=TensorProto.INT32) if x.kind == "uint8" else reversed_row
+    values, positions = g.node("TopK", [data, k], 2, axis=-1, largest=1, sorted=1)
+    if x.kind == "uint8":
+        values = g.one("Cast", [values], to=TensorProto.UINT8)
+    indices = g.one("Sub", [g.one("Sub", [size, g.constant(np.array([1], np.int64))]), positions])
+    g.set_output(values_index, values)
+    g.set_output(indices_index, g.one("Cast", [indices], to=TensorProto.INT32))
+
+
+@lowers(OperationCode.CAST)
+def lower_cast(g: GraphBuilder, operation: Operation) -> None:
+    """CAST as C's static_cast, quantized tensors as their stored integers: floats to
+    integers truncate toward zero after saturating to the target's range (NaN gives 0, as
+    the reference defines it), to float16 rounds once (a float16 round trip, kept in
+    float32 inside); identity casts copy."""
+    x = g.value(operation.inputs[0])
+    source, target = g.operand(operation.inputs[0]).type, g.operand(operation.outputs[0]).type
+    if source == target:
+        g.set_output(operation.outputs[0], g.one("Identity", [x.name]))
+        return
+    convertible = (*FLOATS, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
+    if source not in convertible or target not in convertible:
+        raise Declined(f"CAST from {_name(source)} to {_name(target)} is not supported")
+    if target in FLOATS:
+        y = x.name if x.kind == "float" else g.one("Cast", [x.name], to=TensorProto.FLOAT)
+        if target == T.TENSOR_FLOAT16 and source != T.TENSOR_FLOAT16:
+            y = g.one("Cast", [g.one("Cast", [y], to=TensorProto.FLOAT16)], to=TensorProto.FLOAT)
+        g.set_output(operation.outputs[0], y)
+        return
+    low, high = (0, 255) if target == T.TENSOR_QUANT8_ASYMM else (-(2 ** 31), 2 ** 31 - 1)
+    to = TensorProto.UINT8 if target == T.TENSOR_QUANT8_ASYMM else TensorProto.INT32
+    if x.kind == "float":
+        # float32's largest value below 2^31 is 2^31 - 128: the top of int32 is chosen apart
+        clipped = g.one("Clip", [x.name, g.constant(np.array(low, np.float32)),
+                                 g.constant(np.array(min(high, 2 ** 31 - 128), np.float32))])
+        clipped = g.one("Where", [g.one("IsNaN", [x.name]), g.constant(np.array(0.0, np.float32)), clipped])
+        y = g.one("Cast", [clipped], to=to)
+        if high > 2 ** 31 - 128:
+            y = g.one("Where", [g.one("GreaterOrEqual", [x.name, g.constant(np.array(2.0 ** 31, np.float32))]),
+                                g.constant(np.array(high, np.int32)), y])
+    else:  # int32 to uint8 saturates; uint8 to int32 is exact
+        y = x.name if to == TensorProto.INT32 else g.one(
+            "Clip", [x.name, g.constant(np.array(low, np.int32)), g.constant(np.array(high, np.int32))])
+        y = g.one("Cast", [y], to=to)
+    g.set_output(operation.outputs[0], y)
+
+
 # --- quantize / dequantize ----------------------------------------------------------------
 @lowers(OperationCode.QUANTIZE)
 def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
@@ -1798,15 +1876,20 @@ def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
     output = g.operand(operation.outputs[0])
     if x.kind != "float" or output.type not in QUANT8:
         raise Declined("QUANTIZE from float to quant8 only")
-    # Android rounds half away from zero (std::round), where QuantizeLinear rounds half to
-    # even: compute round(x / scale) that way, then add the zero point and saturate.
-    scaled = g.one("Div", [x.name, g.constant(np.array(output.scale, np.float32))])
+    g.set_output(operation.outputs[0], quantize_half_away(g, x.name, output))
+
+
+def quantize_half_away(g: GraphBuilder, name: str, output: Operand) -> str:
+    """Float ``name`` quantized to ``output`` in its internal encoding as Android rounds:
+    halves away from zero (std::round), where QuantizeLinear rounds half to even; round(x /
+    scale) that way, then the zero point added and saturated."""
+    scaled = g.one("Div", [name, g.constant(np.array(output.scale, np.float32))])
     magnitude = g.one("Floor", [g.one("Add", [g.one("Abs", [scaled]), g.constant(np.array(0.5, np.float32))])])
     rounded = g.one("Mul", [magnitude, g.one("Sign", [scaled])])
     shifted = g.one("Add", [rounded, g.constant(np.array(internal_zero_point(output), np.float32))])
     clamped = g.one("Clip", [shifted, g.constant(np.array(0.0, np.float32)),
                              g.constant(np.array(255.0, np.float32))])
-    g.set_output(operation.outputs[0], g.one("Cast", [clamped], to=TensorProto.UINT8))
+    return g.one("Cast", [clamped], to=TensorProto.UINT8)
 
 
 @lowers(OperationCode.DEQUANTIZE)
