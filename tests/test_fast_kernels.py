@@ -424,7 +424,8 @@ def test_kernels_load_from_the_cache_without_numba_s_compiler_set_up():
     loads its kernel without importing numba's implementation registries (numba.np.linalg,
     which imports scipy.linalg when scipy is installed) — a compilation would import them —
     and the float and quantized depthwise kernels take their scratch from the caller
-    (no numba.np.arrayobj)."""
+    (no numba.np.arrayobj). The kernels are compiled without numba's runtime, so loading
+    them never sets it up (numba compiles its LLVM module for that: ~20 ms)."""
     import importlib
     import pkgutil
     import subprocess
@@ -442,6 +443,7 @@ def test_kernels_load_from_the_cache_without_numba_s_compiler_set_up():
     assert len(modules) >= 2 and dispatchers
     assert all(isinstance(d._cache, _numba_cache.LeanCache) for d in dispatchers), \
         "a kernel module defines kernels with numba.njit instead of _numba_cache.kernel"
+    assert all(d.targetoptions.get("_nrt") is False and not d._cache._runtime for d in dispatchers)
     child = (
         "import sys, numpy as np\n"
         "from nnapi.operations import _jit\n"
@@ -456,14 +458,35 @@ def test_kernels_load_from_the_cache_without_numba_s_compiler_set_up():
         "    kernel = _plan(Op.DEPTHWISE_CONV_2D, *case)\n"
         "    assert isinstance(kernel, PreparedDepthwise) and kernel.compiled is not None\n"
         "    kernel([t.value for t in case[0]])\n"
+        "from numba.core.runtime import rtsys\n"
         "print(_jit.kernels().depthwise_float.stats.cache_hits and 'hit' or 'miss', 'numba.np.linalg' in sys.modules,\n"
-        "      'numba.np.arrayobj' in sys.modules)\n"
+        "      'numba.np.arrayobj' in sys.modules, getattr(rtsys, '_init', False))\n"
     )
     first = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
     assert first.stdout.split()[0] in ("hit", "miss")
     second = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
-    # nor numba's array implementation, which a kernel calling np.empty makes it import
-    assert second.stdout.split() == ["hit", "False", "False"], second.stdout + second.stderr
+    # nor numba's array implementation, which a kernel calling np.empty makes it import,
+    # nor its runtime
+    assert second.stdout.split() == ["hit", "False", "False", "False"], second.stdout + second.stderr
+
+
+def test_a_cache_entry_compiled_with_numba_s_runtime_is_not_loaded_without_it():
+    """numba's cache key does not say whether a function was compiled with its runtime:
+    LeanCache's does, so machine code calling the runtime (an older cache's) is never
+    loaded where the runtime was not set up (unresolved symbols abort the process)."""
+    import numba
+
+    from nnapi.operations import _numba_cache
+
+    def double(x, out):  # pragma: no cover - compiled, never run here
+        out[0] = x[0] * 2
+
+    signature = (numba.float32[::1], numba.float32[::1])
+    codegen = numba.core.registry.cpu_target.target_context.codegen()
+    with_runtime = _numba_cache.LeanCache(double, True)._index_key(signature, codegen)
+    without = _numba_cache.LeanCache(double, False)._index_key(signature, codegen)
+    assert with_runtime != without
+    assert with_runtime[:-1] == without[:-1] == numba.core.caching.FunctionCache(double)._index_key(signature, codegen)
 
 
 @pytest.mark.parametrize("kind", ["float32", "quant8", "quant8_signed_per_channel"])
