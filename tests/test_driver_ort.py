@@ -120,7 +120,7 @@ def test_claimed_cts_vectors_pass(ort_device, variant, every, least):
         if not outcome.passed:
             failures.append(f"{outcome.test}: {outcome.message}")
     assert not failures, failures[:5]
-    assert ran > least and declined > least // 2
+    assert ran > least and declined > least // 4  # some declined vectors exercise that path
 
 
 @pytest.mark.parametrize("operation", ["GROUPED_CONV_2D", "TRANSPOSE_CONV_2D", "RESIZE_NEAREST_NEIGHBOR",
