@@ -315,8 +315,8 @@ def test_slice_and_tile_parameters_given_at_run_time_are_checked(ort_device):
             execution.compute()
 
 
-def _conv_then_cast_model():
-    """CONV_2D (ORT) -> CAST to int32 (declined by ORT: the reference runs it)."""
+def _conv_then_log_model():
+    """CONV_2D (ORT) -> LOG (declined by ORT: the reference runs it)."""
     model = nnapi.Model()
     image = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 3]))
     weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 3, 3, 3]))
@@ -332,8 +332,8 @@ def _conv_then_cast_model():
         scalars.append(index)
     features = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
     model.add_operation(Op.CONV_2D, [image, weights, bias, *scalars], [features])
-    best = model.add_operand(OperandType(T.TENSOR_INT32, [1, 6, 6, 4]))
-    model.add_operation(Op.CAST, [features], [best])
+    best = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
+    model.add_operation(Op.LOG, [features], [best])
     model.identify_inputs_and_outputs([image], [features, best])
     model.finish()
     return model, keep
@@ -343,7 +343,7 @@ def _run(compilation, image):
     execution = nnapi.Execution(compilation)
     execution.set_input(0, image)
     features = np.zeros((1, 6, 6, 4), np.float32)
-    best = np.zeros((1, 6, 6, 4), np.int32)
+    best = np.zeros((1, 6, 6, 4), np.float32)
     execution.set_output(0, features)
     execution.set_output(1, best)
     execution.compute()
@@ -351,7 +351,7 @@ def _run(compilation, image):
 
 
 def test_declined_operation_runs_on_the_reference(ort_device):
-    model, _keep = _conv_then_cast_model()
+    model, _keep = _conv_then_log_model()
     split = nnapi.Compilation(model, [ort_device, _reference()])
     split.finish()
     assert split.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
@@ -359,7 +359,7 @@ def test_declined_operation_runs_on_the_reference(ort_device):
     features, best = _run(split, image)
     expected_features, expected_best = _reference_alone(model, image)
     np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(best, expected_best)
+    np.testing.assert_allclose(best, expected_best, rtol=1e-5, atol=1e-5)
 
 
 def _compare_with_reference(model, inputs, output_shape, device):
@@ -485,7 +485,7 @@ def test_channel_pad_before_an_element_wise_operation_enters_nchwc_once(ort_devi
 def test_a_small_island_after_a_declined_operation_stays_on_the_reference(ort_device):
     """The fused LSTM's shape: an operation ORT declines (LOG here) then a light one it runs
     (an ADD of 20 floats): a second step would cost more than ORT saves, so the plan is the
-    reference alone (the CONV_2D -> CAST model above still splits)."""
+    reference alone (the CONV_2D -> LOG model above still splits)."""
     model = nnapi.Model()
     tensor = OperandType(T.TENSOR_FLOAT32, [1, 20])
     x = model.add_operand(tensor)
@@ -535,9 +535,9 @@ def test_discovered_as_a_plug_in():
 
 def test_default_compilation_splits_across_ort_and_the_reference():
     """No devices given: the runtime uses every device, as Android's does. The convolution goes
-    to nnapi-ort-cpu (measured faster), CAST, which it declines, to nnapi-reference, and the
+    to nnapi-ort-cpu (measured faster), LOG, which it declines, to nnapi-reference, and the
     results equal the reference alone's within the CTS tolerance."""
-    model, _keep = _conv_then_cast_model()
+    model, _keep = _conv_then_log_model()
     default = nnapi.Compilation(model)
     default.finish()
     assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
@@ -545,7 +545,7 @@ def test_default_compilation_splits_across_ort_and_the_reference():
     features, best = _run(default, image)
     expected_features, expected_best = _reference_alone(model, image)
     np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(best, expected_best)
+    np.testing.assert_allclose(best, expected_best, rtol=1e-5, atol=1e-5)
 
 
 def _reference_alone(model, image):
@@ -558,7 +558,7 @@ def test_split_plan_falls_back_to_the_cpu_when_ort_fails_to_execute(monkeypatch)
     """No devices given: an ORT step whose run fails (onnxruntime raising) is re-run with the
     whole model on nnapi-reference, as for a single-device plan; with explicit devices the
     failure is the result (the NDK's rule)."""
-    model, _keep = _conv_then_cast_model()
+    model, _keep = _conv_then_log_model()
     default = nnapi.Compilation(model)
     default.finish()
     assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
@@ -584,7 +584,7 @@ def test_split_plan_falls_back_to_the_cpu_when_ort_fails_to_execute(monkeypatch)
 
 def test_split_plan_missing_its_deadline_on_ort_is_not_re_run(monkeypatch):
     """A deadline error is the result even without explicit devices (no CPU fallback)."""
-    model, _keep = _conv_then_cast_model()
+    model, _keep = _conv_then_log_model()
     default = nnapi.Compilation(model)
     default.finish()
     assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
@@ -602,7 +602,7 @@ def test_split_plan_missing_its_deadline_on_ort_is_not_re_run(monkeypatch):
 def test_split_plan_moves_a_step_ort_fails_to_prepare_to_the_cpu(monkeypatch):
     """No devices given: when onnxruntime refuses the lowered graph, that step is prepared on
     nnapi-reference and the results are the reference's."""
-    model, _keep = _conv_then_cast_model()
+    model, _keep = _conv_then_log_model()
     warm = nnapi.Compilation(model)  # capabilities measured before sessions start failing
     warm.finish()
 
@@ -636,11 +636,11 @@ def test_inspect_lists_the_ort_device(capsys):
 def test_unsupported_reasons_name_the_rule():
     from nnapi.runtime.model_builder import build_hal_model
 
-    model, _keep = _conv_then_cast_model()
+    model, _keep = _conv_then_log_model()
     hal_model, _ = build_hal_model(model)
     reasons = OrtDevice().get_unsupported_reasons(hal_model)
     assert reasons[0] is None
-    assert "CAST" in reasons[1]
+    assert "LOG" in reasons[1]
     assert OrtDevice().get_supported_operations(hal_model) == [True, False]
 
 
@@ -739,7 +739,7 @@ def test_bindings_follow_the_request_buffers():
 def test_second_compilation_comes_from_the_cache(ort_device, tmp_path):
     """Through the public API: set_caching makes the second compilation load the cached,
     already optimized ORT model instead of lowering again."""
-    _model, _keep = _conv_then_cast_model()  # its weights
+    _model, _keep = _conv_then_log_model()  # its weights
     image = np.random.default_rng(5).standard_normal((1, 6, 6, 3)).astype(np.float32)
     results = []
     conv_only = nnapi.Model()
