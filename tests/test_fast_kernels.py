@@ -470,6 +470,33 @@ def test_kernels_load_from_the_cache_without_numba_s_compiler_set_up():
     assert second.stdout.split() == ["hit", "False", "False", "False"], second.stdout + second.stderr
 
 
+def test_int8_and_uint8_output_stages_share_one_machine_code(monkeypatch):
+    """The compiled output stage stores 8-bit results through a uint8 view, so an int8 and
+    a uint8 model load one version of it (a second quantized model in a process loads
+    nothing more), with the same bits as the numpy stage: results at both ends of the
+    int8 range and the zero point included."""
+    requantize = _jit.kernels().requantize_rows
+    rng = np.random.default_rng(11)
+    for code, dtype, zero_point in ((T.TENSOR_QUANT8_ASYMM, np.uint8, 128), (T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8, 0)):
+        x = _tensor(code, rng.integers(0, 256, (1, 6, 6, 8)).astype(np.uint8).view(dtype), 0.5, zero_point)
+        w = _tensor(code, rng.integers(0, 256, (16, 3, 3, 8)).astype(np.uint8).view(dtype), 0.25, zero_point)
+        b = _tensor(T.TENSOR_INT32, rng.integers(-3000, 3000, 16).astype(np.int32), 0.125)
+        args = [_scalar(T.INT32, v) for v in (1, 1, 1, 1, 1, 1, 0)]
+        output = OperandType(code, [1, 6, 6, 16], 40.0, zero_point)  # spans the whole range
+        compiled = _plan(Op.CONV_2D, [x, w, b, *args], output)
+        assert isinstance(compiled.epilogue.stage, _jit.FusedOutputStage)
+        with monkeypatch.context() as patch:
+            patch.setenv(_jit.DISABLE_VARIABLE, "1")
+            reference = _plan(Op.CONV_2D, [x, w, b, *args], output)
+        values = [x.value, w.value, b.value, *[a.value for a in args]]
+        fast, slow = compiled(values)[0], reference(values)[0]
+        assert fast.dtype == slow.dtype == dtype
+        np.testing.assert_array_equal(fast, slow)
+        info = np.iinfo(dtype)
+        assert fast.min() == info.min and fast.max() == info.max
+    assert all(str(signature[2].dtype) != "int8" for signature in requantize.signatures)
+
+
 def test_a_cache_entry_compiled_with_numba_s_runtime_is_not_loaded_without_it():
     """numba's cache key does not say whether a function was compiled with its runtime:
     LeanCache's does, so machine code calling the runtime (an older cache's) is never

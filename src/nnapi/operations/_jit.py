@@ -80,11 +80,15 @@ class FusedOutputStage:
         self.parts_kernel = module.requantize_parts
         self.channels = channels
         self.params = stage_parameters(stage, channels, acc_bound)
+        # 8-bit results are stored through a uint8 view: the kernel's narrowing store keeps
+        # the low 8 bits of the clamped value, int8's bits too, so int8 and uint8 models
+        # share one machine code (a second model loads no second version)
+        self.store = np.dtype(np.uint8) if stage.dtype.itemsize == 1 else stage.dtype
         self.ready = warm_up(self.kernel, np.zeros((0, channels), acc_dtype), self.params,
-                             np.empty((0, channels), stage.dtype))
+                             np.empty((0, channels), self.store))
         if parts and self.ready:
             self.ready = warm_up(self.parts_kernel, np.zeros((1, 0, channels), np.float32), self.params,
-                                 np.empty((0, channels), stage.dtype), np.empty(channels, np.int64))
+                                 np.empty((0, channels), self.store), np.empty(channels, np.int64))
 
     @property
     def folded(self) -> bool:
@@ -93,13 +97,13 @@ class FusedOutputStage:
     def __call__(self, acc: np.ndarray, out: np.ndarray) -> np.ndarray:
         if not (acc.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
             return self.stage(acc, out)
-        self.kernel(acc.reshape(-1, self.channels), self.params, out.reshape(-1, self.channels))
+        self.kernel(acc.reshape(-1, self.channels), self.params, out.reshape(-1, self.channels).view(self.store))
         return out
 
     def sum_parts(self, parts: np.ndarray, out: np.ndarray) -> np.ndarray:
         """The outputs of accumulators that are the sums of ``parts`` (P, rows, channels),
         float32 partial sums each exact, into ``out`` (rows, channels, C-contiguous)."""
-        self.parts_kernel(parts, self.params, out, scratch((self.channels,), np.int64))
+        self.parts_kernel(parts, self.params, out.view(self.store), scratch((self.channels,), np.int64))
         return out
 
 
