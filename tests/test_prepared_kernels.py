@@ -708,3 +708,30 @@ def test_prepared_transpose_conv_matches_reference(kind, kernel, stride, padding
         args = [_tensor(T.TENSOR_INT32, np.array(want, np.int32)), _scalar(T.INT32, 1),
                 *[_scalar(T.INT32, v) for v in (stride, stride, FuseCode.FUSED_RELU)], _scalar(T.BOOL, False)]
         _compare(Op.TRANSPOSE_CONV_2D, [x, w, b, *args], out_type(want))
+
+
+def test_work_dtype_is_float32_exactly_when_every_channel_s_sums_fit():
+    """The product dtype of a quantized filter: float32 exactly when max|x - zero_point|
+    times the largest per-channel sum of |w| stays below 2**24 (float64 otherwise),
+    whether the quick bound taps * max|w| settles it or the sums are needed: filters
+    around the limit, sparse ones, every layout's channel axes."""
+    from nnapi.operations._conv_fast import _work_dtype
+
+    rng = np.random.default_rng(3)
+    seen = set()
+    for trial in range(400):
+        shape = tuple(int(d) for d in rng.integers(1, 12, 4)) if trial % 2 else (int(rng.integers(1, 40)),
+                                                                               int(rng.integers(1, 3000)))
+        axes = (0,) if len(shape) == 2 or trial % 4 == 1 else (3,)
+        high = int(rng.choice([1, 8, 64, 255]))
+        weights = rng.integers(-high, high + 1, shape).astype(np.int16)
+        if trial % 3 == 0:
+            weights[rng.random(shape) < 0.8] = 0
+        zero_point = int(rng.integers(0, 256))
+        data = _tensor(T.TENSOR_QUANT8_ASYMM, np.zeros((1, 1), np.uint8), 0.5, zero_point)
+        summed = tuple(axis for axis in range(len(shape)) if axis not in axes)
+        largest = int(np.abs(weights.astype(np.int64)).sum(axis=summed).max())
+        want = np.float32 if max(zero_point, 255 - zero_point) * max(largest, 1) < 2**24 else np.float64
+        assert _work_dtype(data, weights, axes) == want, trial
+        seen.add(want)
+    assert seen == {np.float32, np.float64}

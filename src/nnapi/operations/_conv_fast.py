@@ -14,6 +14,7 @@ every execution; tests compare the two.
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -117,8 +118,15 @@ def _work_dtype(data: Tensor, weights: np.ndarray, channel_axes: tuple[int, ...]
     if not weights.size:
         return np.float32
     summed = tuple(axis for axis in range(weights.ndim) if axis not in channel_axes)
-    # int16 magnitudes summed in int64 (no int64 copy of the filter: fresh pages cost more than the sum)
-    largest = int(np.abs(weights).sum(axis=summed, dtype=np.int64).max()) if summed else int(np.abs(weights).max())
+    taps = math.prod(weights.shape[axis] for axis in summed)
+    # taps * max|w| bounds every channel's sum: where that is small enough, no sums are needed
+    # (two reductions without a copy; most 1x1 and depthwise filters)
+    if exact_float_dtype(_input_bound(data) * max(taps * max(int(weights.max()), -int(weights.min())), 1)) \
+            == np.float32:
+        return np.float32
+    # int16 magnitudes (at most 2**9) summed in int32 where no sum can overflow it (no wider
+    # copy of the filter: fresh pages cost more than the sum)
+    largest = int(np.abs(weights).sum(axis=summed, dtype=np.int32 if taps < 2**22 else np.int64).max())
     return exact_float_dtype(_input_bound(data) * max(largest, 1))
 
 
