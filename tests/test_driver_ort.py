@@ -131,9 +131,9 @@ def test_claimed_cts_vectors_pass(ort_device, variant, every, least):
                                        "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND", "LOCAL_RESPONSE_NORMALIZATION",
                                        "INSTANCE_NORMALIZATION", "CAST", "TOPK_V2"])
 def test_lowerings_pass_their_cts_vectors(ort_device, operation):
-    """Every fourth CTS vector of the operation that nnapi-ort-cpu claims passes (the
-    quantized TRANSPOSE_CONV_2D, SELECT requantizing, and parameters given at run time are
-    declined), and it claims some."""
+    """Every fourth CTS vector of the operation that nnapi-ort-cpu claims passes (SELECT
+    requantizing, a per-channel TRANSPOSE_CONV_2D filter and parameters given at run time
+    are declined), and it claims some."""
     claimed, failures = 0, []
     for record in _records_by_operation().get(operation, []):
         if declined_by(record, ort_device):
@@ -914,3 +914,34 @@ def test_topk_lists_equal_values_by_larger_index_first(ort_device):
     np.testing.assert_array_equal(ours[0], theirs[0])
     np.testing.assert_array_equal(ours[1], theirs[1])
     np.testing.assert_array_equal(ours[1], [[4, 1, 5, 2], [3, 5, 2, 1]])
+
+
+@pytest.mark.parametrize("filter_given", ["constant", "at execution"])
+def test_quantized_transpose_conv_is_within_a_step_of_the_reference(ort_device, filter_given):
+    """A quant8 TRANSPOSE_CONV_2D (stride 2, SAME; one bias beyond float32's exact integers,
+    saturating) runs on nnapi-ort-cpu as integer sums in float32 and an int32 bias: within
+    one step of the reference's fixed-point output stage, the filter a constant or an input."""
+    rng = np.random.default_rng(17)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 5, 5, 6], scale=0.05, zero_point=100))
+    w = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [4, 3, 3, 6], scale=0.02, zero_point=120))
+    weights = rng.integers(0, 256, (4, 3, 3, 6)).astype(np.uint8)
+    bias = model.add_operand(OperandType(T.TENSOR_INT32, [4], scale=0.05 * 0.02))
+    model.set_operand_value(bias, np.array([16_777_217, -3, 5000, -700], np.int32))
+    shape = _constant(model, T.TENSOR_INT32, np.array([1, 10, 10, 4], np.int32), [4])
+    scalars = [_constant(model, T.INT32, v) for v in (1, 2, 2, 0)]  # SAME, strides 2, no activation
+    layout = _constant(model, T.BOOL, False)
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 10, 10, 4], scale=0.2, zero_point=128))
+    model.add_operation(Op.TRANSPOSE_CONV_2D, [x, w, bias, shape, *scalars, layout], [y])
+    inputs = [x]
+    if filter_given == "constant":
+        model.set_operand_value(w, weights)
+    else:
+        inputs.append(w)
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    values = [rng.integers(0, 256, (1, 5, 5, 6)).astype(np.uint8)]
+    if filter_given != "constant":
+        values.append(weights)
+    ours, theirs = _on_both(model, values, [np.zeros((1, 10, 10, 4), np.uint8)], ort_device)
+    assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(theirs[0])) > 20

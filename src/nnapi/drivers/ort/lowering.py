@@ -1284,16 +1284,23 @@ def lower_resize_nearest(g: GraphBuilder, operation: Operation) -> None:
 
 @lowers(OperationCode.TRANSPOSE_CONV_2D)
 def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
-    """Float ConvTranspose: NNAPI's paddings crop the full output as ONNX's pads do; the
+    """ConvTranspose: NNAPI's paddings crop the full output as ONNX's pads do; the
     implicit form's tail padding may be negative (the output reaches past the last tap),
-    which is ONNX's output_padding. Quantized layers are declined (no ORT kernel computes
-    NNAPI's integer sums and output stage)."""
+    which is ONNX's output_padding. ORT has no quantized ConvTranspose: a quantized layer
+    with a constant filter and bias runs on its integers in float32 (q - zero_point, the
+    filter's integers, the int32 bias), where every sum is exact as long as it stays below
+    2^24 (checked here from the filter, else declined), then requantized by the real
+    multiplier, halves away from zero (within a step of Android's fixed-point stage)."""
     inputs = operation.inputs
     source = g.value(inputs[0])
     _require_rank(source, 4, "the input")
     output = g.operand(operation.outputs[0])
     filter_operand = g.operand(inputs[1])
-    if output.type not in FLOATS or filter_operand.type not in FLOATS:
+    quantized = output.type in QUANT8
+    if quantized:
+        if source.kind != "uint8" or g.operand(inputs[2]).type != T.TENSOR_INT32:
+            raise Declined("a quantized TRANSPOSE_CONV_2D needs a quantized input and an int32 bias")
+    elif output.type not in FLOATS or filter_operand.type not in FLOATS:
         raise Declined(f"TRANSPOSE_CONV_2D on {_name(output.type)} is not supported")
     if len(filter_operand.dimensions) != 4 or not all(filter_operand.dimensions):
         raise Declined("the filter's shape must be known")
@@ -1320,18 +1327,65 @@ def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined("TRANSPOSE_CONV_2D takes 9 or 11 inputs")
     raw = g.raw_constant(inputs[1])
-    if raw is not None:  # ONNX's filter is [in, out, h, w]
+    multipliers = None
+    if quantized:
+        weights, multipliers = _quantized_transpose_filter(g, operation, raw, channels_out)
+        bias = ""  # added in int32 below, exactly whatever its size
+        x = _integers(g, source)
+    elif raw is not None:  # ONNX's filter is [in, out, h, w]
         weights = g.constant(np.ascontiguousarray(raw.astype(np.float32).transpose(3, 0, 1, 2)), "filter")
+        bias, x = g.value(inputs[2]).name, source.name
     else:
         weights = g.one("Transpose", [g.value(inputs[1]).name], perm=[3, 0, 1, 2])
-    bias = g.value(inputs[2])
+        bias, x = g.value(inputs[2]).name, source.name
     attributes: dict = {"kernel_shape": [kernel_h, kernel_w], "strides": [stride_h, stride_w],
                         "pads": [top, left, max(bottom, 0), max(right, 0)]}
     if bottom < 0 or right < 0:
         attributes["output_padding"] = [max(-bottom, 0), max(-right, 0)]
-    y = g.one("ConvTranspose", [to_nchw(g, source.name, nchw), weights, bias.name], **attributes)
+    y = g.one("ConvTranspose", [to_nchw(g, x, nchw), weights, bias], **attributes)
+    if multipliers is not None:
+        per_channel = g.constant(np.array([-1, 1, 1], np.int64))
+        with_bias = g.one("Add", [g.one("Cast", [y], to=TensorProto.INT32),
+                                  g.one("Reshape", [g.value(inputs[2]).name, per_channel])])
+        y = g.one("Mul", [g.one("Cast", [with_bias], to=TensorProto.FLOAT),
+                          g.constant(multipliers.reshape(-1, 1, 1), "multiplier")])
     y = from_nchw(g, y, nchw)
+    if multipliers is not None:
+        y = quantize_half_away(g, y, output, scale=1.0)
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+def _integers(g: GraphBuilder, value: Value) -> str:
+    """A quant8 value's integers q - zero_point in float32 (exact)."""
+    return g.one("DequantizeLinear", [value.name, g.constant(np.array(1.0, np.float32)),
+                                      g.constant(np.array(value.zero_point, np.uint8))])
+
+
+def _quantized_transpose_filter(g: GraphBuilder, operation: Operation, raw: np.ndarray | None,
+                                channels_out: int) -> tuple[str, np.ndarray]:
+    """A quantized TRANSPOSE_CONV_2D's filter as float32 integers in ONNX's [in, out, h, w]
+    order and the per-output-channel real multipliers input scale * filter scale / output
+    scale. The sums of products stay exact in float32 below 2^24: checked from the
+    filter's values, or from its type's range for one given at run time."""
+    filter_operand, output = g.operand(operation.inputs[1]), g.operand(operation.outputs[0])
+    if filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and raw is not None:
+        quant = filter_operand.channel_quant
+        if quant is None or quant.channel_dim != 0:
+            raise Declined("per-channel filter scales must run along the output channels")
+        integers, scales = raw.astype(np.float64), np.asarray(quant.scales, np.float64)
+    elif filter_operand.type in QUANT8:
+        integers = None if raw is None else raw.astype(np.float64) - filter_operand.zero_point
+        scales = np.full(channels_out, filter_operand.scale, np.float64)
+    else:
+        raise Declined(f"a quantized TRANSPOSE_CONV_2D with a {_name(filter_operand.type)} filter given at run time")
+    taps = int(np.prod(filter_operand.dimensions[1:]))
+    largest = 255 * (255 * taps if integers is None else np.abs(integers).reshape(channels_out, -1).sum(axis=1).max())
+    if largest >= 2 ** 24:
+        raise Declined("the integer sums could leave float32's exact range")
+    multipliers = (g.operand(operation.inputs[0]).scale * scales / output.scale).astype(np.float32)
+    if integers is None:
+        return g.one("Transpose", [_integers(g, g.value(operation.inputs[1]))], perm=[3, 0, 1, 2]), multipliers
+    return g.constant(np.ascontiguousarray(integers.astype(np.float32).transpose(3, 0, 1, 2)), "filter"), multipliers
 
 
 @lowers(OperationCode.L2_NORMALIZATION)
@@ -1879,11 +1933,13 @@ def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], quantize_half_away(g, x.name, output))
 
 
-def quantize_half_away(g: GraphBuilder, name: str, output: Operand) -> str:
+def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float | None = None) -> str:
     """Float ``name`` quantized to ``output`` in its internal encoding as Android rounds:
     halves away from zero (std::round), where QuantizeLinear rounds half to even; round(x /
-    scale) that way, then the zero point added and saturated."""
-    scaled = g.one("Div", [name, g.constant(np.array(output.scale, np.float32))])
+    scale) that way (the output's scale unless given), then the zero point added and
+    saturated."""
+    scale = output.scale if scale is None else scale
+    scaled = name if scale == 1.0 else g.one("Div", [name, g.constant(np.array(scale, np.float32))])
     magnitude = g.one("Floor", [g.one("Add", [g.one("Abs", [scaled]), g.constant(np.array(0.5, np.float32))])])
     rounded = g.one("Mul", [magnitude, g.one("Sign", [scaled])])
     shifted = g.one("Add", [rounded, g.constant(np.array(internal_zero_point(output), np.float32))])
