@@ -101,6 +101,37 @@ def test_failed_execution_is_retried_on_the_cpu(register, raise_exception):
     np.testing.assert_array_equal(y, EXPECTED)
 
 
+@pytest.mark.parametrize("raise_exception", [False, True])
+def test_executions_per_run_on_the_same_arrays_are_retried_on_the_cpu(register, raise_exception):
+    """An Execution per run on the same arrays: a request of its own, then one the driver
+    binds, then the bound one (execution._Table): each failure on the device is re-run on
+    the CPU; with the device named, each is the result."""
+    faulty = register(FaultyDevice("faulty", fail_execute=True, raise_exception=raise_exception))
+    compilation = compile_(add_mul_model())
+    assert compilation.step_devices == ["faulty"]
+    x, y = X.copy(), np.zeros(3, np.float32)
+    for step in range(4):
+        x[...] = X * (step + 1)
+        y[...] = 0
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, x)
+        execution.set_output(0, y)
+        execution.compute()
+        np.testing.assert_array_equal(y, (x + x) * x)
+    assert compilation._execution_table.cached is not None
+    assert compilation._plan.fallback_count == 4
+    assert faulty.execute_count == 4  # each run reached the device first
+    named = compile_(add_mul_model(), [device_named("faulty")])
+    for _ in range(4):
+        execution = nnapi.Execution(named)
+        execution.set_input(0, x)
+        execution.set_output(0, y)
+        with pytest.raises(nnapi.OpFailedError, match="crash" if raise_exception else "injected failure"):
+            execution.compute()
+        with pytest.raises(nnapi.BadStateError):
+            execution.get_output_operand_rank(0)
+
+
 def test_failed_step_of_a_partitioned_plan_falls_back(register):
     register(FaultyDevice("faulty-add", supported={Op.ADD}, fail_execute=True))
     register(FaultyDevice("good-mul", supported={Op.MUL}))

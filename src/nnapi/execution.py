@@ -101,9 +101,9 @@ class _Table:
             self.in_args, self.out_args = arguments[:self.n_in], arguments[self.n_in:]
         self.plan = compilation._plan
         self.lock = threading.Lock()
-        #: (the arrays' ids, the arrays, the request bound to the plan): the arrays are held
-        #: so that their ids and addresses stay theirs while bound
-        self.cached: tuple[tuple[int, ...], list[np.ndarray], Any] | None = None
+        #: (the arrays' ids, the arrays, the driver's bound execution, its request): the arrays
+        #: are held so that their ids and addresses stay theirs while bound
+        self.cached: tuple[tuple[int, ...], list[np.ndarray], Any, Request] | None = None
         #: the arrays' ids of the last run that was not bound (bound when seen twice in a row)
         self.pending: tuple[int, ...] | None = None
 
@@ -114,28 +114,36 @@ class _Table:
     def run(self, arrays: list[np.ndarray], deadline_ns: int | None, loop_timeout_ns: int
             ) -> tuple[list[OutputShape], Timing]:
         """Run the execution whose arguments are ``arrays`` (inputs then outputs, each the
-        whole of its operand). The same arrays as the last two runs (an app's loop over
-        buffers it keeps) go through the request bound for them (one binding per
-        compilation, replaced when the arrays change); any others through a request of
-        their own, as before."""
+        whole of its operand). A one-step plan gets the request from its driver directly
+        (the pools are plain buffers: nothing to stage), and the same arrays as the last two
+        runs (an app's loop over buffers it keeps) go through a request its driver bound for
+        them (one per compilation, replaced when the arrays change). A failure is the
+        plan's, as through ExecutionPlan.execute: maybe re-run on the CPU."""
         key = tuple(map(id, arrays))
         cached = self.cached
-        if cached is not None and cached[0] == key:
-            if self.lock.acquire(False):
-                try:
-                    return cached[2].execute(deadline_ns)
-                finally:
-                    self.lock.release()
-            # another thread runs the bound request: this one runs apart
-            return self.plan.execute(self.request(arrays), False, deadline_ns, loop_timeout_ns)
+        plan = self.plan
+        if cached is not None and cached[0] == key and self.lock.acquire(False):
+            try:
+                return cached[2].execute(deadline_ns)
+            except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
+                return plan._fallback(error, cached[3], deadline_ns, loop_timeout_ns)
+            finally:
+                self.lock.release()
         request = self.request(arrays)
-        if self.pending != key:
+        single = plan.single
+        if single is None:  # several steps: the plan runs them
+            return plan.execute(request, False, deadline_ns, loop_timeout_ns)
+        try:
+            if self.pending == key and (cached is None or cached[0] != key):
+                bound = single.create_reusable_execution(request, False, loop_timeout_ns)
+                with self.lock:
+                    self.cached = (key, list(arrays), bound, request)
+                    return bound.execute(deadline_ns)
+            # new arrays (or the bound ones while another thread runs them): a request of their own
             self.pending = key
-            return self.plan.execute(request, False, deadline_ns, loop_timeout_ns)
-        bound = self.plan.create_reusable_execution(request, False, loop_timeout_ns)
-        with self.lock:
-            self.cached = (key, list(arrays), bound)
-            return bound.execute(deadline_ns)
+            return single.execute(request, False, deadline_ns, loop_timeout_ns)
+        except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
+            return plan._fallback(error, request, deadline_ns, loop_timeout_ns)
 
 
 def _table_of(compilation: Any, call: str) -> _Table:
