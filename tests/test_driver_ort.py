@@ -945,3 +945,43 @@ def test_quantized_transpose_conv_is_within_a_step_of_the_reference(ort_device, 
         values.append(weights)
     ours, theirs = _on_both(model, values, [np.zeros((1, 10, 10, 4), np.uint8)], ort_device)
     assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(theirs[0])) > 20
+
+
+def test_pad_reshape_squeeze_parameters_given_at_run_time(ort_device):
+    """PAD's paddings, RESHAPE's shape and SQUEEZE's axes as model inputs (quant8, PAD
+    with the zero point): the reference's values; a negative padding (which ONNX would crop
+    with), a shape that does not hold the elements or an axis of size 3 fails the run."""
+    model = nnapi.Model()
+    quant = {"scale": 0.5, "zero_point": 7}
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [2, 3], **quant))
+    paddings = model.add_operand(OperandType(T.TENSOR_INT32, [2, 2]))
+    shape = model.add_operand(OperandType(T.TENSOR_INT32, [3]))
+    axes = model.add_operand(OperandType(T.TENSOR_INT32, [1]))
+    padded = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [0, 0], **quant))
+    reshaped = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [0, 0, 0], **quant))
+    squeezed = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [0, 0], **quant))
+    model.add_operation(Op.PAD, [x, paddings], [padded])
+    model.add_operation(Op.RESHAPE, [padded, shape], [reshaped])
+    model.add_operation(Op.SQUEEZE, [reshaped, axes], [squeezed])
+    model.identify_inputs_and_outputs([x, paddings, shape, axes], [squeezed])
+    model.finish()
+    compilation = nnapi.Compilation(model, [ort_device])
+    compilation.finish()
+    assert compilation.step_devices == ["nnapi-ort-cpu"]
+    value = np.arange(1, 7, dtype=np.uint8).reshape(2, 3)
+
+    def arguments(p, s, a):
+        return [value, np.array(p, np.int32), np.array(s, np.int32), np.array(a, np.int32)]
+
+    good = arguments([[1, 0], [0, 2]], [3, 1, -1], [1])
+    ours, theirs = _on_both(model, good, [np.zeros((3, 5), np.uint8)], ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[0], [[7] * 5, [1, 2, 3, 7, 7], [4, 5, 6, 7, 7]])
+    for bad in (([[1, 0], [0, -1]], [3, 1, -1], [1]), ([[1, 0], [0, 2]], [4, 1, -1], [1]),
+                ([[1, 0], [0, 2]], [3, 1, -1], [0])):
+        execution = nnapi.Execution(compilation)
+        for position, argument in enumerate(arguments(*bad)):
+            execution.set_input(position, argument)
+        execution.set_output(0, np.zeros((3, 5), np.uint8))
+        with pytest.raises(nnapi.NnapiError):
+            execution.compute()

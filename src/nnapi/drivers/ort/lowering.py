@@ -1059,6 +1059,13 @@ def lower_softmax(g: GraphBuilder, operation: Operation) -> None:
 def lower_reshape(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
+    if g.raw_constant(operation.inputs[1]) is None:
+        # given at run time: ONNX's Reshape with 0 meaning 0 (allowzero), as NNAPI's; a shape
+        # that does not hold the elements fails the run in both
+        _check_same_quantization(x, output)
+        shape = g.one("Cast", [g.value(operation.inputs[1]).name], to=TensorProto.INT64)
+        g.set_output(operation.outputs[0], g.one("Reshape", [x.name, shape], allowzero=1))
+        return
     shape = np.atleast_1d(np.asarray(g.scalar(operation.inputs[1]))).astype(np.int64)
     if np.any(shape == 0) or np.sum(shape == -1) > 1 or np.any(shape < -1):
         raise Declined("RESHAPE's shape must be positive (one -1 at most)")
@@ -1100,9 +1107,21 @@ def lower_pad(g: GraphBuilder, operation: Operation) -> None:
         return
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    paddings = np.asarray(g.scalar(operation.inputs[1])).astype(np.int64).reshape(-1, 2)
-    if paddings.shape[0] != x.rank or np.any(paddings < 0):
-        raise Declined("paddings must be [rank, 2] and non-negative")
+    if g.raw_constant(operation.inputs[1]) is None:
+        # given at run time: [rank, 2] as ONNX's begins then ends; a negative one (which
+        # ONNX would crop with) fails the run, as NNAPI requires
+        given = g.value(operation.inputs[1])
+        if given.dims != [x.rank, 2]:
+            raise Declined("paddings must be [rank, 2]")
+        flat = g.one("Reshape", [g.one("Transpose", [g.one("Cast", [given.name], to=TensorProto.INT64)], perm=[1, 0]),
+                                 g.constant(np.array([-1], np.int64))])
+        valid = g.one("GreaterOrEqual", [g.one("ReduceMin", [flat], keepdims=0), g.constant(np.array(0, np.int64))])
+        pads_name = fail_unless(g, valid, flat)
+    else:
+        pads_name = None
+        paddings = np.asarray(g.scalar(operation.inputs[1])).astype(np.int64).reshape(-1, 2)
+        if paddings.shape[0] != x.rank or np.any(paddings < 0):
+            raise Declined("paddings must be [rank, 2] and non-negative")
     _check_same_quantization(x, output)
     if x.kind == "float":
         pad_value = np.array(float(g.scalar(operation.inputs[2])) if operation.type == OperationCode.PAD_V2
@@ -1120,8 +1139,9 @@ def lower_pad(g: GraphBuilder, operation: Operation) -> None:
         pad_value = np.array(0, np.int32)
     else:
         raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
-    pads = np.concatenate([paddings[:, 0], paddings[:, 1]])
-    y = g.one("Pad", [x.name, g.constant(pads), g.constant(pad_value)], mode="constant")
+    if pads_name is None:
+        pads_name = g.constant(np.concatenate([paddings[:, 0], paddings[:, 1]]))
+    y = g.one("Pad", [x.name, pads_name, g.constant(pad_value)], mode="constant")
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
 
 
@@ -1478,14 +1498,28 @@ def lower_squeeze(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     _check_same_quantization(x, output)
+    given = len(operation.inputs) > 1 and g.operand(operation.inputs[1]).lifetime != L.NO_VALUE
+    if given and g.raw_constant(operation.inputs[1]) is None:
+        # axes given at run time: ONNX's Squeeze refuses an axis out of range or of a size
+        # other than 1, as NNAPI does; NNAPI keeps shape [1] where all go, so there must be
+        # fewer axes than dimensions (or a dimension that is not 1)
+        count = g.operand(operation.inputs[1]).dimensions
+        if x.rank == 0 or not (len(count) == 1 and 0 < count[0] < x.rank) and not (
+                all(x.dims) and any(d != 1 for d in x.dims)):
+            raise Declined("SQUEEZE by axes given at run time needs the input's rank and fewer axes")
+        axes = g.one("Cast", [g.value(operation.inputs[1]).name], to=TensorProto.INT64)
+        g.set_output(operation.outputs[0], g.one("Squeeze", [x.name, axes]))
+        return
     if x.rank == 0 or not all(x.dims):
         raise Declined("SQUEEZE needs the input's shape")
     axes = g.optional_scalar(operation, 1, None)
+    if axes is not None and any(not -x.rank <= int(a) < x.rank for a in np.asarray(axes).reshape(-1)):
+        raise Declined("SQUEEZE axes out of range")
     axes = [a for a, d in enumerate(x.dims) if d == 1] if axes is None else \
-        sorted({int(a) % x.rank for a in np.asarray(axes).reshape(-1) if -x.rank <= int(a) < x.rank})
+        sorted({int(a) % x.rank for a in np.asarray(axes).reshape(-1)})
     if axes != [] and any(x.dims[a] != 1 for a in axes):
         raise Declined("SQUEEZE of an axis whose size is not 1")
-    shape = [d for a, d in enumerate(x.dims) if a not in axes]
+    shape = [d for a, d in enumerate(x.dims) if a not in axes] or [1]  # NNAPI keeps shape [1]
     g.set_output(operation.outputs[0], g.one("Reshape", [x.name, g.constant(np.array(shape, np.int64))]))
 
 
