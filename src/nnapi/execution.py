@@ -566,6 +566,13 @@ class Execution(NnapiObject):
             self._output_shapes, self._timing = shapes, timing
         except Exception as caught:  # noqa: BLE001 - never leak a raw exception from a driver
             error = self._failure(caught)
+        if error is None and self._bound is not None:  # a bound request's success: nothing else to record
+            self._status = ResultCode.NO_ERROR
+            with self._lock:
+                self._state = _COMPLETED
+                if self._freed:  # freed while it ran: drop the arguments now (see _release)
+                    self._drop_arguments()
+            return
         self._complete(error)
 
     def _failure(self, caught: Exception) -> NnapiError:
