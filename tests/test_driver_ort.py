@@ -985,3 +985,39 @@ def test_pad_reshape_squeeze_parameters_given_at_run_time(ort_device):
         execution.set_output(0, np.zeros((3, 5), np.uint8))
         with pytest.raises(nnapi.NnapiError):
             execution.compute()
+
+
+def test_space_to_batch_and_back_with_blocks_and_paddings_given_at_run_time(ort_device):
+    """SPACE_TO_BATCH_ND then BATCH_TO_SPACE_ND with the block sizes and paddings as model
+    inputs (quant8: padding with the zero point): the reference's values; a negative
+    padding or a block that does not divide the padded size fails the run."""
+    model = nnapi.Model()
+    quant = {"scale": 0.25, "zero_point": 9}
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 3, 4, 2], **quant))
+    block = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
+    paddings = model.add_operand(OperandType(T.TENSOR_INT32, [2, 2]))
+    batched = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [0, 0, 0, 2], **quant))
+    back = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [0, 0, 0, 2], **quant))
+    model.add_operation(Op.SPACE_TO_BATCH_ND, [x, block, paddings], [batched])
+    model.add_operation(Op.BATCH_TO_SPACE_ND, [batched, block], [back])
+    model.identify_inputs_and_outputs([x, block, paddings], [batched, back])
+    model.finish()
+    compilation = nnapi.Compilation(model, [ort_device])
+    compilation.finish()
+    assert compilation.step_devices == ["nnapi-ort-cpu"]
+    value = np.arange(10, 34, dtype=np.uint8).reshape(1, 3, 4, 2)
+    good = [value, np.array([2, 2], np.int32), np.array([[1, 0], [0, 2]], np.int32)]
+    outputs = [np.zeros((4, 2, 3, 2), np.uint8), np.zeros((1, 4, 6, 2), np.uint8)]
+    ours, theirs = _on_both(model, good, outputs, ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    np.testing.assert_array_equal(ours[1][0, 1:, :4], value[0])  # back where it was, padded with 9
+    assert (ours[1][0, 0] == 9).all()
+    for bad in (([2, 2], [[1, 0], [0, -2]]), ([3, 2], [[1, 0], [0, 2]])):
+        execution = nnapi.Execution(compilation)
+        for position, argument in enumerate([value, *(np.array(b, np.int32) for b in bad)]):
+            execution.set_input(position, argument)
+        for position, array in enumerate(outputs):
+            execution.set_output(position, np.zeros_like(array))
+        with pytest.raises(nnapi.NnapiError):
+            execution.compute()

@@ -1846,6 +1846,10 @@ def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
     _require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
     _check_same_quantization(x, output)
+    if g.raw_constant(operation.inputs[1]) is None or (
+            space_to_batch and g.raw_constant(operation.inputs[2]) is None):
+        _space_batch_at_run_time(g, operation, x, space_to_batch)
+        return
     if not all(x.dims):
         raise Declined("the input's shape must be known")
     block_h, block_w = (int(b) for b in _constant_ints(g, operation.inputs[1], "the block sizes"))
@@ -1879,6 +1883,58 @@ def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
     y = g.one("Reshape", [name, g.constant(np.array(split, np.int64))])
     y = g.one("Transpose", [y], perm=perm)
     y = g.one("Reshape", [y, g.constant(np.array(shape, np.int64))])
+    g.set_output(operation.outputs[0], g.one("Transpose", [y], perm=NHWC_TO_NCHW) if nchw else y)
+
+
+def _space_batch_at_run_time(g: GraphBuilder, operation: Operation, x: Value, space_to_batch: bool) -> None:
+    """SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND with the block sizes or paddings given at run
+    time: the same Pad, Reshape, Transpose, Reshape with the shapes computed in the graph;
+    a block below 1, a negative padding or sizes the blocks do not divide fail the run, as
+    the reference's do."""
+    nchw = bool(g.optional_scalar(operation, 3 if space_to_batch else 2, False))
+    name = g.one("Transpose", [x.name], perm=NCHW_TO_NHWC) if nchw else x.name
+
+    def ints(index: int) -> str:
+        return g.one("Reshape", [g.one("Cast", [g.value(index).name], to=TensorProto.INT64),
+                                 g.constant(np.array([-1], np.int64))])
+
+    def pick(vector: str, positions: list[int]) -> str:
+        return g.one("Gather", [vector, g.constant(np.array(positions, np.int64))], axis=0)
+
+    zero, one = g.constant(np.array([0], np.int64)), g.constant(np.array([1], np.int64))
+    block = ints(operation.inputs[1])
+    checks = [g.one("GreaterOrEqual", [block, one])]
+    if space_to_batch:
+        paddings = ints(operation.inputs[2])
+        checks.append(g.one("GreaterOrEqual", [paddings, zero]))
+        fill = np.array(x.zero_point, np.uint8) if x.kind == "uint8" else np.array(0, _NUMPY_KIND[x.kind])
+        # [0, top, left, 0, 0, bottom, right, 0] from [top, bottom, left, right]
+        pads = pick(g.one("Concat", [zero, paddings], axis=0), [0, 1, 3, 0, 0, 2, 4, 0])
+        name = g.one("Pad", [name, pads, g.constant(fill)], mode="constant")
+    shape = g.one("Shape", [name])
+    batches, height, width, depth = (pick(shape, [i]) for i in range(4))
+    block_h, block_w = pick(block, [0]), pick(block, [1])
+    if space_to_batch:
+        parts = [g.one("Mod", [height, block_h]), g.one("Mod", [width, block_w])]
+        rows, cols = g.one("Div", [height, block_h]), g.one("Div", [width, block_w])
+        split = [batches, rows, block_h, cols, block_w, depth]
+        perm = [2, 4, 0, 1, 3, 5]
+        shape_out = [g.one("Mul", [batches, g.one("Mul", [block_h, block_w])]), rows, cols, depth]
+    else:
+        area = g.one("Mul", [block_h, block_w])
+        parts = [g.one("Mod", [batches, area])]
+        images = g.one("Div", [batches, area])
+        split = [block_h, block_w, images, height, width, depth]
+        perm = [2, 3, 0, 4, 1, 5]
+        shape_out = [images, g.one("Mul", [height, block_h]), g.one("Mul", [width, block_w]), depth]
+    checks += [g.one("Equal", [part, zero]) for part in parts]
+    valid = g.one("Cast", [g.one("ReduceMin", [g.one("Concat", [g.one("Cast", [c], to=TensorProto.INT32)
+                                                                 for c in checks], axis=0)], keepdims=0)],
+                  to=TensorProto.BOOL)
+    split_shape = fail_unless(g, valid, g.one("Concat", split, axis=0))
+    y = g.one("Reshape", [name, split_shape])
+    y = g.one("Transpose", [y], perm=perm)
+    y = g.one("Reshape", [y, g.one("Concat", shape_out, axis=0)])
     g.set_output(operation.outputs[0], g.one("Transpose", [y], perm=NHWC_TO_NCHW) if nchw else y)
 
 
