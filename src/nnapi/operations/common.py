@@ -79,7 +79,12 @@ def quantize(real: np.ndarray, output: OperandType | Tensor) -> np.ndarray:
     code = output.type
     if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
         return np.asarray(real).astype(dtype_of(code))
-    return saturate_cast(quant_math.quantize(real, output.scale, output.zero_point, round_last=True), code)
+    rounded = quant_math.quantize(real, output.scale, output.zero_point, round_last=True)
+    low, high = _INTEGER_RANGES[dtype_of(code)]  # saturate_cast without rounding the integers again
+    if isinstance(rounded, np.ndarray):
+        np.clip(rounded, low, high, out=rounded)
+        return rounded.astype(dtype_of(code))
+    return np.clip(rounded, low, high).astype(dtype_of(code))
 
 
 # --- fused activations ----------------------------------------------------------------

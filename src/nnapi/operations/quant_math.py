@@ -26,8 +26,16 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 # --- rounding, (de)quantization ---------------------------------------------------------
 def round_half_away(x: np.ndarray) -> np.ndarray:
-    """Round to nearest, halves away from zero (C's round, used by Android's kernels)."""
-    return np.trunc(x + np.copysign(0.5, x))
+    """Round to nearest, halves away from zero (C's round, used by Android's kernels):
+    trunc(x + copysign(0.5, x)), computed as copysign(trunc(|x| + 0.5), x), which rounds
+    identically (round-to-nearest is symmetric) and avoids numpy's copysign of a scalar
+    and a float64 array (~7 ns per element, against ~1 for these three passes)."""
+    magnitude = np.abs(x)
+    if isinstance(magnitude, np.ndarray) and magnitude.dtype.kind == "f":  # one new array, worked in place
+        magnitude += 0.5
+        np.trunc(magnitude, out=magnitude)
+        return np.copysign(magnitude, x, out=magnitude)
+    return np.copysign(np.trunc(magnitude + 0.5), x)
 
 
 def quantize(real, scale: float, zero_point: int, dtype=np.float64, *, round_last: bool = False) -> np.ndarray:
@@ -39,9 +47,18 @@ def quantize(real, scale: float, zero_point: int, dtype=np.float64, *, round_las
     ``round_last``, round(real / scale + zero_point) (convertFloat32ToQuant and requantize,
     for results computed in float)."""
     scaled = np.asarray(real, dtype=dtype) / dtype(scale)
+    if not isinstance(scaled, np.ndarray) or np.ndim(zero_point):  # a scalar, or zero points to broadcast
+        if round_last:
+            return round_half_away(scaled + dtype(zero_point))
+        return round_half_away(scaled) + dtype(zero_point)
+    # the same operations on arrays this function owns, in place (large arrays: each new
+    # one costs its page faults)
     if round_last:
-        return round_half_away(scaled + dtype(zero_point))
-    return round_half_away(scaled) + dtype(zero_point)
+        scaled += dtype(zero_point)
+        return round_half_away(scaled)
+    rounded = round_half_away(scaled)
+    rounded += dtype(zero_point)
+    return rounded
 
 
 def dequantize(values: np.ndarray, scale: float, zero_point: int, dtype=np.float64) -> np.ndarray:
