@@ -6,6 +6,8 @@ results to rounding."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ from nnapi import OperationCode as Op
 from nnapi.codes import FuseCode
 from nnapi.operand import SymmPerChannelQuantParams
 from nnapi.operations import get_operation
-from nnapi.operations.base import ExecutionContext, OperationFailed, Tensor
+from nnapi.operations.base import ExecutionContext, Operation, OperationFailed, Tensor
 
 RNG = np.random.default_rng(11)
 
@@ -735,3 +737,172 @@ def test_work_dtype_is_float32_exactly_when_every_channel_s_sums_fit():
         assert _work_dtype(data, weights, axes) == want, trial
         seen.add(want)
     assert seen == {np.float32, np.float64}
+
+
+# --- every CTS vector of a planned operation: plan against execute ----------------------------
+
+
+def _single_operation_records() -> list[dict]:
+    """The CTS vectors with one operation that has a ``plan``, in their quant8 signed
+    variant too: the cases each plan must answer as ``execute`` does."""
+    from nnapi.conformance import default_vector_files, load_records, variant_quant8_signed
+
+    records = []
+    for path in default_vector_files():
+        for record in load_records(path):
+            main = record["main"]
+            if len(main["operations"]) != 1 or record["referenced"] or record.get("expectFailure"):
+                continue
+            operation = get_operation(Op[main["operations"][0]["type"]])
+            if operation is None or type(operation).plan is Operation.plan:
+                continue
+            records.append(record)
+            signed = variant_quant8_signed(record)
+            if signed is not None:
+                records.append(signed)
+    return records
+
+
+_PLANNED_RECORDS = _single_operation_records()
+
+
+def _record_contexts(record: dict) -> tuple[ExecutionContext, ExecutionContext] | None:
+    """(the context ``plan`` sees at preparation: model inputs with shapes but unreadable
+    values; the context ``execute`` sees), or None when an input shape is not static."""
+    from nnapi.conformance import _array, _operand_type
+    from nnapi.drivers.reference import _UNKNOWN
+
+    main = record["main"]
+    operation = main["operations"][0]
+    at_preparation, at_execution = [], []
+    for index in operation["inputs"]:
+        operand = main["operands"][index]
+        declared = _operand_type(operand)
+        if operand["lifetime"] == "NO_VALUE" or (declared.is_tensor and not operand["data"]):
+            value = None
+        else:
+            value = _array(operand["data"], declared.type).reshape(declared.dimensions)
+        if declared.is_tensor and (not declared.dimensions or 0 in declared.dimensions) and value is None:
+            return None
+        tensor = Tensor(declared.type, tuple(declared.dimensions) if value is None else value.shape,
+                        declared.scale, declared.zero_point, declared.channel_quant, value)
+        at_execution.append(tensor)
+        unknown = operand["lifetime"] == "SUBGRAPH_INPUT" and value is not None
+        at_preparation.append(Tensor(*dataclasses.astuple(tensor)[:5], _UNKNOWN) if unknown else tensor)
+    outputs = [_operand_type(main["operands"][i]) for i in operation["outputs"]]
+    code, relaxed = Op[operation["type"]], bool(record.get("isRelaxed"))
+    return (ExecutionContext(code, at_preparation, outputs, relaxed),
+            ExecutionContext(code, at_execution, outputs, relaxed))
+
+
+@pytest.mark.parametrize("record", _PLANNED_RECORDS, ids=[r["test"] for r in _PLANNED_RECORDS])
+def test_plans_answer_every_cts_vector_as_execute_does(record):
+    """Quantized and integer results bit for bit; float results to rounding (the tolerance
+    of ``_compare``); the output shapes and dtypes exactly."""
+    contexts = _record_contexts(record)
+    if contexts is None:
+        pytest.skip("an input without a static shape")
+    preparing, executing = contexts
+    operation = get_operation(executing.code)
+    try:
+        operation.prepare(preparing)
+        kernel = operation.plan(preparing)
+    except Exception:  # noqa: BLE001 - the driver runs ``execute`` then (as here: nothing to compare)
+        kernel = None
+    if kernel is None:
+        pytest.skip("no prepared kernel for this case")
+    operation.check_inputs(executing)
+    shapes = [tuple(shape) for shape in operation.prepare(executing)]
+    with np.errstate(all="ignore"):  # as the driver runs kernels
+        expected = operation.execute(executing)
+        actual = kernel([tensor.value for tensor in executing.inputs])
+    assert len(actual) == len(expected) == len(shapes)
+    for fast, slow, shape in zip(actual, expected, shapes, strict=True):
+        fast, slow = np.asarray(fast), np.asarray(slow)
+        assert fast.dtype == slow.dtype and fast.shape == slow.shape == shape
+        if fast.dtype.kind == "f":
+            scale = float(np.nanmax(np.abs(slow), initial=0)) if slow.size else 1.0
+            np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=1e-4 * max(1.0, scale))
+        else:
+            np.testing.assert_array_equal(fast, slow)
+
+
+def _q8s(values, scale, zero_point) -> Tensor:
+    return _tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, np.asarray(values, np.int8), scale, zero_point)
+
+
+@pytest.mark.parametrize("kind", ["float32", "quant8_signed"])
+@pytest.mark.parametrize("shapes, adjoints", [
+    (((3, 4), (4, 5)), (False, False)),
+    (((2, 4, 3), (2, 4, 5)), (True, False)),
+    (((2, 2, 3, 4), (2, 2, 5, 4)), (False, True)),
+    (((1, 300, 2), (1, 300, 3)), (True, False)),  # inner 300: the quantized sums need float64
+])
+def test_prepared_batch_matmul_matches_reference(kind, shapes, adjoints):
+    (a_shape, b_shape), (adj_a, adj_b) = shapes, adjoints
+    rows = a_shape[-1] if adj_a else a_shape[-2]
+    columns = b_shape[-2] if adj_b else b_shape[-1]
+    out_shape = (*a_shape[:-2], rows, columns)
+    if kind == "float32":
+        a = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal(a_shape).astype(np.float32))
+        b = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal(b_shape).astype(np.float32))
+        output = OperandType(T.TENSOR_FLOAT32, out_shape)
+    else:  # extremes included: the bound on the sums is reached
+        a = _q8s(np.where(RNG.random(a_shape) < 0.5, -128, RNG.integers(-128, 128, a_shape)), 0.05, 127)
+        b = _q8s(np.where(RNG.random(b_shape) < 0.5, 127, RNG.integers(-128, 128, b_shape)), 0.02, -128)
+        output = OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, out_shape, 0.05 * 0.02 * 40, 3)
+    _compare(Op.BATCH_MATMUL, [a, b, _scalar(T.BOOL, adj_a), _scalar(T.BOOL, adj_b)], output)
+
+
+def test_prepared_quantize_matches_reference_at_the_edges():
+    """Ties of both signs, values just below a half (x + 0.5 rounds up in float32), NaN,
+    infinities and values beyond the range: the clamp the plan applies before rounding."""
+    edges = np.array([0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.49999997, -0.49999997, np.nan, np.inf, -np.inf,
+                      1e30, -1e30, 126.5, 127.5, -128.5, -129.5, 0.0, -0.0, 3.4e38], np.float32)
+    x = np.concatenate([edges, RNG.standard_normal(200).astype(np.float32) * 200]).reshape(4, -1)
+    for code, scale, zero_point in [(T.TENSOR_QUANT8_ASYMM_SIGNED, 1.0, 0), (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.5, -7),
+                                    (T.TENSOR_QUANT8_ASYMM, 1.0, 128), (T.TENSOR_QUANT8_ASYMM, 0.25, 0),
+                                    (T.TENSOR_QUANT8_ASYMM, 2.0, 255)]:
+        _compare(Op.QUANTIZE, [_tensor(T.TENSOR_FLOAT32, x)], OperandType(code, x.shape, scale, zero_point))
+
+
+@pytest.mark.parametrize("code", [Op.SOFTMAX, Op.L2_NORMALIZATION, Op.MEAN, Op.ARGMAX, Op.TRANSPOSE])
+@pytest.mark.parametrize("kind", ["float32", "quant8", "quant8_signed"])
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+def test_prepared_axis_operations_match_reference(code, kind, axis):
+    """Along every axis of a 3-D tensor, with saturating values (whole rows at one extreme)."""
+    shape = (3, 5, 70)
+    if kind == "float32":
+        x = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal(shape).astype(np.float32) * 3)
+    else:
+        signed = kind == "quant8_signed"
+        low = -128 if signed else 0
+        values = RNG.integers(low, low + 256, shape)
+        values[0] = low + 255  # a row of maxima
+        values[1, 0] = low
+        x = _tensor(T.TENSOR_QUANT8_ASYMM_SIGNED if signed else T.TENSOR_QUANT8_ASYMM,
+                    values.astype(np.int8 if signed else np.uint8), 0.07, low + 131)
+    axis_scalar = _scalar(T.INT32, axis)
+    normalized = axis % 3
+    if code == Op.SOFTMAX:
+        zero = {"float32": 0, "quant8": 0, "quant8_signed": -128}[kind]
+        output = OperandType(x.type, shape, 0.0 if kind == "float32" else 1 / 256, zero)
+        for beta in (1.0, 0.37):
+            _compare(code, [x, _scalar(T.FLOAT32, beta), axis_scalar], output)
+    elif code == Op.L2_NORMALIZATION:
+        zero = {"float32": 0, "quant8": 128, "quant8_signed": 0}[kind]
+        _compare(code, [x, axis_scalar], OperandType(x.type, shape, 0.0 if kind == "float32" else 1 / 128, zero))
+    elif code == Op.MEAN:
+        for axes, keep in (([axis], 1), ([axis, (axis + 1) % 3], 0), ([0, 2], 1)):
+            kept = [1 if i in [a % 3 for a in axes] else n for i, n in enumerate(shape)]
+            if not keep:
+                kept = [n for i, n in enumerate(shape) if i not in [a % 3 for a in axes]]
+            _compare(code, [x, _tensor(T.TENSOR_INT32, np.array(axes, np.int32)), _scalar(T.INT32, keep)],
+                     OperandType(x.type, kept, x.scale, x.zero_point))
+    elif code == Op.ARGMAX:
+        _compare(code, [x, axis_scalar], OperandType(T.TENSOR_INT32, [n for i, n in enumerate(shape)
+                                                                       if i != normalized]))
+    else:
+        perm = np.roll(np.arange(3), normalized).astype(np.int32)
+        _compare(code, [x, _tensor(T.TENSOR_INT32, perm)],
+                 OperandType(x.type, [shape[p] for p in perm], x.scale, x.zero_point))

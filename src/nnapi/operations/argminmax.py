@@ -41,3 +41,10 @@ class ArgMinMax(Operation):
         axis = axis_value(ctx, AXIS, x.ndim)
         find = np.argmax if self.code == OperationCode.ARGMAX else np.argmin
         return [find(x, axis=axis).astype(np.int32).reshape(self.prepare(ctx)[0])]
+
+    def plan(self, ctx: ExecutionContext):
+        """The axis and output shape resolved once."""
+        axis = axis_value(ctx, AXIS, ctx.input(INPUT).rank)
+        shape = self.prepare(ctx)[0]
+        find = np.argmax if self.code == OperationCode.ARGMAX else np.argmin
+        return lambda values: [find(values[INPUT], axis=axis).astype(np.int32).reshape(shape)]

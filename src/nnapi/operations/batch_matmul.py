@@ -14,7 +14,9 @@ import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.operations._conv_common import (
+    exact_float_dtype,
     output_multipliers,
+    output_stage,
     quantized_conv_dtype,
     requantize_accumulators,
     shifted,
@@ -101,3 +103,36 @@ class BatchMatmul(Operation):
         result = requantize_accumulators(acc, multipliers, shifts, ctx.output(0),
                                          FuseCode.FUSED_NONE)
         return [result.reshape(shape)]
+
+    def plan(self, ctx: ExecutionContext):
+        """Float32: the product itself. Quantized: the output stage made once, and the
+        sums in float32 wherever the bound on them (the inner size times the largest
+        possible |q - zero point| products) allows: exact either way, so ``execute``'s
+        choice from the values gives the same integers."""
+        a, b = ctx.input(LHS), ctx.input(RHS)
+        adj_a, adj_b = _flag(ctx, ADJOINT_LHS), _flag(ctx, ADJOINT_RHS)
+        shape, _ = _result_shape(a.shape, b.shape, adj_a, adj_b)
+        if a.type == T.TENSOR_FLOAT32:
+            def product(values: list) -> list[np.ndarray]:
+                left, right = values[LHS], values[RHS]
+                return [np.matmul(np.swapaxes(left, -1, -2) if adj_a else left,
+                                  np.swapaxes(right, -1, -2) if adj_b else right)]
+            return product
+        if a.type != T.TENSOR_QUANT8_ASYMM_SIGNED:
+            return None
+        inner = a.shape[-2] if adj_a else a.shape[-1]
+        low, high = -128, 127
+        bound = inner * max(abs(low - a.zero_point), abs(high - a.zero_point)) * max(
+            abs(low - b.zero_point), abs(high - b.zero_point), 1)
+        work = exact_float_dtype(bound)
+        multipliers, shifts = output_multipliers(a.scale, np.array([b.scale]), ctx.output(0).scale)
+        stage = output_stage(multipliers, shifts, ctx.output(0), FuseCode.FUSED_NONE, None)
+        zero_a, zero_b = work(a.zero_point), work(b.zero_point)
+
+        def quantized(values: list) -> list[np.ndarray]:
+            left = np.subtract(values[LHS], zero_a, dtype=work)
+            right = np.subtract(values[RHS], zero_b, dtype=work)
+            acc = np.matmul(np.swapaxes(left, -1, -2) if adj_a else left,
+                            np.swapaxes(right, -1, -2) if adj_b else right)
+            return [stage(acc).reshape(shape)]
+        return quantized

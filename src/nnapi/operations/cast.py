@@ -72,3 +72,8 @@ class Cast(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         return [_convert(ctx.value(INPUT), ctx.output_dtype(0))]
+
+    def plan(self, ctx: ExecutionContext):
+        """The target dtype resolved once."""
+        dtype = ctx.output_dtype(0)
+        return lambda values: [_convert(values[INPUT], dtype)]

@@ -90,6 +90,35 @@ class L2Normalization(Operation):
         result = x / np.maximum(norm, x.dtype.type(_L2_EPSILON))
         return [quantize(result, ctx.output(0))]
 
+    def plan(self, ctx: ExecutionContext):
+        """Float32: ``execute``'s passes on the axis resolved once. Quantized: the sums of
+        squares of the integers q - zero_point exactly in int64 (any order gives the float64
+        sum ``execute`` forms, being exact), then its division and rounding."""
+        data, output = ctx.input(INPUT), ctx.output(0)
+        axis = _axis(ctx, L2_AXIS)
+        if 0 in data.shape or data.type == T.TENSOR_FLOAT16:
+            return None
+        if data.type == T.TENSOR_FLOAT32:
+            epsilon = np.float32(_L2_EPSILON)
+
+            def l2_float(values: list) -> list[np.ndarray]:
+                x = values[INPUT]
+                norm = np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
+                return [x / np.maximum(norm, epsilon)]
+            return l2_float
+        zero_point, epsilon64 = np.float64(data.zero_point), np.float64(_L2_EPSILON)
+        moved = axis != data.rank - 1
+
+        def l2_quantized(values: list) -> list[np.ndarray]:
+            q = values[INPUT]
+            x = np.subtract(q, zero_point, dtype=np.float64)
+            centered = np.moveaxis(x, axis, -1) if moved else x
+            squares = np.einsum("...i,...i->...", centered, centered)[..., None]
+            norm = np.maximum(np.sqrt(squares), epsilon64)
+            np.divide(centered, norm, out=centered)
+            return [quantize(x, output)]
+        return l2_quantized
+
 
 @register(OperationCode.LOCAL_RESPONSE_NORMALIZATION, omitted_operands=True)
 class LocalResponseNormalization(Operation):

@@ -21,7 +21,7 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._elementwise import FLOAT_TENSORS, QUANT8_TENSORS, check_same_shape_output, float_input
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import integer_range
-from nnapi.operations.quant_math import dequantize, dequantize_per_channel, quantize
+from nnapi.operations.quant_math import dequantize, dequantize_per_channel, quantize, round_half_away
 
 T = OperandCode
 
@@ -52,6 +52,28 @@ class Quantize(Operation):
         # fmin first: NaN becomes ``high``, as min(high, NaN) does in C++.
         clamped = np.fmax(np.fmin(shifted, np.float32(high)), np.float32(low))
         return [clamped.astype(ctx.output_dtype(0))]
+
+    def plan(self, ctx: ExecutionContext):
+        """Float32: the clamp moved before the rounding, into the one array the kernel
+        owns. Rounding is monotonic and the bounds are integers, so clamping x / scale to
+        [low - zero point, high - zero point] first gives the same stored values (NaN to
+        the top, as ``execute``'s fmin does), and the rounded values fit 16-bit integers."""
+        tensor, output = ctx.input(INPUT), ctx.output(0)
+        if tensor.type != T.TENSOR_FLOAT32:
+            return None
+        low, high = integer_range(output.type)
+        scale, zero_point = np.float32(output.scale), np.int16(output.zero_point)
+        bottom, top = np.float32(low - output.zero_point), np.float32(high - output.zero_point)
+        dtype = ctx.output_dtype(0)
+
+        def quantize_float32(values: list) -> list[np.ndarray]:
+            scaled = np.divide(values[INPUT], scale)
+            np.fmin(scaled, top, out=scaled)
+            np.fmax(scaled, bottom, out=scaled)
+            rounded = round_half_away(scaled).astype(np.int16)
+            rounded += zero_point
+            return [rounded.astype(dtype)]
+        return quantize_float32
 
 
 @register(OperationCode.DEQUANTIZE, zero_sized_inputs=True)
@@ -84,3 +106,27 @@ class Dequantize(Operation):
         else:
             real = dequantize(tensor.value, tensor.scale, tensor.zero_point, np.float32)
         return [real.astype(ctx.output_dtype(0), copy=False)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The scale (per channel: the broadcast scales) and zero point as float32
+        constants made once; ``execute``'s float32 arithmetic."""
+        tensor = ctx.input(INPUT)
+        dtype = ctx.output_dtype(0)
+        if tensor.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+            params = tensor.channel_quant
+            shape = [1] * tensor.rank
+            shape[params.channel_dim] = -1
+            scales = np.asarray(params.scales, dtype=np.float32).reshape(shape)
+
+            def per_channel(values: list) -> list[np.ndarray]:
+                real = values[INPUT].astype(np.float32)
+                real *= scales
+                return [real.astype(dtype, copy=False)]
+            return per_channel
+        scale, zero_point = np.float32(tensor.scale), np.float32(tensor.zero_point)
+
+        def dequantize_8bit(values: list) -> list[np.ndarray]:
+            real = np.subtract(values[INPUT], zero_point, dtype=np.float32)
+            real *= scale
+            return [real.astype(dtype, copy=False)]
+        return dequantize_8bit

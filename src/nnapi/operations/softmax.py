@@ -4,7 +4,9 @@ SOFTMAX takes float32 / float16 / quant8 / quant8 signed (rank up to 4, the axis
 optional, default -1); its quantized output has scale 1/256 and zero point 0 (unsigned)
 or -128 (signed). LOG_SOFTMAX takes float32 / float16 of any rank and a mandatory axis.
 Both subtract the maximum before exponentiating; float tensors are computed in float32,
-quantized ones in float64, and rounded once to the output type.
+quantized ones in float64, and rounded once to the output type. A quantized input holds
+at most 256 values, so exp(beta * scale * (q - max q)) comes from a 256-entry table of
+exp(-beta * scale * k), k = max q - q (made per execution by ``execute``, once by ``plan``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 
 from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import dequantize_tensor, normalize_axis, quantize
+from nnapi.operations.common import QUANT8_TENSORS, dequantize_tensor, normalize_axis, quantize
 
 T = OperandCode
 
@@ -69,16 +71,51 @@ class Softmax(Operation):
         if data.value.size == 0:
             return [np.zeros(data.shape, dtype=data.value.dtype)]
         axis = self._axis(ctx)
-        # float tensors are computed in float32 (as Android does; float16 rounded once
-        # at the end), quantized ones exactly in float64
-        work = np.float32 if data.type in _LOG_SOFTMAX_TYPES else np.float64
-        beta = work(np.float32(ctx.scalar(BETA)))
-        x = dequantize_tensor(data, dtype=work)
-        scaled = x - x.max(axis=axis, keepdims=True)
-        scaled *= beta
-        if self.code == OperationCode.LOG_SOFTMAX:
-            result = scaled - np.log(np.exp(scaled).sum(axis=axis, keepdims=True))
-        else:
-            result = np.exp(scaled, out=scaled)
-            result /= result.sum(axis=axis, keepdims=True)
+        if data.type in QUANT8_TENSORS:
+            table = _exp_table(data.scale, float(ctx.scalar(BETA)))
+            return [_quantized_softmax(data.value, axis, table, output)]
+        # float tensors are computed in float32, as Android does (float16 rounded once at the end)
+        x = dequantize_tensor(data, dtype=np.float32)
+        result = _float_softmax(x, axis, np.float32(ctx.scalar(BETA)), self.code == OperationCode.LOG_SOFTMAX)
         return [quantize(result, output)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The axis, beta and (quantized) the exponential table resolved once."""
+        data, output = ctx.input(INPUT), ctx.output(0)
+        axis = self._axis(ctx)
+        if 0 in data.shape:
+            return None
+        if data.type in QUANT8_TENSORS:
+            table = _exp_table(data.scale, float(ctx.scalar(BETA)))
+            return lambda values: [_quantized_softmax(values[INPUT], axis, table, output)]
+        if data.type != T.TENSOR_FLOAT32:
+            return None
+        beta, log = np.float32(ctx.scalar(BETA)), self.code == OperationCode.LOG_SOFTMAX
+        return lambda values: [_float_softmax(values[INPUT], axis, beta, log)]
+
+
+def _float_softmax(x: np.ndarray, axis: int, beta: np.float32, log: bool) -> np.ndarray:
+    """(LOG_)SOFTMAX of float32 ``x`` along ``axis``, in float32."""
+    scaled = x - x.max(axis=axis, keepdims=True)
+    if beta != 1:  # x * 1 is x: skipping the pass changes nothing
+        scaled *= beta
+    if log:
+        return scaled - np.log(np.exp(scaled).sum(axis=axis, keepdims=True))
+    result = np.exp(scaled, out=scaled)
+    result /= result.sum(axis=axis, keepdims=True)
+    return result
+
+
+def _exp_table(scale: float, beta: float) -> np.ndarray:
+    """exp(-beta * scale * k) for k = 0..255 (k = max q - q), in float64; beta is the
+    model's float32 value."""
+    return np.exp(np.arange(256, dtype=np.float64) * -(np.float64(scale) * np.float64(np.float32(beta))))
+
+
+def _quantized_softmax(q: np.ndarray, axis: int, table: np.ndarray, output) -> np.ndarray:
+    """SOFTMAX of 8-bit stored values along ``axis``: exponentials from ``table``, the
+    sums and quotients exact in float64, rounded once to ``output``'s quantization."""
+    gaps = q.max(axis=axis, keepdims=True).astype(np.int16) - q  # in [0, 255]
+    exponentials = np.take(table, gaps)
+    exponentials /= exponentials.sum(axis=axis, keepdims=True)
+    return quantize(exponentials, output)

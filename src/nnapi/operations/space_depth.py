@@ -106,30 +106,48 @@ class SpaceDepthBatch(Operation):
         nchw = self._nchw(ctx)
         return [layout_shape(_nhwc_output_shape(ctx, self.code, nhwc_shape(shape, nchw)), nchw)]
 
-    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+    def _parameters(self, ctx: ExecutionContext) -> tuple:
+        """(NCHW, block sizes, NHWC output shape, paddings, fill) of ``_rearrange``."""
         nchw = self._nchw(ctx)
         source = ctx.input(INPUT)
-        x = to_nhwc(source.value, nchw)
-        batches, height, width, depth = x.shape
-        bh, bw = _block_sizes(ctx, self.code)
-        out_shape = _nhwc_output_shape(ctx, self.code, x.shape)
-        if self.code == _CODE.DEPTH_TO_SPACE:
-            # depth index (i * bw + j) * out_depth + k goes to spatial offset (i, j)
-            blocks = x.reshape(batches, height, width, bh, bw, depth // (bh * bw))
-            y = blocks.transpose(0, 1, 3, 2, 4, 5)
-        elif self.code == _CODE.SPACE_TO_DEPTH:
-            blocks = x.reshape(batches, height // bh, bh, width // bw, bw, depth)
-            y = blocks.transpose(0, 1, 3, 2, 4, 5)
-        elif self.code == _CODE.BATCH_TO_SPACE_ND:
-            # input batch (i * bw + j) * out_batches + b holds block offset (i, j) of image b
-            blocks = x.reshape(bh, bw, batches // (bh * bw), height, width, depth)
-            y = blocks.transpose(2, 3, 0, 4, 1, 5)
-        else:
+        out_shape = _nhwc_output_shape(ctx, self.code, nhwc_shape(source.shape, nchw))
+        paddings = fill = None
+        if self.code == _CODE.SPACE_TO_BATCH_ND:
             paddings = paddings_values(ctx, SPACE_TO_BATCH_PADDINGS, 2)
             fill = source.zero_point if source.type in QUANT8_TENSORS else 0
-            padded = np.full((batches, height + int(paddings[0].sum()), width + int(paddings[1].sum()), depth),
-                             fill, dtype=x.dtype)
-            padded[:, paddings[0, 0]:paddings[0, 0] + height, paddings[1, 0]:paddings[1, 0] + width] = x
-            blocks = padded.reshape(batches, out_shape[1], bh, out_shape[2], bw, depth)
-            y = blocks.transpose(2, 4, 0, 1, 3, 5)
-        return [np.ascontiguousarray(from_nhwc(y.reshape(out_shape), nchw))]
+        return nchw, _block_sizes(ctx, self.code), out_shape, paddings, fill
+
+    def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
+        return [_rearrange(self.code, ctx.value(INPUT), *self._parameters(ctx))]
+
+    def plan(self, ctx: ExecutionContext):
+        """The block sizes, paddings and shapes resolved once."""
+        code, parameters = self.code, self._parameters(ctx)
+        return lambda values: [_rearrange(code, values[INPUT], *parameters)]
+
+
+def _rearrange(code: OperationCode, value: np.ndarray, nchw: bool, blocks: tuple[int, int], out_shape: Shape,
+               paddings: np.ndarray | None, fill: int | None) -> np.ndarray:
+    """``code``'s rearrangement of ``value`` into the NHWC ``out_shape`` (in the layout)."""
+    x = to_nhwc(value, nchw)
+    batches, height, width, depth = x.shape
+    bh, bw = blocks
+    if code == _CODE.DEPTH_TO_SPACE:
+        # depth index (i * bw + j) * out_depth + k goes to spatial offset (i, j)
+        blocks_view = x.reshape(batches, height, width, bh, bw, depth // (bh * bw))
+        y = blocks_view.transpose(0, 1, 3, 2, 4, 5)
+    elif code == _CODE.SPACE_TO_DEPTH:
+        blocks_view = x.reshape(batches, height // bh, bh, width // bw, bw, depth)
+        y = blocks_view.transpose(0, 1, 3, 2, 4, 5)
+    elif code == _CODE.BATCH_TO_SPACE_ND:
+        # input batch (i * bw + j) * out_batches + b holds block offset (i, j) of image b
+        blocks_view = x.reshape(bh, bw, batches // (bh * bw), height, width, depth)
+        y = blocks_view.transpose(2, 3, 0, 4, 1, 5)
+    else:
+        assert paddings is not None
+        padded = np.full((batches, height + int(paddings[0].sum()), width + int(paddings[1].sum()), depth),
+                         fill, dtype=x.dtype)
+        padded[:, paddings[0, 0]:paddings[0, 0] + height, paddings[1, 0]:paddings[1, 0] + width] = x
+        blocks_view = padded.reshape(batches, out_shape[1], bh, out_shape[2], bw, depth)
+        y = blocks_view.transpose(2, 4, 0, 1, 3, 5)
+    return np.ascontiguousarray(from_nhwc(y.reshape(out_shape), nchw))

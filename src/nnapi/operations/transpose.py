@@ -49,3 +49,8 @@ class Transpose(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         # A contiguous copy: the driver writes outputs out as flat row-major bytes.
         return [np.ascontiguousarray(np.transpose(ctx.value(INPUT), _permutation(ctx)))]
+
+    def plan(self, ctx: ExecutionContext):
+        """The permutation resolved once."""
+        perm = _permutation(ctx)
+        return lambda values: [np.ascontiguousarray(np.transpose(values[INPUT], perm))]

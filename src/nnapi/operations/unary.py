@@ -73,3 +73,15 @@ class UnaryMath(Operation):
         with np.errstate(all="ignore"):
             result = _FLOAT_FUNCTIONS[self.code](float_input(tensor))
         return [result.astype(ctx.output_dtype(0), copy=False)]
+
+    def plan(self, ctx: ExecutionContext):
+        """Float32 and int32: the function itself (the driver runs kernels with numpy's
+        floating-point warnings off, and int32 wraps as in ``execute``)."""
+        code = ctx.input(INPUT).type
+        if code == T.TENSOR_INT32:
+            function = _INT_FUNCTIONS[self.code]
+            return lambda values: [function(values[INPUT])]
+        if code != T.TENSOR_FLOAT32:
+            return None
+        function = _FLOAT_FUNCTIONS[self.code]
+        return lambda values: [function(values[INPUT])]
