@@ -192,6 +192,46 @@ def concatenation(shape: list[int]) -> Callable[[str], bytes]:
     return build
 
 
+def converting(op: str, shape: list[int]) -> Callable[[str], bytes]:
+    """QUANTIZE (float32 in, ``kind`` out) or DEQUANTIZE (``kind`` in, float32 out)."""
+    def build(kind: str) -> bytes:
+        real, stored = Tensor("real", "float32", shape), _activation("stored", shape, kind)
+        tensors = [real, stored] if op == "QUANTIZE" else [stored, real]
+        return single_op(op, tensors, [0], [1])
+    return build
+
+
+def reduce(op: str, shape: list[int], axes: list[int], keep: bool) -> Callable[[str], bytes]:
+    out = [1 if axis in axes else size for axis, size in enumerate(shape)] if keep else [
+        size for axis, size in enumerate(shape) if axis not in axes]
+    return with_constant(op, shape, _int32("axes", axes), out, ("ReducerOptions", {"KeepDims": keep}))
+
+
+def arg_max(shape: list[int]) -> Callable[[str], bytes]:
+    def build(kind: str) -> bytes:
+        tensors = [_activation("x", shape, kind), _int32("axis", [len(shape) - 1]),
+                   Tensor("y", "int32", shape[:-1])]
+        return single_op("ARG_MAX", tensors, [0, 1], [2], ("ArgMaxOptions", {"OutputType": 2}))
+    return build
+
+
+def batch_matmul(batches: int, rows: int, depth: int, columns: int) -> Callable[[str], bytes]:
+    def build(kind: str) -> bytes:
+        tensors = [_activation("a", [1, batches, rows, depth], kind),
+                   _activation("b", [1, batches, depth, columns], kind),
+                   _activation("y", [1, batches, rows, columns], kind)]
+        return single_op("BATCH_MATMUL", tensors, [0, 1], [2], ("BatchMatMulOptions", {}))
+    return build
+
+
+def gather_rows(rows: int, width: int, count: int) -> Callable[[str], bytes]:
+    def build(kind: str) -> bytes:
+        indices = _int32("indices", _RNG.integers(0, rows, count))
+        tensors = [_activation("x", [rows, width], kind), indices, _activation("y", [count, width], kind)]
+        return single_op("GATHER", tensors, [0, 1], [2], ("GatherOptions", {"Axis": 0}))
+    return build
+
+
 #: name -> (builder, element kinds); sizes are those of MobileNet / MediaPipe layers
 CASES: dict[str, tuple[Callable[[str], bytes], tuple[str, ...]]] = {
     "CONV_2D 3x3 112x112x32->32": (conv(112, 32, 32, 3, 1), ("float32", "int8")),
@@ -241,6 +281,16 @@ CASES: dict[str, tuple[Callable[[str], bytes], tuple[str, ...]]] = {
                                         out_scale=1 / 128, out_zero=0), ("float32", "int8")),
     "SOFTMAX 1x1001": (unary("SOFTMAX", [1, 1001], ("SoftmaxOptions", {"Beta": 1.0}), out_scale=1 / 256,
                              out_zero=-128), ("float32", "int8")),
+    "SOFTMAX 8x64x64 (attention)": (unary("SOFTMAX", [1, 8, 64, 64], ("SoftmaxOptions", {"Beta": 1.0}),
+                                          out_scale=1 / 256, out_zero=-128), ("float32", "int8")),
+    "QUANTIZE 224x224x3": (converting("QUANTIZE", [1, 224, 224, 3]), ("int8",)),
+    "DEQUANTIZE 56x56x64": (converting("DEQUANTIZE", [1, 56, 56, 64]), ("int8",)),
+    "MEAN C 56x56x64 keep": (reduce("MEAN", [1, 56, 56, 64], [3], True), ("float32", "int8")),
+    "REDUCE_MAX HxW 7x7x1280": (reduce("REDUCE_MAX", [1, 7, 7, 1280], [1, 2], False), ("float32", "int8")),
+    "SUM C 56x56x64 keep": (reduce("SUM", [1, 56, 56, 64], [3], True), ("float32",)),
+    "ARGMAX 128x128x21": (arg_max([1, 128, 128, 21]), ("float32", "int8")),
+    "BATCH_MATMUL 8x64x64 @ 64x64": (batch_matmul(8, 64, 64, 64), ("float32", "int8")),
+    "GATHER 64 rows of 1000x256": (gather_rows(1000, 256, 64), ("float32", "int8")),
 }
 
 
