@@ -772,3 +772,93 @@ def test_read_only_inputs_add_no_kernel_version():
         assert not read_only[0].flags.writeable
         np.testing.assert_array_equal(kernel(read_only)[0], kernel(values)[0])
         assert len(dispatcher.signatures) == versions, name
+
+
+# --- quantized element-wise work in one pass (_numba_quant) ------------------------------------
+def _compiled_and_numpy_plans(code, inputs, output, monkeypatch, module_name: str):
+    """(the compiled plan, the numpy plan, execute's results), asserting the compiled
+    kernel ``module_name`` of ``_numba_quant`` is what the first one calls."""
+    from nnapi.operations import _numba_quant
+
+    calls = []
+    kernel = getattr(_numba_quant, module_name)
+    monkeypatch.setattr(_numba_quant, module_name, lambda *args: calls.append(1) or kernel(*args))
+    compiled = _plan(code, inputs, output)
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        numpy_plan = _plan(code, inputs, output)
+    with np.errstate(all="ignore"):
+        want = get_operation(code).execute(ExecutionContext(code, inputs, [output]))[0]
+        values = [tensor.value for tensor in inputs]
+        results = (compiled(values)[0], numpy_plan(values)[0])
+    assert len(calls) == 2  # the warm-up at preparation and the compiled plan's run
+    return results, want
+
+
+@pytest.mark.parametrize("code", [Op.TANH, Op.LOGISTIC, Op.RELU6])
+@pytest.mark.parametrize("kind", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+def test_activation_lookup_matches_numpy(code, kind, monkeypatch):
+    """Quantized activations through their 256-entry table: the compiled lookup, np.take
+    and execute agree on every stored value, on a strided input view too."""
+    dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
+    value = RNG.integers(0, 256, (3, 9, 11, 16)).astype(np.uint8).view(dtype)
+    value.reshape(-1)[:256] = np.arange(256).astype(np.uint8).view(dtype)
+    zero = {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128}[kind]
+    out_scale, out_zero = {Op.TANH: (1 / 128, zero + 128), Op.LOGISTIC: (1 / 256, zero)}.get(code, (0.05, zero + 7))
+    for data in (value, np.transpose(value, (0, 2, 1, 3))):
+        inputs = [_tensor(kind, data, 0.06, zero + 120)]
+        (fast, slow), want = _compiled_and_numpy_plans(code, inputs, OperandType(kind, list(data.shape), out_scale,
+                                                                                out_zero), monkeypatch, "lookup")
+        for got in (fast, slow):
+            assert got.dtype == dtype and got.shape == data.shape
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind, scale, zero_point", [(T.TENSOR_QUANT8_ASYMM_SIGNED, 1.0, 0),
+                                                     (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.03, -9),
+                                                     (T.TENSOR_QUANT8_ASYMM, 0.5, 128),
+                                                     (T.TENSOR_QUANT8_ASYMM, 1.0, 255)])
+def test_quantize_matches_numpy(kind, scale, zero_point, monkeypatch):
+    """QUANTIZE of float32: ties of both signs, values just below a half, NaN, infinities,
+    -0 and values beyond the range, in the compiled pass, numpy's plan and execute."""
+    edges = np.array([0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.49999997, -0.49999997, np.nan, np.inf, -np.inf,
+                      1e30, -1e30, 126.5, 127.5, -128.5, -129.5, 0.0, -0.0, 3.4e38], np.float32)
+    value = np.concatenate([edges * np.float32(scale), RNG.standard_normal(4 * 7 * 5 * 3 - edges.size)
+                            .astype(np.float32) * 150 * np.float32(scale)]).reshape(4, 7, 5, 3)
+    dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
+    for data in (value, np.transpose(value, (0, 3, 1, 2))):
+        inputs = [_tensor(T.TENSOR_FLOAT32, data)]
+        output = OperandType(kind, list(data.shape), scale, zero_point)
+        (fast, slow), want = _compiled_and_numpy_plans(Op.QUANTIZE, inputs, output, monkeypatch, "quantize_float32")
+        for got in (fast, slow):
+            assert got.dtype == dtype and got.shape == data.shape
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("code", [Op.ARGMAX, Op.ARGMIN])
+@pytest.mark.parametrize("kind", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_argmax_rows_match_numpy(code, kind, axis, monkeypatch):
+    """The compiled row scan: ties (the first index wins), NaN (the first NaN wins), -0
+    against 0, infinities, along the last axis and a middle one."""
+    if kind == T.TENSOR_FLOAT32:
+        value = RNG.integers(-3, 4, (6, 21, 13)).astype(np.float32)  # many ties
+        value[0, :, 0] = np.nan
+        value[1, 3, 5] = value[1, 7, 5] = np.nan
+        value[2, :, :2] = -0.0
+        value[2, 5, :2] = 0.0
+        value[3, 2, 4] = np.inf
+        value[3, 4, 4] = -np.inf
+    else:
+        dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
+        info = np.iinfo(dtype)
+        value = RNG.integers(info.min, info.max + 1, (6, 21, 13)).astype(dtype)
+        value[0, :3] = info.max
+        value[1, :3] = info.min
+    inputs = [_tensor(kind, value, 0.1 if kind != T.TENSOR_FLOAT32 else 0.0), _scalar(T.INT32, axis)]
+    shape = [n for i, n in enumerate(value.shape) if i != axis % 3]
+    (fast, slow), want = _compiled_and_numpy_plans(code, inputs, OperandType(T.TENSOR_INT32, shape), monkeypatch,
+                                                   "argmax_rows")
+    for got in (fast, slow):
+        assert got.dtype == np.int32 and list(got.shape) == shape
+        np.testing.assert_array_equal(got, want)

@@ -125,6 +125,34 @@ def map_quant8(stored: np.ndarray, function) -> np.ndarray:
     return np.take(table, stored.view(np.uint8))
 
 
+def prepared_quant8(table: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The lookup of 8-bit arrays in ``table`` (256 entries, by the values' uint8 views),
+    made at preparation: compiled in one pass (``nnapi[fast]``) for 8-bit results, else
+    ``np.take``; the two give the same arrays."""
+    compiled = _compiled_lookup() if table.dtype.itemsize == 1 else None
+    if compiled is None:
+        return lambda stored: np.take(table, stored.view(np.uint8))
+    bits = _jit.constant(table.view(np.uint8), np.uint8)
+
+    def lookup(stored: np.ndarray) -> np.ndarray:
+        stored = _jit.kernel_input(stored)
+        out = np.empty(stored.shape, table.dtype)
+        compiled(stored.view(np.uint8).reshape(-1), bits, out.view(np.uint8).reshape(-1))
+        return out
+
+    return lookup
+
+
+def _compiled_lookup():
+    """The compiled one-table lookup (``_numba_quant.lookup``), or None."""
+    if _jit.kernels() is None:
+        return None
+    from nnapi.operations._numba_quant import lookup
+
+    empty = np.zeros(0, np.uint8)
+    return lookup if _jit.warm_up(lookup, empty, np.zeros(256, np.uint8), empty.copy()) else None
+
+
 def map_quant8_pair(first: np.ndarray, second: np.ndarray, function) -> np.ndarray:
     """``function(first, second)`` (broadcasting) for two 8-bit arrays, through a
     256 x 256 table when the output is large enough to pay for it."""

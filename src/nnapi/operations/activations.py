@@ -33,6 +33,7 @@ from nnapi.operations._elementwise import (
     float_input,
     map_quant8,
     map_quant8_pair,
+    prepared_quant8,
     select_by_bits,
     tile_trailing,
 )
@@ -196,7 +197,8 @@ class Activation(Operation):
             values = all_stored_values(dtype_of(tensor.type))
             probe = Tensor(tensor.type, values.shape, tensor.scale, tensor.zero_point, None, values)
             table = self.execute(ExecutionContext(self.code, [probe], ctx.outputs))[0]
-            return lambda inputs: [np.take(table, inputs[INPUT].view(np.uint8))]
+            lookup = prepared_quant8(table)
+            return lambda inputs: [lookup(inputs[INPUT])]
         if tensor.type != T.TENSOR_FLOAT32:
             return None
         if self.code not in _RELU_FUSE:

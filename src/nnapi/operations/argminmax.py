@@ -8,9 +8,12 @@ which order like their real values since the scale is positive.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations import _jit
 from nnapi.operations._shape_common import DATA_TYPES_INT, axis_value, check_known_rank_at_least
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
@@ -43,8 +46,43 @@ class ArgMinMax(Operation):
         return [find(x, axis=axis).astype(np.int32).reshape(self.prepare(ctx)[0])]
 
     def plan(self, ctx: ExecutionContext):
-        """The axis and output shape resolved once."""
-        axis = axis_value(ctx, AXIS, ctx.input(INPUT).rank)
+        """The axis and output shape resolved once. Along a short axis (numpy spends ~60 ns
+        per row on it) of a float32 or 8-bit tensor, the compiled row scan of ``nnapi[fast]``
+        on float32 values (8-bit ones convert exactly; ARGMIN scans the negated values, which
+        keeps the first NaN and the first of equal values)."""
+        tensor = ctx.input(INPUT)
+        axis = axis_value(ctx, AXIS, tensor.rank)
         shape = self.prepare(ctx)[0]
         find = np.argmax if self.code == OperationCode.ARGMAX else np.argmin
-        return lambda values: [find(values[INPUT], axis=axis).astype(np.int32).reshape(shape)]
+        length = tensor.shape[axis]
+        compiled = None
+        if 1 < length <= _SHORT_AXIS and math.prod(shape) > 1 and tensor.type in _SCANNED:
+            compiled = _compiled_argmax()
+        if compiled is None:
+            return lambda values: [find(values[INPUT], axis=axis).astype(np.int32).reshape(shape)]
+        negate = self.code == OperationCode.ARGMIN
+
+        def scan(values: list) -> list[np.ndarray]:
+            x = np.moveaxis(values[INPUT], axis, -1).astype(np.float32)  # a C-contiguous copy
+            if negate:
+                np.negative(x, out=x)
+            out = np.empty(shape, np.int32)
+            compiled(x.reshape(-1, length), out.reshape(-1))
+            return [out]
+        return scan
+
+
+#: axes up to this long take the compiled row scan
+_SHORT_AXIS = 128
+#: the input types whose values float32 holds exactly
+_SCANNED = (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def _compiled_argmax():
+    """The compiled row scan (``_numba_quant.argmax_rows``), or None."""
+    if _jit.kernels() is None:
+        return None
+    from nnapi.operations._numba_quant import argmax_rows
+
+    ready = _jit.warm_up(argmax_rows, np.zeros((0, 2), np.float32), np.zeros(0, np.int32))
+    return argmax_rows if ready else None

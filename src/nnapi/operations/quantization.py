@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations import _jit
 from nnapi.operations._elementwise import FLOAT_TENSORS, QUANT8_TENSORS, check_same_shape_output, float_input
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import integer_range
@@ -65,6 +66,14 @@ class Quantize(Operation):
         scale, zero_point = np.float32(output.scale), np.int16(output.zero_point)
         bottom, top = np.float32(low - output.zero_point), np.float32(high - output.zero_point)
         dtype = ctx.output_dtype(0)
+        compiled = _compiled_quantize()
+        if compiled is not None:
+            def quantize_compiled(values: list) -> list[np.ndarray]:
+                x = _jit.kernel_input(values[INPUT])
+                rounded = np.empty(x.shape, np.int16)
+                compiled(x.reshape(-1), scale, bottom, top, zero_point, rounded.reshape(-1))
+                return [rounded.astype(dtype)]
+            return quantize_compiled
 
         def quantize_float32(values: list) -> list[np.ndarray]:
             scaled = np.divide(values[INPUT], scale)
@@ -74,6 +83,18 @@ class Quantize(Operation):
             rounded += zero_point
             return [rounded.astype(dtype)]
         return quantize_float32
+
+
+def _compiled_quantize():
+    """The compiled one-pass QUANTIZE of float32 (``_numba_quant``), or None."""
+    if _jit.kernels() is None:
+        return None
+    from nnapi.operations._numba_quant import quantize_float32
+
+    probe = np.zeros(0, np.float32)
+    one = np.float32(1)
+    ready = _jit.warm_up(quantize_float32, probe, one, one, one, np.int16(0), np.zeros(0, np.int16))
+    return quantize_float32 if ready else None
 
 
 @register(OperationCode.DEQUANTIZE, zero_sized_inputs=True)

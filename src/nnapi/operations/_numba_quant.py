@@ -1,0 +1,67 @@
+"""Compiled one-pass kernels for quantized element-wise work (the optional ``nnapi[fast]`` extra).
+
+Imported by the operation modules only when ``_jit.kernels()`` says numba is in use. Each
+does, per element, the operations of the numpy kernel it replaces in the same order and
+precision, so the two agree bit for bit (tests compare them); numpy needs several passes
+and temporaries (or ``np.take``, ~0.8 ns per element) for what these do in one:
+
+- ``lookup``: ``out[i] = table[x[i]]`` over flat uint8 views: an 8-bit function of one
+  8-bit tensor through its 256-entry table (quantized activations).
+- ``quantize_float32``: QUANTIZE of float32 values, ``clamp(round(x / scale)) + zero
+  point`` as ``Quantize.plan`` computes it (the clamp first, halves away from zero).
+- ``argmax_rows``: the first index of the largest value of each row of a float32 matrix
+  (NaN counts as largest, as np.argmax has it); a short innermost axis costs numpy
+  ~60 ns per row.
+
+One machine-code version each (the argument types are fixed by the callers: uint8 views,
+float32 / int16 / int32 arrays), compiled on first use and cached on disk by numba.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.operations._numba_cache import kernel
+
+_jit = kernel(nogil=True, fastmath=False, boundscheck=False)
+
+
+@_jit
+def lookup(x, table, out):
+    """``out[i] = table[x[i]]`` for flat uint8 arrays (the table has 256 entries)."""
+    for i in range(x.shape[0]):
+        out[i] = table[x[i]]
+
+
+@_jit
+def quantize_float32(x, scale, bottom, top, zero_point, out):
+    """``out[i] = round_half_away(clamp(x[i] / scale, bottom, top)) + zero_point`` over
+    flat float32 ``x`` into int16 ``out``; NaN clamps to ``top`` (as np.fmin does)."""
+    half = np.float32(0.5)
+    for i in range(x.shape[0]):
+        value = x[i] / scale
+        if not value < top:
+            value = top
+        elif value < bottom:
+            value = bottom
+        magnitude = np.int16(abs(value) + half)  # truncates: |value| + 0.5 <= 256.5
+        out[i] = (-magnitude if value < 0 else magnitude) + zero_point
+
+
+@_jit
+def argmax_rows(x, out):
+    """``out[r] = np.argmax(x[r])`` for a C-contiguous float32 matrix, into int32."""
+    rows, columns = x.shape
+    for r in range(rows):
+        best = x[r, 0]
+        index = 0
+        if best == best:  # not NaN
+            for c in range(1, columns):
+                value = x[r, c]
+                if value > best:
+                    best = value
+                    index = c
+                elif value != value:  # the first NaN wins
+                    index = c
+                    break
+        out[r] = index
