@@ -32,12 +32,13 @@ def _scalar(code, value) -> Tensor:
     return Tensor(code, (), 0.0, 0, None, np.array(value, dtype=dtype))
 
 
-def _compare(code: Op, inputs: list[Tensor], output: OperandType) -> None:
+def _compare(code: Op, inputs: list[Tensor], output: OperandType | list[OperandType]) -> None:
     operation = get_operation(code)
-    reference_ctx = ExecutionContext(code, inputs, [output])
+    outputs = output if isinstance(output, list) else [output]
+    reference_ctx = ExecutionContext(code, inputs, outputs)
     shapes = operation.prepare(reference_ctx)
     reference = operation.execute(reference_ctx)
-    kernel = operation.plan(ExecutionContext(code, inputs, [output]))
+    kernel = operation.plan(ExecutionContext(code, inputs, outputs))
     assert kernel is not None
     prepared = kernel([tensor.value for tensor in inputs])
     assert len(prepared) == len(reference) == len(shapes)
@@ -906,3 +907,24 @@ def test_prepared_axis_operations_match_reference(code, kind, axis):
         perm = np.roll(np.arange(3), normalized).astype(np.int32)
         _compare(code, [x, _tensor(T.TENSOR_INT32, perm)],
                  OperandType(x.type, [shape[p] for p in perm], x.scale, x.zero_point))
+
+
+def _table_samples():
+    from test_operation_table import SAMPLES
+
+    return {code: sample for code, sample in SAMPLES.items()
+            if type(get_operation(code)).plan is not Operation.plan}
+
+
+_TABLE_SAMPLES = _table_samples()
+
+
+@pytest.mark.parametrize("code", sorted(_TABLE_SAMPLES, key=lambda c: c.name), ids=lambda c: c.name)
+def test_plans_answer_the_operation_table_samples_as_execute_does(code):
+    """The operation table's sample of every operation with a plan (hand-written ones for
+    the operations newer than the CTS vectors: ELU, PACK, REVERSE, BATCH_MATMUL, ...)."""
+    sample = _TABLE_SAMPLES[code]
+    operation = get_operation(code)
+    if operation.plan(sample.context()) is None:
+        pytest.skip(f"no prepared kernel for the sample ({sample.source})")
+    _compare(code, sample.tensors(), list(sample.outputs))

@@ -240,6 +240,13 @@ class Elu(Operation):
             result = np.maximum(x, np.float32(0)) + np.minimum(np.float32(0), alpha * np.expm1(x))
         return [result.astype(ctx.output_dtype(0), copy=False)]
 
+    def plan(self, ctx: ExecutionContext):
+        """Float32: alpha resolved once; ``execute``'s operations."""
+        if ctx.input(INPUT).type != T.TENSOR_FLOAT32:
+            return None
+        alpha, zero = np.float32(ctx.scalar(ELU_ALPHA)), np.float32(0)
+        return lambda values: [np.maximum(values[INPUT], zero) + np.minimum(zero, alpha * np.expm1(values[INPUT]))]
+
 
 @register(Op.PRELU)
 class PRelu(Operation):

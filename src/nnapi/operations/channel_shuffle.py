@@ -50,3 +50,11 @@ class ChannelShuffle(Operation):
         shape = x.shape
         grouped = x.reshape(shape[:axis] + (groups, shape[axis] // groups) + shape[axis + 1:])
         return [np.ascontiguousarray(np.swapaxes(grouped, axis, axis + 1)).reshape(shape)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The grouped shape resolved once."""
+        groups, axis = _groups_and_axis(ctx)
+        shape = ctx.input(INPUT).shape
+        grouped = shape[:axis] + (groups, shape[axis] // groups) + shape[axis + 1:]
+        return lambda values: [np.ascontiguousarray(np.swapaxes(values[INPUT].reshape(grouped), axis,
+                                                                axis + 1)).reshape(shape)]

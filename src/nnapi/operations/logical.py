@@ -58,3 +58,8 @@ class LogicalNot(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         return [np.logical_not(ctx.value(INPUT))]
+
+    def plan(self, ctx: ExecutionContext):
+        """``execute`` without a context per call."""
+        return lambda values: [np.logical_not(values[INPUT])]
+

@@ -69,3 +69,8 @@ class Pack(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         values = [ctx.value(index) for index in range(FIRST_INPUT, len(ctx.inputs))]
         return [np.stack(values, axis=_axis(ctx)).astype(ctx.output_dtype(0), copy=False)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The axis and output dtype resolved once."""
+        axis, dtype = _axis(ctx), ctx.output_dtype(0)
+        return lambda values: [np.stack(values[FIRST_INPUT:], axis=axis).astype(dtype, copy=False)]

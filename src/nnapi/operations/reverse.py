@@ -51,3 +51,8 @@ class Reverse(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         return [np.ascontiguousarray(np.flip(ctx.value(INPUT), axis=_axis(ctx)))]
+
+    def plan(self, ctx: ExecutionContext):
+        """The axis resolved once."""
+        axis = _axis(ctx)
+        return lambda values: [np.ascontiguousarray(np.flip(values[INPUT], axis=axis))]

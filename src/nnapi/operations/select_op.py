@@ -65,3 +65,17 @@ class Select(Operation):
             chosen_b = requantize(b.value, b.scale, b.zero_point, output.scale, output.zero_point)
             return [select_by_bits(condition.value, chosen_a, chosen_b)]
         return [select_by_bits(condition.value, a.value, b.value)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The requantization parameters (quantized inputs) resolved once."""
+        a, b = ctx.input(INPUT1), ctx.input(INPUT2)
+        if a.type not in QUANT8_TENSORS:
+            return lambda values: [select_by_bits(values[CONDITION], values[INPUT1], values[INPUT2])]
+        output = ctx.output(0)
+        to_a = (a.scale, a.zero_point, output.scale, output.zero_point)
+        to_b = (b.scale, b.zero_point, output.scale, output.zero_point)
+
+        def select(values: list) -> list[np.ndarray]:
+            return [select_by_bits(values[CONDITION], requantize(values[INPUT1], *to_a),
+                                   requantize(values[INPUT2], *to_b))]
+        return select

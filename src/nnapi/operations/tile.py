@@ -48,3 +48,8 @@ class Tile(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         return [np.tile(ctx.value(INPUT), _multiples(ctx))]
+
+    def plan(self, ctx: ExecutionContext):
+        """The multiples resolved once."""
+        multiples = _multiples(ctx)
+        return lambda values: [np.tile(values[INPUT], multiples)]
