@@ -156,6 +156,27 @@ class LocalResponseNormalization(Operation):
         result = x / np.power(bias + alpha * squares, beta)
         return [np.moveaxis(result, -1, axis).astype(data.value.dtype)]
 
+    def plan(self, ctx: ExecutionContext):
+        """The window bounds, axis and parameters resolved once; ``execute``'s float64 passes."""
+        data = ctx.input(INPUT)
+        if 0 in data.shape:
+            return None
+        axis = _axis(ctx, LRN_AXIS)
+        radius = int(ctx.scalar(LRN_RADIUS))
+        bias, alpha, beta = (float(ctx.scalar(i)) for i in (LRN_BIAS, LRN_ALPHA, LRN_BETA))
+        depth = data.shape[axis]
+        index = np.arange(depth)
+        upper, lower = np.minimum(index + radius + 1, depth), np.maximum(index - radius, 0)
+        dtype = np.float16 if data.type == T.TENSOR_FLOAT16 else np.float32
+
+        def lrn(values: list) -> list[np.ndarray]:
+            x = np.moveaxis(values[INPUT].astype(np.float64), axis, -1)
+            running = np.concatenate([np.zeros((*x.shape[:-1], 1)), np.cumsum(x * x, axis=-1)], axis=-1)
+            squares = running[..., upper] - running[..., lower]
+            result = x / np.power(bias + alpha * squares, beta)
+            return [np.moveaxis(result, -1, axis).astype(dtype)]
+        return lrn
+
 
 @register(OperationCode.INSTANCE_NORMALIZATION)
 class InstanceNormalization(Operation):
@@ -183,3 +204,19 @@ class InstanceNormalization(Operation):
         variance = np.mean(centered * centered, axis=spatial, keepdims=True)
         result = centered * gamma / np.sqrt(variance + epsilon) + beta
         return [result.astype(data.value.dtype)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The parameters and spatial axes resolved once; ``execute``'s float64 passes."""
+        data = ctx.input(INPUT)
+        if 0 in data.shape:
+            return None
+        gamma, beta, epsilon = (float(ctx.scalar(i)) for i in (INSTANCE_GAMMA, INSTANCE_BETA, INSTANCE_EPSILON))
+        spatial = (2, 3) if bool(ctx.scalar(INSTANCE_LAYOUT)) else (1, 2)
+        dtype = np.float16 if data.type == T.TENSOR_FLOAT16 else np.float32
+
+        def instance_normalization(values: list) -> list[np.ndarray]:
+            x = values[INPUT].astype(np.float64)
+            centered = x - x.mean(axis=spatial, keepdims=True)
+            variance = np.mean(centered * centered, axis=spatial, keepdims=True)
+            return [(centered * gamma / np.sqrt(variance + epsilon) + beta).astype(dtype)]
+        return instance_normalization

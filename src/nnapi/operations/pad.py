@@ -133,3 +133,10 @@ class MirrorPad(Operation):
         paddings, _ = _padded_shape(ctx)
         mode = "reflect" if int(ctx.scalar(MIRROR_PAD_MODE)) == _REFLECT else "symmetric"
         return [np.pad(ctx.value(INPUT), [(int(b), int(a)) for b, a in paddings], mode=mode)]
+
+    def plan(self, ctx: ExecutionContext):
+        """The paddings and mode resolved once."""
+        paddings, _ = _padded_shape(ctx)
+        widths = [(int(b), int(a)) for b, a in paddings]
+        mode = "reflect" if int(ctx.scalar(MIRROR_PAD_MODE)) == _REFLECT else "symmetric"
+        return lambda values: [np.pad(values[INPUT], widths, mode=mode)]
