@@ -50,18 +50,23 @@ def quantize_float32(x, scale, bottom, top, zero_point, out):
 
 @_jit
 def argmax_rows(x, out):
-    """``out[r] = np.argmax(x[r])`` for a C-contiguous float32 matrix, into int32."""
+    """``out[r] = np.argmax(x[r])`` for a C-contiguous float32 matrix, into int32. The
+    scan selects without branching (a branch per element mispredicts on random rows: 4x
+    slower) and notes NaN on the way; a row holding one is scanned again for the first."""
     rows, columns = x.shape
     for r in range(rows):
         best = x[r, 0]
         index = 0
-        if best == best:  # not NaN
-            for c in range(1, columns):
-                value = x[r, c]
-                if value > best:
-                    best = value
-                    index = c
-                elif value != value:  # the first NaN wins
+        nan = best != best
+        for c in range(1, columns):
+            value = x[r, c]
+            nan |= value != value
+            better = value > best
+            best = value if better else best
+            index = c if better else index
+        if nan:  # the first NaN wins
+            for c in range(columns):
+                if x[r, c] != x[r, c]:
                     index = c
                     break
         out[r] = index

@@ -63,9 +63,13 @@ class ArgMinMax(Operation):
         negate = self.code == OperationCode.ARGMIN
 
         def scan(values: list) -> list[np.ndarray]:
-            x = np.moveaxis(values[INPUT], axis, -1).astype(np.float32)  # a C-contiguous copy
+            x = np.moveaxis(values[INPUT], axis, -1)
             if negate:
-                np.negative(x, out=x)
+                x = np.negative(x, dtype=np.float32)  # a new C-contiguous array
+            elif x.dtype != np.float32:
+                x = x.astype(np.float32)
+            else:
+                x = _jit.kernel_input(x)
             out = np.empty(shape, np.int32)
             compiled(x.reshape(-1, length), out.reshape(-1))
             return [out]
