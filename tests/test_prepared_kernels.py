@@ -928,3 +928,19 @@ def test_plans_answer_the_operation_table_samples_as_execute_does(code):
     if operation.plan(sample.context()) is None:
         pytest.skip(f"no prepared kernel for the sample ({sample.source})")
     _compare(code, sample.tensors(), list(sample.outputs))
+
+
+@pytest.mark.parametrize("shape, perm", [
+    ((1, 56, 56, 64), (0, 3, 1, 2)),    # NHWC -> NCHW: [3136, 64] -> [64, 3136], tiled along the rows
+    ((1, 64, 56, 56), (0, 2, 3, 1)),    # NCHW -> NHWC: tiled along the columns
+    ((3, 37, 41, 29), (0, 3, 1, 2)),    # batches of [1517, 29], tiles not dividing the rows
+    ((2, 3, 97, 131), (0, 1, 3, 2)),    # batches of [97, 131] (the first two dimensions merged)
+    ((300, 1, 257), (2, 1, 0)),         # a size-1 dimension dropped: [300, 257] -> [257, 300]
+    ((2, 40, 30, 20), (3, 1, 0, 2)),    # not a swap of two: numpy's copy
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_prepared_transpose_in_tiles_matches_reference(shape, perm, dtype):
+    code = T.TENSOR_FLOAT32 if dtype == np.float32 else T.TENSOR_QUANT8_ASYMM_SIGNED
+    x = _tensor(code, RNG.integers(-128, 128, shape).astype(dtype), 0.5 if dtype == np.int8 else 0.0)
+    _compare(Op.TRANSPOSE, [x, _tensor(T.TENSOR_INT32, np.array(perm, np.int32))],
+             OperandType(code, [shape[p] for p in perm], x.scale, x.zero_point))
