@@ -146,6 +146,8 @@ def test_prepared_depthwise_matches_reference(kind, multiplier, stride, nchw, di
     (3, 2, 1, False, 2),   # overlapping windows over padding
     (3, 1, 1, True, 1),
     (9, 9, 0, False, 2),   # global
+    (9, 1, 0, False, 2),   # global with stride 1 (the converter's VALID 7x7 of a 7x7 map)
+    (9, 1, 0, True, 1),    # ... in NCHW
     (4, 1, 0, False, 0),   # empty batch
 ])
 def test_prepared_pooling_matches_reference(code, kind, filt, stride, pad, nchw, batches):

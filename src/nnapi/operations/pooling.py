@@ -158,6 +158,8 @@ class _PreparedPool:
         # maximum / add passes over strided views than as that 6-D reduction
         self.tiled = (not any(self.pads) and self.kernel == (sp.stride_h, sp.stride_w)
                       and self.kernel[0] * self.kernel[1] > 16)
+        # one window over the whole image (a global pool, whatever the strides say)
+        self.whole = not any(self.pads) and out_hw == (1, 1) and self.kernel == (height, width)
         if code == OperationCode.MAX_POOL_2D:
             self.work = self.dtype
             self.fill = -np.inf if self.is_float else integer_range(data.type)[0]
@@ -167,6 +169,7 @@ class _PreparedPool:
             counts = np.outer(_window_counts(height, out_hw[0], sp.stride_h, self.kernel[0], sp.pad_top),
                               _window_counts(width, out_hw[1], sp.stride_w, self.kernel[1], sp.pad_left))
             self.counts = counts[None, :, :, None].astype(self.work)
+            self._ones = np.ones(self.kernel[0] * self.kernel[1], self.work)
         if self.is_float:
             bounds = activation_bounds_float(sp.fuse)
             self.clamp = None if sp.fuse == FuseCode.FUSED_NONE else bounds
@@ -222,7 +225,12 @@ class _PreparedPool:
             x = x.astype(self.work, copy=False)
             if self.code == OperationCode.L2_POOL_2D:
                 x = x * x
-        if self.tiled:
+        if self.whole and not maximum:
+            # one window over the whole image: a product with ones (BLAS) sums it; exact for
+            # quantized inputs (integers below 2**24 in float32, in any order), to float32
+            # rounding for float ones
+            result = np.matmul(self._ones, x.reshape(n, fh * fw, channels)).reshape(n, 1, 1, channels)
+        elif self.tiled:
             windows = x[:, :oh * fh, :ow * fw].reshape(n, oh, fh, ow, fw, channels)
             result = windows.max(axis=(2, 4)) if maximum else windows.sum(axis=(2, 4), dtype=self.work)
         else:
