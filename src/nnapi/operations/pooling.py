@@ -228,7 +228,8 @@ class _PreparedPool:
         if self.whole and not maximum:
             # one window over the whole image: a product with ones (BLAS) sums it; exact for
             # quantized inputs (integers below 2**24 in float32, in any order), to float32
-            # rounding for float ones
+            # rounding for float ones; one pass: the deadline checked once, before it
+            check_deadline()
             result = np.matmul(self._ones, x.reshape(n, fh * fw, channels)).reshape(n, 1, 1, channels)
         elif self.tiled:
             windows = x[:, :oh * fh, :ow * fw].reshape(n, oh, fh, ow, fw, channels)
