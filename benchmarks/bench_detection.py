@@ -61,6 +61,14 @@ def _model(code: Op, inputs: list[tuple[OperandType, Any, bool]], outputs: list[
     return compilation, feeds, keep
 
 
+def _needed_dimensions(execution: nnapi.Execution, index: int) -> list[int]:
+    # an output whose buffer was too small reports the shape it needs through the error
+    try:
+        return execution.get_output_operand_dimensions(index)
+    except nnapi.OutputInsufficientSizeError as error:
+        return list(error.dimensions)
+
+
 def _time(compilation, feeds, outputs: list[OperandType], repeat: int) -> list[float]:
     # Size the outputs with one run, then time the following ones.
     buffers = [np.zeros(t.dimensions if t.is_fully_specified else (0,), dtype=t.dtype) for t in outputs]
@@ -75,7 +83,7 @@ def _time(compilation, feeds, outputs: list[OperandType], repeat: int) -> list[f
         try:
             execution.compute()
         except nnapi.OutputInsufficientSizeError:
-            buffers = [np.zeros(execution.get_output_operand_dimensions(i), dtype=t.dtype)
+            buffers = [np.zeros(_needed_dimensions(execution, i), dtype=t.dtype)
                        for i, t in enumerate(outputs)]
             continue
         if attempt:
