@@ -335,3 +335,17 @@ def _array_arguments(types) -> dict[int, tuple[np.dtype, set[tuple[int, ...]], t
             count = op_type.element_count() if op_type.is_tensor else 1
             arguments[index] = (op_type.dtype, {dims, (count,)}, dims)
     return arguments
+
+
+def finished_compilation(compilation: object, call: str) -> Compilation:
+    """``compilation`` checked as ANeuralNetworksExecution_create and
+    ANeuralNetworksBurst_create check theirs: UNEXPECTED_NULL for None, BAD_DATA for
+    another type, BAD_STATE when it is freed or not finished."""
+    if compilation is None:
+        raise UnexpectedNullError(f"{call}: compilation is None")
+    if not isinstance(compilation, Compilation):
+        raise BadDataError(f"{call}: expected a Compilation, got {type(compilation).__name__}")
+    compilation._check_alive(call)
+    if not compilation.is_finished:
+        raise BadStateError(f"{call}: the compilation is not finished")
+    return compilation

@@ -20,7 +20,7 @@ from nnapi import tracing, vlog
 from nnapi._object import NnapiObject, as_flag
 from nnapi._scheduler import POOL
 from nnapi.codes import DurationCode, ResultCode
-from nnapi.compilation import Compilation
+from nnapi.compilation import Compilation, finished_compilation
 from nnapi.device import DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS
 from nnapi.errors import (
     BadDataError,
@@ -148,13 +148,7 @@ class _Table:
 
 def _table_of(compilation: Any, call: str) -> _Table:
     """The compilation's table after the checks of ANeuralNetworksExecution_create."""
-    if compilation is None:
-        raise UnexpectedNullError(f"{call}: compilation is None")
-    if not isinstance(compilation, Compilation):
-        raise BadDataError(f"{call}: expected a Compilation, got {type(compilation).__name__}")
-    compilation._check_alive(call)
-    if not compilation.is_finished:
-        raise BadStateError(f"{call}: the compilation is not finished")
+    compilation = finished_compilation(compilation, call)
     table = compilation._execution_table
     if table is None:
         table = compilation._execution_table = _Table(compilation)
