@@ -303,16 +303,7 @@ def test_a_split_plan(request):
 def test_unspecified_dimensions_take_the_general_path(device):
     """A model whose dimensions are left to the execution: each run's arrays say them, and
     the results have each run's shape (no binding of another shape is reused)."""
-    model = nnapi.Model()
-    tensor = OperandType(T.TENSOR_FLOAT32, [0, 3])
-    a, b = model.add_operand(tensor), model.add_operand(tensor)
-    fuse = model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(fuse, 0)
-    out = model.add_operand(tensor)
-    model.add_operation(nnapi.OperationCode.ADD, [a, b, fuse], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    model.finish()
-    compilation = nnapi.Compilation(model, [device])
+    compilation = nnapi.Compilation(add_model((0, 3)), [device])
     compilation.finish()
     for rows in (2, 2, 2, 5, 1, 5):
         x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
