@@ -1,11 +1,13 @@
 """Benchmark compilation as a user meets it: each model in a fresh Python process.
 
 For every ``.tflite`` model (default: the MobileNets of ``../shared/models``) a new
-interpreter imports nnapi, imports the model (``nnapi.load_tflite``) and times
+interpreter imports nnapi, imports the model (``nnapi.load_tflite``), discovers the
+devices (``get_devices``: each driver starts, nnapi-reference importing numba when
+``nnapi[fast]`` is installed, the ORT driver importing onnxruntime) and times
 ``Compilation.finish()`` on nnapi-reference: the first compilation in the process (what a
-script or ``nnapi run`` pays, numba's own start-up included when ``nnapi[fast]`` is
-installed), a second compilation of the same model, and the first execution after them
-(so that no cost moved out of ``finish`` into it goes unseen). Wall and CPU milliseconds,
+script or ``nnapi run`` pays, each compiled kernel's loading included), a second
+compilation of the same model, and the first execution after them (so that no cost moved
+out of ``finish`` into it goes unseen). Wall and CPU milliseconds,
 the best of ``--repeat`` processes (a shared machine adds noise, never removes it).
 
 Modes: ``numba`` (the compiled kernels, their on-disk cache as it is: warm after the
@@ -40,7 +42,9 @@ out = {"import_nnapi": since(start)}
 start = (clock(), cpu())
 imported = nnapi.load_tflite(sys.argv[1])
 out["load_model"] = since(start)
+start = (clock(), cpu())
 devices = [d for d in nnapi.get_devices() if d.name == "nnapi-reference"]
+out["get_devices"] = since(start)
 start = (clock(), cpu())
 compilation = nnapi.Compilation(imported.model, devices)
 compilation.finish()
@@ -71,7 +75,8 @@ out["numba_loaded"] = "numba" in sys.modules
 print(json.dumps(out))
 """
 
-COLUMNS = ("import_nnapi", "load_model", "first_finish", "second_finish", "first_execution", "second_execution")
+COLUMNS = ("import_nnapi", "load_model", "get_devices", "first_finish", "second_finish", "first_execution",
+           "second_execution")
 
 
 def numba_installed() -> bool:

@@ -565,10 +565,12 @@ def test_hard_swish_matches_numpy(monkeypatch):
     assert len(calls) == 3  # the warm-up at preparation, then both runs of the compiled plan
 
 
-def test_numba_is_imported_only_by_a_model_that_uses_a_compiled_kernel():
-    """Fresh processes: compiling and running a float32 model without a depthwise layer
-    (ADD, CONV_2D) leaves numba unimported, its start-up unpaid; a quantized CONV_2D
-    (whose output stage is compiled) imports it at compilation, not at execution."""
+def test_numba_is_imported_when_the_reference_device_starts():
+    """Fresh processes: ``import nnapi`` leaves numba unimported; discovering the devices
+    starts nnapi-reference, which imports it (its kernel library), so neither compiling
+    a model (float32 ADD and CONV_2D, or a quantized CONV_2D whose output stage is
+    compiled) nor running it pays numba's start-up; NNAPI_NO_NUMBA keeps it out."""
+    import os
     import subprocess
     import sys
 
@@ -595,16 +597,23 @@ def test_numba_is_imported_only_by_a_model_that_uses_a_compiled_kernel():
         "m.add_operation(Op.CONV_2D, [x, w, b, *args], [y])\n"
         "m.add_operation(Op.ADD, [y, y, args[-1]], [z])\n"
         "m.identify_inputs_and_outputs([x], [z]); m.finish()\n"
+        "imported = 'numba' in sys.modules\n"
         "devices = [d for d in nnapi.get_devices() if d.name == 'nnapi-reference']\n"
+        "started = 'numba' in sys.modules\n"
         "c = nnapi.Compilation(m, devices); c.finish()\n"
         "compiled = 'numba' in sys.modules\n"
         "e = nnapi.Execution(c); e.set_input(0, np.ones((1, 4, 4, 2), dtype))\n"
         "out = np.empty((1, 4, 4, 3), dtype); e.set_output(0, out); e.compute()\n"
-        "print(compiled, 'numba' in sys.modules)\n"
+        "print(imported, started, compiled, 'numba' in sys.modules)\n"
     )
-    for kind, expected in (("float32", ["False", "False"]), ("quant8", ["True", "True"])):
-        result = subprocess.run([sys.executable, "-c", child, kind], capture_output=True, text=True, check=True)
-        assert result.stdout.split() == expected, (kind, result.stdout, result.stderr)
+    environment = {k: v for k, v in os.environ.items() if k != _jit.DISABLE_VARIABLE}
+    for kind in ("float32", "quant8"):
+        result = subprocess.run([sys.executable, "-c", child, kind], capture_output=True, text=True, check=True,
+                                env=environment)
+        assert result.stdout.split() == ["False", "True", "True", "True"], (kind, result.stdout, result.stderr)
+    result = subprocess.run([sys.executable, "-c", child, "quant8"], capture_output=True, text=True, check=True,
+                            env={**environment, _jit.DISABLE_VARIABLE: "1"})
+    assert result.stdout.split() == ["False", "False", "False", "False"], (result.stdout, result.stderr)
 
 
 def test_a_read_only_model_input_runs_the_machine_code_loaded_at_compilation():

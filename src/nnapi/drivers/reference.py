@@ -39,7 +39,7 @@ from nnapi.hal import (
 from nnapi.hal.types import is_extension_type, operation_name
 from nnapi.hal.validation import validate_model, validate_request
 from nnapi.operand import TENSOR_TYPES, constant_value, dtype_of
-from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, get_operation
+from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, _jit, get_operation
 from nnapi.operations.base import (
     MAX_OPERAND_BYTES,
     Shape,
@@ -139,6 +139,10 @@ class ReferenceDevice(IDevice):
         self._buffers = device_memory.BufferTracker()
         #: by id of a live HAL model object: what was learned of it (``_vetted``)
         self._vetted: dict[int, _Vetted] = {}
+        # The compiled kernels (nnapi[fast]: numba, ~130 ms to import) are this driver's
+        # library: loaded when the device starts, as a driver service loads its libraries,
+        # so that no preparation pays numba's start-up (only each kernel it binds).
+        _jit.kernels()
 
     def _vetting(self, model: Model) -> _Vetted:
         """This device's record of ``model`` (the object: the runtime asks which operations

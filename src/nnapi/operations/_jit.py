@@ -8,10 +8,11 @@ The numpy kernels are the reference either way: tests compare the two bit for bi
 Compilation is lazy and cached: numba compiles a kernel at its first call for each
 argument type and stores the machine code in its on-disk cache (``cache=True``: a
 ``__pycache__`` beside the module, or numba's user-wide cache directory when the
-package directory is read-only; ``NUMBA_CACHE_DIR`` chooses another). The wrappers below
-make that first call at preparation on tiny arrays, so the cost lands in
-``Compilation.finish`` of the first model that needs a kernel in a process (compiling
-once per machine, loading from the cache afterwards) and never in an execution.
+package directory is read-only; ``NUMBA_CACHE_DIR`` chooses another). numba itself is
+imported when nnapi-reference starts (``ReferenceDevice()``, at device discovery), not by
+a preparation. The wrappers below make each kernel's first call at preparation on tiny
+arrays, so loading it (or compiling it, once per machine) lands in ``Compilation.finish``
+of the first model that needs it in a process and never in an execution.
 """
 
 from __future__ import annotations
