@@ -19,7 +19,7 @@ from nnapi._object import NnapiObject
 from nnapi._version import __version__
 from nnapi.codes import BYTE_SIZE_OF_CACHE_TOKEN, PreferenceCode, PriorityCode
 from nnapi.device import Device, get_devices, wrap
-from nnapi.errors import BadDataError, BadStateError, UnexpectedNullError, error_for
+from nnapi.errors import BadDataError, BadStateError, NnapiError, UnexpectedNullError, error_for
 from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, IPreparedModel, Priority
 from nnapi.hal import Model as HalModel
 from nnapi.hal.serialize import model_digest
@@ -337,15 +337,17 @@ def _array_arguments(types) -> dict[int, tuple[np.dtype, set[tuple[int, ...]], t
     return arguments
 
 
-def finished_compilation(compilation: object, call: str) -> Compilation:
+def finished_compilation(compilation: object, call: str,
+                         unfinished: type[NnapiError] = BadStateError) -> Compilation:
     """``compilation`` checked as ANeuralNetworksExecution_create and
     ANeuralNetworksBurst_create check theirs: UNEXPECTED_NULL for None, BAD_DATA for
-    another type, BAD_STATE when it is freed or not finished."""
+    another type, BAD_STATE when it is freed or not finished (``unfinished``: the memory
+    descriptor's roles answer BAD_DATA, as Android's runtime does)."""
     if compilation is None:
         raise UnexpectedNullError(f"{call}: compilation is None")
     if not isinstance(compilation, Compilation):
         raise BadDataError(f"{call}: expected a Compilation, got {type(compilation).__name__}")
     compilation._check_alive(call)
     if not compilation.is_finished:
-        raise BadStateError(f"{call}: the compilation is not finished")
+        raise unfinished(f"{call}: the compilation is not finished")
     return compilation

@@ -65,16 +65,10 @@ class MemoryDesc(MemorySource):
         return self._dimensions
 
     def _add_role(self, call: str, compilation, kind: str, index: int, frequency: float) -> None:
-        from nnapi.compilation import Compilation
+        from nnapi.compilation import finished_compilation
 
         self._check_modifiable(call)
-        if compilation is None:
-            raise UnexpectedNullError(f"{call}: compilation is None")
-        if not isinstance(compilation, Compilation):
-            raise BadDataError(f"{call}: expected a Compilation")
-        compilation._check_alive(call)
-        if not compilation.is_finished:
-            raise BadDataError(f"{call}: the compilation is not finished")
+        compilation = finished_compilation(compilation, call, unfinished=BadDataError)
         model = compilation.model
         indexes = model.inputs if kind == "input" else model.outputs
         if not isinstance(index, int) or not 0 <= index < len(indexes):
