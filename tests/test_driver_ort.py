@@ -28,6 +28,7 @@ from nnapi.conformance import (  # noqa: E402
     run_record,
 )
 from nnapi.drivers.ort import calibration, devices  # noqa: E402
+from nnapi.drivers.ort import device as ort_device_module  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice, OrtPreparedModel  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
@@ -569,10 +570,11 @@ def test_split_plan_falls_back_to_the_cpu_when_ort_fails_to_execute(monkeypatch)
     image = np.random.default_rng(6).standard_normal((1, 6, 6, 3)).astype(np.float32)
     expected_features, expected_best = _reference_alone(model, image)
 
-    def broken_run(self, binding, run_options=None):
+    def broken_run(binding, run_options=None):
         raise RuntimeError("injected onnxruntime failure")
 
-    monkeypatch.setattr(ort.InferenceSession, "run_with_iobinding", broken_run)
+    # every run goes through what _run_with_iobinding gives a binding (made at the first run)
+    monkeypatch.setattr(ort_device_module, "_run_with_iobinding", lambda session, io: (broken_run, io))
     for _ in range(2):
         features, best = _run(default, image)
         np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)

@@ -19,7 +19,7 @@ from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.drivers.ort import calibration, devices  # noqa: E402
-from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
+from nnapi.drivers.ort.device import OrtDevice, _Binding  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402
@@ -29,16 +29,23 @@ pytestmark = pytest.mark.usefixtures("calibration_file")
 
 @pytest.fixture
 def bind_calls(monkeypatch):
-    """Every bind_input / bind_output ORT is asked for, by tensor name."""
+    """Every bind_input / bind_output ORT is asked for, by tensor name (the driver's
+    binding calls ORT's through the two it holds)."""
     calls: list[str] = []
-    for method in ("bind_input", "bind_output"):
-        original = getattr(ort.IOBinding, method)
+    original_init = _Binding.__init__
 
-        def counted(self, name, *args, _original=original, **kwargs):
-            calls.append(name)
-            return _original(self, name, *args, **kwargs)
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        for method in ("bind_input", "bind_output"):
+            original = getattr(self, method)
 
-        monkeypatch.setattr(ort.IOBinding, method, counted)
+            def counted(name, *more, _original=original):
+                calls.append(name)
+                return _original(name, *more)
+
+            setattr(self, method, counted)
+
+    monkeypatch.setattr(_Binding, "__init__", init)
     return calls
 
 

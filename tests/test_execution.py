@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import select
 
@@ -265,7 +266,9 @@ class TestCompute:
         # through the private table the query reads.
         execution, _ = ready_execution()
         execution.compute()
-        execution._output_types = (OperandType(T.FLOAT32),)  # the compilation's, shared: replaced
+        table = copy.copy(execution._table)  # the compilation's, shared: this execution's own copy
+        table.output_types = (OperandType(T.FLOAT32),)
+        execution._table = table
         with pytest.raises(nnapi.BadDataError):
             execution.get_output_operand_dimensions(0)
 

@@ -325,15 +325,18 @@ class Compilation(NnapiObject):
         self._execution_table = None  # and the arrays its bound request holds
 
 
-def _array_arguments(types) -> dict[int, tuple[np.dtype, set[tuple[int, ...]], tuple[int, ...]]]:
+def _array_arguments(types) -> dict[int, tuple[np.dtype, dict[tuple[int, ...], tuple[int, ...]], tuple[int, ...]]]:
     """For each fully specified, non-extension operand type: (dtype, the array shapes an
-    argument may have: its dimensions or flat, its dimensions)."""
+    argument may have -- its dimensions or flat -- each with the strides of a C-contiguous
+    array of that shape as numpy makes one, its dimensions)."""
     arguments = {}
     for index, op_type in enumerate(types):
         if op_type.is_fully_specified and not op_type.is_extension:
             dims = tuple(op_type.dimensions)
             count = op_type.element_count() if op_type.is_tensor else 1
-            arguments[index] = (op_type.dtype, {dims, (count,)}, dims)
+            dtype = op_type.dtype
+            shapes = {shape: np.empty(shape, dtype).strides for shape in (dims, (count,))}
+            arguments[index] = (dtype, shapes, dims)
     return arguments
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -108,7 +109,9 @@ class _Table:
         self.pending: tuple[int, ...] | None = None
 
     def request(self, arrays: list[np.ndarray]) -> Request:
-        pools = [memoryview(array.reshape(-1).view(np.uint8)) for array in arrays]
+        # the bytes of each (contiguous, not empty) array: a cast memoryview costs less than
+        # a flat uint8 view's between two model runs
+        pools = [memoryview(array).cast("B") for array in arrays]
         return Request(list(self.in_args), list(self.out_args), pools)
 
     def run(self, arrays: list[np.ndarray], deadline_ns: int | None, loop_timeout_ns: int
@@ -175,8 +178,13 @@ class Execution(NnapiObject):
     #: the memories a bound request maps (checked alive at each computation)
     _bound_memories: tuple[Memory, ...] = ()
     #: how many arguments are arrays held in ``_arrays`` (see set_input); the others are in
-    #: ``_inputs`` / ``_outputs``
+    #: ``_inputs`` / ``_outputs`` (per index, made by _arguments when one is set: an empty
+    #: read-only mapping until then)
     _array_count = 0
+    _inputs: Mapping[int, _Argument] = MappingProxyType({})
+    _outputs: Mapping[int, _Argument] = MappingProxyType({})
+    #: nothing set that takes compute off its usual path (reusable, timing, a loop timeout)
+    _usual = True
 
     def __init__(self, compilation: Compilation) -> None:
         """ANeuralNetworksExecution_create."""
@@ -185,11 +193,26 @@ class Execution(NnapiObject):
             table = _table_of(compilation, "Execution")
         self._compilation = compilation
         self._table = table
-        self._input_types, self._output_types = table.input_types, table.output_types
-        self._inputs: dict[int, _Argument] = {}
-        self._outputs: dict[int, _Argument] = {}
         #: per position (inputs, then outputs) the array set_input / set_output took as it is
         self._arrays: list[np.ndarray | None] = [None] * table.n_total
+
+    @property
+    def _input_types(self) -> tuple[OperandType, ...]:
+        return self._table.input_types
+
+    @property
+    def _output_types(self) -> tuple[OperandType, ...]:
+        return self._table.output_types
+
+    def _arguments(self, kind: str) -> dict[int, _Argument]:
+        """The arguments of ``kind`` set other than as arrays, created at the first (an
+        Execution of arrays only never builds these dicts)."""
+        name = "_inputs" if kind == "input" else "_outputs"
+        arguments = self.__dict__.get(name)
+        if arguments is None:
+            arguments = {}
+            setattr(self, name, arguments)
+        return arguments
 
     # --- settings --------------------------------------------------------------------
     def _check_preparation(self, call: str) -> None:
@@ -197,10 +220,15 @@ class Execution(NnapiObject):
         if self._state != _PREPARATION:
             raise BadStateError(f"{call}: the execution has already been scheduled")
 
+    def _update_usual(self) -> None:
+        self._usual = (not self._reusable and not self._measure
+                       and self._loop_timeout_ns == DEFAULT_LOOP_TIMEOUT_NS)
+
     def set_reusable(self, reusable: bool) -> None:
         """ANeuralNetworksExecution_setReusable."""
         self._check_preparation("set_reusable")
         self._reusable = as_flag("set_reusable", reusable)
+        self._update_usual()
 
     def set_measure_timing(self, measure: bool) -> None:
         """ANeuralNetworksExecution_setMeasureTiming: only for a compilation created for
@@ -209,6 +237,7 @@ class Execution(NnapiObject):
         if not self._compilation.single_explicit_device:
             raise BadDataError("set_measure_timing: only for a compilation created for exactly one device")
         self._measure = as_flag("set_measure_timing", measure)
+        self._update_usual()
 
     def set_timeout(self, duration_ns: int) -> None:
         """ANeuralNetworksExecution_setTimeout: 0 means none. Only for a compilation
@@ -226,6 +255,7 @@ class Execution(NnapiObject):
         if not isinstance(duration_ns, int) or duration_ns < 0:
             raise BadDataError(f"set_loop_timeout: duration must be a non-negative int, got {duration_ns!r}")
         self._loop_timeout_ns = min(duration_ns, MAXIMUM_LOOP_TIMEOUT_NS)
+        self._update_usual()
 
     def enable_input_and_output_padding(self, enable: bool) -> None:
         """ANeuralNetworksExecution_enableInputAndOutputPadding."""
@@ -312,7 +342,7 @@ class Execution(NnapiObject):
         arguments = self._inputs if kind == "input" else self._outputs
         if index in arguments or self._arrays[index if kind == "input" else self._table.n_in + index] is not None:
             raise BadStateError(f"{call}: {kind} {index} was already set for this execution")
-        arguments[index] = argument
+        self._arguments(kind)[index] = argument
 
     def _materialize(self) -> None:
         """Turn the arrays set_input / set_output took as they are into arguments in
@@ -322,9 +352,9 @@ class Execution(NnapiObject):
             if array is None:
                 continue
             if position < table.n_in:
-                arguments, index, spec = self._inputs, position, table.inputs[position]
+                arguments, index, spec = self._arguments("input"), position, table.inputs[position]
             else:
-                arguments, index = self._outputs, position - table.n_in
+                arguments, index = self._arguments("output"), position - table.n_in
                 spec = table.outputs[index]
             view = memoryview(array.reshape(-1).view(np.uint8))
             arguments[index] = _Argument(False, view, 0, view.nbytes, spec[2])
@@ -383,13 +413,17 @@ class Execution(NnapiObject):
             # The usual call: a contiguous array of the operand's dtype and shape (or flat) for
             # an operand the model fully specifies, kept as it is (_set gives the same answers
             # for it, and every message).
+            # Contiguity from the strides numpy gives a contiguous array of that shape (cheaper
+            # than its flags right after a model run); flags for any other (an image[None]).
             spec = self._table.inputs.get(index)
-            if (spec is not None and (buffer.dtype is spec[0] or buffer.dtype == spec[0]) and buffer.shape in spec[1]
-                    and buffer.flags.c_contiguous and self._state is _PREPARATION and not self._padding
-                    and not self._freed and self._arrays[index] is None and index not in self._inputs):
-                self._arrays[index] = buffer
-                self._array_count += 1
-                return
+            if spec is not None and (buffer.dtype is spec[0] or buffer.dtype == spec[0]):
+                strides = spec[1].get(buffer.shape)
+                if (strides is not None and (buffer.strides == strides or buffer.flags.c_contiguous)
+                        and self._state is _PREPARATION and not self._padding and not self._freed
+                        and self._arrays[index] is None and index not in self._inputs):
+                    self._arrays[index] = buffer
+                    self._array_count += 1
+                    return
         self._set("set_input", "input", index, buffer, type)
 
     def set_output(self, index: int, buffer: Any, type: OperandType | None = None) -> None:  # noqa: A002
@@ -640,8 +674,7 @@ class Execution(NnapiObject):
     def compute(self) -> None:
         """ANeuralNetworksExecution_compute: run synchronously."""
         table = self._table
-        if (self._array_count == table.n_total and not self._reusable and not self._measure
-                and self._loop_timeout_ns == DEFAULT_LOOP_TIMEOUT_NS and not tracing.state.enabled):
+        if self._array_count == table.n_total and self._usual and not tracing.state.enabled:
             # The usual execution (see _Table): every argument an array set as it is, run once.
             with _STATE_LOCK:
                 ready = self._state is _PREPARATION and not self._freed and not self._compilation._freed
@@ -848,8 +881,8 @@ class Execution(NnapiObject):
                 self._drop_arguments()
 
     def _drop_arguments(self) -> None:
-        self._inputs.clear()
-        self._outputs.clear()
+        self.__dict__.pop("_inputs", None)
+        self.__dict__.pop("_outputs", None)
         self._arrays = [None] * self._table.n_total
         self._array_count = 0
         self._bound = None
