@@ -296,6 +296,80 @@ def pad_resize_transpose() -> bytes:
     return build(Subgraph(t, ops, [0], [6]))
 
 
+def pad_into_convolutions() -> bytes:
+    """A spatial PAD (uneven, as the converter writes for SAME with stride 2) read by a
+    VALID depthwise convolution (dilation 2) and a VALID convolution (stride 2): folded
+    into both convolutions' explicit padding."""
+    rng = _rng()
+    t = [Tensor("x", "float32", [1, 7, 6, 3]),
+         Tensor("pads", "int32", [4, 2], data=np.array([[0, 0], [1, 2], [2, 1], [0, 0]], np.int32)),
+         Tensor("p", "float32", [1, 10, 9, 3]),
+         Tensor("dw", "float32", [1, 3, 3, 6], data=rng.standard_normal((1, 3, 3, 6)).astype(np.float32)),
+         Tensor("db", "float32", [6], data=rng.standard_normal(6).astype(np.float32)),
+         Tensor("d", "float32", [1, 6, 5, 6]),
+         Tensor("cw", "float32", [4, 3, 3, 3], data=rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+         Tensor("cb", "float32", [4], data=rng.standard_normal(4).astype(np.float32)),
+         Tensor("c", "float32", [1, 4, 4, 4])]
+    ops = [Operator("PAD", [0, 1], [2]),
+           Operator("DEPTHWISE_CONV_2D", [2, 3, 4], [5],
+                    ("DepthwiseConv2DOptions", {"Padding": 1, "StrideW": 1, "StrideH": 1, "DepthMultiplier": 2,
+                                                "FusedActivationFunction": 1, "DilationWFactor": 2,
+                                                "DilationHFactor": 2})),
+           Operator("CONV_2D", [2, 6, 7], [8],
+                    ("Conv2DOptions", {"Padding": 1, "StrideW": 2, "StrideH": 2, "FusedActivationFunction": 0,
+                                       "DilationWFactor": 1, "DilationHFactor": 1}))]
+    return build(Subgraph(t, ops, [0], [5, 8]))
+
+
+def padv2_into_conv_int8() -> bytes:
+    """An int8 PADV2 whose constant is the zero point (real 0) before a VALID per-channel
+    convolution: folded; the convolution pads with the zero point too."""
+    rng = _rng()
+    w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    scales = (np.abs(w).reshape(4, -1).max(axis=1) / 127).astype(np.float32)
+    x_scale = 0.02
+    t = [Tensor("x", "int8", [1, 6, 6, 3], scale=x_scale, zero_point=-5),
+         Tensor("pads", "int32", [4, 2], data=np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32)),
+         Tensor("value", "int8", [], data=np.array(-5, np.int8), scale=x_scale, zero_point=-5),
+         Tensor("p", "int8", [1, 8, 8, 3], scale=x_scale, zero_point=-5),
+         Tensor("w", "int8", [4, 3, 3, 3], data=_q(w, scales, 0, np.int8, axis=0), scale=[float(s) for s in scales],
+                zero_point=[0] * 4),
+         Tensor("b", "int32", [4], data=np.array([100, -50, 0, 7], np.int32),
+                scale=[float(s * x_scale) for s in scales], zero_point=[0] * 4),
+         Tensor("y", "int8", [1, 6, 6, 4], scale=0.05, zero_point=3)]
+    ops = [Operator("PADV2", [0, 1, 2], [3]),
+           Operator("CONV_2D", [3, 4, 5], [6],
+                    ("Conv2DOptions", {"Padding": 1, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": 0,
+                                       "DilationWFactor": 1, "DilationHFactor": 1}))]
+    return build(Subgraph(t, ops, [0], [6]))
+
+
+def pad_kept_for_other_readers() -> bytes:
+    """A spatial PAD read by a VALID convolution and by a MAX_POOL_2D, and a PADV2 with a
+    non-zero constant before a convolution: neither is folded (the pool needs the padded
+    tensor; the constant is not the convolution's zero padding)."""
+    rng = _rng()
+    t = [Tensor("x", "float32", [1, 5, 5, 2]),
+         Tensor("pads", "int32", [4, 2], data=np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32)),
+         Tensor("p", "float32", [1, 7, 7, 2]),
+         Tensor("w", "float32", [3, 3, 3, 2], data=rng.standard_normal((3, 3, 3, 2)).astype(np.float32)),
+         Tensor("b", "float32", [3], data=np.zeros(3, np.float32)),
+         Tensor("c", "float32", [1, 5, 5, 3]),
+         Tensor("m", "float32", [1, 3, 3, 2]),
+         Tensor("one", "float32", [], data=np.array(1.5, np.float32)),
+         Tensor("q", "float32", [1, 7, 7, 2]),
+         Tensor("e", "float32", [1, 5, 5, 3])]
+    conv = ("Conv2DOptions", {"Padding": 1, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": 0,
+                              "DilationWFactor": 1, "DilationHFactor": 1})
+    ops = [Operator("PAD", [0, 1], [2]),
+           Operator("CONV_2D", [2, 3, 4], [5], conv),
+           Operator("MAX_POOL_2D", [2], [6], ("Pool2DOptions", {"Padding": 1, "StrideW": 2, "StrideH": 2,
+                                                                "FilterWidth": 3, "FilterHeight": 3})),
+           Operator("PADV2", [0, 1, 7], [8]),
+           Operator("CONV_2D", [8, 3, 4], [9], conv)]
+    return build(Subgraph(t, ops, [0], [5, 6, 9]))
+
+
 def _unary(op: str, type_: str = "float32", shape=(2, 5), options=None, out_scale=None, out_zp=None,
            in_scale=None, in_zp=None) -> Callable[[], bytes]:
     def make() -> bytes:
@@ -679,6 +753,9 @@ CASES: dict[str, Case] = {
     "softmax_int8": Case(softmax_int8, None, 1),
     "add_uint8_rescale": Case(add_uint8_rescale, None, 1),
     "pad_resize_transpose": Case(pad_resize_transpose, None),
+    "pad_into_convolutions": Case(pad_into_convolutions, "folded into the explicit padding"),
+    "padv2_into_conv_int8": Case(padv2_into_conv_int8, "folded into the explicit padding", 1),
+    "pad_kept_for_other_readers": Case(pad_kept_for_other_readers, None),
     "add_n": Case(add_n, "ADD_N"),
     "square": Case(square, "SQUARE"),
     "leaky_relu_int8": Case(leaky_relu_int8, "PRELU", 1),

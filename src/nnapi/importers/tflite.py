@@ -254,6 +254,10 @@ class _Converter:
         self.state_outputs: dict[int, int] = {}  # tensor -> NNAPI operand holding its new value
         self.current: _Operator | None = None
         self._emitted: list[str] = []
+        # PAD outputs folded into the explicit padding of the convolutions reading them:
+        # tensor -> (the PAD's input tensor, (top, bottom, left, right))
+        self.folded_pads: dict[int, tuple[int, tuple[int, int, int, int]]] = {}
+        self._readers: dict[int, list[tuple[_Operator, int]]] | None = None
 
     # --- operands ----------------------------------------------------------------------
     def nn_type(self, info: _TensorInfo, shape: Sequence[int] | None = None) -> OperandType:
@@ -537,6 +541,16 @@ class _Converter:
             _keep_alive=self.keep_alive,
         )
 
+    def readers(self, tensor: int) -> list[tuple[_Operator, int]]:
+        """The operators of this subgraph that read ``tensor``, with the input position."""
+        if self._readers is None:
+            self._readers = {}
+            for position, raw in enumerate(self.graph.operators):
+                reader = _Operator(self.graph, position, raw)
+                for slot, index in enumerate(reader.inputs):
+                    self._readers.setdefault(index, []).append((reader, slot))
+        return self._readers.get(tensor, [])
+
     def spec(self, info: _TensorInfo) -> TensorSpec:
         op_type = self.nn_type(info)
         return TensorSpec(info.name, op_type.type, info.shape, op_type.scale, op_type.zero_point,
@@ -626,7 +640,7 @@ def _weights(c: _Converter, op: _Operator, position: int) -> int:
     """A weight operand; int8 / uint8 weights of a float operator (TFLite's hybrid,
     dynamic-range quantization) are dequantized into float32 constants once."""
     tensor = op.inputs[position]
-    in_type = c.type_of(c.input(0))
+    in_type = c.type_of(_data_input(c, op))
     const = c.const_of(tensor)
     if in_type.type == T.TENSOR_FLOAT32 and tensor not in c.operands and const is not None \
             and const.code != T.TENSOR_FLOAT32:
@@ -656,7 +670,7 @@ def _dequantize_const(info: _TensorInfo, const: _Const) -> _Const:
 @_converter("CONV_2D")
 def _conv_2d(c: _Converter, op: _Operator) -> None:
     options = op.options("Conv2DOptions")
-    x = c.input(0)
+    x = _data_input(c, op)
     w = _weights(c, op, 1)
     w_type = c.type_of(w)
     channels, in_per_group = w_type.dimensions[0], w_type.dimensions[3]
@@ -675,6 +689,11 @@ def _conv_2d(c: _Converter, op: _Operator) -> None:
         c.lowered(f"{groups}-group convolution (filter depth {in_per_group} of {in_channels} input channels) "
                   "as GROUPED_CONV_2D")
         return
+    pads = _folded_padding(c, op)
+    if pads is not None:
+        c.with_activation(options.FusedActivationFunction(), lambda act, out: c.emit(
+            Op.CONV_2D, [x, w, bias, *pads, *strides, act, c.boolean(False), *dilation], [out]))
+        return
     c.with_activation(options.FusedActivationFunction(), lambda act, out: c.emit(
         Op.CONV_2D, [x, w, bias, c.i32(padding), *strides, act, c.boolean(False), *dilation], [out]))
 
@@ -682,7 +701,7 @@ def _conv_2d(c: _Converter, op: _Operator) -> None:
 @_converter("DEPTHWISE_CONV_2D")
 def _depthwise(c: _Converter, op: _Operator) -> None:
     options = op.options("DepthwiseConv2DOptions")
-    x = c.input(0)
+    x = _data_input(c, op)
     w = _weights(c, op, 1)
     channels = c.type_of(w).dimensions[3]
     bias = _bias_for(c, op, 2, x, w, channels)
@@ -690,9 +709,10 @@ def _depthwise(c: _Converter, op: _Operator) -> None:
     multiplier = options.DepthMultiplier()
     if x_type.rank == 4 and x_type.dimensions[3]:
         multiplier = channels // x_type.dimensions[3]  # the option is unreliable in newer models
+    padding = _folded_padding(c, op) or [c.i32(_PADDING[options.Padding()])]
     c.with_activation(options.FusedActivationFunction(), lambda act, out: c.emit(
         Op.DEPTHWISE_CONV_2D,
-        [x, w, bias, c.i32(_PADDING[options.Padding()]), c.i32(options.StrideW()), c.i32(options.StrideH()),
+        [x, w, bias, *padding, c.i32(options.StrideW()), c.i32(options.StrideH()),
          c.i32(multiplier), act, c.boolean(False), c.i32(options.DilationWFactor() or 1),
          c.i32(options.DilationHFactor() or 1)], [out]))
 
@@ -1127,8 +1147,75 @@ def _cast(c: _Converter, op: _Operator) -> None:
     c.emit(Op.CAST, [c.input(0)], [c.output()])
 
 
+def _spatial_zero_padding(c: _Converter, op: _Operator) -> tuple[int, int, int, int] | None:
+    """(top, bottom, left, right) when the PAD / PADV2 ``op`` pads only the height and
+    width of a 4-D tensor with real zeros (0.0, or the zero point when quantized), the
+    padding a convolution applies itself; None otherwise."""
+    const = c.const_of(op.inputs[1]) if op.has_input(1) else None
+    if const is None or const.data.shape != (4, 2) or len(op.tensor(0).shape) != 4:
+        return None
+    paddings = const.data.astype(np.int64)
+    if paddings.min() < 0 or paddings[0].any() or paddings[3].any() or not paddings[1:3].any():
+        return None
+    info, out = op.tensor(0), op.out_tensor(0)
+    if info.tfl_type != out.tfl_type or info.scale != out.scale or info.zero_point != out.zero_point:
+        return None
+    if op.name == "PADV2" and op.has_input(2):
+        value = c.const_of(op.inputs[2])
+        if value is None or value.data.size != 1:
+            return None
+        real_zero = info.zero_point if info.tfl_type in (_UINT8, _INT8) else 0
+        if value.data.reshape(-1)[0] != real_zero:
+            return None
+    return int(paddings[1, 0]), int(paddings[1, 1]), int(paddings[2, 0]), int(paddings[2, 1])
+
+
+def _pads_into_convolutions(c: _Converter, op: _Operator) -> bool:
+    """Fold a spatial zero PAD into the explicit padding of the convolutions reading it
+    (the converter writes PAD + VALID convolution for padding SAME cannot express): the
+    same values, without materializing the padded copy. Only when every reader is a
+    VALID CONV_2D (not grouped) or DEPTHWISE_CONV_2D taking it as its input, and the
+    padded tensor is no subgraph output."""
+    padding = _spatial_zero_padding(c, op)
+    tensor = op.outputs[0] if len(op.outputs) == 1 else -1
+    readers = c.readers(tensor)
+    if padding is None or not readers or tensor in c.graph.outputs:
+        return False
+    depth = op.tensor(0).shape[3]
+    for reader, slot in readers:
+        if slot != 0 or reader.custom is not None or reader.name not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            return False
+        options = reader.options("Conv2DOptions" if reader.name == "CONV_2D" else "DepthwiseConv2DOptions")
+        if options is None or options.Padding() != 1:  # VALID
+            return False
+        if reader.name == "CONV_2D" and (len(reader.inputs) < 2 or reader.tensor(1).shape[3:] != (depth,)):
+            return False  # grouped (or unknown depth): GROUPED_CONV_2D takes the implicit form here
+    c.folded_pads[tensor] = (op.inputs[0], padding)
+    c.lowered("spatial zero padding folded into the explicit padding of the convolution(s) reading it")
+    return True
+
+
+def _data_input(c: _Converter, op: _Operator) -> int:
+    """A convolution's input operand: the PAD's input when it reads a folded PAD."""
+    folded = c.folded_pads.get(op.inputs[0])
+    return c.input(0) if folded is None else c.operand(folded[0])
+
+
+def _folded_padding(c: _Converter, op: _Operator) -> list[int] | None:
+    """For a convolution reading a folded PAD: its explicit padding operands (left, right,
+    top, bottom); None when its input is no folded PAD."""
+    folded = c.folded_pads.get(op.inputs[0])
+    if folded is None:
+        return None
+    top, bottom, left, right = folded[1]
+    c.lowered("reads a PAD folded into its explicit padding")
+    return [c.i32(left), c.i32(right), c.i32(top), c.i32(bottom)]
+
+
 @_converter("PAD", "PADV2")
 def _pad(c: _Converter, op: _Operator) -> None:
+    if _pads_into_convolutions(c, op):
+        return
     x = c.input(0)
     paddings = c.const_values(1, "paddings").astype(np.int32)
     pad = c.const_operand(paddings, OperandType(T.TENSOR_INT32, list(paddings.shape)))
