@@ -1028,3 +1028,92 @@ def test_space_to_batch_and_back_with_blocks_and_paddings_given_at_run_time(ort_
             execution.set_output(position, np.zeros_like(array))
         with pytest.raises(nnapi.NnapiError):
             execution.compute()
+
+
+def _twin_branches_model(rng):
+    """Two heads of one shape on one value (iris_landmark's form): per branch a 1x1 CONV_2D,
+    PRELU, 3x3 DEPTHWISE_CONV_2D (explicit padding), 1x1 CONV_2D, ADD of the shared input
+    (fused RELU), MAX_POOL_2D, PRELU, then a 1x1 CONV_2D to 5 / 3 channels (not twins)."""
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 8, 8, 16])
+    one, zero, two = (_constant(model, T.INT32, v) for v in (1, 0, 2))
+
+    def weights(*shape):
+        return _float_tensor(model, list(shape), rng.standard_normal(shape))
+
+    outputs = []
+    for channels_out in (5, 3):
+        a = _float_tensor(model, [1, 8, 8, 16])
+        model.add_operation(Op.CONV_2D, [x, weights(16, 1, 1, 16), weights(16), one, one, one, zero], [a])
+        b = _float_tensor(model, [1, 8, 8, 16])
+        alpha = rng.uniform(-1.5, 2.5, (1, 1, 16))
+        model.add_operation(Op.PRELU, [a, _float_tensor(model, [1, 1, 16], alpha)], [b])
+        c = _float_tensor(model, [1, 8, 8, 16])
+        model.add_operation(Op.DEPTHWISE_CONV_2D, [b, weights(1, 3, 3, 16), weights(16), one, one, one, one, one, one,
+                                                   one, zero], [c])
+        d = _float_tensor(model, [1, 8, 8, 16])
+        model.add_operation(Op.CONV_2D, [c, weights(16, 1, 1, 16), weights(16), one, one, one, zero], [d])
+        e = _float_tensor(model, [1, 8, 8, 16])
+        model.add_operation(Op.ADD, [d, x, one], [e])
+        f = _float_tensor(model, [1, 4, 4, 16])
+        model.add_operation(Op.MAX_POOL_2D, [e, two, two, two, two, two, zero], [f])
+        g = _float_tensor(model, [1, 4, 4, 16])
+        model.add_operation(Op.PRELU, [f, _float_tensor(model, [1, 1, 16], rng.uniform(-1.5, 2.5, (1, 1, 16)))], [g])
+        y = _float_tensor(model, [1, 4, 4, channels_out])
+        model.add_operation(Op.CONV_2D, [g, weights(channels_out, 1, 1, 16), weights(channels_out), one, one, one,
+                                         zero], [y])
+        outputs.append(y)
+    model.identify_inputs_and_outputs([x], outputs)
+    model.finish()
+    return model
+
+
+def test_twin_branches_run_side_by_side_with_the_same_values(ort_device, monkeypatch):
+    """Two branches of the same operations and shapes (different weights) are lowered as one
+    branch on both side by side: a CONV_2D with both filters on the shared input, grouped
+    convolutions (two groups) after it, the per-channel operations on the concatenated
+    channels, the shared skip input put beside itself, a SPLIT before the two different
+    heads. The outputs equal the unmerged lowering's bit for bit and the reference's to
+    float32 rounding."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort.twins import merge_twin_branches
+    from nnapi.runtime.model_builder import build_hal_model
+
+    rng = np.random.default_rng(8)
+    model = _twin_branches_model(rng)
+    hal_model = build_hal_model(model)[0]
+    merged = merge_twin_branches(hal_model)
+    codes = [Op(operation.type) for operation in merged.main.operations]
+    assert len(codes) == 2 + 7 + 2 and codes.count(Op.GROUPED_CONV_2D) == 1 and codes.count(Op.SPLIT) == 1, codes
+    assert codes.count(Op.CONCATENATION) == 1  # the shared skip input beside itself
+    onnx_model, _, _ = lowering.lower_model(hal_model)
+    assert any(node.op_type == "Conv" and any(a.name == "group" and a.i == 2 for a in node.attribute)
+               for node in onnx_model.graph.node)
+    image = rng.standard_normal((1, 8, 8, 16)).astype(np.float32)
+    outputs = [np.zeros((1, 4, 4, 5), np.float32), np.zeros((1, 4, 4, 3), np.float32)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    for mine, reference in zip(ours, theirs, strict=True):
+        scale = np.abs(reference).max()
+        assert np.abs(mine - reference).max() <= 1e-6 * scale and len(np.unique(mine)) == mine.size
+    monkeypatch.setattr(lowering, "merge_twin_branches", lambda hal: hal)
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    for mine, unmerged in zip(ours, plain, strict=True):
+        np.testing.assert_array_equal(mine, unmerged)
+
+
+def test_twins_too_few_or_read_apart_are_left_alone(monkeypatch):
+    """Fewer than MIN_MERGED twin operations, or twins whose values are read apart (more
+    SPLITs back than MAX_SPLITS_PER_PAIR), are not merged."""
+    from nnapi.drivers.ort import twins
+    from nnapi.runtime.model_builder import build_hal_model
+
+    hal_model = build_hal_model(_twin_branches_model(np.random.default_rng(9)))[0]
+    assert twins.merge_twin_branches(hal_model) is not hal_model
+    with monkeypatch.context() as patch:
+        patch.setattr(twins, "MIN_MERGED", 15)  # the model has 7 twin pairs
+        assert twins.merge_twin_branches(hal_model) is hal_model
+    # the first branch's values model outputs too: a SPLIT back for most pairs
+    main = hal_model.main
+    extra = [operation.outputs[0] for operation in main.operations[:6]]
+    hal_model.main = type(main)(main.operands, main.operations, main.input_indexes, main.output_indexes + extra)
+    assert twins.merge_twin_branches(hal_model) is hal_model

@@ -31,6 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
+from nnapi.drivers.ort.twins import merge_twin_branches
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
 from nnapi.operand import dtype_of
 from nnapi.operations.common import (
@@ -2081,6 +2082,8 @@ def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
     if model.referenced and any(operation.type in (OperationCode.IF, OperationCode.WHILE)
                                 for operation in subgraph.operations):
         raise Declined("control flow is not supported")
+    model = merge_twin_branches(model)
+    subgraph = model.main
     g = GraphBuilder(model, subgraph)
     for index in subgraph.input_indexes:
         g.value(index)
