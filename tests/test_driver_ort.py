@@ -380,6 +380,24 @@ def _compare_with_reference(model, inputs, output_shape, device):
     return results
 
 
+def test_logistic_is_accurate_relative_to_small_results(ort_device):
+    """float32 LOGISTIC far into its lower tail (a detector's score on an image without
+    the object) within 1e-6 of the exact value relative to it, as the reference and LiteRT
+    are: ORT's own Sigmoid gives 0 for sigmoid(-21) = 7.6e-10."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [9]))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [9]))
+    model.add_operation(Op.LOGISTIC, [x], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    value = np.array([-87.0, -30.0, -21.2, -16.0, -5.5, 0.0, 3.25, 17.0, 40.0], np.float32)
+    ours, theirs = _compare_with_reference(model, [value], [9], ort_device)
+    exact = 1.0 / (1.0 + np.exp(-value.astype(np.float64)))
+    np.testing.assert_allclose(ours, exact, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(theirs, exact, rtol=1e-6, atol=0)
+    assert ours[0] > 0 and ours[-1] == 1.0
+
+
 @pytest.mark.parametrize("alphas", [[0.25, 0.0, 1.0], [0.25, 1.5, -2.0]])
 @pytest.mark.parametrize("shape", [[1, 4, 5, 3], [4, 5, 3]])
 def test_prelu_equals_the_reference_exactly(ort_device, alphas, shape):
