@@ -121,7 +121,7 @@ def main() -> None:
     parser.add_argument("--mode", action="append", choices=MODES, help="repeatable (default: numba and numpy)")
     parser.add_argument("--repeat", type=int, default=3, help="fresh processes per model and mode (best kept)")
     args = parser.parse_args()
-    paths = sorted(p for p in args.models.glob("*.tflite") if p.stem != "selfie_segmentation")
+    paths = sorted(args.models.glob("*.tflite"))
     if args.only:
         paths = [p for p in paths if p.stem in args.only]
     elif not args.all:

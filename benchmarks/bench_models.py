@@ -1,12 +1,13 @@
 """Benchmark real models: nnapi-reference against LiteRT, single-threaded, in one run.
 
 Times every ``.tflite`` model of a directory (default ``../shared/models`` next to the
-repository; ``selfie_segmentation`` is skipped: its custom operator has no NNAPI form) on
-nnapi-reference (imported with ``nnapi.load_tflite``, run through a Session) and, when
-``ai-edge-litert`` is installed, on LiteRT with its default XNNPACK delegate and with its
-builtin kernels (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``; ``--reference-kernels`` adds
-``BUILTIN_REF``), all with one thread and the same random inputs. BLAS is pinned to one
-thread (environment variables set before numpy loads; threadpoolctl too when installed).
+repository) on nnapi-reference (imported with ``nnapi.load_tflite``, run through a
+Session) and, when ``ai-edge-litert`` is installed, on LiteRT with its default XNNPACK
+delegate and with its builtin kernels (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``;
+``--reference-kernels`` adds ``BUILTIN_REF``; ``-`` where LiteRT cannot run the model
+that way, as selfie_segmentation's custom operator without XNNPACK), all with one thread
+and the same random inputs. BLAS is pinned to one thread (environment variables set
+before numpy loads; threadpoolctl too when installed).
 Prints per model the median milliseconds of each engine and the ratios nnapi / LiteRT,
 the compilation (finish) time twice: ``1st compile`` is the first Compilation.finish of a
 fresh Python process that only imported nnapi and the model (``bench_compile.py``: what a
@@ -47,7 +48,6 @@ try:  # BLAS libraries that ignore the environment
 except ImportError:
     pass
 
-SKIP = {"selfie_segmentation"}
 DEFAULT_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 
 
@@ -76,7 +76,10 @@ def _litert(path: Path, inputs: list[np.ndarray], resolver, repeat: int) -> floa
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver)
-    interpreter.allocate_tensors()
+    try:
+        interpreter.allocate_tensors()
+    except RuntimeError:  # an operator this resolver lacks (a custom one only XNNPACK has): no figure
+        return None
     for detail, value in zip(interpreter.get_input_details(), inputs, strict=True):
         interpreter.set_tensor(detail["index"], value)
     return _median_ms(interpreter.invoke, repeat)
@@ -180,7 +183,7 @@ def main() -> None:
     parser.add_argument("--reference-kernels", action="store_true", help="also time LiteRT BUILTIN_REF")
     parser.add_argument("--no-trivial", action="store_true", help="skip the trivial-model overheads")
     args = parser.parse_args()
-    paths = sorted(p for p in args.models.glob("*.tflite") if p.stem not in SKIP)
+    paths = sorted(args.models.glob("*.tflite"))
     if args.only:
         paths = [p for p in paths if p.stem in args.only]
     header = (f"{'model':36} {'nnapi ms':>9} {'builtin':>9} {'xnnpack':>9} {'/builtin':>9} {'/xnnpack':>9}"

@@ -101,7 +101,6 @@ def test_run_rejects_a_wrong_input_file(tmp_path: Path, capsys, array: np.ndarra
     (["dump", str(MODELS / "README.md")], "not a model nnapi can import"),
     (["placement", str(MODELS / "README.md")], "not a model nnapi can import"),
     (["dump", "/nonexistent/model.tflite"], "/nonexistent/model.tflite: no such file"),
-    (["run", str(MODELS / "selfie_segmentation.tflite")], "CUSTOM Convolution2DTransposeBias"),
     (["run", LSTM, "--input", "nope=x.npy"], "the model has no input 'nope'"),
     (["run", LSTM, "--input", f"{LSTM_INPUT}=/nonexistent.npy"], "/nonexistent.npy: no such file"),
     (["run", LSTM, "--input", f"{LSTM_INPUT}={MODELS / 'README.md'}"], "not a .npy array"),
@@ -109,6 +108,15 @@ def test_run_rejects_a_wrong_input_file(tmp_path: Path, capsys, array: np.ndarra
 def test_bad_arguments_give_one_line_errors(capsys, argv: list[str], message: str) -> None:
     code, _, err = run_cli(capsys, *argv)
     assert_one_line_error(code, err, message)
+
+
+def test_a_custom_operator_without_nnapi_meaning_is_a_one_line_error(capsys, tmp_path: Path) -> None:
+    from tflite_cases import custom_landmarks_to_matrix
+
+    path = tmp_path / "landmarks.tflite"
+    path.write_bytes(custom_landmarks_to_matrix())
+    code, _, err = run_cli(capsys, "run", str(path))
+    assert_one_line_error(code, err, "operator 0 (CUSTOM Landmarks2TransformMatrix): custom operator")
 
 
 def test_inspect_lists_histogram_lowerings_and_devices(capsys) -> None:

@@ -46,6 +46,8 @@ class Operator:
     custom: str | None = None
     #: tensors the kernel reads only the quantization of (the integer LSTM's scales)
     intermediates: list[int] | None = None
+    #: a custom operator's options, raw bytes
+    custom_options: bytes | None = None
 
 
 @dataclass
@@ -177,6 +179,7 @@ def _operator(state: _State, op: Operator) -> int:
     outputs = _generic_vector(b, op.outputs)
     options = _options(state, *op.options) if op.options is not None else None
     intermediates = _generic_vector(b, op.intermediates) if op.intermediates is not None else None
+    custom_options = _generic_vector(b, list(op.custom_options), "uint8") if op.custom_options is not None else None
     tflite.OperatorStart(b)
     tflite.OperatorAddOpcodeIndex(b, state.opcodes.index(key))
     tflite.OperatorAddInputs(b, inputs)
@@ -186,6 +189,8 @@ def _operator(state: _State, op: Operator) -> int:
         tflite.OperatorAddBuiltinOptions(b, options[1])
     if intermediates is not None:
         tflite.OperatorAddIntermediates(b, intermediates)
+    if custom_options is not None:
+        tflite.OperatorAddCustomOptions(b, custom_options)
     return tflite.OperatorEnd(b)
 
 

@@ -370,6 +370,31 @@ def pad_kept_for_other_readers() -> bytes:
     return build(Subgraph(t, ops, [0], [5, 6, 9]))
 
 
+def transpose_conv_bias(padding: int, stride: int, kernel: int, size: int, out: int) -> Callable[[], bytes]:
+    """MediaPipe's custom Convolution2DTransposeBias (custom options: the raw C struct
+    TfLiteTransposeConvParams: padding 1 SAME / 2 VALID, stride_w, stride_h). LiteRT runs
+    it through its default XNNPACK delegate."""
+    def make() -> bytes:
+        rng = _rng()
+        t = [Tensor("x", "float32", [1, size, size, 3]),
+             Tensor("w", "float32", [2, kernel, kernel, 3],
+                    data=rng.standard_normal((2, kernel, kernel, 3)).astype(np.float32)),
+             Tensor("b", "float32", [2], data=np.array([0.5, -1.25], np.float32)),
+             Tensor("y", "float32", [1, out, out, 2])]
+        options = np.array([padding, stride, stride], "<i4").tobytes()
+        ops = [Operator("CUSTOM", [0, 1, 2], [3], custom="Convolution2DTransposeBias", custom_options=options)]
+        return build(Subgraph(t, ops, [0], [3]))
+    return make
+
+
+def custom_landmarks_to_matrix() -> bytes:
+    """A MediaPipe custom operator with no NNAPI meaning (face_landmark_with_attention's
+    Landmarks2TransformMatrix): the import refuses it by index and name."""
+    t = [Tensor("landmarks", "float32", [1, 468, 3]), Tensor("matrix", "float32", [1, 4, 4])]
+    ops = [Operator("CUSTOM", [0], [1], custom="Landmarks2TransformMatrix", custom_options=b"\x00" * 8)]
+    return build(Subgraph(t, ops, [0], [1]))
+
+
 def _unary(op: str, type_: str = "float32", shape=(2, 5), options=None, out_scale=None, out_zp=None,
            in_scale=None, in_zp=None) -> Callable[[], bytes]:
     def make() -> bytes:
@@ -756,6 +781,9 @@ CASES: dict[str, Case] = {
     "pad_into_convolutions": Case(pad_into_convolutions, "folded into the explicit padding"),
     "padv2_into_conv_int8": Case(padv2_into_conv_int8, "folded into the explicit padding", 1),
     "pad_kept_for_other_readers": Case(pad_kept_for_other_readers, None),
+    "transpose_conv_bias_same": Case(transpose_conv_bias(1, 2, 3, 5, 10), "Convolution2DTransposeBias"),
+    "transpose_conv_bias_valid": Case(transpose_conv_bias(2, 2, 3, 4, 9), "Convolution2DTransposeBias"),
+    "transpose_conv_bias_same_stride_3": Case(transpose_conv_bias(1, 3, 4, 4, 12), "Convolution2DTransposeBias"),
     "add_n": Case(add_n, "ADD_N"),
     "square": Case(square, "SQUARE"),
     "leaky_relu_int8": Case(leaky_relu_int8, "PRELU", 1),

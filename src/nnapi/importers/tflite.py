@@ -480,8 +480,8 @@ class _Converter:
             self._emitted = []
             self._lowering_reason = None
             try:
-                convert = _CONVERTERS.get(op.builtin) if op.custom is None else None
-                if op.custom is not None:
+                convert = _CONVERTERS.get(op.builtin) if op.custom is None else _CUSTOM_CONVERTERS.get(op.custom)
+                if op.custom is not None and convert is None:
                     raise UnsupportedOperator(f"custom operator '{op.custom}' has no NNAPI equivalent")
                 if convert is None:
                     raise UnsupportedOperator("this builtin operator has no NNAPI equivalent")
@@ -608,6 +608,8 @@ def load_tflite(source: str | os.PathLike | bytes) -> ImportedModel:
 
 # === operator converters ================================================================
 _CONVERTERS: dict[int, Callable[[_Converter, _Operator], None]] = {}
+#: custom operators (by custom code) whose meaning one NNAPI operation has
+_CUSTOM_CONVERTERS: dict[str, Callable[[_Converter, _Operator], None]] = {}
 
 
 def _converter(*names: str):
@@ -729,6 +731,37 @@ def _transpose_conv(c: _Converter, op: _Operator) -> None:
     c.with_activation(activation, lambda act, out: c.emit(
         Op.TRANSPOSE_CONV_2D, [x, w, bias, shape, c.i32(_PADDING[options.Padding()]), c.i32(options.StrideW()),
                                c.i32(options.StrideH()), act, c.boolean(False)], [out]))
+
+
+def _transpose_conv_bias(c: _Converter, op: _Operator) -> None:
+    """MediaPipe's custom ``Convolution2DTransposeBias`` (selfie segmentation's upsampling
+    head): TRANSPOSE_CONV with a bias input, which NNAPI's TRANSPOSE_CONV_2D has. Its
+    custom options are the raw C struct TfLiteTransposeConvParams, read as MediaPipe and
+    LiteRT's XNNPACK delegate read them: int32 padding (TfLitePadding: 1 SAME, 2 VALID,
+    NNAPI's PaddingCode numbers), stride_width, stride_height. Inputs: input, weights
+    (OHWI), bias; the output shape is the output tensor's."""
+    raw = op.raw.CustomOptionsAsNumpy().tobytes() if op.raw.CustomOptionsLength() else b""
+    if len(raw) < 12:
+        raise UnsupportedOperator(f"custom options of {len(raw)} bytes; TfLiteTransposeConvParams needs 12")
+    padding, stride_w, stride_h = (int(v) for v in np.frombuffer(raw[:12], "<i4"))
+    if padding not in (1, 2):
+        raise UnsupportedOperator(f"padding {padding} is neither SAME (1) nor VALID (2)")
+    if len(op.inputs) != 3 or len(op.outputs) != 1:
+        raise UnsupportedOperator(f"takes input, weights and bias and gives one output; got {len(op.inputs)} "
+                                  f"inputs and {len(op.outputs)} outputs")
+    shape = op.out_tensor(0).shape
+    if len(shape) != 4 or min(shape) <= 0:
+        raise UnsupportedOperator(f"needs a known 4-D output shape, got {list(shape)}")
+    x = c.input(0)
+    w = _weights(c, op, 1)
+    channels = c.type_of(w).dimensions[0]
+    bias = _bias_for(c, op, 2, x, w, channels)
+    c.emit(Op.TRANSPOSE_CONV_2D, [x, w, bias, c.vector(shape), c.i32(padding), c.i32(stride_w), c.i32(stride_h),
+                                  c.i32(0), c.boolean(False)], [c.output()])
+    c.lowered("MediaPipe's custom Convolution2DTransposeBias as TRANSPOSE_CONV_2D (which takes a bias)")
+
+
+_CUSTOM_CONVERTERS["Convolution2DTransposeBias"] = _transpose_conv_bias
 
 
 @_converter("FULLY_CONNECTED")
