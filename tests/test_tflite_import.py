@@ -84,6 +84,35 @@ def test_transpose_conv_bias_with_bad_options_is_refused(options: bytes, message
         nnapi.load_tflite(model)
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"use_regular_nms": True, "max_classes_per_detection": 2}, "regular NMS with max_classes_per_detection > 1"),
+    ({"max_classes_per_detection": 4}, "max_classes_per_detection 4 above num_classes 3"),
+    ({"num_classes": 5}, r"class predictions \[1, 40, 4\] need num_classes \(5\)"),
+    ({"nms_iou_threshold": None}, "custom option 'nms_iou_threshold' is missing"),
+    (None, "custom options are not a FlexBuffer map"),
+])
+def test_detection_postprocess_tflite_cannot_say_in_nnapi_is_refused(change, message: str) -> None:
+    from flatbuffers import flexbuffers
+
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    options = {"max_detections": 6, "max_classes_per_detection": 1, "detections_per_class": 4,
+               "use_regular_nms": False, "nms_score_threshold": 0.3, "nms_iou_threshold": 0.5, "num_classes": 3,
+               "y_scale": 10.0, "x_scale": 10.0, "h_scale": 5.0, "w_scale": 5.0}
+    if change is None:
+        raw = b"\x07\x07\x07"
+    else:
+        options.update(change)
+        raw = bytes(flexbuffers.Dumps({k: v for k, v in options.items() if v is not None}))
+    t = [Tensor("boxes", "float32", [1, 40, 4]), Tensor("scores", "float32", [1, 40, 4]),
+         Tensor("anchors", "float32", [40, 4], data=np.full((40, 4), 0.5, np.float32)),
+         *(Tensor(f"out{i}", "float32", []) for i in range(4))]
+    model = build(Subgraph(t, [Operator("CUSTOM", [0, 1, 2], [3, 4, 5, 6], custom="TFLite_Detection_PostProcess",
+                                        custom_options=raw)], [0, 1], [3, 4, 5, 6]))
+    with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(CUSTOM TFLite_Detection_PostProcess\): " + message):
+        nnapi.load_tflite(model)
+
+
 def test_selfie_segmentation_runs_its_custom_transposed_convolution() -> None:
     """MediaPipe's selfie segmentation ends in its custom Convolution2DTransposeBias, now
     TRANSPOSE_CONV_2D, then a LOGISTIC: on this random image the mask is at most ~0.015,

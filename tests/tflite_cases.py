@@ -395,6 +395,44 @@ def custom_landmarks_to_matrix() -> bytes:
     return build(Subgraph(t, ops, [0], [1]))
 
 
+def detection_postprocess(regular: bool = False, per_detection: int = 1, background: bool = True,
+                          quantized: bool = False, shapes: bool = True) -> Callable[[], bytes]:
+    """SSD's custom TFLite_Detection_PostProcess (FlexBuffer options) on 40 anchors and 3
+    classes: model inputs feed the box encodings and class predictions, the anchors are a
+    constant. ``quantized``: uint8 encodings, predictions and anchors (the quantized SSD
+    models'); ``shapes`` False leaves the outputs' shapes empty, as converters write them."""
+    from flatbuffers import flexbuffers
+
+    def make() -> bytes:
+        rng = _rng(11)
+        anchors_count, classes = 40, 3
+        columns = classes + 1 if background else classes
+        centers = rng.uniform(0.1, 0.9, (anchors_count, 2))
+        sizes = rng.uniform(0.1, 0.4, (anchors_count, 2))
+        anchors = np.concatenate([centers, sizes], axis=1).astype(np.float32)
+        options = flexbuffers.Dumps({
+            "max_detections": 6, "max_classes_per_detection": per_detection, "detections_per_class": 4,
+            "use_regular_nms": regular, "nms_score_threshold": 0.3, "nms_iou_threshold": 0.5,
+            "num_classes": classes, "y_scale": 10.0, "x_scale": 10.0, "h_scale": 5.0, "w_scale": 5.0})
+        slots = 6 * per_detection
+        out = [[1, slots, 4], [1, slots], [1, slots], [1]] if shapes else [[], [], [], []]
+        if quantized:
+            t = [Tensor("boxes", "uint8", [1, anchors_count, 4], scale=0.08, zero_point=128),
+                 Tensor("scores", "uint8", [1, anchors_count, columns], scale=1 / 255, zero_point=0),
+                 Tensor("anchors", "uint8", [anchors_count, 4], data=_q(anchors, 0.004, 0, np.uint8), scale=0.004,
+                        zero_point=0)]
+        else:
+            t = [Tensor("boxes", "float32", [1, anchors_count, 4]),
+                 Tensor("scores", "float32", [1, anchors_count, columns]),
+                 Tensor("anchors", "float32", [anchors_count, 4], data=anchors)]
+        t += [Tensor(name, "float32", shape) for name, shape in
+              zip(["detection_boxes", "detection_classes", "detection_scores", "num_detections"], out, strict=True)]
+        ops = [Operator("CUSTOM", [0, 1, 2], [3, 4, 5, 6], custom="TFLite_Detection_PostProcess",
+                        custom_options=bytes(options))]
+        return build(Subgraph(t, ops, [0, 1], [3, 4, 5, 6]))
+    return make
+
+
 def _unary(op: str, type_: str = "float32", shape=(2, 5), options=None, out_scale=None, out_zp=None,
            in_scale=None, in_zp=None) -> Callable[[], bytes]:
     def make() -> bytes:
@@ -781,6 +819,12 @@ CASES: dict[str, Case] = {
     "pad_into_convolutions": Case(pad_into_convolutions, "folded into the explicit padding"),
     "padv2_into_conv_int8": Case(padv2_into_conv_int8, "folded into the explicit padding", 1),
     "pad_kept_for_other_readers": Case(pad_kept_for_other_readers, None),
+    "detection_postprocess_fast": Case(detection_postprocess(), "DETECTION_POSTPROCESSING"),
+    "detection_postprocess_fast_two_classes_no_shapes": Case(
+        detection_postprocess(per_detection=2, shapes=False), "DETECTION_POSTPROCESSING"),
+    "detection_postprocess_regular": Case(detection_postprocess(regular=True), "DETECTION_POSTPROCESSING"),
+    "detection_postprocess_no_background": Case(detection_postprocess(background=False), "background column"),
+    "detection_postprocess_uint8": Case(detection_postprocess(quantized=True), "DETECTION_POSTPROCESSING"),
     "transpose_conv_bias_same": Case(transpose_conv_bias(1, 2, 3, 5, 10), "Convolution2DTransposeBias"),
     "transpose_conv_bias_valid": Case(transpose_conv_bias(2, 2, 3, 4, 9), "Convolution2DTransposeBias"),
     "transpose_conv_bias_same_stride_3": Case(transpose_conv_bias(1, 3, 4, 4, 12), "Convolution2DTransposeBias"),
