@@ -15,7 +15,11 @@ that is its compute time, and it stays meaningful on a machine shared with other
   ``session.run`` on the very session the compilation holds (same optimized graph, same
   session options, same input arrays, its outputs in new arrays as a user's ``run``),
   the two timed one right after the other in each round; see OVERHEAD_NOTE for how the
-  rounds are combined. ``reusable``: the same for one reusable Execution;
+  rounds are combined. ``new in``: the same with a new input array every run (a
+  preprocessed image; the copy is made before the pair, untimed). ``reusable``: the same
+  for one reusable Execution. Below each model, each overhead split in two: the Python
+  outside ORT's C++ run (nnapi's minus ORT's own ``run``'s) and the difference inside
+  it, with the standard error of the overhead;
 - compile time, cold and from the compilation cache (second compilation);
 - agreement with LiteRT: max |difference| (float: relative to the output's largest
   magnitude; quantized: in quantized steps);
@@ -63,8 +67,16 @@ Execution and ORT's own run one right after the other, then a reusable Execution
 own run one right after the other, each pair in alternating order (the first of a pair
 finds the caches as the previous engine left them). The column is the mean of two medians:
 over the rounds where nnapi ran first, and over those where ORT ran first, which cancels
-what the order costs. reusable: the same for one reusable Execution (set_reusable, its
-arguments set once, compute per run). More --runs narrow it on a busy machine."""
+what the order costs (whichever runs first after LiteRT finds ORT's weights out of the
+caches: ~50-150 us more inside ORT's run, by the machine's load). new in: a new Execution
+with a new input array at every run (the copy made before the pair; ORT's own run gets the
+same array). reusable: the same for one reusable Execution (set_reusable, its arguments set
+once, compute per run). The detail lines split each overhead: "python" is the time outside
+ORT's C++ run (nnapi's whole Python path minus ORT's own run's Python wrapper, its C++
+input and output conversion being inside), "in ORT" the difference of the C++ calls
+themselves (each timed by a thin wrapper around the session's C++ object, the same for
+both), and "+-" the overhead's standard error (from the spread of the rounds' differences:
+more --runs narrow it on a busy machine)."""
 
 
 def ort_device() -> nnapi.Device:
@@ -158,6 +170,64 @@ def ort_own_runner(model: nnapi.Model, compilation: nnapi.Compilation | None = N
     return lambda inputs: session.run(None, dict(zip(input_names, inputs, strict=True)))
 
 
+class _ClockedSession:
+    """Stands for an InferenceSession's C++ object (``session._sess``) and times each run
+    through it: ORT's own ``run`` and the driver's run on its IOBinding both pass here, so
+    the time inside ORT's C++ call is known for either (the wrapper's cost is the same)."""
+
+    def __init__(self, native, clock) -> None:
+        self._native, self._clock = native, clock
+        self.last = 0.0
+
+    def run(self, *args):
+        start = self._clock()
+        try:
+            return self._native.run(*args)
+        finally:
+            self.last = self._clock() - start
+
+    def run_with_iobinding(self, *args):
+        start = self._clock()
+        try:
+            return self._native.run_with_iobinding(*args)
+        finally:
+            self.last = self._clock() - start
+
+    def __getattr__(self, name):
+        return getattr(self._native, name)
+
+
+def clock_ort(compilation: nnapi.Compilation, clock) -> _ClockedSession | None:
+    """Time the C++ runs of the compilation's ORT session (before its first execution: the
+    driver takes the session's run when it first binds), or None where it cannot."""
+    session = getattr(getattr(getattr(compilation, "_plan", None), "single", None), "session", None)
+    native = getattr(session, "_sess", None)
+    if native is None:
+        return None
+    clocked = _ClockedSession(native, clock)
+    session._sess = clocked
+    return clocked
+
+
+def _overhead(pairs: tuple[list, list]) -> dict | None:
+    """The overhead figures from the rounds of either order, each pair (nnapi, its time in
+    ORT, ORT own, its time in ORT): the mean of the two orders' medians of the total, of the
+    Python outside ORT and of the time inside, and the total's standard error."""
+    if not pairs[0] or not pairs[1]:
+        return None
+    figures = {"total": [], "python": [], "in_ort": [], "se": []}
+    for rounds in pairs:
+        ours, ours_in, own, own_in = np.array(rounds).T
+        total = ours - own
+        figures["total"].append(float(np.median(total)))
+        figures["python"].append(float(np.median((ours - ours_in) - (own - own_in))))
+        figures["in_ort"].append(float(np.median(ours_in - own_in)))
+        # the standard error of a median of n samples: ~1.2533 sd / sqrt(n)
+        figures["se"].append(1.2533 * float(np.std(total)) / max(len(total), 1) ** 0.5)
+    return {"total": sum(figures["total"]) / 2, "python": sum(figures["python"]) / 2,
+            "in_ort": sum(figures["in_ort"]) / 2, "se": 0.5 * (figures["se"][0] ** 2 + figures["se"][1] ** 2) ** 0.5}
+
+
 def agreement(ours: np.ndarray, theirs: np.ndarray) -> str:
     if ours.dtype.kind == "f":
         scale = float(np.abs(theirs).max()) or 1.0
@@ -197,6 +267,7 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
         cached = NnapiRunner(model, [device, reference], outputs, cache_dir, hidden)
     steps = ours.compilation.step_devices
     own = ort_own_runner(model, ours.compilation) if steps == ["nnapi-ort-cpu"] and not hidden else None
+    clocked = clock_ort(ours.compilation, clock) if own is not None else None
     reusable_outputs = [np.zeros_like(a) for a in outputs]
     reusable = ReusableRunner(ours.compilation, inputs, reusable_outputs, hidden)
     expected = [a.copy() for a in litert(inputs)]
@@ -204,38 +275,48 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
     reusable(inputs)
     if any(not np.array_equal(a, b) for a, b in zip(reusable_outputs, result, strict=True)):
         raise SystemExit(f"{path}: the reusable execution's outputs differ from the execution's")
-    times: dict[str, list[float]] = {"litert": [], "ort": [], "reusable": [], "own": []}
-    # per nnapi engine and order (nnapi first: 0, ORT first: 1), the rounds' (nnapi - ORT own)
-    differences: dict[str, tuple[list[float], list[float]]] = {"ort": ([], []), "reusable": ([], [])}
+    if ours.compilation._plan.fallback_count:
+        raise SystemExit(f"{path}: the ORT step failed and ran on the CPU")
+    times: dict[str, list[float]] = {"litert": [], "ort": [], "new": [], "reusable": [], "own": []}
+    # per nnapi engine and order (nnapi first: 0, ORT first: 1), the rounds' pairs
+    # (nnapi, its time inside ORT's C++ run, ORT own, its time inside)
+    pairs: dict[str, tuple[list, list]] = {name: ([], []) for name in ("ort", "new", "reusable")}
 
-    def timed(runner) -> float:
+    def timed(runner, arrays) -> tuple[float, float]:
         start = clock()
-        runner(inputs)
-        return clock() - start
+        runner(arrays)
+        return clock() - start, clocked.last if clocked is not None else 0.0
 
     for round_number in range(runs):
-        times["litert"].append(timed(litert))
+        times["litert"].append(timed(litert, inputs)[0])
         order = round_number % 2
-        for name, runner in (("ort", ours), ("reusable", reusable)):
+        for name, runner in (("ort", ours), ("new", ours), ("reusable", reusable)):
+            arrays = inputs if name != "new" else [a.copy() for a in inputs]
             if own is None:
-                times[name].append(timed(runner))
+                if name != "new":
+                    times[name].append(timed(runner, arrays)[0])
                 continue
             if order == 0:
-                ours_s, own_s = timed(runner), timed(own)
+                (ours_s, ours_in), (own_s, own_in) = timed(runner, arrays), timed(own, arrays)
             else:
-                own_s, ours_s = timed(own), timed(runner)
+                (own_s, own_in), (ours_s, ours_in) = timed(own, arrays), timed(runner, arrays)
             times[name].append(ours_s)
             times["own"].append(own_s)
-            differences[name][order].append(ours_s - own_s)
+            pairs[name][order].append((ours_s, ours_in, own_s, own_in))
+    if ours.compilation._plan.fallback_count:
+        raise SystemExit(f"{path}: the ORT step failed and ran on the CPU")
     row = {"model": path.stem, "steps": steps, "compile_s": ours.compile_s, "cached_s": cached.compile_s,
            "agreement": ", ".join(agreement(a, b) for a, b in zip(result, expected))}
     for name, samples in times.items():
         row[name] = min(samples) if samples else None
     # the order's cost cancelled: the mean of the medians of either order (a median of the
     # round's own difference moves much less with the machine's load than two minima do)
-    for name, (first, second) in differences.items():
-        row[f"{name}_overhead"] = (float(np.median(first) + np.median(second)) / 2
-                                   if first and second else None)
+    for name, either in pairs.items():
+        figures = _overhead(either)
+        row[f"{name}_overhead"] = figures["total"] if figures else None
+        row[f"{name}_detail"] = figures
+        if figures and clocked is None:
+            figures["python"] = figures["in_ort"] = float("nan")
     row["reference"] = None
     if reference_runs:
         alone = NnapiRunner(model, [reference], [np.zeros_like(a) for a in outputs], hidden=hidden)
@@ -374,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
 def print_table(args, clock) -> None:
     paths = [Path(p) for p in args.models] or [args.models_dir / f"{name}.tflite" for name in DEFAULT_MODELS]
     header = (f"{'model':<34} {'LiteRT ms':>9} {'ort ms':>8} {'ort/LiteRT':>10} {'ORT own':>8} {'overhead':>9} "
-              f"{'reusable':>9} {'reference':>10} {'compile':>8} {'cached':>7}  agreement / plan")
+              f"{'new in':>9} {'reusable':>9} {'reference':>10} {'compile':>8} {'cached':>7}  agreement / plan")
     print(OVERHEAD_NOTE)
     print(header)
     for path in paths:
@@ -384,12 +465,20 @@ def print_table(args, clock) -> None:
         row = bench_model(path, args.runs, args.reference_runs, clock)
         own = f"{row['own'] * 1e3:8.2f}" if row["own"] else f"{'-':>8}"
         overhead = f"{row['ort_overhead'] * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
+        new_in = f"{row['new_overhead'] * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
         reusable = f"{row['reusable_overhead'] * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
         reference = f"{row['reference'] * 1e3:8.0f}ms" if row["reference"] else f"{'-':>10}"
         plan = "" if row["steps"] == ["nnapi-ort-cpu"] else f"; plan {' > '.join(row['steps'])}"
         print(f"{row['model']:<34} {row['litert'] * 1e3:9.2f} {row['ort'] * 1e3:8.2f} "
-              f"{row['ort'] / row['litert']:9.2f}x {own} {overhead} {reusable} {reference} {row['compile_s']:7.2f}s "
-              f"{row['cached_s']:6.2f}s  {row['agreement']}{plan}")
+              f"{row['ort'] / row['litert']:9.2f}x {own} {overhead} {new_in} {reusable} {reference} "
+              f"{row['compile_s']:7.2f}s {row['cached_s']:6.2f}s  {row['agreement']}{plan}")
+        if row["own"]:
+            parts = []
+            for name, label in (("ort", "overhead"), ("new", "new in"), ("reusable", "reusable")):
+                detail = row[f"{name}_detail"]
+                parts.append(f"{label} {detail['total'] * 1e6:.0f} +-{detail['se'] * 1e6:.0f} us = python "
+                             f"{detail['python'] * 1e6:.0f} + in ORT {detail['in_ort'] * 1e6:.0f}")
+            print(f"{'':<4}{'; '.join(parts)}")
         sys.stdout.flush()
     own, driver, runtime, reusable = overhead_probe()
     print(f"per-execution overhead (one ADD of 8 floats, best of 3000): ORT's own run {own:.1f}us, "

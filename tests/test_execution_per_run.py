@@ -93,6 +93,27 @@ def test_new_arrays_every_run(device):
         np.testing.assert_array_equal(out, a + b)
 
 
+def test_a_new_array_in_a_freed_ones_place_is_not_taken_for_it(device):
+    """A loop that frees its input before making the next gets arrays at the same address
+    (the same id) run after run: they are new arrays, so nothing is bound for them (binding
+    each would cost more than it saves, and drop the binding of the arrays kept)."""
+    compilation = compiled(device)
+    b, out = np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32)
+    run(compilation, b, b, out)
+    run(compilation, b, b, out)  # the arrays kept: bound
+    bound = compilation._execution_table.cached
+    assert bound is not None
+    for step in range(4):
+        a = np.full((2, 3), step, np.float32)
+        run(compilation, a, b, out).free()
+        np.testing.assert_array_equal(out, a + b)
+        del a
+        assert compilation._execution_table.cached is bound
+    run(compilation, b, b, out)  # the kept arrays again: still bound
+    np.testing.assert_array_equal(out, b + b)
+    assert compilation._execution_table.cached is bound
+
+
 def test_flat_and_read_only_arrays(device):
     compilation = compiled(device)
     a = np.arange(6, dtype=np.float32)

@@ -105,8 +105,10 @@ class _Table:
         #: (the arrays' ids, the arrays, the driver's bound execution, its request): the arrays
         #: are held so that their ids and addresses stay theirs while bound
         self.cached: tuple[tuple[int, ...], list[np.ndarray], Any, Request] | None = None
-        #: the arrays' ids of the last run that was not bound (bound when seen twice in a row)
-        self.pending: tuple[int, ...] | None = None
+        #: (the arrays' ids, the arrays) of the last run that was not bound (bound when seen
+        #: twice in a row): held, so that a new array cannot take a freed one's id and pass
+        #: for it (a loop freeing its input before making the next would bind every run)
+        self.pending: tuple[tuple[int, ...], list[np.ndarray]] | None = None
 
     def request(self, arrays: list[np.ndarray]) -> Request:
         # the bytes of each (contiguous, not empty) array: a cast memoryview costs less than
@@ -137,13 +139,14 @@ class _Table:
         if single is None:  # several steps: the plan runs them
             return plan.execute(request, False, deadline_ns, loop_timeout_ns)
         try:
-            if self.pending == key and (cached is None or cached[0] != key):
+            pending = self.pending
+            if pending is not None and pending[0] == key and (cached is None or cached[0] != key):
                 bound = single.create_reusable_execution(request, False, loop_timeout_ns)
                 with self.lock:
                     self.cached = (key, list(arrays), bound, request)
                     return bound.execute(deadline_ns)
             # new arrays (or the bound ones while another thread runs them): a request of their own
-            self.pending = key
+            self.pending = (key, arrays)
             return single.execute(request, False, deadline_ns, loop_timeout_ns)
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
             return plan._fallback(error, request, deadline_ns, loop_timeout_ns)
