@@ -183,6 +183,20 @@ def test_bench_each_device_times_every_device_alone_and_says_why_one_cannot(caps
     assert not any("add-only" in row for row in rows)
 
 
+def test_bench_of_a_model_only_litert_xnnpack_runs_says_so_for_the_builtin_kernels(capsys) -> None:
+    """selfie_segmentation's custom operator is in LiteRT's XNNPACK delegate only: bench
+    times XNNPACK and reports why the builtin kernels have no figure (it used to stop)."""
+    pytest.importorskip("ai_edge_litert")
+    with only_devices():
+        code, out, _ = run_cli(capsys, "bench", str(MODELS / "selfie_segmentation.tflite"), "--iterations", "1",
+                               "--warmup", "0", "--each-device", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["litert"]["runs"] == 1 and report["litert_builtin"] is None
+    assert "Convolution2DTransposeBias" in report["litert_builtin_error"]
+    assert report["per_device"]["nnapi-reference"]["runs"] == 1
+
+
 def test_bench_pins_blas_to_litert_thread_count_for_the_command_only(capsys) -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl")
     before = [entry["num_threads"] for entry in threadpoolctl.threadpool_info() if entry["user_api"] == "blas"]

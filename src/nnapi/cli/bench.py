@@ -120,8 +120,12 @@ def _bench(args: argparse.Namespace, blas: str) -> int:
         report["ratio_median"] = nnapi_stats["median_ms"] / litert_stats["median_ms"]
     if args.each_device:
         report["per_device"] = _each_device(args, feeds)
-        builtin = None if args.no_litert else litert_interpreter(args.model, builtin_kernels=True,
-                                                                  threads=args.threads)
+        try:
+            builtin = None if args.no_litert else litert_interpreter(args.model, builtin_kernels=True,
+                                                                      threads=args.threads)
+        except CliError as error:  # a model only the XNNPACK delegate runs (a custom operator of its own)
+            builtin = None
+            report["litert_builtin_error"] = str(error).split(": ", 1)[-1]
         report["litert_builtin"] = None if builtin is None else latency_stats(
             time_runs(lambda: litert_run(builtin, feeds), args.iterations, args.warmup))
     if args.per_op:
@@ -149,6 +153,8 @@ def _bench(args: argparse.Namespace, blas: str) -> int:
         anchors = {"LiteRT XNNPACK": report["litert"], "LiteRT builtin": report["litert_builtin"]}
         if report["litert_builtin"] is not None:
             print(f"LiteRT builtin kernels: {format_stats(report['litert_builtin'])}  {threads_note}")
+        elif "litert_builtin_error" in report:
+            print(f"LiteRT builtin kernels: {report['litert_builtin_error']}")
         print("each device alone (median; ratio to LiteRT's median):")
         rows = {f"runtime's choice ({', '.join(report['devices'])})": nnapi_stats, **report["per_device"]}
         width = max(len(label) for label in rows)
