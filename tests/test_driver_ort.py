@@ -567,6 +567,29 @@ def test_default_compilation_splits_across_ort_and_the_reference():
     np.testing.assert_allclose(best, expected_best, rtol=1e-5, atol=1e-5)
 
 
+def test_ssd_with_tflite_post_processing_splits_and_agrees_with_litert():
+    """A TFLite SSD head (convolutions, then the custom TFLite_Detection_PostProcess,
+    imported as DETECTION_POSTPROCESSING, which ORT declines): the default plan runs the
+    convolutions on nnapi-ort-cpu and the post-processing on the reference, and the
+    detections equal LiteRT's."""
+    pytest.importorskip("tflite")
+    litert = pytest.importorskip("ai_edge_litert")
+    del litert
+    from helpers import litert_outputs
+    from tflite_cases import ssd_head
+
+    data = ssd_head()
+    session = nnapi.Session(data)
+    assert session.compilation.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
+    feeds = {"image": np.random.default_rng(3).standard_normal((1, 8, 8, 16)).astype(np.float32)}
+    got, expected = session.run(feeds), litert_outputs(data, feeds)
+    assert expected["num_detections"][0] >= 2
+    np.testing.assert_array_equal(got["num_detections"], expected["num_detections"])
+    np.testing.assert_array_equal(got["detection_classes"], expected["detection_classes"])
+    np.testing.assert_allclose(got["detection_scores"], expected["detection_scores"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["detection_boxes"], expected["detection_boxes"], rtol=1e-5, atol=1e-5)
+
+
 def _reference_alone(model, image):
     alone = nnapi.Compilation(model, [_reference()])
     alone.finish()

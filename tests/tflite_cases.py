@@ -433,6 +433,43 @@ def detection_postprocess(regular: bool = False, per_detection: int = 1, backgro
     return make
 
 
+def ssd_head() -> bytes:
+    """A tiny SSD: two 1x1 convolutions over an 8x8 feature map give box encodings and
+    class scores (LOGISTIC) for 64 anchors, reshaped, then TFLite_Detection_PostProcess.
+    nnapi-ort-cpu takes the convolutions, the reference the post-processing."""
+    from flatbuffers import flexbuffers
+
+    rng = _rng(5)
+    grid = (np.stack(np.meshgrid(np.arange(8), np.arange(8), indexing="ij"), -1).reshape(-1, 2) + 0.5) / 8
+    anchors = np.concatenate([grid, np.full((64, 2), 0.2)], axis=1).astype(np.float32)
+    options = flexbuffers.Dumps({
+        "max_detections": 5, "max_classes_per_detection": 1, "detections_per_class": 5, "use_regular_nms": False,
+        "nms_score_threshold": 0.2, "nms_iou_threshold": 0.5, "num_classes": 3, "y_scale": 10.0, "x_scale": 10.0,
+        "h_scale": 5.0, "w_scale": 5.0})
+    conv = ("Conv2DOptions", {"Padding": 1, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": 0,
+                              "DilationWFactor": 1, "DilationHFactor": 1})
+    t = [Tensor("image", "float32", [1, 8, 8, 16]),
+         Tensor("wb", "float32", [4, 1, 1, 16], data=(rng.standard_normal((4, 1, 1, 16)) * 0.3).astype(np.float32)),
+         Tensor("bb", "float32", [4], data=np.zeros(4, np.float32)),
+         Tensor("b4", "float32", [1, 8, 8, 4]),
+         Tensor("shape", "int32", [3], data=np.array([1, 64, 4], np.int32)),
+         Tensor("boxes", "float32", [1, 64, 4]),
+         Tensor("wc", "float32", [4, 1, 1, 16], data=rng.standard_normal((4, 1, 1, 16)).astype(np.float32)),
+         Tensor("bc", "float32", [4], data=np.array([0.0, -1.0, -1.0, -1.0], np.float32)),
+         Tensor("c4", "float32", [1, 8, 8, 4]),
+         Tensor("logits", "float32", [1, 64, 4]),
+         Tensor("scores", "float32", [1, 64, 4]),
+         Tensor("anchors", "float32", [64, 4], data=anchors),
+         Tensor("detection_boxes", "float32", [1, 5, 4]), Tensor("detection_classes", "float32", [1, 5]),
+         Tensor("detection_scores", "float32", [1, 5]), Tensor("num_detections", "float32", [1])]
+    ops = [Operator("CONV_2D", [0, 1, 2], [3], conv), Operator("RESHAPE", [3, 4], [5]),
+           Operator("CONV_2D", [0, 6, 7], [8], conv), Operator("RESHAPE", [8, 4], [9]),
+           Operator("LOGISTIC", [9], [10]),
+           Operator("CUSTOM", [5, 10, 11], [12, 13, 14, 15], custom="TFLite_Detection_PostProcess",
+                    custom_options=bytes(options))]
+    return build(Subgraph(t, ops, [0], [12, 13, 14, 15]))
+
+
 def _unary(op: str, type_: str = "float32", shape=(2, 5), options=None, out_scale=None, out_zp=None,
            in_scale=None, in_zp=None) -> Callable[[], bytes]:
     def make() -> bytes:
@@ -819,6 +856,7 @@ CASES: dict[str, Case] = {
     "pad_into_convolutions": Case(pad_into_convolutions, "folded into the explicit padding"),
     "padv2_into_conv_int8": Case(padv2_into_conv_int8, "folded into the explicit padding", 1),
     "pad_kept_for_other_readers": Case(pad_kept_for_other_readers, None),
+    "ssd_head": Case(ssd_head, "DETECTION_POSTPROCESSING"),
     "detection_postprocess_fast": Case(detection_postprocess(), "DETECTION_POSTPROCESSING"),
     "detection_postprocess_fast_two_classes_no_shapes": Case(
         detection_postprocess(per_detection=2, shapes=False), "DETECTION_POSTPROCESSING"),
