@@ -672,10 +672,8 @@ def test_prelu_matches_numpy_bit_for_bit(shape, alpha_shape, slopes, monkeypatch
     with monkeypatch.context() as patch:
         patch.setenv(_jit.DISABLE_VARIABLE, "1")
         numpy_plan = _plan(Op.PRELU, inputs, output)
-    # the compiled loop takes only what numpy's two-pass maximum form cannot: zero or
-    # non-finite slopes (empty inputs stay on numpy)
-    maximum_declines = not np.isfinite(alpha).all() or bool((alpha == 0).any())
-    assert compiled.__qualname__.startswith("_compiled_prelu") == (bool(x.size) and maximum_declines)
+    # the compiled loop takes every slope (empty inputs stay on numpy)
+    assert compiled.__qualname__.startswith("_compiled_prelu") == bool(x.size)
     assert not numpy_plan.__qualname__.startswith("_compiled_prelu")
     values = [tensor.value for tensor in inputs]
     want = get_operation(Op.PRELU).execute(ExecutionContext(Op.PRELU, inputs, [output]))[0]
