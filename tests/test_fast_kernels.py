@@ -75,6 +75,15 @@ def test_output_stage_matches_numpy(dtype, acc_dtype, shifts, folded):
     assert fused(acc, out) is out
     np.testing.assert_array_equal(out, stage.reference(acc))
     np.testing.assert_array_equal(out, stage(acc))
+    # a fused ReLU (the clamp from the zero point up): the forms without the negative-tie
+    # correction, and with one multiplier and shift for all channels
+    relu = OutputStage(stage.multipliers, stage.shifts, stage.bias, stage.zero_point, stage.zero_point,
+                       np.iinfo(dtype).max, dtype)
+    fused = _jit.FusedOutputStage(relu, _jit.kernels(), acc_dtype, channels, acc_bound=bound if folded else None)
+    want = _jit.SATURATING if not fused.folded else _jit.UNIFORM if shifts in ("one", "zero") and channels == 1 \
+        or shifts == "one" else _jit.CLAMPED
+    assert fused.mode == want or (fused.folded and shifts == "zero" and fused.mode in (_jit.CLAMPED, _jit.UNIFORM))
+    np.testing.assert_array_equal(fused(acc, np.empty(acc.shape, dtype)), relu.reference(acc))
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])

@@ -93,7 +93,12 @@ class FusedOutputStage:
 
     @property
     def folded(self) -> bool:
-        return bool(self.params[-1])
+        return self.params[-1] != SATURATING
+
+    @property
+    def mode(self) -> int:
+        """The compiled kernels' form of the stage (``_numba_kernels._finish``)."""
+        return int(self.params[-1])
 
     def __call__(self, acc: np.ndarray, out: np.ndarray) -> np.ndarray:
         if not (acc.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
@@ -116,13 +121,19 @@ def compilable(stage: OutputStage) -> bool:
                 and np.all((stage.shifts >= -31) & (stage.shifts <= 30)) and abs(stage.zero_point) < 2**16)
 
 
+#: the forms of ``stage_parameters`` (``_numba_kernels._finish``; the same numbers)
+SATURATING, FOLDED, CLAMPED, UNIFORM = 0, 1, 2, 3
+
+
 def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = None) -> tuple:
     """The compiled kernels' form of an output stage of ``channels`` channels (see
     ``_numba_kernels._finish``), one int64 value per channel unless said: bias,
     multipliers (int32), left shifts, right shifts r, offsets 2**(r - 1) + zero_point *
     2**r (2**(r - 1) read as 0 for r = 0), -1 where r > 0 else 0, bias * m + 2**30; then
-    the clamp range and whether the folded form applies (no left shift, and
-    ``acc_bound`` + |bias| < 2**31)."""
+    the clamp range and the form (int64): FOLDED where no left shift and ``acc_bound`` +
+    |bias| < 2**31, CLAMPED where also the clamp's low end is at or above the zero
+    point, UNIFORM where also every channel has the same multiplier and shift, else
+    SATURATING."""
     def per_channel(values, dtype=np.int64) -> np.ndarray:
         return constant(np.broadcast_to(np.asarray(values, dtype=dtype), (channels,)), dtype)
 
@@ -132,11 +143,16 @@ def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = 
     bias, lefts = per_channel(stage.bias), per_channel(np.maximum(stage.shifts, 0))
     rights = per_channel(np.maximum(-stage.shifts, 0))
     halves = np.where(rights > 0, np.left_shift(1, np.maximum(rights - 1, 0)), 0)
-    folded = acc_bound is not None and not np.any(lefts) and acc_bound + int(np.abs(bias).max(initial=0)) < 2**31
+    mode = SATURATING
+    if acc_bound is not None and not np.any(lefts) and acc_bound + int(np.abs(bias).max(initial=0)) < 2**31:
+        mode = FOLDED
+        if stage.low >= stage.zero_point:
+            uniform = bool(np.all(multipliers == multipliers[0]) and np.all(rights == rights[0])) if channels else False
+            mode = UNIFORM if uniform else CLAMPED
     return (bias, constant(multipliers, np.int32), lefts, rights,
             constant(halves + (np.int64(stage.zero_point) << rights), np.int64),
             constant(-(rights > 0).astype(np.int64), np.int64), constant(bias * multipliers + (1 << 30), np.int64),
-            np.int64(stage.low), np.int64(stage.high), bool(folded))
+            np.int64(stage.low), np.int64(stage.high), np.int64(mode))
 
 
 def scratch(shape: tuple[int, ...], dtype) -> np.ndarray:

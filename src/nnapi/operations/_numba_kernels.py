@@ -50,6 +50,10 @@ _jit = kernel(nogil=True, fastmath=False, boundscheck=False)
 _inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 
 
+#: ``_jit.stage_parameters``' forms of the output stage (its last value)
+SATURATING, FOLDED, CLAMPED, UNIFORM = 0, 1, 2, 3
+
+
 @_inline
 def _finish(acc, params, out):
     """The output stage of one output pixel: ``acc`` (one value per channel) into ``out``;
@@ -64,11 +68,28 @@ def _finish(acc, params, out):
     floor((h + 2**(r - 1) - [h < 0 and r > 0]) / 2**r), and adding the zero point
     shifted left by r inside that floor adds it to the result.
 
-    ``folded`` (no left shifts, and |acc| + |bias| < 2**31 so that x needs no saturation):
-    x * m + 2**30 = acc * m + (bias * m + 2**30), the second term one constant per channel.
+    The forms (``mode``, fixed at preparation; each a loop of its own, the fewer
+    operations per element the faster):
+    - FOLDED (no left shifts, and |acc| + |bias| < 2**31 so that x needs no saturation):
+      x * m + 2**30 = acc * m + (bias * m + 2**30), the second term one constant per
+      channel; acc fits in int32, so the product is a 32 x 32 -> 64-bit one.
+    - CLAMPED: FOLDED where the clamp's low end is at or above the zero point (a fused
+      ReLU / ReLU6): the negative-tie correction only moves results below h = 0, which
+      are at most the zero point and clamp to the low end either way, so it is dropped.
+    - UNIFORM: CLAMPED with one multiplier and one shift for every channel (per-tensor
+      filters): those are scalars in the loop.
     """
-    bias, multipliers, lefts, rights, offsets, negatives, constants, low, high, folded = params
-    if folded:
+    bias, multipliers, lefts, rights, offsets, negatives, constants, low, high, mode = params
+    if mode == UNIFORM:
+        multiplier, right, offset = np.int64(multipliers[0]), rights[0], offsets[0]
+        for c in range(acc.shape[0]):
+            h = (np.int64(np.int32(acc[c])) * multiplier + constants[c]) >> 31
+            out[c] = min(max((h + offset) >> right, low), high)
+    elif mode == CLAMPED:
+        for c in range(acc.shape[0]):
+            h = _folded_high_mul(acc[c], c, multipliers, constants)
+            out[c] = min(max((h + offsets[c]) >> rights[c], low), high)
+    elif mode == FOLDED:
         for c in range(acc.shape[0]):
             h = _folded_high_mul(acc[c], c, multipliers, constants)
             out[c] = _round_shift_clamp(h, c, rights, offsets, negatives, low, high)
@@ -80,8 +101,9 @@ def _finish(acc, params, out):
 
 @_inline
 def _folded_high_mul(a, c, multipliers, constants):
-    """floor((x * m + 2**30) / 2**31) with bias and rounding folded into ``constants``."""
-    return (np.int64(a) * np.int64(multipliers[c]) + constants[c]) >> 31
+    """floor((x * m + 2**30) / 2**31) with bias and rounding folded into ``constants``;
+    |a| < 2**31 (the folded forms' bound): a 32 x 32-bit product."""
+    return (np.int64(np.int32(a)) * np.int64(multipliers[c]) + constants[c]) >> 31
 
 
 @_inline
@@ -274,18 +296,8 @@ def depthwise_rows_float(x, weights, channels, strides, dilations, pads, bias, l
 @_inline
 def _requantize_block(acc, params, out, b, oy):
     """The output stage of one output row ``acc`` (OW, depth) into ``out[b, oy]``."""
-    bias, multipliers, lefts, rights, offsets, negatives, constants, low, high, folded = params
-    columns, depth = acc.shape
-    if folded:
-        for ox in range(columns):
-            for c in range(depth):
-                h = _folded_high_mul(acc[ox, c], c, multipliers, constants)
-                out[b, oy, ox, c] = _round_shift_clamp(h, c, rights, offsets, negatives, low, high)
-    else:
-        for ox in range(columns):
-            for c in range(depth):
-                h = _saturated_high_mul(acc[ox, c], c, bias, lefts, multipliers)
-                out[b, oy, ox, c] = _round_shift_clamp(h, c, rights, offsets, negatives, low, high)
+    for ox in range(acc.shape[0]):
+        _finish(acc[ox], params, out[b, oy, ox])
 
 
 @_jit
