@@ -551,6 +551,51 @@ def test_read_only_constants_share_one_compiled_version(kind):
     np.testing.assert_array_equal(again(values)[0], kernel(values)[0])
 
 
+# --- unpadded quantized products: the input less its zero point ----------------------------------
+@pytest.mark.parametrize("kind, zero_point", [(T.TENSOR_QUANT8_ASYMM, 0), (T.TENSOR_QUANT8_ASYMM, 131),
+                                              (T.TENSOR_QUANT8_ASYMM, 255), (T.TENSOR_QUANT8_ASYMM_SIGNED, -128),
+                                              (T.TENSOR_QUANT8_ASYMM_SIGNED, 5), (T.TENSOR_QUANT8_ASYMM_SIGNED, 127)])
+@pytest.mark.parametrize("nchw", [False, True])
+def test_pointwise_input_shift_matches_numpy(kind, zero_point, nchw, monkeypatch):
+    """A 1x1 CONV_2D (no padding) takes its float32 input (q - zero point) from the compiled
+    ``shifted_float``: the same float32 values as numpy's subtract (every stored value,
+    both 8-bit types, zero points at the ends of the range), hence the same outputs, for
+    NHWC inputs and NCHW ones (a transposed view, copied first); a read-only model input
+    runs the version loaded at preparation."""
+    rng = np.random.default_rng(zero_point + 128 + 300 * int(nchw))
+    dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
+    info = np.iinfo(dtype)
+    shape = (2, 16, 9, 7) if not nchw else (2, 7, 16, 9)
+    stored = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    stored.reshape(-1)[:256] = np.arange(256).astype(np.uint8).view(dtype)  # every stored value
+    x = _tensor(kind, stored, 0.05, zero_point)
+    unsigned = kind == T.TENSOR_QUANT8_ASYMM
+    w_kind, w_zero = (T.TENSOR_QUANT8_ASYMM, 127) if unsigned else (T.TENSOR_QUANT8_ASYMM_SIGNED, 0)
+    w = _tensor(w_kind, rng.integers(info.min, info.max + 1, (5, 1, 1, 7)).astype(dtype), 0.01, w_zero)
+    b = _tensor(T.TENSOR_INT32, rng.integers(-3000, 3000, 5).astype(np.int32),
+                float(np.float32(0.05) * np.float32(0.01)))
+    args = [_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, int(FuseCode.FUSED_RELU))] + [_scalar(T.BOOL, nchw)]
+    out_shape = [2, 5, 16, 9] if nchw else [2, 16, 9, 5]
+    output = OperandType(kind, out_shape, 0.02, int(info.min) + 3)
+    inputs = [x, w, b, *args]
+    compiled = _plan(Op.CONV_2D, inputs, output)
+    assert compiled.pad.shift is not None
+    dispatcher = _jit.kernels().shifted_float
+    versions = len(dispatcher.signatures)
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        numpy_plan = _plan(Op.CONV_2D, inputs, output)
+    assert numpy_plan.pad.shift is None
+    source = np.transpose(stored, (0, 2, 3, 1)) if nchw else stored
+    np.testing.assert_array_equal(compiled.pad(source), numpy_plan.pad(source))
+    values = [tensor.value for tensor in inputs]
+    read_only = np.frombuffer(stored.tobytes(), dtype).reshape(stored.shape)
+    want = numpy_plan(values)[0]
+    np.testing.assert_array_equal(compiled(values)[0], want)
+    np.testing.assert_array_equal(compiled([read_only, *values[1:]])[0], want)
+    assert len(dispatcher.signatures) == versions
+
+
 # --- float32 HARD_SWISH -------------------------------------------------------------------------
 def test_hard_swish_matches_numpy(monkeypatch):
     """The compiled HARD_SWISH against the numpy kernel, bit for bit: -0, NaN, infinities,

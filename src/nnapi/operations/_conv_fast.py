@@ -222,15 +222,35 @@ def _shifted_weights(weights: Tensor) -> np.ndarray:
 class _Padder:
     """Copies an NHWC input into a padded buffer of the work dtype, zero point subtracted."""
 
-    def __init__(self, data: Tensor, sp: Spatial, work) -> None:
+    def __init__(self, data: Tensor, sp: Spatial, work, compiled: bool = False) -> None:
+        """``compiled``: unpadded 8-bit inputs go through the compiled kernel (nnapi[fast])."""
         self.pads = (sp.pad_top, sp.pad_bottom, sp.pad_left, sp.pad_right)
         self.work = work
         self.zero = None if data.type in FLOAT_TENSORS else work(data.zero_point)
         self._local = threading.local()
+        #: unpadded 8-bit inputs into float32: the compiled one-pass kernel (``_shift``)
+        self.shift = None
+        module = _jit.kernels() if compiled else None
+        if module is not None and self.zero is not None and work == np.float32 and not any(self.pads):
+            signed = dtype_of(data.type) == np.int8
+            self.flip, self.offset = np.int32(128 if signed else 0), np.int32(data.zero_point + (128 if signed else 0))
+            if _jit.warm_up(module.shifted_float, np.zeros(0, np.uint8), self.flip, self.offset,
+                            np.empty(0, np.float32)):
+                self.shift = module.shifted_float
+
+    def _shift(self, x: np.ndarray) -> np.ndarray:
+        """``x`` less its zero point in float32, in this thread's kept buffer."""
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None or buffer.shape != x.shape:
+            buffer = self._local.buffer = np.empty(x.shape, np.float32)
+        self.shift(_jit.kernel_input(x).reshape(-1).view(np.uint8), self.flip, self.offset, buffer.reshape(-1))
+        return buffer
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         top, bottom, left, right = self.pads
         n, h, w, c = x.shape
+        if self.shift is not None and x.size:
+            return self._shift(x)
         if not (top or bottom or left or right) and self.zero is None:
             return x if x.dtype == self.work else x.astype(self.work)
         # The padded buffer is kept from call to call (one per thread): its zero border is
@@ -264,7 +284,7 @@ class PreparedConv:
         # view of the (oc, depth) rows, which BLAS reads as they are (no copy at preparation)
         self.weights = shifted.reshape(oc, -1).astype(self.work, copy=False).T
         self.depth, self.channels = kh * kw * depth, oc
-        self.pad = _Padder(data, sp, self.work)
+        self.pad = _Padder(data, sp, self.work, compiled=True)
         self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work, row=out_hw[1], parts=self.parts is not None)
         self.pointwise = kh == kw == 1 and sp.stride_h == sp.stride_w == 1
         itemsize = np.dtype(self.work).itemsize
