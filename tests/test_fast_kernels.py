@@ -558,7 +558,7 @@ def test_read_only_constants_share_one_compiled_version(kind):
 @pytest.mark.parametrize("nchw", [False, True])
 def test_pointwise_input_shift_matches_numpy(kind, zero_point, nchw, monkeypatch):
     """A 1x1 CONV_2D (no padding) takes its float32 input (q - zero point) from the compiled
-    ``shifted_float``: the same float32 values as numpy's subtract (every stored value,
+    ``dequantized``: the same float32 values as numpy's subtract (every stored value,
     both 8-bit types, zero points at the ends of the range), hence the same outputs, for
     NHWC inputs and NCHW ones (a transposed view, copied first); a read-only model input
     runs the version loaded at preparation."""
@@ -580,7 +580,7 @@ def test_pointwise_input_shift_matches_numpy(kind, zero_point, nchw, monkeypatch
     inputs = [x, w, b, *args]
     compiled = _plan(Op.CONV_2D, inputs, output)
     assert compiled.pad.shift is not None
-    dispatcher = _jit.kernels().shifted_float
+    dispatcher = _jit.kernels().dequantized
     versions = len(dispatcher.signatures)
     with monkeypatch.context() as patch:
         patch.setenv(_jit.DISABLE_VARIABLE, "1")
@@ -594,6 +594,34 @@ def test_pointwise_input_shift_matches_numpy(kind, zero_point, nchw, monkeypatch
     np.testing.assert_array_equal(compiled(values)[0], want)
     np.testing.assert_array_equal(compiled([read_only, *values[1:]])[0], want)
     assert len(dispatcher.signatures) == versions
+
+
+@pytest.mark.parametrize("kind, zero_point", [(T.TENSOR_QUANT8_ASYMM, 0), (T.TENSOR_QUANT8_ASYMM, 200),
+                                              (T.TENSOR_QUANT8_ASYMM_SIGNED, -128), (T.TENSOR_QUANT8_ASYMM_SIGNED, 17),
+                                              (T.TENSOR_QUANT8_SYMM, 0)])
+@pytest.mark.parametrize("scale", [1.0, 0.0234375, 3.1e-3, 1e-40, 7.5e35])
+def test_dequantize_matches_numpy(kind, zero_point, scale, monkeypatch):
+    """DEQUANTIZE to float32 through the compiled ``dequantized``: the bits of numpy's plan
+    and of ``execute`` for every stored value, scales that round, underflow to subnormals
+    and overflow to infinity, contiguous and strided inputs; float16 outputs stay on numpy."""
+    dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
+    value = RNG.integers(0, 256, (2, 7, 9, 5)).astype(np.uint8).view(dtype)
+    value.reshape(-1)[:256] = np.arange(256).astype(np.uint8).view(dtype)
+    for data in (value, np.transpose(value, (0, 2, 1, 3))):
+        inputs = [_tensor(kind, data, scale, zero_point)]
+        output = OperandType(T.TENSOR_FLOAT32, list(data.shape))
+        compiled = _plan(Op.DEQUANTIZE, inputs, output)
+        assert compiled.__qualname__.endswith("dequantize_compiled")
+        with monkeypatch.context() as patch:
+            patch.setenv(_jit.DISABLE_VARIABLE, "1")
+            numpy_plan = _plan(Op.DEQUANTIZE, inputs, output)
+        with np.errstate(all="ignore"):
+            want = get_operation(Op.DEQUANTIZE).execute(ExecutionContext(Op.DEQUANTIZE, inputs, [output]))[0]
+            for got in (compiled([data])[0], numpy_plan([data])[0]):
+                assert got.dtype == np.float32 and got.shape == data.shape
+                np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    half = _plan(Op.DEQUANTIZE, inputs, OperandType(T.TENSOR_FLOAT16, list(value.shape)))
+    assert not half.__qualname__.endswith("dequantize_compiled")
 
 
 # --- float32 HARD_SWISH -------------------------------------------------------------------------

@@ -50,6 +50,8 @@ _MAX_PARTS = 8
 #: depthwise convolutions over fewer channels than this (stride 1 along rows, multiplier
 #: 1) run whole rows as one run of pixels x channels (``depthwise_rows_*``)
 _ROW_CHANNELS = 32
+#: the scale of ``_Padder``'s compiled shift (q - zero point, times 1: exact)
+_ONE = np.float32(1)
 
 
 def _input_bound(tensor: Tensor) -> int:
@@ -234,16 +236,16 @@ class _Padder:
         if module is not None and self.zero is not None and work == np.float32 and not any(self.pads):
             signed = dtype_of(data.type) == np.int8
             self.flip, self.offset = np.int32(128 if signed else 0), np.int32(data.zero_point + (128 if signed else 0))
-            if _jit.warm_up(module.shifted_float, np.zeros(0, np.uint8), self.flip, self.offset,
+            if _jit.warm_up(module.dequantized, np.zeros(0, np.uint8), self.flip, self.offset, _ONE,
                             np.empty(0, np.float32)):
-                self.shift = module.shifted_float
+                self.shift = module.dequantized
 
     def _shift(self, x: np.ndarray) -> np.ndarray:
         """``x`` less its zero point in float32, in this thread's kept buffer."""
         buffer = getattr(self._local, "buffer", None)
         if buffer is None or buffer.shape != x.shape:
             buffer = self._local.buffer = np.empty(x.shape, np.float32)
-        self.shift(_jit.kernel_input(x).reshape(-1).view(np.uint8), self.flip, self.offset, buffer.reshape(-1))
+        self.shift(_jit.kernel_input(x).reshape(-1).view(np.uint8), self.flip, self.offset, _ONE, buffer.reshape(-1))
         return buffer
 
     def __call__(self, x: np.ndarray) -> np.ndarray:

@@ -10,8 +10,8 @@ doing what numpy needs several passes (and int64 temporaries) for:
   narrowed to the output type.
 - ``requantize_parts``: the same after summing exact float32 partial products (a
   product whose float32 sums would not be exact, split along the summed axis).
-- ``shifted_float``: 8-bit inputs less their zero point in float32, the input of an
-  unpadded quantized product (1x1 convolutions).
+- ``dequantized``: 8-bit values less their zero point, times a scale, in float32
+  (DEQUANTIZE; with scale 1 the input of an unpadded quantized product, 1x1 convolutions).
 - ``depthwise_quantized``: DEPTHWISE_CONV_2D on stored 8-bit inputs, summed exactly in
   int32 straight from the unpadded input (padding taps hold the zero point, so they add
   nothing and are skipped), followed by the same output stage per output pixel; a 3x3
@@ -146,13 +146,15 @@ def requantize_parts(parts, params, out, acc):
 
 
 @_jit
-def shifted_float(stored, flip, offset, out):
-    """Stored 8-bit values less their zero point, in float32 (a product's input): ``stored``
-    a flat uint8 view of int8 or uint8 values, ``out[i] = (stored[i] ^ flip) - offset``
-    (int8 bits: flip 128, offset 128 + zero point; uint8: 0 and the zero point), one
-    vectorized pass in 32-bit lanes (numpy's subtract with a cast runs ~2x slower)."""
+def dequantized(stored, flip, offset, scale, out):
+    """Stored 8-bit values less their zero point, times ``scale``, in float32: ``stored``
+    a flat uint8 view of int8 or uint8 values, ``out[i] = ((stored[i] ^ flip) - offset) *
+    scale`` (int8 bits: flip 128, offset 128 + zero point; uint8: 0 and the zero point):
+    DEQUANTIZE, and with scale 1 (exact) the input of an unpadded quantized product. One
+    vectorized pass in 32-bit lanes, where numpy's subtract with a cast and its multiply
+    take two passes, each ~2x slower; the same float32 operations, so the same bits."""
     for i in range(stored.shape[0]):
-        out[i] = np.float32(np.int32((np.int32(stored[i]) ^ flip) - offset))
+        out[i] = np.float32(np.int32((np.int32(stored[i]) ^ flip) - offset)) * scale
 
 
 @_jit
