@@ -336,6 +336,73 @@ def test_split_products_match_numpy(code, depth, extreme, monkeypatch):
     np.testing.assert_array_equal(compiled(values)[0], reference(values)[0])
 
 
+@pytest.mark.parametrize("code", [Op.FULLY_CONNECTED, Op.CONV_2D])
+@pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel"])
+@pytest.mark.parametrize("rows", [1, 2, 4, 5])
+def test_few_row_products_match_numpy(code, kind, rows, monkeypatch):
+    """Quantized products of at most four rows (a classifier's FULLY_CONNECTED, a 1x1
+    convolution of a 1x1 image) run the compiled int32 ``gemv_quantized`` with the filter
+    as 8-bit (int8 filters) or 16-bit integers (uint8 ones less their zero point): the
+    numpy plan's bits at full input and filter range, fused ReLU or none; five rows take
+    the BLAS product."""
+    rng = np.random.default_rng(rows * 10 + len(kind))
+    depth, units = 1001, 37
+    if kind == "quant8":
+        x = _tensor(T.TENSOR_QUANT8_ASYMM, rng.integers(0, 256, (rows, depth)).astype(np.uint8), 0.5, 3)
+        weights = rng.integers(0, 256, (units, depth)).astype(np.uint8)
+        weights[:2] = [[0], [255]]  # the widest (w - zero point) of each sign
+        w = _tensor(T.TENSOR_QUANT8_ASYMM, weights, 0.25, 131)
+        b = _tensor(T.TENSOR_INT32, rng.integers(-(1 << 20), 1 << 20, units).astype(np.int32), 0.125)
+        output = (T.TENSOR_QUANT8_ASYMM, 0.125 * 255 * 127 * np.sqrt(depth) / 30, 100)
+    else:
+        x = _tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, rng.integers(-128, 128, (rows, depth)).astype(np.int8), 0.5, -128)
+        weights = rng.integers(-127, 128, (units, depth)).astype(np.int8)
+        if code == Op.CONV_2D:
+            scales = tuple(float(v) for v in rng.uniform(0.001, 0.01, units))
+            w = _tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, weights, 0.0, 0, SymmPerChannelQuantParams(0, scales))
+            b = _tensor(T.TENSOR_INT32, rng.integers(-(1 << 20), 1 << 20, units).astype(np.int32), 0.0)
+        else:  # FULLY_CONNECTED takes per-tensor filters only
+            w = _tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, weights, 0.005, 0)
+            b = _tensor(T.TENSOR_INT32, rng.integers(-(1 << 20), 1 << 20, units).astype(np.int32), 0.0025)
+        output = (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.5 * 0.005 * 255 * 127 * np.sqrt(depth) / 40, -5)
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU):
+        if code == Op.FULLY_CONNECTED:
+            inputs = [x, w, b, _scalar(T.INT32, int(fuse))]
+            out = OperandType(output[0], [rows, units], output[1], output[2])
+        else:
+            image = lambda t, shape: Tensor(t.type, shape, t.scale, t.zero_point, t.channel_quant,  # noqa: E731
+                                            t.value.reshape(shape))
+            inputs = [image(x, (rows, 1, 1, depth)), image(w, (units, 1, 1, depth)), b,
+                      *[_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, int(fuse))]]
+            out = OperandType(output[0], [rows, 1, 1, units], output[1], output[2])
+        compiled = _plan(code, inputs, out)
+        assert (compiled.gemv is not None) == (rows <= 4)
+        if compiled.gemv is not None:
+            assert compiled.gemv.weights.dtype == (np.int16 if kind == "quant8" else np.int8)
+        with monkeypatch.context() as patch:
+            patch.setenv(_jit.DISABLE_VARIABLE, "1")
+            reference = _plan(code, inputs, out)
+        assert reference.gemv is None
+        values = [tensor.value for tensor in inputs]
+        got = compiled(values)[0]
+        want = get_operation(code).execute(ExecutionContext(code, inputs, [out]))[0]
+        np.testing.assert_array_equal(got, reference(values)[0])
+        np.testing.assert_array_equal(got, want)
+        assert len(np.unique(got)) > 5  # outputs spread over the range, not saturated
+
+
+def test_few_row_products_past_int32_take_blas():
+    """A product whose int32 sums could overflow (uint8 inputs and filters at full range
+    over 33,100 terms) keeps the BLAS product."""
+    depth = 33100
+    x = _tensor(T.TENSOR_QUANT8_ASYMM, np.zeros((1, depth), np.uint8), 0.5, 255)
+    w = _tensor(T.TENSOR_QUANT8_ASYMM, np.zeros((2, depth), np.uint8), 0.25, 255)
+    b = _tensor(T.TENSOR_INT32, np.zeros(2, np.int32), 0.125)
+    kernel = _plan(Op.FULLY_CONNECTED, [x, w, b, _scalar(T.INT32, 0)], OperandType(T.TENSOR_QUANT8_ASYMM, [1, 2],
+                                                                                   1000.0, 0))
+    assert kernel.gemv is None
+
+
 def _greedy_parts(columns: np.ndarray, limit: int) -> list[tuple[int, int]] | None:
     """_float32_parts by its definition: from each start, take columns while every row's
     sum of |w| over the range stays within ``limit``."""

@@ -301,6 +301,11 @@ class PreparedConv:
         # transposed instead, one run per output row of each (tap, channel)
         # (``_planar_columns``), and multiplied as a transposed operand.
         self.planar = not self.pointwise and depth <= _PLANAR_MAX_CHANNELS
+        # a classifier's 1x1 convolution of a 1x1 image (few output pixels, no padding)
+        unpadded = not (sp.pad_top or sp.pad_bottom or sp.pad_left or sp.pad_right)
+        pixels = data.shape[0] * out_hw[0] * out_hw[1]
+        self.gemv = compiled_gemv(data, shifted.reshape(oc, -1), self.epilogue, pixels) \
+            if self.pointwise and unpadded else None
 
     def _planar_columns(self, xp: np.ndarray, batch: int, top: int, bottom: int) -> np.ndarray:
         """The (depth, pixels) columns of output rows [top, bottom), im2col order (kh, kw, c)."""
@@ -320,7 +325,10 @@ class PreparedConv:
         n = x.shape[0]
         oh, ow = self.out_hw
         out = np.empty((n, oh, ow, self.channels), dtype=self.epilogue.dtype)
-        if n:
+        if self.gemv is not None and n * oh * ow <= _GEMV_ROWS:
+            if n:
+                self.gemv(x.reshape(-1, self.depth), out.reshape(-1, self.channels))
+        elif n:
             xp = self.pad(x)
             windows = None if self.pointwise or self.planar else window_view(
                 xp, self.out_hw, self.kernel_hw, (sp.stride_h, sp.stride_w), (sp.dilation_h, sp.dilation_w))
@@ -480,6 +488,49 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
     return run
 
 
+#: quantized products of at most this many rows run ``_numba_kernels.gemv_quantized``
+_GEMV_ROWS = 4
+
+
+class _CompiledGemv:
+    """A quantized product of few rows (``_GEMV_ROWS``) through the compiled
+    ``gemv_quantized``: the filter kept as 8-bit (or 16-bit) integers, the sums exact in
+    int32, the output stage fused. Built by ``compiled_gemv``."""
+
+    def __init__(self, kernel, data: Tensor, weights: np.ndarray, params: tuple, units: int) -> None:
+        self.kernel, self.weights, self.params, self.units = kernel, weights, params, units
+        signed = dtype_of(data.type) == np.int8
+        self.flip, self.offset = np.int32(128 if signed else 0), np.int32(data.zero_point + (128 if signed else 0))
+
+    def __call__(self, rows: np.ndarray, out: np.ndarray) -> None:
+        """``rows`` (M, K) stored 8-bit inputs into ``out`` (M, units), C-contiguous."""
+        self.kernel(_jit.kernel_input(rows).view(np.uint8), self.flip, self.offset, self.weights, self.params,
+                    out.view(np.uint8), _jit.scratch((rows.shape[1],), np.int16),
+                    _jit.scratch((self.units,), np.int32))
+
+
+def compiled_gemv(data: Tensor, shifted: np.ndarray, epilogue: _Epilogue, rows: int) -> _CompiledGemv | None:
+    """``_CompiledGemv`` for ``shifted`` (units, K), the filter less its zero point, where
+    it applies: quantized, at most ``_GEMV_ROWS`` rows, the compiled output stage in use
+    and every sum within int32 (max|x - zero point| times each unit's sum of |w|)."""
+    module = _jit.kernels()
+    if module is None or not epilogue.quantized or not 0 < rows <= _GEMV_ROWS or not shifted.size \
+            or not isinstance(epilogue.stage, _jit.FusedOutputStage):
+        return None
+    units = shifted.shape[0]
+    bound = _input_bound(data) * int(np.abs(shifted).sum(axis=1, dtype=np.int64).max())
+    if bound >= 2**31:
+        return None
+    narrow = int(shifted.max()) <= 127 and int(shifted.min()) >= -128
+    weights = _jit.constant(shifted, np.int8 if narrow else np.int16)
+    params = _jit.stage_parameters(epilogue.stage.stage, units, bound)
+    gemv = _CompiledGemv(module.gemv_quantized, data, weights, params, units)
+    probe = np.zeros((0, shifted.shape[1]), dtype_of(data.type))
+    if not _jit.warm_up(gemv, probe, np.empty((0, units), epilogue.dtype)):
+        return None
+    return gemv
+
+
 class PreparedFullyConnected:
     """FULLY_CONNECTED with static shapes and constant weights and bias: one product."""
 
@@ -495,10 +546,15 @@ class PreparedFullyConnected:
         self.input_size, self.units = input_size, units
         self.zero = None if data.type in FLOAT_TENSORS else self.work(data.zero_point)
         self.epilogue = _Epilogue(ctx, fuse, units, self.work, parts=self.parts is not None)
+        self.gemv = compiled_gemv(data, shifted, self.epilogue, math.prod(data.shape) // input_size)
 
     def __call__(self, values: list) -> list[np.ndarray]:
         x = values[INPUT].reshape(-1, self.input_size)
         out = np.empty((x.shape[0], self.units), dtype=self.epilogue.dtype)
+        if self.gemv is not None and x.shape[0] <= _GEMV_ROWS:
+            if x.shape[0]:
+                self.gemv(x, out)
+            return [out]
         if x.shape[0]:
             rows = x.astype(self.work) if self.zero is None else np.subtract(x, self.zero, dtype=self.work)
             if self.epilogue.quantized:

@@ -10,6 +10,8 @@ doing what numpy needs several passes (and int64 temporaries) for:
   narrowed to the output type.
 - ``requantize_parts``: the same after summing exact float32 partial products (a
   product whose float32 sums would not be exact, split along the summed axis).
+- ``gemv_quantized``: a quantized product of few rows (classifier layers) in exact int32
+  sums of 16-bit products, with the output stage.
 - ``dequantized``: 8-bit values less their zero point, times a scale, in float32
   (DEQUANTIZE; with scale 1 the input of an unpadded quantized product, 1x1 convolutions).
 - ``depthwise_quantized``: DEPTHWISE_CONV_2D on stored 8-bit inputs, summed exactly in
@@ -155,6 +157,30 @@ def dequantized(stored, flip, offset, scale, out):
     take two passes, each ~2x slower; the same float32 operations, so the same bits."""
     for i in range(stored.shape[0]):
         out[i] = np.float32(np.int32((np.int32(stored[i]) ^ flip) - offset)) * scale
+
+
+@_jit
+def gemv_quantized(stored, flip, offset, weights, params, out, row, acc):
+    """Quantized rows times a matrix, for few rows (a classifier's FULLY_CONNECTED, a 1x1
+    convolution of a 1x1 image): ``stored`` (M, K) a uint8 view of the 8-bit inputs,
+    (q ^ flip) - offset their values less the zero point (as ``dequantized``);
+    ``weights`` (N, K) int8 or int16 with their zero point subtracted; each output the
+    exact int32 sum of K products (the caller bounds it below 2**31), then the output
+    stage into ``out`` (M, N), a uint8 view. The product reads the 8-bit (or 16-bit)
+    filter once, a quarter (or half) of the float32 one a BLAS product streams, and its
+    16-bit multiplies pair into vpmaddwd. ``row``: int16 scratch (K,); ``acc``: int32 (N,)."""
+    m, k = stored.shape
+    n = weights.shape[0]
+    for r in range(m):
+        for i in range(k):
+            row[i] = np.int16((np.int32(stored[r, i]) ^ flip) - offset)
+        for j in range(n):
+            w = weights[j]
+            total = np.int32(0)
+            for i in range(k):  # int32 arithmetic (numba widens to int64 unless narrowed)
+                total = np.int32(total + np.int32(row[i]) * np.int32(w[i]))
+            acc[j] = total
+        _finish(acc, params, out[r])
 
 
 @_jit
