@@ -1018,3 +1018,41 @@ def test_argmax_rows_match_numpy(code, kind, axis, monkeypatch):
     for got in (fast, slow):
         assert got.dtype == np.int32 and list(got.shape) == shape
         np.testing.assert_array_equal(got, want)
+
+
+# --- float32 MEAN over height and width ----------------------------------------------------------
+@pytest.mark.parametrize("shape, axes, keep", [((1, 7, 7, 1280), (1, 2), False), ((2, 5, 3, 4), (1, 2), True),
+                                               ((3, 40, 9, 2), (1,), False), ((4, 6, 5), (0, 1), False),
+                                               ((2, 3, 4, 5), (2, 1), True), ((2, 3, 4, 5), (0, 1, 2), False),
+                                               ((0, 3, 4, 5), (1, 2), False)])
+def test_mean_matches_numpy(shape, axes, keep, monkeypatch):
+    """Float32 MEAN over adjacent axes followed by others runs the compiled ``mean_float``
+    with numpy's bits: values over 60 binary orders of magnitude, -0 everywhere in one
+    group (+0, as numpy's sum from 0), NaN, infinities and float32 overflow of the mean;
+    against the numpy plan and ``execute``. A reduction of the last axis stays on numpy."""
+    rng = np.random.default_rng(sum(shape) + len(axes))
+    x = (rng.standard_normal(shape) * np.exp2(rng.uniform(-30, 30, shape))).astype(np.float32)
+    if x.size:
+        x[0] = -0.0
+        flat = x.reshape(-1)
+        flat[-4:] = [np.nan, np.inf, -np.inf, 3.4e38]
+        flat[-40:-36] = 3.4e38
+    axes_tensor = _tensor(T.TENSOR_INT32, np.array(axes, np.int32))
+    inputs = [_tensor(T.TENSOR_FLOAT32, x), axes_tensor, _scalar(T.INT32, int(keep))]
+    out_shape = [1 if axis in axes else size for axis, size in enumerate(shape)] if keep else \
+        [size for axis, size in enumerate(shape) if axis not in axes]
+    output = OperandType(T.TENSOR_FLOAT32, out_shape)
+    compiled = _plan(Op.MEAN, inputs, output)
+    assert compiled.__qualname__.startswith("_compiled_mean")
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        numpy_plan = _plan(Op.MEAN, inputs, output)
+    assert not numpy_plan.__qualname__.startswith("_compiled_mean")
+    with np.errstate(all="ignore"):
+        want = get_operation(Op.MEAN).execute(ExecutionContext(Op.MEAN, inputs, [output]))[0]
+        for got in (compiled([x])[0], numpy_plan([x])[0]):
+            assert got.dtype == np.float32 and got.shape == tuple(out_shape)
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    last = _plan(Op.MEAN, [inputs[0], _tensor(T.TENSOR_INT32, np.array([len(shape) - 1], np.int32)), inputs[2]],
+                 OperandType(T.TENSOR_FLOAT32, [*shape[:-1], 1] if keep else list(shape[:-1])))
+    assert not last.__qualname__.startswith("_compiled_mean")

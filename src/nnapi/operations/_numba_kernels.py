@@ -10,6 +10,8 @@ doing what numpy needs several passes (and int64 temporaries) for:
   narrowed to the output type.
 - ``requantize_parts``: the same after summing exact float32 partial products (a
   product whose float32 sums would not be exact, split along the summed axis).
+- ``mean_float``: float32 MEAN over adjacent axes with more axes after them (a global
+  average over height and width), in one pass with numpy's float64 sums.
 - ``gemv_quantized``: a quantized product of few rows (classifier layers) in exact int32
   sums of 16-bit products, with the output stage.
 - ``dequantized``: 8-bit values less their zero point, times a scale, in float32
@@ -181,6 +183,26 @@ def gemv_quantized(stored, flip, offset, weights, params, out, row, acc):
                 total = np.int32(total + np.int32(row[i]) * np.int32(w[i]))
             acc[j] = total
         _finish(acc, params, out[r])
+
+
+@_jit
+def mean_float(x, count, out, acc):
+    """Float32 MEAN over the middle axis of ``x`` (outer, reduced, inner): each output the
+    float64 sum of its column taken in order from 0, divided by ``count`` (float64) and rounded
+    to float32, into ``out`` (outer, inner); vectorized along the inner axis. numpy's
+    float64 sum over outer axes adds row after row in that order, so the bits are
+    numpy's. ``acc``: float64 scratch (inner,)."""
+    outer, reduced, inner = x.shape
+    for b in range(outer):
+        for a in range(inner):
+            acc[a] = 0.0  # numpy starts from its identity: -0 + 0 is +0
+        for r in range(reduced):
+            row = x[b, r]
+            for a in range(inner):
+                acc[a] += np.float64(row[a])
+        target = out[b]
+        for a in range(inner):
+            target[a] = np.float32(acc[a] / count)
 
 
 @_jit

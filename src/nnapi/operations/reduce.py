@@ -9,9 +9,12 @@ input's scale and zero point, so they work on the stored integers directly.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations import _jit
 from nnapi.operations._shape_common import (
     DATA_TYPES,
     axes_values,
@@ -91,7 +94,39 @@ class Reduce(Operation):
             return None  # empty groups: ``execute`` (NaN, identities or the failure)
         code, out_shape, dtype = self.code, reduced_shape(shape, axes, keep), ctx.output_dtype(0)
         axes_tuple = tuple(axes)
+        if code == _CODE.MEAN and ctx.input(INPUT).type == T.TENSOR_FLOAT32:
+            compiled = _compiled_mean(shape, axes_tuple, out_shape)
+            if compiled is not None:
+                return compiled
         return lambda values: [_reduce(code, values[INPUT], axes_tuple, out_shape, dtype, fast_sums=True)]
+
+
+def _compiled_mean(shape: Shape, axes: tuple[int, ...], out_shape: Shape):
+    """Float32 MEAN over adjacent ``axes`` followed by others (a global average over height
+    and width) through the compiled ``mean_float`` (nnapi[fast]): numpy's float64 sums in
+    numpy's order, one pass; None elsewhere (a reduction along the last axis sums
+    pairwise in numpy: its bits stay numpy's)."""
+    module = _jit.kernels()
+    if module is None or not axes:
+        return None
+    first, last = min(axes), max(axes)
+    if last - first + 1 != len(axes) or last == len(shape) - 1:
+        return None
+    outer, reduced = math.prod(shape[:first]), math.prod(shape[first:last + 1])
+    inner = math.prod(shape[last + 1:])
+    count = np.float64(reduced)
+    if not _jit.warm_up(module.mean_float, np.zeros((0, 1, 1), np.float32), count, np.empty((0, 1), np.float32),
+                        np.empty(1, np.float64)):
+        return None
+    kernel = module.mean_float
+
+    def mean(values: list) -> list[np.ndarray]:
+        x = _jit.kernel_input(values[INPUT]).reshape(outer, reduced, inner)
+        out = np.empty(out_shape, np.float32)
+        kernel(x, count, out.reshape(outer, inner), _jit.scratch((inner,), np.float64))
+        return [out]
+
+    return mean
 
 
 def _block_sums(x: np.ndarray, axes: tuple[int, ...], work) -> np.ndarray | None:
