@@ -35,7 +35,7 @@ def _tensor(code, value, scale=0.0, zero_point=0, channel_quant=None) -> Tensor:
 
 
 def _scalar(code, value) -> Tensor:
-    dtype = {T.INT32: np.int32, T.BOOL: np.bool_}[code]
+    dtype = {T.INT32: np.int32, T.BOOL: np.bool_, T.FLOAT32: np.float32}[code]
     return Tensor(code, (), 0.0, 0, None, np.array(value, dtype=dtype))
 
 
@@ -1056,3 +1056,38 @@ def test_mean_matches_numpy(shape, axes, keep, monkeypatch):
     last = _plan(Op.MEAN, [inputs[0], _tensor(T.TENSOR_INT32, np.array([len(shape) - 1], np.int32)), inputs[2]],
                  OperandType(T.TENSOR_FLOAT32, [*shape[:-1], 1] if keep else list(shape[:-1])))
     assert not last.__qualname__.startswith("_compiled_mean")
+
+
+# --- quantized SOFTMAX ----------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("shape", [(1, 1001), (3, 7), (2, 8), (5, 129), (1, 8, 16, 64), (2, 300), (1, 5000), (4, 1)])
+@pytest.mark.parametrize("beta", [1.0, 0.37, 25.0])
+def test_quantized_softmax_matches_numpy(kind, shape, beta, monkeypatch):
+    """Quantized SOFTMAX along the last axis through the compiled ``softmax_quantized``:
+    numpy's bits (its pairwise float64 sums replayed: rows below 8, up to 128 and split
+    in halves above), every stored value, rows of one value, against the numpy plan and
+    ``execute``; another axis stays on numpy."""
+    rng = np.random.default_rng(sum(shape) + int(beta * 100))
+    dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
+    q = rng.integers(0, 256, shape).astype(np.uint8).view(dtype)
+    flat = q.reshape(-1)
+    flat[:256] = np.arange(256).astype(np.uint8).view(dtype)[:flat.size]
+    if shape[0] > 1:
+        q[1] = q.reshape(-1)[-1]  # one row of equal values
+    zero = 0 if dtype == np.uint8 else -128
+    inputs = [_tensor(kind, q, float(rng.uniform(0.01, 0.2)), int(rng.integers(0, 256)) + (zero if zero else 0)),
+              _scalar(T.FLOAT32, beta)]
+    output = OperandType(kind, list(shape), 1 / 256, zero)
+    compiled = _plan(Op.SOFTMAX, inputs, output)
+    assert compiled.__qualname__.startswith("_compiled_softmax")
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        numpy_plan = _plan(Op.SOFTMAX, inputs, output)
+    assert not numpy_plan.__qualname__.startswith("_compiled_softmax")
+    want = get_operation(Op.SOFTMAX).execute(ExecutionContext(Op.SOFTMAX, inputs, [output]))[0]
+    for got in (compiled([q, np.float32(beta)])[0], numpy_plan([q, np.float32(beta)])[0]):
+        assert got.dtype == dtype and got.shape == shape
+        np.testing.assert_array_equal(got, want)
+    if len(shape) > 1:
+        other = _plan(Op.SOFTMAX, [*inputs, _scalar(T.INT32, 0)], output)
+        assert not other.__qualname__.startswith("_compiled_softmax")

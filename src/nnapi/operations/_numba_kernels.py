@@ -10,6 +10,8 @@ doing what numpy needs several passes (and int64 temporaries) for:
   narrowed to the output type.
 - ``requantize_parts``: the same after summing exact float32 partial products (a
   product whose float32 sums would not be exact, split along the summed axis).
+- ``softmax_quantized``: quantized SOFTMAX along the last axis in one pass per row, with
+  numpy's float64 arithmetic step for step (its pairwise sum included).
 - ``mean_float``: float32 MEAN over adjacent axes with more axes after them (a global
   average over height and width), in one pass with numpy's float64 sums.
 - ``gemv_quantized``: a quantized product of few rows (classifier layers) in exact int32
@@ -203,6 +205,100 @@ def mean_float(x, count, out, acc):
         target = out[b]
         for a in range(inner):
             target[a] = np.float32(acc[a] / count)
+
+
+@_jit
+def softmax_quantized(stored, flip, table, scale, zero_point, low, high, out, exps, stack):
+    """Quantized SOFTMAX along the last axis of ``stored`` (rows, n), a uint8 view of
+    8-bit values ((q ^ flip) orders them as their values do: flip 128 for int8 bits):
+    exps[i] = table[max q - q], divided by their float64 sum taken in numpy's pairwise
+    order (``_pairwise``), then quantized as ``common.quantize`` does: round(p / scale +
+    zero_point) halves away from zero, clamped to [``low``, ``high``], stored through
+    the uint8 view ``out``; every step the float64 operation numpy performs, so numpy's
+    bits. ``exps``: float64 scratch (n + 64,); ``stack``: int64 scratch (192,)."""
+    rows, n = stored.shape
+    for r in range(rows):
+        source = stored[r]
+        top = np.int32(0)
+        for i in range(n):
+            top = max(top, np.int32(source[i]) ^ flip)
+        for i in range(n):
+            exps[i] = table[top - (np.int32(source[i]) ^ flip)]
+        total = 0.0 + _pairwise(exps, n, stack)  # numpy's sum starts from its identity
+        target = out[r]
+        for i in range(n):
+            scaled = exps[i] / total / scale + zero_point
+            magnitude = np.trunc(np.abs(scaled) + 0.5)
+            value = min(max(magnitude if scaled >= 0 else -magnitude, low), high)
+            target[i] = np.uint8(np.int64(value) & 0xFF)
+
+
+@_inline
+def _pairwise(a, n, stack):
+    """numpy's pairwise sum of float64 ``a[:n]`` (its add reduction along a contiguous
+    axis): a block of at most 128 values is summed by ``_pairwise_block``; a longer one
+    is split in two, the first part a multiple of 8 long, the halves summed apart and
+    added. The recursion runs on an explicit stack (numba links no recursive call into
+    these kernels): ``stack`` int64 (192,) holds each pending block's start, length and
+    state, and ``a[n:n + 64]`` the sums of finished first halves."""
+    starts, counts, states = stack[0:64], stack[64:128], stack[128:192]
+    halves = a[n:n + 64]
+    depth = 0
+    starts[0], counts[0], states[0] = 0, n, 0
+    value = 0.0
+    while depth >= 0:
+        count = counts[depth]
+        if states[depth] == 0 and count > 128:  # split: the first half next
+            half = count // 2
+            half -= half % 8
+            states[depth] = 1
+            starts[depth + 1], counts[depth + 1], states[depth + 1] = starts[depth], half, 0
+            depth += 1
+            continue
+        if states[depth] == 0:  # a block: its sum goes to the block that split it
+            value = _pairwise_block(a, starts[depth], count)
+        elif states[depth] == 1:  # the first half summed: the second next
+            halves[depth] = value
+            half = count // 2
+            half -= half % 8
+            states[depth] = 2
+            starts[depth + 1], counts[depth + 1], states[depth + 1] = starts[depth] + half, count - half, 0
+            depth += 1
+            continue
+        else:  # both halves summed
+            value = halves[depth] + value
+        depth -= 1
+    return value
+
+
+@_inline
+def _pairwise_block(a, start, n):
+    """numpy's sum of at most 128 values: below 8 in order from 0; else eight interleaved
+    running sums combined as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)), the rest in order."""
+    if n < 8:
+        result = 0.0
+        for i in range(start, start + n):
+            result += a[i]
+        return result
+    r0, r1, r2, r3 = a[start], a[start + 1], a[start + 2], a[start + 3]
+    r4, r5, r6, r7 = a[start + 4], a[start + 5], a[start + 6], a[start + 7]
+    i = start + 8
+    stop = start + n - n % 8
+    while i < stop:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    result = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < start + n:
+        result += a[i]
+        i += 1
+    return result
 
 
 @_jit

@@ -14,8 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import FeatureLevelCode, OperandCode, OperationCode
+from nnapi.operand import dtype_of
+from nnapi.operations import _jit
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import QUANT8_TENSORS, dequantize_tensor, normalize_axis, quantize
+from nnapi.operations.common import QUANT8_TENSORS, dequantize_tensor, integer_range, normalize_axis, quantize
 
 T = OperandCode
 
@@ -87,11 +89,44 @@ class Softmax(Operation):
             return None
         if data.type in QUANT8_TENSORS:
             table = _exp_table(data.scale, float(ctx.scalar(BETA)))
+            if axis == data.rank - 1:
+                compiled = _compiled_softmax(data, output, table)
+                if compiled is not None:
+                    return compiled
             return lambda values: [_quantized_softmax(values[INPUT], axis, table, output)]
         if data.type != T.TENSOR_FLOAT32:
             return None
         beta, log = np.float32(ctx.scalar(BETA)), self.code == OperationCode.LOG_SOFTMAX
         return lambda values: [_float_softmax(values[INPUT], axis, beta, log)]
+
+
+def _compiled_softmax(data, output, table: np.ndarray):
+    """Quantized SOFTMAX along the last axis through the compiled ``softmax_quantized``
+    (nnapi[fast]: ``_quantized_softmax``'s float64 operations, numpy's bits), or None."""
+    module = _jit.kernels()
+    if module is None:
+        return None
+    flip = np.int32(128 if dtype_of(data.type) == np.int8 else 0)
+    low, high = (np.float64(bound) for bound in integer_range(output.type))
+    scale, zero_point = np.float64(output.scale), np.float64(output.zero_point)
+    table = _jit.constant(table, np.float64)
+    dtype = dtype_of(output.type)
+    if not _jit.warm_up(module.softmax_quantized, np.zeros((0, 1), np.uint8), flip, table, scale, zero_point, low,
+                        high, np.empty((0, 1), np.uint8), np.empty(65, np.float64), np.empty(192, np.int64)):
+        return None
+    kernel = module.softmax_quantized
+
+    def softmax(values: list) -> list[np.ndarray]:
+        q = _jit.kernel_input(values[INPUT])
+        n = q.shape[-1] if q.ndim else 1
+        out = np.empty(q.shape, dtype)
+        if q.size:
+            kernel(q.reshape(-1, n).view(np.uint8), flip, table, scale, zero_point, low, high,
+                   out.reshape(-1, n).view(np.uint8), _jit.scratch((n + 64,), np.float64),
+                   _jit.scratch((192,), np.int64))
+        return [out]
+
+    return softmax
 
 
 def _float_softmax(x: np.ndarray, axis: int, beta: np.float32, log: bool) -> np.ndarray:
