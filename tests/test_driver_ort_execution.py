@@ -19,6 +19,7 @@ from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.drivers.ort import calibration, devices  # noqa: E402
+from nnapi.drivers.ort import device as ort_device_module  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice, _Binding  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
@@ -78,6 +79,42 @@ def test_an_execution_binds_only_what_moved(bind_calls):
     prepared.execute(Request(request.inputs, request.outputs, [moved, target]))
     assert len(bind_calls) == 3 and bind_calls[-1] == bind_calls[0]
     np.testing.assert_allclose(target, _expected(model, request, moved), rtol=1e-5, atol=1e-5)
+
+
+def test_onnxruntimes_public_methods_where_its_classes_hold_no_native_ones(monkeypatch):
+    """The driver binds and runs through the C++ objects onnxruntime's Python classes hold;
+    without them (another onnxruntime) it uses the public methods, with the same results."""
+    monkeypatch.setattr(ort_device_module, "_CPU_DEVICE", None)
+    public_runs = []
+
+    def public(session, io):
+        public_runs.append(io)
+        return session.run_with_iobinding, io
+
+    monkeypatch.setattr(ort_device_module, "_run_with_iobinding", public)
+    public_binds = []
+    original_bind = ort.IOBinding.bind_input
+
+    def bind_input(self, name, *args):
+        public_binds.append(name)
+        return original_bind(self, name, *args)
+
+    monkeypatch.setattr(ort.IOBinding, "bind_input", bind_input)
+    model, request, source, target = _float_block()
+    prepared = OrtDevice().prepare_model(model)
+    rng = np.random.default_rng(4)
+    source[:] = rng.standard_normal(source.size)
+    prepared.execute(request)
+    np.testing.assert_allclose(target, _expected(model, request, source), rtol=1e-5, atol=1e-5)
+    moved = rng.standard_normal(source.size).astype(np.float32)  # bound again, publicly
+    prepared.execute(Request(request.inputs, request.outputs, [moved, target]))
+    np.testing.assert_allclose(target, _expected(model, request, moved), rtol=1e-5, atol=1e-5)
+    execution = prepared.create_reusable_execution(Request(request.inputs, request.outputs, [source, target]))
+    target[:] = 0
+    execution.execute()
+    np.testing.assert_allclose(target, _expected(model, request, source), rtol=1e-5, atol=1e-5)
+    assert len(public_runs) == 2 and all(isinstance(io, ort.IOBinding) for io in public_runs)
+    assert len(public_binds) == 3  # the input, the moved input, the reusable execution's
 
 
 def test_a_reusable_execution_binds_once_and_keeps_its_pools(bind_calls):

@@ -187,8 +187,12 @@ class IoSpec:
         #: byte count, None when the model leaves a dimension (or the rank) unspecified
         self.shape = tuple(self.dimensions)
         self.nbytes = _nbytes(self, self.dimensions) if self.dimensions and all(self.dimensions) else None
-        #: the ONNX element type, as IOBinding takes it without looking the dtype up
-        self.element_type = helper.np_dtype_to_tensor_dtype(self.dtype)
+        #: the ONNX element type, as IOBinding takes it without looking the dtype up (the
+        #: dtype itself, which it takes too, for one ONNX has no type for: binding fails)
+        try:
+            self.element_type = helper.np_dtype_to_tensor_dtype(self.dtype)
+        except (ValueError, KeyError, TypeError):
+            self.element_type = self.dtype
 
 
 @dataclass
