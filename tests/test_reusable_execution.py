@@ -256,3 +256,40 @@ def test_bound_computations_keep_their_own_numpy_error_state():
             else:
                 execution.compute()
             np.testing.assert_array_equal(result, [np.inf, 3.0 * round_])
+
+
+def test_a_bound_execution_keeps_the_ndk_rules_on_every_computation():
+    """Computations after the first run the bound request in fewer steps; the NDK's answers
+    stay: results and shapes of each, a deadline passed, a freed compilation or execution."""
+    compilation = compiled(add_model((3,)), [d for d in nnapi.get_devices() if d.name == "nnapi-reference"])
+    a, b, out = np.ones(3, np.float32), np.full(3, 2, np.float32), np.zeros(3, np.float32)
+    execution = reusable(compilation, a, b, out)
+    for step in range(3):
+        a[:] = step
+        execution.compute()
+        np.testing.assert_array_equal(out, a + b)
+        assert execution.get_output_operand_dimensions(0) == [3]
+    assert execution._bound is not None
+    compilation.free()
+    with pytest.raises(nnapi.BadStateError):
+        execution.compute()
+    other = reusable(compiled(add_model((3,))), a, b, out)
+    other.compute()
+    other.free()
+    with pytest.raises(nnapi.BadStateError):
+        other.compute()
+    timed = nnapi.Execution(compiled(add_model((3,)), [d for d in nnapi.get_devices()
+                                                         if d.name == "nnapi-reference"]))
+    timed.set_reusable(True)
+    timed.set_input(0, a)
+    timed.set_input(1, b)
+    timed.set_output(0, out)
+    timed.compute()
+    timed._timeout_ns = 1  # as set_timeout(1) before the first computation: passed at once
+    with pytest.raises(nnapi.NnapiError) as error:
+        timed.compute()
+    assert error.value.code in (nnapi.ResultCode.MISSED_DEADLINE_TRANSIENT, nnapi.ResultCode.MISSED_DEADLINE_PERSISTENT)
+    timed._timeout_ns = 0
+    a[:] = 7
+    timed.compute()  # the failure left it ready to compute again
+    np.testing.assert_array_equal(out, a + b)
