@@ -398,6 +398,58 @@ def test_logistic_is_accurate_relative_to_small_results(ort_device):
     assert ours[0] > 0 and ours[-1] == 1.0
 
 
+def test_logistic_gate_keeps_ort_sigmoid_and_a_read_result_is_accurate(ort_device):
+    """A squeeze-and-excitation gate (LOGISTIC read only by a MUL) keeps ORT's Sigmoid,
+    which ORT fuses into the convolution before it; a LOGISTIC read by a RESHAPE on its
+    way out (pose_landmark_full's score) takes the accurate form. Both equal the
+    reference within the CTS tolerance, the score relative to itself."""
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model = nnapi.Model()
+    image_type = OperandType(T.TENSOR_FLOAT32, [1, 1, 1, 4])
+    x = model.add_operand(image_type)
+    weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 1, 1, 4]))
+    bias = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    ints = [model.add_operand(OperandType(T.INT32)) for _ in range(4)]
+    logits, gate, gated = (model.add_operand(image_type) for _ in range(3))
+    score, shape, flat = (model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 1, 4])),
+                          model.add_operand(OperandType(T.TENSOR_INT32, [2])),
+                          model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4])))
+    model.set_operand_value(weights, (np.eye(4, dtype=np.float32) * 3).reshape(4, 1, 1, 4))
+    model.set_operand_value(bias, np.zeros(4, np.float32))
+    for operand, value in zip(ints, [1, 1, 1, 0], strict=True):  # SAME, strides 1, no activation
+        model.set_operand_value(operand, np.int32(value))
+    model.set_operand_value(shape, np.array([1, 4], np.int32))
+    fuse = ints[3]
+    model.add_operation(Op.CONV_2D, [x, weights, bias, *ints], [logits])
+    model.add_operation(Op.LOGISTIC, [logits], [gate])
+    model.add_operation(Op.MUL, [x, gate, fuse], [gated])
+    model.add_operation(Op.LOGISTIC, [logits], [score])
+    model.add_operation(Op.RESHAPE, [score, shape], [flat])
+    model.identify_inputs_and_outputs([x], [gated, flat])
+    model.finish()
+    onnx_model, _, _ = lower_model(build_hal_model(model)[0])
+    types = [node.op_type for node in onnx_model.graph.node]
+    assert types.count("Sigmoid") == 1 and types.count("Reciprocal") == 1
+    value = np.array([-7.0, -2.0, 0.5, 4.0], np.float32).reshape(1, 1, 1, 4)  # logits 3x: -21 .. 12
+    results = {}
+    for name, chosen in (("ort", [ort_device]), ("reference", [_reference()])):
+        compilation = nnapi.Compilation(model, chosen)
+        compilation.finish()
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, value)
+        outputs = [np.zeros((1, 1, 1, 4), np.float32), np.zeros((1, 4), np.float32)]
+        for position, array in enumerate(outputs):
+            execution.set_output(position, array)
+        execution.compute()
+        results[name] = outputs
+    exact = 1.0 / (1.0 + np.exp(-3.0 * value.astype(np.float64)))
+    np.testing.assert_allclose(results["ort"][0], results["reference"][0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(results["ort"][1], exact.reshape(1, 4), rtol=1e-6, atol=0)
+    np.testing.assert_allclose(results["reference"][1], exact.reshape(1, 4), rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("alphas", [[0.25, 0.0, 1.0], [0.25, 1.5, -2.0]])
 @pytest.mark.parametrize("shape", [[1, 4, 5, 3], [4, 5, 3]])
 def test_prelu_equals_the_reference_exactly(ort_device, alphas, shape):

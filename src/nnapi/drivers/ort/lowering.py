@@ -883,7 +883,8 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
                                   g.constant(np.array(high, np.float32))])
         if code == OperationCode.ELU:
             return g.one("Elu", [name], alpha=alpha)
-        if code == OperationCode.LOGISTIC and output.type == T.TENSOR_FLOAT32:
+        if code == OperationCode.LOGISTIC and output.type == T.TENSOR_FLOAT32 and \
+                not _is_gate(g, operation.outputs[0]):
             return _logistic(g, name)
         return g.one(_UNARY_FLOAT[code], [name])
 
@@ -904,15 +905,27 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+def _is_gate(g: GraphBuilder, index: int) -> bool:
+    """Whether operand ``index`` is read only by MULs, inside the graph (a gate)."""
+    if index in g.subgraph.output_indexes:
+        return False
+    readers = [op for op in g.subgraph.operations if index in op.inputs]
+    return bool(readers) and all(op.type == OperationCode.MUL for op in readers)
+
+
 def _logistic(g: GraphBuilder, x: str) -> str:
-    """float32 LOGISTIC as 1 / (1 + exp(-x)). ORT's Sigmoid is off by up to ~1.7e-7 in
-    absolute terms, which is all of a small result: sigmoid(-21) = 7.6e-10 comes out 0
-    (pose_landmark_full's pose score on a random image; LiteRT, XNNPACK included, is
-    accurate relative to the result). Here Exp's relative error carries through: within
-    ~2e-7 of the result everywhere; below -88.7 exp overflows and the result is 0 where the
-    exact one is under 2**-127. Four passes, about twice Sigmoid's time (64k elements: 48
-    vs 24 us); the models' LOGISTICs are scores of a few elements. The quantized path keeps
-    Sigmoid: its error is far below a step."""
+    """float32 LOGISTIC, unless a gate, as 1 / (1 + exp(-x)). ORT's Sigmoid
+    is off by up to ~1.7e-7 in absolute terms, which is all of a small result:
+    sigmoid(-21) = 7.6e-10 comes out 0 (pose_landmark_full's pose score on a random image;
+    LiteRT, XNNPACK included, is accurate relative to the result). Here Exp's relative
+    error carries through: within ~2e-7 of the result everywhere; below -88.7 exp
+    overflows and the result is 0 where the exact one is under 2**-127. Four passes, about
+    twice Sigmoid's time (64k elements: 48 vs 24 us). A gate (read only by MULs inside the
+    graph: squeeze-and-excitation) keeps Sigmoid: it scales each gated value with an
+    error of at most 1.7e-7 of it, the product's own float32 rounding, and ORT fuses it
+    into the convolution before it as the convolution's activation (selfie_segmentation's
+    ten gates: the four-pass form is four operations more each, ~1.06x LiteRT instead of
+    ~1.0x). The quantized path keeps Sigmoid: its error is far below a step."""
     one = g.constant(np.array(1.0, np.float32))
     return g.one("Reciprocal", [g.one("Add", [g.one("Exp", [g.one("Neg", [x])]), one])])
 
