@@ -1210,3 +1210,63 @@ def test_twins_too_few_or_read_apart_are_left_alone(monkeypatch):
     extra = [operation.outputs[0] for operation in main.operations[:6]]
     hal_model.main = type(main)(main.operands, main.operations, main.input_indexes, main.output_indexes + extra)
     assert twins.merge_twin_branches(hal_model) is hal_model
+
+
+def _padded_add_model(rng, activation):
+    """A BlazeBlock's end: a 1x1 CONV_2D to 32 channels plus the block's input padded with
+    16 zero channels (PAD after the channels), the ADD's fused ``activation``."""
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 6, 6, 16])
+    one, zero = _constant(model, T.INT32, 1), _constant(model, T.INT32, 0)
+    conv = _float_tensor(model, [1, 6, 6, 32])
+    model.add_operation(Op.CONV_2D, [x, _float_tensor(model, [32, 1, 1, 16], rng.standard_normal((32, 1, 1, 16))),
+                                     _float_tensor(model, [32], rng.standard_normal(32)), one, one, one, zero], [conv])
+    padded = _float_tensor(model, [1, 6, 6, 32])
+    paddings = _constant(model, T.TENSOR_INT32, np.array([[0, 0], [0, 0], [0, 0], [0, 16]], np.int32), [4, 2])
+    model.add_operation(Op.PAD, [x, paddings], [padded])
+    y = _float_tensor(model, [1, 6, 6, 32])
+    model.add_operation(Op.ADD, [conv, padded, _constant(model, T.INT32, activation)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("activation", [0, 1, 3])
+def test_add_of_a_channel_padded_value_is_split_with_the_same_values(ort_device, monkeypatch, activation):
+    """ADD(CONV_2D(x), PAD(x) with zero channels after) runs as the convolution split by
+    output channels: the lower half added to x, the upper half alone (with the ADD's fused
+    activation), concatenated: no PAD left; the reference's values and the unsplit
+    lowering's to float32 rounding, the activation on both halves."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort.padded_add import split_padded_adds
+    from nnapi.runtime.model_builder import build_hal_model
+
+    rng = np.random.default_rng(12)
+    model = _padded_add_model(rng, activation)
+    split = split_padded_adds(build_hal_model(model)[0])
+    codes = [Op(operation.type) for operation in split.main.operations]
+    assert codes == [Op.CONV_2D, Op.CONV_2D, Op.ADD, Op.CONCATENATION], codes
+    image = rng.standard_normal((1, 6, 6, 16)).astype(np.float32)
+    outputs = [np.zeros((1, 6, 6, 32), np.float32)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    scale = np.abs(theirs[0]).max()
+    assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * scale
+    assert (ours[0][..., 16:] < 0).any() == (activation == 0) and len(np.unique(ours[0])) > 300
+    monkeypatch.setattr(lowering, "split_padded_adds", lambda hal: hal)
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(ours[0] - plain[0]).max() <= 1e-6 * scale
+
+
+def test_padded_adds_that_must_stay_whole_are_left_alone():
+    """A convolution read elsewhere too, or with a fused activation of its own, or a PAD
+    with a non-zero value or padding before the channels: not split."""
+    from nnapi.drivers.ort.padded_add import split_padded_adds
+    from nnapi.runtime.model_builder import build_hal_model
+
+    hal_model = build_hal_model(_padded_add_model(np.random.default_rng(13), 0))[0]
+    assert split_padded_adds(hal_model) is not hal_model
+    main = hal_model.main
+    conv = main.operations[0].outputs[0]
+    kept = type(main)(main.operands, main.operations, main.input_indexes, [*main.output_indexes, conv])
+    hal_model.main = kept  # the convolution's value a model output too
+    assert split_padded_adds(hal_model) is hal_model

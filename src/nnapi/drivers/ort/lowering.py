@@ -31,6 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
+from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.twins import merge_twin_branches
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
 from nnapi.operand import dtype_of
@@ -2110,7 +2111,7 @@ def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
     if model.referenced and any(operation.type in (OperationCode.IF, OperationCode.WHILE)
                                 for operation in subgraph.operations):
         raise Declined("control flow is not supported")
-    model = merge_twin_branches(model)
+    model = split_padded_adds(merge_twin_branches(model))
     subgraph = model.main
     g = GraphBuilder(model, subgraph)
     for index in subgraph.input_indexes:
