@@ -1270,3 +1270,40 @@ def test_padded_adds_that_must_stay_whole_are_left_alone():
     kept = type(main)(main.operands, main.operations, main.input_indexes, [*main.output_indexes, conv])
     hal_model.main = kept  # the convolution's value a model output too
     assert split_padded_adds(hal_model) is hal_model
+
+
+@pytest.mark.parametrize("code, keep", [(T.TENSOR_FLOAT32, 1), (T.TENSOR_FLOAT32, 0),
+                                        (T.TENSOR_QUANT8_ASYMM_SIGNED, 1)])
+def test_mean_over_height_and_width_reduces_rows_of_a_matrix(ort_device, code, keep):
+    """MEAN over NHWC's height and width (a global pool) is lowered as a ReduceMean over
+    the first axis of a [height * width, channels] matrix (ORT's vectorized row sum) and
+    gives the reference's values: float to float32 rounding, quantized within a step."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.runtime.model_builder import build_hal_model
+
+    rng = np.random.default_rng(14)
+    quantized = code != T.TENSOR_FLOAT32
+    model = nnapi.Model()
+    params = {"scale": 0.05, "zero_point": 3} if quantized else {}
+    x = model.add_operand(OperandType(code, [1, 5, 6, 40], **params))
+    axes = _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2])
+    out_shape = [1, 1, 1, 40] if keep else [1, 40]
+    y = model.add_operand(OperandType(code, out_shape, **params))
+    model.add_operation(Op.MEAN, [x, axes, _constant(model, T.INT32, keep)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
+    means = [node for node in onnx_model.graph.node if node.op_type == "ReduceMean"]
+    assert [list(a.ints) for a in means[0].attribute if a.name == "axes"] == [[0]]
+    if quantized:
+        image = rng.integers(-128, 128, (1, 5, 6, 40)).astype(np.int8)
+        outputs = [np.zeros(out_shape, np.int8)]
+    else:
+        image = rng.standard_normal((1, 5, 6, 40)).astype(np.float32)
+        outputs = [np.zeros(out_shape, np.float32)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    if quantized:
+        assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(ours[0])) > 10
+    else:
+        np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(ours[0].reshape(-1), image.mean(axis=(1, 2)).reshape(-1), rtol=1e-5, atol=1e-6)

