@@ -1091,3 +1091,58 @@ def test_quantized_softmax_matches_numpy(kind, shape, beta, monkeypatch):
     if len(shape) > 1:
         other = _plan(Op.SOFTMAX, [*inputs, _scalar(T.INT32, 0)], output)
         assert not other.__qualname__.startswith("_compiled_softmax")
+
+
+def test_compiled_hard_nms_selects_what_greedy_nms_selects():
+    """The compiled greedy hard NMS against ``greedy_nms`` (numpy, Android's order): score
+    ties (a few score levels), degenerate, infinite and NaN boxes, IoU thresholds 0..1,
+    every limit; the selections (indexes, in order) must be the same."""
+    from nnapi.operations import _numba_nms
+    from nnapi.operations._detection_common import greedy_nms, hard_suppressor
+
+    rng = np.random.default_rng(7)
+    compared = selected_total = 0
+    for case in range(300):
+        n = int(rng.integers(1, 80))
+        corner = rng.random((n, 2), dtype=np.float32)
+        boxes = np.concatenate([corner, corner + rng.random((n, 2), dtype=np.float32) * 0.5], axis=1)
+        if case % 3 == 0:
+            boxes[rng.integers(0, n, 3)] = [np.nan, 0, np.inf, 1]
+            boxes[rng.integers(0, n, 2), 2:] = boxes[rng.integers(0, n, 2), :2]  # some degenerate
+        boxes = boxes.astype(np.float32)
+        levels = int(rng.integers(1, 6)) if case % 2 else 0
+        scores = (rng.integers(0, levels, n) / levels if levels else rng.random(n)).astype(np.float32)
+        candidates = np.flatnonzero(scores > np.float32(0.1)) if case % 4 else np.arange(n)
+        threshold = np.float32(rng.choice([0.0, 0.3, 0.5, 0.7, 1.0]))
+        limit = int(rng.integers(1, n + 2))
+        expected = greedy_nms(scores.copy(), boxes, candidates, hard_suppressor(threshold), limit)
+        selected = np.empty(n, np.int64)
+        count = _numba_nms.greedy_nms_hard(candidates.astype(np.int64), boxes, scores, threshold, limit, selected)
+        np.testing.assert_array_equal(selected[:count], expected, err_msg=f"case {case}")
+        compared += 1
+        selected_total += count
+    assert compared == 300 and selected_total > 1000
+
+
+def test_regular_detection_postprocessing_compiled_equals_numpy(monkeypatch):
+    """DETECTION_POSTPROCESSING's regular NMS over an SSD-sized input (1,917 anchors, 91
+    classes, threshold near 0) gives the same detections compiled and with numpy."""
+    from nnapi.operations import detection_postprocessing as dp
+    from nnapi.operations._detection_common import hard_suppressor
+
+    rng = np.random.default_rng(3)
+    scores = rng.random((1917, 91), dtype=np.float32)
+    scores[:, 5] = np.float32(0.5)  # one class of equal scores: the tie order matters
+    corner = rng.random((1917, 2), dtype=np.float32)
+    boxes = np.concatenate([corner, corner + rng.random((1917, 2), dtype=np.float32) * 0.3], axis=1)
+    iou = np.float32(0.6)
+    assert dp._compiled_nms() is not None
+    compiled = dp.DetectionPostprocessing._regular(scores, boxes, np.float32(1e-8), hard_suppressor(iou), 100, 100,
+                                                   iou)
+    monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
+    assert dp._compiled_nms() is None
+    reference = dp.DetectionPostprocessing._regular(scores, boxes, np.float32(1e-8), hard_suppressor(iou), 100, 100,
+                                                    iou)
+    for fast, slow in zip(compiled, reference, strict=True):
+        np.testing.assert_array_equal(fast, slow)
+    assert compiled[0].size == 100

@@ -11,7 +11,8 @@ classes per detection for fast NMS); unused slots are zero.
 
 Regular NMS runs hard NMS per class and keeps the best overall; fast NMS runs one hard
 NMS on each anchor's best class score and reports that anchor's top classes. Computed in
-float32 for float16 too.
+float32 for float16 too. With nnapi[fast] the per-class NMS of regular NMS runs compiled
+(``_numba_nms``, the same selections as ``greedy_nms``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations import _jit
 from nnapi.operations._detection_common import (
     FLOAT_TENSORS,
     check_signature,
@@ -54,6 +56,24 @@ OUTPUT_DETECTION_TENSOR = 3
 
 T = OperandCode
 
+_compiled_kernel = None
+
+
+def _compiled_nms():
+    """The compiled greedy hard NMS, or None (numba missing, ``NNAPI_NO_NUMBA``, or a
+    kernel that failed to load). Loaded once per process, at the first preparation."""
+    global _compiled_kernel
+    if _jit.kernels() is None:
+        return None
+    if _compiled_kernel is None:
+        from nnapi.operations import _numba_nms
+
+        empty = np.zeros(0, np.int64)
+        if _jit.warm_up(_numba_nms.greedy_nms_hard, empty, np.zeros((0, 4), np.float32), np.zeros(0, np.float32),
+                        np.float32(0.5), 1, empty.copy()):
+            _compiled_kernel = _numba_nms.greedy_nms_hard
+    return _compiled_kernel
+
 
 @register(OperationCode.DETECTION_POSTPROCESSING)
 class DetectionPostprocessing(Operation):
@@ -85,6 +105,7 @@ class DetectionPostprocessing(Operation):
         else:
             ctx.require(ctx.scalar(MAX_CLASSES_PER_DETECTION_SCALAR) > 0, "classes per detection must be positive")
             detections *= ctx.scalar(MAX_CLASSES_PER_DETECTION_SCALAR)
+        _compiled_nms()  # loaded here, at preparation, rather than in a run
         return [(batches, detections), (batches, detections, 4), (batches, detections), (batches,)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
@@ -96,7 +117,8 @@ class DetectionPostprocessing(Operation):
         regular = bool(ctx.scalar(USE_REGULAR_NMS_SCALAR))
         max_detections, classes_per_detection, per_class = (int(ctx.scalar(i)) for i in (8, 9, 10))
         threshold = np.float32(ctx.scalar(SCORE_THRESHOLD_SCALAR))
-        suppress = hard_suppressor(ctx.scalar(IOU_THRESHOLD_SCALAR))
+        iou_threshold = np.float32(ctx.scalar(IOU_THRESHOLD_SCALAR))
+        suppress = hard_suppressor(iou_threshold)
         label_offset = 0 if ctx.scalar(IS_BG_IN_LABEL_SCALAR) else 1
         slots = max_detections if regular else max_detections * classes_per_detection
         out_scores = np.zeros((batches, slots), np.float32)
@@ -117,7 +139,7 @@ class DetectionPostprocessing(Operation):
             boxes = decoded[b]
             if regular:
                 anchor_of, classes, kept_scores = self._regular(scores[b], boxes, threshold, suppress, per_class,
-                                                                max_detections)
+                                                                max_detections, iou_threshold)
             else:
                 anchor_of, classes, kept_scores = self._fast(scores[b], boxes, threshold, suppress, max_detections,
                                                              min(num_classes - 1, classes_per_detection))
@@ -132,10 +154,23 @@ class DetectionPostprocessing(Operation):
 
     @staticmethod
     def _regular(scores: np.ndarray, boxes: np.ndarray, threshold: np.float32, suppress, per_class: int,
-                 max_detections: int):
+                 max_detections: int, iou_threshold: np.float32):
         """Hard NMS per foreground class, then the best ``max_detections`` overall."""
         num_anchors, num_classes = scores.shape
         flat_scores = scores.reshape(-1).copy()
+        compiled = _compiled_nms()
+        if compiled is not None:
+            corners = np.ascontiguousarray(boxes, dtype=np.float32)
+            selected = np.empty(num_anchors, np.int64)
+            kept = []
+            for label in range(1, num_classes):
+                column = np.ascontiguousarray(scores[:, label])
+                count = compiled(np.flatnonzero(column > threshold).astype(np.int64), corners, column,
+                                 iou_threshold, per_class, selected)
+                kept.append(selected[:count] * num_classes + label)
+            chosen = sort_by_score(np.concatenate(kept), flat_scores)[:max_detections]
+            anchor_of, classes = np.divmod(chosen, num_classes)
+            return anchor_of, classes, flat_scores[chosen]
         flat_boxes = np.repeat(boxes, num_classes, axis=0)   # flat index a * num_classes + c
         flat = np.arange(num_anchors)[:, None] * num_classes + np.arange(1, num_classes)
         candidates = [column[flat_scores[column] > threshold] for column in flat.T]
