@@ -18,70 +18,18 @@ and a convolution read by that ADD alone without a fused activation of its own.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
-from nnapi.hal import DataLocation, Model, Operand, OperandLifeTime, Operation, Subgraph
-from nnapi.operand import dtype_of
+from nnapi.drivers.ort.hal_rewrite import HalRewriter
+from nnapi.hal import Model, OperandLifeTime, Operation
 
 T = OperandCode
 L = OperandLifeTime
 Op = OperationCode
-#: channel counts split (ORT's NCHWc block: both halves and the concatenation stay blocked)
-CHANNEL_MULTIPLE = 16
-_CONSTANTS = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
 
 
-class _Rewriter:
-    def __init__(self, model: Model) -> None:
-        self.model = model
-        self.subgraph = model.main
-        self.operands = list(self.subgraph.operands)
-        self.values = bytearray(model.operand_values)
-        self.producer: dict[int, int] = {}
-        self.readers: dict[int, list[int]] = {}
-        for position, operation in enumerate(self.subgraph.operations):
-            for index in operation.outputs:
-                self.producer[index] = position
-            for index in operation.inputs:
-                self.readers.setdefault(index, []).append(position)
-
-    def array(self, index: int) -> np.ndarray | None:
-        operand = self.operands[index]
-        if operand.lifetime not in _CONSTANTS:
-            return None
-        location = operand.location
-        buffer = (self.model.operand_values if operand.lifetime == L.CONSTANT_COPY
-                  else self.model.pools[location.pool_index])
-        buffer = getattr(buffer, "buffer", buffer)
-        dtype = dtype_of(operand.type)
-        array = np.frombuffer(buffer, dtype=dtype, count=location.length // dtype.itemsize, offset=location.offset)
-        return array.reshape(operand.dimensions)
-
-    def constant(self, array: np.ndarray, code: OperandCode) -> int:
-        array = np.array(array, dtype=dtype_of(code), order="C")  # (ascontiguousarray makes a scalar 1-d)
-        while len(self.values) % 8:
-            self.values.append(0)
-        offset = len(self.values)
-        self.values.extend(array.tobytes())
-        self.operands.append(Operand(code, list(array.shape), 0.0, 0, L.CONSTANT_COPY,
-                                     DataLocation(0, offset, array.nbytes), number_of_consumers=1))
-        return len(self.operands) - 1
-
-    def temporary(self, like: int, channels: int) -> int:
-        operand = self.operands[like]
-        self.operands.append(Operand(operand.type, [*operand.dimensions[:3], channels], 0.0, 0,
-                                     L.TEMPORARY_VARIABLE, number_of_consumers=1))
-        return len(self.operands) - 1
-
-    def blocked_float(self, index: int) -> bool:
-        operand = self.operands[index]
-        dims = operand.dimensions
-        return (operand.type == T.TENSOR_FLOAT32 and len(dims) == 4 and all(dims)
-                and dims[3] % CHANNEL_MULTIPLE == 0 and operand.lifetime not in _CONSTANTS)
-
+class _Rewriter(HalRewriter):
     def channel_pad(self, index: int) -> int | None:
         """The value PAD widens into operand ``index`` with zero channels at the end."""
         position = self.producer.get(index)
@@ -137,9 +85,7 @@ class _Rewriter:
         # a PAD no longer read goes too
         read = {index for operation in emitted for index in operation.inputs} | set(self.subgraph.output_indexes)
         emitted = [op for op in emitted if op.type not in (Op.PAD, Op.PAD_V2) or op.outputs[0] in read]
-        subgraph = Subgraph(self.operands, emitted, list(self.subgraph.input_indexes),
-                            list(self.subgraph.output_indexes))
-        return dataclasses.replace(self.model, main=subgraph, operand_values=bytes(self.values))
+        return self.rewritten(emitted)
 
     def split(self, add: Operation, side: int, source: int, conv_position: int, position: int,
               replaced: dict[int, list[Operation]]) -> None:

@@ -24,14 +24,13 @@ at least MIN_MERGED operations merge with few SPLITs back (MAX_SPLITS_PER_PAIR).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.hal import DataLocation, Model, Operand, OperandLifeTime, Operation, Subgraph
-from nnapi.operand import dtype_of
+from nnapi.drivers.ort.hal_rewrite import CONSTANTS, HalRewriter
+from nnapi.hal import Model, OperandLifeTime, Operation
 
 T = OperandCode
 L = OperandLifeTime
@@ -40,9 +39,6 @@ Op = OperationCode
 MIN_MERGED = 8
 #: more SPLITs back than this per merged pair: the branches hardly run side by side
 MAX_SPLITS_PER_PAIR = 0.25
-#: channel counts merged (ORT's NCHWc block: a grouped convolution stays blocked)
-CHANNEL_MULTIPLE = 16
-_CONSTANTS = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
 #: per operation type: the positions of data inputs; the others are weights or parameters
 _DATA_POSITIONS = {Op.CONV_2D: (0,), Op.DEPTHWISE_CONV_2D: (0,), Op.PRELU: (0,), Op.ADD: (0, 1),
                    Op.MAX_POOL_2D: (0,), Op.AVERAGE_POOL_2D: (0,)}
@@ -56,52 +52,10 @@ class _Merged:
     halves: tuple[int, int]
 
 
-class _Rewriter:
+class _Rewriter(HalRewriter):
     def __init__(self, model: Model) -> None:
-        self.model = model
-        self.subgraph = model.main
-        self.operands = list(self.subgraph.operands)
-        self.values = bytearray(model.operand_values)
+        super().__init__(model)
         self.merged: dict[int, _Merged] = {}  # by either half's index
-        self.consumers: dict[int, list[int]] = {}
-        for position, operation in enumerate(self.subgraph.operations):
-            for index in operation.inputs:
-                self.consumers.setdefault(index, []).append(position)
-
-    # --- operands ----------------------------------------------------------------------
-    def constant(self, array: np.ndarray, code: OperandCode) -> int:
-        array = np.array(array, dtype=dtype_of(code), order="C")  # (ascontiguousarray makes a scalar 1-d)
-        while len(self.values) % 8:
-            self.values.append(0)
-        offset = len(self.values)
-        self.values.extend(array.tobytes())
-        self.operands.append(Operand(code, list(array.shape), 0.0, 0, L.CONSTANT_COPY,
-                                     DataLocation(0, offset, array.nbytes), number_of_consumers=1))
-        return len(self.operands) - 1
-
-    def temporary(self, like: int, channels: int) -> int:
-        operand = self.operands[like]
-        self.operands.append(Operand(operand.type, [*operand.dimensions[:3], channels], 0.0, 0,
-                                     L.TEMPORARY_VARIABLE, number_of_consumers=1))
-        return len(self.operands) - 1
-
-    def array(self, index: int) -> np.ndarray | None:
-        operand = self.operands[index]
-        if operand.lifetime not in _CONSTANTS:
-            return None
-        location = operand.location
-        buffer = (self.model.operand_values if operand.lifetime == L.CONSTANT_COPY
-                  else self.model.pools[location.pool_index])
-        buffer = getattr(buffer, "buffer", buffer)
-        dtype = dtype_of(operand.type)
-        array = np.frombuffer(buffer, dtype=dtype, count=location.length // dtype.itemsize, offset=location.offset)
-        return array.reshape(operand.dimensions)
-
-    def blocked_float(self, index: int) -> bool:
-        operand = self.operands[index]
-        dims = operand.dimensions
-        return (operand.type == T.TENSOR_FLOAT32 and len(dims) == 4 and all(dims)
-                and dims[3] % CHANNEL_MULTIPLE == 0 and operand.lifetime not in _CONSTANTS)
 
     # --- pairing -----------------------------------------------------------------------
     def pair_kind(self, first: Operation, second: Operation) -> str | None:
@@ -132,7 +86,7 @@ class _Rewriter:
                 continue
             if operand_a.type != operand_b.type or operand_a.dimensions != operand_b.dimensions:
                 return None
-            if operand_a.lifetime not in _CONSTANTS or operand_b.lifetime not in _CONSTANTS:
+            if operand_a.lifetime not in CONSTANTS or operand_b.lifetime not in CONSTANTS:
                 return None
             if not operand_a.dimensions and not np.array_equal(self.array(a), self.array(b)):
                 return None  # a parameter: the same value
@@ -245,7 +199,7 @@ class _Rewriter:
                 index = operation.inputs[data]
                 pair = self.merged.get(index)
                 other = pair.halves[1] if pair is not None and pair.halves[0] == index else index
-                candidates += [c for c in self.consumers.get(other, []) if c > position and c not in taken]
+                candidates += [c for c in self.readers.get(other, []) if c > position and c not in taken]
             for candidate in sorted(set(candidates)):
                 kind = self.pair_kind(operation, operations[candidate])
                 if kind is not None:
@@ -273,13 +227,11 @@ class _Rewriter:
                                                         self.constant(np.array(2), T.INT32)], list(halves)))
             elif position not in merged_ops:
                 emitted.append(operation)
-        subgraph = Subgraph(self.operands, emitted, list(self.subgraph.input_indexes),
-                            list(self.subgraph.output_indexes))
-        return dataclasses.replace(self.model, main=subgraph, operand_values=bytes(self.values))
+        return self.rewritten(emitted)
 
     def read_outside(self, index: int, merged_ops: set[int]) -> bool:
         return index in self.subgraph.output_indexes or any(
-            c not in merged_ops for c in self.consumers.get(index, []))
+            c not in merged_ops for c in self.readers.get(index, []))
 
 
 def merge_twin_branches(model: Model) -> Model:
