@@ -36,7 +36,7 @@ from nnapi.hal import (
     Subgraph,
     Timing,
 )
-from nnapi.hal.types import is_extension_type, operation_name
+from nnapi.hal.types import constant_array, is_extension_type, operation_name
 from nnapi.hal.validation import validate_model, validate_request
 from nnapi.operand import TENSOR_TYPES, constant_value, dtype_of
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, _jit, get_operation
@@ -805,12 +805,7 @@ def _decode_constants(model: Model, subgraph: Subgraph) -> dict[int, Tensor]:
     for index, operand in enumerate(subgraph.operands):
         lifetime = operand.lifetime
         if lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
-            location = operand.location
-            buffer = model.operand_values if lifetime == L.CONSTANT_COPY else model.pools[location.pool_index]
-            dtype = dtype_of(operand.type)
-            array = np.frombuffer(buffer, dtype=dtype, count=location.length // dtype.itemsize,
-                                  offset=location.offset).reshape(operand.dimensions)
-            constants[index] = _tensor(operand, tuple(operand.dimensions), array)
+            constants[index] = _tensor(operand, tuple(operand.dimensions), constant_array(model, operand))
         elif lifetime == L.NO_VALUE:
             constants[index] = _tensor(operand, tuple(operand.dimensions), None)
         elif lifetime == L.SUBGRAPH:

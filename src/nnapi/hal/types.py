@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+import numpy as np
+
 from nnapi.codes import OperandCode, OperationCode, ResultCode
-from nnapi.operand import OperandType, SymmPerChannelQuantParams
+from nnapi.operand import OperandType, SymmPerChannelQuantParams, dtype_of
 from nnapi.runtime.type_manager import (  # noqa: F401 (the HAL's spelling)
     EXTENSION_TYPE_BASE,
     extension_prefix,
@@ -231,6 +233,17 @@ def pool_view(pool: Any) -> memoryview:
     except TypeError:
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"pool of type {type(pool).__name__} has no bytes") from None
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def constant_array(model: Model, operand: Operand) -> np.ndarray:
+    """The value of ``model``'s CONSTANT_COPY or CONSTANT_REFERENCE ``operand``: an array of
+    its dtype and dimensions over the model's bytes (no copy; read-only where they are)."""
+    location = operand.location
+    buffer = (model.operand_values if operand.lifetime == OperandLifeTime.CONSTANT_COPY
+              else pool_view(model.pools[location.pool_index]))
+    dtype = dtype_of(operand.type)
+    array = np.frombuffer(buffer, dtype=dtype, count=location.length // dtype.itemsize, offset=location.offset)
+    return array.reshape(operand.dimensions)
 
 
 @dataclass(frozen=True)

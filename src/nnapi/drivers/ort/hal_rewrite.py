@@ -14,6 +14,7 @@ import numpy as np
 
 from nnapi.codes import OperandCode
 from nnapi.hal import DataLocation, Model, Operand, OperandLifeTime, Operation, Subgraph
+from nnapi.hal.types import constant_array
 from nnapi.operand import dtype_of
 
 L = OperandLifeTime
@@ -43,15 +44,7 @@ class HalRewriter:
     def array(self, index: int) -> np.ndarray | None:
         """The value of a constant operand (None for one computed at run time)."""
         operand = self.operands[index]
-        if operand.lifetime not in CONSTANTS:
-            return None
-        location = operand.location
-        buffer = (self.model.operand_values if operand.lifetime == L.CONSTANT_COPY
-                  else self.model.pools[location.pool_index])
-        buffer = getattr(buffer, "buffer", buffer)
-        dtype = dtype_of(operand.type)
-        array = np.frombuffer(buffer, dtype=dtype, count=location.length // dtype.itemsize, offset=location.offset)
-        return array.reshape(operand.dimensions)
+        return constant_array(self.model, operand) if operand.lifetime in CONSTANTS else None
 
     def constant(self, array: np.ndarray, code: OperandCode) -> int:
         """A new constant operand holding ``array`` as ``code``."""

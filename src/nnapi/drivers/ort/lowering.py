@@ -34,7 +34,7 @@ from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.twins import merge_twin_branches
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
-from nnapi.operand import dtype_of
+from nnapi.hal.types import constant_array
 from nnapi.operations.common import (
     activation_bounds_float,
     activation_bounds_quantized,
@@ -175,14 +175,7 @@ class GraphBuilder:
             raise Declined(f"operand {index} is omitted")
         if operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
             return None
-        location = operand.location
-        buffer = (self.model.operand_values if operand.lifetime == L.CONSTANT_COPY
-                  else self.model.pools[location.pool_index])
-        buffer = getattr(buffer, "buffer", buffer)
-        dtype = dtype_of(operand.type)
-        count = location.length // dtype.itemsize
-        array = np.frombuffer(buffer, dtype=dtype, count=count, offset=location.offset)
-        return array.reshape(operand.dimensions) if operand.dimensions else array.reshape(())
+        return constant_array(self.model, operand)
 
     def scalar(self, index: int):
         """A parameter's value; a parameter computed at run time is declined."""
