@@ -184,12 +184,18 @@ def _plan(code, inputs, output):
     return get_operation(code).plan(ExecutionContext(code, inputs, [output]))
 
 
+def _numpy_plan(code, inputs, output, monkeypatch):
+    """The plan prepared with numba disabled (``NNAPI_NO_NUMBA``): the numpy reference
+    the compiled plans are compared with."""
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        return _plan(code, inputs, output)
+
+
 def _assert_depthwise_matches_numpy(kind, compiled, inputs, output, monkeypatch) -> None:
     """The compiled DEPTHWISE_CONV_2D plan against the numpy one built with numba disabled:
     the same dtype and shape, the same bits (quantized) or float32 rounding (float)."""
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        reference = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
+    reference = _numpy_plan(Op.DEPTHWISE_CONV_2D, inputs, output, monkeypatch)
     assert reference.compiled is None
     values = [tensor.value for tensor in inputs]
     fast, slow = compiled(values)[0], reference(values)[0]
@@ -320,9 +326,7 @@ def test_split_products_match_numpy(code, depth, extreme, monkeypatch):
     rng = np.random.default_rng(depth + extreme)
     inputs, output = _big_product_case(code, rng, depth, extreme)
     compiled = _plan(code, inputs, output)
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        reference = _plan(code, inputs, output)
+    reference = _numpy_plan(code, inputs, output, monkeypatch)
     assert reference.work == np.float64 and reference.parts is None
     if compiled.parts is not None:
         assert compiled.work == np.float32 and len(compiled.parts) >= 2
@@ -379,9 +383,7 @@ def test_few_row_products_match_numpy(code, kind, rows, monkeypatch):
         assert (compiled.gemv is not None) == (rows <= 4)
         if compiled.gemv is not None:
             assert compiled.gemv.weights.dtype == (np.int16 if kind == "quant8" else np.int8)
-        with monkeypatch.context() as patch:
-            patch.setenv(_jit.DISABLE_VARIABLE, "1")
-            reference = _plan(code, inputs, out)
+        reference = _numpy_plan(code, inputs, out, monkeypatch)
         assert reference.gemv is None
         values = [tensor.value for tensor in inputs]
         got = compiled(values)[0]
@@ -485,9 +487,7 @@ def test_resize_bilinear_matches_numpy(code, dtype, flags, shape, size, monkeypa
     output = OperandType(code, [shape[0], out_h, out_w, shape[3]], scale, zero)
     compiled = _plan(Op.RESIZE_BILINEAR, inputs, output)
     assert compiled.compiled is not None
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        reference = _plan(Op.RESIZE_BILINEAR, inputs, output)
+    reference = _numpy_plan(Op.RESIZE_BILINEAR, inputs, output, monkeypatch)
     assert reference.compiled is None
     fast, slow = compiled([value])[0], reference([value])[0]
     assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(output.dimensions)
@@ -561,9 +561,7 @@ def test_int8_and_uint8_output_stages_share_one_machine_code(monkeypatch):
         output = OperandType(code, [1, 6, 6, 16], 40.0, zero_point)  # spans the whole range
         compiled = _plan(Op.CONV_2D, [x, w, b, *args], output)
         assert isinstance(compiled.epilogue.stage, _jit.FusedOutputStage)
-        with monkeypatch.context() as patch:
-            patch.setenv(_jit.DISABLE_VARIABLE, "1")
-            reference = _plan(Op.CONV_2D, [x, w, b, *args], output)
+        reference = _numpy_plan(Op.CONV_2D, [x, w, b, *args], output, monkeypatch)
         values = [x.value, w.value, b.value, *[a.value for a in args]]
         fast, slow = compiled(values)[0], reference(values)[0]
         assert fast.dtype == slow.dtype == dtype
@@ -649,9 +647,7 @@ def test_pointwise_input_shift_matches_numpy(kind, zero_point, nchw, monkeypatch
     assert compiled.pad.shift is not None
     dispatcher = _jit.kernels().dequantized
     versions = len(dispatcher.signatures)
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        numpy_plan = _plan(Op.CONV_2D, inputs, output)
+    numpy_plan = _numpy_plan(Op.CONV_2D, inputs, output, monkeypatch)
     assert numpy_plan.pad.shift is None
     source = np.transpose(stored, (0, 2, 3, 1)) if nchw else stored
     np.testing.assert_array_equal(compiled.pad(source), numpy_plan.pad(source))
@@ -679,9 +675,7 @@ def test_dequantize_matches_numpy(kind, zero_point, scale, monkeypatch):
         output = OperandType(T.TENSOR_FLOAT32, list(data.shape))
         compiled = _plan(Op.DEQUANTIZE, inputs, output)
         assert compiled.__qualname__.endswith("dequantize_compiled")
-        with monkeypatch.context() as patch:
-            patch.setenv(_jit.DISABLE_VARIABLE, "1")
-            numpy_plan = _plan(Op.DEQUANTIZE, inputs, output)
+        numpy_plan = _numpy_plan(Op.DEQUANTIZE, inputs, output, monkeypatch)
         with np.errstate(all="ignore"):
             want = get_operation(Op.DEQUANTIZE).execute(ExecutionContext(Op.DEQUANTIZE, inputs, [output]))[0]
             for got in (compiled([data])[0], numpy_plan([data])[0]):
@@ -704,9 +698,7 @@ def test_hard_swish_matches_numpy(monkeypatch):
     kernel = _numba_activations.hard_swish
     monkeypatch.setattr(_numba_activations, "hard_swish", lambda *args: calls.append(1) or kernel(*args))
     compiled = _plan(Op.HARD_SWISH, [_tensor(T.TENSOR_FLOAT32, value)], output)
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        reference = _plan(Op.HARD_SWISH, [_tensor(T.TENSOR_FLOAT32, value)], output)
+    reference = _numpy_plan(Op.HARD_SWISH, [_tensor(T.TENSOR_FLOAT32, value)], output, monkeypatch)
     for data in (value, np.transpose(value, (0, 2, 1, 3))):
         fast, slow = compiled([data])[0], reference([data])[0]
         assert fast.dtype == slow.dtype == np.float32 and fast.shape == slow.shape == data.shape
@@ -818,9 +810,7 @@ def test_prelu_matches_numpy_bit_for_bit(shape, alpha_shape, slopes, monkeypatch
     inputs = [_tensor(T.TENSOR_FLOAT32, x), _tensor(T.TENSOR_FLOAT32, alpha.astype(np.float32))]
     output = OperandType(T.TENSOR_FLOAT32, list(shape))
     compiled = _plan(Op.PRELU, inputs, output)
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        numpy_plan = _plan(Op.PRELU, inputs, output)
+    numpy_plan = _numpy_plan(Op.PRELU, inputs, output, monkeypatch)
     # the compiled loop takes every slope (empty inputs stay on numpy)
     assert compiled.__qualname__.startswith("_compiled_prelu") == bool(x.size)
     assert not numpy_plan.__qualname__.startswith("_compiled_prelu")
@@ -849,9 +839,7 @@ def test_pair_table_lookup_matches_numpy(code, kind, shapes, monkeypatch):
                   _scalar(T.INT32, fuse)]
         output = OperandType(kind, list(shapes[0]), 0.1 if code != Op.MUL else 0.5, int(info.min) + 77)
         compiled = _plan(code, inputs, output)
-        with monkeypatch.context() as patch:
-            patch.setenv(_jit.DISABLE_VARIABLE, "1")
-            numpy_plan = _plan(code, inputs, output)
+        numpy_plan = _numpy_plan(code, inputs, output, monkeypatch)
         want = get_operation(code).execute(ExecutionContext(code, inputs, [output]))[0]
         values = [tensor.value for tensor in inputs]
         for got in (compiled(values)[0], numpy_plan(values)[0]):
@@ -893,9 +881,7 @@ def test_max_pool_matches_numpy(kind, seed, monkeypatch):
     output = OperandType(kind, dims, out_scale, out_zero)
     inputs = [x, *args]
     compiled = _plan(Op.MAX_POOL_2D, inputs, output)
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        numpy_plan = _plan(Op.MAX_POOL_2D, inputs, output)
+    numpy_plan = _numpy_plan(Op.MAX_POOL_2D, inputs, output, monkeypatch)
     assert compiled.compiled is not None and numpy_plan.compiled is None
     want = get_operation(Op.MAX_POOL_2D).execute(ExecutionContext(Op.MAX_POOL_2D, inputs, [output]))[0]
     values = [tensor.value for tensor in inputs]
@@ -940,9 +926,7 @@ def _compiled_and_numpy_plans(code, inputs, output, monkeypatch, module_name: st
     kernel = getattr(_numba_quant, module_name)
     monkeypatch.setattr(_numba_quant, module_name, lambda *args: calls.append(1) or kernel(*args))
     compiled = _plan(code, inputs, output)
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        numpy_plan = _plan(code, inputs, output)
+    numpy_plan = _numpy_plan(code, inputs, output, monkeypatch)
     with np.errstate(all="ignore"):
         want = get_operation(code).execute(ExecutionContext(code, inputs, [output]))[0]
         values = [tensor.value for tensor in inputs]
@@ -1044,9 +1028,7 @@ def test_mean_matches_numpy(shape, axes, keep, monkeypatch):
     output = OperandType(T.TENSOR_FLOAT32, out_shape)
     compiled = _plan(Op.MEAN, inputs, output)
     assert compiled.__qualname__.startswith("_compiled_mean")
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        numpy_plan = _plan(Op.MEAN, inputs, output)
+    numpy_plan = _numpy_plan(Op.MEAN, inputs, output, monkeypatch)
     assert not numpy_plan.__qualname__.startswith("_compiled_mean")
     with np.errstate(all="ignore"):
         want = get_operation(Op.MEAN).execute(ExecutionContext(Op.MEAN, inputs, [output]))[0]
@@ -1080,9 +1062,7 @@ def test_quantized_softmax_matches_numpy(kind, shape, beta, monkeypatch):
     output = OperandType(kind, list(shape), 1 / 256, zero)
     compiled = _plan(Op.SOFTMAX, inputs, output)
     assert compiled.__qualname__.startswith("_compiled_softmax")
-    with monkeypatch.context() as patch:
-        patch.setenv(_jit.DISABLE_VARIABLE, "1")
-        numpy_plan = _plan(Op.SOFTMAX, inputs, output)
+    numpy_plan = _numpy_plan(Op.SOFTMAX, inputs, output, monkeypatch)
     assert not numpy_plan.__qualname__.startswith("_compiled_softmax")
     want = get_operation(Op.SOFTMAX).execute(ExecutionContext(Op.SOFTMAX, inputs, [output]))[0]
     for got in (compiled([q, np.float32(beta)])[0], numpy_plan([q, np.float32(beta)])[0]):
