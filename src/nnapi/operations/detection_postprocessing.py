@@ -165,7 +165,7 @@ class DetectionPostprocessing(Operation):
             kept = []
             for label in range(1, num_classes):
                 column = np.ascontiguousarray(scores[:, label])
-                count = compiled(np.flatnonzero(column > threshold).astype(np.int64), corners, column,
+                count = compiled(np.flatnonzero(column > threshold).astype(np.int64, copy=False), corners, column,
                                  iou_threshold, per_class, selected)
                 kept.append(selected[:count] * num_classes + label)
             chosen = sort_by_score(np.concatenate(kept), flat_scores)[:max_detections]
