@@ -587,7 +587,67 @@ def test_a_cache_entry_compiled_with_numba_s_runtime_is_not_loaded_without_it():
     with_runtime = _numba_cache.LeanCache(double, True)._index_key(signature, codegen)
     without = _numba_cache.LeanCache(double, False)._index_key(signature, codegen)
     assert with_runtime != without
-    assert with_runtime[:-1] == without[:-1] == numba.core.caching.FunctionCache(double)._index_key(signature, codegen)
+    assert with_runtime[-1] == without[-1] == _numba_cache._FORM  # the entries' form (lean loading)
+    assert with_runtime[:-2] == without[:-2] == numba.core.caching.FunctionCache(double)._index_key(signature, codegen)
+
+
+_LINKED_KERNELS = """
+import numpy as np
+from nnapi.operations._numba_cache import kernel
+
+@kernel()
+def scaled(x, factor, out):
+    for i in range(x.size):
+        out[i] = x[i] * factor
+
+@kernel()
+def twice_scaled(x, factor, out):
+    scaled(x, factor, out)
+    for i in range(x.size):
+        out[i] += out[i]
+"""
+
+_LINKED_CHILD = """
+import sys, numpy as np, numba, llvmlite.binding as ll
+import linked_kernels as k
+parsed = []
+parse = ll.parse_bitcode
+ll.parse_bitcode = lambda data: parsed.append(len(data)) or parse(data)
+x, out = np.arange(5, dtype=np.float32), np.empty(5, np.float32)
+k.scaled(x, np.float32(3), out)
+k.twice_scaled(x, np.float32(3), out)
+loaded, twice = len(parsed), out.tolist()
+@numba.njit  # not cached: compiled here, linking the loaded kernel in
+def plus_one(x, factor, out):
+    k.scaled(x, factor, out)
+    out += 1
+plus_one(x, np.float32(2), out)
+print(k.scaled.stats.cache_hits and "hit" or "miss", k.twice_scaled.stats.cache_hits and "hit" or "miss",
+      loaded, len(parsed), twice == [v * 6 for v in range(5)], out.tolist())
+"""
+
+
+def test_kernels_load_from_the_cache_without_parsing_their_bitcode(tmp_path):
+    """LeanCache stores a kernel's defined symbols with its cache entry, so that a process
+    loading it from the cache loads its machine code without parsing its LLVM bitcode
+    (numba parses it at every load, ~1.2 ms a kernel); the bitcode is parsed only when a
+    compilation links the kernel into another function, which then runs correctly. A
+    kernel calling another (linked when it was compiled) loads as one entry."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "linked_kernels.py").write_text(_LINKED_KERNELS)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    runs = [subprocess.run([sys.executable, "-c", _LINKED_CHILD], capture_output=True, text=True, env=env,
+                           check=False) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    first, second = (run.stdout.strip().split(maxsplit=5) for run in runs)
+    assert first[:2] == ["miss", "miss"] and first[4] == "True"
+    assert second[:5] == ["hit", "hit", "0", "1", "True"]  # loaded without parsing; one parse for the link
+    assert first[5] == second[5] == str([float(v) * 2 + 1 for v in range(5)])
 
 
 @pytest.mark.parametrize("kind", ["float32", "quant8", "quant8_signed_per_channel"])
