@@ -980,6 +980,180 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     assert np.abs(ours[0] - plain[0]).max() <= 1e-6 * scale
 
 
+def _conv_op(model, rng, x, filter_shape, output_shape, fuse=0, depthwise=False, padding=1):
+    """A float CONV_2D (or DEPTHWISE_CONV_2D) with random weights, implicit padding
+    (1 SAME, 2 VALID), strides 1; its output operand."""
+    channels = filter_shape[3] if depthwise else filter_shape[0]
+    weights = _float_tensor(model, filter_shape, rng.standard_normal(filter_shape) * 0.5)
+    bias = _float_tensor(model, [channels], rng.standard_normal(channels) * 0.5)
+    y = _float_tensor(model, output_shape)
+    scalars = [_constant(model, T.INT32, v) for v in (padding, 1, 1, *([1] if depthwise else []), fuse)]
+    model.add_operation(Op.DEPTHWISE_CONV_2D if depthwise else Op.CONV_2D, [x, weights, bias, *scalars], [y])
+    return y
+
+
+def _lowered(model):
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    return lower_model(build_hal_model(model)[0])[0]
+
+
+def _attribute(node, name):
+    return next(onnx_helper().get_attribute_value(a) for a in node.attribute if a.name == name)
+
+
+def onnx_helper():
+    from onnx import helper
+
+    return helper
+
+
+@pytest.mark.parametrize("fuse, bounds", [(3, [0.0, 6.0]), (2, [-1.0, 1.0])])
+@pytest.mark.parametrize("skip_first", [True, False])
+def test_a_clamped_residual_add_is_computed_by_its_convolution(ort_device, monkeypatch, fuse, bounds, skip_first):
+    """ADD + RELU6 / RELU1 of a 1x1 CONV_2D (no activation) and a skip value becomes ORT's
+    FusedConv with the skip as its sum input and the clamp as its activation (ORT has no
+    blocked Clip: a bare one left its NCHWc layout twice per residual), also where the
+    skip is computed after the convolution. The reference's values to float32 rounding
+    (the same three terms added in another order), clamped exactly."""
+    from nnapi.drivers.ort import lowering
+
+    rng = np.random.default_rng(11)
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 8, 8, 32])
+    if skip_first:
+        skip = _conv_op(model, rng, x, [1, 3, 3, 32], [1, 8, 8, 32], depthwise=True)
+        main = _conv_op(model, rng, skip, [32, 1, 1, 32], [1, 8, 8, 32])
+    else:
+        main = _conv_op(model, rng, x, [32, 1, 1, 32], [1, 8, 8, 32])
+        skip = _conv_op(model, rng, x, [1, 3, 3, 32], [1, 8, 8, 32], depthwise=True)
+    y = _float_tensor(model, [1, 8, 8, 32])
+    model.add_operation(Op.ADD, [skip, main, _constant(model, T.INT32, fuse)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    nodes = _lowered(model).graph.node
+    fused = [node for node in nodes if node.op_type == "FusedConv"]
+    assert len(fused) == 1 and len(fused[0].input) == 4 and fused[0].domain == "com.microsoft"
+    assert _attribute(fused[0], "activation") == b"Clip" and _attribute(fused[0], "activation_params") == bounds
+    assert not any(node.op_type in ("Add", "Clip") for node in nodes)
+    image = rng.uniform(-1, 1, (1, 8, 8, 32)).astype(np.float32) * bounds[1] / 2
+    outputs = [np.zeros((1, 8, 8, 32), np.float32)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * bounds[1] * 8
+    for bound in bounds:
+        assert ((ours[0] == bound) == (theirs[0] == bound)).mean() > 0.999 and (ours[0] == bound).sum() > 10
+    assert ours[0].min() >= bounds[0] and ours[0].max() <= bounds[1] and len(np.unique(ours[0])) > 300
+    monkeypatch.setattr(lowering, "_clamp_into_conv", lambda *arguments: None)
+    nodes = _lowered(model).graph.node
+    assert not any(node.op_type == "FusedConv" for node in nodes)
+    identity = [node for node in nodes if node.op_type == "Conv" and _attribute(node, "kernel_shape") == [1, 1]
+                and _attribute(node, "group") == 32]
+    assert len(identity) == 1  # the clamp after an identity 1x1 depthwise convolution instead
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(plain[0] - theirs[0]).max() <= 1e-6 * bounds[1] * 8
+
+
+def test_a_convolution_read_twice_keeps_its_own_output(ort_device):
+    """A 1x1 CONV_2D whose output an ADD + RELU6 and the model's second output both read:
+    the convolution stays a Conv (its unclamped value is needed) and the clamp follows an
+    identity depthwise convolution; the reference's values for both outputs."""
+    rng = np.random.default_rng(13)
+    model = nnapi.Model()
+    x, skip = _float_tensor(model, [1, 8, 8, 16]), _float_tensor(model, [1, 8, 8, 16])
+    main = _conv_op(model, rng, x, [16, 1, 1, 16], [1, 8, 8, 16])
+    y = _float_tensor(model, [1, 8, 8, 16])
+    model.add_operation(Op.ADD, [main, skip, _constant(model, T.INT32, 3)], [y])
+    model.identify_inputs_and_outputs([x, skip], [y, main])
+    model.finish()
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert "FusedConv" not in kinds and kinds.count("Conv") == 2 and kinds.count("Clip") == 1
+    values = [rng.uniform(-3, 3, (1, 8, 8, 16)).astype(np.float32) for _ in range(2)]
+    outputs = [np.zeros((1, 8, 8, 16), np.float32)] * 2
+    ours, theirs = _on_both(model, values, outputs, ort_device)
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(ours[0], np.clip(ours[1] + values[1], 0, 6))
+    assert (ours[0] == 6).sum() > 10 and (ours[0] == 0).sum() > 10
+
+
+@pytest.mark.parametrize("channels", [32, 24])
+def test_a_clamped_add_of_two_inputs_keeps_the_values_exactly(ort_device, channels):
+    """ADD + RELU6 of two inputs (no convolution to compute it): on blocked channels (a
+    multiple of 16) the clamp follows an identity 1x1 depthwise convolution (x * 1.0), ORT
+    fusing the Clip into it; otherwise a plain Clip. Either way the reference's values
+    exactly, non-finite sums included."""
+    model = nnapi.Model()
+    shape = [1, 4, 4, channels]
+    a, b, y = (_float_tensor(model, shape) for _ in range(3))
+    model.add_operation(Op.ADD, [a, b, _constant(model, T.INT32, 3)], [y])
+    model.identify_inputs_and_outputs([a, b], [y])
+    model.finish()
+    nodes = _lowered(model).graph.node
+    convolutions = [node for node in nodes if node.op_type == "Conv"]
+    assert len(convolutions) == (1 if channels == 32 else 0)
+    assert [node.op_type for node in nodes].count("Clip") == 1
+    rng = np.random.default_rng(3)
+    values = [rng.uniform(-8, 8, shape).astype(np.float32) for _ in range(2)]
+    values[0].reshape(-1)[:4] = [np.inf, -np.inf, 1e38, -0.0]
+    values[1].reshape(-1)[:4] = [1.0, 2.0, 1e38, 0.0]
+    ours, theirs = _on_both(model, values, [np.zeros(shape, np.float32)], ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    assert ours[0].reshape(-1)[0] == 6.0 and ours[0].reshape(-1)[1] == 0.0 and ours[0].reshape(-1)[2] == 6.0
+
+
+def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(ort_device, monkeypatch):
+    """pose_landmark_full's mask head in small: 8-channel values (padded to 16 for ORT's
+    NCHWc layout) through RESIZE_BILINEAR, residual ADD + RELU6s and a 3x3 CONV_2D to one
+    channel. Lowered without a Slice or Pad (the resize takes and gives the padded
+    channels: each is resized alone, zeros stay zeros) and both ADDs in FusedConvs. The
+    reference's values to float32 rounding, and the plain lowering's."""
+    from nnapi.drivers.ort import lowering
+
+    rng = np.random.default_rng(7)
+    model = nnapi.Model()
+    low = _float_tensor(model, [1, 16, 16, 16])
+    high = _float_tensor(model, [1, 32, 32, 16])
+    coarse = _conv_op(model, rng, low, [8, 1, 1, 16], [1, 16, 16, 8])
+    resized = _float_tensor(model, [1, 32, 32, 8])
+    model.add_operation(Op.RESIZE_BILINEAR, [coarse, _constant(model, T.INT32, 32), _constant(model, T.INT32, 32),
+                                             _constant(model, T.BOOL, False), _constant(model, T.BOOL, False),
+                                             _constant(model, T.BOOL, True)], [resized])
+    fine = _conv_op(model, rng, high, [8, 1, 1, 16], [1, 32, 32, 8])
+    merged = _float_tensor(model, [1, 32, 32, 8])
+    model.add_operation(Op.ADD, [resized, fine, _constant(model, T.INT32, 3)], [merged])
+    spread = _conv_op(model, rng, merged, [1, 3, 3, 8], [1, 32, 32, 8], fuse=3, depthwise=True)
+    mixed = _conv_op(model, rng, spread, [8, 1, 1, 8], [1, 32, 32, 8])
+    block = _float_tensor(model, [1, 32, 32, 8])
+    model.add_operation(Op.ADD, [merged, mixed, _constant(model, T.INT32, 3)], [block])
+    mask = _conv_op(model, rng, block, [1, 3, 3, 8], [1, 32, 32, 1])
+    model.identify_inputs_and_outputs([low, high], [mask])
+    model.finish()
+    nodes = _lowered(model).graph.node
+    kinds = [node.op_type for node in nodes]
+    assert "Slice" not in kinds and "Pad" not in kinds and "Add" not in kinds
+    assert kinds.count("FusedConv") == 2 and kinds.count("Resize") == 1
+    assert kinds.count("Clip") == 1  # the depthwise convolution's own RELU6, which ORT fuses into it
+    onnx_model = _lowered(model)
+    constants = {t.name: t for t in onnx_model.graph.initializer}
+    resize = next(node for node in onnx_model.graph.node if node.op_type == "Resize")
+    from onnx import numpy_helper
+
+    assert numpy_helper.to_array(constants[resize.input[3]]).tolist() == [1, 16, 32, 32]  # the padded channels
+    inputs = [rng.uniform(-1, 1, (1, 16, 16, 16)).astype(np.float32),
+              rng.uniform(-1, 1, (1, 32, 32, 16)).astype(np.float32)]
+    outputs = [np.zeros((1, 32, 32, 1), np.float32)]
+    ours, theirs = _on_both(model, inputs, outputs, ort_device)
+    scale = np.abs(theirs[0]).max()
+    assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 1000
+    for name in ("_clamp_into_conv", "wants_padding"):
+        monkeypatch.setattr(lowering, name, lambda *arguments: None)
+    plain_model = _lowered(model)
+    assert not any(node.op_type == "FusedConv" for node in plain_model.graph.node)
+    assert not any(list(t.dims)[:1] == [16] for t in plain_model.graph.initializer)  # 8 channels, not padded
+    plain, _ = _on_both(model, inputs, outputs, ort_device)
+    assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
+
+
 @pytest.mark.parametrize("target, dtype", [(T.TENSOR_INT32, np.int32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
                                            (T.TENSOR_FLOAT16, np.float16)])
 def test_cast_of_floats_at_the_edges_equals_the_reference(ort_device, target, dtype):

@@ -129,6 +129,9 @@ class GraphBuilder:
         self.uses_ms_domain = False
         #: operands computed with their channels padded to the NCHWc block (see padded_channels)
         self.padded: dict[int, tuple[str, int]] = {}
+        #: float convolutions without an activation, by output operand: their Conv node and
+        #: the Transpose back to NHWC after it (a clamped ADD may take them over: _clamp_into_conv)
+        self.convolutions: dict[int, tuple[onnx.NodeProto, onnx.NodeProto]] = {}
         self._count = 0
         self._constants: dict[tuple, str] = {}
         # isolated: operands produced elsewhere are treated as inputs (for support queries)
@@ -395,7 +398,8 @@ def padded_channels(channels: int) -> int:
 #: to the NCHWc block, when their parameters allow (_takes_padded)
 _PADDED_CONSUMERS = (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.ADD, OperationCode.PAD,
                      OperationCode.PAD_V2, OperationCode.MAX_POOL_2D, OperationCode.AVERAGE_POOL_2D,
-                     OperationCode.RELU, OperationCode.RELU1, OperationCode.RELU6, OperationCode.PRELU)
+                     OperationCode.RELU, OperationCode.RELU1, OperationCode.RELU6, OperationCode.PRELU,
+                     OperationCode.RESIZE_BILINEAR)
 
 
 def wants_padding(g: GraphBuilder, index: int) -> bool:
@@ -443,6 +447,8 @@ def _takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
                     and int(paddings.reshape(4, 2)[3, 0]) == 0 and _pad_value_is_zero(g, operation))
         if code in (OperationCode.MAX_POOL_2D, OperationCode.AVERAGE_POOL_2D):
             return position == 0 and not _pool_layout_nchw(g, operation)
+        if code == OperationCode.RESIZE_BILINEAR:
+            return position == 0 and not g.optional_scalar(operation, 3, False)
         if code == OperationCode.PRELU:
             alpha = g.raw_constant(inputs[1])
             return position == 0 and alpha is not None and alpha.size > 0 and bool(np.isfinite(alpha).all()) and (
@@ -699,9 +705,11 @@ def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool
         weights = np.pad(weights, ((0, channels - weights.shape[0]), (0, 0), (0, 0), (0, depth - weights.shape[3])))
         weights, group = weights.transpose(0, 3, 1, 2), 1
     bias = np.pad(bias, (0, channels - bias.size))
+    attributes = _conv_attributes(params, list(weights.shape[2:]), group)
     y = g.one("Conv", [to_nchw(g, x.name, False), g.constant(np.ascontiguousarray(weights), "filter"),
-                       g.constant(bias, "w")], **_conv_attributes(params, list(weights.shape[2:]), group))
-    g.set_channels(index, fused_activation(g, from_nchw(g, y, False), params.fuse, output), channels)
+                       g.constant(bias, "w")], **attributes)
+    y = _record_convolution(g, index, y, params.fuse, False)
+    g.set_channels(index, fused_activation(g, y, params.fuse, output), channels)
     return True
 
 
@@ -746,6 +754,9 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
         weights, _, _ = _filter_to_oihw(g, operation.inputs[1], depthwise)
         bias = g.value(operation.inputs[2])
         y = g.one("Conv", [to_nchw(g, source.name, params.nchw), weights, bias.name], **attributes)
+        y = _record_convolution(g, operation.outputs[0], y, params.fuse, params.nchw)
+        g.set_output(operation.outputs[0], fused_activation(g, y, params.fuse, output))
+        return
     elif output.type in QUANT8:
         if g.operand(operation.inputs[0]).type not in QUANT8:
             raise Declined("a quantized output needs a quantized input")
@@ -821,11 +832,15 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
         channels = max(a.dims[3], b.dims[3])
         a_name, b_name = (v.name if v.dims[3] == channels else _pad_channels(g, v.name, channels - v.dims[3])
                           for v in (a, b))
-        y = fused_activation(g, g.one("Add", [a_name, b_name]), fuse, output)
+        y = _clamped_add(g, operation, a_name, b_name, output, channels)
         g.set_channels(operation.outputs[0], y, channels)
         return
     a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     float_op, quant_op = _BINARY[code]
+    if output.type in FLOATS and code == OperationCode.ADD and a.dims == b.dims == list(output.dimensions):
+        channels = a.dims[3] if a.rank == 4 else 0
+        g.set_output(operation.outputs[0], _clamped_add(g, operation, a.name, b.name, output, channels))
+        return
     if output.type in FLOATS:
         y = g.one(float_op, [a.name, b.name])
     elif output.type in QUANT8:
@@ -841,6 +856,71 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined(f"{code.name} on {_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+def _clamped_add(g: GraphBuilder, operation: Operation, a: str, b: str, output: Operand, channels: int) -> str:
+    """A float ADD of two NHWC values of one shape (``channels`` channels, padded ones
+    included; 0 for a value not of rank 4) with its fused activation. ORT's blocked layout (NCHWc) takes an Add into
+    the convolution before it and a Relu after that, but has no blocked Clip: a bare Clip
+    after the sum leaves the layout and comes back, two reorders and an unvectorized
+    clamp per residual (pose_landmark_full's RELU6 residual chains: 39 reorders). So a
+    RELU6 / RELU1 becomes part of a convolution: the one that computes an operand of the
+    sum (_clamp_into_conv), or else an identity 1x1 depthwise one after the sum (x * 1.0,
+    exact) that ORT fuses the Clip into, where the sum is blocked."""
+    fuse = int(g.scalar(operation.inputs[2]))
+    if fuse not in (FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6) or g.isolated:
+        return fused_activation(g, g.one("Add", [a, b]), fuse, output)
+    fused = _clamp_into_conv(g, operation, a, b, fuse)
+    if fused is not None:
+        return fused
+    total = g.one("Add", [a, b])
+    if not channels or channels % NCHWC_BLOCK or len(output.dimensions) != 4:
+        return fused_activation(g, total, fuse, output)
+    identity = channel_scale(g, to_nchw(g, total, False), np.ones(channels, np.float32))
+    return from_nchw(g, fused_activation(g, identity, fuse, output), False)
+
+
+def _record_convolution(g: GraphBuilder, index: int, nchw_name: str, fuse: int, nchw: bool) -> str:
+    """``nchw_name`` (the output of the Conv node just made) back in NHWC, the pair
+    recorded for _clamp_into_conv when the convolution has no activation of its own."""
+    conv = g.nodes[-1]
+    name = from_nchw(g, nchw_name, nchw)
+    if fuse == FuseCode.FUSED_NONE and not nchw and not g.isolated and conv.output[0] == nchw_name:
+        g.convolutions[index] = (conv, g.nodes[-1])
+    return name
+
+
+def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse: int) -> str | None:
+    """ADD + RELU1 / RELU6 where one operand is a float convolution's output read by
+    nothing else, as that convolution in ORT's FusedConv with the other operand as its
+    sum input Z and the clamp as its activation: conv + bias + Z, clamped, in one pass that
+    ORT runs in its blocked layout (what it does itself for Conv + Add + Relu). The sum is
+    the same three terms, added in another order (float32 rounding, as ORT's own Add
+    fusion). The convolution's nodes move after Z's, so the graph stays in order. None
+    where it does not apply."""
+    low, high = activation_bounds_float(fuse)
+    reads = {name for node in g.nodes for name in node.input}
+    for position, (mine, other) in enumerate(((a, b), (b, a))):
+        index = operation.inputs[position]
+        recorded = g.convolutions.get(index)
+        if recorded is None or operation.inputs[:2].count(index) != 1 or index in g.subgraph.output_indexes:
+            continue
+        conv, transpose = recorded
+        if transpose.output[0] != mine or mine in reads or sum(index in op.inputs for op in g.subgraph.operations) != 1:
+            continue
+        g.nodes.remove(conv)
+        g.nodes.remove(transpose)
+        if len(conv.input) < 3:
+            conv.input.append("")
+        conv.input.append(to_nchw(g, other, False))
+        conv.op_type, conv.domain = "FusedConv", MS_DOMAIN
+        conv.attribute.extend([helper.make_attribute("activation", "Clip"),
+                               helper.make_attribute("activation_params", [float(low), float(high)])])
+        g.uses_ms_domain = True
+        g.nodes.extend([conv, transpose])
+        del g.convolutions[index]
+        return mine
+    return None
 
 
 _UNARY_FLOAT = {OperationCode.LOGISTIC: "Sigmoid", OperationCode.TANH: "Tanh", OperationCode.RELU: "Relu",
@@ -1215,10 +1295,13 @@ def _padded_pad(g: GraphBuilder, operation: Operation) -> bool:
 
 @lowers(OperationCode.RESIZE_BILINEAR)
 def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
-    x = g.value(operation.inputs[0])
-    _require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
     nchw = bool(g.optional_scalar(operation, 3, False))
+    # channels padded to the NCHWc block (wants_padding): each channel is resized on its
+    # own, so the zero channels stay zero and ORT keeps the Resize in its blocked layout
+    padded = output.type in FLOATS and operation.inputs[0] in g.padded and not nchw
+    x = g.blocked_value(operation.inputs[0]) if padded else g.value(operation.inputs[0])
+    _require_rank(x, 4, "the input")
     align_corners = bool(g.optional_scalar(operation, 4, False))
     half_pixel = bool(g.optional_scalar(operation, 5, False))
     if align_corners and half_pixel:
@@ -1246,6 +1329,9 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
     y = g.one("Resize", [real, "", "", sizes], mode="linear", coordinate_transformation_mode=mode)
     if output.type in QUANT8:
         y = g.quantize(y, output)
+    if padded:
+        g.set_channels(operation.outputs[0], from_nchw(g, y, nchw), channels)
+        return
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
 
 
