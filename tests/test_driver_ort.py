@@ -1105,7 +1105,8 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     """pose_landmark_full's mask head in small: 8-channel values (padded to 16 for ORT's
     NCHWc layout) through RESIZE_BILINEAR, residual ADD + RELU6s and a 3x3 CONV_2D to one
     channel. Lowered without a Slice or Pad (the resize takes and gives the padded
-    channels: each is resized alone, zeros stay zeros) and both ADDs in FusedConvs. The
+    channels: each is resized alone, zeros stay zeros), both ADDs in FusedConvs and the
+    one-filter convolution as a depthwise one and a 1x1 sum of the channels. The
     reference's values to float32 rounding, and the plain lowering's."""
     from nnapi.drivers.ort import lowering
 
@@ -1134,24 +1135,49 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     assert kinds.count("FusedConv") == 2 and kinds.count("Resize") == 1
     assert kinds.count("Clip") == 1  # the depthwise convolution's own RELU6, which ORT fuses into it
     onnx_model = _lowered(model)
+    shapes = {t.name: list(t.dims) for t in onnx_model.graph.initializer}
     constants = {t.name: t for t in onnx_model.graph.initializer}
     resize = next(node for node in onnx_model.graph.node if node.op_type == "Resize")
     from onnx import numpy_helper
 
     assert numpy_helper.to_array(constants[resize.input[3]]).tolist() == [1, 16, 32, 32]  # the padded channels
+    filters = [shapes[node.input[1]] for node in onnx_model.graph.node if node.op_type == "Conv"]
+    assert [16, 1, 3, 3] in filters and [1, 16, 1, 1] in filters and [1, 16, 3, 3] not in filters
     inputs = [rng.uniform(-1, 1, (1, 16, 16, 16)).astype(np.float32),
               rng.uniform(-1, 1, (1, 32, 32, 16)).astype(np.float32)]
     outputs = [np.zeros((1, 32, 32, 1), np.float32)]
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 1000
-    for name in ("_clamp_into_conv", "wants_padding"):
+    for name in ("_clamp_into_conv", "_single_filter_conv", "wants_padding"):
         monkeypatch.setattr(lowering, name, lambda *arguments: None)
     plain_model = _lowered(model)
     assert not any(node.op_type == "FusedConv" for node in plain_model.graph.node)
     assert not any(list(t.dims)[:1] == [16] for t in plain_model.graph.initializer)  # 8 channels, not padded
     plain, _ = _on_both(model, inputs, outputs, ort_device)
     assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
+
+
+@pytest.mark.parametrize("size", [32, 16])
+def test_a_one_filter_convolution_splits_where_its_output_is_large(ort_device, size):
+    """CONV_2D with one 3x3 filter on 16 channels: at 32x32 outputs (>= 1024 pixels) a
+    depthwise convolution and a 1x1 one summing the channels with the bias and the fused
+    RELU; at 16x16 the plain Conv. The reference's values to float32 rounding."""
+    rng = np.random.default_rng(5)
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, size, size, 16])
+    y = _conv_op(model, rng, x, [1, 3, 3, 16], [1, size, size, 1], fuse=1)
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model = _lowered(model)
+    shapes = {t.name: list(t.dims) for t in onnx_model.graph.initializer}
+    filters = [shapes[node.input[1]] for node in onnx_model.graph.node if node.op_type == "Conv"]
+    assert filters == ([[16, 1, 3, 3], [1, 16, 1, 1]] if size == 32 else [[1, 16, 3, 3]])
+    image = rng.uniform(-1, 1, (1, size, size, 16)).astype(np.float32)
+    ours, theirs = _on_both(model, [image], [np.zeros((1, size, size, 1), np.float32)], ort_device)
+    scale = np.abs(theirs[0]).max()
+    assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * scale and (ours[0] == 0).sum() > 10
+    assert ((ours[0] == 0) == (theirs[0] == 0)).all()
 
 
 @pytest.mark.parametrize("target, dtype", [(T.TENSOR_INT32, np.int32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
