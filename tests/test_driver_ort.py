@@ -684,10 +684,10 @@ def test_split_plan_missing_its_deadline_on_ort_is_not_re_run(monkeypatch):
     default.finish()
     assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
 
-    def late(self, binding, deadline_ns):
+    def late(self, *args, **kwargs):
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the execution's deadline passed")
 
-    monkeypatch.setattr(OrtPreparedModel, "_run", late)
+    monkeypatch.setattr(OrtPreparedModel, "execute", late)
     with pytest.raises(nnapi.NnapiError) as excinfo:
         _run(default, np.zeros((1, 6, 6, 3), np.float32))
     assert excinfo.value.code == nnapi.ResultCode.MISSED_DEADLINE_TRANSIENT

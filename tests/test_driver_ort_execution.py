@@ -5,7 +5,9 @@ mocked (no GPU here: what is checked is the device code path, not a GPU run)."""
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -37,7 +39,7 @@ def bind_calls(monkeypatch):
 
     def init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        for method in ("bind_input", "bind_output"):
+        for method in ("bind_input", "bind_output", "bind_array"):
             original = getattr(self, method)
 
             def counted(name, *more, _original=original):
@@ -79,6 +81,80 @@ def test_an_execution_binds_only_what_moved(bind_calls):
     prepared.execute(Request(request.inputs, request.outputs, [moved, target]))
     assert len(bind_calls) == 3 and bind_calls[-1] == bind_calls[0]
     np.testing.assert_allclose(target, _expected(model, request, moved), rtol=1e-5, atol=1e-5)
+
+
+def test_an_array_holding_exactly_an_argument_is_bound_as_itself(bind_calls):
+    """A pool that is a numpy array of the argument's dtype and shape (what the runtime
+    passes for set_input / set_output arrays) is bound as the array: a new array at every
+    run is bound each time and gives its own results; the same array changed in place
+    gives the new values with nothing bound again; a new array in a dropped one's place
+    (maybe at its address, with its id) is bound, never taken for it."""
+    model, request, _, _ = _float_block()
+    prepared = OrtDevice().prepare_model(model)
+    shape = (1, 28, 28, 16)
+    rng = np.random.default_rng(11)
+    target = np.zeros(shape, np.float32)
+
+    def run(source):
+        prepared.execute(Request(request.inputs, request.outputs, [source, target]))
+        np.testing.assert_allclose(target.reshape(-1), _expected(model, request, source.reshape(-1)),
+                                   rtol=1e-5, atol=1e-5)
+
+    sources = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    for source in sources:
+        run(source)
+    assert len(bind_calls) == 4  # each input, the output once
+    source = sources[-1]
+    source[...] = rng.standard_normal(shape)
+    run(source)
+    assert len(bind_calls) == 4
+    del sources
+    for _ in range(3):
+        del source
+        source = rng.standard_normal(shape).astype(np.float32)
+        run(source)
+    assert len(bind_calls) == 7
+    # a flat array, a non-native byte order: bound by address (the pool's bytes, as any pool's)
+    flat = rng.standard_normal(int(np.prod(shape))).astype(np.float32)
+    run(flat)
+    prepared.execute(Request(request.inputs, request.outputs, [source.view(">f4"), target]))
+    np.testing.assert_allclose(target.reshape(-1), _expected(model, request, source.reshape(-1)),
+                               rtol=1e-5, atol=1e-5)
+    assert len(bind_calls) == 9
+
+
+def test_an_array_bound_as_itself_is_checked():
+    """An output array that is read-only, an array of another dtype or shape or not
+    contiguous: the same answers as for any other pool."""
+    model, request, source, target = _float_block()
+    prepared = OrtDevice().prepare_model(model)
+    shape = (1, 28, 28, 16)
+    read_only = np.zeros(shape, np.float32)
+    read_only.flags.writeable = False
+    wrong_type = np.zeros(shape, np.int32)  # its bytes: as many as the output needs
+    strided = np.zeros((1, 28, 28, 32), np.float32)[..., ::2]
+    for pools in ([source.reshape(shape), read_only], [strided, target], [source, strided[..., :8]]):
+        with pytest.raises(HalError) as error:
+            prepared.execute(Request(request.inputs, request.outputs, pools))
+        assert error.value.status == ErrorStatus.INVALID_ARGUMENT
+    prepared.execute(Request(request.inputs, request.outputs, [source.reshape(shape), wrong_type]))
+    np.testing.assert_allclose(wrong_type.view(np.float32).reshape(-1), _expected(model, request, source),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_reusable_execution_keeps_the_arrays_it_bound():
+    model, request, _, _ = _float_block()
+    shape = (1, 28, 28, 16)
+    source, target = np.random.default_rng(12).standard_normal(shape).astype(np.float32), np.zeros(shape, np.float32)
+    expected = _expected(model, request, source.reshape(-1))
+    execution = OrtDevice().prepare_model(model).create_reusable_execution(
+        Request(request.inputs, request.outputs, [source, target]))
+    kept = weakref.ref(source), weakref.ref(target)
+    del source, target
+    gc.collect()
+    execution.execute()
+    assert all(ref() is not None for ref in kept)
+    np.testing.assert_allclose(kept[1]().reshape(-1), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_onnxruntimes_public_methods_where_its_classes_hold_no_native_ones(monkeypatch):

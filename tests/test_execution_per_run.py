@@ -93,6 +93,23 @@ def test_new_arrays_every_run(device):
         np.testing.assert_array_equal(out, a + b)
 
 
+def test_a_new_input_array_every_run_into_the_same_output(device):
+    """A preprocessed image per run (a new input array, the previous one dropped), the
+    same other input and output: each run gives the new array's results; the array
+    changed in place and run again gives the new values."""
+    compilation = compiled(device)
+    rng = np.random.default_rng(5)
+    b, out = rng.standard_normal((2, 3)).astype(np.float32), np.zeros((2, 3), np.float32)
+    for _ in range(4):
+        a = rng.standard_normal((2, 3)).astype(np.float32)
+        run(compilation, a, b, out)
+        np.testing.assert_array_equal(out, a + b)
+        a += 1
+        run(compilation, a, b, out)
+        np.testing.assert_array_equal(out, a + b)
+        del a
+
+
 def test_a_new_array_in_a_freed_ones_place_is_not_taken_for_it(device):
     """A loop that frees its input before making the next gets arrays at the same address
     (the same id) run after run: they are new arrays, so nothing is bound for them (binding

@@ -17,6 +17,7 @@ import os
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -187,6 +188,9 @@ class IoSpec:
         #: byte count, None when the model leaves a dimension (or the rank) unspecified
         self.shape = tuple(self.dimensions)
         self.nbytes = _nbytes(self, self.dimensions) if self.dimensions and all(self.dimensions) else None
+        #: the strides of a C-contiguous array of that shape: a numpy array pool with this
+        #: dtype, shape and strides is bound as the array itself (see _Binding)
+        self.strides = _c_strides(self.shape, self.dtype.itemsize)
         #: the ONNX element type, as IOBinding takes it without looking the dtype up (the
         #: dtype itself, which it takes too, for one ONNX has no type for: binding fails)
         try:
@@ -302,6 +306,7 @@ def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[Signature, by
 # execution (create_reusable_execution) checks and binds its request once.
 
 _LATE = object()  # an output bound for ORT to allocate (its shape known only after the run)
+_REF = weakref.ref  # what an argument bound as a numpy array is remembered by (see _Binding)
 _UNTIMED = Timing()  # what a run without measure_timing reports (shared, never mutated)
 
 
@@ -331,11 +336,15 @@ def _address(view: memoryview) -> int:
 
 class _Binding:
     """An IOBinding and what is bound to it: per input and output the (address, shape)
-    bound, ``None`` for nothing yet or ``_LATE`` (bound for ORT to allocate, at each run);
-    ``views`` keeps the pools of a bound request exported (a bytearray cannot be resized
-    under a reusable execution)."""
+    bound, a weak reference to the numpy array bound as an array (while it is alive its
+    bytes stay where they were bound: the same array needs nothing; one freed is never
+    run, a new array being bound first; weak, so that a loop's previous input is freed
+    when the loop drops it, not inside the next execution), ``None`` for nothing yet or
+    ``_LATE`` (bound for ORT to allocate, at each run); ``views`` keeps the pools of a
+    bound request alive and exported (a bytearray cannot be resized under a reusable
+    execution)."""
 
-    __slots__ = ("io", "inputs", "outputs", "views", "run", "native", "bind_input", "bind_output")
+    __slots__ = ("io", "inputs", "outputs", "views", "run", "native", "bind_input", "bind_output", "bind_array")
 
     def __init__(self, session: ort.InferenceSession, signature: Signature) -> None:
         self.io = io = session.io_binding()
@@ -353,9 +362,16 @@ class _Binding:
         else:
             self.bind_input = lambda name, _device, *typed: io.bind_input(name, "cpu", 0, *typed)
             self.bind_output = lambda name, _device, *typed: io.bind_output(name, "cpu", 0, *typed)
+        #: ``bind_array(name, array)``: an input bound as a contiguous numpy array of the
+        #: input's dtype and shape, its bytes in place, as ORT's own ``run`` takes an input
+        #: (ORT reads type and address in C++: between two model runs that costs ~half of
+        #: reading the address in Python first); onnxruntime's public bind_cpu_input where
+        #: its IOBinding holds no native method
+        self.bind_array = native.bind_input if self.bind_input is getattr(native, "bind_input", None) \
+            else io.bind_cpu_input
         self.inputs: list = [None] * len(signature.inputs)
         self.outputs: list = [None] * len(signature.outputs)
-        self.views: list[memoryview] = []
+        self.views: list = []
 
 
 class OrtPreparedModel(IPreparedModel):
@@ -381,7 +397,13 @@ class OrtPreparedModel(IPreparedModel):
         if binding is None:
             binding = self._local.binding = _Binding(self.session, self.signature)
         late = self._bind(binding, request)
-        return self._finish(binding, request, late, measure_timing, deadline_ns, start)
+        if late or start:
+            return self._finish(binding, request, late, measure_timing, deadline_ns, start)
+        try:  # the run and nothing else (as OrtExecution's plain one)
+            binding.run(binding.native, None)
+        except Exception as error:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
+        return self._shapes.copy(), _UNTIMED
 
     def create_reusable_execution(self, request: Request, measure_timing: bool = False,
                                   loop_timeout_ns: int | None = None) -> IExecution:
@@ -393,28 +415,50 @@ class OrtPreparedModel(IPreparedModel):
 
     def _bind(self, binding: _Binding, request: Request, keep: bool = False) -> list[int]:
         """Check the request against the signature and bind each argument that moved;
-        return the outputs ORT allocates (copied into the request after the run)."""
+        return the outputs ORT allocates (copied into the request after the run).
+
+        A pool that is a numpy array holding exactly the argument (the input's dtype, shape,
+        C-contiguous, offset 0: what the runtime passes for arrays set with set_input /
+        set_output) is checked in a few comparisons and bound as the array itself (held by
+        the binding, so the same array again needs nothing); any other pool by address."""
         signature = self.signature
-        inputs, outputs = request.inputs, request.outputs
+        inputs, outputs, pools = request.inputs, request.outputs, request.pools
         if len(inputs) != len(signature.inputs) or len(outputs) != len(signature.outputs):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the request's inputs or outputs do not match the model")
         views: dict[int, tuple[memoryview, int]] = {}  # pool index -> (its bytes, their address)
+        arrays: list[np.ndarray] = []  # the arrays bound as arrays, for a request bound to keep
         late = []
+        count = len(pools)
         try:
             bound = binding.inputs
             for position, argument in enumerate(inputs):
                 spec = signature.inputs[position]
+                location = argument.location
+                index = location.pool_index
+                pool = pools[index] if 0 <= index < count else None
+                if pool.__class__ is np.ndarray and pool.dtype is spec.dtype and pool.shape == spec.shape \
+                        and pool.strides == spec.strides and not location.offset and spec.nbytes is not None \
+                        and location.length >= spec.nbytes and not argument.has_no_value \
+                        and (not argument.dimensions or argument.dimensions == spec.dimensions):
+                    previous = bound[position]
+                    if previous.__class__ is not _REF or previous() is not pool:
+                        bound[position] = None
+                        binding.bind_array(spec.name, pool)
+                        bound[position] = _REF(pool)
+                        if keep:
+                            arrays.append(pool)
+                    continue
                 dims = argument.dimensions
                 needed = spec.nbytes
                 if argument.has_no_value or needed is None or (dims and dims != spec.dimensions):
                     shape, needed = self._input_shape(position, argument, spec)
                 else:
                     shape = spec.shape
-                location = argument.location
                 if location.length < needed:
                     raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} buffer is too small")
                 address = self._located(request, views, location, needed, False, f"input {position}")
-                if bound[position] != (address, shape):
+                previous = bound[position]
+                if previous.__class__ is not tuple or previous != (address, shape):
                     bound[position] = None
                     binding.bind_input(spec.name, _CPU_DEVICE, spec.element_type, shape, address)
                     bound[position] = (address, shape)
@@ -422,12 +466,29 @@ class OrtPreparedModel(IPreparedModel):
             for position, argument in enumerate(outputs):
                 spec = signature.outputs[position]
                 needed = spec.nbytes
-                if argument.has_no_value or needed is None or argument.location.length < needed:
+                location = argument.location
+                if argument.has_no_value or needed is None or location.length < needed:
                     late.append(position)  # bound before each run (see _finish)
                     bound[position] = _LATE
                     continue
-                address = self._located(request, views, argument.location, needed, True, f"output {position}")
-                if bound[position] != (address, spec.shape):
+                index = location.pool_index
+                pool = pools[index] if 0 <= index < count else None
+                if pool.__class__ is np.ndarray and pool.dtype is spec.dtype and pool.shape == spec.shape \
+                        and pool.strides == spec.strides and not location.offset:
+                    previous = bound[position]
+                    if previous.__class__ is not _REF or previous() is not pool:
+                        bound[position] = None
+                        if not pool.flags.writeable:
+                            raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output pool is read-only")
+                        address = ctypes.addressof(ctypes.c_char.from_buffer(pool))
+                        binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, spec.shape, address)
+                        bound[position] = _REF(pool)
+                        if keep:
+                            arrays.append(pool)
+                    continue
+                address = self._located(request, views, location, needed, True, f"output {position}")
+                previous = bound[position]
+                if previous.__class__ is not tuple or previous != (address, spec.shape):
                     bound[position] = None
                     binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, spec.shape, address)
                     bound[position] = (address, spec.shape)
@@ -438,7 +499,7 @@ class OrtPreparedModel(IPreparedModel):
         if keep:
             # views of their own: the caller releasing its view (the driver service when a
             # client forgets a pool) leaves the memory mapped while ORT holds its address
-            binding.views = [memoryview(view) for view, _ in views.values()]
+            binding.views = [*(memoryview(view) for view, _ in views.values()), *arrays]
         return late
 
     @staticmethod
@@ -658,3 +719,12 @@ def _pool_at(request: Request, index: int):
 
 def _nbytes(spec: IoSpec, dims: list[int]) -> int:
     return math.prod(dims) * spec.dtype.itemsize
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    step = itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return tuple(reversed(strides))
