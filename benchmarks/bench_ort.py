@@ -368,20 +368,48 @@ def boundary_cost(path: Path, operation: str, runs: int, clock) -> dict:
     split_outputs = [np.zeros_like(a) for a in outputs]
     split = NnapiRunner(model, [declining_ort_device({nnapi.OperationCode[operation]}), reference], split_outputs)
     boundaries = len(split.compilation.step_devices) - 1
+    # the time inside each step's driver, per device kind, summed over a run
+    inside = {"ort": 0.0, "reference": 0.0}
+    for step in split.compilation._plan.steps:
+        kind = "reference" if step.device.name == "nnapi-reference" else "ort"
+        step.prepared.execute = _clocked_call(step.prepared.execute, inside, kind, clock)
     whole(inputs)
     split(inputs)
     agreement_text = ", ".join(agreement(a, b) for a, b in zip(split_outputs, outputs, strict=True))
-    times: dict[str, list[float]] = {"whole": [], "split": []}
+    times: dict[str, list[float]] = {"whole": [], "split": [], "ort": [], "reference": []}
     for round_number in range(runs):
         order = [("whole", whole), ("split", split)]
         for name, runner in order if round_number % 2 == 0 else order[::-1]:
+            inside["ort"] = inside["reference"] = 0.0
             start = clock()
             runner(inputs)
             times[name].append(clock() - start)
-    best = {name: min(samples) for name, samples in times.items()}
+            if name == "split":
+                times["ort"].append(inside["ort"])
+                times["reference"].append(inside["reference"])
+    best = {name: min(samples) for name, samples in times.items() if name in ("whole", "split")}
+    median = {name: float(np.median(samples)) for name, samples in times.items()}
+    parts = None
+    if boundaries:
+        # per boundary: the ORT steps' time beyond the whole model's (one more session run,
+        # the graph cut there), the declined operations on the reference (its driver
+        # included), and the rest: the runtime's own work per step
+        parts = {"ort": (median["ort"] - median["whole"]) / boundaries,
+                 "reference": median["reference"] / boundaries,
+                 "runtime": (median["split"] - median["ort"] - median["reference"]) / boundaries}
     return {"model": path.stem, "operation": operation, "whole_steps": whole.compilation.step_devices,
-            "boundaries": boundaries, "agreement": agreement_text, **best,
+            "boundaries": boundaries, "agreement": agreement_text, **best, "parts": parts,
             "per_boundary": (best["split"] - best["whole"]) / boundaries if boundaries else None}
+
+
+def _clocked_call(call, totals: dict, key: str, clock):
+    def clocked(*args, **kwargs):
+        start = clock()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            totals[key] += clock() - start
+    return clocked
 
 
 def overhead_probe(rounds: int = 3000) -> tuple[float, float, float, float]:
@@ -449,6 +477,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{row['boundaries'] + 1} steps {row['split'] * 1e3:.2f} ms -> "
           + (f"{row['per_boundary'] * 1e6:.0f} us per boundary" if row["boundaries"] else "no boundary")
           + f" (the {row['operation']}s' own reference time included); split vs whole {row['agreement']}")
+    if row["parts"]:
+        parts = row["parts"]
+        print(f"    per boundary (medians of the rounds): ORT {parts['ort'] * 1e6:.0f} us (its steps' time beyond "
+              f"the whole model's: a session run more, the graph cut there), the {row['operation']} on "
+              f"nnapi-reference {parts['reference'] * 1e6:.0f} us (its driver included), the runtime's own "
+              f"{parts['runtime'] * 1e6:.0f} us (requests and buffers of the steps)")
     return 0
 
 

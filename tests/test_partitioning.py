@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -111,6 +113,83 @@ def test_dynamic_shapes_cross_steps(sample_devices):
     execution.set_output(0, y)
     execution.compute()
     np.testing.assert_array_equal(y, np.arange(6))
+
+
+def test_intermediate_buffers_are_kept_for_later_runs_one_run_each(sample_devices):
+    """A split plan's intermediate values live in buffers it keeps between runs (arrays of
+    the operand's dtype and shape), each run taking a set no other run has at the time:
+    later runs, and runs at once, give their own inputs' results."""
+    compilation = nnapi.Compilation(chain_model())
+    compilation.finish()
+    plan = compilation._plan
+    assert len(plan.steps) == 4
+    x = np.array([1, 2, 3], np.float32)
+    np.testing.assert_array_equal(run(compilation, x), (x + x) * x - x + x)
+    [kept] = plan._spare_temps
+    buffers = {key: buffer for key, buffer in kept.items()}
+    assert len(buffers) == 3 and all(b.dtype == np.float32 and b.shape == (3,) for b in buffers.values())
+    x = np.array([4, 5, 6], np.float32)
+    np.testing.assert_array_equal(run(compilation, x), (x + x) * x - x + x)
+    assert plan._spare_temps == [kept] and all(kept[key] is buffer for key, buffer in buffers.items())
+    taken = plan._spare_temps.pop()  # as a run going on now holds it
+    np.testing.assert_array_equal(run(compilation, x), (x + x) * x - x + x)
+    [other] = plan._spare_temps
+    assert all(other[key] is not buffer for key, buffer in taken.items())
+    plan._spare_temps.append(taken)
+    failures = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(30):
+            value = rng.standard_normal(3).astype(np.float32)
+            result = run(compilation, value)
+            if not np.array_equal(result, (value + value) * value - value + value):
+                failures.append((value, result))
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+    assert 2 <= len(plan._spare_temps) <= 4
+
+
+def test_an_intermediate_of_a_size_only_the_run_tells_is_offered_the_last_runs_buffer(sample_devices):
+    model = nnapi.Model()
+    unknown = OperandType(T.TENSOR_FLOAT32, [0])
+    x = model.add_operand(unknown)
+    act = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(act, 0)
+    doubled, y = model.add_operand(unknown), model.add_operand(unknown)
+    model.add_operation(Op.ADD, [x, x, act], [doubled])   # on sample-add
+    model.add_operation(Op.SUB, [doubled, x, act], [y])   # on the reference device
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    compilation = nnapi.Compilation(model)
+    compilation.finish()
+    assert compilation.step_devices == ["sample-add", "nnapi-reference"]
+    step = compilation._plan.steps[0].prepared
+    calls = []
+    original = step.execute
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].outputs[0].location.length)  # the bytes offered for `doubled`
+        return original(*args, **kwargs)
+
+    step.execute = counted
+    for count, offered in ((6, [0, 24]), (6, [24]), (4, [24]), (8, [24, 32]), (8, [32])):
+        calls.clear()
+        execution = nnapi.Execution(compilation)
+        value = np.arange(count, dtype=np.float32)
+        execution.set_input(0, value)
+        y = np.zeros(count, np.float32)
+        execution.set_output(0, y)
+        execution.compute()
+        np.testing.assert_array_equal(y, value)
+        # the first run asks the adder for its output's size, then runs it; later runs offer
+        # the last run's buffer: one run when it is large enough
+        assert calls == offered
 
 
 def test_burst_over_a_plan(sample_devices):

@@ -63,7 +63,7 @@ from nnapi.hal import (
 )
 from nnapi.hal.interfaces import IFencedExecutionCallback, _DoneCallback, wait_for_fences
 from nnapi.hal.types import NO_TIMING, extension_prefix, is_extension_type, operation_name
-from nnapi.operand import is_tensor, value_byte_size
+from nnapi.operand import TENSOR_TYPES, dtype_of, is_tensor, value_byte_size
 from nnapi.runtime.device_memory import DeviceMemoryPool, execute_on, needs_staging, staged
 
 L = OperandLifeTime
@@ -493,6 +493,11 @@ class ExecutionPlan:
         self._cpu: IPreparedModel | None = None
         self._cpu_lock = threading.Lock()
         self._layout = _StepLayout(model, steps) if len(steps) > 1 else None
+        #: the intermediate buffers of runs that ended, for the next runs to take (a run
+        #: takes one set, so that runs at once never share one): the same buffers run
+        #: after run let a driver find its arguments where it bound them (ORT: nothing to
+        #: bind again, ~40 us per argument) and spare fresh pages their faults
+        self._spare_temps: list[dict[tuple[int, int], np.ndarray]] = []
         #: How many executions were re-run on the fallback device (for tests and tools).
         self.fallback_count = 0
 
@@ -560,16 +565,28 @@ class ExecutionPlan:
         caller_output = {index: argument for argument, index in zip(request.outputs, main.output_indexes,
                                                                     strict=True) if not argument.has_no_value}
         on_device = in_driver = 0
-        for number, step in enumerate(self.steps):
-            timing = self._run_step(number, step, request, where, caller_output, shapes, measure_timing,
-                                    deadline_ns, loop_timeout_ns)
-            if measure_timing and timing.time_on_device != NO_TIMING:
-                on_device += timing.time_on_device
-                in_driver += timing.time_in_driver
+        try:
+            kept = self._spare_temps.pop()
+        except IndexError:  # the first run, or every set taken by runs going on now
+            kept = {}
+        try:
+            for number, step in enumerate(self.steps):
+                timing = self._run_step(number, step, request, where, caller_output, shapes, measure_timing,
+                                        deadline_ns, loop_timeout_ns, kept)
+                if measure_timing and timing.time_on_device != NO_TIMING:
+                    on_device += timing.time_on_device
+                    in_driver += timing.time_in_driver
+        finally:
+            self._spare_temps.append(kept)
         return shapes, Timing(on_device, in_driver) if measure_timing else Timing()
 
     def _run_step(self, number: int, step: Step, request: Request, where: dict, caller_output: dict,
-                  shapes: list[OutputShape], measure_timing, deadline_ns, loop_timeout_ns) -> Timing:
+                  shapes: list[OutputShape], measure_timing, deadline_ns, loop_timeout_ns,
+                  kept: dict[tuple[int, int], np.ndarray]) -> Timing:
+        """Run one step: its inputs from where they are now, its outputs into the caller's
+        buffers or intermediate ones from ``kept`` (per (step, output), made when missing
+        or of another size: an array of the operand's dtype and shape where the model gives
+        it, bytes where only the run tells)."""
         layout = self._layout
         assert layout is not None and step.prepared is not None
         main = self.model.main
@@ -609,10 +626,20 @@ class ExecutionPlan:
                         pool_index(request.pools[location.pool_index]), location.offset, location.length),
                         list(argument.dimensions)))
                 else:
-                    temps[index] = buffer = np.zeros(sizes[k], np.uint8)
+                    buffer = kept.get((number, k))
+                    if buffer is not None and not sizes[k]:
+                        sizes[k] = buffer.nbytes  # a size only the run tells: offer the last run's
+                    if buffer is None or buffer.nbytes != sizes[k]:
+                        buffer = kept[(number, k)] = layout.temp_array(number, k, sizes[k])
+                    temps[index] = buffer
                     outputs.append(RequestArgument(False, DataLocation(pool_index(buffer), 0, sizes[k]), []))
             try:
-                with tracing.span(f"step {number}: {step.device.name}: execute", "driver"):
+                if tracing.state.enabled:
+                    with tracing.span(f"step {number}: {step.device.name}: execute", "driver"):
+                        step_shapes, timing = execute_on(step.device, step.prepared.execute,
+                                                         Request(inputs, outputs, pools), measure_timing,
+                                                         deadline_ns, loop_timeout_ns)
+                else:  # no span made per step (a generator and its name, ~5 us between two steps)
                     step_shapes, timing = execute_on(step.device, step.prepared.execute,
                                                      Request(inputs, outputs, pools), measure_timing, deadline_ns,
                                                      loop_timeout_ns)
@@ -637,9 +664,12 @@ class ExecutionPlan:
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
                                f"{step.device.name}: returned {len(step_shapes)} output shapes for "
                                f"{len(step.outputs)} outputs")
-            for index, shape in zip(step.outputs, step_shapes, strict=True):
+            fixed = layout.fixed_outputs[number]
+            for k, (index, shape) in enumerate(zip(step.outputs, step_shapes, strict=True)):
                 dims = list(shape.dimensions)
-                needed = value_byte_size(main.operands[index].type, dims)
+                declared = fixed[k]
+                needed = declared[1] if declared is not None and dims == declared[0] else value_byte_size(
+                    main.operands[index].type, dims)
                 if index in caller_output:
                     location = caller_output[index].location
                     where[index] = (request.pools[location.pool_index], location.offset, needed, dims)
@@ -681,6 +711,12 @@ class ExecutionPlan:
         return _PlanExecution(self, self.single, request, measure_timing, loop_timeout_ns)
 
 
+def _fixed_type(operand: Operand) -> tuple[np.dtype, tuple[int, ...]] | None:
+    if operand.type not in TENSOR_TYPES or not operand.dimensions or not all(operand.dimensions):
+        return None
+    return dtype_of(operand.type), tuple(operand.dimensions)
+
+
 class _StepLayout:
     """Per-compilation facts of a multi-step plan, computed once."""
 
@@ -690,6 +726,21 @@ class _StepLayout:
         self.model_inputs = frozenset(main.input_indexes)
         self.temp_sizes = [[value_byte_size(main.operands[i].type, main.operands[i].dimensions)
                             if all(main.operands[i].dimensions) else 0 for i in step.outputs] for step in steps]
+        #: per step and output: (dtype, shape) of the operand where the model fixes them
+        #: (a tensor of a built-in type), else None
+        self.temp_types = [[_fixed_type(main.operands[i]) for i in step.outputs] for step in steps]
+        #: per step and output: (its dimensions, its byte count) where the model fixes them
+        self.fixed_outputs = [[None if fixed is None else (list(fixed[1]), size) for fixed, size in zip(
+            types, sizes, strict=True)] for types, sizes in zip(self.temp_types, self.temp_sizes, strict=True)]
+
+    def temp_array(self, number: int, k: int, size: int) -> np.ndarray:
+        """A buffer of ``size`` bytes for output ``k`` of step ``number``: an array of the
+        operand's dtype and shape when it has that many bytes (a driver may bind it as it
+        is), else bytes."""
+        typed = self.temp_types[number][k]
+        if typed is not None and math.prod(typed[1]) * typed[0].itemsize == size:
+            return np.zeros(typed[1], typed[0])
+        return np.zeros(size, np.uint8)
 
 
 class _PlanBurst(IBurst):
