@@ -70,13 +70,17 @@ over the rounds where nnapi ran first, and over those where ORT ran first, which
 what the order costs (whichever runs first after LiteRT finds ORT's weights out of the
 caches: ~50-150 us more inside ORT's run, by the machine's load). new in: a new Execution
 with a new input array at every run (the copy made before the pair; ORT's own run gets the
-same array). reusable: the same for one reusable Execution (set_reusable, its arguments set
+same array: its anchor is session.run on a fresh array, which wraps the array's bytes in an
+OrtValue inside its C++ run, no copy; nnapi binds the new array in place before the run, the
+same work outside ORT's C++ run, so it shows in "python" and the "in ORT" part is lower).
+reusable: the same for one reusable Execution (set_reusable, its arguments set
 once, compute per run). The detail lines split each overhead: "python" is the time outside
 ORT's C++ run (nnapi's whole Python path minus ORT's own run's Python wrapper, its C++
 input and output conversion being inside), "in ORT" the difference of the C++ calls
 themselves (each timed by a thin wrapper around the session's C++ object, the same for
-both), and "+-" the overhead's standard error (from the spread of the rounds' differences:
-more --runs narrow it on a busy machine)."""
+both), "+-" the overhead's standard error (from the spread of the rounds' differences:
+more --runs narrow it on a busy machine), and in brackets each order's median (the pair-order
+effect: the first of a pair pays for the caches LiteRT left)."""
 
 
 def ort_device() -> nnapi.Device:
@@ -225,7 +229,8 @@ def _overhead(pairs: tuple[list, list]) -> dict | None:
         # the standard error of a median of n samples: ~1.2533 sd / sqrt(n)
         figures["se"].append(1.2533 * float(np.std(total)) / max(len(total), 1) ** 0.5)
     return {"total": sum(figures["total"]) / 2, "python": sum(figures["python"]) / 2,
-            "in_ort": sum(figures["in_ort"]) / 2, "se": 0.5 * (figures["se"][0] ** 2 + figures["se"][1] ** 2) ** 0.5}
+            "in_ort": sum(figures["in_ort"]) / 2, "se": 0.5 * (figures["se"][0] ** 2 + figures["se"][1] ** 2) ** 0.5,
+            "orders": tuple(figures["total"])}
 
 
 def agreement(ours: np.ndarray, theirs: np.ndarray) -> str:
@@ -510,8 +515,10 @@ def print_table(args, clock) -> None:
             parts = []
             for name, label in (("ort", "overhead"), ("new", "new in"), ("reusable", "reusable")):
                 detail = row[f"{name}_detail"]
+                first, second = detail["orders"]
                 parts.append(f"{label} {detail['total'] * 1e6:.0f} +-{detail['se'] * 1e6:.0f} us = python "
-                             f"{detail['python'] * 1e6:.0f} + in ORT {detail['in_ort'] * 1e6:.0f}")
+                             f"{detail['python'] * 1e6:.0f} + in ORT {detail['in_ort'] * 1e6:.0f} (nnapi first "
+                             f"{first * 1e6:.0f}, ORT first {second * 1e6:.0f})")
             print(f"{'':<4}{'; '.join(parts)}")
         sys.stdout.flush()
     own, driver, runtime, reusable = overhead_probe()

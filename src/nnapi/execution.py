@@ -150,7 +150,7 @@ class _Table:
                     self.cached = (key, list(arrays), bound, request)
                     return bound.execute(deadline_ns)
             # new arrays (or the bound ones while another thread runs them): a request of their own
-            self.pending = (key, [weakref.ref(array) for array in arrays])
+            self.pending = (key, list(map(weakref.ref, arrays)))
             return single.execute(request, False, deadline_ns, loop_timeout_ns)
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
             return plan._fallback(error, request, deadline_ns, loop_timeout_ns)
