@@ -142,6 +142,34 @@ def test_an_array_bound_as_itself_is_checked():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_a_session_that_copies_its_inputs_binds_them_before_every_run(bind_calls):
+    """A provider that reads its inputs from its own memory (CUDA) gets a copy of each
+    input when it is bound: such a session's inputs are bound again before every run, so
+    an input changed in place runs with its new values (here a CPU session told so: the
+    path, not a GPU, is what is checked)."""
+    model, request, source, target = _float_block()
+    prepared = OrtDevice().prepare_model(model)
+    assert not prepared.copies_inputs  # the CPU provider reads the caller's bytes
+    prepared.copies_inputs = True
+    shape = (1, 28, 28, 16)
+    image, out = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+    rng = np.random.default_rng(13)
+    arrays = Request(request.inputs, request.outputs, [image, out])
+    flat = Request(request.inputs, request.outputs, [source, target])
+    reusable = prepared.create_reusable_execution(arrays)
+    for _ in range(3):
+        image[...] = rng.standard_normal(shape)
+        source[:] = image.reshape(-1)
+        for run, result in ((lambda: prepared.execute(arrays), out), (lambda: prepared.execute(flat), target),
+                            (reusable.execute, out)):
+            out[...] = 0
+            target[:] = 0
+            run()
+            np.testing.assert_allclose(result.reshape(-1), _expected(model, request, source), rtol=1e-5, atol=1e-5)
+    inputs_bound = [name for name in bind_calls if name == bind_calls[0]]
+    assert len(inputs_bound) == 1 + 3 * 3  # the reusable execution's binding, then every run's
+
+
 def test_a_reusable_execution_keeps_the_arrays_it_bound():
     model, request, _, _ = _float_block()
     shape = (1, 28, 28, 16)

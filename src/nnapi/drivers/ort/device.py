@@ -3,8 +3,9 @@
 Preparation lowers the HAL model to one ONNX graph (lowering.py) and opens an ORT session
 on it; execution binds the request's pools to the session's inputs and outputs (zero
 copy on the CPU provider: ORT reads the caller's input bytes and writes straight into the
-output buffers when their shapes are known; the CUDA provider copies them to and from the
-GPU inside the run) and runs it.
+output buffers when their shapes are known; the CUDA provider copies an input to the GPU
+when it is bound, so its inputs are bound again before every run, and the outputs back
+after the run) and runs it.
 """
 
 from __future__ import annotations
@@ -344,10 +345,15 @@ class _Binding:
     bound request alive and exported (a bytearray cannot be resized under a reusable
     execution)."""
 
-    __slots__ = ("io", "inputs", "outputs", "views", "run", "native", "bind_input", "bind_output", "bind_array")
+    __slots__ = ("io", "inputs", "outputs", "views", "run", "native", "bind_input", "bind_output", "bind_array",
+                 "fresh_inputs")
 
-    def __init__(self, session: ort.InferenceSession, signature: Signature) -> None:
+    def __init__(self, session: ort.InferenceSession, signature: Signature, fresh_inputs: bool = False) -> None:
         self.io = io = session.io_binding()
+        #: every input bound again before every run: ORT copies an input the session's
+        #: provider reads from other memory (the CUDA provider, host memory) when it is
+        #: bound, so an input changed in place since would run with its old values
+        self.fresh_inputs = fresh_inputs
         #: ``run(native, run_options)`` runs the session on this binding
         self.run, self.native = _run_with_iobinding(session, io)
         #: ``bind_input(name, device, element_type, shape, address)`` and bind_output alike
@@ -381,6 +387,8 @@ class OrtPreparedModel(IPreparedModel):
         self.session = session
         self.signature = signature
         self._local = threading.local()
+        #: the session runs on memory other than the host's (see _Binding.fresh_inputs)
+        self.copies_inputs = session.get_providers()[:1] != ["CPUExecutionProvider"]
         # the shapes of a run whose outputs the signature fixes, built once: a dataclass made
         # right after a model run costs ~10 us (cold code). Shared: nobody mutates them (the
         # runtime copies what it hands out); a late output's shape replaces its entry.
@@ -395,7 +403,7 @@ class OrtPreparedModel(IPreparedModel):
         # the last one's were (an app's loop) runs without binding anything again.
         binding = getattr(self._local, "binding", None)
         if binding is None:
-            binding = self._local.binding = _Binding(self.session, self.signature)
+            binding = self._local.binding = _Binding(self.session, self.signature, self.copies_inputs)
         late = self._bind(binding, request)
         if late or start:
             return self._finish(binding, request, late, measure_timing, deadline_ns, start)
@@ -409,7 +417,7 @@ class OrtPreparedModel(IPreparedModel):
                                   loop_timeout_ns: int | None = None) -> IExecution:
         """The request checked and bound to an IOBinding of its own once; each computation
         only runs the session (see OrtExecution)."""
-        binding = _Binding(self.session, self.signature)
+        binding = _Binding(self.session, self.signature, self.copies_inputs)
         late = self._bind(binding, request, keep=True)
         return OrtExecution(self, binding, request, late, measure_timing)
 
@@ -441,7 +449,7 @@ class OrtPreparedModel(IPreparedModel):
                         and location.length >= spec.nbytes and not argument.has_no_value \
                         and (not argument.dimensions or argument.dimensions == spec.dimensions):
                     previous = bound[position]
-                    if previous.__class__ is not _REF or previous() is not pool:
+                    if previous.__class__ is not _REF or previous() is not pool or binding.fresh_inputs:
                         bound[position] = None
                         binding.bind_array(spec.name, pool)
                         bound[position] = _REF(pool)
@@ -458,7 +466,7 @@ class OrtPreparedModel(IPreparedModel):
                     raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} buffer is too small")
                 address = self._located(request, views, location, needed, False, f"input {position}")
                 previous = bound[position]
-                if previous.__class__ is not tuple or previous != (address, shape):
+                if previous.__class__ is not tuple or previous != (address, shape) or binding.fresh_inputs:
                     bound[position] = None
                     binding.bind_input(spec.name, _CPU_DEVICE, spec.element_type, shape, address)
                     bound[position] = (address, shape)
@@ -670,7 +678,7 @@ class OrtExecution(IExecution):
         self._measure = measure_timing
         #: a run that measures nothing and lands nothing (every output's shape is known) is
         #: the session's run and the shapes: nothing else between two model runs
-        self._plain = not late and not measure_timing
+        self._plain = not late and not measure_timing and not binding.fresh_inputs
         self._run, self._io = binding.run, binding.native
         self._shapes = prepared._shapes
 
@@ -684,6 +692,8 @@ class OrtExecution(IExecution):
         start = time.monotonic_ns() if self._measure or deadline_ns is not None else 0
         if deadline_ns is not None and start > deadline_ns:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the deadline passed before execution")
+        if self._binding.fresh_inputs:
+            self._prepared._bind(self._binding, self._request, keep=True)
         return self._prepared._finish(self._binding, self._request, self._late, self._measure, deadline_ns, start)
 
 
