@@ -2,8 +2,9 @@
 
 For every ``.tflite`` model (default: the MobileNets of ``../shared/models``) a new
 interpreter imports nnapi, imports the model (``nnapi.load_tflite``), discovers the
-devices (``get_devices``: each driver starts, nnapi-reference importing numba when
-``nnapi[fast]`` is installed, the ORT driver importing onnxruntime) and times
+devices (``get_devices``: each driver starts, nnapi-reference importing numba and
+loading the compiled kernels of quantized convolution models when ``nnapi[fast]`` is
+installed, the ORT driver importing onnxruntime) and times
 ``Compilation.finish()`` on nnapi-reference: the first compilation in the process (what a
 script or ``nnapi run`` pays, each compiled kernel's loading included), a second
 compilation of the same model, and the first execution after them (so that no cost moved

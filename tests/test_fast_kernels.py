@@ -1186,3 +1186,83 @@ def test_regular_detection_postprocessing_compiled_equals_numpy(monkeypatch):
     for fast, slow in zip(compiled, reference, strict=True):
         np.testing.assert_array_equal(fast, slow)
     assert compiled[0].size == 100
+
+
+_LIBRARY_CHILD = """
+import numpy as np, numba
+from nnapi import OperandCode as T, OperandType, OperationCode as Op
+from nnapi.operand import SymmPerChannelQuantParams
+from nnapi.operations import _jit
+from tests.test_fast_kernels import _plan, _scalar, _tensor
+
+modules = [_jit.kernels()]
+from nnapi.operations import _numba_quant
+modules.append(_numba_quant)
+
+def loaded():
+    return {(name, str(sig)) for module in modules for name, value in vars(module).items()
+            if isinstance(value, numba.core.registry.CPUDispatcher) for sig in value.signatures}
+
+_jit.load_library()
+at_start = loaded()
+rng = np.random.default_rng(3)
+for code, dtype in ((T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8), (T.TENSOR_QUANT8_ASYMM, np.uint8)):
+    info = np.iinfo(dtype)
+    def values(shape):
+        return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    def image(shape, zero_point):
+        return _tensor(code, values(shape), 0.02, zero_point)
+    def filters(shape, axis):
+        if dtype == np.int8:  # per-channel, as an int8 MobileNet's
+            scales = tuple(float(s) for s in rng.uniform(0.001, 0.01, shape[axis]))
+            return _tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, rng.integers(-127, 128, shape).astype(np.int8), 0.0, 0,
+                           SymmPerChannelQuantParams(axis, scales))
+        return _tensor(code, values(shape), 0.01, 120)
+    def bias(n):
+        return _tensor(T.TENSOR_INT32, rng.integers(-5000, 5000, n).astype(np.int32), 0.0 if dtype == np.int8 else 2e-4)
+    zp = 3 if dtype == np.int8 else 130
+    out = lambda shape: OperandType(code, list(shape), 0.05, zp)
+    relu6 = _scalar(T.INT32, 3)
+    cases = [
+        (Op.CONV_2D, [image((1, 15, 15, 3), zp), filters((24, 3, 3, 3), 0), bias(24),
+                      *[_scalar(T.INT32, v) for v in (0, 1, 0, 1, 2, 2)], relu6], out((1, 8, 8, 24))),
+        (Op.CONV_2D, [image((1, 8, 8, 24), zp), filters((48, 1, 1, 24), 0), bias(48),
+                      *[_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1)], relu6], out((1, 8, 8, 48))),
+        (Op.CONV_2D, [image((1, 7, 7, 2048), zp), filters((16, 1, 1, 2048), 0), bias(16),
+                      *[_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 0)]], out((1, 7, 7, 16))),
+        (Op.DEPTHWISE_CONV_2D, [image((1, 9, 9, 48), zp), filters((1, 3, 3, 48), 3), bias(48),
+                                *[_scalar(T.INT32, v) for v in (0, 1, 0, 1, 2, 2, 1)], relu6], out((1, 5, 5, 48))),
+        (Op.CONV_2D, [image((1, 1, 1, 48), zp), filters((100, 1, 1, 48), 0), bias(100),
+                      *[_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 0)]], out((1, 1, 1, 100))),
+        (Op.FULLY_CONNECTED, [image((1, 48), zp), filters((100, 48), 0), bias(100), _scalar(T.INT32, 0)],
+         out((1, 100))),
+        (Op.ADD, [image((1, 8, 8, 24), zp), image((1, 8, 8, 24), zp - 2), _scalar(T.INT32, 0)], out((1, 8, 8, 24))),
+        (Op.SOFTMAX, [image((1, 100), zp), _tensor(T.FLOAT32, np.float32(1))],
+         OperandType(code, [1, 100], 1 / 256, -128 if dtype == np.int8 else 0)),
+        (Op.DEQUANTIZE, [image((1, 7, 7, 48), zp)], OperandType(T.TENSOR_FLOAT32, [1, 7, 7, 48])),
+        (Op.QUANTIZE, [_tensor(T.TENSOR_FLOAT32, rng.standard_normal((1, 48)).astype(np.float32))], out((1, 48))),
+    ]
+    for code_, inputs, output in cases:
+        assert _plan(code_, inputs, output) is not None, code_
+assert _plan(Op.MEAN, [_tensor(T.TENSOR_FLOAT32, rng.standard_normal((1, 7, 7, 48)).astype(np.float32)),
+                       _tensor(T.TENSOR_INT32, np.array([1, 2], np.int32)), _scalar(T.INT32, 0)],
+             OperandType(T.TENSOR_FLOAT32, [1, 48])) is not None
+print(len(at_start), sorted(name for name, _ in loaded() - at_start))
+"""
+
+
+def test_the_library_loaded_at_start_holds_what_quantized_models_bind():
+    """``_jit.load_library`` (nnapi-reference's start) loads the kernels of quantized
+    convolution models, so that their first preparation loads none: in a fresh process,
+    after it, preparing a MobileNet's kinds of operations (padded and 1x1 convolutions, one
+    too large for exact float32 sums, depthwise, a classifier as a 1x1 convolution and as
+    FULLY_CONNECTED, ADD, SOFTMAX, DEQUANTIZE, QUANTIZE, float MEAN), int8 with per-channel
+    filters and uint8, at other shapes and values than its own, loads no further version
+    of any kernel."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _LIBRARY_CHILD], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    count, rest = run.stdout.strip().split(maxsplit=1)
+    assert int(count) >= 10 and rest == "[]", run.stdout

@@ -141,8 +141,10 @@ class ReferenceDevice(IDevice):
         self._vetted: dict[int, _Vetted] = {}
         # The compiled kernels (nnapi[fast]: numba, ~130 ms to import) are this driver's
         # library: loaded when the device starts, as a driver service loads its libraries,
-        # so that no preparation pays numba's start-up (only each kernel it binds).
-        _jit.kernels()
+        # so that no preparation pays numba's start-up, nor the loading of the kernels of
+        # quantized convolution models (``_jit.load_library``); other kernels load at the
+        # first preparation that binds them.
+        _jit.load_library()
 
     def _vetting(self, model: Model) -> _Vetted:
         """This device's record of ``model`` (the object: the runtime asks which operations

@@ -10,9 +10,10 @@ argument type and stores the machine code in its on-disk cache (``cache=True``: 
 ``__pycache__`` beside the module, or numba's user-wide cache directory when the
 package directory is read-only; ``NUMBA_CACHE_DIR`` chooses another). numba itself is
 imported when nnapi-reference starts (``ReferenceDevice()``, at device discovery), not by
-a preparation. The wrappers below make each kernel's first call at preparation on tiny
-arrays, so loading it (or compiling it, once per machine) lands in ``Compilation.finish``
-of the first model that needs it in a process and never in an execution.
+a preparation, and so are the kernels of quantized convolution models (``load_library``).
+The wrappers below make each kernel's first call at preparation on tiny arrays, so
+loading any other (or compiling it, once per machine) lands in ``Compilation.finish`` of
+the first model that needs it in a process and never in an execution.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _INT32_MAX = 2**31 - 1
 
 _module: ModuleType | None = None
 _unavailable = False
+_library_loaded = False
 
 
 def kernels() -> ModuleType | None:
@@ -49,6 +51,106 @@ def kernels() -> ModuleType | None:
             return None
         _module = _numba_kernels
     return _module
+
+
+def load_library() -> None:
+    """Load the compiled kernels that quantized convolution models bind (a MobileNet's
+    convolutions, depthwise convolutions, additions, classifier, SOFTMAX, QUANTIZE,
+    DEQUANTIZE and float MEAN; int8 and uint8: 11 versions) by preparing one small
+    operation of each kind, so that their machine code comes out of numba's cache when
+    nnapi-reference starts (the device's library, loaded as a driver service loads its
+    libraries) and not in the first ``Compilation.finish`` of a process, where ~1-1.5 ms a
+    kernel took a quantized MobileNet's first finish past 50 ms. The first load also runs
+    numba's one-time set-up (its extension entry points; numpy.ma, which its typing of
+    array arguments imports: ~15 ms), which every process's first compiled kernel pays.
+    The operations go through their real ``plan``, so the versions loaded are the ones
+    models bind (a test checks that such operations load nothing more after it). Float
+    models' kernels still load at their first preparation. Nothing happens when the
+    compiled kernels are not in use; a failure only leaves a kernel to load later. Once
+    per process."""
+    global _library_loaded
+    if _library_loaded or kernels() is None:
+        return
+    _library_loaded = True
+    from nnapi.codes import OperandCode as T
+    from nnapi.codes import OperationCode as Op
+    from nnapi.operand import OperandType
+
+    for code, zero_point in ((T.TENSOR_QUANT8_ASYMM_SIGNED, -1), (T.TENSOR_QUANT8_ASYMM, 128)):
+        _load_quantized(code, zero_point)
+    _plan_once(Op.MEAN, [_tensor(T.TENSOR_FLOAT32, np.zeros((1, 2, 2, 8), np.float32)),
+                         _tensor(T.TENSOR_INT32, np.array([1, 2], np.int32)), *_scalars(0)],
+               OperandType(T.TENSOR_FLOAT32, [1, 8]))
+
+
+def _tensor(code, value, scale: float = 0.0, zero_point: int = 0):
+    from nnapi.operations.base import Tensor
+
+    value = np.asarray(value)
+    return Tensor(code, tuple(value.shape), scale, zero_point, None, value)
+
+
+def _scalars(*values) -> list:
+    from nnapi.codes import OperandCode as T
+
+    return [_tensor(T.INT32, np.int32(value)) for value in values]
+
+
+def _plan_once(code, inputs: list, output) -> None:
+    """Prepare one operation (``load_library``), which loads the kernels its plan binds."""
+    from nnapi.operations import get_operation
+    from nnapi.operations.base import ExecutionContext
+
+    try:
+        get_operation(code).plan(ExecutionContext(code, inputs, [output]))
+    except Exception as error:  # noqa: BLE001 - the kernel then loads at its first preparation
+        vlog.logger("cpuexe").debug("nnapi[fast]: %s not loaded at start: %s", code.name, error)
+
+
+def _load_quantized(code, zero_point: int) -> None:
+    """``load_library``'s operations of one 8-bit type (``code``, inputs at ``zero_point``)."""
+    from nnapi.codes import OperandCode as T
+    from nnapi.codes import OperationCode as Op
+    from nnapi.operand import OperandType, dtype_of
+
+    dtype = dtype_of(code)
+    filter_zero_point = max(zero_point, 0)
+
+    def image(height: int, width: int, depth: int):
+        return _tensor(code, np.full((1, height, width, depth), zero_point, dtype), 0.5, zero_point)
+
+    def rows(count: int):
+        return _tensor(code, np.full((1, count), zero_point, dtype), 0.5, zero_point)
+
+    def weights(shape: tuple[int, ...], value: int = 1, zero_point: int = filter_zero_point):
+        return _tensor(code, np.full(shape, value + zero_point, dtype), 0.25, zero_point)
+
+    def bias(channels: int):
+        return _tensor(T.TENSOR_INT32, np.zeros(channels, np.int32), 0.125)
+
+    def output(*dims: int, scale: float = 1.0, at: int = zero_point) -> OperandType:
+        return OperandType(code, list(dims), scale, at)
+
+    unpadded = _scalars(0, 0, 0, 0, 1, 1, 0)
+    # a padded 3x3 convolution (the output stage on float32 accumulators), a 1x1 one (its
+    # input less the zero point in one pass, DEQUANTIZE's kernel), one too large for exact
+    # float32 sums (split into exact parts), a depthwise convolution of 32 channels or
+    # more, a classifier (few rows: FULLY_CONNECTED's kernel is a 1x1 convolution's too)
+    _plan_once(Op.CONV_2D, [image(4, 4, 8), weights((8, 3, 3, 8)), bias(8), *_scalars(1, 1, 1, 1, 1, 1, 0)],
+               output(1, 4, 4, 8))
+    _plan_once(Op.CONV_2D, [image(4, 4, 8), weights((8, 1, 1, 8)), bias(8), *unpadded], output(1, 4, 4, 8))
+    _plan_once(Op.CONV_2D, [image(2, 2, 2048), weights((8, 1, 1, 2048), 127), bias(8), *unpadded],
+               output(1, 2, 2, 8))
+    _plan_once(Op.DEPTHWISE_CONV_2D,
+               [image(4, 4, 32), weights((1, 3, 3, 32)), bias(32), *_scalars(1, 1, 1, 1, 1, 1, 1, 0)],
+               output(1, 4, 4, 32))
+    _plan_once(Op.FULLY_CONNECTED, [rows(8), weights((16, 8)), bias(16), *_scalars(0)], output(1, 16))
+    if dtype == np.uint8:  # filter values less their zero point beyond int8's range: int16 filters
+        _plan_once(Op.FULLY_CONNECTED, [rows(8), weights((16, 8), 155, 100), bias(16), *_scalars(0)], output(1, 16))
+    _plan_once(Op.ADD, [image(16, 16, 1), image(16, 16, 1), *_scalars(0)], output(1, 16, 16, 1))
+    _plan_once(Op.SOFTMAX, [rows(16), _tensor(T.FLOAT32, np.float32(1))],
+               output(1, 16, scale=1 / 256, at=-128 if dtype == np.int8 else 0))
+    _plan_once(Op.QUANTIZE, [_tensor(T.TENSOR_FLOAT32, np.zeros((1, 8), np.float32))], output(1, 8))
 
 
 def warm_up(run, *args) -> bool:
