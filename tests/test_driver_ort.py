@@ -1180,6 +1180,73 @@ def test_a_one_filter_convolution_splits_where_its_output_is_large(ort_device, s
     assert ((ours[0] == 0) == (theirs[0] == 0)).all()
 
 
+@pytest.mark.parametrize("keep", [1, 0])
+def test_a_squeeze_and_excitation_block_stays_in_the_blocked_layout(ort_device, monkeypatch, keep):
+    """MobileNetV3's squeeze-and-excitation block on 32 channels: MEAN over height and
+    width, two 1x1 convolutions, a hard sigmoid's MUL by a constant 1/6, the MUL of the
+    value by the [1, 1, 1, 32] gate. Lowered as GlobalAveragePool, a 1x1 depthwise
+    convolution for the constant and a nearest Resize spreading the gate for an
+    equal-shape Mul (operators ORT keeps in NCHWc): the reference's values to float32
+    rounding of the mean, and exactly the broadcast Mul's values."""
+    from nnapi.drivers.ort import lowering
+
+    rng = np.random.default_rng(17)
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 8, 8, 32])
+    pooled = _float_tensor(model, [1, 1, 1, 32] if keep else [1, 32])
+    model.add_operation(Op.MEAN, [x, _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2]),
+                                  _constant(model, T.INT32, keep)], [pooled])
+    if not keep:
+        square = _float_tensor(model, [1, 1, 1, 32])
+        model.add_operation(Op.RESHAPE, [pooled, _constant(model, T.TENSOR_INT32, np.array([1, 1, 1, 32], np.int32),
+                                                           [4])], [square])
+        pooled = square
+    squeezed = _conv_op(model, rng, pooled, [8, 1, 1, 32], [1, 1, 1, 8], fuse=1)
+    excited = _conv_op(model, rng, squeezed, [32, 1, 1, 8], [1, 1, 1, 32], fuse=3)
+    gate = _float_tensor(model, [1, 1, 1, 32])
+    model.add_operation(Op.MUL, [excited, _float_tensor(model, [1], np.array([1 / 6])), _constant(model, T.INT32, 0)],
+                        [gate])
+    y = _float_tensor(model, [1, 8, 8, 32])
+    model.add_operation(Op.MUL, [x, gate, _constant(model, T.INT32, 0)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    nodes = _lowered(model).graph.node
+    kinds = [node.op_type for node in nodes]
+    assert "GlobalAveragePool" in kinds and "ReduceMean" not in kinds and kinds.count("Mul") == 1
+    resize = next(node for node in nodes if node.op_type == "Resize")
+    assert _attribute(resize, "mode") == b"nearest"
+    assert [_attribute(node, "group") for node in nodes if node.op_type == "Conv"] == [1, 1, 32]
+    image = rng.uniform(-2, 2, (1, 8, 8, 32)).astype(np.float32)
+    outputs = [np.zeros((1, 8, 8, 32), np.float32)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * np.abs(theirs[0]).max() and len(np.unique(ours[0])) > 500
+    monkeypatch.setattr(lowering, "_blocked_product", lambda *arguments: None)
+    assert [node.op_type for node in _lowered(model).graph.node].count("Mul") == 2
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    np.testing.assert_array_equal(ours[0], plain[0])
+
+
+def test_mul_by_a_per_channel_constant_is_an_exact_depthwise_convolution(ort_device):
+    """MUL of a 16-channel value by a constant per channel (zeros, negatives, a huge one)
+    with a fused RELU: a 1x1 depthwise convolution, one rounded product per element as
+    Mul: the reference's values exactly, infinities and NaN included."""
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 4, 4, 16])
+    factors = np.linspace(-3, 3, 16).astype(np.float32)
+    factors[:3] = [0.0, -0.0, 3e38]
+    y = _float_tensor(model, [1, 4, 4, 16])
+    model.add_operation(Op.MUL, [_float_tensor(model, [16], factors), x, _constant(model, T.INT32, 1)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    nodes = _lowered(model).graph.node
+    assert [node.op_type for node in nodes if node.op_type not in ("Transpose",)] == ["Conv", "Relu"]
+    value = np.random.default_rng(19).uniform(-4, 4, (1, 4, 4, 16)).astype(np.float32)
+    value[0, 0, 0, :4] = [np.inf, np.nan, 2.0, -np.inf]
+    ours, theirs = _on_both(model, [value], [np.zeros((1, 4, 4, 16), np.float32)], ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    assert np.isnan(ours[0][0, 0, 0, 0]) and np.isinf(ours[0][0, 0, 0, 2])
+
+
 @pytest.mark.parametrize("target, dtype", [(T.TENSOR_INT32, np.int32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
                                            (T.TENSOR_FLOAT16, np.float16)])
 def test_cast_of_floats_at_the_edges_equals_the_reference(ort_device, target, dtype):

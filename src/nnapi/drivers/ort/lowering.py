@@ -871,6 +871,11 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
         return
     a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     float_op, quant_op = _BINARY[code]
+    if output.type in FLOATS and code == OperationCode.MUL and not g.isolated:
+        y = _blocked_product(g, a, b)
+        if y is not None:
+            g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+            return
     if output.type in FLOATS and code == OperationCode.ADD and a.dims == b.dims == list(output.dimensions):
         channels = a.dims[3] if a.rank == 4 else 0
         g.set_output(operation.outputs[0], _clamped_add(g, operation, a.name, b.name, output, channels))
@@ -890,6 +895,31 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined(f"{code.name} on {_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+def _blocked_product(g: GraphBuilder, a: Value, b: Value) -> str | None:
+    """A float MUL of an NHWC value ORT holds in its blocked layout (NCHWc) by a per-channel
+    factor, in operators it keeps there (a squeeze-and-excitation block's scaling): by a
+    constant (a scalar or one per channel), a 1x1 depthwise convolution (one rounded
+    product, as Mul); by a [N, 1, 1, C] value, that value spread over the height and width
+    by a nearest Resize (copies) and an element-wise Mul of equal shapes. ORT's blocked Mul
+    takes equal shapes only, so the broadcast Mul reordered the whole value out and back
+    in. None where it does not apply."""
+    for x, factor in ((a, b), (b, a)):
+        if not blocked(x.dims, x.kind) or factor.kind != "float":
+            continue
+        channels = x.dims[3]
+        if factor.const is not None and factor.const.size in (1, channels) and factor.rank <= 4 and (
+                factor.rank == 0 or factor.dims[-1] in (1, channels)) and all(d == 1 for d in factor.dims[:-1]):
+            scales = np.broadcast_to(factor.const.reshape(-1), (channels,))
+            return from_nchw(g, channel_scale(g, to_nchw(g, x.name, False), scales), False)
+        if factor.const is None and factor.dims == [x.dims[0], 1, 1, channels] and x.dims[1] * x.dims[2] > 1:
+            spread = g.one("Resize", [to_nchw(g, factor.name, False), "",
+                                      g.constant(np.array([1, 1, *x.dims[1:3]], np.float32))],
+                           mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+            return g.one("Mul", [x.name, from_nchw(g, spread, False)] if x is a else [from_nchw(g, spread, False),
+                                                                                     x.name])
+    return None
 
 
 def _clamped_add(g: GraphBuilder, operation: Operation, a: str, b: str, output: Operand, channels: int) -> str:
@@ -1164,7 +1194,14 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     if x.rank == 0 or np.any(axes < -x.rank) or np.any(axes >= x.rank):
         raise Declined("MEAN axes out of range")
     axes = sorted({int(a) % x.rank for a in axes})
-    if output.type in FLOATS:
+    if output.type in FLOATS and axes == [1, 2] and blocked(x.dims, x.kind) and not g.isolated:
+        # the global pool of a squeeze-and-excitation block: ORT keeps GlobalAveragePool in
+        # its blocked layout (the gate's convolutions after it too), where ReduceMean
+        # reorders the whole value out first (the same sum of the same terms, in order)
+        pooled = from_nchw(g, g.one("GlobalAveragePool", [to_nchw(g, x.name, False)]), False)
+        shape = [x.dims[0], 1, 1, x.dims[3]] if keep else [x.dims[0], x.dims[3]]
+        y = pooled if keep else g.one("Reshape", [pooled, g.constant(np.array(shape, np.int64))])
+    elif output.type in FLOATS:
         y = _reduce_mean(g, x.name, x.dims, axes, keep)
     elif output.type in QUANT8:
         y = g.quantize(_reduce_mean(g, g.dequantize(x), x.dims, axes, keep), output)
