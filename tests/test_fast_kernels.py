@@ -22,6 +22,7 @@ from nnapi.codes import FuseCode  # noqa: E402
 from nnapi.operand import SymmPerChannelQuantParams  # noqa: E402
 from nnapi.operations import _conv_fast, _jit, get_operation  # noqa: E402
 from nnapi.operations._conv_fast import PreparedDepthwise  # noqa: E402
+from nnapi.operations._lstm_cell import PreparedLstm  # noqa: E402
 from nnapi.operations.base import ExecutionContext, Tensor  # noqa: E402
 from nnapi.operations.quant_math import OutputStage, quantize_multipliers  # noqa: E402
 
@@ -1266,3 +1267,33 @@ def test_the_library_loaded_at_start_holds_what_quantized_models_bind():
     assert run.returncode == 0, run.stderr
     count, rest = run.stdout.strip().split(maxsplit=1)
     assert int(count) >= 10 and rest == "[]", run.stdout
+# --- the prepared LSTM's time step ------------------------------------------------------------
+@pytest.mark.parametrize("variant", ["plain", "cifg"])
+@pytest.mark.parametrize("activation", [0, 1, 4, 6])  # none, relu, tanh, sigmoid
+@pytest.mark.parametrize("clip", [0.0, 0.3])
+def test_lstm_step_matches_numpy(variant, activation, clip, monkeypatch):
+    """The compiled step arithmetic against numpy's prepared step and ``execute``
+    (``run_lstm``): the same float32 values bit for bit, cell clipping included."""
+    from test_prepared_kernels import _sequence_lstm_inputs
+
+    code = Op.UNIDIRECTIONAL_SEQUENCE_LSTM
+    inputs, outputs = _sequence_lstm_inputs(variant, True, activation)
+    inputs[21] = _scalar_float(clip)  # the cell clip
+    compiled = get_operation(code).plan(ExecutionContext(code, inputs, outputs))
+    with monkeypatch.context() as patch:
+        patch.setenv(_jit.DISABLE_VARIABLE, "1")
+        numpy_plan = get_operation(code).plan(ExecutionContext(code, inputs, outputs))
+    cells = [cell.cell_contents for plan in (compiled, numpy_plan) for cell in plan.__closure__
+             if isinstance(cell.cell_contents, PreparedLstm)]
+    assert cells[0].compiled is not None and cells[1].compiled is None
+    want = get_operation(code).execute(ExecutionContext(code, inputs, outputs))
+    values = [tensor.value for tensor in inputs]
+    for got in (compiled(values), numpy_plan(values)):
+        for fast, slow in zip(got, want, strict=True):
+            np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+    if clip:
+        assert np.abs(want[2]).max() == np.float32(clip)  # the clip was reached
+
+
+def _scalar_float(value: float) -> Tensor:
+    return Tensor(T.FLOAT32, (), 0.0, 0, None, np.array(value, np.float32))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nnapi.operations import _jit
 from nnapi.operations.base import ExecutionContext, check_deadline
 
 #: names of the per-direction weight inputs, in the order the spec lists them
@@ -302,6 +303,30 @@ class PreparedLstm:
         self.cell_cols = slice(first["cell"], first["cell"] + u)
         self.forget_cols = slice(first["forget"], first["forget"] + u)
         self.output_cols = slice(first["output"], first["output"] + u)
+        self.compiled = self._compiled_step(d, first)
+
+    def _compiled_step(self, d: LstmDirection, first: dict[str, int]):
+        """The compiled arithmetic of a time step (``nnapi[fast]``): (z += pre, the gates
+        and cell update) as two functions of the step's arrays, or None (numpy's step)."""
+        compiled = _jit.kernels()
+        if compiled is None:
+            return None
+        columns, units = self.stacked_recurrent.shape[1], self.units
+        input_gate = -1 if d.use_cifg else first["input"]
+        forget, output, clip = first["forget"], first["output"], float(d.cell_clip)
+        add, gates = compiled.lstm_add, compiled.lstm_gates
+
+        def add_inputs(z: np.ndarray, pre: np.ndarray) -> None:
+            add(z, pre)
+
+        def update(z: np.ndarray, c: np.ndarray, candidate: np.ndarray) -> None:
+            gates(z, c, candidate, forget, input_gate, output, units, clip)
+
+        empty = np.zeros((0, columns), np.float32)
+        if not (_jit.warm_up(add_inputs, empty, empty)
+                and _jit.warm_up(update, empty, np.zeros((0, units), np.float32), np.zeros((0, units), np.float32))):
+            return None
+        return add_inputs, update
 
     @staticmethod
     def supports(d: LstmDirection) -> bool:
@@ -326,6 +351,8 @@ class PreparedLstm:
         activation, one, clip = d.activation, np.float32(1.0), d.cell_clip
         low, high = np.float32(-clip), np.float32(clip)
         projection = self.projection
+        if self.compiled is not None and projection is None:
+            return self._compiled_loop(pre, outputs, h, c, z, candidate, cell_out, output_gate)
         for t in range(steps):
             check_deadline()
             np.matmul(h, self.stacked_recurrent, out=z)
@@ -353,6 +380,26 @@ class PreparedLstm:
                 hidden = np.clip(hidden, -d.proj_clip, d.proj_clip)
             outputs[t] = h = hidden.astype(np.float32, copy=False)
         return outputs, h.copy() if steps else h, c
+
+
+    def _compiled_loop(self, pre: np.ndarray, outputs: np.ndarray, h: np.ndarray, c: np.ndarray, z: np.ndarray,
+                       candidate: np.ndarray, cell_out: np.ndarray, output_gate: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``__call__``'s time loop without projection, its arithmetic in two compiled calls
+        per step around numpy's exponential and activations: the same float32 operations
+        in the same order, so the same values."""
+        add_inputs, update = self.compiled
+        activation, cell_part = self.d.activation, z[:, self.cell_cols]
+        for t in range(pre.shape[0]):
+            check_deadline()
+            np.matmul(h, self.stacked_recurrent, out=z)
+            add_inputs(z, pre[t])
+            activate_into(cell_part, activation, candidate)
+            np.exp(z, out=z)
+            update(z, c, candidate)
+            activate_into(c, activation, cell_out)
+            h = np.multiply(output_gate, cell_out, out=outputs[t])
+        return outputs, h.copy() if pre.shape[0] else h, c
 
 
 def _sigmoid_in_place(x: np.ndarray) -> None:
