@@ -205,6 +205,25 @@ def test_lowering_agrees_with_litert(name: str) -> None:
     assert_agrees(got, expected, case.tolerance)
 
 
+def test_int32_moves_are_exact_over_the_whole_range() -> None:
+    """int32 values beyond float32's 2**24 survive RESHAPE / CONCATENATION / STRIDED_SLICE /
+    TRANSPOSE / SQUEEZE, which NNAPI moves as float32 halves."""
+    from tflite_cases import _int32_moves_reference, int32_moves
+
+    data = int32_moves()
+    x = np.array([[2**31 - 1, -2**31, 16777217], [-16777219, 65536, -1]], np.int32)
+    feeds = {"x": x, "scalar": np.array(-123456789, np.int32)}
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        assert_agrees(session.run(feeds), _int32_moves_reference(feeds), 0)
+    if Interpreter is not None:
+        assert_agrees(litert_outputs(data, feeds), _int32_moves_reference(feeds), 0)
+
+
 def test_requantizing_reduce_max_is_refused() -> None:
     # TFLite's own kernel requires one scale for input and output; so does the importer.
     from tflite_cases import reduce_max_int8_rescale

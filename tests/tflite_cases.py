@@ -818,6 +818,77 @@ def _hybrid_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"y": (feeds["x"].astype(np.float64) @ dequantized.T + bias).astype(np.float32)}
 
 
+def concatenation_negative_axis() -> bytes:
+    """The converter writes axis -1 for a channel concatenation; NNAPI's axis is >= 0."""
+    t = [Tensor("a", "float32", [1, 3, 3, 2]), Tensor("b", "float32", [1, 3, 3, 4]),
+         Tensor("y", "float32", [1, 3, 3, 6])]
+    return single_op("CONCATENATION", t, [0, 1], [2], ("ConcatenationOptions", {"Axis": -1}))
+
+
+def int32_moves() -> bytes:
+    """int32 values moved by operators whose NNAPI operation takes no TENSOR_INT32:
+    RESHAPE (to the same NNAPI shape, inserting a size-1 axis, and a real reshape),
+    CONCATENATION with a constant, STRIDED_SLICE, TRANSPOSE, SQUEEZE."""
+    t = [Tensor("x", "int32", [2, 3]),
+         Tensor("flat", "int32", [6]),
+         Tensor("c", "int32", [2, 2], data=np.array([[2**31 - 1, -2**31], [70000, -70001]], np.int32)),
+         Tensor("cat", "int32", [2, 5]),
+         Tensor("begin", "int32", [2], data=np.array([0, 1], np.int32)),
+         Tensor("end", "int32", [2], data=np.array([2, 5], np.int32)),
+         Tensor("strides", "int32", [2], data=np.array([1, 2], np.int32)),
+         Tensor("sliced", "int32", [2, 2]),
+         Tensor("perm", "int32", [2], data=np.array([1, 0], np.int32)),
+         Tensor("transposed", "int32", [3, 2]),
+         Tensor("expanded", "int32", [1, 3, 1, 2]),
+         Tensor("squeezed", "int32", [3, 2]),
+         Tensor("scalar", "int32", []), Tensor("one", "int32", [1]),
+         Tensor("shape1", "int32", [1], data=np.array([1], np.int32))]
+    ops = [Operator("RESHAPE", [0], [1], ("ReshapeOptions", {"NewShape": [6]})),
+           Operator("CONCATENATION", [0, 2], [3], ("ConcatenationOptions", {"Axis": -1})),
+           Operator("STRIDED_SLICE", [3, 4, 5, 6], [7], ("StridedSliceOptions", {})),
+           Operator("TRANSPOSE", [0, 8], [9]),
+           Operator("RESHAPE", [9], [10], ("ReshapeOptions", {"NewShape": [1, 3, 1, 2]})),
+           Operator("SQUEEZE", [10], [11], ("SqueezeOptions", {"SqueezeDims": [0, 2]})),
+           Operator("RESHAPE", [12], [13], ("ReshapeOptions", {"NewShape": [1]}))]
+    return build(Subgraph(t, ops, [0, 12], [1, 7, 11, 10, 13]))
+
+
+def _int32_moves_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    x = feeds["x"]
+    cat = np.concatenate([x, np.array([[2**31 - 1, -2**31], [70000, -70001]], np.int32)], axis=1)
+    return {"flat": x.reshape(6), "sliced": cat[0:2, 1:5:2], "squeezed": x.T, "expanded": x.T.reshape(1, 3, 1, 2),
+            "one": feeds["scalar"].reshape(1)}
+
+
+def bool_moves() -> bytes:
+    """bool values: CAST to and from bool, RESHAPE and EXPAND_DIMS of a bool tensor."""
+    t = [Tensor("x", "int32", [2, 3]), Tensor("b", "bool", [2, 3]), Tensor("r", "bool", [3, 2]),
+         Tensor("axis", "int32", [], data=np.array(1, np.int32)), Tensor("e", "bool", [3, 1, 2]),
+         Tensor("f", "float32", [3, 1, 2])]
+    ops = [Operator("CAST", [0], [1]), Operator("RESHAPE", [1], [2], ("ReshapeOptions", {"NewShape": [3, 2]})),
+           Operator("EXPAND_DIMS", [2, 3], [4]), Operator("CAST", [4], [5])]
+    return build(Subgraph(t, ops, [0], [2, 5]))
+
+
+def select_v2_broadcast() -> bytes:
+    """SELECT_V2 broadcasting a [2, 1, 4] condition, a [3, 1] tensor and a scalar
+    constant to [2, 3, 4] (NNAPI's SELECT takes three tensors of one shape)."""
+    t = [Tensor("a", "float32", [2, 1, 4]), Tensor("zero", "float32", [], data=np.array(0, np.float32)),
+         Tensor("cond", "bool", [2, 1, 4]), Tensor("v", "float32", [3, 1]),
+         Tensor("big", "float32", [], data=np.array(-1e9, np.float32)), Tensor("w", "float32", [2, 3, 4]),
+         Tensor("y", "float32", [2, 3, 4]), Tensor("z", "float32", [2, 3, 4])]
+    ops = [Operator("GREATER", [0, 1], [2]), Operator("SELECT_V2", [2, 3, 4], [6]),
+           Operator("SELECT_V2", [2, 5, 3], [7])]
+    return build(Subgraph(t, ops, [0, 3, 5], [6, 7]))
+
+
+def squared_difference_int8() -> bytes:
+    t = [Tensor("a", "int8", [2, 3, 4], scale=0.05, zero_point=3),
+         Tensor("b", "int8", [2, 3, 1], scale=0.04, zero_point=-2),
+         Tensor("y", "int8", [2, 3, 4], scale=0.1, zero_point=-128)]
+    return single_op("SQUARED_DIFFERENCE", t, [0, 1], [2])
+
+
 CASES: dict[str, Case] = {
     "mean_int8_rescale": Case(mean_int8_rescale, "MEAN", 1),
     "mean_uint8_rescale": Case(mean_uint8_rescale, "MEAN", 1),
@@ -839,6 +910,12 @@ CASES: dict[str, Case] = {
         "y": np.clip(np.concatenate([f["a"], f["b"]], axis=2), 0, 6)}),
     "leaky_relu_float": Case(leaky_relu_float, "PRELU"),
     "squared_difference": Case(squared_difference, "SUB + MUL"),
+    "squared_difference_int8": Case(squared_difference_int8, "DEQUANTIZE", 1),
+    "concatenation_negative_axis": Case(concatenation_negative_axis, None),
+    # random_inputs gives int32 in {0, 1}: tests/test_tflite_import.py feeds the full range too
+    "int32_moves": Case(int32_moves, "high and low 16 bits", 0, reference=_int32_moves_reference),
+    "bool_moves": Case(bool_moves, "TENSOR_BOOL8", 0),
+    "select_v2_broadcast": Case(select_v2_broadcast, "SELECT_V2 broadcasting"),
     "split_v": Case(split_v, "SLICE"),
     "unpack": Case(unpack, "SPLIT"),
     "batch_to_space_crops": Case(batch_to_space_crops, "crops"),

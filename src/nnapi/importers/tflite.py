@@ -258,6 +258,10 @@ class _Converter:
         # tensor -> (the PAD's input tensor, (top, bottom, left, right))
         self.folded_pads: dict[int, tuple[int, tuple[int, int, int, int]]] = {}
         self._readers: dict[int, list[tuple[_Operator, int]]] | None = None
+        # While an int32 / bool operator is moved through float32 (_through_float32):
+        # output() gives float32 operands; the float32 halves made of each tensor, kept.
+        self.float_outputs = False
+        self.float_halves: dict[tuple[int, int], int] = {}
 
     # --- operands ----------------------------------------------------------------------
     def nn_type(self, info: _TensorInfo, shape: Sequence[int] | None = None) -> OperandType:
@@ -370,6 +374,10 @@ class _Converter:
         info = self.graph.tensors[tensor]
         if tensor in self.operands:
             raise UnsupportedOperator(f"tensor {tensor} ({info.name}) is written twice")
+        if self.float_outputs:
+            index = self.add(OperandType(T.TENSOR_FLOAT32, _operand_shape(info.shape)))
+            self.operands[tensor] = index
+            return index
         index = self.add(self.nn_type(info), self.channel_params(info))
         self.operands[tensor] = index
         return index
@@ -485,7 +493,12 @@ class _Converter:
                     raise UnsupportedOperator(f"custom operator '{op.custom}' has no NNAPI equivalent")
                 if convert is None:
                     raise UnsupportedOperator("this builtin operator has no NNAPI equivalent")
-                convert(self, op)
+                moved_type = op.out_tensor().tfl_type if op.custom is None and op.outputs else None
+                if op.name in _MOVES_DATA and moved_type in (_INT32, _BOOL) or \
+                        op.name in _MOVES_BOOL and moved_type == _BOOL:
+                    _through_float32(self, op, {**_MOVES_DATA, **_MOVES_BOOL}[op.name], convert)
+                else:
+                    convert(self, op)
             except UnsupportedOperator as error:
                 raise BadDataError(f"tflite {op.source}: {error}") from None
             except NnapiError as error:
@@ -967,11 +980,50 @@ def _simple(c: _Converter, op: _Operator) -> None:
         if options is not None and options.FusedActivationFunction():
             raise UnsupportedOperator("L2_NORMALIZATION with a fused activation")
     if op.name in ("SELECT", "SELECT_V2"):
-        shapes = {c.type_of(c.input(i)).dimensions for i in range(3)}
-        if len(shapes) != 1:
-            raise UnsupportedOperator("NNAPI SELECT needs three tensors of one shape (no broadcasting)")
+        dims = c.nn_type(op.out_tensor()).dimensions
+        if {c.type_of(c.input(i)).dimensions for i in range(3)} != {dims}:
+            if not all(d > 0 for d in dims):
+                raise UnsupportedOperator("NNAPI SELECT needs three tensors of one shape (no broadcasting); "
+                                          "the output's shape is not static")
+            c.emit(Op.SELECT, [_broadcast_to(c, op, i, dims) for i in range(3)], [c.output()])
+            c.lowered(f"SELECT_V2 broadcasting: inputs broadcast to {list(dims)} first (NNAPI's SELECT does not)")
+            return
     inputs = [c.input(i) for i in range(len(op.inputs))]
     c.emit(code, inputs, [c.output()])
+
+
+def _broadcast_to(c: _Converter, op: _Operator, position: int, dims: Sequence[int]) -> int:
+    """Input ``position`` broadcast to ``dims`` (NumPy's rule): a constant at import; a
+    bool by LOGICAL_AND with true; others by RESHAPE (EXPAND_DIMS for int32) and TILE."""
+    x = c.input(position)
+    x_type = c.type_of(x)
+    dims = list(dims)
+    if list(x_type.dimensions) == dims:
+        return x
+    const = c.const_of(op.inputs[position])
+    full = x_type.with_dimensions(dims)
+    if const is not None and const.channel is None:
+        return c.const_operand(np.broadcast_to(const.data.reshape(x_type.dimensions), dims), full)
+    if x_type.type == T.TENSOR_BOOL8:
+        out = c.temp(full)
+        c.emit(Op.LOGICAL_AND, [x, c.const_operand(np.ones(dims, np.bool_), full)], [out])
+        return out
+    source = [1] * (len(dims) - x_type.rank) + list(x_type.dimensions)
+    if len(source) != len(dims) or any(s not in (1, d) for s, d in zip(source, dims)):
+        raise UnsupportedOperator(f"input {position} of shape {list(x_type.dimensions)} does not broadcast to "
+                                  f"{dims}")
+    if x_type.rank < len(dims) and x_type.type == T.TENSOR_INT32:  # NNAPI's RESHAPE takes no int32
+        for rank in range(x_type.rank + 1, len(dims) + 1):
+            ranked = c.temp(x_type, source[len(dims) - rank:])
+            c.emit(Op.EXPAND_DIMS, [x, c.i32(0)], [ranked])
+            x = ranked
+    elif x_type.rank < len(dims):
+        ranked = c.temp(x_type, source)
+        c.emit(Op.RESHAPE, [x, c.vector(source)], [ranked])
+        x = ranked
+    out = c.temp(full)
+    c.emit(Op.TILE, [x, c.vector([d // s for s, d in zip(source, dims)])], [out])
+    return out
 
 
 for _name, _code in _SIMPLE.items():
@@ -1005,12 +1057,40 @@ def _leaky_relu(c: _Converter, op: _Operator) -> None:
 def _squared_difference(c: _Converter, op: _Operator) -> None:
     a, b = c.input(0), c.input(1)
     out_type = c.nn_type(op.out_tensor())
+    if out_type.type in _QUANT8:
+        _in_float32(c, op, lambda inputs, out: _squared_difference_float(c, *inputs, out))
+        c.lowered("quantized SQUARED_DIFFERENCE as DEQUANTIZE, SUB + MUL in float32, QUANTIZE (one rounding, "
+                  "where TFLite's integer kernel rounds in fixed point: within a step of it)")
+        return
     if out_type.type not in _FLOAT_TYPES:
-        raise UnsupportedOperator("quantized SQUARED_DIFFERENCE has no exact NNAPI sequence")
+        raise UnsupportedOperator(f"SQUARED_DIFFERENCE of {out_type.type.name} has no NNAPI sequence")
+    _squared_difference_float(c, a, b, c.output())
+    c.lowered("SQUARED_DIFFERENCE as SUB + MUL")
+
+
+def _squared_difference_float(c: _Converter, a: int, b: int, out: int) -> None:
+    out_type = c.type_of(out)
     difference = c.temp(out_type)
     c.emit(Op.SUB, [a, b, c.i32(0)], [difference])
-    c.emit(Op.MUL, [difference, difference, c.i32(0)], [c.output()])
-    c.lowered("SQUARED_DIFFERENCE as SUB + MUL")
+    c.emit(Op.MUL, [difference, difference, c.i32(0)], [out])
+
+
+def _in_float32(c: _Converter, op: _Operator, build: Callable[[list[int], int], None]) -> None:
+    """A quantized operator computed in float32: every quantized input DEQUANTIZEd, ``build``
+    emits the float operation into a float32 temporary, QUANTIZE writes the output."""
+    inputs = []
+    for position in range(len(op.inputs)):
+        x = c.input(position)
+        x_type = c.type_of(x)
+        if x_type.type in _QUANT8:
+            real = c.temp(OperandType(T.TENSOR_FLOAT32, x_type.dimensions))
+            c.emit(Op.DEQUANTIZE, [x], [real])
+            x = real
+        inputs.append(x)
+    out = c.output()
+    real_out = c.temp(OperandType(T.TENSOR_FLOAT32, c.type_of(out).dimensions))
+    build(inputs, real_out)
+    c.emit(Op.QUANTIZE, [real_out], [out])
 
 
 @_converter("SQUARE")
@@ -1089,6 +1169,8 @@ def _concatenation(c: _Converter, op: _Operator) -> None:
     options = op.options("ConcatenationOptions")
     operands = [c.input(i) for i in range(len(op.inputs))]
     axis = options.Axis()
+    if axis < 0:  # TFLite counts a negative axis from the end; NNAPI's axis is in [0, rank)
+        axis += c.type_of(operands[0]).rank
     activation = options.FusedActivationFunction()
     if activation == 0:
         c.emit(Op.CONCATENATION, [*operands, c.i32(axis)], [c.output()])
@@ -1102,11 +1184,24 @@ def _static_shape(c: _Converter, info: _TensorInfo) -> list[int] | None:
     return list(_operand_shape(info.shape)) if all(d >= 0 for d in info.shape) else None
 
 
+#: the tensor types NNAPI's RESHAPE takes (others are reshaped by _reshape_other_type)
+_RESHAPE_TYPES = (*_FLOAT_TYPES, *_QUANT8)
+
+
 @_converter("RESHAPE")
 def _reshape(c: _Converter, op: _Operator) -> None:
-    x = c.input(0)
     out = op.out_tensor()
     static = _static_shape(c, out)
+    const = c.const_of(op.inputs[0])
+    if const is not None and const.channel is None and static is not None and op.inputs[0] not in c.operands:
+        # A reshaped constant is a constant: reshaped here, once.
+        c.consts[op.outputs[0]] = _Const(const.data.reshape(static), const.code, const.scale, const.zero_point)
+        c.lowered("a constant reshaped at import")
+        return
+    x = c.input(0)
+    if c.type_of(x).type not in _RESHAPE_TYPES:
+        _reshape_other_type(c, op, x, static)
+        return
     if static is not None:
         shape = c.vector(static)
     elif op.has_input(1) and c.const_of(op.inputs[1]) is not None:
@@ -1117,6 +1212,149 @@ def _reshape(c: _Converter, op: _Operator) -> None:
         options = op.options("ReshapeOptions")
         shape = c.vector(options.NewShapeAsNumpy())
     c.emit(Op.RESHAPE, [x, shape], [c.output()])
+
+
+#: operators that only move values, with the input positions holding them (None: all):
+#: NNAPI's versions take no TENSOR_INT32 / TENSOR_BOOL8, so those are moved as float32
+_MOVES_DATA: dict[str, tuple[int, ...] | None] = {
+    "STRIDED_SLICE": (0,), "CONCATENATION": None, "TRANSPOSE": (0,), "SQUEEZE": (0,),
+    "SPACE_TO_DEPTH": (0,), "DEPTH_TO_SPACE": (0,), "SPLIT": (1,), "SPLIT_V": (0,)}
+#: the same for operators whose NNAPI operation takes TENSOR_INT32 but not TENSOR_BOOL8
+_MOVES_BOOL: dict[str, tuple[int, ...] | None] = {
+    "EXPAND_DIMS": (0,), "GATHER": (0,), "SLICE": (0,), "TILE": (0,), "PACK": None, "REVERSE_V2": (0,),
+    "PAD": (0,), "PADV2": (0,)}
+_HALF = 1 << 16
+
+
+def _float_half(c: _Converter, tensor: int, half: int) -> int:
+    """float32 operand holding, exactly, the high (``half`` 0) or low (1) 16 bits of an
+    int32 tensor, or a bool tensor as 1 / 0 (``half`` 0)."""
+    key = (tensor, half)
+    if key in c.float_halves:
+        return c.float_halves[key]
+    info = c.graph.tensors[tensor]
+    const = c.const_of(tensor)
+    dims = list(_operand_shape(info.shape))
+    float_type = OperandType(T.TENSOR_FLOAT32, dims)
+    if const is not None:
+        data = const.data.astype(np.int64)
+        if info.tfl_type == _INT32:
+            data = data // _HALF if half == 0 else data % _HALF
+        index = c.const_operand(data.astype(np.float32).reshape(dims), float_type)
+    elif info.tfl_type == _BOOL:
+        index = c.temp(float_type)
+        c.emit(Op.SELECT, [c.operand(tensor), c.const_operand(np.ones(dims, np.float32), float_type),
+                           c.const_operand(np.zeros(dims, np.float32), float_type)], [index])
+    else:
+        # high = min(floor(float(x) / 2**16), 2**15 - 1): float(x) may round, so high may be
+        # one off floor(x / 2**16), but low = x - high * 2**16 is then still small and exact
+        # in float32, and the clamp keeps high * 2**16 inside int32. (No int32 DIV: not
+        # every device has one.)
+        x = c.operand(tensor)
+        x_type = c.type_of(x)
+        rounded, scaled, floored, high = (c.temp(float_type) for _ in range(4))
+        c.emit(Op.CAST, [x], [rounded])
+        one = OperandType(T.TENSOR_FLOAT32, [1])
+        c.emit(Op.MUL, [rounded, c.const_operand(np.array([1 / _HALF], np.float32), one), c.i32(0)], [scaled])
+        c.emit(Op.FLOOR, [scaled], [floored])
+        c.emit(Op.MINIMUM, [floored, c.const_operand(np.array([_HALF // 2 - 1], np.float32), one)], [high])
+        high_int, high_scaled, low_int, low = c.temp(x_type), c.temp(x_type), c.temp(x_type), c.temp(float_type)
+        c.emit(Op.CAST, [high], [high_int])
+        c.emit(Op.MUL, [high_int, c.const_operand(np.array([_HALF], np.int32), OperandType(T.TENSOR_INT32, [1])),
+                        c.i32(0)], [high_scaled])
+        c.emit(Op.SUB, [x, high_scaled, c.i32(0)], [low_int])
+        c.emit(Op.CAST, [low_int], [low])
+        c.float_halves[(tensor, 0)], c.float_halves[(tensor, 1)] = high, low
+        return c.float_halves[key]
+    c.float_halves[key] = index
+    return index
+
+
+def _through_float32(c: _Converter, op: _Operator, positions: tuple[int, ...] | None,
+                     convert: Callable[[_Converter, _Operator], None]) -> None:
+    """Convert an operator that only moves values of an int32 / bool tensor, which its
+    NNAPI operation does not take, on float32 instead, exactly: a bool as 1.0 / 0.0; an
+    int32 as its high and low 16 bits (each exact in float32), moved apart and joined."""
+    out_info = op.out_tensor()
+    is_bool = out_info.tfl_type == _BOOL
+    positions = range(len(op.inputs)) if positions is None else positions
+    moved = [op.inputs[p] for p in positions if p < len(op.inputs) and op.inputs[p] >= 0]
+    if any(c.graph.tensors[t].tfl_type != out_info.tfl_type for t in moved):
+        raise UnsupportedOperator("its inputs and output differ in type")
+    results: list[list[int]] = []
+    for half in (0,) if is_bool else (0, 1):
+        saved = {t: c.operands[t] for t in moved if t in c.operands}
+        for tensor in moved:
+            c.operands[tensor] = _float_half(c, tensor, half)
+        c.float_outputs = True
+        try:
+            convert(c, op)
+        finally:
+            c.float_outputs = False
+            for tensor in moved:
+                c.operands.pop(tensor, None)
+            c.operands.update(saved)
+        results.append([c.operands.pop(t) for t in op.outputs])
+    for position in range(len(op.outputs)):
+        target = c.output(position)
+        target_type = c.type_of(target)
+        if is_bool:
+            zero = c.const_operand(np.zeros(1, np.float32), OperandType(T.TENSOR_FLOAT32, [1]))
+            c.emit(Op.NOT_EQUAL, [results[0][position], zero], [target])
+            continue
+        high, low, scaled = c.temp(target_type), c.temp(target_type), c.temp(target_type)
+        c.emit(Op.CAST, [results[0][position]], [high])
+        c.emit(Op.CAST, [results[1][position]], [low])
+        base = c.const_operand(np.array([_HALF], np.int32), OperandType(T.TENSOR_INT32, [1]))
+        c.emit(Op.MUL, [high, base, c.i32(0)], [scaled])
+        c.emit(Op.ADD, [scaled, low, c.i32(0)], [target])
+    c.lowered(f"{op.name} of {'TENSOR_BOOL8' if is_bool else 'TENSOR_INT32'}, which NNAPI's "
+              + ("operation does not take, moved as float32 1.0 / 0.0 and compared with 0" if is_bool else
+                 "operation does not take, moved exactly as float32 high and low 16 bits and joined again"))
+
+
+def _inserted_ones(source: Sequence[int], target: Sequence[int]) -> list[int] | None:
+    """The positions in ``target`` of size-1 dimensions inserted into ``source``, or
+    None when ``target`` is not ``source`` with size-1 dimensions inserted."""
+    inserted, position = [], 0
+    for index, size in enumerate(target):
+        if position < len(source) and size == source[position]:
+            position += 1
+        elif size == 1:
+            inserted.append(index)
+        else:
+            return None
+    return inserted if position == len(source) else None
+
+
+def _reshape_other_type(c: _Converter, op: _Operator, x: int, dims: list[int] | None) -> None:
+    """RESHAPE of a TENSOR_INT32 / TENSOR_BOOL8 tensor, which NNAPI's RESHAPE does not
+    take: nothing when the NNAPI shapes are equal (a rank-0 tensor is [1]), EXPAND_DIMS
+    when it only inserts size-1 dimensions, else an exact round trip through float32."""
+    x_type = c.type_of(x)
+    if dims is None or not x_type.is_fully_specified:
+        raise UnsupportedOperator(f"RESHAPE of a {x_type.type.name} tensor needs static shapes (NNAPI's "
+                                  f"RESHAPE takes no {x_type.type.name})")
+    source = list(x_type.dimensions)
+    if source == dims:
+        c.operands[op.outputs[0]] = x
+        c.lowered(f"RESHAPE of {x_type.type.name} to the same NNAPI shape {dims}: the output is the input")
+        return
+    inserted = _inserted_ones(source, dims) if x_type.type == T.TENSOR_INT32 else None
+    if inserted is not None:  # NNAPI's EXPAND_DIMS takes TENSOR_INT32
+        current = x
+        for step, axis in enumerate(inserted):
+            # the later insertions lie further right, so the earlier axes are all in place
+            later = set(inserted[step + 1:])
+            target = c.output() if step == len(inserted) - 1 else \
+                c.temp(x_type, [d for i, d in enumerate(dims) if i not in later])
+            c.emit(Op.EXPAND_DIMS, [current, c.i32(axis)], [target])
+            current = target
+        c.lowered(f"RESHAPE of {x_type.type.name} that inserts size-1 dimensions as EXPAND_DIMS")
+        return
+    if x_type.type not in (T.TENSOR_INT32, T.TENSOR_BOOL8):
+        raise UnsupportedOperator(f"RESHAPE of a {x_type.type.name} tensor has no NNAPI equivalent")
+    _through_float32(c, op, (0,), lambda c, op: c.emit(Op.RESHAPE, [c.input(0), c.vector(dims)], [c.output()]))
 
 
 @_converter("SQUEEZE")
@@ -1284,7 +1522,29 @@ def _densify_tensor(info: _TensorInfo) -> np.ndarray:
 
 @_converter("CAST")
 def _cast(c: _Converter, op: _Operator) -> None:
-    c.emit(Op.CAST, [c.input(0)], [c.output()])
+    # NNAPI's CAST takes no TENSOR_BOOL8: x != 0 makes a bool, SELECT(b, 1, 0) reads one.
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if op.out_tensor().tfl_type == _BOOL and x_type.type != T.TENSOR_BOOL8:
+        if x_type.type not in (*_FLOAT_TYPES, T.TENSOR_INT32, *_QUANT8):
+            raise UnsupportedOperator(f"CAST of {x_type.type.name} to bool has no NNAPI equivalent")
+        zero = np.full(1, x_type.zero_point, x_type.dtype)
+        c.emit(Op.NOT_EQUAL, [x, c.const_operand(zero, x_type.with_dimensions([1]))], [c.output()])
+        c.lowered("CAST to bool as NOT_EQUAL 0 (NNAPI's CAST takes no TENSOR_BOOL8)")
+        return
+    if x_type.type == T.TENSOR_BOOL8 and op.out_tensor().tfl_type != _BOOL:
+        out = c.output()
+        out_type = c.type_of(out)
+        if out_type.type not in (*_FLOAT_TYPES, T.TENSOR_INT32) or not x_type.is_fully_specified:
+            raise UnsupportedOperator(f"CAST of bool to {out_type.type.name} needs a float or int32 output and a "
+                                      "static shape")
+        dims = list(x_type.dimensions)
+        full = out_type.with_dimensions(dims)
+        c.emit(Op.SELECT, [x, c.const_operand(np.ones(dims, out_type.dtype), full),
+                           c.const_operand(np.zeros(dims, out_type.dtype), full)], [out])
+        c.lowered("CAST of bool as SELECT(x, 1, 0) (NNAPI's CAST takes no TENSOR_BOOL8)")
+        return
+    c.emit(Op.CAST, [x], [c.output()])
 
 
 def _spatial_zero_padding(c: _Converter, op: _Operator) -> tuple[int, int, int, int] | None:
