@@ -380,6 +380,21 @@ def _compare_with_reference(model, inputs, output_shape, device):
     return results
 
 
+def test_rsqrt_runs_on_ort(ort_device):
+    """RSQRT (a layer norm's 1 / sqrt(variance + epsilon), as the TFLite converter writes
+    it) is Reciprocal(Sqrt) in ONNX: on nnapi-ort-cpu alone, the reference's values."""
+    model = nnapi.Model()
+    x = _float_tensor(model, [3, 5])
+    y = _float_tensor(model, [3, 5])
+    model.add_operation(Op.RSQRT, [x], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    values = np.random.default_rng(3).uniform(1e-6, 50, (3, 5)).astype(np.float32)
+    ours, reference = _compare_with_reference(model, [values], (3, 5), ort_device)
+    np.testing.assert_allclose(ours, reference, rtol=2e-7)
+    np.testing.assert_allclose(ours, 1 / np.sqrt(values.astype(np.float64)), rtol=3e-7)
+
+
 def test_logistic_is_accurate_relative_to_small_results(ort_device):
     """float32 LOGISTIC far into its lower tail (a detector's score on an image without
     the object) within 1e-6 of the exact value relative to it, as the reference and LiteRT

@@ -19,6 +19,8 @@ import tflite
 from tflite.utils import BUILTIN_OPCODE2NAME
 
 _OPCODES = {name: code for code, name in BUILTIN_OPCODE2NAME.items()}
+#: operators whose first version in TFLite's schema is not 1 (LiteRT registers no version 1)
+_FIRST_VERSION = {_OPCODES["BROADCAST_TO"]: 2}
 _TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
 
 
@@ -229,7 +231,7 @@ def build(*subgraphs: Subgraph) -> bytes:
         tflite.OperatorCodeStart(b)
         tflite.OperatorCodeAddBuiltinCode(b, builtin)
         tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(builtin, 127))
-        tflite.OperatorCodeAddVersion(b, 1)
+        tflite.OperatorCodeAddVersion(b, _FIRST_VERSION.get(builtin, 1))
         if custom_offset is not None:
             tflite.OperatorCodeAddCustomCode(b, custom_offset)
         codes.append(tflite.OperatorCodeEnd(b))

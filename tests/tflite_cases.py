@@ -889,6 +889,36 @@ def squared_difference_int8() -> bytes:
     return single_op("SQUARED_DIFFERENCE", t, [0, 1], [2])
 
 
+def shape_broadcast_to() -> bytes:
+    """SHAPE of a static tensor (folded to a constant) read by BROADCAST_TO of a runtime
+    [3] tensor, and BROADCAST_TO of a constant, to [2, 3]."""
+    t = [Tensor("x", "float32", [2, 3]), Tensor("shape", "int32", [2]), Tensor("v", "float32", [3]),
+         Tensor("b", "float32", [2, 3]), Tensor("k", "float32", [1], data=np.array([0.5], np.float32)),
+         Tensor("kb", "float32", [2, 3]), Tensor("y", "float32", [2, 3])]
+    ops = [Operator("SHAPE", [0], [1], ("ShapeOptions", {"OutType": 2})), Operator("BROADCAST_TO", [2, 1], [3]),
+           Operator("BROADCAST_TO", [4, 1], [5]), Operator("ADD", [3, 5], [6], ("AddOptions", {}))]
+    return build(Subgraph(t, ops, [0, 2], [6]))
+
+
+def _scaled_unary(op: str, low: float, high: float, type_: str = "float32", options=None) -> Callable[[], bytes]:
+    """A unary operator on [2, 4, 8] values spread over [low, high]: a MUL by a constant
+    scales random_inputs' [-1, 1) floats (or the quantized input's range) first."""
+    def make() -> bytes:
+        mid, half = (high + low) / 2, (high - low) / 2
+        if type_ == "float32":
+            t = [Tensor("x", "float32", [2, 4, 8]), Tensor("k", "float32", [1], data=np.array([half], np.float32)),
+                 Tensor("m", "float32", [1], data=np.array([mid], np.float32)), Tensor("s", "float32", [2, 4, 8]),
+                 Tensor("a", "float32", [2, 4, 8]), Tensor("y", "float32", [2, 4, 8])]
+            ops = [Operator("MUL", [0, 1], [3], ("MulOptions", {})), Operator("ADD", [3, 2], [4], ("AddOptions", {})),
+                   Operator(op, [4], [5], options)]
+            return build(Subgraph(t, ops, [0], [5]))
+        scale = (high - low) / 255
+        t = [Tensor("x", type_, [2, 4, 8], scale=scale, zero_point=max(-128, int(round(-128 - low / scale)))),
+             Tensor("y", type_, [2, 4, 8], scale=0.02 if op != "RSQRT" else 0.05, zero_point=-20)]
+        return single_op(op, t, [0], [1], options)
+    return make
+
+
 CASES: dict[str, Case] = {
     "mean_int8_rescale": Case(mean_int8_rescale, "MEAN", 1),
     "mean_uint8_rescale": Case(mean_uint8_rescale, "MEAN", 1),
@@ -916,6 +946,17 @@ CASES: dict[str, Case] = {
     "int32_moves": Case(int32_moves, "high and low 16 bits", 0, reference=_int32_moves_reference),
     "bool_moves": Case(bool_moves, "TENSOR_BOOL8", 0),
     "select_v2_broadcast": Case(select_v2_broadcast, "SELECT_V2 broadcasting"),
+    "shape_broadcast_to": Case(shape_broadcast_to, "SHAPE of a static shape folded"),
+    "gelu": Case(_scaled_unary("GELU", -6, 6, options=("GeluOptions", {"Approximate": False})), "erf form", 1e-6),
+    "gelu_approximate": Case(_scaled_unary("GELU", -6, 6, options=("GeluOptions", {"Approximate": True})),
+                             "tanh form", 1e-6),
+    "gelu_int8": Case(_scaled_unary("GELU", -4, 4, "int8", ("GeluOptions", {"Approximate": False})), "quantized GELU",
+                      1),
+    # the int8 input's zero point is its lowest value: rsqrt(0) saturates, as in LiteRT
+    "rsqrt_int8": Case(_scaled_unary("RSQRT", 0.0, 4, "int8"), "quantized RSQRT", 1),
+    "ceil": Case(_scaled_unary("CEIL", -3, 3), "CEIL as NEG, FLOOR, NEG", 0),
+    "relu_0_to_1": Case(_scaled_unary("RELU_0_TO_1", -2, 2), "RELU_0_TO_1", 0),
+    "relu_0_to_1_int8": Case(_scaled_unary("RELU_0_TO_1", -2, 2, "int8"), "RELU_0_TO_1", 0),
     "split_v": Case(split_v, "SLICE"),
     "unpack": Case(unpack, "SPLIT"),
     "batch_to_space_crops": Case(batch_to_space_crops, "crops"),

@@ -988,8 +988,66 @@ def _simple(c: _Converter, op: _Operator) -> None:
             c.emit(Op.SELECT, [_broadcast_to(c, op, i, dims) for i in range(3)], [c.output()])
             c.lowered(f"SELECT_V2 broadcasting: inputs broadcast to {list(dims)} first (NNAPI's SELECT does not)")
             return
+    if code in _FLOAT_ONLY and c.type_of(c.input(0)).type in _QUANT8:
+        _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
+        c.lowered(f"quantized {op.name} (NNAPI's {code.name} is float only) as DEQUANTIZE, {code.name}, QUANTIZE")
+        return
     inputs = [c.input(i) for i in range(len(op.inputs))]
     c.emit(code, inputs, [c.output()])
+
+
+#: the unary operations of _SIMPLE that NNAPI defines on float tensors only
+_FLOAT_ONLY = (Op.RSQRT, Op.SQRT, Op.EXP, Op.LOG, Op.SIN, Op.POW)
+
+#: Abramowitz & Stegun 7.1.26: erfc(z) ~ (a1 t + ... + a5 t^5) exp(-z^2), t = 1 / (1 + p z),
+#: z >= 0, absolute error <= 1.5e-7 (float32's own rounding of values near 1 is 6e-8)
+_ERFC_P = 0.3275911
+_ERFC_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+@_converter("GELU")
+def _gelu(c: _Converter, op: _Operator) -> None:
+    options = op.options("GeluOptions")
+    approximate = bool(options.Approximate()) if options is not None else False
+    form = "tanh form" if approximate else "erf form, erf to 1.5e-7 by Abramowitz & Stegun 7.1.26"
+    if c.nn_type(op.out_tensor()).type in _QUANT8:
+        _in_float32(c, op, lambda inputs, out: _gelu_float(c, inputs[0], out, approximate))
+        c.lowered(f"quantized GELU ({form}) as DEQUANTIZE, elementwise float32 operations, QUANTIZE")
+        return
+    _gelu_float(c, c.input(0), c.output(), approximate)
+    c.lowered(f"GELU ({form}) as elementwise NNAPI operations (NNAPI has no GELU)")
+
+
+def _gelu_float(c: _Converter, x: int, out: int, approximate: bool) -> None:
+    """gelu(x) = x * Phi(x). Exact form: x * Phi(x) = relu(x) - |x| * erfc(|x| / sqrt 2) / 2
+    (erf is odd), with no select; approximate: x / 2 * (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+    x_type = c.type_of(x)
+
+    def k(value: float) -> int:
+        return c.const_operand(np.array([value], x_type.dtype), x_type.with_dimensions([1]))
+
+    def op2(code: OperationCode, a: int, b: int, target: int | None = None) -> int:
+        target = c.temp(x_type) if target is None else target
+        c.emit(code, [a, b, c.i32(0)], [target])
+        return target
+
+    def op1(code: OperationCode, a: int) -> int:
+        target = c.temp(x_type)
+        c.emit(code, [a], [target])
+        return target
+
+    if approximate:
+        cube = op2(Op.MUL, op2(Op.MUL, x, x), x)
+        inner = op2(Op.MUL, op2(Op.ADD, op2(Op.MUL, cube, k(0.044715)), x), k(float(np.sqrt(2 / np.pi))))
+        op2(Op.MUL, op2(Op.MUL, x, k(0.5)), op2(Op.ADD, op1(Op.TANH, inner), k(1.0)), out)
+        return
+    magnitude = op1(Op.ABS, x)
+    t = op2(Op.DIV, k(1.0), op2(Op.ADD, op2(Op.MUL, magnitude, k(_ERFC_P / np.sqrt(2))), k(1.0)))
+    poly = op2(Op.MUL, t, k(_ERFC_A[4]))
+    for coefficient in reversed(_ERFC_A[:4]):
+        poly = op2(Op.MUL, op2(Op.ADD, poly, k(coefficient)), t)
+    erfc = op2(Op.MUL, poly, op1(Op.EXP, op2(Op.MUL, op2(Op.MUL, x, x), k(-0.5))))
+    op2(Op.SUB, op1(Op.RELU, x), op2(Op.MUL, op2(Op.MUL, magnitude, erfc), k(0.5)), out)
 
 
 def _broadcast_to(c: _Converter, op: _Operator, position: int, dims: Sequence[int]) -> int:
@@ -1896,6 +1954,69 @@ def _arg(c: _Converter, op: _Operator) -> None:
 def _topk(c: _Converter, op: _Operator) -> None:
     k = int(c.const_values(1, "k").reshape(-1)[0])
     c.emit(Op.TOPK_V2, [c.input(0), c.i32(k)], [c.output(0), c.output(1)])
+
+
+@_converter("SHAPE")
+def _shape(c: _Converter, op: _Operator) -> None:
+    shape = op.tensor(0).shape
+    if any(d < 0 for d in shape):
+        raise UnsupportedOperator(f"SHAPE of a tensor with unknown dimensions {list(shape)} (NNAPI has no "
+                                  "SHAPE operation; only a static shape is folded)")
+    if not shape:
+        raise UnsupportedOperator("SHAPE of a rank-0 tensor is an empty tensor, which NNAPI cannot hold")
+    c.consts[op.outputs[0]] = _Const(np.array(shape, np.int32), T.TENSOR_INT32)
+    c.lowered(f"SHAPE of a static shape folded to the constant {list(shape)}")
+
+
+@_converter("BROADCAST_TO")
+def _broadcast_to_op(c: _Converter, op: _Operator) -> None:
+    dims = _static_shape(c, op.out_tensor())
+    if dims is None:
+        raise UnsupportedOperator("BROADCAST_TO an unknown shape has no NNAPI equivalent")
+    const = c.const_of(op.inputs[0])
+    if const is not None and const.channel is None and op.inputs[0] not in c.operands:
+        c.consts[op.outputs[0]] = _Const(np.broadcast_to(const.data.reshape(_operand_shape(const.data.shape)), dims)
+                                         .copy(), const.code, const.scale, const.zero_point)
+        c.lowered("BROADCAST_TO of a constant folded at import")
+        return
+    c.identity(_broadcast_to(c, op, 0, dims), c.output())
+    c.lowered(f"BROADCAST_TO {dims} as RESHAPE / EXPAND_DIMS and TILE (LOGICAL_AND for bool)")
+
+
+@_converter("CEIL")
+def _ceil(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if x_type.type not in _FLOAT_TYPES:
+        raise UnsupportedOperator(f"CEIL of {x_type.type.name}")
+    negated, floored = c.temp(x_type), c.temp(x_type)
+    c.emit(Op.NEG, [x], [negated])
+    c.emit(Op.FLOOR, [negated], [floored])
+    c.emit(Op.NEG, [floored], [c.output()])
+    c.lowered("CEIL as NEG, FLOOR, NEG (ceil(x) = -floor(-x))")
+
+
+@_converter("RELU_0_TO_1")
+def _relu_0_to_1(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    x_type = c.type_of(x)
+    out = c.output()
+    out_type = c.type_of(out)
+    if x_type.type not in (*_FLOAT_TYPES, *_QUANT8):
+        raise UnsupportedOperator(f"RELU_0_TO_1 of {x_type.type.name}")
+
+    def bound(value: float) -> int:
+        if out_type.type in _FLOAT_TYPES:
+            return c.const_operand(np.array([value], out_type.dtype), out_type.with_dimensions([1]))
+        # the bound in the output's quantization: the clamp of TFLite's kernel, on stored values
+        info = np.iinfo(out_type.dtype)
+        stored = np.clip(np.round(value / out_type.scale) + out_type.zero_point, info.min, info.max)
+        return c.const_operand(np.array([stored], out_type.dtype), out_type.with_dimensions([1]))
+
+    below = c.temp(out_type)
+    c.emit(Op.MINIMUM, [x, bound(1.0)], [below])
+    c.emit(Op.MAXIMUM, [below, bound(0.0)], [out])
+    c.lowered("RELU_0_TO_1 as MINIMUM 1, MAXIMUM 0 (NNAPI has no such activation)")
 
 
 @_converter("FILL")

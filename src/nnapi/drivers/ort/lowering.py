@@ -990,7 +990,7 @@ def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse
 _UNARY_FLOAT = {OperationCode.LOGISTIC: "Sigmoid", OperationCode.TANH: "Tanh", OperationCode.RELU: "Relu",
                 OperationCode.HARD_SWISH: "HardSwish", OperationCode.ABS: "Abs", OperationCode.EXP: "Exp",
                 OperationCode.FLOOR: "Floor", OperationCode.NEG: "Neg", OperationCode.SQRT: "Sqrt",
-                OperationCode.ELU: "Elu"}
+                OperationCode.ELU: "Elu", OperationCode.RSQRT: "Sqrt"}  # RSQRT: Reciprocal of the Sqrt (apply)
 _CLAMPS = {OperationCode.RELU: (0.0, math.inf), OperationCode.RELU1: (-1.0, 1.0), OperationCode.RELU6: (0.0, 6.0)}
 
 
@@ -1021,6 +1021,8 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
                                   g.constant(np.array(high, np.float32))])
         if code == OperationCode.ELU:
             return g.one("Elu", [name], alpha=alpha)
+        if code == OperationCode.RSQRT:  # ONNX has no Rsqrt (a layer norm's 1 / sqrt(variance))
+            return g.one("Reciprocal", [g.one("Sqrt", [name])])
         if code == OperationCode.LOGISTIC and output.type == T.TENSOR_FLOAT32 and \
                 not _is_gate(g, operation.outputs[0]):
             return _logistic(g, name)
