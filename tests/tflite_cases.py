@@ -919,6 +919,15 @@ def _scaled_unary(op: str, low: float, high: float, type_: str = "float32", opti
     return make
 
 
+def relu_int8_requantize() -> bytes:
+    """int8 RELU and RELU6 whose outputs have another scale than the input (NASNet's, as
+    the converter writes them); NNAPI's RELU keeps the scale."""
+    t = [Tensor("x", "int8", [2, 4, 8], scale=0.05, zero_point=3),
+         Tensor("r", "int8", [2, 4, 8], scale=0.034, zero_point=-128),
+         Tensor("r6", "int8", [2, 4, 8], scale=6 / 255, zero_point=-128)]
+    return build(Subgraph(t, [Operator("RELU", [0], [1]), Operator("RELU6", [0], [2])], [0], [1, 2]))
+
+
 CASES: dict[str, Case] = {
     "mean_int8_rescale": Case(mean_int8_rescale, "MEAN", 1),
     "mean_uint8_rescale": Case(mean_uint8_rescale, "MEAN", 1),
@@ -946,6 +955,7 @@ CASES: dict[str, Case] = {
     "int32_moves": Case(int32_moves, "high and low 16 bits", 0, reference=_int32_moves_reference),
     "bool_moves": Case(bool_moves, "TENSOR_BOOL8", 0),
     "select_v2_broadcast": Case(select_v2_broadcast, "SELECT_V2 broadcasting"),
+    "relu_int8_requantize": Case(relu_int8_requantize, "requantizing RELU", 1),
     "shape_broadcast_to": Case(shape_broadcast_to, "SHAPE of a static shape folded"),
     "gelu": Case(_scaled_unary("GELU", -6, 6, options=("GeluOptions", {"Approximate": False})), "erf form", 1e-6),
     "gelu_approximate": Case(_scaled_unary("GELU", -6, 6, options=("GeluOptions", {"Approximate": True})),

@@ -988,6 +988,17 @@ def _simple(c: _Converter, op: _Operator) -> None:
             c.emit(Op.SELECT, [_broadcast_to(c, op, i, dims) for i in range(3)], [c.output()])
             c.lowered(f"SELECT_V2 broadcasting: inputs broadcast to {list(dims)} first (NNAPI's SELECT does not)")
             return
+    if code in _RELU_FUSE and c.type_of(c.input(0)).type in _QUANT8:
+        x, out_type = c.input(0), c.nn_type(op.out_tensor())
+        x_type = c.type_of(x)
+        if (x_type.scale, x_type.zero_point) != (out_type.scale, out_type.zero_point):
+            # NNAPI's quantized RELU keeps the input's scale; TFLite's may requantize.
+            # x + 0 requantized into the output with the activation fused is that.
+            zero = c.const_operand(np.array([x_type.zero_point], x_type.dtype), x_type.with_dimensions([1]))
+            c.emit(Op.ADD, [x, zero, c.i32(_RELU_FUSE[code])], [c.output()])
+            c.lowered(f"requantizing {op.name} as ADD of 0 with the activation fused (NNAPI's {code.name} "
+                      "keeps the input's scale)")
+            return
     if code in _FLOAT_ONLY and c.type_of(c.input(0)).type in _QUANT8:
         _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
         c.lowered(f"quantized {op.name} (NNAPI's {code.name} is float only) as DEQUANTIZE, {code.name}, QUANTIZE")
@@ -996,6 +1007,8 @@ def _simple(c: _Converter, op: _Operator) -> None:
     c.emit(code, inputs, [c.output()])
 
 
+#: NNAPI's activation operations and the fuse code that means the same
+_RELU_FUSE = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}
 #: the unary operations of _SIMPLE that NNAPI defines on float tensors only
 _FLOAT_ONLY = (Op.RSQRT, Op.SQRT, Op.EXP, Op.LOG, Op.SIN, Op.POW)
 
