@@ -395,6 +395,46 @@ def test_rsqrt_runs_on_ort(ort_device):
     np.testing.assert_allclose(ours, 1 / np.sqrt(values.astype(np.float64)), rtol=3e-7)
 
 
+@pytest.mark.parametrize("code, adjoint", [(T.TENSOR_FLOAT32, (False, False)), (T.TENSOR_FLOAT32, (True, True)),
+                                           (T.TENSOR_FLOAT32, (False, True)),
+                                           (T.TENSOR_QUANT8_ASYMM_SIGNED, (False, True))])
+def test_batch_matmul_runs_on_ort(ort_device, code, adjoint):
+    """BATCH_MATMUL (a transformer's attention: [1, 2, 6, 4] x [1, 2, 5, 4] adjointed)
+    on nnapi-ort-cpu alone: the reference's values (float), within one step (int8)."""
+    rng = np.random.default_rng(5)
+    a_dims = [1, 2, 4, 6] if adjoint[0] else [1, 2, 6, 4]
+    b_dims = [1, 2, 5, 4] if adjoint[1] else [1, 2, 4, 5]
+    quantized = code == T.TENSOR_QUANT8_ASYMM_SIGNED
+    model = nnapi.Model()
+    a = model.add_operand(OperandType(code, a_dims, 0.05 if quantized else 0.0, 3 if quantized else 0))
+    b = model.add_operand(OperandType(code, b_dims, 0.04 if quantized else 0.0, -2 if quantized else 0))
+    y = model.add_operand(OperandType(code, [1, 2, 6, 5], 0.1 if quantized else 0.0, -7 if quantized else 0))
+    flags = [model.add_operand(OperandType(T.BOOL)) for _ in range(2)]
+    for flag, value in zip(flags, adjoint):
+        model.set_operand_value(flag, np.bool_(value))
+    model.add_operation(Op.BATCH_MATMUL, [a, b, *flags], [y])
+    model.identify_inputs_and_outputs([a, b], [y])
+    model.finish()
+    if quantized:
+        inputs = [rng.integers(-128, 128, a_dims).astype(np.int8), rng.integers(-128, 128, b_dims).astype(np.int8)]
+    else:
+        inputs = [rng.standard_normal(a_dims).astype(np.float32), rng.standard_normal(b_dims).astype(np.float32)]
+    results = []
+    for chosen in ([ort_device], [_reference()]):
+        compilation = nnapi.Compilation(model, chosen)
+        compilation.finish()
+        execution = nnapi.Execution(compilation)
+        for position, value in enumerate(inputs):
+            execution.set_input(position, value)
+        results.append(np.zeros([1, 2, 6, 5], np.int8 if quantized else np.float32))
+        execution.set_output(0, results[-1])
+        execution.compute()
+    if quantized:
+        assert np.abs(results[0].astype(int) - results[1]).max() <= 1 and len(np.unique(results[1])) > 20
+    else:
+        np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
+
+
 def test_logistic_is_accurate_relative_to_small_results(ort_device):
     """float32 LOGISTIC far into its lower tail (a detector's score on an image without
     the object) within 1e-6 of the exact value relative to it, as the reference and LiteRT

@@ -1830,6 +1830,26 @@ def lower_pow(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Pow", [base.name, exponent.name]))
 
 
+@lowers(OperationCode.BATCH_MATMUL)
+def lower_batch_matmul(g: GraphBuilder, operation: Operation) -> None:
+    """MatMul of the last two axes, each side Transposed there first when adjointed (a
+    transformer's attention scores and context). Quantized: in float32 between
+    DequantizeLinear and a quantization rounding halves away from zero, as Android."""
+    a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
+    output = g.operand(operation.outputs[0])
+    if a.rank < 2 or a.rank != b.rank or a.kind != b.kind or a.kind not in ("float", "uint8"):
+        raise Declined("BATCH_MATMUL of float or quant8 tensors of one rank")
+    names = []
+    for value, position in ((a, 2), (b, 3)):
+        name = g.dequantize(value)
+        if g.optional_scalar(operation, position, False):
+            perm = [*range(value.rank - 2), value.rank - 1, value.rank - 2]
+            name = g.one("Transpose", [name], perm=perm)
+        names.append(name)
+    product = g.one("MatMul", names)
+    g.set_output(operation.outputs[0], product if a.kind == "float" else quantize_half_away(g, product, output))
+
+
 @lowers(OperationCode.LOG_SOFTMAX)
 def lower_log_softmax(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
