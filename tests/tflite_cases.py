@@ -928,6 +928,15 @@ def relu_int8_requantize() -> bytes:
     return build(Subgraph(t, [Operator("RELU", [0], [1]), Operator("RELU6", [0], [2])], [0], [1, 2]))
 
 
+def reverse_int8_requantize() -> bytes:
+    """int8 REVERSE_V2 whose output has another quantization than its input (the converter
+    writes it so in a bidirectional LSTM): LiteRT copies the stored values."""
+    t = [Tensor("x", "int8", [2, 5, 3], scale=0.05, zero_point=1),
+         Tensor("axis", "int32", [1], data=np.array([1], np.int32)),
+         Tensor("y", "int8", [2, 5, 3], scale=0.1, zero_point=-4)]
+    return single_op("REVERSE_V2", t, [0, 1], [2])
+
+
 CASES: dict[str, Case] = {
     "mean_int8_rescale": Case(mean_int8_rescale, "MEAN", 1),
     "mean_uint8_rescale": Case(mean_uint8_rescale, "MEAN", 1),
@@ -955,6 +964,7 @@ CASES: dict[str, Case] = {
     "int32_moves": Case(int32_moves, "high and low 16 bits", 0, reference=_int32_moves_reference),
     "bool_moves": Case(bool_moves, "TENSOR_BOOL8", 0),
     "select_v2_broadcast": Case(select_v2_broadcast, "SELECT_V2 broadcasting"),
+    "reverse_int8_requantize": Case(reverse_int8_requantize, "stored values", 0),
     "relu_int8_requantize": Case(relu_int8_requantize, "requantizing RELU", 1),
     "shape_broadcast_to": Case(shape_broadcast_to, "SHAPE of a static shape folded"),
     "gelu": Case(_scaled_unary("GELU", -6, 6, options=("GeluOptions", {"Approximate": False})), "erf form", 1e-6),
@@ -1033,6 +1043,8 @@ CASES: dict[str, Case] = {
     "sequence_lstm_int8_time_major_peephole": Case(
         lambda: integer_lstm(sequence=True, steps=5, time_major=True, layer_norm=True, peephole=True,
                              hidden_zero_point=2), "unrolled", 0),
+    "sequence_lstm_int8_unquantized_gate_intermediates": Case(
+        lambda: integer_lstm(sequence=True, steps=3, quantized_gates=False), "unrolled", 0),
     "sequence_lstm_int8_one_step": Case(lambda: integer_lstm(sequence=True, steps=1, cifg=True), "unrolled", 0),
     "basic_lstm_uint8": Case(basic_uint8_lstm, "QUANTIZED_16BIT_LSTM", 0),
     "basic_lstm_uint8_wide_input": Case(lambda: basic_uint8_lstm(inputs=6, units=4), "QUANTIZED_16BIT_LSTM", 0),

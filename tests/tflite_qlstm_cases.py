@@ -28,7 +28,7 @@ def integer_lstm(*, sequence: bool, steps: int = 1, batch: int = 2, inputs: int 
                  output: int | None = None, cifg: bool = False, peephole: bool = False, layer_norm: bool = False,
                  projection_bias: bool = True, cell_clip: float = 0.0, proj_clip: float = 0.0,
                  time_major: bool = False, hidden_zero_point: int = 0, cell_type: str = "int16",
-                 layer_norm_spread: float = 0.4, seed: int = 5) -> bytes:
+                 layer_norm_spread: float = 0.4, seed: int = 5, quantized_gates: bool = True) -> bytes:
     """One int8 LSTM (``sequence``: UNIDIRECTIONAL_SEQUENCE_LSTM over ``steps``) in a model."""
     rng = np.random.default_rng(seed)
     projected = output is not None
@@ -84,7 +84,10 @@ def integer_lstm(*, sequence: bool, steps: int = 1, batch: int = 2, inputs: int 
         slots[19] = add(Tensor("c", "int8", [batch, units], scale=1 / 16, zero_point=0, variable=True))
     out_shape = ([steps, batch, output] if time_major else [batch, steps, output]) if sequence else [batch, output]
     y = add(Tensor("y", "int8", out_shape, scale=h_scale, zero_point=h_zero))
-    intermediates = [add(Tensor(f"gate_{g}", "int16", [0], scale=gate_scale, zero_point=0)) for g in GATES]
+    # Without layer norm the converter (TF 2.21) leaves the gates' intermediates float32 and
+    # unquantized (quantized_gates=False); TFLite's kernel then takes 2**-12 for them.
+    intermediates = [add(Tensor(f"gate_{g}", "int16", [0], scale=gate_scale, zero_point=0) if quantized_gates
+                         else Tensor(f"gate_{g}", "float32", [0])) for g in GATES]
     intermediates.append(add(Tensor("hidden", "int8", [0], scale=hidden_scale, zero_point=hidden_zero_point)))
     if sequence:
         options = ("UnidirectionalSequenceLSTMOptions", {"FusedActivationFunction": 4, "CellClip": cell_clip,

@@ -1739,7 +1739,18 @@ def _reverse(c: _Converter, op: _Operator) -> None:
     axes = c.const_values(1, "axis").reshape(-1)
     if axes.size != 1:
         raise UnsupportedOperator("NNAPI REVERSE takes exactly one axis")
-    c.emit(Op.REVERSE, [c.input(0), c.vector(axes)], [c.output()])
+    x = c.input(0)
+    x_type, out_type = c.type_of(x), c.nn_type(op.out_tensor())
+    if x_type.type in _QUANT8 and (x_type.scale, x_type.zero_point) != (out_type.scale, out_type.zero_point):
+        # TFLite's kernel copies the stored values whatever the two quantizations say (the
+        # converter writes such a pair in a bidirectional LSTM); NNAPI's REVERSE keeps the
+        # quantization, and CAST, which ignores it, carries the stored values over.
+        reversed_ = c.temp(x_type)
+        c.emit(Op.REVERSE, [x, c.vector(axes)], [reversed_])
+        c.emit(Op.CAST, [reversed_], [c.output()])
+        c.lowered("REVERSE_V2 between two quantizations: REVERSE + CAST of the stored values, as TFLite's kernel")
+        return
+    c.emit(Op.REVERSE, [x, c.vector(axes)], [c.output()])
 
 
 def _dense_slice_spec(rank: int, begin: np.ndarray, end: np.ndarray, strides: np.ndarray, begin_mask: int,
@@ -2322,7 +2333,9 @@ def _integer_lstm_operands(c: _Converter, op: _Operator, options: Any) -> list[i
     scales = []
     for i in range(_HIDDEN_INTERMEDIATE + 1):
         info = op.graph.tensors[intermediates[i]]
-        if info.scales is None or info.per_channel:
+        # Without layer norm TFLite takes the gates' scales as 2**-12 and ignores those
+        # intermediates (the converter leaves them unquantized); the hidden one it reads.
+        if (layer_norm or i == _HIDDEN_INTERMEDIATE) and (info.scales is None or info.per_channel):
             raise UnsupportedOperator(f"intermediate {i} ({info.name}) has no per-tensor quantization")
         scales.append(info)
     gate_scales = [info.scale if layer_norm else 2.0**-12 for info in scales[:4]]
