@@ -15,7 +15,7 @@ from nnapi import OperandCode as T
 from nnapi import OperandType as OT
 from nnapi import OperationCode as Op
 from nnapi.operations.lsh_projection import fingerprint64
-from nnapi.operations.quantized_lstm import fixed_logistic, fixed_tanh
+from nnapi.operations.quantized_lstm import fixed_logistic, fixed_tanh, logistic16, tanh16
 
 F32 = T.TENSOR_FLOAT32
 RNG = np.random.default_rng(1234)
@@ -379,6 +379,18 @@ def test_fixed_point_sigmoid_and_tanh_over_every_int16(integer_bits):
     assert np.abs(logistic - 1 / (1 + np.exp(-real))).max() < 2.5e-4
     assert np.abs(tanh - np.tanh(real)).max() < 4e-4
     assert fixed_logistic(np.array([0]), integer_bits)[0] == 16384 and fixed_tanh(np.array([0]), integer_bits)[0] == 0
+
+
+@pytest.mark.parametrize("integer_bits", [0, 3, 6])
+def test_activation_tables_equal_the_definition(integer_bits):
+    """The LSTMs' tables give the definition's value for every int16 raw value, in any
+    order and shape; a value outside int16 takes the definition."""
+    raw = np.random.default_rng(integer_bits).permutation(np.arange(-32768, 32768, dtype=np.int64)).reshape(256, 256)
+    np.testing.assert_array_equal(logistic16(raw, integer_bits), fixed_logistic(raw, integer_bits))
+    np.testing.assert_array_equal(tanh16(raw, integer_bits), fixed_tanh(raw, integer_bits))
+    wide = np.array([[-40000, 5, 40000]])
+    np.testing.assert_array_equal(logistic16(wide, integer_bits), fixed_logistic(wide, integer_bits))
+    assert logistic16(np.zeros((0, 4), np.int64), integer_bits).shape == (0, 4)
 
 
 def _q(values, scale, zero_point, dtype):

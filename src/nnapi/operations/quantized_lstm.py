@@ -26,6 +26,9 @@ to a Q3.12 activation with its bias in the input product, as the NDK documents t
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
@@ -154,6 +157,36 @@ def fixed_tanh(a: np.ndarray, integer_bits: int) -> np.ndarray:
     return np.where(a == 0, 0, np.where(negative, _wrap16(-t), t))
 
 
+@functools.cache
+def _table16(function: Callable[[np.ndarray, int], np.ndarray], integer_bits: int) -> np.ndarray:
+    """``function`` (fixed_logistic or fixed_tanh) of every int16 raw value, by index
+    value + 32768: computed once per process by the definition itself."""
+    table = function(np.arange(-32768, 32768, dtype=np.int64), integer_bits)
+    table.setflags(write=False)
+    return table
+
+
+def _lookup16(function: Callable[[np.ndarray, int], np.ndarray], a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """``function(a, integer_bits)`` through its table: an LSTM step calls the activations
+    on a few hundred values, where the definition's ~200 numpy calls cost milliseconds.
+    Values outside int16 (no caller passes any: every gate is saturated first) take the
+    definition."""
+    a = np.asarray(a, dtype=np.int64)
+    if a.size and (a.min() < -32768 or a.max() > 32767):
+        return function(a, integer_bits)
+    return _table16(function, integer_bits)[a + 32768]
+
+
+def logistic16(a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """fixed_logistic of int16 raw values, by table."""
+    return _lookup16(fixed_logistic, a, integer_bits)
+
+
+def tanh16(a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """fixed_tanh of int16 raw values, by table."""
+    return _lookup16(fixed_tanh, a, integer_bits)
+
+
 # --- int32 fixed-point multipliers, vectorized over arrays of multipliers --------------
 
 
@@ -261,12 +294,12 @@ class Quantized16BitLstm(Operation):
         gates = _clamp16(_multiply(accumulator, multiplier, shift))
         # One logistic over all four blocks (the cell block's is unused) costs less than
         # three calls on the separate blocks.
-        input_gate, _, forget_gate, output_gate = np.split(fixed_logistic(gates, 3), 4, axis=1)
-        modulation = fixed_tanh(np.split(gates, 4, axis=1)[1], 3)
+        input_gate, _, forget_gate, output_gate = np.split(logistic16(gates, 3), 4, axis=1)
+        modulation = tanh16(np.split(gates, 4, axis=1)[1], 3)
         previous_cell = np.asarray(c.value, dtype=np.int64)  # Q4.11
         new_cell = _clamp16(_saturating_mul_by_pot16(_srdhm16(input_gate, modulation), -4)
                             + _srdhm16(forget_gate, previous_cell))
-        hidden = _srdhm16(output_gate, fixed_tanh(_saturating_mul_by_pot16(new_cell, 1), 3))
+        hidden = _srdhm16(output_gate, tanh16(_saturating_mul_by_pot16(new_cell, 1), 3))
         output = np.clip(rounding_divide_by_pot(hidden, 8), -128, 127) + 128
         return [new_cell.astype(np.int16), output.astype(np.uint8)]
 
@@ -491,12 +524,12 @@ class QuantizedLstm(Operation):
         # before anything is written to it (undefined); they read the previous cell state
         # here, as the equations and TFLite do. The output gate's peephole reads the new
         # cell state in both.
-        forget = fixed_logistic(gate_preactivation("forget", previous_cell), 3)
-        modulation = fixed_tanh(gate_preactivation("cell", previous_cell), 3)
+        forget = logistic16(gate_preactivation("forget", previous_cell), 3)
+        modulation = tanh16(gate_preactivation("cell", previous_cell), 3)
         if cifg:
             input_gate = _ONE_Q0 - forget
         else:
-            input_gate = fixed_logistic(gate_preactivation("input", previous_cell), 3)
+            input_gate = logistic16(gate_preactivation("input", previous_cell), 3)
         # Android: both products are cast to int16 (wrap-around), only their sum saturates.
         kept = _wrap16(rounding_divide_by_pot(forget * previous_cell, 15))
         added = _wrap16(rounding_divide_by_pot(input_gate * modulation, 30 + cell_shift))
@@ -506,8 +539,8 @@ class QuantizedLstm(Operation):
             limit = int(min(max(np.float32(cell_clip) / np.float32(c.scale), -32768.0), 32767.0))
             if limit > 0:
                 cell = np.clip(cell, -limit, limit)
-        output_gate = fixed_logistic(gate_preactivation("output", cell), 3)
-        cell_tanh = fixed_tanh(cell, cell_shift + 15)
+        output_gate = logistic16(gate_preactivation("output", cell), 3)
+        cell_tanh = tanh16(cell, cell_shift + 15)
         hidden_scale = float(ctx.scalar(HIDDEN_STATE_SCALE))
         hidden_zero = int(ctx.scalar(HIDDEN_STATE_ZERO_POINT))
         multiplier, shift = quantize_multiplier(float(np.float32(2.0**-15 / hidden_scale * 2.0**-15)))
