@@ -22,6 +22,7 @@ claims and what it can lower never disagree.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -136,6 +137,18 @@ class GraphBuilder:
         self._constants: dict[tuple, str] = {}
         # isolated: operands produced elsewhere are treated as inputs (for support queries)
         self.isolated = isolated
+
+    def readers(self, index: int) -> list[Operation]:
+        """The subgraph's operations that read operand ``index`` (each once, in order)."""
+        return self._readers.get(index, [])
+
+    @functools.cached_property
+    def _readers(self) -> dict[int, list[Operation]]:
+        readers: dict[int, list[Operation]] = {}
+        for operation in self.subgraph.operations:
+            for index in dict.fromkeys(operation.inputs):
+                readers.setdefault(index, []).append(operation)
+        return readers
 
     # --- names, constants, nodes ---------------------------------------------------------
     def fresh(self, hint: str = "t") -> str:
@@ -381,7 +394,7 @@ def keep_blocked(g: GraphBuilder, operation: Operation, name: str) -> str:
     output = g.operand(index)
     if g.isolated or not blocked(list(output.dimensions), internal_kind(output.type)):
         return name
-    consumers = [op for op in g.subgraph.operations if index in op.inputs]
+    consumers = g.readers(index)
     if index in g.subgraph.output_indexes or all(
             op.type in _BLOCKED_CONSUMERS and list(op.inputs).index(index) == 0 and op.inputs.count(index) == 1
             for op in consumers):
@@ -419,7 +432,7 @@ def wants_padding(g: GraphBuilder, index: int) -> bool:
     if (g.isolated or operand.type not in FLOATS or len(dims) != 4 or not all(dims) or dims[3] % NCHWC_BLOCK == 0
             or dims[3] < NCHWC_BLOCK // 2 or index in g.subgraph.output_indexes):
         return False
-    consumers = [op for op in g.subgraph.operations if index in op.inputs]
+    consumers = g.readers(index)
     return bool(consumers) and all(_takes_padded(g, op, index) for op in consumers)
 
 
@@ -970,7 +983,7 @@ def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse
         if recorded is None or operation.inputs[:2].count(index) != 1 or index in g.subgraph.output_indexes:
             continue
         conv, transpose = recorded
-        if transpose.output[0] != mine or mine in reads or sum(index in op.inputs for op in g.subgraph.operations) != 1:
+        if transpose.output[0] != mine or mine in reads or len(g.readers(index)) != 1:
             continue
         g.nodes.remove(conv)
         g.nodes.remove(transpose)
@@ -990,11 +1003,11 @@ def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse
 _UNARY_FLOAT = {OperationCode.LOGISTIC: "Sigmoid", OperationCode.TANH: "Tanh", OperationCode.RELU: "Relu",
                 OperationCode.HARD_SWISH: "HardSwish", OperationCode.ABS: "Abs", OperationCode.EXP: "Exp",
                 OperationCode.FLOOR: "Floor", OperationCode.NEG: "Neg", OperationCode.SQRT: "Sqrt",
-                OperationCode.ELU: "Elu", OperationCode.RSQRT: "Sqrt"}  # RSQRT: Reciprocal of the Sqrt (apply)
+                OperationCode.ELU: "Elu"}
 _CLAMPS = {OperationCode.RELU: (0.0, math.inf), OperationCode.RELU1: (-1.0, 1.0), OperationCode.RELU6: (0.0, 6.0)}
 
 
-@lowers(*_UNARY_FLOAT, OperationCode.RELU1, OperationCode.RELU6)
+@lowers(*_UNARY_FLOAT, OperationCode.RELU1, OperationCode.RELU6, OperationCode.RSQRT)
 def lower_unary(g: GraphBuilder, operation: Operation) -> None:
     code = OperationCode(operation.type)
     output = g.operand(operation.outputs[0])
@@ -1049,7 +1062,7 @@ def _is_gate(g: GraphBuilder, index: int) -> bool:
     """Whether operand ``index`` is read only by MULs, inside the graph (a gate)."""
     if index in g.subgraph.output_indexes:
         return False
-    readers = [op for op in g.subgraph.operations if index in op.inputs]
+    readers = g.readers(index)
     return bool(readers) and all(op.type == OperationCode.MUL for op in readers)
 
 
