@@ -444,8 +444,7 @@ class OrtPreparedModel(IPreparedModel):
                 location = argument.location
                 index = location.pool_index
                 pool = pools[index] if 0 <= index < count else None
-                if pool.__class__ is np.ndarray and pool.dtype is spec.dtype and pool.shape == spec.shape \
-                        and pool.strides == spec.strides and not location.offset and spec.nbytes is not None \
+                if _whole_array(pool, spec, location) and spec.nbytes is not None \
                         and location.length >= spec.nbytes and not argument.has_no_value \
                         and (not argument.dimensions or argument.dimensions == spec.dimensions):
                     previous = bound[position]
@@ -481,8 +480,7 @@ class OrtPreparedModel(IPreparedModel):
                     continue
                 index = location.pool_index
                 pool = pools[index] if 0 <= index < count else None
-                if pool.__class__ is np.ndarray and pool.dtype is spec.dtype and pool.shape == spec.shape \
-                        and pool.strides == spec.strides and not location.offset:
+                if _whole_array(pool, spec, location):
                     previous = bound[position]
                     if previous.__class__ is not _REF or previous() is not pool:
                         bound[position] = None
@@ -729,6 +727,13 @@ def _pool_at(request: Request, index: int):
 
 def _nbytes(spec: IoSpec, dims: list[int]) -> int:
     return math.prod(dims) * spec.dtype.itemsize
+
+
+def _whole_array(pool, spec: IoSpec, location) -> bool:
+    """Whether ``pool`` is a numpy array that is exactly the argument at ``location``: the
+    spec's dtype, shape and C-contiguous strides, from its first byte."""
+    return pool.__class__ is np.ndarray and pool.dtype is spec.dtype and pool.shape == spec.shape \
+        and pool.strides == spec.strides and not location.offset
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
