@@ -681,45 +681,34 @@ class Execution(NnapiObject):
     def compute(self) -> None:
         """ANeuralNetworksExecution_compute: run synchronously."""
         table = self._table
-        if self._array_count == table.n_total and self._usual and not tracing.state.enabled:
-            # The usual execution (see _Table): every argument an array set as it is, run once.
-            with _STATE_LOCK:
-                ready = self._state is _PREPARATION and not self._freed and not self._compilation._freed
-                if ready:
-                    self._state = _COMPUTING
-            if ready:
-                deadline_ns = time.monotonic_ns() + self._timeout_ns if self._timeout_ns else None
-                try:
-                    self._output_shapes, self._timing = table.run(self._arrays, deadline_ns, self._loop_timeout_ns)
-                except Exception as caught:  # noqa: BLE001 - never leak a raw exception from a driver
-                    self._complete(self._failure(caught))
-                with _STATE_LOCK:
-                    self._state = _COMPLETED
-                    if self._freed:  # freed while it ran: drop the arguments now (see _release)
-                        self._drop_arguments()
-                return
-        elif self._bound is not None and not tracing.state.enabled and self._run_bound():
-            return
+        if not tracing.state.enabled:
+            if self._array_count == table.n_total and self._usual:
+                # The usual execution (see _Table): every argument an array set as it is, run once.
+                if self._run_short(_PREPARATION, lambda deadline_ns: table.run(self._arrays, deadline_ns,
+                                                                                self._loop_timeout_ns)):
+                    return
+            elif (bound := self._bound) is not None and not self._bound_memories \
+                    and bound[0] is self._compilation._plan:
+                # A reusable execution whose request is bound (by an earlier compute).
+                if self._run_short(_COMPLETED, bound[1].execute):
+                    return
         self._begin("compute")
         self._run()
 
-    def _run_bound(self) -> bool:
-        """compute of a reusable execution whose request is bound, as _begin and _run run
-        it, in fewer steps (what is left between two model runs); False, having done
-        nothing, where anything needs their checks or their answer (freed, running,
-        memories to check, another plan): the general path then gives it."""
-        bound, compilation = self._bound, self._compilation
-        if self._bound_memories or bound[0] is not compilation._plan:
-            return False
+    def _run_short(self, state: object, run: Callable[[int | None], tuple[list[OutputShape], Timing]]) -> bool:
+        """compute as _begin and _run give it, in fewer steps (what is left between two
+        model runs): ``run(deadline_ns)`` where the execution is in ``state`` and neither it
+        nor its compilation is freed; False, having done nothing, otherwise (the general
+        path then gives the answer)."""
         with _STATE_LOCK:
-            ready = self._state is _COMPLETED and not self._freed and not compilation._freed
+            ready = self._state is state and not self._freed and not self._compilation._freed
             if ready:
                 self._state = _COMPUTING
         if not ready:
             return False
         deadline_ns = time.monotonic_ns() + self._timeout_ns if self._timeout_ns else None
         try:
-            self._output_shapes, self._timing = bound[1].execute(deadline_ns)
+            self._output_shapes, self._timing = run(deadline_ns)
         except Exception as caught:  # noqa: BLE001 - never leak a raw exception from a driver
             self._complete(self._failure(caught))
         self._status = ResultCode.NO_ERROR
