@@ -232,13 +232,10 @@ class _Padder:
         self._local = threading.local()
         #: unpadded 8-bit inputs into float32: the compiled one-pass kernel (``_shift``)
         self.shift = None
-        module = _jit.kernels() if compiled else None
-        if module is not None and self.zero is not None and work == np.float32 and not any(self.pads):
-            signed = dtype_of(data.type) == np.int8
-            self.flip, self.offset = np.int32(128 if signed else 0), np.int32(data.zero_point + (128 if signed else 0))
-            if _jit.warm_up(module.dequantized, np.zeros(0, np.uint8), self.flip, self.offset, _ONE,
-                            np.empty(0, np.float32)):
-                self.shift = module.dequantized
+        if compiled and self.zero is not None and work == np.float32 and not any(self.pads):
+            kernel = _jit.dequantize_kernel(data)
+            if kernel is not None:
+                self.shift, self.flip, self.offset = kernel
 
     def _shift(self, x: np.ndarray) -> np.ndarray:
         """``x`` less its zero point in float32, in this thread's kept buffer."""
@@ -499,8 +496,7 @@ class _CompiledGemv:
 
     def __init__(self, kernel, data: Tensor, weights: np.ndarray, params: tuple, units: int) -> None:
         self.kernel, self.weights, self.params, self.units = kernel, weights, params, units
-        signed = dtype_of(data.type) == np.int8
-        self.flip, self.offset = np.int32(128 if signed else 0), np.int32(data.zero_point + (128 if signed else 0))
+        self.flip, self.offset = _jit.uint8_reading(data)
 
     def __call__(self, rows: np.ndarray, out: np.ndarray) -> None:
         """``rows`` (M, K) stored 8-bit inputs into ``out`` (M, units), C-contiguous."""

@@ -25,6 +25,7 @@ from types import ModuleType
 import numpy as np
 
 from nnapi import vlog
+from nnapi.operand import dtype_of
 from nnapi.operations.quant_math import OutputStage
 
 #: set (to anything but "" or "0") to keep every kernel on its numpy path
@@ -167,6 +168,26 @@ def warm_up(run, *args) -> bool:
                                       type(error).__name__, error)
         return False
     return True
+
+
+def uint8_reading(tensor) -> tuple[np.int32, np.int32]:
+    """How the compiled kernels read 8-bit ``tensor``'s stored values, as uint8: (flip,
+    offset), 128 added to int8 bits (flip) and the zero point in that reading (offset)."""
+    flip = 128 if dtype_of(tensor.type) == np.int8 else 0
+    return np.int32(flip), np.int32(tensor.zero_point + flip)
+
+
+def dequantize_kernel(tensor):
+    """The compiled one-pass 8-bit to float32 of ``tensor``'s values (``_numba_kernels.
+    dequantized(stored, flip, offset, scale, out)``: the same float32 subtraction and
+    product as numpy's two passes) with its flip and offset (``uint8_reading``), or None."""
+    module = kernels()
+    if module is None:
+        return None
+    flip, offset = uint8_reading(tensor)
+    if not warm_up(module.dequantized, np.zeros(0, np.uint8), flip, offset, np.float32(1), np.empty(0, np.float32)):
+        return None
+    return module.dequantized, flip, offset
 
 
 class FusedOutputStage:

@@ -85,21 +85,6 @@ class Quantize(Operation):
         return quantize_float32
 
 
-def _compiled_dequantize(tensor):
-    """The compiled one-pass DEQUANTIZE of 8-bit values to float32 (``_numba_kernels.
-    dequantized``: the same float32 subtraction and product as numpy's two passes) with
-    its flip and offset for ``tensor``'s type and zero point, or None."""
-    module = _jit.kernels()
-    if module is None:
-        return None
-    signed = tensor.type != T.TENSOR_QUANT8_ASYMM  # int8 bits: ASYMM_SIGNED and SYMM
-    flip, offset = np.int32(128 if signed else 0), np.int32(tensor.zero_point + (128 if signed else 0))
-    probe = np.zeros(0, np.uint8)
-    if not _jit.warm_up(module.dequantized, probe, flip, offset, np.float32(1), np.empty(0, np.float32)):
-        return None
-    return module.dequantized, flip, offset
-
-
 def _compiled_quantize():
     """The compiled one-pass QUANTIZE of float32 (``_numba_quant``), or None."""
     if _jit.kernels() is None:
@@ -160,7 +145,7 @@ class Dequantize(Operation):
                 return [real.astype(dtype, copy=False)]
             return per_channel
         scale, zero_point = np.float32(tensor.scale), np.float32(tensor.zero_point)
-        compiled = _compiled_dequantize(tensor) if dtype == np.float32 else None
+        compiled = _jit.dequantize_kernel(tensor) if dtype == np.float32 else None
         if compiled is not None:
             kernel, flip, offset = compiled
 

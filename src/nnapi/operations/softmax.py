@@ -106,7 +106,7 @@ def _compiled_softmax(data, output, table: np.ndarray):
     module = _jit.kernels()
     if module is None:
         return None
-    flip = np.int32(128 if dtype_of(data.type) == np.int8 else 0)
+    flip, _ = _jit.uint8_reading(data)
     low, high = (np.float64(bound) for bound in integer_range(output.type))
     scale, zero_point = np.float64(output.scale), np.float64(output.zero_point)
     table = _jit.constant(table, np.float64)
