@@ -314,10 +314,7 @@ class PreparedLstm:
         columns, units = self.stacked_recurrent.shape[1], self.units
         input_gate = -1 if d.use_cifg else first["input"]
         forget, output, clip = first["forget"], first["output"], float(d.cell_clip)
-        add, gates = compiled.lstm_add, compiled.lstm_gates
-
-        def add_inputs(z: np.ndarray, pre: np.ndarray) -> None:
-            add(z, pre)
+        add_inputs, gates = compiled.lstm_add, compiled.lstm_gates
 
         def update(z: np.ndarray, c: np.ndarray, candidate: np.ndarray) -> None:
             gates(z, c, candidate, forget, input_gate, output, units, clip)
@@ -380,7 +377,6 @@ class PreparedLstm:
                 hidden = np.clip(hidden, -d.proj_clip, d.proj_clip)
             outputs[t] = h = hidden.astype(np.float32, copy=False)
         return outputs, h.copy() if steps else h, c
-
 
     def _compiled_loop(self, pre: np.ndarray, outputs: np.ndarray, h: np.ndarray, c: np.ndarray, z: np.ndarray,
                        candidate: np.ndarray, cell_out: np.ndarray, output_gate: np.ndarray
