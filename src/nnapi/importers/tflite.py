@@ -1314,8 +1314,7 @@ def _float_half(c: _Converter, tensor: int, half: int) -> int:
         index = c.const_operand(data.astype(np.float32).reshape(dims), float_type)
     elif info.tfl_type == _BOOL:
         index = c.temp(float_type)
-        c.emit(Op.SELECT, [c.operand(tensor), c.const_operand(np.ones(dims, np.float32), float_type),
-                           c.const_operand(np.zeros(dims, np.float32), float_type)], [index])
+        _select_one_zero(c, c.operand(tensor), float_type, index)
     else:
         # high = min(floor(float(x) / 2**16), 2**15 - 1): float(x) may round, so high may be
         # one off floor(x / 2**16), but low = x - high * 2**16 is then still small and exact
@@ -1339,6 +1338,14 @@ def _float_half(c: _Converter, tensor: int, half: int) -> int:
         return c.float_halves[key]
     c.float_halves[key] = index
     return index
+
+
+def _select_one_zero(c: _Converter, condition: int, value_type: OperandType, target: int) -> None:
+    """``target`` (of ``value_type``, static) = 1 where the bool tensor ``condition`` is
+    true, else 0: NNAPI's CAST takes no TENSOR_BOOL8."""
+    dims = list(value_type.dimensions)
+    c.emit(Op.SELECT, [condition, c.const_operand(np.ones(dims, value_type.dtype), value_type),
+                       c.const_operand(np.zeros(dims, value_type.dtype), value_type)], [target])
 
 
 def _through_float32(c: _Converter, op: _Operator, positions: tuple[int, ...] | None,
@@ -1609,10 +1616,7 @@ def _cast(c: _Converter, op: _Operator) -> None:
         if out_type.type not in (*_FLOAT_TYPES, T.TENSOR_INT32) or not x_type.is_fully_specified:
             raise UnsupportedOperator(f"CAST of bool to {out_type.type.name} needs a float or int32 output and a "
                                       "static shape")
-        dims = list(x_type.dimensions)
-        full = out_type.with_dimensions(dims)
-        c.emit(Op.SELECT, [x, c.const_operand(np.ones(dims, out_type.dtype), full),
-                           c.const_operand(np.zeros(dims, out_type.dtype), full)], [out])
+        _select_one_zero(c, x, out_type.with_dimensions(list(x_type.dimensions)), out)
         c.lowered("CAST of bool as SELECT(x, 1, 0) (NNAPI's CAST takes no TENSOR_BOOL8)")
         return
     c.emit(Op.CAST, [x], [c.output()])
