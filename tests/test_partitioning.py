@@ -84,18 +84,24 @@ def test_explicit_devices_without_fallback(sample_devices):
     assert single.step_devices == ["nnapi-reference"]
 
 
-def test_dynamic_shapes_cross_steps(sample_devices):
+def _double_minus_itself_of_unknown_size() -> nnapi.Model:
+    """(x + x) - x on a float32 vector of unknown size: the ADD on sample-add, the SUB on
+    the reference device, so the intermediate's size is known only when the run gives it."""
     model = nnapi.Model()
     unknown = OperandType(T.TENSOR_FLOAT32, [0])
     x = model.add_operand(unknown)
     act = model.add_operand(OperandType(T.INT32))
     model.set_operand_value(act, 0)
     doubled, y = model.add_operand(unknown), model.add_operand(unknown)
-    model.add_operation(Op.ADD, [x, x, act], [doubled])   # on sample-add
-    model.add_operation(Op.SUB, [doubled, x, act], [y])   # on the reference device
+    model.add_operation(Op.ADD, [x, x, act], [doubled])
+    model.add_operation(Op.SUB, [doubled, x, act], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
-    compilation = nnapi.Compilation(model)
+    return model
+
+
+def test_dynamic_shapes_cross_steps(sample_devices):
+    compilation = nnapi.Compilation(_double_minus_itself_of_unknown_size())
     compilation.finish()
     assert compilation.step_devices == ["sample-add", "nnapi-reference"]
     execution = nnapi.Execution(compilation)
@@ -156,17 +162,7 @@ def test_intermediate_buffers_are_kept_for_later_runs_one_run_each(sample_device
 
 
 def test_an_intermediate_of_a_size_only_the_run_tells_is_offered_the_last_runs_buffer(sample_devices):
-    model = nnapi.Model()
-    unknown = OperandType(T.TENSOR_FLOAT32, [0])
-    x = model.add_operand(unknown)
-    act = model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(act, 0)
-    doubled, y = model.add_operand(unknown), model.add_operand(unknown)
-    model.add_operation(Op.ADD, [x, x, act], [doubled])   # on sample-add
-    model.add_operation(Op.SUB, [doubled, x, act], [y])   # on the reference device
-    model.identify_inputs_and_outputs([x], [y])
-    model.finish()
-    compilation = nnapi.Compilation(model)
+    compilation = nnapi.Compilation(_double_minus_itself_of_unknown_size())
     compilation.finish()
     assert compilation.step_devices == ["sample-add", "nnapi-reference"]
     step = compilation._plan.steps[0].prepared
