@@ -886,26 +886,34 @@ def test_prelu_matches_numpy_bit_for_bit(shape, alpha_shape, slopes, monkeypatch
 # --- element-wise functions of two 8-bit tensors through a pair table --------------------------
 @pytest.mark.parametrize("code", [Op.ADD, Op.SUB, Op.MUL])
 @pytest.mark.parametrize("kind", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
-@pytest.mark.parametrize("shapes", [((2, 9, 9, 24), (2, 9, 9, 24)), ((2, 9, 9, 24), (1, 1, 24))])
+@pytest.mark.parametrize("shapes", [((2, 9, 9, 24), (2, 9, 9, 24)), ((2, 9, 9, 24), (1, 1, 24)),
+                                    ((1, 1, 1, 24), (2, 9, 9, 24)), ((9, 9, 24), (1, 9, 9, 24)),
+                                    ((2, 9, 9, 24), (9, 1, 24)), ((1, 9, 24), (2, 1, 1, 1))])
 def test_pair_table_lookup_matches_numpy(code, kind, shapes, monkeypatch):
-    """Quantized ADD / SUB / MUL prepared: the compiled lookup (inputs of one shape) and
-    numpy's (broadcasting) give execute's values for every stored value and fuse code."""
+    """Quantized ADD / SUB / MUL prepared: the compiled lookup (inputs of one shape, or one
+    broadcast along leading axes, first or second) and numpy's (broadcasting) give
+    execute's values for every stored value and fuse code."""
     rng = np.random.default_rng(int(code) * 10 + int(kind))
     dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
     info = np.iinfo(dtype)
+    shape = np.broadcast_shapes(*shapes)
     first = rng.integers(info.min, info.max + 1, shapes[0]).astype(dtype)
-    first.reshape(-1)[:256] = np.arange(256).astype(np.uint8).view(dtype)  # every stored value
     second = rng.integers(info.min, info.max + 1, shapes[1]).astype(dtype)
+    larger = first if first.size >= second.size else second
+    count = min(256, larger.size)  # every stored value (where the tensor holds 256)
+    larger.reshape(-1)[:count] = np.arange(count).astype(np.uint8).view(dtype)
     for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU6):
         inputs = [_tensor(kind, first, 0.05, int(info.min) + 100), _tensor(kind, second, 0.08, int(info.min) + 30),
                   _scalar(T.INT32, fuse)]
-        output = OperandType(kind, list(shapes[0]), 0.1 if code != Op.MUL else 0.5, int(info.min) + 77)
+        output = OperandType(kind, list(shape), 0.1 if code != Op.MUL else 0.5, int(info.min) + 77)
         compiled = _plan(code, inputs, output)
         numpy_plan = _numpy_plan(code, inputs, output, monkeypatch)
         want = get_operation(code).execute(ExecutionContext(code, inputs, [output]))[0]
         values = [tensor.value for tensor in inputs]
+        # the compiled lookup where one input has the output's shape and the other repeats
+        assert compiled.compiled == (shapes[1] not in ((9, 1, 24), (2, 1, 1, 1))) and not numpy_plan.compiled
         for got in (compiled(values)[0], numpy_plan(values)[0]):
-            assert got.dtype == dtype and got.shape == shapes[0]
+            assert got.dtype == dtype and got.shape == shape
             np.testing.assert_array_equal(got, want)
 
 

@@ -165,28 +165,57 @@ def map_quant8_pair(first: np.ndarray, second: np.ndarray, function) -> np.ndarr
     return np.take(table.reshape(-1), index)
 
 
-def prepared_quant8_pair(function, first_dtype, second_dtype, shape) -> Callable[[list], list[np.ndarray]]:
-    """``map_quant8_pair`` prepared: the table of every pair of stored values is computed
-    once, at preparation (unless the output is tiny), and each execution only looks the
-    pairs up; the returned kernel maps [first, second] to [result]."""
+def prepared_quant8_pair(function, first_dtype, second_dtype, first_shape: Shape,
+                         second_shape: Shape) -> Callable[[list], list[np.ndarray]]:
+    """``map_quant8_pair`` prepared for inputs of ``first_shape`` and ``second_shape``: the
+    table of every pair of stored values is computed once, at preparation (unless the
+    output is tiny), and each execution only looks the pairs up; the returned kernel maps
+    [first, second] to [result]. Compiled (``nnapi[fast]``) where the inputs have one shape
+    or one broadcasts along leading axes only (``_period``: a per-channel constant, a
+    squeeze-and-excitation scale), that one read with its period; else numpy's broadcast."""
+    shape = tuple(broadcast_shapes(first_shape, second_shape))
     if math.prod(shape) < 256:
         return lambda values: [function(values[0], values[1])]
     table = function(all_stored_values(np.dtype(first_dtype))[:, None],
                      all_stored_values(np.dtype(second_dtype))[None, :]).reshape(-1)
     compiled = _compiled_pairs(table)
+    shapes = (tuple(first_shape), tuple(second_shape))
+    # which input repeats: the second (the table as it is), or the first (the transposed table)
+    size, periods = math.prod(shape), (_period(shapes[0], shape), _period(shapes[1], shape))
+    swapped = periods[0] != size
+    periodic = None
+    if compiled is not None and periods[1 if swapped else 0] == size and periods[0 if swapped else 1]:
+        pairs = table.reshape(256, 256).T if swapped else table.reshape(256, 256)
+        periodic = _jit.constant(pairs.reshape(-1).view(np.uint8), np.uint8)
 
     def run(values: list) -> list[np.ndarray]:
         first, second = values[0], values[1]
-        if compiled is not None and first.shape == second.shape:
-            first, second = _jit.kernel_input(first), _jit.kernel_input(second)
-            out = np.empty(first.shape, table.dtype)
-            compiled(first.view(np.uint8).reshape(-1), second.view(np.uint8).reshape(-1), table.view(np.uint8),
+        if periodic is not None and (first.shape, second.shape) == shapes:
+            full, repeated = (second, first) if swapped else (first, second)
+            full, repeated = _jit.kernel_input(full), _jit.kernel_input(repeated)
+            out = np.empty(shape, table.dtype)
+            compiled(full.view(np.uint8).reshape(-1), repeated.view(np.uint8).reshape(-1), periodic,
                      out.view(np.uint8).reshape(-1))
             return [out]
         index = (first.view(np.uint8).astype(np.uint16) << 8) | second.view(np.uint8)
         return [np.take(table, index)]
 
+    run.compiled = periodic is not None  # type: ignore[attr-defined]
     return run
+
+
+def _period(input_shape: Shape, shape: Shape) -> int | None:
+    """The length of the run with which an input of ``input_shape`` repeats in the flat
+    broadcast ``shape`` when it broadcasts along leading axes only (its shape, after its
+    leading 1s, is ``shape``'s trailing one): the product of those trailing axes; None
+    where it broadcasts along an inner axis too."""
+    dims = (1,) * (len(shape) - len(input_shape)) + tuple(input_shape)
+    first = 0
+    while first < len(dims) and dims[first] == 1:
+        first += 1
+    if dims[first:] != tuple(shape[first:]):
+        return None
+    return math.prod(shape[first:])
 
 
 def _compiled_pairs(table: np.ndarray):

@@ -33,8 +33,9 @@ doing what numpy needs several passes (and int64 temporaries) for:
 - ``lstm_add`` / ``lstm_gates``: the arithmetic of a prepared LSTM time step between
   numpy's exponentials and activations (which stay numpy's, so the values stay
   ``run_lstm``'s bit for bit): five to eight numpy calls per step in two.
-- ``lookup_pairs``: an element-wise function of two 8-bit tensors of one shape through
-  the table of every pair of stored values, in one pass (numpy builds the index in three).
+- ``lookup_pairs``: an element-wise function of two 8-bit tensors of one shape (or one
+  broadcast along leading axes: a per-channel constant) through the table of every pair
+  of stored values, in one pass (numpy builds the index in three, broadcasting).
 
 Scratch arrays come from the caller: a kernel calling ``np.empty`` makes numba import its
 array implementation (``numba.np.arrayobj`` and a dozen modules, ~20 ms) when it loads the
@@ -555,10 +556,16 @@ def prelu_float(x, alpha, out):
 
 @_jit
 def lookup_pairs(first, second, table, out):
-    """``out[i] = table[first[i] * 256 + second[i]]``: flat uint8 views of two 8-bit
-    tensors of one shape, the 65536-entry table and the output (8-bit results)."""
-    for i in range(first.shape[0]):
-        out[i] = table[(np.int64(first[i]) << 8) | np.int64(second[i])]
+    """``out[i] = table[first[i] * 256 + second[i % P]]``: flat uint8 views of two 8-bit
+    tensors, the 65536-entry table and the output (8-bit results); ``second`` holds P
+    values, P dividing first's length: the same shape (P = all), or a tensor broadcast
+    along leading axes only, repeated with period P (a per-channel constant: P = C)."""
+    period = max(second.shape[0], 1)  # empty arrays (the warm-up): no period
+    for start in range(0, first.shape[0], period):
+        # views of one period (indexes that are the loop's own)
+        source, target = first[start:start + period], out[start:start + period]
+        for i in range(period):
+            target[i] = table[(np.int64(source[i]) << 8) | np.int64(second[i])]
 
 
 @_jit

@@ -129,8 +129,8 @@ class BinaryArithmetic(Operation):
             integer_math = _INT_MATH[self.code]
             return lambda values: [integer_math(values[INPUT1], values[INPUT2]).astype(np.int32)]
         if code in _QUANT8_TYPES:
-            return prepared_quant8_pair(self._on_stored(ctx), dtype_of(a.type), dtype_of(b.type),
-                                        broadcast_shapes(a.shape, b.shape))
+            return prepared_quant8_pair(self._on_stored(ctx), dtype_of(a.type), dtype_of(b.type), a.shape,
+                                        b.shape)
         math = _FLOAT_MATH[self.code]
         fuse = ctx.scalar(ACTIVATION)
         bounds = activation_bounds_float(fuse) if fuse != FuseCode.FUSED_NONE else None

@@ -29,7 +29,7 @@ from nnapi.operations._elementwise import (
     prepared_quant8_pair,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import broadcast_shapes, quantize
+from nnapi.operations.common import quantize
 from nnapi.operations.quant_math import dequantize
 
 T = OperandCode
@@ -91,8 +91,8 @@ class BinaryMath(Operation):
         if a.type in QUANT8_TENSORS:
             if self._requantizing_is_identity(ctx):
                 return lambda values: [function(values[INPUT1], values[INPUT2])]
-            return prepared_quant8_pair(self._on_stored(ctx), dtype_of(a.type), dtype_of(b.type),
-                                        broadcast_shapes(a.shape, b.shape))
+            return prepared_quant8_pair(self._on_stored(ctx), dtype_of(a.type), dtype_of(b.type), a.shape,
+                                        b.shape)
         if a.type != T.TENSOR_FLOAT32:
             return None
         return lambda values: [function(values[INPUT1], values[INPUT2])]  # under the driver's np.errstate
