@@ -365,14 +365,21 @@ def test_a_deadline_stops_a_run_midway(ort_device):
     whole = min(run(None) for _ in range(3))
     assert np.abs(result).max() > 0
     for reusable in (None, _reusable(compilation, image, result)):
-        result[:] = np.nan
-        start = time.perf_counter()
-        with pytest.raises(nnapi.NnapiError) as error:
-            run(int(whole * 1e9 / 6), reusable)
-        elapsed = time.perf_counter() - start
-        assert error.value.code == nnapi.ResultCode.MISSED_DEADLINE_TRANSIENT
-        assert elapsed < whole * 0.7, (elapsed, whole)
-        assert np.isnan(result).all()  # the last node never ran
+        # A run that ignored the deadline takes a whole run's time on every attempt; one
+        # that stops midway can still be slowed past 0.7 of it by a burst of load from
+        # other processes, so a stop well before the end is asked for on one of three.
+        timings = []
+        for _attempt in range(3):
+            result[:] = np.nan
+            start = time.perf_counter()
+            with pytest.raises(nnapi.NnapiError) as error:
+                run(int(whole * 1e9 / 6), reusable)
+            timings.append(time.perf_counter() - start)
+            assert error.value.code == nnapi.ResultCode.MISSED_DEADLINE_TRANSIENT
+            assert np.isnan(result).all()  # the last node never ran
+            if timings[-1] < whole * 0.7:
+                break
+        assert min(timings) < whole * 0.7, (timings, whole)
     run(None)
     assert not np.isnan(result).any()
 
