@@ -927,13 +927,17 @@ def test_pair_table_lookup_matches_numpy(code, kind, shapes, monkeypatch):
             np.testing.assert_array_equal(got, want)
 
 
-# --- MAX_POOL_2D -------------------------------------------------------------------------------
+# --- MAX_POOL_2D, quantized AVERAGE_POOL_2D ----------------------------------------------------
+@pytest.mark.parametrize("code", [Op.MAX_POOL_2D, Op.AVERAGE_POOL_2D])
 @pytest.mark.parametrize("kind", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
 @pytest.mark.parametrize("seed", range(8))
-def test_max_pool_matches_numpy(kind, seed, monkeypatch):
-    """The one-pass MAX_POOL_2D against numpy's prepared pooling and ``execute``: random
-    windows, strides and padding (as wide as the window: whole windows of padding), NCHW,
-    every fused clamp; float inputs with NaN and infinities."""
+def test_pool_matches_numpy(code, kind, seed, monkeypatch):
+    """The one-pass MAX_POOL_2D and quantized AVERAGE_POOL_2D against numpy's prepared
+    pooling and ``execute``: random windows, strides and padding (up to the window less one:
+    every window holds a tap of the input), NCHW, every fused clamp; float inputs with NaN
+    and infinities (MAX_POOL_2D; the float AVERAGE_POOL_2D stays numpy's)."""
+    if code == Op.AVERAGE_POOL_2D and kind == T.TENSOR_FLOAT32:
+        pytest.skip("the float AVERAGE_POOL_2D has no compiled kernel")
     rng = np.random.default_rng(3000 + seed)
     batches, channels = int(rng.integers(0, 3)), int(rng.integers(1, 20))
     fh, fw, sh, sw = (int(v) for v in rng.integers(1, 5, 4))
@@ -960,10 +964,10 @@ def test_max_pool_matches_numpy(kind, seed, monkeypatch):
     dims = [batches, channels, out_h, out_w] if nchw else [batches, out_h, out_w, channels]
     output = OperandType(kind, dims, out_scale, out_zero)
     inputs = [x, *args]
-    compiled = _plan(Op.MAX_POOL_2D, inputs, output)
-    numpy_plan = _numpy_plan(Op.MAX_POOL_2D, inputs, output, monkeypatch)
+    compiled = _plan(code, inputs, output)
+    numpy_plan = _numpy_plan(code, inputs, output, monkeypatch)
     assert compiled.compiled is not None and numpy_plan.compiled is None
-    want = get_operation(Op.MAX_POOL_2D).execute(ExecutionContext(Op.MAX_POOL_2D, inputs, [output]))[0]
+    want = get_operation(code).execute(ExecutionContext(code, inputs, [output]))[0]
     values = [tensor.value for tensor in inputs]
     for got in (compiled(values)[0], numpy_plan(values)[0]):
         assert got.dtype == want.dtype and got.shape == want.shape == tuple(dims)

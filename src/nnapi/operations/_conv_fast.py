@@ -329,24 +329,35 @@ class PreparedConv:
             xp = self.pad(x)
             windows = None if self.pointwise or self.planar else window_view(
                 xp, self.out_hw, self.kernel_hw, (sp.stride_h, sp.stride_w), (sp.dilation_h, sp.dilation_w))
-            direct = not self.epilogue.quantized and out.dtype == self.work
-            for batch in range(n):
-                for top in range(0, oh, self.block_rows):
+            if self.pointwise:
+                # one (pixels, depth) matrix across the batch: blocks of pixels, not of one
+                # image's rows (a batch of 1x1 images, FULLY_CONNECTED lowered to CONV_2D,
+                # would otherwise run one product per image)
+                pixels, step = n * oh * ow, self.block_rows * ow
+                cols, target = xp.reshape(pixels, self.depth), out.reshape(pixels, self.channels)
+                for start in range(0, pixels, step):
                     check_deadline()
-                    bottom = min(top + self.block_rows, oh)
-                    rows = (bottom - top) * ow
-                    if self.planar:
-                        cols = self._planar_columns(xp, batch, top, bottom).T
-                    else:
-                        source = xp[batch, top:bottom] if windows is None else windows[batch, top:bottom]
-                        cols = source.reshape(rows, self.depth)
-                    target = out[batch, top:bottom].reshape(rows, self.channels)
-                    if direct:
-                        np.matmul(cols, self.weights, out=target)
-                        self.epilogue.finish(target, target)
-                    else:
-                        _product(cols, self.weights, self.parts, self.epilogue, target)
+                    self._block(cols[start:start + step], target[start:start + step])
+            else:
+                for batch in range(n):
+                    for top in range(0, oh, self.block_rows):
+                        check_deadline()
+                        bottom = min(top + self.block_rows, oh)
+                        rows = (bottom - top) * ow
+                        if self.planar:
+                            cols = self._planar_columns(xp, batch, top, bottom).T
+                        else:
+                            cols = windows[batch, top:bottom].reshape(rows, self.depth)
+                        self._block(cols, out[batch, top:bottom].reshape(rows, self.channels))
         return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]
+
+    def _block(self, cols: np.ndarray, target: np.ndarray) -> None:
+        """The outputs of one block of im2col rows ``cols`` into ``target`` (rows, channels)."""
+        if not self.epilogue.quantized and target.dtype == self.work:  # float32 sums land in the output
+            np.matmul(cols, self.weights, out=target)
+            self.epilogue.finish(target, target)
+        else:
+            _product(cols, self.weights, self.parts, self.epilogue, target)
 
 
 class PreparedDepthwise:

@@ -27,6 +27,9 @@ doing what numpy needs several passes (and int64 temporaries) for:
   stride 1 along rows and multiplier 1, over whole rows (pixels x channels as one run,
   the filter and output stage tiled along a row at preparation): loops over few channels
   per pixel cost more than their arithmetic.
+- ``average_pool_quantized``: quantized AVERAGE_POOL_2D in one pass over each output
+  pixel's window, exact int32 sums (numpy makes one float32 pass over the output per
+  tap, then five more for the quotient, rounding and clamp).
 - ``prelu_float``: the float32 PRELU in one pass (numpy needs a multiply and a maximum).
 - ``max_pool``: MAX_POOL_2D in one pass over each output pixel's window (numpy makes one
   pass over the whole output per tap), with the activation's clamp.
@@ -590,6 +593,40 @@ def max_pool(x, kernel, strides, pads, fill, low, high, out):
                 _max_taps(x, b, top, kernel, strides[1], pads[1], hi, ow, fill, low, high, out, oy)
             else:
                 _max_taps(x, b, top, kernel, strides[1], pads[1], 0, ow, fill, low, high, out, oy)
+
+
+@_jit
+def average_pool_quantized(x, kernel, strides, pads, low, high, out, acc):
+    """Quantized AVERAGE_POOL_2D of ``x`` (N, H, W, C) 8-bit values into ``out`` (N, OH,
+    OW, C): each window's stored values summed exactly in int32 over its taps inside the
+    input (the padding is not counted), divided in float32 by that count, rounded halves
+    away from zero and clamped to [``low``, ``high``] (float32): the numpy pooling's
+    float32 operations (its float32 sums are exact integers), so the same values.
+    ``acc``: int32 scratch (C,). Every window must hold a tap of the input."""
+    n, height, width, channels = x.shape
+    _, oh, ow, _ = out.shape
+    half = np.float32(0.5)
+    for b in range(n):
+        for oy in range(oh):
+            top = oy * strides[0] - pads[0]
+            first_i, last_i = max(0, -top), min(kernel[0], height - top)
+            for ox in range(ow):
+                left = ox * strides[1] - pads[1]
+                first_j, last_j = max(0, -left), min(kernel[1], width - left)
+                for c in range(channels):
+                    acc[c] = 0
+                for i in range(first_i, last_i):
+                    for j in range(first_j, last_j):
+                        row = x[b, top + i, left + j]
+                        for c in range(channels):
+                            acc[c] += np.int32(row[c])
+                count = np.float32((last_i - first_i) * (last_j - first_j))
+                target = out[b, oy, ox]
+                for c in range(channels):
+                    value = np.float32(acc[c]) / count
+                    magnitude = np.float32(np.trunc(np.float32(abs(value) + half)))
+                    value = magnitude if value >= 0 else -magnitude
+                    target[c] = min(max(value, low), high)
 
 
 @_inline

@@ -176,6 +176,9 @@ class _PreparedPool:
         else:
             self.clamp = activation_bounds_quantized(sp.fuse, ctx.output(0))
         self.compiled = self._compiled_max() if code == OperationCode.MAX_POOL_2D else None
+        if code == OperationCode.AVERAGE_POOL_2D and not self.is_float and self.work == np.float32 \
+                and self.counts.size and self.counts.min() > 0:
+            self.compiled = self._compiled_average()
 
     def _compiled_max(self):
         """The compiled MAX_POOL_2D (``nnapi[fast]``) bound to this pooling's geometry, as a
@@ -195,6 +198,26 @@ class _PreparedPool:
             kernel(x, *geometry, *bounds, out)
 
         if not _jit.warm_up(run, np.zeros((0, 1, 1, 1), dtype), np.empty((0, 1, 1, 1), dtype)):
+            return None
+        return run
+
+    def _compiled_average(self):
+        """The compiled quantized AVERAGE_POOL_2D (``nnapi[fast]``) bound to this pooling's
+        geometry, as ``_compiled_max``; None without numba. Only where every window holds
+        a tap of the input and the float32 sums are exact (windows of up to 4096 taps)."""
+        compiled = _jit.kernels()
+        if compiled is None:
+            return None
+        sp = self.sp
+        geometry = (np.array(self.kernel, np.int64), np.array([sp.stride_h, sp.stride_w], np.int64),
+                    np.array([sp.pad_top, sp.pad_left], np.int64))
+        low, high = (np.float32(bound) for bound in self.clamp)
+        kernel = compiled.average_pool_quantized
+
+        def run(x: np.ndarray, out: np.ndarray) -> None:
+            kernel(x, *geometry, low, high, out, _jit.scratch((x.shape[3],), np.int32))
+
+        if not _jit.warm_up(run, np.zeros((0, 1, 1, 1), self.dtype), np.empty((0, 1, 1, 1), self.dtype)):
             return None
         return run
 
