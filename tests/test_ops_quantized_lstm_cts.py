@@ -101,3 +101,130 @@ def test_quantized_lstm_matches_android_cts(case, inputs_as_constants):
     np.testing.assert_array_equal(cell_out.reshape(-1), expected_cell)
     np.testing.assert_array_equal(out.reshape(-1), expected_output)
     np.testing.assert_array_equal(state_out.reshape(-1), expected_output)
+
+
+# --- the prepared kernel (constant weights) against ``execute`` -----------------------------
+
+
+def _random_qlstm_inputs(rng, cifg: bool, peephole: bool, layer_norm: bool, projection: bool, clip: bool,
+                         batch: int, cell_shift: int) -> list:
+    """The 32 input tensors of a QUANTIZED_LSTM with random weights, zero points, scales
+    and states (wide enough that gates and states saturate sometimes)."""
+    from nnapi.operations.base import Tensor
+
+    input_size, units = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    output_size = int(rng.integers(1, 7)) if projection else units
+
+    def tensor(code, shape, scale=0.0, zero_point=0, low=-128, high=128):
+        dtype = OT(code, (1,)).dtype if shape else None
+        value = rng.integers(low, high, shape).astype(dtype)
+        return Tensor(code, tuple(shape), scale, zero_point, None, value)
+
+    def scalar_tensor(code, value):
+        return Tensor(code, (), 0.0, 0, None, np.array(value, dtype=np.float32 if code == T.FLOAT32 else np.int32))
+
+    def omitted(code):
+        return Tensor(code, (0,), 0.0, 0, None, None)
+
+    def scale():
+        return float(np.float32(rng.uniform(0.002, 0.05)))
+
+    inputs = [tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, (batch, input_size), scale(), int(rng.integers(-20, 20)))]
+    for size in (input_size, output_size):
+        for gate in GATES:
+            inputs.append(omitted(T.TENSOR_QUANT8_SYMM) if cifg and gate == "input" else
+                          tensor(T.TENSOR_QUANT8_SYMM, (units, size), scale(), 0, -127, 128))
+    for gate in ("input", "forget", "output"):
+        present = peephole and not (cifg and gate == "input")
+        inputs.append(tensor(T.TENSOR_QUANT16_SYMM, (units,), 2.0**-12, 0, -3000, 3000) if present
+                      else omitted(T.TENSOR_QUANT16_SYMM))
+    for gate in GATES:
+        inputs.append(omitted(T.TENSOR_INT32) if cifg and gate == "input" else
+                      tensor(T.TENSOR_INT32, (units,), 1e-6, 0, -(1 << 20), 1 << 20))
+    if projection:
+        inputs += [tensor(T.TENSOR_QUANT8_SYMM, (output_size, units), scale(), 0, -127, 128),
+                   tensor(T.TENSOR_INT32, (output_size,), 1e-5, 0, -5000, 5000)]
+    else:
+        inputs += [omitted(T.TENSOR_QUANT8_SYMM), omitted(T.TENSOR_INT32)]
+    inputs += [tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, (batch, output_size), 1 / 128, int(rng.integers(-5, 5))),
+               tensor(T.TENSOR_QUANT16_SYMM, (batch, units), 2.0**cell_shift, 0, -32768, 32768)]
+    for gate in GATES:
+        present = layer_norm and not (cifg and gate == "input")
+        inputs.append(tensor(T.TENSOR_QUANT16_SYMM, (units,), 1 / 1024, 0, 1, 30000) if present
+                      else omitted(T.TENSOR_QUANT16_SYMM))
+    inputs += [scalar_tensor(T.FLOAT32, 0.5 if clip else 0.0), scalar_tensor(T.FLOAT32, 0.3 if clip else 0.0)]
+    inputs += [scalar_tensor(T.FLOAT32, rng.uniform(0.001, 0.01)) for _ in GATES]
+    inputs += [scalar_tensor(T.INT32, int(rng.integers(-10, 10))), scalar_tensor(T.FLOAT32, rng.uniform(0.004, 0.02))]
+    return inputs
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("variant", ["plain", "cifg", "peephole", "layer_norm", "projection_clip", "everything"])
+def test_prepared_quantized_lstm_equals_execute_bit_for_bit(variant, seed):
+    """PreparedQuantizedLstm (constant weights, the input and states unknown at
+    preparation) against ``execute`` over five chained steps, every output exactly."""
+    import dataclasses
+
+    from nnapi.drivers.reference import _UNKNOWN
+    from nnapi.operations import get_operation
+    from nnapi.operations.base import ExecutionContext
+    from nnapi.operations.quantized_lstm import INPUT_TENSOR, PREV_CELL_STATE_TENSOR, PREV_OUTPUT_TENSOR
+
+    rng = np.random.default_rng([seed, len(variant)])
+    everything = variant == "everything"
+    inputs = _random_qlstm_inputs(
+        rng, cifg=variant == "cifg" or (everything and seed % 2 == 1), peephole=variant in ("peephole", "everything"),
+        layer_norm=variant in ("layer_norm", "everything"), projection=variant in ("projection_clip", "everything"),
+        clip=variant in ("projection_clip", "everything"), batch=int(rng.integers(1, 4)),
+        cell_shift=int(rng.integers(-15, -8)))
+    x, h, c = inputs[INPUT_TENSOR], inputs[PREV_OUTPUT_TENSOR], inputs[PREV_CELL_STATE_TENSOR]
+    outputs = [OT(T.TENSOR_QUANT8_ASYMM_SIGNED, h.shape, h.scale, h.zero_point),
+               OT(T.TENSOR_QUANT16_SYMM, c.shape, c.scale), OT(T.TENSOR_QUANT8_ASYMM_SIGNED, h.shape, h.scale,
+                                                              h.zero_point)]
+    operation = get_operation(Op.QUANTIZED_LSTM)
+    preparing = list(inputs)
+    for index in (INPUT_TENSOR, PREV_OUTPUT_TENSOR, PREV_CELL_STATE_TENSOR):
+        preparing[index] = dataclasses.replace(inputs[index], value=_UNKNOWN)
+    context = ExecutionContext(Op.QUANTIZED_LSTM, preparing, outputs)
+    operation.prepare(context)
+    kernel = operation.plan(context)
+    assert kernel is not None
+    for _ in range(5):
+        expected = operation.execute(ExecutionContext(Op.QUANTIZED_LSTM, inputs, outputs))
+        actual = kernel([tensor.value for tensor in inputs])
+        for fast, slow in zip(actual, expected, strict=True):
+            assert fast.dtype == slow.dtype and fast.shape == slow.shape
+            np.testing.assert_array_equal(fast, slow)
+        inputs[PREV_OUTPUT_TENSOR] = dataclasses.replace(h, value=expected[0])
+        inputs[PREV_CELL_STATE_TENSOR] = dataclasses.replace(c, value=expected[1])
+        inputs[INPUT_TENSOR] = dataclasses.replace(x, value=rng.integers(-128, 128, x.shape).astype(np.int8))
+
+
+@pytest.mark.parametrize("shift", [-12, -5, -2, -1, 0, 1, 3])
+def test_prepared_rescale_equals_the_definition(shift):
+    """_Rescale (in place, floors) against multiply_by_quantized_multiplier on every value
+    of a range, where ties of both roundings are frequent (multiplier 2^30 is one half),
+    values beyond int32, and per-column multipliers and shifts mixing 0 with rounding."""
+    from nnapi.operations.quant_math import multiply_by_quantized_multiplier
+    from nnapi.operations.quantized_lstm import _Rescale
+
+    rng = np.random.default_rng(shift + 100)
+    values = np.concatenate([np.arange(-70000, 70000), rng.integers(-(2**33), 2**33, 20000),
+                             [-(2**31), 2**31 - 1, -(2**31) - 1, 2**31]]).astype(np.int64)
+    for multiplier in (1 << 30, (1 << 30) + 1, (1 << 31) - 1, int(rng.integers(1 << 30, 1 << 31)), 0):
+        expected = multiply_by_quantized_multiplier(values, multiplier, shift)
+        np.testing.assert_array_equal(_Rescale(multiplier, shift)(values.copy()), expected)
+    columns = values[:139998].reshape(-1, 6)
+    multipliers = np.array([1 << 30, (1 << 30) + 7, 1 << 30, (1 << 31) - 1, 1 << 30, 1 << 30], dtype=np.int64)
+    shifts = np.array([shift, 0, -3, shift, 2, -1], dtype=np.int64)
+    np.testing.assert_array_equal(_Rescale(multipliers, shifts)(columns.copy()),
+                                  multiply_by_quantized_multiplier(columns, multipliers, shifts))
+
+
+def test_prepared_round_shift_equals_rounding_divide_by_pot():
+    from nnapi.operations.quant_math import rounding_divide_by_pot
+    from nnapi.operations.quantized_lstm import _round_shift
+
+    values = np.concatenate([np.arange(-(1 << 17), 1 << 17), [-(2**40) - 1, 2**40 + 3]]).astype(np.int64)
+    for exponent in (1, 2, 11, 15, 21):
+        np.testing.assert_array_equal(_round_shift(values, exponent), rounding_divide_by_pot(values, exponent))

@@ -488,6 +488,13 @@ class QuantizedLstm(Operation):
         _, h, c, _, _, _ = self._setup(ctx)
         return [h.shape, c.shape, h.shape]
 
+    plan_sees_omitted = True  # the optional weights decide the variant
+
+    def plan(self, ctx: ExecutionContext):
+        """Constant weights, biases and scalars (reading any other value raises, and the
+        driver then runs ``execute``): ``PreparedQuantizedLstm``."""
+        return PreparedQuantizedLstm(ctx, *self._setup(ctx))
+
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, h, c, cifg, peephole, layer_norm = self._setup(ctx)
         cell_shift = _log2_exact(c.scale)
@@ -570,5 +577,187 @@ class QuantizedLstm(Operation):
                 if limit > 0:
                     output = np.clip(output, -limit, limit)
         # Android: all three outputs are written raw, in the input states' quantization.
+        output = output.astype(np.int8)
+        return [output, cell.astype(np.int16), output.copy()]
+
+
+def _clip_in_place(values: np.ndarray, low: int, high: int) -> np.ndarray:
+    """np.clip(values, low, high) into ``values`` by two ufunc calls (np.clip's Python
+    wrapper costs more than the clipping of a step's few hundred values)."""
+    np.maximum(values, low, out=values)
+    return np.minimum(values, high, out=values)
+
+
+class _Rescale:
+    """multiply_by_quantized_multiplier(values, multipliers, shifts) with the multipliers
+    and shifts (one per column, or one for all) prepared once, worked in place on an int64
+    array the caller owns. The rounding doubling high multiply trunc((x * m + nudge) / 2^31)
+    (nudge 2^30, or 1 - 2^30 for negative products) equals floor((x * m + 2^30) / 2^31)
+    for every product, and the rounding right shift by r (halves away from zero) equals
+    floor((v + 2^(r - 1) - [v < 0]) / 2^r): five in-place passes instead of the
+    definition's dozen (multipliers are never INT32_MIN: no saturating case)."""
+
+    def __init__(self, multipliers, shifts) -> None:
+        shifts = np.asarray(shifts, dtype=np.int64)
+        self.multipliers = np.asarray(multipliers, dtype=np.int64)
+        self.left = np.maximum(shifts, 0) if np.any(shifts > 0) else None
+        right = np.maximum(-shifts, 0)
+        self.right = right
+        self.half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
+        # which columns round (a shift of 0 adds nothing, not even the negative correction)
+        self.rounds = None if np.all(right > 0) else (right > 0)
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        if self.left is not None:
+            values <<= self.left
+        _clip_in_place(values, -(2**31), 2**31 - 1)
+        values *= self.multipliers
+        values += 1 << 30
+        values >>= 31
+        negative = values < 0
+        if self.rounds is not None:
+            negative &= self.rounds
+        values += self.half
+        values -= negative
+        values >>= self.right
+        return values
+
+
+def _round_shift(values: np.ndarray, exponent: int) -> np.ndarray:
+    """rounding_divide_by_pot(values, exponent) for one exponent > 0, as in ``_Rescale``."""
+    return (values + ((1 << (exponent - 1)) - (values < 0))) >> exponent
+
+
+class PreparedQuantizedLstm:
+    """QUANTIZED_LSTM's ``execute`` with everything that depends only on constants done
+    once: the four gates' input and recurrent weights stacked into one float64 matrix each
+    (two exact BLAS products per step instead of eight), the input zero points folded into
+    the biases (x . W - zero_point * column sums, exact in integers), every fixed-point
+    multiplier and shift decomposed, laid out per column of the stacked product, the clip
+    limits and the projection's bias. Each element goes through the same integer steps as
+    in ``execute`` (rescale, saturate to int16 after each accumulation, peephole, layer
+    normalization, table activations), so the results are equal bit for bit."""
+
+    def __init__(self, ctx: ExecutionContext, x: Tensor, h: Tensor, c: Tensor, cifg: bool, peephole: bool,
+                 layer_norm: bool) -> None:
+        self.cell_shift = cell_shift = _log2_exact(c.scale)
+        units = c.shape[1]
+        self.gates = [g for g in ("forget", "cell", "input", "output") if not (cifg and g == "input")]
+        self.cifg, self.layer_norm = cifg, layer_norm
+        self.slices = {gate: slice(k * units, (k + 1) * units) for k, gate in enumerate(self.gates)}
+        input_columns, recurrent_columns, input_biases, recurrent_biases = [], [], [], []
+        input_scales, recurrent_scales = [], []
+        self.peepholes: dict[str, tuple[np.ndarray, int, int]] = {}
+        self.norms: dict[str, tuple[Tensor, np.ndarray]] = {}
+        for gate in self.gates:
+            target = float(ctx.scalar(INTERMEDIATE_SCALE[gate])) if layer_norm else 2.0**-12
+            bias = np.asarray(ctx.value(GATE_BIAS[gate]), dtype=np.int64)
+            input_weights, recurrent_weights = ctx.input(INPUT_TO_WEIGHTS[gate]), ctx.input(RECURRENT_TO_WEIGHTS[gate])
+            wx = np.asarray(input_weights.value, dtype=np.int64)
+            wh = np.asarray(recurrent_weights.value, dtype=np.int64)
+            input_columns.append(wx.T)
+            recurrent_columns.append(wh.T)
+            # (x - zx) . W' + b = x . W' + (b - zx * row sums of W): the same integers
+            folded = -x.zero_point * wx.sum(axis=1)
+            input_biases.append(folded if layer_norm else folded + bias)  # layer norm adds it later
+            recurrent_biases.append(-h.zero_point * wh.sum(axis=1))
+            input_scales.append(quantize_multiplier(_f32_ratio(input_weights.scale, x.scale, target)))
+            recurrent_scales.append(quantize_multiplier(_f32_ratio(recurrent_weights.scale, h.scale, target)))
+            if peephole and gate in CELL_TO_WEIGHTS:
+                weights = ctx.input(CELL_TO_WEIGHTS[gate])
+                multiplier, shift = quantize_multiplier(
+                    float(np.float32(2.0**cell_shift * np.float32(weights.scale) / np.float32(target))))
+                self.peepholes[gate] = (np.asarray(weights.value, dtype=np.int64), _Rescale(multiplier, shift))
+            if layer_norm:
+                weights = ctx.input(LAYER_NORM_WEIGHTS[gate])
+                constant = Tensor(weights.type, weights.shape, weights.scale, weights.zero_point, None,
+                                  np.asarray(weights.value))
+                self.norms[gate] = (constant, bias)
+        self.input_weights = np.concatenate(input_columns, axis=1).astype(np.float64)
+        self.recurrent_weights = np.concatenate(recurrent_columns, axis=1).astype(np.float64)
+        self.input_bias = np.concatenate(input_biases)
+        self.recurrent_bias = np.concatenate(recurrent_biases)
+
+        def per_column(pairs: list[tuple[int, int]]) -> _Rescale:
+            return _Rescale(np.repeat(np.array([m for m, _ in pairs], dtype=np.int64), units),
+                            np.repeat(np.array([s for _, s in pairs], dtype=np.int64), units))
+
+        self.input_rescale = per_column(input_scales)
+        self.recurrent_rescale = per_column(recurrent_scales)
+        cell_clip = 0.0 if ctx.is_omitted(CELL_CLIP) else float(ctx.scalar(CELL_CLIP))
+        self.cell_limit = 0
+        if cell_clip > 0:
+            self.cell_limit = max(0, int(min(max(np.float32(cell_clip) / np.float32(c.scale), -32768.0), 32767.0)))
+        hidden_scale = float(ctx.scalar(HIDDEN_STATE_SCALE))
+        self.hidden_zero = int(ctx.scalar(HIDDEN_STATE_ZERO_POINT))
+        self.hidden_rescale = _Rescale(*quantize_multiplier(float(np.float32(2.0**-15 / hidden_scale * 2.0**-15))))
+        self.projection = None
+        if not ctx.is_omitted(PROJECTION_WEIGHTS):
+            projection = ctx.input(PROJECTION_WEIGHTS)
+            weights = np.asarray(projection.value, dtype=np.int64)
+            bias = self.hidden_zero * weights.sum(axis=1)
+            if not ctx.is_omitted(PROJECTION_BIAS):
+                bias = bias + np.asarray(ctx.value(PROJECTION_BIAS), dtype=np.int64)
+            projection_clip = 0.0 if ctx.is_omitted(PROJECTION_CLIP) else float(ctx.scalar(PROJECTION_CLIP))
+            limit = 0
+            if projection_clip > 0:
+                limit = max(0, int(min(max(np.float32(projection_clip) / np.float32(projection.scale), -128.0),
+                                       127.0)))
+            self.projection = (weights.T.astype(np.float64), bias,
+                               _Rescale(*quantize_multiplier(_f32_ratio(projection.scale, hidden_scale, h.scale))),
+                               h.zero_point, limit)
+        self.logistic = _table16(fixed_logistic, 3)
+        self.tanh = _table16(fixed_tanh, 3)
+        self.cell_tanh = _table16(fixed_tanh, cell_shift + 15)
+
+    def __call__(self, values: list) -> list[np.ndarray]:
+        x, h = values[INPUT_TENSOR], values[PREV_OUTPUT_TENSOR]
+        previous_cell = np.asarray(values[PREV_CELL_STATE_TENSOR], dtype=np.int64)
+        accumulator = np.matmul(x.astype(np.float64), self.input_weights).astype(np.int64)
+        accumulator += self.input_bias
+        gates = _clip_in_place(self.input_rescale(accumulator), -32768, 32767)
+        accumulator = np.matmul(h.astype(np.float64), self.recurrent_weights).astype(np.int64)
+        accumulator += self.recurrent_bias
+        gates += self.recurrent_rescale(accumulator)
+        _clip_in_place(gates, -32768, 32767)
+
+        def preactivation(gate: str, cell: np.ndarray) -> np.ndarray:
+            result = gates[:, self.slices[gate]]
+            peephole = self.peepholes.get(gate)
+            if peephole is not None:
+                weights, rescale = peephole
+                result = _clip_in_place(result + rescale(cell * weights), -32768, 32767)
+            norm = self.norms.get(gate)
+            if norm is not None:
+                result = _layer_norm(result, *norm)
+            return result + 32768  # the tables' index
+
+        forget = self.logistic[preactivation("forget", previous_cell)]
+        modulation = self.tanh[preactivation("cell", previous_cell)]
+        if self.cifg:
+            input_gate = _ONE_Q0 - forget
+        else:
+            input_gate = self.logistic[preactivation("input", previous_cell)]
+        # Android: both products are cast to int16 (wrap-around), only their sum saturates.
+        kept = _wrap16(_round_shift(forget * previous_cell, 15))
+        added = _wrap16(_round_shift(input_gate * modulation, 30 + self.cell_shift))
+        cell = _clip_in_place(kept + added, -32768, 32767)
+        if self.cell_limit:
+            _clip_in_place(cell, -self.cell_limit, self.cell_limit)
+        output_gate = self.logistic[preactivation("output", cell)]
+        hidden = self.hidden_rescale(output_gate * self.cell_tanh[cell + 32768])
+        hidden -= self.hidden_zero
+        _clip_in_place(hidden, -128, 127)
+        if self.projection is None:
+            output = hidden
+        else:
+            weights, bias, rescale, zero_point, limit = self.projection
+            accumulator = np.matmul(hidden.astype(np.float64), weights).astype(np.int64)
+            accumulator += bias
+            output = rescale(accumulator)
+            output += zero_point
+            _clip_in_place(output, -128, 127)
+            if limit:
+                _clip_in_place(output, -limit, limit)
         output = output.astype(np.int8)
         return [output, cell.astype(np.int16), output.copy()]
