@@ -1629,3 +1629,87 @@ def test_mean_over_height_and_width_reduces_rows_of_a_matrix(ort_device, code, k
     else:
         np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(ours[0].reshape(-1), image.mean(axis=(1, 2)).reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+def _unrolled_cell_model(rng, steps=4, depth=6, units=3, shared_bias=False, odd_step=None):
+    """An unrolled recurrent cell as Keras / TFLite writes it: SPLIT of the sequence into
+    steps, RESHAPE of each to [1, depth], one FULLY_CONNECTED per step (same weights, a
+    bias of each step's own unless ``shared_bias``; ``odd_step`` gets other weights), the
+    recurrent state h added; three gate blocks STRIDED_SLICEd from the sum; z through
+    LOGISTIC read by MUL and by 1 - z; the state update a RESHAPE to [units] added back."""
+    model = nnapi.Model()
+    f32 = T.TENSOR_FLOAT32
+    sequence = model.add_operand(OperandType(f32, [steps, 1, depth]))
+    pieces = [model.add_operand(OperandType(f32, [1, 1, depth])) for _ in range(steps)]
+    model.add_operation(Op.SPLIT, [sequence, _constant(model, T.INT32, np.int32(0)),
+                                   _constant(model, T.INT32, np.int32(steps))], pieces)
+    weights = rng.uniform(-1, 1, (3 * units, depth)).astype(np.float32)
+    shared = _constant(model, f32, weights, [3 * units, depth])
+    h = _constant(model, f32, np.zeros((1, units), np.float32), [1, units])
+    one = _constant(model, f32, np.ones(1, np.float32), [1])
+    fuse = _constant(model, T.INT32, np.int32(0))
+    bias = rng.uniform(-1, 1, 3 * units).astype(np.float32)
+    for step, piece in enumerate(pieces):
+        row = model.add_operand(OperandType(f32, [1, depth]))
+        model.add_operation(Op.RESHAPE, [piece, _constant(model, T.TENSOR_INT32, np.array([1, depth], np.int32),
+                                                          [2])], [row])
+        own = weights if step != odd_step else weights[::-1].copy()
+        w = shared if step != odd_step else _constant(model, f32, own, [3 * units, depth])
+        step_bias = bias if shared_bias else rng.uniform(-1, 1, 3 * units).astype(np.float32)
+        product = model.add_operand(OperandType(f32, [1, 3 * units]))
+        model.add_operation(Op.FULLY_CONNECTED, [row, w, _constant(model, f32, step_bias, [3 * units]), fuse],
+                            [product])
+        gates = model.add_operand(OperandType(f32, [1, 3 * units]))
+        tiled = model.add_operand(OperandType(f32, [1, 3 * units]))
+        model.add_operation(Op.CONCATENATION, [h, h, h, _constant(model, T.INT32, np.int32(1))], [tiled])
+        model.add_operation(Op.ADD, [product, tiled, fuse], [gates])
+        blocks = [model.add_operand(OperandType(f32, [1, units])) for _ in range(3)]
+        for k, block in enumerate(blocks):
+            ints = [_constant(model, T.TENSOR_INT32, np.array(v, np.int32), [2])
+                    for v in ([0, k * units], [1, (k + 1) * units], [1, 1])]
+            model.add_operation(Op.STRIDED_SLICE, [gates, *ints, *(_constant(model, T.INT32, np.int32(0))
+                                                                   for _ in range(3))], [block])
+        z, candidate, rest, update = (model.add_operand(OperandType(f32, [1, units])) for _ in range(4))
+        model.add_operation(Op.LOGISTIC, [blocks[0]], [z])
+        model.add_operation(Op.TANH, [blocks[1]], [candidate])
+        model.add_operation(Op.SUB, [one, z, fuse], [rest])
+        model.add_operation(Op.MUL, [rest, candidate, fuse], [update])
+        kept, flat, new_h = (model.add_operand(OperandType(f32, shape)) for shape in ([1, units], [units],
+                                                                                       [1, units]))
+        model.add_operation(Op.MUL, [z, blocks[2], fuse], [kept])
+        model.add_operation(Op.RESHAPE, [update, _constant(model, T.TENSOR_INT32, np.array([units], np.int32),
+                                                           [1])], [flat])
+        model.add_operation(Op.ADD, [kept, flat, fuse], [new_h])
+        h = new_h
+    model.identify_inputs_and_outputs([sequence], [h])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("shared_bias", [False, True])
+def test_unrolled_cell_takes_one_product_one_split_per_gate_set(ort_device, shared_bias):
+    """The steps' input products are one Gemm of the whole sequence (each step's own bias
+    its row), the gate blocks one Split per step, the z gate read by 1 - z ORT's Sigmoid,
+    the RESHAPEs before an ADD and the no-op ones no node: the reference's values."""
+    rng = np.random.default_rng(5)
+    model = _unrolled_cell_model(rng, shared_bias=shared_bias)
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert kinds.count("Gemm") == 1 and "Slice" not in kinds and "Reshape" in kinds
+    assert kinds.count("Reshape") == 1 and kinds.count("Sigmoid") == 4 and "Reciprocal" not in kinds
+    assert kinds.count("Split") == 1 + 4
+    value = rng.uniform(-2, 2, (4, 1, 6)).astype(np.float32)
+    ours, theirs = _compare_with_reference(model, [value], [1, 3], ort_device)
+    assert np.abs(theirs).max() > 0.05
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_unrolled_steps_with_other_weights_keep_their_own_products(ort_device):
+    """One step with other weights: every step keeps its own Gemm (its rows still one
+    Split), with the reference's values."""
+    rng = np.random.default_rng(6)
+    model = _unrolled_cell_model(rng, odd_step=2)
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert kinds.count("Gemm") == 4 and kinds.count("Reshape") == 1
+    value = rng.uniform(-2, 2, (4, 1, 6)).astype(np.float32)
+    ours, theirs = _compare_with_reference(model, [value], [1, 3], ort_device)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)

@@ -836,7 +836,10 @@ def lower_fully_connected(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("the weights' shape must be known")
     units, depth = weights_operand.dimensions
     fuse = int(g.scalar(operation.inputs[3]))
-    flat = g.one("Reshape", [source.name, g.constant(np.array([-1, depth], np.int64))])
+    if source.rank == 2 and source.dims[1] == depth:
+        flat = source.name  # already [batch, depth]: a Reshape would be one more node per run (an RNN's steps)
+    else:
+        flat = g.one("Reshape", [source.name, g.constant(np.array([-1, depth], np.int64))])
     if output.type in FLOATS:
         weights = g.value(operation.inputs[1])
         bias = g.value(operation.inputs[2])
@@ -1058,12 +1061,16 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
-def _is_gate(g: GraphBuilder, index: int) -> bool:
-    """Whether operand ``index`` is read only by MULs, inside the graph (a gate)."""
+def _is_gate(g: GraphBuilder, index: int, shifted: bool = True) -> bool:
+    """Whether operand ``index`` is read only by MULs, inside the graph (a gate), or by
+    an ADD or SUB whose result is such a gate (a GRU's 1 - z: an error e in the gate is
+    an error e times the gated value either way)."""
     if index in g.subgraph.output_indexes:
         return False
     readers = g.readers(index)
-    return bool(readers) and all(op.type == OperationCode.MUL for op in readers)
+    return bool(readers) and all(op.type == OperationCode.MUL or (
+        shifted and op.type in (OperationCode.ADD, OperationCode.SUB) and _is_gate(g, op.outputs[0], False))
+        for op in readers)
 
 
 def _logistic(g: GraphBuilder, x: str) -> str:
@@ -1074,11 +1081,11 @@ def _logistic(g: GraphBuilder, x: str) -> str:
     error carries through: within ~2e-7 of the result everywhere; below -88.7 exp
     overflows and the result is 0 where the exact one is under 2**-127. Four passes, about
     twice Sigmoid's time (64k elements: 48 vs 24 us). A gate (read only by MULs inside the
-    graph: squeeze-and-excitation) keeps Sigmoid: it scales each gated value with an
-    error of at most 1.7e-7 of it, the product's own float32 rounding, and ORT fuses it
-    into the convolution before it as the convolution's activation (selfie_segmentation's
-    ten gates: the four-pass form is four operations more each, ~1.06x LiteRT instead of
-    ~1.0x). The quantized path keeps Sigmoid: its error is far below a step."""
+    graph: squeeze-and-excitation; or through 1 - z: a GRU's, see _is_gate) keeps Sigmoid:
+    it scales each gated value with an error of at most 1.7e-7 of it, the product's own
+    float32 rounding, and ORT fuses it into the convolution before it as the convolution's
+    activation (selfie_segmentation's ten gates: the four-pass form is four operations
+    more each, ~1.06x LiteRT instead of ~1.0x). The quantized path keeps Sigmoid: its error is far below a step."""
     one = g.constant(np.array(1.0, np.float32))
     return g.one("Reciprocal", [g.one("Add", [g.one("Exp", [g.one("Neg", [x])]), one])])
 
@@ -1279,7 +1286,31 @@ def lower_reshape(g: GraphBuilder, operation: Operation) -> None:
     if output.dimensions and all(output.dimensions) and len(output.dimensions) == len(shape):
         shape = np.array(output.dimensions, np.int64)
     _check_same_quantization(x, output)
+    if x.dims and all(x.dims) and x.dims == shape.tolist():
+        g.set_output(operation.outputs[0], x.name)  # the same shape: nothing to run
+        return
+    if _only_broadcast(g, operation.outputs[0], x, shape.tolist()):
+        g.values[operation.outputs[0]] = Value(x.name, x.kind, list(x.dims), x.scale, x.zero_point)
+        return
     g.set_output(operation.outputs[0], g.one("Reshape", [x.name, g.constant(shape)]))
+
+
+_BROADCASTING = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
+
+
+def _only_broadcast(g: GraphBuilder, index: int, x: Value, shape: list[int]) -> bool:
+    """Whether RESHAPE output ``index`` (``x`` to ``shape``) only drops leading 1s and is
+    read only by element-wise float operations whose outputs have at least ``x``'s rank:
+    broadcasting ``x`` itself there gives the same elements in the same places (an
+    unrolled LSTM's [1, 4n] product reshaped to [4n] before its ADD, once per step)."""
+    if g.isolated or x.kind != "float" or not x.dims or not all(x.dims) or len(shape) >= x.rank \
+            or x.dims[x.rank - len(shape):] != shape or any(d != 1 for d in x.dims[:x.rank - len(shape)]) \
+            or index in g.subgraph.output_indexes or index in g.padded:
+        return False
+    readers = g.readers(index)
+    return bool(readers) and all(
+        op.type in _BROADCASTING and index in op.inputs[:2] and g.operand(op.outputs[0]).type == T.TENSOR_FLOAT32
+        and len(g.operand(op.outputs[0]).dimensions) >= x.rank for op in readers)
 
 
 def _check_same_quantization(x: Value, output: Operand) -> None:
@@ -1444,6 +1475,8 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
     _check_same_quantization(x, output)
     if not x.dims or not all(x.dims):
         raise Declined("STRIDED_SLICE needs the input's shape")
+    if _slices_as_split(g, operation, x):
+        return
     begin, end, strides = (np.asarray(g.scalar(operation.inputs[i])).reshape(-1).astype(np.int64)
                            for i in (1, 2, 3))
     begin_mask, end_mask, shrink = (int(g.scalar(operation.inputs[i])) for i in (4, 5, 6))
@@ -1482,6 +1515,74 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
         squeezed = [axis for axis in range(rank) if shrink & (1 << axis)]
         y = g.one("Squeeze", [y, g.constant(np.array(squeezed, np.int64))])
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
+
+
+def _block(g: GraphBuilder, operation: Operation, dims: list[int]) -> tuple[int, int, int] | None:
+    """(axis, start, stop) where STRIDED_SLICE ``operation`` of a ``dims`` tensor takes
+    ``start:stop`` of one axis and all of the others, with unit strides and nothing shrunk;
+    else None."""
+    if any(g.raw_constant(operation.inputs[i]) is None for i in range(1, 7)):
+        return None
+    begin, end, strides = (np.asarray(g.scalar(operation.inputs[i])).reshape(-1).astype(np.int64)
+                           for i in (1, 2, 3))
+    begin_mask, end_mask, shrink = (int(g.scalar(operation.inputs[i])) for i in (4, 5, 6))
+    if shrink or not len(begin) == len(end) == len(strides) == len(dims) or np.any(strides != 1):
+        return None
+    cut = []
+    for axis, size in enumerate(dims):
+        start = 0 if begin_mask & (1 << axis) else int(begin[axis])
+        stop = size if end_mask & (1 << axis) else int(end[axis])
+        start, stop, _ = slice(start, stop).indices(size)
+        if stop <= start:
+            return None
+        if (start, stop) != (0, size):
+            cut.append((axis, start, stop))
+    return cut[0] if len(cut) == 1 else None
+
+
+def _slices_as_split(g: GraphBuilder, operation: Operation, x: Value) -> bool:
+    """Where every reader of the input is a STRIDED_SLICE taking a block of the same axis
+    (an RNN cell's gates cut from one product), the blocks disjoint: one Split computes
+    them all (its pieces between the blocks unread), one node instead of one per block
+    (per-node cost dominates a small model's run). The same values: a Split copies them."""
+    source = operation.inputs[0]
+    readers = g.readers(source)
+    if len(readers) < 2 or any(op.type != OperationCode.STRIDED_SLICE or op.inputs[0] != source
+                               or op.outputs[0] in g.subgraph.output_indexes for op in readers):
+        return False
+    if any(blocked(list(g.operand(op.outputs[0]).dimensions), x.kind) for op in readers):
+        return False  # keep_blocked's layout choice stays with the plain lowering
+    blocks = [_block(g, op, x.dims) for op in readers]
+    if any(b is None for b in blocks) or len({b[0] for b in blocks}) != 1:
+        return False
+    axis = blocks[0][0]
+    order = sorted(range(len(blocks)), key=lambda k: blocks[k][1])
+    sizes, wanted, position = [], [], 0  # the Split's pieces; whether each is a block
+    for k in order:
+        _, start, stop = blocks[k]
+        if start < position:
+            return False  # overlapping blocks
+        if start > position:
+            sizes.append(start - position)
+            wanted.append(False)
+        sizes.append(stop - start)
+        wanted.append(True)
+        position = stop
+    if position < x.dims[axis]:
+        sizes.append(x.dims[axis] - position)
+        wanted.append(False)
+    for op, (_, start, stop) in zip(readers, blocks):
+        output = g.operand(op.outputs[0])
+        shape = [*x.dims[:axis], stop - start, *x.dims[axis + 1:]]
+        fits = not output.dimensions or (len(output.dimensions) == len(shape) and all(
+            not d or d == e for d, e in zip(output.dimensions, shape)))
+        if output.type != g.operand(source).type or output.scale != x.scale or \
+                internal_zero_point(output) != x.zero_point or not fits:
+            return False  # each on its own: the plain lowering declines what it must
+    pieces = g.node("Split", [x.name, g.constant(np.array(sizes, np.int64))], len(sizes), axis=axis)
+    for k, piece in zip(order, [piece for piece, block in zip(pieces, wanted) if block]):
+        g.set_output(readers[k].outputs[0], piece)
+    return True
 
 
 @lowers(OperationCode.RESIZE_NEAREST_NEIGHBOR)
@@ -1998,9 +2099,94 @@ def lower_split(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("num_splits must divide the axis and match the outputs")
     for index in operation.outputs:
         _check_same_quantization(x, g.operand(index))
+    if count == x.dims[axis] and _split_rows(g, operation, x, axis):
+        return
     sizes = g.constant(np.full(count, x.dims[axis] // count, np.int64))
     for index, name in zip(operation.outputs, g.node("Split", [x.name, sizes], count, axis=axis)):
         g.set_output(index, name)
+
+
+def _split_rows(g: GraphBuilder, operation: Operation, x: Value, axis: int) -> bool:
+    """A SPLIT into single rows each read only by a RESHAPE to [1, row] (an unrolled RNN's
+    time steps, the Keras way): the rows of one Reshape of the input to [steps, row], cut
+    by one Split; and where each step's row is read only by a FULLY_CONNECTED with the
+    same weights, bias and activation (the input's product of every step), that one
+    product of the whole matrix, cut into the steps' results. Two or three nodes instead
+    of two or three per step; each row's product is the same dot products (FULLY_CONNECTED
+    leaves their order of summation open). The SPLIT's and RESHAPEs' own outputs are then
+    never computed (nothing else reads them)."""
+    subgraph = g.subgraph
+    if g.isolated or any(d != 1 for d in x.dims[:axis]) or x.kind != "float":
+        return False
+    row = math.prod(x.dims[axis + 1:])
+    reshapes = []
+    for index in operation.outputs:
+        readers = g.readers(index)
+        if index in subgraph.output_indexes or len(readers) != 1 or readers[0].type != OperationCode.RESHAPE \
+                or readers[0].inputs[0] != index or list(g.operand(readers[0].outputs[0]).dimensions) != [1, row] \
+                or g.operand(readers[0].outputs[0]).type != g.operand(index).type:
+            return False
+        reshapes.append(readers[0])
+    steps = len(operation.outputs)
+    flat = g.one("Reshape", [x.name, g.constant(np.array([steps, row], np.int64))])
+    products = [g.readers(op.outputs[0]) for op in reshapes]
+    first = products[0][0] if products[0] else None
+    biases = _same_products(g, reshapes, products, first) if first is not None else None
+    if biases is not None:
+        # one bias row per step (an unrolled LSTM's converter folds a different constant
+        # into each step's): Gemm adds row k to row k, as each step's Gemm adds its bias
+        bias = g.value(first.inputs[2]).name if all(np.array_equal(b, biases[0]) for b in biases) \
+            else g.constant(np.stack(biases).astype(np.float32), "bias")
+        y = fused_activation(g, g.one("Gemm", [flat, g.value(first.inputs[1]).name, bias], transB=1),
+                             int(g.scalar(first.inputs[3])), g.operand(first.outputs[0]))
+        rows = g.node("Split", [y, g.constant(np.ones(steps, np.int64))], steps, axis=0)
+        for step, name in zip(products, rows):
+            g.set_output(step[0].outputs[0], name)
+        done = [*operation.outputs, *(op.outputs[0] for op in reshapes)]
+    else:
+        rows = g.node("Split", [flat, g.constant(np.ones(steps, np.int64))], steps, axis=0)
+        for op, name in zip(reshapes, rows):
+            g.set_output(op.outputs[0], name)
+        done = list(operation.outputs)
+    for index in done:  # read by nothing lowered: a name no node makes (ORT refuses a graph reading it)
+        g.set_output(index, f"never_computed_{index}")
+    return True
+
+
+def _same_products(g: GraphBuilder, reshapes: list[Operation], products: list[list[Operation]],
+                   first: Operation) -> list[np.ndarray] | None:
+    """Each step's bias where each RESHAPE's output is read only by one float32
+    FULLY_CONNECTED (as its input, not a graph output) whose weights and activation are
+    constants equal to ``first``'s and whose bias is a constant; else None."""
+    def constant(index: int) -> np.ndarray | None:
+        operand = g.operand(index)
+        return None if operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) else g.raw_constant(index)
+
+    weights, fuse = constant(first.inputs[1]), constant(first.inputs[3])
+    if len(first.inputs) != 4 or weights is None or fuse is None or weights.ndim != 2 or \
+            g.operand(first.outputs[0]).type != T.TENSOR_FLOAT32 or \
+            weights.shape[1] != g.operand(reshapes[0].outputs[0]).dimensions[1]:
+        return None
+    units = weights.shape[0]
+    biases = []
+    for op, readers in zip(reshapes, products):
+        if len(readers) != 1 or readers[0].type != OperationCode.FULLY_CONNECTED:
+            return None
+        product = readers[0]
+        if product.inputs[0] != op.outputs[0] or op.outputs[0] in product.inputs[1:] or len(product.inputs) != 4 \
+                or product.outputs[0] in g.subgraph.output_indexes \
+                or list(g.operand(product.outputs[0]).dimensions) not in ([1, units], [0, units], []):
+            return None
+        for index, same, expected in ((product.inputs[1], first.inputs[1], weights),
+                                      (product.inputs[3], first.inputs[3], fuse)):
+            value = expected if index == same else constant(index)
+            if value is None or value.dtype != expected.dtype or not np.array_equal(value, expected):
+                return None
+        bias = constant(product.inputs[2])
+        if bias is None or bias.dtype != np.float32 or bias.shape != (units,):
+            return None
+        biases.append(bias)
+    return biases
 
 
 def fail_unless(g: GraphBuilder, condition: str, value: str) -> str:
@@ -2372,6 +2558,8 @@ def lower_operation(g: GraphBuilder, operation: Operation) -> None:
     lowering = LOWERINGS.get(code)
     if lowering is None:
         raise Declined(f"{code.name} has no ONNX lowering")
+    if operation.outputs and all(index in g.values for index in operation.outputs):
+        return  # computed with others by an earlier lowering (_slices_as_split, _split_rows)
     for index in operation.outputs:
         operand = g.operand(index)
         if operand.type not in ACTIVATION_TYPES:
