@@ -305,6 +305,65 @@ def test_depthwise_keeps_float16_and_overflowing_sums_on_numpy():
     assert kernel([t.value for t in big])[0][0, 0, 0, 0] == round(190 * 190 * 255 * 255 / 2**30)
 
 
+# --- stride-1 convolutions of few output channels from per-tap products ----------------------
+@pytest.mark.parametrize("kind", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("kernel, dilation, pads, batches, nchw, extreme", [
+    ((3, 3), 1, (1, 1, 1, 1), 1, False, False),   # a DenseNet 3x3 (SAME)
+    ((3, 3), 1, (0, 0, 0, 0), 2, False, False),   # VALID, two images
+    ((1, 3), 1, (1, 1, 0, 0), 1, True, False),    # a row filter, NCHW
+    ((3, 2), 2, (2, 1, 2, 0), 1, False, False),   # dilated, uneven padding
+    ((3, 3), 1, (1, 1, 1, 1), 1, False, True),    # full-range values: float32 parts in numpy
+])
+def test_conv_tap_products_match_numpy(kind, kernel, dilation, pads, batches, nchw, extreme, monkeypatch):
+    """CONV_2D of few output channels over many input channels at stride 1 runs one
+    product of the padded input with every tap's filter and sums the taps' products in
+    the compiled output pass: the numpy im2col plan's values bit for bit, per-tensor and
+    per-channel filters, every fused clamp, and sums too large for one float32 product
+    (the numpy plan splits them into parts) whose per-tap products are exact."""
+    rng = np.random.default_rng(int(kind) * 100 + kernel[0] * 10 + kernel[1] + dilation)
+    dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
+    info = np.iinfo(dtype)
+    size, depth, units = 30, 64 + int(rng.integers(0, 64)), int(rng.integers(1, 49))
+    shape = (batches, depth, size, size) if nchw else (batches, size, size, depth)
+    x_zero = int(info.min) if extreme else int(info.min) + 120
+    x_values = rng.choice(np.array([info.min, info.max], dtype), shape) if extreme else \
+        rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    x = _tensor(kind, x_values, 0.05, x_zero)
+    w_shape = (units, *kernel, depth)
+    b = rng.integers(-(1 << 14), 1 << 14, units).astype(np.int32)
+    per_channel = kind == T.TENSOR_QUANT8_ASYMM_SIGNED
+    if per_channel:
+        scales = rng.uniform(0.002, 0.02, units).astype(np.float32)
+        w_values = rng.choice(np.array([-127, 127], np.int8), w_shape) if extreme else \
+            rng.integers(-127, 128, w_shape).astype(np.int8)
+        w = _tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, w_values, 0.0, 0, SymmPerChannelQuantParams(0, scales))
+        bias = _tensor(T.TENSOR_INT32, b, 0.0)
+    else:
+        w_values = rng.choice(np.array([info.min, info.max], dtype), w_shape) if extreme else \
+            rng.integers(info.min, info.max + 1, w_shape).astype(dtype)
+        w = _tensor(kind, w_values, 0.01, int(info.min) + 128)
+        bias = _tensor(T.TENSOR_INT32, b, float(np.float32(0.05) * np.float32(0.01)))
+    left, right, top, bottom = pads
+    out_h = size + top + bottom - (kernel[0] - 1) * dilation
+    out_w = size + left + right - (kernel[1] - 1) * dilation
+    dims = [batches, units, out_h, out_w] if nchw else [batches, out_h, out_w, units]
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU6):
+        args = [_scalar(T.INT32, v) for v in (left, right, top, bottom, 1, 1, fuse)]
+        args += [_scalar(T.BOOL, nchw), _scalar(T.INT32, dilation), _scalar(T.INT32, dilation)]
+        inputs = [x, w, bias, *args]
+        output = OperandType(kind, dims, 0.5 * np.sqrt(depth * kernel[0] * kernel[1]), int(info.min) + 100)
+        compiled = _plan(Op.CONV_2D, inputs, output)
+        reference = _numpy_plan(Op.CONV_2D, inputs, output, monkeypatch)
+        assert compiled.taps is not None and reference.taps is None
+        assert (compiled.parts is not None) == extreme
+        values = [tensor.value for tensor in inputs]
+        fast, slow = compiled(values)[0], reference(values)[0]
+        assert fast.dtype == dtype and fast.shape == tuple(dims)
+        np.testing.assert_array_equal(fast, slow)
+        np.testing.assert_array_equal(fast, get_operation(Op.CONV_2D).execute(
+            ExecutionContext(Op.CONV_2D, inputs, [output]))[0])
+
+
 # --- quantized products split into exact float32 parts ---------------------------------------
 def _big_product_case(code: Op, rng, depth: int, extreme: bool):
     """A quantized CONV_2D (3x3) or FULLY_CONNECTED whose float32 sums would not be exact."""

@@ -32,6 +32,7 @@ from nnapi.operations._conv_common import (
     filter_scales,
     output_multipliers,
     output_stage,
+    spatial_dims,
     window_view,
 )
 from nnapi.operations.base import ExecutionContext, Tensor, check_deadline
@@ -303,6 +304,7 @@ class PreparedConv:
         pixels = data.shape[0] * out_hw[0] * out_hw[1]
         self.gemv = compiled_gemv(data, shifted.reshape(oc, -1), self.epilogue, pixels) \
             if self.pointwise and unpadded else None
+        self.taps = _TapProducts.build(self, shifted, data)
 
     def _planar_columns(self, xp: np.ndarray, batch: int, top: int, bottom: int) -> np.ndarray:
         """The (depth, pixels) columns of output rows [top, bottom), im2col order (kh, kw, c)."""
@@ -325,6 +327,10 @@ class PreparedConv:
         if self.gemv is not None and n * oh * ow <= _GEMV_ROWS:
             if n:
                 self.gemv(x.reshape(-1, self.depth), out.reshape(-1, self.channels))
+        elif n and self.taps is not None:
+            xp = self.pad(x)
+            for batch in range(n):
+                self.taps(xp[batch], out[batch])
         elif n:
             xp = self.pad(x)
             windows = None if self.pointwise or self.planar else window_view(
@@ -358,6 +364,87 @@ class PreparedConv:
             self.epilogue.finish(target, target)
         else:
             _product(cols, self.weights, self.parts, self.epilogue, target)
+
+
+#: ``_TapProducts``: convolutions of at most this many output channels, from this many
+#: input channels, whose padded input is at most this much larger than the output
+_TAPS_MAX_CHANNELS, _TAPS_MIN_DEPTH, _TAPS_MAX_GROWTH = 48, 64, 1.25
+#: ``_TapProducts``: the bytes of one block's products (they stay in cache for their sums)
+_TAPS_BLOCK_BYTES = 1 << 20
+
+
+class _TapProducts:
+    """A stride-1 quantized CONV_2D of few output channels over many input channels (a
+    DenseNet's 3x3 128 -> 32) without im2col: the padded input, as (pixels, C) rows, times
+    the filter of every tap side by side (C, KH * KW * N) in one product (N columns are
+    too few for BLAS to run well; KH * KW * N are not), then each output sums its taps'
+    products at the shifted pixels in int32 and runs the output stage in one compiled
+    pass (``_numba_kernels.conv_taps_quantized``). Each product is a sum over one tap's
+    channels, exact in float32 where max|x - zero point| times every tap's sum of |w| is
+    below 2**24 (a bound per tap, so also where the whole sum needs float64 or parts in
+    the im2col product), and the int32 sums are exact below 2**31: the im2col path's
+    values bit for bit. Built by ``build`` where it applies."""
+
+    def __init__(self, conv: PreparedConv, shifted: np.ndarray, width: int, module, params: tuple) -> None:
+        oc, kh, kw, depth = shifted.shape
+        # (C, KH * KW * N): column (i * KW + j) * N + n is tap (i, j) of filter n
+        self.weights = _jit.constant(shifted.transpose(3, 1, 2, 0).reshape(depth, -1), np.float32)
+        self.kernel = np.array([kh, kw], np.int64)
+        self.dilations = np.array([conv.sp.dilation_h, conv.sp.dilation_w], np.int64)
+        self.halo = (kh - 1) * conv.sp.dilation_h  # input rows below a block's last output row
+        self.channels, self.params = oc, params
+        self.run = module.conv_taps_quantized
+        self.block_rows = max(1, _TAPS_BLOCK_BYTES // (width * self.weights.shape[1] * 4) - self.halo)
+        self._local = threading.local()
+
+    @classmethod
+    def build(cls, conv: PreparedConv, shifted: np.ndarray, data: Tensor) -> _TapProducts | None:
+        module, sp = _jit.kernels(), conv.sp
+        oc, kh, kw, depth = shifted.shape
+        if module is None or not conv.epilogue.quantized or not isinstance(conv.epilogue.stage, _jit.FusedOutputStage) \
+                or conv.planar or kh * kw == 1 or sp.stride_h != 1 or sp.stride_w != 1 \
+                or oc > _TAPS_MAX_CHANNELS or depth < _TAPS_MIN_DEPTH:
+            return None
+        _, height, width, _ = spatial_dims(data.shape, sp.nchw)
+        padded = (height + sp.pad_top + sp.pad_bottom, width + sp.pad_left + sp.pad_right)
+        oh, ow = conv.out_hw
+        if padded[0] * padded[1] > _TAPS_MAX_GROWTH * oh * ow:
+            return None
+        # the padded input is float32 (the im2col path's work dtype, or its float32 parts)
+        if conv.work != np.float32:
+            return None
+        magnitudes = np.abs(shifted).sum(axis=3, dtype=np.int64)  # (N, KH, KW): each tap's sum of |w|
+        largest = _input_bound(data)
+        if largest * int(magnitudes.max(initial=0)) >= 2**24:
+            return None
+        total = largest * int(magnitudes.sum(axis=(1, 2)).max(initial=0))
+        if total >= 2**31:
+            return None
+        params = _jit.stage_parameters(conv.epilogue.stage.stage, oc, total)
+        taps = cls(conv, shifted, padded[1], module, params)
+        probe = np.zeros((taps.halo + 1, padded[1], depth), np.float32)
+        if not _jit.warm_up(taps, probe, np.empty((1, ow, oc), conv.epilogue.dtype)):
+            return None
+        return taps
+
+    def __call__(self, xp: np.ndarray, out: np.ndarray) -> None:
+        """One image: ``xp`` (HP, WP, C) padded, zero point subtracted, float32, into ``out``
+        (OH, OW, N) (C-contiguous)."""
+        rows_in, width, depth = xp.shape
+        flat = xp.reshape(rows_in * width, depth)
+        count = min(self.block_rows, out.shape[0])
+        shape = ((count + self.halo) * width, self.weights.shape[1])
+        products = getattr(self._local, "products", None)
+        if products is None or products.shape != shape:
+            products = self._local.products = np.empty(shape, np.float32)
+        acc = _jit.scratch((self.channels,), np.int32)
+        stored = out.view(np.uint8)
+        for top in range(0, out.shape[0], count):
+            check_deadline()
+            bottom = min(top + count, out.shape[0])
+            block = products[:(bottom - top + self.halo) * width]
+            np.matmul(flat[top * width:(bottom + self.halo) * width], self.weights, out=block)
+            self.run(block, width, self.kernel, self.dilations, self.params, stored[top:bottom], acc)
 
 
 class PreparedDepthwise:

@@ -16,6 +16,9 @@ doing what numpy needs several passes (and int64 temporaries) for:
   average over height and width), in one pass with numpy's float64 sums.
 - ``gemv_quantized``: a quantized product of few rows (classifier layers) in exact int32
   sums of 16-bit products, with the output stage.
+- ``conv_taps_quantized``: a stride-1 quantized CONV_2D of few output channels from one
+  product of the padded input with every tap's filter side by side (no im2col copy):
+  each output sums its taps' products, then the output stage.
 - ``dequantized``: 8-bit values less their zero point, times a scale, in float32
   (DEQUANTIZE; with scale 1 the input of an unpadded quantized product, 1x1 convolutions).
 - ``depthwise_quantized``: DEPTHWISE_CONV_2D on stored 8-bit inputs, summed exactly in
@@ -156,6 +159,30 @@ def requantize_parts(parts, params, out, acc):
             for c in range(channels):
                 acc[c] += np.int64(parts[p, r, c])
         _finish(acc, params, out[r])
+
+
+@_jit
+def conv_taps_quantized(products, width, kernel, dilations, params, out, acc):
+    """The outputs of a stride-1 quantized CONV_2D from its per-tap products: ``products``
+    ((rows + (KH - 1) * dh) * width, KH * KW * N) float32, row p * width + q holding the
+    padded input pixel (p, q) times each tap's filter (columns (i * KW + j) * N + n), exact
+    integers; output pixel (y, x) sums tap (i, j)'s product at pixel (y + i * dh, x + j *
+    dw) in int32 (the caller bounds the sums below 2**31), then the output stage into
+    ``out`` (rows, OW, N) (a uint8 view). ``acc``: int32 scratch (N,)."""
+    rows, ow, n = out.shape
+    kh, kw = kernel[0], kernel[1]
+    for y in range(rows):
+        for x in range(ow):
+            for c in range(n):
+                acc[c] = 0
+            for i in range(kh):
+                base = (y + i * dilations[0]) * width + x
+                for j in range(kw):
+                    tap = (i * kw + j) * n
+                    source = products[base + j * dilations[1], tap:tap + n]
+                    for c in range(n):
+                        acc[c] += np.int32(source[c])
+            _finish(acc, params, out[y, x])
 
 
 @_jit
