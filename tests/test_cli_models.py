@@ -240,6 +240,47 @@ def test_compare_agrees_with_litert(capsys) -> None:
     assert code == 0 and "agree" in out
 
 
+def test_compare_names_a_hybrid_model_and_why_it_differs(capsys, tmp_path) -> None:
+    """A dynamic-range FULLY_CONNECTED: LiteRT quantizes its input on the fly, nnapi computes
+    in float32; the report names the hybrid operator and says why the outputs differ."""
+    pytest.importorskip("ai_edge_litert")
+    from tflite_cases import conv_uint8_valid, hybrid_fully_connected
+
+    path = tmp_path / "hybrid.tflite"
+    path.write_bytes(hybrid_fully_connected())
+    code, out, _ = run_cli(capsys, "compare", str(path), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"]
+    assert report["hybrid_operators"] == ["operator 0 (FULLY_CONNECTED)"]
+    assert report["outputs"]["y"]["max_rel"] > 1e-5, "LiteRT's on-the-fly int8 input should differ from float32"
+    code, out, _ = run_cli(capsys, "compare", str(path))
+    assert code == 0 and "1 operator holds (operator 0 (FULLY_CONNECTED)) int8 weights" in out
+    path.write_bytes(conv_uint8_valid())  # fully quantized: not hybrid
+    code, out, _ = run_cli(capsys, "compare", str(path), "--json")
+    assert json.loads(out)["hybrid_operators"] == [] and "dynamic-range" not in out
+
+
+def test_compare_judges_hybrid_float_outputs_by_the_hybrid_tolerance() -> None:
+    from nnapi.cli.compare import _judge
+
+    # 1e-2 from both LiteRT runs, which agree with each other (a hybrid LSTM XNNPACK leaves
+    # to the builtin kernels): outside 1e-5, inside a hybrid tolerance of 5e-2 only.
+    entry = {"max_rel": 1e-2, "max_abs": 1e-2, "builtin_difference": 1e-2, "litert_own_difference": 1e-7}
+    _judge(entry, True, 1e-5, 2, None)
+    assert not entry["ok"] and "hybrid_tolerance" not in entry
+    _judge(entry, True, 1e-5, 2, 5e-2)
+    assert entry["ok"] and entry["hybrid_tolerance"]
+    entry = dict(entry, hybrid_tolerance=False)
+    _judge(entry, True, 1e-5, 2, 5e-3)
+    assert not entry["ok"]
+    within = {"max_rel": 1e-6, "max_abs": 1e-6}
+    _judge(within, True, 1e-5, 2, 5e-2)  # within the float tolerance: not the hybrid one
+    assert within["ok"] and "hybrid_tolerance" not in within
+    steps = {"max_steps": 5, "builtin_difference": 5.0, "litert_own_difference": 0.0}
+    _judge(steps, False, 1e-5, 2, 5e-2)  # a quantized output keeps the steps
+    assert not steps["ok"]
+
+
 def test_compare_without_litert_says_how_to_get_it(capsys, monkeypatch) -> None:
     import nnapi.cli.compare as compare
 

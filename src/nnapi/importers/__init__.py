@@ -110,6 +110,10 @@ class ImportedModel:
     submodels: list[ImportedModel] = field(default_factory=list)
     #: NNAPI operand index -> the source tensor's name (operands the importer added have none).
     operand_names: dict[int, str] = field(default_factory=dict)
+    #: Operators whose int8 / uint8 weights were dequantized to float32 constants (TFLite's
+    #: dynamic-range, "hybrid" quantization): LiteRT quantizes their float inputs to int8 at
+    #: every run, nnapi computes them in float32, as Android's NNAPI delegate does.
+    hybrid_operators: list[SourceOp] = field(default_factory=list)
     #: Buffers the model's constants refer to: they must live as long as the model.
     _keep_alive: list[Any] = field(default_factory=list, repr=False)
 
@@ -117,6 +121,14 @@ class ImportedModel:
     def source_ops(self) -> list[str]:
         """``sources`` as text, one per NNAPI operation (what the tools print)."""
         return [str(source) for source in self.sources]
+
+    def all_hybrid_operators(self) -> list[SourceOp]:
+        """``hybrid_operators`` of this model and of its referenced models (IF / WHILE
+        branches), each once."""
+        found = list(self.hybrid_operators)
+        for submodel in self.submodels:
+            found += [source for source in submodel.all_hybrid_operators() if source not in found]
+        return found
 
     def operation_histogram(self) -> dict[str, int]:
         """NNAPI operation name -> count in the main model."""

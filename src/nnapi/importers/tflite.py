@@ -249,6 +249,7 @@ class _Converter:
         self.consts: dict[int, _Const] = {}
         self.sources: list[SourceOp] = []
         self.lowerings: list[Lowering] = []
+        self.hybrid_operators: list[SourceOp] = []
         self.keep_alive: list[Any] = []
         self.states: list[tuple[int, int]] = []  # (tensor, model input position)
         self.state_outputs: dict[int, int] = {}  # tensor -> NNAPI operand holding its new value
@@ -549,6 +550,7 @@ class _Converter:
             lowerings=self.lowerings,
             sources=self.sources,
             states=state_specs,
+            hybrid_operators=self.hybrid_operators,
             source_operator_count=len(graph.operators),
             operand_names={operand: graph.tensors[tensor].name for tensor, operand in self.operands.items()},
             _keep_alive=self.keep_alive,
@@ -664,6 +666,8 @@ def _weights(c: _Converter, op: _Operator, position: int) -> int:
         else:
             c.consts[tensor] = _dequantize_const(op.tensor(position), const)
             c.lowered("hybrid (dynamic-range) quantized weights dequantized to float32 constants")
+            if op.source not in c.hybrid_operators:
+                c.hybrid_operators.append(op.source)
     return c.operand(tensor)
 
 
