@@ -254,7 +254,7 @@ def test_compare_names_a_hybrid_model_and_why_it_differs(capsys, tmp_path) -> No
     assert report["hybrid_operators"] == ["operator 0 (FULLY_CONNECTED)"]
     assert report["outputs"]["y"]["max_rel"] > 1e-5, "LiteRT's on-the-fly int8 input should differ from float32"
     code, out, _ = run_cli(capsys, "compare", str(path))
-    assert code == 0 and "1 operator holds (operator 0 (FULLY_CONNECTED)) int8 weights" in out
+    assert code == 0 and "1 operator (operator 0 (FULLY_CONNECTED)) holds int8 weights" in out
     path.write_bytes(conv_uint8_valid())  # fully quantized: not hybrid
     code, out, _ = run_cli(capsys, "compare", str(path), "--json")
     assert json.loads(out)["hybrid_operators"] == [] and "dynamic-range" not in out

@@ -185,7 +185,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if hybrid:
         tolerance += f"; hybrid model's float outputs rel <= {args.hybrid_rtol:g}"
         print(f"note: dynamic-range (hybrid) quantized model: {len(hybrid)} operator"
-              f"{'s hold' if len(hybrid) != 1 else ' holds'} ({hybrid[0]}{', ...' if len(hybrid) > 1 else ''}) int8 "
+              f"{'s' if len(hybrid) != 1 else ''} ({hybrid[0]}{', ...' if len(hybrid) > 1 else ''}) "
+              f"{'hold' if len(hybrid) != 1 else 'holds'} int8 "
               "weights that LiteRT applies to int8-quantized activations at every run; nnapi computes them in "
               "float32 from the dequantized weights, as Android's NNAPI delegate does. Their float outputs are "
               f"judged at rel <= {args.hybrid_rtol:g} (--hybrid-rtol), the scale of LiteRT's on-the-fly "
