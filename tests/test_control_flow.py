@@ -332,7 +332,7 @@ def test_if_branches_are_the_same_model_and_model_shared_by_operations():
         assert out_second.tolist() == [12.0]
 
 
-def test_if_inside_while_body():
+def alternating_sum_model() -> nnapi.Model:
     """Nested control flow: the body picks ADD or SUB by a condition computed per iteration."""
     add, sub = binary_model(Op.ADD, i32()), binary_model(Op.SUB, i32())
     body = Builder()
@@ -352,8 +352,11 @@ def test_if_inside_while_body():
     n = main.operand(i32())
     (out,) = main.op(Op.WHILE, [main.operand(MODEL, condition), main.operand(MODEL, body_model),
                                 main.operand(i32(), [0]), main.operand(i32(), [0]), n], [i32()])
-    model = main.finish([n], [out])
-    (result,) = run(model, [np.array([6], np.int32)], [i32()])
+    return main.finish([n], [out])
+
+
+def test_if_inside_while_body():
+    (result,) = run(alternating_sum_model(), [np.array([6], np.int32)], [i32()])
     assert result.tolist() == [0 - 1 + 2 - 3 + 4 - 5]
 
 
@@ -404,3 +407,128 @@ def test_if_checks_model_set_after_add_operation_at_finish():
     main.model.identify_inputs_and_outputs([cond, a, b], [out])
     with pytest.raises(nnapi.BadDataError):
         main.model.finish()
+
+
+# --- loops in prepared plans (nnapi-reference) ------------------------------------------------
+
+
+def row_writer_model() -> nnapi.Model:
+    """A loop writing row i of a [4, 3] buffer at each step, as Keras's TensorList writes
+    a sequence: the rows before and after i are SLICEs whose begin / size are computed
+    from i (shapes only known at execution), joined around the new row."""
+    cond = Builder()
+    buffer, i, n, x = cond.operand(f32((4, 3))), cond.operand(i32()), cond.operand(i32()), cond.operand(f32((1, 3)))
+    (less,) = cond.op(Op.LESS, [i, n], [BOOL])
+    condition = cond.finish([buffer, i, n, x], [less])
+    body = Builder()
+    buffer, i, n, x = body.operand(f32((4, 3))), body.operand(i32()), body.operand(i32()), body.operand(f32((1, 3)))
+    (row,) = body.op(Op.MUL, [x, body.op(Op.CAST, [i], [f32()])[0], body.operand(INT, 0)], [f32((1, 3))])
+    (begin_before,) = body.op(Op.MUL, [i, body.operand(i32((2,)), [0, 0]), body.operand(INT, 0)], [i32((2,))])
+    (size_before,) = body.op(Op.ADD, [body.op(Op.MUL, [i, body.operand(i32((2,)), [1, 0]), body.operand(INT, 0)],
+                                              [i32((2,))])[0], body.operand(i32((2,)), [0, 3]), body.operand(INT, 0)],
+                             [i32((2,))])
+    next_i = body.add(i, body.operand(i32(), [1]), i32())
+    (begin_after,) = body.op(Op.MUL, [next_i, body.operand(i32((2,)), [1, 0]), body.operand(INT, 0)], [i32((2,))])
+    (before,) = body.op(Op.SLICE, [buffer, begin_before, size_before], [f32((0, 3))])
+    (after,) = body.op(Op.SLICE, [buffer, begin_after, body.operand(i32((2,)), [-1, -1])], [f32((0, 3))])
+    (written,) = body.op(Op.CONCATENATION, [before, row, after, body.operand(INT, 0)], [f32((4, 3))])
+    body_model = body.finish([buffer, i, n, x], [written, next_i])
+    main = Builder()
+    n, x = main.operand(i32()), main.operand(f32((1, 3)))
+    (out,) = main.op(Op.WHILE, [main.operand(MODEL, condition), main.operand(MODEL, body_model),
+                                main.operand(f32((4, 3)), np.zeros((4, 3))), main.operand(i32(), [0]), n, x],
+                     [f32((4, 3))])
+    return main.finish([n, x], [out])
+
+
+def _main_plan(model: nnapi.Model):
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.runtime.model_builder import build_hal_model
+
+    return ReferenceDevice().prepare_model(build_hal_model(model)[0])._plans[0]
+
+
+def _cases() -> list[tuple[str, nnapi.Model, list[np.ndarray], list[OperandType], bool]]:
+    """(name, model, feeds, output types, whether the loop's output shapes are static)."""
+    x = np.array([[1.5, -2.0, 0.25]], np.float32)
+    return [
+        ("fibonacci", fibonacci_model(), [np.array([9], np.int32)], [i32(), i32()], True),
+        ("nested", power_sum_model(f32()), [np.array([1.5], np.float32), np.array([4], np.int32)], [f32()], True),
+        ("if inside", alternating_sum_model(), [np.array([7], np.int32)], [i32()], True),
+        ("rows", row_writer_model(), [np.array([3], np.int32), x], [f32((4, 3))], True),
+        ("growing", _growing_model(), [np.array([1.5, -2.0], np.float32), np.array([3], np.int32)], [f32((0,))], False),
+    ]
+
+
+def _growing_model() -> nnapi.Model:
+    cond = Builder()
+    values, count, limit = cond.operand(f32((0,))), cond.operand(i32()), cond.operand(i32())
+    (less,) = cond.op(Op.LESS, [count, limit], [BOOL])
+    condition = cond.finish([values, count, limit], [less])
+    body = Builder()
+    values, count, limit = body.operand(f32((0,))), body.operand(i32()), body.operand(i32())
+    (doubled,) = body.op(Op.CONCATENATION, [values, values, body.operand(INT, 0)], [f32((0,))])
+    next_count = body.add(count, body.operand(i32(), [1]), i32())
+    body_model = body.finish([values, count, limit], [doubled, next_count])
+    main = Builder()
+    start, limit = main.operand(f32((2,))), main.operand(i32())
+    (grown,) = main.op(Op.WHILE, [main.operand(MODEL, condition), main.operand(MODEL, body_model), start,
+                                  main.operand(i32(), [0]), limit], [f32((0,))])
+    return main.finish([start, limit], [grown])
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_loops_run_as_programs_and_agree_with_the_step_by_step_run(case):
+    """WHILE (nested, with an IF, with SLICEs of computed bounds, growing) runs in the
+    reference's prepared program (its models' plans on bare arrays); a traced run goes
+    operation by operation through While.prepare and gives the same values."""
+    from nnapi import tracing
+
+    name, model, feeds, out_types, static = _cases()[case]
+    plan = _main_plan(model)
+    assert plan.program is not None, name
+    (loop,) = [step for step in plan.steps if step.code == Op.WHILE]
+    assert (loop.shapes is not None) == static, name
+    fast = run(model, feeds, out_types)
+    tracing.start()
+    try:
+        slow = run(model, feeds, out_types)
+    finally:
+        events = tracing.stop()
+    assert any(event["name"] == "WHILE" for event in events)
+    assert sum(event["cat"] == "operation" for event in events) > 10  # the bodies' operations
+    for a, b in zip(fast, slow, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    if name == "rows":
+        expected = np.zeros((4, 3), np.float32)
+        expected[:3] = np.arange(3, dtype=np.float32)[:, None] * feeds[1]
+        np.testing.assert_array_equal(fast[0], expected)
+
+
+def test_reusable_execution_runs_the_loop_program_under_its_loop_timeout():
+    """A reusable execution computes a loop program again and again, each time under the
+    execution's own loop timeout (an endless loop fails every time, promptly)."""
+    model = fibonacci_model()
+    compilation = nnapi.Compilation(model)
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_reusable(True)
+    n, a, b = np.array([10], np.int32), np.zeros(1, np.int32), np.zeros(1, np.int32)
+    execution.set_input(0, n)
+    execution.set_output(0, a)
+    execution.set_output(1, b)
+    for count, expected in ((10, 55), (5, 5), (10, 55)):
+        n[0] = count
+        execution.compute()
+        assert a.tolist() == [expected]
+    endless = nnapi.Compilation(infinite_loop_model())
+    endless.finish()
+    execution = nnapi.Execution(endless)
+    execution.set_reusable(True)
+    execution.set_loop_timeout(20_000_000)
+    execution.set_input(0, np.array([1], np.int32))
+    execution.set_output(0, np.zeros(1, np.int32))
+    for _ in range(2):
+        with pytest.raises((nnapi.MissedDeadlineTransientError, nnapi.MissedDeadlinePersistentError)):
+            execution.compute()

@@ -3,6 +3,7 @@ the operation registry's numpy kernels, exactly as the specification defines the
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 import weakref
@@ -14,7 +15,7 @@ import numpy as np
 
 from nnapi import tracing
 from nnapi._version import __version__
-from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperationCode, ResultCode
+from nnapi.codes import DEFAULT_LOOP_TIMEOUT_NS, DeviceTypeCode, FeatureLevelCode, OperationCode, ResultCode
 from nnapi.drivers import device_memory
 from nnapi.drivers._pages import keep_pages
 from nnapi.errors import NnapiError
@@ -48,8 +49,23 @@ from nnapi.operations.base import (
     current_deadline_check,
     deadline_checked,
 )
+from nnapi.operations.control_flow import (
+    IF_CONDITION,
+    IF_ELSE_MODEL,
+    IF_FIRST_INPUT,
+    IF_THEN_MODEL,
+    WHILE_BODY_MODEL,
+    WHILE_CONDITION_MODEL,
+    WHILE_FIRST_VALUE,
+    loop_timed_out,
+    truth,
+)
 
 L = OperandLifeTime
+#: the running execution's loop timeout (None: the default), for the WHILE kernels of a
+#: program, which run on bare arrays without the execution's context
+_LOOP_TIMEOUT_NS: contextvars.ContextVar[int | None] = contextvars.ContextVar("nnapi_loop_timeout_ns",
+                                                                               default=None)
 _RESULT_TO_STATUS = {
     # result codes an operation or the driver may raise, as the HAL status that carries them
     ResultCode.BAD_DATA: ErrorStatus.INVALID_ARGUMENT,
@@ -250,8 +266,10 @@ class ReferencePreparedModel(IPreparedModel):
         self.model = model
         #: the device memories requests may name by token (None: the device allocates none)
         self._buffers = buffers
-        relaxed = model.relax_computation_float32_to_float16
-        self._plans = [_SubgraphPlan(model, subgraph, relaxed) for subgraph in [model.main, *model.referenced]]
+        self._relaxed = model.relax_computation_float32_to_float16
+        # a plan prepares the plans of the subgraphs its IF / WHILE run first (``plan``)
+        self._plans: list[_SubgraphPlan | None] = [None] * (1 + len(model.referenced))
+        self._plans = [self.plan(number) for number in range(len(self._plans))]
         # the intermediates' pages stay in the process between executions (_pages)
         keep_pages(sum(plan.intermediate_bytes() for plan in self._plans))
         main = model.main
@@ -262,6 +280,15 @@ class ReferencePreparedModel(IPreparedModel):
             dims = tuple(operand.dimensions)
             self._input_info.append((operand, dtype_of(operand.type), dims,
                                      operand.type not in TENSOR_TYPES or (bool(dims) and 0 not in dims)))
+
+    def plan(self, number: int) -> _SubgraphPlan:
+        """The plan of subgraph ``number`` (0 = main, k = referenced[k-1]), prepared on
+        first use (referenced subgraphs form no cycle: validate_model refuses them)."""
+        plan = self._plans[number]
+        if plan is None:
+            subgraph = self.model.main if number == 0 else self.model.referenced[number - 1]
+            plan = self._plans[number] = _SubgraphPlan(self.model, subgraph, self._relaxed, owner=self)
+        return plan
 
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
@@ -382,7 +409,10 @@ class _ReusableExecution(IExecution):
         plan, targets = self._program, self._targets
         if (plan is not None and targets is not None and deadline_ns is None and not tracing.state.enabled
                 and current_deadline_check() is None):
-            values = _contained(lambda: _Run.program_arrays(plan, self._values))
+            if plan.control_flow and self._loop_timeout_ns is not None:
+                values = _contained(lambda: _looping(self._loop_timeout_ns, _Run.program_arrays, plan, self._values))
+            else:
+                values = _contained(lambda: _Run.program_arrays(plan, self._values))
             shapes = self._copy_out(values, targets)
             if shapes is not None:
                 if not self._measure:
@@ -456,6 +486,151 @@ def _executing_kernel(step: _Step, context: ExecutionContext, relaxed: bool) -> 
     return kernel
 
 
+def _inferring_kernel(step: _Step, plan: _SubgraphPlan) -> Callable[[list[Any]], list]:
+    """The kernel of an operation whose output shapes are only known at execution (a SLICE
+    whose begin is computed, say): its ``prepare`` and ``execute`` on the values of each
+    call, with the checks of a step-by-step run, so that the plan still runs as a program
+    on bare arrays (a loop body that writes one row of a buffer at the loop's index)."""
+    code, implementation, declared, relaxed = step.code, step.implementation, step.declared, plan.relaxed
+    operands = plan.subgraph.operands
+    slots = [(plan.constants.get(index), plan.templates[index], tuple(operands[index].dimensions))
+             for index in step.inputs]
+
+    def kernel(values: list[Any]) -> list:
+        arguments = [constant if constant is not None else _make(template, dims if value is None else value.shape,
+                                                                 value)
+                     for (constant, template, dims), value in zip(slots, values, strict=True)]
+        context = ExecutionContext(code, arguments, declared, relaxed, check_deadline=check_deadline)
+        shapes = _infer_shapes(step, context)
+        return _checked_results(step, _guarded(code, context, implementation.execute), shapes)
+
+    return kernel
+
+
+class _Callee:
+    """A referenced model run by an IF / WHILE kernel on bare arrays: the program of its
+    plan for the arrays' shapes (remembered for the next call: a loop's values keep their
+    shapes), or step by step where it has none."""
+
+    __slots__ = ("owner", "number", "plan", "last")
+
+    def __init__(self, owner: ReferencePreparedModel, number: int) -> None:
+        self.owner, self.number = owner, number
+        self.plan = owner.plan(number)
+        #: (the input shapes of the last call, their plan when it runs as a program): one
+        #: attribute, so that calls in other threads read a consistent pair
+        self.last: tuple[tuple | None, _SubgraphPlan | None] = (None, None)
+
+    def __call__(self, arrays: list[Any]) -> list[Any]:
+        try:
+            key = tuple([(array.shape, False) for array in arrays])
+        except AttributeError:  # an omitted value
+            key = None
+        last_key, plan = self.last
+        if key != last_key:
+            plan = self.plan.for_inputs(key) if key is not None else None
+            if plan is not None and plan.program is None:
+                plan = None
+            self.last = (key, plan)
+        if plan is not None:
+            return _Run.program_arrays(plan, arrays)
+        subgraph, templates = self.plan.subgraph, self.plan.templates
+        tensors = [_make(templates[index], tuple(subgraph.operands[index].dimensions) if array is None
+                         else array.shape, array) for index, array in zip(subgraph.input_indexes, arrays, strict=True)]
+        run = _Run(self.owner, None, _LOOP_TIMEOUT_NS.get())
+        return [tensor.value for tensor in run.subgraph(self.number, tensors)]
+
+
+def _plan_control_flow(owner: ReferencePreparedModel, step: _Step, inputs: list[Tensor]) -> list[Shape] | None:
+    """IF / WHILE in a plan: ``step.kernel`` runs the referenced models through their own
+    plans on bare arrays (``_Callee``), as ``control_flow`` defines the operations (the
+    same condition test, loop timeout and deadline check). Returns the output shapes when
+    the input shapes decide them (a loop whose body gives its values back in their
+    shapes; two branches whose outputs have the same known shapes); None when each run
+    checks them against the declaration. No kernel (the run uses ``execute``) for an
+    omitted value or a model that is not a constant reference."""
+    first = WHILE_FIRST_VALUE if step.code == OperationCode.WHILE else IF_FIRST_INPUT
+    values = inputs[first:]
+    models = [inputs[WHILE_CONDITION_MODEL], inputs[WHILE_BODY_MODEL]] if step.code == OperationCode.WHILE else [
+        inputs[IF_THEN_MODEL], inputs[IF_ELSE_MODEL]]
+    if any(tensor.value is None for tensor in values) or not all(isinstance(model.value, SubgraphRef)
+                                                                 for model in models):
+        return None
+    key = tuple([(tensor.shape, False) for tensor in values])
+    first_callee, second_callee = (_Callee(owner, model.value.index + 1) for model in models)
+    count = len(step.outputs)
+    if step.code == OperationCode.WHILE:
+        body = second_callee.plan.for_inputs(key)
+        carried = None if body is None else body.output_shapes()
+        static = carried is not None and all(shape == tensor.shape for shape, tensor in zip(carried, values))
+        shapes = [tensor.shape for tensor in values[:count]] if static else None
+        step.kernel = _while_kernel(step, first_callee, second_callee, shapes is None)
+    else:
+        branches = [callee.plan.for_inputs(key) for callee in (first_callee, second_callee)]
+        outputs = [None if plan is None else plan.output_shapes() for plan in branches]
+        static = outputs[0] is not None and outputs[0] == outputs[1] and None not in outputs[0]
+        shapes = list(outputs[0]) if static else None
+        step.kernel = _if_kernel(step, first_callee, second_callee, shapes is None)
+    if shapes is not None and not all(_agrees(shape, declared.dimensions) and _fits(shape, declared)
+                                      for shape, declared in zip(shapes, step.declared, strict=True)):
+        shapes = None  # let the run report it as it happens
+        step.kernel = None
+    return shapes
+
+
+def _looping(timeout_ns: int, run: Callable[..., Any], *arguments: Any) -> Any:
+    """``run(*arguments)`` (a program with IF / WHILE) under the execution's loop timeout."""
+    token = _LOOP_TIMEOUT_NS.set(timeout_ns)
+    try:
+        return run(*arguments)
+    finally:
+        _LOOP_TIMEOUT_NS.reset(token)
+
+
+def _condition(code: OperationCode, verdict: Any) -> bool:
+    try:
+        return truth(verdict)
+    except ValueError as error:
+        what = "condition model" if code == OperationCode.WHILE else "condition"
+        raise OperationFailed(f"{code.name}: {what}: {error}") from None
+
+
+def _while_kernel(step: _Step, condition: _Callee, body: _Callee, check: bool) -> Callable[[list[Any]], list]:
+    """WHILE on bare arrays: While.prepare's loop with the models' programs."""
+    count = len(step.outputs)
+
+    def kernel(arrays: list[Any]) -> list:
+        values = arrays[WHILE_FIRST_VALUE:]
+        timeout_ns = _LOOP_TIMEOUT_NS.get()
+        if timeout_ns is None:
+            timeout_ns = DEFAULT_LOOP_TIMEOUT_NS
+        start = time.monotonic_ns()
+        iterations = 0
+        while _condition(OperationCode.WHILE, condition(values)[0]):
+            elapsed = time.monotonic_ns() - start
+            if elapsed > timeout_ns:
+                raise loop_timed_out(iterations, elapsed, timeout_ns)
+            check_deadline()
+            carried = body(values)
+            values = carried + values[len(carried):]
+            iterations += 1
+        results = values[:count]
+        return _checked_results(step, results, None) if check else results
+
+    return kernel
+
+
+def _if_kernel(step: _Step, then: _Callee, otherwise: _Callee, check: bool) -> Callable[[list[Any]], list]:
+    """IF on bare arrays: the chosen branch's program."""
+
+    def kernel(arrays: list[Any]) -> list:
+        branch = then if _condition(OperationCode.IF, arrays[IF_CONDITION]) else otherwise
+        results = branch(arrays[IF_FIRST_INPUT:])
+        return _checked_results(step, results, None) if check else results
+
+    return kernel
+
+
 class _DynamicValue(Exception):
     """Raised at preparation when an operation's shape inference reads a value that is only
     known at execution: that operation's shapes are then inferred per execution."""
@@ -480,7 +655,7 @@ class _Step:
     """One operation of a plan: its kernel, operands and, when static, output shapes."""
 
     __slots__ = ("code", "implementation", "inputs", "outputs", "declared", "dtypes", "shapes", "kernel", "folded",
-                 "position")
+                 "position", "prepared")
 
     def __init__(self, subgraph: Subgraph, operation, position: int) -> None:
         self.position = position  # the operation's index in its subgraph (traces name it)
@@ -496,6 +671,9 @@ class _Step:
         self.kernel: Callable[[list[Any]], list[np.ndarray]] | None = None
         #: computed at preparation from constants (its outputs are constants of the plan)
         self.folded = False
+        #: a kernel prepared for static output shapes, which runs whenever the shapes are
+        #: the plan's (not an IF / WHILE, which run their models step by step outside programs)
+        self.prepared = False
 
 
 class _SubgraphPlan:
@@ -507,9 +685,11 @@ class _SubgraphPlan:
     MAX_SPECIALIZED = 8
 
     def __init__(self, model: Model, subgraph: Subgraph, relaxed: bool,
-                 inputs: tuple[tuple[Shape, bool], ...] | None = None, constants: dict[int, Tensor] | None = None
-                 ) -> None:
+                 inputs: tuple[tuple[Shape, bool], ...] | None = None, constants: dict[int, Tensor] | None = None,
+                 owner: ReferencePreparedModel | None = None) -> None:
         self.model = model
+        #: the prepared model whose plans this one's IF / WHILE run (None: they run ``execute``)
+        self.owner = owner
         self.subgraph = subgraph
         self.relaxed = relaxed
         self.constants = _decode_constants(model, subgraph) if constants is None else constants
@@ -525,9 +705,15 @@ class _SubgraphPlan:
             self.input_omitted = [omitted for _, omitted in inputs]
         self.input_key = tuple(zip(self.input_shapes, self.input_omitted, strict=True))
         self._specialized: dict[tuple, _SubgraphPlan] = {}
+        #: the shape of every operand known at preparation (constants, inputs, outputs
+        #: inferred or declared), by operand index
+        self.known_shapes: dict[int, Shape] = {}
         self._plan_static()
-        #: when every operation has a prepared kernel: (kernel, inputs, outputs, shapes,
-        #: dtypes, step) per operation, run on bare arrays (``_Run.program``)
+        #: IF / WHILE among the operations (a program then carries the loop timeout)
+        self.control_flow = any(step.code in _CONTROL_FLOW for step in self.steps)
+        #: when every operation has a kernel (prepared, or inferring its shapes per call):
+        #: (kernel, inputs, outputs, shapes, dtypes, step) per operation, run on bare arrays
+        #: (``_Run.program``); shapes is None where the kernel checks its own results
         self.program: list[tuple] | None = None
         if all(step.kernel is not None for step in self.steps):
             self.program = [(step.kernel, step.inputs, step.outputs, step.shapes, step.dtypes, step)
@@ -548,7 +734,7 @@ class _SubgraphPlan:
             return self
         plan = self._specialized.get(inputs)
         if plan is None and len(self._specialized) < self.MAX_SPECIALIZED:
-            plan = _SubgraphPlan(self.model, self.subgraph, self.relaxed, inputs, self.constants)
+            plan = _SubgraphPlan(self.model, self.subgraph, self.relaxed, inputs, self.constants, self.owner)
             self._specialized[inputs] = plan
         return plan
 
@@ -564,7 +750,14 @@ class _SubgraphPlan:
         for step in self.steps:
             implementation = step.implementation
             shapes = None
-            if implementation is not None and all(i in known for i in step.inputs):
+            if (implementation is not None and step.code in _CONTROL_FLOW and self.owner is not None
+                    and all(i in known for i in step.inputs)):
+                shapes = _plan_control_flow(self.owner, step, [known[i] for i in step.inputs])
+                if shapes is not None:
+                    step.shapes = shapes
+                    for index, shape in zip(step.outputs, shapes, strict=True):
+                        known[index] = _tensor(operands[index], shape, _UNKNOWN)
+            elif implementation is not None and all(i in known for i in step.inputs):
                 context = ExecutionContext(step.code, [known[i] for i in step.inputs], step.declared, self.relaxed)
                 try:
                     implementation.check_inputs(context)  # refused: the execution reports it
@@ -595,7 +788,16 @@ class _SubgraphPlan:
                     shape = _static_shape(operands[index])
                     if shape is not None:  # the run checks results against declared shapes
                         known[index] = _tensor(operands[index], shape, _UNKNOWN)
+                if step.kernel is None and implementation is not None and step.code not in _CONTROL_FLOW:
+                    step.kernel = _inferring_kernel(step, self)
         self.steps = [step for step in self.steps if not step.folded]
+        self.known_shapes = {index: tensor.shape for index, tensor in known.items()}
+        for step in self.steps:
+            step.prepared = step.kernel is not None and step.shapes is not None and step.code not in _CONTROL_FLOW
+
+    def output_shapes(self) -> list[Shape | None]:
+        """The shape of each subgraph output known at preparation (None: only the run tells)."""
+        return [self.known_shapes.get(index) for index in self.subgraph.output_indexes]
 
     def _fold(self, step: _Step, context: ExecutionContext, shapes: list[Shape], known: dict[int, Tensor]) -> bool:
         """Constant folding: an operation whose inputs are all constants (a DEQUANTIZE of
@@ -653,6 +855,8 @@ class _Run:
         if static:
             plan = specialized
             if plan.program is not None and not timed and not traced:
+                if plan.control_flow and self.loop_timeout_ns is not None:
+                    return _looping(self.loop_timeout_ns, self.program, plan, inputs)
                 return self.program(plan, inputs)
         values: dict[int, Tensor] = dict(plan.constants)
         for operand_index, tensor in zip(subgraph.input_indexes, inputs, strict=True):
@@ -663,12 +867,13 @@ class _Run:
             if traced:
                 begin = tracing.now_us()
             try:
-                if static and step.kernel is not None:
+                if static and step.prepared:
                     shapes = step.shapes
                     results = step.kernel([values[i].value for i in step.inputs])
-                else:
+                else:  # IF / WHILE here run their models step by step (traced, timed)
                     arguments = [values[i] for i in step.inputs]
-                    results, shapes = self._execute(step, arguments, step.shapes if static else None)
+                    results, shapes = self._execute(step, arguments, step.shapes if static and step.code not in
+                                                    _CONTROL_FLOW else None)
             except KeyError:
                 if all(i in values for i in step.inputs):
                     raise
@@ -721,6 +926,10 @@ class _Run:
             arrays[operand_index] = value
         for kernel, input_indexes, output_indexes, shapes, dtypes, step in plan.program:
             results = kernel([arrays[i] for i in input_indexes])
+            if shapes is None:  # a kernel that infers its shapes checked its results itself
+                for position, result in enumerate(results):
+                    arrays[output_indexes[position]] = result
+                continue
             if len(results) != len(output_indexes):
                 raise OperationFailed(f"{step.code.name}: produced {len(results)} outputs, expected "
                                       f"{len(output_indexes)}")
@@ -745,21 +954,11 @@ class _Run:
         implementation = step.implementation
         if implementation is None:
             raise OperationFailed(f"{step.code.name} is not implemented")
-        context = ExecutionContext(step.code, arguments, step.declared, self.prepared._plans[0].relaxed,
+        context = ExecutionContext(step.code, arguments, step.declared, self.prepared._relaxed,
                                    run_subgraph=self.run_reference, check_deadline=self.check_deadline,
                                    loop_timeout_ns=self.loop_timeout_ns)
         if shapes is None:
-            implementation.check_inputs(context)  # the registration flags
-            shapes = [tuple(int(d) for d in s) for s in _guarded(step.code, context, implementation.prepare)]
-            if len(shapes) != len(step.outputs):
-                raise OperationFailed(f"{step.code.name}: prepare gave {len(shapes)} shapes for "
-                                      f"{len(step.outputs)} outputs")
-            for position, (shape, output_type) in enumerate(zip(shapes, step.declared, strict=True)):
-                _check_output_size(step.code, position, shape, output_type)
-            for position, (shape, output_type) in enumerate(zip(shapes, step.declared, strict=True)):
-                if not _agrees(shape, output_type.dimensions):
-                    raise OperationFailed(f"{step.code.name}: output {position} has shape {list(shape)} but the "
-                                          f"model declares {list(output_type.dimensions)}")
+            shapes = _infer_shapes(step, context)
         return _guarded(step.code, context, implementation.execute), shapes
 
 
@@ -780,6 +979,43 @@ def _contained(compute: Callable[[], Any]) -> Any:
         raise HalError(_RESULT_TO_STATUS.get(error.code, ErrorStatus.GENERAL_FAILURE), str(error)) from error
     except Exception as error:
         raise HalError(ErrorStatus.GENERAL_FAILURE, f"{type(error).__name__}: {error}") from error
+
+
+def _infer_shapes(step: _Step, context: ExecutionContext) -> list[Shape]:
+    """An operation's output shapes at execution (its ``prepare``), checked against the
+    declared dimensions and the largest operand before any kernel allocates them."""
+    implementation = step.implementation
+    implementation.check_inputs(context)  # the registration flags
+    shapes = [tuple(int(d) for d in s) for s in _guarded(step.code, context, implementation.prepare)]
+    if len(shapes) != len(step.outputs):
+        raise OperationFailed(f"{step.code.name}: prepare gave {len(shapes)} shapes for {len(step.outputs)} outputs")
+    _check_declared(step, shapes)
+    return shapes
+
+
+def _check_declared(step: _Step, shapes: list[Shape]) -> None:
+    for position, (shape, output_type) in enumerate(zip(shapes, step.declared, strict=True)):
+        _check_output_size(step.code, position, shape, output_type)
+    for position, (shape, output_type) in enumerate(zip(shapes, step.declared, strict=True)):
+        if not _agrees(shape, output_type.dimensions):
+            raise OperationFailed(f"{step.code.name}: output {position} has shape {list(shape)} but the "
+                                  f"model declares {list(output_type.dimensions)}")
+
+
+def _checked_results(step: _Step, results: list, shapes: list[Shape] | None) -> list[np.ndarray]:
+    """The kernel contract on one operation's results: one array per output, of the
+    output's dtype and of ``shapes`` (None: of any shape the declaration allows)."""
+    if len(results) != len(step.outputs):
+        raise OperationFailed(f"{step.code.name}: produced {len(results)} outputs, expected {len(step.outputs)}")
+    arrays = [result if type(result) is np.ndarray else np.asarray(result) for result in results]
+    if shapes is None:
+        _check_declared(step, [array.shape for array in arrays])
+        shapes = [array.shape for array in arrays]
+    for position, (array, shape, dtype) in enumerate(zip(arrays, shapes, step.dtypes, strict=True)):
+        if (array.dtype is not dtype and array.dtype != dtype) or array.shape != shape:
+            raise OperationFailed(f"{step.code.name}: output {position} is {array.dtype}{list(array.shape)}, "
+                                  f"expected {dtype}{list(shape)} (kernel contract)")
+    return arrays
 
 
 def _agrees(shape: Shape, declared) -> bool:

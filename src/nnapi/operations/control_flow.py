@@ -11,7 +11,9 @@ execution's loop timeout aborts with MISSED_DEADLINE_TRANSIENT.
 Referenced models must agree with the operation: same counts, types, scales, zero points,
 and ranks / dimensions wherever both sides specify them. Their outputs may have dynamic
 shapes: both operations run the referenced models in ``prepare``, so the real shapes are
-known before ``execute`` hands over the values.
+known before ``execute`` hands over the values. That is the reference path (and a traced
+or timed run's); a driver's prepared plan may run the referenced models' own plans on bare
+arrays instead (nnapi-reference does), with the same ``truth`` and ``loop_timed_out``.
 """
 
 from __future__ import annotations
@@ -67,11 +69,23 @@ def _check_condition_operand(ctx: ValidationContext, operand: OperandType, where
         ctx.fail(f"{where} must be TENSOR_BOOL8 of shape [1], got {operand.describe()}")
 
 
-def _truth(tensor: Tensor) -> bool:
-    value = np.asarray(tensor.value)
+def truth(value: np.ndarray) -> bool:
+    """The value of a condition (a TENSOR_BOOL8 of one element); ValueError otherwise."""
+    value = np.asarray(value)
     if value.size != 1:
         raise ValueError(f"a condition must hold one value, got shape {list(value.shape)}")
     return bool(value.reshape(-1)[0])
+
+
+def _truth(tensor: Tensor) -> bool:
+    return truth(tensor.value)
+
+
+def loop_timed_out(iterations: int, elapsed_ns: int, timeout_ns: int) -> MissedDeadlineTransientError:
+    """The error of a WHILE whose condition still held after the loop timeout."""
+    return MissedDeadlineTransientError(
+        f"WHILE: the condition still held after {iterations} iterations and {elapsed_ns / 1e6:.0f} ms "
+        f"(loop timeout {timeout_ns / 1e6:.0f} ms)")
 
 
 @register(OperationCode.IF)
@@ -168,9 +182,7 @@ class While(Operation):
                 break
             elapsed = time.monotonic_ns() - start
             if elapsed > timeout_ns:
-                raise MissedDeadlineTransientError(
-                    f"WHILE: the condition still held after {iterations} iterations and {elapsed / 1e6:.0f} ms "
-                    f"(loop timeout {timeout_ns / 1e6:.0f} ms)")
+                raise loop_timed_out(iterations, elapsed, timeout_ns)
             ctx.check_deadline()
             carried = ctx.run_subgraph(body_model, values)
             values = list(carried) + values[len(carried):]

@@ -56,31 +56,35 @@ class Slice(Operation):
         _check_vector_lengths(ctx, range(BEGIN, SLICE_SIZE + 1), "begin / size")
         check_output_like_input(ctx)
 
-    def _bounds(self, ctx: ExecutionContext) -> tuple[np.ndarray, np.ndarray]:
-        shape = np.asarray(ctx.input(INPUT).shape, dtype=np.int64)
+    def _bounds(self, ctx: ExecutionContext) -> tuple[list[int], list[int]]:
+        """begin and size (-1 resolved), checked against the input's shape; in Python
+        ints: a loop body slicing at its index runs this at every iteration, where numpy's
+        calls on a few values cost ten times more."""
+        shape = ctx.input(INPUT).shape
         rank = len(shape)
         ctx.require(rank >= 1, "input 0 must have rank at least 1")
-        begin = int_values(ctx, BEGIN, "begin", length=rank)
-        size = int_values(ctx, SLICE_SIZE, "size", length=rank)
-        size = np.where(size == -1, shape - begin, size)
-        ctx.require(bool(np.all((begin >= 0) & (begin <= shape))), f"begin {begin.tolist()} is out of range")
-        ctx.require(bool(np.all((size >= 0) & (begin + size <= shape))),
-                    f"slice begin {begin.tolist()} size {size.tolist()} exceeds shape {shape.tolist()}")
+        begin = int_values(ctx, BEGIN, "begin", length=rank).tolist()
+        size = int_values(ctx, SLICE_SIZE, "size", length=rank).tolist()
+        size = [dim - b if s == -1 else s for b, s, dim in zip(begin, size, shape, strict=True)]
+        ctx.require(all(0 <= b <= dim for b, dim in zip(begin, shape, strict=True)),
+                    f"begin {begin} is out of range")
+        ctx.require(all(s >= 0 and b + s <= dim for b, s, dim in zip(begin, size, shape, strict=True)),
+                    f"slice begin {begin} size {size} exceeds shape {list(shape)}")
         return begin, size
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         _, size = self._bounds(ctx)
-        return [tuple(int(s) for s in size)]
+        return [tuple(size)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         begin, size = self._bounds(ctx)
-        window = tuple(slice(int(b), int(b + s)) for b, s in zip(begin, size, strict=True))
+        window = tuple([slice(b, b + s) for b, s in zip(begin, size, strict=True)])
         return [np.ascontiguousarray(ctx.value(INPUT)[window])]
 
     def plan(self, ctx: ExecutionContext):
         """The window found once (static shape, constant begin and size)."""
         begin, size = self._bounds(ctx)
-        window = tuple(slice(int(b), int(b + s)) for b, s in zip(begin, size, strict=True))
+        window = tuple([slice(b, b + s) for b, s in zip(begin, size, strict=True)])
         return lambda values: [np.ascontiguousarray(values[INPUT][window])]
 
 
