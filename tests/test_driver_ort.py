@@ -1713,3 +1713,24 @@ def test_unrolled_steps_with_other_weights_keep_their_own_products(ort_device):
     value = rng.uniform(-2, 2, (4, 1, 6)).astype(np.float32)
     ours, theirs = _compare_with_reference(model, [value], [1, 3], ort_device)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_scaled_attention_scores_are_a_plain_mul(ort_device):
+    """An attention's scores (BATCH_MATMUL, [1, 2, 16, 16]: the shape of an NHWC image ORT
+    would hold in its blocked layout) scaled by a constant: one Mul, not a depthwise
+    convolution between two Transposes; the reference's values."""
+    rng = np.random.default_rng(8)
+    model = nnapi.Model()
+    dims = [1, 2, 16, 16]
+    a, b, scores, scaled = (model.add_operand(OperandType(T.TENSOR_FLOAT32, dims)) for _ in range(4))
+    flags = [_constant(model, T.BOOL, np.bool_(value)) for value in (False, True)]
+    model.add_operation(Op.BATCH_MATMUL, [a, b, *flags], [scores])
+    model.add_operation(Op.MUL, [scores, _constant(model, T.TENSOR_FLOAT32, np.array([0.125], np.float32), [1]),
+                                 _constant(model, T.INT32, np.int32(0))], [scaled])
+    model.identify_inputs_and_outputs([a, b], [scaled])
+    model.finish()
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert "Conv" not in kinds and kinds.count("Mul") == 1 and kinds.count("Transpose") == 1
+    inputs = [rng.standard_normal(dims).astype(np.float32) for _ in range(2)]
+    ours, theirs = _on_both(model, inputs, [np.zeros(dims, np.float32)], ort_device)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-5)

@@ -142,6 +142,14 @@ class GraphBuilder:
         """The subgraph's operations that read operand ``index`` (each once, in order)."""
         return self._readers.get(index, [])
 
+    def producer(self, index: int) -> Operation | None:
+        """The subgraph's operation that writes operand ``index`` (None for an input or a constant)."""
+        return self._producers.get(index)
+
+    @functools.cached_property
+    def _producers(self) -> dict[int, Operation]:
+        return {index: operation for operation in self.subgraph.operations for index in operation.outputs}
+
     @functools.cached_property
     def _readers(self) -> dict[int, list[Operation]]:
         readers: dict[int, list[Operation]] = {}
@@ -887,7 +895,8 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
         return
     a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     float_op, quant_op = _BINARY[code]
-    if output.type in FLOATS and code == OperationCode.MUL and not g.isolated:
+    if output.type in FLOATS and code == OperationCode.MUL and not g.isolated and not any(
+            g.producer(i) is not None and g.producer(i).type in _UNBLOCKED for i in operation.inputs[:2]):
         y = _blocked_product(g, a, b)
         if y is not None:
             g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
@@ -911,6 +920,12 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined(f"{code.name} on {_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+#: operations ORT computes outside its blocked layout: a MUL of their result (an attention's
+#: scaled scores, BATCH_MATMUL's) is a plain Mul, not a convolution between two Transposes
+_UNBLOCKED = (OperationCode.BATCH_MATMUL, OperationCode.FULLY_CONNECTED, OperationCode.TRANSPOSE,
+              OperationCode.RESHAPE, OperationCode.SOFTMAX, OperationCode.GATHER)
 
 
 def _blocked_product(g: GraphBuilder, a: Value, b: Value) -> str | None:
