@@ -107,9 +107,11 @@ def test_quantized_lstm_matches_android_cts(case, inputs_as_constants):
 
 
 def _random_qlstm_inputs(rng, cifg: bool, peephole: bool, layer_norm: bool, projection: bool, clip: bool,
-                         batch: int, cell_shift: int) -> list:
+                         batch: int, cell_shift: int, ties: bool = False) -> list:
     """The 32 input tensors of a QUANTIZED_LSTM with random weights, zero points, scales
-    and states (wide enough that gates and states saturate sometimes)."""
+    and states (wide enough that gates and states saturate sometimes); with ``ties``,
+    scales of powers of two, so that the multipliers are one half and most roundings are
+    halfway cases."""
     from nnapi.operations.base import Tensor
 
     input_size, units = int(rng.integers(1, 9)), int(rng.integers(1, 9))
@@ -127,6 +129,8 @@ def _random_qlstm_inputs(rng, cifg: bool, peephole: bool, layer_norm: bool, proj
         return Tensor(code, (0,), 0.0, 0, None, None)
 
     def scale():
+        if ties:
+            return 2.0 ** -int(rng.integers(4, 9))
         return float(np.float32(rng.uniform(0.002, 0.05)))
 
     inputs = [tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, (batch, input_size), scale(), int(rng.integers(-20, 20)))]
@@ -140,7 +144,7 @@ def _random_qlstm_inputs(rng, cifg: bool, peephole: bool, layer_norm: bool, proj
                       else omitted(T.TENSOR_QUANT16_SYMM))
     for gate in GATES:
         inputs.append(omitted(T.TENSOR_INT32) if cifg and gate == "input" else
-                      tensor(T.TENSOR_INT32, (units,), 1e-6, 0, -(1 << 20), 1 << 20))
+                      tensor(T.TENSOR_INT32, (units,), 1e-6, 0, -10000, 10000))
     if projection:
         inputs += [tensor(T.TENSOR_QUANT8_SYMM, (output_size, units), scale(), 0, -127, 128),
                    tensor(T.TENSOR_INT32, (output_size,), 1e-5, 0, -5000, 5000)]
@@ -154,18 +158,29 @@ def _random_qlstm_inputs(rng, cifg: bool, peephole: bool, layer_norm: bool, proj
                       else omitted(T.TENSOR_QUANT16_SYMM))
     inputs += [scalar_tensor(T.FLOAT32, 0.5 if clip else 0.0), scalar_tensor(T.FLOAT32, 0.3 if clip else 0.0)]
     inputs += [scalar_tensor(T.FLOAT32, rng.uniform(0.001, 0.01)) for _ in GATES]
-    inputs += [scalar_tensor(T.INT32, int(rng.integers(-10, 10))), scalar_tensor(T.FLOAT32, rng.uniform(0.004, 0.02))]
+    inputs += [scalar_tensor(T.INT32, int(rng.integers(-10, 10))),
+               scalar_tensor(T.FLOAT32, 2.0 ** -int(rng.integers(6, 9)) if ties else rng.uniform(0.004, 0.02))]
     return inputs
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "compiled"])
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("variant", ["plain", "cifg", "peephole", "layer_norm", "projection_clip", "everything"])
-def test_prepared_quantized_lstm_equals_execute_bit_for_bit(variant, seed):
+@pytest.mark.parametrize("variant", ["plain", "cifg", "peephole", "layer_norm", "projection_clip", "everything",
+                                     "ties"])
+def test_prepared_quantized_lstm_equals_execute_bit_for_bit(variant, seed, compiled, monkeypatch):
     """PreparedQuantizedLstm (constant weights, the input and states unknown at
-    preparation) against ``execute`` over five chained steps, every output exactly."""
+    preparation) against ``execute`` over five chained steps, every output exactly: its
+    numpy step, and its compiled step (nnapi[fast]) where the variant has one (no
+    peephole, no layer normalization)."""
     import dataclasses
 
     from nnapi.drivers.reference import _UNKNOWN
+    from nnapi.operations import _jit
+
+    if compiled and _jit.kernels() is None:
+        pytest.skip("numba is not installed")
+    if not compiled:
+        monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
     from nnapi.operations import get_operation
     from nnapi.operations.base import ExecutionContext
     from nnapi.operations.quantized_lstm import INPUT_TENSOR, PREV_CELL_STATE_TENSOR, PREV_OUTPUT_TENSOR
@@ -176,7 +191,7 @@ def test_prepared_quantized_lstm_equals_execute_bit_for_bit(variant, seed):
         rng, cifg=variant == "cifg" or (everything and seed % 2 == 1), peephole=variant in ("peephole", "everything"),
         layer_norm=variant in ("layer_norm", "everything"), projection=variant in ("projection_clip", "everything"),
         clip=variant in ("projection_clip", "everything"), batch=int(rng.integers(1, 4)),
-        cell_shift=int(rng.integers(-15, -8)))
+        cell_shift=int(rng.integers(-15, -8)), ties=variant == "ties")
     x, h, c = inputs[INPUT_TENSOR], inputs[PREV_OUTPUT_TENSOR], inputs[PREV_CELL_STATE_TENSOR]
     outputs = [OT(T.TENSOR_QUANT8_ASYMM_SIGNED, h.shape, h.scale, h.zero_point),
                OT(T.TENSOR_QUANT16_SYMM, c.shape, c.scale), OT(T.TENSOR_QUANT8_ASYMM_SIGNED, h.shape, h.scale,
@@ -189,6 +204,7 @@ def test_prepared_quantized_lstm_equals_execute_bit_for_bit(variant, seed):
     operation.prepare(context)
     kernel = operation.plan(context)
     assert kernel is not None
+    assert (kernel.compiled is not None) == (compiled and variant in ("plain", "cifg", "projection_clip", "ties"))
     for _ in range(5):
         expected = operation.execute(ExecutionContext(Op.QUANTIZED_LSTM, inputs, outputs))
         actual = kernel([tensor.value for tensor in inputs])

@@ -32,6 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
+from nnapi.operations import _jit
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
 from nnapi.operations.quant_math import multiply_by_quantized_multiplier as _multiply
 from nnapi.operations.quant_math import quantize_multiplier, rounding_divide_by_pot, rounding_doubling_high_multiply
@@ -600,12 +601,21 @@ class _Rescale:
     def __init__(self, multipliers, shifts) -> None:
         shifts = np.asarray(shifts, dtype=np.int64)
         self.multipliers = np.asarray(multipliers, dtype=np.int64)
+        self.shifts = shifts
         self.left = np.maximum(shifts, 0) if np.any(shifts > 0) else None
         right = np.maximum(-shifts, 0)
         self.right = right
         self.half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
         # which columns round (a shift of 0 adds nothing, not even the negative correction)
         self.rounds = None if np.all(right > 0) else (right > 0)
+
+    def parameters(self, columns: int) -> np.ndarray:
+        """int64 [4, columns]: multiplier, left shift, right shift and half of 2^right per
+        column (the compiled step's form)."""
+        right = np.maximum(-self.shifts, 0)
+        rows = (self.multipliers, np.maximum(self.shifts, 0), right,
+                np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0))
+        return np.ascontiguousarray(np.stack([np.broadcast_to(row, (columns,)) for row in rows]), dtype=np.int64)
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         if self.left is not None:
@@ -641,7 +651,7 @@ class PreparedQuantizedLstm:
     def __init__(self, ctx: ExecutionContext, x: Tensor, h: Tensor, c: Tensor, cifg: bool, peephole: bool,
                  layer_norm: bool) -> None:
         self.cell_shift = cell_shift = _log2_exact(c.scale)
-        units = c.shape[1]
+        units = self.units = c.shape[1]
         self.gates = [g for g in ("forget", "cell", "input", "output") if not (cifg and g == "input")]
         self.cifg, self.layer_norm = cifg, layer_norm
         self.slices = {gate: slice(k * units, (k + 1) * units) for k, gate in enumerate(self.gates)}
@@ -709,8 +719,39 @@ class PreparedQuantizedLstm:
         self.logistic = _table16(fixed_logistic, 3)
         self.tanh = _table16(fixed_tanh, 3)
         self.cell_tanh = _table16(fixed_tanh, cell_shift + 15)
+        self.compiled = None if peephole or layer_norm else self._compiled_step(units)
+
+    def _compiled_step(self, units: int):
+        """The compiled step after the products (``_numba_qlstm.qlstm_step``, nnapi[fast])
+        with its constant arguments, or None (the numpy step)."""
+        if _jit.kernels() is None:
+            return None
+        from nnapi.operations._numba_qlstm import qlstm_step
+
+        columns = len(self.gates) * units
+        offsets = np.array([self.slices[g].start if g in self.slices else -1
+                            for g in ("forget", "cell", "input", "output")], dtype=np.int64)
+        constants = (np.ascontiguousarray(self.input_bias, dtype=np.int64),
+                     np.ascontiguousarray(self.recurrent_bias, dtype=np.int64),
+                     self.input_rescale.parameters(columns), self.recurrent_rescale.parameters(columns), offsets)
+        tables = (self.logistic, self.tanh, self.cell_tanh)
+        hidden = (int(self.cell_shift), int(self.cell_limit), self.hidden_rescale.parameters(1)[:, 0].copy(),
+                  int(self.hidden_zero))
+
+        def step(input_products: np.ndarray, recurrent_products: np.ndarray, previous_cell: np.ndarray,
+                 gates: np.ndarray, cell: np.ndarray, hidden_values: np.ndarray) -> None:
+            qlstm_step(input_products, recurrent_products, *constants, previous_cell, *tables, *hidden, gates, cell,
+                       hidden_values)
+
+        products = np.zeros((0, columns), np.float64)
+        if not _jit.warm_up(step, products, products, np.zeros((0, units), np.int16), np.zeros((0, columns), np.int64),
+                            np.zeros((0, units), np.int16), np.zeros((0, units), np.int64)):
+            return None
+        return step
 
     def __call__(self, values: list) -> list[np.ndarray]:
+        if self.compiled is not None:
+            return self._compiled_call(values)
         x, h = values[INPUT_TENSOR], values[PREV_OUTPUT_TENSOR]
         previous_cell = np.asarray(values[PREV_CELL_STATE_TENSOR], dtype=np.int64)
         accumulator = np.matmul(x.astype(np.float64), self.input_weights).astype(np.int64)
@@ -748,6 +789,23 @@ class PreparedQuantizedLstm:
         hidden = self.hidden_rescale(output_gate * self.cell_tanh[cell + 32768])
         hidden -= self.hidden_zero
         _clip_in_place(hidden, -128, 127)
+        return self._outputs(hidden, cell.astype(np.int16))
+
+    def _compiled_call(self, values: list) -> list[np.ndarray]:
+        """``__call__`` with everything after the two products in one compiled call."""
+        x, h = values[INPUT_TENSOR], values[PREV_OUTPUT_TENSOR]
+        input_products = np.matmul(x.astype(np.float64), self.input_weights)
+        recurrent_products = np.matmul(h.astype(np.float64), self.recurrent_weights)
+        batch, units = x.shape[0], self.units
+        cell = np.empty((batch, units), np.int16)
+        hidden = np.empty((batch, units), np.int64)
+        self.compiled(input_products, recurrent_products, _jit.kernel_input(values[PREV_CELL_STATE_TENSOR]),
+                      np.empty(input_products.shape, np.int64), cell, hidden)
+        return self._outputs(hidden, cell)
+
+    def _outputs(self, hidden: np.ndarray, cell: np.ndarray) -> list[np.ndarray]:
+        """The three outputs from the hidden state's int8 values (int64) and the new cell
+        state (int16): the output through the projection when there is one."""
         if self.projection is None:
             output = hidden
         else:
@@ -760,4 +818,4 @@ class PreparedQuantizedLstm:
             if limit:
                 _clip_in_place(output, -limit, limit)
         output = output.astype(np.int8)
-        return [output, cell.astype(np.int16), output.copy()]
+        return [output, cell, output.copy()]
