@@ -1734,3 +1734,44 @@ def test_scaled_attention_scores_are_a_plain_mul(ort_device):
     inputs = [rng.standard_normal(dims).astype(np.float32) for _ in range(2)]
     ours, theirs = _on_both(model, inputs, [np.zeros(dims, np.float32)], ort_device)
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_unrolled_steps_split_into_gates_are_cut_by_gate_then_by_step(ort_device):
+    """Each step's input product SPLIT into three gate blocks (a GRU's z, r, h), every step
+    alike: the whole sequence's product is cut into the blocks, then each block into the
+    steps' rows (four Splits for any number of steps); the reference's values."""
+    rng = np.random.default_rng(9)
+    steps, depth, units = 5, 4, 3
+    f32 = T.TENSOR_FLOAT32
+    model = nnapi.Model()
+    sequence = model.add_operand(OperandType(f32, [steps, 1, depth]))
+    pieces = [model.add_operand(OperandType(f32, [1, 1, depth])) for _ in range(steps)]
+    model.add_operation(Op.SPLIT, [sequence, _constant(model, T.INT32, np.int32(0)),
+                                   _constant(model, T.INT32, np.int32(steps))], pieces)
+    weights = _constant(model, f32, rng.uniform(-1, 1, (3 * units, depth)).astype(np.float32), [3 * units, depth])
+    fuse = _constant(model, T.INT32, np.int32(0))
+    total = None
+    for piece in pieces:
+        row, product = (model.add_operand(OperandType(f32, shape)) for shape in ([1, depth], [1, 3 * units]))
+        model.add_operation(Op.RESHAPE, [piece, _constant(model, T.TENSOR_INT32, np.array([1, depth], np.int32),
+                                                          [2])], [row])
+        bias = _constant(model, f32, rng.uniform(-1, 1, 3 * units).astype(np.float32), [3 * units])
+        model.add_operation(Op.FULLY_CONNECTED, [row, weights, bias, fuse], [product])
+        z, r, h, zr, step = (model.add_operand(OperandType(f32, [1, units])) for _ in range(5))
+        model.add_operation(Op.SPLIT, [product, _constant(model, T.INT32, np.int32(-1)),
+                                       _constant(model, T.INT32, np.int32(3))], [z, r, h])
+        model.add_operation(Op.MUL, [z, r, fuse], [zr])
+        model.add_operation(Op.SUB, [zr, h, fuse], [step])
+        if total is not None:
+            summed = model.add_operand(OperandType(f32, [1, units]))
+            model.add_operation(Op.ADD, [total, step, fuse], [summed])
+            step = summed
+        total = step
+    model.identify_inputs_and_outputs([sequence], [total])
+    model.finish()
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert kinds.count("Gemm") == 1 and kinds.count("Split") == 4
+    value = rng.uniform(-2, 2, (steps, 1, depth)).astype(np.float32)
+    ours, theirs = _compare_with_reference(model, [value], [1, units], ort_device)
+    assert np.abs(theirs).max() > 0.05
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)

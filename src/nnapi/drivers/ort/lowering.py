@@ -2154,10 +2154,21 @@ def _split_rows(g: GraphBuilder, operation: Operation, x: Value, axis: int) -> b
             else g.constant(np.stack(biases).astype(np.float32), "bias")
         y = fused_activation(g, g.one("Gemm", [flat, g.value(first.inputs[1]).name, bias], transB=1),
                              int(g.scalar(first.inputs[3])), g.operand(first.outputs[0]))
-        rows = g.node("Split", [y, g.constant(np.ones(steps, np.int64))], steps, axis=0)
-        for step, name in zip(products, rows):
-            g.set_output(step[0].outputs[0], name)
         done = [*operation.outputs, *(op.outputs[0] for op in reshapes)]
+        gates = _gate_splits(g, [step[0] for step in products])
+        if gates is not None:
+            # each step's product cut into the same gate blocks (a GRU's SPLIT into z, r, h):
+            # the blocks of all steps first, then each block's rows, k + 1 nodes instead of T + 1
+            ones = g.constant(np.ones(steps, np.int64))
+            for block, name in enumerate(g.node("Split", [y, g.constant(np.array(gates[1], np.int64))],
+                                                len(gates[1]), axis=1)):
+                for split, row in zip(gates[0], g.node("Split", [name, ones], steps, axis=0)):
+                    g.set_output(split.outputs[block], row)
+            done += [step[0].outputs[0] for step in products]
+        else:
+            rows = g.node("Split", [y, g.constant(np.ones(steps, np.int64))], steps, axis=0)
+            for step, name in zip(products, rows):
+                g.set_output(step[0].outputs[0], name)
     else:
         rows = g.node("Split", [flat, g.constant(np.ones(steps, np.int64))], steps, axis=0)
         for op, name in zip(reshapes, rows):
@@ -2166,6 +2177,33 @@ def _split_rows(g: GraphBuilder, operation: Operation, x: Value, axis: int) -> b
     for index in done:  # read by nothing lowered: a name no node makes (ORT refuses a graph reading it)
         g.set_output(index, f"never_computed_{index}")
     return True
+
+
+def _gate_splits(g: GraphBuilder, products: list[Operation]) -> tuple[list[Operation], list[int]] | None:
+    """(the SPLITs, their block sizes) where each FULLY_CONNECTED result of ``products`` is
+    read only by one float SPLIT of its last axis into the same number of blocks (not a
+    graph output); else None."""
+    splits = []
+    for product in products:
+        index = product.outputs[0]
+        readers = g.readers(index)
+        if index in g.subgraph.output_indexes or len(readers) != 1 or readers[0].type != OperationCode.SPLIT \
+                or readers[0].inputs[0] != index:
+            return None
+        split = readers[0]
+        if any(g.raw_constant(i) is None for i in split.inputs[1:3]) or \
+                int(g.scalar(split.inputs[1])) not in (1, -1) or any(
+                    g.operand(i).type != T.TENSOR_FLOAT32 for i in split.outputs):
+            return None
+        splits.append(split)
+    counts = {int(g.scalar(split.inputs[2])) for split in splits}
+    units = g.operand(products[0].outputs[0]).dimensions[-1] if g.operand(products[0].outputs[0]).dimensions else 0
+    if len(counts) != 1 or not units:
+        return None
+    count = counts.pop()
+    if count < 1 or units % count or any(len(split.outputs) != count for split in splits):
+        return None
+    return splits, [units // count] * count
 
 
 def _same_products(g: GraphBuilder, reshapes: list[Operation], products: list[list[Operation]],
