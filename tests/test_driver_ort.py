@@ -1302,6 +1302,49 @@ def test_mul_by_a_per_channel_constant_is_an_exact_depthwise_convolution(ort_dev
     assert np.isnan(ours[0][0, 0, 0, 0]) and np.isinf(ours[0][0, 0, 0, 2])
 
 
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("window", [
+    (1, 3, 3, 1, 1, 0),  # Inception's 3x3 stride 1 SAME: windows of 9, 6 and 4 pixels
+    (1, 3, 3, 2, 2, 1),  # stride 2 SAME, RELU fused
+    (2, 2, 2, 2, 2, 0),  # VALID 2x2 stride 2 (DenseNet's transition)
+    (2, 7, 7, 1, 1, 3),  # VALID 7x7 over 7x7: 49 taps, RELU6 fused
+    (1, 32, 32, 1, 1, 0),  # SAME 32x32: 1024 taps, the widest rounded through the float pool
+    (1, 33, 33, 1, 1, 0),  # 1089 taps: the DequantizeLinear / AveragePool / QuantizeLinear path
+])
+def test_quantized_average_pool_equals_the_reference_exactly(ort_device, code, window):
+    """A quantized AVERAGE_POOL_2D through ORT's float AveragePool: the reference's values
+    exactly (sums over counts of real pixels, halves away from zero; random values give
+    many halves in the 4- and 6-pixel windows at the borders), the full 8-bit range,
+    fused activations clamping the stored values. A wider window keeps ORT's
+    QLinearAveragePool, within a step."""
+    scheme, filter_h, filter_w, stride_h, stride_w, fuse = window
+    size = 7 if filter_h == 7 else (34 if filter_h > 3 else 9)
+    params = {"scale": 0.25, "zero_point": 5 if code == T.TENSOR_QUANT8_ASYMM else -3}
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, [1, size, size, 32], **params))
+    if scheme == 1:
+        out_h, out_w = -(-size // stride_h), -(-size // stride_w)
+    else:
+        out_h, out_w = (size - filter_h) // stride_h + 1, (size - filter_w) // stride_w + 1
+    y = model.add_operand(OperandType(code, [1, out_h, out_w, 32], **params))
+    scalars = [scheme, stride_w, stride_h, filter_w, filter_h, fuse]
+    model.add_operation(Op.AVERAGE_POOL_2D, [x, *(_constant(model, T.INT32, v) for v in scalars)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    ops = [node.op_type for node in _lowered(model).graph.node]
+    assert ("AveragePool" in ops and "DequantizeLinear" not in ops) == (filter_h * filter_w <= 1024)
+    dtype = np.uint8 if code == T.TENSOR_QUANT8_ASYMM else np.int8
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(sum(window))
+    for image in (rng.integers(info.min, info.max + 1, (1, size, size, 32)).astype(dtype),
+                  rng.choice(np.array([info.min, info.max, 0, 1, info.max - 1], dtype), (1, size, size, 32))):
+        ours, theirs = _on_both(model, [image], [np.zeros((1, out_h, out_w, 32), dtype)], ort_device)
+        if filter_h * filter_w <= 1024:
+            np.testing.assert_array_equal(ours[0], theirs[0])
+        else:  # QLinearAveragePool rounds halves to even
+            assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1
+
+
 @pytest.mark.parametrize("target, dtype", [(T.TENSOR_INT32, np.int32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
                                            (T.TENSOR_FLOAT16, np.float16)])
 def test_cast_of_floats_at_the_edges_equals_the_reference(ort_device, target, dtype):
