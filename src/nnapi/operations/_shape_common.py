@@ -66,11 +66,14 @@ def check_known_rank_at_least(ctx: ValidationContext, index: int, minimum: int) 
 def int_values(ctx: ExecutionContext, index: int, what: str, length: int | None = None) -> np.ndarray:
     """The values of 1-D TENSOR_INT32 input ``index`` as int64 (exact arithmetic)."""
     tensor = ctx.input(index)
-    ctx.require(tensor.value is not None, f"input {index} ({what}) has no value")
-    ctx.require(tensor.rank == 1, f"input {index} ({what}) must be 1-D, got shape {list(tensor.shape)}")
-    if length is not None:
-        ctx.require(tensor.shape[0] == length,
-                    f"input {index} ({what}) must have {length} elements, got {tensor.shape[0]}")
+    # the messages are formatted only on failure: a loop body's SLICE reads its bounds here
+    # at every iteration
+    if tensor.value is None:
+        ctx.fail(f"input {index} ({what}) has no value")
+    if tensor.rank != 1:
+        ctx.fail(f"input {index} ({what}) must be 1-D, got shape {list(tensor.shape)}")
+    if length is not None and tensor.shape[0] != length:
+        ctx.fail(f"input {index} ({what}) must have {length} elements, got {tensor.shape[0]}")
     return np.asarray(tensor.value, dtype=np.int64)
 
 

@@ -76,14 +76,16 @@ class Concatenation(Operation):
         first = ctx.input(FIRST_INPUT).shape
         rank = len(first)
         axis = int(ctx.scalar(count))
-        ctx.require(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
+        if not 0 <= axis < rank:
+            ctx.fail(f"axis {axis} is out of range for rank {rank}")
         total = 0
+        # the messages are formatted only on failure (a loop body joins at every iteration)
         for index in range(count):
             shape = ctx.input(index).shape
-            ctx.require(len(shape) == rank and all(a == b for d, (a, b) in enumerate(zip(shape, first, strict=True))
-                                                   if d != axis),
-                        f"input {index} of shape {list(shape)} does not match input 0 {list(first)} "
-                        f"off axis {axis}")
+            if len(shape) != rank or any(a != b for d, (a, b) in enumerate(zip(shape, first, strict=True))
+                                         if d != axis):
+                ctx.fail(f"input {index} of shape {list(shape)} does not match input 0 {list(first)} "
+                         f"off axis {axis}")
             total += shape[axis]
         return [first[:axis] + (total,) + first[axis + 1:]]
 

@@ -66,10 +66,11 @@ class Slice(Operation):
         begin = int_values(ctx, BEGIN, "begin", length=rank).tolist()
         size = int_values(ctx, SLICE_SIZE, "size", length=rank).tolist()
         size = [dim - b if s == -1 else s for b, s, dim in zip(begin, size, shape, strict=True)]
-        ctx.require(all(0 <= b <= dim for b, dim in zip(begin, shape, strict=True)),
-                    f"begin {begin} is out of range")
-        ctx.require(all(s >= 0 and b + s <= dim for b, s, dim in zip(begin, size, shape, strict=True)),
-                    f"slice begin {begin} size {size} exceeds shape {list(shape)}")
+        # the messages are formatted only on failure
+        if not all(0 <= b <= dim for b, dim in zip(begin, shape, strict=True)):
+            ctx.fail(f"begin {begin} is out of range")
+        if not all(s >= 0 and b + s <= dim for b, s, dim in zip(begin, size, shape, strict=True)):
+            ctx.fail(f"slice begin {begin} size {size} exceeds shape {list(shape)}")
         return begin, size
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
