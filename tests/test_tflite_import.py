@@ -224,6 +224,28 @@ def test_int32_moves_are_exact_over_the_whole_range() -> None:
         assert_agrees(litert_outputs(data, feeds), _int32_moves_reference(feeds), 0)
 
 
+def test_int32_concatenations_are_exact_over_the_whole_range() -> None:
+    """CONCATENATION of int32 tensors computed at run time (GATHER + SELECT) moves every
+    int32 value, on each device that runs the model."""
+    from tflite_cases import _int32_concatenations_reference, int32_concatenations
+
+    data = int32_concatenations()
+    rng = np.random.default_rng(3)
+    feeds = {"x": np.array([[2**31 - 1, -2**31, 16777217], [-16777219, 65536, -1]], np.int32),
+             "y": rng.integers(-2**31, 2**31, (2, 1)).astype(np.int32), "i": np.array([-123456789], np.int32)}
+    operations = [str(op) for op in nnapi.load_tflite(data).lowerings]
+    assert not any("16 bits" in text for text in operations), operations
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        assert_agrees(session.run(feeds), _int32_concatenations_reference(feeds), 0)
+    if Interpreter is not None:
+        assert_agrees(litert_outputs(data, feeds), _int32_concatenations_reference(feeds), 0)
+
+
 def test_requantizing_reduce_max_is_refused() -> None:
     # TFLite's own kernel requires one scale for input and output; so does the importer.
     from tflite_cases import reduce_max_int8_rescale

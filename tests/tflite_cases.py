@@ -860,6 +860,27 @@ def _int32_moves_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray
             "one": feeds["scalar"].reshape(1)}
 
 
+def int32_concatenations() -> bytes:
+    """CONCATENATION of int32 tensors computed at run time with and without constants:
+    [x, c, y] on the last axis, [y, y] on the first, and a loop counter's [i] before a
+    constant [0, 0] (a SLICE's begin in a Keras loop body)."""
+    t = [Tensor("x", "int32", [2, 3]), Tensor("y", "int32", [2, 1]), Tensor("i", "int32", [1]),
+         Tensor("c", "int32", [2, 2], data=np.array([[2**31 - 1, -2**31], [70000, -70001]], np.int32)),
+         Tensor("zeros", "int32", [2], data=np.array([0, -5], np.int32)),
+         Tensor("wide", "int32", [2, 6]), Tensor("tall", "int32", [4, 1]), Tensor("begin", "int32", [3])]
+    ops = [Operator("CONCATENATION", [0, 3, 1], [5], ("ConcatenationOptions", {"Axis": -1})),
+           Operator("CONCATENATION", [1, 1], [6], ("ConcatenationOptions", {"Axis": 0})),
+           Operator("CONCATENATION", [2, 4], [7], ("ConcatenationOptions", {"Axis": 0}))]
+    return build(Subgraph(t, ops, [0, 1, 2], [5, 6, 7]))
+
+
+def _int32_concatenations_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    x, y, i = feeds["x"], feeds["y"], feeds["i"]
+    c = np.array([[2**31 - 1, -2**31], [70000, -70001]], np.int32)
+    return {"wide": np.concatenate([x, c, y], axis=1), "tall": np.concatenate([y, y]),
+            "begin": np.concatenate([i, np.array([0, -5], np.int32)])}
+
+
 def bool_moves() -> bytes:
     """bool values: CAST to and from bool, RESHAPE and EXPAND_DIMS of a bool tensor."""
     t = [Tensor("x", "int32", [2, 3]), Tensor("b", "bool", [2, 3]), Tensor("r", "bool", [3, 2]),
@@ -962,6 +983,8 @@ CASES: dict[str, Case] = {
     "concatenation_negative_axis": Case(concatenation_negative_axis, None),
     # random_inputs gives int32 in {0, 1}: tests/test_tflite_import.py feeds the full range too
     "int32_moves": Case(int32_moves, "high and low 16 bits", 0, reference=_int32_moves_reference),
+    "int32_concatenations": Case(int32_concatenations, "GATHERed into the output's shape", 0,
+                                 reference=_int32_concatenations_reference),
     "bool_moves": Case(bool_moves, "TENSOR_BOOL8", 0),
     "select_v2_broadcast": Case(select_v2_broadcast, "SELECT_V2 broadcasting"),
     "reverse_int8_requantize": Case(reverse_int8_requantize, "stored values", 0),

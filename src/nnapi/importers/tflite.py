@@ -495,7 +495,9 @@ class _Converter:
                 if convert is None:
                     raise UnsupportedOperator("this builtin operator has no NNAPI equivalent")
                 moved_type = op.out_tensor().tfl_type if op.custom is None and op.outputs else None
-                if op.name in _MOVES_DATA and moved_type in (_INT32, _BOOL) or \
+                if op.name == "CONCATENATION" and moved_type == _INT32 and _int32_concatenation(self, op):
+                    pass
+                elif op.name in _MOVES_DATA and moved_type in (_INT32, _BOOL) or \
                         op.name in _MOVES_BOOL and moved_type == _BOOL:
                     _through_float32(self, op, {**_MOVES_DATA, **_MOVES_BOOL}[op.name], convert)
                 else:
@@ -1342,6 +1344,63 @@ def _float_half(c: _Converter, tensor: int, half: int) -> int:
         return c.float_halves[key]
     c.float_halves[key] = index
     return index
+
+
+def _int32_concatenation(c: _Converter, op: _Operator) -> bool:
+    """CONCATENATION of int32 tensors of static shapes, exactly and in few operations
+    (NNAPI's CONCATENATION takes no TENSOR_INT32; GATHER and SELECT do): each input
+    computed at run time is GATHERed along the axis into the output's shape (its own
+    positions, index 0 elsewhere) and SELECTed into place by a constant mask; constant
+    inputs are joined here. A loop body building a SLICE's begin from its counter ([i, 0,
+    0]) is then one GATHER and one SELECT instead of fourteen operations on float32
+    halves. False where it does not apply (unknown or zero-sized shapes, a fused
+    activation, nothing computed at run time): ``_through_float32`` then moves it."""
+    options = op.options("ConcatenationOptions")
+    out_shape = _static_shape(c, op.out_tensor())
+    shapes = [_static_shape(c, c.graph.tensors[t]) for t in op.inputs]
+    if options.FusedActivationFunction() != 0 or out_shape is None or None in shapes or not out_shape:
+        return False
+    rank = len(out_shape)
+    axis = options.Axis() + (rank if options.Axis() < 0 else 0)
+    if not 0 <= axis < rank or any(len(shape) != rank or 0 in shape for shape in shapes) \
+            or sum(shape[axis] for shape in shapes) != out_shape[axis]:
+        return False
+    constants = [c.const_of(t) for t in op.inputs]
+    if all(const is not None for const in constants):
+        return False
+    total = out_shape[axis]
+    joined = np.zeros(out_shape, np.int32)  # the constant inputs in their places
+    picks: list[tuple[int, slice]] = []  # (position of a run-time input, its range on the axis)
+    start = 0
+    for position, (shape, const) in enumerate(zip(shapes, constants, strict=True)):
+        span = slice(start, start + shape[axis])
+        where = (slice(None),) * axis + (span,)
+        if const is None:
+            picks.append((position, span))
+        else:
+            joined[where] = const.data.reshape(shape)
+        start = span.stop
+    out_type = OperandType(T.TENSOR_INT32, out_shape)
+    current = c.const_operand(joined, out_type) if len(picks) < len(op.inputs) else None
+    for number, (position, span) in enumerate(picks):
+        indices = np.zeros(total, np.int32)
+        indices[span] = np.arange(span.stop - span.start, dtype=np.int32)
+        last = number == len(picks) - 1
+        gathered = c.output() if last and current is None else c.temp(out_type)
+        c.emit(Op.GATHER, [c.input(position), c.i32(axis),
+                           c.const_operand(indices, OperandType(T.TENSOR_INT32, [total]))], [gathered])
+        if current is None:
+            current = gathered
+            continue
+        mask = np.zeros(out_shape, np.bool_)
+        mask[(slice(None),) * axis + (span,)] = True
+        target = c.output() if last else c.temp(out_type)
+        c.emit(Op.SELECT, [c.const_operand(mask, OperandType(T.TENSOR_BOOL8, out_shape)), gathered, current],
+               [target])
+        current = target
+    c.lowered("CONCATENATION of TENSOR_INT32, which NNAPI's operation does not take: each input computed at run "
+              "time GATHERed into the output's shape and SELECTed into place, constant inputs joined at import")
+    return True
 
 
 def _select_one_zero(c: _Converter, condition: int, value_type: OperandType, target: int) -> None:
