@@ -713,11 +713,16 @@ class _SubgraphPlan:
         self.control_flow = any(step.code in _CONTROL_FLOW for step in self.steps)
         #: when every operation has a kernel (prepared, or inferring its shapes per call):
         #: (kernel, inputs, outputs, shapes, dtypes, step) per operation, run on bare arrays
-        #: (``_Run.program``); shapes is None where the kernel checks its own results
+        #: (``_Run.program``); shapes is None where the kernel checks its own results. Most
+        #: operations have one output of a static shape: then its operand index, shape and
+        #: dtype come last (else -1, None, None), and its check takes no loop
         self.program: list[tuple] | None = None
         if all(step.kernel is not None for step in self.steps):
-            self.program = [(step.kernel, step.inputs, step.outputs, step.shapes, step.dtypes, step)
-                            for step in self.steps]
+            self.program = [
+                (step.kernel, step.inputs, step.outputs, step.shapes, step.dtypes, step,
+                 *((step.outputs[0], step.shapes[0], step.dtypes[0]) if step.shapes is not None
+                   and len(step.outputs) == 1 else (-1, None, None)))
+                for step in self.steps]
         self.constant_values = {index: tensor.value for index, tensor in self.constants.items()}
 
     def intermediate_bytes(self) -> int:
@@ -924,8 +929,20 @@ class _Run:
         arrays = dict(plan.constant_values)
         for operand_index, value in zip(plan.subgraph.input_indexes, values, strict=True):
             arrays[operand_index] = value
-        for kernel, input_indexes, output_indexes, shapes, dtypes, step in plan.program:
-            results = kernel([arrays[i] for i in input_indexes])
+        read = arrays.__getitem__  # map(read, ...): no comprehension frame per operation
+        for kernel, input_indexes, output_indexes, shapes, dtypes, step, single, shape, dtype in plan.program:
+            results = kernel(list(map(read, input_indexes)))
+            if single >= 0:  # the usual case: one output of a static shape
+                if len(results) != 1:
+                    raise OperationFailed(f"{step.code.name}: produced {len(results)} outputs, expected 1")
+                result = results[0]
+                if type(result) is not np.ndarray:
+                    result = np.asarray(result)
+                if (result.dtype is not dtype and result.dtype != dtype) or result.shape != shape:
+                    raise OperationFailed(f"{step.code.name}: output 0 is {result.dtype}{list(result.shape)}, "
+                                          f"expected {dtype}{list(shape)} (kernel contract)")
+                arrays[single] = result
+                continue
             if shapes is None:  # a kernel that infers its shapes checked its results itself
                 for position, result in enumerate(results):
                     arrays[output_indexes[position]] = result
