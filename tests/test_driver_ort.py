@@ -1345,6 +1345,41 @@ def test_quantized_average_pool_equals_the_reference_exactly(ort_device, code, w
             assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1
 
 
+@pytest.mark.parametrize("code, keep, also_read", [(T.TENSOR_QUANT8_ASYMM_SIGNED, 1, False),
+                                                     (T.TENSOR_QUANT8_ASYMM, 0, False),
+                                                     (T.TENSOR_QUANT8_ASYMM_SIGNED, 1, True)])
+def test_mean_of_a_dequantized_value_sums_the_integers(ort_device, code, keep, also_read):
+    """MEAN over height and width of a DEQUANTIZE (TFLite's quantized MEAN as imported):
+    the sums of the 8-bit values in one MatMulInteger, scaled once; the DEQUANTIZE's
+    node is gone unless something else reads its result. The reference's float32 means
+    within float32 rounding."""
+    rng = np.random.default_rng(31)
+    model = nnapi.Model()
+    params = {"scale": 0.037, "zero_point": -7 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 131}
+    x = model.add_operand(OperandType(code, [1, 9, 11, 24], **params))
+    real = _float_tensor(model, [1, 9, 11, 24])
+    model.add_operation(Op.DEQUANTIZE, [x], [real])
+    out_shape = [1, 1, 1, 24] if keep else [1, 24]
+    y = _float_tensor(model, out_shape)
+    axes = _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2])
+    model.add_operation(Op.MEAN, [real, axes, _constant(model, T.INT32, keep)], [y])
+    model.identify_inputs_and_outputs([x], [y, real] if also_read else [y])
+    model.finish()
+    ops = [node.op_type for node in _lowered(model).graph.node]
+    # one DequantizeLinear scales the sums; the DEQUANTIZE's own stays only where it is read
+    assert "MatMulInteger" in ops and ops.count("DequantizeLinear") == 1 + also_read
+    dtype = np.int8 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8
+    info = np.iinfo(dtype)
+    image = rng.integers(info.min, info.max + 1, (1, 9, 11, 24)).astype(dtype)
+    outputs = [np.zeros(out_shape, np.float32)] + ([np.zeros((1, 9, 11, 24), np.float32)] if also_read else [])
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6, atol=1e-6)
+    expected = (image.astype(np.float64) - params["zero_point"]).mean(axis=(1, 2)) * params["scale"]
+    np.testing.assert_allclose(ours[0].reshape(-1), expected.reshape(-1), rtol=1e-6, atol=1e-7)
+    if also_read:
+        np.testing.assert_array_equal(ours[1], theirs[1])
+
+
 @pytest.mark.parametrize("target, dtype", [(T.TENSOR_INT32, np.int32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
                                            (T.TENSOR_FLOAT16, np.float16)])
 def test_cast_of_floats_at_the_edges_equals_the_reference(ort_device, target, dtype):

@@ -133,6 +133,8 @@ class GraphBuilder:
         #: float convolutions without an activation, by output operand: their Conv node and
         #: the Transpose back to NHWC after it (a clamped ADD may take them over: _clamp_into_conv)
         self.convolutions: dict[int, tuple[onnx.NodeProto, onnx.NodeProto]] = {}
+        #: float32 operands a DEQUANTIZE computes, by index: the quantized value it reads
+        self.dequantized: dict[int, Value] = {}
         self._count = 0
         self._constants: dict[tuple, str] = {}
         # isolated: operands produced elsewhere are treated as inputs (for support queries)
@@ -1268,7 +1270,10 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     if x.rank == 0 or np.any(axes < -x.rank) or np.any(axes >= x.rank):
         raise Declined("MEAN axes out of range")
     axes = sorted({int(a) % x.rank for a in axes})
-    if output.type in FLOATS and axes == [1, 2] and blocked(x.dims, x.kind) and not g.isolated:
+    source = g.dequantized.get(operation.inputs[0])
+    if output.type == T.TENSOR_FLOAT32 and axes == [1, 2] and source is not None and all(x.dims):
+        y = _integer_mean(g, source, keep)
+    elif output.type in FLOATS and axes == [1, 2] and blocked(x.dims, x.kind) and not g.isolated:
         # the global pool of a squeeze-and-excitation block: ORT keeps GlobalAveragePool in
         # its blocked layout (the gate's convolutions after it too), where ReduceMean
         # reorders the whole value out first (the same sum of the same terms, in order)
@@ -1282,6 +1287,28 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined(f"MEAN on {_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
+
+
+def _integer_mean(g: GraphBuilder, x: Value, keep: bool) -> str:
+    """The float32 MEAN over NHWC's height and width of a DEQUANTIZE of the 8-bit ``x``
+    (TFLite's quantized MEAN, imported as DEQUANTIZE, MEAN, QUANTIZE: the pool of an
+    efficientnet's squeeze-and-excitation block), from ``x`` itself: the sums of q - zero
+    point are a MatMulInteger of a row of ones with the [height * width, channels] matrix,
+    exact in int32, then scaled by scale / count once. ORT reads the 8-bit values once
+    (~0.07 ns per element) where the dequantized float copy, written then summed, took
+    ~0.3-0.4 (and a Transpose before it). The same mean as the float sum of the
+    dequantized values, better rounded (one float32 product of the exact sum). The
+    DEQUANTIZE's node, read by nothing else, is dropped (_drop_unread_nodes)."""
+    n, height, width, channels = x.dims
+    rows = g.one("Reshape", [x.name, g.constant(np.array([n, height * width, channels], np.int64))])
+    sums = g.one("MatMulInteger", [g.constant(np.ones((1, height * width), np.uint8), "ones"), rows,
+                                   g.constant(np.array(0, np.uint8)), g.constant(np.array(x.zero_point, np.uint8))])
+    # reshaped before the scaling: ORT's QDQ propagation would move a DequantizeLinear of
+    # int32 past the Reshape as an int32 QuantizeLinear, which it then refuses
+    shape = [n, 1, 1, channels] if keep else [n, channels]
+    sums = g.one("Reshape", [sums, g.constant(np.array(shape, np.int64))])
+    return g.one("DequantizeLinear", [sums, g.constant(np.array(x.scale / (height * width), np.float32)),
+                                      g.constant(np.array(0, np.int32))])
 
 
 def _reduce_mean(g: GraphBuilder, name: str, dims: list[int], axes: list[int], keep: bool) -> str:
@@ -2574,6 +2601,8 @@ def lower_dequantize(g: GraphBuilder, operation: Operation) -> None:
     if operand.type in QUANT8:
         x = g.value(index)
         y = g.dequantize(x)
+        if output.type == T.TENSOR_FLOAT32 and x.kind == "uint8":
+            g.dequantized[operation.outputs[0]] = x
     elif operand.type in FLOATS:
         y = g.one("Identity", [g.value(index).name])
     else:
@@ -2612,6 +2641,7 @@ def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
         outputs.append(helper.make_tensor_value_info(name, _HAL_ELEM[operand.type], dims))
         output_names.append(name)
     _drop_output_identities(g)
+    _drop_unread_nodes(g, output_names)
     graph = helper.make_graph(g.nodes, "nnapi", g.inputs, outputs, g.initializers)
     opsets = [helper.make_opsetid("", OPSET)]
     if g.uses_ms_domain:
@@ -2638,6 +2668,17 @@ def _drop_output_identities(g: GraphBuilder) -> None:
             continue
         producer.output[list(producer.output).index(source)] = node.output[0]
         g.nodes.remove(node)
+
+
+def _drop_unread_nodes(g: GraphBuilder, outputs: list[str]) -> None:
+    """Drop the nodes whose results nothing reads (a DEQUANTIZE whose only reader took the
+    quantized value instead: _integer_mean); ORT would run them."""
+    while True:
+        read = set(outputs).union(name for node in g.nodes for name in node.input)
+        kept = [node for node in g.nodes if any(name in read for name in node.output)]
+        if len(kept) == len(g.nodes):
+            return
+        g.nodes[:] = kept
 
 
 def lower_operation(g: GraphBuilder, operation: Operation) -> None:
