@@ -364,6 +364,32 @@ def test_conv_tap_products_match_numpy(kind, kernel, dilation, pads, batches, nc
             ExecutionContext(Op.CONV_2D, inputs, [output]))[0])
 
 
+# --- BATCH_MATMUL's output stage -----------------------------------------------------------------
+@pytest.mark.parametrize("adjoints", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("inner", [7, 64, 1000])
+def test_batch_matmul_output_stage_matches_numpy(adjoints, inner, monkeypatch):
+    """Quantized BATCH_MATMUL prepared with the compiled output stage: the numpy plan's and
+    execute's values bit for bit, every stored value, float32 and float64 sums."""
+    rng = np.random.default_rng(inner * 10 + sum(adjoints))
+    a_shape = (2, 3, inner, 5) if adjoints[0] else (2, 3, 5, inner)
+    b_shape = (2, 3, 6, inner) if adjoints[1] else (2, 3, inner, 6)
+    a_values = rng.integers(-128, 128, a_shape).astype(np.int8)
+    count = min(256, a_values.size)  # every stored value where the tensor holds 256
+    a_values.reshape(-1)[:count] = np.arange(-128, 128)[:count]
+    a = _tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, a_values, 0.05, -3)
+    b = _tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, rng.integers(-128, 128, b_shape).astype(np.int8), 0.1, 4)
+    inputs = [a, b, _scalar(T.BOOL, adjoints[0]), _scalar(T.BOOL, adjoints[1])]
+    output = OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, 3, 5, 6], 0.35 * np.sqrt(inner), 1)
+    compiled = _plan(Op.BATCH_MATMUL, inputs, output)
+    reference = _numpy_plan(Op.BATCH_MATMUL, inputs, output, monkeypatch)
+    assert compiled.compiled and not reference.compiled
+    values = [tensor.value for tensor in inputs]
+    want = get_operation(Op.BATCH_MATMUL).execute(ExecutionContext(Op.BATCH_MATMUL, inputs, [output]))[0]
+    for got in (compiled(values)[0], reference(values)[0]):
+        assert got.dtype == np.int8 and got.shape == (2, 3, 5, 6)
+        np.testing.assert_array_equal(got, want)
+
+
 # --- quantized products split into exact float32 parts ---------------------------------------
 def _big_product_case(code: Op, rng, depth: int, extreme: bool):
     """A quantized CONV_2D (3x3) or FULLY_CONNECTED whose float32 sums would not be exact."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
+from nnapi.operations import _jit
 from nnapi.operations._conv_common import (
     exact_float_dtype,
     output_multipliers,
@@ -23,6 +24,7 @@ from nnapi.operations._conv_common import (
 )
 from nnapi.operations._elementwise import check_output_shape
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.quant_math import OutputStage
 
 T = OperandCode
 
@@ -128,11 +130,25 @@ class BatchMatmul(Operation):
         multipliers, shifts = output_multipliers(a.scale, np.array([b.scale]), ctx.output(0).scale)
         stage = output_stage(multipliers, shifts, ctx.output(0), FuseCode.FUSED_NONE, None)
         zero_a, zero_b = work(a.zero_point), work(b.zero_point)
+        fused = _fused_stage(stage, work, shape[-1] if shape else 0, bound)
 
         def quantized(values: list) -> list[np.ndarray]:
             left = np.subtract(values[LHS], zero_a, dtype=work)
             right = np.subtract(values[RHS], zero_b, dtype=work)
             acc = np.matmul(np.swapaxes(left, -1, -2) if adj_a else left,
                             np.swapaxes(right, -1, -2) if adj_b else right)
+            if fused is not None:  # the compiled output stage, one pass (``_jit``)
+                return [fused(acc, np.empty(acc.shape, np.int8)).reshape(shape)]
             return [stage(acc).reshape(shape)]
+        quantized.compiled = fused is not None  # type: ignore[attr-defined]
         return quantized
+
+
+def _fused_stage(stage: OutputStage, work, columns: int, bound: int) -> _jit.FusedOutputStage | None:
+    """The output stage compiled (``nnapi[fast]``) for accumulators of ``columns`` columns
+    bounded by ``bound``, or None (numba absent or disabled, a stage it cannot hold)."""
+    module = _jit.kernels()
+    if module is None or not columns or not _jit.compilable(stage):
+        return None
+    fused = _jit.FusedOutputStage(stage, module, work, columns, acc_bound=bound)
+    return fused if fused.ready else None
