@@ -983,6 +983,7 @@ def test_prelu_matches_numpy_bit_for_bit(shape, alpha_shape, slopes, monkeypatch
 @pytest.mark.parametrize("kind", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
 @pytest.mark.parametrize("shapes", [((2, 9, 9, 24), (2, 9, 9, 24)), ((2, 9, 9, 24), (1, 1, 24)),
                                     ((1, 1, 1, 24), (2, 9, 9, 24)), ((9, 9, 24), (1, 9, 9, 24)),
+                                    ((2, 9, 9, 24), (1,)), ((2, 9, 9, 80), (1, 1, 80)),
                                     ((2, 9, 9, 24), (9, 1, 24)), ((1, 9, 24), (2, 1, 1, 1))])
 def test_pair_table_lookup_matches_numpy(code, kind, shapes, monkeypatch):
     """Quantized ADD / SUB / MUL prepared: the compiled lookup (inputs of one shape, or one

@@ -591,11 +591,23 @@ def lookup_pairs(first, second, table, out):
     values, P dividing first's length: the same shape (P = all), or a tensor broadcast
     along leading axes only, repeated with period P (a per-channel constant: P = C)."""
     period = max(second.shape[0], 1)  # empty arrays (the warm-up): no period
-    for start in range(0, first.shape[0], period):
-        # views of one period (indexes that are the loop's own)
-        source, target = first[start:start + period], out[start:start + period]
-        for i in range(period):
-            target[i] = table[(np.int64(source[i]) << 8) | np.int64(second[i])]
+    if period == 1:  # a scalar
+        value = np.int64(second[0]) if second.shape[0] else np.int64(0)
+        for i in range(first.shape[0]):
+            out[i] = table[(np.int64(first[i]) << 8) | value]
+    elif period < 64:  # short periods: a running index (two views per few elements cost more)
+        j = 0
+        for i in range(first.shape[0]):
+            out[i] = table[(np.int64(first[i]) << 8) | np.int64(second[j])]
+            j += 1
+            if j == period:
+                j = 0
+    else:
+        for start in range(0, first.shape[0], period):
+            # views of one period (indexes that are the loop's own)
+            source, target = first[start:start + period], out[start:start + period]
+            for i in range(period):
+                target[i] = table[(np.int64(source[i]) << 8) | np.int64(second[i])]
 
 
 @_jit
