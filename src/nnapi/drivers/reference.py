@@ -724,6 +724,11 @@ class _SubgraphPlan:
                    and len(step.outputs) == 1 else (-1, None, None)))
                 for step in self.steps]
         self.constant_values = {index: tensor.value for index, tensor in self.constants.items()}
+        #: every operand's slot of a program run, the constants' values filled in (a list
+        #: copies faster than a dict: a loop body's run starts from it at every iteration)
+        self.slots: list[Any] = [None] * len(subgraph.operands)
+        for index, value in self.constant_values.items():
+            self.slots[index] = value
 
     def intermediate_bytes(self) -> int:
         """The bytes of every operation output whose shape is known at preparation."""
@@ -926,7 +931,7 @@ class _Run:
     @staticmethod
     def program_arrays(plan: _SubgraphPlan, values: list[Any]) -> list[np.ndarray]:
         """``program`` from input arrays to output arrays (None for an omitted constant)."""
-        arrays = dict(plan.constant_values)
+        arrays = plan.slots.copy()  # operands are written before they are read (validate_model)
         for operand_index, value in zip(plan.subgraph.input_indexes, values, strict=True):
             arrays[operand_index] = value
         read = arrays.__getitem__  # map(read, ...): no comprehension frame per operation
@@ -960,7 +965,7 @@ class _Run:
                 arrays[output_indexes[position]] = result
         outputs = []
         for operand_index in plan.subgraph.output_indexes:
-            value = arrays.get(operand_index)
+            value = arrays[operand_index]
             if value is None and operand_index not in plan.constants:
                 raise OperationFailed(f"subgraph output {operand_index} was never computed")
             outputs.append(value)
