@@ -1380,6 +1380,32 @@ def test_mean_of_a_dequantized_value_sums_the_integers(ort_device, code, keep, a
         np.testing.assert_array_equal(ours[1], theirs[1])
 
 
+@pytest.mark.parametrize("zero_point", [-128, -3, 127])
+def test_int8_output_of_a_quantize_linear_is_quantized_to_int8_directly(ort_device, monkeypatch, zero_point):
+    """An int8 output computed by a QuantizeLinear (a quantized RESIZE_BILINEAR's, behind
+    the Transpose back to NHWC) is that QuantizeLinear to int8 with the zero point - 128,
+    no Cast / Add / Cast after it: the values of the shifted uint8 path exactly (zero
+    points at both ends of int8), and the reference's within a step."""
+    from nnapi.drivers.ort import lowering
+
+    model = nnapi.Model()
+    params = {"scale": 0.5, "zero_point": zero_point}
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 5, 6, 16], **params))
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 10, 12, 16], **params))
+    model.add_operation(Op.RESIZE_BILINEAR, [x, _constant(model, T.INT32, 12), _constant(model, T.INT32, 10)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    nodes = _lowered(model).graph.node
+    assert [node.op_type for node in nodes[-2:]] == ["QuantizeLinear", "Transpose"]
+    image = np.random.default_rng(5).integers(-128, 128, (1, 5, 6, 16)).astype(np.int8)
+    ours, theirs = _on_both(model, [image], [np.zeros((1, 10, 12, 16), np.int8)], ort_device)
+    assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1
+    monkeypatch.setattr(lowering, "_quantize_to_int8", lambda *args: False)
+    assert [node.op_type for node in _lowered(model).graph.node][-3:] == ["Cast", "Add", "Cast"]
+    shifted, _ = _on_both(model, [image], [np.zeros((1, 10, 12, 16), np.int8)], ort_device)
+    np.testing.assert_array_equal(ours[0], shifted[0])
+
+
 @pytest.mark.parametrize("target, dtype", [(T.TENSOR_INT32, np.int32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
                                            (T.TENSOR_FLOAT16, np.float16)])
 def test_cast_of_floats_at_the_edges_equals_the_reference(ort_device, target, dtype):
