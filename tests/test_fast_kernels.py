@@ -1351,6 +1351,8 @@ for code, dtype in ((T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8), (T.TENSOR_QUANT8_AS
          OperandType(code, [1, 100], 1 / 256, -128 if dtype == np.int8 else 0)),
         (Op.DEQUANTIZE, [image((1, 7, 7, 48), zp)], OperandType(T.TENSOR_FLOAT32, [1, 7, 7, 48])),
         (Op.QUANTIZE, [_tensor(T.TENSOR_FLOAT32, rng.standard_normal((1, 48)).astype(np.float32))], out((1, 48))),
+        (Op.AVERAGE_POOL_2D, [image((1, 7, 7, 48), zp), *[_scalar(T.INT32, v) for v in (2, 1, 1, 7, 7, 0)]],
+         OperandType(code, [1, 1, 1, 48], 0.02, zp)),
     ]
     for code_, inputs, output in cases:
         assert _plan(code_, inputs, output) is not None, code_
@@ -1366,7 +1368,8 @@ def test_the_library_loaded_at_start_holds_what_quantized_models_bind():
     convolution models, so that their first preparation loads none: in a fresh process,
     after it, preparing a MobileNet's kinds of operations (padded and 1x1 convolutions, one
     too large for exact float32 sums, depthwise, a classifier as a 1x1 convolution and as
-    FULLY_CONNECTED, ADD, SOFTMAX, DEQUANTIZE, QUANTIZE, float MEAN), int8 with per-channel
+    FULLY_CONNECTED, ADD, SOFTMAX, DEQUANTIZE, QUANTIZE, the global AVERAGE_POOL_2D, float
+    MEAN), int8 with per-channel
     filters and uint8, at other shapes and values than its own, loads no further version
     of any kernel."""
     import subprocess

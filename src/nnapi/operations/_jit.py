@@ -56,8 +56,8 @@ def kernels() -> ModuleType | None:
 
 def load_library() -> None:
     """Load the compiled kernels that quantized convolution models bind (a MobileNet's
-    convolutions, depthwise convolutions, additions, classifier, SOFTMAX, QUANTIZE,
-    DEQUANTIZE and float MEAN; int8 and uint8: 11 versions) by preparing one small
+    convolutions, depthwise convolutions, additions, average pool, classifier, SOFTMAX,
+    QUANTIZE, DEQUANTIZE and float MEAN; int8 and uint8: 12 versions) by preparing one small
     operation of each kind, so that their machine code comes out of numba's cache when
     nnapi-reference starts (the device's library, loaded as a driver service loads its
     libraries) and not in the first ``Compilation.finish`` of a process, where ~1-1.5 ms a
@@ -152,6 +152,8 @@ def _load_quantized(code, zero_point: int) -> None:
     _plan_once(Op.SOFTMAX, [rows(16), _tensor(T.FLOAT32, np.float32(1))],
                output(1, 16, scale=1 / 256, at=-128 if dtype == np.int8 else 0))
     _plan_once(Op.QUANTIZE, [_tensor(T.TENSOR_FLOAT32, np.zeros((1, 8), np.float32))], output(1, 8))
+    # the global average pool before a MobileNet's classifier (VALID, the whole image)
+    _plan_once(Op.AVERAGE_POOL_2D, [image(4, 4, 8), *_scalars(2, 1, 1, 4, 4, 0)], output(1, 1, 1, 8, scale=0.5))
 
 
 def warm_up(run, *args) -> bool:
