@@ -542,11 +542,9 @@ class QuantizedLstm(Operation):
         kept = _wrap16(rounding_divide_by_pot(forget * previous_cell, 15))
         added = _wrap16(rounding_divide_by_pot(input_gate * modulation, 30 + cell_shift))
         cell = _clamp16(kept + added)
-        cell_clip = 0.0 if ctx.is_omitted(CELL_CLIP) else float(ctx.scalar(CELL_CLIP))
-        if cell_clip > 0:
-            limit = int(min(max(np.float32(cell_clip) / np.float32(c.scale), -32768.0), 32767.0))
-            if limit > 0:
-                cell = np.clip(cell, -limit, limit)
+        limit = _clip_limit(ctx, CELL_CLIP, c.scale, 32767)
+        if limit:
+            cell = np.clip(cell, -limit, limit)
         output_gate = logistic16(gate_preactivation("output", cell), 3)
         cell_tanh = tanh16(cell, cell_shift + 15)
         hidden_scale = float(ctx.scalar(HIDDEN_STATE_SCALE))
@@ -570,16 +568,24 @@ class QuantizedLstm(Operation):
             accumulator = _int_matmul(hidden, weights.T) + bias
             multiplier, shift = quantize_multiplier(_f32_ratio(projection.scale, hidden_scale, h.scale))
             output = np.clip(_multiply(accumulator, multiplier, shift) + h.zero_point, -128, 127)
-            projection_clip = 0.0 if ctx.is_omitted(PROJECTION_CLIP) else float(ctx.scalar(PROJECTION_CLIP))
-            if projection_clip > 0:
-                # Android: the threshold is in units of the projection *weights'* scale and
-                # clips symmetrically around 0, not around the output's zero point.
-                limit = int(min(max(np.float32(projection_clip) / np.float32(projection.scale), -128.0), 127.0))
-                if limit > 0:
-                    output = np.clip(output, -limit, limit)
+            # Android: the threshold is in units of the projection *weights'* scale and
+            # clips symmetrically around 0, not around the output's zero point.
+            limit = _clip_limit(ctx, PROJECTION_CLIP, projection.scale, 127)
+            if limit:
+                output = np.clip(output, -limit, limit)
         # Android: all three outputs are written raw, in the input states' quantization.
         output = output.astype(np.int8)
         return [output, cell.astype(np.int16), output.copy()]
+
+
+def _clip_limit(ctx: ExecutionContext, position: int, scale: float, high: int) -> int:
+    """CELL_CLIP / PROJECTION_CLIP at input ``position`` in stored units, as Android computes
+    it (clip / scale in float32, saturated to the stored type's largest value ``high``,
+    truncated); 0 where there is no clipping (omitted, 0, or below one unit)."""
+    clip = 0.0 if ctx.is_omitted(position) else float(ctx.scalar(position))
+    if not clip > 0:
+        return 0
+    return max(0, int(min(max(np.float32(clip) / np.float32(scale), -(high + 1.0)), float(high))))
 
 
 def _clip_in_place(values: np.ndarray, low: int, high: int) -> np.ndarray:
@@ -603,8 +609,7 @@ class _Rescale:
         self.multipliers = np.asarray(multipliers, dtype=np.int64)
         self.shifts = shifts
         self.left = np.maximum(shifts, 0) if np.any(shifts > 0) else None
-        right = np.maximum(-shifts, 0)
-        self.right = right
+        self.right = right = np.maximum(-shifts, 0)
         self.half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
         # which columns round (a shift of 0 adds nothing, not even the negative correction)
         self.rounds = None if np.all(right > 0) else (right > 0)
@@ -612,9 +617,7 @@ class _Rescale:
     def parameters(self, columns: int) -> np.ndarray:
         """int64 [4, columns]: multiplier, left shift, right shift and half of 2^right per
         column (the compiled step's form)."""
-        right = np.maximum(-self.shifts, 0)
-        rows = (self.multipliers, np.maximum(self.shifts, 0), right,
-                np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0))
+        rows = (self.multipliers, np.maximum(self.shifts, 0), self.right, self.half)
         return np.ascontiguousarray(np.stack([np.broadcast_to(row, (columns,)) for row in rows]), dtype=np.int64)
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
@@ -694,10 +697,7 @@ class PreparedQuantizedLstm:
 
         self.input_rescale = per_column(input_scales)
         self.recurrent_rescale = per_column(recurrent_scales)
-        cell_clip = 0.0 if ctx.is_omitted(CELL_CLIP) else float(ctx.scalar(CELL_CLIP))
-        self.cell_limit = 0
-        if cell_clip > 0:
-            self.cell_limit = max(0, int(min(max(np.float32(cell_clip) / np.float32(c.scale), -32768.0), 32767.0)))
+        self.cell_limit = _clip_limit(ctx, CELL_CLIP, c.scale, 32767)
         hidden_scale = float(ctx.scalar(HIDDEN_STATE_SCALE))
         self.hidden_zero = int(ctx.scalar(HIDDEN_STATE_ZERO_POINT))
         self.hidden_rescale = _Rescale(*quantize_multiplier(float(np.float32(2.0**-15 / hidden_scale * 2.0**-15))))
@@ -708,14 +708,9 @@ class PreparedQuantizedLstm:
             bias = self.hidden_zero * weights.sum(axis=1)
             if not ctx.is_omitted(PROJECTION_BIAS):
                 bias = bias + np.asarray(ctx.value(PROJECTION_BIAS), dtype=np.int64)
-            projection_clip = 0.0 if ctx.is_omitted(PROJECTION_CLIP) else float(ctx.scalar(PROJECTION_CLIP))
-            limit = 0
-            if projection_clip > 0:
-                limit = max(0, int(min(max(np.float32(projection_clip) / np.float32(projection.scale), -128.0),
-                                       127.0)))
             self.projection = (weights.T.astype(np.float64), bias,
                                _Rescale(*quantize_multiplier(_f32_ratio(projection.scale, hidden_scale, h.scale))),
-                               h.zero_point, limit)
+                               h.zero_point, _clip_limit(ctx, PROJECTION_CLIP, projection.scale, 127))
         self.logistic = _table16(fixed_logistic, 3)
         self.tanh = _table16(fixed_tanh, 3)
         self.cell_tanh = _table16(fixed_tanh, cell_shift + 15)
