@@ -187,21 +187,7 @@ def test_while_zero_iterations_returns_initial_values():
 
 def test_while_body_output_of_growing_shape():
     """The loop value doubles in length each iteration: shapes are dynamic."""
-    cond = Builder()
-    values, count, limit = cond.operand(f32((0,))), cond.operand(i32()), cond.operand(i32())
-    (less,) = cond.op(Op.LESS, [count, limit], [BOOL])
-    condition = cond.finish([values, count, limit], [less])
-    body = Builder()
-    values, count, limit = body.operand(f32((0,))), body.operand(i32()), body.operand(i32())
-    (doubled,) = body.op(Op.CONCATENATION, [values, values, body.operand(INT, 0)], [f32((0,))])
-    next_count = body.add(count, body.operand(i32(), [1]), i32())
-    body_model = body.finish([values, count, limit], [doubled, next_count])
-    main = Builder()
-    start, limit = main.operand(f32((2,))), main.operand(i32())
-    (grown,) = main.op(Op.WHILE, [main.operand(MODEL, condition), main.operand(MODEL, body_model), start,
-                                  main.operand(i32(), [0]), limit], [f32((0,))])
-    model = main.finish([start, limit], [grown])
-    (result,) = run(model, [np.array([1.5, -2.0], np.float32), np.array([3], np.int32)], [f32((0,))])
+    (result,) = run(_growing_model(), [np.array([1.5, -2.0], np.float32), np.array([3], np.int32)], [f32((0,))])
     assert result.shape == (16,)
     assert result.tolist() == [1.5, -2.0] * 8
 
@@ -461,6 +447,8 @@ def _cases() -> list[tuple[str, nnapi.Model, list[np.ndarray], list[OperandType]
 
 
 def _growing_model() -> nnapi.Model:
+    """A WHILE loop whose float32 value (of unknown length) doubles in length at each of
+    ``limit`` iterations, from ``start``."""
     cond = Builder()
     values, count, limit = cond.operand(f32((0,))), cond.operand(i32()), cond.operand(i32())
     (less,) = cond.op(Op.LESS, [count, limit], [BOOL])

@@ -205,6 +205,20 @@ def test_lowering_agrees_with_litert(name: str) -> None:
     assert_agrees(got, expected, case.tolerance)
 
 
+def _assert_exact_on_every_engine(data: bytes, feeds: dict, expected: dict) -> None:
+    """The model's outputs equal ``expected`` exactly on each nnapi device this machine has
+    (nnapi-ort-cpu needs onnxruntime) and on LiteRT when it is installed."""
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        assert_agrees(session.run(feeds), expected, 0)
+    if Interpreter is not None:
+        assert_agrees(litert_outputs(data, feeds), expected, 0)
+
+
 def test_int32_moves_are_exact_over_the_whole_range() -> None:
     """int32 values beyond float32's 2**24 survive RESHAPE / CONCATENATION / STRIDED_SLICE /
     TRANSPOSE / SQUEEZE, which NNAPI moves as float32 halves."""
@@ -213,15 +227,7 @@ def test_int32_moves_are_exact_over_the_whole_range() -> None:
     data = int32_moves()
     x = np.array([[2**31 - 1, -2**31, 16777217], [-16777219, 65536, -1]], np.int32)
     feeds = {"x": x, "scalar": np.array(-123456789, np.int32)}
-    for device in ("nnapi-reference", "nnapi-ort-cpu"):
-        try:
-            session = nnapi.Session(data, devices=[device])
-        except nnapi.BadDataError as error:
-            assert "no device named" in str(error)
-            continue
-        assert_agrees(session.run(feeds), _int32_moves_reference(feeds), 0)
-    if Interpreter is not None:
-        assert_agrees(litert_outputs(data, feeds), _int32_moves_reference(feeds), 0)
+    _assert_exact_on_every_engine(data, feeds, _int32_moves_reference(feeds))
 
 
 def test_int32_concatenations_are_exact_over_the_whole_range() -> None:
@@ -235,15 +241,7 @@ def test_int32_concatenations_are_exact_over_the_whole_range() -> None:
              "y": rng.integers(-2**31, 2**31, (2, 1)).astype(np.int32), "i": np.array([-123456789], np.int32)}
     operations = [str(op) for op in nnapi.load_tflite(data).lowerings]
     assert not any("16 bits" in text for text in operations), operations
-    for device in ("nnapi-reference", "nnapi-ort-cpu"):
-        try:
-            session = nnapi.Session(data, devices=[device])
-        except nnapi.BadDataError as error:
-            assert "no device named" in str(error)
-            continue
-        assert_agrees(session.run(feeds), _int32_concatenations_reference(feeds), 0)
-    if Interpreter is not None:
-        assert_agrees(litert_outputs(data, feeds), _int32_concatenations_reference(feeds), 0)
+    _assert_exact_on_every_engine(data, feeds, _int32_concatenations_reference(feeds))
 
 
 def test_requantizing_reduce_max_is_refused() -> None:
