@@ -15,7 +15,7 @@ import numpy as np
 
 from nnapi import tracing
 from nnapi._version import __version__
-from nnapi.codes import DEFAULT_LOOP_TIMEOUT_NS, DeviceTypeCode, FeatureLevelCode, OperationCode, ResultCode
+from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperationCode, ResultCode
 from nnapi.drivers import device_memory
 from nnapi.drivers._pages import keep_pages
 from nnapi.errors import NnapiError
@@ -57,7 +57,7 @@ from nnapi.operations.control_flow import (
     WHILE_BODY_MODEL,
     WHILE_CONDITION_MODEL,
     WHILE_FIRST_VALUE,
-    loop_timed_out,
+    run_loop,
     truth,
 )
 
@@ -599,21 +599,11 @@ def _while_kernel(step: _Step, condition: _Callee, body: _Callee, check: bool) -
     """WHILE on bare arrays: While.prepare's loop with the models' programs."""
     count = len(step.outputs)
 
+    def holds(values: list[Any]) -> bool:
+        return _condition(OperationCode.WHILE, condition(values)[0])
+
     def kernel(arrays: list[Any]) -> list:
-        values = arrays[WHILE_FIRST_VALUE:]
-        timeout_ns = _LOOP_TIMEOUT_NS.get()
-        if timeout_ns is None:
-            timeout_ns = DEFAULT_LOOP_TIMEOUT_NS
-        start = time.monotonic_ns()
-        iterations = 0
-        while _condition(OperationCode.WHILE, condition(values)[0]):
-            elapsed = time.monotonic_ns() - start
-            if elapsed > timeout_ns:
-                raise loop_timed_out(iterations, elapsed, timeout_ns)
-            check_deadline()
-            carried = body(values)
-            values = carried + values[len(carried):]
-            iterations += 1
+        values = run_loop(holds, body, arrays[WHILE_FIRST_VALUE:], _LOOP_TIMEOUT_NS.get(), check_deadline)
         results = values[:count]
         return _checked_results(step, results, None) if check else results
 

@@ -13,13 +13,13 @@ and ranks / dimensions wherever both sides specify them. Their outputs may have 
 shapes: both operations run the referenced models in ``prepare``, so the real shapes are
 known before ``execute`` hands over the values. That is the reference path (and a traced
 or timed run's); a driver's prepared plan may run the referenced models' own plans on bare
-arrays instead (nnapi-reference does), with the same ``truth`` and ``loop_timed_out``.
+arrays instead (nnapi-reference does), with the same ``truth`` and loop (``run_loop``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -86,6 +86,26 @@ def loop_timed_out(iterations: int, elapsed_ns: int, timeout_ns: int) -> MissedD
     return MissedDeadlineTransientError(
         f"WHILE: the condition still held after {iterations} iterations and {elapsed_ns / 1e6:.0f} ms "
         f"(loop timeout {timeout_ns / 1e6:.0f} ms)")
+
+
+def run_loop(holds: Callable[[list], bool], body: Callable[[list], Sequence], values: list,
+             timeout_ns: int | None, check_deadline: Callable[[], None]) -> list:
+    """WHILE's loop, for ``While.prepare`` and a driver's plan alike: while ``holds(values)``,
+    the body's m + k results replace the first m + k values; a loop still running after
+    ``timeout_ns`` (None: the default loop timeout) raises ``loop_timed_out``, and the
+    deadline is checked before each iteration. Returns the final values."""
+    timeout_ns = DEFAULT_LOOP_TIMEOUT_NS if timeout_ns is None else timeout_ns
+    start = time.monotonic_ns()
+    iterations = 0
+    while holds(values):
+        elapsed = time.monotonic_ns() - start
+        if elapsed > timeout_ns:
+            raise loop_timed_out(iterations, elapsed, timeout_ns)
+        check_deadline()
+        carried = body(values)
+        values = list(carried) + values[len(carried):]
+        iterations += 1
+    return values
 
 
 @register(OperationCode.IF)
@@ -168,25 +188,16 @@ class While(Operation):
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         condition_model, body_model = ctx.value(WHILE_CONDITION_MODEL), ctx.value(WHILE_BODY_MODEL)
-        values = list(ctx.inputs[WHILE_FIRST_VALUE:])
-        timeout_ns = ctx.loop_timeout_ns if ctx.loop_timeout_ns is not None else DEFAULT_LOOP_TIMEOUT_NS
-        start = time.monotonic_ns()
-        iterations = 0
-        while True:
+
+        def holds(values: list[Tensor]) -> bool:
             verdict = ctx.run_subgraph(condition_model, values)
             try:
-                keep_going = _truth(verdict[0])
+                return _truth(verdict[0])
             except ValueError as error:
                 ctx.fail(f"condition model: {error}")
-            if not keep_going:
-                break
-            elapsed = time.monotonic_ns() - start
-            if elapsed > timeout_ns:
-                raise loop_timed_out(iterations, elapsed, timeout_ns)
-            ctx.check_deadline()
-            carried = ctx.run_subgraph(body_model, values)
-            values = list(carried) + values[len(carried):]
-            iterations += 1
+
+        values = run_loop(holds, lambda values: ctx.run_subgraph(body_model, values),
+                          list(ctx.inputs[WHILE_FIRST_VALUE:]), ctx.loop_timeout_ns, ctx.check_deadline)
         results = values[:len(ctx.outputs)]
         ctx.scratch["results"] = results
         return [tuple(result.shape) for result in results]
