@@ -1409,3 +1409,110 @@ def test_lstm_step_matches_numpy(variant, activation, clip, monkeypatch):
 
 def _scalar_float(value: float) -> Tensor:
     return Tensor(T.FLOAT32, (), 0.0, 0, None, np.array(value, np.float32))
+
+
+# --- numpy's own machine code in compiled loops, the whole LSTM time loop --------------------
+def test_native_loops_reproduce_numpy():
+    """The exp / tanh loops and BLAS products ``_native_loops`` finds compute numpy's values
+    bit for bit, at lengths and offsets other than its own check's (SIMD tails, unaligned
+    starts) and on saturating, tiny and special values."""
+    from nnapi.operations import _native_loops
+
+    found = _native_loops.natives()
+    assert found is not None  # numpy's wheels: the float loops and scipy-openblas64 are there
+    values = np.concatenate([RNG.standard_normal(4099).astype(np.float32) * np.float32(30),
+                             np.array([np.nan, np.inf, -np.inf, 1e-45, -0.0, 88.8, -104.5], np.float32)])
+    for ufunc, function, data in ((np.exp, found.exp, found.exp_data), (np.tanh, found.tanh, found.tanh_data)):
+        for start, count in ((0, values.size), (1, 7), (3, 65), (5, 1000), (11, 1)):
+            part = values[start:start + count].copy()
+            want = ufunc(part)
+            got = _native_loops._run_loop(function, data, part)
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert _native_loops._products_match(found.sgemv, found.sgemm)
+
+
+def _lstm_direction(cifg: bool, units: int, size: int, out: int, clip: float):
+    from nnapi.operations._lstm_cell import ACT_TANH, AUX_NAMES, NORM_NAMES, WEIGHT_NAMES, LstmDirection
+
+    weights: dict = dict.fromkeys((*WEIGHT_NAMES, *NORM_NAMES, *AUX_NAMES))
+    for gate in ("input", "forget", "cell", "output"):
+        if gate == "input" and cifg:
+            continue
+        weights[f"input_to_{gate}"] = (RNG.standard_normal((units, size)) * 0.6).astype(np.float32)
+        weights[f"recurrent_to_{gate}"] = (RNG.standard_normal((units, out)) * 0.6).astype(np.float32)
+        weights[f"{gate}_bias"] = RNG.standard_normal(units).astype(np.float32)
+    return LstmDirection(weights, ACT_TANH, clip, 0.0)
+
+
+@pytest.mark.parametrize("cifg", [False, True])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("clip", [0.0, 0.3])
+@pytest.mark.parametrize("deadline", [False, True])
+def test_lstm_sequence_matches_numpy(cifg, batch, clip, deadline):
+    """The compiled time loop (``lstm_sequence``: numpy's exp, tanh and BLAS called from
+    numba) against the numpy loop and ``run_lstm``, bit for bit: one row (sgemv) and
+    several (sgemm), CIFG, cell clipping, inputs large enough to saturate every gate, and
+    under a deadline (the loop in calls of ``_STEPS_PER_CHECK`` steps)."""
+    from nnapi.operations import _lstm_cell
+    from nnapi.operations.base import deadline_checked
+
+    units, size = 24, 5
+    d = _lstm_direction(cifg, units, size, units, clip)
+    cell = PreparedLstm(d)
+    assert cell.sequence is not None
+    steps = 2 * _lstm_cell._STEPS_PER_CHECK + 3
+    inputs = (RNG.standard_normal((steps, batch, size)) * np.float32(4)).astype(np.float32)
+    inputs[steps // 2] *= np.float32(50)  # gates at 0 and 1, exp overflowing to inf
+    h0 = RNG.uniform(-1, 1, (batch, units)).astype(np.float32)
+    c0 = RNG.uniform(-1, 1, (batch, units)).astype(np.float32)
+    given = h0.copy(), c0.copy()
+    calls = []
+    with deadline_checked((lambda: calls.append(1)) if deadline else None):
+        got = cell(inputs, h0, c0)
+    for before, after in zip(given, (h0, c0), strict=True):  # the states given are not written
+        np.testing.assert_array_equal(before, after)
+    assert (len(calls) == 3) == deadline  # ceil(35 / 16) checks under a deadline
+    want = cell._numpy_loop(*cell._buffers(inputs, h0, c0))
+    reference = _lstm_cell.run_lstm(d, inputs, h0, c0)[:3]
+    for fast, slow, ref in zip(got, want, reference, strict=True):
+        np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+        np.testing.assert_array_equal(fast.view(np.uint32), ref.view(np.uint32))
+    if clip:
+        assert np.abs(got[2]).max() == np.float32(clip)
+
+
+def test_lstm_sequence_deadline_ends_the_loop():
+    """A deadline that passes during the loop raises out of it between two calls."""
+    from nnapi.operations.base import deadline_checked
+
+    cell = PreparedLstm(_lstm_direction(False, 8, 3, 8, 0.0))
+    inputs = RNG.standard_normal((40, 1, 3)).astype(np.float32)
+    calls = []
+
+    def check() -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise TimeoutError("deadline")
+
+    with deadline_checked(check), pytest.raises(TimeoutError):
+        cell(inputs, np.zeros((1, 8), np.float32), np.zeros((1, 8), np.float32))
+    assert len(calls) == 2
+
+
+def test_lstm_sequence_falls_back(monkeypatch):
+    """Without numpy's machine code, or where the compiled loop does not reproduce the
+    numpy loop at preparation, the cell keeps the step-wise path (same values)."""
+    from nnapi.operations import _lstm_cell
+
+    d = _lstm_direction(False, 8, 3, 8, 0.0)
+    inputs = RNG.standard_normal((6, 2, 3)).astype(np.float32)
+    states = np.zeros((2, 8), np.float32), np.zeros((2, 8), np.float32)
+    want = PreparedLstm(d)(inputs, *states)
+    monkeypatch.setattr(_lstm_cell, "natives", lambda: None)
+    assert PreparedLstm(d).sequence is None
+    monkeypatch.undo()
+    monkeypatch.setattr(PreparedLstm, "_reproduces", lambda self, run, batch: False)
+    cell = PreparedLstm(d)
+    assert cell.sequence is None and cell.compiled is not None
+    for fast, slow in zip(cell(inputs, *states), want, strict=True):
+        np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))

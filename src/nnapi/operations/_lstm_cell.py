@@ -19,9 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nnapi import vlog
 from nnapi.operations import _jit
-from nnapi.operations.base import ExecutionContext, check_deadline
+from nnapi.operations._native_loops import natives
+from nnapi.operations.base import ExecutionContext, check_deadline, current_deadline_check
 
+#: time steps of a compiled LSTM loop call between two deadline checks
+_STEPS_PER_CHECK = 16
 #: names of the per-direction weight inputs, in the order the spec lists them
 WEIGHT_NAMES = (
     "input_to_input", "input_to_forget", "input_to_cell", "input_to_output",
@@ -304,6 +308,7 @@ class PreparedLstm:
         self.forget_cols = slice(first["forget"], first["forget"] + u)
         self.output_cols = slice(first["output"], first["output"] + u)
         self.compiled = self._compiled_step(d, first)
+        self.sequence = self._compiled_sequence(d, first)
 
     def _compiled_step(self, d: LstmDirection, first: dict[str, int]):
         """The compiled arithmetic of a time step (``nnapi[fast]``): (z += pre, the gates
@@ -325,6 +330,48 @@ class PreparedLstm:
             return None
         return add_inputs, update
 
+    def _compiled_sequence(self, d: LstmDirection, first: dict[str, int]):
+        """The whole time loop as one compiled call (``_numba_kernels.lstm_sequence``:
+        numpy's own exp, tanh and BLAS product inside, so numpy's values) as a function of
+        (pre, h, c, outputs, z, candidate, cell_out, start, stop), or None: without
+        ``nnapi[fast]`` or numpy's machine code (``_native_loops``), for other activations
+        than tanh, with projection, and for a one-column output state (numpy's product
+        takes no BLAS path then). Kept only if it reproduces the numpy loop bit for bit
+        here, on random values at batch 1 (BLAS sgemv) and 3 (sgemm)."""
+        compiled, addresses = _jit.kernels(), natives()
+        if (compiled is None or addresses is None or d.activation != ACT_TANH or self.projection is not None
+                or d.output_size < 2):
+            return None
+        table, sequence = addresses.as_array(), compiled.lstm_sequence
+        input_gate = -1 if d.use_cifg else first["input"]
+        constants = (first["forget"], input_gate, first["output"], first["cell"], self.units, float(d.cell_clip))
+
+        def run(pre, h, c, outputs, z, candidate, cell_out, start, stop) -> None:
+            sequence(table, pre, self.stacked_recurrent, h, outputs, c, z, candidate, cell_out, start, stop,
+                     *constants)
+
+        try:
+            agree = all(self._reproduces(run, batch) for batch in (1, 3))
+        except Exception as error:  # noqa: BLE001 - any failure of the optional path falls back to numpy
+            vlog.logger("cpuexe").warning("nnapi[fast]: compiled LSTM loop disabled: %s: %s",
+                                          type(error).__name__, error)
+            return None
+        if not agree:
+            vlog.logger("cpuexe").warning("nnapi[fast]: compiled LSTM loop disabled: differs from numpy's")
+            return None
+        return run
+
+    def _reproduces(self, run, batch: int) -> bool:
+        """Whether ``run`` computes the numpy loop's values on a random 3-step sequence."""
+        rng = np.random.default_rng(batch)
+        inputs = rng.uniform(-2, 2, (3, batch, self.stacked_input_t.shape[0])).astype(np.float32)
+        h0 = rng.uniform(-1, 1, (batch, self.d.output_size)).astype(np.float32)
+        c0 = rng.uniform(-1, 1, (batch, self.units)).astype(np.float32)
+        want = self._numpy_loop(*self._buffers(inputs, h0, c0))
+        got = self._sequence_loop(*self._buffers(inputs, h0, c0), run)
+        return all(a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+                   for a, b in zip(want, got, strict=True))
+
     @staticmethod
     def supports(d: LstmDirection) -> bool:
         return d.weights["cell_to_output"] is None and not d.use_layer_norm and not d.has_aux_weights
@@ -333,23 +380,39 @@ class PreparedLstm:
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(outputs [T, B, out], last output state, last cell state) of a time-major
         float32 sequence ``inputs`` [T, B, in]."""
-        d = self.d
+        buffers = self._buffers(inputs, h0, c0)
+        if self.sequence is not None:
+            return self._sequence_loop(*buffers, self.sequence)
+        if self.compiled is not None and self.projection is None:
+            return self._compiled_loop(*buffers)
+        return self._numpy_loop(*buffers)
+
+    def _buffers(self, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray):
+        """(pre, outputs, h, c, z, candidate, cell_out) of a sequence: the input products
+        with the biases, the output sequence, C-ordered copies of the states (c is updated
+        in place) and the step's scratch."""
         pre = input_products(inputs, self.stacked_input_t)
         pre += self.biases
         steps, batch = inputs.shape[0], inputs.shape[1]
-        outputs = np.empty((steps, batch, d.output_size), dtype=np.float32)
-        h, c = h0.astype(np.float32), c0.astype(np.float32)  # copies: c is updated in place
+        outputs = np.empty((steps, batch, self.d.output_size), dtype=np.float32)
+        h = np.array(h0, dtype=np.float32, order="C")
+        c = np.array(c0, dtype=np.float32, order="C")
         z = np.empty((batch, self.stacked_recurrent.shape[1]), dtype=np.float32)
         candidate = np.empty((batch, self.units), dtype=np.float32)
         cell_out = np.empty((batch, self.units), dtype=np.float32)
-        spare = np.empty((batch, self.units), dtype=np.float32) if self.input_cols is None else None
+        return pre, outputs, h, c, z, candidate, cell_out
+
+    def _numpy_loop(self, pre: np.ndarray, outputs: np.ndarray, h: np.ndarray, c: np.ndarray, z: np.ndarray,
+                    candidate: np.ndarray, cell_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The time loop in numpy calls (the reference of the compiled loops)."""
+        d = self.d
+        spare = np.empty_like(candidate) if self.input_cols is None else None
         forget, output_gate, cell_part = z[:, self.forget_cols], z[:, self.output_cols], z[:, self.cell_cols]
         input_gate = spare if self.input_cols is None else z[:, self.input_cols]
         activation, one, clip = d.activation, np.float32(1.0), d.cell_clip
         low, high = np.float32(-clip), np.float32(clip)
         projection = self.projection
-        if self.compiled is not None and projection is None:
-            return self._compiled_loop(pre, outputs, h, c, z, candidate, cell_out, output_gate)
+        steps = pre.shape[0]
         for t in range(steps):
             check_deadline()
             np.matmul(h, self.stacked_recurrent, out=z)
@@ -378,14 +441,25 @@ class PreparedLstm:
             outputs[t] = h = hidden.astype(np.float32, copy=False)
         return outputs, h.copy() if steps else h, c
 
-    def _compiled_loop(self, pre: np.ndarray, outputs: np.ndarray, h: np.ndarray, c: np.ndarray, z: np.ndarray,
-                       candidate: np.ndarray, cell_out: np.ndarray, output_gate: np.ndarray
+    def _sequence_loop(self, pre: np.ndarray, outputs: np.ndarray, h: np.ndarray, c: np.ndarray, z: np.ndarray,
+                       candidate: np.ndarray, cell_out: np.ndarray, run
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The time loop in compiled calls (``_compiled_sequence``): all steps in one, or
+        ``_STEPS_PER_CHECK`` per call between deadline checks when the run has a deadline."""
+        steps = pre.shape[0]
+        chunk = steps if current_deadline_check() is None else _STEPS_PER_CHECK
+        for start in range(0, steps, max(chunk, 1)):
+            check_deadline()
+            run(pre, h, c, outputs, z, candidate, cell_out, start, min(start + chunk, steps))
+        return outputs, outputs[-1].copy() if steps else h, c
+
+    def _compiled_loop(self, pre: np.ndarray, outputs: np.ndarray, h: np.ndarray, c: np.ndarray, z: np.ndarray,
+                       candidate: np.ndarray, cell_out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``__call__``'s time loop without projection, its arithmetic in two compiled calls
         per step around numpy's exponential and activations: the same float32 operations
         in the same order, so the same values."""
         add_inputs, update = self.compiled
-        activation, cell_part = self.d.activation, z[:, self.cell_cols]
+        activation, cell_part, output_gate = self.d.activation, z[:, self.cell_cols], z[:, self.output_cols]
         for t in range(pre.shape[0]):
             check_deadline()
             np.matmul(h, self.stacked_recurrent, out=z)

@@ -39,6 +39,9 @@ doing what numpy needs several passes (and int64 temporaries) for:
 - ``lstm_add`` / ``lstm_gates``: the arithmetic of a prepared LSTM time step between
   numpy's exponentials and activations (which stay numpy's, so the values stay
   ``run_lstm``'s bit for bit): five to eight numpy calls per step in two.
+- ``lstm_sequence``: a prepared LSTM's whole time loop in one call, calling numpy's own
+  float32 exp / tanh loops and its BLAS product (``_native_loops``: their addresses, so
+  the values stay numpy's bit for bit) around the compiled gate arithmetic.
 - ``lookup_pairs``: an element-wise function of two 8-bit tensors of one shape (or one
   broadcast along leading axes: a per-channel constant) through the table of every pair
   of stored values, in one pass (numpy builds the index in three, broadcasting).
@@ -57,6 +60,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils
+from numba.core import types as nbtypes
+from numba.extending import intrinsic
 
 from nnapi.operations._numba_cache import kernel
 
@@ -748,3 +755,132 @@ def lstm_gates(z, c, candidate, forget, input_gate, output, units, clip):
                 elif value > high:
                     value = high
             c[b, j] = value
+
+
+# --- numpy's own machine code, called from compiled loops (``_native_loops``) ----------------
+_BYTES = ir.IntType(8).as_pointer()
+_I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+
+def _address(context, builder, value_type, value):
+    """An integer argument as an i64."""
+    return context.cast(builder, value, value_type, nbtypes.int64)
+
+
+def _element(context, builder, array_type, array, index_type, index):
+    """The address of flat element ``index`` of a C-contiguous array, as ``char *``."""
+    data = context.make_array(array_type)(context, builder, array).data
+    return builder.bitcast(builder.gep(data, [_address(context, builder, index_type, index)]), _BYTES)
+
+
+def _function(builder, address, return_type, argument_types):
+    return builder.inttoptr(address, ir.FunctionType(return_type, argument_types).as_pointer())
+
+
+@intrinsic
+def _unary_loop(typingctx, function, data, source, source_at, target, target_at, count):
+    """Call numpy's unary float32 ufunc loop at address ``function`` (with its ``data``)
+    over ``count`` contiguous elements of ``source`` from flat index ``source_at`` into
+    ``target`` from ``target_at`` (may be the same elements: numpy's in-place call)."""
+    signature = nbtypes.void(function, data, source, source_at, target, target_at, count)
+
+    def codegen(context, builder, sig, args):
+        types = sig.args
+        argv = cgutils.alloca_once(builder, _BYTES, size=2)
+        builder.store(_element(context, builder, types[2], args[2], types[3], args[3]), argv)
+        builder.store(_element(context, builder, types[4], args[4], types[5], args[5]),
+                      builder.gep(argv, [ir.Constant(_I64, 1)]))
+        dimensions = cgutils.alloca_once_value(builder, _address(context, builder, types[6], args[6]))
+        steps = cgutils.alloca_once(builder, _I64, size=2)
+        builder.store(ir.Constant(_I64, 4), steps)
+        builder.store(ir.Constant(_I64, 4), builder.gep(steps, [ir.Constant(_I64, 1)]))
+        loop = _function(builder, _address(context, builder, types[0], args[0]), ir.VoidType(), [_BYTES] * 4)
+        builder.call(loop, [builder.bitcast(argv, _BYTES), builder.bitcast(dimensions, _BYTES),
+                            builder.bitcast(steps, _BYTES),
+                            builder.inttoptr(_address(context, builder, types[1], args[1]), _BYTES)])
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@intrinsic
+def _vector_matrix(typingctx, function, vector, vector_at, matrix, out):
+    """``out[0] = vector[at: at + size] @ matrix`` ([size, columns] C-contiguous) as
+    ``np.matmul`` computes one row times a matrix: BLAS sgemv at address ``function``, row
+    major, transposed, unit increments, alpha 1, beta 0."""
+    signature = nbtypes.void(function, vector, vector_at, matrix, out)
+
+    def codegen(context, builder, sig, args):
+        types = sig.args
+        shape = cgutils.unpack_tuple(builder, context.make_array(types[3])(context, builder, args[3]).shape, 2)
+        size, columns = shape
+        one, zero, unit = ir.Constant(_F32, 1.0), ir.Constant(_F32, 0.0), ir.Constant(_I64, 1)
+        gemv = _function(builder, _address(context, builder, types[0], args[0]), ir.VoidType(),
+                         [_I32, _I32, _I64, _I64, _F32, _BYTES, _I64, _BYTES, _I64, _F32, _BYTES, _I64])
+        builder.call(gemv, [ir.Constant(_I32, 101), ir.Constant(_I32, 112), size, columns, one,
+                            _element(context, builder, types[3], args[3], nbtypes.int64, ir.Constant(_I64, 0)),
+                            columns, _element(context, builder, types[1], args[1], types[2], args[2]), unit, zero,
+                            _element(context, builder, types[4], args[4], nbtypes.int64, ir.Constant(_I64, 0)),
+                            unit])
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@intrinsic
+def _matrix_matrix(typingctx, function, rows, left, left_at, matrix, out):
+    """``out = left[at: at + rows * size] (as [rows, size]) @ matrix`` ([size, columns],
+    C-contiguous) as ``np.matmul`` computes contiguous matrices: BLAS sgemm at address
+    ``function``, row major, no transposes, alpha 1, beta 0."""
+    signature = nbtypes.void(function, rows, left, left_at, matrix, out)
+
+    def codegen(context, builder, sig, args):
+        types = sig.args
+        size, columns = cgutils.unpack_tuple(builder, context.make_array(types[4])(context, builder, args[4]).shape, 2)
+        gemm = _function(builder, _address(context, builder, types[0], args[0]), ir.VoidType(),
+                         [_I32, _I32, _I32, _I64, _I64, _I64, _F32, _BYTES, _I64, _BYTES, _I64, _F32, _BYTES, _I64])
+        builder.call(gemm, [ir.Constant(_I32, 101), ir.Constant(_I32, 111), ir.Constant(_I32, 111),
+                            _address(context, builder, types[1], args[1]), columns, size, ir.Constant(_F32, 1.0),
+                            _element(context, builder, types[2], args[2], types[3], args[3]), size,
+                            _element(context, builder, types[4], args[4], nbtypes.int64, ir.Constant(_I64, 0)),
+                            columns, ir.Constant(_F32, 0.0),
+                            _element(context, builder, types[5], args[5], nbtypes.int64, ir.Constant(_I64, 0)),
+                            columns])
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@_jit
+def lstm_sequence(natives, pre, recurrent, h0, outputs, c, z, candidate, cell_out, start, stop, forget, input_gate,
+                  output, cell, units, clip):
+    """Time steps ``start`` to ``stop`` of ``PreparedLstm``'s loop (tanh activation, no
+    projection) in one call: z = h @ recurrent (numpy's BLAS call; h is ``h0`` at step 0,
+    else the previous step's outputs), z += pre[t], candidate = tanh(cell columns), z =
+    exp(z), the gates and cell update (``lstm_gates``), outputs[t] = o * tanh(c). The
+    exponential and tanh are numpy's own loops (``natives``: ``_native_loops.Natives.
+    as_array``), so every value is the numpy step's bit for bit."""
+    exp, exp_data, tanh, tanh_data, gemv, gemm = natives[0], natives[1], natives[2], natives[3], natives[4], natives[5]
+    batch, columns = z.shape
+    width = h0.shape[0] * h0.shape[1]
+    for t in range(start, stop):
+        if batch == 1:
+            if t == 0:
+                _vector_matrix(gemv, h0, 0, recurrent, z)
+            else:
+                _vector_matrix(gemv, outputs, (t - 1) * width, recurrent, z)
+        elif t == 0:
+            _matrix_matrix(gemm, batch, h0, 0, recurrent, z)
+        else:
+            _matrix_matrix(gemm, batch, outputs, (t - 1) * width, recurrent, z)
+        for b in range(batch):
+            for j in range(columns):
+                z[b, j] = pre[t, b, j] + z[b, j]
+        for b in range(batch):
+            _unary_loop(tanh, tanh_data, z, b * columns + cell, candidate, b * units, units)
+        _unary_loop(exp, exp_data, z, 0, z, 0, batch * columns)
+        lstm_gates(z, c, candidate, forget, input_gate, output, units, clip)
+        _unary_loop(tanh, tanh_data, c, 0, cell_out, 0, batch * units)
+        for b in range(batch):
+            for j in range(units):
+                outputs[t, b, j] = z[b, output + j] * cell_out[b, j]
