@@ -1516,3 +1516,29 @@ def test_lstm_sequence_falls_back(monkeypatch):
     assert cell.sequence is None and cell.compiled is not None
     for fast, slow in zip(cell(inputs, *states), want, strict=True):
         np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (3, 5, 7), (2, 100003), (0, 4)])
+def test_compiled_logistic_matches_numpy(shape):
+    """LOGISTIC prepared with the compiled kernel (numpy's exp loop inside) against the
+    numpy kernel and ``execute``, bit for bit: saturating, tiny, infinite and NaN inputs,
+    and a strided input."""
+    from nnapi.operations.activations import _compiled_logistic, _logistic_in_place
+
+    compiled = _compiled_logistic()
+    assert compiled is not None
+    x = (RNG.standard_normal(shape) * np.float32(30)).astype(np.float32)
+    if x.size:
+        x.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, 1e-45, -0.0, 104.0]
+    for value in (x, x[..., ::2]):
+        want = _logistic_in_place(value)
+        got = compiled(value)
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    kernel = get_operation(Op.LOGISTIC).plan(
+        ExecutionContext(Op.LOGISTIC, [Tensor(T.TENSOR_FLOAT32, shape, 0.0, 0, None, x)],
+                         [OperandType(T.TENSOR_FLOAT32, list(shape))]))
+    reference = get_operation(Op.LOGISTIC).execute(
+        ExecutionContext(Op.LOGISTIC, [Tensor(T.TENSOR_FLOAT32, shape, 0.0, 0, None, x)],
+                         [OperandType(T.TENSOR_FLOAT32, list(shape))]))
+    np.testing.assert_array_equal(kernel([x])[0].view(np.uint32), reference[0].view(np.uint32))

@@ -641,9 +641,20 @@ class PreparedFullyConnected:
         self.zero = None if data.type in FLOAT_TENSORS else self.work(data.zero_point)
         self.epilogue = _Epilogue(ctx, fuse, units, self.work, parts=self.parts is not None)
         self.gemv = compiled_gemv(data, shifted, self.epilogue, math.prod(data.shape) // input_size)
+        # float32 in and out: the product is the output (bias and clamp added in place)
+        self.float32 = data.type == T.TENSOR_FLOAT32 and self.epilogue.dtype == np.float32
 
     def __call__(self, values: list) -> list[np.ndarray]:
         x = values[INPUT].reshape(-1, self.input_size)
+        if self.float32 and x.flags.c_contiguous:
+            # what the general path computes (its astype is a copy of the same C-ordered
+            # values, its finish adds the bias row by row and copies into ``out``), in
+            # three numpy calls: a loop body's matrix-vector products are mostly overhead
+            acc = np.matmul(x, self.weights)
+            acc += self.epilogue.bias
+            if self.epilogue.clip is not None:
+                np.clip(acc, *self.epilogue.clip, out=acc)
+            return [acc]
         out = np.empty((x.shape[0], self.units), dtype=self.epilogue.dtype)
         if self.gemv is not None and x.shape[0] <= _GEMV_ROWS:
             if x.shape[0]:

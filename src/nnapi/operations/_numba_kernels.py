@@ -42,6 +42,8 @@ doing what numpy needs several passes (and int64 temporaries) for:
 - ``lstm_sequence``: a prepared LSTM's whole time loop in one call, calling numpy's own
   float32 exp / tanh loops and its BLAS product (``_native_loops``: their addresses, so
   the values stay numpy's bit for bit) around the compiled gate arithmetic.
+- ``logistic``: the float32 LOGISTIC in one call around numpy's own exp loop (numpy's
+  four calls: negation, exp, addition, division).
 - ``lookup_pairs``: an element-wise function of two 8-bit tensors of one shape (or one
   broadcast along leading axes: a per-channel constant) through the table of every pair
   of stored values, in one pass (numpy builds the index in three, broadcasting).
@@ -71,6 +73,9 @@ _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 
 _jit = kernel(nogil=True, fastmath=False, boundscheck=False)
+# IEEE division (x / 0 is inf or NaN, as numpy's): no zero test per element, so loops of
+# divisions vectorize
+_jit_ieee = kernel(nogil=True, fastmath=False, boundscheck=False, error_model="numpy")
 # helpers inlined into their callers (no per-call reference counting of array arguments)
 _inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 
@@ -728,7 +733,7 @@ def lstm_add(z, pre):
             z[b, j] = pre[b, j] + z[b, j]
 
 
-@_jit
+@_jit_ieee
 def lstm_gates(z, c, candidate, forget, input_gate, output, units, clip):
     """One LSTM step after ``z`` holds exp(-pre-activation) in the gates' columns (from
     ``forget``, ``input_gate`` (-1: CIFG, i = 1 - f) and ``output``, ``units`` each) and
@@ -884,3 +889,17 @@ def lstm_sequence(natives, pre, recurrent, h0, outputs, c, z, candidate, cell_ou
         for b in range(batch):
             for j in range(units):
                 outputs[t, b, j] = z[b, output + j] * cell_out[b, j]
+
+
+@_jit_ieee
+def logistic(x, out, natives):
+    """The float32 LOGISTIC 1 / (1 + exp(-x)) of a flat array into ``out`` in one call:
+    the negation, numpy's own exp loop (``natives``, as in ``lstm_sequence``) in place,
+    then 1 / (1 + e): ``activations._logistic_in_place``'s operations, so its values."""
+    count = x.shape[0]
+    for i in range(count):
+        out[i] = -x[i]
+    _unary_loop(natives[0], natives[1], out, 0, out, 0, count)
+    one = np.float32(1.0)
+    for i in range(count):
+        out[i] = one / (one + out[i])

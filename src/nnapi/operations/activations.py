@@ -37,6 +37,7 @@ from nnapi.operations._elementwise import (
     select_by_bits,
     tile_trailing,
 )
+from nnapi.operations._native_loops import natives
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
 from nnapi.operations.common import (
     SCALAR_FOR_TENSOR,
@@ -108,6 +109,24 @@ def _logistic_in_place(x: np.ndarray) -> np.ndarray:
     np.exp(result, out=result)
     np.add(result, np.float32(1), out=result)
     return np.divide(np.float32(1), result, out=result)
+
+
+def _compiled_logistic():
+    """The compiled float32 LOGISTIC (nnapi[fast]: ``_numba_kernels.logistic``, numpy's own
+    exp inside, so ``_logistic_in_place``'s values) as a function of an array, or None."""
+    compiled, addresses = _jit.kernels(), natives()
+    if compiled is None or addresses is None:
+        return None
+    table, logistic = addresses.as_array(), compiled.logistic
+
+    def run(x: np.ndarray) -> np.ndarray:
+        x = _jit.kernel_input(x)
+        out = np.empty_like(x)
+        logistic(x.reshape(-1), out.reshape(-1), table)
+        return out
+
+    probe = np.zeros(0, np.float32)
+    return run if _jit.warm_up(logistic, probe, probe.copy(), table) else None
 
 
 def _compiled_hard_swish():
@@ -204,7 +223,7 @@ class Activation(Operation):
         if self.code not in _RELU_FUSE:
             function = _SMOOTH_FUNCTIONS[self.code]
             if self.code == Op.LOGISTIC:
-                function = _logistic_in_place
+                function = _compiled_logistic() or _logistic_in_place
             elif self.code == Op.HARD_SWISH:
                 function = _compiled_hard_swish() or function
             return lambda inputs: [function(inputs[INPUT])]

@@ -62,9 +62,10 @@ class Gather(Operation):
 
         def run(values: list) -> list[np.ndarray]:
             indices = values[INDICES]
-            if not _in_range(indices, size):
+            # one index (a loop body's time step): its value read directly, not two reductions
+            if not (0 <= indices.item() < size if indices.size == 1 else _in_range(indices, size)):
                 raise OperationFailed(message)
-            return [np.take(values[INPUT], indices, axis=axis)]
+            return [values[INPUT].take(indices, axis=axis)]  # np.take without its Python wrapper
         return run
 
 
