@@ -26,9 +26,11 @@ from nnapi.conformance import (  # noqa: E402
     is_supported,
     load_records,
     run_record,
+    within_tolerance,
 )
 from nnapi.drivers.ort import calibration, devices  # noqa: E402
 from nnapi.drivers.ort import device as ort_device_module  # noqa: E402
+from nnapi.drivers.ort.composites import find_composites  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice, OrtPreparedModel  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
@@ -1879,3 +1881,42 @@ def test_unrolled_steps_split_into_gates_are_cut_by_gate_then_by_step(ort_device
     ours, theirs = _compare_with_reference(model, [value], [1, units], ort_device)
     assert np.abs(theirs).max() > 0.05
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case, operator", [("gelu", "Gelu"), ("gelu_approximate", "FastGelu")])
+def test_gelu_composite_is_one_ort_operator_with_the_reference_values(ort_device, case, operator):
+    """The importer's GELU (erf form: 21 NNAPI operations around A&S's erfc; tanh form: 8)
+    lowers to ORT's one com.microsoft operator; over [-12, 12] and out to +-1e4 its values
+    are the reference's within the CTS float32 tolerance, and within 5e-7 everywhere."""
+    from nnapi.runtime.model_builder import build_hal_model
+    from tflite_cases import CASES
+
+    model = nnapi.load_tflite(CASES[case].build()).model
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert kinds.count(operator) == 1 and not {"Exp", "Tanh", "Abs", "Div"} & set(kinds)
+    # the tflite case scales x by 6 first: [2, 4, 8] inputs of x / 6 cover the range
+    values = np.concatenate([np.linspace(-12, 12, 58), [-1e4, -50, 50, 1e4, 0.0, -0.0]]).astype(np.float32) / 6
+    ours, theirs = _on_both(model, [values.reshape(2, 4, 8)], [np.zeros((2, 4, 8), np.float32)], ort_device)
+    assert within_tolerance(T.TENSOR_FLOAT32, theirs[0], ours[0]).all()
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=5e-7)
+    hal = build_hal_model(model)[0]
+    assert len(find_composites(hal, hal.main).roots) == 1
+
+
+def test_gelu_composite_whose_inner_value_is_read_elsewhere_stays_element_wise():
+    """An intermediate of the composite that is also a model output (or read by another
+    operation) keeps the composite's own operations."""
+    import dataclasses
+
+    from nnapi.runtime.model_builder import build_hal_model
+    from tflite_cases import CASES
+
+    hal = build_hal_model(nnapi.load_tflite(CASES["gelu"].build()).model)[0]
+    exp = next(op for op in hal.main.operations if op.type == Op.EXP)
+    widened = dataclasses.replace(hal, main=dataclasses.replace(
+        hal.main, output_indexes=[*hal.main.output_indexes, exp.outputs[0]]))
+    assert not find_composites(widened, widened.main).roots
+    from nnapi.drivers.ort.lowering import lower_model
+
+    kinds = [node.op_type for node in lower_model(widened)[0].graph.node]
+    assert "Gelu" not in kinds and "Exp" in kinds

@@ -28,6 +28,7 @@ from nnapi.errors import BadDataError, NnapiError
 from nnapi.importers import ImportedModel, Lowering, SourceOp, StateSpec, TensorSpec, read_source
 from nnapi.model import Model
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
+from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC
 from nnapi.operations.quant_math import dequantize
 
 try:  # the optional extra nnapi[tflite]
@@ -1018,10 +1019,6 @@ _RELU_FUSE = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}
 #: the unary operations of _SIMPLE that NNAPI defines on float tensors only
 _FLOAT_ONLY = (Op.RSQRT, Op.SQRT, Op.EXP, Op.LOG, Op.SIN, Op.POW)
 
-#: Abramowitz & Stegun 7.1.26: erfc(z) ~ (a1 t + ... + a5 t^5) exp(-z^2), t = 1 / (1 + p z),
-#: z >= 0, absolute error <= 1.5e-7 (float32's own rounding of values near 1 is 6e-8)
-_ERFC_P = 0.3275911
-_ERFC_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
 @_converter("GELU")
@@ -1057,13 +1054,13 @@ def _gelu_float(c: _Converter, x: int, out: int, approximate: bool) -> None:
 
     if approximate:
         cube = op2(Op.MUL, op2(Op.MUL, x, x), x)
-        inner = op2(Op.MUL, op2(Op.ADD, op2(Op.MUL, cube, k(0.044715)), x), k(float(np.sqrt(2 / np.pi))))
+        inner = op2(Op.MUL, op2(Op.ADD, op2(Op.MUL, cube, k(GELU_TANH_CUBIC)), x), k(float(np.sqrt(2 / np.pi))))
         op2(Op.MUL, op2(Op.MUL, x, k(0.5)), op2(Op.ADD, op1(Op.TANH, inner), k(1.0)), out)
         return
     magnitude = op1(Op.ABS, x)
-    t = op2(Op.DIV, k(1.0), op2(Op.ADD, op2(Op.MUL, magnitude, k(_ERFC_P / np.sqrt(2))), k(1.0)))
-    poly = op2(Op.MUL, t, k(_ERFC_A[4]))
-    for coefficient in reversed(_ERFC_A[:4]):
+    t = op2(Op.DIV, k(1.0), op2(Op.ADD, op2(Op.MUL, magnitude, k(ERFC_P / np.sqrt(2))), k(1.0)))
+    poly = op2(Op.MUL, t, k(ERFC_A[4]))
+    for coefficient in reversed(ERFC_A[:4]):
         poly = op2(Op.MUL, op2(Op.ADD, poly, k(coefficient)), t)
     erfc = op2(Op.MUL, poly, op1(Op.EXP, op2(Op.MUL, op2(Op.MUL, x, x), k(-0.5))))
     op2(Op.SUB, op1(Op.RELU, x), op2(Op.MUL, op2(Op.MUL, magnitude, erfc), k(0.5)), out)

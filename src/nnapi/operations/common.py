@@ -221,3 +221,14 @@ def nhwc_shape(shape: Sequence[int], nchw: bool) -> tuple[int, ...]:
 
 def layout_shape(nhwc: Sequence[int], nchw: bool) -> tuple[int, ...]:
     return (nhwc[0], nhwc[3], nhwc[1], nhwc[2]) if nchw else tuple(nhwc)
+
+
+# --- GELU as element-wise operations ----------------------------------------------------
+#: Abramowitz & Stegun 7.1.26: erfc(z) ~ (a1 t + ... + a5 t^5) exp(-z^2), t = 1 / (1 + p z),
+#: z >= 0, absolute error <= 1.5e-7 (float32's own rounding of values near 1 is 6e-8). The
+#: TFLite importer writes GELU's erf form with it (NNAPI has no ERF); nnapi-ort-cpu knows
+#: the same composite by these constants (drivers/ort/composites.py).
+ERFC_P = 0.3275911
+ERFC_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+#: GELU's tanh form: x / 2 * (1 + tanh(sqrt(2 / pi) (x + GELU_TANH_CUBIC x^3)))
+GELU_TANH_CUBIC = 0.044715

@@ -32,6 +32,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
+from nnapi.drivers.ort.composites import find_composites
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.twins import merge_twin_branches
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
@@ -2624,8 +2625,15 @@ def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
     for index in subgraph.input_indexes:
         g.value(index)
     input_names = [i.name for i in g.inputs]
+    composites = find_composites(model, subgraph)
     for operation in subgraph.operations:
-        lower_operation(g, operation)
+        if id(operation) in composites.inner:
+            continue  # computed by its composite's one operator, at the composite's last operation
+        fused = composites.roots.get(id(operation))
+        if fused is not None:
+            g.set_output(operation.outputs[0], g.one(fused[0], [g.value(fused[1]).name], domain=MS_DOMAIN))
+        else:
+            lower_operation(g, operation)
     outputs, output_names = [], []
     for position, index in enumerate(subgraph.output_indexes):
         operand = subgraph.operands[index]
