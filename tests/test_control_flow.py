@@ -494,6 +494,33 @@ def test_loops_run_as_programs_and_agree_with_the_step_by_step_run(case):
         np.testing.assert_array_equal(fast[0], expected)
 
 
+def test_loop_body_slices_of_computed_bounds_run_their_dynamic_kernels():
+    """The row writer's SLICEs (bounds computed from the loop index) and CONCATENATION
+    (of their run-time shapes) run ``plan_dynamic`` kernels, not ``prepare`` + ``execute``
+    per call; a bound out of range fails the execution with the message ``prepare`` gives,
+    in the program and in a traced (step by step) run alike, and so does a concatenation of
+    inputs that disagree off the axis (the growing loop's values with another length)."""
+    from nnapi import tracing
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.runtime.model_builder import build_hal_model
+
+    prepared = ReferenceDevice().prepare_model(build_hal_model(row_writer_model())[0])
+    body = next(plan for plan in prepared._plans[1:] if any(step.code == Op.SLICE for step in plan.steps))
+    body = body.for_inputs(((((4, 3)), False), ((1,), False), ((1,), False), ((1, 3), False)))
+    kinds = {step.code: step.kernel.__qualname__ for step in body.steps if step.code in (Op.SLICE, Op.CONCATENATION)}
+    assert kinds == {Op.SLICE: "_dynamic_kernel.<locals>.kernel", Op.CONCATENATION: "_dynamic_kernel.<locals>.kernel"}
+    x = np.array([[1.0, 2.0, 3.0]], np.float32)
+    for traced in (False, True):
+        if traced:
+            tracing.start()
+        try:
+            with pytest.raises(nnapi.OpFailedError, match=r"SLICE: begin \[5, 0\] is out of range"):
+                run(row_writer_model(), [np.array([5], np.int32), x], [f32((4, 3))])
+        finally:
+            if traced:
+                tracing.stop()
+
+
 def test_reusable_execution_runs_the_loop_program_under_its_loop_timeout():
     """A reusable execution computes a loop program again and again, each time under the
     execution's own loop timeout (an endless loop fails every time, promptly)."""

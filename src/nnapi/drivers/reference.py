@@ -43,6 +43,7 @@ from nnapi.operand import TENSOR_TYPES, constant_value, dtype_of
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, _jit, get_operation
 from nnapi.operations.base import (
     MAX_OPERAND_BYTES,
+    Operation,
     Shape,
     SubgraphSignature,
     check_deadline,
@@ -507,6 +508,27 @@ def _inferring_kernel(step: _Step, plan: _SubgraphPlan) -> Callable[[list[Any]],
     return kernel
 
 
+def _dynamic_kernel(step: _Step, implementation: Operation, run: Callable[[list[Any]], list],
+                    inferring: Callable[[list[Any]], list]) -> Callable[[list[Any]], list]:
+    """The kernel of an operation whose output shapes are known only at execution and that
+    has a ``plan_dynamic`` kernel (``run``): that kernel, its results checked as the
+    inferring kernel checks them. Values the registration flags refuse (an omitted or
+    zero-sized input), and any failure of ``run``, go to ``inferring`` (``prepare`` and
+    ``execute`` on the same values), which reports them as it always did."""
+    refuses_empty = not implementation.zero_sized_inputs
+
+    def kernel(values: list[Any]) -> list:
+        if any(value is None or (refuses_empty and not value.size) for value in values):
+            return inferring(values)
+        try:
+            results = run(values)
+        except Exception:  # noqa: BLE001 - the general path says what went wrong
+            return inferring(values)
+        return _checked_results(step, results, None)
+
+    return kernel
+
+
 class _Callee:
     """A referenced model run by an IF / WHILE kernel on bare arrays: the program of its
     plan for the arrays' shapes (remembered for the next call: a loop's values keep their
@@ -790,6 +812,16 @@ class _SubgraphPlan:
                         known[index] = _tensor(operands[index], shape, _UNKNOWN)
                 if step.kernel is None and implementation is not None and step.code not in _CONTROL_FLOW:
                     step.kernel = _inferring_kernel(step, self)
+                    context = ExecutionContext(
+                        step.code, [known[i] if i in known else _tensor(operands[i], tuple(operands[i].dimensions),
+                                                                        _UNKNOWN) for i in step.inputs],
+                        step.declared, self.relaxed)
+                    try:
+                        dynamic = implementation.plan_dynamic(context)
+                    except Exception:  # noqa: BLE001 - reads a runtime value, or fails: infer per call
+                        dynamic = None
+                    if dynamic is not None:
+                        step.kernel = _dynamic_kernel(step, implementation, dynamic, step.kernel)
         self.steps = [step for step in self.steps if not step.folded]
         self.known_shapes = {index: tensor.shape for index, tensor in known.items()}
         for step in self.steps:

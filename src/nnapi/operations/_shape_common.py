@@ -8,7 +8,7 @@ as an operation module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -65,16 +65,22 @@ def check_known_rank_at_least(ctx: ValidationContext, index: int, minimum: int) 
 
 def int_values(ctx: ExecutionContext, index: int, what: str, length: int | None = None) -> np.ndarray:
     """The values of 1-D TENSOR_INT32 input ``index`` as int64 (exact arithmetic)."""
-    tensor = ctx.input(index)
+    return vector_values(ctx.value(index), index, what, length, ctx.fail)
+
+
+def vector_values(value, index: int, what: str, length: int | None, fail: Callable[[str], None]) -> np.ndarray:
+    """``int_values`` of a bare value (a kernel of run-time shapes checks its inputs so):
+    ``fail`` is called with the message of what is wrong."""
     # the messages are formatted only on failure: a loop body's SLICE reads its bounds here
     # at every iteration
-    if tensor.value is None:
-        ctx.fail(f"input {index} ({what}) has no value")
-    if tensor.rank != 1:
-        ctx.fail(f"input {index} ({what}) must be 1-D, got shape {list(tensor.shape)}")
-    if length is not None and tensor.shape[0] != length:
-        ctx.fail(f"input {index} ({what}) must have {length} elements, got {tensor.shape[0]}")
-    return np.asarray(tensor.value, dtype=np.int64)
+    if value is None:
+        fail(f"input {index} ({what}) has no value")
+    shape = value.shape if type(value) is np.ndarray else np.shape(value)  # np.shape's dispatch: ~1 us
+    if len(shape) != 1:
+        fail(f"input {index} ({what}) must be 1-D, got shape {list(shape)}")
+    if length is not None and shape[0] != length:
+        fail(f"input {index} ({what}) must have {length} elements, got {shape[0]}")
+    return np.asarray(value, dtype=np.int64)
 
 
 def paddings_values(ctx: ExecutionContext, index: int, rows: int) -> np.ndarray:

@@ -451,6 +451,20 @@ class Operation:
         """
         return None
 
+    def plan_dynamic(self, ctx: ExecutionContext) -> Callable[[list[Any]], list[np.ndarray]] | None:
+        """Optional: a kernel for this operation where its output shapes are known only at
+        execution (a loop body's SLICE at the loop's index), so that ``prepare`` and
+        ``execute`` need not run per call.
+
+        ``ctx`` holds the constant inputs' values and the other inputs' types, with their
+        shapes where the preparation knows them (else as declared) and no readable value.
+        The returned callable maps the input values to the output arrays as ``prepare``
+        then ``execute`` would; where ``prepare`` would fail it must raise (any exception:
+        the driver then runs ``prepare`` and ``execute`` on the same values, which report
+        the failure as they always do). None: ``prepare`` and ``execute`` per call.
+        """
+        return None
+
 
 _REGISTRY: dict[OperationCode, Operation] = {}
 

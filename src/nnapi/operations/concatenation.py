@@ -8,6 +8,8 @@ scale and zero point: every input is requantized into the output's before joinin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
@@ -73,21 +75,7 @@ class Concatenation(Operation):
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         count = len(ctx.inputs) - 1
-        first = ctx.input(FIRST_INPUT).shape
-        rank = len(first)
-        axis = int(ctx.scalar(count))
-        if not 0 <= axis < rank:
-            ctx.fail(f"axis {axis} is out of range for rank {rank}")
-        total = 0
-        # the messages are formatted only on failure (a loop body joins at every iteration)
-        for index in range(count):
-            shape = ctx.input(index).shape
-            if len(shape) != rank or any(a != b for d, (a, b) in enumerate(zip(shape, first, strict=True))
-                                         if d != axis):
-                ctx.fail(f"input {index} of shape {list(shape)} does not match input 0 {list(first)} "
-                         f"off axis {axis}")
-            total += shape[axis]
-        return [first[:axis] + (total,) + first[axis + 1:]]
+        return [joined_shape([ctx.input(index).shape for index in range(count)], int(ctx.scalar(count)), ctx.fail)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         count = len(ctx.inputs) - 1
@@ -113,3 +101,34 @@ class Concatenation(Operation):
             return None
         axis = int(ctx.scalar(count))
         return lambda values: [np.concatenate(values[:count], axis=axis)]
+
+    def plan_dynamic(self, ctx: ExecutionContext):
+        """Inputs whose shapes are known only at run time (pieces of a loop body's buffer
+        sliced at its index), with a constant axis and ``plan``'s types: their shapes
+        checked as ``prepare`` checks them, then one concatenate."""
+        count = len(ctx.inputs) - 1
+        joined, axis, fail = self.plan(ctx), int(ctx.scalar(count)), ctx.fail
+        if joined is None:
+            return None
+
+        def run(values: list) -> list[np.ndarray]:
+            joined_shape([value.shape for value in values[:count]], axis, fail)
+            return joined(values)
+
+        return run
+
+
+def joined_shape(shapes: list[tuple[int, ...]], axis: int, fail: Callable[[str], None]) -> tuple[int, ...]:
+    """The shape of inputs of ``shapes`` joined along ``axis``; ``fail`` is called with what
+    is wrong when the axis is out of range or the inputs disagree off the axis."""
+    first = shapes[0]
+    rank = len(first)
+    if not 0 <= axis < rank:
+        fail(f"axis {axis} is out of range for rank {rank}")
+    total = 0
+    # the messages are formatted only on failure (a loop body joins at every iteration)
+    for index, shape in enumerate(shapes):
+        if len(shape) != rank or any(a != b for d, (a, b) in enumerate(zip(shape, first, strict=True)) if d != axis):
+            fail(f"input {index} of shape {list(shape)} does not match input 0 {list(first)} off axis {axis}")
+        total += shape[axis]
+    return first[:axis] + (total,) + first[axis + 1:]

@@ -9,6 +9,8 @@ Out-of-range begin / end values are clamped as Android (and TFLite) clamp them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
@@ -19,6 +21,7 @@ from nnapi.operations._shape_common import (
     check_output_like_input,
     check_vector_input,
     int_values,
+    vector_values,
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
@@ -57,21 +60,7 @@ class Slice(Operation):
         check_output_like_input(ctx)
 
     def _bounds(self, ctx: ExecutionContext) -> tuple[list[int], list[int]]:
-        """begin and size (-1 resolved), checked against the input's shape; in Python
-        ints: a loop body slicing at its index runs this at every iteration, where numpy's
-        calls on a few values cost ten times more."""
-        shape = ctx.input(INPUT).shape
-        rank = len(shape)
-        ctx.require(rank >= 1, "input 0 must have rank at least 1")
-        begin = int_values(ctx, BEGIN, "begin", length=rank).tolist()
-        size = int_values(ctx, SLICE_SIZE, "size", length=rank).tolist()
-        size = [dim - b if s == -1 else s for b, s, dim in zip(begin, size, shape, strict=True)]
-        # the messages are formatted only on failure
-        if not all(0 <= b <= dim for b, dim in zip(begin, shape, strict=True)):
-            ctx.fail(f"begin {begin} is out of range")
-        if not all(s >= 0 and b + s <= dim for b, s, dim in zip(begin, size, shape, strict=True)):
-            ctx.fail(f"slice begin {begin} size {size} exceeds shape {list(shape)}")
-        return begin, size
+        return slice_bounds(ctx.input(INPUT).shape, ctx.value(BEGIN), ctx.value(SLICE_SIZE), ctx.fail)
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         _, size = self._bounds(ctx)
@@ -87,6 +76,37 @@ class Slice(Operation):
         begin, size = self._bounds(ctx)
         window = tuple([slice(b, b + s) for b, s in zip(begin, size, strict=True)])
         return lambda values: [np.ascontiguousarray(values[INPUT][window])]
+
+    def plan_dynamic(self, ctx: ExecutionContext):
+        """Begin or size computed at run time (a loop body's slice at its index): the
+        window found per call from the bare values, with ``prepare``'s checks."""
+        fail = ctx.fail
+
+        def run(values: list) -> list[np.ndarray]:
+            data = values[INPUT]
+            begin, size = slice_bounds(data.shape, values[BEGIN], values[SLICE_SIZE], fail)
+            return [np.ascontiguousarray(data[tuple([slice(b, b + s) for b, s in zip(begin, size, strict=True)])])]
+
+        return run
+
+
+def slice_bounds(shape: tuple[int, ...], begin_value, size_value, fail: Callable[[str], None]
+                 ) -> tuple[list[int], list[int]]:
+    """SLICE's begin and size (-1 resolved), checked against the input's ``shape`` (``fail``
+    called with what is wrong); in Python ints: a loop body slicing at its index runs this
+    at every iteration, where numpy's calls on a few values cost ten times more."""
+    rank = len(shape)
+    if rank < 1:
+        fail("input 0 must have rank at least 1")
+    begin = vector_values(begin_value, BEGIN, "begin", rank, fail).tolist()
+    size = vector_values(size_value, SLICE_SIZE, "size", rank, fail).tolist()
+    size = [dim - b if s == -1 else s for b, s, dim in zip(begin, size, shape, strict=True)]
+    # the messages are formatted only on failure
+    if not all(0 <= b <= dim for b, dim in zip(begin, shape, strict=True)):
+        fail(f"begin {begin} is out of range")
+    if not all(s >= 0 and b + s <= dim for b, s, dim in zip(begin, size, shape, strict=True)):
+        fail(f"slice begin {begin} size {size} exceeds shape {list(shape)}")
+    return begin, size
 
 
 def _clamp(index: int, dim: int, positive: bool) -> int:
