@@ -94,3 +94,35 @@ def qlstm_step(input_products, recurrent_products, input_bias, recurrent_bias, i
                               hidden_scale[3]) - hidden_zero
             hidden_out[b, u] = min(max(hidden, -128), 127)
             cell_out[b, u] = new
+
+
+@_inline
+def _exact_products(rows, weights, out):
+    """out = rows . weights for stored integer ``rows`` [batch, size] and integer-valued
+    float64 ``weights`` [size, columns]: every product and partial sum is an integer below
+    2^53, so exact in any order, the same values as numpy's float64 BLAS product."""
+    batch, size = rows.shape
+    columns = weights.shape[1]
+    for b in range(batch):
+        for j in range(columns):
+            out[b, j] = 0.0
+        for k in range(size):
+            value = np.float64(rows[b, k])
+            if value != 0.0:
+                for j in range(columns):
+                    out[b, j] += value * weights[k, j]
+
+
+@_jit
+def qlstm_step_with_products(x, h, input_weights, recurrent_weights, input_products, recurrent_products, input_bias,
+                             recurrent_bias, input_scales, recurrent_scales, offsets, previous_cell, logistic, tanh,
+                             cell_tanh, cell_shift, cell_limit, hidden_scale, hidden_zero, gates, cell_out,
+                             hidden_out):
+    """``qlstm_step`` with its two products done here (``_exact_products`` of the stored
+    input ``x`` and previous output ``h``, into the float64 scratch ``input_products`` /
+    ``recurrent_products``): a whole time step in one call."""
+    _exact_products(x, input_weights, input_products)
+    _exact_products(h, recurrent_weights, recurrent_products)
+    qlstm_step(input_products, recurrent_products, input_bias, recurrent_bias, input_scales, recurrent_scales,
+               offsets, previous_cell, logistic, tanh, cell_tanh, cell_shift, cell_limit, hidden_scale, hidden_zero,
+               gates, cell_out, hidden_out)

@@ -717,15 +717,17 @@ class PreparedQuantizedLstm:
         self.compiled = None if peephole or layer_norm else self._compiled_step(units)
 
     def _compiled_step(self, units: int):
-        """The compiled step after the products (``_numba_qlstm.qlstm_step``, nnapi[fast])
-        with its constant arguments, or None (the numpy step)."""
+        """The compiled step (``_numba_qlstm.qlstm_step_with_products``, nnapi[fast]: the
+        products and everything after them in one call) with its constant arguments, or
+        None (the numpy step)."""
         if _jit.kernels() is None:
             return None
-        from nnapi.operations._numba_qlstm import qlstm_step
+        from nnapi.operations._numba_qlstm import qlstm_step_with_products
 
         columns = len(self.gates) * units
         offsets = np.array([self.slices[g].start if g in self.slices else -1
                             for g in ("forget", "cell", "input", "output")], dtype=np.int64)
+        weights = (np.ascontiguousarray(self.input_weights), np.ascontiguousarray(self.recurrent_weights))
         constants = (np.ascontiguousarray(self.input_bias, dtype=np.int64),
                      np.ascontiguousarray(self.recurrent_bias, dtype=np.int64),
                      self.input_rescale.parameters(columns), self.recurrent_rescale.parameters(columns), offsets)
@@ -733,14 +735,16 @@ class PreparedQuantizedLstm:
         hidden = (int(self.cell_shift), int(self.cell_limit), self.hidden_rescale.parameters(1)[:, 0].copy(),
                   int(self.hidden_zero))
 
-        def step(input_products: np.ndarray, recurrent_products: np.ndarray, previous_cell: np.ndarray,
-                 gates: np.ndarray, cell: np.ndarray, hidden_values: np.ndarray) -> None:
-            qlstm_step(input_products, recurrent_products, *constants, previous_cell, *tables, *hidden, gates, cell,
-                       hidden_values)
+        def step(x: np.ndarray, h: np.ndarray, previous_cell: np.ndarray, cell: np.ndarray,
+                 hidden_values: np.ndarray) -> None:
+            batch = x.shape[0]
+            qlstm_step_with_products(x, h, *weights, np.empty((batch, columns)), np.empty((batch, columns)),
+                                     *constants, previous_cell, *tables, *hidden,
+                                     np.empty((batch, columns), np.int64), cell, hidden_values)
 
-        products = np.zeros((0, columns), np.float64)
-        if not _jit.warm_up(step, products, products, np.zeros((0, units), np.int16), np.zeros((0, columns), np.int64),
-                            np.zeros((0, units), np.int16), np.zeros((0, units), np.int64)):
+        stored = np.zeros((0, weights[0].shape[0]), np.int8), np.zeros((0, weights[1].shape[0]), np.int8)
+        if not _jit.warm_up(step, *stored, np.zeros((0, units), np.int16), np.zeros((0, units), np.int16),
+                            np.zeros((0, units), np.int64)):
             return None
         return step
 
@@ -787,15 +791,14 @@ class PreparedQuantizedLstm:
         return self._outputs(hidden, cell.astype(np.int16))
 
     def _compiled_call(self, values: list) -> list[np.ndarray]:
-        """``__call__`` with everything after the two products in one compiled call."""
-        x, h = values[INPUT_TENSOR], values[PREV_OUTPUT_TENSOR]
-        input_products = np.matmul(x.astype(np.float64), self.input_weights)
-        recurrent_products = np.matmul(h.astype(np.float64), self.recurrent_weights)
+        """``__call__`` as one compiled call: the products (exact integers, as numpy's
+        float64 ones), the gates, the cell and the hidden state."""
+        x = _jit.kernel_input(values[INPUT_TENSOR])
         batch, units = x.shape[0], self.units
         cell = np.empty((batch, units), np.int16)
         hidden = np.empty((batch, units), np.int64)
-        self.compiled(input_products, recurrent_products, _jit.kernel_input(values[PREV_CELL_STATE_TENSOR]),
-                      np.empty(input_products.shape, np.int64), cell, hidden)
+        self.compiled(x, _jit.kernel_input(values[PREV_OUTPUT_TENSOR]),
+                      _jit.kernel_input(values[PREV_CELL_STATE_TENSOR]), cell, hidden)
         return self._outputs(hidden, cell)
 
     def _outputs(self, hidden: np.ndarray, cell: np.ndarray) -> list[np.ndarray]:
