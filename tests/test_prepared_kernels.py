@@ -446,6 +446,44 @@ def _sequence_lstm_inputs(variant: str, time_major: bool, activation: int):
 
 @pytest.mark.parametrize("variant", ["plain", "cifg", "projection"])
 @pytest.mark.parametrize("time_major", [True, False])
+@pytest.mark.parametrize("activation", [0, 4])  # none, tanh (the compiled loop's)
+@pytest.mark.parametrize("merge, outputs", [(True, 1), (True, 5), (False, 2), (False, 6)])
+@pytest.mark.parametrize("numpy_only", [False, True])
+def test_prepared_bidirectional_lstm_matches_reference(variant, time_major, activation, merge, outputs, numpy_only,
+                                                       monkeypatch):
+    """BIDIRECTIONAL_SEQUENCE_LSTM prepared (two PreparedLstm loops, the backward one over
+    the sequence in reverse) against ``execute`` (run_lstm forward and reverse), bit for bit:
+    merged or separate outputs, with and without the final states, time- or batch-major,
+    with and without the compiled loops."""
+    from nnapi.operations import _jit
+
+    if numpy_only:
+        monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
+    forward, types = _sequence_lstm_inputs(variant, time_major, activation)
+    backward, _ = _sequence_lstm_inputs(variant, time_major, activation)
+    omitted = Tensor(T.TENSOR_FLOAT32, (0,), 0.0, 0, None, None)
+    inputs = [forward[0], *forward[1:18], *backward[1:18], forward[18], forward[19], backward[18], backward[19],
+              omitted, *[omitted] * 8, *forward[20:23], _scalar(T.BOOL, merge), _scalar(T.BOOL, time_major),
+              *[omitted] * 8]
+    sequence, state, cell = types
+    if merge:
+        declared = [OperandType(T.TENSOR_FLOAT32, [*sequence.dimensions[:2], 2 * sequence.dimensions[2]])]
+    else:
+        declared = [sequence, sequence]
+    declared = (declared + [state, cell, state, cell])[:outputs]
+    operation = get_operation(Op.BIDIRECTIONAL_SEQUENCE_LSTM)
+    reference = operation.execute(ExecutionContext(Op.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared))
+    kernel = operation.plan(ExecutionContext(Op.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared))
+    prepared = kernel([tensor.value for tensor in inputs])
+    assert len(prepared) == len(reference) == outputs
+    for fast, slow in zip(prepared, reference, strict=True):
+        assert fast.dtype == slow.dtype == np.float32 and fast.shape == slow.shape
+        np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+    assert not np.array_equal(reference[0][..., :2], reference[0][..., -2:])  # the directions differ
+
+
+@pytest.mark.parametrize("variant", ["plain", "cifg", "projection"])
+@pytest.mark.parametrize("time_major", [True, False])
 @pytest.mark.parametrize("activation", [0, 1, 4, 6])  # none, relu, tanh, sigmoid
 @pytest.mark.parametrize("outputs", [1, 3])
 def test_prepared_sequence_lstm_matches_reference(variant, time_major, activation, outputs):

@@ -376,23 +376,29 @@ class PreparedLstm:
     def supports(d: LstmDirection) -> bool:
         return d.weights["cell_to_output"] is None and not d.use_layer_norm and not d.has_aux_weights
 
-    def __call__(self, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray
+    def __call__(self, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray, reverse: bool = False
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(outputs [T, B, out], last output state, last cell state) of a time-major
-        float32 sequence ``inputs`` [T, B, in]."""
-        buffers = self._buffers(inputs, h0, c0)
+        float32 sequence ``inputs`` [T, B, in]; ``reverse``: from its last step to its
+        first (``run_lstm``'s reverse: the loop runs over the steps' input products in
+        reverse order, and its outputs are put back in the sequence's order)."""
+        buffers = self._buffers(inputs, h0, c0, reverse)
         if self.sequence is not None:
-            return self._sequence_loop(*buffers, self.sequence)
-        if self.compiled is not None and self.projection is None:
-            return self._compiled_loop(*buffers)
-        return self._numpy_loop(*buffers)
+            results = self._sequence_loop(*buffers, self.sequence)
+        elif self.compiled is not None and self.projection is None:
+            results = self._compiled_loop(*buffers)
+        else:
+            results = self._numpy_loop(*buffers)
+        return (results[0][::-1], *results[1:]) if reverse else results
 
-    def _buffers(self, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray):
+    def _buffers(self, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray, reverse: bool = False):
         """(pre, outputs, h, c, z, candidate, cell_out) of a sequence: the input products
-        with the biases, the output sequence, C-ordered copies of the states (c is updated
-        in place) and the step's scratch."""
+        with the biases (in the order the loop takes them), the output sequence,
+        C-ordered copies of the states (c is updated in place) and the step's scratch."""
         pre = input_products(inputs, self.stacked_input_t)
         pre += self.biases
+        if reverse:  # products of the sequence in its order, as run_lstm's, then reordered
+            pre = np.ascontiguousarray(pre[::-1])
         steps, batch = inputs.shape[0], inputs.shape[1]
         outputs = np.empty((steps, batch, self.d.output_size), dtype=np.float32)
         h = np.array(h0, dtype=np.float32, order="C")

@@ -232,7 +232,7 @@ class BidirectionalSequenceLstm(Operation):
         for index in (*BIDI_FW_STATE, *BIDI_BW_STATE):
             ctx.check_input_rank(index, 2)
 
-    def _setup(self, ctx: ExecutionContext):
+    def _setup(self, ctx: ExecutionContext, read_states: bool = True):
         ctx.require(not ctx.is_omitted(INPUT), "input must be present")
         x = ctx.input(INPUT)
         ctx.require(x.rank == 3, f"input must be 3-D, got rank {x.rank}")
@@ -260,16 +260,16 @@ class BidirectionalSequenceLstm(Operation):
         check_direction(ctx, fw, x.shape[2], aux_size if fw.has_aux_weights else None, "forward")
         bw_input_size = aux_size if parallel else x.shape[2]
         check_direction(ctx, bw, bw_input_size, aux_size if bw.has_aux_weights else None, "backward")
-        states = [
-            _state(ctx, BIDI_FW_STATE[0], (batch, fw.output_size), "forward activation state"),
-            _state(ctx, BIDI_FW_STATE[1], (batch, fw.num_units), "forward cell state"),
-            _state(ctx, BIDI_BW_STATE[0], (batch, bw.output_size), "backward activation state"),
-            _state(ctx, BIDI_BW_STATE[1], (batch, bw.num_units), "backward cell state"),
-        ]
-        return fw, bw, merge, time_major, parallel, has_aux_input, states
+        shapes = [(batch, fw.output_size), (batch, fw.num_units), (batch, bw.output_size), (batch, bw.num_units)]
+        states = [_state(ctx, index, shape, what, read_states) for index, shape, what in zip(
+            (*BIDI_FW_STATE, *BIDI_BW_STATE), shapes,
+            ("forward activation state", "forward cell state", "backward activation state", "backward cell state"),
+            strict=True)]
+        return fw, bw, merge, time_major, parallel, has_aux_input, states if read_states else shapes
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        fw, bw, merge, _, _, _, states = self._setup(ctx)
+        # the states' shapes only: states fed at run time keep the output shapes static
+        fw, bw, merge, _, _, _, state_shapes = self._setup(ctx, read_states=False)
         lead = ctx.input(INPUT).shape[:2]
         shapes: list[Shape] = []
         if merge:
@@ -277,8 +277,34 @@ class BidirectionalSequenceLstm(Operation):
         else:
             shapes += [(*lead, fw.output_size), (*lead, bw.output_size)]
         if len(ctx.outputs) > 2:
-            shapes += [s.shape for s in states]
+            shapes += state_shapes
         return shapes
+
+    plan_sees_omitted = True
+
+    def plan(self, ctx: ExecutionContext):
+        """Float32 with constant weights, no auxiliary input, each direction a plain, CIFG
+        or projection one: the two time loops of ``PreparedLstm`` (the backward one over
+        the sequence in reverse), their stacked weights built once."""
+        x = ctx.input(INPUT)
+        if x.type != T.TENSOR_FLOAT32 or ctx.output_dtype(0) != np.float32:
+            return None
+        fw, bw, merge, time_major, _, has_aux_input, _ = self._setup(ctx, read_states=False)
+        if has_aux_input or not (PreparedLstm.supports(fw) and PreparedLstm.supports(bw)):
+            return None
+        forward, backward, count = PreparedLstm(fw), PreparedLstm(bw), len(ctx.outputs)
+
+        def kernel(values: list) -> list[np.ndarray]:
+            sequence = to_time_major(np.asarray(values[INPUT], dtype=np.float32), time_major)
+            fw_out, fw_h, fw_c = forward(sequence, values[BIDI_FW_STATE[0]], values[BIDI_FW_STATE[1]])
+            bw_out, bw_h, bw_c = backward(sequence, values[BIDI_BW_STATE[0]], values[BIDI_BW_STATE[1]], reverse=True)
+            if merge:
+                results = [from_time_major(np.concatenate([fw_out, bw_out], axis=-1), time_major)]
+            else:
+                results = [from_time_major(fw_out, time_major), from_time_major(bw_out, time_major)]
+            return results + [fw_h, fw_c, bw_h, bw_c] if count > 2 else results
+
+        return kernel
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         fw, bw, merge, time_major, parallel, has_aux_input, states = self._setup(ctx)
