@@ -1920,3 +1920,35 @@ def test_gelu_composite_whose_inner_value_is_read_elsewhere_stays_element_wise()
 
     kinds = [node.op_type for node in lower_model(widened)[0].graph.node]
     assert "Gelu" not in kinds and "Exp" in kinds
+
+
+def test_tensorflow_tanh_gelu_with_pow_is_one_fast_gelu(ort_device):
+    """TensorFlow's own tanh-form GELU, 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 *
+    POW(x, 3)))), constants written first (transformers' exported encoders): ORT's one
+    FastGelu, the reference's values within 5e-7 (the CTS float32 tolerance)."""
+    model = nnapi.Model()
+    dims = [2, 4, 8]
+    x = _float_tensor(model, dims)
+    none = _constant(model, T.INT32, np.int32(0))
+
+    def k(value):
+        return _float_tensor(model, [1], np.array([value], np.float32))
+
+    def op(code, a, b):
+        out = _float_tensor(model, dims)
+        model.add_operation(code, [a, b] if code == Op.POW else [a, b, none], [out])
+        return out
+
+    cube = op(Op.POW, x, k(3.0))
+    inner = op(Op.MUL, k(float(np.sqrt(2 / np.pi))), op(Op.ADD, x, op(Op.MUL, k(0.044715), cube)))
+    tanh = _float_tensor(model, dims)
+    model.add_operation(Op.TANH, [inner], [tanh])
+    y = op(Op.MUL, op(Op.MUL, k(0.5), x), op(Op.ADD, k(1.0), tanh))
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert kinds.count("FastGelu") == 1 and "Tanh" not in kinds and "Pow" not in kinds
+    values = np.linspace(-12, 12, 64).astype(np.float32).reshape(dims)
+    ours, theirs = _on_both(model, [values], [np.zeros(dims, np.float32)], ort_device)
+    assert within_tolerance(T.TENSOR_FLOAT32, theirs[0], ours[0]).all()
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=5e-7)

@@ -3,7 +3,8 @@ subgraph so that the ONNX lowering emits ONNX Runtime's one operator for the who
 
 GELU: NNAPI has no ERF, so the TFLite importer writes GELU's erf form as 21 float32
 operations (ABS, MUL, ADD, DIV, EXP, RELU, SUB around Abramowitz & Stegun's erfc with its
-1.5e-7 bound) and its tanh form as 8. ORT runs each as a pass over the tensor (a tiny
+1.5e-7 bound) and its tanh form as 8 (TensorFlow's own tanh form, with POW(x, 3) for the
+cube, arrives as 7). ORT runs each as a pass over the tensor (a tiny
 BERT's 128x512 GELU: ~250 us as 21 operators, 39 us as com.microsoft Gelu). Both results
 are GELU to float32's precision: the composite is within |x| * 7.5e-8 (A&S's bound, times
 |x| / 2) plus a few roundings of GELU itself, ORT's Gelu / FastGelu within a rounding or
@@ -43,14 +44,17 @@ def _gelu_erf() -> tuple:
     return (Op.SUB, (Op.RELU, "x"), (Op.MUL, (Op.MUL, magnitude, erfc), 0.5))
 
 
-def _gelu_tanh() -> tuple:
-    cube = (Op.MUL, (Op.MUL, "x", "x"), "x")
+def _gelu_tanh(cube: tuple) -> tuple:
     inner = (Op.MUL, (Op.ADD, (Op.MUL, cube, GELU_TANH_CUBIC), "x"), float(np.sqrt(2 / np.pi)))
     return (Op.MUL, (Op.MUL, "x", 0.5), (Op.ADD, (Op.TANH, inner), 1.0))
 
 
-#: root operation code -> (ONNX operator in the com.microsoft domain, pattern)
-_COMPOSITES = ((Op.SUB, "Gelu", _gelu_erf()), (Op.MUL, "FastGelu", _gelu_tanh()))
+#: root operation code -> (ONNX operator in the com.microsoft domain, pattern); the tanh form's
+#: cube as the importer writes it (x * x * x) or as TensorFlow's own approximate GELU does
+#: (POW(x, 3): transformers' exported encoders)
+_COMPOSITES = ((Op.SUB, "Gelu", _gelu_erf()),
+               (Op.MUL, "FastGelu", _gelu_tanh((Op.MUL, (Op.MUL, "x", "x"), "x"))),
+               (Op.MUL, "FastGelu", _gelu_tanh((Op.POW, "x", 3.0))))
 
 
 @dataclass
