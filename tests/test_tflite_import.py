@@ -116,9 +116,14 @@ def test_detection_postprocess_tflite_cannot_say_in_nnapi_is_refused(change, mes
 def test_selfie_segmentation_runs_its_custom_transposed_convolution() -> None:
     """MediaPipe's selfie segmentation ends in its custom Convolution2DTransposeBias, now
     TRANSPOSE_CONV_2D, then a LOGISTIC: on this random image the mask is at most ~0.015,
-    so relative to it the float32 spread of the logits is magnified (nnapi-ort-cpu and the
-    reference differ by 3.7e-5 of it, each 1.5-2.2e-5 from LiteRT's XNNPACK, the only
-    LiteRT path with the operator)."""
+    so relative to it the float32 spread of the logits (up to |87| on noise) is magnified.
+    That spread follows the CPU: numpy's BLAS picks its kernels (and so its summation
+    order) per processor. The same code and the same LiteRT outputs (XNNPACK, the only
+    LiteRT path with the operator; equal to the stored ones) gave 2.2e-5 of the mask's
+    maximum on the machine the bound was first set on and 3.35e-5 on an AMD EPYC
+    (OpenBLAS 0.3.31, Haswell kernels), where nnapi-ort-cpu is 1.1e-5 from LiteRT and
+    4.5e-5 from the reference; in logit space the reference is 1.1e-5 of the largest
+    |logit| from LiteRT's."""
     path = MODELS / "selfie_segmentation.tflite"
     imported = nnapi.load_tflite(path)
     assert any("Convolution2DTransposeBias as TRANSPOSE_CONV_2D" in str(entry) for entry in imported.lowerings)
@@ -131,7 +136,7 @@ def test_selfie_segmentation_runs_its_custom_transposed_convolution() -> None:
         stored = np.load(MODELS / "selfie_segmentation.npz")
         expected = {key[4:]: stored[key] for key in stored.files}
     assert float(np.abs(expected["activation_10"]).max()) > 0.01
-    assert_agrees(got, expected, 3e-5)
+    assert_agrees(got, expected, 5e-5)
 
 
 def test_imported_model_describes_the_source() -> None:
