@@ -6,6 +6,7 @@ mocked (no GPU here: what is checked is the device code path, not a GPU run)."""
 from __future__ import annotations
 
 import gc
+import threading
 import time
 import weakref
 
@@ -168,6 +169,121 @@ def test_a_session_that_copies_its_inputs_binds_them_before_every_run(bind_calls
             np.testing.assert_allclose(result.reshape(-1), _expected(model, request, source), rtol=1e-5, atol=1e-5)
     inputs_bound = [name for name in bind_calls if name == bind_calls[0]]
     assert len(inputs_bound) == 1 + 3 * 3  # the reusable execution's binding, then every run's
+
+
+def test_arrays_given_as_themselves_bind_only_the_one_that_moved(bind_calls):
+    """execute_arrays (IPreparedModel.array_executor: the runtime's usual Execution hands
+    the driver its arrays): the thread's first run and any array of another layout go
+    through execute; after that the arrays bound are found by identity (nothing bound, new
+    values in place followed), a new input array is bound alone, checked as _bind checks
+    it, and held weakly (dropped by the caller, it is freed; a new array in its place is
+    bound, never taken for it)."""
+    model, request, _, _ = _float_block()
+    prepared = OrtDevice().prepare_model(model)
+    run_arrays = prepared.array_executor()
+    assert run_arrays is not None
+    shape = (1, 28, 28, 16)
+    rng = np.random.default_rng(21)
+    out = np.zeros(shape, np.float32)
+
+    def run(image):
+        out[...] = 0
+        shapes, _ = run_arrays([image, out], None)
+        assert [s.dimensions for s in shapes] == [list(shape)] and shapes[0].is_sufficient
+        np.testing.assert_allclose(out.reshape(-1), _expected(model, request, image.reshape(-1)),
+                                   rtol=1e-5, atol=1e-5)
+
+    image = rng.standard_normal(shape).astype(np.float32)
+    run(image)
+    assert len(bind_calls) == 2  # the first run: the input and the output, through execute
+    image[...] = rng.standard_normal(shape)
+    run(image)
+    assert len(bind_calls) == 2
+    for count in range(3):
+        previous = weakref.ref(image)
+        del image
+        assert previous() is None  # nothing kept it: freed when the caller dropped it
+        image = rng.standard_normal(shape).astype(np.float32)  # maybe at the same address
+        run(image)
+        assert len(bind_calls) == 3 + count and bind_calls[-1] == bind_calls[0]
+    # a flat input, a Fortran-ordered output: not bound as arrays, the request's answers
+    run(image.reshape(-1))
+    with pytest.raises(HalError) as error:
+        run_arrays([image, np.asfortranarray(out)], None)
+    assert error.value.status == ErrorStatus.INVALID_ARGUMENT
+    # a new read-only output: refused before anything runs
+    read_only = np.zeros(shape, np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(HalError) as error:
+        run_arrays([image, read_only], None)
+    assert error.value.status == ErrorStatus.INVALID_ARGUMENT
+    run(image)
+    # a deadline goes through execute: one passed is missed
+    with pytest.raises(HalError) as error:
+        run_arrays([image, out], time.monotonic_ns() - 1)
+    assert error.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    # a session that copies its inputs (CUDA) has no array path
+    prepared.copies_inputs = True
+    assert prepared.array_executor() is None
+
+
+def test_arrays_of_each_thread_are_its_own():
+    """Threads running one prepared model on arrays of their own through execute_arrays
+    at once (each thread its own binding): each gets its own results, run after run."""
+    model, request, _, _ = _float_block()
+    prepared = OrtDevice().prepare_model(model)
+    run_arrays = prepared.array_executor()
+    shape = (1, 28, 28, 16)
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        out = np.zeros(shape, np.float32)
+        for step in range(20):
+            image = rng.standard_normal(shape).astype(np.float32)
+            run_arrays([image, out], None)
+            if not np.allclose(out.reshape(-1), _expected(model, request, image.reshape(-1)), rtol=1e-5, atol=1e-5):
+                failures.append(f"thread {seed} step {step}")
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+
+
+def test_a_failure_on_the_array_path_is_the_plans(ort_device):
+    """An Execution per run whose driver fails on the array path: OP_FAILED with the
+    device named (no fallback), and re-run on the CPU where the plan has a fallback
+    device, as for a request (the table gives the plan the arrays' request)."""
+    compilation = nnapi.Compilation(add_model((2, 3)), [ort_device])
+    compilation.finish()
+    a, b, out = np.full((2, 3), 2, np.float32), np.full((2, 3), 3, np.float32), np.zeros((2, 3), np.float32)
+
+    def run():
+        out[...] = 0
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, a)
+        execution.set_input(1, b)
+        execution.set_output(0, out)
+        execution.compute()
+
+    run()
+    np.testing.assert_array_equal(out, 5)
+    assert compilation._execution_table.direct is not None
+    binding = compilation._plan.single._local.binding
+
+    def failing(*_):
+        raise RuntimeError("injected failure")
+
+    binding.run = failing
+    with pytest.raises(nnapi.OpFailedError, match="injected failure"):
+        run()
+    compilation._plan.fallback_device = ReferenceDevice()  # as a compilation on no named device has
+    run()
+    np.testing.assert_array_equal(out, 5)
+    assert compilation._plan.fallback_count == 1
 
 
 def test_a_reusable_execution_keeps_the_arrays_it_bound():

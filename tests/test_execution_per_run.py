@@ -9,6 +9,7 @@ with the same results, and every NDK rule still holds, on nnapi-reference and nn
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -36,6 +37,18 @@ def compiled(device: nnapi.Device, dims=(2, 3)) -> nnapi.Compilation:
     return compilation
 
 
+def bound_arrays(compilation: nnapi.Compilation) -> list[np.ndarray] | None:
+    """The arrays the compilation's runs are bound to on this thread: the table's bound
+    request's, or, for a driver that takes the arrays themselves (nnapi-ort-cpu's
+    array_executor: the table keeps nothing), those its binding on this thread holds."""
+    table = compilation._execution_table
+    if table.direct is None:
+        return None if table.cached is None else table.cached[1]
+    assert table.cached is None and table.pending is None
+    binding = getattr(table.plan.single._local, "binding", None)
+    return None if binding is None else [ref() if isinstance(ref, weakref.ref) else None for ref in binding.bound]
+
+
 def run(compilation: nnapi.Compilation, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> nnapi.Execution:
     execution = nnapi.Execution(compilation)
     execution.set_input(0, a)
@@ -53,8 +66,8 @@ def test_the_same_arrays_run_after_run_follow_their_values(device):
         execution = run(compilation, a, b, out)
         np.testing.assert_array_equal(out, a + b)
         assert execution.get_output_operand_dimensions(0) == [2, 3]
-    assert compilation._execution_table.cached is not None  # bound once seen twice in a row
-    assert compilation._execution_table.cached[1][0] is a
+    held = bound_arrays(compilation)  # bound once seen twice in a row (in the driver: at the first)
+    assert held is not None and held[0] is a and held[2] is out
 
 
 def test_other_arrays_get_the_results_not_the_bound_ones(device):
@@ -72,7 +85,7 @@ def test_other_arrays_get_the_results_not_the_bound_ones(device):
     assert compilation._execution_table.cached is bound  # one miss does not rebind
     run(compilation, *second)
     np.testing.assert_array_equal(second[2], 30)
-    assert compilation._execution_table.cached[1][2] is second[2]  # the second time in a row does
+    assert bound_arrays(compilation)[2] is second[2]  # the second time in a row does
     # one array changed (the output), the others kept: a miss again
     third_out = np.zeros((2, 3), np.float32)
     run(compilation, second[0], second[1], third_out)
@@ -118,17 +131,26 @@ def test_a_new_array_in_a_freed_ones_place_is_not_taken_for_it(device):
     b, out = np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32)
     run(compilation, b, b, out)
     run(compilation, b, b, out)  # the arrays kept: bound
-    bound = compilation._execution_table.cached
-    assert bound is not None
+    table = compilation._execution_table
+    bound = table.cached
+    assert bound_arrays(compilation) is not None
     for step in range(4):
         a = np.full((2, 3), step, np.float32)
         run(compilation, a, b, out).free()
         np.testing.assert_array_equal(out, a + b)
+        if table.direct is not None:  # the driver binds the new array (by identity, weakly)
+            held = bound_arrays(compilation)
+            assert held[0] is a
+            del held
         del a
-        assert compilation._execution_table.cached is bound
+        assert table.cached is bound
+        if table.direct is not None:
+            assert bound_arrays(compilation)[0] is None  # freed with the loop's array
     run(compilation, b, b, out)  # the kept arrays again: still bound
     np.testing.assert_array_equal(out, b + b)
-    assert compilation._execution_table.cached is bound
+    assert table.cached is bound
+    held = bound_arrays(compilation)
+    assert held[0] is b and held[1] is b and held[2] is out
 
 
 def test_flat_and_read_only_arrays(device):

@@ -83,7 +83,7 @@ class _Table:
     this compilation used."""
 
     __slots__ = ("input_types", "output_types", "n_in", "n_total", "inputs", "outputs", "in_args", "out_args",
-                 "plan", "lock", "cached", "pending")
+                 "plan", "lock", "cached", "pending", "direct")
 
     def __init__(self, compilation: Compilation) -> None:
         self.input_types, self.output_types = compilation._io_types
@@ -105,6 +105,10 @@ class _Table:
                          for k, spec in enumerate(specs)]
             self.in_args, self.out_args = arguments[:self.n_in], arguments[self.n_in:]
         self.plan = compilation._plan
+        #: the one step's array path (IPreparedModel.array_executor), or None: the arrays
+        #: go to its driver as they are, which binds what moved itself
+        executor = getattr(self.plan.single, "array_executor", None) if self.in_args is not None else None
+        self.direct = executor() if executor is not None else None
         self.lock = threading.Lock()
         #: (the arrays' ids, the arrays, the driver's bound execution, its request): the arrays
         #: are held so that their ids and addresses stay theirs while bound
@@ -122,8 +126,16 @@ class _Table:
         whole of its operand). A one-step plan gets the request from its driver directly
         (the pools are plain buffers: nothing to stage), and the same arrays as the last two
         runs (an app's loop over buffers it keeps) go through a request its driver bound for
-        them (one per compilation, replaced when the arrays change). A failure is the
+        them (one per compilation, replaced when the arrays change); a driver with an array
+        path gets the arrays themselves (no request, nothing kept here). A failure is the
         plan's, as through ExecutionPlan.execute: maybe re-run on the CPU."""
+        direct = self.direct
+        if direct is not None:
+            try:
+                return direct(arrays, deadline_ns)
+            except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
+                return self.plan._fallback(error, Request(self.in_args, self.out_args, list(arrays)), deadline_ns,
+                                           loop_timeout_ns)
         key = tuple(map(id, arrays))
         cached = self.cached
         plan = self.plan

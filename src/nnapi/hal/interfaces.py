@@ -12,7 +12,7 @@ import os
 import select
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode
 from nnapi.hal.types import (
@@ -107,6 +107,15 @@ class IPreparedModel(ABC):
 
     def configure_burst(self) -> IBurst:
         return _SimpleBurst(self)
+
+    def array_executor(self) -> Callable[[list, int | None], tuple[list[OutputShape], Timing]] | None:
+        """An in-process fast path, no HAL counterpart: ``run(arrays, deadline_ns)`` runs the
+        request whose argument k (inputs, then outputs) is the whole of numpy array k, as
+        ``execute(request, False, deadline_ns)`` would, for the runtime's usual Execution
+        (each a C-contiguous array of its operand's dtype and shape, checked at
+        set_input / set_output); the driver still checks what it binds. None (the
+        default): the runtime makes the request and calls execute."""
+        return None
 
     def create_reusable_execution(self, request: Request, measure_timing: bool = False,
                                   loop_timeout_ns: int | None = None) -> IExecution:

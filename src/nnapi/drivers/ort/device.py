@@ -33,6 +33,7 @@ from nnapi.drivers.ort.lowering import Declined, lower_model, operation_support
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (
     Capabilities,
+    DataLocation,
     ErrorStatus,
     ExecutionPreference,
     HalError,
@@ -44,6 +45,7 @@ from nnapi.hal import (
     PerformanceInfo,
     Priority,
     Request,
+    RequestArgument,
     Timing,
 )
 from nnapi.hal.validation import validate_model
@@ -336,7 +338,7 @@ def _address(view: memoryview) -> int:
 
 
 class _Binding:
-    """An IOBinding and what is bound to it: per input and output the (address, shape)
+    """An IOBinding and what is bound to it: per input, then per output, the (address, shape)
     bound, a weak reference to the numpy array bound as an array (while it is alive its
     bytes stay where they were bound: the same array needs nothing; one freed is never
     run, a new array being bound first; weak, so that a loop's previous input is freed
@@ -345,8 +347,7 @@ class _Binding:
     bound request alive and exported (a bytearray cannot be resized under a reusable
     execution)."""
 
-    __slots__ = ("io", "inputs", "outputs", "views", "run", "native", "bind_input", "bind_output", "bind_array",
-                 "fresh_inputs")
+    __slots__ = ("io", "bound", "views", "run", "native", "bind_input", "bind_output", "bind_array", "fresh_inputs")
 
     def __init__(self, session: ort.InferenceSession, signature: Signature, fresh_inputs: bool = False) -> None:
         self.io = io = session.io_binding()
@@ -361,22 +362,24 @@ class _Binding:
         #: the C++ binding's own methods where onnxruntime's IOBinding holds one (its Python
         #: methods build an OrtDevice per call: ~30 us per argument bound between two model
         #: runs), with the CPU device made once; else the public methods
+        #: ``bind_array(name, array)``: an input bound as a contiguous numpy array of the
+        #: input's dtype and shape, its bytes in place, as ORT's own ``run`` takes an input
+        #: (ORT reads type and address in C++: between two model runs that costs ~half of
+        #: reading the address in Python first). The native method holds no reference to
+        #: the array (the weak one in ``bound`` tells whether it is still the one bound);
+        #: onnxruntime's public bind_cpu_input, where its IOBinding holds no native method,
+        #: keeps the array until the next is bound in its place.
         native = getattr(io, "_iobinding", None)
         if _CPU_DEVICE is not None and callable(getattr(native, "bind_input", None)) \
                 and callable(getattr(native, "bind_output", None)):
             self.bind_input, self.bind_output = native.bind_input, native.bind_output
+            self.bind_array = native.bind_input
         else:
             self.bind_input = lambda name, _device, *typed: io.bind_input(name, "cpu", 0, *typed)
             self.bind_output = lambda name, _device, *typed: io.bind_output(name, "cpu", 0, *typed)
-        #: ``bind_array(name, array)``: an input bound as a contiguous numpy array of the
-        #: input's dtype and shape, its bytes in place, as ORT's own ``run`` takes an input
-        #: (ORT reads type and address in C++: between two model runs that costs ~half of
-        #: reading the address in Python first); onnxruntime's public bind_cpu_input where
-        #: its IOBinding holds no native method
-        self.bind_array = native.bind_input if self.bind_input is getattr(native, "bind_input", None) \
-            else io.bind_cpu_input
-        self.inputs: list = [None] * len(signature.inputs)
-        self.outputs: list = [None] * len(signature.outputs)
+            self.bind_array = io.bind_cpu_input
+        #: per input, then per output: what is bound there (see the class docstring)
+        self.bound: list = [None] * (len(signature.inputs) + len(signature.outputs))
         self.views: list = []
 
 
@@ -393,6 +396,16 @@ class OrtPreparedModel(IPreparedModel):
         # right after a model run costs ~10 us (cold code). Shared: nobody mutates them (the
         # runtime copies what it hands out); a late output's shape replaces its entry.
         self._shapes = [OutputShape(spec.dimensions.copy()) for spec in signature.outputs]
+        #: the specs of execute_arrays's arguments (inputs, then outputs)
+        self._specs = (*signature.inputs, *signature.outputs)
+        self._input_count = len(signature.inputs)
+        #: the request execute_arrays's arrays make (argument k the whole of pool k), for
+        #: what it does not bind itself; None when a shape is not fixed (no array path)
+        self._array_arguments: tuple[list[RequestArgument], list[RequestArgument]] | None = None
+        if all(spec.nbytes is not None for spec in self._specs):
+            arguments = [RequestArgument(False, DataLocation(k, 0, spec.nbytes), list(spec.dimensions))
+                         for k, spec in enumerate(self._specs)]
+            self._array_arguments = (arguments[:self._input_count], arguments[self._input_count:])
 
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
@@ -412,6 +425,72 @@ class OrtPreparedModel(IPreparedModel):
         except Exception as error:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
         return self._shapes.copy(), _UNTIMED
+
+    def array_executor(self):
+        """execute_arrays where the signature fixes every shape and the session reads the
+        caller's memory (a provider that copies its inputs binds them before every run:
+        execute does)."""
+        return self.execute_arrays if self._array_arguments is not None and not self.copies_inputs else None
+
+    def execute_arrays(self, arrays: list[np.ndarray], deadline_ns: int | None = None
+                       ) -> tuple[list[OutputShape], Timing]:
+        """execute for a request whose argument k is the whole of numpy array k (inputs, then
+        outputs), as the runtime's usual Execution gives it (see array_executor): the arrays
+        bound at their positions on this thread's binding are found by identity, and only
+        one that is not (a new input image) is checked, as _bind checks an array pool (the
+        spec's dtype, shape and C strides; an output writable), and bound. Anything else
+        (an array of another layout, a deadline, the thread's first run) is the request
+        the arrays make, through execute.
+
+        Why: between two model runs each step of Python costs ~10x what it does back to
+        back (see the note above _LATE); _bind reads every argument's request fields and
+        its pool, where an app's loop changes one array."""
+        binding = getattr(self._local, "binding", None)
+        if binding is not None and deadline_ns is None:
+            bound = binding.bound
+            if len(arrays) == len(bound):
+                position = 0
+                for array in arrays:
+                    previous = bound[position]
+                    if (previous.__class__ is not _REF or previous() is not array) \
+                            and not self._bind_array(binding, position, array):
+                        break
+                    position += 1
+                else:
+                    try:
+                        binding.run(binding.native, None)
+                    except Exception as error:
+                        raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
+                    return self._shapes.copy(), _UNTIMED
+        if self._array_arguments is None:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "the model has an output or input of unspecified shape: "
+                                                         "arrays alone do not make its request")
+        return self.execute(Request(*self._array_arguments, list(arrays)), False, deadline_ns)
+
+    def _bind_array(self, binding: _Binding, position: int, array: np.ndarray) -> bool:
+        """Bind ``array`` at ``position`` (inputs, then outputs) of ``binding`` when it is
+        the whole of that argument as _whole_array tells (an output writable too, else
+        INVALID_ARGUMENT); False, having bound nothing, for any other array."""
+        spec = self._specs[position]
+        if array.__class__ is not np.ndarray or array.dtype is not spec.dtype or array.shape != spec.shape \
+                or array.strides != spec.strides:
+            return False
+        bound = binding.bound
+        bound[position] = None
+        try:
+            if position < self._input_count:
+                binding.bind_array(spec.name, array)
+            else:
+                if not array.flags.writeable:
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output pool is read-only")
+                binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, spec.shape,
+                                    ctypes.addressof(ctypes.c_char.from_buffer(array)))
+        except HalError:
+            raise
+        except Exception as error:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot bind the request: {error}") from None
+        bound[position] = _REF(array)
+        return True
 
     def create_reusable_execution(self, request: Request, measure_timing: bool = False,
                                   loop_timeout_ns: int | None = None) -> IExecution:
@@ -438,7 +517,7 @@ class OrtPreparedModel(IPreparedModel):
         late = []
         count = len(pools)
         try:
-            bound = binding.inputs
+            bound = binding.bound
             for position, argument in enumerate(inputs):
                 spec = signature.inputs[position]
                 location = argument.location
@@ -469,35 +548,36 @@ class OrtPreparedModel(IPreparedModel):
                     bound[position] = None
                     binding.bind_input(spec.name, _CPU_DEVICE, spec.element_type, shape, address)
                     bound[position] = (address, shape)
-            bound = binding.outputs
+            first = len(inputs)  # the outputs' entries in ``bound`` follow the inputs'
             for position, argument in enumerate(outputs):
+                slot = first + position
                 spec = signature.outputs[position]
                 needed = spec.nbytes
                 location = argument.location
                 if argument.has_no_value or needed is None or location.length < needed:
                     late.append(position)  # bound before each run (see _finish)
-                    bound[position] = _LATE
+                    bound[slot] = _LATE
                     continue
                 index = location.pool_index
                 pool = pools[index] if 0 <= index < count else None
                 if _whole_array(pool, spec, location):
-                    previous = bound[position]
+                    previous = bound[slot]
                     if previous.__class__ is not _REF or previous() is not pool:
-                        bound[position] = None
+                        bound[slot] = None
                         if not pool.flags.writeable:
                             raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output pool is read-only")
                         address = ctypes.addressof(ctypes.c_char.from_buffer(pool))
                         binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, spec.shape, address)
-                        bound[position] = _REF(pool)
+                        bound[slot] = _REF(pool)
                         if keep:
                             arrays.append(pool)
                     continue
                 address = self._located(request, views, location, needed, True, f"output {position}")
-                previous = bound[position]
+                previous = bound[slot]
                 if previous.__class__ is not tuple or previous != (address, spec.shape):
-                    bound[position] = None
+                    bound[slot] = None
                     binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, spec.shape, address)
-                    bound[position] = (address, spec.shape)
+                    bound[slot] = (address, spec.shape)
         except HalError:
             raise
         except Exception as error:
