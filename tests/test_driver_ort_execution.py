@@ -177,7 +177,8 @@ def test_arrays_given_as_themselves_bind_only_the_one_that_moved(bind_calls):
     through execute; after that the arrays bound are found by identity (nothing bound, new
     values in place followed), a new input array is bound alone, checked as _bind checks
     it, and held weakly (dropped by the caller, it is freed; a new array in its place is
-    bound, never taken for it)."""
+    bound, never taken for it); arrays that ran twice in a row are kept on the thread's
+    second binding, so run between new ones they bind nothing again."""
     model, request, _, _ = _float_block()
     prepared = OrtDevice().prepare_model(model)
     run_arrays = prepared.array_executor()
@@ -199,13 +200,19 @@ def test_arrays_given_as_themselves_bind_only_the_one_that_moved(bind_calls):
     image[...] = rng.standard_normal(shape)
     run(image)
     assert len(bind_calls) == 2
+    kept = image
+    image = rng.standard_normal(shape).astype(np.float32)
+    run(image)  # the arrays that ran twice are kept on a second binding: this one binds both
+    assert len(bind_calls) == 4
     for count in range(3):
         previous = weakref.ref(image)
         del image
         assert previous() is None  # nothing kept it: freed when the caller dropped it
         image = rng.standard_normal(shape).astype(np.float32)  # maybe at the same address
         run(image)
-        assert len(bind_calls) == 3 + count and bind_calls[-1] == bind_calls[0]
+        assert len(bind_calls) == 5 + count and bind_calls[-1] == bind_calls[0]
+        run(kept)  # the kept array between new ones: found on the second binding
+        assert len(bind_calls) == 5 + count
     # a flat input, a Fortran-ordered output: not bound as arrays, the request's answers
     run(image.reshape(-1))
     with pytest.raises(HalError) as error:

@@ -347,7 +347,8 @@ class _Binding:
     bound request alive and exported (a bytearray cannot be resized under a reusable
     execution)."""
 
-    __slots__ = ("io", "bound", "views", "run", "native", "bind_input", "bind_output", "bind_array", "fresh_inputs")
+    __slots__ = ("io", "bound", "views", "run", "native", "bind_input", "bind_output", "bind_array", "fresh_inputs",
+                 "again", "partner")
 
     def __init__(self, session: ort.InferenceSession, signature: Signature, fresh_inputs: bool = False) -> None:
         self.io = io = session.io_binding()
@@ -381,6 +382,10 @@ class _Binding:
         #: per input, then per output: what is bound there (see the class docstring)
         self.bound: list = [None] * (len(signature.inputs) + len(signature.outputs))
         self.views: list = []
+        #: (execute_arrays) the arrays bound ran again with nothing bound, and the
+        #: thread's second binding, holding the arrays kept from before (see _other)
+        self.again = False
+        self.partner: _Binding | None = None
 
 
 class OrtPreparedModel(IPreparedModel):
@@ -452,11 +457,13 @@ class OrtPreparedModel(IPreparedModel):
                 position = 0
                 for array in arrays:
                     previous = bound[position]
-                    if (previous.__class__ is not _REF or previous() is not array) \
-                            and not self._bind_array(binding, position, array):
+                    if previous.__class__ is not _REF or previous() is not array:
+                        binding = self._other(binding, arrays)
                         break
                     position += 1
                 else:
+                    binding.again = True
+                if binding is not None:
                     try:
                         binding.run(binding.native, None)
                     except Exception as error:
@@ -466,6 +473,37 @@ class OrtPreparedModel(IPreparedModel):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the model has an output or input of unspecified shape: "
                                                          "arrays alone do not make its request")
         return self.execute(Request(*self._array_arguments, list(arrays)), False, deadline_ns)
+
+    def _other(self, binding: _Binding, arrays: list[np.ndarray]) -> _Binding | None:
+        """The binding for ``arrays``, which this thread's binding does not hold: its kept
+        one (``partner``) where that holds them all; else this thread's binding bound to
+        them, each array it does not hold checked and bound (see _bind_array; None, what
+        was bound staying recorded, for one that is not the whole of its argument). Arrays
+        that ran twice in a row on it (an app's buffers it keeps) are kept on the partner
+        first, the binding taking the partner's place: a kept array run between new ones
+        (or two buffers in turn) binds nothing again."""
+        kept = binding.partner
+        if kept is not None:
+            bound = kept.bound
+            for position, array in enumerate(arrays):
+                previous = bound[position]
+                if previous.__class__ is not _REF or previous() is not array:
+                    break
+            else:
+                return kept
+        if binding.again:
+            if kept is None:
+                kept = _Binding(self.session, self.signature)
+            binding.partner, kept.partner = None, binding
+            binding = self._local.binding = kept
+        binding.again = False
+        bound = binding.bound
+        for position, array in enumerate(arrays):
+            previous = bound[position]
+            if (previous.__class__ is not _REF or previous() is not array) \
+                    and not self._bind_array(binding, position, array):
+                return None
+        return binding
 
     def _bind_array(self, binding: _Binding, position: int, array: np.ndarray) -> bool:
         """Bind ``array`` at ``position`` (inputs, then outputs) of ``binding`` when it is
