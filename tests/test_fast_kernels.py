@@ -424,6 +424,14 @@ def test_split_products_match_numpy(code, depth, extreme, monkeypatch):
     inputs, output = _big_product_case(code, rng, depth, extreme)
     compiled = _plan(code, inputs, output)
     reference = _numpy_plan(code, inputs, output, monkeypatch)
+    values = [tensor.value for tensor in inputs]
+    if code == Op.FULLY_CONNECTED:
+        # three rows run the compiled gemv, which defers the BLAS product (and its parts)
+        # to the first call with more rows: six rows lay it out
+        assert compiled.gemv is not None and compiled._pending is not None
+        more = [np.concatenate([values[0], values[0][::-1]]), *values[1:]]
+        np.testing.assert_array_equal(compiled(more)[0], reference(more)[0])
+        assert compiled._pending is None
     assert reference.work == np.float64 and reference.parts is None
     if compiled.parts is not None:
         assert compiled.work == np.float32 and len(compiled.parts) >= 2
@@ -433,7 +441,6 @@ def test_split_products_match_numpy(code, depth, extreme, monkeypatch):
             assert bound * columns[start:stop].sum(axis=0).max() < 2**24
     else:
         assert compiled.work == np.float64
-    values = [tensor.value for tensor in inputs]
     np.testing.assert_array_equal(compiled(values)[0], reference(values)[0])
 
 
@@ -488,6 +495,14 @@ def test_few_row_products_match_numpy(code, kind, rows, monkeypatch):
         np.testing.assert_array_equal(got, reference(values)[0])
         np.testing.assert_array_equal(got, want)
         assert len(np.unique(got)) > 5  # outputs spread over the range, not saturated
+        if compiled.gemv is not None:
+            # the BLAS product's float filter is laid out only when a call has more rows
+            # than the compiled product takes (never at the plan's static shape)
+            assert compiled._pending is not None
+            more = [np.concatenate([values[0]] * 5), *values[1:]]
+            np.testing.assert_array_equal(compiled(more)[0], reference(more)[0])
+            assert compiled._pending is None
+            np.testing.assert_array_equal(compiled(values)[0], got)
 
 
 def test_few_row_products_past_int32_take_blas():

@@ -274,20 +274,52 @@ class PreparedConv:
         data, weights = ctx.input(INPUT), ctx.input(FILTER)
         oc, kh, kw, depth = weights.shape
         self.sp, self.out_hw, self.kernel_hw = sp, out_hw, (kh, kw)
+        self.depth, self.channels = kh * kw * depth, oc
+        self.pointwise = kh == kw == 1 and sp.stride_h == sp.stride_w == 1
         shifted = _shifted_weights(weights)
-        self.work = _work_dtype(data, shifted, (0,))
+        # a classifier's 1x1 convolution of a 1x1 image (few output pixels, no padding)
+        unpadded = not (sp.pad_top or sp.pad_bottom or sp.pad_left or sp.pad_right)
+        pixels = data.shape[0] * out_hw[0] * out_hw[1]
+        self.gemv: _CompiledGemv | None = None
+        self._lock = threading.Lock()
+        #: what ``_lay_out`` needs while the im2col path is not laid out (None once it is)
+        self._pending: tuple[ExecutionContext, np.ndarray] | None = (ctx, shifted)
+        if self.pointwise and unpadded and 0 < pixels <= _GEMV_ROWS and data.type not in FLOAT_TENSORS:
+            # Every call of this plan has its static shapes, so runs the compiled product:
+            # the im2col path (its float filter, 5 MB of fresh pages for a classifier's
+            # 1280 x 1001, with its exactness bounds) is laid out only if a call needs it.
+            epilogue = _Epilogue(ctx, sp.fuse, oc, np.float32)
+            self.gemv = compiled_gemv(data, shifted.reshape(oc, -1), epilogue, pixels)
+            if self.gemv is not None:
+                self.epilogue = epilogue  # the output dtype (the product runs the stage itself)
+                return
+        self._lay_out()
+
+    def _lay_out(self) -> None:
+        """The im2col path: the filter as float columns, padding, blocks, output stage."""
+        with self._lock:
+            if self._pending is None:
+                return
+            ctx, shifted = self._pending
+            self._lay_out_locked(ctx, shifted)
+            self._pending = None
+
+    def _lay_out_locked(self, ctx: ExecutionContext, shifted: np.ndarray) -> None:
+        data, sp, out_hw = ctx.input(INPUT), self.sp, self.out_hw
+        oc, kh, kw, depth = shifted.shape
+        work = _work_dtype(data, shifted, (0,))
         # float32 products twice as fast as float64 ones: split where the sums need it
-        self.parts = _float32_parts(data, shifted.reshape(oc, -1)) if self.work == np.float64 else None
-        if self.parts is not None:
-            self.work = np.float32
+        parts = _float32_parts(data, shifted.reshape(oc, -1)) if work == np.float64 else None
+        if parts is not None:
+            work = np.float32
+        self.work, self.parts = work, parts
         # (depth, oc): the filters as columns, in the im2col order (kh, kw, c); a transposed
         # view of the (oc, depth) rows, which BLAS reads as they are (no copy at preparation)
-        self.weights = shifted.reshape(oc, -1).astype(self.work, copy=False).T
-        self.depth, self.channels = kh * kw * depth, oc
-        self.pad = _Padder(data, sp, self.work, compiled=True)
-        self.epilogue = _Epilogue(ctx, sp.fuse, oc, self.work, row=out_hw[1], parts=self.parts is not None)
-        self.pointwise = kh == kw == 1 and sp.stride_h == sp.stride_w == 1
-        itemsize = np.dtype(self.work).itemsize
+        self.weights = shifted.reshape(oc, -1).astype(work, copy=False).T
+        self.pad = _Padder(data, sp, work, compiled=True)
+        # (replacing the compiled product's, whose results it gives: that product keeps its own stage)
+        self.epilogue = _Epilogue(ctx, sp.fuse, oc, work, row=out_hw[1], parts=parts is not None)
+        itemsize = np.dtype(work).itemsize
         # Each product repacks the filter inside BLAS: blocks of at least _MIN_BLOCK_PIXELS
         # rows keep that cost small next to the product's (below it, 512x512 filters cost
         # half again their product time), at the price of temporaries outside the cache.
@@ -299,11 +331,6 @@ class PreparedConv:
         # transposed instead, one run per output row of each (tap, channel)
         # (``_planar_columns``), and multiplied as a transposed operand.
         self.planar = not self.pointwise and depth <= _PLANAR_MAX_CHANNELS
-        # a classifier's 1x1 convolution of a 1x1 image (few output pixels, no padding)
-        unpadded = not (sp.pad_top or sp.pad_bottom or sp.pad_left or sp.pad_right)
-        pixels = data.shape[0] * out_hw[0] * out_hw[1]
-        self.gemv = compiled_gemv(data, shifted.reshape(oc, -1), self.epilogue, pixels) \
-            if self.pointwise and unpadded else None
         self.taps = _TapProducts.build(self, shifted, data)
 
     def _planar_columns(self, xp: np.ndarray, batch: int, top: int, bottom: int) -> np.ndarray:
@@ -327,7 +354,10 @@ class PreparedConv:
         if self.gemv is not None and n * oh * ow <= _GEMV_ROWS:
             if n:
                 self.gemv(x.reshape(-1, self.depth), out.reshape(-1, self.channels))
-        elif n and self.taps is not None:
+            return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]
+        if self._pending is not None:
+            self._lay_out()
+        if n and self.taps is not None:
             xp = self.pad(x)
             for batch in range(n):
                 self.taps(xp[batch], out[batch])
@@ -631,18 +661,43 @@ class PreparedFullyConnected:
     def __init__(self, ctx: ExecutionContext, fuse: int) -> None:
         data, weights = ctx.input(INPUT), ctx.input(FILTER)
         units, input_size = weights.shape
+        self.input_size, self.units, self.fuse = input_size, units, fuse
         shifted = _shifted_weights(weights)
-        self.work = _work_dtype(data, shifted, (0,))
-        self.parts = _float32_parts(data, shifted) if self.work == np.float64 else None
-        if self.parts is not None:
-            self.work = np.float32
-        self.weights = shifted.astype(self.work, copy=False).T  # (input_size, units), a view
-        self.input_size, self.units = input_size, units
-        self.zero = None if data.type in FLOAT_TENSORS else self.work(data.zero_point)
-        self.epilogue = _Epilogue(ctx, fuse, units, self.work, parts=self.parts is not None)
-        self.gemv = compiled_gemv(data, shifted, self.epilogue, math.prod(data.shape) // input_size)
-        # float32 in and out: the product is the output (bias and clamp added in place)
-        self.float32 = data.type == T.TENSOR_FLOAT32 and self.epilogue.dtype == np.float32
+        # float32 in and out: the product is the output (bias and clamp added in place; the
+        # BLAS product is then always laid out: the compiled few-row one is quantized only)
+        self.float32 = data.type == T.TENSOR_FLOAT32 and dtype_of(ctx.output(0).type) == np.float32
+        self.gemv: _CompiledGemv | None = None
+        self._lock = threading.Lock()
+        #: what ``_lay_out`` needs while the BLAS product is not laid out (None once it is)
+        self._pending: tuple[ExecutionContext, np.ndarray] | None = (ctx, shifted)
+        rows = math.prod(data.shape) // input_size
+        if 0 < rows <= _GEMV_ROWS and data.type not in FLOAT_TENSORS:
+            # Every call of this plan has its static shapes, so runs the compiled product:
+            # the BLAS product's float filter is laid out only if a call needs it (as PreparedConv)
+            epilogue = _Epilogue(ctx, fuse, units, np.float32)
+            self.gemv = compiled_gemv(data, shifted, epilogue, rows)
+            if self.gemv is not None:
+                self.epilogue = epilogue  # the output dtype (the product runs the stage itself)
+                return
+        self._lay_out()
+
+    def _lay_out(self) -> None:
+        """The BLAS product: the filter as float columns and its output stage."""
+        with self._lock:
+            if self._pending is None:
+                return
+            ctx, shifted = self._pending
+            data = ctx.input(INPUT)
+            work = _work_dtype(data, shifted, (0,))
+            parts = _float32_parts(data, shifted) if work == np.float64 else None
+            if parts is not None:
+                work = np.float32
+            self.work, self.parts = work, parts
+            self.weights = shifted.astype(work, copy=False).T  # (input_size, units), a view
+            self.zero = None if data.type in FLOAT_TENSORS else work(data.zero_point)
+            # (replacing the compiled product's, whose results it gives: that product keeps its own stage)
+            self.epilogue = _Epilogue(ctx, self.fuse, self.units, work, parts=parts is not None)
+            self._pending = None
 
     def __call__(self, values: list) -> list[np.ndarray]:
         x = values[INPUT].reshape(-1, self.input_size)
@@ -660,6 +715,8 @@ class PreparedFullyConnected:
             if x.shape[0]:
                 self.gemv(x, out)
             return [out]
+        if self._pending is not None:
+            self._lay_out()
         if x.shape[0]:
             rows = x.astype(self.work) if self.zero is None else np.subtract(x, self.zero, dtype=self.work)
             if self.epilogue.quantized:
