@@ -93,15 +93,22 @@ def supports_operation(model: Model, subgraph: Subgraph, operation) -> bool:
 def unsupported_reason(model: Model, subgraph: Subgraph, operation) -> str | None:
     """None if the registry implements ``operation`` with these operand types, else the
     validation message that says why not."""
+    return vet_operation(model, subgraph, operation)[0]
+
+
+def vet_operation(model: Model, subgraph: Subgraph, operation) -> tuple[str | None, list[Shape] | None]:
+    """``unsupported_reason`` of ``operation``, and the output shapes its validation
+    inferred from the declared shapes and constants (``check_declared_shapes``; None where
+    it inferred none), which the plan of this model takes instead of preparing again."""
     if is_extension_type(operation.type):
-        return f"extension operation {int(operation.type):#x}: nnapi-reference supports no extensions"
+        return f"extension operation {int(operation.type):#x}: nnapi-reference supports no extensions", None
     implementation = get_operation(operation.type)
     if implementation is None:
-        return f"{operation_name(operation.type)} is not implemented"
+        return f"{operation_name(operation.type)} is not implemented", None
     # A constant set to no value where the operation needs one: refused at compilation.
     if not getattr(implementation, "omitted_operands", True) and any(
             subgraph.operands[i].lifetime == L.NO_VALUE for i in operation.inputs):
-        return f"{operation_name(operation.type)}: an input is omitted, which the operation does not allow"
+        return f"{operation_name(operation.type)}: an input is omitted, which the operation does not allow", None
 
     def signature(index: int) -> SubgraphSignature | None:
         operand = subgraph.operands[index]
@@ -126,21 +133,23 @@ def unsupported_reason(model: Model, subgraph: Subgraph, operation) -> str | Non
     try:
         implementation.check_signature(context)
     except NnapiError as error:
-        return str(error)
+        return str(error), None
     except Exception as error:  # a validator's own bug must not break the query
-        return f"validation failed: {type(error).__name__}: {error}"
-    return None
+        return f"validation failed: {type(error).__name__}: {error}", None
+    return None, context.inferred_shapes
 
 
 class _Vetted:
     """What this device learned of one HAL model object: whether it passed validate_model,
-    and per subgraph (0 = main) each operation's unsupported_reason."""
+    and per subgraph (0 = main) each operation's unsupported_reason and the output shapes
+    its validation inferred (``vet_operation``)."""
 
-    __slots__ = ("reasons", "valid")
+    __slots__ = ("reasons", "shapes", "valid")
 
     def __init__(self) -> None:
         self.valid = False
         self.reasons: dict[int, list[str | None]] = {}
+        self.shapes: dict[int, list[list[Shape] | None]] = {}
 
 
 class ReferenceDevice(IDevice):
@@ -180,14 +189,17 @@ class ReferenceDevice(IDevice):
             self._vetted[key] = vetted
         return vetted
 
-    def _reasons(self, model: Model, number: int) -> list[str | None]:
-        """unsupported_reason of every operation of subgraph ``number`` (0 = main)."""
-        vetted = self._vetting(model)
+    def _reasons(self, model: Model, number: int, vetted: _Vetted | None = None) -> list[str | None]:
+        """unsupported_reason of every operation of subgraph ``number`` (0 = main), kept
+        in ``vetted`` (by default this device's record of ``model``) with the shapes."""
+        if vetted is None:
+            vetted = self._vetting(model)
         reasons = vetted.reasons.get(number)
         if reasons is None:
             subgraph = model.main if number == 0 else model.referenced[number - 1]
-            reasons = vetted.reasons[number] = [unsupported_reason(model, subgraph, operation)
-                                                for operation in subgraph.operations]
+            answers = [vet_operation(model, subgraph, operation) for operation in subgraph.operations]
+            vetted.shapes[number] = [shapes for _, shapes in answers]
+            reasons = vetted.reasons[number] = [reason for reason, _ in answers]
         return reasons
 
     def get_capabilities(self) -> Capabilities:
@@ -210,12 +222,12 @@ class ReferenceDevice(IDevice):
         if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before preparation")
         for number in range(1 + len(model.referenced)):
-            for position, reason in enumerate(self._reasons(model, number)):
+            for position, reason in enumerate(self._reasons(model, number, vetted)):
                 if reason is not None:  # named: which operation, and the validation's reason
                     name = "main" if number == 0 else f"referenced[{number - 1}]"
                     raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{name} operation {position}: {reason}")
         with np.errstate(all="ignore"):  # tables and layouts computed at preparation
-            prepared = ReferencePreparedModel(model, self._buffers)
+            prepared = ReferencePreparedModel(model, self._buffers, vetted.shapes)
         if token is not None and len(model_cache) == 1 and len(data_cache) == 1:
             self._write_cache(model, model_cache[0], data_cache[0], token)
         return prepared
@@ -263,11 +275,16 @@ class ReferenceDevice(IDevice):
 class ReferencePreparedModel(IPreparedModel):
     """A model prepared as one execution plan per subgraph (see ``_SubgraphPlan``)."""
 
-    def __init__(self, model: Model, buffers: device_memory.BufferTracker | None = None) -> None:
+    def __init__(self, model: Model, buffers: device_memory.BufferTracker | None = None,
+                 inferred: dict[int, list[list[Shape] | None]] | None = None) -> None:
+        """``inferred``: per subgraph number, each operation's output shapes as the
+        device's validation of this same ``model`` inferred them (``vet_operation``),
+        which the plans take instead of running ``prepare`` again."""
         self.model = model
         #: the device memories requests may name by token (None: the device allocates none)
         self._buffers = buffers
         self._relaxed = model.relax_computation_float32_to_float16
+        self._inferred = inferred or {}
         # a plan prepares the plans of the subgraphs its IF / WHILE run first (``plan``)
         self._plans: list[_SubgraphPlan | None] = [None] * (1 + len(model.referenced))
         self._plans = [self.plan(number) for number in range(len(self._plans))]
@@ -288,7 +305,8 @@ class ReferencePreparedModel(IPreparedModel):
         plan = self._plans[number]
         if plan is None:
             subgraph = self.model.main if number == 0 else self.model.referenced[number - 1]
-            plan = self._plans[number] = _SubgraphPlan(self.model, subgraph, self._relaxed, owner=self)
+            plan = self._plans[number] = _SubgraphPlan(self.model, subgraph, self._relaxed, owner=self,
+                                                       inferred=self._inferred.get(number))
         return plan
 
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
@@ -698,7 +716,11 @@ class _SubgraphPlan:
 
     def __init__(self, model: Model, subgraph: Subgraph, relaxed: bool,
                  inputs: tuple[tuple[Shape, bool], ...] | None = None, constants: dict[int, Tensor] | None = None,
-                 owner: ReferencePreparedModel | None = None) -> None:
+                 owner: ReferencePreparedModel | None = None,
+                 inferred: list[list[Shape] | None] | None = None) -> None:
+        """``inferred``: per operation, its output shapes inferred by validation from the
+        declared shapes and constants (``vet_operation``): for the plan of the declared
+        input shapes only (``inputs`` None), where they are the shapes ``prepare`` sees."""
         self.model = model
         #: the prepared model whose plans this one's IF / WHILE run (None: they run ``execute``)
         self.owner = owner
@@ -720,7 +742,8 @@ class _SubgraphPlan:
         #: the shape of every operand known at preparation (constants, inputs, outputs
         #: inferred or declared), by operand index
         self.known_shapes: dict[int, Shape] = {}
-        self._plan_static()
+        self._plan_static(inferred if inputs is None and inferred is not None
+                          and len(inferred) == len(self.steps) else None)
         #: IF / WHILE among the operations (a program then carries the loop timeout)
         self.control_flow = any(step.code in _CONTROL_FLOW for step in self.steps)
         #: when every operation has a kernel (prepared, or inferring its shapes per call):
@@ -760,7 +783,7 @@ class _SubgraphPlan:
             self._specialized[inputs] = plan
         return plan
 
-    def _plan_static(self) -> None:
+    def _plan_static(self, inferred: list[list[Shape] | None] | None) -> None:
         operands = self.subgraph.operands
         known: dict[int, Tensor] = {}
         for index, tensor in self.constants.items():
@@ -781,9 +804,16 @@ class _SubgraphPlan:
                         known[index] = _tensor(operands[index], shape, _UNKNOWN)
             elif implementation is not None and all(i in known for i in step.inputs):
                 context = ExecutionContext(step.code, [known[i] for i in step.inputs], step.declared, self.relaxed)
+                # Validation ran ``prepare`` on the declared shapes and constants: where it
+                # inferred the outputs, these inputs are those (a tensor's declared shape is
+                # complete wherever prepare read it, and is then the shape planned here).
+                recorded = inferred[step.position] if inferred is not None else None
                 try:
                     implementation.check_inputs(context)  # refused: the execution reports it
-                    shapes = [tuple(int(d) for d in s) for s in implementation.prepare(context)]
+                    if recorded is not None:
+                        shapes = list(recorded)
+                    else:
+                        shapes = [tuple(int(d) for d in s) for s in implementation.prepare(context)]
                 except Exception:  # noqa: BLE001 - reads a runtime value, or fails: infer at execution
                     shapes = None
                 if shapes is not None and (context.scratch or len(shapes) != len(step.outputs) or not all(

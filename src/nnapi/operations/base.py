@@ -131,6 +131,9 @@ class ValidationContext:
         #: its operand types' own levels, raised by ``at_least`` for newer arguments
         self.feature_level = max([introduced_in(code),
                                   *(operand_type_introduced_in(t.type) for t in (*inputs, *outputs))])
+        #: the output shapes ``check_declared_shapes`` inferred from the declared shapes and
+        #: constants (None: not inferred there), for a driver's plan to reuse
+        self.inferred_shapes: list[Shape] | None = None
 
     def at_least(self, level: FeatureLevelCode) -> None:
         """The signature uses something (an optional argument, a rule) of ``level``."""
@@ -374,7 +377,8 @@ def check_declared_shapes(operation: Operation, ctx: ValidationContext) -> None:
     add_operation (Android finds them only at execution). Skipped when ``prepare`` needs
     anything the declaration does not say."""
     try:
-        shapes = operation.prepare(_DeclaredContext(ctx))
+        declared_ctx = _DeclaredContext(ctx)
+        shapes = operation.prepare(declared_ctx)
     except (_Unknown, OperationFailed):
         return
     except NnapiError:
@@ -390,6 +394,13 @@ def check_declared_shapes(operation: Operation, ctx: ValidationContext) -> None:
         shape = tuple(int(d) for d in shape)
         if len(dims) != len(shape) or any(d and d != s for d, s in zip(dims, shape, strict=True)):
             ctx.fail(f"output {position} is declared {list(dims)}, but the inputs give {list(shape)}")
+    # what the same prepare gives on tensors of these shapes and constants of these values
+    # (not where it kept results for its execute: those depend on more than shapes)
+    if not declared_ctx.scratch:
+        try:
+            ctx.inferred_shapes = [tuple(int(d) for d in shape) for shape in shapes]
+        except (TypeError, ValueError):
+            pass
 
 
 class Operation:
