@@ -996,3 +996,27 @@ def test_prepared_transpose_in_tiles_matches_reference(shape, perm, dtype):
     x = _tensor(code, RNG.integers(-128, 128, shape).astype(dtype), 0.5 if dtype == np.int8 else 0.0)
     _compare(Op.TRANSPOSE, [x, _tensor(T.TENSOR_INT32, np.array(perm, np.int32))],
              OperandType(code, [shape[p] for p in perm], x.scale, x.zero_point))
+
+
+@pytest.mark.parametrize("code", [Op.ADD, Op.SUB, Op.MUL])
+@pytest.mark.parametrize("types", [(T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM),
+                                   (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_ASYMM_SIGNED)])
+@pytest.mark.parametrize("fuse", [FuseCode.FUSED_NONE, FuseCode.FUSED_RELU6])
+def test_pair_tables_computed_in_blocks_equal_the_whole_table(code, types, fuse):
+    """The table of every pair of stored values (quantized ADD / SUB / MUL on large
+    tensors), computed in blocks of rows, holds the values of one call on the whole
+    256 x 256 grid, bit for bit, including ties rounded away from zero and saturation."""
+    from nnapi.operand import dtype_of
+    from nnapi.operations._elementwise import all_stored_values, pair_table
+
+    low = 0 if types[0] == T.TENSOR_QUANT8_ASYMM else -128
+    a = Tensor(types[0], (1, 300, 300, 1), 0.5, low + 3, None, None)
+    b = Tensor(types[1], (1, 300, 300, 1), 0.25, low + 200, None, None)  # ties: halves of 0.25 / 0.5
+    output = OperandType(types[0], [1, 300, 300, 1], 0.5, low + 100)
+    on_stored = get_operation(code)._on_stored(ExecutionContext(code, [a, b, _scalar(T.INT32, fuse)], [output]))
+    dtype = dtype_of(types[0])
+    whole = on_stored(all_stored_values(dtype)[:, None], all_stored_values(dtype)[None, :])
+    blocks = pair_table(on_stored, dtype, dtype)
+    assert blocks.dtype == whole.dtype == dtype and blocks.shape == whole.shape == (256, 256)
+    np.testing.assert_array_equal(blocks, whole)
+    assert len(np.unique(whole)) >= 13  # (RELU6: 0 to 6 in steps of 0.5)
