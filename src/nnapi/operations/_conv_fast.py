@@ -65,11 +65,13 @@ class _Epilogue:
     """Bias, fused activation and (quantized) output stage of one output block."""
 
     def __init__(self, ctx: ExecutionContext, fuse: int, channels: int, work, row: int = 1,
-                 parts: bool = False) -> None:
+                 parts: bool = False, fused: bool = True) -> None:
         """``row``: the output pixels of one row of a block (blocks are whole rows), over
         which the float bias is tiled once so that adding it runs one numpy loop per row
         rather than one per pixel (``tile_trailing``). ``parts``: accumulators come as
-        float32 parts to sum (``finish_parts``; compiled kernels only)."""
+        float32 parts to sum (``finish_parts``; compiled kernels only). ``fused``: the
+        compiled output stage where it applies (False: for a compiled kernel that runs
+        the stage itself and reads only ``stage``)."""
         data, weights, bias = ctx.input(INPUT), ctx.input(FILTER), ctx.input(BIAS)
         output = ctx.output(0)
         self.dtype = dtype_of(output.type)
@@ -78,7 +80,7 @@ class _Epilogue:
             multipliers, shifts = output_multipliers(data.scale, filter_scales(weights, channels), output.scale)
             self.stage = output_stage(multipliers, shifts, output, fuse, bias.value)
             compiled = _jit.kernels()
-            if compiled is not None and _jit.compilable(self.stage):
+            if fused and compiled is not None and _jit.compilable(self.stage):
                 # float32 products are exact below 2**24 (``_work_dtype``), each part of a split one too
                 bound = None if work == np.float64 else 2**24 * (_MAX_PARTS if parts else 1)
                 fused = _jit.FusedOutputStage(self.stage, compiled, work, channels, parts, bound)
@@ -489,17 +491,22 @@ class PreparedDepthwise:
         self.sp, self.out_hw, self.multiplier, self.kernel_hw = sp, out_hw, multiplier, (kh, kw)
         shifted = _shifted_weights(weights)[0]
         self.work = _work_dtype(data, shifted, (2,))
+        self.channels = channels
+        # the compiled kernel runs its own output stage: the epilogue gives it the stage
+        epilogue = _Epilogue(ctx, sp.fuse, channels, self.work, fused=False)
+        self.compiled = _compiled_depthwise(ctx, sp, shifted, multiplier, epilogue, out_hw)
+        if self.compiled is not None:  # it runs every call: nothing of the numpy path is needed
+            self.epilogue = epilogue  # (the output dtype)
+            return
         if multiplier == 1:
             self.weights = shifted.astype(self.work)  # (kh, kw, c)
             self.subscripts = "hwijc,ijc->hwc"
         else:
             self.weights = shifted.reshape(kh, kw, channels // multiplier, multiplier).astype(self.work)
             self.subscripts = "hwijc,ijcm->hwcm"
-        self.channels = channels
         self.pad = _Padder(data, sp, self.work)
         self.epilogue = _Epilogue(ctx, sp.fuse, channels, self.work)
         self.block_rows = max(1, _BLOCK_BYTES // (out_hw[1] * channels * 8))
-        self.compiled = _compiled_depthwise(ctx, sp, shifted, multiplier, self.epilogue, out_hw)
 
     def __call__(self, values: list) -> list[np.ndarray]:
         if self.compiled is None:
@@ -583,15 +590,14 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
     else:
         # the int32 sums are exact: no partial sum can exceed max|x - zp| * sum|w|
         largest = int(np.abs(shifted).sum(axis=(0, 1), dtype=np.int64).max()) if shifted.size else 0
-        if _input_bound(data) * largest >= 2**31 or not isinstance(epilogue.stage, _jit.FusedOutputStage):
+        if _input_bound(data) * largest >= 2**31 or not _jit.compilable(epilogue.stage):
             return None
         weights = _jit.constant(shifted, np.int32)
         zero_point = np.int32(data.zero_point)
         # what the zero point takes from a window lying wholly inside the input, per channel
         # (|zero point| <= the input bound: fits in int32 as the sums do)
         zero_point_sums = _jit.constant(data.zero_point * weights.sum(axis=(0, 1), dtype=np.int64), np.int32)
-        stage = epilogue.stage
-        params = _jit.stage_parameters(stage.stage, depth, _input_bound(data) * largest)
+        params = _jit.stage_parameters(epilogue.stage, depth, _input_bound(data) * largest)
         if rows:
             row_weights = tiled(weights, np.int32)
             row_params = tuple(tiled(value, value.dtype) if isinstance(value, np.ndarray) else value
