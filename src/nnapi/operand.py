@@ -11,7 +11,6 @@ bytes (numpy dtype ``V<byte_size>``).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -132,6 +131,27 @@ class SymmPerChannelQuantParams:
                                f"{channel_dim!r}, {scales!r}") from None
 
 
+class _cached:  # noqa: N801 - used as a decorator, like functools.cached_property
+    """``functools.cached_property`` without its lock: Python 3.11's takes an RLock at the
+    first read of every instance (~5 us), which a compilation pays for each of its many
+    fresh OperandTypes; these values are pure functions of a frozen type, so two threads
+    computing one at once store equal values."""
+
+    def __init__(self, function) -> None:
+        self.function = function
+        self.name = function.__name__
+        self.__doc__ = function.__doc__
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.function(instance)
+        return value
+
+
 @dataclass(frozen=True)
 class OperandType:
     """ANeuralNetworksOperandType: an operand's type code, dimensions and quantization.
@@ -196,7 +216,7 @@ class OperandType:
     def dtype(self) -> np.dtype:
         return dtype_of(self.type)
 
-    @functools.cached_property  # asked at every set_input; the type never changes
+    @_cached  # asked at every set_input; the type never changes
     def is_fully_specified(self) -> bool:
         """True when the shape is known: scalars always, tensors with a rank and no 0."""
         if not self.is_tensor:
@@ -210,7 +230,7 @@ class OperandType:
         """Bytes of a value of this type (0 for MODEL)."""
         return self._sizes[1]
 
-    @functools.cached_property
+    @_cached
     def _sizes(self) -> tuple[int, int]:
         """(element count, byte size), computed once per type."""
         count = math.prod(self.dimensions) if self.is_tensor else 1
