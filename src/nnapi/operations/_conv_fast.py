@@ -284,8 +284,9 @@ class PreparedConv:
         pixels = data.shape[0] * out_hw[0] * out_hw[1]
         self.gemv: _CompiledGemv | None = None
         self._lock = threading.Lock()
-        #: what ``_lay_out`` needs while the im2col path is not laid out (None once it is)
-        self._pending: tuple[ExecutionContext, np.ndarray] | None = (ctx, shifted)
+        #: what ``_lay_out`` needs while the im2col path is not laid out (None once it is):
+        #: the context, not the shifted filter (whose pages later preparations then reuse)
+        self._pending: ExecutionContext | None = ctx
         if self.pointwise and unpadded and 0 < pixels <= _GEMV_ROWS and data.type not in FLOAT_TENSORS:
             # Every call of this plan has its static shapes, so runs the compiled product:
             # the im2col path (its float filter, 5 MB of fresh pages for a classifier's
@@ -295,15 +296,15 @@ class PreparedConv:
             if self.gemv is not None:
                 self.epilogue = epilogue  # the output dtype (the product runs the stage itself)
                 return
-        self._lay_out()
+        self._lay_out(shifted)
 
-    def _lay_out(self) -> None:
+    def _lay_out(self, shifted: np.ndarray | None = None) -> None:
         """The im2col path: the filter as float columns, padding, blocks, output stage."""
         with self._lock:
             if self._pending is None:
                 return
-            ctx, shifted = self._pending
-            self._lay_out_locked(ctx, shifted)
+            ctx = self._pending
+            self._lay_out_locked(ctx, _shifted_weights(ctx.input(FILTER)) if shifted is None else shifted)
             self._pending = None
 
     def _lay_out_locked(self, ctx: ExecutionContext, shifted: np.ndarray) -> None:
@@ -675,7 +676,7 @@ class PreparedFullyConnected:
         self.gemv: _CompiledGemv | None = None
         self._lock = threading.Lock()
         #: what ``_lay_out`` needs while the BLAS product is not laid out (None once it is)
-        self._pending: tuple[ExecutionContext, np.ndarray] | None = (ctx, shifted)
+        self._pending: ExecutionContext | None = ctx
         rows = math.prod(data.shape) // input_size
         if 0 < rows <= _GEMV_ROWS and data.type not in FLOAT_TENSORS:
             # Every call of this plan has its static shapes, so runs the compiled product:
@@ -685,14 +686,16 @@ class PreparedFullyConnected:
             if self.gemv is not None:
                 self.epilogue = epilogue  # the output dtype (the product runs the stage itself)
                 return
-        self._lay_out()
+        self._lay_out(shifted)
 
-    def _lay_out(self) -> None:
+    def _lay_out(self, shifted: np.ndarray | None = None) -> None:
         """The BLAS product: the filter as float columns and its output stage."""
         with self._lock:
             if self._pending is None:
                 return
-            ctx, shifted = self._pending
+            ctx = self._pending
+            if shifted is None:
+                shifted = _shifted_weights(ctx.input(FILTER))
             data = ctx.input(INPUT)
             work = _work_dtype(data, shifted, (0,))
             parts = _float32_parts(data, shifted) if work == np.float64 else None
