@@ -17,6 +17,7 @@ from nnapi.operations.quant_math import (
     quantize,
     quantize_multiplier,
     quantize_multipliers,
+    quantize_scalar,
     requantize,
     rounding_divide_by_pot,
     rounding_doubling_high_multiply,
@@ -194,3 +195,24 @@ def test_fixed_point_steps_match_gemmlowp():
     np.testing.assert_array_equal(rounding_doubling_high_multiply(a, b), exact)
     np.testing.assert_array_equal(rounding_divide_by_pot([5, -5, 6, -6, 7, -7], 1), [3, -3, 3, -3, 4, -4])
     np.testing.assert_array_equal(rounding_divide_by_pot([12, -12, 13], [3, 3, 0]), [2, -2, 13])
+
+
+def test_quantize_scalar_is_quantize_of_one_value():
+    """The Python-float ``quantize`` of one real (activation clamp ranges) gives numpy's
+    float64 result bit for bit: ties away from zero on both sides of the zero point, values
+    beyond any 8-bit range, tiny and huge scales, signed zero, and infinity."""
+    rng = np.random.default_rng(5)
+    scales = [0.5, 0.25, 1 / 3, 0.1, 2.0**-20, 1e-30, 3e30, float(np.float32(0.0235))]
+    reals = [0.0, -0.0, 6.0, -6.0, 1.0, -1.0, 0.25, -0.25, 0.75, -0.75, 1e300, -1e300,
+             *rng.standard_normal(200) * 10.0, *(rng.integers(-600, 600, 100) / 4.0)]
+    for scale in scales:
+        for zero_point in (-128, -3, 0, 7, 255):
+            for real in reals:
+                with np.errstate(over="ignore"):  # (1e300 / 1e-30: infinity, as intended)
+                    want = quantize(real, scale, zero_point)
+                    got = quantize_scalar(real, scale, zero_point)
+                assert isinstance(got, float)
+                assert np.float64(got).tobytes() == np.float64(want).tobytes(), (real, scale, zero_point)
+    assert quantize_scalar(0.75, 0.5, 0) == 2.0 and quantize_scalar(-0.75, 0.5, 0) == -2.0  # ties away from zero
+    with np.errstate(over="ignore"):
+        assert quantize_scalar(1e300, 1e-30, 0) == math.inf  # overflows as numpy's division does

@@ -260,7 +260,8 @@ def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = 
     point, UNIFORM where also every channel has the same multiplier and shift, else
     SATURATING."""
     def per_channel(values, dtype=np.int64) -> np.ndarray:
-        return constant(np.broadcast_to(np.asarray(values, dtype=dtype), (channels,)), dtype)
+        values = np.asarray(values, dtype=dtype)
+        return constant(values if values.shape == (channels,) else np.broadcast_to(values, (channels,)), dtype)
 
     if not compilable(stage):
         raise ValueError("the compiled output stage takes Q31 multipliers, shifts in [-31, 30], |zero point| < 2**16")

@@ -104,7 +104,7 @@ def activation_bounds_quantized(fuse: int, output: OperandType | Tensor) -> tupl
     low, high = activation_bounds_float(fuse)
 
     def to_q(x: float) -> int:
-        return int(quant_math.quantize(x, output.scale, output.zero_point))
+        return int(quant_math.quantize_scalar(x, output.scale, output.zero_point))
 
     if np.isfinite(low):
         qmin = max(qmin, to_q(low))
