@@ -269,7 +269,46 @@ class _Padder:
         return xp
 
 
-class PreparedConv:
+class _DeferredProduct:
+    """A quantized product prepared for static shapes (PreparedConv's 1x1 convolution,
+    PreparedFullyConnected): a classifier's few rows run the compiled few-row product
+    (gemv), and the BLAS path (its float filter: 5 MB of fresh pages for a 1280 x 1001
+    classifier, with its exactness bounds) is laid out, by ``_lay_out_locked``, only if a
+    call has more rows than the gemv takes, which the plan's static shapes never give."""
+
+    gemv: _CompiledGemv | None
+
+    def _prepare_product(self, ctx: ExecutionContext, shifted: np.ndarray, gemv_rows: np.ndarray | None,
+                         rows: int, fuse: int, units: int) -> None:
+        """The compiled gemv over ``gemv_rows`` (the filter as (units, depth) rows; None where
+        the operation cannot take it) for ``rows`` rows, else the BLAS path laid out now."""
+        self.gemv = None
+        self._lock = threading.Lock()
+        #: what ``_lay_out`` needs while the BLAS path is not laid out (None once it is):
+        #: the context, not the shifted filter (whose pages later preparations then reuse)
+        self._pending: ExecutionContext | None = ctx
+        data = ctx.input(INPUT)
+        if gemv_rows is not None and 0 < rows <= _GEMV_ROWS and data.type not in FLOAT_TENSORS:
+            epilogue = _Epilogue(ctx, fuse, units, np.float32)
+            self.gemv = compiled_gemv(data, gemv_rows, epilogue, rows)
+            if self.gemv is not None:
+                self.epilogue = epilogue  # the output dtype (the product runs the stage itself)
+                return
+        self._lay_out(shifted)
+
+    def _lay_out(self, shifted: np.ndarray | None = None) -> None:
+        with self._lock:
+            if self._pending is None:
+                return
+            ctx = self._pending
+            self._lay_out_locked(ctx, _shifted_weights(ctx.input(FILTER)) if shifted is None else shifted)
+            self._pending = None
+
+    def _lay_out_locked(self, ctx: ExecutionContext, shifted: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class PreparedConv(_DeferredProduct):
     """CONV_2D (one group) with static shapes and a constant filter and bias."""
 
     def __init__(self, ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int]) -> None:
@@ -282,32 +321,11 @@ class PreparedConv:
         # a classifier's 1x1 convolution of a 1x1 image (few output pixels, no padding)
         unpadded = not (sp.pad_top or sp.pad_bottom or sp.pad_left or sp.pad_right)
         pixels = data.shape[0] * out_hw[0] * out_hw[1]
-        self.gemv: _CompiledGemv | None = None
-        self._lock = threading.Lock()
-        #: what ``_lay_out`` needs while the im2col path is not laid out (None once it is):
-        #: the context, not the shifted filter (whose pages later preparations then reuse)
-        self._pending: ExecutionContext | None = ctx
-        if self.pointwise and unpadded and 0 < pixels <= _GEMV_ROWS and data.type not in FLOAT_TENSORS:
-            # Every call of this plan has its static shapes, so runs the compiled product:
-            # the im2col path (its float filter, 5 MB of fresh pages for a classifier's
-            # 1280 x 1001, with its exactness bounds) is laid out only if a call needs it.
-            epilogue = _Epilogue(ctx, sp.fuse, oc, np.float32)
-            self.gemv = compiled_gemv(data, shifted.reshape(oc, -1), epilogue, pixels)
-            if self.gemv is not None:
-                self.epilogue = epilogue  # the output dtype (the product runs the stage itself)
-                return
-        self._lay_out(shifted)
-
-    def _lay_out(self, shifted: np.ndarray | None = None) -> None:
-        """The im2col path: the filter as float columns, padding, blocks, output stage."""
-        with self._lock:
-            if self._pending is None:
-                return
-            ctx = self._pending
-            self._lay_out_locked(ctx, _shifted_weights(ctx.input(FILTER)) if shifted is None else shifted)
-            self._pending = None
+        gemv_rows = shifted.reshape(oc, -1) if self.pointwise and unpadded else None
+        self._prepare_product(ctx, shifted, gemv_rows, pixels, sp.fuse, oc)
 
     def _lay_out_locked(self, ctx: ExecutionContext, shifted: np.ndarray) -> None:
+        """The im2col path: the filter as float columns, padding, blocks, output stage."""
         data, sp, out_hw = ctx.input(INPUT), self.sp, self.out_hw
         oc, kh, kw, depth = shifted.shape
         work = _work_dtype(data, shifted, (0,))
@@ -662,7 +680,7 @@ def compiled_gemv(data: Tensor, shifted: np.ndarray, epilogue: _Epilogue, rows: 
     return gemv
 
 
-class PreparedFullyConnected:
+class PreparedFullyConnected(_DeferredProduct):
     """FULLY_CONNECTED with static shapes and constant weights and bias: one product."""
 
     def __init__(self, ctx: ExecutionContext, fuse: int) -> None:
@@ -673,40 +691,21 @@ class PreparedFullyConnected:
         # float32 in and out: the product is the output (bias and clamp added in place; the
         # BLAS product is then always laid out: the compiled few-row one is quantized only)
         self.float32 = data.type == T.TENSOR_FLOAT32 and dtype_of(ctx.output(0).type) == np.float32
-        self.gemv: _CompiledGemv | None = None
-        self._lock = threading.Lock()
-        #: what ``_lay_out`` needs while the BLAS product is not laid out (None once it is)
-        self._pending: ExecutionContext | None = ctx
         rows = math.prod(data.shape) // input_size
-        if 0 < rows <= _GEMV_ROWS and data.type not in FLOAT_TENSORS:
-            # Every call of this plan has its static shapes, so runs the compiled product:
-            # the BLAS product's float filter is laid out only if a call needs it (as PreparedConv)
-            epilogue = _Epilogue(ctx, fuse, units, np.float32)
-            self.gemv = compiled_gemv(data, shifted, epilogue, rows)
-            if self.gemv is not None:
-                self.epilogue = epilogue  # the output dtype (the product runs the stage itself)
-                return
-        self._lay_out(shifted)
+        self._prepare_product(ctx, shifted, shifted, rows, fuse, units)
 
-    def _lay_out(self, shifted: np.ndarray | None = None) -> None:
+    def _lay_out_locked(self, ctx: ExecutionContext, shifted: np.ndarray) -> None:
         """The BLAS product: the filter as float columns and its output stage."""
-        with self._lock:
-            if self._pending is None:
-                return
-            ctx = self._pending
-            if shifted is None:
-                shifted = _shifted_weights(ctx.input(FILTER))
-            data = ctx.input(INPUT)
-            work = _work_dtype(data, shifted, (0,))
-            parts = _float32_parts(data, shifted) if work == np.float64 else None
-            if parts is not None:
-                work = np.float32
-            self.work, self.parts = work, parts
-            self.weights = shifted.astype(work, copy=False).T  # (input_size, units), a view
-            self.zero = None if data.type in FLOAT_TENSORS else work(data.zero_point)
-            # (replacing the compiled product's, whose results it gives: that product keeps its own stage)
-            self.epilogue = _Epilogue(ctx, self.fuse, self.units, work, parts=parts is not None)
-            self._pending = None
+        data = ctx.input(INPUT)
+        work = _work_dtype(data, shifted, (0,))
+        parts = _float32_parts(data, shifted) if work == np.float64 else None
+        if parts is not None:
+            work = np.float32
+        self.work, self.parts = work, parts
+        self.weights = shifted.astype(work, copy=False).T  # (input_size, units), a view
+        self.zero = None if data.type in FLOAT_TENSORS else work(data.zero_point)
+        # (replacing the compiled product's, whose results it gives: that product keeps its own stage)
+        self.epilogue = _Epilogue(ctx, self.fuse, self.units, work, parts=parts is not None)
 
     def __call__(self, values: list) -> list[np.ndarray]:
         x = values[INPUT].reshape(-1, self.input_size)
