@@ -505,6 +505,29 @@ def test_few_row_products_match_numpy(code, kind, rows, monkeypatch):
             np.testing.assert_array_equal(compiled(values)[0], got)
 
 
+def test_split_products_of_few_rows_run_transposed_and_match_numpy(monkeypatch):
+    """Exact float32 parts of a product of few rows by a large filter (6 rows, 2304 x 64)
+    run transposed (``_exact_matmul``, each part a slice of the filter's rows): the
+    numpy plan's bits and execute's."""
+    rng = np.random.default_rng(5)
+    depth, units, rows = 2304, 64, 6
+    x = _tensor(T.TENSOR_QUANT8_ASYMM, rng.integers(0, 256, (rows, depth)).astype(np.uint8), 0.5, 0)
+    w = _tensor(T.TENSOR_QUANT8_ASYMM, rng.integers(0, 256, (units, depth)).astype(np.uint8), 0.25, 128)
+    b = _tensor(T.TENSOR_INT32, rng.integers(-(1 << 16), 1 << 16, units).astype(np.int32), 0.125)
+    inputs = [x, w, b, _scalar(T.INT32, 0)]
+    output = OperandType(T.TENSOR_QUANT8_ASYMM, [rows, units], 0.125 * 74 * 74 * np.sqrt(depth) / 40, 128)
+    compiled = _plan(Op.FULLY_CONNECTED, inputs, output)
+    reference = _numpy_plan(Op.FULLY_CONNECTED, inputs, output, monkeypatch)
+    assert compiled.parts is not None and len(compiled.parts) >= 2
+    assert compiled.weights.size >= _conv_fast._FEW_ROWS_MIN_WEIGHTS and rows <= _conv_fast._FEW_ROWS
+    values = [tensor.value for tensor in inputs]
+    got = compiled(values)[0]
+    np.testing.assert_array_equal(got, reference(values)[0])
+    np.testing.assert_array_equal(got, get_operation(Op.FULLY_CONNECTED).execute(
+        ExecutionContext(Op.FULLY_CONNECTED, inputs, [output]))[0])
+    assert len(np.unique(got)) > 5
+
+
 def test_few_row_products_past_int32_take_blas():
     """A product whose int32 sums could overflow (uint8 inputs and filters at full range
     over 33,100 terms) keeps the BLAS product."""

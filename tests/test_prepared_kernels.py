@@ -1020,3 +1020,42 @@ def test_pair_tables_computed_in_blocks_equal_the_whole_table(code, types, fuse)
     assert blocks.dtype == whole.dtype == dtype and blocks.shape == whole.shape == (256, 256)
     np.testing.assert_array_equal(blocks, whole)
     assert len(np.unique(whole)) >= 13  # (RELU6: 0 to 6 in steps of 0.5)
+
+
+@pytest.mark.parametrize("code, kind", [(Op.CONV_2D, "quant8"), (Op.CONV_2D, "quant8_signed_per_channel"),
+                                        (Op.FULLY_CONNECTED, "quant8")])  # (per-tensor filters only)
+def test_few_row_quantized_products_run_transposed_and_match_reference(code, kind):
+    """Quantized products of few rows by a large filter (a 7x7 image's 1x1 convolution, a
+    batch of 20 rows) run as filter @ rows.T (``_exact_matmul``): the values of execute's."""
+    from nnapi.operations import _conv_fast
+
+    if code == Op.CONV_2D:
+        units, depth = 512, 512
+        x, w, b, out_type = _quant_case(kind, (1, 7, 7, depth), (units, 1, 1, depth), units, 0, depth)
+        args = [_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, FuseCode.FUSED_RELU6)]
+        inputs, output = [x, w, b, *args], out_type([1, 7, 7, units])
+    else:
+        units, depth = 300, 512
+        x, w, b, out_type = _quant_case(kind, (20, depth), (units, depth), units, 0, depth)
+        inputs, output = [x, w, b, _scalar(T.INT32, FuseCode.FUSED_NONE)], out_type([20, units])
+    kernel = get_operation(code).plan(ExecutionContext(code, inputs, [output]))
+    kernel._lay_out()
+    # the case meant: few rows, a filter past the threshold, its rows read as they lie
+    assert kernel.weights.size >= _conv_fast._FEW_ROWS_MIN_WEIGHTS
+    assert kernel.weights.strides[0] == kernel.weights.itemsize
+    _compare(code, inputs, output)
+
+
+@pytest.mark.parametrize("rows, columns", [(49, 256), (64, 1024), (65, 1024), (7, 300)])
+def test_exact_matmul_equals_the_direct_product(rows, columns):
+    """``_exact_matmul`` (transposed for few rows) gives the direct product's exact
+    integers, whole and on a slice of the summed axis, into ``out`` too."""
+    from nnapi.operations import _conv_fast
+
+    cols = RNG.integers(-255, 256, (rows, 600)).astype(np.float32)
+    filter_rows = RNG.integers(-255, 256, (columns, 600)).astype(np.float32)
+    weights = filter_rows.T
+    np.testing.assert_array_equal(_conv_fast._exact_matmul(cols, weights), cols @ weights)
+    out = np.empty((rows, columns), np.float32)
+    _conv_fast._exact_matmul(cols[:, 100:400], weights[100:400], out=out)
+    np.testing.assert_array_equal(out, cols[:, 100:400] @ weights[100:400])
