@@ -1133,6 +1133,49 @@ def test_a_convolution_read_twice_keeps_its_own_output(ort_device):
     assert (ours[0] == 6).sum() > 10 and (ours[0] == 0).sum() > 10
 
 
+@pytest.mark.parametrize("limit", [5.99, 6.01])
+def test_a_relu6_its_convolution_cannot_reach_is_a_relu(ort_device, monkeypatch, limit):
+    """A 3x3 DEPTHWISE_CONV_2D + RELU6 reading a 1x1 CONV_2D + RELU6 (values in [0, 6]) with
+    positive weights whose largest output, bias + 6 * sum(w), is ``limit``: below 6 the
+    clamp can change nothing and lowers as a Relu (ORT applies it in its kernel, a Clip in a
+    pass of its own), 6.01 keeps the Clip. The outputs equal the Clip lowering's bit for
+    bit, and the reference's to float32 rounding; the saturated inputs bring the outputs
+    to the limit (and to the clamp, at 6.01)."""
+    from nnapi.drivers.ort import lowering
+
+    rng = np.random.default_rng(17)
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 16, 16, 32])
+    expanded = _float_tensor(model, [1, 16, 16, 32])
+    model.add_operation(Op.CONV_2D, [x, _float_tensor(model, [32, 1, 1, 32], rng.uniform(0, 0.3, (32, 1, 1, 32))),
+                                     _float_tensor(model, [32], np.zeros(32)),
+                                     *(_constant(model, T.INT32, v) for v in (1, 1, 1, 3))], [expanded])
+    taps = rng.uniform(0.5, 1.0, (1, 3, 3, 32))
+    bias = rng.uniform(-0.5, 0.5, 32)
+    taps *= ((limit - bias) / 6 / taps.sum(axis=(0, 1, 2)))
+    y = _float_tensor(model, [1, 16, 16, 32])
+    scalars = [_constant(model, T.INT32, v) for v in (1, 1, 1, 1, 3)]
+    model.add_operation(Op.DEPTHWISE_CONV_2D, [expanded, _float_tensor(model, [1, 3, 3, 32], taps),
+                                               _float_tensor(model, [32], bias), *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert (kinds.count("Clip"), kinds.count("Relu")) == ((1, 1) if limit < 6 else (2, 0))
+    image = rng.uniform(-1, 4, (1, 16, 16, 32)).astype(np.float32)  # 32 positive products: 6 for 3 in 4
+    outputs = [np.zeros((1, 16, 16, 32), np.float32)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=1e-5)
+    assert ours[0].min() >= 0 and len(np.unique(ours[0])) > 1000
+    if limit < 6:
+        assert 5.98 < ours[0].max() <= limit + 1e-5
+    else:
+        assert (ours[0] == 6).sum() > 5 and ((ours[0] == 6) == (theirs[0] == 6)).all()
+    monkeypatch.setattr(lowering, "reachable_activation", lambda g, fuse, *arguments: fuse)
+    assert [node.op_type for node in _lowered(model).graph.node].count("Clip") == 2
+    clipped, _ = _on_both(model, [image], outputs, ort_device)
+    np.testing.assert_array_equal(ours[0], clipped[0])
+
+
 @pytest.mark.parametrize("channels", [32, 24])
 def test_a_clamped_add_of_two_inputs_keeps_the_values_exactly(ort_device, channels):
     """ADD + RELU6 of two inputs (no convolution to compute it): on blocked channels (a
