@@ -980,6 +980,63 @@ def test_image_convolution_with_merged_columns_equals_the_plain_one(ort_device, 
     np.testing.assert_array_equal(ours[0], plain[0])
 
 
+@pytest.mark.parametrize("depth, stride, kernel, padding, dilation, channels_out, then_conv, rows", [
+    (3, 2, 3, "same", (1, 1), 32, False, True), (3, 1, 5, (2, 1, 2, 3), (1, 1), 16, False, True),
+    (2, 2, 3, "valid", (1, 1), 8, False, True), (3, 1, 3, "same", (1, 2), 16, False, True),
+    (3, 2, 3, "same", (1, 1), 24, True, True), (3, 1, 3, "same", (2, 1), 16, False, False),
+    (1, 2, 3, "same", (1, 1), 16, False, False)])
+def test_image_convolution_on_rows_of_channels_equals_the_plain_one(ort_device, monkeypatch, depth, stride, kernel,
+                                                                    padding, dilation, channels_out, then_conv, rows):
+    """A float CONV_2D on an input of 2-3 channels runs on ORT on that input read as one
+    channel of rows W * C wide (a Reshape, no Transpose; the filter's taps laid out the
+    same way, stride and side pads times C): the same products, so the reference's values
+    and the plain lowering's to float32 rounding; explicit pads on every side, a dilated
+    height, 24 filters padded to 32 before a 1x1 convolution. Not for a dilated width (its
+    taps would not be adjacent) or one channel (already NCHW)."""
+    from nnapi.drivers.ort import lowering
+
+    rng = np.random.default_rng(23)
+    height, width = 11, 14
+    model = nnapi.Model()
+    x = _float_tensor(model, [2, height, width, depth])
+    dil_w, dil_h = dilation
+    span_w, span_h = dil_w * (kernel - 1) + 1, dil_h * (kernel - 1) + 1
+    w = _float_tensor(model, [channels_out, kernel, kernel, depth], rng.standard_normal((channels_out, kernel, kernel,
+                                                                                          depth)))
+    bias = _float_tensor(model, [channels_out], rng.standard_normal(channels_out))
+    tail = [_constant(model, T.INT32, 1), _constant(model, T.BOOL, False), _constant(model, T.INT32, dil_w),
+            _constant(model, T.INT32, dil_h)]  # RELU, NHWC, dilations
+    if padding in ("same", "valid"):
+        scalars = [_constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, stride, stride)]
+        out_width = -(-width // stride) if padding == "same" else (width - span_w) // stride + 1
+        out_height = -(-height // stride) if padding == "same" else (height - span_h) // stride + 1
+    else:
+        left, right, top, bottom = padding
+        scalars = [_constant(model, T.INT32, v) for v in (left, right, top, bottom, stride, stride)]
+        out_width = (width + left + right - span_w) // stride + 1
+        out_height = (height + top + bottom - span_h) // stride + 1
+    y = _float_tensor(model, [2, out_height, out_width, channels_out])
+    model.add_operation(Op.CONV_2D, [x, w, bias, *scalars, *tail], [y])
+    out = y
+    if then_conv:
+        out = _conv_op(model, rng, y, [16, 1, 1, channels_out], [2, out_height, out_width, 16], padding=2)
+    model.identify_inputs_and_outputs([x], [out])
+    model.finish()
+    graph = _lowered(model).graph
+    readers = [node.op_type for node in graph.node if graph.input[0].name in node.input]
+    assert readers == (["Reshape"] if rows else ["Transpose"])
+    if then_conv:
+        assert [32, 1, kernel, kernel * depth] in [list(t.dims) for t in graph.initializer]  # 24 filters as 32
+    image = rng.uniform(-1, 1, (2, height, width, depth)).astype(np.float32)
+    outputs = [np.zeros((2, out_height, out_width, 16 if then_conv else channels_out), np.float32)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    scale = np.abs(theirs[0]).max()
+    assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 100
+    monkeypatch.setattr(lowering, "_channels_in_rows", lambda *arguments: None)
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
+
+
 def _float_tensor(model, shape, value=None):
     index = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
     if value is not None:

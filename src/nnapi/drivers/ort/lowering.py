@@ -788,16 +788,46 @@ def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool
         weights = np.pad(weights, ((0, channels - weights.shape[0]), (0, 0), (0, 0), (0, depth - weights.shape[3])))
         weights, group = weights.transpose(0, 3, 1, 2), 1
     bias = np.pad(bias, (0, channels - bias.size))
-    attributes = _conv_attributes(params, list(weights.shape[2:]), group)
-    source = to_nchw(g, x.name, False)
-    y = _single_filter_conv(g, source, weights, bias, attributes, output)
-    if y is None:
-        y = g.one("Conv", [source, g.constant(np.ascontiguousarray(weights), "filter"), g.constant(bias, "w")],
-                  **attributes)
+    rows = None if depthwise else _channels_in_rows(g, operation, params, x, weights)
+    if rows is not None:
+        y = g.one("Conv", [rows[0], rows[1], g.constant(bias, "w")], **rows[2])
+    else:
+        attributes = _conv_attributes(params, list(weights.shape[2:]), group)
+        source = to_nchw(g, x.name, False)
+        y = _single_filter_conv(g, source, weights, bias, attributes, output)
+        if y is None:
+            y = g.one("Conv", [source, g.constant(np.ascontiguousarray(weights), "filter"), g.constant(bias, "w")],
+                      **attributes)
     y = _record_convolution(g, index, y, params.fuse, False)
     fuse = reachable_activation(g, params.fuse, inputs[0], weights, bias)
     g.set_channels(index, fused_activation(g, y, fuse, output), channels)
     return True
+
+
+def _channels_in_rows(g: GraphBuilder, operation: Operation, params: _ConvParams, source: Value,
+                      weights: np.ndarray) -> tuple[str, str, dict] | None:
+    """A float NHWC CONV_2D on an input of the graph with fewer channels than ORT's NCHWc
+    block (an image's 3) as the same convolution on that input read as one channel of
+    rows of W * C values (a Reshape, no copy): each row of a filter's taps laid out as
+    its pixels' channels side by side (kernel kh x kw * C), stride sw * C, the left and
+    right pads * C, so every output sums the same products. ORT runs such a convolution
+    from an NCHW input; this form needs no Transpose of the image first, and its kernel
+    makes one pass with rows C times as wide instead of one per channel (MobileNet's
+    224x224x3, 3x3 stride 2: Transpose 31 + Conv 153 -> Reshape 4 + Conv 139 us).
+    ``weights`` are the [O, C, H, W] filter; (input, filter, attributes), or None where
+    it does not apply (dilated rows, a computed input, an NCHW model)."""
+    batches, height, width, depth = source.dims if source.rank == 4 else (0, 0, 0, 0)
+    if (g.isolated or params.nchw or g.producer(operation.inputs[0]) is not None or not all((batches, height, width))
+            or not 1 < depth < NCHWC_BLOCK or params.dilations[1] != 1 or weights.shape[1] != depth):
+        return None
+    channels, _, kernel_h, kernel_w = weights.shape
+    top, left, bottom, right = params.pads if params.pads is not None else (0, 0, 0, 0)
+    rows = g.one("Reshape", [source.name, g.constant(np.array([batches, 1, height, width * depth], np.int64))])
+    spread = np.ascontiguousarray(weights.transpose(0, 2, 3, 1).reshape(channels, 1, kernel_h, kernel_w * depth))
+    attributes = {"strides": [params.strides[0], params.strides[1] * depth], "dilations": [params.dilations[0], 1],
+                  "kernel_shape": [kernel_h, kernel_w * depth], "group": 1,
+                  "pads": [top, left * depth, bottom, right * depth]}
+    return rows, g.constant(spread, "filter"), attributes
 
 
 #: below this many output pixels a convolution's multiply-adds cost less than a node more
@@ -864,14 +894,20 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
     if output.type in FLOATS:
         if g.operand(operation.inputs[0]).type not in FLOATS or filter_operand.type not in FLOATS:
             raise Declined("mixed float and quantized operands")
-        weights, array, _ = _filter_to_oihw(g, operation.inputs[1], depthwise)
         bias = g.value(operation.inputs[2])
-        x = to_nchw(g, source.name, params.nchw)
+        known = None if depthwise or grouped else _constant_filter(g, operation.inputs[1], False)
+        rows = None if known is None else _channels_in_rows(g, operation, params, source, known[0])
         y = None
-        if array is not None and bias.const is not None and not depthwise and not grouped:
-            y = _single_filter_conv(g, x, array, bias.const, attributes, output)
-        if y is None:
-            y = g.one("Conv", [x, weights, bias.name], **attributes)
+        if rows is not None:
+            array = known[0]
+            y = g.one("Conv", [rows[0], rows[1], bias.name], **rows[2])
+        else:
+            weights, array, _ = _filter_to_oihw(g, operation.inputs[1], depthwise)
+            x = to_nchw(g, source.name, params.nchw)
+            if array is not None and bias.const is not None and not depthwise and not grouped:
+                y = _single_filter_conv(g, x, array, bias.const, attributes, output)
+            if y is None:
+                y = g.one("Conv", [x, weights, bias.name], **attributes)
         y = _record_convolution(g, operation.outputs[0], y, params.fuse, params.nchw)
         fuse = params.fuse if array is None or bias.const is None else reachable_activation(
             g, params.fuse, operation.inputs[0], array, bias.const)
