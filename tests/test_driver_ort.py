@@ -1037,6 +1037,40 @@ def test_image_convolution_on_rows_of_channels_equals_the_plain_one(ort_device, 
     assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
 
 
+@pytest.mark.parametrize("units, pooled, conv", [(512, True, True), (16, True, False), (512, False, False)])
+def test_a_classifier_head_after_a_mean_is_a_convolution(ort_device, units, pooled, conv):
+    """MEAN over the height and width of a 512-channel image, then FULLY_CONNECTED with
+    RELU by 512 x 512 constant weights (a classifier's head): a 1x1 Conv of the pooled row
+    (ORT streams large weights faster there than in its one-row Gemm), no Gemm left, and
+    no unread initializer (the [units, depth] weights). Smaller weights, or a row given as
+    the graph's input, keep the Gemm. The reference's values to float32 rounding."""
+    rng = np.random.default_rng(29)
+    model = nnapi.Model()
+    depth = 512
+    if pooled:
+        x = _float_tensor(model, [1, 3, 3, depth])
+        row = _float_tensor(model, [1, depth])
+        model.add_operation(Op.MEAN, [x, _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2]),
+                                      _constant(model, T.INT32, 0)], [row])
+    else:
+        x = row = _float_tensor(model, [1, depth])
+    y = _float_tensor(model, [1, units])
+    weights = _float_tensor(model, [units, depth], rng.standard_normal((units, depth)))
+    model.add_operation(Op.FULLY_CONNECTED, [row, weights, _float_tensor(model, [units], rng.standard_normal(units)),
+                                             _constant(model, T.INT32, 1)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    graph = _lowered(model).graph
+    kinds = [node.op_type for node in graph.node]
+    assert ("Gemm" not in kinds and [units, depth, 1, 1] in [list(t.dims) for t in graph.initializer]) == conv
+    read = {name for node in graph.node for name in node.input}
+    assert all(t.name in read for t in graph.initializer)
+    image = rng.uniform(-1, 1, (1, 3, 3, depth) if pooled else (1, depth)).astype(np.float32)
+    ours, theirs = _on_both(model, [image], [np.zeros((1, units), np.float32)], ort_device)
+    assert np.abs(ours[0] - theirs[0]).max() <= 1e-5 * np.abs(theirs[0]).max()
+    assert (ours[0] == 0).sum() > units // 8 and len(np.unique(ours[0])) > units // 4
+
+
 def _float_tensor(model, shape, value=None):
     index = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
     if value is not None:
