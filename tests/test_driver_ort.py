@@ -2086,3 +2086,70 @@ def test_tensorflow_tanh_gelu_with_pow_is_one_fast_gelu(ort_device):
     ours, theirs = _on_both(model, [values], [np.zeros(dims, np.float32)], ort_device)
     assert within_tolerance(T.TENSOR_FLOAT32, theirs[0], ours[0]).all()
     np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=5e-7)
+
+
+def _swish_model(code, x_quant, out_quant, fuse=0, gate_first=False, gate_is_output=False):
+    """MUL(x, LOGISTIC(x)) on 8-bit [1, 4, 8, 8] values (all 256 stored values fit)."""
+    dims = [1, 4, 8, 8]
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, dims, *x_quant))
+    gate_zero = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    gate = model.add_operand(OperandType(code, dims, 1 / 256, gate_zero))
+    y = model.add_operand(OperandType(code, dims, *out_quant))
+    model.add_operation(Op.LOGISTIC, [x], [gate])
+    fuse_code = _constant(model, T.INT32, np.int32(fuse))
+    model.add_operation(Op.MUL, [gate, x, fuse_code] if gate_first else [x, gate, fuse_code], [y])
+    model.identify_inputs_and_outputs([x], [y, gate] if gate_is_output else [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("x_quant, out_quant, fuse, gate_first", [
+    ((0.05, 3), (0.03, -40), 0, False),      # an EfficientNet-like range
+    ((0.1, 0), (0.06, -100), 0, True),       # the gate as MUL's first input
+    ((0.02, 20), (0.011, -120), 3, False),   # a fused RELU6 clamps the result
+])
+def test_quantized_swish_is_quick_gelu_within_a_step_of_the_reference(ort_device, code, x_quant, out_quant, fuse,
+                                                                        gate_first):
+    """MUL(x, LOGISTIC(x)) on 8-bit values lowers to DequantizeLinear, QuickGelu and
+    QuantizeLinear; over every stored value its results are the reference's pair's
+    within one step (the CTS criterion), and most are equal (the pair rounds its gate to
+    1/256 first: a large x differs by a step where the gate is 255/256)."""
+    shift = 0 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 128
+    x_quant = (x_quant[0], x_quant[1] + shift)
+    out_quant = (out_quant[0], out_quant[1] + shift)
+    model = _swish_model(code, x_quant, out_quant, fuse, gate_first)
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert kinds.count("QuickGelu") == 1 and "Sigmoid" not in kinds and "QLinearMul" not in kinds
+    dtype = np.int8 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8
+    values = np.arange(256, dtype=np.uint8).view(dtype).reshape(1, 4, 8, 8)
+    ours, theirs = _on_both(model, [values], [np.zeros_like(values)], ort_device)
+    difference = np.abs(ours[0].astype(np.int64) - theirs[0].astype(np.int64))
+    assert difference.max() <= 1 and (difference == 0).mean() > 0.75
+    assert len(np.unique(theirs[0])) > 50  # the values span the output's range
+
+
+def test_quantized_swish_stays_a_pair_where_read_elsewhere_or_more_than_a_step_off(ort_device):
+    """The logistic read elsewhere (a model output too) keeps the pair; so does an output
+    scale so fine that the pair's rounded gate puts it more than a step from the swish
+    (x down to -6.4 at 0.05, the output at 0.002: |x| / 512 is 3 steps), where the
+    composite would break the CTS criterion. Either way the reference's values within a step."""
+    code = T.TENSOR_QUANT8_ASYMM_SIGNED
+    values = np.arange(-128, 128, dtype=np.int8).reshape(1, 4, 8, 8)
+    read_elsewhere = _swish_model(code, (0.05, 0), (0.03, -40), gate_is_output=True)
+    too_fine = _swish_model(code, (0.05, 0), (0.002, 0))
+    for model, outputs in ((read_elsewhere, 2), (too_fine, 1)):
+        kinds = [node.op_type for node in _lowered(model).graph.node]
+        assert "QuickGelu" not in kinds and "QLinearMul" in kinds
+        ours, theirs = _on_both(model, [values], [np.zeros_like(values)] * outputs, ort_device)
+        for mine, reference in zip(ours, theirs):
+            assert np.abs(mine.astype(np.int64) - reference.astype(np.int64)).max() <= 1
+    from nnapi.drivers.ort.composites import _reference_swish, swish_within_a_step
+    from nnapi.runtime.model_builder import build_hal_model
+
+    hal = build_hal_model(too_fine)[0]
+    logistic, mul = hal.main.operations
+    reference = _reference_swish(hal, hal.main, mul, logistic.inputs[0], logistic.outputs[0])
+    operands = hal.main.operands
+    assert not swish_within_a_step(operands[logistic.inputs[0]], operands[mul.outputs[0]], 0, reference)

@@ -21,14 +21,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
-from nnapi.hal import Model, OperandLifeTime, Operation, Subgraph
+from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
 from nnapi.hal.types import constant_array
-from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC
+from nnapi.operand import dtype_of
+from nnapi.operations import ExecutionContext, Tensor, get_operation
+from nnapi.operations._elementwise import all_stored_values
+from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC, activation_bounds_quantized
+from nnapi.operations.quant_math import dequantize
 
 Op = OperationCode
 L = OperandLifeTime
 _COMMUTATIVE = (Op.ADD, Op.MUL)
 _BINARY = (Op.ADD, Op.MUL, Op.SUB, Op.DIV)
+_QUANT8 = (OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED)
+#: the ONNX operator of a quantized swish (in the com.microsoft domain, attribute alpha 1)
+QUANTIZED_SWISH = "QuickGelu"
 
 # A pattern is "x" (the composite's input, one operand throughout), a float (a float32
 # constant of one element holding that value in float32), or (operation code, pattern...).
@@ -60,7 +67,9 @@ _COMPOSITES = ((Op.SUB, "Gelu", _gelu_erf()),
 @dataclass
 class Composites:
     """What ``find_composites`` found: per root operation (by identity) the ONNX operator
-    and its input operand; the other operations of each, which lower to nothing."""
+    and its input operand (QUANTIZED_SWISH: computed on the dequantized input, quantized
+    into the root's output with its fused activation); the other operations of each,
+    which lower to nothing."""
 
     roots: dict[int, tuple[str, int]] = field(default_factory=dict)
     inner: set[int] = field(default_factory=set)
@@ -114,8 +123,77 @@ class _Matcher:
         return False
 
 
+def _reference_swish(model: Model, subgraph: Subgraph, mul: Operation, x: int, gate: int) -> np.ndarray:
+    """The reference's MUL(x, LOGISTIC(x)) of every stored value of ``x`` (256 of them,
+    ordered by bit pattern): its own operations, so its values exactly."""
+    operands = subgraph.operands
+    source = operands[x]
+    values = all_stored_values(dtype_of(source.type))
+    probe = Tensor(source.type, values.shape, source.scale, source.zero_point, None, values)
+    logistic = get_operation(Op.LOGISTIC).execute(ExecutionContext(Op.LOGISTIC, [probe], [operands[gate]]))[0]
+    sigmoid = Tensor(operands[gate].type, values.shape, operands[gate].scale, operands[gate].zero_point, None,
+                     logistic)
+    fuse = Tensor(OperandCode.INT32, (), 0.0, 0, None, np.asarray(_fuse_code(model, subgraph, mul), np.int32))
+    inputs = [probe, sigmoid] if mul.inputs[0] == x else [sigmoid, probe]
+    return get_operation(Op.MUL).execute(ExecutionContext(Op.MUL, [*inputs, fuse], [operands[mul.outputs[0]]]))[0]
+
+
+def _fuse_code(model: Model, subgraph: Subgraph, operation: Operation) -> int | None:
+    """A binary operation's fused activation, None where it is not a constant."""
+    fuse = subgraph.operands[operation.inputs[2]]
+    if fuse.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+        return None
+    return int(constant_array(model, fuse).reshape(-1)[0])
+
+
+def swish_within_a_step(source: Operand, output: Operand, fuse: int, reference: np.ndarray) -> bool:
+    """Whether DequantizeLinear, QuickGelu and QuantizeLinear (then the fused clamp) give
+    every stored value of ``source`` a result within one step of ``reference`` (the
+    pair's, per stored value ordered by bit pattern). ORT computes in float32: the
+    dequantized x (one rounding), its logistic (MLAS: within ~2e-7 absolute), the product
+    and the division by the scale (a rounding each); the float64 result, widened by 1e-6 of
+    |x| and 1e-5 of itself in steps plus 1e-3 of a step, bounds what it can give, and
+    rounding is monotone, so checking both ends covers every value in between."""
+    stored = all_stored_values(dtype_of(source.type))
+    real = dequantize(stored, source.scale, source.zero_point)
+    with np.errstate(over="ignore"):
+        steps = real / (1.0 + np.exp(-real)) / output.scale
+    margin = 1e-3 + 1e-5 * np.abs(steps) + 1e-6 * np.abs(real) / output.scale
+    low, high = activation_bounds_quantized(fuse, output)
+    expected = reference.astype(np.int64)
+    return all(np.all(np.abs(np.clip(np.rint(end) + output.zero_point, low, high) - expected) <= 1)
+               for end in (steps - margin, steps + margin))
+
+
+def _quantized_swish(model: Model, subgraph: Subgraph, mul: Operation, producers: dict[int, Operation],
+                     readers: dict[int, list[int]], outputs: set[int]) -> tuple[int, Operation] | None:
+    """(x, the LOGISTIC) where ``mul`` is MUL(x, LOGISTIC(x)) on 8-bit values, the
+    logistic read by nothing else, whose composite stays within a step of the pair."""
+    if mul.type != Op.MUL or len(mul.inputs) != 3:
+        return None
+    operands = subgraph.operands
+    for x, gate in (mul.inputs[:2], mul.inputs[1::-1]):
+        logistic = producers.get(gate)
+        if logistic is None or logistic.type != Op.LOGISTIC or list(logistic.inputs) != [x] or x == gate:
+            continue
+        if gate in outputs or readers.get(gate) != [id(mul)]:
+            return None
+        if any(operands[i].type not in _QUANT8 for i in (x, gate, mul.outputs[0])) or \
+                list(operands[x].dimensions) != list(operands[mul.outputs[0]].dimensions):
+            return None
+        fuse = _fuse_code(model, subgraph, mul)
+        if fuse not in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6):
+            return None
+        reference = _reference_swish(model, subgraph, mul, x, gate)
+        if not swish_within_a_step(operands[x], operands[mul.outputs[0]], fuse, reference):
+            return None
+        return x, logistic
+    return None
+
+
 def find_composites(model: Model, subgraph: Subgraph) -> Composites:
-    """The GELU composites in ``subgraph`` whose inner values nothing else reads."""
+    """The GELU and quantized swish composites in ``subgraph`` whose inner values nothing
+    else reads."""
     producers = {index: operation for operation in subgraph.operations for index in operation.outputs}
     readers: dict[int, list[int]] = {}
     for operation in subgraph.operations:
@@ -125,6 +203,11 @@ def find_composites(model: Model, subgraph: Subgraph) -> Composites:
     found = Composites()
     for operation in subgraph.operations:
         if id(operation) in found.inner or len(operation.outputs) != 1:
+            continue
+        swish = _quantized_swish(model, subgraph, operation, producers, readers, outputs)
+        if swish is not None:
+            found.roots[id(operation)] = (QUANTIZED_SWISH, swish[0])
+            found.inner.add(id(swish[1]))
             continue
         for code, onnx_op, pattern in _COMPOSITES:
             if operation.type != code:

@@ -32,7 +32,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
-from nnapi.drivers.ort.composites import find_composites
+from nnapi.drivers.ort.composites import QUANTIZED_SWISH, find_composites
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.twins import merge_twin_branches
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
@@ -2761,7 +2761,7 @@ def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
             continue  # computed by its composite's one operator, at the composite's last operation
         fused = composites.roots.get(id(operation))
         if fused is not None:
-            g.set_output(operation.outputs[0], g.one(fused[0], [g.value(fused[1]).name], domain=MS_DOMAIN))
+            g.set_output(operation.outputs[0], _composite(g, operation, *fused))
         else:
             lower_operation(g, operation)
     outputs, output_names = [], []
@@ -2788,6 +2788,18 @@ def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
     onnx_model = helper.make_model(graph, opset_imports=opsets, producer_name="nnapi")
     onnx_model.ir_version = 8
     return onnx_model, input_names, output_names
+
+
+def _composite(g: GraphBuilder, root: Operation, op_type: str, source: int) -> str:
+    """A composite (composites.py) ending at ``root`` as ORT's one operator on ``source``;
+    a quantized swish computes it on the dequantized values and quantizes into the root's
+    output with its fused activation."""
+    x = g.value(source)
+    if op_type != QUANTIZED_SWISH:
+        return g.one(op_type, [x.name], domain=MS_DOMAIN)
+    output = g.operand(root.outputs[0])
+    swish = g.one(QUANTIZED_SWISH, [g.dequantize(x)], domain=MS_DOMAIN, alpha=1.0)
+    return fused_activation(g, g.quantize(swish, output), int(g.scalar(root.inputs[2])), output)
 
 
 def _drop_output_identities(g: GraphBuilder) -> None:
