@@ -2153,3 +2153,69 @@ def test_quantized_swish_stays_a_pair_where_read_elsewhere_or_more_than_a_step_o
     reference = _reference_swish(hal, hal.main, mul, logistic.inputs[0], logistic.outputs[0])
     operands = hal.main.operands
     assert not swish_within_a_step(operands[logistic.inputs[0]], operands[mul.outputs[0]], 0, reference)
+
+
+def _layer_norm_model(with_beta, gamma_first=False, mean_is_output=False, offset=0.0):
+    """Keras' LayerNormalization over the last axis as TFLite writes it: MEAN, SUB, MUL of
+    the difference by itself, MEAN, ADD epsilon, RSQRT, MUL by gamma, x * m plus either
+    NEG(mean) * m or beta - mean * m."""
+    dims, channels = [2, 5, 16], 16
+    rng = np.random.default_rng(3)
+    model = nnapi.Model()
+    x = _float_tensor(model, dims)
+    none = _constant(model, T.INT32, np.int32(0))
+    axes = _constant(model, T.TENSOR_INT32, np.array([-1], np.int32), [1])
+    keep = _constant(model, T.INT32, np.int32(1))
+
+    def op(code, inputs, shape=dims):
+        out = _float_tensor(model, shape)
+        model.add_operation(code, inputs, [out])
+        return out
+
+    reduced = [2, 5, 1]
+    mean = op(Op.MEAN, [x, axes, keep], reduced)
+    difference = op(Op.SUB, [x, mean, none])
+    variance = op(Op.MEAN, [op(Op.MUL, [difference, difference, none]), axes, keep], reduced)
+    epsilon = _float_tensor(model, [1], np.array([1e-3], np.float32))
+    r = op(Op.RSQRT, [op(Op.ADD, [variance, epsilon, none], reduced)], reduced)
+    gamma = _float_tensor(model, [channels], rng.uniform(0.5, 1.5, channels))
+    m = op(Op.MUL, [gamma, r, none] if gamma_first else [r, gamma, none])
+    scaled = op(Op.MUL, [x, m, none])
+    if with_beta:
+        beta = _float_tensor(model, [channels], rng.uniform(-1, 1, channels))
+        shift = op(Op.SUB, [beta, op(Op.MUL, [mean, m, none]), none])
+    else:
+        shift = op(Op.MUL, [op(Op.NEG, [mean], reduced), m, none])
+    y = op(Op.ADD, [scaled, shift, none])
+    model.identify_inputs_and_outputs([x], [y, mean] if mean_is_output else [y])
+    model.finish()
+    values = (np.random.default_rng(4).standard_normal(dims) * 3 + offset).astype(np.float32)
+    return model, values
+
+
+@pytest.mark.parametrize("with_beta, gamma_first, offset", [(False, False, 0.0), (True, True, 0.0),
+                                                             (True, False, 20.0)])
+def test_layer_norm_is_one_ort_layer_normalization_with_the_reference_values(ort_device, with_beta, gamma_first,
+                                                                           offset):
+    """A layer normalization as TFLite writes it lowers to ORT's one LayerNormalization
+    (between Reshapes to rows, so that ORT does not fuse the Add before it into its slower
+    SkipLayerNormalization); its values are the reference's within the CTS float32
+    tolerance, a mean far from zero (offset 20 against a spread of 3) included."""
+    model, values = _layer_norm_model(with_beta, gamma_first, offset=offset)
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert kinds.count("LayerNormalization") == 1 and not {"ReduceMean", "Sqrt", "Neg", "Mul", "Sub"} & set(kinds)
+    ours, theirs = _on_both(model, [values], [np.zeros_like(values)], ort_device)
+    assert within_tolerance(T.TENSOR_FLOAT32, theirs[0], ours[0]).all()
+    assert np.abs(theirs[0]).max() > 1.0
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=5e-6)
+
+
+def test_layer_norm_whose_mean_is_read_elsewhere_stays_element_wise(ort_device):
+    """The mean also a model output keeps the normalization's own operations."""
+    model, values = _layer_norm_model(True, mean_is_output=True)
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert "LayerNormalization" not in kinds and "ReduceMean" in kinds
+    ours, theirs = _on_both(model, [values], [np.zeros_like(values), np.zeros((2, 5, 1), np.float32)], ort_device)
+    for mine, reference in zip(ours, theirs):
+        assert within_tolerance(T.TENSOR_FLOAT32, reference, mine).all()
+

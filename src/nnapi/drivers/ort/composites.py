@@ -36,6 +36,9 @@ _BINARY = (Op.ADD, Op.MUL, Op.SUB, Op.DIV)
 _QUANT8 = (OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED)
 #: the ONNX operator of a quantized swish (in the com.microsoft domain, attribute alpha 1)
 QUANTIZED_SWISH = "QuickGelu"
+#: the ONNX (standard domain) operator of a layer normalization; its root's entry holds
+#: (gamma, beta, epsilon): float32 arrays of the last axis' length, and a float
+LAYER_NORM = "LayerNormalization"
 
 # A pattern is "x" (the composite's input, one operand throughout), a float (a float32
 # constant of one element holding that value in float32), or (operation code, pattern...).
@@ -71,7 +74,7 @@ class Composites:
     into the root's output with its fused activation); the other operations of each,
     which lower to nothing."""
 
-    roots: dict[int, tuple[str, int]] = field(default_factory=dict)
+    roots: dict[int, tuple[str, int, tuple]] = field(default_factory=dict)
     inner: set[int] = field(default_factory=set)
 
 
@@ -191,6 +194,136 @@ def _quantized_swish(model: Model, subgraph: Subgraph, mul: Operation, producers
     return None
 
 
+class _LayerNorm:
+    """Matches a layer normalization over the last axis ending at an ADD (see the module's
+    docstring): the input, (gamma, beta, epsilon) and the operations."""
+
+    def __init__(self, model: Model, subgraph: Subgraph, producers: dict[int, Operation]) -> None:
+        self.model, self.subgraph, self.producers = model, subgraph, producers
+        self.matched: list[Operation] = []
+
+    def op(self, index: int, code: int) -> Operation | None:
+        """The float32 operation ``code`` writing ``index`` (a binary one without a fused
+        activation), recorded as matched."""
+        operation = self.producers.get(index)
+        if operation is None or operation.type != code or \
+                self.subgraph.operands[index].type != OperandCode.TENSOR_FLOAT32:
+            return None
+        if code in _BINARY and _fuse_code(self.model, self.subgraph, operation) != FuseCode.FUSED_NONE:
+            return None
+        self.matched.append(operation)
+        return operation
+
+    def constant(self, index: int) -> np.ndarray | None:
+        operand = self.subgraph.operands[index]
+        if operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) or \
+                operand.type != OperandCode.TENSOR_FLOAT32:
+            return None
+        return constant_array(self.model, operand)
+
+    def channel_constant(self, index: int, channels: int) -> np.ndarray | None:
+        """A float32 constant of one value or one per channel of the last axis."""
+        array = self.constant(index)
+        if array is None or array.size not in (1, channels) or any(d != 1 for d in array.shape[:-1]):
+            return None
+        return np.broadcast_to(array.reshape(-1), (channels,)).astype(np.float32)
+
+    def mean(self, index: int, rank: int) -> int | None:
+        """x where ``index`` is MEAN(x) over the last of ``rank`` axes, dimensions kept."""
+        operation = self.op(index, Op.MEAN)
+        if operation is None:
+            return None
+        axes, keep = (self.subgraph.operands[i] for i in operation.inputs[1:3])
+        if any(o.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) for o in (axes, keep)):
+            return None
+        axes_value = {int(a) % rank for a in constant_array(self.model, axes).reshape(-1)} if rank else set()
+        if axes_value != {rank - 1} or int(constant_array(self.model, keep).reshape(-1)[0]) <= 0:
+            return None
+        return operation.inputs[0]
+
+    def scale(self, index: int, x: int, channels: int) -> tuple[int, np.ndarray, float] | None:
+        """(mean, gamma, epsilon) where ``index`` is gamma * RSQRT(MEAN((x - mean)^2) + epsilon)
+        (gamma may be absent: ones), mean the MEAN of ``x`` over its last axis."""
+        gamma = np.ones(channels, np.float32)
+        multiply = self.producers.get(index)
+        if multiply is not None and multiply.type == Op.MUL:
+            if self.op(index, Op.MUL) is None:
+                return None
+            for r, g in (multiply.inputs[:2], multiply.inputs[1::-1]):
+                found = self.channel_constant(g, channels)
+                if found is not None:
+                    gamma, index = found, r
+                    break
+            else:
+                return None
+        rsqrt = self.op(index, Op.RSQRT)
+        add = rsqrt and self.op(rsqrt.inputs[0], Op.ADD)
+        if add is None:
+            return None
+        for position in (0, 1):
+            epsilon = self.constant(add.inputs[1 - position])
+            if epsilon is not None and epsilon.size == 1:
+                variance = add.inputs[position]
+                break
+        else:
+            return None
+        squared = self.mean(variance, len(self.subgraph.operands[x].dimensions))
+        square = self.op(squared, Op.MUL) if squared is not None else None
+        if square is None or square.inputs[0] != square.inputs[1]:
+            return None
+        difference = self.op(square.inputs[0], Op.SUB)
+        rank = len(self.subgraph.operands[x].dimensions)
+        if difference is None or difference.inputs[0] != x or self.mean(difference.inputs[1], rank) != x:
+            return None
+        return difference.inputs[1], gamma, float(epsilon.reshape(-1)[0])
+
+    def match(self, root: Operation) -> tuple[int, tuple, list[Operation]] | None:
+        operands = self.subgraph.operands
+        if root.type != Op.ADD or len(root.outputs) != 1:
+            return None
+        for product, shift in (root.inputs[:2], root.inputs[1::-1]):
+            self.matched = []
+            if self.op(root.outputs[0], Op.ADD) is None:
+                return None
+            multiply = self.op(product, Op.MUL)
+            if multiply is None:
+                continue
+            for x, m in (multiply.inputs[:2], multiply.inputs[1::-1]):
+                dims = list(operands[x].dimensions)
+                if not dims or not all(dims) or dims != list(operands[root.outputs[0]].dimensions):
+                    continue
+                saved = list(self.matched)
+                found = self.scale(m, x, dims[-1])
+                if found is not None:
+                    mean, gamma, epsilon = found
+                    beta = self.shift(shift, mean, m, dims[-1])
+                    if beta is not None:
+                        return x, (gamma, beta, epsilon), self.matched
+                self.matched = saved
+        return None
+
+    def shift(self, index: int, mean: int, m: int, channels: int) -> np.ndarray | None:
+        """beta where ``index`` is NEG(mean) * m (beta zero) or beta - mean * m."""
+        subtract = self.producers.get(index)
+        if subtract is not None and subtract.type == Op.SUB:
+            if self.op(index, Op.SUB) is None:
+                return None
+            beta = self.channel_constant(subtract.inputs[0], channels)
+            product = self.op(subtract.inputs[1], Op.MUL)
+            if beta is None or product is None or sorted(product.inputs[:2]) != sorted([mean, m]):
+                return None
+            return beta
+        product = self.op(index, Op.MUL)
+        if product is None:
+            return None
+        for negated, other in (product.inputs[:2], product.inputs[1::-1]):
+            negation = self.producers.get(negated)
+            if other == m and negation is not None and negation.type == Op.NEG and negation.inputs[0] == mean:
+                self.op(negated, Op.NEG)
+                return np.zeros(channels, np.float32)
+        return None
+
+
 def find_composites(model: Model, subgraph: Subgraph) -> Composites:
     """The GELU and quantized swish composites in ``subgraph`` whose inner values nothing
     else reads."""
@@ -206,9 +339,19 @@ def find_composites(model: Model, subgraph: Subgraph) -> Composites:
             continue
         swish = _quantized_swish(model, subgraph, operation, producers, readers, outputs)
         if swish is not None:
-            found.roots[id(operation)] = (QUANTIZED_SWISH, swish[0])
+            found.roots[id(operation)] = (QUANTIZED_SWISH, swish[0], ())
             found.inner.add(id(swish[1]))
             continue
+        norm = _LayerNorm(model, subgraph, producers).match(operation)
+        if norm is not None:
+            x, parameters, matched = norm
+            inner = {id(op) for op in matched if op is not operation}
+            if not any(index in outputs or any(reader not in inner | {id(operation)} for reader in readers[index])
+                       for op in matched if op is not operation for index in op.outputs) and \
+                    not inner & found.inner:
+                found.roots[id(operation)] = (LAYER_NORM, x, parameters)
+                found.inner.update(inner)
+                continue
         for code, onnx_op, pattern in _COMPOSITES:
             if operation.type != code:
                 continue
@@ -219,7 +362,7 @@ def find_composites(model: Model, subgraph: Subgraph) -> Composites:
             if any(index in outputs or any(reader not in matcher.matched for reader in readers.get(index, []))
                    for op in inner.values() for index in op.outputs) or inner.keys() & found.inner:
                 continue
-            found.roots[id(operation)] = (onnx_op, matcher.x)
+            found.roots[id(operation)] = (onnx_op, matcher.x, ())
             found.inner.update(inner)
             break
     return found
