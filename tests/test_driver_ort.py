@@ -2219,3 +2219,36 @@ def test_layer_norm_whose_mean_is_read_elsewhere_stays_element_wise(ort_device):
     for mine, reference in zip(ours, theirs):
         assert within_tolerance(T.TENSOR_FLOAT32, reference, mine).all()
 
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+def test_quantized_mean_of_summed_integers_is_quantized_by_one_node(ort_device, code):
+    """The importer's quantized MEAN (DEQUANTIZE, MEAN over height and width, QUANTIZE to
+    another scale: a squeeze-and-excitation pool) ends in one QuantizeLinear after the
+    integer sums, not quantize_half_away's nine nodes; within a step of the reference and
+    equal to it except at halves, with a standalone QUANTIZE still rounding halves away."""
+    rng = np.random.default_rng(32)
+    shift = 0 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 128
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, [1, 7, 9, 40], 0.05, -5 + shift))
+    real = _float_tensor(model, [1, 7, 9, 40])
+    model.add_operation(Op.DEQUANTIZE, [x], [real])
+    mean = _float_tensor(model, [1, 1, 1, 40])
+    axes = _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2])
+    model.add_operation(Op.MEAN, [real, axes, _constant(model, T.INT32, 1)], [mean])
+    y = model.add_operand(OperandType(code, [1, 1, 1, 40], 0.011, 3 + shift))
+    model.add_operation(Op.QUANTIZE, [mean], [y])
+    halves = _float_tensor(model, [4])
+    z = model.add_operand(OperandType(code, [4], 1.0, shift))
+    model.add_operation(Op.QUANTIZE, [halves], [z])
+    model.identify_inputs_and_outputs([x, halves], [y, z])
+    model.finish()
+    ops = [node.op_type for node in _lowered(model).graph.node]
+    assert ops.count("QuantizeLinear") == 1 and ops.count("Floor") == 1  # the standalone QUANTIZE's
+    dtype = np.int8 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8
+    info = np.iinfo(dtype)
+    image = rng.integers(info.min, info.max + 1, (1, 7, 9, 40)).astype(dtype)
+    ties = np.array([0.5, 1.5, -0.5, 2.5], np.float32)
+    ours, theirs = _on_both(model, [image, ties], [np.zeros((1, 1, 1, 40), dtype), np.zeros(4, dtype)], ort_device)
+    assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and (ours[0] == theirs[0]).mean() > 0.9
+    assert len(np.unique(theirs[0])) > 10
+    np.testing.assert_array_equal(ours[1], theirs[1])
