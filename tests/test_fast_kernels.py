@@ -319,7 +319,9 @@ def test_conv_tap_products_match_numpy(kind, kernel, dilation, pads, batches, nc
     product of the padded input with every tap's filter and sums the taps' products in
     the compiled output pass: the numpy im2col plan's values bit for bit, per-tensor and
     per-channel filters, every fused clamp, and sums too large for one float32 product
-    (the numpy plan splits them into parts) whose per-tap products are exact."""
+    (the numpy plan splits them into parts) whose per-tap products are exact. (Where the
+    processor has AVX-512 the integer products take these; switched off here.)"""
+    _without_integer_products(monkeypatch)
     rng = np.random.default_rng(int(kind) * 100 + kernel[0] * 10 + kernel[1] + dilation)
     dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
     info = np.iinfo(dtype)
@@ -362,6 +364,136 @@ def test_conv_tap_products_match_numpy(kind, kernel, dilation, pads, batches, nc
         np.testing.assert_array_equal(fast, slow)
         np.testing.assert_array_equal(fast, get_operation(Op.CONV_2D).execute(
             ExecutionContext(Op.CONV_2D, inputs, [output]))[0])
+
+
+def _without_integer_products(monkeypatch) -> None:
+    """Plans prepared after this take the float32 BLAS paths they take on processors
+    without AVX-512 (``_jit.integer_products`` offers none)."""
+    monkeypatch.setattr(_jit, "integer_products", lambda: None)
+
+
+needs_integer_products = pytest.mark.skipif(_jit.integer_products() is None,
+                                            reason="the integer products need AVX-512 BW")
+
+
+# --- convolutions as integer products (AVX-512) ------------------------------------------------
+@needs_integer_products
+@pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel", "quant8_signed"])
+@pytest.mark.parametrize("kernel, stride, dilation, pads, batches, depth, units, nchw", [
+    ((1, 1), 1, 1, (0, 0, 0, 0), 1, 64, 128, False),    # a MobileNet pointwise layer
+    ((1, 1), 1, 1, (0, 0, 0, 0), 2, 37, 70, False),     # odd depth, a partial panel, two images
+    ((3, 3), 2, 1, (0, 1, 0, 1), 1, 3, 32, False),      # a first layer: RGB, stride 2, SAME
+    ((3, 3), 1, 1, (1, 1, 1, 1), 1, 128, 32, False),    # a DenseNet 3x3
+    ((3, 2), 1, 2, (2, 1, 2, 0), 1, 24, 40, True),      # dilated, uneven padding, NCHW
+    ((5, 5), 3, 1, (7, 7, 7, 7), 1, 5, 9, False),       # padding wider than the kernel's reach
+    ((1, 1), 2, 1, (0, 0, 0, 0), 3, 16, 33, False),     # a strided 1x1
+])
+def test_integer_conv_matches_numpy(kind, kernel, stride, dilation, pads, batches, depth, units, nchw, monkeypatch):
+    """CONV_2D on the 16-bit multiply-add (``_numba_igemm``): the numpy plan's bits for
+    every geometry (tiles of fewer than six pixels, odd summed lengths, partial panels,
+    padding, strides, dilation, NCHW), uint8 and int8, per-tensor and per-channel
+    filters, every fused clamp, and at full input and filter range (the largest sums)."""
+    rng = np.random.default_rng(len(kind) * 10000 + sum(kernel) * 1000 + stride * 100 + depth + units)
+    dtype = np.uint8 if kind == "quant8" else np.int8
+    info = np.iinfo(dtype)
+    code = T.TENSOR_QUANT8_ASYMM if kind == "quant8" else T.TENSOR_QUANT8_ASYMM_SIGNED
+    size = 13
+    shape = (batches, depth, size, size) if nchw else (batches, size, size, depth)
+    w_shape = (units, *kernel, depth)
+    for extreme in (False, True):
+        # zero points near the middle (sums centred on zero), or at the end (the widest values)
+        x_zero = int(info.min) if extreme else int(info.min) + 128 + int(rng.integers(-8, 9))
+        x_values = rng.choice(np.array([info.min, info.max], dtype), shape) if extreme else \
+            rng.integers(info.min, info.max + 1, shape).astype(dtype)
+        x = _tensor(code, x_values, 0.05, x_zero)
+        b = rng.integers(-(1 << 14), 1 << 14, units).astype(np.int32)
+        if kind == "quant8_signed_per_channel":
+            scales = rng.uniform(0.002, 0.02, units).astype(np.float32)
+            w_values = rng.choice(np.array([-127, 127], np.int8), w_shape) if extreme else \
+                rng.integers(-127, 128, w_shape).astype(np.int8)
+            w = _tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, w_values, 0.0, 0, SymmPerChannelQuantParams(0, scales))
+            bias = _tensor(T.TENSOR_INT32, b, 0.0)
+        else:
+            w_values = rng.choice(np.array([info.min, info.max], dtype), w_shape) if extreme else \
+                rng.integers(info.min, info.max + 1, w_shape).astype(dtype)
+            w_zero = int(info.min) if extreme else int(info.min) + 128 + int(rng.integers(-8, 9))
+            w = _tensor(code, w_values, 0.01, w_zero if kind == "quant8" else 0)
+            bias = _tensor(T.TENSOR_INT32, b, float(np.float32(0.05) * np.float32(0.01)))
+        left, right, top, bottom = pads
+        out_h = (size + top + bottom - (kernel[0] - 1) * dilation - 1) // stride + 1
+        out_w = (size + left + right - (kernel[1] - 1) * dilation - 1) // stride + 1
+        dims = [batches, units, out_h, out_w] if nchw else [batches, out_h, out_w, units]
+        taps = depth * kernel[0] * kernel[1]
+        # outputs spread over the type's range: sums ~ N(0, taps * 74**4), or up to taps * 255**2
+        scale = 0.05 * 0.01 * (taps * 255 * 255 / 100 if extreme else np.sqrt(taps) * 74 * 74 / 30)
+        for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU, FuseCode.FUSED_RELU6):
+            args = [_scalar(T.INT32, v) for v in (left, right, top, bottom, stride, stride, fuse)]
+            args += [_scalar(T.BOOL, nchw), _scalar(T.INT32, dilation), _scalar(T.INT32, dilation)]
+            inputs = [x, w, bias, *args]
+            output = OperandType(code, dims, scale, int(info.min) + 100)
+            compiled = _plan(Op.CONV_2D, inputs, output)
+            reference = _numpy_plan(Op.CONV_2D, inputs, output, monkeypatch)
+            assert compiled.integer is not None and reference.integer is None
+            values = [tensor.value for tensor in inputs]
+            fast, slow = compiled(values)[0], reference(values)[0]
+            assert fast.dtype == dtype and fast.shape == tuple(dims)
+            np.testing.assert_array_equal(fast, slow)
+            if fuse == FuseCode.FUSED_NONE:
+                assert len(np.unique(fast)) > 3  # outputs spread over the range, not saturated
+                np.testing.assert_array_equal(fast, get_operation(Op.CONV_2D).execute(
+                    ExecutionContext(Op.CONV_2D, inputs, [output]))[0])
+    # int8 inputs and outputs go through uint8 views: one machine code for both types
+    assert all(str(signature[0].dtype) == "uint8" and str(signature[6].dtype) == "uint8"
+               for signature in _jit.integer_products().conv_quantized.signatures)
+
+
+@needs_integer_products
+@pytest.mark.parametrize("kind", ["quant8", "quant8_signed"])
+@pytest.mark.parametrize("rows, depth, units", [(5, 1001, 37), (64, 256, 256), (13, 7, 3)])
+def test_integer_fully_connected_matches_numpy(kind, rows, depth, units, monkeypatch):
+    """FULLY_CONNECTED of more rows than the few-row product takes runs the integer
+    products (its rows as a batch of 1x1 images): the numpy plan's bits, every clamp."""
+    rng = np.random.default_rng(rows * 1000 + depth + len(kind))
+    dtype = np.uint8 if kind == "quant8" else np.int8
+    info = np.iinfo(dtype)
+    code = T.TENSOR_QUANT8_ASYMM if kind == "quant8" else T.TENSOR_QUANT8_ASYMM_SIGNED
+    x = _tensor(code, rng.integers(info.min, info.max + 1, (rows, depth)).astype(dtype), 0.5, int(info.min) + 120)
+    w_zero = int(info.min) + 131 if kind == "quant8" else 0
+    w = _tensor(code, rng.integers(info.min, info.max + 1, (units, depth)).astype(dtype), 0.25, w_zero)
+    b = _tensor(T.TENSOR_INT32, rng.integers(-(1 << 16), 1 << 16, units).astype(np.int32), 0.125)
+    output = OperandType(code, [rows, units], 0.125 * 74 * 74 * np.sqrt(depth) / 30, int(info.min) + 100)
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1):
+        inputs = [x, w, b, _scalar(T.INT32, int(fuse))]
+        compiled = _plan(Op.FULLY_CONNECTED, inputs, output)
+        reference = _numpy_plan(Op.FULLY_CONNECTED, inputs, output, monkeypatch)
+        assert compiled.integer is not None and reference.integer is None
+        values = [tensor.value for tensor in inputs]
+        fast = compiled(values)[0]
+        np.testing.assert_array_equal(fast, reference(values)[0])
+        np.testing.assert_array_equal(fast, get_operation(Op.FULLY_CONNECTED).execute(
+            ExecutionContext(Op.FULLY_CONNECTED, inputs, [output]))[0])
+        if fuse == FuseCode.FUSED_NONE:
+            assert len(np.unique(fast)) > 5
+
+
+@needs_integer_products
+def test_integer_conv_past_int32_takes_blas():
+    """A convolution whose int32 sums could overflow (uint8 at full range over 33,100
+    terms) keeps the float products (split into exact parts or float64)."""
+    depth = 33100
+    x = _tensor(T.TENSOR_QUANT8_ASYMM, np.zeros((1, 2, 2, depth), np.uint8), 0.5, 255)
+    w = _tensor(T.TENSOR_QUANT8_ASYMM, np.zeros((2, 1, 1, depth), np.uint8), 0.25, 255)
+    b = _tensor(T.TENSOR_INT32, np.zeros(2, np.int32), 0.125)
+    args = [_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 0)]
+    kernel = _plan(Op.CONV_2D, [x, w, b, *args], OperandType(T.TENSOR_QUANT8_ASYMM, [1, 2, 2, 2], 1000.0, 0))
+    kernel._lay_out()
+    assert kernel.integer is None and kernel.weights is not None
+
+
+def test_integer_products_follow_the_switch(monkeypatch):
+    """NNAPI_NO_NUMBA keeps convolutions off the integer products too."""
+    monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
+    assert _jit.integer_products() is None
 
 
 # --- BATCH_MATMUL's output stage -----------------------------------------------------------------
@@ -419,7 +551,9 @@ def _big_product_case(code: Op, rng, depth: int, extreme: bool):
 def test_split_products_match_numpy(code, depth, extreme, monkeypatch):
     """Products whose float32 sums would round run as float32 parts each exact (summed in
     int64), or in float64 past _MAX_PARTS parts; either way equal to the numpy path's
-    float64 product, at full input and filter range too."""
+    float64 product, at full input and filter range too. (Convolutions take the integer
+    products where the processor has AVX-512: switched off here.)"""
+    _without_integer_products(monkeypatch)
     rng = np.random.default_rng(depth + extreme)
     inputs, output = _big_product_case(code, rng, depth, extreme)
     compiled = _plan(code, inputs, output)
@@ -508,7 +642,9 @@ def test_few_row_products_match_numpy(code, kind, rows, monkeypatch):
 def test_split_products_of_few_rows_run_transposed_and_match_numpy(monkeypatch):
     """Exact float32 parts of a product of few rows by a large filter (6 rows, 2304 x 64)
     run transposed (``_exact_matmul``, each part a slice of the filter's rows): the
-    numpy plan's bits and execute's."""
+    numpy plan's bits and execute's. (FULLY_CONNECTED takes the integer products where the
+    processor has AVX-512: switched off here.)"""
+    _without_integer_products(monkeypatch)
     rng = np.random.default_rng(5)
     depth, units, rows = 2304, 64, 6
     x = _tensor(T.TENSOR_QUANT8_ASYMM, rng.integers(0, 256, (rows, depth)).astype(np.uint8), 0.5, 0)
@@ -685,7 +821,9 @@ def test_int8_and_uint8_output_stages_share_one_machine_code(monkeypatch):
     """The compiled output stage stores 8-bit results through a uint8 view, so an int8 and
     a uint8 model load one version of it (a second quantized model in a process loads
     nothing more), with the same bits as the numpy stage: results at both ends of the
-    int8 range and the zero point included."""
+    int8 range and the zero point included. (Convolutions take the integer products where
+    the processor has AVX-512: switched off here.)"""
+    _without_integer_products(monkeypatch)
     requantize = _jit.kernels().requantize_rows
     rng = np.random.default_rng(11)
     for code, dtype, zero_point in ((T.TENSOR_QUANT8_ASYMM, np.uint8, 128), (T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8, 0)):
@@ -821,7 +959,9 @@ def test_pointwise_input_shift_matches_numpy(kind, zero_point, nchw, monkeypatch
     ``dequantized``: the same float32 values as numpy's subtract (every stored value,
     both 8-bit types, zero points at the ends of the range), hence the same outputs, for
     NHWC inputs and NCHW ones (a transposed view, copied first); a read-only model input
-    runs the version loaded at preparation."""
+    runs the version loaded at preparation. (The integer products take 1x1 convolutions
+    where the processor has AVX-512: switched off here.)"""
+    _without_integer_products(monkeypatch)
     rng = np.random.default_rng(zero_point + 128 + 300 * int(nchw))
     dtype = np.uint8 if kind == T.TENSOR_QUANT8_ASYMM else np.int8
     info = np.iinfo(dtype)
@@ -1346,6 +1486,8 @@ from tests.test_fast_kernels import _plan, _scalar, _tensor
 modules = [_jit.kernels()]
 from nnapi.operations import _numba_quant
 modules.append(_numba_quant)
+if _jit.integer_products() is not None:
+    modules.append(_jit.integer_products())
 
 def loaded():
     return {(name, str(sig)) for module in modules for name, value in vars(module).items()

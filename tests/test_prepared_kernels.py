@@ -16,7 +16,7 @@ from nnapi import OperandType
 from nnapi import OperationCode as Op
 from nnapi.codes import FuseCode
 from nnapi.operand import SymmPerChannelQuantParams
-from nnapi.operations import get_operation
+from nnapi.operations import _jit, get_operation
 from nnapi.operations.base import ExecutionContext, Operation, OperationFailed, Tensor
 
 RNG = np.random.default_rng(11)
@@ -38,6 +38,12 @@ def _tensor(code, value, scale=0.0, zero_point=0, channel_quant=None) -> Tensor:
 def _scalar(code, value) -> Tensor:
     dtype = {T.INT32: np.int32, T.BOOL: np.bool_, T.FLOAT32: np.float32}[code]
     return Tensor(code, (), 0.0, 0, None, np.array(value, dtype=dtype))
+
+
+def _without_integer_products(monkeypatch) -> None:
+    """Plans prepared after this take the float BLAS paths they take on processors
+    without AVX-512 (``_jit.integer_products`` offers none)."""
+    monkeypatch.setattr(_jit, "integer_products", lambda: None)
 
 
 def _compare(code: Op, inputs: list[Tensor], output: OperandType | list[OperandType]) -> None:
@@ -118,14 +124,18 @@ def test_prepared_conv_matches_reference(kind, kernel, stride, padding, dilation
 
 @pytest.mark.parametrize("kind", ["float32", "quant8"])
 @pytest.mark.parametrize("kernel, stride", [(3, 1), (5, 2)])
-def test_prepared_conv_of_an_image_in_blocks_matches_reference(kind, kernel, stride):
-    """An RGB image large enough for several blocks of output rows."""
+def test_prepared_conv_of_an_image_in_blocks_matches_reference(kind, kernel, stride, monkeypatch):
+    """An RGB image large enough for several blocks of output rows: through the integer
+    products where the processor has AVX-512 (quantized), and through the transposed
+    im2col blocks of the BLAS path."""
     size, out_ch = 100 * stride, 8
     x, w, b, out_type = _quant_case(kind, (1, size, size, 3), (out_ch, kernel, kernel, 3), out_ch, 0,
                                     kernel * kernel * 3)
     pad = kernel // 2
     out = (size + 2 * pad - kernel) // stride + 1
     args = [_scalar(T.INT32, v) for v in (pad, pad, pad, pad, stride, stride, FuseCode.FUSED_RELU)]
+    _compare(Op.CONV_2D, [x, w, b, *args], out_type([1, out, out, out_ch]))
+    _without_integer_products(monkeypatch)
     kernel_ = get_operation(Op.CONV_2D).plan(ExecutionContext(Op.CONV_2D, [x, w, b, *args],
                                                               [out_type([1, out, out, out_ch])]))
     assert kernel_.planar and kernel_.block_rows < out  # the case meant: several transposed blocks
@@ -205,7 +215,7 @@ def test_prepared_depthwise_large_accumulators_use_exact_float64():
 
 
 @pytest.mark.parametrize("margin", [-1, 0, 1])
-def test_prepared_fully_connected_exact_dtype_follows_the_filter_sums(margin):
+def test_prepared_fully_connected_exact_dtype_follows_the_filter_sums(margin, monkeypatch):
     """The float32 / float64 choice bounds every partial sum by max|x - zp| times the
     largest per-unit sum of |w - zp|: at the float32 limit (2**24) the results stay exact,
     and the dtype switches exactly there (a sparse filter over many taps stays float32)."""
@@ -222,6 +232,8 @@ def test_prepared_fully_connected_exact_dtype_follows_the_filter_sums(margin):
     b = _tensor(T.TENSOR_INT32, np.array([7, -7, 0], np.int32), 0.125)
     args = [x, w, b, _scalar(T.INT32, FuseCode.FUSED_NONE)]
     output = OperandType(T.TENSOR_QUANT8_ASYMM, [2, 3], 2.0**16, 128)
+    _compare(Op.FULLY_CONNECTED, args, output)
+    _without_integer_products(monkeypatch)
     _compare(Op.FULLY_CONNECTED, args, output)
     kernel = get_operation(Op.FULLY_CONNECTED).plan(ExecutionContext(Op.FULLY_CONNECTED, args, [output]))
     kernel._lay_out()  # two rows: with nnapi[fast] the compiled product runs, the BLAS one is laid out on demand
@@ -1024,9 +1036,11 @@ def test_pair_tables_computed_in_blocks_equal_the_whole_table(code, types, fuse)
 
 @pytest.mark.parametrize("code, kind", [(Op.CONV_2D, "quant8"), (Op.CONV_2D, "quant8_signed_per_channel"),
                                         (Op.FULLY_CONNECTED, "quant8")])  # (per-tensor filters only)
-def test_few_row_quantized_products_run_transposed_and_match_reference(code, kind):
+def test_few_row_quantized_products_run_transposed_and_match_reference(code, kind, monkeypatch):
     """Quantized products of few rows by a large filter (a 7x7 image's 1x1 convolution, a
-    batch of 20 rows) run as filter @ rows.T (``_exact_matmul``): the values of execute's."""
+    batch of 20 rows) run as filter @ rows.T (``_exact_matmul``) where they take the BLAS
+    products (the integer products, where the processor has AVX-512, are switched off
+    after a first comparison): the values of execute's."""
     from nnapi.operations import _conv_fast
 
     if code == Op.CONV_2D:
@@ -1038,6 +1052,8 @@ def test_few_row_quantized_products_run_transposed_and_match_reference(code, kin
         units, depth = 300, 512
         x, w, b, out_type = _quant_case(kind, (20, depth), (units, depth), units, 0, depth)
         inputs, output = [x, w, b, _scalar(T.INT32, FuseCode.FUSED_NONE)], out_type([20, units])
+    _compare(code, inputs, output)
+    _without_integer_products(monkeypatch)
     kernel = get_operation(code).plan(ExecutionContext(code, inputs, [output]))
     kernel._lay_out()
     # the case meant: few rows, a filter past the threshold, its rows read as they lie

@@ -8,6 +8,11 @@ clamp, the per-channel fixed-point output stage (``quant_math.OutputStage``), th
 padding and the block size. A call then only pads the input, multiplies and runs the
 output stage, block by block of output rows so the temporaries stay in cache.
 
+Quantized CONV_2D and FULLY_CONNECTED run as exact int32 sums of 16-bit products on the
+processor's multiply-add where it has AVX-512 BW and ``nnapi[fast]`` is installed
+(``_IntegerConv``, ``_numba_igemm``); elsewhere as exact integer-valued float products
+through numpy's BLAS.
+
 The reference path (``_conv_common.convolve``) computes the same results from scratch at
 every execution; tests compare the two.
 """
@@ -338,6 +343,7 @@ class PreparedConv(_DeferredProduct):
     def __init__(self, ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int]) -> None:
         data, weights = ctx.input(INPUT), ctx.input(FILTER)
         oc, kh, kw, depth = weights.shape
+        self.integer: _IntegerConv | None = None
         self.sp, self.out_hw, self.kernel_hw = sp, out_hw, (kh, kw)
         self.depth, self.channels = kh * kw * depth, oc
         self.pointwise = kh == kw == 1 and sp.stride_h == sp.stride_w == 1
@@ -352,6 +358,11 @@ class PreparedConv(_DeferredProduct):
         """The im2col path: the filter as float columns, padding, blocks, output stage."""
         data, sp, out_hw = ctx.input(INPUT), self.sp, self.out_hw
         oc, kh, kw, depth = shifted.shape
+        self.integer = _IntegerConv.build(ctx, shifted, sp.fuse, (
+            kh, kw, sp.stride_h, sp.stride_w, sp.dilation_h, sp.dilation_w, sp.pad_top, sp.pad_left, *out_hw))
+        if self.integer is not None:
+            self.epilogue = self.integer.epilogue
+            return
         work = _work_dtype(data, shifted, (0,))
         # float32 products twice as fast as float64 ones: split where the sums need it
         parts = _float32_parts(data, shifted.reshape(oc, -1)) if work == np.float64 else None
@@ -402,7 +413,9 @@ class PreparedConv(_DeferredProduct):
             return [np.ascontiguousarray(np.transpose(out, (0, 3, 1, 2))) if sp.nchw else out]
         if self._pending is not None:
             self._lay_out()
-        if n and self.taps is not None:
+        if n and self.integer is not None:
+            self.integer(x, out)
+        elif n and self.taps is not None:
             xp = self.pad(x)
             for batch in range(n):
                 self.taps(xp[batch], out[batch])
@@ -439,6 +452,70 @@ class PreparedConv(_DeferredProduct):
             self.epilogue.finish(target, target)
         else:
             _product(cols, self.weights, self.parts, self.epilogue, target)
+
+
+class _IntegerConv:
+    """A quantized CONV_2D on the processor's 16-bit multiply-add (``_numba_igemm``, where
+    ``_jit.integer_products`` offers it): im2col rows gathered from the stored 8-bit input
+    tile by tile, exact int32 sums, the output stage; no float copy of input or filter.
+    Taken where every sum fits int32 (max |x - zero point| times the largest sum of one
+    output channel's |filter| values below 2**31) and the stage compiles."""
+
+    def __init__(self, module, data: Tensor, geometry: np.ndarray, packed: np.ndarray, params: tuple,
+                 epilogue: _Epilogue, block: int) -> None:
+        self.run = module.conv_quantized
+        self.flip, self.offset = _jit.uint8_reading(data)
+        self.geometry, self.packed, self.params, self.epilogue = geometry, packed, params, epilogue
+        self.tile_rows = module.TILE_ROWS
+        #: output pixels of one call (the deadline is checked between calls)
+        self.block = block
+
+    @classmethod
+    def build(cls, ctx: ExecutionContext, shifted: np.ndarray, fuse: int,
+              geometry: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 0, 0, 1, 1)) -> _IntegerConv | None:
+        """For the (channels, ...) filter less its zero point ``shifted``; ``geometry``:
+        (KH, KW, stride h, stride w, dilation h, dilation w, pad top, pad left, OH, OW),
+        by default FULLY_CONNECTED's (its rows as a batch of 1x1 images)."""
+        module = _jit.integer_products()
+        data = ctx.input(INPUT)
+        if module is None or data.type not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
+            return None
+        channels = shifted.shape[0]
+        columns = shifted.reshape(channels, -1)
+        largest = int(np.abs(columns).sum(axis=1, dtype=np.int64).max(initial=0))
+        bound = _input_bound(data) * max(largest, 1)
+        if bound >= 2**31:
+            return None
+        epilogue = _Epilogue(ctx, fuse, channels, np.int32, fused=False)
+        if not _jit.compilable(epilogue.stage):
+            return None
+        params = _jit.stage_parameters(epilogue.stage, channels, bound)
+        packed = module.pack_filter(columns)
+        block = max(module.TILE_ROWS, _MIN_BLOCK_PIXELS // module.TILE_ROWS * module.TILE_ROWS)
+        conv = cls(module, data, np.array(geometry, np.int64), packed, params, epilogue, block)
+        depth = columns.shape[1] // (geometry[0] * geometry[1])
+        probe = np.zeros((1, 1, 1, depth), np.uint8)
+        if not _jit.warm_up(conv.run, probe, conv.flip, conv.offset, conv.geometry, packed, params,
+                            np.empty((0, channels), np.uint8), 0, 0, *conv._scratch()):
+            return None
+        return conv
+
+    def _scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        """One call's int16 im2col rows and int32 sums (a tile of each)."""
+        panels, pairs = self.packed.shape[0], self.packed.shape[1]
+        return (np.empty((self.tile_rows, 2 * pairs), np.int16),
+                np.empty((self.tile_rows, panels * self.packed.shape[2]), np.int32))
+
+    def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
+        """``out`` (N, OH, OW, channels) from the NHWC 8-bit input ``x``."""
+        stored = _jit.kernel_input(x).view(np.uint8)
+        target = out.reshape(-1, out.shape[3]).view(np.uint8)
+        rows, sums = self._scratch()
+        pixels = target.shape[0]
+        for start in range(0, pixels, self.block):
+            check_deadline()
+            self.run(stored, self.flip, self.offset, self.geometry, self.packed, self.params, target, start,
+                     min(start + self.block, pixels), rows, sums)
 
 
 #: ``_TapProducts``: convolutions of at most this many output channels, from this many
@@ -711,6 +788,7 @@ class PreparedFullyConnected(_DeferredProduct):
         data, weights = ctx.input(INPUT), ctx.input(FILTER)
         units, input_size = weights.shape
         self.input_size, self.units, self.fuse = input_size, units, fuse
+        self.integer: _IntegerConv | None = None
         shifted = _shifted_weights(weights)
         # float32 in and out: the product is the output (bias and clamp added in place; the
         # BLAS product is then always laid out: the compiled few-row one is quantized only)
@@ -719,8 +797,13 @@ class PreparedFullyConnected(_DeferredProduct):
         self._prepare_product(ctx, shifted, shifted, rows, fuse, units)
 
     def _lay_out_locked(self, ctx: ExecutionContext, shifted: np.ndarray) -> None:
-        """The BLAS product: the filter as float columns and its output stage."""
+        """The integer product where it applies, else the BLAS product: the filter as float
+        columns and its output stage."""
         data = ctx.input(INPUT)
+        self.integer = None if self.float32 else _IntegerConv.build(ctx, shifted, self.fuse)
+        if self.integer is not None:
+            self.epilogue = self.integer.epilogue
+            return
         work = _work_dtype(data, shifted, (0,))
         parts = _float32_parts(data, shifted) if work == np.float64 else None
         if parts is not None:
@@ -749,7 +832,9 @@ class PreparedFullyConnected(_DeferredProduct):
             return [out]
         if self._pending is not None:
             self._lay_out()
-        if x.shape[0]:
+        if x.shape[0] and self.integer is not None:
+            self.integer(x.reshape(-1, 1, 1, self.input_size), out.reshape(-1, 1, 1, self.units))
+        elif x.shape[0]:
             rows = x.astype(self.work) if self.zero is None else np.subtract(x, self.zero, dtype=self.work)
             if self.epilogue.quantized:
                 _product(rows, self.weights, self.parts, self.epilogue, out)

@@ -54,6 +54,35 @@ def kernels() -> ModuleType | None:
     return _module
 
 
+_integer: ModuleType | None = None
+_integer_checked = False
+
+
+def integer_products() -> ModuleType | None:
+    """The compiled 8-bit products on the processor's 16-bit multiply-add
+    (``_numba_igemm``), or None: without the compiled kernels, where numba compiles for a
+    processor other than this one (``NUMBA_CPU_NAME``: the machine code must not need
+    AVX-512 there), or where this processor lacks AVX-512 BW. Read at preparation."""
+    global _integer, _integer_checked
+    if kernels() is None:
+        return None
+    if not _integer_checked:
+        _integer_checked = True
+        try:
+            import llvmlite.binding as llvm
+            import numba
+
+            if numba.config.CPU_NAME in (None, "host") and not numba.config.CPU_FEATURES:
+                features = llvm.get_host_cpu_features()
+                if features.get("avx512bw") and features.get("avx512f"):
+                    from nnapi.operations import _numba_igemm
+
+                    _integer = _numba_igemm
+        except (ImportError, RuntimeError, AttributeError) as error:
+            vlog.logger("cpuexe").debug("nnapi[fast]: no integer products: %s", error)
+    return _integer
+
+
 def load_library() -> None:
     """Load the compiled kernels that quantized convolution models bind (a MobileNet's
     convolutions, depthwise convolutions, additions, average pool, classifier, SOFTMAX,
@@ -152,6 +181,8 @@ def _load_quantized(code, zero_point: int) -> None:
     _plan_once(Op.SOFTMAX, [rows(16), _tensor(T.FLOAT32, np.float32(1))],
                output(1, 16, scale=1 / 256, at=-128 if dtype == np.int8 else 0))
     _plan_once(Op.QUANTIZE, [_tensor(T.TENSOR_FLOAT32, np.zeros((1, 8), np.float32))], output(1, 8))
+    # (a 1x1 convolution's input shift where convolutions take the float32 products)
+    _plan_once(Op.DEQUANTIZE, [image(2, 2, 8)], OperandType(T.TENSOR_FLOAT32, [1, 2, 2, 8]))
     # the global average pool before a MobileNet's classifier (VALID, the whole image)
     _plan_once(Op.AVERAGE_POOL_2D, [image(4, 4, 8), *_scalars(2, 1, 1, 4, 4, 0)], output(1, 1, 1, 8, scale=0.5))
 
