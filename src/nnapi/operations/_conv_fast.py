@@ -359,7 +359,7 @@ class PreparedConv(_DeferredProduct):
         data, sp, out_hw = ctx.input(INPUT), self.sp, self.out_hw
         oc, kh, kw, depth = shifted.shape
         self.integer = _IntegerConv.build(ctx, shifted, sp.fuse, (
-            kh, kw, sp.stride_h, sp.stride_w, sp.dilation_h, sp.dilation_w, sp.pad_top, sp.pad_left, *out_hw))
+            kh, kw, sp.stride_h, sp.stride_w, sp.dilation_h, sp.dilation_w, sp.pad_top, sp.pad_left, *out_hw, depth))
         if self.integer is not None:
             self.epilogue = self.integer.epilogue
             return
@@ -472,10 +472,12 @@ class _IntegerConv:
 
     @classmethod
     def build(cls, ctx: ExecutionContext, shifted: np.ndarray, fuse: int,
-              geometry: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 0, 0, 1, 1)) -> _IntegerConv | None:
+              geometry: tuple[int, ...] | None = None) -> _IntegerConv | None:
         """For the (channels, ...) filter less its zero point ``shifted``; ``geometry``:
-        (KH, KW, stride h, stride w, dilation h, dilation w, pad top, pad left, OH, OW),
+        (KH, KW, stride h, stride w, dilation h, dilation w, pad top, pad left, OH, OW, C),
         by default FULLY_CONNECTED's (its rows as a batch of 1x1 images)."""
+        if geometry is None:
+            geometry = (1, 1, 1, 1, 1, 1, 0, 0, 1, 1, shifted.shape[-1])
         module = _jit.integer_products()
         data = ctx.input(INPUT)
         if module is None or data.type not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
@@ -493,8 +495,7 @@ class _IntegerConv:
         packed = module.pack_filter(columns)
         block = max(module.TILE_ROWS, _MIN_BLOCK_PIXELS // module.TILE_ROWS * module.TILE_ROWS)
         conv = cls(module, data, np.array(geometry, np.int64), packed, params, epilogue, block)
-        depth = columns.shape[1] // (geometry[0] * geometry[1])
-        probe = np.zeros((1, 1, 1, depth), np.uint8)
+        probe = np.zeros((1, 1, geometry[10]), np.uint8)
         if not _jit.warm_up(conv.run, probe, conv.flip, conv.offset, conv.geometry, packed, params,
                             np.empty((0, channels), np.uint8), 0, 0, *conv._scratch()):
             return None
@@ -509,6 +510,7 @@ class _IntegerConv:
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         """``out`` (N, OH, OW, channels) from the NHWC 8-bit input ``x``."""
         stored = _jit.kernel_input(x).view(np.uint8)
+        stored = stored.reshape(stored.shape[0], stored.shape[1], -1)  # (N, H, W * C): rows of taps
         target = out.reshape(-1, out.shape[3]).view(np.uint8)
         rows, sums = self._scratch()
         pixels = target.shape[0]

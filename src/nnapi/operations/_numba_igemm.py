@@ -130,18 +130,21 @@ def pack_filter(columns: np.ndarray) -> np.ndarray:
 def conv_quantized(x, flip, offset, geometry, packed, params, out, start, stop, rows, sums):
     """Output pixels [start, stop) of a quantized CONV_2D into ``out``.
 
-    ``x``: the stored 8-bit input (N, H, W, C) read as uint8 (value ``(q ^ flip) -
+    ``x``: the stored 8-bit input (N, H, W * C) read as uint8 (value ``(q ^ flip) -
     offset``: ``_jit.uint8_reading``); ``geometry``: int64 (KH, KW, stride h, stride w,
-    dilation h, dilation w, pad top, pad left, OH, OW); ``packed``: ``pack_filter``'s;
+    dilation h, dilation w, pad top, pad left, OH, OW, C); ``packed``: ``pack_filter``'s;
     ``params``: the output stage (``_jit.stage_parameters``); ``out``: (N * OH * OW,
     channels) as uint8 (the kernel's narrowing store keeps int8's bits too); ``rows``:
     int16 scratch (TILE_ROWS, 2 * pairs); ``sums``: int32 scratch (TILE_ROWS, panels *
     PANEL)."""
-    height, width, depth = x.shape[1], x.shape[2], x.shape[3]
-    kh, kw, sh, sw, dh, dw, top, left, oh, ow = (geometry[0], geometry[1], geometry[2], geometry[3], geometry[4],
-                                                geometry[5], geometry[6], geometry[7], geometry[8], geometry[9])
+    height = x.shape[1]
+    kh, kw, sh, sw, dh, dw, top, left, oh, ow, depth = (geometry[0], geometry[1], geometry[2], geometry[3],
+                                                       geometry[4], geometry[5], geometry[6], geometry[7],
+                                                       geometry[8], geometry[9], geometry[10])
+    width = x.shape[2] // depth
     panels, pairs = packed.shape[0], packed.shape[1]
     summed = kh * kw * depth
+    run = kw * depth  # one kernel row's taps: contiguous in the input where dilation is 1
     channels = out.shape[1]
     rows_at, row_bytes = rows.ctypes.data, rows.strides[0]
     sums_at, sums_bytes = sums.ctypes.data, sums.strides[0]
@@ -153,18 +156,27 @@ def conv_quantized(x, flip, offset, geometry, packed, params, out, start, stop, 
             pixel = first + r
             batch = pixel // (oh * ow)
             y = (pixel // ow) % oh
-            column = pixel % ow
+            x0 = (pixel % ow) * sw - left
             for i in range(kh):
                 iy = y * sh - top + i * dh
-                for j in range(kw):
-                    ix = column * sw - left + j * dw
-                    at = (i * kw + j) * depth
-                    if 0 <= iy < height and 0 <= ix < width:
-                        for ch in range(depth):
-                            rows[r, at + ch] = np.int16(np.int32(x[batch, iy, ix, ch] ^ flip) - offset)
-                    else:
-                        for ch in range(depth):
-                            rows[r, at + ch] = 0
+                at = i * run
+                if iy < 0 or iy >= height:
+                    for k in range(run):
+                        rows[r, at + k] = 0
+                elif dw == 1 and x0 >= 0 and x0 + kw <= width:
+                    base = x0 * depth
+                    for k in range(run):
+                        rows[r, at + k] = np.int16(np.int32(x[batch, iy, base + k] ^ flip) - offset)
+                else:
+                    for j in range(kw):
+                        ix = x0 + j * dw
+                        if 0 <= ix < width:
+                            for ch in range(depth):
+                                rows[r, at + j * depth + ch] = np.int16(np.int32(x[batch, iy, ix * depth + ch] ^ flip)
+                                                                        - offset)
+                        else:
+                            for ch in range(depth):
+                                rows[r, at + j * depth + ch] = 0
             for k in range(summed, 2 * pairs):
                 rows[r, k] = 0
         for p in range(panels):
