@@ -800,8 +800,31 @@ def test_work_dtype_is_float32_exactly_when_every_channel_s_sums_fit():
         largest = int(np.abs(weights.astype(np.int64)).sum(axis=summed).max())
         want = np.float32 if max(zero_point, 255 - zero_point) * max(largest, 1) < 2**24 else np.float64
         assert _work_dtype(data, weights, axes) == want, trial
+        # the same filter as stored 8-bit values and their zero point (no shifted copy)
+        if high <= 127:
+            filter_zero_point = int(rng.integers(-128 + high, 128 - high)) if trial % 5 else 0
+            stored = (weights + filter_zero_point).astype(np.int8)
+            assert _work_dtype(data, stored, axes, filter_zero_point) == want, trial
+        if trial % 5 == 0:
+            filter_zero_point = int(rng.integers(high, 256 - high)) if high <= 127 else 0
+            if high <= 127:
+                stored = (weights + filter_zero_point).astype(np.uint8)
+                assert _work_dtype(data, stored, axes, filter_zero_point) == want, trial
         seen.add(want)
     assert seen == {np.float32, np.float64}
+
+
+def test_filter_magnitudes_are_exact_for_every_stored_value():
+    """_magnitudes: |w - zero_point| of every int8 and uint8 value (int8's -128 included,
+    whose absolute value wraps in int8), with and without a zero point."""
+    from nnapi.operations._conv_fast import _magnitudes
+
+    for dtype in (np.int8, np.uint8):
+        stored = np.arange(256, dtype=np.uint8).view(dtype).reshape(16, 16)
+        for zero_point in (0, 1, -128 if dtype == np.int8 else 128, 127 if dtype == np.int8 else 255):
+            got = _magnitudes(stored, zero_point)
+            want = np.abs(stored.astype(np.int64) - zero_point)
+            assert np.array_equal(got.astype(np.int64), want), (dtype, zero_point)
 
 
 # --- every CTS vector of a planned operation: plan against execute ----------------------------

@@ -83,14 +83,16 @@ class _Epilogue:
         self.quantized = data.type not in FLOAT_TENSORS
         if self.quantized:
             multipliers, shifts = output_multipliers(data.scale, filter_scales(weights, channels), output.scale)
-            self.stage = output_stage(multipliers, shifts, output, fuse, bias.value)
+            stage = self.stage = output_stage(multipliers, shifts, output, fuse, bias.value)
             compiled = _jit.kernels()
-            if fused and compiled is not None and _jit.compilable(self.stage):
+            if fused and compiled is not None and _jit.compilable(stage):
                 # float32 products are exact below 2**24 (``_work_dtype``), each part of a split one too
                 bound = None if work == np.float64 else 2**24 * (_MAX_PARTS if parts else 1)
-                fused = _jit.FusedOutputStage(self.stage, compiled, work, channels, parts, bound)
-                if fused.ready:
-                    self.stage = fused
+                compiled_stage = _jit.FusedOutputStage(stage, compiled, work, channels, parts, bound)
+                if compiled_stage.ready:
+                    self.stage = compiled_stage
+            if fused and self.stage is stage:  # numpy runs it at every call
+                stage.prepare()
         else:
             self.bias = np.asarray(bias.value, dtype=np.float32)
             self.bias_row = np.tile(self.bias, row)
@@ -116,13 +118,14 @@ class _Epilogue:
             out[...] = acc
 
 
-def _work_dtype(data: Tensor, weights: np.ndarray, channel_axes: tuple[int, ...]):
+def _work_dtype(data: Tensor, weights: np.ndarray, channel_axes: tuple[int, ...], zero_point: int = 0):
     """The float dtype of the products: float32 for float tensors; for quantized ones the
     dtype in which every partial sum of (q - zero_point) products is exact. Any partial
     sum of one output's products, in whatever order BLAS adds them, is at most
     max|x - zero_point| times the sum of that output's |filter| values, so the bound is
     taken per output channel (``channel_axes``: the filter axes that index it), much
-    tighter than taps * max|w| for real filters."""
+    tighter than taps * max|w| for real filters. ``weights``: the filter's integers, less
+    ``zero_point`` (its stored values and zero point, or values already shifted)."""
     if data.type in FLOAT_TENSORS:
         return np.float32
     if not weights.size:
@@ -131,13 +134,38 @@ def _work_dtype(data: Tensor, weights: np.ndarray, channel_axes: tuple[int, ...]
     taps = math.prod(weights.shape[axis] for axis in summed)
     # taps * max|w| bounds every channel's sum: where that is small enough, no sums are needed
     # (two reductions without a copy; most 1x1 and depthwise filters)
-    if exact_float_dtype(_input_bound(data) * max(taps * max(int(weights.max()), -int(weights.min())), 1)) \
-            == np.float32:
+    largest_weight = max(int(weights.max()) - zero_point, zero_point - int(weights.min()))
+    if exact_float_dtype(_input_bound(data) * max(taps * largest_weight, 1)) == np.float32:
         return np.float32
-    # int16 magnitudes (at most 2**9) summed in int32 where no sum can overflow it (no wider
-    # copy of the filter: fresh pages cost more than the sum)
-    largest = int(np.abs(weights).sum(axis=summed, dtype=np.int32 if taps < 2**22 else np.int64).max())
-    return exact_float_dtype(_input_bound(data) * max(largest, 1))
+    # magnitudes (at most 2**9) summed in int32 where no sum can overflow it (no wider copy
+    # of the filter: fresh pages cost more than the sum)
+    sums = _magnitudes(weights, zero_point).sum(axis=summed, dtype=np.int32 if taps < 2**22 else np.int64)
+    return exact_float_dtype(_input_bound(data) * max(int(sums.max()), 1))
+
+
+def _magnitudes(weights: np.ndarray, zero_point: int) -> np.ndarray:
+    """|w - zero_point| of a filter's integers, exactly, in the narrowest array: int8
+    values less 0 as the uint8 bits of their absolute values (|-128| = 128 wraps to the
+    bits of 128), unsigned ones as they are, else int16."""
+    if not zero_point:
+        if weights.dtype == np.int8:
+            return np.abs(weights).view(np.uint8)
+        if weights.dtype.kind == "u":
+            return weights
+        return np.abs(weights)
+    return np.abs(np.subtract(weights, zero_point, dtype=np.int16))
+
+
+def _float_filter(weights: Tensor, work) -> np.ndarray:
+    """A filter's (q - zero_point) values in the float dtype ``work`` (float filters as
+    they are where already of it): one new array, with no int16 copy on the way (exact:
+    |q - zero_point| < 2**9)."""
+    if weights.type in FLOAT_TENSORS:
+        return np.asarray(weights.value).astype(work, copy=False)
+    values = weights.value.astype(work)
+    if weights.zero_point:
+        values -= work(weights.zero_point)
+    return values
 
 
 def _float32_parts(data: Tensor, columns: np.ndarray) -> list[tuple[int, int]] | None:
@@ -307,33 +335,31 @@ class _DeferredProduct:
 
     gemv: _CompiledGemv | None
 
-    def _prepare_product(self, ctx: ExecutionContext, shifted: np.ndarray, gemv_rows: np.ndarray | None,
-                         rows: int, fuse: int, units: int) -> None:
-        """The compiled gemv over ``gemv_rows`` (the filter as (units, depth) rows; None where
-        the operation cannot take it) for ``rows`` rows, else the BLAS path laid out now."""
+    def _prepare_product(self, ctx: ExecutionContext, gemv: bool, rows: int, fuse: int, units: int) -> None:
+        """The compiled gemv (where ``gemv``: the operation can take it, its filter read as
+        (units, depth) rows) for ``rows`` rows, else the BLAS path laid out now."""
         self.gemv = None
         self._lock = threading.Lock()
-        #: what ``_lay_out`` needs while the BLAS path is not laid out (None once it is):
-        #: the context, not the shifted filter (whose pages later preparations then reuse)
+        #: what ``_lay_out`` needs while the BLAS path is not laid out (None once it is)
         self._pending: ExecutionContext | None = ctx
         data = ctx.input(INPUT)
-        if gemv_rows is not None and 0 < rows <= _GEMV_ROWS and data.type not in FLOAT_TENSORS:
-            epilogue = _Epilogue(ctx, fuse, units, np.float32)
-            self.gemv = compiled_gemv(data, gemv_rows, epilogue, rows)
+        if gemv and 0 < rows <= _GEMV_ROWS and data.type not in FLOAT_TENSORS:
+            # (the gemv runs the stage itself: no compiled stage of its own)
+            epilogue = _Epilogue(ctx, fuse, units, np.float32, fused=False)
+            self.gemv = compiled_gemv(data, ctx.input(FILTER), epilogue, rows)
             if self.gemv is not None:
                 self.epilogue = epilogue  # the output dtype (the product runs the stage itself)
                 return
-        self._lay_out(shifted)
+        self._lay_out()
 
-    def _lay_out(self, shifted: np.ndarray | None = None) -> None:
+    def _lay_out(self) -> None:
         with self._lock:
             if self._pending is None:
                 return
-            ctx = self._pending
-            self._lay_out_locked(ctx, _shifted_weights(ctx.input(FILTER)) if shifted is None else shifted)
+            self._lay_out_locked(self._pending)
             self._pending = None
 
-    def _lay_out_locked(self, ctx: ExecutionContext, shifted: np.ndarray) -> None:
+    def _lay_out_locked(self, ctx: ExecutionContext) -> None:
         raise NotImplementedError
 
 
@@ -347,31 +373,30 @@ class PreparedConv(_DeferredProduct):
         self.sp, self.out_hw, self.kernel_hw = sp, out_hw, (kh, kw)
         self.depth, self.channels = kh * kw * depth, oc
         self.pointwise = kh == kw == 1 and sp.stride_h == sp.stride_w == 1
-        shifted = _shifted_weights(weights)
         # a classifier's 1x1 convolution of a 1x1 image (few output pixels, no padding)
         unpadded = not (sp.pad_top or sp.pad_bottom or sp.pad_left or sp.pad_right)
         pixels = data.shape[0] * out_hw[0] * out_hw[1]
-        gemv_rows = shifted.reshape(oc, -1) if self.pointwise and unpadded else None
-        self._prepare_product(ctx, shifted, gemv_rows, pixels, sp.fuse, oc)
+        self._prepare_product(ctx, self.pointwise and unpadded, pixels, sp.fuse, oc)
 
-    def _lay_out_locked(self, ctx: ExecutionContext, shifted: np.ndarray) -> None:
+    def _lay_out_locked(self, ctx: ExecutionContext) -> None:
         """The im2col path: the filter as float columns, padding, blocks, output stage."""
-        data, sp, out_hw = ctx.input(INPUT), self.sp, self.out_hw
-        oc, kh, kw, depth = shifted.shape
-        self.integer = _IntegerConv.build(ctx, shifted, sp.fuse, (
+        data, weights, sp, out_hw = ctx.input(INPUT), ctx.input(FILTER), self.sp, self.out_hw
+        oc, kh, kw, depth = weights.shape
+        self.integer = _IntegerConv.build(ctx, weights, sp.fuse, (
             kh, kw, sp.stride_h, sp.stride_w, sp.dilation_h, sp.dilation_w, sp.pad_top, sp.pad_left, *out_hw, depth))
         if self.integer is not None:
             self.epilogue = self.integer.epilogue
             return
-        work = _work_dtype(data, shifted, (0,))
+        quantized = weights.type not in FLOAT_TENSORS
+        work = _work_dtype(data, weights.value, (0,), weights.zero_point if quantized else 0)
         # float32 products twice as fast as float64 ones: split where the sums need it
-        parts = _float32_parts(data, shifted.reshape(oc, -1)) if work == np.float64 else None
+        parts = _float32_parts(data, _shifted_weights(weights).reshape(oc, -1)) if work == np.float64 else None
         if parts is not None:
             work = np.float32
         self.work, self.parts = work, parts
         # (depth, oc): the filters as columns, in the im2col order (kh, kw, c); a transposed
         # view of the (oc, depth) rows, which BLAS reads as they are (no copy at preparation)
-        self.weights = shifted.reshape(oc, -1).astype(work, copy=False).T
+        self.weights = _float_filter(weights, work).reshape(oc, -1).T
         self.pad = _Padder(data, sp, work, compiled=True)
         # (replacing the compiled product's, whose results it gives: that product keeps its own stage)
         self.epilogue = _Epilogue(ctx, sp.fuse, oc, work, row=out_hw[1], parts=parts is not None)
@@ -387,7 +412,7 @@ class PreparedConv(_DeferredProduct):
         # transposed instead, one run per output row of each (tap, channel)
         # (``_planar_columns``), and multiplied as a transposed operand.
         self.planar = not self.pointwise and depth <= _PLANAR_MAX_CHANNELS
-        self.taps = _TapProducts.build(self, shifted, data)
+        self.taps = _TapProducts.build(self, weights, data)
 
     def _planar_columns(self, xp: np.ndarray, batch: int, top: int, bottom: int) -> np.ndarray:
         """The (depth, pixels) columns of output rows [top, bottom), im2col order (kh, kw, c)."""
@@ -471,17 +496,18 @@ class _IntegerConv:
         self.block = block
 
     @classmethod
-    def build(cls, ctx: ExecutionContext, shifted: np.ndarray, fuse: int,
+    def build(cls, ctx: ExecutionContext, weights: Tensor, fuse: int,
               geometry: tuple[int, ...] | None = None) -> _IntegerConv | None:
-        """For the (channels, ...) filter less its zero point ``shifted``; ``geometry``:
-        (KH, KW, stride h, stride w, dilation h, dilation w, pad top, pad left, OH, OW, C),
-        by default FULLY_CONNECTED's (its rows as a batch of 1x1 images)."""
+        """For the (channels, ...) filter ``weights``; ``geometry``: (KH, KW, stride h,
+        stride w, dilation h, dilation w, pad top, pad left, OH, OW, C), by default
+        FULLY_CONNECTED's (its rows as a batch of 1x1 images)."""
         if geometry is None:
-            geometry = (1, 1, 1, 1, 1, 1, 0, 0, 1, 1, shifted.shape[-1])
+            geometry = (1, 1, 1, 1, 1, 1, 0, 0, 1, 1, weights.shape[-1])
         module = _jit.integer_products()
         data = ctx.input(INPUT)
         if module is None or data.type not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
             return None
+        shifted = _shifted_weights(weights)  # (the filter less its zero point, int16, packed below)
         channels = shifted.shape[0]
         columns = shifted.reshape(channels, -1)
         largest = int(np.abs(columns).sum(axis=1, dtype=np.int64).max(initial=0))
@@ -552,9 +578,9 @@ class _TapProducts:
         self._local = threading.local()
 
     @classmethod
-    def build(cls, conv: PreparedConv, shifted: np.ndarray, data: Tensor) -> _TapProducts | None:
+    def build(cls, conv: PreparedConv, weights: Tensor, data: Tensor) -> _TapProducts | None:
         module, sp = _jit.kernels(), conv.sp
-        oc, kh, kw, depth = shifted.shape
+        oc, kh, kw, depth = weights.shape
         if module is None or not conv.epilogue.quantized or not isinstance(conv.epilogue.stage, _jit.FusedOutputStage) \
                 or conv.planar or kh * kw == 1 or sp.stride_h != 1 or sp.stride_w != 1 \
                 or oc > _TAPS_MAX_CHANNELS or depth < _TAPS_MIN_DEPTH:
@@ -567,6 +593,7 @@ class _TapProducts:
         # the padded input is float32 (the im2col path's work dtype, or its float32 parts)
         if conv.work != np.float32:
             return None
+        shifted = _shifted_weights(weights)
         magnitudes = np.abs(shifted).sum(axis=3, dtype=np.int64)  # (N, KH, KW): each tap's sum of |w|
         largest = _input_bound(data)
         if largest * int(magnitudes.max(initial=0)) >= 2**24:
@@ -627,7 +654,12 @@ class PreparedDepthwise:
             self.weights = shifted.reshape(kh, kw, channels // multiplier, multiplier).astype(self.work)
             self.subscripts = "hwijc,ijcm->hwcm"
         self.pad = _Padder(data, sp, self.work)
-        self.epilogue = _Epilogue(ctx, sp.fuse, channels, self.work)
+        if _jit.kernels() is None:  # the same stage, which numpy now runs at every call
+            if epilogue.quantized:
+                epilogue.stage.prepare()
+            self.epilogue = epilogue
+        else:  # (its compiled output stage, where that applies)
+            self.epilogue = _Epilogue(ctx, sp.fuse, channels, self.work)
         self.block_rows = max(1, _BLOCK_BYTES // (out_hw[1] * channels * 8))
 
     def __call__(self, values: list) -> list[np.ndarray]:
@@ -761,23 +793,30 @@ class _CompiledGemv:
                     _jit.scratch((self.units,), np.int32))
 
 
-def compiled_gemv(data: Tensor, shifted: np.ndarray, epilogue: _Epilogue, rows: int) -> _CompiledGemv | None:
-    """``_CompiledGemv`` for ``shifted`` (units, K), the filter less its zero point, where
-    it applies: quantized, at most ``_GEMV_ROWS`` rows, the compiled output stage in use
-    and every sum within int32 (max|x - zero point| times each unit's sum of |w|)."""
+def compiled_gemv(data: Tensor, weights: Tensor, epilogue: _Epilogue, rows: int) -> _CompiledGemv | None:
+    """``_CompiledGemv`` for the quantized filter ``weights`` read as (units, K), where
+    it applies: quantized, at most ``_GEMV_ROWS`` rows, an output stage the compiled
+    kernels hold (``_jit.compilable``; ``epilogue`` made with ``fused=False``: the product
+    runs the stage itself) and every sum within int32 (max|x - zero point| times each
+    unit's sum of |w|)."""
     module = _jit.kernels()
-    if module is None or not epilogue.quantized or not 0 < rows <= _GEMV_ROWS or not shifted.size \
-            or not isinstance(epilogue.stage, _jit.FusedOutputStage):
+    if module is None or not epilogue.quantized or not 0 < rows <= _GEMV_ROWS or not weights.value.size \
+            or not _jit.compilable(epilogue.stage):
         return None
-    units = shifted.shape[0]
-    bound = _input_bound(data) * int(np.abs(shifted).sum(axis=1, dtype=np.int64).max())
+    units = weights.shape[0]
+    stored, zero_point = weights.value.reshape(units, -1), weights.zero_point
+    bound = _input_bound(data) * int(_magnitudes(stored, zero_point).sum(axis=1, dtype=np.int64).max())
     if bound >= 2**31:
         return None
-    narrow = int(shifted.max()) <= 127 and int(shifted.min()) >= -128
-    weights = _jit.constant(shifted, np.int8 if narrow else np.int16)
-    params = _jit.stage_parameters(epilogue.stage.stage, units, bound)
-    gemv = _CompiledGemv(module.gemv_quantized, data, weights, params, units)
-    probe = np.zeros((0, shifted.shape[1]), dtype_of(data.type))
+    if stored.dtype == np.int8 and not zero_point:  # the stored values are the int8 filter
+        rows_of_filter = _jit.constant(stored, np.int8)
+    else:
+        shifted = np.subtract(stored, zero_point, dtype=np.int16)
+        narrow = int(shifted.max()) <= 127 and int(shifted.min()) >= -128
+        rows_of_filter = _jit.constant(shifted, np.int8 if narrow else np.int16)
+    params = _jit.stage_parameters(epilogue.stage, units, bound)
+    gemv = _CompiledGemv(module.gemv_quantized, data, rows_of_filter, params, units)
+    probe = np.zeros((0, stored.shape[1]), dtype_of(data.type))
     if not _jit.warm_up(gemv, probe, np.empty((0, units), epilogue.dtype)):
         return None
     return gemv
@@ -791,27 +830,27 @@ class PreparedFullyConnected(_DeferredProduct):
         units, input_size = weights.shape
         self.input_size, self.units, self.fuse = input_size, units, fuse
         self.integer: _IntegerConv | None = None
-        shifted = _shifted_weights(weights)
         # float32 in and out: the product is the output (bias and clamp added in place; the
         # BLAS product is then always laid out: the compiled few-row one is quantized only)
         self.float32 = data.type == T.TENSOR_FLOAT32 and dtype_of(ctx.output(0).type) == np.float32
         rows = math.prod(data.shape) // input_size
-        self._prepare_product(ctx, shifted, shifted, rows, fuse, units)
+        self._prepare_product(ctx, True, rows, fuse, units)
 
-    def _lay_out_locked(self, ctx: ExecutionContext, shifted: np.ndarray) -> None:
+    def _lay_out_locked(self, ctx: ExecutionContext) -> None:
         """The integer product where it applies, else the BLAS product: the filter as float
         columns and its output stage."""
-        data = ctx.input(INPUT)
-        self.integer = None if self.float32 else _IntegerConv.build(ctx, shifted, self.fuse)
+        data, weights = ctx.input(INPUT), ctx.input(FILTER)
+        self.integer = None if self.float32 else _IntegerConv.build(ctx, weights, self.fuse)
         if self.integer is not None:
             self.epilogue = self.integer.epilogue
             return
-        work = _work_dtype(data, shifted, (0,))
-        parts = _float32_parts(data, shifted) if work == np.float64 else None
+        quantized = weights.type not in FLOAT_TENSORS
+        work = _work_dtype(data, weights.value, (0,), weights.zero_point if quantized else 0)
+        parts = _float32_parts(data, _shifted_weights(weights)) if work == np.float64 else None
         if parts is not None:
             work = np.float32
         self.work, self.parts = work, parts
-        self.weights = shifted.astype(work, copy=False).T  # (input_size, units), a view
+        self.weights = _float_filter(weights, work).T  # (input_size, units), a view
         self.zero = None if data.type in FLOAT_TENSORS else work(data.zero_point)
         # (replacing the compiled product's, whose results it gives: that product keeps its own stage)
         self.epilogue = _Epilogue(ctx, self.fuse, self.units, work, parts=parts is not None)

@@ -273,8 +273,9 @@ def compilable(stage: OutputStage) -> bool:
     """Whether the compiled kernels' int64 arithmetic holds this stage: Q31 multipliers
     (QuantizeMultiplier's), shifts within [-31, 30], |zero point| < 2**16 (always so for
     the stages of convolutions and matrix products)."""
-    return bool(np.all((stage.multipliers >= 0) & (stage.multipliers <= _INT32_MAX))
-                and np.all((stage.shifts >= -31) & (stage.shifts <= 30)) and abs(stage.zero_point) < 2**16)
+    multipliers, shifts = stage.multipliers, stage.shifts
+    return bool(multipliers.min(initial=0) >= 0 and multipliers.max(initial=0) <= _INT32_MAX
+                and shifts.min(initial=0) >= -31 and shifts.max(initial=0) <= 30) and abs(stage.zero_point) < 2**16
 
 
 #: the forms of ``stage_parameters`` (``_numba_kernels._finish``; the same numbers)
@@ -290,25 +291,32 @@ def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = 
     |bias| < 2**31, CLAMPED where also the clamp's low end is at or above the zero
     point, UNIFORM where also every channel has the same multiplier and shift, else
     SATURATING."""
-    def per_channel(values, dtype=np.int64) -> np.ndarray:
-        values = np.asarray(values, dtype=dtype)
-        return constant(values if values.shape == (channels,) else np.broadcast_to(values, (channels,)), dtype)
-
     if not compilable(stage):
         raise ValueError("the compiled output stage takes Q31 multipliers, shifts in [-31, 30], |zero point| < 2**16")
-    multipliers = per_channel(stage.multipliers)
-    bias, lefts = per_channel(stage.bias), per_channel(np.maximum(stage.shifts, 0))
-    rights = per_channel(np.maximum(-stage.shifts, 0))
-    halves = np.where(rights > 0, np.left_shift(1, np.maximum(rights - 1, 0)), 0)
+    # the seven int64 rows in one block (each row a C-contiguous, writable array, as
+    # ``constant`` makes them), each filled in place: a stage is made for every quantized
+    # convolution of a model, where numpy's per-call cost is most of the work
+    rows = np.empty((7, channels), np.int64)
+    bias, multipliers, lefts, rights, offsets, negative, folded = rows
+    bias[...] = stage.bias  # (per channel, or one value for all)
+    multipliers[...] = stage.multipliers
+    np.maximum(stage.shifts, 0, out=lefts)
+    np.negative(stage.shifts, out=rights)
+    np.maximum(rights, 0, out=rights)
+    np.left_shift(1, rights, out=offsets)
+    offsets >>= 1  # 2**(r - 1), 0 for r = 0
+    offsets += np.left_shift(np.int64(stage.zero_point), rights)
+    np.multiply(bias, multipliers, out=folded)
+    folded += 1 << 30
+    np.greater(rights, 0, out=negative)
+    np.negative(negative, out=negative)  # -1 where r > 0
     mode = SATURATING
-    if acc_bound is not None and not np.any(lefts) and acc_bound + int(np.abs(bias).max(initial=0)) < 2**31:
+    if acc_bound is not None and not lefts.any() and acc_bound + int(np.abs(bias).max(initial=0)) < 2**31:
         mode = FOLDED
         if stage.low >= stage.zero_point:
-            uniform = bool(np.all(multipliers == multipliers[0]) and np.all(rights == rights[0])) if channels else False
+            uniform = bool(channels and multipliers.min() == multipliers.max() and rights.min() == rights.max())
             mode = UNIFORM if uniform else CLAMPED
-    return (bias, constant(multipliers, np.int32), lefts, rights,
-            constant(halves + (np.int64(stage.zero_point) << rights), np.int64),
-            constant(-(rights > 0).astype(np.int64), np.int64), constant(bias * multipliers + (1 << 30), np.int64),
+    return (bias, multipliers.astype(np.int32), lefts, rights, offsets, negative, folded,
             np.int64(stage.low), np.int64(stage.high), np.int64(mode))
 
 

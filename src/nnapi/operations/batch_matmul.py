@@ -131,6 +131,8 @@ class BatchMatmul(Operation):
         stage = output_stage(multipliers, shifts, ctx.output(0), FuseCode.FUSED_NONE, None)
         zero_a, zero_b = work(a.zero_point), work(b.zero_point)
         fused = _fused_stage(stage, work, shape[-1] if shape else 0, bound)
+        if fused is None:  # numpy runs the stage at every call
+            stage.prepare()
 
         def quantized(values: list) -> list[np.ndarray]:
             left = np.subtract(values[LHS], zero_a, dtype=work)

@@ -195,27 +195,41 @@ class OutputStage:
         self.bias = np.zeros(1, np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
         self.zero_point, self.low, self.high = int(zero_point), int(low), int(high)
         self.dtype = np.dtype(dtype)
-        self._low64, self._high64 = np.int64(low), np.int64(high)
+        # The folded form's constants (``_folded``) are made at the first call, or by
+        # ``prepare``: a stage that a compiled kernel runs (``_jit.FusedOutputStage``, which
+        # reads only the fields above) never needs them, and each costs a few numpy calls.
+        self._folding: tuple | None = None
+
+    def prepare(self) -> OutputStage:
+        """Make the folded form's constants now (at preparation, for a stage numpy runs)."""
+        if self._folding is None:
+            self._folding = self._folded()
+        return self
+
+    def _folded(self) -> tuple:
+        """(fast, constant, rounds, right shifts, total shift, uniform right shift or None,
+        correction threshold, clamp bounds as int64): the folded form (see the class)."""
         right = np.maximum(-self.shifts, 0)
         # the folded form shifts the zero point left by 31 + r: it must fit in int64
-        self.fast = not np.any(self.shifts > 0) and 32 + int(right.max()) + abs(self.zero_point).bit_length() < 63
+        fast = not np.any(self.shifts > 0) and 32 + int(right.max()) + abs(self.zero_point).bit_length() < 63
         half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
         m = self.multipliers
-        self._constant = self.bias * m + (1 << 30) + (half << 31) + (np.int64(self.zero_point) << (31 + right))
-        self._rounds = bool(np.any(right > 0))
-        self._uniform_right = int(right[0]) if np.all(right == right[0]) else None
-        self._right = right
-        self._total_shift = 31 + self._uniform_right if self._uniform_right is not None else 31 + right
-        # The negative-tie correction only moves results at or below the zero point; when
-        # the clamp (a fused ReLU) sends all of those to the zero point it can be skipped.
-        self._clamped_below_zero_point = self.low >= self.zero_point
+        constant = self.bias * m + (1 << 30) + (half << 31) + (np.int64(self.zero_point) << (31 + right))
+        uniform_right = int(right[0]) if np.all(right == right[0]) else None
+        total_shift = 31 + uniform_right if uniform_right is not None else 31 + right
         # x * m < -2**30 with x = acc + bias  <=>  acc * m < -2**30 - bias * m
-        self._threshold = np.where(right > 0, -(1 << 30) - self.bias * m, np.iinfo(np.int64).min)
+        threshold = np.where(right > 0, -(1 << 30) - self.bias * m, np.iinfo(np.int64).min)
+        return (fast, constant, bool(np.any(right > 0)), right, total_shift, uniform_right, threshold,
+                np.int64(self.low), np.int64(self.high))
 
     def __call__(self, acc: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The quantized outputs of ``acc`` (integers, or floats holding exact integers),
         written into ``out`` (of the output dtype and ``acc``'s shape) when given."""
-        if not self.fast:
+        folding = self._folding
+        if folding is None:  # two threads may both compute it: equal values
+            folding = self._folding = self._folded()
+        fast, constant, rounds, right, total_shift, uniform_right, threshold, low64, high64 = folding
+        if not fast:
             result = self.reference(acc)
             if out is None:
                 return result
@@ -223,20 +237,22 @@ class OutputStage:
             return out
         # one pass: the accumulators (exact integers) cast to int64 and multiplied
         p = np.multiply(acc, self.multipliers, dtype=np.int64, casting="unsafe")
-        correct = self._rounds and not self._clamped_below_zero_point
+        # The negative-tie correction only moves results at or below the zero point; when
+        # the clamp (a fused ReLU) sends all of those to the zero point it can be skipped.
+        correct = rounds and self.low < self.zero_point
         if correct:
-            negative = p < self._threshold
-        p += self._constant
+            negative = p < threshold
+        p += constant
         if correct:
             p >>= 31
             p -= negative
-            p >>= self._uniform_right if self._uniform_right is not None else self._right
+            p >>= uniform_right if uniform_right is not None else right
         else:  # the nested floors compose into one shift
-            p >>= self._total_shift
+            p >>= total_shift
         if out is None:
             out = np.empty(p.shape, self.dtype)
         # clamp and narrow in one pass (the clamped values fit the output dtype)
-        return np.clip(p, self._low64, self._high64, out=out, casting="unsafe")
+        return np.clip(p, low64, high64, out=out, casting="unsafe")
 
     def reference(self, acc: np.ndarray) -> np.ndarray:
         """The same stage by its definition (any shifts, no folding)."""
