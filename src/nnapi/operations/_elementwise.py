@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from nnapi.codes import OperandCode
-from nnapi.operations import _jit
+from nnapi.operations import _jit, quant_math
 from nnapi.operations.base import ExecutionContext, Shape, Tensor, ValidationContext
 from nnapi.operations.common import FLOAT_TENSORS as FLOAT_TENSORS  # re-exported
 from nnapi.operations.common import QUANT8_TENSORS as QUANT8_TENSORS  # re-exported
@@ -170,6 +170,28 @@ def pair_table(function, first_dtype, second_dtype) -> np.ndarray:
                            for start in range(0, 256, _PAIR_TABLE_ROWS)])
 
 
+def quantized_pair_table(math, first_reals: np.ndarray, second_reals: np.ndarray, scale: float, zero_point: int,
+                         low: int, high: int, dtype) -> np.ndarray:
+    """The ``pair_table`` of an arithmetic function on real values quantized into an 8-bit
+    output (``math``: a ufunc; ``first_reals`` / ``second_reals``: the real value of each
+    stored value of the two inputs, ``all_stored_values`` order): (256, 256) of
+    clip(quantize(math(first, second), scale, zero_point), low, high) as ``dtype``, what
+    ``quantize_with_activation`` gives. Each block of rows is worked in two float64
+    arrays reused from block to block and clamped straight into the table (at
+    preparation, one per ADD / SUB / MUL of a quantized model: the generic table's
+    temporaries cost more than its arithmetic)."""
+    table = np.empty((256, 256), dtype)
+    real = np.empty((_PAIR_TABLE_ROWS, 256))
+    scratch = np.empty_like(real)
+    second = second_reals[None, :]
+    for start in range(0, 256, _PAIR_TABLE_ROWS):
+        stop = min(start + _PAIR_TABLE_ROWS, 256)
+        block, work = real[:stop - start], scratch[:stop - start]
+        math(first_reals[start:stop, None], second, out=block)
+        quant_math.quantize_clamped(block, scale, zero_point, low, high, table[start:stop], work)
+    return table
+
+
 def map_quant8_pair(first: np.ndarray, second: np.ndarray, function) -> np.ndarray:
     """``function(first, second)`` (broadcasting) for two 8-bit arrays, through a
     256 x 256 table when the output is large enough to pay for it."""
@@ -183,17 +205,19 @@ def map_quant8_pair(first: np.ndarray, second: np.ndarray, function) -> np.ndarr
 
 
 def prepared_quant8_pair(function, first_dtype, second_dtype, first_shape: Shape,
-                         second_shape: Shape) -> Callable[[list], list[np.ndarray]]:
+                         second_shape: Shape, table: Callable[[], np.ndarray] | None = None
+                         ) -> Callable[[list], list[np.ndarray]]:
     """``map_quant8_pair`` prepared for inputs of ``first_shape`` and ``second_shape``: the
     table of every pair of stored values is computed once, at preparation (unless the
     output is tiny), and each execution only looks the pairs up; the returned kernel maps
     [first, second] to [result]. Compiled (``nnapi[fast]``) where the inputs have one shape
     or one broadcasts along leading axes only (``_period``: a per-channel constant, a
-    squeeze-and-excitation scale), that one read with its period; else numpy's broadcast."""
+    squeeze-and-excitation scale), that one read with its period; else numpy's broadcast.
+    ``table``: makes the same table as ``pair_table`` of ``function`` does, faster."""
     shape = tuple(broadcast_shapes(first_shape, second_shape))
     if math.prod(shape) < 256:
         return lambda values: [function(values[0], values[1])]
-    table = pair_table(function, first_dtype, second_dtype).reshape(-1)
+    table = (pair_table(function, first_dtype, second_dtype) if table is None else table()).reshape(-1)
     compiled = _compiled_pairs(table)
     shapes = (tuple(first_shape), tuple(second_shape))
     # which input repeats: the second (the table as it is), or the first (the transposed table)

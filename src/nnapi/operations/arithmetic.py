@@ -13,10 +13,16 @@ import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.operand import dtype_of
-from nnapi.operations._elementwise import map_quant8_pair, prepared_quant8_pair
+from nnapi.operations._elementwise import (
+    all_stored_values,
+    map_quant8_pair,
+    prepared_quant8_pair,
+    quantized_pair_table,
+)
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import (
     activation_bounds_float,
+    activation_bounds_quantized,
     broadcast_shapes,
     dequantize_tensor,
     is_valid_fuse_code,
@@ -120,6 +126,15 @@ class BinaryArithmetic(Operation):
 
         return on_stored
 
+    def _pair_table(self, ctx: ExecutionContext) -> np.ndarray:
+        """``_on_stored``'s table of every pair of stored values (``quantized_pair_table``)."""
+        a, b, output = ctx.input(INPUT1), ctx.input(INPUT2), ctx.output(0)
+        low, high = activation_bounds_quantized(ctx.scalar(ACTIVATION), output)
+        return quantized_pair_table(_FLOAT_MATH[self.code],
+                                    dequantize(all_stored_values(dtype_of(a.type)), a.scale, a.zero_point),
+                                    dequantize(all_stored_values(dtype_of(b.type)), b.scale, b.zero_point),
+                                    output.scale, output.zero_point, low, high, dtype_of(output.type))
+
     def plan(self, ctx: ExecutionContext):
         a, b = ctx.input(INPUT1), ctx.input(INPUT2)
         code = a.type
@@ -130,7 +145,7 @@ class BinaryArithmetic(Operation):
             return lambda values: [integer_math(values[INPUT1], values[INPUT2]).astype(np.int32)]
         if code in _QUANT8_TYPES:
             return prepared_quant8_pair(self._on_stored(ctx), dtype_of(a.type), dtype_of(b.type), a.shape,
-                                        b.shape)
+                                        b.shape, lambda: self._pair_table(ctx))
         math = _FLOAT_MATH[self.code]
         fuse = ctx.scalar(ACTIVATION)
         bounds = activation_bounds_float(fuse) if fuse != FuseCode.FUSED_NONE else None

@@ -63,6 +63,21 @@ def quantize(real, scale: float, zero_point: int, dtype=np.float64, *, round_las
     return rounded
 
 
+def quantize_clamped(real: np.ndarray, scale: float, zero_point: int, low: int, high: int,
+                     out: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
+    """``np.clip(quantize(real, scale, zero_point), low, high)`` stored into ``out`` (its
+    dtype holds [low, high]): the same float64 operations, worked in place in ``real`` (a
+    float64 array the caller owns, overwritten) with ``scratch`` (float64, of its shape,
+    or a new array), and the clamp writing ``out`` in the pass that narrows."""
+    real /= np.float64(scale)
+    magnitude = np.abs(real, out=scratch)  # round_half_away, in place
+    magnitude += 0.5
+    np.trunc(magnitude, out=magnitude)
+    np.copysign(magnitude, real, out=real)
+    real += np.float64(zero_point)
+    return np.clip(real, low, high, out=out, casting="unsafe")
+
+
 def quantize_scalar(real: float, scale: float, zero_point: int) -> float:
     """``quantize`` of one real in float64 (zero_point + round(real / scale)): the same
     IEEE double operations on Python floats, where numpy's scalar path costs ~10 us (an
