@@ -146,9 +146,12 @@ def test_the_plan_takes_the_shapes_validation_inferred(prepares):
     """nnapi-reference's validation runs each operation's ``prepare`` on the declared
     shapes and constants; the plan of that model takes the shapes it inferred instead of
     running ``prepare`` again, and gets the same steps as a plan that prepares them itself."""
+    from nnapi.operations import base
+
     device = reference.ReferenceDevice()
     hal_model = _conv_model(5)._hal_model()[0]
     prepares.update(dict.fromkeys(prepares, 0))  # (the NDK's own validation of the Model)
+    base._ACCEPTED.clear()  # (which the driver's would otherwise reuse: see the next test)
     prepared = device.prepare_model(hal_model)
     # validation's, none by the plan (RESHAPE's own ``plan`` finds its target with ``prepare``)
     assert prepares == {"CONV_2D": 1, "RESHAPE": 2, "SOFTMAX": 1}
@@ -159,6 +162,28 @@ def test_the_plan_takes_the_shapes_validation_inferred(prepares):
         (nnapi.OperationCode.CONV_2D, [(1, 5, 4, 3)], True, True),
         (nnapi.OperationCode.RESHAPE, [(20, 3)], True, True),
         (nnapi.OperationCode.SOFTMAX, [(20, 3)], True, True)]
+
+
+def test_the_driver_reuses_the_signatures_add_operation_accepted(prepares):
+    """A signature add_operation accepted (its operand types and small constants) is not
+    checked again by nnapi-reference's vetting of the HAL model built from it: no
+    ``prepare`` runs there, and the plan gets the shapes and steps that checking it again
+    gives. A HAL operation whose signature differs (another declared output shape) is
+    checked, and refused, as before (next test)."""
+    from nnapi.operations import base
+
+    model = _conv_model(5)
+    hal_model = model._hal_model()[0]
+    prepares.update(dict.fromkeys(prepares, 0))
+    reused = reference.ReferenceDevice().prepare_model(hal_model)
+    # none by the vetting; RESHAPE's own ``plan`` finds its target with ``prepare``
+    assert prepares == {"CONV_2D": 0, "RESHAPE": 1, "SOFTMAX": 0}
+    base._ACCEPTED.clear()
+    checked_device = reference.ReferenceDevice()
+    checked = checked_device.prepare_model(hal_model)
+    assert prepares == {"CONV_2D": 1, "RESHAPE": 3, "SOFTMAX": 1}
+    assert checked_device._vetted[id(hal_model)].shapes[0] == [[(1, 5, 4, 3)], [(20, 3)], [(20, 3)]]
+    assert _steps(reused.plan(0)) == _steps(checked.plan(0))
 
 
 def test_an_operation_refused_by_validation_is_refused_as_before():

@@ -25,7 +25,13 @@ from nnapi.operand import (
     validate_operand_type,
 )
 from nnapi.operations import ValidationContext, get_operation
-from nnapi.operations.base import SubgraphSignature
+from nnapi.operations.base import (
+    SubgraphSignature,
+    accepted_signature,
+    operand_key,
+    remember_accepted,
+    signature_key,
+)
 from nnapi.runtime import type_manager
 from nnapi.runtime.operand_values import (
     NO_VALUE,
@@ -378,6 +384,9 @@ class Model(NnapiObject):
     def _validate_operation(self, code: OperationCode, inputs: list[int], outputs: list[int]) -> None:
         implementation = get_operation(code)
         assert implementation is not None
+        key = self._signature_key(code, inputs, outputs)
+        if accepted_signature(key) is not None:  # the same signature accepted before in this process
+            return
         context = ValidationContext(code, [self._operands[i] for i in inputs], [self._operands[i] for i in outputs],
                                     [self._referenced_signature(i) for i in inputs],
                                     [self._constant(i) for i in inputs])
@@ -387,6 +396,23 @@ class Model(NnapiObject):
             raise
         except Exception as error:  # a validator bug must not escape as a raw exception
             raise BadDataError(f"add_operation({code.name}): invalid signature ({error})") from error
+        remember_accepted(key, context)
+
+    def _signature_key(self, code: OperationCode, inputs: list[int], outputs: list[int]) -> tuple | None:
+        """``signature_key`` of an operation being added (None with a MODEL input): the
+        operand types and the small constants set so far, as nnapi-reference keys the
+        operation of the HAL model built from this one."""
+        def key(index: int) -> tuple:
+            operand_type, value = self._operands[index], self._values.get(index)
+            if isinstance(value, ModelValue):
+                raise LookupError
+            return operand_key(operand_type.type, operand_type.dimensions, operand_type.scale, operand_type.zero_point,
+                               operand_type.channel_quant, value.data if isinstance(value, CopiedValue) else None)
+
+        try:
+            return signature_key(code, [key(i) for i in inputs], [key(i) for i in outputs])
+        except LookupError:
+            return None
 
     def _constant(self, index: int) -> int | float | bool | np.ndarray | None:
         """The value of a scalar or small tensor already set by set_operand_value (copied:

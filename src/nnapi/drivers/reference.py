@@ -46,9 +46,13 @@ from nnapi.operations.base import (
     Operation,
     Shape,
     SubgraphSignature,
+    accepted_signature,
     check_deadline,
     current_deadline_check,
     deadline_checked,
+    operand_key,
+    remember_accepted,
+    signature_key,
 )
 from nnapi.operations.control_flow import (
     IF_CONDITION,
@@ -110,6 +114,13 @@ def vet_operation(model: Model, subgraph: Subgraph, operation) -> tuple[str | No
             subgraph.operands[i].lifetime == L.NO_VALUE for i in operation.inputs):
         return f"{operation_name(operation.type)}: an input is omitted, which the operation does not allow", None
 
+    # the same signature accepted before in this process (at add_operation, or in another
+    # compilation): its answer, without building the context again
+    key = _signature_key(model, subgraph, operation)
+    known = accepted_signature(key)
+    if known is not None:
+        return None, known[1]
+
     def signature(index: int) -> SubgraphSignature | None:
         operand = subgraph.operands[index]
         if operand.lifetime != L.SUBGRAPH:
@@ -136,7 +147,31 @@ def vet_operation(model: Model, subgraph: Subgraph, operation) -> tuple[str | No
         return str(error), None
     except Exception as error:  # a validator's own bug must not break the query
         return f"validation failed: {type(error).__name__}: {error}", None
+    remember_accepted(key, context)
     return None, context.inferred_shapes
+
+
+def _signature_key(model: Model, subgraph: Subgraph, operation) -> tuple | None:
+    """``signature_key`` of a HAL operation (None where it has a MODEL input, or a field
+    the key cannot hold: then it is checked as usual)."""
+    operands, values = subgraph.operands, model.operand_values
+
+    def key(index: int) -> tuple:
+        operand = operands[index]
+        lifetime = operand.lifetime
+        if lifetime == L.SUBGRAPH:
+            raise LookupError
+        value = None
+        if lifetime == L.CONSTANT_COPY:
+            location = operand.location
+            value = values[location.offset: location.offset + location.length]
+        return operand_key(operand.type, operand.dimensions, operand.scale, operand.zero_point,
+                           operand.channel_quant, value)
+
+    try:
+        return signature_key(operation.type, [key(i) for i in operation.inputs], [key(i) for i in operation.outputs])
+    except Exception:  # noqa: BLE001 - a malformed operand: the usual checks report it
+        return None
 
 
 class _Vetted:

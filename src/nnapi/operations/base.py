@@ -403,6 +403,76 @@ def check_declared_shapes(operation: Operation, ctx: ValidationContext) -> None:
             pass
 
 
+class _Same:
+    """An object in a signature key by identity (hashed by id, equal only to itself; the
+    key holds the object, so its id stays its own): per-channel parameters, whose
+    thousand scales would cost more to hash than the check they spare."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+    def __hash__(self) -> int:
+        return id(self.item)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.item is self.item
+
+
+def operand_key(code: Any, dimensions: Sequence[int], scale: float, zero_point: int, channel_quant: Any,
+                value: bytes | None) -> tuple:
+    """One operand of a ``signature_key``: its type's fields as given, and the bytes of
+    its value where ``ValidationContext.constant`` reads one (a small constant), else None."""
+    return (code, tuple(dimensions), scale, zero_point, None if channel_quant is None else _Same(channel_quant),
+            value)
+
+
+#: the signatures ``check_signature`` accepted in this process (``accepted_signature``)
+_ACCEPTED: dict[tuple, tuple[FeatureLevelCode, list[Shape] | None]] = {}
+#: how many it keeps (then it starts afresh)
+_ACCEPTED_LIMIT = 4096
+
+
+def signature_key(code: Any, inputs: Sequence[tuple], outputs: Sequence[tuple]) -> tuple:
+    """The key of an operation's signature: its code and each operand's ``operand_key``,
+    everything ``check_signature`` reads (an operation with a MODEL input has none: its
+    referenced model's signature is not in the key)."""
+    return (code, tuple(inputs), tuple(outputs))
+
+
+def accepted_signature(key: tuple | None) -> tuple[FeatureLevelCode, list[Shape] | None] | None:
+    """(feature level, inferred output shapes) of a signature ``check_signature``
+    accepted before in this process (``remember_accepted``), or None. A signature is
+    checked when its operation is added to a Model, and again by nnapi-reference when it
+    vets the HAL model of each compilation: the same pure function of the same operand
+    types and constants, whose answer is reused. Refusals are not kept (their messages
+    name the call that made them)."""
+    if key is None:
+        return None
+    try:
+        known = _ACCEPTED.get(key)
+    except TypeError:  # an unhashable field (a malformed HAL operand): checked as usual
+        return None
+    if known is None:
+        return None
+    level, shapes = known
+    return level, None if shapes is None else list(shapes)
+
+
+def remember_accepted(key: tuple | None, ctx: ValidationContext) -> None:
+    """Keep what ``check_signature`` found for an accepted signature (``accepted_signature``)."""
+    if key is None:
+        return
+    if len(_ACCEPTED) >= _ACCEPTED_LIMIT:
+        _ACCEPTED.clear()
+    shapes = ctx.inferred_shapes
+    try:
+        _ACCEPTED[key] = (ctx.feature_level, None if shapes is None else list(shapes))
+    except TypeError:
+        pass
+
+
 class Operation:
     """Base of every operation; subclasses implement validate, prepare and execute."""
 
