@@ -579,21 +579,22 @@ def test_split_products_match_numpy(code, depth, extreme, monkeypatch):
 
 
 @pytest.mark.parametrize("code", [Op.FULLY_CONNECTED, Op.CONV_2D])
-@pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel"])
+@pytest.mark.parametrize("kind", ["quant8", "quant8_at_128", "quant8_signed_per_channel"])
 @pytest.mark.parametrize("rows", [1, 2, 4, 5])
 def test_few_row_products_match_numpy(code, kind, rows, monkeypatch):
     """Quantized products of at most four rows (a classifier's FULLY_CONNECTED, a 1x1
     convolution of a 1x1 image) run the compiled int32 ``gemv_quantized`` with the filter
-    as 8-bit (int8 filters) or 16-bit integers (uint8 ones less their zero point): the
+    as 8-bit (int8 filters, and uint8 ones whose values less their zero point fit int8:
+    made modulo 256) or 16-bit integers (other uint8 ones less their zero point): the
     numpy plan's bits at full input and filter range, fused ReLU or none; five rows take
     the BLAS product."""
     rng = np.random.default_rng(rows * 10 + len(kind))
     depth, units = 1001, 37
-    if kind == "quant8":
+    if kind.startswith("quant8") and "signed" not in kind:
         x = _tensor(T.TENSOR_QUANT8_ASYMM, rng.integers(0, 256, (rows, depth)).astype(np.uint8), 0.5, 3)
         weights = rng.integers(0, 256, (units, depth)).astype(np.uint8)
         weights[:2] = [[0], [255]]  # the widest (w - zero point) of each sign
-        w = _tensor(T.TENSOR_QUANT8_ASYMM, weights, 0.25, 131)
+        w = _tensor(T.TENSOR_QUANT8_ASYMM, weights, 0.25, 131 if kind == "quant8" else 128)
         b = _tensor(T.TENSOR_INT32, rng.integers(-(1 << 20), 1 << 20, units).astype(np.int32), 0.125)
         output = (T.TENSOR_QUANT8_ASYMM, 0.125 * 255 * 127 * np.sqrt(depth) / 30, 100)
     else:
@@ -621,6 +622,8 @@ def test_few_row_products_match_numpy(code, kind, rows, monkeypatch):
         assert (compiled.gemv is not None) == (rows <= 4)
         if compiled.gemv is not None:
             assert compiled.gemv.weights.dtype == (np.int16 if kind == "quant8" else np.int8)
+            shifted = w.value.reshape(units, depth).astype(np.int64) - w.zero_point
+            np.testing.assert_array_equal(compiled.gemv.weights, shifted)
         reference = _numpy_plan(code, inputs, out, monkeypatch)
         assert reference.gemv is None
         values = [tensor.value for tensor in inputs]

@@ -153,7 +153,8 @@ def _magnitudes(weights: np.ndarray, zero_point: int) -> np.ndarray:
         if weights.dtype.kind == "u":
             return weights
         return np.abs(weights)
-    return np.abs(np.subtract(weights, zero_point, dtype=np.int16))
+    shifted = np.subtract(weights, zero_point, dtype=np.int16)
+    return np.abs(shifted, out=shifted)
 
 
 def _float_filter(weights: Tensor, work) -> np.ndarray:
@@ -805,13 +806,20 @@ def compiled_gemv(data: Tensor, weights: Tensor, epilogue: _Epilogue, rows: int)
         return None
     units = weights.shape[0]
     stored, zero_point = weights.value.reshape(units, -1), weights.zero_point
-    bound = _input_bound(data) * int(_magnitudes(stored, zero_point).sum(axis=1, dtype=np.int64).max())
-    if bound >= 2**31:
-        return None
     if stored.dtype == np.int8 and not zero_point:  # the stored values are the int8 filter
-        rows_of_filter = _jit.constant(stored, np.int8)
+        shifted = stored
+    elif int(stored.min()) - zero_point >= -128 and int(stored.max()) - zero_point <= 127:
+        # q - zero point fits int8 (a uint8 filter at 128): computed modulo 256 in the
+        # stored bytes and read as int8, the exact values, with no int16 copy
+        shifted = np.subtract(stored.view(np.uint8), np.uint8(zero_point & 0xFF), dtype=np.uint8).view(np.int8)
     else:
         shifted = np.subtract(stored, zero_point, dtype=np.int16)
+    bound = _input_bound(data) * int(_magnitudes(shifted, 0).sum(axis=1, dtype=np.int64).max())
+    if bound >= 2**31:
+        return None
+    if shifted.dtype == np.int8:  # (a new array already, unless the stored values)
+        rows_of_filter = _jit.constant(shifted, np.int8) if shifted is stored else shifted
+    else:
         narrow = int(shifted.max()) <= 127 and int(shifted.min()) >= -128
         rows_of_filter = _jit.constant(shifted, np.int8 if narrow else np.int16)
     params = _jit.stage_parameters(epilogue.stage, units, bound)
