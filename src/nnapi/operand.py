@@ -262,7 +262,8 @@ def _extension_code(value: object) -> ExtensionOperandCode:
 def validate_operand_type(op_type: OperandType, where: str, allow_unspecified: bool = True) -> None:
     """The NDK's rules for a valid ANeuralNetworksOperandType; raises BadDataError."""
     code = op_type.type
-    if any(d < 0 for d in op_type.dimensions) or any(d > 0xFFFFFFFF for d in op_type.dimensions):
+    dims = op_type.dimensions  # ints (OperandType made them so): two C loops, not generators
+    if dims and (min(dims) < 0 or max(dims) > 0xFFFFFFFF):
         raise BadDataError(f"{where}: dimensions must be non-negative 32-bit values, got {list(op_type.dimensions)}")
     if is_extension(code):
         _validate_extension_type(op_type, where, allow_unspecified)

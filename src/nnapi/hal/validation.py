@@ -242,9 +242,14 @@ def validate_request(request: Request, model: Model) -> None:
         raise _invalid(f"malformed request: {type(error).__name__}: {error}") from None
 
 
+#: the classes of the values most fields hold (the HAL's own enums are ints)
+_PLAIN_INTS = frozenset({int, OperandCode, OperationCode, L})
+
+
 def _u32(value) -> bool:
-    """An unsigned 32-bit integer (a plain int first: this runs for every argument)."""
-    if type(value) is int:
+    """An unsigned 32-bit integer (plain ints and the HAL's enums first: this runs for
+    every argument)."""
+    if type(value) in _PLAIN_INTS:
         return 0 <= value <= _UINT32_MAX
     return _is_index(value) and 0 <= value <= _UINT32_MAX
 
