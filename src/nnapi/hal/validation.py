@@ -25,7 +25,7 @@ from nnapi.hal.types import (
     is_extension_type,
     pool_view,
 )
-from nnapi.operand import TENSOR_TYPES, validate_channel_quant, validate_operand_type
+from nnapi.operand import TENSOR_TYPES, OperandType, validate_channel_quant, validate_operand_type
 
 L = OperandLifeTime
 _UINT32_MAX = 0xFFFFFFFF
@@ -76,8 +76,35 @@ def validate_model(model: Model) -> None:
         raise _invalid(f"malformed model: {type(error).__name__}: {error}") from None
 
 
+def _checked_type(where: str, operand: Operand, code: OperandCode, checked: dict) -> OperandType:
+    """The operand's OperandType, checked by the NDK's rules (and its per-channel
+    parameters by theirs): once per distinct type in a subgraph (``checked``, by its
+    fields; most of a model's operands are a few kinds of scalars)."""
+    try:
+        key = (operand.type, tuple(operand.dimensions), operand.scale, operand.zero_point, id(operand.channel_quant))
+        known = checked.get(key)
+    except TypeError:  # a field of the wrong kind: the checks below say which
+        key = known = None
+    if known is not None:
+        return known
+    try:
+        op_type = operand.operand_type()
+        validate_operand_type(op_type, where)
+        if code == OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+            if operand.channel_quant is None:
+                raise _invalid(f"{where}: TENSOR_QUANT8_SYMM_PER_CHANNEL without per-channel parameters")
+            validate_channel_quant(op_type, operand.channel_quant, where)
+    except NnapiError as error:
+        raise _invalid(str(error)) from None
+    except (TypeError, ValueError) as error:
+        raise _invalid(f"{where}: malformed operand ({error})") from None
+    if key is not None:
+        checked[key] = op_type
+    return op_type
+
+
 def _validate_operand(where: str, operand: Operand, model: Model, pool_sizes: list[int],
-                      prefixes: set[int]) -> None:
+                      prefixes: set[int], checked: dict | None = None) -> None:
     if not (_u32(operand.type) and _u32(operand.lifetime) and _u32(operand.number_of_consumers)):
         for field_name in ("type", "lifetime", "number_of_consumers"):
             value = getattr(operand, field_name)
@@ -91,18 +118,7 @@ def _validate_operand(where: str, operand: Operand, model: Model, pool_sizes: li
         code = _OPERAND_CODES.get(operand.type)
         if code is None:
             raise _invalid(f"{where}: unknown operand type {operand.type}")
-        op_type = None
-        try:
-            op_type = operand.operand_type()
-            validate_operand_type(op_type, where)
-            if code == OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL:
-                if operand.channel_quant is None:
-                    raise _invalid(f"{where}: TENSOR_QUANT8_SYMM_PER_CHANNEL without per-channel parameters")
-                validate_channel_quant(op_type, operand.channel_quant, where)
-        except NnapiError as error:
-            raise _invalid(str(error)) from None
-        except (TypeError, ValueError) as error:
-            raise _invalid(f"{where}: malformed operand ({error})") from None
+        op_type = _checked_type(where, operand, code, {} if checked is None else checked)
     lifetime, location = operand.lifetime, operand.location
     if (known := _LIFETIMES.get(lifetime)) is None:
         raise _invalid(f"{where}: unknown lifetime {lifetime}")
@@ -154,8 +170,9 @@ def _validate_subgraph(name: str, subgraph: Subgraph, model: Model, pool_sizes: 
                        prefixes: set[int]) -> None:
     operands = subgraph.operands
     count = len(operands)
+    checked: dict = {}
     for index, operand in enumerate(operands):
-        _validate_operand(f"{name} operand {index}", operand, model, pool_sizes, prefixes)
+        _validate_operand(f"{name} operand {index}", operand, model, pool_sizes, prefixes, checked)
 
     consumers = [0] * count
     written = [False] * count
