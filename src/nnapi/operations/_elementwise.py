@@ -225,8 +225,11 @@ def prepared_quant8_pair(function, first_dtype, second_dtype, first_shape: Shape
     swapped = periods[0] != size
     periodic = None
     if compiled is not None and periods[1 if swapped else 0] == size and periods[0 if swapped else 1]:
-        pairs = table.reshape(256, 256).T if swapped else table.reshape(256, 256)
-        periodic = _jit.constant(pairs.reshape(-1).view(np.uint8), np.uint8)
+        if swapped:
+            periodic = _jit.constant(table.reshape(256, 256).T.reshape(-1).view(np.uint8), np.uint8)
+        else:  # the table itself, a new C array of this plan's (no copy of its 64 KiB)
+            bits = table.view(np.uint8)
+            periodic = bits if bits.flags.c_contiguous and bits.flags.writeable else _jit.constant(bits, np.uint8)
 
     def run(values: list) -> list[np.ndarray]:
         first, second = values[0], values[1]
