@@ -222,6 +222,21 @@ def test_bench_says_when_blas_is_not_pinned(capsys, monkeypatch) -> None:
     assert json.loads(out)["blas"] == "2 threads (OPENBLAS_NUM_THREADS)"
 
 
+def test_bench_says_how_quantized_products_run(capsys, monkeypatch) -> None:
+    """The report names nnapi-reference's quantized product path: the integer multiply-add
+    where nnapi[fast] has a kernel for this processor, else BLAS's float products and why."""
+    from nnapi.operations import _jit
+
+    expected = ("int32 sums on the processor's 16-bit multiply-add" if _jit.integer_products() is not None
+                else "float products through numpy's BLAS")
+    code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "1", "--warmup", "0", "--no-litert")
+    assert code == 0 and f"quantized products (nnapi-reference): {expected}" in out
+    monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
+    code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "1", "--warmup", "0", "--no-litert", "--json")
+    assert json.loads(out)["quantized_products"] == \
+        "float products through numpy's BLAS (exact integers; nnapi[fast] not in use)"
+
+
 def test_bench_rejects_bad_counts(capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", LSTM, "--iterations", "0"])

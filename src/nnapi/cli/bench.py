@@ -95,6 +95,19 @@ def _pinned_blas(threads: int, stack: contextlib.ExitStack) -> str:
     return f"{_threads(threads)} (threadpoolctl)"
 
 
+def quantized_products() -> str:
+    """How nnapi-reference multiplies quantized CONV_2D / FULLY_CONNECTED operands here:
+    the integer multiply-add of ``nnapi[fast]`` where the processor has it, else exact
+    integer-valued float products through numpy's BLAS (and why)."""
+    from nnapi.operations import _jit
+
+    if _jit.kernels() is None:
+        return "float products through numpy's BLAS (exact integers; nnapi[fast] not in use)"
+    if _jit.integer_products() is None:
+        return "float products through numpy's BLAS (exact integers; no 16-bit multiply-add kernel for this processor)"
+    return "int32 sums on the processor's 16-bit multiply-add (nnapi[fast])"
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         blas = _pinned_blas(args.threads, stack)
@@ -110,7 +123,7 @@ def _bench(args: argparse.Namespace, blas: str) -> int:
     report = {"model": args.model, "devices": sorted(set(session.device_names)),
               "iterations": args.iterations, "warmup": args.warmup, "threads": args.threads, "blas": blas,
               "import_and_compile_ms": load_and_compile * 1e3, "compile_ms": session.compile_seconds * 1e3,
-              "nnapi": nnapi_stats, "litert": None}
+              "quantized_products": quantized_products(), "nnapi": nnapi_stats, "litert": None}
     interpreter = None if args.no_litert else litert_interpreter(args.model, threads=args.threads)
     if interpreter is not None:
         litert_stats = latency_stats(time_runs(lambda: litert_run(interpreter, feeds), args.iterations,
@@ -143,6 +156,7 @@ def _bench(args: argparse.Namespace, blas: str) -> int:
     print(f"device: {', '.join(report['devices'])}    import + compile: {report['import_and_compile_ms']:.1f} ms "
           f"(compile {report['compile_ms']:.1f} ms)    warm-up: {args.warmup} runs")
     print(f"BLAS (numpy, under nnapi-reference): {blas}")
+    print(f"quantized products (nnapi-reference): {report['quantized_products']}")
     print(f"nnapi:  {format_stats(nnapi_stats)}")
     if report["litert"] is not None:
         print(f"LiteRT: {format_stats(report['litert'])}  {threads_note}")
