@@ -373,11 +373,20 @@ def _without_integer_products(monkeypatch) -> None:
 
 
 needs_integer_products = pytest.mark.skipif(_jit.integer_products() is None,
-                                            reason="the integer products need AVX-512 BW")
+                                            reason="the integer products need AVX2 or AVX-512 BW")
+#: every form of the integer products this processor runs (AVX-512 and AVX2 on an AVX-512 one)
+integer_forms = pytest.mark.parametrize("form", _jit.integer_forms(), ids=lambda form: form.name)
+
+
+def _with_integer_form(monkeypatch, form) -> None:
+    """Plans prepared after this take the integer products in ``form`` (as on a processor
+    whose widest form it is), still none with numba disabled (the numpy plan)."""
+    monkeypatch.setattr(_jit, "integer_products", lambda: form if _jit.kernels() is not None else None)
 
 
 # --- convolutions as integer products (AVX-512) ------------------------------------------------
 @needs_integer_products
+@integer_forms
 @pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel", "quant8_signed"])
 @pytest.mark.parametrize("kernel, stride, dilation, pads, batches, depth, units, nchw", [
     ((1, 1), 1, 1, (0, 0, 0, 0), 1, 64, 128, False),    # a MobileNet pointwise layer
@@ -388,11 +397,14 @@ needs_integer_products = pytest.mark.skipif(_jit.integer_products() is None,
     ((5, 5), 3, 1, (7, 7, 7, 7), 1, 5, 9, False),       # padding wider than the kernel's reach
     ((1, 1), 2, 1, (0, 0, 0, 0), 3, 16, 33, False),     # a strided 1x1
 ])
-def test_integer_conv_matches_numpy(kind, kernel, stride, dilation, pads, batches, depth, units, nchw, monkeypatch):
-    """CONV_2D on the 16-bit multiply-add (``_numba_igemm``): the numpy plan's bits for
-    every geometry (tiles of fewer than six pixels, odd summed lengths, partial panels,
-    padding, strides, dilation, NCHW), uint8 and int8, per-tensor and per-channel
-    filters, every fused clamp, and at full input and filter range (the largest sums)."""
+def test_integer_conv_matches_numpy(form, kind, kernel, stride, dilation, pads, batches, depth, units, nchw,
+                                    monkeypatch):
+    """CONV_2D on the 16-bit multiply-add (``_numba_igemm``), each form this processor
+    runs (AVX-512, AVX2): the numpy plan's bits for every geometry (tiles of fewer than
+    six pixels, odd summed lengths, partial panels, padding, strides, dilation, NCHW),
+    uint8 and int8, per-tensor and per-channel filters, every fused clamp, and at full
+    input and filter range (the largest sums)."""
+    _with_integer_form(monkeypatch, form)
     rng = np.random.default_rng(len(kind) * 10000 + sum(kernel) * 1000 + stride * 100 + depth + units)
     dtype = np.uint8 if kind == "quant8" else np.int8
     info = np.iinfo(dtype)
@@ -433,7 +445,7 @@ def test_integer_conv_matches_numpy(kind, kernel, stride, dilation, pads, batche
             output = OperandType(code, dims, scale, int(info.min) + 100)
             compiled = _plan(Op.CONV_2D, inputs, output)
             reference = _numpy_plan(Op.CONV_2D, inputs, output, monkeypatch)
-            assert compiled.integer is not None and reference.integer is None
+            assert compiled.integer.run is form.conv_quantized and reference.integer is None
             values = [tensor.value for tensor in inputs]
             fast, slow = compiled(values)[0], reference(values)[0]
             assert fast.dtype == dtype and fast.shape == tuple(dims)
@@ -444,15 +456,18 @@ def test_integer_conv_matches_numpy(kind, kernel, stride, dilation, pads, batche
                     ExecutionContext(Op.CONV_2D, inputs, [output]))[0])
     # int8 inputs and outputs go through uint8 views: one machine code for both types
     assert all(str(signature[0].dtype) == "uint8" and str(signature[6].dtype) == "uint8"
-               for signature in _jit.integer_products().conv_quantized.signatures)
+               for signature in form.conv_quantized.signatures)
 
 
 @needs_integer_products
+@integer_forms
 @pytest.mark.parametrize("kind", ["quant8", "quant8_signed"])
 @pytest.mark.parametrize("rows, depth, units", [(5, 1001, 37), (64, 256, 256), (13, 7, 3)])
-def test_integer_fully_connected_matches_numpy(kind, rows, depth, units, monkeypatch):
+def test_integer_fully_connected_matches_numpy(form, kind, rows, depth, units, monkeypatch):
     """FULLY_CONNECTED of more rows than the few-row product takes runs the integer
-    products (its rows as a batch of 1x1 images): the numpy plan's bits, every clamp."""
+    products (its rows as a batch of 1x1 images), each form this processor runs: the
+    numpy plan's bits, every clamp."""
+    _with_integer_form(monkeypatch, form)
     rng = np.random.default_rng(rows * 1000 + depth + len(kind))
     dtype = np.uint8 if kind == "quant8" else np.int8
     info = np.iinfo(dtype)
@@ -466,7 +481,7 @@ def test_integer_fully_connected_matches_numpy(kind, rows, depth, units, monkeyp
         inputs = [x, w, b, _scalar(T.INT32, int(fuse))]
         compiled = _plan(Op.FULLY_CONNECTED, inputs, output)
         reference = _numpy_plan(Op.FULLY_CONNECTED, inputs, output, monkeypatch)
-        assert compiled.integer is not None and reference.integer is None
+        assert compiled.integer.run is form.conv_quantized and reference.integer is None
         values = [tensor.value for tensor in inputs]
         fast = compiled(values)[0]
         np.testing.assert_array_equal(fast, reference(values)[0])
@@ -488,6 +503,25 @@ def test_integer_conv_past_int32_takes_blas():
     kernel = _plan(Op.CONV_2D, [x, w, b, *args], OperandType(T.TENSOR_QUANT8_ASYMM, [1, 2, 2, 2], 1000.0, 0))
     kernel._lay_out()
     assert kernel.integer is None and kernel.weights is not None
+
+
+def test_integer_products_take_the_widest_form():
+    """AVX-512 where the processor has it (F and BW), else AVX2: the form preparation takes."""
+    import llvmlite.binding as llvm
+    import numba
+
+    if _jit.kernels() is None or numba.config.CPU_NAME not in (None, "host") or numba.config.CPU_FEATURES:
+        assert _jit.integer_forms() == ()
+        return
+    from nnapi.operations import _numba_igemm
+
+    features = llvm.get_host_cpu_features()
+    wide = bool(features.get("avx512bw") and features.get("avx512f"))
+    expected = [form for form, has in ((_numba_igemm.AVX512, wide), (_numba_igemm.AVX2, bool(features.get("avx2"))))
+                if has]
+    assert list(_jit.integer_forms()) == expected
+    assert _jit.integer_products() is (expected[0] if expected else None)
+    assert (_numba_igemm.AVX512.panel, _numba_igemm.AVX2.panel) == (32, 16)  # two registers of int32 sums
 
 
 def test_integer_products_follow_the_switch(monkeypatch):

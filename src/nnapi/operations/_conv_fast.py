@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +43,9 @@ from nnapi.operations._conv_common import (
 )
 from nnapi.operations.base import ExecutionContext, Tensor, check_deadline
 from nnapi.operations.common import FLOAT_TENSORS, activation_bounds_float, integer_range
+
+if TYPE_CHECKING:
+    from nnapi.operations._numba_igemm import Form
 
 #: target size of one block's accumulators (bytes): a block's temporaries stay in cache
 _BLOCK_BYTES = 256 << 10
@@ -481,18 +485,18 @@ class PreparedConv(_DeferredProduct):
 
 
 class _IntegerConv:
-    """A quantized CONV_2D on the processor's 16-bit multiply-add (``_numba_igemm``, where
-    ``_jit.integer_products`` offers it): im2col rows gathered from the stored 8-bit input
+    """A quantized CONV_2D on the processor's 16-bit multiply-add (``_numba_igemm``, the
+    form ``_jit.integer_products`` offers: AVX-512 or AVX2): im2col rows gathered from the stored 8-bit input
     tile by tile, exact int32 sums, the output stage; no float copy of input or filter.
     Taken where every sum fits int32 (max |x - zero point| times the largest sum of one
     output channel's |filter| values below 2**31) and the stage compiles."""
 
-    def __init__(self, module, data: Tensor, geometry: np.ndarray, packed: np.ndarray, params: tuple,
+    def __init__(self, module: Form, data: Tensor, geometry: np.ndarray, packed: np.ndarray, params: tuple,
                  epilogue: _Epilogue, block: int) -> None:
         self.run = module.conv_quantized
         self.flip, self.offset = _jit.uint8_reading(data)
         self.geometry, self.packed, self.params, self.epilogue = geometry, packed, params, epilogue
-        self.tile_rows = module.TILE_ROWS
+        self.tile_rows = module.tile_rows
         #: output pixels of one call (the deadline is checked between calls)
         self.block = block
 
@@ -520,7 +524,7 @@ class _IntegerConv:
             return None
         params = _jit.stage_parameters(epilogue.stage, channels, bound)
         packed = module.pack_filter(columns)
-        block = max(module.TILE_ROWS, _MIN_BLOCK_PIXELS // module.TILE_ROWS * module.TILE_ROWS)
+        block = max(module.tile_rows, _MIN_BLOCK_PIXELS // module.tile_rows * module.tile_rows)
         conv = cls(module, data, np.array(geometry, np.int64), packed, params, epilogue, block)
         probe = np.zeros((1, 1, geometry[10]), np.uint8)
         if not _jit.warm_up(conv.run, probe, conv.flip, conv.offset, conv.geometry, packed, params,

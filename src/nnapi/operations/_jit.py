@@ -21,12 +21,16 @@ from __future__ import annotations
 import math
 import os
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nnapi import vlog
 from nnapi.operand import dtype_of
 from nnapi.operations.quant_math import OutputStage
+
+if TYPE_CHECKING:
+    from nnapi.operations._numba_igemm import Form
 
 #: set (to anything but "" or "0") to keep every kernel on its numpy path
 DISABLE_VARIABLE = "NNAPI_NO_NUMBA"
@@ -54,33 +58,45 @@ def kernels() -> ModuleType | None:
     return _module
 
 
-_integer: ModuleType | None = None
-_integer_checked = False
+_integer_forms: tuple[Form, ...] | None = None
 
 
-def integer_products() -> ModuleType | None:
-    """The compiled 8-bit products on the processor's 16-bit multiply-add
-    (``_numba_igemm``), or None: without the compiled kernels, where numba compiles for a
-    processor other than this one (``NUMBA_CPU_NAME``: the machine code must not need
-    AVX-512 there), or where this processor lacks AVX-512 BW. Read at preparation."""
-    global _integer, _integer_checked
+def integer_forms() -> tuple[Form, ...]:
+    """Every form of the compiled 8-bit products (``_numba_igemm.Form``: the processor's
+    16-bit multiply-add on registers of one width) this processor runs, widest first:
+    AVX-512 (F and BW), then AVX2; none without the compiled kernels or where numba
+    compiles for a processor other than this one (``NUMBA_CPU_NAME``: the machine code
+    must not need features that processor may lack)."""
+    global _integer_forms
     if kernels() is None:
-        return None
-    if not _integer_checked:
-        _integer_checked = True
+        return ()
+    if _integer_forms is None:
+        _integer_forms = ()
         try:
             import llvmlite.binding as llvm
             import numba
 
             if numba.config.CPU_NAME in (None, "host") and not numba.config.CPU_FEATURES:
                 features = llvm.get_host_cpu_features()
-                if features.get("avx512bw") and features.get("avx512f"):
-                    from nnapi.operations import _numba_igemm
+                from nnapi.operations import _numba_igemm
 
-                    _integer = _numba_igemm
+                forms = []
+                if features.get("avx512bw") and features.get("avx512f"):
+                    forms.append(_numba_igemm.AVX512)
+                if features.get("avx2"):
+                    forms.append(_numba_igemm.AVX2)
+                _integer_forms = tuple(forms)
         except (ImportError, RuntimeError, AttributeError) as error:
             vlog.logger("cpuexe").debug("nnapi[fast]: no integer products: %s", error)
-    return _integer
+    return _integer_forms
+
+
+def integer_products() -> Form | None:
+    """The compiled 8-bit products on this processor's widest 16-bit multiply-add
+    (``_numba_igemm.Form``: AVX-512 where it has AVX-512 BW, else AVX2), or None
+    (``integer_forms`` offers none). Read at preparation."""
+    forms = integer_forms()
+    return forms[0] if forms else None
 
 
 def load_library() -> None:
