@@ -227,7 +227,8 @@ def test_bench_says_how_quantized_products_run(capsys, monkeypatch) -> None:
     where nnapi[fast] has a kernel for this processor, else BLAS's float products and why."""
     from nnapi.operations import _jit
 
-    expected = ("int32 sums on the processor's 16-bit multiply-add" if _jit.integer_products() is not None
+    form = _jit.integer_products()
+    expected = (f"int32 sums on the processor's 16-bit multiply-add (nnapi[fast], {form.name})" if form is not None
                 else "float products through numpy's BLAS")
     code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "1", "--warmup", "0", "--no-litert")
     assert code == 0 and f"quantized products (nnapi-reference): {expected}" in out

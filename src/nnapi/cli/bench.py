@@ -97,15 +97,17 @@ def _pinned_blas(threads: int, stack: contextlib.ExitStack) -> str:
 
 def quantized_products() -> str:
     """How nnapi-reference multiplies quantized CONV_2D / FULLY_CONNECTED operands here:
-    the integer multiply-add of ``nnapi[fast]`` where the processor has it, else exact
-    integer-valued float products through numpy's BLAS (and why)."""
+    the integer multiply-add of ``nnapi[fast]`` where the processor has it (naming the
+    form: avx512 or avx2), else exact integer-valued float products through numpy's BLAS
+    (and why)."""
     from nnapi.operations import _jit
 
     if _jit.kernels() is None:
         return "float products through numpy's BLAS (exact integers; nnapi[fast] not in use)"
-    if _jit.integer_products() is None:
+    form = _jit.integer_products()
+    if form is None:
         return "float products through numpy's BLAS (exact integers; no 16-bit multiply-add kernel for this processor)"
-    return "int32 sums on the processor's 16-bit multiply-add (nnapi[fast])"
+    return f"int32 sums on the processor's 16-bit multiply-add (nnapi[fast], {form.name})"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
