@@ -142,7 +142,8 @@ def _depthwise_case(kind: str, rng, three: bool = False, rows: bool = False):
     """Random DEPTHWISE_CONV_2D inputs and output type of one kind; ``three``: a 3x3
     filter of depth multiplier 1 over inputs wide enough to have an interior (the
     compiled kernels' one-pass path), with up to 40 channels; ``rows``: multiplier 1 and
-    stride 1 along rows (whole rows at once below 32 channels)."""
+    stride 1 along rows (whole rows at once below ``_conv_fast._ROW_CHANNELS`` channels),
+    with up to 79 channels."""
     batches = int(rng.choice([0, 1, 2]))
     channels, multiplier = int(rng.integers(1, 9)), int(rng.integers(1, 4))
     kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
@@ -153,7 +154,7 @@ def _depthwise_case(kind: str, rng, three: bool = False, rows: bool = False):
         batches, channels, multiplier, kh, kw = int(rng.integers(1, 3)), int(rng.integers(1, 41)), 1, 3, 3
         height, width = int(rng.integers(3, 20)), int(rng.integers(3, 20))
     if rows:
-        multiplier, stride_w, channels = 1, 1, int(rng.integers(1, 40))
+        multiplier, stride_w, channels = 1, 1, int(rng.integers(1, 80))
     pads = [int(p) for p in rng.integers(0, 5, 4)]  # left, right, top, bottom; wider than reach sometimes
     out_h = (height + pads[2] + pads[3] - (kh - 1) * dilation_h - 1) // stride_h + 1
     out_w = (width + pads[0] + pads[1] - (kw - 1) * dilation_w - 1) // stride_w + 1
@@ -236,7 +237,9 @@ def test_depthwise_matches_numpy(kind, seed, monkeypatch):
 def test_depthwise_3x3_interior_matches_numpy(kind, seed, monkeypatch):
     """3x3 filters: the interior pixels' nine-tap pass (raw values times the filter less
     the zero point's share) and the border's tap-by-tap path, every stride, dilation and
-    padding, against the numpy path."""
+    padding, against the numpy path (every channel count: multiplier 1 at stride 1 along
+    rows would otherwise run whole rows below ``_ROW_CHANNELS``)."""
+    monkeypatch.setattr(_conv_fast, "_ROW_CHANNELS", 1)
     rng = np.random.default_rng(2000 + seed)
     case = None
     while case is None:
@@ -250,8 +253,8 @@ def test_depthwise_3x3_interior_matches_numpy(kind, seed, monkeypatch):
 @pytest.mark.parametrize("kind", ["quant8", "quant8_signed_per_channel", "float32"])
 @pytest.mark.parametrize("seed", range(12))
 def test_depthwise_rows_match_numpy(kind, seed, monkeypatch):
-    """Multiplier 1 at stride 1 along rows: below 32 channels whole rows are one run per
-    tap (the filter and output stage tiled along a row), every filter size, dilation,
+    """Multiplier 1 at stride 1 along rows: below ``_ROW_CHANNELS`` (64) channels whole
+    rows are one run per tap (the filter and output stage tiled along a row), every filter size, dilation,
     vertical stride and padding, against the numpy path."""
     rng = np.random.default_rng(4000 + seed)
     case = None
@@ -260,7 +263,7 @@ def test_depthwise_rows_match_numpy(kind, seed, monkeypatch):
     inputs, output = case
     compiled = _plan(Op.DEPTHWISE_CONV_2D, inputs, output)
     assert compiled.compiled is not None
-    assert compiled.compiled.__name__.endswith("_rows") == (inputs[1].value.shape[3] < 32)
+    assert compiled.compiled.__name__.endswith("_rows") == (inputs[1].value.shape[3] < _conv_fast._ROW_CHANNELS)
     _assert_depthwise_matches_numpy(kind, compiled, inputs, output, monkeypatch)
 
 
@@ -1559,6 +1562,8 @@ for code, dtype in ((T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8), (T.TENSOR_QUANT8_AS
                       *[_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 0)]], out((1, 7, 7, 16))),
         (Op.DEPTHWISE_CONV_2D, [image((1, 9, 9, 48), zp), filters((1, 3, 3, 48), 3), bias(48),
                                 *[_scalar(T.INT32, v) for v in (0, 1, 0, 1, 2, 2, 1)], relu6], out((1, 5, 5, 48))),
+        (Op.DEPTHWISE_CONV_2D, [image((1, 9, 9, 32), zp), filters((1, 3, 3, 32), 3), bias(32),
+                                *[_scalar(T.INT32, v) for v in (1, 1, 1, 1, 1, 1, 1)], relu6], out((1, 9, 9, 32))),
         (Op.CONV_2D, [image((1, 1, 1, 48), zp), filters((100, 1, 1, 48), 0), bias(100),
                       *[_scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 0)]], out((1, 1, 1, 100))),
         (Op.FULLY_CONNECTED, [image((1, 48), zp), filters((100, 48), 0), bias(100), _scalar(T.INT32, 0)],

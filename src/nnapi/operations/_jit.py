@@ -102,7 +102,7 @@ def integer_products() -> Form | None:
 def load_library() -> None:
     """Load the compiled kernels that quantized convolution models bind (a MobileNet's
     convolutions, depthwise convolutions, additions, average pool, classifier, SOFTMAX,
-    QUANTIZE, DEQUANTIZE and float MEAN; int8 and uint8: 12 versions) by preparing one small
+    QUANTIZE, DEQUANTIZE and float MEAN; int8 and uint8: 14 versions) by preparing one small
     operation of each kind, so that their machine code comes out of numba's cache when
     nnapi-reference starts (the device's library, loaded as a driver service loads its
     libraries) and not in the first ``Compilation.finish`` of a process, where ~1-1.5 ms a
@@ -180,16 +180,18 @@ def _load_quantized(code, zero_point: int) -> None:
     unpadded = _scalars(0, 0, 0, 0, 1, 1, 0)
     # a padded 3x3 convolution (the output stage on float32 accumulators), a 1x1 one (its
     # input less the zero point in one pass, DEQUANTIZE's kernel), one too large for exact
-    # float32 sums (split into exact parts), a depthwise convolution of 32 channels or
-    # more, a classifier (few rows: FULLY_CONNECTED's kernel is a 1x1 convolution's too)
+    # float32 sums (split into exact parts), depthwise convolutions of 64 channels or more
+    # (per pixel) and of fewer at stride 1 (whole rows: ``_conv_fast._ROW_CHANNELS``), a
+    # classifier (few rows: FULLY_CONNECTED's kernel is a 1x1 convolution's too)
     _plan_once(Op.CONV_2D, [image(4, 4, 8), weights((8, 3, 3, 8)), bias(8), *_scalars(1, 1, 1, 1, 1, 1, 0)],
                output(1, 4, 4, 8))
     _plan_once(Op.CONV_2D, [image(4, 4, 8), weights((8, 1, 1, 8)), bias(8), *unpadded], output(1, 4, 4, 8))
     _plan_once(Op.CONV_2D, [image(3, 3, 2048), weights((8, 1, 1, 2048), 127), bias(8), *unpadded],
                output(1, 3, 3, 8))  # (more pixels than the compiled few-row product takes)
-    _plan_once(Op.DEPTHWISE_CONV_2D,
-               [image(4, 4, 32), weights((1, 3, 3, 32)), bias(32), *_scalars(1, 1, 1, 1, 1, 1, 1, 0)],
-               output(1, 4, 4, 32))
+    for channels in (64, 32):
+        _plan_once(Op.DEPTHWISE_CONV_2D,
+                   [image(4, 4, channels), weights((1, 3, 3, channels)), bias(channels),
+                    *_scalars(1, 1, 1, 1, 1, 1, 1, 0)], output(1, 4, 4, channels))
     _plan_once(Op.FULLY_CONNECTED, [rows(8), weights((16, 8)), bias(16), *_scalars(0)], output(1, 16))
     if dtype == np.uint8:  # filter values less their zero point beyond int8's range: int16 filters
         _plan_once(Op.FULLY_CONNECTED, [rows(8), weights((16, 8), 155, 100), bias(16), *_scalars(0)], output(1, 16))
