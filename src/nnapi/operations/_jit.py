@@ -308,7 +308,9 @@ def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = 
     the clamp range and the form (int64): FOLDED where no left shift and ``acc_bound`` +
     |bias| < 2**31, CLAMPED where also the clamp's low end is at or above the zero
     point, UNIFORM where also every channel has the same multiplier and shift, else
-    SATURATING."""
+    SATURATING. In the CLAMPED and UNIFORM forms the last per-channel value also holds
+    the offsets shifted left by 31 (the kernels' two floors then one shift), where every
+    sum stays within int64 (else the form is FOLDED)."""
     if not compilable(stage):
         raise ValueError("the compiled output stage takes Q31 multipliers, shifts in [-31, 30], |zero point| < 2**16")
     # the seven int64 rows in one block (each row a C-contiguous, writable array, as
@@ -331,9 +333,13 @@ def stage_parameters(stage: OutputStage, channels: int, acc_bound: int | None = 
     mode = SATURATING
     if acc_bound is not None and not lefts.any() and acc_bound + int(np.abs(bias).max(initial=0)) < 2**31:
         mode = FOLDED
-        if stage.low >= stage.zero_point:
+        # |acc * m + bias * m + 2**30 + offset * 2**31| < 2**63 (Python integers: exact)
+        largest = (acc_bound + int(np.abs(bias).max(initial=0))) * int(multipliers.max(initial=0)) + (1 << 30) \
+            + (int(np.abs(offsets).max(initial=0)) << 31)
+        if stage.low >= stage.zero_point and largest < 2**63:
             uniform = bool(channels and multipliers.min() == multipliers.max() and rights.min() == rights.max())
             mode = UNIFORM if uniform else CLAMPED
+            folded += offsets << 31
     return (bias, multipliers.astype(np.int32), lefts, rights, offsets, negative, folded,
             np.int64(stage.low), np.int64(stage.high), np.int64(mode))
 
