@@ -317,6 +317,25 @@ def test_depthwise_keeps_float16_and_overflowing_sums_on_numpy():
     assert kernel([t.value for t in big])[0][0, 0, 0, 0] == round(190 * 190 * 255 * 255 / 2**30)
 
 
+def _conv_filter(rng, per_channel: bool, code, dtype, w_shape: tuple[int, ...], b: np.ndarray, extreme: bool,
+                 zero_point) -> tuple[Tensor, Tensor]:
+    """A random CONV_2D filter and bias, input scale 0.05: per-channel int8 (symmetric) or
+    per-tensor of ``code`` at ``zero_point()`` (drawn after the values), with values at the
+    ends of the range where ``extreme``."""
+    units = w_shape[0]
+    info = np.iinfo(dtype)
+    if per_channel:
+        scales = rng.uniform(0.002, 0.02, units).astype(np.float32)
+        w_values = rng.choice(np.array([-127, 127], np.int8), w_shape) if extreme else \
+            rng.integers(-127, 128, w_shape).astype(np.int8)
+        return (_tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, w_values, 0.0, 0, SymmPerChannelQuantParams(0, scales)),
+                _tensor(T.TENSOR_INT32, b, 0.0))
+    w_values = rng.choice(np.array([info.min, info.max], dtype), w_shape) if extreme else \
+        rng.integers(info.min, info.max + 1, w_shape).astype(dtype)
+    return (_tensor(code, w_values, 0.01, zero_point()),
+            _tensor(T.TENSOR_INT32, b, float(np.float32(0.05) * np.float32(0.01))))
+
+
 # --- stride-1 convolutions of few output channels from per-tap products ----------------------
 @pytest.mark.parametrize("kind", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
 @pytest.mark.parametrize("kernel, dilation, pads, batches, nchw, extreme", [
@@ -345,18 +364,8 @@ def test_conv_tap_products_match_numpy(kind, kernel, dilation, pads, batches, nc
     x = _tensor(kind, x_values, 0.05, x_zero)
     w_shape = (units, *kernel, depth)
     b = rng.integers(-(1 << 14), 1 << 14, units).astype(np.int32)
-    per_channel = kind == T.TENSOR_QUANT8_ASYMM_SIGNED
-    if per_channel:
-        scales = rng.uniform(0.002, 0.02, units).astype(np.float32)
-        w_values = rng.choice(np.array([-127, 127], np.int8), w_shape) if extreme else \
-            rng.integers(-127, 128, w_shape).astype(np.int8)
-        w = _tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, w_values, 0.0, 0, SymmPerChannelQuantParams(0, scales))
-        bias = _tensor(T.TENSOR_INT32, b, 0.0)
-    else:
-        w_values = rng.choice(np.array([info.min, info.max], dtype), w_shape) if extreme else \
-            rng.integers(info.min, info.max + 1, w_shape).astype(dtype)
-        w = _tensor(kind, w_values, 0.01, int(info.min) + 128)
-        bias = _tensor(T.TENSOR_INT32, b, float(np.float32(0.05) * np.float32(0.01)))
+    w, bias = _conv_filter(rng, kind == T.TENSOR_QUANT8_ASYMM_SIGNED, kind, dtype, w_shape, b, extreme,
+                           lambda: int(info.min) + 128)
     left, right, top, bottom = pads
     out_h = size + top + bottom - (kernel[0] - 1) * dilation
     out_w = size + left + right - (kernel[1] - 1) * dilation
@@ -431,18 +440,10 @@ def test_integer_conv_matches_numpy(form, kind, kernel, stride, dilation, pads, 
             rng.integers(info.min, info.max + 1, shape).astype(dtype)
         x = _tensor(code, x_values, 0.05, x_zero)
         b = rng.integers(-(1 << 14), 1 << 14, units).astype(np.int32)
-        if kind == "quant8_signed_per_channel":
-            scales = rng.uniform(0.002, 0.02, units).astype(np.float32)
-            w_values = rng.choice(np.array([-127, 127], np.int8), w_shape) if extreme else \
-                rng.integers(-127, 128, w_shape).astype(np.int8)
-            w = _tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, w_values, 0.0, 0, SymmPerChannelQuantParams(0, scales))
-            bias = _tensor(T.TENSOR_INT32, b, 0.0)
-        else:
-            w_values = rng.choice(np.array([info.min, info.max], dtype), w_shape) if extreme else \
-                rng.integers(info.min, info.max + 1, w_shape).astype(dtype)
-            w_zero = int(info.min) if extreme else int(info.min) + 128 + int(rng.integers(-8, 9))
-            w = _tensor(code, w_values, 0.01, w_zero if kind == "quant8" else 0)
-            bias = _tensor(T.TENSOR_INT32, b, float(np.float32(0.05) * np.float32(0.01)))
+        # uint8 filters: zero points as the input's; int8 ones symmetric
+        w_zero = (lambda: 0) if kind != "quant8" else (lambda: int(info.min)) if extreme else \
+            (lambda: int(info.min) + 128 + int(rng.integers(-8, 9)))
+        w, bias = _conv_filter(rng, kind == "quant8_signed_per_channel", code, dtype, w_shape, b, extreme, w_zero)
         left, right, top, bottom = pads
         out_h = (size + top + bottom - (kernel[0] - 1) * dilation - 1) // stride + 1
         out_w = (size + left + right - (kernel[1] - 1) * dilation - 1) // stride + 1
