@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,13 @@ def litert_outputs(model: bytes | Path, feeds: dict[str, np.ndarray]) -> dict[st
         interpreter.set_tensor(by_name[name]["index"], value)
     interpreter.invoke()
     return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+
+
+def run_in_threads(worker: Callable[[int], None], count: int) -> None:
+    """``worker(seed)`` for seeds 0 .. count - 1, each in its own thread, all at once;
+    returns when every one has ended (workers record their failures themselves)."""
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

@@ -847,7 +847,7 @@ def test_execution_errors_are_hal_errors():
 def test_bindings_follow_the_request_buffers():
     """Executions reuse their IO binding while the buffers stay put: new values in the
     same buffers, new buffers, and other threads all see their own results."""
-    import threading
+    from helpers import run_in_threads
 
     model, request = calibration.calibration_model(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32)
     prepared = OrtDevice().prepare_model(model)
@@ -880,11 +880,7 @@ def test_bindings_follow_the_request_buffers():
             prepared.execute(Request(request.inputs, request.outputs, [values, out]))
         results[seed] = bool(np.allclose(out, expected(values), rtol=1e-5, atol=1e-5))
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(worker, 3)
     assert results == {0: True, 1: True, 2: True}
 
 

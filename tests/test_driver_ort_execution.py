@@ -6,7 +6,6 @@ mocked (no GPU here: what is checked is the device code path, not a GPU run)."""
 from __future__ import annotations
 
 import gc
-import threading
 import time
 import weakref
 
@@ -17,7 +16,7 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import add_model  # noqa: E402
+from helpers import add_model, run_in_threads  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -252,11 +251,7 @@ def test_arrays_of_each_thread_are_its_own():
             if not np.allclose(out.reshape(-1), _expected(model, request, image.reshape(-1)), rtol=1e-5, atol=1e-5):
                 failures.append(f"thread {seed} step {step}")
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(worker, 3)
     assert not failures
 
 

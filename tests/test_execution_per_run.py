@@ -8,14 +8,13 @@ with the same results, and every NDK rule still holds, on nnapi-reference and nn
 
 from __future__ import annotations
 
-import threading
 import weakref
 
 import numpy as np
 import pytest
 
 import nnapi
-from helpers import add_model, reference_devices
+from helpers import add_model, reference_devices, run_in_threads
 from nnapi import OperandCode as T
 from nnapi import OperandType
 
@@ -319,11 +318,7 @@ def test_threads_with_arrays_of_their_own(device):
             if not np.array_equal(out, a + 1):
                 failures.append(f"thread {seed} step {step}: {out[:3]}")
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(worker, 3)
     assert not failures
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 import nnapi
-from helpers import only_devices
+from helpers import only_devices, run_in_threads
 from nnapi import OperandCode as T
 from nnapi import OperandType
 from nnapi import OperationCode as Op
@@ -152,11 +150,7 @@ def test_intermediate_buffers_are_kept_for_later_runs_one_run_each(sample_device
             if not np.array_equal(result, (value + value) * value - value + value):
                 failures.append((value, result))
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(worker, 4)
     assert not failures
     assert 2 <= len(plan._spare_temps) <= 4
 
