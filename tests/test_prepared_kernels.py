@@ -46,6 +46,15 @@ def _without_integer_products(monkeypatch) -> None:
     monkeypatch.setattr(_jit, "integer_products", lambda: None)
 
 
+def _planned_and_executed(code: Op, inputs: list[Tensor], outputs: list[OperandType]) -> tuple[list, list]:
+    """The outputs of the operation's plan and of ``execute`` on the same inputs."""
+    operation = get_operation(code)
+    reference = operation.execute(ExecutionContext(code, inputs, outputs))
+    kernel = operation.plan(ExecutionContext(code, inputs, outputs))
+    assert kernel is not None
+    return kernel([tensor.value for tensor in inputs]), reference
+
+
 def _compare(code: Op, inputs: list[Tensor], output: OperandType | list[OperandType]) -> None:
     operation = get_operation(code)
     outputs = output if isinstance(output, list) else [output]
@@ -516,10 +525,7 @@ def test_prepared_bidirectional_lstm_matches_reference(variant, time_major, acti
     else:
         declared = [sequence, sequence]
     declared = (declared + [state, cell, state, cell])[:outputs]
-    operation = get_operation(Op.BIDIRECTIONAL_SEQUENCE_LSTM)
-    reference = operation.execute(ExecutionContext(Op.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared))
-    kernel = operation.plan(ExecutionContext(Op.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared))
-    prepared = kernel([tensor.value for tensor in inputs])
+    prepared, reference = _planned_and_executed(Op.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared)
     assert len(prepared) == len(reference) == outputs
     for fast, slow in zip(prepared, reference, strict=True):
         assert fast.dtype == slow.dtype == np.float32 and fast.shape == slow.shape
@@ -533,11 +539,7 @@ def test_prepared_bidirectional_lstm_matches_reference(variant, time_major, acti
 @pytest.mark.parametrize("outputs", [1, 3])
 def test_prepared_sequence_lstm_matches_reference(variant, time_major, activation, outputs):
     inputs, output_types = _sequence_lstm_inputs(variant, time_major, activation)
-    operation = get_operation(Op.UNIDIRECTIONAL_SEQUENCE_LSTM)
-    declared = output_types[:outputs]
-    reference = operation.execute(ExecutionContext(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared))
-    kernel = operation.plan(ExecutionContext(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared))
-    prepared = kernel([tensor.value for tensor in inputs])
+    prepared, reference = _planned_and_executed(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, output_types[:outputs])
     assert len(prepared) == len(reference) == outputs
     for fast, slow in zip(prepared, reference, strict=True):
         assert fast.dtype == slow.dtype == np.float32 and fast.shape == slow.shape
@@ -568,11 +570,7 @@ def test_tile_trailing_broadcasts_to_the_same_values(constant_shape, shape):
 
 def _compare_exactly(code: Op, inputs: list[Tensor], output: OperandType) -> None:
     """``plan`` against ``execute``: the same dtype, shape and bits (copying operations)."""
-    operation = get_operation(code)
-    reference = operation.execute(ExecutionContext(code, inputs, [output]))
-    kernel = operation.plan(ExecutionContext(code, inputs, [output]))
-    assert kernel is not None
-    prepared = kernel([tensor.value for tensor in inputs])
+    prepared, reference = _planned_and_executed(code, inputs, [output])
     for fast, slow in zip(prepared, reference, strict=True):
         assert fast.dtype == slow.dtype and fast.shape == slow.shape and fast.flags.c_contiguous
         np.testing.assert_array_equal(fast.view(np.uint8), slow.view(np.uint8))
@@ -620,10 +618,7 @@ def test_prepared_split_matches_reference(kind, axis, count):
     part[axis] //= count
     outputs = [OperandType(code_type, part, scale, zero)] * count
     inputs = [data, _scalar(T.INT32, axis), _scalar(T.INT32, count)]
-    operation = get_operation(Op.SPLIT)
-    reference = operation.execute(ExecutionContext(Op.SPLIT, inputs, outputs))
-    kernel = operation.plan(ExecutionContext(Op.SPLIT, inputs, outputs))
-    prepared = kernel([tensor.value for tensor in inputs])
+    prepared, reference = _planned_and_executed(Op.SPLIT, inputs, outputs)
     assert len(prepared) == len(reference) == count
     for fast, slow in zip(prepared, reference, strict=True):
         assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(part) and fast.flags.c_contiguous
