@@ -9,7 +9,7 @@ padding and the block size. A call then only pads the input, multiplies and runs
 output stage, block by block of output rows so the temporaries stay in cache.
 
 Quantized CONV_2D and FULLY_CONNECTED run as exact int32 sums of 16-bit products on the
-processor's multiply-add where it has AVX-512 BW and ``nnapi[fast]`` is installed
+processor's multiply-add where it has AVX2 or AVX-512 BW and ``nnapi[fast]`` is installed
 (``_IntegerConv``, ``_numba_igemm``); elsewhere as exact integer-valued float products
 through numpy's BLAS.
 
@@ -143,10 +143,17 @@ def _work_dtype(data: Tensor, weights: np.ndarray, channel_axes: tuple[int, ...]
     largest_weight = max(int(weights.max()) - zero_point, zero_point - int(weights.min()))
     if exact_float_dtype(_input_bound(data) * max(taps * largest_weight, 1)) == np.float32:
         return np.float32
+    return exact_float_dtype(_sum_bound(data, weights, zero_point, summed))
+
+
+def _sum_bound(data: Tensor, weights: np.ndarray, zero_point: int, summed: tuple[int, ...]) -> int:
+    """A bound on |every partial sum| of a quantized product: max|x - zero_point| times
+    the largest sum of one output channel's |w - ``zero_point``| over the ``summed`` axes."""
+    taps = math.prod(weights.shape[axis] for axis in summed)
     # magnitudes (at most 2**9) summed in int32 where no sum can overflow it (no wider copy
     # of the filter: fresh pages cost more than the sum)
     sums = _magnitudes(weights, zero_point).sum(axis=summed, dtype=np.int32 if taps < 2**22 else np.int64)
-    return exact_float_dtype(_input_bound(data) * max(int(sums.max()), 1))
+    return _input_bound(data) * max(int(sums.max(initial=0)), 1)
 
 
 def _magnitudes(weights: np.ndarray, zero_point: int) -> np.ndarray:
@@ -493,12 +500,12 @@ class _IntegerConv:
     Taken where every sum fits int32 (max |x - zero point| times the largest sum of one
     output channel's |filter| values below 2**31) and the stage compiles."""
 
-    def __init__(self, module: Form, data: Tensor, geometry: np.ndarray, packed: np.ndarray, params: tuple,
+    def __init__(self, form: Form, data: Tensor, geometry: np.ndarray, packed: np.ndarray, params: tuple,
                  epilogue: _Epilogue, block: int) -> None:
-        self.run = module.conv_quantized
+        self.run = form.conv_quantized
         self.flip, self.offset = _jit.uint8_reading(data)
         self.geometry, self.packed, self.params, self.epilogue = geometry, packed, params, epilogue
-        self.tile_rows = module.tile_rows
+        self.tile_rows = form.tile_rows
         #: output pixels of one call (the deadline is checked between calls)
         self.block = block
 
@@ -510,24 +517,22 @@ class _IntegerConv:
         FULLY_CONNECTED's (its rows as a batch of 1x1 images)."""
         if geometry is None:
             geometry = (1, 1, 1, 1, 1, 1, 0, 0, 1, 1, weights.shape[-1])
-        module = _jit.integer_products()
+        form = _jit.integer_products()
         data = ctx.input(INPUT)
-        if module is None or data.type not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
+        if form is None or data.type not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
             return None
-        shifted = _shifted_weights(weights)  # (the filter less its zero point, int16, packed below)
-        channels = shifted.shape[0]
-        columns = shifted.reshape(channels, -1)
-        largest = int(np.abs(columns).sum(axis=1, dtype=np.int64).max(initial=0))
-        bound = _input_bound(data) * max(largest, 1)
+        bound = _sum_bound(data, weights.value, weights.zero_point, tuple(range(1, len(weights.shape))))
         if bound >= 2**31:
             return None
+        channels = weights.shape[0]
+        columns = _shifted_weights(weights).reshape(channels, -1)  # (int16, packed below)
         epilogue = _Epilogue(ctx, fuse, channels, np.int32, fused=False)
         if not _jit.compilable(epilogue.stage):
             return None
         params = _jit.stage_parameters(epilogue.stage, channels, bound)
-        packed = module.pack_filter(columns)
-        block = max(module.tile_rows, _MIN_BLOCK_PIXELS // module.tile_rows * module.tile_rows)
-        conv = cls(module, data, np.array(geometry, np.int64), packed, params, epilogue, block)
+        packed = form.pack_filter(columns)
+        block = max(form.tile_rows, _MIN_BLOCK_PIXELS // form.tile_rows * form.tile_rows)
+        conv = cls(form, data, np.array(geometry, np.int64), packed, params, epilogue, block)
         probe = np.zeros((1, 1, geometry[10]), np.uint8)
         if not _jit.warm_up(conv.run, probe, conv.flip, conv.offset, conv.geometry, packed, params,
                             np.empty((0, channels), np.uint8), 0, 0, *conv._scratch()):
@@ -750,15 +755,15 @@ def _compiled_depthwise(ctx: ExecutionContext, sp: Spatial, shifted: np.ndarray,
             run = run_float
     else:
         # the int32 sums are exact: no partial sum can exceed max|x - zp| * sum|w|
-        largest = int(np.abs(shifted).sum(axis=(0, 1), dtype=np.int64).max()) if shifted.size else 0
-        if _input_bound(data) * largest >= 2**31 or not _jit.compilable(epilogue.stage):
+        bound = _sum_bound(data, shifted, 0, (0, 1))
+        if bound >= 2**31 or not _jit.compilable(epilogue.stage):
             return None
         weights = _jit.constant(shifted, np.int32)
         zero_point = np.int32(data.zero_point)
         # what the zero point takes from a window lying wholly inside the input, per channel
         # (|zero point| <= the input bound: fits in int32 as the sums do)
         zero_point_sums = _jit.constant(data.zero_point * weights.sum(axis=(0, 1), dtype=np.int64), np.int32)
-        params = _jit.stage_parameters(epilogue.stage, depth, _input_bound(data) * largest)
+        params = _jit.stage_parameters(epilogue.stage, depth, bound)
         if rows:
             row_weights = tiled(weights, np.int32)
             row_params = tuple(tiled(value, value.dtype) if isinstance(value, np.ndarray) else value
@@ -820,7 +825,7 @@ def compiled_gemv(data: Tensor, weights: Tensor, epilogue: _Epilogue, rows: int)
         shifted = np.subtract(stored.view(np.uint8), np.uint8(zero_point & 0xFF), dtype=np.uint8).view(np.int8)
     else:
         shifted = np.subtract(stored, zero_point, dtype=np.int16)
-    bound = _input_bound(data) * int(_magnitudes(shifted, 0).sum(axis=1, dtype=np.int64).max())
+    bound = _sum_bound(data, shifted, 0, (1,))
     if bound >= 2**31:
         return None
     if shifted.dtype == np.int8:  # (a new array already, unless the stored values)

@@ -8,8 +8,8 @@ AVX-512 F and BW (``vpmaddwd`` on 512-bit registers, panels of 32 output channel
 ``AVX2`` where they include AVX2 (``vpmaddwd`` on 256-bit registers, panels of 16); with
 VNNI (AVX-512 VNNI, AVX-VNNI) the compiler fuses the multiply-add with the addition into
 ``vpdpwssd``. Two 16-bit products summed in one 32-bit lane per instruction: 32 (16) per
-instruction, four times the rate of the float32 products of BLAS's kernels of the same
-width, which the quantized path otherwise runs, and exact by construction (|x -
+instruction, twice the products of a float32 fused multiply-add of the same width (what
+BLAS's kernels, which the quantized path otherwise runs, do), and exact by construction (|x -
 zero_point| <= 255 and |w - zero_point| <= 255 in 16 bits; the caller bounds every sum
 below 2**31).
 
