@@ -1136,6 +1136,48 @@ def _conv_op(model, rng, x, filter_shape, output_shape, fuse=0, depthwise=False,
     return y
 
 
+@pytest.mark.parametrize("align_corners, half_pixel", [(False, False), (True, False), (False, True)])
+def test_a_resized_graph_output_is_resized_in_nhwc_with_the_reference_values(ort_device, monkeypatch, align_corners,
+                                                                             half_pixel):
+    """deeplab's head in small: a 1x1 CONV_2D to 21 classes, RESIZE_BILINEAR x8 to the
+    graph output. Lowered as one Resize on the NHWC value with the 21 real channels (no
+    channels padded to the NCHWc block, no Transpose or Slice after it); the reference's
+    values to float32 rounding in each coordinate mode, and the blocked lowering's (which
+    resizes 32 padded channels and cuts them after)."""
+    from onnx import numpy_helper
+
+    from nnapi.drivers.ort import lowering
+
+    rng = np.random.default_rng(11)
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 8, 8, 16])
+    classes = _conv_op(model, rng, x, [21, 1, 1, 16], [1, 8, 8, 21])
+    mask = _float_tensor(model, [1, 64, 64, 21])
+    model.add_operation(Op.RESIZE_BILINEAR, [classes, _constant(model, T.INT32, 64), _constant(model, T.INT32, 64),
+                                             _constant(model, T.BOOL, False), _constant(model, T.BOOL, align_corners),
+                                             _constant(model, T.BOOL, half_pixel)], [mask])
+    model.identify_inputs_and_outputs([x], [mask])
+    model.finish()
+    onnx_model = _lowered(model)
+    nodes = onnx_model.graph.node
+    constants = {t.name: numpy_helper.to_array(t) for t in onnx_model.graph.initializer}
+    kinds = [node.op_type for node in nodes]
+    assert "Slice" not in kinds and "Pad" not in kinds and kinds[-1] == "Resize"
+    assert nodes[-1].output[0] == onnx_model.graph.output[0].name
+    assert constants[nodes[-1].input[3]].tolist() == [1, 64, 64, 21]
+    assert [constants[node.input[1]].shape[0] for node in nodes if node.op_type == "Conv"] == [21]
+    inputs = [rng.uniform(-1, 1, (1, 8, 8, 16)).astype(np.float32)]
+    outputs = [np.zeros((1, 64, 64, 21), np.float32)]
+    ours, theirs = _on_both(model, inputs, outputs, ort_device)
+    scale = np.abs(theirs[0]).max()
+    assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 10000
+    monkeypatch.setattr(lowering, "_resize_in_rows", lambda *arguments: False)
+    blocked_model = _lowered(model)
+    assert "Slice" in [node.op_type for node in blocked_model.graph.node]  # 32 channels resized, 21 kept
+    blocked, _ = _on_both(model, inputs, outputs, ort_device)
+    assert np.abs(ours[0] - blocked[0]).max() <= 2e-6 * scale
+
+
 def _lowered(model):
     from nnapi.drivers.ort.lowering import lower_model
     from nnapi.runtime.model_builder import build_hal_model
