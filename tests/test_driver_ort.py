@@ -1033,6 +1033,44 @@ def test_image_convolution_on_rows_of_channels_equals_the_plain_one(ort_device, 
     assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
 
 
+def test_a_normalized_image_is_read_in_rows_by_its_first_convolution(ort_device, monkeypatch):
+    """MobileNet v3's input: the image times a per-channel scale (MUL), plus a constant
+    (ADD), then a 3x3 stride-2 CONV_2D with RELU6 on its 3 channels. The convolution reads
+    the ADD's NHWC output in rows (a Reshape of it, no Transpose anywhere before it); the
+    reference's values and the plain lowering's (a Transpose to NCHW) to float32 rounding."""
+    from nnapi.drivers.ort import lowering
+
+    rng = np.random.default_rng(31)
+    model = nnapi.Model()
+    image = _float_tensor(model, [1, 20, 18, 3])
+    scaled = _float_tensor(model, [1, 20, 18, 3])
+    model.add_operation(Op.MUL, [image, _float_tensor(model, [3], np.array([0.5, 2.0, -1.5])),
+                                 _constant(model, T.INT32, 0)], [scaled])
+    shifted = _float_tensor(model, [1, 20, 18, 3])
+    model.add_operation(Op.ADD, [scaled, _float_tensor(model, [1], np.array([-0.25])), _constant(model, T.INT32, 0)],
+                        [shifted])
+    w = _float_tensor(model, [16, 3, 3, 3], rng.standard_normal((16, 3, 3, 3)) * 0.4)
+    bias = _float_tensor(model, [16], rng.standard_normal(16))
+    y = _float_tensor(model, [1, 10, 9, 16])
+    model.add_operation(Op.CONV_2D, [shifted, w, bias, *[_constant(model, T.INT32, v) for v in (1, 2, 2, 3)]], [y])
+    model.identify_inputs_and_outputs([image], [y])
+    model.finish()
+    nodes = list(_lowered(model).graph.node)
+    first_conv = next(position for position, node in enumerate(nodes) if node.op_type == "Conv")
+    assert [node.op_type for node in nodes[:first_conv]] == ["Mul", "Add", "Reshape"]
+    assert nodes[first_conv].input[0] == nodes[first_conv - 1].output[0]
+    inputs = [rng.uniform(-2, 2, (1, 20, 18, 3)).astype(np.float32)]
+    outputs = [np.zeros((1, 10, 9, 16), np.float32)]
+    ours, theirs = _on_both(model, inputs, outputs, ort_device)
+    scale = np.abs(theirs[0]).max()
+    assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 600
+    assert (ours[0] == 6.0).any() and (ours[0] == 0.0).any()  # the RELU6 clamps on both sides
+    monkeypatch.setattr(lowering, "_channels_in_rows", lambda *arguments: None)
+    assert "Transpose" in [node.op_type for node in _lowered(model).graph.node[:first_conv + 1]]
+    plain, _ = _on_both(model, inputs, outputs, ort_device)
+    assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
+
+
 @pytest.mark.parametrize("units, pooled, conv", [(512, True, True), (16, True, False), (512, False, False)])
 def test_a_classifier_head_after_a_mean_is_a_convolution(ort_device, units, pooled, conv):
     """MEAN over the height and width of a 512-channel image, then FULLY_CONNECTED with

@@ -806,20 +806,28 @@ def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool
     return True
 
 
+#: element-wise operations whose output, read by a convolution in rows (_channels_in_rows),
+#: is an NHWC value as the graph's input is: an image's normalization (x * a + b)
+_ROWS_PRODUCERS = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
+
+
 def _channels_in_rows(g: GraphBuilder, operation: Operation, params: _ConvParams, source: Value,
                       weights: np.ndarray) -> tuple[str, str, dict] | None:
-    """A float NHWC CONV_2D on an input of the graph with fewer channels than ORT's NCHWc
-    block (an image's 3) as the same convolution on that input read as one channel of
-    rows of W * C values (a Reshape, no copy): each row of a filter's taps laid out as
-    its pixels' channels side by side (kernel kh x kw * C), stride sw * C, the left and
-    right pads * C, so every output sums the same products. ORT runs such a convolution
+    """A float NHWC CONV_2D on an input of the graph (or an element-wise function of it,
+    _ROWS_PRODUCERS) with fewer channels than ORT's NCHWc block (an image's 3) as the
+    same convolution on that input read as one channel of rows of W * C values (a
+    Reshape, no copy): each row of a filter's taps laid out as its pixels' channels side
+    by side (kernel kh x kw * C), stride sw * C, the left and right pads * C, so every
+    output sums the same products. ORT runs such a convolution
     from an NCHW input; this form needs no Transpose of the image first, and its kernel
     makes one pass with rows C times as wide instead of one per channel (MobileNet's
     224x224x3, 3x3 stride 2: Transpose 31 + Conv 153 -> Reshape 4 + Conv 139 us).
     ``weights`` are the [O, C, H, W] filter; (input, filter, attributes), or None where
-    it does not apply (dilated rows, a computed input, an NCHW model)."""
+    it does not apply (dilated rows, an input computed otherwise, an NCHW model)."""
     batches, height, width, depth = source.dims if source.rank == 4 else (0, 0, 0, 0)
-    if (g.isolated or params.nchw or g.producer(operation.inputs[0]) is not None or not all((batches, height, width))
+    producer = g.producer(operation.inputs[0])
+    if (g.isolated or params.nchw or (producer is not None and producer.type not in _ROWS_PRODUCERS)
+            or not all((batches, height, width))
             or not 1 < depth < NCHWC_BLOCK or params.dilations[1] != 1 or weights.shape[1] != depth):
         return None
     channels, _, kernel_h, kernel_w = weights.shape
