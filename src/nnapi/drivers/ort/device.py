@@ -28,7 +28,10 @@ from onnx import helper
 
 from nnapi._version import __version__
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperationCode
-from nnapi.drivers.ort import calibration
+from nnapi.drivers.ort import (
+    calibration,
+    recurrent,  # noqa: F401  (importing it registers its lowerings)
+)
 from nnapi.drivers.ort.lowering import Declined, lower_model, operation_support
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (
