@@ -638,6 +638,51 @@ def test_a_small_island_after_a_declined_operation_stays_on_the_reference(ort_de
     np.testing.assert_allclose(out, np.log(value) + value, rtol=1e-6)
 
 
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_reverse_is_a_backwards_slice_with_the_reference_values(ort_device, code, axis):
+    """REVERSE (TFLite's REVERSE_V2, a bidirectional layer's time flip) along each axis,
+    on nnapi-ort-cpu alone: the reference's values exactly."""
+    shape = [2, 5, 3]
+    quantized = code == T.TENSOR_QUANT8_ASYMM_SIGNED
+    tensor = OperandType(code, shape, 0.5 if quantized else 0.0, -3 if quantized else 0)
+    model = nnapi.Model()
+    x = model.add_operand(tensor)
+    axis_index = _constant(model, T.TENSOR_INT32, np.array([axis], np.int32), [1])
+    y = model.add_operand(tensor)
+    model.add_operation(Op.REVERSE, [x, axis_index], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    dtype = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8, T.TENSOR_INT32: np.int32}[code]
+    value = np.arange(-15, 15).reshape(shape).astype(dtype)
+    ours, reference = _on_both(model, [value], [np.zeros(shape, dtype)], ort_device)
+    np.testing.assert_array_equal(ours[0], np.flip(value, axis))
+    np.testing.assert_array_equal(reference[0], np.flip(value, axis))
+
+
+def test_a_reverse_between_declined_operations_stays_on_the_reference(ort_device):
+    """REVERSE is a light operation: alone between two operations ORT declines (LOGs; the
+    bidirectional layer's flips between its LSTMs), a step of its own would cost more than
+    it saves, so the plan is the reference alone."""
+    model = nnapi.Model()
+    tensor = OperandType(T.TENSOR_FLOAT32, [1, 100, 16])
+    x = model.add_operand(tensor)
+    logs = model.add_operand(tensor)
+    model.add_operation(Op.LOG, [x], [logs])
+    flipped = model.add_operand(tensor)
+    model.add_operation(Op.REVERSE, [logs, _constant(model, T.TENSOR_INT32, np.array([1], np.int32), [1])],
+                        [flipped])
+    y = model.add_operand(tensor)
+    model.add_operation(Op.LOG, [flipped], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    assert model.get_supported_operations_for_devices([ort_device]) == [False, True, False]
+    compilation = nnapi.Compilation(model, [ort_device, _reference()])
+    compilation.finish()
+    assert compilation.step_devices == ["nnapi-reference"]
+
+
 def test_naming_the_discovered_driver_again_is_no_error():
     """--driver ort where the entry point already registered nnapi-ort-cpu: the devices
     already there, not a name clash."""

@@ -2047,6 +2047,19 @@ def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Transpose", [x.name], perm=perm))
 
 
+@lowers(OperationCode.REVERSE)
+def lower_reverse(g: GraphBuilder, operation: Operation) -> None:
+    """REVERSE as a Slice with step -1 along the axis (a constant in [0, rank))."""
+    x = g.value(operation.inputs[0])
+    _check_same_quantization(x, g.operand(operation.outputs[0]))
+    axis = int(np.asarray(g.scalar(operation.inputs[1])).reshape(-1)[0])
+    if not 0 <= axis < x.rank:
+        raise Declined(f"axis {axis} is out of range [0, {x.rank})")
+    ends = np.iinfo(np.int64).min  # past the first element, walking backwards
+    slices = [g.constant(np.array([v], np.int64)) for v in (-1, ends, axis, -1)]
+    g.set_output(operation.outputs[0], g.one("Slice", [x.name, *slices]))
+
+
 @lowers(OperationCode.SQUEEZE)
 def lower_squeeze(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
