@@ -1116,6 +1116,48 @@ def test_a_normalized_image_is_read_in_rows_by_its_first_convolution(ort_device,
     assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
 
 
+@pytest.mark.parametrize("fuse, scheme, folded", [(1, 2, True), (3, 1, True), (0, 2, False)])
+def test_a_zero_pad_of_a_relu_output_becomes_the_max_pools_padding(ort_device, monkeypatch, fuse, scheme, folded):
+    """ResNet-50's stem: CONV_2D with RELU (or RELU6), PAD of the height and width with
+    zeros, MAX_POOL_2D 3x3 stride 2 (VALID, or SAME on top of the PAD's). The PAD is the
+    pool's own padding (ONNX MaxPool leaves padding out of each maximum; the ReLU's output
+    is >= 0, so the PAD's zeros changed no maximum): no Pad node, the plain lowering's
+    values exactly and the reference's to float32 rounding. A convolution without an
+    activation (negative values) keeps its Pad."""
+    from nnapi.drivers.ort import lowering
+
+    rng = np.random.default_rng(37)
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 12, 12, 16])
+    features = _conv_op(model, rng, x, [16, 1, 1, 16], [1, 12, 12, 16], fuse=fuse)
+    before = [[0, 0], [1, 1], [1, 1], [0, 0]] if scheme == 2 else [[0, 0], [1, 0], [1, 0], [0, 0]]
+    size = 14 if scheme == 2 else 13
+    padded = _float_tensor(model, [1, size, size, 16])
+    paddings = _constant(model, T.TENSOR_INT32, np.array(before, np.int32), [4, 2])
+    model.add_operation(Op.PAD, [features, paddings], [padded])
+    side = 6 if scheme == 2 else 7
+    pooled = _float_tensor(model, [1, side, side, 16])
+    model.add_operation(Op.MAX_POOL_2D, [padded, *[_constant(model, T.INT32, v) for v in (scheme, 2, 2, 3, 3, 0)]],
+                        [pooled])
+    model.identify_inputs_and_outputs([x], [pooled])
+    model.finish()
+    nodes = _lowered(model).graph.node
+    assert ("Pad" in [node.op_type for node in nodes]) != folded
+    pool = next(node for node in nodes if node.op_type == "MaxPool")
+    if folded:
+        assert _attribute(pool, "pads") == ([1, 1, 1, 1] if scheme == 2 else [2, 2, 1, 1])
+    inputs = [rng.uniform(-1, 1, (1, 12, 12, 16)).astype(np.float32)]
+    outputs = [np.zeros((1, side, side, 16), np.float32)]
+    ours, theirs = _on_both(model, inputs, outputs, ort_device)
+    scale = np.abs(theirs[0]).max()
+    assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 200
+    assert (ours[0] < 0).any() != folded  # without a ReLU the maxima reach below zero
+    monkeypatch.setattr(lowering, "_pad_of_max_pool", lambda *arguments: None)
+    assert "Pad" in [node.op_type for node in _lowered(model).graph.node]
+    plain, _ = _on_both(model, inputs, outputs, ort_device)
+    np.testing.assert_array_equal(ours[0], plain[0])
+
+
 @pytest.mark.parametrize("units, pooled, conv", [(512, True, True), (16, True, False), (512, False, False)])
 def test_a_classifier_head_after_a_mean_is_a_convolution(ort_device, units, pooled, conv):
     """MEAN over the height and width of a 512-channel image, then FULLY_CONNECTED with

@@ -1320,6 +1320,20 @@ def lower_pool(g: GraphBuilder, operation: Operation) -> None:
     # channels padded to the NCHWc block (wants_padding): the pooled zeros stay zeros
     padded = (code != OperationCode.L2_POOL_2D and g.operand(operation.outputs[0]).type in FLOATS
               and inputs[0] in g.padded and not _pool_layout_nchw(g, operation))
+    pad = g.producer(inputs[0])
+    added = (_pad_of_max_pool(g, pad) if pad is not None and pad.type in (OperationCode.PAD, OperationCode.PAD_V2)
+             else None)
+    if added is not None:  # the PAD before it, as more of its own padding
+        explicit = len(inputs) in (10, 11)
+        own, kernel = _max_pool_padding(g, operation, list(g.operand(inputs[0]).dimensions))
+        strides = [int(g.scalar(inputs[i])) for i in ((6, 5) if explicit else (3, 2))]
+        source = g.value(pad.inputs[0])
+        y = g.one("MaxPool", [to_nchw(g, source.name, False)], kernel_shape=kernel, strides=strides,
+                  pads=[a + b for a, b in zip(own, added)])
+        fuse = int(g.scalar(inputs[9 if explicit else 6]))
+        g.set_output(operation.outputs[0], fused_activation(g, from_nchw(g, y, False), fuse,
+                                                            g.operand(operation.outputs[0])))
+        return
     x = g.blocked_value(inputs[0]) if padded else g.value(inputs[0])
     _require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
@@ -1562,8 +1576,8 @@ def lower_concatenation(g: GraphBuilder, operation: Operation) -> None:
 
 @lowers(OperationCode.PAD, OperationCode.PAD_V2)
 def lower_pad(g: GraphBuilder, operation: Operation) -> None:
-    if _padded_pad(g, operation):
-        return
+    if _padded_pad(g, operation) or _pad_of_max_pool(g, operation) is not None:
+        return  # (the second: the MAX_POOL_2D reading it pads its input itself)
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     if g.raw_constant(operation.inputs[1]) is None:
@@ -1602,6 +1616,75 @@ def lower_pad(g: GraphBuilder, operation: Operation) -> None:
         pads_name = g.constant(np.concatenate([paddings[:, 0], paddings[:, 1]]))
     y = g.one("Pad", [x.name, pads_name, g.constant(pad_value)], mode="constant")
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
+
+
+def _non_negative(g: GraphBuilder, index: int) -> bool:
+    """Whether every element of float operand ``index`` is >= 0 (NaN aside) because the
+    operation computing it ends with a RELU / RELU6 (its own or a convolution's fused one)."""
+    producer = g.producer(index)
+    if producer is None or g.operand(index).type not in FLOATS:
+        return False
+    code = producer.type
+    if code in (OperationCode.RELU, OperationCode.RELU6):
+        return True
+    if code in (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.GROUPED_CONV_2D):
+        try:
+            fuse = _conv_params(g, producer, code != OperationCode.CONV_2D).fuse
+        except (Declined, ValueError, TypeError, IndexError):
+            return False
+        return fuse in (FuseCode.FUSED_RELU, FuseCode.FUSED_RELU6)
+    return False
+
+
+def _pad_of_max_pool(g: GraphBuilder, operation: Operation) -> list[int] | None:
+    """A float PAD / PAD_V2 with zeros of the height and width only, of a value >= 0
+    (_non_negative: a convolution's ReLU output), read only by a MAX_POOL_2D in NHWC:
+    its [top, left, bottom, right] amounts, which that pool adds to its own padding (ONNX
+    MaxPool's padding is left out of each window's maximum), or None. The same maxima:
+    each window keeps at least one real element (every side's padding in all below its
+    kernel's extent), and those are >= 0, so the zeros the PAD would add change no
+    maximum. ResNet-50 and DenseNet-121 pad their first ReLU's output for a VALID 3x3
+    pool: as a Pad, ORT leaves its blocked layout for it (ReorderOutput 133 + Pad 176 +
+    ReorderInput 86 us); folded, nothing but the pool."""
+    index = operation.outputs[0]
+    readers = g.readers(index)
+    source = operation.inputs[0]
+    if (g.isolated or g.operand(index).type not in FLOATS or len(readers) != 1 or index in g.subgraph.output_indexes
+            or source in g.padded or len(g.operand(index).dimensions) != 4 or not _non_negative(g, source)):
+        return None
+    pool = readers[0]
+    paddings = g.raw_constant(operation.inputs[1])
+    if (pool.type != OperationCode.MAX_POOL_2D or list(pool.inputs).count(index) != 1 or pool.inputs[0] != index
+            or g.operand(pool.outputs[0]).type not in FLOATS or _pool_layout_nchw(g, pool)
+            or paddings is None or paddings.size != 8 or not _pad_value_is_zero(g, operation)):
+        return None
+    paddings = paddings.reshape(4, 2).astype(np.int64)
+    if paddings[0].any() or paddings[3].any() or (paddings < 0).any():
+        return None
+    try:
+        own, kernel = _max_pool_padding(g, pool, list(g.operand(index).dimensions))
+    except (Declined, ValueError, TypeError, IndexError):
+        return None
+    added = [int(paddings[1, 0]), int(paddings[2, 0]), int(paddings[1, 1]), int(paddings[2, 1])]
+    if any(a + b >= k for a, b, k in zip(own, added, kernel * 2)):
+        return None
+    return added
+
+
+def _max_pool_padding(g: GraphBuilder, operation: Operation, dims: list[int]) -> tuple[list[int], list[int]]:
+    """A MAX_POOL_2D's own padding (top, left, bottom, right) of an NHWC input of ``dims``
+    and its kernel (height, width)."""
+    inputs = operation.inputs
+    if len(inputs) in (10, 11):
+        left, right, top, bottom = (int(g.scalar(inputs[i])) for i in (1, 2, 3, 4))
+        stride_w, stride_h, filter_w, filter_h = (int(g.scalar(inputs[i])) for i in (5, 6, 7, 8))
+        return [top, left, bottom, right], [filter_h, filter_w]
+    scheme = int(g.scalar(inputs[1]))
+    stride_w, stride_h, filter_w, filter_h = (int(g.scalar(inputs[i])) for i in (2, 3, 4, 5))
+    if scheme not in (1, 2):
+        raise Declined(f"padding scheme {scheme} is not valid")
+    pads = same_pads(dims, False, (filter_h, filter_w), (stride_h, stride_w), (1, 1)) if scheme == 1 else [0, 0, 0, 0]
+    return pads, [filter_h, filter_w]
 
 
 def _padded_pad(g: GraphBuilder, operation: Operation) -> bool:
