@@ -7,6 +7,10 @@ reference device and on this device; a family's ``exec_time`` is the best ORT ti
 the best reference time (the reference is 1.0 by definition; lower is better). Power is
 not measurable here, so ``power_usage`` takes the same figure (time spent on one core).
 
+The control flow figures (``if_performance``, ``while_performance``) come the same way
+from two small blocks (``control_flow_models``): a WHILE of 8 iterations of a 64-wide
+FULLY_CONNECTED and TANH, and an IF choosing between a TANH and a LOGISTIC.
+
 ``step_cost_s`` is the best time of the driver's execute on a model of one ADD of eight
 floats: the fixed cost of a plan step on this device, which the runtime's partitioner
 weighs against what small islands of operations save here.
@@ -20,6 +24,7 @@ and onnxruntime versions and the execution provider, and measured lazily on the 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -57,6 +62,8 @@ FAMILIES = {
 }
 #: the calibration entry holding the fixed cost of an execution (seconds), beside the ratios
 STEP_COST = "step_cost_s"
+#: the calibration entries of the control flow blocks (control_flow_models), ratios too
+CONTROL_FLOW = ("if", "while")
 #: families that run on the device's int32 / bool tensors: shape and index operations
 _OTHER_TYPES = (T.TENSOR_INT32, T.TENSOR_BOOL8, T.INT32, T.FLOAT32, T.FLOAT16, T.BOOL)
 
@@ -89,19 +96,18 @@ def capabilities(device: OrtDevice) -> Capabilities:
     for code in _OTHER_TYPES:
         performance[code] = PerformanceInfo(ratios["float32"], ratios["float32"])
     relaxed = PerformanceInfo(ratios["float32"], ratios["float32"])
-    # control flow is not run here: no figure (the runtime reads a missing one as infinite)
-    never = PerformanceInfo(float("inf"), float("inf"))
+    if_performance, while_performance = (PerformanceInfo(ratios[name], ratios[name]) for name in CONTROL_FLOW)
     return Capabilities(relaxed_float32_to_float16_scalar=relaxed, relaxed_float32_to_float16_tensor=relaxed,
-                        operand_performance=performance, if_performance=never, while_performance=never,
-                        step_cost_s=ratios[STEP_COST])
+                        operand_performance=performance, if_performance=if_performance,
+                        while_performance=while_performance, step_cost_s=ratios[STEP_COST])
 
 
 def _load(device: OrtDevice) -> dict[str, float] | None:
     try:
         stored = json.loads(cache_path().read_text())
         ratios = stored[_key(device)]
-        if set(ratios) == {*FAMILIES, STEP_COST} and all(isinstance(v, float) and 0 < v < 1
-                                                         for v in ratios.values()):
+        if set(ratios) == {*FAMILIES, *CONTROL_FLOW, STEP_COST} and all(
+                isinstance(v, float) and 0 < v < math.inf for v in ratios.values()):
             return ratios
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -137,6 +143,10 @@ def measure(device: OrtDevice) -> dict[str, float]:
         ours = _best_time(device.prepare_model(model), request, 20)
         theirs = _best_time(reference.prepare_model(model), request, 3)
         ratios[family] = float(max(ours / theirs, 1e-4))
+    for name, (model, request) in control_flow_models().items():
+        ours = _best_time(device.prepare_model(model), request, 20)
+        theirs = _best_time(reference.prepare_model(model), request, 5)
+        ratios[name] = float(max(ours / theirs, 1e-4))
     model, request = one_add_model()
     ratios[STEP_COST] = float(max(_best_time(device.prepare_model(model), request, 200), 1e-7))
     return ratios
@@ -238,3 +248,108 @@ def _float(code: OperandCode):
 
 def _storage(code: OperandCode):
     return np.int8 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8
+
+
+class _Graph:
+    """Operands and operations of one HAL subgraph under construction; constants go into
+    the model's shared blob."""
+
+    def __init__(self, blob: bytearray) -> None:
+        self.blob = blob
+        self.operands: list[Operand] = []
+        self.operations: list[Operation] = []
+
+    def operand(self, code: OperandCode, dims: list[int], lifetime: OperandLifeTime, data=None,
+                location: DataLocation | None = None) -> int:
+        if data is not None:
+            self.blob.extend(b"\0" * (-len(self.blob) % 8))
+            raw = np.ascontiguousarray(data).tobytes()
+            location = DataLocation(0, len(self.blob), len(raw))
+            self.blob.extend(raw)
+        self.operands.append(Operand(code, list(dims), 0.0, 0, lifetime, location or DataLocation()))
+        return len(self.operands) - 1
+
+    def operation(self, code: OperationCode, inputs: list[int], outputs: list[int]) -> None:
+        self.operations.append(Operation(code, inputs, outputs))
+        for index in inputs:
+            self.operands[index].number_of_consumers += 1
+
+    def subgraph(self, inputs: list[int], outputs: list[int]) -> Subgraph:
+        return Subgraph(self.operands, self.operations, inputs, outputs)
+
+
+#: the loop's state: a [1, 64] float32 vector, through a 64 x 64 FULLY_CONNECTED and TANH per iteration
+_LOOP_WIDTH = 64
+_LOOP_ITERATIONS = 8
+
+
+def control_flow_models() -> dict[str, tuple[Model, Request]]:
+    """The control flow calibration blocks and their requests: ``while``, a WHILE of
+    _LOOP_ITERATIONS iterations whose body is a FULLY_CONNECTED, a TANH and a counter's
+    ADD, its condition a LESS; ``if``, an IF choosing between a TANH and a LOGISTIC."""
+    rng = np.random.default_rng(7)
+    blob = bytearray()
+    vector = [1, _LOOP_WIDTH]
+    models = {}
+
+    def values(graph: _Graph, lifetime: OperandLifeTime) -> tuple[int, int, int]:
+        """A loop model's inputs: counter, state, limit."""
+        return (graph.operand(T.TENSOR_INT32, [1], lifetime), graph.operand(T.TENSOR_FLOAT32, vector, lifetime),
+                graph.operand(T.TENSOR_INT32, [1], lifetime))
+
+    condition = _Graph(blob)
+    counter, state, limit = values(condition, L.SUBGRAPH_INPUT)
+    going = condition.operand(T.TENSOR_BOOL8, [1], L.SUBGRAPH_OUTPUT)
+    condition.operation(OperationCode.LESS, [counter, limit], [going])
+    body = _Graph(blob)
+    counter, state, limit = values(body, L.SUBGRAPH_INPUT)
+    one = body.operand(T.TENSOR_INT32, [1], L.CONSTANT_COPY, np.ones(1, np.int32))
+    none = body.operand(T.INT32, [], L.CONSTANT_COPY, np.zeros(1, np.int32))
+    weights = body.operand(T.TENSOR_FLOAT32, [_LOOP_WIDTH] * 2, L.CONSTANT_COPY,
+                           (rng.standard_normal([_LOOP_WIDTH] * 2) * 0.2).astype(np.float32))
+    bias = body.operand(T.TENSOR_FLOAT32, [_LOOP_WIDTH], L.CONSTANT_COPY, np.zeros(_LOOP_WIDTH, np.float32))
+    product = body.operand(T.TENSOR_FLOAT32, vector, L.TEMPORARY_VARIABLE)
+    next_counter = body.operand(T.TENSOR_INT32, [1], L.SUBGRAPH_OUTPUT)
+    next_state = body.operand(T.TENSOR_FLOAT32, vector, L.SUBGRAPH_OUTPUT)
+    body.operation(OperationCode.ADD, [counter, one, none], [next_counter])
+    body.operation(OperationCode.FULLY_CONNECTED, [state, weights, bias, none], [product])
+    body.operation(OperationCode.TANH, [product], [next_state])
+    main = _Graph(blob)
+    start = main.operand(T.TENSOR_INT32, [1], L.CONSTANT_COPY, np.zeros(1, np.int32))
+    source = main.operand(T.TENSOR_FLOAT32, vector, L.SUBGRAPH_INPUT)
+    end = main.operand(T.TENSOR_INT32, [1], L.CONSTANT_COPY, np.full(1, _LOOP_ITERATIONS, np.int32))
+    models_in = [main.operand(T.MODEL, [], L.SUBGRAPH, location=DataLocation(0, k, 0)) for k in (0, 1)]
+    finals = [main.operand(T.TENSOR_INT32, [1], L.SUBGRAPH_OUTPUT), main.operand(T.TENSOR_FLOAT32, vector,
+                                                                                  L.SUBGRAPH_OUTPUT)]
+    main.operation(OperationCode.WHILE, [*models_in, start, source, end], finals)
+    referenced = [condition.subgraph([0, 1, 2], [going]), body.subgraph([0, 1, 2], [next_counter, next_state])]
+    state_bytes = _LOOP_WIDTH * 4
+    data = rng.standard_normal(vector).astype(np.float32).tobytes()
+    models["while"] = (
+        Model(main.subgraph([source], finals), referenced, bytes(blob), []),
+        Request([RequestArgument(False, DataLocation(0, 0, state_bytes))],
+                [RequestArgument(False, DataLocation(1, 0, 4)),
+                 RequestArgument(False, DataLocation(2, 0, state_bytes))],
+                [data, bytearray(4), bytearray(state_bytes)]))
+
+    blob = bytearray()
+    branches = []
+    for code in (OperationCode.TANH, OperationCode.LOGISTIC):
+        branch = _Graph(blob)
+        x = branch.operand(T.TENSOR_FLOAT32, vector, L.SUBGRAPH_INPUT)
+        y = branch.operand(T.TENSOR_FLOAT32, vector, L.SUBGRAPH_OUTPUT)
+        branch.operation(code, [x], [y])
+        branches.append(branch.subgraph([x], [y]))
+    main = _Graph(blob)
+    chosen = main.operand(T.TENSOR_BOOL8, [1], L.SUBGRAPH_INPUT)
+    source = main.operand(T.TENSOR_FLOAT32, vector, L.SUBGRAPH_INPUT)
+    models_in = [main.operand(T.MODEL, [], L.SUBGRAPH, location=DataLocation(0, k, 0)) for k in (0, 1)]
+    result = main.operand(T.TENSOR_FLOAT32, vector, L.SUBGRAPH_OUTPUT)
+    main.operation(OperationCode.IF, [chosen, *models_in, source], [result])
+    models["if"] = (
+        Model(main.subgraph([chosen, source], [result]), branches, bytes(blob), []),
+        Request([RequestArgument(False, DataLocation(0, 0, 1)),
+                 RequestArgument(False, DataLocation(1, 0, state_bytes))],
+                [RequestArgument(False, DataLocation(2, 0, state_bytes))],
+                [np.ones(1, np.bool_).tobytes(), data, bytearray(state_bytes)]))
+    return models

@@ -27,9 +27,10 @@ import onnxruntime as ort
 from onnx import helper
 
 from nnapi._version import __version__
-from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperationCode
+from nnapi.codes import DEFAULT_LOOP_TIMEOUT_NS, DeviceTypeCode, FeatureLevelCode, OperationCode
 from nnapi.drivers.ort import (
     calibration,
+    control_flow,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import Declined, lower_model, operation_support
@@ -106,9 +107,7 @@ class OrtDevice(IDevice):
     def get_unsupported_reasons(self, model: Model) -> list[str | None]:
         reasons: list[str | None] = []
         for operation in model.main.operations:
-            if operation.type in (OperationCode.IF, OperationCode.WHILE):
-                reasons.append(f"{OperationCode(operation.type).name}: control flow stays on the reference")
-            elif not supports_operation(model, model.main, operation):
+            if not supports_operation(model, model.main, operation):
                 reasons.append("not a valid operation (the reference's validation rejects it)")
             else:
                 reasons.append(operation_support(model, operation))
@@ -178,6 +177,17 @@ class OrtDevice(IDevice):
         return session
 
 
+def _loop_deadline(deadline_ns: int | None, loop_timeout_ns: int | None) -> int:
+    """The time a run of a graph with a loop must end by: its deadline, or sooner the loop
+    timeout (ANeuralNetworksExecution_setLoopTimeout; the default where none is given)
+    from now. ORT's Loop has no timeout of its own, so the watchdog stops the whole run:
+    a loop running past it fails with MISSED_DEADLINE_TRANSIENT, as the NDK specifies (the
+    bound is the run's, a stricter one than each loop's alone where a graph has several)."""
+    timeout = DEFAULT_LOOP_TIMEOUT_NS if loop_timeout_ns is None else loop_timeout_ns
+    limit = time.monotonic_ns() + timeout
+    return limit if deadline_ns is None else min(deadline_ns, limit)
+
+
 def _check_deadline(deadline_ns: int | None, what: str) -> None:
     if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"the deadline passed before {what}")
@@ -211,6 +221,8 @@ class Signature:
 
     inputs: list[IoSpec]
     outputs: list[IoSpec]
+    #: the graph has a loop (a WHILE): every run is bounded by the loop timeout
+    loops: bool = False
 
     @classmethod
     def of(cls, model: Model, input_names: list[str], output_names: list[str]) -> Signature:
@@ -219,12 +231,14 @@ class Signature:
         def specs(indexes, names):
             return [IoSpec(name, dtype_of(main.operands[i].type), list(main.operands[i].dimensions))
                     for i, name in zip(indexes, names, strict=True)]
-        return cls(specs(main.input_indexes, input_names), specs(main.output_indexes, output_names))
+        loops = any(operation.type == OperationCode.WHILE
+                    for subgraph in (main, *model.referenced) for operation in subgraph.operations)
+        return cls(specs(main.input_indexes, input_names), specs(main.output_indexes, output_names), loops)
 
     def to_json(self) -> dict:
         def encode(specs):
             return [[s.name, s.dtype.str, s.dimensions] for s in specs]
-        return {"inputs": encode(self.inputs), "outputs": encode(self.outputs)}
+        return {"inputs": encode(self.inputs), "outputs": encode(self.outputs), "loops": self.loops}
 
     @classmethod
     def from_json(cls, data: dict) -> Signature:
@@ -235,7 +249,10 @@ class Signature:
                     raise ValueError("bad signature entry")
                 specs.append(IoSpec(name, np.dtype(dtype), list(dims)))
             return specs
-        return cls(decode(data["inputs"]), decode(data["outputs"]))
+        loops = data.get("loops", False)
+        if not isinstance(loops, bool):
+            raise ValueError("bad signature entry")
+        return cls(decode(data["inputs"]), decode(data["outputs"]), loops)
 
 
 # --- cache files ------------------------------------------------------------------------
@@ -417,6 +434,8 @@ class OrtPreparedModel(IPreparedModel):
 
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
+        if self.signature.loops:
+            deadline_ns = _loop_deadline(deadline_ns, loop_timeout_ns)
         start = time.monotonic_ns() if measure_timing or deadline_ns is not None else 0
         if deadline_ns is not None and start > deadline_ns:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the deadline passed before execution")
@@ -453,6 +472,8 @@ class OrtPreparedModel(IPreparedModel):
         Why: between two model runs each step of Python costs ~10x what it does back to
         back (see the note above _LATE); _bind reads every argument's request fields and
         its pool, where an app's loop changes one array."""
+        if self.signature.loops:
+            deadline_ns = _loop_deadline(deadline_ns, None)
         binding = getattr(self._local, "binding", None)
         if binding is not None and deadline_ns is None:
             bound = binding.bound
@@ -539,7 +560,7 @@ class OrtPreparedModel(IPreparedModel):
         only runs the session (see OrtExecution)."""
         binding = _Binding(self.session, self.signature, self.copies_inputs)
         late = self._bind(binding, request, keep=True)
-        return OrtExecution(self, binding, request, late, measure_timing)
+        return OrtExecution(self, binding, request, late, measure_timing, loop_timeout_ns)
 
     def _bind(self, binding: _Binding, request: Request, keep: bool = False) -> list[int]:
         """Check the request against the signature and bind each argument that moved;
@@ -728,7 +749,8 @@ class OrtPreparedModel(IPreparedModel):
             binding.run(binding.native, options)
         except Exception as error:
             if options is not None and options.terminate:
-                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the execution's deadline passed") from None
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                               "the execution's deadline (or loop timeout) passed") from None
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
         finally:
             if options is not None:
@@ -789,15 +811,18 @@ class OrtExecution(IExecution):
     but landing outputs whose shape only the run tells."""
 
     def __init__(self, prepared: OrtPreparedModel, binding: _Binding, request: Request, late: list[int],
-                 measure_timing: bool) -> None:
+                 measure_timing: bool, loop_timeout_ns: int | None = None) -> None:
         self._prepared = prepared
+        #: a graph with a loop: every computation is bounded by the loop timeout
+        self._loops = prepared.signature.loops
+        self._loop_timeout_ns = loop_timeout_ns
         self._binding = binding
         self._request = request
         self._late = late
         self._measure = measure_timing
         #: a run that measures nothing and lands nothing (every output's shape is known) is
         #: the session's run and the shapes: nothing else between two model runs
-        self._plain = not late and not measure_timing and not binding.fresh_inputs
+        self._plain = not late and not measure_timing and not binding.fresh_inputs and not self._loops
         self._run, self._io = binding.run, binding.native
         self._shapes = prepared._shapes
 
@@ -808,6 +833,8 @@ class OrtExecution(IExecution):
             except Exception as error:
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
             return self._shapes.copy(), _UNTIMED
+        if self._loops:
+            deadline_ns = _loop_deadline(deadline_ns, self._loop_timeout_ns)
         start = time.monotonic_ns() if self._measure or deadline_ns is not None else 0
         if deadline_ns is not None and start > deadline_ns:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the deadline passed before execution")

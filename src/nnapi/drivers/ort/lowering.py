@@ -142,6 +142,8 @@ class GraphBuilder:
         self._constants: dict[tuple, str] = {}
         # isolated: operands produced elsewhere are treated as inputs (for support queries)
         self.isolated = isolated
+        #: prefix of every name made here: a nested graph's (control_flow.py) differ from its scope's
+        self.prefix = ""
 
     def readers(self, index: int) -> list[Operation]:
         """The subgraph's operations that read operand ``index`` (each once, in order)."""
@@ -166,7 +168,7 @@ class GraphBuilder:
     # --- names, constants, nodes ---------------------------------------------------------
     def fresh(self, hint: str = "t") -> str:
         self._count += 1
-        return f"{hint}_{self._count}"
+        return f"{self.prefix}{hint}_{self._count}"
 
     def constant(self, array: np.ndarray, hint: str = "c") -> str:
         array = np.asarray(array)
@@ -2880,10 +2882,6 @@ def lower_dequantize(g: GraphBuilder, operation: Operation) -> None:
 def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
     """The ONNX model of ``model.main`` with its input and output names (one per HAL
     input / output, in order). Raises Declined if any part cannot be lowered."""
-    subgraph = model.main
-    if model.referenced and any(operation.type in (OperationCode.IF, OperationCode.WHILE)
-                                for operation in subgraph.operations):
-        raise Declined("control flow is not supported")
     model = split_padded_adds(merge_twin_branches(model))
     subgraph = model.main
     g = GraphBuilder(model, subgraph)
