@@ -472,8 +472,6 @@ class OrtPreparedModel(IPreparedModel):
         Why: between two model runs each step of Python costs ~10x what it does back to
         back (see the note above _LATE); _bind reads every argument's request fields and
         its pool, where an app's loop changes one array."""
-        if self.signature.loops:
-            deadline_ns = _loop_deadline(deadline_ns, None)
         binding = getattr(self._local, "binding", None)
         if binding is not None and deadline_ns is None:
             bound = binding.bound
@@ -488,6 +486,9 @@ class OrtPreparedModel(IPreparedModel):
                 else:
                     binding.again = True
                 if binding is not None:
+                    if self.signature.loops:  # bounded by the (default) loop timeout
+                        self._run(binding, _loop_deadline(None, None))
+                        return self._shapes.copy(), _UNTIMED
                     try:
                         binding.run(binding.native, None)
                     except Exception as error:
