@@ -197,6 +197,56 @@ def test_if_runs_the_chosen_branch_with_the_reference_values(ort_device, chosen)
     np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
 
 
+def test_values_computed_outside_and_read_only_inside_are_kept(ort_device):
+    """An IF whose input is computed by an operation before it (read by nothing but the
+    branches), and a WHILE whose input-only limit is too: the enclosing graph keeps those
+    nodes (ONNX subgraphs read them by name), and the values are the reference's."""
+    branches = [_branch(Op.TANH), _branch(Op.LOGISTIC)]
+    model = nnapi.Model()
+    vector = OperandType(T.TENSOR_FLOAT32, [2, WIDTH])
+    condition = model.add_operand(OperandType(T.TENSOR_BOOL8, [1]))
+    x = model.add_operand(vector)
+    doubled = model.add_operand(vector)
+    none = _constant(model, OperandType(T.INT32), np.int32(0))
+    model.add_operation(Op.ADD, [x, x, none], [doubled])
+    references = [model.add_operand(OperandType(T.MODEL)) for _ in branches]
+    for reference, branch in zip(references, branches, strict=True):
+        model.set_operand_value_from_model(reference, branch)
+    y = model.add_operand(vector)
+    model.add_operation(Op.IF, [condition, *references, doubled], [y])
+    model.identify_inputs_and_outputs([condition, x], [y])
+    model.finish()
+    value = np.linspace(-2, 2, 2 * WIDTH, dtype=np.float32).reshape(2, WIDTH)
+    for chosen in (True, False):
+        inputs = [np.array([chosen]), value]
+        ours = _compute(_compiled(model, ort_device), inputs, [value])[0]
+        reference = _compute(_compiled(model, _reference()), inputs, [value])[0]
+        np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
+
+    condition_model, body = _loop_models(OperandType(T.TENSOR_FLOAT32, [1, WIDTH]), "dense")
+    model = nnapi.Model()
+    counter_type = OperandType(T.TENSOR_INT32, [1])
+    state = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, WIDTH]))
+    half = model.add_operand(counter_type)
+    limit = model.add_operand(counter_type)
+    none = _constant(model, OperandType(T.INT32), np.int32(0))
+    model.add_operation(Op.ADD, [half, half, none], [limit])  # the limit: twice the input
+    start = _constant(model, counter_type, np.zeros(1, np.int32))
+    references = [model.add_operand(OperandType(T.MODEL)) for _ in range(2)]
+    model.set_operand_value_from_model(references[0], condition_model)
+    model.set_operand_value_from_model(references[1], body)
+    finals = [model.add_operand(counter_type), model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, WIDTH]))]
+    model.add_operation(Op.WHILE, [*references, start, state, limit], finals)
+    model.identify_inputs_and_outputs([state, half], finals)
+    model.finish()
+    inputs = [np.full((1, WIDTH), 0.5, np.float32), np.array([3], np.int32)]
+    outputs = [np.zeros(1, np.int32), np.zeros((1, WIDTH), np.float32)]
+    ours = _compute(_compiled(model, ort_device), inputs, outputs)
+    reference = _compute(_compiled(model, _reference()), inputs, outputs)
+    assert ours[0][0] == reference[0][0] == 6
+    np.testing.assert_allclose(ours[1], reference[1], rtol=1e-5, atol=1e-6)
+
+
 def test_keras_while_lstm_runs_whole_on_ort_with_the_reference_values(ort_device):
     """The TFLite Keras LSTM written as a WHILE loop (lstm_1x20x40_128_while): every
     operation runs on nnapi-ort-cpu, one step, with the reference's outputs."""

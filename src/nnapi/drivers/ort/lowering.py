@@ -1139,7 +1139,7 @@ def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse
     fusion). The convolution's nodes move after Z's, so the graph stays in order. None
     where it does not apply."""
     low, high = activation_bounds_float(fuse)
-    reads = {name for node in g.nodes for name in node.input}
+    reads = _reads(g.nodes)
     for position, (mine, other) in enumerate(((a, b), (b, a))):
         index = operation.inputs[position]
         recorded = g.convolutions.get(index)
@@ -2948,10 +2948,7 @@ def _drop_output_identities(g: GraphBuilder) -> None:
     """Let the node producing a graph output write it directly (no Identity copy) where the
     value is produced by a node and read by nothing else."""
     producers = {output: node for node in g.nodes for output in node.output}
-    reads: dict[str, int] = {}
-    for node in g.nodes:
-        for name in node.input:
-            reads[name] = reads.get(name, 0) + 1
+    reads = _reads(g.nodes)
     for node in list(g.nodes):
         if node.op_type != "Identity" or not node.output[0].startswith("out_"):
             continue
@@ -2971,7 +2968,7 @@ def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
     ~8 ms). The uint8 one, now unread, is dropped. False where it does not apply."""
     def only_producer(value: str, readers: int) -> onnx.NodeProto | None:
         """The node computing ``value``, where ``readers`` nodes read it."""
-        if sum(value in node.input for node in g.nodes) != readers:
+        if _reads(g.nodes).get(value, 0) != readers:
             return None
         return next((node for node in g.nodes if value in node.output), None)
 
@@ -2993,11 +2990,26 @@ def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
     return True
 
 
+def _reads(nodes) -> dict[str, int]:
+    """How many times each name is read by ``nodes``, the nodes of their subgraphs (an If's
+    branches, a Loop's body: control_flow.py) included, since those read the enclosing
+    graph's values by name."""
+    reads: dict[str, int] = {}
+    for node in nodes:
+        for name in node.input:
+            reads[name] = reads.get(name, 0) + 1
+        for attribute in node.attribute:
+            for graph in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                for name, count in _reads(graph.node).items():
+                    reads[name] = reads.get(name, 0) + count
+    return reads
+
+
 def _drop_unread_nodes(g: GraphBuilder, outputs: list[str]) -> None:
     """Drop the nodes whose results nothing reads (a DEQUANTIZE whose only reader took the
     quantized value instead: _integer_mean); ORT would run them."""
     while True:
-        read = set(outputs).union(name for node in g.nodes for name in node.input)
+        read = set(outputs).union(_reads(g.nodes))
         kept = [node for node in g.nodes if any(name in read for name in node.output)]
         if len(kept) == len(g.nodes):
             return
