@@ -1681,6 +1681,57 @@ def test_mean_of_a_dequantized_value_sums_the_integers(ort_device, code, keep, a
         np.testing.assert_array_equal(ours[1], theirs[1])
 
 
+def test_release_of_a_version_string():
+    from nnapi.drivers.ort.lowering import INT16_ADD_VERSION, release
+
+    assert release("1.16.3") == (1, 16) and release("1.20.1") < INT16_ADD_VERSION
+    assert release("1.21.0") == INT16_ADD_VERSION and release("1.22.0.dev20250101") == (1, 22)
+    assert release("2") == (2, 0) and release("1.32.0+cpu") == (1, 32)
+
+
+@pytest.mark.parametrize("zero_point", [-128, 5, 127])
+def test_int8_graph_edges_without_an_int16_add(ort_device, monkeypatch, zero_point):
+    """An int8 input enters (and an int8 output leaves) the uint8 internal encoding through
+    Cast, int16 Add, Cast where ONNX Runtime has an int16 Add (1.21 on); before that (a
+    session with it fails to load: every int8-input model on 1.16-1.20) through a
+    DequantizeLinear / QuantizeLinear pair of scale 1. Both give every int8 value exactly:
+    a RESHAPE of all 256 (both edges) and an ADD of two (QLinearAdd reads the encoding)
+    equal to the other form bit for bit and, the RESHAPE, to the reference."""
+    from onnx import TensorProto
+
+    from nnapi.drivers.ort import lowering
+
+    params = {"scale": 0.25, "zero_point": zero_point}
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 256], **params))
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [16, 16], **params))
+    shape = _constant(model, T.TENSOR_INT32, np.array([16, 16], np.int32), [2])
+    model.add_operation(Op.RESHAPE, [x, shape], [y])
+    doubled = {"scale": 0.5, "zero_point": -zero_point // 2}
+    total = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [16, 16], **doubled))
+    model.add_operation(Op.ADD, [y, y, _constant(model, T.INT32, 0)], [total])
+    model.identify_inputs_and_outputs([x], [y, total])
+    model.finish()
+    values = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    outputs = [np.zeros((16, 16), np.int8), np.zeros((16, 16), np.int8)]
+    results = {}
+    for supported in (True, False):
+        monkeypatch.setattr(lowering, "int16_add_supported", lambda supported=supported: supported)
+        nodes = _lowered(model).graph.node
+        wide = [n for n in nodes if n.op_type == "Cast" and _attribute(n, "to") == TensorProto.INT16]
+        # one input, two outputs
+        assert len(wide) == (3 if supported else 0)
+        assert sum(n.op_type == "DequantizeLinear" for n in nodes) == (0 if supported else 3)
+        results[supported], theirs = _on_both(model, [values], outputs, ort_device)
+        np.testing.assert_array_equal(results[supported][0], values.reshape(16, 16))
+        np.testing.assert_array_equal(results[supported][0], theirs[0])
+        assert np.abs(results[supported][1].astype(int) - theirs[1]).max() <= 1
+    for ours, old in zip(results[True], results[False]):
+        np.testing.assert_array_equal(ours, old)
+    monkeypatch.undo()
+    assert lowering.int16_add_supported() == (lowering.release(ort.__version__) >= lowering.INT16_ADD_VERSION)
+
+
 @pytest.mark.parametrize("zero_point", [-128, -3, 127])
 def test_int8_output_of_a_quantize_linear_is_quantized_to_int8_directly(ort_device, monkeypatch, zero_point):
     """An int8 output computed by a QuantizeLinear (a quantized RESIZE_BILINEAR's, behind

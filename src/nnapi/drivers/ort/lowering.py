@@ -107,6 +107,27 @@ def internal_kind(code: int) -> str:
     raise Declined(f"{_name(code)} operands are not supported")
 
 
+#: the first ONNX Runtime release with an int16 Add on the CPU (pyproject accepts 1.16 on)
+INT16_ADD_VERSION = (1, 21)
+
+
+def release(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as "1.20.1" or "1.22.0.dev20250101"."""
+    parts = [int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+@functools.cache
+def int16_add_supported() -> bool:
+    """Whether the installed ONNX Runtime runs Add on int16 (1.21 on): older ones refuse to
+    load a graph with one (NOT_IMPLEMENTED), which was every int8-input model."""
+    try:
+        import onnxruntime
+    except ImportError:  # lowering without a runtime (nothing will load the graph here)
+        return True
+    return release(onnxruntime.__version__) >= INT16_ADD_VERSION
+
+
 def internal_zero_point(operand: Operand) -> int:
     return operand.zero_point + 128 if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED else operand.zero_point
 
@@ -289,7 +310,17 @@ class GraphBuilder:
     def shift_signed(self, name: str, to_unsigned: bool) -> str:
         """q + 128 as uint8 (or back to int8): exact, through int16 (Cast, Add, Cast: about
         40% less time than a DequantizeLinear / QuantizeLinear pair, MobileNet's 224x224x3
-        input 50 -> 30 us)."""
+        input 50 -> 30 us) where ONNX Runtime has an int16 Add (1.21 on); before that, where
+        a session with it fails to load, as that pair: q dequantized with scale 1 and zero
+        point -128 (u - 128 back) is q + 128 as a float32 integer, quantized with scale 1
+        and zero point 0 (-128) to itself."""
+        if not int16_add_supported():
+            one = self.constant(np.array(1.0, np.float32))
+            if to_unsigned:
+                real = self.one("DequantizeLinear", [name, one, self.constant(np.array(-128, np.int8))])
+                return self.one("QuantizeLinear", [real, one, self.constant(np.array(0, np.uint8))])
+            real = self.one("DequantizeLinear", [name, one, self.constant(np.array(128, np.uint8))])
+            return self.one("QuantizeLinear", [real, one, self.constant(np.array(0, np.int8))])
         wide = self.one("Cast", [name], to=TensorProto.INT16)
         shifted = self.one("Add", [wide, self.constant(np.array(128 if to_unsigned else -128, np.int16))])
         return self.one("Cast", [shifted], to=TensorProto.UINT8 if to_unsigned else TensorProto.INT8)
