@@ -32,6 +32,7 @@ from nnapi.drivers.ort import calibration, devices  # noqa: E402
 from nnapi.drivers.ort import device as ort_device_module  # noqa: E402
 from nnapi.drivers.ort.composites import find_composites  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice, OrtPreparedModel  # noqa: E402
+from nnapi.drivers.ort.lowering import release  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402
@@ -931,6 +932,32 @@ def test_bindings_follow_the_request_buffers():
     assert results == {0: True, 1: True, 2: True}
 
 
+@pytest.mark.parametrize("onnx_types", [True, False])
+def test_buffers_bind_with_the_element_type_the_runtime_takes(monkeypatch, onnx_types):
+    """Request buffers bound by address carry their element type as an ONNX type number
+    where onnxruntime takes one (1.20 on), else as the numpy dtype (1.16-1.19 refused the
+    number: no execution ran): both give the reference's results, in bytes pools (bound
+    by address) and in arrays of the operand's own type."""
+    if onnx_types and release(ort.__version__) < ort_device_module.ONNX_TYPES_BIND_VERSION:
+        pytest.skip("this onnxruntime binds numpy dtypes only")
+    monkeypatch.setattr(ort_device_module, "BINDS_ONNX_TYPES", onnx_types)
+    model, request = calibration.calibration_model(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32)
+    prepared = OrtDevice().prepare_model(model)
+    assert all(isinstance(spec.element_type, np.dtype) != onnx_types
+               for spec in prepared.signature.inputs + prepared.signature.outputs)
+    reference = ReferenceDevice().prepare_model(model)
+    size = request.outputs[0].location.length // 4
+    values = np.random.default_rng(3).standard_normal(size).astype(np.float32)
+    expected = np.zeros_like(values)
+    reference.execute(Request(request.inputs, request.outputs, [values.copy(), expected]))
+    for as_bytes in (True, False):
+        out = np.zeros_like(values)
+        pools = [values.view(np.uint8), out.view(np.uint8)] if as_bytes else [values, out]
+        prepared.execute(Request(request.inputs, request.outputs, pools))
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+        assert np.abs(out).max() > 0
+
+
 def test_second_compilation_comes_from_the_cache(ort_device, tmp_path):
     """Through the public API: set_caching makes the second compilation load the cached,
     already optimized ORT model instead of lowering again."""
@@ -1682,7 +1709,7 @@ def test_mean_of_a_dequantized_value_sums_the_integers(ort_device, code, keep, a
 
 
 def test_release_of_a_version_string():
-    from nnapi.drivers.ort.lowering import INT16_ADD_VERSION, release
+    from nnapi.drivers.ort.lowering import INT16_ADD_VERSION
 
     assert release("1.16.3") == (1, 16) and release("1.20.1") < INT16_ADD_VERSION
     assert release("1.21.0") == INT16_ADD_VERSION and release("1.22.0.dev20250101") == (1, 22)
@@ -1715,7 +1742,8 @@ def test_int8_graph_edges_without_an_int16_add(ort_device, monkeypatch, zero_poi
     values = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
     outputs = [np.zeros((16, 16), np.int8), np.zeros((16, 16), np.int8)]
     results = {}
-    for supported in (True, False):
+    native = release(ort.__version__) >= lowering.INT16_ADD_VERSION  # (older ones cannot load the int16 form)
+    for supported in (True, False) if native else (False,):
         monkeypatch.setattr(lowering, "int16_add_supported", lambda supported=supported: supported)
         nodes = _lowered(model).graph.node
         wide = [n for n in nodes if n.op_type == "Cast" and _attribute(n, "to") == TensorProto.INT16]
@@ -1726,10 +1754,10 @@ def test_int8_graph_edges_without_an_int16_add(ort_device, monkeypatch, zero_poi
         np.testing.assert_array_equal(results[supported][0], values.reshape(16, 16))
         np.testing.assert_array_equal(results[supported][0], theirs[0])
         assert np.abs(results[supported][1].astype(int) - theirs[1]).max() <= 1
-    for ours, old in zip(results[True], results[False]):
+    for ours, old in zip(results.get(True, results[False]), results[False]):
         np.testing.assert_array_equal(ours, old)
     monkeypatch.undo()
-    assert lowering.int16_add_supported() == (lowering.release(ort.__version__) >= lowering.INT16_ADD_VERSION)
+    assert lowering.int16_add_supported() == native
 
 
 @pytest.mark.parametrize("zero_point", [-128, -3, 127])
@@ -1753,7 +1781,8 @@ def test_int8_output_of_a_quantize_linear_is_quantized_to_int8_directly(ort_devi
     ours, theirs = _on_both(model, [image], [np.zeros((1, 10, 12, 16), np.int8)], ort_device)
     assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1
     monkeypatch.setattr(lowering, "_quantize_to_int8", lambda *args: False)
-    assert [node.op_type for node in _lowered(model).graph.node][-3:] == ["Cast", "Add", "Cast"]
+    shift = ["Cast", "Add", "Cast"] if lowering.int16_add_supported() else ["DequantizeLinear", "QuantizeLinear"]
+    assert [node.op_type for node in _lowered(model).graph.node][-len(shift):] == shift
     shifted, _ = _on_both(model, [image], [np.zeros((1, 10, 12, 16), np.int8)], ort_device)
     np.testing.assert_array_equal(ours[0], shifted[0])
 

@@ -33,7 +33,7 @@ from nnapi.drivers.ort import (
     control_flow,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
 )
-from nnapi.drivers.ort.lowering import Declined, lower_model, operation_support
+from nnapi.drivers.ort.lowering import Declined, lower_model, operation_support, release
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (
     Capabilities,
@@ -193,6 +193,13 @@ def _check_deadline(deadline_ns: int | None, what: str) -> None:
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"the deadline passed before {what}")
 
 
+#: the first onnxruntime whose IOBinding takes a bound buffer's element type as an ONNX
+#: type number; before it only as a numpy dtype (else every bind failed: "Not a valid
+#: numpy type", all of an execution on the 1.16-1.19 that pyproject accepts)
+ONNX_TYPES_BIND_VERSION = (1, 20)
+BINDS_ONNX_TYPES = release(ort.__version__) >= ONNX_TYPES_BIND_VERSION
+
+
 @dataclass
 class IoSpec:
     name: str
@@ -208,11 +215,14 @@ class IoSpec:
         #: dtype, shape and strides is bound as the array itself (see _Binding)
         self.strides = _c_strides(self.shape, self.dtype.itemsize)
         #: the ONNX element type, as IOBinding takes it without looking the dtype up (the
-        #: dtype itself, which it takes too, for one ONNX has no type for: binding fails)
-        try:
-            self.element_type = helper.np_dtype_to_tensor_dtype(self.dtype)
-        except (ValueError, KeyError, TypeError):
-            self.element_type = self.dtype
+        #: dtype itself, which it takes too, for one ONNX has no type for: binding fails),
+        #: where onnxruntime takes one (BINDS_ONNX_TYPES); else the dtype
+        self.element_type = self.dtype
+        if BINDS_ONNX_TYPES:
+            try:
+                self.element_type = helper.np_dtype_to_tensor_dtype(self.dtype)
+            except (ValueError, KeyError, TypeError):
+                pass
 
 
 @dataclass
