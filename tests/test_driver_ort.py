@@ -1708,6 +1708,50 @@ def test_mean_of_a_dequantized_value_sums_the_integers(ort_device, code, keep, a
         np.testing.assert_array_equal(ours[1], theirs[1])
 
 
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("operation", [Op.MUL, Op.ADD])
+@pytest.mark.parametrize("factor_first", [False, True])
+def test_a_per_channel_factor_given_at_run_time_is_spread_before_the_product(ort_device, monkeypatch, code,
+                                                                            operation, factor_first):
+    """A quantized MUL / ADD of an [N, H, W, C] value and an [N, 1, 1, C] one computed at
+    run time (a squeeze-and-excitation gate) expands the factor to the value's shape
+    first (ORT's broadcast runs each pixel's C values as a call of its own): the values of
+    the broadcast form bit for bit, the reference's within a step; a constant factor is
+    left to the broadcast."""
+    from nnapi.drivers.ort import lowering
+
+    signed = code == T.TENSOR_QUANT8_ASYMM_SIGNED
+    shift = -128 if signed else 0
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, [1, 6, 7, 24], scale=0.05, zero_point=shift + 131))
+    gate = model.add_operand(OperandType(code, [1, 1, 1, 24], scale=1 / 256, zero_point=shift))
+    fixed = model.add_operand(OperandType(code, [1, 1, 1, 24], scale=1 / 256, zero_point=shift))
+    dtype = np.int8 if signed else np.uint8
+    rng = np.random.default_rng(17)
+    model.set_operand_value(fixed, rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, 24).astype(dtype))
+    outputs = []
+    for factor in (gate, fixed):
+        y = model.add_operand(OperandType(code, [1, 6, 7, 24], scale=0.04, zero_point=shift + 9))
+        pair = [factor, x] if factor_first else [x, factor]
+        model.add_operation(operation, [*pair, _constant(model, T.INT32, 0)], [y])
+        outputs.append(y)
+    model.identify_inputs_and_outputs([x, gate], outputs)
+    model.finish()
+    expands = [node for node in _lowered(model).graph.node if node.op_type == "Expand"]
+    assert len(expands) == 1
+    info = np.iinfo(dtype)
+    inputs = [rng.integers(info.min, info.max + 1, shape).astype(dtype) for shape in ([1, 6, 7, 24], [1, 1, 1, 24])]
+    zeros = [np.zeros((1, 6, 7, 24), dtype) for _ in outputs]
+    ours, theirs = _on_both(model, inputs, zeros, ort_device)
+    for mine, reference in zip(ours, theirs):
+        assert np.abs(mine.astype(int) - reference).max() <= 1
+    monkeypatch.setattr(lowering, "spread_channel_factor", lambda g, a, b, dims: (a.name, b.name))
+    assert not any(node.op_type == "Expand" for node in _lowered(model).graph.node)
+    broadcast, _ = _on_both(model, inputs, zeros, ort_device)
+    for mine, other in zip(ours, broadcast):
+        np.testing.assert_array_equal(mine, other)
+
+
 def test_release_of_a_version_string():
     from nnapi.drivers.ort.lowering import INT16_ADD_VERSION
 

@@ -1085,7 +1085,8 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
         y = g.one(float_op, [a.name, b.name])
     elif output.type in QUANT8:
         if quant_op is not None:
-            y = g.one(quant_op, [a.name, *g.qparams(a), b.name, *g.qparams(b), *g.qparams(output)],
+            a_name, b_name = spread_channel_factor(g, a, b, list(output.dimensions))
+            y = g.one(quant_op, [a_name, *g.qparams(a), b_name, *g.qparams(b), *g.qparams(output)],
                       domain=MS_DOMAIN)
         else:
             y = g.quantize(g.one(float_op, [g.dequantize(a), g.dequantize(b)]), output)
@@ -1096,6 +1097,22 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined(f"{code.name} on {_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) -> tuple[str, str]:
+    """The operands of a QLinearMul / QLinearAdd, a [N, 1, 1, C] value computed at run time
+    (a squeeze-and-excitation gate) spread over the other's [N, H, W, C] by an Expand
+    first: ORT's broadcast kernel runs the C values of each pixel as a call of its own
+    (~0.35 ns per element at C = 32, 0.12 at 16 / 0.05 as one Expand and a Mul of equal
+    shapes). The same values in the same products."""
+    names = [a.name, b.name]
+    if g.isolated or len(dims) != 4 or not all(dims) or dims[1] * dims[2] == 1:
+        return a.name, b.name
+    for position, (x, factor) in enumerate(((a, b), (b, a))):
+        if x.dims == dims and factor.const is None and factor.dims == [dims[0], 1, 1, dims[3]]:
+            names[1 - position] = g.one("Expand", [factor.name, g.constant(np.array(dims, np.int64))])
+            break
+    return names[0], names[1]
 
 
 #: operations ORT computes outside its blocked layout: a MUL of their result (an attention's
