@@ -124,8 +124,9 @@ def _states(b: _Builder, batch: int, units: int) -> list[int]:
 
 
 def _unidirectional_lstm(b: _Builder, *, time_major=False, steps=5, batch=2, size=3, units=4, activation=ACT_TANH,
-                         cell_clip=0.0, final_states=False, layer_norm=False, **variant) -> tuple[list[int], list]:
-    x = b.tensor([steps, batch, size] if time_major else [batch, steps, size], given=True, scale=1.0)
+                         cell_clip=0.0, final_states=False, layer_norm=False, scale=1.0, **variant
+                         ) -> tuple[list[int], list]:
+    x = b.tensor([steps, batch, size] if time_major else [batch, steps, size], given=True, scale=scale)
     weights = _lstm_direction(b, size, units, given=variant.pop("given", False), **variant)
     clip_code = T.FLOAT16 if b.code == T.TENSOR_FLOAT16 else T.FLOAT32
     norms = [b.tensor([units]) if layer_norm else b.omitted() for _ in range(NORM_COUNT)]
@@ -163,12 +164,14 @@ def test_unidirectional_lstm_other_activations_equal_the_reference(ort_device, a
 @pytest.mark.parametrize("variant, rule", [
     ({"projection": True}, "projection"),
     ({"layer_norm": True}, "norm"),
-    ({"cell_clip": 10.0}, "cell clipping"),
+    ({"cell_clip": 10.0, "peephole": True}, "cell clipping with peephole"),
+    ({"cell_clip": 10.0, "activation": ACT_RELU}, "tanh"),
     ({"activation": ACT_RELU6}, "RELU6"),
 ])
 def test_unidirectional_lstm_without_an_onnx_form_is_declined(ort_device, variant, rule):
-    """Projection, layer normalization, cell clipping and RELU6 have no ONNX LSTM form:
-    declined with the rule named, and the model runs on the reference with its values."""
+    """Projection, layer normalization, cell clipping with peephole weights or another
+    activation than tanh, and RELU6 have no ONNX form here: declined with the rule named,
+    and the model runs on the reference with its values."""
     b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(13))
     inputs, shapes = _unidirectional_lstm(b, **variant)
     b.finish(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output(shapes[0])])
@@ -181,6 +184,60 @@ def test_unidirectional_lstm_without_an_onnx_form_is_declined(ort_device, varian
     ours = _run(b.model, b.values, [(shapes[0], np.float32)], None)
     reference = _run(b.model, b.values, [(shapes[0], np.float32)], _reference())
     np.testing.assert_array_equal(ours[0], reference[0])
+
+
+@pytest.mark.parametrize("clip, reached", [(10.0, False), (0.3, True)])
+@pytest.mark.parametrize("variant", [{}, {"cifg": True}, {"time_major": True}])
+def test_clipped_unidirectional_lstm_equals_the_reference(ort_device, clip, reached, variant):
+    """A cell clipped at 10 that the values never reach (ONNX's LSTM, proven by its own
+    outputs) and at 0.3, which they pass (the unrolled steps with the clip): both the
+    reference's values, with the final states, on ORT alone. The clip matters in the
+    second case: without it the reference's outputs differ."""
+    def model(cell_clip: float) -> tuple[_Builder, list[list[int]]]:
+        b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(21))
+        inputs, shapes = _unidirectional_lstm(b, final_states=True, cell_clip=cell_clip, steps=8, scale=2.0,
+                                              **variant)
+        b.finish(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output(shape) for shape in shapes])
+        return b, shapes
+
+    b, shapes = model(clip)
+    _assert_on_ort_as_the_reference(b, shapes, ort_device)
+    unclipped, _ = model(0.0)
+    specs = [(shape, np.float32) for shape in shapes]
+    with_clip = _run(b.model, b.values, specs, _reference())
+    without = _run(unclipped.model, unclipped.values, specs, _reference())
+    differs = max(np.abs(a - c).max() for a, c in zip(with_clip, without, strict=True))
+    assert (differs > 1e-3) == reached
+
+
+@pytest.mark.parametrize("clip, proven", [(10.0, True), (0.3, False)])
+def test_the_clip_proof_holds_exactly_where_the_clip_is_not_reached(clip, proven):
+    """The If of a clipped LSTM takes ONNX's LSTM where the outputs prove the clip never
+    acted (clip 10) and the unrolled steps where it did (0.3): with the unrolled branch
+    replaced by zeros, the first still gives the reference's values, the second zeros."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    from nnapi.drivers.ort.lowering import lower_model
+
+    b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(21))
+    inputs, shapes = _unidirectional_lstm(b, cell_clip=clip, steps=8, scale=2.0)
+    b.finish(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output(shapes[0])])
+    onnx_model, input_names, _ = lower_model(build_hal_model(b.model)[0])
+    branch = next(node for node in onnx_model.graph.node if node.op_type == "If")
+    then_graph = next(a.g for a in branch.attribute if a.name == "then_branch")
+    zero = helper.make_tensor("zero", 1, [], [0.0])
+    zeros = helper.make_graph(
+        [helper.make_node("Mul", [node.input[0], "zero"], [f"z{k}"]) for k, node in enumerate(then_graph.node)],
+        "zeros", [], [helper.make_tensor_value_info(f"z{k}", 1, None) for k in range(len(then_graph.node))], [zero])
+    next(a for a in branch.attribute if a.name == "else_branch").g.CopyFrom(zeros)
+    session = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ours = session.run(None, dict(zip(input_names, b.values, strict=True)))[0]
+    reference = _run(b.model, b.values, [(shapes[0], np.float32)], _reference())[0]
+    if proven:
+        assert within_tolerance(T.TENSOR_FLOAT32, reference, ours).all()
+    else:
+        assert not ours.any() and np.abs(reference).max() > 0.1
 
 
 @pytest.mark.parametrize("merge", [False, True])
