@@ -172,22 +172,33 @@ def _branch(code: int) -> nnapi.Model:
     return branch
 
 
-@pytest.mark.parametrize("chosen", [True, False])
-def test_if_runs_the_chosen_branch_with_the_reference_values(ort_device, chosen):
-    """IF choosing TANH or LOGISTIC by a condition given at run time: claimed by
-    nnapi-ort-cpu and computed there with the chosen branch's values."""
+def _if_model(doubled: bool) -> tuple[nnapi.Model, list[nnapi.Model]]:
+    """IF (condition, x) choosing TANH or LOGISTIC of x, or with ``doubled`` of x + x
+    computed before it by an ADD; the branches are returned to be kept alive."""
     branches = [_branch(Op.TANH), _branch(Op.LOGISTIC)]
     model = nnapi.Model()
     vector = OperandType(T.TENSOR_FLOAT32, [2, WIDTH])
     condition = model.add_operand(OperandType(T.TENSOR_BOOL8, [1]))
     x = model.add_operand(vector)
+    source = x
+    if doubled:
+        source = model.add_operand(vector)
+        model.add_operation(Op.ADD, [x, x, _constant(model, OperandType(T.INT32), np.int32(0))], [source])
     references = [model.add_operand(OperandType(T.MODEL)) for _ in branches]
     for reference, branch in zip(references, branches, strict=True):
         model.set_operand_value_from_model(reference, branch)
     y = model.add_operand(vector)
-    model.add_operation(Op.IF, [condition, *references, x], [y])
+    model.add_operation(Op.IF, [condition, *references, source], [y])
     model.identify_inputs_and_outputs([condition, x], [y])
     model.finish()
+    return model, branches
+
+
+@pytest.mark.parametrize("chosen", [True, False])
+def test_if_runs_the_chosen_branch_with_the_reference_values(ort_device, chosen):
+    """IF choosing TANH or LOGISTIC by a condition given at run time: claimed by
+    nnapi-ort-cpu and computed there with the chosen branch's values."""
+    model, _keep = _if_model(doubled=False)
     assert OrtDevice().get_unsupported_reasons(build_hal_model(model)[0]) == [None]
     value = np.linspace(-4, 4, 2 * WIDTH, dtype=np.float32).reshape(2, WIDTH)
     inputs = [np.array([chosen]), value]
@@ -202,21 +213,7 @@ def test_values_computed_outside_and_read_only_inside_are_kept(ort_device):
     """An IF whose input is computed by an operation before it (read by nothing but the
     branches), and a WHILE whose input-only limit is too: the enclosing graph keeps those
     nodes (ONNX subgraphs read them by name), and the values are the reference's."""
-    branches = [_branch(Op.TANH), _branch(Op.LOGISTIC)]
-    model = nnapi.Model()
-    vector = OperandType(T.TENSOR_FLOAT32, [2, WIDTH])
-    condition = model.add_operand(OperandType(T.TENSOR_BOOL8, [1]))
-    x = model.add_operand(vector)
-    doubled = model.add_operand(vector)
-    none = _constant(model, OperandType(T.INT32), np.int32(0))
-    model.add_operation(Op.ADD, [x, x, none], [doubled])
-    references = [model.add_operand(OperandType(T.MODEL)) for _ in branches]
-    for reference, branch in zip(references, branches, strict=True):
-        model.set_operand_value_from_model(reference, branch)
-    y = model.add_operand(vector)
-    model.add_operation(Op.IF, [condition, *references, doubled], [y])
-    model.identify_inputs_and_outputs([condition, x], [y])
-    model.finish()
+    model, _keep = _if_model(doubled=True)
     value = np.linspace(-2, 2, 2 * WIDTH, dtype=np.float32).reshape(2, WIDTH)
     for chosen in (True, False):
         inputs = [np.array([chosen]), value]

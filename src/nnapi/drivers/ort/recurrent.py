@@ -35,7 +35,7 @@ from nnapi.drivers.ort.lowering import FLOATS, Declined, GraphBuilder, L, _same_
 from nnapi.hal import Operation
 from nnapi.operations import lstm as lstm_op
 from nnapi.operations import rnn as rnn_op
-from nnapi.operations._lstm_cell import ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, WEIGHT_NAMES
+from nnapi.operations._lstm_cell import ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, NORM_NAMES, WEIGHT_NAMES
 
 #: NNAPI activation code -> ONNX activation function (name, attributes' alpha, beta)
 _ACTIVATIONS = {ACT_TANH: ("Tanh", None, None), ACT_RELU: ("Relu", None, None),
@@ -102,6 +102,14 @@ def _sequence_dims(g: GraphBuilder, index: int, time_major: bool) -> tuple[int, 
     if not batch or not size:
         raise Declined("the input's batch and feature sizes must be known")
     return batch, size
+
+
+def _layout(inputs: list[int], weights: int, norms: int) -> dict[str, int]:
+    """One direction's weight name -> operand, its 17 weights from input ``weights`` on and
+    its 4 layer normalization weights from ``norms`` on."""
+    layout = {name: inputs[weights + i] for i, name in enumerate(WEIGHT_NAMES)}
+    layout.update({name: inputs[norms + i] for i, name in enumerate(NORM_NAMES)})
+    return layout
 
 
 @dataclass
@@ -279,11 +287,8 @@ def lower_unidirectional_lstm(g: GraphBuilder, operation: Operation) -> None:
         raise Declined(f"expected {lstm_op.SEQ_INPUT_COUNT} inputs")
     time_major = bool(g.scalar(inputs[lstm_op.SEQ_TIME_MAJOR]))
     batch, size = _sequence_dims(g, inputs[lstm_op.INPUT], time_major)
-    layout = {name: inputs[lstm_op.WEIGHTS + i] for i, name in enumerate(WEIGHT_NAMES)}
-    layout.update({name: inputs[lstm_op.SEQ_NORM_WEIGHTS + i]
-                   for i, name in enumerate(("input_norm", "forget_norm", "cell_norm", "output_norm"))})
     clip = float(g.scalar(inputs[lstm_op.CELL_CLIP]))
-    direction = _lstm_weights(g, layout, size, "")
+    direction = _lstm_weights(g, _layout(inputs, lstm_op.WEIGHTS, lstm_op.SEQ_NORM_WEIGHTS), size, "")
     x = g.value(inputs[lstm_op.INPUT])
     sequence = _time_major(g, x.name, time_major)
     if clip > 0:
@@ -334,13 +339,9 @@ def lower_bidirectional_lstm(g: GraphBuilder, operation: Operation) -> None:
     if len(operation.outputs) not in ((1, 5) if merge else (2, 6)):
         raise Declined("the outputs do not match merge_outputs")
     batch, size = _sequence_dims(g, inputs[lstm_op.INPUT], time_major)
-    norms = ("input_norm", "forget_norm", "cell_norm", "output_norm")
-    directions = []
-    for label, weights, norm in (("forward ", lstm_op.WEIGHTS, lstm_op.BIDI_FW_NORM_WEIGHTS),
-                                 ("backward ", lstm_op.BIDI_BW_WEIGHTS, lstm_op.BIDI_BW_NORM_WEIGHTS)):
-        layout = {name: inputs[weights + i] for i, name in enumerate(WEIGHT_NAMES)}
-        layout.update({name: inputs[norm + i] for i, name in enumerate(norms)})
-        directions.append(_lstm_weights(g, layout, size, label))
+    directions = [_lstm_weights(g, _layout(inputs, weights, norm), size, label)
+                  for label, weights, norm in (("forward ", lstm_op.WEIGHTS, lstm_op.BIDI_FW_NORM_WEIGHTS),
+                                               ("backward ", lstm_op.BIDI_BW_WEIGHTS, lstm_op.BIDI_BW_NORM_WEIGHTS))]
     _check_clip(g, inputs[lstm_op.BIDI_CELL_CLIP])
     sequence = _time_major(g, g.value(inputs[lstm_op.INPUT]).name, time_major)
     fw_state, bw_state = lstm_op.BIDI_FW_STATE, lstm_op.BIDI_BW_STATE
