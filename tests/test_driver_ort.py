@@ -1187,6 +1187,61 @@ def test_a_zero_pad_of_a_relu_output_becomes_the_max_pools_padding(ort_device, m
     np.testing.assert_array_equal(ours[0], plain[0])
 
 
+@pytest.mark.parametrize("logistic", [False, True])
+def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_reference_values(ort_device,
+                                                                                           monkeypatch, logistic):
+    """MobileNet v3's squeeze-and-excitation on 72 channels: 1x1 CONV_2D to 72, 3x3
+    DEPTHWISE_CONV_2D, HARD_SWISH, MEAN over the height and width (kept), 1x1 to 24 with
+    RELU, 1x1 to 72 with RELU6, MUL by 1/6, MUL of the value by that gate, 1x1 to 16. Every
+    72-channel value is computed padded to 80 (ORT's NCHWc block): no Slice, Pad,
+    Transpose or ReduceMean, the mean a GlobalAveragePool, the gate spread by one Resize;
+    the reference's values and the plain lowering's to float32 rounding. With a LOGISTIC
+    gate instead (selfie_segmentation's; not padded, LOGISTIC(0) is 0.5) the gate alone is
+    padded, by one Pad of its 72 values."""
+    from nnapi.drivers.ort import lowering
+
+    rng = np.random.default_rng(41)
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 8, 8, 16])
+    wide = _conv_op(model, rng, x, [72, 1, 1, 16], [1, 8, 8, 72], fuse=1)
+    spread = _conv_op(model, rng, wide, [1, 3, 3, 72], [1, 8, 8, 72], depthwise=True)
+    swished = _float_tensor(model, [1, 8, 8, 72])
+    model.add_operation(Op.HARD_SWISH, [spread], [swished])
+    mean = _float_tensor(model, [1, 1, 1, 72])
+    model.add_operation(Op.MEAN, [swished, _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2]),
+                                  _constant(model, T.INT32, 1)], [mean])
+    squeezed = _conv_op(model, rng, mean, [24, 1, 1, 72], [1, 1, 1, 24], fuse=1)
+    gate = _conv_op(model, rng, squeezed, [72, 1, 1, 24], [1, 1, 1, 72], fuse=0 if logistic else 3)
+    sixth = _float_tensor(model, [1, 1, 1, 72])
+    if logistic:
+        model.add_operation(Op.LOGISTIC, [gate], [sixth])
+    else:
+        model.add_operation(Op.MUL, [gate, _float_tensor(model, [1], np.array([1 / 6])),
+                                     _constant(model, T.INT32, 0)], [sixth])
+    scaled = _float_tensor(model, [1, 8, 8, 72])
+    model.add_operation(Op.MUL, [swished, sixth, _constant(model, T.INT32, 0)], [scaled])
+    out = _conv_op(model, rng, scaled, [16, 1, 1, 72], [1, 8, 8, 16])
+    model.identify_inputs_and_outputs([x], [out])
+    model.finish()
+    onnx_model = _lowered(model)
+    kinds = [node.op_type for node in onnx_model.graph.node]
+    for absent in ("Slice", "ReduceMean"):
+        assert absent not in kinds
+    assert kinds.count("Pad") == logistic
+    assert kinds.count("GlobalAveragePool") == 1 and kinds.count("Resize") == 1 and kinds.count("HardSwish") == 1
+    filters = [list(t.dims) for t in onnx_model.graph.initializer]
+    assert [80, 16, 1, 1] in filters and [80, 1, 3, 3] in filters and [32, 80, 1, 1] in filters  # 24 as 32 too
+    inputs = [rng.uniform(-1, 1, (1, 8, 8, 16)).astype(np.float32)]
+    outputs = [np.zeros((1, 8, 8, 16), np.float32)]
+    ours, theirs = _on_both(model, inputs, outputs, ort_device)
+    scale = np.abs(theirs[0]).max()
+    assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 900
+    monkeypatch.setattr(lowering, "wants_padding", lambda *arguments: False)
+    assert "ReduceMean" in [node.op_type for node in _lowered(model).graph.node]
+    plain, _ = _on_both(model, inputs, outputs, ort_device)
+    assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
+
+
 @pytest.mark.parametrize("units, pooled, conv", [(512, True, True), (16, True, False), (512, False, False)])
 def test_a_classifier_head_after_a_mean_is_a_convolution(ort_device, units, pooled, conv):
     """MEAN over the height and width of a 512-channel image, then FULLY_CONNECTED with

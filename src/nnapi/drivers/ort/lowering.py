@@ -458,7 +458,8 @@ def padded_channels(channels: int) -> int:
 _PADDED_CONSUMERS = (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.ADD, OperationCode.PAD,
                      OperationCode.PAD_V2, OperationCode.MAX_POOL_2D, OperationCode.AVERAGE_POOL_2D,
                      OperationCode.RELU, OperationCode.RELU1, OperationCode.RELU6, OperationCode.PRELU,
-                     OperationCode.RESIZE_BILINEAR)
+                     OperationCode.RESIZE_BILINEAR, OperationCode.MEAN, OperationCode.MUL,
+                     OperationCode.HARD_SWISH)
 
 
 def wants_padding(g: GraphBuilder, index: int) -> bool:
@@ -508,6 +509,12 @@ def _takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
             return position == 0 and not _pool_layout_nchw(g, operation)
         if code == OperationCode.RESIZE_BILINEAR:
             return position == 0 and not g.optional_scalar(operation, 3, False) and not _resize_in_rows(g, operation)
+        if code == OperationCode.MEAN:
+            axes = g.raw_constant(inputs[1])
+            return (position == 0 and axes is not None and sorted({int(a) % 4 for a in np.atleast_1d(axes)}) == [1, 2]
+                    and bool(g.scalar(inputs[2])))
+        if code == OperationCode.MUL:
+            return position < 2 and _padded_product(g, operation, position)
         if code == OperationCode.PRELU:
             alpha = g.raw_constant(inputs[1])
             return position == 0 and alpha is not None and alpha.size > 0 and bool(np.isfinite(alpha).all()) and (
@@ -515,6 +522,30 @@ def _takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
     except (Declined, ValueError, TypeError, IndexError):
         return False
     return True  # RELU, RELU1, RELU6
+
+
+def _padded_product(g: GraphBuilder, operation: Operation, position: int) -> bool:
+    """Whether a float MUL takes its input ``position`` with channels padded to the NCHWc
+    block: a squeeze-and-excitation block's scalings on 72 or 120 channels (MobileNet v3),
+    which left ORT's blocked layout at each (ReorderOutput, Slice, Transpose, ReduceMean
+    and back: ~90 us per block, where the 16-aligned blocks stay blocked). The other
+    operand is a finite constant (a scalar or one per channel: the padded channels scaled
+    by 0), or a [N, 1, 1, C] gate scaling an [N, H, W, C] value (a gate not padded is
+    padded after, a few floats; the gate is padded where the value is)."""
+    inputs = operation.inputs
+    mine, other = g.operand(inputs[position]).dimensions, inputs[1 - position]
+    dims = list(g.operand(other).dimensions)
+    if len(mine) != 4 or g.operand(other).type not in FLOATS:
+        return False
+    real = mine[3]
+    known = g.raw_constant(other)
+    if known is not None:
+        return (known.size in (1, real) and all(d == 1 for d in dims[:-1]) and (not dims or dims[-1] in (1, real))
+                and bool(np.isfinite(known).all()))
+    gate = [mine[0], 1, 1, real]
+    if list(mine) == gate and len(dims) == 4 and dims[0] == mine[0] and dims[3] == real and dims[1] * dims[2] > 1:
+        return wants_padding(g, other)
+    return dims == gate and mine[1] * mine[2] > 1
 
 
 def _pad_value_is_zero(g: GraphBuilder, operation: Operation) -> bool:
@@ -1069,6 +1100,10 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
         y = _clamped_add(g, operation, a_name, b_name, output, channels)
         g.set_channels(operation.outputs[0], y, channels)
         return
+    if code == OperationCode.MUL and output.type in FLOATS and _scaled_padded(g, operation):
+        y, channels = _padded_mul(g, operation)
+        g.set_channels(operation.outputs[0], fused_activation(g, y, fuse, output), channels)
+        return
     a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     float_op, quant_op = _BINARY[code]
     if output.type in FLOATS and code == OperationCode.MUL and not g.isolated and not any(
@@ -1144,6 +1179,54 @@ def _blocked_product(g: GraphBuilder, a: Value, b: Value) -> str | None:
             return g.one("Mul", [x.name, from_nchw(g, spread, False)] if x is a else [from_nchw(g, spread, False),
                                                                                      x.name])
     return None
+
+
+def _scaled_padded(g: GraphBuilder, operation: Operation) -> bool:
+    """Whether a float MUL lowers in the padded form: its input that is scaled (not the
+    constant, not the [N, 1, 1, C] gate) was computed padded and takes that form (a padded
+    gate alone is cut back to its real channels instead: padding the value it scales would
+    be a pass over that value)."""
+    for position, index in enumerate(operation.inputs[:2]):
+        other = g.operand(operation.inputs[1 - position]).dimensions
+        scaled = g.raw_constant(operation.inputs[1 - position]) is not None or (
+            len(other) == 4 and other[1] * other[2] == 1)
+        if scaled and index in g.padded and _takes_padded(g, operation, index):
+            return True
+    return False
+
+
+def _padded_mul(g: GraphBuilder, operation: Operation) -> tuple[str, int]:
+    """A float MUL with an input computed with its channels padded to the NCHWc block
+    (_padded_product): the padded NHWC product and its channel count. Its padded channels
+    are zeros: zero times a finite constant (or 0), zero times a gate's zero."""
+    for position in (0, 1):
+        index, other = operation.inputs[position], operation.inputs[1 - position]
+        dims = g.operand(other).dimensions
+        if index not in g.padded or (g.raw_constant(other) is None and not (len(dims) == 4 and dims[1] * dims[2] == 1)):
+            continue
+        x = g.blocked_value(index)
+        channels = x.dims[3]
+        known = g.raw_constant(other)
+        if known is not None:
+            real = g.operand(index).dimensions[3]
+            scales = np.broadcast_to(known.astype(np.float32).reshape(-1), (real,))
+            y = channel_scale(g, to_nchw(g, x.name, False), np.pad(scales, (0, channels - real)))
+            return from_nchw(g, y, False), channels
+        factor = g.blocked_value(other)
+        factor_name = factor.name
+        if factor.dims[3] != channels:
+            # a gate not padded (a LOGISTIC's: selfie_segmentation's decoder), padded here and
+            # passed through an identity 1x1 depthwise convolution (x * 1.0, exact) so that
+            # ORT spreads it in its blocked layout (Resize 20 -> Upsample 3 us)
+            padded = _pad_channels(g, factor.name, channels - factor.dims[3])
+            factor_name = from_nchw(g, channel_scale(g, to_nchw(g, padded, False), np.ones(channels, np.float32)),
+                                    False)
+        factor = Value(factor_name, "float", [*factor.dims[:3], channels])
+        y = _blocked_product(g, x, factor) if position == 0 else _blocked_product(g, factor, x)
+        if y is None:  # a [N, 1, 1, C] value scaled by a gate of its own shape
+            y = g.one("Mul", [x.name, factor.name] if position == 0 else [factor.name, x.name])
+        return y, channels
+    raise Declined("no padded input")  # not reached: the caller checked
 
 
 def _clamped_add(g: GraphBuilder, operation: Operation, a: str, b: str, output: Operand, channels: int) -> str:
@@ -1228,6 +1311,10 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
         y = g.one("Relu", [x.name]) if high == math.inf else g.one(
             "Clip", [x.name, g.constant(np.array(low, np.float32)), g.constant(np.array(high, np.float32))])
         g.set_channels(operation.outputs[0], y, x.dims[3])
+        return
+    if code == OperationCode.HARD_SWISH and output.type in FLOATS and operation.inputs[0] in g.padded:
+        x = g.blocked_value(operation.inputs[0])  # channels padded to the block: 0 * relu6(0 + 3) / 6 = 0
+        g.set_channels(operation.outputs[0], g.one("HardSwish", [x.name]), x.dims[3])
         return
     x = g.value(operation.inputs[0])
     if code == OperationCode.ELU:
@@ -1468,8 +1555,15 @@ def _quantized_average_pool(g: GraphBuilder, x: Value, output: Operand, attribut
 
 @lowers(OperationCode.MEAN)
 def lower_mean(g: GraphBuilder, operation: Operation) -> None:
-    x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
+    if output.type in FLOATS and operation.inputs[0] in g.padded and _takes_padded(g, operation, operation.inputs[0]):
+        # channels padded to the NCHWc block (wants_padding; the height and width, kept):
+        # the mean of zeros is zero
+        x = g.blocked_value(operation.inputs[0])
+        pooled = from_nchw(g, g.one("GlobalAveragePool", [to_nchw(g, x.name, False)]), False)
+        g.set_channels(operation.outputs[0], pooled, x.dims[3])
+        return
+    x = g.value(operation.inputs[0])
     axes = np.atleast_1d(np.asarray(g.scalar(operation.inputs[1]))).astype(np.int64)
     keep = int(g.scalar(operation.inputs[2])) != 0
     if x.rank == 0 or np.any(axes < -x.rank) or np.any(axes >= x.rank):
