@@ -686,6 +686,51 @@ def test_a_reverse_between_declined_operations_stays_on_the_reference(ort_device
     assert compilation.step_devices == ["nnapi-reference"]
 
 
+def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkeypatch):
+    """has_kernel loads a one-node graph: float SpaceToDepth exists, an int16 one does not
+    (in any release); where it reports a uint8 SpaceToDepth missing (releases before 1.28),
+    a quantized SPACE_TO_DEPTH is declined with the reason, not claimed and failed."""
+    from onnx import TensorProto
+
+    from nnapi.drivers.ort import lowering
+
+    assert lowering.has_kernel("SpaceToDepth", TensorProto.FLOAT, blocksize=2)
+    assert not lowering.has_kernel("SpaceToDepth", TensorProto.INT16, blocksize=2)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 4, 4, 1], 0.5, 3))
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 2, 2, 4], 0.5, 3))
+    model.add_operation(Op.SPACE_TO_DEPTH, [x, _constant(model, T.INT32, np.int32(2))], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    monkeypatch.setattr(lowering, "has_kernel", lambda op_type, element, **attributes: op_type != "SpaceToDepth")
+    from nnapi.runtime.model_builder import build_hal_model
+
+    reason = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])[0]
+    assert reason is not None and "no SpaceToDepth kernel for uint8" in reason
+
+
+def test_a_mean_over_every_axis_gives_shape_one():
+    """MEAN of every axis without keep_dims is NNAPI's [1] (b/155508675), not ONNX's scalar:
+    the graph's output has shape (1,) (onnxruntime before 1.32 checks it and failed the run)."""
+    import onnxruntime
+
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 2, 1]))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1]))
+    axes = _constant(model, T.TENSOR_INT32, np.array([0, 1, 2], np.int32), [3])
+    model.add_operation(Op.MEAN, [x, axes, _constant(model, T.INT32, np.int32(0))], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model, inputs, _ = lower_model(build_hal_model(model)[0])
+    session = onnxruntime.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    result = session.run(None, {inputs[0]: np.arange(4, dtype=np.float32).reshape(2, 2, 1)})[0]
+    assert result.shape == (1,) and result[0] == 1.5
+
+
 def test_naming_the_discovered_driver_again_is_no_error():
     """--driver ort where the entry point already registered nnapi-ort-cpu: the devices
     already there, not a name clash."""

@@ -118,14 +118,47 @@ def release(version: str) -> tuple[int, int]:
 
 
 @functools.cache
+def onnxruntime_at_least(version: tuple[int, int]) -> bool:
+    """Whether the installed ONNX Runtime is release ``version`` or later (True without one:
+    lowering alone, nothing will load the graph here)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return True
+    return release(onnxruntime.__version__) >= version
+
+
+#: the first release whose ConvTranspose gives the CTS's quantized TRANSPOSE_CONV_2D results
+#: (1.20 and 1.21 were 3 steps off on 16 vectors)
+EXACT_CONV_TRANSPOSE_VERSION = (1, 22)
+
+
 def int16_add_supported() -> bool:
     """Whether the installed ONNX Runtime runs Add on int16 (1.21 on): older ones refuse to
     load a graph with one (NOT_IMPLEMENTED), which was every int8-input model."""
+    return onnxruntime_at_least(INT16_ADD_VERSION)
+
+
+@functools.cache
+def has_kernel(op_type: str, element: int, **attributes) -> bool:
+    """Whether the installed ONNX Runtime has a CPU kernel for ``op_type`` on a 4-d tensor of
+    ONNX element type ``element``: a one-node graph is loaded once per process (older
+    releases lack some 8-bit kernels: uint8 SpaceToDepth before 1.28, DepthToSpace and
+    ArgMin before 1.20, and refuse a graph with one, NOT_IMPLEMENTED)."""
     try:
         import onnxruntime
     except ImportError:  # lowering without a runtime (nothing will load the graph here)
         return True
-    return release(onnxruntime.__version__) >= INT16_ADD_VERSION
+    graph = helper.make_graph([helper.make_node(op_type, ["x"], ["y"], **attributes)], "probe",
+                              [helper.make_tensor_value_info("x", element, None)],
+                              [helper.make_empty_tensor_value_info("y")])  # its type: the operator's
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    try:
+        onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - any refusal means no such kernel here
+        return False
+    return True
 
 
 def internal_zero_point(operand: Operand) -> int:
@@ -1619,13 +1652,13 @@ def _reduce_mean(g: GraphBuilder, name: str, dims: list[int], axes: list[int], k
     first, last = axes[0], axes[-1]
     if (not all(dims) or last - first + 1 != len(axes) or any(d != 1 for d in dims[:first])
             or last == len(dims) - 1):
-        return g.one("ReduceMean", [name], axes=axes, keepdims=int(keep))
+        return _reduced(g, g.one("ReduceMean", [name], axes=axes, keepdims=int(keep)), len(dims), axes, keep)
     rows = math.prod(dims[first:last + 1])
     matrix = g.one("Reshape", [name, g.constant(np.array([rows, math.prod(dims[last + 1:])], np.int64))])
     mean = g.one("ReduceMean", [matrix], axes=[0], keepdims=1)
     shape = [1 if i in axes else d for i, d in enumerate(dims)] if keep else [
         d for i, d in enumerate(dims) if i not in axes]
-    return g.one("Reshape", [mean, g.constant(np.array(shape, np.int64))])
+    return g.one("Reshape", [mean, g.constant(np.array(shape or [1], np.int64))])
 
 
 @lowers(OperationCode.SOFTMAX)
@@ -1931,6 +1964,8 @@ def lower_depth_space(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("block size must be positive")
     op_type = "DepthToSpace" if operation.type == OperationCode.DEPTH_TO_SPACE else "SpaceToDepth"
     extra = {"mode": "DCR"} if op_type == "DepthToSpace" else {}  # NNAPI's channel order is TF's: DCR
+    if not has_kernel(op_type, _KIND_ELEM[x.kind], blocksize=2, **extra):
+        raise Declined(f"this onnxruntime has no {op_type} kernel for {x.kind} values")
     y = g.one(op_type, [to_nchw(g, x.name, nchw)], blocksize=block, **extra)
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
 
@@ -2101,6 +2136,8 @@ def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
     if quantized:
         if source.kind != "uint8" or g.operand(inputs[2]).type != T.TENSOR_INT32:
             raise Declined("a quantized TRANSPOSE_CONV_2D needs a quantized input and an int32 bias")
+        if not onnxruntime_at_least(EXACT_CONV_TRANSPOSE_VERSION):
+            raise Declined("this onnxruntime's ConvTranspose gives quantized results 3 steps off (before 1.22)")
     elif output.type not in FLOATS or filter_operand.type not in FLOATS:
         raise Declined(f"TRANSPOSE_CONV_2D on {_name(output.type)} is not supported")
     if len(filter_operand.dimensions) != 4 or not all(filter_operand.dimensions):
@@ -2537,6 +2574,8 @@ def lower_argminmax(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("the input's shape must be known")
     axis = _constant_axis(g, operation.inputs[1], x.rank)
     op_type = "ArgMax" if operation.type == OperationCode.ARGMAX else "ArgMin"
+    if not has_kernel(op_type, _KIND_ELEM[x.kind], axis=0):
+        raise Declined(f"this onnxruntime has no {op_type} kernel for {x.kind} values")
     index = g.one(op_type, [x.name], axis=axis, keepdims=0, select_last_index=0)
     y = g.one("Cast", [index], to=TensorProto.INT32)
     g.set_output(operation.outputs[0], _reduced(g, y, x.rank, [axis], False))
