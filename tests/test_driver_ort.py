@@ -1931,6 +1931,60 @@ def test_int8_output_of_a_quantize_linear_is_quantized_to_int8_directly(ort_devi
     np.testing.assert_array_equal(ours[0], shifted[0])
 
 
+@pytest.mark.parametrize("code, fuse, factor_first", [(T.TENSOR_QUANT8_ASYMM_SIGNED, 1, False),
+                                                     (T.TENSOR_QUANT8_ASYMM, 0, True),
+                                                     (T.TENSOR_QUANT8_ASYMM_SIGNED, 3, True)])
+def test_mul_by_a_constant_per_channel_is_a_depthwise_convolution(ort_device, code, fuse, factor_first):
+    """A quantized MUL of an NHWC value by a constant [1, 1, 1, C] (a pre-activation
+    network's batch-norm scale) runs as one 1x1 depthwise QLinearConv, no QLinearMul, the
+    factors beyond int8 (255, 128, -200, -129) in its per-channel weight scales: every
+    stored value in every channel gives the reference's result bit for bit."""
+    signed = code == T.TENSOR_QUANT8_ASYMM_SIGNED
+    dtype = np.int8 if signed else np.uint8
+    # stored factors and their zero point: b - zero point spans 0..255 (int8) or -200..55 (uint8)
+    factor_zero = -128 if signed else 200
+    stored = [127, -128, -1, 0, 100, -100, 5, 60] if signed else [0, 255, 72, 71, 200, 199, 201, 150]
+    factors = np.array(stored * 2, dtype).reshape(1, 1, 1, 16)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, [1, 16, 16, 16], scale=0.0022, zero_point=9 if signed else 137))
+    b = model.add_operand(OperandType(code, [1, 1, 1, 16], scale=0.0039215, zero_point=factor_zero))
+    model.set_operand_value(b, factors)
+    y = model.add_operand(OperandType(code, [1, 16, 16, 16], scale=0.00102, zero_point=-128 if signed else 3))
+    model.add_operation(Op.MUL, [b, x, _constant(model, T.INT32, fuse)] if factor_first else
+                        [x, b, _constant(model, T.INT32, fuse)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    ops = [node.op_type for node in _lowered(model).graph.node]
+    assert "QLinearMul" not in ops and ops.count("QLinearConv") == 1
+    info = np.iinfo(dtype)
+    values = np.arange(info.min, info.max + 1).reshape(16, 16)
+    # every stored value in every channel, in another order per channel
+    image = np.stack([np.roll(values, channel) for channel in range(16)], axis=-1)[None].astype(dtype)
+    ours, theirs = _on_both(model, [image], [np.zeros((1, 16, 16, 16), dtype)], ort_device)
+    assert len(np.unique(theirs[0])) > 50
+    np.testing.assert_array_equal(ours[0], theirs[0])
+
+
+def test_mul_by_a_constant_keeps_qlinear_mul_where_ties_round_apart(ort_device):
+    """Where some product is a tie (x_scale * b_scale / y_scale = 1/2 here: odd products are
+    halves), the reference rounds it away from zero and ORT's convolution to even: the MUL
+    stays a QLinearMul, within a step of the reference."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 4, 4, 8], scale=0.5, zero_point=128))
+    factors = np.array([[[[129, 131, 127, 125, 130, 133, 128, 120]]]], np.uint8)
+    b = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 1, 1, 8], scale=0.5, zero_point=128))
+    model.set_operand_value(b, factors)
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 4, 4, 8], scale=0.5, zero_point=128))
+    model.add_operation(Op.MUL, [x, b, _constant(model, T.INT32, 0)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    ops = [node.op_type for node in _lowered(model).graph.node]
+    assert "QLinearMul" in ops and "QLinearConv" not in ops
+    image = np.arange(128, dtype=np.uint8).reshape(1, 4, 4, 8) + 64
+    ours, theirs = _on_both(model, [image], [np.zeros((1, 4, 4, 8), np.uint8)], ort_device)
+    assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1
+
+
 @pytest.mark.parametrize("target, dtype", [(T.TENSOR_INT32, np.int32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
                                            (T.TENSOR_FLOAT16, np.float16)])
 def test_cast_of_floats_at_the_edges_equals_the_reference(ort_device, target, dtype):
