@@ -1734,17 +1734,19 @@ def test_mul_by_a_per_channel_constant_is_an_exact_depthwise_convolution(ort_dev
 @pytest.mark.parametrize("window", [
     (1, 3, 3, 1, 1, 0),  # Inception's 3x3 stride 1 SAME: windows of 9, 6 and 4 pixels
     (1, 3, 3, 2, 2, 1),  # stride 2 SAME, RELU fused
-    (2, 2, 2, 2, 2, 0),  # VALID 2x2 stride 2 (DenseNet's transition)
+    (2, 2, 2, 2, 2, 0),  # VALID 2x2 stride 2 (DenseNet's transition): a depthwise QLinearConv of ones
+    (2, 3, 3, 2, 2, 0),  # VALID 3x3 stride 2: 9 taps, no halves
     (2, 7, 7, 1, 1, 3),  # VALID 7x7 over 7x7: 49 taps, RELU6 fused
     (1, 32, 32, 1, 1, 0),  # SAME 32x32: 1024 taps, the widest rounded through the float pool
     (1, 33, 33, 1, 1, 0),  # 1089 taps: the DequantizeLinear / AveragePool / QuantizeLinear path
 ])
 def test_quantized_average_pool_equals_the_reference_exactly(ort_device, code, window):
-    """A quantized AVERAGE_POOL_2D through ORT's float AveragePool: the reference's values
-    exactly (sums over counts of real pixels, halves away from zero; random values give
-    many halves in the 4- and 6-pixel windows at the borders), the full 8-bit range,
-    fused activations clamping the stored values. A wider window keeps ORT's
-    QLinearAveragePool, within a step."""
+    """A quantized AVERAGE_POOL_2D through ORT's float AveragePool, or without padding a
+    depthwise QLinearConv of ones (the sum times a nudged 1 / count): the reference's
+    values exactly (sums over counts of real pixels, halves away from zero; random values
+    give many halves in the 4- and 6-pixel windows at the borders and in 2x2 windows), the
+    full 8-bit range, fused activations clamping the stored values. A wider window keeps
+    ORT's QLinearAveragePool, within a step."""
     scheme, filter_h, filter_w, stride_h, stride_w, fuse = window
     size = 7 if filter_h == 7 else (34 if filter_h > 3 else 9)
     params = {"scale": 0.25, "zero_point": 5 if code == T.TENSOR_QUANT8_ASYMM else -3}
@@ -1760,7 +1762,9 @@ def test_quantized_average_pool_equals_the_reference_exactly(ort_device, code, w
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     ops = [node.op_type for node in _lowered(model).graph.node]
-    assert ("AveragePool" in ops and "DequantizeLinear" not in ops) == (filter_h * filter_w <= 1024)
+    summed = scheme == 2  # VALID: no window reaches past the edges
+    assert ("AveragePool" in ops and "DequantizeLinear" not in ops) == (filter_h * filter_w <= 1024 and not summed)
+    assert ("QLinearConv" in ops and "AveragePool" not in ops) == summed
     dtype = np.uint8 if code == T.TENSOR_QUANT8_ASYMM else np.int8
     info = np.iinfo(dtype)
     rng = np.random.default_rng(sum(window))
