@@ -47,6 +47,22 @@ def test_factory_gives_a_cpu_device_per_provider():
     assert "onnxruntime" in found[0].version_string
 
 
+def test_sessions_run_without_the_memory_pattern():
+    """Every session the device prepares takes its intermediate values from the arena as
+    they are computed (no memory pattern: faster on MobileNet's large early layers), single
+    threaded, and computes the model all the same."""
+    model, request = calibration.calibration_model(T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL)
+    prepared = OrtDevice().prepare_model(model)
+    options = prepared.session.get_session_options()
+    assert options.enable_mem_pattern is False and options.intra_op_num_threads == 1
+    prepared.execute(request)
+    ours = bytes(request.pools[1])
+    ReferenceDevice().prepare_model(model).execute(request)
+    theirs = bytes(request.pools[1])
+    assert any(theirs)
+    assert np.abs(np.frombuffer(ours, np.int8).astype(int) - np.frombuffer(theirs, np.int8)).max() <= 1
+
+
 def test_capabilities_are_measured_and_cached(calibration_file):
     device = OrtDevice()
     capabilities = device.get_capabilities()
