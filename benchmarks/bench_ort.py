@@ -51,7 +51,7 @@ DEFAULT_MODELS = [
     "mobilenet_v1_1.0_224_float", "mobilenet_v1_1.0_224_int8", "mobilenet_v1_1.0_224_quant_uint8",
     "mobilenet_v2_1.0_224_float", "mobilenet_v2_1.0_224_int8", "mobilenet_v2_1.0_224_quant_uint8",
     "face_detection_short_range", "face_landmark", "hand_landmark_lite", "hand_recrop", "iris_landmark",
-    "selfie_segmentation", "lstm_1x20x40_128_fused",
+    "selfie_segmentation", "lstm_1x20x40_128_fused", "lstm_1x20x40_128_while",
 ]
 SHARED_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 

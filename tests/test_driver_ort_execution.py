@@ -646,3 +646,22 @@ def test_a_reusable_execution_keeps_a_mapped_pool_mapped():
                                rtol=1e-5, atol=1e-5)
     del execution
     mapping.close()
+
+
+def test_watchdog_fires_every_deadline_whatever_the_order_armed():
+    """The deadline watchdog wakes for a deadline earlier than the one it sleeps until, and
+    one armed later than that without waking it still fires (the thread looks again at its
+    wake-up): no run bounded by a deadline or the loop timeout is left unstopped."""
+    import time
+
+    from nnapi.drivers.ort.device import _Watchdog
+
+    watchdog = _Watchdog()
+    now = time.monotonic_ns()
+    far, soon, later = (ort.RunOptions() for _ in range(3))
+    watchdog.arm(now + 10_000_000_000, far)  # the thread sleeps 10 s
+    watchdog.arm(now + 30_000_000, soon)  # earlier: wakes it
+    watchdog.arm(now + 60_000_000, later)  # later than 30 ms: no wake-up needed
+    time.sleep(0.5)
+    assert soon.terminate and later.terminate and not far.terminate
+    watchdog.disarm(far)
