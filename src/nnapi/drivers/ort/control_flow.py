@@ -60,8 +60,7 @@ def _nested(g: GraphBuilder, subgraph: Subgraph, inputs: list[Value], hint: str)
     if len(inputs) != len(subgraph.input_indexes):
         raise Declined(f"the referenced model has {len(subgraph.input_indexes)} inputs, the operation "
                        f"passes {len(inputs)}")
-    child = GraphBuilder(g.model, subgraph, isolated=g.isolated)
-    child.prefix = f"{g.fresh(hint)}_"
+    child = g.nested(subgraph, hint)
     for index, value in zip(subgraph.input_indexes, inputs, strict=True):
         operand = subgraph.operands[index]
         dims = list(operand.dimensions) if operand.dimensions and all(operand.dimensions) else value.dims
@@ -75,18 +74,24 @@ def _nested(g: GraphBuilder, subgraph: Subgraph, inputs: list[Value], hint: str)
 
 def _outputs(child: GraphBuilder) -> list[Value]:
     """The nested graph's outputs, each written by a node of its own graph (an ONNX
-    subgraph's outputs must be; an output that is an input or an outer value is copied)."""
-    outputs = []
+    subgraph's outputs must be): one that is an input, an outer value or a constant, or
+    is listed twice, is copied by an Identity; the others are their nodes' own (no node
+    more per iteration of a Loop)."""
+    written = {name for node in child.nodes for name in node.output}
+    outputs, listed = [], set()
     for index in child.subgraph.output_indexes:
         value = child.value(index)
-        copy = child.one("Identity", [value.name])
-        outputs.append(Value(copy, value.kind, value.dims, value.scale, value.zero_point))
+        name = value.name
+        if name not in written or name in listed:
+            name = child.one("Identity", [name])
+        listed.add(name)
+        outputs.append(Value(name, value.kind, value.dims, value.scale, value.zero_point))
     return outputs
 
 
-def _info(value: Value, name: str | None = None):
+def _info(value: Value):
     dims = value.dims if value.dims and all(value.dims) else None
-    return helper.make_tensor_value_info(name or value.name, _KIND_ELEM[value.kind], dims)
+    return helper.make_tensor_value_info(value.name, _KIND_ELEM[value.kind], dims)
 
 
 def _truth(g: GraphBuilder, value: Value) -> str:
@@ -140,8 +145,7 @@ def lower_while(g: GraphBuilder, operation: Operation) -> None:
     for result, value in zip(results, loop_inputs, strict=True):
         if result.kind != value.kind or result.dims != value.dims:
             raise Declined("a loop-carried value changes its type or shape from one iteration to the next")
-    condition = _condition(body, condition_model, [*results, *values[carried:]])
-    condition_out = body.one("Identity", [condition])
+    condition_out = _condition(body, condition_model, [*results, *values[carried:]])  # a Reshape's
     graph = helper.make_graph(
         body.nodes, f"{prefix}_body",
         [helper.make_tensor_value_info(iteration, TensorProto.INT64, []),

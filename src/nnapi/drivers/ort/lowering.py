@@ -200,6 +200,14 @@ class GraphBuilder:
         #: prefix of every name made here: a nested graph's (control_flow.py) differ from its scope's
         self.prefix = ""
 
+    def nested(self, subgraph: Subgraph, hint: str) -> GraphBuilder:
+        """A builder for a graph nested in this one (an If branch, a Loop body) lowering
+        ``subgraph``: its own nodes and initializers, its names prefixed so that no scope
+        reuses a name of another."""
+        child = GraphBuilder(self.model, subgraph, isolated=self.isolated)
+        child.prefix = f"{self.fresh(hint)}_"
+        return child
+
     def readers(self, index: int) -> list[Operation]:
         """The subgraph's operations that read operand ``index`` (each once, in order)."""
         return self._readers.get(index, [])

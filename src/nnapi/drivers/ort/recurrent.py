@@ -211,8 +211,7 @@ def _clipped_lstm(g: GraphBuilder, sequence: str, direction: _LstmWeights, h0: i
     zero = g.constant(np.float32(0))
     proven = g.one("And", [g.one("GreaterOrEqual", [g.one("ReduceMin", [slack], keepdims=0), zero]),
                            g.one("Not", [g.one("IsNaN", [g.one("ReduceSum", [slack], keepdims=0)])])])
-    then_branch = GraphBuilder(g.model, g.subgraph, isolated=g.isolated)
-    then_branch.prefix = f"{g.fresh('proven')}_"
+    then_branch = g.nested(g.subgraph, "proven")
     results = [then_branch.one("Identity", [name]) for name in (y, y_h, y_c)]
     else_branch = _unrolled_lstm(g, sequence, direction, first, _float(g, c0, "cell state in", [batch, units]),
                                  steps, clip)
@@ -227,8 +226,7 @@ def _unrolled_lstm(g: GraphBuilder, sequence: str, direction: _LstmWeights, h0: 
     ONNX's order from the stacked W, R, B; CIFG's input gate is already there as the
     negated forget gate): an If branch reading those from the enclosing graph, giving Y
     [T, 1, B, H], Y_h and Y_c as ONNX's LSTM does."""
-    b = GraphBuilder(g.model, g.subgraph, isolated=g.isolated)
-    b.prefix = f"{g.fresh('unrolled')}_"
+    b = g.nested(g.subgraph, "unrolled")
     units = direction.units
     axis0 = b.constant(np.array([0], np.int64))
     bias = b.one("Slice", [direction.b, axis0, b.constant(np.array([4 * units], np.int64)), axis0])
@@ -316,7 +314,7 @@ def _directions_out(g: GraphBuilder, y: str, merge: bool, time_major: bool) -> l
     return [_time_major(g, _no_direction_axis(g, half, 1), time_major) for half in (forward, backward)]
 
 
-def _states_out(g: GraphBuilder, states: list[str]) -> list[str]:
+def _states_out(g: GraphBuilder, states: list[str]) -> list[list[str]]:
     """Per direction, [2, B, H] final states split into [B, H] ones: forward first."""
     out = []
     for state in states:
