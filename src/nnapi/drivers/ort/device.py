@@ -33,7 +33,7 @@ from nnapi.drivers.ort import (
     control_flow,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
 )
-from nnapi.drivers.ort.lowering import Declined, lower_model, operation_support, release
+from nnapi.drivers.ort.lowering import Declined, lower_model, onnxruntime_at_least, operation_support
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (
     Capabilities,
@@ -206,7 +206,7 @@ def _check_deadline(deadline_ns: int | None, what: str) -> None:
 #: type number; before it only as a numpy dtype (else every bind failed: "Not a valid
 #: numpy type", all of an execution on the 1.16-1.19 that pyproject accepts)
 ONNX_TYPES_BIND_VERSION = (1, 20)
-BINDS_ONNX_TYPES = release(ort.__version__) >= ONNX_TYPES_BIND_VERSION
+BINDS_ONNX_TYPES = onnxruntime_at_least(ONNX_TYPES_BIND_VERSION)
 
 
 @dataclass
