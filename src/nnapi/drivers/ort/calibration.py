@@ -162,6 +162,37 @@ def _best_time(prepared, request: Request, runs: int) -> float:
     return best
 
 
+class _Graph:
+    """Operands and operations of one HAL subgraph under construction; constants go into
+    the model's shared blob."""
+
+    def __init__(self, blob: bytearray) -> None:
+        self.blob = blob
+        self.operands: list[Operand] = []
+        self.operations: list[Operation] = []
+
+    def operand(self, code: OperandCode, dims: list[int], lifetime: OperandLifeTime, data=None,
+                scale: float = 0.0, zero_point: int = 0, channel_quant=None,
+                location: DataLocation | None = None) -> int:
+        """An operand; ``data`` (a constant's value) goes into the blob, 8-byte aligned."""
+        if data is not None:
+            self.blob.extend(b"\0" * (-len(self.blob) % 8))
+            raw = np.ascontiguousarray(data).tobytes()
+            location = DataLocation(0, len(self.blob), len(raw))
+            self.blob.extend(raw)
+        self.operands.append(Operand(code, list(dims), scale, zero_point, lifetime, location or DataLocation(),
+                                     channel_quant))
+        return len(self.operands) - 1
+
+    def operation(self, code: OperationCode, inputs: list[int], outputs: list[int]) -> None:
+        self.operations.append(Operation(code, inputs, outputs))
+        for index in inputs:  # HAL validation checks the counts
+            self.operands[index].number_of_consumers += 1
+
+    def subgraph(self, inputs: list[int], outputs: list[int]) -> Subgraph:
+        return Subgraph(self.operands, self.operations, inputs, outputs)
+
+
 def one_add_model() -> tuple[Model, Request]:
     """ADD of two [1, 8] float32 inputs, and a request for it: a model whose compute is
     negligible, so its execution time is the device's fixed cost."""
@@ -183,19 +214,10 @@ def calibration_model(code: OperandCode, filter_code: OperandCode) -> tuple[Mode
     rng = np.random.default_rng(7)
     channels, size = 16, 28
     blob = bytearray()
-    operands: list[Operand] = []
+    graph = _Graph(blob)
+    add = graph.operand
     quantized = code in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
     zero = 128 if code == T.TENSOR_QUANT8_ASYMM else 0
-
-    def add(op_type, dims, lifetime, data=None, scale=0.0, zero_point=0, channel_quant=None) -> int:
-        location = DataLocation()
-        if data is not None:
-            blob.extend(b"\0" * (-len(blob) % 8))
-            raw = np.ascontiguousarray(data).tobytes()
-            location = DataLocation(0, len(blob), len(raw))
-            blob.extend(raw)
-        operands.append(Operand(op_type, list(dims), scale, zero_point, lifetime, location, channel_quant))
-        return len(operands) - 1
 
     def scalar(value: int) -> int:
         return add(T.INT32, [], L.CONSTANT_COPY, np.array(value, np.int32))
@@ -222,16 +244,13 @@ def calibration_model(code: OperandCode, filter_code: OperandCode) -> tuple[Mode
     conv_out = add(code, shape, L.TEMPORARY_VARIABLE, **act)
     depth_out = add(code, shape, L.TEMPORARY_VARIABLE, **act)
     result = add(code, shape, L.SUBGRAPH_OUTPUT, **act)
-    conv = Operation(OperationCode.CONV_2D, [source, weights([channels, 3, 3, channels]), bias(), scalar(1),
-                                             scalar(1), scalar(1), scalar(1)], [conv_out])
-    depthwise = Operation(OperationCode.DEPTHWISE_CONV_2D, [conv_out, weights([1, 3, 3, channels]), bias(),
-                                                            scalar(1), scalar(1), scalar(1), scalar(1),
-                                                            scalar(1)], [depth_out])
-    add_op = Operation(OperationCode.ADD, [depth_out, source, scalar(0)], [result])
-    for operation in (conv, depthwise, add_op):  # HAL validation checks the counts
-        for index in operation.inputs:
-            operands[index].number_of_consumers += 1
-    model = Model(Subgraph(operands, [conv, depthwise, add_op], [source], [result]), [], bytes(blob), [])
+    graph.operation(OperationCode.CONV_2D, [source, weights([channels, 3, 3, channels]), bias(), scalar(1),
+                                            scalar(1), scalar(1), scalar(1)], [conv_out])
+    graph.operation(OperationCode.DEPTHWISE_CONV_2D, [conv_out, weights([1, 3, 3, channels]), bias(),
+                                                      scalar(1), scalar(1), scalar(1), scalar(1), scalar(1)],
+                    [depth_out])
+    graph.operation(OperationCode.ADD, [depth_out, source, scalar(0)], [result])
+    model = Model(graph.subgraph([source], [result]), [], bytes(blob), [])
     element = np.dtype(_storage(code)) if quantized else np.dtype(_float(code))
     nbytes = int(np.prod(shape)) * element.itemsize
     data = (rng.integers(0, 255, shape).astype(element) if quantized
@@ -248,34 +267,6 @@ def _float(code: OperandCode):
 
 def _storage(code: OperandCode):
     return np.int8 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8
-
-
-class _Graph:
-    """Operands and operations of one HAL subgraph under construction; constants go into
-    the model's shared blob."""
-
-    def __init__(self, blob: bytearray) -> None:
-        self.blob = blob
-        self.operands: list[Operand] = []
-        self.operations: list[Operation] = []
-
-    def operand(self, code: OperandCode, dims: list[int], lifetime: OperandLifeTime, data=None,
-                location: DataLocation | None = None) -> int:
-        if data is not None:
-            self.blob.extend(b"\0" * (-len(self.blob) % 8))
-            raw = np.ascontiguousarray(data).tobytes()
-            location = DataLocation(0, len(self.blob), len(raw))
-            self.blob.extend(raw)
-        self.operands.append(Operand(code, list(dims), 0.0, 0, lifetime, location or DataLocation()))
-        return len(self.operands) - 1
-
-    def operation(self, code: OperationCode, inputs: list[int], outputs: list[int]) -> None:
-        self.operations.append(Operation(code, inputs, outputs))
-        for index in inputs:
-            self.operands[index].number_of_consumers += 1
-
-    def subgraph(self, inputs: list[int], outputs: list[int]) -> Subgraph:
-        return Subgraph(self.operands, self.operations, inputs, outputs)
 
 
 #: the loop's state: a [1, 64] float32 vector, through a 64 x 64 FULLY_CONNECTED and TANH per iteration
