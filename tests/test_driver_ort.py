@@ -337,8 +337,13 @@ def test_slice_and_tile_parameters_given_at_run_time_are_checked(ort_device):
             execution.compute()
 
 
-def _conv_then_log_model():
-    """CONV_2D (ORT) -> LOG (declined by ORT: the reference runs it)."""
+#: the TRANSPOSE of _conv_then_declined_model: its perm, given at run time, swaps height and width
+_PERM = np.array([0, 2, 1, 3], np.int32)
+
+
+def _conv_then_declined_model():
+    """CONV_2D (ORT) -> TRANSPOSE by a perm given at run time (declined by ORT, whose
+    Transpose takes perm as an attribute: the reference runs it)."""
     model = nnapi.Model()
     image = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 3]))
     weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 3, 3, 3]))
@@ -354,9 +359,10 @@ def _conv_then_log_model():
         scalars.append(index)
     features = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
     model.add_operation(Op.CONV_2D, [image, weights, bias, *scalars], [features])
+    perm = model.add_operand(OperandType(T.TENSOR_INT32, [4]))
     best = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
-    model.add_operation(Op.LOG, [features], [best])
-    model.identify_inputs_and_outputs([image], [features, best])
+    model.add_operation(Op.TRANSPOSE, [features, perm], [best])
+    model.identify_inputs_and_outputs([image, perm], [features, best])
     model.finish()
     return model, keep
 
@@ -364,6 +370,7 @@ def _conv_then_log_model():
 def _run(compilation, image):
     execution = nnapi.Execution(compilation)
     execution.set_input(0, image)
+    execution.set_input(1, _PERM)
     features = np.zeros((1, 6, 6, 4), np.float32)
     best = np.zeros((1, 6, 6, 4), np.float32)
     execution.set_output(0, features)
@@ -373,7 +380,7 @@ def _run(compilation, image):
 
 
 def test_declined_operation_runs_on_the_reference(ort_device):
-    model, _keep = _conv_then_log_model()
+    model, _keep = _conv_then_declined_model()
     split = nnapi.Compilation(model, [ort_device, _reference()])
     split.finish()
     assert split.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
@@ -630,19 +637,21 @@ def test_channel_pad_before_an_element_wise_operation_enters_nchwc_once(ort_devi
 
 
 def test_a_small_island_after_a_declined_operation_stays_on_the_reference(ort_device):
-    """The fused LSTM's shape: an operation ORT declines (LOG here) then a light one it runs
-    (an ADD of 20 floats): a second step would cost more than ORT saves, so the plan is the
-    reference alone (the CONV_2D -> LOG model above still splits)."""
+    """The fused LSTM's shape: an operation ORT declines (a TRANSPOSE by a perm given at run
+    time here) then a light one it runs (an ADD of 20 floats): a second step would cost more
+    than ORT saves, so the plan is the reference alone (the CONV_2D -> TRANSPOSE model above
+    still splits)."""
     model = nnapi.Model()
     tensor = OperandType(T.TENSOR_FLOAT32, [1, 20])
     x = model.add_operand(tensor)
-    logs = model.add_operand(tensor)
-    model.add_operation(Op.LOG, [x], [logs])
+    perm = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
+    moved = model.add_operand(tensor)
+    model.add_operation(Op.TRANSPOSE, [x, perm], [moved])
     fuse = model.add_operand(OperandType(T.INT32))
     model.set_operand_value(fuse, 0)
     y = model.add_operand(tensor)
-    model.add_operation(Op.ADD, [logs, x, fuse], [y])
-    model.identify_inputs_and_outputs([x], [y])
+    model.add_operation(Op.ADD, [moved, x, fuse], [y])
+    model.identify_inputs_and_outputs([x, perm], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [False, True]
     compilation = nnapi.Compilation(model, [ort_device, _reference()])
@@ -651,10 +660,11 @@ def test_a_small_island_after_a_declined_operation_stays_on_the_reference(ort_de
     value = np.linspace(0.5, 3.0, 20, dtype=np.float32).reshape(1, 20)
     execution = nnapi.Execution(compilation)
     execution.set_input(0, value)
+    execution.set_input(1, np.array([0, 1], np.int32))
     out = np.zeros((1, 20), np.float32)
     execution.set_output(0, out)
     execution.compute()
-    np.testing.assert_allclose(out, np.log(value) + value, rtol=1e-6)
+    np.testing.assert_array_equal(out, value + value)
 
 
 @pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32])
@@ -681,20 +691,21 @@ def test_reverse_is_a_backwards_slice_with_the_reference_values(ort_device, code
 
 
 def test_a_reverse_between_declined_operations_stays_on_the_reference(ort_device):
-    """REVERSE is a light operation: alone between two operations ORT declines (LOGs; the
-    bidirectional layer's flips between its LSTMs), a step of its own would cost more than
-    it saves, so the plan is the reference alone."""
+    """REVERSE is a light operation: alone between two operations ORT declines (TRANSPOSEs
+    by a perm given at run time; the bidirectional layer's flips between its LSTMs), a step
+    of its own would cost more than it saves, so the plan is the reference alone."""
     model = nnapi.Model()
     tensor = OperandType(T.TENSOR_FLOAT32, [1, 100, 16])
     x = model.add_operand(tensor)
-    logs = model.add_operand(tensor)
-    model.add_operation(Op.LOG, [x], [logs])
+    perm = model.add_operand(OperandType(T.TENSOR_INT32, [3]))
+    moved = model.add_operand(tensor)
+    model.add_operation(Op.TRANSPOSE, [x, perm], [moved])
     flipped = model.add_operand(tensor)
-    model.add_operation(Op.REVERSE, [logs, _constant(model, T.TENSOR_INT32, np.array([1], np.int32), [1])],
+    model.add_operation(Op.REVERSE, [moved, _constant(model, T.TENSOR_INT32, np.array([1], np.int32), [1])],
                         [flipped])
     y = model.add_operand(tensor)
-    model.add_operation(Op.LOG, [flipped], [y])
-    model.identify_inputs_and_outputs([x], [y])
+    model.add_operation(Op.TRANSPOSE, [flipped, perm], [y])
+    model.identify_inputs_and_outputs([x, perm], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [False, True, False]
     compilation = nnapi.Compilation(model, [ort_device, _reference()])
@@ -772,9 +783,9 @@ def test_discovered_as_a_plug_in():
 
 def test_default_compilation_splits_across_ort_and_the_reference():
     """No devices given: the runtime uses every device, as Android's does. The convolution goes
-    to nnapi-ort-cpu (measured faster), LOG, which it declines, to nnapi-reference, and the
+    to nnapi-ort-cpu (measured faster), the TRANSPOSE it declines to nnapi-reference, and the
     results equal the reference alone's within the CTS tolerance."""
-    model, _keep = _conv_then_log_model()
+    model, _keep = _conv_then_declined_model()
     default = nnapi.Compilation(model)
     default.finish()
     assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
@@ -818,7 +829,7 @@ def test_split_plan_falls_back_to_the_cpu_when_ort_fails_to_execute(monkeypatch)
     """No devices given: an ORT step whose run fails (onnxruntime raising) is re-run with the
     whole model on nnapi-reference, as for a single-device plan; with explicit devices the
     failure is the result (the NDK's rule)."""
-    model, _keep = _conv_then_log_model()
+    model, _keep = _conv_then_declined_model()
     default = nnapi.Compilation(model)
     default.finish()
     assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
@@ -845,7 +856,7 @@ def test_split_plan_falls_back_to_the_cpu_when_ort_fails_to_execute(monkeypatch)
 
 def test_split_plan_missing_its_deadline_on_ort_is_not_re_run(monkeypatch):
     """A deadline error is the result even without explicit devices (no CPU fallback)."""
-    model, _keep = _conv_then_log_model()
+    model, _keep = _conv_then_declined_model()
     default = nnapi.Compilation(model)
     default.finish()
     assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
@@ -863,7 +874,7 @@ def test_split_plan_missing_its_deadline_on_ort_is_not_re_run(monkeypatch):
 def test_split_plan_moves_a_step_ort_fails_to_prepare_to_the_cpu(monkeypatch):
     """No devices given: when onnxruntime refuses the lowered graph, that step is prepared on
     nnapi-reference and the results are the reference's."""
-    model, _keep = _conv_then_log_model()
+    model, _keep = _conv_then_declined_model()
     warm = nnapi.Compilation(model)  # capabilities measured before sessions start failing
     warm.finish()
 
@@ -897,11 +908,11 @@ def test_inspect_lists_the_ort_device(capsys):
 def test_unsupported_reasons_name_the_rule():
     from nnapi.runtime.model_builder import build_hal_model
 
-    model, _keep = _conv_then_log_model()
+    model, _keep = _conv_then_declined_model()
     hal_model, _ = build_hal_model(model)
     reasons = OrtDevice().get_unsupported_reasons(hal_model)
     assert reasons[0] is None
-    assert "LOG" in reasons[1]
+    assert "TRANSPOSE" in reasons[1] and "perm" in reasons[1]
     assert OrtDevice().get_supported_operations(hal_model) == [True, False]
 
 
@@ -1022,7 +1033,7 @@ def test_buffers_bind_with_the_element_type_the_runtime_takes(monkeypatch, onnx_
 def test_second_compilation_comes_from_the_cache(ort_device, tmp_path):
     """Through the public API: set_caching makes the second compilation load the cached,
     already optimized ORT model instead of lowering again."""
-    _model, _keep = _conv_then_log_model()  # its weights
+    _model, _keep = _conv_then_declined_model()  # its weights
     image = np.random.default_rng(5).standard_normal((1, 6, 6, 3)).astype(np.float32)
     results = []
     conv_only = nnapi.Model()

@@ -1416,7 +1416,10 @@ def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse
 _UNARY_FLOAT = {OperationCode.LOGISTIC: "Sigmoid", OperationCode.TANH: "Tanh", OperationCode.RELU: "Relu",
                 OperationCode.HARD_SWISH: "HardSwish", OperationCode.ABS: "Abs", OperationCode.EXP: "Exp",
                 OperationCode.FLOOR: "Floor", OperationCode.NEG: "Neg", OperationCode.SQRT: "Sqrt",
-                OperationCode.ELU: "Elu"}
+                OperationCode.ELU: "Elu", OperationCode.LOG: "Log", OperationCode.SIN: "Sin"}
+#: the unary operations that also take TENSOR_INT32, wrapping as two's complement (|INT32_MIN|
+#: and -INT32_MIN are INT32_MIN), as ONNX Runtime's Abs and Neg do
+_UNARY_INT32 = (OperationCode.ABS, OperationCode.NEG)
 _CLAMPS = {OperationCode.RELU: (0.0, math.inf), OperationCode.RELU1: (-1.0, 1.0), OperationCode.RELU6: (0.0, 6.0)}
 
 
@@ -1440,6 +1443,9 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
         alpha = float(g.scalar(operation.inputs[1]))
     elif len(operation.inputs) != 1:
         raise Declined(f"{code.name} takes one input")
+    if code in _UNARY_INT32 and output.type == T.TENSOR_INT32 and x.kind == "int32":
+        g.set_output(operation.outputs[0], g.one(_UNARY_FLOAT[code], [x.name]))
+        return
     if code not in (OperationCode.LOGISTIC, OperationCode.TANH, *_CLAMPS, OperationCode.HARD_SWISH) and \
             output.type not in FLOATS:
         raise Declined(f"{code.name} on {_name(output.type)} is not supported")
@@ -2423,6 +2429,10 @@ def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
     _check_same_quantization(x, output)
     if x.rank == 0:
         raise Declined("TRANSPOSE needs the input's rank")
+    if len(operation.inputs) > 1 and g.operand(operation.inputs[1]).lifetime != L.NO_VALUE and \
+            g.raw_constant(operation.inputs[1]) is None:
+        raise Declined(f"TRANSPOSE's perm (operand {operation.inputs[1]}) is given at run time: ONNX's Transpose "
+                       "takes it as an attribute")
     perm = g.optional_scalar(operation, 1, None)
     perm = list(range(x.rank))[::-1] if perm is None else [int(p) for p in np.asarray(perm).reshape(-1)]
     if sorted(perm) != list(range(x.rank)):
