@@ -83,8 +83,15 @@ def _bilinear(values: np.ndarray, rows, cols, quantized: bool, dtype: np.dtype) 
     return result.astype(dtype, copy=False)
 
 
-def _weighted_taps(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
-    """``_bilinear_taps`` as (lower, upper, weight of the lower, weight of the upper)."""
+def bilinear_blend(values: np.ndarray, rows, cols) -> np.ndarray:
+    """The float32 bilinear blend of NHWC float32 ``values`` with ``weighted_taps`` rows and
+    columns, before any truncation (the ONNX Runtime driver checks its Resize against it)."""
+    return _bilinear(values, rows, cols, False, np.dtype(np.float32))
+
+
+def weighted_taps(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
+    """``_bilinear_taps`` as (lower, upper, weight of the lower, weight of the upper); the
+    ONNX Runtime driver blends quantized images with these same taps."""
     lower, upper, fraction = _bilinear_taps(in_size, out_size, align_corners, half_pixel)
     return lower, upper, np.float32(1) - fraction, fraction
 
@@ -144,8 +151,8 @@ class Resize(Operation):
             rows = nearest_indexes(height, out_h, align_corners, half_pixel)
             cols = nearest_indexes(width, out_w, align_corners, half_pixel)
             return [from_nhwc(np.ascontiguousarray(x[:, rows][:, :, cols]), nchw)]
-        rows = _weighted_taps(height, out_h, align_corners, half_pixel)
-        cols = _weighted_taps(width, out_w, align_corners, half_pixel)
+        rows = weighted_taps(height, out_h, align_corners, half_pixel)
+        cols = weighted_taps(width, out_w, align_corners, half_pixel)
         return [from_nhwc(_bilinear(np.asarray(x, dtype=np.float32), rows, cols, data.type not in _FLOAT, x.dtype),
                           nchw)]
 
@@ -161,8 +168,8 @@ class Resize(Operation):
             cols = nearest_indexes(width, out_w, align_corners, half_pixel)
             return lambda values: [from_nhwc(np.take(np.take(to_nhwc(values[0], nchw), rows, axis=1), cols, axis=2),
                                              nchw)]
-        rows = _weighted_taps(height, out_h, align_corners, half_pixel)
-        cols = _weighted_taps(width, out_w, align_corners, half_pixel)
+        rows = weighted_taps(height, out_h, align_corners, half_pixel)
+        cols = weighted_taps(width, out_w, align_corners, half_pixel)
         return PreparedBilinear(rows, cols, data.type not in _FLOAT, dtype, (batches, out_h, out_w, channels), nchw)
 
 
