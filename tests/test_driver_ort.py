@@ -18,7 +18,7 @@ import nnapi  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
-from nnapi.codes import DeviceTypeCode  # noqa: E402
+from nnapi.codes import DeviceTypeCode, PaddingCode  # noqa: E402
 from nnapi.conformance import (  # noqa: E402
     VARIANTS,
     declined_by,
@@ -810,12 +810,18 @@ def test_a_quantized_resize_uses_ort_resize_only_where_a_probe_shows_the_referen
     binary fractions and a probe run shows ORT blending with them: 2x / 8x / 4x upscales;
     not 5 -> 20 (fifths), nor a width 7 -> 2, whose taps (0, 3.5) are exact but which ORT
     computes from 2 / 7 (off in the last bit): the probe refuses it, the gathered blend
-    runs instead."""
-    model, _, _ = _quantized_resize_model(T.TENSOR_QUANT8_ASYMM, in_size, out_size, (False, False, True))
+    runs instead. An int8 input and output are blended as they are: the shifts to the
+    internal uint8 and back cancel."""
     from nnapi.drivers.ort import lowering
 
+    model, _, _ = _quantized_resize_model(T.TENSOR_QUANT8_ASYMM, in_size, out_size, (False, False, True))
     operators = {node.op_type for node in _lowered(model).graph.node}
     assert ("Resize" in operators, "Gather" in operators) == (resized, not resized)
+    model, _, _ = _quantized_resize_model(T.TENSOR_QUANT8_ASYMM_SIGNED, in_size, out_size, (False, False, True))
+    operators = [node.op_type for node in _lowered(model).graph.node]
+    assert operators.count("Add") == (0 if resized else 3) and "Sub" not in operators  # (3: the blend's)
+    if resized:
+        assert operators == ["Cast", "Resize", "Cast"]
     assert lowering._resize_matches_taps(4, 7, 8, 2, False, True, False) is False
 
 
@@ -1998,28 +2004,29 @@ def test_int8_graph_edges_without_an_int16_add(ort_device, monkeypatch, zero_poi
 
 @pytest.mark.parametrize("zero_point", [-128, -3, 127])
 def test_int8_output_of_a_quantize_linear_is_quantized_to_int8_directly(ort_device, monkeypatch, zero_point):
-    """An int8 output computed by a QuantizeLinear (a quantized RESIZE_BILINEAR's, behind
-    the Transpose back to NHWC) is that QuantizeLinear to int8 with the zero point - 128,
-    no Cast / Add / Cast after it: the values of the shifted uint8 path exactly (zero
-    points at both ends of int8), and the reference's within a step."""
+    """An int8 output computed by a QuantizeLinear (a padded quantized AVERAGE_POOL_2D's,
+    after the Transpose back to NHWC) is that QuantizeLinear to int8 with the zero point
+    - 128, no Cast / Add / Cast after it: the values of the shifted uint8 path exactly
+    (zero points at both ends of int8), and the reference's within a step."""
     from nnapi.drivers.ort import lowering
 
     model = nnapi.Model()
     params = {"scale": 0.5, "zero_point": zero_point}
     x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 5, 6, 16], **params))
-    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 10, 12, 16], **params))
-    model.add_operation(Op.RESIZE_BILINEAR, [x, _constant(model, T.INT32, 12), _constant(model, T.INT32, 10)], [y])
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 5, 6, 16], **params))
+    window = [_constant(model, T.INT32, np.int32(v)) for v in (PaddingCode.PADDING_SAME, 1, 1, 3, 3, 0)]
+    model.add_operation(Op.AVERAGE_POOL_2D, [x, *window], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     nodes = _lowered(model).graph.node
-    assert [node.op_type for node in nodes[-2:]] == ["QuantizeLinear", "Transpose"]
+    assert nodes[-1].op_type == "QuantizeLinear" and "AveragePool" in [node.op_type for node in nodes]
     image = np.random.default_rng(5).integers(-128, 128, (1, 5, 6, 16)).astype(np.int8)
-    ours, theirs = _on_both(model, [image], [np.zeros((1, 10, 12, 16), np.int8)], ort_device)
+    ours, theirs = _on_both(model, [image], [np.zeros((1, 5, 6, 16), np.int8)], ort_device)
     assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1
     monkeypatch.setattr(lowering, "_quantize_to_int8", lambda *args: False)
     shift = ["Add", "Cast"] if lowering.int16_add_supported() else ["DequantizeLinear", "QuantizeLinear"]
     assert [node.op_type for node in _lowered(model).graph.node][-2:] == shift
-    shifted, _ = _on_both(model, [image], [np.zeros((1, 10, 12, 16), np.int8)], ort_device)
+    shifted, _ = _on_both(model, [image], [np.zeros((1, 5, 6, 16), np.int8)], ort_device)
     np.testing.assert_array_equal(ours[0], shifted[0])
 
 

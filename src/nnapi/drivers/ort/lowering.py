@@ -196,6 +196,8 @@ class GraphBuilder:
         self.integer_means: set[int] = set()
         self._count = 0
         self._constants: dict[tuple, str] = {}
+        #: a uint8 value shift_signed made from an int8 one -> that int8 value
+        self._signed_sources: dict[str, str] = {}
         # isolated: operands produced elsewhere are treated as inputs (for support queries)
         self.isolated = isolated
         #: prefix of every name made here: a nested graph's (control_flow.py) differ from its scope's
@@ -358,7 +360,21 @@ class GraphBuilder:
         -> 10.7 us against the three of Cast, int16 Add, Cast). Before that, where a session
         with either Add fails to load, a DequantizeLinear / QuantizeLinear pair of scale 1:
         q dequantized with scale 1 and zero point -128 (u - 128 back) is q + 128 as a
-        float32 integer, quantized with scale 1 and zero point 0 (-128) to itself."""
+        float32 integer, quantized with scale 1 and zero point 0 (-128) to itself. A value
+        shifted here from int8 shifts back to that int8 value itself (an int8 graph output
+        of an operation computed in int8: its shift there and back dropped as unread)."""
+        if not to_unsigned and name in self._signed_sources:
+            return self._signed_sources[name]
+        shifted = self._shift_signed(name, to_unsigned)
+        if to_unsigned:
+            self._signed_sources[shifted] = name
+        return shifted
+
+    def signed_source(self, name: str) -> str | None:
+        """The int8 value a uint8 ``name`` was shifted from by shift_signed, if it was."""
+        return self._signed_sources.get(name)
+
+    def _shift_signed(self, name: str, to_unsigned: bool) -> str:
         if not int16_add_supported():
             one = self.constant(np.array(1.0, np.float32))
             if to_unsigned:
@@ -2162,9 +2178,12 @@ def _truncated_blend(g: GraphBuilder, x: Value, output: Operand, axes: tuple[int
     row_shape = [-1] + [1] * (x.rank - height_axis - 1)
     col_shape = [-1] + [1] * (x.rank - width_axis - 1)
     nchw = height_axis == 2
-    values = g.one("Cast", [x.name], to=TensorProto.FLOAT)
     signed = output.type == T.TENSOR_QUANT8_ASYMM_SIGNED
-    if signed:  # the operand's own integers: truncation toward zero differs below zero
+    # the operand's own integers (truncation toward zero differs below zero): an int8 graph
+    # input's own bits where the value is one
+    source = g.signed_source(x.name) if signed else None
+    values = g.one("Cast", [source or x.name], to=TensorProto.FLOAT)
+    if signed and source is None:
         values = g.one("Sub", [values, g.constant(np.float32(128))])
     if (not g.isolated and _exact_taps(rows, cols)
             and _resize_matches_taps(x.dims[height_axis], x.dims[width_axis], *sizes, align_corners, half_pixel,
@@ -3344,8 +3363,8 @@ def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
         dims = [d if d else None for d in operand.dimensions]
         outputs.append(helper.make_tensor_value_info(name, _HAL_ELEM[operand.type], dims))
         output_names.append(name)
+    _drop_unread_nodes(g, output_names)  # first, so that a value read only by its output's Identity is seen so
     _drop_output_identities(g)
-    _drop_unread_nodes(g, output_names)
     graph = helper.make_graph(g.nodes, "nnapi", g.inputs, outputs, g.initializers)
     opsets = [helper.make_opsetid("", OPSET)]
     if g.uses_ms_domain:
@@ -3393,8 +3412,8 @@ def _drop_output_identities(g: GraphBuilder) -> None:
 
 
 def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
-    """An int8 graph output computed by a QuantizeLinear read by nothing else (a quantized
-    RESIZE_BILINEAR's, AVERAGE_POOL_2D's) as that QuantizeLinear to int8 with its zero
+    """An int8 graph output computed by a QuantizeLinear read by nothing else (a padded
+    quantized AVERAGE_POOL_2D's) as that QuantizeLinear to int8 with its zero
     point - 128: the same q = u - 128, saturated alike, in one pass where shift_signed
     adds two more over the output (its int16 Cast, Add, Cast took ~0.6 of deeplab_like_int8's
     ~8 ms at 257x257x21). The uint8 one, now unread, is dropped. False where it does not apply."""
