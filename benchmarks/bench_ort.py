@@ -94,15 +94,22 @@ def ort_device() -> nnapi.Device:
 
 
 def random_inputs(details: list[dict], seed: int = 0) -> list[np.ndarray]:
+    """Seeded inputs as nnapi.session.random_inputs makes them: floats in [-1, 1), 8-bit
+    (quantized) values over their whole range, wider integers in {0, 1} (token ids and
+    indices: a text model's embedding lookup refuses ids past its vocabulary)."""
     rng = np.random.default_rng(seed)
     arrays = []
     for detail in details:
         dtype, shape = np.dtype(detail["dtype"]), detail["shape"]
         if dtype.kind == "f":
             arrays.append(rng.uniform(-1, 1, shape).astype(dtype))
-        else:
+        elif dtype == np.bool_:
+            arrays.append(rng.integers(0, 2, shape).astype(dtype))
+        elif dtype.itemsize == 1:
             info = np.iinfo(dtype)
             arrays.append(rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype))
+        else:
+            arrays.append(rng.integers(0, 2, shape).astype(dtype))
     return arrays
 
 
