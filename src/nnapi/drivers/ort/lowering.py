@@ -8,7 +8,8 @@ Runtime's fast kernels apply and the real values are unchanged:
 - TENSOR_QUANT8_ASYMM is uint8 with its zero point; TENSOR_QUANT8_ASYMM_SIGNED is
   re-expressed as uint8 with zero point + 128 (q + 128 has the same real value, exactly),
   which is the form ORT's x86 QLinear kernels are fastest on.
-- TENSOR_INT32 and TENSOR_BOOL8 are themselves.
+- TENSOR_INT32 and TENSOR_BOOL8 are themselves, and so are TENSOR_QUANT16_ASYMM boxes
+  (uint16; the detection operations' boxes, scale 0.125: detection.py).
 
 NNAPI's NHWC layout becomes Transpose -> NCHW operator -> Transpose; ORT's transpose
 optimizer cancels the pairs between consecutive operators. Fused activations become
@@ -56,7 +57,7 @@ MS_DOMAIN = "com.microsoft"
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 #: operand types with an internal encoding (weights' per-channel / symm types are constants only)
-ACTIVATION_TYPES = (*FLOATS, *QUANT8, T.TENSOR_INT32, T.TENSOR_BOOL8)
+ACTIVATION_TYPES = (*FLOATS, *QUANT8, T.TENSOR_INT32, T.TENSOR_BOOL8, T.TENSOR_QUANT16_ASYMM)
 NHWC_TO_NCHW = [0, 3, 1, 2]
 NCHW_TO_NHWC = [0, 2, 3, 1]
 #: ORT runs float convolutions in a blocked layout (NCHWc) and keeps a tensor in it between
@@ -79,7 +80,7 @@ class Value:
     scale and internal zero point; ``const`` holds a constant's internal-encoded array."""
 
     name: str
-    kind: str  # "float", "uint8", "int32", "bool"
+    kind: str  # "float", "uint8", "int32", "bool", "uint16"
     dims: list[int]
     scale: float = 0.0
     zero_point: int = 0
@@ -91,10 +92,11 @@ class Value:
 
 
 _KIND_ELEM = {"float": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int32": TensorProto.INT32,
-              "bool": TensorProto.BOOL}
+              "bool": TensorProto.BOOL, "uint16": TensorProto.UINT16}
 _HAL_ELEM = {T.TENSOR_FLOAT32: TensorProto.FLOAT, T.TENSOR_FLOAT16: TensorProto.FLOAT16,
              T.TENSOR_QUANT8_ASYMM: TensorProto.UINT8, T.TENSOR_QUANT8_ASYMM_SIGNED: TensorProto.INT8,
-             T.TENSOR_INT32: TensorProto.INT32, T.TENSOR_BOOL8: TensorProto.BOOL}
+             T.TENSOR_INT32: TensorProto.INT32, T.TENSOR_BOOL8: TensorProto.BOOL,
+             T.TENSOR_QUANT16_ASYMM: TensorProto.UINT16}
 
 
 def internal_kind(code: int) -> str:
@@ -106,6 +108,8 @@ def internal_kind(code: int) -> str:
         return "int32"
     if code == T.TENSOR_BOOL8:
         return "bool"
+    if code == T.TENSOR_QUANT16_ASYMM:
+        return "uint16"
     raise Declined(f"{_name(code)} operands are not supported")
 
 
@@ -421,7 +425,7 @@ def encode(raw: np.ndarray, operand: Operand) -> np.ndarray:
         return raw.astype(np.float32)
     if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED:
         return (raw.view(np.uint8) ^ np.uint8(0x80)).reshape(raw.shape)
-    if operand.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_INT32, T.TENSOR_BOOL8):
+    if operand.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_INT32, T.TENSOR_BOOL8, T.TENSOR_QUANT16_ASYMM):
         return raw
     if operand.type in (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM):
         return raw  # weights: read by the operation that owns them
