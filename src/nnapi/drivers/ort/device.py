@@ -31,6 +31,7 @@ from nnapi.codes import DEFAULT_LOOP_TIMEOUT_NS, DeviceTypeCode, FeatureLevelCod
 from nnapi.drivers.ort import (
     calibration,
     control_flow,  # noqa: F401  (importing it registers its lowerings)
+    detection,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import Declined, lower_model, onnxruntime_at_least, operation_support
