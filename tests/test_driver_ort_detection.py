@@ -220,13 +220,34 @@ def test_roi_operations_fail_where_the_reference_does(operation, batch, boxes):
     _roi_model(operation, T.TENSOR_FLOAT32, False, boxes=np.array(boxes), batch=batch).assert_both_fail()
 
 
-@pytest.mark.parametrize("code, ratios, reason", [
-    (T.TENSOR_QUANT8_ASYMM, (2, 2), "integer pipeline"),
-    (T.TENSOR_FLOAT32, (0, 4), "one sampling ratio")])
-def test_roi_align_declines_what_onnx_does_not_express(code, ratios, reason):
-    m = _roi_model(Op.ROI_ALIGN, code, False, ratios=ratios)
+@pytest.mark.parametrize("nchw", [False, True])
+@pytest.mark.parametrize("code, ratios", [
+    *[(code, ratios) for code in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+      for ratios in ((0, 0), (2, 2), (0, 3), (3, 1))],
+    (T.TENSOR_FLOAT32, (0, 3)), (T.TENSOR_FLOAT32, (3, 1)), (T.TENSOR_FLOAT16, (0, 2))])
+def test_roi_align_explicit_form_matches_the_reference(code, nchw, ratios):
+    """Quantized (Android's integer pipeline: equal to the reference) or with different
+    height and width sampling ratios: every bilinear tap gathered, samples per bin up to
+    the map's size where adaptive."""
+    boxes = np.concatenate([[[3.45, 9.95, 3.5, 10.0], [0.0, 0.0, 3.5, 10.0]],
+                            _random_boxes(np.random.default_rng(sum(ratios)), 7, 10.0, 3.5)])
+    m = _roi_model(Op.ROI_ALIGN, code, nchw, ratios=ratios, boxes=boxes, seed=nchw)
+    expected = m.assert_as_the_reference()
+    assert np.ptp(expected[0].astype(np.float64)) > 0
+
+
+def test_roi_align_declines_the_explicit_form_without_the_map_shape():
+    m = _Model()
+    feature = m.model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 0, 4, 2], 0.1, 128))
+    m.inputs.append(feature)
+    inputs = [feature, m.tensor(T.TENSOR_QUANT16_ASYMM, [[0, 0, 8, 8]], **BOX), m.tensor(T.TENSOR_INT32, [0]),
+              m.scalar(T.INT32, 2), m.scalar(T.INT32, 2), m.scalar(T.FLOAT32, 1.0), m.scalar(T.FLOAT32, 1.0),
+              m.scalar(T.INT32, 0), m.scalar(T.INT32, 0), m.scalar(T.BOOL, False)]
+    m.output(T.TENSOR_QUANT8_ASYMM, [1, 2, 2, 2], scale=0.1, zero_point=128)
+    m.finish(Op.ROI_ALIGN, inputs)
     [why] = m.support()
-    assert why is not None and reason in why
+    assert why is not None and "needs the feature map's shape" in why
+
 
 
 @pytest.mark.parametrize("nchw", [False, True])
@@ -244,3 +265,102 @@ def test_roi_pooling_matches_the_reference(code, nchw):
     if code == T.TENSOR_FLOAT32:
         first = expected[0][0]
         assert (first == 0).any() and (expected[0] < 0).any()
+
+
+# --- HEATMAP_MAX_KEYPOINT ----------------------------------------------------------------------
+def _heatmaps(rng: np.random.Generator, boxes: int, size: int, keypoints: int) -> np.ndarray:
+    """[boxes, size, size, keypoints] (NHWC): smooth bumps anywhere (corners and edges
+    included: mirrored neighbourhoods), a flat map (singular: the pixel maximum), tied
+    maxima (the first one counts) and noise (steps clipped at 1.5 pixels)."""
+    grid = np.arange(size, dtype=np.float64)
+    maps = np.empty((boxes, size, size, keypoints))
+    for n in range(boxes):
+        for k in range(keypoints):
+            cy, cx = rng.uniform(-0.5, size - 0.5, 2)
+            width = rng.uniform(0.6, 2.5)
+            maps[n, :, :, k] = 3 * np.exp(-((grid[:, None] - cy) ** 2 + (grid[None, :] - cx) ** 2) / width)
+    maps[0, :, :, 0] = 1.5                                      # flat
+    maps[0, :, :, 1] = 0.0
+    maps[0, 0, size - 1, 1] = maps[0, size - 1, 0, 1] = 2.0     # tied, at two corners
+    maps[-1, :, :, -1] = rng.uniform(-1, 1, (size, size))       # noise
+    return maps
+
+
+@pytest.mark.parametrize("nchw", [False, True])
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+                                  T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("size", [2, 5])
+def test_heatmap_max_keypoint_matches_the_reference(code, nchw, size):
+    rng = np.random.default_rng(size * 10 + nchw)
+    boxes, keypoints = 4, 3
+    maps = _heatmaps(rng, boxes, size, keypoints)
+    corners = _random_boxes(rng, boxes, 40.0, 30.0, tiny=1)
+    m = _Model()
+    if code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+        heat, quant, box_code, box_quant = maps, {}, code, {}
+    else:
+        zero_point = -20 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 108
+        limits = (-128, 127) if code == T.TENSOR_QUANT8_ASYMM_SIGNED else (0, 255)
+        heat = np.clip(np.round(maps / 0.02) + zero_point, *limits)
+        quant, box_code, box_quant = {"scale": 0.02, "zero_point": zero_point}, T.TENSOR_QUANT16_ASYMM, BOX
+        corners = np.round(corners * 8)
+    inputs = [m.tensor(code, heat.transpose(0, 3, 1, 2) if nchw else heat, **quant),
+              m.tensor(box_code, corners, **box_quant), m.scalar(T.BOOL, nchw)]
+    score_quant = {"scale": 0.03, "zero_point": quant["zero_point"] // 2} if quant else {}
+    m.output(code, [boxes, keypoints], **score_quant)
+    m.output(box_code, [boxes, keypoints, 2], **box_quant)
+    m.finish(Op.HEATMAP_MAX_KEYPOINT, inputs)
+    scores, points = m.assert_as_the_reference()
+    assert np.ptp(scores.astype(np.float64)) > 0 and np.ptp(points.astype(np.float64)) > 0
+
+
+def test_heatmap_max_keypoint_fails_where_the_reference_does():
+    """A box with x1 > x2 fails the run on both devices."""
+    m = _Model()
+    inputs = [m.tensor(T.TENSOR_FLOAT32, np.zeros((2, 3, 3, 1))),
+              m.tensor(T.TENSOR_FLOAT32, [[0, 0, 4, 4], [5, 0, 4, 4]]), m.scalar(T.BOOL, False)]
+    m.output(T.TENSOR_FLOAT32, [2, 1])
+    m.output(T.TENSOR_FLOAT32, [2, 1, 2])
+    m.finish(Op.HEATMAP_MAX_KEYPOINT, inputs)
+    m.assert_both_fail()
+
+
+@pytest.mark.parametrize("operation, code, ratios", [(Op.ROI_ALIGN, T.TENSOR_FLOAT32, (2, 2)),
+                                                     (Op.ROI_ALIGN, T.TENSOR_QUANT8_ASYMM, (0, 0)),
+                                                     (Op.ROI_POOLING, T.TENSOR_FLOAT32, None),
+                                                     (Op.ROI_POOLING, T.TENSOR_QUANT8_ASYMM_SIGNED, None)])
+def test_roi_operations_take_zero_regions(operation, code, ratios):
+    """No regions (as a BOX_WITH_NMS_LIMIT before may give, its output's count known only
+    at run time): the lowered graph gives an empty [0, 3, 2, 4] result."""
+    import onnxruntime
+
+    from nnapi.drivers.ort.lowering import lower_model
+
+    m = _roi_model(operation, code, False, ratios=ratios or (0, 0), boxes=np.zeros((1, 4)), batch=[0])
+    hal, _ = build_hal_model(m.model)
+    for index in hal.main.input_indexes[1:3]:        # the regions and batch indexes: [?, 4], [?]
+        operand = hal.main.operands[index]
+        operand.dimensions = [0, *operand.dimensions[1:]]
+    onnx_model, inputs, _ = lower_model(hal)
+    session = onnxruntime.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    regions = np.zeros((0, 4), np.uint16 if code in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+                       else np.float32)
+    [result] = session.run(None, dict(zip(inputs, [m.values[0], regions, np.zeros(0, np.int32)], strict=True)))
+    assert result.shape == (0, 3, 2, 4) and result.dtype == DTYPES[code]
+
+
+def test_nms_operations_are_declined_with_the_rule():
+    """BOX_WITH_NMS_LIMIT (hard NMS here, where ONNX's NonMaxSuppression would be closest)
+    stays on the reference, the reason naming the threshold rule and the tie order."""
+    m = _Model()
+    inputs = [m.tensor(T.TENSOR_FLOAT32, [[0.9, 0.8], [0.7, 0.6]]),
+              m.tensor(T.TENSOR_FLOAT32, [[0, 0, 4, 4, 0, 0, 4, 4], [1, 1, 5, 5, 1, 1, 5, 5]]),
+              m.tensor(T.TENSOR_INT32, [0, 0]), m.scalar(T.FLOAT32, 0.1), m.scalar(T.INT32, -1),
+              m.scalar(T.INT32, 0), m.scalar(T.FLOAT32, 0.5), m.scalar(T.FLOAT32, 0.5), m.scalar(T.FLOAT32, 0.1)]
+    m.output(T.TENSOR_FLOAT32, [0])
+    m.output(T.TENSOR_FLOAT32, [0, 4])
+    m.output(T.TENSOR_INT32, [0])
+    m.output(T.TENSOR_INT32, [0])
+    m.finish(Op.BOX_WITH_NMS_LIMIT, inputs)
+    [why] = m.support()
+    assert why is not None and "IoU >= threshold" in why and "compaction order" in why

@@ -1,23 +1,24 @@
 """Lowerings of the detection operations that ONNX expresses exactly: AXIS_ALIGNED_BBOX_TRANSFORM
-and HEATMAP_MAX_KEYPOINT as explicit element-wise graphs, ROI_ALIGN (float) as ONNX's RoiAlign
-and ROI_POOLING as an explicit masked maximum.
+and HEATMAP_MAX_KEYPOINT as explicit element-wise graphs, ROI_ALIGN as ONNX's RoiAlign (float,
+one sampling ratio) or as an explicit gather of its bilinear taps (quantized, or different
+height and width ratios), ROI_POOLING as an explicit masked maximum.
 
-The reference (``nnapi.operations``) computes every detection operation in float32 on the
+The reference (``nnapi.operations``) computes the detection operations in float32 on the
 real values (quantized inputs dequantized, TENSOR_QUANT16_ASYMM boxes times 0.125) and
 quantizes a result once, round(x / scale + zero point) with halves away from zero; the
-graphs here do the same float32 operations in the same order, so float results agree to
-the last bit where ONNX Runtime's kernels round as numpy does (Exp may differ by an ulp) and
-quantized ones by the same rounding rule.
+graphs here do the same float32 operations in the same order, so results agree to the
+float32 rounding of ORT's kernels (Exp may differ by an ulp) and quantized ones by the same
+rounding rule. Quantized ROI_ALIGN follows Android's integer pipeline as the reference does
+(weights in 1/255 steps, exact integer sums, the fixed-point rescale in int64).
 
 A region or box the reference refuses at execution (a batch index out of range, a negative
 coordinate, a region outside the feature map, x1 > x2) fails the run here too
 (``fail_unless``), rather than ONNX clamping or wrapping it.
 
 What stays declined, and why:
-- quantized ROI_ALIGN: the reference follows Android's integer pipeline (bilinear weights
-  quantized to 1/255 steps, integer sums, a fixed-point rescale), which dequantize ->
-  RoiAlign -> quantize does not reproduce;
-- ROI_ALIGN with different height and width sampling ratios (ONNX's RoiAlign has one);
+- ROI_ALIGN's explicit form without the feature map's static shape (its samples per bin are
+  bounded by it), and ROI_POOLING's masked maximum or ROI_ALIGN's gathered taps past a size
+  (``_POOLING_ELEMENTS``, ``_TAPS_ELEMENTS``), where the reference is the better device;
 - BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS, DETECTION_POSTPROCESSING: no ONNX lowering (their
   greedy selections, soft-NMS rescoring and tie order are not ONNX's NonMaxSuppression).
 
@@ -45,6 +46,7 @@ from nnapi.drivers.ort.lowering import (
 )
 from nnapi.hal import Operand, Operation
 from nnapi.operations._detection_common import BOX_SCALE, BOX_ZERO_POINT
+from nnapi.operations.quant_math import quantize_multiplier
 
 #: the quantized types' stored ranges
 _RANGES = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
@@ -220,26 +222,23 @@ def _roi_output(g: GraphBuilder, operation: Operation, nchw_result: str, nchw: b
 
 @lowers(OperationCode.ROI_ALIGN)
 def lower_roi_align(g: GraphBuilder, operation: Operation) -> None:
-    """Float ROI_ALIGN as ONNX's RoiAlign (average, ``output_half_pixel``: corners as given,
-    regions at least one pixel, ``sampling_ratio`` 0 adaptive as ceil(bin size)) on the
-    regions pre-scaled by the separate height and width ratios (spatial scale 1). ONNX
-    gives no weight to a sample past the map's far edge, where the reference reads the
-    last row / column: a region narrower than a pixel at that edge puts samples up to a
-    pixel past it, so the map is extended by two copies of its last row and column
-    (edge padding), on which ONNX's interpolation gives those same values."""
+    """ROI_ALIGN. Float with one sampling ratio for both axes: ONNX's RoiAlign (average,
+    ``output_half_pixel``: corners as given, regions at least one pixel, ``sampling_ratio``
+    0 adaptive as ceil(bin size)) on the regions pre-scaled by the separate height and
+    width ratios (spatial scale 1). ONNX gives no weight to a sample past the map's far
+    edge, where the reference reads the last row / column: a region narrower than a pixel
+    at that edge puts samples up to a pixel past it, so the map is extended by two copies
+    of its last row and column (edge padding), on which ONNX's interpolation gives those
+    same values. Quantized, or with different ratios: the explicit form (_roi_align_taps)."""
     output = g.operand(operation.outputs[0])
-    if output.type not in FLOATS:
-        raise Declined("quantized ROI_ALIGN follows Android's integer pipeline (bilinear weights in 1/255 "
-                       "steps, a fixed-point rescale), which dequantize -> RoiAlign -> quantize does not "
-                       "reproduce")
     out_h, out_w = int(g.scalar(operation.inputs[3])), int(g.scalar(operation.inputs[4]))
     ratio_h, ratio_w = int(g.scalar(operation.inputs[7])), int(g.scalar(operation.inputs[8]))
     if out_h <= 0 or out_w <= 0 or ratio_h < 0 or ratio_w < 0:
         raise Declined("output sizes must be positive and sampling ratios non-negative")
-    if ratio_h != ratio_w:
-        raise Declined(f"ONNX's RoiAlign has one sampling ratio; the height's ({ratio_h}) and width's "
-                       f"({ratio_w}) differ")
     nchw = _layout(g, operation.inputs[9])
+    if ratio_h != ratio_w or output.type not in FLOATS:
+        _roi_align_taps(g, operation, nchw, out_h, out_w, ratio_h, ratio_w)
+        return
     _, feature = _feature_nchw(g, operation, nchw)
     corners, ids = _regions(g, operation, feature)
     padded = g.one("Pad", [feature, _i64(g, 0, 0, 0, 0, 0, 0, 2, 2)], mode="edge")
@@ -326,3 +325,250 @@ def lower_roi_pooling(g: GraphBuilder, operation: Operation) -> None:
                          g.one("Unsqueeze", [g.one("LessOrEqual", [last_w, first_w]), _i64(g, 1)])])
     result = g.one("Where", [g.one("Unsqueeze", [empty, _i64(g, 1)]), empty_value, pooled])
     _roi_output(g, operation, result, nchw)
+
+
+# --- HEATMAP_MAX_KEYPOINT --------------------------------------------------------------------
+@lowers(OperationCode.HEATMAP_MAX_KEYPOINT)
+def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
+    """The reference's sub-pixel maximum as an explicit graph: the first arg-max of each
+    heatmap (ArgMax), its 3x3 neighbourhood with out-of-range rows and columns mirrored
+    (GatherElements), the Taylor step's float32 arithmetic in the reference's order, and
+    the keypoint mapped into its box."""
+    heatmap, boxes, layout = operation.inputs
+    score_out, keypoint_out = (g.operand(index) for index in operation.outputs)
+    nchw = _layout(g, layout)
+    source = g.value(heatmap)
+    if source.rank != 4:
+        raise Declined("the heatmaps must have rank 4")
+    side_axes = (2, 3) if nchw else (1, 2)
+    known = [source.dims[a] for a in side_axes]
+    if all(known) and (known[0] != known[1] or known[0] < 2):
+        raise Declined("the heatmaps must be square and at least 2x2")
+    real = _real(g, heatmap)
+    maps = real if nchw else g.one("Transpose", [real], perm=NHWC_TO_NCHW)       # [N, K, S, S]
+    size = _size(g, maps, 2)                                                      # int64 [1]
+    square = g.one("Equal", [_size(g, maps, 3), size])
+    large = g.one("GreaterOrEqual", [size, g.constant(np.array([2], np.int64))])
+    leading = g.one("Shape", [maps], start=0, end=2)                              # [N, K]
+    flat = g.one("Reshape", [maps, g.one("Concat", [leading, g.one("Mul", [size, size])], axis=0)])
+    x1, y1, x2, y2 = (g.one("Unsqueeze", [column, _i64(g, 2)]) for column in _columns(g, _real(g, boxes), 4))
+    peak = g.one("ArgMax", [flat], axis=2, keepdims=1, select_last_index=0)      # [N, K, 1], first maximum
+    peak = fail_unless(g, _and(g, _all(g, square), _all(g, large), _all(g, _ordered(g, x1, y1, x2, y2))), peak)
+    peak_score = g.one("GatherElements", [flat, peak], axis=2)
+    row, col = g.one("Div", [peak, size]), g.one("Mod", [peak, size])
+
+    def mirrored(centre: str) -> str:
+        """[N, K, 3]: centre - 1, centre, centre + 1, with -1 read as 1 and size as size - 2."""
+        around = g.one("Add", [centre, g.constant(np.array([-1, 0, 1], np.int64))])
+        below = g.one("Less", [around, g.constant(np.array(0, np.int64))])
+        past = g.one("GreaterOrEqual", [around, size])
+        inner = g.one("Where", [past, g.one("Sub", [size, g.constant(np.array(2, np.int64))]), around])
+        return g.one("Where", [below, g.constant(np.array(1, np.int64)), inner])
+
+    rows, cols = mirrored(row), mirrored(col)
+    index = g.one("Add", [g.one("Mul", [g.one("Unsqueeze", [rows, _i64(g, 3)]), size]),
+                          g.one("Unsqueeze", [cols, _i64(g, 2)])])                # [N, K, 3, 3]
+    index = g.one("Reshape", [index, g.one("Concat", [leading, _i64(g, 9)], axis=0)])
+    grid = g.node("Split", [g.one("GatherElements", [flat, index], axis=2), _i64(g, *([1] * 9))], 9, axis=2)
+
+    def at(a: int, b: int) -> str:
+        return grid[a * 3 + b]
+
+    def op(kind: str, *names: str) -> str:
+        return g.one(kind, list(names))
+
+    two, four, half, zero, one = _f32(g, 2.0), _f32(g, 4.0), _f32(g, 0.5), _f32(g, 0.0), _f32(g, 1.0)
+    limit = _f32(g, 1.5)
+    tolerance = _f32(g, 1e-3 if g.operand(heatmap).type == T.TENSOR_FLOAT16 else 1e-5)
+    center = at(1, 1)
+    b0 = op("Neg", op("Div", op("Sub", at(1, 2), at(1, 0)), two))
+    b1 = op("Neg", op("Div", op("Sub", at(2, 1), at(0, 1)), two))
+    a00 = op("Add", op("Sub", at(1, 0), op("Mul", two, center)), at(1, 2))
+    a01 = op("Div", op("Add", op("Sub", op("Sub", at(2, 2), at(2, 0)), at(0, 2)), at(0, 0)), four)
+    a11 = op("Add", op("Sub", at(0, 1), op("Mul", two, center)), at(2, 1))
+    cross = op("Mul", a00, a11)
+    det = op("Sub", cross, op("Mul", a01, a01))
+    solvable = op("GreaterOrEqual", op("Abs", det), op("Add", tolerance, op("Mul", tolerance, cross)))
+    safe_det = op("Where", solvable, det, one)
+    d0 = op("Where", solvable, op("Div", op("Sub", op("Mul", a11, b0), op("Mul", a01, b1)), safe_det), zero)
+    d1 = op("Where", solvable, op("Div", op("Sub", op("Mul", a00, b1), op("Mul", a01, b0)), safe_det), zero)
+    largest = op("Max", op("Abs", d0), op("Abs", d1))
+    too_far = op("Greater", largest, limit)
+    shrink = op("Where", too_far, op("Div", limit, op("Where", too_far, largest, one)), one)
+    d0, d1 = op("Mul", d0, shrink), op("Mul", d1, shrink)
+    quadratic = op("Add", op("Mul", op("Add", op("Mul", a00, d0), op("Mul", a01, d1)), d0),
+                   op("Mul", op("Add", op("Mul", a01, d0), op("Mul", a11, d1)), d1))
+    refined = op("Add", op("Sub", op("Sub", center, op("Mul", b0, d0)), op("Mul", b1, d1)), op("Div", quadratic, two))
+    score = op("Where", solvable, refined, peak_score)                            # [N, K, 1]
+    side = g.one("Cast", [size], to=TensorProto.FLOAT)
+
+    def keypoint(pixel: str, delta: str, start: str, end: str) -> str:
+        position = op("Add", op("Add", g.one("Cast", [pixel], to=TensorProto.FLOAT), delta), half)
+        return op("Add", op("Mul", op("Div", position, side), op("Sub", end, start)), start)
+
+    keypoints = g.one("Concat", [keypoint(col, d0, x1, x2), keypoint(row, d1, y1, y2)], axis=2)
+    g.set_output(operation.outputs[0], _store(g, g.one("Squeeze", [score, _i64(g, 2)]), score_out))
+    g.set_output(operation.outputs[1], _store(g, keypoints, keypoint_out))
+
+
+#: the quantum of the reference's integer bilinear weights (quantized ROI_ALIGN)
+_WEIGHT_STEP = np.float32(1.0 / 255.0)
+#: the most gathered elements (regions x bins x taps x channels, shapes known) ROI_ALIGN's
+#: explicit form builds; past it the reference is the better device
+_TAPS_ELEMENTS = 1 << 25
+
+
+def _axis_taps(g: GraphBuilder, start: str, end: str, bins: int, ratio: int, samples: int, size: int
+               ) -> tuple[str, str, str]:
+    """One axis of the reference's ROI_ALIGN sampling (roi_align._axis_samples, the same
+    float32 operations): for regions from ``start`` to ``end`` ([R, 1]), the two pixel
+    indexes (int64 [R, bins, samples, 2]) and bilinear weights (float32, zero for the
+    samples past a region's own count) of each of ``samples`` samples per bin (``ratio``
+    of them, or ceil(bin size) where ``ratio`` is 0), and that count (float32 [R, 1])."""
+    one = _f32(g, 1.0)
+    step = g.one("Div", [g.one("Max", [g.one("Sub", [end, start]), one]), _f32(g, float(bins))])
+    # [R, 1]: ceil(bin size), or the ratio itself
+    count = g.one("Ceil", [step]) if ratio == 0 else g.one("Expand", [_f32(g, float(ratio)), g.one("Shape", [step])])
+    sub = g.one("Div", [step, count])
+    bin_start = g.one("Add", [g.one("Mul", [step, g.constant(np.arange(bins, dtype=np.float32)[None, :], "bins")]),
+                              start])                                    # [R, bins]
+    offsets = g.constant(np.arange(samples, dtype=np.float32)[None, None, :], "samples")
+    position = g.one("Add", [g.one("Add", [g.one("Unsqueeze", [bin_start, _i64(g, 2)]),
+                                           g.one("Unsqueeze", [g.one("Div", [sub, _f32(g, 2.0)]), _i64(g, 2)])]),
+                             g.one("Mul", [g.one("Unsqueeze", [sub, _i64(g, 2)]), offsets])])  # [R, bins, samples]
+    low = g.one("Floor", [position])
+    frac = g.one("Sub", [position, low])
+    last = _f32(g, float(size - 1))
+    at_edge = g.one("GreaterOrEqual", [low, last])
+    low = g.one("Where", [at_edge, last, low])
+    high = g.one("Where", [at_edge, last, g.one("Add", [low, one])])
+    frac = g.one("Where", [at_edge, _f32(g, 0.0), frac])
+    taken = g.one("Cast", [g.one("Less", [offsets, g.one("Unsqueeze", [count, _i64(g, 2)])])], to=TensorProto.FLOAT)
+    weights = g.one("Concat", [g.one("Unsqueeze", [g.one("Mul", [g.one("Sub", [one, frac]), taken]), _i64(g, 3)]),
+                               g.one("Unsqueeze", [g.one("Mul", [frac, taken]), _i64(g, 3)])], axis=3)
+    indexes = g.one("Cast", [g.one("Concat", [g.one("Unsqueeze", [low, _i64(g, 3)]),
+                                              g.one("Unsqueeze", [high, _i64(g, 3)])], axis=3)],
+                    to=TensorProto.INT64)
+    return indexes, weights, count
+
+
+def _roi_align_taps(g: GraphBuilder, operation: Operation, nchw: bool, out_h: int, out_w: int,
+                    ratio_h: int, ratio_w: int) -> None:
+    """ROI_ALIGN as the reference computes it: every bilinear tap of every output pixel
+    gathered with its weight (samples per bin bounded by the map's size where adaptive,
+    the extra ones weighing zero), then one dot product per pixel. Floats: the float32
+    weighted sum over the sample count. Quantized (Android's integer pipeline): the weights
+    in 1/255 steps (rounded halves away), the integer sums exact in float64, the
+    fixed-point rescale of quant_math (its multiplier and shift for each possible sample
+    count, chosen per region) in int64 arithmetic, the zero point added and saturated."""
+    x = g.value(operation.inputs[0])
+    output = g.operand(operation.outputs[0])
+    if x.rank != 4 or not all(x.dims[1:]):
+        raise Declined("ROI_ALIGN's explicit form needs the feature map's shape")
+    height, width = (x.dims[2], x.dims[3]) if nchw else (x.dims[1], x.dims[2])
+    depth = x.dims[1] if nchw else x.dims[3]
+    samples_h = ratio_h or -(-max(height, 1) // out_h)
+    samples_w = ratio_w or -(-max(width, 1) // out_w)
+    taps = 4 * samples_h * samples_w
+    rois = g.operand(operation.inputs[1]).dimensions
+    elements = (rois[0] if rois and rois[0] else 1) * out_h * out_w * taps * depth
+    if elements > _TAPS_ELEMENTS:
+        raise Declined(f"ROI_ALIGN's explicit form would gather {elements} elements (more than {_TAPS_ELEMENTS})")
+    stored_nchw, _ = _feature_nchw(g, operation, nchw)
+    corners, ids = _regions(g, operation, stored_nchw)
+    x1, y1, x2, y2 = _columns(g, corners, 4)
+    rows, row_weights, count_h = _axis_taps(g, y1, y2, out_h, ratio_h, samples_h, height)
+    cols, col_weights, count_w = _axis_taps(g, x1, x2, out_w, ratio_w, samples_w, width)
+
+    def spread(name: str, axes_rows: bool) -> str:
+        # rows [R, oh, S, 2] -> [R, oh, 1, S, 2, 1, 1]; columns [R, ow, S, 2] -> [R, 1, ow, 1, 1, S, 2]
+        return g.one("Unsqueeze", [name, _i64(g, 2, 5, 6) if axes_rows else _i64(g, 1, 3, 4)])
+
+    regions = _size(g, ids, 0)
+    flat_shape = g.one("Concat", [regions, _i64(g, out_h, out_w, taps)], axis=0)
+    base = g.one("Unsqueeze", [g.one("Mul", [ids, g.constant(np.array(height * width, np.int64))]),
+                               _i64(g, 1, 2, 3, 4, 5, 6)])
+    index = g.one("Add", [g.one("Add", [base, g.one("Mul", [spread(rows, True),
+                                                            g.constant(np.array(width, np.int64))])]),
+                          spread(cols, False)])
+    index = g.one("Reshape", [index, flat_shape])                                    # [R, oh, ow, T]
+    weights = g.one("Mul", [spread(row_weights, True), spread(col_weights, False)])
+    weights = g.one("Reshape", [weights, g.one("Concat", [regions, _i64(g, out_h, out_w, 1, taps)], axis=0)])
+    nhwc = x.name if not nchw else g.one("Transpose", [x.name], perm=NCHW_TO_NHWC)
+    table = g.one("Reshape", [nhwc, _i64(g, -1, depth)])                            # [B * H * W, C]
+    values = g.one("Gather", [table, index], axis=0)                                 # [R, oh, ow, T, C]
+    samples = g.one("Mul", [count_h, count_w])                                       # [R, 1], float32
+    by_region = _i64(g, 2, 3)
+    if output.type in FLOATS:
+        summed = g.one("Squeeze", [g.one("MatMul", [weights, values]), _i64(g, 3)])  # [R, oh, ow, C]
+        result = g.one("Div", [summed, g.one("Unsqueeze", [samples, by_region])])
+    else:
+        result = _integer_roi_align(g, x, output, weights, values, samples, samples_h * samples_w)
+    g.set_output(operation.outputs[0], g.one("Transpose", [result], perm=NHWC_TO_NCHW) if nchw else result)
+
+
+def _integer_roi_align(g: GraphBuilder, x, output: Operand, weights: str, values: str, samples: str,
+                       most: int) -> str:
+    """The quantized pixels [R, oh, ow, C] (internal encoding) of roi_align's ``_quantized``."""
+    integer_weights = g.one("Floor", [g.one("Add", [g.one("Div", [weights, _f32(g, float(_WEIGHT_STEP))]),
+                                                    _f32(g, 0.5)])])                  # weights are >= 0
+    centered = g.one("Sub", [g.one("Cast", [values], to=TensorProto.DOUBLE),
+                             g.constant(np.array(x.zero_point, np.float64))])
+    sums = g.one("MatMul", [g.one("Cast", [integer_weights], to=TensorProto.DOUBLE), centered])
+    sums = g.one("Cast", [g.one("Squeeze", [sums, _i64(g, 3)]), ], to=TensorProto.INT64)  # exact integers
+    multipliers, lefts, rights = [], [], []
+    for count in range(1, most + 1):
+        real = np.float32(x.scale) * _WEIGHT_STEP / np.float32(output.scale) / np.float32(count)
+        multiplier, shift = quantize_multiplier(float(real))
+        multipliers.append(multiplier)
+        lefts.append(1 << max(shift, 0))
+        rights.append(1 << max(-shift, 0))
+    which = g.one("Sub", [g.one("Unsqueeze", [g.one("Cast", [samples], to=TensorProto.INT64), _i64(g, 2, 3)]),
+                          g.constant(np.array(1, np.int64))])                          # [R, 1, 1, 1]
+
+    def per_region(table: list[int]) -> str:
+        return g.one("Gather", [g.constant(np.array(table, np.int64)), which], axis=0)
+
+    int32_min, int32_max = g.constant(np.array(-(2 ** 31), np.int64)), g.constant(np.array(2 ** 31 - 1, np.int64))
+    shifted = g.one("Min", [g.one("Max", [g.one("Mul", [sums, per_region(lefts)]), int32_min]), int32_max])
+    product = g.one("Mul", [shifted, per_region(multipliers)])
+    zero = g.constant(np.array(0, np.int64))
+    nudge = g.one("Where", [g.one("GreaterOrEqual", [product, zero]), g.constant(np.array(1 << 30, np.int64)),
+                            g.constant(np.array(1 - (1 << 30), np.int64))])
+    nudged = g.one("Add", [product, nudge])
+    scale31 = g.constant(np.array(1 << 31, np.int64))
+    magnitude = g.one("Abs", [nudged])
+    # C's division truncates: sign(n) * floor(|n| / 2**31), the floor exact as (|n| - |n| mod d) / d
+    high = g.one("Mul", [g.one("Sign", [nudged]),
+                         g.one("Div", [g.one("Sub", [magnitude, g.one("Mod", [magnitude, scale31])]), scale31])])
+    divisor = per_region(rights)
+    remainder = g.one("Mod", [high, divisor])                                          # floor modulo: >= 0
+    floor = g.one("Div", [g.one("Sub", [high, remainder]), divisor])
+    threshold = g.one("Add", [g.one("Div", [g.one("Sub", [divisor, g.constant(np.array(1, np.int64))]),
+                                            g.constant(np.array(2, np.int64))]),
+                              g.one("Cast", [g.one("Less", [high, zero])], to=TensorProto.INT64)])
+    rounded = g.one("Add", [floor, g.one("Cast", [g.one("Greater", [remainder, threshold])], to=TensorProto.INT64)])
+    stored = g.one("Add", [rounded, g.constant(np.array(internal_zero_point(output), np.int64))])
+    clamped = g.one("Min", [g.one("Max", [stored, zero]), g.constant(np.array(255, np.int64))])
+    return g.one("Cast", [clamped], to=TensorProto.UINT8)
+
+
+# --- non-maximum suppression: declined, with the rule --------------------------------------------
+#: why ONNX's NonMaxSuppression does not give NNAPI's selections (ORT's kernel: a box is
+#: suppressed when its IoU is greater than the threshold, and never when the boxes only touch)
+_NMS_RULE = ("ONNX Runtime's NonMaxSuppression suppresses IoU > threshold where NNAPI suppresses IoU >= "
+             "threshold, and breaks ties among equal scores its own way where Android's in-place compaction "
+             "order decides them")
+_NMS_DECLINED = {
+    OperationCode.BOX_WITH_NMS_LIMIT: "its linear and gaussian soft-NMS rescoring has no ONNX operator, and "
+                                      f"for hard NMS {_NMS_RULE}",
+    OperationCode.GENERATE_PROPOSALS: f"its per-image hard NMS has no exact ONNX form: {_NMS_RULE}",
+    OperationCode.DETECTION_POSTPROCESSING: f"its per-class (regular) and fast NMS have no exact ONNX form: "
+                                            f"{_NMS_RULE}",
+}
+
+
+@lowers(*_NMS_DECLINED)
+def decline_nms(g: GraphBuilder, operation: Operation) -> None:
+    """The NMS operations stay on the reference: the reason names the rule ONNX differs in."""
+    raise Declined(_NMS_DECLINED[OperationCode(operation.type)])
