@@ -37,11 +37,18 @@ class _Model:
         self.model = nnapi.Model()
         self.inputs: list[int] = []
         self.values: list[np.ndarray] = []
+        #: the full type of each input declared with unknown dimensions (given at execution)
+        self.types: dict[int, OperandType] = {}
         self.outputs: list[tuple[int, list[int], int]] = []
 
-    def tensor(self, code: int, value: np.ndarray, given: bool = True, **quant) -> int:
+    def tensor(self, code: int, value: np.ndarray, given: bool = True, unknown: tuple[int, ...] = (),
+               **quant) -> int:
+        """A tensor input (its ``unknown`` axes declared as 0, given at execution) or constant."""
         value = np.asarray(value, DTYPES[code])
-        index = self.model.add_operand(OperandType(code, list(value.shape), **quant))
+        declared = [0 if axis in unknown else d for axis, d in enumerate(value.shape)]
+        index = self.model.add_operand(OperandType(code, declared, **quant))
+        if unknown:
+            self.types[len(self.inputs)] = OperandType(code, list(value.shape), **quant)
         if given:
             self.inputs.append(index)
             self.values.append(value)
@@ -69,7 +76,7 @@ class _Model:
         compilation.finish()
         execution = nnapi.Execution(compilation)
         for position, value in enumerate(self.values):
-            execution.set_input(position, value)
+            execution.set_input(position, value, self.types.get(position))
         results = [np.zeros(shape, DTYPES[code]) for _, shape, code in self.outputs]
         for position, array in enumerate(results):
             execution.set_output(position, array)
@@ -158,7 +165,7 @@ def test_bbox_transform_fails_where_the_reference_does(batch, boxes):
 # --- ROI_ALIGN / ROI_POOLING --------------------------------------------------------------
 def _roi_model(operation: int, code: int, nchw: bool, *, ratios=(2, 2), strides=(2.0, 0.5), rois: int = 9,
                out: tuple[int, int] = (3, 2), seed: int = 0, boxes: np.ndarray | None = None,
-               batch: list[int] | None = None, feature_shape=(3, 5, 7, 4)) -> _Model:
+               batch: list[int] | None = None, feature_shape=(3, 5, 7, 4), unknown: tuple[int, ...] = ()) -> _Model:
     """ROI_ALIGN (ratios: its sampling ratios) or ROI_POOLING over a [3, 5, 7, 4] map
     (NHWC; image 10 x 3.5 with the strides) given at run time with the regions: tiny
     ones at the far corner and every size inside."""
@@ -176,7 +183,7 @@ def _roi_model(operation: int, code: int, nchw: bool, *, ratios=(2, 2), strides=
     quant = {"scale": 0.04, "zero_point": zero_point} if quantized else {}
     stored = np.clip(np.round(real / 0.04) + zero_point, *((-128, 127) if zero_point < 0 else (0, 255))) \
         if quantized else real
-    feature = m.tensor(code, stored.transpose(0, 3, 1, 2) if nchw else stored, **quant)
+    feature = m.tensor(code, stored.transpose(0, 3, 1, 2) if nchw else stored, unknown=unknown, **quant)
     scalar = T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32
     regions = m.tensor(T.TENSOR_QUANT16_ASYMM, np.round(np.asarray(boxes) * 8), **BOX) if quantized else \
         m.tensor(code, boxes)
@@ -250,16 +257,18 @@ def test_roi_align_declines_the_explicit_form_without_the_map_shape():
 
 
 
+@pytest.mark.parametrize("unknown", [(), (1, 2, 3)])
 @pytest.mark.parametrize("nchw", [False, True])
 @pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                                   T.TENSOR_QUANT8_ASYMM_SIGNED])
-def test_roi_pooling_matches_the_reference(code, nchw):
+def test_roi_pooling_matches_the_reference(code, nchw, unknown):
     """Negative values (ONNX's MaxRoiPool starts each maximum at the smallest positive
     float), regions rounding to the map's far edge (empty bins: zero, the zero point), bins
-    sharing pixels, three batches."""
+    sharing pixels, three batches; each bin read as a window, or (the map's shape known only
+    at run time) the whole map masked per bin."""
     boxes = np.concatenate([[[3.5, 10.0, 3.5, 10.0], [3.3, 9.1, 3.5, 10.0], [0.0, 0.0, 0.2, 0.1]],
                             _random_boxes(np.random.default_rng(int(code)), 8, 10.0, 3.5)])
-    m = _roi_model(Op.ROI_POOLING, code, nchw, boxes=boxes, out=(3, 4), seed=nchw)
+    m = _roi_model(Op.ROI_POOLING, code, nchw, boxes=boxes, out=(3, 4), seed=nchw, unknown=unknown)
     expected = m.assert_as_the_reference()
     assert np.ptp(expected[0].astype(np.float64)) > 0
     if code == T.TENSOR_FLOAT32:

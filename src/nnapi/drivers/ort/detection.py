@@ -185,7 +185,7 @@ def lower_bbox_transform(g: GraphBuilder, operation: Operation) -> None:
 
 
 # --- regions of interest (ROI_ALIGN, ROI_POOLING) -----------------------------------------------
-def _regions(g: GraphBuilder, operation: Operation, feature_nchw: str) -> tuple[str, str]:
+def _regions(g: GraphBuilder, operation: Operation, feature: str, nchw: bool) -> tuple[str, str]:
     """The regions of an ROI operation in feature-map coordinates (float32 [R, 4]: each
     real corner times 1 / ratio, as the reference's ``roi_corners``) and their batch
     indexes (int64 [R]), the run failing where the reference's does: a batch index out of
@@ -198,11 +198,11 @@ def _regions(g: GraphBuilder, operation: Operation, feature_nchw: str) -> tuple[
     scales = np.float32(1) / np.array([width_ratio, height_ratio, width_ratio, height_ratio], np.float32)
     corners = g.one("Mul", [real, g.constant(scales.astype(np.float32), "ratios")])
     x1, y1, x2, y2 = _columns(g, corners, 4)
-    height, width = _float_size(g, feature_nchw, 2), _float_size(g, feature_nchw, 3)
+    height, width = (_float_size(g, feature, axis) for axis in ((2, 3) if nchw else (1, 2)))
     inside = [g.one("GreaterOrEqual", [real, _f32(g, 0.0)]),
               g.one("LessOrEqual", [g.one("Concat", [x1, x2], axis=1), width]),
               g.one("LessOrEqual", [g.one("Concat", [y1, y2], axis=1), height])]
-    ids = _checked_batches(g, batch_index, _size(g, feature_nchw, 0), [*inside, _ordered(g, x1, y1, x2, y2)])
+    ids = _checked_batches(g, batch_index, _size(g, feature, 0), [*inside, _ordered(g, x1, y1, x2, y2)])
     return corners, ids
 
 
@@ -240,16 +240,15 @@ def lower_roi_align(g: GraphBuilder, operation: Operation) -> None:
         _roi_align_taps(g, operation, nchw, out_h, out_w, ratio_h, ratio_w)
         return
     _, feature = _feature_nchw(g, operation, nchw)
-    corners, ids = _regions(g, operation, feature)
+    corners, ids = _regions(g, operation, feature, True)
     padded = g.one("Pad", [feature, _i64(g, 0, 0, 0, 0, 0, 0, 2, 2)], mode="edge")
     result = g.one("RoiAlign", [padded, corners, ids], mode="avg", output_height=out_h, output_width=out_w,
                    sampling_ratio=ratio_h, spatial_scale=1.0, coordinate_transformation_mode="output_half_pixel")
     _roi_output(g, operation, result, nchw)
 
 
-#: the largest intermediate (regions x channels x rows x bins x columns) ROI_POOLING's masked
-#: maximum builds, where the shapes are known: past it (a detector's 300 regions over a
-#: 38 x 38 x 512 map) the reference's windowed gather is the better device
+#: the most elements ROI_POOLING's windowed maximum gathers (regions x rows x bins x window x
+#: channels) where the map's shape is known: past it the reference is the better device
 _POOLING_ELEMENTS = 1 << 26
 
 
@@ -275,56 +274,111 @@ def _in_bins(g: GraphBuilder, first: str, last: str, size: str) -> str:
 
 @lowers(OperationCode.ROI_POOLING)
 def lower_roi_pooling(g: GraphBuilder, operation: Operation) -> None:
-    """ROI_POOLING as an explicit masked maximum. ONNX's MaxRoiPool has a single spatial
-    scale and adds the region's start after flooring its bins (the reference floors
+    """ROI_POOLING as an explicit maximum over each bin. ONNX's MaxRoiPool has a single
+    spatial scale and adds the region's start after flooring its bins (the reference floors
     start + offset in float32: they part where that sum rounds up to an integer), and ORT's
     kernel starts each maximum at the smallest positive float, so a bin of negative values
     gives 1.2e-38. Here each bin's rows and columns come from the reference's float32
-    arithmetic, the maximum is taken over the columns in each bin, then over the rows, the
-    others masked with the lowest value (uint8 values compared as stored: the order of
-    their real values), and an empty bin (a region on the map's far edge) gives zero (the
-    zero point)."""
+    arithmetic; the maximum is taken over the columns in each bin, then over the rows
+    (uint8 values compared as stored: the order of their real values), and an empty bin (a
+    region on the map's far edge) gives zero (the zero point). Where the map's shape is
+    known, each bin is read as a window of a fixed size bounding every bin's (positions
+    past its end repeat its last pixel, as the reference's gather does); otherwise the
+    whole map is masked per bin."""
     output = g.operand(operation.outputs[0])
     out_h, out_w = int(g.scalar(operation.inputs[3])), int(g.scalar(operation.inputs[4]))
     if out_h <= 0 or out_w <= 0:
         raise Declined("output sizes must be positive")
     nchw = _layout(g, operation.inputs[7])
     x = g.value(operation.inputs[0])
-    if x.kind not in ("float", "uint8"):
+    if x.kind not in ("float", "uint8") or x.rank != 4:
         raise Declined(f"ROI_POOLING on {_name(g.operand(operation.inputs[0]).type)} is not supported")
     if x.kind == "uint8" and (output.type not in QUANT8 or (output.scale, internal_zero_point(output))
                               != (x.scale, x.zero_point)):
         raise Declined("a quantized ROI_POOLING's output must keep the input's quantization")
-    rois = g.operand(operation.inputs[1]).dimensions
-    if rois and all(x.dims) and rois[0]:
-        elements = rois[0] * x.dims[1] * x.dims[2] * x.dims[3] * max(out_h, out_w)
-        if elements > _POOLING_ELEMENTS:
-            raise Declined(f"the masked maximum would take {elements} elements (more than {_POOLING_ELEMENTS})")
-    feature, _ = _feature_nchw(g, operation, nchw)
-    corners, ids = _regions(g, operation, feature)
+    corners, ids = _regions(g, operation, x.name, nchw)
     pixels = g.one("Floor", [g.one("Add", [corners, _f32(g, 0.5)])])  # halves away: corners are >= 0
     x1, y1, x2, y2 = _columns(g, pixels, 4)
-    height, width = _float_size(g, feature, 2), _float_size(g, feature, 3)
+    height, width = (_float_size(g, x.name, axis) for axis in ((2, 3) if nchw else (1, 2)))
     first_h, last_h = _bins(g, y1, y2, out_h, height)
     first_w, last_w = _bins(g, x1, x2, out_w, width)
     if x.kind == "float":
-        lowest, empty_value = _f32(g, -np.inf), _f32(g, 0.0)
+        empty_value = _f32(g, 0.0)
     else:
-        lowest = g.constant(np.array(0, np.uint8))
         empty_value = g.constant(np.array(x.zero_point, np.uint8))
+    shape = (x.dims[2], x.dims[3], x.dims[1]) if nchw else tuple(x.dims[1:])
+    if all(shape):
+        pooled = _windowed_maximum(g, operation, x.name if not nchw else g.one("Transpose", [x.name],
+                                                                                 perm=NCHW_TO_NHWC),
+                                   shape, ids, (first_h, last_h), (first_w, last_w), out_h, out_w)
+        channel_axis = 3
+    else:
+        pooled = _masked_maximum(g, x, nchw, ids, (first_h, last_h), (first_w, last_w))
+        channel_axis = 1
+    empty = g.one("Or", [g.one("Unsqueeze", [g.one("LessOrEqual", [last_h, first_h]), _i64(g, 2)]),
+                         g.one("Unsqueeze", [g.one("LessOrEqual", [last_w, first_w]), _i64(g, 1)])])
+    result = g.one("Where", [g.one("Unsqueeze", [empty, _i64(g, channel_axis)]), empty_value, pooled])
+    if channel_axis == 3:
+        g.set_output(operation.outputs[0], g.one("Transpose", [result], perm=NHWC_TO_NCHW) if nchw else result)
+    else:
+        _roi_output(g, operation, result, nchw)
+
+
+def _window(g: GraphBuilder, bounds: tuple[str, str], size: int, bins: int) -> tuple[str, int]:
+    """Each bin's pixels as a window of ``span`` indexes (int64 [R, bins, span]): first + k,
+    held at the bin's last pixel past its end (the maximum is unchanged), clipped to the
+    map (an empty bin's, replaced later, too). A bin spans at most ceil(step) + 1 pixels
+    (step <= (size + 1) / bins: regions are clipped to the map); two more cover float32's
+    rounding."""
+    first, last = bounds
+    span = min(size, -(-(size + 1) // bins) + 2)
+    offsets = g.constant(np.arange(span, dtype=np.float32)[None, None, :], "window")
+    held = g.one("Min", [g.one("Add", [g.one("Unsqueeze", [first, _i64(g, 2)]), offsets]),
+                         g.one("Unsqueeze", [g.one("Sub", [last, _f32(g, 1.0)]), _i64(g, 2)])])
+    clipped = g.one("Min", [g.one("Max", [held, _f32(g, 0.0)]), _f32(g, float(size - 1))])
+    return g.one("Cast", [clipped], to=TensorProto.INT64), span
+
+
+def _windowed_maximum(g: GraphBuilder, operation: Operation, nhwc: str, shape: tuple[int, int, int], ids: str,
+                      rows: tuple[str, str], cols: tuple[str, str], out_h: int, out_w: int) -> str:
+    """[R, oh, ow, C]: the maximum over each bin's window, columns first (a gather of
+    [R, H, ow, span_w] pixels), then rows (a gather of [R, oh, span_h] rows of that)."""
+    height, width, depth = shape
+    col_index, span_w = _window(g, cols, width, out_w)
+    row_index, span_h = _window(g, rows, height, out_h)
+    rois = g.operand(operation.inputs[1]).dimensions
+    elements = (rois[0] if rois and rois[0] else 1) * height * out_w * span_w * depth
+    if elements > _POOLING_ELEMENTS:
+        raise Declined(f"the windowed maximum would gather {elements} elements (more than {_POOLING_ELEMENTS})")
+    table = g.one("Reshape", [nhwc, _i64(g, -1, depth)])                                  # [B * H * W, C]
+    base = g.one("Mul", [g.one("Unsqueeze", [ids, _i64(g, 1, 2, 3)]),
+                         g.constant(np.array(height * width, np.int64))])                 # [R, 1, 1, 1]
+    lines = g.constant((np.arange(height, dtype=np.int64) * width)[None, :, None, None], "rows")
+    index = g.one("Add", [g.one("Add", [base, lines]), g.one("Unsqueeze", [col_index, _i64(g, 1)])])
+    wide = g.one("Gather", [table, index], axis=0)                                        # [R, H, ow, span_w, C]
+    by_columns = g.one("ReduceMax", [wide], axes=[3], keepdims=0)                         # [R, H, ow, C]
+    stacked = g.one("Reshape", [by_columns, _i64(g, -1, out_w, depth)])                  # [R * H, ow, C]
+    regions = g.one("Range", [g.constant(np.array(0, np.int64)), g.one("Squeeze", [_size(g, ids, 0)]),
+                              g.constant(np.array(1, np.int64))])
+    first_row = g.one("Mul", [g.one("Unsqueeze", [regions, _i64(g, 1, 2)]), g.constant(np.array(height, np.int64))])
+    tall = g.one("Gather", [stacked, g.one("Add", [first_row, row_index])], axis=0)     # [R, oh, span_h, ow, C]
+    return g.one("ReduceMax", [tall], axes=[2], keepdims=0)                               # [R, oh, ow, C]
+
+
+def _masked_maximum(g: GraphBuilder, x, nchw: bool, ids: str, rows: tuple[str, str], cols: tuple[str, str]) -> str:
+    """[R, C, oh, ow]: the maximum over each bin, every pixel of the map outside it masked
+    with the lowest value (the map's shape known only at run time)."""
+    feature = x.name if nchw else g.one("Transpose", [x.name], perm=NHWC_TO_NCHW)
+    lowest = _f32(g, -np.inf) if x.kind == "float" else g.constant(np.array(0, np.uint8))
     regions = g.one("Gather", [feature, ids], axis=0)                                    # [R, C, H, W]
-    in_columns = _in_bins(g, first_w, last_w, _size(g, feature, 3))                     # [R, ow, W]
+    in_columns = _in_bins(g, *cols, _size(g, feature, 3))                                 # [R, ow, W]
     columns = g.one("Unsqueeze", [in_columns, _i64(g, 1, 2)])                              # [R, 1, 1, ow, W]
     wide = g.one("Where", [columns, g.one("Unsqueeze", [regions, _i64(g, 3)]), lowest])   # [R, C, H, ow, W]
     by_columns = g.one("ReduceMax", [wide], axes=[4], keepdims=0)                          # [R, C, H, ow]
-    in_rows = _in_bins(g, first_h, last_h, _size(g, feature, 2))                          # [R, oh, H]
-    rows = g.one("Unsqueeze", [in_rows, _i64(g, 1, 4)])                                    # [R, 1, oh, H, 1]
-    tall = g.one("Where", [rows, g.one("Unsqueeze", [by_columns, _i64(g, 2)]), lowest])    # [R, C, oh, H, ow]
-    pooled = g.one("ReduceMax", [tall], axes=[3], keepdims=0)                              # [R, C, oh, ow]
-    empty = g.one("Or", [g.one("Unsqueeze", [g.one("LessOrEqual", [last_h, first_h]), _i64(g, 2)]),
-                         g.one("Unsqueeze", [g.one("LessOrEqual", [last_w, first_w]), _i64(g, 1)])])
-    result = g.one("Where", [g.one("Unsqueeze", [empty, _i64(g, 1)]), empty_value, pooled])
-    _roi_output(g, operation, result, nchw)
+    in_rows = _in_bins(g, *rows, _size(g, feature, 2))                                    # [R, oh, H]
+    row_mask = g.one("Unsqueeze", [in_rows, _i64(g, 1, 4)])                                # [R, 1, oh, H, 1]
+    tall = g.one("Where", [row_mask, g.one("Unsqueeze", [by_columns, _i64(g, 2)]), lowest])  # [R, C, oh, H, ow]
+    return g.one("ReduceMax", [tall], axes=[3], keepdims=0)                                # [R, C, oh, ow]
 
 
 # --- HEATMAP_MAX_KEYPOINT --------------------------------------------------------------------
@@ -474,8 +528,7 @@ def _roi_align_taps(g: GraphBuilder, operation: Operation, nchw: bool, out_h: in
     elements = (rois[0] if rois and rois[0] else 1) * out_h * out_w * taps * depth
     if elements > _TAPS_ELEMENTS:
         raise Declined(f"ROI_ALIGN's explicit form would gather {elements} elements (more than {_TAPS_ELEMENTS})")
-    stored_nchw, _ = _feature_nchw(g, operation, nchw)
-    corners, ids = _regions(g, operation, stored_nchw)
+    corners, ids = _regions(g, operation, x.name, nchw)
     x1, y1, x2, y2 = _columns(g, corners, 4)
     rows, row_weights, count_h = _axis_taps(g, y1, y2, out_h, ratio_h, samples_h, height)
     cols, col_weights, count_w = _axis_taps(g, x1, x2, out_w, ratio_w, samples_w, width)
