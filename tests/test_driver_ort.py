@@ -2153,6 +2153,69 @@ def test_quantized_transpose_conv_is_within_a_step_of_the_reference(ort_device, 
     assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(theirs[0])) > 20
 
 
+@pytest.mark.parametrize("code, filter_code", [(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32),
+                                               (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM),
+                                               (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL)])
+@pytest.mark.parametrize("stride, nchw, fuse", [(2, False, 0), (3, True, 1), (1, False, 3)])
+def test_a_transpose_conv_whose_kernel_is_its_stride_is_a_pointwise_conv_and_depth_to_space(
+        ort_device, code, filter_code, stride, nchw, fuse):
+    """A quantized TRANSPOSE_CONV_2D with kernel = stride (a U-Net decoder's upsampling;
+    windows that do not overlap) lowers to a 1x1 QLinearConv to stride^2 x C channels whose
+    rows are moved into place: uint8 per-tensor and int8 with a per-channel filter within a step of the
+    reference and mostly equal; explicit paddings all zero, both layouts, fused
+    activations. A float one stays a ConvTranspose (faster there), within float32 rounding."""
+    rng = np.random.default_rng(stride)
+    quantized = code != T.TENSOR_FLOAT32
+    depth, channels, size = 6, 5, 4
+    shape_in, shape_out = [2, size, size, depth], [2, size * stride, size * stride, channels]
+    if nchw:
+        shape_in, shape_out = [shape_in[i] for i in (0, 3, 1, 2)], [shape_out[i] for i in (0, 3, 1, 2)]
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, shape_in, **({"scale": 0.05, "zero_point": 3} if quantized else {})))
+    filter_shape = [channels, stride, stride, depth]
+    if filter_code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        scales = rng.uniform(0.01, 0.03, channels).astype(np.float32)
+        w = model.add_operand(OperandType(filter_code, filter_shape))
+        model.set_operand_symm_per_channel_quant_params(w, nnapi.SymmPerChannelQuantParams(0, scales.tolist()))
+        weights = rng.integers(-127, 128, filter_shape).astype(np.int8)
+        bias_scales = scales * 0.05
+    elif quantized:
+        w = model.add_operand(OperandType(filter_code, filter_shape, scale=0.02, zero_point=120))
+        weights = rng.integers(0, 256, filter_shape).astype(np.uint8)
+        bias_scales = np.full(channels, 0.05 * 0.02)
+    else:
+        w = model.add_operand(OperandType(filter_code, filter_shape))
+        weights = rng.standard_normal(filter_shape).astype(np.float32)
+    model.set_operand_value(w, weights)
+    if quantized:
+        bias = model.add_operand(OperandType(T.TENSOR_INT32, [channels], scale=0.0 if
+                                             filter_code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL else 0.05 * 0.02))
+        model.set_operand_value(bias, (rng.standard_normal(channels) * 0.3 / bias_scales).astype(np.int32))
+    else:
+        bias = _float_tensor(model, [channels], rng.standard_normal(channels))
+    scalars = [_constant(model, T.INT32, v) for v in (0, 0, 0, 0, stride, stride, fuse)]
+    out_zero = -4 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 124
+    y = model.add_operand(OperandType(code, shape_out, **({"scale": 0.1, "zero_point": out_zero} if quantized else {})))
+    model.add_operation(Op.TRANSPOSE_CONV_2D, [x, w, bias, *scalars, _constant(model, T.BOOL, nchw)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    operators = [node.op_type for node in _lowered(model).graph.node]
+    assert ("ConvTranspose" in operators) != quantized and ("QLinearConv" in operators) == quantized
+    dtype = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_QUANT8_ASYMM: np.uint8, T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8}[code]
+    if quantized:
+        info = np.iinfo(dtype)
+        value = rng.integers(info.min, int(info.max) + 1, shape_in).astype(dtype)
+    else:
+        value = rng.standard_normal(shape_in).astype(np.float32)
+    ours, theirs = _on_both(model, [value], [np.zeros(shape_out, dtype)], ort_device)
+    if quantized:
+        off = np.abs(ours[0].astype(int) - theirs[0])
+        assert off.max() <= 1 and off.mean() < 0.05 and len(np.unique(theirs[0])) > 15
+    else:
+        np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=2e-6 * np.abs(theirs[0]).max())
+        assert len(np.unique(theirs[0])) > 50
+
+
 def test_pad_reshape_squeeze_parameters_given_at_run_time(ort_device):
     """PAD's paddings, RESHAPE's shape and SQUEEZE's axes as model inputs (quant8, PAD
     with the zero point): the reference's values; a negative padding (which ONNX would crop
