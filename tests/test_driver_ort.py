@@ -827,6 +827,35 @@ def test_a_quantized_resize_uses_ort_resize_only_where_a_probe_shows_the_referen
     assert lowering._resize_matches_taps(4, 7, 8, 2, False, True, False) is False
 
 
+@pytest.mark.parametrize("code, zero_point", [(T.TENSOR_QUANT8_ASYMM, 100), (T.TENSOR_QUANT8_ASYMM, 0),
+                                              (T.TENSOR_QUANT8_ASYMM_SIGNED, -3),
+                                              (T.TENSOR_QUANT8_ASYMM_SIGNED, -128)])
+def test_quantize_rounds_halves_away_from_zero_as_the_reference(ort_device, code, zero_point):
+    """QUANTIZE on ORT alone rounds x / scale halves away from zero (Android's std::round),
+    where ONNX's QuantizeLinear rounds them to even: every tie -40.5 .. 40.5, signed zeros,
+    subnormals and values far past the range saturating, equal to the reference; with the
+    internal zero point 0 (uint8 0, int8 -128) as halves up (every negative saturates)."""
+    ties = (np.arange(-81, 82, 2) / 2).astype(np.float32) * np.float32(0.25)
+    specials = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-39, -1e-39, 3e38, -3e38, 70.0, -70.0], np.float32)
+    noise = np.random.default_rng(3).uniform(-40, 40, 200).astype(np.float32)
+    values = np.concatenate([ties, specials, noise])
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [values.size]))
+    y = model.add_operand(OperandType(code, [values.size], scale=0.25, zero_point=zero_point))
+    model.add_operation(Op.QUANTIZE, [x], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    operators = [node.op_type for node in _lowered(model).graph.node]
+    assert operators.count("Sign") == (0 if zero_point in (0, -128) else 1)
+    dtype = np.uint8 if code == T.TENSOR_QUANT8_ASYMM else np.int8
+    ours, theirs = _on_both(model, [values], [np.zeros(values.size, dtype)], ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    expected = np.clip(np.sign(ties) * np.floor(np.abs(ties / np.float32(0.25)) + 0.5) + zero_point,
+                       np.iinfo(dtype).min, np.iinfo(dtype).max)
+    np.testing.assert_array_equal(theirs[0][:ties.size], expected)
+    assert len(np.unique(theirs[0])) > 80
+
+
 def test_naming_the_discovered_driver_again_is_no_error():
     """--driver ort where the entry point already registered nnapi-ort-cpu: the devices
     already there, not a name clash."""
@@ -2831,7 +2860,7 @@ def test_layer_norm_whose_mean_is_read_elsewhere_stays_element_wise(ort_device):
 def test_quantized_mean_of_summed_integers_is_quantized_by_one_node(ort_device, code):
     """The importer's quantized MEAN (DEQUANTIZE, MEAN over height and width, QUANTIZE to
     another scale: a squeeze-and-excitation pool) ends in one QuantizeLinear after the
-    integer sums, not quantize_half_away's nine nodes; within a step of the reference and
+    integer sums, not quantize_half_away's seven nodes; within a step of the reference and
     equal to it except at halves, with a standalone QUANTIZE still rounding halves away."""
     rng = np.random.default_rng(32)
     shift = 0 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 128
@@ -2850,7 +2879,8 @@ def test_quantized_mean_of_summed_integers_is_quantized_by_one_node(ort_device, 
     model.identify_inputs_and_outputs([x, halves], [y, z])
     model.finish()
     ops = [node.op_type for node in _lowered(model).graph.node]
-    assert ops.count("QuantizeLinear") == 1 and ops.count("Floor") == 1  # the standalone QUANTIZE's
+    # the mean's QuantizeLinear; the standalone QUANTIZE's rounding (one Floor) and its own
+    assert ops.count("QuantizeLinear") == 2 and ops.count("Floor") == 1
     dtype = np.int8 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8
     info = np.iinfo(dtype)
     image = rng.integers(info.min, info.max + 1, (1, 7, 9, 40)).astype(dtype)
