@@ -156,8 +156,7 @@ def test_claimed_cts_vectors_pass(ort_device, variant, every, least):
                                        "INSTANCE_NORMALIZATION", "CAST", "TOPK_V2"])
 def test_lowerings_pass_their_cts_vectors(ort_device, operation):
     """Every fourth CTS vector of the operation that nnapi-ort-cpu claims passes (SELECT
-    requantizing, a per-channel TRANSPOSE_CONV_2D filter and parameters given at run time
-    are declined), and it claims some."""
+    requantizing and some parameters given at run time are declined), and it claims some."""
     claimed, failures = 0, []
     for record in _records_by_operation().get(operation, []):
         if declined_by(record, ort_device):

@@ -10,6 +10,8 @@ Runtime's fast kernels apply and the real values are unchanged:
   which is the form ORT's x86 QLinear kernels are fastest on.
 - TENSOR_INT32 and TENSOR_BOOL8 are themselves, and so are TENSOR_QUANT16_ASYMM boxes
   (uint16; the detection operations' boxes, scale 0.125: detection.py).
+- TENSOR_QUANT8_SYMM_PER_CHANNEL (and TENSOR_QUANT8_SYMM) given at run time are int8, as
+  stored (zero point 0): weights, read only by the operations that take them.
 
 NNAPI's NHWC layout becomes Transpose -> NCHW operator -> Transpose; ORT's transpose
 optimizer cancels the pairs between consecutive operators. Fused activations become
@@ -56,7 +58,8 @@ MS_DOMAIN = "com.microsoft"
 
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
-#: operand types with an internal encoding (weights' per-channel / symm types are constants only)
+#: operand types with an internal encoding as activations (the 8-bit symmetric weight types have
+#: one only as an operation's weights or DEQUANTIZE's input: their own int8 values)
 ACTIVATION_TYPES = (*FLOATS, *QUANT8, T.TENSOR_INT32, T.TENSOR_BOOL8, T.TENSOR_QUANT16_ASYMM)
 NHWC_TO_NCHW = [0, 3, 1, 2]
 NCHW_TO_NHWC = [0, 2, 3, 1]
@@ -80,7 +83,7 @@ class Value:
     scale and internal zero point; ``const`` holds a constant's internal-encoded array."""
 
     name: str
-    kind: str  # "float", "uint8", "int32", "bool", "uint16"
+    kind: str  # "float", "uint8", "int32", "bool", "uint16", "int8" (8-bit symmetric weights)
     dims: list[int]
     scale: float = 0.0
     zero_point: int = 0
@@ -92,11 +95,12 @@ class Value:
 
 
 _KIND_ELEM = {"float": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int32": TensorProto.INT32,
-              "bool": TensorProto.BOOL, "uint16": TensorProto.UINT16}
+              "bool": TensorProto.BOOL, "uint16": TensorProto.UINT16, "int8": TensorProto.INT8}
 _HAL_ELEM = {T.TENSOR_FLOAT32: TensorProto.FLOAT, T.TENSOR_FLOAT16: TensorProto.FLOAT16,
              T.TENSOR_QUANT8_ASYMM: TensorProto.UINT8, T.TENSOR_QUANT8_ASYMM_SIGNED: TensorProto.INT8,
              T.TENSOR_INT32: TensorProto.INT32, T.TENSOR_BOOL8: TensorProto.BOOL,
-             T.TENSOR_QUANT16_ASYMM: TensorProto.UINT16}
+             T.TENSOR_QUANT16_ASYMM: TensorProto.UINT16,
+             T.TENSOR_QUANT8_SYMM_PER_CHANNEL: TensorProto.INT8, T.TENSOR_QUANT8_SYMM: TensorProto.INT8}
 
 
 def internal_kind(code: int) -> str:
@@ -110,6 +114,8 @@ def internal_kind(code: int) -> str:
         return "bool"
     if code == T.TENSOR_QUANT16_ASYMM:
         return "uint16"
+    if code in (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_QUANT8_SYMM):
+        return "int8"
     raise Declined(f"{_name(code)} operands are not supported")
 
 
@@ -1101,12 +1107,15 @@ def lower_fully_connected(g: GraphBuilder, operation: Operation) -> None:
             raise Declined("quantized FULLY_CONNECTED needs quant8 weights and an int32 bias")
         # A 1x1 QLinearConv: exactly NNAPI's integer product, bias and requantization.
         raw = g.raw_constant(operation.inputs[1])
-        if raw is None:
-            raise Declined("quantized weights must be constant")
-        centered = centered_weights(raw, weights_operand.zero_point)
-        kept = raw if centered is None else centered
-        w = g.constant(np.ascontiguousarray(kept.reshape(units, depth, 1, 1)), "weights")
-        w_scale, w_zero = _weight_quant(g, weights_operand, False, units, centered=centered is not None)
+        if raw is None:  # given at run time: its internal encoding (uint8, zero point + 128 for int8)
+            w = g.one("Reshape", [g.value(operation.inputs[1]).name,
+                                  g.constant(np.array([units, depth, 1, 1], np.int64))])
+            w_scale, w_zero = _weight_quant(g, weights_operand, False, units, constant=False)
+        else:
+            centered = centered_weights(raw, weights_operand.zero_point)
+            kept = raw if centered is None else centered
+            w = g.constant(np.ascontiguousarray(kept.reshape(units, depth, 1, 1)), "weights")
+            w_scale, w_zero = _weight_quant(g, weights_operand, False, units, centered=centered is not None)
         bias = g.value(operation.inputs[2])
         x4 = g.one("Reshape", [flat, g.constant(np.array([-1, depth, 1, 1], np.int64))])
         y4 = g.one("QLinearConv", [x4, *g.qparams(source), w, w_scale, w_zero, *g.qparams(output), bias.name],
@@ -2524,25 +2533,31 @@ def _quantized_transpose_filter(g: GraphBuilder, operation: Operation, raw: np.n
     """A quantized TRANSPOSE_CONV_2D's filter as float32 integers in ONNX's [in, out, h, w]
     order and the per-output-channel real multipliers input scale * filter scale / output
     scale. The sums of products stay exact in float32 below 2^24: checked from the
-    filter's values, or from its type's range for one given at run time."""
+    filter's values, or from its type's range for one given at run time (|q - zero point|
+    <= 255 for quant8, |q| <= 128 for per-channel int8)."""
     filter_operand, output = g.operand(operation.inputs[1]), g.operand(operation.outputs[0])
-    if filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and raw is not None:
+    if filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         quant = filter_operand.channel_quant
         if quant is None or quant.channel_dim != 0:
             raise Declined("per-channel filter scales must run along the output channels")
-        integers, scales = raw.astype(np.float64), np.asarray(quant.scales, np.float64)
+        integers = None if raw is None else raw.astype(np.float64)
+        scales, widest = np.asarray(quant.scales, np.float64), 128  # int8, zero point 0
     elif filter_operand.type in QUANT8:
         integers = None if raw is None else raw.astype(np.float64) - filter_operand.zero_point
-        scales = np.full(channels_out, filter_operand.scale, np.float64)
+        scales, widest = np.full(channels_out, filter_operand.scale, np.float64), 255
     else:
-        raise Declined(f"a quantized TRANSPOSE_CONV_2D with a {_name(filter_operand.type)} filter given at run time")
+        raise Declined(f"a quantized TRANSPOSE_CONV_2D with a {_name(filter_operand.type)} filter")
     taps = int(np.prod(filter_operand.dimensions[1:]))
-    largest = 255 * (255 * taps if integers is None else np.abs(integers).reshape(channels_out, -1).sum(axis=1).max())
+    largest = 255 * (widest * taps if integers is None else
+                     np.abs(integers).reshape(channels_out, -1).sum(axis=1).max())
     if largest >= 2 ** 24:
         raise Declined("the integer sums could leave float32's exact range")
     multipliers = (g.operand(operation.inputs[0]).scale * scales / output.scale).astype(np.float32)
     if integers is None:
-        return g.one("Transpose", [_integers(g, g.value(operation.inputs[1]))], perm=[3, 0, 1, 2]), multipliers
+        given = g.value(operation.inputs[1])
+        # int8 per-channel integers are their own values: a Cast is exact
+        exact = g.one("Cast", [given.name], to=TensorProto.FLOAT) if given.kind == "int8" else _integers(g, given)
+        return g.one("Transpose", [exact], perm=[3, 0, 1, 2]), multipliers
     return g.constant(np.ascontiguousarray(integers.astype(np.float32).transpose(3, 0, 1, 2)), "filter"), multipliers
 
 
