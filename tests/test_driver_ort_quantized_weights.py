@@ -3,7 +3,8 @@ DEPTHWISE_CONV_2D, GROUPED_CONV_2D and TRANSPOSE_CONV_2D, quant8 weights of
 FULLY_CONNECTED, with the int32 bias given at run time too. Each runs the integers the
 constant form runs (the same ONNX operator on the same values), so its outputs equal the
 constant form's bit for bit, and the reference's within the step the constant form is
-allowed (ORT requantizes in float32 where Android uses a fixed-point multiplier)."""
+allowed (ORT requantizes in float32 where Android uses a fixed-point multiplier).
+DEQUANTIZE of such weights: the reference's float32 products exactly."""
 
 from __future__ import annotations
 
@@ -210,3 +211,30 @@ def test_transpose_conv_filter_given_at_run_time_declined_past_float32s_exact_su
 
     assert reasons(given=True) == ["the integer sums could leave float32's exact range"]
     assert reasons(given=False) == [None]
+
+
+@pytest.mark.parametrize("output_code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])
+@pytest.mark.parametrize("channel_dim", [None, 0, 2])
+def test_dequantize_of_symmetric_weights_given_at_run_time_equals_the_reference(ort_device, channel_dim,
+                                                                                  output_code):
+    """DEQUANTIZE of a TENSOR_QUANT8_SYMM (``channel_dim`` None) or per-channel operand given
+    at run time, every int8 value, scales that round (0.1, 1/3, ...): DequantizeLinear's
+    float32 product on nnapi-ort-cpu, the reference's values bit for bit (float16 rounded
+    from it alike)."""
+    shape = [4, 8, 8]
+    model = nnapi.Model()
+    if channel_dim is None:
+        x = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM, shape, scale=0.1))
+    else:
+        x = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, shape))
+        scales = [0.1, 1 / 3, 2.5, 7e-3, 1e-2, 0.75, 3.0, 1 / 7][:shape[channel_dim]]
+        model.set_operand_symm_per_channel_quant_params(x, SymmPerChannelQuantParams(channel_dim, scales))
+    y = model.add_operand(OperandType(output_code, shape))
+    model.add_operation(Op.DEQUANTIZE, [x], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    values = np.arange(-128, 128, dtype=np.int16).astype(np.int8).reshape(shape)
+    output = np.zeros(shape, np.float32 if output_code == T.TENSOR_FLOAT32 else np.float16)
+    ours, theirs = (_run(model, device, [values], output) for device in (ort_device, _reference()))
+    np.testing.assert_array_equal(ours, theirs)
+    assert len(np.unique(theirs)) > 200

@@ -3400,9 +3400,26 @@ def lower_dequantize(g: GraphBuilder, operation: Operation) -> None:
             g.dequantized[operation.outputs[0]] = x
     elif operand.type in FLOATS:
         y = g.one("Identity", [g.value(index).name])
+    elif operand.type in (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL):
+        y = _dequantize_symmetric(g, g.value(index), operand)
     else:
         raise Declined(f"DEQUANTIZE of a non-constant {_name(operand.type)} is not supported")
     g.set_output(operation.outputs[0], y)
+
+
+def _dequantize_symmetric(g: GraphBuilder, x: Value, operand: Operand) -> str:
+    """8-bit symmetric weights given at run time (int8 as stored, zero point 0) as reals:
+    DequantizeLinear's float32 (q - 0) * scale is the reference's float32 q * scale, per
+    channel along the operand's channel dimension (ONNX's axis)."""
+    if operand.type == T.TENSOR_QUANT8_SYMM:
+        scales, axis = np.array(operand.scale, np.float32), {}
+    else:
+        quant = operand.channel_quant
+        if quant is None or not 0 <= quant.channel_dim < x.rank:
+            raise Declined("per-channel scales must run along one of the operand's dimensions")
+        scales, axis = np.asarray(quant.scales, np.float32), {"axis": quant.channel_dim}
+    zero_points = g.constant(np.zeros(scales.shape, np.int8), "zp")
+    return g.one("DequantizeLinear", [x.name, g.constant(scales, "scale"), zero_points], **axis)
 
 
 # --- the whole graph -------------------------------------------------------------------
