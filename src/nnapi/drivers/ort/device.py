@@ -35,6 +35,7 @@ from nnapi.drivers.ort import (
     recurrent,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import Declined, lower_model, onnxruntime_at_least, operation_support
+from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (
     Capabilities,
@@ -116,11 +117,12 @@ class OrtDevice(IDevice):
 
     def get_unsupported_reasons(self, model: Model) -> list[str | None]:
         reasons: list[str | None] = []
+        shaped = infer_temporary_shapes(model)  # as lower_model lowers it (the same operations)
         for operation in model.main.operations:
             if not supports_operation(model, model.main, operation):
                 reasons.append("not a valid operation (the reference's validation rejects it)")
             else:
-                reasons.append(operation_support(model, operation))
+                reasons.append(operation_support(shaped, operation))
         return reasons
 
     def get_supported_operations(self, model: Model) -> list[bool]:

@@ -37,6 +37,7 @@ from onnx import TensorProto, helper, numpy_helper
 from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
 from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_composites
 from nnapi.drivers.ort.padded_add import split_padded_adds
+from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.ort.twins import merge_twin_branches
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
 from nnapi.hal.types import constant_array
@@ -3426,7 +3427,7 @@ def _dequantize_symmetric(g: GraphBuilder, x: Value, operand: Operand) -> str:
 def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
     """The ONNX model of ``model.main`` with its input and output names (one per HAL
     input / output, in order). Raises Declined if any part cannot be lowered."""
-    model = split_padded_adds(merge_twin_branches(model))
+    model = split_padded_adds(merge_twin_branches(infer_temporary_shapes(model)))
     subgraph = model.main
     g = GraphBuilder(model, subgraph)
     for index in subgraph.input_indexes:
