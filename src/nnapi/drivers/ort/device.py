@@ -35,6 +35,7 @@ from nnapi.drivers.ort import (
     recurrent,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import Declined, lower_model, onnxruntime_at_least, operation_support
+from nnapi.drivers.ort.omitted import PatternPreparedModel, omittable_inputs
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (
@@ -142,6 +143,17 @@ class OrtDevice(IDevice):
             if reason is not None:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                f"{self.name} does not support {OperationCode(operation.type).name}: {reason}")
+        omittable = omittable_inputs(model)
+        if omittable:
+            # a graph per pattern of omitted inputs, when a request shows it (omitted.py);
+            # no cache file: the cache holds one graph (the runtime then prepares again)
+            return PatternPreparedModel(model, omittable, self._prepare_graph)
+        return self._prepare_graph(model, model_cache, token)
+
+    def _prepare_graph(self, model: Model, model_cache: Sequence[int] = (), token: bytes | None = None
+                       ) -> OrtPreparedModel:
+        """``model`` lowered to one ONNX graph and opened as a session (written to the
+        cache when asked)."""
         try:
             onnx_model, input_names, output_names = lower_model(model)
         except Declined as reason:
