@@ -16,7 +16,15 @@ from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.conformance import float_tolerance, within_tolerance  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
-from nnapi.operations._lstm_cell import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_SIGMOID, ACT_TANH, WEIGHT_NAMES  # noqa: E402
+from nnapi.operations._lstm_cell import (  # noqa: E402
+    ACT_NONE,
+    ACT_RELU,
+    ACT_RELU1,
+    ACT_RELU6,
+    ACT_SIGMOID,
+    ACT_TANH,
+    WEIGHT_NAMES,
+)
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 NORM_COUNT = 4
@@ -68,16 +76,17 @@ class _Builder:
 
 
 def _lstm_direction(b: _Builder, size: int, units: int, *, cifg=False, peephole=False, projection=False,
-                    given=False) -> list[int]:
-    """One direction's 17 weight inputs in the spec's order."""
-    out = units
+                    projection_bias=False, given=False, out=None) -> list[int]:
+    """One direction's 17 weight inputs in the spec's order (``out``: the projection's
+    output size, the units' by default)."""
+    out = out or units
     shapes = {"input_to": [units, size], "recurrent_to": [units, out], "cell_to": [units], "bias": [units]}
     weights = []
     for name in WEIGHT_NAMES:
         if name == "projection":
             weights.append(b.tensor([out, units], given) if projection else b.omitted())
         elif name == "projection_bias":
-            weights.append(b.omitted())
+            weights.append(b.tensor([out], given) if projection_bias else b.omitted())
         elif name.startswith("cell_to"):
             weights.append(b.tensor(shapes["cell_to"], given) if peephole and not (cifg and name == "cell_to_input")
                            else b.omitted())
@@ -123,18 +132,25 @@ def _states(b: _Builder, batch: int, units: int) -> list[int]:
     return [b.tensor([batch, units], given=True), b.tensor([batch, units], given=True)]
 
 
+def _norms(b: _Builder, units: int, layer_norm: bool, cifg: bool) -> list[int]:
+    """The 4 layer normalization weights (the input gate's omitted with CIFG)."""
+    return [b.tensor([units], scale=1.0) if layer_norm and not (cifg and k == 0) else b.omitted()
+            for k in range(NORM_COUNT)]
+
+
 def _unidirectional_lstm(b: _Builder, *, time_major=False, steps=5, batch=2, size=3, units=4, activation=ACT_TANH,
-                         cell_clip=0.0, final_states=False, layer_norm=False, scale=1.0, **variant
+                         cell_clip=0.0, proj_clip=0.0, final_states=False, layer_norm=False, scale=1.0, **variant
                          ) -> tuple[list[int], list]:
     x = b.tensor([steps, batch, size] if time_major else [batch, steps, size], given=True, scale=scale)
-    weights = _lstm_direction(b, size, units, given=variant.pop("given", False), **variant)
+    out = 3 if variant.get("projection") else units
+    weights = _lstm_direction(b, size, units, given=variant.pop("given", False), out=out, **variant)
     clip_code = T.FLOAT16 if b.code == T.TENSOR_FLOAT16 else T.FLOAT32
-    norms = [b.tensor([units]) if layer_norm else b.omitted() for _ in range(NORM_COUNT)]
-    inputs = [x, *weights, *_states(b, batch, units), b.scalar(T.INT32, np.int32(activation)),
-              b.scalar(clip_code, b.dtype(cell_clip)), b.scalar(clip_code, b.dtype(0)),
-              b.scalar(T.BOOL, np.bool_(time_major)), *norms]
-    shape = [steps, batch, units] if time_major else [batch, steps, units]
-    shapes = [shape, [batch, units], [batch, units]] if final_states else [shape]
+    norms = _norms(b, units, layer_norm, variant.get("cifg", False))
+    inputs = [x, *weights, b.tensor([batch, out], given=True), b.tensor([batch, units], given=True),
+              b.scalar(T.INT32, np.int32(activation)), b.scalar(clip_code, b.dtype(cell_clip)),
+              b.scalar(clip_code, b.dtype(proj_clip)), b.scalar(T.BOOL, np.bool_(time_major)), *norms]
+    shape = [steps, batch, out] if time_major else [batch, steps, out]
+    shapes = [shape, [batch, out], [batch, units]] if final_states else [shape]
     return inputs, shapes
 
 
@@ -161,29 +177,35 @@ def test_unidirectional_lstm_other_activations_equal_the_reference(ort_device, a
     _assert_on_ort_as_the_reference(b, shapes, ort_device)
 
 
-@pytest.mark.parametrize("variant, rule", [
-    ({"projection": True}, "projection"),
-    ({"layer_norm": True}, "norm"),
-    ({"cell_clip": 10.0, "peephole": True}, "cell clipping with peephole"),
-    ({"cell_clip": 10.0, "activation": ACT_RELU}, "tanh"),
-    ({"activation": ACT_RELU6}, "RELU6"),
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])
+@pytest.mark.parametrize("variant", [
+    {"projection": True}, {"projection": True, "projection_bias": True, "proj_clip": 0.05},
+    {"layer_norm": True}, {"layer_norm": True, "cifg": True, "peephole": True, "projection": True},
+    {"cell_clip": 0.3, "peephole": True}, {"cell_clip": 0.3, "activation": ACT_RELU},
+    {"activation": ACT_RELU6}, {"activation": ACT_RELU1, "time_major": True},
 ])
-def test_unidirectional_lstm_without_an_onnx_form_is_declined(ort_device, variant, rule):
-    """Projection, layer normalization, cell clipping with peephole weights or another
-    activation than tanh, and RELU6 have no ONNX form here: declined with the rule named,
-    and the model runs on the reference with its values."""
-    b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(13))
-    inputs, shapes = _unidirectional_lstm(b, **variant)
-    b.finish(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output(shapes[0])])
-    hal_model, _ = build_hal_model(b.model)
-    reason = OrtDevice().get_unsupported_reasons(hal_model)[0]
-    assert reason is not None and rule in reason
-    compilation = nnapi.Compilation(b.model)
-    compilation.finish()
-    assert compilation.step_devices == ["nnapi-reference"]
-    ours = _run(b.model, b.values, [(shapes[0], np.float32)], None)
-    reference = _run(b.model, b.values, [(shapes[0], np.float32)], _reference())
-    np.testing.assert_array_equal(ours[0], reference[0])
+def test_unidirectional_lstm_explicit_steps_equal_the_reference(ort_device, code, variant):
+    """What ONNX's LSTM has no form for (projection with its bias and clip, layer
+    normalization, a cell clip with peephole weights or another activation than tanh,
+    RELU1 / RELU6) runs as the explicit steps: on ORT alone, the reference's values."""
+    b = _Builder(code, np.random.default_rng(13))
+    inputs, shapes = _unidirectional_lstm(b, final_states=True, **variant)
+    b.finish(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output(shape) for shape in shapes])
+    _assert_on_ort_as_the_reference(b, shapes, ort_device)
+
+
+def test_explicit_lstm_steps_need_the_number_of_steps():
+    """The explicit steps are unrolled, so a projection LSTM whose input leaves the number
+    of time steps unspecified is declined with the rule named (ONNX's LSTM, which takes
+    any length, still runs the plain one)."""
+    def reason(projection: bool) -> str | None:
+        b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(13))
+        inputs, shapes = _unidirectional_lstm(b, projection=projection, steps=0)  # [2, 0, 3]: steps unspecified
+        b.finish(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output(shapes[0])])
+        return OrtDevice().get_unsupported_reasons(build_hal_model(b.model)[0])[0]
+
+    assert reason(False) is None
+    assert "time steps must be known" in reason(True)
 
 
 @pytest.mark.parametrize("clip, reached", [(10.0, False), (0.3, True)])
@@ -311,15 +333,224 @@ def test_bidirectional_rnn_equals_the_reference(ort_device, merge, final_states)
     _assert_on_ort_as_the_reference(b, shapes, ort_device)
 
 
-def test_rnn_with_an_auxiliary_input_is_declined():
-    """An auxiliary input (cross- or parallel-linked) has no ONNX RNN form."""
+@pytest.mark.parametrize("cross", [True, False])
+@pytest.mark.parametrize("merge", [False, True])
+def test_bidirectional_rnn_with_an_auxiliary_input_equals_the_reference(ort_device, cross, merge):
+    """An auxiliary input with auxiliary weights (cross-linking: both directions add its
+    products) or alone (parallel linking: the backward cell reads it instead of the
+    input, here of another feature size): the reference's values on ORT alone."""
     b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(18))
-    steps, batch, size, units = 3, 1, 2, 3
-    x = b.tensor([batch, steps, size], given=True)
-    aux = b.tensor([batch, steps, size], given=True)
-    inputs = [x, *_rnn_cell(b, size, units, batch), *_rnn_cell(b, size, units, batch),
-              aux, b.omitted(), b.omitted(), b.scalar(T.INT32, np.int32(ACT_TANH)),
-              b.scalar(T.BOOL, np.bool_(False)), b.scalar(T.BOOL, np.bool_(True))]
-    b.finish(Op.BIDIRECTIONAL_SEQUENCE_RNN, inputs, [b.output([batch, steps, 2 * units])])
+    steps, batch, size, aux_size, units = 3, 2, 2, 3 if cross else 4, 3
+    x = b.tensor([batch, steps, size], given=True, scale=1.0)
+    aux = b.tensor([batch, steps, aux_size], given=True, scale=1.0)
+    backward = _rnn_cell(b, size if cross else aux_size, units, batch)
+    weights = [b.tensor([units, aux_size]), b.tensor([units, aux_size])] if cross else [b.omitted(), b.omitted()]
+    inputs = [x, *_rnn_cell(b, size, units, batch), *backward, aux, *weights, b.scalar(T.INT32, np.int32(ACT_TANH)),
+              b.scalar(T.BOOL, np.bool_(False)), b.scalar(T.BOOL, np.bool_(merge))]
+    shapes = [[batch, steps, 2 * units]] if merge else [[batch, steps, units]] * 2
+    shapes += [[batch, units]] * 2
+    b.finish(Op.BIDIRECTIONAL_SEQUENCE_RNN, inputs, [b.output(shape) for shape in shapes])
+    _assert_on_ort_as_the_reference(b, shapes, ort_device)
+
+
+@pytest.mark.parametrize("aux", ["none", "cross", "parallel"])
+@pytest.mark.parametrize("variant", [{}, {"projection": True, "layer_norm": True}, {"cifg": True, "peephole": True}])
+def test_bidirectional_lstm_explicit_steps_equal_the_reference(ort_device, aux, variant):
+    """BIDIRECTIONAL_SEQUENCE_LSTM in the explicit steps: with an auxiliary input
+    (cross-linked through auxiliary weights, or parallel: the backward direction reads it),
+    projection, layer normalization, a cell clip: the reference's values on ORT alone."""
+    b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(19))
+    steps, batch, size, aux_size, units = 4, 2, 3, 2, 5
+    out = 3 if variant.get("projection") else units
+    layer_norm = variant.get("layer_norm", False)
+    cell = {k: v for k, v in variant.items() if k != "layer_norm"}
+    x = b.tensor([batch, steps, size], given=True, scale=1.0)
+    forward = _lstm_direction(b, size, units, out=out, **cell)
+    backward = _lstm_direction(b, aux_size if aux == "parallel" else size, units, out=out, **cell)
+    states = [b.tensor([batch, out], given=True), b.tensor([batch, units], given=True)] * 2
+    aux_input = b.tensor([batch, steps, aux_size], given=True, scale=1.0) if aux != "none" else b.omitted()
+    gates = 3 if variant.get("cifg") else 4
+    aux_weights = [b.tensor([units, aux_size]) if aux == "cross" and (k % 4 or gates == 4) else b.omitted()
+                   for k in range(8)]  # per direction: aux_to_input (none with CIFG), forget, cell, output
+    inputs = [x, *forward, *backward, *states, aux_input, *aux_weights, b.scalar(T.INT32, np.int32(ACT_TANH)),
+              b.scalar(T.FLOAT32, np.float32(0.8)), b.scalar(T.FLOAT32, np.float32(0)),
+              b.scalar(T.BOOL, np.bool_(False)), b.scalar(T.BOOL, np.bool_(False)),
+              *_norms(b, units, layer_norm, variant.get("cifg", False)),
+              *_norms(b, units, layer_norm, variant.get("cifg", False))]
+    shapes = [[batch, steps, out], [batch, steps, out], [batch, out], [batch, units], [batch, out], [batch, units]]
+    b.finish(Op.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output(shape) for shape in shapes])
+    _assert_on_ort_as_the_reference(b, shapes, ort_device)
+
+
+@pytest.mark.parametrize("variant", [{}, {"cifg": True}, {"peephole": True, "projection": True, "proj_clip": 0.1},
+                                     {"layer_norm": True, "peephole": True}, {"cell_clip": 0.2},
+                                     {"layer_norm": True, "cifg": True, "peephole": True, "projection": True}])
+def test_lstm_step_equals_the_reference(ort_device, variant):
+    """The single-step LSTM (23 inputs, 27 with layer normalization): its four outputs,
+    the scratch buffer's gate values included, are the reference's on ORT alone."""
+    b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(20))
+    batch, size, units = 2, 3, 4
+    out = 3 if variant.get("projection") else units
+    layer_norm = variant.pop("layer_norm", False)
+    cell_clip, proj_clip = variant.pop("cell_clip", 0.0), variant.pop("proj_clip", 0.0)
+    x = b.tensor([batch, size], given=True, scale=1.0)
+    weights = _lstm_direction(b, size, units, out=out, **variant)
+    inputs = [x, *weights, b.tensor([batch, out], given=True), b.tensor([batch, units], given=True, scale=1.0),
+              b.scalar(T.INT32, np.int32(ACT_TANH)), b.scalar(T.FLOAT32, np.float32(cell_clip)),
+              b.scalar(T.FLOAT32, np.float32(proj_clip))]
+    if layer_norm:
+        inputs += _norms(b, units, True, variant.get("cifg", False))
+    gates = 3 if variant.get("cifg") else 4
+    shapes = [[batch, gates * units], [batch, out], [batch, units], [batch, out]]
+    b.finish(Op.LSTM, inputs, [b.output(shape) for shape in shapes])
+    _assert_on_ort_as_the_reference(b, shapes, ort_device)
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])
+@pytest.mark.parametrize("rank, memory, activation", [(1, 4, ACT_NONE), (2, 3, ACT_RELU), (1, 1, ACT_SIGMOID)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_svdf_equals_the_reference(ort_device, code, rank, memory, activation, bias):
+    """SVDF's new state and output, ranks 1 and 2, a memory of one slot too, with and
+    without the bias: the reference's values on ORT alone."""
+    b = _Builder(code, np.random.default_rng(22))
+    batch, size, units = 2, 3, 4
+    filters = units * rank
+    inputs = [b.tensor([batch, size], given=True, scale=1.0), b.tensor([filters, size]), b.tensor([filters, memory]),
+              b.tensor([units]) if bias else b.omitted(), b.tensor([batch, memory * filters], given=True, scale=1.0),
+              b.scalar(T.INT32, np.int32(rank)), b.scalar(T.INT32, np.int32(activation))]
+    shapes = [[batch, memory * filters], [batch, units]]
+    b.finish(Op.SVDF, inputs, [b.output(shape) for shape in shapes])
+    if memory == 1:  # the new state is all zeros: compared apart
+        ours = _run(b.model, b.values, [(shape, b.dtype) for shape in shapes], ort_device)
+        reference = _run(b.model, b.values, [(shape, b.dtype) for shape in shapes], _reference())
+        assert not ours[0].any() and not reference[0].any()
+        assert within_tolerance(code, reference[1], ours[1], float_tolerance(code)).all()
+        assert np.abs(reference[1]).max() > 0.01
+        return
+    _assert_on_ort_as_the_reference(b, shapes, ort_device)
+
+
+def _given_lstm(b: _Builder, batch: int, steps: int, size: int, units: int) -> tuple[list[int], list[np.ndarray]]:
+    """A peephole, projection, layer normalization UNIDIRECTIONAL_SEQUENCE_LSTM whose every
+    weight is a model input, the optional ones declared with unspecified dimensions (as
+    the NDK allows for an input a request may omit): its inputs and their values."""
+    x = b.tensor([batch, steps, size], given=True, scale=1.0)
+    shapes = {"input_to": [units, size], "recurrent_to": [units, units], "cell_to": [units], "bias": [units],
+              "projection": [units, units], "projection_bias": [units]}
+    optional = ("input_to_input", "recurrent_to_input", "cell_to", "input_bias", "projection")
+    weights = []
+    for name in WEIGHT_NAMES:
+        kind = next(k for k in ("projection_bias", "projection", "input_to", "recurrent_to", "cell_to", "bias")
+                    if k in name)
+        index = b.tensor(shapes[kind], given=True)
+        if name.startswith(optional):
+            b.model._operands[index] = OperandType(b.code, [0] * len(shapes[kind]))
+        weights.append(index)
+    norms = []
+    for _ in range(NORM_COUNT):
+        norms.append(b.tensor([units], given=True, scale=1.0))
+        b.model._operands[norms[-1]] = OperandType(b.code, [0])
+    inputs = [x, *weights, *_states(b, batch, units), b.scalar(T.INT32, np.int32(ACT_TANH)),
+              b.scalar(T.FLOAT32, np.float32(0)), b.scalar(T.FLOAT32, np.float32(0)),
+              b.scalar(T.BOOL, np.bool_(False)), *norms]
+    return inputs, list(b.values)
+
+
+#: positions among the model inputs of _given_lstm (the input first, then the 17 weights,
+#: the 4 layer normalization weights, the two states)
+_POSITION = {name: 1 + k for k, name in enumerate(WEIGHT_NAMES)}
+_POSITION.update({name: 18 + k for k, name in enumerate(("input_norm", "forget_norm", "cell_norm", "output_norm"))})
+_PATTERNS = {
+    "all given": (),
+    "plain": ("cell_to_input", "cell_to_forget", "cell_to_output", "projection", "projection_bias", "input_norm",
+              "forget_norm", "cell_norm", "output_norm"),
+    "cifg": ("input_to_input", "recurrent_to_input", "input_bias", "cell_to_input", "input_norm"),
+}
+
+
+def test_omitted_inputs_run_as_the_reference_runs_them(ort_device):
+    """Optional weights given as model inputs and omitted at run time (set_input with no
+    value, as the CTS gives its LSTMs): one compilation on ORT alone runs each pattern
+    (everything given; a plain LSTM; CIFG) with the reference's values."""
+    b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(23))
+    batch, steps, size, units = 2, 4, 3, 4
+    inputs, values = _given_lstm(b, batch, steps, size, units)
+    b.finish(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output([batch, steps, units])])
     hal_model, _ = build_hal_model(b.model)
-    assert "auxiliary input" in OrtDevice().get_unsupported_reasons(hal_model)[0]
+    assert OrtDevice().get_unsupported_reasons(hal_model) == [None]
+    compilations = {}
+    for device in (ort_device, _reference()):
+        compilations[device.name] = nnapi.Compilation(b.model, [device])
+        compilations[device.name].finish()
+    results = {}
+    for pattern, omitted in _PATTERNS.items():
+        given = [None if position in {_POSITION[name] for name in omitted} else value
+                 for position, value in enumerate(values)]
+        for name, compilation in compilations.items():
+            execution = nnapi.Execution(compilation)
+            for position, value in enumerate(given):
+                execution.set_input(position, value)
+            out = np.zeros([batch, steps, units], np.float32)
+            execution.set_output(0, out)
+            execution.compute()
+            results[pattern, name] = out
+        ours, theirs = results[pattern, "nnapi-ort-cpu"], results[pattern, "nnapi-reference"]
+        assert np.abs(theirs).max() > 0.01
+        assert within_tolerance(T.TENSOR_FLOAT32, theirs, ours).all(), pattern
+    assert not np.allclose(results["plain", "nnapi-reference"], results["cifg", "nnapi-reference"])
+
+
+def _hal_request(values: list[np.ndarray | None], outputs: list[np.ndarray]):
+    from nnapi.hal import DataLocation, Request, RequestArgument
+
+    pools: list[np.ndarray] = []
+
+    def argument(value: np.ndarray | None) -> RequestArgument:
+        if value is None:
+            return RequestArgument(has_no_value=True)
+        pools.append(value)
+        return RequestArgument(False, DataLocation(len(pools) - 1, 0, value.nbytes), list(value.shape))
+
+    return Request([argument(v) for v in values], [argument(v) for v in outputs], pools)
+
+
+def test_each_pattern_of_omitted_inputs_is_prepared_once(monkeypatch):
+    """The prepared model lowers a pattern of omitted inputs on the first request showing
+    it, and only then: a pattern seen again runs the graph made for it; an invalid pattern
+    (one peephole weight omitted) fails with the rule named, a required input omitted is
+    an invalid request."""
+    from nnapi.hal import HalError
+
+    b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(24))
+    inputs, values = _given_lstm(b, 1, 3, 2, 3)
+    b.finish(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output([1, 3, 3])])
+    hal_model, _ = build_hal_model(b.model)
+    device = OrtDevice()
+    prepared_graphs = []
+    original = OrtDevice._prepare_graph
+
+    def counting(self, model, *arguments):
+        prepared_graphs.append(len(model.main.input_indexes))
+        return original(self, model, *arguments)
+
+    monkeypatch.setattr(OrtDevice, "_prepare_graph", counting)
+    prepared = device.prepare_model(hal_model)
+    assert prepared_graphs == []  # nothing until a request shows its pattern
+
+    def run(omitted: tuple[str, ...]) -> np.ndarray:
+        out = np.zeros([1, 3, 3], np.float32)
+        positions = {_POSITION[name] for name in omitted}
+        prepared.execute(_hal_request([None if p in positions else v for p, v in enumerate(values)], [out]))
+        return out
+
+    first = run(_PATTERNS["plain"])
+    assert run(_PATTERNS["plain"]).tolist() == first.tolist()
+    run(_PATTERNS["cifg"])
+    run(())
+    assert prepared_graphs == [len(values) - 9, len(values) - 5, len(values)]
+    for _ in range(2):
+        with pytest.raises(HalError, match="peephole"):
+            run(("cell_to_forget",))
+    assert len(prepared_graphs) == 4
+    with pytest.raises(HalError, match="input 4 has no value"):
+        run(("input_to_output",))
