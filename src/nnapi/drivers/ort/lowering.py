@@ -84,7 +84,7 @@ class Value:
     scale and internal zero point; ``const`` holds a constant's internal-encoded array."""
 
     name: str
-    kind: str  # "float", "uint8", "int32", "bool", "uint16", "int8" (8-bit symmetric weights)
+    kind: str  # "float", "uint8", "int32", "bool", "uint16", "int8" (8-bit symmetric weights), "int16"
     dims: list[int]
     scale: float = 0.0
     zero_point: int = 0
@@ -96,12 +96,14 @@ class Value:
 
 
 _KIND_ELEM = {"float": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int32": TensorProto.INT32,
-              "bool": TensorProto.BOOL, "uint16": TensorProto.UINT16, "int8": TensorProto.INT8}
+              "bool": TensorProto.BOOL, "uint16": TensorProto.UINT16, "int8": TensorProto.INT8,
+              "int16": TensorProto.INT16}
 _HAL_ELEM = {T.TENSOR_FLOAT32: TensorProto.FLOAT, T.TENSOR_FLOAT16: TensorProto.FLOAT16,
              T.TENSOR_QUANT8_ASYMM: TensorProto.UINT8, T.TENSOR_QUANT8_ASYMM_SIGNED: TensorProto.INT8,
              T.TENSOR_INT32: TensorProto.INT32, T.TENSOR_BOOL8: TensorProto.BOOL,
              T.TENSOR_QUANT16_ASYMM: TensorProto.UINT16,
-             T.TENSOR_QUANT8_SYMM_PER_CHANNEL: TensorProto.INT8, T.TENSOR_QUANT8_SYMM: TensorProto.INT8}
+             T.TENSOR_QUANT8_SYMM_PER_CHANNEL: TensorProto.INT8, T.TENSOR_QUANT8_SYMM: TensorProto.INT8,
+             T.TENSOR_QUANT16_SYMM: TensorProto.INT16}
 
 
 def internal_kind(code: int) -> str:
@@ -117,6 +119,8 @@ def internal_kind(code: int) -> str:
         return "uint16"
     if code in (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_QUANT8_SYMM):
         return "int8"
+    if code == T.TENSOR_QUANT16_SYMM:
+        return "int16"  # its stored integers (QUANTIZED_16BIT_LSTM's cell state)
     raise Declined(f"{_name(code)} operands are not supported")
 
 
@@ -3573,7 +3577,7 @@ def lower_operation(g: GraphBuilder, operation: Operation) -> None:
         return  # computed with others by an earlier lowering (_slices_as_split, _split_rows)
     for index in operation.outputs:
         operand = g.operand(index)
-        if operand.type not in ACTIVATION_TYPES:
+        if operand.type not in ACTIVATION_TYPES and operand.type != T.TENSOR_QUANT16_SYMM:
             raise Declined(f"{code.name} output of type {_name(operand.type)} is not supported")
     try:
         lowering(g, operation)
