@@ -554,3 +554,24 @@ def test_each_pattern_of_omitted_inputs_is_prepared_once(monkeypatch):
     assert len(prepared_graphs) == 4
     with pytest.raises(HalError, match="input 4 has no value"):
         run(("input_to_output",))
+
+
+@pytest.mark.parametrize("backward", [{"units": 3}, {"peephole": True}])
+def test_bidirectional_lstm_directions_unlike_equal_the_reference(ort_device, backward):
+    """Directions of different sizes, or one with peephole weights and one without, which
+    ONNX's bidirectional LSTM cannot hold: each direction's explicit steps, the
+    reference's values on ORT alone."""
+    b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(25))
+    steps, batch, size, units = 3, 2, 3, 4
+    bw_units = backward.get("units", units)
+    x = b.tensor([batch, steps, size], given=True, scale=1.0)
+    forward = _lstm_direction(b, size, units)
+    back = _lstm_direction(b, size, bw_units, peephole=backward.get("peephole", False))
+    states = [*_states(b, batch, units), *_states(b, batch, bw_units)]
+    inputs = [x, *forward, *back, *states, *(b.omitted() for _ in range(9)), b.scalar(T.INT32, np.int32(ACT_TANH)),
+              b.scalar(T.FLOAT32, np.float32(0)), b.scalar(T.FLOAT32, np.float32(0)),
+              b.scalar(T.BOOL, np.bool_(True)), b.scalar(T.BOOL, np.bool_(False)),
+              *(b.omitted() for _ in range(2 * NORM_COUNT))]
+    shapes = [[batch, steps, units + bw_units]]
+    b.finish(Op.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output(shape) for shape in shapes])
+    _assert_on_ort_as_the_reference(b, shapes, ort_device)

@@ -699,7 +699,10 @@ def lower_bidirectional_lstm(g: GraphBuilder, operation: Operation) -> None:
         return
     sequence = _time_major(g, x.name, time_major)
     has_aux = presence(g, aux_index)
-    if not has_aux and clip == 0 and _onnx_form(g, layouts, activation):
+    # ONNX's bidirectional LSTM: both directions of one size, with peephole weights or without
+    alike = len({(g.value(layout["input_to_output"]).dims[0], bool(_present(g, layout["cell_to_forget"])))
+                 for layout in layouts}) == 1
+    if not has_aux and clip == 0 and alike and _onnx_form(g, layouts, activation):
         directions = [_lstm_weights(g, {k: v for k, v in layout.items() if not k.startswith("aux_")}, size, label)
                       for layout, label in zip(layouts, ("forward ", "backward "), strict=True)]
         y, y_h, y_c = _lstm(g, sequence, directions, [h for h, _ in states], [c for _, c in states], batch,
