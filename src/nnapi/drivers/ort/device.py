@@ -32,6 +32,7 @@ from nnapi.drivers.ort import (
     calibration,
     control_flow,  # noqa: F401  (importing it registers its lowerings)
     detection,  # noqa: F401  (importing it registers its lowerings)
+    quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import Declined, lower_model, onnxruntime_at_least, operation_support
