@@ -512,7 +512,7 @@ def _roi_align_taps(g: GraphBuilder, operation: Operation, nchw: bool, out_h: in
     gathered with its weight (samples per bin bounded by the map's size where adaptive,
     the extra ones weighing zero), then one dot product per pixel. Floats: the float32
     weighted sum over the sample count. Quantized (Android's integer pipeline): the weights
-    in 1/255 steps (rounded halves away), the integer sums exact in float64, the
+    in 1/255 steps (rounded halves away), the integer sums exact (MatMulInteger), the
     fixed-point rescale of quant_math (its multiplier and shift for each possible sample
     count, chosen per region) in int64 arithmetic, the zero point added and saturated."""
     x = g.value(operation.inputs[0])
@@ -565,10 +565,11 @@ def _integer_roi_align(g: GraphBuilder, x, output: Operand, weights: str, values
     """The quantized pixels [R, oh, ow, C] (internal encoding) of roi_align's ``_quantized``."""
     integer_weights = g.one("Floor", [g.one("Add", [g.one("Div", [weights, _f32(g, float(_WEIGHT_STEP))]),
                                                     _f32(g, 0.5)])])                  # weights are >= 0
-    centered = g.one("Sub", [g.one("Cast", [values], to=TensorProto.DOUBLE),
-                             g.constant(np.array(x.zero_point, np.float64))])
-    sums = g.one("MatMul", [g.one("Cast", [integer_weights], to=TensorProto.DOUBLE), centered])
-    sums = g.one("Cast", [g.one("Squeeze", [sums, _i64(g, 3)]), ], to=TensorProto.INT64)  # exact integers
+    # sum(w * (q - zero point)) exactly in int32 (|sum| <= taps * 255 * 255), the weights
+    # (0..255) and the stored values as they are
+    sums = g.one("MatMulInteger", [g.one("Cast", [integer_weights], to=TensorProto.UINT8), values,
+                                   g.constant(np.array(0, np.uint8)), g.constant(np.array(x.zero_point, np.uint8))])
+    sums = g.one("Cast", [g.one("Squeeze", [sums, _i64(g, 3)])], to=TensorProto.INT64)
     multipliers, lefts, rights = [], [], []
     for count in range(1, most + 1):
         real = np.float32(x.scale) * _WEIGHT_STEP / np.float32(output.scale) / np.float32(count)
