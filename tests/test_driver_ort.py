@@ -855,6 +855,64 @@ def test_quantize_rounds_halves_away_from_zero_as_the_reference(ort_device, code
     assert len(np.unique(theirs[0])) > 80
 
 
+@pytest.mark.parametrize("machine, flags, saturates", [("x86_64", "fpu sse4_1 avx2 fma", True),
+                                                        ("x86_64", "fpu avx2 avx512f avx512_vnni", False),
+                                                        ("x86_64", "fpu avx2 avx_vnni", False),
+                                                        ("aarch64", "fp asimd", False)])
+def test_int8_weights_take_the_exact_kernels_where_u8s8_products_saturate(ort_device, monkeypatch, machine,
+                                                                           flags, saturates, tmp_path):
+    """On an x86 CPU without VNNI ORT's uint8 x int8 kernels add product pairs in 16 bits
+    and saturate: there the sessions set ORT's x64 quantization precision option, under
+    which ORT stores constant int8 weights as uint8 for its exact uint8 x uint8 kernels
+    (the optimized graph's convolution weights are uint8; the outputs the same as the
+    int8 kernels' where those are exact, here, and within a step of the reference); not
+    with VNNI or on other architectures (the option costs ~2.4x on MobileNet v2 int8)."""
+    import builtins
+    import platform
+
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    real_open = builtins.open
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(cpuinfo if path == "/proc/cpuinfo" else path,
+                                                                         *a, **k))
+    assert ort_device_module.u8s8_products_saturate.__wrapped__() is saturates
+    monkeypatch.undo()
+    monkeypatch.setattr(ort_device_module, "u8s8_products_saturate", lambda: saturates)
+    options = ort_device_module.session_options()
+    try:
+        entry = options.get_session_config_entry(ort_device_module.X64_QUANT_PRECISION)
+    except Exception:  # noqa: BLE001 - ORT raises for a key never set
+        entry = None
+    assert entry == ("1" if saturates else None)
+    rng = np.random.default_rng(11)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 6, 6, 32], 0.02, -100))
+    w = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [16, 3, 3, 32]))
+    model.set_operand_symm_per_channel_quant_params(w, nnapi.SymmPerChannelQuantParams(0, [0.003] * 16))
+    model.set_operand_value(w, rng.choice(np.array([-127, -120, 120, 127], np.int8), (16, 3, 3, 32)))
+    bias = model.add_operand(OperandType(T.TENSOR_INT32, [16]))
+    model.set_operand_value(bias, rng.integers(-2000, 2000, 16).astype(np.int32))
+    scalars = [_constant(model, T.INT32, v) for v in (1, 1, 1, 0)]  # SAME, strides 1, no activation
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 6, 6, 16], 1.5, 0))
+    model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    session_options = ort_device_module.session_options()
+    session_options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    onnxruntime.InferenceSession(_lowered(model).SerializeToString(), session_options,
+                                 providers=["CPUExecutionProvider"])
+    weights = [t for t in onnx.load(str(tmp_path / "optimized.onnx")).graph.initializer if t.dims[-2:] == [3, 3]]
+    assert weights and {t.data_type for t in weights} == {TensorProto.UINT8 if saturates else TensorProto.INT8}
+    image = rng.integers(80, 128, (1, 6, 6, 32)).astype(np.int8)  # large activations: pairs past 32767
+    ours, theirs = _on_both(model, [image], [np.zeros((1, 6, 6, 16), np.int8)], ort_device)
+    assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(theirs[0])) > 30
+
+
 def test_naming_the_discovered_driver_again_is_no_error():
     """--driver ort where the entry point already registered nnapi-ort-cpu: the devices
     already there, not a name clash."""
