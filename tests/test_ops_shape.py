@@ -404,6 +404,14 @@ class TestSemantics:
                                         scalar(0), scalar(0), scalar(3)], [f32(1)], [x])
         np.testing.assert_array_equal(out, [7])
 
+    def test_strided_slice_backwards_from_before_the_first_index_is_empty(self):
+        """A backwards slice whose begin lies below -dim starts before index 0 (clamped to
+        -1): it selects nothing, as Android's ClampedIndex gives, not the last element."""
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        (out,) = run(Op.STRIDED_SLICE, [(f32(3, 4), None), vector([0, -5]), vector([3, 0]), vector([1, -1]),
+                                        scalar(0), scalar(2), scalar(0)], [f32(0, 0)], [x])
+        assert out.shape == (3, 0)
+
     def test_reduce_prod_zero_beats_infinity_and_bool_reductions(self):
         x = np.array([[0, np.inf], [2, 3]], np.float32)
         (out,) = run(Op.REDUCE_PROD, [(f32(2, 2), None), vector([1]), (BOOL, False)], [f32(2)], [x])

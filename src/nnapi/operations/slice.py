@@ -153,8 +153,10 @@ class StridedSlice(Operation):
                 start = (0 if positive else dim - 1) if begin_mask >> axis & 1 else _clamp(begin[axis], dim, positive)
                 stop = (dim if positive else -1) if end_mask >> axis & 1 else _clamp(end[axis], dim, positive)
             length = max(0, -(-(stop - start) // stride))
-            # A stop of -1 (before index 0 going backwards) has no slice spelling but None.
-            slices.append(slice(start, stop if stop >= 0 else None, stride))
+            # A stop of -1 (before index 0 going backwards) has no slice spelling but None;
+            # nor has a start of -1 there (a begin below -dim: nothing selected), which
+            # Python would read as the last index.
+            slices.append(slice(start, stop if stop >= 0 else None, stride) if length else slice(0, 0, stride))
             if shrink_mask >> axis & 1:
                 ctx.require(positive, f"shrunk dimension {axis} needs a positive stride")
                 ctx.require(length == 1, f"shrunk dimension {axis} must select one element, selects {length}")
