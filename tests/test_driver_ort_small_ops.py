@@ -125,3 +125,140 @@ def test_neg_and_abs_of_int32_wrap_as_the_reference(ort_device, operation):
     ours, theirs = _on_both(built, built.operation(operation, [x]), ort_device)
     np.testing.assert_array_equal(ours[0], theirs[0])
     assert ours[0][6] == -(2 ** 31)
+
+
+# --- parameters given at run time ------------------------------------------------------------
+def _dynamic_runs(model: nnapi.Model, ort_device, runs: list[list[np.ndarray]], output: OperandType):
+    """Each run's one output (of dimensions known only at run time) on nnapi-ort-cpu alone
+    and on the reference alone: [(ours, theirs)], each an array or the failure's result code."""
+    assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    compilations = []
+    for device in (ort_device, _reference()):
+        compilation = nnapi.Compilation(model, [device])
+        compilation.finish()
+        compilations.append(compilation)
+    results = []
+    for values in runs:
+        pair = []
+        for compilation in compilations:
+            execution = nnapi.Execution(compilation)
+            for position, value in enumerate(values):
+                execution.set_input(position, value)
+            buffer = np.zeros(256, dtype_of(output.type))
+            execution.set_output(0, buffer)
+            try:
+                execution.compute()
+            except nnapi.NnapiError as error:
+                pair.append(error.code)
+                continue
+            dims = execution.get_output_operand_dimensions(0)
+            pair.append(buffer[:int(np.prod(dims))].reshape(dims))
+        results.append(tuple(pair))
+    return results
+
+
+def _strided_slice_model(code, masks, given_masks=False):
+    shape = [3, 4, 5]
+    quantized = code == T.TENSOR_QUANT8_ASYMM_SIGNED
+    built = _Model()
+    x = built.given(OperandType(code, shape, 0.5 if quantized else 0.0, -3 if quantized else 0),
+                    np.arange(60).reshape(shape) - 30)
+    vectors = [built.given(OperandType(T.TENSOR_INT32, [3]), [0, 0, 0]) for _ in range(3)]
+    mask_operands = [built.given(OperandType(T.INT32), mask) if given_masks else built.scalar(T.INT32, mask)
+                     for mask in masks]
+    kept = 3 - bin(masks[2]).count("1")
+    out = OperandType(code, [0] * max(kept, 1), 0.5 if quantized else 0.0, -3 if quantized else 0)
+    built.output(out)
+    return built, built.operation(Op.STRIDED_SLICE, [x, *vectors, *mask_operands]), out
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("masks, cases", [
+    ((0, 0, 0), [  # begin, end, strides, whether the reference's run fails
+        ([0, 1, 4], [3, 3, 0], [1, 1, -1], False),  # forwards and backwards
+        ([-2, -9, 9], [9, 9, -9], [2, 3, -2], False),  # out of range: clamped as Android clamps
+        ([0, -9, 0], [3, 0, 5], [1, -1, 1], False),  # backwards from before index 0: empty
+        ([2, 0, 4], [-9, 4, -9], [-1, 1, -3], False),  # backwards to before index 0
+        ([0, 0, 0], [3, 4, 5], [1, 0, 1], True),  # a zero stride
+    ]),
+    ((5, 2, 0), [([2, 3, 3], [0, 1, 1], [-1, -2, -1], False), ([1, 9, 2], [2, -9, 2], [1, -1, 1], False)]),
+    ((0, 0, 2), [([0, 1, 0], [3, 2, 5], [1, 1, 1], False),  # the shrunk axis selects one element
+                 ([0, -1, 0], [3, 4, 5], [2, 1, 2], False),
+                 ([0, 1, 0], [3, 3, 5], [1, 1, 1], True),  # two elements
+                 ([0, 2, 0], [3, 1, 5], [1, -1, 1], True)]),  # a negative stride
+    ((0, 0, 7), [([1, 2, -1], [2, 3, 5], [1, 1, 1], False),  # every axis shrunk: shape [1]
+                 ([1, 2, 3], [2, 3, 5], [1, 1, 1], True)]),
+])
+def test_strided_slice_parameters_given_at_run_time_equal_the_reference(ort_device, code, masks, cases):
+    """STRIDED_SLICE with begin, end and strides as model inputs (the CTS's
+    all_tensors_as_inputs): every case gives the reference's shape and values, clamping as
+    Android does (ONNX's Slice alone would read a negative backwards begin from the end), and
+    where the reference's run fails (a zero stride, a shrunk axis not selecting exactly one
+    element with a positive stride) nnapi-ort-cpu's fails with the same result code."""
+    built, model, out = _strided_slice_model(code, masks)
+    x = built.values[0]
+    runs = [[x, *(np.array(v, np.int32) for v in case[:3])] for case in cases]
+    for (ours, theirs), case in zip(_dynamic_runs(model, ort_device, runs, out), cases):
+        if case[3]:
+            assert ours == theirs == nnapi.ResultCode.OP_FAILED
+        else:
+            assert isinstance(theirs, np.ndarray)
+            np.testing.assert_array_equal(ours, theirs)
+            assert ours.shape == theirs.shape and (ours.size or case[0] == [0, -9, 0])
+    if masks == (0, 0, 7):
+        assert _dynamic_runs(model, ort_device, runs[:1], out)[0][0].shape == (1,)
+
+
+def test_strided_slice_masks_given_at_run_time_are_declined():
+    _, model, _ = _strided_slice_model(T.TENSOR_FLOAT32, (0, 0, 1), given_masks=True)
+    (reason,) = _reasons(model)
+    assert "begin_mask" in reason and "run time" in reason
+
+
+def _mean_model(code, rank_shape, keep, given_keep=False):
+    quantized = code in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+    scale, zero_point = (0.25, -7 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 9) if quantized else (0.0, 0)
+    built = _Model()
+    x = built.given(OperandType(code, rank_shape, scale, zero_point), np.zeros(rank_shape))
+    axes = built.given(OperandType(T.TENSOR_INT32, [3]), [0, 0, 0])
+    keep_dims = built.given(OperandType(T.INT32), keep) if given_keep else built.scalar(T.INT32, keep)
+    out = OperandType(code, [0] * len(rank_shape) if keep else [], scale, zero_point)  # (rank unknown)
+    built.output(out)
+    return built, built.operation(Op.MEAN, [x, axes, keep_dims]), out
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("keep", [0, 1])
+def test_mean_axes_given_at_run_time_equal_the_reference(ort_device, code, keep):
+    """MEAN over axes given at run time, repeated and negative ones included: floats within
+    the CTS tolerance, quantized means (the halves rounded away from zero, from the exact
+    integer sums) bit for bit; every axis reduced without keep_dims gives shape [1]; an axis
+    out of range fails the run as on the reference."""
+    shape = [2, 3, 4]
+    built, model, out = _mean_model(code, shape, keep)
+    rng = np.random.default_rng(7)
+    dtype = dtype_of(code)
+    if code == T.TENSOR_FLOAT32:
+        x = rng.standard_normal(shape).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+        x.reshape(-1)[:4] = [info.min, info.min + 1, info.min, info.min + 1]  # a mean of .5 to round
+    cases = [[1, 1, -1], [-3, 0, 2], [0, -2, 2], [2, 2, 2], [0, 3, 1], [-4, 0, 0]]  # the last two: out of range
+    runs = [[x, np.array(axes, np.int32)] for axes in cases]
+    results = _dynamic_runs(model, ort_device, runs, out)
+    for ours, theirs in results[:4]:
+        assert isinstance(theirs, np.ndarray) and ours.shape == theirs.shape
+        if code == T.TENSOR_FLOAT32:
+            assert within_tolerance(code, theirs, ours, float_tolerance(code)).all()
+        else:
+            np.testing.assert_array_equal(ours, theirs)
+    assert results[2][0].shape == ((1, 1, 1) if keep else (1,))
+    for ours, theirs in results[4:]:
+        assert ours == theirs == nnapi.ResultCode.OP_FAILED
+
+
+def test_mean_keep_dims_given_at_run_time_is_declined():
+    _, model, _ = _mean_model(T.TENSOR_FLOAT32, [2, 3, 4], 1, given_keep=True)
+    (reason,) = _reasons(model)
+    assert "keep_dims" in reason and "run time" in reason

@@ -1757,6 +1757,11 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
         g.set_channels(operation.outputs[0], pooled, x.dims[3])
         return
     x = g.value(operation.inputs[0])
+    if g.raw_constant(operation.inputs[1]) is None:  # the axes given at run time
+        from nnapi.drivers.ort import runtime_parameters  # (it imports this module)
+
+        g.set_output(operation.outputs[0], runtime_parameters.mean(g, operation, x))
+        return
     axes = np.atleast_1d(np.asarray(g.scalar(operation.inputs[1]))).astype(np.int64)
     keep = int(g.scalar(operation.inputs[2])) != 0
     if x.rank == 0 or np.any(axes < -x.rank) or np.any(axes >= x.rank):
@@ -2259,8 +2264,13 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     _check_same_quantization(x, output)
-    if not x.dims or not all(x.dims):
-        raise Declined("STRIDED_SLICE needs the input's shape")
+    if not x.dims or not all(x.dims) or any(g.raw_constant(i) is None for i in operation.inputs[1:4]):
+        # begin, end or strides given at run time, or a shape known only then
+        from nnapi.drivers.ort import runtime_parameters  # (it imports this module)
+
+        y = runtime_parameters.strided_slice(g, operation, x)
+        g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
+        return
     if _slices_as_split(g, operation, x):
         return
     begin, end, strides = (np.asarray(g.scalar(operation.inputs[i])).reshape(-1).astype(np.int64)
@@ -2291,14 +2301,16 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
         ends.append(stop if not (end_mask & (1 << axis)) or stride > 0 else -(2 ** 62))
     produced = [len(range(*slice(start, stop, int(step)).indices(size)))
                 for start, stop, step, size in zip(starts, ends, strides, x.dims)]
-    shape = [size for axis, size in enumerate(produced) if not shrink & (1 << axis)]
+    shape = [size for axis, size in enumerate(produced) if not shrink & (1 << axis)] or [1]  # NNAPI keeps [1]
     if any(size <= 0 for size in produced) or (output.dimensions and any(
             d and d != s for d, s in zip(output.dimensions, shape)) or len(output.dimensions) not in (0, len(shape))):
         raise Declined(f"STRIDED_SLICE gives shape {shape}, which the output operand does not allow")
     y = g.one("Slice", [x.name, g.constant(np.array(starts, np.int64)), g.constant(np.array(ends, np.int64)),
                         g.constant(np.arange(rank, dtype=np.int64)), g.constant(strides.astype(np.int64))])
-    if shrink:
-        squeezed = [axis for axis in range(rank) if shrink & (1 << axis)]
+    squeezed = [axis for axis in range(rank) if shrink & (1 << axis)]
+    if len(squeezed) == rank:
+        y = g.one("Reshape", [y, g.constant(np.array([1], np.int64))])
+    elif squeezed:
         y = g.one("Squeeze", [y, g.constant(np.array(squeezed, np.int64))])
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
 
