@@ -262,3 +262,77 @@ def test_mean_keep_dims_given_at_run_time_is_declined():
     _, model, _ = _mean_model(T.TENSOR_FLOAT32, [2, 3, 4], 1, given_keep=True)
     (reason,) = _reasons(model)
     assert "keep_dims" in reason and "run time" in reason
+
+
+# --- lookups --------------------------------------------------------------------------------
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
+                                  T.TENSOR_QUANT8_ASYMM_SIGNED])
+def test_embedding_lookup_copies_the_reference_rows_and_refuses_rows_out_of_range(ort_device, code):
+    """EMBEDDING_LOOKUP as Gather: the rows of every value type bit for bit (repeats
+    included); a lookup below 0 (which Gather alone would count from the end) or past the
+    last row fails the run with the reference's result code."""
+    quantized = code in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+    table_type = OperandType(code, [4, 2, 3], 0.5 if quantized else 0.0, 1 if quantized else 0)
+    table = (np.arange(24).reshape(4, 2, 3) * 5 % 97 - 40).astype(dtype_of(code))
+    built = _Model()
+    lookups = built.given(OperandType(T.TENSOR_INT32, [5]), [3, 0, 3, 1, 2])
+    values = built.given(table_type, table)
+    built.output(OperandType(code, [5, 2, 3], table_type.scale, table_type.zero_point))
+    model = built.operation(Op.EMBEDDING_LOOKUP, [lookups, values])
+    ours, theirs = _on_both(built, model, ort_device)
+    np.testing.assert_array_equal(ours[0], table[[3, 0, 3, 1, 2]])
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    for bad in ([0, 1, -1, 2, 3], [0, 1, 4, 2, 3]):
+        ours, theirs = _on_both(built, model, ort_device, [np.array(bad, np.int32), table])
+        assert ours == theirs == nnapi.ResultCode.OP_FAILED
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM])
+def test_hashtable_lookup_gives_the_reference_rows_hits_and_zeros(ort_device, code):
+    """HASHTABLE_LOOKUP: each lookup's row where a key equals it (the first of equal keys,
+    as the reference's binary search finds), stored zeros where none does (0, not the zero
+    point), and the hits as TENSOR_QUANT8_ASYMM 1 / 0: both outputs bit for bit."""
+    quantized = code == T.TENSOR_QUANT8_ASYMM
+    keys = np.array([-50, 3, 3, 7, 2 ** 31 - 1], np.int32)
+    table = (np.arange(10).reshape(5, 2) * 7 + 20).astype(dtype_of(code))
+    lookups = np.array([7, 8, 3, -50, 0, 2 ** 31 - 1, -(2 ** 31)], np.int32)
+    built = _Model()
+    lookup_index = built.given(OperandType(T.TENSOR_INT32, [7]), lookups)
+    key_index = built.given(OperandType(T.TENSOR_INT32, [5]), keys)
+    values = built.given(OperandType(code, [5, 2], 0.5 if quantized else 0.0, 9 if quantized else 0), table)
+    built.output(OperandType(code, [7, 2], 0.5 if quantized else 0.0, 9 if quantized else 0))
+    built.output(OperandType(T.TENSOR_QUANT8_ASYMM, [7], 1.0, 0))
+    model = built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
+    ours, theirs = _on_both(built, model, ort_device)
+    np.testing.assert_array_equal(ours[1], [1, 0, 1, 1, 0, 1, 0])
+    np.testing.assert_array_equal(ours[0], np.where(ours[1][:, None] == 1, table[[3, 0, 1, 0, 0, 4, 0]], 0))
+    for mine, expected in zip(ours, theirs):
+        assert mine.dtype == expected.dtype
+        np.testing.assert_array_equal(mine, expected)
+
+
+def test_hashtable_lookup_with_more_keys_than_rows_fails_as_on_the_reference(ort_device):
+    """Keys whose count is known only at run time: more keys than rows of values fails the
+    run on both devices (the reference checks it; Gather alone might not notice)."""
+    built = _Model()
+    lookup_index = built.given(OperandType(T.TENSOR_INT32, [2]), [1, 2])
+    key_index = built.given(OperandType(T.TENSOR_INT32, [0]), [1, 2, 3])
+    values = built.given(OperandType(T.TENSOR_FLOAT32, [2, 2]), np.ones((2, 2)))
+    built.output(OperandType(T.TENSOR_FLOAT32, [2, 2]))
+    built.output(OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1.0, 0))
+    model = built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
+    assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    codes = []
+    for device in (ort_device, _reference()):
+        compilation = nnapi.Compilation(model, [device])
+        compilation.finish()
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, built.values[0])
+        execution.set_input(1, built.values[1], OperandType(T.TENSOR_INT32, [3]))
+        execution.set_input(2, built.values[2])
+        execution.set_output(0, np.zeros((2, 2), np.float32))
+        execution.set_output(1, np.zeros(2, np.uint8))
+        with pytest.raises(nnapi.NnapiError) as failure:
+            execution.compute()
+        codes.append(failure.value.code)
+    assert codes == [nnapi.ResultCode.OP_FAILED] * 2

@@ -34,6 +34,7 @@ from nnapi.drivers.ort import (
     calibration,
     control_flow,  # noqa: F401  (importing it registers its lowerings)
     detection,  # noqa: F401  (importing it registers its lowerings)
+    lookups,  # noqa: F401  (importing it registers its lowerings)
     quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
 )

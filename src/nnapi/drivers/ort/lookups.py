@@ -1,0 +1,92 @@
+"""Lowerings of the table lookups EMBEDDING_LOOKUP and HASHTABLE_LOOKUP to ONNX Gather,
+exact for every value type (rows are copied, never computed).
+
+- EMBEDDING_LOOKUP: output row i is values[lookups[i]]. NNAPI refuses a lookup outside
+  [0, rows) where ONNX's Gather would count a negative one from the end: negative lookups
+  are sent past any row, so that Gather refuses them too and the run fails (OP_FAILED) as
+  the reference's does, never reading another row.
+- HASHTABLE_LOOKUP: lookups compared with every key (an [k, n] Equal), the first key equal
+  to each lookup found by ArgMax (the reference's binary search over the sorted keys
+  finds the first of equal keys too), its values row gathered, and stored zeros (raw
+  0 bytes, quantized ones included, as Android fills them) where no key is equal; the
+  hits output is 1 / 0 as TENSOR_QUANT8_ASYMM. Keys and values of different lengths fail
+  the run, as on the reference. (NNAPI requires sorted keys; with unsorted ones a binary
+  search may miss a key that is there, this finds it.)
+
+The device module imports this one, which registers these lowerings with ``lowering``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from nnapi.codes import OperandCode, OperationCode
+from nnapi.drivers.ort.lowering import (
+    Declined,
+    GraphBuilder,
+    _check_same_quantization,
+    encode,
+    fail_unless,
+    has_kernel,
+    lowers,
+)
+from nnapi.hal import Operation
+from nnapi.operand import dtype_of
+
+T = OperandCode
+#: the value types each lookup takes (the reference's lists)
+_EMBEDDING_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
+                    T.TENSOR_QUANT8_ASYMM_SIGNED)
+_HASHTABLE_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
+
+
+def _lookups(g: GraphBuilder, index: int) -> str:
+    value = g.value(index)
+    if value.kind != "int32" or value.rank != 1:
+        raise Declined("the lookups must be a 1-D TENSOR_INT32")
+    return value.name
+
+
+@lowers(OperationCode.EMBEDDING_LOOKUP)
+def lower_embedding_lookup(g: GraphBuilder, operation: Operation) -> None:
+    lookups = _lookups(g, operation.inputs[0])
+    values = g.value(operation.inputs[1])
+    if g.operand(operation.inputs[1]).type not in _EMBEDDING_TYPES or values.rank < 2:
+        raise Declined("EMBEDDING_LOOKUP takes values of rank 2 or more of a listed type")
+    _check_same_quantization(values, g.operand(operation.outputs[0]))
+    # a negative lookup sent past any row: Gather refuses it as the reference does
+    past = g.constant(np.array(np.iinfo(np.int32).max, np.int32))
+    rows = g.one("Where", [g.one("Less", [lookups, g.constant(np.array(0, np.int32))]), past, lookups])
+    g.set_output(operation.outputs[0], g.one("Gather", [values.name, rows], axis=0))
+
+
+@lowers(OperationCode.HASHTABLE_LOOKUP)
+def lower_hashtable_lookup(g: GraphBuilder, operation: Operation) -> None:
+    lookups = _lookups(g, operation.inputs[0])
+    keys = _lookups(g, operation.inputs[1])
+    values_operand = g.operand(operation.inputs[2])
+    values = g.value(operation.inputs[2])
+    if values_operand.type not in _HASHTABLE_TYPES or values.rank < 2:
+        raise Declined("HASHTABLE_LOOKUP takes values of rank 2 or more of a listed type")
+    output, hits_operand = (g.operand(i) for i in operation.outputs)
+    _check_same_quantization(values, output)
+    if hits_operand.type != T.TENSOR_QUANT8_ASYMM or (hits_operand.scale, hits_operand.zero_point) != (1.0, 0):
+        raise Declined("the hits output must be TENSOR_QUANT8_ASYMM of scale 1 and zero point 0")
+    if not has_kernel("ArgMax", TensorProto.INT32, axis=0):
+        raise Declined("this onnxruntime has no ArgMax kernel for int32 values")
+    first = g.constant(np.array([0], np.int64))
+    equal = g.one("Equal", [g.one("Unsqueeze", [lookups, g.constant(np.array([1], np.int64))]),
+                            g.one("Unsqueeze", [keys, first])])
+    matches = g.one("Cast", [equal], to=TensorProto.INT32)
+    hit = g.one("ReduceMax", [matches], axes=[1], keepdims=0)
+    row = g.one("ArgMax", [matches], axis=1, keepdims=0, select_last_index=0)  # the first equal key
+    # as many keys as rows of values, or the run fails (as the reference's)
+    counts = [g.one("Gather", [g.one("Shape", [name]), first], axis=0) for name in (keys, values.name)]
+    row = fail_unless(g, g.one("Squeeze", [g.one("Equal", counts)]), row)
+    gathered = g.one("Gather", [values.name, row], axis=0)
+    found = g.one("Reshape", [g.one("Cast", [hit], to=TensorProto.BOOL),
+                              g.constant(np.array([-1] + [1] * (values.rank - 1), np.int64))])
+    zero = g.constant(encode(np.zeros((), dtype_of(values_operand.type)), values_operand))
+    g.set_output(operation.outputs[0], g.one("Where", [found, gathered, zero]))
+    g.set_output(operation.outputs[1], g.one("Cast", [hit], to=TensorProto.UINT8))
