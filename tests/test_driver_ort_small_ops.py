@@ -336,3 +336,51 @@ def test_hashtable_lookup_with_more_keys_than_rows_fails_as_on_the_reference(ort
             execution.compute()
         codes.append(failure.value.code)
     assert codes == [nnapi.ResultCode.OP_FAILED] * 2
+
+
+# --- requantizing selections ----------------------------------------------------------------
+_REQUANTIZINGS = [  # (input 1, input 2, output) scales and zero points (int8's shifted by -128)
+    ((0.5, 127), (1.0, 100), (2.0, 80)),
+    ((1.0, 128), (1.0, 128), (0.5, 128)),  # the CTS's overflow case: both saturate
+    ((0.37, 3), (0.05, 250), (0.2, 131)),
+    ((0.5, 128), (0.25, 0), (0.5, 128)),  # the first already in the output's quantization
+]
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("quantizations", _REQUANTIZINGS)
+@pytest.mark.parametrize("operation", [Op.MAXIMUM, Op.MINIMUM, Op.SELECT])
+def test_requantizing_selections_equal_the_reference_on_every_pair(ort_device, operation, quantizations, code):
+    """MAXIMUM, MINIMUM and SELECT whose output quantization differs from their inputs':
+    every one of the 65,536 pairs of stored values (and for SELECT, either choice) gives
+    the reference's stored value bit for bit, the halves rounded away from zero as its
+    requantization does."""
+    shift = 128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    types = [OperandType(code, [256, 256], scale, zero_point - shift) for scale, zero_point in quantizations]
+    stored = (np.arange(256) - shift).astype(dtype_of(code))
+    first, second = np.repeat(stored, 256).reshape(256, 256), np.tile(stored, 256).reshape(256, 256)
+    built = _Model()
+    inputs = []
+    if operation == Op.SELECT:
+        inputs.append(built.given(OperandType(T.TENSOR_BOOL8, [256, 256]), np.arange(65536).reshape(256, 256) % 3 > 0))
+    inputs += [built.given(types[0], first), built.given(types[1], second)]
+    built.output(types[2])
+    ours, theirs = _on_both(built, built.operation(operation, inputs), ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    assert len(np.unique(ours[0])) > 40
+
+
+def test_a_requantizing_table_the_reference_does_not_confirm_is_declined(monkeypatch):
+    """The tables are checked against the reference's own operation at preparation: one
+    that differs (here made wrong on purpose) declines the operation, naming why."""
+    from nnapi.drivers.ort import requantize
+
+    wrong = requantize._table.__wrapped__
+    monkeypatch.setattr(requantize, "_table", lambda source, output: np.roll(wrong(source, output), 1))
+    monkeypatch.setattr(requantize, "_proven", requantize._proven.__wrapped__)
+    built = _Model()
+    a = built.given(OperandType(T.TENSOR_QUANT8_ASYMM, [4], 0.5, 127), np.zeros(4))
+    b = built.given(OperandType(T.TENSOR_QUANT8_ASYMM, [4], 1.0, 100), np.zeros(4))
+    built.output(OperandType(T.TENSOR_QUANT8_ASYMM, [4], 2.0, 80))
+    (reason,) = _reasons(built.operation(Op.MAXIMUM, [a, b]))
+    assert "requantizing" in reason

@@ -2724,17 +2724,23 @@ def lower_expand_dims(g: GraphBuilder, operation: Operation) -> None:
 
 @lowers(OperationCode.MAXIMUM, OperationCode.MINIMUM)
 def lower_maximum(g: GraphBuilder, operation: Operation) -> None:
-    """Max / Min of float or int32, or of quant8 values sharing one quantization (then the
-    integer comparison is the real one's); other quantized cases requantize and are declined."""
+    """Max / Min of float or int32, or of quant8 values in the output's quantization (then
+    the integer comparison is the real one's): inputs in another are requantized first by
+    the reference's table (requantize.py; requantizing is monotone)."""
     a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     output = g.operand(operation.outputs[0])
+    names = [a.name, b.name]
     if output.type in QUANT8:
-        for v in (a, b):
-            _check_same_quantization(v, output)
+        if a.kind != "uint8" or b.kind != "uint8":
+            raise Declined("the inputs must be quantized as the output")
+        if any(v.scale != output.scale or v.zero_point != internal_zero_point(output) for v in (a, b)):
+            from nnapi.drivers.ort import requantize  # (it imports this module)
+
+            names = requantize.requantized(g, operation.type, operation.inputs[:2], output)
     elif output.type not in (*FLOATS, T.TENSOR_INT32) or a.kind != b.kind:
         raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
     op_type = "Max" if operation.type == OperationCode.MAXIMUM else "Min"
-    g.set_output(operation.outputs[0], g.one(op_type, [a.name, b.name]))
+    g.set_output(operation.outputs[0], g.one(op_type, names))
 
 
 @lowers(OperationCode.CHANNEL_SHUFFLE)
@@ -2787,15 +2793,23 @@ def lower_comparison(g: GraphBuilder, operation: Operation) -> None:
 
 @lowers(OperationCode.SELECT)
 def lower_select(g: GraphBuilder, operation: Operation) -> None:
-    """Where(condition, input1, input2); quantized inputs must already be in the output's
-    quantization (requantizing one would round as QuantizeLinear does, half to even)."""
+    """Where(condition, input1, input2); quantized inputs in another quantization than the
+    output's are requantized first by the reference's table (requantize.py: QuantizeLinear
+    would round halves to even)."""
     condition, a, b = (g.value(i) for i in operation.inputs[:3])
     output = g.operand(operation.outputs[0])
     if condition.kind != "bool":
         raise Declined("the condition must be BOOL8")
-    for v in (a, b):
-        _check_same_quantization(v, output)
-    g.set_output(operation.outputs[0], g.one("Where", [condition.name, a.name, b.name]))
+    names = [a.name, b.name]
+    if output.type in QUANT8 and a.kind == b.kind == "uint8" and any(
+            v.scale != output.scale or v.zero_point != internal_zero_point(output) for v in (a, b)):
+        from nnapi.drivers.ort import requantize  # (it imports this module)
+
+        names = requantize.requantized(g, operation.type, operation.inputs[1:3], output)
+    else:
+        for v in (a, b):
+            _check_same_quantization(v, output)
+    g.set_output(operation.outputs[0], g.one("Where", [condition.name, *names]))
 
 
 _LOGICAL = {OperationCode.LOGICAL_AND: "And", OperationCode.LOGICAL_OR: "Or", OperationCode.LOGICAL_NOT: "Not"}
