@@ -384,3 +384,74 @@ def test_a_requantizing_table_the_reference_does_not_confirm_is_declined(monkeyp
     built.output(OperandType(T.TENSOR_QUANT8_ASYMM, [4], 2.0, 80))
     (reason,) = _reasons(built.operation(Op.MAXIMUM, [a, b]))
     assert "requantizing" in reason
+
+
+# --- shapes known only at run time ------------------------------------------------------------
+def _runs_with_input_types(model, device, runs, output_code, capacity=512):
+    """Each run's (input values, their types) on ``device`` alone: the one output as an
+    array of its run-time shape, or the result code of the failure."""
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    results = []
+    for values, types in runs:
+        execution = nnapi.Execution(compilation)
+        for position, (value, operand) in enumerate(zip(values, types)):
+            execution.set_input(position, value, operand)
+        buffer = np.zeros(capacity, dtype_of(output_code))
+        execution.set_output(0, buffer)
+        try:
+            execution.compute()
+        except nnapi.NnapiError as error:
+            results.append(error.code)
+            continue
+        dims = execution.get_output_operand_dimensions(0)
+        results.append(buffer[:int(np.prod(dims))].reshape(dims))
+    return results
+
+
+def test_slice_of_an_input_whose_shape_is_known_at_run_time_checks_its_bounds_then(ort_device):
+    """SLICE with constant begin / size of an input declared without dimensions: the
+    bounds are checked against the run's shape (a slice past the end fails the run as on
+    the reference), and the values are the reference's."""
+    built = _Model()
+    x = built.given(OperandType(T.TENSOR_FLOAT32, [0, 0]), np.zeros((1, 1)))
+    begin = built.constant(OperandType(T.TENSOR_INT32, [2]), [1, 0])
+    size = built.constant(OperandType(T.TENSOR_INT32, [2]), [2, -1])
+    built.output(OperandType(T.TENSOR_FLOAT32, [0, 0]))
+    model = built.operation(Op.SLICE, [x, begin, size])
+    assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    runs = []
+    for shape in ((3, 4), (5, 2), (2, 4)):  # the last: rows 1..2 of 2 do not exist
+        value = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        runs.append(([value], [OperandType(T.TENSOR_FLOAT32, list(shape))]))
+    ours = _runs_with_input_types(model, ort_device, runs, T.TENSOR_FLOAT32)
+    theirs = _runs_with_input_types(model, _reference(), runs, T.TENSOR_FLOAT32)
+    for mine, expected, (values, _) in zip(ours[:2], theirs[:2], runs):
+        np.testing.assert_array_equal(mine, values[0][1:3])
+        np.testing.assert_array_equal(mine, expected)
+    assert ours[2] == theirs[2] == nnapi.ResultCode.OP_FAILED
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM])
+def test_resize_bilinear_of_a_batch_known_at_run_time(ort_device, code):
+    """RESIZE_BILINEAR of an input whose batch is known only at run time (the height, width
+    and channels declared): the output's batch is the input's, the values the reference's
+    within the CTS tolerance."""
+    quantized = code == T.TENSOR_QUANT8_ASYMM
+    scale, zero_point = (0.5, 100) if quantized else (0.0, 0)
+    built = _Model()
+    x = built.given(OperandType(code, [0, 2, 3, 2], scale, zero_point), np.zeros((1, 2, 3, 2)))
+    width, height = built.scalar(T.INT32, 5), built.scalar(T.INT32, 4)
+    built.output(OperandType(code, [0, 4, 5, 2], scale, zero_point))
+    model = built.operation(Op.RESIZE_BILINEAR, [x, width, height])
+    assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    rng = np.random.default_rng(3)
+    runs = []
+    for batch in (1, 3):
+        value = (rng.integers(0, 256, (batch, 2, 3, 2)) if quantized else rng.standard_normal((batch, 2, 3, 2)))
+        runs.append(([value.astype(dtype_of(code))], [OperandType(code, [batch, 2, 3, 2], scale, zero_point)]))
+    ours = _runs_with_input_types(model, ort_device, runs, code)
+    theirs = _runs_with_input_types(model, _reference(), runs, code)
+    for mine, expected, batch in zip(ours, theirs, (1, 3)):
+        assert mine.shape == expected.shape == (batch, 4, 5, 2)
+        assert within_tolerance(code, expected, mine, float_tolerance(code)).all()

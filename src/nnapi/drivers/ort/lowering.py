@@ -2084,8 +2084,8 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
     if align_corners and half_pixel:
         raise Declined("align_corners and half_pixel_centers together are not valid")
     height_axis, width_axis = (2, 3) if nchw else (1, 2)
-    if not x.dims[height_axis] or not x.dims[width_axis] or not x.dims[0]:
-        raise Declined("the input's shape must be known")
+    if not x.dims[height_axis] or not x.dims[width_axis]:
+        raise Declined("the input's height and width must be known")
     if g.operand(operation.inputs[1]).type == T.INT32:
         width, height = int(g.scalar(operation.inputs[1])), int(g.scalar(operation.inputs[2]))
     else:
@@ -2102,16 +2102,23 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
     mode = "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
     if output.type not in FLOATS and output.type not in QUANT8:
         raise Declined(f"RESIZE_BILINEAR on {_name(output.type)} is not supported")
+
+    def sizes(rest: list[int]) -> str:
+        """The output's sizes: the batch (the input's, at run time where it is not known) and ``rest``."""
+        if x.dims[0]:
+            return g.constant(np.array([x.dims[0], *rest], np.int64))
+        batch = g.one("Slice", [g.one("Shape", [x.name]), *(g.constant(np.array([v], np.int64)) for v in (0, 1))])
+        return g.one("Concat", [batch, g.constant(np.array(rest, np.int64))], axis=0)
+
     if not padded and _resize_in_rows(g, operation):
-        sizes = g.constant(np.array([x.dims[0], height, width, channels], np.int64))
-        g.set_output(operation.outputs[0], g.one("Resize", [x.name, "", "", sizes], mode="linear",
-                                                 coordinate_transformation_mode=mode))
+        g.set_output(operation.outputs[0], g.one("Resize", [x.name, "", "", sizes([height, width, channels])],
+                                                 mode="linear", coordinate_transformation_mode=mode))
         return
     if output.type in QUANT8:
         g.set_output(operation.outputs[0], _truncated_blend(g, x, output, (height_axis, width_axis),
                                                             (height, width), align_corners, half_pixel))
         return
-    sizes = g.constant(np.array([x.dims[0], channels, height, width], np.int64))
+    sizes = sizes([channels, height, width])
     # half_pixel here is TF's: a length-1 output still samples from the half-pixel position
     y = g.one("Resize", [to_nchw(g, x.name, nchw), "", "", sizes], mode="linear",
               coordinate_transformation_mode=mode)
@@ -2208,7 +2215,7 @@ def _truncated_blend(g: GraphBuilder, x: Value, output: Operand, axes: tuple[int
     values = g.one("Cast", [source or x.name], to=TensorProto.FLOAT)
     if signed and source is None:
         values = g.one("Sub", [values, g.constant(np.float32(128))])
-    if (not g.isolated and _exact_taps(rows, cols)
+    if (not g.isolated and all(x.dims) and _exact_taps(rows, cols)
             and _resize_matches_taps(x.dims[height_axis], x.dims[width_axis], *sizes, align_corners, half_pixel,
                                      nchw)):
         mode = "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
@@ -3128,17 +3135,17 @@ def fail_unless(g: GraphBuilder, condition: str, value: str) -> str:
 @lowers(OperationCode.SLICE)
 def lower_slice(g: GraphBuilder, operation: Operation) -> None:
     """Slice from begin for size elements (-1: to the end). Constant begin / size are
-    checked here; given at run time, the run fails unless 0 <= begin <= begin + size <=
-    dimension everywhere, as the reference's does."""
+    checked here; given at run time (or the input's shape known only then), the run fails
+    unless 0 <= begin <= begin + size <= dimension everywhere, as the reference's does."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     _check_same_quantization(x, output)
-    if x.rank == 0 or not all(x.dims):
-        raise Declined("SLICE needs the input's shape")
+    if x.rank == 0:
+        raise Declined("SLICE needs the input's rank")
     dims = np.array(x.dims, np.int64)
     axes = g.constant(np.arange(x.rank, dtype=np.int64))
     known_begin, known_size = (g.raw_constant(i) for i in operation.inputs[1:3])
-    if known_begin is not None and known_size is not None:
+    if known_begin is not None and known_size is not None and all(x.dims):
         begin, size = (np.asarray(v).reshape(-1).astype(np.int64) for v in (known_begin, known_size))
         if len(begin) != x.rank or len(size) != x.rank:
             raise Declined("begin and size must have one entry per dimension")
@@ -3147,8 +3154,9 @@ def lower_slice(g: GraphBuilder, operation: Operation) -> None:
             raise Declined("begin and size must select a non-empty part of each dimension")
         y = g.one("Slice", [x.name, g.constant(begin), g.constant(end), axes])
     else:
+        # given at run time, or a shape known only then
         begin, size = (g.one("Cast", [g.value(i).name], to=TensorProto.INT64) for i in operation.inputs[1:3])
-        shape = g.constant(dims)
+        shape = g.constant(dims) if all(x.dims) else g.one("Shape", [x.name])
         size = g.one("Where", [g.one("Equal", [size, g.constant(np.array(-1, np.int64))]),
                                g.one("Sub", [shape, begin]), size])
         end = g.one("Add", [begin, size])
