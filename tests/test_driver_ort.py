@@ -2531,8 +2531,9 @@ def test_padded_adds_that_must_stay_whole_are_left_alone():
                                         (T.TENSOR_QUANT8_ASYMM_SIGNED, 1)])
 def test_mean_over_height_and_width_reduces_rows_of_a_matrix(ort_device, code, keep):
     """MEAN over NHWC's height and width (a global pool) is lowered as a ReduceMean over
-    the first axis of a [height * width, channels] matrix (ORT's vectorized row sum) and
-    gives the reference's values: float to float32 rounding, quantized within a step."""
+    the first axis of a [height * width, channels] matrix (ORT's vectorized row sum), or
+    quantized as the integer sums of a MatMulInteger by a row of ones, and gives the
+    reference's values: float to float32 rounding, quantized bit for bit."""
     from nnapi.drivers.ort import lowering
     from nnapi.runtime.model_builder import build_hal_model
 
@@ -2549,7 +2550,10 @@ def test_mean_over_height_and_width_reduces_rows_of_a_matrix(ort_device, code, k
     model.finish()
     onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
     means = [node for node in onnx_model.graph.node if node.op_type == "ReduceMean"]
-    assert [list(a.ints) for a in means[0].attribute if a.name == "axes"] == [[0]]
+    if quantized:
+        assert not means and [node.op_type for node in onnx_model.graph.node].count("MatMulInteger") == 1
+    else:
+        assert [list(a.ints) for a in means[0].attribute if a.name == "axes"] == [[0]]
     if quantized:
         image = rng.integers(-128, 128, (1, 5, 6, 40)).astype(np.int8)
         outputs = [np.zeros(out_shape, np.int8)]
@@ -2558,7 +2562,8 @@ def test_mean_over_height_and_width_reduces_rows_of_a_matrix(ort_device, code, k
         outputs = [np.zeros(out_shape, np.float32)]
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     if quantized:
-        assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(ours[0])) > 10
+        np.testing.assert_array_equal(ours[0], theirs[0])
+        assert len(np.unique(ours[0])) > 10
     else:
         np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(ours[0].reshape(-1), image.mean(axis=(1, 2)).reshape(-1), rtol=1e-5, atol=1e-6)

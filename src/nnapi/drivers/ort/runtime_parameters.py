@@ -19,7 +19,14 @@ import numpy as np
 from onnx import TensorProto
 
 from nnapi.codes import OperandCode
-from nnapi.drivers.ort.lowering import Declined, GraphBuilder, Value, fail_unless, internal_zero_point
+from nnapi.drivers.ort.lowering import (
+    Declined,
+    GraphBuilder,
+    Value,
+    fail_unless,
+    internal_zero_point,
+    rounded_mean,
+)
 from nnapi.hal import Operation
 
 T = OperandCode
@@ -135,14 +142,14 @@ def strided_slice(g: GraphBuilder, operation: Operation, x: Value) -> str:
 
 
 def mean(g: GraphBuilder, operation: Operation, x: Value) -> str:
-    """MEAN over axes given at run time (keep_dims constant). The axes (repeats allowed,
-    negative ones counted from the end, each in [-rank, rank) or the run fails) become a
-    mask of the reduced dimensions, whose positions are ReduceSum's axes (none: nothing
-    reduced). Float: the sum divided by the count of reduced elements. Quantized (output
-    in the input's quantization): the exact int64 sum S of the stored values, then
-    round(S / n) halves away from zero as sign(S) * floor((2|S| + n) / 2n), the
-    reference's mean, saturated; a group of no elements fails the run there as on the
-    reference, where the output has elements."""
+    """MEAN over axes given at run time (keep_dims constant), or a quantized MEAN of a
+    shape known only at run time (ORT folds the nodes of constant axes). The axes (repeats
+    allowed, negative ones counted from the end, each in [-rank, rank) or the run fails)
+    become a mask of the reduced dimensions, whose positions are ReduceSum's axes (none:
+    nothing reduced). Float: the sum divided by the count of reduced elements. Quantized
+    (output in the input's quantization): the exact int64 sums, then lowering.rounded_mean
+    (the reference's rounding); a group of no elements fails the run as on the reference,
+    where the output has elements."""
     rank = x.rank
     if rank == 0:
         raise Declined("MEAN with axes given at run time needs the input's rank")
@@ -175,22 +182,10 @@ def mean(g: GraphBuilder, operation: Operation, x: Value) -> str:
         kept = g.one("ReduceProd", [g.one("Where", [reduced, one, sizes])], keepdims=0)
         # a group of no elements has no quantized mean (the reference fails where the output has elements)
         valid = g.one("And", [valid, g.one("Or", [g.one("Greater", [elements, zero]), g.one("Equal", [kept, zero])])])
-        stored = g.one("Cast", [x.name], to=TensorProto.INT64)
-        shift = internal_zero_point(output) - output.zero_point  # int8 travels as uint8 + 128
-        if shift:
-            stored = g.one("Sub", [stored, g.constant(np.array(shift, np.int64))])
-        total = g.one("ReduceSum", [stored, fail_unless(g, valid, positions)], keepdims=int(keep),
-                      noop_with_empty_axes=1)
+        total = g.one("ReduceSum", [g.one("Cast", [x.name], to=TensorProto.INT64), fail_unless(g, valid, positions)],
+                      keepdims=int(keep), noop_with_empty_axes=1)
         n = g.one("Max", [elements, one])  # (no division by zero where the run does not fail)
-        two = g.constant(np.array(2, np.int64))
-        doubled = g.one("Mul", [g.one("Abs", [total]), two])
-        magnitude = g.one("Div", [g.one("Add", [doubled, n]), g.one("Mul", [n, two])])
-        rounded = g.one("Mul", [g.one("Sign", [total]), magnitude])
-        low, high = (-128, 127) if shift else (0, 255)
-        clipped = g.one("Clip", [rounded, g.constant(np.array(low, np.int64)), g.constant(np.array(high, np.int64))])
-        if shift:
-            clipped = g.one("Add", [clipped, g.constant(np.array(shift, np.int64))])
-        y = g.one("Cast", [clipped], to=TensorProto.UINT8)
+        y = rounded_mean(g, total, n, internal_zero_point(output) - output.zero_point)
     if keep:
         return y
     # every axis reduced: NNAPI gives shape [1] (ONNX a scalar)
