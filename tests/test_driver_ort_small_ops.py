@@ -455,3 +455,24 @@ def test_resize_bilinear_of_a_batch_known_at_run_time(ort_device, code):
     for mine, expected, batch in zip(ours, theirs, (1, 3)):
         assert mine.shape == expected.shape == (batch, 4, 5, 2)
         assert within_tolerance(code, expected, mine, float_tolerance(code)).all()
+
+
+def test_gather_of_an_input_whose_shape_is_known_at_run_time_refuses_indices_out_of_range(ort_device):
+    """GATHER of an input declared without dimensions: valid indices give the reference's
+    rows; a negative index (which Gather alone would count from the end) or one past the
+    run's size fails the run on both devices."""
+    built = _Model()
+    x = built.given(OperandType(T.TENSOR_FLOAT32, [0, 0]), np.zeros((1, 1)))
+    axis = built.scalar(T.INT32, 0)
+    indices = built.given(OperandType(T.TENSOR_INT32, [2]), [0, 0])
+    built.output(OperandType(T.TENSOR_FLOAT32, [0, 0]))
+    model = built.operation(Op.GATHER, [x, axis, indices])
+    assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    value = np.arange(12, dtype=np.float32).reshape(4, 3)
+    types = [OperandType(T.TENSOR_FLOAT32, [4, 3]), None]
+    runs = [([value, np.array(chosen, np.int32)], types) for chosen in ([3, 1], [-1, 0], [0, 4])]
+    ours = _runs_with_input_types(model, ort_device, runs, T.TENSOR_FLOAT32)
+    theirs = _runs_with_input_types(model, _reference(), runs, T.TENSOR_FLOAT32)
+    np.testing.assert_array_equal(ours[0], value[[3, 1]])
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    assert ours[1] == theirs[1] == ours[2] == theirs[2] == nnapi.ResultCode.OP_FAILED

@@ -3012,23 +3012,25 @@ def lower_gather(g: GraphBuilder, operation: Operation) -> None:
     """Gather along a constant axis. NNAPI refuses indices outside [0, size) where ONNX
     would count a negative one from the end: constant indices are checked here, indices
     given at run time are sent out of range when negative, so that the run fails as the
-    reference's does instead of reading another element."""
+    reference's does instead of reading another element (past any size where the size is
+    known only at run time; Gather refuses an index past the end in the same way)."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     _check_same_quantization(x, output)
-    if x.rank == 0 or not all(x.dims):
-        raise Declined("GATHER needs the input's shape")
+    if x.rank == 0:
+        raise Declined("GATHER needs the input's rank")
     axis = _constant_axis(g, operation.inputs[1], x.rank)
     size = x.dims[axis]
     known = g.raw_constant(operation.inputs[2])
-    if known is not None:
-        if known.size and not bool(np.all((known >= 0) & (known < size))):
-            raise Declined(f"indices must be in [0, {size})")
+    if known is not None and known.size and not bool(np.all((known >= 0) & (known < (size or np.inf)))):
+        raise Declined(f"indices must be in [0, {size or 'the size'})")
+    if known is not None and size:
         indices = g.value(operation.inputs[2]).name
     else:
         given = g.value(operation.inputs[2]).name
         negative = g.one("Less", [given, g.constant(np.array(0, np.int32))])
-        indices = g.one("Where", [negative, g.constant(np.array(size, np.int32)), given])
+        past = size or np.iinfo(np.int32).max
+        indices = g.one("Where", [negative, g.constant(np.array(past, np.int32)), given])
     g.set_output(operation.outputs[0], g.one("Gather", [x.name, indices], axis=axis))
 
 
