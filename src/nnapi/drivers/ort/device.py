@@ -37,6 +37,7 @@ from nnapi.drivers.ort import (
     lookups,  # noqa: F401  (importing it registers its lowerings)
     quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
+    runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import Declined, lower_model, onnxruntime_at_least, operation_support
 from nnapi.drivers.ort.omitted import PatternPreparedModel, omittable_inputs

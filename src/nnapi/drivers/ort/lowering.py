@@ -35,6 +35,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
+from nnapi.drivers.ort import requantize
 from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_composites
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
@@ -456,6 +457,29 @@ def lowers(*codes: OperationCode):
             LOWERINGS[code] = function
         return function
     return register
+
+
+#: the forms of operations whose parameters (or input shape) are known only at run time, by
+#: operation, each giving its output's name: registered by runtime_parameters.py, which
+#: imports this module as the other lowering modules do
+RunTimeForm = Callable[["GraphBuilder", Operation, Value], str]
+RUN_TIME_FORMS: dict[OperationCode, RunTimeForm] = {}
+
+
+def lowers_at_run_time(*codes: OperationCode):
+    def register(function: RunTimeForm) -> RunTimeForm:
+        for code in codes:
+            RUN_TIME_FORMS[code] = function
+        return function
+    return register
+
+
+def run_time_form(g: GraphBuilder, operation: Operation, x: Value) -> str:
+    """``operation`` of ``x`` in its form for parameters known only at run time."""
+    form = RUN_TIME_FORMS.get(OperationCode(operation.type))
+    if form is None:  # runtime_parameters.py not loaded (the device module loads it)
+        raise Declined(f"{OperationCode(operation.type).name} with parameters known only at run time")
+    return form(g, operation, x)
 
 
 def _same_kind(g: GraphBuilder, operation: Operation, allowed=ACTIVATION_TYPES) -> None:
@@ -1758,9 +1782,7 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
         return
     x = g.value(operation.inputs[0])
     if g.raw_constant(operation.inputs[1]) is None:  # the axes given at run time
-        from nnapi.drivers.ort import runtime_parameters  # (it imports this module)
-
-        g.set_output(operation.outputs[0], runtime_parameters.mean(g, operation, x))
+        g.set_output(operation.outputs[0], run_time_form(g, operation, x))
         return
     axes = np.atleast_1d(np.asarray(g.scalar(operation.inputs[1]))).astype(np.int64)
     keep = int(g.scalar(operation.inputs[2])) != 0
@@ -1783,9 +1805,7 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     elif output.type in QUANT8 and all(x.dims):
         y = _quantized_mean(g, x, axes, keep, internal_zero_point(output) - output.zero_point)
     elif output.type in QUANT8:  # a shape known at run time: its groups may be empty
-        from nnapi.drivers.ort import runtime_parameters  # (it imports this module)
-
-        y = runtime_parameters.mean(g, operation, x)
+        y = run_time_form(g, operation, x)
     else:
         raise Declined(f"MEAN on {_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
@@ -2321,10 +2341,7 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
     _check_same_quantization(x, output)
     if not x.dims or not all(x.dims) or any(g.raw_constant(i) is None for i in operation.inputs[1:4]):
         # begin, end or strides given at run time, or a shape known only then
-        from nnapi.drivers.ort import runtime_parameters  # (it imports this module)
-
-        y = runtime_parameters.strided_slice(g, operation, x)
-        g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
+        g.set_output(operation.outputs[0], keep_blocked(g, operation, run_time_form(g, operation, x)))
         return
     if _slices_as_split(g, operation, x):
         return
@@ -2781,7 +2798,7 @@ def lower_expand_dims(g: GraphBuilder, operation: Operation) -> None:
 def lower_maximum(g: GraphBuilder, operation: Operation) -> None:
     """Max / Min of float or int32, or of quant8 values in the output's quantization (then
     the integer comparison is the real one's): inputs in another are requantized first by
-    the reference's table (requantize.py; requantizing is monotone)."""
+    the reference's table (_requantized; requantizing is monotone)."""
     a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     output = g.operand(operation.outputs[0])
     names = [a.name, b.name]
@@ -2789,13 +2806,30 @@ def lower_maximum(g: GraphBuilder, operation: Operation) -> None:
         if a.kind != "uint8" or b.kind != "uint8":
             raise Declined("the inputs must be quantized as the output")
         if any(v.scale != output.scale or v.zero_point != internal_zero_point(output) for v in (a, b)):
-            from nnapi.drivers.ort import requantize  # (it imports this module)
-
-            names = requantize.requantized(g, operation.type, operation.inputs[:2], output)
+            names = _requantized(g, operation.type, operation.inputs[:2], output)
     elif output.type not in (*FLOATS, T.TENSOR_INT32) or a.kind != b.kind:
         raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
     op_type = "Max" if operation.type == OperationCode.MAXIMUM else "Min"
     g.set_output(operation.outputs[0], g.one(op_type, names))
+
+
+def _requantized(g: GraphBuilder, code: int, inputs: list[int], output: Operand) -> list[str]:
+    """The 8-bit ``inputs`` of selection ``code`` each requantized into ``output``'s
+    quantization as a Gather from the reference's table (requantize.py; one already in it as
+    it is); declined unless the tables give the reference's results for every value."""
+    a, b = (g.operand(i) for i in inputs)
+    if not requantize.proven(code, a, b, output):
+        raise Declined("requantizing by table does not give the reference's values")
+    names = []
+    for index, operand in zip(inputs, (a, b)):
+        value = g.value(index)
+        if (operand.scale, operand.zero_point) == (output.scale, output.zero_point):
+            names.append(value.name)
+            continue
+        positions = g.one("Cast", [value.name], to=TensorProto.INT32)
+        table = encode(requantize.table(operand, output), output)
+        names.append(g.one("Gather", [g.constant(table, "table"), positions], axis=0))
+    return names
 
 
 @lowers(OperationCode.CHANNEL_SHUFFLE)
@@ -2849,7 +2883,7 @@ def lower_comparison(g: GraphBuilder, operation: Operation) -> None:
 @lowers(OperationCode.SELECT)
 def lower_select(g: GraphBuilder, operation: Operation) -> None:
     """Where(condition, input1, input2); quantized inputs in another quantization than the
-    output's are requantized first by the reference's table (requantize.py: QuantizeLinear
+    output's are requantized first by the reference's table (_requantized: QuantizeLinear
     would round halves to even)."""
     condition, a, b = (g.value(i) for i in operation.inputs[:3])
     output = g.operand(operation.outputs[0])
@@ -2858,9 +2892,7 @@ def lower_select(g: GraphBuilder, operation: Operation) -> None:
     names = [a.name, b.name]
     if output.type in QUANT8 and a.kind == b.kind == "uint8" and any(
             v.scale != output.scale or v.zero_point != internal_zero_point(output) for v in (a, b)):
-        from nnapi.drivers.ort import requantize  # (it imports this module)
-
-        names = requantize.requantized(g, operation.type, operation.inputs[1:3], output)
+        names = _requantized(g, operation.type, operation.inputs[1:3], output)
     else:
         for v in (a, b):
             _check_same_quantization(v, output)

@@ -3,13 +3,13 @@ output quantization differs from their inputs' (MAXIMUM, MINIMUM, SELECT).
 
 An 8-bit operand has 256 stored values, so the reference's requantization of each
 (quant_math.requantize: the real value rounded into the output's quantization, halves away
-from zero, saturated) is known at preparation: a 256-entry table, applied as one Gather
-(QuantizeLinear would round halves to even). MAXIMUM / MINIMUM of the requantized values
-equals the reference's requantized maximum / minimum because requantizing is monotone;
-every table is checked at preparation against the reference's own operation on all 256
-values of each input (all 65,536 pairs for MAXIMUM / MINIMUM), and the operation is
-declined if anything differs. Tables are indexed by the internal encoding (int8 as uint8
-+ 128) and give it. ``lowering``'s MAXIMUM / MINIMUM and SELECT call ``requantized``.
+from zero, saturated) is known at preparation: a 256-entry table, which ``lowering``
+applies as one Gather (QuantizeLinear would round halves to even). MAXIMUM / MINIMUM of the
+requantized values equals the reference's requantized maximum / minimum because
+requantizing is monotone; ``proven`` checks the tables against the reference's own
+operation on all 256 values of each input (all 65,536 pairs for MAXIMUM / MINIMUM), and
+``lowering`` declines the operation if anything differs. Tables are indexed by the
+internal encoding (int8 as uint8 + 128) and hold the output's stored values.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from onnx import TensorProto
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import Declined, GraphBuilder, Value, encode
 from nnapi.hal import Operand
 from nnapi.operand import OperandType, dtype_of
 from nnapi.operations import ExecutionContext, Tensor, get_operation
@@ -35,7 +33,7 @@ def stored_values(operand: Operand | OperandType) -> np.ndarray:
     return (np.arange(256) - shift).astype(dtype_of(operand.type))
 
 
-def _quantization(operand: Operand) -> tuple:
+def _quantization(operand: Operand | OperandType) -> tuple:
     return int(operand.type), float(operand.scale), int(operand.zero_point)
 
 
@@ -46,14 +44,13 @@ def _operand(quantization: tuple) -> OperandType:
 
 @functools.cache
 def _table(source: tuple, output: tuple) -> np.ndarray:
-    values = requantize(stored_values(_operand(source)), source[1], source[2], output[1], output[2],
-                        dtype_of(output[0]))
-    return encode(values, _operand(output))
+    return requantize(stored_values(_operand(source)), source[1], source[2], output[1], output[2],
+                      dtype_of(output[0]))
 
 
 def table(source: Operand, output: Operand) -> np.ndarray:
-    """uint8[256]: for each internal value of ``source``, the internal value of its
-    requantization into ``output``'s quantization (the reference's)."""
+    """For each internal value of ``source``, the stored value (``output``'s dtype) of its
+    requantization into ``output``'s quantization, as the reference computes it."""
     return _table(_quantization(source), _quantization(output))
 
 
@@ -62,38 +59,27 @@ def _probe(operand: OperandType, shape: tuple[int, ...]) -> Tensor:
                   stored_values(operand).reshape(shape))
 
 
+def proven(code: int, first: Operand, second: Operand, output: Operand) -> bool:
+    """Whether selection ``code`` of ``first`` and ``second`` requantized by their tables
+    gives the reference's result for every stored value (cached per quantization)."""
+    return _proven(int(code), _quantization(first), _quantization(second), _quantization(output))
+
+
 @functools.cache
 def _proven(code: int, first: tuple, second: tuple, output: tuple) -> bool:
     a, b, out = (_operand(quantization) for quantization in (first, second, output))
-    ta, tb = table(a, out), table(b, out)
+    ta, tb = _table(first, output), _table(second, output)
     operation = get_operation(OperationCode(code))
     if code == OperationCode.SELECT:
         # all 256 values of each input chosen by the reference: its requantization of each
         for condition, expected in ((True, ta), (False, tb)):
             flags = Tensor(T.TENSOR_BOOL8, (256,), 0.0, 0, None, np.full(256, condition))
             context = ExecutionContext(OperationCode.SELECT, [flags, _probe(a, (256,)), _probe(b, (256,))], [out])
-            if not np.array_equal(encode(operation.execute(context)[0], out), expected):
+            if not np.array_equal(operation.execute(context)[0], expected):
                 return False
         return True
-    # every pair of values (a down the rows, b along the columns)
+    # every pair of values (a down the rows, b along the columns); the stored values'
+    # order is the real values' (one quantization)
     context = ExecutionContext(OperationCode(code), [_probe(a, (256, 1)), _probe(b, (1, 256))], [out])
     combine = np.maximum if code == OperationCode.MAXIMUM else np.minimum
-    return bool(np.array_equal(encode(operation.execute(context)[0], out), combine(ta[:, None], tb[None, :])))
-
-
-def requantized(g: GraphBuilder, code: int, inputs: list[int], output: Operand) -> list[str]:
-    """The 8-bit ``inputs`` of selection ``code`` each requantized into ``output``'s
-    quantization, as Gathers from their tables (an input already in it as it is); declined
-    unless the tables give the reference's results for every value."""
-    a, b = (g.operand(i) for i in inputs)
-    if not _proven(int(code), _quantization(a), _quantization(b), _quantization(output)):
-        raise Declined("requantizing by table does not give the reference's values")
-    names = []
-    for index, operand in zip(inputs, (a, b)):
-        value: Value = g.value(index)
-        if (operand.scale, operand.zero_point) == (output.scale, output.zero_point):
-            names.append(value.name)
-            continue
-        positions = g.one("Cast", [value.name], to=TensorProto.INT32)
-        names.append(g.one("Gather", [g.constant(table(operand, output), "table"), positions], axis=0))
-    return names
+    return bool(np.array_equal(operation.execute(context)[0], combine(ta[:, None], tb[None, :])))

@@ -9,8 +9,8 @@ the reference refuses (a zero stride, a shrunk axis selecting other than one ele
 axis out of range, a vector of the wrong length) fails the run through
 ``lowering.fail_unless``, as the reference's run fails (OP_FAILED), never giving another
 answer. Parameters that decide the output's rank (STRIDED_SLICE's masks, MEAN's
-keep_dims) must stay constants. ``lowering`` calls these for the operands it finds not
-constant.
+keep_dims) must stay constants. ``lowering`` calls these (RUN_TIME_FORMS) for the
+operands it finds not constant; the device module imports this one, which registers them.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from nnapi.codes import OperandCode
+from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.lowering import (
     Declined,
     GraphBuilder,
     Value,
     fail_unless,
     internal_zero_point,
+    lowers_at_run_time,
     rounded_mean,
 )
 from nnapi.hal import Operation
@@ -75,6 +76,7 @@ def constant_scalar(g: GraphBuilder, operation: Operation, position: int, what: 
     return int(g.scalar(index))
 
 
+@lowers_at_run_time(OperationCode.STRIDED_SLICE)
 def strided_slice(g: GraphBuilder, operation: Operation, x: Value) -> str:
     """STRIDED_SLICE with begin, end or strides given at run time (the masks constant). Per
     axis, vectorized over the axes in int64: begin / end clamped as Android clamps them
@@ -141,6 +143,7 @@ def strided_slice(g: GraphBuilder, operation: Operation, x: Value) -> str:
     return y
 
 
+@lowers_at_run_time(OperationCode.MEAN)
 def mean(g: GraphBuilder, operation: Operation, x: Value) -> str:
     """MEAN over axes given at run time (keep_dims constant), or a quantized MEAN of a
     shape known only at run time (ORT folds the nodes of constant axes). The axes (repeats
