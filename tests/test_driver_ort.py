@@ -143,8 +143,10 @@ def test_claimed_cts_vectors_pass(ort_device, variant, every, least):
             failures.append(f"{outcome.test}: {outcome.message}")
     assert not failures, failures[:5]
     # some declined vectors exercise that path (fewer as the device lowers more: 37 of this
-    # sample's 682 when the detection operations were lowered, 15 when the recurrent ones were)
-    assert ran > least and declined > least // 30
+    # sample's 682 when the detection operations were lowered, 15 when the recurrent ones were;
+    # 3 of the quant8_signed sample's 338 when the lookups, requantizing selections and
+    # run-time parameters were)
+    assert ran > least and declined > 0
 
 
 @pytest.mark.parametrize("operation", ["GROUPED_CONV_2D", "TRANSPOSE_CONV_2D", "RESIZE_NEAREST_NEIGHBOR",
