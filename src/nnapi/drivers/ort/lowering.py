@@ -157,6 +157,17 @@ def int16_add_supported() -> bool:
     return onnxruntime_at_least(INT16_ADD_VERSION)
 
 
+def onnx_model(graph: onnx.GraphProto, ms_domain: bool = False, **attributes) -> onnx.ModelProto:
+    """``graph`` as a model of this lowering's opset (and the com.microsoft domain where
+    asked) at IR version 8, which every onnxruntime pyproject accepts loads."""
+    opsets = [helper.make_opsetid("", OPSET)]
+    if ms_domain:
+        opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
+    model = helper.make_model(graph, opset_imports=opsets, **attributes)
+    model.ir_version = 8
+    return model
+
+
 @functools.cache
 def has_kernel(op_type: str, element: int, **attributes) -> bool:
     """Whether the installed ONNX Runtime has a CPU kernel for ``op_type`` on a 4-d tensor of
@@ -170,10 +181,8 @@ def has_kernel(op_type: str, element: int, **attributes) -> bool:
     graph = helper.make_graph([helper.make_node(op_type, ["x"], ["y"], **attributes)], "probe",
                               [helper.make_tensor_value_info("x", element, None)],
                               [helper.make_empty_tensor_value_info("y")])  # its type: the operator's
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = 8
     try:
-        onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(), providers=["CPUExecutionProvider"])
     except Exception:  # noqa: BLE001 - any refusal means no such kernel here
         return False
     return True
@@ -2167,7 +2176,7 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
     channels = x.dims[1 if nchw else 3]
     if not channels:
         raise Declined("the input's channel count must be known")
-    mode = "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
+    mode = resize_mode(align_corners, half_pixel)
     if output.type not in FLOATS and output.type not in QUANT8:
         raise Declined(f"RESIZE_BILINEAR on {_name(output.type)} is not supported")
 
@@ -2202,6 +2211,12 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
 _EXACT_WEIGHT_STEP = 2.0 ** -6
 
 
+def resize_mode(align_corners: bool, half_pixel: bool) -> str:
+    """ONNX Resize's coordinate_transformation_mode for NNAPI's flags (half_pixel here is
+    TF's: a length-1 output still samples from the half-pixel position)."""
+    return "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
+
+
 def _exact_taps(*taps) -> bool:
     weights = np.concatenate([np.asarray(t[2:], np.float64).ravel() for t in taps])
     steps = weights / _EXACT_WEIGHT_STEP
@@ -2226,7 +2241,7 @@ def _resize_matches_taps(height: int, width: int, out_height: int, out_width: in
         return False
     from nnapi.operations.resize import bilinear_blend
 
-    mode = "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
+    mode = resize_mode(align_corners, half_pixel)
     probe = np.zeros((1, height, width, 6), np.uint8)
     for phase in range(3):
         probe[0, phase::3, :, phase] = 1
@@ -2241,12 +2256,10 @@ def _resize_matches_taps(height: int, width: int, out_height: int, out_width: in
                           coordinate_transformation_mode=mode)],
         "probe", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape_in)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape_out)], [sizes])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = 8
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     try:
-        session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+        session = onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(), options,
                                                providers=["CPUExecutionProvider"])
         ours = session.run(None, {"x": probe.transpose(NHWC_TO_NCHW) if nchw else probe})[0]
     except Exception:  # noqa: BLE001 - a runtime that refuses the probe: the gathered blend
@@ -2286,7 +2299,7 @@ def _truncated_blend(g: GraphBuilder, x: Value, output: Operand, axes: tuple[int
     if (not g.isolated and all(x.dims) and _exact_taps(rows, cols)
             and _resize_matches_taps(x.dims[height_axis], x.dims[width_axis], *sizes, align_corners, half_pixel,
                                      nchw)):
-        mode = "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
+        mode = resize_mode(align_corners, half_pixel)
         shape = list(x.dims)
         shape[height_axis], shape[width_axis] = sizes
         blend = g.one("Resize", [values, "", "", g.constant(np.array(shape, np.int64))], mode="linear",
@@ -3580,12 +3593,7 @@ def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
     _drop_unread_nodes(g, output_names)  # first, so that a value read only by its output's Identity is seen so
     _drop_output_identities(g)
     graph = helper.make_graph(g.nodes, "nnapi", g.inputs, outputs, g.initializers)
-    opsets = [helper.make_opsetid("", OPSET)]
-    if g.uses_ms_domain:
-        opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
-    onnx_model = helper.make_model(graph, opset_imports=opsets, producer_name="nnapi")
-    onnx_model.ir_version = 8
-    return onnx_model, input_names, output_names
+    return onnx_model(graph, g.uses_ms_domain, producer_name="nnapi"), input_names, output_names
 
 
 def _composite(g: GraphBuilder, root: Operation, op_type: str, source: int, parameters: tuple) -> str:
