@@ -172,6 +172,24 @@ def _strided_slice_model(code, masks, given_masks=False):
     return built, built.operation(Op.STRIDED_SLICE, [x, *vectors, *mask_operands]), out
 
 
+def test_a_failed_run_time_check_names_the_operation_not_an_onnx_index(ort_device):
+    """A parameter given at run time that breaks NNAPI's rule (a zero stride) fails the run
+    with OP_FAILED naming the operation, not with the Gather index error ORT raises for
+    the lowering's check."""
+    built, model, out = _strided_slice_model(T.TENSOR_FLOAT32, (0, 0, 0))
+    compilation = nnapi.Compilation(model, [ort_device])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    for position, value in enumerate([built.values[0], *(np.array(v, np.int32) for v in ([0] * 3, [3, 4, 5],
+                                                                                           [1, 0, 1]))]):
+        execution.set_input(position, value)
+    execution.set_output(0, np.zeros(256, np.float32))
+    with pytest.raises(nnapi.OpFailedError) as failure:
+        execution.compute()
+    assert "STRIDED_SLICE: " in str(failure.value)
+    assert "out of data bounds" not in str(failure.value) and "Gather" not in str(failure.value)
+
+
 @pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM_SIGNED])
 @pytest.mark.parametrize("masks, cases", [
     ((0, 0, 0), [  # begin, end, strides, whether the reference's run fails

@@ -39,7 +39,13 @@ from nnapi.drivers.ort import (
     recurrent,  # noqa: F401  (importing it registers its lowerings)
     runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
 )
-from nnapi.drivers.ort.lowering import Declined, lower_model, onnxruntime_at_least, operation_support
+from nnapi.drivers.ort.lowering import (
+    Declined,
+    check_failure,
+    lower_model,
+    onnxruntime_at_least,
+    operation_support,
+)
 from nnapi.drivers.ort.omitted import PatternPreparedModel, omittable_inputs
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.reference import supports_operation
@@ -233,6 +239,13 @@ class OrtDevice(IDevice):
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name}: onnxruntime did not start {self.provider} "
                                                         f"here (the session runs on {', '.join(started)})")
         return session
+
+
+def _run_failure(error: Exception) -> HalError:
+    """A failed run as the HAL reports it: the NNAPI rule a value given at run time broke
+    where a lowering's check refused it, else ORT's own message."""
+    rule = check_failure(error)
+    return HalError(ErrorStatus.GENERAL_FAILURE, rule if rule is not None else f"onnxruntime: {error}")
 
 
 def _loop_deadline(deadline_ns: int | None, loop_timeout_ns: int | None) -> int:
@@ -518,7 +531,7 @@ class OrtPreparedModel(IPreparedModel):
         try:  # the run and nothing else (as OrtExecution's plain one)
             binding.run(binding.native, None)
         except Exception as error:
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
+            raise _run_failure(error) from None
         return self._shapes.copy(), _UNTIMED
 
     def array_executor(self):
@@ -560,7 +573,7 @@ class OrtPreparedModel(IPreparedModel):
                     try:
                         binding.run(binding.native, None)
                     except Exception as error:
-                        raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
+                        raise _run_failure(error) from None
                     return self._shapes.copy(), _UNTIMED
         if self._array_arguments is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "the model has an output or input of unspecified shape: "
@@ -820,7 +833,7 @@ class OrtPreparedModel(IPreparedModel):
             if options is not None and options.terminate:
                 raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                                "the execution's deadline (or loop timeout) passed") from None
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
+            raise _run_failure(error) from None
         finally:
             if options is not None:
                 _WATCHDOG.disarm(options)
@@ -908,7 +921,7 @@ class OrtExecution(IExecution):
             try:
                 self._run(self._io, None)
             except Exception as error:
-                raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {error}") from None
+                raise _run_failure(error) from None
             return self._shapes.copy(), _UNTIMED
         if self._loops:
             deadline_ns = _loop_deadline(deadline_ns, self._loop_timeout_ns)

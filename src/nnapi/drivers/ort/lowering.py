@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -227,6 +228,8 @@ class GraphBuilder:
         self.isolated = isolated
         #: prefix of every name made here: a nested graph's (control_flow.py) differ from its scope's
         self.prefix = ""
+        #: the name of the operation being lowered (what a failed run-time check names)
+        self.lowering = ""
 
     def nested(self, subgraph: Subgraph, hint: str) -> GraphBuilder:
         """A builder for a graph nested in this one (an If branch, a Loop body) lowering
@@ -276,11 +279,11 @@ class GraphBuilder:
         return name
 
     def node(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, domain: str = "",
-             **attributes) -> list[str]:
+             name: str | None = None, **attributes) -> list[str]:
         names = [self.fresh(op_type.lower()) for _ in range(outputs)] if isinstance(outputs, int) else outputs
         if domain == MS_DOMAIN:
             self.uses_ms_domain = True
-        self.nodes.append(helper.make_node(op_type, inputs, names, domain=domain or None, **attributes))
+        self.nodes.append(helper.make_node(op_type, inputs, names, name=name, domain=domain or None, **attributes))
         return names
 
     def one(self, op_type: str, inputs: list[str], domain: str = "", **attributes) -> str:
@@ -3218,13 +3221,28 @@ def _same_products(g: GraphBuilder, reshapes: list[Operation], products: list[li
     return biases
 
 
-def fail_unless(g: GraphBuilder, condition: str, value: str) -> str:
+#: what a failed run-time check (``fail_unless``) names in its node, and the run's error reports
+CHECK_PREFIX = "nnapi check"
+
+
+def fail_unless(g: GraphBuilder, condition: str, value: str, why: str = "") -> str:
     """The int64 ``value`` unchanged where the boolean scalar ``condition`` holds; otherwise
     the run fails (a Gather of index 1 from a one-element tensor, which ORT refuses): how a
-    parameter given at run time is checked as NNAPI requires instead of ONNX clamping it."""
+    parameter given at run time is checked as NNAPI requires instead of ONNX clamping it.
+    The Gather is named after the operation lowered and ``why`` (the rule broken), which
+    ORT's error quotes: the device reports that (``check_failure``), not an index error."""
     index = g.one("Cast", [g.one("Not", [condition])], to=TensorProto.INT64)
-    zero = g.one("Gather", [g.constant(np.zeros(1, np.int64)), index], axis=0)
+    rule = why or "a value given at run time is outside what NNAPI allows"
+    name = f"{CHECK_PREFIX} {g.fresh('c')}: {g.lowering}: {rule}".replace("'", "")
+    zero = g.node("Gather", [g.constant(np.zeros(1, np.int64)), index], 1, name=name, axis=0)[0]
     return g.one("Add", [value, zero])
+
+
+def check_failure(error: Exception) -> str | None:
+    """The rule a run broke where ``error`` is ORT's refusal of a ``fail_unless`` check
+    (e.g. "HASHTABLE_LOOKUP: input 1 (keys) must be sorted ascending"), else None."""
+    found = re.search(rf"Name:'{CHECK_PREFIX} [^:']*: ([^']*)'", str(error))
+    return found.group(1) if found else None
 
 
 @lowers(OperationCode.SLICE)
@@ -3703,6 +3721,7 @@ def lower_operation(g: GraphBuilder, operation: Operation) -> None:
         operand = g.operand(index)
         if operand.type not in ACTIVATION_TYPES and operand.type != T.TENSOR_QUANT16_SYMM:
             raise Declined(f"{code.name} output of type {_name(operand.type)} is not supported")
+    g.lowering = code.name
     try:
         lowering(g, operation)
     except Declined:
