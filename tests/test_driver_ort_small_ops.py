@@ -356,6 +356,60 @@ def test_hashtable_lookup_with_more_keys_than_rows_fails_as_on_the_reference(ort
     assert codes == [nnapi.ResultCode.OP_FAILED] * 2
 
 
+def test_hashtable_lookup_with_unsorted_keys_fails_on_both_devices(ort_device):
+    """Keys given at run time out of order (NNAPI requires them sorted ascending): the run
+    fails on both devices with OP_FAILED (the reference's binary search would miss key 3,
+    an [k, n] comparison would find it: never two silent answers), the ORT device's message
+    naming the rule; sorted keys with equal neighbours still run, the same on both."""
+    built = _Model()
+    lookup_index = built.given(OperandType(T.TENSOR_INT32, [2]), [3, 7])
+    key_index = built.given(OperandType(T.TENSOR_INT32, [3]), [7, 3, 5])
+    values = built.given(OperandType(T.TENSOR_FLOAT32, [3, 1]), [[1], [2], [3]])
+    built.output(OperandType(T.TENSOR_FLOAT32, [2, 1]))
+    built.output(OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1.0, 0))
+    model = built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
+    assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    for device in (ort_device, _reference()):
+        compilation = nnapi.Compilation(model, [device])
+        compilation.finish()
+        execution = nnapi.Execution(compilation)
+        for position, value in enumerate(built.values):
+            execution.set_input(position, value)
+        execution.set_output(0, np.zeros((2, 1), np.float32))
+        execution.set_output(1, np.zeros(2, np.uint8))
+        with pytest.raises(nnapi.OpFailedError, match=r"keys\) must be sorted ascending"):
+            execution.compute()
+    built.values[1] = np.array([3, 3, 7], np.int32)
+    ours, theirs = _on_both(built, model, ort_device)
+    np.testing.assert_array_equal(ours[0], [[1], [3]])
+    for mine, expected in zip(ours, theirs):
+        np.testing.assert_array_equal(mine, expected)
+
+
+def test_hashtable_lookup_with_large_unsorted_constant_keys_is_declined_naming_the_rule(ort_device):
+    """Constant keys too large to be checked at add_operation (over 128 bytes) and out of
+    order: the ORT device declines the operation naming the rule, so the runtime runs it on
+    the reference, whose run fails (OP_FAILED) naming it too."""
+    built = _Model()
+    lookup_index = built.given(OperandType(T.TENSOR_INT32, [2]), [3, 7])
+    keys = np.arange(40, dtype=np.int32)[::-1].copy()
+    key_index = built.constant(OperandType(T.TENSOR_INT32, [40]), keys)
+    values = built.constant(OperandType(T.TENSOR_FLOAT32, [40, 1]), np.ones((40, 1)))
+    built.output(OperandType(T.TENSOR_FLOAT32, [2, 1]))
+    built.output(OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1.0, 0))
+    model = built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
+    assert model.get_supported_operations_for_devices([ort_device]) == [False]
+    assert "sorted ascending" in _reasons(model)[0]
+    compilation = nnapi.Compilation(model, [ort_device, _reference()])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, built.values[0])
+    execution.set_output(0, np.zeros((2, 1), np.float32))
+    execution.set_output(1, np.zeros(2, np.uint8))
+    with pytest.raises(nnapi.OpFailedError, match=r"keys\) must be sorted ascending"):
+        execution.compute()
+
+
 # --- requantizing selections ----------------------------------------------------------------
 _REQUANTIZINGS = [  # (input 1, input 2, output) scales and zero points (int8's shifted by -128)
     ((0.5, 127), (1.0, 100), (2.0, 80)),

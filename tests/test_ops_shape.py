@@ -251,6 +251,29 @@ class TestConstantMemory:
         np.testing.assert_array_equal(out, [[5, 6], [0, 0], [1, 2], [3, 4]])
         np.testing.assert_array_equal(hits, [1, 0, 1, 1])
 
+    def test_hashtable_lookup_with_unsorted_constant_keys_is_bad_data(self):
+        """NNAPI: the keys "MUST be sorted in ascending order"; a binary search over unsorted
+        keys may miss one that is there, so constant keys out of order are refused when the
+        operation is added (keys given later, at finish), naming the rule."""
+        hits_type = OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1.0, 0)
+        with pytest.raises(nnapi.BadDataError, match=r"input 1 \(keys\) must be sorted ascending"):
+            run(Op.HASHTABLE_LOOKUP, [(i32(2), None), (i32(3), np.array([7, 3, 5], np.int32)),
+                                      (f32(3, 1), np.ones((3, 1), np.float32))],
+                [f32(2, 1), hits_type], [np.array([3, 7], np.int32)])
+
+    def test_hashtable_lookup_with_unsorted_keys_at_run_time_fails_the_run(self):
+        """Keys given at run time out of order: OP_FAILED naming the rule (never a silent
+        miss of a key that is there); equal neighbours are sorted and accepted."""
+        hits_type = OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1.0, 0)
+        table = np.arange(3, dtype=np.float32).reshape(3, 1) + 1
+        with pytest.raises(nnapi.OpFailedError, match=r"input 1 \(keys\) must be sorted ascending"):
+            run(Op.HASHTABLE_LOOKUP, [(i32(2), None), (i32(3), None), (f32(3, 1), table)],
+                [f32(2, 1), hits_type], [np.array([3, 7], np.int32), np.array([7, 3, 5], np.int32)])
+        out, hits = run(Op.HASHTABLE_LOOKUP, [(i32(2), None), (i32(3), None), (f32(3, 1), table)],
+                        [f32(2, 1), hits_type], [np.array([3, 7], np.int32), np.array([3, 3, 7], np.int32)])
+        np.testing.assert_array_equal(out, [[1], [3]])
+        np.testing.assert_array_equal(hits, [1, 1])
+
 
 # --- feature level 4-7 operations ---------------------------------------------------------
 class TestFillAndRank:

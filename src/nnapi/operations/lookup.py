@@ -4,12 +4,19 @@ EMBEDDING_LOOKUP: input 0 a 1-D TENSOR_INT32 of row indices (each in range, or t
 execution fails), input 1 the values (rank >= 2); output row i is values[lookups[i]].
 HASHTABLE_LOOKUP: inputs lookups [k] and keys [n] (TENSOR_INT32, keys sorted
 ascending), values [n, ...]; output row i is the values row whose key equals
-lookups[i], or stored zeros on a miss (raw 0 bytes, also for quant8, as Android fills
-them); output 1 ("hits", TENSOR_QUANT8_ASYMM with scale 1 and
-zero point 0) is 1 for a hit and 0 for a miss.
+lookups[i] (the first of equal keys), or stored zeros on a miss (raw 0 bytes, also for
+quant8, as Android fills them); output 1 ("hits", TENSOR_QUANT8_ASYMM with scale 1 and
+zero point 0) is 1 for a hit and 0 for a miss. The keys "MUST be sorted in ascending
+order" (NeuralNetworks.h): Android's kernel binary-searches them without checking, so
+unsorted keys may miss a key that is there, and another device (a comparison with every
+key) would find it. Here keys out of order are refused, never searched: constant ones
+at add_operation / finish (BAD_DATA), ones known only at run time by the run (OP_FAILED).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +76,9 @@ class HashtableLookup(Operation):
         hits = ctx.outputs[1]
         if (hits.scale, hits.zero_point) != (1.0, 0):
             ctx.fail(f"output 1 (hits) must have scale 1.0 and zero point 0, got ({hits.scale}, {hits.zero_point})")
+        constant_keys = ctx.constant(HASHTABLE_KEYS)
+        if isinstance(constant_keys, np.ndarray) and not keys_sorted(constant_keys):
+            ctx.fail(f"{UNSORTED_KEYS}, got {constant_keys.reshape(-1).tolist()}")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         lookups, keys, values = ctx.input(LOOKUPS), ctx.input(HASHTABLE_KEYS), ctx.input(HASHTABLE_VALUES)
@@ -79,11 +89,41 @@ class HashtableLookup(Operation):
         return [(lookups.shape[0],) + values.shape[1:], (lookups.shape[0],)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        lookups, keys, values = ctx.value(LOOKUPS), ctx.value(HASHTABLE_KEYS), ctx.value(HASHTABLE_VALUES)
-        # Keys are sorted: a binary search finds each lookup's candidate row.
-        rows = np.searchsorted(keys, lookups)
-        safe_rows = np.minimum(rows, max(keys.size - 1, 0))
-        hits = (rows < keys.size) & (keys[safe_rows] == lookups) if keys.size else np.zeros(lookups.shape, bool)
-        output = np.zeros((lookups.size,) + values.shape[1:], dtype=values.dtype)
-        output[hits] = values[rows[hits]]
-        return [output, hits.astype(np.uint8)]
+        keys = ctx.value(HASHTABLE_KEYS)
+        ctx.require(keys_sorted(keys), UNSORTED_KEYS)
+        return _hashtable_lookup(ctx.value(LOOKUPS), keys, ctx.value(HASHTABLE_VALUES))
+
+    def plan(self, ctx: ExecutionContext) -> Callable[[list[Any]], list[np.ndarray]] | None:
+        """Constant keys checked for order once, here; keys given at run time at each run."""
+        constant = ctx.value(HASHTABLE_KEYS)
+        checked = isinstance(constant, np.ndarray)
+        if checked and not keys_sorted(constant):
+            return None  # ``execute`` reports it at every run
+
+        def kernel(values: list[Any]) -> list[np.ndarray]:
+            if not checked:
+                ctx.require(keys_sorted(values[HASHTABLE_KEYS]), UNSORTED_KEYS)
+            return _hashtable_lookup(values[LOOKUPS], values[HASHTABLE_KEYS], values[HASHTABLE_VALUES])
+
+        return kernel
+
+
+#: the message for keys out of order (NNAPI: "Keys tensor *MUST* be sorted in ascending order")
+UNSORTED_KEYS = "input 1 (keys) must be sorted ascending (NNAPI requires it; a binary search over unsorted keys " \
+    "may miss one that is there)"
+
+
+def keys_sorted(keys: np.ndarray) -> bool:
+    """Whether HASHTABLE_LOOKUP's keys are in ascending order (equal neighbours allowed)."""
+    flat = np.asarray(keys).reshape(-1)
+    return bool(np.all(flat[1:] >= flat[:-1]))
+
+
+def _hashtable_lookup(lookups: np.ndarray, keys: np.ndarray, values: np.ndarray) -> list[np.ndarray]:
+    # Keys are sorted (checked): a binary search finds each lookup's first equal key.
+    rows = np.searchsorted(keys, lookups)
+    safe_rows = np.minimum(rows, max(keys.size - 1, 0))
+    hits = (rows < keys.size) & (keys[safe_rows] == lookups) if keys.size else np.zeros(lookups.shape, bool)
+    output = np.zeros((lookups.size,) + values.shape[1:], dtype=values.dtype)
+    output[hits] = values[rows[hits]]
+    return [output, hits.astype(np.uint8)]

@@ -10,8 +10,10 @@ exact for every value type (rows are copied, never computed).
   finds the first of equal keys too), its values row gathered, and stored zeros (raw
   0 bytes, quantized ones included, as Android fills them) where no key is equal; the
   hits output is 1 / 0 as TENSOR_QUANT8_ASYMM. Keys and values of different lengths fail
-  the run, as on the reference. (NNAPI requires sorted keys; with unsorted ones a binary
-  search may miss a key that is there, this finds it.)
+  the run, as on the reference. NNAPI requires the keys sorted ascending (a binary
+  search over unsorted ones may miss a key that is there, which this comparison would
+  find): as on the reference, keys given at run time out of order fail the run, and
+  constant ones out of order are declined naming the rule (the reference refuses them).
 
 The device module imports this one, which registers these lowerings with ``lowering``.
 """
@@ -33,6 +35,7 @@ from nnapi.drivers.ort.lowering import (
 )
 from nnapi.hal import Operation
 from nnapi.operand import dtype_of
+from nnapi.operations.lookup import UNSORTED_KEYS, keys_sorted
 
 T = OperandCode
 #: the value types each lookup takes (the reference's lists)
@@ -75,6 +78,9 @@ def lower_hashtable_lookup(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("the hits output must be TENSOR_QUANT8_ASYMM of scale 1 and zero point 0")
     if not has_kernel("ArgMax", TensorProto.INT32, axis=0):
         raise Declined("this onnxruntime has no ArgMax kernel for int32 values")
+    constant_keys = g.raw_constant(operation.inputs[1])
+    if constant_keys is not None and not keys_sorted(constant_keys):
+        raise Declined(UNSORTED_KEYS)
     first = g.constant(np.array([0], np.int64))
     equal = g.one("Equal", [g.one("Unsqueeze", [lookups, g.constant(np.array([1], np.int64))]),
                             g.one("Unsqueeze", [keys, first])])
@@ -83,7 +89,16 @@ def lower_hashtable_lookup(g: GraphBuilder, operation: Operation) -> None:
     row = g.one("ArgMax", [matches], axis=1, keepdims=0, select_last_index=0)  # the first equal key
     # as many keys as rows of values, or the run fails (as the reference's)
     counts = [g.one("Gather", [g.one("Shape", [name]), first], axis=0) for name in (keys, values.name)]
-    row = fail_unless(g, g.one("Squeeze", [g.one("Equal", counts)]), row)
+    valid = g.one("Squeeze", [g.one("Equal", counts)])
+    rule = "input 1 (keys) must have as many entries as input 2 (values) has rows"
+    if constant_keys is None:  # and keys in ascending order: no key less than the one before it
+        ends = g.constant(np.array([np.iinfo(np.int64).max], np.int64))
+        descents = g.one("Less", [g.one("Slice", [keys, g.constant(np.array([1], np.int64)), ends]),
+                                  g.one("Slice", [keys, first, g.constant(np.array([-1], np.int64))])])
+        count = g.one("ReduceSum", [g.one("Cast", [descents], to=TensorProto.INT64)], keepdims=0)
+        valid = g.one("And", [valid, g.one("Equal", [count, g.constant(np.array(0, np.int64))])])
+        rule = f"{rule}, and {UNSORTED_KEYS}"
+    row = fail_unless(g, valid, row, rule)
     gathered = g.one("Gather", [values.name, row], axis=0)
     found = g.one("Reshape", [g.one("Cast", [hit], to=TensorProto.BOOL),
                               g.constant(np.array([-1] + [1] * (values.rank - 1), np.int64))])
