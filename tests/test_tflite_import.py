@@ -248,6 +248,94 @@ def test_int32_concatenations_are_exact_over_the_whole_range() -> None:
     _assert_exact_on_every_engine(data, feeds, _int32_concatenations_reference(feeds))
 
 
+# --- element moves through rank 5 and 6 (Keras UpSampling2D, window shuffles) -------------
+def _chain_model(kind: str, shape: list[int], steps: list[tuple], scale: float | None = None) -> bytes:
+    """RESHAPE / TILE / TRANSPOSE ``steps`` of one input, each (op, new shape or
+    parameter, output shape): the operators Keras writes through rank 5 and 6."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    q = {"scale": scale, "zero_point": -3} if scale is not None else {}
+    tensors = [Tensor("x", kind, shape, **q)]
+    ops = []
+    for op, param, out_shape in steps:
+        source = len(tensors) - 1
+        if op == "RESHAPE":
+            tensors.append(Tensor(f"shape{len(tensors)}", "int32", [len(param)], data=np.array(param, np.int32)))
+            tensors.append(Tensor(f"t{len(tensors)}", kind, out_shape, **q))
+            ops.append(Operator("RESHAPE", [source, len(tensors) - 2], [len(tensors) - 1],
+                                ("ReshapeOptions", {"NewShape": param})))
+        else:
+            tensors.append(Tensor(f"p{len(tensors)}", "int32", [len(param)], data=np.array(param, np.int32)))
+            tensors.append(Tensor(f"t{len(tensors)}", kind, out_shape, **q))
+            ops.append(Operator(op, [source, len(tensors) - 2], [len(tensors) - 1]))
+    tensors[-1].name = "y"
+    return build(Subgraph(tensors, ops, [0], [len(tensors) - 1]))
+
+
+def _upsampling(batch: int, height: int, width: int, channels: int, sh: int, sw: int) -> list[tuple]:
+    """Keras 3's UpSampling2D(nearest): two repeats, each a rank-5 RESHAPE + TILE + RESHAPE."""
+    return [("RESHAPE", [batch, height, 1, width, channels], [batch, height, 1, width, channels]),
+            ("TILE", [1, 1, sh, 1, 1], [batch, height, sh, width, channels]),
+            ("RESHAPE", [batch, height * sh, width, 1, channels], [batch, height * sh, width, 1, channels]),
+            ("TILE", [1, 1, 1, sw, 1], [batch, height * sh, width, sw, channels]),
+            ("RESHAPE", [batch, height * sh, width * sw, channels], [batch, height * sh, width * sw, channels])]
+
+
+@pytest.mark.parametrize("kind, batch, sh, sw, scale, emitted", [
+    ("float32", 1, 2, 2, None, "RESIZE_NEAREST_NEIGHBOR"), ("int8", 2, 2, 2, 0.5, "RESIZE_NEAREST_NEIGHBOR"),
+    ("float32", 2, 3, 2, None, "")])
+def test_upsampling_through_rank_5_is_imported_exactly(kind: str, batch: int, sh: int, sw: int, scale, emitted: str
+                                                       ) -> None:
+    """Keras 3 writes UpSampling2D(nearest) as RESHAPE to rank 5, TILE, RESHAPE (twice),
+    which NNAPI's rank-4 operations cannot hold: imported as what the chain does, a nearest
+    upsampling (RESIZE_NEAREST_NEIGHBOR, or GATHERs where its float indexes differ)."""
+    data = _chain_model(kind, [batch, 3, 5, 2], _upsampling(batch, 3, 5, 2, sh, sw), scale)
+    lowerings = [str(lowering) for lowering in nnapi.load_tflite(data).lowerings]
+    assert len(lowerings) == 1 and "through rank 5 only moves elements" in lowerings[0], lowerings
+    assert emitted in lowerings[0]
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (batch, 3, 5, 2)).astype(np.int8) if kind == "int8" else \
+        rng.standard_normal((batch, 3, 5, 2)).astype(np.float32)
+    _assert_exact_on_every_engine(data, {"x": x}, {"y": np.repeat(np.repeat(x, sh, axis=1), sw, axis=2)})
+
+
+def test_channel_tile_through_rank_5_is_a_gather() -> None:
+    data = _chain_model("float32", [1, 2, 3, 4], [("RESHAPE", [1, 2, 3, 1, 4], [1, 2, 3, 1, 4]),
+                                                   ("TILE", [1, 1, 1, 3, 1], [1, 2, 3, 3, 4]),
+                                                   ("RESHAPE", [1, 2, 3, 12], [1, 2, 3, 12])])
+    assert "GATHER along axes [3]" in str(nnapi.load_tflite(data).lowerings[0])
+    x = np.random.default_rng(6).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    _assert_exact_on_every_engine(data, {"x": x}, {"y": np.tile(x, (1, 1, 1, 3))})
+
+
+def test_window_partition_through_rank_6_is_a_rank_4_transpose() -> None:
+    """A Swin-style window partition: RESHAPE to rank 6, TRANSPOSE, RESHAPE to the windows:
+    one rank-4 TRANSPOSE once the size-1 batch is dropped and neighbouring axes merged."""
+    steps = [("RESHAPE", [1, 2, 2, 3, 2, 3], [1, 2, 2, 3, 2, 3]),
+             ("TRANSPOSE", [0, 1, 3, 2, 4, 5], [1, 2, 3, 2, 2, 3]),
+             ("RESHAPE", [6, 2, 2, 3], [6, 2, 2, 3])]
+    data = _chain_model("float32", [1, 4, 6, 3], steps)
+    assert "TRANSPOSE [0, 2, 1, 3]" in str(nnapi.load_tflite(data).lowerings[0])
+    x = np.random.default_rng(7).standard_normal((1, 4, 6, 3)).astype(np.float32)
+    want = x.reshape(1, 2, 2, 3, 2, 3).transpose(0, 1, 3, 2, 4, 5).reshape(6, 2, 2, 3)
+    _assert_exact_on_every_engine(data, {"x": x}, {"y": want})
+
+
+def test_rank_5_chain_that_computes_is_still_refused() -> None:
+    """A rank-5 tensor read by anything but element moves stays refused, naming the rule."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    t = [Tensor("x", "float32", [1, 2, 2, 2]), Tensor("s", "int32", [5], data=np.array([1, 2, 1, 2, 2], np.int32)),
+         Tensor("r", "float32", [1, 2, 1, 2, 2]), Tensor("a", "float32", [1, 2, 1, 2, 2]),
+         Tensor("s4", "int32", [4], data=np.array([1, 2, 2, 2], np.int32)), Tensor("y", "float32", [1, 2, 2, 2])]
+    data = build(Subgraph(t, [Operator("RESHAPE", [0, 1], [2], ("ReshapeOptions", {"NewShape": [1, 2, 1, 2, 2]})),
+                              Operator("ABS", [2], [3]),
+                              Operator("RESHAPE", [3, 4], [5], ("ReshapeOptions", {"NewShape": [1, 2, 2, 2]}))],
+                          [0], [5]))
+    with pytest.raises(nnapi.BadDataError, match=r"operator 2 \(RESHAPE\).*rank at most 4, got 5"):
+        nnapi.load_tflite(data)
+
+
 def test_requantizing_reduce_max_is_refused() -> None:
     # TFLite's own kernel requires one scale for input and output; so does the importer.
     from tflite_cases import reduce_max_int8_rescale

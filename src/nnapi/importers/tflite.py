@@ -28,7 +28,7 @@ from nnapi.errors import BadDataError, NnapiError
 from nnapi.importers import ImportedModel, Lowering, SourceOp, StateSpec, TensorSpec, read_source
 from nnapi.model import Model
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
-from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC
+from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC, nearest_indexes
 from nnapi.operations.quant_math import dequantize
 
 try:  # the optional extra nnapi[tflite]
@@ -264,6 +264,8 @@ class _Converter:
         # output() gives float32 operands; the float32 halves made of each tensor, kept.
         self.float_outputs = False
         self.float_halves: dict[tuple[int, int], int] = {}
+        # operators converted together with an earlier one (_high_rank_chain): skipped
+        self.absorbed: set[int] = set()
 
     # --- operands ----------------------------------------------------------------------
     def nn_type(self, info: _TensorInfo, shape: Sequence[int] | None = None) -> OperandType:
@@ -485,6 +487,8 @@ class _Converter:
                     self.states.append((info.index, len(inputs)))
                     inputs.append(index)
         for position, raw in enumerate(graph.operators):
+            if position in self.absorbed:
+                continue
             op = _Operator(graph, position, raw)
             self.current = op
             self._emitted = []
@@ -1272,6 +1276,8 @@ def _reshape(c: _Converter, op: _Operator) -> None:
         c.consts[op.outputs[0]] = _Const(const.data.reshape(static), const.code, const.scale, const.zero_point)
         c.lowered("a constant reshaped at import")
         return
+    if _high_rank_chain(c, op):
+        return
     x = c.input(0)
     if c.type_of(x).type not in _RESHAPE_TYPES:
         _reshape_other_type(c, op, x, static)
@@ -1495,6 +1501,173 @@ def _reshape_other_type(c: _Converter, op: _Operator, x: int, dims: list[int] | 
     _through_float32(c, op, (0,), lambda c, op: c.emit(Op.RESHAPE, [c.input(0), c.vector(dims)], [c.output()]))
 
 
+#: NNAPI's tensors have rank 4 at most (RESHAPE, TILE, TRANSPOSE, ...)
+_MAX_RANK = 4
+#: the largest tensor whose element positions _high_rank_chain traces (int64 each)
+_CHAIN_ELEMENTS = 1 << 24
+
+
+def _chain_step(c: _Converter, op: _Operator, index: np.ndarray) -> np.ndarray | None:
+    """``index`` (the input positions a tensor holds) moved by RESHAPE / EXPAND_DIMS / TILE /
+    BROADCAST_TO / TRANSPOSE ``op`` with constant parameters; None for any other operator."""
+    out, source = op.out_tensor(), op.tensor(0)
+    dims = _static_shape(c, out)
+    if op.custom is not None or len(op.outputs) != 1 or dims is None or len(out.shape) == 0 or \
+            (out.tfl_type, out.scales, out.zero_points) != (source.tfl_type, source.scales, source.zero_points):
+        return None
+    if op.name in ("RESHAPE", "EXPAND_DIMS") and int(np.prod(dims)) == index.size:
+        return index.reshape(dims)
+    param = c.const_of(op.inputs[1]) if op.has_input(1) else None
+    if param is None:
+        return None
+    values = param.data.reshape(-1).astype(np.int64)
+    if op.name == "TILE" and len(values) == index.ndim and values.min() >= 1 and \
+            int(np.prod(dims)) <= _CHAIN_ELEMENTS:
+        moved = np.tile(index, values)
+    elif op.name == "BROADCAST_TO" and int(np.prod(dims)) <= _CHAIN_ELEMENTS:
+        try:
+            moved = np.broadcast_to(index, dims)
+        except ValueError:
+            return None
+    elif op.name == "TRANSPOSE" and sorted(values.tolist()) == list(range(index.ndim)):
+        moved = index.transpose(values)
+    else:
+        return None
+    return moved if list(moved.shape) == dims else None
+
+
+def _merged_transpose(dims: Sequence[int], perm: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The smallest (dims, perm) moving elements as TRANSPOSE ``perm`` of a ``dims`` tensor:
+    size-1 axes dropped, runs of axes that stay neighbours merged into one."""
+    kept = [axis for axis in range(len(dims)) if dims[axis] != 1]
+    renumber = {axis: k for k, axis in enumerate(kept)}
+    order = [renumber[axis] for axis in perm if dims[axis] != 1]
+    groups: list[list[int]] = []  # runs of input axes, in output order
+    for axis in order:
+        if groups and groups[-1][-1] + 1 == axis:
+            groups[-1].append(axis)
+        else:
+            groups.append([axis])
+    by_input = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    merged = [int(np.prod([dims[kept[a]] for a in groups[g]])) for g in by_input]
+    return merged, [by_input.index(g) for g in range(len(groups))]
+
+
+def _high_rank_chain(c: _Converter, op: _Operator) -> bool:
+    """Convert ``op`` and the operators after it when ``op`` lifts a tensor of rank <= 4
+    above NNAPI's rank 4 and a chain of single readers (RESHAPE, EXPAND_DIMS, TILE,
+    BROADCAST_TO, TRANSPOSE with constant parameters) brings it back, as Keras writes
+    UpSampling2D (repeat: rank-5 RESHAPE + TILE) and window or pixel shuffles (rank-6
+    TRANSPOSE). Such a chain only moves elements: the input position of each output
+    element, traced here on the static shapes, is matched to an exact rank-4 form: per-axis
+    GATHERs (RESIZE_NEAREST_NEIGHBOR where they are its indexes) or RESHAPE + TRANSPOSE +
+    RESHAPE. False (nothing emitted) when there is no such chain or form."""
+    source, out = op.tensor(0), op.out_tensor()
+    shape = _static_shape(c, source)
+    if len(out.shape) <= _MAX_RANK or shape is None or len(source.shape) == 0 or \
+            len(source.shape) > _MAX_RANK or int(np.prod(shape)) > _CHAIN_ELEMENTS or \
+            (c.const_of(op.inputs[0]) is not None and op.inputs[0] not in c.operands):
+        return False
+    index = _chain_step(c, op, np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape))
+    chain, transposes = [op], []
+    while index is not None and index.ndim > _MAX_RANK:
+        tensor = chain[-1].outputs[0]
+        readers = c.readers(tensor)
+        if tensor in c.graph.outputs or len(readers) != 1 or readers[0][1] != 0:
+            return False
+        reader = readers[0][0]
+        if reader.name == "TRANSPOSE":
+            transposes.append((list(index.shape), c.const_of(reader.inputs[1]).data.reshape(-1).tolist()
+                               if c.const_of(reader.inputs[1]) is not None else None))
+        index = _chain_step(c, reader, index)
+        chain.append(reader)
+    if index is None:
+        return False
+    last = chain[-1]
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if x_type.type not in _RESHAPE_TYPES:
+        return False
+    emitted = _as_gathers(c, last, x, shape, index) or \
+        (len(transposes) == 1 and _as_transpose(c, last, x, shape, index, *transposes[0]))
+    if not emitted:
+        return False
+    c.absorbed.update(reader.index for reader in chain[1:])
+    names = " + ".join(step.name for step in chain)
+    c.lowered(f"{names} through rank {max(len(step.out_tensor().shape) for step in chain)} only moves "
+              f"elements: {emitted}")
+    return True
+
+
+def _chain_output(c: _Converter, last: _Operator) -> int:
+    """The operand of the chain's last output (created as its own operator would)."""
+    current = c.current
+    c.current = last
+    try:
+        return c.output()
+    finally:
+        c.current = current
+
+
+def _as_gathers(c: _Converter, last: _Operator, x: int, shape: list[int], index: np.ndarray) -> str | None:
+    """Emit ``index`` (input positions, of the output's shape) as per-axis gathers of the
+    input when it is one: RESIZE_NEAREST_NEIGHBOR where they are its indexes, else GATHERs."""
+    if index.ndim != len(shape):
+        return None
+    coords = np.unravel_index(index, shape)
+    picks = []
+    for axis, along in enumerate(coords):
+        pick = along[tuple(slice(None) if k == axis else 0 for k in range(index.ndim))]
+        if not np.array_equal(along, np.broadcast_to(
+                pick.reshape([-1 if k == axis else 1 for k in range(index.ndim)]), index.shape)):
+            return None
+        picks.append(pick)
+    moved = [axis for axis in range(len(shape)) if not np.array_equal(picks[axis], np.arange(shape[axis]))]
+    if len(shape) == 4 and set(moved) <= {1, 2}:
+        height, width = index.shape[1], index.shape[2]
+        for half_pixel in (False, True):
+            if np.array_equal(picks[1], nearest_indexes(shape[1], height, False, half_pixel)) and \
+                    np.array_equal(picks[2], nearest_indexes(shape[2], width, False, half_pixel)):
+                c.emit(Op.RESIZE_NEAREST_NEIGHBOR, [x, c.i32(width), c.i32(height), c.boolean(False),
+                                                    c.boolean(False), c.boolean(half_pixel)],
+                       [_chain_output(c, last)])
+                return f"RESIZE_NEAREST_NEIGHBOR to {height}x{width}"
+    current, current_dims = x, list(shape)
+    for step, axis in enumerate(moved):
+        current_dims[axis] = index.shape[axis]
+        target = _chain_output(c, last) if step == len(moved) - 1 else \
+            c.temp(c.type_of(x), current_dims)
+        c.emit(Op.GATHER, [current, c.i32(axis), c.vector(picks[axis])], [target])
+        current = target
+    if not moved:
+        c.identity(x, _chain_output(c, last))
+    return f"GATHER along axes {moved}" if moved else "the input unchanged"
+
+
+def _as_transpose(c: _Converter, last: _Operator, x: int, shape: list[int], index: np.ndarray,
+                  dims: list[int], perm: list[int] | None) -> str | None:
+    """Emit ``index`` as RESHAPE + TRANSPOSE + RESHAPE when the chain's one TRANSPOSE
+    (of a ``dims`` tensor by ``perm``) needs rank 4 at most once its size-1 axes are
+    dropped and its neighbouring axes merged."""
+    if perm is None:
+        return None
+    merged, order = _merged_transpose(dims, perm)
+    if not merged or len(merged) > _MAX_RANK or not np.array_equal(
+            np.arange(index.size).reshape(merged).transpose(order).reshape(index.shape), index):
+        return None
+    current = x
+    if merged != shape:
+        current = c.temp(c.type_of(x), merged)
+        c.emit(Op.RESHAPE, [x, c.vector(merged)], [current])
+    final = list(index.shape)
+    moved = [merged[axis] for axis in order]
+    target = _chain_output(c, last) if moved == final else c.temp(c.type_of(x), moved)
+    c.emit(Op.TRANSPOSE, [current, c.vector(order)], [target])
+    if moved != final:
+        c.emit(Op.RESHAPE, [target, c.vector(final)], [_chain_output(c, last)])
+    return f"RESHAPE to {merged}, TRANSPOSE {order}, RESHAPE to {final}"
+
+
 @_converter("SQUEEZE")
 def _squeeze(c: _Converter, op: _Operator) -> None:
     x = c.input(0)
@@ -1511,6 +1684,8 @@ def _squeeze(c: _Converter, op: _Operator) -> None:
 
 @_converter("EXPAND_DIMS")
 def _expand_dims(c: _Converter, op: _Operator) -> None:
+    if _high_rank_chain(c, op):
+        return
     axis = int(c.const_values(1, "axis").reshape(-1)[0])
     x = c.input(0)
     if len(op.tensor(0).shape) == 0:
