@@ -36,6 +36,7 @@ from nnapi.drivers.ort import (
     detection,  # noqa: F401  (importing it registers its lowerings)
     lookups,  # noqa: F401  (importing it registers its lowerings)
     quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
+    quantized_softmax,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
     runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
 )
