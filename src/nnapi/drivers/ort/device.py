@@ -39,6 +39,7 @@ from nnapi.drivers.ort import (
     quantized_softmax,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
     runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
+    small_graphs,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import (
     Declined,

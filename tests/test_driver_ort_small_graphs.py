@@ -1,0 +1,174 @@
+"""nnapi-ort-cpu's lowerings for fewer ONNX Runtime nodes (drivers/ort/small_graphs.py): a
+GATHER of indices the model wrapped from the end as one Gather, a clamped image's
+REDUCE_MAX over height and width as GlobalMaxPool. Each equals the reference on real
+values (the gathered rows and the maxima of the same convolution bit for bit);
+out-of-range indices fail the run as there; what the rules exclude keeps the general
+lowering."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import nnapi  # noqa: E402
+from nnapi import OperandCode as T  # noqa: E402
+from nnapi import OperandType  # noqa: E402
+from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.conformance import float_tolerance, within_tolerance  # noqa: E402
+from nnapi.drivers.ort import lowering  # noqa: E402
+from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
+from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("calibration_file")
+
+
+def _reference() -> nnapi.Device:
+    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+
+
+def _run(model: nnapi.Model, device: nnapi.Device, values: list[np.ndarray], shape, dtype=np.float32):
+    """The output of ``model`` on ``device`` alone, or the NDK result code of its failure."""
+    assert model.get_supported_operations_for_devices([device]) == [True] * len(
+        model.get_supported_operations_for_devices([device]))
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    for position, value in enumerate(values):
+        execution.set_input(position, value)
+    out = np.zeros(shape, dtype)
+    execution.set_output(0, out)
+    try:
+        execution.compute()
+    except nnapi.NnapiError as error:
+        return error.code
+    return out
+
+
+def _node_types(model: nnapi.Model) -> list[str]:
+    hal, _ = build_hal_model(model)
+    onnx_model, _, _ = lower_model(hal)
+    return [node.op_type for node in onnx_model.graph.node]
+
+
+def _constant(model: nnapi.Model, code, value, shape=None) -> int:
+    index = model.add_operand(OperandType(code, list(np.shape(value)) if shape is None else shape))
+    model.set_operand_value(index, np.asarray(value))
+    return index
+
+
+def _embedding_model(rows: int, wrap_size: int, less_than: int = 0) -> nnapi.Model:
+    """Keras 3's embedding: GATHER(table, 0, SELECT(LESS(i, 0), ADD(i, n), i))."""
+    model = nnapi.Model()
+    indices = model.add_operand(OperandType(T.TENSOR_INT32, [2, 5]))
+    table = _constant(model, T.TENSOR_FLOAT32, np.arange(rows * 3, dtype=np.float32).reshape(rows, 3))
+    negative = model.add_operand(OperandType(T.TENSOR_BOOL8, [2, 5]))
+    model.add_operation(Op.LESS, [indices, _constant(model, T.TENSOR_INT32, np.array([less_than], np.int32))],
+                        [negative])
+    wrapped = model.add_operand(OperandType(T.TENSOR_INT32, [2, 5]))
+    model.add_operation(Op.ADD, [indices, _constant(model, T.TENSOR_INT32, np.array([wrap_size], np.int32)),
+                                 _constant(model, T.INT32, np.int32(0), [])], [wrapped])
+    chosen = model.add_operand(OperandType(T.TENSOR_INT32, [2, 5]))
+    model.add_operation(Op.SELECT, [negative, wrapped, indices], [chosen])
+    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 5, 3]))
+    model.add_operation(Op.GATHER, [table, _constant(model, T.INT32, np.int32(0), []), chosen], [out])
+    model.identify_inputs_and_outputs([indices], [out])
+    model.finish()
+    return model
+
+
+def test_wrapped_indices_gather_as_one_node_equal_to_the_reference(ort_device):
+    """Indices in [-n, n) give the reference's rows through one Gather (no Less / Where /
+    Add left); an index below -n or at n and past fails the run on both devices."""
+    model = _embedding_model(7, 7)
+    assert _node_types(model) == ["Gather"]
+    good = np.array([[0, 6, -1, -7, 3], [-3, 2, 5, -6, 1]], np.int32)
+    ours, theirs = (_run(model, device, [good], (2, 5, 3)) for device in (ort_device, _reference()))
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(ours[0, 2], [18, 19, 20])  # -1: the last row
+    for bad in (7, -8, 2 ** 31 - 1, -(2 ** 31)):
+        values = good.copy()
+        values[1, 4] = bad
+        ours, theirs = (_run(model, device, [values], (2, 5, 3)) for device in (ort_device, _reference()))
+        assert isinstance(theirs, int) and ours == theirs
+
+
+@pytest.mark.parametrize(("wrap_size", "less_than"), [(6, 0), (7, 1)])
+def test_other_wraps_keep_the_general_gather(ort_device, wrap_size, less_than):
+    """A wrap by another size than the axis', or a comparison with another bound, is not
+    ONNX's wrap: the nodes stay and the result is the reference's."""
+    model = _embedding_model(7, wrap_size, less_than)
+    assert "Where" in _node_types(model)
+    values = np.array([[0, 6, -1, -6, 3], [-3, 2, 5, -2, 1]], np.int32)
+    ours, theirs = (_run(model, device, [values], (2, 5, 3)) for device in (ort_device, _reference()))
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def _conv_max_model(fuse: int, through_reshape: bool, axes=(1, 2), keep: bool = False):
+    """CONV_2D [1, 1, 9, 4] -> [1, 1, 7, 16] (fused ``fuse``), then REDUCE_MAX over
+    ``axes``, of the image or of its RESHAPE to [1, 7, 16]."""
+    rng = np.random.default_rng(5)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 9, 4]))
+    filters = _constant(model, T.TENSOR_FLOAT32, rng.normal(size=(16, 1, 3, 4)).astype(np.float32))
+    bias = _constant(model, T.TENSOR_FLOAT32, rng.normal(size=16).astype(np.float32))
+    conv = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 7, 16]))
+    scalars = [_constant(model, T.INT32, np.int32(v), []) for v in (PADDING_VALID, 1, 1, fuse)]
+    model.add_operation(Op.CONV_2D, [x, filters, bias, *scalars], [conv])
+    source = conv
+    if through_reshape:
+        source = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 7, 16]))
+        model.add_operation(Op.RESHAPE, [conv, _constant(model, T.TENSOR_INT32, np.array([1, 7, 16], np.int32))],
+                            [source])
+    rank = 3 if through_reshape else 4
+    kept = [1 if i in [a % rank for a in axes] else d
+            for i, d in enumerate([1, 7, 16] if through_reshape else [1, 1, 7, 16])]
+    shape = kept if keep else [1, 16]
+    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    model.add_operation(Op.REDUCE_MAX, [source, _constant(model, T.TENSOR_INT32, np.array(axes, np.int32)),
+                                        _constant(model, T.BOOL, np.bool_(keep), [])], [out])
+    model.identify_inputs_and_outputs([x], [out])
+    model.finish()
+    assert rank == len(kept)
+    return model, tuple(shape)
+
+
+PADDING_VALID = 2
+
+
+@pytest.mark.parametrize(("through_reshape", "axes", "keep"), [
+    (True, (1,), False), (True, (-2,), True), (False, (1, 2), False), (False, (2, 1), True)])
+@pytest.mark.parametrize("fuse", [1, 2, 3])
+def test_a_clamped_images_max_over_height_and_width_is_global_max_pool(ort_device, fuse, through_reshape, axes,
+                                                                      keep):
+    """RELU / RELU1 / RELU6 convolutions' maxima over time (through a RESHAPE) or over
+    height and width: GlobalMaxPool, the general lowering's ReduceMax of the same
+    convolution bit for bit (and the reference's within the CTS tolerance: its
+    convolution sums in another order)."""
+    model, shape = _conv_max_model(fuse, through_reshape, axes, keep)
+    types = _node_types(model)
+    assert "GlobalMaxPool" in types and "ReduceMax" not in types
+    value = np.random.default_rng(6).normal(size=(1, 1, 9, 4)).astype(np.float32) * (0.1 if fuse == 2 else 0.5)
+    ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, _reference()))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(lowering.LOWERINGS, Op.REDUCE_MAX, lowering.lower_reduce)
+        assert "ReduceMax" in _node_types(model)
+        general = _run(_conv_max_model(fuse, through_reshape, axes, keep)[0], ort_device, [value], shape)
+    np.testing.assert_array_equal(ours, general)
+    assert within_tolerance(T.TENSOR_FLOAT32, theirs, ours, float_tolerance(T.TENSOR_FLOAT32)).all()
+    assert len(np.unique(ours)) > 4
+
+
+@pytest.mark.parametrize(("fuse", "axes"), [(0, (1, 2)), (1, (2,)), (1, (1, 2, 3))])
+def test_unclamped_images_and_other_axes_keep_reduce_max(ort_device, fuse, axes):
+    """No activation (an all -inf window: ORT's pooling would give -FLT_MAX), or axes that
+    are not exactly height and width: ReduceMax, equal to the reference."""
+    model, _ = _conv_max_model(fuse, False, axes, True)
+    assert "ReduceMax" in _node_types(model)
+    value = np.random.default_rng(7).normal(size=(1, 1, 9, 4)).astype(np.float32)
+    shape = tuple(1 if i in axes else d for i, d in enumerate([1, 1, 7, 16]))
+    ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, _reference()))
+    assert within_tolerance(T.TENSOR_FLOAT32, theirs, ours, float_tolerance(T.TENSOR_FLOAT32)).all()
+
