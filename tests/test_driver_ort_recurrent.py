@@ -529,9 +529,9 @@ def test_each_pattern_of_omitted_inputs_is_prepared_once(monkeypatch):
     prepared_graphs = []
     original = OrtDevice._prepare_graph
 
-    def counting(self, model, *arguments):
+    def counting(self, model, *arguments, **keywords):
         prepared_graphs.append(len(model.main.input_indexes))
-        return original(self, model, *arguments)
+        return original(self, model, *arguments, **keywords)
 
     monkeypatch.setattr(OrtDevice, "_prepare_graph", counting)
     prepared = device.prepare_model(hal_model)
@@ -554,6 +554,61 @@ def test_each_pattern_of_omitted_inputs_is_prepared_once(monkeypatch):
     assert len(prepared_graphs) == 4
     with pytest.raises(HalError, match="input 4 has no value"):
         run(("input_to_output",))
+
+
+def test_a_model_with_omittable_inputs_compiles_from_the_cache(ort_device, tmp_path, monkeypatch):
+    """set_caching on a model whose inputs a request may omit (one graph per pattern): the
+    second compilation comes from the cache file (the HAL model and the graph of every
+    pattern run so far), runs a pattern seen before without lowering anything, lowers a new
+    one and adds it to the file, so that a third compilation lowers nothing; every run
+    gives the first compilation's values."""
+    from nnapi.drivers.ort import device as device_module
+
+    b = _Builder(T.TENSOR_FLOAT32, np.random.default_rng(25))
+    batch, steps, size, units = 2, 3, 3, 4
+    inputs, values = _given_lstm(b, batch, steps, size, units)
+    b.finish(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output([batch, steps, units])])
+    lowered = []
+    original = device_module.lower_model
+
+    def counting(model):
+        lowered.append(len(model.main.input_indexes))
+        return original(model)
+
+    monkeypatch.setattr(device_module, "lower_model", counting)
+
+    def compile_and_run(patterns: list[str]) -> tuple[int, list[np.ndarray]]:
+        compilation = nnapi.Compilation(b.model, [ort_device])
+        compilation.set_caching(str(tmp_path), bytes(range(32)))
+        compilation.finish()
+        outputs = []
+        for pattern in patterns:
+            positions = {_POSITION[name] for name in _PATTERNS[pattern]}
+            execution = nnapi.Execution(compilation)
+            for position, value in enumerate(values):
+                execution.set_input(position, None if position in positions else value)
+            out = np.zeros([batch, steps, units], np.float32)
+            execution.set_output(0, out)
+            execution.compute()
+            outputs.append(out)
+        return compilation.prepared_from_cache, outputs
+
+    first, (plain,) = compile_and_run(["plain"])
+    assert (first, len(lowered)) == (0, 1) and np.abs(plain).max() > 0.01
+    second, (plain_again, cifg) = compile_and_run(["plain", "cifg"])
+    assert second == 1 and len(lowered) == 2  # only the new pattern lowered
+    third, (plain_third, cifg_again) = compile_and_run(["plain", "cifg"])
+    assert third == 1 and len(lowered) == 2
+    np.testing.assert_array_equal(plain_again, plain)
+    np.testing.assert_array_equal(plain_third, plain)
+    np.testing.assert_array_equal(cifg_again, cifg)
+    assert not np.allclose(plain, cifg)
+    (cache_file,) = tmp_path.iterdir()
+    content = cache_file.read_bytes()
+    cache_file.write_bytes(content[:len(content) // 2])  # truncated: prepared afresh, as if none
+    fourth, (plain_fourth,) = compile_and_run(["plain"])
+    assert fourth == 0 and len(lowered) == 3
+    np.testing.assert_array_equal(plain_fourth, plain)
 
 
 @pytest.mark.parametrize("backward", [{"units": 3}, {"peephole": True}])

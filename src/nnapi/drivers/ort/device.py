@@ -28,6 +28,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import helper
 
+from nnapi import vlog
 from nnapi._version import __version__
 from nnapi.codes import DEFAULT_LOOP_TIMEOUT_NS, DeviceTypeCode, FeatureLevelCode, OperationCode
 from nnapi.drivers.ort import (
@@ -48,7 +49,7 @@ from nnapi.drivers.ort.lowering import (
     onnxruntime_at_least,
     operation_support,
 )
-from nnapi.drivers.ort.omitted import PatternPreparedModel, omittable_inputs
+from nnapi.drivers.ort.omitted import PatternKey, PatternPreparedModel, omittable_inputs
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (
@@ -175,27 +176,30 @@ class OrtDevice(IDevice):
         return (1, 0)
 
     # --- preparation -------------------------------------------------------------------
-    def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
-                      priority=Priority.MEDIUM, deadline_ns: int | None = None, model_cache: Sequence[int] = (),
-                      data_cache: Sequence[int] = (), token: bytes | None = None) -> IPreparedModel:
-        validate_model(model)
-        _check_deadline(deadline_ns, "preparation")
+    def _check_supported(self, model: Model) -> None:
+        """INVALID_ARGUMENT naming the first operation this device declines, and why."""
         reasons = self.get_unsupported_reasons(model)
         for operation, reason in zip(model.main.operations, reasons):
             if reason is not None:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                f"{self.name} does not support {OperationCode(operation.type).name}: {reason}")
+
+    def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority=Priority.MEDIUM, deadline_ns: int | None = None, model_cache: Sequence[int] = (),
+                      data_cache: Sequence[int] = (), token: bytes | None = None) -> IPreparedModel:
+        validate_model(model)
+        _check_deadline(deadline_ns, "preparation")
+        self._check_supported(model)
         omittable = omittable_inputs(model)
         if omittable:
-            # a graph per pattern of omitted inputs, when a request shows it (omitted.py);
-            # no cache file: the cache holds one graph (the runtime then prepares again)
-            return PatternPreparedModel(model, omittable, self._prepare_graph)
+            # a graph per pattern of omitted inputs, when a request shows it (omitted.py)
+            return self._prepare_patterns(model, omittable, model_cache, token)
         return self._prepare_graph(model, model_cache, token)
 
-    def _prepare_graph(self, model: Model, model_cache: Sequence[int] = (), token: bytes | None = None
-                       ) -> OrtPreparedModel:
+    def _prepare_graph(self, model: Model, model_cache: Sequence[int] = (), token: bytes | None = None,
+                       optimized: list[bytes] | None = None) -> OrtPreparedModel:
         """``model`` lowered to one ONNX graph and opened as a session (written to the
-        cache when asked)."""
+        cache when asked; its optimized bytes appended to ``optimized`` when given)."""
         try:
             onnx_model, input_names, output_names = lower_model(model)
         except Declined as reason:
@@ -203,7 +207,7 @@ class OrtDevice(IDevice):
         signature = Signature.of(model, input_names, output_names)
         options = session_options()
         optimized_path = None
-        if model_cache and token is not None:
+        if (model_cache and token is not None) or optimized is not None:
             handle, optimized_path = tempfile.mkstemp(suffix=".onnx", prefix="nnapi-ort-")
             os.close(handle)
             options.optimized_model_filepath = optimized_path
@@ -211,22 +215,59 @@ class OrtDevice(IDevice):
             session = self._session(onnx_model.SerializeToString(), options)
             if optimized_path is not None:
                 with open(optimized_path, "rb") as handle:
-                    _write_cache(model_cache[0], token, signature, self, handle.read())
+                    payload = handle.read()
+                if optimized is not None:
+                    optimized.append(payload)
+                if model_cache and token is not None:
+                    _write_cache(model_cache[0], token, self, payload, {"signature": signature.to_json()})
         finally:
             if optimized_path is not None:
                 os.unlink(optimized_path)
         return OrtPreparedModel(session, signature)
+
+    def _prepare_patterns(self, model: Model, omittable: frozenset[int], model_cache: Sequence[int] = (),
+                          token: bytes | None = None, cached: dict[PatternKey, tuple[Signature, bytes]] | None = None
+                          ) -> PatternPreparedModel:
+        """A prepared model of a graph per pattern of omitted inputs. With a cache file, the
+        file holds the HAL model and every pattern's optimized graph prepared so far (the
+        file's descriptor duplicated, as the HAL allows, and written again as each new
+        pattern is prepared): a compilation from it opens the patterns seen before from
+        their optimized graphs (``cached``) and lowers only new ones."""
+        saver = _PatternCache(self, model, model_cache[0], token, cached) if model_cache and token is not None \
+            else None
+        cached = dict(cached or {})
+
+        def prepare(variant: Model, key: PatternKey) -> IPreparedModel:
+            if key in cached:
+                signature, payload = cached.pop(key)
+                try:
+                    return OrtPreparedModel(self._session(payload, _cached_session_options()), signature)
+                except HalError:
+                    pass  # lowered afresh below
+            sink: list[bytes] | None = [] if saver is not None else None
+            prepared = self._prepare_graph(variant, optimized=sink)
+            if saver is not None and sink:
+                saver.add(key, prepared.signature, sink[0])
+            return prepared
+
+        return PatternPreparedModel(model, omittable, prepare)
 
     def prepare_model_from_cache(self, model_cache: Sequence[int], data_cache: Sequence[int], token: bytes,
                                  deadline_ns: int | None = None) -> IPreparedModel:
         _check_deadline(deadline_ns, "preparation")
         if len(model_cache) != 1:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"expected 1 model cache file, got {len(model_cache)}")
-        signature, payload = _read_cache(model_cache[0], token, self)
-        options = session_options()
-        # the cached model is already optimized for this machine: load it as it is
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        return OrtPreparedModel(self._session(payload, options), signature)
+        header, payload = _read_cache(model_cache[0], token, self)
+        if header.get("kind", "graph") == "patterns":
+            model, graphs = _decode_patterns(header, payload, token)
+            validate_model(model)
+            self._check_supported(model)
+            omittable = omittable_inputs(model)
+            if not omittable:
+                raise _cache_refused("the cached model has no input a request may omit")
+            return self._prepare_patterns(model, omittable, model_cache, token, graphs)
+        signature = _decoded(lambda: Signature.from_json(header["signature"]))
+        return OrtPreparedModel(self._session(payload, _cached_session_options()), signature)
 
     def _session(self, model_bytes: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
         try:
@@ -344,9 +385,12 @@ def _cache_identity(device: OrtDevice) -> dict:
             "provider": device.provider}
 
 
-def _write_cache(fd: int, token: bytes, signature: Signature, device: OrtDevice, payload: bytes) -> None:
+def _write_cache(fd: int, token: bytes, device: OrtDevice, payload: bytes, fields: dict) -> None:
+    """The cache file: magic, header length, a JSON header (identity, token, checksum of
+    the payload, ``fields``: a graph's signature, or what a patterns file holds) and the
+    payload."""
     header = json.dumps({**_cache_identity(device), "token": bytes(token).hex(),
-                         "sha256": hashlib.sha256(payload).hexdigest(), "signature": signature.to_json()}).encode()
+                         "sha256": hashlib.sha256(payload).hexdigest(), **fields}).encode()
     data = _CACHE_MAGIC + len(header).to_bytes(4, "little") + header + payload
     try:
         os.lseek(fd, 0, os.SEEK_SET)
@@ -358,10 +402,23 @@ def _write_cache(fd: int, token: bytes, signature: Signature, device: OrtDevice,
         raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot write the cache file: {error}") from None
 
 
-def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[Signature, bytes]:
-    def refuse(why: str) -> HalError:
-        return HalError(ErrorStatus.GENERAL_FAILURE, f"cache refused: {why}")
+def _cache_refused(why: str) -> HalError:
+    return HalError(ErrorStatus.GENERAL_FAILURE, f"cache refused: {why}")
 
+
+def _decoded(decode):
+    """``decode()``, a malformed cache header refused as a HalError (never a raw exception)."""
+    try:
+        return decode()
+    except HalError:
+        raise
+    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as error:
+        raise _cache_refused(f"bad header: {error}") from None
+
+
+def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[dict, bytes]:
+    """(header, payload) of a cache file written for this device, version and token, its
+    payload's checksum checked; HalError otherwise."""
     try:
         size = os.fstat(fd).st_size
         os.lseek(fd, 0, os.SEEK_SET)
@@ -375,29 +432,109 @@ def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[Signature, by
             remaining -= len(chunk)
         data = b"".join(chunks)
     except (OSError, TypeError, ValueError) as error:
-        raise refuse(f"cannot read it: {error}") from None
+        raise _cache_refused(f"cannot read it: {error}") from None
     if not data.startswith(_CACHE_MAGIC) or len(data) < len(_CACHE_MAGIC) + 4:
-        raise refuse("not an nnapi-ort cache file")
+        raise _cache_refused("not an nnapi-ort cache file")
     start = len(_CACHE_MAGIC) + 4
     length = int.from_bytes(data[len(_CACHE_MAGIC):start], "little")
-    try:
+
+    def header_of() -> dict:
         header = json.loads(data[start:start + length])
         if not isinstance(header, dict):
             raise ValueError("header is not an object")
         for key, expected in _cache_identity(device).items():
             if header.get(key) != expected:
-                raise refuse(f"{key} is {header.get(key)!r}, expected {expected!r}")
+                raise _cache_refused(f"{key} is {header.get(key)!r}, expected {expected!r}")
         if header.get("token") != bytes(token).hex():
-            raise refuse("token mismatch")
-        payload = data[start + length:]
-        if header.get("sha256") != hashlib.sha256(payload).hexdigest():
-            raise refuse("checksum mismatch")
-        signature = Signature.from_json(header["signature"])
-    except HalError:
-        raise
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
-        raise refuse(f"bad header: {error}") from None
-    return signature, payload
+            raise _cache_refused("token mismatch")
+        if header.get("sha256") != hashlib.sha256(data[start + length:]).hexdigest():
+            raise _cache_refused("checksum mismatch")
+        return header
+
+    return _decoded(header_of), data[start + length:]
+
+
+def _cached_session_options() -> ort.SessionOptions:
+    """A cached graph is already optimized for this machine: loaded as it is."""
+    options = session_options()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return options
+
+
+class _PatternCache:
+    """The cache file of a model whose inputs a request may omit: the HAL model (as the
+    reference's cache holds one, ``cache_format``: nothing pickled) and, per pattern of
+    omitted inputs prepared so far, its key, signature and optimized graph. Written when
+    the model is prepared and again as each new pattern is (through a duplicate of the
+    runtime's descriptor); a failed write leaves the cache as it was (a later compilation
+    then prepares what it lacks), never the preparation or the run."""
+
+    def __init__(self, device: OrtDevice, model: Model, fd: int, token: bytes,
+                 graphs: dict[PatternKey, tuple[Signature, bytes]] | None) -> None:
+        from nnapi.drivers.cache_format import pack
+
+        self._device = device
+        self._token = bytes(token)
+        self._graphs = dict(graphs or {})
+        self._lock = threading.Lock()
+        self._model_bytes, self._data_bytes = pack(model, self._token)
+        try:
+            self._fd: int | None = os.dup(fd)
+        except OSError:
+            self._fd = None
+            return
+        weakref.finalize(self, os.close, self._fd)
+        if graphs is None:  # a new cache: the model now, its patterns as they come
+            self._write()
+
+    def add(self, key: PatternKey, signature: Signature, graph: bytes) -> None:
+        with self._lock:
+            self._graphs[key] = (signature, graph)
+            self._write()
+
+    def _write(self) -> None:
+        if self._fd is None:
+            return
+        patterns = [{"omitted": sorted(key[0]), "dimensions": [[p, list(d)] for p, d in key[1]],
+                     "signature": signature.to_json(), "bytes": len(graph)}
+                    for key, (signature, graph) in self._graphs.items()]
+        payload = b"".join([self._model_bytes, self._data_bytes, *(graph for _, graph in self._graphs.values())])
+        fields = {"kind": "patterns", "model_bytes": len(self._model_bytes), "data_bytes": len(self._data_bytes),
+                  "patterns": patterns}
+        try:
+            _write_cache(self._fd, self._token, self._device, payload, fields)
+        except HalError as error:
+            vlog.driver.info("%s: the cache file was not written: %s", self._device.name, error)
+
+
+def _decode_patterns(header: dict, payload: bytes, token: bytes
+                     ) -> tuple[Model, dict[PatternKey, tuple[Signature, bytes]]]:
+    """The HAL model and the patterns' graphs of a patterns cache file, every field checked."""
+    from nnapi.drivers.cache_format import unpack
+
+    def count(value) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"bad size {value!r}")
+        return value
+
+    def decode() -> tuple[int, int, list[tuple[PatternKey, Signature, int]]]:
+        patterns = []
+        for entry in header["patterns"]:
+            omitted = frozenset(count(p) for p in entry["omitted"])
+            dimensions = tuple((count(p), tuple(count(d) for d in dims)) for p, dims in entry["dimensions"])
+            patterns.append(((omitted, dimensions), Signature.from_json(entry["signature"]), count(entry["bytes"])))
+        return count(header["model_bytes"]), count(header["data_bytes"]), patterns
+
+    model_size, data_size, patterns = _decoded(decode)
+    if model_size + data_size + sum(size for _, _, size in patterns) != len(payload):
+        raise _cache_refused("the sizes in the header do not add up to the file's")
+    model = unpack(payload[:model_size], payload[model_size:model_size + data_size], token)
+    graphs = {}
+    offset = model_size + data_size
+    for key, signature, size in patterns:
+        graphs[key] = (signature, payload[offset:offset + size])
+        offset += size
+    return model, graphs
 
 
 # --- execution --------------------------------------------------------------------------

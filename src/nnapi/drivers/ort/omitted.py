@@ -10,7 +10,8 @@ one prepared graph per pattern: the HAL model with the omitted inputs made NO_VA
 operands (and a present one's unspecified dimensions completed from the request) is
 lowered and opened as a session of its own on the first request with that pattern
 (the CTS gives its LSTM weights this way). Models without such inputs are prepared once,
-as before.
+as before. With compilation caching, the cache file holds the HAL model and the graph of
+each pattern prepared so far (device.py's ``_PatternCache``).
 
 The lowerings that take omitted operands register their optional input positions here
 (``optional_inputs``), and answer a support query (an isolated GraphBuilder) for an input
@@ -37,6 +38,10 @@ from nnapi.hal import (
 )
 
 L = OperandLifeTime
+
+#: a pattern of omitted inputs: the omitted input positions, and (position, dimensions) of
+#: each present input whose dimensions the model leaves unspecified, as a request gives them
+PatternKey = tuple[frozenset[int], tuple[tuple[int, tuple[int, ...]], ...]]
 
 #: per operation type, the input positions that may hold an omitted operand
 OPTIONAL_INPUTS: dict[OperationCode, frozenset[int]] = {}
@@ -94,11 +99,13 @@ class PatternPreparedModel(IPreparedModel):
     """A model whose inputs at ``omittable`` a request may omit: per pattern (the omitted
     positions, and the dimensions a request gives for a present one the model leaves
     unspecified) a prepared model of its own, made by ``prepare`` on the first request
-    showing it; the request goes to it without the omitted arguments. A pattern that does
-    not lower (an invalid combination of omitted operands) fails every request showing it
-    with the reason (GENERAL_FAILURE: the runtime may run the model elsewhere)."""
+    showing it (``prepare(model of the pattern, its key)``); the request goes to it without
+    the omitted arguments. A pattern that does not lower (an invalid combination of omitted
+    operands) fails every request showing it with the reason (GENERAL_FAILURE: the runtime
+    may run the model elsewhere)."""
 
-    def __init__(self, model: Model, omittable: frozenset[int], prepare: Callable[[Model], IPreparedModel]) -> None:
+    def __init__(self, model: Model, omittable: frozenset[int],
+                 prepare: Callable[[Model, PatternKey], IPreparedModel]) -> None:
         self._model = model
         self._omittable = omittable
         self._prepare = prepare
@@ -122,14 +129,14 @@ class PatternPreparedModel(IPreparedModel):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has no value (it is not optional)")
         dimensions = {position: list(inputs[position].dimensions) for position in sorted(self._unspecified - omitted)
                       if inputs[position].dimensions}
-        key = (omitted, tuple((position, tuple(dims)) for position, dims in dimensions.items()))
+        key: PatternKey = (omitted, tuple((position, tuple(dims)) for position, dims in dimensions.items()))
         variant = self._variants.get(key)
         if variant is None:
             with self._lock:
                 variant = self._variants.get(key)
                 if variant is None:
                     try:
-                        variant = self._prepare(without_inputs(self._model, omitted, dimensions))
+                        variant = self._prepare(without_inputs(self._model, omitted, dimensions), key)
                     except HalError as error:
                         variant = HalError(ErrorStatus.GENERAL_FAILURE,
                                            f"with inputs {sorted(omitted)} omitted: {error}")
