@@ -833,10 +833,14 @@ def test_a_quantized_resize_uses_ort_resize_only_where_a_probe_shows_the_referen
                                               (T.TENSOR_QUANT8_ASYMM_SIGNED, -128)])
 def test_quantize_rounds_halves_away_from_zero_as_the_reference(ort_device, code, zero_point):
     """QUANTIZE on ORT alone rounds x / scale halves away from zero (Android's std::round),
-    where ONNX's QuantizeLinear rounds them to even: every tie -40.5 .. 40.5, signed zeros,
+    where ONNX's QuantizeLinear rounds them to even: every tie -40.5 .. 40.5 and the float32
+    just below each (C's round exactly: -0.49999997 gives 0), signed zeros,
     subnormals and values far past the range saturating, equal to the reference; with the
     internal zero point 0 (uint8 0, int8 -128) as halves up (every negative saturates)."""
-    ties = (np.arange(-81, 82, 2) / 2).astype(np.float32) * np.float32(0.25)
+    ties = (np.arange(-81, 82, 2) / 2).astype(np.float32)
+    # each tie's float32 neighbour towards zero (-0.49999997 .. 0.49999997 included, where
+    # |x| + 0.5 rounds up to 1.0 in float32 but C's round gives 0), times the scale: exact
+    ties = np.concatenate([ties, np.nextafter(ties, np.float32(0))]) * np.float32(0.25)
     specials = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-39, -1e-39, 3e38, -3e38, 70.0, -70.0], np.float32)
     noise = np.random.default_rng(3).uniform(-40, 40, 200).astype(np.float32)
     values = np.concatenate([ties, specials, noise])
@@ -851,7 +855,8 @@ def test_quantize_rounds_halves_away_from_zero_as_the_reference(ort_device, code
     dtype = np.uint8 if code == T.TENSOR_QUANT8_ASYMM else np.int8
     ours, theirs = _on_both(model, [values], [np.zeros(values.size, dtype)], ort_device)
     np.testing.assert_array_equal(ours[0], theirs[0])
-    expected = np.clip(np.sign(ties) * np.floor(np.abs(ties / np.float32(0.25)) + 0.5) + zero_point,
+    exact = np.float64(ties / np.float32(0.25))  # C's round of a float32: + 0.5 is exact in float64
+    expected = np.clip(np.sign(exact) * np.floor(np.abs(exact) + 0.5) + zero_point,
                        np.iinfo(dtype).min, np.iinfo(dtype).max)
     np.testing.assert_array_equal(theirs[0][:ties.size], expected)
     assert len(np.unique(theirs[0])) > 80

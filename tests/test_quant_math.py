@@ -15,10 +15,12 @@ from nnapi.operations.quant_math import (
     dequantize_per_channel,
     multiply_by_quantized_multiplier,
     quantize,
+    quantize_clamped,
     quantize_multiplier,
     quantize_multipliers,
     quantize_scalar,
     requantize,
+    round_half_away,
     rounding_divide_by_pot,
     rounding_doubling_high_multiply,
 )
@@ -216,3 +218,41 @@ def test_quantize_scalar_is_quantize_of_one_value():
     assert quantize_scalar(0.75, 0.5, 0) == 2.0 and quantize_scalar(-0.75, 0.5, 0) == -2.0  # ties away from zero
     with np.errstate(over="ignore"):
         assert quantize_scalar(1e300, 1e-30, 0) == math.inf  # overflows as numpy's division does
+
+
+def _exact_c_round(values: np.ndarray) -> np.ndarray:
+    """C's round of each value, exactly (rational arithmetic): floor(|v| + 1/2) with v's sign."""
+    from fractions import Fraction
+
+    exact = [math.copysign(math.floor(abs(Fraction(float(v))) + Fraction(1, 2)), float(v)) for v in values.ravel()]
+    return np.array(exact, np.float64).reshape(values.shape)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_round_half_away_is_c_round_exactly_at_every_edge(dtype):
+    """round_half_away is C's round (std::round, what Android's kernels call) bit for bit,
+    also where |x| + 0.5 rounds up in floating point: the largest value below one half
+    (0.5 - 2**-25 in float32: |x| + 0.5 rounds to 1.0, C's round gives 0) and the odd
+    integers past the mantissa (2**23 + 1 in float32: + 0.5 rounds to the even neighbour);
+    ties, values just below each tie, and random values besides."""
+    info = np.finfo(dtype)
+    below_half = np.nextafter(dtype(0.5), dtype(0))
+    ties = np.arange(0, 40, dtype=dtype) + dtype(0.5)
+    below_ties = np.nextafter(ties, dtype(0))
+    odd = dtype(2.0 ** info.nmant) + np.arange(1, 9, 2, dtype=dtype)
+    noise = np.random.default_rng(9).uniform(-50, 50, 300).astype(dtype)
+    magnitudes = np.concatenate([[below_half, dtype(0.5), dtype(0), info.smallest_subnormal], ties, below_ties, odd,
+                                 np.abs(noise)]).astype(dtype)
+    values = np.concatenate([magnitudes, -magnitudes])
+    rounded = round_half_away(values)
+    assert rounded.dtype == dtype
+    np.testing.assert_array_equal(rounded, _exact_c_round(values).astype(dtype))
+    assert round_half_away(below_half) == 0 and round_half_away(-below_half) == 0
+    np.testing.assert_array_equal(quantize(values, 1.0, 3, dtype), _exact_c_round(values).astype(dtype) + 3)
+    if dtype == np.float64:
+        for value in values[:200]:
+            assert quantize_scalar(float(value) * 0.25, 0.25, -3) == float(_exact_c_round(np.array([value]))[0]) - 3
+        with np.errstate(under="ignore"):  # the smallest subnormal times 0.25: 0, as C's round of it
+            real = values[:200] * 0.25
+        clamped = quantize_clamped(real.copy(), 0.25, 5, -1000, 1000, np.zeros(200, np.int32))
+        np.testing.assert_array_equal(clamped, np.clip(_exact_c_round(values[:200]) + 5, -1000, 1000))

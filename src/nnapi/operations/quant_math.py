@@ -27,17 +27,39 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 # --- rounding, (de)quantization ---------------------------------------------------------
+def half_below(dtype) -> np.floating:
+    """The largest value of float ``dtype`` below one half (0.5 - 2**-25 in float32).
+
+    C's round (std::round: halves away from zero, what Android's kernels call) is
+    trunc(|x| + 0.5) in exact arithmetic, but in floating point |x| + 0.5 itself rounds:
+    up to 1 for the largest value below one half (C's round gives 0), and to the even
+    neighbour for odd integers past the mantissa (2**23 + 1 in float32). Adding this
+    constant instead rounds exactly as C does for every finite x of ``dtype``, with no
+    extra operation: a tie n + 0.5 gives n + 1 - 2**-25, which rounds to n + 1 (for n >= 1
+    the spacing there is at least 2**-23; for n = 0, 1 - 2**-25 is halfway between 1 - 2**-24
+    and 1 and goes to 1, the even one), a value below a tie stays below n + 1 (n + 1 - ulp
+    is representable), and an integer past the mantissa gains less than half its ulp."""
+    return np.nextafter(np.dtype(dtype).type(0.5), np.dtype(dtype).type(0))
+
+
+_HALF_BELOW = {np.dtype(d): half_below(d) for d in (np.float16, np.float32, np.float64)}
+#: ``half_below`` of float64, as a Python float (quantize_scalar's)
+_HALF_BELOW_FLOAT = float(half_below(np.float64))
+
+
 def round_half_away(x: np.ndarray) -> np.ndarray:
-    """Round to nearest, halves away from zero (C's round, used by Android's kernels):
-    trunc(x + copysign(0.5, x)), computed as copysign(trunc(|x| + 0.5), x), which rounds
-    identically (round-to-nearest is symmetric) and avoids numpy's copysign of a scalar
+    """Round to nearest, halves away from zero, exactly as C's round (used by Android's
+    kernels): copysign(trunc(|x| + half_below), x) (see ``half_below``: |x| + 0.5 would
+    round 0.5 - 2**-25 up to 1 in float32), computed without numpy's copysign of a scalar
     and a float64 array (~7 ns per element, against ~1 for these three passes)."""
     magnitude = np.abs(x)
     if isinstance(magnitude, np.ndarray) and magnitude.dtype.kind == "f":  # one new array, worked in place
-        magnitude += 0.5
+        magnitude += _HALF_BELOW[magnitude.dtype]
         np.trunc(magnitude, out=magnitude)
         return np.copysign(magnitude, x, out=magnitude)
-    return np.copysign(np.trunc(magnitude + 0.5), x)
+    if isinstance(magnitude, np.floating):
+        return np.copysign(np.trunc(magnitude + _HALF_BELOW[magnitude.dtype]), x)
+    return np.copysign(np.trunc(magnitude + _HALF_BELOW_FLOAT), x)  # Python numbers: float64
 
 
 def quantize(real, scale: float, zero_point: int, dtype=np.float64, *, round_last: bool = False) -> np.ndarray:
@@ -71,7 +93,7 @@ def quantize_clamped(real: np.ndarray, scale: float, zero_point: int, low: int, 
     or a new array), and the clamp writing ``out`` in the pass that narrows."""
     real /= np.float64(scale)
     magnitude = np.abs(real, out=scratch)  # round_half_away, in place
-    magnitude += 0.5
+    magnitude += _HALF_BELOW_FLOAT
     np.trunc(magnitude, out=magnitude)
     np.copysign(magnitude, real, out=real)
     real += np.float64(zero_point)
@@ -83,7 +105,7 @@ def quantize_scalar(real: float, scale: float, zero_point: int) -> float:
     IEEE double operations on Python floats, where numpy's scalar path costs ~10 us (an
     activation's clamp range, at every preparation of a quantized operation)."""
     scaled = float(real) / float(scale)
-    magnitude = abs(scaled) + 0.5
+    magnitude = abs(scaled) + _HALF_BELOW_FLOAT  # C's round exactly (see half_below)
     if magnitude != magnitude or magnitude in (math.inf, -math.inf):  # NaN or infinite: as numpy's
         return float(quantize(real, scale, zero_point))
     return math.copysign(float(math.floor(magnitude)), scaled) + float(zero_point)

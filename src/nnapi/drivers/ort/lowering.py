@@ -51,7 +51,7 @@ from nnapi.operations.common import (
     quantize_with_activation,
     transpose_conv_padding,
 )
-from nnapi.operations.quant_math import dequantize, dequantize_per_channel
+from nnapi.operations.quant_math import dequantize, dequantize_per_channel, half_below
 from nnapi.operations.resize import weighted_taps
 
 T = OperandCode
@@ -3507,10 +3507,13 @@ def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float
     and Cast it replaced). Where the internal zero point is 0 every negative value
     saturates to 0 anyway, so rounding halves up (floor(x + 0.5)) is the same: four nodes
     instead of nine. Transformer models quantize many small tensors, where ORT's cost is
-    per node (vit_tiny_int8's 39 QUANTIZE)."""
+    per node (vit_tiny_int8's 39 QUANTIZE). The "0.5" added is the float32 just below it
+    (quant_math.half_below, as the reference rounds): with 0.5 itself, 0.5 - 2**-25 + 0.5
+    rounds up to 1.0 in float32 and the value to 1, where C's round gives 0; exact for
+    every float32, at no extra node."""
     scale = output.scale if scale is None else scale
     scaled = name if scale == 1.0 else g.one("Div", [name, g.constant(np.array(scale, np.float32))])
-    half = g.constant(np.array(0.5, np.float32))
+    half = g.constant(np.array(half_below(np.float32), np.float32))
     zero_point = internal_zero_point(output)
     if zero_point == 0:
         rounded = g.one("Floor", [g.one("Add", [scaled, half])])
