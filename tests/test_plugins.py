@@ -177,3 +177,38 @@ def test_shipped_short_names():
     assert device.name == "nnapi-reference"
     with pytest.raises(manager.DriverLoadError, match="nope"):
         manager.make_devices("nope")
+
+
+_WITHOUT_ONNXRUNTIME = '''
+import sys
+
+
+class _Absent:
+    """onnxruntime not installed: every import of it fails as a missing module does."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "onnxruntime" or name.startswith("onnxruntime."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Absent())
+'''
+
+
+def test_without_onnxruntime_the_ort_device_says_what_to_install(tmp_path):
+    """A new user without onnxruntime (simulated: its import fails) who asks for the ORT
+    device: --device nnapi-ort-cpu, --driver ort and nnapi serve --driver ort each exit 2
+    with one line naming the extra to install, never a traceback (serve raised
+    ValueError "no devices to serve"; --driver ort ran silently on the reference)."""
+    (tmp_path / "sitecustomize.py").write_text(_WITHOUT_ONNXRUNTIME)
+    commands = [["conformance", "--device", "nnapi-ort-cpu", "--ops", "ADD", "--quiet"],
+                ["devices", "--driver", "ort"],
+                ["serve", "--driver", "ort", "--socket", str(tmp_path / "ort.sock")]]
+    for args in commands:
+        result = _nnapi(args, {}, tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr, args
+        assert "pip install 'nnapi[onnxruntime]'" in result.stderr, (args, result.stderr)
+    result = _nnapi(["conformance", "--device", "nnapi-reference", "--ops", "ADD", "--quiet"], {}, tmp_path)
+    assert result.returncode == 0, result.stderr  # the reference alone still works

@@ -64,7 +64,13 @@ def find_device(name: str | None) -> nnapi.Device | None:
     for device in devices:
         if device.name == name:
             return device
-    raise CliError(f"no device named {name!r} (devices: {', '.join(d.name for d in devices)})")
+    hint = ""
+    from nnapi.drivers.ort import PROVIDERS, missing_dependency
+
+    if name in {device_name for device_name, _ in PROVIDERS.values()}:
+        missing = missing_dependency()
+        hint = f"; {missing}" if missing is not None else ""
+    raise CliError(f"no device named {name!r} (devices: {', '.join(d.name for d in devices)}){hint}")
 
 
 def print_json(value: Any) -> None:

@@ -39,8 +39,12 @@ def faulty() -> IDevice:
 
 
 def ort() -> list[IDevice]:
-    """The ONNX Runtime driver (``pip install 'nnapi[onnxruntime]'``)."""
+    """The ONNX Runtime driver (``pip install 'nnapi[onnxruntime]'``); asked for by name
+    without onnxruntime, it says what to install (its entry point finds no devices quietly)."""
     module = importlib.import_module("nnapi.drivers.ort")
+    missing = getattr(module, "missing_dependency", lambda: None)()
+    if missing is not None:
+        raise RuntimeError(missing)
     for name in ("devices", "create_devices", "OrtDevice"):
         factory = getattr(module, name, None)
         if callable(factory):

@@ -42,6 +42,21 @@ def usable_providers() -> list[str]:
             and (provider != "CUDAExecutionProvider" or gpu_present())]
 
 
+#: what to install for these devices
+INSTALL = "pip install 'nnapi[onnxruntime]'"
+
+
+def missing_dependency() -> str | None:
+    """Why these devices cannot exist here (onnxruntime or onnx does not import), naming
+    what to install; None when both import."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as error:
+        return f"the ONNX Runtime devices need onnxruntime and onnx ({INSTALL}): {error}"
+    return None
+
+
 def devices() -> list[IDevice]:
     """The ONNX Runtime devices this machine can run (ANeuralNetworks_getDevice lists them)."""
     try:

@@ -30,6 +30,9 @@ def run(driver: str, path: str) -> int:
     except DriverLoadError as error:
         print(f"nnapi serve: --driver {error}", file=sys.stderr)
         return 2
+    if not devices:
+        print(f"nnapi serve: --driver {driver}: the driver made no devices to serve", file=sys.stderr)
+        return 2
 
     def ready() -> None:
         names = ", ".join(d.name for d in devices)
