@@ -34,7 +34,7 @@ from nnapi.drivers.ort.composites import find_composites  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice, OrtPreparedModel  # noqa: E402
 from nnapi.drivers.ort.lowering import release  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
-from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
+from nnapi.hal import DataLocation, ErrorStatus, HalError, IPreparedModel, Request, RequestArgument  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
@@ -1103,6 +1103,48 @@ def test_cache_round_trip_and_refusals():
     with tempfile.TemporaryFile() as empty:
         with pytest.raises(HalError):
             device.prepare_model_from_cache([empty.fileno()], [], token)
+
+
+def _rewritten_header(data: bytes, old: bytes, new: bytes) -> bytes:
+    """An ORT cache file with ``old`` replaced by ``new`` in its JSON header (the header
+    length field fixed), the payload and its checksum untouched."""
+    magic = len(ort_device_module._CACHE_MAGIC)
+    length = int.from_bytes(data[magic:magic + 4], "little")
+    header = data[magic + 4:magic + 4 + length]
+    assert old in header
+    header = header.replace(old, new)
+    return data[:magic] + len(header).to_bytes(4, "little") + header + data[magic + 4 + length:]
+
+
+@pytest.mark.parametrize("old, new", [(b"\"in_0\", \"<f4\", [1, 28, 28, 16]", b"\"in_0\", \"<f4\", [1, 28, 28, 17]"),
+                                      (b"\"out_0\", \"<f4\"", b"\"out_0\", \"<f8\""),
+                                      (b"\"out_0\"", b"\"in_0\""),
+                                      (b"\"out_0\", \"<f4\"", b"\"out_0\", \"|O\"")])
+def test_a_cache_file_whose_header_was_changed_is_refused(old, new):
+    """The checksum covers the whole cache file, not only the ORT graph: a header changed
+    after writing (another input shape, output type or name: what execution binds) is
+    refused when read, as the HAL requires of a modified model cache, where it was loaded
+    and only its executions failed; an object dtype is refused whatever the checksum."""
+    model, _ = calibration.calibration_model(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32)
+    device = OrtDevice()
+    token = bytes(range(32))
+    with tempfile.TemporaryFile() as cache:
+        device.prepare_model(model, model_cache=[cache.fileno()], data_cache=[], token=token)
+        cache.seek(0)
+        good = cache.read()
+    with _file_with(good) as intact, _file_with(_rewritten_header(good, old, new)) as changed:
+        assert isinstance(device.prepare_model_from_cache([intact.fileno()], [], token), IPreparedModel)
+        with pytest.raises(HalError, match="cache refused"):
+            device.prepare_model_from_cache([changed.fileno()], [], token)
+    with pytest.raises(ValueError):
+        ort_device_module.Signature.from_json({"inputs": [["x", "|O", [1]]], "outputs": []})
+
+
+def _file_with(data: bytes):
+    handle = tempfile.TemporaryFile()
+    handle.write(data)
+    handle.flush()
+    return handle
 
 
 def test_execution_errors_are_hal_errors():

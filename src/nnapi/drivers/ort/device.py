@@ -75,7 +75,7 @@ from nnapi.operand import dtype_of
 ort.set_default_logger_severity(3)  # failures reach the caller as HalErrors, not as log lines
 
 #: Cache file layout version; a cache written by another version is refused.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the checksum covers the header too
 _CACHE_MAGIC = b"NNAPI-ORT\0"
 
 
@@ -371,6 +371,8 @@ class Signature:
             for name, dtype, dims in items:
                 if not isinstance(name, str) or not all(isinstance(d, int) and d >= 0 for d in dims):
                     raise ValueError("bad signature entry")
+                if not isinstance(dtype, str) or np.dtype(dtype).kind not in "biuf":
+                    raise ValueError(f"bad signature entry: element type {dtype!r}")
                 specs.append(IoSpec(name, np.dtype(dtype), list(dims)))
             return specs
         loops = data.get("loops", False)
@@ -385,13 +387,21 @@ def _cache_identity(device: OrtDevice) -> dict:
             "provider": device.provider}
 
 
+def _checksum(header: dict, payload: bytes) -> str:
+    """SHA-256 of the header's other fields (canonical JSON) and the payload: a file changed
+    anywhere after writing, what execution binds included, is refused when read."""
+    fields = {key: value for key, value in header.items() if key != "sha256"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode() + b"\0" + payload).hexdigest()
+
+
 def _write_cache(fd: int, token: bytes, device: OrtDevice, payload: bytes, fields: dict) -> None:
-    """The cache file: magic, header length, a JSON header (identity, token, checksum of
-    the payload, ``fields``: a graph's signature, or what a patterns file holds) and the
-    payload."""
-    header = json.dumps({**_cache_identity(device), "token": bytes(token).hex(),
-                         "sha256": hashlib.sha256(payload).hexdigest(), **fields}).encode()
-    data = _CACHE_MAGIC + len(header).to_bytes(4, "little") + header + payload
+    """The cache file: magic, header length, a JSON header (identity, token, ``fields``: a
+    graph's signature, or what a patterns file holds; the checksum of all of it and the
+    payload) and the payload."""
+    header = {**_cache_identity(device), "token": bytes(token).hex(), **fields}
+    header["sha256"] = _checksum(header, payload)
+    encoded = json.dumps(header, sort_keys=True).encode()
+    data = _CACHE_MAGIC + len(encoded).to_bytes(4, "little") + encoded + payload
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         os.ftruncate(fd, 0)
@@ -447,7 +457,7 @@ def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[dict, bytes]:
                 raise _cache_refused(f"{key} is {header.get(key)!r}, expected {expected!r}")
         if header.get("token") != bytes(token).hex():
             raise _cache_refused("token mismatch")
-        if header.get("sha256") != hashlib.sha256(data[start + length:]).hexdigest():
+        if header.get("sha256") != _checksum(header, data[start + length:]):
             raise _cache_refused("checksum mismatch")
         return header
 
