@@ -1140,6 +1140,32 @@ def test_a_cache_file_whose_header_was_changed_is_refused(old, new):
         ort_device_module.Signature.from_json({"inputs": [["x", "|O", [1]]], "outputs": []})
 
 
+def test_a_cache_that_cannot_be_written_never_fails_the_preparation(tmp_path, monkeypatch):
+    """The HAL: "any error that occurs when saving to cache must not affect the status of
+    preparing the model". A cache descriptor open for reading only, and a temporary
+    directory that cannot hold ORT's optimized model, each leave the cache unwritten and
+    the model prepared and running (both failed the preparation: GENERAL_FAILURE 'cannot
+    write the cache file', and a raw PermissionError / FileNotFoundError from mkstemp)."""
+    model, request = calibration.calibration_model(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32)
+    device = OrtDevice()
+    token = bytes(range(32))
+    path = tmp_path / "cache"
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        device.prepare_model(model, model_cache=[fd], data_cache=[], token=token).execute(request)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b""
+    expected = bytes(request.pools[1])
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))  # (as TMPDIR naming a missing dir)
+    with tempfile.TemporaryFile(dir=tmp_path) as cache:
+        prepared = device.prepare_model(model, model_cache=[cache.fileno()], data_cache=[], token=token)
+        request.pools[1][:] = bytes(len(expected))
+        prepared.execute(request)
+        assert bytes(request.pools[1]) == expected and os.fstat(cache.fileno()).st_size == 0
+
+
 def _file_with(data: bytes):
     handle = tempfile.TemporaryFile()
     handle.write(data)

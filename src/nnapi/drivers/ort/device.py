@@ -10,6 +10,7 @@ after the run) and runs it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -208,21 +209,30 @@ class OrtDevice(IDevice):
         options = session_options()
         optimized_path = None
         if (model_cache and token is not None) or optimized is not None:
-            handle, optimized_path = tempfile.mkstemp(suffix=".onnx", prefix="nnapi-ort-")
-            os.close(handle)
-            options.optimized_model_filepath = optimized_path
+            # (the HAL: an error saving to the cache must not fail the preparation, here
+            # nor below: the model is then prepared and not cached)
+            try:
+                handle, optimized_path = tempfile.mkstemp(suffix=".onnx", prefix="nnapi-ort-")
+                os.close(handle)
+                options.optimized_model_filepath = optimized_path
+            except OSError as error:
+                vlog.driver.info("%s: not cached (no temporary file for the optimized model: %s)", self.name, error)
         try:
             session = self._session(onnx_model.SerializeToString(), options)
             if optimized_path is not None:
-                with open(optimized_path, "rb") as handle:
-                    payload = handle.read()
-                if optimized is not None:
-                    optimized.append(payload)
-                if model_cache and token is not None:
-                    _write_cache(model_cache[0], token, self, payload, {"signature": signature.to_json()})
+                try:
+                    with open(optimized_path, "rb") as handle:
+                        payload = handle.read()
+                    if optimized is not None:
+                        optimized.append(payload)
+                    if model_cache and token is not None:
+                        _write_cache(model_cache[0], token, self, payload, {"signature": signature.to_json()})
+                except (OSError, HalError) as error:
+                    vlog.driver.info("%s: the cache file was not written: %s", self.name, error)
         finally:
             if optimized_path is not None:
-                os.unlink(optimized_path)
+                with contextlib.suppress(OSError):
+                    os.unlink(optimized_path)
         return OrtPreparedModel(session, signature)
 
     def _prepare_patterns(self, model: Model, omittable: frozenset[int], model_cache: Sequence[int] = (),
