@@ -321,6 +321,34 @@ def test_window_partition_through_rank_6_is_a_rank_4_transpose() -> None:
     _assert_exact_on_every_engine(data, {"x": x}, {"y": want})
 
 
+
+def test_window_merge_with_a_projection_through_rank_6() -> None:
+    """A Swin window merge as the converter writes it: RESHAPE of the windows to rank 6, the
+    attention's output projection (FULLY_CONNECTED keeping the rank) there, TRANSPOSE,
+    RESHAPE to the image: the projection runs on the rows, the moves after it as one
+    rank-4 TRANSPOSE. Integer values: every sum exact, so every engine gives the same."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    rng = np.random.default_rng(8)
+    w = rng.integers(-3, 4, (5, 3)).astype(np.float32)
+    b = rng.integers(-3, 4, 5).astype(np.float32)
+    t = [Tensor("x", "float32", [4, 4, 3]),
+         Tensor("s6", "int32", [6], data=np.array([1, 2, 2, 2, 2, 3], np.int32)),
+         Tensor("r", "float32", [1, 2, 2, 2, 2, 3]), Tensor("w", "float32", [5, 3], data=w),
+         Tensor("b", "float32", [5], data=b), Tensor("f", "float32", [1, 2, 2, 2, 2, 5]),
+         Tensor("perm", "int32", [6], data=np.array([0, 1, 3, 2, 4, 5], np.int32)),
+         Tensor("t", "float32", [1, 2, 2, 2, 2, 5]),
+         Tensor("s4", "int32", [4], data=np.array([1, 4, 4, 5], np.int32)), Tensor("y", "float32", [1, 4, 4, 5])]
+    ops = [Operator("RESHAPE", [0, 1], [2], ("ReshapeOptions", {"NewShape": [1, 2, 2, 2, 2, 3]})),
+           Operator("FULLY_CONNECTED", [2, 3, 4], [5], ("FullyConnectedOptions", {"KeepNumDims": True})),
+           Operator("TRANSPOSE", [5, 6], [7]),
+           Operator("RESHAPE", [7, 8], [9], ("ReshapeOptions", {"NewShape": [1, 4, 4, 5]}))]
+    data = build(Subgraph(t, ops, [0], [9]))
+    assert "FULLY_CONNECTED + TRANSPOSE + RESHAPE through rank 6" in str(nnapi.load_tflite(data).lowerings[0])
+    x = rng.integers(-4, 5, (4, 4, 3)).astype(np.float32)
+    want = (x.reshape(1, 2, 2, 2, 2, 3) @ w.T + b).transpose(0, 1, 3, 2, 4, 5).reshape(1, 4, 4, 5)
+    _assert_exact_on_every_engine(data, {"x": x}, {"y": want.astype(np.float32)})
+
 def test_rank_5_chain_that_computes_is_still_refused() -> None:
     """A rank-5 tensor read by anything but element moves stays refused, naming the rule."""
     from tflite_builder import Operator, Subgraph, Tensor, build

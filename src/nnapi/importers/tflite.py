@@ -896,7 +896,9 @@ _CUSTOM_CONVERTERS["TFLite_Detection_PostProcess"] = _detection_postprocess
 
 
 @_converter("FULLY_CONNECTED")
-def _fully_connected(c: _Converter, op: _Operator) -> None:
+def _fully_connected(c: _Converter, op: _Operator, target: int | None = None) -> None:
+    """FULLY_CONNECTED of the operator's input into its output, or into ``target``
+    (_rows_fully_connected: the rows of a rank-6 tensor, as [rows, units])."""
     options = op.options("FullyConnectedOptions")
     if options.WeightsFormat() != 0:
         raise UnsupportedOperator("shuffled FULLY_CONNECTED weights have no NNAPI equivalent")
@@ -906,7 +908,7 @@ def _fully_connected(c: _Converter, op: _Operator) -> None:
     units, depth = w_type.dimensions
     bias = _bias_for(c, op, 2, x, w, units)
     out_info = op.out_tensor()
-    out_type = c.nn_type(out_info)
+    out_type = c.nn_type(out_info) if target is None else c.type_of(target)
     activation = options.FusedActivationFunction()
     x_type = c.type_of(x)
     total = int(np.prod(x_type.dimensions)) if x_type.is_fully_specified else 0
@@ -927,7 +929,7 @@ def _fully_connected(c: _Converter, op: _Operator) -> None:
         y4 = c.temp(out_type, [batch, 1, 1, units])
         c.with_activation(activation, lambda act, out: c.emit(
             Op.CONV_2D, [x4, filter4, bias, c.i32(2), c.i32(1), c.i32(1), act, c.boolean(False)], [out]), y4)
-        c.emit(Op.RESHAPE, [y4, c.vector(out_type.dimensions)], [c.output()])
+        c.emit(Op.RESHAPE, [y4, c.vector(out_type.dimensions)], [c.output() if target is None else target])
         c.lowered("per-channel quantized weights: NNAPI FULLY_CONNECTED is per-tensor only, so "
                   "RESHAPE + 1x1 CONV_2D (per-channel) + RESHAPE")
         return
@@ -936,10 +938,10 @@ def _fully_connected(c: _Converter, op: _Operator) -> None:
             raise UnsupportedOperator("FULLY_CONNECTED keeping its input rank needs a known input shape")
         flat = c.temp(out_type, [batch, units])
         c.with_activation(activation, lambda act, out: c.emit(Op.FULLY_CONNECTED, [x, w, bias, act], [out]), flat)
-        c.emit(Op.RESHAPE, [flat, c.vector(out_type.dimensions)], [c.output()])
+        c.emit(Op.RESHAPE, [flat, c.vector(out_type.dimensions)], [c.output() if target is None else target])
         c.lowered("keep_num_dims: NNAPI FULLY_CONNECTED outputs 2-D, so FULLY_CONNECTED + RESHAPE")
         return
-    c.with_activation(activation, lambda act, out: c.emit(Op.FULLY_CONNECTED, [x, w, bias, act], [out]))
+    c.with_activation(activation, lambda act, out: c.emit(Op.FULLY_CONNECTED, [x, w, bias, act], [out]), target)
 
 
 def _pool(code: OperationCode):
@@ -1561,7 +1563,11 @@ def _high_rank_chain(c: _Converter, op: _Operator) -> bool:
     TRANSPOSE). Such a chain only moves elements: the input position of each output
     element, traced here on the static shapes, is matched to an exact rank-4 form: per-axis
     GATHERs (RESIZE_NEAREST_NEIGHBOR where they are its indexes) or RESHAPE + TRANSPOSE +
-    RESHAPE. False (nothing emitted) when there is no such chain or form."""
+    RESHAPE. One FULLY_CONNECTED keeping its input's rank may sit in the chain before any
+    element moved (a Swin window merge: the attention's output projection on the rank-6
+    windows): it acts on each row of the last axis alone, so it runs on the rows as they
+    are, [rows, depth], and the moves after it follow. False (nothing emitted) when there
+    is no such chain or form."""
     source, out = op.tensor(0), op.out_tensor()
     shape = _static_shape(c, source)
     if len(out.shape) <= _MAX_RANK or shape is None or len(source.shape) == 0 or \
@@ -1569,34 +1575,79 @@ def _high_rank_chain(c: _Converter, op: _Operator) -> bool:
             (c.const_of(op.inputs[0]) is not None and op.inputs[0] not in c.operands):
         return False
     index = _chain_step(c, op, np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape))
-    chain, transposes = [op], []
+    chain, transposes, rows = [op], [], None
     while index is not None and index.ndim > _MAX_RANK:
         tensor = chain[-1].outputs[0]
         readers = c.readers(tensor)
         if tensor in c.graph.outputs or len(readers) != 1 or readers[0][1] != 0:
             return False
         reader = readers[0][0]
-        if reader.name == "TRANSPOSE":
-            transposes.append((list(index.shape), c.const_of(reader.inputs[1]).data.reshape(-1).tolist()
-                               if c.const_of(reader.inputs[1]) is not None else None))
-        index = _chain_step(c, reader, index)
         chain.append(reader)
+        if reader.name == "FULLY_CONNECTED":
+            rows = _rows_before(c, reader, index, rows)
+            if rows is None:
+                return False
+            index = np.arange(int(np.prod(rows[1]))).reshape(rows[1])
+            continue
+        if reader.name == "TRANSPOSE":
+            perm = c.const_of(reader.inputs[1])
+            if perm is None:
+                return False
+            transposes.append((list(index.shape), perm.data.reshape(-1).tolist()))
+        index = _chain_step(c, reader, index)
     if index is None:
         return False
-    last = chain[-1]
     x = c.input(0)
-    x_type = c.type_of(x)
-    if x_type.type not in _RESHAPE_TYPES:
+    if c.type_of(x).type not in _RESHAPE_TYPES:
         return False
-    emitted = _as_gathers(c, last, x, shape, index) or \
-        (len(transposes) == 1 and _as_transpose(c, last, x, shape, index, *transposes[0]))
-    if not emitted:
+    if rows is not None:
+        shape = [int(np.prod(rows[1][:-1])), rows[1][-1]]
+    picks = _gather_plan(shape, index)
+    moves = _transpose_plan(index, *transposes[0]) if picks is None and len(transposes) == 1 else None
+    if picks is None and moves is None:
         return False
+    last = chain[-1]
+    if rows is not None:
+        x = _rows_fully_connected(c, rows[0], x)
+    emitted = _emit_gathers(c, last, x, shape, index, picks) if picks is not None else \
+        _emit_transpose(c, last, x, shape, index, *moves)
     c.absorbed.update(reader.index for reader in chain[1:])
     names = " + ".join(step.name for step in chain)
     c.lowered(f"{names} through rank {max(len(step.out_tensor().shape) for step in chain)} only moves "
               f"elements: {emitted}")
     return True
+
+
+def _rows_before(c: _Converter, fc: _Operator, index: np.ndarray, rows) -> tuple[_Operator, list[int]] | None:
+    """(``fc``, its output's shape) when FULLY_CONNECTED ``fc`` keeps its input's rank
+    (acting on each row of the last axis) and reads the chain's rows unmoved; else None."""
+    options = fc.options("FullyConnectedOptions")
+    dims = _static_shape(c, fc.out_tensor())
+    if rows is not None or options is None or not options.KeepNumDims() or len(fc.outputs) != 1 or \
+            dims is None or not np.array_equal(index.reshape(-1), np.arange(index.size)):
+        return None
+    return fc, dims
+
+
+def _rows_fully_connected(c: _Converter, fc: _Operator, x: int) -> int:
+    """FULLY_CONNECTED ``fc`` on the rows of ``x`` (as [rows, depth]): a [rows, units] operand."""
+    x_type = c.type_of(x)
+    depth = fc.tensor(0).shape[-1]
+    flat = x
+    if list(x_type.dimensions)[1:] != [depth] or len(x_type.dimensions) != 2:
+        flat = c.temp(x_type, [int(np.prod(x_type.dimensions)) // depth, depth])
+        c.emit(Op.RESHAPE, [x, c.vector(c.type_of(flat).dimensions)], [flat])
+    dims = _static_shape(c, fc.out_tensor())
+    target = c.add(c.nn_type(fc.out_tensor(), [c.type_of(flat).dimensions[0], dims[-1]]))
+    current = c.current
+    c.current = fc
+    c.operands[fc.inputs[0]] = flat  # its only reader is fc: the rank-6 tensor as its rows
+    try:
+        _fully_connected(c, fc, target)
+    finally:
+        c.current = current
+        del c.operands[fc.inputs[0]]
+    return target
 
 
 def _chain_output(c: _Converter, last: _Operator) -> int:
@@ -1609,9 +1660,9 @@ def _chain_output(c: _Converter, last: _Operator) -> int:
         c.current = current
 
 
-def _as_gathers(c: _Converter, last: _Operator, x: int, shape: list[int], index: np.ndarray) -> str | None:
-    """Emit ``index`` (input positions, of the output's shape) as per-axis gathers of the
-    input when it is one: RESIZE_NEAREST_NEIGHBOR where they are its indexes, else GATHERs."""
+def _gather_plan(shape: list[int], index: np.ndarray) -> list[np.ndarray] | None:
+    """The per-axis indexes whose gathers of a ``shape`` tensor give ``index`` (input
+    positions, of the output's shape), or None when it is no such gather."""
     if index.ndim != len(shape):
         return None
     coords = np.unravel_index(index, shape)
@@ -1622,6 +1673,12 @@ def _as_gathers(c: _Converter, last: _Operator, x: int, shape: list[int], index:
                 pick.reshape([-1 if k == axis else 1 for k in range(index.ndim)]), index.shape)):
             return None
         picks.append(pick)
+    return picks
+
+
+def _emit_gathers(c: _Converter, last: _Operator, x: int, shape: list[int], index: np.ndarray,
+                  picks: list[np.ndarray]) -> str:
+    """Per-axis gathers ``picks``: RESIZE_NEAREST_NEIGHBOR where they are its indexes, else GATHERs."""
     moved = [axis for axis in range(len(shape)) if not np.array_equal(picks[axis], np.arange(shape[axis]))]
     if len(shape) == 4 and set(moved) <= {1, 2}:
         height, width = index.shape[1], index.shape[2]
@@ -1644,17 +1701,19 @@ def _as_gathers(c: _Converter, last: _Operator, x: int, shape: list[int], index:
     return f"GATHER along axes {moved}" if moved else "the input unchanged"
 
 
-def _as_transpose(c: _Converter, last: _Operator, x: int, shape: list[int], index: np.ndarray,
-                  dims: list[int], perm: list[int] | None) -> str | None:
-    """Emit ``index`` as RESHAPE + TRANSPOSE + RESHAPE when the chain's one TRANSPOSE
-    (of a ``dims`` tensor by ``perm``) needs rank 4 at most once its size-1 axes are
-    dropped and its neighbouring axes merged."""
-    if perm is None:
-        return None
+def _transpose_plan(index: np.ndarray, dims: list[int], perm: list[int]) -> tuple[list[int], list[int]] | None:
+    """(dims, perm) of a rank-4 TRANSPOSE whose RESHAPE before and after give ``index``,
+    from the chain's one TRANSPOSE (of a ``dims`` tensor by ``perm``) once its size-1
+    axes are dropped and its neighbouring axes merged; None when there is none."""
     merged, order = _merged_transpose(dims, perm)
     if not merged or len(merged) > _MAX_RANK or not np.array_equal(
             np.arange(index.size).reshape(merged).transpose(order).reshape(index.shape), index):
         return None
+    return merged, order
+
+
+def _emit_transpose(c: _Converter, last: _Operator, x: int, shape: list[int], index: np.ndarray,
+                    merged: list[int], order: list[int]) -> str:
     current = x
     if merged != shape:
         current = c.temp(c.type_of(x), merged)
