@@ -1352,6 +1352,49 @@ def test_image_convolution_with_merged_columns_equals_the_plain_one(ort_device, 
     np.testing.assert_array_equal(ours[0], plain[0])
 
 
+@pytest.mark.parametrize("channels_out, width, stride, factor", [
+    (2, 16, 1, 8), (4, 16, 1, 4), (3, 12, 1, 4), (2, 12, 1, 4), (12, 16, 1, 2), (2, 9, 1, 1), (16, 16, 1, 1),
+    (2, 16, 2, 1)])
+def test_pointwise_convolution_to_few_channels_merges_pixels(ort_device, monkeypatch, channels_out, width, stride,
+                                                             factor):
+    """A quantized 1x1 CONV_2D of stride 1 to fewer than 16 channels runs on ORT with m
+    adjacent pixels as one (m the smallest power of two giving 16 output channels that
+    divides the width; a block-diagonal filter): the same integer sums, so the outputs
+    equal the plain QLinearConv's bit for bit (and the reference's within a step). Not
+    for 16 channels, a width no power of two divides, or stride 2."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.runtime.model_builder import build_hal_model
+
+    rng = np.random.default_rng(22)
+    height, depth = 5, 16
+    out_width = -(-width // stride)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, height, width, depth], scale=0.03,
+                                      zero_point=-5))
+    w = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [channels_out, 1, 1, depth]))
+    scales = rng.uniform(0.002, 0.02, channels_out).astype(np.float32)
+    model.set_operand_symm_per_channel_quant_params(w, nnapi.SymmPerChannelQuantParams(0, scales.tolist()))
+    model.set_operand_value(w, rng.integers(-127, 128, (channels_out, 1, 1, depth)).astype(np.int8))
+    bias = model.add_operand(OperandType(T.TENSOR_INT32, [channels_out]))
+    model.set_operand_value(bias, rng.integers(-500, 500, channels_out).astype(np.int32))
+    scalars = [_constant(model, T.INT32, v) for v in (1, stride, stride, 1)]
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, -(-height // stride), out_width, channels_out],
+                                      scale=0.1, zero_point=3))
+    model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
+    filters = [list(t.dims) for t in onnx_model.graph.initializer if len(t.dims) == 4]
+    assert filters == [[factor * channels_out, factor * depth, 1, 1]]
+    image = rng.integers(-128, 128, (2, height, width, depth)).astype(np.int8)
+    outputs = [np.zeros((2, -(-height // stride), out_width, channels_out), np.int8)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(ours[0])) > 20
+    monkeypatch.setattr(lowering, "_merged_columns", lambda *arguments: None)
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    np.testing.assert_array_equal(ours[0], plain[0])
+
+
 @pytest.mark.parametrize("depth, stride, kernel, padding, dilation, channels_out, then_conv, rows", [
     (3, 2, 3, "same", (1, 1), 32, False, True), (3, 1, 5, (2, 1, 2, 3), (1, 1), 16, False, True),
     (2, 2, 3, "valid", (1, 1), 8, False, True), (3, 1, 3, "same", (1, 2), 16, False, True),

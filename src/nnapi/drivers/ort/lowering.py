@@ -892,26 +892,35 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: _ConvParams, 
     the m / stride_w original output pixels side by side as channels (a Reshape back): the
     filter is spread over the merged taps with zeros elsewhere, so every output sums the
     same integer products as before (zeros add nothing) and is requantized the same way.
-    MobileNet's first layer (224x224x3, 3x3 stride 2, m = 4) 360 -> 170 us on ORT. None
-    where it does not apply (then the plain QLinearConv is used)."""
+    MobileNet's first layer (224x224x3, 3x3 stride 2, m = 4) 360 -> 170 us on ORT. Also a
+    1x1 convolution of stride 1 to fewer than 16 channels (a segmentation head's classes),
+    whose cost ORT pays per pixel more than per product: m adjacent pixels as one, m the
+    smallest power of two giving 16 output channels that divides the width (m times the
+    multiply-adds, of a block-diagonal filter; a U-Net's 128x128x16 -> 2 head 96 -> 36 us,
+    32 -> 4 100 -> 66 us, 24 -> 12 36 -> 20 us). None where it does not apply (then the
+    plain QLinearConv is used)."""
     filter_operand = g.operand(operation.inputs[1])
     symmetric = centered or filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL or (
         filter_operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED and filter_operand.zero_point == 0)
     source, output = g.value(operation.inputs[0]), g.operand(operation.outputs[0])
     bias = g.raw_constant(operation.inputs[2])
     batches, height, width, depth = source.dims
-    if (not symmetric or bias is None or not all(source.dims) or depth % SYM_INPUT_CHANNEL_ALIGN == 0
+    channels_out, _, kernel_h, kernel_w = array.shape
+    few_outputs = depth % SYM_INPUT_CHANNEL_ALIGN == 0 and _few_outputs_factor(array.shape, params, width) > 1
+    if (not symmetric or bias is None or not all(source.dims) or (depth % SYM_INPUT_CHANNEL_ALIGN == 0
+                                                                   and not few_outputs)
             or params.dilations != [1, 1] or len(output.dimensions) != 4 or not all(output.dimensions)):
         return None
-    channels_out, _, kernel_h, kernel_w = array.shape
     stride_h, stride_w = params.strides
     factor = math.lcm(stride_w, SYM_INPUT_CHANNEL_ALIGN // math.gcd(depth, SYM_INPUT_CHANNEL_ALIGN))
+    if few_outputs:
+        factor = _few_outputs_factor(array.shape, params, width)
     top, left, bottom, _ = params.pads if params.pads is not None else [0, 0, 0, 0]
     first_tap = (-left) // factor  # merged columns read, relative to the output's own
     last_tap = (stride_w * (factor // stride_w - 1) - left + kernel_w - 1) // factor
     taps = last_tap - first_tap + 1
     if (width % factor or output.dimensions[2] * stride_w != width or last_tap < 0
-            or taps * factor > 3 * kernel_w):  # not worth more than 3x the multiply-adds
+            or (taps * factor > 3 * kernel_w and not few_outputs)):  # not worth more than 3x the multiply-adds
         return None
     per_pixel = factor // stride_w  # original output pixels per merged one
     spread = np.zeros((per_pixel, channels_out, kernel_h, taps, factor, depth), array.dtype)
@@ -937,6 +946,24 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: _ConvParams, 
               kernel_shape=[kernel_h, taps], strides=[stride_h, 1], dilations=[1, 1], group=1,
               pads=[top, -first_tap, bottom, last_tap])
     return g.one("Reshape", [from_nchw(g, y, False), g.constant(np.array(output.dimensions, np.int64))])
+
+
+#: output channels from which ORT's quantized 1x1 convolution is not merged (_merged_columns)
+FEW_OUTPUTS = 16
+
+
+def _few_outputs_factor(shape: tuple[int, ...], params: _ConvParams, width: int) -> int:
+    """How many adjacent pixels _merged_columns merges for a 1x1 convolution of stride 1
+    to fewer than FEW_OUTPUTS channels (filter ``shape`` [O, C, 1, 1]): the smallest
+    power of two m with m * O >= FEW_OUTPUTS, halved until it divides ``width``; 1 where
+    that does not apply."""
+    channels_out, _, kernel_h, kernel_w = shape
+    if (kernel_h, kernel_w) != (1, 1) or params.strides != [1, 1] or channels_out >= FEW_OUTPUTS:
+        return 1
+    factor = 1 << math.ceil(math.log2(FEW_OUTPUTS / channels_out))
+    while factor > 1 and width % factor:
+        factor //= 2
+    return factor
 
 
 def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool:
