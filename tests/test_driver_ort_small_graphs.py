@@ -172,3 +172,57 @@ def test_unclamped_images_and_other_axes_keep_reduce_max(ort_device, fuse, axes)
     ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, _reference()))
     assert within_tolerance(T.TENSOR_FLOAT32, theirs, ours, float_tolerance(T.TENSOR_FLOAT32)).all()
 
+
+
+def _branches_model(pooled_second: bool) -> nnapi.Model:
+    """Two RELU convolutions over time of one [1, 1, 9, 4] input, each's maximum over time
+    (through a RESHAPE), concatenated along the channels: a text CNN's head; or the second
+    part a plain RESHAPE of a mean (not a pool)."""
+    rng = np.random.default_rng(8)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 9, 4]))
+    parts = []
+    for branch, (kernel, channels) in enumerate(((3, 16), (4, 8))):
+        filters = _constant(model, T.TENSOR_FLOAT32, rng.normal(size=(channels, 1, kernel, 4)).astype(np.float32))
+        bias = _constant(model, T.TENSOR_FLOAT32, rng.normal(size=channels).astype(np.float32))
+        length = 9 - kernel + 1
+        conv = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, length, channels]))
+        scalars = [_constant(model, T.INT32, np.int32(v), []) for v in (PADDING_VALID, 1, 1, 1)]
+        model.add_operation(Op.CONV_2D, [x, filters, bias, *scalars], [conv])
+        rows = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, length, channels]))
+        model.add_operation(Op.RESHAPE, [conv, _constant(model, T.TENSOR_INT32,
+                                                         np.array([1, length, channels], np.int32))], [rows])
+        part = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, channels]))
+        code = Op.REDUCE_MAX if branch == 0 or pooled_second else Op.MEAN
+        keep = (_constant(model, T.BOOL, np.bool_(False), []) if code == Op.REDUCE_MAX
+                else _constant(model, T.INT32, np.int32(0), []))
+        model.add_operation(code, [rows, _constant(model, T.TENSOR_INT32, np.array([1], np.int32)), keep], [part])
+        parts.append(part)
+    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 24]))
+    model.add_operation(Op.CONCATENATION, [*parts, _constant(model, T.INT32, np.int32(1), [])], [out])
+    model.identify_inputs_and_outputs([x], [out])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("pooled_second", [True, False])
+def test_a_concatenation_of_pooled_maxima_joins_the_pools(ort_device, pooled_second):
+    """Maxima lowered as GlobalMaxPool concatenated along the channels: one Concat of the
+    pooled values and one Reshape (the general lowering's values bit for bit; the
+    reference's within the CTS tolerance); with another part, the general Concat."""
+    model = _branches_model(pooled_second)
+    hal, _ = build_hal_model(model)
+    graph = lower_model(hal)[0].graph
+    producers = {name: node for node in graph.node for name in node.output}
+    concat = next(node for node in graph.node if node.op_type == "Concat")
+    sources = [producers[name].op_type for name in concat.input]
+    assert (sources == ["GlobalMaxPool", "GlobalMaxPool"]) == pooled_second, sources
+    value = np.random.default_rng(9).normal(size=(1, 1, 9, 4)).astype(np.float32)
+    ours, theirs = (_run(model, device, [value], (1, 24)) for device in (ort_device, _reference()))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(lowering.LOWERINGS, Op.CONCATENATION, lowering.lower_concatenation)
+        patch.setitem(lowering.LOWERINGS, Op.REDUCE_MAX, lowering.lower_reduce)
+        general = _run(_branches_model(pooled_second), ort_device, [value], (1, 24))
+    np.testing.assert_array_equal(ours, general)
+    assert within_tolerance(T.TENSOR_FLOAT32, theirs, ours, float_tolerance(T.TENSOR_FLOAT32)).all()
+    assert len(np.unique(ours)) > 12

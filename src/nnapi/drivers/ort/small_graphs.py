@@ -14,11 +14,15 @@ general lowerings in ``lowering``, which these fall back to.
   RELU6, as an operation or a convolution's fused activation, because ORT's pooling starts
   from -FLT_MAX (an all -inf window would give that instead of -inf); a maximum of the
   same finite elements (NaN aside, where ORT's ReduceMax does not propagate it either).
+  A CONCATENATION along the channels of such maxima only (a text CNN's three branches)
+  concatenates the pooled [N, C, 1, 1] values, which ORT keeps in its blocked layout: one
+  reorder and one Reshape instead of one per branch.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -28,6 +32,7 @@ from nnapi.drivers.ort.lowering import (
     _check_same_quantization,
     _constant_ints,
     _conv_params,
+    lower_concatenation,
     lower_gather,
     lower_reduce,
     lowers,
@@ -39,6 +44,8 @@ Op = OperationCode
 L = OperandLifeTime
 _CLAMPED = (FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6)
 _CONVOLUTIONS = (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D)
+#: per graph being built: REDUCE_MAX outputs lowered as GlobalMaxPool -> its [N, C, 1, 1] value
+_POOLED: weakref.WeakKeyDictionary[GraphBuilder, dict[int, str]] = weakref.WeakKeyDictionary()
 
 
 @lowers(OperationCode.GATHER)
@@ -108,6 +115,7 @@ def lower_reduce_as_global_pool(g: GraphBuilder, operation: Operation) -> None:
         return
     nchw = g.one("Transpose", [g.value(image).name], perm=[0, 3, 1, 2])
     pooled = g.one("GlobalMaxPool", [nchw])  # [N, C, 1, 1]: in memory the output's [N, ..., C]
+    _POOLED.setdefault(g, {})[operation.outputs[0]] = pooled
     shape = g.constant(np.array(g.operand(operation.outputs[0]).dimensions, np.int64))
     g.set_output(operation.outputs[0], g.one("Reshape", [pooled, shape]))
 
@@ -153,3 +161,23 @@ def _pooled_image(g: GraphBuilder, operation: Operation) -> int | None:
             or math.prod(image_dims[1:3]) != math.prod(dims[1:-1]) or not _clamped_below(g, image):
         return None
     return image
+
+
+@lowers(OperationCode.CONCATENATION)
+def lower_concatenation_of_pools(g: GraphBuilder, operation: Operation) -> None:
+    """CONCATENATION along the last axis of maxima lowered as GlobalMaxPool (see the
+    module's docstring) as one Concat of the pooled values; otherwise
+    ``lowering.lower_concatenation``."""
+    pooled = _POOLED.get(g, {})
+    parts = operation.inputs[:-1]
+    output = g.operand(operation.outputs[0])
+    dims = list(output.dimensions)
+    axis_operand = g.operand(operation.inputs[-1])
+    if len(parts) < 2 or any(i not in pooled for i in parts) or not dims or not all(dims) \
+            or axis_operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) \
+            or int(g.scalar(operation.inputs[-1])) not in (-1, len(dims) - 1) \
+            or output.type != T.TENSOR_FLOAT32:
+        lower_concatenation(g, operation)
+        return
+    joined = g.one("Concat", [pooled[i] for i in parts], axis=1)
+    g.set_output(operation.outputs[0], g.one("Reshape", [joined, g.constant(np.array(dims, np.int64))]))
