@@ -386,6 +386,24 @@ def test_hashtable_lookup_with_unsorted_keys_fails_on_both_devices(ort_device):
         np.testing.assert_array_equal(mine, expected)
 
 
+def test_a_failed_run_prints_nothing_of_its_own(ort_device, capfd):
+    """A run that fails (keys out of order) reaches the caller as an NnapiError only: ORT
+    logged each failed node to stderr as well ("[E:onnxruntime:, sequential_executor.cc
+    ... ExecuteKernel] Non-zero status code ..."), in red, beside the error the caller
+    already has."""
+    built = _Model()
+    lookup_index = built.given(OperandType(T.TENSOR_INT32, [2]), [3, 7])
+    key_index = built.given(OperandType(T.TENSOR_INT32, [3]), [7, 3, 5])
+    values = built.given(OperandType(T.TENSOR_FLOAT32, [3, 1]), [[1], [2], [3]])
+    built.output(OperandType(T.TENSOR_FLOAT32, [2, 1]))
+    built.output(OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1.0, 0))
+    model = built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
+    capfd.readouterr()
+    assert _compute(model, ort_device, built.values, built.shapes) == nnapi.ResultCode.OP_FAILED
+    captured = capfd.readouterr()
+    assert "onnxruntime" not in captured.err and captured.out == ""
+
+
 def test_hashtable_lookup_with_large_unsorted_constant_keys_is_declined_naming_the_rule(ort_device):
     """Constant keys too large to be checked at add_operation (over 128 bytes) and out of
     order: the ORT device declines the operation naming the rule, so the runtime runs it on

@@ -73,7 +73,10 @@ from nnapi.hal import (
 from nnapi.hal.validation import validate_model
 from nnapi.operand import dtype_of
 
-ort.set_default_logger_severity(3)  # failures reach the caller as HalErrors, not as log lines
+#: ORT's log level: fatal only. Failures reach the caller as HalErrors, not as log lines
+#: (at 3, "error", every failed run also printed its node's error to stderr, in red)
+ORT_LOG_SEVERITY = 4
+ort.set_default_logger_severity(ORT_LOG_SEVERITY)
 
 #: Cache file layout version; a cache written by another version is refused.
 CACHE_VERSION = 2  # 2: the checksum covers the header too
@@ -119,7 +122,7 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     options.intra_op_num_threads = count
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3
+    options.log_severity_level = ORT_LOG_SEVERITY
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.enable_mem_pattern = False
     if u8s8_products_saturate():
