@@ -180,3 +180,25 @@ def test_driver_checks_the_token_and_never_raises_raw(tmp_path):
 def test_unusable_cache_directory_is_ignored(tmp_path):
     compilation = compile_cached(model_of(Op.ADD, W_A), tmp_path / "missing")
     np.testing.assert_array_equal(run(compilation), X + W_A)
+
+
+def test_a_cache_directory_no_file_can_be_named_in_is_bad_data(tmp_path):
+    """A cache directory with a NUL character (no file system path holds one) is BAD_DATA
+    at set_caching, as is a path-like object whose path is not text; finish raised a raw
+    ValueError ('embedded null byte') and a TypeError. A bytes path-like object naming a
+    directory works as its text does."""
+    model = model_of(Op.ADD, W_A)
+
+    class BytesPath:
+        def __init__(self, path: bytes) -> None:
+            self.path = path
+
+        def __fspath__(self) -> bytes:
+            return self.path
+
+    for directory in (f"{tmp_path}\0x", BytesPath(os.fsencode(tmp_path) + b"\0"), BytesPath(3)):  # type: ignore[arg-type]
+        compilation = nnapi.Compilation(model, reference_devices())
+        with pytest.raises(nnapi.BadDataError, match="set_caching: cache_dir"):
+            compilation.set_caching(directory, TOKEN)
+    np.testing.assert_array_equal(run(compile_cached(model, BytesPath(os.fsencode(tmp_path)))), X + W_A)
+    assert compile_cached(model, str(tmp_path)).prepared_from_cache == 1

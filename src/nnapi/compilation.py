@@ -134,6 +134,12 @@ class Compilation(NnapiObject):
             raise UnexpectedNullError("set_caching: cache_dir and token are required")
         if not isinstance(cache_dir, str | os.PathLike):
             raise BadDataError("set_caching: cache_dir must be a path")
+        try:
+            directory = os.fsdecode(os.fspath(cache_dir))  # a bytes path as the file system reads it
+        except TypeError:
+            raise BadDataError("set_caching: cache_dir's path must be text or bytes") from None
+        if "\0" in directory:
+            raise BadDataError("set_caching: cache_dir contains a NUL character (no path holds one)")
         # bytes(int) would allocate that many zero bytes: only a bytes-like token is a token.
         if not isinstance(token, bytes | bytearray | memoryview | np.ndarray):
             raise BadDataError(f"set_caching: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got "
@@ -144,7 +150,7 @@ class Compilation(NnapiObject):
             raise BadDataError("set_caching: token must be a flat bytes-like object") from None
         if len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
             raise BadDataError(f"set_caching: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
-        self._cache = (os.fspath(cache_dir), token)
+        self._cache = (directory, token)
 
     # --- finish ----------------------------------------------------------------------
     @tracing.traced("finish", "compilation")
