@@ -212,3 +212,18 @@ def test_without_onnxruntime_the_ort_device_says_what_to_install(tmp_path):
         assert "pip install 'nnapi[onnxruntime]'" in result.stderr, (args, result.stderr)
     result = _nnapi(["conformance", "--device", "nnapi-reference", "--ops", "ADD", "--quiet"], {}, tmp_path)
     assert result.returncode == 0, result.stderr  # the reference alone still works
+    script = ("import nnapi\n"
+              "from nnapi import OperandCode as T, OperandType\n"
+              "model = nnapi.Model()\n"
+              "x, y = (model.add_operand(OperandType(T.TENSOR_FLOAT32, [2])) for _ in range(2))\n"
+              "model.add_operation(nnapi.OperationCode.FLOOR, [x], [y])\n"
+              "model.identify_inputs_and_outputs([x], [y])\n"
+              "model.finish()\n"
+              "try:\n"
+              "    nnapi.Session(model, 'nnapi-ort-cpu')\n"
+              "except nnapi.BadDataError as error:\n"
+              "    print(error)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NNAPI_DRIVERS", None)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert "pip install 'nnapi[onnxruntime]'" in result.stdout, (result.stdout, result.stderr)

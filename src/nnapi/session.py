@@ -76,8 +76,10 @@ def _resolve_devices(devices: Any) -> list[Device] | None:
             raise BadDataError(f"Session: devices must be Device objects or device names, got {device!r}")
         match = [d for d in available if d.name == device]
         if not match:
+            from nnapi.drivers.ort import absence_note
+
             names = ", ".join(d.name for d in available)
-            raise BadDataError(f"Session: no device named {device!r} (devices: {names})")
+            raise BadDataError(f"Session: no device named {device!r} (devices: {names}){absence_note(device)}")
         resolved.append(match[0])
     return resolved
 

@@ -64,13 +64,9 @@ def find_device(name: str | None) -> nnapi.Device | None:
     for device in devices:
         if device.name == name:
             return device
-    hint = ""
-    from nnapi.drivers.ort import PROVIDERS, missing_dependency
+    from nnapi.drivers.ort import absence_note
 
-    if name in {device_name for device_name, _ in PROVIDERS.values()}:
-        missing = missing_dependency()
-        hint = f"; {missing}" if missing is not None else ""
-    raise CliError(f"no device named {name!r} (devices: {', '.join(d.name for d in devices)}){hint}")
+    raise CliError(f"no device named {name!r} (devices: {', '.join(d.name for d in devices)}){absence_note(name)}")
 
 
 def print_json(value: Any) -> None:

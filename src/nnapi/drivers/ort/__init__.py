@@ -57,6 +57,16 @@ def missing_dependency() -> str | None:
     return None
 
 
+def absence_note(name: str) -> str:
+    """What to add to "no device named NAME": why, when NAME is an ONNX Runtime device that
+    cannot exist here for a missing dependency ("; the ONNX Runtime devices need ..."),
+    else nothing."""
+    if name not in {device_name for device_name, _ in PROVIDERS.values()}:
+        return ""
+    missing = missing_dependency()
+    return f"; {missing}" if missing is not None else ""
+
+
 def devices() -> list[IDevice]:
     """The ONNX Runtime devices this machine can run (ANeuralNetworks_getDevice lists them)."""
     try:
