@@ -246,8 +246,12 @@ class OrtDevice(IDevice):
         file's descriptor duplicated, as the HAL allows, and written again as each new
         pattern is prepared): a compilation from it opens the patterns seen before from
         their optimized graphs (``cached``) and lowers only new ones."""
-        saver = _PatternCache(self, model, model_cache[0], token, cached) if model_cache and token is not None \
-            else None
+        saver = None
+        if model_cache and token is not None:
+            try:
+                saver = _PatternCache(self, model, model_cache[0], token, cached)
+            except (HalError, OSError, ValueError, TypeError) as error:  # not cached: still prepared
+                vlog.driver.info("%s: the cache file was not written: %s", self.name, error)
         cached = dict(cached or {})
 
         def prepare(variant: Model, key: PatternKey) -> IPreparedModel:
