@@ -134,10 +134,11 @@ def test_inspect_json_names_each_operation_source(capsys) -> None:
     code, out, _ = run_cli(capsys, "inspect", str(MODELS / "lstm_1x20x40_128_while.tflite"), "--json")
     assert code == 0
     report = json.loads(out)
-    assert report["subgraphs"] == 3
-    assert [entry["type"] for entry in report["placement"]] == ["RESHAPE", "WHILE", "STRIDED_SLICE"]
+    assert report["subgraphs"] == 1  # the Keras LSTM's WHILE is one UNIDIRECTIONAL_SEQUENCE_LSTM
+    assert [entry["type"] for entry in report["placement"]] == [
+        "RESHAPE", "UNIDIRECTIONAL_SEQUENCE_LSTM", "SLICE", "STRIDED_SLICE"]
     assert report["placement"][1]["source"] == "operator 1 (WHILE)"
-    assert any("rank-0" in lowering["what"] for lowering in report["lowerings"])
+    assert any("Keras 3's LSTM loop" in lowering["what"] for lowering in report["lowerings"])
 
 
 def test_bench_reports_statistics_and_litert(capsys) -> None:

@@ -155,11 +155,63 @@ def test_imported_model_describes_the_source() -> None:
 
 
 def test_while_model_references_its_subgraphs() -> None:
-    imported = nnapi.load_tflite(MODELS / "lstm_1x20x40_128_while.tflite")
+    imported = nnapi.load_tflite(MODELS / "lstm_1x20x40_128_while.tflite", keep_loops=True)
     assert "WHILE" in imported.operation_histogram()
     assert len(imported.submodels) == 2
     body = imported.submodels[1]
     assert any("rank-0" in lowering.reason for lowering in body.lowerings)
+
+
+@pytest.mark.parametrize("device", ["nnapi-reference", "nnapi-ort-cpu"])
+def test_keras_lstm_loop_is_one_sequence_lstm(device: str) -> None:
+    """Keras 3's LSTM layer is a WHILE of one LSTM step writing a [time, batch, units]
+    buffer: imported as one UNIDIRECTIONAL_SEQUENCE_LSTM, whose outputs are the loop's
+    (float32 summation order apart) on each device; keep_loops=True keeps the loop."""
+    path = MODELS / "lstm_1x20x40_128_while.tflite"
+    fused = nnapi.load_tflite(path)
+    assert fused.operation_histogram().get("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1
+    assert "WHILE" not in fused.operation_histogram() and fused.submodels == []
+    assert any("Keras 3's LSTM loop" in lowering.reason for lowering in fused.lowerings)
+    try:
+        sessions = [nnapi.Session(fused, devices=[device]),
+                    nnapi.Session(nnapi.load_tflite(path, keep_loops=True), devices=[device])]
+    except nnapi.BadDataError as error:
+        assert "no device named" in str(error)
+        pytest.skip(f"{device} is not installed")
+    feeds = random_inputs(sessions[0].inputs, seed=3)
+    got, loop = (next(iter(session.run(feeds).values())) for session in sessions)
+    assert np.abs(loop).max() > 0.05
+    np.testing.assert_allclose(got, loop, rtol=0, atol=2e-6 * np.abs(loop).max())
+
+
+@pytest.mark.parametrize("sequence, bias", [(True, True), (False, True), (True, False)])
+def test_keras_lstm_loop_forms_agree_with_litert_and_the_loop(sequence: bool, bias: bool) -> None:
+    """Both buffer forms Keras 3 writes (every step's output, or the last), with and without
+    bias: the one UNIDIRECTIONAL_SEQUENCE_LSTM gives the LSTM's values (float64 numpy),
+    LiteRT's and the loop's, on each device."""
+    from tflite_cases import keras_while_lstm, lstm_reference
+
+    data, weights = keras_while_lstm(sequence=sequence, bias=bias)
+    assert nnapi.load_tflite(data).operation_histogram().get("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1
+    assert "WHILE" in nnapi.load_tflite(data, keep_loops=True).operation_histogram()
+    x = np.random.default_rng(4).uniform(-1, 1, (5, 1, 3)).astype(np.float32)
+    want = lstm_reference(x, **weights)
+    want = want if sequence else want[-1:]
+    outputs = []
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        for keep_loops in (False, True):
+            try:
+                session = nnapi.Session(nnapi.load_tflite(data, keep_loops=keep_loops), devices=[device])
+            except nnapi.BadDataError as error:
+                assert "no device named" in str(error)
+                continue
+            outputs.append(session.run({"x": x})["out2"])
+    if Interpreter is not None:
+        outputs.append(litert_outputs(data, {"x": x})["out2"])
+    assert len(outputs) >= 2 and np.abs(want).max() > 0.1
+    for got in outputs:
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
 
 
 def test_load_from_bytes_and_load_model() -> None:

@@ -1076,3 +1076,106 @@ CASES: dict[str, Case] = {
     "dequantize_float16_input": Case(dequantize_float16_input, "CAST",
                                      reference=lambda f: {"y": f["x"].astype(np.float32)}),
 }
+
+
+def keras_while_lstm(steps: int = 5, inputs: int = 3, units: int = 4, sequence: bool = True, bias: bool = True,
+                     seed: int = 9) -> tuple[bytes, dict[str, np.ndarray]]:
+    """Keras 3's LSTM layer as the TFLite converter writes it (batch 1): a WHILE over two
+    counters whose body computes one step from FULLY_CONNECTED / ADD / SPLIT / LOGISTIC /
+    TANH / MUL and writes h into a [time, 1, units] buffer by SLICE + CONCATENATION at the
+    step's index (``sequence``), or keeps the last h as [1, 1, units]. Returns the model
+    and its weights (w [4u, in], r [4u, u], b [4u]; gates i, f, c, o)."""
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(-0.6, 0.6, (4 * units, inputs)).astype(np.float32)
+    r = rng.uniform(-0.6, 0.6, (4 * units, units)).astype(np.float32)
+    b = rng.uniform(-0.3, 0.3, 4 * units).astype(np.float32) if bias else np.zeros(4 * units, np.float32)
+    kept = steps if sequence else 1
+
+    def i32(name: str, values) -> Tensor:
+        values = np.asarray(values, np.int32)
+        return Tensor(name, "int32", list(values.shape), data=values)
+
+    loop_tensors = [Tensor("t0", "int32", []), Tensor("t1", "int32", []), Tensor("buf", "float32", [kept, 1, units]),
+                    Tensor("h", "float32", [1, units]), Tensor("c", "float32", [1, units]),
+                    Tensor("x", "float32", [steps, 1, inputs])]
+    main = Subgraph([Tensor("x", "float32", [steps, 1, inputs]), i32("zero", 0),
+                     Tensor("buf0", "float32", [kept, 1, units], data=np.zeros((kept, 1, units), np.float32)),
+                     Tensor("state0", "float32", [1, units], data=np.zeros((1, units), np.float32)),
+                     *(Tensor(f"out{k}", v.type, v.shape) for k, v in enumerate(loop_tensors))],
+                    [Operator("WHILE", [1, 1, 2, 3, 3, 0], [4, 5, 6, 7, 8, 9],
+                              ("WhileOptions", {"CondSubgraphIndex": 1, "BodySubgraphIndex": 2}))], [0], [6])
+    cond = Subgraph([*loop_tensors, i32("n", steps), Tensor("a", "bool", []), Tensor("b", "bool", []),
+                     Tensor("go", "bool", [])],
+                    [Operator("LESS", [0, 6], [7]), Operator("LESS", [1, 6], [8]),
+                     Operator("LOGICAL_AND", [7, 8], [9])], [0, 1, 2, 3, 4, 5], [9], name="cond")
+    t = [*loop_tensors]
+
+    def add(tensor: Tensor) -> int:
+        t.append(tensor)
+        return len(t) - 1
+
+    one = add(i32("one", 1))
+    f = "float32"
+    ops = []
+
+    def op(name: str, ins: list[int], out: Tensor | list[Tensor], options=None) -> int | list[int]:
+        outs = [add(o) for o in (out if isinstance(out, list) else [out])]
+        ops.append(Operator(name, ins, outs, options))
+        return outs if isinstance(out, list) else outs[0]
+
+    t0n = op("ADD", [0, one], Tensor("t0n", "int32", []), ("AddOptions", {}))
+    t1n = op("ADD", [1, one], Tensor("t1n", "int32", []), ("AddOptions", {}))
+    hr = op("FULLY_CONNECTED", [3, add(Tensor("r", f, [4 * units, units], data=r)), -1],
+            Tensor("hr", f, [1, 4 * units]), ("FullyConnectedOptions", {}))
+    hr = op("RESHAPE", [hr, add(i32("s", [4 * units]))], Tensor("hr1", f, [4 * units]))
+    xt = op("GATHER", [5, 1], Tensor("xt", f, [1, inputs]), ("GatherOptions", {}))
+    xw = op("FULLY_CONNECTED", [xt, add(Tensor("w", f, [4 * units, inputs], data=w)), -1],
+            Tensor("xw", f, [1, 4 * units]), ("FullyConnectedOptions", {}))
+    z = op("ADD", [xw, hr], Tensor("z", f, [1, 4 * units]), ("AddOptions", {}))
+    if bias:
+        z = op("ADD", [z, add(Tensor("bias", f, [4 * units], data=b))], Tensor("zb", f, [1, 4 * units]),
+               ("AddOptions", {}))
+    gi, gf, gc, go = op("SPLIT", [one, z], [Tensor(f"g{k}", f, [1, units]) for k in range(4)],
+                        ("SplitOptions", {"NumSplits": 4}))
+    i_ = op("LOGISTIC", [gi], Tensor("i", f, [1, units]))
+    f_ = op("LOGISTIC", [gf], Tensor("f", f, [1, units]))
+    fc = op("MUL", [f_, 4], Tensor("fc", f, [1, units]), ("MulOptions", {}))
+    o_ = op("LOGISTIC", [go], Tensor("o", f, [1, units]))
+    g_ = op("TANH", [gc], Tensor("g", f, [1, units]))
+    ig = op("MUL", [i_, g_], Tensor("ig", f, [1, units]), ("MulOptions", {}))
+    c_new = op("ADD", [fc, ig], Tensor("c_new", f, [1, units]), ("AddOptions", {}))
+    tc = op("TANH", [c_new], Tensor("tc", f, [1, units]))
+    h_new = op("MUL", [o_, tc], Tensor("h_new", f, [1, units]), ("MulOptions", {}))
+    if sequence:
+        one_shape = add(i32("one_shape", [1]))
+        size = op("CONCATENATION", [op("RESHAPE", [1, one_shape], Tensor("t1r", "int32", [1])),
+                                    add(i32("minus", [-1, -1]))], Tensor("size", "int32", [3]),
+                  ("ConcatenationOptions", {"Axis": 0}))
+        head = op("SLICE", [2, add(i32("zeros", [0, 0, 0])), size],
+                  Tensor("head", f, [1, 1, units], shape_signature=[-1, 1, units]))
+        begin = op("CONCATENATION", [op("RESHAPE", [t1n, one_shape], Tensor("t1nr", "int32", [1])),
+                                     add(i32("zz", [0, 0]))], Tensor("begin", "int32", [3]),
+                   ("ConcatenationOptions", {"Axis": 0}))
+        tail = op("SLICE", [2, begin, add(i32("all", [-1, -1, -1]))],
+                  Tensor("tail", f, [1, 1, units], shape_signature=[-1, 1, units]))
+        h3 = op("RESHAPE", [h_new, add(i32("s3", [1, 1, units]))], Tensor("h3", f, [1, 1, units]))
+        buf = op("CONCATENATION", [head, h3, tail], Tensor("buf_new", f, [steps, 1, units]),
+                 ("ConcatenationOptions", {"Axis": 0}))
+    else:
+        buf = op("RESHAPE", [h_new, add(i32("s3", [1, 1, units]))], Tensor("buf_new", f, [1, 1, units]))
+    body = Subgraph(t, ops, [0, 1, 2, 3, 4, 5], [t0n, t1n, buf, h_new, c_new, 5], name="body")
+    return build(main, cond, body), {"w": w, "r": r, "b": b}
+
+
+def lstm_reference(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Keras's LSTM over a [time, 1, in] sequence in float64: every step's h, [time, 1, units]."""
+    units = r.shape[1]
+    h, c, out = np.zeros(units), np.zeros(units), []
+    for step in x[:, 0].astype(np.float64):
+        z = w @ step + r @ h + b
+        i, f, g, o = (z[k * units:(k + 1) * units] for k in range(4))
+        sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+        c = sig(f) * c + sig(i) * np.tanh(g)
+        h = sig(o) * np.tanh(c)
+        out.append(h)
+    return np.array(out)[:, None, :]

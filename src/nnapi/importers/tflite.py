@@ -17,6 +17,7 @@ rank-0 tensors); a dimension TFLite marks -1 becomes 0 (unknown until execution)
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.errors import BadDataError, NnapiError
 from nnapi.importers import ImportedModel, Lowering, SourceOp, StateSpec, TensorSpec, read_source
+from nnapi.importers.tflite_while_lstm import keras_while_lstm
 from nnapi.model import Model
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
 from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC, nearest_indexes
@@ -580,8 +582,9 @@ class _Converter:
 
 
 class _Importer:
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, keep_loops: bool = False) -> None:
         self.reader = _Reader(data)
+        self.keep_loops = keep_loops
         self.subgraph_models: dict[int, ImportedModel] = {}
         self.in_progress: set[int] = set()
 
@@ -600,8 +603,11 @@ class _Importer:
         return converted
 
 
-def load_tflite(source: str | os.PathLike | bytes) -> ImportedModel:
+def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False) -> ImportedModel:
     """Import a TensorFlow Lite model (a path or the flatbuffer's bytes) as an ImportedModel.
+
+    A WHILE loop that is Keras 3's LSTM layer becomes one UNIDIRECTIONAL_SEQUENCE_LSTM
+    (tflite_while_lstm.py) unless ``keep_loops`` is true, which imports it as written.
 
     Raises BadDataError naming the TFLite operator (index and name) and the reason when
     the model uses something NNAPI cannot express (a custom operator, an unsupported type).
@@ -611,7 +617,7 @@ def load_tflite(source: str | os.PathLike | bytes) -> ImportedModel:
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise BadDataError(f"{path or 'the given bytes'}: not a TensorFlow Lite model (no TFL3 identifier)")
     try:
-        importer = _Importer(data)
+        importer = _Importer(data, keep_loops)
         imported = _Converter(importer, 0, top_level=True).convert()
     except NnapiError:
         raise
@@ -2782,6 +2788,8 @@ def _basic_lstm(c: _Converter, op: _Operator, options: Any) -> None:
 
 @_converter("WHILE")
 def _while(c: _Converter, op: _Operator) -> None:
+    if not c.importer.keep_loops and keras_while_lstm(c, op, sys.modules[__name__]):
+        return
     options = op.options("WhileOptions")
     cond = c.importer.subgraph(options.CondSubgraphIndex())
     body = c.importer.subgraph(options.BodySubgraphIndex())
