@@ -244,6 +244,32 @@ def test_slice_tile_and_reductions_with_constant_parameters_equal_the_reference(
     assert ours[2][0] == np.inf
 
 
+
+def test_int8_shift_of_a_last_axis_of_one_is_flat_and_exact(ort_device):
+    """int8 inputs and outputs travel as uint8 (+128, one wrapping Add); for a [1, n, 1]
+    tensor (a mono waveform) that Add runs flat, [n], where ORT's broadcasting steps through
+    it element by element (3x LiteRT on a 16,000-sample audio model). Every int8 value
+    comes back itself through a CONCATENATION, as on the reference."""
+    from onnx import shape_inference
+
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 256, 1], scale=0.5, zero_point=-3))
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 512, 1], scale=0.5, zero_point=-3))
+    model.add_operation(Op.CONCATENATION, [x, x, _constant(model, T.INT32, np.int32(1))], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    graph = shape_inference.infer_shapes(lower_model(build_hal_model(model)[0])[0]).graph
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in graph.value_info}
+    adds = [node for node in graph.node if node.op_type == "Add"]
+    assert len(adds) == 2 and all(ranks[node.input[0]] == 1 for node in adds)
+    value = np.arange(-128, 128, dtype=np.int8).reshape(1, 256, 1)
+    ours, theirs = _on_both(model, [value], [np.zeros((1, 512, 1), np.int8)], ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[0], np.concatenate([value, value], axis=1))
+
 def test_gather_refuses_a_negative_index_given_at_run_time(ort_device):
     """ONNX's Gather counts a negative index from the end; NNAPI refuses it: the run fails
     on nnapi-ort-cpu as on the reference, and valid indices give the reference's values."""
