@@ -141,6 +141,26 @@ def test_inspect_json_names_each_operation_source(capsys) -> None:
     assert any("Keras 3's LSTM loop" in lowering["what"] for lowering in report["lowerings"])
 
 
+def test_keep_loops_imports_the_keras_lstm_loop_as_written(capsys) -> None:
+    """--keep-loops (every command that loads a model): the WHILE with its condition and
+    body models, as the file has it, and the same outputs as the fused import's."""
+    path = str(MODELS / "lstm_1x20x40_128_while.tflite")
+    code, out, _ = run_cli(capsys, "inspect", path, "--json", "--keep-loops")
+    assert code == 0
+    report = json.loads(out)
+    assert report["subgraphs"] == 3
+    assert [entry["type"] for entry in report["placement"]] == ["RESHAPE", "WHILE", "STRIDED_SLICE"]
+    looped = nnapi.load_model(path, keep_loops=True)
+    fused = nnapi.load_model(path)
+    reference = [device for device in nnapi.get_devices() if device.name == "nnapi-reference"]
+    a, b = nnapi.Session(looped, reference), nnapi.Session(fused, reference)
+    inputs = {info.name: np.random.default_rng(3).standard_normal(info.shape).astype(info.dtype) for info in a.inputs}
+    got, expected = a.run(inputs), b.run(inputs)
+    assert got.keys() == expected.keys()
+    for name, value in got.items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-5, atol=1e-6)
+
+
 def test_bench_reports_statistics_and_litert(capsys) -> None:
     code, out, _ = run_cli(capsys, "bench", LSTM, "--iterations", "3", "--warmup", "1", "--json")
     assert code == 0

@@ -37,6 +37,9 @@ def common_parser() -> argparse.ArgumentParser:
                              "nnapi.drivers entry points and NNAPI_DRIVERS")
     common.add_argument("--trace", metavar="FILE.json",
                         help="write a Chrome trace of compilations, executions and operations (Perfetto opens it)")
+    common.add_argument("--keep-loops", action="store_true",
+                        help="import a WHILE loop that is Keras 3's LSTM layer as written (WHILE with its condition "
+                             "and body models), not as one UNIDIRECTIONAL_SEQUENCE_LSTM")
     return common
 
 
@@ -97,12 +100,12 @@ def check_model_file(path: str) -> Path:
     return file
 
 
-def import_model(path: str) -> nnapi.ImportedModel:
-    """``nnapi.load_model(path)`` with its failures (missing file, LiteRT's schema not
+def import_model(path: str, keep_loops: bool = False) -> nnapi.ImportedModel:
+    """``nnapi.load_model(path, keep_loops=...)`` with its failures (missing file, LiteRT's schema not
     installed, a file that is not a model) as one-line CliErrors naming the file."""
     check_model_file(path)
     try:
-        return nnapi.load_model(path)
+        return nnapi.load_model(path, keep_loops=keep_loops)
     except ImportError as error:
         raise CliError(f"{path}: {error} (pip install 'nnapi[tflite]')") from None
     except nnapi.BadDataError as error:
@@ -110,9 +113,10 @@ def import_model(path: str) -> nnapi.ImportedModel:
         raise CliError(message if message.startswith(path) else f"{path}: {message}") from None
 
 
-def load_model(path: str) -> LoadedModel:
-    """A ``.tflite`` model (imported), or a CTS vector file (``.jsonl`` / ``.jsonl.gz``,
-    its first record: how ``nnapi fuzz`` writes failing graphs)."""
+def load_model(path: str, keep_loops: bool = False) -> LoadedModel:
+    """A ``.tflite`` model (imported; its Keras LSTM loops as written with ``keep_loops``),
+    or a CTS vector file (``.jsonl`` / ``.jsonl.gz``, its first record: how ``nnapi fuzz``
+    writes failing graphs)."""
     file = check_model_file(path)
     if file.name.endswith((".jsonl", ".jsonl.gz")):
         from nnapi.conformance import build_model, load_records
@@ -127,7 +131,7 @@ def load_model(path: str) -> LoadedModel:
         model = build_model(record, keep=keep)
         names = {i: operand["name"] for i, operand in enumerate(record["main"]["operands"]) if operand.get("name")}
         return LoadedModel(model, path, names, None, keep)
-    imported = import_model(path)
+    imported = import_model(path, keep_loops)
     model = imported.model
     names = {model.inputs[k]: spec.name for k, spec in enumerate(imported.inputs)}
     names.update({model.outputs[k]: spec.name for k, spec in enumerate(imported.outputs)})

@@ -23,10 +23,10 @@ def builtin_model_path() -> str:
     return str(resources.files("nnapi") / "data" / "models" / BUILTIN_MODEL)
 
 
-def open_session(path: str, device_names: list[str] | None = None) -> Session:
+def open_session(path: str, device_names: list[str] | None = None, keep_loops: bool = False) -> Session:
     """Import and compile ``path``; file problems are one-line CliErrors."""
     devices = [find_device(name) for name in device_names] if device_names else None
-    return Session(import_model(path), devices)
+    return Session(import_model(path, keep_loops), devices)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

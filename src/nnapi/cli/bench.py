@@ -59,7 +59,7 @@ def _each_device(args: argparse.Namespace, feeds: dict) -> dict[str, dict]:
     results: dict[str, dict] = {}
     for name in names:
         try:
-            session = open_session(args.model, [name])
+            session = open_session(args.model, [name], args.keep_loops)
         except nnapi.NnapiError as error:
             results[name] = {"error": f"cannot run the whole model: {error}"}
             continue
@@ -118,7 +118,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace, blas: str) -> int:
     start = time.perf_counter()
-    session = open_session(args.model, args.device)
+    session = open_session(args.model, args.device, args.keep_loops)
     load_and_compile = time.perf_counter() - start
     feeds, _ = read_inputs(session, args.input, args.seed)
     nnapi_stats = latency_stats(time_runs(lambda: session.run(feeds), args.iterations, args.warmup))

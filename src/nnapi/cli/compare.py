@@ -125,7 +125,7 @@ def _judge(entry: dict, float_output: bool, rtol: float, steps: int, hybrid_rtol
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    session = open_session(args.model, args.device)
+    session = open_session(args.model, args.device, args.keep_loops)
     interpreter = litert_interpreter(args.model)
     if interpreter is None:
         raise CliError("comparing needs LiteRT: pip install 'nnapi[litert]'")

@@ -45,7 +45,7 @@ def _summary(value: np.ndarray) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     path = args.model or builtin_model_path()
-    session = open_session(path, args.device)
+    session = open_session(path, args.device, args.keep_loops)
     feeds, origin = read_inputs(session, args.input, args.seed)
     results: dict = {}
 

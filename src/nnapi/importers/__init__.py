@@ -145,8 +145,11 @@ def _sniff(data: bytes) -> str | None:
     return None
 
 
-def load_model(source: str | os.PathLike | bytes) -> ImportedModel:
+def load_model(source: str | os.PathLike | bytes, *, keep_loops: bool = False) -> ImportedModel:
     """Load a model file of any supported format (TensorFlow Lite today) as an ImportedModel.
+
+    ``keep_loops``: import a WHILE loop that is Keras 3's LSTM layer as written (see
+    ``load_tflite``), not as one UNIDIRECTIONAL_SEQUENCE_LSTM.
 
     Raises BadDataError with a one-line message for a missing file or an unknown format.
     """
@@ -155,7 +158,7 @@ def load_model(source: str | os.PathLike | bytes) -> ImportedModel:
     if kind == "tflite":
         from nnapi.importers.tflite import load_tflite
 
-        return load_tflite(data if path is None else path)
+        return load_tflite(data if path is None else path, keep_loops=keep_loops)
     where = path or "the given bytes"
     raise BadDataError(f"{where}: not a model nnapi can import (expected a TensorFlow Lite .tflite flatbuffer)")
 
