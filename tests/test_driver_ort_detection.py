@@ -276,6 +276,19 @@ def test_roi_pooling_matches_the_reference(code, nchw, unknown):
         assert (first == 0).any() and (expected[0] < 0).any()
 
 
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM])
+def test_roi_corners_just_below_a_half_round_as_c_rounds(code):
+    """Region corners (ROI_POOLING) and bilinear weights times 255 (quantized ROI_ALIGN)
+    rounded as the reference rounds, C's round exactly: a corner of 0.49999997 (the float32
+    below one half, where |x| + 0.5 rounds up to 1.0 in float32) is pixel 0, not 1; every
+    region's result equal to the reference's."""
+    below = float(np.nextafter(np.float32(0.5), np.float32(0)))
+    boxes = np.array([[below, below, 3.0, 4.0], [below, 2.0, 2.0, 9.0], [0.0, below, 1.0, 1.0]])
+    m = _roi_model(Op.ROI_POOLING, code, False, boxes=boxes, out=(2, 2), strides=(1.0, 1.0), seed=3,
+                   feature_shape=(1, 10, 4, 3), batch=[0, 0, 0])
+    m.assert_as_the_reference()
+
+
 # --- HEATMAP_MAX_KEYPOINT ----------------------------------------------------------------------
 def _heatmaps(rng: np.random.Generator, boxes: int, size: int, keypoints: int) -> np.ndarray:
     """[boxes, size, size, keypoints] (NHWC): smooth bumps anywhere (corners and edges

@@ -46,7 +46,7 @@ from nnapi.drivers.ort.lowering import (
 )
 from nnapi.hal import Operand, Operation
 from nnapi.operations._detection_common import BOX_SCALE, BOX_ZERO_POINT
-from nnapi.operations.quant_math import quantize_multiplier
+from nnapi.operations.quant_math import half_below, quantize_multiplier
 
 #: the quantized types' stored ranges
 _RANGES = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
@@ -54,6 +54,12 @@ _RANGES = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128,
 
 
 # --- values --------------------------------------------------------------------------------
+#: what rounding halves away from zero adds before Floor: the float32 just below one half,
+#: so that the result is C's round exactly, as the reference's round_half_away
+#: (quant_math.half_below: 0.5 itself rounds 0.5 - 2**-25 up to 1)
+_HALF_BELOW = float(half_below(np.float32))
+
+
 def _f32(g: GraphBuilder, value: float) -> str:
     return g.constant(np.array(value, np.float32))
 
@@ -89,7 +95,7 @@ def _store(g: GraphBuilder, name: str, operand: Operand) -> str:
         raise Declined(f"results of type {_name(operand.type)} are not supported")
     low, high = _RANGES[operand.type]
     scaled = g.one("Add", [g.one("Div", [name, _f32(g, operand.scale)]), _f32(g, operand.zero_point)])
-    magnitude = g.one("Floor", [g.one("Add", [g.one("Abs", [scaled]), _f32(g, 0.5)])])
+    magnitude = g.one("Floor", [g.one("Add", [g.one("Abs", [scaled]), _f32(g, _HALF_BELOW)])])
     rounded = g.one("Mul", [magnitude, g.one("Sign", [scaled])])
     clamped = g.one("Clip", [rounded, _f32(g, low), _f32(g, high)])
     if operand.type == T.TENSOR_QUANT16_ASYMM:
@@ -297,7 +303,7 @@ def lower_roi_pooling(g: GraphBuilder, operation: Operation) -> None:
                               != (x.scale, x.zero_point)):
         raise Declined("a quantized ROI_POOLING's output must keep the input's quantization")
     corners, ids = _regions(g, operation, x.name, nchw)
-    pixels = g.one("Floor", [g.one("Add", [corners, _f32(g, 0.5)])])  # halves away: corners are >= 0
+    pixels = g.one("Floor", [g.one("Add", [corners, _f32(g, _HALF_BELOW)])])  # halves away: corners are >= 0
     x1, y1, x2, y2 = _columns(g, pixels, 4)
     height, width = (_float_size(g, x.name, axis) for axis in ((2, 3) if nchw else (1, 2)))
     first_h, last_h = _bins(g, y1, y2, out_h, height)
@@ -564,7 +570,7 @@ def _integer_roi_align(g: GraphBuilder, x, output: Operand, weights: str, values
                        most: int) -> str:
     """The quantized pixels [R, oh, ow, C] (internal encoding) of roi_align's ``_quantized``."""
     integer_weights = g.one("Floor", [g.one("Add", [g.one("Div", [weights, _f32(g, float(_WEIGHT_STEP))]),
-                                                    _f32(g, 0.5)])])                  # weights are >= 0
+                                                    _f32(g, _HALF_BELOW)])])          # weights are >= 0
     # sum(w * (q - zero point)) exactly in int32 (|sum| <= taps * 255 * 255), the weights
     # (0..255) and the stored values as they are
     sums = g.one("MatMulInteger", [g.one("Cast", [integer_weights], to=TensorProto.UINT8), values,
