@@ -7,6 +7,7 @@ import functools
 import os
 import tempfile
 import time
+from itertools import permutations
 
 import numpy as np
 import pytest
@@ -366,13 +367,15 @@ def test_slice_and_tile_parameters_given_at_run_time_are_checked(ort_device):
             execution.compute()
 
 
-#: the TRANSPOSE of _conv_then_declined_model: its perm, given at run time, swaps height and width
-_PERM = np.array([0, 2, 1, 3], np.int32)
+#: the STRIDED_SLICE of _conv_then_declined_model: its shrink_axis_mask, given at run time
+#: (none shrunk: the slice flips the width)
+_SHRINK = np.array(0, np.int32)
 
 
 def _conv_then_declined_model():
-    """CONV_2D (ORT) -> TRANSPOSE by a perm given at run time (declined by ORT, whose
-    Transpose takes perm as an attribute: the reference runs it)."""
+    """CONV_2D (ORT) -> STRIDED_SLICE flipping the width, its shrink_axis_mask given at run
+    time (declined by ORT: the mask decides the output's rank, which an ONNX graph fixes;
+    the reference runs it)."""
     model = nnapi.Model()
     image = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 3]))
     weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 3, 3, 3]))
@@ -388,10 +391,13 @@ def _conv_then_declined_model():
         scalars.append(index)
     features = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
     model.add_operation(Op.CONV_2D, [image, weights, bias, *scalars], [features])
-    perm = model.add_operand(OperandType(T.TENSOR_INT32, [4]))
+    vectors = [_constant(model, T.TENSOR_INT32, np.array(v, np.int32), [4])
+               for v in ([0, 0, 5, 0], [1, 6, -7, 4], [1, 1, -1, 1])]  # begin, end, strides
+    masks = [_constant(model, T.INT32, np.int32(0)) for _ in range(2)]  # begin_mask, end_mask
+    shrink = model.add_operand(OperandType(T.INT32))
     best = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
-    model.add_operation(Op.TRANSPOSE, [features, perm], [best])
-    model.identify_inputs_and_outputs([image, perm], [features, best])
+    model.add_operation(Op.STRIDED_SLICE, [features, *vectors, *masks, shrink], [best])
+    model.identify_inputs_and_outputs([image, shrink], [features, best])
     model.finish()
     return model, keep
 
@@ -399,7 +405,7 @@ def _conv_then_declined_model():
 def _run(compilation, image):
     execution = nnapi.Execution(compilation)
     execution.set_input(0, image)
-    execution.set_input(1, _PERM)
+    execution.set_input(1, _SHRINK)
     features = np.zeros((1, 6, 6, 4), np.float32)
     best = np.zeros((1, 6, 6, 4), np.float32)
     execution.set_output(0, features)
@@ -665,22 +671,32 @@ def test_channel_pad_before_an_element_wise_operation_enters_nchwc_once(ort_devi
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
+def _declined_copy(model, x, shape, shrink):
+    """A STRIDED_SLICE of all of ``x`` whose shrink_axis_mask is the model input ``shrink``
+    (given at run time, so declined by ORT: the mask decides the output's rank)."""
+    vectors = [_constant(model, T.TENSOR_INT32, np.array(v, np.int32), [len(shape)])
+               for v in ([0] * len(shape), shape, [1] * len(shape))]
+    masks = [_constant(model, T.INT32, np.int32(0)) for _ in range(2)]
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    model.add_operation(Op.STRIDED_SLICE, [x, *vectors, *masks, shrink], [y])
+    return y
+
+
 def test_a_small_island_after_a_declined_operation_stays_on_the_reference(ort_device):
-    """The fused LSTM's shape: an operation ORT declines (a TRANSPOSE by a perm given at run
-    time here) then a light one it runs (an ADD of 20 floats): a second step would cost more
-    than ORT saves, so the plan is the reference alone (the CONV_2D -> TRANSPOSE model above
-    still splits)."""
+    """The fused LSTM's shape: an operation ORT declines (a STRIDED_SLICE whose shrink mask
+    is given at run time here) then a light one it runs (an ADD of 20 floats): a second step
+    would cost more than ORT saves, so the plan is the reference alone (the CONV_2D ->
+    STRIDED_SLICE model above still splits)."""
     model = nnapi.Model()
     tensor = OperandType(T.TENSOR_FLOAT32, [1, 20])
     x = model.add_operand(tensor)
-    perm = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
-    moved = model.add_operand(tensor)
-    model.add_operation(Op.TRANSPOSE, [x, perm], [moved])
+    shrink = model.add_operand(OperandType(T.INT32))
+    moved = _declined_copy(model, x, [1, 20], shrink)
     fuse = model.add_operand(OperandType(T.INT32))
     model.set_operand_value(fuse, 0)
     y = model.add_operand(tensor)
     model.add_operation(Op.ADD, [moved, x, fuse], [y])
-    model.identify_inputs_and_outputs([x, perm], [y])
+    model.identify_inputs_and_outputs([x, shrink], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [False, True]
     compilation = nnapi.Compilation(model, [ort_device, _reference()])
@@ -689,7 +705,7 @@ def test_a_small_island_after_a_declined_operation_stays_on_the_reference(ort_de
     value = np.linspace(0.5, 3.0, 20, dtype=np.float32).reshape(1, 20)
     execution = nnapi.Execution(compilation)
     execution.set_input(0, value)
-    execution.set_input(1, np.array([0, 1], np.int32))
+    execution.set_input(1, np.array(0, np.int32))
     out = np.zeros((1, 20), np.float32)
     execution.set_output(0, out)
     execution.compute()
@@ -720,21 +736,20 @@ def test_reverse_is_a_backwards_slice_with_the_reference_values(ort_device, code
 
 
 def test_a_reverse_between_declined_operations_stays_on_the_reference(ort_device):
-    """REVERSE is a light operation: alone between two operations ORT declines (TRANSPOSEs
-    by a perm given at run time; the bidirectional layer's flips between its LSTMs), a step
-    of its own would cost more than it saves, so the plan is the reference alone."""
+    """REVERSE is a light operation: alone between two operations ORT declines (STRIDED_SLICEs
+    whose shrink mask is given at run time; the bidirectional layer's flips between its
+    LSTMs), a step of its own would cost more than it saves, so the plan is the reference
+    alone."""
     model = nnapi.Model()
     tensor = OperandType(T.TENSOR_FLOAT32, [1, 100, 16])
     x = model.add_operand(tensor)
-    perm = model.add_operand(OperandType(T.TENSOR_INT32, [3]))
-    moved = model.add_operand(tensor)
-    model.add_operation(Op.TRANSPOSE, [x, perm], [moved])
+    shrink = model.add_operand(OperandType(T.INT32))
+    moved = _declined_copy(model, x, [1, 100, 16], shrink)
     flipped = model.add_operand(tensor)
     model.add_operation(Op.REVERSE, [moved, _constant(model, T.TENSOR_INT32, np.array([1], np.int32), [1])],
                         [flipped])
-    y = model.add_operand(tensor)
-    model.add_operation(Op.TRANSPOSE, [flipped, perm], [y])
-    model.identify_inputs_and_outputs([x, perm], [y])
+    y = _declined_copy(model, flipped, [1, 100, 16], shrink)
+    model.identify_inputs_and_outputs([x, shrink], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [False, True, False]
     compilation = nnapi.Compilation(model, [ort_device, _reference()])
@@ -1100,7 +1115,7 @@ def test_unsupported_reasons_name_the_rule():
     hal_model, _ = build_hal_model(model)
     reasons = OrtDevice().get_unsupported_reasons(hal_model)
     assert reasons[0] is None
-    assert "TRANSPOSE" in reasons[1] and "perm" in reasons[1]
+    assert "STRIDED_SLICE" in reasons[1] and "shrink_axis_mask" in reasons[1]
     assert OrtDevice().get_supported_operations(hal_model) == [True, False]
 
 
@@ -3095,3 +3110,58 @@ def test_quantized_mean_of_summed_integers_is_quantized_by_one_node(ort_device, 
     assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and (ours[0] == theirs[0]).mean() > 0.9
     assert len(np.unique(theirs[0])) > 10
     np.testing.assert_array_equal(ours[1], theirs[1])
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_FLOAT16])
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+@pytest.mark.parametrize("known", [True, False])
+def test_transpose_by_a_perm_given_at_run_time(ort_device, code, rank, known):
+    """TRANSPOSE whose perm is a model input (the output's dimensions unknown, and the
+    input's too where not ``known``): on nnapi-ort-cpu alone, every permutation gives the
+    reference's values exactly; a perm that is no permutation (a repeat, an axis out of
+    range) fails the run as the reference's does; an omitted perm
+    reverses the axes."""
+
+    shape = [2, 3, 4, 5][:rank]
+    quantized = code == T.TENSOR_QUANT8_ASYMM_SIGNED
+    scale, zero_point = (0.5, -3) if quantized else (0.0, 0)
+    dtype = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8, T.TENSOR_FLOAT16: np.float16}[code]
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, shape if known else [0] * rank, scale, zero_point))
+    perm = model.add_operand(OperandType(T.TENSOR_INT32, [rank]))
+    y = model.add_operand(OperandType(code, [0] * rank, scale, zero_point))
+    model.add_operation(Op.TRANSPOSE, [x, perm], [y])
+    model.identify_inputs_and_outputs([x, perm], [y])
+    model.finish()
+    assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    value = np.arange(-60, -60 + int(np.prod(shape))).reshape(shape).astype(dtype)
+    compilations = []
+    for device in (ort_device, _reference()):
+        compilation = nnapi.Compilation(model, [device])
+        compilation.finish()
+        compilations.append(compilation)
+
+    def run(compilation, order):
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, value)
+        if order is None:
+            execution.set_input(1, None)
+            order = list(range(rank))[::-1]
+        else:
+            execution.set_input(1, np.array(order, np.int32))
+        out = np.zeros([shape[p] for p in order] if sorted(order) == list(range(rank)) else [1], dtype)
+        execution.set_output(0, out)
+        execution.compute()
+        return out
+
+    for order in [*permutations(range(rank)), None]:
+        ours, theirs = (run(compilation, None if order is None else list(order)) for compilation in compilations)
+        expected = np.transpose(value, None if order is None else order)
+        np.testing.assert_array_equal(ours, expected)
+        np.testing.assert_array_equal(theirs, expected)
+    for bad in ([0] * rank, [rank] + list(range(1, rank)), [-1] + list(range(1, rank))):
+        if sorted(bad) == list(range(rank)):
+            continue  # ([0] for rank 1)
+        for compilation in compilations:
+            with pytest.raises(nnapi.NnapiError):
+                run(compilation, bad)

@@ -323,14 +323,14 @@ def test_threads_with_arrays_of_their_own(device):
 
 
 def test_a_split_plan(request):
-    """A plan of two steps (CONV_2D on nnapi-ort-cpu, a TRANSPOSE by a perm given at run
-    time declined there: the reference runs it): executions per run through the table give
+    """A plan of two steps (CONV_2D on nnapi-ort-cpu, a STRIDED_SLICE whose shrink mask is
+    given at run time declined there: the reference runs it): executions per run through the table give
     the reference's results."""
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     request.getfixturevalue("calibration_file")
     ort_device = request.getfixturevalue("ort_device")
-    from test_driver_ort import _PERM, _conv_then_declined_model, _reference_alone, _run
+    from test_driver_ort import _SHRINK, _conv_then_declined_model, _reference_alone, _run
 
     model, _keep = _conv_then_declined_model()
     split = nnapi.Compilation(model, [ort_device, *reference_devices()])
@@ -349,7 +349,7 @@ def test_a_split_plan(request):
         image[...] = rng.standard_normal((1, 6, 6, 3))
         execution = nnapi.Execution(split)
         execution.set_input(0, image)
-        execution.set_input(1, _PERM)
+        execution.set_input(1, _SHRINK)
         execution.set_output(0, features)
         execution.set_output(1, best)
         execution.compute()

@@ -2389,8 +2389,9 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     _check_same_quantization(x, output)
-    if not x.dims or not all(x.dims) or any(g.raw_constant(i) is None for i in operation.inputs[1:4]):
-        # begin, end or strides given at run time, or a shape known only then
+    if not x.dims or not all(x.dims) or any(g.raw_constant(i) is None for i in operation.inputs[1:7]):
+        # begin, end or strides given at run time, or a shape known only then (a mask given
+        # then: declined there, naming it)
         g.set_output(operation.outputs[0], keep_blocked(g, operation, run_time_form(g, operation, x)))
         return
     if _slices_as_split(g, operation, x):
@@ -2779,9 +2780,9 @@ def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
     if x.rank == 0:
         raise Declined("TRANSPOSE needs the input's rank")
     if len(operation.inputs) > 1 and g.operand(operation.inputs[1]).lifetime != L.NO_VALUE and \
-            g.raw_constant(operation.inputs[1]) is None:
-        raise Declined(f"TRANSPOSE's perm (operand {operation.inputs[1]}) is given at run time: ONNX's Transpose "
-                       "takes it as an attribute")
+            g.raw_constant(operation.inputs[1]) is None:  # perm given at run time: a Gather of indexes
+        g.set_output(operation.outputs[0], run_time_form(g, operation, x))
+        return
     perm = g.optional_scalar(operation, 1, None)
     perm = list(range(x.rank))[::-1] if perm is None else [int(p) for p in np.asarray(perm).reshape(-1)]
     if sorted(perm) != list(range(x.rank)):
