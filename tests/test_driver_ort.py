@@ -3165,3 +3165,32 @@ def test_transpose_by_a_perm_given_at_run_time(ort_device, code, rank, known):
         for compilation in compilations:
             with pytest.raises(nnapi.NnapiError):
                 run(compilation, bad)
+
+
+def test_an_output_of_unknown_shape_before_one_of_known_shape(ort_device):
+    """Output 0's shape is known only after the run (ORT allocates it), output 1 is bound
+    to the caller's array: each lands in its own buffer (ORT lists its outputs in the order
+    they were first bound, which is position order only because every output is bound once
+    when the binding is made)."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3]))
+    perm = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
+    moved = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0]))
+    model.add_operation(Op.TRANSPOSE, [x, perm], [moved])
+    doubled = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3]))
+    model.add_operation(Op.ADD, [x, x, _constant(model, T.INT32, np.int32(0))], [doubled])
+    model.identify_inputs_and_outputs([x, perm], [moved, doubled])
+    model.finish()
+    compilation = nnapi.Compilation(model, [ort_device])
+    compilation.finish()
+    value = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for _ in range(2):
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, value)
+        execution.set_input(1, np.array([1, 0], np.int32))
+        outputs = [np.zeros((3, 2), np.float32), np.zeros((2, 3), np.float32)]
+        execution.set_output(0, outputs[0])
+        execution.set_output(1, outputs[1])
+        execution.compute()
+        np.testing.assert_array_equal(outputs[0], value.T)
+        np.testing.assert_array_equal(outputs[1], value + value)

@@ -646,6 +646,12 @@ class _Binding:
             self.bind_input = lambda name, _device, *typed: io.bind_input(name, "cpu", 0, *typed)
             self.bind_output = lambda name, _device, *typed: io.bind_output(name, "cpu", 0, *typed)
             self.bind_array = io.bind_cpu_input
+        # every output bound once, in position order: ORT lists the outputs (get_outputs) in
+        # the order their names were first bound, a later binding of a name taking its place,
+        # and _land reads the outputs ORT allocates by position (a model whose outputs of
+        # unknown shape come before one bound to the request's memory read another output)
+        for spec in signature.outputs:
+            self.bind_output(spec.name, _CPU_DEVICE)
         #: per input, then per output: what is bound there (see the class docstring)
         self.bound: list = [None] * (len(signature.inputs) + len(signature.outputs))
         self.views: list = []
