@@ -370,19 +370,3 @@ def test_roi_operations_take_zero_regions(operation, code, ratios):
     [result] = session.run(None, dict(zip(inputs, [m.values[0], regions, np.zeros(0, np.int32)], strict=True)))
     assert result.shape == (0, 3, 2, 4) and result.dtype == DTYPES[code]
 
-
-def test_nms_operations_are_declined_with_the_rule():
-    """BOX_WITH_NMS_LIMIT (hard NMS here, where ONNX's NonMaxSuppression would be closest)
-    stays on the reference, the reason naming the threshold rule and the tie order."""
-    m = _Model()
-    inputs = [m.tensor(T.TENSOR_FLOAT32, [[0.9, 0.8], [0.7, 0.6]]),
-              m.tensor(T.TENSOR_FLOAT32, [[0, 0, 4, 4, 0, 0, 4, 4], [1, 1, 5, 5, 1, 1, 5, 5]]),
-              m.tensor(T.TENSOR_INT32, [0, 0]), m.scalar(T.FLOAT32, 0.1), m.scalar(T.INT32, -1),
-              m.scalar(T.INT32, 0), m.scalar(T.FLOAT32, 0.5), m.scalar(T.FLOAT32, 0.5), m.scalar(T.FLOAT32, 0.1)]
-    m.output(T.TENSOR_FLOAT32, [0])
-    m.output(T.TENSOR_FLOAT32, [0, 4])
-    m.output(T.TENSOR_INT32, [0])
-    m.output(T.TENSOR_INT32, [0])
-    m.finish(Op.BOX_WITH_NMS_LIMIT, inputs)
-    [why] = m.support()
-    assert why is not None and "IoU >= threshold" in why and "compaction order" in why

@@ -19,8 +19,9 @@ What stays declined, and why:
 - ROI_ALIGN's explicit form without the feature map's static shape (its samples per bin are
   bounded by it), and ROI_POOLING's masked maximum or ROI_ALIGN's gathered taps past a size
   (``_POOLING_ELEMENTS``, ``_TAPS_ELEMENTS``), where the reference is the better device;
-- BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS, DETECTION_POSTPROCESSING: no ONNX lowering (their
-  greedy selections, soft-NMS rescoring and tie order are not ONNX's NonMaxSuppression).
+- DETECTION_POSTPROCESSING: no ONNX lowering (its greedy selections and tie order are not
+  ONNX's NonMaxSuppression; BOX_WITH_NMS_LIMIT's and GENERATE_PROPOSALS' explicit greedy
+  walk is in nms.py).
 
 The device module imports this one, which registers these lowerings with ``lowering``.
 """
@@ -620,9 +621,6 @@ _NMS_RULE = ("ONNX Runtime's NonMaxSuppression suppresses IoU > threshold where 
              "threshold, and breaks ties among equal scores its own way where Android's in-place compaction "
              "order decides them")
 _NMS_DECLINED = {
-    OperationCode.BOX_WITH_NMS_LIMIT: "its linear and gaussian soft-NMS rescoring has no ONNX operator, and "
-                                      f"for hard NMS {_NMS_RULE}",
-    OperationCode.GENERATE_PROPOSALS: f"its per-image hard NMS has no exact ONNX form: {_NMS_RULE}",
     OperationCode.DETECTION_POSTPROCESSING: f"its per-class (regular) and fast NMS have no exact ONNX form: "
                                             f"{_NMS_RULE}",
 }

@@ -37,6 +37,7 @@ from nnapi.drivers.ort import (
     control_flow,  # noqa: F401  (importing it registers its lowerings)
     detection,  # noqa: F401  (importing it registers its lowerings)
     lookups,  # noqa: F401  (importing it registers its lowerings)
+    nms,  # noqa: F401  (importing it registers its lowerings)
     quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
     quantized_softmax,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)

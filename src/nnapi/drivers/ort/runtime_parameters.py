@@ -224,7 +224,7 @@ def transpose(g: GraphBuilder, operation: Operation, x: Value) -> str:
     uses = g.one("ReduceSum", [g.one("Cast", [hits], to=TensorProto.INT64), g.constant(np.array([0], np.int64))],
                  keepdims=0)
     checks.append(g.one("Equal", [uses, g.constant(np.ones(rank, np.int64))]))
-    perm = fail_unless(g, all_of(g, checks), perm)
+    perm = fail_unless(g, all_of(g, checks), perm, "perm must be a permutation of the input's axes")
     weights = rank ** np.arange(rank, dtype=np.int64)
     code = g.one("ReduceSum", [g.one("Mul", [perm, g.constant(weights)])], keepdims=0)
     orders = sorted(itertools.permutations(range(rank)), key=lambda order: int(np.dot(order, weights)))

@@ -1,0 +1,264 @@
+"""BOX_WITH_NMS_LIMIT on nnapi-ort-cpu (drivers/ort/nms.py): the explicit greedy walk
+makes the reference's selections exactly (outputs bit for bit, their count included) on
+random inputs built to hit the hard cases: score ties, touching and identical boxes, IoUs
+exactly at the threshold, degenerate (zero-area) boxes, no candidate at all, several runs
+of batch indexes (an image's boxes in two runs too), many classes, per-class and per-image
+limits, an NMS score threshold at or below zero (suppressed boxes stay with score 0);
+float32, float16 and quantized scores. Boxes the reference refuses fail the run here too;
+the gaussian kernel stays declined, naming the rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import nnapi  # noqa: E402
+from nnapi import OperandCode as T  # noqa: E402
+from nnapi import OperandType  # noqa: E402
+from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
+from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
+
+DTYPES = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_FLOAT16: np.float16, T.TENSOR_QUANT8_ASYMM: np.uint8,
+          T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8, T.TENSOR_QUANT16_ASYMM: np.uint16, T.TENSOR_INT32: np.int32}
+SCORE_QUANT = {T.TENSOR_QUANT8_ASYMM: (0.0625, 16), T.TENSOR_QUANT8_ASYMM_SIGNED: (0.0625, -112)}
+
+
+def _devices() -> tuple[nnapi.Device, nnapi.Device]:
+    found = {d.name: d for d in nnapi.get_devices()}
+    return found["nnapi-reference"], found["nnapi-ort-cpu"]
+
+
+def _nms_model(code: int, rois: int, classes: int, parameters: tuple) -> nnapi.Model:
+    """BOX_WITH_NMS_LIMIT of scores, boxes and batch indexes given at run time, the
+    parameters (score threshold, max detections, kernel, IoU threshold, sigma, NMS score
+    threshold) constants, the four outputs of unknown size."""
+    quantized = code in SCORE_QUANT
+    scale, zero_point = SCORE_QUANT.get(code, (0.0, 0))
+    box_code = T.TENSOR_QUANT16_ASYMM if quantized else code
+    box_quant = (0.125, 0) if quantized else (0.0, 0)
+    scalar = T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32
+    model = nnapi.Model()
+    scores = model.add_operand(OperandType(code, [rois, classes], scale, zero_point))
+    boxes = model.add_operand(OperandType(box_code, [rois, classes * 4], *box_quant))
+    batches = model.add_operand(OperandType(T.TENSOR_INT32, [rois]))
+    constants = []
+    for kind, value in zip((scalar, T.INT32, T.INT32, scalar, scalar, scalar), parameters, strict=True):
+        index = model.add_operand(OperandType(kind))
+        model.set_operand_value(index, value)
+        constants.append(index)
+    outputs = [model.add_operand(OperandType(code, [0], scale, zero_point)),
+               model.add_operand(OperandType(box_code, [0, 4], *box_quant)),
+               model.add_operand(OperandType(T.TENSOR_INT32, [0])), model.add_operand(OperandType(T.TENSOR_INT32, [0]))]
+    model.add_operation(Op.BOX_WITH_NMS_LIMIT, [scores, boxes, batches, *constants], outputs)
+    model.identify_inputs_and_outputs([scores, boxes, batches], outputs)
+    model.finish()
+    return model
+
+
+def _run(compilation: nnapi.Compilation, code: int, values: list[np.ndarray]) -> list[np.ndarray]:
+    """The four outputs, cut to the dimensions the execution reports."""
+    execution = nnapi.Execution(compilation)
+    for position, value in enumerate(values):
+        execution.set_input(position, value)
+    room = values[0].size
+    box_dtype = np.uint16 if code in SCORE_QUANT else DTYPES[code]
+    results = [np.zeros(room, DTYPES[code]), np.zeros((room, 4), box_dtype), np.zeros(room, np.int32),
+               np.zeros(room, np.int32)]
+    for position, array in enumerate(results):
+        execution.set_output(position, array)
+    execution.compute()
+    count = execution.get_output_operand_dimensions(0)[0]
+    for position in range(4):
+        assert execution.get_output_operand_dimensions(position)[0] == count
+    return [array[:count] for array in results]
+
+
+def _inputs(rng: np.random.Generator, code: int, rois: int, classes: int, grid: int,
+            batches: np.ndarray) -> list[np.ndarray]:
+    """Scores from few levels (ties), boxes on a small integer grid (touching, identical
+    and zero-area boxes; IoUs such as 1/2 exactly), in each type's encoding."""
+    x = np.sort(rng.integers(0, grid, (rois, classes, 2)), axis=2)
+    y = np.sort(rng.integers(0, grid, (rois, classes, 2)), axis=2)
+    boxes = np.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], axis=2).reshape(rois, classes * 4)
+    levels = rng.integers(0, 8, (rois, classes))
+    if code in SCORE_QUANT:
+        scale, zero_point = SCORE_QUANT[code]
+        scores = (levels * 2 + zero_point).astype(DTYPES[code])
+        boxes = (boxes * 8).astype(np.uint16)  # scale 0.125
+    else:
+        scores = (levels / 8).astype(DTYPES[code])
+        boxes = boxes.astype(DTYPES[code])
+    return [scores, boxes, batches.astype(np.int32)]
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+                                  T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("kernel", [0, 1])
+def test_box_with_nms_limit_makes_the_reference_selections(code, kernel):
+    reference, ort_device = _devices()
+    rng = np.random.default_rng(12 + kernel)
+    cases = [  # rois, classes, grid, batch indexes, score threshold, max detections, IoU threshold, NMS floor
+        (12, 3, 4, np.zeros(12), 0.1, -1, 0.5, 0.0),
+        (12, 3, 4, np.zeros(12), 0.1, -1, 0.5, 0.05),
+        (20, 4, 5, np.repeat([0, 1, 2], [7, 0, 13]), 0.2, 3, 0.5, 0.2),
+        (16, 2, 3, np.array([0] * 5 + [1] * 6 + [0] * 5), 0.0, 2, 0.3, -1.0),
+        (30, 5, 6, np.repeat([0, 1, 3], [10, 10, 10]), 0.05, 10, 0.5, 0.1),
+        (9, 3, 4, np.repeat([0, 1], [4, 5]), 0.9, -1, 0.5, 0.0),   # no candidate scores above 0.9
+        (14, 3, 3, np.repeat([2, 1], [7, 7]), 0.1, 0, 0.4, 0.0),   # max detections 0: nothing
+        (10, 6, 2, np.zeros(10), -1.0, 4, 1.0, 0.0),              # IoU threshold 1: identical boxes only
+    ]
+    for rois, classes, grid, batches, score_threshold, max_detections, iou, floor in cases:
+        model = _nms_model(code, rois, classes, (score_threshold, max_detections, kernel, iou, 1.0, floor))
+        hal, _ = build_hal_model(model)
+        assert OrtDevice().get_unsupported_reasons(hal) == [None]
+        compilations = []
+        for device in (reference, ort_device):
+            compilation = nnapi.Compilation(model, [device])
+            compilation.finish()
+            compilations.append(compilation)
+        selected = 0
+        for _ in range(6):
+            values = _inputs(rng, code, rois, classes, grid, batches)
+            expected, actual = (_run(compilation, code, values) for compilation in compilations)
+            for want, got in zip(expected, actual, strict=True):
+                assert got.dtype == want.dtype and got.shape == want.shape
+                assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (got, want)
+            selected += len(expected[0])
+        assert (selected > 0) == (score_threshold < 0.9 and max_detections != 0)
+
+
+def test_box_with_nms_limit_fails_where_the_reference_does():
+    """A box with x1 > x2 fails the run on both devices."""
+    model = _nms_model(T.TENSOR_FLOAT32, 2, 2, (0.1, -1, 0, 0.5, 1.0, 0.0))
+    values = [np.full((2, 2), 0.5, np.float32), np.array([[0, 0, 1, 1, 0, 0, 1, 1], [0, 0, 1, 1, 2, 0, 1, 1]],
+                                                         np.float32), np.zeros(2, np.int32)]
+    for device in _devices():
+        compilation = nnapi.Compilation(model, [device])
+        compilation.finish()
+        with pytest.raises(nnapi.OpFailedError):
+            _run(compilation, T.TENSOR_FLOAT32, values)
+
+
+def test_box_with_nms_limit_gaussian_is_declined_with_the_rule():
+    model = _nms_model(T.TENSOR_FLOAT32, 2, 2, (0.1, -1, 2, 0.5, 1.0, 0.0))
+    [why] = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])
+    assert why is not None and "gaussian" in why and "exp" in why
+
+
+# --- GENERATE_PROPOSALS ----------------------------------------------------------------------
+GP_QUANT = {T.TENSOR_QUANT8_ASYMM: (0.0625, 16), T.TENSOR_QUANT8_ASYMM_SIGNED: (0.0625, -112)}
+
+
+def _proposals_model(code: int, batches: int, height: int, width: int, anchors: int, nchw: bool,
+                     parameters: tuple) -> nnapi.Model:
+    """GENERATE_PROPOSALS of scores, deltas, anchors and image sizes given at run time, the
+    parameters (strides, pre / post NMS limits, IoU threshold, minimum size) constants."""
+    quantized = code in GP_QUANT
+    scale, zero_point = GP_QUANT.get(code, (0.0, 0))
+    scalar = T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32
+    model = nnapi.Model()
+    feature = [batches, anchors, height, width] if nchw else [batches, height, width, anchors]
+    deltas_shape = [batches, anchors * 4, height, width] if nchw else [batches, height, width, anchors * 4]
+    scores = model.add_operand(OperandType(code, feature, scale, zero_point))
+    deltas = model.add_operand(OperandType(code, deltas_shape, 0.125 if quantized else 0.0,
+                                           zero_point if quantized else 0))
+    anchor = model.add_operand(OperandType(T.TENSOR_QUANT16_SYMM if quantized else code, [anchors, 4],
+                                           0.125 if quantized else 0.0))
+    image = model.add_operand(OperandType(T.TENSOR_QUANT16_ASYMM if quantized else code, [batches, 2],
+                                          0.125 if quantized else 0.0))
+    constants = []
+    for kind, value in zip((scalar, scalar, T.INT32, T.INT32, scalar, scalar, T.BOOL), (*parameters, nchw),
+                           strict=True):
+        index = model.add_operand(OperandType(kind))
+        model.set_operand_value(index, value)
+        constants.append(index)
+    box_code = T.TENSOR_QUANT16_ASYMM if quantized else code
+    outputs = [model.add_operand(OperandType(code, [0], scale, zero_point)),
+               model.add_operand(OperandType(box_code, [0, 4], 0.125 if quantized else 0.0)),
+               model.add_operand(OperandType(T.TENSOR_INT32, [0]))]
+    model.add_operation(Op.GENERATE_PROPOSALS, [scores, deltas, anchor, image, *constants], outputs)
+    model.identify_inputs_and_outputs([scores, deltas, anchor, image], outputs)
+    model.finish()
+    return model
+
+
+def _run_proposals(compilation: nnapi.Compilation, code: int, values: list[np.ndarray]) -> list[np.ndarray]:
+    execution = nnapi.Execution(compilation)
+    for position, value in enumerate(values):
+        execution.set_input(position, value)
+    room = values[0].size
+    box_dtype = np.uint16 if code in GP_QUANT else DTYPES[code]
+    results = [np.zeros(room, DTYPES[code]), np.zeros((room, 4), box_dtype), np.zeros(room, np.int32)]
+    for position, array in enumerate(results):
+        execution.set_output(position, array)
+    execution.compute()
+    count = execution.get_output_operand_dimensions(0)[0]
+    return [array[:count] for array in results]
+
+
+def _proposal_inputs(rng, code, batches, height, width, anchors, nchw, scaled: bool) -> list[np.ndarray]:
+    """Scores from few levels (ties), deltas in eighths (dw, dh zero unless ``scaled``: exp(0)
+    is 1 in every float32 exp), integer anchors (some zero-area), image sizes in eighths."""
+    levels = rng.integers(0, 6, (batches, height, width, anchors))
+    moves = rng.integers(-6, 7, (batches, height, width, anchors, 4)) / 8
+    if not scaled:
+        moves[..., 2:] = 0
+    corner = rng.integers(0, 6, (anchors, 2))
+    size = rng.integers(0, 6, (anchors, 2))
+    anchor = np.concatenate([corner, corner + size], axis=1).astype(np.float64)
+    image = rng.integers(8 * 6, 8 * 14, (batches, 2)) / 8
+    deltas = moves.reshape(batches, height, width, anchors * 4)
+    if nchw:
+        levels, deltas = levels.transpose(0, 3, 1, 2), deltas.transpose(0, 3, 1, 2)
+    if code in GP_QUANT:
+        _, zero_point = GP_QUANT[code]
+        return [(levels * 3 + zero_point).astype(DTYPES[code]), (deltas * 8 + zero_point).astype(DTYPES[code]),
+                (anchor * 8).astype(np.int16), (image * 8).astype(np.uint16)]
+    dtype = DTYPES[code]
+    return [(levels / 6).astype(dtype), deltas.astype(dtype), anchor.astype(dtype), image.astype(dtype)]
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+                                  T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("nchw", [False, True])
+def test_generate_proposals_makes_the_reference_selections(code, nchw):
+    """Bit for bit where exp is exact (dw = dh = 0); with scaled boxes (ORT's Exp may differ
+    from numpy's by an ulp) the same count and floats within the CTS tolerance here."""
+    from nnapi.conformance import float_tolerance, within_tolerance
+
+    reference, ort_device = _devices()
+    rng = np.random.default_rng(40 + nchw)
+    cases = [  # batches, height, width, anchors, (strides, pre limit, post limit, IoU, min size)
+        (2, 3, 4, 3, (2.0, 1.5, 0, 0, 0.5, 0.0)),
+        (1, 4, 4, 2, (1.0, 1.0, 10, 5, 0.3, 0.5)),
+        (3, 2, 5, 2, (4.0, 2.0, 100, -1, 0.7, 1.0)),
+        (2, 3, 3, 4, (1.0, 1.0, 6, 0, 1.0, 0.0)),
+    ]
+    for batches, height, width, anchors, parameters in cases:
+        model = _proposals_model(code, batches, height, width, anchors, nchw, parameters)
+        hal, _ = build_hal_model(model)
+        assert OrtDevice().get_unsupported_reasons(hal) == [None]
+        compilations = []
+        for device in (reference, ort_device):
+            compilation = nnapi.Compilation(model, [device])
+            compilation.finish()
+            compilations.append(compilation)
+        proposed = 0
+        for trial in range(6):
+            scaled = trial >= 4
+            values = _proposal_inputs(rng, code, batches, height, width, anchors, nchw, scaled)
+            expected, actual = (_run_proposals(compilation, code, values) for compilation in compilations)
+            proposed += len(expected[0])
+            for position, (want, got) in enumerate(zip(expected, actual, strict=True)):
+                assert got.dtype == want.dtype and got.shape == want.shape
+                if scaled and position == 1 and code in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+                    assert within_tolerance(code, want, got, float_tolerance(code, False)).all()
+                elif scaled and position == 1:
+                    assert np.abs(got.astype(np.int64) - want).max(initial=0) <= 1
+                else:
+                    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (position, got, want)
+        assert proposed > 0
