@@ -262,3 +262,14 @@ def test_generate_proposals_makes_the_reference_selections(code, nchw):
                 else:
                     assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (position, got, want)
         assert proposed > 0
+
+
+def test_generate_proposals_past_its_candidate_bound_is_declined_with_the_reason():
+    """More than 64 candidates per image (the pre-NMS limit, or every anchor position): the
+    walk of one group per image is slower than the reference's, so it stays there."""
+    for pre_limit, claimed in ((-1, False), (200, False), (64, True)):
+        model = _proposals_model(T.TENSOR_FLOAT32, 1, 8, 8, 2, False, (1.0, 1.0, pre_limit, 10, 0.5, 0.0))
+        [why] = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])
+        assert (why is None) == claimed
+        if not claimed:
+            assert "candidates per image" in why and "reference" in why
