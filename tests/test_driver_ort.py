@@ -999,20 +999,27 @@ def test_default_compilation_splits_across_ort_and_the_reference():
     np.testing.assert_allclose(best, expected_best, rtol=1e-5, atol=1e-5)
 
 
-def test_ssd_with_tflite_post_processing_splits_and_agrees_with_litert():
+@pytest.mark.parametrize("declined", [False, True])
+def test_ssd_with_tflite_post_processing_splits_and_agrees_with_litert(monkeypatch, declined):
     """A TFLite SSD head (convolutions, then the custom TFLite_Detection_PostProcess,
-    imported as DETECTION_POSTPROCESSING, which ORT declines): the default plan runs the
-    convolutions on nnapi-ort-cpu and the post-processing on the reference, and the
-    detections equal LiteRT's."""
+    imported as DETECTION_POSTPROCESSING): its few candidates are within what nnapi-ort-cpu
+    claims (nms._POSTPROCESSING_CELLS), so the default plan runs it all there; with the
+    post-processing declined (the bound at 0, as past it) the plan runs the convolutions on
+    nnapi-ort-cpu and the post-processing on the reference. The detections equal LiteRT's
+    either way."""
     pytest.importorskip("tflite")
     litert = pytest.importorskip("ai_edge_litert")
     del litert
     from helpers import litert_outputs
+    from nnapi.drivers.ort import nms
     from tflite_cases import ssd_head
 
+    if declined:
+        monkeypatch.setattr(nms, "_POSTPROCESSING_CELLS", 0)
     data = ssd_head()
     session = nnapi.Session(data)
-    assert session.compilation.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
+    assert session.compilation.step_devices == (["nnapi-ort-cpu", "nnapi-reference"] if declined
+                                                else ["nnapi-ort-cpu"])
     feeds = {"image": np.random.default_rng(3).standard_normal((1, 8, 8, 16)).astype(np.float32)}
     got, expected = session.run(feeds), litert_outputs(data, feeds)
     assert expected["num_detections"][0] >= 2

@@ -273,3 +273,95 @@ def test_generate_proposals_past_its_candidate_bound_is_declined_with_the_reason
         assert (why is None) == claimed
         if not claimed:
             assert "candidates per image" in why and "reference" in why
+
+
+# --- DETECTION_POSTPROCESSING ----------------------------------------------------------------
+def _postprocessing_model(code: int, batches: int, anchors: int, classes: int, parameters: tuple) -> nnapi.Model:
+    """DETECTION_POSTPROCESSING of scores, box encodings and anchors given at run time; the
+    parameters (4 scales, regular, max detections, classes per detection, detections per
+    class, score threshold, IoU threshold, background flag) constants."""
+    scalar = T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32
+    regular, max_detections, classes_per_detection = parameters[4], parameters[5], parameters[6]
+    slots = max_detections if regular else max_detections * classes_per_detection
+    model = nnapi.Model()
+    inputs = [model.add_operand(OperandType(code, shape))
+              for shape in ([batches, anchors, classes], [batches, anchors, 4], [anchors, 4])]
+    kinds = (scalar,) * 4 + (T.BOOL, T.INT32, T.INT32, T.INT32, scalar, scalar, T.BOOL)
+    constants = []
+    for kind, value in zip(kinds, parameters, strict=True):
+        index = model.add_operand(OperandType(kind))
+        model.set_operand_value(index, value)
+        constants.append(index)
+    outputs = [model.add_operand(OperandType(code, [batches, slots])),
+               model.add_operand(OperandType(code, [batches, slots, 4])),
+               model.add_operand(OperandType(T.TENSOR_INT32, [batches, slots])),
+               model.add_operand(OperandType(T.TENSOR_INT32, [batches]))]
+    model.add_operation(Op.DETECTION_POSTPROCESSING, [*inputs, *constants], outputs)
+    model.identify_inputs_and_outputs(inputs, outputs)
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])
+@pytest.mark.parametrize("regular", [True, False])
+def test_detection_postprocessing_makes_the_reference_selections(code, regular):
+    """Bit for bit where exp is exact (dh = dw = 0: boxes on a small grid, touching and
+    identical ones, IoUs exactly at the threshold; scores from few levels: ties); with
+    scaled boxes (ORT's Exp may differ from numpy's by an ulp) the boxes within the CTS
+    tolerance and the rest equal."""
+    from nnapi.conformance import float_tolerance, within_tolerance
+
+    reference, ort_device = _devices()
+    rng = np.random.default_rng(70 + regular)
+    dtype = DTYPES[code]
+    cases = [  # batches, anchors, classes, (max detections, classes per detection, per class, thresholds, bg)
+        (2, 12, 3, (5, 2, 3, 0.1, 0.5, True)),
+        (1, 20, 4, (10, 3, 10, 0.0, 0.3, False)),
+        (3, 9, 2, (4, 1, 2, 0.3, 1.0, True)),
+    ]
+    for batches, anchors, classes, (max_det, per_detection, per_class, score_thr, iou, background) in cases:
+        parameters = (2.0, 2.0, 1.0, 1.0, regular, max_det, per_detection, per_class, score_thr, iou, background)
+        model = _postprocessing_model(code, batches, anchors, classes, parameters)
+        assert OrtDevice().get_unsupported_reasons(build_hal_model(model)[0]) == [None]
+        compilations = []
+        for device in (reference, ort_device):
+            compilation = nnapi.Compilation(model, [device])
+            compilation.finish()
+            compilations.append(compilation)
+        slots = max_det if regular else max_det * per_detection
+        detected = 0
+        for trial in range(6):
+            scaled = trial >= 4
+            scores = (rng.integers(0, 6, (batches, anchors, classes)) / 6).astype(dtype)
+            deltas = rng.integers(-4, 5, (batches, anchors, 4)) / 2
+            if not scaled:
+                deltas[..., 2:] = 0
+            centre = rng.integers(0, 4, (anchors, 2))
+            size = rng.integers(0, 4, (anchors, 2))
+            values = [scores, deltas.astype(dtype), np.concatenate([centre, size], axis=1).astype(dtype)]
+            results = []
+            for compilation in compilations:
+                execution = nnapi.Execution(compilation)
+                for position, value in enumerate(values):
+                    execution.set_input(position, value)
+                out = [np.zeros((batches, slots), dtype), np.zeros((batches, slots, 4), dtype),
+                       np.zeros((batches, slots), np.int32), np.zeros(batches, np.int32)]
+                for position, array in enumerate(out):
+                    execution.set_output(position, array)
+                execution.compute()
+                results.append(out)
+            expected, actual = results
+            detected += int(expected[3].sum())
+            for position, (want, got) in enumerate(zip(expected, actual, strict=True)):
+                if scaled and position == 1:
+                    assert within_tolerance(code, want, got, float_tolerance(code, False)).all()
+                else:
+                    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (position, got, want)
+        assert detected > 0
+
+
+def test_detection_postprocessing_past_its_size_is_declined_with_the_reason():
+    model = _postprocessing_model(T.TENSOR_FLOAT32, 1, 1917, 91,
+                                  (10.0, 10.0, 5.0, 5.0, True, 100, 1, 100, 1e-8, 0.6, False))
+    [why] = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])
+    assert why is not None and "candidates per image" in why and "reference" in why

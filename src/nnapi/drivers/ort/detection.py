@@ -19,9 +19,8 @@ What stays declined, and why:
 - ROI_ALIGN's explicit form without the feature map's static shape (its samples per bin are
   bounded by it), and ROI_POOLING's masked maximum or ROI_ALIGN's gathered taps past a size
   (``_POOLING_ELEMENTS``, ``_TAPS_ELEMENTS``), where the reference is the better device;
-- DETECTION_POSTPROCESSING: no ONNX lowering (its greedy selections and tie order are not
-  ONNX's NonMaxSuppression; BOX_WITH_NMS_LIMIT's and GENERATE_PROPOSALS' explicit greedy
-  walk is in nms.py).
+- the NMS operations here: their greedy selections and tie order are not ONNX's
+  NonMaxSuppression; their explicit greedy walk is in nms.py.
 
 The device module imports this one, which registers these lowerings with ``lowering``.
 """
@@ -612,21 +611,3 @@ def _integer_roi_align(g: GraphBuilder, x, output: Operand, weights: str, values
     stored = g.one("Add", [rounded, g.constant(np.array(internal_zero_point(output), np.int64))])
     clamped = g.one("Min", [g.one("Max", [stored, zero]), g.constant(np.array(255, np.int64))])
     return g.one("Cast", [clamped], to=TensorProto.UINT8)
-
-
-# --- non-maximum suppression: declined, with the rule --------------------------------------------
-#: why ONNX's NonMaxSuppression does not give NNAPI's selections (ORT's kernel: a box is
-#: suppressed when its IoU is greater than the threshold, and never when the boxes only touch)
-_NMS_RULE = ("ONNX Runtime's NonMaxSuppression suppresses IoU > threshold where NNAPI suppresses IoU >= "
-             "threshold, and breaks ties among equal scores its own way where Android's in-place compaction "
-             "order decides them")
-_NMS_DECLINED = {
-    OperationCode.DETECTION_POSTPROCESSING: f"its per-class (regular) and fast NMS have no exact ONNX form: "
-                                            f"{_NMS_RULE}",
-}
-
-
-@lowers(*_NMS_DECLINED)
-def decline_nms(g: GraphBuilder, operation: Operation) -> None:
-    """The NMS operations stay on the reference: the reason names the rule ONNX differs in."""
-    raise Declined(_NMS_DECLINED[OperationCode(operation.type)])

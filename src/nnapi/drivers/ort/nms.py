@@ -1,5 +1,6 @@
-"""Lowerings of the greedy non-maximum suppressions (BOX_WITH_NMS_LIMIT) as explicit ONNX
-graphs that make the reference's selections exactly, ties included.
+"""Lowerings of the greedy non-maximum suppressions (BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS,
+DETECTION_POSTPROCESSING) as explicit ONNX graphs that make the reference's selections
+exactly, ties included.
 
 ONNX Runtime's NonMaxSuppression is not NNAPI's (it suppresses at IoU > threshold where
 NNAPI does at >=, never suppresses touching boxes, orders ties its own way, has no soft
@@ -19,11 +20,17 @@ reference's is, with its working list in the same order:
 - the selections are then ordered per image by descending score (ONNX TopK breaks ties by
   position: a stable sort), cut to the maximum per image, and ordered by class, then score.
 
+GENERATE_PROPOSALS and DETECTION_POSTPROCESSING decode their boxes through Exp, as
+AXIS_ALIGNED_BBOX_TRANSFORM does: ORT's may differ from numpy's by an ulp, so those boxes
+agree within the CTS tolerance (~10% of coordinates an ulp apart at an RPN's size), and a
+selection could differ only where a comparison falls on that ulp.
+
 What stays declined, and why: the gaussian kernel's exp (numpy's float32 exp, the
 reference's, is not correctly rounded, nor is ONNX Runtime's Exp: they differ in ~11% of
 the negative inputs, and a rescored score one ulp off can change a selection); class
 counts known only at run time; parameters given at run time; GENERATE_PROPOSALS past
-``_PROPOSALS_CANDIDATES`` candidates per image, where the reference is 2-3x faster.
+``_PROPOSALS_CANDIDATES`` candidates per image, DETECTION_POSTPROCESSING past
+``_POSTPROCESSING_CELLS``, where the reference is 2-9x faster.
 
 The device module imports this one, which registers these lowerings with ``lowering``.
 """
@@ -489,3 +496,159 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
 def _size_of(g: GraphBuilder, name: str, axis: int) -> str:
     """Dimension ``axis`` of ``name`` at run time, as an int64 [1]."""
     return g.one("Shape", [name], start=axis, end=axis + 1)
+
+
+#: DETECTION_POSTPROCESSING is claimed up to this many NMS candidates per image (anchors x
+#: foreground classes for regular NMS, anchors for fast NMS). The Loop's fixed cost per
+#: step (~100 nodes, ~70 us) makes every larger size slower than the reference's walk
+#: (compiled with nnapi[fast]). Measured (process_time, load ~10, float32, 100 kept):
+#: 6 anchors x 3 classes (the CTS's) 0.26 vs 0.22 ms regular, 0.32 vs 0.29 fast;
+#: 100 x 11 regular 7.0 vs 0.8 ms; 500 x 9 regular 15.6 vs 2.1; 1,917 x 91 fast 14.5 vs
+#: 4.3; 1,917 x 11 regular 58 vs 8.8; an SSD's 1,917 x 91 regular 448 vs 76 ms
+_POSTPROCESSING_CELLS = 64
+
+
+@lowers(OperationCode.DETECTION_POSTPROCESSING)
+def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> None:
+    """DETECTION_POSTPROCESSING as the reference computes it (detection_postprocessing.py):
+    the anchors decoded in float32 in its order (ORT's Exp may differ from numpy's by an
+    ulp, as in AXIS_ALIGNED_BBOX_TRANSFORM); regular NMS: the greedy hard walk per (image,
+    foreground class) over the anchors scoring above the threshold, at most the per-class
+    limit each, then per image the best max_detections by stable descending score; fast
+    NMS: one walk per image over each anchor's best foreground score, each kept anchor
+    reporting its best classes (stable). Unused output slots are zero."""
+    scores_operand = g.operand(operation.inputs[0])
+    dims = list(scores_operand.dimensions)
+    if len(dims) != 3 or not all(dims[1:]):
+        raise Declined("DETECTION_POSTPROCESSING needs the anchor and class counts")
+    anchors_count, classes = dims[1], dims[2]
+    scales = [np.float32(g.scalar(operation.inputs[k])) for k in (3, 4, 5, 6)]
+    regular = bool(g.scalar(operation.inputs[7]))
+    max_detections, classes_per_detection, per_class = (int(g.scalar(operation.inputs[k])) for k in (8, 9, 10))
+    threshold = np.float32(g.scalar(operation.inputs[11]))
+    suppress = _hard_suppressor(float(np.float32(g.scalar(operation.inputs[12]))))
+    label_offset = 0 if g.scalar(operation.inputs[13]) else 1
+    if classes < 2 or min(scales) <= 0 or threshold < 0 or g.scalar(operation.inputs[12]) < 0 \
+            or max_detections <= 0 or (per_class if regular else classes_per_detection) <= 0:
+        raise Declined("parameters the reference refuses")
+    cells = anchors_count * (classes - 1) if regular else anchors_count
+    if cells > _POSTPROCESSING_CELLS:
+        raise Declined(f"{cells} NMS candidates per image: past {_POSTPROCESSING_CELLS}, the greedy walk as an ONNX "
+                       "Loop takes 3-9x the reference's time")
+    scores = _real(g, operation.inputs[0])                                            # [B, N, C]
+    deltas = _real(g, operation.inputs[1])                                            # [B, N, >= 4]
+    anchors = _real(g, operation.inputs[2])                                           # [N, 4]
+    d0, d1, d2, d3 = (_column(g, deltas, k) for k in range(4))                      # [B, N]
+    a0, a1, a2, a3 = (_column(g, anchors, k) for k in range(4))                     # [N]
+    half = _f32(g, 0.5)
+    center_y = g.one("Add", [a0, g.one("Div", [g.one("Mul", [a2, d0]), _f32(g, scales[0])])])
+    center_x = g.one("Add", [a1, g.one("Div", [g.one("Mul", [a3, d1]), _f32(g, scales[1])])])
+    half_h = g.one("Mul", [g.one("Mul", [a2, g.one("Exp", [g.one("Div", [d2, _f32(g, scales[2])])])]), half])
+    half_w = g.one("Mul", [g.one("Mul", [a3, g.one("Exp", [g.one("Div", [d3, _f32(g, scales[3])])])]), half])
+    boxes = [g.one("Sub", [center_y, half_h]), g.one("Sub", [center_x, half_w]),
+             g.one("Add", [center_y, half_h]), g.one("Add", [center_x, half_w])]  # [B, N] each
+    images = _size_of(g, scores, 0)
+    foreground = g.one("Slice", [scores, _i64(g, 1), _i64(g, classes), _i64(g, 2)])   # [B, N, C - 1]
+    if regular:
+        groups_per_image, width_max = classes - 1, anchors_count
+        # candidate (image, class) lists over the anchors: [B, C - 1, N]
+        listed = g.one("Transpose", [foreground], perm=[0, 2, 1])
+        limit = per_class
+    else:
+        groups_per_image, width_max, limit = 1, anchors_count, max_detections
+        nan_rows = g.one("ReduceMax", [g.one("Cast", [g.one("IsNaN", [foreground])], to=TensorProto.FLOAT)],
+                         axes=[2], keepdims=1)
+        best = g.one("ReduceMax", [foreground], axes=[2], keepdims=1)                  # [B, N, 1]
+        # a row holding a NaN has a NaN maximum in numpy, which no threshold passes
+        best = g.one("Where", [g.one("Greater", [nan_rows, _f32(g, 0.0)]), _f32(g, float("nan")), best])
+        listed = g.one("Transpose", [best], perm=[0, 2, 1])                           # [B, 1, N]
+    candidate = g.one("Greater", [listed, _f32(g, threshold)])
+    # each group's candidates first, in anchor order (TopK keeps equal keys in order)
+    order = g.node("TopK", [_int(g, candidate), _i64(g, width_max)], 2, axis=2, largest=1, sorted=1)[1]
+    lengths = g.one("Reshape", [g.one("ReduceSum", [_int(g, candidate), _i64(g, 2)], keepdims=0), _i64(g, -1)])
+    flat_groups = g.one("Mul", [images, _i64(g, groups_per_image)])
+    grid = g.one("Concat", [flat_groups, _i64(g, width_max)], axis=0)
+    anchor_ids = g.one("Reshape", [order, grid])                                      # [G, N]
+    group_image = g.one("Div", [_range(g, g.one("Squeeze", [flat_groups, _i64(g, 0)])),
+                                _scalar_i64(g, groups_per_image)])                    # [G]
+    columns = [g.one("GatherElements", [g.one("Gather", [box, group_image], axis=0), anchor_ids], axis=1)
+               for box in boxes]                                                      # [G, N]
+    columns.append(g.one("Mul", [g.one("Sub", [columns[2], columns[0]]), g.one("Sub", [columns[3], columns[1]])]))
+    group_scores = g.one("GatherElements", [g.one("Reshape", [listed, grid]), anchor_ids], axis=1)
+    valid = g.one("Less", [g.one("Unsqueeze", [g.constant(np.arange(width_max, dtype=np.int64)), _i64(g, 0)]),
+                           g.one("Unsqueeze", [lengths, _i64(g, 1)])])
+    columns.append(g.one("Where", [valid, group_scores, _f32(g, _NEG_INF)]))
+    columns = [g.one("Concat", [column, g.one("Expand", [_f32(g, 0.0 if k < 5 else _NEG_INF),
+                                                           _i64(g, 1, width_max)])], axis=0)
+               for k, column in enumerate(columns)]
+    anchor_ids = g.one("Concat", [anchor_ids, g.one("Expand", [_i64(g, 0), _i64(g, 1, width_max)])], axis=0)
+    lengths = g.one("Concat", [lengths, _i64(g, 0)], axis=0)
+    limits = g.one("Min", [lengths, _scalar_i64(g, limit)])
+    remaining = g.one("Where", [g.one("Greater", [limits, _scalar_i64(g, 0)]), lengths,
+                                g.one("Mul", [lengths, _scalar_i64(g, 0)])])
+    chosen_ids, chosen_scores, taken = _greedy_loop(g, columns, anchor_ids, remaining, limits, suppress)
+    taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), _i64(g, 0), flat_groups, _i64(g, 0)])
+    picks = g.one("Transpose", [g.one("NonZero", [taken])], perm=[1, 0])            # [K, 2]: group, step
+    item_anchor = g.one("GatherND", [g.one("Transpose", [chosen_ids], perm=[1, 0]), picks])
+    item_score = g.one("GatherND", [g.one("Transpose", [chosen_scores], perm=[1, 0]), picks])
+    item_group = g.one("Squeeze", [g.one("Slice", [picks, _i64(g, 0), _i64(g, 1), _i64(g, 1)]), _i64(g, 1)])
+    item_image = g.one("Div", [item_group, _scalar_i64(g, groups_per_image)])
+    if regular:
+        item_class = g.one("Add", [g.one("Mod", [item_group, _scalar_i64(g, groups_per_image)]), _scalar_i64(g, 1)])
+        # per image by descending score (stable over class, then selection order), cut
+        by_score = _stable_order(g, _score_key(g, item_score), largest=True)
+        order = g.one("Gather", [by_score, _stable_order(g, g.one("Gather", [item_image, by_score], axis=0),
+                                                         False)], axis=0)
+        _, first, _ = _run_starts(g, g.one("Gather", [item_image, order], axis=0))
+        place = g.one("Sub", [_range(g, g.one("Squeeze", [g.one("Shape", [order]), _i64(g, 0)])), first])
+        keep = g.one("Less", [place, _scalar_i64(g, max_detections)])
+        order = g.one("Compress", [order, keep], axis=0)
+        place = g.one("Compress", [place, keep], axis=0)
+        out_anchor = g.one("Gather", [item_anchor, order], axis=0)
+        out_class = g.one("Gather", [item_class, order], axis=0)
+        out_image = g.one("Gather", [item_image, order], axis=0)
+        out_score = g.one("Gather", [item_score, order], axis=0)
+        slots = max_detections
+    else:
+        ranked_count = min(classes - 1, classes_per_detection)
+        rows = g.one("GatherND", [foreground, g.one("Concat", [g.one("Unsqueeze", [item_image, _i64(g, 1)]),
+                                                                g.one("Unsqueeze", [item_anchor, _i64(g, 1)])],
+                                                       axis=1)])                     # [K, C - 1]
+        ranked = g.node("TopK", [rows, _i64(g, ranked_count)], 2, axis=1, largest=1, sorted=1)   # K anchors' best
+        count_k = g.one("Shape", [item_anchor])
+        repeat = g.one("Concat", [count_k, _i64(g, ranked_count)], axis=0)
+        out_anchor = g.one("Reshape", [g.one("Expand", [g.one("Unsqueeze", [item_anchor, _i64(g, 1)]), repeat]),
+                                       _i64(g, -1)])
+        out_image = g.one("Reshape", [g.one("Expand", [g.one("Unsqueeze", [item_image, _i64(g, 1)]), repeat]),
+                                      _i64(g, -1)])
+        out_class = g.one("Add", [g.one("Reshape", [ranked[1], _i64(g, -1)]), _scalar_i64(g, 1)])
+        out_score = g.one("Reshape", [ranked[0], _i64(g, -1)])
+        step = g.one("Squeeze", [g.one("Slice", [picks, _i64(g, 1), _i64(g, 2), _i64(g, 1)]), _i64(g, 1)])
+        place = g.one("Reshape", [g.one("Add", [g.one("Mul", [g.one("Unsqueeze", [step, _i64(g, 1)]),
+                                                              _scalar_i64(g, ranked_count)]),
+                                               g.constant(np.arange(ranked_count, dtype=np.int64).reshape(1, -1))]),
+                                  _i64(g, -1)])
+        slots = max_detections * classes_per_detection
+    # into [B, slots] outputs, zeros elsewhere
+    flat_slot = g.one("Unsqueeze", [g.one("Add", [g.one("Mul", [out_image, _scalar_i64(g, slots)]), place]),
+                                    _i64(g, 1)])
+    total = g.one("Mul", [images, _i64(g, slots)])
+    shape2 = g.one("Concat", [images, _i64(g, slots)], axis=0)
+    out_boxes = g.one("Concat", [g.one("Unsqueeze", [g.one("GatherND", [box, g.one("Concat", [
+        g.one("Unsqueeze", [out_image, _i64(g, 1)]), g.one("Unsqueeze", [out_anchor, _i64(g, 1)])], axis=1)]),
+        _i64(g, 1)]) for box in boxes], axis=1)                                         # [K', 4]
+    score_grid = g.one("Reshape", [g.one("ScatterND", [g.one("Expand", [_f32(g, 0.0), total]), flat_slot,
+                                                       out_score]), shape2])
+    box_grid = g.one("Reshape", [g.one("ScatterND", [g.one("Expand", [_f32(g, 0.0), g.one("Concat", [
+        total, _i64(g, 4)], axis=0)]), flat_slot, out_boxes]), g.one("Concat", [shape2, _i64(g, 4)], axis=0)])
+    class_grid = g.one("Reshape", [g.one("ScatterND", [g.one("Expand", [g.constant(np.array(0, np.int32)), total]),
+                                                       flat_slot, g.one("Cast", [g.one("Sub", [
+                                                           out_class, _scalar_i64(g, label_offset)])],
+                                                           to=TensorProto.INT32)]), shape2])
+    counts = g.one("ScatterElements", [g.one("Expand", [_i64(g, 0), images]), out_image,
+                                       g.one("Expand", [_scalar_i64(g, 1), g.one("Shape", [out_image])])],
+                   axis=0, reduction="add")
+    g.set_output(operation.outputs[0], score_grid)
+    g.set_output(operation.outputs[1], box_grid)
+    g.set_output(operation.outputs[2], class_grid)
+    g.set_output(operation.outputs[3], g.one("Cast", [counts], to=TensorProto.INT32))
