@@ -217,6 +217,19 @@ def test_roi_align_samples_past_the_far_edge_read_the_last_pixel():
     assert np.abs(expected[0]).min() > 0
 
 
+@pytest.mark.parametrize("nchw", [False, True])
+def test_roi_align_far_from_the_origin_samples_where_the_reference_does(nchw):
+    """Regions near row 500 of a 512-row map, ten samples per bin: the sampling positions
+    must round as the reference's (bin start + half a sample step + i steps). ONNX's
+    RoiAlign, which places them at (i + 0.5) steps, was an ulp (3e-5) off there and its
+    outputs up to 1.7e-5 off, past the CTS tolerance (``nnapi fuzz --seed 7``)."""
+    boxes = np.array([[450.0, 500.0, 466.0, 508.0], [0.0, 480.0, 511.0, 511.0], [3.0, 250.0, 500.0, 509.5]])
+    m = _roi_model(Op.ROI_ALIGN, T.TENSOR_FLOAT32, nchw, ratios=(10, 10), strides=(1.0, 64.0), boxes=boxes,
+                   batch=[0, 0, 0], out=(128, 4), feature_shape=(1, 512, 8, 2), seed=7)
+    expected = m.assert_as_the_reference()
+    assert np.ptp(expected[0]) > 0
+
+
 @pytest.mark.parametrize("operation", [Op.ROI_ALIGN, Op.ROI_POOLING])
 @pytest.mark.parametrize("batch, boxes", [([0, 3], [[1, 1, 4, 4], [2, 2, 3, 3]]),       # batch 3 of 3
                                           ([0, -1], [[1, 1, 4, 4], [2, 2, 3, 3]]),      # negative
