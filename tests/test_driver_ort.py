@@ -781,6 +781,44 @@ def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkey
     assert reason is not None and "no SpaceToDepth kernel for uint8" in reason
 
 
+def test_an_empty_quantized_softmax_is_declined_where_onnxruntime_returns_nothing(ort_device, monkeypatch):
+    """Before 1.32 ORT fuses DequantizeLinear, Softmax, QuantizeLinear into a QLinearSoftmax
+    that returns no value for an empty input: the probe runs that graph (and says so on
+    the installed release), and where it fails a quantized SOFTMAX whose input may be
+    empty (a dimension known only at run time) is declined; a fully known shape is not."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.runtime.model_builder import build_hal_model
+
+    assert lowering.empty_quantized_softmax_has_output() == lowering.onnxruntime_at_least((1, 32))
+
+    def softmax(dims: list[int]) -> nnapi.Model:
+        model = nnapi.Model()
+        x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, dims, 0.5, 3))
+        y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, dims, 1 / 256, 0))
+        model.add_operation(Op.SOFTMAX, [x, _constant(model, T.FLOAT32, np.float32(1.0))], [y])
+        model.identify_inputs_and_outputs([x], [y])
+        model.finish()
+        return build_hal_model(model)[0]
+
+    monkeypatch.setattr(lowering, "empty_quantized_softmax_has_output", lambda: False)
+    [reason] = OrtDevice().get_unsupported_reasons(softmax([0, 3]))
+    assert reason is not None and "returns no output for an empty one" in reason
+    assert OrtDevice().get_unsupported_reasons(softmax([2, 3])) == [None]
+    monkeypatch.setattr(lowering, "empty_quantized_softmax_has_output", lambda: True)
+    assert OrtDevice().get_unsupported_reasons(softmax([0, 3])) == [None]
+
+
+def test_sessions_before_1_22_skip_the_gather_slice_fusion(monkeypatch):
+    """ORT 1.19-1.21 name two GatherSliceToSplitFusion results alike and refuse their own
+    optimized model (the NMS lowering's Loop bodies): sessions there run without it."""
+    from nnapi.drivers.ort import device
+
+    assert device._disabled_optimizers() == (None if device.onnxruntime_at_least((1, 22))
+                                             else ["GatherSliceToSplitFusion"])
+    monkeypatch.setattr(device, "onnxruntime_at_least", lambda version: version < (1, 22))
+    assert device._disabled_optimizers() == ["GatherSliceToSplitFusion"]
+
+
 def test_a_mean_over_every_axis_gives_shape_one():
     """MEAN of every axis without keep_dims is NNAPI's [1] (b/155508675), not ONNX's scalar:
     the graph's output has shape (1,) (onnxruntime before 1.32 checks it and failed the run)."""

@@ -289,7 +289,8 @@ class OrtDevice(IDevice):
 
     def _session(self, model_bytes: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
         try:
-            session = ort.InferenceSession(model_bytes, options, providers=[self.provider])
+            session = ort.InferenceSession(model_bytes, options, providers=[self.provider],
+                                           disabled_optimizers=_disabled_optimizers())
         except Exception as error:  # ORT's own exception types carry no status
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name}: onnxruntime refused the model: "
                                                         f"{error}") from None
@@ -480,6 +481,18 @@ def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[dict, bytes]:
         return header
 
     return _decoded(header_of), data[start + length:]
+
+
+#: the first ONNX Runtime release whose GatherSliceToSplitFusion names each fused node apart
+GATHER_SLICE_FUSION_VERSION = (1, 22)
+
+
+def _disabled_optimizers() -> list[str] | None:
+    """ORT's graph optimizers a session must not run here: before 1.22, fusing Gathers /
+    Slices of one tensor into a Split twice in a graph gives both nodes the same name and
+    ORT then refuses its own optimized model ("two nodes with same node name
+    (/GatherSliceToSplitFusion/)": the NMS lowering's Loop bodies on 1.19-1.21)."""
+    return None if onnxruntime_at_least(GATHER_SLICE_FUSION_VERSION) else ["GatherSliceToSplitFusion"]
 
 
 def _cached_session_options() -> ort.SessionOptions:

@@ -189,6 +189,33 @@ def has_kernel(op_type: str, element: int, **attributes) -> bool:
     return True
 
 
+@functools.cache
+def empty_quantized_softmax_has_output() -> bool:
+    """Whether the installed ONNX Runtime returns an output for DequantizeLinear, Softmax,
+    QuantizeLinear of an empty tensor. Releases before 1.32 fuse the three into their
+    QLinearSoftmax, which then returns no value at all (found on 1.19-1.31 with a zero-sized
+    CTS vector): one run of that three-node graph, once per process."""
+    try:
+        import onnxruntime
+    except ImportError:  # lowering without a runtime (nothing will load the graph here)
+        return True
+    scale = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])
+    zero = helper.make_tensor("z", TensorProto.UINT8, [], [0])
+    step = helper.make_tensor("t", TensorProto.FLOAT, [], [1 / 256])
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["x"]), helper.make_node("Softmax", ["x"], ["y"]),
+         helper.make_node("QuantizeLinear", ["y", "t", "z"], ["o"])], "probe",
+        [helper.make_tensor_value_info("q", TensorProto.UINT8, [None, 2])],
+        [helper.make_tensor_value_info("o", TensorProto.UINT8, None)], [scale, zero, step])
+    try:
+        session = onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(),
+                                               providers=["CPUExecutionProvider"])
+        [result] = session.run(None, {"q": np.zeros((0, 2), np.uint8)})
+    except Exception:  # noqa: BLE001 - any failure means the form cannot be trusted here
+        return False
+    return isinstance(result, np.ndarray)
+
+
 def internal_zero_point(operand: Operand) -> int:
     return operand.zero_point + 128 if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED else operand.zero_point
 
@@ -1950,6 +1977,9 @@ def lower_softmax(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("SOFTMAX axis out of range")
     if output.type not in FLOATS and output.type not in QUANT8:
         raise Declined(f"SOFTMAX on {_name(output.type)} is not supported")
+    if output.type in QUANT8 and not (x.dims and all(x.dims)) and not empty_quantized_softmax_has_output():
+        raise Declined("a quantized SOFTMAX whose input may be empty: this onnxruntime (before 1.32) returns no "
+                       "output for an empty one")
     real = g.dequantize(x)
     if beta != 1.0:
         real = g.one("Mul", [real, g.constant(np.array(beta, np.float32))])
