@@ -168,6 +168,20 @@ def lower_bbox_transform(g: GraphBuilder, operation: Operation) -> None:
     image = _real(g, image_index)                                        # [batches, 2]: height, width
     ids = _checked_batches(g, batch_index, _size(g, image, 0), [_ordered(g, x1, y1, x2, y2)])
     image_height, image_width = _columns(g, g.one("Gather", [image, ids], axis=0), 2)
+    corners = decoded_boxes(g, (x1, y1, x2, y2), (dx, dy, dw, dh), image_width, image_height)
+    stacked = g.one("Concat", [g.one("Unsqueeze", [corner, _i64(g, 2)]) for corner in corners], axis=2)
+    result = g.one("Flatten", [stacked], axis=1)                         # [R, classes * 4]
+    g.set_output(operation.outputs[0], _store(g, result, output))
+
+
+def decoded_boxes(g: GraphBuilder, box: tuple[str, str, str, str], delta: tuple[str, str, str, str],
+                  image_width: str, image_height: str) -> list[str]:
+    """The reference's ``transform_boxes`` (AXIS_ALIGNED_BBOX_TRANSFORM, GENERATE_PROPOSALS):
+    boxes (x1, y1, x2, y2) moved by (dx, dy) of their size, scaled by exp(dw), exp(dh),
+    clipped to [0, the image's width / height]; the same float32 operations in the same
+    order. Returns the new x1, y1, x2, y2."""
+    x1, y1, x2, y2 = box
+    dx, dy, dw, dh = delta
     two, zero = _f32(g, 2.0), _f32(g, 0.0)
     width = g.one("Sub", [x2, x1])
     height = g.one("Sub", [y2, y1])
@@ -180,14 +194,10 @@ def lower_bbox_transform(g: GraphBuilder, operation: Operation) -> None:
     half_w, half_h = g.one("Div", [new_width, two]), g.one("Div", [new_height, two])
 
     def clipped(name: str, limit: str) -> str:
-        return g.one("Unsqueeze", [g.one("Min", [g.one("Max", [name, zero]), limit]), _i64(g, 2)])
+        return g.one("Min", [g.one("Max", [name, zero]), limit])
 
-    stacked = g.one("Concat", [clipped(g.one("Sub", [new_x, half_w]), image_width),
-                               clipped(g.one("Sub", [new_y, half_h]), image_height),
-                               clipped(g.one("Add", [new_x, half_w]), image_width),
-                               clipped(g.one("Add", [new_y, half_h]), image_height)], axis=2)
-    result = g.one("Flatten", [stacked], axis=1)                         # [R, classes * 4]
-    g.set_output(operation.outputs[0], _store(g, result, output))
+    return [clipped(g.one("Sub", [new_x, half_w]), image_width), clipped(g.one("Sub", [new_y, half_h]), image_height),
+            clipped(g.one("Add", [new_x, half_w]), image_width), clipped(g.one("Add", [new_y, half_h]), image_height)]
 
 
 # --- regions of interest (ROI_ALIGN, ROI_POOLING) -----------------------------------------------

@@ -41,7 +41,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.detection import _real, _store
+from nnapi.drivers.ort.detection import _real, _store, decoded_boxes
 from nnapi.drivers.ort.lowering import FLOATS, Declined, GraphBuilder, T, fail_unless, internal_zero_point, lowers
 from nnapi.hal import Operand, Operation
 
@@ -417,22 +417,8 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
     x1, y1, x2, y2 = (_column(g, placed, k) for k in range(4))                      # [1, P]
     dx, dy, dw, dh = (_column(g, deltas, k) for k in range(4))                      # [B, P]
     image_height, image_width = (g.one("Unsqueeze", [_column(g, image, k), _i64(g, 1)]) for k in range(2))
-    two, zero = _f32(g, 2.0), _f32(g, 0.0)
-    box_width = g.one("Sub", [x2, x1])
-    box_height = g.one("Sub", [y2, y1])
-    center_x = g.one("Div", [g.one("Add", [x1, x2]), two])
-    center_y = g.one("Div", [g.one("Add", [y1, y2]), two])
-    new_width = g.one("Mul", [g.one("Exp", [dw]), box_width])
-    new_height = g.one("Mul", [g.one("Exp", [dh]), box_height])
-    new_x = g.one("Add", [center_x, g.one("Mul", [dx, box_width])])
-    new_y = g.one("Add", [center_y, g.one("Mul", [dy, box_height])])
-    half_w, half_h = g.one("Div", [new_width, two]), g.one("Div", [new_height, two])
-
-    def clipped(name: str, limit: str) -> str:
-        return g.one("Min", [g.one("Max", [name, zero]), limit])
-
-    boxes = [clipped(g.one("Sub", [new_x, half_w]), image_width), clipped(g.one("Sub", [new_y, half_h]), image_height),
-             clipped(g.one("Add", [new_x, half_w]), image_width), clipped(g.one("Add", [new_y, half_h]), image_height)]
+    boxes = decoded_boxes(g, (x1, y1, x2, y2), (dx, dy, dw, dh), image_width, image_height)
+    two = _f32(g, 2.0)
     # the candidates of each image: the best pre_limit by stable descending score, or all
     if 0 < pre_limit < positions:
         nan = g.one("IsNaN", [scores])
