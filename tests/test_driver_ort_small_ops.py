@@ -460,6 +460,30 @@ def test_requantizing_selections_equal_the_reference_on_every_pair(ort_device, o
     assert len(np.unique(ours[0])) > 40
 
 
+@pytest.mark.parametrize("operation", [Op.MAXIMUM, Op.MINIMUM])
+def test_quantized_selections_without_a_uint8_max_kernel_compare_instead(ort_device, monkeypatch, operation):
+    """onnxruntime before 1.24 has no uint8 Max / Min (1.19-1.23 refused the CTS's quantized
+    MAXIMUM / MINIMUM models): there the choice is Where(Less(a, b), ...), exact on every
+    pair of stored values, and before 1.21 (no uint8 Less either) the operation is declined."""
+    from nnapi.drivers.ort import lowering
+
+    monkeypatch.setattr(lowering, "has_kernel", lambda op_type, element, **attributes: op_type not in ("Max", "Min"))
+    kind = OperandType(T.TENSOR_QUANT8_ASYMM, [256, 256], 0.5, 128)
+    stored = np.arange(256)
+    built = _Model()
+    inputs = [built.given(kind, np.repeat(stored, 256).reshape(256, 256)),
+              built.given(kind, np.tile(stored, 256).reshape(256, 256))]
+    built.output(kind)
+    model = built.operation(operation, inputs)
+    assert _reasons(model) == [None]
+    ours, theirs = _on_both(built, model, ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    assert len(np.unique(ours[0])) == 256
+    monkeypatch.setattr(lowering, "onnxruntime_at_least", lambda version: version < lowering.UINT8_LESS_VERSION)
+    (reason,) = _reasons(model)
+    assert "no uint8" in reason
+
+
 def test_a_requantizing_table_the_reference_does_not_confirm_is_declined(monkeypatch):
     """The tables are checked against the reference's own operation at preparation: one
     that differs (here made wrong on purpose) declines the operation, naming why."""

@@ -130,6 +130,10 @@ def internal_kind(code: int) -> str:
 INT16_ADD_VERSION = (1, 21)
 
 
+#: the first ONNX Runtime release with a uint8 Less on the CPU
+UINT8_LESS_VERSION = (1, 21)
+
+
 def release(version: str) -> tuple[int, int]:
     """(major, minor) of a version string such as "1.20.1" or "1.22.0.dev20250101"."""
     parts = [int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:2]]
@@ -2891,6 +2895,14 @@ def lower_maximum(g: GraphBuilder, operation: Operation) -> None:
     elif output.type not in (*FLOATS, T.TENSOR_INT32) or a.kind != b.kind:
         raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
     op_type = "Max" if operation.type == OperationCode.MAXIMUM else "Min"
+    if output.type in QUANT8 and not has_kernel(op_type, TensorProto.UINT8):
+        # releases before 1.24 have no uint8 Max / Min: the same choice by a comparison,
+        # whose uint8 kernel came in 1.21
+        if not onnxruntime_at_least(UINT8_LESS_VERSION):
+            raise Declined(f"this onnxruntime has no uint8 {op_type} or Less kernel (1.21 has Less, 1.24 {op_type})")
+        first, second = names if operation.type == OperationCode.MINIMUM else names[::-1]
+        g.set_output(operation.outputs[0], g.one("Where", [g.one("Less", names), first, second]))
+        return
     g.set_output(operation.outputs[0], g.one(op_type, names))
 
 
