@@ -137,24 +137,25 @@ def _dynamic_runs(model: nnapi.Model, ort_device, runs: list[list[np.ndarray]], 
         compilation = nnapi.Compilation(model, [device])
         compilation.finish()
         compilations.append(compilation)
-    results = []
-    for values in runs:
-        pair = []
-        for compilation in compilations:
-            execution = nnapi.Execution(compilation)
-            for position, value in enumerate(values):
-                execution.set_input(position, value)
-            buffer = np.zeros(256, dtype_of(output.type))
-            execution.set_output(0, buffer)
-            try:
-                execution.compute()
-            except nnapi.NnapiError as error:
-                pair.append(error.code)
-                continue
-            dims = execution.get_output_operand_dimensions(0)
-            pair.append(buffer[:int(np.prod(dims))].reshape(dims))
-        results.append(tuple(pair))
-    return results
+    return [tuple(_output_of_run(compilation, values, [None] * len(values), output.type, 256)
+                  for compilation in compilations) for values in runs]
+
+
+def _output_of_run(compilation: nnapi.Compilation, values: list[np.ndarray], types: list, output_code: int,
+                   capacity: int):
+    """One run's one output as an array of its run-time shape, or the failure's result code
+    (``types``: each input's full type where the model leaves its shape open, else None)."""
+    execution = nnapi.Execution(compilation)
+    for position, (value, operand) in enumerate(zip(values, types, strict=True)):
+        execution.set_input(position, value, operand)
+    buffer = np.zeros(capacity, dtype_of(output_code))
+    execution.set_output(0, buffer)
+    try:
+        execution.compute()
+    except nnapi.NnapiError as error:
+        return error.code
+    dims = execution.get_output_operand_dimensions(0)
+    return buffer[:int(np.prod(dims))].reshape(dims)
 
 
 def _strided_slice_model(code, masks, given_masks=False):
@@ -506,21 +507,7 @@ def _runs_with_input_types(model, device, runs, output_code, capacity=512):
     array of its run-time shape, or the result code of the failure."""
     compilation = nnapi.Compilation(model, [device])
     compilation.finish()
-    results = []
-    for values, types in runs:
-        execution = nnapi.Execution(compilation)
-        for position, (value, operand) in enumerate(zip(values, types)):
-            execution.set_input(position, value, operand)
-        buffer = np.zeros(capacity, dtype_of(output_code))
-        execution.set_output(0, buffer)
-        try:
-            execution.compute()
-        except nnapi.NnapiError as error:
-            results.append(error.code)
-            continue
-        dims = execution.get_output_operand_dimensions(0)
-        results.append(buffer[:int(np.prod(dims))].reshape(dims))
-    return results
+    return [_output_of_run(compilation, values, types, output_code, capacity) for values, types in runs]
 
 
 def test_slice_of_an_input_whose_shape_is_known_at_run_time_checks_its_bounds_then(ort_device):
