@@ -59,20 +59,22 @@ def _nms_model(code: int, rois: int, classes: int, parameters: tuple) -> nnapi.M
     return model
 
 
-def _run(compilation: nnapi.Compilation, code: int, values: list[np.ndarray]) -> list[np.ndarray]:
-    """The four outputs, cut to the dimensions the execution reports."""
+def _run(compilation: nnapi.Compilation, code: int, values: list[np.ndarray], outputs: int = 4) -> list[np.ndarray]:
+    """The outputs (scores, boxes, then ``outputs - 2`` int32 ones: BOX_WITH_NMS_LIMIT's
+    classes and batch indexes, GENERATE_PROPOSALS' batch indexes), cut to the dimensions
+    the execution reports, which must agree."""
     execution = nnapi.Execution(compilation)
     for position, value in enumerate(values):
         execution.set_input(position, value)
     room = values[0].size
     box_dtype = np.uint16 if code in SCORE_QUANT else DTYPES[code]
-    results = [np.zeros(room, DTYPES[code]), np.zeros((room, 4), box_dtype), np.zeros(room, np.int32),
-               np.zeros(room, np.int32)]
+    results = [np.zeros(room, DTYPES[code]), np.zeros((room, 4), box_dtype),
+               *(np.zeros(room, np.int32) for _ in range(outputs - 2))]
     for position, array in enumerate(results):
         execution.set_output(position, array)
     execution.compute()
     count = execution.get_output_operand_dimensions(0)[0]
-    for position in range(4):
+    for position in range(outputs):
         assert execution.get_output_operand_dimensions(position)[0] == count
     return [array[:count] for array in results]
 
@@ -150,15 +152,12 @@ def test_box_with_nms_limit_gaussian_is_declined_with_the_rule():
 
 
 # --- GENERATE_PROPOSALS ----------------------------------------------------------------------
-GP_QUANT = {T.TENSOR_QUANT8_ASYMM: (0.0625, 16), T.TENSOR_QUANT8_ASYMM_SIGNED: (0.0625, -112)}
-
-
 def _proposals_model(code: int, batches: int, height: int, width: int, anchors: int, nchw: bool,
                      parameters: tuple) -> nnapi.Model:
     """GENERATE_PROPOSALS of scores, deltas, anchors and image sizes given at run time, the
     parameters (strides, pre / post NMS limits, IoU threshold, minimum size) constants."""
-    quantized = code in GP_QUANT
-    scale, zero_point = GP_QUANT.get(code, (0.0, 0))
+    quantized = code in SCORE_QUANT
+    scale, zero_point = SCORE_QUANT.get(code, (0.0, 0))
     scalar = T.FLOAT16 if code == T.TENSOR_FLOAT16 else T.FLOAT32
     model = nnapi.Model()
     feature = [batches, anchors, height, width] if nchw else [batches, height, width, anchors]
@@ -186,20 +185,6 @@ def _proposals_model(code: int, batches: int, height: int, width: int, anchors: 
     return model
 
 
-def _run_proposals(compilation: nnapi.Compilation, code: int, values: list[np.ndarray]) -> list[np.ndarray]:
-    execution = nnapi.Execution(compilation)
-    for position, value in enumerate(values):
-        execution.set_input(position, value)
-    room = values[0].size
-    box_dtype = np.uint16 if code in GP_QUANT else DTYPES[code]
-    results = [np.zeros(room, DTYPES[code]), np.zeros((room, 4), box_dtype), np.zeros(room, np.int32)]
-    for position, array in enumerate(results):
-        execution.set_output(position, array)
-    execution.compute()
-    count = execution.get_output_operand_dimensions(0)[0]
-    return [array[:count] for array in results]
-
-
 def _proposal_inputs(rng, code, batches, height, width, anchors, nchw, scaled: bool) -> list[np.ndarray]:
     """Scores from few levels (ties), deltas in eighths (dw, dh zero unless ``scaled``: exp(0)
     is 1 in every float32 exp), integer anchors (some zero-area), image sizes in eighths."""
@@ -214,8 +199,8 @@ def _proposal_inputs(rng, code, batches, height, width, anchors, nchw, scaled: b
     deltas = moves.reshape(batches, height, width, anchors * 4)
     if nchw:
         levels, deltas = levels.transpose(0, 3, 1, 2), deltas.transpose(0, 3, 1, 2)
-    if code in GP_QUANT:
-        _, zero_point = GP_QUANT[code]
+    if code in SCORE_QUANT:
+        _, zero_point = SCORE_QUANT[code]
         return [(levels * 3 + zero_point).astype(DTYPES[code]), (deltas * 8 + zero_point).astype(DTYPES[code]),
                 (anchor * 8).astype(np.int16), (image * 8).astype(np.uint16)]
     dtype = DTYPES[code]
@@ -251,7 +236,7 @@ def test_generate_proposals_makes_the_reference_selections(code, nchw):
         for trial in range(6):
             scaled = trial >= 4
             values = _proposal_inputs(rng, code, batches, height, width, anchors, nchw, scaled)
-            expected, actual = (_run_proposals(compilation, code, values) for compilation in compilations)
+            expected, actual = (_run(compilation, code, values, outputs=3) for compilation in compilations)
             proposed += len(expected[0])
             for position, (want, got) in enumerate(zip(expected, actual, strict=True)):
                 assert got.dtype == want.dtype and got.shape == want.shape
