@@ -40,6 +40,7 @@ from nnapi.drivers.ort.lowering import (
     GraphBuilder,
     T,
     _name,
+    all_hold,
     fail_unless,
     internal_zero_point,
     lowers,
@@ -106,19 +107,6 @@ def _store(g: GraphBuilder, name: str, operand: Operand) -> str:
     return g.one("Cast", [clamped], to=TensorProto.UINT8)
 
 
-def _all(g: GraphBuilder, condition: str) -> str:
-    """A scalar bool: every element of the bool tensor ``condition`` holds (an empty one: true)."""
-    failures = g.one("ReduceSum", [g.one("Cast", [g.one("Not", [condition])], to=TensorProto.INT64)], keepdims=0)
-    return g.one("Equal", [failures, g.constant(np.array(0, np.int64))])
-
-
-def _and(g: GraphBuilder, *conditions: str) -> str:
-    result = conditions[0]
-    for condition in conditions[1:]:
-        result = g.one("And", [result, condition])
-    return result
-
-
 def _columns(g: GraphBuilder, name: str, count: int) -> list[str]:
     """The ``count`` columns of a [rows, count] value, each [rows, 1]."""
     return g.node("Split", [name, _i64(g, *([1] * count))], count, axis=1)
@@ -142,7 +130,7 @@ def _checked_batches(g: GraphBuilder, index: int, batches: str, valid: list[str]
     ids = g.one("Cast", [value.name], to=TensorProto.INT64)
     in_range = g.one("And", [g.one("GreaterOrEqual", [ids, g.constant(np.array(0, np.int64))]),
                              g.one("Less", [ids, batches])])
-    return fail_unless(g, _and(g, *[_all(g, c) for c in [in_range, *valid]]), ids)
+    return fail_unless(g, all_hold(g, [in_range, *valid]), ids)
 
 
 def _ordered(g: GraphBuilder, x1: str, y1: str, x2: str, y2: str) -> str:
@@ -411,7 +399,7 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
     flat = g.one("Reshape", [maps, g.one("Concat", [leading, g.one("Mul", [size, size])], axis=0)])
     x1, y1, x2, y2 = (g.one("Unsqueeze", [column, _i64(g, 2)]) for column in _columns(g, _real(g, boxes), 4))
     peak = g.one("ArgMax", [flat], axis=2, keepdims=1, select_last_index=0)      # [N, K, 1], first maximum
-    peak = fail_unless(g, _and(g, _all(g, square), _all(g, large), _all(g, _ordered(g, x1, y1, x2, y2))), peak)
+    peak = fail_unless(g, all_hold(g, [square, large, _ordered(g, x1, y1, x2, y2)]), peak)
     peak_score = g.one("GatherElements", [flat, peak], axis=2)
     row, col = g.one("Div", [peak, size]), g.one("Mod", [peak, size])
 

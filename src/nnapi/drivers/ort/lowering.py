@@ -251,6 +251,8 @@ class GraphBuilder:
         self.dequantized: dict[int, Value] = {}
         #: float32 MEANs computed from the 8-bit values' exact sums (_integer_mean), by index
         self.integer_means: set[int] = set()
+        #: REDUCE_MAX outputs lowered as GlobalMaxPool (small_graphs.py) -> its [N, C, 1, 1] value
+        self.pooled: dict[int, str] = {}
         self._count = 0
         self._constants: dict[tuple, str] = {}
         #: a uint8 value shift_signed made from an int8 one -> that int8 value
@@ -944,7 +946,8 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: _ConvParams, 
     bias = g.raw_constant(operation.inputs[2])
     batches, height, width, depth = source.dims
     channels_out, _, kernel_h, kernel_w = array.shape
-    few_outputs = depth % SYM_INPUT_CHANNEL_ALIGN == 0 and _few_outputs_factor(array.shape, params, width) > 1
+    few_factor = _few_outputs_factor(array.shape, params, width) if depth % SYM_INPUT_CHANNEL_ALIGN == 0 else 1
+    few_outputs = few_factor > 1
     if (not symmetric or bias is None or not all(source.dims) or (depth % SYM_INPUT_CHANNEL_ALIGN == 0
                                                                    and not few_outputs)
             or params.dilations != [1, 1] or len(output.dimensions) != 4 or not all(output.dimensions)):
@@ -952,7 +955,7 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: _ConvParams, 
     stride_h, stride_w = params.strides
     factor = math.lcm(stride_w, SYM_INPUT_CHANNEL_ALIGN // math.gcd(depth, SYM_INPUT_CHANNEL_ALIGN))
     if few_outputs:
-        factor = _few_outputs_factor(array.shape, params, width)
+        factor = few_factor
     top, left, bottom, _ = params.pads if params.pads is not None else [0, 0, 0, 0]
     first_tap = (-left) // factor  # merged columns read, relative to the output's own
     last_tap = (stride_w * (factor // stride_w - 1) - left + kernel_w - 1) // factor
@@ -3300,6 +3303,18 @@ def _same_products(g: GraphBuilder, reshapes: list[Operation], products: list[li
 
 #: what a failed run-time check (``fail_unless``) names in its node, and the run's error reports
 CHECK_PREFIX = "nnapi check"
+
+
+def all_hold(g: GraphBuilder, conditions: Sequence[str]) -> str:
+    """A boolean scalar: whether every element of every boolean tensor holds (an empty one
+    holds), counted as int64 (ORT reduces an empty sum to 0, where an empty min has no
+    identity to give): what ``fail_unless`` checks."""
+    holds = None
+    for condition in conditions:
+        failures = g.one("ReduceSum", [g.one("Cast", [g.one("Not", [condition])], to=TensorProto.INT64)], keepdims=0)
+        none = g.one("Equal", [failures, g.constant(np.array(0, np.int64))])
+        holds = none if holds is None else g.one("And", [holds, none])
+    return holds
 
 
 def fail_unless(g: GraphBuilder, condition: str, value: str, why: str = "") -> str:

@@ -41,23 +41,24 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.detection import _real, _store, decoded_boxes
-from nnapi.drivers.ort.lowering import FLOATS, Declined, GraphBuilder, T, fail_unless, internal_zero_point, lowers
+from nnapi.drivers.ort.detection import _f32, _i64, _ordered, _real, _size, _store, decoded_boxes
+from nnapi.drivers.ort.lowering import (
+    FLOATS,
+    Declined,
+    GraphBuilder,
+    T,
+    all_hold,
+    fail_unless,
+    internal_zero_point,
+    lowers,
+)
 from nnapi.hal import Operand, Operation
 
 _NEG_INF = np.float32(-np.inf)
 
 
-def _i64(g: GraphBuilder, *values: int) -> str:
-    return g.constant(np.array(values, np.int64))
-
-
 def _scalar_i64(g: GraphBuilder, value: int) -> str:
     return g.constant(np.array(value, np.int64))
-
-
-def _f32(g: GraphBuilder, value: float) -> str:
-    return g.constant(np.array(value, np.float32))
 
 
 def _range(g: GraphBuilder, length: str) -> str:
@@ -253,9 +254,7 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
     raw_boxes = g.one("Reshape", [g.value(operation.inputs[1]).name, _i64(g, -1, 4)])     # [R * C, 4]
     batches = g.value(operation.inputs[2]).name
     x1, y1, x2, y2 = (_column(g, boxes, k) for k in range(4))
-    ordered = g.one("And", [g.one("LessOrEqual", [x1, x2]), g.one("LessOrEqual", [y1, y2])])
-    failures = g.one("ReduceSum", [_int(g, g.one("Not", [ordered]))], keepdims=0)
-    run, run_start, _ = _run_starts(g, fail_unless(g, g.one("Equal", [failures, _scalar_i64(g, 0)]),
+    run, run_start, _ = _run_starts(g, fail_unless(g, all_hold(g, [_ordered(g, x1, y1, x2, y2)]),
                                                       _int(g, batches), "every box needs x1 <= x2 and y1 <= y2"))
     foreground = classes - 1
     candidate = g.one("Greater", [g.one("Slice", [scores, _i64(g, 1), _i64(g, classes), _i64(g, 1)]),
@@ -404,8 +403,7 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
     anchors = _real_boxes(g, operation.inputs[2])                                      # [A, 4]
     image = _real(g, operation.inputs[3])                                              # [B, 2]
     a1, b1, a2, b2 = (_column(g, anchors, k) for k in range(4))
-    ordered = g.one("And", [g.one("LessOrEqual", [a1, a2]), g.one("LessOrEqual", [b1, b2])])
-    failures = g.one("ReduceSum", [_int(g, g.one("Not", [ordered]))], keepdims=0)
+    anchors_ordered = all_hold(g, [_ordered(g, a1, b1, a2, b2)])
     # anchor a at feature position (h, w) in image coordinates, [h, w, a] flattened
     shift_y = np.arange(height, dtype=np.float32) * height_stride
     shift_x = np.arange(width, dtype=np.float32) * width_stride
@@ -431,7 +429,7 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
         count = pre_limit
     else:
         candidates = g.one("Unsqueeze", [g.constant(np.arange(positions, dtype=np.int64)), _i64(g, 0)])
-        candidates = g.one("Expand", [candidates, g.one("Concat", [_size_of(g, scores, 0), _i64(g, positions)],
+        candidates = g.one("Expand", [candidates, g.one("Concat", [_size(g, scores, 0), _i64(g, positions)],
                                                                   axis=0)])
         count = positions
     chosen = [g.one("GatherElements", [box, candidates], axis=1) for box in boxes]
@@ -447,7 +445,7 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
     first = g.node("TopK", [_int(g, usable), _i64(g, count)], 2, axis=1, largest=1, sorted=1)[1]
     ids = g.one("GatherElements", [candidates, first], axis=1)                           # [B, count]
     lengths = g.one("ReduceSum", [_int(g, usable), _i64(g, 1)], keepdims=0)              # [B]
-    ids = fail_unless(g, g.one("Equal", [failures, _scalar_i64(g, 0)]), ids,
+    ids = fail_unless(g, anchors_ordered, ids,
                       "every anchor needs x1 <= x2 and y1 <= y2")
     columns = [g.one("GatherElements", [box, ids], axis=1) for box in boxes]
     columns.append(g.one("Mul", [g.one("Sub", [columns[2], columns[0]]), g.one("Sub", [columns[3], columns[1]])]))
@@ -464,7 +462,7 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
     remaining = g.one("Where", [g.one("Greater", [limits, _scalar_i64(g, 0)]), lengths,
                                 g.one("Mul", [lengths, _scalar_i64(g, 0)])])
     chosen_ids, _, taken = _greedy_loop(g, columns, ids, remaining, limits, suppress)
-    images = _size_of(g, scores, 0)
+    images = _size(g, scores, 0)
     taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), _i64(g, 0), images, _i64(g, 0)])
     picks = g.one("Transpose", [g.one("NonZero", [taken])], perm=[1, 0])               # [K, 2]: image, step
     position = g.one("GatherND", [g.one("Transpose", [chosen_ids], perm=[1, 0]), picks])
@@ -477,11 +475,6 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], _scores(g, out_scores, g.operand(operation.outputs[0])))
     g.set_output(operation.outputs[1], _store(g, out_boxes, g.operand(operation.outputs[1])))
     g.set_output(operation.outputs[2], g.one("Cast", [image_of], to=TensorProto.INT32))
-
-
-def _size_of(g: GraphBuilder, name: str, axis: int) -> str:
-    """Dimension ``axis`` of ``name`` at run time, as an int64 [1]."""
-    return g.one("Shape", [name], start=axis, end=axis + 1)
 
 
 #: DETECTION_POSTPROCESSING is claimed up to this many NMS candidates per image (anchors x
@@ -533,7 +526,7 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
     half_w = g.one("Mul", [g.one("Mul", [a3, g.one("Exp", [g.one("Div", [d3, _f32(g, scales[3])])])]), half])
     boxes = [g.one("Sub", [center_y, half_h]), g.one("Sub", [center_x, half_w]),
              g.one("Add", [center_y, half_h]), g.one("Add", [center_x, half_w])]  # [B, N] each
-    images = _size_of(g, scores, 0)
+    images = _size(g, scores, 0)
     foreground = g.one("Slice", [scores, _i64(g, 1), _i64(g, classes), _i64(g, 2)])   # [B, N, C - 1]
     if regular:
         groups_per_image, width_max = classes - 1, anchors_count

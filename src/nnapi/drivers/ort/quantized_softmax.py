@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.lowering import QUANT8, GraphBuilder, internal_zero_point, lower_softmax, lowers, onnx_model
-from nnapi.drivers.ort.requantize import stored_values
+from nnapi.drivers.ort.requantize import quantization, stored_values
 from nnapi.hal import Operand, Operation
 from nnapi.operand import OperandType
 from nnapi.operations import ExecutionContext, Tensor, get_operation
@@ -49,16 +49,12 @@ def lower_softmax_two_classes(g: GraphBuilder, operation: Operation) -> None:
         return
     source = g.operand(operation.inputs[0])
     beta = float(np.float32(g.scalar(operation.inputs[1])))
-    key = (_quantization(source), beta, _quantization(output))
+    key = (quantization(source), beta, quantization(output))
     if not _proven(*key):
         lower_softmax(g, operation)
         return
     y = _logistic_nodes(g.one, g.constant, x.name, _factor(source.scale, beta), output)
     g.set_output(operation.outputs[0], y)
-
-
-def _quantization(operand: Operand | OperandType) -> tuple[int, float, int]:
-    return int(operand.type), float(operand.scale), int(operand.zero_point)
 
 
 def _factor(scale: float, beta: float) -> np.float32:

@@ -33,7 +33,8 @@ def stored_values(operand: Operand | OperandType) -> np.ndarray:
     return (np.arange(256) - shift).astype(dtype_of(operand.type))
 
 
-def _quantization(operand: Operand | OperandType) -> tuple:
+def quantization(operand: Operand | OperandType) -> tuple[int, float, int]:
+    """(type, scale, zero point): what the tables and their proofs are cached by."""
     return int(operand.type), float(operand.scale), int(operand.zero_point)
 
 
@@ -51,7 +52,7 @@ def _table(source: tuple, output: tuple) -> np.ndarray:
 def table(source: Operand, output: Operand) -> np.ndarray:
     """For each internal value of ``source``, the stored value (``output``'s dtype) of its
     requantization into ``output``'s quantization, as the reference computes it."""
-    return _table(_quantization(source), _quantization(output))
+    return _table(quantization(source), quantization(output))
 
 
 def _probe(operand: OperandType, shape: tuple[int, ...]) -> Tensor:
@@ -62,7 +63,7 @@ def _probe(operand: OperandType, shape: tuple[int, ...]) -> Tensor:
 def proven(code: int, first: Operand, second: Operand, output: Operand) -> bool:
     """Whether selection ``code`` of ``first`` and ``second`` requantized by their tables
     gives the reference's result for every stored value (cached per quantization)."""
-    return _proven(int(code), _quantization(first), _quantization(second), _quantization(output))
+    return _proven(int(code), quantization(first), quantization(second), quantization(output))
 
 
 @functools.cache

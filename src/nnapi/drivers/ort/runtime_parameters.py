@@ -27,6 +27,7 @@ from nnapi.drivers.ort.lowering import (
     Declined,
     GraphBuilder,
     Value,
+    all_hold,
     fail_unless,
     internal_zero_point,
     lowers_at_run_time,
@@ -59,18 +60,6 @@ def shape_of(g: GraphBuilder, x: Value) -> str:
     if all(x.dims):
         return g.constant(np.array(x.dims, np.int64))
     return g.one("Shape", [x.name])
-
-
-def all_of(g: GraphBuilder, conditions: list[str]) -> str:
-    """A boolean scalar: whether every element of every boolean tensor holds (an empty one
-    holds), counted as int64 (ORT reduces an empty sum to 0, where an empty min has no
-    identity to give)."""
-    holds = None
-    for condition in conditions:
-        failures = g.one("ReduceSum", [g.one("Cast", [g.one("Not", [condition])], to=TensorProto.INT64)], keepdims=0)
-        none = g.one("Equal", [failures, g.constant(np.array(0, np.int64))])
-        holds = none if holds is None else g.one("And", [holds, none])
-    return holds
 
 
 def constant_scalar(g: GraphBuilder, operation: Operation, position: int, what: str, why: str) -> int:
@@ -139,7 +128,7 @@ def strided_slice(g: GraphBuilder, operation: Operation, x: Value) -> str:
     stop = g.one("Where", [empty_backwards, zero, g.one("Where", [
         g.one("And", [g.one("Not", [forwards]), g.one("Less", [stop, zero])]),
         g.constant(np.array(_BEFORE_FIRST, np.int64)), stop])])
-    start = fail_unless(g, all_of(g, checks), start)
+    start = fail_unless(g, all_hold(g, checks), start)
     y = g.one("Slice", [x.name, start, stop, g.constant(np.arange(rank, dtype=np.int64)), strides])
     if len(shrunk) == rank:
         return g.one("Reshape", [y, g.constant(np.array([1], np.int64))])
@@ -181,7 +170,7 @@ def mean(g: GraphBuilder, operation: Operation, x: Value) -> str:
     sizes = shape_of(g, x)
     one = g.constant(np.array(1, np.int64))
     elements = g.one("ReduceProd", [g.one("Where", [reduced, sizes, one])], keepdims=0)
-    valid = all_of(g, checks)
+    valid = all_hold(g, checks)
     if x.kind == "float":
         total = g.one("ReduceSum", [x.name, fail_unless(g, valid, positions)], keepdims=int(keep),
                       noop_with_empty_axes=1)
@@ -224,7 +213,7 @@ def transpose(g: GraphBuilder, operation: Operation, x: Value) -> str:
     uses = g.one("ReduceSum", [g.one("Cast", [hits], to=TensorProto.INT64), g.constant(np.array([0], np.int64))],
                  keepdims=0)
     checks.append(g.one("Equal", [uses, g.constant(np.ones(rank, np.int64))]))
-    perm = fail_unless(g, all_of(g, checks), perm, "perm must be a permutation of the input's axes")
+    perm = fail_unless(g, all_hold(g, checks), perm, "perm must be a permutation of the input's axes")
     weights = rank ** np.arange(rank, dtype=np.int64)
     code = g.one("ReduceSum", [g.one("Mul", [perm, g.constant(weights)])], keepdims=0)
     orders = sorted(itertools.permutations(range(rank)), key=lambda order: int(np.dot(order, weights)))

@@ -22,7 +22,6 @@ general lowerings in ``lowering``, which these fall back to.
 from __future__ import annotations
 
 import math
-import weakref
 
 import numpy as np
 
@@ -44,8 +43,6 @@ Op = OperationCode
 L = OperandLifeTime
 _CLAMPED = (FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6)
 _CONVOLUTIONS = (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D)
-#: per graph being built: REDUCE_MAX outputs lowered as GlobalMaxPool -> its [N, C, 1, 1] value
-_POOLED: weakref.WeakKeyDictionary[GraphBuilder, dict[int, str]] = weakref.WeakKeyDictionary()
 
 
 @lowers(OperationCode.GATHER)
@@ -115,7 +112,7 @@ def lower_reduce_as_global_pool(g: GraphBuilder, operation: Operation) -> None:
         return
     nchw = g.one("Transpose", [g.value(image).name], perm=[0, 3, 1, 2])
     pooled = g.one("GlobalMaxPool", [nchw])  # [N, C, 1, 1]: in memory the output's [N, ..., C]
-    _POOLED.setdefault(g, {})[operation.outputs[0]] = pooled
+    g.pooled[operation.outputs[0]] = pooled
     shape = g.constant(np.array(g.operand(operation.outputs[0]).dimensions, np.int64))
     g.set_output(operation.outputs[0], g.one("Reshape", [pooled, shape]))
 
@@ -168,7 +165,7 @@ def lower_concatenation_of_pools(g: GraphBuilder, operation: Operation) -> None:
     """CONCATENATION along the last axis of maxima lowered as GlobalMaxPool (see the
     module's docstring) as one Concat of the pooled values; otherwise
     ``lowering.lower_concatenation``."""
-    pooled = _POOLED.get(g, {})
+    pooled = g.pooled
     parts = operation.inputs[:-1]
     output = g.operand(operation.outputs[0])
     dims = list(output.dimensions)
