@@ -615,3 +615,54 @@ def test_sequence_lstm_with_diagonal_recurrent_weights_is_refused() -> None:
                    {"FusedActivationFunction": 4, "DiagonalRecurrentTensors": True}))
     with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(UNIDIRECTIONAL_SEQUENCE_LSTM\): diagonal recurrent"):
         nnapi.load_tflite(build(Subgraph(tensors, [op], [0], [15])))
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_fully_connected_on_a_run_time_batch(per_channel: bool) -> None:
+    """A FULLY_CONNECTED whose batch is known only at run time (per-channel int8 weights,
+    or float keeping the input's rank) imports with RESHAPEs to -1 (it was refused) and
+    computes every row of a batch of 3 as numpy does, on each device."""
+    from tflite_cases import fully_connected_dynamic_batch
+
+    data = fully_connected_dynamic_batch(per_channel)
+    lowerings = [str(lowering) for lowering in nnapi.load_tflite(data).lowerings]
+    assert any(("per-channel" if per_channel else "keep_num_dims") in text for text in lowerings), lowerings
+    rng = np.random.default_rng(5)
+    if per_channel:
+        x = rng.integers(-128, 128, (3, 10)).astype(np.int8)
+    else:
+        x = rng.standard_normal((3, 3, 4)).astype(np.float32)
+    expected = _fully_connected_reference(data, x)
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        got = session.run({"x": x})["y"]
+        assert got.shape == expected.shape
+        if per_channel:
+            assert np.abs(got.astype(np.int32) - expected).max() <= 1   # a rounding tie at most
+        else:
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        single = session.run({"x": x[:1]})["y"]
+        np.testing.assert_array_equal(single, got[:1])
+
+
+def _fully_connected_reference(data: bytes, x: np.ndarray) -> np.ndarray:
+    """numpy's FULLY_CONNECTED of the synthetic model (weights read back from its import)."""
+    from tflite_cases import _rng
+
+    rng = _rng(11)
+    if x.dtype == np.float32:
+        w = rng.standard_normal((5, 4)).astype(np.float32)
+        b = rng.standard_normal(5).astype(np.float32)
+        return (x.astype(np.float64) @ w.T.astype(np.float64) + b).astype(np.float32)
+    w = rng.uniform(-1, 1, (6, 10)).astype(np.float32)
+    scales = (np.abs(w).max(axis=1) / 127).astype(np.float32)
+    bias_scales = (scales * np.float32(0.04)).astype(np.float32)
+    wq = np.clip(np.round(w / scales[:, None]), -127, 127)
+    bq = np.round(rng.uniform(-1, 1, 6) / bias_scales)
+    acc = (x.astype(np.float64) - 2) @ wq.T + bq
+    y = np.round(acc * (scales.astype(np.float64) * 0.04) / np.float32(0.03)) - 4
+    return np.clip(y, -128, 127).astype(np.int32)

@@ -518,6 +518,28 @@ def dynamic_batch_add() -> bytes:
     return single_op("ADD", t, [0, 1], [2], ("AddOptions", {}))
 
 
+def fully_connected_dynamic_batch(per_channel: bool) -> bytes:
+    """FULLY_CONNECTED on a batch known at run time (shape signature -1): per-channel int8
+    weights (a 1x1 CONV_2D between RESHAPEs), or float keeping the input's rank."""
+    rng = _rng(11)
+    if not per_channel:
+        t = [Tensor("x", "float32", [1, 3, 4], shape_signature=[-1, 3, 4]),
+             Tensor("w", "float32", [5, 4], data=rng.standard_normal((5, 4)).astype(np.float32)),
+             Tensor("b", "float32", [5], data=rng.standard_normal(5).astype(np.float32)),
+             Tensor("y", "float32", [1, 3, 5], shape_signature=[-1, 3, 5])]
+        return single_op("FULLY_CONNECTED", t, [0, 1, 2], [3], ("FullyConnectedOptions", {"KeepNumDims": True}))
+    w = rng.uniform(-1, 1, (6, 10)).astype(np.float32)
+    scales = (np.abs(w).max(axis=1) / 127).astype(np.float32)
+    bias_scales = (scales * np.float32(0.04)).astype(np.float32)
+    t = [Tensor("x", "int8", [1, 10], scale=0.04, zero_point=2, shape_signature=[-1, 10]),
+         Tensor("w", "int8", [6, 10], data=_q(w, scales, 0, np.int8, axis=0), scale=[float(v) for v in scales],
+                zero_point=[0] * 6),
+         Tensor("b", "int32", [6], data=np.round(rng.uniform(-1, 1, 6) / bias_scales).astype(np.int32),
+                scale=[float(v) for v in bias_scales], zero_point=[0] * 6),
+         Tensor("y", "int8", [1, 6], scale=0.03, zero_point=-4, shape_signature=[-1, 6])]
+    return single_op("FULLY_CONNECTED", t, [0, 1, 2], [3], ("FullyConnectedOptions", {}))
+
+
 def mirror_pad_padv2() -> bytes:
     t = [Tensor("x", "float32", [1, 3, 4, 1]),
          Tensor("pads", "int32", [4, 2], data=np.array([[0, 0], [1, 2], [2, 1], [0, 0]], np.int32)),

@@ -920,31 +920,38 @@ def _fully_connected(c: _Converter, op: _Operator, target: int | None = None) ->
     total = int(np.prod(x_type.dimensions)) if x_type.is_fully_specified else 0
     batch = total // depth if total and depth else 0
     needs_reshape = out_type.rank != 2
+    # A batch known only at run time (shape signature -1): the RESHAPEs take -1 there,
+    # which needs exactly one unknown output dimension.
+    out_shape = [-1 if d == 0 else d for d in out_type.dimensions]
+    if not batch and out_shape.count(-1) == 1 and depth:
+        batch = -1
     if w_type.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         # NNAPI FULLY_CONNECTED takes per-tensor weights only; a 1x1 CONV_2D over a
         # [batch, 1, 1, depth] view computes the same sums with per-channel scales.
         if not batch:
-            raise UnsupportedOperator("per-channel FULLY_CONNECTED needs a known input shape")
+            raise UnsupportedOperator("per-channel FULLY_CONNECTED needs a known input shape "
+                                      "(or one unknown output dimension)")
         const = c.const_of(op.inputs[1])
         params = c.channel_params(op.tensor(1))
         filter4 = c.const_operand(const.data.reshape(units, 1, 1, depth),
                                   OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [units, 1, 1, depth]),
                                   SymmPerChannelQuantParams(0, params.scales))
-        x4 = c.temp(x_type, [batch, 1, 1, depth])
+        x4 = c.temp(x_type, [max(batch, 0), 1, 1, depth])
         c.emit(Op.RESHAPE, [x, c.vector([batch, 1, 1, depth])], [x4])
-        y4 = c.temp(out_type, [batch, 1, 1, units])
+        y4 = c.temp(out_type, [max(batch, 0), 1, 1, units])
         c.with_activation(activation, lambda act, out: c.emit(
             Op.CONV_2D, [x4, filter4, bias, c.i32(2), c.i32(1), c.i32(1), act, c.boolean(False)], [out]), y4)
-        c.emit(Op.RESHAPE, [y4, c.vector(out_type.dimensions)], [c.output() if target is None else target])
+        c.emit(Op.RESHAPE, [y4, c.vector(out_shape)], [c.output() if target is None else target])
         c.lowered("per-channel quantized weights: NNAPI FULLY_CONNECTED is per-tensor only, so "
                   "RESHAPE + 1x1 CONV_2D (per-channel) + RESHAPE")
         return
     if needs_reshape:
         if not batch:
-            raise UnsupportedOperator("FULLY_CONNECTED keeping its input rank needs a known input shape")
-        flat = c.temp(out_type, [batch, units])
+            raise UnsupportedOperator("FULLY_CONNECTED keeping its input rank needs a known input shape "
+                                      "(or one unknown output dimension)")
+        flat = c.temp(out_type, [max(batch, 0), units])
         c.with_activation(activation, lambda act, out: c.emit(Op.FULLY_CONNECTED, [x, w, bias, act], [out]), flat)
-        c.emit(Op.RESHAPE, [flat, c.vector(out_type.dimensions)], [c.output() if target is None else target])
+        c.emit(Op.RESHAPE, [flat, c.vector(out_shape)], [c.output() if target is None else target])
         c.lowered("keep_num_dims: NNAPI FULLY_CONNECTED outputs 2-D, so FULLY_CONNECTED + RESHAPE")
         return
     c.with_activation(activation, lambda act, out: c.emit(Op.FULLY_CONNECTED, [x, w, bias, act], [out]), target)
