@@ -18,6 +18,8 @@ the loop timeout is the driver's (its watchdog stops the run).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from onnx import TensorProto, helper
 
@@ -42,6 +44,10 @@ from nnapi.operations.control_flow import (
     WHILE_CONDITION_MODEL,
     WHILE_FIRST_VALUE,
 )
+
+#: lowerings of particular WHILE loops as something other than a Loop (gru_loop.py), each
+#: returning whether it lowered the operation: tried in order before the Loop
+WHILE_FORMS: list[Callable[[GraphBuilder, Operation], bool]] = []
 
 
 def _referenced(g: GraphBuilder, index: int) -> Subgraph:
@@ -125,7 +131,11 @@ def lower_if(g: GraphBuilder, operation: Operation) -> None:
 @lowers(OperationCode.WHILE)
 def lower_while(g: GraphBuilder, operation: Operation) -> None:
     """ONNX Loop without a trip count: the condition model on the initial values starts
-    it, the body model then the condition model on the body's results make each iteration."""
+    it, the body model then the condition model on the body's results make each iteration
+    (unless one of WHILE_FORMS lowers the loop otherwise)."""
+    for form in WHILE_FORMS:
+        if form(g, operation):
+            return
     condition_model = _referenced(g, operation.inputs[WHILE_CONDITION_MODEL])
     body_model = _referenced(g, operation.inputs[WHILE_BODY_MODEL])
     values = [g.value(index) for index in operation.inputs[WHILE_FIRST_VALUE:]]
