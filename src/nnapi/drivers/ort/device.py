@@ -36,6 +36,7 @@ from nnapi.drivers.ort import (
     calibration,
     control_flow,  # noqa: F401  (importing it registers its lowerings)
     detection,  # noqa: F401  (importing it registers its lowerings)
+    gru_loop,  # noqa: F401  (importing it registers its lowerings)
     lookups,  # noqa: F401  (importing it registers its lowerings)
     nms,  # noqa: F401  (importing it registers its lowerings)
     quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
