@@ -61,6 +61,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "inputs": [_spec(spec) for spec in imported.inputs],
         "outputs": [_spec(spec) for spec in imported.outputs],
         "states": [state.name for state in imported.states],
+        "fixed_shapes": imported.fixed_shapes,
         "source_operators": imported.source_operator_count,
         "subgraphs": 1 + len(imported.submodels),
         "operations": sum(histogram.values()),
@@ -80,6 +81,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for kind, specs in (("input", imported.inputs), ("output", imported.outputs)):
         for spec in specs:
             print(f"{kind:<6} {spec.describe()}")
+    if imported.fixed_shapes:
+        print(f"shapes the file's static shapes (its open dimensions fixed, as LiteRT allocates them): "
+              f"{imported.fixed_shapes}")
     if imported.states:
         print(f"state  {', '.join(report['states'])} (carried between runs by a Session)")
     print("operations:")

@@ -114,6 +114,10 @@ class ImportedModel:
     #: dynamic-range, "hybrid" quantization): LiteRT quantizes their float inputs to int8 at
     #: every run, nnapi computes them in float32, as Android's NNAPI delegate does.
     hybrid_operators: list[SourceOp] = field(default_factory=list)
+    #: Why the dimensions the file's shape signatures leave open (a dynamic batch) were
+    #: fixed to its static shapes, as LiteRT allocates them (see ``load_tflite``); None
+    #: where they were kept open or there were none.
+    fixed_shapes: str | None = None
     #: Buffers the model's constants refer to: they must live as long as the model.
     _keep_alive: list[Any] = field(default_factory=list, repr=False)
 
@@ -145,11 +149,14 @@ def _sniff(data: bytes) -> str | None:
     return None
 
 
-def load_model(source: str | os.PathLike | bytes, *, keep_loops: bool = False) -> ImportedModel:
+def load_model(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
+               static_shapes: bool | None = None) -> ImportedModel:
     """Load a model file of any supported format (TensorFlow Lite today) as an ImportedModel.
 
     ``keep_loops``: import a WHILE loop that is Keras 3's LSTM layer as written (see
-    ``load_tflite``), not as one UNIDIRECTIONAL_SEQUENCE_LSTM.
+    ``load_tflite``), not as one UNIDIRECTIONAL_SEQUENCE_LSTM. ``static_shapes``: whether
+    dimensions the file leaves open (a dynamic batch) become its static shape (see
+    ``load_tflite``; None: only where the model cannot be expressed with them open).
 
     Raises BadDataError with a one-line message for a missing file or an unknown format.
     """
@@ -158,7 +165,7 @@ def load_model(source: str | os.PathLike | bytes, *, keep_loops: bool = False) -
     if kind == "tflite":
         from nnapi.importers.tflite import load_tflite
 
-        return load_tflite(data if path is None else path, keep_loops=keep_loops)
+        return load_tflite(data if path is None else path, keep_loops=keep_loops, static_shapes=static_shapes)
     where = path or "the given bytes"
     raise BadDataError(f"{where}: not a model nnapi can import (expected a TensorFlow Lite .tflite flatbuffer)")
 

@@ -196,9 +196,10 @@ class _Reader:
 class _Graph:
     """Tensor metadata of one subgraph."""
 
-    def __init__(self, reader: _Reader, subgraph: int) -> None:
+    def __init__(self, reader: _Reader, subgraph: int, static_shapes: bool = False) -> None:
         self.reader = reader
         self.subgraph = subgraph
+        self.static_shapes = static_shapes
         self.raw = reader.model.Subgraphs(subgraph)
         self.tensors = [self._tensor(i) for i in range(self.raw.TensorsLength())]
         self.inputs = [int(i) for i in self.raw.InputsAsNumpy()] if self.raw.InputsLength() else []
@@ -209,7 +210,7 @@ class _Graph:
         raw = self.raw.Tensors(i)
         name = (raw.Name() or b"").decode("utf-8", "replace") or f"tensor_{i}"
         shape = tuple(int(d) for d in raw.ShapeAsNumpy()) if raw.ShapeLength() else ()
-        if raw.ShapeSignatureLength():
+        if raw.ShapeSignatureLength() and not self.static_shapes:
             signature = tuple(int(d) for d in raw.ShapeSignatureAsNumpy())
             if len(signature) == len(shape):
                 shape = tuple(-1 if s < 0 else d for d, s in zip(shape, signature))
@@ -245,7 +246,7 @@ class _Converter:
 
     def __init__(self, importer: _Importer, subgraph: int, top_level: bool) -> None:
         self.importer = importer
-        self.graph = _Graph(importer.reader, subgraph)
+        self.graph = _Graph(importer.reader, subgraph, importer.static_shapes)
         self.top_level = top_level
         self.model = Model()
         self.operands: dict[int, int] = {}  # TFLite tensor -> NNAPI operand
@@ -582,9 +583,10 @@ class _Converter:
 
 
 class _Importer:
-    def __init__(self, data: bytes, keep_loops: bool = False) -> None:
+    def __init__(self, data: bytes, keep_loops: bool = False, static_shapes: bool = False) -> None:
         self.reader = _Reader(data)
         self.keep_loops = keep_loops
+        self.static_shapes = static_shapes
         self.subgraph_models: dict[int, ImportedModel] = {}
         self.in_progress: set[int] = set()
 
@@ -603,11 +605,20 @@ class _Importer:
         return converted
 
 
-def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False) -> ImportedModel:
+def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
+                static_shapes: bool | None = None) -> ImportedModel:
     """Import a TensorFlow Lite model (a path or the flatbuffer's bytes) as an ImportedModel.
 
     A WHILE loop that is Keras 3's LSTM layer becomes one UNIDIRECTIONAL_SEQUENCE_LSTM
     (tflite_while_lstm.py) unless ``keep_loops`` is true, which imports it as written.
+
+    ``static_shapes``: a tensor's dimension that the file's shape signature leaves open
+    (-1, a dynamic batch) stays an unknown NNAPI dimension, set per execution, when
+    ``static_shapes`` is False; is the file's static shape (what LiteRT allocates without
+    ``resize_tensor_input``, 1 for a dynamic batch) when True. None (the default): open
+    dimensions stay open unless the model cannot be expressed so (an operator needing a
+    static shape, such as SHAPE, which NNAPI lacks), then static as with True; the
+    ImportedModel's ``fixed_shapes`` then says why.
 
     Raises BadDataError naming the TFLite operator (index and name) and the reason when
     the model uses something NNAPI cannot express (a custom operator, an unsupported type).
@@ -617,8 +628,18 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False) 
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise BadDataError(f"{path or 'the given bytes'}: not a TensorFlow Lite model (no TFL3 identifier)")
     try:
-        importer = _Importer(data, keep_loops)
-        imported = _Converter(importer, 0, top_level=True).convert()
+        try:
+            importer = _Importer(data, keep_loops, static_shapes=bool(static_shapes))
+            imported = _Converter(importer, 0, top_level=True).convert()
+            fixed_reason = "static shapes asked for" if static_shapes and _has_open_dimensions(importer.reader) \
+                else None
+        except (UnsupportedOperator, BadDataError) as error:
+            if static_shapes is not None or not _has_open_dimensions(importer.reader):
+                raise
+            # LiteRT itself runs such a model at its static shape until it is resized
+            importer = _Importer(data, keep_loops, static_shapes=True)
+            imported = _Converter(importer, 0, top_level=True).convert()
+            fixed_reason = f"with its open dimensions the model cannot be expressed ({error})"
     except NnapiError:
         raise
     except UnsupportedOperator as error:
@@ -627,11 +648,23 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False) 
         raise BadDataError(f"{path or 'the given bytes'}: not a valid TensorFlow Lite model "
                            f"({type(error).__name__}: {error})") from None
     imported.path = path
+    imported.fixed_shapes = fixed_reason
     imported.submodels = [importer.subgraph_models[i] for i in sorted(importer.subgraph_models)]
     imported._keep_alive.append(data)
     for sub in imported.submodels:
         imported._keep_alive.extend(sub._keep_alive)
     return imported
+
+
+def _has_open_dimensions(reader: _Reader) -> bool:
+    """Whether any tensor's shape signature leaves a dimension open (-1)."""
+    for index in range(reader.subgraph_count):
+        subgraph = reader.model.Subgraphs(index)
+        for t in range(subgraph.TensorsLength()):
+            raw = subgraph.Tensors(t)
+            if raw.ShapeSignatureLength() and (raw.ShapeSignatureAsNumpy() < 0).any():
+                return True
+    return False
 
 
 # === operator converters ================================================================
