@@ -27,6 +27,7 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.errors import BadDataError, NnapiError
 from nnapi.importers import ImportedModel, Lowering, SourceOp, StateSpec, TensorSpec, read_source
+from nnapi.importers.tflite_fold import folded_values
 from nnapi.importers.tflite_while_lstm import keras_while_lstm
 from nnapi.model import Model
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
@@ -498,12 +499,15 @@ class _Converter:
             self._lowering_reason = None
             try:
                 convert = _CONVERTERS.get(op.builtin) if op.custom is None else _CUSTOM_CONVERTERS.get(op.custom)
+                if op.custom is None and _fold_constants(self, op):
+                    convert = _folded
                 if op.custom is not None and convert is None:
                     raise UnsupportedOperator(f"custom operator '{op.custom}' has no NNAPI equivalent")
                 if convert is None:
                     raise UnsupportedOperator("this builtin operator has no NNAPI equivalent")
                 moved_type = op.out_tensor().tfl_type if op.custom is None and op.outputs else None
-                if op.name == "CONCATENATION" and moved_type == _INT32 and _int32_concatenation(self, op):
+                if convert is _folded or \
+                        op.name == "CONCATENATION" and moved_type == _INT32 and _int32_concatenation(self, op):
                     pass
                 elif op.name in _MOVES_DATA and moved_type in (_INT32, _BOOL) or \
                         op.name in _MOVES_BOOL and moved_type == _BOOL:
@@ -671,6 +675,30 @@ def _has_open_dimensions(reader: _Reader) -> bool:
 _CONVERTERS: dict[int, Callable[[_Converter, _Operator], None]] = {}
 #: custom operators (by custom code) whose meaning one NNAPI operation has
 _CUSTOM_CONVERTERS: dict[str, Callable[[_Converter, _Operator], None]] = {}
+
+
+def _folded(c: _Converter, op: _Operator) -> None:
+    """Stands for an operator tflite_fold.py folded into constants: nothing to emit."""
+
+
+def _fold_constants(c: _Converter, op: _Operator) -> bool:
+    """Folds ``op`` into constants of its outputs when every input is a constant
+    (tflite_fold.py); whether it did. A value of another shape than the file declares
+    refuses the model."""
+    folded = folded_values(c, op)
+    if folded is None:
+        return False
+    for tensor, (value, code) in zip(op.outputs, folded):
+        declared = c.graph.tensors[tensor].shape
+        if all(d >= 0 for d in declared):
+            # NNAPI holds a scalar as one element: () and (1,) are the same operand
+            if (value.shape or (1,)) != (tuple(declared) or (1,)):
+                raise UnsupportedOperator(f"folding its constant inputs gives shape {list(value.shape)}, the "
+                                          f"file declares {list(declared)}")
+            value = value.reshape(declared)
+        c.consts[tensor] = _Const(value, code)
+    c.lowered(f"{op.name} of constants folded at import")
+    return True
 
 
 def _converter(*names: str):
