@@ -88,8 +88,9 @@ def _weights(reset_after: bool) -> dict[str, np.ndarray]:
     return weights
 
 
-def _body(miss: str | None, reset_after: bool, last_only: bool, slices: bool) -> nnapi.Model:
-    """One Keras 3 GRU step as the TFLite importer writes it (or with ``miss``: one change)."""
+def _body(miss: str | None, reset_after: bool, last_only: bool, slices: bool, hard: bool, relu: bool) -> nnapi.Model:
+    """One Keras 3 GRU step as the TFLite importer writes it (or with ``miss``: one change);
+    ``hard``: the gates' hard sigmoid relu6(x + 3) / 6; ``relu``: the candidate's RELU."""
     n = _Net()
     b, u, f, steps = BATCH, UNITS, FEATURES, STEPS
     ws = _weights(reset_after)
@@ -114,19 +115,30 @@ def _body(miss: str | None, reset_after: bool, last_only: bool, slices: bool) ->
         h_blocks = [n.column_block(h_product, k * u, (k + 1) * u, width, [b, u]) for k in range(width // u)]
     else:
         h_blocks = n.split(h_product, width // u, [b, u])
-    gate_act = Op.TANH if miss == "tanh_gate" else Op.LOGISTIC
-    z = n.op(gate_act, [n.binary(Op.ADD, x_z, h_blocks[0], [b, u])], [b, u])
-    r = n.op(Op.LOGISTIC, [n.binary(Op.ADD, x_r, h_blocks[1], [b, u])], [b, u])
+
+    def gate(pre: int, hard_sigmoid: bool) -> int:
+        if hard_sigmoid:
+            sixth = 0.2 if miss == "hard_sigmoid_by_fifth" else 1 / 6
+            clip = 0 if miss == "hard_sigmoid_unclipped" else 3  # RELU6
+            shifted = n.binary(Op.ADD, pre, n.const(np.array([3.0], np.float32)), [b, u], fuse=clip)
+            return n.binary(Op.MUL, shifted, n.const(np.array([sixth], np.float32)), [b, u])
+        return n.op(Op.TANH if miss == "tanh_gate" else Op.LOGISTIC, [pre], [b, u])
+    z = gate(n.binary(Op.ADD, x_z, h_blocks[0], [b, u]), hard)
+    r = gate(n.binary(Op.ADD, x_r, h_blocks[1], [b, u]), hard != (miss == "mixed_gates"))
+    fuse = (3 if miss == "relu6_candidate" else 1) if relu else 0
     if reset_after:
         if miss == "reset_on_input":  # tanh(r * x_c + h_c): the reset gate on the wrong product
-            pre = n.binary(Op.ADD, n.binary(Op.MUL, r, x_c, [b, u]), h_blocks[2], [b, u])
+            pre = n.binary(Op.ADD, n.binary(Op.MUL, r, x_c, [b, u]), h_blocks[2], [b, u], fuse)
         else:
-            pre = n.binary(Op.ADD, x_c, n.binary(Op.MUL, r, h_blocks[2], [b, u]), [b, u])
+            pre = n.binary(Op.ADD, x_c, n.binary(Op.MUL, r, h_blocks[2], [b, u]), [b, u], fuse)
     else:
         scaled = n.binary(Op.MUL, r, h, [b, u])
         pre = n.binary(Op.ADD, x_c, n.op(Op.FULLY_CONNECTED, [scaled, n.const(ws["Rc"]), n.const(ws["bc"]),
-                                                             n.scalar(0)], [b, u]), [b, u])
-    candidate = n.op(Op.LOGISTIC if miss == "sigmoid_candidate" else Op.TANH, [pre], [b, u])
+                                                             n.scalar(0)], [b, u]), [b, u], fuse)
+    if relu:  # the pre-activation's ADD with its fused RELU is the candidate
+        candidate = pre
+    else:
+        candidate = n.op(Op.LOGISTIC if miss == "sigmoid_candidate" else Op.TANH, [pre], [b, u])
     kept = n.binary(Op.MUL, r if miss == "reset_keeps_state" else z, h, [b, u])
     ones = n.const(np.array([0.5 if miss == "complement_of_half" else 1.0], np.float32))
     blended = n.binary(Op.MUL, n.binary(Op.SUB, ones, z, [b, u]), candidate, [b, u])
@@ -171,11 +183,11 @@ def _condition(bound: int, both: bool, last_only: bool, extra_input: bool) -> nn
 
 
 def _gru_loop(miss: str | None = None, reset_after: bool = True, last_only: bool = False, slices: bool = True,
-              both_bounded: bool = True) -> tuple[nnapi.Model, list]:
+              both_bounded: bool = True, hard: bool = False, relu: bool = False) -> tuple[nnapi.Model, list]:
     """A model running a Keras 3 GRU's WHILE over an input sequence [STEPS, BATCH, FEATURES]
     from an input state, every loop result a model output."""
     run_time_weights = miss == "weights_at_run_time"
-    body = _body(miss, reset_after, last_only, slices)
+    body = _body(miss, reset_after, last_only, slices, hard, relu)
     bound = STEPS - 1 if miss == "shorter_trip" else STEPS
     condition = _condition(bound, both_bounded, last_only, run_time_weights)
     n = _Net()
@@ -228,16 +240,20 @@ def _agree(ours: list[np.ndarray], reference: list[np.ndarray]) -> None:
             assert within_tolerance(T.TENSOR_FLOAT32, theirs, mine).all(), float(np.abs(mine - theirs).max())
 
 
-@pytest.mark.parametrize("reset_after, last_only, slices, both_bounded", [
-    (True, False, True, True), (True, True, False, True), (True, False, False, False), (False, False, True, True),
-    (False, True, True, False)])
+@pytest.mark.parametrize("reset_after, last_only, slices, both_bounded, hard, relu", [
+    (True, False, True, True, False, False), (True, True, False, True, False, False),
+    (True, False, False, False, False, False), (False, False, True, True, False, False),
+    (False, True, True, False, False, False), (True, False, True, True, True, False),
+    (True, False, True, True, False, True), (False, True, False, True, True, True)])
 def test_a_gru_loop_runs_as_one_gru_with_the_reference_values(ort_device, monkeypatch, reset_after, last_only,
-                                                               slices, both_bounded):
+                                                               slices, both_bounded, hard, relu):
     """Keras 3's GRU step (reset after or before the recurrent product; the whole sequence or
-    the last step; gates cut by STRIDED_SLICE or SPLIT; one or both counters bounded), batch
-    2: one ONNX GRU, no Loop; every result (counters, buffer, state, the input passed
-    through) within the CTS float32 tolerance of the reference and of the Loop lowering."""
-    model, _keep = _gru_loop(reset_after=reset_after, last_only=last_only, slices=slices, both_bounded=both_bounded)
+    the last step; gates cut by STRIDED_SLICE or SPLIT; one or both counters bounded; the
+    gates' sigmoid or hard sigmoid, the candidate's tanh or relu), batch 2: one ONNX GRU, no
+    Loop; every result (counters, buffer, state, the input passed through) within the CTS
+    float32 tolerance of the reference and of the Loop lowering."""
+    model, _keep = _gru_loop(reset_after=reset_after, last_only=last_only, slices=slices, both_bounded=both_bounded,
+                             hard=hard, relu=relu)
     assert OrtDevice().get_unsupported_reasons(build_hal_model(model)[0]) == [None]
     types = _node_types(model)
     assert types.count("GRU") == 1 and "Loop" not in types
@@ -255,14 +271,18 @@ def test_a_gru_loop_runs_as_one_gru_with_the_reference_values(ort_device, monkey
 @pytest.mark.parametrize("miss", [
     "sigmoid_candidate", "tanh_gate", "reset_on_input", "reset_keeps_state", "complement_of_half", "relu_state",
     "extra_operation", "shorter_trip", "counter_from_one", "first_row_each_step", "counter_step_2",
-    "buffer_of_candidate", "weights_at_run_time"])
+    "buffer_of_candidate", "weights_at_run_time", "hard_sigmoid_by_fifth", "hard_sigmoid_unclipped",
+    "mixed_gates", "relu6_candidate"])
 def test_a_near_miss_keeps_the_loop(ort_device, miss):
     """A body one change away from a GRU step over the whole sequence (another activation,
     the reset gate elsewhere, a fused activation, an extra operation, a shorter trip, the
     step's counter starting at 1, x[0] read at every step, the other counter stepping by 2 (ending the loop early),
     the candidate written to the buffer instead of the state, recurrent weights given at
-    run time): not a GRU node but the Loop, with the reference's values."""
-    model, _keep = _gru_loop(miss)
+    run time; a hard sigmoid scaled by 1/5 or not clipped, the gates' functions mixed, a
+    RELU6 candidate):
+    not a GRU node but the Loop, with the reference's values."""
+    model, _keep = _gru_loop(miss, hard=miss.startswith("hard") or miss == "mixed_gates",
+                             relu=miss == "relu6_candidate")
     types = _node_types(model)
     assert "GRU" not in types and "Loop" in types
     _agree(_run(model, ort_device, False), _run(model, _reference(), False))

@@ -13,9 +13,10 @@ What is matched is what the body computes, read operation by operation, not its 
 - blocks of FULLY_CONNECTED products (constant float32 weights and bias, no activation)
   of x_t and of the state h, cut by SPLIT or STRIDED_SLICE of their last axis: each block
   contributes its weight rows and bias to ONNX's W / R and Wb / Rb, wherever it sits;
-- z = LOGISTIC(x_z + h_z), r = LOGISTIC(x_r + h_r), and the candidate
-  c = TANH(x_c + r * h_c) (Keras's reset_after=True: ONNX's ``linear_before_reset=1``) or
-  c = TANH(x_c + FULLY_CONNECTED(r * h)) (reset_after=False: ONNX's default form);
+- z = f(x_z + h_z), r = f(x_r + h_r), and the candidate c = g(x_c + r * h_c) (Keras's
+  reset_after=True: ONNX's ``linear_before_reset=1``) or c = g(x_c + FULLY_CONNECTED(r * h))
+  (reset_after=False: ONNX's default form); f LOGISTIC or Keras 3's hard sigmoid (ADD of 3
+  with a fused RELU6, MUL by 1/6: ONNX's HardSigmoid), g TANH or the ADD's fused RELU;
 - h' = z * h + (1 - z) * c, the next state;
 - the output buffer: h' written at row i of a [time, batch, units] value (SLICE of the rows
   before i, RESHAPE of h', SLICE of the rows after it, CONCATENATION on axis 0), or (a
@@ -42,10 +43,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nnapi.codes import FuseCode
 from nnapi.codes import OperandCode as T
 from nnapi.codes import OperationCode as Op
 from nnapi.drivers.ort import control_flow
 from nnapi.drivers.ort.lowering import Declined, GraphBuilder, L, _block
+from nnapi.drivers.ort.recurrent import _activation_attributes
 from nnapi.hal import Operation
 from nnapi.operations.control_flow import WHILE_BODY_MODEL, WHILE_CONDITION_MODEL, WHILE_FIRST_VALUE
 
@@ -86,6 +89,7 @@ class _Found:
     rb: list[np.ndarray] = field(default_factory=list)
     reset_after: bool = True
     last_only: bool = False
+    functions: list[tuple] = field(default_factory=lambda: [SIGMOID, TANH])  # ONNX's f (gates) and g
 
 
 class _Body:
@@ -206,12 +210,45 @@ def _piece(body: _Body, index: int, units: int) -> _Piece:
     return _Piece(fc.inputs[0], weights[start:stop], bias[start:stop], ops)
 
 
-def _gate(body: _Body, index: int, code: Op, units: int) -> tuple[_Piece, _Piece, list[Operation]]:
-    """``index`` = ``code``(a + b) of two product blocks: (the blocks, the operations)."""
-    activation = body.op(index, code)
-    add = body.op(activation.inputs[0], Op.ADD, fused=True)
+#: ONNX's activation functions (name, alpha, beta) for the gates' and the candidate's forms
+SIGMOID = ("Sigmoid", None, None)
+HARD_SIGMOID = ("HardSigmoid", float(np.float32(1 / 6)), 0.5)  # clip(x / 6 + 0.5, 0, 1)
+TANH = ("Tanh", None, None)
+RELU = ("Relu", None, None)
+
+
+def _constant_is(body: _Body, index: int, value: float) -> bool:
+    """Whether ``index`` is a float32 constant of one element equal to ``value`` (as float32)."""
+    constant = body.const(index)
+    return constant is not None and body.b.operand(index).type == T.TENSOR_FLOAT32 and constant.size == 1 and \
+        float(constant.reshape(-1)[0]) == float(np.float32(value))
+
+
+def _gate(body: _Body, index: int, units: int) -> tuple[_Piece, _Piece, list[Operation], tuple]:
+    """``index`` = f(a + b) of two product blocks, f LOGISTIC or Keras 3's hard sigmoid
+    relu6(x + 3) * (1 / 6) (ONNX's HardSigmoid: the same up to float32 rounding, x / 6 + 0.5
+    against (x + 3) / 6): (the blocks, the operations, f as ONNX names it)."""
+    operation = body.b.producer(index)
+    _need(operation is not None)
+    if operation.type == Op.LOGISTIC:
+        ops, pre, function = [operation], operation.inputs[0], SIGMOID
+    else:
+        scale = body.op(index, Op.MUL, fused=True)
+
+        def sixth(shifted: int, factor: int) -> tuple[int, Operation]:
+            _need(_constant_is(body, factor, 1 / 6))
+            add = body.op(shifted, Op.ADD)
+            _need(int(body.b.scalar(add.inputs[2])) == FuseCode.FUSED_RELU6)
+
+            def plus_three(x: int, three: int) -> int:
+                _need(_constant_is(body, three, 3.0))
+                return x
+            return _either(add.inputs[:2], plus_three), add
+        pre, shift = _either(scale.inputs[:2], sixth)
+        ops, function = [scale, shift], HARD_SIGMOID
+    add = body.op(pre, Op.ADD, fused=True)
     a, b = (_piece(body, i, units) for i in add.inputs[:2])
-    return a, b, [activation, add]
+    return a, b, [*ops, add], function
 
 
 def _by_source(pieces: tuple[_Piece, _Piece], x_step: int, h: int) -> tuple[_Piece, _Piece]:
@@ -260,7 +297,7 @@ def _match(g: GraphBuilder, operation: Operation) -> _Found:
         except _NoMatch:
             continue
     _need(len(cells) == 1)
-    h_pos, (cell_ops, z_pieces, r_pieces, c_x, c_h, reset_after, x_step) = cells[0]
+    h_pos, (cell_ops, z_pieces, r_pieces, c_x, c_h, reset_after, x_step, functions) = cells[0]
     used += cell_ops
     batch, units = body.dims(inputs[h_pos])
     h_new = outputs[h_pos]
@@ -321,7 +358,8 @@ def _match(g: GraphBuilder, operation: Operation) -> _Found:
     trip = _trip(g, condition_model, counters)
     _need(trip == steps and steps > 0)
     _need({id(op) for op in used} == {id(op) for op in body_model.operations})
-    found = _Found(x_pos, h_pos, buffer_pos, counters, trip, reset_after=reset_after, last_only=last_only)
+    found = _Found(x_pos, h_pos, buffer_pos, counters, trip, reset_after=reset_after, last_only=last_only,
+                   functions=functions)
     found.w = [z_pieces[0].weights, r_pieces[0].weights, c_x.weights]
     found.wb = [z_pieces[0].bias, r_pieces[0].bias, c_x.bias]
     found.r = [z_pieces[1].weights, r_pieces[1].weights, c_h.weights]
@@ -357,10 +395,18 @@ def _cell(body: _Body, h_new: int, h: int):
 
     ops, z, candidate = _either(add.inputs[:2], halves)
     ops.append(add)
-    z_x, z_h, z_ops = _gate(body, z, Op.LOGISTIC, units)
-    tanh = body.op(candidate, Op.TANH)
-    inner = body.op(tanh.inputs[0], Op.ADD, fused=True)
-    ops += [*z_ops, tanh, inner]
+    z_x, z_h, z_ops, gates = _gate(body, z, units)
+    activation = body.b.producer(candidate)
+    _need(activation is not None)
+    if activation.type == Op.TANH:
+        inner = body.op(activation.inputs[0], Op.ADD, fused=True)
+        ops += [activation]
+        function = TANH
+    else:  # relu(x_c + ...): the ADD's fused RELU (Keras's activation="relu")
+        inner = body.op(candidate, Op.ADD)
+        _need(int(body.b.scalar(inner.inputs[2])) == FuseCode.FUSED_RELU)
+        function = RELU
+    ops += [*z_ops, inner]
 
     def candidate_form(x_block: int, recurrent: int):
         c_x = _piece(body, x_block, units)
@@ -379,7 +425,8 @@ def _cell(body: _Body, h_new: int, h: int):
 
     c_x, r, c_h, c_ops, reset_after = _either(inner.inputs[:2], candidate_form)
     ops += c_ops + c_x.ops + c_h.ops
-    r_x, r_h, r_ops = _gate(body, r, Op.LOGISTIC, units)
+    r_x, r_h, r_ops, r_gate = _gate(body, r, units)
+    _need(r_gate == gates)  # ONNX's f is both gates'
     ops += r_ops
     x_step = c_x.source
     _need(x_step != h)
@@ -389,7 +436,7 @@ def _cell(body: _Body, h_new: int, h: int):
         _need(c_h.source == h)
     for piece in (*z_pieces, *r_pieces):
         ops += piece.ops
-    return ops, z_pieces, r_pieces, c_x, c_h, reset_after, x_step
+    return ops, z_pieces, r_pieces, c_x, c_h, reset_after, x_step, [gates, function]
 
 
 def _trip(g: GraphBuilder, condition_model, counters: dict[int, int]) -> int:
@@ -432,7 +479,8 @@ def _emit(g: GraphBuilder, operation: Operation, found: _Found) -> None:
 
     h0 = g.one("Unsqueeze", [h.name, g.constant(np.array([0], np.int64))])
     y, y_h = g.node("GRU", [x.name, stacked(found.w), stacked(found.r), stacked(found.wb + found.rb), "", h0], 2,
-                    hidden_size=units, linear_before_reset=1 if found.reset_after else 0)
+                    hidden_size=units, linear_before_reset=1 if found.reset_after else 0,
+                    **_activation_attributes(found.functions))
     for k, index in enumerate(operation.outputs):
         dims = list(g.operand(index).dimensions)
         if k in found.counters:
