@@ -38,6 +38,7 @@ from nnapi.drivers.ort import (
     detection,  # noqa: F401  (importing it registers its lowerings)
     gru_loop,  # noqa: F401  (importing it registers its lowerings)
     lookups,  # noqa: F401  (importing it registers its lowerings)
+    mirror_pad_pack,  # noqa: F401  (importing it registers its lowerings)
     nms,  # noqa: F401  (importing it registers its lowerings)
     quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
     quantized_softmax,  # noqa: F401  (importing it registers its lowerings)
