@@ -1660,16 +1660,18 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
         g.set_channels(operation.outputs[0], y, x.dims[3])
         return
     x, alpha = g.value(operation.inputs[0]), g.value(operation.inputs[1])
-    if not all(x.dims) or not all(alpha.dims) or alpha.rank > x.rank:
-        raise Declined("PRELU needs known shapes with alpha no larger than the input")
-    if any(a not in (1, d) for a, d in zip(alpha.dims[::-1], x.dims[::-1])):
+    if not all(alpha.dims) or alpha.rank > x.rank:
+        raise Declined("PRELU needs alpha of a known shape, of no higher rank than the input")
+    # (an input dimension known only at run time, a free batch, is checked by that run: where it
+    # differs from alpha's the broadcast fails it, as the reference's preparation does)
+    if any(a not in (1, d) for a, d in zip(alpha.dims[::-1], x.dims[::-1]) if d):
         raise Declined("alpha must broadcast to the input's shape")
     if output.type in FLOATS:
         known = g.raw_constant(operation.inputs[1])
         # The faster forms multiply alpha by zeros where x >= 0 (or by x = 0), which is NaN
         # for an infinite or NaN alpha where PRELU gives x: they need a finite constant.
         finite = known is not None and known.size > 0 and bool(np.isfinite(known).all())
-        if finite and x.rank == 4 and all(d == 1 for d in alpha.dims[:-1]):
+        if finite and x.rank == 4 and x.dims[3] and all(d == 1 for d in alpha.dims[:-1]):
             y = _prelu_blocked(g, x, known.astype(np.float32).reshape(-1))
         elif finite and bool(np.all(known.astype(np.float32) <= 1.0)):
             # alpha <= 1: x >= alpha * x exactly where x >= 0, so the larger of the two is
