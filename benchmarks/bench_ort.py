@@ -508,7 +508,14 @@ def print_table(args, clock) -> None:
         if not path.exists():
             print(f"{path.stem:<34} (missing: {path})")
             continue
-        row = bench_model(path, args.runs, args.reference_runs, clock)
+        try:
+            row = bench_model(path, args.runs, args.reference_runs, clock)
+        except (nnapi.NnapiError, RuntimeError, ValueError) as error:
+            # a model one of the engines cannot run (LiteRT: a custom operator it lacks; nnapi:
+            # an import it refuses) gets a line saying so; the other models still run
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            print(f"{path.stem:<34} (not compared: {type(error).__name__}: {first_line[:160]})")
+            continue
         own = f"{row['own'] * 1e3:8.2f}" if row["own"] else f"{'-':>8}"
         overhead = f"{row['ort_overhead'] * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
         new_in = f"{row['new_overhead'] * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
