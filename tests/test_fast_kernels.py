@@ -1504,26 +1504,60 @@ def test_compiled_hard_nms_selects_what_greedy_nms_selects():
 
 def test_regular_detection_postprocessing_compiled_equals_numpy(monkeypatch):
     """DETECTION_POSTPROCESSING's regular NMS over an SSD-sized input (1,917 anchors, 91
-    classes, threshold near 0) gives the same detections compiled and with numpy."""
+    classes, threshold near 0) and over small random cases with score ties within and
+    across classes gives the same detections compiled (``per_class_nms_merged``) and
+    with numpy."""
     from nnapi.operations import detection_postprocessing as dp
     from nnapi.operations._detection_common import hard_suppressor
+    from test_ops_detection import random_detection_case
 
     rng = np.random.default_rng(3)
     scores = rng.random((1917, 91), dtype=np.float32)
     scores[:, 5] = np.float32(0.5)  # one class of equal scores: the tie order matters
+    scores[:40, 7] = scores[:40, 9] = np.float32(0.99)  # ties across classes at the top
     corner = rng.random((1917, 2), dtype=np.float32)
     boxes = np.concatenate([corner, corner + rng.random((1917, 2), dtype=np.float32) * 0.3], axis=1)
     iou = np.float32(0.6)
+    cases = [(scores, boxes, np.float32(1e-8), iou, 100, 100)]
+    cases += [random_detection_case(rng, case) for case in range(300)]
     assert dp._compiled_nms() is not None
-    compiled = dp.DetectionPostprocessing._regular(scores, boxes, np.float32(1e-8), hard_suppressor(iou), 100, 100,
-                                                   iou)
+    compiled = [dp.DetectionPostprocessing._regular(s, b, t, hard_suppressor(i), p, m, i) for s, b, t, i, p, m in cases]
     monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
     assert dp._compiled_nms() is None
-    reference = dp.DetectionPostprocessing._regular(scores, boxes, np.float32(1e-8), hard_suppressor(iou), 100, 100,
-                                                    iou)
-    for fast, slow in zip(compiled, reference, strict=True):
-        np.testing.assert_array_equal(fast, slow)
-    assert compiled[0].size == 100
+    for case, (fast, (s, b, t, i, p, m)) in enumerate(zip(compiled, cases, strict=True)):
+        slow = dp.DetectionPostprocessing._regular(s, b, t, hard_suppressor(i), p, m, i)
+        for got, want in zip(fast, slow, strict=True):
+            np.testing.assert_array_equal(got, want, err_msg=f"case {case}")
+    assert compiled[0][0].size == 100 and sum(c[0].size for c in compiled) > 1500
+
+
+def test_fast_detection_postprocessing_compiled_equals_numpy(monkeypatch):
+    """Fast NMS (each anchor's best foreground score, one walk) compiled (``row_maxima``,
+    ``greedy_nms_hard``) and with numpy: the same anchors, classes and scores, rows with a
+    NaN score (no candidate), ties and several classes per detection included."""
+    from nnapi.operations import detection_postprocessing as dp
+    from nnapi.operations._detection_common import hard_suppressor
+    from test_ops_detection import random_detection_case
+
+    rng = np.random.default_rng(5)
+    cases = [random_detection_case(rng, case) for case in range(300)]
+    for scores, *_ in cases[::7]:
+        if scores.size:
+            scores[rng.integers(0, scores.shape[0]), rng.integers(0, scores.shape[1])] = np.nan
+    per_anchor = [int(rng.integers(1, 4)) for _ in cases]
+
+    def run():
+        return [dp.DetectionPostprocessing._fast(s, b, t, hard_suppressor(i), m, min(k, s.shape[1] - 1), i)
+                for (s, b, t, i, _, m), k in zip(cases, per_anchor, strict=True)]
+
+    assert dp._compiled_nms() is not None
+    compiled = run()
+    monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
+    assert dp._compiled_nms() is None
+    for case, (fast, slow) in enumerate(zip(compiled, run(), strict=True)):
+        for got, want in zip(fast, slow, strict=True):
+            np.testing.assert_array_equal(got, want, err_msg=f"case {case}")
+    assert sum(c[0].size for c in compiled) > 1000
 
 
 _LIBRARY_CHILD = """

@@ -435,3 +435,52 @@ def test_grouped_nms_matches_one_group_at_a_time(kernel):
         assert [a.tolist() for a in alone] == [t.tolist() for t in together]
         chosen = np.concatenate(alone)
         np.testing.assert_array_equal(alone_scores[chosen], together_scores[chosen])
+
+
+def _per_class_then_sorted(scores, boxes, threshold, iou_threshold, per_class, max_detections):
+    """Regular NMS as the specification states it: every foreground class's greedy hard
+    NMS to its end (at most ``per_class``), the selections concatenated by class, sorted
+    by descending score (stable) and cut to ``max_detections``."""
+    from nnapi.operations._detection_common import greedy_nms, hard_suppressor, sort_by_score
+
+    classes = scores.shape[1]
+    kept = [greedy_nms(scores[:, label].copy(), boxes, np.flatnonzero(scores[:, label] > threshold),
+                       hard_suppressor(iou_threshold), per_class) * classes + label for label in range(1, classes)]
+    chosen = sort_by_score(np.concatenate(kept), scores.reshape(-1))[:max_detections]
+    return np.divmod(chosen, classes)
+
+
+def random_detection_case(rng, case):
+    """Scores with few levels on odd cases (ties within and across classes), boxes on a
+    small grid (equal and touching boxes), some degenerate."""
+    anchors, classes = int(rng.integers(0, 60)), int(rng.integers(2, 9))
+    levels = int(rng.integers(2, 6))
+    scores = ((rng.integers(0, levels, (anchors, classes)) / levels) if case % 2 else
+              rng.random((anchors, classes))).astype(np.float32)
+    corner = rng.integers(0, 8, (anchors, 2))
+    boxes = np.concatenate([corner, corner + rng.integers(0, 5, (anchors, 2))], axis=1).astype(np.float32)
+    threshold = np.float32(rng.choice([0.0, 0.1, 0.5]))
+    iou_threshold = np.float32(rng.choice([0.0, 0.3, 0.6, 1.0]))
+    return scores, boxes, threshold, iou_threshold, int(rng.integers(1, 8)), int(rng.integers(1, 30))
+
+
+def test_regular_detection_postprocessing_merges_the_class_walks_exactly(monkeypatch):
+    """Regular NMS advancing only the class whose next selection scores highest gives what
+    running every class's walk to its end and sorting gives: the same anchors and classes
+    in the same order, score ties within and across classes included (numpy path)."""
+    from nnapi.operations import _jit
+    from nnapi.operations import detection_postprocessing as dp
+    from nnapi.operations._detection_common import hard_suppressor
+
+    monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
+    rng = np.random.default_rng(11)
+    selected = 0
+    for case in range(300):
+        scores, boxes, threshold, iou_threshold, per_class, limit = random_detection_case(rng, case)
+        want = _per_class_then_sorted(scores, boxes, threshold, iou_threshold, per_class, limit)
+        anchors, classes, kept = dp.DetectionPostprocessing._regular(
+            scores, boxes, threshold, hard_suppressor(iou_threshold), per_class, limit, iou_threshold)
+        assert anchors.tolist() == want[0].tolist() and classes.tolist() == want[1].tolist(), f"case {case}"
+        np.testing.assert_array_equal(kept, scores[want[0], want[1]])
+        selected += anchors.size
+    assert selected > 1500

@@ -173,6 +173,61 @@ def _compaction_order(keep: np.ndarray) -> np.ndarray:
     return order
 
 
+class GreedyWalk:
+    """``greedy_nms``'s working list over one candidate list, one selection at a time:
+    ``best_score()`` is the score the next ``take()`` selects (the first maximum of the
+    current scores, as ``np.argmax`` and std::max_element find it), ``take()`` selects it,
+    swaps it with the list's head, rescores or drops the others by their IoU with it and
+    compacts the survivors in Android's order. The candidates' coordinates, areas and
+    scores travel with them in contiguous arrays, so no step gathers from the full box list.
+    """
+
+    def __init__(self, scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarray, suppress: Suppressor) -> None:
+        order = np.array(candidates, dtype=np.int64)
+        chosen_boxes = np.asarray(boxes, dtype=np.float32)[order]
+        x1, y1, x2, y2 = (np.ascontiguousarray(chosen_boxes[:, k]) for k in range(4))
+        areas = (x2 - x1) * (y2 - y1)
+        live = np.asarray(scores, dtype=np.float32)[order]
+        self._columns = [order, x1, y1, x2, y2, areas, live]
+        self._suppress = suppress
+        self._best = -1
+
+    @property
+    def size(self) -> int:
+        """Candidates left."""
+        return self._columns[0].size
+
+    def best_score(self) -> np.float32:
+        """The current score of the candidate the next ``take()`` selects (list not empty)."""
+        if self._best < 0:
+            self._best = int(np.argmax(self._columns[6]))
+        return self._columns[6][self._best]
+
+    def take(self) -> tuple[int, np.float32]:
+        """Select the best candidate: its index and its score at selection."""
+        self.best_score()
+        best, self._best = self._best, -1
+        columns = self._columns
+        if best:
+            for column in columns:
+                column[0], column[best] = column[best], column[0]
+        order, x1, y1, x2, y2, areas, live = columns
+        index, score = int(order[0]), live[0]
+        if order.size == 1:
+            self._columns = [column[1:] for column in columns]
+            return index, score
+        zero = np.float32(0)
+        width = np.maximum(np.minimum(x2[1:], x2[0]) - np.maximum(x1[1:], x1[0]), zero)
+        height = np.maximum(np.minimum(y2[1:], y2[0]) - np.maximum(y1[1:], y1[0]), zero)
+        intersection = width * height
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = intersection / (areas[1:] + areas[0] - intersection)
+        new_scores, dropped = self._suppress(iou, live[1:])
+        survivors = _compaction_order(~dropped) + 1
+        self._columns = [column[survivors] for column in columns[:-1]] + [np.asarray(new_scores)[survivors - 1]]
+        return index, score
+
+
 def greedy_nms(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarray, suppress: Suppressor,
                max_keep: int) -> np.ndarray:
     """Select boxes greedily by score: take the best remaining candidate, rescore or drop
@@ -180,41 +235,20 @@ def greedy_nms(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarray, su
     selected indexes (into ``scores`` / ``boxes``) in selection order, and writes each
     selected box's score at the time it was selected back into ``scores`` (float32).
 
-    The loop over selections is inherently sequential; each step is vectorized over the
-    remaining candidates, whose coordinates, areas and scores travel with them in
-    contiguous arrays so that no step gathers from the full box list.
+    The loop over selections is inherently sequential (``GreedyWalk``: each step is
+    vectorized over the remaining candidates).
     """
     order = np.array(candidates, dtype=np.int64)
     limit = order.size if max_keep < 0 else min(max_keep, order.size)
     if limit == 0:
         return np.zeros(0, dtype=np.int64)
-    chosen_boxes = np.asarray(boxes, dtype=np.float32)[order]
-    x1, y1, x2, y2 = (np.ascontiguousarray(chosen_boxes[:, k]) for k in range(4))
-    areas = (x2 - x1) * (y2 - y1)
-    live = np.asarray(scores, dtype=np.float32)[order]
-    columns = [order, x1, y1, x2, y2, areas, live]
+    walk = GreedyWalk(scores, boxes, order, suppress)
     selected: list[int] = []
     selected_scores: list[np.float32] = []
-    zero = np.float32(0)
-    while order.size and len(selected) < limit:
-        # np.argmax returns the first maximum, like std::max_element.
-        best = int(np.argmax(live))
-        if best:
-            for column in columns:
-                column[0], column[best] = column[best], column[0]
-        selected.append(int(order[0]))
-        selected_scores.append(live[0])
-        if order.size == 1:
-            break
-        width = np.maximum(np.minimum(x2[1:], x2[0]) - np.maximum(x1[1:], x1[0]), zero)
-        height = np.maximum(np.minimum(y2[1:], y2[0]) - np.maximum(y1[1:], y1[0]), zero)
-        intersection = width * height
-        with np.errstate(divide="ignore", invalid="ignore"):
-            iou = intersection / (areas[1:] + areas[0] - intersection)
-        new_scores, dropped = suppress(iou, live[1:])
-        survivors = _compaction_order(~dropped) + 1
-        columns = [column[survivors] for column in columns[:-1]] + [np.asarray(new_scores)[survivors - 1]]
-        order, x1, y1, x2, y2, areas, live = columns
+    while walk.size and len(selected) < limit:
+        index, score = walk.take()
+        selected.append(index)
+        selected_scores.append(score)
     picked = np.asarray(selected, dtype=np.int64)
     scores[picked] = np.asarray(selected_scores, dtype=np.float32)
     return picked

@@ -25,46 +25,136 @@ _jit = kernel(nogil=True, fastmath=False, boundscheck=False, error_model="numpy"
 
 
 @_jit
+def _first_maximum(order, m, scores):
+    """The position in ``order[:m]`` (m > 0) of the first maximum of ``scores[order[i]]``."""
+    best = 0
+    best_score = scores[order[0]]
+    for i in range(1, m):
+        score = scores[order[i]]
+        if score > best_score:
+            best = i
+            best_score = score
+    return best
+
+
+@_jit
+def _select(order, m, best, boxes, threshold):
+    """Select ``order[best]``: swap it with the head, drop the candidates of ``order[1:m]``
+    overlapping it by IoU >= ``threshold`` (each replaced by the last unexamined one), and
+    move the survivors to ``order[:rest]``. Returns ``rest``."""
+    zero = np.float32(0)
+    chosen = order[best]
+    order[best] = order[0]
+    order[0] = chosen
+    if m == 1:
+        return 0
+    c1, c0, c3, c2 = boxes[chosen, 1], boxes[chosen, 0], boxes[chosen, 3], boxes[chosen, 2]
+    chosen_area = (c2 - c0) * (c3 - c1)
+    rest = m - 1
+    i = 0
+    while i < rest:
+        k = order[1 + i]
+        k0, k1, k2, k3 = boxes[k, 0], boxes[k, 1], boxes[k, 2], boxes[k, 3]
+        width = np.maximum(np.minimum(k2, c2) - np.maximum(k0, c0), zero)
+        height = np.maximum(np.minimum(k3, c3) - np.maximum(k1, c1), zero)
+        intersection = width * height
+        iou = intersection / ((k2 - k0) * (k3 - k1) + chosen_area - intersection)
+        if iou >= threshold:
+            order[1 + i] = order[rest]
+            rest -= 1
+        else:
+            i += 1
+    for j in range(rest):
+        order[j] = order[1 + j]
+    return rest
+
+
+@_jit
 def greedy_nms_hard(order, boxes, scores, threshold, limit, selected):
     """Greedy hard NMS over the candidates ``order`` (int64 indexes into ``boxes`` [n, 4]
     float32 and ``scores`` float32; overwritten as the working list). Writes the selected
     indexes, in selection order, to ``selected`` and returns how many (at most ``limit``).
     A candidate overlapping a selected box by IoU >= ``threshold`` (float32) is dropped."""
-    zero = np.float32(0)
     m = order.shape[0]
     count = 0
     while m > 0 and count < limit:
-        best = 0
-        best_score = scores[order[0]]
-        for i in range(1, m):
-            score = scores[order[i]]
-            if score > best_score:
-                best = i
-                best_score = score
-        chosen = order[best]
-        order[best] = order[0]
-        order[0] = chosen
-        selected[count] = chosen
+        best = _first_maximum(order, m, scores)
+        selected[count] = order[best]
         count += 1
-        if m == 1:
-            break
-        c1, c0, c3, c2 = boxes[chosen, 1], boxes[chosen, 0], boxes[chosen, 3], boxes[chosen, 2]
-        chosen_area = (c2 - c0) * (c3 - c1)
-        rest = m - 1
-        i = 0
-        while i < rest:
-            k = order[1 + i]
-            k0, k1, k2, k3 = boxes[k, 0], boxes[k, 1], boxes[k, 2], boxes[k, 3]
-            width = np.maximum(np.minimum(k2, c2) - np.maximum(k0, c0), zero)
-            height = np.maximum(np.minimum(k3, c3) - np.maximum(k1, c1), zero)
-            intersection = width * height
-            iou = intersection / ((k2 - k0) * (k3 - k1) + chosen_area - intersection)
-            if iou >= threshold:
-                order[1 + i] = order[rest]
-                rest -= 1
-            else:
-                i += 1
-        for j in range(rest):
-            order[j] = order[1 + j]
-        m = rest
+        m = _select(order, m, best, boxes, threshold)
     return count
+
+
+@_jit
+def per_class_nms_merged(scores, boxes, score_threshold, threshold, per_class, limit, order, length, best,
+                         heads, active, picked, out_anchor, out_label):
+    """Regular NMS of DETECTION_POSTPROCESSING: the greedy hard NMS of every foreground
+    class (columns 1.. of ``scores`` [n, c] float32; candidates scoring above
+    ``score_threshold``, in anchor order; at most ``per_class`` each), merged into the
+    first ``limit`` selections by descending score, equal scores by class, then selection
+    order (the stable sort of the classes' selections concatenated). Each class's walk
+    selects in non-increasing score order, so the merge advances only the class whose
+    next selection scores highest, and stops after ``limit`` selections instead of
+    running every class's walk to its end. Scratch: ``order`` [c, n] int64 (a class's
+    list, built at its first selection), ``length`` / ``best`` / ``picked`` [c] int64,
+    ``heads`` [c] float32 (the next selection's score), ``active`` [c] bool. Writes
+    anchors and labels to ``out_anchor`` / ``out_label``; returns how many."""
+    n, c = scores.shape
+    for label in range(c):
+        active[label] = False
+        length[label] = -1
+        picked[label] = 0
+    if per_class > 0:
+        for a in range(n):
+            for label in range(1, c):
+                score = scores[a, label]
+                if score > score_threshold and (not active[label] or score > heads[label]):
+                    heads[label] = score
+                    active[label] = True
+    count = 0
+    while count < limit:
+        g = -1
+        for label in range(1, c):
+            if active[label] and (g < 0 or heads[label] > heads[g]):
+                g = label
+        if g < 0:
+            break
+        column = scores[:, g]
+        row = order[g]
+        m = length[g]
+        if m < 0:
+            m = 0
+            for a in range(n):
+                if column[a] > score_threshold:
+                    row[m] = a
+                    m += 1
+            best[g] = _first_maximum(row, m, column)
+        out_anchor[count] = row[best[g]]
+        out_label[count] = g
+        count += 1
+        m = _select(row, m, best[g], boxes, threshold)
+        length[g] = m
+        picked[g] += 1
+        if m == 0 or picked[g] >= per_class:
+            active[g] = False
+        else:
+            best[g] = _first_maximum(row, m, column)
+            heads[g] = column[row[best[g]]]
+    return count
+
+
+@_jit
+def row_maxima(scores, first, out):
+    """``scores[:, first:].max(axis=1)`` (float32 [n, c]) as numpy gives it: NaN where a
+    row holds one."""
+    n, c = scores.shape
+    for a in range(n):
+        m = scores[a, first]
+        for label in range(first + 1, c):
+            value = scores[a, label]
+            if value != value:
+                m = value
+                break
+            if value > m:
+                m = value
+        out[a] = m
