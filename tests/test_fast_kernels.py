@@ -1474,12 +1474,15 @@ def test_quantized_softmax_matches_numpy(kind, shape, beta, monkeypatch):
 def test_compiled_hard_nms_selects_what_greedy_nms_selects():
     """The compiled greedy hard NMS against ``greedy_nms`` (numpy, Android's order): score
     ties (a few score levels), degenerate, infinite and NaN boxes, IoU thresholds 0..1,
-    every limit; the selections (indexes, in order) must be the same."""
+    every limit; the selections (indexes, in order) must be the same, and those of the
+    walk by descending score (``greedy_nms_hard_by_score``) too wherever it does not
+    decline (equal scores)."""
     from nnapi.operations import _numba_nms
     from nnapi.operations._detection_common import greedy_nms, hard_suppressor
 
     rng = np.random.default_rng(7)
     compared = selected_total = 0
+    by_score = {True: 0, False: 0}
     for case in range(300):
         n = int(rng.integers(1, 80))
         corner = rng.random((n, 2), dtype=np.float32)
@@ -1499,7 +1502,17 @@ def test_compiled_hard_nms_selects_what_greedy_nms_selects():
         np.testing.assert_array_equal(selected[:count], expected, err_msg=f"case {case}")
         compared += 1
         selected_total += count
+        # by descending score: the same selections, or -1 where equal scores meet
+        count = _numba_nms.greedy_nms_hard_by_score(candidates.astype(np.int64), boxes, scores, threshold, limit,
+                                                    selected)
+        if count >= 0:
+            np.testing.assert_array_equal(selected[:count], expected, err_msg=f"case {case} by score")
+        else:
+            assert levels, f"case {case}: distinct scores declined"
+        by_score[count >= 0] += 1
     assert compared == 300 and selected_total > 1000
+    # distinct scores always go by score; few score levels mostly fall back
+    assert by_score[True] >= 150 and 20 < by_score[False] < 150
 
 
 def test_regular_detection_postprocessing_compiled_equals_numpy(monkeypatch):

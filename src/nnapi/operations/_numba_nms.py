@@ -38,28 +38,33 @@ def _first_maximum(order, m, scores):
 
 
 @_jit
+def _overlaps(boxes, chosen, k, threshold):
+    """Whether candidate ``k`` overlaps the selected box ``chosen`` by IoU >= ``threshold``,
+    the IoU in float32 in numpy's order (``greedy_nms``: min / max propagating NaN,
+    ``(area + area) - intersection``); a NaN IoU overlaps nothing."""
+    zero = np.float32(0)
+    c0, c1, c2, c3 = boxes[chosen, 0], boxes[chosen, 1], boxes[chosen, 2], boxes[chosen, 3]
+    k0, k1, k2, k3 = boxes[k, 0], boxes[k, 1], boxes[k, 2], boxes[k, 3]
+    width = np.maximum(np.minimum(k2, c2) - np.maximum(k0, c0), zero)
+    height = np.maximum(np.minimum(k3, c3) - np.maximum(k1, c1), zero)
+    intersection = width * height
+    return intersection / ((k2 - k0) * (k3 - k1) + (c2 - c0) * (c3 - c1) - intersection) >= threshold
+
+
+@_jit
 def _select(order, m, best, boxes, threshold):
     """Select ``order[best]``: swap it with the head, drop the candidates of ``order[1:m]``
-    overlapping it by IoU >= ``threshold`` (each replaced by the last unexamined one), and
-    move the survivors to ``order[:rest]``. Returns ``rest``."""
-    zero = np.float32(0)
+    overlapping it (``_overlaps``; each replaced by the last unexamined one), and move the
+    survivors to ``order[:rest]``. Returns ``rest``."""
     chosen = order[best]
     order[best] = order[0]
     order[0] = chosen
     if m == 1:
         return 0
-    c1, c0, c3, c2 = boxes[chosen, 1], boxes[chosen, 0], boxes[chosen, 3], boxes[chosen, 2]
-    chosen_area = (c2 - c0) * (c3 - c1)
     rest = m - 1
     i = 0
     while i < rest:
-        k = order[1 + i]
-        k0, k1, k2, k3 = boxes[k, 0], boxes[k, 1], boxes[k, 2], boxes[k, 3]
-        width = np.maximum(np.minimum(k2, c2) - np.maximum(k0, c0), zero)
-        height = np.maximum(np.minimum(k3, c3) - np.maximum(k1, c1), zero)
-        intersection = width * height
-        iou = intersection / ((k2 - k0) * (k3 - k1) + chosen_area - intersection)
-        if iou >= threshold:
+        if _overlaps(boxes, chosen, order[1 + i], threshold):
             order[1 + i] = order[rest]
             rest -= 1
         else:
@@ -82,6 +87,68 @@ def greedy_nms_hard(order, boxes, scores, threshold, limit, selected):
         selected[count] = order[best]
         count += 1
         m = _select(order, m, best, boxes, threshold)
+    return count
+
+
+@_jit
+def _sift_down(heap, size, position, scores):
+    """Restore the max-heap order (by ``scores``) of ``heap[:size]`` below ``position``."""
+    item = heap[position]
+    score = scores[item]
+    while True:
+        child = 2 * position + 1
+        if child >= size:
+            break
+        if child + 1 < size and scores[heap[child + 1]] > scores[heap[child]]:
+            child += 1
+        if scores[heap[child]] > score:
+            heap[position] = heap[child]
+            position = child
+        else:
+            break
+    heap[position] = item
+
+
+@_jit
+def _suppressed(boxes, selected, count, k, threshold):
+    """Whether one of the first ``count`` selected boxes overlaps candidate ``k``."""
+    for j in range(count):
+        if _overlaps(boxes, selected[j], k, threshold):
+            return True
+    return False
+
+
+@_jit
+def greedy_nms_hard_by_score(heap, boxes, scores, threshold, limit, selected):
+    """``greedy_nms_hard``'s selections found without its walk over every candidate at each
+    step, or -1 where they cannot be. Without equal scores, the walk selects the highest
+    scoring candidate that no earlier selection overlaps, so the candidates are visited
+    by descending score (``heap``: the candidates, made a max-heap here, popped lazily)
+    and each is checked against the selections so far only: ~(visited x selected) IoUs
+    instead of (candidates x selected), and no sort of the candidates the walk never
+    reaches. Where two candidates that no earlier selection overlaps have the same score,
+    the walk's list order decides which comes first: the caller runs ``greedy_nms_hard``
+    (returns -1). Writes the selections to ``selected``; returns how many."""
+    size = heap.shape[0]
+    for position in range(size // 2 - 1, -1, -1):
+        _sift_down(heap, size, position, scores)
+    count = 0
+    while size > 0 and count < limit:
+        top = heap[0]
+        size -= 1
+        heap[0] = heap[size]
+        _sift_down(heap, size, 0, scores)
+        if _suppressed(boxes, selected, count, top, threshold):
+            continue
+        score = scores[top]
+        while size > 0 and scores[heap[0]] == score:
+            if not _suppressed(boxes, selected, count, heap[0], threshold):
+                return -1
+            size -= 1
+            heap[0] = heap[size]
+            _sift_down(heap, size, 0, scores)
+        selected[count] = top
+        count += 1
     return count
 
 

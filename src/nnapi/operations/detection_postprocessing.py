@@ -72,8 +72,8 @@ def _compiled_nms():
 
         empty, boxes, scores = np.zeros(0, np.int64), np.zeros((0, 4), np.float32), np.zeros((0, 2), np.float32)
         small = np.zeros(2, np.int64)
-        if (_jit.warm_up(kernels.greedy_nms_hard, empty, boxes, np.zeros(0, np.float32), np.float32(0.5), 1,
-                         empty.copy())
+        if (all(_jit.warm_up(kernel, empty, boxes, np.zeros(0, np.float32), np.float32(0.5), 1, empty.copy())
+                for kernel in (kernels.greedy_nms_hard, kernels.greedy_nms_hard_by_score))
                 and _jit.warm_up(kernels.per_class_nms_merged, scores, boxes, np.float32(0), np.float32(0.5), 1, 1,
                                  np.zeros((2, 0), np.int64), small, small.copy(), np.zeros(2, np.float32),
                                  np.zeros(2, np.bool_), small.copy(), empty.copy(), empty.copy())
@@ -219,8 +219,11 @@ class DetectionPostprocessing(Operation):
             compiled.row_maxima(np.ascontiguousarray(scores, dtype=np.float32), 1, best)
             candidates = np.flatnonzero(best > threshold)
             selected = np.empty(candidates.size, np.int64)
-            count = compiled.greedy_nms_hard(candidates, np.ascontiguousarray(boxes, dtype=np.float32), best,
-                                             iou_threshold, max_detections, selected)
+            boxes = np.ascontiguousarray(boxes, dtype=np.float32)
+            count = compiled.greedy_nms_hard_by_score(candidates.copy(), boxes, best, iou_threshold, max_detections,
+                                                      selected)
+            if count < 0:  # candidates of equal scores: the walk's order decides
+                count = compiled.greedy_nms_hard(candidates, boxes, best, iou_threshold, max_detections, selected)
             kept = selected[:count]
         else:
             best = foreground.max(axis=1)
