@@ -355,3 +355,59 @@ def test_compare_verdict_uses_litert_own_disagreement() -> None:
     assert merged["max_steps"] == 3 and merged["top5_overlap"] == 4 and not _verdict(merged, False, 1e-5, 2)
     assert _verdict({"max_rel": 2e-6, "max_abs": 1e-4}, True, 1e-5, 2)
     assert not _verdict({"error": "shape [2] vs LiteRT's [3]"}, True, 1e-5, 2)
+
+
+def test_compare_detections_pairs_equal_scores_in_any_order() -> None:
+    """Detections compared as sets: equal scores listed in another order pair up; a moved
+    box or a missing detection does not; engines parting at one score (each kept another
+    detection of it) are counted apart."""
+    from nnapi.cli.compare import _detections_verdict, compare_detections
+
+    names = ("boxes", "classes", "scores", "count")
+    boxes = np.array([[[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5], [0, 0, 0, 0]]], np.float32)
+    theirs = {"boxes": boxes, "classes": np.array([[1, 2, 1, 0]], np.float32),
+              "scores": np.array([[0.9, 0.5, 0.5, 0]], np.float32), "count": np.array([3], np.float32)}
+    swapped = {key: value.copy() for key, value in theirs.items()}
+    for key in ("boxes", "classes", "scores"):
+        swapped[key][0, [1, 2]] = theirs[key][0, [2, 1]]
+    found = compare_detections(swapped, theirs, names)
+    assert found == {"detections": 3, "unpaired": 0, "after_equal_scores": 0, "counts_differ": 0,
+                     "max_rel_box": 0.0, "max_rel_score": 0.0}
+    assert _detections_verdict({"xnnpack": found}, 1e-5)
+    moved = {key: value.copy() for key, value in theirs.items()}
+    moved["boxes"][0, 0] += 0.01
+    found = compare_detections(moved, theirs, names)
+    assert found["unpaired"] == 0 and found["max_rel_box"] == pytest.approx(0.002)
+    assert not _detections_verdict({"xnnpack": found}, 1e-5)
+    moved["boxes"][0, 0] += 0.5
+    found = compare_detections(moved, theirs, names)
+    assert found["unpaired"] == 1 and not _detections_verdict({"xnnpack": found}, 1e-5)
+    short = dict(theirs, count=np.array([2], np.float32))
+    found = compare_detections(short, theirs, names)
+    assert found["counts_differ"] == 1 and found["unpaired"] == 1 and not _detections_verdict({"xnnpack": found}, 1e-5)
+    other = {key: value.copy() for key, value in theirs.items()}
+    other["boxes"][0, 2] = [6, 6, 7, 7]  # another detection of the shared score 0.5 kept instead
+    found = compare_detections(other, theirs, names)
+    assert found["unpaired"] == 0 and found["after_equal_scores"] == 1 and _detections_verdict({"xnnpack": found}, 1e-5)
+    other["scores"][0, 2] = 0.4  # parting at 0.5 on LiteRT's side only: not the equal-score order
+    found = compare_detections(other, theirs, names)
+    assert found["unpaired"] == 1 and not _detections_verdict({"xnnpack": found}, 1e-5)
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_compare_judges_a_detection_models_outputs_as_detections(capsys, tmp_path, quantized) -> None:
+    """TFLite_Detection_PostProcess's four outputs are judged together as detections."""
+    pytest.importorskip("ai_edge_litert")
+    from tflite_cases import detection_postprocess
+
+    path = tmp_path / "ssd.tflite"
+    path.write_bytes(detection_postprocess(quantized=quantized)())
+    assert nnapi.load_tflite(str(path)).detections == [
+        ("detection_boxes", "detection_classes", "detection_scores", "num_detections")]
+    code, out, _ = run_cli(capsys, "compare", str(path), "--runs", "3", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"]
+    found = report["outputs"]["detection_scores"]["detections"]["xnnpack"]
+    assert found["detections"] >= 6 and found["unpaired"] == 0 and found["counts_differ"] == 0
+    code, out, _ = run_cli(capsys, "compare", str(path))
+    assert code == 0 and "detections detection_boxes, detection_classes, detection_scores, num_detections:" in out

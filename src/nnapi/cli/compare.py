@@ -9,6 +9,18 @@ kernels only; their own disagreement is part of the yardstick: an output agrees 
 difference from the closer of the two is within the tolerance or within LiteRT's own
 disagreement, and top-1 is equal.
 
+Detections (the four outputs of TFLite's ``TFLite_Detection_PostProcess``: boxes, classes,
+scores, count) are compared as detections, not slot by slot: both engines list them by
+descending score, but break equal scores (common with quantized scores) in different
+orders (NNAPI's DETECTION_POSTPROCESSING in its greedy walk's list order, LiteRT in its
+sort's), so each of LiteRT's valid detections is paired with nnapi's nearest detection of
+the same class; they agree when the counts are equal, every detection is paired, and the
+paired boxes and scores are within the float tolerance (or LiteRT's own disagreement
+measured the same way). Where the two first part at a score several detections share,
+each keeping another detection of that score (the equal-score order again, which changes
+the suppressions below it), the unpaired detections from there on are counted apart and
+reported.
+
 A dynamic-range ("hybrid") quantized model is the exception: LiteRT quantizes the float
 inputs of its int8-weight operators to int8 at every run, while nnapi (as Android's NNAPI
 delegate) computes them in float32 from the dequantized weights, so the two differ by the
@@ -87,6 +99,83 @@ def compare_outputs(ours: np.ndarray, theirs: np.ndarray, quantized: bool) -> di
     return entry
 
 
+#: the largest relative difference of box coordinates or scores for which two detections
+#: are taken for the same one (far above float rounding; neighbouring anchors of an SSD's
+#: coarsest grid are ~5% of the image apart)
+_PAIRING = 1e-2
+
+
+def compare_detections(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray],
+                       names: tuple[str, str, str, str]) -> dict:
+    """Two engines' detections (outputs ``names``: boxes [B, d, 4], classes [B, d], scores
+    [B, d], count [B]) as sets: per image, each of ``theirs``' valid detections paired with
+    the nearest unpaired one of ``ours`` of the same class (nearest: the largest of the
+    score and box coordinate differences, each relative to ``theirs``' largest magnitude
+    of that output; at most ``_PAIRING``). Gives the number of detections, those left unpaired on either side,
+    images whose counts differ, and the largest relative box and score differences of the
+    pairs."""
+    boxes, classes, scores, count = names
+    box_scale = float(np.abs(theirs[boxes]).max()) if theirs[boxes].size else 0.0
+    score_scale = float(np.abs(theirs[scores]).max()) if theirs[scores].size else 0.0
+    box_scale, score_scale = box_scale or 1.0, score_scale or 1.0
+    result = {"detections": 0, "unpaired": 0, "after_equal_scores": 0, "counts_differ": 0, "max_rel_box": 0.0,
+              "max_rel_score": 0.0}
+    for image in range(theirs[count].shape[0]):
+        theirs_count, ours_count = int(theirs[count][image]), int(ours[count][image])
+        result["counts_differ"] += theirs_count != ours_count
+        result["detections"] += theirs_count
+        ours_count = max(0, min(ours_count, ours[scores].shape[1]))
+        free = list(range(ours_count))
+        left = []   # LiteRT's unpaired detections
+        for k in range(max(0, min(theirs_count, theirs[scores].shape[1]))):
+            best, best_distance = None, (np.inf, np.inf, np.inf)
+            for j in free:
+                if ours[classes][image, j] != theirs[classes][image, k]:
+                    continue
+                box = float(np.abs(ours[boxes][image, j].astype(np.float64) - theirs[boxes][image, k]).max())
+                box /= box_scale
+                score = abs(float(ours[scores][image, j]) - float(theirs[scores][image, k])) / score_scale
+                if max(box, score) < best_distance[0]:
+                    best, best_distance = j, (max(box, score), box, score)
+            if best is None or best_distance[0] > _PAIRING:
+                left.append(float(theirs[scores][image, k]))
+                continue
+            free.remove(best)
+            result["max_rel_box"] = max(result["max_rel_box"], best_distance[1])
+            result["max_rel_score"] = max(result["max_rel_score"], best_distance[2])
+        right = [float(ours[scores][image, j]) for j in free]
+        top = max(left) if left and right and max(left) == max(right) else None
+        if top is not None and max(np.count_nonzero(theirs[scores][image, :theirs_count] == top),
+                                   np.count_nonzero(ours[scores][image, :ours_count] == top)) > 1:
+            # both engines first part at a score that several detections share: each kept
+            # another detection of that score (the walk and the sort order equal scores
+            # differently); below it the two sets of suppressions differ
+            result["after_equal_scores"] += max(len(left), len(right))
+        else:
+            result["unpaired"] += max(len(left), len(right))
+    return result
+
+
+def _worst_detections(worst: dict | None, entry: dict) -> dict:
+    if worst is None:
+        return dict(entry)
+    return {key: max(worst[key], value) if key != "detections" else worst[key] + value for key, value in entry.items()}
+
+
+def _detections_verdict(found: dict, rtol: float) -> bool:
+    """Detections agree: every one paired, counts equal, the pairs' differences within
+    ``rtol`` or within LiteRT's own (XNNPACK vs builtin) differences, of the closer
+    LiteRT result."""
+    own = found.get("litert_own", {})
+
+    def within(entry: dict) -> bool:
+        return (entry["unpaired"] == 0 and entry["counts_differ"] == 0
+                and entry["max_rel_box"] <= max(rtol, own.get("max_rel_box", 0.0))
+                and entry["max_rel_score"] <= max(rtol, own.get("max_rel_score", 0.0)))
+
+    return within(found["xnnpack"]) or ("builtin" in found and within(found["builtin"]))
+
+
 def _merge(worst: dict | None, entry: dict) -> dict:
     """The worst of two runs' entries for one output."""
     if worst is None:
@@ -134,6 +223,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except CliError:
         builtin = None  # a model only the XNNPACK delegate can run
     worst: dict[str, dict] = {}
+    detections: dict[tuple[str, str, str, str], dict] = {}
     for run in range(args.runs):
         feeds, _ = read_inputs(session, args.input, args.seed + run)
         ours = session.run(feeds)
@@ -148,12 +238,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 entry["builtin_difference"] = difference(ours[info.name], reference[info.name])
                 entry["litert_own_difference"] = difference(theirs[info.name], reference[info.name])
             worst[info.name] = _merge(worst.get(info.name), entry)
+        for group in session.imported.detections:
+            found = detections.setdefault(group, {})
+            pairs = [("xnnpack", ours, theirs)]
+            if reference is not None:
+                pairs += [("builtin", ours, reference), ("litert_own", theirs, reference)]
+            for key, mine, other in pairs:
+                found[key] = _worst_detections(found.get(key), compare_detections(mine, other, group))
     hybrid = session.imported.all_hybrid_operators()
     results = {}
     for info in session.outputs:
         entry = worst[info.name]
         _judge(entry, info.dtype.kind == "f", args.rtol, args.steps, args.hybrid_rtol if hybrid else None)
         results[info.name] = entry
+    for group, found in detections.items():
+        agree = _detections_verdict(found, args.rtol)
+        for name in group:
+            results[name]["detections"] = found
+            results[name]["ok"] = agree
     all_ok = all(entry["ok"] for entry in results.values())
     if args.json:
         print_json({"model": args.model, "devices": sorted(set(session.device_names)), "runs": args.runs,
@@ -162,7 +264,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0 if all_ok else EXIT_FAILED
     print(f"model: {args.model}    nnapi on {', '.join(sorted(set(session.device_names)))} vs LiteRT "
           f"(1 thread), {args.runs} run{'s' if args.runs > 1 else ''} from seed {args.seed}")
+    described: set[tuple[str, ...]] = set()
     for name, entry in results.items():
+        group = next((group for group in detections if name in group), None)
+        if group is not None:
+            if group not in described:
+                described.add(group)
+                found = detections[group]["xnnpack"]
+                tie = (f" (+{found['after_equal_scores']} from where the engines kept different detections of "
+                       "equal score)") if found["after_equal_scores"] else ""
+                print(f"  detections {', '.join(group)}: {found['detections']} (LiteRT's), "
+                      f"{found['unpaired']} unpaired{tie}, counts differ in {found['counts_differ']} image(s); pairs' "
+                      f"max rel box {found['max_rel_box']:.3g}, score {found['max_rel_score']:.3g}  "
+                      f"{'ok' if entry['ok'] else 'OUTSIDE TOLERANCE'} (compared as detections: equal scores come "
+                      "out in each engine's own order)")
+            continue
         if "error" in entry:
             text = entry["error"]
         elif "max_rel" in entry:

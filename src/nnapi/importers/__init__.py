@@ -118,6 +118,10 @@ class ImportedModel:
     #: fixed to its static shapes, as LiteRT allocates them (see ``load_tflite``); None
     #: where they were kept open or there were none.
     fixed_shapes: str | None = None
+    #: Each TFLite_Detection_PostProcess whose four outputs are model outputs: their names
+    #: (boxes, classes, scores, number of detections). Its detections come out in
+    #: descending score order, equal scores in an order LiteRT and NNAPI break differently.
+    detections: list[tuple[str, str, str, str]] = field(default_factory=list)
     #: Buffers the model's constants refer to: they must live as long as the model.
     _keep_alive: list[Any] = field(default_factory=list, repr=False)
 

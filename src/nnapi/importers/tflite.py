@@ -255,6 +255,7 @@ class _Converter:
         self.sources: list[SourceOp] = []
         self.lowerings: list[Lowering] = []
         self.hybrid_operators: list[SourceOp] = []
+        self.detections: list[tuple[int, int, int, int]] = []  # TFLite_Detection_PostProcess output tensors
         self.keep_alive: list[Any] = []
         self.states: list[tuple[int, int]] = []  # (tensor, model input position)
         self.state_outputs: dict[int, int] = {}  # tensor -> NNAPI operand holding its new value
@@ -565,6 +566,8 @@ class _Converter:
             sources=self.sources,
             states=state_specs,
             hybrid_operators=self.hybrid_operators,
+            detections=[tuple(graph.tensors[t].name for t in group) for group in self.detections
+                        if all(t in graph.outputs for t in group)],
             source_operator_count=len(graph.operators),
             operand_names={operand: graph.tensors[tensor].name for tensor, operand in self.operands.items()},
             _keep_alive=self.keep_alive,
@@ -944,6 +947,7 @@ def _detection_postprocess(c: _Converter, op: _Operator) -> None:
             c.i32(per_detection), c.i32(per_class), c.f32(score_threshold), c.f32(iou_threshold),
             c.boolean(False)], [scores_out, boxes_out, classes, count])
     c.emit(Op.CAST, [classes], [c.output(1)])
+    c.detections.append(tuple(op.outputs[:4]))
     reason = "TFLite_Detection_PostProcess as DETECTION_POSTPROCESSING, its int32 classes and count CAST to " \
              "TFLite's float32"
     if regular or per_detection == 1:
