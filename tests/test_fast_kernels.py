@@ -1498,7 +1498,9 @@ def test_compiled_hard_nms_selects_what_greedy_nms_selects():
         limit = int(rng.integers(1, n + 2))
         expected = greedy_nms(scores.copy(), boxes, candidates, hard_suppressor(threshold), limit)
         selected = np.empty(n, np.int64)
-        count = _numba_nms.greedy_nms_hard(candidates.astype(np.int64), boxes, scores, threshold, limit, selected)
+        count = _numba_nms.greedy_nms_hard(candidates.astype(np.int64), boxes, scores, threshold, limit, selected,
+                                           np.empty((5, candidates.size), np.float32),
+                                           np.empty(candidates.size, np.bool_))
         np.testing.assert_array_equal(selected[:count], expected, err_msg=f"case {case}")
         compared += 1
         selected_total += count

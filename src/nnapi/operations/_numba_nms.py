@@ -38,17 +38,34 @@ def _first_maximum(order, m, scores):
 
 
 @_jit
-def _overlaps(boxes, chosen, k, threshold):
-    """Whether candidate ``k`` overlaps the selected box ``chosen`` by IoU >= ``threshold``,
-    the IoU in float32 in numpy's order (``greedy_nms``: min / max propagating NaN,
-    ``(area + area) - intersection``); a NaN IoU overlaps nothing."""
+def _least(a, b):
+    """np.minimum of two float32 (NaN where either is) as a select, which vectorizes."""
+    return a if (a < b or a != a) else b
+
+
+@_jit
+def _greatest(a, b):
+    """np.maximum of two float32 (NaN where either is) as a select, which vectorizes."""
+    return a if (a > b or a != a) else b
+
+
+@_jit
+def _overlap(k0, k1, k2, k3, c0, c1, c2, c3, threshold):
+    """Whether box (k0, k1, k2, k3) overlaps the selected box (c0, c1, c2, c3) by IoU >=
+    ``threshold``, the IoU in float32 in numpy's order (``greedy_nms``: min / max
+    propagating NaN, ``(area + area) - intersection``); a NaN IoU overlaps nothing."""
     zero = np.float32(0)
-    c0, c1, c2, c3 = boxes[chosen, 0], boxes[chosen, 1], boxes[chosen, 2], boxes[chosen, 3]
-    k0, k1, k2, k3 = boxes[k, 0], boxes[k, 1], boxes[k, 2], boxes[k, 3]
-    width = np.maximum(np.minimum(k2, c2) - np.maximum(k0, c0), zero)
-    height = np.maximum(np.minimum(k3, c3) - np.maximum(k1, c1), zero)
+    width = _greatest(_least(k2, c2) - _greatest(k0, c0), zero)
+    height = _greatest(_least(k3, c3) - _greatest(k1, c1), zero)
     intersection = width * height
     return intersection / ((k2 - k0) * (k3 - k1) + (c2 - c0) * (c3 - c1) - intersection) >= threshold
+
+
+@_jit
+def _overlaps(boxes, chosen, k, threshold):
+    """``_overlap`` of boxes ``k`` and ``chosen`` (rows of ``boxes``)."""
+    return _overlap(boxes[k, 0], boxes[k, 1], boxes[k, 2], boxes[k, 3], boxes[chosen, 0], boxes[chosen, 1],
+                    boxes[chosen, 2], boxes[chosen, 3], threshold)
 
 
 @_jit
@@ -75,18 +92,61 @@ def _select(order, m, best, boxes, threshold):
 
 
 @_jit
-def greedy_nms_hard(order, boxes, scores, threshold, limit, selected):
+def _drop_mask(x0, x1, x2, x3, start, stop, c0, c1, c2, c3, threshold, drop):
+    """``drop[i]`` = ``_overlap`` of candidate i in [start, stop) with the selected box,
+    for all of them in one pass without branches (the compiler vectorizes it)."""
+    for i in range(start, stop):
+        drop[i] = _overlap(x0[i], x1[i], x2[i], x3[i], c0, c1, c2, c3, threshold)
+
+
+@_jit
+def greedy_nms_hard(order, boxes, scores, threshold, limit, selected, work, drop):
     """Greedy hard NMS over the candidates ``order`` (int64 indexes into ``boxes`` [n, 4]
-    float32 and ``scores`` float32; overwritten as the working list). Writes the selected
-    indexes, in selection order, to ``selected`` and returns how many (at most ``limit``).
-    A candidate overlapping a selected box by IoU >= ``threshold`` (float32) is dropped."""
+    float32 and ``scores`` float32; overwritten as the working list). Writes
+    the selected indexes, in selection order, to ``selected`` and returns how many (at
+    most ``limit``). A candidate overlapping a selected box by IoU >= ``threshold``
+    (float32) is dropped.
+
+    Each candidate's score and corners travel with it in the rows of ``work`` (float32
+    [5, len(order)]), so every step reads them in order; the overlaps of a step are found
+    in one vectorized pass (``_drop_mask`` into ``drop``, bool [len(order)]), then the
+    list is compacted as ``_select`` does, its head moving forward instead of the list
+    shifting back."""
     m = order.shape[0]
+    live, x0, x1, x2, x3 = work[0], work[1], work[2], work[3], work[4]
+    for i in range(m):
+        k = order[i]
+        live[i], x0[i], x1[i], x2[i], x3[i] = scores[k], boxes[k, 0], boxes[k, 1], boxes[k, 2], boxes[k, 3]
+    start = 0
     count = 0
     while m > 0 and count < limit:
-        best = _first_maximum(order, m, scores)
-        selected[count] = order[best]
+        best = start
+        best_score = live[start]
+        for i in range(start + 1, start + m):
+            if live[i] > best_score:
+                best = i
+                best_score = live[i]
+        order[best], order[start] = order[start], order[best]
+        for row in (live, x0, x1, x2, x3):
+            row[best], row[start] = row[start], row[best]
+        selected[count] = order[start]
         count += 1
-        m = _select(order, m, best, boxes, threshold)
+        _drop_mask(x0, x1, x2, x3, start + 1, start + m, x0[start], x1[start], x2[start], x3[start], threshold,
+                   drop)
+        rest = m - 1
+        i = 0
+        while i < rest:
+            p = start + 1 + i
+            if drop[p]:
+                q = start + rest
+                order[p], drop[p] = order[q], drop[q]
+                for row in (live, x0, x1, x2, x3):
+                    row[p] = row[q]
+                rest -= 1
+            else:
+                i += 1
+        start += 1
+        m = rest
     return count
 
 

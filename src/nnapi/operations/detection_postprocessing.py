@@ -72,8 +72,10 @@ def _compiled_nms():
 
         empty, boxes, scores = np.zeros(0, np.int64), np.zeros((0, 4), np.float32), np.zeros((0, 2), np.float32)
         small = np.zeros(2, np.int64)
-        if (all(_jit.warm_up(kernel, empty, boxes, np.zeros(0, np.float32), np.float32(0.5), 1, empty.copy())
-                for kernel in (kernels.greedy_nms_hard, kernels.greedy_nms_hard_by_score))
+        if (_jit.warm_up(kernels.greedy_nms_hard, empty, boxes, np.zeros(0, np.float32), np.float32(0.5), 1,
+                         empty.copy(), np.zeros((5, 0), np.float32), np.zeros(0, np.bool_))
+                and _jit.warm_up(kernels.greedy_nms_hard_by_score, empty, boxes, np.zeros(0, np.float32),
+                                 np.float32(0.5), 1, empty.copy())
                 and _jit.warm_up(kernels.per_class_nms_merged, scores, boxes, np.float32(0), np.float32(0.5), 1, 1,
                                  np.zeros((2, 0), np.int64), small, small.copy(), np.zeros(2, np.float32),
                                  np.zeros(2, np.bool_), small.copy(), empty.copy(), empty.copy())
@@ -223,7 +225,9 @@ class DetectionPostprocessing(Operation):
             count = compiled.greedy_nms_hard_by_score(candidates.copy(), boxes, best, iou_threshold, max_detections,
                                                       selected)
             if count < 0:  # candidates of equal scores: the walk's order decides
-                count = compiled.greedy_nms_hard(candidates, boxes, best, iou_threshold, max_detections, selected)
+                count = compiled.greedy_nms_hard(candidates, boxes, best, iou_threshold, max_detections, selected,
+                                                 np.empty((5, candidates.size), np.float32),
+                                                 np.empty(candidates.size, np.bool_))
             kept = selected[:count]
         else:
             best = foreground.max(axis=1)
