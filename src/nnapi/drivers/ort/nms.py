@@ -483,7 +483,11 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
 #: (compiled with nnapi[fast]). Measured (process_time, load ~10, float32, 100 kept):
 #: 6 anchors x 3 classes (the CTS's) 0.26 vs 0.22 ms regular, 0.32 vs 0.29 fast;
 #: 100 x 11 regular 7.0 vs 0.8 ms; 500 x 9 regular 15.6 vs 2.1; 1,917 x 91 fast 14.5 vs
-#: 4.3; 1,917 x 11 regular 58 vs 8.8; an SSD's 1,917 x 91 regular 448 vs 76 ms
+#: 4.3; 1,917 x 11 regular 58 vs 8.8; an SSD's 1,917 x 91 regular 448 vs 76 ms. Since
+#: then the reference merges the classes' walks (only the class whose next selection
+#: scores highest advances) and visits fast NMS's candidates by descending score: the
+#: SSD's regular NMS ~1-2 ms (numpy 6.6), fast ~0.1-0.4 ms, so the Loop (one step per
+#: selection of every class) is further behind at every size past the CTS's
 _POSTPROCESSING_CELLS = 64
 
 
@@ -513,7 +517,7 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
     cells = anchors_count * (classes - 1) if regular else anchors_count
     if cells > _POSTPROCESSING_CELLS:
         raise Declined(f"{cells} NMS candidates per image: past {_POSTPROCESSING_CELLS}, the greedy walk as an ONNX "
-                       "Loop takes 3-9x the reference's time")
+                       "Loop takes many times the reference's time")
     scores = _real(g, operation.inputs[0])                                            # [B, N, C]
     deltas = _real(g, operation.inputs[1])                                            # [B, N, >= 4]
     anchors = _real(g, operation.inputs[2])                                           # [N, 4]
