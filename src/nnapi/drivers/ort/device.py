@@ -167,8 +167,14 @@ class OrtDevice(IDevice):
             return self._capabilities
 
     def get_unsupported_reasons(self, model: Model) -> list[str | None]:
+        return self._unsupported_reasons(model, infer_temporary_shapes(model))
+
+    @staticmethod
+    def _unsupported_reasons(model: Model, shaped: Model) -> list[str | None]:
+        """Why each operation of ``model`` is declined (None: supported), judged on
+        ``shaped`` = infer_temporary_shapes(model), as lower_model lowers it (the same
+        operations)."""
         reasons: list[str | None] = []
-        shaped = infer_temporary_shapes(model)  # as lower_model lowers it (the same operations)
         for operation in model.main.operations:
             if not supports_operation(model, model.main, operation):
                 reasons.append("not a valid operation (the reference's validation rejects it)")
@@ -183,32 +189,36 @@ class OrtDevice(IDevice):
         return (1, 0)
 
     # --- preparation -------------------------------------------------------------------
-    def _check_supported(self, model: Model) -> None:
-        """INVALID_ARGUMENT naming the first operation this device declines, and why."""
-        reasons = self.get_unsupported_reasons(model)
+    def _check_supported(self, model: Model) -> Model:
+        """INVALID_ARGUMENT naming the first operation this device declines, and why;
+        else infer_temporary_shapes(model), which the check needed, for lower_model."""
+        shaped = infer_temporary_shapes(model)
+        reasons = self._unsupported_reasons(model, shaped)
         for operation, reason in zip(model.main.operations, reasons):
             if reason is not None:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                f"{self.name} does not support {OperationCode(operation.type).name}: {reason}")
+        return shaped
 
     def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority=Priority.MEDIUM, deadline_ns: int | None = None, model_cache: Sequence[int] = (),
                       data_cache: Sequence[int] = (), token: bytes | None = None) -> IPreparedModel:
         validate_model(model)
         _check_deadline(deadline_ns, "preparation")
-        self._check_supported(model)
+        shaped = self._check_supported(model)
         omittable = omittable_inputs(model)
         if omittable:
             # a graph per pattern of omitted inputs, when a request shows it (omitted.py)
             return self._prepare_patterns(model, omittable, model_cache, token)
-        return self._prepare_graph(model, model_cache, token)
+        return self._prepare_graph(model, model_cache, token, shaped=shaped)
 
     def _prepare_graph(self, model: Model, model_cache: Sequence[int] = (), token: bytes | None = None,
-                       optimized: list[bytes] | None = None) -> OrtPreparedModel:
+                       optimized: list[bytes] | None = None, shaped: Model | None = None) -> OrtPreparedModel:
         """``model`` lowered to one ONNX graph and opened as a session (written to the
-        cache when asked; its optimized bytes appended to ``optimized`` when given)."""
+        cache when asked; its optimized bytes appended to ``optimized`` when given;
+        ``shaped``: infer_temporary_shapes(model) when the caller has it)."""
         try:
-            onnx_model, input_names, output_names = lower_model(model)
+            onnx_model, input_names, output_names = lower_model(model, shaped=shaped)
         except Declined as reason:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name}: {reason}") from None
         signature = Signature.of(model, input_names, output_names)

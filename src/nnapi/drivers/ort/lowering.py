@@ -3672,10 +3672,12 @@ def _dequantize_symmetric(g: GraphBuilder, x: Value, operand: Operand) -> str:
 
 
 # --- the whole graph -------------------------------------------------------------------
-def lower_model(model: Model) -> tuple[onnx.ModelProto, list[str], list[str]]:
+def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelProto, list[str], list[str]]:
     """The ONNX model of ``model.main`` with its input and output names (one per HAL
-    input / output, in order). Raises Declined if any part cannot be lowered."""
-    model = split_padded_adds(merge_twin_branches(infer_temporary_shapes(model)))
+    input / output, in order). Raises Declined if any part cannot be lowered.
+    ``shaped``: infer_temporary_shapes(model) when the caller has it already (the device
+    computes it to check the operations), not computed again."""
+    model = split_padded_adds(merge_twin_branches(infer_temporary_shapes(model) if shaped is None else shaped))
     subgraph = model.main
     g = GraphBuilder(model, subgraph)
     for index in subgraph.input_indexes:
