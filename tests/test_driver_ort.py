@@ -757,6 +757,30 @@ def test_a_reverse_between_declined_operations_stays_on_the_reference(ort_device
     assert compilation.step_devices == ["nnapi-reference"]
 
 
+def test_a_probe_returns_its_outputs_or_none_and_logs_nothing(ort_device, capfd):
+    """probe_outputs (every one-off probe of the installed onnxruntime): a graph that
+    runs gives its outputs, one whose run fails or that is refused gives None, and a
+    failure prints nothing (the device's log level, not ORT's "error" lines on stderr)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from nnapi.drivers.ort import lowering
+
+    shape = numpy_helper.from_array(np.array([5], np.int64), "shape")
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [shape])
+    [y] = lowering.probe_outputs(graph, {"x": np.arange(5, dtype=np.float32)})
+    np.testing.assert_array_equal(y, np.arange(5, dtype=np.float32))
+    assert lowering.probe_outputs(graph) == []  # loaded only
+    capfd.readouterr()
+    assert lowering.probe_outputs(graph, {"x": np.arange(4, dtype=np.float32)}) is None  # 4 into 5 fails
+    refused = helper.make_graph([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2)], "probe",
+                                [helper.make_tensor_value_info("x", TensorProto.INT16, None)],
+                                [helper.make_empty_tensor_value_info("y")])
+    assert lowering.probe_outputs(refused) is None
+    assert capfd.readouterr().err == ""
+
+
 def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkeypatch):
     """has_kernel loads a one-node graph: float SpaceToDepth exists, an int16 one does not
     (in any release); where it reports a uint8 SpaceToDepth missing (releases before 1.28),

@@ -47,6 +47,7 @@ from nnapi.drivers.ort import (
     small_graphs,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import (
+    ORT_LOG_SEVERITY,
     Declined,
     check_failure,
     lower_model,
@@ -76,9 +77,6 @@ from nnapi.hal import (
 from nnapi.hal.validation import validate_model
 from nnapi.operand import dtype_of
 
-#: ORT's log level: fatal only. Failures reach the caller as HalErrors, not as log lines
-#: (at 3, "error", every failed run also printed its node's error to stderr, in red)
-ORT_LOG_SEVERITY = 4
 ort.set_default_logger_severity(ORT_LOG_SEVERITY)
 
 #: Cache file layout version; a cache written by another version is refused.

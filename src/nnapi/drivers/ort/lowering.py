@@ -151,6 +151,31 @@ def onnxruntime_at_least(version: tuple[int, int]) -> bool:
     return release(onnxruntime.__version__) >= version
 
 
+#: ORT's log level, for the device's sessions and the probes alike: fatal only. Failures
+#: reach the caller as HalErrors (or a probe's False), not as log lines (at 3, "error",
+#: every failed run also printed its node's error to stderr, in red)
+ORT_LOG_SEVERITY = 4
+
+
+def probe_outputs(graph: onnx.GraphProto, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray] | None:
+    """A one-off probe of the installed ONNX Runtime (at preparation or first use, cached
+    by its caller): ``graph`` loaded into a single-threaded CPU session and, with
+    ``feeds``, run once. Its outputs (none when only loaded), or None where onnxruntime
+    refuses the graph or fails running it. Raises ImportError without onnxruntime: each
+    caller says what a lowering without a runtime assumes."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = ORT_LOG_SEVERITY
+    try:
+        session = onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(), options,
+                                               providers=["CPUExecutionProvider"])
+        return [] if feeds is None else list(session.run(None, feeds))
+    except Exception:  # noqa: BLE001 - any refusal or failure: the form cannot be trusted here
+        return None
+
+
 #: the first release whose ConvTranspose gives the CTS's quantized TRANSPOSE_CONV_2D results
 #: (1.20 and 1.21 were 3 steps off on 16 vectors)
 EXACT_CONV_TRANSPOSE_VERSION = (1, 22)
@@ -179,18 +204,13 @@ def has_kernel(op_type: str, element: int, **attributes) -> bool:
     ONNX element type ``element``: a one-node graph is loaded once per process (older
     releases lack some 8-bit kernels: uint8 SpaceToDepth before 1.28, DepthToSpace and
     ArgMin before 1.20, and refuse a graph with one, NOT_IMPLEMENTED)."""
-    try:
-        import onnxruntime
-    except ImportError:  # lowering without a runtime (nothing will load the graph here)
-        return True
     graph = helper.make_graph([helper.make_node(op_type, ["x"], ["y"], **attributes)], "probe",
                               [helper.make_tensor_value_info("x", element, None)],
                               [helper.make_empty_tensor_value_info("y")])  # its type: the operator's
     try:
-        onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception:  # noqa: BLE001 - any refusal means no such kernel here
-        return False
-    return True
+        return probe_outputs(graph) is not None
+    except ImportError:  # lowering without a runtime (nothing will load the graph here)
+        return True
 
 
 @functools.cache
@@ -199,10 +219,6 @@ def empty_quantized_softmax_has_output() -> bool:
     QuantizeLinear of an empty tensor. Releases before 1.32 fuse the three into their
     QLinearSoftmax, which then returns no value at all (found on 1.19-1.31 with a zero-sized
     CTS vector): one run of that three-node graph, once per process."""
-    try:
-        import onnxruntime
-    except ImportError:  # lowering without a runtime (nothing will load the graph here)
-        return True
     scale = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])
     zero = helper.make_tensor("z", TensorProto.UINT8, [], [0])
     step = helper.make_tensor("t", TensorProto.FLOAT, [], [1 / 256])
@@ -212,12 +228,10 @@ def empty_quantized_softmax_has_output() -> bool:
         [helper.make_tensor_value_info("q", TensorProto.UINT8, [None, 2])],
         [helper.make_tensor_value_info("o", TensorProto.UINT8, None)], [scale, zero, step])
     try:
-        session = onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(),
-                                               providers=["CPUExecutionProvider"])
-        [result] = session.run(None, {"q": np.zeros((0, 2), np.uint8)})
-    except Exception:  # noqa: BLE001 - any failure means the form cannot be trusted here
-        return False
-    return isinstance(result, np.ndarray)
+        outputs = probe_outputs(graph, {"q": np.zeros((0, 2), np.uint8)})
+    except ImportError:  # lowering without a runtime (nothing will load the graph here)
+        return True
+    return outputs is not None and len(outputs) == 1 and isinstance(outputs[0], np.ndarray)
 
 
 def internal_zero_point(operand: Operand) -> int:
@@ -2311,10 +2325,6 @@ def _resize_matches_taps(height: int, width: int, out_height: int, out_width: in
     cancels, each sums to one) and with them every output: then ORT's Resize is the
     reference's blend on every image, at Resize's speed (deeplab's 32x32 -> 256x256x21
     head: the gathered blend took ~5 ms)."""
-    try:
-        import onnxruntime
-    except ImportError:  # lowering without a runtime: the gathered blend, proven anyway
-        return False
     from nnapi.operations.resize import bilinear_blend
 
     mode = resize_mode(align_corners, half_pixel)
@@ -2332,14 +2342,13 @@ def _resize_matches_taps(height: int, width: int, out_height: int, out_width: in
                           coordinate_transformation_mode=mode)],
         "probe", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape_in)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape_out)], [sizes])
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
     try:
-        session = onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(), options,
-                                               providers=["CPUExecutionProvider"])
-        ours = session.run(None, {"x": probe.transpose(NHWC_TO_NCHW) if nchw else probe})[0]
-    except Exception:  # noqa: BLE001 - a runtime that refuses the probe: the gathered blend
+        outputs = probe_outputs(graph, {"x": probe.transpose(NHWC_TO_NCHW) if nchw else probe})
+    except ImportError:  # lowering without a runtime: the gathered blend, proven anyway
         return False
+    if outputs is None:  # a runtime that refuses the probe: the gathered blend
+        return False
+    ours = outputs[0]
     rows = weighted_taps(height, out_height, align_corners, half_pixel)
     cols = weighted_taps(width, out_width, align_corners, half_pixel)
     expected = bilinear_blend(probe.astype(np.float32), rows, cols)
