@@ -17,7 +17,6 @@ rank-0 tensors); a dimension TFLite marks -1 becomes 0 (unknown until execution)
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -264,6 +263,7 @@ class _Converter:
         # PAD outputs folded into the explicit padding of the convolutions reading them:
         # tensor -> (the PAD's input tensor, (top, bottom, left, right))
         self.folded_pads: dict[int, tuple[int, tuple[int, int, int, int]]] = {}
+        self._operators: list[_Operator] | None = None
         self._readers: dict[int, list[tuple[_Operator, int]]] | None = None
         # While an int32 / bool operator is moved through float32 (_through_float32):
         # output() gives float32 operands; the float32 halves made of each tensor, kept.
@@ -573,15 +573,27 @@ class _Converter:
             _keep_alive=self.keep_alive,
         )
 
+    def operators(self) -> list[_Operator]:
+        """Every operator of this subgraph, in order (made once)."""
+        if self._operators is None:
+            self._operators = [_Operator(self.graph, i, raw) for i, raw in enumerate(self.graph.operators)]
+        return self._operators
+
     def readers(self, tensor: int) -> list[tuple[_Operator, int]]:
         """The operators of this subgraph that read ``tensor``, with the input position."""
         if self._readers is None:
             self._readers = {}
-            for position, raw in enumerate(self.graph.operators):
-                reader = _Operator(self.graph, position, raw)
+            for reader in self.operators():
                 for slot, index in enumerate(reader.inputs):
                     self._readers.setdefault(index, []).append((reader, slot))
         return self._readers.get(tensor, [])
+
+    def float_values(self, tensor: int, const: _Const) -> np.ndarray:
+        """The float32 values of ``tensor``'s constant ``const``: float16 and quantized
+        (hybrid) weights dequantized as their DEQUANTIZE is folded."""
+        if const.data.dtype == np.float32:
+            return const.data
+        return _dequantize_const(self.graph.tensors[tensor], const).data
 
     def spec(self, info: _TensorInfo) -> TensorSpec:
         op_type = self.nn_type(info)
@@ -2815,10 +2827,9 @@ def _basic_lstm(c: _Converter, op: _Operator, options: Any) -> None:
     input_size = columns - units
     # The two temporaries TFLite also writes (the concatenated input and the gate
     # activations) have no NNAPI counterpart; nothing may read them.
-    readers = {t for raw in op.graph.operators for t in _Operator(op.graph, 0, raw).inputs}
     for position in range(2, len(op.outputs)):
         tensor = op.outputs[position]
-        if tensor >= 0 and (tensor in op.graph.outputs or tensor in readers):
+        if tensor >= 0 and (tensor in op.graph.outputs or c.readers(tensor)):
             raise UnsupportedOperator(f"output {position} ({op.graph.tensors[tensor].name}), a kernel temporary, is "
                                       "read; NNAPI's LSTMs do not produce it")
     blocks = {gate: weights_info.data[i * units:(i + 1) * units] for i, gate in enumerate(_BASIC_GATES)}
@@ -2860,7 +2871,7 @@ def _basic_lstm(c: _Converter, op: _Operator, options: Any) -> None:
 
 @_converter("WHILE")
 def _while(c: _Converter, op: _Operator) -> None:
-    if not c.importer.keep_loops and keras_while_lstm(c, op, sys.modules[__name__]):
+    if not c.importer.keep_loops and keras_while_lstm(c, op):
         return
     options = op.options("WhileOptions")
     cond = c.importer.subgraph(options.CondSubgraphIndex())

@@ -15,8 +15,7 @@ the plain WHILE.
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,9 +23,8 @@ from nnapi.codes import OperandCode as T
 from nnapi.codes import OperationCode as Op
 from nnapi.operand import OperandType
 
-#: the importer module (nnapi.importers.tflite), given by its WHILE converter: this module
-#: does not import it, so that the two never import each other
-t: Any = None
+if TYPE_CHECKING:  # (the importer imports this module: no import at run time)
+    from nnapi.importers.tflite import _Converter, _Operator
 
 
 class _NoMatch(Exception):
@@ -39,19 +37,19 @@ def _need(condition: bool) -> None:
 
 
 class _Body:
-    """A subgraph's operators indexed by the tensors they write and read."""
+    """A subgraph's operators indexed by the tensors they write (its converter, a
+    converter of the importer module like the WHILE's own, knows their readers)."""
 
-    def __init__(self, c: Any, index: int) -> None:
-        self.c = type(c)(c.importer, index, top_level=False)  # for its constants only
+    def __init__(self, c: _Converter, index: int) -> None:
+        self.c = type(c)(c.importer, index, top_level=False)  # for its constants and readers only
         self.graph = self.c.graph
-        self.ops = [t._Operator(self.graph, i, raw) for i, raw in enumerate(self.graph.operators)]
+        self.ops = self.c.operators()
         self.writer = {out: op for op in self.ops for out in op.outputs}
-        self.readers: dict[int, list[Any]] = {}
-        for op in self.ops:
-            for tensor in op.inputs:
-                self.readers.setdefault(tensor, []).append(op)
 
-    def made_by(self, tensor: int, name: str) -> Any:
+    def readers(self, tensor: int) -> list[_Operator]:
+        return [op for op, _ in self.c.readers(tensor)]
+
+    def made_by(self, tensor: int, name: str) -> _Operator:
         op = self.writer.get(tensor)
         _need(op is not None and op.name == name and op.custom is None)
         return op
@@ -65,9 +63,7 @@ class _Body:
             tensor = op.inputs[0]
         const = self.c.const_of(tensor)
         _need(const is not None)
-        if const.data.dtype == np.float32:
-            return const.data
-        return t._dequantize_const(self.graph.tensors[tensor], const).data
+        return self.c.float_values(tensor, const)
 
     def is_const(self, tensor: int) -> bool:
         op = self.writer.get(tensor)
@@ -80,13 +76,13 @@ class _Body:
         _need(const is not None)
         return [int(v) for v in const.data.reshape(-1)]
 
-    def plain(self, op: Any, options: str) -> None:
+    def plain(self, op: _Operator, options: str) -> None:
         """No fused activation on ``op``."""
         opts = op.options(options)
         _need(opts is None or opts.FusedActivationFunction() == 0)
 
 
-def _product(body: _Body, tensor: int, used: list[Any]) -> tuple[Any, int]:
+def _product(body: _Body, tensor: int, used: list[_Operator]) -> tuple[_Operator, int]:
     """FULLY_CONNECTED (weights, no bias) behind ``tensor`` (a RESHAPE of it allowed): the
     operator and the tensor it reads."""
     op = body.writer.get(tensor)
@@ -104,7 +100,7 @@ def _product(body: _Body, tensor: int, used: list[Any]) -> tuple[Any, int]:
     return op, op.inputs[0]
 
 
-def _match(c: Any, op: Any) -> dict:
+def _match(c: _Converter, op: _Operator) -> dict[str, Any]:
     options = op.options("WhileOptions")
     body = _Body(c, options.BodySubgraphIndex())
     cond = _Body(c, options.CondSubgraphIndex())
@@ -142,7 +138,7 @@ def _match(c: Any, op: Any) -> dict:
     units = r.shape[1]
     _need(w.shape[0] == r.shape[0] == 4 * units and (bias is None or bias.shape == (4 * units,)))
     # the gates: i, f, c, o in Keras's order
-    i_g, f_g, c_g, o_g = (body.readers.get(s, []) for s in split.outputs)
+    i_g, f_g, c_g, o_g = (body.readers(s) for s in split.outputs)
     _need(all(len(r_) == 1 for r_ in (i_g, f_g, c_g, o_g)))
     _need([i_g[0].name, f_g[0].name, c_g[0].name, o_g[0].name] == ["LOGISTIC", "LOGISTIC", "TANH", "LOGISTIC"])
     i_t, f_t, g_t, o_t = (r_[0].outputs[0] for r_ in (i_g, f_g, c_g, o_g))
@@ -199,7 +195,7 @@ def _match(c: Any, op: Any) -> dict:
         inc = body.made_by(g.outputs[k], "ADD")
         body.plain(inc, "AddOptions")
         _need(inc.inputs[0] == g.inputs[k] and body.int_const(inc.inputs[1]) == [1])
-        _need(op.tensor(k).tfl_type == t._INT32 and c.const_of(op.inputs[k]) is not None and
+        _need(op.tensor(k).type_name == "INT32" and c.const_of(op.inputs[k]) is not None and
               c.const_values(k, "counter").reshape(-1).tolist() == [0])
     _need(step_next == g.outputs[step_pos])
     # every operator of the body belongs to the pattern
@@ -225,19 +221,18 @@ def _match(c: Any, op: Any) -> dict:
     for k in range(n):
         if k != buf_pos:
             _need(not c.readers(op.outputs[k]) and op.outputs[k] not in c.graph.outputs)
-    _need(op.tensor(x_pos).tfl_type == t._FLOAT32)
-    hybrid = [o.source for o in (fc_a, fc_b) if g.tensors[o.inputs[1]].tfl_type in (t._INT8, t._UINT8)]
+    _need(op.tensor(x_pos).type_name == "FLOAT32")
+    hybrid = [o.source for o in (fc_a, fc_b) if g.tensors[o.inputs[1]].type_name in ("INT8", "UINT8")]
     return {"x": x_pos, "h": h_pos, "c": c_pos, "buffer": buf_pos, "w": w, "r": r,
             "bias": np.zeros(4 * units, np.float32) if bias is None else bias, "units": units, "hybrid": hybrid,
             "steps": steps, "batch": batch, "last_only": last_only}
 
 
-def keras_while_lstm(c: Any, op: Any, importer: ModuleType) -> bool:
-    """Import WHILE ``op`` (of converter ``c`` of the ``importer`` module) as one
-    UNIDIRECTIONAL_SEQUENCE_LSTM when it is the loop of a Keras 3 LSTM layer (see the
-    module docstring); False (nothing emitted) otherwise."""
-    global t
-    t = importer
+def keras_while_lstm(c: _Converter, op: _Operator) -> bool:
+    """Import WHILE ``op`` (of the importer's converter ``c``: its operators, readers,
+    constants and tensors are all this module reads, so it never imports the importer)
+    as one UNIDIRECTIONAL_SEQUENCE_LSTM when it is the loop of a Keras 3 LSTM layer (see
+    the module docstring); False (nothing emitted) otherwise."""
     try:
         found = _match(c, op)
     except _NoMatch:
