@@ -1664,6 +1664,10 @@ def _high_rank_chain(c: _Converter, op: _Operator) -> bool:
             len(source.shape) > _MAX_RANK or int(np.prod(shape)) > _CHAIN_ELEMENTS or \
             (c.const_of(op.inputs[0]) is not None and op.inputs[0] not in c.operands):
         return False
+    # the operand type, before the trace (up to _CHAIN_ELEMENTS positions through every step)
+    known = c.operands.get(op.inputs[0])
+    if known is not None and c.type_of(known).type not in _RESHAPE_TYPES:
+        return False
     index = _chain_step(c, op, np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape))
     chain, transposes, rows = [op], [], None
     while index is not None and index.ndim > _MAX_RANK:
@@ -1687,9 +1691,7 @@ def _high_rank_chain(c: _Converter, op: _Operator) -> bool:
         index = _chain_step(c, reader, index)
     if index is None:
         return False
-    x = c.input(0)
-    if c.type_of(x).type not in _RESHAPE_TYPES:
-        return False
+    x = c.input(0)  # (``known``, checked above: a tensor no operator wrote yet raises here)
     if rows is not None:
         shape = [int(np.prod(rows[1][:-1])), rows[1][-1]]
     picks = _gather_plan(shape, index)
