@@ -68,11 +68,7 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from nnapi.operations._numba_cache import kernel
-from nnapi.operations.quant_math import half_below
-
-#: what C's round adds in float64 and float32, not 0.5 (quant_math.half_below)
-_HALF_BELOW64 = half_below(np.float64)
-_HALF_BELOW32 = half_below(np.float32)
+from nnapi.operations.quant_math import HALF_BELOW_FLOAT32, HALF_BELOW_FLOAT64
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
@@ -284,7 +280,7 @@ def softmax_quantized(stored, flip, table, scale, zero_point, low, high, out, ex
         target = out[r]
         for i in range(n):
             scaled = exps[i] / total / scale + zero_point
-            magnitude = np.trunc(np.abs(scaled) + _HALF_BELOW64)
+            magnitude = np.trunc(np.abs(scaled) + HALF_BELOW_FLOAT64)
             value = min(max(magnitude if scaled >= 0 else -magnitude, low), high)
             target[i] = np.uint8(np.int64(value) & 0xFF)
 
@@ -666,7 +662,7 @@ def average_pool_quantized(x, kernel, strides, pads, low, high, out, acc):
     ``acc``: int32 scratch (C,). Every window must hold a tap of the input."""
     n, height, width, channels = x.shape
     _, oh, ow, _ = out.shape
-    half = _HALF_BELOW32  # C's round exactly (quant_math.half_below)
+    half = HALF_BELOW_FLOAT32  # C's round exactly (quant_math.half_below)
     for b in range(n):
         for oy in range(oh):
             top = oy * strides[0] - pads[0]

@@ -22,10 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.operations._numba_cache import kernel
-from nnapi.operations.quant_math import half_below
-
-#: C's round in float32 adds this, not 0.5 (quant_math.half_below)
-_HALF_BELOW32 = half_below(np.float32)
+from nnapi.operations.quant_math import HALF_BELOW_FLOAT32
 
 _jit = kernel(nogil=True, fastmath=False, boundscheck=False)
 
@@ -41,7 +38,7 @@ def lookup(x, table, out):
 def quantize_float32(x, scale, bottom, top, zero_point, out):
     """``out[i] = round_half_away(clamp(x[i] / scale, bottom, top)) + zero_point`` over
     flat float32 ``x`` into int16 ``out``; NaN clamps to ``top`` (as np.fmin does)."""
-    half = _HALF_BELOW32  # C's round exactly (quant_math.half_below)
+    half = HALF_BELOW_FLOAT32  # C's round exactly (quant_math.half_below)
     for i in range(x.shape[0]):
         value = x[i] / scale
         if not value < top:

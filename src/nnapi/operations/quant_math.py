@@ -42,9 +42,14 @@ def half_below(dtype) -> np.floating:
     return np.nextafter(np.dtype(dtype).type(0.5), np.dtype(dtype).type(0))
 
 
-_HALF_BELOW = {np.dtype(d): half_below(d) for d in (np.float16, np.float32, np.float64)}
+#: ``half_below`` of float32 and float64, computed once here for every kernel and lowering
+#: that rounds as C does (numba kernels read them as constants, ONNX graphs as initializers)
+HALF_BELOW_FLOAT32 = half_below(np.float32)
+HALF_BELOW_FLOAT64 = half_below(np.float64)
+_HALF_BELOW = {np.dtype(np.float16): half_below(np.float16), np.dtype(np.float32): HALF_BELOW_FLOAT32,
+               np.dtype(np.float64): HALF_BELOW_FLOAT64}
 #: ``half_below`` of float64, as a Python float (quantize_scalar's)
-_HALF_BELOW_FLOAT = float(half_below(np.float64))
+_HALF_BELOW_FLOAT = float(HALF_BELOW_FLOAT64)
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:

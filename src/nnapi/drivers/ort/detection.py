@@ -47,7 +47,7 @@ from nnapi.drivers.ort.lowering import (
 )
 from nnapi.hal import Operand, Operation
 from nnapi.operations._detection_common import BOX_SCALE, BOX_ZERO_POINT
-from nnapi.operations.quant_math import half_below, quantize_multiplier
+from nnapi.operations.quant_math import HALF_BELOW_FLOAT32, quantize_multiplier
 
 #: the quantized types' stored ranges
 _RANGES = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
@@ -58,7 +58,7 @@ _RANGES = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128,
 #: what rounding halves away from zero adds before Floor: the float32 just below one half,
 #: so that the result is C's round exactly, as the reference's round_half_away
 #: (quant_math.half_below: 0.5 itself rounds 0.5 - 2**-25 up to 1)
-_HALF_BELOW = float(half_below(np.float32))
+_HALF_BELOW = float(HALF_BELOW_FLOAT32)
 
 
 def _f32(g: GraphBuilder, value: float) -> str:

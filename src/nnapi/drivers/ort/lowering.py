@@ -51,7 +51,7 @@ from nnapi.operations.common import (
     quantize_with_activation,
     transpose_conv_padding,
 )
-from nnapi.operations.quant_math import dequantize, dequantize_per_channel, half_below
+from nnapi.operations.quant_math import HALF_BELOW_FLOAT32, dequantize, dequantize_per_channel
 from nnapi.operations.resize import weighted_taps
 
 T = OperandCode
@@ -3616,7 +3616,7 @@ def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float
     every float32, at no extra node."""
     scale = output.scale if scale is None else scale
     scaled = name if scale == 1.0 else g.one("Div", [name, g.constant(np.array(scale, np.float32))])
-    half = g.constant(np.array(half_below(np.float32), np.float32))
+    half = g.constant(np.array(HALF_BELOW_FLOAT32, np.float32))
     zero_point = internal_zero_point(output)
     if zero_point == 0:
         rounded = g.one("Floor", [g.one("Add", [scaled, half])])
