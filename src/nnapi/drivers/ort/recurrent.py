@@ -151,10 +151,9 @@ class _LstmWeights:
 
 
 def _lstm_weights(g: GraphBuilder, layout: dict[str, int], input_size: int, label: str) -> _LstmWeights:
+    """One direction's weights as ONNX's LSTM takes them, for a layout _onnx_form accepted
+    (no projection, layer normalization or auxiliary weights: its callers ask it first)."""
     present = {name: not _omitted(g, index) for name, index in layout.items()}
-    for name in ("projection", "projection_bias", "input_norm", "forget_norm", "cell_norm", "output_norm"):
-        if present.get(name):
-            raise Declined(f"{label}LSTM with {name.replace('_', ' ')} weights has no ONNX LSTM form")
     if not present["input_to_output"]:
         raise Declined(f"{label}input_to_output weights must be present")
     units = g.value(layout["input_to_output"]).dims[0]
@@ -481,10 +480,11 @@ def _explicit(g: GraphBuilder, layout: dict[str, int], input_size: int, aux_size
     return _Explicit(cell, stacked("input_to_{}", [units, input_size]), aux_weights, bias, units, out)
 
 
-#: the names of an LSTM direction's optional weights (the layer normalization and
-#: auxiliary ones too)
-_MAY_OMIT = frozenset(("input_to_input", "recurrent_to_input", "cell_to_input", "cell_to_forget", "cell_to_output",
-                       "input_bias", "projection", "projection_bias", *NORM_NAMES, *AUX_NAMES))
+#: the optional weights of an LSTM direction
+_OPTIONAL_WEIGHTS = ("input_to_input", "recurrent_to_input", "cell_to_input", "cell_to_forget", "cell_to_output",
+                     "input_bias", "projection", "projection_bias")
+#: ... with the layer normalization and auxiliary ones: every name a request may omit
+_MAY_OMIT = frozenset((*_OPTIONAL_WEIGHTS, *NORM_NAMES, *AUX_NAMES))
 
 
 def _uncertain(g: GraphBuilder, layouts: list[dict[str, int]], others: tuple[int, ...] = ()) -> bool:
@@ -861,11 +861,6 @@ def lower_bidirectional_rnn(g: GraphBuilder, operation: Operation) -> None:
         results += _states_out(g, [y_h])[0]
     for index, name in zip(operation.outputs, results, strict=True):
         g.set_output(index, name)
-
-
-#: the optional weights of an LSTM direction
-_OPTIONAL_WEIGHTS = ("input_to_input", "recurrent_to_input", "cell_to_input", "cell_to_forget", "cell_to_output",
-                     "input_bias", "projection", "projection_bias")
 
 
 def _optional_positions(weights: int, norms: int, aux: int | None = None) -> list[int]:
