@@ -411,3 +411,28 @@ def test_compare_judges_a_detection_models_outputs_as_detections(capsys, tmp_pat
     assert found["detections"] >= 6 and found["unpaired"] == 0 and found["counts_differ"] == 0
     code, out, _ = run_cli(capsys, "compare", str(path))
     assert code == 0 and "detections detection_boxes, detection_classes, detection_scores, num_detections:" in out
+
+
+def test_every_way_to_name_a_device_says_the_same_when_none_has_the_name(capsys, monkeypatch) -> None:
+    """nnapi run --device, Session(devices=...) and the tools (compare's device) name the
+    missing device, list the devices there are, and, for an ONNX Runtime device whose
+    dependency is missing, say what to install: one message, built in one place."""
+    from nnapi.drivers import ort
+    from nnapi.tools._models import device_and_reference
+
+    if any(d.name == "nnapi-ort-cuda" for d in nnapi.get_devices()):
+        pytest.skip("this machine has the device")
+    monkeypatch.setattr(ort, "missing_dependency", lambda: "the ONNX Runtime devices need onnxruntime (pip ...)")
+    names = ", ".join(d.name for d in nnapi.get_devices())
+    expected = f"no device named 'nnapi-ort-cuda' (devices: {names}); the ONNX Runtime devices need onnxruntime"
+    code, _, err = run_cli(capsys, "run", LSTM, "--device", "nnapi-ort-cuda")
+    assert_one_line_error(code, err, expected)
+    with pytest.raises(nnapi.BadDataError) as session_error:
+        nnapi.Session(LSTM, devices="nnapi-ort-cuda")
+    with pytest.raises(nnapi.BadDataError) as tool_error:
+        device_and_reference("nnapi-ort-cuda", "compare")
+    assert str(session_error.value).startswith(f"Session: {expected}")
+    assert str(tool_error.value).startswith(f"compare: {expected}")
+    # a name that is no ONNX Runtime device: no note
+    with pytest.raises(nnapi.BadDataError, match=r"no device named 'tpu' \(devices: [^)]*\)$"):
+        nnapi.Session(LSTM, devices="tpu")

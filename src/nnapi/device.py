@@ -85,6 +85,15 @@ def get_devices() -> list[Device]:
     return [wrap(hal_device) for hal_device in manager.hal_devices()]
 
 
+def no_device_message(name: str, names: list[str]) -> str:
+    """What every caller taking a device by name says when none has it: "no device named
+    NAME (devices: the ``names`` there are)", and why, when NAME is an ONNX Runtime device
+    missing a dependency here."""
+    from nnapi.drivers.ort import absence_note
+
+    return f"no device named {name!r} (devices: {', '.join(names)}){absence_note(name)}"
+
+
 def wrap(hal_device: IDevice) -> Device:
     """The one Device object for a driver device."""
     wrapper = _wrappers.get(id(hal_device))

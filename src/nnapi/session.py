@@ -20,7 +20,7 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.compilation import Compilation
-from nnapi.device import Device, get_devices
+from nnapi.device import Device, get_devices, no_device_message
 from nnapi.errors import BadDataError, NnapiError, OutputInsufficientSizeError
 from nnapi.execution import Execution
 from nnapi.importers import ImportedModel, StateSpec, TensorSpec, load_model
@@ -76,10 +76,7 @@ def _resolve_devices(devices: Any) -> list[Device] | None:
             raise BadDataError(f"Session: devices must be Device objects or device names, got {device!r}")
         match = [d for d in available if d.name == device]
         if not match:
-            from nnapi.drivers.ort import absence_note
-
-            names = ", ".join(d.name for d in available)
-            raise BadDataError(f"Session: no device named {device!r} (devices: {names}){absence_note(device)}")
+            raise BadDataError(f"Session: {no_device_message(device, [d.name for d in available])}")
         resolved.append(match[0])
     return resolved
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import nnapi
+from nnapi.device import no_device_message
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a test or comparison failed
@@ -67,9 +68,7 @@ def find_device(name: str | None) -> nnapi.Device | None:
     for device in devices:
         if device.name == name:
             return device
-    from nnapi.drivers.ort import absence_note
-
-    raise CliError(f"no device named {name!r} (devices: {', '.join(d.name for d in devices)}){absence_note(name)}")
+    raise CliError(no_device_message(name, [d.name for d in devices]))
 
 
 def print_json(value: Any) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 import nnapi
 from nnapi.codes import OperandCode
+from nnapi.device import no_device_message
 from nnapi.errors import BadDataError
 from nnapi.hal import Model as HalModel
 from nnapi.hal import OperandLifeTime, Subgraph
@@ -64,7 +65,7 @@ def device_and_reference(device: nnapi.Device | str, call: str) -> tuple[nnapi.D
     devices = {d.name: d for d in nnapi.get_devices()}
     if isinstance(device, str):
         if device not in devices:
-            raise BadDataError(f"{call}: no device named {device!r} (devices: {', '.join(devices)})")
+            raise BadDataError(f"{call}: {no_device_message(device, list(devices))}")
         device = devices[device]
     return device, devices["nnapi-reference"]
 
