@@ -328,6 +328,28 @@ def test_cli_json_reports_and_ops_validation(capsys):
     assert "--ops: unknown operation CONV2D" in capsys.readouterr().err
 
 
+def test_conformance_ops_lists_only_the_operations_asked_for(capsys):
+    """--ops LOGISTIC selects vectors testing LOGISTIC, some of them with other operations
+    (a LOGISTIC feeding a CONV_2D, ROI_ALIGN's ...): the table and the JSON list LOGISTIC
+    alone, and a note names the others, which the totals count."""
+    from nnapi.conformance import select_records, tested_operations
+
+    records = select_records(operations=["LOGISTIC"])
+    others = sorted({name for r in records for name in tested_operations(r)} - {"LOGISTIC"})
+    mixed = sum(1 for r in records if set(tested_operations(r)) != {"LOGISTIC"})
+    assert others and mixed  # what this test is about: vectors testing more than the one operation
+    assert main(["conformance", "--quiet", "--ops", "LOGISTIC", "--device", "nnapi-reference"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[0] == "operation" and lines[1].split()[:2] == ["LOGISTIC", str(len(records))]
+    assert lines[2].startswith(f"{len(records)} vectors: {len(records)} passed")
+    assert lines[3] == f"({mixed} of these vectors also test {', '.join(others)}: counted in the totals, not listed)"
+    assert len(lines) == 4
+    assert main(["conformance", "--quiet", "--ops", "logistic", "--device", "nnapi-reference", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report["operations"]) == ["LOGISTIC"] and report["also_tested"] == others
+    assert report["operations"]["LOGISTIC"]["passed"] == report["vectors"] == len(records)
+
+
 def test_reference_gives_its_validation_message_as_the_reason():
     from nnapi.drivers.reference import ReferenceDevice
     from nnapi.runtime.model_builder import build_hal_model

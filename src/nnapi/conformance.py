@@ -318,13 +318,18 @@ class ConformanceReport:
     def failures(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.implemented and not o.passed and not o.declined]
 
-    def by_operation(self) -> dict[str, dict[str, int]]:
-        """Per tested operation: counts of ``passed`` / ``failed`` / ``declined`` / ``not implemented``."""
+    def by_operation(self, only: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
+        """Per tested operation (those of ``only`` alone, when given: a vector selected for
+        one operation may test others with it): counts of ``passed`` / ``failed`` /
+        ``declined`` / ``not implemented``."""
         table: dict[str, dict[str, int]] = {}
+        listed = None if only is None else set(only)
         for outcome in self.outcomes:
             verdict = ("not implemented" if not outcome.implemented else "passed" if outcome.passed
                        else "declined" if outcome.declined else "failed")
             for name in outcome.operations:
+                if listed is not None and name not in listed:
+                    continue
                 row = table.setdefault(name, {"passed": 0, "failed": 0, "declined": 0, "not implemented": 0})
                 row[verdict] += 1
         return dict(sorted(table.items()))
