@@ -436,3 +436,56 @@ def test_every_way_to_name_a_device_says_the_same_when_none_has_the_name(capsys,
     # a name that is no ONNX Runtime device: no note
     with pytest.raises(nnapi.BadDataError, match=r"no device named 'tpu' \(devices: [^)]*\)$"):
         nnapi.Session(LSTM, devices="tpu")
+
+
+def _scores_and_offsets(path: Path, kind: str) -> None:
+    """A [1, 12] model of two outputs: class scores (SOFTMAX of the input) and the input
+    plus 3 (a [1, 12] vector that is no scores); ``kind`` float32 or uint8 (the scores
+    with TFLite's fixed 1/256 quantization, the other output with its own)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    def q(scale: float) -> dict:
+        return {"scale": scale, "zero_point": 0} if kind == "uint8" else {}
+
+    three = np.array([[30]], np.uint8) if kind == "uint8" else np.array([[3.0]], np.float32)
+    tensors = [Tensor("x", kind, [1, 12], **q(0.1)), Tensor("scores", kind, [1, 12], **q(1 / 256)),
+               Tensor("three", kind, [1, 1], data=three, **q(0.1)), Tensor("offsets", kind, [1, 12], **q(0.1))]
+    operators = [Operator("SOFTMAX", [0], [1], ("SoftmaxOptions", {"Beta": 1.0})),
+                 Operator("ADD", [0, 2], [3], ("AddOptions", {}))]
+    path.write_bytes(build(Subgraph(tensors, operators, [0], [1, 3])))
+
+
+@pytest.mark.parametrize("kind", ["float32", "uint8"])
+def test_run_prints_top5_for_class_scores_only(tmp_path: Path, capsys, kind: str) -> None:
+    """nnapi run gives a top-5 for a vector of class scores (a softmax's, float or with
+    the 1/256 quantization), not for other [1, N] outputs (here the input plus 3; in real
+    models landmarks, embeddings, LSTM states), which keep their shape / min / max / mean."""
+    from nnapi.cli._model import read_inputs
+
+    model = tmp_path / f"scores_{kind}.tflite"
+    _scores_and_offsets(model, kind)
+    session = nnapi.Session(str(model))
+    scores = session.run(read_inputs(session, None, 3)[0])["scores"].reshape(-1)
+    expected = [int(i) for i in np.argsort(-scores.astype(np.float64), kind="stable")[:5]]
+    assert len(set(scores.tolist())) > 5  # distinct enough for the order to mean something
+    code, out, _ = run_cli(capsys, "run", str(model), "--seed", "3")
+    assert code == 0
+    blocks = out.split("\noutput ")
+    scores_block = next(b for b in blocks if b.startswith("scores:"))
+    offsets_block = next(b for b in blocks if b.startswith("offsets:"))
+    assert f"  top-5 classes: {expected}" in scores_block
+    assert "top-5" not in offsets_block and "  min " in offsets_block and " mean " in offsets_block
+    code, out, _ = run_cli(capsys, "run", str(model), "--seed", "3", "--json")
+    outputs = json.loads(out)["outputs"]
+    assert code == 0 and outputs["scores"]["top5"] == expected and "top5" not in outputs["offsets"]
+    assert outputs["offsets"]["shape"] == [1, 12] and outputs["offsets"]["max"] > 1
+
+
+def test_run_prints_no_top5_for_an_lstm_state(capsys) -> None:
+    """The LSTM model's [1, 128] output is the layer's last state (tanh values in -1..1),
+    not class scores: no top-5, in the text or the JSON."""
+    code, out, _ = run_cli(capsys, "run", LSTM)
+    assert code == 0 and "float32[1, 128]" in out and "top-5" not in out and "  min " in out
+    code, out, _ = run_cli(capsys, "run", LSTM, "--json")
+    [summary] = json.loads(out)["outputs"].values()
+    assert code == 0 and summary["shape"] == [1, 128] and "top5" not in summary and summary["min"] < 0

@@ -17,6 +17,7 @@ from nnapi.cli._model import (
     read_inputs,
     time_runs,
 )
+from nnapi.importers import TensorSpec
 
 
 def register(commands, common) -> None:
@@ -31,13 +32,35 @@ def register(commands, common) -> None:
     parser.set_defaults(func=cmd_run)
 
 
-def _summary(value: np.ndarray) -> dict:
+#: a vector shorter than this gets no top-5 (every entry is printed among its first 8 anyway)
+_FEWEST_CLASSES = 10
+
+
+def class_scores(value: np.ndarray, info: TensorSpec) -> bool:
+    """Whether output ``value`` reads as one vector of class scores, where a top-5 means
+    something: [N] or [1, N] (N >= 10) probabilities, a float vector of values in [0, 1]
+    summing to about 1 (a softmax; one computed in 8 bits and dequantized loses a few
+    percent to rounding: MobileNet v2 int8's sum ~0.93), or an 8-bit one with the
+    quantization TFLite fixes for SOFTMAX and LOGISTIC outputs (scale 1/256, zero point
+    the type's lowest value). Landmarks, boxes, masks, embeddings and states of shape
+    [1, N] are not."""
+    if value.ndim not in (1, 2) or (value.ndim == 2 and value.shape[0] != 1) or value.size < _FEWEST_CLASSES:
+        return False
+    if value.dtype in (np.uint8, np.int8):
+        return info.scale == 1 / 256 and info.zero_point == np.iinfo(value.dtype).min
+    if value.dtype.kind != "f":
+        return False
+    wide = value.astype(np.float64)
+    return bool(wide.min() >= 0 and wide.max() <= 1 and 0.5 <= wide.sum() <= 1 + 1e-2)
+
+
+def _summary(value: np.ndarray, info: TensorSpec) -> dict:
     flat = value.reshape(-1)
     summary = {"dtype": value.dtype.name, "shape": list(value.shape)}
     if flat.size:
         summary.update(min=flat.min().item(), max=flat.max().item(), mean=float(flat.astype(np.float64).mean()),
                        first=[v.item() for v in flat[:8]])
-        if value.ndim == 2 and value.shape[0] == 1 and value.shape[1] >= 10:
+        if class_scores(value, info):
             top = np.argsort(-flat.astype(np.float64), kind="stable")[:5]
             summary["top5"] = [int(i) for i in top]
     return summary
@@ -66,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_json({"model": path, "builtin": args.model is None, "devices": devices,
                     "inputs": {info.name: {"dtype": info.dtype.name, "shape": list(feeds[info.name].shape),
                                            "from": origin[info.name]} for info in session.inputs},
-                    "outputs": {name: _summary(value) for name, value in results.items()},
+                    "outputs": {info.name: _summary(results[info.name], info) for info in session.outputs},
                     "latency": stats})
         return 0
     title = "built-in model: MediaPipe hand re-crop" if args.model is None else "model"
@@ -77,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with np.printoptions(precision=5, suppress=True, threshold=8, edgeitems=3):
         for info in session.outputs:
             value = results[info.name]
-            summary = _summary(value)
+            summary = _summary(value, info)
             print(f"output {info.name}: {value.dtype.name}{list(value.shape)}")
             if value.size:
                 print(f"  min {summary['min']:.6g}  max {summary['max']:.6g}  mean {summary['mean']:.6g}")
