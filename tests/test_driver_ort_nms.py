@@ -59,6 +59,18 @@ def _nms_model(code: int, rois: int, classes: int, parameters: tuple) -> nnapi.M
     return model
 
 
+def _claimed_and_compiled(model: nnapi.Model, reference: nnapi.Device, ort_device: nnapi.Device
+                          ) -> list[nnapi.Compilation]:
+    """``model`` compiled on the reference and on the ORT device alone, which must claim it."""
+    assert OrtDevice().get_unsupported_reasons(build_hal_model(model)[0]) == [None]
+    compilations = []
+    for device in (reference, ort_device):
+        compilation = nnapi.Compilation(model, [device])
+        compilation.finish()
+        compilations.append(compilation)
+    return compilations
+
+
 def _run(compilation: nnapi.Compilation, code: int, values: list[np.ndarray], outputs: int = 4) -> list[np.ndarray]:
     """The outputs (scores, boxes, then ``outputs - 2`` int32 ones: BOX_WITH_NMS_LIMIT's
     classes and batch indexes, GENERATE_PROPOSALS' batch indexes), cut to the dimensions
@@ -115,13 +127,7 @@ def test_box_with_nms_limit_makes_the_reference_selections(code, kernel):
     ]
     for rois, classes, grid, batches, score_threshold, max_detections, iou, floor in cases:
         model = _nms_model(code, rois, classes, (score_threshold, max_detections, kernel, iou, 1.0, floor))
-        hal, _ = build_hal_model(model)
-        assert OrtDevice().get_unsupported_reasons(hal) == [None]
-        compilations = []
-        for device in (reference, ort_device):
-            compilation = nnapi.Compilation(model, [device])
-            compilation.finish()
-            compilations.append(compilation)
+        compilations = _claimed_and_compiled(model, reference, ort_device)
         selected = 0
         for _ in range(6):
             values = _inputs(rng, code, rois, classes, grid, batches)
@@ -225,13 +231,7 @@ def test_generate_proposals_makes_the_reference_selections(code, nchw):
     ]
     for batches, height, width, anchors, parameters in cases:
         model = _proposals_model(code, batches, height, width, anchors, nchw, parameters)
-        hal, _ = build_hal_model(model)
-        assert OrtDevice().get_unsupported_reasons(hal) == [None]
-        compilations = []
-        for device in (reference, ort_device):
-            compilation = nnapi.Compilation(model, [device])
-            compilation.finish()
-            compilations.append(compilation)
+        compilations = _claimed_and_compiled(model, reference, ort_device)
         proposed = 0
         for trial in range(6):
             scaled = trial >= 4
@@ -307,12 +307,7 @@ def test_detection_postprocessing_makes_the_reference_selections(code, regular):
     for batches, anchors, classes, (max_det, per_detection, per_class, score_thr, iou, background) in cases:
         parameters = (2.0, 2.0, 1.0, 1.0, regular, max_det, per_detection, per_class, score_thr, iou, background)
         model = _postprocessing_model(code, batches, anchors, classes, parameters)
-        assert OrtDevice().get_unsupported_reasons(build_hal_model(model)[0]) == [None]
-        compilations = []
-        for device in (reference, ort_device):
-            compilation = nnapi.Compilation(model, [device])
-            compilation.finish()
-            compilations.append(compilation)
+        compilations = _claimed_and_compiled(model, reference, ort_device)
         slots = max_det if regular else max_det * per_detection
         detected = 0
         for trial in range(6):

@@ -357,18 +357,23 @@ def test_hashtable_lookup_with_more_keys_than_rows_fails_as_on_the_reference(ort
     assert codes == [nnapi.ResultCode.OP_FAILED] * 2
 
 
-def test_hashtable_lookup_with_unsorted_keys_fails_on_both_devices(ort_device):
-    """Keys given at run time out of order (NNAPI requires them sorted ascending): the run
-    fails on both devices with OP_FAILED (the reference's binary search would miss key 3,
-    an [k, n] comparison would find it: never two silent answers), the ORT device's message
-    naming the rule; sorted keys with equal neighbours still run, the same on both."""
+def _unsorted_lookup() -> tuple[_Model, nnapi.Model]:
+    """HASHTABLE_LOOKUP of lookups [3, 7] in keys given at run time out of order, [7, 3, 5]."""
     built = _Model()
     lookup_index = built.given(OperandType(T.TENSOR_INT32, [2]), [3, 7])
     key_index = built.given(OperandType(T.TENSOR_INT32, [3]), [7, 3, 5])
     values = built.given(OperandType(T.TENSOR_FLOAT32, [3, 1]), [[1], [2], [3]])
     built.output(OperandType(T.TENSOR_FLOAT32, [2, 1]))
     built.output(OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1.0, 0))
-    model = built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
+    return built, built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
+
+
+def test_hashtable_lookup_with_unsorted_keys_fails_on_both_devices(ort_device):
+    """Keys given at run time out of order (NNAPI requires them sorted ascending): the run
+    fails on both devices with OP_FAILED (the reference's binary search would miss key 3,
+    an [k, n] comparison would find it: never two silent answers), the ORT device's message
+    naming the rule; sorted keys with equal neighbours still run, the same on both."""
+    built, model = _unsorted_lookup()
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
     for device in (ort_device, _reference()):
         compilation = nnapi.Compilation(model, [device])
@@ -392,13 +397,7 @@ def test_a_failed_run_prints_nothing_of_its_own(ort_device, capfd):
     logged each failed node to stderr as well ("[E:onnxruntime:, sequential_executor.cc
     ... ExecuteKernel] Non-zero status code ..."), in red, beside the error the caller
     already has."""
-    built = _Model()
-    lookup_index = built.given(OperandType(T.TENSOR_INT32, [2]), [3, 7])
-    key_index = built.given(OperandType(T.TENSOR_INT32, [3]), [7, 3, 5])
-    values = built.given(OperandType(T.TENSOR_FLOAT32, [3, 1]), [[1], [2], [3]])
-    built.output(OperandType(T.TENSOR_FLOAT32, [2, 1]))
-    built.output(OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1.0, 0))
-    model = built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
+    built, model = _unsorted_lookup()
     capfd.readouterr()
     assert _compute(model, ort_device, built.values, built.shapes) == nnapi.ResultCode.OP_FAILED
     captured = capfd.readouterr()
