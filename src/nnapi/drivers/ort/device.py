@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,9 +198,10 @@ class OrtDevice(IDevice):
                                f"{self.name} does not support {OperationCode(operation.type).name}: {reason}")
         return shaped
 
-    def prepare_model(self, model: Model, preference=ExecutionPreference.FAST_SINGLE_ANSWER,
-                      priority=Priority.MEDIUM, deadline_ns: int | None = None, model_cache: Sequence[int] = (),
-                      data_cache: Sequence[int] = (), token: bytes | None = None) -> IPreparedModel:
+    def prepare_model(self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline_ns: int | None = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> IPreparedModel:
         validate_model(model)
         _check_deadline(deadline_ns, "preparation")
         shaped = self._check_supported(model)
@@ -730,7 +731,7 @@ class OrtPreparedModel(IPreparedModel):
             raise _run_failure(error) from None
         return self._shapes.copy(), _UNTIMED
 
-    def array_executor(self):
+    def array_executor(self) -> Callable[[list, int | None], tuple[list[OutputShape], Timing]] | None:
         """execute_arrays where the signature fixes every shape and the session reads the
         caller's memory (a provider that copies its inputs binds them before every run:
         execute does)."""

@@ -30,6 +30,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -187,7 +188,7 @@ def int16_add_supported() -> bool:
     return onnxruntime_at_least(INT16_ADD_VERSION)
 
 
-def onnx_model(graph: onnx.GraphProto, ms_domain: bool = False, **attributes) -> onnx.ModelProto:
+def onnx_model(graph: onnx.GraphProto, ms_domain: bool = False, **attributes: Any) -> onnx.ModelProto:
     """``graph`` as a model of this lowering's opset (and the com.microsoft domain where
     asked) at IR version 8, which every onnxruntime pyproject accepts loads."""
     opsets = [helper.make_opsetid("", OPSET)]
@@ -199,7 +200,7 @@ def onnx_model(graph: onnx.GraphProto, ms_domain: bool = False, **attributes) ->
 
 
 @functools.cache
-def has_kernel(op_type: str, element: int, **attributes) -> bool:
+def has_kernel(op_type: str, element: int, **attributes: Any) -> bool:
     """Whether the installed ONNX Runtime has a CPU kernel for ``op_type`` on a 4-d tensor of
     ONNX element type ``element``: a one-node graph is loaded once per process (older
     releases lack some 8-bit kernels: uint8 SpaceToDepth before 1.28, DepthToSpace and
@@ -326,14 +327,14 @@ class GraphBuilder:
         return name
 
     def node(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, domain: str = "",
-             name: str | None = None, **attributes) -> list[str]:
+             name: str | None = None, **attributes: Any) -> list[str]:
         names = [self.fresh(op_type.lower()) for _ in range(outputs)] if isinstance(outputs, int) else outputs
         if domain == MS_DOMAIN:
             self.uses_ms_domain = True
         self.nodes.append(helper.make_node(op_type, inputs, names, name=name, domain=domain or None, **attributes))
         return names
 
-    def one(self, op_type: str, inputs: list[str], domain: str = "", **attributes) -> str:
+    def one(self, op_type: str, inputs: list[str], domain: str = "", **attributes: Any) -> str:
         return self.node(op_type, inputs, 1, domain, **attributes)[0]
 
     # --- operands ---------------------------------------------------------------------
@@ -349,14 +350,14 @@ class GraphBuilder:
             return None
         return constant_array(self.model, operand)
 
-    def scalar(self, index: int):
+    def scalar(self, index: int) -> Any:
         """A parameter's value; a parameter computed at run time is declined."""
         value = self.raw_constant(index)
         if value is None:
             raise Declined(f"operand {index} (a parameter) is not a constant")
         return value.reshape(-1)[0].item() if value.size == 1 else value
 
-    def optional_scalar(self, operation: Operation, position: int, default):
+    def optional_scalar(self, operation: Operation, position: int, default: Any) -> Any:
         if position >= len(operation.inputs):
             return default
         if self.operand(operation.inputs[position]).lifetime == L.NO_VALUE:
@@ -517,7 +518,7 @@ Lowering = Callable[[GraphBuilder, Operation], None]
 LOWERINGS: dict[OperationCode, Lowering] = {}
 
 
-def lowers(*codes: OperationCode):
+def lowers(*codes: OperationCode) -> Callable[[Lowering], Lowering]:
     def register(function: Lowering) -> Lowering:
         for code in codes:
             LOWERINGS[code] = function
@@ -532,7 +533,7 @@ RunTimeForm = Callable[["GraphBuilder", Operation, Value], str]
 RUN_TIME_FORMS: dict[OperationCode, RunTimeForm] = {}
 
 
-def lowers_at_run_time(*codes: OperationCode):
+def lowers_at_run_time(*codes: OperationCode) -> Callable[[RunTimeForm], RunTimeForm]:
     def register(function: RunTimeForm) -> RunTimeForm:
         for code in codes:
             RUN_TIME_FORMS[code] = function
@@ -784,7 +785,8 @@ def _conv_params(g: GraphBuilder, operation: Operation, depthwise: bool) -> _Con
                        multiplier)
 
 
-def same_pads(dims: list[int], nchw: bool, kernel, strides, dilations) -> list[int]:
+def same_pads(dims: list[int], nchw: bool, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+              ) -> list[int]:
     """NNAPI's SAME padding as explicit ONNX pads (top, left, bottom, right): the odd pixel
     goes at the end. ORT's SAME_UPPER would do the same but refuses dilations, so the pads
     are computed here from the input's known size."""

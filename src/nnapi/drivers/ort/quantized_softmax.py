@@ -17,6 +17,7 @@ every one of 240 random scale / beta pairs tried matched).
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -87,7 +88,7 @@ class _Nodes:
         self.nodes: list = []
         self.initializers: list = []
 
-    def one(self, op_type: str, inputs: list[str], **attributes) -> str:
+    def one(self, op_type: str, inputs: list[str], **attributes: Any) -> str:
         name = f"t{len(self.nodes)}"
         self.nodes.append(helper.make_node(op_type, inputs, [name], **attributes))
         return name
