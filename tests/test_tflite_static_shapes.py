@@ -65,3 +65,31 @@ def test_inspect_says_the_shapes_were_fixed(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "input  x: TENSOR_FLOAT32[1,6]" in out
     assert "open dimensions fixed" in out and "SHAPE" in out
+
+
+@pytest.mark.parametrize("x_shape, adj_y", [((-1, 6), False), ((-1, 4, 6), False), ((-1, 1, 4, 6), True),
+                                            ((1, -1, 6), False)])
+def test_matmul_by_a_constant_matrix_over_open_dimensions(x_shape, adj_y) -> None:
+    """BATCH_MATMUL(x, W) with x's leading dimensions open and W a constant matrix: NNAPI's
+    BATCH_MATMUL needs W broadcast to x's batch, which a constant of unknown size cannot
+    be; it imports as FULLY_CONNECTED or a 1x1 CONV_2D, and keeps the dimensions open."""
+    rng = np.random.default_rng(len(x_shape))
+    matrix = rng.standard_normal((6, 5)).astype(np.float32)
+    stored = matrix.T.copy() if adj_y else matrix
+    out_signature = list(x_shape[:-1]) + [5]
+    t = [Tensor("x", "float32", [1 if d < 0 else d for d in x_shape], shape_signature=list(x_shape)),
+         Tensor("w", "float32", list(stored.shape), data=stored),
+         Tensor("y", "float32", [1 if d < 0 else d for d in out_signature], shape_signature=out_signature)]
+    data = build(Subgraph(t, [Operator("BATCH_MATMUL", [0, 1], [2], ("BatchMatMulOptions", {"AdjY": adj_y}))],
+                          [0], [2]))
+    imported = nnapi.load_model(data)
+    assert imported.fixed_shapes is None and imported.inputs[0].shape == x_shape
+    assert "BATCH_MATMUL by a constant matrix" in imported.lowerings[0].reason
+    for size in (1, 3):
+        x = rng.standard_normal([size if d < 0 else d for d in x_shape]).astype(np.float32)
+        expected = x @ matrix
+        for device in ("nnapi-reference", None):
+            session = nnapi.Session(imported, device) if device else nnapi.Session(imported)
+            got = session.run({"x": x})["y"]
+            assert got.shape == expected.shape
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -1292,6 +1292,8 @@ def _batch_matmul(c: _Converter, op: _Operator) -> None:
     adj_x = bool(options.AdjX()) if options is not None else False
     adj_y = bool(options.AdjY()) if options is not None else False
     shapes = [list(_operand_shape(op.tensor(i).shape)) for i in range(2)]
+    if _matmul_by_constant_matrix(c, op, adj_x, adj_y):
+        return
     batch = list(np.broadcast_shapes(tuple(shapes[0][:-2]), tuple(shapes[1][:-2])))
     operands = []
     broadcast = []
@@ -1301,8 +1303,9 @@ def _batch_matmul(c: _Converter, op: _Operator) -> None:
             continue
         # NNAPI needs both operands of one rank and batch shape; TFLite broadcasts them.
         const = c.const_of(op.inputs[i])
-        if const is None or any(d < 0 for d in batch):
-            raise UnsupportedOperator("BATCH_MATMUL broadcasting a run-time operand has no NNAPI equivalent")
+        if const is None or any(d < 0 for d in op.tensor(1 - i).shape[:-2]):
+            raise UnsupportedOperator("BATCH_MATMUL broadcasting a run-time operand, or over batch dimensions known "
+                                      "only at run time, has no NNAPI equivalent")
         full = np.ascontiguousarray(np.broadcast_to(const.data.reshape(shapes[i]), batch + shapes[i][-2:]))
         operands.append(c.const_operand(full, OperandType(const.code, full.shape, const.scale, const.zero_point)))
         broadcast.append(i)
@@ -1310,6 +1313,46 @@ def _batch_matmul(c: _Converter, op: _Operator) -> None:
     if broadcast:
         c.lowered(f"constant operand {broadcast[0]} broadcast to the batch shape {batch} at import (NNAPI "
                   "BATCH_MATMUL does not broadcast)")
+
+
+def _matmul_by_constant_matrix(c: _Converter, op: _Operator, adj_x: bool, adj_y: bool) -> bool:
+    """x @ W for a float32 x of rank 2-4 whose batch dimensions are known only at run time
+    (a free batch, a sequence length) and a constant W without batch dimensions of its own
+    (all 1), where broadcasting W to x's batch as a constant cannot be written: rank 2 as
+    FULLY_CONNECTED, rank 4 [b, h, w, K] as a 1x1 CONV_2D (its output [b, h, w, N] is the
+    product), rank 3 as that between EXPAND_DIMS and SQUEEZE. None needs the batch's size.
+    Whether it did."""
+    x_info, w_info = op.tensor(0), op.tensor(1)
+    w = c.const_of(op.inputs[1])
+    rank = len(x_info.shape)
+    if adj_x or w is None or w.code != T.TENSOR_FLOAT32 or x_info.tfl_type != _FLOAT32 or not 2 <= rank <= 4 or \
+            not any(d < 0 for d in x_info.shape[:-1]) or any(d != 1 for d in w_info.shape[:-2]) or \
+            len(w_info.shape) < 2 or x_info.shape[-1] < 0 or any(d < 0 for d in w_info.shape):
+        return False
+    matrix = w.data.reshape(w_info.shape[-2:])
+    weights = np.ascontiguousarray(matrix if adj_y else matrix.T, np.float32)  # [N, K]
+    units, depth = weights.shape
+    if depth != x_info.shape[-1]:
+        raise UnsupportedOperator(f"BATCH_MATMUL of [.., {x_info.shape[-1]}] by a [{depth}, {units}] matrix")
+    x = c.input(0)
+    bias = c.const_operand(np.zeros(units, np.float32), OperandType(T.TENSOR_FLOAT32, [units]))
+    if rank == 2:
+        filters = c.const_operand(weights, OperandType(T.TENSOR_FLOAT32, [units, depth]))
+        c.emit(Op.FULLY_CONNECTED, [x, filters, bias, c.i32(0)], [c.output()])
+        c.lowered("BATCH_MATMUL by a constant matrix on rows known only at run time as FULLY_CONNECTED")
+        return True
+    image = x
+    if rank == 3:
+        image = c.temp(c.type_of(x), [0, 1, 0, depth])
+        c.emit(Op.EXPAND_DIMS, [x, c.i32(1)], [image])
+    filters = c.const_operand(weights.reshape(units, 1, 1, depth), OperandType(T.TENSOR_FLOAT32, [units, 1, 1, depth]))
+    convolved = c.output() if rank == 4 else c.temp(c.type_of(x), [0, 1, 0, units])
+    c.emit(Op.CONV_2D, [image, filters, bias, c.i32(_PADDING[1]), c.i32(1), c.i32(1), c.i32(0)], [convolved])
+    if rank == 3:
+        c.emit(Op.SQUEEZE, [convolved, c.vector([1])], [c.output()])
+    c.lowered(f"BATCH_MATMUL by a constant matrix over dimensions known only at run time as a 1x1 CONV_2D"
+              f"{' between EXPAND_DIMS and SQUEEZE' if rank == 3 else ''}")
+    return True
 
 
 @_converter("SOFTMAX")
