@@ -47,3 +47,64 @@ def test_prelu_on_a_free_batch_equals_the_reference(ort_device, alpha):
         ours = _run(model, ort_device, value)
         np.testing.assert_array_equal(ours, _run(model, reference, value))
         np.testing.assert_array_equal(ours, np.where(value >= 0, value, value * alpha))
+
+
+def _one_operation(code: int, in_dims: list[int], params: list[tuple[OperandType, object]],
+                   out_dims: list[int]) -> nnapi.Model:
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, in_dims))
+    inputs = [x]
+    for operand_type, value in params:
+        index = model.add_operand(operand_type)
+        model.set_operand_value(index, value)
+        inputs.append(index)
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, out_dims))
+    model.add_operation(code, inputs, [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+def _run_shaped(model: nnapi.Model, device, x: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray:
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, x, OperandType(T.TENSOR_FLOAT32, list(x.shape)))
+    out = np.zeros(out_shape, np.float32)
+    execution.set_output(0, out, OperandType(T.TENSOR_FLOAT32, list(out_shape)))
+    execution.compute()
+    return out
+
+
+def test_squeeze_and_reduce_of_known_axes_on_a_free_batch_equal_the_reference(ort_device):
+    """openWakeWord's melspectrogram: SQUEEZE of its [?, 1, ?, 257] spectrogram's axis 1 and
+    reductions over known axes, with the other dimensions known only at run time."""
+    reference = next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+    axes = (OperandType(T.TENSOR_INT32, [1]), np.array([1], np.int32))
+    squeeze = _one_operation(Op.SQUEEZE, [0, 1, 0, 5], [axes], [0, 0, 5])
+    reduce_max = _one_operation(Op.REDUCE_MAX, [0, 3, 0], [(OperandType(T.TENSOR_INT32, [1]), np.array([-2], np.int32)),
+                                                           (OperandType(T.BOOL), np.bool_(True))], [0, 1, 0])
+    for model in (squeeze, reduce_max):
+        assert model.get_supported_operations_for_devices([ort_device]) == [True]
+    rng = np.random.default_rng(4)
+    for batch, length in ((1, 7), (3, 2)):
+        x = rng.standard_normal((batch, 1, length, 5)).astype(np.float32)
+        ours = _run_shaped(squeeze, ort_device, x, (batch, length, 5))
+        np.testing.assert_array_equal(ours, _run_shaped(squeeze, reference, x, (batch, length, 5)))
+        np.testing.assert_array_equal(ours, x[:, 0])
+        x = rng.standard_normal((batch, 3, length)).astype(np.float32)
+        ours = _run_shaped(reduce_max, ort_device, x, (batch, 1, length))
+        np.testing.assert_array_equal(ours, _run_shaped(reduce_max, reference, x, (batch, 1, length)))
+        np.testing.assert_array_equal(ours, x.max(axis=1, keepdims=True))
+
+
+def test_a_reduction_over_an_axis_of_unknown_size_stays_declined():
+    """An axis known only at run time may be empty there, where ONNX's reductions and the
+    reference's (the identity: the lowest float for a maximum) part."""
+    from nnapi.drivers.ort.device import OrtDevice
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model = _one_operation(Op.REDUCE_MAX, [2, 0], [(OperandType(T.TENSOR_INT32, [1]), np.array([1], np.int32)),
+                                                   (OperandType(T.BOOL), np.bool_(False))], [2])
+    hal_model, _ = build_hal_model(model)
+    assert OrtDevice().get_unsupported_reasons(hal_model) == ["REDUCE_MAX needs the size of each axis it reduces"]

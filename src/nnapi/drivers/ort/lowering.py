@@ -2870,15 +2870,20 @@ def lower_squeeze(g: GraphBuilder, operation: Operation) -> None:
         axes = g.one("Cast", [g.value(operation.inputs[1]).name], to=TensorProto.INT64)
         g.set_output(operation.outputs[0], g.one("Squeeze", [x.name, axes]))
         return
-    if x.rank == 0 or not all(x.dims):
-        raise Declined("SQUEEZE needs the input's shape")
     axes = g.optional_scalar(operation, 1, None)
+    if x.rank == 0 or (axes is None and not all(x.dims)):
+        raise Declined("SQUEEZE without axes needs the input's shape")
     if axes is not None and any(not -x.rank <= int(a) < x.rank for a in np.asarray(axes).reshape(-1)):
         raise Declined("SQUEEZE axes out of range")
     axes = [a for a, d in enumerate(x.dims) if d == 1] if axes is None else \
         sorted({int(a) % x.rank for a in np.asarray(axes).reshape(-1)})
     if axes != [] and any(x.dims[a] != 1 for a in axes):
-        raise Declined("SQUEEZE of an axis whose size is not 1")
+        raise Declined("SQUEEZE of an axis whose size is not known to be 1")
+    if not all(x.dims):
+        # the other dimensions known only at run time (a free batch): ONNX's Squeeze of the
+        # axes, which all are known to be 1, and fewer than all since one is not known
+        g.set_output(operation.outputs[0], g.one("Squeeze", [x.name, g.constant(np.array(axes, np.int64))]))
+        return
     shape = [d for a, d in enumerate(x.dims) if a not in axes] or [1]  # NNAPI keeps shape [1]
     g.set_output(operation.outputs[0], g.one("Reshape", [x.name, g.constant(np.array(shape, np.int64))]))
 
@@ -3090,8 +3095,8 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
     code = OperationCode(operation.type)
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    if x.rank == 0 or not all(x.dims):
-        raise Declined(f"{code.name} needs the input's shape")
+    if x.rank == 0:
+        raise Declined(f"{code.name} needs the input's rank")
     axes = []
     for axis in _constant_ints(g, operation.inputs[1], "the axes"):
         if not -x.rank <= axis < x.rank:
@@ -3099,6 +3104,10 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
         if int(axis) % x.rank not in axes:
             axes.append(int(axis) % x.rank)
     axes.sort()
+    # (an axis reduced must be of known size, so never empty at run time, where ONNX and
+    # NNAPI part; the others may be known only at run time, a free batch)
+    if not all(x.dims[a] for a in axes):
+        raise Declined(f"{code.name} needs the size of each axis it reduces")
     keep = bool(g.scalar(operation.inputs[2]))
     if code in (OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL):
         if x.kind != "bool":
