@@ -3104,9 +3104,12 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
         if int(axis) % x.rank not in axes:
             axes.append(int(axis) % x.rank)
     axes.sort()
-    # (an axis reduced must be of known size, so never empty at run time, where ONNX and
-    # NNAPI part; the others may be known only at run time, a free batch)
-    if not all(x.dims[a] for a in axes):
+    # An axis reduced of a size known only at run time may be empty there: float sums and
+    # products give ONNX's and the reference's identities (0, 1); a float maximum / minimum
+    # gives ONNX's -inf / inf where the reference gives the lowest / highest finite value,
+    # so that case is selected in the graph; the others need each reduced size known.
+    open_axes = not all(x.dims[a] for a in axes)
+    if open_axes and (x.kind != "float" or code in (OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL)):
         raise Declined(f"{code.name} needs the size of each axis it reduces")
     keep = bool(g.scalar(operation.inputs[2]))
     if code in (OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL):
@@ -3131,10 +3134,19 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
     elif code == OperationCode.REDUCE_PROD:
         product = g.one("ReduceProd", [x.name], **attributes)
         zeros = g.one("Cast", [g.one("Equal", [x.name, g.constant(np.array(0.0, np.float32))])], to=TensorProto.INT32)
-        any_zero = g.one("Cast", [g.one("ReduceMax", [zeros], **attributes)], to=TensorProto.BOOL)
+        # (a count, not ReduceMax, which gives INT_MIN, so True, over an empty axis)
+        any_zero = g.one("Greater", [g.one("ReduceSum", [zeros, g.constant(np.array(axes, np.int64))],
+                                           keepdims=int(keep)), g.constant(np.array(0, np.int32))])
         y = g.one("Where", [any_zero, g.constant(np.array(0.0, np.float32)), product])
     else:
         y = g.one("ReduceMax" if code == OperationCode.REDUCE_MAX else "ReduceMin", [x.name], **attributes)
+        if open_axes:
+            extent = g.one("ReduceProd", [g.one("Gather", [g.one("Shape", [x.name]),
+                                                           g.constant(np.array(axes, np.int64))], axis=0)], keepdims=0)
+            empty = g.one("Equal", [extent, g.constant(np.array(0, np.int64))])
+            finfo = np.finfo(np.float16 if g.operand(operation.inputs[0]).type == T.TENSOR_FLOAT16 else np.float32)
+            identity = np.array(finfo.min if code == OperationCode.REDUCE_MAX else finfo.max, np.float32)
+            y = g.one("Where", [empty, g.constant(identity), y])
     g.set_output(operation.outputs[0], _reduced(g, y, x.rank, axes, keep))
 
 
