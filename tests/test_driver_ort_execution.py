@@ -486,18 +486,27 @@ def test_a_deadline_stops_a_run_midway(ort_device):
         # A run that ignored the deadline takes a whole run's time on every attempt; one
         # that stops midway can still be slowed past 0.7 of it by a burst of load from
         # other processes, so a stop well before the end is asked for on one of three.
+        # A run may also end within the deadline when the load that slowed the measured whole
+        # run has gone (seen once under load ~13): if it ended before half a whole run, the
+        # whole run is measured again and the attempt does not count; a run that ended later
+        # without the error ignored its deadline.
         timings = []
-        for _attempt in range(3):
+        for _attempt in range(5):
             result[:] = np.nan
             start = time.perf_counter()
-            with pytest.raises(nnapi.NnapiError) as error:
+            try:
                 run(int(whole * 1e9 / 6), reusable)
-            timings.append(time.perf_counter() - start)
-            assert error.value.code == nnapi.ResultCode.MISSED_DEADLINE_TRANSIENT
-            assert np.isnan(result).all()  # the last node never ran
-            if timings[-1] < whole * 0.7:
-                break
-        assert min(timings) < whole * 0.7, (timings, whole)
+            except nnapi.NnapiError as error:
+                timings.append(time.perf_counter() - start)
+                assert error.code == nnapi.ResultCode.MISSED_DEADLINE_TRANSIENT
+                assert np.isnan(result).all()  # the last node never ran
+                if timings[-1] < whole * 0.7:
+                    break
+                continue
+            finished = time.perf_counter() - start
+            assert finished < whole * 0.5, f"a run of {finished:.3f} s ignored a deadline of {whole / 6:.3f} s"
+            whole = min(run(None) for _ in range(3))
+        assert timings and min(timings) < whole * 0.7, (timings, whole)
     run(None)
     assert not np.isnan(result).any()
 
