@@ -183,9 +183,11 @@ def _condition(bound: int, both: bool, last_only: bool, extra_input: bool) -> nn
 
 
 def _gru_loop(miss: str | None = None, reset_after: bool = True, last_only: bool = False, slices: bool = True,
-              both_bounded: bool = True, hard: bool = False, relu: bool = False) -> tuple[nnapi.Model, list]:
+              both_bounded: bool = True, hard: bool = False, relu: bool = False,
+              open_outputs: bool = False) -> tuple[nnapi.Model, list]:
     """A model running a Keras 3 GRU's WHILE over an input sequence [STEPS, BATCH, FEATURES]
-    from an input state, every loop result a model output."""
+    from an input state, every loop result a model output (of unknown dimensions with
+    ``open_outputs``)."""
     run_time_weights = miss == "weights_at_run_time"
     body = _body(miss, reset_after, last_only, slices, hard, relu)
     bound = STEPS - 1 if miss == "shorter_trip" else STEPS
@@ -199,9 +201,11 @@ def _gru_loop(miss: str | None = None, reset_after: bool = True, last_only: bool
     n.model.set_operand_value_from_model(references[0], condition)
     n.model.set_operand_value_from_model(references[1], body)
     extra = [n.const(_weights(reset_after)["R"])] if run_time_weights else []
-    finals = [n.tensor(T.TENSOR_INT32, [1]), n.tensor(T.TENSOR_INT32, [1]),
-              n.floats([1 if last_only else STEPS, BATCH, UNITS]), n.floats([BATCH, UNITS]),
-              n.floats([STEPS, BATCH, FEATURES])]
+    shapes = [[1], [1], [1 if last_only else STEPS, BATCH, UNITS], [BATCH, UNITS], [STEPS, BATCH, FEATURES]]
+    if open_outputs:
+        shapes = [[0] * len(shape) for shape in shapes]
+    finals = [n.tensor(T.TENSOR_INT32, shapes[0]), n.tensor(T.TENSOR_INT32, shapes[1]),
+              *(n.floats(shape) for shape in shapes[2:])]
     n.model.add_operation(Op.WHILE, [*references, other_start, start, buffer, h, x, *extra], finals)
     n.model.identify_inputs_and_outputs([x, h], finals)
     n.model.finish()
@@ -286,3 +290,14 @@ def test_a_near_miss_keeps_the_loop(ort_device, miss):
     types = _node_types(model)
     assert "GRU" not in types and "Loop" in types
     _agree(_run(model, ort_device, False), _run(model, _reference(), False))
+
+
+def test_a_gru_loop_with_open_output_shapes(ort_device):
+    """The WHILE's results declared with unknown dimensions (as a model with dynamic output
+    shapes declares them): still one GRU, each result in the shape the body gives it, with
+    the reference's values."""
+    model, _keep = _gru_loop(open_outputs=True)
+    assert _node_types(model).count("GRU") == 1
+    fused = _run(model, ort_device, False)
+    assert fused[0][0] == fused[1][0] == STEPS
+    _agree(fused, _run(model, _reference(), False))

@@ -83,6 +83,7 @@ class _Found:
     buffer: int
     counters: dict[int, int]  # position -> initial value
     trip: int
+    dims: tuple[int, int, int, int] = (0, 0, 0, 0)  # steps, batch, features, units
     w: list[np.ndarray] = field(default_factory=list)  # z, r, c rows of the input product
     r: list[np.ndarray] = field(default_factory=list)
     wb: list[np.ndarray] = field(default_factory=list)
@@ -358,8 +359,8 @@ def _match(g: GraphBuilder, operation: Operation) -> _Found:
     trip = _trip(g, condition_model, counters)
     _need(trip == steps and steps > 0)
     _need({id(op) for op in used} == {id(op) for op in body_model.operations})
-    found = _Found(x_pos, h_pos, buffer_pos, counters, trip, reset_after=reset_after, last_only=last_only,
-                   functions=functions)
+    found = _Found(x_pos, h_pos, buffer_pos, counters, trip, (steps, batch, features, units),
+                   reset_after=reset_after, last_only=last_only, functions=functions)
     found.w = [z_pieces[0].weights, r_pieces[0].weights, c_x.weights]
     found.wb = [z_pieces[0].bias, r_pieces[0].bias, c_x.bias]
     found.r = [z_pieces[1].weights, r_pieces[1].weights, c_h.weights]
@@ -468,11 +469,11 @@ def _trip(g: GraphBuilder, condition_model, counters: dict[int, int]) -> int:
 
 
 def _emit(g: GraphBuilder, operation: Operation, found: _Found) -> None:
+    """The GRU node and the loop's results (in the shapes the body gives them: an output
+    operand of the WHILE may leave its dimensions open)."""
     values = operation.inputs[WHILE_FIRST_VALUE:]
     x, h = g.value(values[found.x]), g.value(values[found.h])
-    if x.kind != "float" or h.kind != "float":
-        raise Declined("the GRU's input and state must be float32")
-    batch, units = h.dims
+    steps, batch, _, units = found.dims
 
     def stacked(parts: list[np.ndarray]) -> str:
         return g.constant(np.concatenate(parts).astype(np.float32)[None], "w")
@@ -482,9 +483,8 @@ def _emit(g: GraphBuilder, operation: Operation, found: _Found) -> None:
                     hidden_size=units, linear_before_reset=1 if found.reset_after else 0,
                     **_activation_attributes(found.functions))
     for k, index in enumerate(operation.outputs):
-        dims = list(g.operand(index).dimensions)
         if k in found.counters:
-            g.set_output(index, g.constant(np.full(dims, found.counters[k] + found.trip, np.int32)))
+            g.set_output(index, g.constant(np.full([1], found.counters[k] + found.trip, np.int32)))
         elif k == found.x:
             g.set_output(index, x.name)
         elif k == found.h:
@@ -492,7 +492,7 @@ def _emit(g: GraphBuilder, operation: Operation, found: _Found) -> None:
         elif found.last_only:
             g.set_output(index, y_h)  # [1, batch, units]
         else:
-            g.set_output(index, g.one("Reshape", [y, g.constant(np.array(dims, np.int64))]))
+            g.set_output(index, g.one("Reshape", [y, g.constant(np.array([steps, batch, units], np.int64))]))
 
 
 def fused_gru(g: GraphBuilder, operation: Operation) -> bool:
@@ -504,6 +504,11 @@ def fused_gru(g: GraphBuilder, operation: Operation) -> bool:
         return False
     except (ValueError, TypeError, IndexError, KeyError):  # a malformed body: the Loop lowering reports it
         return False
+    values = operation.inputs[WHILE_FIRST_VALUE:]
+    x, h = g.value(values[found.x]), g.value(values[found.h])
+    steps, batch, features, units = found.dims
+    if x.kind != "float" or h.kind != "float" or x.dims != [steps, batch, features] or h.dims != [batch, units]:
+        return False  # the values the loop starts from are not the body's (the Loop lowering says why)
     _emit(g, operation, found)
     return True
 
