@@ -668,3 +668,66 @@ def _fully_connected_reference(data: bytes, x: np.ndarray) -> np.ndarray:
     acc = (x.astype(np.float64) - 2) @ wq.T + bq
     y = np.round(acc * (scales.astype(np.float64) * 0.04) / np.float32(0.03)) - 4
     return np.clip(y, -128, 127).astype(np.int32)
+
+
+def _resize_model(dtype: str, size: tuple[int, int, int, int], half_pixel: bool, align: bool) -> bytes:
+    from tflite_builder import Tensor, single_op
+
+    h, w, oh, ow = size
+    t = [Tensor("x", dtype, [1, h, w, 3], scale=0.05, zero_point=3),
+         Tensor("size", "int32", [2], data=np.array([oh, ow], np.int32)),
+         Tensor("y", dtype, [1, oh, ow, 3], scale=0.05, zero_point=3)]
+    return single_op("RESIZE_BILINEAR", t, [0, 1], [2],
+                     ("ResizeBilinearOptions", {"HalfPixelCenters": half_pixel, "AlignCorners": align}))
+
+
+def _blend64(x: np.ndarray, size: tuple[int, int, int, int], half_pixel: bool, align: bool) -> np.ndarray:
+    """TFLite's bilinear resize of ``x`` (NHWC) in float64, unrounded."""
+    h, w, oh, ow = size
+
+    def taps(n_in: int, n_out: int):
+        scale = (n_in - 1) / (n_out - 1) if align and n_out > 1 else n_in / n_out
+        pos = (np.arange(n_out) + 0.5) * scale - 0.5 if half_pixel else np.arange(n_out) * scale
+        low = np.maximum(np.floor(pos), 0).astype(int)
+        high = np.minimum(np.ceil(pos), n_in - 1).astype(int)
+        return low, high, pos - low
+    y0, y1, fy = taps(h, oh)
+    x0, x1, fx = taps(w, ow)
+    v = x.astype(np.float64)
+    fy, fx = fy[None, :, None, None], fx[None, None, :, None]
+    top = v[:, y0][:, :, x0] * (1 - fx) + v[:, y0][:, :, x1] * fx
+    bottom = v[:, y1][:, :, x0] * (1 - fx) + v[:, y1][:, :, x1] * fx
+    return top * (1 - fy) + bottom * fy
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("size, half_pixel, align", [
+    ((1, 1, 9, 9), True, False), ((5, 5, 17, 17), True, False), ((8, 8, 16, 16), False, False),
+    ((5, 7, 9, 13), False, True), ((13, 11, 40, 31), True, False)])
+def test_quantized_resize_bilinear_rounds_as_litert(dtype: str, size, half_pixel: bool, align: bool) -> None:
+    """A quantized TFLite RESIZE_BILINEAR rounds its blend to nearest, as LiteRT does (NNAPI's
+    quantized kernel truncates, which put uint8 resizes ~0.5 step below LiteRT on average):
+    uint8 exactly C's round of the blend of the stored integers on the reference device,
+    within a step (float32 blends) elsewhere and for int8, and unbiased on average."""
+    data = _resize_model(dtype, size, half_pixel, align)
+    assert any("RESIZE_BILINEAR" in str(lowering) for lowering in nnapi.load_tflite(data).lowerings)
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(4).integers(info.min, info.max + 1, (1, size[0], size[1], 3)).astype(dtype)
+    blend = _blend64(x, size, half_pixel, align)
+    rounded = np.copysign(np.floor(np.abs(blend) + 0.5), blend)    # C's round
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        got = session.run({"x": x})["y"].astype(np.float64)
+        if dtype == "uint8" and device == "nnapi-reference":
+            near_tie = np.abs(blend - np.floor(blend) - 0.5) < 1e-4
+            np.testing.assert_array_equal(got[~near_tie], rounded[~near_tie])
+        assert np.abs(got - rounded).max() <= 1.0
+        assert abs(float((got - rounded).mean())) < 0.05    # truncation: 0.1 to 0.5
+    if Interpreter is not None and dtype == "uint8":
+        session = nnapi.Session(data, devices=["nnapi-reference"])
+        expected = litert_outputs(data, {"x": x})
+        assert np.abs(session.run({"x": x})["y"].astype(int) - expected["y"].astype(int)).max() <= 1

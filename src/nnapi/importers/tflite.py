@@ -31,7 +31,7 @@ from nnapi.importers.tflite_while_lstm import keras_while_lstm
 from nnapi.model import Model
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
 from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC, nearest_indexes
-from nnapi.operations.quant_math import dequantize
+from nnapi.operations.quant_math import dequantize, half_below
 
 try:  # the optional extra nnapi[tflite]
     import tflite as _tfl
@@ -2492,9 +2492,39 @@ def _resize(c: _Converter, op: _Operator) -> None:
     options = op.options("ResizeBilinearOptions" if bilinear else "ResizeNearestNeighborOptions")
     size = c.const_values(1, "size").reshape(-1)
     code = Op.RESIZE_BILINEAR if bilinear else Op.RESIZE_NEAREST_NEIGHBOR
-    c.emit(code, [c.input(0), c.i32(int(size[1])), c.i32(int(size[0])), c.boolean(False),
-                  c.boolean(bool(options.AlignCorners())), c.boolean(bool(options.HalfPixelCenters()))],
-           [c.output()])
+
+    def emit(inputs: list[int], out: int) -> None:
+        c.emit(code, [inputs[0], c.i32(int(size[1])), c.i32(int(size[0])), c.boolean(False),
+                      c.boolean(bool(options.AlignCorners())), c.boolean(bool(options.HalfPixelCenters()))],
+               [out])
+    x_type = c.type_of(c.input(0))
+    if bilinear and x_type.type == T.TENSOR_QUANT8_ASYMM:
+        # NNAPI's quantized bilinear blend truncates toward zero (Android's kernel casts);
+        # LiteRT rounds it to nearest (every uint8 path: the float32 blend of the stored
+        # integers, rounded). Truncation biased every uint8 resize by ~0.5 step against
+        # LiteRT. The same blend of the stored integers (CAST keeps them) in float32, then
+        # trunc(x + half_below(0.5)) = C's round for x >= 0, CAST back.
+        out = c.output()
+        stored = c.temp(OperandType(T.TENSOR_FLOAT32, x_type.dimensions))
+        c.emit(Op.CAST, [c.input(0)], [stored])
+        blend = c.temp(OperandType(T.TENSOR_FLOAT32, c.type_of(out).dimensions))
+        emit([stored], blend)
+        shifted = c.temp(OperandType(T.TENSOR_FLOAT32, c.type_of(out).dimensions))
+        half = c.const_operand(np.array([half_below(np.float32)], np.float32), OperandType(T.TENSOR_FLOAT32, [1]))
+        c.emit(Op.ADD, [blend, half, c.i32(0)], [shifted])
+        c.emit(Op.CAST, [shifted], [out])
+        c.lowered("uint8 RESIZE_BILINEAR as CAST, RESIZE_BILINEAR of the stored integers in float32, + 0.5, CAST "
+                  "(LiteRT rounds the blend to nearest; NNAPI's quantized kernel truncates)")
+        return
+    if bilinear and x_type.type in _QUANT8:
+        # int8: LiteRT's builtin kernel blends in fixed point and rounds to nearest, XNNPACK
+        # its own way; NNAPI's truncation toward zero pulled values toward 0. The blend of
+        # the real values in float32 and one QUANTIZE (round to nearest) is unbiased.
+        _in_float32(c, op, emit)
+        c.lowered("int8 RESIZE_BILINEAR as DEQUANTIZE, RESIZE_BILINEAR in float32, QUANTIZE (LiteRT rounds "
+                  "the blend to nearest; NNAPI's quantized kernel truncates)")
+        return
+    emit([c.input(0)], c.output())
 
 
 @_converter("SPACE_TO_DEPTH", "DEPTH_TO_SPACE")
