@@ -576,3 +576,25 @@ def test_gather_of_an_input_whose_shape_is_known_at_run_time_refuses_indices_out
     np.testing.assert_array_equal(ours[0], value[[3, 1]])
     np.testing.assert_array_equal(ours[0], theirs[0])
     assert ours[1] == theirs[1] == ours[2] == theirs[2] == nnapi.ResultCode.OP_FAILED
+
+
+def test_int32_div_is_floor_division_as_on_the_reference(ort_device) -> None:
+    """DIV of TENSOR_INT32 (TFLite's FLOOR_DIV / FLOOR_MOD import as it) runs on
+    nnapi-ort-cpu (it was declined) and equals the reference bit for bit: floor division
+    with every sign pair, a zero divisor giving 0, INT32_MIN / -1 wrapping, broadcasting."""
+    a = np.array([[7, -7, 7, -7, 0, 5, -2**31, -2**31, 2**31 - 1, 13, -13, -1]], np.int32)
+    b = np.array([[2, 2, -2, -2, 3, 0, -1, 1, -1, 0, 5, 2**31 - 1]], np.int32)
+    column = np.array([[3], [-4]], np.int32)
+    for left, right in ((a, b), (a, column)):
+        shape = np.broadcast_shapes(left.shape, right.shape)
+        built = _Model()
+        x = built.given(OperandType(T.TENSOR_INT32, list(left.shape)), left)
+        y = built.given(OperandType(T.TENSOR_INT32, list(right.shape)), right)
+        act = built.scalar(T.INT32, 0)
+        built.output(OperandType(T.TENSOR_INT32, list(shape)))
+        model = built.operation(Op.DIV, [x, y, act])
+        got, want = _on_both(built, model, ort_device)
+        np.testing.assert_array_equal(got[0], want[0])
+        floor = np.floor_divide(left.astype(np.int64), np.where(right == 0, 1, right)).astype(np.int32)
+        np.testing.assert_array_equal(got[0], np.where(right == 0, 0, floor))
+

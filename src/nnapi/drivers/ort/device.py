@@ -37,6 +37,7 @@ from nnapi.drivers.ort import (
     control_flow,  # noqa: F401  (importing it registers its lowerings)
     detection,  # noqa: F401  (importing it registers its lowerings)
     gru_loop,  # noqa: F401  (importing it registers its lowerings)
+    integer_div,  # noqa: F401  (importing it registers its lowerings)
     lookups,  # noqa: F401  (importing it registers its lowerings)
     mirror_pad_pack,  # noqa: F401  (importing it registers its lowerings)
     nms,  # noqa: F401  (importing it registers its lowerings)
