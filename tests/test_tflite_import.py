@@ -731,3 +731,136 @@ def test_quantized_resize_bilinear_rounds_as_litert(dtype: str, size, half_pixel
         session = nnapi.Session(data, devices=["nnapi-reference"])
         expected = litert_outputs(data, {"x": x})
         assert np.abs(session.run({"x": x})["y"].astype(int) - expected["y"].astype(int)).max() <= 1
+
+
+def test_pose_decoding_imports_and_agrees() -> None:
+    """ARG_MAX -> FLOOR_DIV / FLOOR_MOD -> PACK of rank-0 int32 -> GATHER_ND (run-time
+    indices of depth 1 to 3, constant ones), float FLOOR_DIV: refused before (GATHER_ND,
+    FLOOR_DIV, FLOOR_MOD have no NNAPI operation; PACK of rank-0 tensors gave [2, 1]); now
+    equal to numpy on each device, and to LiteRT."""
+    from tflite_cases import pose_decoding, pose_decoding_reference
+
+    data = pose_decoding()
+    rng = np.random.default_rng(9)
+    feeds = {"heat": rng.standard_normal((6, 7)).astype(np.float32),
+             "offsets": rng.standard_normal((6, 7, 4)).astype(np.float32),
+             "idx": np.stack([rng.integers(0, n, 5) for n in (5, 6, 7)], 1).astype(np.int32),
+             "cube": rng.standard_normal((5, 6, 7)).astype(np.float32),
+             "rows": np.array([[5], [0], [3]], np.int32),
+             "a": np.array([7.5, -7.5, 3.0, -0.25], np.float32), "b": np.array([2.0, 2.0, -1.5, 4.0], np.float32),
+             "ia": np.array([7, -7, 7, -7, 0, 13], np.int32), "ib": np.array([2, 2, -2, -2, 3, -5], np.int32)}
+    expected = pose_decoding_reference(feeds)
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        got = session.run(feeds)
+        for name, want in expected.items():
+            np.testing.assert_array_equal(got[name], want, err_msg=f"{device} {name}")
+    if Interpreter is not None:
+        litert = litert_outputs(data, feeds)
+        for name, want in expected.items():
+            np.testing.assert_array_equal(litert[name], want, err_msg=f"LiteRT {name}")
+
+
+def test_quantized_div_within_a_step_of_litert() -> None:
+    from tflite_cases import quantized_div
+
+    data = quantized_div()
+    assert any("quantized DIV" in str(lowering) for lowering in nnapi.load_tflite(data).lowerings)
+    rng = np.random.default_rng(2)
+    feeds = {"a": rng.integers(-128, 128, (2, 5)).astype(np.int8),
+             "b": rng.integers(20, 128, (2, 5)).astype(np.int8)}    # divisors away from 0
+    real = ((feeds["a"].astype(np.float64) + 3) * 0.05) / ((feeds["b"].astype(np.float64) - 10) * 0.02)
+    want = np.clip(np.round(real / 0.1) + 1, -128, 127)
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        assert np.abs(session.run(feeds)["y"].astype(np.float64) - want).max() <= 1
+    if Interpreter is not None:
+        assert np.abs(litert_outputs(data, feeds)["y"].astype(np.float64) - want).max() <= 1
+
+
+def test_gather_nd_index_outside_its_axis_fails_the_run() -> None:
+    """A GATHER_ND index outside its own axis fails the run (as LiteRT's does), also where
+    its merged row would be in range ([0, 7] of a [6, 7] map is row 7 = [1, 0])."""
+    from tflite_cases import pose_decoding
+
+    rng = np.random.default_rng(1)
+    feeds = {"heat": rng.standard_normal((6, 7)).astype(np.float32),
+             "offsets": rng.standard_normal((6, 7, 4)).astype(np.float32),
+             "idx": np.array([[0, 0, 0]] * 4 + [[0, 0, 7]], np.int32),
+             "cube": rng.standard_normal((5, 6, 7)).astype(np.float32), "rows": np.array([[5], [0], [3]], np.int32),
+             "a": np.ones(4, np.float32), "b": np.ones(4, np.float32),
+             "ia": np.ones(6, np.int32), "ib": np.ones(6, np.int32)}
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(pose_decoding(), devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        with pytest.raises(nnapi.NnapiError):
+            session.run(feeds)
+        for bad_rows in ([[6], [0], [0]], [[-1], [0], [0]]):
+            with pytest.raises(nnapi.NnapiError):
+                session.run({**feeds, "idx": np.zeros((5, 3), np.int32), "rows": np.array(bad_rows, np.int32)})
+
+
+@pytest.mark.parametrize("width, n", [(12, 16), (16, 16), (20, 16)])
+def test_spectrogram_rfft2d_agrees_with_numpy_and_litert(width: int, n: int) -> None:
+    """RFFT2D of the last axis (zero-padded, exact or cropped to n) + COMPLEX_ABS / REAL /
+    IMAG, refused before (NNAPI has no FFT or complex type), as a DFT by matrices: within
+    float32 rounding of numpy's float64 FFT, and of LiteRT, on each device."""
+    from tflite_cases import spectrogram
+
+    data = spectrogram(width, n)
+    frames = np.random.default_rng(n + width).standard_normal((3, 1, width)).astype(np.float32)
+    spectrum = np.fft.rfft(frames.astype(np.float64), n=n, axis=-1)
+    expected = {"magnitude": np.abs(spectrum).reshape(3, -1), "re": spectrum.real, "im": spectrum.imag}
+    scale = np.abs(spectrum).max()
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        got = session.run({"frames": frames})
+        for name, want in expected.items():
+            assert got[name].shape == want.shape
+            assert np.abs(got[name] - want).max() <= 1e-6 * scale, name
+    if Interpreter is not None:
+        litert = litert_outputs(data, {"frames": frames})
+        got = nnapi.Session(data, devices=["nnapi-reference"]).run({"frames": frames})
+        for name in expected:
+            assert np.abs(got[name] - litert[name]).max() <= 1e-6 * scale, name
+
+
+def test_arg_max_with_int64_output_is_widened_by_session() -> None:
+    """ARG_MAX with int64 output (tf.argmax's default; refused before: NNAPI outputs int32)
+    imports as int32 and Session returns int64 indices equal to numpy's, on each device;
+    inspect shows the output as int32 held for int64."""
+    from tflite_builder import Tensor, single_op
+
+    t = [Tensor("x", "float32", [2, 5, 7]), Tensor("axis", "int32", [1], data=np.array([2], np.int32)),
+         Tensor("y", "int64", [2, 5])]
+    data = single_op("ARG_MAX", t, [0, 1], [2], ("ArgMaxOptions", {"OutputType": 4}))
+    imported = nnapi.load_tflite(data)
+    assert imported.outputs[0].dtype == np.int64 and imported.outputs[0].type == nnapi.OperandCode.TENSOR_INT32
+    x = np.random.default_rng(0).standard_normal((2, 5, 7)).astype(np.float32)
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        assert session.outputs[0].dtype == np.int64
+        got = session.run({"x": x})["y"]
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, np.argmax(x, axis=2))
+    if Interpreter is not None:
+        np.testing.assert_array_equal(litert_outputs(data, {"x": x})["y"], np.argmax(x, axis=2))

@@ -21,7 +21,8 @@ from tflite.utils import BUILTIN_OPCODE2NAME
 _OPCODES = {name: code for code, name in BUILTIN_OPCODE2NAME.items()}
 #: operators whose first version in TFLite's schema is not 1 (LiteRT registers no version 1)
 _FIRST_VERSION = {_OPCODES["BROADCAST_TO"]: 2}
-_TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
+_TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "complex64": 8,
+          "int8": 9}
 
 
 @dataclass

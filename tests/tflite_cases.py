@@ -1201,3 +1201,91 @@ def lstm_reference(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray) -
         h = sig(o) * np.tanh(c)
         out.append(h)
     return np.array(out)[:, None, :]
+
+
+def pose_decoding() -> bytes:
+    """A pose head's decoding (MoveNet's): ARG_MAX over a flattened map, the row and column
+    by FLOOR_DIV / FLOOR_MOD, PACKed (rank 0 -> [2]) into a GATHER_ND index; GATHER_ND with
+    run-time indices of depth 1, 2 and 3 and with constant ones; float FLOOR_DIV."""
+    t = [Tensor("heat", "float32", [6, 7]),                                           # 0
+         Tensor("flat_shape", "int32", [1], data=np.array([42], np.int32)),           # 1
+         Tensor("flat", "float32", [42]),                                              # 2
+         Tensor("axis", "int32", [], data=np.array(0, np.int32)),                      # 3
+         Tensor("best", "int32", []),                                                  # 4
+         Tensor("width", "int32", [], data=np.array(7, np.int32)),                     # 5
+         Tensor("row", "int32", []),                                                   # 6
+         Tensor("col", "int32", []),                                                   # 7
+         Tensor("at", "int32", [2]),                                                   # 8
+         Tensor("offsets", "float32", [6, 7, 4]),                                      # 9
+         Tensor("at2", "int32", [1, 2]),                                               # 10
+         Tensor("offset", "float32", [1, 4]),                                          # 11
+         Tensor("idx", "int32", [5, 3]),                                               # 12
+         Tensor("cube", "float32", [5, 6, 7]),                                         # 13
+         Tensor("picked", "float32", [5]),                                             # 14
+         Tensor("rows", "int32", [3, 1]),                                              # 15
+         Tensor("picked_rows", "float32", [3, 7]),                                     # 16
+         Tensor("const_idx", "int32", [2, 2], data=np.array([[5, 6], [0, 3]], np.int32)),  # 17
+         Tensor("const_picked", "float32", [2, 4]),                                    # 18
+         Tensor("to_2d", "int32", [2], data=np.array([1, 2], np.int32)),               # 19
+         Tensor("a", "float32", [4]),                                                  # 20
+         Tensor("b", "float32", [4]),                                                  # 21
+         Tensor("fdiv", "float32", [4]),                                               # 22
+         Tensor("ia", "int32", [6]),                                                   # 23
+         Tensor("ib", "int32", [6]),                                                   # 24
+         Tensor("imod", "int32", [6]),                                                 # 25
+         Tensor("idiv", "int32", [6])]                                                 # 26
+    ops = [Operator("RESHAPE", [0, 1], [2]),
+           Operator("ARG_MAX", [2, 3], [4], ("ArgMaxOptions", {"OutputType": 2})),
+           Operator("FLOOR_DIV", [4, 5], [6]),
+           Operator("FLOOR_MOD", [4, 5], [7]),
+           Operator("PACK", [6, 7], [8], ("PackOptions", {"ValuesCount": 2, "Axis": 0})),
+           Operator("RESHAPE", [8, 19], [10]),
+           Operator("GATHER_ND", [9, 10], [11]),
+           Operator("GATHER_ND", [13, 12], [14]),
+           Operator("GATHER_ND", [0, 15], [16]),
+           Operator("GATHER_ND", [9, 17], [18]),
+           Operator("FLOOR_DIV", [20, 21], [22]),
+           Operator("FLOOR_MOD", [23, 24], [25]),
+           Operator("FLOOR_DIV", [23, 24], [26])]
+    return build(Subgraph(t, ops, [0, 9, 12, 13, 15, 20, 21, 23, 24], [6, 7, 8, 11, 14, 16, 18, 22, 25, 26]))
+
+
+def pose_decoding_reference(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    best = int(np.argmax(feeds["heat"].reshape(-1)))
+    row, col = best // 7, best % 7
+    idx, rows = feeds["idx"], feeds["rows"]
+    return {"row": np.array(row, np.int32), "col": np.array(col, np.int32), "at": np.array([row, col], np.int32),
+            "offset": feeds["offsets"][row, col][None],
+            "picked": feeds["cube"][idx[:, 0], idx[:, 1], idx[:, 2]],
+            "picked_rows": feeds["heat"][rows[:, 0]],
+            "const_picked": feeds["offsets"][[5, 0], [6, 3]],
+            "fdiv": np.floor(feeds["a"] / feeds["b"]).astype(np.float32),
+            "imod": np.mod(feeds["ia"], feeds["ib"]).astype(np.int32),
+            "idiv": np.floor_divide(feeds["ia"], feeds["ib"]).astype(np.int32)}
+
+
+def quantized_div() -> bytes:
+    t = [Tensor("a", "int8", [2, 5], scale=0.05, zero_point=-3),
+         Tensor("b", "int8", [2, 5], scale=0.02, zero_point=10),
+         Tensor("y", "int8", [2, 5], scale=0.1, zero_point=1)]
+    return single_op("DIV", t, [0, 1], [2], ("DivOptions", {"FusedActivationFunction": 0}))
+
+
+def spectrogram(width: int = 12, n: int = 16) -> bytes:
+    """tf.signal.stft's spectrum: RFFT2D (fft_length [1, n]) of [frames, 1, width] frames,
+    RESHAPE of the complex result, COMPLEX_ABS; REAL and IMAG beside it."""
+    bins = n // 2 + 1
+    t = [Tensor("frames", "float32", [3, 1, width]),                                  # 0
+         Tensor("fft_length", "int32", [2], data=np.array([1, n], np.int32)),         # 1
+         Tensor("spectrum", "complex64", [3, 1, bins]),                                # 2
+         Tensor("to_2d", "int32", [2], data=np.array([3, bins], np.int32)),            # 3
+         Tensor("flat", "complex64", [3, bins]),                                       # 4
+         Tensor("magnitude", "float32", [3, bins]),                                    # 5
+         Tensor("re", "float32", [3, 1, bins]),                                        # 6
+         Tensor("im", "float32", [3, 1, bins])]                                        # 7
+    ops = [Operator("RFFT2D", [0, 1], [2]),
+           Operator("RESHAPE", [2, 3], [4]),
+           Operator("COMPLEX_ABS", [4], [5]),
+           Operator("REAL", [2], [6]),
+           Operator("IMAG", [2], [7])]
+    return build(Subgraph(t, ops, [0], [5, 6, 7]))

@@ -182,6 +182,8 @@ class Session:
         for info, spec, result in zip(self.outputs, self.imported.outputs, results):
             if len(spec.shape) == 0 and result.size == 1:
                 result = result.reshape(())
+            if result.dtype != info.dtype:   # an int64 index output held as int32
+                result = result.astype(info.dtype)
             outputs[info.name] = result
         for spec in self.imported.states:
             if spec.output_index is not None:

@@ -33,12 +33,15 @@ class TensorSpec:
     scale: float = 0.0
     zero_point: int = 0
     operand_shape: tuple[int, ...] = ()
+    #: the source tensor's numpy dtype where it differs from the operand's: "int64" for an
+    #: index output held as TENSOR_INT32 (Session widens it)
+    source_dtype: str | None = None
 
     @property
     def dtype(self) -> np.dtype:
         from nnapi.operand import dtype_of
 
-        return dtype_of(self.type)
+        return np.dtype(self.source_dtype) if self.source_dtype else dtype_of(self.type)
 
     @property
     def is_quantized(self) -> bool:
@@ -49,6 +52,8 @@ class TensorSpec:
         text = f"{self.name}: {self.type.name}{dims}"
         if self.is_quantized:
             text += f" scale={self.scale:g} zero_point={self.zero_point}"
+        if self.source_dtype:
+            text += f" (the source's {self.source_dtype}, widened by Session)"
         return text
 
 

@@ -268,6 +268,11 @@ class _Converter:
         # While an int32 / bool operator is moved through float32 (_through_float32):
         # output() gives float32 operands; the float32 halves made of each tensor, kept.
         self.float_outputs = False
+        #: complex64 tensors (RFFT2D's results; NNAPI has no complex type) as their real and
+        #: imaginary parts: TFLite tensor -> (real, imaginary) float32 operands
+        self.complex_parts: dict[int, tuple[int, int]] = {}
+        #: int64 tensors held as TENSOR_INT32 (ARG_MAX / ARG_MIN indices, which fit)
+        self.narrowed: set[int] = set()
         self.float_halves: dict[tuple[int, int], int] = {}
         # operators converted together with an earlier one (_high_rank_chain): skipped
         self.absorbed: set[int] = set()
@@ -596,6 +601,9 @@ class _Converter:
         return _dequantize_const(self.graph.tensors[tensor], const).data
 
     def spec(self, info: _TensorInfo) -> TensorSpec:
+        if info.index in self.narrowed:
+            return TensorSpec(info.name, T.TENSOR_INT32, info.shape, 0.0, 0, _operand_shape(info.shape),
+                              source_dtype="int64")
         op_type = self.nn_type(info)
         return TensorSpec(info.name, op_type.type, info.shape, op_type.scale, op_type.zero_point,
                           op_type.dimensions)
@@ -746,7 +754,8 @@ def _weights(c: _Converter, op: _Operator, position: int) -> int:
     """A weight operand; int8 / uint8 weights of a float operator (TFLite's hybrid,
     dynamic-range quantization) are dequantized into float32 constants once."""
     tensor = op.inputs[position]
-    in_type = c.type_of(_data_input(c, op))
+    # (TRANSPOSE_CONV's data is its input 2; its input 0 is the output shape)
+    in_type = c.type_of(c.input(2) if op.name == "TRANSPOSE_CONV" else _data_input(c, op))
     const = c.const_of(tensor)
     if in_type.type == T.TENSOR_FLOAT32 and tensor not in c.operands and const is not None \
             and const.code != T.TENSOR_FLOAT32:
@@ -1057,12 +1066,46 @@ def _arithmetic(c: _Converter, op: _Operator) -> None:
     code, options_name = _ARITHMETIC[op.name]
     options = op.options(options_name)
     activation = options.FusedActivationFunction() if options is not None else 0
+    if code == Op.DIV and c.nn_type(op.out_tensor()).type in _QUANT8 and activation in (0, 1, 2, 3):
+        # NNAPI's DIV takes no quantized tensors; TFLite's rounds the quotient once.
+        _in_float32(c, op, lambda inputs, out: c.with_activation(
+            activation, lambda act, target: c.emit(Op.DIV, [*inputs, act], [target]), out))
+        c.lowered("quantized DIV as DEQUANTIZE, DIV in float32, QUANTIZE (one rounding, as TFLite)")
+        return
     a, b = c.input(0), c.input(1)
     c.with_activation(activation, lambda act, out: c.emit(code, [a, b, act], [out]))
 
 
 for _name in _ARITHMETIC:
     _converter(_name)(_arithmetic)
+
+@_converter("FLOOR_DIV", "FLOOR_MOD")
+def _floor_div_mod(c: _Converter, op: _Operator) -> None:
+    """int32: NNAPI's int32 DIV is floor division (FLOOR_DIV), FLOOR_MOD = a - (a div b) * b;
+    float FLOOR_DIV = FLOOR(a / b), as TFLite computes it. Float FLOOR_MOD refuses (TFLite's
+    is fmod-exact; a - floor(a / b) * b rounds)."""
+    a, b = c.input(0), c.input(1)
+    out = c.output()
+    out_type = c.type_of(out)
+    if out_type.type == T.TENSOR_INT32:
+        if op.name == "FLOOR_DIV":
+            c.emit(Op.DIV, [a, b, c.i32(0)], [out])
+            c.lowered("int32 FLOOR_DIV as DIV (NNAPI's int32 DIV is floor division)")
+            return
+        quotient, product = c.temp(out_type), c.temp(out_type)
+        c.emit(Op.DIV, [a, b, c.i32(0)], [quotient])
+        c.emit(Op.MUL, [quotient, b, c.i32(0)], [product])
+        c.emit(Op.SUB, [a, product, c.i32(0)], [out])
+        c.lowered("int32 FLOOR_MOD as a - (a DIV b) * b (NNAPI's int32 DIV is floor division)")
+        return
+    if out_type.type in _FLOAT_TYPES and op.name == "FLOOR_DIV":
+        ratio = c.temp(out_type)
+        c.emit(Op.DIV, [a, b, c.i32(0)], [ratio])
+        c.emit(Op.FLOOR, [ratio], [out])
+        c.lowered("float FLOOR_DIV as DIV + FLOOR")
+        return
+    raise UnsupportedOperator(f"{op.name} of {out_type.type.name} has no exact NNAPI sequence")
+
 
 _SIMPLE = {
     "ABS": Op.ABS, "EXP": Op.EXP, "FLOOR": Op.FLOOR, "LOG": Op.LOG, "NEG": Op.NEG, "RSQRT": Op.RSQRT,
@@ -1393,6 +1436,21 @@ def _concatenation(c: _Converter, op: _Operator) -> None:
     c.activation_after(activation, temp)
 
 
+def _reshape_complex(c: _Converter, op: _Operator) -> None:
+    """RESHAPE / SQUEEZE / EXPAND_DIMS of a complex tensor (RFFT2D's): both parts."""
+    shape = _static_shape(c, op.out_tensor())
+    if shape is None:
+        raise UnsupportedOperator("complex tensor of unknown shape")
+    dims = list(_operand_shape(shape))
+    parts = []
+    for part in c.complex_parts[op.inputs[0]]:
+        moved = c.temp(c.type_of(part), dims)
+        c.emit(Op.RESHAPE, [part, c.vector(dims)], [moved])
+        parts.append(moved)
+    c.complex_parts[op.outputs[0]] = (parts[0], parts[1])
+    c.lowered(f"{op.name} of a complex tensor: of its real and imaginary parts")
+
+
 def _static_shape(c: _Converter, info: _TensorInfo) -> list[int] | None:
     return list(_operand_shape(info.shape)) if all(d >= 0 for d in info.shape) else None
 
@@ -1403,6 +1461,9 @@ _RESHAPE_TYPES = (*_FLOAT_TYPES, *_QUANT8)
 
 @_converter("RESHAPE")
 def _reshape(c: _Converter, op: _Operator) -> None:
+    if op.inputs[0] in c.complex_parts:
+        _reshape_complex(c, op)
+        return
     out = op.out_tensor()
     static = _static_shape(c, out)
     const = c.const_of(op.inputs[0])
@@ -1864,6 +1925,9 @@ def _emit_transpose(c: _Converter, last: _Operator, x: int, shape: list[int], in
 
 @_converter("SQUEEZE")
 def _squeeze(c: _Converter, op: _Operator) -> None:
+    if op.inputs[0] in c.complex_parts:
+        _reshape_complex(c, op)
+        return
     x = c.input(0)
     in_info = op.tensor(0)
     options = op.options("SqueezeOptions")
@@ -1878,6 +1942,9 @@ def _squeeze(c: _Converter, op: _Operator) -> None:
 
 @_converter("EXPAND_DIMS")
 def _expand_dims(c: _Converter, op: _Operator) -> None:
+    if op.inputs[0] in c.complex_parts:
+        _reshape_complex(c, op)
+        return
     if _high_rank_chain(c, op):
         return
     axis = int(c.const_values(1, "axis").reshape(-1)[0])
@@ -2346,6 +2413,160 @@ def _gather(c: _Converter, op: _Operator) -> None:
     c.lowered("rank-0 index: GATHER with a [1] index keeps the axis, so GATHER + RESHAPE drops it")
 
 
+@_converter("GATHER_ND")
+def _gather_nd(c: _Converter, op: _Operator) -> None:
+    """GATHER_ND as GATHER on the params with their first k axes merged: the row index
+    sum(index_j * stride_j) from the [..., k] indices (folded at import when constant;
+    else SLICE per column, MUL by the stride, ADD, in int32; -1 where any index is outside
+    its axis, so that the run fails as LiteRT's does), then RESHAPE to TFLite's output
+    shape."""
+    params_shape = list(_operand_shape(op.tensor(0).shape))
+    indices_shape = list(_operand_shape(op.tensor(1).shape))
+    out_type = c.nn_type(op.out_tensor())
+    if not indices_shape or 0 in indices_shape or 0 in params_shape or not out_type.is_fully_specified:
+        raise UnsupportedOperator("GATHER_ND needs static params and indices shapes")
+    k = indices_shape[-1]
+    if k > len(params_shape):
+        raise UnsupportedOperator(f"GATHER_ND index depth {k} above the params' rank {len(params_shape)}")
+    rows = int(np.prod(params_shape[:k]))
+    flat_shape = [rows, *params_shape[k:]]
+    strides = [int(np.prod(params_shape[j + 1:k])) for j in range(k)]
+    params_const = c.const_of(op.inputs[0])
+    x_type = c.nn_type(op.tensor(0))
+    if x_type.type not in _FLOAT_TYPES + _QUANT8:
+        raise UnsupportedOperator(f"GATHER_ND of {x_type.type.name} (no NNAPI RESHAPE for it)")
+    if params_const is not None:
+        flat = c.const_operand(np.asarray(params_const.data).reshape(flat_shape), x_type.with_dimensions(flat_shape))
+    elif flat_shape != params_shape:
+        flat = c.temp(x_type, flat_shape)
+        c.emit(Op.RESHAPE, [c.input(0), c.vector(flat_shape)], [flat])
+    else:
+        flat = c.input(0)
+    column_shape = [*indices_shape[:-1], 1]
+    indices_const = c.const_of(op.inputs[1])
+    if indices_const is not None:
+        values = np.asarray(indices_const.data).astype(np.int64).reshape(-1, k)
+        if (values < 0).any() or (values >= np.array(params_shape[:k])).any():
+            raise UnsupportedOperator("GATHER_ND constant index out of the params' range")
+        linear = c.const_operand((values @ np.array(strides, np.int64)).astype(np.int32).reshape(column_shape),
+                                 OperandType(T.TENSOR_INT32, column_shape))
+    else:
+        indices = c.input(1)
+        if c.type_of(indices).type != T.TENSOR_INT32:
+            raise UnsupportedOperator("GATHER_ND indices must be int32 for NNAPI")
+        linear = None
+        outside = None   # an index outside its axis (LiteRT fails the run): the row index -1 fails GATHER
+        int_type, bool_type = OperandType(T.TENSOR_INT32, column_shape), OperandType(T.TENSOR_BOOL8, column_shape)
+        for j in range(k):
+            if k == 1:
+                column = indices
+            else:
+                column = c.temp(int_type)
+                c.emit(Op.SLICE, [indices, c.vector([0] * (len(indices_shape) - 1) + [j]), c.vector(column_shape)],
+                       [column])
+            below, beyond, either = c.temp(bool_type), c.temp(bool_type), c.temp(bool_type)
+            c.emit(Op.LESS, [column, c.const_operand(np.array([0], np.int32), OperandType(T.TENSOR_INT32, [1]))],
+                   [below])
+            c.emit(Op.GREATER_EQUAL, [column, c.const_operand(np.array([params_shape[j]], np.int32),
+                                                              OperandType(T.TENSOR_INT32, [1]))], [beyond])
+            c.emit(Op.LOGICAL_OR, [below, beyond], [either])
+            if outside is not None:
+                joined = c.temp(bool_type)
+                c.emit(Op.LOGICAL_OR, [outside, either], [joined])
+                either = joined
+            outside = either
+            if strides[j] != 1:
+                scaled = c.temp(OperandType(T.TENSOR_INT32, column_shape))
+                c.emit(Op.MUL, [column, c.const_operand(np.array([strides[j]], np.int32),
+                                                        OperandType(T.TENSOR_INT32, [1])), c.i32(0)], [scaled])
+                column = scaled
+            if linear is None:
+                linear = column
+            else:
+                total = c.temp(OperandType(T.TENSOR_INT32, column_shape))
+                c.emit(Op.ADD, [linear, column, c.i32(0)], [total])
+                linear = total
+        checked = c.temp(int_type)
+        c.emit(Op.SELECT, [outside, c.const_operand(np.full(column_shape, -1, np.int32), int_type), linear], [checked])
+        linear = checked
+    gathered_shape = [*column_shape, *params_shape[k:]]
+    gathered = c.temp(out_type, gathered_shape)
+    c.emit(Op.GATHER, [flat, c.i32(0), linear], [gathered])
+    c.emit(Op.RESHAPE, [gathered, c.vector(list(out_type.dimensions) or [1])], [c.output()])
+    c.lowered(f"GATHER_ND (index depth {k}) as GATHER of the params with their first {k} axes merged, "
+              "the row index sum(index_j * stride_j) in int32 (SLICE, MUL, ADD; folded when constant; -1, failing "
+              "the run as LiteRT's, where an index is outside its axis), RESHAPE")
+
+
+@_converter("RFFT2D")
+def _rfft2d(c: _Converter, op: _Operator) -> None:
+    """RFFT2D over the last axis only (fft_length [1, n], as tf.signal.stft writes it; the
+    axis before it of size 1): the real and imaginary parts of the DFT as two
+    FULLY_CONNECTEDs by cos / -sin matrices (computed in float64 here, the input cropped or
+    zero-padded to n by their rows), kept as the complex tensor's parts for COMPLEX_ABS,
+    REAL, IMAG and RESHAPE to read. NNAPI has no FFT and no complex type."""
+    fft = c.const_values(1, "fft_length").astype(np.int64).reshape(-1)
+    shape = list(_operand_shape(op.tensor(0).shape))
+    out_info = op.out_tensor()
+    out_shape = list(_operand_shape(out_info.shape))
+    if len(fft) != 2 or fft[0] != 1 or len(shape) < 2 or shape[-2] != 1 or 0 in shape or fft[1] < 1:
+        raise UnsupportedOperator("RFFT2D other than a 1-D transform of the last axis (fft_length [1, n] "
+                                  "on an axis of size 1) has no NNAPI sequence")
+    if c.type_of(c.input(0)).type != T.TENSOR_FLOAT32:
+        raise UnsupportedOperator("RFFT2D of a non-float32 input")
+    n, width = int(fft[1]), shape[-1]
+    bins = n // 2 + 1
+    rows = int(np.prod(shape[:-1]))
+    samples = np.arange(min(width, n))[:, None] * np.arange(bins)[None, :] % n   # exact phase index
+    angle = 2 * np.pi * samples / n
+    real_w = np.zeros((bins, width), np.float64)
+    imag_w = np.zeros((bins, width), np.float64)
+    real_w[:, :min(width, n)] = np.cos(angle).T
+    imag_w[:, :min(width, n)] = -np.sin(angle).T
+    x = c.input(0)
+    flat = c.temp(OperandType(T.TENSOR_FLOAT32, [rows, width]))
+    c.emit(Op.RESHAPE, [x, c.vector([rows, width])], [flat])
+    zero_bias = c.const_operand(np.zeros(bins, np.float32), OperandType(T.TENSOR_FLOAT32, [bins]))
+    parts = []
+    for weights in (real_w, imag_w):
+        w = c.const_operand(weights.astype(np.float32), OperandType(T.TENSOR_FLOAT32, [bins, width]))
+        flat_part = c.temp(OperandType(T.TENSOR_FLOAT32, [rows, bins]))
+        c.emit(Op.FULLY_CONNECTED, [flat, w, zero_bias, c.i32(0)], [flat_part])
+        part = c.temp(OperandType(T.TENSOR_FLOAT32, out_shape))
+        c.emit(Op.RESHAPE, [flat_part, c.vector(out_shape)], [part])
+        parts.append(part)
+    c.complex_parts[op.outputs[0]] = (parts[0], parts[1])
+    c.lowered(f"RFFT2D (fft_length [1, {n}]) as two FULLY_CONNECTEDs by the DFT's cos / -sin matrices "
+              "(NNAPI has no FFT or complex type); its complex result kept as real and imaginary parts")
+
+
+def _complex_input(c: _Converter, op: _Operator) -> tuple[int, int]:
+    parts = c.complex_parts.get(op.inputs[0])
+    if parts is None:
+        raise UnsupportedOperator("complex input not computed by RFFT2D (NNAPI has no complex type)")
+    return parts
+
+
+@_converter("COMPLEX_ABS")
+def _complex_abs(c: _Converter, op: _Operator) -> None:
+    real, imag = _complex_input(c, op)
+    like = c.type_of(real)
+    squares = [c.temp(like), c.temp(like)]
+    for part, square in zip((real, imag), squares, strict=True):
+        c.emit(Op.MUL, [part, part, c.i32(0)], [square])
+    total = c.temp(like)
+    c.emit(Op.ADD, [*squares, c.i32(0)], [total])
+    c.emit(Op.SQRT, [total], [c.output()])
+    c.lowered("COMPLEX_ABS of RFFT2D's parts as SQRT(re * re + im * im)")
+
+
+@_converter("REAL", "IMAG")
+def _complex_part(c: _Converter, op: _Operator) -> None:
+    part = _complex_input(c, op)[0 if op.name == "REAL" else 1]
+    c.emit(Op.RESHAPE, [part, c.vector(list(c.type_of(part).dimensions))], [c.output()])
+    c.lowered(f"{op.name} of RFFT2D's result: its {'real' if op.name == 'REAL' else 'imaginary'} part")
+
+
 @_converter("SPLIT")
 def _split(c: _Converter, op: _Operator) -> None:
     axis = int(c.const_values(0, "axis").reshape(-1)[0])
@@ -2378,6 +2599,31 @@ def _split_v(c: _Converter, op: _Operator) -> None:
 def _pack(c: _Converter, op: _Operator) -> None:
     options = op.options("PackOptions")
     operands = [c.input(i) for i in range(len(op.inputs))]
+    if all(len(op.tensor(i).shape) == 0 for i in range(len(op.inputs))):
+        # Rank-0 inputs are NNAPI [1] tensors: PACK would give [n, 1], TFLite's output is [n].
+        out = c.output()
+        out_type = c.type_of(out)
+        if out_type.type != T.TENSOR_INT32:
+            c.emit(Op.CONCATENATION, [*operands, c.i32(0)], [out])
+            c.lowered("PACK of rank-0 tensors (NNAPI [1] tensors) as CONCATENATION")
+            return
+        # int32 (index arithmetic: [row, column] for GATHER_ND): NNAPI's CONCATENATION takes
+        # no int32; each scalar times a constant one-hot vector, summed, is exact.
+        total = None
+        for i, x in enumerate(operands):
+            one_hot = np.zeros(len(operands), np.int32)
+            one_hot[i] = 1
+            term = out if len(operands) == 1 else c.temp(out_type)
+            c.emit(Op.MUL, [x, c.const_operand(one_hot, out_type), c.i32(0)], [term])
+            if total is None:
+                total = term
+                continue
+            target = out if i == len(operands) - 1 else c.temp(out_type)
+            c.emit(Op.ADD, [total, term, c.i32(0)], [target])
+            total = target
+        c.lowered("PACK of rank-0 int32 tensors as each times a one-hot vector (MUL), summed (ADD): NNAPI's "
+                  "CONCATENATION takes no int32")
+        return
     c.emit(Op.PACK, [c.i32(options.Axis()), *operands], [c.output()])
 
 
@@ -2401,9 +2647,19 @@ def _unpack(c: _Converter, op: _Operator) -> None:
 @_converter("ARG_MAX", "ARG_MIN")
 def _arg(c: _Converter, op: _Operator) -> None:
     axis = int(c.const_values(1, "axis").reshape(-1)[0])
-    if op.out_tensor().tfl_type != _INT32:
+    if op.out_tensor().tfl_type not in (_INT32, _INT64):
         raise UnsupportedOperator(f"{op.name} with {op.out_tensor().type_name} output (NNAPI outputs int32)")
     code = Op.ARGMAX if op.name == "ARG_MAX" else Op.ARGMIN
+    if op.out_tensor().tfl_type == _INT64:
+        # tf.argmax's default: an index always fits int32, which NNAPI outputs; the tensor
+        # stays int32 (readers take it as such; a model output is widened by Session)
+        tensor = op.outputs[0]
+        out = c.add(OperandType(T.TENSOR_INT32, _operand_shape(op.out_tensor().shape)))
+        c.operands[tensor] = out
+        c.narrowed.add(tensor)
+        c.emit(code, [c.input(0), c.i32(axis)], [out])
+        c.lowered(f"{op.name} with int64 output as int32 (an index fits; NNAPI outputs int32)")
+        return
     c.emit(code, [c.input(0), c.i32(axis)], [c.output()])
 
 
