@@ -1806,8 +1806,9 @@ def test_a_resized_graph_output_is_resized_in_nhwc_with_the_reference_values(ort
     """deeplab's head in small: a 1x1 CONV_2D to 21 classes, RESIZE_BILINEAR x8 to the
     graph output. Lowered as one Resize on the NHWC value with the 21 real channels (no
     channels padded to the NCHWc block, no Transpose or Slice after it); the reference's
-    values to float32 rounding in each coordinate mode, and the blocked lowering's (which
-    resizes 32 padded channels and cuts them after)."""
+    values to float32 rounding in each coordinate mode, and the NCHW lowering's (which
+    resizes the 21 channels too: an enlarging resize whose result is not kept padded takes
+    no padded channels)."""
     from onnx import numpy_helper
 
     from nnapi.drivers.ort import lowering
@@ -1837,7 +1838,8 @@ def test_a_resized_graph_output_is_resized_in_nhwc_with_the_reference_values(ort
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 10000
     monkeypatch.setattr(lowering, "_resize_in_rows", lambda *arguments: False)
     blocked_model = _lowered(model)
-    assert "Slice" in [node.op_type for node in blocked_model.graph.node]  # 32 channels resized, 21 kept
+    kinds = [node.op_type for node in blocked_model.graph.node]
+    assert "Slice" not in kinds and kinds[-1] == "Transpose"  # resized in NCHW, 21 channels
     blocked, _ = _on_both(model, inputs, outputs, ort_device)
     assert np.abs(ours[0] - blocked[0]).max() <= 2e-6 * scale
 

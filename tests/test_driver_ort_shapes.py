@@ -110,13 +110,52 @@ def test_a_shape_that_needs_a_run_time_value_stays_unknown():
     y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0, 0, 0]))
     model.add_operation(Op.RESHAPE, [x, shape], [t])
     model.add_operation(Op.RELU, [t], [u])
-    model.add_operation(Op.CONV_2D, [u, w, b, *(_scalar(model, T.INT32, v) for v in (1, 1, 1, 0))], [y])
+    model.add_operation(Op.CONV_2D, [u, w, b, *(_scalar(model, T.INT32, v) for v in (1, 2, 2, 0))], [y])
     model.identify_inputs_and_outputs([x, shape], [y])
     model.finish()
     hal = build_hal_model(model)[0]
     assert infer_temporary_shapes(hal) is hal
     reasons = OrtDevice().get_unsupported_reasons(hal)
-    assert reasons[2] == "SAME padding needs the input's and filter's spatial sizes"
+    # (at stride 2 SAME's padding depends on the size; at stride 1 it would not)
+    assert reasons[2] == "SAME padding needs the filter's spatial sizes, and the input's where the stride is not 1"
     known = build_hal_model(_conv_after_add(False))[0]
     known.main.operands[2].dimensions = [1, 9, 7, 5]
     assert infer_temporary_shapes(known) is known
+
+
+@pytest.mark.parametrize("strides, dilation, runs_on_ort", [((1, 1), 2, True), ((1, 2), 1, False)])
+def test_same_padding_at_stride_1_needs_no_input_size(ort_device, strides, dilation, runs_on_ort):
+    """A convolution with SAME padding on an input whose width is known only at run time (a
+    Conv1D over a sequence of any length): at stride 1 the padding, (kernel - 1) * dilation,
+    does not depend on the width, so nnapi-ort-cpu takes it (it declined before) and
+    matches the reference at widths 5 and 11; at stride 2 it still declines."""
+    rng = np.random.default_rng(6)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 0, 4]))
+    w = model.add_operand(OperandType(T.TENSOR_FLOAT32, [3, 1, 3, 4]))
+    model.set_operand_value(w, rng.standard_normal((3, 1, 3, 4)).astype(np.float32))
+    b = model.add_operand(OperandType(T.TENSOR_FLOAT32, [3]))
+    model.set_operand_value(b, rng.standard_normal(3).astype(np.float32))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 0, 3]))
+    params = [_scalar(model, T.INT32, v) for v in (1, strides[1], strides[0], 0)]
+    params += [_scalar(model, T.BOOL, False), _scalar(model, T.INT32, dilation), _scalar(model, T.INT32, dilation)]
+    model.add_operation(Op.CONV_2D, [x, w, b, *params], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    assert model.get_supported_operations_for_devices([ort_device]) == [runs_on_ort]
+    if not runs_on_ort:
+        return
+    reference = next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+    for width in (5, 11):
+        value = rng.standard_normal((1, 1, width, 4)).astype(np.float32)
+        results = []
+        for device in (ort_device, reference):
+            compilation = nnapi.Compilation(model, [device])
+            compilation.finish()
+            execution = nnapi.Execution(compilation)
+            execution.set_input(0, value)
+            out = np.zeros((1, 1, width, 3), np.float32)
+            execution.set_output(0, out)
+            execution.compute()
+            results.append(out)
+        np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)

@@ -226,3 +226,56 @@ def test_a_concatenation_of_pooled_maxima_joins_the_pools(ort_device, pooled_sec
     np.testing.assert_array_equal(ours, general)
     assert within_tolerance(T.TENSOR_FLOAT32, theirs, ours, float_tolerance(T.TENSOR_FLOAT32)).all()
     assert len(np.unique(ours)) > 12
+
+
+def _segmentation_head(then_conv: bool) -> nnapi.Model:
+    """CONV_2D to 21 channels (computed padded to the NCHWc block) -> RESIZE_BILINEAR 9x9 to
+    33x33 -> ARGMAX over the channels, or -> a 1x1 CONV_2D (which takes padded channels)."""
+    rng = np.random.default_rng(8)
+    model = nnapi.Model()
+
+    def const(value, code=T.TENSOR_FLOAT32):
+        index = model.add_operand(OperandType(code, list(np.shape(value))) if np.ndim(value) else OperandType(code))
+        model.set_operand_value(index, value)
+        return index
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 9, 9, 16]))
+    logits = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 9, 9, 21]))
+    model.add_operation(Op.CONV_2D, [x, const(rng.standard_normal((21, 1, 1, 16)).astype(np.float32)),
+                                     const(rng.standard_normal(21).astype(np.float32)),
+                                     *(const(np.int32(v), T.INT32) for v in (1, 1, 1, 0))], [logits])
+    big = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 33, 33, 21]))
+    model.add_operation(Op.RESIZE_BILINEAR, [logits, const(np.int32(33), T.INT32), const(np.int32(33), T.INT32)],
+                        [big])
+    if then_conv:
+        y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 33, 33, 4]))
+        model.add_operation(Op.CONV_2D, [big, const(rng.standard_normal((4, 1, 1, 21)).astype(np.float32)),
+                                         const(np.zeros(4, np.float32)),
+                                         *(const(np.int32(v), T.INT32) for v in (1, 1, 1, 0))], [y])
+    else:
+        y = model.add_operand(OperandType(T.TENSOR_INT32, [1, 33, 33]))
+        model.add_operation(Op.ARGMAX, [big, const(np.int32(3), T.INT32)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("then_conv", [False, True])
+def test_an_enlarging_resize_takes_padded_channels_only_if_kept_padded(ort_device, then_conv):
+    """The resize blends the 21 real channels where its result is cut back to them (ARGMAX
+    reads it: before, it blended and moved 32, the zero channels included, at the large
+    size), the padded ones where a convolution reads it padded; same values as the
+    reference either way."""
+    import onnx
+
+    model = _segmentation_head(then_conv)
+    graph = onnx.shape_inference.infer_shapes(lower_model(build_hal_model(model)[0])[0]).graph
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.value_info}
+    resize = next(node for node in graph.node if node.op_type == "Resize")
+    assert shapes[resize.input[0]][1] == (32 if then_conv else 21)
+    x = np.random.default_rng(2).standard_normal((1, 9, 9, 16)).astype(np.float32)
+    shape, dtype = ((1, 33, 33, 4), np.float32) if then_conv else ((1, 33, 33), np.int32)
+    got, want = (_run(model, device, [x], shape, dtype) for device in (ort_device, _reference()))
+    if then_conv:   # sums of 21 products rounded in another order: relative to the output's scale
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    else:
+        np.testing.assert_array_equal(got, want)

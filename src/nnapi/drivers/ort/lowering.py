@@ -677,7 +677,14 @@ def _takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
         if code in (OperationCode.MAX_POOL_2D, OperationCode.AVERAGE_POOL_2D):
             return position == 0 and not _pool_layout_nchw(g, operation)
         if code == OperationCode.RESIZE_BILINEAR:
-            return position == 0 and not g.optional_scalar(operation, 3, False) and not _resize_in_rows(g, operation)
+            if position != 0 or g.optional_scalar(operation, 3, False) or _resize_in_rows(g, operation):
+                return False
+            # An enlarging resize whose result is cut back to the real channels anyway (a
+            # segmentation head's logits to ARG_MAX: 21 of 32 channels at 257x257) would
+            # blend and move the zero channels at the large size: cut them before it
+            out_dims = g.operand(operation.outputs[0]).dimensions
+            enlarges = out_dims[1] * out_dims[2] > g.operand(index).dimensions[1] * g.operand(index).dimensions[2]
+            return not enlarges or wants_padding(g, operation.outputs[0])
         if code == OperationCode.MEAN:
             axes = g.raw_constant(inputs[1])
             return (position == 0 and axes is not None and sorted({int(a) % 4 for a in np.atleast_1d(axes)}) == [1, 2]
@@ -793,10 +800,13 @@ def same_pads(dims: list[int], nchw: bool, kernel: Sequence[int], strides: Seque
     if len(dims) != 4:
         raise Declined("the input must have rank 4")
     sizes = (dims[2], dims[3]) if nchw else (dims[1], dims[2])
-    if not all(sizes) or not all(kernel):
-        raise Declined("SAME padding needs the input's and filter's spatial sizes")
     if min(*strides, *dilations) < 1:
         raise Declined("strides and dilations must be positive")
+    if not all(kernel) or any(size == 0 and stride != 1 for size, stride in zip(sizes, strides)):
+        raise Declined("SAME padding needs the filter's spatial sizes, and the input's where the stride is not 1")
+    # at stride 1 SAME pads (kernel - 1) * dilation whatever the size: a size known only at
+    # run time (a sequence's length) takes that of any size
+    sizes = tuple(size or 1 for size in sizes)
     (top, bottom), (left, right) = (implicit_padding(size, stride, k, dilation, PaddingCode.PADDING_SAME)
                                     for size, k, stride, dilation in zip(sizes, kernel, strides, dilations))
     return [top, left, bottom, right]
