@@ -489,3 +489,19 @@ def test_run_prints_no_top5_for_an_lstm_state(capsys) -> None:
     code, out, _ = run_cli(capsys, "run", LSTM, "--json")
     [summary] = json.loads(out)["outputs"].values()
     assert code == 0 and summary["shape"] == [1, 128] and "top5" not in summary and summary["min"] < 0
+
+
+def test_compare_resizes_litert_for_an_input_of_another_run_time_size(capsys, tmp_path) -> None:
+    """--input with a size where the model's shape signature has -1 (a batch of 3): LiteRT
+    is resized to it (before, a raw ValueError traceback) and both agree."""
+    pytest.importorskip("ai_edge_litert")
+    from tflite_cases import dynamic_batch_add
+
+    path = tmp_path / "dynamic.tflite"
+    path.write_bytes(dynamic_batch_add())
+    feeds = tmp_path / "a.npy"
+    np.save(feeds, np.arange(9, dtype=np.float32).reshape(3, 3))
+    code, out, _ = run_cli(capsys, "compare", str(path), "--input", f"a={feeds}", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["ok"] and report["outputs"]["y"]["max_abs"] == 0

@@ -120,11 +120,25 @@ def litert_interpreter(path: str, builtin_kernels: bool = False, threads: int = 
 
 def litert_run(interpreter: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     by_name = {d["name"]: d for d in interpreter.get_input_details()}
-    for name, value in feeds.items():
+    for name in feeds:
         if name not in by_name:
             raise CliError(f"LiteRT's model has no input {name!r}")
-        interpreter.set_tensor(by_name[name]["index"], value)
-    interpreter.invoke()
+    # an input of another size where the model's shape signature has -1 (a batch or a
+    # sequence length given at run time): LiteRT resizes its tensors first
+    resized = False
+    for name, value in feeds.items():
+        detail = by_name[name]
+        if tuple(value.shape) != tuple(detail["shape"]):
+            interpreter.resize_tensor_input(detail["index"], list(np.shape(value)))
+            resized = True
+    try:
+        if resized:
+            interpreter.allocate_tensors()
+        for name, value in feeds.items():
+            interpreter.set_tensor(by_name[name]["index"], value)
+        interpreter.invoke()
+    except (RuntimeError, ValueError) as error:
+        raise CliError(f"LiteRT cannot run these inputs ({str(error).splitlines()[0]})") from None
     return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
 
 
