@@ -864,3 +864,31 @@ def test_arg_max_with_int64_output_is_widened_by_session() -> None:
         np.testing.assert_array_equal(got, np.argmax(x, axis=2))
     if Interpreter is not None:
         np.testing.assert_array_equal(litert_outputs(data, {"x": x})["y"], np.argmax(x, axis=2))
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+@pytest.mark.parametrize("exclusive, reverse", [(False, False), (True, False), (False, True), (True, True)])
+def test_cumsum_agrees_with_numpy(axis: int, exclusive: bool, reverse: bool) -> None:
+    """CUMSUM (refused before: NNAPI has no cumulative sum) as a triangular matrix product,
+    inclusive / exclusive, forward / reverse, on the middle and the last axis: within float32
+    rounding of numpy's running sum, on each device and LiteRT."""
+    from tflite_builder import Tensor, single_op
+
+    t = [Tensor("x", "float32", [2, 5, 3]), Tensor("axis", "int32", [], data=np.array(axis, np.int32)),
+         Tensor("y", "float32", [2, 5, 3])]
+    data = single_op("CUMSUM", t, [0, 1], [2], ("CumsumOptions", {"Exclusive": exclusive, "Reverse": reverse}))
+    x = np.random.default_rng(3).standard_normal((2, 5, 3)).astype(np.float32)
+    flipped = np.flip(x, axis) if reverse else x
+    running = np.cumsum(flipped.astype(np.float64), axis)
+    if exclusive:
+        running -= flipped
+    want = np.flip(running, axis) if reverse else running
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(data, devices=[device])
+        except nnapi.BadDataError as error:
+            assert "no device named" in str(error)
+            continue
+        np.testing.assert_allclose(session.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+    if Interpreter is not None:
+        np.testing.assert_allclose(litert_outputs(data, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)

@@ -2498,6 +2498,58 @@ def _gather_nd(c: _Converter, op: _Operator) -> None:
               "the run as LiteRT's, where an index is outside its axis), RESHAPE")
 
 
+#: the longest axis CUMSUM becomes a matrix for (its [n, n] weights: 4 MiB of float32)
+_CUMSUM_MAX = 1024
+
+
+@_converter("CUMSUM")
+def _cumsum(c: _Converter, op: _Operator) -> None:
+    """Float CUMSUM along a constant axis of a static shape as FULLY_CONNECTED by a
+    triangular 0 / 1 matrix (exclusive: strictly triangular; reverse: the other triangle),
+    the axis moved last by TRANSPOSE and back. Every product is exact; the sums round in
+    another order than a running sum's. NNAPI has no cumulative sum."""
+    options = op.options("CumsumOptions")
+    axis = int(c.const_values(1, "axis").reshape(-1)[0])
+    shape = list(_operand_shape(op.tensor(0).shape))
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if x_type.type != T.TENSOR_FLOAT32 or 0 in shape or not x_type.is_fully_specified:
+        raise UnsupportedOperator("CUMSUM other than of float32 of a static shape has no NNAPI sequence")
+    rank = len(shape)
+    axis %= rank
+    n = shape[axis]
+    if n > _CUMSUM_MAX:
+        raise UnsupportedOperator(f"CUMSUM along {n} elements (at most {_CUMSUM_MAX} as a matrix)")
+    exclusive = bool(options.Exclusive()) if options is not None else False
+    reverse = bool(options.Reverse()) if options is not None else False
+    out_index, in_index = np.indices((n, n))
+    # output j sums inputs i <= j (reverse: i >= j); exclusive leaves out i == j
+    weights = (in_index >= out_index) if reverse else (in_index <= out_index)
+    if exclusive:
+        weights &= in_index != out_index
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    moved_shape = [shape[d] for d in perm]
+    source = x
+    if perm != list(range(rank)):
+        source = c.temp(x_type, moved_shape)
+        c.emit(Op.TRANSPOSE, [x, c.vector(perm)], [source])
+    rows = int(np.prod(moved_shape[:-1]))
+    flat = c.temp(x_type, [rows, n])
+    c.emit(Op.RESHAPE, [source, c.vector([rows, n])], [flat])
+    summed = c.temp(x_type, [rows, n])
+    matrix = c.const_operand(weights.astype(np.float32), OperandType(T.TENSOR_FLOAT32, [n, n]))
+    no_bias = c.const_operand(np.zeros(n, np.float32), OperandType(T.TENSOR_FLOAT32, [n]))
+    c.emit(Op.FULLY_CONNECTED, [flat, matrix, no_bias, c.i32(0)], [summed])
+    if perm == list(range(rank)):
+        c.emit(Op.RESHAPE, [summed, c.vector(shape)], [c.output()])
+    else:
+        moved = c.temp(x_type, moved_shape)
+        c.emit(Op.RESHAPE, [summed, c.vector(moved_shape)], [moved])
+        c.emit(Op.TRANSPOSE, [moved, c.vector(list(np.argsort(perm)))], [c.output()])
+    c.lowered("CUMSUM as FULLY_CONNECTED by a triangular 0 / 1 matrix (the axis moved last by TRANSPOSE): "
+              "NNAPI has no cumulative sum")
+
+
 @_converter("RFFT2D")
 def _rfft2d(c: _Converter, op: _Operator) -> None:
     """RFFT2D over the last axis only (fft_length [1, n], as tf.signal.stft writes it; the
