@@ -268,7 +268,8 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
     hidden = [states.get(position, None) for position in range(len(input_details), len(model.inputs))]
     if any(value is None for value in hidden):
         raise SystemExit(f"{path}: model inputs beyond LiteRT's that are not state")
-    outputs = [np.zeros(d["shape"], d["dtype"]) for d in output_details]
+    # (the operand's dtype: an int64 index output is held as TENSOR_INT32)
+    outputs = [np.zeros(d["shape"], model.operand_type(index).dtype) for d, index in zip(output_details, model.outputs)]
     for index in model.outputs[len(output_details):]:
         operand = model.operand_type(index)
         outputs.append(np.zeros(operand.dimensions, operand.dtype))

@@ -850,7 +850,8 @@ def test_arg_max_with_int64_output_is_widened_by_session() -> None:
          Tensor("y", "int64", [2, 5])]
     data = single_op("ARG_MAX", t, [0, 1], [2], ("ArgMaxOptions", {"OutputType": 4}))
     imported = nnapi.load_tflite(data)
-    assert imported.outputs[0].dtype == np.int64 and imported.outputs[0].type == nnapi.OperandCode.TENSOR_INT32
+    spec = imported.outputs[0]
+    assert spec.user_dtype == np.int64 and spec.dtype == np.int32 and spec.type == nnapi.OperandCode.TENSOR_INT32
     x = np.random.default_rng(0).standard_normal((2, 5, 7)).astype(np.float32)
     for device in ("nnapi-reference", "nnapi-ort-cpu"):
         try:

@@ -125,7 +125,7 @@ class Session:
 
     @staticmethod
     def _info(spec: TensorSpec) -> TensorInfo:
-        return TensorInfo(spec.name, spec.dtype, tuple(spec.shape), spec.type, spec.scale, spec.zero_point)
+        return TensorInfo(spec.name, spec.user_dtype, tuple(spec.shape), spec.type, spec.scale, spec.zero_point)
 
     @property
     def states(self) -> list[StateSpec]:

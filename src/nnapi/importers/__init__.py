@@ -41,7 +41,12 @@ class TensorSpec:
     def dtype(self) -> np.dtype:
         from nnapi.operand import dtype_of
 
-        return np.dtype(self.source_dtype) if self.source_dtype else dtype_of(self.type)
+        return dtype_of(self.type)
+
+    @property
+    def user_dtype(self) -> np.dtype:
+        """The dtype a user gives or gets (Session): the source's where it was narrowed."""
+        return np.dtype(self.source_dtype) if self.source_dtype else self.dtype
 
     @property
     def is_quantized(self) -> bool:
