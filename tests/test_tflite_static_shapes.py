@@ -93,3 +93,21 @@ def test_matmul_by_a_constant_matrix_over_open_dimensions(x_shape, adj_y) -> Non
             got = session.run({"x": x})["y"]
             assert got.shape == expected.shape
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_refused_both_ways_names_both_reasons() -> None:
+    """The file's static shapes of open dimensions are only what its converter wrote
+    (BirdNET's declare one audio frame where 511 follow): when they do not hold either,
+    the error says why the open form failed and why the static one did."""
+    t = [Tensor("x", "float32", [1, 6], shape_signature=[-1, 6]),
+         Tensor("two", "float32", [], data=np.array(2, np.float32)),
+         Tensor("doubled", "float32", [1, 6], shape_signature=[-1, 6]),
+         Tensor("shape", "int32", [2]),
+         Tensor("y", "float32", [1, 1], shape_signature=[-1, -1])]  # a placeholder shape
+    ops = [Operator("MUL", [0, 1], [2], ("MulOptions", {})),
+           Operator("SHAPE", [0], [3], ("ShapeOptions", {"OutType": 2})),
+           Operator("RESHAPE", [2, 3], [4])]
+    with pytest.raises(nnapi.NnapiError, match=r"operator 1 \(SHAPE\).*; nor at the file's static shapes.*"
+                                               r"operator 2 \(RESHAPE\)") as refused:
+        nnapi.load_model(build(Subgraph(t, ops, [0], [4])))
+    assert refused.value.code == nnapi.ResultCode.BAD_DATA

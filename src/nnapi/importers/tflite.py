@@ -665,7 +665,11 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
                 raise
             # LiteRT itself runs such a model at its static shape until it is resized
             importer = _Importer(data, keep_loops, static_shapes=True)
-            imported = _Converter(importer, 0, top_level=True).convert()
+            try:
+                imported = _Converter(importer, 0, top_level=True).convert()
+            except (UnsupportedOperator, BadDataError) as static_error:
+                raise BadDataError(f"{_message(error)}; nor at the file's static shapes (which it declares for "
+                                   f"its open dimensions): {_message(static_error)}") from None
             fixed_reason = f"with its open dimensions the model cannot be expressed ({error})"
     except NnapiError:
         raise
@@ -681,6 +685,11 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     for sub in imported.submodels:
         imported._keep_alive.extend(sub._keep_alive)
     return imported
+
+
+def _message(error: Exception) -> str:
+    """An import failure's text as load_tflite reports it."""
+    return str(error) if isinstance(error, BadDataError) else f"tflite: {error}"
 
 
 def _has_open_dimensions(reader: _Reader) -> bool:
