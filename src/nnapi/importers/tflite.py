@@ -505,14 +505,13 @@ class _Converter:
             self._lowering_reason = None
             try:
                 convert = _CONVERTERS.get(op.builtin) if op.custom is None else _CUSTOM_CONVERTERS.get(op.custom)
-                if op.custom is None and _fold_constants(self, op):
-                    convert = _folded
+                folded = op.custom is None and _fold_constants(self, op)
                 if op.custom is not None and convert is None:
                     raise UnsupportedOperator(f"custom operator '{op.custom}' has no NNAPI equivalent")
-                if convert is None:
+                if convert is None and not folded:
                     raise UnsupportedOperator("this builtin operator has no NNAPI equivalent")
                 moved_type = op.out_tensor().tfl_type if op.custom is None and op.outputs else None
-                if convert is _folded or \
+                if folded or \
                         op.name == "CONCATENATION" and moved_type == _INT32 and _int32_concatenation(self, op):
                     pass
                 elif op.name in _MOVES_DATA and moved_type in (_INT32, _BOOL) or \
@@ -707,10 +706,6 @@ def _has_open_dimensions(reader: _Reader) -> bool:
 _CONVERTERS: dict[int, Callable[[_Converter, _Operator], None]] = {}
 #: custom operators (by custom code) whose meaning one NNAPI operation has
 _CUSTOM_CONVERTERS: dict[str, Callable[[_Converter, _Operator], None]] = {}
-
-
-def _folded(c: _Converter, op: _Operator) -> None:
-    """Stands for an operator tflite_fold.py folded into constants: nothing to emit."""
 
 
 def _fold_constants(c: _Converter, op: _Operator) -> bool:

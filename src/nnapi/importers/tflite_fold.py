@@ -22,9 +22,12 @@ from nnapi.codes import OperandCode as T
 if TYPE_CHECKING:
     from nnapi.importers.tflite import _Converter, _Operator
 
-#: TFLite tensor type -> (numpy dtype, NNAPI operand code of the folded constant)
-_FOLDED_TYPES = {0: (np.float32, T.TENSOR_FLOAT32), 2: (np.int32, T.TENSOR_INT32), 4: (np.int64, T.TENSOR_INT32),
-                 6: (np.bool_, T.TENSOR_BOOL8)}
+#: TFLite's tensor type codes (schema.fbs; tflite.py's constants, not imported: it imports this module)
+_FLOAT32, _INT32, _INT64, _BOOL = 0, 2, 4, 6
+#: TFLite tensor type -> (numpy dtype, NNAPI operand code of the folded constant); int64
+#: narrows to int32 as the importer's int64 constants do
+_FOLDED_TYPES = {_FLOAT32: (np.float32, T.TENSOR_FLOAT32), _INT32: (np.int32, T.TENSOR_INT32),
+                 _INT64: (np.int64, T.TENSOR_INT32), _BOOL: (np.bool_, T.TENSOR_BOOL8)}
 #: the largest constant folded (elements): past it the operation stays in the model
 _MAX_ELEMENTS = 1 << 22
 _FOLDERS: dict[str, Callable[[_Operator, list[np.ndarray]], list[np.ndarray]]] = {}
@@ -72,9 +75,9 @@ def folded_values(c: _Converter, op: _Operator) -> list[tuple[np.ndarray, Operan
         dtype, code = _FOLDED_TYPES[info.tfl_type]
         result = np.asarray(result)
         if result.size > _MAX_ELEMENTS or \
-                info.tfl_type == 4 and result.size and (result.min() < -2**31 or result.max() >= 2**31):
+                info.tfl_type == _INT64 and result.size and (result.min() < -2**31 or result.max() >= 2**31):
             return None
-        folded.append((result.astype(dtype).astype(np.int32) if info.tfl_type == 4 else result.astype(dtype), code))
+        folded.append((result.astype(np.int32 if info.tfl_type == _INT64 else dtype), code))  # (range checked)
     return folded
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperationCode
+from nnapi.drivers.ort.detection import _i64
 from nnapi.drivers.ort.lowering import Declined, GraphBuilder, _check_same_quantization, keep_blocked, lowers
 from nnapi.hal import Operation
 from nnapi.operations.common import normalize_axis
@@ -29,10 +30,6 @@ from nnapi.operations.pad import MIRROR_PAD_MODE, PADDINGS
 _FAR = np.iinfo(np.int64).max
 #: MIRROR_PAD's modes (NNAPI's values)
 _REFLECT, _SYMMETRIC = 0, 1
-
-
-def _i64(g: GraphBuilder, *values: int) -> str:
-    return g.constant(np.array(values, np.int64))
 
 
 def _reversed_slice(g: GraphBuilder, x: str, axis: int, start: int, stop: int) -> str:
