@@ -18,13 +18,21 @@ from nnapi import OperationCode as Op  # noqa: E402
 pytestmark = pytest.mark.usefixtures("calibration_file")
 
 
-def _run(model: nnapi.Model, device, x: np.ndarray) -> np.ndarray:
+def _reference() -> nnapi.Device:
+    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+
+
+def _run(model: nnapi.Model, device, x: np.ndarray, out_shape: tuple[int, ...] | None = None,
+         code: int = T.TENSOR_FLOAT32) -> np.ndarray:
+    """The model's one output on ``device`` alone for input ``x`` (of operand type ``code``),
+    the output of ``out_shape`` (default: x's)."""
+    out_shape = x.shape if out_shape is None else out_shape
     compilation = nnapi.Compilation(model, [device])
     compilation.finish()
     execution = nnapi.Execution(compilation)
-    execution.set_input(0, x, OperandType(T.TENSOR_FLOAT32, list(x.shape)))
-    out = np.zeros(x.shape, np.float32)
-    execution.set_output(0, out, OperandType(T.TENSOR_FLOAT32, list(x.shape)))
+    execution.set_input(0, x, OperandType(code, list(x.shape)))
+    out = np.zeros(out_shape, x.dtype)
+    execution.set_output(0, out, OperandType(code, list(out_shape)))
     execution.compute()
     return out
 
@@ -41,7 +49,7 @@ def test_prelu_on_a_free_batch_equals_the_reference(ort_device, alpha):
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
-    reference = next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+    reference = _reference()
     for batch in (1, 3):
         value = np.random.default_rng(batch).standard_normal((batch, 4, 3, 2)).astype(np.float32)
         ours = _run(model, ort_device, value)
@@ -50,36 +58,26 @@ def test_prelu_on_a_free_batch_equals_the_reference(ort_device, alpha):
 
 
 def _one_operation(code: int, in_dims: list[int], params: list[tuple[OperandType, object]],
-                   out_dims: list[int]) -> nnapi.Model:
+                   out_dims: list[int], operand_code: int = T.TENSOR_FLOAT32, scale: float = 0.0,
+                   zero_point: int = 0) -> nnapi.Model:
     model = nnapi.Model()
-    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, in_dims))
+    x = model.add_operand(OperandType(operand_code, in_dims, scale, zero_point))
     inputs = [x]
     for operand_type, value in params:
         index = model.add_operand(operand_type)
         model.set_operand_value(index, value)
         inputs.append(index)
-    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, out_dims))
+    y = model.add_operand(OperandType(operand_code, out_dims, scale, zero_point))
     model.add_operation(code, inputs, [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     return model
 
 
-def _run_shaped(model: nnapi.Model, device, x: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray:
-    compilation = nnapi.Compilation(model, [device])
-    compilation.finish()
-    execution = nnapi.Execution(compilation)
-    execution.set_input(0, x, OperandType(T.TENSOR_FLOAT32, list(x.shape)))
-    out = np.zeros(out_shape, np.float32)
-    execution.set_output(0, out, OperandType(T.TENSOR_FLOAT32, list(out_shape)))
-    execution.compute()
-    return out
-
-
 def test_squeeze_and_reduce_of_known_axes_on_a_free_batch_equal_the_reference(ort_device):
     """openWakeWord's melspectrogram: SQUEEZE of its [?, 1, ?, 257] spectrogram's axis 1 and
     reductions over known axes, with the other dimensions known only at run time."""
-    reference = next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+    reference = _reference()
     axes = (OperandType(T.TENSOR_INT32, [1]), np.array([1], np.int32))
     squeeze = _one_operation(Op.SQUEEZE, [0, 1, 0, 5], [axes], [0, 0, 5])
     reduce_max = _one_operation(Op.REDUCE_MAX, [0, 3, 0], [(OperandType(T.TENSOR_INT32, [1]), np.array([-2], np.int32)),
@@ -89,13 +87,17 @@ def test_squeeze_and_reduce_of_known_axes_on_a_free_batch_equal_the_reference(or
     rng = np.random.default_rng(4)
     for batch, length in ((1, 7), (3, 2)):
         x = rng.standard_normal((batch, 1, length, 5)).astype(np.float32)
-        ours = _run_shaped(squeeze, ort_device, x, (batch, length, 5))
-        np.testing.assert_array_equal(ours, _run_shaped(squeeze, reference, x, (batch, length, 5)))
+        ours = _run(squeeze, ort_device, x, (batch, length, 5))
+        np.testing.assert_array_equal(ours, _run(squeeze, reference, x, (batch, length, 5)))
         np.testing.assert_array_equal(ours, x[:, 0])
         x = rng.standard_normal((batch, 3, length)).astype(np.float32)
-        ours = _run_shaped(reduce_max, ort_device, x, (batch, 1, length))
-        np.testing.assert_array_equal(ours, _run_shaped(reduce_max, reference, x, (batch, 1, length)))
+        ours = _run(reduce_max, ort_device, x, (batch, 1, length))
+        np.testing.assert_array_equal(ours, _run(reduce_max, reference, x, (batch, 1, length)))
         np.testing.assert_array_equal(ours, x.max(axis=1, keepdims=True))
+
+
+#: REDUCE_*'s axes [1] and keep_dims false
+_REDUCE_AXIS_1 = [(OperandType(T.TENSOR_INT32, [1]), np.array([1], np.int32)), (OperandType(T.BOOL), np.bool_(False))]
 
 
 @pytest.mark.parametrize("code", [Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_SUM, Op.REDUCE_PROD])
@@ -104,18 +106,8 @@ def test_a_float_reduction_over_an_axis_known_only_at_run_time_equals_the_refere
     """The reduced axis may be empty at run time: the reference gives the lowest / highest
     finite value for a maximum / minimum of nothing (ONNX -inf / inf), 0 and 1 for a sum and
     a product; an axis of only -inf still has the maximum -inf."""
-    reference = next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
     dtype = np.float16 if operand_code == T.TENSOR_FLOAT16 else np.float32
-    model = nnapi.Model()
-    x = model.add_operand(OperandType(operand_code, [2, 0]))
-    axes = model.add_operand(OperandType(T.TENSOR_INT32, [1]))
-    model.set_operand_value(axes, np.array([1], np.int32))
-    keep = model.add_operand(OperandType(T.BOOL))
-    model.set_operand_value(keep, np.bool_(False))
-    y = model.add_operand(OperandType(operand_code, [2]))
-    model.add_operation(code, [x, axes, keep], [y])
-    model.identify_inputs_and_outputs([x], [y])
-    model.finish()
+    model = _one_operation(code, [2, 0], _REDUCE_AXIS_1, [2], operand_code)
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
     # an empty axis arises inside a model (NNAPI inputs cannot be zero-sized): the lowered
     # graph run on one, against the reference's kernel
@@ -125,31 +117,23 @@ def test_a_float_reduction_over_an_axis_known_only_at_run_time_equals_the_refere
     from nnapi.operations import ExecutionContext, Tensor, get_operation
     from nnapi.runtime.model_builder import build_hal_model
 
-    onnx_model, names, _ = lower_model(build_hal_model(model)[0])
+    hal_model, _ = build_hal_model(model)
+    onnx_model, names, _ = lower_model(hal_model)
     session = onnxruntime.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
     empty = np.zeros((2, 0), dtype)
     ours = session.run(None, {names[0]: empty})[0]
     operands = [Tensor(operand_code, (2, 0), 0.0, 0, None, empty),
                 Tensor(T.TENSOR_INT32, (1,), 0.0, 0, None, np.array([1], np.int32)),
                 Tensor(T.BOOL, (), 0.0, 0, None, np.bool_(False))]
-    hal_output = build_hal_model(model)[0].main.operands[y]
-    theirs = get_operation(code).execute(ExecutionContext(code, operands, [hal_output]))[0]
+    output = hal_model.main.operands[hal_model.main.output_indexes[0]]
+    theirs = get_operation(code).execute(ExecutionContext(code, operands, [output]))[0]
     np.testing.assert_array_equal(ours, theirs)
     if code in (Op.REDUCE_MAX, Op.REDUCE_MIN):
         assert np.isfinite(ours).all()
     values = [np.full((2, 3), -np.inf, dtype), np.random.default_rng(2).standard_normal((2, 5)).astype(dtype)]
     for value in values:
-        results = []
-        for device in (ort_device, reference):
-            compilation = nnapi.Compilation(model, [device])
-            compilation.finish()
-            execution = nnapi.Execution(compilation)
-            execution.set_input(0, value, OperandType(operand_code, list(value.shape)))
-            out = np.zeros(2, dtype)
-            execution.set_output(0, out)
-            execution.compute()
-            results.append(out)
-        np.testing.assert_allclose(results[0], results[1], rtol=1e-3 if dtype == np.float16 else 1e-6)
+        ours, theirs = (_run(model, device, value, (2,), operand_code) for device in (ort_device, _reference()))
+        np.testing.assert_allclose(ours, theirs, rtol=1e-3 if dtype == np.float16 else 1e-6)
 
 
 def test_a_quantized_reduction_over_an_axis_of_unknown_size_stays_declined():
@@ -158,15 +142,6 @@ def test_a_quantized_reduction_over_an_axis_of_unknown_size_stays_declined():
     from nnapi.drivers.ort.device import OrtDevice
     from nnapi.runtime.model_builder import build_hal_model
 
-    model = nnapi.Model()
-    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [2, 0], 0.5, 3))
-    axes = model.add_operand(OperandType(T.TENSOR_INT32, [1]))
-    model.set_operand_value(axes, np.array([1], np.int32))
-    keep = model.add_operand(OperandType(T.BOOL))
-    model.set_operand_value(keep, np.bool_(False))
-    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [2], 0.5, 3))
-    model.add_operation(Op.REDUCE_MAX, [x, axes, keep], [y])
-    model.identify_inputs_and_outputs([x], [y])
-    model.finish()
+    model = _one_operation(Op.REDUCE_MAX, [2, 0], _REDUCE_AXIS_1, [2], T.TENSOR_QUANT8_ASYMM, 0.5, 3)
     hal_model, _ = build_hal_model(model)
     assert OrtDevice().get_unsupported_reasons(hal_model) == ["REDUCE_MAX needs the size of each axis it reduces"]
