@@ -29,6 +29,67 @@ def _reshape_to_own_shape() -> bytes:
     return build(Subgraph(t, ops, [0], [4]))
 
 
+def _placeholder_shapes() -> bytes:
+    """BirdNET's framing and spectrum in small, as TensorFlow wrote BirdNET's analyzer: x
+    [-1, 12]; where shape signatures leave dimensions open, the static shapes declared are
+    placeholders (1s) that no operation computes. y = RESHAPE(x * 2, SHAPE(x));
+    re = CAST(SQUEEZE(RFFT2D(EXPAND_DIMS(RESHAPE(x * 2, [-1, 3, 4]), 2), [1, 4]), [2])),
+    the real part of each frame's spectrum."""
+    t = [Tensor("x", "float32", [1, 12], shape_signature=[-1, 12]),                                  # 0
+         Tensor("two", "float32", [], data=np.array(2, np.float32)),                                   # 1
+         Tensor("doubled", "float32", [1, 1], shape_signature=[-1, -1]),                               # 2
+         Tensor("shape", "int32", [2]),                                                                # 3
+         Tensor("y", "float32", [1, 1], shape_signature=[-1, -1]),                                     # 4
+         Tensor("frame_shape", "int32", [3], data=np.array([-1, 3, 4], np.int32)),                    # 5
+         Tensor("frames", "float32", [1, 1, 1], shape_signature=[-1, -1, -1]),                         # 6
+         Tensor("axis", "int32", [], data=np.array(2, np.int32)),                                      # 7
+         Tensor("expanded", "float32", [1, 1, 1, 1], shape_signature=[-1, -1, -1, -1]),                # 8
+         Tensor("fft_length", "int32", [2], data=np.array([1, 4], np.int32)),                          # 9
+         Tensor("spectrum", "complex64", [1, 1, 1, 1], shape_signature=[-1, -1, -1, -1]),              # 10
+         Tensor("squeezed", "complex64", [1, 1, 1], shape_signature=[-1, -1, -1]),                     # 11
+         Tensor("re", "float32", [1, 1, 1], shape_signature=[-1, -1, -1])]                             # 12
+    ops = [Operator("MUL", [0, 1], [2], ("MulOptions", {})),
+           Operator("SHAPE", [0], [3], ("ShapeOptions", {"OutType": 2})),
+           Operator("RESHAPE", [2, 3], [4]),
+           Operator("RESHAPE", [2, 5], [6]),
+           Operator("EXPAND_DIMS", [6, 7], [8]),
+           Operator("RFFT2D", [8, 9], [10]),
+           Operator("SQUEEZE", [10], [11], ("SqueezeOptions", {"SqueezeDims": [2]})),
+           Operator("CAST", [11], [12])]
+    return build(Subgraph(t, ops, [0], [4, 12]))
+
+
+def test_placeholder_static_shapes_are_derived_from_the_inputs() -> None:
+    """A file whose declared static shapes disagree with what its operations compute (BirdNET's
+    analyzer: refused before, "output 0 is declared [1, 1], but the inputs give [1, 144000]")
+    imports at its inputs' static shapes with every other open dimension taken from the
+    operation writing it, as LiteRT allocates it; the same values as numpy and LiteRT."""
+    data = _placeholder_shapes()
+    with pytest.raises(nnapi.NnapiError, match="SHAPE"):
+        nnapi.load_model(data, static_shapes=False)
+    for static_shapes in (None, True):
+        imported = nnapi.load_model(data, static_shapes=static_shapes)
+        assert imported.inputs[0].shape == (1, 12)
+        assert [o.shape for o in imported.outputs] == [(1, 12), (1, 3, 3)]
+        # why: the file's own static shapes refused, naming the placeholder
+        assert "derived" in imported.fixed_shapes
+        assert "declared [1, 1], but the inputs give [1, 12]" in imported.fixed_shapes
+    x = (np.arange(12, dtype=np.float32).reshape(1, 12) - 5.5) / 3
+    want_re = np.fft.rfft(2 * x.astype(np.float64).reshape(1, 3, 4), n=4, axis=-1).real
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        try:
+            session = nnapi.Session(imported, devices=[device])
+        except nnapi.BadDataError as error:  # nnapi-ort-cpu needs onnxruntime
+            assert "no device named" in str(error)
+            continue
+        got = session.run({"x": x})
+        np.testing.assert_array_equal(got["y"], x * 2)
+        np.testing.assert_allclose(got["re"], want_re, rtol=0, atol=1e-5)
+    litert = litert_outputs(data, {"x": x})
+    np.testing.assert_array_equal(litert["y"], x * 2)
+    np.testing.assert_allclose(litert["re"], want_re, rtol=0, atol=1e-5)
+
+
 def test_open_dimensions_stay_open_where_nnapi_expresses_them() -> None:
     imported = nnapi.load_model(dynamic_batch_add())
     assert imported.fixed_shapes is None
@@ -95,19 +156,24 @@ def test_matmul_by_a_constant_matrix_over_open_dimensions(x_shape, adj_y) -> Non
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_a_model_refused_both_ways_names_both_reasons() -> None:
-    """The file's static shapes of open dimensions are only what its converter wrote
-    (BirdNET's declare one audio frame where 511 follow): when they do not hold either,
-    the error says why the open form failed and why the static one did."""
+def test_a_model_refused_every_way_names_each_reason() -> None:
+    """The file's static shapes of open dimensions are only what its converter wrote: when
+    neither the open form, nor those shapes, nor shapes derived from the inputs' hold, the
+    error says why each failed (here: SHAPE of an open dimension; a placeholder [1, 1]; an
+    RFFT2D over two axes, which NNAPI cannot express at any shape)."""
     t = [Tensor("x", "float32", [1, 6], shape_signature=[-1, 6]),
          Tensor("two", "float32", [], data=np.array(2, np.float32)),
          Tensor("doubled", "float32", [1, 6], shape_signature=[-1, 6]),
          Tensor("shape", "int32", [2]),
-         Tensor("y", "float32", [1, 1], shape_signature=[-1, -1])]  # a placeholder shape
+         Tensor("y", "float32", [1, 1], shape_signature=[-1, -1]),  # a placeholder shape
+         Tensor("fft_length", "int32", [2], data=np.array([2, 6], np.int32)),
+         Tensor("spectrum", "complex64", [1, 4], shape_signature=[-1, 4])]
     ops = [Operator("MUL", [0, 1], [2], ("MulOptions", {})),
            Operator("SHAPE", [0], [3], ("ShapeOptions", {"OutType": 2})),
-           Operator("RESHAPE", [2, 3], [4])]
+           Operator("RESHAPE", [2, 3], [4]),
+           Operator("RFFT2D", [4, 5], [6])]
     with pytest.raises(nnapi.NnapiError, match=r"operator 1 \(SHAPE\).*; nor at the file's static shapes.*"
-                                               r"operator 2 \(RESHAPE\)") as refused:
-        nnapi.load_model(build(Subgraph(t, ops, [0], [4])))
+                                               r"operator 2 \(RESHAPE\).*; nor with its other shapes derived from "
+                                               r"its inputs' static shapes.*operator 3 \(RFFT2D\)") as refused:
+        nnapi.load_model(build(Subgraph(t, ops, [0], [6])))
     assert refused.value.code == nnapi.ResultCode.BAD_DATA

@@ -18,14 +18,17 @@ from nnapi.codes import MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, OperandCode, Oper
 from nnapi.errors import BadDataError, BadStateError, NnapiError, UnexpectedNullError
 from nnapi.memory import Memory
 from nnapi.operand import (
+    TENSOR_TYPES,
     OperandType,
     SymmPerChannelQuantParams,
     constant_value,
+    dtype_of,
     validate_channel_quant,
     validate_operand_type,
 )
-from nnapi.operations import ValidationContext, get_operation
+from nnapi.operations import ExecutionContext, Tensor, ValidationContext, get_operation
 from nnapi.operations.base import (
+    RunTimeValue,
     SubgraphSignature,
     accepted_signature,
     operand_key,
@@ -363,6 +366,68 @@ class Model(NnapiObject):
         for index in output_list:
             self._writers[index] = len(self._operations)
         self._operations.append(OperationRecord(code, input_list, output_list))
+
+    def _complete_last_outputs(self) -> list[int]:
+        """Give the outputs of the operation added last the dimensions its validation
+        inferred from its inputs' declared shapes and constants, where they were declared
+        with unknown dimensions; the operands completed. Not an NDK call (an operand's type
+        is fixed once added): an importer that learns a tensor's shape only from the
+        operation writing it (a file whose declared shapes are placeholders) uses it before
+        ``finish``."""
+        self._check_modifiable("_complete_last_outputs")
+        if not self._operations:
+            return []
+        record = self._operations[-1]
+        if not isinstance(record.code, OperationCode):
+            return []
+        known = accepted_signature(self._signature_key(record.code, record.inputs, record.outputs))
+        shapes = known[1] if known is not None else None
+        if shapes is None:
+            shapes = self._prepared_shapes(record)
+        if shapes is None or len(shapes) != len(record.outputs):
+            return []
+        completed = []
+        for index, shape in zip(record.outputs, shapes, strict=True):
+            declared = self._operands[index]
+            dims = tuple(declared.dimensions) or (0,) * len(shape)  # () : rank unknown too
+            if 0 in dims and shape and all(d > 0 for d in shape) and len(dims) == len(shape) and \
+                    all(d in (0, s) for d, s in zip(dims, shape, strict=True)):
+                self._operands[index] = declared.with_dimensions(list(shape))
+                completed.append(index)
+        return completed
+
+    def _prepared_shapes(self, record: OperationRecord) -> list[tuple[int, ...]] | None:
+        """The output shapes the operation's ``prepare`` gives on its inputs' declared
+        shapes and every constant value (validation reads only the small ones); None
+        where it needs a value computed at run time or an input's shape is unknown."""
+        implementation = get_operation(record.code)
+        if implementation is None or record.code in (OperationCode.IF, OperationCode.WHILE):
+            return None
+        run_time = RunTimeValue()
+        inputs = []
+        for index in record.inputs:
+            op_type, value = self._operands[index], self._values.get(index)
+            if value is NO_VALUE:
+                array = None
+            elif isinstance(value, CopiedValue | ReferencedValue):
+                array = constant_value(op_type, value.data if isinstance(value, CopiedValue) else value.view)
+                if array is None:
+                    return None
+                array = np.asarray(array, dtype_of(op_type.type))
+            elif value is None:
+                array = run_time
+            else:  # a value in a Memory, or a referenced model
+                return None
+            if op_type.type in TENSOR_TYPES and not op_type.is_fully_specified:
+                return None
+            shape = tuple(op_type.dimensions) if op_type.type in TENSOR_TYPES else ()
+            inputs.append(Tensor(op_type.type, shape, op_type.scale, op_type.zero_point, op_type.channel_quant, array))
+        context = ExecutionContext(record.code, inputs, [self._operands[i] for i in record.outputs],
+                                   relaxed=self._relaxed)
+        try:
+            return [tuple(int(d) for d in shape) for shape in implementation.prepare(context)]
+        except Exception:  # noqa: BLE001 - a shape that needs a run-time value, or inputs it refuses
+            return None
 
     @staticmethod
     def _operation_code(code: Any) -> OperationCode | ExtensionOperationCode:

@@ -196,13 +196,16 @@ class _Reader:
 class _Graph:
     """Tensor metadata of one subgraph."""
 
-    def __init__(self, reader: _Reader, subgraph: int, static_shapes: bool = False) -> None:
+    def __init__(self, reader: _Reader, subgraph: int, static_shapes: bool = False, propagate: bool = False) -> None:
         self.reader = reader
         self.subgraph = subgraph
         self.static_shapes = static_shapes
+        #: the file's static shapes for the inputs only; every other dimension its shape
+        #: signature leaves open is taken from the operation writing it (_Converter.emit)
+        self.propagate = propagate
         self.raw = reader.model.Subgraphs(subgraph)
-        self.tensors = [self._tensor(i) for i in range(self.raw.TensorsLength())]
         self.inputs = [int(i) for i in self.raw.InputsAsNumpy()] if self.raw.InputsLength() else []
+        self.tensors = [self._tensor(i) for i in range(self.raw.TensorsLength())]
         self.outputs = [int(i) for i in self.raw.OutputsAsNumpy()] if self.raw.OutputsLength() else []
         self.operators = [self.raw.Operators(i) for i in range(self.raw.OperatorsLength())]
 
@@ -210,7 +213,8 @@ class _Graph:
         raw = self.raw.Tensors(i)
         name = (raw.Name() or b"").decode("utf-8", "replace") or f"tensor_{i}"
         shape = tuple(int(d) for d in raw.ShapeAsNumpy()) if raw.ShapeLength() else ()
-        if raw.ShapeSignatureLength() and not self.static_shapes:
+        if raw.ShapeSignatureLength() and (not self.static_shapes or self.propagate and i not in self.inputs and
+                                           not raw.IsVariable()):
             signature = tuple(int(d) for d in raw.ShapeSignatureAsNumpy())
             if len(signature) == len(shape):
                 shape = tuple(-1 if s < 0 else d for d, s in zip(shape, signature))
@@ -246,7 +250,7 @@ class _Converter:
 
     def __init__(self, importer: _Importer, subgraph: int, top_level: bool) -> None:
         self.importer = importer
-        self.graph = _Graph(importer.reader, subgraph, importer.static_shapes)
+        self.graph = _Graph(importer.reader, subgraph, importer.static_shapes, importer.propagate)
         self.top_level = top_level
         self.model = Model()
         self.operands: dict[int, int] = {}  # TFLite tensor -> NNAPI operand
@@ -429,8 +433,22 @@ class _Converter:
     # --- operations --------------------------------------------------------------------
     def emit(self, code: OperationCode, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         self.model.add_operation(code, list(inputs), list(outputs))
+        if self.graph.propagate:
+            self.model._complete_last_outputs()
         self.sources.append(self.current.source)
         self._emitted.append(code.name)
+
+    def _take_propagated_shapes(self, op: _Operator) -> None:
+        """The shapes ``op``'s outputs got from its inputs (emit) as their TFLite shapes,
+        for the converters after it, where the signature left them open."""
+        for tensor in op.outputs:
+            info = self.graph.tensors[tensor]
+            operand = self.operands.get(tensor, self.complex_parts.get(tensor, (None,))[0])
+            if operand is None or all(d >= 0 for d in info.shape):
+                continue
+            dims = tuple(self.type_of(operand).dimensions)
+            if len(dims) == len(info.shape) and 0 not in dims:
+                info.shape = dims
 
     def lowered(self, reason: str) -> None:
         """Record that the current operator became the operations emitted for it."""
@@ -503,6 +521,8 @@ class _Converter:
             self.current = op
             self._emitted = []
             self._lowering_reason = None
+            if graph.propagate and op.custom is None and op.name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS"):
+                _derive_moved_shape(self, op)
             try:
                 convert = _CONVERTERS.get(op.builtin) if op.custom is None else _CUSTOM_CONVERTERS.get(op.custom)
                 folded = op.custom is None and _fold_constants(self, op)
@@ -526,6 +546,8 @@ class _Converter:
             except Exception as error:  # a malformed flatbuffer surfaces as index / struct errors
                 raise BadDataError(f"tflite {op.source}: malformed operator ({type(error).__name__}: "
                                    f"{error})") from None
+            if graph.propagate:
+                self._take_propagated_shapes(op)
             if self._lowering_reason is not None:
                 self.lowerings.append(Lowering(op.source, tuple(self._emitted), self._lowering_reason))
         self.current = _Operator.__new__(_Operator)
@@ -609,10 +631,12 @@ class _Converter:
 
 
 class _Importer:
-    def __init__(self, data: bytes, keep_loops: bool = False, static_shapes: bool = False) -> None:
+    def __init__(self, data: bytes, keep_loops: bool = False, static_shapes: bool = False,
+                 propagate: bool = False) -> None:
         self.reader = _Reader(data)
         self.keep_loops = keep_loops
         self.static_shapes = static_shapes
+        self.propagate = propagate
         self.subgraph_models: dict[int, ImportedModel] = {}
         self.in_progress: set[int] = set()
 
@@ -654,22 +678,24 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise BadDataError(f"{path or 'the given bytes'}: not a TensorFlow Lite model (no TFL3 identifier)")
     try:
-        try:
-            importer = _Importer(data, keep_loops, static_shapes=bool(static_shapes))
-            imported = _Converter(importer, 0, top_level=True).convert()
-            fixed_reason = "static shapes asked for" if static_shapes and _has_open_dimensions(importer.reader) \
-                else None
-        except (UnsupportedOperator, BadDataError) as error:
-            if static_shapes is not None or not _has_open_dimensions(importer.reader):
-                raise
-            # LiteRT itself runs such a model at its static shape until it is resized
-            importer = _Importer(data, keep_loops, static_shapes=True)
+        if static_shapes:
+            imported, importer, derived = _import_static(data, keep_loops)
+            fixed_reason = f"static shapes asked for{derived}" if _has_open_dimensions(importer.reader) else None
+        else:
             try:
+                importer = _Importer(data, keep_loops)
                 imported = _Converter(importer, 0, top_level=True).convert()
-            except (UnsupportedOperator, BadDataError) as static_error:
-                raise BadDataError(f"{_message(error)}; nor at the file's static shapes (which it declares for "
-                                   f"its open dimensions): {_message(static_error)}") from None
-            fixed_reason = f"with its open dimensions the model cannot be expressed ({error})"
+                fixed_reason = None
+            except (UnsupportedOperator, BadDataError) as error:
+                if static_shapes is not None or not _has_open_dimensions(importer.reader):
+                    raise
+                # LiteRT itself runs such a model at its static shape until it is resized
+                try:
+                    imported, importer, derived = _import_static(data, keep_loops)
+                except (UnsupportedOperator, BadDataError) as static_error:
+                    raise BadDataError(f"{_message(error)}; nor at the file's static shapes (which it declares for "
+                                       f"its open dimensions): {_message(static_error)}") from None
+                fixed_reason = f"with its open dimensions the model cannot be expressed ({error}){derived}"
     except NnapiError:
         raise
     except UnsupportedOperator as error:
@@ -684,6 +710,31 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     for sub in imported.submodels:
         imported._keep_alive.extend(sub._keep_alive)
     return imported
+
+
+def _import_static(data: bytes, keep_loops: bool) -> tuple[ImportedModel, _Importer, str]:
+    """The model at the file's static shapes, with the importer and what else was done
+    (empty, or why the shapes were derived). Where an operation computes another shape
+    than the file declares (placeholders the converter wrote for open dimensions, as
+    BirdNET's analyzer has: [1, 1] for a slice of [1, 144000]), at the inputs' static shapes
+    with every open dimension after them derived from the operation writing it, as LiteRT
+    does when it allocates tensors."""
+    importer = _Importer(data, keep_loops, static_shapes=True)
+    try:
+        return _Converter(importer, 0, top_level=True).convert(), importer, ""
+    except (UnsupportedOperator, BadDataError) as error:
+        if not _has_open_dimensions(importer.reader):
+            raise
+        derived = _Importer(data, keep_loops, static_shapes=True, propagate=True)
+        try:
+            imported = _Converter(derived, 0, top_level=True).convert()
+        except (UnsupportedOperator, BadDataError) as derived_error:
+            if _message(derived_error) == _message(error):
+                raise error from None
+            raise BadDataError(f"{_message(error)}; nor with its other shapes derived from its inputs' static "
+                               f"shapes: {_message(derived_error)}") from None
+        return imported, derived, (f"; the shapes after its inputs derived from them (the file's static shapes "
+                                   f"disagree with its operations: {_message(error)})")
 
 
 def _message(error: Exception) -> str:
@@ -717,6 +768,9 @@ def _fold_constants(c: _Converter, op: _Operator) -> bool:
         return False
     for tensor, (value, code) in zip(op.outputs, folded):
         declared = c.graph.tensors[tensor].shape
+        if c.graph.propagate and any(d < 0 for d in declared) and len(value.shape) == len(declared) and \
+                all(d < 0 or d == v for d, v in zip(declared, value.shape)):
+            c.graph.tensors[tensor].shape = declared = value.shape
         if all(d >= 0 for d in declared):
             # NNAPI holds a scalar as one element: () and (1,) are the same operand
             if (value.shape or (1,)) != (tuple(declared) or (1,)):
@@ -1455,6 +1509,43 @@ def _reshape_complex(c: _Converter, op: _Operator) -> None:
     c.lowered(f"{op.name} of a complex tensor: of its real and imaginary parts")
 
 
+def _derive_moved_shape(c: _Converter, op: _Operator) -> None:
+    """The output shape of RESHAPE / SQUEEZE / EXPAND_DIMS from its input's and its
+    parameters, before its converter reads it, where the file left dimensions of it open
+    (propagated shapes: they are known once the input's are)."""
+    out = op.out_tensor()
+    source = op.tensor(0)
+    if all(d >= 0 for d in out.shape) or any(d < 0 for d in source.shape):
+        return
+    size = int(np.prod(source.shape, dtype=np.int64))
+    try:
+        if op.name == "RESHAPE":
+            const = c.const_of(op.inputs[1]) if op.has_input(1) else None
+            options = op.options("ReshapeOptions")
+            new = const.data.reshape(-1) if const is not None else \
+                options.NewShapeAsNumpy() if options is not None and options.NewShapeLength() else None
+            if new is None:
+                return
+            shape = np.empty(size, np.int8).reshape([int(d) for d in new]).shape
+        elif op.name == "SQUEEZE":
+            options = op.options("SqueezeOptions")
+            rank = len(source.shape)
+            axes = {int(d) % rank for d in options.SqueezeDimsAsNumpy()} if options is not None and \
+                options.SqueezeDimsLength() else {i for i, d in enumerate(source.shape) if d == 1}
+            shape = tuple(d for i, d in enumerate(source.shape) if i not in axes)
+        else:
+            const = c.const_of(op.inputs[1])
+            if const is None:
+                return
+            axis = int(const.data.reshape(-1)[0])
+            axis = axis + len(source.shape) + 1 if axis < 0 else axis
+            shape = (*source.shape[:axis], 1, *source.shape[axis:])
+    except (ValueError, TypeError, ZeroDivisionError):  # parameters that do not fit the input: its converter refuses
+        return
+    if len(shape) == len(out.shape) and all(d < 0 or d == s for d, s in zip(out.shape, shape)):
+        out.shape = tuple(int(d) for d in shape)
+
+
 def _static_shape(c: _Converter, info: _TensorInfo) -> list[int] | None:
     return list(_operand_shape(info.shape)) if all(d >= 0 for d in info.shape) else None
 
@@ -2100,6 +2191,14 @@ def _densify_tensor(info: _TensorInfo) -> np.ndarray:
 
 @_converter("CAST")
 def _cast(c: _Converter, op: _Operator) -> None:
+    if op.inputs[0] in c.complex_parts:
+        if op.out_tensor().tfl_type != _FLOAT32:
+            raise UnsupportedOperator(f"CAST of a complex tensor to {op.out_tensor().type_name}")
+        # TFLite's CAST of complex64 keeps the real part (std::real)
+        real = c.complex_parts[op.inputs[0]][0]
+        c.emit(Op.RESHAPE, [real, c.vector(list(c.type_of(real).dimensions))], [c.output()])
+        c.lowered("CAST of RFFT2D's complex result to float32: its real part, as TFLite's CAST")
+        return
     # NNAPI's CAST takes no TENSOR_BOOL8: x != 0 makes a bool, SELECT(b, 1, 0) reads one.
     x = c.input(0)
     x_type = c.type_of(x)
@@ -2563,8 +2662,6 @@ def _rfft2d(c: _Converter, op: _Operator) -> None:
     REAL, IMAG and RESHAPE to read. NNAPI has no FFT and no complex type."""
     fft = c.const_values(1, "fft_length").astype(np.int64).reshape(-1)
     shape = list(_operand_shape(op.tensor(0).shape))
-    out_info = op.out_tensor()
-    out_shape = list(_operand_shape(out_info.shape))
     if len(fft) != 2 or fft[0] != 1 or len(shape) < 2 or shape[-2] != 1 or 0 in shape or fft[1] < 1:
         raise UnsupportedOperator("RFFT2D other than a 1-D transform of the last axis (fft_length [1, n] "
                                   "on an axis of size 1) has no NNAPI sequence")
@@ -2572,6 +2669,11 @@ def _rfft2d(c: _Converter, op: _Operator) -> None:
         raise UnsupportedOperator("RFFT2D of a non-float32 input")
     n, width = int(fft[1]), shape[-1]
     bins = n // 2 + 1
+    out_shape = [*shape[:-1], bins]
+    declared = op.out_tensor().shape
+    if len(declared) != len(out_shape) or any(0 <= d != s for d, s in zip(declared, out_shape)):
+        raise UnsupportedOperator(f"RFFT2D's output is declared {list(declared)}; fft_length [1, {n}] of its "
+                                  f"input gives {out_shape}")
     rows = int(np.prod(shape[:-1]))
     samples = np.arange(min(width, n))[:, None] * np.arange(bins)[None, :] % n   # exact phase index
     angle = 2 * np.pi * samples / n

@@ -228,6 +228,42 @@ class ValidationContext:
         return self.inputs[index].type
 
 
+class RunTimeValue:
+    """The value of an operand computed at run time: any use of it (reading an element,
+    its shape, converting it) raises, so an output shape that needs it is not inferred."""
+
+    def __getattr__(self, name: str):
+        raise NeedsRunTimeValue(name)
+
+    def __array__(self, *args, **kwargs):
+        raise NeedsRunTimeValue("__array__")
+
+    def __len__(self) -> int:
+        raise NeedsRunTimeValue("__len__")
+
+    def __iter__(self):
+        raise NeedsRunTimeValue("__iter__")
+
+    def __getitem__(self, key):
+        raise NeedsRunTimeValue("__getitem__")
+
+    def __bool__(self) -> bool:
+        raise NeedsRunTimeValue("__bool__")
+
+    def __int__(self) -> int:
+        raise NeedsRunTimeValue("__int__")
+
+    def __float__(self) -> float:
+        raise NeedsRunTimeValue("__float__")
+
+    def __index__(self) -> int:
+        raise NeedsRunTimeValue("__index__")
+
+
+class NeedsRunTimeValue(Exception):
+    """An output shape needs a value known only at run time."""
+
+
 class ExecutionContext:
     """What ``prepare`` and ``execute`` see: the input tensors and the declared outputs."""
 

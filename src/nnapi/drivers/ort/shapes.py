@@ -21,47 +21,12 @@ from nnapi.hal import Model, Operand, OperandLifeTime, Subgraph
 from nnapi.hal.types import constant_array
 from nnapi.operand import TENSOR_TYPES
 from nnapi.operations import ExecutionContext, Tensor, get_operation
+from nnapi.operations.base import RunTimeValue
 
 L = OperandLifeTime
 #: operations whose output shapes depend on more than their inputs' shapes and constants
 #: (a referenced model run), never asked
 _NOT_ASKED = (OperationCode.IF, OperationCode.WHILE)
-
-
-class _RunTimeValue:
-    """The value of an operand computed at run time: any use of it (reading an element,
-    its shape, converting it) raises, so an output shape that needs it is not inferred."""
-
-    def __getattr__(self, name: str):
-        raise _NeedsValue(name)
-
-    def __array__(self, *args, **kwargs):
-        raise _NeedsValue("__array__")
-
-    def __len__(self) -> int:
-        raise _NeedsValue("__len__")
-
-    def __iter__(self):
-        raise _NeedsValue("__iter__")
-
-    def __getitem__(self, key):
-        raise _NeedsValue("__getitem__")
-
-    def __bool__(self) -> bool:
-        raise _NeedsValue("__bool__")
-
-    def __int__(self) -> int:
-        raise _NeedsValue("__int__")
-
-    def __float__(self) -> float:
-        raise _NeedsValue("__float__")
-
-    def __index__(self) -> int:
-        raise _NeedsValue("__index__")
-
-
-class _NeedsValue(Exception):
-    """An output shape needs a value known only at run time."""
 
 
 def _known(operand: Operand) -> bool:
@@ -70,7 +35,7 @@ def _known(operand: Operand) -> bool:
     return bool(operand.dimensions) and all(d > 0 for d in operand.dimensions)
 
 
-def _tensor(model: Model, operand: Operand, run_time: _RunTimeValue) -> Tensor:
+def _tensor(model: Model, operand: Operand, run_time: RunTimeValue) -> Tensor:
     if operand.lifetime == L.NO_VALUE:
         value = None
     elif operand.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
@@ -93,7 +58,7 @@ def infer_temporary_shapes(model: Model) -> Model:
     (a copy; the operations are the same objects). ``model`` itself where none changes."""
     subgraph = model.main
     operands = list(subgraph.operands)
-    run_time = _RunTimeValue()
+    run_time = RunTimeValue()
     changed = False
     for operation in subgraph.operations:
         unknown = [i for i in operation.outputs
