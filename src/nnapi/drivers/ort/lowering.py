@@ -268,6 +268,9 @@ class GraphBuilder:
         self.integer_means: set[int] = set()
         #: REDUCE_MAX outputs lowered as GlobalMaxPool (small_graphs.py) -> its [N, C, 1, 1] value
         self.pooled: dict[int, str] = {}
+        #: operations (by id) that an earlier lowering computed along with its own (a chain
+        #: lowered as one: quantized_resize.py): their own lowering is skipped
+        self.covered: set[int] = set()
         self._count = 0
         self._constants: dict[tuple, str] = {}
         #: a uint8 value shift_signed made from an int8 one -> that int8 value
@@ -3872,8 +3875,8 @@ def lower_operation(g: GraphBuilder, operation: Operation) -> None:
     lowering = LOWERINGS.get(code)
     if lowering is None:
         raise Declined(f"{code.name} has no ONNX lowering")
-    if operation.outputs and all(index in g.values for index in operation.outputs):
-        return  # computed with others by an earlier lowering (_slices_as_split, _split_rows)
+    if id(operation) in g.covered or operation.outputs and all(index in g.values for index in operation.outputs):
+        return  # computed with others by an earlier lowering (_slices_as_split, _split_rows, a chain)
     for index in operation.outputs:
         operand = g.operand(index)
         if operand.type not in ACTIVATION_TYPES and operand.type != T.TENSOR_QUANT16_SYMM:
