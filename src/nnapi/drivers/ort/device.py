@@ -42,6 +42,7 @@ from nnapi.drivers.ort import (
     mirror_pad_pack,  # noqa: F401  (importing it registers its lowerings)
     nms,  # noqa: F401  (importing it registers its lowerings)
     quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
+    quantized_resize,  # noqa: F401  (importing it registers its lowerings)
     quantized_softmax,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
     runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
