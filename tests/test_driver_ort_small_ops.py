@@ -127,6 +127,33 @@ def test_neg_and_abs_of_int32_wrap_as_the_reference(ort_device, operation):
     assert ours[0][6] == -(2 ** 31)
 
 
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("operation", [Op.ARGMAX, Op.ARGMIN])
+@pytest.mark.parametrize("shape, axis", [([1, 64, 64, 21], 3), ([1, 21, 40, 40], 1), ([2, 5, 7], 2)])
+def test_quantized_argmax_and_argmin_give_the_first_extreme_as_the_reference(ort_device, code, operation, shape,
+                                                                            axis):
+    """A quantized ARG_MAX / ARG_MIN (a segmentation head's class map) compares the stored
+    integers, read as float32 from 16,384 values on (ORT's float ArgMax is ~3x its uint8
+    one), uint8 below: the reference's indices exactly, the first of equal extremes (few
+    distinct values: many ties)."""
+    from nnapi.drivers.ort.lowering import lower_model
+
+    dtype = dtype_of(code)
+    value = np.random.default_rng(5).integers(-3, 4, shape).astype(dtype) * 17 + (100 if dtype == np.uint8 else 0)
+    built = _Model()
+    x = built.given(OperandType(code, shape, 0.5, 10), value)
+    built.output(OperandType(T.TENSOR_INT32, [d for i, d in enumerate(shape) if i != axis]))
+    model = built.operation(operation, [x, built.scalar(T.INT32, axis)])
+    ours, theirs = _on_both(built, model, ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    picks = np.argmax if operation == Op.ARGMAX else np.argmin
+    np.testing.assert_array_equal(ours[0], picks(value, axis=axis))
+    nodes = lower_model(build_hal_model(model)[0])[0].graph.node
+    reduction = next(node for node in nodes if node.op_type in ("ArgMax", "ArgMin"))
+    casts = [node for node in nodes if node.op_type == "Cast" and node.output[0] == reduction.input[0]]
+    assert bool(casts) == (np.prod(shape) >= 16384)
+
+
 # --- parameters given at run time ------------------------------------------------------------
 def _dynamic_runs(model: nnapi.Model, ort_device, runs: list[list[np.ndarray]], output: OperandType):
     """Each run's one output (of dimensions known only at run time) on nnapi-ort-cpu alone
