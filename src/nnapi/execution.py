@@ -83,7 +83,7 @@ class _Table:
     this compilation used."""
 
     __slots__ = ("input_types", "output_types", "n_in", "n_total", "inputs", "outputs", "in_args", "out_args",
-                 "plan", "lock", "cached", "pending", "direct")
+                 "plan", "lock", "cached", "pending", "direct", "open", "dims")
 
     def __init__(self, compilation: Compilation) -> None:
         self.input_types, self.output_types = compilation._io_types
@@ -94,20 +94,35 @@ class _Table:
         #: where position numbers inputs then outputs (the pool of the argument in ``run``)
         self.inputs = {i: (*spec, i) for i, spec in arrays_in.items()}
         self.outputs = {i: (*spec, self.n_in + i) for i, spec in arrays_out.items()}
+        #: and per tensor operand of open shape (a dimension known only at run time, not an
+        #: extension): an input's array gives its dimensions (dims None), its accepted shapes
+        #: (with strides) are those set_input's general path has checked (accept); an
+        #: output's array is its buffer, any shape (the declared dims, the run's shape)
+        self.open = False
+        for kind, types, table, base in (("input", self.input_types, self.inputs, 0),
+                                         ("output", self.output_types, self.outputs, self.n_in)):
+            for index, op_type in enumerate(types):
+                if index not in table and op_type.is_tensor and not op_type.is_extension:
+                    self.open = True
+                    table[index] = ((op_type.dtype, {}, None, index) if kind == "input"
+                                    else (op_type.dtype, _ANY_SHAPE, tuple(op_type.dimensions), base + index))
         specs = [self.inputs.get(i) for i in range(self.n_in)] + [
             self.outputs.get(i) for i in range(len(self.output_types))]
         types = [*self.input_types, *self.output_types]
         #: the request's arguments when every argument is such an array: argument k in pool k,
-        #: all of it (None when an operand is not fully specified: never all arrays then)
+        #: all of it (None when an operand is not fully specified: made per run, request_of)
         self.in_args = self.out_args = None
-        if all(spec is not None for spec in specs):
+        arrays_only = all(spec is not None for spec in specs)
+        if arrays_only and not self.open:
             arguments = [RequestArgument(False, DataLocation(k, 0, types[k].byte_size()), list(spec[2]))
                          for k, spec in enumerate(specs)]
             self.in_args, self.out_args = arguments[:self.n_in], arguments[self.n_in:]
+        #: the dims of each argument in a request of arrays (None: an input's array's shape)
+        self.dims = [spec[2] if spec is not None else None for spec in specs]
         self.plan = compilation._plan
         #: the one step's array path (IPreparedModel.array_executor), or None: the arrays
         #: go to its driver as they are, which binds what moved itself
-        executor = getattr(self.plan.single, "array_executor", None) if self.in_args is not None else None
+        executor = getattr(self.plan.single, "array_executor", None) if arrays_only else None
         self.direct = executor() if executor is not None else None
         self.lock = threading.Lock()
         #: (the arrays' ids, the arrays, the driver's bound execution, its request): the arrays
@@ -134,8 +149,9 @@ class _Table:
             try:
                 return direct(arrays, deadline_ns)
             except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
-                return self.plan._fallback(error, Request(self.in_args, self.out_args, list(arrays)), deadline_ns,
-                                           loop_timeout_ns)
+                return self.plan._fallback(error, self.request_of(arrays), deadline_ns, loop_timeout_ns)
+        if self.open:  # a request of its own (the plan's fallback inside)
+            return self.plan.execute(self.request_of(arrays), False, deadline_ns, loop_timeout_ns)
         key = tuple(map(id, arrays))
         cached = self.cached
         plan = self.plan
@@ -167,6 +183,36 @@ class _Table:
             return single.execute(request, False, deadline_ns, loop_timeout_ns)
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
             return plan._fallback(error, request, deadline_ns, loop_timeout_ns)
+
+    def request_of(self, arrays: list[np.ndarray]) -> Request:
+        """The request whose argument k is the whole of array k (see run)."""
+        if self.in_args is not None:
+            return Request(self.in_args, self.out_args, list(arrays))
+        arguments = [RequestArgument(False, DataLocation(k, 0, array.nbytes),
+                                     list(array.shape if dims is None else dims))
+                     for k, (array, dims) in enumerate(zip(arrays, self.dims, strict=True))]
+        return Request(arguments[:self.n_in], arguments[self.n_in:], list(arrays))
+
+    def accept(self, index: int, array: np.ndarray) -> None:
+        """Let set_input's fast path take arrays of ``array``'s shape for input ``index`` of
+        open shape: set_input's general path has just checked one (a C-contiguous array of
+        the operand's dtype, dimensions that complete the model's, none of them 0)."""
+        spec = self.inputs.get(index)
+        if spec is not None and spec[2] is None and len(spec[1]) < 64 and array.ndim and 0 not in array.shape:
+            spec[1][array.shape] = array.strides
+
+
+class _AnyShape:
+    """The array shapes an output of open shape takes on set_output's fast path: any that
+    holds an element (its bytes are the buffer; an empty one takes the general path)."""
+
+    __slots__ = ()
+
+    def __contains__(self, shape: tuple[int, ...]) -> bool:
+        return 0 not in shape
+
+
+_ANY_SHAPE = _AnyShape()
 
 
 def _table_of(compilation: Any, call: str) -> _Table:
@@ -355,6 +401,9 @@ class Execution(NnapiObject):
             self._check_length(call, kind, index, full_type, view.nbytes)
             argument = _Argument(False, view, 0, view.nbytes, dims)
         self._store(call, kind, index, argument)
+        if kind == "input" and op_type is None and buffer.__class__ is np.ndarray and not self._padding \
+                and buffer.flags.c_contiguous:
+            self._table.accept(index, buffer)  # (an input of open shape: see _Table.accept)
 
     def _store(self, call: str, kind: str, index: int, argument: _Argument) -> None:
         """Bind a checked argument; each input and output is set once, as the NDK's
@@ -377,7 +426,7 @@ class Execution(NnapiObject):
                 arguments, index = self._arguments("output"), position - table.n_in
                 spec = table.outputs[index]
             view = memoryview(array.reshape(-1).view(np.uint8))
-            arguments[index] = _Argument(False, view, 0, view.nbytes, spec[2])
+            arguments[index] = _Argument(False, view, 0, view.nbytes, array.shape if spec[2] is None else spec[2])
         self._arrays = [None] * table.n_total
         self._array_count = 0
 

@@ -642,7 +642,7 @@ class _Binding:
     execution)."""
 
     __slots__ = ("io", "bound", "views", "run", "native", "bind_input", "bind_output", "bind_array", "fresh_inputs",
-                 "again", "partner")
+                 "again", "partner", "guessed", "key", "shapes", "late")
 
     def __init__(self, session: ort.InferenceSession, signature: Signature, fresh_inputs: bool = False) -> None:
         self.io = io = session.io_binding()
@@ -686,6 +686,15 @@ class _Binding:
         #: thread's second binding, holding the arrays kept from before (see _other)
         self.again = False
         self.partner: _Binding | None = None
+        #: (see OrtPreparedModel._learned) the outputs of open shape bound in the request's
+        #: memory at the shape an earlier run with these input shapes gave, and those input
+        #: shapes (None where the model has no output of open shape)
+        self.guessed: Sequence[int] = ()
+        self.key: tuple | None = None
+        #: the outputs ORT allocates at each run (see _bind)
+        self.late: list[int] = []
+        #: (execute_open_arrays) per input, then output: the shape an array was bound at
+        self.shapes: list = [None] * len(self.bound)
 
 
 class OrtPreparedModel(IPreparedModel):
@@ -711,6 +720,29 @@ class OrtPreparedModel(IPreparedModel):
             arguments = [RequestArgument(False, DataLocation(k, 0, spec.nbytes), list(spec.dimensions))
                          for k, spec in enumerate(self._specs)]
             self._array_arguments = (arguments[:self._input_count], arguments[self._input_count:])
+        #: Outputs of open shape (a dimension known only at run time): ORT allocates them
+        #: and each run copies them into the request (_land), unless a run with the same
+        #: input shapes told their shapes: then they are bound in the request's memory at
+        #: those shapes as static outputs are, written in place (sine_float, the wake-word
+        #: embedding model on a free batch: ~15-25 us a run for the late binding, ORT's
+        #: allocation and the copy). Per input shapes (the key): per output, (its shape, its
+        #: byte count, None for an empty one), and the OutputShapes a run reports. A shape
+        #: that follows from input values too (a RESHAPE to a shape given at run time, NMS)
+        #: is caught by ORT, which refuses to run a node into a bound output of another
+        #: shape: that run is made again with the outputs late (see _finish) and, the shapes
+        #: having moved, the model guesses no more.
+        self._open = any(spec.nbytes is None for spec in signature.outputs)
+        self._guesses = self._open and not self.copies_inputs
+        self._learned: dict[tuple, tuple[tuple, list[OutputShape]]] = {}
+        #: the inputs and outputs of open shape (execute_open_arrays), and per open input the
+        #: array shapes checked against its declared dimensions
+        self._open_inputs = tuple(k for k, spec in enumerate(signature.inputs) if spec.nbytes is None)
+        self._open_outputs = tuple(k for k, spec in enumerate(signature.outputs) if spec.nbytes is None)
+        self._accepted: dict[int, set[tuple[int, ...]]] = {k: set() for k in self._open_inputs}
+        #: per output, its ONNX element type (what _land checks ORT's value against before copying its bytes)
+        self._element_types = [_onnx_type(spec.dtype) for spec in signature.outputs]
+        #: execute_open_arrays's outputs where every output's shape is fixed (inputs of open shape only)
+        self._fixed = (tuple((spec.shape, spec.nbytes) for spec in signature.outputs), self._shapes)
 
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
@@ -725,7 +757,7 @@ class OrtPreparedModel(IPreparedModel):
         if binding is None:
             binding = self._local.binding = _Binding(self.session, self.signature, self.copies_inputs)
         late = self._bind(binding, request)
-        if late or start:
+        if late or start or binding.guessed:
             return self._finish(binding, request, late, measure_timing, deadline_ns, start)
         try:  # the run and nothing else (as OrtExecution's plain one)
             binding.run(binding.native, None)
@@ -737,7 +769,95 @@ class OrtPreparedModel(IPreparedModel):
         """execute_arrays where the signature fixes every shape and the session reads the
         caller's memory (a provider that copies its inputs binds them before every run:
         execute does)."""
-        return self.execute_arrays if self._array_arguments is not None and not self.copies_inputs else None
+        if self.copies_inputs:
+            return None
+        if self._array_arguments is not None:
+            return self.execute_arrays
+        return self.execute_open_arrays
+
+    def execute_open_arrays(self, arrays: list[np.ndarray], deadline_ns: int | None = None
+                            ) -> tuple[list[OutputShape], Timing]:
+        """execute_arrays for a model with an input or output of open shape: an input's
+        array gives its dimensions, an output's array is its buffer (its shape the run's).
+        Where a run with these input shapes told the outputs' shapes (see _learned) and
+        each output array has its output's shape, the arrays bound on this thread's binding
+        at those shapes are found by identity and the rest checked and bound, as
+        execute_arrays does (the outputs written in place); anything else is the request
+        the arrays make, through execute."""
+        binding = getattr(self._local, "binding", None)
+        specs = self._specs
+        if binding is not None and deadline_ns is None and not self.signature.loops and len(arrays) == len(specs) \
+                and (self._guesses or not self._open):
+            key = tuple([arrays[position].shape for position in self._open_inputs])
+            known = self._learned.get(key) if self._open else self._fixed
+            if known is not None:
+                count = self._input_count
+                bound, bound_shapes, wanted = binding.bound, binding.shapes, known[0]
+                position = 0
+                for array in arrays:
+                    shape = array.shape
+                    if position < count:
+                        spec = specs[position]
+                        if shape != spec.shape and (spec.nbytes is not None or shape not in self._accepted[position]):
+                            break
+                    elif shape != wanted[position - count][0] or not wanted[position - count][1]:
+                        break
+                    previous = bound[position]
+                    if (previous.__class__ is not _REF or previous() is not array
+                            or bound_shapes[position] != shape) and not self._bind_open(binding, position, array):
+                        break
+                    position += 1
+                else:
+                    binding.guessed, binding.key, binding.late = self._open_outputs, key, []
+                    try:
+                        binding.run(binding.native, None)
+                    except Exception as error:
+                        if not self._open:
+                            raise _run_failure(error) from None
+                        # a guess refused, or the run's failure again
+                        return self._unguess(binding, self._open_request(arrays), [], False, None, 0)
+                    return known[1].copy(), _UNTIMED
+        return self.execute(self._open_request(arrays), False, deadline_ns)
+
+    def _bind_open(self, binding: _Binding, position: int, array: np.ndarray) -> bool:
+        """Bind ``array`` (its shape checked by the caller) at ``position`` as _bind_array
+        does; False, having bound nothing, for one that is not a C-contiguous numpy array
+        of the spec's dtype."""
+        spec = self._specs[position]
+        if array.__class__ is not np.ndarray or array.dtype is not spec.dtype or not array.flags.c_contiguous:
+            return False
+        bound = binding.bound
+        bound[position] = None
+        try:
+            if position < self._input_count:
+                binding.bind_array(spec.name, array)
+            else:
+                if not array.flags.writeable:
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output pool is read-only")
+                binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, array.shape,
+                                    ctypes.addressof(ctypes.c_char.from_buffer(array)))
+        except HalError:
+            raise
+        except Exception as error:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot bind the request: {error}") from None
+        bound[position] = _REF(array)
+        binding.shapes[position] = array.shape
+        return True
+
+    def _open_request(self, arrays: list[np.ndarray]) -> Request:
+        """The request execute_open_arrays's arrays make: argument k the whole of array k,
+        an input of open shape at the array's shape, every other argument at its spec's
+        dimensions."""
+        count = self._input_count
+        if len(arrays) != len(self._specs):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "the request's inputs or outputs do not match the model")
+        arguments = []
+        for position, (spec, array) in enumerate(zip(self._specs, arrays, strict=True)):
+            if not isinstance(array, np.ndarray):
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"argument {position} is not a numpy array")
+            dims = list(array.shape) if position < count and spec.nbytes is None else list(spec.dimensions)
+            arguments.append(RequestArgument(False, DataLocation(position, 0, array.nbytes), dims))
+        return Request(arguments[:count], arguments[count:], list(arrays))
 
     def execute_arrays(self, arrays: list[np.ndarray], deadline_ns: int | None = None
                        ) -> tuple[list[OutputShape], Timing]:
@@ -858,6 +978,9 @@ class OrtPreparedModel(IPreparedModel):
         views: dict[int, tuple[memoryview, int]] = {}  # pool index -> (its bytes, their address)
         arrays: list[np.ndarray] = []  # the arrays bound as arrays, for a request bound to keep
         late = []
+        guessed: list[int] = []
+        binding.guessed, binding.late = guessed, late
+        open_shapes: list[tuple[int, ...]] | None = [] if self._open else None  # the key (see _learned)
         count = len(pools)
         try:
             bound = binding.bound
@@ -883,6 +1006,12 @@ class OrtPreparedModel(IPreparedModel):
                     shape, needed = self._input_shape(position, argument, spec)
                 else:
                     shape = spec.shape
+                if spec.nbytes is None:
+                    if open_shapes is not None:
+                        open_shapes.append(shape)
+                    accepted = self._accepted[position]
+                    if shape not in accepted and len(accepted) < 64:
+                        accepted.add(shape)  # checked by _input_shape (see execute_open_arrays)
                 if location.length < needed:
                     raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} buffer is too small")
                 address = self._located(request, views, location, needed, False, f"input {position}")
@@ -892,10 +1021,19 @@ class OrtPreparedModel(IPreparedModel):
                     binding.bind_input(spec.name, _CPU_DEVICE, spec.element_type, shape, address)
                     bound[position] = (address, shape)
             first = len(inputs)  # the outputs' entries in ``bound`` follow the inputs'
+            known = None  # the outputs' shapes an earlier run with these input shapes gave
+            if open_shapes is not None:
+                binding.key = key = tuple(open_shapes)
+                if self._guesses:
+                    known = self._learned.get(key)
             for position, argument in enumerate(outputs):
                 slot = first + position
                 spec = signature.outputs[position]
                 needed = spec.nbytes
+                shape = spec.shape
+                guess = needed is None and known is not None and not argument.has_no_value
+                if guess:
+                    shape, needed = known[0][position]
                 location = argument.location
                 if argument.has_no_value or needed is None or location.length < needed:
                     late.append(position)  # bound before each run (see _finish)
@@ -903,7 +1041,9 @@ class OrtPreparedModel(IPreparedModel):
                     continue
                 index = location.pool_index
                 pool = pools[index] if 0 <= index < count else None
-                if _whole_array(pool, spec, location):
+                if guess:
+                    guessed.append(position)
+                elif _whole_array(pool, spec, location):
                     previous = bound[slot]
                     if previous.__class__ is not _REF or previous() is not pool:
                         bound[slot] = None
@@ -917,10 +1057,10 @@ class OrtPreparedModel(IPreparedModel):
                     continue
                 address = self._located(request, views, location, needed, True, f"output {position}")
                 previous = bound[slot]
-                if previous.__class__ is not tuple or previous != (address, spec.shape):
+                if previous.__class__ is not tuple or previous != (address, shape):
                     bound[slot] = None
-                    binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, spec.shape, address)
-                    bound[slot] = (address, spec.shape)
+                    binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, shape, address)
+                    bound[slot] = (address, shape)
         except HalError:
             raise
         except Exception as error:
@@ -975,7 +1115,8 @@ class OrtPreparedModel(IPreparedModel):
 
     def _finish(self, binding: _Binding, request: Request, late: list[int], measure_timing: bool,
                 deadline_ns: int | None, start: int) -> tuple[list[OutputShape], Timing]:
-        """Run the bound request; land the outputs ORT allocated; shapes and timing."""
+        """Run the bound request; land the outputs ORT allocated; shapes and timing. A run
+        whose guessed outputs (see _learned) ORT refuses runs again with them late."""
         if late:
             # An output ORT allocates is bound afresh before every run: after a run the
             # binding holds the value ORT allocated, and the next run would have to fit that
@@ -986,39 +1127,101 @@ class OrtPreparedModel(IPreparedModel):
                     binding.bind_output(outputs[position].name, _CPU_DEVICE)
             except Exception as error:
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot bind an output: {error}") from None
+        guessed = binding.guessed
         run_start = time.monotonic_ns() if measure_timing else 0
-        self._run(binding, deadline_ns)
+        try:
+            self._run(binding, deadline_ns)
+        except HalError as error:
+            if not guessed or error.status != ErrorStatus.GENERAL_FAILURE:
+                raise
+            return self._unguess(binding, request, late, measure_timing, deadline_ns, start)
         run_end = time.monotonic_ns() if measure_timing else 0
-        shapes = self._shapes.copy()
+        if guessed:
+            known = self._learned.get(binding.key)
+            shapes = (known[1] if known is not None else self._guessed_shapes(binding)).copy()
+        else:
+            shapes = self._shapes.copy()
         if late:
             self._land(binding, request, late, shapes)
         if not measure_timing:
             return shapes, _UNTIMED
         return shapes, Timing(run_end - run_start, time.monotonic_ns() - start)
 
+    def _guessed_shapes(self, binding: _Binding) -> list[OutputShape]:
+        """The shapes of a run whose guesses were learned and since forgotten (the table
+        full, another thread's run): what the binding holds."""
+        first = len(self.signature.inputs)
+        shapes = self._shapes.copy()
+        for position in binding.guessed:
+            shapes[position] = OutputShape(list(_bound_shape(binding, first + position)))
+        return shapes
+
+    def _unguess(self, binding: _Binding, request: Request, late: list[int], measure_timing: bool,
+                 deadline_ns: int | None, start: int) -> tuple[list[OutputShape], Timing]:
+        """The run again with the guessed outputs late, after ORT refused it (a shape that
+        follows from input values: the model guesses no more when the shapes moved; or a
+        failure of another kind, which the run again gives too)."""
+        guessed, first = binding.guessed, len(self.signature.inputs)
+        expected = [_bound_shape(binding, first + position) for position in guessed]
+        for position in guessed:
+            binding.bound[first + position] = _LATE
+        binding.guessed = []
+        binding.late = late = sorted([*late, *guessed])
+
+        def moved(shapes: list[OutputShape]) -> None:
+            if any(tuple(shapes[p].dimensions) != shape for p, shape in zip(guessed, expected, strict=True)):
+                self._guesses = False
+                self._learned.clear()
+
+        try:
+            shapes, timing = self._finish(binding, request, late, measure_timing, deadline_ns, start)
+        except HalError as error:
+            if error.output_shapes:
+                moved(error.output_shapes)
+            raise
+        moved(shapes)
+        return shapes, timing
+
     def _land(self, binding: _Binding, request: Request, late: list[int], shapes: list[OutputShape]) -> None:
-        values = binding.io.get_outputs()
-        results = {position: values[position].numpy() for position in late}
-        for position, result in results.items():
-            argument = request.outputs[position]
-            shapes[position] = OutputShape(list(result.shape), argument.has_no_value
-                                           or argument.location.length >= result.nbytes)
+        """Copy the outputs ORT allocated into the request (one memmove each from ORT's
+        memory); learn the output shapes of these input shapes (see _learned)."""
+        native = binding.io._iobinding if hasattr(binding.io, "_iobinding") else binding.io
+        values = native.get_outputs()
+        outputs, specs = request.outputs, self.signature.outputs
+        landed = []
+        for position in late:
+            value = values[position]
+            if value.element_type() != self._element_types[position]:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime gave output {position} as ONNX type "
+                                                            f"{value.element_type()}, not the operand's")
+            dims = list(value.shape())
+            argument = outputs[position]
+            nbytes = _nbytes(specs[position], dims)
+            shapes[position] = OutputShape(dims, argument.has_no_value or argument.location.length >= nbytes)
+            landed.append((position, value, nbytes))
+        if self._guesses and binding.key is not None:
+            self._learn(binding.key, shapes)
         if not all(shape.is_sufficient for shape in shapes):
             raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
-        for position, result in results.items():
-            argument = request.outputs[position]
-            if argument.has_no_value or result.size == 0:
+        views: dict[int, tuple[memoryview, int]] = {}
+        for position, value, nbytes in landed:
+            argument = outputs[position]
+            if argument.has_no_value or not nbytes:
                 continue
-            target = self._output_array(request, argument, self.signature.outputs[position], list(result.shape))
-            target[...] = result
+            address = self._located(request, views, argument.location, nbytes, True, f"output {position}")
+            ctypes.memmove(address, value.data_ptr(), nbytes)
 
-    def _output_array(self, request: Request, argument, spec: IoSpec, dims: list[int]) -> np.ndarray:
-        needed = _nbytes(spec, dims)
-        location = argument.location
-        pool = _pool_bytes(_pool_at(request, location.pool_index), writable=True)
-        if location.offset < 0 or location.offset + needed > pool.nbytes:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output lies outside its pool")
-        return np.frombuffer(pool, spec.dtype, needed // spec.dtype.itemsize, location.offset).reshape(dims)
+    def _learn(self, key: tuple, shapes: list[OutputShape]) -> None:
+        """Remember the output shapes a run with input shapes ``key`` gave (see _learned)."""
+        if key in self._learned:
+            return
+        if len(self._learned) >= 64:  # a model run at ever new shapes: the latest kept
+            self._learned.clear()
+        specs = self.signature.outputs
+        self._learned[key] = (
+            tuple((tuple(shape.dimensions), _nbytes(spec, shape.dimensions) or None) if spec.nbytes is None
+                  else (spec.shape, spec.nbytes) for spec, shape in zip(specs, shapes, strict=True)),
+            [OutputShape(list(shape.dimensions)) for shape in shapes])
 
     def _run(self, binding: _Binding, deadline_ns: int | None) -> None:
         options = None
@@ -1107,11 +1310,13 @@ class OrtExecution(IExecution):
         self._loop_timeout_ns = loop_timeout_ns
         self._binding = binding
         self._request = request
-        self._late = late
         self._measure = measure_timing
         #: a run that measures nothing and lands nothing (every output's shape is known) is
         #: the session's run and the shapes: nothing else between two model runs
-        self._plain = not late and not measure_timing and not binding.fresh_inputs and not self._loops
+        self._plain = not late and not binding.guessed and not measure_timing and not binding.fresh_inputs \
+            and not self._loops
+        #: bound again once its outputs' shapes are learned (see execute)
+        self._rebound = not late or not prepared._guesses
         self._run, self._io = binding.run, binding.native
         self._shapes = prepared._shapes
 
@@ -1127,9 +1332,14 @@ class OrtExecution(IExecution):
         start = time.monotonic_ns() if self._measure or deadline_ns is not None else 0
         if deadline_ns is not None and start > deadline_ns:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the deadline passed before execution")
-        if self._binding.fresh_inputs:
-            self._prepared._bind(self._binding, self._request, keep=True)
-        return self._prepared._finish(self._binding, self._request, self._late, self._measure, deadline_ns, start)
+        binding, prepared = self._binding, self._prepared
+        if binding.fresh_inputs:
+            prepared._bind(binding, self._request, keep=True)
+        elif not self._rebound and binding.key in prepared._learned:
+            # a run told the shapes of outputs ORT allocated: written in place from now on
+            self._rebound = True
+            prepared._bind(binding, self._request, keep=True)
+        return prepared._finish(binding, self._request, binding.late, self._measure, deadline_ns, start)
 
 
 def _cpu_device():
@@ -1154,6 +1364,19 @@ def _run_with_iobinding(session: ort.InferenceSession, io: ort.IOBinding):
     if callable(run) and native_io is not None:
         return run, native_io
     return session.run_with_iobinding, io
+
+
+def _onnx_type(dtype: np.dtype) -> int | None:
+    try:
+        return helper.np_dtype_to_tensor_dtype(dtype)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _bound_shape(binding: _Binding, slot: int) -> tuple[int, ...]:
+    """The shape an output is bound at: by address (_bind) or as an array (execute_open_arrays)."""
+    entry = binding.bound[slot]
+    return entry[1] if entry.__class__ is tuple else binding.shapes[slot]
 
 
 def _pool_at(request: Request, index: int):
