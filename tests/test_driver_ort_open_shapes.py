@@ -282,3 +282,32 @@ def test_an_input_of_open_shape_and_outputs_of_fixed_shape(ort_device, monkeypat
         _run(compilation, value, [out])
         np.testing.assert_array_equal(out, value.max(axis=0))
     assert binds[0] == 2
+
+
+def test_a_session_on_open_shapes_allocates_the_shapes_a_run_gave(ort_device, monkeypatch):
+    """nnapi.Session on a model of open shape: batches 2, 5, 2, 5 give the numpy values;
+    from the second run at a batch its outputs are allocated at their shape, so the run
+    takes the runtime's array path (the driver's general request path, _bind, once per
+    batch); RESHAPE to a shape given at run time still gives each run's own shape."""
+    session = nnapi.Session(_two_outputs([0, 3]), [ort_device])
+    binds = [0]
+    original = OrtPreparedModel._bind
+
+    def counted(self, *args, **kwargs):
+        binds[0] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(OrtPreparedModel, "_bind", counted)
+    rng = np.random.default_rng(2)
+    for batch in (2, 5, 2, 5, 2):
+        value = rng.uniform(-2, 2, (batch, 3)).astype(np.float32)
+        results = session.run({"input0": value})
+        np.testing.assert_array_equal(results["output0"], value + value)
+        np.testing.assert_array_equal(results["output1"], value * value)
+    assert binds[0] == 2
+
+    session = nnapi.Session(_reshape_at_run_time(), [ort_device])
+    value = np.arange(12, dtype=np.float32)
+    for rows in (2, 3, 3, 6, 2, 12):
+        result = session.run({"input0": value, "input1": np.array([rows, 12 // rows], np.int32)})["output0"]
+        np.testing.assert_array_equal(result, value.reshape(rows, -1))

@@ -10,6 +10,7 @@ state (TFLite variable tensors) from one run to the next.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -120,6 +121,13 @@ class Session:
         self.inputs = [self._info(spec) for spec in imported.inputs]
         self.outputs = [self._info(spec) for spec in imported.outputs]
         self._input_positions = {spec.name: i for i, spec in enumerate(imported.inputs)}
+        #: per input shapes, the shapes of the outputs of open shape a run gave: the next run
+        #: with those input shapes allocates them exactly (the runtime's fast path for arrays,
+        #: and a driver that learned them writes in place), not a guessed buffer to slice;
+        #: dropped for good once a run at known input shapes gives other shapes (shapes that
+        #: follow from input values)
+        self._open_outputs = [i for i, t in enumerate(self._output_types) if not t.is_fully_specified]
+        self._output_dims: dict[tuple, list[list[int]]] | None = {} if self._open_outputs else None
         self._states: dict[int, np.ndarray] = {}
         self.reset_states()
 
@@ -174,7 +182,8 @@ class Session:
         arrays: list[np.ndarray] = []
         for info, op_type in zip(self.inputs, self._input_types[:len(self.inputs)]):
             array = self._check_input(info, inputs[info.name])
-            arrays.append(array.reshape(self._operand_dims(op_type, array)))
+            dims = self._operand_dims(op_type, array)
+            arrays.append(array if array.shape == dims else array.reshape(dims))  # (the caller's array itself)
         for spec in self.imported.states:
             arrays.append(self._states[spec.input_index])
         results = self._execute(arrays)
@@ -236,6 +245,15 @@ class Session:
 
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         known: list[Sequence[int] | None] = [None] * len(self._output_types)
+        learned = self._output_dims
+        key = previous = None
+        if learned is not None:
+            key = tuple([array.shape for array in arrays])
+            previous = learned.get(key)
+            if previous is not None:
+                for position, dims in zip(self._open_outputs, previous, strict=True):
+                    known[position] = dims
+        typed = False  # (the second attempt: the outputs' types given with the shapes needed)
         for _attempt in range(2):
             execution = Execution(self.compilation)
             for position, array in enumerate(arrays):
@@ -244,7 +262,7 @@ class Session:
             for position, buffer in enumerate(buffers):
                 # a fully specified output's buffer has the model's dimensions: no type to
                 # pass (the Execution's quick path for plain arrays), nor to read back
-                if known[position] is None:
+                if known[position] is None or not typed:
                     execution.set_output(position, buffer)
                 else:
                     execution.set_output(position, buffer,
@@ -253,18 +271,27 @@ class Session:
                 execution.compute()
             except OutputInsufficientSizeError:
                 known = [self._needed_dimensions(execution, i) for i in range(len(buffers))]
+                typed = True
+                if previous is not None:  # a shape moved at input shapes run before
+                    self._output_dims = learned = None
                 continue
             except NnapiError as error:
                 raise self._naming_source(error) from None
-            results = []
-            for position, buffer in enumerate(buffers):
-                if self._output_types[position].is_fully_specified:
-                    results.append(buffer)
-                    continue
-                dims = execution.get_output_operand_dimensions(position) if self._output_types[position].is_tensor \
-                    else []
-                count = int(np.prod(dims)) if dims else 1
-                results.append(buffer.reshape(-1)[:count].reshape(dims) if buffer.shape != tuple(dims) else buffer)
+            found = [execution.get_output_operand_dimensions(i) if self._output_types[i].is_tensor else []
+                     for i in self._open_outputs]
+            if learned is not None:
+                if previous is None:
+                    if len(learned) >= 64:
+                        learned.clear()
+                    learned[key] = found
+                elif found != previous:
+                    self._output_dims = None
+            results = buffers
+            for position, dims in zip(self._open_outputs, found, strict=True):
+                buffer = buffers[position]
+                if buffer.shape != tuple(dims):
+                    count = math.prod(dims)
+                    buffers[position] = buffer.reshape(-1)[:count].reshape(dims)
             return results
         raise OutputInsufficientSizeError("run: output shapes changed between attempts")
 
