@@ -177,3 +177,102 @@ def test_a_model_refused_every_way_names_each_reason() -> None:
                                                r"its inputs' static shapes.*operator 3 \(RFFT2D\)") as refused:
         nnapi.load_model(build(Subgraph(t, ops, [0], [6])))
     assert refused.value.code == nnapi.ResultCode.BAD_DATA
+
+
+def _framed_spectrum(samples: int = 24, frame: int = 8) -> bytes:
+    """BirdNET's and word-activation-recognition's front end in small: audio [-1, samples]
+    cut into frames by a shape computed from SHAPE (STRIDED_SLICE, FLOOR_DIV, PACK),
+    windowed, RFFT2D, SQUEEZE, then COMPLEX_ABS and a CAST of the complex spectrum to
+    float32 (its real part). Every tensor after the input declares the placeholder shapes
+    such files hold: open dimensions as 1, and the spectrum's bins as the frame's samples."""
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(frame) / frame)).astype(np.float32)
+    i32 = lambda v: np.array(v, np.int32)  # noqa: E731
+    t = [Tensor("audio", "float32", [1, samples], shape_signature=[-1, samples]),        # 0
+         Tensor("shape", "int32", [2]),                                                   # 1
+         Tensor("begin", "int32", [1], data=i32([1])),                                    # 2
+         Tensor("end", "int32", [1], data=i32([2])),                                      # 3
+         Tensor("stride", "int32", [1], data=i32([1])),                                   # 4
+         Tensor("length", "int32", []),                                                   # 5
+         Tensor("frame", "int32", [], data=i32(frame)),                                   # 6
+         Tensor("frames", "int32", []),                                                   # 7
+         Tensor("one", "int32", [], data=i32(1)),                                         # 8
+         Tensor("framed_shape", "int32", [3]),                                            # 9
+         Tensor("framed", "float32", [1, 1, frame], shape_signature=[-1, -1, frame]),     # 10
+         Tensor("window", "float32", [frame], data=window),                               # 11
+         Tensor("windowed", "float32", [1, 1, frame], shape_signature=[-1, -1, frame]),   # 12
+         Tensor("fft_length", "int32", [2], data=i32([1, frame])),                        # 13
+         Tensor("spectrum4", "complex64", [1, 1, 1, frame], shape_signature=[-1, -1, 1, frame]),  # 14
+         Tensor("spectrum", "complex64", [1, frame], shape_signature=[-1, frame]),        # 15
+         Tensor("magnitude", "float32", [1, frame], shape_signature=[-1, frame]),         # 16
+         Tensor("real", "float32", [1, frame], shape_signature=[-1, frame]),              # 17
+         Tensor("axis", "int32", [], data=i32(2)),                                        # 18
+         Tensor("windowed4", "float32", [1, 1, 1, frame], shape_signature=[-1, -1, 1, frame])]  # 19
+    ops = [Operator("SHAPE", [0], [1], ("ShapeOptions", {"OutType": 2})),
+           Operator("STRIDED_SLICE", [1, 2, 3, 4], [5], ("StridedSliceOptions", {"ShrinkAxisMask": 1})),
+           Operator("FLOOR_DIV", [5, 6], [7]),
+           Operator("PACK", [7, 8, 6], [9], ("PackOptions", {"ValuesCount": 3, "Axis": 0})),
+           Operator("RESHAPE", [0, 9], [10]),
+           Operator("MUL", [10, 11], [12], ("MulOptions", {})),
+           Operator("EXPAND_DIMS", [12, 18], [19]),
+           Operator("RFFT2D", [19, 13], [14]),
+           Operator("SQUEEZE", [14], [15], ("SqueezeOptions", {"SqueezeDims": [1, 2]})),
+           Operator("COMPLEX_ABS", [15], [16]),
+           Operator("CAST", [15], [17])]
+    return build(Subgraph(t, ops, [0], [16, 17]))
+
+
+def test_framed_spectrum_with_placeholder_shapes_agrees_with_numpy_and_litert() -> None:
+    """Refused before: the file's signature fixes the RFFT2D's last dimension at 8 (the
+    frame's samples, a placeholder: 5 bins follow), so no open dimension was left for the
+    derived shapes to fill. Every dimension after the inputs is derived now: 3 frames of
+    5 bins, as LiteRT computes them; the values
+    agree with numpy's float64 FFT within float32 rounding, and with LiteRT, on each device."""
+    data = _framed_spectrum()
+    imported = nnapi.load_model(data)
+    assert [o.shape for o in imported.outputs] == [(3, 5), (3, 5)]
+    audio = np.random.default_rng(3).standard_normal((1, 24)).astype(np.float32)
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(8) / 8)
+    spectrum = np.fft.rfft(audio.astype(np.float64).reshape(3, 8) * window, axis=-1)
+    scale = np.abs(spectrum).max()
+    litert = litert_outputs(data, {"audio": audio})
+    assert litert["magnitude"].shape == (3, 5)
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        if device not in [d.name for d in nnapi.get_devices()]:
+            continue
+        got = nnapi.Session(imported, device).run({"audio": audio})
+        for name, want in (("magnitude", np.abs(spectrum)), ("real", spectrum.real)):
+            assert got[name].shape == (3, 5)
+            assert np.abs(got[name] - want).max() <= 1e-6 * scale, (device, name)
+            assert np.abs(got[name] - litert[name]).max() <= 1e-6 * scale, (device, name)
+
+
+def test_reshapes_of_constants_with_placeholder_shapes_fold_by_their_own_arguments() -> None:
+    """SHAPE(x) through EXPAND_DIMS, RESHAPE and SQUEEZE whose outputs the file declares
+    as placeholders folds at import by each operator's axis, shape input or squeezed
+    dimensions (not the declared shape), and y = RESHAPE(x * 2, that) runs as LiteRT runs it."""
+    i32 = lambda v: np.array(v, np.int32)  # noqa: E731
+    t = [Tensor("x", "float32", [2, 6], shape_signature=[-1, 6]),              # 0
+         Tensor("shape", "int32", [2]),                                       # 1
+         Tensor("axis", "int32", [], data=i32(0)),                            # 2
+         Tensor("expanded", "int32", [1, 1], shape_signature=[-1, -1]),       # 3
+         Tensor("new_shape", "int32", [3], data=i32([1, 2, 1])),              # 4
+         Tensor("reshaped", "int32", [1, 1, 1], shape_signature=[-1, -1, -1]),  # 5
+         Tensor("squeezed", "int32", [1], shape_signature=[-1]),              # 6
+         Tensor("two", "float32", [], data=np.array(2, np.float32)),          # 7
+         Tensor("doubled", "float32", [1, 1], shape_signature=[-1, -1]),      # 8
+         Tensor("y", "float32", [1, 1], shape_signature=[-1, -1])]            # 9
+    ops = [Operator("SHAPE", [0], [1], ("ShapeOptions", {"OutType": 2})),
+           Operator("EXPAND_DIMS", [1, 2], [3]),
+           Operator("RESHAPE", [3, 4], [5]),
+           Operator("SQUEEZE", [5], [6], ("SqueezeOptions", {"SqueezeDims": [0, 2]})),
+           Operator("MUL", [0, 7], [8], ("MulOptions", {})),
+           Operator("RESHAPE", [8, 6], [9])]
+    data = build(Subgraph(t, ops, [0], [9]))
+    imported = nnapi.load_model(data)
+    assert imported.outputs[0].shape == (2, 6)
+    folded = [lowering.source.name for lowering in imported.lowerings if "folded" in lowering.reason]
+    assert folded == ["SHAPE", "EXPAND_DIMS", "RESHAPE", "SQUEEZE"]
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    got = nnapi.Session(imported, "nnapi-reference").run({"x": x})["y"]
+    np.testing.assert_array_equal(got, x * 2)
+    np.testing.assert_array_equal(litert_outputs(data, {"x": x})["y"], x * 2)

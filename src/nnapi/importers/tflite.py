@@ -213,8 +213,13 @@ class _Graph:
         raw = self.raw.Tensors(i)
         name = (raw.Name() or b"").decode("utf-8", "replace") or f"tensor_{i}"
         shape = tuple(int(d) for d in raw.ShapeAsNumpy()) if raw.ShapeLength() else ()
-        if raw.ShapeSignatureLength() and (not self.static_shapes or self.propagate and i not in self.inputs and
-                                           not raw.IsVariable()):
+        if self.propagate and i not in self.inputs and not raw.IsVariable() and \
+                self.reader.buffer_data(raw.Buffer()) is None:
+            # every dimension open, even those its signature fixes: downstream of an open one
+            # they can be placeholders too (word-activation-recognition's RFFT2D declares its
+            # 1025 bins as its 2048 samples, signature and all)
+            shape = tuple(-1 for _ in shape)
+        elif raw.ShapeSignatureLength() and not self.static_shapes:
             signature = tuple(int(d) for d in raw.ShapeSignatureAsNumpy())
             if len(signature) == len(shape):
                 shape = tuple(-1 if s < 0 else d for d, s in zip(shape, signature))
@@ -444,7 +449,13 @@ class _Converter:
         for tensor in op.outputs:
             info = self.graph.tensors[tensor]
             operand = self.operands.get(tensor, self.complex_parts.get(tensor, (None,))[0])
-            if operand is None or all(d >= 0 for d in info.shape):
+            if all(d >= 0 for d in info.shape):
+                continue
+            if operand is None:
+                if tensor in self.consts:  # a converter's constant (SHAPE of a static shape)
+                    dims = tuple(self.consts[tensor].data.shape)
+                    if len(dims) == len(info.shape):
+                        info.shape = dims
                 continue
             dims = tuple(self.type_of(operand).dimensions)
             if len(dims) == len(info.shape) and 0 not in dims:
