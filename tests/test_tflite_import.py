@@ -830,6 +830,41 @@ def test_spectrogram_rfft2d_agrees_with_numpy_and_litert(width: int, n: int) -> 
             assert np.abs(got[name] - litert[name]).max() <= 1e-6 * scale, name
 
 
+@pytest.mark.parametrize("width, n", [(256, 256), (300, 256), (400, 512), (2048, 2048)])
+def test_long_rfft2d_runs_in_two_dft_stages(width: int, n: int) -> None:
+    """An RFFT2D of many points (tf.signal.stft's 512 or 2048) as two DFT stages of about
+    sqrt(n) points by matrices (the twiddle factors in the second's), not one DFT of n:
+    a tenth of the multiply-adds at 2048. Within float32 rounding of numpy's float64 FFT
+    and of LiteRT, cropped, exact or zero-padded to n, on each device."""
+    from tflite_cases import spectrogram
+
+    data = spectrogram(width, n)
+    imported = nnapi.load_tflite(data)
+    assert "two DFT stages" in imported.lowerings[0].reason
+    frames = np.random.default_rng(n + width).standard_normal((3, 1, width)).astype(np.float32)
+    spectrum = np.fft.rfft(frames.astype(np.float64), n=n, axis=-1)
+    expected = {"magnitude": np.abs(spectrum).reshape(3, -1), "re": spectrum.real, "im": spectrum.imag}
+    scale = np.abs(spectrum).max()
+    litert = litert_outputs(data, {"frames": frames}) if Interpreter is not None else None
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        session = _session_on(imported, device)
+        if session is None:
+            continue
+        got = session.run({"frames": frames})
+        for name, want in expected.items():
+            assert got[name].shape == want.shape
+            assert np.abs(got[name] - want).max() <= 1e-6 * scale, (device, name)
+            if litert is not None:
+                assert np.abs(got[name] - litert[name]).max() <= 1e-6 * scale, (device, name)
+
+
+def test_short_rfft2d_stays_one_dft() -> None:
+    """16 points: two stages would not save enough multiply-adds to pay for their steps."""
+    from tflite_cases import spectrogram
+
+    assert "two FULLY_CONNECTEDs by the DFT" in nnapi.load_tflite(spectrogram(16, 16)).lowerings[0].reason
+
+
 def test_arg_max_with_int64_output_is_widened_by_session() -> None:
     """ARG_MAX with int64 output (tf.argmax's default; refused before: NNAPI outputs int32)
     imports as int32 and Session returns int64 indices equal to numpy's, on each device;
