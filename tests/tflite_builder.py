@@ -5,7 +5,7 @@ A model is described with plain Python: tensors (``Tensor``), operators (``Opera
 and subgraphs (``Subgraph``); ``build`` returns the .tflite bytes, which LiteRT and
 ``nnapi.load_tflite`` both read. Covers what the lowerings need: per-tensor and
 per-channel quantization, constants, variable tensors, sparse constants, builtin options
-with scalar and vector fields, several subgraphs, operator intermediates.
+with scalar, string and vector fields, several subgraphs, operator intermediates.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _OPCODES = {name: code for code, name in BUILTIN_OPCODE2NAME.items()}
 #: operators whose first version in TFLite's schema is not 1 (LiteRT registers no version 1)
 _FIRST_VERSION = {_OPCODES["BROADCAST_TO"]: 2}
 _TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "complex64": 8,
-          "int8": 9}
+          "int8": 9, "resource": 13}
 
 
 @dataclass
@@ -91,6 +91,7 @@ def _generic_vector(builder: flatbuffers.Builder, values, kind: str = "int32") -
 def _options(state: _State, name: str, fields: dict[str, Any]) -> tuple[int, int]:
     b = state.builder
     vectors = {key: _generic_vector(b, value) for key, value in fields.items() if isinstance(value, list)}
+    vectors.update({key: b.CreateString(value) for key, value in fields.items() if isinstance(value, str)})
     getattr(tflite, f"{name}Start")(b)
     for key, value in fields.items():
         getattr(tflite, f"{name}Add{key}")(b, vectors.get(key, value))

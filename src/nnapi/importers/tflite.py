@@ -27,6 +27,14 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.errors import BadDataError, NnapiError
 from nnapi.importers import ImportedModel, Lowering, SourceOp, StateSpec, TensorSpec, read_source
 from nnapi.importers.tflite_fold import folded_values
+from nnapi.importers.tflite_variables import (
+    VariableError,
+    assign_variable,
+    call_once,
+    read_variable,
+    var_handle,
+    variable_states,
+)
 from nnapi.importers.tflite_while_lstm import keras_while_lstm
 from nnapi.model import Model
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
@@ -267,6 +275,13 @@ class _Converter:
         self.keep_alive: list[Any] = []
         self.states: list[tuple[int, int]] = []  # (tensor, model input position)
         self.state_outputs: dict[int, int] = {}  # tensor -> NNAPI operand holding its new value
+        #: resource variables (tflite_variables.py): VAR_HANDLE tensor -> (container, shared
+        #: name), the variables by that key, their initial values (CALL_ONCE's constants)
+        self.variable_handles: dict[int, tuple[str, str]] = {}
+        self.variables: dict[tuple[str, str], Any] = {}
+        self.variable_initials: dict[tuple[str, str], np.ndarray] = {}
+        #: the model's inputs as convert() identifies them (variables add theirs)
+        self.model_inputs: list[int] = []
         self.current: _Operator | None = None
         self._emitted: list[str] = []
         # PAD outputs folded into the explicit padding of the convolutions reading them:
@@ -512,7 +527,7 @@ class _Converter:
     # --- the subgraph ------------------------------------------------------------------
     def convert(self, input_names: bool = True) -> ImportedModel:
         graph = self.graph
-        inputs: list[int] = []
+        inputs = self.model_inputs
         for tensor in graph.inputs:
             info = graph.tensors[tensor]
             index = self.add(self.nn_type(info), self.channel_params(info))
@@ -591,6 +606,7 @@ class _Converter:
                 _NUMPY.get(info.tfl_type, np.float32))
             state_specs.append(StateSpec(info.name, position, out_index,
                                          np.asarray(initial).reshape(_operand_shape(info.shape))))
+        state_specs += variable_states(self, inputs, outputs)
         self.model.identify_inputs_and_outputs(inputs, outputs)
         self.model.finish()
         visible_inputs = [graph.tensors[t] for t in graph.inputs]
@@ -2662,6 +2678,17 @@ def _cumsum(c: _Converter, op: _Operator) -> None:
         c.emit(Op.TRANSPOSE, [moved, c.vector(list(np.argsort(perm)))], [c.output()])
     c.lowered("CUMSUM as FULLY_CONNECTED by a triangular 0 / 1 matrix (the axis moved last by TRANSPOSE): "
               "NNAPI has no cumulative sum")
+
+
+@_converter("CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")
+def _resource_variable(c: _Converter, op: _Operator) -> None:
+    """Resource variables as the session's state tensors (tflite_variables.py)."""
+    convert = {"CALL_ONCE": call_once, "VAR_HANDLE": var_handle, "READ_VARIABLE": read_variable,
+               "ASSIGN_VARIABLE": assign_variable}[op.name]
+    try:
+        convert(c, op)
+    except VariableError as error:
+        raise UnsupportedOperator(str(error)) from None
 
 
 @_converter("RFFT2D")
