@@ -321,7 +321,7 @@ def test_compare_judges_hybrid_float_outputs_by_the_hybrid_tolerance() -> None:
 def test_compare_without_litert_says_how_to_get_it(capsys, monkeypatch) -> None:
     import nnapi.cli.compare as compare
 
-    monkeypatch.setattr(compare, "litert_interpreter", lambda path: None)
+    monkeypatch.setattr(compare, "litert_interpreter", lambda path, **options: None)
     code, _, err = run_cli(capsys, "compare", LSTM)
     assert_one_line_error(code, err, "pip install 'nnapi[litert]'")
 

@@ -41,6 +41,9 @@ def common_parser() -> argparse.ArgumentParser:
     common.add_argument("--keep-loops", action="store_true",
                         help="import a WHILE loop that is Keras 3's LSTM layer as written (WHILE with its condition "
                              "and body models), not as one UNIDIRECTIONAL_SEQUENCE_LSTM")
+    common.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
+                        help="fix an input's open dimensions to this shape, as LiteRT's resize_tensor_input (a raw-"
+                             "audio model's length, a batch); every shape after it is derived (repeatable)")
     return common
 
 
@@ -99,12 +102,30 @@ def check_model_file(path: str) -> Path:
     return file
 
 
-def import_model(path: str, keep_loops: bool = False) -> nnapi.ImportedModel:
-    """``nnapi.load_model(path, keep_loops=...)`` with its failures (missing file, LiteRT's schema not
+def input_shapes(specs: list[str] | None) -> dict[str, list[int]] | None:
+    """``--input-shape NAME=D1,D2,...`` options as load_model's ``input_shapes``."""
+    if not specs:
+        return None
+    shapes = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            shape = [int(d) for d in dims.split(",")]
+        except ValueError:
+            shape = []
+        if not sep or not name or not shape or min(shape) < 1:
+            raise CliError(f"--input-shape {spec}: expected NAME=D1,D2,... (positive sizes)")
+        shapes[name] = shape
+    return shapes
+
+
+def import_model(path: str, keep_loops: bool = False, shapes: list[str] | None = None) -> nnapi.ImportedModel:
+    """``nnapi.load_model(path, keep_loops=..., input_shapes=...)`` (``shapes``: the
+    ``--input-shape`` options) with its failures (missing file, LiteRT's schema not
     installed, a file that is not a model) as one-line CliErrors naming the file."""
     check_model_file(path)
     try:
-        return nnapi.load_model(path, keep_loops=keep_loops)
+        return nnapi.load_model(path, keep_loops=keep_loops, input_shapes=input_shapes(shapes))
     except ImportError as error:
         raise CliError(f"{path}: {error} (pip install 'nnapi[tflite]')") from None
     except nnapi.BadDataError as error:
@@ -112,7 +133,7 @@ def import_model(path: str, keep_loops: bool = False) -> nnapi.ImportedModel:
         raise CliError(message if message.startswith(path) else f"{path}: {message}") from None
 
 
-def load_model(path: str, keep_loops: bool = False) -> LoadedModel:
+def load_model(path: str, keep_loops: bool = False, shapes: list[str] | None = None) -> LoadedModel:
     """A ``.tflite`` model (imported; its Keras LSTM loops as written with ``keep_loops``),
     or a CTS vector file (``.jsonl`` / ``.jsonl.gz``, its first record: how ``nnapi fuzz``
     writes failing graphs)."""
@@ -130,7 +151,7 @@ def load_model(path: str, keep_loops: bool = False) -> LoadedModel:
         model = build_model(record, keep=keep)
         names = {i: operand["name"] for i, operand in enumerate(record["main"]["operands"]) if operand.get("name")}
         return LoadedModel(model, path, names, None, keep)
-    imported = import_model(path, keep_loops)
+    imported = import_model(path, keep_loops, shapes)
     model = imported.model
     names = {model.inputs[k]: spec.name for k, spec in enumerate(imported.inputs)}
     names.update({model.outputs[k]: spec.name for k, spec in enumerate(imported.outputs)})

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 import nnapi
-from nnapi.cli._common import CliError, find_device, import_model
+from nnapi.cli._common import CliError, find_device, import_model, input_shapes
 from nnapi.session import Session, random_inputs
 
 #: The model ``nnapi run`` runs when given none (see nnapi/data/models/README.md).
@@ -23,10 +23,12 @@ def builtin_model_path() -> str:
     return str(resources.files("nnapi") / "data" / "models" / BUILTIN_MODEL)
 
 
-def open_session(path: str, device_names: list[str] | None = None, keep_loops: bool = False) -> Session:
-    """Import and compile ``path``; file problems are one-line CliErrors."""
+def open_session(path: str, device_names: list[str] | None = None, keep_loops: bool = False,
+                 shapes: list[str] | None = None) -> Session:
+    """Import (``shapes``: the ``--input-shape`` options) and compile ``path``; file problems
+    are one-line CliErrors."""
     devices = [find_device(name) for name in device_names] if device_names else None
-    return Session(import_model(path, keep_loops), devices)
+    return Session(import_model(path, keep_loops, shapes), devices)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,9 +104,11 @@ def _read_npz(session: Session, file: str, given: dict[str, np.ndarray], origin:
         origin[name] = f"{file}[{name}]"
 
 
-def litert_interpreter(path: str, builtin_kernels: bool = False, threads: int = 1) -> Any | None:
+def litert_interpreter(path: str, builtin_kernels: bool = False, threads: int = 1,
+                       shapes: list[str] | None = None) -> Any | None:
     """A LiteRT interpreter for ``path`` with ``threads`` threads (its default XNNPACK
-    delegate, or only its builtin kernels), or None if LiteRT is absent."""
+    delegate, or only its builtin kernels), its inputs resized as ``--input-shape`` says
+    (``shapes``), or None if LiteRT is absent."""
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:
@@ -112,6 +116,10 @@ def litert_interpreter(path: str, builtin_kernels: bool = False, threads: int = 
     try:
         resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_kernels else OpResolverType.AUTO
         interpreter = Interpreter(model_path=path, num_threads=threads, experimental_op_resolver_type=resolver)
+        by_name = {d["name"]: d["index"] for d in interpreter.get_input_details()}
+        for name, shape in (input_shapes(shapes) or {}).items():
+            if name in by_name:
+                interpreter.resize_tensor_input(by_name[name], shape)
         interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as error:
         raise CliError(f"{path}: LiteRT cannot load it ({str(error).splitlines()[0]})") from None

@@ -214,12 +214,12 @@ def _judge(entry: dict, float_output: bool, rtol: float, steps: int, hybrid_rtol
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    session = open_session(args.model, args.device, args.keep_loops)
-    interpreter = litert_interpreter(args.model)
+    session = open_session(args.model, args.device, args.keep_loops, args.input_shape)
+    interpreter = litert_interpreter(args.model, shapes=args.input_shape)
     if interpreter is None:
         raise CliError("comparing needs LiteRT: pip install 'nnapi[litert]'")
     try:
-        builtin = litert_interpreter(args.model, builtin_kernels=True)
+        builtin = litert_interpreter(args.model, builtin_kernels=True, shapes=args.input_shape)
     except CliError:
         builtin = None  # a model only the XNNPACK delegate can run
     worst: dict[str, dict] = {}

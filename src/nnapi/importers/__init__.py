@@ -8,6 +8,7 @@ tools use to name inputs, outputs and the source operator of each NNAPI operatio
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,13 +165,16 @@ def _sniff(data: bytes) -> str | None:
 
 
 def load_model(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
-               static_shapes: bool | None = None) -> ImportedModel:
+               static_shapes: bool | None = None,
+               input_shapes: dict[str, Sequence[int]] | None = None) -> ImportedModel:
     """Load a model file of any supported format (TensorFlow Lite today) as an ImportedModel.
 
     ``keep_loops``: import a WHILE loop that is Keras 3's LSTM layer as written (see
     ``load_tflite``), not as one UNIDIRECTIONAL_SEQUENCE_LSTM. ``static_shapes``: whether
     dimensions the file leaves open (a dynamic batch) become its static shape (see
     ``load_tflite``; None: only where the model cannot be expressed with them open).
+    ``input_shapes``: {input name: shape} fixes those inputs' open dimensions, as LiteRT's
+    ``resize_tensor_input`` (see ``load_tflite``).
 
     Raises BadDataError with a one-line message for a missing file or an unknown format.
     """
@@ -179,7 +183,8 @@ def load_model(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     if kind == "tflite":
         from nnapi.importers.tflite import load_tflite
 
-        return load_tflite(data if path is None else path, keep_loops=keep_loops, static_shapes=static_shapes)
+        return load_tflite(data if path is None else path, keep_loops=keep_loops, static_shapes=static_shapes,
+                           input_shapes=input_shapes)
     where = path or "the given bytes"
     raise BadDataError(f"{where}: not a model nnapi can import (expected a TensorFlow Lite .tflite flatbuffer)")
 

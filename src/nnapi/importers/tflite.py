@@ -204,13 +204,16 @@ class _Reader:
 class _Graph:
     """Tensor metadata of one subgraph."""
 
-    def __init__(self, reader: _Reader, subgraph: int, static_shapes: bool = False, propagate: bool = False) -> None:
+    def __init__(self, reader: _Reader, subgraph: int, static_shapes: bool = False, propagate: bool = False,
+                 input_shapes: dict[str, tuple[int, ...]] | None = None) -> None:
         self.reader = reader
         self.subgraph = subgraph
         self.static_shapes = static_shapes
         #: the file's static shapes for the inputs only; every other dimension its shape
         #: signature leaves open is taken from the operation writing it (_Converter.emit)
         self.propagate = propagate
+        #: the inputs' shapes the caller gave (load_tflite's input_shapes), by name
+        self.input_shapes = input_shapes or {}
         self.raw = reader.model.Subgraphs(subgraph)
         self.inputs = [int(i) for i in self.raw.InputsAsNumpy()] if self.raw.InputsLength() else []
         self.tensors = [self._tensor(i) for i in range(self.raw.TensorsLength())]
@@ -221,7 +224,9 @@ class _Graph:
         raw = self.raw.Tensors(i)
         name = (raw.Name() or b"").decode("utf-8", "replace") or f"tensor_{i}"
         shape = tuple(int(d) for d in raw.ShapeAsNumpy()) if raw.ShapeLength() else ()
-        if self.propagate and i not in self.inputs and not raw.IsVariable() and \
+        if i in self.inputs and name in self.input_shapes:
+            shape = _given_shape(name, shape, raw, self.input_shapes[name])
+        elif self.propagate and i not in self.inputs and not raw.IsVariable() and \
                 self.reader.buffer_data(raw.Buffer()) is None:
             # every dimension open, even those its signature fixes: downstream of an open one
             # they can be placeholders too (word-activation-recognition's RFFT2D declares its
@@ -263,7 +268,8 @@ class _Converter:
 
     def __init__(self, importer: _Importer, subgraph: int, top_level: bool) -> None:
         self.importer = importer
-        self.graph = _Graph(importer.reader, subgraph, importer.static_shapes, importer.propagate)
+        self.graph = _Graph(importer.reader, subgraph, importer.static_shapes, importer.propagate,
+                            importer.input_shapes if top_level else None)
         self.top_level = top_level
         self.model = Model()
         self.operands: dict[int, int] = {}  # TFLite tensor -> NNAPI operand
@@ -659,11 +665,12 @@ class _Converter:
 
 class _Importer:
     def __init__(self, data: bytes, keep_loops: bool = False, static_shapes: bool = False,
-                 propagate: bool = False) -> None:
+                 propagate: bool = False, input_shapes: dict[str, tuple[int, ...]] | None = None) -> None:
         self.reader = _Reader(data)
         self.keep_loops = keep_loops
         self.static_shapes = static_shapes
         self.propagate = propagate
+        self.input_shapes = input_shapes
         self.subgraph_models: dict[int, ImportedModel] = {}
         self.in_progress: set[int] = set()
 
@@ -683,7 +690,8 @@ class _Importer:
 
 
 def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
-                static_shapes: bool | None = None) -> ImportedModel:
+                static_shapes: bool | None = None,
+                input_shapes: dict[str, Sequence[int]] | None = None) -> ImportedModel:
     """Import a TensorFlow Lite model (a path or the flatbuffer's bytes) as an ImportedModel.
 
     A WHILE loop that is Keras 3's LSTM layer becomes one UNIDIRECTIONAL_SEQUENCE_LSTM
@@ -697,6 +705,11 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     static shape, such as SHAPE, which NNAPI lacks), then static as with True; the
     ImportedModel's ``fixed_shapes`` then says why.
 
+    ``input_shapes``: {input name: shape} fixes those inputs' open dimensions (the file's
+    static ones must match), as LiteRT's ``resize_tensor_input`` before it allocates: every
+    shape after the inputs is then derived from them (a raw-audio model whose file declares
+    one sample, a batch of 8). ``static_shapes`` does not apply then.
+
     Raises BadDataError naming the TFLite operator (index and name) and the reason when
     the model uses something NNAPI cannot express (a custom operator, an unsupported type).
     """
@@ -705,7 +718,18 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise BadDataError(f"{path or 'the given bytes'}: not a TensorFlow Lite model (no TFL3 identifier)")
     try:
-        if static_shapes:
+        if input_shapes:
+            given = _input_shapes(input_shapes)
+            importer = _Importer(data, keep_loops, static_shapes=True, propagate=True, input_shapes=given)
+            graph = _Graph(importer.reader, 0)
+            names = [graph.tensors[t].name for t in graph.inputs]
+            if set(given) - set(names):
+                raise BadDataError(f"input_shapes names {sorted(set(given) - set(names))}, which the model's "
+                                   f"inputs ({', '.join(names)}) are not")
+            imported = _Converter(importer, 0, top_level=True).convert()
+            fixed_reason = "input shapes given (" + ", ".join(f"{name} {list(shape)}" for name, shape in
+                                                               given.items()) + "); the shapes after them derived"
+        elif static_shapes:
             imported, importer, derived = _import_static(data, keep_loops)
             fixed_reason = f"static shapes asked for{derived}" if _has_open_dimensions(importer.reader) else None
         else:
@@ -762,6 +786,32 @@ def _import_static(data: bytes, keep_loops: bool) -> tuple[ImportedModel, _Impor
                                f"shapes: {_message(derived_error)}") from None
         return imported, derived, (f"; the shapes after its inputs derived from them (the file's static shapes "
                                    f"disagree with its operations: {_message(error)})")
+
+
+def _input_shapes(given: Any) -> dict[str, tuple[int, ...]]:
+    """load_tflite's ``input_shapes`` checked: names to tuples of positive ints."""
+    if not isinstance(given, dict):
+        raise BadDataError(f"input_shapes must be a dict of input name to shape, got {type(given).__name__}")
+    shapes = {}
+    for name, shape in given.items():
+        try:
+            dims = tuple(int(d) for d in shape)
+            bad = any(isinstance(d, bool) or int(d) != d for d in shape) or any(d < 1 for d in dims)
+        except (TypeError, ValueError):
+            bad = True
+        if not isinstance(name, str) or bad:
+            raise BadDataError(f"input_shapes: {name!r}: {shape!r} is not a shape of positive ints")
+        shapes[name] = dims
+    return shapes
+
+
+def _given_shape(name: str, static: tuple[int, ...], raw: Any, given: tuple[int, ...]) -> tuple[int, ...]:
+    """An input's shape as given: its rank and the dimensions its signature fixes must match."""
+    signature = tuple(int(d) for d in raw.ShapeSignatureAsNumpy()) if raw.ShapeSignatureLength() else static
+    if len(given) != len(signature) or any(0 <= s != g for s, g in zip(signature, given)):
+        raise UnsupportedOperator(f"input {name!r} is {list(signature)} (-1 open); input_shapes gives "
+                                  f"{list(given)}")
+    return given
 
 
 def _message(error: Exception) -> str:
@@ -2718,7 +2768,7 @@ def _rfft2d(c: _Converter, op: _Operator) -> None:
         parts = _rfft_factored(c, c.input(0), rows, width, n, factors, out_shape)
         c.complex_parts[op.outputs[0]] = parts
         c.lowered(f"RFFT2D (fft_length [1, {n}]) as two DFT stages of {factors[0]} and {factors[1]} points by "
-                  "matrices, the twiddle factors in the first's (BATCH_MATMUL, FULLY_CONNECTED; NNAPI has no FFT "
+                  "matrices, the twiddle factors in the second's (two BATCH_MATMULs; NNAPI has no FFT "
                   "or complex type); its complex result kept as real and imaginary parts")
         return
     samples = np.arange(min(width, n))[:, None] * np.arange(bins)[None, :] % n   # exact phase index
