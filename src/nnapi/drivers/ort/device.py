@@ -41,6 +41,7 @@ from nnapi.drivers.ort import (
     lookups,  # noqa: F401  (importing it registers its lowerings)
     mirror_pad_pack,  # noqa: F401  (importing it registers its lowerings)
     nms,  # noqa: F401  (importing it registers its lowerings)
+    padded_depthwise,  # noqa: F401  (importing it registers its lowerings)
     quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
     quantized_resize,  # noqa: F401  (importing it registers its lowerings)
     quantized_softmax,  # noqa: F401  (importing it registers its lowerings)

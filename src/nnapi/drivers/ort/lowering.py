@@ -257,7 +257,8 @@ class GraphBuilder:
         self.inputs: list[onnx.ValueInfoProto] = []
         self.values: dict[int, Value] = {}
         self.uses_ms_domain = False
-        #: operands computed with their channels padded to the NCHWc block (see padded_channels)
+        #: operands computed with their channels padded (float: to the NCHWc block, see
+        #: padded_channels; 8-bit: around depthwise layers, padded_depthwise.py): name, channels
         self.padded: dict[int, tuple[str, int]] = {}
         #: float convolutions without an activation, by output operand: their Conv node and
         #: the Transpose back to NHWC after it (a clamped ADD may take them over: _clamp_into_conv)
@@ -372,8 +373,9 @@ class GraphBuilder:
             return self.values[index]
         operand = self.operand(index)
         if index in self.padded:  # a consumer that wants the real channels only
-            value = Value(self.channel_slice(self.padded[index][0], operand.dimensions[3]), "float",
-                          list(operand.dimensions))
+            value = Value(self.channel_slice(self.padded[index][0], operand.dimensions[3]),
+                          internal_kind(operand.type), list(operand.dimensions), operand.scale,
+                          internal_zero_point(operand))
             self.values[index] = value
             return value
         kind = internal_kind(operand.type)
