@@ -1642,7 +1642,7 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
             return g.one("Clip", [name, g.constant(np.array(low, np.float32)),
                                   g.constant(np.array(high, np.float32))])
         if code == OperationCode.ELU:
-            return g.one("Elu", [name], alpha=alpha)
+            return _elu(g, name, alpha)
         if code == OperationCode.RSQRT:  # ONNX has no Rsqrt (a layer norm's 1 / sqrt(variance))
             return g.one("Reciprocal", [g.one("Sqrt", [name])])
         if code == OperationCode.LOGISTIC and output.type == T.TENSOR_FLOAT32 and \
@@ -1694,6 +1694,17 @@ def _logistic(g: GraphBuilder, x: str) -> str:
     more each, ~1.06x LiteRT instead of ~1.0x). The quantized path keeps Sigmoid: its error is far below a step."""
     one = g.constant(np.array(1.0, np.float32))
     return g.one("Reciprocal", [g.one("Add", [g.one("Exp", [g.one("Neg", [x])]), one])])
+
+
+def _elu(g: GraphBuilder, x: str, alpha: float) -> str:
+    """ELU as relu(x) + alpha * (exp(min(x, 0)) - 1): ORT's Elu is a scalar loop (16x64x64:
+    95 us), these five vectorized passes 35 us (misc_ops' ELU layer). exp(m) - 1 for m <= 0 is
+    within ~6e-8 absolute of the reference's expm1 form (as ORT's Elu); inf gives inf, -inf
+    gives -alpha."""
+    exp = g.one("Exp", [g.one("Min", [x, g.constant(np.array(0.0, np.float32))])])
+    negative = g.one("Mul", [g.one("Sub", [exp, g.constant(np.array(1.0, np.float32))]),
+                             g.constant(np.array(alpha, np.float32))])
+    return g.one("Add", [g.one("Relu", [x]), negative])
 
 
 @lowers(OperationCode.PRELU)
