@@ -145,3 +145,45 @@ def test_a_quantized_reduction_over_an_axis_of_unknown_size_stays_declined():
     model = _one_operation(Op.REDUCE_MAX, [2, 0], _REDUCE_AXIS_1, [2], T.TENSOR_QUANT8_ASYMM, 0.5, 3)
     hal_model, _ = build_hal_model(model)
     assert OrtDevice().get_unsupported_reasons(hal_model) == ["REDUCE_MAX needs the size of each axis it reduces"]
+
+
+def test_mean_over_height_and_width_on_a_free_batch_is_a_global_pool(ort_device):
+    """A Keras GlobalAveragePooling2D after a convolution on a free batch (zoo4's
+    dyn_batch CNNs): MEAN over [?, 5, 4, 32]'s height and width lowers to ORT's
+    GlobalAveragePool in its blocked layout, as it does at a known batch (not ReduceMean,
+    which reorders the whole image out of the layout first), and equals the reference's
+    within float32 summation order at batches 1 and 3, keep_dims either way."""
+    from nnapi.drivers.ort.device import OrtDevice  # noqa: F401  (registers every lowering)
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    reference = _reference()
+    for keep in (False, True):
+        model = nnapi.Model()
+        x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 5, 4, 3]))
+        filters = model.add_operand(OperandType(T.TENSOR_FLOAT32, [32, 1, 1, 3]))
+        model.set_operand_value(filters, np.random.default_rng(0).standard_normal((32, 1, 1, 3)).astype(np.float32))
+        bias = model.add_operand(OperandType(T.TENSOR_FLOAT32, [32]))
+        model.set_operand_value(bias, np.zeros(32, np.float32))
+        scalars = []
+        for value in (0, 0, 0, 0, 1, 1, 1):  # explicit padding 0, strides 1, RELU
+            scalars.append(model.add_operand(OperandType(T.INT32)))
+            model.set_operand_value(scalars[-1], np.int32(value))
+        image = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 5, 4, 32]))
+        model.add_operation(Op.CONV_2D, [x, filters, bias, *scalars], [image])
+        axes = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
+        model.set_operand_value(axes, np.array([1, 2], np.int32))
+        keep_dims = model.add_operand(OperandType(T.INT32))
+        model.set_operand_value(keep_dims, np.int32(keep))
+        mean = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 1, 1, 32] if keep else [0, 32]))
+        model.add_operation(Op.MEAN, [image, axes, keep_dims], [mean])
+        model.identify_inputs_and_outputs([x], [mean])
+        model.finish()
+        assert model.get_supported_operations_for_devices([ort_device]) == [True, True]
+        nodes = [node.op_type for node in lower_model(build_hal_model(model)[0])[0].graph.node]
+        assert "GlobalAveragePool" in nodes and "ReduceMean" not in nodes
+        for batch in (1, 3):
+            value = np.random.default_rng(batch).standard_normal((batch, 5, 4, 3)).astype(np.float32)
+            shape = (batch, 1, 1, 32) if keep else (batch, 32)
+            ours, theirs = _run(model, ort_device, value, shape), _run(model, reference, value, shape)
+            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
