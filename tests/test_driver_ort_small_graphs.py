@@ -59,30 +59,33 @@ def _constant(model: nnapi.Model, code, value, shape=None) -> int:
     return index
 
 
-def _embedding_model(rows: int, wrap_size: int, less_than: int = 0) -> nnapi.Model:
-    """Keras 3's embedding: GATHER(table, 0, SELECT(LESS(i, 0), ADD(i, n), i))."""
+def _embedding_model(rows: int, wrap_size: int, less_than: int = 0, dims: tuple[int, int] = (2, 5)) -> nnapi.Model:
+    """Keras 3's embedding: GATHER(table, 0, SELECT(LESS(i, 0), ADD(i, n), i)), the indices
+    of ``dims`` (a 0: known only at run time, a text model's sequence)."""
     model = nnapi.Model()
-    indices = model.add_operand(OperandType(T.TENSOR_INT32, [2, 5]))
+    indices = model.add_operand(OperandType(T.TENSOR_INT32, list(dims)))
     table = _constant(model, T.TENSOR_FLOAT32, np.arange(rows * 3, dtype=np.float32).reshape(rows, 3))
-    negative = model.add_operand(OperandType(T.TENSOR_BOOL8, [2, 5]))
+    negative = model.add_operand(OperandType(T.TENSOR_BOOL8, list(dims)))
     model.add_operation(Op.LESS, [indices, _constant(model, T.TENSOR_INT32, np.array([less_than], np.int32))],
                         [negative])
-    wrapped = model.add_operand(OperandType(T.TENSOR_INT32, [2, 5]))
+    wrapped = model.add_operand(OperandType(T.TENSOR_INT32, list(dims)))
     model.add_operation(Op.ADD, [indices, _constant(model, T.TENSOR_INT32, np.array([wrap_size], np.int32)),
                                  _constant(model, T.INT32, np.int32(0), [])], [wrapped])
-    chosen = model.add_operand(OperandType(T.TENSOR_INT32, [2, 5]))
+    chosen = model.add_operand(OperandType(T.TENSOR_INT32, list(dims)))
     model.add_operation(Op.SELECT, [negative, wrapped, indices], [chosen])
-    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 5, 3]))
+    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, [*dims, 3]))
     model.add_operation(Op.GATHER, [table, _constant(model, T.INT32, np.int32(0), []), chosen], [out])
     model.identify_inputs_and_outputs([indices], [out])
     model.finish()
     return model
 
 
-def test_wrapped_indices_gather_as_one_node_equal_to_the_reference(ort_device):
+@pytest.mark.parametrize("dims", [(2, 5), (2, 0)])
+def test_wrapped_indices_gather_as_one_node_equal_to_the_reference(ort_device, dims):
     """Indices in [-n, n) give the reference's rows through one Gather (no Less / Where /
-    Add left); an index below -n or at n and past fails the run on both devices."""
-    model = _embedding_model(7, 7)
+    Add left), also where their length is known only at run time; an index below -n or
+    at n and past fails the run on both devices."""
+    model = _embedding_model(7, 7, dims=dims)
     assert _node_types(model) == ["Gather"]
     good = np.array([[0, 6, -1, -7, 3], [-3, 2, 5, -6, 1]], np.int32)
     ours, theirs = (_run(model, device, [good], (2, 5, 3)) for device in (ort_device, _reference()))
@@ -310,3 +313,4 @@ def test_quantized_fully_connected_over_many_rows_runs_them_as_pixels(ort_device
     got, want = (_run(model, device, [value], (rows, 4), np.int8) for device in (ort_device, _reference()))
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 10 or rows < 8
+

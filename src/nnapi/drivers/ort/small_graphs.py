@@ -71,7 +71,9 @@ def _scalar_constant(g: GraphBuilder, index: int) -> int | None:
 
 def _unwrapped_indices(g: GraphBuilder, operation: Operation) -> int | None:
     """i where GATHER ``operation``'s indices are SELECT(LESS(i, 0), ADD(i, n), i) of an
-    int32 tensor i computed at run time, n the gathered axis' known size; else None."""
+    int32 tensor i computed at run time, n the gathered axis' known size; else None. Its
+    dimensions may be known only at run time (a text model's sequence): the comparison and
+    the addition of one-element constants keep i's shape when the SELECT keeps its rank."""
     x = g.value(operation.inputs[0])
     axis_operand = g.operand(operation.inputs[1])
     if x.rank == 0 or axis_operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
@@ -88,8 +90,7 @@ def _unwrapped_indices(g: GraphBuilder, operation: Operation) -> int | None:
     indices = g.operand(unwrapped)
     if less is None or add is None or less.type != Op.LESS or add.type != Op.ADD \
             or indices.type != T.TENSOR_INT32 or indices.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) \
-            or list(g.operand(operation.inputs[2]).dimensions) != list(indices.dimensions) or not all(
-                indices.dimensions):
+            or list(g.operand(operation.inputs[2]).dimensions) != list(indices.dimensions) or not indices.dimensions:
         return None
     if list(less.inputs) != [unwrapped, less.inputs[1]] or _scalar_constant(g, less.inputs[1]) != 0:
         return None
