@@ -314,3 +314,41 @@ def test_quantized_fully_connected_over_many_rows_runs_them_as_pixels(ort_device
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 10 or rows < 8
 
+
+def _conv1d_mean_model(length: int, channels: int, target: list[int], keep: bool) -> nnapi.Model:
+    """Keras' Conv1D + GlobalAveragePooling1D as TFLite writes it: CONV_2D (1x1, RELU) on
+    [1, 1, length, 3] (0: known only at run time), RESHAPE to ``target``, MEAN over axis 1."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, length, 3]))
+    filters = _constant(model, T.TENSOR_FLOAT32,
+                        np.random.default_rng(0).standard_normal((channels, 1, 1, 3)).astype(np.float32))
+    bias = _constant(model, T.TENSOR_FLOAT32, np.full(channels, 0.25, np.float32))
+    scalars = [_constant(model, T.INT32, np.int32(v), []) for v in (0, 0, 0, 0, 1, 1, 1)]  # no padding, RELU
+    image = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, length, channels]))
+    model.add_operation(Op.CONV_2D, [x, filters, bias, *scalars], [image])
+    rows = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, length, channels]))
+    model.add_operation(Op.RESHAPE, [image, _constant(model, T.TENSOR_INT32, np.array(target, np.int32))], [rows])
+    mean = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, channels] if keep else [1, channels]))
+    model.add_operation(Op.MEAN, [rows, _constant(model, T.TENSOR_INT32, np.array([1], np.int32)),
+                                  _constant(model, T.INT32, np.int32(keep), [])], [mean])
+    model.identify_inputs_and_outputs([x], [mean])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize(("length", "channels", "target", "pooled"),
+                         [(0, 32, [1, -1, 32], True), (7, 32, [1, 7, 32], True), (0, 24, [1, -1, 24], False)])
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_conv1d_global_average_is_global_average_pool(ort_device, length, channels, target, pooled, keep):
+    """MEAN over the sequence of a Conv1D's output reshaped to [1, T, C] (T known or not,
+    C a multiple of ORT's block) is one GlobalAveragePool of the image (no ReduceMean);
+    channels off the block keep ReduceMean; all equal the
+    reference's within float32 summation order at sequences 5 and 9."""
+    model = _conv1d_mean_model(length, channels, target, keep)
+    nodes = _node_types(model)
+    assert ("GlobalAveragePool" in nodes and "ReduceMean" not in nodes) == pooled
+    for steps in (5, 9) if not length else (length,):
+        value = np.random.default_rng(steps).standard_normal((1, 1, steps, 3)).astype(np.float32)
+        shape = (1, 1, channels) if keep else (1, channels)
+        ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, _reference()))
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
