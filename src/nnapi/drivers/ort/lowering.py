@@ -3699,9 +3699,22 @@ def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float
         rounded = g.one("Floor", [g.one("Add", [scaled, half])])
     else:
         magnitude = g.one("Floor", [g.one("Add", [g.one("Abs", [scaled]), half])])
-        rounded = g.one("Mul", [magnitude, g.one("Sign", [scaled])])
+        if all(output.dimensions) and math.prod(output.dimensions) >= _CLIPPED_SIGN_SIZE:
+            # the sign as Clip(x * 2**126, -1, 1): +-1 for every normal value and the
+            # infinities, smaller only for a denormal, whose magnitude rounds to 0 anyway
+            # (NaN: a NaN magnitude either way); ORT's Sign is a scalar loop, ~4x slower
+            # (onnxruntime 1.32: 142 us over 257x257x3 against 34 for the Mul and Clip)
+            sign = g.one("Clip", [g.one("Mul", [scaled, g.constant(np.array(2.0 ** 126, np.float32))]),
+                                  g.constant(np.array(-1.0, np.float32)), g.constant(np.array(1.0, np.float32))])
+        else:  # one node: on a few thousand values ORT's per-node cost outweighs the loop
+            sign = g.one("Sign", [scaled])
+        rounded = g.one("Mul", [magnitude, sign])
     return g.one("QuantizeLinear", [rounded, g.constant(np.array(1.0, np.float32)),
                                     g.constant(np.array(zero_point, np.uint8))])
+
+
+#: the QUANTIZE size from which quantize_half_away takes the sign with a Mul and a Clip
+_CLIPPED_SIGN_SIZE = 4096
 
 
 @lowers(OperationCode.DEQUANTIZE)
