@@ -31,6 +31,7 @@ from nnapi.conformance import (  # noqa: E402
 )
 from nnapi.drivers.ort import calibration, devices  # noqa: E402
 from nnapi.drivers.ort import device as ort_device_module  # noqa: E402
+from nnapi.drivers.ort import session as ort_session_module  # noqa: E402
 from nnapi.drivers.ort.composites import find_composites  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice, OrtPreparedModel  # noqa: E402
 from nnapi.drivers.ort.lowering import release  # noqa: E402
@@ -835,12 +836,12 @@ def test_an_empty_quantized_softmax_is_declined_where_onnxruntime_returns_nothin
 def test_sessions_before_1_22_skip_the_gather_slice_fusion(monkeypatch):
     """ORT 1.19-1.21 name two GatherSliceToSplitFusion results alike and refuse their own
     optimized model (the NMS lowering's Loop bodies): sessions there run without it."""
-    from nnapi.drivers.ort import device
+    from nnapi.drivers.ort import session
 
-    assert device._disabled_optimizers() == (None if device.onnxruntime_at_least((1, 22))
+    assert session.disabled_optimizers() == (None if session.onnxruntime_at_least((1, 22))
                                              else ["GatherSliceToSplitFusion"])
-    monkeypatch.setattr(device, "onnxruntime_at_least", lambda version: version < (1, 22))
-    assert device._disabled_optimizers() == ["GatherSliceToSplitFusion"]
+    monkeypatch.setattr(session, "onnxruntime_at_least", lambda version: version < (1, 22))
+    assert session.disabled_optimizers() == ["GatherSliceToSplitFusion"]
 
 
 def test_a_mean_over_every_axis_gives_shape_one():
@@ -995,12 +996,12 @@ def test_int8_weights_take_the_exact_kernels_where_u8s8_products_saturate(ort_de
     monkeypatch.setattr(platform, "machine", lambda: machine)
     monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(cpuinfo if path == "/proc/cpuinfo" else path,
                                                                          *a, **k))
-    assert ort_device_module.u8s8_products_saturate.__wrapped__() is saturates
+    assert ort_session_module.u8s8_products_saturate.__wrapped__() is saturates
     monkeypatch.undo()
-    monkeypatch.setattr(ort_device_module, "u8s8_products_saturate", lambda: saturates)
-    options = ort_device_module.session_options()
+    monkeypatch.setattr(ort_session_module, "u8s8_products_saturate", lambda: saturates)
+    options = ort_session_module.session_options()
     try:
-        entry = options.get_session_config_entry(ort_device_module.X64_QUANT_PRECISION)
+        entry = options.get_session_config_entry(ort_session_module.X64_QUANT_PRECISION)
     except Exception:  # noqa: BLE001 - ORT raises for a key never set
         entry = None
     assert entry == ("1" if saturates else None)
@@ -1017,7 +1018,7 @@ def test_int8_weights_take_the_exact_kernels_where_u8s8_products_saturate(ort_de
     model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
-    session_options = ort_device_module.session_options()
+    session_options = ort_session_module.session_options()
     session_options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     onnxruntime.InferenceSession(_lowered(model).SerializeToString(), session_options,
                                  providers=["CPUExecutionProvider"])
@@ -3270,3 +3271,28 @@ def test_an_output_of_unknown_shape_before_one_of_known_shape(ort_device):
         execution.compute()
         np.testing.assert_array_equal(outputs[0], value.T)
         np.testing.assert_array_equal(outputs[1], value + value)
+
+
+def test_probes_open_their_sessions_as_the_device_does(monkeypatch):
+    """A one-off probe (lowering.probe_outputs: does ORT compute this form exactly?) runs
+    with the device's own session options (session.py): where the device's sessions take
+    ORT's exact uint8 kernels (u8s8_products_saturate), so does the probe; the same
+    threads and memory pattern. With default options it vouched for other kernels."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    from nnapi.drivers.ort import lowering
+
+    monkeypatch.setattr(ort_session_module, "u8s8_products_saturate", lambda: True)
+    opened = []
+    real = onnxruntime.InferenceSession
+    monkeypatch.setattr(onnxruntime, "InferenceSession",
+                        lambda model, options, **kw: opened.append(options) or real(model, options, **kw))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "probe", [x], [y])
+    outputs = lowering.probe_outputs(graph, {"x": np.array([1.5, -2], np.float32)})
+    assert outputs is not None and outputs[0].tolist() == [3.0, -4.0]
+    (options,) = opened
+    assert options.get_session_config_entry(ort_session_module.X64_QUANT_PRECISION) == "1"
+    assert options.intra_op_num_threads == 1 and not options.enable_mem_pattern

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import hashlib
 import json
 import math
 import os
-import platform
 import tempfile
 import threading
 import time
@@ -58,6 +56,7 @@ from nnapi.drivers.ort.lowering import (
     operation_support,
 )
 from nnapi.drivers.ort.omitted import PatternKey, PatternPreparedModel, omittable_inputs
+from nnapi.drivers.ort.session import disabled_optimizers, session_options
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (
@@ -85,57 +84,6 @@ ort.set_default_logger_severity(ORT_LOG_SEVERITY)
 #: Cache file layout version; a cache written by another version is refused.
 CACHE_VERSION = 2  # 2: the checksum covers the header too
 _CACHE_MAGIC = b"NNAPI-ORT\0"
-
-
-#: ONNX Runtime's session option that runs int8 weights through its uint8 x uint8 kernels
-X64_QUANT_PRECISION = "session.x64quantprecision"
-
-
-@functools.cache
-def u8s8_products_saturate() -> bool:
-    """Whether ORT's uint8 x int8 kernels can saturate on this CPU: x86 without VNNI, whose
-    kernels add pairs of 8-bit products in 16 bits (vpmaddubsw), so that two products of a
-    large activation and a large int8 weight (255 * 127 * 2 > 32767) clip before the int32
-    sum: a wrong result, far more than a step, on real int8 models. With VNNI (avx512_vnni,
-    avx_vnni: one instruction into int32) and on other architectures the sums are exact."""
-    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
-        return False
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
-            flags = {word for line in info if line.startswith("flags") for word in line.split(":", 1)[1].split()}
-    except OSError:
-        return True  # unknown: take the exact kernels
-    return not flags & {"avx512_vnni", "avx_vnni"}
-
-
-def session_options(threads: int | None = None) -> ort.SessionOptions:
-    """Single-threaded by default (NNAPI_ORT_THREADS overrides): one execution, one core,
-    as the benchmarks compare engines.
-
-    Without ORT's memory pattern: each intermediate value then comes from the CPU arena as
-    it is computed, mostly into the block its predecessor just freed (warm in the caches),
-    where the pattern's one planned block put MobileNet v1 int8's 112x112 layers elsewhere
-    (its 112x112x64 stride-2 depthwise 127 -> 70 us, 112x112x32 -> 64 pointwise 139 -> 103
-    per-node medians). Through the runtime, two sessions of each interleaved with LiteRT
-    (60 rounds, process time, load ~7): v1 int8 1.26 / 1.26x -> 1.22 / 1.19x, float
-    MobileNet v2 and face_landmark unchanged within the sessions' spread. On an x86 CPU
-    without VNNI, int8 weights run through ORT's exact uint8 kernels
-    (``u8s8_products_saturate``)."""
-    options = ort.SessionOptions()
-    count = threads if threads is not None else int(os.environ.get("NNAPI_ORT_THREADS", "1"))
-    options.intra_op_num_threads = count
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = ORT_LOG_SEVERITY
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.enable_mem_pattern = False
-    if u8s8_products_saturate():
-        # ORT then stores constant int8 weights as uint8 (+128, the zero point with them:
-        # the same products) for its uint8 x uint8 kernels, which do not saturate; ~2.4x
-        # slower on MobileNet v2 int8 (measured with the option forced on a VNNI CPU, where
-        # ORT applies it too: hence only here)
-        options.add_session_config_entry(X64_QUANT_PRECISION, "1")
-    return options
 
 
 class OrtDevice(IDevice):
@@ -304,7 +252,7 @@ class OrtDevice(IDevice):
     def _session(self, model_bytes: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
         try:
             session = ort.InferenceSession(model_bytes, options, providers=[self.provider],
-                                           disabled_optimizers=_disabled_optimizers())
+                                           disabled_optimizers=disabled_optimizers())
         except Exception as error:  # ORT's own exception types carry no status
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name}: onnxruntime refused the model: "
                                                         f"{error}") from None
@@ -495,18 +443,6 @@ def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[dict, bytes]:
         return header
 
     return _decoded(header_of), data[start + length:]
-
-
-#: the first ONNX Runtime release whose GatherSliceToSplitFusion names each fused node apart
-GATHER_SLICE_FUSION_VERSION = (1, 22)
-
-
-def _disabled_optimizers() -> list[str] | None:
-    """ORT's graph optimizers a session must not run here: before 1.22, fusing Gathers /
-    Slices of one tensor into a Split twice in a graph gives both nodes the same name and
-    ORT then refuses its own optimized model ("two nodes with same node name
-    (/GatherSliceToSplitFusion/)": the NMS lowering's Loop bodies on 1.19-1.21)."""
-    return None if onnxruntime_at_least(GATHER_SLICE_FUSION_VERSION) else ["GatherSliceToSplitFusion"]
 
 
 def _cached_session_options() -> ort.SessionOptions:

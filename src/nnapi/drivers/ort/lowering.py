@@ -160,18 +160,19 @@ ORT_LOG_SEVERITY = 4
 
 def probe_outputs(graph: onnx.GraphProto, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray] | None:
     """A one-off probe of the installed ONNX Runtime (at preparation or first use, cached
-    by its caller): ``graph`` loaded into a single-threaded CPU session and, with
-    ``feeds``, run once. Its outputs (none when only loaded), or None where onnxruntime
-    refuses the graph or fails running it. Raises ImportError without onnxruntime: each
-    caller says what a lowering without a runtime assumes."""
+    by its caller): ``graph`` loaded into a single-threaded CPU session with the options
+    of the device's own sessions (session.py: the same kernels and graph optimizations)
+    and, with ``feeds``, run once. Its outputs (none when only loaded), or None where
+    onnxruntime refuses the graph or fails running it. Raises ImportError without
+    onnxruntime: each caller says what a lowering without a runtime assumes."""
     import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = ORT_LOG_SEVERITY
+    from nnapi.drivers.ort.session import disabled_optimizers, session_options
+
     try:
-        session = onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(), options,
-                                               providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(), session_options(threads=1),
+                                               providers=["CPUExecutionProvider"],
+                                               disabled_optimizers=disabled_optimizers())
         return [] if feeds is None else list(session.run(None, feeds))
     except Exception:  # noqa: BLE001 - any refusal or failure: the form cannot be trusted here
         return None

@@ -1,0 +1,77 @@
+"""The ONNX Runtime session options of every nnapi-ort-cpu session, and of the one-off
+probes that decide at preparation whether ORT computes a lowered form exactly
+(lowering.probe_outputs): a probe must see the kernels and graph optimizations the
+device's own sessions will run, or it vouches for another computation.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+
+import onnxruntime as ort
+
+from nnapi.drivers.ort.lowering import ORT_LOG_SEVERITY, onnxruntime_at_least
+
+#: ONNX Runtime's session option that runs int8 weights through its uint8 x uint8 kernels
+X64_QUANT_PRECISION = "session.x64quantprecision"
+
+
+@functools.cache
+def u8s8_products_saturate() -> bool:
+    """Whether ORT's uint8 x int8 kernels can saturate on this CPU: x86 without VNNI, whose
+    kernels add pairs of 8-bit products in 16 bits (vpmaddubsw), so that two products of a
+    large activation and a large int8 weight (255 * 127 * 2 > 32767) clip before the int32
+    sum: a wrong result, far more than a step, on real int8 models. With VNNI (avx512_vnni,
+    avx_vnni: one instruction into int32) and on other architectures the sums are exact."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            flags = {word for line in info if line.startswith("flags") for word in line.split(":", 1)[1].split()}
+    except OSError:
+        return True  # unknown: take the exact kernels
+    return not flags & {"avx512_vnni", "avx_vnni"}
+
+
+def session_options(threads: int | None = None) -> ort.SessionOptions:
+    """Single-threaded by default (NNAPI_ORT_THREADS overrides): one execution, one core,
+    as the benchmarks compare engines.
+
+    Without ORT's memory pattern: each intermediate value then comes from the CPU arena as
+    it is computed, mostly into the block its predecessor just freed (warm in the caches),
+    where the pattern's one planned block put MobileNet v1 int8's 112x112 layers elsewhere
+    (its 112x112x64 stride-2 depthwise 127 -> 70 us, 112x112x32 -> 64 pointwise 139 -> 103
+    per-node medians). Through the runtime, two sessions of each interleaved with LiteRT
+    (60 rounds, process time, load ~7): v1 int8 1.26 / 1.26x -> 1.22 / 1.19x, float
+    MobileNet v2 and face_landmark unchanged within the sessions' spread. On an x86 CPU
+    without VNNI, int8 weights run through ORT's exact uint8 kernels
+    (``u8s8_products_saturate``)."""
+    options = ort.SessionOptions()
+    count = threads if threads is not None else int(os.environ.get("NNAPI_ORT_THREADS", "1"))
+    options.intra_op_num_threads = count
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = ORT_LOG_SEVERITY
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.enable_mem_pattern = False
+    if u8s8_products_saturate():
+        # ORT then stores constant int8 weights as uint8 (+128, the zero point with them:
+        # the same products) for its uint8 x uint8 kernels, which do not saturate; ~2.4x
+        # slower on MobileNet v2 int8 (measured with the option forced on a VNNI CPU, where
+        # ORT applies it too: hence only here)
+        options.add_session_config_entry(X64_QUANT_PRECISION, "1")
+    return options
+
+
+#: the first ONNX Runtime release whose GatherSliceToSplitFusion names each fused node apart
+GATHER_SLICE_FUSION_VERSION = (1, 22)
+
+
+def disabled_optimizers() -> list[str] | None:
+    """ORT's graph optimizers a session must not run here: before 1.22, fusing Gathers /
+    Slices of one tensor into a Split twice in a graph gives both nodes the same name and
+    ORT then refuses its own optimized model ("two nodes with same node name
+    (/GatherSliceToSplitFusion/)": the NMS lowering's Loop bodies on 1.19-1.21)."""
+    return None if onnxruntime_at_least(GATHER_SLICE_FUSION_VERSION) else ["GatherSliceToSplitFusion"]
