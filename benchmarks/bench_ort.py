@@ -170,8 +170,8 @@ def ort_own_runner(model: nnapi.Model, compilation: nnapi.Compilation | None = N
         names = [spec.name for spec in prepared.signature.inputs]
         return lambda inputs: session.run(None, dict(zip(names, inputs, strict=True)))
 
-    from nnapi.drivers.ort.session import session_options
     from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.drivers.ort.session import session_options
     from nnapi.runtime.model_builder import build_hal_model
 
     hal_model, _ = build_hal_model(model)

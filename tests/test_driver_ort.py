@@ -34,7 +34,7 @@ from nnapi.drivers.ort import device as ort_device_module  # noqa: E402
 from nnapi.drivers.ort import session as ort_session_module  # noqa: E402
 from nnapi.drivers.ort.composites import find_composites  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice, OrtPreparedModel  # noqa: E402
-from nnapi.drivers.ort.lowering import release  # noqa: E402
+from nnapi.drivers.ort.versions import release  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, IPreparedModel, Request, RequestArgument  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402

@@ -48,7 +48,6 @@ from nnapi.drivers.ort import (
     small_graphs,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import (
-    ORT_LOG_SEVERITY,
     Declined,
     check_failure,
     lower_model,
@@ -56,7 +55,7 @@ from nnapi.drivers.ort.lowering import (
     operation_support,
 )
 from nnapi.drivers.ort.omitted import PatternKey, PatternPreparedModel, omittable_inputs
-from nnapi.drivers.ort.session import disabled_optimizers, session_options
+from nnapi.drivers.ort.session import ORT_LOG_SEVERITY, disabled_optimizers, session_options
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (

@@ -42,6 +42,7 @@ from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_compo
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.ort.twins import merge_twin_branches
+from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
 from nnapi.hal.types import constant_array
 from nnapi.operations.common import (
@@ -133,29 +134,6 @@ INT16_ADD_VERSION = (1, 21)
 
 #: the first ONNX Runtime release with a uint8 Less on the CPU
 UINT8_LESS_VERSION = (1, 21)
-
-
-def release(version: str) -> tuple[int, int]:
-    """(major, minor) of a version string such as "1.20.1" or "1.22.0.dev20250101"."""
-    parts = [int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:2]]
-    return (parts + [0, 0])[0], (parts + [0, 0])[1]
-
-
-@functools.cache
-def onnxruntime_at_least(version: tuple[int, int]) -> bool:
-    """Whether the installed ONNX Runtime is release ``version`` or later (True without one:
-    lowering alone, nothing will load the graph here)."""
-    try:
-        import onnxruntime
-    except ImportError:
-        return True
-    return release(onnxruntime.__version__) >= version
-
-
-#: ORT's log level, for the device's sessions and the probes alike: fatal only. Failures
-#: reach the caller as HalErrors (or a probe's False), not as log lines (at 3, "error",
-#: every failed run also printed its node's error to stderr, in red)
-ORT_LOG_SEVERITY = 4
 
 
 def probe_outputs(graph: onnx.GraphProto, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray] | None:

@@ -12,7 +12,12 @@ import platform
 
 import onnxruntime as ort
 
-from nnapi.drivers.ort.lowering import ORT_LOG_SEVERITY, onnxruntime_at_least
+from nnapi.drivers.ort.versions import onnxruntime_at_least
+
+#: ORT's log level, for the device's sessions and the probes alike: fatal only. Failures
+#: reach the caller as HalErrors (or a probe's False), not as log lines (at 3, "error",
+#: every failed run also printed its node's error to stderr, in red)
+ORT_LOG_SEVERITY = 4
 
 #: ONNX Runtime's session option that runs int8 weights through its uint8 x uint8 kernels
 X64_QUANT_PRECISION = "session.x64quantprecision"
