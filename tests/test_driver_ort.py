@@ -299,10 +299,15 @@ def test_gather_refuses_a_negative_index_given_at_run_time(ort_device):
 
 
 @pytest.mark.parametrize("weight_zero_point, high, centered", [(128, 255, True), (10, 200, False)])
-def test_uint8_weights_centered_to_int8_where_they_fit(ort_device, monkeypatch, weight_zero_point, high, centered):
-    """Constant uint8 filters whose q - zero_point all fit int8 are lowered as int8 with zero
-    point 0 (ORT's fast symmetric kernels): the same integer products, so the outputs equal
-    the plain lowering's bit for bit; filters that do not fit keep uint8."""
+def test_uint8_weights_run_as_int8(ort_device, weight_zero_point, high, centered):
+    """Constant uint8 filters are lowered as int8 for ORT's U8S8 kernels: q - zero_point
+    with zero point 0 where every value fits (centered), else q - 128 with zero point - 128;
+    the same integer products, so the outputs equal ORT's uint8 x uint8 kernels' (the
+    filter and zero point as stored) bit for bit, and the reference's within a step."""
+    import onnx
+    import onnxruntime
+    from onnx import numpy_helper
+
     from nnapi.drivers.ort import lowering
     from nnapi.runtime.model_builder import build_hal_model
 
@@ -321,15 +326,25 @@ def test_uint8_weights_centered_to_int8_where_they_fit(ort_device, monkeypatch, 
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
-    filters = [t for t in onnx_model.graph.initializer if list(t.dims) == [4, 3, 3, 3]]
-    assert len(filters) == 1 and (filters[0].data_type == 3) == centered  # 3: INT8, 2: UINT8
+    (conv,) = [n for n in onnx_model.graph.node if n.op_type == "QLinearConv"]
+    initializers = {t.name: t for t in onnx_model.graph.initializer}
+    stored = numpy_helper.to_array(initializers[conv.input[3]])
+    zero = numpy_helper.to_array(initializers[conv.input[5]])
+    assert stored.dtype == np.int8 and zero.dtype == np.int8
+    assert int(zero) == (0 if centered else weight_zero_point - 128)
+    np.testing.assert_array_equal(stored.astype(int) - int(zero),
+                                  weights.transpose(0, 3, 1, 2).astype(int) - weight_zero_point)
     image = rng.integers(0, 256, (1, 5, 5, 3)).astype(np.uint8)
     outputs = [np.zeros((1, 5, 5, 4), np.uint8)]
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(ours[0])) > 10
-    monkeypatch.setattr(lowering, "centered_weights", lambda raw, zero_point: None)
-    plain, _ = _on_both(model, [image], outputs, ort_device)
-    np.testing.assert_array_equal(ours[0], plain[0])
+    # the same graph with the filter as stored: ORT's uint8 x uint8 kernels
+    initializers[conv.input[3]].CopyFrom(numpy_helper.from_array(weights.transpose(0, 3, 1, 2).copy(), conv.input[3]))
+    initializers[conv.input[5]].CopyFrom(numpy_helper.from_array(np.array(weight_zero_point, np.uint8), conv.input[5]))
+    onnx.checker.check_model(onnx_model)
+    session = onnxruntime.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (plain,) = session.run(None, {session.get_inputs()[0].name: image})
+    np.testing.assert_array_equal(ours[0], plain)
 
 
 def test_slice_and_tile_parameters_given_at_run_time_are_checked(ort_device):
