@@ -38,15 +38,16 @@ def _scalar(model: nnapi.Model, code: int, value) -> int:
 
 
 def _filter(model: nnapi.Model, rng: np.random.Generator, shape: list[int], channel_dim: int,
-            per_channel: bool) -> tuple[int, float | np.ndarray]:
-    """Constant weights: int8 per channel along ``channel_dim``, or uint8 about 128."""
+            per_channel: bool, zero_point: int = 128) -> tuple[int, float | np.ndarray]:
+    """Constant weights: int8 per channel along ``channel_dim``, or uint8 in [60, 200) of
+    ``zero_point`` (128: they center to int8; 10: they do not, stored as q - 128)."""
     if per_channel:
         scales = rng.uniform(0.004, 0.012, shape[channel_dim]).astype(np.float32)
         index = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, shape))
         model.set_operand_symm_per_channel_quant_params(index, SymmPerChannelQuantParams(channel_dim, scales))
         model.set_operand_value(index, rng.integers(-127, 128, shape).astype(np.int8))
         return index, scales
-    index = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, shape, scale=0.008, zero_point=128))
+    index = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, shape, scale=0.008, zero_point=zero_point))
     model.set_operand_value(index, rng.integers(60, 200, shape).astype(np.uint8))
     return index, np.float32(0.008)
 
@@ -59,7 +60,7 @@ def _bias(model: nnapi.Model, rng: np.random.Generator, channels: int, scale: fl
 
 
 def _block(activation: int, channels: int, stride: int, per_channel: bool, extra_reader: str | None = None,
-           size: int = 12, depth: int = 24) -> nnapi.Model:
+           size: int = 12, depth: int = 24, filter_zero_point: int = 128) -> nnapi.Model:
     """CONV_2D 1x1 (depth -> channels, RELU), DEPTHWISE_CONV_2D 3x3 (RELU6, ``stride``),
     CONV_2D 1x1 (channels -> depth). ``extra_reader``: "expanded" also makes the first
     convolution's output a model output, "depthwise" the depthwise layer's."""
@@ -82,7 +83,7 @@ def _block(activation: int, channels: int, stride: int, per_channel: bool, extra
     expanded = value([1, size, size, channels], 0.08, zero - 100)
     model.add_operation(Op.CONV_2D, [x, w1, _bias(model, rng, channels, bias_scale(0.05)), *scalars,
                                      _scalar(model, T.INT32, np.int32(nnapi.FuseCode.FUSED_RELU))], [expanded])
-    w2, _ = _filter(model, rng, [1, 3, 3, channels], 3, per_channel)
+    w2, _ = _filter(model, rng, [1, 3, 3, channels], 3, per_channel, filter_zero_point)
     filtered = value([1, out, out, channels], 0.05, zero - 90)
     strides = [_scalar(model, T.INT32, np.int32(v)) for v in (_SAME, stride, stride, 1)]
     relu6 = _scalar(model, T.INT32, np.int32(nnapi.FuseCode.FUSED_RELU6))
@@ -156,17 +157,18 @@ def _shapes(channels: int, stride: int, extra_reader: str | None, size: int = 12
                                      "depthwise": [[1, out, out, channels]]}.get(extra_reader, [])
 
 
-@pytest.mark.parametrize(("activation", "channels", "stride", "per_channel"), [
-    (T.TENSOR_QUANT8_ASYMM_SIGNED, 88, 1, True),
-    (T.TENSOR_QUANT8_ASYMM_SIGNED, 72, 2, True),
-    (T.TENSOR_QUANT8_ASYMM, 40, 1, False),
-    (T.TENSOR_QUANT8_ASYMM, 120, 2, True),
+@pytest.mark.parametrize(("activation", "channels", "stride", "per_channel", "filter_zero_point"), [
+    (T.TENSOR_QUANT8_ASYMM_SIGNED, 88, 1, True, 128),
+    (T.TENSOR_QUANT8_ASYMM_SIGNED, 72, 2, True, 128),
+    (T.TENSOR_QUANT8_ASYMM, 40, 1, False, 128),
+    (T.TENSOR_QUANT8_ASYMM, 40, 1, False, 10),  # a uint8 depthwise filter stored as q - 128
+    (T.TENSOR_QUANT8_ASYMM, 120, 2, True, 128),
 ])
 def test_padded_chain_equals_the_plain_lowering_and_the_reference(ort_device, monkeypatch, activation, channels,
-                                                                  stride, per_channel):
+                                                                  stride, per_channel, filter_zero_point):
     """The depthwise layer runs on the channels rounded up to 16 (its convolutions too),
     and the outputs are the plain lowering's bit for bit."""
-    model = _block(activation, channels, stride, per_channel)
+    model = _block(activation, channels, stride, per_channel, filter_zero_point=filter_zero_point)
     padded = -(-channels // 16) * 16
     assert _groups(model) == [1, padded, 1]
     x = _image(activation, [1, 12, 12, 24])

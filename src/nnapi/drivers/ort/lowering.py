@@ -887,7 +887,7 @@ def _constant_filter(g: GraphBuilder, index: int, depthwise: bool) -> tuple[np.n
     # or become int8 about zero where they fit
     # (a support query builds no bytes: the plain form answers it as well)
     if operand.type in QUANT8:
-        kept, centered = signed_weights(raw, operand) if not g.isolated else (raw, False)
+        kept, centered = signed_weights(raw, operand)
     else:
         kept, centered = encode(raw, operand), False
     return np.ascontiguousarray(kept.transpose([3, 0, 1, 2] if depthwise else [0, 3, 1, 2])), centered
@@ -920,6 +920,15 @@ def signed_weights(raw: np.ndarray, operand: Operand) -> tuple[np.ndarray, bool]
     return raw, False
 
 
+def filter_zero_point(operand: Operand, centered: bool) -> int:
+    """The zero point of a constant quant8 filter as ``signed_weights`` stores it."""
+    if centered or operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        return 0
+    if operand.type == T.TENSOR_QUANT8_ASYMM:
+        return operand.zero_point - 128
+    return operand.zero_point
+
+
 def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: int,
                   constant: bool = True, centered: bool = False) -> tuple[str, str]:
     """(scale, zero point) initializers of a quantized filter, in the filter's ONNX type:
@@ -942,7 +951,7 @@ def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: 
                 g.constant(np.array(operand.zero_point, np.int8), "wzp"))
     if operand.type == T.TENSOR_QUANT8_ASYMM:  # constant: int8, q - 128 (signed_weights)
         return (g.constant(np.array(operand.scale, np.float32), "wscale"),
-                g.constant(np.array(operand.zero_point - 128, np.int8), "wzp"))
+                g.constant(np.array(filter_zero_point(operand, False), np.int8), "wzp"))
     raise Declined(f"{_name(operand.type)} filters are not supported")
 
 

@@ -42,6 +42,7 @@ from nnapi.drivers.ort.lowering import (
     _constant_filter,
     _conv_attributes,
     _conv_params,
+    filter_zero_point,
     from_nchw,
     fused_activation,
     lower_conv,
@@ -165,7 +166,7 @@ def _padded_conv(g: GraphBuilder, operation: Operation) -> bool:
     channels = depth if depthwise else (padded_count(real_out) if pad_out else real_out)
     # taps and filters added hold the weights' zero point: (w - zero point) = 0 in every product
     per_channel = filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL
-    zero = 0 if centered or per_channel else filter_operand.zero_point
+    zero = filter_zero_point(filter_operand, centered)
     if depthwise:
         weights = np.pad(array, ((0, channels - array.shape[0]), (0, 0), (0, 0), (0, 0)), constant_values=zero)
     else:
