@@ -22,6 +22,19 @@ from nnapi.drivers.ort.device import OrtPreparedModel  # noqa: E402
 pytestmark = pytest.mark.usefixtures("calibration_file")
 
 
+def _counted_binds(monkeypatch) -> list[int]:
+    """[calls of the driver's general request path (OrtPreparedModel._bind) from now on]."""
+    binds = [0]
+    original = OrtPreparedModel._bind
+
+    def counted(self, *args, **kwargs):
+        binds[0] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(OrtPreparedModel, "_bind", counted)
+    return binds
+
+
 def _reference() -> nnapi.Device:
     return [d for d in nnapi.get_devices() if d.name == "nnapi-reference"][0]
 
@@ -267,14 +280,7 @@ def test_an_input_of_open_shape_and_outputs_of_fixed_shape(ort_device, monkeypat
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
     compilation = _compiled(model, ort_device)
-    binds = [0]
-    original = OrtPreparedModel._bind
-
-    def counted(self, *args, **kwargs):
-        binds[0] += 1
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(OrtPreparedModel, "_bind", counted)
+    binds = _counted_binds(monkeypatch)
     rng = np.random.default_rng(1)
     for batch in (2, 5, 2, 5, 2):
         value = rng.uniform(-5, 5, (batch, 3)).astype(np.float32)  # a new array each time
@@ -290,14 +296,7 @@ def test_a_session_on_open_shapes_allocates_the_shapes_a_run_gave(ort_device, mo
     takes the runtime's array path (the driver's general request path, _bind, once per
     batch); RESHAPE to a shape given at run time still gives each run's own shape."""
     session = nnapi.Session(_two_outputs([0, 3]), [ort_device])
-    binds = [0]
-    original = OrtPreparedModel._bind
-
-    def counted(self, *args, **kwargs):
-        binds[0] += 1
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(OrtPreparedModel, "_bind", counted)
+    binds = _counted_binds(monkeypatch)
     rng = np.random.default_rng(2)
     for batch in (2, 5, 2, 5, 2):
         value = rng.uniform(-2, 2, (batch, 3)).astype(np.float32)

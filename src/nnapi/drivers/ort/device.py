@@ -762,21 +762,7 @@ class OrtPreparedModel(IPreparedModel):
         spec = self._specs[position]
         if array.__class__ is not np.ndarray or array.dtype is not spec.dtype or not array.flags.c_contiguous:
             return False
-        bound = binding.bound
-        bound[position] = None
-        try:
-            if position < self._input_count:
-                binding.bind_array(spec.name, array)
-            else:
-                if not array.flags.writeable:
-                    raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output pool is read-only")
-                binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, array.shape,
-                                    ctypes.addressof(ctypes.c_char.from_buffer(array)))
-        except HalError:
-            raise
-        except Exception as error:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot bind the request: {error}") from None
-        bound[position] = _REF(array)
+        self._bind_whole(binding, position, array, array.shape)
         binding.shapes[position] = array.shape
         return True
 
@@ -874,6 +860,13 @@ class OrtPreparedModel(IPreparedModel):
         if array.__class__ is not np.ndarray or array.dtype is not spec.dtype or array.shape != spec.shape \
                 or array.strides != spec.strides:
             return False
+        self._bind_whole(binding, position, array, spec.shape)
+        return True
+
+    def _bind_whole(self, binding: _Binding, position: int, array: np.ndarray, shape: tuple[int, ...]) -> None:
+        """Bind the checked ``array`` as the whole argument at ``position`` in ``shape`` (an
+        output must be writable: INVALID_ARGUMENT otherwise, as any binding refused)."""
+        spec = self._specs[position]
         bound = binding.bound
         bound[position] = None
         try:
@@ -882,14 +875,13 @@ class OrtPreparedModel(IPreparedModel):
             else:
                 if not array.flags.writeable:
                     raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output pool is read-only")
-                binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, spec.shape,
+                binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, shape,
                                     ctypes.addressof(ctypes.c_char.from_buffer(array)))
         except HalError:
             raise
         except Exception as error:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot bind the request: {error}") from None
         bound[position] = _REF(array)
-        return True
 
     def create_reusable_execution(self, request: Request, measure_timing: bool = False,
                                   loop_timeout_ns: int | None = None) -> IExecution:
