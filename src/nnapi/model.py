@@ -26,7 +26,7 @@ from nnapi.operand import (
     validate_channel_quant,
     validate_operand_type,
 )
-from nnapi.operations import ExecutionContext, Tensor, ValidationContext, get_operation
+from nnapi.operations import Tensor, ValidationContext, get_operation, prepared_shapes
 from nnapi.operations.base import (
     RunTimeValue,
     SubgraphSignature,
@@ -367,42 +367,35 @@ class Model(NnapiObject):
             self._writers[index] = len(self._operations)
         self._operations.append(OperationRecord(code, input_list, output_list))
 
-    def _complete_last_outputs(self) -> list[int]:
+    def _complete_last_outputs(self) -> None:
         """Give the outputs of the operation added last the dimensions its validation
         inferred from its inputs' declared shapes and constants, where they were declared
-        with unknown dimensions; the operands completed. Not an NDK call (an operand's type
-        is fixed once added): an importer that learns a tensor's shape only from the
-        operation writing it (a file whose declared shapes are placeholders) uses it before
-        ``finish``."""
+        with unknown dimensions. Not an NDK call (an operand's type is fixed once added): an
+        importer that learns a tensor's shape only from the operation writing it (a file
+        whose declared shapes are placeholders) uses it before ``finish``."""
         self._check_modifiable("_complete_last_outputs")
         if not self._operations:
-            return []
+            return
         record = self._operations[-1]
         if not isinstance(record.code, OperationCode):
-            return []
+            return
         known = accepted_signature(self._signature_key(record.code, record.inputs, record.outputs))
         shapes = known[1] if known is not None else None
         if shapes is None:
             shapes = self._prepared_shapes(record)
         if shapes is None or len(shapes) != len(record.outputs):
-            return []
-        completed = []
+            return
         for index, shape in zip(record.outputs, shapes, strict=True):
             declared = self._operands[index]
             dims = tuple(declared.dimensions) or (0,) * len(shape)  # () : rank unknown too
             if 0 in dims and shape and all(d > 0 for d in shape) and len(dims) == len(shape) and \
                     all(d in (0, s) for d, s in zip(dims, shape, strict=True)):
                 self._operands[index] = declared.with_dimensions(list(shape))
-                completed.append(index)
-        return completed
 
     def _prepared_shapes(self, record: OperationRecord) -> list[tuple[int, ...]] | None:
         """The output shapes the operation's ``prepare`` gives on its inputs' declared
         shapes and every constant value (validation reads only the small ones); None
         where it needs a value computed at run time or an input's shape is unknown."""
-        implementation = get_operation(record.code)
-        if implementation is None or record.code in (OperationCode.IF, OperationCode.WHILE):
-            return None
         run_time = RunTimeValue()
         inputs = []
         for index in record.inputs:
@@ -422,12 +415,7 @@ class Model(NnapiObject):
                 return None
             shape = tuple(op_type.dimensions) if op_type.type in TENSOR_TYPES else ()
             inputs.append(Tensor(op_type.type, shape, op_type.scale, op_type.zero_point, op_type.channel_quant, array))
-        context = ExecutionContext(record.code, inputs, [self._operands[i] for i in record.outputs],
-                                   relaxed=self._relaxed)
-        try:
-            return [tuple(int(d) for d in shape) for shape in implementation.prepare(context)]
-        except Exception:  # noqa: BLE001 - a shape that needs a run-time value, or inputs it refuses
-            return None
+        return prepared_shapes(record.code, inputs, [self._operands[i] for i in record.outputs], self._relaxed)
 
     @staticmethod
     def _operation_code(code: Any) -> OperationCode | ExtensionOperationCode:

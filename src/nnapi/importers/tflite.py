@@ -721,12 +721,12 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
         if input_shapes:
             given = _input_shapes(input_shapes)
             importer = _Importer(data, keep_loops, static_shapes=True, propagate=True, input_shapes=given)
-            graph = _Graph(importer.reader, 0)
-            names = [graph.tensors[t].name for t in graph.inputs]
+            converter = _Converter(importer, 0, top_level=True)
+            names = [converter.graph.tensors[t].name for t in converter.graph.inputs]
             if set(given) - set(names):
                 raise BadDataError(f"input_shapes names {sorted(set(given) - set(names))}, which the model's "
                                    f"inputs ({', '.join(names)}) are not")
-            imported = _Converter(importer, 0, top_level=True).convert()
+            imported = converter.convert()
             fixed_reason = "input shapes given (" + ", ".join(f"{name} {list(shape)}" for name, shape in
                                                                given.items()) + "); the shapes after them derived"
         elif static_shapes:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Sequence
 
 from nnapi.codes import OperationCode
+from nnapi.operand import OperandType
 from nnapi.operations.base import (
     ExecutionContext,
     Operation,
@@ -37,6 +39,22 @@ def get_operation(code: OperationCode) -> Operation | None:
     return registry().get(code)
 
 
+def prepared_shapes(code: OperationCode, inputs: Sequence[Tensor], outputs: Sequence[OperandType],
+                    relaxed: bool = False) -> list[tuple[int, ...]] | None:
+    """The output shapes ``code``'s ``prepare`` gives for ``inputs`` before a run: constants
+    with their values, values computed at run time as ``RunTimeValue``. None where it needs
+    such a value, refuses the inputs, or the operation has no implementation or runs a
+    referenced model (IF / WHILE)."""
+    implementation = get_operation(code)
+    if implementation is None or code in (OperationCode.IF, OperationCode.WHILE):
+        return None
+    try:
+        return [tuple(int(d) for d in shape)
+                for shape in implementation.prepare(ExecutionContext(code, inputs, outputs, relaxed=relaxed))]
+    except Exception:  # noqa: BLE001 - a shape that needs a run-time value, or inputs it refuses
+        return None
+
+
 def implemented_operations() -> list[OperationCode]:
     return sorted(registry())
 
@@ -49,5 +67,6 @@ __all__ = [
     "ValidationContext",
     "get_operation",
     "implemented_operations",
+    "prepared_shapes",
     "register",
 ]

@@ -20,13 +20,10 @@ from nnapi.codes import OperationCode
 from nnapi.hal import Model, Operand, OperandLifeTime, Subgraph
 from nnapi.hal.types import constant_array
 from nnapi.operand import TENSOR_TYPES
-from nnapi.operations import ExecutionContext, Tensor, get_operation
+from nnapi.operations import Tensor, prepared_shapes
 from nnapi.operations.base import RunTimeValue
 
 L = OperandLifeTime
-#: operations whose output shapes depend on more than their inputs' shapes and constants
-#: (a referenced model run), never asked
-_NOT_ASKED = (OperationCode.IF, OperationCode.WHILE)
 
 
 def _known(operand: Operand) -> bool:
@@ -63,24 +60,17 @@ def infer_temporary_shapes(model: Model) -> Model:
     for operation in subgraph.operations:
         unknown = [i for i in operation.outputs
                    if operands[i].lifetime == L.TEMPORARY_VARIABLE and not _known(operands[i])]
-        if not unknown or operation.type in _NOT_ASKED or not all(_known(operands[i]) for i in operation.inputs
-                                                                   if operands[i].lifetime != L.NO_VALUE):
+        if not unknown or not all(_known(operands[i]) for i in operation.inputs
+                                  if operands[i].lifetime != L.NO_VALUE):
             continue
         try:
             code = OperationCode(operation.type)
         except ValueError:
             continue
-        implementation = get_operation(code)
-        if implementation is None:
-            continue
-        context = ExecutionContext(code, [_tensor(model, operands[i], run_time) for i in operation.inputs],
-                                   [operands[i].operand_type() for i in operation.outputs],
-                                   relaxed=model.relax_computation_float32_to_float16)
-        try:
-            shapes = [tuple(int(d) for d in shape) for shape in implementation.prepare(context)]
-        except Exception:  # noqa: BLE001 - a shape that needs a run-time value, or an invalid one: left unknown
-            continue
-        if len(shapes) != len(operation.outputs):
+        shapes = prepared_shapes(code, [_tensor(model, operands[i], run_time) for i in operation.inputs],
+                                 [operands[i].operand_type() for i in operation.outputs],
+                                 model.relax_computation_float32_to_float16)
+        if shapes is None or len(shapes) != len(operation.outputs):  # (None: left unknown)
             continue
         for index, shape in zip(operation.outputs, shapes):
             operand = operands[index]
