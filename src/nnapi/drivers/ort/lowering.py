@@ -883,9 +883,7 @@ def _constant_filter(g: GraphBuilder, index: int, depthwise: bool) -> tuple[np.n
     raw = g.raw_constant(index)
     if raw is None:
         return None
-    # quantized weights keep their own type (int8 stays int8, as ORT's U8S8 kernels want)
-    # or become int8 about zero where they fit
-    # (a support query builds no bytes: the plain form answers it as well)
+    # quantized weights as int8 for ORT's U8S8 kernels (signed_weights)
     if operand.type in QUANT8:
         kept, centered = signed_weights(raw, operand)
     else:
@@ -932,12 +930,14 @@ def filter_zero_point(operand: Operand, centered: bool) -> int:
 def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: int,
                   constant: bool = True, centered: bool = False) -> tuple[str, str]:
     """(scale, zero point) initializers of a quantized filter, in the filter's ONNX type:
-    a constant int8 filter stays int8, centered ones have zero point 0; one computed at
-    run time is in its internal encoding (uint8, zero point + 128)."""
-    if not constant and operand.type in QUANT8:
-        return g.qparams(operand)
-    if centered and operand.type in QUANT8:
-        return (g.constant(np.array(operand.scale, np.float32), "wscale"), g.constant(np.array(0, np.int8), "wzp"))
+    a constant quant8 filter is int8 as ``signed_weights`` stores it (its zero point
+    ``filter_zero_point``); one computed at run time is in its internal encoding (uint8,
+    zero point + 128)."""
+    if operand.type in QUANT8:
+        if not constant:
+            return g.qparams(operand)
+        return (g.constant(np.array(operand.scale, np.float32), "wscale"),
+                g.constant(np.array(filter_zero_point(operand, centered), np.int8), "wzp"))
     if operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         quant = operand.channel_quant
         expected_dim = 3 if depthwise else 0
@@ -945,13 +945,6 @@ def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: 
             raise Declined("per-channel filter scales must run along the output channels")
         return (g.constant(np.array(quant.scales, np.float32), "wscale"),
                 g.constant(np.zeros(channels, np.int8), "wzp"))
-    if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED:
-        # int8 weights are kept as they are (not shifted): ORT's U8S8 kernels want them signed
-        return (g.constant(np.array(operand.scale, np.float32), "wscale"),
-                g.constant(np.array(operand.zero_point, np.int8), "wzp"))
-    if operand.type == T.TENSOR_QUANT8_ASYMM:  # constant: int8, q - 128 (signed_weights)
-        return (g.constant(np.array(operand.scale, np.float32), "wscale"),
-                g.constant(np.array(filter_zero_point(operand, False), np.int8), "wzp"))
     raise Declined(f"{_name(operand.type)} filters are not supported")
 
 
