@@ -944,7 +944,7 @@ def test_a_quantized_resize_uses_ort_resize_only_where_a_probe_shows_the_referen
     assert operators.count("Add") == (0 if resized else 3) and "Sub" not in operators  # (3: the blend's)
     if resized:
         assert operators == ["Cast", "Resize", "Cast"]
-    assert lowering._resize_matches_taps(4, 7, 8, 2, False, True, False) is False
+    assert lowering.resize_matches_taps(4, 7, 8, 2, False, True, False) is False
 
 
 @pytest.mark.parametrize("code, zero_point", [(T.TENSOR_QUANT8_ASYMM, 100), (T.TENSOR_QUANT8_ASYMM, 0),

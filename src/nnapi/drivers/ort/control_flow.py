@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
 from nnapi.drivers.ort.lowering import (
-    _KIND_ELEM,
+    KIND_ELEM,
     Declined,
     GraphBuilder,
     L,
@@ -97,7 +97,7 @@ def _outputs(child: GraphBuilder) -> list[Value]:
 
 def _info(value: Value):
     dims = value.dims if value.dims and all(value.dims) else None
-    return helper.make_tensor_value_info(value.name, _KIND_ELEM[value.kind], dims)
+    return helper.make_tensor_value_info(value.name, KIND_ELEM[value.kind], dims)
 
 
 def _truth(g: GraphBuilder, value: Value) -> str:

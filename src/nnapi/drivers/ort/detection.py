@@ -39,11 +39,13 @@ from nnapi.drivers.ort.lowering import (
     Declined,
     GraphBuilder,
     T,
-    _name,
     all_hold,
+    f32,
     fail_unless,
+    i64,
     internal_zero_point,
     lowers,
+    type_name,
 )
 from nnapi.hal import Operand, Operation
 from nnapi.operations._detection_common import BOX_SCALE, BOX_ZERO_POINT
@@ -61,15 +63,7 @@ _RANGES = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128,
 _HALF_BELOW = float(HALF_BELOW_FLOAT32)
 
 
-def _f32(g: GraphBuilder, value: float) -> str:
-    return g.constant(np.array(value, np.float32))
-
-
-def _i64(g: GraphBuilder, *values: int) -> str:
-    return g.constant(np.array(values, np.int64))
-
-
-def _real(g: GraphBuilder, index: int) -> str:
+def real_values(g: GraphBuilder, index: int) -> str:
     """Operand ``index``'s real values as float32, as the reference's ``to_float32``:
     (q - zero point) * scale for quantized values, 8- or 16-bit (exact for boxes: q / 8)."""
     operand = g.operand(index)
@@ -81,11 +75,11 @@ def _real(g: GraphBuilder, index: int) -> str:
     if value.kind == "uint16":
         if (operand.scale, operand.zero_point) != (BOX_SCALE, BOX_ZERO_POINT):
             raise Declined("TENSOR_QUANT16_ASYMM boxes must have scale 0.125 and zero point 0")
-        return g.one("Mul", [g.one("Cast", [value.name], to=TensorProto.FLOAT), _f32(g, BOX_SCALE)])
-    raise Declined(f"operand {index} of type {_name(operand.type)} is not supported here")
+        return g.one("Mul", [g.one("Cast", [value.name], to=TensorProto.FLOAT), f32(g, BOX_SCALE)])
+    raise Declined(f"operand {index} of type {type_name(operand.type)} is not supported here")
 
 
-def _store(g: GraphBuilder, name: str, operand: Operand) -> str:
+def encode_real(g: GraphBuilder, name: str, operand: Operand) -> str:
     """Float32 results ``name`` in ``operand``'s internal encoding, as the reference's
     ``from_float32``: floats as they are (float16 rounds at the graph's edge), quantized
     values round(x / scale + zero point) in float32 with halves away from zero, then
@@ -93,32 +87,32 @@ def _store(g: GraphBuilder, name: str, operand: Operand) -> str:
     if operand.type in FLOATS:
         return name
     if operand.type not in _RANGES:
-        raise Declined(f"results of type {_name(operand.type)} are not supported")
+        raise Declined(f"results of type {type_name(operand.type)} are not supported")
     low, high = _RANGES[operand.type]
-    scaled = g.one("Add", [g.one("Div", [name, _f32(g, operand.scale)]), _f32(g, operand.zero_point)])
-    magnitude = g.one("Floor", [g.one("Add", [g.one("Abs", [scaled]), _f32(g, _HALF_BELOW)])])
+    scaled = g.one("Add", [g.one("Div", [name, f32(g, operand.scale)]), f32(g, operand.zero_point)])
+    magnitude = g.one("Floor", [g.one("Add", [g.one("Abs", [scaled]), f32(g, _HALF_BELOW)])])
     rounded = g.one("Mul", [magnitude, g.one("Sign", [scaled])])
-    clamped = g.one("Clip", [rounded, _f32(g, low), _f32(g, high)])
+    clamped = g.one("Clip", [rounded, f32(g, low), f32(g, high)])
     if operand.type == T.TENSOR_QUANT16_ASYMM:
         return g.one("Cast", [clamped], to=TensorProto.UINT16)
     shift = internal_zero_point(operand) - operand.zero_point
     if shift:
-        clamped = g.one("Add", [clamped, _f32(g, shift)])
+        clamped = g.one("Add", [clamped, f32(g, shift)])
     return g.one("Cast", [clamped], to=TensorProto.UINT8)
 
 
 def _columns(g: GraphBuilder, name: str, count: int) -> list[str]:
     """The ``count`` columns of a [rows, count] value, each [rows, 1]."""
-    return g.node("Split", [name, _i64(g, *([1] * count))], count, axis=1)
+    return g.node("Split", [name, i64(g, *([1] * count))], count, axis=1)
 
 
-def _size(g: GraphBuilder, name: str, axis: int) -> str:
+def run_time_dim(g: GraphBuilder, name: str, axis: int) -> str:
     """Dimension ``axis`` of ``name`` at run time, as an int64 [1]."""
     return g.one("Shape", [name], start=axis, end=axis + 1)
 
 
 def _float_size(g: GraphBuilder, name: str, axis: int) -> str:
-    return g.one("Cast", [_size(g, name, axis)], to=TensorProto.FLOAT)
+    return g.one("Cast", [run_time_dim(g, name, axis)], to=TensorProto.FLOAT)
 
 
 def _checked_batches(g: GraphBuilder, index: int, batches: str, valid: list[str]) -> str:
@@ -133,7 +127,7 @@ def _checked_batches(g: GraphBuilder, index: int, batches: str, valid: list[str]
     return fail_unless(g, all_hold(g, [in_range, *valid]), ids)
 
 
-def _ordered(g: GraphBuilder, x1: str, y1: str, x2: str, y2: str) -> str:
+def corners_ordered(g: GraphBuilder, x1: str, y1: str, x2: str, y2: str) -> str:
     """x1 <= x2 and y1 <= y2, per box."""
     return g.one("And", [g.one("LessOrEqual", [x1, x2]), g.one("LessOrEqual", [y1, y2])])
 
@@ -149,17 +143,17 @@ def lower_bbox_transform(g: GraphBuilder, operation: Operation) -> None:
     ``transform_boxes``: the same float32 operations in the same order)."""
     boxes, deltas, batch_index, image_index = operation.inputs
     output = g.operand(operation.outputs[0])
-    x1, y1, x2, y2 = _columns(g, _real(g, boxes), 4)                    # [R, 1] each
-    real_deltas = _real(g, deltas)                                       # [R, classes * 4]
-    dx, dy, dw, dh = (g.one("Slice", [real_deltas, _i64(g, k), _i64(g, 2 ** 62), _i64(g, 1), _i64(g, 4)])
+    x1, y1, x2, y2 = _columns(g, real_values(g, boxes), 4)                    # [R, 1] each
+    real_deltas = real_values(g, deltas)                                       # [R, classes * 4]
+    dx, dy, dw, dh = (g.one("Slice", [real_deltas, i64(g, k), i64(g, 2 ** 62), i64(g, 1), i64(g, 4)])
                       for k in range(4))                                 # [R, classes] each
-    image = _real(g, image_index)                                        # [batches, 2]: height, width
-    ids = _checked_batches(g, batch_index, _size(g, image, 0), [_ordered(g, x1, y1, x2, y2)])
+    image = real_values(g, image_index)                                        # [batches, 2]: height, width
+    ids = _checked_batches(g, batch_index, run_time_dim(g, image, 0), [corners_ordered(g, x1, y1, x2, y2)])
     image_height, image_width = _columns(g, g.one("Gather", [image, ids], axis=0), 2)
     corners = decoded_boxes(g, (x1, y1, x2, y2), (dx, dy, dw, dh), image_width, image_height)
-    stacked = g.one("Concat", [g.one("Unsqueeze", [corner, _i64(g, 2)]) for corner in corners], axis=2)
+    stacked = g.one("Concat", [g.one("Unsqueeze", [corner, i64(g, 2)]) for corner in corners], axis=2)
     result = g.one("Flatten", [stacked], axis=1)                         # [R, classes * 4]
-    g.set_output(operation.outputs[0], _store(g, result, output))
+    g.set_output(operation.outputs[0], encode_real(g, result, output))
 
 
 def decoded_boxes(g: GraphBuilder, box: tuple[str, str, str, str], delta: tuple[str, str, str, str],
@@ -170,7 +164,7 @@ def decoded_boxes(g: GraphBuilder, box: tuple[str, str, str, str], delta: tuple[
     order. Returns the new x1, y1, x2, y2."""
     x1, y1, x2, y2 = box
     dx, dy, dw, dh = delta
-    two, zero = _f32(g, 2.0), _f32(g, 0.0)
+    two, zero = f32(g, 2.0), f32(g, 0.0)
     width = g.one("Sub", [x2, x1])
     height = g.one("Sub", [y2, y1])
     center_x = g.one("Div", [g.one("Add", [x1, x2]), two])
@@ -198,15 +192,15 @@ def _regions(g: GraphBuilder, operation: Operation, feature: str, nchw: bool) ->
     height_ratio, width_ratio = float(g.scalar(height_ratio)), float(g.scalar(width_ratio))
     if not (height_ratio > 0 and width_ratio > 0):
         raise Declined("the height and width ratios must be positive")
-    real = _real(g, regions)
+    real = real_values(g, regions)
     scales = np.float32(1) / np.array([width_ratio, height_ratio, width_ratio, height_ratio], np.float32)
     corners = g.one("Mul", [real, g.constant(scales.astype(np.float32), "ratios")])
     x1, y1, x2, y2 = _columns(g, corners, 4)
     height, width = (_float_size(g, feature, axis) for axis in ((2, 3) if nchw else (1, 2)))
-    inside = [g.one("GreaterOrEqual", [real, _f32(g, 0.0)]),
+    inside = [g.one("GreaterOrEqual", [real, f32(g, 0.0)]),
               g.one("LessOrEqual", [g.one("Concat", [x1, x2], axis=1), width]),
               g.one("LessOrEqual", [g.one("Concat", [y1, y2], axis=1), height])]
-    ids = _checked_batches(g, batch_index, _size(g, feature, 0), [*inside, _ordered(g, x1, y1, x2, y2)])
+    ids = _checked_batches(g, batch_index, run_time_dim(g, feature, 0), [*inside, corners_ordered(g, x1, y1, x2, y2)])
     return corners, ids
 
 
@@ -248,8 +242,8 @@ def _bins(g: GraphBuilder, start: str, stop: str, bins: int, size: str) -> tuple
     """[first, last) of each of ``bins`` bins of regions whose pixels run from ``start`` to
     ``stop`` ([R, 1] integers as float32), clipped to ``size``: the reference's ``_bins``,
     the same float32 operations."""
-    extent = g.one("Max", [g.one("Add", [g.one("Sub", [stop, start]), _f32(g, 1.0)]), _f32(g, 1.0)])
-    step = g.one("Div", [extent, _f32(g, float(bins))])
+    extent = g.one("Max", [g.one("Add", [g.one("Sub", [stop, start]), f32(g, 1.0)]), f32(g, 1.0)])
+    step = g.one("Div", [extent, f32(g, float(bins))])
     offsets = np.arange(bins, dtype=np.float32)[None, :]
     first = g.one("Floor", [g.one("Add", [g.one("Mul", [step, g.constant(offsets, "offsets")]), start])])
     last = g.one("Ceil", [g.one("Add", [g.one("Mul", [step, g.constant(offsets + 1, "offsets")]), start])])
@@ -260,7 +254,7 @@ def _in_bins(g: GraphBuilder, first: str, last: str, size: str) -> str:
     """[R, bins, size]: whether pixel p lies in [first, last) of each bin (``size``: an int64 [1])."""
     zero, one = (g.constant(np.array(v, np.int64)) for v in (0, 1))
     pixels = g.one("Cast", [g.one("Range", [zero, g.one("Squeeze", [size]), one])], to=TensorProto.FLOAT)
-    first, last = (g.one("Unsqueeze", [name, _i64(g, 2)]) for name in (first, last))
+    first, last = (g.one("Unsqueeze", [name, i64(g, 2)]) for name in (first, last))
     return g.one("And", [g.one("GreaterOrEqual", [pixels, first]), g.one("Less", [pixels, last])])
 
 
@@ -284,18 +278,18 @@ def lower_roi_pooling(g: GraphBuilder, operation: Operation) -> None:
     nchw = _layout(g, operation.inputs[7])
     x = g.value(operation.inputs[0])
     if x.kind not in ("float", "uint8") or x.rank != 4:
-        raise Declined(f"ROI_POOLING on {_name(g.operand(operation.inputs[0]).type)} is not supported")
+        raise Declined(f"ROI_POOLING on {type_name(g.operand(operation.inputs[0]).type)} is not supported")
     if x.kind == "uint8" and (output.type not in QUANT8 or (output.scale, internal_zero_point(output))
                               != (x.scale, x.zero_point)):
         raise Declined("a quantized ROI_POOLING's output must keep the input's quantization")
     corners, ids = _regions(g, operation, x.name, nchw)
-    pixels = g.one("Floor", [g.one("Add", [corners, _f32(g, _HALF_BELOW)])])  # halves away: corners are >= 0
+    pixels = g.one("Floor", [g.one("Add", [corners, f32(g, _HALF_BELOW)])])  # halves away: corners are >= 0
     x1, y1, x2, y2 = _columns(g, pixels, 4)
     height, width = (_float_size(g, x.name, axis) for axis in ((2, 3) if nchw else (1, 2)))
     first_h, last_h = _bins(g, y1, y2, out_h, height)
     first_w, last_w = _bins(g, x1, x2, out_w, width)
     if x.kind == "float":
-        empty_value = _f32(g, 0.0)
+        empty_value = f32(g, 0.0)
     else:
         empty_value = g.constant(np.array(x.zero_point, np.uint8))
     shape = (x.dims[2], x.dims[3], x.dims[1]) if nchw else tuple(x.dims[1:])
@@ -307,9 +301,9 @@ def lower_roi_pooling(g: GraphBuilder, operation: Operation) -> None:
     else:
         pooled = _masked_maximum(g, x, nchw, ids, (first_h, last_h), (first_w, last_w))
         channel_axis = 1
-    empty = g.one("Or", [g.one("Unsqueeze", [g.one("LessOrEqual", [last_h, first_h]), _i64(g, 2)]),
-                         g.one("Unsqueeze", [g.one("LessOrEqual", [last_w, first_w]), _i64(g, 1)])])
-    result = g.one("Where", [g.one("Unsqueeze", [empty, _i64(g, channel_axis)]), empty_value, pooled])
+    empty = g.one("Or", [g.one("Unsqueeze", [g.one("LessOrEqual", [last_h, first_h]), i64(g, 2)]),
+                         g.one("Unsqueeze", [g.one("LessOrEqual", [last_w, first_w]), i64(g, 1)])])
+    result = g.one("Where", [g.one("Unsqueeze", [empty, i64(g, channel_axis)]), empty_value, pooled])
     if channel_axis == 3:
         g.set_output(operation.outputs[0], g.one("Transpose", [result], perm=NHWC_TO_NCHW) if nchw else result)
     else:
@@ -325,9 +319,9 @@ def _window(g: GraphBuilder, bounds: tuple[str, str], size: int, bins: int) -> t
     first, last = bounds
     span = min(size, -(-(size + 1) // bins) + 2)
     offsets = g.constant(np.arange(span, dtype=np.float32)[None, None, :], "window")
-    held = g.one("Min", [g.one("Add", [g.one("Unsqueeze", [first, _i64(g, 2)]), offsets]),
-                         g.one("Unsqueeze", [g.one("Sub", [last, _f32(g, 1.0)]), _i64(g, 2)])])
-    clipped = g.one("Min", [g.one("Max", [held, _f32(g, 0.0)]), _f32(g, float(size - 1))])
+    held = g.one("Min", [g.one("Add", [g.one("Unsqueeze", [first, i64(g, 2)]), offsets]),
+                         g.one("Unsqueeze", [g.one("Sub", [last, f32(g, 1.0)]), i64(g, 2)])])
+    clipped = g.one("Min", [g.one("Max", [held, f32(g, 0.0)]), f32(g, float(size - 1))])
     return g.one("Cast", [clipped], to=TensorProto.INT64), span
 
 
@@ -342,17 +336,17 @@ def _windowed_maximum(g: GraphBuilder, operation: Operation, nhwc: str, shape: t
     elements = (rois[0] if rois and rois[0] else 1) * height * out_w * span_w * depth
     if elements > _POOLING_ELEMENTS:
         raise Declined(f"the windowed maximum would gather {elements} elements (more than {_POOLING_ELEMENTS})")
-    table = g.one("Reshape", [nhwc, _i64(g, -1, depth)])                                  # [B * H * W, C]
-    base = g.one("Mul", [g.one("Unsqueeze", [ids, _i64(g, 1, 2, 3)]),
+    table = g.one("Reshape", [nhwc, i64(g, -1, depth)])                                  # [B * H * W, C]
+    base = g.one("Mul", [g.one("Unsqueeze", [ids, i64(g, 1, 2, 3)]),
                          g.constant(np.array(height * width, np.int64))])                 # [R, 1, 1, 1]
     lines = g.constant((np.arange(height, dtype=np.int64) * width)[None, :, None, None], "rows")
-    index = g.one("Add", [g.one("Add", [base, lines]), g.one("Unsqueeze", [col_index, _i64(g, 1)])])
+    index = g.one("Add", [g.one("Add", [base, lines]), g.one("Unsqueeze", [col_index, i64(g, 1)])])
     wide = g.one("Gather", [table, index], axis=0)                                        # [R, H, ow, span_w, C]
     by_columns = g.one("ReduceMax", [wide], axes=[3], keepdims=0)                         # [R, H, ow, C]
-    stacked = g.one("Reshape", [by_columns, _i64(g, -1, out_w, depth)])                  # [R * H, ow, C]
-    regions = g.one("Range", [g.constant(np.array(0, np.int64)), g.one("Squeeze", [_size(g, ids, 0)]),
+    stacked = g.one("Reshape", [by_columns, i64(g, -1, out_w, depth)])                  # [R * H, ow, C]
+    regions = g.one("Range", [g.constant(np.array(0, np.int64)), g.one("Squeeze", [run_time_dim(g, ids, 0)]),
                               g.constant(np.array(1, np.int64))])
-    first_row = g.one("Mul", [g.one("Unsqueeze", [regions, _i64(g, 1, 2)]), g.constant(np.array(height, np.int64))])
+    first_row = g.one("Mul", [g.one("Unsqueeze", [regions, i64(g, 1, 2)]), g.constant(np.array(height, np.int64))])
     tall = g.one("Gather", [stacked, g.one("Add", [first_row, row_index])], axis=0)     # [R, oh, span_h, ow, C]
     return g.one("ReduceMax", [tall], axes=[2], keepdims=0)                               # [R, oh, ow, C]
 
@@ -361,15 +355,15 @@ def _masked_maximum(g: GraphBuilder, x, nchw: bool, ids: str, rows: tuple[str, s
     """[R, C, oh, ow]: the maximum over each bin, every pixel of the map outside it masked
     with the lowest value (the map's shape known only at run time)."""
     feature = x.name if nchw else g.one("Transpose", [x.name], perm=NHWC_TO_NCHW)
-    lowest = _f32(g, -np.inf) if x.kind == "float" else g.constant(np.array(0, np.uint8))
+    lowest = f32(g, -np.inf) if x.kind == "float" else g.constant(np.array(0, np.uint8))
     regions = g.one("Gather", [feature, ids], axis=0)                                    # [R, C, H, W]
-    in_columns = _in_bins(g, *cols, _size(g, feature, 3))                                 # [R, ow, W]
-    columns = g.one("Unsqueeze", [in_columns, _i64(g, 1, 2)])                              # [R, 1, 1, ow, W]
-    wide = g.one("Where", [columns, g.one("Unsqueeze", [regions, _i64(g, 3)]), lowest])   # [R, C, H, ow, W]
+    in_columns = _in_bins(g, *cols, run_time_dim(g, feature, 3))                                 # [R, ow, W]
+    columns = g.one("Unsqueeze", [in_columns, i64(g, 1, 2)])                              # [R, 1, 1, ow, W]
+    wide = g.one("Where", [columns, g.one("Unsqueeze", [regions, i64(g, 3)]), lowest])   # [R, C, H, ow, W]
     by_columns = g.one("ReduceMax", [wide], axes=[4], keepdims=0)                          # [R, C, H, ow]
-    in_rows = _in_bins(g, *rows, _size(g, feature, 2))                                    # [R, oh, H]
-    row_mask = g.one("Unsqueeze", [in_rows, _i64(g, 1, 4)])                                # [R, 1, oh, H, 1]
-    tall = g.one("Where", [row_mask, g.one("Unsqueeze", [by_columns, _i64(g, 2)]), lowest])  # [R, C, oh, H, ow]
+    in_rows = _in_bins(g, *rows, run_time_dim(g, feature, 2))                                    # [R, oh, H]
+    row_mask = g.one("Unsqueeze", [in_rows, i64(g, 1, 4)])                                # [R, 1, oh, H, 1]
+    tall = g.one("Where", [row_mask, g.one("Unsqueeze", [by_columns, i64(g, 2)]), lowest])  # [R, C, oh, H, ow]
     return g.one("ReduceMax", [tall], axes=[3], keepdims=0)                                # [R, C, oh, ow]
 
 
@@ -390,16 +384,16 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
     known = [source.dims[a] for a in side_axes]
     if all(known) and (known[0] != known[1] or known[0] < 2):
         raise Declined("the heatmaps must be square and at least 2x2")
-    real = _real(g, heatmap)
+    real = real_values(g, heatmap)
     maps = real if nchw else g.one("Transpose", [real], perm=NHWC_TO_NCHW)       # [N, K, S, S]
-    size = _size(g, maps, 2)                                                      # int64 [1]
-    square = g.one("Equal", [_size(g, maps, 3), size])
+    size = run_time_dim(g, maps, 2)                                                      # int64 [1]
+    square = g.one("Equal", [run_time_dim(g, maps, 3), size])
     large = g.one("GreaterOrEqual", [size, g.constant(np.array([2], np.int64))])
     leading = g.one("Shape", [maps], start=0, end=2)                              # [N, K]
     flat = g.one("Reshape", [maps, g.one("Concat", [leading, g.one("Mul", [size, size])], axis=0)])
-    x1, y1, x2, y2 = (g.one("Unsqueeze", [column, _i64(g, 2)]) for column in _columns(g, _real(g, boxes), 4))
+    x1, y1, x2, y2 = (g.one("Unsqueeze", [column, i64(g, 2)]) for column in _columns(g, real_values(g, boxes), 4))
     peak = g.one("ArgMax", [flat], axis=2, keepdims=1, select_last_index=0)      # [N, K, 1], first maximum
-    peak = fail_unless(g, all_hold(g, [square, large, _ordered(g, x1, y1, x2, y2)]), peak)
+    peak = fail_unless(g, all_hold(g, [square, large, corners_ordered(g, x1, y1, x2, y2)]), peak)
     peak_score = g.one("GatherElements", [flat, peak], axis=2)
     row, col = g.one("Div", [peak, size]), g.one("Mod", [peak, size])
 
@@ -412,10 +406,10 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
         return g.one("Where", [below, g.constant(np.array(1, np.int64)), inner])
 
     rows, cols = mirrored(row), mirrored(col)
-    index = g.one("Add", [g.one("Mul", [g.one("Unsqueeze", [rows, _i64(g, 3)]), size]),
-                          g.one("Unsqueeze", [cols, _i64(g, 2)])])                # [N, K, 3, 3]
-    index = g.one("Reshape", [index, g.one("Concat", [leading, _i64(g, 9)], axis=0)])
-    grid = g.node("Split", [g.one("GatherElements", [flat, index], axis=2), _i64(g, *([1] * 9))], 9, axis=2)
+    index = g.one("Add", [g.one("Mul", [g.one("Unsqueeze", [rows, i64(g, 3)]), size]),
+                          g.one("Unsqueeze", [cols, i64(g, 2)])])                # [N, K, 3, 3]
+    index = g.one("Reshape", [index, g.one("Concat", [leading, i64(g, 9)], axis=0)])
+    grid = g.node("Split", [g.one("GatherElements", [flat, index], axis=2), i64(g, *([1] * 9))], 9, axis=2)
 
     def at(a: int, b: int) -> str:
         return grid[a * 3 + b]
@@ -423,9 +417,9 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
     def op(kind: str, *names: str) -> str:
         return g.one(kind, list(names))
 
-    two, four, half, zero, one = _f32(g, 2.0), _f32(g, 4.0), _f32(g, 0.5), _f32(g, 0.0), _f32(g, 1.0)
-    limit = _f32(g, 1.5)
-    tolerance = _f32(g, 1e-3 if g.operand(heatmap).type == T.TENSOR_FLOAT16 else 1e-5)
+    two, four, half, zero, one = f32(g, 2.0), f32(g, 4.0), f32(g, 0.5), f32(g, 0.0), f32(g, 1.0)
+    limit = f32(g, 1.5)
+    tolerance = f32(g, 1e-3 if g.operand(heatmap).type == T.TENSOR_FLOAT16 else 1e-5)
     center = at(1, 1)
     b0 = op("Neg", op("Div", op("Sub", at(1, 2), at(1, 0)), two))
     b1 = op("Neg", op("Div", op("Sub", at(2, 1), at(0, 1)), two))
@@ -453,8 +447,8 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
         return op("Add", op("Mul", op("Div", position, side), op("Sub", end, start)), start)
 
     keypoints = g.one("Concat", [keypoint(col, d0, x1, x2), keypoint(row, d1, y1, y2)], axis=2)
-    g.set_output(operation.outputs[0], _store(g, g.one("Squeeze", [score, _i64(g, 2)]), score_out))
-    g.set_output(operation.outputs[1], _store(g, keypoints, keypoint_out))
+    g.set_output(operation.outputs[0], encode_real(g, g.one("Squeeze", [score, i64(g, 2)]), score_out))
+    g.set_output(operation.outputs[1], encode_real(g, keypoints, keypoint_out))
 
 
 #: the quantum of the reference's integer bilinear weights (quantized ROI_ALIGN)
@@ -471,29 +465,29 @@ def _axis_taps(g: GraphBuilder, start: str, end: str, bins: int, ratio: int, sam
     indexes (int64 [R, bins, samples, 2]) and bilinear weights (float32, zero for the
     samples past a region's own count) of each of ``samples`` samples per bin (``ratio``
     of them, or ceil(bin size) where ``ratio`` is 0), and that count (float32 [R, 1])."""
-    one = _f32(g, 1.0)
-    step = g.one("Div", [g.one("Max", [g.one("Sub", [end, start]), one]), _f32(g, float(bins))])
+    one = f32(g, 1.0)
+    step = g.one("Div", [g.one("Max", [g.one("Sub", [end, start]), one]), f32(g, float(bins))])
     # [R, 1]: ceil(bin size), or the ratio itself
-    count = g.one("Ceil", [step]) if ratio == 0 else g.one("Expand", [_f32(g, float(ratio)), g.one("Shape", [step])])
+    count = g.one("Ceil", [step]) if ratio == 0 else g.one("Expand", [f32(g, float(ratio)), g.one("Shape", [step])])
     sub = g.one("Div", [step, count])
     bin_start = g.one("Add", [g.one("Mul", [step, g.constant(np.arange(bins, dtype=np.float32)[None, :], "bins")]),
                               start])                                    # [R, bins]
     offsets = g.constant(np.arange(samples, dtype=np.float32)[None, None, :], "samples")
-    position = g.one("Add", [g.one("Add", [g.one("Unsqueeze", [bin_start, _i64(g, 2)]),
-                                           g.one("Unsqueeze", [g.one("Div", [sub, _f32(g, 2.0)]), _i64(g, 2)])]),
-                             g.one("Mul", [g.one("Unsqueeze", [sub, _i64(g, 2)]), offsets])])  # [R, bins, samples]
+    position = g.one("Add", [g.one("Add", [g.one("Unsqueeze", [bin_start, i64(g, 2)]),
+                                           g.one("Unsqueeze", [g.one("Div", [sub, f32(g, 2.0)]), i64(g, 2)])]),
+                             g.one("Mul", [g.one("Unsqueeze", [sub, i64(g, 2)]), offsets])])  # [R, bins, samples]
     low = g.one("Floor", [position])
     frac = g.one("Sub", [position, low])
-    last = _f32(g, float(size - 1))
+    last = f32(g, float(size - 1))
     at_edge = g.one("GreaterOrEqual", [low, last])
     low = g.one("Where", [at_edge, last, low])
     high = g.one("Where", [at_edge, last, g.one("Add", [low, one])])
-    frac = g.one("Where", [at_edge, _f32(g, 0.0), frac])
-    taken = g.one("Cast", [g.one("Less", [offsets, g.one("Unsqueeze", [count, _i64(g, 2)])])], to=TensorProto.FLOAT)
-    weights = g.one("Concat", [g.one("Unsqueeze", [g.one("Mul", [g.one("Sub", [one, frac]), taken]), _i64(g, 3)]),
-                               g.one("Unsqueeze", [g.one("Mul", [frac, taken]), _i64(g, 3)])], axis=3)
-    indexes = g.one("Cast", [g.one("Concat", [g.one("Unsqueeze", [low, _i64(g, 3)]),
-                                              g.one("Unsqueeze", [high, _i64(g, 3)])], axis=3)],
+    frac = g.one("Where", [at_edge, f32(g, 0.0), frac])
+    taken = g.one("Cast", [g.one("Less", [offsets, g.one("Unsqueeze", [count, i64(g, 2)])])], to=TensorProto.FLOAT)
+    weights = g.one("Concat", [g.one("Unsqueeze", [g.one("Mul", [g.one("Sub", [one, frac]), taken]), i64(g, 3)]),
+                               g.one("Unsqueeze", [g.one("Mul", [frac, taken]), i64(g, 3)])], axis=3)
+    indexes = g.one("Cast", [g.one("Concat", [g.one("Unsqueeze", [low, i64(g, 3)]),
+                                              g.one("Unsqueeze", [high, i64(g, 3)])], axis=3)],
                     to=TensorProto.INT64)
     return indexes, weights, count
 
@@ -527,25 +521,25 @@ def _roi_align_taps(g: GraphBuilder, operation: Operation, nchw: bool, out_h: in
 
     def spread(name: str, axes_rows: bool) -> str:
         # rows [R, oh, S, 2] -> [R, oh, 1, S, 2, 1, 1]; columns [R, ow, S, 2] -> [R, 1, ow, 1, 1, S, 2]
-        return g.one("Unsqueeze", [name, _i64(g, 2, 5, 6) if axes_rows else _i64(g, 1, 3, 4)])
+        return g.one("Unsqueeze", [name, i64(g, 2, 5, 6) if axes_rows else i64(g, 1, 3, 4)])
 
-    regions = _size(g, ids, 0)
-    flat_shape = g.one("Concat", [regions, _i64(g, out_h, out_w, taps)], axis=0)
+    regions = run_time_dim(g, ids, 0)
+    flat_shape = g.one("Concat", [regions, i64(g, out_h, out_w, taps)], axis=0)
     base = g.one("Unsqueeze", [g.one("Mul", [ids, g.constant(np.array(height * width, np.int64))]),
-                               _i64(g, 1, 2, 3, 4, 5, 6)])
+                               i64(g, 1, 2, 3, 4, 5, 6)])
     index = g.one("Add", [g.one("Add", [base, g.one("Mul", [spread(rows, True),
                                                             g.constant(np.array(width, np.int64))])]),
                           spread(cols, False)])
     index = g.one("Reshape", [index, flat_shape])                                    # [R, oh, ow, T]
     weights = g.one("Mul", [spread(row_weights, True), spread(col_weights, False)])
-    weights = g.one("Reshape", [weights, g.one("Concat", [regions, _i64(g, out_h, out_w, 1, taps)], axis=0)])
+    weights = g.one("Reshape", [weights, g.one("Concat", [regions, i64(g, out_h, out_w, 1, taps)], axis=0)])
     nhwc = x.name if not nchw else g.one("Transpose", [x.name], perm=NCHW_TO_NHWC)
-    table = g.one("Reshape", [nhwc, _i64(g, -1, depth)])                            # [B * H * W, C]
+    table = g.one("Reshape", [nhwc, i64(g, -1, depth)])                            # [B * H * W, C]
     values = g.one("Gather", [table, index], axis=0)                                 # [R, oh, ow, T, C]
     samples = g.one("Mul", [count_h, count_w])                                       # [R, 1], float32
-    by_region = _i64(g, 2, 3)
+    by_region = i64(g, 2, 3)
     if output.type in FLOATS:
-        summed = g.one("Squeeze", [g.one("MatMul", [weights, values]), _i64(g, 3)])  # [R, oh, ow, C]
+        summed = g.one("Squeeze", [g.one("MatMul", [weights, values]), i64(g, 3)])  # [R, oh, ow, C]
         result = g.one("Div", [summed, g.one("Unsqueeze", [samples, by_region])])
     else:
         result = _integer_roi_align(g, x, output, weights, values, samples, samples_h * samples_w)
@@ -555,13 +549,13 @@ def _roi_align_taps(g: GraphBuilder, operation: Operation, nchw: bool, out_h: in
 def _integer_roi_align(g: GraphBuilder, x, output: Operand, weights: str, values: str, samples: str,
                        most: int) -> str:
     """The quantized pixels [R, oh, ow, C] (internal encoding) of roi_align's ``_quantized``."""
-    integer_weights = g.one("Floor", [g.one("Add", [g.one("Div", [weights, _f32(g, float(_WEIGHT_STEP))]),
-                                                    _f32(g, _HALF_BELOW)])])          # weights are >= 0
+    integer_weights = g.one("Floor", [g.one("Add", [g.one("Div", [weights, f32(g, float(_WEIGHT_STEP))]),
+                                                    f32(g, _HALF_BELOW)])])          # weights are >= 0
     # sum(w * (q - zero point)) exactly in int32 (|sum| <= taps * 255 * 255), the weights
     # (0..255) and the stored values as they are
     sums = g.one("MatMulInteger", [g.one("Cast", [integer_weights], to=TensorProto.UINT8), values,
                                    g.constant(np.array(0, np.uint8)), g.constant(np.array(x.zero_point, np.uint8))])
-    sums = g.one("Cast", [g.one("Squeeze", [sums, _i64(g, 3)])], to=TensorProto.INT64)
+    sums = g.one("Cast", [g.one("Squeeze", [sums, i64(g, 3)])], to=TensorProto.INT64)
     multipliers, lefts, rights = [], [], []
     for count in range(1, most + 1):
         real = np.float32(x.scale) * _WEIGHT_STEP / np.float32(output.scale) / np.float32(count)
@@ -569,7 +563,7 @@ def _integer_roi_align(g: GraphBuilder, x, output: Operand, weights: str, values
         multipliers.append(multiplier)
         lefts.append(1 << max(shift, 0))
         rights.append(1 << max(-shift, 0))
-    which = g.one("Sub", [g.one("Unsqueeze", [g.one("Cast", [samples], to=TensorProto.INT64), _i64(g, 2, 3)]),
+    which = g.one("Sub", [g.one("Unsqueeze", [g.one("Cast", [samples], to=TensorProto.INT64), i64(g, 2, 3)]),
                           g.constant(np.array(1, np.int64))])                          # [R, 1, 1, 1]
 
     def per_region(table: list[int]) -> str:

@@ -47,8 +47,8 @@ from nnapi.codes import FuseCode
 from nnapi.codes import OperandCode as T
 from nnapi.codes import OperationCode as Op
 from nnapi.drivers.ort import control_flow
-from nnapi.drivers.ort.lowering import Declined, GraphBuilder, L, _block
-from nnapi.drivers.ort.recurrent import _activation_attributes
+from nnapi.drivers.ort.lowering import Declined, GraphBuilder, L, sliced_block
+from nnapi.drivers.ort.recurrent import activation_attributes
 from nnapi.hal import Operation
 from nnapi.operations.control_flow import WHILE_BODY_MODEL, WHILE_CONDITION_MODEL, WHILE_FIRST_VALUE
 
@@ -196,7 +196,7 @@ def _piece(body: _Body, index: int, units: int) -> _Piece:
         product = operation.inputs[0]
         dims = body.dims(product)
         _need(len(dims) == 2 and all(dims))
-        block = _block(body.b, operation, dims)
+        block = sliced_block(body.b, operation, dims)
         _need(block is not None and block[0] == 1)
         _, start, stop = block
         ops.append(operation)
@@ -481,7 +481,7 @@ def _emit(g: GraphBuilder, operation: Operation, found: _Found) -> None:
     h0 = g.one("Unsqueeze", [h.name, g.constant(np.array([0], np.int64))])
     y, y_h = g.node("GRU", [x.name, stacked(found.w), stacked(found.r), stacked(found.wb + found.rb), "", h0], 2,
                     hidden_size=units, linear_before_reset=1 if found.reset_after else 0,
-                    **_activation_attributes(found.functions))
+                    **activation_attributes(found.functions))
     for k, index in enumerate(operation.outputs):
         if k in found.counters:
             g.set_output(index, g.constant(np.full([1], found.counters[k] + found.trip, np.int32)))

@@ -27,7 +27,7 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.lowering import (
     Declined,
     GraphBuilder,
-    _check_same_quantization,
+    check_same_quantization,
     encode,
     fail_unless,
     has_kernel,
@@ -57,7 +57,7 @@ def lower_embedding_lookup(g: GraphBuilder, operation: Operation) -> None:
     values = g.value(operation.inputs[1])
     if g.operand(operation.inputs[1]).type not in _EMBEDDING_TYPES or values.rank < 2:
         raise Declined("EMBEDDING_LOOKUP takes values of rank 2 or more of a listed type")
-    _check_same_quantization(values, g.operand(operation.outputs[0]))
+    check_same_quantization(values, g.operand(operation.outputs[0]))
     # a negative lookup sent past any row: Gather refuses it as the reference does
     past = g.constant(np.array(np.iinfo(np.int32).max, np.int32))
     rows = g.one("Where", [g.one("Less", [lookups, g.constant(np.array(0, np.int32))]), past, lookups])
@@ -73,7 +73,7 @@ def lower_hashtable_lookup(g: GraphBuilder, operation: Operation) -> None:
     if values_operand.type not in _HASHTABLE_TYPES or values.rank < 2:
         raise Declined("HASHTABLE_LOOKUP takes values of rank 2 or more of a listed type")
     output, hits_operand = (g.operand(i) for i in operation.outputs)
-    _check_same_quantization(values, output)
+    check_same_quantization(values, output)
     if hits_operand.type != T.TENSOR_QUANT8_ASYMM or (hits_operand.scale, hits_operand.zero_point) != (1.0, 0):
         raise Declined("the hits output must be TENSOR_QUANT8_ASYMM of scale 1 and zero point 0")
     if not has_kernel("ArgMax", TensorProto.INT32, axis=0):

@@ -99,7 +99,8 @@ class Value:
         return len(self.dims)
 
 
-_KIND_ELEM = {"float": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int32": TensorProto.INT32,
+#: the ONNX element type of each internal kind (``Value.kind``)
+KIND_ELEM = {"float": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int32": TensorProto.INT32,
               "bool": TensorProto.BOOL, "uint16": TensorProto.UINT16, "int8": TensorProto.INT8,
               "int16": TensorProto.INT16}
 _HAL_ELEM = {T.TENSOR_FLOAT32: TensorProto.FLOAT, T.TENSOR_FLOAT16: TensorProto.FLOAT16,
@@ -125,7 +126,7 @@ def internal_kind(code: int) -> str:
         return "int8"
     if code == T.TENSOR_QUANT16_SYMM:
         return "int16"  # its stored integers (QUANTIZED_16BIT_LSTM's cell state)
-    raise Declined(f"{_name(code)} operands are not supported")
+    raise Declined(f"{type_name(code)} operands are not supported")
 
 
 #: the first ONNX Runtime release with an int16 Add on the CPU (pyproject accepts 1.16 on)
@@ -218,11 +219,22 @@ def internal_zero_point(operand: Operand) -> int:
     return operand.zero_point + 128 if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED else operand.zero_point
 
 
-def _name(code: int) -> str:
+def type_name(code: int) -> str:
+    """Operand type ``code``'s name for a Declined message (a number the enum lacks: said so)."""
     try:
         return OperandCode(code).name
     except ValueError:
         return f"operand type {code}"
+
+
+def f32(g: GraphBuilder, value: float) -> str:
+    """A float32 scalar constant of ``g`` holding ``value``."""
+    return g.constant(np.array(value, np.float32))
+
+
+def i64(g: GraphBuilder, *values: int) -> str:
+    """An int64 constant of ``g`` holding ``values`` (a 1-D tensor: axes, shapes, slice bounds)."""
+    return g.constant(np.array(values, np.int64))
 
 
 class GraphBuilder:
@@ -494,7 +506,7 @@ def encode(raw: np.ndarray, operand: Operand) -> np.ndarray:
         return raw  # weights: read by the operation that owns them
     if operand.type in (T.FLOAT32, T.INT32, T.BOOL, T.FLOAT16, T.UINT32):
         return raw
-    raise Declined(f"{_name(operand.type)} constants are not supported")
+    raise Declined(f"{type_name(operand.type)} constants are not supported")
 
 
 # --- operation lowerings -------------------------------------------------------------------
@@ -533,11 +545,13 @@ def run_time_form(g: GraphBuilder, operation: Operation, x: Value) -> str:
     return form(g, operation, x)
 
 
-def _same_kind(g: GraphBuilder, operation: Operation, allowed=ACTIVATION_TYPES) -> None:
+def check_types(g: GraphBuilder, operation: Operation, allowed: Sequence[int] = ACTIVATION_TYPES) -> None:
+    """Declines ``operation`` unless its first input and every output are of a type in
+    ``allowed``."""
     for index in [*operation.inputs[:1], *operation.outputs]:
         code = g.operand(index).type
         if code not in allowed:
-            raise Declined(f"{OperationCode(operation.type).name} on {_name(code)} is not supported")
+            raise Declined(f"{OperationCode(operation.type).name} on {type_name(code)} is not supported")
 
 
 def fused_activation(g: GraphBuilder, name: str, fuse: int, output: Operand) -> str:
@@ -558,7 +572,7 @@ def fused_activation(g: GraphBuilder, name: str, fuse: int, output: Operand) -> 
         if q_low <= 0 and q_high >= 255:
             return name  # the clamp is the quantized range itself
         return g.one("Clip", [name, g.constant(np.array(q_low, np.uint8)), g.constant(np.array(q_high, np.uint8))])
-    raise Declined(f"fused activation on {_name(output.type)}")
+    raise Declined(f"fused activation on {type_name(output.type)}")
 
 
 def to_nchw(g: GraphBuilder, name: str, nchw: bool) -> str:
@@ -649,7 +663,7 @@ def _takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
     try:
         if code in (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D):
             depthwise = code == OperationCode.DEPTHWISE_CONV_2D
-            params = _conv_params(g, operation, depthwise)
+            params = conv_params(g, operation, depthwise)
             return (position == 0 and not params.nchw and (not depthwise or params.multiplier == 1)
                     and g.raw_constant(inputs[1]) is not None and g.raw_constant(inputs[2]) is not None)
         if code == OperationCode.ADD:
@@ -729,7 +743,10 @@ def _require_rank(value: Value, rank: int, what: str) -> None:
 
 # --- convolutions ----------------------------------------------------------------------
 @dataclass
-class _ConvParams:
+class ConvParams:
+    """A convolution's scalar arguments (NNAPI's explicit or implicit padding forms alike)
+    as the ONNX Conv attributes take them (``conv_params``)."""
+
     pads: list[int] | None  # ONNX order: top, left, bottom, right
     auto_pad: str | None
     strides: list[int]
@@ -739,7 +756,11 @@ class _ConvParams:
     multiplier: int = 1
 
 
-def _conv_params(g: GraphBuilder, operation: Operation, depthwise: bool) -> _ConvParams:
+def conv_params(g: GraphBuilder, operation: Operation, depthwise: bool) -> ConvParams:
+    """The padding, strides, dilations, fused activation, layout and (depthwise) multiplier
+    of CONV_2D / DEPTHWISE_CONV_2D ``operation``, whichever of its signatures it uses: an
+    explicit padding as ONNX pads, SAME as the pads NNAPI computes (``same_pads``), VALID as
+    auto_pad."""
     inputs = operation.inputs
     n = len(inputs)
     shift = 1 if depthwise else 0  # depthwise has depth_multiplier before the activation
@@ -755,8 +776,8 @@ def _conv_params(g: GraphBuilder, operation: Operation, depthwise: bool) -> _Con
         nchw = bool(g.optional_scalar(operation, rest + 1, False))
         dil_w = int(g.optional_scalar(operation, rest + 2, 1))
         dil_h = int(g.optional_scalar(operation, rest + 3, 1))
-        return _ConvParams([top, left, bottom, right], None, [stride_h, stride_w], [dil_h, dil_w], fuse, nchw,
-                           multiplier)
+        return ConvParams([top, left, bottom, right], None, [stride_h, stride_w], [dil_h, dil_w], fuse, nchw,
+                          multiplier)
     scheme = int(g.scalar(inputs[3]))
     stride_w, stride_h = int(g.scalar(inputs[4])), int(g.scalar(inputs[5]))
     multiplier = int(g.scalar(inputs[6])) if depthwise else 1
@@ -772,8 +793,8 @@ def _conv_params(g: GraphBuilder, operation: Operation, depthwise: bool) -> _Con
         filter_dims = g.operand(inputs[1]).dimensions
         kernel = (filter_dims[1], filter_dims[2]) if len(filter_dims) == 4 else (0, 0)
         pads = same_pads(g.operand(inputs[0]).dimensions, nchw, kernel, (stride_h, stride_w), (dil_h, dil_w))
-    return _ConvParams(pads, "VALID" if scheme == 2 else None, [stride_h, stride_w], [dil_h, dil_w], fuse, nchw,
-                       multiplier)
+    return ConvParams(pads, "VALID" if scheme == 2 else None, [stride_h, stride_w], [dil_h, dil_w], fuse, nchw,
+                      multiplier)
 
 
 def same_pads(dims: list[int], nchw: bool, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
@@ -813,7 +834,7 @@ def value_range(g: GraphBuilder, index: int) -> tuple[float, float] | None:
         return _CLAMPS[code]
     if code in (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.GROUPED_CONV_2D):
         try:
-            fuse = _conv_params(g, producer, code != OperationCode.CONV_2D).fuse
+            fuse = conv_params(g, producer, code != OperationCode.CONV_2D).fuse
         except (Declined, ValueError, TypeError, IndexError):
             return None
         if fuse in (FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6):
@@ -855,7 +876,8 @@ def reachable_activation(g: GraphBuilder, fuse: int, source: int, weights: np.nd
     return fuse
 
 
-def _conv_attributes(params: _ConvParams, kernel: list[int], group: int) -> dict:
+def conv_attributes(params: ConvParams, kernel: list[int], group: int) -> dict:
+    """The attributes of an ONNX Conv / QLinearConv / ConvInteger node for ``params``."""
     attributes: dict = {"strides": params.strides, "dilations": params.dilations, "kernel_shape": kernel,
                         "group": group}
     if params.pads is not None:
@@ -868,7 +890,7 @@ def _conv_attributes(params: _ConvParams, kernel: list[int], group: int) -> dict
 def _filter_to_oihw(g: GraphBuilder, index: int, depthwise: bool) -> tuple[str, np.ndarray | None, bool]:
     """The filter as [O, I, H, W] (depthwise: [C, 1, H, W]), for a constant its array, and
     whether quant8 weights were centered to int8 with zero point 0 (``centered_weights``)."""
-    known = _constant_filter(g, index, depthwise)
+    known = constant_filter(g, index, depthwise)
     if known is not None:
         array, centered = known
         return g.constant(array, "filter"), array, centered
@@ -876,7 +898,7 @@ def _filter_to_oihw(g: GraphBuilder, index: int, depthwise: bool) -> tuple[str, 
     return g.one("Transpose", [value.name], perm=[3, 0, 1, 2] if depthwise else [0, 3, 1, 2]), None, False
 
 
-def _constant_filter(g: GraphBuilder, index: int, depthwise: bool) -> tuple[np.ndarray, bool] | None:
+def constant_filter(g: GraphBuilder, index: int, depthwise: bool) -> tuple[np.ndarray, bool] | None:
     """A constant filter as an [O, I, H, W] array and whether it was centered; None for a
     filter given at run time."""
     operand = g.operand(index)
@@ -945,7 +967,7 @@ def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: 
             raise Declined("per-channel filter scales must run along the output channels")
         return (g.constant(np.array(quant.scales, np.float32), "wscale"),
                 g.constant(np.zeros(channels, np.int8), "wzp"))
-    raise Declined(f"{_name(operand.type)} filters are not supported")
+    raise Declined(f"{type_name(operand.type)} filters are not supported")
 
 
 #: ORT's symmetric quantized convolution kernels (MlasConvSym) take input channels in
@@ -953,7 +975,7 @@ def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: 
 SYM_INPUT_CHANNEL_ALIGN = 4
 
 
-def _merged_columns(g: GraphBuilder, operation: Operation, params: _ConvParams, array: np.ndarray,
+def _merged_columns(g: GraphBuilder, operation: Operation, params: ConvParams, array: np.ndarray,
                     centered: bool) -> str | None:
     """A quantized NHWC CONV_2D whose input channels ORT's symmetric kernels refuse (an
     image's 3) as the same convolution on the input with every m adjacent columns merged
@@ -1022,7 +1044,7 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: _ConvParams, 
 FEW_OUTPUTS = 16
 
 
-def _few_outputs_factor(shape: tuple[int, ...], params: _ConvParams, width: int) -> int:
+def _few_outputs_factor(shape: tuple[int, ...], params: ConvParams, width: int) -> int:
     """How many adjacent pixels _merged_columns merges for a 1x1 convolution of stride 1
     to fewer than FEW_OUTPUTS channels (filter ``shape`` [O, C, 1, 1]): the smallest
     power of two m with m * O >= FEW_OUTPUTS, halved until it divides ``width``; 1 where
@@ -1048,7 +1070,7 @@ def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool
     if not (padded_in or (not depthwise and wants_padding(g, index))):
         return False
     raw_filter, raw_bias = g.raw_constant(inputs[1]), g.raw_constant(inputs[2])
-    params = _conv_params(g, operation, depthwise)
+    params = conv_params(g, operation, depthwise)
     real = g.operand(inputs[0]).dimensions
     if (raw_filter is None or raw_bias is None or params.nchw or len(real) != 4 or raw_filter.ndim != 4
             or raw_filter.shape[3] != real[3] or (depthwise and (params.multiplier != 1 or raw_filter.shape[0] != 1))):
@@ -1069,7 +1091,7 @@ def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool
     if rows is not None:
         y = g.one("Conv", [rows[0], rows[1], g.constant(bias, "w")], **rows[2])
     else:
-        attributes = _conv_attributes(params, list(weights.shape[2:]), group)
+        attributes = conv_attributes(params, list(weights.shape[2:]), group)
         source = to_nchw(g, x.name, False)
         y = _single_filter_conv(g, source, weights, bias, attributes, output)
         if y is None:
@@ -1086,7 +1108,7 @@ def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool
 _ROWS_PRODUCERS = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
 
 
-def _channels_in_rows(g: GraphBuilder, operation: Operation, params: _ConvParams, source: Value,
+def _channels_in_rows(g: GraphBuilder, operation: Operation, params: ConvParams, source: Value,
                       weights: np.ndarray) -> tuple[str, str, dict] | None:
     """A float NHWC CONV_2D on an input of the graph (or an element-wise function of it,
     _ROWS_PRODUCERS) with fewer channels than ORT's NCHWc block (an image's 3) as the
@@ -1151,7 +1173,7 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
     _require_rank(source, 4, "the input")
     # GROUPED_CONV_2D's arguments sit where DEPTHWISE_CONV_2D's do, num_groups in the
     # depth multiplier's place (and its layout flag is mandatory)
-    params = _conv_params(g, operation, depthwise or grouped)
+    params = conv_params(g, operation, depthwise or grouped)
     output = g.operand(operation.outputs[0])
     filter_operand = g.operand(operation.inputs[1])
     if len(filter_operand.dimensions) != 4 or not all(filter_operand.dimensions):
@@ -1175,12 +1197,12 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
         group = 1
         if source.dims[1 if params.nchw else 3] not in (0, channels_in):
             raise Declined("the filter's depth does not match the input")
-    attributes = _conv_attributes(params, [kernel_h, kernel_w], group)
+    attributes = conv_attributes(params, [kernel_h, kernel_w], group)
     if output.type in FLOATS:
         if g.operand(operation.inputs[0]).type not in FLOATS or filter_operand.type not in FLOATS:
             raise Declined("mixed float and quantized operands")
         bias = g.value(operation.inputs[2])
-        known = None if depthwise or grouped else _constant_filter(g, operation.inputs[1], False)
+        known = None if depthwise or grouped else constant_filter(g, operation.inputs[1], False)
         rows = None if known is None else _channels_in_rows(g, operation, params, source, known[0])
         y = None
         if rows is not None:
@@ -1203,7 +1225,7 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
             raise Declined("a quantized output needs a quantized input")
         if g.operand(operation.inputs[2]).type != T.TENSOR_INT32:
             raise Declined("a quantized convolution needs an int32 bias")
-        known = None if depthwise or grouped or params.nchw else _constant_filter(g, operation.inputs[1], False)
+        known = None if depthwise or grouped or params.nchw else constant_filter(g, operation.inputs[1], False)
         merged = None if known is None else _merged_columns(g, operation, params, *known)
         if merged is not None:
             g.set_output(operation.outputs[0], fused_activation(g, merged, params.fuse, output))
@@ -1216,7 +1238,7 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
         y = g.one("QLinearConv", [to_nchw(g, source.name, params.nchw), *g.qparams(source), weights, w_scale, w_zero,
                                   *g.qparams(output), bias.name], **attributes)
     else:
-        raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
+        raise Declined(f"{OperationCode(operation.type).name} on {type_name(output.type)} is not supported")
     y = from_nchw(g, y, params.nchw)
     g.set_output(operation.outputs[0], fused_activation(g, y, params.fuse, output))
 
@@ -1275,7 +1297,7 @@ def lower_fully_connected(g: GraphBuilder, operation: Operation) -> None:
                        kernel_shape=[1, 1])
             y = g.one("Reshape", [y4, g.constant(np.array([-1, units], np.int64))])
     else:
-        raise Declined(f"FULLY_CONNECTED on {_name(output.type)} is not supported")
+        raise Declined(f"FULLY_CONNECTED on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
 
 
@@ -1363,7 +1385,7 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
             raise Declined("a fused activation on int32")
         y = g.one(float_op, [a.name, b.name])
     else:
-        raise Declined(f"{code.name} on {_name(output.type)} is not supported")
+        raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
 
 
@@ -1631,7 +1653,7 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
         return
     if code not in (OperationCode.LOGISTIC, OperationCode.TANH, *_CLAMPS, OperationCode.HARD_SWISH) and \
             output.type not in FLOATS:
-        raise Declined(f"{code.name} on {_name(output.type)} is not supported")
+        raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
 
     def apply(name: str) -> str:
         if code in (OperationCode.RELU1, OperationCode.RELU6):
@@ -1660,7 +1682,7 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
         else:
             y = g.quantize(apply(g.dequantize(x)), output)
     else:
-        raise Declined(f"{code.name} on {_name(output.type)} is not supported")
+        raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
 
 
@@ -1740,7 +1762,7 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
     elif output.type in QUANT8:
         y = g.quantize(_prelu(g, g.dequantize(x), g.dequantize(alpha)), output)
     else:
-        raise Declined(f"PRELU on {_name(output.type)} is not supported")
+        raise Declined(f"PRELU on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
 
 
@@ -1832,7 +1854,7 @@ def lower_pool(g: GraphBuilder, operation: Operation) -> None:
         if output.type in QUANT8:
             y = g.quantize(y, output)
     else:
-        raise Declined(f"{code.name} on {_name(output.type)} is not supported")
+        raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
     y = from_nchw(g, y, nchw)
     y = fused_activation(g, y, fuse, output)
     if padded:
@@ -1945,7 +1967,7 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     elif output.type in QUANT8:  # a shape known at run time: its groups may be empty
         y = run_time_form(g, operation, x)
     else:
-        raise Declined(f"MEAN on {_name(output.type)} is not supported")
+        raise Declined(f"MEAN on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
 
 
@@ -2041,7 +2063,7 @@ def lower_softmax(g: GraphBuilder, operation: Operation) -> None:
     if x.rank == 0 or not -x.rank <= axis < x.rank:
         raise Declined("SOFTMAX axis out of range")
     if output.type not in FLOATS and output.type not in QUANT8:
-        raise Declined(f"SOFTMAX on {_name(output.type)} is not supported")
+        raise Declined(f"SOFTMAX on {type_name(output.type)} is not supported")
     if output.type in QUANT8 and not (x.dims and all(x.dims)) and not empty_quantized_softmax_has_output():
         raise Declined("a quantized SOFTMAX whose input may be empty: this onnxruntime (before 1.32) returns no "
                        "output for an empty one")
@@ -2062,7 +2084,7 @@ def lower_reshape(g: GraphBuilder, operation: Operation) -> None:
     if g.raw_constant(operation.inputs[1]) is None:
         # given at run time: ONNX's Reshape with 0 meaning 0 (allowzero), as NNAPI's; a shape
         # that does not hold the elements fails the run in both
-        _check_same_quantization(x, output)
+        check_same_quantization(x, output)
         shape = g.one("Cast", [g.value(operation.inputs[1]).name], to=TensorProto.INT64)
         g.set_output(operation.outputs[0], g.one("Reshape", [x.name, shape], allowzero=1))
         return
@@ -2071,7 +2093,7 @@ def lower_reshape(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("RESHAPE's shape must be positive (one -1 at most)")
     if output.dimensions and all(output.dimensions) and len(output.dimensions) == len(shape):
         shape = np.array(output.dimensions, np.int64)
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     if x.dims and all(x.dims) and x.dims == shape.tolist():
         g.set_output(operation.outputs[0], x.name)  # the same shape: nothing to run
         return
@@ -2099,7 +2121,9 @@ def _only_broadcast(g: GraphBuilder, index: int, x: Value, shape: list[int]) -> 
         and len(g.operand(op.outputs[0]).dimensions) >= x.rank for op in readers)
 
 
-def _check_same_quantization(x: Value, output: Operand) -> None:
+def check_same_quantization(x: Value, output: Operand) -> None:
+    """Declines unless ``output`` has ``x``'s internal kind and quantization: for operations
+    that move values without requantizing them (copies, pads, gathers)."""
     if output.type in QUANT8 and (x.scale != output.scale or x.zero_point != internal_zero_point(output)):
         raise Declined("output quantization differs from the input's")
     if internal_kind(output.type) != x.kind:
@@ -2146,7 +2170,7 @@ def lower_pad(g: GraphBuilder, operation: Operation) -> None:
         paddings = np.asarray(g.scalar(operation.inputs[1])).astype(np.int64).reshape(-1, 2)
         if paddings.shape[0] != x.rank or np.any(paddings < 0):
             raise Declined("paddings must be [rank, 2] and non-negative")
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     if x.kind == "float":
         pad_value = np.array(float(g.scalar(operation.inputs[2])) if operation.type == OperationCode.PAD_V2
                              else 0.0, np.float32)
@@ -2162,7 +2186,7 @@ def lower_pad(g: GraphBuilder, operation: Operation) -> None:
     elif x.kind == "int32" and operation.type == OperationCode.PAD:
         pad_value = np.array(0, np.int32)
     else:
-        raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
+        raise Declined(f"{OperationCode(operation.type).name} on {type_name(output.type)} is not supported")
     if pads_name is None:
         pads_name = g.constant(np.concatenate([paddings[:, 0], paddings[:, 1]]))
     y = g.one("Pad", [x.name, pads_name, g.constant(pad_value)], mode="constant")
@@ -2180,7 +2204,7 @@ def _non_negative(g: GraphBuilder, index: int) -> bool:
         return True
     if code in (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.GROUPED_CONV_2D):
         try:
-            fuse = _conv_params(g, producer, code != OperationCode.CONV_2D).fuse
+            fuse = conv_params(g, producer, code != OperationCode.CONV_2D).fuse
         except (Declined, ValueError, TypeError, IndexError):
             return False
         return fuse in (FuseCode.FUSED_RELU, FuseCode.FUSED_RELU6)
@@ -2310,7 +2334,7 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("the input's channel count must be known")
     mode = resize_mode(align_corners, half_pixel)
     if output.type not in FLOATS and output.type not in QUANT8:
-        raise Declined(f"RESIZE_BILINEAR on {_name(output.type)} is not supported")
+        raise Declined(f"RESIZE_BILINEAR on {type_name(output.type)} is not supported")
 
     def sizes(rest: list[int]) -> str:
         """The output's sizes: the batch (the input's, at run time where it is not known) and ``rest``."""
@@ -2349,15 +2373,18 @@ def resize_mode(align_corners: bool, half_pixel: bool) -> str:
     return "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
 
 
-def _exact_taps(*taps) -> bool:
+def exact_taps(*taps: tuple) -> bool:
+    """Whether every weight of the resize taps given (``weighted_taps``' tables, weights from
+    their third element on) is a multiple of 2**-6 of magnitude at most 2, which makes an
+    8-bit blend of them exact in float32 in any order (``_EXACT_WEIGHT_STEP``)."""
     weights = np.concatenate([np.asarray(t[2:], np.float64).ravel() for t in taps])
     steps = weights / _EXACT_WEIGHT_STEP
     return bool(np.all(steps == np.round(steps)) and np.all(np.abs(weights) <= 2))
 
 
 @functools.lru_cache(maxsize=64)
-def _resize_matches_taps(height: int, width: int, out_height: int, out_width: int, align_corners: bool,
-                         half_pixel: bool, nchw: bool) -> bool:
+def resize_matches_taps(height: int, width: int, out_height: int, out_width: int, align_corners: bool,
+                        half_pixel: bool, nchw: bool) -> bool:
     """Whether ORT's float Resize of a Cast uint8 image (NCHW or NHWC), in the mode given,
     blends with the reference's taps (``weighted_taps``, exact binary fractions here): a
     one-off run of that Cast + Resize on probe planes compared with the reference's blend
@@ -2408,7 +2435,7 @@ def _truncated_blend(g: GraphBuilder, x: Value, output: Operand, axes: tuple[int
     instead and weighs in another order: 28-48% of a test image's values and about half of
     deeplab's 256x256x21 head a step off. The gathers work in either layout: no Transpose.
     Where the taps are exact binary fractions (power-of-two scales without align_corners)
-    and a probe shows ORT's Resize using them (``_resize_matches_taps``), that Resize
+    and a probe shows ORT's Resize using them (``resize_matches_taps``), that Resize
     computes the same blend, ~8x faster."""
     height_axis, width_axis = axes
     rows = weighted_taps(x.dims[height_axis], sizes[0], align_corners, half_pixel)
@@ -2423,8 +2450,8 @@ def _truncated_blend(g: GraphBuilder, x: Value, output: Operand, axes: tuple[int
     values = g.one("Cast", [source or x.name], to=TensorProto.FLOAT)
     if signed and source is None:
         values = g.one("Sub", [values, g.constant(np.float32(128))])
-    if (not g.isolated and all(x.dims) and _exact_taps(rows, cols)
-            and _resize_matches_taps(x.dims[height_axis], x.dims[width_axis], *sizes, align_corners, half_pixel,
+    if (not g.isolated and all(x.dims) and exact_taps(rows, cols)
+            and resize_matches_taps(x.dims[height_axis], x.dims[width_axis], *sizes, align_corners, half_pixel,
                                      nchw)):
         mode = resize_mode(align_corners, half_pixel)
         shape = list(x.dims)
@@ -2461,14 +2488,14 @@ def lower_depth_space(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     _require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     block = int(g.scalar(operation.inputs[1]))
     nchw = bool(g.optional_scalar(operation, 2, False))
     if block < 1:
         raise Declined("block size must be positive")
     op_type = "DepthToSpace" if operation.type == OperationCode.DEPTH_TO_SPACE else "SpaceToDepth"
     extra = {"mode": "DCR"} if op_type == "DepthToSpace" else {}  # NNAPI's channel order is TF's: DCR
-    if not has_kernel(op_type, _KIND_ELEM[x.kind], blocksize=2, **extra):
+    if not has_kernel(op_type, KIND_ELEM[x.kind], blocksize=2, **extra):
         raise Declined(f"this onnxruntime has no {op_type} kernel for {x.kind} values")
     y = g.one(op_type, [to_nchw(g, x.name, nchw)], blocksize=block, **extra)
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
@@ -2478,7 +2505,7 @@ def lower_depth_space(g: GraphBuilder, operation: Operation) -> None:
 def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     if not x.dims or not all(x.dims) or any(g.raw_constant(i) is None for i in operation.inputs[1:7]):
         # begin, end or strides given at run time, or a shape known only then (a mask given
         # then: declined there, naming it)
@@ -2528,7 +2555,7 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
 
 
-def _block(g: GraphBuilder, operation: Operation, dims: list[int]) -> tuple[int, int, int] | None:
+def sliced_block(g: GraphBuilder, operation: Operation, dims: list[int]) -> tuple[int, int, int] | None:
     """(axis, start, stop) where STRIDED_SLICE ``operation`` of a ``dims`` tensor takes
     ``start:stop`` of one axis and all of the others, with unit strides and nothing shrunk;
     else None."""
@@ -2563,7 +2590,7 @@ def _slices_as_split(g: GraphBuilder, operation: Operation, x: Value) -> bool:
         return False
     if any(blocked(list(g.operand(op.outputs[0]).dimensions), x.kind) for op in readers):
         return False  # keep_blocked's layout choice stays with the plain lowering
-    blocks = [_block(g, op, x.dims) for op in readers]
+    blocks = [sliced_block(g, op, x.dims) for op in readers]
     if any(b is None for b in blocks) or len({b[0] for b in blocks}) != 1:
         return False
     axis = blocks[0][0]
@@ -2603,7 +2630,7 @@ def lower_resize_nearest(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     _require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     nchw = bool(g.optional_scalar(operation, 3, False))
     align_corners = bool(g.optional_scalar(operation, 4, False))
     half_pixel = bool(g.optional_scalar(operation, 5, False))
@@ -2648,7 +2675,7 @@ def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
         if not onnxruntime_at_least(EXACT_CONV_TRANSPOSE_VERSION):
             raise Declined("this onnxruntime's ConvTranspose gives quantized results 3 steps off (before 1.22)")
     elif output.type not in FLOATS or filter_operand.type not in FLOATS:
-        raise Declined(f"TRANSPOSE_CONV_2D on {_name(output.type)} is not supported")
+        raise Declined(f"TRANSPOSE_CONV_2D on {type_name(output.type)} is not supported")
     if len(filter_operand.dimensions) != 4 or not all(filter_operand.dimensions):
         raise Declined("the filter's shape must be known")
     channels_out, kernel_h, kernel_w, depth = filter_operand.dimensions
@@ -2775,7 +2802,7 @@ def _quantized_transpose_filter(g: GraphBuilder, operation: Operation, raw: np.n
         integers = None if raw is None else raw.astype(np.float64) - filter_operand.zero_point
         scales, widest = np.full(channels_out, filter_operand.scale, np.float64), 255
     else:
-        raise Declined(f"a quantized TRANSPOSE_CONV_2D with a {_name(filter_operand.type)} filter")
+        raise Declined(f"a quantized TRANSPOSE_CONV_2D with a {type_name(filter_operand.type)} filter")
     taps = int(np.prod(filter_operand.dimensions[1:]))
     largest = 255 * (widest * taps if integers is None else
                      np.abs(integers).reshape(channels_out, -1).sum(axis=1).max())
@@ -2803,7 +2830,7 @@ def lower_l2_normalization(g: GraphBuilder, operation: Operation) -> None:
                                               g.constant(np.array(x.zero_point, np.uint8))])
         x = Value(integers, "float", x.dims)
     elif output.type not in FLOATS or x.kind != "float":
-        raise Declined(f"L2_NORMALIZATION on {_name(output.type)} is not supported")
+        raise Declined(f"L2_NORMALIZATION on {type_name(output.type)} is not supported")
     axis = int(g.optional_scalar(operation, 1, -1))
     if not 1 <= x.rank <= 4 or not -x.rank <= axis < x.rank:
         raise Declined("L2_NORMALIZATION needs rank 1 to 4 and an axis in range")
@@ -2865,7 +2892,7 @@ def lower_instance_normalization(g: GraphBuilder, operation: Operation) -> None:
 def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     if x.rank == 0:
         raise Declined("TRANSPOSE needs the input's rank")
     if len(operation.inputs) > 1 and g.operand(operation.inputs[1]).lifetime != L.NO_VALUE and \
@@ -2883,7 +2910,7 @@ def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
 def lower_reverse(g: GraphBuilder, operation: Operation) -> None:
     """REVERSE as a Slice with step -1 along the axis (a constant in [0, rank))."""
     x = g.value(operation.inputs[0])
-    _check_same_quantization(x, g.operand(operation.outputs[0]))
+    check_same_quantization(x, g.operand(operation.outputs[0]))
     axis = int(np.asarray(g.scalar(operation.inputs[1])).reshape(-1)[0])
     if not 0 <= axis < x.rank:
         raise Declined(f"axis {axis} is out of range [0, {x.rank})")
@@ -2896,7 +2923,7 @@ def lower_reverse(g: GraphBuilder, operation: Operation) -> None:
 def lower_squeeze(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     given = len(operation.inputs) > 1 and g.operand(operation.inputs[1]).lifetime != L.NO_VALUE
     if given and g.raw_constant(operation.inputs[1]) is None:
         # axes given at run time: ONNX's Squeeze refuses an axis out of range or of a size
@@ -2931,7 +2958,7 @@ def lower_squeeze(g: GraphBuilder, operation: Operation) -> None:
 def lower_expand_dims(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     axis = int(g.scalar(operation.inputs[1]))
     if not -(x.rank + 1) <= axis <= x.rank:
         raise Declined("EXPAND_DIMS axis out of range")
@@ -2953,7 +2980,7 @@ def lower_maximum(g: GraphBuilder, operation: Operation) -> None:
         if any(v.scale != output.scale or v.zero_point != internal_zero_point(output) for v in (a, b)):
             names = _requantized(g, operation.type, operation.inputs[:2], output)
     elif output.type not in (*FLOATS, T.TENSOR_INT32) or a.kind != b.kind:
-        raise Declined(f"{OperationCode(operation.type).name} on {_name(output.type)} is not supported")
+        raise Declined(f"{OperationCode(operation.type).name} on {type_name(output.type)} is not supported")
     op_type = "Max" if operation.type == OperationCode.MAXIMUM else "Min"
     if output.type in QUANT8 and not has_kernel(op_type, TensorProto.UINT8):
         # releases before 1.24 have no uint8 Max / Min: the same choice by a comparison,
@@ -2991,7 +3018,7 @@ def lower_channel_shuffle(g: GraphBuilder, operation: Operation) -> None:
     a transpose, data movement only."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     groups, axis = int(g.scalar(operation.inputs[1])), int(g.scalar(operation.inputs[2]))
     if x.rank == 0 or not all(x.dims) or not -x.rank <= axis < x.rank:
         raise Declined("CHANNEL_SHUFFLE needs the input's shape and an axis in range")
@@ -3048,7 +3075,7 @@ def lower_select(g: GraphBuilder, operation: Operation) -> None:
         names = _requantized(g, operation.type, operation.inputs[1:3], output)
     else:
         for v in (a, b):
-            _check_same_quantization(v, output)
+            check_same_quantization(v, output)
     g.set_output(operation.outputs[0], g.one("Where", [condition.name, *names]))
 
 
@@ -3110,7 +3137,9 @@ def _constant_axis(g: GraphBuilder, index: int, rank: int) -> int:
     return axis % rank
 
 
-def _constant_ints(g: GraphBuilder, index: int, what: str) -> np.ndarray:
+def constant_ints(g: GraphBuilder, index: int, what: str) -> np.ndarray:
+    """Constant operand ``index`` as a flat int64 array; Declined (naming it ``what``) when it
+    is given at run time."""
     value = g.raw_constant(index)
     if value is None:
         raise Declined(f"{what} must be a constant")
@@ -3137,7 +3166,7 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
     if x.rank == 0:
         raise Declined(f"{code.name} needs the input's rank")
     axes = []
-    for axis in _constant_ints(g, operation.inputs[1], "the axes"):
+    for axis in constant_ints(g, operation.inputs[1], "the axes"):
         if not -x.rank <= axis < x.rank:
             raise Declined(f"axis {axis} is out of range for rank {x.rank}")
         if int(axis) % x.rank not in axes:
@@ -3157,7 +3186,7 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
     elif code in (OperationCode.REDUCE_MAX, OperationCode.REDUCE_MIN):
         if x.kind not in ("float", "uint8"):
             raise Declined(f"{code.name} on {x.kind} is not supported")
-        _check_same_quantization(x, output)
+        check_same_quantization(x, output)
     elif x.kind != "float":
         raise Declined(f"{code.name} takes float tensors")
     if not axes:
@@ -3200,7 +3229,7 @@ def lower_argminmax(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("the input's shape must be known")
     axis = _constant_axis(g, operation.inputs[1], x.rank)
     op_type = "ArgMax" if operation.type == OperationCode.ARGMAX else "ArgMin"
-    if not has_kernel(op_type, _KIND_ELEM[x.kind], axis=0):
+    if not has_kernel(op_type, KIND_ELEM[x.kind], axis=0):
         raise Declined(f"this onnxruntime has no {op_type} kernel for {x.kind} values")
     source = x.name
     if x.kind == "uint8" and math.prod(x.dims) >= _FLOAT_ARGMAX_SIZE:
@@ -3228,7 +3257,7 @@ def lower_gather(g: GraphBuilder, operation: Operation) -> None:
     known only at run time; Gather refuses an index past the end in the same way)."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     if x.rank == 0:
         raise Declined("GATHER needs the input's rank")
     axis = _constant_axis(g, operation.inputs[1], x.rank)
@@ -3256,7 +3285,7 @@ def lower_split(g: GraphBuilder, operation: Operation) -> None:
     if count != len(operation.outputs) or count < 1 or x.dims[axis] % count:
         raise Declined("num_splits must divide the axis and match the outputs")
     for index in operation.outputs:
-        _check_same_quantization(x, g.operand(index))
+        check_same_quantization(x, g.operand(index))
     if count == x.dims[axis] and _split_rows(g, operation, x, axis):
         return
     sizes = g.constant(np.full(count, x.dims[axis] // count, np.int64))
@@ -3428,7 +3457,7 @@ def lower_slice(g: GraphBuilder, operation: Operation) -> None:
     unless 0 <= begin <= begin + size <= dimension everywhere, as the reference's does."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     if x.rank == 0:
         raise Declined("SLICE needs the input's rank")
     dims = np.array(x.dims, np.int64)
@@ -3465,7 +3494,7 @@ def lower_tile(g: GraphBuilder, operation: Operation) -> None:
     as the reference does, and 0 gives an empty dimension in both)."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     if x.rank == 0:
         raise Declined("TILE needs the input's rank")
     known = g.raw_constant(operation.inputs[1])
@@ -3488,14 +3517,14 @@ def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     _require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     if g.raw_constant(operation.inputs[1]) is None or (
             space_to_batch and g.raw_constant(operation.inputs[2]) is None):
         _space_batch_at_run_time(g, operation, x, space_to_batch)
         return
     if not all(x.dims):
         raise Declined("the input's shape must be known")
-    block_h, block_w = (int(b) for b in _constant_ints(g, operation.inputs[1], "the block sizes"))
+    block_h, block_w = (int(b) for b in constant_ints(g, operation.inputs[1], "the block sizes"))
     layout_position = 3 if space_to_batch else 2
     nchw = bool(g.optional_scalar(operation, layout_position, False))
     if block_h < 1 or block_w < 1:
@@ -3503,7 +3532,7 @@ def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
     name = g.one("Transpose", [x.name], perm=NCHW_TO_NHWC) if nchw else x.name
     batches, height, width, depth = (x.dims[0], x.dims[2], x.dims[3], x.dims[1]) if nchw else x.dims
     if space_to_batch:
-        paddings = _constant_ints(g, operation.inputs[2], "the paddings").reshape(-1)
+        paddings = constant_ints(g, operation.inputs[2], "the paddings").reshape(-1)
         if paddings.size != 4 or np.any(paddings < 0):
             raise Declined("paddings must be [2, 2] and non-negative")
         height += int(paddings[0] + paddings[1])
@@ -3592,7 +3621,7 @@ def lower_topk(g: GraphBuilder, operation: Operation) -> None:
     which ORT has a kernel). Where n is known only at run time, k > n fails the run there."""
     x = g.value(operation.inputs[0])
     values_index, indices_index = operation.outputs
-    _check_same_quantization(x, g.operand(values_index))
+    check_same_quantization(x, g.operand(values_index))
     if x.rank == 0 or x.kind not in ("float", "int32", "uint8"):
         raise Declined("TOPK_V2 needs the input's rank and float, int32 or quant8 values")
     count = int(g.scalar(operation.inputs[1]))
@@ -3631,7 +3660,7 @@ def lower_cast(g: GraphBuilder, operation: Operation) -> None:
         return
     convertible = (*FLOATS, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
     if source not in convertible or target not in convertible:
-        raise Declined(f"CAST from {_name(source)} to {_name(target)} is not supported")
+        raise Declined(f"CAST from {type_name(source)} to {type_name(target)} is not supported")
     if target in FLOATS:
         y = x.name if x.kind == "float" else g.one("Cast", [x.name], to=TensorProto.FLOAT)
         if target == T.TENSOR_FLOAT16 and source != T.TENSOR_FLOAT16:
@@ -3731,7 +3760,7 @@ def lower_dequantize(g: GraphBuilder, operation: Operation) -> None:
         elif operand.type in (*QUANT8, T.TENSOR_QUANT8_SYMM):
             values = dequantize(raw, operand.scale, operand.zero_point, np.float32)
         elif operand.type not in FLOATS:
-            raise Declined(f"DEQUANTIZE from {_name(operand.type)} is not supported")
+            raise Declined(f"DEQUANTIZE from {type_name(operand.type)} is not supported")
         if output.type == T.TENSOR_FLOAT16:
             values = values.astype(np.float16).astype(np.float32)
         name = g.constant(values.astype(np.float32), "dequantized")
@@ -3747,7 +3776,7 @@ def lower_dequantize(g: GraphBuilder, operation: Operation) -> None:
     elif operand.type in (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL):
         y = _dequantize_symmetric(g, g.value(index), operand)
     else:
-        raise Declined(f"DEQUANTIZE of a non-constant {_name(operand.type)} is not supported")
+        raise Declined(f"DEQUANTIZE of a non-constant {type_name(operand.type)} is not supported")
     g.set_output(operation.outputs[0], y)
 
 
@@ -3914,7 +3943,7 @@ def lower_operation(g: GraphBuilder, operation: Operation) -> None:
     for index in operation.outputs:
         operand = g.operand(index)
         if operand.type not in ACTIVATION_TYPES and operand.type != T.TENSOR_QUANT16_SYMM:
-            raise Declined(f"{code.name} output of type {_name(operand.type)} is not supported")
+            raise Declined(f"{code.name} output of type {type_name(operand.type)} is not supported")
     g.lowering = code.name
     try:
         lowering(g, operation)

@@ -20,8 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.detection import _i64
-from nnapi.drivers.ort.lowering import Declined, GraphBuilder, _check_same_quantization, keep_blocked, lowers
+from nnapi.drivers.ort.lowering import Declined, GraphBuilder, check_same_quantization, i64, keep_blocked, lowers
 from nnapi.hal import Operation
 from nnapi.operations.common import normalize_axis
 from nnapi.operations.pack import AXIS, FIRST_INPUT
@@ -35,14 +34,14 @@ _REFLECT, _SYMMETRIC = 0, 1
 def _reversed_slice(g: GraphBuilder, x: str, axis: int, start: int, stop: int) -> str:
     """x[start:stop] along ``axis``, backwards (elements stop - 1 down to start)."""
     below = -_FAR if start == 0 else start - 1  # (ONNX: an end before the first element)
-    return g.one("Slice", [x, _i64(g, stop - 1), _i64(g, below), _i64(g, axis), _i64(g, -1)])
+    return g.one("Slice", [x, i64(g, stop - 1), i64(g, below), i64(g, axis), i64(g, -1)])
 
 
 @lowers(OperationCode.MIRROR_PAD)
 def lower_mirror_pad(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    _check_same_quantization(x, output)
+    check_same_quantization(x, output)
     paddings = g.raw_constant(operation.inputs[PADDINGS])
     if paddings is None:
         raise Declined("MIRROR_PAD's paddings must be a constant (they fix the output's shape)")
@@ -57,7 +56,7 @@ def lower_mirror_pad(g: GraphBuilder, operation: Operation) -> None:
     if np.any(paddings > limit):
         raise Declined(f"paddings {paddings.tolist()} are too large for shape {dims.tolist()}")
     if mode == _REFLECT:
-        y = g.one("Pad", [x.name, _i64(g, *paddings[:, 0], *paddings[:, 1])], mode="reflect")
+        y = g.one("Pad", [x.name, i64(g, *paddings[:, 0], *paddings[:, 1])], mode="reflect")
     else:
         y = x.name
         for axis, (before, after) in enumerate(paddings.tolist()):
@@ -75,11 +74,11 @@ def lower_pack(g: GraphBuilder, operation: Operation) -> None:
     parts = [g.value(i) for i in operation.inputs[FIRST_INPUT:]]
     output = g.operand(operation.outputs[0])
     for part in parts:
-        _check_same_quantization(part, output)
+        check_same_quantization(part, output)
     axis = normalize_axis(int(g.scalar(operation.inputs[AXIS])), parts[0].rank + 1)
     if axis is None:
         raise Declined("PACK's axis is out of range")
-    where = _i64(g, axis)
+    where = i64(g, axis)
     unsqueezed = [g.one("Unsqueeze", [part.name, where]) for part in parts]
     g.set_output(operation.outputs[0], unsqueezed[0] if len(unsqueezed) == 1 else
                  g.one("Concat", unsqueezed, axis=axis))

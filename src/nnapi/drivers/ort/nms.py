@@ -41,14 +41,16 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.detection import _f32, _i64, _ordered, _real, _size, _store, decoded_boxes
+from nnapi.drivers.ort.detection import corners_ordered, decoded_boxes, encode_real, real_values, run_time_dim
 from nnapi.drivers.ort.lowering import (
     FLOATS,
     Declined,
     GraphBuilder,
     T,
     all_hold,
+    f32,
     fail_unless,
+    i64,
     internal_zero_point,
     lowers,
 )
@@ -79,7 +81,7 @@ def _first_maximum(g: GraphBuilder, scores: str) -> str:
     """Per row of [rows, width] float32 ``scores``, the position np.argmax gives ([rows, 1]):
     the first NaN where there is one, else the first maximum."""
     nan = g.one("Cast", [g.one("IsNaN", [scores])], to=TensorProto.FLOAT)
-    any_nan = g.one("Greater", [g.one("ReduceMax", [nan], axes=[1], keepdims=1), _f32(g, 0.0)])
+    any_nan = g.one("Greater", [g.one("ReduceMax", [nan], axes=[1], keepdims=1), f32(g, 0.0)])
     return g.one("Where", [any_nan, g.one("ArgMax", [nan], axis=1, keepdims=1),
                           g.one("ArgMax", [scores], axis=1, keepdims=1)])
 
@@ -94,20 +96,20 @@ def _stable_order(g: GraphBuilder, keys: str, largest: bool) -> str:
 def _score_key(g: GraphBuilder, scores: str) -> str:
     """Scores as a sort key: a NaN (last in numpy's sorts of -score) as -inf, which no kept
     score is (a candidate's score exceeds the threshold; rescaling by at most 1 keeps it so)."""
-    return g.one("Where", [g.one("IsNaN", [scores]), _f32(g, _NEG_INF), scores])
+    return g.one("Where", [g.one("IsNaN", [scores]), f32(g, _NEG_INF), scores])
 
 
 def _run_starts(g: GraphBuilder, keys: str) -> tuple[str, str, str]:
     """For 1-D int64 ``keys``, runs of equal consecutive values: (run id of each element,
     the position where each element's run starts, the number of runs)."""
     count = g.one("Shape", [keys])
-    previous = g.one("Concat", [g.one("Slice", [keys, _i64(g, 0), _i64(g, 1)]),
-                                g.one("Slice", [keys, _i64(g, 0), _i64(g, -1)])], axis=0)
-    positions = _range(g, g.one("Squeeze", [count, _i64(g, 0)]))
+    previous = g.one("Concat", [g.one("Slice", [keys, i64(g, 0), i64(g, 1)]),
+                                g.one("Slice", [keys, i64(g, 0), i64(g, -1)])], axis=0)
+    positions = _range(g, g.one("Squeeze", [count, i64(g, 0)]))
     starts = g.one("Or", [g.one("Not", [g.one("Equal", [keys, previous])]),
                           g.one("Equal", [positions, _scalar_i64(g, 0)])])
     run = g.one("Sub", [g.one("CumSum", [_int(g, starts), _scalar_i64(g, 0)]), _scalar_i64(g, 1)])
-    start_positions = g.one("Reshape", [g.one("NonZero", [starts]), _i64(g, -1)])
+    start_positions = g.one("Reshape", [g.one("NonZero", [starts]), i64(g, -1)])
     run_start = g.one("Gather", [start_positions, run], axis=0)
     runs = g.one("ReduceSum", [_int(g, starts)], keepdims=0)
     return run, run_start, runs
@@ -121,13 +123,13 @@ def _suppressor(kernel: int, iou_threshold: float, sigma: float, floor: float):
                        "numpy exp by an ulp in ~11% of inputs, which can change a selection")
 
     def suppress(g: GraphBuilder, iou: str, scores: str) -> tuple[str, str]:
-        below = g.one("Less", [iou, _f32(g, iou_threshold)])
+        below = g.one("Less", [iou, f32(g, iou_threshold)])
         if kernel == 0:
-            factor = g.one("Where", [below, _f32(g, 1.0), _f32(g, 0.0)])
+            factor = g.one("Where", [below, f32(g, 1.0), f32(g, 0.0)])
         else:
-            factor = g.one("Where", [below, _f32(g, 1.0), g.one("Sub", [_f32(g, 1.0), iou])])
+            factor = g.one("Where", [below, f32(g, 1.0), g.one("Sub", [f32(g, 1.0), iou])])
         rescored = g.one("Mul", [scores, factor])
-        return rescored, g.one("Less", [rescored, _f32(g, floor)])
+        return rescored, g.one("Less", [rescored, f32(g, floor)])
 
     return suppress
 
@@ -157,51 +159,51 @@ def _greedy_loop(g: GraphBuilder, columns: list[str], ids: str, remaining: str, 
     picked = b.one("Add", [picked_in, _int(b, selecting)])
     shape = b.one("Shape", [ids_in])
     rows, width = (b.one("Gather", [shape, _scalar_i64(b, k)], axis=0) for k in range(2))
-    zero = _f32(b, 0.0)
+    zero = f32(b, 0.0)
     overlap_w = b.one("Max", [b.one("Sub", [b.one("Min", [x2, c2]), b.one("Max", [x1, c1])]), zero])
     overlap_h = b.one("Max", [b.one("Sub", [b.one("Min", [y2, d2]), b.one("Max", [y1, d1])]), zero])
     intersection = b.one("Mul", [overlap_w, overlap_h])
     iou = b.one("Div", [intersection, b.one("Sub", [b.one("Add", [area, chosen_area]), intersection])])
     rescored, dropped = suppress(b, iou, live)
     still = b.one("And", [selecting, b.one("Less", [picked, limits])])
-    slots = b.one("Unsqueeze", [_range(b, width), _i64(b, 0)])              # [1, W]
+    slots = b.one("Unsqueeze", [_range(b, width), i64(b, 0)])              # [1, W]
     keep_at = b.one("And", [b.one("And", [b.one("Not", [dropped]), b.one("Less", [
-        slots, b.one("Unsqueeze", [remaining_in, _i64(b, 1)])])]), b.one("And", [
-            b.one("Not", [b.one("Equal", [slots, best])]), b.one("Unsqueeze", [still, _i64(b, 1)])])])
+        slots, b.one("Unsqueeze", [remaining_in, i64(b, 1)])])]), b.one("And", [
+            b.one("Not", [b.one("Equal", [slots, best])]), b.one("Unsqueeze", [still, i64(b, 1)])])])
     # the reference's rest list after its swap: position j holds this step's position j + 1,
     # or 0 (the old head) where j + 1 was the chosen one's
-    after = b.one("Unsqueeze", [b.one("Range", [_scalar_i64(b, 1), width, _scalar_i64(b, 1)]), _i64(b, 0)])
+    after = b.one("Unsqueeze", [b.one("Range", [_scalar_i64(b, 1), width, _scalar_i64(b, 1)]), i64(b, 0)])
     origin = b.one("Where", [b.one("Equal", [after, best]), _scalar_i64(b, 0), after])   # [G, m]
     keep = b.one("GatherElements", [keep_at, origin], axis=1)
-    left = b.one("ReduceSum", [_int(b, keep), _i64(b, 1)], keepdims=0)
-    new_width = b.one("ReduceMax", [b.one("Concat", [left, _i64(b, 0)], axis=0)], keepdims=0)
+    left = b.one("ReduceSum", [_int(b, keep), i64(b, 1)], keepdims=0)
+    new_width = b.one("ReduceMax", [b.one("Concat", [left, i64(b, 0)], axis=0)], keepdims=0)
     condition = b.one("Greater", [new_width, _scalar_i64(b, 0)])
     # Android's compaction: the k-th hole among the first `count` positions (ascending)
     # takes the k-th survivor beyond them counted from the last
     rest_width = b.one("Sub", [width, _scalar_i64(b, 1)])
-    positions = b.one("Unsqueeze", [_range(b, rest_width), _i64(b, 0)])     # [1, m]
-    count = b.one("Unsqueeze", [left, _i64(b, 1)])
+    positions = b.one("Unsqueeze", [_range(b, rest_width), i64(b, 0)])     # [1, m]
+    count = b.one("Unsqueeze", [left, i64(b, 1)])
     head = b.one("Less", [positions, count])
     hole = b.one("And", [head, b.one("Not", [keep])])
     beyond = b.one("And", [b.one("Not", [head]), keep])
     hole_rank = b.one("CumSum", [_int(b, hole), _scalar_i64(b, 1)], exclusive=1)
     beyond_rank = b.one("CumSum", [_int(b, beyond), _scalar_i64(b, 1)], exclusive=1, reverse=1)
-    spare = b.one("Concat", [b.one("Unsqueeze", [rows, _i64(b, 0)]), b.one("Unsqueeze", [width, _i64(b, 0)])],
+    spare = b.one("Concat", [b.one("Unsqueeze", [rows, i64(b, 0)]), b.one("Unsqueeze", [width, i64(b, 0)])],
                   axis=0)
     identity = b.one("Expand", [slots, spare])                                # [G, m + 1]: m is a dump
     spread = b.one("Expand", [positions, b.one("Shape", [keep])])
-    dump = b.one("Unsqueeze", [rest_width, _i64(b, 0)])
+    dump = b.one("Unsqueeze", [rest_width, i64(b, 0)])
     hole_at = b.one("ScatterElements", [identity, b.one("Where", [hole, hole_rank, dump]), spread], axis=1)
     destination = b.one("GatherElements", [hole_at, b.one("Where", [beyond, beyond_rank, dump])], axis=1)
     source = b.one("ScatterElements", [identity, b.one("Where", [beyond, destination, dump]), spread], axis=1)
-    source = b.one("Slice", [source, _i64(b, 0), b.one("Unsqueeze", [new_width, _i64(b, 0)]), _i64(b, 1)])
+    source = b.one("Slice", [source, i64(b, 0), b.one("Unsqueeze", [new_width, i64(b, 0)]), i64(b, 1)])
     source = b.one("GatherElements", [origin, source], axis=1)              # [G, new width]
     # (GatherElements per row: ORT's Gather of flat indexes took 5x as long at 90 x 236)
     gathered = [b.one("GatherElements", [array, source], axis=1) for array in (x1, y1, x2, y2, area, rescored, ids_in)]
-    live_slot = b.one("Less", [b.one("Unsqueeze", [_range(b, new_width), _i64(b, 0)]), count])
-    gathered[5] = b.one("Where", [live_slot, gathered[5], _f32(b, _NEG_INF)])
-    outputs = [condition, *gathered, left, picked, b.one("Squeeze", [chosen_id, _i64(b, 1)]),
-               b.one("Squeeze", [chosen_score, _i64(b, 1)]), selecting]
+    live_slot = b.one("Less", [b.one("Unsqueeze", [_range(b, new_width), i64(b, 0)]), count])
+    gathered[5] = b.one("Where", [live_slot, gathered[5], f32(b, _NEG_INF)])
+    outputs = [condition, *gathered, left, picked, b.one("Squeeze", [chosen_id, i64(b, 1)]),
+               b.one("Squeeze", [chosen_score, i64(b, 1)]), selecting]
     types = [TensorProto.BOOL, *[TensorProto.FLOAT] * 6, TensorProto.INT64, TensorProto.INT64, TensorProto.INT64,
              TensorProto.INT64, TensorProto.FLOAT, TensorProto.BOOL]
     graph = helper.make_graph(
@@ -222,7 +224,7 @@ def _scores(g: GraphBuilder, scores: str, operand: Operand) -> str:
     """Selected float32 scores in ``operand``'s encoding (detection._store). A NaN score (the
     linear kernel's rescoring of a zero-area box by a zero-area box: IoU 0 / 0) quantizes to
     the stored integer 0, as the reference's numpy cast of NaN gives on x86 and ARM alike."""
-    stored = _store(g, scores, operand)
+    stored = encode_real(g, scores, operand)
     if operand.type in FLOATS:
         return stored
     nan_stored = internal_zero_point(operand) - operand.zero_point  # stored 0 in the internal encoding
@@ -249,16 +251,16 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
     suppress = _suppressor(kernel, float(np.float32(g.scalar(operation.inputs[6]))),
                            float(np.float32(g.scalar(operation.inputs[7]))),
                            float(np.float32(g.scalar(operation.inputs[8]))))
-    scores = _real(g, operation.inputs[0])                                   # [R, C]
-    boxes = g.one("Reshape", [_real(g, operation.inputs[1]), _i64(g, -1, classes, 4)])   # [R, C, 4]
-    raw_boxes = g.one("Reshape", [g.value(operation.inputs[1]).name, _i64(g, -1, 4)])     # [R * C, 4]
+    scores = real_values(g, operation.inputs[0])                                   # [R, C]
+    boxes = g.one("Reshape", [real_values(g, operation.inputs[1]), i64(g, -1, classes, 4)])   # [R, C, 4]
+    raw_boxes = g.one("Reshape", [g.value(operation.inputs[1]).name, i64(g, -1, 4)])     # [R * C, 4]
     batches = g.value(operation.inputs[2]).name
     x1, y1, x2, y2 = (_column(g, boxes, k) for k in range(4))
-    run, run_start, _ = _run_starts(g, fail_unless(g, all_hold(g, [_ordered(g, x1, y1, x2, y2)]),
+    run, run_start, _ = _run_starts(g, fail_unless(g, all_hold(g, [corners_ordered(g, x1, y1, x2, y2)]),
                                                       _int(g, batches), "every box needs x1 <= x2 and y1 <= y2"))
     foreground = classes - 1
-    candidate = g.one("Greater", [g.one("Slice", [scores, _i64(g, 1), _i64(g, classes), _i64(g, 1)]),
-                                  _f32(g, score_threshold)])                 # [R, C - 1]
+    candidate = g.one("Greater", [g.one("Slice", [scores, i64(g, 1), i64(g, classes), i64(g, 1)]),
+                                  f32(g, score_threshold)])                 # [R, C - 1]
     counts = _int(g, candidate)
     before = g.one("CumSum", [counts, _scalar_i64(g, 0)], exclusive=1)      # [R, C - 1]
     rank = g.one("Sub", [before, g.one("Gather", [before, run_start], axis=0)])
@@ -266,18 +268,18 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
     through = g.one("Add", [before, counts])
     rois = g.one("Shape", [batches])
     starts = g.one("Reshape", [g.one("NonZero", [g.one("Equal", [run_start, _range(g, g.one("Squeeze", [
-        rois, _i64(g, 0)]))])]), _i64(g, -1)])
+        rois, i64(g, 0)]))])]), i64(g, -1)])
     # each run's last roi: the next run's start (the roi count after the last run) - 1
-    ends = g.one("Sub", [g.one("Slice", [g.one("Concat", [starts, rois], axis=0), _i64(g, 1),
-                                         _i64(g, np.iinfo(np.int64).max)]), _scalar_i64(g, 1)])
+    ends = g.one("Sub", [g.one("Slice", [g.one("Concat", [starts, rois], axis=0), i64(g, 1),
+                                         i64(g, np.iinfo(np.int64).max)]), _scalar_i64(g, 1)])
     lengths = g.one("Reshape", [g.one("Sub", [g.one("Gather", [through, ends], axis=0),
-                                              g.one("Gather", [before, starts], axis=0)]), _i64(g, -1)])
-    lengths = g.one("Concat", [lengths, _i64(g, 0)], axis=0)                 # a last, empty group
+                                              g.one("Gather", [before, starts], axis=0)]), i64(g, -1)])
+    lengths = g.one("Concat", [lengths, i64(g, 0)], axis=0)                 # a last, empty group
     groups = g.one("Shape", [lengths])
     width = g.one("Max", [g.one("ReduceMax", [lengths], keepdims=0), _scalar_i64(g, 1)])
     # the candidates in roi order, placed in their group's list
     where = g.one("NonZero", [candidate])                                     # [2, K]: roi, class - 1
-    roi, column = (g.one("Squeeze", [g.one("Slice", [where, _i64(g, k), _i64(g, k + 1)]), _i64(g, 0)])
+    roi, column = (g.one("Squeeze", [g.one("Slice", [where, i64(g, k), i64(g, k + 1)]), i64(g, 0)])
                    for k in range(2))
     pairs = g.one("Transpose", [where], perm=[1, 0])
     group = g.one("Add", [g.one("Mul", [g.one("Gather", [run, roi], axis=0), _scalar_i64(g, foreground)]), column])
@@ -285,21 +287,21 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
     klass = g.one("Add", [column, _scalar_i64(g, 1)])
     identifier = g.one("Add", [g.one("Mul", [roi, _scalar_i64(g, classes)]), klass])
     box = g.one("GatherND", [boxes, g.one("Transpose", [g.one("Concat", [
-        g.one("Unsqueeze", [roi, _i64(g, 0)]), g.one("Unsqueeze", [klass, _i64(g, 0)])], axis=0)], perm=[1, 0])])
+        g.one("Unsqueeze", [roi, i64(g, 0)]), g.one("Unsqueeze", [klass, i64(g, 0)])], axis=0)], perm=[1, 0])])
     bx1, by1, bx2, by2 = (_column(g, box, k) for k in range(4))
     area = g.one("Mul", [g.one("Sub", [bx2, bx1]), g.one("Sub", [by2, by1])])
     score = g.one("GatherND", [scores, g.one("Concat", [
-        g.one("Unsqueeze", [roi, _i64(g, 1)]), g.one("Unsqueeze", [klass, _i64(g, 1)])], axis=1)])
-    rows = g.one("Concat", [box, g.one("Unsqueeze", [area, _i64(g, 1)]), g.one("Unsqueeze", [score, _i64(g, 1)])],
+        g.one("Unsqueeze", [roi, i64(g, 1)]), g.one("Unsqueeze", [klass, i64(g, 1)])], axis=1)])
+    rows = g.one("Concat", [box, g.one("Unsqueeze", [area, i64(g, 1)]), g.one("Unsqueeze", [score, i64(g, 1)])],
                  axis=1)                                                       # [K, 6]
-    cells = g.one("Mul", [groups, g.one("Unsqueeze", [width, _i64(g, 0)])])
+    cells = g.one("Mul", [groups, g.one("Unsqueeze", [width, i64(g, 0)])])
     padding = g.constant(np.array([[0, 0, 0, 0, 0, _NEG_INF]], np.float32))
-    flat_state = g.one("ScatterND", [g.one("Expand", [padding, g.one("Concat", [cells, _i64(g, 6)], axis=0)]),
-                                     g.one("Unsqueeze", [slot, _i64(g, 1)]), rows])
-    flat_ids = g.one("ScatterND", [g.one("Expand", [_i64(g, -1), cells]), g.one("Unsqueeze", [slot, _i64(g, 1)]),
+    flat_state = g.one("ScatterND", [g.one("Expand", [padding, g.one("Concat", [cells, i64(g, 6)], axis=0)]),
+                                     g.one("Unsqueeze", [slot, i64(g, 1)]), rows])
+    flat_ids = g.one("ScatterND", [g.one("Expand", [i64(g, -1), cells]), g.one("Unsqueeze", [slot, i64(g, 1)]),
                                    identifier])
-    grid = g.one("Concat", [groups, g.one("Unsqueeze", [width, _i64(g, 0)])], axis=0)
-    columns = [g.one("Reshape", [column, grid]) for column in g.node("Split", [flat_state, _i64(g, 1, 1, 1, 1, 1, 1)],
+    grid = g.one("Concat", [groups, g.one("Unsqueeze", [width, i64(g, 0)])], axis=0)
+    columns = [g.one("Reshape", [column, grid]) for column in g.node("Split", [flat_state, i64(g, 1, 1, 1, 1, 1, 1)],
                                                                        6, axis=1)]
     ids = g.one("Reshape", [flat_ids, grid])
     limits = lengths if max_detections < 0 else g.one("Min", [lengths, _scalar_i64(g, max_detections)])
@@ -307,13 +309,13 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
         lengths, _scalar_i64(g, 0)])])
     chosen_ids, chosen_scores, taken = _greedy_loop(g, columns, ids, remaining, limits, suppress)
     # the selections in (run, class, step) order: [groups, steps] without the empty group
-    real_groups = g.one("Sub", [groups, _i64(g, 1)])
-    taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), _i64(g, 0), real_groups, _i64(g, 0)])
+    real_groups = g.one("Sub", [groups, i64(g, 1)])
+    taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), i64(g, 0), real_groups, i64(g, 0)])
     picks = g.one("Transpose", [g.one("NonZero", [taken])], perm=[1, 0])     # [K, 2]
     item_id = g.one("GatherND", [g.one("Transpose", [chosen_ids], perm=[1, 0]), picks])
     item_score = g.one("GatherND", [g.one("Transpose", [chosen_scores], perm=[1, 0]), picks])
-    item_run = g.one("Div", [g.one("Squeeze", [g.one("Slice", [picks, _i64(g, 0), _i64(g, 1), _i64(g, 1)]),
-                                               _i64(g, 1)]), _scalar_i64(g, foreground)])
+    item_run = g.one("Div", [g.one("Squeeze", [g.one("Slice", [picks, i64(g, 0), i64(g, 1), i64(g, 1)]),
+                                               i64(g, 1)]), _scalar_i64(g, foreground)])
     item_class = g.one("Mod", [item_id, _scalar_i64(g, classes)])
     # per run by descending score (stable), cut to max_detections
     by_score = _stable_order(g, _score_key(g, item_score), largest=True)
@@ -321,7 +323,7 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
                   axis=0)
     if max_detections >= 0:
         _, first, _ = _run_starts(g, g.one("Gather", [item_run, order], axis=0))
-        place = g.one("Sub", [_range(g, g.one("Squeeze", [g.one("Shape", [order]), _i64(g, 0)])), first])
+        place = g.one("Sub", [_range(g, g.one("Squeeze", [g.one("Shape", [order]), i64(g, 0)])), first])
         order = g.one("Compress", [order, g.one("Less", [place, _scalar_i64(g, max_detections)])], axis=0)
     # then by class (stable), then by run (stable): run, class, descending score
     order = g.one("Gather", [order, _stable_order(g, g.one("Gather", [item_class, order], axis=0), False)], axis=0)
@@ -350,7 +352,7 @@ def _hard_suppressor(iou_threshold: float):
     IoU drops nothing)."""
 
     def suppress(g: GraphBuilder, iou: str, scores: str) -> tuple[str, str]:
-        return scores, g.one("GreaterOrEqual", [iou, _f32(g, iou_threshold)])
+        return scores, g.one("GreaterOrEqual", [iou, f32(g, iou_threshold)])
 
     return suppress
 
@@ -363,8 +365,8 @@ def _real_boxes(g: GraphBuilder, index: int) -> str:
     if value.kind == "int16":
         if operand.scale != 0.125:
             raise Declined("TENSOR_QUANT16_SYMM anchors must have scale 0.125")
-        return g.one("Mul", [g.one("Cast", [value.name], to=TensorProto.FLOAT), _f32(g, 0.125)])
-    return _real(g, index)
+        return g.one("Mul", [g.one("Cast", [value.name], to=TensorProto.FLOAT), f32(g, 0.125)])
+    return real_values(g, index)
 
 
 @lowers(OperationCode.GENERATE_PROPOSALS)
@@ -393,87 +395,87 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
     width_stride = np.float32(g.scalar(operation.inputs[5]))
     suppress = _hard_suppressor(float(np.float32(g.scalar(operation.inputs[8]))))
     min_size = np.float32(g.scalar(operation.inputs[9]))
-    scores = _real(g, operation.inputs[0])
-    deltas = _real(g, operation.inputs[1])
+    scores = real_values(g, operation.inputs[0])
+    deltas = real_values(g, operation.inputs[1])
     if nchw:
         scores = g.one("Transpose", [scores], perm=[0, 2, 3, 1])
         deltas = g.one("Transpose", [deltas], perm=[0, 2, 3, 1])
-    scores = g.one("Reshape", [scores, _i64(g, 0, positions)])                       # [B, P]
-    deltas = g.one("Reshape", [deltas, _i64(g, 0, positions, 4)])                    # [B, P, 4]
+    scores = g.one("Reshape", [scores, i64(g, 0, positions)])                       # [B, P]
+    deltas = g.one("Reshape", [deltas, i64(g, 0, positions, 4)])                    # [B, P, 4]
     anchors = _real_boxes(g, operation.inputs[2])                                      # [A, 4]
-    image = _real(g, operation.inputs[3])                                              # [B, 2]
+    image = real_values(g, operation.inputs[3])                                              # [B, 2]
     a1, b1, a2, b2 = (_column(g, anchors, k) for k in range(4))
-    anchors_ordered = all_hold(g, [_ordered(g, a1, b1, a2, b2)])
+    anchors_ordered = all_hold(g, [corners_ordered(g, a1, b1, a2, b2)])
     # anchor a at feature position (h, w) in image coordinates, [h, w, a] flattened
     shift_y = np.arange(height, dtype=np.float32) * height_stride
     shift_x = np.arange(width, dtype=np.float32) * width_stride
     shifts = np.zeros((height, width, 1, 4), np.float32)
     shifts[..., 0::2] = shift_x[None, :, None, None]
     shifts[..., 1::2] = shift_y[:, None, None, None]
-    placed = g.one("Reshape", [g.one("Add", [g.one("Reshape", [anchors, _i64(g, 1, 1, anchors_count, 4)]),
-                                             g.constant(shifts)]), _i64(g, 1, positions, 4)])   # [1, P, 4]
+    placed = g.one("Reshape", [g.one("Add", [g.one("Reshape", [anchors, i64(g, 1, 1, anchors_count, 4)]),
+                                             g.constant(shifts)]), i64(g, 1, positions, 4)])   # [1, P, 4]
     x1, y1, x2, y2 = (_column(g, placed, k) for k in range(4))                      # [1, P]
     dx, dy, dw, dh = (_column(g, deltas, k) for k in range(4))                      # [B, P]
-    image_height, image_width = (g.one("Unsqueeze", [_column(g, image, k), _i64(g, 1)]) for k in range(2))
+    image_height, image_width = (g.one("Unsqueeze", [_column(g, image, k), i64(g, 1)]) for k in range(2))
     boxes = decoded_boxes(g, (x1, y1, x2, y2), (dx, dy, dw, dh), image_width, image_height)
-    two = _f32(g, 2.0)
+    two = f32(g, 2.0)
     # the candidates of each image: the best pre_limit by stable descending score, or all
     if 0 < pre_limit < positions:
         nan = g.one("IsNaN", [scores])
-        by_score = g.node("TopK", [_score_key(g, scores), _i64(g, positions)], 2, axis=1, largest=1, sorted=1)[1]
+        by_score = g.node("TopK", [_score_key(g, scores), i64(g, positions)], 2, axis=1, largest=1, sorted=1)[1]
         # NaN scores after the others (numpy's argsort of -score), each group in order
-        nan_last = g.node("TopK", [_int(g, g.one("GatherElements", [nan, by_score], axis=1)), _i64(g, positions)],
+        nan_last = g.node("TopK", [_int(g, g.one("GatherElements", [nan, by_score], axis=1)), i64(g, positions)],
                           2, axis=1, largest=0, sorted=1)[1]
-        candidates = g.one("Slice", [g.one("GatherElements", [by_score, nan_last], axis=1), _i64(g, 0),
-                                     _i64(g, pre_limit), _i64(g, 1)])
+        candidates = g.one("Slice", [g.one("GatherElements", [by_score, nan_last], axis=1), i64(g, 0),
+                                     i64(g, pre_limit), i64(g, 1)])
         count = pre_limit
     else:
-        candidates = g.one("Unsqueeze", [g.constant(np.arange(positions, dtype=np.int64)), _i64(g, 0)])
-        candidates = g.one("Expand", [candidates, g.one("Concat", [_size(g, scores, 0), _i64(g, positions)],
+        candidates = g.one("Unsqueeze", [g.constant(np.arange(positions, dtype=np.int64)), i64(g, 0)])
+        candidates = g.one("Expand", [candidates, g.one("Concat", [run_time_dim(g, scores, 0), i64(g, positions)],
                                                                   axis=0)])
         count = positions
     chosen = [g.one("GatherElements", [box, candidates], axis=1) for box in boxes]
     chosen_w = g.one("Sub", [chosen[2], chosen[0]])
     chosen_h = g.one("Sub", [chosen[3], chosen[1]])
-    usable = g.one("And", [g.one("And", [g.one("Greater", [chosen_w, _f32(g, min_size)]),
-                                         g.one("Greater", [chosen_h, _f32(g, min_size)])]),
+    usable = g.one("And", [g.one("And", [g.one("Greater", [chosen_w, f32(g, min_size)]),
+                                         g.one("Greater", [chosen_h, f32(g, min_size)])]),
                            g.one("And", [g.one("Less", [g.one("Add", [chosen[0], g.one("Div", [chosen_w, two])]),
                                                         image_width]),
                                          g.one("Less", [g.one("Add", [chosen[1], g.one("Div", [chosen_h, two])]),
                                                         image_height])])])
     # the usable ones first, in their order (TopK keeps equal keys in order)
-    first = g.node("TopK", [_int(g, usable), _i64(g, count)], 2, axis=1, largest=1, sorted=1)[1]
+    first = g.node("TopK", [_int(g, usable), i64(g, count)], 2, axis=1, largest=1, sorted=1)[1]
     ids = g.one("GatherElements", [candidates, first], axis=1)                           # [B, count]
-    lengths = g.one("ReduceSum", [_int(g, usable), _i64(g, 1)], keepdims=0)              # [B]
+    lengths = g.one("ReduceSum", [_int(g, usable), i64(g, 1)], keepdims=0)              # [B]
     ids = fail_unless(g, anchors_ordered, ids,
                       "every anchor needs x1 <= x2 and y1 <= y2")
     columns = [g.one("GatherElements", [box, ids], axis=1) for box in boxes]
     columns.append(g.one("Mul", [g.one("Sub", [columns[2], columns[0]]), g.one("Sub", [columns[3], columns[1]])]))
-    slot_valid = g.one("Less", [g.one("Unsqueeze", [g.constant(np.arange(count, dtype=np.int64)), _i64(g, 0)]),
-                                g.one("Unsqueeze", [lengths, _i64(g, 1)])])
-    columns.append(g.one("Where", [slot_valid, g.one("GatherElements", [scores, ids], axis=1), _f32(g, _NEG_INF)]))
+    slot_valid = g.one("Less", [g.one("Unsqueeze", [g.constant(np.arange(count, dtype=np.int64)), i64(g, 0)]),
+                                g.one("Unsqueeze", [lengths, i64(g, 1)])])
+    columns.append(g.one("Where", [slot_valid, g.one("GatherElements", [scores, ids], axis=1), f32(g, _NEG_INF)]))
     # one empty group more, so that the walk has a row and a step even without images
-    columns = [g.one("Concat", [column, g.one("Expand", [_f32(g, 0.0 if k < 5 else _NEG_INF),
-                                                           _i64(g, 1, count)])], axis=0)
+    columns = [g.one("Concat", [column, g.one("Expand", [f32(g, 0.0 if k < 5 else _NEG_INF),
+                                                           i64(g, 1, count)])], axis=0)
                for k, column in enumerate(columns)]
-    ids = g.one("Concat", [ids, g.one("Expand", [_i64(g, 0), _i64(g, 1, count)])], axis=0)
-    lengths = g.one("Concat", [lengths, _i64(g, 0)], axis=0)
+    ids = g.one("Concat", [ids, g.one("Expand", [i64(g, 0), i64(g, 1, count)])], axis=0)
+    lengths = g.one("Concat", [lengths, i64(g, 0)], axis=0)
     limits = lengths if post_limit <= 0 else g.one("Min", [lengths, _scalar_i64(g, post_limit)])
     remaining = g.one("Where", [g.one("Greater", [limits, _scalar_i64(g, 0)]), lengths,
                                 g.one("Mul", [lengths, _scalar_i64(g, 0)])])
     chosen_ids, _, taken = _greedy_loop(g, columns, ids, remaining, limits, suppress)
-    images = _size(g, scores, 0)
-    taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), _i64(g, 0), images, _i64(g, 0)])
+    images = run_time_dim(g, scores, 0)
+    taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), i64(g, 0), images, i64(g, 0)])
     picks = g.one("Transpose", [g.one("NonZero", [taken])], perm=[1, 0])               # [K, 2]: image, step
     position = g.one("GatherND", [g.one("Transpose", [chosen_ids], perm=[1, 0]), picks])
-    image_of = g.one("Squeeze", [g.one("Slice", [picks, _i64(g, 0), _i64(g, 1), _i64(g, 1)]), _i64(g, 1)])
-    at = g.one("Transpose", [g.one("Concat", [g.one("Unsqueeze", [image_of, _i64(g, 0)]),
-                                              g.one("Unsqueeze", [position, _i64(g, 0)])], axis=0)], perm=[1, 0])
+    image_of = g.one("Squeeze", [g.one("Slice", [picks, i64(g, 0), i64(g, 1), i64(g, 1)]), i64(g, 1)])
+    at = g.one("Transpose", [g.one("Concat", [g.one("Unsqueeze", [image_of, i64(g, 0)]),
+                                              g.one("Unsqueeze", [position, i64(g, 0)])], axis=0)], perm=[1, 0])
     out_scores = g.one("GatherND", [scores, at])
     out_boxes = g.one("Concat", [g.one("Unsqueeze", [g.one("GatherND", [g.one("Expand", [box, g.one("Shape", [
-        scores])]), at]), _i64(g, 1)]) for box in boxes], axis=1)
+        scores])]), at]), i64(g, 1)]) for box in boxes], axis=1)
     g.set_output(operation.outputs[0], _scores(g, out_scores, g.operand(operation.outputs[0])))
-    g.set_output(operation.outputs[1], _store(g, out_boxes, g.operand(operation.outputs[1])))
+    g.set_output(operation.outputs[1], encode_real(g, out_boxes, g.operand(operation.outputs[1])))
     g.set_output(operation.outputs[2], g.one("Cast", [image_of], to=TensorProto.INT32))
 
 
@@ -518,20 +520,20 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
     if cells > _POSTPROCESSING_CELLS:
         raise Declined(f"{cells} NMS candidates per image: past {_POSTPROCESSING_CELLS}, the greedy walk as an ONNX "
                        "Loop takes many times the reference's time")
-    scores = _real(g, operation.inputs[0])                                            # [B, N, C]
-    deltas = _real(g, operation.inputs[1])                                            # [B, N, >= 4]
-    anchors = _real(g, operation.inputs[2])                                           # [N, 4]
+    scores = real_values(g, operation.inputs[0])                                            # [B, N, C]
+    deltas = real_values(g, operation.inputs[1])                                            # [B, N, >= 4]
+    anchors = real_values(g, operation.inputs[2])                                           # [N, 4]
     d0, d1, d2, d3 = (_column(g, deltas, k) for k in range(4))                      # [B, N]
     a0, a1, a2, a3 = (_column(g, anchors, k) for k in range(4))                     # [N]
-    half = _f32(g, 0.5)
-    center_y = g.one("Add", [a0, g.one("Div", [g.one("Mul", [a2, d0]), _f32(g, scales[0])])])
-    center_x = g.one("Add", [a1, g.one("Div", [g.one("Mul", [a3, d1]), _f32(g, scales[1])])])
-    half_h = g.one("Mul", [g.one("Mul", [a2, g.one("Exp", [g.one("Div", [d2, _f32(g, scales[2])])])]), half])
-    half_w = g.one("Mul", [g.one("Mul", [a3, g.one("Exp", [g.one("Div", [d3, _f32(g, scales[3])])])]), half])
+    half = f32(g, 0.5)
+    center_y = g.one("Add", [a0, g.one("Div", [g.one("Mul", [a2, d0]), f32(g, scales[0])])])
+    center_x = g.one("Add", [a1, g.one("Div", [g.one("Mul", [a3, d1]), f32(g, scales[1])])])
+    half_h = g.one("Mul", [g.one("Mul", [a2, g.one("Exp", [g.one("Div", [d2, f32(g, scales[2])])])]), half])
+    half_w = g.one("Mul", [g.one("Mul", [a3, g.one("Exp", [g.one("Div", [d3, f32(g, scales[3])])])]), half])
     boxes = [g.one("Sub", [center_y, half_h]), g.one("Sub", [center_x, half_w]),
              g.one("Add", [center_y, half_h]), g.one("Add", [center_x, half_w])]  # [B, N] each
-    images = _size(g, scores, 0)
-    foreground = g.one("Slice", [scores, _i64(g, 1), _i64(g, classes), _i64(g, 2)])   # [B, N, C - 1]
+    images = run_time_dim(g, scores, 0)
+    foreground = g.one("Slice", [scores, i64(g, 1), i64(g, classes), i64(g, 2)])   # [B, N, C - 1]
     if regular:
         groups_per_image, width_max = classes - 1, anchors_count
         # candidate (image, class) lists over the anchors: [B, C - 1, N]
@@ -543,38 +545,38 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
                          axes=[2], keepdims=1)
         best = g.one("ReduceMax", [foreground], axes=[2], keepdims=1)                  # [B, N, 1]
         # a row holding a NaN has a NaN maximum in numpy, which no threshold passes
-        best = g.one("Where", [g.one("Greater", [nan_rows, _f32(g, 0.0)]), _f32(g, float("nan")), best])
+        best = g.one("Where", [g.one("Greater", [nan_rows, f32(g, 0.0)]), f32(g, float("nan")), best])
         listed = g.one("Transpose", [best], perm=[0, 2, 1])                           # [B, 1, N]
-    candidate = g.one("Greater", [listed, _f32(g, threshold)])
+    candidate = g.one("Greater", [listed, f32(g, threshold)])
     # each group's candidates first, in anchor order (TopK keeps equal keys in order)
-    order = g.node("TopK", [_int(g, candidate), _i64(g, width_max)], 2, axis=2, largest=1, sorted=1)[1]
-    lengths = g.one("Reshape", [g.one("ReduceSum", [_int(g, candidate), _i64(g, 2)], keepdims=0), _i64(g, -1)])
-    flat_groups = g.one("Mul", [images, _i64(g, groups_per_image)])
-    grid = g.one("Concat", [flat_groups, _i64(g, width_max)], axis=0)
+    order = g.node("TopK", [_int(g, candidate), i64(g, width_max)], 2, axis=2, largest=1, sorted=1)[1]
+    lengths = g.one("Reshape", [g.one("ReduceSum", [_int(g, candidate), i64(g, 2)], keepdims=0), i64(g, -1)])
+    flat_groups = g.one("Mul", [images, i64(g, groups_per_image)])
+    grid = g.one("Concat", [flat_groups, i64(g, width_max)], axis=0)
     anchor_ids = g.one("Reshape", [order, grid])                                      # [G, N]
-    group_image = g.one("Div", [_range(g, g.one("Squeeze", [flat_groups, _i64(g, 0)])),
+    group_image = g.one("Div", [_range(g, g.one("Squeeze", [flat_groups, i64(g, 0)])),
                                 _scalar_i64(g, groups_per_image)])                    # [G]
     columns = [g.one("GatherElements", [g.one("Gather", [box, group_image], axis=0), anchor_ids], axis=1)
                for box in boxes]                                                      # [G, N]
     columns.append(g.one("Mul", [g.one("Sub", [columns[2], columns[0]]), g.one("Sub", [columns[3], columns[1]])]))
     group_scores = g.one("GatherElements", [g.one("Reshape", [listed, grid]), anchor_ids], axis=1)
-    valid = g.one("Less", [g.one("Unsqueeze", [g.constant(np.arange(width_max, dtype=np.int64)), _i64(g, 0)]),
-                           g.one("Unsqueeze", [lengths, _i64(g, 1)])])
-    columns.append(g.one("Where", [valid, group_scores, _f32(g, _NEG_INF)]))
-    columns = [g.one("Concat", [column, g.one("Expand", [_f32(g, 0.0 if k < 5 else _NEG_INF),
-                                                           _i64(g, 1, width_max)])], axis=0)
+    valid = g.one("Less", [g.one("Unsqueeze", [g.constant(np.arange(width_max, dtype=np.int64)), i64(g, 0)]),
+                           g.one("Unsqueeze", [lengths, i64(g, 1)])])
+    columns.append(g.one("Where", [valid, group_scores, f32(g, _NEG_INF)]))
+    columns = [g.one("Concat", [column, g.one("Expand", [f32(g, 0.0 if k < 5 else _NEG_INF),
+                                                           i64(g, 1, width_max)])], axis=0)
                for k, column in enumerate(columns)]
-    anchor_ids = g.one("Concat", [anchor_ids, g.one("Expand", [_i64(g, 0), _i64(g, 1, width_max)])], axis=0)
-    lengths = g.one("Concat", [lengths, _i64(g, 0)], axis=0)
+    anchor_ids = g.one("Concat", [anchor_ids, g.one("Expand", [i64(g, 0), i64(g, 1, width_max)])], axis=0)
+    lengths = g.one("Concat", [lengths, i64(g, 0)], axis=0)
     limits = g.one("Min", [lengths, _scalar_i64(g, limit)])
     remaining = g.one("Where", [g.one("Greater", [limits, _scalar_i64(g, 0)]), lengths,
                                 g.one("Mul", [lengths, _scalar_i64(g, 0)])])
     chosen_ids, chosen_scores, taken = _greedy_loop(g, columns, anchor_ids, remaining, limits, suppress)
-    taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), _i64(g, 0), flat_groups, _i64(g, 0)])
+    taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), i64(g, 0), flat_groups, i64(g, 0)])
     picks = g.one("Transpose", [g.one("NonZero", [taken])], perm=[1, 0])            # [K, 2]: group, step
     item_anchor = g.one("GatherND", [g.one("Transpose", [chosen_ids], perm=[1, 0]), picks])
     item_score = g.one("GatherND", [g.one("Transpose", [chosen_scores], perm=[1, 0]), picks])
-    item_group = g.one("Squeeze", [g.one("Slice", [picks, _i64(g, 0), _i64(g, 1), _i64(g, 1)]), _i64(g, 1)])
+    item_group = g.one("Squeeze", [g.one("Slice", [picks, i64(g, 0), i64(g, 1), i64(g, 1)]), i64(g, 1)])
     item_image = g.one("Div", [item_group, _scalar_i64(g, groups_per_image)])
     if regular:
         item_class = g.one("Add", [g.one("Mod", [item_group, _scalar_i64(g, groups_per_image)]), _scalar_i64(g, 1)])
@@ -583,7 +585,7 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
         order = g.one("Gather", [by_score, _stable_order(g, g.one("Gather", [item_image, by_score], axis=0),
                                                          False)], axis=0)
         _, first, _ = _run_starts(g, g.one("Gather", [item_image, order], axis=0))
-        place = g.one("Sub", [_range(g, g.one("Squeeze", [g.one("Shape", [order]), _i64(g, 0)])), first])
+        place = g.one("Sub", [_range(g, g.one("Squeeze", [g.one("Shape", [order]), i64(g, 0)])), first])
         keep = g.one("Less", [place, _scalar_i64(g, max_detections)])
         order = g.one("Compress", [order, keep], axis=0)
         place = g.one("Compress", [place, keep], axis=0)
@@ -594,41 +596,41 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
         slots = max_detections
     else:
         ranked_count = min(classes - 1, classes_per_detection)
-        rows = g.one("GatherND", [foreground, g.one("Concat", [g.one("Unsqueeze", [item_image, _i64(g, 1)]),
-                                                                g.one("Unsqueeze", [item_anchor, _i64(g, 1)])],
+        rows = g.one("GatherND", [foreground, g.one("Concat", [g.one("Unsqueeze", [item_image, i64(g, 1)]),
+                                                                g.one("Unsqueeze", [item_anchor, i64(g, 1)])],
                                                        axis=1)])                     # [K, C - 1]
-        ranked = g.node("TopK", [rows, _i64(g, ranked_count)], 2, axis=1, largest=1, sorted=1)   # K anchors' best
+        ranked = g.node("TopK", [rows, i64(g, ranked_count)], 2, axis=1, largest=1, sorted=1)   # K anchors' best
         count_k = g.one("Shape", [item_anchor])
-        repeat = g.one("Concat", [count_k, _i64(g, ranked_count)], axis=0)
-        out_anchor = g.one("Reshape", [g.one("Expand", [g.one("Unsqueeze", [item_anchor, _i64(g, 1)]), repeat]),
-                                       _i64(g, -1)])
-        out_image = g.one("Reshape", [g.one("Expand", [g.one("Unsqueeze", [item_image, _i64(g, 1)]), repeat]),
-                                      _i64(g, -1)])
-        out_class = g.one("Add", [g.one("Reshape", [ranked[1], _i64(g, -1)]), _scalar_i64(g, 1)])
-        out_score = g.one("Reshape", [ranked[0], _i64(g, -1)])
-        step = g.one("Squeeze", [g.one("Slice", [picks, _i64(g, 1), _i64(g, 2), _i64(g, 1)]), _i64(g, 1)])
-        place = g.one("Reshape", [g.one("Add", [g.one("Mul", [g.one("Unsqueeze", [step, _i64(g, 1)]),
+        repeat = g.one("Concat", [count_k, i64(g, ranked_count)], axis=0)
+        out_anchor = g.one("Reshape", [g.one("Expand", [g.one("Unsqueeze", [item_anchor, i64(g, 1)]), repeat]),
+                                       i64(g, -1)])
+        out_image = g.one("Reshape", [g.one("Expand", [g.one("Unsqueeze", [item_image, i64(g, 1)]), repeat]),
+                                      i64(g, -1)])
+        out_class = g.one("Add", [g.one("Reshape", [ranked[1], i64(g, -1)]), _scalar_i64(g, 1)])
+        out_score = g.one("Reshape", [ranked[0], i64(g, -1)])
+        step = g.one("Squeeze", [g.one("Slice", [picks, i64(g, 1), i64(g, 2), i64(g, 1)]), i64(g, 1)])
+        place = g.one("Reshape", [g.one("Add", [g.one("Mul", [g.one("Unsqueeze", [step, i64(g, 1)]),
                                                               _scalar_i64(g, ranked_count)]),
                                                g.constant(np.arange(ranked_count, dtype=np.int64).reshape(1, -1))]),
-                                  _i64(g, -1)])
+                                  i64(g, -1)])
         slots = max_detections * classes_per_detection
     # into [B, slots] outputs, zeros elsewhere
     flat_slot = g.one("Unsqueeze", [g.one("Add", [g.one("Mul", [out_image, _scalar_i64(g, slots)]), place]),
-                                    _i64(g, 1)])
-    total = g.one("Mul", [images, _i64(g, slots)])
-    shape2 = g.one("Concat", [images, _i64(g, slots)], axis=0)
+                                    i64(g, 1)])
+    total = g.one("Mul", [images, i64(g, slots)])
+    shape2 = g.one("Concat", [images, i64(g, slots)], axis=0)
     out_boxes = g.one("Concat", [g.one("Unsqueeze", [g.one("GatherND", [box, g.one("Concat", [
-        g.one("Unsqueeze", [out_image, _i64(g, 1)]), g.one("Unsqueeze", [out_anchor, _i64(g, 1)])], axis=1)]),
-        _i64(g, 1)]) for box in boxes], axis=1)                                         # [K', 4]
-    score_grid = g.one("Reshape", [g.one("ScatterND", [g.one("Expand", [_f32(g, 0.0), total]), flat_slot,
+        g.one("Unsqueeze", [out_image, i64(g, 1)]), g.one("Unsqueeze", [out_anchor, i64(g, 1)])], axis=1)]),
+        i64(g, 1)]) for box in boxes], axis=1)                                         # [K', 4]
+    score_grid = g.one("Reshape", [g.one("ScatterND", [g.one("Expand", [f32(g, 0.0), total]), flat_slot,
                                                        out_score]), shape2])
-    box_grid = g.one("Reshape", [g.one("ScatterND", [g.one("Expand", [_f32(g, 0.0), g.one("Concat", [
-        total, _i64(g, 4)], axis=0)]), flat_slot, out_boxes]), g.one("Concat", [shape2, _i64(g, 4)], axis=0)])
+    box_grid = g.one("Reshape", [g.one("ScatterND", [g.one("Expand", [f32(g, 0.0), g.one("Concat", [
+        total, i64(g, 4)], axis=0)]), flat_slot, out_boxes]), g.one("Concat", [shape2, i64(g, 4)], axis=0)])
     class_grid = g.one("Reshape", [g.one("ScatterND", [g.one("Expand", [g.constant(np.array(0, np.int32)), total]),
                                                        flat_slot, g.one("Cast", [g.one("Sub", [
                                                            out_class, _scalar_i64(g, label_offset)])],
                                                            to=TensorProto.INT32)]), shape2])
-    counts = g.one("ScatterElements", [g.one("Expand", [_i64(g, 0), images]), out_image,
+    counts = g.one("ScatterElements", [g.one("Expand", [i64(g, 0), images]), out_image,
                                        g.one("Expand", [_scalar_i64(g, 1), g.one("Shape", [out_image])])],
                    axis=0, reduction="add")
     g.set_output(operation.outputs[0], score_grid)

@@ -39,9 +39,9 @@ from nnapi.drivers.ort.lowering import (
     SYM_INPUT_CHANNEL_ALIGN,
     Declined,
     GraphBuilder,
-    _constant_filter,
-    _conv_attributes,
-    _conv_params,
+    constant_filter,
+    conv_attributes,
+    conv_params,
     filter_zero_point,
     from_nchw,
     fused_activation,
@@ -89,7 +89,7 @@ def takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
     elif filter_operand.type not in QUANT8:
         return False
     try:
-        params = _conv_params(g, operation, depthwise)
+        params = conv_params(g, operation, depthwise)
     except (Declined, ValueError, TypeError, IndexError):
         return False
     dims = filter_operand.dimensions
@@ -139,14 +139,14 @@ def _padded_conv(g: GraphBuilder, operation: Operation) -> bool:
     # stride is 1 (28x28x88 3x3 49 -> 32 us with a Slice after; at stride 2 the Pad of the
     # larger input costs more than it saves)
     try:
-        params = _conv_params(g, operation, depthwise)
+        params = conv_params(g, operation, depthwise)
     except (Declined, ValueError, TypeError, IndexError):
         return False  # the plain lowering says why
     pad_in = depthwise and not padded_in and params.strides == [1, 1] and _off_block(g.operand(inputs[0]).dimensions)
     if not (padded_in or pad_out or pad_in) or not takes_padded(g, operation, inputs[0]) \
             or g.operand(inputs[0]).type not in QUANT8:
         return False
-    known = _constant_filter(g, inputs[1], depthwise)
+    known = constant_filter(g, inputs[1], depthwise)
     if known is None:
         return False
     array, centered = known
@@ -181,7 +181,7 @@ def _padded_conv(g: GraphBuilder, operation: Operation) -> bool:
         w_scale = g.constant(np.array(filter_operand.scale, np.float32), "wscale")
         w_zero = g.constant(np.array(zero, weights.dtype), "wzp")
     bias = np.pad(g.raw_constant(inputs[2]).astype(np.int32).reshape(-1), (0, channels - real_out))
-    attributes = _conv_attributes(params, list(weights.shape[2:]), channels if depthwise else 1)
+    attributes = conv_attributes(params, list(weights.shape[2:]), channels if depthwise else 1)
     y = g.one("QLinearConv", [to_nchw(g, source, False), *g.qparams(g.operand(inputs[0])),
                               g.constant(np.ascontiguousarray(weights), "filter"), w_scale, w_zero,
                               *g.qparams(output), g.constant(bias, "w")], **attributes)

@@ -26,8 +26,8 @@ away from (0 for the uint8 chain, whose blend is never negative; the zero point 
 requantizing one). QuantizeLinear divides (IEEE, correctly rounded) and rounds halves to
 even; dividing by 1 - 2**-22 moves every value y by |y| * 2**-22 (plus a rounding) away from
 zero. Where the taps are exact binary fractions (multiples of 2**-6: power-of-two scales,
-deeplab's 8x head; ``_exact_taps``) and a probe shows ORT's Resize using the reference's
-taps (``_resize_matches_taps``), the blend y of the integers is exact and a multiple of
+deeplab's 8x head; ``exact_taps``) and a probe shows ORT's Resize using the reference's
+taps (``resize_matches_taps``), the blend y of the integers is exact and a multiple of
 2**-12 of magnitude at most 255: a half n + 1/2 then moves by |y| * 2**-22 >= 2 ulp(y) and
 rounds away from zero, and every other value, at least 2**-12 from a half, moves less than
 2**-14 + 2**-17 and keeps its nearest integer. So the result is exactly round-half-away(y)
@@ -54,12 +54,12 @@ from nnapi.drivers.ort.lowering import (
     QUANT8,
     GraphBuilder,
     Value,
-    _exact_taps,
-    _resize_matches_taps,
+    exact_taps,
     internal_zero_point,
     lower_resize_bilinear,
     lowers,
     probe_outputs,
+    resize_matches_taps,
     resize_mode,
 )
 from nnapi.hal import Operation
@@ -182,7 +182,7 @@ def _lower_chain(g: GraphBuilder, resize: Operation, x: Value, center: int, afte
     rows = weighted_taps(in_height, height, align_corners, half_pixel)
     cols = weighted_taps(in_width, width, align_corners, half_pixel)
     nchw = channels == 1  # see below
-    if _exact_taps(rows, cols) and not _resize_matches_taps(in_height, in_width, height, width, align_corners,
+    if exact_taps(rows, cols) and not resize_matches_taps(in_height, in_width, height, width, align_corners,
                                                              half_pixel, nchw):
         return False
     if not _quantize_rounds_halves_away():

@@ -42,7 +42,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.lowering import FLOATS, Declined, GraphBuilder, L, _same_kind, lowers
+from nnapi.drivers.ort.lowering import FLOATS, Declined, GraphBuilder, L, check_types, lowers
 from nnapi.drivers.ort.omitted import optional_inputs, presence
 from nnapi.hal import Operation
 from nnapi.operations import lstm as lstm_op
@@ -76,7 +76,7 @@ def _activation(g: GraphBuilder, index: int) -> tuple[str, float | None, float |
     return _ACTIVATIONS[code]
 
 
-def _activation_attributes(functions: list[tuple[str, float | None, float | None]]) -> dict:
+def activation_attributes(functions: list[tuple[str, float | None, float | None]]) -> dict:
     """ONNX's activations / activation_alpha / activation_beta attributes for functions."""
     attributes: dict = {"activations": [name for name, _, _ in functions]}
     if any(alpha is not None for _, alpha, _ in functions):
@@ -548,7 +548,7 @@ def _lstm(g: GraphBuilder, sequence: str, directions: list[_LstmWeights], h0: li
               _initial_state(g, c0, batch, units, "cell state in")]
     if directions[0].p is not None:
         inputs.append(_stacked(g, [d.p for d in directions]))  # type: ignore[misc]
-    attributes = _activation_attributes([("Sigmoid", None, None), function, function] * len(directions))
+    attributes = activation_attributes([("Sigmoid", None, None), function, function] * len(directions))
     y, y_h, y_c = g.node("LSTM", inputs, 3, hidden_size=units,
                          direction="bidirectional" if len(directions) == 2 else "forward", **attributes)
     return y, y_h, y_c
@@ -560,7 +560,7 @@ def lower_unidirectional_lstm(g: GraphBuilder, operation: Operation) -> None:
     clip proven away by its outputs or else the explicit steps (_clipped_lstm); the
     explicit steps for what ONNX's LSTM has no form for (projection, layer normalization,
     RELU1 / RELU6, a cell clip with peephole weights or another activation than tanh)."""
-    _same_kind(g, operation, FLOATS)
+    check_types(g, operation, FLOATS)
     inputs = operation.inputs
     if len(inputs) != lstm_op.SEQ_INPUT_COUNT:
         raise Declined(f"expected {lstm_op.SEQ_INPUT_COUNT} inputs")
@@ -607,7 +607,7 @@ def lower_unidirectional_lstm(g: GraphBuilder, operation: Operation) -> None:
 def lower_lstm(g: GraphBuilder, operation: Operation) -> None:
     """One time step in the explicit form (every variant): the scratch output holds the
     gate values in Android's order (input, cell, forget, output; no input with CIFG)."""
-    _same_kind(g, operation, FLOATS)
+    check_types(g, operation, FLOATS)
     inputs = operation.inputs
     if len(inputs) not in lstm_op.LSTM_INPUT_COUNTS:
         raise Declined(f"expected {' or '.join(map(str, lstm_op.LSTM_INPUT_COUNTS))} inputs")
@@ -670,7 +670,7 @@ def lower_bidirectional_lstm(g: GraphBuilder, operation: Operation) -> None:
     steps, the backward one from the last step to the first: with an auxiliary input and
     auxiliary weights (cross-linking) both add its products, with an auxiliary input alone
     (parallel linking) the backward direction reads it instead of the input."""
-    _same_kind(g, operation, FLOATS)
+    check_types(g, operation, FLOATS)
     inputs = operation.inputs
     if len(inputs) != lstm_op.BIDI_INPUT_COUNT:
         raise Declined(f"expected {lstm_op.BIDI_INPUT_COUNT} inputs")
@@ -766,14 +766,14 @@ def _rnn(g: GraphBuilder, sequence: str, cells: list[tuple[str, str, str, str, i
               _stacked(g, [cell[3] for cell in cells])]
     y, y_h = g.node("RNN", inputs, 2, hidden_size=cells[0][4],
                     direction="bidirectional" if len(cells) == 2 else direction,
-                    **_activation_attributes([_activation(g, activation)] * len(cells)))
+                    **activation_attributes([_activation(g, activation)] * len(cells)))
     return y, y_h
 
 
 @lowers(OperationCode.RNN)
 def lower_rnn(g: GraphBuilder, operation: Operation) -> None:
     """One step of ONNX RNN; the new state is both outputs."""
-    _same_kind(g, operation, FLOATS)
+    check_types(g, operation, FLOATS)
     x = g.value(operation.inputs[rnn_op.INPUT])
     if x.kind != "float" or x.rank != 2 or not x.dims[0] or not x.dims[1]:
         raise Declined("the input must be a 2-D float tensor of known shape")
@@ -786,7 +786,7 @@ def lower_rnn(g: GraphBuilder, operation: Operation) -> None:
 
 @lowers(OperationCode.UNIDIRECTIONAL_SEQUENCE_RNN)
 def lower_unidirectional_rnn(g: GraphBuilder, operation: Operation) -> None:
-    _same_kind(g, operation, FLOATS)
+    check_types(g, operation, FLOATS)
     inputs = operation.inputs
     time_major = bool(g.scalar(inputs[rnn_op.SEQ_TIME_MAJOR]))
     batch, size = _sequence_dims(g, inputs[rnn_op.INPUT], time_major)
@@ -806,7 +806,7 @@ def lower_bidirectional_rnn(g: GraphBuilder, operation: Operation) -> None:
     [x, aux] [W, A]', the same terms summed); with an auxiliary input alone (parallel
     linking: the backward cell reads it instead of the input) two ONNX RNNs, forward over
     the input and reverse over the auxiliary input."""
-    _same_kind(g, operation, FLOATS)
+    check_types(g, operation, FLOATS)
     inputs = operation.inputs
     time_major = bool(g.scalar(inputs[rnn_op.BIDI_TIME_MAJOR]))
     merge = bool(g.scalar(inputs[rnn_op.BIDI_MERGE_OUTPUTS]))
@@ -906,7 +906,7 @@ def lower_svdf(g: GraphBuilder, operation: Operation) -> None:
     filter's memory dotted with its time weights, the rank filters of a unit summed, the
     bias added and the activation applied; the new state is the memory shifted by one
     slot with the newest zeroed."""
-    _same_kind(g, operation, FLOATS)
+    check_types(g, operation, FLOATS)
     inputs = operation.inputs
     x = g.value(inputs[svdf_op.INPUT_TENSOR])
     if x.kind != "float" or x.rank != 2 or not all(x.dims):

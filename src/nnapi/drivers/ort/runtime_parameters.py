@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.lowering import (
-    _KIND_ELEM,
+    KIND_ELEM,
     Declined,
     GraphBuilder,
     Value,
@@ -217,7 +217,7 @@ def transpose(g: GraphBuilder, operation: Operation, x: Value) -> str:
     weights = rank ** np.arange(rank, dtype=np.int64)
     code = g.one("ReduceSum", [g.one("Mul", [perm, g.constant(weights)])], keepdims=0)
     orders = sorted(itertools.permutations(range(rank)), key=lambda order: int(np.dot(order, weights)))
-    element = _KIND_ELEM[x.kind]
+    element = KIND_ELEM[x.kind]
 
     def pick(orders: list[tuple[int, ...]]) -> tuple[list[onnx.NodeProto], str]:
         """The nodes choosing among ``orders`` (sorted by code) and their output's name."""

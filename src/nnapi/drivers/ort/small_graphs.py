@@ -35,9 +35,9 @@ from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.drivers.ort.lowering import (
     NCHWC_BLOCK,
     GraphBuilder,
-    _check_same_quantization,
-    _constant_ints,
-    _conv_params,
+    check_same_quantization,
+    constant_ints,
+    conv_params,
     lower_concatenation,
     lower_gather,
     lower_mean,
@@ -62,7 +62,7 @@ def lower_gather_of_wrapped_indices(g: GraphBuilder, operation: Operation) -> No
         lower_gather(g, operation)
         return
     x = g.value(operation.inputs[0])
-    _check_same_quantization(x, g.operand(operation.outputs[0]))
+    check_same_quantization(x, g.operand(operation.outputs[0]))
     axis = int(g.scalar(operation.inputs[1])) % x.rank
     g.set_output(operation.outputs[0], g.one("Gather", [x.name, g.value(unwrapped).name], axis=axis))
 
@@ -137,7 +137,7 @@ def _clamped_below(g: GraphBuilder, index: int) -> bool:
     if producer.type not in _CONVOLUTIONS:
         return False
     try:
-        return _conv_params(g, producer, producer.type != Op.CONV_2D).fuse in _CLAMPED
+        return conv_params(g, producer, producer.type != Op.CONV_2D).fuse in _CLAMPED
     except Exception:  # noqa: BLE001 - parameters the general lowering declines
         return False
 
@@ -154,7 +154,7 @@ def _pooled_image(g: GraphBuilder, operation: Operation) -> int | None:
     if not dims or not all(dims) or not output_dims or not all(output_dims) or any(
             g.operand(i).lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) for i in operation.inputs[1:3]):
         return None
-    axes = sorted({int(a) % len(dims) for a in _constant_ints(g, operation.inputs[1], "the axes")
+    axes = sorted({int(a) % len(dims) for a in constant_ints(g, operation.inputs[1], "the axes")
                    if -len(dims) <= a < len(dims)})
     if len(dims) < 3 or axes != list(range(1, len(dims) - 1)):
         return None
@@ -212,7 +212,7 @@ def _averaged_image(g: GraphBuilder, operation: Operation) -> int | None:
             or any(g.operand(i).lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) for i in operation.inputs[1:3]):
         return None
     if len(g.operand(operation.inputs[0]).dimensions) != 3 or {
-            int(a) % 3 for a in _constant_ints(g, operation.inputs[1], "the axes") if -3 <= a < 3} != {1}:
+            int(a) % 3 for a in constant_ints(g, operation.inputs[1], "the axes") if -3 <= a < 3} != {1}:
         return None
     reshape = g.producer(operation.inputs[0])
     if reshape is None or reshape.type != Op.RESHAPE \
@@ -223,7 +223,7 @@ def _averaged_image(g: GraphBuilder, operation: Operation) -> int | None:
     if g.operand(image).type != T.TENSOR_FLOAT32 or len(dims) != 4 or not dims[0] or not dims[3] \
             or dims[3] % NCHWC_BLOCK:
         return None
-    target = [int(d) for d in _constant_ints(g, reshape.inputs[1], "the shape")]
+    target = [int(d) for d in constant_ints(g, reshape.inputs[1], "the shape")]
     if len(target) != 3 or target[0] != dims[0] or target[2] != dims[3]:
         return None
     # the middle axis is the image's pixels: -1 (what the batch and channels leave), or their count

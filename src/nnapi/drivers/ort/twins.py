@@ -127,7 +127,7 @@ class _Rewriter(HalRewriter):
         return self.operands[index].type == T.BOOL
 
     def explicit_conv(self, inputs: list[int]) -> bool:
-        """CONV_2D's explicit-padding form (as the lowering's _conv_params tells them apart)."""
+        """CONV_2D's explicit-padding form (as the lowering's conv_params tells them apart)."""
         return len(inputs) in (10, 11, 13) and not (len(inputs) == 10 and self.is_bool(inputs[7]))
 
     # --- merged operations -------------------------------------------------------------
