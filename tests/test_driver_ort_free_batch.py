@@ -187,3 +187,90 @@ def test_mean_over_height_and_width_on_a_free_batch_is_a_global_pool(ort_device)
             shape = (batch, 1, 1, 32) if keep else (batch, 32)
             ours, theirs = _run(model, ort_device, value, shape), _run(model, reference, value, shape)
             np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def _blaze_block(batch: int, rng_seed: int = 5) -> nnapi.Model:
+    """MediaPipe's face mesh blocks in small on a batch of ``batch`` (0: free): a first
+    CONV_2D on an image's 3 channels, PRELU, a 1x1 CONV_2D to 12 channels (computed padded
+    to the NCHWc block), PRELU, DEPTHWISE_CONV_2D, a 1x1 CONV_2D back to 16, the residual ADD,
+    PRELU, then a channel PAD 16 -> 32 of the skip connection added to a PRELU of a 1x1
+    CONV_2D's 32 channels, and a last PRELU (the graph output)."""
+    rng = np.random.default_rng(rng_seed)
+    model = nnapi.Model()
+
+    def tensor(shape, value=None):
+        index = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+        if value is not None:
+            model.set_operand_value(index, np.asarray(value, np.float32))
+        return index
+
+    def scalar(value):
+        index = model.add_operand(OperandType(T.INT32))
+        model.set_operand_value(index, np.int32(value))
+        return index
+
+    def conv(x, channels_in, channels_out, size, kernel=1, depthwise=False):
+        shape = [1, kernel, kernel, channels_in] if depthwise else [channels_out, kernel, kernel, channels_in]
+        w = tensor(shape, rng.standard_normal(shape) * 0.5)
+        bias = tensor([channels_out], rng.standard_normal(channels_out) * 0.5)
+        y = tensor([batch, size, size, channels_out])
+        tail = [scalar(1), scalar(1), scalar(1), *([scalar(1)] if depthwise else []), scalar(0)]  # SAME, strides 1
+        model.add_operation(Op.DEPTHWISE_CONV_2D if depthwise else Op.CONV_2D, [x, w, bias, *tail], [y])
+        return y
+
+    def prelu(x, channels, size):
+        y = tensor([batch, size, size, channels])
+        model.add_operation(Op.PRELU, [x, tensor([1, 1, channels], rng.uniform(-1, 2, (1, 1, channels)))], [y])
+        return y
+
+    def add(a, b, channels, size):
+        y = tensor([batch, size, size, channels])
+        model.add_operation(Op.ADD, [a, b, scalar(0)], [y])
+        return y
+
+    x = tensor([batch, 8, 8, 3])
+    first = prelu(conv(x, 3, 16, 8, kernel=3), 16, 8)
+    narrow = prelu(conv(first, 16, 12, 8), 12, 8)
+    wide = conv(conv(narrow, 12, 12, 8, kernel=3, depthwise=True), 12, 16, 8)
+    block = prelu(add(first, wide, 16, 8), 16, 8)
+    skip = tensor([batch, 8, 8, 32])
+    paddings = model.add_operand(OperandType(T.TENSOR_INT32, [4, 2]))
+    model.set_operand_value(paddings, np.array([[0, 0], [0, 0], [0, 0], [0, 16]], np.int32))
+    model.add_operation(Op.PAD, [block, paddings], [skip])
+    y = prelu(add(skip, prelu(conv(block, 16, 32, 8), 32, 8), 32, 8), 32, 8)
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+def test_a_free_batch_keeps_the_blocked_lowerings_of_a_known_batch(ort_device):
+    """A free batch leaves the lowering as it is at a known batch: channels padded to the
+    NCHWc block (12 computed as 16, no Slice), the image's first convolution read in rows
+    (a Reshape, no Transpose), the identity convolution that brings the channel PAD back
+    into the blocked layout before its ADD. Before, a batch of 0 (unknown) turned all three
+    off (MediaPipe's face_landmarks_detector: ~30% slower than at batch 1). The free-batch
+    graph's nodes and weights are the known batch's, so its values at batch 1 are the same
+    bit for bit; the reference's at batches 1 and 3 to float32 rounding."""
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    free, known = (lower_model(build_hal_model(_blaze_block(batch))[0])[0].graph for batch in (0, 1))
+    assert [(n.op_type, list(n.input)) for n in free.node] == [(n.op_type, list(n.input)) for n in known.node]
+    weights = [[t.SerializeToString() for t in graph.initializer if t.data_type == 1] for graph in (free, known)]
+    assert weights[0] == weights[1]  # (the rows' Reshape takes the batch from its input: 0 there)
+    ops = [n.op_type for n in free.node]
+    assert "Slice" not in ops and ops[0] == "Reshape"
+    assert [16, 16, 1, 1] in [list(t.dims) for t in free.initializer]  # 12 filters computed as 16
+    assert any(n.op_type == "Conv" and ("group", 32) in [(a.name, a.i) for a in n.attribute] for n in free.node)
+    model, reference = _blaze_block(0), _reference()
+    assert all(model.get_supported_operations_for_devices([ort_device]))
+    at_one = _run(_blaze_block(1), ort_device, np.ones((1, 8, 8, 3), np.float32), (1, 8, 8, 32))
+    for batch in (1, 3):
+        value = np.random.default_rng(batch).uniform(-1, 1, (batch, 8, 8, 3)).astype(np.float32)
+        ours = _run(model, ort_device, value, (batch, 8, 8, 32))
+        theirs = _run(model, reference, value, (batch, 8, 8, 32))
+        scale = np.abs(theirs).max()
+        assert np.abs(ours - theirs).max() <= 2e-6 * scale and len(np.unique(ours)) > 1000
+        if batch == 1:
+            np.testing.assert_array_equal(_run(_blaze_block(1), ort_device, value, (1, 8, 8, 32)), ours)
+    np.testing.assert_array_equal(at_one, _run(model, ort_device, np.ones((1, 8, 8, 3), np.float32), (1, 8, 8, 32)))

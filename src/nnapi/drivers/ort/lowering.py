@@ -592,8 +592,9 @@ def channel_scale(g: GraphBuilder, nchw_name: str, scales: np.ndarray) -> str:
 
 
 def blocked(value_dims: list[int], kind: str) -> bool:
-    """Whether an NHWC float value ORT can hold in NCHWc (rank 4, channels a block multiple)."""
-    return kind == "float" and len(value_dims) == 4 and all(value_dims) and value_dims[3] % NCHWC_BLOCK == 0
+    """Whether an NHWC float value ORT can hold in NCHWc (rank 4, channels a block multiple,
+    height and width known; the batch may be free: a 0 here, known only at run time)."""
+    return kind == "float" and len(value_dims) == 4 and all(value_dims[1:]) and value_dims[3] % NCHWC_BLOCK == 0
 
 
 def keep_blocked(g: GraphBuilder, operation: Operation, name: str) -> str:
@@ -640,10 +641,12 @@ def wants_padding(g: GraphBuilder, index: int) -> bool:
     convolutions read the extra channels with zero weights and give zeros there, the
     element-wise operations and pooling keep zeros zero. (For a non-finite input a dense
     convolution's padded channels are NaN, 0 * inf, where its real ones are non-finite
-    already.)"""
+    already.) The batch may be free (MediaPipe's face_landmarks_detector: ~25% of its time
+    went to the 8-channel values, the channel PADs and the PRELUs around them leaving the
+    blocked layout at every block, where at batch 1 they did not)."""
     operand = g.operand(index)
     dims = operand.dimensions
-    if (g.isolated or operand.type not in FLOATS or len(dims) != 4 or not all(dims) or dims[3] % NCHWC_BLOCK == 0
+    if (g.isolated or operand.type not in FLOATS or len(dims) != 4 or not all(dims[1:]) or dims[3] % NCHWC_BLOCK == 0
             or dims[3] < NCHWC_BLOCK // 2 or index in g.subgraph.output_indexes):
         return False
     consumers = g.readers(index)
@@ -1120,11 +1123,12 @@ def _channels_in_rows(g: GraphBuilder, operation: Operation, params: ConvParams,
     makes one pass with rows C times as wide instead of one per channel (MobileNet's
     224x224x3, 3x3 stride 2: Transpose 31 + Conv 153 -> Reshape 4 + Conv 139 us).
     ``weights`` are the [O, C, H, W] filter; (input, filter, attributes), or None where
-    it does not apply (dilated rows, an input computed otherwise, an NCHW model)."""
+    it does not apply (dilated rows, an input computed otherwise, an NCHW model). A free
+    batch is the Reshape's 0, the input's own."""
     batches, height, width, depth = source.dims if source.rank == 4 else (0, 0, 0, 0)
     producer = g.producer(operation.inputs[0])
     if (g.isolated or params.nchw or (producer is not None and producer.type not in _ROWS_PRODUCERS)
-            or not all((batches, height, width))
+            or not all((height, width))
             or not 1 < depth < NCHWC_BLOCK or params.dilations[1] != 1 or weights.shape[1] != depth):
         return None
     channels, _, kernel_h, kernel_w = weights.shape
@@ -1952,7 +1956,7 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     if output.type == T.TENSOR_FLOAT32 and axes == [1, 2] and source is not None and all(x.dims):
         y = _integer_mean(g, source, keep)
         g.integer_means.add(operation.outputs[0])
-    elif output.type in FLOATS and axes == [1, 2] and blocked([1, *x.dims[1:]], x.kind) and not g.isolated:
+    elif output.type in FLOATS and axes == [1, 2] and blocked(x.dims, x.kind) and not g.isolated:
         # the global pool of a squeeze-and-excitation block: ORT keeps GlobalAveragePool in
         # its blocked layout (the gate's convolutions after it too), where ReduceMean
         # reorders the whole value out first (the same sum of the same terms, in order);
