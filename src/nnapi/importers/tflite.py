@@ -39,7 +39,13 @@ from nnapi.importers.tflite_while_lstm import keras_while_lstm
 from nnapi.model import Model
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
 from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC, nearest_indexes
-from nnapi.operations.quant_math import dequantize, half_below
+from nnapi.operations.quant_math import (
+    dequantize,
+    half_below,
+    multiply_by_quantized_multiplier,
+    quantize,
+    quantize_multiplier,
+)
 
 try:  # the optional extra nnapi[tflite]
     import tflite as _tfl
@@ -1208,7 +1214,48 @@ def _arithmetic(c: _Converter, op: _Operator) -> None:
         c.lowered("quantized DIV as DEQUANTIZE, DIV in float32, QUANTIZE (one rounding, as TFLite)")
         return
     a, b = c.input(0), c.input(1)
+    if code == Op.MUL and c.nn_type(op.out_tensor()).type in _QUANT8 and activation == 0:
+        a_type, b_type, out_type = c.type_of(a), c.type_of(b), c.nn_type(op.out_tensor())
+        if not np.float32(out_type.scale) > np.float32(a_type.scale) * np.float32(b_type.scale):
+            # NNAPI's quantized MUL needs output_scale > input1_scale * input2_scale; TFLite's
+            # (a multiplier >= 1: yolov5's box decoding) takes any, with one rounding
+            if not _float_mul_matches_tflite(a_type, b_type, out_type):
+                raise UnsupportedOperator(
+                    f"quantized MUL whose output scale {out_type.scale} does not exceed the product of the "
+                    f"input scales ({a_type.scale} * {b_type.scale}), which NNAPI's MUL requires, and whose "
+                    "float32 form (DEQUANTIZE, MUL, QUANTIZE) differs from TFLite's integer MUL")
+            _in_float32(c, op, lambda inputs, out: c.emit(Op.MUL, [*inputs, c.i32(0)], [out]))
+            c.lowered("quantized MUL whose output scale does not exceed the product of the input scales "
+                      "(NNAPI's MUL requires it) as DEQUANTIZE, MUL in float32, QUANTIZE: equal to TFLite's "
+                      "integer MUL on every pair of stored values (checked at import)")
+            return
     c.with_activation(activation, lambda act, out: c.emit(code, [a, b, act], [out]))
+
+
+def _float_mul_matches_tflite(a: OperandType, b: OperandType, out: OperandType) -> bool:
+    """Whether DEQUANTIZE, MUL, QUANTIZE in float32 (NNAPI's arithmetic: (q - zero point) *
+    scale, the product, round(p / scale) halves away from zero, saturated) give TFLite's
+    integer MUL without activation on all 65,536 pairs of 8-bit stored values: zero point +
+    MultiplyByQuantizedMultiplier((qa - za) * (qb - zb)) of the multiplier
+    scale_a * scale_b / scale_out, which TFLite computes in float32 (mul.cc); also in float64,
+    in case a build does, so that neither rounding of the multiplier is assumed."""
+    if not np.dtype(a.dtype) == np.dtype(b.dtype) == np.dtype(out.dtype):
+        return False
+    info = np.iinfo(a.dtype)
+    qa = np.arange(info.min, info.max + 1, dtype=np.int64)[:, None]
+    qb = np.arange(info.min, info.max + 1, dtype=np.int64)[None, :]
+    product = (qa - a.zero_point) * (qb - b.zero_point)
+    real = dequantize(qa, a.scale, a.zero_point, np.float32) * dequantize(qb, b.scale, b.zero_point, np.float32)
+    got = np.clip(quantize(real, out.scale, out.zero_point, np.float32), info.min, info.max)
+    multipliers = (float(np.float32(np.float32(a.scale) * np.float32(b.scale)) / np.float32(out.scale)),
+                   float(a.scale) * float(b.scale) / float(out.scale))
+    for real_multiplier in multipliers:
+        multiplier, shift = quantize_multiplier(real_multiplier)
+        want = np.clip(multiply_by_quantized_multiplier(product, multiplier, shift) + out.zero_point,
+                       info.min, info.max)
+        if not np.array_equal(got, want):
+            return False
+    return True
 
 
 for _name in _ARITHMETIC:
