@@ -46,6 +46,7 @@ from nnapi.drivers.ort import (
     recurrent,  # noqa: F401  (importing it registers its lowerings)
     runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
     small_graphs,  # noqa: F401  (importing it registers its lowerings)
+    transposed_dense,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.lowering import (
     Declined,

@@ -1,0 +1,129 @@
+"""nnapi-ort-cpu: 1x1 CONV_2Ds between two TRANSPOSEs of the last two axes (an MLP-Mixer's
+token mixing, MediaPipe's face_blendshapes) lowered as matrix products in the value's own
+layout (transposed_dense.py): no Transpose and no Conv left, the reference's values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import nnapi  # noqa: E402
+from nnapi import OperandCode as T  # noqa: E402
+from nnapi import OperandType  # noqa: E402
+from nnapi import OperationCode as Op  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("calibration_file")
+
+TOKENS, CHANNELS = 13, 24
+
+
+def _mixer(batch: int, fuses: tuple[int, ...] = (1, 0), output_inside: bool = False,
+           residual: bool = True) -> nnapi.Model:
+    """[batch, 1, TOKENS, CHANNELS] -> TRANSPOSE [0, 1, 3, 2] -> CONV_2D 1x1 per entry of
+    ``fuses`` (TOKENS -> 40 -> ... -> TOKENS, that fused activation) -> TRANSPOSE back ->
+    ADD of the input (``residual``). ``output_inside``: the first convolution's output is
+    a model output too."""
+    rng = np.random.default_rng(len(fuses))
+    model = nnapi.Model()
+
+    def operand(code, shape, value=None):
+        index = model.add_operand(OperandType(code, shape))
+        if value is not None:
+            model.set_operand_value(index, value)
+        return index
+
+    x = operand(T.TENSOR_FLOAT32, [batch, 1, TOKENS, CHANNELS])
+    perm = operand(T.TENSOR_INT32, [4], np.array([0, 1, 3, 2], np.int32))
+    value = operand(T.TENSOR_FLOAT32, [batch, 1, CHANNELS, TOKENS])
+    model.add_operation(Op.TRANSPOSE, [x, perm], [value])
+    depth = TOKENS
+    outputs = []
+    for position, fuse in enumerate(fuses):
+        filters = TOKENS if position == len(fuses) - 1 else 40
+        weights = operand(T.TENSOR_FLOAT32, [filters, 1, 1, depth],
+                          rng.standard_normal((filters, 1, 1, depth)).astype(np.float32))
+        bias = operand(T.TENSOR_FLOAT32, [filters], rng.standard_normal(filters).astype(np.float32))
+        scalars = [operand(T.INT32, [], np.int32(v)) for v in (1, 1, 1, fuse)]  # SAME, strides 1
+        y = operand(T.TENSOR_FLOAT32, [batch, 1, CHANNELS, filters])
+        model.add_operation(Op.CONV_2D, [value, weights, bias, *scalars], [y])
+        if position == 0 and output_inside:
+            outputs.append(y)
+        value, depth = y, filters
+    back = operand(T.TENSOR_FLOAT32, [batch, 1, TOKENS, CHANNELS])
+    model.add_operation(Op.TRANSPOSE, [value, perm], [back])
+    if residual:
+        total = operand(T.TENSOR_FLOAT32, [batch, 1, TOKENS, CHANNELS])
+        model.add_operation(Op.ADD, [back, x, operand(T.INT32, [], np.int32(0))], [total])
+        back = total
+    model.identify_inputs_and_outputs([x], [back, *outputs])
+    model.finish()
+    return model
+
+
+def _lowered_ops(model: nnapi.Model) -> list[str]:
+    from nnapi.drivers.ort.device import OrtDevice  # noqa: F401  (registers every lowering)
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    return [node.op_type for node in lower_model(build_hal_model(model)[0])[0].graph.node]
+
+
+def _outputs(model: nnapi.Model, device: nnapi.Device, x: np.ndarray, shapes: list[tuple[int, ...]]) -> list:
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, x, OperandType(T.TENSOR_FLOAT32, list(x.shape)))
+    results = [np.zeros(shape, np.float32) for shape in shapes]
+    for position, array in enumerate(results):
+        execution.set_output(position, array, OperandType(T.TENSOR_FLOAT32, list(array.shape)))
+    execution.compute()
+    return results
+
+
+def _reference() -> nnapi.Device:
+    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+
+
+def _check(model: nnapi.Model, device: nnapi.Device, batch: int, shapes: list[tuple[int, ...]]) -> None:
+    x = np.random.default_rng(batch).uniform(-1, 1, (batch, 1, TOKENS, CHANNELS)).astype(np.float32)
+    ours, theirs = (_outputs(model, d, x, shapes) for d in (device, _reference()))
+    for a, b in zip(ours, theirs):
+        scale = np.abs(b).max()
+        assert np.abs(a - b).max() <= 2e-6 * scale and len(np.unique(a)) > 100
+
+
+@pytest.mark.parametrize("fuses", [(1, 0), (3, 2, 1), (0,)])
+def test_token_mixing_is_a_chain_of_gemms_with_the_reference_values(ort_device, fuses):
+    """One image: the transposed value is the [T, C] matrix itself (a Reshape), each
+    convolution a Gemm by its [O, T] filters with the bias as a column, RELU / RELU1 / RELU6
+    after it (Relu, Clip); no Transpose, no Conv (operation by operation: a Transpose to
+    NCHW, the Conv nodes, a Transpose back)."""
+    model = _mixer(1, fuses)
+    assert all(model.get_supported_operations_for_devices([ort_device]))
+    ops = _lowered_ops(model)
+    assert "Transpose" not in ops and "Conv" not in ops and ops.count("Gemm") == len(fuses)
+    assert ops.count("Relu") == fuses.count(1) and ops.count("Clip") == sum(f in (2, 3) for f in fuses)
+    _check(model, ort_device, 1, [(1, 1, TOKENS, CHANNELS)])
+
+
+def test_token_mixing_on_a_batch_broadcasts_the_filters(ort_device):
+    """A batch of 2 and a free batch (known at run time, 1 and 3): MatMul by the filters
+    (broadcast over the batch) and an Add of the bias column; the reference's values."""
+    for batch in (2, 0):
+        model = _mixer(batch)
+        ops = _lowered_ops(model)
+        assert "Transpose" not in ops and "Conv" not in ops and ops.count("MatMul") == 2
+        for run_batch in ((2,) if batch else (1, 3)):
+            _check(model, ort_device, run_batch, [(run_batch, 1, TOKENS, CHANNELS)])
+
+
+def test_a_chain_read_inside_is_lowered_operation_by_operation(ort_device):
+    """A convolution's output that is also a model output (or a chain without its second
+    TRANSPOSE) keeps the operation-by-operation lowering, with the reference's values."""
+    model = _mixer(1, output_inside=True)
+    ops = _lowered_ops(model)
+    assert "Gemm" not in ops and "Conv" in ops
+    _check(model, ort_device, 1, [(1, 1, TOKENS, CHANNELS), (1, 1, CHANNELS, 40)])
