@@ -22,6 +22,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import onnxruntime as ort
@@ -544,6 +545,31 @@ _REF = weakref.ref  # what an argument bound as a numpy array is remembered by (
 _UNTIMED = Timing()  # what a run without measure_timing reports (shared, never mutated)
 
 
+class _LearnedShapes(NamedTuple):
+    """What a run told of a model's outputs at given input shapes (see
+    OrtPreparedModel._learned_shapes)."""
+
+    #: per output, its shape and byte count (0: empty)
+    outputs: tuple[tuple[tuple[int, ...], int], ...]
+    #: the OutputShapes such a run reports
+    reported: list[OutputShape]
+
+
+def _learned_placement(learned: _LearnedShapes | None, position: int, room: int | None
+                       ) -> tuple[tuple[int, ...], int] | None:
+    """Where output ``position`` of open shape is written, given ``room`` bytes for it
+    (None: the request omits it): the (shape, byte count) a run with these input shapes
+    gave, to bind it at in the request's memory; or None to let ORT allocate it, its bytes
+    copied into the request after the run (_land). ORT allocates an output whose shape no
+    run told yet (or ``learned`` is None: the model binds no learned shape), an empty one
+    (no bytes to bind), an omitted one, and one whose buffer is too small (the run tells the
+    shape needed: OUTPUT_INSUFFICIENT_SIZE)."""
+    if learned is None or room is None:
+        return None
+    placement = learned.outputs[position]
+    return placement if placement[1] and room >= placement[1] else None
+
+
 def _pool_bytes(pool, writable: bool) -> memoryview:
     buffer = getattr(pool, "buffer", pool)
     try:
@@ -579,7 +605,7 @@ class _Binding:
     execution)."""
 
     __slots__ = ("io", "bound", "views", "run", "native", "bind_input", "bind_output", "bind_array", "fresh_inputs",
-                 "again", "partner", "guessed", "key", "shapes", "late")
+                 "again", "partner", "at_learned_shape", "input_shapes", "array_shapes", "late")
 
     def __init__(self, session: ort.InferenceSession, signature: Signature, fresh_inputs: bool = False) -> None:
         self.io = io = session.io_binding()
@@ -623,15 +649,16 @@ class _Binding:
         #: thread's second binding, holding the arrays kept from before (see _other)
         self.again = False
         self.partner: _Binding | None = None
-        #: (see OrtPreparedModel._learned) the outputs of open shape bound in the request's
-        #: memory at the shape an earlier run with these input shapes gave, and those input
-        #: shapes (None where the model has no output of open shape)
-        self.guessed: Sequence[int] = ()
-        self.key: tuple | None = None
+        #: the outputs of open shape bound in the request's memory at the shape an earlier
+        #: run with the same input shapes gave (see OrtPreparedModel._learned_shapes)
+        self.at_learned_shape: Sequence[int] = ()
+        #: the shapes of the bound inputs of open shape: what the output shapes are learned
+        #: by (None until a request of a model with an output of open shape is bound)
+        self.input_shapes: tuple | None = None
         #: the outputs ORT allocates at each run (see _bind)
         self.late: list[int] = []
         #: (execute_open_arrays) per input, then output: the shape an array was bound at
-        self.shapes: list = [None] * len(self.bound)
+        self.array_shapes: list = [None] * len(self.bound)
 
 
 class OrtPreparedModel(IPreparedModel):
@@ -660,17 +687,19 @@ class OrtPreparedModel(IPreparedModel):
         #: Outputs of open shape (a dimension known only at run time): ORT allocates them
         #: and each run copies them into the request (_land), unless a run with the same
         #: input shapes told their shapes: then they are bound in the request's memory at
-        #: those shapes as static outputs are, written in place (sine_float, the wake-word
-        #: embedding model on a free batch: ~15-25 us a run for the late binding, ORT's
-        #: allocation and the copy). Per input shapes (the key): per output, (its shape, its
-        #: byte count, None for an empty one), and the OutputShapes a run reports. A shape
-        #: that follows from input values too (a RESHAPE to a shape given at run time, NMS)
-        #: is caught by ORT, which refuses to run a node into a bound output of another
-        #: shape: that run is made again with the outputs late (see _finish) and, the shapes
-        #: having moved, the model guesses no more.
-        self._open = any(spec.nbytes is None for spec in signature.outputs)
-        self._guesses = self._open and not self.copies_inputs
-        self._learned: dict[tuple, tuple[tuple, list[OutputShape]]] = {}
+        #: those shapes as static outputs are, and written in place (sine_float, the
+        #: wake-word embedding model on a free batch: the late binding, ORT's allocation and
+        #: the copy cost ~15-25 us a run). _learned_placement decides which, per output.
+        #: What a run told, by the shapes of the inputs of open shape (_learn):
+        self._learned_shapes: dict[tuple, _LearnedShapes] = {}
+        self._has_open_outputs = any(spec.nbytes is None for spec in signature.outputs)
+        #: whether outputs are bound at learned shapes: not for a provider that copies its
+        #: inputs (its binding is made again before every run anyway); and no more once a
+        #: shape moved at the same input shapes: an output whose shape follows from input
+        #: values too (a RESHAPE to a shape given at run time, NMS). ORT refuses to run a
+        #: node into a bound output of another shape, so such a run is made again with the
+        #: outputs left to ORT (_run_again_allocating), and learned shapes are not trusted.
+        self._binds_learned_shapes = self._has_open_outputs and not self.copies_inputs
         #: the inputs and outputs of open shape (execute_open_arrays), and per open input the
         #: array shapes checked against its declared dimensions
         self._open_inputs = tuple(k for k, spec in enumerate(signature.inputs) if spec.nbytes is None)
@@ -678,8 +707,10 @@ class OrtPreparedModel(IPreparedModel):
         self._accepted: dict[int, set[tuple[int, ...]]] = {k: set() for k in self._open_inputs}
         #: per output, its ONNX element type (what _land checks ORT's value against before copying its bytes)
         self._element_types = [_onnx_type(spec.dtype) for spec in signature.outputs]
-        #: execute_open_arrays's outputs where every output's shape is fixed (inputs of open shape only)
-        self._fixed = (tuple((spec.shape, spec.nbytes) for spec in signature.outputs), self._shapes)
+        #: execute_open_arrays's outputs where the signature fixes every output's shape (only
+        #: inputs of open shape): as if learned, at every input shape
+        self._static_shapes = _LearnedShapes(tuple((spec.shape, spec.nbytes) for spec in signature.outputs),
+                                             self._shapes)
 
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
@@ -694,7 +725,7 @@ class OrtPreparedModel(IPreparedModel):
         if binding is None:
             binding = self._local.binding = _Binding(self.session, self.signature, self.copies_inputs)
         late = self._bind(binding, request)
-        if late or start or binding.guessed:
+        if late or start or binding.at_learned_shape:
             return self._finish(binding, request, late, measure_timing, deadline_ns, start)
         try:  # the run and nothing else (as OrtExecution's plain one)
             binding.run(binding.native, None)
@@ -716,20 +747,20 @@ class OrtPreparedModel(IPreparedModel):
                             ) -> tuple[list[OutputShape], Timing]:
         """execute_arrays for a model with an input or output of open shape: an input's
         array gives its dimensions, an output's array is its buffer (its shape the run's).
-        Where a run with these input shapes told the outputs' shapes (see _learned) and
-        each output array has its output's shape, the arrays bound on this thread's binding
-        at those shapes are found by identity and the rest checked and bound, as
+        Where every output array is where _learned_placement puts its output (the shape a
+        run with these input shapes gave), the arrays bound on this thread's binding at
+        those shapes are found by identity and the rest checked and bound, as
         execute_arrays does (the outputs written in place); anything else is the request
         the arrays make, through execute."""
         binding = getattr(self._local, "binding", None)
         specs = self._specs
         if binding is not None and deadline_ns is None and not self.signature.loops and len(arrays) == len(specs) \
-                and (self._guesses or not self._open):
-            key = tuple([arrays[position].shape for position in self._open_inputs])
-            known = self._learned.get(key) if self._open else self._fixed
-            if known is not None:
+                and (self._binds_learned_shapes or not self._has_open_outputs):
+            input_shapes = tuple([arrays[position].shape for position in self._open_inputs])
+            learned = self._learned_shapes.get(input_shapes) if self._has_open_outputs else self._static_shapes
+            if learned is not None:
                 count = self._input_count
-                bound, bound_shapes, wanted = binding.bound, binding.shapes, known[0]
+                bound, array_shapes = binding.bound, binding.array_shapes
                 position = 0
                 for array in arrays:
                     shape = array.shape
@@ -737,26 +768,29 @@ class OrtPreparedModel(IPreparedModel):
                         spec = specs[position]
                         if shape != spec.shape and (spec.nbytes is not None or shape not in self._accepted[position]):
                             break
-                    elif shape != wanted[position - count][0] or not wanted[position - count][1]:
-                        break
+                    else:
+                        placement = _learned_placement(learned, position - count, array.nbytes)
+                        if placement is None or shape != placement[0]:
+                            break  # ORT allocates it, or the array is not the output's shape: execute binds it
                     previous = bound[position]
                     if (previous.__class__ is not _REF or previous() is not array
-                            or bound_shapes[position] != shape) and not self._bind_open(binding, position, array):
+                            or array_shapes[position] != shape) and not self._bind_open_array(binding, position, array):
                         break
                     position += 1
                 else:
-                    binding.guessed, binding.key, binding.late = self._open_outputs, key, []
+                    binding.at_learned_shape, binding.input_shapes, binding.late = self._open_outputs, input_shapes, []
                     try:
                         binding.run(binding.native, None)
                     except Exception as error:
-                        if not self._open:
+                        if not self._has_open_outputs:
                             raise _run_failure(error) from None
-                        # a guess refused, or the run's failure again
-                        return self._unguess(binding, self._open_request(arrays), [], False, None, 0)
-                    return known[1].copy(), _UNTIMED
+                        # ORT refused a learned shape that moved, or the run failed: the run
+                        # again, with the outputs allocated, tells which
+                        return self._run_again_allocating(binding, self._open_request(arrays), [], False, None, 0)
+                    return learned.reported.copy(), _UNTIMED
         return self.execute(self._open_request(arrays), False, deadline_ns)
 
-    def _bind_open(self, binding: _Binding, position: int, array: np.ndarray) -> bool:
+    def _bind_open_array(self, binding: _Binding, position: int, array: np.ndarray) -> bool:
         """Bind ``array`` (its shape checked by the caller) at ``position`` as _bind_array
         does; False, having bound nothing, for one that is not a C-contiguous numpy array
         of the spec's dtype."""
@@ -764,7 +798,7 @@ class OrtPreparedModel(IPreparedModel):
         if array.__class__ is not np.ndarray or array.dtype is not spec.dtype or not array.flags.c_contiguous:
             return False
         self._bind_whole(binding, position, array, array.shape)
-        binding.shapes[position] = array.shape
+        binding.array_shapes[position] = array.shape
         return True
 
     def _open_request(self, arrays: list[np.ndarray]) -> Request:
@@ -907,9 +941,10 @@ class OrtPreparedModel(IPreparedModel):
         views: dict[int, tuple[memoryview, int]] = {}  # pool index -> (its bytes, their address)
         arrays: list[np.ndarray] = []  # the arrays bound as arrays, for a request bound to keep
         late = []
-        guessed: list[int] = []
-        binding.guessed, binding.late = guessed, late
-        open_shapes: list[tuple[int, ...]] | None = [] if self._open else None  # the key (see _learned)
+        at_learned_shape: list[int] = []
+        binding.at_learned_shape, binding.late = at_learned_shape, late
+        # the shapes of the inputs of open shape, what output shapes are learned by
+        open_shapes: list[tuple[int, ...]] | None = [] if self._has_open_outputs else None
         count = len(pools)
         try:
             bound = binding.bound
@@ -950,28 +985,30 @@ class OrtPreparedModel(IPreparedModel):
                     binding.bind_input(spec.name, _CPU_DEVICE, spec.element_type, shape, address)
                     bound[position] = (address, shape)
             first = len(inputs)  # the outputs' entries in ``bound`` follow the inputs'
-            known = None  # the outputs' shapes an earlier run with these input shapes gave
+            learned = None  # what an earlier run with these input shapes told of the outputs
             if open_shapes is not None:
-                binding.key = key = tuple(open_shapes)
-                if self._guesses:
-                    known = self._learned.get(key)
+                binding.input_shapes = input_shapes = tuple(open_shapes)
+                if self._binds_learned_shapes:
+                    learned = self._learned_shapes.get(input_shapes)
             for position, argument in enumerate(outputs):
                 slot = first + position
                 spec = signature.outputs[position]
-                needed = spec.nbytes
-                shape = spec.shape
-                guess = needed is None and known is not None and not argument.has_no_value
-                if guess:
-                    shape, needed = known[0][position]
                 location = argument.location
-                if argument.has_no_value or needed is None or location.length < needed:
+                room = None if argument.has_no_value else location.length
+                shape, needed = spec.shape, spec.nbytes
+                placement = None
+                if needed is None:
+                    placement = _learned_placement(learned, position, room)
+                    if placement is not None:
+                        shape, needed = placement
+                if room is None or needed is None or room < needed:
                     late.append(position)  # bound before each run (see _finish)
                     bound[slot] = _LATE
                     continue
                 index = location.pool_index
                 pool = pools[index] if 0 <= index < count else None
-                if guess:
-                    guessed.append(position)
+                if placement is not None:
+                    at_learned_shape.append(position)
                 elif _whole_array(pool, spec, location):
                     previous = bound[slot]
                     if previous.__class__ is not _REF or previous() is not pool:
@@ -1045,7 +1082,7 @@ class OrtPreparedModel(IPreparedModel):
     def _finish(self, binding: _Binding, request: Request, late: list[int], measure_timing: bool,
                 deadline_ns: int | None, start: int) -> tuple[list[OutputShape], Timing]:
         """Run the bound request; land the outputs ORT allocated; shapes and timing. A run
-        whose guessed outputs (see _learned) ORT refuses runs again with them late."""
+        with outputs bound at learned shapes that ORT refuses runs again with them allocated."""
         if late:
             # An output ORT allocates is bound afresh before every run: after a run the
             # binding holds the value ORT allocated, and the next run would have to fit that
@@ -1056,18 +1093,18 @@ class OrtPreparedModel(IPreparedModel):
                     binding.bind_output(outputs[position].name, _CPU_DEVICE)
             except Exception as error:
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot bind an output: {error}") from None
-        guessed = binding.guessed
+        at_learned_shape = binding.at_learned_shape
         run_start = time.monotonic_ns() if measure_timing else 0
         try:
             self._run(binding, deadline_ns)
         except HalError as error:
-            if not guessed or error.status != ErrorStatus.GENERAL_FAILURE:
+            if not at_learned_shape or error.status != ErrorStatus.GENERAL_FAILURE:
                 raise
-            return self._unguess(binding, request, late, measure_timing, deadline_ns, start)
+            return self._run_again_allocating(binding, request, late, measure_timing, deadline_ns, start)
         run_end = time.monotonic_ns() if measure_timing else 0
-        if guessed:
-            known = self._learned.get(binding.key)
-            shapes = (known[1] if known is not None else self._guessed_shapes(binding)).copy()
+        if at_learned_shape:
+            learned = self._learned_shapes.get(binding.input_shapes)
+            shapes = (learned.reported if learned is not None else self._shapes_as_bound(binding)).copy()
         else:
             shapes = self._shapes.copy()
         if late:
@@ -1076,44 +1113,45 @@ class OrtPreparedModel(IPreparedModel):
             return shapes, _UNTIMED
         return shapes, Timing(run_end - run_start, time.monotonic_ns() - start)
 
-    def _guessed_shapes(self, binding: _Binding) -> list[OutputShape]:
-        """The shapes of a run whose guesses were learned and since forgotten (the table
-        full, another thread's run): what the binding holds."""
+    def _shapes_as_bound(self, binding: _Binding) -> list[OutputShape]:
+        """The shapes of a run at learned shapes that were forgotten since it was bound (the
+        table full, or cleared by another thread's run): the shapes the outputs are bound at."""
         first = len(self.signature.inputs)
         shapes = self._shapes.copy()
-        for position in binding.guessed:
+        for position in binding.at_learned_shape:
             shapes[position] = OutputShape(list(_bound_shape(binding, first + position)))
         return shapes
 
-    def _unguess(self, binding: _Binding, request: Request, late: list[int], measure_timing: bool,
-                 deadline_ns: int | None, start: int) -> tuple[list[OutputShape], Timing]:
-        """The run again with the guessed outputs late, after ORT refused it (a shape that
-        follows from input values: the model guesses no more when the shapes moved; or a
-        failure of another kind, which the run again gives too)."""
-        guessed, first = binding.guessed, len(self.signature.inputs)
-        expected = [_bound_shape(binding, first + position) for position in guessed]
-        for position in guessed:
+    def _run_again_allocating(self, binding: _Binding, request: Request, late: list[int], measure_timing: bool,
+                              deadline_ns: int | None, start: int) -> tuple[list[OutputShape], Timing]:
+        """The run again with the outputs bound at learned shapes left to ORT, after ORT
+        refused the run. Either an output's shape follows from input values too and moved
+        (then no output is bound at a learned shape any more: see _binds_learned_shapes),
+        or the run failed for another reason, which the run again reports."""
+        at_learned_shape, first = binding.at_learned_shape, len(self.signature.inputs)
+        bound_shapes = [_bound_shape(binding, first + position) for position in at_learned_shape]
+        for position in at_learned_shape:
             binding.bound[first + position] = _LATE
-        binding.guessed = []
-        binding.late = late = sorted([*late, *guessed])
+        binding.at_learned_shape = []
+        binding.late = late = sorted([*late, *at_learned_shape])
 
-        def moved(shapes: list[OutputShape]) -> None:
-            if any(tuple(shapes[p].dimensions) != shape for p, shape in zip(guessed, expected, strict=True)):
-                self._guesses = False
-                self._learned.clear()
+        def stop_if_moved(shapes: list[OutputShape]) -> None:
+            if [tuple(shapes[position].dimensions) for position in at_learned_shape] != bound_shapes:
+                self._binds_learned_shapes = False
+                self._learned_shapes.clear()
 
         try:
             shapes, timing = self._finish(binding, request, late, measure_timing, deadline_ns, start)
         except HalError as error:
             if error.output_shapes:
-                moved(error.output_shapes)
+                stop_if_moved(error.output_shapes)
             raise
-        moved(shapes)
+        stop_if_moved(shapes)
         return shapes, timing
 
     def _land(self, binding: _Binding, request: Request, late: list[int], shapes: list[OutputShape]) -> None:
         """Copy the outputs ORT allocated into the request (one memmove each from ORT's
-        memory); learn the output shapes of these input shapes (see _learned)."""
+        memory); learn the output shapes of these input shapes (_learn)."""
         native = binding.io._iobinding if hasattr(binding.io, "_iobinding") else binding.io
         values = native.get_outputs()
         outputs, specs = request.outputs, self.signature.outputs
@@ -1128,8 +1166,8 @@ class OrtPreparedModel(IPreparedModel):
             nbytes = _nbytes(specs[position], dims)
             shapes[position] = OutputShape(dims, argument.has_no_value or argument.location.length >= nbytes)
             landed.append((position, value, nbytes))
-        if self._guesses and binding.key is not None:
-            self._learn(binding.key, shapes)
+        if self._binds_learned_shapes and binding.input_shapes is not None:
+            self._learn(binding.input_shapes, shapes)
         if not all(shape.is_sufficient for shape in shapes):
             raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
         views: dict[int, tuple[memoryview, int]] = {}
@@ -1140,15 +1178,15 @@ class OrtPreparedModel(IPreparedModel):
             address = self._located(request, views, argument.location, nbytes, True, f"output {position}")
             ctypes.memmove(address, value.data_ptr(), nbytes)
 
-    def _learn(self, key: tuple, shapes: list[OutputShape]) -> None:
-        """Remember the output shapes a run with input shapes ``key`` gave (see _learned)."""
-        if key in self._learned:
+    def _learn(self, input_shapes: tuple, shapes: list[OutputShape]) -> None:
+        """Remember the output shapes a run with these input shapes gave (_learned_shapes)."""
+        if input_shapes in self._learned_shapes:
             return
-        if len(self._learned) >= 64:  # a model run at ever new shapes: the latest kept
-            self._learned.clear()
+        if len(self._learned_shapes) >= 64:  # a model run at ever new shapes: the latest kept
+            self._learned_shapes.clear()
         specs = self.signature.outputs
-        self._learned[key] = (
-            tuple((tuple(shape.dimensions), _nbytes(spec, shape.dimensions) or None) if spec.nbytes is None
+        self._learned_shapes[input_shapes] = _LearnedShapes(
+            tuple((tuple(shape.dimensions), _nbytes(spec, shape.dimensions)) if spec.nbytes is None
                   else (spec.shape, spec.nbytes) for spec, shape in zip(specs, shapes, strict=True)),
             [OutputShape(list(shape.dimensions)) for shape in shapes])
 
@@ -1242,10 +1280,11 @@ class OrtExecution(IExecution):
         self._measure = measure_timing
         #: a run that measures nothing and lands nothing (every output's shape is known) is
         #: the session's run and the shapes: nothing else between two model runs
-        self._plain = not late and not binding.guessed and not measure_timing and not binding.fresh_inputs \
+        self._plain = not late and not binding.at_learned_shape and not measure_timing and not binding.fresh_inputs \
             and not self._loops
-        #: bound again once its outputs' shapes are learned (see execute)
-        self._rebound = not late or not prepared._guesses
+        #: outputs ORT allocates, to be bound in the request's memory once a run told their
+        #: shapes (see execute)
+        self._rebind_when_learned = bool(late) and prepared._binds_learned_shapes
         self._run, self._io = binding.run, binding.native
         self._shapes = prepared._shapes
 
@@ -1264,9 +1303,9 @@ class OrtExecution(IExecution):
         binding, prepared = self._binding, self._prepared
         if binding.fresh_inputs:
             prepared._bind(binding, self._request, keep=True)
-        elif not self._rebound and binding.key in prepared._learned:
+        elif self._rebind_when_learned and binding.input_shapes in prepared._learned_shapes:
             # a run told the shapes of outputs ORT allocated: written in place from now on
-            self._rebound = True
+            self._rebind_when_learned = False
             prepared._bind(binding, self._request, keep=True)
         return prepared._finish(binding, self._request, binding.late, self._measure, deadline_ns, start)
 
@@ -1305,7 +1344,7 @@ def _onnx_type(dtype: np.dtype) -> int | None:
 def _bound_shape(binding: _Binding, slot: int) -> tuple[int, ...]:
     """The shape an output is bound at: by address (_bind) or as an array (execute_open_arrays)."""
     entry = binding.bound[slot]
-    return entry[1] if entry.__class__ is tuple else binding.shapes[slot]
+    return entry[1] if entry.__class__ is tuple else binding.array_shapes[slot]
 
 
 def _pool_at(request: Request, index: int):
