@@ -22,7 +22,10 @@ that is its compute time, and it stays meaningful on a machine shared with other
   it, with the standard error of the overhead;
 - compile time, cold and from the compilation cache (second compilation);
 - agreement with LiteRT: max |difference| (float: relative to the output's largest
-  magnitude; quantized: in quantized steps);
+  magnitude; quantized: in quantized steps); the four outputs of a
+  TFLite_Detection_PostProcess as detections, paired as ``nnapi compare`` pairs them (the
+  engines order equal scores differently): LiteRT's count, those unpaired, images whose
+  counts differ, the pairs' largest relative box and score differences;
 - the plan's steps when it is split (a model with an operation the device declines);
 - the cost of a partition boundary: one model timed as one ORT step and split around every
   operation of one type (a copy of nnapi-ort-cpu declining it, so the reference runs those),
@@ -31,6 +34,7 @@ that is its compute time, and it stays meaningful on a machine shared with other
 
     python benchmarks/bench_ort.py                     # every model in ../shared/models
     python benchmarks/bench_ort.py path/to/model.tflite --runs 30 --reference-runs 0
+    python benchmarks/bench_ort.py stft_yamnet_like_dyn.tflite --input-shape wave=15600   # an open length fixed
     python benchmarks/bench_ort.py --split-only --split-model mobilenet_v2_1.0_224_float --split-op ADD
 """
 
@@ -45,6 +49,9 @@ from pathlib import Path
 import numpy as np
 
 import nnapi
+from nnapi.cli._common import CliError, input_shapes
+from nnapi.cli._model import litert_interpreter
+from nnapi.cli.compare import compare_detections, detections_summary, difference
 from nnapi.runtime import manager
 
 DEFAULT_MODELS = [
@@ -241,17 +248,37 @@ def _overhead(pairs: tuple[list, list]) -> dict | None:
 
 
 def agreement(ours: np.ndarray, theirs: np.ndarray) -> str:
-    if ours.dtype.kind == "f":
-        scale = float(np.abs(theirs).max()) or 1.0
-        return f"{float(np.abs(ours.astype(np.float64) - theirs).max()) / scale:.1e} rel"
-    return f"{int(np.abs(ours.astype(np.int64) - theirs.astype(np.int64)).max())} steps"
+    """One output's largest difference from LiteRT's, as ``nnapi compare`` measures it:
+    float relative to LiteRT's largest magnitude, else in (quantized) steps."""
+    measured = difference(ours, theirs)
+    return f"{measured:.1e} rel" if theirs.dtype.kind == "f" else f"{measured:.0f} steps"
 
 
-def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
-    from ai_edge_litert.interpreter import Interpreter
+def agreements(names: list[str], ours: list[np.ndarray], theirs: list[np.ndarray],
+               detections: list[tuple[str, str, str, str]]) -> str:
+    """The agreement column, in output order: each output's ``agreement``, except that the
+    four outputs of each group in ``detections`` (a TFLite_Detection_PostProcess: boxes,
+    classes, scores, count, by name) are compared as detections, as ``nnapi compare`` does:
+    the engines order equal scores differently, so slot by slot they differ where the
+    detections are the same."""
+    mine, other = dict(zip(names, ours, strict=True)), dict(zip(names, theirs, strict=True))
+    parts = []
+    for name in names:
+        group = next((group for group in detections if name in group), None)
+        if group is None:
+            parts.append(agreement(mine[name], other[name]))
+        elif name == next(n for n in names if n in group):  # the group's first output says it
+            parts.append(f"detections {detections_summary(compare_detections(mine, other, group))}")
+    return ", ".join(parts)
 
-    interpreter = Interpreter(str(path), num_threads=1)
-    interpreter.allocate_tensors()
+
+def bench_model(path: Path, runs: int, reference_runs: int, clock, shapes: list[str] | None = None) -> dict:
+    """One model's row; ``shapes``: ``--input-shape NAME=D1,D2,...`` options, fixing open
+    input dimensions in the import (load_model's ``input_shapes``) and in LiteRT (its
+    ``resize_tensor_input``), as ``nnapi run`` / ``compare`` do."""
+    interpreter = litert_interpreter(str(path), threads=1, shapes=shapes)
+    if interpreter is None:
+        raise SystemExit("bench_ort needs LiteRT: pip install 'nnapi[litert]'")
     input_details, output_details = interpreter.get_input_details(), interpreter.get_output_details()
     inputs = random_inputs(input_details)
 
@@ -261,15 +288,18 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
         interpreter.invoke()
         return [interpreter.get_tensor(d["index"]) for d in output_details]
 
-    imported = nnapi.load_tflite(path)
+    imported = nnapi.load_model(path, input_shapes=input_shapes(shapes))
     model = imported.model
     # TFLite variable tensors are hidden NNAPI inputs (their state) and outputs
     states = {state.input_index: state.initial for state in imported.states}
     hidden = [states.get(position, None) for position in range(len(input_details), len(model.inputs))]
     if any(value is None for value in hidden):
         raise SystemExit(f"{path}: model inputs beyond LiteRT's that are not state")
-    # (the operand's dtype: an int64 index output is held as TENSOR_INT32)
-    outputs = [np.zeros(d["shape"], model.operand_type(index).dtype) for d, index in zip(output_details, model.outputs)]
+    # LiteRT's outputs at these inputs: a shape that follows from the inputs' (an input
+    # resized) is known after its run only; the operand's dtype (an int64 index output is
+    # held as TENSOR_INT32)
+    expected = [a.copy() for a in litert(inputs)]
+    outputs = [np.zeros(a.shape, model.operand_type(index).dtype) for a, index in zip(expected, model.outputs)]
     for index in model.outputs[len(output_details):]:
         operand = model.operand_type(index)
         outputs.append(np.zeros(operand.dimensions, operand.dtype))
@@ -283,7 +313,6 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
     clocked = clock_ort(ours.compilation, clock) if own is not None else None
     reusable_outputs = [np.zeros_like(a) for a in outputs]
     reusable = ReusableRunner(ours.compilation, inputs, reusable_outputs, hidden)
-    expected = [a.copy() for a in litert(inputs)]
     result = [a.copy() for a in ours(inputs)]
     reusable(inputs)
     if any(not np.array_equal(a, b) for a, b in zip(reusable_outputs, result, strict=True)):
@@ -319,7 +348,8 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock) -> dict:
     if ours.compilation._plan.fallback_count:
         raise SystemExit(f"{path}: the ORT step failed and ran on the CPU")
     row = {"model": path.stem, "steps": steps, "compile_s": ours.compile_s, "cached_s": cached.compile_s,
-           "agreement": ", ".join(agreement(a, b) for a, b in zip(result, expected))}
+           "agreement": agreements([d["name"] for d in output_details], result[:len(expected)], expected,
+                                   imported.detections)}
     for name, samples in times.items():
         row[name] = min(samples) if samples else None
     # the order's cost cancelled: the mean of the medians of either order (a median of the
@@ -470,11 +500,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=40, help="rounds (default 40; at least 2 for overheads)")
     parser.add_argument("--reference-runs", type=int, default=1, help="timed reference runs (0: skip it)")
     parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
+    parser.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
+                        help="fix an input's open dimensions to this shape in nnapi's import and in LiteRT (its "
+                             "resize_tensor_input), as nnapi run does (repeatable)")
     parser.add_argument("--split-model", default="mobilenet_v2_1.0_224_float",
                         help="the model of the partition-boundary benchmark (a name in --models-dir or a path)")
     parser.add_argument("--split-op", default="ADD", help="operation type declined there (default ADD)")
     parser.add_argument("--split-only", action="store_true", help="only the partition-boundary benchmark")
     args = parser.parse_args(argv)
+    try:
+        input_shapes(args.input_shape)
+    except CliError as error:
+        parser.error(str(error))
     clock = time.perf_counter if args.wall else time.process_time
     if not args.split_only:
         print_table(args, clock)
@@ -510,8 +547,8 @@ def print_table(args, clock) -> None:
             print(f"{path.stem:<34} (missing: {path})")
             continue
         try:
-            row = bench_model(path, args.runs, args.reference_runs, clock)
-        except (nnapi.NnapiError, RuntimeError, ValueError) as error:
+            row = bench_model(path, args.runs, args.reference_runs, clock, args.input_shape)
+        except (nnapi.NnapiError, CliError, RuntimeError, ValueError) as error:
             # a model one of the engines cannot run (LiteRT: a custom operator it lacks; nnapi:
             # an import it refuses) gets a line saying so; the other models still run
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -156,6 +156,17 @@ def compare_detections(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray
     return result
 
 
+def detections_summary(found: dict) -> str:
+    """``compare_detections``' figures in words: LiteRT's detections, those unpaired (and
+    those past where the engines kept different detections of equal score), the images
+    whose counts differ, the pairs' largest relative box and score differences."""
+    tie = (f" (+{found['after_equal_scores']} from where the engines kept different detections of "
+           "equal score)") if found["after_equal_scores"] else ""
+    return (f"{found['detections']} (LiteRT's), {found['unpaired']} unpaired{tie}, counts differ in "
+            f"{found['counts_differ']} image(s); pairs' max rel box {found['max_rel_box']:.3g}, score "
+            f"{found['max_rel_score']:.3g}")
+
+
 def _worst_detections(worst: dict | None, entry: dict) -> dict:
     if worst is None:
         return dict(entry)
@@ -270,12 +281,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if group is not None:
             if group not in described:
                 described.add(group)
-                found = detections[group]["xnnpack"]
-                tie = (f" (+{found['after_equal_scores']} from where the engines kept different detections of "
-                       "equal score)") if found["after_equal_scores"] else ""
-                print(f"  detections {', '.join(group)}: {found['detections']} (LiteRT's), "
-                      f"{found['unpaired']} unpaired{tie}, counts differ in {found['counts_differ']} image(s); pairs' "
-                      f"max rel box {found['max_rel_box']:.3g}, score {found['max_rel_score']:.3g}  "
+                print(f"  detections {', '.join(group)}: {detections_summary(detections[group]['xnnpack'])}  "
                       f"{'ok' if entry['ok'] else 'OUTSIDE TOLERANCE'} (compared as detections: equal scores come "
                       "out in each engine's own order)")
             continue

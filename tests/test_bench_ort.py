@@ -1,0 +1,101 @@
+"""benchmarks/bench_ort.py's model rows: ``--input-shape`` fixes an open input dimension in
+nnapi's import and in LiteRT alike (a model that imports at no static shape is compared),
+and the agreement column pairs a TFLite_Detection_PostProcess's outputs as detections, as
+``nnapi compare`` does (the engines order equal scores differently)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tflite")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("ai_edge_litert")
+
+import nnapi  # noqa: E402
+from tflite_builder import Operator, Subgraph, Tensor, build  # noqa: E402
+
+_BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ort.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_ort", _BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _frames_of_any_length() -> bytes:
+    """audio [-1] (one sample in the file) cut into frames of 4 (RESHAPE to [SHAPE(audio) /
+    4, 4]), then frames @ W: no shape of it holds at the file's one sample."""
+    i32 = lambda v: np.array(v, np.int32)  # noqa: E731
+    t = [Tensor("audio", "float32", [1], shape_signature=[-1]),
+         Tensor("shape", "int32", [1]),
+         Tensor("zero", "int32", [], data=i32(0)),
+         Tensor("length", "int32", [1]),
+         Tensor("four", "int32", [1], data=i32([4])),
+         Tensor("count", "int32", [1]),
+         Tensor("frame_shape", "int32", [2]),
+         Tensor("frames", "float32", [1, 4], shape_signature=[-1, 4]),
+         Tensor("weights", "float32", [3, 4], data=np.arange(12, dtype=np.float32).reshape(3, 4) / 10),
+         Tensor("features", "float32", [1, 3], shape_signature=[-1, 3])]
+    ops = [Operator("SHAPE", [0], [1], ("ShapeOptions", {"OutType": 2})),
+           Operator("GATHER", [1, 2], [3], ("GatherOptions", {"Axis": 0})),
+           Operator("FLOOR_DIV", [3, 4], [5]),
+           Operator("CONCATENATION", [5, 4], [6], ("ConcatenationOptions", {"Axis": 0})),
+           Operator("RESHAPE", [0, 6], [7]),
+           Operator("FULLY_CONNECTED", [7, 8, -1], [9], ("FullyConnectedOptions", {}))]
+    return build(Subgraph(t, ops, [0], [9]))
+
+
+def test_an_input_shape_given_fixes_both_engines(bench, tmp_path) -> None:
+    """Without --input-shape the model does not import (one sample makes no frame); with
+    audio=20 both engines run 5 frames and agree; a malformed option is a usage error."""
+    path = tmp_path / "frames.tflite"
+    path.write_bytes(_frames_of_any_length())
+    with pytest.raises(nnapi.BadDataError):
+        bench.bench_model(path, 2, 0, time.process_time)
+    row = bench.bench_model(path, 2, 0, time.process_time, ["audio=20"])
+    assert row["steps"] == ["nnapi-ort-cpu"]
+    measured, unit = row["agreement"].split()
+    assert unit == "rel" and float(measured) <= 1e-6
+    with pytest.raises(SystemExit) as exit_status:
+        bench.main([str(path), "--input-shape", "audio"])
+    assert exit_status.value.code == 2
+
+
+def _detections(order: list[int], boxes: np.ndarray, classes: np.ndarray, scores: np.ndarray
+                ) -> list[np.ndarray]:
+    """[boxes [1, d, 4], classes [1, d], scores [1, d], count [1]] with the detections in
+    ``order`` (the slots past them zero)."""
+    slots = len(order)
+    return [boxes[order][None], classes[order][None].astype(np.float32), scores[order][None],
+            np.array([slots], np.float32)]
+
+
+def test_detections_are_paired_as_nnapi_compare_pairs_them(bench) -> None:
+    """Two detections of equal score in the other order: slot by slot they differ by a
+    whole box and class; as detections every one pairs at no difference. The top box moved by a
+    tenth of the image leaves one detection unpaired on each side."""
+    names = ["boxes", "classes", "scores", "count", "logits"]
+    group = [("boxes", "classes", "scores", "count")]
+    boxes = np.array([[0.1, 0.1, 0.4, 0.4], [0.5, 0.5, 0.9, 0.9], [0.2, 0.6, 0.3, 0.8]], np.float32)
+    classes = np.array([3, 7, 1])
+    scores = np.array([0.9, 0.5, 0.5], np.float32)
+    logits = np.array([[1.0, -2.0, 4.0]], np.float32)
+    theirs = [*_detections([0, 1, 2], boxes, classes, scores), logits]
+    ours = [*_detections([0, 2, 1], boxes, classes, scores), logits + np.float32(4e-3)]
+    assert bench.agreement(ours[0], theirs[0]) != "0.0e+00 rel"  # slot by slot: two boxes apart
+    assert bench.agreements(names, ours, theirs, group) == (
+        "detections 3 (LiteRT's), 0 unpaired, counts differ in 0 image(s); pairs' max rel box 0, score 0, "
+        "1.0e-03 rel")
+    moved = boxes.copy()
+    moved[0, :2] += np.float32(0.1)
+    ours = [*_detections([0, 2, 1], moved, classes, scores), logits]
+    assert bench.agreements(names, ours, theirs, group).startswith(
+        "detections 3 (LiteRT's), 1 unpaired, counts differ in 0 image(s)")
