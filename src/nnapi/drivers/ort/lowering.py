@@ -237,6 +237,11 @@ def i64(g: GraphBuilder, *values: int) -> str:
     return g.constant(np.array(values, np.int64))
 
 
+def scalar_i64(g: GraphBuilder, value: int) -> str:
+    """An int64 scalar constant of ``g`` holding ``value``."""
+    return g.constant(np.array(value, np.int64))
+
+
 class GraphBuilder:
     """Accumulates nodes and initializers for one subgraph; ``value(i)`` is operand i."""
 

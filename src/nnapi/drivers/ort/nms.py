@@ -53,19 +53,16 @@ from nnapi.drivers.ort.lowering import (
     i64,
     internal_zero_point,
     lowers,
+    scalar_i64,
 )
 from nnapi.hal import Operand, Operation
 
 _NEG_INF = np.float32(-np.inf)
 
 
-def _scalar_i64(g: GraphBuilder, value: int) -> str:
-    return g.constant(np.array(value, np.int64))
-
-
 def _range(g: GraphBuilder, length: str) -> str:
     """0 .. length - 1 (int64) for a scalar ``length``."""
-    return g.one("Range", [_scalar_i64(g, 0), length, _scalar_i64(g, 1)])
+    return g.one("Range", [scalar_i64(g, 0), length, scalar_i64(g, 1)])
 
 
 def _int(g: GraphBuilder, name: str) -> str:
@@ -74,7 +71,7 @@ def _int(g: GraphBuilder, name: str) -> str:
 
 def _column(g: GraphBuilder, name: str, index: int) -> str:
     """Column ``index`` of the last axis of ``name``, that axis dropped."""
-    return g.one("Gather", [name, _scalar_i64(g, index)], axis=-1)
+    return g.one("Gather", [name, scalar_i64(g, index)], axis=-1)
 
 
 def _first_maximum(g: GraphBuilder, scores: str) -> str:
@@ -107,8 +104,8 @@ def _run_starts(g: GraphBuilder, keys: str) -> tuple[str, str, str]:
                                 g.one("Slice", [keys, i64(g, 0), i64(g, -1)])], axis=0)
     positions = _range(g, g.one("Squeeze", [count, i64(g, 0)]))
     starts = g.one("Or", [g.one("Not", [g.one("Equal", [keys, previous])]),
-                          g.one("Equal", [positions, _scalar_i64(g, 0)])])
-    run = g.one("Sub", [g.one("CumSum", [_int(g, starts), _scalar_i64(g, 0)]), _scalar_i64(g, 1)])
+                          g.one("Equal", [positions, scalar_i64(g, 0)])])
+    run = g.one("Sub", [g.one("CumSum", [_int(g, starts), scalar_i64(g, 0)]), scalar_i64(g, 1)])
     start_positions = g.one("Reshape", [g.one("NonZero", [starts]), i64(g, -1)])
     run_start = g.one("Gather", [start_positions, run], axis=0)
     runs = g.one("ReduceSum", [_int(g, starts)], keepdims=0)
@@ -155,10 +152,10 @@ def _greedy_loop(g: GraphBuilder, columns: list[str], ids: str, remaining: str, 
     c1, d1, c2, d2, chosen_area, chosen_score = (b.one("GatherElements", [array, best], axis=1)
                                                  for array in arrays_in)    # [G, 1]
     chosen_id = b.one("GatherElements", [ids_in, best], axis=1)
-    selecting = b.one("Greater", [remaining_in, _scalar_i64(b, 0)])
+    selecting = b.one("Greater", [remaining_in, scalar_i64(b, 0)])
     picked = b.one("Add", [picked_in, _int(b, selecting)])
     shape = b.one("Shape", [ids_in])
-    rows, width = (b.one("Gather", [shape, _scalar_i64(b, k)], axis=0) for k in range(2))
+    rows, width = (b.one("Gather", [shape, scalar_i64(b, k)], axis=0) for k in range(2))
     zero = f32(b, 0.0)
     overlap_w = b.one("Max", [b.one("Sub", [b.one("Min", [x2, c2]), b.one("Max", [x1, c1])]), zero])
     overlap_h = b.one("Max", [b.one("Sub", [b.one("Min", [y2, d2]), b.one("Max", [y1, d1])]), zero])
@@ -172,22 +169,22 @@ def _greedy_loop(g: GraphBuilder, columns: list[str], ids: str, remaining: str, 
             b.one("Not", [b.one("Equal", [slots, best])]), b.one("Unsqueeze", [still, i64(b, 1)])])])
     # the reference's rest list after its swap: position j holds this step's position j + 1,
     # or 0 (the old head) where j + 1 was the chosen one's
-    after = b.one("Unsqueeze", [b.one("Range", [_scalar_i64(b, 1), width, _scalar_i64(b, 1)]), i64(b, 0)])
-    origin = b.one("Where", [b.one("Equal", [after, best]), _scalar_i64(b, 0), after])   # [G, m]
+    after = b.one("Unsqueeze", [b.one("Range", [scalar_i64(b, 1), width, scalar_i64(b, 1)]), i64(b, 0)])
+    origin = b.one("Where", [b.one("Equal", [after, best]), scalar_i64(b, 0), after])   # [G, m]
     keep = b.one("GatherElements", [keep_at, origin], axis=1)
     left = b.one("ReduceSum", [_int(b, keep), i64(b, 1)], keepdims=0)
     new_width = b.one("ReduceMax", [b.one("Concat", [left, i64(b, 0)], axis=0)], keepdims=0)
-    condition = b.one("Greater", [new_width, _scalar_i64(b, 0)])
+    condition = b.one("Greater", [new_width, scalar_i64(b, 0)])
     # Android's compaction: the k-th hole among the first `count` positions (ascending)
     # takes the k-th survivor beyond them counted from the last
-    rest_width = b.one("Sub", [width, _scalar_i64(b, 1)])
+    rest_width = b.one("Sub", [width, scalar_i64(b, 1)])
     positions = b.one("Unsqueeze", [_range(b, rest_width), i64(b, 0)])     # [1, m]
     count = b.one("Unsqueeze", [left, i64(b, 1)])
     head = b.one("Less", [positions, count])
     hole = b.one("And", [head, b.one("Not", [keep])])
     beyond = b.one("And", [b.one("Not", [head]), keep])
-    hole_rank = b.one("CumSum", [_int(b, hole), _scalar_i64(b, 1)], exclusive=1)
-    beyond_rank = b.one("CumSum", [_int(b, beyond), _scalar_i64(b, 1)], exclusive=1, reverse=1)
+    hole_rank = b.one("CumSum", [_int(b, hole), scalar_i64(b, 1)], exclusive=1)
+    beyond_rank = b.one("CumSum", [_int(b, beyond), scalar_i64(b, 1)], exclusive=1, reverse=1)
     spare = b.one("Concat", [b.one("Unsqueeze", [rows, i64(b, 0)]), b.one("Unsqueeze", [width, i64(b, 0)])],
                   axis=0)
     identity = b.one("Expand", [slots, spare])                                # [G, m + 1]: m is a dump
@@ -215,7 +212,7 @@ def _greedy_loop(g: GraphBuilder, columns: list[str], ids: str, remaining: str, 
                                                                                      picked_in))],
         [helper.make_tensor_value_info(name, element, None) for name, element in zip(outputs, types, strict=True)],
         b.initializers)
-    zeros = g.one("Mul", [remaining, _scalar_i64(g, 0)])
+    zeros = g.one("Mul", [remaining, scalar_i64(g, 0)])
     results = g.node("Loop", ["", g.constant(np.array(True)), *columns, ids, remaining, zeros], 12, body=graph)
     return results[9:]
 
@@ -262,7 +259,7 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
     candidate = g.one("Greater", [g.one("Slice", [scores, i64(g, 1), i64(g, classes), i64(g, 1)]),
                                   f32(g, score_threshold)])                 # [R, C - 1]
     counts = _int(g, candidate)
-    before = g.one("CumSum", [counts, _scalar_i64(g, 0)], exclusive=1)      # [R, C - 1]
+    before = g.one("CumSum", [counts, scalar_i64(g, 0)], exclusive=1)      # [R, C - 1]
     rank = g.one("Sub", [before, g.one("Gather", [before, run_start], axis=0)])
     # per group (run, class): its candidate count, from the inclusive sums at the run's last roi
     through = g.one("Add", [before, counts])
@@ -271,21 +268,21 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
         rois, i64(g, 0)]))])]), i64(g, -1)])
     # each run's last roi: the next run's start (the roi count after the last run) - 1
     ends = g.one("Sub", [g.one("Slice", [g.one("Concat", [starts, rois], axis=0), i64(g, 1),
-                                         i64(g, np.iinfo(np.int64).max)]), _scalar_i64(g, 1)])
+                                         i64(g, np.iinfo(np.int64).max)]), scalar_i64(g, 1)])
     lengths = g.one("Reshape", [g.one("Sub", [g.one("Gather", [through, ends], axis=0),
                                               g.one("Gather", [before, starts], axis=0)]), i64(g, -1)])
     lengths = g.one("Concat", [lengths, i64(g, 0)], axis=0)                 # a last, empty group
     groups = g.one("Shape", [lengths])
-    width = g.one("Max", [g.one("ReduceMax", [lengths], keepdims=0), _scalar_i64(g, 1)])
+    width = g.one("Max", [g.one("ReduceMax", [lengths], keepdims=0), scalar_i64(g, 1)])
     # the candidates in roi order, placed in their group's list
     where = g.one("NonZero", [candidate])                                     # [2, K]: roi, class - 1
     roi, column = (g.one("Squeeze", [g.one("Slice", [where, i64(g, k), i64(g, k + 1)]), i64(g, 0)])
                    for k in range(2))
     pairs = g.one("Transpose", [where], perm=[1, 0])
-    group = g.one("Add", [g.one("Mul", [g.one("Gather", [run, roi], axis=0), _scalar_i64(g, foreground)]), column])
+    group = g.one("Add", [g.one("Mul", [g.one("Gather", [run, roi], axis=0), scalar_i64(g, foreground)]), column])
     slot = g.one("Add", [g.one("Mul", [group, width]), g.one("GatherND", [rank, pairs])])
-    klass = g.one("Add", [column, _scalar_i64(g, 1)])
-    identifier = g.one("Add", [g.one("Mul", [roi, _scalar_i64(g, classes)]), klass])
+    klass = g.one("Add", [column, scalar_i64(g, 1)])
+    identifier = g.one("Add", [g.one("Mul", [roi, scalar_i64(g, classes)]), klass])
     box = g.one("GatherND", [boxes, g.one("Transpose", [g.one("Concat", [
         g.one("Unsqueeze", [roi, i64(g, 0)]), g.one("Unsqueeze", [klass, i64(g, 0)])], axis=0)], perm=[1, 0])])
     bx1, by1, bx2, by2 = (_column(g, box, k) for k in range(4))
@@ -304,9 +301,9 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
     columns = [g.one("Reshape", [column, grid]) for column in g.node("Split", [flat_state, i64(g, 1, 1, 1, 1, 1, 1)],
                                                                        6, axis=1)]
     ids = g.one("Reshape", [flat_ids, grid])
-    limits = lengths if max_detections < 0 else g.one("Min", [lengths, _scalar_i64(g, max_detections)])
-    remaining = g.one("Where", [g.one("Greater", [limits, _scalar_i64(g, 0)]), lengths, g.one("Mul", [
-        lengths, _scalar_i64(g, 0)])])
+    limits = lengths if max_detections < 0 else g.one("Min", [lengths, scalar_i64(g, max_detections)])
+    remaining = g.one("Where", [g.one("Greater", [limits, scalar_i64(g, 0)]), lengths, g.one("Mul", [
+        lengths, scalar_i64(g, 0)])])
     chosen_ids, chosen_scores, taken = _greedy_loop(g, columns, ids, remaining, limits, suppress)
     # the selections in (run, class, step) order: [groups, steps] without the empty group
     real_groups = g.one("Sub", [groups, i64(g, 1)])
@@ -315,8 +312,8 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
     item_id = g.one("GatherND", [g.one("Transpose", [chosen_ids], perm=[1, 0]), picks])
     item_score = g.one("GatherND", [g.one("Transpose", [chosen_scores], perm=[1, 0]), picks])
     item_run = g.one("Div", [g.one("Squeeze", [g.one("Slice", [picks, i64(g, 0), i64(g, 1), i64(g, 1)]),
-                                               i64(g, 1)]), _scalar_i64(g, foreground)])
-    item_class = g.one("Mod", [item_id, _scalar_i64(g, classes)])
+                                               i64(g, 1)]), scalar_i64(g, foreground)])
+    item_class = g.one("Mod", [item_id, scalar_i64(g, classes)])
     # per run by descending score (stable), cut to max_detections
     by_score = _stable_order(g, _score_key(g, item_score), largest=True)
     order = g.one("Gather", [by_score, _stable_order(g, g.one("Gather", [item_run, by_score], axis=0), False)],
@@ -324,12 +321,12 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
     if max_detections >= 0:
         _, first, _ = _run_starts(g, g.one("Gather", [item_run, order], axis=0))
         place = g.one("Sub", [_range(g, g.one("Squeeze", [g.one("Shape", [order]), i64(g, 0)])), first])
-        order = g.one("Compress", [order, g.one("Less", [place, _scalar_i64(g, max_detections)])], axis=0)
+        order = g.one("Compress", [order, g.one("Less", [place, scalar_i64(g, max_detections)])], axis=0)
     # then by class (stable), then by run (stable): run, class, descending score
     order = g.one("Gather", [order, _stable_order(g, g.one("Gather", [item_class, order], axis=0), False)], axis=0)
     order = g.one("Gather", [order, _stable_order(g, g.one("Gather", [item_run, order], axis=0), False)], axis=0)
     out_id = g.one("Gather", [item_id, order], axis=0)
-    out_roi = g.one("Div", [out_id, _scalar_i64(g, classes)])
+    out_roi = g.one("Div", [out_id, scalar_i64(g, classes)])
     g.set_output(operation.outputs[0], _scores(g, g.one("Gather", [item_score, order], axis=0),
                                                g.operand(operation.outputs[0])))
     g.set_output(operation.outputs[1], g.one("Gather", [raw_boxes, out_id], axis=0))
@@ -460,9 +457,9 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
                for k, column in enumerate(columns)]
     ids = g.one("Concat", [ids, g.one("Expand", [i64(g, 0), i64(g, 1, count)])], axis=0)
     lengths = g.one("Concat", [lengths, i64(g, 0)], axis=0)
-    limits = lengths if post_limit <= 0 else g.one("Min", [lengths, _scalar_i64(g, post_limit)])
-    remaining = g.one("Where", [g.one("Greater", [limits, _scalar_i64(g, 0)]), lengths,
-                                g.one("Mul", [lengths, _scalar_i64(g, 0)])])
+    limits = lengths if post_limit <= 0 else g.one("Min", [lengths, scalar_i64(g, post_limit)])
+    remaining = g.one("Where", [g.one("Greater", [limits, scalar_i64(g, 0)]), lengths,
+                                g.one("Mul", [lengths, scalar_i64(g, 0)])])
     chosen_ids, _, taken = _greedy_loop(g, columns, ids, remaining, limits, suppress)
     images = run_time_dim(g, scores, 0)
     taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), i64(g, 0), images, i64(g, 0)])
@@ -555,7 +552,7 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
     grid = g.one("Concat", [flat_groups, i64(g, width_max)], axis=0)
     anchor_ids = g.one("Reshape", [order, grid])                                      # [G, N]
     group_image = g.one("Div", [_range(g, g.one("Squeeze", [flat_groups, i64(g, 0)])),
-                                _scalar_i64(g, groups_per_image)])                    # [G]
+                                scalar_i64(g, groups_per_image)])                    # [G]
     columns = [g.one("GatherElements", [g.one("Gather", [box, group_image], axis=0), anchor_ids], axis=1)
                for box in boxes]                                                      # [G, N]
     columns.append(g.one("Mul", [g.one("Sub", [columns[2], columns[0]]), g.one("Sub", [columns[3], columns[1]])]))
@@ -568,25 +565,25 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
                for k, column in enumerate(columns)]
     anchor_ids = g.one("Concat", [anchor_ids, g.one("Expand", [i64(g, 0), i64(g, 1, width_max)])], axis=0)
     lengths = g.one("Concat", [lengths, i64(g, 0)], axis=0)
-    limits = g.one("Min", [lengths, _scalar_i64(g, limit)])
-    remaining = g.one("Where", [g.one("Greater", [limits, _scalar_i64(g, 0)]), lengths,
-                                g.one("Mul", [lengths, _scalar_i64(g, 0)])])
+    limits = g.one("Min", [lengths, scalar_i64(g, limit)])
+    remaining = g.one("Where", [g.one("Greater", [limits, scalar_i64(g, 0)]), lengths,
+                                g.one("Mul", [lengths, scalar_i64(g, 0)])])
     chosen_ids, chosen_scores, taken = _greedy_loop(g, columns, anchor_ids, remaining, limits, suppress)
     taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), i64(g, 0), flat_groups, i64(g, 0)])
     picks = g.one("Transpose", [g.one("NonZero", [taken])], perm=[1, 0])            # [K, 2]: group, step
     item_anchor = g.one("GatherND", [g.one("Transpose", [chosen_ids], perm=[1, 0]), picks])
     item_score = g.one("GatherND", [g.one("Transpose", [chosen_scores], perm=[1, 0]), picks])
     item_group = g.one("Squeeze", [g.one("Slice", [picks, i64(g, 0), i64(g, 1), i64(g, 1)]), i64(g, 1)])
-    item_image = g.one("Div", [item_group, _scalar_i64(g, groups_per_image)])
+    item_image = g.one("Div", [item_group, scalar_i64(g, groups_per_image)])
     if regular:
-        item_class = g.one("Add", [g.one("Mod", [item_group, _scalar_i64(g, groups_per_image)]), _scalar_i64(g, 1)])
+        item_class = g.one("Add", [g.one("Mod", [item_group, scalar_i64(g, groups_per_image)]), scalar_i64(g, 1)])
         # per image by descending score (stable over class, then selection order), cut
         by_score = _stable_order(g, _score_key(g, item_score), largest=True)
         order = g.one("Gather", [by_score, _stable_order(g, g.one("Gather", [item_image, by_score], axis=0),
                                                          False)], axis=0)
         _, first, _ = _run_starts(g, g.one("Gather", [item_image, order], axis=0))
         place = g.one("Sub", [_range(g, g.one("Squeeze", [g.one("Shape", [order]), i64(g, 0)])), first])
-        keep = g.one("Less", [place, _scalar_i64(g, max_detections)])
+        keep = g.one("Less", [place, scalar_i64(g, max_detections)])
         order = g.one("Compress", [order, keep], axis=0)
         place = g.one("Compress", [place, keep], axis=0)
         out_anchor = g.one("Gather", [item_anchor, order], axis=0)
@@ -606,16 +603,16 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
                                        i64(g, -1)])
         out_image = g.one("Reshape", [g.one("Expand", [g.one("Unsqueeze", [item_image, i64(g, 1)]), repeat]),
                                       i64(g, -1)])
-        out_class = g.one("Add", [g.one("Reshape", [ranked[1], i64(g, -1)]), _scalar_i64(g, 1)])
+        out_class = g.one("Add", [g.one("Reshape", [ranked[1], i64(g, -1)]), scalar_i64(g, 1)])
         out_score = g.one("Reshape", [ranked[0], i64(g, -1)])
         step = g.one("Squeeze", [g.one("Slice", [picks, i64(g, 1), i64(g, 2), i64(g, 1)]), i64(g, 1)])
         place = g.one("Reshape", [g.one("Add", [g.one("Mul", [g.one("Unsqueeze", [step, i64(g, 1)]),
-                                                              _scalar_i64(g, ranked_count)]),
+                                                              scalar_i64(g, ranked_count)]),
                                                g.constant(np.arange(ranked_count, dtype=np.int64).reshape(1, -1))]),
                                   i64(g, -1)])
         slots = max_detections * classes_per_detection
     # into [B, slots] outputs, zeros elsewhere
-    flat_slot = g.one("Unsqueeze", [g.one("Add", [g.one("Mul", [out_image, _scalar_i64(g, slots)]), place]),
+    flat_slot = g.one("Unsqueeze", [g.one("Add", [g.one("Mul", [out_image, scalar_i64(g, slots)]), place]),
                                     i64(g, 1)])
     total = g.one("Mul", [images, i64(g, slots)])
     shape2 = g.one("Concat", [images, i64(g, slots)], axis=0)
@@ -628,10 +625,10 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
         total, i64(g, 4)], axis=0)]), flat_slot, out_boxes]), g.one("Concat", [shape2, i64(g, 4)], axis=0)])
     class_grid = g.one("Reshape", [g.one("ScatterND", [g.one("Expand", [g.constant(np.array(0, np.int32)), total]),
                                                        flat_slot, g.one("Cast", [g.one("Sub", [
-                                                           out_class, _scalar_i64(g, label_offset)])],
+                                                           out_class, scalar_i64(g, label_offset)])],
                                                            to=TensorProto.INT32)]), shape2])
     counts = g.one("ScatterElements", [g.one("Expand", [i64(g, 0), images]), out_image,
-                                       g.one("Expand", [_scalar_i64(g, 1), g.one("Shape", [out_image])])],
+                                       g.one("Expand", [scalar_i64(g, 1), g.one("Shape", [out_image])])],
                    axis=0, reduction="add")
     g.set_output(operation.outputs[0], score_grid)
     g.set_output(operation.outputs[1], box_grid)

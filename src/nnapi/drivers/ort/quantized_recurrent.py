@@ -24,7 +24,7 @@ import numpy as np
 from onnx import TensorProto
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import Declined, GraphBuilder, lowers
+from nnapi.drivers.ort.lowering import Declined, GraphBuilder, lowers, scalar_i64
 from nnapi.hal import Operation
 from nnapi.operations import quantized_lstm as q
 
@@ -32,13 +32,9 @@ T = OperandCode
 _I64 = TensorProto.INT64
 
 
-def _i64(g: GraphBuilder, value: int) -> str:
-    return g.constant(np.array(value, np.int64))
-
-
 def _truncating_divide(g: GraphBuilder, x: str, divisor: int) -> str:
     """x / divisor rounded toward zero (C's integer division: ONNX Runtime's int64 Div)."""
-    return g.one("Div", [x, _i64(g, divisor)])
+    return g.one("Div", [x, scalar_i64(g, divisor)])
 
 
 def _rounding_divide_by_pot(g: GraphBuilder, x: str, exponent: int) -> str:
@@ -46,46 +42,48 @@ def _rounding_divide_by_pot(g: GraphBuilder, x: str, exponent: int) -> str:
     x / 2^e plus one where the remainder passes half (more than half for a negative x)."""
     if exponent == 0:
         return x
-    power = _i64(g, 1 << exponent)
+    power = scalar_i64(g, 1 << exponent)
     remainder = g.one("Mod", [x, power], fmod=0)  # x mod 2^e in [0, 2^e): x & mask
     floor = g.one("Div", [g.one("Sub", [x, remainder]), power])  # exact
-    negative = g.one("Cast", [g.one("Less", [x, _i64(g, 0)])], to=_I64)
-    threshold = g.one("Add", [_i64(g, ((1 << exponent) - 1) >> 1), negative])
+    negative = g.one("Cast", [g.one("Less", [x, scalar_i64(g, 0)])], to=_I64)
+    threshold = g.one("Add", [scalar_i64(g, ((1 << exponent) - 1) >> 1), negative])
     return g.one("Add", [floor, g.one("Cast", [g.one("Greater", [remainder, threshold])], to=_I64)])
 
 
 def _clamp(g: GraphBuilder, x: str, low: int, high: int) -> str:
-    return g.one("Max", [g.one("Min", [x, _i64(g, high)]), _i64(g, low)])
+    return g.one("Max", [g.one("Min", [x, scalar_i64(g, high)]), scalar_i64(g, low)])
 
 
 def _multiply_by_quantized_multiplier(g: GraphBuilder, x: str, multiplier: int, shift: int) -> str:
     """quant_math.multiply_by_quantized_multiplier for one (multiplier, shift)."""
     if shift > 0:
-        x = g.one("Mul", [x, _i64(g, 1 << shift)])
+        x = g.one("Mul", [x, scalar_i64(g, 1 << shift)])
     x = _clamp(g, x, -(1 << 31), (1 << 31) - 1)
-    product = g.one("Mul", [x, _i64(g, multiplier)])
-    nudge = g.one("Where", [g.one("GreaterOrEqual", [product, _i64(g, 0)]), _i64(g, 1 << 30), _i64(g, 1 - (1 << 30))])
+    product = g.one("Mul", [x, scalar_i64(g, multiplier)])
+    nudge = g.one("Where", [g.one("GreaterOrEqual", [product, scalar_i64(g, 0)]), scalar_i64(g, 1 << 30),
+                            scalar_i64(g, 1 - (1 << 30))])
     high = _truncating_divide(g, g.one("Add", [product, nudge]), 1 << 31)
     if multiplier == -(1 << 31):  # INT32_MIN * INT32_MIN saturates
-        both = g.one("Equal", [x, _i64(g, -(1 << 31))])
-        high = g.one("Where", [both, _i64(g, (1 << 31) - 1), high])
+        both = g.one("Equal", [x, scalar_i64(g, -(1 << 31))])
+        high = g.one("Where", [both, scalar_i64(g, (1 << 31) - 1), high])
     return _rounding_divide_by_pot(g, high, max(-shift, 0))
 
 
 def _srdhm16(g: GraphBuilder, a: str, b: str) -> str:
     """SaturatingRoundingDoublingHighMul on int16 values (quantized_lstm._srdhm16)."""
     product = g.one("Mul", [a, b])
-    nudge = g.one("Where", [g.one("GreaterOrEqual", [product, _i64(g, 0)]), _i64(g, 1 << 14), _i64(g, 1 - (1 << 14))])
+    nudge = g.one("Where", [g.one("GreaterOrEqual", [product, scalar_i64(g, 0)]), scalar_i64(g, 1 << 14),
+                            scalar_i64(g, 1 - (1 << 14))])
     high = _truncating_divide(g, g.one("Add", [product, nudge]), 1 << 15)
-    lowest = _i64(g, -32768)
+    lowest = scalar_i64(g, -32768)
     both = g.one("And", [g.one("Equal", [a, lowest]), g.one("Equal", [b, lowest])])
-    return g.one("Where", [both, _i64(g, 32767), high])
+    return g.one("Where", [both, scalar_i64(g, 32767), high])
 
 
 def _table(g: GraphBuilder, function, x: str) -> str:
     """function(x, 3) of int16 values x by the reference's table of every int16 input."""
     table = np.asarray(q._table16(function, 3), dtype=np.int64)
-    return g.one("Gather", [g.constant(table, "table"), g.one("Add", [x, _i64(g, 32768)])], axis=0)
+    return g.one("Gather", [g.constant(table, "table"), g.one("Add", [x, scalar_i64(g, 32768)])], axis=0)
 
 
 def _int64(g: GraphBuilder, index: int, what: str, kind: str, dims: list[int]) -> str:
@@ -140,8 +138,8 @@ def lower_quantized_16bit_lstm(g: GraphBuilder, operation: Operation) -> None:
     cell = _int64(g, inputs[q._Q16_CELL_IN], "the cell state", "int16", [batch, units])
     new_cell = _clamp(g, g.one("Add", [_rounding_divide_by_pot(g, _srdhm16(g, input_gate, modulation), 4),
                                         _srdhm16(g, forget_gate, cell)]), -32768, 32767)
-    doubled = _clamp(g, g.one("Mul", [new_cell, _i64(g, 2)]), -32768, 32767)  # SaturatingRoundingMultiplyByPOT<1>
+    doubled = _clamp(g, g.one("Mul", [new_cell, scalar_i64(g, 2)]), -32768, 32767)  # SaturatingRoundingMultiplyByPOT<1>
     hidden = _srdhm16(g, output_gate, _table(g, q.fixed_tanh, doubled))
-    output = g.one("Add", [_clamp(g, _rounding_divide_by_pot(g, hidden, 8), -128, 127), _i64(g, 128)])
+    output = g.one("Add", [_clamp(g, _rounding_divide_by_pot(g, hidden, 8), -128, 127), scalar_i64(g, 128)])
     g.set_output(operation.outputs[0], g.one("Cast", [new_cell], to=TensorProto.INT16))
     g.set_output(operation.outputs[1], g.one("Cast", [output], to=TensorProto.UINT8))

@@ -100,10 +100,11 @@ def _float(g: GraphBuilder, index: int, what: str, dims: list[int]) -> str:
     return value.name
 
 
-def _stacked(g: GraphBuilder, directions: list[str]) -> str:
-    """One value per direction stacked along a new leading direction axis."""
+def _stacked(g: GraphBuilder, names: list[str]) -> str:
+    """The values ``names`` stacked along a new leading axis: one per direction (ONNX's
+    direction axis), or a sequence's steps ([T, B, out] from each step's [B, out])."""
     axis = g.constant(np.array([0], np.int64))
-    parts = [g.one("Unsqueeze", [name, axis]) for name in directions]
+    parts = [g.one("Unsqueeze", [name, axis]) for name in names]
     return parts[0] if len(parts) == 1 else g.one("Concat", parts, axis=0)
 
 
@@ -253,7 +254,7 @@ def _unrolled_lstm(g: GraphBuilder, sequence: str, direction: _LstmWeights, h0: 
     parts = _step_inputs(b, [(sequence, b.one("Transpose", [direction.w]))], bias, steps)
     cell = _Cell(units, _ONNX_GATES[:3], b.one("Transpose", [direction.r]), ACT_TANH, cell_clip=clip)
     outputs, h, c, _ = _unroll(b, cell, parts, h0, c0)
-    results = [b.one("Unsqueeze", [_time_stacked(b, outputs), b.constant(np.array([1], np.int64))]),
+    results = [b.one("Unsqueeze", [_stacked(b, outputs), b.constant(np.array([1], np.int64))]),
                b.one("Unsqueeze", [h, axis0]), b.one("Unsqueeze", [c, axis0])]
     infos = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in results]
     return helper.make_graph(b.nodes, f"{b.prefix}graph", [], infos, b.initializers)
@@ -366,13 +367,6 @@ def _unroll(b: GraphBuilder, cell: _Cell, parts: list[str], h: str, c: str, reve
         h, c, values = _step(b, cell, parts[t], h, c)
         outputs[t] = h
     return outputs, h, c, values
-
-
-def _time_stacked(b: GraphBuilder, outputs: list[str]) -> str:
-    """[T, B, out] from the steps' [B, out] outputs."""
-    axis0 = b.constant(np.array([0], np.int64))
-    stacked = [b.one("Unsqueeze", [h, axis0]) for h in outputs]
-    return stacked[0] if len(stacked) == 1 else b.one("Concat", stacked, axis=0)
 
 
 @dataclass
@@ -505,7 +499,7 @@ def _explicit_sequence(g: GraphBuilder, direction: _Explicit, sequence: str, aux
     h = _float(g, h0, "output state in", [batch, direction.output_size])
     c = _float(g, c0, "cell state in", [batch, direction.units])
     outputs, h, c, _ = _unroll(g, direction.cell, parts, h, c, reverse)
-    return _time_stacked(g, outputs), h, c
+    return _stacked(g, outputs), h, c
 
 
 def _clips(g: GraphBuilder, cell: int, projection: int) -> tuple[float, float]:
