@@ -29,7 +29,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.hal import (
     Capabilities,
     DataLocation,
+    IPreparedModel,
     Model,
     Operand,
     OperandLifeTime,
@@ -152,7 +153,7 @@ def measure(device: OrtDevice) -> dict[str, float]:
     return ratios
 
 
-def _best_time(prepared, request: Request, runs: int) -> float:
+def _best_time(prepared: IPreparedModel, request: Request, runs: int) -> float:
     prepared.execute(request)
     best = float("inf")
     for _ in range(runs):
@@ -171,8 +172,9 @@ class _Graph:
         self.operands: list[Operand] = []
         self.operations: list[Operation] = []
 
-    def operand(self, code: OperandCode, dims: list[int], lifetime: OperandLifeTime, data=None,
-                scale: float = 0.0, zero_point: int = 0, channel_quant=None,
+    def operand(self, code: OperandCode, dims: list[int], lifetime: OperandLifeTime,
+                data: np.ndarray | None = None, scale: float = 0.0, zero_point: int = 0,
+                channel_quant: SymmPerChannelQuantParams | None = None,
                 location: DataLocation | None = None) -> int:
         """An operand; ``data`` (a constant's value) goes into the blob, 8-byte aligned."""
         if data is not None:
@@ -222,7 +224,7 @@ def calibration_model(code: OperandCode, filter_code: OperandCode) -> tuple[Mode
     def scalar(value: int) -> int:
         return add(T.INT32, [], L.CONSTANT_COPY, np.array(value, np.int32))
 
-    def weights(dims):
+    def weights(dims: list[int]) -> int:
         if not quantized:
             return add(code, dims, L.CONSTANT_COPY, (rng.standard_normal(dims) * 0.1).astype(_float(code)))
         if filter_code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
@@ -232,14 +234,14 @@ def calibration_model(code: OperandCode, filter_code: OperandCode) -> tuple[Mode
                        channel_quant=params)
         return add(code, dims, L.CONSTANT_COPY, rng.integers(0, 255, dims).astype(_storage(code)), 0.01, zero)
 
-    def bias():
+    def bias() -> int:
         if quantized:
             return add(T.TENSOR_INT32, [channels], L.CONSTANT_COPY, rng.integers(-100, 100, channels,
                                                                                 dtype=np.int32), 0.05 * 0.01)
         return add(code, [channels], L.CONSTANT_COPY, rng.standard_normal(channels).astype(_float(code)))
 
     shape = [1, size, size, channels]
-    act = dict(scale=0.05, zero_point=zero) if quantized else {}
+    act: dict[str, Any] = {"scale": 0.05, "zero_point": zero} if quantized else {}
     source = add(code, shape, L.SUBGRAPH_INPUT, **act)
     conv_out = add(code, shape, L.TEMPORARY_VARIABLE, **act)
     depth_out = add(code, shape, L.TEMPORARY_VARIABLE, **act)
@@ -261,11 +263,11 @@ def calibration_model(code: OperandCode, filter_code: OperandCode) -> tuple[Mode
     return model, request
 
 
-def _float(code: OperandCode):
+def _float(code: OperandCode) -> type[np.floating]:
     return np.float16 if code == T.TENSOR_FLOAT16 else np.float32
 
 
-def _storage(code: OperandCode):
+def _storage(code: OperandCode) -> type[np.integer]:
     return np.int8 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8
 
 

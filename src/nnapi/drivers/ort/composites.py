@@ -96,7 +96,7 @@ class _Matcher:
         array = constant_array(self.model, operand)
         return array.size == 1 and array.reshape(-1)[0] == np.float32(value)
 
-    def match(self, index: int, pattern) -> bool:
+    def match(self, index: int, pattern: str | float | tuple) -> bool:
         if isinstance(pattern, str):
             if self.x is None:
                 self.x = index

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
@@ -95,7 +96,7 @@ def _outputs(child: GraphBuilder) -> list[Value]:
     return outputs
 
 
-def _info(value: Value):
+def _info(value: Value) -> onnx.ValueInfoProto:
     dims = value.dims if value.dims and all(value.dims) else None
     return helper.make_tensor_value_info(value.name, KIND_ELEM[value.kind], dims)
 

@@ -39,6 +39,7 @@ from nnapi.drivers.ort.lowering import (
     Declined,
     GraphBuilder,
     T,
+    Value,
     all_hold,
     f32,
     fail_unless,
@@ -351,7 +352,8 @@ def _windowed_maximum(g: GraphBuilder, operation: Operation, nhwc: str, shape: t
     return g.one("ReduceMax", [tall], axes=[2], keepdims=0)                               # [R, oh, ow, C]
 
 
-def _masked_maximum(g: GraphBuilder, x, nchw: bool, ids: str, rows: tuple[str, str], cols: tuple[str, str]) -> str:
+def _masked_maximum(g: GraphBuilder, x: Value, nchw: bool, ids: str, rows: tuple[str, str], cols: tuple[str, str]
+                    ) -> str:
     """[R, C, oh, ow]: the maximum over each bin, every pixel of the map outside it masked
     with the lowest value (the map's shape known only at run time)."""
     feature = x.name if nchw else g.one("Transpose", [x.name], perm=NHWC_TO_NCHW)
@@ -546,7 +548,7 @@ def _roi_align_taps(g: GraphBuilder, operation: Operation, nchw: bool, out_h: in
     g.set_output(operation.outputs[0], g.one("Transpose", [result], perm=NHWC_TO_NCHW) if nchw else result)
 
 
-def _integer_roi_align(g: GraphBuilder, x, output: Operand, weights: str, values: str, samples: str,
+def _integer_roi_align(g: GraphBuilder, x: Value, output: Operand, weights: str, values: str, samples: str,
                        most: int) -> str:
     """The quantized pixels [R, oh, ow, C] (internal encoding) of roi_align's ``_quantized``."""
     integer_weights = g.one("Floor", [g.one("Add", [g.one("Div", [weights, f32(g, float(_WEIGHT_STEP))]),

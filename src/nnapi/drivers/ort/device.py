@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import onnxruntime as ort
@@ -334,7 +334,7 @@ class Signature:
     def of(cls, model: Model, input_names: list[str], output_names: list[str]) -> Signature:
         main = model.main
 
-        def specs(indexes, names):
+        def specs(indexes: Sequence[int], names: list[str]) -> list[IoSpec]:
             return [IoSpec(name, dtype_of(main.operands[i].type), list(main.operands[i].dimensions))
                     for i, name in zip(indexes, names, strict=True)]
         loops = any(operation.type == OperationCode.WHILE
@@ -342,13 +342,13 @@ class Signature:
         return cls(specs(main.input_indexes, input_names), specs(main.output_indexes, output_names), loops)
 
     def to_json(self) -> dict:
-        def encode(specs):
+        def encode(specs: list[IoSpec]) -> list[list]:
             return [[s.name, s.dtype.str, s.dimensions] for s in specs]
         return {"inputs": encode(self.inputs), "outputs": encode(self.outputs), "loops": self.loops}
 
     @classmethod
     def from_json(cls, data: dict) -> Signature:
-        def decode(items):
+        def decode(items: list) -> list[IoSpec]:
             specs = []
             for name, dtype, dims in items:
                 if not isinstance(name, str) or not all(isinstance(d, int) and d >= 0 for d in dims):
@@ -398,7 +398,10 @@ def _cache_refused(why: str) -> HalError:
     return HalError(ErrorStatus.GENERAL_FAILURE, f"cache refused: {why}")
 
 
-def _decoded(decode):
+_Decoded = TypeVar("_Decoded")
+
+
+def _decoded(decode: Callable[[], _Decoded]) -> _Decoded:
     """``decode()``, a malformed cache header refused as a HalError (never a raw exception)."""
     try:
         return decode()
@@ -504,7 +507,7 @@ def _decode_patterns(header: dict, payload: bytes, token: bytes
     """The HAL model and the patterns' graphs of a patterns cache file, every field checked."""
     from nnapi.drivers.cache_format import unpack
 
-    def count(value) -> int:
+    def count(value: object) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"bad size {value!r}")
         return value
@@ -570,8 +573,8 @@ def _learned_placement(learned: _LearnedShapes | None, position: int, room: int 
     return placement if placement[1] and room >= placement[1] else None
 
 
-def _pool_bytes(pool, writable: bool) -> memoryview:
-    buffer = getattr(pool, "buffer", pool)
+def _pool_bytes(pool: object, writable: bool) -> memoryview:
+    buffer: Any = getattr(pool, "buffer", pool)  # a Memory's bytes, or the pool itself
     try:
         view = memoryview(buffer)
     except TypeError:
@@ -708,8 +711,8 @@ class OrtPreparedModel(IPreparedModel):
         #: per output, its ONNX element type (what _land checks ORT's value against before copying its bytes)
         self._element_types = [_onnx_type(spec.dtype) for spec in signature.outputs]
         #: execute_open_arrays's outputs where the signature fixes every output's shape (only
-        #: inputs of open shape): as if learned, at every input shape
-        self._static_shapes = _LearnedShapes(tuple((spec.shape, spec.nbytes) for spec in signature.outputs),
+        #: inputs of open shape): as if learned, at every input shape (unused otherwise)
+        self._static_shapes = _LearnedShapes(tuple((spec.shape, spec.nbytes or 0) for spec in signature.outputs),
                                              self._shapes)
 
     def execute(self, request: Request, measure_timing: bool = False, deadline_ns: int | None = None,
@@ -1038,7 +1041,7 @@ class OrtPreparedModel(IPreparedModel):
         return late
 
     @staticmethod
-    def _input_shape(position: int, argument, spec: IoSpec) -> tuple[tuple[int, ...], int]:
+    def _input_shape(position: int, argument: RequestArgument, spec: IoSpec) -> tuple[tuple[int, ...], int]:
         """The shape and byte count of an input the signature does not fix (the general case)."""
         if argument.has_no_value:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {position} has no value")
@@ -1057,7 +1060,7 @@ class OrtPreparedModel(IPreparedModel):
         return tuple(dims), _nbytes(spec, dims)
 
     @staticmethod
-    def _located(request: Request, views: dict, location, needed: int, writable: bool, what: str) -> int:
+    def _located(request: Request, views: dict, location: DataLocation, needed: int, writable: bool, what: str) -> int:
         """The address of ``needed`` bytes at ``location``, checked to lie inside its pool."""
         index = location.pool_index
         found = views.get(index)
@@ -1184,11 +1187,10 @@ class OrtPreparedModel(IPreparedModel):
             return
         if len(self._learned_shapes) >= 64:  # a model run at ever new shapes: the latest kept
             self._learned_shapes.clear()
-        specs = self.signature.outputs
-        self._learned_shapes[input_shapes] = _LearnedShapes(
-            tuple((tuple(shape.dimensions), _nbytes(spec, shape.dimensions)) if spec.nbytes is None
-                  else (spec.shape, spec.nbytes) for spec, shape in zip(specs, shapes, strict=True)),
-            [OutputShape(list(shape.dimensions)) for shape in shapes])
+        outputs = tuple((tuple(shape.dimensions), _nbytes(spec, shape.dimensions))
+                        for spec, shape in zip(self.signature.outputs, shapes, strict=True))
+        self._learned_shapes[input_shapes] = _LearnedShapes(outputs, [OutputShape(list(shape.dimensions))
+                                                                      for shape in shapes])
 
     def _run(self, binding: _Binding, deadline_ns: int | None) -> None:
         options = None
@@ -1310,7 +1312,7 @@ class OrtExecution(IExecution):
         return prepared._finish(binding, self._request, binding.late, self._measure, deadline_ns, start)
 
 
-def _cpu_device():
+def _cpu_device() -> object | None:
     """onnxruntime's C++ OrtDevice for host memory (what IOBinding.bind_input makes of
     "cpu", 0), or None where its Python classes do not offer one."""
     try:
@@ -1322,7 +1324,7 @@ def _cpu_device():
 _CPU_DEVICE = _cpu_device()
 
 
-def _run_with_iobinding(session: ort.InferenceSession, io: ort.IOBinding):
+def _run_with_iobinding(session: ort.InferenceSession, io: ort.IOBinding) -> tuple[Callable, object]:
     """(run, binding) such that ``run(binding, None)`` runs the session on ``io``: the
     C++ session's own method where onnxruntime's Python classes hold one as they do
     (InferenceSession.run_with_iobinding only forwards to it: a Python frame fewer between
@@ -1347,7 +1349,7 @@ def _bound_shape(binding: _Binding, slot: int) -> tuple[int, ...]:
     return entry[1] if entry.__class__ is tuple else binding.array_shapes[slot]
 
 
-def _pool_at(request: Request, index: int):
+def _pool_at(request: Request, index: int) -> object:
     if not 0 <= index < len(request.pools):
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"pool {index} does not exist")
     return request.pools[index]
@@ -1357,7 +1359,7 @@ def _nbytes(spec: IoSpec, dims: list[int]) -> int:
     return math.prod(dims) * spec.dtype.itemsize
 
 
-def _whole_array(pool, spec: IoSpec, location) -> bool:
+def _whole_array(pool: object, spec: IoSpec, location: DataLocation) -> bool:
     """Whether ``pool`` is a numpy array that is exactly the argument at ``location``: the
     spec's dtype, shape and C-contiguous strides, from its first byte."""
     return pool.__class__ is np.ndarray and pool.dtype is spec.dtype and pool.shape == spec.shape \

@@ -39,7 +39,9 @@ summation order (ORT's kernel sums the products in its own order).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -49,7 +51,7 @@ from nnapi.codes import OperationCode as Op
 from nnapi.drivers.ort import control_flow
 from nnapi.drivers.ort.lowering import Declined, GraphBuilder, L, sliced_block
 from nnapi.drivers.ort.recurrent import activation_attributes
-from nnapi.hal import Operation
+from nnapi.hal import Operation, Subgraph
 from nnapi.operations.control_flow import WHILE_BODY_MODEL, WHILE_CONDITION_MODEL, WHILE_FIRST_VALUE
 
 
@@ -97,7 +99,7 @@ class _Body:
     """A referenced model's operations and constants (through a GraphBuilder used only to
     read them), and the operations a match has claimed."""
 
-    def __init__(self, g: GraphBuilder, subgraph) -> None:
+    def __init__(self, g: GraphBuilder, subgraph: Subgraph) -> None:
         self.b = GraphBuilder(g.model, subgraph, isolated=True)
         self.subgraph = subgraph
         self.position = {index: k for k, index in enumerate(subgraph.input_indexes)}
@@ -125,7 +127,10 @@ class _Body:
         _need(operand.type == T.TENSOR_FLOAT32 and list(operand.dimensions) == dims)
 
 
-def _either(pair, match):
+_Matched = TypeVar("_Matched")
+
+
+def _either(pair: Sequence[int], match: Callable[[int, int], _Matched]) -> _Matched:
     """``match(a, b)`` for the two inputs of a commutative operation, in either order."""
     a, b = pair
     try:
@@ -368,7 +373,8 @@ def _match(g: GraphBuilder, operation: Operation) -> _Found:
     return found
 
 
-def _cell(body: _Body, h_new: int, h: int):
+def _cell(body: _Body, h_new: int, h: int) -> tuple[list[Operation], tuple[_Piece, _Piece], tuple[_Piece, _Piece],
+                                                 _Piece, _Piece, bool, int, list]:
     """h_new = z * h + (1 - z) * c: the cell's operations, the gates' (input, state)
     blocks, the candidate's, whether the reset gate scales the state's product (Keras's
     reset_after) or the state, and the step's input operand."""
@@ -379,13 +385,13 @@ def _cell(body: _Body, h_new: int, h: int):
     units = dims[1]
     add = body.op(h_new, Op.ADD, fused=True)
 
-    def halves(kept: int, blended: int):
+    def halves(kept: int, blended: int) -> tuple[list[Operation], int, int]:
         keep = body.op(kept, Op.MUL, fused=True)
         _need(h in keep.inputs[:2])
         z = keep.inputs[1] if keep.inputs[0] == h else keep.inputs[0]
         blend = body.op(blended, Op.MUL, fused=True)
 
-        def complement(one_minus: int, candidate: int):
+        def complement(one_minus: int, candidate: int) -> tuple[Operation, int]:
             sub = body.op(one_minus, Op.SUB, fused=True)
             ones = body.const(sub.inputs[0])
             _need(sub.inputs[1] == z and ones is not None and ones.size > 0 and np.all(ones == 1.0))
@@ -409,7 +415,7 @@ def _cell(body: _Body, h_new: int, h: int):
         function = RELU
     ops += [*z_ops, inner]
 
-    def candidate_form(x_block: int, recurrent: int):
+    def candidate_form(x_block: int, recurrent: int) -> tuple[_Piece, int, _Piece, list[Operation], bool]:
         c_x = _piece(body, x_block, units)
         operation = body.b.producer(recurrent)
         _need(operation is not None)
@@ -440,7 +446,7 @@ def _cell(body: _Body, h_new: int, h: int):
     return ops, z_pieces, r_pieces, c_x, c_h, reset_after, x_step, [gates, function]
 
 
-def _trip(g: GraphBuilder, condition_model, counters: dict[int, int]) -> int:
+def _trip(g: GraphBuilder, condition_model: Subgraph, counters: dict[int, int]) -> int:
     """The iterations the condition model allows: counters below constant bounds (LESS),
     joined by LOGICAL_AND, every operation of the model part of it."""
     cond = _Body(g, condition_model)

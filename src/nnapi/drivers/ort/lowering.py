@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -3913,7 +3913,7 @@ def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
     return True
 
 
-def _reads(nodes) -> dict[str, int]:
+def _reads(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
     """How many times each name is read by ``nodes``, the nodes of their subgraphs (an If's
     branches, a Loop's body: control_flow.py) included, since those read the enclosing
     graph's values by name."""

@@ -37,6 +37,8 @@ The device module imports this one, which registers these lowerings with ``lower
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from onnx import TensorProto, helper
 
@@ -58,6 +60,9 @@ from nnapi.drivers.ort.lowering import (
 from nnapi.hal import Operand, Operation
 
 _NEG_INF = np.float32(-np.inf)
+#: (IoUs, scores) -> (new scores, dropped), as ONNX nodes: how a selection suppresses the
+#: candidates it overlaps (the reference's hard or soft suppressor)
+Suppressor = Callable[[GraphBuilder, str, str], tuple[str, str]]
 
 
 def _range(g: GraphBuilder, length: str) -> str:
@@ -112,7 +117,7 @@ def _run_starts(g: GraphBuilder, keys: str) -> tuple[str, str, str]:
     return run, run_start, runs
 
 
-def _suppressor(kernel: int, iou_threshold: float, sigma: float, floor: float):
+def _suppressor(kernel: int, iou_threshold: float, sigma: float, floor: float) -> Suppressor:
     """The reference's soft_suppressor as ONNX nodes: (new scores, dropped) of the IoUs and
     scores given, in float32 in the reference's order."""
     if kernel not in (0, 1):
@@ -131,7 +136,8 @@ def _suppressor(kernel: int, iou_threshold: float, sigma: float, floor: float):
     return suppress
 
 
-def _greedy_loop(g: GraphBuilder, columns: list[str], ids: str, remaining: str, limits: str, suppress) -> list[str]:
+def _greedy_loop(g: GraphBuilder, columns: list[str], ids: str, remaining: str, limits: str,
+                 suppress: Suppressor) -> list[str]:
     """The reference's greedy_nms_groups over [groups, width] lists: ``columns`` the six
     float32 [groups, width] arrays x1, y1, x2, y2, area and current score (padding scores
     -inf), ``ids`` [groups, width] int64, ``remaining`` / ``limits`` [groups] int64. Gives
@@ -344,7 +350,7 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
 _PROPOSALS_CANDIDATES = 64
 
 
-def _hard_suppressor(iou_threshold: float):
+def _hard_suppressor(iou_threshold: float) -> Suppressor:
     """The reference's hard_suppressor: scores unchanged, IoU >= threshold dropped (a NaN
     IoU drops nothing)."""
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from nnapi.codes import OperationCode
 from nnapi.hal import (
@@ -37,6 +38,9 @@ from nnapi.hal import (
     Timing,
 )
 
+if TYPE_CHECKING:  # (for annotations only: the lowering imports no module of the device's)
+    from nnapi.drivers.ort.lowering import GraphBuilder
+
 L = OperandLifeTime
 
 #: a pattern of omitted inputs: the omitted input positions, and (position, dimensions) of
@@ -47,12 +51,12 @@ PatternKey = tuple[frozenset[int], tuple[tuple[int, tuple[int, ...]], ...]]
 OPTIONAL_INPUTS: dict[OperationCode, frozenset[int]] = {}
 
 
-def optional_inputs(code: OperationCode, positions) -> None:
+def optional_inputs(code: OperationCode, positions: Iterable[int]) -> None:
     """Register the optional input positions of operation type ``code``."""
     OPTIONAL_INPUTS[code] = frozenset(positions)
 
 
-def presence(g, index: int) -> bool | None:
+def presence(g: GraphBuilder, index: int) -> bool | None:
     """Whether operand ``index`` (at an optional position) has a value: False for an
     omitted operand (NO_VALUE), None for a model input that a request may omit, asked in
     a support query (which must then hold for every pattern), else True."""

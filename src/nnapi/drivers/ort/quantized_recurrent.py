@@ -20,6 +20,8 @@ compare with the reference bit for bit).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from onnx import TensorProto
 
@@ -80,7 +82,7 @@ def _srdhm16(g: GraphBuilder, a: str, b: str) -> str:
     return g.one("Where", [both, scalar_i64(g, 32767), high])
 
 
-def _table(g: GraphBuilder, function, x: str) -> str:
+def _table(g: GraphBuilder, function: Callable[[np.ndarray, int], np.ndarray], x: str) -> str:
     """function(x, 3) of int16 values x by the reference's table of every int16 input."""
     table = np.asarray(q._table16(function, 3), dtype=np.int64)
     return g.one("Gather", [g.constant(table, "table"), g.one("Add", [x, scalar_i64(g, 32768)])], axis=0)

@@ -17,6 +17,7 @@ every one of 240 random scale / beta pairs tried matched).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -70,7 +71,8 @@ def _factor(scale: float, beta: float) -> np.float32:
     return np.float32(np.float64(scale) * np.float64(beta))
 
 
-def _logistic_nodes(one, constant, name: str, factor: np.float32, output: Operand | OperandType) -> str:
+def _logistic_nodes(one: Callable[..., str], constant: Callable[..., str], name: str, factor: np.float32,
+                    output: Operand | OperandType) -> str:
     """The nodes (made by ``one`` / ``constant``, a GraphBuilder's) from uint8 ``name``
     [..., 2] to the quantized probabilities (uint8, the output's internal zero point)."""
     real = one("Cast", [name], to=TensorProto.FLOAT)
