@@ -136,18 +136,23 @@ def _suppressor(kernel: int, iou_threshold: float, sigma: float, floor: float) -
     return suppress
 
 
-def _greedy_loop(g: GraphBuilder, columns: list[str], ids: str, remaining: str, limits: str,
+def _greedy_loop(g: GraphBuilder, columns: list[str], ids: str, lengths: str, limit: int | None,
                  suppress: Suppressor) -> list[str]:
     """The reference's greedy_nms_groups over [groups, width] lists: ``columns`` the six
     float32 [groups, width] arrays x1, y1, x2, y2, area and current score (padding scores
-    -inf), ``ids`` [groups, width] int64, ``remaining`` / ``limits`` [groups] int64. Gives
-    the scan outputs [steps, groups]: the id and score selected at each step, and whether
-    the group selected one.
+    -inf), ``ids`` [groups, width] int64, ``lengths`` [groups] int64 the valid entries of
+    each, every group selecting at most ``limit`` (None: no limit). Gives the scan outputs
+    [steps, groups]: the id and score selected at each step, and whether the group selected
+    one.
 
     Each step works on the lists as they are: the IoUs and rescoring of every position
     (the chosen one's own is unused), then the survivors' positions in the reference's
     list after its swap (position j + 1, or 0 where j + 1 was the chosen one's), compacted,
     and each array gathered once through flat indexes."""
+    limits = lengths if limit is None else g.one("Min", [lengths, scalar_i64(g, limit)])
+    # the entries left to walk: none in a group whose limit is 0
+    remaining = g.one("Where", [g.one("Greater", [limits, scalar_i64(g, 0)]), lengths,
+                                g.one("Mul", [lengths, scalar_i64(g, 0)])])
     b = g.nested(g.subgraph, "nms")
     prefix = b.prefix
     names = [f"{prefix}{name}" for name in ("i", "cond", "x1", "y1", "x2", "y2", "area", "score", "ids",
@@ -221,6 +226,18 @@ def _greedy_loop(g: GraphBuilder, columns: list[str], ids: str, remaining: str, 
     zeros = g.one("Mul", [remaining, scalar_i64(g, 0)])
     results = g.node("Loop", ["", g.constant(np.array(True)), *columns, ids, remaining, zeros], 12, body=graph)
     return results[9:]
+
+
+def _padded_walk(g: GraphBuilder, columns: list[str], ids: str, lengths: str, width: int, limit: int | None,
+                 suppress: Suppressor) -> list[str]:
+    """_greedy_loop over [groups, width] candidate lists with one empty group more, so that
+    the walk has a row and a step even without images: its scan outputs."""
+    columns = [g.one("Concat", [column, g.one("Expand", [f32(g, 0.0 if k < 5 else _NEG_INF),
+                                                           i64(g, 1, width)])], axis=0)
+               for k, column in enumerate(columns)]
+    ids = g.one("Concat", [ids, g.one("Expand", [i64(g, 0), i64(g, 1, width)])], axis=0)
+    lengths = g.one("Concat", [lengths, i64(g, 0)], axis=0)
+    return _greedy_loop(g, columns, ids, lengths, limit, suppress)
 
 
 def _scores(g: GraphBuilder, scores: str, operand: Operand) -> str:
@@ -307,10 +324,8 @@ def lower_box_with_nms_limit(g: GraphBuilder, operation: Operation) -> None:
     columns = [g.one("Reshape", [column, grid]) for column in g.node("Split", [flat_state, i64(g, 1, 1, 1, 1, 1, 1)],
                                                                        6, axis=1)]
     ids = g.one("Reshape", [flat_ids, grid])
-    limits = lengths if max_detections < 0 else g.one("Min", [lengths, scalar_i64(g, max_detections)])
-    remaining = g.one("Where", [g.one("Greater", [limits, scalar_i64(g, 0)]), lengths, g.one("Mul", [
-        lengths, scalar_i64(g, 0)])])
-    chosen_ids, chosen_scores, taken = _greedy_loop(g, columns, ids, remaining, limits, suppress)
+    chosen_ids, chosen_scores, taken = _greedy_loop(g, columns, ids, lengths, None if max_detections < 0
+                                                    else max_detections, suppress)
     # the selections in (run, class, step) order: [groups, steps] without the empty group
     real_groups = g.one("Sub", [groups, i64(g, 1)])
     taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), i64(g, 0), real_groups, i64(g, 0)])
@@ -457,16 +472,8 @@ def lower_generate_proposals(g: GraphBuilder, operation: Operation) -> None:
     slot_valid = g.one("Less", [g.one("Unsqueeze", [g.constant(np.arange(count, dtype=np.int64)), i64(g, 0)]),
                                 g.one("Unsqueeze", [lengths, i64(g, 1)])])
     columns.append(g.one("Where", [slot_valid, g.one("GatherElements", [scores, ids], axis=1), f32(g, _NEG_INF)]))
-    # one empty group more, so that the walk has a row and a step even without images
-    columns = [g.one("Concat", [column, g.one("Expand", [f32(g, 0.0 if k < 5 else _NEG_INF),
-                                                           i64(g, 1, count)])], axis=0)
-               for k, column in enumerate(columns)]
-    ids = g.one("Concat", [ids, g.one("Expand", [i64(g, 0), i64(g, 1, count)])], axis=0)
-    lengths = g.one("Concat", [lengths, i64(g, 0)], axis=0)
-    limits = lengths if post_limit <= 0 else g.one("Min", [lengths, scalar_i64(g, post_limit)])
-    remaining = g.one("Where", [g.one("Greater", [limits, scalar_i64(g, 0)]), lengths,
-                                g.one("Mul", [lengths, scalar_i64(g, 0)])])
-    chosen_ids, _, taken = _greedy_loop(g, columns, ids, remaining, limits, suppress)
+    chosen_ids, _, taken = _padded_walk(g, columns, ids, lengths, count, post_limit if post_limit > 0 else None,
+                                        suppress)
     images = run_time_dim(g, scores, 0)
     taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), i64(g, 0), images, i64(g, 0)])
     picks = g.one("Transpose", [g.one("NonZero", [taken])], perm=[1, 0])               # [K, 2]: image, step
@@ -566,15 +573,7 @@ def lower_detection_postprocessing(g: GraphBuilder, operation: Operation) -> Non
     valid = g.one("Less", [g.one("Unsqueeze", [g.constant(np.arange(width_max, dtype=np.int64)), i64(g, 0)]),
                            g.one("Unsqueeze", [lengths, i64(g, 1)])])
     columns.append(g.one("Where", [valid, group_scores, f32(g, _NEG_INF)]))
-    columns = [g.one("Concat", [column, g.one("Expand", [f32(g, 0.0 if k < 5 else _NEG_INF),
-                                                           i64(g, 1, width_max)])], axis=0)
-               for k, column in enumerate(columns)]
-    anchor_ids = g.one("Concat", [anchor_ids, g.one("Expand", [i64(g, 0), i64(g, 1, width_max)])], axis=0)
-    lengths = g.one("Concat", [lengths, i64(g, 0)], axis=0)
-    limits = g.one("Min", [lengths, scalar_i64(g, limit)])
-    remaining = g.one("Where", [g.one("Greater", [limits, scalar_i64(g, 0)]), lengths,
-                                g.one("Mul", [lengths, scalar_i64(g, 0)])])
-    chosen_ids, chosen_scores, taken = _greedy_loop(g, columns, anchor_ids, remaining, limits, suppress)
+    chosen_ids, chosen_scores, taken = _padded_walk(g, columns, anchor_ids, lengths, width_max, limit, suppress)
     taken = g.one("Slice", [g.one("Transpose", [taken], perm=[1, 0]), i64(g, 0), flat_groups, i64(g, 0)])
     picks = g.one("Transpose", [g.one("NonZero", [taken])], perm=[1, 0])            # [K, 2]: group, step
     item_anchor = g.one("GatherND", [g.one("Transpose", [chosen_ids], perm=[1, 0]), picks])
