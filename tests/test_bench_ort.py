@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("ai_edge_litert")
 
 import nnapi  # noqa: E402
-from tflite_builder import Operator, Subgraph, Tensor, build  # noqa: E402
+from test_tflite_input_shapes import frames_of_any_length  # noqa: E402  (a length open in the file)
 
 _BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ort.py"
 
@@ -30,34 +30,11 @@ def bench():
     return module
 
 
-def _frames_of_any_length() -> bytes:
-    """audio [-1] (one sample in the file) cut into frames of 4 (RESHAPE to [SHAPE(audio) /
-    4, 4]), then frames @ W: no shape of it holds at the file's one sample."""
-    i32 = lambda v: np.array(v, np.int32)  # noqa: E731
-    t = [Tensor("audio", "float32", [1], shape_signature=[-1]),
-         Tensor("shape", "int32", [1]),
-         Tensor("zero", "int32", [], data=i32(0)),
-         Tensor("length", "int32", [1]),
-         Tensor("four", "int32", [1], data=i32([4])),
-         Tensor("count", "int32", [1]),
-         Tensor("frame_shape", "int32", [2]),
-         Tensor("frames", "float32", [1, 4], shape_signature=[-1, 4]),
-         Tensor("weights", "float32", [3, 4], data=np.arange(12, dtype=np.float32).reshape(3, 4) / 10),
-         Tensor("features", "float32", [1, 3], shape_signature=[-1, 3])]
-    ops = [Operator("SHAPE", [0], [1], ("ShapeOptions", {"OutType": 2})),
-           Operator("GATHER", [1, 2], [3], ("GatherOptions", {"Axis": 0})),
-           Operator("FLOOR_DIV", [3, 4], [5]),
-           Operator("CONCATENATION", [5, 4], [6], ("ConcatenationOptions", {"Axis": 0})),
-           Operator("RESHAPE", [0, 6], [7]),
-           Operator("FULLY_CONNECTED", [7, 8, -1], [9], ("FullyConnectedOptions", {}))]
-    return build(Subgraph(t, ops, [0], [9]))
-
-
 def test_an_input_shape_given_fixes_both_engines(bench, tmp_path) -> None:
     """Without --input-shape the model does not import (one sample makes no frame); with
     audio=20 both engines run 5 frames and agree; a malformed option is a usage error."""
     path = tmp_path / "frames.tflite"
-    path.write_bytes(_frames_of_any_length())
+    path.write_bytes(frames_of_any_length())
     with pytest.raises(nnapi.BadDataError):
         bench.bench_model(path, 2, 0, time.process_time)
     row = bench.bench_model(path, 2, 0, time.process_time, ["audio=20"])

@@ -16,7 +16,7 @@ import nnapi  # noqa: E402
 from tflite_builder import Operator, Subgraph, Tensor, build  # noqa: E402
 
 
-def _frames_of_any_length() -> bytes:
+def frames_of_any_length() -> bytes:
     """audio [-1] (the file's static shape: one sample) cut into frames of 4 by RESHAPE to
     [SHAPE(audio) / 4, 4] (FLOOR_DIV, PACK), then frames @ W: as tf.signal.frame's models,
     no shape of it holds at the file's one sample."""
@@ -42,7 +42,7 @@ def _frames_of_any_length() -> bytes:
 
 
 def test_input_shapes_fix_an_open_length_as_litert_resizes_it() -> None:
-    data = _frames_of_any_length()
+    data = frames_of_any_length()
     with pytest.raises(nnapi.BadDataError):  # one sample makes no frame of 4
         nnapi.load_model(data)
     weights = np.arange(12, dtype=np.float64).reshape(3, 4) / 10
@@ -85,7 +85,7 @@ def litert_outputs_resized(data: bytes, feeds: dict[str, np.ndarray]) -> dict[st
 ])
 def test_input_shapes_checked(given, message) -> None:
     with pytest.raises(nnapi.BadDataError, match=message):
-        nnapi.load_model(_frames_of_any_length(), input_shapes=given)
+        nnapi.load_model(frames_of_any_length(), input_shapes=given)
 
 
 def test_a_fixed_dimension_must_match() -> None:
@@ -102,7 +102,7 @@ def test_command_line_input_shape(tmp_path, capsys) -> None:
     from nnapi.cli import main
 
     path = tmp_path / "frames.tflite"
-    path.write_bytes(_frames_of_any_length())
+    path.write_bytes(frames_of_any_length())
     assert main(["run", str(path), "--input-shape", "audio=12", "--device", "nnapi-reference", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["outputs"]["features"]["shape"] == [3, 3]
