@@ -273,9 +273,10 @@ def agreements(names: list[str], ours: list[np.ndarray], theirs: list[np.ndarray
 
 
 def bench_model(path: Path, runs: int, reference_runs: int, clock, shapes: list[str] | None = None) -> dict:
-    """One model's row; ``shapes``: ``--input-shape NAME=D1,D2,...`` options, fixing open
-    input dimensions in the import (load_model's ``input_shapes``) and in LiteRT (its
-    ``resize_tensor_input``), as ``nnapi run`` / ``compare`` do."""
+    """One model's row; ``shapes``: ``--input-shape NAME=D1,D2,...`` options, those naming an
+    input of the model fixing its open dimensions in the import (load_model's
+    ``input_shapes``) and in LiteRT (its ``resize_tensor_input``), as ``nnapi run`` /
+    ``compare`` do (``row["input_shapes"]``: the names it took)."""
     interpreter = litert_interpreter(str(path), threads=1, shapes=shapes)
     if interpreter is None:
         raise SystemExit("bench_ort needs LiteRT: pip install 'nnapi[litert]'")
@@ -288,7 +289,9 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock, shapes: list[
         interpreter.invoke()
         return [interpreter.get_tensor(d["index"]) for d in output_details]
 
-    imported = nnapi.load_model(path, input_shapes=input_shapes(shapes))
+    names = {detail["name"] for detail in input_details}
+    given = {name: shape for name, shape in (input_shapes(shapes) or {}).items() if name in names}
+    imported = nnapi.load_model(path, input_shapes=given or None)
     model = imported.model
     # TFLite variable tensors are hidden NNAPI inputs (their state) and outputs
     states = {state.input_index: state.initial for state in imported.states}
@@ -347,7 +350,8 @@ def bench_model(path: Path, runs: int, reference_runs: int, clock, shapes: list[
             pairs[name][order].append((ours_s, ours_in, own_s, own_in))
     if ours.compilation._plan.fallback_count:
         raise SystemExit(f"{path}: the ORT step failed and ran on the CPU")
-    row = {"model": path.stem, "steps": steps, "compile_s": ours.compile_s, "cached_s": cached.compile_s,
+    row = {"model": path.stem, "input_shapes": sorted(given), "steps": steps, "compile_s": ours.compile_s,
+           "cached_s": cached.compile_s,
            "agreement": agreements([d["name"] for d in output_details], result[:len(expected)], expected,
                                    imported.detections)}
     for name, samples in times.items():
@@ -502,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
     parser.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
                         help="fix an input's open dimensions to this shape in nnapi's import and in LiteRT (its "
-                             "resize_tensor_input), as nnapi run does (repeatable)")
+                             "resize_tensor_input), as nnapi run does; each model takes those naming one of its "
+                             "inputs (repeatable)")
     parser.add_argument("--split-model", default="mobilenet_v2_1.0_224_float",
                         help="the model of the partition-boundary benchmark (a name in --models-dir or a path)")
     parser.add_argument("--split-op", default="ADD", help="operation type declined there (default ADD)")
@@ -542,6 +547,7 @@ def print_table(args, clock) -> None:
               f"{'new in':>9} {'reusable':>9} {'reference':>10} {'compile':>8} {'cached':>7}  agreement / plan")
     print(OVERHEAD_NOTE)
     print(header)
+    taken: set[str] = set()  # the --input-shape names some model took
     for path in paths:
         if not path.exists():
             print(f"{path.stem:<34} (missing: {path})")
@@ -554,6 +560,7 @@ def print_table(args, clock) -> None:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             print(f"{path.stem:<34} (not compared: {type(error).__name__}: {first_line[:160]})")
             continue
+        taken.update(row["input_shapes"])
         own = f"{row['own'] * 1e3:8.2f}" if row["own"] else f"{'-':>8}"
         overhead = f"{row['ort_overhead'] * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
         new_in = f"{row['new_overhead'] * 1e6:7.0f}us" if row["own"] else f"{'-':>9}"
@@ -573,6 +580,8 @@ def print_table(args, clock) -> None:
                              f"{first * 1e6:.0f}, ORT first {second * 1e6:.0f})")
             print(f"{'':<4}{'; '.join(parts)}")
         sys.stdout.flush()
+    for name in sorted(set(input_shapes(args.input_shape) or {}) - taken):
+        print(f"--input-shape {name}=...: no model compared has an input {name!r}")
     own, driver, runtime, reusable = overhead_probe()
     print(f"per-execution overhead (one ADD of 8 floats, best of 3000): ORT's own run {own:.1f}us, "
           f"driver execute {driver:.1f}us, full Execution {runtime:.1f}us -> nnapi adds {runtime - own:.1f}us; "

@@ -30,17 +30,24 @@ def bench():
     return module
 
 
-def test_an_input_shape_given_fixes_both_engines(bench, tmp_path) -> None:
-    """Without --input-shape the model does not import (one sample makes no frame); with
-    audio=20 both engines run 5 frames and agree; a malformed option is a usage error."""
+def test_an_input_shape_given_fixes_both_engines(bench, tmp_path, capsys) -> None:
+    """Without --input-shape the model does not import (one sample makes no frame), nor
+    with a shape for an input it lacks; with audio=20 both engines run 5 frames and agree.
+    The table says which names no model took; a malformed option is a usage error."""
     path = tmp_path / "frames.tflite"
     path.write_bytes(frames_of_any_length())
-    with pytest.raises(nnapi.BadDataError):
-        bench.bench_model(path, 2, 0, time.process_time)
-    row = bench.bench_model(path, 2, 0, time.process_time, ["audio=20"])
-    assert row["steps"] == ["nnapi-ort-cpu"]
+    for shapes in (None, ["wave=20"]):
+        with pytest.raises(nnapi.BadDataError):
+            bench.bench_model(path, 2, 0, time.process_time, shapes)
+    row = bench.bench_model(path, 2, 0, time.process_time, ["audio=20", "wave=7"])
+    assert row["steps"] == ["nnapi-ort-cpu"] and row["input_shapes"] == ["audio"]
     measured, unit = row["agreement"].split()
     assert unit == "rel" and float(measured) <= 1e-6
+    assert bench.main([str(path), "--input-shape", "audio=20", "--input-shape", "wave=7", "--runs", "2",
+                       "--reference-runs", "0", "--split-model", str(tmp_path / "absent.tflite")]) == 0
+    table = capsys.readouterr().out
+    assert "\nframes " in table and "not compared" not in table
+    assert "--input-shape wave=...: no model compared has an input 'wave'" in table
     with pytest.raises(SystemExit) as exit_status:
         bench.main([str(path), "--input-shape", "audio"])
     assert exit_status.value.code == 2
