@@ -986,6 +986,41 @@ def test_quantize_rounds_halves_away_from_zero_as_the_reference(ort_device, code
     assert len(np.unique(theirs[0])) > 80
 
 
+@pytest.mark.parametrize("source, target, scales, same", [
+    ((T.TENSOR_QUANT8_ASYMM, 127), (T.TENSOR_QUANT8_ASYMM_SIGNED, -1), (0.0078125, 0.0078125), True),
+    ((T.TENSOR_QUANT8_ASYMM_SIGNED, -3), (T.TENSOR_QUANT8_ASYMM, 125), (0.0123, 0.0123), True),
+    ((T.TENSOR_QUANT8_ASYMM, 131), (T.TENSOR_QUANT8_ASYMM, 131), (0.3, 0.3), True),
+    ((T.TENSOR_QUANT8_ASYMM, 131), (T.TENSOR_QUANT8_ASYMM, 131), (3.7e36, 3.7e36), False),
+    ((T.TENSOR_QUANT8_ASYMM, 127), (T.TENSOR_QUANT8_ASYMM_SIGNED, -1), (0.0078125, 0.015625), False),
+    ((T.TENSOR_QUANT8_ASYMM, 127), (T.TENSOR_QUANT8_ASYMM_SIGNED, 0), (0.0078125, 0.0078125), False)])
+def test_dequantize_then_quantize_into_the_same_quantization_is_the_stored_values(ort_device, source, target,
+                                                                                  scales, same):
+    """A uint8 model's input quantized into its int8 graph (TFLite QUANTIZE, imported as
+    DEQUANTIZE + QUANTIZE: EfficientDet-Lite0's 320x320x3 image) and back: with one scale
+    and one zero point (int8's + 128) every one of the 256 values comes back as it was, so
+    the lowering passes the stored values on (no Div, Floor or QuantizeLinear); another
+    scale or zero point, or a scale so large that (q - zero point) * scale overflows, keeps
+    the general rounding. Bit for bit the reference's either way."""
+    (source_code, source_zp), (target_code, target_zp) = source, target
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(source_code, [2, 128], scale=scales[0], zero_point=source_zp))
+    real = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 128]))
+    model.add_operation(Op.DEQUANTIZE, [x], [real])
+    y = model.add_operand(OperandType(target_code, [2, 128], scale=scales[1], zero_point=target_zp))
+    model.add_operation(Op.QUANTIZE, [real], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    operators = [node.op_type for node in _lowered(model).graph.node]
+    assert ("QuantizeLinear" not in operators and "Floor" not in operators) == same
+    dtype = np.uint8 if source_code == T.TENSOR_QUANT8_ASYMM else np.int8
+    values = np.arange(256).astype(np.uint8).view(dtype).reshape(2, 128)
+    out_dtype = np.uint8 if target_code == T.TENSOR_QUANT8_ASYMM else np.int8
+    ours, theirs = _on_both(model, [values], [np.zeros((2, 128), out_dtype)], ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    if same:
+        np.testing.assert_array_equal(ours[0].astype(np.int64) - target_zp, values.astype(np.int64) - source_zp)
+
+
 @pytest.mark.parametrize("machine, flags, saturates", [("x86_64", "fpu sse4_1 avx2 fma", True),
                                                         ("x86_64", "fpu avx2 avx512f avx512_vnni", False),
                                                         ("x86_64", "fpu avx2 avx_vnni", False),
