@@ -159,7 +159,7 @@ def fixed_tanh(a: np.ndarray, integer_bits: int) -> np.ndarray:
 
 
 @functools.cache
-def _table16(function: Callable[[np.ndarray, int], np.ndarray], integer_bits: int) -> np.ndarray:
+def table16(function: Callable[[np.ndarray, int], np.ndarray], integer_bits: int) -> np.ndarray:
     """``function`` (fixed_logistic or fixed_tanh) of every int16 raw value, by index
     value + 32768: computed once per process by the definition itself."""
     table = function(np.arange(-32768, 32768, dtype=np.int64), integer_bits)
@@ -175,7 +175,7 @@ def _lookup16(function: Callable[[np.ndarray, int], np.ndarray], a: np.ndarray, 
     a = np.asarray(a, dtype=np.int64)
     if a.size and (a.min() < -32768 or a.max() > 32767):
         return function(a, integer_bits)
-    return _table16(function, integer_bits)[a + 32768]
+    return table16(function, integer_bits)[a + 32768]
 
 
 def logistic16(a: np.ndarray, integer_bits: int) -> np.ndarray:
@@ -197,8 +197,9 @@ def _int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)).astype(np.int64)
 
 
-def _multiplier(real: float) -> tuple[int, int]:
-    # Android computes effective scales in float32 before decomposing them.
+def float32_multiplier(real: float) -> tuple[int, int]:
+    """``real`` as a quantized multiplier and shift, rounded to float32 first: Android
+    computes effective scales in float32 before decomposing them."""
     return quantize_multiplier(float(np.float32(real)))
 
 
@@ -214,13 +215,13 @@ def _log2_exact(scale: float) -> int | None:
 
 # Named input positions (Android's quantized_lstm.cpp): the input, then 4 input weights,
 # 4 recurrent weights and 4 biases in gate order input, forget, cell, output, then the states.
-_Q16_INPUT = 0
-_Q16_INPUT_WEIGHTS = 1
-_Q16_RECURRENT_WEIGHTS = 5
-_Q16_BIASES = 9
-_Q16_CELL_IN = 13
-_Q16_OUTPUT_IN = 14
-_Q16_INPUT_GATE, _Q16_FORGET_GATE, _Q16_CELL_GATE, _Q16_OUTPUT_GATE = range(4)
+Q16_INPUT = 0
+Q16_INPUT_WEIGHTS = 1
+Q16_RECURRENT_WEIGHTS = 5
+Q16_BIASES = 9
+Q16_CELL_IN = 13
+Q16_OUTPUT_IN = 14
+Q16_INPUT_GATE, Q16_FORGET_GATE, Q16_CELL_GATE, Q16_OUTPUT_GATE = range(4)
 
 
 def _close(a: float, b: float) -> bool:
@@ -234,7 +235,7 @@ class Quantized16BitLstm(Operation):
         q8, q16 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT16_SYMM
         ctx.check_input_types([q8] * 9 + [T.TENSOR_INT32] * 4 + [q16, q8])
         ctx.check_output_types([q16, q8])
-        for index in (_Q16_INPUT, _Q16_OUTPUT_IN):
+        for index in (Q16_INPUT, Q16_OUTPUT_IN):
             ctx.check_input_rank(index, 2)
             operand = ctx.inputs[index]
             ctx.require(_close(operand.scale, 1 / 128) and operand.zero_point == 128,
@@ -242,34 +243,34 @@ class Quantized16BitLstm(Operation):
         out = ctx.outputs[1]
         ctx.require(_close(out.scale, 1 / 128) and out.zero_point == 128,
                     "output 1 must have scale 1/128 and zero point 128")
-        weights = ctx.inputs[_Q16_INPUT_WEIGHTS]
+        weights = ctx.inputs[Q16_INPUT_WEIGHTS]
         ctx.require(weights.scale > 0, "weights must have a positive scale")
-        for index in range(_Q16_INPUT_WEIGHTS, _Q16_BIASES):
+        for index in range(Q16_INPUT_WEIGHTS, Q16_BIASES):
             ctx.check_input_rank(index, 2)
-            ctx.check_same_quantization(("input", _Q16_INPUT_WEIGHTS), ("input", index))
-        for index in range(_Q16_BIASES, _Q16_CELL_IN):
+            ctx.check_same_quantization(("input", Q16_INPUT_WEIGHTS), ("input", index))
+        for index in range(Q16_BIASES, Q16_CELL_IN):
             ctx.check_input_rank(index, 1)
             bias = ctx.inputs[index]
             ctx.require(_close(bias.scale, weights.scale / 128) and bias.zero_point == 0,
                         f"input {index} must have scale weights_scale / 128 and zero point 0")
-        for operand, where in ((ctx.inputs[_Q16_CELL_IN], "input 13"), (ctx.outputs[0], "output 0")):
+        for operand, where in ((ctx.inputs[Q16_CELL_IN], "input 13"), (ctx.outputs[0], "output 0")):
             ctx.require(_log2_exact(operand.scale) == -11 and operand.zero_point == 0,
                         f"{where} must have scale 2^-11 and zero point 0")
 
     def _setup(self, ctx: ExecutionContext):
-        for index in range(_Q16_OUTPUT_IN + 1):
+        for index in range(Q16_OUTPUT_IN + 1):
             ctx.require(not ctx.is_omitted(index), f"input {index} must be present")
-        x, h, c = ctx.input(_Q16_INPUT), ctx.input(_Q16_OUTPUT_IN), ctx.input(_Q16_CELL_IN)
+        x, h, c = ctx.input(Q16_INPUT), ctx.input(Q16_OUTPUT_IN), ctx.input(Q16_CELL_IN)
         ctx.require(x.rank == 2 and h.rank == 2, "input and previous output must be 2-D")
         batch, input_size = x.shape
         output_size = h.shape[1]
         ctx.require(h.shape[0] == batch and c.shape == (batch, output_size),
                     f"states must be [{batch}, {output_size}]")
-        for index in range(_Q16_INPUT_WEIGHTS, _Q16_BIASES):
-            columns = input_size if index < _Q16_RECURRENT_WEIGHTS else output_size
+        for index in range(Q16_INPUT_WEIGHTS, Q16_BIASES):
+            columns = input_size if index < Q16_RECURRENT_WEIGHTS else output_size
             ctx.require(ctx.input(index).shape == (output_size, columns),
                         f"input {index} must have shape [{output_size}, {columns}]")
-        for index in range(_Q16_BIASES, _Q16_CELL_IN):
+        for index in range(Q16_BIASES, Q16_CELL_IN):
             ctx.require(ctx.input(index).shape == (output_size,), f"input {index} must have shape [{output_size}]")
         return x, h, c
 
@@ -280,9 +281,9 @@ class Quantized16BitLstm(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, h, c = self._setup(ctx)
         # Gate order of the stacked product: input, cell (modulation), forget, output.
-        order = [(_Q16_INPUT_WEIGHTS + gate, _Q16_RECURRENT_WEIGHTS + gate, _Q16_BIASES + gate)
-                 for gate in (_Q16_INPUT_GATE, _Q16_CELL_GATE, _Q16_FORGET_GATE, _Q16_OUTPUT_GATE)]
-        weights_zero = ctx.input(_Q16_INPUT_WEIGHTS).zero_point
+        order = [(Q16_INPUT_WEIGHTS + gate, Q16_RECURRENT_WEIGHTS + gate, Q16_BIASES + gate)
+                 for gate in (Q16_INPUT_GATE, Q16_CELL_GATE, Q16_FORGET_GATE, Q16_OUTPUT_GATE)]
+        weights_zero = ctx.input(Q16_INPUT_WEIGHTS).zero_point
         # Android assembles each gate's row block as [recurrent weights | input weights] and
         # multiplies it by [input, previous output]; the CTS vectors (input size 2, output
         # size 4) expect exactly that pairing, so it is kept.
@@ -291,7 +292,7 @@ class Quantized16BitLstm(Operation):
         activations = np.concatenate([x.value, h.value], axis=1).astype(np.int64) - 128
         accumulator = _int_matmul(activations, (stacked.astype(np.int64) - weights_zero).T) + biases
         # Rescale the int32 accumulator (scale bias_scale) to Q3.12 (scale 2^-12).
-        multiplier, shift = _multiplier(4096 * float(np.float32(ctx.input(_Q16_BIASES).scale)))
+        multiplier, shift = float32_multiplier(4096 * float(np.float32(ctx.input(Q16_BIASES).scale)))
         gates = _clamp16(_multiply(accumulator, multiplier, shift))
         # One logistic over all four blocks (the cell block's is unused) costs less than
         # three calls on the separate blocks.
@@ -711,9 +712,9 @@ class PreparedQuantizedLstm:
             self.projection = (weights.T.astype(np.float64), bias,
                                _Rescale(*quantize_multiplier(_f32_ratio(projection.scale, hidden_scale, h.scale))),
                                h.zero_point, _clip_limit(ctx, PROJECTION_CLIP, projection.scale, 127))
-        self.logistic = _table16(fixed_logistic, 3)
-        self.tanh = _table16(fixed_tanh, 3)
-        self.cell_tanh = _table16(fixed_tanh, cell_shift + 15)
+        self.logistic = table16(fixed_logistic, 3)
+        self.tanh = table16(fixed_tanh, 3)
+        self.cell_tanh = table16(fixed_tanh, cell_shift + 15)
         self.compiled = None if peephole or layer_norm else self._compiled_step(units)
 
     def _compiled_step(self, units: int):

@@ -51,7 +51,9 @@ from nnapi.operations.control_flow import (
 WHILE_FORMS: list[Callable[[GraphBuilder, Operation], bool]] = []
 
 
-def _referenced(g: GraphBuilder, index: int) -> Subgraph:
+def referenced_model(g: GraphBuilder, index: int) -> Subgraph:
+    """The referenced model operand ``index`` names (an IF's branch, a WHILE's condition or
+    body); Declined for any other operand."""
     operand = g.operand(index)
     if operand.lifetime != L.SUBGRAPH:
         raise Declined(f"operand {index} is not a referenced model")
@@ -115,7 +117,7 @@ def lower_if(g: GraphBuilder, operation: Operation) -> None:
     inputs = [g.value(index) for index in operation.inputs[IF_FIRST_INPUT:]]
     branches = []
     for position, hint in ((IF_THEN_MODEL, "then"), (IF_ELSE_MODEL, "else")):
-        child = _nested(g, _referenced(g, operation.inputs[position]), inputs, hint)
+        child = _nested(g, referenced_model(g, operation.inputs[position]), inputs, hint)
         outputs = _outputs(child)
         if len(outputs) != len(operation.outputs):
             raise Declined(f"the {hint} model has {len(outputs)} outputs, the operation {len(operation.outputs)}")
@@ -137,8 +139,8 @@ def lower_while(g: GraphBuilder, operation: Operation) -> None:
     for form in WHILE_FORMS:
         if form(g, operation):
             return
-    condition_model = _referenced(g, operation.inputs[WHILE_CONDITION_MODEL])
-    body_model = _referenced(g, operation.inputs[WHILE_BODY_MODEL])
+    condition_model = referenced_model(g, operation.inputs[WHILE_CONDITION_MODEL])
+    body_model = referenced_model(g, operation.inputs[WHILE_BODY_MODEL])
     values = [g.value(index) for index in operation.inputs[WHILE_FIRST_VALUE:]]
     carried = len(body_model.output_indexes)  # m input-output and k state values
     if not len(operation.outputs) <= carried <= len(values):

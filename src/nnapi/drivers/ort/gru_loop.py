@@ -267,8 +267,8 @@ def _by_source(pieces: tuple[_Piece, _Piece], x_step: int, h: int) -> tuple[_Pie
 
 
 def _match(g: GraphBuilder, operation: Operation) -> _Found:
-    condition_model = control_flow._referenced(g, operation.inputs[WHILE_CONDITION_MODEL])
-    body_model = control_flow._referenced(g, operation.inputs[WHILE_BODY_MODEL])
+    condition_model = control_flow.referenced_model(g, operation.inputs[WHILE_CONDITION_MODEL])
+    body_model = control_flow.referenced_model(g, operation.inputs[WHILE_BODY_MODEL])
     values = operation.inputs[WHILE_FIRST_VALUE:]
     n, carried = len(values), len(body_model.output_indexes)
     _need(len(body_model.input_indexes) == len(condition_model.input_indexes) == n)

@@ -84,7 +84,7 @@ def _srdhm16(g: GraphBuilder, a: str, b: str) -> str:
 
 def _table(g: GraphBuilder, function: Callable[[np.ndarray, int], np.ndarray], x: str) -> str:
     """function(x, 3) of int16 values x by the reference's table of every int16 input."""
-    table = np.asarray(q._table16(function, 3), dtype=np.int64)
+    table = np.asarray(q.table16(function, 3), dtype=np.int64)
     return g.one("Gather", [g.constant(table, "table"), g.one("Add", [x, scalar_i64(g, 32768)])], axis=0)
 
 
@@ -102,8 +102,8 @@ def lower_quantized_16bit_lstm(g: GraphBuilder, operation: Operation) -> None:
     inputs = operation.inputs
     if len(inputs) != 15 or len(operation.outputs) != 2:
         raise Declined("expected 15 inputs and 2 outputs")
-    x = g.value(inputs[q._Q16_INPUT])
-    previous = g.value(inputs[q._Q16_OUTPUT_IN])
+    x = g.value(inputs[q.Q16_INPUT])
+    previous = g.value(inputs[q.Q16_OUTPUT_IN])
     if x.kind != "uint8" or x.rank != 2 or not all(x.dims) or previous.kind != "uint8" or previous.rank != 2 \
             or not all(previous.dims):
         raise Declined("the input and previous output must be 2-D QUANT8_ASYMM tensors of known shape")
@@ -113,9 +113,9 @@ def lower_quantized_16bit_lstm(g: GraphBuilder, operation: Operation) -> None:
     units = previous.dims[1]
     if previous.dims[0] != batch:
         raise Declined("the previous output's batch differs from the input's")
-    order = [(q._Q16_INPUT_WEIGHTS + gate, q._Q16_RECURRENT_WEIGHTS + gate, q._Q16_BIASES + gate)
-             for gate in (q._Q16_INPUT_GATE, q._Q16_CELL_GATE, q._Q16_FORGET_GATE, q._Q16_OUTPUT_GATE)]
-    weights_zero = g.operand(inputs[q._Q16_INPUT_WEIGHTS]).zero_point
+    order = [(q.Q16_INPUT_WEIGHTS + gate, q.Q16_RECURRENT_WEIGHTS + gate, q.Q16_BIASES + gate)
+             for gate in (q.Q16_INPUT_GATE, q.Q16_CELL_GATE, q.Q16_FORGET_GATE, q.Q16_OUTPUT_GATE)]
+    weights_zero = g.operand(inputs[q.Q16_INPUT_WEIGHTS]).zero_point
     rows = []
     for wx, wh, _ in order:
         parts = []
@@ -132,12 +132,12 @@ def lower_quantized_16bit_lstm(g: GraphBuilder, operation: Operation) -> None:
                                           g.constant(np.array(weights_zero, np.uint8))])
     biases = g.one("Concat", [_int64(g, inputs[b], f"input {b}", "int32", [units]) for _, _, b in order], axis=0)
     accumulator = g.one("Add", [g.one("Cast", [accumulator], to=_I64), biases])
-    multiplier, shift = q._multiplier(4096 * float(np.float32(g.operand(inputs[q._Q16_BIASES]).scale)))
+    multiplier, shift = q.float32_multiplier(4096 * float(np.float32(g.operand(inputs[q.Q16_BIASES]).scale)))
     gates = _clamp(g, _multiply_by_quantized_multiplier(g, accumulator, multiplier, shift), -32768, 32767)
     blocks = g.node("Split", [gates, g.constant(np.array([units] * 4, np.int64))], 4, axis=1)
     input_gate, forget_gate, output_gate = (_table(g, q.fixed_logistic, blocks[k]) for k in (0, 2, 3))
     modulation = _table(g, q.fixed_tanh, blocks[1])
-    cell = _int64(g, inputs[q._Q16_CELL_IN], "the cell state", "int16", [batch, units])
+    cell = _int64(g, inputs[q.Q16_CELL_IN], "the cell state", "int16", [batch, units])
     new_cell = _clamp(g, g.one("Add", [_rounding_divide_by_pot(g, _srdhm16(g, input_gate, modulation), 4),
                                         _srdhm16(g, forget_gate, cell)]), -32768, 32767)
     doubled = _clamp(g, g.one("Mul", [new_cell, scalar_i64(g, 2)]), -32768, 32767)  # SaturatingRoundingMultiplyByPOT<1>
