@@ -312,11 +312,13 @@ def test_uint8_weights_run_as_int8(ort_device, weight_zero_point, high, centered
     from nnapi.runtime.model_builder import build_hal_model
 
     rng = np.random.default_rng(11)
-    weights = rng.integers(0, high + 1, (4, 3, 3, 3)).astype(np.uint8)
+    # 4 input channels: the plain QLinearConv (on 1-3 a centered filter is spread over merged
+    # columns, _merged_columns)
+    weights = rng.integers(0, high + 1, (4, 3, 3, 4)).astype(np.uint8)
     weights.reshape(-1)[:2] = [0, high]
     model = nnapi.Model()
-    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 5, 5, 3], scale=0.05, zero_point=120))
-    w = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [4, 3, 3, 3], scale=0.01, zero_point=weight_zero_point))
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 5, 5, 4], scale=0.05, zero_point=120))
+    w = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [4, 3, 3, 4], scale=0.01, zero_point=weight_zero_point))
     model.set_operand_value(w, weights)
     bias = model.add_operand(OperandType(T.TENSOR_INT32, [4], scale=0.05 * 0.01))
     model.set_operand_value(bias, np.arange(-2, 2, dtype=np.int32) * 40)
@@ -334,7 +336,7 @@ def test_uint8_weights_run_as_int8(ort_device, weight_zero_point, high, centered
     assert int(zero) == (0 if centered else weight_zero_point - 128)
     np.testing.assert_array_equal(stored.astype(int) - int(zero),
                                   weights.transpose(0, 3, 1, 2).astype(int) - weight_zero_point)
-    image = rng.integers(0, 256, (1, 5, 5, 3)).astype(np.uint8)
+    image = rng.integers(0, 256, (1, 5, 5, 4)).astype(np.uint8)
     outputs = [np.zeros((1, 5, 5, 4), np.uint8)]
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(ours[0])) > 10
@@ -1462,25 +1464,30 @@ def test_second_compilation_comes_from_the_cache(ort_device, tmp_path):
     assert np.abs(results[0]).max() > 0
 
 
-@pytest.mark.parametrize("depth, stride, kernel, padding, merged", [
-    (3, 2, 3, "same", True), (3, 2, 3, (1, 1, 1, 1), True), (1, 2, 3, "same", True), (2, 2, 5, (2, 1, 2, 3), True),
-    (3, 2, 2, "valid", True), (3, 2, 3, "valid", False), (1, 1, 3, "same", False)])
+@pytest.mark.parametrize("depth, stride, kernel, padding, width, open_batch, merged", [
+    (3, 2, 3, "same", 16, False, True), (3, 2, 3, (1, 1, 1, 1), 16, False, True), (1, 2, 3, "same", 16, False, True),
+    (2, 2, 5, (2, 1, 2, 3), 16, False, True), (3, 2, 2, "valid", 16, False, True),
+    (3, 2, 3, "valid", 16, False, True), (1, 1, 3, "same", 16, False, True), (1, 1, 3, "valid", 15, True, True),
+    (3, 2, 3, "same", 13, True, True), (1, 2, 3, "same", 11, False, True), (2, 1, 2, "valid", 9, True, True),
+    (3, 5, 3, "same", 16, False, False)])
 def test_image_convolution_with_merged_columns_equals_the_plain_one(ort_device, monkeypatch, depth, stride, kernel,
-                                                                      padding, merged):
+                                                                      padding, width, open_batch, merged):
     """A quantized CONV_2D on 1-3 channels runs on ORT as a convolution of the input with
     adjacent columns merged into channels (a filter spread with zeros): the same integer
     sums, so the outputs equal the plain QLinearConv's bit for bit (and the reference's
-    within a step), per-channel int8 weights, padding on every side. Not where the output
-    does not cover the merged columns (VALID 3x3 stride 2) or where the spread filter would
-    cost over three times the multiply-adds (stride 1 on one channel)."""
+    within a step), per-channel int8 weights, padding on every side. Also where the output
+    does not cover the merged columns (VALID, an odd width: the input padded with its zero
+    point, the extra output columns sliced off), on an open batch (a microcontroller
+    model's [?, 84, 84, 1] image), and at 4x the multiply-adds (stride 1 on one channel);
+    not beyond (stride 5: 20 merged columns for 3 taps)."""
     from nnapi.drivers.ort import lowering
     from nnapi.runtime.model_builder import build_hal_model
 
     rng = np.random.default_rng(21)
-    height, width, channels_out = 9, 16, 8
+    height, channels_out = 9, 8
     model = nnapi.Model()
-    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, height, width, depth], scale=0.03,
-                                      zero_point=-5))
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [0 if open_batch else 2, height, width, depth],
+                                      scale=0.03, zero_point=-5))
     w = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [channels_out, kernel, kernel, depth]))
     scales = rng.uniform(0.002, 0.02, channels_out).astype(np.float32)
     model.set_operand_symm_per_channel_quant_params(w, nnapi.SymmPerChannelQuantParams(0, scales.tolist()))
@@ -1496,7 +1503,8 @@ def test_image_convolution_with_merged_columns_equals_the_plain_one(ort_device, 
         scalars = [_constant(model, T.INT32, v) for v in (left, right, top, bottom, stride, stride, 0)]
         out_width = (width + left + right - kernel) // stride + 1
         out_height = (height + top + bottom - kernel) // stride + 1
-    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, out_height, out_width, channels_out],
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED,
+                                      [0 if open_batch else 2, out_height, out_width, channels_out],
                                       scale=0.1, zero_point=3))
     model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
     model.identify_inputs_and_outputs([x], [y])
