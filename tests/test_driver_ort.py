@@ -1526,6 +1526,51 @@ def test_image_convolution_with_merged_columns_equals_the_plain_one(ort_device, 
     np.testing.assert_array_equal(ours[0], plain[0])
 
 
+@pytest.mark.parametrize("per_channel, padding", [(True, "valid"), (False, "same")])
+def test_depthwise_convolution_of_one_channel_merges_columns(ort_device, monkeypatch, per_channel, padding):
+    """A quantized DEPTHWISE_CONV_2D of one input channel (multiplier 8: a fingerprint
+    model's 180x180x1 5x5 stride 2 first layer) is a CONV_2D to 8 channels, and runs on ORT
+    in the merged-columns form: its outputs equal the plain QLinearConv's bit for bit (and
+    the reference's within a step), per-channel (scales along the depthwise filter's last
+    dimension) or per-tensor int8 weights."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.runtime.model_builder import build_hal_model
+
+    rng = np.random.default_rng(23)
+    height, width, multiplier, kernel, stride = 19, 22, 8, 5, 2
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, height, width, 1], scale=1.0, zero_point=0))
+    filters = rng.integers(-127, 128, (1, kernel, kernel, multiplier)).astype(np.int8)
+    if per_channel:
+        w = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [1, kernel, kernel, multiplier]))
+        scales = rng.uniform(0.0005, 0.002, multiplier).astype(np.float32)
+        model.set_operand_symm_per_channel_quant_params(w, nnapi.SymmPerChannelQuantParams(3, scales.tolist()))
+    else:
+        w = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, kernel, kernel, multiplier], scale=0.001,
+                                          zero_point=0))
+    model.set_operand_value(w, filters)
+    bias = model.add_operand(OperandType(T.TENSOR_INT32, [multiplier], scale=0.0 if per_channel else 0.001))
+    model.set_operand_value(bias, rng.integers(-500, 500, multiplier).astype(np.int32))
+    scalars = [_constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, stride, stride, multiplier, 0)]
+    out_height, out_width = ((-(-height // stride), -(-width // stride)) if padding == "same"
+                             else ((height - kernel) // stride + 1, (width - kernel) // stride + 1))
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, out_height, out_width, multiplier],
+                                      scale=0.5, zero_point=-3))
+    model.add_operation(Op.DEPTHWISE_CONV_2D, [x, w, bias, *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
+    filter_shapes = [list(t.dims) for t in onnx_model.graph.initializer if len(t.dims) == 4]
+    assert filter_shapes[0][1] == 4, filter_shapes  # four merged columns of the one channel
+    image = rng.integers(-128, 128, (1, height, width, 1)).astype(np.int8)
+    outputs = [np.zeros((1, out_height, out_width, multiplier), np.int8)]
+    ours, theirs = _on_both(model, [image], outputs, ort_device)
+    assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(ours[0])) > 20
+    monkeypatch.setattr(lowering, "_merged_columns", lambda *arguments: None)
+    plain, _ = _on_both(model, [image], outputs, ort_device)
+    np.testing.assert_array_equal(ours[0], plain[0])
+
+
 @pytest.mark.parametrize("channels_out, width, stride, factor", [
     (2, 16, 1, 8), (4, 16, 1, 4), (3, 12, 1, 4), (2, 12, 1, 4), (12, 16, 1, 2), (2, 9, 1, 1), (16, 16, 1, 1),
     (2, 16, 2, 1)])

@@ -1007,7 +1007,9 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: ConvParams, a
     costs 2-4x its float Conv, so the spread filter pays up to 4x the multiply-adds (stride
     1 on one channel): a microcontroller keyword spotter's or classifier's first layer
     (onnxruntime 1.32, one thread): 84x84x1 VALID 3x3 to 16 channels 104 -> 25 us, the same
-    SAME 110 -> 27 us, 96x96x3 SAME 3x3 to 8 150 -> 37 us, 59x49x1 3x3 stride 2 15 -> 10 us."""
+    SAME 110 -> 27 us, 96x96x3 SAME 3x3 to 8 150 -> 37 us, 59x49x1 3x3 stride 2 15 -> 10 us.
+    A DEPTHWISE_CONV_2D of one input channel (``array`` [multiplier, 1, H, W]) is such a
+    convolution too (a fingerprint model's 180x180x1 5x5 stride 2 to 8: 153 -> 51 us)."""
     filter_operand = g.operand(operation.inputs[1])
     symmetric = centered or filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL or (
         filter_operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED and filter_operand.zero_point == 0)
@@ -1048,7 +1050,7 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: ConvParams, a
         spread.reshape(per_pixel * channels_out, kernel_h, taps, factor * depth).transpose(0, 3, 1, 2))
     if filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         quant = filter_operand.channel_quant
-        if quant is None or quant.channel_dim != 0:
+        if quant is None or quant.channel_dim != (3 if operation.type == OperationCode.DEPTHWISE_CONV_2D else 0):
             return None
         w_scale = g.constant(np.tile(np.asarray(quant.scales, np.float32), per_pixel), "wscale")
         w_zero = g.constant(np.zeros(per_pixel * channels_out, np.int8), "wzp")
@@ -1267,7 +1269,10 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
             raise Declined("a quantized output needs a quantized input")
         if g.operand(operation.inputs[2]).type != T.TENSOR_INT32:
             raise Declined("a quantized convolution needs an int32 bias")
-        known = None if depthwise or grouped or params.nchw else constant_filter(g, operation.inputs[1], False)
+        # a DEPTHWISE_CONV_2D of one input channel is a CONV_2D (its multiplier the output
+        # channels): the merged-columns form applies to it too
+        plain = not (depthwise or grouped) or (depthwise and channels_in == 1)
+        known = constant_filter(g, operation.inputs[1], depthwise) if plain and not params.nchw else None
         merged = None if known is None else _merged_columns(g, operation, params, *known)
         if merged is not None:
             g.set_output(operation.outputs[0], fused_activation(g, merged, params.fuse, output))
