@@ -40,6 +40,7 @@ from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
 from nnapi.drivers.ort import requantize
 from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_composites
 from nnapi.drivers.ort.padded_add import split_padded_adds
+from nnapi.drivers.ort.scalar_broadcast import widen_scalars
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.ort.twins import merge_twin_branches
 from nnapi.drivers.ort.versions import onnxruntime_at_least
@@ -3903,7 +3904,9 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
     _drop_unread_nodes(g, output_names)  # first, so that a value read only by its output's Identity is seen so
     _drop_output_identities(g)
     graph = helper.make_graph(g.nodes, "nnapi", g.inputs, outputs, g.initializers)
-    return onnx_model(graph, g.uses_ms_domain, producer_name="nnapi"), input_names, output_names
+    lowered = onnx_model(graph, g.uses_ms_domain, producer_name="nnapi")
+    widen_scalars(lowered)
+    return lowered, input_names, output_names
 
 
 def _composite(g: GraphBuilder, root: Operation, op_type: str, source: int, parameters: tuple) -> str:
