@@ -45,6 +45,7 @@ from nnapi.drivers.ort import (
     quantized_resize,  # noqa: F401  (importing it registers its lowerings)
     quantized_softmax,  # noqa: F401  (importing it registers its lowerings)
     recurrent,  # noqa: F401  (importing it registers its lowerings)
+    requantizing_quantize,  # noqa: F401  (importing it registers its lowerings)
     resize_pointwise,  # noqa: F401  (importing it registers its lowerings)
     runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
     small_graphs,  # noqa: F401  (importing it registers its lowerings)

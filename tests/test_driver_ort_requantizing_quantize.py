@@ -1,0 +1,110 @@
+"""nnapi-ort-cpu's QUANTIZE of a DEQUANTIZEd 8-bit tensor (drivers/ort/requantizing_quantize.py:
+the importer's requantizing QUANTIZE): into the same scale the stored values shifted between
+the zero points, into another a DequantizeLinear / QuantizeLinear pair where ONNX Runtime's
+rounding proves equal; both equal to the reference bit for bit, without the float rounding
+chain; a pair whose halves ONNX Runtime would round otherwise keeps the general lowering."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import nnapi  # noqa: E402
+from nnapi import OperandCode as T  # noqa: E402
+from nnapi import OperandType  # noqa: E402
+from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
+from nnapi.operand import dtype_of  # noqa: E402
+from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("calibration_file")
+
+
+def _requantize_model(source: tuple, output: tuple) -> nnapi.Model:
+    """DEQUANTIZE then QUANTIZE of a [2, 256] tensor: (code, scale, zero point) each."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(source[0], [2, 256], source[1], source[2]))
+    real = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 256]))
+    y = model.add_operand(OperandType(output[0], [2, 256], output[1], output[2]))
+    model.add_operation(Op.DEQUANTIZE, [x], [real])
+    model.add_operation(Op.QUANTIZE, [real], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+def _run(model: nnapi.Model, device: nnapi.Device, value: np.ndarray, code) -> np.ndarray:
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, value)
+    out = np.zeros(value.shape, dtype_of(code))
+    execution.set_output(0, out)
+    execution.compute()
+    return out
+
+
+def _node_types(model: nnapi.Model) -> list[str]:
+    hal, _ = build_hal_model(model)
+    onnx_model, _, _ = lower_model(hal)
+    return [node.op_type for node in onnx_model.graph.node]
+
+
+def _reference() -> nnapi.Device:
+    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+
+
+def _every_value(code) -> np.ndarray:
+    stored = np.arange(256).astype(np.uint8).view(dtype_of(code))
+    return np.stack([stored, stored[::-1]])
+
+
+@pytest.mark.parametrize(("source", "output"), [
+    ((T.TENSOR_QUANT8_ASYMM, 0.00392157, 0), (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.00392157, -128)),   # uint8 input
+    ((T.TENSOR_QUANT8_ASYMM_SIGNED, 0.0125, -3), (T.TENSOR_QUANT8_ASYMM, 0.0125, 125)),           # uint8 output
+    ((T.TENSOR_QUANT8_ASYMM, 0.3, 7), (T.TENSOR_QUANT8_ASYMM, 0.3, 7)),
+    ((T.TENSOR_QUANT8_ASYMM, 0.05, 3), (T.TENSOR_QUANT8_ASYMM, 0.05, 200)),                      # saturating
+    ((T.TENSOR_QUANT8_ASYMM_SIGNED, 1.7, 5), (T.TENSOR_QUANT8_ASYMM_SIGNED, 1.7, -100)),
+    ((T.TENSOR_QUANT8_ASYMM_SIGNED, 0.02, 0), (T.TENSOR_QUANT8_ASYMM, 0.02, 0)),
+])
+def test_same_scale_requantize_is_the_shift_equal_to_the_reference(ort_device, source, output):
+    """Every stored value gives the reference's result bit for bit, and the lowered graph has
+    none of the float rounding's nodes (Div, Floor): the general lowering had both."""
+    model = _requantize_model(source, output)
+    value = _every_value(source[0])
+    want = _run(model, _reference(), value, output[0])
+    np.testing.assert_array_equal(_run(model, ort_device, value, output[0]), want)
+    types = _node_types(model)
+    assert "Div" not in types and "Floor" not in types, types
+
+
+@pytest.mark.parametrize(("source", "output"), [
+    ((T.TENSOR_QUANT8_ASYMM_SIGNED, 0.00390625, -128), (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.011785468086600304, -89)),
+    ((T.TENSOR_QUANT8_ASYMM_SIGNED, 0.042037, -121), (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.031472, -119)),
+    ((T.TENSOR_QUANT8_ASYMM, 0.05, 3), (T.TENSOR_QUANT8_ASYMM, 0.07, 10)),
+    ((T.TENSOR_QUANT8_ASYMM, 0.05, 3), (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.011, 100)),                # saturating
+])
+def test_other_scales_are_a_proven_pair_equal_to_the_reference(ort_device, source, output):
+    """YOLOv8's class scores into its detections' scale (the first pair) and others: equal to
+    the reference on every stored value, through DequantizeLinear / QuantizeLinear only."""
+    model = _requantize_model(source, output)
+    value = _every_value(source[0])
+    np.testing.assert_array_equal(_run(model, ort_device, value, output[0]),
+                                  _run(model, _reference(), value, output[0]))
+    types = _node_types(model)
+    assert "Div" not in types and "Floor" not in types, types
+
+
+def test_a_pair_with_halves_keeps_the_general_lowering(ort_device):
+    """Scales 0.5 -> 1: every odd stored value is an exact half, which QuantizeLinear rounds
+    to even and the reference away from zero: the general lowering (its Floor), still equal
+    to the reference."""
+    source, output = (T.TENSOR_QUANT8_ASYMM, 0.5, 3), (T.TENSOR_QUANT8_ASYMM, 1.0, 100)
+    model = _requantize_model(source, output)
+    value = _every_value(source[0])
+    np.testing.assert_array_equal(_run(model, ort_device, value, output[0]),
+                                  _run(model, _reference(), value, output[0]))
+    assert "Floor" in _node_types(model)
