@@ -23,6 +23,44 @@ def reference_devices() -> list[nnapi.Device]:
     return [device for device in nnapi.get_devices() if device.name == REFERENCE]
 
 
+def reference_device() -> nnapi.Device:
+    """nnapi-reference, the device an optimized path's results are compared with."""
+    return reference_devices()[0]
+
+
+def run_on(model: nnapi.Model, device: nnapi.Device, inputs: Sequence[np.ndarray],
+           outputs: Sequence[np.ndarray], typed: bool = False) -> list[np.ndarray]:
+    """Compile ``model`` for ``device`` alone and run it once on ``inputs``, writing
+    ``outputs`` (returned). ``typed``: each float32 argument given its own shape as the
+    operand type, for a model whose operands leave dimensions open (a free batch)."""
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    for position, value in enumerate(inputs):
+        execution.set_input(position, value, OperandType(nnapi.OperandCode.TENSOR_FLOAT32, list(value.shape))
+                            if typed else None)
+    for position, array in enumerate(outputs):
+        execution.set_output(position, array, OperandType(nnapi.OperandCode.TENSOR_FLOAT32, list(array.shape))
+                             if typed else None)
+    execution.compute()
+    return list(outputs)
+
+
+def lowered_graph(model: nnapi.Model):
+    """The ONNX graph (onnx.GraphProto) that nnapi-ort-cpu's lowering writes for the whole
+    of ``model``, with every lowering module registered (needs onnxruntime and onnx)."""
+    from nnapi.drivers.ort.device import OrtDevice  # noqa: F401  (registers every lowering)
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    return lower_model(build_hal_model(model)[0])[0].graph
+
+
+def lowered_node_types(model: nnapi.Model) -> list[str]:
+    """The operator of each node of ``lowered_graph(model)``, in order."""
+    return [node.op_type for node in lowered_graph(model).node]
+
+
 @contextmanager
 def only_devices(*devices) -> Iterator[None]:
     """Register ``devices`` and let the runtime see only them and nnapi-reference until the

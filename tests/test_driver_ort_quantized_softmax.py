@@ -12,13 +12,12 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import lowered_node_types, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.drivers.ort import quantized_softmax  # noqa: E402
-from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
 from nnapi.operand import dtype_of  # noqa: E402
-from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
 
@@ -43,30 +42,13 @@ def _softmax_model(code, shape, scale, zero_point, beta, axis=None) -> nnapi.Mod
 
 
 def _run(model: nnapi.Model, device: nnapi.Device, value: np.ndarray) -> np.ndarray:
-    compilation = nnapi.Compilation(model, [device])
-    compilation.finish()
-    execution = nnapi.Execution(compilation)
-    execution.set_input(0, value)
-    out = np.zeros_like(value)
-    execution.set_output(0, out)
-    execution.compute()
-    return out
-
-
-def _node_types(model: nnapi.Model) -> list[str]:
-    hal, _ = build_hal_model(model)
-    onnx_model, _, _ = lower_model(hal)
-    return [node.op_type for node in onnx_model.graph.node]
+    return run_on(model, device, [value], [np.zeros_like(value)])[0]
 
 
 def _all_pairs(code) -> np.ndarray:
     """Every pair of stored values, as [1, 256, 256, 2]."""
     stored = np.arange(256).astype(np.uint8).view(dtype_of(code))
     return np.stack(np.meshgrid(stored, stored, indexing="ij"), -1)[None]
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
 
 
 @pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
@@ -78,9 +60,9 @@ def test_two_classes_are_a_logistic_equal_to_the_reference(ort_device, code, sca
     zero_point = zero_point - 128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else zero_point
     value = _all_pairs(code)
     model = _softmax_model(code, list(value.shape), scale, zero_point, beta, axis)
-    types = _node_types(model)
+    types = lowered_node_types(model)
     assert "Sigmoid" in types and "Softmax" not in types
-    ours, theirs = _run(model, ort_device, value), _run(model, _reference(), value)
+    ours, theirs = _run(model, ort_device, value), _run(model, reference_device(), value)
     np.testing.assert_array_equal(ours, theirs)
     assert len(np.unique(ours)) >= 5  # not a constant
 
@@ -95,12 +77,12 @@ def test_a_probe_that_differs_keeps_softmax(ort_device, monkeypatch):
     quantized_softmax._proven.cache_clear()
     try:
         assert not quantized_softmax._proven((int(code), 0.05, 128), 1.0, (int(code), 1 / 256, 0))
-        types = _node_types(model)
+        types = lowered_node_types(model)
     finally:
         quantized_softmax._proven.cache_clear()
     assert "Softmax" in types and "Sigmoid" not in types
     value = _all_pairs(code)
-    ours, theirs = _run(model, ort_device, value), _run(model, _reference(), value)
+    ours, theirs = _run(model, ort_device, value), _run(model, reference_device(), value)
     assert np.abs(ours.astype(int) - theirs).max() <= 1
 
 
@@ -110,7 +92,7 @@ def test_other_class_counts_and_axes_keep_softmax(ort_device, shape, axis):
     reference."""
     code = T.TENSOR_QUANT8_ASYMM
     model = _softmax_model(code, shape, 0.1, 128, 1.0, axis)
-    assert "Softmax" in _node_types(model)
+    assert "Softmax" in lowered_node_types(model)
     value = np.random.default_rng(3).integers(0, 256, shape).astype(np.uint8)
-    ours, theirs = _run(model, ort_device, value), _run(model, _reference(), value)
+    ours, theirs = _run(model, ort_device, value), _run(model, reference_device(), value)
     assert np.abs(ours.astype(int) - theirs).max() <= 1

@@ -13,12 +13,11 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import lowered_node_types, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
-from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
 from nnapi.operand import dtype_of  # noqa: E402
-from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
 
@@ -37,24 +36,7 @@ def _requantize_model(source: tuple, output: tuple) -> nnapi.Model:
 
 
 def _run(model: nnapi.Model, device: nnapi.Device, value: np.ndarray, code) -> np.ndarray:
-    compilation = nnapi.Compilation(model, [device])
-    compilation.finish()
-    execution = nnapi.Execution(compilation)
-    execution.set_input(0, value)
-    out = np.zeros(value.shape, dtype_of(code))
-    execution.set_output(0, out)
-    execution.compute()
-    return out
-
-
-def _node_types(model: nnapi.Model) -> list[str]:
-    hal, _ = build_hal_model(model)
-    onnx_model, _, _ = lower_model(hal)
-    return [node.op_type for node in onnx_model.graph.node]
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+    return run_on(model, device, [value], [np.zeros(value.shape, dtype_of(code))])[0]
 
 
 def _every_value(code) -> np.ndarray:
@@ -75,9 +57,9 @@ def test_same_scale_requantize_is_the_shift_equal_to_the_reference(ort_device, s
     none of the float rounding's nodes (Div, Floor): the general lowering had both."""
     model = _requantize_model(source, output)
     value = _every_value(source[0])
-    want = _run(model, _reference(), value, output[0])
+    want = _run(model, reference_device(), value, output[0])
     np.testing.assert_array_equal(_run(model, ort_device, value, output[0]), want)
-    types = _node_types(model)
+    types = lowered_node_types(model)
     assert "Div" not in types and "Floor" not in types, types
 
 
@@ -93,8 +75,8 @@ def test_other_scales_are_a_proven_pair_equal_to_the_reference(ort_device, sourc
     model = _requantize_model(source, output)
     value = _every_value(source[0])
     np.testing.assert_array_equal(_run(model, ort_device, value, output[0]),
-                                  _run(model, _reference(), value, output[0]))
-    types = _node_types(model)
+                                  _run(model, reference_device(), value, output[0]))
+    types = lowered_node_types(model)
     assert "Div" not in types and "Floor" not in types, types
 
 
@@ -106,5 +88,5 @@ def test_a_pair_with_halves_keeps_the_general_lowering(ort_device):
     model = _requantize_model(source, output)
     value = _every_value(source[0])
     np.testing.assert_array_equal(_run(model, ort_device, value, output[0]),
-                                  _run(model, _reference(), value, output[0]))
-    assert "Floor" in _node_types(model)
+                                  _run(model, reference_device(), value, output[0]))
+    assert "Floor" in lowered_node_types(model)

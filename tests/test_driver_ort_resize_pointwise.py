@@ -10,6 +10,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import lowered_graph, lowered_node_types, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -48,30 +49,10 @@ def _pyramid_step(batch: int, channels: int, filters: int, fuse: int, flags: tup
     return model
 
 
-def _lowered(model: nnapi.Model):
-    from nnapi.drivers.ort.device import OrtDevice  # noqa: F401  (registers every lowering)
-    from nnapi.drivers.ort.lowering import lower_model
-    from nnapi.runtime.model_builder import build_hal_model
-
-    return lower_model(build_hal_model(model)[0])[0].graph
-
-
-def _run(model: nnapi.Model, device: nnapi.Device, x: np.ndarray, shapes: list[tuple[int, ...]]) -> list:
-    compilation = nnapi.Compilation(model, [device])
-    compilation.finish()
-    execution = nnapi.Execution(compilation)
-    execution.set_input(0, x, OperandType(T.TENSOR_FLOAT32, list(x.shape)))
-    results = [np.zeros(shape, np.float32) for shape in shapes]
-    for position, array in enumerate(results):
-        execution.set_output(position, array, OperandType(T.TENSOR_FLOAT32, list(array.shape)))
-    execution.compute()
-    return results
-
-
 def _check(model, device, batch, shapes) -> None:
-    reference = next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
     x = np.random.default_rng(batch).uniform(-1, 1, (batch, 5, 6, 48)).astype(np.float32)
-    ours, theirs = (_run(model, d, x, shapes) for d in (device, reference))
+    ours, theirs = (run_on(model, d, [x], [np.zeros(shape, np.float32) for shape in shapes], typed=True)
+                    for d in (device, reference_device()))
     for a, b in zip(ours, theirs):
         scale = np.abs(b).max()
         assert np.abs(a - b).max() <= 4e-6 * scale and len(np.unique(a)) > 100
@@ -86,7 +67,7 @@ def test_a_resize_before_a_reducing_pointwise_convolution_runs_after_it(ort_devi
     float32 rounding, in each coordinate mode, with no activation, RELU and RELU6."""
     model = _pyramid_step(1, 48, 16, fuse, flags)
     assert all(model.get_supported_operations_for_devices([ort_device]))
-    graph = _lowered(model)
+    graph = lowered_graph(model)
     ops = [node.op_type for node in graph.node]
     assert ops.index("Conv") < ops.index("Resize") < len(ops) - 1 - ops[::-1].index("Conv")
     assert [16, 48, 1, 1] in [list(t.dims) for t in graph.initializer]
@@ -99,7 +80,7 @@ def test_a_resize_read_elsewhere_or_before_a_widening_convolution_stays_first(or
     for model, shapes in ((_pyramid_step(1, 48, 16, 1, (False, True), also_read=True), [(1, 10, 12, 16),
                                                                                         (1, 10, 12, 48)]),
                           (_pyramid_step(1, 48, 64, 1, (False, True)), [(1, 10, 12, 64)])):
-        ops = [node.op_type for node in _lowered(model).node]
+        ops = lowered_node_types(model)
         assert ops.index("Resize") < ops.index("Conv")
         _check(model, ort_device, 1, shapes)
 
@@ -107,7 +88,7 @@ def test_a_resize_read_elsewhere_or_before_a_widening_convolution_stays_first(or
 def test_a_resize_on_a_free_batch_runs_after_the_convolution(ort_device):
     """A free batch (1 and 3 at run time): the same lowering, the reference's values."""
     model = _pyramid_step(0, 48, 16, 3, (False, True))
-    ops = [node.op_type for node in _lowered(model).node]
+    ops = lowered_node_types(model)
     assert ops.index("Conv") < ops.index("Resize")
     for batch in (1, 3):
         _check(model, ort_device, batch, [(batch, 10, 12, 16)])

@@ -11,6 +11,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import lowered_node_types, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -63,33 +64,10 @@ def _mixer(batch: int, fuses: tuple[int, ...] = (1, 0), output_inside: bool = Fa
     return model
 
 
-def _lowered_ops(model: nnapi.Model) -> list[str]:
-    from nnapi.drivers.ort.device import OrtDevice  # noqa: F401  (registers every lowering)
-    from nnapi.drivers.ort.lowering import lower_model
-    from nnapi.runtime.model_builder import build_hal_model
-
-    return [node.op_type for node in lower_model(build_hal_model(model)[0])[0].graph.node]
-
-
-def _outputs(model: nnapi.Model, device: nnapi.Device, x: np.ndarray, shapes: list[tuple[int, ...]]) -> list:
-    compilation = nnapi.Compilation(model, [device])
-    compilation.finish()
-    execution = nnapi.Execution(compilation)
-    execution.set_input(0, x, OperandType(T.TENSOR_FLOAT32, list(x.shape)))
-    results = [np.zeros(shape, np.float32) for shape in shapes]
-    for position, array in enumerate(results):
-        execution.set_output(position, array, OperandType(T.TENSOR_FLOAT32, list(array.shape)))
-    execution.compute()
-    return results
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
-
-
 def _check(model: nnapi.Model, device: nnapi.Device, batch: int, shapes: list[tuple[int, ...]]) -> None:
     x = np.random.default_rng(batch).uniform(-1, 1, (batch, 1, TOKENS, CHANNELS)).astype(np.float32)
-    ours, theirs = (_outputs(model, d, x, shapes) for d in (device, _reference()))
+    ours, theirs = (run_on(model, d, [x], [np.zeros(shape, np.float32) for shape in shapes], typed=True)
+                    for d in (device, reference_device()))
     for a, b in zip(ours, theirs):
         scale = np.abs(b).max()
         assert np.abs(a - b).max() <= 2e-6 * scale and len(np.unique(a)) > 100
@@ -103,7 +81,7 @@ def test_token_mixing_is_a_chain_of_gemms_with_the_reference_values(ort_device, 
     NCHW, the Conv nodes, a Transpose back)."""
     model = _mixer(1, fuses)
     assert all(model.get_supported_operations_for_devices([ort_device]))
-    ops = _lowered_ops(model)
+    ops = lowered_node_types(model)
     assert "Transpose" not in ops and "Conv" not in ops and ops.count("Gemm") == len(fuses)
     assert ops.count("Relu") == fuses.count(1) and ops.count("Clip") == sum(f in (2, 3) for f in fuses)
     _check(model, ort_device, 1, [(1, 1, TOKENS, CHANNELS)])
@@ -114,7 +92,7 @@ def test_token_mixing_on_a_batch_broadcasts_the_filters(ort_device):
     (broadcast over the batch) and an Add of the bias column; the reference's values."""
     for batch in (2, 0):
         model = _mixer(batch)
-        ops = _lowered_ops(model)
+        ops = lowered_node_types(model)
         assert "Transpose" not in ops and "Conv" not in ops and ops.count("MatMul") == 2
         for run_batch in ((2,) if batch else (1, 3)):
             _check(model, ort_device, run_batch, [(run_batch, 1, TOKENS, CHANNELS)])
@@ -124,6 +102,6 @@ def test_a_chain_read_inside_is_lowered_operation_by_operation(ort_device):
     """A convolution's output that is also a model output (or a chain without its second
     TRANSPOSE) keeps the operation-by-operation lowering, with the reference's values."""
     model = _mixer(1, output_inside=True)
-    ops = _lowered_ops(model)
+    ops = lowered_node_types(model)
     assert "Gemm" not in ops and "Conv" in ops
     _check(model, ort_device, 1, [(1, 1, TOKENS, CHANNELS), (1, 1, CHANNELS, 40)])
