@@ -61,9 +61,9 @@ def lower_requantizing_quantize(g: GraphBuilder, operation: Operation) -> None:
     key = (float(source.scale), int(source.zero_point), int(output.type), float(output.scale),
            int(output.zero_point))
     zero_from, zero_to = int(source.zero_point), internal_zero_point(output)
-    if same_scale and _shift_proven(*key):
+    if same_scale and _shift_proven(*key, zero_to):
         scale_from = scale_to = 1.0
-    elif _pair_proven(*key):
+    elif _pair_proven(*key, zero_to):
         scale_from, scale_to = source.scale, output.scale
     else:
         lower_quantize(g, operation)
@@ -94,30 +94,24 @@ def _reference(scale: float, zero_point: int, output_code: int, output_scale: fl
     return stored.view(np.uint8)
 
 
-def _internal_zero_point(code: int, zero_point: int) -> int:
-    return zero_point + 128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else zero_point
-
-
 @functools.cache
 def _shift_proven(scale: float, zero_point: int, output_code: int, output_scale: float,
-                  output_zero_point: int) -> bool:
+                  output_zero_point: int, internal_output_zero_point: int) -> bool:
     """Whether the reference's result is the shift u - zero_point + the output's internal
     zero point, saturated, on every internal value."""
-    shifted = np.clip(_INTERNAL.astype(np.int64) - zero_point + _internal_zero_point(output_code, output_zero_point),
-                      0, 255)
+    shifted = np.clip(_INTERNAL.astype(np.int64) - zero_point + internal_output_zero_point, 0, 255)
     return bool(np.array_equal(_reference(scale, zero_point, output_code, output_scale, output_zero_point), shifted))
 
 
 @functools.cache
 def _pair_proven(scale: float, zero_point: int, output_code: int, output_scale: float,
-                 output_zero_point: int) -> bool:
+                 output_zero_point: int, internal_output_zero_point: int) -> bool:
     """Whether ONNX Runtime's DequantizeLinear / QuantizeLinear of the two quantizations
     gives the reference's result on every internal value."""
     initializers = [numpy_helper.from_array(np.array(scale, np.float32), "s"),
                     numpy_helper.from_array(np.array(zero_point, np.uint8), "z"),
                     numpy_helper.from_array(np.array(output_scale, np.float32), "os"),
-                    numpy_helper.from_array(np.array(_internal_zero_point(output_code, output_zero_point), np.uint8),
-                                            "oz")]
+                    numpy_helper.from_array(np.array(internal_output_zero_point, np.uint8), "oz")]
     graph = helper.make_graph(
         [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["real"]),
          helper.make_node("QuantizeLinear", ["real", "os", "oz"], ["y"])], "probe",
