@@ -3,6 +3,7 @@ logging and tracing."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -209,6 +210,110 @@ def test_fuzz_finds_a_planted_bug_and_writes_a_replayable_vector(tmp_path, signa
     devices = {d.name: d for d in nnapi.get_devices()}
     assert run_record(record, devices["nnapi-reference"]).passed
     assert not run_record(record, devices[wrong_conv_device]).passed
+
+
+def _chain(types: list[str], operand_type: str, values: list[float], name: str) -> dict:
+    """A fuzz record: x -> types[0] -> types[1] -> ... on one tensor of ``values``."""
+    def operand(label, lifetime, data=None):
+        return {"name": label, "type": operand_type, "dimensions": [len(values)], "scale": 0.0, "zeroPoint": 0,
+                "lifetime": lifetime, "channelQuant": None, "isIgnored": False, "data": data}
+
+    operands = [operand("x", "SUBGRAPH_INPUT", values)]
+    operations = []
+    for position, operation_type in enumerate(types):
+        last = position == len(types) - 1
+        operands.append(operand(f"op{position}_output0", "SUBGRAPH_OUTPUT" if last else "TEMPORARY_VARIABLE"))
+        operations.append({"type": operation_type, "inputs": [len(operands) - 2], "outputs": [len(operands) - 1]})
+    return {"spec": "fuzz", "version": "fuzz", "test": name,
+            "main": {"name": None, "operands": operands, "operations": operations, "inputIndexes": [0],
+                     "outputIndexes": [len(operands) - 1]},
+            "referenced": [], "isRelaxed": False, "expectFailure": False, "multinomialTolerance": 0.0,
+            "minSupportedVersion": "V1_0"}
+
+
+class _Rounding(IPreparedModel):
+    """Moves every float output one unit in the last place up (a device that rounds
+    differently, well within the CTS tolerance); with ``together``, adds 0.25 instead to
+    the outputs of models of two operations or more (a planted bug of a fused lowering)."""
+
+    def __init__(self, inner: IPreparedModel, model, together: bool) -> None:
+        self.inner, self.model, self.together = inner, model, together
+
+    def execute(self, request, measure_timing=False, deadline_ns=None, loop_timeout_ns=None):
+        shapes, timing = self.inner.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+        for argument, index in zip(request.outputs, self.model.main.output_indexes):
+            dtype = {nnapi.OperandCode.TENSOR_FLOAT32: np.float32,
+                     nnapi.OperandCode.TENSOR_FLOAT16: np.float16}.get(self.model.main.operands[index].type)
+            if dtype is not None:
+                location = argument.location
+                values = np.frombuffer(request.pools[location.pool_index], dtype,
+                                       location.length // np.dtype(dtype).itemsize, location.offset)
+                if not self.together:
+                    values[:] = np.nextafter(values, dtype(np.inf))
+                elif len(self.model.main.operations) > 1:
+                    values += dtype(0.25)
+        return shapes, timing
+
+
+class RoundingDevice(SampleDevice):
+    def __init__(self, name, operations, together=False):
+        super().__init__(name, operations)
+        self.together = together
+
+    def prepare_model(self, model, *args, **kwargs):
+        return _Rounding(super().prepare_model(model, *args, **kwargs), model, self.together)
+
+
+def test_fuzz_traces_a_difference_to_the_operation_that_fails_alone(tmp_path):
+    from nnapi.conformance import load_records, run_record
+    from nnapi.tools.fuzz import judge
+
+    devices = {d.name: d for d in nnapi.get_devices()}
+    record = _chain(["RELU", "RELU"], "TENSOR_FLOAT32", [-1.0, 0.5, 2.0], "relu_relu")
+    outcome = judge(record, devices["nnapi-reference"], devices["nnapi-reference"], np.random.default_rng(0))
+    assert outcome.status == "passed"
+    with only_devices(WrongDevice("wrong-relu", [Op.RELU])):
+        devices = {d.name: d for d in nnapi.get_devices()}
+        outcome = judge(record, devices["wrong-relu"], devices["nnapi-reference"], np.random.default_rng(0),
+                        tmp_path)
+        assert outcome.status == "failed"
+        # each RELU alone is 0.25 off (the second given the reference's [0, 0.5, 2])
+        assert "operation #0 RELU alone" in outcome.message and "operation #1 RELU alone" in outcome.message
+        assert outcome.path == str(tmp_path / "relu_relu_op0.jsonl")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["relu_relu.jsonl", "relu_relu_op0.jsonl",
+                                                               "relu_relu_op1.jsonl"]
+        (single,) = load_records(outcome.path)
+        assert [o["type"] for o in single["main"]["operations"]] == ["RELU"]
+        assert run_record(single, devices["nnapi-reference"]).passed
+        assert not run_record(single, devices["wrong-relu"]).passed
+        (second,) = load_records(tmp_path / "relu_relu_op1.jsonl")
+        assert second["main"]["operands"][0]["data"] == [0.0, 0.5, 2.0]  # the reference's first RELU
+
+
+def test_fuzz_tells_an_ill_conditioned_graph_from_a_failure():
+    from nnapi.tools.fuzz import judge
+
+    # EXP of ~7 in float16 is ~1100, where one ulp is 0.5 radians of SIN: a device rounding
+    # each output one ulp away moves SIN's results far past the tolerance, and so does the
+    # reference's own chain when its floats move by one ulp
+    steep = _chain(["EXP", "SIN"], "TENSOR_FLOAT16", [6.9, 7.0, 7.05, 7.1, 7.2, 7.25], "exp_sin")
+    gentle = _chain(["EXP", "SIN"], "TENSOR_FLOAT16", [-2.0, -1.0, -0.5, 0.0, 0.25, 0.5], "exp_sin_gentle")
+    with only_devices(RoundingDevice("rounding", [Op.EXP])):  # EXP's output leaves the device, rounded
+        devices = {d.name: d for d in nnapi.get_devices()}
+        outcome = judge(copy.deepcopy(steep), devices["rounding"], devices["nnapi-reference"],
+                        np.random.default_rng(0))
+        assert outcome.status == "ill-conditioned", outcome.message
+        assert "every operation passes alone" in outcome.message and outcome.path is None
+        outcome = judge(gentle, devices["rounding"], devices["nnapi-reference"], np.random.default_rng(0))
+        assert outcome.status == "passed", outcome.message
+    # a bug that shows only when the operations run together is a failure, never
+    # ill-conditioned: the reference's own chain stays within tolerance for one-ulp moves
+    sure = _chain(["RELU", "RELU"], "TENSOR_FLOAT32", [-1.0, 0.5, 2.0], "relu_relu_fused")
+    with only_devices(RoundingDevice("fused-bug", [Op.RELU], together=True)):
+        devices = {d.name: d for d in nnapi.get_devices()}
+        outcome = judge(sure, devices["fused-bug"], devices["nnapi-reference"], np.random.default_rng(0))
+        assert outcome.status == "failed"
+        assert "every operation passes alone: they differ only together" in outcome.message
 
 
 # --- commands -----------------------------------------------------------------------------

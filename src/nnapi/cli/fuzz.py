@@ -10,8 +10,9 @@ from nnapi.cli._common import EXIT_FAILED, CliError, find_device, print_json, pr
 
 def register(commands, common) -> None:
     parser = commands.add_parser("fuzz", parents=[common],
-                                 help="run random valid graphs on DEVICE and on nnapi-reference and compare them "
-                                      "(exit 1 when any differs)")
+                                 help="run random valid graphs on DEVICE and on nnapi-reference and compare them; "
+                                      "a difference is traced to the operation that fails alone (exit 1 when "
+                                      "any does)")
     parser.add_argument("--device", required=True, metavar="NAME", help="the device under test")
     parser.add_argument("--graphs", type=int, default=100, metavar="N", help="graphs to try (default 100)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -32,18 +33,22 @@ def cmd_fuzz(args) -> int:
     for outcome in progress(fuzz(device, args.graphs, args.seed, args.out, args.max_operations), args.graphs,
                             f"fuzz {device.name}"):
         outcomes.append(outcome)
-        if outcome.status == "failed" and not args.json:
+        if outcome.status in ("failed", "ill-conditioned") and not args.json:
             where = f" -> {outcome.path}" if outcome.path else ""
-            print(f"FAIL {outcome.graph} [{' '.join(outcome.operations)}]: {outcome.message}{where}")
+            label = "FAIL" if outcome.status == "failed" else "ILL-CONDITIONED"
+            print(f"{label} {outcome.graph} [{' '.join(outcome.operations)}]: {outcome.message}{where}")
             sys.stdout.flush()
     counts = Counter(outcome.status for outcome in outcomes)
     if args.json:
         print_json({"device": device.name, "seed": args.seed, "graphs": len(outcomes), **counts,
-                    "failures": [vars(o) for o in outcomes if o.status == "failed"]})
+                    "failures": [vars(o) for o in outcomes if o.status == "failed"],
+                    "ill_conditioned": [vars(o) for o in outcomes if o.status == "ill-conditioned"]})
     else:
         print(f"{device.name}: {len(outcomes)} graphs, {counts['passed']} passed, {counts['failed']} failed, "
-              f"{counts['invalid']} rejected by the reference (seed {args.seed})")
+              f"{counts['ill-conditioned']} ill-conditioned (each operation passes alone; one-step roundings move "
+              f"the reference as far), {counts['invalid']} rejected by the reference (seed {args.seed})")
         if counts["failed"] and args.out:
             print(f"replay one with: nnapi conformance {args.out}/<graph>.jsonl (with {device.name} loaded, "
-                  "as here, and no --device: operations it refuses run on nnapi-reference)")
+                  "as here, and no --device: operations it refuses run on nnapi-reference); <graph>_op<K>.jsonl "
+                  "is operation K alone on the reference's inputs")
     return EXIT_FAILED if counts["failed"] else 0

@@ -10,6 +10,17 @@ refuses) and on ``nnapi-reference`` alone; the CTS criteria judge the difference
 failing graph is written as a CTS vector (the reference's outputs as expected values),
 so ``nnapi conformance FILE`` with the device loaded replays it (no ``--device``: as in
 the fuzz run, the operations the device refuses go to the reference).
+
+A graph whose outputs differ is then explained. Each operation runs alone on the device,
+on the inputs the reference computed for it: one that fails there is the culprit, and its
+single-operation vector is written beside the graph. When every operation passes alone,
+the reference runs the graph again operation by operation with every value it reads or
+writes moved by one step (a float's last place, a quantized step: roundings a device may
+make differently): if its own outputs then move past the CTS tolerance, the graph is
+ill-conditioned (EXP into SIN, ties of a saturated TANH, a quantized SUB into a scale ten
+times finer, ...) and the device's difference,
+grown from roundings each within tolerance, is reported as such rather than as a failure.
+Otherwise the operations fail only together (a fused lowering, say): a failure.
 """
 
 from __future__ import annotations
@@ -165,13 +176,120 @@ def _run(record: dict, devices: list[nnapi.Device]) -> list[np.ndarray]:
     return list(session.run(feeds).values())
 
 
+#: Perturbed reference runs that look for an ill-conditioned graph.
+PERTURBATIONS = 3
+
+
+def _with_values(operand: dict, value: np.ndarray, lifetime: str) -> dict:
+    operand = copy.deepcopy(operand)
+    operand.update(lifetime=lifetime, dimensions=list(value.shape),
+                   data=[_json_value(v) for v in value.reshape(-1).tolist()])
+    return operand
+
+
+def _intermediates(record: dict, reference: nnapi.Device) -> dict[int, np.ndarray]:
+    """Every operation output of ``record``'s graph as the reference computes it."""
+    exposed = copy.deepcopy(record)
+    main = exposed["main"]
+    outputs = [i for operation in main["operations"] for i in operation["outputs"]]
+    for index in outputs:
+        main["operands"][index]["lifetime"] = "SUBGRAPH_OUTPUT"
+    main["outputIndexes"] = outputs
+    return dict(zip(outputs, _run(exposed, [reference]), strict=True))
+
+
+def alone(record: dict, position: int, values: dict[int, np.ndarray]) -> dict:
+    """Operation ``position`` of ``record`` as a single-operation CTS record: the inputs
+    earlier operations computed take ``values`` (the reference's), and so do its expected
+    outputs where ``values`` has them."""
+    main = record["main"]
+    operation = main["operations"][position]
+    operands: list[dict] = []
+    remap: dict[int, int] = {}
+    for old in operation["inputs"] + operation["outputs"]:
+        if old in remap:
+            continue
+        operand = main["operands"][old]
+        if old in operation["outputs"]:
+            operand = _with_values(operand, values[old], "SUBGRAPH_OUTPUT") if old in values else \
+                {**operand, "lifetime": "SUBGRAPH_OUTPUT"}
+        elif old in values:
+            operand = _with_values(operand, values[old], "SUBGRAPH_INPUT")
+        remap[old] = len(operands)
+        operands.append(operand)
+    inputs = [i for i, operand in enumerate(operands) if operand["lifetime"] == "SUBGRAPH_INPUT"]
+    return {**record, "test": f"{record['test']}_op{position}",
+            "main": {"name": None, "operands": operands,
+                     "operations": [{"type": operation["type"], "inputs": [remap[i] for i in operation["inputs"]],
+                                     "outputs": [remap[i] for i in operation["outputs"]]}],
+                     "inputIndexes": inputs, "outputIndexes": [remap[i] for i in operation["outputs"]]}}
+
+
+def _check(record: dict, devices: list[nnapi.Device]) -> list[str]:
+    """What differs when ``record`` runs on ``devices`` (the reference's outputs stored in it)."""
+    main = record["main"]
+    try:
+        actual = _run(record, devices)
+    except nnapi.NnapiError as error:
+        return [f"{devices[0].name}: {type(error).__name__}: {error}"]
+    return [problem for index, value in zip(main["outputIndexes"], actual)
+            if (problem := compare(record, main["operands"][index], value))]
+
+
+def _moved(value: np.ndarray, operand_type: str, rng: np.random.Generator) -> np.ndarray:
+    """``value`` with each element one step up or down: a unit in the last place of a float,
+    a quantized step (the CTS tolerance of a quantized value) of a quantized type."""
+    up = rng.random(value.shape) < 0.5
+    if operand_type in ("TENSOR_FLOAT32", "TENSOR_FLOAT16"):
+        return np.nextafter(value, np.where(up, np.inf, -np.inf).astype(value.dtype))
+    if operand_type in DATA_TYPES:  # the quantized ones
+        info = np.iinfo(value.dtype)
+        return np.clip(value.astype(np.int64) + np.where(up, 1, -1), info.min, info.max).astype(value.dtype)
+    return value
+
+
+def _ill_conditioned(record: dict, reference: nnapi.Device, rng: np.random.Generator) -> str | None:
+    """How far the reference's own outputs move past the CTS tolerance when every value it
+    reads or writes moves by one step (a float's last place, a quantized step) — the
+    graph's inputs, then each operation's outputs: roundings a device may make
+    differently; None when they stay within it."""
+    main = record["main"]
+    # boxes, anchors and regions keep their values: a moved box may break its ordering rules
+    kept = {i for operation in main["operations"] if operation["type"] in FIXED_OPERATIONS
+            for i in operation["inputs"]}
+    kept |= {i for operation in main["operations"] if operation["type"] in BOX_OPERATIONS
+             for i in operation["inputs"][1:]}
+    for _ in range(PERTURBATIONS):
+        moved = copy.deepcopy(record)
+        for index in set(main["inputIndexes"]) - kept:
+            operand = moved["main"]["operands"][index]
+            value = _moved(_array(operand["data"], nnapi.OperandCode[operand["type"]]), operand["type"], rng)
+            operand["data"] = [_json_value(v) for v in value.tolist()]
+        values: dict[int, np.ndarray] = {}
+        try:
+            for position, operation in enumerate(main["operations"]):
+                outputs = _run(alone(moved, position, values), [reference])
+                values.update((index, value if index in kept else _moved(value, main["operands"][index]["type"], rng))
+                              for index, value in zip(operation["outputs"], outputs))
+        except nnapi.NnapiError:  # a value moved out of an operation's domain: no verdict
+            continue
+        problems = [problem for index in main["outputIndexes"]
+                    if (problem := compare(record, main["operands"][index], values[index]))]
+        if problems:
+            return problems[0]
+    return None
+
+
 @dataclass
 class FuzzOutcome:
     graph: str
     operations: list[str]
-    status: str  # "passed", "failed" or "invalid" (the reference rejected the random graph)
+    #: "passed", "failed", "ill-conditioned" (differs, but every operation passes alone and the
+    #: reference's own outputs move past the tolerance when its values move by one step) or
+    #: "invalid" (the reference rejected the random graph)
+    status: str
     message: str = ""
-    path: str | None = None
+    path: str | None = None  # the culprit operation's vector, else the graph's
 
 
 @dataclass
@@ -184,10 +302,56 @@ class FuzzReport:
         return sum(1 for outcome in self.outcomes if outcome.status == status)
 
 
+def judge(record: dict, device: nnapi.Device, reference: nnapi.Device, rng: np.random.Generator,
+          out_dir: str | Path | None = None) -> FuzzOutcome:
+    """Run one graph (a CTS record whose inputs are filled in) on ``device`` beside the
+    reference and on the reference alone; a difference is traced to the operations that
+    fail alone, or judged ill-conditioned (``rng`` draws the one-ulp moves). A failing
+    graph and its culprits' single-operation vectors are written to ``out_dir``."""
+    names = [operation["type"] for operation in record["main"]["operations"]]
+    try:
+        expected = _run(record, [reference])
+    except nnapi.NnapiError as error:
+        return FuzzOutcome(record["test"], names, "invalid", f"reference: {type(error).__name__}: {error}")
+    main = record["main"]
+    for index, value in zip(main["outputIndexes"], expected):
+        main["operands"][index]["data"] = [_json_value(v) for v in value.reshape(-1).tolist()]
+    devices = beside_reference(device, reference)
+    problems = _check(record, devices)
+    if not problems:
+        return FuzzOutcome(record["test"], names, "passed")
+    status, message, culprits = "failed", "; ".join(problems), []
+    if not problems[0].startswith(f"{device.name}: "):
+        values = _intermediates(record, reference)
+        for position, operation in enumerate(main["operations"]):
+            single = alone(record, position, values)
+            if alone_problems := _check(single, devices):
+                culprits.append(single)
+                message += f"; operation #{position} {operation['type']} alone: {alone_problems[0]}"
+        if not culprits:
+            if spread := _ill_conditioned(record, reference, rng):
+                status = "ill-conditioned"
+                message += (f"; every operation passes alone, and the reference itself moves past the "
+                            f"tolerance when its values move by one step ({spread})")
+            else:
+                message += "; every operation passes alone: they differ only together"
+    path = None
+    if out_dir is not None and status == "failed":
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        paths = []
+        for written in [record, *culprits]:
+            paths.append(str(Path(out_dir) / f"{written['test']}.jsonl"))
+            with open(paths[-1], "w") as handle:
+                handle.write(json.dumps(written) + "\n")
+        path = paths[1] if culprits else paths[0]
+    return FuzzOutcome(record["test"], names, status, message, path)
+
+
 def fuzz(device: nnapi.Device | str, graphs: int = 100, seed: int = 0, out_dir: str | Path | None = None,
          max_operations: int = 5, signatures: dict[str, list[dict]] | None = None) -> Iterator[FuzzOutcome]:
     """Generate and check ``graphs`` random graphs on ``device``; yields one outcome per graph
-    and writes each failing graph to ``out_dir`` as ``<name>.jsonl``."""
+    (see ``judge``) and writes each failing graph, and the operations that fail alone, to
+    ``out_dir`` as ``<name>.jsonl`` / ``<name>_op<K>.jsonl``."""
     device, reference = device_and_reference(device, "fuzz")
     signatures = signatures if signatures is not None else load_signatures()
     if not signatures:
@@ -195,28 +359,6 @@ def fuzz(device: nnapi.Device | str, graphs: int = 100, seed: int = 0, out_dir: 
     rng = np.random.default_rng(seed)
     for number in range(graphs):
         record = generate(signatures, rng, max_operations, name=f"fuzz_seed{seed}_graph{number}")
-        names = [operation["type"] for operation in record["main"]["operations"]]
-        try:
-            expected = _run(record, [reference])
-        except nnapi.NnapiError as error:
-            yield FuzzOutcome(record["test"], names, "invalid", f"reference: {type(error).__name__}: {error}")
-            continue
-        main = record["main"]
-        for index, value in zip(main["outputIndexes"], expected):
-            main["operands"][index]["data"] = [_json_value(v) for v in value.reshape(-1).tolist()]
-        try:
-            actual = _run(record, beside_reference(device, reference))
-            problems = [problem for index, value in zip(main["outputIndexes"], actual)
-                        if (problem := compare(record, main["operands"][index], value))]
-        except nnapi.NnapiError as error:
-            problems = [f"{device.name}: {type(error).__name__}: {error}"]
-        if not problems:
-            yield FuzzOutcome(record["test"], names, "passed")
-            continue
-        path = None
-        if out_dir is not None:
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
-            path = str(Path(out_dir) / f"{record['test']}.jsonl")
-            with open(path, "w") as handle:
-                handle.write(json.dumps(record) + "\n")
-        yield FuzzOutcome(record["test"], names, "failed", "; ".join(problems), path)
+        # the one-ulp moves draw from their own generator: the graphs a seed makes never
+        # depend on how the device did
+        yield judge(record, device, reference, np.random.default_rng([seed, number]), out_dir)
