@@ -161,6 +161,9 @@ def test_bisect_finds_the_operation_a_device_gets_wrong(wrong_conv_device):
     assert result.later  # everything downstream differs too
     assert result.first.inherited_difference == 0.0
     assert "first difference at operation #0 CONV_2D (ran on wrong-conv)" in format_result(result)
+    # alone, on the reference's input, the convolution is still 0.25 off
+    assert result.first.fails_alone is True and result.culprit is result.first
+    assert "it still differs: the difference is made here" in format_result(result)
 
 
 def test_bisect_reports_agreement(conv_device):
@@ -176,6 +179,10 @@ def test_bisect_says_when_a_difference_grew_from_earlier_operations(wrong_conv_d
     assert (result.first.operation_type, result.first.device) == ("FULLY_CONNECTED", "nnapi-reference")
     assert result.first.inherited_difference > 0.25
     assert "may have grown from earlier operations" in format_result(result)
+    # alone, on the reference's values of its inputs, the fully connected layer agrees; no
+    # operation differs alone by more than the 1.0 tolerance
+    assert result.first.fails_alone is False and result.culprit is None
+    assert "no operation differs alone" in format_result(result)
     assert bisect(build_demo_model(), wrong_conv_device, tolerance=(10.0, 0.0)).first is None
 
 

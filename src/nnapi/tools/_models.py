@@ -5,6 +5,7 @@ outputs) and choosing the devices a model under test runs on. Running a model
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from nnapi.codes import OperandCode
 from nnapi.device import no_device_message
 from nnapi.errors import BadDataError
 from nnapi.hal import Model as HalModel
-from nnapi.hal import OperandLifeTime, Subgraph
+from nnapi.hal import OperandLifeTime, Operation, Subgraph
 from nnapi.operand import OperandType, SymmPerChannelQuantParams
 from nnapi.tools.graph_dump import _constant
 
@@ -58,6 +59,34 @@ def with_outputs(model: nnapi.Model, extra_outputs: Sequence[int]) -> tuple[nnap
     hal_model, _ = build_hal_model(model)
     keep: list = []
     return _build(hal_model, hal_model.main, extra_outputs, keep, {}), keep
+
+
+def operation_alone(hal_model: HalModel, position: int,
+                    shapes: dict[int, Sequence[int]]) -> tuple[nnapi.Model, list[int], list]:
+    """Operation ``position`` of the main graph as a model of its own: what it reads that
+    the graph computes or is given (temporaries, inputs, outputs) becomes its inputs, at
+    ``shapes`` (main-graph operand index -> shape), constants stay, and what it writes
+    is its outputs. Returns the model, the main-graph operand indexes of its inputs in
+    order, and the objects the model references."""
+    main = hal_model.main
+    operation = main.operations[position]
+    used = list(dict.fromkeys([*operation.inputs, *operation.outputs]))
+    remap = {old: new for new, old in enumerate(used)}
+    given = (L.TEMPORARY_VARIABLE, L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT)
+    operands, inputs = [], []
+    for old in used:
+        operand = main.operands[old]
+        if old in operation.outputs:
+            operand = replace(operand, lifetime=L.SUBGRAPH_OUTPUT)
+        elif operand.lifetime in given:
+            operand = replace(operand, lifetime=L.SUBGRAPH_INPUT, dimensions=list(shapes[old]))
+            inputs.append(old)
+        operands.append(operand)
+    subgraph = Subgraph(operands, [Operation(operation.type, [remap[i] for i in operation.inputs],
+                                             [remap[i] for i in operation.outputs])],
+                        [remap[i] for i in inputs], [remap[i] for i in operation.outputs])
+    keep: list = []
+    return _build(hal_model, subgraph, (), keep, {}), inputs, keep
 
 
 def device_and_reference(device: nnapi.Device | str, call: str) -> tuple[nnapi.Device, nnapi.Device]:

@@ -4,7 +4,10 @@
 Every intermediate tensor of the main graph is exposed as an extra model output, the
 model runs once on the device under test (beside the reference, so operations the
 device refuses still run) and once on the reference alone with the same seeded inputs,
-and the outputs are compared operation by operation in run order.
+and the outputs are compared operation by operation in run order. Each operation that
+differs then runs alone on the device, on the reference's values of its inputs: one that
+still differs makes the difference; one that agrees alone only passed on a difference
+grown from earlier operations' roundings, each within tolerance.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from nnapi.hal import OperandLifeTime
 from nnapi.hal.types import operation_name
 from nnapi.operand import TENSOR_TYPES
 from nnapi.session import Session, random_inputs
-from nnapi.tools._models import beside_reference, device_and_reference, with_outputs
+from nnapi.tools._models import beside_reference, device_and_reference, operation_alone, with_outputs
 
 QUANTIZED = (OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED,
              OperandCode.TENSOR_QUANT8_SYMM, OperandCode.TENSOR_QUANT16_ASYMM, OperandCode.TENSOR_QUANT16_SYMM)
@@ -45,6 +48,9 @@ class Difference:
     #: The largest difference among the operation's inputs (intermediates only): non-zero
     #: means earlier operations' differences, each within tolerance, reached it.
     inherited_difference: float = 0.0
+    #: Whether the operation, run alone on the device on the reference's values of its
+    #: inputs, still differs (None: not tried, or no verdict).
+    fails_alone: bool | None = None
 
 
 @dataclass
@@ -53,6 +59,8 @@ class BisectResult:
     compared: int  # operands compared
     first: Difference | None
     later: list[Difference] = field(default_factory=list)  # other differing operations, run order
+    #: The first operation that differs alone (see ``Difference.fails_alone``).
+    culprit: Difference | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,8 +122,46 @@ def bisect(model: Any, device: nnapi.Device | str, *, seed: int = 0, inputs: lis
                 index, operation_name(operation.type), placement["operations"][index]["device"], operand_index,
                 code.name, list(want.shape), int((~ok).sum()), int(want.size),
                 float(finite.max()) if finite.size else float("nan"), steps, inherited))
+    values = {index: feeds[info.name] for index, info in zip(main.input_indexes, under_test.inputs)} | expected
+    devices = beside_reference(device, reference)
+    positions = {index: position for position, index in enumerate(order)}  # public index -> run order
+    culprit = None
+    for difference in differences[:MAX_ALONE]:
+        position = positions[difference.operation]
+        difference.fails_alone = _fails_alone(hal_model, position, values, devices, tolerance, quant_limit)
+        if difference.fails_alone and culprit is None:
+            culprit = difference
     del keep
-    return BisectResult(device.name, compared, differences[0] if differences else None, differences[1:])
+    return BisectResult(device.name, compared, differences[0] if differences else None, differences[1:], culprit)
+
+
+#: Differing operations run alone, at most (each is a compilation on the device).
+MAX_ALONE = 20
+
+
+def _fails_alone(hal_model: Any, position: int, values: dict[int, np.ndarray], devices: list[nnapi.Device],
+                 tolerance: tuple[float, float] | None, quant_limit: int) -> bool | None:
+    """Whether main-graph operation ``position``, alone on ``devices`` with the reference's
+    ``values`` of its inputs, differs from the reference's ``values`` of its outputs."""
+    operation = hal_model.main.operations[position]
+    if any(i not in values for i in operation.outputs):
+        return None
+    try:
+        model, inputs, keep = operation_alone(hal_model, position, {i: v.shape for i, v in values.items()})
+        session = Session(model, devices)
+        got = session.run({info.name: values[i] for info, i in zip(session.inputs, inputs, strict=True)})
+    except (KeyError, nnapi.NnapiError):  # an input the comparison did not keep, or no run: no verdict
+        return None
+    del keep
+    for index, actual in zip(operation.outputs, got.values(), strict=True):
+        code = OperandCode(hal_model.main.operands[index].type)
+        want = values[index]
+        if actual.shape != want.shape:
+            return True
+        limit = tolerance or float_tolerance(code, hal_model.relax_computation_float32_to_float16)
+        if not within_tolerance(code, want.reshape(-1), actual.reshape(-1), limit, quant_limit).all():
+            return True
+    return False
 
 
 def format_result(result: BisectResult, operand_names: dict[int, str] | None = None) -> str:
@@ -133,6 +179,15 @@ def format_result(result: BisectResult, operand_names: dict[int, str] | None = N
     if first.inherited_difference:
         lines.append(f"  its inputs already differed by up to {first.inherited_difference:.6g} (within tolerance): "
                      "the difference may have grown from earlier operations")
+    if first.fails_alone:
+        lines.append("  alone, on the reference's values of its inputs, it still differs: the difference is made here")
+    elif first.fails_alone is False:
+        lines.append("  alone, on the reference's values of its inputs, it agrees: the difference grew from "
+                     "earlier operations' roundings, each within tolerance")
+        culprit = result.culprit
+        lines.append(f"  the first operation that differs alone: #{culprit.operation} {culprit.operation_type} "
+                     f"(ran on {culprit.device})" if culprit else
+                     "  no operation differs alone: the model amplifies roundings each within tolerance")
     if result.later:
         lines.append(f"  {len(result.later)} later operations differ too (downstream of it or independent)")
     return "\n".join(lines)
