@@ -781,21 +781,21 @@ def test_a_probe_returns_its_outputs_or_none_and_logs_nothing(ort_device, capfd)
     failure prints nothing (the device's log level, not ORT's "error" lines on stderr)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import builder
 
     shape = numpy_helper.from_array(np.array([5], np.int64), "shape")
     graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "probe",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [shape])
-    [y] = lowering.probe_outputs(graph, {"x": np.arange(5, dtype=np.float32)})
+    [y] = builder.probe_outputs(graph, {"x": np.arange(5, dtype=np.float32)})
     np.testing.assert_array_equal(y, np.arange(5, dtype=np.float32))
-    assert lowering.probe_outputs(graph) == []  # loaded only
+    assert builder.probe_outputs(graph) == []  # loaded only
     capfd.readouterr()
-    assert lowering.probe_outputs(graph, {"x": np.arange(4, dtype=np.float32)}) is None  # 4 into 5 fails
+    assert builder.probe_outputs(graph, {"x": np.arange(4, dtype=np.float32)}) is None  # 4 into 5 fails
     refused = helper.make_graph([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2)], "probe",
                                 [helper.make_tensor_value_info("x", TensorProto.INT16, None)],
                                 [helper.make_empty_tensor_value_info("y")])
-    assert lowering.probe_outputs(refused) is None
+    assert builder.probe_outputs(refused) is None
     assert capfd.readouterr().err == ""
 
 
@@ -805,10 +805,10 @@ def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkey
     a quantized SPACE_TO_DEPTH is declined with the reason, not claimed and failed."""
     from onnx import TensorProto
 
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import builder, lowering
 
-    assert lowering.has_kernel("SpaceToDepth", TensorProto.FLOAT, blocksize=2)
-    assert not lowering.has_kernel("SpaceToDepth", TensorProto.INT16, blocksize=2)
+    assert builder.has_kernel("SpaceToDepth", TensorProto.FLOAT, blocksize=2)
+    assert not builder.has_kernel("SpaceToDepth", TensorProto.INT16, blocksize=2)
     model = nnapi.Model()
     x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 4, 4, 1], 0.5, 3))
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 2, 2, 4], 0.5, 3))
@@ -828,10 +828,10 @@ def test_an_empty_quantized_softmax_is_declined_where_onnxruntime_returns_nothin
     that returns no value for an empty input: the probe runs that graph (and says so on
     the installed release), and where it fails a quantized SOFTMAX whose input may be
     empty (a dimension known only at run time) is declined; a fully known shape is not."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import lowering, versions
     from nnapi.runtime.model_builder import build_hal_model
 
-    assert lowering.empty_quantized_softmax_has_output() == lowering.onnxruntime_at_least((1, 32))
+    assert lowering.empty_quantized_softmax_has_output() == versions.onnxruntime_at_least((1, 32))
 
     def softmax(dims: list[int]) -> nnapi.Model:
         model = nnapi.Model()
@@ -1744,7 +1744,7 @@ def test_a_zero_pad_of_a_relu_output_becomes_the_max_pools_padding(ort_device, m
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 200
     assert (ours[0] < 0).any() != folded  # without a ReLU the maxima reach below zero
-    monkeypatch.setattr(lowering, "_pad_of_max_pool", lambda *arguments: None)
+    monkeypatch.setattr(lowering, "pad_of_max_pool", lambda *arguments: None)
     assert "Pad" in [node.op_type for node in _lowered(model).graph.node]
     plain, _ = _on_both(model, inputs, outputs, ort_device)
     np.testing.assert_array_equal(ours[0], plain[0])
@@ -1761,7 +1761,7 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
     the reference's values and the plain lowering's to float32 rounding. With a LOGISTIC
     gate instead (selfie_segmentation's; not padded, LOGISTIC(0) is 0.5) the gate alone is
     padded, by one Pad of its 72 values."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import builder, lowering
 
     rng = np.random.default_rng(41)
     model = nnapi.Model()
@@ -1799,7 +1799,8 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 900
-    monkeypatch.setattr(lowering, "wants_padding", lambda *arguments: False)
+    for module in (builder, lowering):  # the modules that read it
+        monkeypatch.setattr(module, "wants_padding", lambda *arguments: False)
     assert "ReduceMean" in [node.op_type for node in _lowered(model).graph.node]
     plain, _ = _on_both(model, inputs, outputs, ort_device)
     assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
@@ -1851,7 +1852,7 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     PAD of the skip connection, ADD + RELU, MAX_POOL, PRELU, 1x1 to 20 channels out) is
     lowered with its 28-channel values padded to 32 (zero filters, zero PAD channels): the
     reference's values and the unpadded lowering's to float32 rounding."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import builder, lowering
     from nnapi.runtime.model_builder import build_hal_model
 
     rng = np.random.default_rng(5)
@@ -1891,7 +1892,8 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     scale = np.abs(theirs[0]).max()  # sums of ~200 products: rounding relative to the largest
     assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * scale and len(np.unique(ours[0])) > 300
-    monkeypatch.setattr(lowering, "wants_padding", lambda *arguments: False)
+    for module in (builder, lowering):  # the modules that read it
+        monkeypatch.setattr(module, "wants_padding", lambda *arguments: False)
     plain, _ = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0] - plain[0]).max() <= 1e-6 * scale
 
@@ -1919,7 +1921,7 @@ def test_a_resized_graph_output_is_resized_in_nhwc_with_the_reference_values(ort
     no padded channels)."""
     from onnx import numpy_helper
 
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import builder, lowering
 
     rng = np.random.default_rng(11)
     model = nnapi.Model()
@@ -1944,7 +1946,8 @@ def test_a_resized_graph_output_is_resized_in_nhwc_with_the_reference_values(ort
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 10000
-    monkeypatch.setattr(lowering, "_resize_in_rows", lambda *arguments: False)
+    for module in (builder, lowering):  # the modules that read it
+        monkeypatch.setattr(module, "resize_in_rows", lambda *arguments: False)
     blocked_model = _lowered(model)
     kinds = [node.op_type for node in blocked_model.graph.node]
     assert "Slice" not in kinds and kinds[-1] == "Transpose"  # resized in NCHW, 21 channels
@@ -2111,7 +2114,7 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     channels: each is resized alone, zeros stay zeros), both ADDs in FusedConvs and the
     one-filter convolution as a depthwise one and a 1x1 sum of the channels. The
     reference's values to float32 rounding, and the plain lowering's."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import builder, lowering
 
     rng = np.random.default_rng(7)
     model = nnapi.Model()
@@ -2152,8 +2155,9 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 1000
-    for name in ("_clamp_into_conv", "_single_filter_conv", "wants_padding"):
-        monkeypatch.setattr(lowering, name, lambda *arguments: None)
+    for module, name in ((lowering, "_clamp_into_conv"), (lowering, "_single_filter_conv"), (builder, "wants_padding"),
+                         (lowering, "wants_padding")):
+        monkeypatch.setattr(module, name, lambda *arguments: None)
     plain_model = _lowered(model)
     assert not any(node.op_type == "FusedConv" for node in plain_model.graph.node)
     assert not any(list(t.dims)[:1] == [16] for t in plain_model.graph.initializer)  # 8 channels, not padded
@@ -2377,7 +2381,7 @@ def test_a_per_channel_factor_given_at_run_time_is_spread_before_the_product(ort
 
 
 def test_release_of_a_version_string():
-    from nnapi.drivers.ort.lowering import INT16_ADD_VERSION
+    from nnapi.drivers.ort.builder import INT16_ADD_VERSION
 
     assert release("1.16.3") == (1, 16) and release("1.20.1") < INT16_ADD_VERSION
     assert release("1.21.0") == INT16_ADD_VERSION and release("1.22.0.dev20250101") == (1, 22)
@@ -2394,7 +2398,7 @@ def test_int8_graph_edges_without_an_int16_add(ort_device, monkeypatch, zero_poi
     equal to the other form bit for bit and, the RESHAPE, to the reference."""
     from onnx import TensorProto
 
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import builder
 
     params = {"scale": 0.25, "zero_point": zero_point}
     model = nnapi.Model()
@@ -2410,9 +2414,9 @@ def test_int8_graph_edges_without_an_int16_add(ort_device, monkeypatch, zero_poi
     values = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
     outputs = [np.zeros((16, 16), np.int8), np.zeros((16, 16), np.int8)]
     results = {}
-    native = release(ort.__version__) >= lowering.INT16_ADD_VERSION  # (older ones cannot load the int16 form)
+    native = release(ort.__version__) >= builder.INT16_ADD_VERSION  # (older ones cannot load the int16 form)
     for supported in (True, False) if native else (False,):
-        monkeypatch.setattr(lowering, "int16_add_supported", lambda supported=supported: supported)
+        monkeypatch.setattr(builder, "int16_add_supported", lambda supported=supported: supported)
         nodes = _lowered(model).graph.node
         wide = [n for n in nodes if n.op_type == "Cast" and _attribute(n, "to") == TensorProto.INT16]
         # one input, two outputs: a bit-keeping Cast and a wrapping uint8 Add of 128 each
@@ -2425,7 +2429,7 @@ def test_int8_graph_edges_without_an_int16_add(ort_device, monkeypatch, zero_poi
     for ours, old in zip(results.get(True, results[False]), results[False]):
         np.testing.assert_array_equal(ours, old)
     monkeypatch.undo()
-    assert lowering.int16_add_supported() == native
+    assert builder.int16_add_supported() == native
 
 
 @pytest.mark.parametrize("zero_point", [-128, -3, 127])
@@ -2434,7 +2438,7 @@ def test_int8_output_of_a_quantize_linear_is_quantized_to_int8_directly(ort_devi
     after the Transpose back to NHWC) is that QuantizeLinear to int8 with the zero point
     - 128, no Cast / Add / Cast after it: the values of the shifted uint8 path exactly
     (zero points at both ends of int8), and the reference's within a step."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import builder, lowering
 
     model = nnapi.Model()
     params = {"scale": 0.5, "zero_point": zero_point}
@@ -2450,7 +2454,7 @@ def test_int8_output_of_a_quantize_linear_is_quantized_to_int8_directly(ort_devi
     ours, theirs = _on_both(model, [image], [np.zeros((1, 5, 6, 16), np.int8)], ort_device)
     assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1
     monkeypatch.setattr(lowering, "_quantize_to_int8", lambda *args: False)
-    shift = ["Add", "Cast"] if lowering.int16_add_supported() else ["DequantizeLinear", "QuantizeLinear"]
+    shift = ["Add", "Cast"] if builder.int16_add_supported() else ["DequantizeLinear", "QuantizeLinear"]
     assert [node.op_type for node in _lowered(model).graph.node][-2:] == shift
     shifted, _ = _on_both(model, [image], [np.zeros((1, 5, 6, 16), np.int8)], ort_device)
     np.testing.assert_array_equal(ours[0], shifted[0])
@@ -3376,14 +3380,14 @@ def test_an_output_of_unknown_shape_before_one_of_known_shape(ort_device):
 
 
 def test_probes_open_their_sessions_as_the_device_does(monkeypatch):
-    """A one-off probe (lowering.probe_outputs: does ORT compute this form exactly?) runs
+    """A one-off probe (builder.probe_outputs: does ORT compute this form exactly?) runs
     with the device's own session options (session.py): where the device's sessions take
     ORT's exact uint8 kernels (u8s8_products_saturate), so does the probe; the same
     threads and memory pattern. With default options it vouched for other kernels."""
     import onnxruntime
     from onnx import TensorProto, helper
 
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import builder
 
     monkeypatch.setattr(ort_session_module, "u8s8_products_saturate", lambda: True)
     opened = []
@@ -3393,7 +3397,7 @@ def test_probes_open_their_sessions_as_the_device_does(monkeypatch):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
     graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "probe", [x], [y])
-    outputs = lowering.probe_outputs(graph, {"x": np.array([1.5, -2], np.float32)})
+    outputs = builder.probe_outputs(graph, {"x": np.array([1.5, -2], np.float32)})
     assert outputs is not None and outputs[0].tolist() == [3.0, -4.0]
     (options,) = opened
     assert options.get_session_config_entry(ort_session_module.X64_QUANT_PRECISION) == "1"

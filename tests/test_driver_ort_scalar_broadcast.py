@@ -16,7 +16,8 @@ import nnapi  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
-from nnapi.drivers.ort.lowering import lower_model, onnx_model  # noqa: E402
+from nnapi.drivers.ort.builder import onnx_model  # noqa: E402
+from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
 from nnapi.drivers.ort.scalar_broadcast import widen_scalars  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 

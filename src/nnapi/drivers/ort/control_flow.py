@@ -25,7 +25,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.lowering import (
+from nnapi.drivers.ort.builder import (
     KIND_ELEM,
     Declined,
     GraphBuilder,

@@ -31,7 +31,7 @@ import numpy as np
 from onnx import TensorProto
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.lowering import (
+from nnapi.drivers.ort.builder import (
     FLOATS,
     NCHW_TO_NHWC,
     NHWC_TO_NCHW,

@@ -51,16 +51,12 @@ from nnapi.drivers.ort import (
     small_graphs,  # noqa: F401  (importing it registers its lowerings)
     transposed_dense,  # noqa: F401  (importing it registers its lowerings)
 )
-from nnapi.drivers.ort.lowering import (
-    Declined,
-    check_failure,
-    lower_model,
-    onnxruntime_at_least,
-    operation_support,
-)
+from nnapi.drivers.ort.builder import Declined, check_failure
+from nnapi.drivers.ort.lowering import lower_model, operation_support
 from nnapi.drivers.ort.omitted import PatternKey, PatternPreparedModel, omittable_inputs
 from nnapi.drivers.ort.session import ORT_LOG_SEVERITY, disabled_optimizers, session_options
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
+from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.drivers.reference import supports_operation
 from nnapi.hal import (
     Capabilities,

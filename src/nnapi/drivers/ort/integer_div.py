@@ -16,7 +16,8 @@ import numpy as np
 from onnx import TensorProto
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import GraphBuilder, lower_binary, lowers
+from nnapi.drivers.ort.builder import GraphBuilder, lowers
+from nnapi.drivers.ort.lowering import lower_binary
 from nnapi.hal import Operation
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from onnx import TensorProto
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import (
+from nnapi.drivers.ort.builder import (
     Declined,
     GraphBuilder,
     check_same_quantization,

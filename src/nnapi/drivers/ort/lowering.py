@@ -1,55 +1,78 @@
-"""Lowering: one HAL subgraph to one ONNX graph, built with the ``onnx`` helper API.
-
-Every HAL operand becomes an ONNX value in an *internal encoding* chosen so that ONNX
-Runtime's fast kernels apply and the real values are unchanged:
-
-- TENSOR_FLOAT32 and TENSOR_FLOAT16 are float32 inside (as Android's CPU driver computes
-  float16 in float32); float16 model inputs and outputs are cast at the graph's edges.
-- TENSOR_QUANT8_ASYMM is uint8 with its zero point; TENSOR_QUANT8_ASYMM_SIGNED is
-  re-expressed as uint8 with zero point + 128 (q + 128 has the same real value, exactly),
-  which is the form ORT's x86 QLinear kernels are fastest on.
-- TENSOR_INT32 and TENSOR_BOOL8 are themselves, and so are TENSOR_QUANT16_ASYMM boxes
-  (uint16; the detection operations' boxes, scale 0.125: detection.py).
-- TENSOR_QUANT8_SYMM_PER_CHANNEL (and TENSOR_QUANT8_SYMM) given at run time are int8, as
-  stored (zero point 0): weights, read only by the operations that take them.
-
-NNAPI's NHWC layout becomes Transpose -> NCHW operator -> Transpose; ORT's transpose
-optimizer cancels the pairs between consecutive operators. Fused activations become
-Relu / Clip (float) or a Clip on the quantized values (quantized), which ORT fuses or,
-when the clamp is the quantized range itself, is left out.
-
-Each operation's lowering raises ``Declined(reason)`` for anything ONNX cannot express
-exactly; the device asks the same functions whether it supports an operation, so what it
-claims and what it can lower never disagree.
+"""Lowering: one HAL subgraph to one ONNX graph (``lower_model``), the device's question
+whether one operation lowers (``operation_support``), and for now the operations'
+lowerings (on the shared core, builder.py).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
+from nnapi.codes import FuseCode, OperationCode
 from nnapi.drivers.ort import requantize
+from nnapi.drivers.ort.builder import (
+    CLAMPS,
+    FLOATS,
+    HAL_ELEM,
+    KIND_ELEM,
+    MS_DOMAIN,
+    NCHW_TO_NHWC,
+    NCHWC_BLOCK,
+    NHWC_TO_NCHW,
+    NUMPY_KIND,
+    QUANT8,
+    ConvParams,
+    Declined,
+    GraphBuilder,
+    L,
+    T,
+    Value,
+    blocked,
+    channel_scale,
+    check_same_quantization,
+    constant_axis,
+    constant_ints,
+    conv_params,
+    encode,
+    fail_unless,
+    from_nchw,
+    fused_activation,
+    has_kernel,
+    internal_kind,
+    internal_zero_point,
+    keep_blocked,
+    lower_operation,
+    lowers,
+    onnx_model,
+    pad_channels,
+    pad_value_is_zero,
+    padded_channels,
+    pool_layout_nchw,
+    probe_outputs,
+    read_counts,
+    reads_padded,
+    require_rank,
+    resize_in_rows,
+    run_time_form,
+    same_pads,
+    to_nchw,
+    type_name,
+    wants_padding,
+)
 from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_composites
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.scalar_broadcast import widen_scalars
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.ort.twins import merge_twin_branches
 from nnapi.drivers.ort.versions import onnxruntime_at_least
-from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
-from nnapi.hal.types import constant_array
+from nnapi.hal import Model, Operand, Operation
 from nnapi.operations.common import (
     activation_bounds_float,
     activation_bounds_quantized,
-    implicit_padding,
     nearest_indexes,
     quantize_with_activation,
     transpose_conv_padding,
@@ -57,142 +80,14 @@ from nnapi.operations.common import (
 from nnapi.operations.quant_math import HALF_BELOW_FLOAT32, dequantize, dequantize_per_channel
 from nnapi.operations.resize import weighted_taps
 
-T = OperandCode
-L = OperandLifeTime
-OPSET = 17
-MS_DOMAIN = "com.microsoft"
-
-FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
-QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
-#: operand types with an internal encoding as activations (the 8-bit symmetric weight types have
-#: one only as an operation's weights or DEQUANTIZE's input: their own int8 values)
-ACTIVATION_TYPES = (*FLOATS, *QUANT8, T.TENSOR_INT32, T.TENSOR_BOOL8, T.TENSOR_QUANT16_ASYMM)
-NHWC_TO_NCHW = [0, 3, 1, 2]
-NCHW_TO_NHWC = [0, 2, 3, 1]
-#: ORT runs float convolutions in a blocked layout (NCHWc) and keeps a tensor in it between
-#: operators it has blocked kernels for (Conv, pooling, Add, Relu, Concat, ...) when the
-#: channel count is a multiple of the block: 16 with AVX-512 (8 with AVX2). Any other
-#: operator costs a reorder out of the layout and one back in, about a pass each.
-NCHWC_BLOCK = 16
-#: consumers that reorder their input into NCHWc themselves (no anchor needed before them)
-_BLOCKED_CONSUMERS = (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.MAX_POOL_2D,
-                      OperationCode.AVERAGE_POOL_2D)
-
-
-class Declined(Exception):
-    """An operation (or operand) this device does not run; the message says why."""
-
-
-@dataclass
-class Value:
-    """An operand as an ONNX value: its name, internal element type and (for uint8) the
-    scale and internal zero point; ``const`` holds a constant's internal-encoded array."""
-
-    name: str
-    kind: str  # "float", "uint8", "int32", "bool", "uint16", "int8" (8-bit symmetric weights), "int16"
-    dims: list[int]
-    scale: float = 0.0
-    zero_point: int = 0
-    const: np.ndarray | None = None
-
-    @property
-    def rank(self) -> int:
-        return len(self.dims)
-
-
-#: the ONNX element type of each internal kind (``Value.kind``)
-KIND_ELEM = {"float": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int32": TensorProto.INT32,
-              "bool": TensorProto.BOOL, "uint16": TensorProto.UINT16, "int8": TensorProto.INT8,
-              "int16": TensorProto.INT16}
-_HAL_ELEM = {T.TENSOR_FLOAT32: TensorProto.FLOAT, T.TENSOR_FLOAT16: TensorProto.FLOAT16,
-             T.TENSOR_QUANT8_ASYMM: TensorProto.UINT8, T.TENSOR_QUANT8_ASYMM_SIGNED: TensorProto.INT8,
-             T.TENSOR_INT32: TensorProto.INT32, T.TENSOR_BOOL8: TensorProto.BOOL,
-             T.TENSOR_QUANT16_ASYMM: TensorProto.UINT16,
-             T.TENSOR_QUANT8_SYMM_PER_CHANNEL: TensorProto.INT8, T.TENSOR_QUANT8_SYMM: TensorProto.INT8,
-             T.TENSOR_QUANT16_SYMM: TensorProto.INT16}
-
-
-def internal_kind(code: int) -> str:
-    if code in FLOATS:
-        return "float"
-    if code in QUANT8:
-        return "uint8"
-    if code == T.TENSOR_INT32:
-        return "int32"
-    if code == T.TENSOR_BOOL8:
-        return "bool"
-    if code == T.TENSOR_QUANT16_ASYMM:
-        return "uint16"
-    if code in (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_QUANT8_SYMM):
-        return "int8"
-    if code == T.TENSOR_QUANT16_SYMM:
-        return "int16"  # its stored integers (QUANTIZED_16BIT_LSTM's cell state)
-    raise Declined(f"{type_name(code)} operands are not supported")
-
-
-#: the first ONNX Runtime release with an int16 Add on the CPU (pyproject accepts 1.16 on)
-INT16_ADD_VERSION = (1, 21)
-
-
 #: the first ONNX Runtime release with a uint8 Less on the CPU
 UINT8_LESS_VERSION = (1, 21)
-
-
-def probe_outputs(graph: onnx.GraphProto, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray] | None:
-    """A one-off probe of the installed ONNX Runtime (at preparation or first use, cached
-    by its caller): ``graph`` loaded into a single-threaded CPU session with the options
-    of the device's own sessions (session.py: the same kernels and graph optimizations)
-    and, with ``feeds``, run once. Its outputs (none when only loaded), or None where
-    onnxruntime refuses the graph or fails running it. Raises ImportError without
-    onnxruntime: each caller says what a lowering without a runtime assumes."""
-    import onnxruntime
-
-    from nnapi.drivers.ort.session import disabled_optimizers, session_options
-
-    try:
-        session = onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(), session_options(threads=1),
-                                               providers=["CPUExecutionProvider"],
-                                               disabled_optimizers=disabled_optimizers())
-        return [] if feeds is None else list(session.run(None, feeds))
-    except Exception:  # noqa: BLE001 - any refusal or failure: the form cannot be trusted here
-        return None
 
 
 #: the first release whose ConvTranspose gives the CTS's quantized TRANSPOSE_CONV_2D results
 #: (1.20 and 1.21 were 3 steps off on 16 vectors)
 EXACT_CONV_TRANSPOSE_VERSION = (1, 22)
 
-
-def int16_add_supported() -> bool:
-    """Whether the installed ONNX Runtime runs Add on int16 and uint8 (1.21 on): older ones
-    refuse to load a graph with either (NOT_IMPLEMENTED), which was every int8-input model."""
-    return onnxruntime_at_least(INT16_ADD_VERSION)
-
-
-def onnx_model(graph: onnx.GraphProto, ms_domain: bool = False, **attributes: Any) -> onnx.ModelProto:
-    """``graph`` as a model of this lowering's opset (and the com.microsoft domain where
-    asked) at IR version 8, which every onnxruntime pyproject accepts loads."""
-    opsets = [helper.make_opsetid("", OPSET)]
-    if ms_domain:
-        opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
-    model = helper.make_model(graph, opset_imports=opsets, **attributes)
-    model.ir_version = 8
-    return model
-
-
-@functools.cache
-def has_kernel(op_type: str, element: int, **attributes: Any) -> bool:
-    """Whether the installed ONNX Runtime has a CPU kernel for ``op_type`` on a 4-d tensor of
-    ONNX element type ``element``: a one-node graph is loaded once per process (older
-    releases lack some 8-bit kernels: uint8 SpaceToDepth before 1.28, DepthToSpace and
-    ArgMin before 1.20, and refuse a graph with one, NOT_IMPLEMENTED)."""
-    graph = helper.make_graph([helper.make_node(op_type, ["x"], ["y"], **attributes)], "probe",
-                              [helper.make_tensor_value_info("x", element, None)],
-                              [helper.make_empty_tensor_value_info("y")])  # its type: the operator's
-    try:
-        return probe_outputs(graph) is not None
-    except ImportError:  # lowering without a runtime (nothing will load the graph here)
-        return True
 
 
 @functools.cache
@@ -216,618 +111,10 @@ def empty_quantized_softmax_has_output() -> bool:
     return outputs is not None and len(outputs) == 1 and isinstance(outputs[0], np.ndarray)
 
 
-def internal_zero_point(operand: Operand) -> int:
-    return operand.zero_point + 128 if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED else operand.zero_point
-
-
-def type_name(code: int) -> str:
-    """Operand type ``code``'s name for a Declined message (a number the enum lacks: said so)."""
-    try:
-        return OperandCode(code).name
-    except ValueError:
-        return f"operand type {code}"
-
-
-def f32(g: GraphBuilder, value: float) -> str:
-    """A float32 scalar constant of ``g`` holding ``value``."""
-    return g.constant(np.array(value, np.float32))
-
-
-def i64(g: GraphBuilder, *values: int) -> str:
-    """An int64 constant of ``g`` holding ``values`` (a 1-D tensor: axes, shapes, slice bounds)."""
-    return g.constant(np.array(values, np.int64))
-
-
-def scalar_i64(g: GraphBuilder, value: int) -> str:
-    """An int64 scalar constant of ``g`` holding ``value``."""
-    return g.constant(np.array(value, np.int64))
-
-
-class GraphBuilder:
-    """Accumulates nodes and initializers for one subgraph; ``value(i)`` is operand i."""
-
-    def __init__(self, model: Model, subgraph: Subgraph, isolated: bool = False) -> None:
-        self.model = model
-        self.subgraph = subgraph
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self.inputs: list[onnx.ValueInfoProto] = []
-        self.values: dict[int, Value] = {}
-        self.uses_ms_domain = False
-        #: operands computed with their channels padded (float: to the NCHWc block, see
-        #: padded_channels; 8-bit: around depthwise layers, padded_depthwise.py): name, channels
-        self.padded: dict[int, tuple[str, int]] = {}
-        #: float convolutions without an activation, by output operand: their Conv node and
-        #: the Transpose back to NHWC after it (a clamped ADD may take them over: _clamp_into_conv)
-        self.convolutions: dict[int, tuple[onnx.NodeProto, onnx.NodeProto]] = {}
-        #: float32 operands a DEQUANTIZE computes, by index: the quantized value it reads
-        self.dequantized: dict[int, Value] = {}
-        #: float32 MEANs computed from the 8-bit values' exact sums (_integer_mean), by index
-        self.integer_means: set[int] = set()
-        #: REDUCE_MAX outputs lowered as GlobalMaxPool (small_graphs.py) -> its [N, C, 1, 1] value
-        self.pooled: dict[int, str] = {}
-        #: operations (by id) that an earlier lowering computed along with its own (a chain
-        #: lowered as one: quantized_resize.py): their own lowering is skipped
-        self.covered: set[int] = set()
-        self._count = 0
-        self._constants: dict[tuple, str] = {}
-        #: a uint8 value shift_signed made from an int8 one -> that int8 value
-        self._signed_sources: dict[str, str] = {}
-        # isolated: operands produced elsewhere are treated as inputs (for support queries)
-        self.isolated = isolated
-        #: prefix of every name made here: a nested graph's (control_flow.py) differ from its scope's
-        self.prefix = ""
-        #: the name of the operation being lowered (what a failed run-time check names)
-        self.lowering = ""
-
-    def nested(self, subgraph: Subgraph, hint: str) -> GraphBuilder:
-        """A builder for a graph nested in this one (an If branch, a Loop body) lowering
-        ``subgraph``: its own nodes and initializers, its names prefixed so that no scope
-        reuses a name of another."""
-        child = GraphBuilder(self.model, subgraph, isolated=self.isolated)
-        child.prefix = f"{self.fresh(hint)}_"
-        return child
-
-    def readers(self, index: int) -> list[Operation]:
-        """The subgraph's operations that read operand ``index`` (each once, in order)."""
-        return self._readers.get(index, [])
-
-    def producer(self, index: int) -> Operation | None:
-        """The subgraph's operation that writes operand ``index`` (None for an input or a constant)."""
-        return self._producers.get(index)
-
-    @functools.cached_property
-    def _producers(self) -> dict[int, Operation]:
-        return {index: operation for operation in self.subgraph.operations for index in operation.outputs}
-
-    @functools.cached_property
-    def _readers(self) -> dict[int, list[Operation]]:
-        readers: dict[int, list[Operation]] = {}
-        for operation in self.subgraph.operations:
-            for index in dict.fromkeys(operation.inputs):
-                readers.setdefault(index, []).append(operation)
-        return readers
-
-    # --- names, constants, nodes ---------------------------------------------------------
-    def fresh(self, hint: str = "t") -> str:
-        self._count += 1
-        return f"{self.prefix}{hint}_{self._count}"
-
-    def constant(self, array: np.ndarray, hint: str = "c") -> str:
-        array = np.asarray(array)
-        if not array.flags.c_contiguous:
-            array = array.copy()  # (np.ascontiguousarray would make a scalar 1-d)
-        key = (array.dtype.str, array.shape, array.tobytes()) if array.size <= 16 else None
-        if key is not None and key in self._constants:
-            return self._constants[key]
-        name = self.fresh(hint)
-        if not self.isolated:  # a support query only needs the graph's shape, not the bytes
-            self.initializers.append(numpy_helper.from_array(array, name))
-        if key is not None:
-            self._constants[key] = name
-        return name
-
-    def node(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, domain: str = "",
-             name: str | None = None, **attributes: Any) -> list[str]:
-        names = [self.fresh(op_type.lower()) for _ in range(outputs)] if isinstance(outputs, int) else outputs
-        if domain == MS_DOMAIN:
-            self.uses_ms_domain = True
-        self.nodes.append(helper.make_node(op_type, inputs, names, name=name, domain=domain or None, **attributes))
-        return names
-
-    def one(self, op_type: str, inputs: list[str], domain: str = "", **attributes: Any) -> str:
-        return self.node(op_type, inputs, 1, domain, **attributes)[0]
-
-    # --- operands ---------------------------------------------------------------------
-    def operand(self, index: int) -> Operand:
-        return self.subgraph.operands[index]
-
-    def raw_constant(self, index: int) -> np.ndarray | None:
-        """The HAL value of a constant operand (None for one computed at run time)."""
-        operand = self.operand(index)
-        if operand.lifetime == L.NO_VALUE:
-            raise Declined(f"operand {index} is omitted")
-        if operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
-            return None
-        return constant_array(self.model, operand)
-
-    def scalar(self, index: int) -> Any:
-        """A parameter's value; a parameter computed at run time is declined."""
-        value = self.raw_constant(index)
-        if value is None:
-            raise Declined(f"operand {index} (a parameter) is not a constant")
-        return value.reshape(-1)[0].item() if value.size == 1 else value
-
-    def optional_scalar(self, operation: Operation, position: int, default: Any) -> Any:
-        if position >= len(operation.inputs):
-            return default
-        if self.operand(operation.inputs[position]).lifetime == L.NO_VALUE:
-            return default
-        return self.scalar(operation.inputs[position])
-
-    def value(self, index: int) -> Value:
-        if index in self.values:
-            return self.values[index]
-        operand = self.operand(index)
-        if index in self.padded:  # a consumer that wants the real channels only
-            value = Value(self.channel_slice(self.padded[index][0], operand.dimensions[3]),
-                          internal_kind(operand.type), list(operand.dimensions), operand.scale,
-                          internal_zero_point(operand))
-            self.values[index] = value
-            return value
-        kind = internal_kind(operand.type)
-        if any(d == 0 for d in operand.dimensions) and operand.lifetime not in (L.SUBGRAPH_INPUT,
-                                                                                 L.TEMPORARY_VARIABLE,
-                                                                                 L.SUBGRAPH_OUTPUT):
-            raise Declined(f"operand {index} has unknown dimensions")
-        raw = self.raw_constant(index)
-        zero_point = internal_zero_point(operand)
-        if raw is not None:
-            encoded = encode(raw, operand)
-            value = Value(self.constant(encoded, "w"), kind, list(operand.dimensions), operand.scale,
-                          zero_point, encoded)
-        elif operand.lifetime == L.SUBGRAPH_INPUT or self.isolated:
-            value = self._graph_input(index, operand, kind, zero_point)
-        else:
-            raise Declined(f"operand {index} is read before it is written")
-        self.values[index] = value
-        return value
-
-    def blocked_value(self, index: int) -> Value:
-        """Operand ``index`` as ``value`` gives it, or where it was computed with padded
-        channels, that NHWC value (its dims say how many channels it has)."""
-        if index in self.padded:
-            name, channels = self.padded[index]
-            return Value(name, "float", [*self.operand(index).dimensions[:3], channels])
-        return self.value(index)
-
-    def set_channels(self, index: int, name: str, channels: int) -> None:
-        """Output ``index`` computed as NHWC ``name`` with ``channels`` channels: the real
-        ones, then zeros. Kept padded where every consumer takes it so (wants_padding),
-        else cut to the real channels."""
-        real = self.operand(index).dimensions[3]
-        if channels == real:
-            self.set_output(index, name)
-        elif channels == padded_channels(real) and wants_padding(self, index):
-            self.padded[index] = (name, channels)
-        else:
-            self.set_output(index, self.channel_slice(name, real))
-
-    def channel_slice(self, name: str, channels: int) -> str:
-        begin, end, axis = (self.constant(np.array([v], np.int64)) for v in (0, channels, 3))
-        return self.one("Slice", [name, begin, end, axis])
-
-    def _graph_input(self, index: int, operand: Operand, kind: str, zero_point: int) -> Value:
-        if not operand.dimensions and operand.type not in (T.TENSOR_INT32,):
-            if operand.type in ACTIVATION_TYPES:
-                raise Declined(f"operand {index} has unknown rank")
-        name = f"in_{index}"
-        dims = [d if d else f"d{index}_{axis}" for axis, d in enumerate(operand.dimensions)]
-        self.inputs.append(helper.make_tensor_value_info(name, _HAL_ELEM[operand.type], dims))
-        if operand.type == T.TENSOR_FLOAT16:
-            name = self.one("Cast", [name], to=TensorProto.FLOAT)
-        elif operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED:
-            name = self.shift_signed(name, to_unsigned=True, dims=operand.dimensions)
-        return Value(name, kind, list(operand.dimensions), operand.scale, zero_point)
-
-    def shift_signed(self, name: str, to_unsigned: bool, dims: Sequence[int] | None = None) -> str:
-        """q + 128 as uint8 (or u - 128 back to int8), exact. Where ONNX Runtime has integer
-        Adds narrower than int32 (int16_add_supported, 1.21 on: int16 and uint8 arrived
-        together): a Cast keeping the bits (q mod 256) and a wrapping uint8 Add of 128,
-        which is q + 128 mod 256 either way, two passes (MobileNet's 224x224x3 input: 19.4
-        -> 10.7 us against the three of Cast, int16 Add, Cast). Before that, where a session
-        with either Add fails to load, a DequantizeLinear / QuantizeLinear pair of scale 1:
-        q dequantized with scale 1 and zero point -128 (u - 128 back) is q + 128 as a
-        float32 integer, quantized with scale 1 and zero point 0 (-128) to itself. A value
-        shifted here from int8 shifts back to that int8 value itself (an int8 graph output
-        of an operation computed in int8: its shift there and back dropped as unread).
-        ``dims``, where known: a tensor whose last dimension is 1 (a mono waveform [1, 16000,
-        1]) is added flat, [-1], and reshaped back: ORT's broadcasting Add steps through such a
-        tensor one element at a time (88 us for 16,000 uint8 values against 3.7 flat)."""
-        if not to_unsigned and name in self._signed_sources:
-            return self._signed_sources[name]
-        flat = dims is not None and len(dims) > 1 and dims[-1] == 1 and all(dims) and int16_add_supported()
-        source = self.one("Reshape", [name, self.constant(np.array([-1], np.int64))]) if flat else name
-        shifted = self._shift_signed(source, to_unsigned)
-        if flat:
-            shifted = self.one("Reshape", [shifted, self.constant(np.array(dims, np.int64))])
-        if to_unsigned:
-            self._signed_sources[shifted] = name
-        return shifted
-
-    def signed_source(self, name: str) -> str | None:
-        """The int8 value a uint8 ``name`` was shifted from by shift_signed, if it was."""
-        return self._signed_sources.get(name)
-
-    def _shift_signed(self, name: str, to_unsigned: bool) -> str:
-        if not int16_add_supported():
-            one = self.constant(np.array(1.0, np.float32))
-            if to_unsigned:
-                real = self.one("DequantizeLinear", [name, one, self.constant(np.array(-128, np.int8))])
-                return self.one("QuantizeLinear", [real, one, self.constant(np.array(0, np.uint8))])
-            real = self.one("DequantizeLinear", [name, one, self.constant(np.array(128, np.uint8))])
-            return self.one("QuantizeLinear", [real, one, self.constant(np.array(0, np.int8))])
-        if to_unsigned:
-            wrapped = self.one("Cast", [name], to=TensorProto.UINT8)
-            return self.one("Add", [wrapped, self.constant(np.array(128, np.uint8))])
-        shifted = self.one("Add", [name, self.constant(np.array(128, np.uint8))])
-        return self.one("Cast", [shifted], to=TensorProto.INT8)
-
-    def set_output(self, index: int, name: str) -> Value:
-        operand = self.operand(index)
-        value = Value(name, internal_kind(operand.type), list(operand.dimensions), operand.scale,
-                      internal_zero_point(operand))
-        self.values[index] = value
-        return value
-
-    # --- quantization helpers -------------------------------------------------------
-    def qparams(self, value: Value | Operand) -> tuple[str, str]:
-        if isinstance(value, Operand):
-            scale, zero_point = value.scale, internal_zero_point(value)
-        else:
-            scale, zero_point = value.scale, value.zero_point
-        return (self.constant(np.array(scale, np.float32), "scale"),
-                self.constant(np.array(zero_point, np.uint8), "zp"))
-
-    def dequantize(self, value: Value) -> str:
-        if value.kind == "float":
-            return value.name
-        if value.kind != "uint8":
-            raise Declined(f"cannot dequantize a {value.kind} value")
-        return self.one("DequantizeLinear", [value.name, *self.qparams(value)])
-
-    def quantize(self, name: str, operand: Operand) -> str:
-        return self.one("QuantizeLinear", [name, *self.qparams(operand)])
-
-
-def encode(raw: np.ndarray, operand: Operand) -> np.ndarray:
-    """A HAL constant in its internal encoding."""
-    if operand.type in FLOATS:
-        return raw.astype(np.float32)
-    if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED:
-        return (raw.view(np.uint8) ^ np.uint8(0x80)).reshape(raw.shape)
-    if operand.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_INT32, T.TENSOR_BOOL8, T.TENSOR_QUANT16_ASYMM):
-        return raw
-    if operand.type in (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM):
-        return raw  # weights: read by the operation that owns them
-    if operand.type in (T.FLOAT32, T.INT32, T.BOOL, T.FLOAT16, T.UINT32):
-        return raw
-    raise Declined(f"{type_name(operand.type)} constants are not supported")
-
-
-# --- operation lowerings -------------------------------------------------------------------
-Lowering = Callable[[GraphBuilder, Operation], None]
-LOWERINGS: dict[OperationCode, Lowering] = {}
-
-
-def lowers(*codes: OperationCode) -> Callable[[Lowering], Lowering]:
-    def register(function: Lowering) -> Lowering:
-        for code in codes:
-            LOWERINGS[code] = function
-        return function
-    return register
-
-
-#: the forms of operations whose parameters (or input shape) are known only at run time, by
-#: operation, each giving its output's name: registered by runtime_parameters.py, which
-#: imports this module as the other lowering modules do
-RunTimeForm = Callable[["GraphBuilder", Operation, Value], str]
-RUN_TIME_FORMS: dict[OperationCode, RunTimeForm] = {}
-
-
-def lowers_at_run_time(*codes: OperationCode) -> Callable[[RunTimeForm], RunTimeForm]:
-    def register(function: RunTimeForm) -> RunTimeForm:
-        for code in codes:
-            RUN_TIME_FORMS[code] = function
-        return function
-    return register
-
-
-def run_time_form(g: GraphBuilder, operation: Operation, x: Value) -> str:
-    """``operation`` of ``x`` in its form for parameters known only at run time."""
-    form = RUN_TIME_FORMS.get(OperationCode(operation.type))
-    if form is None:  # runtime_parameters.py not loaded (the device module loads it)
-        raise Declined(f"{OperationCode(operation.type).name} with parameters known only at run time")
-    return form(g, operation, x)
-
-
-def check_types(g: GraphBuilder, operation: Operation, allowed: Sequence[int] = ACTIVATION_TYPES) -> None:
-    """Declines ``operation`` unless its first input and every output are of a type in
-    ``allowed``."""
-    for index in [*operation.inputs[:1], *operation.outputs]:
-        code = g.operand(index).type
-        if code not in allowed:
-            raise Declined(f"{OperationCode(operation.type).name} on {type_name(code)} is not supported")
-
-
-def fused_activation(g: GraphBuilder, name: str, fuse: int, output: Operand) -> str:
-    """``name`` with the fused activation applied, in the output's internal encoding."""
-    if fuse == FuseCode.FUSED_NONE:
-        return name
-    if fuse not in (FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6):
-        raise Declined(f"fused activation {fuse} is not valid")
-    low, high = activation_bounds_float(fuse)
-    if output.type in FLOATS:
-        if high == math.inf:
-            return g.one("Relu", [name])
-        return g.one("Clip", [name, g.constant(np.array(low, np.float32)), g.constant(np.array(high, np.float32))])
-    if output.type in QUANT8:
-        q_low, q_high = activation_bounds_quantized(fuse, output)
-        shift = internal_zero_point(output) - output.zero_point  # int8 travels as uint8 (+128)
-        q_low, q_high = q_low + shift, q_high + shift
-        if q_low <= 0 and q_high >= 255:
-            return name  # the clamp is the quantized range itself
-        return g.one("Clip", [name, g.constant(np.array(q_low, np.uint8)), g.constant(np.array(q_high, np.uint8))])
-    raise Declined(f"fused activation on {type_name(output.type)}")
-
-
-def to_nchw(g: GraphBuilder, name: str, nchw: bool) -> str:
-    return name if nchw else g.one("Transpose", [name], perm=NHWC_TO_NCHW)
-
-
-def from_nchw(g: GraphBuilder, name: str, nchw: bool) -> str:
-    return name if nchw else g.one("Transpose", [name], perm=NCHW_TO_NHWC)
-
-
-def channel_scale(g: GraphBuilder, nchw_name: str, scales: np.ndarray) -> str:
-    """``x * scales[c]`` per channel of an NCHW value, as a 1x1 depthwise convolution: one
-    multiplication per element (the same value as Mul), and an operator ORT runs in NCHWc."""
-    channels = scales.size
-    weights = g.constant(np.asarray(scales, np.float32).reshape(channels, 1, 1, 1), "scale")
-    return g.one("Conv", [nchw_name, weights], group=channels, kernel_shape=[1, 1])
-
-
-def blocked(value_dims: list[int], kind: str) -> bool:
-    """Whether an NHWC float value ORT can hold in NCHWc (rank 4, channels a block multiple,
-    height and width known; the batch may be free: a 0 here, known only at run time)."""
-    return kind == "float" and len(value_dims) == 4 and all(value_dims[1:]) and value_dims[3] % NCHWC_BLOCK == 0
-
-
-def keep_blocked(g: GraphBuilder, operation: Operation, name: str) -> str:
-    """``name`` (the NHWC output of an operator ORT has no NCHWc kernel for: PAD, STRIDED_SLICE)
-    passed through an identity 1x1 depthwise convolution (x * 1.0, exact), so that it enters
-    NCHWc once, here, rather than dragging the element-wise operators after it (residual ADDs,
-    PRELUs) out of the layout: without it each of those costs two reorders (face_landmark:
-    1.45 -> 1.14 ms). Not done where every consumer is a convolution or pooling (those reorder
-    their input anyway) or where the value is the graph's output."""
-    index = operation.outputs[0]
-    output = g.operand(index)
-    if g.isolated or not blocked(list(output.dimensions), internal_kind(output.type)):
-        return name
-    consumers = g.readers(index)
-    if index in g.subgraph.output_indexes or all(
-            op.type in _BLOCKED_CONSUMERS and list(op.inputs).index(index) == 0 and op.inputs.count(index) == 1
-            for op in consumers):
-        return name
-    identity = channel_scale(g, to_nchw(g, name, False), np.ones(output.dimensions[3], np.float32))
-    return from_nchw(g, identity, False)
-
-
-def padded_channels(channels: int) -> int:
-    return -(-channels // NCHWC_BLOCK) * NCHWC_BLOCK
-
-
-#: operations that take (and give) a float NHWC value with its channels padded with zeros
-#: to the NCHWc block, when their parameters allow (_takes_padded)
-_PADDED_CONSUMERS = (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.ADD, OperationCode.PAD,
-                     OperationCode.PAD_V2, OperationCode.MAX_POOL_2D, OperationCode.AVERAGE_POOL_2D,
-                     OperationCode.RELU, OperationCode.RELU1, OperationCode.RELU6, OperationCode.PRELU,
-                     OperationCode.RESIZE_BILINEAR, OperationCode.MEAN, OperationCode.MUL,
-                     OperationCode.HARD_SWISH)
-
-
-def wants_padding(g: GraphBuilder, index: int) -> bool:
-    """Whether float NHWC operand ``index``, whose channels are not a multiple of the
-    NCHWc block, is better computed with them padded with zeros to the block: ORT keeps
-    only block-aligned values in NCHWc between operators, so BlazeFace's 28-, 36- and
-    42-channel residual blocks left it at every ADD, channel PAD and pooling (two reorders
-    each, the ADD and PAD unvectorized); padded, the chain stays blocked and the PADs of
-    the skip connections vanish (their zeros are already there). Only where every consumer
-    takes the padded form (it is not a graph output), so no cut back is needed: the
-    convolutions read the extra channels with zero weights and give zeros there, the
-    element-wise operations and pooling keep zeros zero. (For a non-finite input a dense
-    convolution's padded channels are NaN, 0 * inf, where its real ones are non-finite
-    already.) The batch may be free (MediaPipe's face_landmarks_detector: ~25% of its time
-    went to the 8-channel values, the channel PADs and the PRELUs around them leaving the
-    blocked layout at every block, where at batch 1 they did not)."""
-    operand = g.operand(index)
-    dims = operand.dimensions
-    if (g.isolated or operand.type not in FLOATS or len(dims) != 4 or not all(dims[1:]) or dims[3] % NCHWC_BLOCK == 0
-            or dims[3] < NCHWC_BLOCK // 2 or index in g.subgraph.output_indexes):
-        return False
-    consumers = g.readers(index)
-    return bool(consumers) and all(_takes_padded(g, op, index) for op in consumers)
-
-
-def _takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
-    """Whether ``operation`` lowers with input ``index`` in the padded form (as the padded
-    branches of the lowerings below do)."""
-    code = operation.type
-    inputs = list(operation.inputs)
-    if code not in _PADDED_CONSUMERS or inputs.count(index) != 1:
-        return False
-    position = inputs.index(index)
-    if g.operand(operation.outputs[0]).type not in FLOATS:
-        return False
-    try:
-        if code in (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D):
-            depthwise = code == OperationCode.DEPTHWISE_CONV_2D
-            params = conv_params(g, operation, depthwise)
-            return (position == 0 and not params.nchw and (not depthwise or params.multiplier == 1)
-                    and g.raw_constant(inputs[1]) is not None and g.raw_constant(inputs[2]) is not None)
-        if code == OperationCode.ADD:
-            return position < 2 and g.operand(inputs[0]).dimensions == g.operand(inputs[1]).dimensions
-        if code in (OperationCode.PAD, OperationCode.PAD_V2):
-            paddings = g.raw_constant(inputs[1])
-            return (position == 0 and paddings is not None and paddings.size == 8
-                    and int(paddings.reshape(4, 2)[3, 0]) == 0 and _pad_value_is_zero(g, operation))
-        if code in (OperationCode.MAX_POOL_2D, OperationCode.AVERAGE_POOL_2D):
-            return position == 0 and not _pool_layout_nchw(g, operation)
-        if code == OperationCode.RESIZE_BILINEAR:
-            if position != 0 or g.optional_scalar(operation, 3, False) or _resize_in_rows(g, operation):
-                return False
-            # An enlarging resize whose result is cut back to the real channels anyway (a
-            # segmentation head's logits to ARG_MAX: 21 of 32 channels at 257x257) would
-            # blend and move the zero channels at the large size: cut them before it
-            out_dims = g.operand(operation.outputs[0]).dimensions
-            enlarges = out_dims[1] * out_dims[2] > g.operand(index).dimensions[1] * g.operand(index).dimensions[2]
-            return not enlarges or wants_padding(g, operation.outputs[0])
-        if code == OperationCode.MEAN:
-            axes = g.raw_constant(inputs[1])
-            return (position == 0 and axes is not None and sorted({int(a) % 4 for a in np.atleast_1d(axes)}) == [1, 2]
-                    and bool(g.scalar(inputs[2])))
-        if code == OperationCode.MUL:
-            return position < 2 and _padded_product(g, operation, position)
-        if code == OperationCode.PRELU:
-            alpha = g.raw_constant(inputs[1])
-            return position == 0 and alpha is not None and alpha.size > 0 and bool(np.isfinite(alpha).all()) and (
-                len(g.operand(inputs[1]).dimensions) <= 4 and all(d == 1 for d in alpha.shape[:-1]))
-    except (Declined, ValueError, TypeError, IndexError):
-        return False
-    return True  # RELU, RELU1, RELU6
-
-
-def _padded_product(g: GraphBuilder, operation: Operation, position: int) -> bool:
-    """Whether a float MUL takes its input ``position`` with channels padded to the NCHWc
-    block: a squeeze-and-excitation block's scalings on 72 or 120 channels (MobileNet v3),
-    which left ORT's blocked layout at each (ReorderOutput, Slice, Transpose, ReduceMean
-    and back: ~90 us per block, where the 16-aligned blocks stay blocked). The other
-    operand is a finite constant (a scalar or one per channel: the padded channels scaled
-    by 0), or a [N, 1, 1, C] gate scaling an [N, H, W, C] value (a gate not padded is
-    padded after, a few floats; the gate is padded where the value is)."""
-    inputs = operation.inputs
-    mine, other = g.operand(inputs[position]).dimensions, inputs[1 - position]
-    dims = list(g.operand(other).dimensions)
-    if len(mine) != 4 or g.operand(other).type not in FLOATS:
-        return False
-    real = mine[3]
-    known = g.raw_constant(other)
-    if known is not None:
-        return (known.size in (1, real) and all(d == 1 for d in dims[:-1]) and (not dims or dims[-1] in (1, real))
-                and bool(np.isfinite(known).all()))
-    gate = [mine[0], 1, 1, real]
-    if list(mine) == gate and len(dims) == 4 and dims[0] == mine[0] and dims[3] == real and dims[1] * dims[2] > 1:
-        return wants_padding(g, other)
-    return dims == gate and mine[1] * mine[2] > 1
-
-
-def _pad_value_is_zero(g: GraphBuilder, operation: Operation) -> bool:
-    return operation.type == OperationCode.PAD or float(g.scalar(operation.inputs[2])) == 0.0
-
-
-def _pool_layout_nchw(g: GraphBuilder, operation: Operation) -> bool:
-    return bool(g.optional_scalar(operation, 10 if len(operation.inputs) in (10, 11) else 7, False))
-
-
-def _pad_channels(g: GraphBuilder, name: str, extra: int) -> str:
-    """NHWC ``name`` with ``extra`` zero channels after its own."""
-    pads = g.constant(np.array([0, 0, 0, 0, 0, 0, 0, extra], np.int64))
-    return g.one("Pad", [name, pads, g.constant(np.array(0.0, np.float32))], mode="constant")
-
-
-def _require_rank(value: Value, rank: int, what: str) -> None:
-    if value.rank != rank:
-        raise Declined(f"{what} must have rank {rank}")
-
-
-# --- convolutions ----------------------------------------------------------------------
-@dataclass
-class ConvParams:
-    """A convolution's scalar arguments (NNAPI's explicit or implicit padding forms alike)
-    as the ONNX Conv attributes take them (``conv_params``)."""
-
-    pads: list[int] | None  # ONNX order: top, left, bottom, right
-    auto_pad: str | None
-    strides: list[int]
-    dilations: list[int]
-    fuse: int
-    nchw: bool
-    multiplier: int = 1
-
-
-def conv_params(g: GraphBuilder, operation: Operation, depthwise: bool) -> ConvParams:
-    """The padding, strides, dilations, fused activation, layout and (depthwise) multiplier
-    of CONV_2D / DEPTHWISE_CONV_2D ``operation``, whichever of its signatures it uses: an
-    explicit padding as ONNX pads, SAME as the pads NNAPI computes (``same_pads``), VALID as
-    auto_pad."""
-    inputs = operation.inputs
-    n = len(inputs)
-    shift = 1 if depthwise else 0  # depthwise has depth_multiplier before the activation
-    explicit_lengths = (11, 12, 14) if depthwise else (10, 11, 13)
-    explicit = n in explicit_lengths and not (n == explicit_lengths[0] and
-                                              g.operand(inputs[7 + shift]).type == T.BOOL)
-    if explicit:
-        left, right, top, bottom = (int(g.scalar(inputs[i])) for i in (3, 4, 5, 6))
-        stride_w, stride_h = int(g.scalar(inputs[7])), int(g.scalar(inputs[8]))
-        multiplier = int(g.scalar(inputs[9])) if depthwise else 1
-        rest = 9 + shift
-        fuse = int(g.scalar(inputs[rest]))
-        nchw = bool(g.optional_scalar(operation, rest + 1, False))
-        dil_w = int(g.optional_scalar(operation, rest + 2, 1))
-        dil_h = int(g.optional_scalar(operation, rest + 3, 1))
-        return ConvParams([top, left, bottom, right], None, [stride_h, stride_w], [dil_h, dil_w], fuse, nchw,
-                          multiplier)
-    scheme = int(g.scalar(inputs[3]))
-    stride_w, stride_h = int(g.scalar(inputs[4])), int(g.scalar(inputs[5]))
-    multiplier = int(g.scalar(inputs[6])) if depthwise else 1
-    rest = 6 + shift
-    fuse = int(g.scalar(inputs[rest]))
-    nchw = bool(g.optional_scalar(operation, rest + 1, False))
-    dil_w = int(g.optional_scalar(operation, rest + 2, 1))
-    dil_h = int(g.optional_scalar(operation, rest + 3, 1))
-    if scheme not in (1, 2):
-        raise Declined(f"padding scheme {scheme} is not valid")
-    pads = None
-    if scheme == 1:
-        filter_dims = g.operand(inputs[1]).dimensions
-        kernel = (filter_dims[1], filter_dims[2]) if len(filter_dims) == 4 else (0, 0)
-        pads = same_pads(g.operand(inputs[0]).dimensions, nchw, kernel, (stride_h, stride_w), (dil_h, dil_w))
-    return ConvParams(pads, "VALID" if scheme == 2 else None, [stride_h, stride_w], [dil_h, dil_w], fuse, nchw,
-                      multiplier)
-
-
-def same_pads(dims: list[int], nchw: bool, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
-              ) -> list[int]:
-    """NNAPI's SAME padding as explicit ONNX pads (top, left, bottom, right): the odd pixel
-    goes at the end. ORT's SAME_UPPER would do the same but refuses dilations, so the pads
-    are computed here from the input's known size."""
-    if len(dims) != 4:
-        raise Declined("the input must have rank 4")
-    sizes = (dims[2], dims[3]) if nchw else (dims[1], dims[2])
-    if min(*strides, *dilations) < 1:
-        raise Declined("strides and dilations must be positive")
-    if not all(kernel) or any(size == 0 and stride != 1 for size, stride in zip(sizes, strides)):
-        raise Declined("SAME padding needs the filter's spatial sizes, and the input's where the stride is not 1")
-    # at stride 1 SAME pads (kernel - 1) * dilation whatever the size: a size known only at
-    # run time (a sequence's length) takes that of any size
-    sizes = tuple(size or 1 for size in sizes)
-    (top, bottom), (left, right) = (implicit_padding(size, stride, k, dilation, PaddingCode.PADDING_SAME)
-                                    for size, k, stride, dilation in zip(sizes, kernel, strides, dilations))
-    return [top, left, bottom, right]
-
 
 #: float32's unit roundoff (round to nearest): what bounds a computed sum's error
 _UNIT_ROUNDOFF = 2.0 ** -24
+
 
 
 def value_range(g: GraphBuilder, index: int) -> tuple[float, float] | None:
@@ -840,7 +127,7 @@ def value_range(g: GraphBuilder, index: int) -> tuple[float, float] | None:
         return None
     code = producer.type
     if code in (OperationCode.RELU1, OperationCode.RELU6):
-        return _CLAMPS[code]
+        return CLAMPS[code]
     if code in (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.GROUPED_CONV_2D):
         try:
             fuse = conv_params(g, producer, code != OperationCode.CONV_2D).fuse
@@ -849,6 +136,7 @@ def value_range(g: GraphBuilder, index: int) -> tuple[float, float] | None:
         if fuse in (FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6):
             return activation_bounds_float(fuse)
     return None
+
 
 
 def reachable_activation(g: GraphBuilder, fuse: int, source: int, weights: np.ndarray, bias: np.ndarray) -> int:
@@ -885,6 +173,7 @@ def reachable_activation(g: GraphBuilder, fuse: int, source: int, weights: np.nd
     return fuse
 
 
+
 def conv_attributes(params: ConvParams, kernel: list[int], group: int) -> dict:
     """The attributes of an ONNX Conv / QLinearConv / ConvInteger node for ``params``."""
     attributes: dict = {"strides": params.strides, "dilations": params.dilations, "kernel_shape": kernel,
@@ -896,6 +185,7 @@ def conv_attributes(params: ConvParams, kernel: list[int], group: int) -> dict:
     return attributes
 
 
+
 def _filter_to_oihw(g: GraphBuilder, index: int, depthwise: bool) -> tuple[str, np.ndarray | None, bool]:
     """The filter as [O, I, H, W] (depthwise: [C, 1, H, W]), for a constant its array, and
     whether quant8 weights were centered to int8 with zero point 0 (``centered_weights``)."""
@@ -905,6 +195,7 @@ def _filter_to_oihw(g: GraphBuilder, index: int, depthwise: bool) -> tuple[str, 
         return g.constant(array, "filter"), array, centered
     value = g.value(index)
     return g.one("Transpose", [value.name], perm=[3, 0, 1, 2] if depthwise else [0, 3, 1, 2]), None, False
+
 
 
 def constant_filter(g: GraphBuilder, index: int, depthwise: bool) -> tuple[np.ndarray, bool] | None:
@@ -922,6 +213,7 @@ def constant_filter(g: GraphBuilder, index: int, depthwise: bool) -> tuple[np.nd
     return np.ascontiguousarray(kept.transpose([3, 0, 1, 2] if depthwise else [0, 3, 1, 2])), centered
 
 
+
 def centered_weights(raw: np.ndarray, zero_point: int) -> np.ndarray | None:
     """Constant quant8 weights as int8 ``q - zero_point`` with zero point 0, where every
     value fits (None otherwise): the same integers enter every product, so QLinearConv's
@@ -932,6 +224,7 @@ def centered_weights(raw: np.ndarray, zero_point: int) -> np.ndarray | None:
     if centered.size == 0 or centered.min() < -128 or centered.max() > 127:
         return None
     return centered.astype(np.int8)
+
 
 
 def signed_weights(raw: np.ndarray, operand: Operand) -> tuple[np.ndarray, bool]:
@@ -949,6 +242,7 @@ def signed_weights(raw: np.ndarray, operand: Operand) -> tuple[np.ndarray, bool]
     return raw, False
 
 
+
 def filter_zero_point(operand: Operand, centered: bool) -> int:
     """The zero point of a constant quant8 filter as ``signed_weights`` stores it."""
     if centered or operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
@@ -956,6 +250,7 @@ def filter_zero_point(operand: Operand, centered: bool) -> int:
     if operand.type == T.TENSOR_QUANT8_ASYMM:
         return operand.zero_point - 128
     return operand.zero_point
+
 
 
 def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: int,
@@ -979,9 +274,11 @@ def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: 
     raise Declined(f"{type_name(operand.type)} filters are not supported")
 
 
+
 #: ORT's symmetric quantized convolution kernels (MlasConvSym) take input channels in
 #: multiples of this; other counts fall back to im2col and a generic GEMM
 SYM_INPUT_CHANNEL_ALIGN = 4
+
 
 
 def _merged_columns(g: GraphBuilder, operation: Operation, params: ConvParams, array: np.ndarray,
@@ -1078,6 +375,7 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: ConvParams, a
     return y
 
 
+
 #: how many times a convolution's multiply-adds _merged_columns may spend on 1-3 input
 #: channels: ORT's generic path there costs 2-4x its float Conv, so even 4x (stride 1 on
 #: one channel, 3x3 or 1x1) runs 3-4x faster (onnxruntime 1.32, one thread)
@@ -1086,6 +384,7 @@ _MERGED_COST = 4
 
 #: output channels from which ORT's quantized 1x1 convolution is not merged (_merged_columns)
 FEW_OUTPUTS = 16
+
 
 
 def _few_outputs_factor(shape: tuple[int, ...], params: ConvParams, width: int) -> int:
@@ -1100,6 +399,7 @@ def _few_outputs_factor(shape: tuple[int, ...], params: ConvParams, width: int) 
     while factor > 1 and width % factor:
         factor //= 2
     return factor
+
 
 
 def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool:
@@ -1147,9 +447,11 @@ def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool
     return True
 
 
+
 #: element-wise operations whose output, read by a convolution in rows (_channels_in_rows),
 #: is an NHWC value as the graph's input is: an image's normalization (x * a + b)
 _ROWS_PRODUCERS = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
+
 
 
 def _channels_in_rows(g: GraphBuilder, operation: Operation, params: ConvParams, source: Value,
@@ -1182,8 +484,10 @@ def _channels_in_rows(g: GraphBuilder, operation: Operation, params: ConvParams,
     return rows, g.constant(spread, "filter"), attributes
 
 
+
 #: below this many output pixels a convolution's multiply-adds cost less than a node more
 SINGLE_FILTER_MIN_PIXELS = 1024
+
 
 
 def _single_filter_conv(g: GraphBuilder, x: str, weights: np.ndarray, bias: np.ndarray, attributes: dict,
@@ -1208,6 +512,7 @@ def _single_filter_conv(g: GraphBuilder, x: str, weights: np.ndarray, bias: np.n
     return g.one("Conv", [products, ones, total], kernel_shape=[1, 1])
 
 
+
 @lowers(OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.GROUPED_CONV_2D)
 def lower_conv(g: GraphBuilder, operation: Operation) -> None:
     depthwise = operation.type == OperationCode.DEPTHWISE_CONV_2D
@@ -1215,7 +520,7 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
     if not grouped and _padded_conv(g, operation, depthwise):
         return
     source = g.value(operation.inputs[0])
-    _require_rank(source, 4, "the input")
+    require_rank(source, 4, "the input")
     # GROUPED_CONV_2D's arguments sit where DEPTHWISE_CONV_2D's do, num_groups in the
     # depth multiplier's place (and its layout flag is mandatory)
     params = conv_params(g, operation, depthwise or grouped)
@@ -1291,8 +596,10 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], fused_activation(g, y, params.fuse, output))
 
 
+
 #: from how many rows a quantized FULLY_CONNECTED runs as one image's pixels
 _ROWS_AS_PIXELS = 8
+
 
 
 @lowers(OperationCode.FULLY_CONNECTED)
@@ -1349,12 +656,16 @@ def lower_fully_connected(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
 
 
+
 #: operations whose float output ORT computes in its blocked layout (NCHWc), and the
 #: reshapes of one: what an image classifier's FULLY_CONNECTED reads
 _POOLED = (OperationCode.MEAN, OperationCode.AVERAGE_POOL_2D, OperationCode.MAX_POOL_2D, OperationCode.L2_POOL_2D,
            OperationCode.RESHAPE, OperationCode.SQUEEZE, OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D)
+
+
 #: weights from which ORT's 1x1 convolution beats its Gemm on one row (see _classifier_conv)
 CLASSIFIER_MIN_WEIGHTS = 1 << 18
+
 
 
 def _classifier_conv(g: GraphBuilder, operation: Operation, flat: str, units: int, depth: int) -> str | None:
@@ -1379,9 +690,11 @@ def _classifier_conv(g: GraphBuilder, operation: Operation, flat: str, units: in
     y = g.one("Conv", [image, g.constant(np.ascontiguousarray(weights), "weights"), bias.name], kernel_shape=[1, 1])
     return g.one("Reshape", [y, g.constant(np.array([1, units], np.int64))])
 
-# --- element-wise ----------------------------------------------------------------------
+
+
 _BINARY = {OperationCode.ADD: ("Add", "QLinearAdd"), OperationCode.MUL: ("Mul", "QLinearMul"),
            OperationCode.SUB: ("Sub", None), OperationCode.DIV: ("Div", None)}
+
 
 
 @lowers(*_BINARY)
@@ -1394,7 +707,7 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
         # channels padded to the NCHWc block (wants_padding): zeros + zeros stay zeros
         a, b = (g.blocked_value(i) for i in operation.inputs[:2])
         channels = max(a.dims[3], b.dims[3])
-        a_name, b_name = (v.name if v.dims[3] == channels else _pad_channels(g, v.name, channels - v.dims[3])
+        a_name, b_name = (v.name if v.dims[3] == channels else pad_channels(g, v.name, channels - v.dims[3])
                           for v in (a, b))
         y = _clamped_add(g, operation, a_name, b_name, output, channels)
         g.set_channels(operation.outputs[0], y, channels)
@@ -1437,6 +750,7 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
 
 
+
 def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) -> tuple[str, str]:
     """The operands of a QLinearMul / QLinearAdd, a [N, 1, 1, C] value computed at run time
     (a squeeze-and-excitation gate) spread over the other's [N, H, W, C] by an Expand
@@ -1453,10 +767,12 @@ def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) 
     return names[0], names[1]
 
 
+
 #: operations ORT computes outside its blocked layout: a MUL of their result (an attention's
 #: scaled scores, BATCH_MATMUL's) is a plain Mul, not a convolution between two Transposes
 _UNBLOCKED = (OperationCode.BATCH_MATMUL, OperationCode.FULLY_CONNECTED, OperationCode.TRANSPOSE,
               OperationCode.RESHAPE, OperationCode.SOFTMAX, OperationCode.GATHER)
+
 
 
 def _blocked_product(g: GraphBuilder, a: Value, b: Value) -> str | None:
@@ -1484,6 +800,7 @@ def _blocked_product(g: GraphBuilder, a: Value, b: Value) -> str | None:
     return None
 
 
+
 def _scaled_padded(g: GraphBuilder, operation: Operation) -> bool:
     """Whether a float MUL lowers in the padded form: its input that is scaled (not the
     constant, not the [N, 1, 1, C] gate) was computed padded and takes that form (a padded
@@ -1493,9 +810,10 @@ def _scaled_padded(g: GraphBuilder, operation: Operation) -> bool:
         other = g.operand(operation.inputs[1 - position]).dimensions
         scaled = g.raw_constant(operation.inputs[1 - position]) is not None or (
             len(other) == 4 and other[1] * other[2] == 1)
-        if scaled and index in g.padded and _takes_padded(g, operation, index):
+        if scaled and index in g.padded and reads_padded(g, operation, index):
             return True
     return False
+
 
 
 def _padded_mul(g: GraphBuilder, operation: Operation) -> tuple[str, int]:
@@ -1521,7 +839,7 @@ def _padded_mul(g: GraphBuilder, operation: Operation) -> tuple[str, int]:
             # a gate not padded (a LOGISTIC's: selfie_segmentation's decoder), padded here and
             # passed through an identity 1x1 depthwise convolution (x * 1.0, exact) so that
             # ORT spreads it in its blocked layout (Resize 20 -> Upsample 3 us)
-            padded = _pad_channels(g, factor.name, channels - factor.dims[3])
+            padded = pad_channels(g, factor.name, channels - factor.dims[3])
             factor_name = from_nchw(g, channel_scale(g, to_nchw(g, padded, False), np.ones(channels, np.float32)),
                                     False)
         factor = Value(factor_name, "float", [*factor.dims[:3], channels])
@@ -1532,12 +850,14 @@ def _padded_mul(g: GraphBuilder, operation: Operation) -> tuple[str, int]:
     raise Declined("no padded input")  # not reached: the caller checked
 
 
+
 #: the fewest channels from which _channel_product's depthwise convolution beats QLinearMul
 #: (process time alone, 1x1 depthwise against QLinearMul): by a factor per channel (ORT's
 #: broadcast path; 112x112x8: 276 -> 79 us, 56x56x16: 35 -> 19) and by one for all (a
 #: vectorized path: 56x56x32 21 / 21 us, x64 38 -> 26, 224x224x3 32 -> 450); one pixel
 #: (a squeeze-and-excitation gate's scaling) is left to QLinearMul too (1x1x96: 6.9 / 7.4)
 CHANNEL_PRODUCT_MIN_CHANNELS = {False: 8, True: 64}
+
 
 
 def _channel_product(g: GraphBuilder, operation: Operation, output: Operand, fuse: int) -> str | None:
@@ -1584,6 +904,7 @@ def _channel_product(g: GraphBuilder, operation: Operation, output: Operand, fus
     return None
 
 
+
 def _channel_product_exact(x: Operand, factor: Operand, output: Operand, fuse: int, factors: np.ndarray,
                            weights: np.ndarray, weight_scales: np.ndarray) -> bool:
     """Whether _channel_product's QLinearConv gives the reference's MUL for every stored
@@ -1599,6 +920,7 @@ def _channel_product_exact(x: Operand, factor: Operand, output: Operand, fuse: i
     low, high = activation_bounds_quantized(fuse, output)
     computed = np.clip(np.rint(accumulators * scales[None, :]).astype(np.int64) + output.zero_point, low, high)
     return bool(np.array_equal(computed, expected))
+
 
 
 def _clamped_add(g: GraphBuilder, operation: Operation, a: str, b: str, output: Operand, channels: int) -> str:
@@ -1623,6 +945,7 @@ def _clamped_add(g: GraphBuilder, operation: Operation, a: str, b: str, output: 
     return from_nchw(g, fused_activation(g, identity, fuse, output), False)
 
 
+
 def _record_convolution(g: GraphBuilder, index: int, nchw_name: str, fuse: int, nchw: bool) -> str:
     """``nchw_name`` (the output of the Conv node just made) back in NHWC, the pair
     recorded for _clamp_into_conv when the convolution has no activation of its own."""
@@ -1631,6 +954,7 @@ def _record_convolution(g: GraphBuilder, index: int, nchw_name: str, fuse: int, 
     if fuse == FuseCode.FUSED_NONE and not nchw and not g.isolated and conv.output[0] == nchw_name:
         g.convolutions[index] = (conv, g.nodes[-1])
     return name
+
 
 
 def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse: int) -> str | None:
@@ -1642,7 +966,7 @@ def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse
     fusion). The convolution's nodes move after Z's, so the graph stays in order. None
     where it does not apply."""
     low, high = activation_bounds_float(fuse)
-    reads = _reads(g.nodes)
+    reads = read_counts(g.nodes)
     for position, (mine, other) in enumerate(((a, b), (b, a))):
         index = operation.inputs[position]
         recorded = g.convolutions.get(index)
@@ -1666,23 +990,26 @@ def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse
     return None
 
 
+
 _UNARY_FLOAT = {OperationCode.LOGISTIC: "Sigmoid", OperationCode.TANH: "Tanh", OperationCode.RELU: "Relu",
                 OperationCode.HARD_SWISH: "HardSwish", OperationCode.ABS: "Abs", OperationCode.EXP: "Exp",
                 OperationCode.FLOOR: "Floor", OperationCode.NEG: "Neg", OperationCode.SQRT: "Sqrt",
                 OperationCode.ELU: "Elu", OperationCode.LOG: "Log", OperationCode.SIN: "Sin"}
+
+
 #: the unary operations that also take TENSOR_INT32, wrapping as two's complement (|INT32_MIN|
 #: and -INT32_MIN are INT32_MIN), as ONNX Runtime's Abs and Neg do
 _UNARY_INT32 = (OperationCode.ABS, OperationCode.NEG)
-_CLAMPS = {OperationCode.RELU: (0.0, math.inf), OperationCode.RELU1: (-1.0, 1.0), OperationCode.RELU6: (0.0, 6.0)}
+
 
 
 @lowers(*_UNARY_FLOAT, OperationCode.RELU1, OperationCode.RELU6, OperationCode.RSQRT)
 def lower_unary(g: GraphBuilder, operation: Operation) -> None:
     code = OperationCode(operation.type)
     output = g.operand(operation.outputs[0])
-    if code in _CLAMPS and output.type in FLOATS and operation.inputs[0] in g.padded:
+    if code in CLAMPS and output.type in FLOATS and operation.inputs[0] in g.padded:
         x = g.blocked_value(operation.inputs[0])  # channels padded to the block: clamped zeros stay zeros
-        low, high = _CLAMPS[code]
+        low, high = CLAMPS[code]
         y = g.one("Relu", [x.name]) if high == math.inf else g.one(
             "Clip", [x.name, g.constant(np.array(low, np.float32)), g.constant(np.array(high, np.float32))])
         g.set_channels(operation.outputs[0], y, x.dims[3])
@@ -1699,13 +1026,13 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
     if code in _UNARY_INT32 and output.type == T.TENSOR_INT32 and x.kind == "int32":
         g.set_output(operation.outputs[0], g.one(_UNARY_FLOAT[code], [x.name]))
         return
-    if code not in (OperationCode.LOGISTIC, OperationCode.TANH, *_CLAMPS, OperationCode.HARD_SWISH) and \
+    if code not in (OperationCode.LOGISTIC, OperationCode.TANH, *CLAMPS, OperationCode.HARD_SWISH) and \
             output.type not in FLOATS:
         raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
 
     def apply(name: str) -> str:
         if code in (OperationCode.RELU1, OperationCode.RELU6):
-            low, high = _CLAMPS[code]
+            low, high = CLAMPS[code]
             return g.one("Clip", [name, g.constant(np.array(low, np.float32)),
                                   g.constant(np.array(high, np.float32))])
         if code == OperationCode.ELU:
@@ -1721,7 +1048,7 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
         y = apply(x.name)
     elif output.type in QUANT8 and x.kind == "uint8":
         same = x.scale == output.scale and x.zero_point == internal_zero_point(output)
-        if code in _CLAMPS and same:
+        if code in CLAMPS and same:
             fuse = {OperationCode.RELU: FuseCode.FUSED_RELU, OperationCode.RELU1: FuseCode.FUSED_RELU1,
                     OperationCode.RELU6: FuseCode.FUSED_RELU6}[code]
             y = fused_activation(g, x.name, fuse, output)
@@ -1734,6 +1061,7 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+
 def _is_gate(g: GraphBuilder, index: int, shifted: bool = True) -> bool:
     """Whether operand ``index`` is read only by MULs, inside the graph (a gate), or by
     an ADD or SUB whose result is such a gate (a GRU's 1 - z: an error e in the gate is
@@ -1744,6 +1072,7 @@ def _is_gate(g: GraphBuilder, index: int, shifted: bool = True) -> bool:
     return bool(readers) and all(op.type == OperationCode.MUL or (
         shifted and op.type in (OperationCode.ADD, OperationCode.SUB) and _is_gate(g, op.outputs[0], False))
         for op in readers)
+
 
 
 def _logistic(g: GraphBuilder, x: str) -> str:
@@ -1763,6 +1092,7 @@ def _logistic(g: GraphBuilder, x: str) -> str:
     return g.one("Reciprocal", [g.one("Add", [g.one("Exp", [g.one("Neg", [x])]), one])])
 
 
+
 def _elu(g: GraphBuilder, x: str, alpha: float) -> str:
     """ELU as relu(x) + alpha * (exp(min(x, 0)) - 1): ORT's Elu is a scalar loop (16x64x64:
     95 us), these five vectorized passes 35 us (misc_ops' ELU layer). exp(m) - 1 for m <= 0 is
@@ -1774,10 +1104,11 @@ def _elu(g: GraphBuilder, x: str, alpha: float) -> str:
     return g.one("Add", [g.one("Relu", [x]), negative])
 
 
+
 @lowers(OperationCode.PRELU)
 def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
     output = g.operand(operation.outputs[0])
-    if output.type in FLOATS and operation.inputs[0] in g.padded and _takes_padded(g, operation, operation.inputs[0]):
+    if output.type in FLOATS and operation.inputs[0] in g.padded and reads_padded(g, operation, operation.inputs[0]):
         x = g.blocked_value(operation.inputs[0])  # channels padded to the block: alpha 0 there, PRELU(0) = 0
         real = g.operand(operation.inputs[0]).dimensions[3]
         known = np.broadcast_to(g.raw_constant(operation.inputs[1]).astype(np.float32).reshape(-1), (real,))
@@ -1814,6 +1145,7 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+
 def _prelu_blocked(g: GraphBuilder, x: Value, alpha: np.ndarray) -> str:
     """PRELU with a constant per-channel alpha on a value ORT holds in NCHWc, in operators
     it keeps there: relu(x) + (-alpha) * relu(-x), the two scalings as 1x1 depthwise
@@ -1831,6 +1163,7 @@ def _prelu_blocked(g: GraphBuilder, x: Value, alpha: np.ndarray) -> str:
     return from_nchw(g, y, False)
 
 
+
 def _prelu(g: GraphBuilder, x: str, alpha: str) -> str:
     """PRELU in float as relu(x) + min(x, 0) * alpha: the same values as ONNX PRelu (x
     where x >= 0, alpha * x below), but ORT runs PRelu's per-channel broadcast element
@@ -1840,20 +1173,20 @@ def _prelu(g: GraphBuilder, x: str, alpha: str) -> str:
     return g.one("Add", [g.one("Relu", [x]), g.one("Mul", [negative, alpha])])
 
 
-# --- pooling, mean, softmax ------------------------------------------------------------
+
 @lowers(OperationCode.AVERAGE_POOL_2D, OperationCode.MAX_POOL_2D, OperationCode.L2_POOL_2D)
 def lower_pool(g: GraphBuilder, operation: Operation) -> None:
     code = OperationCode(operation.type)
     inputs = operation.inputs
     # channels padded to the NCHWc block (wants_padding): the pooled zeros stay zeros
     padded = (code != OperationCode.L2_POOL_2D and g.operand(operation.outputs[0]).type in FLOATS
-              and inputs[0] in g.padded and not _pool_layout_nchw(g, operation))
+              and inputs[0] in g.padded and not pool_layout_nchw(g, operation))
     pad = g.producer(inputs[0])
-    added = (_pad_of_max_pool(g, pad) if pad is not None and pad.type in (OperationCode.PAD, OperationCode.PAD_V2)
+    added = (pad_of_max_pool(g, pad) if pad is not None and pad.type in (OperationCode.PAD, OperationCode.PAD_V2)
              else None)
     if added is not None:  # the PAD before it, as more of its own padding
         explicit = len(inputs) in (10, 11)
-        own, kernel = _max_pool_padding(g, operation, list(g.operand(inputs[0]).dimensions))
+        own, kernel = max_pool_padding(g, operation, list(g.operand(inputs[0]).dimensions))
         strides = [int(g.scalar(inputs[i])) for i in ((6, 5) if explicit else (3, 2))]
         source = g.value(pad.inputs[0])
         y = g.one("MaxPool", [to_nchw(g, source.name, False)], kernel_shape=kernel, strides=strides,
@@ -1863,7 +1196,7 @@ def lower_pool(g: GraphBuilder, operation: Operation) -> None:
                                                             g.operand(operation.outputs[0])))
         return
     x = g.blocked_value(inputs[0]) if padded else g.value(inputs[0])
-    _require_rank(x, 4, "the input")
+    require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
     if len(inputs) in (10, 11):
         left, right, top, bottom = (int(g.scalar(inputs[i])) for i in (1, 2, 3, 4))
@@ -1911,10 +1244,14 @@ def lower_pool(g: GraphBuilder, operation: Operation) -> None:
         g.set_output(operation.outputs[0], y)
 
 
+
 #: the widest window whose quantized average _quantized_average_pool rounds exactly
 _NUDGED_TAPS = 1024
+
+
 #: how far it scales an average away from zero before rounding half to even: 2**-20
 _NUDGE = 2.0 ** -20
+
 
 
 def _quantized_average_pool(g: GraphBuilder, x: Value, output: Operand, attributes: dict, nchw: bool) -> str:
@@ -1950,6 +1287,7 @@ def _quantized_average_pool(g: GraphBuilder, x: Value, output: Operand, attribut
                                     g.constant(np.array(center, np.uint8))])
 
 
+
 def _summed_average_pool(g: GraphBuilder, x: Value, output: Operand, attributes: dict, nchw: bool) -> str | None:
     """_quantized_average_pool's average where every window lies inside the image (no
     padding, so every count is the window's area) as a depthwise QLinearConv of ones: the
@@ -1977,10 +1315,11 @@ def _summed_average_pool(g: GraphBuilder, x: Value, output: Operand, attributes:
     return from_nchw(g, y, nchw)
 
 
+
 @lowers(OperationCode.MEAN)
 def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     output = g.operand(operation.outputs[0])
-    if output.type in FLOATS and operation.inputs[0] in g.padded and _takes_padded(g, operation, operation.inputs[0]):
+    if output.type in FLOATS and operation.inputs[0] in g.padded and reads_padded(g, operation, operation.inputs[0]):
         # channels padded to the NCHWc block (wants_padding; the height and width, kept):
         # the mean of zeros is zero
         x = g.blocked_value(operation.inputs[0])
@@ -2019,6 +1358,7 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+
 def _integer_mean(g: GraphBuilder, x: Value, keep: bool) -> str:
     """The float32 MEAN over NHWC's height and width of a DEQUANTIZE of the 8-bit ``x``
     (TFLite's quantized MEAN, imported as DEQUANTIZE, MEAN, QUANTIZE: the pool of an
@@ -2039,6 +1379,7 @@ def _integer_mean(g: GraphBuilder, x: Value, keep: bool) -> str:
     sums = g.one("Reshape", [sums, g.constant(np.array(shape, np.int64))])
     return g.one("DequantizeLinear", [sums, g.constant(np.array(x.scale / (height * width), np.float32)),
                                       g.constant(np.array(0, np.int32))])
+
 
 
 def _quantized_mean(g: GraphBuilder, x: Value, axes: list[int], keep: bool, offset: int) -> str:
@@ -2063,6 +1404,7 @@ def _quantized_mean(g: GraphBuilder, x: Value, axes: list[int], keep: bool, offs
     return rounded_mean(g, sums, count, offset)
 
 
+
 def rounded_mean(g: GraphBuilder, sums: str, count: int | str, offset: int) -> str:
     """The reference's quantized mean as an 8-bit value in its internal encoding: from the
     int32 (or int64) ``sums`` of ``count`` internal values each (a Python int, or an int64
@@ -2085,6 +1427,7 @@ def rounded_mean(g: GraphBuilder, sums: str, count: int | str, offset: int) -> s
     return g.one("Cast", [clipped], to=TensorProto.UINT8)
 
 
+
 def _reduce_mean(g: GraphBuilder, name: str, dims: list[int], axes: list[int], keep: bool) -> str:
     """ReduceMean over ``axes``. Adjacent axes after dimensions of 1 (a global pool over
     NHWC's height and width) reduce as the first axis of a [rows, columns] matrix: ORT's
@@ -2100,6 +1443,7 @@ def _reduce_mean(g: GraphBuilder, name: str, dims: list[int], axes: list[int], k
     shape = [1 if i in axes else d for i, d in enumerate(dims)] if keep else [
         d for i, d in enumerate(dims) if i not in axes]
     return g.one("Reshape", [mean, g.constant(np.array(shape or [1], np.int64))])
+
 
 
 @lowers(OperationCode.SOFTMAX)
@@ -2124,7 +1468,7 @@ def lower_softmax(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
-# --- shapes ------------------------------------------------------------------------------
+
 @lowers(OperationCode.RESHAPE)
 def lower_reshape(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -2151,7 +1495,9 @@ def lower_reshape(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Reshape", [x.name, g.constant(shape)]))
 
 
+
 _BROADCASTING = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
+
 
 
 def _only_broadcast(g: GraphBuilder, index: int, x: Value, shape: list[int]) -> bool:
@@ -2168,14 +1514,6 @@ def _only_broadcast(g: GraphBuilder, index: int, x: Value, shape: list[int]) -> 
         op.type in _BROADCASTING and index in op.inputs[:2] and g.operand(op.outputs[0]).type == T.TENSOR_FLOAT32
         and len(g.operand(op.outputs[0]).dimensions) >= x.rank for op in readers)
 
-
-def check_same_quantization(x: Value, output: Operand) -> None:
-    """Declines unless ``output`` has ``x``'s internal kind and quantization: for operations
-    that move values without requantizing them (copies, pads, gathers)."""
-    if output.type in QUANT8 and (x.scale != output.scale or x.zero_point != internal_zero_point(output)):
-        raise Declined("output quantization differs from the input's")
-    if internal_kind(output.type) != x.kind:
-        raise Declined("output type differs from the input's")
 
 
 @lowers(OperationCode.CONCATENATION)
@@ -2197,9 +1535,10 @@ def lower_concatenation(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+
 @lowers(OperationCode.PAD, OperationCode.PAD_V2)
 def lower_pad(g: GraphBuilder, operation: Operation) -> None:
-    if _padded_pad(g, operation) or _pad_of_max_pool(g, operation) is not None:
+    if _padded_pad(g, operation) or pad_of_max_pool(g, operation) is not None:
         return  # (the second: the MAX_POOL_2D reading it pads its input itself)
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
@@ -2241,6 +1580,7 @@ def lower_pad(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
 
 
+
 def _non_negative(g: GraphBuilder, index: int) -> bool:
     """Whether every element of float operand ``index`` is >= 0 (NaN aside) because the
     operation computing it ends with a RELU / RELU6 (its own or a convolution's fused one)."""
@@ -2259,7 +1599,8 @@ def _non_negative(g: GraphBuilder, index: int) -> bool:
     return False
 
 
-def _pad_of_max_pool(g: GraphBuilder, operation: Operation) -> list[int] | None:
+
+def pad_of_max_pool(g: GraphBuilder, operation: Operation) -> list[int] | None:
     """A float PAD / PAD_V2 with zeros of the height and width only, of a value >= 0
     (_non_negative: a convolution's ReLU output), read only by a MAX_POOL_2D in NHWC:
     its [top, left, bottom, right] amounts, which that pool adds to its own padding (ONNX
@@ -2278,14 +1619,14 @@ def _pad_of_max_pool(g: GraphBuilder, operation: Operation) -> list[int] | None:
     pool = readers[0]
     paddings = g.raw_constant(operation.inputs[1])
     if (pool.type != OperationCode.MAX_POOL_2D or list(pool.inputs).count(index) != 1 or pool.inputs[0] != index
-            or g.operand(pool.outputs[0]).type not in FLOATS or _pool_layout_nchw(g, pool)
-            or paddings is None or paddings.size != 8 or not _pad_value_is_zero(g, operation)):
+            or g.operand(pool.outputs[0]).type not in FLOATS or pool_layout_nchw(g, pool)
+            or paddings is None or paddings.size != 8 or not pad_value_is_zero(g, operation)):
         return None
     paddings = paddings.reshape(4, 2).astype(np.int64)
     if paddings[0].any() or paddings[3].any() or (paddings < 0).any():
         return None
     try:
-        own, kernel = _max_pool_padding(g, pool, list(g.operand(index).dimensions))
+        own, kernel = max_pool_padding(g, pool, list(g.operand(index).dimensions))
     except (Declined, ValueError, TypeError, IndexError):
         return None
     added = [int(paddings[1, 0]), int(paddings[2, 0]), int(paddings[1, 1]), int(paddings[2, 1])]
@@ -2294,7 +1635,8 @@ def _pad_of_max_pool(g: GraphBuilder, operation: Operation) -> list[int] | None:
     return added
 
 
-def _max_pool_padding(g: GraphBuilder, operation: Operation, dims: list[int]) -> tuple[list[int], list[int]]:
+
+def max_pool_padding(g: GraphBuilder, operation: Operation, dims: list[int]) -> tuple[list[int], list[int]]:
     """A MAX_POOL_2D's own padding (top, left, bottom, right) of an NHWC input of ``dims``
     and its kernel (height, width)."""
     inputs = operation.inputs
@@ -2310,6 +1652,7 @@ def _max_pool_padding(g: GraphBuilder, operation: Operation, dims: list[int]) ->
     return pads, [filter_h, filter_w]
 
 
+
 def _padded_pad(g: GraphBuilder, operation: Operation) -> bool:
     """A float PAD with zeros reading or giving channels padded to the NCHWc block (see
     wants_padding): the padded input's zero channels are the first of the channels it
@@ -2323,7 +1666,7 @@ def _padded_pad(g: GraphBuilder, operation: Operation) -> bool:
     if not (source in g.padded or wanted) or paddings is None or paddings.size != 8 or len(output.dimensions) != 4:
         return False
     paddings = paddings.reshape(4, 2).astype(np.int64)
-    if paddings[3, 0] != 0 or np.any(paddings < 0) or not _pad_value_is_zero(g, operation):
+    if paddings[3, 0] != 0 or np.any(paddings < 0) or not pad_value_is_zero(g, operation):
         return False
     x = g.blocked_value(source)
     real = g.operand(source).dimensions[3] + int(paddings[3, 1])
@@ -2337,19 +1680,6 @@ def _padded_pad(g: GraphBuilder, operation: Operation) -> bool:
     return True
 
 
-def _resize_in_rows(g: GraphBuilder, operation: Operation) -> bool:
-    """Whether a float NHWC RESIZE_BILINEAR is better resized in NHWC itself (the Resize on
-    the NHWC value, no Transpose around it): where its output is a graph output read by
-    nothing else, which leaves ORT's blocked layout anyway. Blocked, the resize works on
-    the channels padded to the block and its whole (upscaled) output is then reordered to
-    NHWC and cut to the real channels: deeplab's 21-class 32x32 -> 256x256 head spent
-    1.6 ms of 8.9 in those three passes (Upsample 628 us on 32 channels, ReorderOutput
-    406, Slice 570); in NHWC ORT reorders the small input and resizes the 21 real
-    channels once: 600 us, the whole model 1.12x -> 0.99x LiteRT."""
-    index = operation.outputs[0]
-    return (not g.isolated and g.operand(index).type in FLOATS and not g.optional_scalar(operation, 3, False)
-            and index in g.subgraph.output_indexes and not g.readers(index))
-
 
 @lowers(OperationCode.RESIZE_BILINEAR)
 def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
@@ -2359,7 +1689,7 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
     # own, so the zero channels stay zero and ORT keeps the Resize in its blocked layout
     padded = output.type in FLOATS and operation.inputs[0] in g.padded and not nchw
     x = g.blocked_value(operation.inputs[0]) if padded else g.value(operation.inputs[0])
-    _require_rank(x, 4, "the input")
+    require_rank(x, 4, "the input")
     align_corners = bool(g.optional_scalar(operation, 4, False))
     half_pixel = bool(g.optional_scalar(operation, 5, False))
     if align_corners and half_pixel:
@@ -2391,7 +1721,7 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
         batch = g.one("Slice", [g.one("Shape", [x.name]), *(g.constant(np.array([v], np.int64)) for v in (0, 1))])
         return g.one("Concat", [batch, g.constant(np.array(rest, np.int64))], axis=0)
 
-    if not padded and _resize_in_rows(g, operation):
+    if not padded and resize_in_rows(g, operation):
         g.set_output(operation.outputs[0], g.one("Resize", [x.name, "", "", sizes([height, width, channels])],
                                                  mode="linear", coordinate_transformation_mode=mode))
         return
@@ -2409,16 +1739,19 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
 
 
+
 #: a weight that is a multiple of 2**-6 of magnitude <= 2 makes every product of an 8-bit
 #: integer and two weights (<= 1020, a multiple of 2**-12) and every sum of four (< 2**12)
 #: exact in float32: the blend is then exact in any order
 _EXACT_WEIGHT_STEP = 2.0 ** -6
 
 
+
 def resize_mode(align_corners: bool, half_pixel: bool) -> str:
     """ONNX Resize's coordinate_transformation_mode for NNAPI's flags (half_pixel here is
     TF's: a length-1 output still samples from the half-pixel position)."""
     return "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
+
 
 
 def exact_taps(*taps: tuple) -> bool:
@@ -2428,6 +1761,7 @@ def exact_taps(*taps: tuple) -> bool:
     weights = np.concatenate([np.asarray(t[2:], np.float64).ravel() for t in taps])
     steps = weights / _EXACT_WEIGHT_STEP
     return bool(np.all(steps == np.round(steps)) and np.all(np.abs(weights) <= 2))
+
 
 
 @functools.lru_cache(maxsize=64)
@@ -2470,6 +1804,7 @@ def resize_matches_taps(height: int, width: int, out_height: int, out_width: int
     cols = weighted_taps(width, out_width, align_corners, half_pixel)
     expected = bilinear_blend(probe.astype(np.float32), rows, cols)
     return bool(np.array_equal(ours, expected.transpose(NHWC_TO_NCHW) if nchw else expected))
+
 
 
 def _truncated_blend(g: GraphBuilder, x: Value, output: Operand, axes: tuple[int, int], sizes: tuple[int, int],
@@ -2522,6 +1857,7 @@ def _truncated_blend(g: GraphBuilder, x: Value, output: Operand, axes: tuple[int
     return _truncated(g, blend, signed)
 
 
+
 def _truncated(g: GraphBuilder, blend: str, signed: bool) -> str:
     """A float blend of stored integers as the internal uint8 value: truncated toward zero
     by a float to 8-bit Cast (C's conversion; every blend lies within the type's range),
@@ -2531,10 +1867,11 @@ def _truncated(g: GraphBuilder, blend: str, signed: bool) -> str:
     return g.one("Cast", [blend], to=TensorProto.UINT8)
 
 
+
 @lowers(OperationCode.DEPTH_TO_SPACE, OperationCode.SPACE_TO_DEPTH)
 def lower_depth_space(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
-    _require_rank(x, 4, "the input")
+    require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
     check_same_quantization(x, output)
     block = int(g.scalar(operation.inputs[1]))
@@ -2547,6 +1884,7 @@ def lower_depth_space(g: GraphBuilder, operation: Operation) -> None:
         raise Declined(f"this onnxruntime has no {op_type} kernel for {x.kind} values")
     y = g.one(op_type, [to_nchw(g, x.name, nchw)], blocksize=block, **extra)
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
+
 
 
 @lowers(OperationCode.STRIDED_SLICE)
@@ -2603,6 +1941,7 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
 
 
+
 def sliced_block(g: GraphBuilder, operation: Operation, dims: list[int]) -> tuple[int, int, int] | None:
     """(axis, start, stop) where STRIDED_SLICE ``operation`` of a ``dims`` tensor takes
     ``start:stop`` of one axis and all of the others, with unit strides and nothing shrunk;
@@ -2624,6 +1963,7 @@ def sliced_block(g: GraphBuilder, operation: Operation, dims: list[int]) -> tupl
         if (start, stop) != (0, size):
             cut.append((axis, start, stop))
     return cut[0] if len(cut) == 1 else None
+
 
 
 def _slices_as_split(g: GraphBuilder, operation: Operation, x: Value) -> bool:
@@ -2671,12 +2011,13 @@ def _slices_as_split(g: GraphBuilder, operation: Operation, x: Value) -> bool:
     return True
 
 
+
 @lowers(OperationCode.RESIZE_NEAREST_NEIGHBOR)
 def lower_resize_nearest(g: GraphBuilder, operation: Operation) -> None:
     """Two Gathers of rows and columns whose indexes are the reference's own (computed here,
     once, from the static sizes): exact for every type, whatever the rounding flags."""
     x = g.value(operation.inputs[0])
-    _require_rank(x, 4, "the input")
+    require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
     check_same_quantization(x, output)
     nchw = bool(g.optional_scalar(operation, 3, False))
@@ -2702,6 +2043,7 @@ def lower_resize_nearest(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+
 @lowers(OperationCode.TRANSPOSE_CONV_2D)
 def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
     """ConvTranspose: NNAPI's paddings crop the full output as ONNX's pads do; the
@@ -2713,7 +2055,7 @@ def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
     multiplier, halves away from zero (within a step of Android's fixed-point stage)."""
     inputs = operation.inputs
     source = g.value(inputs[0])
-    _require_rank(source, 4, "the input")
+    require_rank(source, 4, "the input")
     output = g.operand(operation.outputs[0])
     filter_operand = g.operand(inputs[1])
     quantized = output.type in QUANT8
@@ -2783,6 +2125,7 @@ def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
 
 
+
 def _shuffled_transpose_conv(g: GraphBuilder, operation: Operation, source: Value, raw: np.ndarray,
                              nchw: bool) -> str | None:
     """A quantized TRANSPOSE_CONV_2D whose kernel is its stride s, uncropped (a U-Net
@@ -2826,10 +2169,12 @@ def _shuffled_transpose_conv(g: GraphBuilder, operation: Operation, source: Valu
     return g.one("Transpose", [nhwc], perm=NHWC_TO_NCHW) if nchw else nhwc
 
 
+
 def _integers(g: GraphBuilder, value: Value) -> str:
     """A quant8 value's integers q - zero_point in float32 (exact)."""
     return g.one("DequantizeLinear", [value.name, g.constant(np.array(1.0, np.float32)),
                                       g.constant(np.array(value.zero_point, np.uint8))])
+
 
 
 def _quantized_transpose_filter(g: GraphBuilder, operation: Operation, raw: np.ndarray | None,
@@ -2865,6 +2210,7 @@ def _quantized_transpose_filter(g: GraphBuilder, operation: Operation, raw: np.n
     return g.constant(np.ascontiguousarray(integers.astype(np.float32).transpose(3, 0, 1, 2)), "filter"), multipliers
 
 
+
 @lowers(OperationCode.L2_NORMALIZATION)
 def lower_l2_normalization(g: GraphBuilder, operation: Operation) -> None:
     """x / max(sqrt(sum(x * x)), 1e-6) along the axis in float32, as the reference and
@@ -2887,6 +2233,7 @@ def lower_l2_normalization(g: GraphBuilder, operation: Operation) -> None:
     norm = g.one("Max", [g.one("Sqrt", [squares]), g.constant(np.array(1e-6, np.float32))])
     y = g.one("Div", [x.name, norm])
     g.set_output(operation.outputs[0], quantize_half_away(g, y, output) if output.type in QUANT8 else y)
+
 
 
 @lowers(OperationCode.LOCAL_RESPONSE_NORMALIZATION)
@@ -2917,12 +2264,13 @@ def lower_local_response_normalization(g: GraphBuilder, operation: Operation) ->
     g.set_output(operation.outputs[0], y)
 
 
+
 @lowers(OperationCode.INSTANCE_NORMALIZATION)
 def lower_instance_normalization(g: GraphBuilder, operation: Operation) -> None:
     """(x - mean) * gamma / sqrt(var + epsilon) + beta per image and channel: ONNX's
     InstanceNormalization on NCHW with gamma and beta repeated per channel."""
     x = g.value(operation.inputs[0])
-    _require_rank(x, 4, "the input")
+    require_rank(x, 4, "the input")
     if x.kind != "float":
         raise Declined("INSTANCE_NORMALIZATION takes float tensors")
     gamma, beta, epsilon = (float(g.scalar(i)) for i in operation.inputs[1:4])
@@ -2934,6 +2282,7 @@ def lower_instance_normalization(g: GraphBuilder, operation: Operation) -> None:
     shift = g.constant(np.full(channels, beta, np.float32), "beta")
     y = g.one("InstanceNormalization", [to_nchw(g, x.name, nchw), scale, shift], epsilon=epsilon)
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
+
 
 
 @lowers(OperationCode.TRANSPOSE)
@@ -2954,6 +2303,7 @@ def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Transpose", [x.name], perm=perm))
 
 
+
 @lowers(OperationCode.REVERSE)
 def lower_reverse(g: GraphBuilder, operation: Operation) -> None:
     """REVERSE as a Slice with step -1 along the axis (a constant in [0, rank))."""
@@ -2965,6 +2315,7 @@ def lower_reverse(g: GraphBuilder, operation: Operation) -> None:
     ends = np.iinfo(np.int64).min  # past the first element, walking backwards
     slices = [g.constant(np.array([v], np.int64)) for v in (-1, ends, axis, -1)]
     g.set_output(operation.outputs[0], g.one("Slice", [x.name, *slices]))
+
 
 
 @lowers(OperationCode.SQUEEZE)
@@ -3002,6 +2353,7 @@ def lower_squeeze(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Reshape", [x.name, g.constant(np.array(shape, np.int64))]))
 
 
+
 @lowers(OperationCode.EXPAND_DIMS)
 def lower_expand_dims(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -3012,6 +2364,7 @@ def lower_expand_dims(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("EXPAND_DIMS axis out of range")
     axis %= x.rank + 1
     g.set_output(operation.outputs[0], g.one("Unsqueeze", [x.name, g.constant(np.array([axis], np.int64))]))
+
 
 
 @lowers(OperationCode.MAXIMUM, OperationCode.MINIMUM)
@@ -3041,6 +2394,7 @@ def lower_maximum(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one(op_type, names))
 
 
+
 def _requantized(g: GraphBuilder, code: int, inputs: list[int], output: Operand) -> list[str]:
     """The 8-bit ``inputs`` of selection ``code`` each requantized into ``output``'s
     quantization as a Gather from the reference's table (requantize.py; one already in it as
@@ -3058,6 +2412,7 @@ def _requantized(g: GraphBuilder, code: int, inputs: list[int], output: Operand)
         table = encode(requantize.table(operand, output), output)
         names.append(g.one("Gather", [g.constant(table, "table"), positions], axis=0))
     return names
+
 
 
 @lowers(OperationCode.CHANNEL_SHUFFLE)
@@ -3082,10 +2437,11 @@ def lower_channel_shuffle(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Reshape", [y, g.constant(np.array(x.dims, np.int64))]))
 
 
-# --- comparisons, selection, logic --------------------------------------------------------
+
 _COMPARISONS = {OperationCode.EQUAL: "Equal", OperationCode.NOT_EQUAL: "Equal", OperationCode.GREATER: "Greater",
                 OperationCode.GREATER_EQUAL: "GreaterOrEqual", OperationCode.LESS: "Less",
                 OperationCode.LESS_EQUAL: "LessOrEqual"}
+
 
 
 @lowers(*_COMPARISONS)
@@ -3108,6 +2464,7 @@ def lower_comparison(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+
 @lowers(OperationCode.SELECT)
 def lower_select(g: GraphBuilder, operation: Operation) -> None:
     """Where(condition, input1, input2); quantized inputs in another quantization than the
@@ -3127,7 +2484,9 @@ def lower_select(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Where", [condition.name, *names]))
 
 
+
 _LOGICAL = {OperationCode.LOGICAL_AND: "And", OperationCode.LOGICAL_OR: "Or", OperationCode.LOGICAL_NOT: "Not"}
+
 
 
 @lowers(*_LOGICAL)
@@ -3138,12 +2497,14 @@ def lower_logical(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one(_LOGICAL[OperationCode(operation.type)], [v.name for v in inputs]))
 
 
+
 @lowers(OperationCode.POW)
 def lower_pow(g: GraphBuilder, operation: Operation) -> None:
     base, exponent = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     if base.kind != "float" or exponent.kind != "float":
         raise Declined("POW takes float tensors")
     g.set_output(operation.outputs[0], g.one("Pow", [base.name, exponent.name]))
+
 
 
 @lowers(OperationCode.BATCH_MATMUL)
@@ -3166,32 +2527,17 @@ def lower_batch_matmul(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], product if a.kind == "float" else quantize_half_away(g, product, output))
 
 
+
 @lowers(OperationCode.LOG_SOFTMAX)
 def lower_log_softmax(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     if x.kind != "float":
         raise Declined("LOG_SOFTMAX takes float tensors")
     beta = float(g.scalar(operation.inputs[1]))
-    axis = _constant_axis(g, operation.inputs[2], x.rank)
+    axis = constant_axis(g, operation.inputs[2], x.rank)
     scaled = x.name if beta == 1.0 else g.one("Mul", [x.name, g.constant(np.array(beta, np.float32))])
     g.set_output(operation.outputs[0], g.one("LogSoftmax", [scaled], axis=axis))
 
-
-# --- reductions, arg max / min ----------------------------------------------------------
-def _constant_axis(g: GraphBuilder, index: int, rank: int) -> int:
-    axis = int(g.scalar(index))
-    if rank == 0 or not -rank <= axis < rank:
-        raise Declined(f"axis {axis} is out of range for rank {rank}")
-    return axis % rank
-
-
-def constant_ints(g: GraphBuilder, index: int, what: str) -> np.ndarray:
-    """Constant operand ``index`` as a flat int64 array; Declined (naming it ``what``) when it
-    is given at run time."""
-    value = g.raw_constant(index)
-    if value is None:
-        raise Declined(f"{what} must be a constant")
-    return np.asarray(value).reshape(-1).astype(np.int64)
 
 
 def _reduced(g: GraphBuilder, name: str, rank: int, axes: list[int], keep: bool) -> str:
@@ -3199,6 +2545,7 @@ def _reduced(g: GraphBuilder, name: str, rank: int, axes: list[int], keep: bool)
     if not keep and len(axes) == rank:
         return g.one("Reshape", [name, g.constant(np.array([1], np.int64))])
     return name
+
 
 
 @lowers(OperationCode.REDUCE_MAX, OperationCode.REDUCE_MIN, OperationCode.REDUCE_SUM, OperationCode.REDUCE_PROD,
@@ -3266,6 +2613,7 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], _reduced(g, y, x.rank, axes, keep))
 
 
+
 @lowers(OperationCode.ARGMAX, OperationCode.ARGMIN)
 def lower_argminmax(g: GraphBuilder, operation: Operation) -> None:
     """ArgMax / ArgMin (the first index of equal extremes, as the reference's numpy does) as
@@ -3275,7 +2623,7 @@ def lower_argminmax(g: GraphBuilder, operation: Operation) -> None:
         raise Declined(f"{OperationCode(operation.type).name} on {x.kind} is not supported")
     if not all(x.dims):
         raise Declined("the input's shape must be known")
-    axis = _constant_axis(g, operation.inputs[1], x.rank)
+    axis = constant_axis(g, operation.inputs[1], x.rank)
     op_type = "ArgMax" if operation.type == OperationCode.ARGMAX else "ArgMin"
     if not has_kernel(op_type, KIND_ELEM[x.kind], axis=0):
         raise Declined(f"this onnxruntime has no {op_type} kernel for {x.kind} values")
@@ -3291,11 +2639,12 @@ def lower_argminmax(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], _reduced(g, y, x.rank, [axis], False))
 
 
+
 #: the quantized ARG_MAX / ARG_MIN input size from which its ArgMax / ArgMin reads float32
 _FLOAT_ARGMAX_SIZE = 16384
 
 
-# --- data movement ------------------------------------------------------------------------
+
 @lowers(OperationCode.GATHER)
 def lower_gather(g: GraphBuilder, operation: Operation) -> None:
     """Gather along a constant axis. NNAPI refuses indices outside [0, size) where ONNX
@@ -3308,7 +2657,7 @@ def lower_gather(g: GraphBuilder, operation: Operation) -> None:
     check_same_quantization(x, output)
     if x.rank == 0:
         raise Declined("GATHER needs the input's rank")
-    axis = _constant_axis(g, operation.inputs[1], x.rank)
+    axis = constant_axis(g, operation.inputs[1], x.rank)
     size = x.dims[axis]
     known = g.raw_constant(operation.inputs[2])
     if known is not None and known.size and not bool(np.all((known >= 0) & (known < (size or np.inf)))):
@@ -3323,12 +2672,13 @@ def lower_gather(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Gather", [x.name, indices], axis=axis))
 
 
+
 @lowers(OperationCode.SPLIT)
 def lower_split(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
     if x.rank == 0 or not all(x.dims):
         raise Declined("SPLIT needs the input's shape")
-    axis = _constant_axis(g, operation.inputs[1], x.rank)
+    axis = constant_axis(g, operation.inputs[1], x.rank)
     count = int(g.scalar(operation.inputs[2]))
     if count != len(operation.outputs) or count < 1 or x.dims[axis] % count:
         raise Declined("num_splits must divide the axis and match the outputs")
@@ -3339,6 +2689,7 @@ def lower_split(g: GraphBuilder, operation: Operation) -> None:
     sizes = g.constant(np.full(count, x.dims[axis] // count, np.int64))
     for index, name in zip(operation.outputs, g.node("Split", [x.name, sizes], count, axis=axis)):
         g.set_output(index, name)
+
 
 
 def _split_rows(g: GraphBuilder, operation: Operation, x: Value, axis: int) -> bool:
@@ -3399,6 +2750,7 @@ def _split_rows(g: GraphBuilder, operation: Operation, x: Value, axis: int) -> b
     return True
 
 
+
 def _gate_splits(g: GraphBuilder, products: list[Operation]) -> tuple[list[Operation], list[int]] | None:
     """(the SPLITs, their block sizes) where each FULLY_CONNECTED result of ``products`` is
     read only by one float SPLIT of its last axis into the same number of blocks (not a
@@ -3424,6 +2776,7 @@ def _gate_splits(g: GraphBuilder, products: list[Operation]) -> tuple[list[Opera
     if count < 1 or units % count or any(len(split.outputs) != count for split in splits):
         return None
     return splits, [units // count] * count
+
 
 
 def _same_products(g: GraphBuilder, reshapes: list[Operation], products: list[list[Operation]],
@@ -3461,41 +2814,6 @@ def _same_products(g: GraphBuilder, reshapes: list[Operation], products: list[li
         biases.append(bias)
     return biases
 
-
-#: what a failed run-time check (``fail_unless``) names in its node, and the run's error reports
-CHECK_PREFIX = "nnapi check"
-
-
-def all_hold(g: GraphBuilder, conditions: Sequence[str]) -> str:
-    """A boolean scalar: whether every element of every boolean tensor holds (an empty one
-    holds), counted as int64 (ORT reduces an empty sum to 0, where an empty min has no
-    identity to give): what ``fail_unless`` checks."""
-    holds = None
-    for condition in conditions:
-        failures = g.one("ReduceSum", [g.one("Cast", [g.one("Not", [condition])], to=TensorProto.INT64)], keepdims=0)
-        none = g.one("Equal", [failures, g.constant(np.array(0, np.int64))])
-        holds = none if holds is None else g.one("And", [holds, none])
-    return holds
-
-
-def fail_unless(g: GraphBuilder, condition: str, value: str, why: str = "") -> str:
-    """The int64 ``value`` unchanged where the boolean scalar ``condition`` holds; otherwise
-    the run fails (a Gather of index 1 from a one-element tensor, which ORT refuses): how a
-    parameter given at run time is checked as NNAPI requires instead of ONNX clamping it.
-    The Gather is named after the operation lowered and ``why`` (the rule broken), which
-    ORT's error quotes: the device reports that (``check_failure``), not an index error."""
-    index = g.one("Cast", [g.one("Not", [condition])], to=TensorProto.INT64)
-    rule = why or "a value given at run time is outside what NNAPI allows"
-    name = f"{CHECK_PREFIX} {g.fresh('c')}: {g.lowering}: {rule}".replace("'", "")
-    zero = g.node("Gather", [g.constant(np.zeros(1, np.int64)), index], 1, name=name, axis=0)[0]
-    return g.one("Add", [value, zero])
-
-
-def check_failure(error: Exception) -> str | None:
-    """The rule a run broke where ``error`` is ORT's refusal of a ``fail_unless`` check
-    (e.g. "HASHTABLE_LOOKUP: input 1 (keys) must be sorted ascending"), else None."""
-    found = re.search(rf"Name:'{CHECK_PREFIX} [^:']*: ([^']*)'", str(error))
-    return found.group(1) if found else None
 
 
 @lowers(OperationCode.SLICE)
@@ -3536,6 +2854,7 @@ def lower_slice(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+
 @lowers(OperationCode.TILE)
 def lower_tile(g: GraphBuilder, operation: Operation) -> None:
     """Tile; multiples given at run time go to it as they are (ORT refuses a negative one,
@@ -3556,6 +2875,7 @@ def lower_tile(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Tile", [x.name, multiples]))
 
 
+
 @lowers(OperationCode.SPACE_TO_BATCH_ND, OperationCode.BATCH_TO_SPACE_ND)
 def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
     """TensorFlow's block rearrangement as Pad (the zero point for quant8), Reshape,
@@ -3563,7 +2883,7 @@ def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
     offset (i, j) of image b. Data movement only, exact for every type."""
     space_to_batch = operation.type == OperationCode.SPACE_TO_BATCH_ND
     x = g.value(operation.inputs[0])
-    _require_rank(x, 4, "the input")
+    require_rank(x, 4, "the input")
     output = g.operand(operation.outputs[0])
     check_same_quantization(x, output)
     if g.raw_constant(operation.inputs[1]) is None or (
@@ -3588,7 +2908,7 @@ def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
         if height % block_h or width % block_w:
             raise Declined("the padded size is not a multiple of the blocks")
         if paddings.any():
-            fill = np.array(x.zero_point, np.uint8) if x.kind == "uint8" else np.array(0, _NUMPY_KIND[x.kind])
+            fill = np.array(x.zero_point, np.uint8) if x.kind == "uint8" else np.array(0, NUMPY_KIND[x.kind])
             pads = np.array([0, paddings[0], paddings[2], 0, 0, paddings[1], paddings[3], 0], np.int64)
             name = g.one("Pad", [name, g.constant(pads), g.constant(fill)], mode="constant")
         split = [batches, height // block_h, block_h, width // block_w, block_w, depth]
@@ -3604,6 +2924,7 @@ def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
     y = g.one("Transpose", [y], perm=perm)
     y = g.one("Reshape", [y, g.constant(np.array(shape, np.int64))])
     g.set_output(operation.outputs[0], g.one("Transpose", [y], perm=NHWC_TO_NCHW) if nchw else y)
+
 
 
 def _space_batch_at_run_time(g: GraphBuilder, operation: Operation, x: Value, space_to_batch: bool) -> None:
@@ -3627,7 +2948,7 @@ def _space_batch_at_run_time(g: GraphBuilder, operation: Operation, x: Value, sp
     if space_to_batch:
         paddings = ints(operation.inputs[2])
         checks.append(g.one("GreaterOrEqual", [paddings, zero]))
-        fill = np.array(x.zero_point, np.uint8) if x.kind == "uint8" else np.array(0, _NUMPY_KIND[x.kind])
+        fill = np.array(x.zero_point, np.uint8) if x.kind == "uint8" else np.array(0, NUMPY_KIND[x.kind])
         # [0, top, left, 0, 0, bottom, right, 0] from [top, bottom, left, right]
         pads = pick(g.one("Concat", [zero, paddings], axis=0), [0, 1, 3, 0, 0, 2, 4, 0])
         name = g.one("Pad", [name, pads, g.constant(fill)], mode="constant")
@@ -3657,8 +2978,6 @@ def _space_batch_at_run_time(g: GraphBuilder, operation: Operation, x: Value, sp
     y = g.one("Reshape", [y, g.one("Concat", shape_out, axis=0)])
     g.set_output(operation.outputs[0], g.one("Transpose", [y], perm=NHWC_TO_NCHW) if nchw else y)
 
-
-_NUMPY_KIND = {"float": np.float32, "int32": np.int32, "uint8": np.uint8, "bool": np.bool_}
 
 
 @lowers(OperationCode.TOPK_V2)
@@ -3693,6 +3012,7 @@ def lower_topk(g: GraphBuilder, operation: Operation) -> None:
     indices = g.one("Sub", [g.one("Sub", [size, g.constant(np.array([1], np.int64))]), positions])
     g.set_output(values_index, values)
     g.set_output(indices_index, g.one("Cast", [indices], to=TensorProto.INT32))
+
 
 
 @lowers(OperationCode.CAST)
@@ -3733,7 +3053,7 @@ def lower_cast(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
-# --- quantize / dequantize ----------------------------------------------------------------
+
 @lowers(OperationCode.QUANTIZE)
 def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -3760,6 +3080,7 @@ def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], quantize_half_away(g, x.name, output))
 
 
+
 def _same_internal_quantization(source: Value, output: Operand) -> bool:
     """Whether QUANTIZE into ``output`` of the DEQUANTIZE of 8-bit ``source`` gives back
     ``source``'s internal values: one float32 scale and one internal zero point. With d = q -
@@ -3771,7 +3092,9 @@ def _same_internal_quantization(source: Value, output: Operand) -> bool:
             and source.zero_point == internal_zero_point(output))
 
 
+
 _LARGEST_FLOAT32 = float(np.finfo(np.float32).max)
+
 
 
 def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float | None = None) -> str:
@@ -3808,8 +3131,10 @@ def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float
                                     g.constant(np.array(zero_point, np.uint8))])
 
 
+
 #: the QUANTIZE size from which quantize_half_away takes the sign with a Mul and a Clip
 _CLIPPED_SIGN_SIZE = 4096
+
 
 
 @lowers(OperationCode.DEQUANTIZE)
@@ -3850,6 +3175,7 @@ def lower_dequantize(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+
 def _dequantize_symmetric(g: GraphBuilder, x: Value, operand: Operand) -> str:
     """8-bit symmetric weights given at run time (int8 as stored, zero point 0) as reals:
     DequantizeLinear's float32 (q - 0) * scale is the reference's float32 q * scale, per
@@ -3865,7 +3191,7 @@ def _dequantize_symmetric(g: GraphBuilder, x: Value, operand: Operand) -> str:
     return g.one("DequantizeLinear", [x.name, g.constant(scales, "scale"), zero_points], **axis)
 
 
-# --- the whole graph -------------------------------------------------------------------
+
 def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelProto, list[str], list[str]]:
     """The ONNX model of ``model.main`` with its input and output names (one per HAL
     input / output, in order). Raises Declined if any part cannot be lowered.
@@ -3899,7 +3225,7 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
         else:
             g.node("Identity", [value.name], [name])
         dims = [d if d else None for d in operand.dimensions]
-        outputs.append(helper.make_tensor_value_info(name, _HAL_ELEM[operand.type], dims))
+        outputs.append(helper.make_tensor_value_info(name, HAL_ELEM[operand.type], dims))
         output_names.append(name)
     _drop_unread_nodes(g, output_names)  # first, so that a value read only by its output's Identity is seen so
     _drop_output_identities(g)
@@ -3907,6 +3233,7 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
     lowered = onnx_model(graph, g.uses_ms_domain, producer_name="nnapi")
     widen_scalars(lowered)
     return lowered, input_names, output_names
+
 
 
 def _composite(g: GraphBuilder, root: Operation, op_type: str, source: int, parameters: tuple) -> str:
@@ -3930,11 +3257,12 @@ def _composite(g: GraphBuilder, root: Operation, op_type: str, source: int, para
     return fused_activation(g, g.quantize(swish, output), int(g.scalar(root.inputs[2])), output)
 
 
+
 def _drop_output_identities(g: GraphBuilder) -> None:
     """Let the node producing a graph output write it directly (no Identity copy) where the
     value is produced by a node and read by nothing else."""
     producers = {output: node for node in g.nodes for output in node.output}
-    reads = _reads(g.nodes)
+    reads = read_counts(g.nodes)
     for node in list(g.nodes):
         if node.op_type != "Identity" or not node.output[0].startswith("out_"):
             continue
@@ -3946,6 +3274,7 @@ def _drop_output_identities(g: GraphBuilder) -> None:
         g.nodes.remove(node)
 
 
+
 def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
     """An int8 graph output computed by a QuantizeLinear read by nothing else (a padded
     quantized AVERAGE_POOL_2D's) as that QuantizeLinear to int8 with its zero
@@ -3954,7 +3283,7 @@ def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
     ~8 ms at 257x257x21). The uint8 one, now unread, is dropped. False where it does not apply."""
     def only_producer(value: str, readers: int) -> onnx.NodeProto | None:
         """The node computing ``value``, where ``readers`` nodes read it."""
-        if _reads(g.nodes).get(value, 0) != readers:
+        if read_counts(g.nodes).get(value, 0) != readers:
             return None
         return next((node for node in g.nodes if value in node.output), None)
 
@@ -3976,53 +3305,17 @@ def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
     return True
 
 
-def _reads(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
-    """How many times each name is read by ``nodes``, the nodes of their subgraphs (an If's
-    branches, a Loop's body: control_flow.py) included, since those read the enclosing
-    graph's values by name."""
-    reads: dict[str, int] = {}
-    for node in nodes:
-        for name in node.input:
-            reads[name] = reads.get(name, 0) + 1
-        for attribute in node.attribute:
-            for graph in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
-                for name, count in _reads(graph.node).items():
-                    reads[name] = reads.get(name, 0) + count
-    return reads
-
 
 def _drop_unread_nodes(g: GraphBuilder, outputs: list[str]) -> None:
     """Drop the nodes whose results nothing reads (a DEQUANTIZE whose only reader took the
     quantized value instead: _integer_mean); ORT would run them."""
     while True:
-        read = set(outputs).union(_reads(g.nodes))
+        read = set(outputs).union(read_counts(g.nodes))
         kept = [node for node in g.nodes if any(name in read for name in node.output)]
         if len(kept) == len(g.nodes):
             return
         g.nodes[:] = kept
 
-
-def lower_operation(g: GraphBuilder, operation: Operation) -> None:
-    try:
-        code = OperationCode(operation.type)
-    except ValueError:
-        raise Declined(f"operation type {operation.type} is unknown") from None
-    lowering = LOWERINGS.get(code)
-    if lowering is None:
-        raise Declined(f"{code.name} has no ONNX lowering")
-    if id(operation) in g.covered or operation.outputs and all(index in g.values for index in operation.outputs):
-        return  # computed with others by an earlier lowering (_slices_as_split, _split_rows, a chain)
-    for index in operation.outputs:
-        operand = g.operand(index)
-        if operand.type not in ACTIVATION_TYPES and operand.type != T.TENSOR_QUANT16_SYMM:
-            raise Declined(f"{code.name} output of type {type_name(operand.type)} is not supported")
-    g.lowering = code.name
-    try:
-        lowering(g, operation)
-    except Declined:
-        raise
-    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError) as error:
-        raise Declined(f"{code.name}: {type(error).__name__}: {error}") from None
 
 
 def operation_support(model: Model, operation: Operation) -> str | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.lowering import Declined, GraphBuilder, check_same_quantization, i64, keep_blocked, lowers
+from nnapi.drivers.ort.builder import Declined, GraphBuilder, check_same_quantization, i64, keep_blocked, lowers
 from nnapi.hal import Operation
 from nnapi.operations.common import normalize_axis
 from nnapi.operations.pack import AXIS, FIRST_INPUT

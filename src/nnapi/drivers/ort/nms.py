@@ -43,8 +43,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.detection import corners_ordered, decoded_boxes, encode_real, real_values, run_time_dim
-from nnapi.drivers.ort.lowering import (
+from nnapi.drivers.ort.builder import (
     FLOATS,
     Declined,
     GraphBuilder,
@@ -57,6 +56,7 @@ from nnapi.drivers.ort.lowering import (
     lowers,
     scalar_i64,
 )
+from nnapi.drivers.ort.detection import corners_ordered, decoded_boxes, encode_real, real_values, run_time_dim
 from nnapi.hal import Operand, Operation
 
 _NEG_INF = np.float32(-np.inf)

@@ -39,7 +39,7 @@ from nnapi.hal import (
 )
 
 if TYPE_CHECKING:  # (for annotations only: the lowering imports no module of the device's)
-    from nnapi.drivers.ort.lowering import GraphBuilder
+    from nnapi.drivers.ort.builder import GraphBuilder
 
 L = OperandLifeTime
 

@@ -33,21 +33,23 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import (
-    FEW_OUTPUTS,
+from nnapi.drivers.ort.builder import (
     QUANT8,
-    SYM_INPUT_CHANNEL_ALIGN,
     Declined,
     GraphBuilder,
-    constant_filter,
-    conv_attributes,
     conv_params,
-    filter_zero_point,
     from_nchw,
     fused_activation,
-    lower_conv,
     lowers,
     to_nchw,
+)
+from nnapi.drivers.ort.lowering import (
+    FEW_OUTPUTS,
+    SYM_INPUT_CHANNEL_ALIGN,
+    constant_filter,
+    conv_attributes,
+    filter_zero_point,
+    lower_conv,
 )
 from nnapi.hal import Operation
 

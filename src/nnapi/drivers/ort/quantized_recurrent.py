@@ -26,7 +26,7 @@ import numpy as np
 from onnx import TensorProto
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import Declined, GraphBuilder, lowers, scalar_i64
+from nnapi.drivers.ort.builder import Declined, GraphBuilder, lowers, scalar_i64
 from nnapi.hal import Operation
 from nnapi.operations import quantized_lstm as q
 

@@ -24,14 +24,8 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import (
-    QUANT8,
-    GraphBuilder,
-    internal_zero_point,
-    lower_softmax,
-    lowers,
-    probe_outputs,
-)
+from nnapi.drivers.ort.builder import QUANT8, GraphBuilder, internal_zero_point, lowers, probe_outputs
+from nnapi.drivers.ort.lowering import lower_softmax
 from nnapi.drivers.ort.requantize import quantization, stored_values
 from nnapi.hal import Operand, Operation
 from nnapi.operand import OperandType

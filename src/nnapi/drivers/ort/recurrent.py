@@ -42,7 +42,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
-from nnapi.drivers.ort.lowering import FLOATS, Declined, GraphBuilder, L, check_types, lowers
+from nnapi.drivers.ort.builder import FLOATS, Declined, GraphBuilder, L, check_types, lowers
 from nnapi.drivers.ort.omitted import optional_inputs, presence
 from nnapi.hal import Operation
 from nnapi.operations import lstm as lstm_op

@@ -33,14 +33,8 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import (
-    QUANT8,
-    GraphBuilder,
-    internal_zero_point,
-    lower_quantize,
-    lowers,
-    probe_outputs,
-)
+from nnapi.drivers.ort.builder import QUANT8, GraphBuilder, internal_zero_point, lowers, probe_outputs
+from nnapi.drivers.ort.lowering import lower_quantize
 from nnapi.hal import Operation
 from nnapi.operand import OperandType
 from nnapi.operations import ExecutionContext, Tensor, get_operation

@@ -22,15 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import (
-    GraphBuilder,
-    Value,
-    conv_params,
-    from_nchw,
-    fused_activation,
-    lowers,
-    to_nchw,
-)
+from nnapi.drivers.ort.builder import GraphBuilder, Value, conv_params, from_nchw, fused_activation, lowers, to_nchw
 from nnapi.drivers.ort.quantized_resize import lower_resize_bilinear_chain
 from nnapi.hal import Operation
 

@@ -7,7 +7,7 @@ rules, not NNAPI's: begin / end are clamped here first as Android's ClampedIndex
 would read a negative start of a backwards slice as counting from the end), and whatever
 the reference refuses (a zero stride, a shrunk axis selecting other than one element, an
 axis out of range, a vector of the wrong length) fails the run through
-``lowering.fail_unless``, as the reference's run fails (OP_FAILED), never giving another
+``builder.fail_unless``, as the reference's run fails (OP_FAILED), never giving another
 answer. Parameters that decide the output's rank (STRIDED_SLICE's masks, MEAN's
 keep_dims) must stay constants. ``lowering`` calls these (RUN_TIME_FORMS) for the
 operands it finds not constant; the device module imports this one, which registers them.
@@ -22,7 +22,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import (
+from nnapi.drivers.ort.builder import (
     KIND_ELEM,
     Declined,
     GraphBuilder,
@@ -31,8 +31,8 @@ from nnapi.drivers.ort.lowering import (
     fail_unless,
     internal_zero_point,
     lowers_at_run_time,
-    rounded_mean,
 )
+from nnapi.drivers.ort.lowering import rounded_mean
 from nnapi.drivers.ort.omitted import optional_inputs
 from nnapi.hal import Operation
 

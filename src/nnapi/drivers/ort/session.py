@@ -1,6 +1,6 @@
 """The ONNX Runtime session options of every nnapi-ort-cpu session, and of the one-off
 probes that decide at preparation whether ORT computes a lowered form exactly
-(lowering.probe_outputs): a probe must see the kernels and graph optimizations the
+(builder.probe_outputs): a probe must see the kernels and graph optimizations the
 device's own sessions will run, or it vouches for another computation.
 """
 

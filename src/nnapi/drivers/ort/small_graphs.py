@@ -32,18 +32,15 @@ import math
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import (
+from nnapi.drivers.ort.builder import (
     NCHWC_BLOCK,
     GraphBuilder,
     check_same_quantization,
     constant_ints,
     conv_params,
-    lower_concatenation,
-    lower_gather,
-    lower_mean,
-    lower_reduce,
     lowers,
 )
+from nnapi.drivers.ort.lowering import lower_concatenation, lower_gather, lower_mean, lower_reduce
 from nnapi.hal import OperandLifeTime, Operation
 
 T = OperandCode

@@ -32,13 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
-from nnapi.drivers.ort.lowering import (
-    GraphBuilder,
-    conv_params,
-    fused_activation,
-    lower_transpose,
-    lowers,
-)
+from nnapi.drivers.ort.builder import GraphBuilder, conv_params, fused_activation, lowers
+from nnapi.drivers.ort.lowering import lower_transpose
 from nnapi.hal import OperandLifeTime, Operation
 
 T = OperandCode
