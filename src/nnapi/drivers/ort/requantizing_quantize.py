@@ -34,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.builder import QUANT8, GraphBuilder, internal_zero_point, lowers, probe_outputs
-from nnapi.drivers.ort.lowering import lower_quantize
+from nnapi.drivers.ort.quantization import lower_quantize
 from nnapi.hal import Operation
 from nnapi.operand import OperandType
 from nnapi.operations import ExecutionContext, Tensor, get_operation
@@ -45,7 +45,7 @@ T = OperandCode
 @lowers(OperationCode.QUANTIZE)
 def lower_requantizing_quantize(g: GraphBuilder, operation: Operation) -> None:
     """QUANTIZE of a float32 DEQUANTIZE of an 8-bit tensor as above; otherwise
-    ``lowering.lower_quantize``."""
+    ``quantization.lower_quantize``."""
     source = g.dequantized.get(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     same_scale = source is not None and np.float32(source.scale) == np.float32(output.scale)
