@@ -1152,11 +1152,11 @@ def test_ssd_with_tflite_post_processing_splits_and_agrees_with_litert(monkeypat
 def _check_merged_columns(model, image, outputs, ort_device, monkeypatch) -> None:
     """A quantized convolution lowered in merged columns gives the reference's values within
     a step (spread over more than 20 values) and the plain QLinearConv lowering's bit for bit."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import convolutions
 
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0].astype(int) - theirs[0]).max() <= 1 and len(np.unique(ours[0])) > 20
-    monkeypatch.setattr(lowering, "_merged_columns", lambda *arguments: None)
+    monkeypatch.setattr(convolutions, "_merged_columns", lambda *arguments: None)
     plain, _ = _on_both(model, [image], outputs, ort_device)
     np.testing.assert_array_equal(ours[0], plain[0])
 
@@ -1626,7 +1626,7 @@ def test_image_convolution_on_rows_of_channels_equals_the_plain_one(ort_device, 
     and the plain lowering's to float32 rounding; explicit pads on every side, a dilated
     height, 24 filters padded to 32 before a 1x1 convolution. Not for a dilated width (its
     taps would not be adjacent) or one channel (already NCHW)."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import convolutions
 
     rng = np.random.default_rng(23)
     height, width = 11, 14
@@ -1665,7 +1665,7 @@ def test_image_convolution_on_rows_of_channels_equals_the_plain_one(ort_device, 
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 100
-    monkeypatch.setattr(lowering, "_channels_in_rows", lambda *arguments: None)
+    monkeypatch.setattr(convolutions, "_channels_in_rows", lambda *arguments: None)
     plain, _ = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
 
@@ -1675,7 +1675,7 @@ def test_a_normalized_image_is_read_in_rows_by_its_first_convolution(ort_device,
     (ADD), then a 3x3 stride-2 CONV_2D with RELU6 on its 3 channels. The convolution reads
     the ADD's NHWC output in rows (a Reshape of it, no Transpose anywhere before it); the
     reference's values and the plain lowering's (a Transpose to NCHW) to float32 rounding."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import convolutions
 
     rng = np.random.default_rng(31)
     model = nnapi.Model()
@@ -1702,7 +1702,7 @@ def test_a_normalized_image_is_read_in_rows_by_its_first_convolution(ort_device,
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 600
     assert (ours[0] == 6.0).any() and (ours[0] == 0.0).any()  # the RELU6 clamps on both sides
-    monkeypatch.setattr(lowering, "_channels_in_rows", lambda *arguments: None)
+    monkeypatch.setattr(convolutions, "_channels_in_rows", lambda *arguments: None)
     assert "Transpose" in [node.op_type for node in _lowered(model).graph.node[:first_conv + 1]]
     plain, _ = _on_both(model, inputs, outputs, ort_device)
     assert np.abs(ours[0] - plain[0]).max() <= 2e-6 * scale
@@ -1761,7 +1761,7 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
     the reference's values and the plain lowering's to float32 rounding. With a LOGISTIC
     gate instead (selfie_segmentation's; not padded, LOGISTIC(0) is 0.5) the gate alone is
     padded, by one Pad of its 72 values."""
-    from nnapi.drivers.ort import builder, lowering
+    from nnapi.drivers.ort import builder, convolutions, lowering
 
     rng = np.random.default_rng(41)
     model = nnapi.Model()
@@ -1799,7 +1799,7 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 900
-    for module in (builder, lowering):  # the modules that read it
+    for module in (builder, convolutions, lowering):  # the modules that read it
         monkeypatch.setattr(module, "wants_padding", lambda *arguments: False)
     assert "ReduceMean" in [node.op_type for node in _lowered(model).graph.node]
     plain, _ = _on_both(model, inputs, outputs, ort_device)
@@ -1852,7 +1852,7 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     PAD of the skip connection, ADD + RELU, MAX_POOL, PRELU, 1x1 to 20 channels out) is
     lowered with its 28-channel values padded to 32 (zero filters, zero PAD channels): the
     reference's values and the unpadded lowering's to float32 rounding."""
-    from nnapi.drivers.ort import builder, lowering
+    from nnapi.drivers.ort import builder, convolutions, lowering
     from nnapi.runtime.model_builder import build_hal_model
 
     rng = np.random.default_rng(5)
@@ -1892,7 +1892,7 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     scale = np.abs(theirs[0]).max()  # sums of ~200 products: rounding relative to the largest
     assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * scale and len(np.unique(ours[0])) > 300
-    for module in (builder, lowering):  # the modules that read it
+    for module in (builder, convolutions, lowering):  # the modules that read it
         monkeypatch.setattr(module, "wants_padding", lambda *arguments: False)
     plain, _ = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0] - plain[0]).max() <= 1e-6 * scale
@@ -2047,7 +2047,7 @@ def test_a_relu6_its_convolution_cannot_reach_is_a_relu(ort_device, monkeypatch,
     pass of its own), 6.01 keeps the Clip. The outputs equal the Clip lowering's bit for
     bit, and the reference's to float32 rounding; the saturated inputs bring the outputs
     to the limit (and to the clamp, at 6.01)."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import convolutions
 
     rng = np.random.default_rng(17)
     model = nnapi.Model()
@@ -2076,7 +2076,7 @@ def test_a_relu6_its_convolution_cannot_reach_is_a_relu(ort_device, monkeypatch,
         assert 5.98 < ours[0].max() <= limit + 1e-5
     else:
         assert (ours[0] == 6).sum() > 5 and ((ours[0] == 6) == (theirs[0] == 6)).all()
-    monkeypatch.setattr(lowering, "reachable_activation", lambda g, fuse, *arguments: fuse)
+    monkeypatch.setattr(convolutions, "reachable_activation", lambda g, fuse, *arguments: fuse)
     assert [node.op_type for node in _lowered(model).graph.node].count("Clip") == 2
     clipped, _ = _on_both(model, [image], outputs, ort_device)
     np.testing.assert_array_equal(ours[0], clipped[0])
@@ -2114,7 +2114,7 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     channels: each is resized alone, zeros stay zeros), both ADDs in FusedConvs and the
     one-filter convolution as a depthwise one and a 1x1 sum of the channels. The
     reference's values to float32 rounding, and the plain lowering's."""
-    from nnapi.drivers.ort import builder, lowering
+    from nnapi.drivers.ort import builder, convolutions, lowering
 
     rng = np.random.default_rng(7)
     model = nnapi.Model()
@@ -2155,8 +2155,8 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 1000
-    for module, name in ((lowering, "_clamp_into_conv"), (lowering, "_single_filter_conv"), (builder, "wants_padding"),
-                         (lowering, "wants_padding")):
+    for module, name in ((lowering, "_clamp_into_conv"), (convolutions, "_single_filter_conv"),
+                         (builder, "wants_padding"), (convolutions, "wants_padding"), (lowering, "wants_padding")):
         monkeypatch.setattr(module, name, lambda *arguments: None)
     plain_model = _lowered(model)
     assert not any(node.op_type == "FusedConv" for node in plain_model.graph.node)

@@ -18,7 +18,7 @@ import nnapi  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
-from nnapi.drivers.ort.lowering import EXACT_CONV_TRANSPOSE_VERSION  # noqa: E402
+from nnapi.drivers.ort.convolutions import EXACT_CONV_TRANSPOSE_VERSION  # noqa: E402
 from nnapi.drivers.ort.versions import onnxruntime_at_least  # noqa: E402
 from nnapi.operand import SymmPerChannelQuantParams  # noqa: E402
 

@@ -43,7 +43,7 @@ from nnapi.drivers.ort.builder import (
     lowers,
     to_nchw,
 )
-from nnapi.drivers.ort.lowering import (
+from nnapi.drivers.ort.convolutions import (
     FEW_OUTPUTS,
     SYM_INPUT_CHANNEL_ALIGN,
     constant_filter,
@@ -200,6 +200,6 @@ def _padded_conv(g: GraphBuilder, operation: Operation) -> bool:
 @lowers(OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D)
 def lower_conv_padded(g: GraphBuilder, operation: Operation) -> None:
     """CONV_2D / DEPTHWISE_CONV_2D, quantized chains around a depthwise layer off the
-    channel block padded (see the module's docstring); otherwise ``lowering.lower_conv``."""
+    channel block padded (see the module's docstring); otherwise ``convolutions.lower_conv``."""
     if not _padded_conv(g, operation):
         lower_conv(g, operation)
