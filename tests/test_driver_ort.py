@@ -805,7 +805,7 @@ def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkey
     a quantized SPACE_TO_DEPTH is declined with the reason, not claimed and failed."""
     from onnx import TensorProto
 
-    from nnapi.drivers.ort import builder, lowering
+    from nnapi.drivers.ort import builder, elementwise, lowering
 
     assert builder.has_kernel("SpaceToDepth", TensorProto.FLOAT, blocksize=2)
     assert not builder.has_kernel("SpaceToDepth", TensorProto.INT16, blocksize=2)
@@ -816,7 +816,8 @@ def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkey
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
-    monkeypatch.setattr(lowering, "has_kernel", lambda op_type, element, **attributes: op_type != "SpaceToDepth")
+    for module in (elementwise, lowering):  # the modules that read it
+        monkeypatch.setattr(module, "has_kernel", lambda op_type, element, **attributes: op_type != "SpaceToDepth")
     from nnapi.runtime.model_builder import build_hal_model
 
     reason = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])[0]
@@ -1980,7 +1981,7 @@ def test_a_clamped_residual_add_is_computed_by_its_convolution(ort_device, monke
     blocked Clip: a bare one left its NCHWc layout twice per residual), also where the
     skip is computed after the convolution. The reference's values to float32 rounding
     (the same three terms added in another order), clamped exactly."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import elementwise
 
     rng = np.random.default_rng(11)
     model = nnapi.Model()
@@ -2007,7 +2008,7 @@ def test_a_clamped_residual_add_is_computed_by_its_convolution(ort_device, monke
     for bound in bounds:
         assert ((ours[0] == bound) == (theirs[0] == bound)).mean() > 0.999 and (ours[0] == bound).sum() > 10
     assert ours[0].min() >= bounds[0] and ours[0].max() <= bounds[1] and len(np.unique(ours[0])) > 300
-    monkeypatch.setattr(lowering, "_clamp_into_conv", lambda *arguments: None)
+    monkeypatch.setattr(elementwise, "_clamp_into_conv", lambda *arguments: None)
     nodes = _lowered(model).graph.node
     assert not any(node.op_type == "FusedConv" for node in nodes)
     identity = [node for node in nodes if node.op_type == "Conv" and _attribute(node, "kernel_shape") == [1, 1]
@@ -2114,7 +2115,7 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     channels: each is resized alone, zeros stay zeros), both ADDs in FusedConvs and the
     one-filter convolution as a depthwise one and a 1x1 sum of the channels. The
     reference's values to float32 rounding, and the plain lowering's."""
-    from nnapi.drivers.ort import builder, convolutions, lowering
+    from nnapi.drivers.ort import builder, convolutions, elementwise, lowering
 
     rng = np.random.default_rng(7)
     model = nnapi.Model()
@@ -2155,7 +2156,7 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 1000
-    for module, name in ((lowering, "_clamp_into_conv"), (convolutions, "_single_filter_conv"),
+    for module, name in ((elementwise, "_clamp_into_conv"), (convolutions, "_single_filter_conv"),
                          (builder, "wants_padding"), (convolutions, "wants_padding"), (lowering, "wants_padding")):
         monkeypatch.setattr(module, name, lambda *arguments: None)
     plain_model = _lowered(model)
@@ -2195,7 +2196,7 @@ def test_a_squeeze_and_excitation_block_stays_in_the_blocked_layout(ort_device, 
     convolution for the constant and a nearest Resize spreading the gate for an
     equal-shape Mul (operators ORT keeps in NCHWc): the reference's values to float32
     rounding of the mean, and exactly the broadcast Mul's values."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import elementwise
 
     rng = np.random.default_rng(17)
     model = nnapi.Model()
@@ -2227,7 +2228,7 @@ def test_a_squeeze_and_excitation_block_stays_in_the_blocked_layout(ort_device, 
     outputs = [np.zeros((1, 8, 8, 32), np.float32)]
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * np.abs(theirs[0]).max() and len(np.unique(ours[0])) > 500
-    monkeypatch.setattr(lowering, "_blocked_product", lambda *arguments: None)
+    monkeypatch.setattr(elementwise, "_blocked_product", lambda *arguments: None)
     assert [node.op_type for node in _lowered(model).graph.node].count("Mul") == 2
     plain, _ = _on_both(model, [image], outputs, ort_device)
     np.testing.assert_array_equal(ours[0], plain[0])
@@ -2346,7 +2347,7 @@ def test_a_per_channel_factor_given_at_run_time_is_spread_before_the_product(ort
     first (ORT's broadcast runs each pixel's C values as a call of its own): the values of
     the broadcast form bit for bit, the reference's within a step; a constant factor is
     left to the broadcast."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import elementwise
 
     signed = code == T.TENSOR_QUANT8_ASYMM_SIGNED
     shift = -128 if signed else 0
@@ -2373,7 +2374,7 @@ def test_a_per_channel_factor_given_at_run_time_is_spread_before_the_product(ort
     ours, theirs = _on_both(model, inputs, zeros, ort_device)
     for mine, reference in zip(ours, theirs):
         assert np.abs(mine.astype(int) - reference).max() <= 1
-    monkeypatch.setattr(lowering, "spread_channel_factor", lambda g, a, b, dims: (a.name, b.name))
+    monkeypatch.setattr(elementwise, "spread_channel_factor", lambda g, a, b, dims: (a.name, b.name))
     assert not any(node.op_type == "Expand" for node in _lowered(model).graph.node)
     broadcast, _ = _on_both(model, inputs, zeros, ort_device)
     for mine, other in zip(ours, broadcast):

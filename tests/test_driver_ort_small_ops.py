@@ -513,9 +513,10 @@ def test_quantized_selections_without_a_uint8_max_kernel_compare_instead(ort_dev
     """onnxruntime before 1.24 has no uint8 Max / Min (1.19-1.23 refused the CTS's quantized
     MAXIMUM / MINIMUM models): there the choice is Where(Less(a, b), ...), exact on every
     pair of stored values, and before 1.21 (no uint8 Less either) the operation is declined."""
-    from nnapi.drivers.ort import builder, convolutions, lowering
+    from nnapi.drivers.ort import builder, convolutions, elementwise, lowering
 
-    monkeypatch.setattr(lowering, "has_kernel", lambda op_type, element, **attributes: op_type not in ("Max", "Min"))
+    for module in (elementwise, lowering):  # the modules that read it
+        monkeypatch.setattr(module, "has_kernel", lambda op_type, element, **attributes: op_type not in ("Max", "Min"))
     kind = OperandType(T.TENSOR_QUANT8_ASYMM, [256, 256], 0.5, 128)
     stored = np.arange(256)
     built = _Model()
@@ -527,8 +528,8 @@ def test_quantized_selections_without_a_uint8_max_kernel_compare_instead(ort_dev
     ours, theirs = _on_both(built, model, ort_device)
     np.testing.assert_array_equal(ours[0], theirs[0])
     assert len(np.unique(ours[0])) == 256
-    for module in (builder, convolutions, lowering):  # the modules that read it
-        monkeypatch.setattr(module, "onnxruntime_at_least", lambda version: version < lowering.UINT8_LESS_VERSION)
+    for module in (builder, convolutions, elementwise):  # the modules that read it
+        monkeypatch.setattr(module, "onnxruntime_at_least", lambda version: version < elementwise.UINT8_LESS_VERSION)
     (reason,) = _reasons(model)
     assert "no uint8" in reason
 

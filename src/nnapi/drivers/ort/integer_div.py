@@ -17,7 +17,7 @@ from onnx import TensorProto
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.builder import GraphBuilder, lowers
-from nnapi.drivers.ort.lowering import lower_binary
+from nnapi.drivers.ort.elementwise import lower_binary
 from nnapi.hal import Operation
 
 

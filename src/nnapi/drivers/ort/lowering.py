@@ -1,6 +1,6 @@
 """Lowering: one HAL subgraph to one ONNX graph (``lower_model``), the device's question
 whether one operation lowers (``operation_support``), and the operations'
-lowerings not yet in a module of their family's (quantization.py, convolutions.py hold
+lowerings not yet in a module of their family's (quantization.py, convolutions.py, elementwise.py hold
 theirs, each registered by importing it here).
 """
 
@@ -16,17 +16,15 @@ from onnx import TensorProto, helper, numpy_helper
 from nnapi.codes import FuseCode, OperationCode
 from nnapi.drivers.ort import (
     convolutions,  # noqa: F401  (importing it registers its lowerings)
+    elementwise,  # noqa: F401  (importing it registers its lowerings)
     quantization,  # noqa: F401  (importing it registers its lowerings)
-    requantize,
-)
+    )
 from nnapi.drivers.ort.builder import (
-    CLAMPS,
     FLOATS,
     HAL_ELEM,
     KIND_ELEM,
     MS_DOMAIN,
     NCHW_TO_NHWC,
-    NCHWC_BLOCK,
     NHWC_TO_NCHW,
     NUMPY_KIND,
     QUANT8,
@@ -36,12 +34,10 @@ from nnapi.drivers.ort.builder import (
     T,
     Value,
     blocked,
-    channel_scale,
     check_same_quantization,
     constant_axis,
     constant_ints,
     conv_params,
-    encode,
     fail_unless,
     from_nchw,
     fused_activation,
@@ -52,7 +48,6 @@ from nnapi.drivers.ort.builder import (
     lower_operation,
     lowers,
     onnx_model,
-    pad_channels,
     pad_value_is_zero,
     padded_channels,
     pool_layout_nchw,
@@ -75,20 +70,11 @@ from nnapi.drivers.ort.quantization import (
 from nnapi.drivers.ort.scalar_broadcast import widen_scalars
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.ort.twins import merge_twin_branches
-from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Model, Operand, Operation
 from nnapi.operations.common import (
-    activation_bounds_float,
-    activation_bounds_quantized,
     nearest_indexes,
-    quantize_with_activation,
 )
-from nnapi.operations.quant_math import dequantize
 from nnapi.operations.resize import weighted_taps
-
-#: the first ONNX Runtime release with a uint8 Less on the CPU
-UINT8_LESS_VERSION = (1, 21)
-
 
 
 @functools.cache
@@ -110,477 +96,6 @@ def empty_quantized_softmax_has_output() -> bool:
     except ImportError:  # lowering without a runtime (nothing will load the graph here)
         return True
     return outputs is not None and len(outputs) == 1 and isinstance(outputs[0], np.ndarray)
-
-
-
-_BINARY = {OperationCode.ADD: ("Add", "QLinearAdd"), OperationCode.MUL: ("Mul", "QLinearMul"),
-           OperationCode.SUB: ("Sub", None), OperationCode.DIV: ("Div", None)}
-
-
-
-@lowers(*_BINARY)
-def lower_binary(g: GraphBuilder, operation: Operation) -> None:
-    code = OperationCode(operation.type)
-    output = g.operand(operation.outputs[0])
-    fuse = int(g.scalar(operation.inputs[2]))
-    if code == OperationCode.ADD and output.type in FLOATS and any(i in g.padded for i in operation.inputs[:2]) \
-            and g.operand(operation.inputs[0]).dimensions == g.operand(operation.inputs[1]).dimensions:
-        # channels padded to the NCHWc block (wants_padding): zeros + zeros stay zeros
-        a, b = (g.blocked_value(i) for i in operation.inputs[:2])
-        channels = max(a.dims[3], b.dims[3])
-        a_name, b_name = (v.name if v.dims[3] == channels else pad_channels(g, v.name, channels - v.dims[3])
-                          for v in (a, b))
-        y = _clamped_add(g, operation, a_name, b_name, output, channels)
-        g.set_channels(operation.outputs[0], y, channels)
-        return
-    if code == OperationCode.MUL and output.type in FLOATS and _scaled_padded(g, operation):
-        y, channels = _padded_mul(g, operation)
-        g.set_channels(operation.outputs[0], fused_activation(g, y, fuse, output), channels)
-        return
-    a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
-    float_op, quant_op = _BINARY[code]
-    if output.type in FLOATS and code == OperationCode.MUL and not g.isolated and not any(
-            g.producer(i) is not None and g.producer(i).type in _UNBLOCKED for i in operation.inputs[:2]):
-        y = _blocked_product(g, a, b)
-        if y is not None:
-            g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
-            return
-    if output.type in FLOATS and code == OperationCode.ADD and a.dims == b.dims == list(output.dimensions):
-        channels = a.dims[3] if a.rank == 4 else 0
-        g.set_output(operation.outputs[0], _clamped_add(g, operation, a.name, b.name, output, channels))
-        return
-    if output.type in FLOATS:
-        y = g.one(float_op, [a.name, b.name])
-    elif output.type in QUANT8:
-        scaled = _channel_product(g, operation, output, fuse) if code == OperationCode.MUL else None
-        if scaled is not None:
-            g.set_output(operation.outputs[0], scaled)
-            return
-        if quant_op is not None:
-            a_name, b_name = spread_channel_factor(g, a, b, list(output.dimensions))
-            y = g.one(quant_op, [a_name, *g.qparams(a), b_name, *g.qparams(b), *g.qparams(output)],
-                      domain=MS_DOMAIN)
-        else:
-            y = g.quantize(g.one(float_op, [g.dequantize(a), g.dequantize(b)]), output)
-    elif output.type == T.TENSOR_INT32 and code in (OperationCode.ADD, OperationCode.MUL, OperationCode.SUB):
-        if fuse != FuseCode.FUSED_NONE:
-            raise Declined("a fused activation on int32")
-        y = g.one(float_op, [a.name, b.name])
-    else:
-        raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
-    g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
-
-
-
-def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) -> tuple[str, str]:
-    """The operands of a QLinearMul / QLinearAdd, a [N, 1, 1, C] value computed at run time
-    (a squeeze-and-excitation gate) spread over the other's [N, H, W, C] by an Expand
-    first: ORT's broadcast kernel runs the C values of each pixel as a call of its own
-    (~0.35 ns per element at C = 32, 0.12 at 16 / 0.05 as one Expand and a Mul of equal
-    shapes). The same values in the same products."""
-    names = [a.name, b.name]
-    if g.isolated or len(dims) != 4 or not all(dims) or dims[1] * dims[2] == 1:
-        return a.name, b.name
-    for position, (x, factor) in enumerate(((a, b), (b, a))):
-        if x.dims == dims and factor.const is None and factor.dims == [dims[0], 1, 1, dims[3]]:
-            names[1 - position] = g.one("Expand", [factor.name, g.constant(np.array(dims, np.int64))])
-            break
-    return names[0], names[1]
-
-
-
-#: operations ORT computes outside its blocked layout: a MUL of their result (an attention's
-#: scaled scores, BATCH_MATMUL's) is a plain Mul, not a convolution between two Transposes
-_UNBLOCKED = (OperationCode.BATCH_MATMUL, OperationCode.FULLY_CONNECTED, OperationCode.TRANSPOSE,
-              OperationCode.RESHAPE, OperationCode.SOFTMAX, OperationCode.GATHER)
-
-
-
-def _blocked_product(g: GraphBuilder, a: Value, b: Value) -> str | None:
-    """A float MUL of an NHWC value ORT holds in its blocked layout (NCHWc) by a per-channel
-    factor, in operators it keeps there (a squeeze-and-excitation block's scaling): by a
-    constant (a scalar or one per channel), a 1x1 depthwise convolution (one rounded
-    product, as Mul); by a [N, 1, 1, C] value, that value spread over the height and width
-    by a nearest Resize (copies) and an element-wise Mul of equal shapes. ORT's blocked Mul
-    takes equal shapes only, so the broadcast Mul reordered the whole value out and back
-    in. None where it does not apply."""
-    for x, factor in ((a, b), (b, a)):
-        if not blocked(x.dims, x.kind) or factor.kind != "float":
-            continue
-        channels = x.dims[3]
-        if factor.const is not None and factor.const.size in (1, channels) and factor.rank <= 4 and (
-                factor.rank == 0 or factor.dims[-1] in (1, channels)) and all(d == 1 for d in factor.dims[:-1]):
-            scales = np.broadcast_to(factor.const.reshape(-1), (channels,))
-            return from_nchw(g, channel_scale(g, to_nchw(g, x.name, False), scales), False)
-        if factor.const is None and factor.dims == [x.dims[0], 1, 1, channels] and x.dims[1] * x.dims[2] > 1:
-            spread = g.one("Resize", [to_nchw(g, factor.name, False), "",
-                                      g.constant(np.array([1, 1, *x.dims[1:3]], np.float32))],
-                           mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-            return g.one("Mul", [x.name, from_nchw(g, spread, False)] if x is a else [from_nchw(g, spread, False),
-                                                                                     x.name])
-    return None
-
-
-
-def _scaled_padded(g: GraphBuilder, operation: Operation) -> bool:
-    """Whether a float MUL lowers in the padded form: its input that is scaled (not the
-    constant, not the [N, 1, 1, C] gate) was computed padded and takes that form (a padded
-    gate alone is cut back to its real channels instead: padding the value it scales would
-    be a pass over that value)."""
-    for position, index in enumerate(operation.inputs[:2]):
-        other = g.operand(operation.inputs[1 - position]).dimensions
-        scaled = g.raw_constant(operation.inputs[1 - position]) is not None or (
-            len(other) == 4 and other[1] * other[2] == 1)
-        if scaled and index in g.padded and reads_padded(g, operation, index):
-            return True
-    return False
-
-
-
-def _padded_mul(g: GraphBuilder, operation: Operation) -> tuple[str, int]:
-    """A float MUL with an input computed with its channels padded to the NCHWc block
-    (_padded_product): the padded NHWC product and its channel count. Its padded channels
-    are zeros: zero times a finite constant (or 0), zero times a gate's zero."""
-    for position in (0, 1):
-        index, other = operation.inputs[position], operation.inputs[1 - position]
-        dims = g.operand(other).dimensions
-        if index not in g.padded or (g.raw_constant(other) is None and not (len(dims) == 4 and dims[1] * dims[2] == 1)):
-            continue
-        x = g.blocked_value(index)
-        channels = x.dims[3]
-        known = g.raw_constant(other)
-        if known is not None:
-            real = g.operand(index).dimensions[3]
-            scales = np.broadcast_to(known.astype(np.float32).reshape(-1), (real,))
-            y = channel_scale(g, to_nchw(g, x.name, False), np.pad(scales, (0, channels - real)))
-            return from_nchw(g, y, False), channels
-        factor = g.blocked_value(other)
-        factor_name = factor.name
-        if factor.dims[3] != channels:
-            # a gate not padded (a LOGISTIC's: selfie_segmentation's decoder), padded here and
-            # passed through an identity 1x1 depthwise convolution (x * 1.0, exact) so that
-            # ORT spreads it in its blocked layout (Resize 20 -> Upsample 3 us)
-            padded = pad_channels(g, factor.name, channels - factor.dims[3])
-            factor_name = from_nchw(g, channel_scale(g, to_nchw(g, padded, False), np.ones(channels, np.float32)),
-                                    False)
-        factor = Value(factor_name, "float", [*factor.dims[:3], channels])
-        y = _blocked_product(g, x, factor) if position == 0 else _blocked_product(g, factor, x)
-        if y is None:  # a [N, 1, 1, C] value scaled by a gate of its own shape
-            y = g.one("Mul", [x.name, factor.name] if position == 0 else [factor.name, x.name])
-        return y, channels
-    raise Declined("no padded input")  # not reached: the caller checked
-
-
-
-#: the fewest channels from which _channel_product's depthwise convolution beats QLinearMul
-#: (process time alone, 1x1 depthwise against QLinearMul): by a factor per channel (ORT's
-#: broadcast path; 112x112x8: 276 -> 79 us, 56x56x16: 35 -> 19) and by one for all (a
-#: vectorized path: 56x56x32 21 / 21 us, x64 38 -> 26, 224x224x3 32 -> 450); one pixel
-#: (a squeeze-and-excitation gate's scaling) is left to QLinearMul too (1x1x96: 6.9 / 7.4)
-CHANNEL_PRODUCT_MIN_CHANNELS = {False: 8, True: 64}
-
-
-
-def _channel_product(g: GraphBuilder, operation: Operation, output: Operand, fuse: int) -> str | None:
-    """A quantized MUL of an NHWC value by a constant with one factor per channel (or one
-    for all): a batch normalization's scale in a pre-activation network (DenseNet-121's 62,
-    after each concatenation), as a 1x1 depthwise QLinearConv whose int8 weights and
-    per-channel scales carry the factors (w = b - zero point where that fits in int8, else
-    its sign, the magnitude going into the channel's weight scale). ORT runs that in its
-    NHWC depthwise kernel, ~2.4x faster than QLinearMul's broadcast (56x56x256: 164 -> 69
-    us). The input has 256 stored values, so the result of every value in every channel
-    is known at preparation: this form is taken only where ORT's requantization
-    (round-half-even of the float32 accumulator times float32(x_scale * w_scale) / y_scale,
-    then the activation's clamp) gives the reference's result (the real product rounded
-    half away from zero) for all of them. None where it does not apply."""
-    if g.isolated or fuse not in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1,
-                                  FuseCode.FUSED_RELU6):
-        return None  # a support query: QLinearMul answers it the same
-    for position in (0, 1):
-        x_index, factor_index = operation.inputs[position], operation.inputs[1 - position]
-        x, factor = g.operand(x_index), g.operand(factor_index)
-        raw = g.raw_constant(factor_index)
-        dims = list(x.dimensions)
-        if (raw is None or len(dims) != 4 or not all(dims) or list(output.dimensions) != dims
-                or factor.type not in QUANT8 or x.type not in QUANT8):
-            continue
-        channels = dims[3]
-        if raw.size not in (1, channels) or len(factor.dimensions) > 4 or any(d != 1 for d in factor.dimensions[:-1]):
-            continue
-        if dims[1] * dims[2] == 1 or channels < CHANNEL_PRODUCT_MIN_CHANNELS[raw.size == 1]:
-            continue  # a single pixel, few channels: the kernel's cost per pixel outweighs the gain
-        factors = np.broadcast_to(raw.reshape(-1).astype(np.int64) - factor.zero_point, (channels,))
-        weights = np.where(np.abs(factors) <= 127, factors, np.sign(factors)).astype(np.int8)
-        magnitudes = np.where(weights == 0, 1, factors // np.where(weights == 0, 1, weights))
-        weight_scales = (magnitudes * np.float64(factor.scale)).astype(np.float32)
-        if not _channel_product_exact(x, factor, output, fuse, factors, weights, weight_scales):
-            continue
-        source = g.value(x_index)
-        shape = [channels, 1, 1, 1]
-        y = g.one("QLinearConv", [to_nchw(g, source.name, False), *g.qparams(source),
-                                  g.constant(weights.reshape(shape), "weights"), g.constant(weight_scales, "wscale"),
-                                  g.constant(np.zeros(channels, np.int8), "wzp"), *g.qparams(output)],
-                  kernel_shape=[1, 1], group=channels)
-        return fused_activation(g, from_nchw(g, y, False), fuse, output)
-    return None
-
-
-
-def _channel_product_exact(x: Operand, factor: Operand, output: Operand, fuse: int, factors: np.ndarray,
-                           weights: np.ndarray, weight_scales: np.ndarray) -> bool:
-    """Whether _channel_product's QLinearConv gives the reference's MUL for every stored
-    value of ``x`` in every channel (``factors``: the constant's values less its zero point)."""
-    stored = np.arange(*((-128, 128) if x.type == T.TENSOR_QUANT8_ASYMM_SIGNED else (0, 256)))[:, None]
-    real = dequantize(stored, x.scale, x.zero_point) * (factors[None, :] * np.float64(factor.scale))
-    expected = quantize_with_activation(real, output, fuse).astype(np.int64)
-    # ORT: the int32 accumulator as float32, times float32(x_scale * w_scale) / y_scale in
-    # float32, rounded half to even, plus the zero point, saturated (stored values: the
-    # int8 ones' +128 shift cancels between the input's zero point and the output's)
-    scales = (np.float32(x.scale) * weight_scales) / np.float32(output.scale)
-    accumulators = ((stored - x.zero_point) * weights[None, :].astype(np.int64)).astype(np.float32)
-    low, high = activation_bounds_quantized(fuse, output)
-    computed = np.clip(np.rint(accumulators * scales[None, :]).astype(np.int64) + output.zero_point, low, high)
-    return bool(np.array_equal(computed, expected))
-
-
-
-def _clamped_add(g: GraphBuilder, operation: Operation, a: str, b: str, output: Operand, channels: int) -> str:
-    """A float ADD of two NHWC values of one shape (``channels`` channels, padded ones
-    included; 0 for a value not of rank 4) with its fused activation. ORT's blocked layout (NCHWc) takes an Add into
-    the convolution before it and a Relu after that, but has no blocked Clip: a bare Clip
-    after the sum leaves the layout and comes back, two reorders and an unvectorized
-    clamp per residual (pose_landmark_full's RELU6 residual chains: 39 reorders). So a
-    RELU6 / RELU1 becomes part of a convolution: the one that computes an operand of the
-    sum (_clamp_into_conv), or else an identity 1x1 depthwise one after the sum (x * 1.0,
-    exact) that ORT fuses the Clip into, where the sum is blocked."""
-    fuse = int(g.scalar(operation.inputs[2]))
-    if fuse not in (FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6) or g.isolated:
-        return fused_activation(g, g.one("Add", [a, b]), fuse, output)
-    fused = _clamp_into_conv(g, operation, a, b, fuse)
-    if fused is not None:
-        return fused
-    total = g.one("Add", [a, b])
-    if not channels or channels % NCHWC_BLOCK or len(output.dimensions) != 4:
-        return fused_activation(g, total, fuse, output)
-    identity = channel_scale(g, to_nchw(g, total, False), np.ones(channels, np.float32))
-    return from_nchw(g, fused_activation(g, identity, fuse, output), False)
-
-
-
-def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse: int) -> str | None:
-    """ADD + RELU1 / RELU6 where one operand is a float convolution's output read by
-    nothing else, as that convolution in ORT's FusedConv with the other operand as its
-    sum input Z and the clamp as its activation: conv + bias + Z, clamped, in one pass that
-    ORT runs in its blocked layout (what it does itself for Conv + Add + Relu). The sum is
-    the same three terms, added in another order (float32 rounding, as ORT's own Add
-    fusion). The convolution's nodes move after Z's, so the graph stays in order. None
-    where it does not apply."""
-    low, high = activation_bounds_float(fuse)
-    reads = read_counts(g.nodes)
-    for position, (mine, other) in enumerate(((a, b), (b, a))):
-        index = operation.inputs[position]
-        recorded = g.convolutions.get(index)
-        if recorded is None or operation.inputs[:2].count(index) != 1 or index in g.subgraph.output_indexes:
-            continue
-        conv, transpose = recorded
-        if transpose.output[0] != mine or mine in reads or len(g.readers(index)) != 1:
-            continue
-        g.nodes.remove(conv)
-        g.nodes.remove(transpose)
-        if len(conv.input) < 3:
-            conv.input.append("")
-        conv.input.append(to_nchw(g, other, False))
-        conv.op_type, conv.domain = "FusedConv", MS_DOMAIN
-        conv.attribute.extend([helper.make_attribute("activation", "Clip"),
-                               helper.make_attribute("activation_params", [float(low), float(high)])])
-        g.uses_ms_domain = True
-        g.nodes.extend([conv, transpose])
-        del g.convolutions[index]
-        return mine
-    return None
-
-
-
-_UNARY_FLOAT = {OperationCode.LOGISTIC: "Sigmoid", OperationCode.TANH: "Tanh", OperationCode.RELU: "Relu",
-                OperationCode.HARD_SWISH: "HardSwish", OperationCode.ABS: "Abs", OperationCode.EXP: "Exp",
-                OperationCode.FLOOR: "Floor", OperationCode.NEG: "Neg", OperationCode.SQRT: "Sqrt",
-                OperationCode.ELU: "Elu", OperationCode.LOG: "Log", OperationCode.SIN: "Sin"}
-
-
-#: the unary operations that also take TENSOR_INT32, wrapping as two's complement (|INT32_MIN|
-#: and -INT32_MIN are INT32_MIN), as ONNX Runtime's Abs and Neg do
-_UNARY_INT32 = (OperationCode.ABS, OperationCode.NEG)
-
-
-
-@lowers(*_UNARY_FLOAT, OperationCode.RELU1, OperationCode.RELU6, OperationCode.RSQRT)
-def lower_unary(g: GraphBuilder, operation: Operation) -> None:
-    code = OperationCode(operation.type)
-    output = g.operand(operation.outputs[0])
-    if code in CLAMPS and output.type in FLOATS and operation.inputs[0] in g.padded:
-        x = g.blocked_value(operation.inputs[0])  # channels padded to the block: clamped zeros stay zeros
-        low, high = CLAMPS[code]
-        y = g.one("Relu", [x.name]) if high == math.inf else g.one(
-            "Clip", [x.name, g.constant(np.array(low, np.float32)), g.constant(np.array(high, np.float32))])
-        g.set_channels(operation.outputs[0], y, x.dims[3])
-        return
-    if code == OperationCode.HARD_SWISH and output.type in FLOATS and operation.inputs[0] in g.padded:
-        x = g.blocked_value(operation.inputs[0])  # channels padded to the block: 0 * relu6(0 + 3) / 6 = 0
-        g.set_channels(operation.outputs[0], g.one("HardSwish", [x.name]), x.dims[3])
-        return
-    x = g.value(operation.inputs[0])
-    if code == OperationCode.ELU:
-        alpha = float(g.scalar(operation.inputs[1]))
-    elif len(operation.inputs) != 1:
-        raise Declined(f"{code.name} takes one input")
-    if code in _UNARY_INT32 and output.type == T.TENSOR_INT32 and x.kind == "int32":
-        g.set_output(operation.outputs[0], g.one(_UNARY_FLOAT[code], [x.name]))
-        return
-    if code not in (OperationCode.LOGISTIC, OperationCode.TANH, *CLAMPS, OperationCode.HARD_SWISH) and \
-            output.type not in FLOATS:
-        raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
-
-    def apply(name: str) -> str:
-        if code in (OperationCode.RELU1, OperationCode.RELU6):
-            low, high = CLAMPS[code]
-            return g.one("Clip", [name, g.constant(np.array(low, np.float32)),
-                                  g.constant(np.array(high, np.float32))])
-        if code == OperationCode.ELU:
-            return _elu(g, name, alpha)
-        if code == OperationCode.RSQRT:  # ONNX has no Rsqrt (a layer norm's 1 / sqrt(variance))
-            return g.one("Reciprocal", [g.one("Sqrt", [name])])
-        if code == OperationCode.LOGISTIC and output.type == T.TENSOR_FLOAT32 and \
-                not _is_gate(g, operation.outputs[0]):
-            return _logistic(g, name)
-        return g.one(_UNARY_FLOAT[code], [name])
-
-    if output.type in FLOATS:
-        y = apply(x.name)
-    elif output.type in QUANT8 and x.kind == "uint8":
-        same = x.scale == output.scale and x.zero_point == internal_zero_point(output)
-        if code in CLAMPS and same:
-            fuse = {OperationCode.RELU: FuseCode.FUSED_RELU, OperationCode.RELU1: FuseCode.FUSED_RELU1,
-                    OperationCode.RELU6: FuseCode.FUSED_RELU6}[code]
-            y = fused_activation(g, x.name, fuse, output)
-            if y == x.name:
-                y = g.one("Identity", [x.name])
-        else:
-            y = g.quantize(apply(g.dequantize(x)), output)
-    else:
-        raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
-    g.set_output(operation.outputs[0], y)
-
-
-
-def _is_gate(g: GraphBuilder, index: int, shifted: bool = True) -> bool:
-    """Whether operand ``index`` is read only by MULs, inside the graph (a gate), or by
-    an ADD or SUB whose result is such a gate (a GRU's 1 - z: an error e in the gate is
-    an error e times the gated value either way)."""
-    if index in g.subgraph.output_indexes:
-        return False
-    readers = g.readers(index)
-    return bool(readers) and all(op.type == OperationCode.MUL or (
-        shifted and op.type in (OperationCode.ADD, OperationCode.SUB) and _is_gate(g, op.outputs[0], False))
-        for op in readers)
-
-
-
-def _logistic(g: GraphBuilder, x: str) -> str:
-    """float32 LOGISTIC, unless a gate, as 1 / (1 + exp(-x)). ORT's Sigmoid
-    is off by up to ~1.7e-7 in absolute terms, which is all of a small result:
-    sigmoid(-21) = 7.6e-10 comes out 0 (pose_landmark_full's pose score on a random image;
-    LiteRT, XNNPACK included, is accurate relative to the result). Here Exp's relative
-    error carries through: within ~2e-7 of the result everywhere; below -88.7 exp
-    overflows and the result is 0 where the exact one is under 2**-127. Four passes, about
-    twice Sigmoid's time (64k elements: 48 vs 24 us). A gate (read only by MULs inside the
-    graph: squeeze-and-excitation; or through 1 - z: a GRU's, see _is_gate) keeps Sigmoid:
-    it scales each gated value with an error of at most 1.7e-7 of it, the product's own
-    float32 rounding, and ORT fuses it into the convolution before it as the convolution's
-    activation (selfie_segmentation's ten gates: the four-pass form is four operations
-    more each, ~1.06x LiteRT instead of ~1.0x). The quantized path keeps Sigmoid: its error is far below a step."""
-    one = g.constant(np.array(1.0, np.float32))
-    return g.one("Reciprocal", [g.one("Add", [g.one("Exp", [g.one("Neg", [x])]), one])])
-
-
-
-def _elu(g: GraphBuilder, x: str, alpha: float) -> str:
-    """ELU as relu(x) + alpha * (exp(min(x, 0)) - 1): ORT's Elu is a scalar loop (16x64x64:
-    95 us), these five vectorized passes 35 us (misc_ops' ELU layer). exp(m) - 1 for m <= 0 is
-    within ~6e-8 absolute of the reference's expm1 form (as ORT's Elu); inf gives inf, -inf
-    gives -alpha."""
-    exp = g.one("Exp", [g.one("Min", [x, g.constant(np.array(0.0, np.float32))])])
-    negative = g.one("Mul", [g.one("Sub", [exp, g.constant(np.array(1.0, np.float32))]),
-                             g.constant(np.array(alpha, np.float32))])
-    return g.one("Add", [g.one("Relu", [x]), negative])
-
-
-
-@lowers(OperationCode.PRELU)
-def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
-    output = g.operand(operation.outputs[0])
-    if output.type in FLOATS and operation.inputs[0] in g.padded and reads_padded(g, operation, operation.inputs[0]):
-        x = g.blocked_value(operation.inputs[0])  # channels padded to the block: alpha 0 there, PRELU(0) = 0
-        real = g.operand(operation.inputs[0]).dimensions[3]
-        known = np.broadcast_to(g.raw_constant(operation.inputs[1]).astype(np.float32).reshape(-1), (real,))
-        y = _prelu_blocked(g, x, np.pad(known, (0, x.dims[3] - real)))
-        g.set_channels(operation.outputs[0], y, x.dims[3])
-        return
-    x, alpha = g.value(operation.inputs[0]), g.value(operation.inputs[1])
-    if not all(alpha.dims) or alpha.rank > x.rank:
-        raise Declined("PRELU needs alpha of a known shape, of no higher rank than the input")
-    # (an input dimension known only at run time, a free batch, is checked by that run: where it
-    # differs from alpha's the broadcast fails it, as the reference's preparation does)
-    if any(a not in (1, d) for a, d in zip(alpha.dims[::-1], x.dims[::-1]) if d):
-        raise Declined("alpha must broadcast to the input's shape")
-    if output.type in FLOATS:
-        known = g.raw_constant(operation.inputs[1])
-        # The faster forms multiply alpha by zeros where x >= 0 (or by x = 0), which is NaN
-        # for an infinite or NaN alpha where PRELU gives x: they need a finite constant.
-        finite = known is not None and known.size > 0 and bool(np.isfinite(known).all())
-        if finite and x.rank == 4 and x.dims[3] and all(d == 1 for d in alpha.dims[:-1]):
-            y = _prelu_blocked(g, x, known.astype(np.float32).reshape(-1))
-        elif finite and bool(np.all(known.astype(np.float32) <= 1.0)):
-            # alpha <= 1: x >= alpha * x exactly where x >= 0, so the larger of the two is
-            # PRELU's value, in two ops instead of four
-            y = g.one("Max", [x.name, g.one("Mul", [x.name, alpha.name])])
-        elif finite:
-            y = _prelu(g, x.name, alpha.name)
-        else:  # alpha given at execution, or not finite: PRELU's own definition
-            zero = g.constant(np.array(0.0, np.float32))
-            y = g.one("Where", [g.one("GreaterOrEqual", [x.name, zero]), x.name, g.one("Mul", [x.name, alpha.name])])
-    elif output.type in QUANT8:
-        y = g.quantize(_prelu(g, g.dequantize(x), g.dequantize(alpha)), output)
-    else:
-        raise Declined(f"PRELU on {type_name(output.type)} is not supported")
-    g.set_output(operation.outputs[0], y)
-
-
-
-def _prelu_blocked(g: GraphBuilder, x: Value, alpha: np.ndarray) -> str:
-    """PRELU with a constant per-channel alpha on a value ORT holds in NCHWc, in operators
-    it keeps there: relu(x) + (-alpha) * relu(-x), the two scalings as 1x1 depthwise
-    convolutions (ORT adds the relu(x) inside the second one). Exact for any alpha: -x and
-    -alpha are exact, one of the two terms is zero, and (-alpha) * (-x) is alpha * x
-    rounded once. Max / Min have no NCHWc kernel, so the other forms cost two reorders
-    per PRELU (iris_landmark: 1.75 -> 1.43 ms). With channels off the block ORT runs the
-    scalings as plain depthwise convolutions, still faster than Max and Mul (hand_recrop's
-    8-channel PRELUs at 128x128)."""
-    channels = x.dims[3]
-    alpha = np.broadcast_to(alpha, (channels,))
-    source = to_nchw(g, x.name, False)
-    negative_part = g.one("Relu", [channel_scale(g, source, -np.ones(channels, np.float32))])
-    y = g.one("Add", [channel_scale(g, negative_part, -alpha), g.one("Relu", [source])])
-    return from_nchw(g, y, False)
-
-
-
-def _prelu(g: GraphBuilder, x: str, alpha: str) -> str:
-    """PRELU in float as relu(x) + min(x, 0) * alpha: the same values as ONNX PRelu (x
-    where x >= 0, alpha * x below), but ORT runs PRelu's per-channel broadcast element
-    by element (90% of MediaPipe's face and iris models' time, 10x slower than this
-    form, whose broadcast multiply is vectorized and whose ops stay in ORT's NCHWc layout)."""
-    negative = g.one("Min", [x, g.constant(np.array(0.0, np.float32))])
-    return g.one("Add", [g.one("Relu", [x]), g.one("Mul", [negative, alpha])])
 
 
 
@@ -1610,54 +1125,6 @@ def lower_expand_dims(g: GraphBuilder, operation: Operation) -> None:
 
 
 
-@lowers(OperationCode.MAXIMUM, OperationCode.MINIMUM)
-def lower_maximum(g: GraphBuilder, operation: Operation) -> None:
-    """Max / Min of float or int32, or of quant8 values in the output's quantization (then
-    the integer comparison is the real one's): inputs in another are requantized first by
-    the reference's table (_requantized; requantizing is monotone)."""
-    a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
-    output = g.operand(operation.outputs[0])
-    names = [a.name, b.name]
-    if output.type in QUANT8:
-        if a.kind != "uint8" or b.kind != "uint8":
-            raise Declined("the inputs must be quantized as the output")
-        if any(v.scale != output.scale or v.zero_point != internal_zero_point(output) for v in (a, b)):
-            names = _requantized(g, operation.type, operation.inputs[:2], output)
-    elif output.type not in (*FLOATS, T.TENSOR_INT32) or a.kind != b.kind:
-        raise Declined(f"{OperationCode(operation.type).name} on {type_name(output.type)} is not supported")
-    op_type = "Max" if operation.type == OperationCode.MAXIMUM else "Min"
-    if output.type in QUANT8 and not has_kernel(op_type, TensorProto.UINT8):
-        # releases before 1.24 have no uint8 Max / Min: the same choice by a comparison,
-        # whose uint8 kernel came in 1.21
-        if not onnxruntime_at_least(UINT8_LESS_VERSION):
-            raise Declined(f"this onnxruntime has no uint8 {op_type} or Less kernel (1.21 has Less, 1.24 {op_type})")
-        first, second = names if operation.type == OperationCode.MINIMUM else names[::-1]
-        g.set_output(operation.outputs[0], g.one("Where", [g.one("Less", names), first, second]))
-        return
-    g.set_output(operation.outputs[0], g.one(op_type, names))
-
-
-
-def _requantized(g: GraphBuilder, code: int, inputs: list[int], output: Operand) -> list[str]:
-    """The 8-bit ``inputs`` of selection ``code`` each requantized into ``output``'s
-    quantization as a Gather from the reference's table (requantize.py; one already in it as
-    it is); declined unless the tables give the reference's results for every value."""
-    a, b = (g.operand(i) for i in inputs)
-    if not requantize.proven(code, a, b, output):
-        raise Declined("requantizing by table does not give the reference's values")
-    names = []
-    for index, operand in zip(inputs, (a, b)):
-        value = g.value(index)
-        if (operand.scale, operand.zero_point) == (output.scale, output.zero_point):
-            names.append(value.name)
-            continue
-        positions = g.one("Cast", [value.name], to=TensorProto.INT32)
-        table = encode(requantize.table(operand, output), output)
-        names.append(g.one("Gather", [g.constant(table, "table"), positions], axis=0))
-    return names
-
-
-
 @lowers(OperationCode.CHANNEL_SHUFFLE)
 def lower_channel_shuffle(g: GraphBuilder, operation: Operation) -> None:
     """[.., groups, C / groups] -> [.., C / groups, groups] along the axis: two reshapes and
@@ -1678,75 +1145,6 @@ def lower_channel_shuffle(g: GraphBuilder, operation: Operation) -> None:
     y = g.one("Reshape", [x.name, g.constant(np.array(split, np.int64))])
     y = g.one("Transpose", [y], perm=perm)
     g.set_output(operation.outputs[0], g.one("Reshape", [y, g.constant(np.array(x.dims, np.int64))]))
-
-
-
-_COMPARISONS = {OperationCode.EQUAL: "Equal", OperationCode.NOT_EQUAL: "Equal", OperationCode.GREATER: "Greater",
-                OperationCode.GREATER_EQUAL: "GreaterOrEqual", OperationCode.LESS: "Less",
-                OperationCode.LESS_EQUAL: "LessOrEqual"}
-
-
-
-@lowers(*_COMPARISONS)
-def lower_comparison(g: GraphBuilder, operation: Operation) -> None:
-    """Broadcasting comparisons to BOOL8. Quantized inputs sharing one quantization compare
-    their stored integers (as int32); with different ones their real values, dequantized in
-    float32 as (q - zero_point) * scale like the reference; booleans compare as 0 / 1."""
-    a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
-    if a.kind != b.kind:
-        raise Declined("the inputs have different types")
-    if a.kind == "uint8" and (a.scale, a.zero_point) != (b.scale, b.zero_point):
-        left, right = g.dequantize(a), g.dequantize(b)
-    elif a.kind in ("uint8", "bool"):
-        left, right = (g.one("Cast", [v.name], to=TensorProto.INT32) for v in (a, b))
-    else:
-        left, right = a.name, b.name
-    y = g.one(_COMPARISONS[OperationCode(operation.type)], [left, right])
-    if operation.type == OperationCode.NOT_EQUAL:
-        y = g.one("Not", [y])  # IEEE: NaN != NaN, as Not(Equal) gives
-    g.set_output(operation.outputs[0], y)
-
-
-
-@lowers(OperationCode.SELECT)
-def lower_select(g: GraphBuilder, operation: Operation) -> None:
-    """Where(condition, input1, input2); quantized inputs in another quantization than the
-    output's are requantized first by the reference's table (_requantized: QuantizeLinear
-    would round halves to even)."""
-    condition, a, b = (g.value(i) for i in operation.inputs[:3])
-    output = g.operand(operation.outputs[0])
-    if condition.kind != "bool":
-        raise Declined("the condition must be BOOL8")
-    names = [a.name, b.name]
-    if output.type in QUANT8 and a.kind == b.kind == "uint8" and any(
-            v.scale != output.scale or v.zero_point != internal_zero_point(output) for v in (a, b)):
-        names = _requantized(g, operation.type, operation.inputs[1:3], output)
-    else:
-        for v in (a, b):
-            check_same_quantization(v, output)
-    g.set_output(operation.outputs[0], g.one("Where", [condition.name, *names]))
-
-
-
-_LOGICAL = {OperationCode.LOGICAL_AND: "And", OperationCode.LOGICAL_OR: "Or", OperationCode.LOGICAL_NOT: "Not"}
-
-
-
-@lowers(*_LOGICAL)
-def lower_logical(g: GraphBuilder, operation: Operation) -> None:
-    inputs = [g.value(i) for i in operation.inputs]
-    if any(v.kind != "bool" for v in inputs):
-        raise Declined(f"{OperationCode(operation.type).name} takes BOOL8 tensors")
-    g.set_output(operation.outputs[0], g.one(_LOGICAL[OperationCode(operation.type)], [v.name for v in inputs]))
-
-
-
-@lowers(OperationCode.POW)
-def lower_pow(g: GraphBuilder, operation: Operation) -> None:
-    base, exponent = g.value(operation.inputs[0]), g.value(operation.inputs[1])
-    if base.kind != "float" or exponent.kind != "float":
-        raise Declined("POW takes float tensors")
-    g.set_output(operation.outputs[0], g.one("Pow", [base.name, exponent.name]))
 
 
 
