@@ -829,10 +829,10 @@ def test_an_empty_quantized_softmax_is_declined_where_onnxruntime_returns_nothin
     that returns no value for an empty input: the probe runs that graph (and says so on
     the installed release), and where it fails a quantized SOFTMAX whose input may be
     empty (a dimension known only at run time) is declined; a fully known shape is not."""
-    from nnapi.drivers.ort import lowering, versions
+    from nnapi.drivers.ort import normalization, versions
     from nnapi.runtime.model_builder import build_hal_model
 
-    assert lowering.empty_quantized_softmax_has_output() == versions.onnxruntime_at_least((1, 32))
+    assert normalization.empty_quantized_softmax_has_output() == versions.onnxruntime_at_least((1, 32))
 
     def softmax(dims: list[int]) -> nnapi.Model:
         model = nnapi.Model()
@@ -843,11 +843,11 @@ def test_an_empty_quantized_softmax_is_declined_where_onnxruntime_returns_nothin
         model.finish()
         return build_hal_model(model)[0]
 
-    monkeypatch.setattr(lowering, "empty_quantized_softmax_has_output", lambda: False)
+    monkeypatch.setattr(normalization, "empty_quantized_softmax_has_output", lambda: False)
     [reason] = OrtDevice().get_unsupported_reasons(softmax([0, 3]))
     assert reason is not None and "returns no output for an empty one" in reason
     assert OrtDevice().get_unsupported_reasons(softmax([2, 3])) == [None]
-    monkeypatch.setattr(lowering, "empty_quantized_softmax_has_output", lambda: True)
+    monkeypatch.setattr(normalization, "empty_quantized_softmax_has_output", lambda: True)
     assert OrtDevice().get_unsupported_reasons(softmax([0, 3])) == [None]
 
 

@@ -1,6 +1,6 @@
 """Lowering: one HAL subgraph to one ONNX graph (``lower_model``), the device's question
 whether one operation lowers (``operation_support``), and the operations'
-lowerings not yet in a module of their family's (quantization.py, convolutions.py, elementwise.py hold
+lowerings not yet in a module of their family's (quantization.py, convolutions.py, elementwise.py, normalization.py hold
 theirs, each registered by importing it here).
 """
 
@@ -17,6 +17,7 @@ from nnapi.codes import FuseCode, OperationCode
 from nnapi.drivers.ort import (
     convolutions,  # noqa: F401  (importing it registers its lowerings)
     elementwise,  # noqa: F401  (importing it registers its lowerings)
+    normalization,  # noqa: F401  (importing it registers its lowerings)
     quantization,  # noqa: F401  (importing it registers its lowerings)
     )
 from nnapi.drivers.ort.builder import (
@@ -64,9 +65,6 @@ from nnapi.drivers.ort.builder import (
 )
 from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_composites
 from nnapi.drivers.ort.padded_add import split_padded_adds
-from nnapi.drivers.ort.quantization import (
-    quantize_half_away,
-)
 from nnapi.drivers.ort.scalar_broadcast import widen_scalars
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.ort.twins import merge_twin_branches
@@ -75,28 +73,6 @@ from nnapi.operations.common import (
     nearest_indexes,
 )
 from nnapi.operations.resize import weighted_taps
-
-
-@functools.cache
-def empty_quantized_softmax_has_output() -> bool:
-    """Whether the installed ONNX Runtime returns an output for DequantizeLinear, Softmax,
-    QuantizeLinear of an empty tensor. Releases before 1.32 fuse the three into their
-    QLinearSoftmax, which then returns no value at all (found on 1.19-1.31 with a zero-sized
-    CTS vector): one run of that three-node graph, once per process."""
-    scale = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])
-    zero = helper.make_tensor("z", TensorProto.UINT8, [], [0])
-    step = helper.make_tensor("t", TensorProto.FLOAT, [], [1 / 256])
-    graph = helper.make_graph(
-        [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["x"]), helper.make_node("Softmax", ["x"], ["y"]),
-         helper.make_node("QuantizeLinear", ["y", "t", "z"], ["o"])], "probe",
-        [helper.make_tensor_value_info("q", TensorProto.UINT8, [None, 2])],
-        [helper.make_tensor_value_info("o", TensorProto.UINT8, None)], [scale, zero, step])
-    try:
-        outputs = probe_outputs(graph, {"q": np.zeros((0, 2), np.uint8)})
-    except ImportError:  # lowering without a runtime (nothing will load the graph here)
-        return True
-    return outputs is not None and len(outputs) == 1 and isinstance(outputs[0], np.ndarray)
-
 
 
 @lowers(OperationCode.AVERAGE_POOL_2D, OperationCode.MAX_POOL_2D, OperationCode.L2_POOL_2D)
@@ -368,29 +344,6 @@ def _reduce_mean(g: GraphBuilder, name: str, dims: list[int], axes: list[int], k
     shape = [1 if i in axes else d for i, d in enumerate(dims)] if keep else [
         d for i, d in enumerate(dims) if i not in axes]
     return g.one("Reshape", [mean, g.constant(np.array(shape or [1], np.int64))])
-
-
-
-@lowers(OperationCode.SOFTMAX)
-def lower_softmax(g: GraphBuilder, operation: Operation) -> None:
-    x = g.value(operation.inputs[0])
-    output = g.operand(operation.outputs[0])
-    beta = float(g.scalar(operation.inputs[1]))
-    axis = int(g.optional_scalar(operation, 2, -1))
-    if x.rank == 0 or not -x.rank <= axis < x.rank:
-        raise Declined("SOFTMAX axis out of range")
-    if output.type not in FLOATS and output.type not in QUANT8:
-        raise Declined(f"SOFTMAX on {type_name(output.type)} is not supported")
-    if output.type in QUANT8 and not (x.dims and all(x.dims)) and not empty_quantized_softmax_has_output():
-        raise Declined("a quantized SOFTMAX whose input may be empty: this onnxruntime (before 1.32) returns no "
-                       "output for an empty one")
-    real = g.dequantize(x)
-    if beta != 1.0:
-        real = g.one("Mul", [real, g.constant(np.array(beta, np.float32))])
-    y = g.one("Softmax", [real], axis=axis)
-    if output.type in QUANT8:
-        y = g.quantize(y, output)
-    g.set_output(operation.outputs[0], y)
 
 
 
@@ -969,80 +922,6 @@ def lower_resize_nearest(g: GraphBuilder, operation: Operation) -> None:
 
 
 
-@lowers(OperationCode.L2_NORMALIZATION)
-def lower_l2_normalization(g: GraphBuilder, operation: Operation) -> None:
-    """x / max(sqrt(sum(x * x)), 1e-6) along the axis in float32, as the reference and
-    Android compute it; quantized inputs as their integers q - zero_point (exact in
-    float32, the norm being scale-free), the result quantized rounding halves away from
-    zero as Android does (quantize_half_away)."""
-    x = g.value(operation.inputs[0])
-    output = g.operand(operation.outputs[0])
-    if output.type in QUANT8 and x.kind == "uint8":
-        integers = g.one("DequantizeLinear", [x.name, g.constant(np.array(1.0, np.float32)),
-                                              g.constant(np.array(x.zero_point, np.uint8))])
-        x = Value(integers, "float", x.dims)
-    elif output.type not in FLOATS or x.kind != "float":
-        raise Declined(f"L2_NORMALIZATION on {type_name(output.type)} is not supported")
-    axis = int(g.optional_scalar(operation, 1, -1))
-    if not 1 <= x.rank <= 4 or not -x.rank <= axis < x.rank:
-        raise Declined("L2_NORMALIZATION needs rank 1 to 4 and an axis in range")
-    squares = g.one("ReduceSum", [g.one("Mul", [x.name, x.name]), g.constant(np.array([axis % x.rank], np.int64))],
-                    keepdims=1)
-    norm = g.one("Max", [g.one("Sqrt", [squares]), g.constant(np.array(1e-6, np.float32))])
-    y = g.one("Div", [x.name, norm])
-    g.set_output(operation.outputs[0], quantize_half_away(g, y, output) if output.type in QUANT8 else y)
-
-
-
-@lowers(OperationCode.LOCAL_RESPONSE_NORMALIZATION)
-def lower_local_response_normalization(g: GraphBuilder, operation: Operation) -> None:
-    """x / (bias + alpha * sum of squares within radius along the axis) ** beta, as ONNX's
-    LRN over channels of size 2 * radius + 1 (whose alpha is divided by the size): the
-    axis is moved last, the other dimensions flattened to [rows, depth, 1, 1], and back."""
-    x = g.value(operation.inputs[0])
-    if x.kind != "float":
-        raise Declined("LOCAL_RESPONSE_NORMALIZATION takes float tensors")
-    if not 1 <= x.rank <= 4 or not all(x.dims):
-        raise Declined("the input's shape must be known, of rank 1 to 4")
-    radius = int(g.scalar(operation.inputs[1]))
-    bias, alpha, beta = (float(g.scalar(i)) for i in operation.inputs[2:5])
-    axis = int(g.optional_scalar(operation, 5, -1))
-    if radius < 0 or not -x.rank <= axis < x.rank:
-        raise Declined("the radius must be non-negative and the axis in range")
-    axis %= x.rank
-    size = 2 * radius + 1
-    perm = [a for a in range(x.rank) if a != axis] + [axis]
-    moved = x.name if axis == x.rank - 1 else g.one("Transpose", [x.name], perm=perm)
-    depth = x.dims[axis]
-    rows = g.one("Reshape", [moved, g.constant(np.array([-1, depth, 1, 1], np.int64))])
-    y = g.one("LRN", [rows], size=size, alpha=alpha * size, beta=beta, bias=bias)
-    y = g.one("Reshape", [y, g.constant(np.array([x.dims[a] for a in perm], np.int64))])
-    if axis != x.rank - 1:
-        y = g.one("Transpose", [y], perm=list(np.argsort(perm)))
-    g.set_output(operation.outputs[0], y)
-
-
-
-@lowers(OperationCode.INSTANCE_NORMALIZATION)
-def lower_instance_normalization(g: GraphBuilder, operation: Operation) -> None:
-    """(x - mean) * gamma / sqrt(var + epsilon) + beta per image and channel: ONNX's
-    InstanceNormalization on NCHW with gamma and beta repeated per channel."""
-    x = g.value(operation.inputs[0])
-    require_rank(x, 4, "the input")
-    if x.kind != "float":
-        raise Declined("INSTANCE_NORMALIZATION takes float tensors")
-    gamma, beta, epsilon = (float(g.scalar(i)) for i in operation.inputs[1:4])
-    nchw = bool(g.scalar(operation.inputs[4]))
-    channels = x.dims[1 if nchw else 3]
-    if not channels or epsilon <= 0:
-        raise Declined("the channel count must be known and epsilon positive")
-    scale = g.constant(np.full(channels, gamma, np.float32), "gamma")
-    shift = g.constant(np.full(channels, beta, np.float32), "beta")
-    y = g.one("InstanceNormalization", [to_nchw(g, x.name, nchw), scale, shift], epsilon=epsilon)
-    g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
-
-
-
 @lowers(OperationCode.TRANSPOSE)
 def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -1145,18 +1024,6 @@ def lower_channel_shuffle(g: GraphBuilder, operation: Operation) -> None:
     y = g.one("Reshape", [x.name, g.constant(np.array(split, np.int64))])
     y = g.one("Transpose", [y], perm=perm)
     g.set_output(operation.outputs[0], g.one("Reshape", [y, g.constant(np.array(x.dims, np.int64))]))
-
-
-
-@lowers(OperationCode.LOG_SOFTMAX)
-def lower_log_softmax(g: GraphBuilder, operation: Operation) -> None:
-    x = g.value(operation.inputs[0])
-    if x.kind != "float":
-        raise Declined("LOG_SOFTMAX takes float tensors")
-    beta = float(g.scalar(operation.inputs[1]))
-    axis = constant_axis(g, operation.inputs[2], x.rank)
-    scaled = x.name if beta == 1.0 else g.one("Mul", [x.name, g.constant(np.array(beta, np.float32))])
-    g.set_output(operation.outputs[0], g.one("LogSoftmax", [scaled], axis=axis))
 
 
 

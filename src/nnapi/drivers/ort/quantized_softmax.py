@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.builder import QUANT8, GraphBuilder, internal_zero_point, lowers, probe_outputs
-from nnapi.drivers.ort.lowering import lower_softmax
+from nnapi.drivers.ort.normalization import lower_softmax
 from nnapi.drivers.ort.requantize import quantization, stored_values
 from nnapi.hal import Operand, Operation
 from nnapi.operand import OperandType
@@ -40,7 +40,7 @@ _DIFFERENCES = np.array([[1, -1], [-1, 1]], np.float32)
 @lowers(OperationCode.SOFTMAX)
 def lower_softmax_two_classes(g: GraphBuilder, operation: Operation) -> None:
     """SOFTMAX of an 8-bit tensor over a last axis of 2 as above; otherwise (and where the
-    probe differs anywhere) ``lowering.lower_softmax``."""
+    probe differs anywhere) ``normalization.lower_softmax``."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     beta_operand = g.operand(operation.inputs[1])
