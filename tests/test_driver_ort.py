@@ -937,7 +937,7 @@ def test_a_quantized_resize_uses_ort_resize_only_where_a_probe_shows_the_referen
     computes from 2 / 7 (off in the last bit): the probe refuses it, the gathered blend
     runs instead. An int8 input and output are blended as they are: the shifts to the
     internal uint8 and back cancel."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import resize
 
     model, _, _ = _quantized_resize_model(T.TENSOR_QUANT8_ASYMM, in_size, out_size, (False, False, True))
     operators = {node.op_type for node in _lowered(model).graph.node}
@@ -947,7 +947,7 @@ def test_a_quantized_resize_uses_ort_resize_only_where_a_probe_shows_the_referen
     assert operators.count("Add") == (0 if resized else 3) and "Sub" not in operators  # (3: the blend's)
     if resized:
         assert operators == ["Cast", "Resize", "Cast"]
-    assert lowering.resize_matches_taps(4, 7, 8, 2, False, True, False) is False
+    assert resize.resize_matches_taps(4, 7, 8, 2, False, True, False) is False
 
 
 @pytest.mark.parametrize("code, zero_point", [(T.TENSOR_QUANT8_ASYMM, 100), (T.TENSOR_QUANT8_ASYMM, 0),
@@ -1922,7 +1922,7 @@ def test_a_resized_graph_output_is_resized_in_nhwc_with_the_reference_values(ort
     no padded channels)."""
     from onnx import numpy_helper
 
-    from nnapi.drivers.ort import builder, lowering
+    from nnapi.drivers.ort import builder, resize
 
     rng = np.random.default_rng(11)
     model = nnapi.Model()
@@ -1947,7 +1947,7 @@ def test_a_resized_graph_output_is_resized_in_nhwc_with_the_reference_values(ort
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 10000
-    for module in (builder, lowering):  # the modules that read it
+    for module in (builder, resize):  # the modules that read it
         monkeypatch.setattr(module, "resize_in_rows", lambda *arguments: False)
     blocked_model = _lowered(model)
     kinds = [node.op_type for node in blocked_model.graph.node]

@@ -51,7 +51,7 @@ from onnx import TensorProto, helper
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.drivers.ort.builder import QUANT8, GraphBuilder, Value, internal_zero_point, lowers, probe_outputs
-from nnapi.drivers.ort.lowering import exact_taps, lower_resize_bilinear, resize_matches_taps, resize_mode
+from nnapi.drivers.ort.resize import exact_taps, lower_resize_bilinear, resize_matches_taps, resize_mode
 from nnapi.hal import Operation
 from nnapi.operations.quant_math import HALF_BELOW_FLOAT32
 from nnapi.operations.resize import weighted_taps
