@@ -805,7 +805,7 @@ def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkey
     a quantized SPACE_TO_DEPTH is declined with the reason, not claimed and failed."""
     from onnx import TensorProto
 
-    from nnapi.drivers.ort import builder, elementwise, lowering
+    from nnapi.drivers.ort import builder, data_movement, elementwise, lowering
 
     assert builder.has_kernel("SpaceToDepth", TensorProto.FLOAT, blocksize=2)
     assert not builder.has_kernel("SpaceToDepth", TensorProto.INT16, blocksize=2)
@@ -816,7 +816,7 @@ def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkey
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
-    for module in (elementwise, lowering):  # the modules that read it
+    for module in (data_movement, elementwise, lowering):  # the modules that read it
         monkeypatch.setattr(module, "has_kernel", lambda op_type, element, **attributes: op_type != "SpaceToDepth")
     from nnapi.runtime.model_builder import build_hal_model
 
@@ -1717,7 +1717,7 @@ def test_a_zero_pad_of_a_relu_output_becomes_the_max_pools_padding(ort_device, m
     is >= 0, so the PAD's zeros changed no maximum): no Pad node, the plain lowering's
     values exactly and the reference's to float32 rounding. A convolution without an
     activation (negative values) keeps its Pad."""
-    from nnapi.drivers.ort import lowering
+    from nnapi.drivers.ort import data_movement, lowering
 
     rng = np.random.default_rng(37)
     model = nnapi.Model()
@@ -1745,7 +1745,8 @@ def test_a_zero_pad_of_a_relu_output_becomes_the_max_pools_padding(ort_device, m
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 200
     assert (ours[0] < 0).any() != folded  # without a ReLU the maxima reach below zero
-    monkeypatch.setattr(lowering, "pad_of_max_pool", lambda *arguments: None)
+    for module in (data_movement, lowering):  # the modules that read it
+        monkeypatch.setattr(module, "pad_of_max_pool", lambda *arguments: None)
     assert "Pad" in [node.op_type for node in _lowered(model).graph.node]
     plain, _ = _on_both(model, inputs, outputs, ort_device)
     np.testing.assert_array_equal(ours[0], plain[0])
@@ -1762,7 +1763,7 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
     the reference's values and the plain lowering's to float32 rounding. With a LOGISTIC
     gate instead (selfie_segmentation's; not padded, LOGISTIC(0) is 0.5) the gate alone is
     padded, by one Pad of its 72 values."""
-    from nnapi.drivers.ort import builder, convolutions, lowering
+    from nnapi.drivers.ort import builder, convolutions, data_movement
 
     rng = np.random.default_rng(41)
     model = nnapi.Model()
@@ -1800,7 +1801,7 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 900
-    for module in (builder, convolutions, lowering):  # the modules that read it
+    for module in (builder, convolutions, data_movement):  # the modules that read it
         monkeypatch.setattr(module, "wants_padding", lambda *arguments: False)
     assert "ReduceMean" in [node.op_type for node in _lowered(model).graph.node]
     plain, _ = _on_both(model, inputs, outputs, ort_device)
@@ -1853,7 +1854,7 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     PAD of the skip connection, ADD + RELU, MAX_POOL, PRELU, 1x1 to 20 channels out) is
     lowered with its 28-channel values padded to 32 (zero filters, zero PAD channels): the
     reference's values and the unpadded lowering's to float32 rounding."""
-    from nnapi.drivers.ort import builder, convolutions, lowering
+    from nnapi.drivers.ort import builder, convolutions, data_movement, lowering
     from nnapi.runtime.model_builder import build_hal_model
 
     rng = np.random.default_rng(5)
@@ -1893,7 +1894,7 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     scale = np.abs(theirs[0]).max()  # sums of ~200 products: rounding relative to the largest
     assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * scale and len(np.unique(ours[0])) > 300
-    for module in (builder, convolutions, lowering):  # the modules that read it
+    for module in (builder, convolutions, data_movement):  # the modules that read it
         monkeypatch.setattr(module, "wants_padding", lambda *arguments: False)
     plain, _ = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0] - plain[0]).max() <= 1e-6 * scale
@@ -2115,7 +2116,7 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     channels: each is resized alone, zeros stay zeros), both ADDs in FusedConvs and the
     one-filter convolution as a depthwise one and a 1x1 sum of the channels. The
     reference's values to float32 rounding, and the plain lowering's."""
-    from nnapi.drivers.ort import builder, convolutions, elementwise, lowering
+    from nnapi.drivers.ort import builder, convolutions, data_movement, elementwise
 
     rng = np.random.default_rng(7)
     model = nnapi.Model()
@@ -2157,7 +2158,7 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 1000
     for module, name in ((elementwise, "_clamp_into_conv"), (convolutions, "_single_filter_conv"),
-                         (builder, "wants_padding"), (convolutions, "wants_padding"), (lowering, "wants_padding")):
+                         (builder, "wants_padding"), (convolutions, "wants_padding"), (data_movement, "wants_padding")):
         monkeypatch.setattr(module, name, lambda *arguments: None)
     plain_model = _lowered(model)
     assert not any(node.op_type == "FusedConv" for node in plain_model.graph.node)

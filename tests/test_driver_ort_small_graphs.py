@@ -18,7 +18,7 @@ from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.conformance import float_tolerance, within_tolerance  # noqa: E402
-from nnapi.drivers.ort import builder, lowering  # noqa: E402
+from nnapi.drivers.ort import builder, data_movement, lowering  # noqa: E402
 from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
@@ -223,7 +223,7 @@ def test_a_concatenation_of_pooled_maxima_joins_the_pools(ort_device, pooled_sec
     value = np.random.default_rng(9).normal(size=(1, 1, 9, 4)).astype(np.float32)
     ours, theirs = (_run(model, device, [value], (1, 24)) for device in (ort_device, _reference()))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(builder.LOWERINGS, Op.CONCATENATION, lowering.lower_concatenation)
+        patch.setitem(builder.LOWERINGS, Op.CONCATENATION, data_movement.lower_concatenation)
         patch.setitem(builder.LOWERINGS, Op.REDUCE_MAX, lowering.lower_reduce)
         general = _run(_branches_model(pooled_second), ort_device, [value], (1, 24))
     np.testing.assert_array_equal(ours, general)

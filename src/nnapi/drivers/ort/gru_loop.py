@@ -50,7 +50,7 @@ from nnapi.codes import OperandCode as T
 from nnapi.codes import OperationCode as Op
 from nnapi.drivers.ort import control_flow
 from nnapi.drivers.ort.builder import Declined, GraphBuilder, L
-from nnapi.drivers.ort.lowering import sliced_block
+from nnapi.drivers.ort.data_movement import sliced_block
 from nnapi.drivers.ort.recurrent import activation_attributes
 from nnapi.hal import Operation, Subgraph
 from nnapi.operations.control_flow import WHILE_BODY_MODEL, WHILE_CONDITION_MODEL, WHILE_FIRST_VALUE

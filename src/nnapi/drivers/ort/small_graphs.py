@@ -40,7 +40,8 @@ from nnapi.drivers.ort.builder import (
     conv_params,
     lowers,
 )
-from nnapi.drivers.ort.lowering import lower_concatenation, lower_gather, lower_mean, lower_reduce
+from nnapi.drivers.ort.data_movement import lower_concatenation, lower_gather
+from nnapi.drivers.ort.lowering import lower_mean, lower_reduce
 from nnapi.hal import OperandLifeTime, Operation
 
 T = OperandCode
@@ -53,7 +54,7 @@ _CONVOLUTIONS = (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D)
 @lowers(OperationCode.GATHER)
 def lower_gather_of_wrapped_indices(g: GraphBuilder, operation: Operation) -> None:
     """GATHER of model-wrapped indices as ONNX's Gather of the unwrapped ones (see the
-    module's docstring); otherwise ``lowering.lower_gather``."""
+    module's docstring); otherwise ``data_movement.lower_gather``."""
     unwrapped = _unwrapped_indices(g, operation)
     if unwrapped is None:
         lower_gather(g, operation)
@@ -170,7 +171,7 @@ def _pooled_image(g: GraphBuilder, operation: Operation) -> int | None:
 def lower_concatenation_of_pools(g: GraphBuilder, operation: Operation) -> None:
     """CONCATENATION along the last axis of maxima lowered as GlobalMaxPool (see the
     module's docstring) as one Concat of the pooled values; otherwise
-    ``lowering.lower_concatenation``."""
+    ``data_movement.lower_concatenation``."""
     pooled = g.pooled
     parts = operation.inputs[:-1]
     output = g.operand(operation.outputs[0])

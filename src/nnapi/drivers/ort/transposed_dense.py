@@ -33,7 +33,7 @@ import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.drivers.ort.builder import GraphBuilder, conv_params, fused_activation, lowers
-from nnapi.drivers.ort.lowering import lower_transpose
+from nnapi.drivers.ort.data_movement import lower_transpose
 from nnapi.hal import OperandLifeTime, Operation
 
 T = OperandCode
