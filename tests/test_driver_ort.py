@@ -805,7 +805,7 @@ def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkey
     a quantized SPACE_TO_DEPTH is declined with the reason, not claimed and failed."""
     from onnx import TensorProto
 
-    from nnapi.drivers.ort import builder, data_movement, elementwise, lowering
+    from nnapi.drivers.ort import builder, data_movement, elementwise, pooling
 
     assert builder.has_kernel("SpaceToDepth", TensorProto.FLOAT, blocksize=2)
     assert not builder.has_kernel("SpaceToDepth", TensorProto.INT16, blocksize=2)
@@ -816,7 +816,7 @@ def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkey
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
-    for module in (data_movement, elementwise, lowering):  # the modules that read it
+    for module in (data_movement, elementwise, pooling):  # the modules that read it
         monkeypatch.setattr(module, "has_kernel", lambda op_type, element, **attributes: op_type != "SpaceToDepth")
     from nnapi.runtime.model_builder import build_hal_model
 
@@ -1717,7 +1717,7 @@ def test_a_zero_pad_of_a_relu_output_becomes_the_max_pools_padding(ort_device, m
     is >= 0, so the PAD's zeros changed no maximum): no Pad node, the plain lowering's
     values exactly and the reference's to float32 rounding. A convolution without an
     activation (negative values) keeps its Pad."""
-    from nnapi.drivers.ort import data_movement, lowering
+    from nnapi.drivers.ort import data_movement, pooling
 
     rng = np.random.default_rng(37)
     model = nnapi.Model()
@@ -1745,7 +1745,7 @@ def test_a_zero_pad_of_a_relu_output_becomes_the_max_pools_padding(ort_device, m
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 200
     assert (ours[0] < 0).any() != folded  # without a ReLU the maxima reach below zero
-    for module in (data_movement, lowering):  # the modules that read it
+    for module in (data_movement, pooling):  # the modules that read it
         monkeypatch.setattr(module, "pad_of_max_pool", lambda *arguments: None)
     assert "Pad" in [node.op_type for node in _lowered(model).graph.node]
     plain, _ = _on_both(model, inputs, outputs, ort_device)

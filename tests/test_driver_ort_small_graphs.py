@@ -18,7 +18,7 @@ from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.conformance import float_tolerance, within_tolerance  # noqa: E402
-from nnapi.drivers.ort import builder, data_movement, lowering  # noqa: E402
+from nnapi.drivers.ort import builder, data_movement, pooling  # noqa: E402
 from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
@@ -156,7 +156,7 @@ def test_a_clamped_images_max_over_height_and_width_is_global_max_pool(ort_devic
     value = np.random.default_rng(6).normal(size=(1, 1, 9, 4)).astype(np.float32) * (0.1 if fuse == 2 else 0.5)
     ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, _reference()))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(builder.LOWERINGS, Op.REDUCE_MAX, lowering.lower_reduce)
+        patch.setitem(builder.LOWERINGS, Op.REDUCE_MAX, pooling.lower_reduce)
         assert "ReduceMax" in _node_types(model)
         general = _run(_conv_max_model(fuse, through_reshape, axes, keep)[0], ort_device, [value], shape)
     np.testing.assert_array_equal(ours, general)
@@ -224,7 +224,7 @@ def test_a_concatenation_of_pooled_maxima_joins_the_pools(ort_device, pooled_sec
     ours, theirs = (_run(model, device, [value], (1, 24)) for device in (ort_device, _reference()))
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(builder.LOWERINGS, Op.CONCATENATION, data_movement.lower_concatenation)
-        patch.setitem(builder.LOWERINGS, Op.REDUCE_MAX, lowering.lower_reduce)
+        patch.setitem(builder.LOWERINGS, Op.REDUCE_MAX, pooling.lower_reduce)
         general = _run(_branches_model(pooled_second), ort_device, [value], (1, 24))
     np.testing.assert_array_equal(ours, general)
     assert within_tolerance(T.TENSOR_FLOAT32, theirs, ours, float_tolerance(T.TENSOR_FLOAT32)).all()

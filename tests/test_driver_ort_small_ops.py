@@ -513,9 +513,9 @@ def test_quantized_selections_without_a_uint8_max_kernel_compare_instead(ort_dev
     """onnxruntime before 1.24 has no uint8 Max / Min (1.19-1.23 refused the CTS's quantized
     MAXIMUM / MINIMUM models): there the choice is Where(Less(a, b), ...), exact on every
     pair of stored values, and before 1.21 (no uint8 Less either) the operation is declined."""
-    from nnapi.drivers.ort import builder, convolutions, data_movement, elementwise, lowering
+    from nnapi.drivers.ort import builder, convolutions, data_movement, elementwise, pooling
 
-    for module in (data_movement, elementwise, lowering):  # the modules that read it
+    for module in (data_movement, elementwise, pooling):  # the modules that read it
         monkeypatch.setattr(module, "has_kernel", lambda op_type, element, **attributes: op_type not in ("Max", "Min"))
     kind = OperandType(T.TENSOR_QUANT8_ASYMM, [256, 256], 0.5, 128)
     stored = np.arange(256)

@@ -32,8 +32,8 @@ from nnapi.drivers.ort.builder import (
     internal_zero_point,
     lowers_at_run_time,
 )
-from nnapi.drivers.ort.lowering import rounded_mean
 from nnapi.drivers.ort.omitted import optional_inputs
+from nnapi.drivers.ort.pooling import rounded_mean
 from nnapi.hal import Operation
 
 T = OperandCode
@@ -144,7 +144,7 @@ def mean(g: GraphBuilder, operation: Operation, x: Value) -> str:
     allowed, negative ones counted from the end, each in [-rank, rank) or the run fails)
     become a mask of the reduced dimensions, whose positions are ReduceSum's axes (none:
     nothing reduced). Float: the sum divided by the count of reduced elements. Quantized
-    (output in the input's quantization): the exact int64 sums, then lowering.rounded_mean
+    (output in the input's quantization): the exact int64 sums, then pooling.rounded_mean
     (the reference's rounding); a group of no elements fails the run as on the reference,
     where the output has elements."""
     rank = x.rank

@@ -41,7 +41,7 @@ from nnapi.drivers.ort.builder import (
     lowers,
 )
 from nnapi.drivers.ort.data_movement import lower_concatenation, lower_gather
-from nnapi.drivers.ort.lowering import lower_mean, lower_reduce
+from nnapi.drivers.ort.pooling import lower_mean, lower_reduce
 from nnapi.hal import OperandLifeTime, Operation
 
 T = OperandCode
@@ -112,7 +112,7 @@ def _unwrapped_indices(g: GraphBuilder, operation: Operation) -> int | None:
         OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL)
 def lower_reduce_as_global_pool(g: GraphBuilder, operation: Operation) -> None:
     """REDUCE_MAX over a clamped image's height and width as GlobalMaxPool (see the
-    module's docstring); otherwise ``lowering.lower_reduce``."""
+    module's docstring); otherwise ``pooling.lower_reduce``."""
     image = _pooled_image(g, operation) if operation.type == Op.REDUCE_MAX else None
     if image is None:
         lower_reduce(g, operation)
@@ -190,7 +190,7 @@ def lower_concatenation_of_pools(g: GraphBuilder, operation: Operation) -> None:
 @lowers(OperationCode.MEAN)
 def lower_mean_of_reshaped_image(g: GraphBuilder, operation: Operation) -> None:
     """MEAN over the middle axis of a RESHAPE of an image as GlobalAveragePool (see the
-    module's docstring); otherwise ``lowering.lower_mean``."""
+    module's docstring); otherwise ``pooling.lower_mean``."""
     image = _averaged_image(g, operation)
     if image is None:
         lower_mean(g, operation)
