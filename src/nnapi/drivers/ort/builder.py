@@ -8,6 +8,10 @@ Runtime's fast kernels apply and the real values are unchanged:
 
 - TENSOR_FLOAT32 and TENSOR_FLOAT16 are float32 inside (as Android's CPU driver computes
   float16 in float32); float16 model inputs and outputs are cast at the graph's edges.
+  Unlike that driver, float16 values between two operations stay float32 (a round trip
+  per operation would cost two Casts): each operation is within the CTS tolerance,
+  and a chain that magnifies one-ulp differences (EXP into SIN) may differ from the
+  reference's further, which ``nnapi fuzz`` reports as ill-conditioned.
 - TENSOR_QUANT8_ASYMM is uint8 with its zero point; TENSOR_QUANT8_ASYMM_SIGNED is
   re-expressed as uint8 with zero point + 128 (q + 128 has the same real value, exactly),
   which is the form ORT's x86 QLinear kernels are fastest on.
