@@ -16,7 +16,7 @@ from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.conformance import float_tolerance, within_tolerance  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
-from nnapi.operations._lstm_cell import (  # noqa: E402
+from nnapi.operations.lstm_cell import (  # noqa: E402
     ACT_NONE,
     ACT_RELU,
     ACT_RELU1,

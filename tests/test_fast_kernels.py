@@ -22,8 +22,8 @@ from nnapi.codes import FuseCode  # noqa: E402
 from nnapi.operand import SymmPerChannelQuantParams  # noqa: E402
 from nnapi.operations import _conv_fast, _jit, get_operation  # noqa: E402
 from nnapi.operations._conv_fast import PreparedDepthwise  # noqa: E402
-from nnapi.operations._lstm_cell import PreparedLstm  # noqa: E402
 from nnapi.operations.base import ExecutionContext, Tensor  # noqa: E402
+from nnapi.operations.lstm_cell import PreparedLstm  # noqa: E402
 from nnapi.operations.quant_math import OutputStage, quantize_multipliers  # noqa: E402
 
 RNG = np.random.default_rng(23)
@@ -1478,7 +1478,7 @@ def test_compiled_hard_nms_selects_what_greedy_nms_selects():
     walk by descending score (``greedy_nms_hard_by_score``) too wherever it does not
     decline (equal scores)."""
     from nnapi.operations import _numba_nms
-    from nnapi.operations._detection_common import greedy_nms, hard_suppressor
+    from nnapi.operations.detection_common import greedy_nms, hard_suppressor
 
     rng = np.random.default_rng(7)
     compared = selected_total = 0
@@ -1523,7 +1523,7 @@ def test_regular_detection_postprocessing_compiled_equals_numpy(monkeypatch):
     across classes gives the same detections compiled (``per_class_nms_merged``) and
     with numpy."""
     from nnapi.operations import detection_postprocessing as dp
-    from nnapi.operations._detection_common import hard_suppressor
+    from nnapi.operations.detection_common import hard_suppressor
     from test_ops_detection import random_detection_case
 
     rng = np.random.default_rng(3)
@@ -1551,7 +1551,7 @@ def test_fast_detection_postprocessing_compiled_equals_numpy(monkeypatch):
     ``greedy_nms_hard``) and with numpy: the same anchors, classes and scores, rows with a
     NaN score (no candidate), ties and several classes per detection included."""
     from nnapi.operations import detection_postprocessing as dp
-    from nnapi.operations._detection_common import hard_suppressor
+    from nnapi.operations.detection_common import hard_suppressor
     from test_ops_detection import random_detection_case
 
     rng = np.random.default_rng(5)
@@ -1713,7 +1713,7 @@ def test_native_loops_reproduce_numpy():
 
 
 def _lstm_direction(cifg: bool, units: int, size: int, out: int, clip: float):
-    from nnapi.operations._lstm_cell import ACT_TANH, AUX_NAMES, NORM_NAMES, WEIGHT_NAMES, LstmDirection
+    from nnapi.operations.lstm_cell import ACT_TANH, AUX_NAMES, NORM_NAMES, WEIGHT_NAMES, LstmDirection
 
     weights: dict = dict.fromkeys((*WEIGHT_NAMES, *NORM_NAMES, *AUX_NAMES))
     for gate in ("input", "forget", "cell", "output"):
@@ -1734,14 +1734,14 @@ def test_lstm_sequence_matches_numpy(cifg, batch, clip, deadline):
     numba) against the numpy loop and ``run_lstm``, bit for bit: one row (sgemv) and
     several (sgemm), CIFG, cell clipping, inputs large enough to saturate every gate, and
     under a deadline (the loop in calls of ``_STEPS_PER_CHECK`` steps)."""
-    from nnapi.operations import _lstm_cell
+    from nnapi.operations import lstm_cell
     from nnapi.operations.base import deadline_checked
 
     units, size = 24, 5
     d = _lstm_direction(cifg, units, size, units, clip)
     cell = PreparedLstm(d)
     assert cell.sequence is not None
-    steps = 2 * _lstm_cell._STEPS_PER_CHECK + 3
+    steps = 2 * lstm_cell._STEPS_PER_CHECK + 3
     inputs = (RNG.standard_normal((steps, batch, size)) * np.float32(4)).astype(np.float32)
     inputs[steps // 2] *= np.float32(50)  # gates at 0 and 1, exp overflowing to inf
     h0 = RNG.uniform(-1, 1, (batch, units)).astype(np.float32)
@@ -1754,7 +1754,7 @@ def test_lstm_sequence_matches_numpy(cifg, batch, clip, deadline):
         np.testing.assert_array_equal(before, after)
     assert (len(calls) == 3) == deadline  # ceil(35 / 16) checks under a deadline
     want = cell._numpy_loop(*cell._buffers(inputs, h0, c0))
-    reference = _lstm_cell.run_lstm(d, inputs, h0, c0)[:3]
+    reference = lstm_cell.run_lstm(d, inputs, h0, c0)[:3]
     for fast, slow, ref in zip(got, want, reference, strict=True):
         np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
         np.testing.assert_array_equal(fast.view(np.uint32), ref.view(np.uint32))
@@ -1783,13 +1783,13 @@ def test_lstm_sequence_deadline_ends_the_loop():
 def test_lstm_sequence_falls_back(monkeypatch):
     """Without numpy's machine code, or where the compiled loop does not reproduce the
     numpy loop at preparation, the cell keeps the step-wise path (same values)."""
-    from nnapi.operations import _lstm_cell
+    from nnapi.operations import lstm_cell
 
     d = _lstm_direction(False, 8, 3, 8, 0.0)
     inputs = RNG.standard_normal((6, 2, 3)).astype(np.float32)
     states = np.zeros((2, 8), np.float32), np.zeros((2, 8), np.float32)
     want = PreparedLstm(d)(inputs, *states)
-    monkeypatch.setattr(_lstm_cell, "natives", lambda: None)
+    monkeypatch.setattr(lstm_cell, "natives", lambda: None)
     assert PreparedLstm(d).sequence is None
     monkeypatch.undo()
     monkeypatch.setattr(PreparedLstm, "_reproduces", lambda self, run, batch: False)

@@ -344,7 +344,7 @@ def test_detection_postprocessing_bad_signature():
 def test_swap_compaction_matches_in_place_walk():
     """The vectorized compaction equals walking the candidates and swapping each dropped
     one with the last unexamined candidate (the order that breaks score ties)."""
-    from nnapi.operations._detection_common import _compaction_order
+    from nnapi.operations.detection_common import _compaction_order
 
     rng = np.random.default_rng(1)
     for _ in range(200):
@@ -417,7 +417,7 @@ def test_zero_rois_and_anchors_at_kernel_level():
 def test_grouped_nms_matches_one_group_at_a_time(kernel):
     """All classes advanced together select, rescore and break ties exactly as NMS run on
     each class alone (scores with many ties, degenerate boxes, every limit)."""
-    from nnapi.operations._detection_common import greedy_nms, greedy_nms_groups, hard_suppressor, soft_suppressor
+    from nnapi.operations.detection_common import greedy_nms, greedy_nms_groups, hard_suppressor, soft_suppressor
 
     rng = np.random.default_rng(7)
     for _ in range(150):
@@ -441,7 +441,7 @@ def _per_class_then_sorted(scores, boxes, threshold, iou_threshold, per_class, m
     """Regular NMS as the specification states it: every foreground class's greedy hard
     NMS to its end (at most ``per_class``), the selections concatenated by class, sorted
     by descending score (stable) and cut to ``max_detections``."""
-    from nnapi.operations._detection_common import greedy_nms, hard_suppressor, sort_by_score
+    from nnapi.operations.detection_common import greedy_nms, hard_suppressor, sort_by_score
 
     classes = scores.shape[1]
     kept = [greedy_nms(scores[:, label].copy(), boxes, np.flatnonzero(scores[:, label] > threshold),
@@ -470,7 +470,7 @@ def test_regular_detection_postprocessing_merges_the_class_walks_exactly(monkeyp
     in the same order, score ties within and across classes included (numpy path)."""
     from nnapi.operations import _jit
     from nnapi.operations import detection_postprocessing as dp
-    from nnapi.operations._detection_common import hard_suppressor
+    from nnapi.operations.detection_common import hard_suppressor
 
     monkeypatch.setenv(_jit.DISABLE_VARIABLE, "1")
     rng = np.random.default_rng(11)

@@ -285,8 +285,8 @@ def test_quantized_pair_table_is_the_generic_table():
     values, element for element: every pair of int8 / uint8 inputs, random scales and
     zero points (ties of the rounding included: scales that are powers of two), each
     fused activation."""
-    from nnapi.operations._elementwise import pair_table
     from nnapi.operations.arithmetic import BinaryArithmetic
+    from nnapi.operations.elementwise import pair_table
 
     rng = np.random.default_rng(11)
     for trial in range(24):
@@ -558,7 +558,7 @@ def test_prepared_sequence_lstm_leaves_peephole_to_execute():
                                                        ((5, 1, 1), (2, 5, 7, 3)), ((), (4, 4)), ((3,), (3,)),
                                                        ((2, 1), (2, 300))])
 def test_tile_trailing_broadcasts_to_the_same_values(constant_shape, shape):
-    from nnapi.operations._elementwise import tile_trailing
+    from nnapi.operations.elementwise import tile_trailing
 
     constant = RNG.standard_normal(constant_shape).astype(np.float32)
     tiled = tile_trailing(constant, shape)
@@ -1069,7 +1069,7 @@ def test_pair_tables_computed_in_blocks_equal_the_whole_table(code, types, fuse)
     tensors), computed in blocks of rows, holds the values of one call on the whole
     256 x 256 grid, bit for bit, including ties rounded away from zero and saturation."""
     from nnapi.operand import dtype_of
-    from nnapi.operations._elementwise import all_stored_values, pair_table
+    from nnapi.operations.elementwise import all_stored_values, pair_table
 
     low = 0 if types[0] == T.TENSOR_QUANT8_ASYMM else -128
     a = Tensor(types[0], (1, 300, 300, 1), 0.5, low + 3, None, None)

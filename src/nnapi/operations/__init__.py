@@ -22,7 +22,9 @@ from nnapi.operations.base import (
     registry,
 )
 
-_HELPER_MODULES = {"base", "common"}
+#: modules of shared pieces, not operations (as are those whose names start with "_"): the
+#: operation modules import them, and so do drivers (the ONNX Runtime driver's lowerings)
+_HELPER_MODULES = {"base", "common", "detection_common", "elementwise", "lstm_cell"}
 
 
 def _load_all() -> None:

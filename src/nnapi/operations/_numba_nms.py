@@ -1,7 +1,7 @@
 """Compiled greedy hard NMS (the optional ``nnapi[fast]`` extra) for DETECTION_POSTPROCESSING.
 
 Imported by ``detection_postprocessing`` only when ``_jit.kernels()`` says numba is in use.
-``_detection_common.greedy_nms`` is the reference: the selection loop is sequential, and
+``detection_common.greedy_nms`` is the reference: the selection loop is sequential, and
 numpy pays a dozen passes and gathers per selected box, which for regular NMS over an SSD's
 1,917 anchors x 90 classes at a score threshold near 0 is seconds. This kernel runs the same
 walk in one compiled loop and agrees with it exactly (tests compare the selections, ties
@@ -12,7 +12,7 @@ included):
 - the IoU with it is computed in float32 in numpy's order (``min`` / ``max`` propagating
   NaN, ``(area + area) - intersection``); a NaN IoU drops nothing;
 - dropped candidates are replaced by the last unexamined one, as Android's in-place
-  compaction does (``_detection_common._compaction_order``).
+  compaction does (``detection_common._compaction_order``).
 """
 
 from __future__ import annotations

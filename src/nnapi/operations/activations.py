@@ -23,7 +23,15 @@ import numpy as np
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.operand import dtype_of
 from nnapi.operations import _jit
-from nnapi.operations._elementwise import (
+from nnapi.operations._native_loops import natives
+from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
+from nnapi.operations.common import (
+    SCALAR_FOR_TENSOR,
+    activation_bounds_float,
+    activation_bounds_quantized,
+    quantize_with_activation,
+)
+from nnapi.operations.elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     all_stored_values,
@@ -36,14 +44,6 @@ from nnapi.operations._elementwise import (
     prepared_quant8,
     select_by_bits,
     tile_trailing,
-)
-from nnapi.operations._native_loops import natives
-from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
-from nnapi.operations.common import (
-    SCALAR_FOR_TENSOR,
-    activation_bounds_float,
-    activation_bounds_quantized,
-    quantize_with_activation,
 )
 from nnapi.operations.quant_math import dequantize
 

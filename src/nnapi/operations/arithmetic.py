@@ -13,12 +13,6 @@ import numpy as np
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.operand import dtype_of
-from nnapi.operations._elementwise import (
-    all_stored_values,
-    map_quant8_pair,
-    prepared_quant8_pair,
-    quantized_pair_table,
-)
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import (
     activation_bounds_float,
@@ -27,6 +21,12 @@ from nnapi.operations.common import (
     dequantize_tensor,
     is_valid_fuse_code,
     quantize_with_activation,
+)
+from nnapi.operations.elementwise import (
+    all_stored_values,
+    map_quant8_pair,
+    prepared_quant8_pair,
+    quantized_pair_table,
 )
 from nnapi.operations.quant_math import dequantize
 

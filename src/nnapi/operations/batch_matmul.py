@@ -22,8 +22,8 @@ from nnapi.operations._conv_common import (
     requantize_accumulators,
     shifted,
 )
-from nnapi.operations._elementwise import check_output_shape
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.elementwise import check_output_shape
 from nnapi.operations.quant_math import OutputStage
 
 T = OperandCode

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._detection_common import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.detection_common import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     check_box_quantization,
@@ -21,7 +22,6 @@ from nnapi.operations._detection_common import (
     to_float32,
     transform_boxes,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 # Input and output positions, as Android names them (kInputTensor, ...).
 ROI_TENSOR = 0

@@ -18,7 +18,9 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operand import dtype_of
-from nnapi.operations._elementwise import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import quantize
+from nnapi.operations.elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     all_stored_values,
@@ -28,8 +30,6 @@ from nnapi.operations._elementwise import (
     map_quant8_pair,
     prepared_quant8_pair,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import quantize
 from nnapi.operations.quant_math import dequantize
 
 T = OperandCode

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._detection_common import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.detection_common import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     batch_runs,
@@ -29,7 +30,6 @@ from nnapi.operations._detection_common import (
     sort_by_score,
     to_float32,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 # Input and output positions, as Android names them (kInputTensor, ...).
 SCORE_TENSOR = 0

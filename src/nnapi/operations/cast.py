@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._elementwise import check_same_shape_output
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import integer_range
+from nnapi.operations.elementwise import check_same_shape_output
 
 T = OperandCode
 

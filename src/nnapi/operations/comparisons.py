@@ -14,13 +14,13 @@ import operator
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._elementwise import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     broadcast_output_shape,
     check_broadcast,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.quant_math import dequantize
 
 T = OperandCode

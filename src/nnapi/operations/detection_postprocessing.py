@@ -24,7 +24,8 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations import _jit
-from nnapi.operations._detection_common import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.detection_common import (
     FLOAT_TENSORS,
     GreedyWalk,
     check_signature,
@@ -34,7 +35,6 @@ from nnapi.operations._detection_common import (
     hard_suppressor,
     to_float32,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 # Input and output positions, as Android names them (kInputTensor, ...).
 SCORE_TENSOR = 0

@@ -19,7 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._detection_common import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import to_nhwc
+from nnapi.operations.detection_common import (
     BOX_SCALE,
     FLOAT_TENSORS,
     QUANT8_TENSORS,
@@ -33,8 +35,6 @@ from nnapi.operations._detection_common import (
     to_float32,
     transform_boxes,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import to_nhwc
 
 # Input and output positions, as Android names them (kInputTensor, ...).
 SCORE_TENSOR = 0

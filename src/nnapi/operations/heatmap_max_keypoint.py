@@ -15,7 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._detection_common import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import to_nhwc
+from nnapi.operations.detection_common import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     check_box_quantization,
@@ -23,8 +25,6 @@ from nnapi.operations._detection_common import (
     from_float32,
     to_float32,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import to_nhwc
 
 # Input and output positions, as Android names them (kInputTensor, ...).
 HEATMAP_TENSOR = 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._elementwise import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.elementwise import (
     broadcast_output_shape,
     check_broadcast,
     check_same_shape_output,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 T = OperandCode
 

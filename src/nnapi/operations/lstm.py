@@ -1,5 +1,5 @@
 """LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM and BIDIRECTIONAL_SEQUENCE_LSTM (float32, float16,
-relaxed float32), all running the one cell of ``_lstm_cell``.
+relaxed float32), all running the one cell of ``lstm_cell``.
 
 LSTM is one time step with 23 inputs (feature level 1) or 27 (layer normalization,
 feature level 3) and four outputs (scratch, output state, cell state, output).
@@ -16,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._lstm_cell import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import FLOAT_TENSORS
+from nnapi.operations.lstm_cell import (
     AUX_NAMES,
     NORM_NAMES,
     WEIGHT_NAMES,
@@ -27,8 +29,6 @@ from nnapi.operations._lstm_cell import (
     run_lstm,
     to_time_major,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import FLOAT_TENSORS
 
 T = OperandCode
 _CLIP_SCALAR = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16}

@@ -19,9 +19,9 @@ import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations import _jit
-from nnapi.operations._elementwise import FLOAT_TENSORS, QUANT8_TENSORS, check_same_shape_output, float_input
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import integer_range
+from nnapi.operations.elementwise import FLOAT_TENSORS, QUANT8_TENSORS, check_same_shape_output, float_input
 from nnapi.operations.quant_math import dequantize, dequantize_per_channel, quantize, round_half_away
 
 T = OperandCode

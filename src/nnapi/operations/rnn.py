@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._lstm_cell import ACTIVATIONS, from_time_major, run_rnn, to_time_major
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import FLOAT_TENSORS
+from nnapi.operations.lstm_cell import ACTIVATIONS, from_time_major, run_rnn, to_time_major
 
 T = OperandCode
 

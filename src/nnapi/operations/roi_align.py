@@ -17,7 +17,13 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._detection_common import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import (
+    from_nhwc,
+    integer_range,
+    to_nhwc,
+)
+from nnapi.operations.detection_common import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     check_box_quantization,
@@ -26,12 +32,6 @@ from nnapi.operations._detection_common import (
     from_float32,
     roi_corners,
     roi_output_shape,
-)
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import (
-    from_nhwc,
-    integer_range,
-    to_nhwc,
 )
 from nnapi.operations.quant_math import multiply_by_quantized_multiplier, quantize_multiplier, round_half_away
 

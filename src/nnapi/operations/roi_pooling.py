@@ -15,7 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._detection_common import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.common import from_nhwc, round_half_away, to_nhwc
+from nnapi.operations.detection_common import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     check_box_quantization,
@@ -24,8 +26,6 @@ from nnapi.operations._detection_common import (
     roi_corners,
     roi_output_shape,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
-from nnapi.operations.common import from_nhwc, round_half_away, to_nhwc
 
 # Input and output positions, as Android names them (kInputTensor, ...).
 INPUT_TENSOR = 0

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._elementwise import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.elementwise import (
     FLOAT_TENSORS,
     QUANT8_TENSORS,
     check_output_shape,
     select_by_bits,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.quant_math import requantize
 
 T = OperandCode

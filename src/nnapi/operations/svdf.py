@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._lstm_cell import ACTIVATIONS, activate
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import FLOAT_TENSORS
+from nnapi.operations.lstm_cell import ACTIVATIONS, activate
 
 # Input and output positions, as Android names them (kInputTensor, ...).
 INPUT_TENSOR = 0

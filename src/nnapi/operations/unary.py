@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations._elementwise import (
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.elementwise import (
     FLOAT_TENSORS,
     check_same_shape_output,
     float_input,
 )
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 
 T = OperandCode
 

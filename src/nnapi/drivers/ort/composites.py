@@ -25,8 +25,8 @@ from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
 from nnapi.hal.types import constant_array
 from nnapi.operand import dtype_of
 from nnapi.operations import ExecutionContext, Tensor, get_operation
-from nnapi.operations._elementwise import all_stored_values
 from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC, activation_bounds_quantized
+from nnapi.operations.elementwise import all_stored_values
 from nnapi.operations.quant_math import dequantize
 
 Op = OperationCode

@@ -49,7 +49,7 @@ from nnapi.drivers.ort.builder import (
     type_name,
 )
 from nnapi.hal import Operand, Operation
-from nnapi.operations._detection_common import BOX_SCALE, BOX_ZERO_POINT
+from nnapi.operations.detection_common import BOX_SCALE, BOX_ZERO_POINT
 from nnapi.operations.quant_math import HALF_BELOW_FLOAT32, quantize_multiplier
 
 #: the quantized types' stored ranges

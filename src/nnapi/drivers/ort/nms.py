@@ -4,7 +4,7 @@ exactly, ties included.
 
 ONNX Runtime's NonMaxSuppression is not NNAPI's (it suppresses at IoU > threshold where
 NNAPI does at >=, never suppresses touching boxes, orders ties its own way, has no soft
-NMS), so none is used. Instead the walk of ``_detection_common.greedy_nms_groups`` is an
+NMS), so none is used. Instead the walk of ``detection_common.greedy_nms_groups`` is an
 ONNX Loop over selection steps, vectorized over every (image, class) group as the
 reference's is, with its working list in the same order:
 

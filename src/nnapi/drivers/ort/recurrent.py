@@ -48,7 +48,7 @@ from nnapi.hal import Operation
 from nnapi.operations import lstm as lstm_op
 from nnapi.operations import rnn as rnn_op
 from nnapi.operations import svdf as svdf_op
-from nnapi.operations._lstm_cell import (
+from nnapi.operations.lstm_cell import (
     ACT_NONE,
     ACT_RELU,
     ACT_RELU1,
@@ -263,7 +263,7 @@ def _unrolled_lstm(g: GraphBuilder, sequence: str, direction: _LstmWeights, h0: 
 # --- the explicit steps -------------------------------------------------------------------
 #: Android's scratch buffer order of the gate values (LSTM's first output)
 _SCRATCH_GATES = ("input", "cell", "forget", "output")
-#: layer normalization divides by sqrt(variance + this) (_lstm_cell._LAYER_NORM_EPSILON)
+#: layer normalization divides by sqrt(variance + this) (lstm_cell._LAYER_NORM_EPSILON)
 _LAYER_NORM_EPSILON = np.float32(1e-8)
 
 
@@ -311,7 +311,7 @@ def _layer_norm(b: GraphBuilder, x: str, weights: str, bias: str) -> str:
 
 
 def _step(b: GraphBuilder, cell: _Cell, pre: str, h: str, c: str) -> tuple[str, str, dict[str, str]]:
-    """One time step (_lstm_cell.run_lstm's): (h, c, the gate values by name)."""
+    """One time step (lstm_cell.run_lstm's): (h, c, the gate values by name)."""
     units = cell.units
     z = b.one("Gemm", [h, cell.recurrent, pre])
     count = len(cell.gates)
@@ -417,7 +417,7 @@ def _required(g: GraphBuilder, layout: dict[str, int], input_size: int | None, l
 def _explicit(g: GraphBuilder, layout: dict[str, int], input_size: int, aux_size: int | None, label: str,
               activation: int, cell_clip: float, proj_clip: float) -> _Explicit:
     """One direction in the explicit form, every NNAPI variant: the presence rules of
-    _lstm_cell.check_direction (an operand a support query cannot know is declined here:
+    lstm_cell.check_direction (an operand a support query cannot know is declined here:
     the caller asks _uncertain first)."""
     present = _presences(g, layout)
     if any(present[name] is None for name in _MAY_OMIT if name in present):
@@ -877,7 +877,7 @@ optional_inputs(OperationCode.BIDIRECTIONAL_SEQUENCE_RNN,
 
 
 def _activate(g: GraphBuilder, name: str, code: int) -> str:
-    """NNAPI's activation ``code`` (_lstm_cell.activate) applied to ``name``: RELU1 and
+    """NNAPI's activation ``code`` (lstm_cell.activate) applied to ``name``: RELU1 and
     RELU6 as exact Clips, tanh and the sigmoid as ONNX's."""
     if code == ACT_NONE:
         return name

@@ -11,6 +11,10 @@ Variants, as the NNAPI spec defines them: CIFG (no input gate weights: i = 1 - f
 peephole (cell-to-gate weights), projection with optional bias, layer normalization
 (gate pre-activations normalized per batch row, scaled, then the gate bias added),
 cell and projection clipping (0 disables).
+
+Not an operation module (the package loader skips it: ``_HELPER_MODULES``); the ONNX
+Runtime driver's recurrent lowerings (drivers/ort/recurrent.py) read its weight names and
+activation codes.
 """
 
 from __future__ import annotations

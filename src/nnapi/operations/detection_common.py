@@ -4,6 +4,9 @@ Boxes are [x1, y1, x2, y2] rows. Android's kernels compute every detection opera
 float32 whatever the operand type (float16 and quantized values are converted first),
 so these helpers do the same: that keeps thresholds, ties and IoU comparisons identical.
 Quantized boxes are TENSOR_QUANT16_ASYMM with the fixed scale 0.125 and zero point 0.
+
+Not an operation module (the package loader skips it: ``_HELPER_MODULES``); the ONNX
+Runtime driver's detection lowerings (drivers/ort/detection.py) share its box encoding.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ comparisons, logical, select, cast, quantization, and ADD/SUB/MUL in arithmetic)
 checks at validation time, broadcast shape inference, the zero-sized input rule, float
 working precision, lookup tables for 8-bit quantized inputs and a branch-free select.
 
-Not an operation module (the leading underscore keeps the package loader from treating
-it as one); the family modules import it.
+Not an operation module (the package loader skips it: ``_HELPER_MODULES``); the family
+modules import it, and so does the ONNX Runtime driver (drivers/ort/composites.py).
 """
 
 from __future__ import annotations
