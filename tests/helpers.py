@@ -46,6 +46,34 @@ def run_on(model: nnapi.Model, device: nnapi.Device, inputs: Sequence[np.ndarray
     return list(outputs)
 
 
+def constant(model: nnapi.Model, code: nnapi.OperandCode, value, shape: Sequence[int] | None = None) -> int:
+    """An operand of ``code`` (and ``shape``: None for a scalar) added to ``model`` and set to
+    ``value``; its index."""
+    index = model.add_operand(OperandType(code, shape) if shape is not None else OperandType(code))
+    model.set_operand_value(index, value)
+    return index
+
+
+def operand_adder(model: nnapi.Model, inputs: list[int] | None = None,
+                  values: list[np.ndarray] | None = None) -> Callable[..., int]:
+    """``operand(code, shape, value=None, scale=0.0, zero_point=0, given=False)``, which adds
+    an operand of ``code`` and ``shape`` to ``model`` and returns its index: a constant
+    holding ``value`` when one is given, except with ``given``, where it is a model input
+    (appended to ``inputs``, ``value`` to ``values``: what a run gives it); else a
+    temporary or output."""
+    def operand(code: nnapi.OperandCode, shape: Sequence[int] | None, value=None, scale: float = 0.0,
+                zero_point: int = 0, given: bool = False) -> int:
+        index = model.add_operand(OperandType(code, shape, scale, zero_point))
+        if given:
+            assert inputs is not None and values is not None, "given operands need the inputs and values lists"
+            inputs.append(index)
+            values.append(value)
+        elif value is not None:
+            model.set_operand_value(index, value)
+        return index
+    return operand
+
+
 def lowered_graph(model: nnapi.Model):
     """The ONNX graph (onnx.GraphProto) that nnapi-ort-cpu's lowering writes for the whole
     of ``model``, with every lowering module registered (needs onnxruntime and onnx)."""

@@ -16,6 +16,7 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import constant  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -204,12 +205,6 @@ def _on_both(model, inputs, outputs, device):
     return results
 
 
-def _constant(model, code, value, shape=None):
-    index = model.add_operand(OperandType(code, shape) if shape is not None else OperandType(code))
-    model.set_operand_value(index, value)
-    return index
-
-
 def test_slice_tile_and_reductions_with_constant_parameters_equal_the_reference(ort_device):
     """SLICE (size -1 to the end) and TILE of quant8_signed values, REDUCE_PROD with a zero
     beside an infinity (0, as Android defines it; IEEE would give NaN), REDUCE_MAX of every
@@ -218,18 +213,18 @@ def test_slice_tile_and_reductions_with_constant_parameters_equal_the_reference(
     q = OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [3, 4, 5], scale=0.5, zero_point=-3)
     x = model.add_operand(q)
     part = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, 4, 3], scale=0.5, zero_point=-3))
-    model.add_operation(Op.SLICE, [x, _constant(model, T.TENSOR_INT32, np.array([1, 0, 2], np.int32), [3]),
-                                   _constant(model, T.TENSOR_INT32, np.array([2, -1, 3], np.int32), [3])], [part])
+    model.add_operation(Op.SLICE, [x, constant(model, T.TENSOR_INT32, np.array([1, 0, 2], np.int32), [3]),
+                                   constant(model, T.TENSOR_INT32, np.array([2, -1, 3], np.int32), [3])], [part])
     tiled = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [4, 4, 6], scale=0.5, zero_point=-3))
-    model.add_operation(Op.TILE, [part, _constant(model, T.TENSOR_INT32, np.array([2, 1, 2], np.int32), [3])],
+    model.add_operation(Op.TILE, [part, constant(model, T.TENSOR_INT32, np.array([2, 1, 2], np.int32), [3])],
                         [tiled])
     f = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3]))
     product = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2]))
-    model.add_operation(Op.REDUCE_PROD, [f, _constant(model, T.TENSOR_INT32, np.array([-1], np.int32), [1]),
-                                         _constant(model, T.BOOL, False)], [product])
+    model.add_operation(Op.REDUCE_PROD, [f, constant(model, T.TENSOR_INT32, np.array([-1], np.int32), [1]),
+                                         constant(model, T.BOOL, False)], [product])
     largest = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1]))
-    model.add_operation(Op.REDUCE_MAX, [f, _constant(model, T.TENSOR_INT32, np.array([0, 1, 0], np.int32), [3]),
-                                        _constant(model, T.BOOL, False)], [largest])
+    model.add_operation(Op.REDUCE_MAX, [f, constant(model, T.TENSOR_INT32, np.array([0, 1, 0], np.int32), [3]),
+                                        constant(model, T.BOOL, False)], [largest])
     model.identify_inputs_and_outputs([x, f], [tiled, product, largest])
     model.finish()
     value = np.random.default_rng(5).integers(-128, 128, (3, 4, 5)).astype(np.int8)
@@ -260,7 +255,7 @@ def test_int8_shift_of_a_last_axis_of_one_is_flat_and_exact(ort_device):
     model = nnapi.Model()
     x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 256, 1], scale=0.5, zero_point=-3))
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 512, 1], scale=0.5, zero_point=-3))
-    model.add_operation(Op.CONCATENATION, [x, x, _constant(model, T.INT32, np.int32(1))], [y])
+    model.add_operation(Op.CONCATENATION, [x, x, constant(model, T.INT32, np.int32(1))], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     graph = shape_inference.infer_shapes(lower_model(build_hal_model(model)[0])[0]).graph
@@ -279,7 +274,7 @@ def test_gather_refuses_a_negative_index_given_at_run_time(ort_device):
     x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 3]))
     indices = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
     y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3]))
-    model.add_operation(Op.GATHER, [x, _constant(model, T.INT32, 0), indices], [y])
+    model.add_operation(Op.GATHER, [x, constant(model, T.INT32, 0), indices], [y])
     model.identify_inputs_and_outputs([x, indices], [y])
     model.finish()
     compilation = nnapi.Compilation(model, [ort_device])
@@ -323,7 +318,7 @@ def test_uint8_weights_run_as_int8(ort_device, weight_zero_point, high, centered
     bias = model.add_operand(OperandType(T.TENSOR_INT32, [4], scale=0.05 * 0.01))
     model.set_operand_value(bias, np.arange(-2, 2, dtype=np.int32) * 40)
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 5, 5, 4], scale=0.2, zero_point=100))
-    scalars = [_constant(model, T.INT32, v) for v in (1, 1, 1, 0)]  # SAME, strides 1, no activation
+    scalars = [constant(model, T.INT32, v) for v in (1, 1, 1, 0)]  # SAME, strides 1, no activation
     model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
@@ -409,9 +404,9 @@ def _conv_then_declined_model():
         scalars.append(index)
     features = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
     model.add_operation(Op.CONV_2D, [image, weights, bias, *scalars], [features])
-    vectors = [_constant(model, T.TENSOR_INT32, np.array(v, np.int32), [4])
+    vectors = [constant(model, T.TENSOR_INT32, np.array(v, np.int32), [4])
                for v in ([0, 0, 5, 0], [1, 6, -7, 4], [1, 1, -1, 1])]  # begin, end, strides
-    masks = [_constant(model, T.INT32, np.int32(0)) for _ in range(2)]  # begin_mask, end_mask
+    masks = [constant(model, T.INT32, np.int32(0)) for _ in range(2)]  # begin_mask, end_mask
     shrink = model.add_operand(OperandType(T.INT32))
     best = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 6, 6, 4]))
     model.add_operation(Op.STRIDED_SLICE, [features, *vectors, *masks, shrink], [best])
@@ -692,9 +687,9 @@ def test_channel_pad_before_an_element_wise_operation_enters_nchwc_once(ort_devi
 def _declined_copy(model, x, shape, shrink):
     """A STRIDED_SLICE of all of ``x`` whose shrink_axis_mask is the model input ``shrink``
     (given at run time, so declined by ORT: the mask decides the output's rank)."""
-    vectors = [_constant(model, T.TENSOR_INT32, np.array(v, np.int32), [len(shape)])
+    vectors = [constant(model, T.TENSOR_INT32, np.array(v, np.int32), [len(shape)])
                for v in ([0] * len(shape), shape, [1] * len(shape))]
-    masks = [_constant(model, T.INT32, np.int32(0)) for _ in range(2)]
+    masks = [constant(model, T.INT32, np.int32(0)) for _ in range(2)]
     y = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
     model.add_operation(Op.STRIDED_SLICE, [x, *vectors, *masks, shrink], [y])
     return y
@@ -740,7 +735,7 @@ def test_reverse_is_a_backwards_slice_with_the_reference_values(ort_device, code
     tensor = OperandType(code, shape, 0.5 if quantized else 0.0, -3 if quantized else 0)
     model = nnapi.Model()
     x = model.add_operand(tensor)
-    axis_index = _constant(model, T.TENSOR_INT32, np.array([axis], np.int32), [1])
+    axis_index = constant(model, T.TENSOR_INT32, np.array([axis], np.int32), [1])
     y = model.add_operand(tensor)
     model.add_operation(Op.REVERSE, [x, axis_index], [y])
     model.identify_inputs_and_outputs([x], [y])
@@ -764,7 +759,7 @@ def test_a_reverse_between_declined_operations_stays_on_the_reference(ort_device
     shrink = model.add_operand(OperandType(T.INT32))
     moved = _declined_copy(model, x, [1, 100, 16], shrink)
     flipped = model.add_operand(tensor)
-    model.add_operation(Op.REVERSE, [moved, _constant(model, T.TENSOR_INT32, np.array([1], np.int32), [1])],
+    model.add_operation(Op.REVERSE, [moved, constant(model, T.TENSOR_INT32, np.array([1], np.int32), [1])],
                         [flipped])
     y = _declined_copy(model, flipped, [1, 100, 16], shrink)
     model.identify_inputs_and_outputs([x, shrink], [y])
@@ -812,7 +807,7 @@ def test_a_kernel_the_installed_onnxruntime_lacks_is_declined(ort_device, monkey
     model = nnapi.Model()
     x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 4, 4, 1], 0.5, 3))
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 2, 2, 4], 0.5, 3))
-    model.add_operation(Op.SPACE_TO_DEPTH, [x, _constant(model, T.INT32, np.int32(2))], [y])
+    model.add_operation(Op.SPACE_TO_DEPTH, [x, constant(model, T.INT32, np.int32(2))], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
@@ -838,7 +833,7 @@ def test_an_empty_quantized_softmax_is_declined_where_onnxruntime_returns_nothin
         model = nnapi.Model()
         x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, dims, 0.5, 3))
         y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, dims, 1 / 256, 0))
-        model.add_operation(Op.SOFTMAX, [x, _constant(model, T.FLOAT32, np.float32(1.0))], [y])
+        model.add_operation(Op.SOFTMAX, [x, constant(model, T.FLOAT32, np.float32(1.0))], [y])
         model.identify_inputs_and_outputs([x], [y])
         model.finish()
         return build_hal_model(model)[0]
@@ -873,8 +868,8 @@ def test_a_mean_over_every_axis_gives_shape_one():
     model = nnapi.Model()
     x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 2, 1]))
     y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1]))
-    axes = _constant(model, T.TENSOR_INT32, np.array([0, 1, 2], np.int32), [3])
-    model.add_operation(Op.MEAN, [x, axes, _constant(model, T.INT32, np.int32(0))], [y])
+    axes = constant(model, T.TENSOR_INT32, np.array([0, 1, 2], np.int32), [3])
+    model.add_operation(Op.MEAN, [x, axes, constant(model, T.INT32, np.int32(0))], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     onnx_model, inputs, _ = lower_model(build_hal_model(model)[0])
@@ -891,10 +886,10 @@ def _quantized_resize_model(code, in_size, out_size, flags, scales=None):
     model = nnapi.Model()
     x = model.add_operand(OperandType(code, shape_in, 0.1, 3))
     if scales is not None:
-        sizes = [_constant(model, T.FLOAT32, np.float32(scales[1])), _constant(model, T.FLOAT32, np.float32(scales[0]))]
+        sizes = [constant(model, T.FLOAT32, np.float32(scales[1])), constant(model, T.FLOAT32, np.float32(scales[0]))]
     else:
-        sizes = [_constant(model, T.INT32, np.int32(out_size[1])), _constant(model, T.INT32, np.int32(out_size[0]))]
-    inputs = [x, *sizes, *(_constant(model, T.BOOL, np.bool_(flag)) for flag in flags)]
+        sizes = [constant(model, T.INT32, np.int32(out_size[1])), constant(model, T.INT32, np.int32(out_size[0]))]
+    inputs = [x, *sizes, *(constant(model, T.BOOL, np.bool_(flag)) for flag in flags)]
     y = model.add_operand(OperandType(code, shape_out, 0.1, 3))
     model.add_operation(Op.RESIZE_BILINEAR, inputs, [y])
     model.identify_inputs_and_outputs([x], [y])
@@ -1066,7 +1061,7 @@ def test_int8_weights_take_the_exact_kernels_where_u8s8_products_saturate(ort_de
     model.set_operand_value(w, rng.choice(np.array([-127, -120, 120, 127], np.int8), (16, 3, 3, 32)))
     bias = model.add_operand(OperandType(T.TENSOR_INT32, [16]))
     model.set_operand_value(bias, rng.integers(-2000, 2000, 16).astype(np.int32))
-    scalars = [_constant(model, T.INT32, v) for v in (1, 1, 1, 0)]  # SAME, strides 1, no activation
+    scalars = [constant(model, T.INT32, v) for v in (1, 1, 1, 0)]  # SAME, strides 1, no activation
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 6, 6, 16], 1.5, 0))
     model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
     model.identify_inputs_and_outputs([x], [y])
@@ -1507,12 +1502,12 @@ def test_image_convolution_with_merged_columns_equals_the_plain_one(ort_device, 
     bias = model.add_operand(OperandType(T.TENSOR_INT32, [channels_out]))
     model.set_operand_value(bias, rng.integers(-500, 500, channels_out).astype(np.int32))
     if padding == "valid" or padding == "same":
-        scalars = [_constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, stride, stride, 0)]
+        scalars = [constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, stride, stride, 0)]
         out_width = -(-width // stride) if padding == "same" else (width - kernel) // stride + 1
         out_height = -(-height // stride) if padding == "same" else (height - kernel) // stride + 1
     else:
         left, right, top, bottom = padding
-        scalars = [_constant(model, T.INT32, v) for v in (left, right, top, bottom, stride, stride, 0)]
+        scalars = [constant(model, T.INT32, v) for v in (left, right, top, bottom, stride, stride, 0)]
         out_width = (width + left + right - kernel) // stride + 1
         out_height = (height + top + bottom - kernel) // stride + 1
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED,
@@ -1559,7 +1554,7 @@ def test_depthwise_convolution_of_one_channel_merges_columns(ort_device, monkeyp
     model.set_operand_value(w, filters)
     bias = model.add_operand(OperandType(T.TENSOR_INT32, [multiplier], scale=0.0 if per_channel else 0.001))
     model.set_operand_value(bias, rng.integers(-500, 500, multiplier).astype(np.int32))
-    scalars = [_constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, stride, stride, multiplier, 0)]
+    scalars = [constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, stride, stride, multiplier, 0)]
     out_height, out_width = ((-(-height // stride), -(-width // stride)) if padding == "same"
                              else ((height - kernel) // stride + 1, (width - kernel) // stride + 1))
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, out_height, out_width, multiplier],
@@ -1600,7 +1595,7 @@ def test_pointwise_convolution_to_few_channels_merges_pixels(ort_device, monkeyp
     model.set_operand_value(w, rng.integers(-127, 128, (channels_out, 1, 1, depth)).astype(np.int8))
     bias = model.add_operand(OperandType(T.TENSOR_INT32, [channels_out]))
     model.set_operand_value(bias, rng.integers(-500, 500, channels_out).astype(np.int32))
-    scalars = [_constant(model, T.INT32, v) for v in (1, stride, stride, 1)]
+    scalars = [constant(model, T.INT32, v) for v in (1, stride, stride, 1)]
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, -(-height // stride), out_width, channels_out],
                                       scale=0.1, zero_point=3))
     model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
@@ -1638,15 +1633,15 @@ def test_image_convolution_on_rows_of_channels_equals_the_plain_one(ort_device, 
     w = _float_tensor(model, [channels_out, kernel, kernel, depth], rng.standard_normal((channels_out, kernel, kernel,
                                                                                           depth)))
     bias = _float_tensor(model, [channels_out], rng.standard_normal(channels_out))
-    tail = [_constant(model, T.INT32, 1), _constant(model, T.BOOL, False), _constant(model, T.INT32, dil_w),
-            _constant(model, T.INT32, dil_h)]  # RELU, NHWC, dilations
+    tail = [constant(model, T.INT32, 1), constant(model, T.BOOL, False), constant(model, T.INT32, dil_w),
+            constant(model, T.INT32, dil_h)]  # RELU, NHWC, dilations
     if padding in ("same", "valid"):
-        scalars = [_constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, stride, stride)]
+        scalars = [constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, stride, stride)]
         out_width = -(-width // stride) if padding == "same" else (width - span_w) // stride + 1
         out_height = -(-height // stride) if padding == "same" else (height - span_h) // stride + 1
     else:
         left, right, top, bottom = padding
-        scalars = [_constant(model, T.INT32, v) for v in (left, right, top, bottom, stride, stride)]
+        scalars = [constant(model, T.INT32, v) for v in (left, right, top, bottom, stride, stride)]
         out_width = (width + left + right - span_w) // stride + 1
         out_height = (height + top + bottom - span_h) // stride + 1
     y = _float_tensor(model, [2, out_height, out_width, channels_out])
@@ -1683,14 +1678,14 @@ def test_a_normalized_image_is_read_in_rows_by_its_first_convolution(ort_device,
     image = _float_tensor(model, [1, 20, 18, 3])
     scaled = _float_tensor(model, [1, 20, 18, 3])
     model.add_operation(Op.MUL, [image, _float_tensor(model, [3], np.array([0.5, 2.0, -1.5])),
-                                 _constant(model, T.INT32, 0)], [scaled])
+                                 constant(model, T.INT32, 0)], [scaled])
     shifted = _float_tensor(model, [1, 20, 18, 3])
-    model.add_operation(Op.ADD, [scaled, _float_tensor(model, [1], np.array([-0.25])), _constant(model, T.INT32, 0)],
+    model.add_operation(Op.ADD, [scaled, _float_tensor(model, [1], np.array([-0.25])), constant(model, T.INT32, 0)],
                         [shifted])
     w = _float_tensor(model, [16, 3, 3, 3], rng.standard_normal((16, 3, 3, 3)) * 0.4)
     bias = _float_tensor(model, [16], rng.standard_normal(16))
     y = _float_tensor(model, [1, 10, 9, 16])
-    model.add_operation(Op.CONV_2D, [shifted, w, bias, *[_constant(model, T.INT32, v) for v in (1, 2, 2, 3)]], [y])
+    model.add_operation(Op.CONV_2D, [shifted, w, bias, *[constant(model, T.INT32, v) for v in (1, 2, 2, 3)]], [y])
     model.identify_inputs_and_outputs([image], [y])
     model.finish()
     nodes = list(_lowered(model).graph.node)
@@ -1726,11 +1721,11 @@ def test_a_zero_pad_of_a_relu_output_becomes_the_max_pools_padding(ort_device, m
     before = [[0, 0], [1, 1], [1, 1], [0, 0]] if scheme == 2 else [[0, 0], [1, 0], [1, 0], [0, 0]]
     size = 14 if scheme == 2 else 13
     padded = _float_tensor(model, [1, size, size, 16])
-    paddings = _constant(model, T.TENSOR_INT32, np.array(before, np.int32), [4, 2])
+    paddings = constant(model, T.TENSOR_INT32, np.array(before, np.int32), [4, 2])
     model.add_operation(Op.PAD, [features, paddings], [padded])
     side = 6 if scheme == 2 else 7
     pooled = _float_tensor(model, [1, side, side, 16])
-    model.add_operation(Op.MAX_POOL_2D, [padded, *[_constant(model, T.INT32, v) for v in (scheme, 2, 2, 3, 3, 0)]],
+    model.add_operation(Op.MAX_POOL_2D, [padded, *[constant(model, T.INT32, v) for v in (scheme, 2, 2, 3, 3, 0)]],
                         [pooled])
     model.identify_inputs_and_outputs([x], [pooled])
     model.finish()
@@ -1773,8 +1768,8 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
     swished = _float_tensor(model, [1, 8, 8, 72])
     model.add_operation(Op.HARD_SWISH, [spread], [swished])
     mean = _float_tensor(model, [1, 1, 1, 72])
-    model.add_operation(Op.MEAN, [swished, _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2]),
-                                  _constant(model, T.INT32, 1)], [mean])
+    model.add_operation(Op.MEAN, [swished, constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2]),
+                                  constant(model, T.INT32, 1)], [mean])
     squeezed = _conv_op(model, rng, mean, [24, 1, 1, 72], [1, 1, 1, 24], fuse=1)
     gate = _conv_op(model, rng, squeezed, [72, 1, 1, 24], [1, 1, 1, 72], fuse=0 if logistic else 3)
     sixth = _float_tensor(model, [1, 1, 1, 72])
@@ -1782,9 +1777,9 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
         model.add_operation(Op.LOGISTIC, [gate], [sixth])
     else:
         model.add_operation(Op.MUL, [gate, _float_tensor(model, [1], np.array([1 / 6])),
-                                     _constant(model, T.INT32, 0)], [sixth])
+                                     constant(model, T.INT32, 0)], [sixth])
     scaled = _float_tensor(model, [1, 8, 8, 72])
-    model.add_operation(Op.MUL, [swished, sixth, _constant(model, T.INT32, 0)], [scaled])
+    model.add_operation(Op.MUL, [swished, sixth, constant(model, T.INT32, 0)], [scaled])
     out = _conv_op(model, rng, scaled, [16, 1, 1, 72], [1, 8, 8, 16])
     model.identify_inputs_and_outputs([x], [out])
     model.finish()
@@ -1821,14 +1816,14 @@ def test_a_classifier_head_after_a_mean_is_a_convolution(ort_device, units, pool
     if pooled:
         x = _float_tensor(model, [1, 3, 3, depth])
         row = _float_tensor(model, [1, depth])
-        model.add_operation(Op.MEAN, [x, _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2]),
-                                      _constant(model, T.INT32, 0)], [row])
+        model.add_operation(Op.MEAN, [x, constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2]),
+                                      constant(model, T.INT32, 0)], [row])
     else:
         x = row = _float_tensor(model, [1, depth])
     y = _float_tensor(model, [1, units])
     weights = _float_tensor(model, [units, depth], rng.standard_normal((units, depth)))
     model.add_operation(Op.FULLY_CONNECTED, [row, weights, _float_tensor(model, [units], rng.standard_normal(units)),
-                                             _constant(model, T.INT32, 1)], [y])
+                                             constant(model, T.INT32, 1)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     graph = _lowered(model).graph
@@ -1860,7 +1855,7 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     rng = np.random.default_rng(5)
     model = nnapi.Model()
     x = _float_tensor(model, [1, 8, 8, 24])
-    scalars = {v: _constant(model, T.INT32, v) for v in (0, 1, 2)}
+    scalars = {v: constant(model, T.INT32, v) for v in (0, 1, 2)}
     dw = _float_tensor(model, [1, 8, 8, 24])
     depthwise_filter = _float_tensor(model, [1, 3, 3, 24], rng.standard_normal((1, 3, 3, 24)))
     model.add_operation(Op.DEPTHWISE_CONV_2D, [x, depthwise_filter, _float_tensor(model, [24], rng.standard_normal(24)),
@@ -1870,7 +1865,7 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
                                      _float_tensor(model, [28], rng.standard_normal(28)), scalars[1], scalars[1],
                                      scalars[1], scalars[0]], [main])
     skip = _float_tensor(model, [1, 8, 8, 28])
-    paddings = _constant(model, T.TENSOR_INT32, np.array([[0, 0], [0, 0], [0, 0], [0, 4]], np.int32), [4, 2])
+    paddings = constant(model, T.TENSOR_INT32, np.array([[0, 0], [0, 0], [0, 0], [0, 4]], np.int32), [4, 2])
     model.add_operation(Op.PAD, [dw, paddings], [skip])
     added = _float_tensor(model, [1, 8, 8, 28])
     model.add_operation(Op.ADD, [main, skip, scalars[1]], [added])  # fused RELU
@@ -1907,7 +1902,7 @@ def _conv_op(model, rng, x, filter_shape, output_shape, fuse=0, depthwise=False,
     weights = _float_tensor(model, filter_shape, rng.standard_normal(filter_shape) * 0.5)
     bias = _float_tensor(model, [channels], rng.standard_normal(channels) * 0.5)
     y = _float_tensor(model, output_shape)
-    scalars = [_constant(model, T.INT32, v) for v in (padding, 1, 1, *([1] if depthwise else []), fuse)]
+    scalars = [constant(model, T.INT32, v) for v in (padding, 1, 1, *([1] if depthwise else []), fuse)]
     model.add_operation(Op.DEPTHWISE_CONV_2D if depthwise else Op.CONV_2D, [x, weights, bias, *scalars], [y])
     return y
 
@@ -1930,9 +1925,9 @@ def test_a_resized_graph_output_is_resized_in_nhwc_with_the_reference_values(ort
     x = _float_tensor(model, [1, 8, 8, 16])
     classes = _conv_op(model, rng, x, [21, 1, 1, 16], [1, 8, 8, 21])
     mask = _float_tensor(model, [1, 64, 64, 21])
-    model.add_operation(Op.RESIZE_BILINEAR, [classes, _constant(model, T.INT32, 64), _constant(model, T.INT32, 64),
-                                             _constant(model, T.BOOL, False), _constant(model, T.BOOL, align_corners),
-                                             _constant(model, T.BOOL, half_pixel)], [mask])
+    model.add_operation(Op.RESIZE_BILINEAR, [classes, constant(model, T.INT32, 64), constant(model, T.INT32, 64),
+                                             constant(model, T.BOOL, False), constant(model, T.BOOL, align_corners),
+                                             constant(model, T.BOOL, half_pixel)], [mask])
     model.identify_inputs_and_outputs([x], [mask])
     model.finish()
     onnx_model = _lowered(model)
@@ -1994,7 +1989,7 @@ def test_a_clamped_residual_add_is_computed_by_its_convolution(ort_device, monke
         main = _conv_op(model, rng, x, [32, 1, 1, 32], [1, 8, 8, 32])
         skip = _conv_op(model, rng, x, [1, 3, 3, 32], [1, 8, 8, 32], depthwise=True)
     y = _float_tensor(model, [1, 8, 8, 32])
-    model.add_operation(Op.ADD, [skip, main, _constant(model, T.INT32, fuse)], [y])
+    model.add_operation(Op.ADD, [skip, main, constant(model, T.INT32, fuse)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     nodes = _lowered(model).graph.node
@@ -2028,7 +2023,7 @@ def test_a_convolution_read_twice_keeps_its_own_output(ort_device):
     x, skip = _float_tensor(model, [1, 8, 8, 16]), _float_tensor(model, [1, 8, 8, 16])
     main = _conv_op(model, rng, x, [16, 1, 1, 16], [1, 8, 8, 16])
     y = _float_tensor(model, [1, 8, 8, 16])
-    model.add_operation(Op.ADD, [main, skip, _constant(model, T.INT32, 3)], [y])
+    model.add_operation(Op.ADD, [main, skip, constant(model, T.INT32, 3)], [y])
     model.identify_inputs_and_outputs([x, skip], [y, main])
     model.finish()
     kinds = [node.op_type for node in _lowered(model).graph.node]
@@ -2057,12 +2052,12 @@ def test_a_relu6_its_convolution_cannot_reach_is_a_relu(ort_device, monkeypatch,
     expanded = _float_tensor(model, [1, 16, 16, 32])
     model.add_operation(Op.CONV_2D, [x, _float_tensor(model, [32, 1, 1, 32], rng.uniform(0, 0.3, (32, 1, 1, 32))),
                                      _float_tensor(model, [32], np.zeros(32)),
-                                     *(_constant(model, T.INT32, v) for v in (1, 1, 1, 3))], [expanded])
+                                     *(constant(model, T.INT32, v) for v in (1, 1, 1, 3))], [expanded])
     taps = rng.uniform(0.5, 1.0, (1, 3, 3, 32))
     bias = rng.uniform(-0.5, 0.5, 32)
     taps *= ((limit - bias) / 6 / taps.sum(axis=(0, 1, 2)))
     y = _float_tensor(model, [1, 16, 16, 32])
-    scalars = [_constant(model, T.INT32, v) for v in (1, 1, 1, 1, 3)]
+    scalars = [constant(model, T.INT32, v) for v in (1, 1, 1, 1, 3)]
     model.add_operation(Op.DEPTHWISE_CONV_2D, [expanded, _float_tensor(model, [1, 3, 3, 32], taps),
                                                _float_tensor(model, [32], bias), *scalars], [y])
     model.identify_inputs_and_outputs([x], [y])
@@ -2093,7 +2088,7 @@ def test_a_clamped_add_of_two_inputs_keeps_the_values_exactly(ort_device, channe
     model = nnapi.Model()
     shape = [1, 4, 4, channels]
     a, b, y = (_float_tensor(model, shape) for _ in range(3))
-    model.add_operation(Op.ADD, [a, b, _constant(model, T.INT32, 3)], [y])
+    model.add_operation(Op.ADD, [a, b, constant(model, T.INT32, 3)], [y])
     model.identify_inputs_and_outputs([a, b], [y])
     model.finish()
     nodes = _lowered(model).graph.node
@@ -2124,16 +2119,16 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     high = _float_tensor(model, [1, 32, 32, 16])
     coarse = _conv_op(model, rng, low, [8, 1, 1, 16], [1, 16, 16, 8])
     resized = _float_tensor(model, [1, 32, 32, 8])
-    model.add_operation(Op.RESIZE_BILINEAR, [coarse, _constant(model, T.INT32, 32), _constant(model, T.INT32, 32),
-                                             _constant(model, T.BOOL, False), _constant(model, T.BOOL, False),
-                                             _constant(model, T.BOOL, True)], [resized])
+    model.add_operation(Op.RESIZE_BILINEAR, [coarse, constant(model, T.INT32, 32), constant(model, T.INT32, 32),
+                                             constant(model, T.BOOL, False), constant(model, T.BOOL, False),
+                                             constant(model, T.BOOL, True)], [resized])
     fine = _conv_op(model, rng, high, [8, 1, 1, 16], [1, 32, 32, 8])
     merged = _float_tensor(model, [1, 32, 32, 8])
-    model.add_operation(Op.ADD, [resized, fine, _constant(model, T.INT32, 3)], [merged])
+    model.add_operation(Op.ADD, [resized, fine, constant(model, T.INT32, 3)], [merged])
     spread = _conv_op(model, rng, merged, [1, 3, 3, 8], [1, 32, 32, 8], fuse=3, depthwise=True)
     mixed = _conv_op(model, rng, spread, [8, 1, 1, 8], [1, 32, 32, 8])
     block = _float_tensor(model, [1, 32, 32, 8])
-    model.add_operation(Op.ADD, [merged, mixed, _constant(model, T.INT32, 3)], [block])
+    model.add_operation(Op.ADD, [merged, mixed, constant(model, T.INT32, 3)], [block])
     mask = _conv_op(model, rng, block, [1, 3, 3, 8], [1, 32, 32, 1])
     model.identify_inputs_and_outputs([low, high], [mask])
     model.finish()
@@ -2203,20 +2198,20 @@ def test_a_squeeze_and_excitation_block_stays_in_the_blocked_layout(ort_device, 
     model = nnapi.Model()
     x = _float_tensor(model, [1, 8, 8, 32])
     pooled = _float_tensor(model, [1, 1, 1, 32] if keep else [1, 32])
-    model.add_operation(Op.MEAN, [x, _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2]),
-                                  _constant(model, T.INT32, keep)], [pooled])
+    model.add_operation(Op.MEAN, [x, constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2]),
+                                  constant(model, T.INT32, keep)], [pooled])
     if not keep:
         square = _float_tensor(model, [1, 1, 1, 32])
-        model.add_operation(Op.RESHAPE, [pooled, _constant(model, T.TENSOR_INT32, np.array([1, 1, 1, 32], np.int32),
+        model.add_operation(Op.RESHAPE, [pooled, constant(model, T.TENSOR_INT32, np.array([1, 1, 1, 32], np.int32),
                                                            [4])], [square])
         pooled = square
     squeezed = _conv_op(model, rng, pooled, [8, 1, 1, 32], [1, 1, 1, 8], fuse=1)
     excited = _conv_op(model, rng, squeezed, [32, 1, 1, 8], [1, 1, 1, 32], fuse=3)
     gate = _float_tensor(model, [1, 1, 1, 32])
-    model.add_operation(Op.MUL, [excited, _float_tensor(model, [1], np.array([1 / 6])), _constant(model, T.INT32, 0)],
+    model.add_operation(Op.MUL, [excited, _float_tensor(model, [1], np.array([1 / 6])), constant(model, T.INT32, 0)],
                         [gate])
     y = _float_tensor(model, [1, 8, 8, 32])
-    model.add_operation(Op.MUL, [x, gate, _constant(model, T.INT32, 0)], [y])
+    model.add_operation(Op.MUL, [x, gate, constant(model, T.INT32, 0)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     nodes = _lowered(model).graph.node
@@ -2244,7 +2239,7 @@ def test_mul_by_a_per_channel_constant_is_an_exact_depthwise_convolution(ort_dev
     factors = np.linspace(-3, 3, 16).astype(np.float32)
     factors[:3] = [0.0, -0.0, 3e38]
     y = _float_tensor(model, [1, 4, 4, 16])
-    model.add_operation(Op.MUL, [_float_tensor(model, [16], factors), x, _constant(model, T.INT32, 1)], [y])
+    model.add_operation(Op.MUL, [_float_tensor(model, [16], factors), x, constant(model, T.INT32, 1)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     nodes = _lowered(model).graph.node
@@ -2284,7 +2279,7 @@ def test_quantized_average_pool_equals_the_reference_exactly(ort_device, code, w
         out_h, out_w = (size - filter_h) // stride_h + 1, (size - filter_w) // stride_w + 1
     y = model.add_operand(OperandType(code, [1, out_h, out_w, 32], **params))
     scalars = [scheme, stride_w, stride_h, filter_w, filter_h, fuse]
-    model.add_operation(Op.AVERAGE_POOL_2D, [x, *(_constant(model, T.INT32, v) for v in scalars)], [y])
+    model.add_operation(Op.AVERAGE_POOL_2D, [x, *(constant(model, T.INT32, v) for v in scalars)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     ops = [node.op_type for node in _lowered(model).graph.node]
@@ -2319,8 +2314,8 @@ def test_mean_of_a_dequantized_value_sums_the_integers(ort_device, code, keep, a
     model.add_operation(Op.DEQUANTIZE, [x], [real])
     out_shape = [1, 1, 1, 24] if keep else [1, 24]
     y = _float_tensor(model, out_shape)
-    axes = _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2])
-    model.add_operation(Op.MEAN, [real, axes, _constant(model, T.INT32, keep)], [y])
+    axes = constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2])
+    model.add_operation(Op.MEAN, [real, axes, constant(model, T.INT32, keep)], [y])
     model.identify_inputs_and_outputs([x], [y, real] if also_read else [y])
     model.finish()
     ops = [node.op_type for node in _lowered(model).graph.node]
@@ -2363,7 +2358,7 @@ def test_a_per_channel_factor_given_at_run_time_is_spread_before_the_product(ort
     for factor in (gate, fixed):
         y = model.add_operand(OperandType(code, [1, 6, 7, 24], scale=0.04, zero_point=shift + 9))
         pair = [factor, x] if factor_first else [x, factor]
-        model.add_operation(operation, [*pair, _constant(model, T.INT32, 0)], [y])
+        model.add_operation(operation, [*pair, constant(model, T.INT32, 0)], [y])
         outputs.append(y)
     model.identify_inputs_and_outputs([x, gate], outputs)
     model.finish()
@@ -2406,11 +2401,11 @@ def test_int8_graph_edges_without_an_int16_add(ort_device, monkeypatch, zero_poi
     model = nnapi.Model()
     x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 256], **params))
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [16, 16], **params))
-    shape = _constant(model, T.TENSOR_INT32, np.array([16, 16], np.int32), [2])
+    shape = constant(model, T.TENSOR_INT32, np.array([16, 16], np.int32), [2])
     model.add_operation(Op.RESHAPE, [x, shape], [y])
     doubled = {"scale": 0.5, "zero_point": -zero_point // 2}
     total = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [16, 16], **doubled))
-    model.add_operation(Op.ADD, [y, y, _constant(model, T.INT32, 0)], [total])
+    model.add_operation(Op.ADD, [y, y, constant(model, T.INT32, 0)], [total])
     model.identify_inputs_and_outputs([x], [y, total])
     model.finish()
     values = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
@@ -2446,7 +2441,7 @@ def test_int8_output_of_a_quantize_linear_is_quantized_to_int8_directly(ort_devi
     params = {"scale": 0.5, "zero_point": zero_point}
     x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 5, 6, 16], **params))
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 5, 6, 16], **params))
-    window = [_constant(model, T.INT32, np.int32(v)) for v in (PaddingCode.PADDING_SAME, 1, 1, 3, 3, 0)]
+    window = [constant(model, T.INT32, np.int32(v)) for v in (PaddingCode.PADDING_SAME, 1, 1, 3, 3, 0)]
     model.add_operation(Op.AVERAGE_POOL_2D, [x, *window], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
@@ -2481,8 +2476,8 @@ def test_mul_by_a_constant_per_channel_is_a_depthwise_convolution(ort_device, co
     b = model.add_operand(OperandType(code, [1, 1, 1, 16], scale=0.0039215, zero_point=factor_zero))
     model.set_operand_value(b, factors)
     y = model.add_operand(OperandType(code, [1, 16, 16, 16], scale=0.00102, zero_point=-128 if signed else 3))
-    model.add_operation(Op.MUL, [b, x, _constant(model, T.INT32, fuse)] if factor_first else
-                        [x, b, _constant(model, T.INT32, fuse)], [y])
+    model.add_operation(Op.MUL, [b, x, constant(model, T.INT32, fuse)] if factor_first else
+                        [x, b, constant(model, T.INT32, fuse)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     ops = [node.op_type for node in _lowered(model).graph.node]
@@ -2506,7 +2501,7 @@ def test_mul_by_a_constant_keeps_qlinear_mul_where_ties_round_apart(ort_device):
     b = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 1, 1, 8], scale=0.5, zero_point=128))
     model.set_operand_value(b, factors)
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 4, 4, 8], scale=0.5, zero_point=128))
-    model.add_operation(Op.MUL, [x, b, _constant(model, T.INT32, 0)], [y])
+    model.add_operation(Op.MUL, [x, b, constant(model, T.INT32, 0)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     ops = [node.op_type for node in _lowered(model).graph.node]
@@ -2542,7 +2537,7 @@ def test_topk_lists_equal_values_by_larger_index_first(ort_device):
     x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, 6], scale=0.5, zero_point=1))
     values = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, 4], scale=0.5, zero_point=1))
     indices = model.add_operand(OperandType(T.TENSOR_INT32, [2, 4]))
-    model.add_operation(Op.TOPK_V2, [x, _constant(model, T.INT32, 4)], [values, indices])
+    model.add_operation(Op.TOPK_V2, [x, constant(model, T.INT32, 4)], [values, indices])
     model.identify_inputs_and_outputs([x], [values, indices])
     model.finish()
     outputs = [np.zeros((2, 4), np.int8), np.zeros((2, 4), np.int32)]
@@ -2564,9 +2559,9 @@ def test_quantized_transpose_conv_is_within_a_step_of_the_reference(ort_device, 
     weights = rng.integers(0, 256, (4, 3, 3, 6)).astype(np.uint8)
     bias = model.add_operand(OperandType(T.TENSOR_INT32, [4], scale=0.05 * 0.02))
     model.set_operand_value(bias, np.array([16_777_217, -3, 5000, -700], np.int32))
-    shape = _constant(model, T.TENSOR_INT32, np.array([1, 10, 10, 4], np.int32), [4])
-    scalars = [_constant(model, T.INT32, v) for v in (1, 2, 2, 0)]  # SAME, strides 2, no activation
-    layout = _constant(model, T.BOOL, False)
+    shape = constant(model, T.TENSOR_INT32, np.array([1, 10, 10, 4], np.int32), [4])
+    scalars = [constant(model, T.INT32, v) for v in (1, 2, 2, 0)]  # SAME, strides 2, no activation
+    layout = constant(model, T.BOOL, False)
     y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [1, 10, 10, 4], scale=0.2, zero_point=128))
     model.add_operation(Op.TRANSPOSE_CONV_2D, [x, w, bias, shape, *scalars, layout], [y])
     inputs = [x]
@@ -2623,10 +2618,10 @@ def test_a_transpose_conv_whose_kernel_is_its_stride_is_a_pointwise_conv_and_dep
         model.set_operand_value(bias, (rng.standard_normal(channels) * 0.3 / bias_scales).astype(np.int32))
     else:
         bias = _float_tensor(model, [channels], rng.standard_normal(channels))
-    scalars = [_constant(model, T.INT32, v) for v in (0, 0, 0, 0, stride, stride, fuse)]
+    scalars = [constant(model, T.INT32, v) for v in (0, 0, 0, 0, stride, stride, fuse)]
     out_zero = -4 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 124
     y = model.add_operand(OperandType(code, shape_out, **({"scale": 0.1, "zero_point": out_zero} if quantized else {})))
-    model.add_operation(Op.TRANSPOSE_CONV_2D, [x, w, bias, *scalars, _constant(model, T.BOOL, nchw)], [y])
+    model.add_operation(Op.TRANSPOSE_CONV_2D, [x, w, bias, *scalars, constant(model, T.BOOL, nchw)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     operators = [node.op_type for node in _lowered(model).graph.node]
@@ -2728,7 +2723,7 @@ def _twin_branches_model(rng):
     (fused RELU), MAX_POOL_2D, PRELU, then a 1x1 CONV_2D to 5 / 3 channels (not twins)."""
     model = nnapi.Model()
     x = _float_tensor(model, [1, 8, 8, 16])
-    one, zero, two = (_constant(model, T.INT32, v) for v in (1, 0, 2))
+    one, zero, two = (constant(model, T.INT32, v) for v in (1, 0, 2))
 
     def weights(*shape):
         return _float_tensor(model, list(shape), rng.standard_normal(shape))
@@ -2816,15 +2811,15 @@ def _padded_add_model(rng, activation):
     16 zero channels (PAD after the channels), the ADD's fused ``activation``."""
     model = nnapi.Model()
     x = _float_tensor(model, [1, 6, 6, 16])
-    one, zero = _constant(model, T.INT32, 1), _constant(model, T.INT32, 0)
+    one, zero = constant(model, T.INT32, 1), constant(model, T.INT32, 0)
     conv = _float_tensor(model, [1, 6, 6, 32])
     model.add_operation(Op.CONV_2D, [x, _float_tensor(model, [32, 1, 1, 16], rng.standard_normal((32, 1, 1, 16))),
                                      _float_tensor(model, [32], rng.standard_normal(32)), one, one, one, zero], [conv])
     padded = _float_tensor(model, [1, 6, 6, 32])
-    paddings = _constant(model, T.TENSOR_INT32, np.array([[0, 0], [0, 0], [0, 0], [0, 16]], np.int32), [4, 2])
+    paddings = constant(model, T.TENSOR_INT32, np.array([[0, 0], [0, 0], [0, 0], [0, 16]], np.int32), [4, 2])
     model.add_operation(Op.PAD, [x, paddings], [padded])
     y = _float_tensor(model, [1, 6, 6, 32])
-    model.add_operation(Op.ADD, [conv, padded, _constant(model, T.INT32, activation)], [y])
+    model.add_operation(Op.ADD, [conv, padded, constant(model, T.INT32, activation)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     return model
@@ -2886,10 +2881,10 @@ def test_mean_over_height_and_width_reduces_rows_of_a_matrix(ort_device, code, k
     model = nnapi.Model()
     params = {"scale": 0.05, "zero_point": 3} if quantized else {}
     x = model.add_operand(OperandType(code, [1, 5, 6, 40], **params))
-    axes = _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2])
+    axes = constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2])
     out_shape = [1, 1, 1, 40] if keep else [1, 40]
     y = model.add_operand(OperandType(code, out_shape, **params))
-    model.add_operation(Op.MEAN, [x, axes, _constant(model, T.INT32, keep)], [y])
+    model.add_operation(Op.MEAN, [x, axes, constant(model, T.INT32, keep)], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
@@ -2923,33 +2918,33 @@ def _unrolled_cell_model(rng, steps=4, depth=6, units=3, shared_bias=False, odd_
     f32 = T.TENSOR_FLOAT32
     sequence = model.add_operand(OperandType(f32, [steps, 1, depth]))
     pieces = [model.add_operand(OperandType(f32, [1, 1, depth])) for _ in range(steps)]
-    model.add_operation(Op.SPLIT, [sequence, _constant(model, T.INT32, np.int32(0)),
-                                   _constant(model, T.INT32, np.int32(steps))], pieces)
+    model.add_operation(Op.SPLIT, [sequence, constant(model, T.INT32, np.int32(0)),
+                                   constant(model, T.INT32, np.int32(steps))], pieces)
     weights = rng.uniform(-1, 1, (3 * units, depth)).astype(np.float32)
-    shared = _constant(model, f32, weights, [3 * units, depth])
-    h = _constant(model, f32, np.zeros((1, units), np.float32), [1, units])
-    one = _constant(model, f32, np.ones(1, np.float32), [1])
-    fuse = _constant(model, T.INT32, np.int32(0))
+    shared = constant(model, f32, weights, [3 * units, depth])
+    h = constant(model, f32, np.zeros((1, units), np.float32), [1, units])
+    one = constant(model, f32, np.ones(1, np.float32), [1])
+    fuse = constant(model, T.INT32, np.int32(0))
     bias = rng.uniform(-1, 1, 3 * units).astype(np.float32)
     for step, piece in enumerate(pieces):
         row = model.add_operand(OperandType(f32, [1, depth]))
-        model.add_operation(Op.RESHAPE, [piece, _constant(model, T.TENSOR_INT32, np.array([1, depth], np.int32),
+        model.add_operation(Op.RESHAPE, [piece, constant(model, T.TENSOR_INT32, np.array([1, depth], np.int32),
                                                           [2])], [row])
         own = weights if step != odd_step else weights[::-1].copy()
-        w = shared if step != odd_step else _constant(model, f32, own, [3 * units, depth])
+        w = shared if step != odd_step else constant(model, f32, own, [3 * units, depth])
         step_bias = bias if shared_bias else rng.uniform(-1, 1, 3 * units).astype(np.float32)
         product = model.add_operand(OperandType(f32, [1, 3 * units]))
-        model.add_operation(Op.FULLY_CONNECTED, [row, w, _constant(model, f32, step_bias, [3 * units]), fuse],
+        model.add_operation(Op.FULLY_CONNECTED, [row, w, constant(model, f32, step_bias, [3 * units]), fuse],
                             [product])
         gates = model.add_operand(OperandType(f32, [1, 3 * units]))
         tiled = model.add_operand(OperandType(f32, [1, 3 * units]))
-        model.add_operation(Op.CONCATENATION, [h, h, h, _constant(model, T.INT32, np.int32(1))], [tiled])
+        model.add_operation(Op.CONCATENATION, [h, h, h, constant(model, T.INT32, np.int32(1))], [tiled])
         model.add_operation(Op.ADD, [product, tiled, fuse], [gates])
         blocks = [model.add_operand(OperandType(f32, [1, units])) for _ in range(3)]
         for k, block in enumerate(blocks):
-            ints = [_constant(model, T.TENSOR_INT32, np.array(v, np.int32), [2])
+            ints = [constant(model, T.TENSOR_INT32, np.array(v, np.int32), [2])
                     for v in ([0, k * units], [1, (k + 1) * units], [1, 1])]
-            model.add_operation(Op.STRIDED_SLICE, [gates, *ints, *(_constant(model, T.INT32, np.int32(0))
+            model.add_operation(Op.STRIDED_SLICE, [gates, *ints, *(constant(model, T.INT32, np.int32(0))
                                                                    for _ in range(3))], [block])
         z, candidate, rest, update = (model.add_operand(OperandType(f32, [1, units])) for _ in range(4))
         model.add_operation(Op.LOGISTIC, [blocks[0]], [z])
@@ -2959,7 +2954,7 @@ def _unrolled_cell_model(rng, steps=4, depth=6, units=3, shared_bias=False, odd_
         kept, flat, new_h = (model.add_operand(OperandType(f32, shape)) for shape in ([1, units], [units],
                                                                                        [1, units]))
         model.add_operation(Op.MUL, [z, blocks[2], fuse], [kept])
-        model.add_operation(Op.RESHAPE, [update, _constant(model, T.TENSOR_INT32, np.array([units], np.int32),
+        model.add_operation(Op.RESHAPE, [update, constant(model, T.TENSOR_INT32, np.array([units], np.int32),
                                                            [1])], [flat])
         model.add_operation(Op.ADD, [kept, flat, fuse], [new_h])
         h = new_h
@@ -3005,10 +3000,10 @@ def test_scaled_attention_scores_are_a_plain_mul(ort_device):
     model = nnapi.Model()
     dims = [1, 2, 16, 16]
     a, b, scores, scaled = (model.add_operand(OperandType(T.TENSOR_FLOAT32, dims)) for _ in range(4))
-    flags = [_constant(model, T.BOOL, np.bool_(value)) for value in (False, True)]
+    flags = [constant(model, T.BOOL, np.bool_(value)) for value in (False, True)]
     model.add_operation(Op.BATCH_MATMUL, [a, b, *flags], [scores])
-    model.add_operation(Op.MUL, [scores, _constant(model, T.TENSOR_FLOAT32, np.array([0.125], np.float32), [1]),
-                                 _constant(model, T.INT32, np.int32(0))], [scaled])
+    model.add_operation(Op.MUL, [scores, constant(model, T.TENSOR_FLOAT32, np.array([0.125], np.float32), [1]),
+                                 constant(model, T.INT32, np.int32(0))], [scaled])
     model.identify_inputs_and_outputs([a, b], [scaled])
     model.finish()
     kinds = [node.op_type for node in _lowered(model).graph.node]
@@ -3028,20 +3023,20 @@ def test_unrolled_steps_split_into_gates_are_cut_by_gate_then_by_step(ort_device
     model = nnapi.Model()
     sequence = model.add_operand(OperandType(f32, [steps, 1, depth]))
     pieces = [model.add_operand(OperandType(f32, [1, 1, depth])) for _ in range(steps)]
-    model.add_operation(Op.SPLIT, [sequence, _constant(model, T.INT32, np.int32(0)),
-                                   _constant(model, T.INT32, np.int32(steps))], pieces)
-    weights = _constant(model, f32, rng.uniform(-1, 1, (3 * units, depth)).astype(np.float32), [3 * units, depth])
-    fuse = _constant(model, T.INT32, np.int32(0))
+    model.add_operation(Op.SPLIT, [sequence, constant(model, T.INT32, np.int32(0)),
+                                   constant(model, T.INT32, np.int32(steps))], pieces)
+    weights = constant(model, f32, rng.uniform(-1, 1, (3 * units, depth)).astype(np.float32), [3 * units, depth])
+    fuse = constant(model, T.INT32, np.int32(0))
     total = None
     for piece in pieces:
         row, product = (model.add_operand(OperandType(f32, shape)) for shape in ([1, depth], [1, 3 * units]))
-        model.add_operation(Op.RESHAPE, [piece, _constant(model, T.TENSOR_INT32, np.array([1, depth], np.int32),
+        model.add_operation(Op.RESHAPE, [piece, constant(model, T.TENSOR_INT32, np.array([1, depth], np.int32),
                                                           [2])], [row])
-        bias = _constant(model, f32, rng.uniform(-1, 1, 3 * units).astype(np.float32), [3 * units])
+        bias = constant(model, f32, rng.uniform(-1, 1, 3 * units).astype(np.float32), [3 * units])
         model.add_operation(Op.FULLY_CONNECTED, [row, weights, bias, fuse], [product])
         z, r, h, zr, step = (model.add_operand(OperandType(f32, [1, units])) for _ in range(5))
-        model.add_operation(Op.SPLIT, [product, _constant(model, T.INT32, np.int32(-1)),
-                                       _constant(model, T.INT32, np.int32(3))], [z, r, h])
+        model.add_operation(Op.SPLIT, [product, constant(model, T.INT32, np.int32(-1)),
+                                       constant(model, T.INT32, np.int32(3))], [z, r, h])
         model.add_operation(Op.MUL, [z, r, fuse], [zr])
         model.add_operation(Op.SUB, [zr, h, fuse], [step])
         if total is not None:
@@ -3105,7 +3100,7 @@ def test_tensorflow_tanh_gelu_with_pow_is_one_fast_gelu(ort_device):
     model = nnapi.Model()
     dims = [2, 4, 8]
     x = _float_tensor(model, dims)
-    none = _constant(model, T.INT32, np.int32(0))
+    none = constant(model, T.INT32, np.int32(0))
 
     def k(value):
         return _float_tensor(model, [1], np.array([value], np.float32))
@@ -3139,7 +3134,7 @@ def _swish_model(code, x_quant, out_quant, fuse=0, gate_first=False, gate_is_out
     gate = model.add_operand(OperandType(code, dims, 1 / 256, gate_zero))
     y = model.add_operand(OperandType(code, dims, *out_quant))
     model.add_operation(Op.LOGISTIC, [x], [gate])
-    fuse_code = _constant(model, T.INT32, np.int32(fuse))
+    fuse_code = constant(model, T.INT32, np.int32(fuse))
     model.add_operation(Op.MUL, [gate, x, fuse_code] if gate_first else [x, gate, fuse_code], [y])
     model.identify_inputs_and_outputs([x], [y, gate] if gate_is_output else [y])
     model.finish()
@@ -3205,9 +3200,9 @@ def _layer_norm_model(with_beta, gamma_first=False, mean_is_output=False, offset
     rng = np.random.default_rng(3)
     model = nnapi.Model()
     x = _float_tensor(model, dims)
-    none = _constant(model, T.INT32, np.int32(0))
-    axes = _constant(model, T.TENSOR_INT32, np.array([-1], np.int32), [1])
-    keep = _constant(model, T.INT32, np.int32(1))
+    none = constant(model, T.INT32, np.int32(0))
+    axes = constant(model, T.TENSOR_INT32, np.array([-1], np.int32), [1])
+    keep = constant(model, T.INT32, np.int32(1))
 
     def op(code, inputs, shape=dims):
         out = _float_tensor(model, shape)
@@ -3275,8 +3270,8 @@ def test_quantized_mean_of_summed_integers_is_quantized_by_one_node(ort_device, 
     real = _float_tensor(model, [1, 7, 9, 40])
     model.add_operation(Op.DEQUANTIZE, [x], [real])
     mean = _float_tensor(model, [1, 1, 1, 40])
-    axes = _constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2])
-    model.add_operation(Op.MEAN, [real, axes, _constant(model, T.INT32, 1)], [mean])
+    axes = constant(model, T.TENSOR_INT32, np.array([1, 2], np.int32), [2])
+    model.add_operation(Op.MEAN, [real, axes, constant(model, T.INT32, 1)], [mean])
     y = model.add_operand(OperandType(code, [1, 1, 1, 40], 0.011, 3 + shift))
     model.add_operation(Op.QUANTIZE, [mean], [y])
     halves = _float_tensor(model, [4])
@@ -3363,7 +3358,7 @@ def test_an_output_of_unknown_shape_before_one_of_known_shape(ort_device):
     moved = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0]))
     model.add_operation(Op.TRANSPOSE, [x, perm], [moved])
     doubled = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3]))
-    model.add_operation(Op.ADD, [x, x, _constant(model, T.INT32, np.int32(0))], [doubled])
+    model.add_operation(Op.ADD, [x, x, constant(model, T.INT32, np.int32(0))], [doubled])
     model.identify_inputs_and_outputs([x, perm], [moved, doubled])
     model.finish()
     compilation = nnapi.Compilation(model, [ort_device])

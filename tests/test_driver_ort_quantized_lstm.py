@@ -10,6 +10,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import operand_adder  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -27,28 +28,20 @@ def _model(rng: np.random.Generator, batch: int, size: int, units: int, given: b
     model = nnapi.Model()
     inputs, values = [], []
     weights_scale, weights_zero = float(rng.uniform(0.001, 0.02)), int(rng.integers(0, 256))
+    operand = operand_adder(model, inputs, values)
 
-    def operand(code, shape, scale=0.0, zero=0, value=None, is_input=False):
-        index = model.add_operand(OperandType(code, shape, scale, zero))
-        if is_input:
-            inputs.append(index)
-            values.append(value)
-        elif value is not None:
-            model.set_operand_value(index, value)
-        return index
-
-    x = operand(T.TENSOR_QUANT8_ASYMM, [batch, size], 1 / 128, 128,
-                rng.integers(0, 256, [batch, size], dtype=np.uint8), True)
-    weights = [operand(T.TENSOR_QUANT8_ASYMM, [units, columns], weights_scale, weights_zero,
-                       rng.integers(0, 256, [units, columns], dtype=np.uint8), given)
+    x = operand(T.TENSOR_QUANT8_ASYMM, [batch, size], rng.integers(0, 256, [batch, size], dtype=np.uint8),
+                1 / 128, 128, given=True)
+    weights = [operand(T.TENSOR_QUANT8_ASYMM, [units, columns], rng.integers(0, 256, [units, columns], dtype=np.uint8),
+                       weights_scale, weights_zero, given=given)
                for columns in [size] * 4 + [units] * 4]
-    biases = [operand(T.TENSOR_INT32, [units], weights_scale / 128, 0,
-                      rng.integers(-bias_range, bias_range, [units], dtype=np.int32), given) for _ in range(4)]
+    biases = [operand(T.TENSOR_INT32, [units], rng.integers(-bias_range, bias_range, [units], dtype=np.int32),
+                      weights_scale / 128, 0, given=given) for _ in range(4)]
     cell = rng.integers(-32768, 32768, [batch, units], dtype=np.int16)
     cell.reshape(-1)[:2] = [-32768, 32767][:cell.size]
-    state = operand(T.TENSOR_QUANT16_SYMM, [batch, units], 2.0 ** -11, 0, cell, True)
-    output_in = operand(T.TENSOR_QUANT8_ASYMM, [batch, units], 1 / 128, 128,
-                        rng.integers(0, 256, [batch, units], dtype=np.uint8), True)
+    state = operand(T.TENSOR_QUANT16_SYMM, [batch, units], cell, 2.0 ** -11, 0, given=True)
+    output_in = operand(T.TENSOR_QUANT8_ASYMM, [batch, units], rng.integers(0, 256, [batch, units], dtype=np.uint8),
+                        1 / 128, 128, given=True)
     outputs = [model.add_operand(OperandType(T.TENSOR_QUANT16_SYMM, [batch, units], 2.0 ** -11, 0)),
                model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [batch, units], 1 / 128, 128))]
     model.add_operation(Op.QUANTIZED_16BIT_LSTM, [x, *weights, *biases, state, output_in], outputs)

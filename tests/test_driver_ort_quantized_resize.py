@@ -11,6 +11,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import constant  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -27,12 +28,6 @@ pytestmark = pytest.mark.usefixtures("calibration_file")
 _PLAIN_ROUNDING = {"Sign", "Abs", "Floor", "Div", "Where", "IsNaN", "Clip"}
 
 
-def _constant(model, code, value, shape=None):
-    index = model.add_operand(OperandType(code, shape) if shape is not None else OperandType(code))
-    model.set_operand_value(index, value)
-    return index
-
-
 def _chain(chain: str, in_size, out_size, channels: int, flags, zero_point: int, *, out_scale: float = 0.05,
            blend_out: bool = False):
     """The importer's chain around RESIZE_BILINEAR (NHWC, batch 2): ``uint8``: CAST, the
@@ -46,15 +41,15 @@ def _chain(chain: str, in_size, out_size, channels: int, flags, zero_point: int,
     real = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape_in))
     model.add_operation(Op.CAST if chain == "uint8" else Op.DEQUANTIZE, [x], [real])
     blend = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape_out))
-    model.add_operation(Op.RESIZE_BILINEAR, [real, _constant(model, T.INT32, np.int32(out_size[1])),
-                                             _constant(model, T.INT32, np.int32(out_size[0])),
-                                             *(_constant(model, T.BOOL, np.bool_(f)) for f in (False, *flags))],
+    model.add_operation(Op.RESIZE_BILINEAR, [real, constant(model, T.INT32, np.int32(out_size[1])),
+                                             constant(model, T.INT32, np.int32(out_size[0])),
+                                             *(constant(model, T.BOOL, np.bool_(f)) for f in (False, *flags))],
                         [blend])
     y = model.add_operand(OperandType(code, shape_out, out_scale, zero_point))
     if chain == "uint8":
         shifted = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape_out))
-        half = _constant(model, T.TENSOR_FLOAT32, np.array([HALF_BELOW_FLOAT32], np.float32), [1])
-        model.add_operation(Op.ADD, [blend, half, _constant(model, T.INT32, np.int32(0))], [shifted])
+        half = constant(model, T.TENSOR_FLOAT32, np.array([HALF_BELOW_FLOAT32], np.float32), [1])
+        model.add_operation(Op.ADD, [blend, half, constant(model, T.INT32, np.int32(0))], [shifted])
         model.add_operation(Op.CAST, [shifted], [y])
     else:
         model.add_operation(Op.QUANTIZE, [blend], [y])

@@ -10,9 +10,8 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import lowered_graph, lowered_node_types, reference_device, run_on  # noqa: E402
+from helpers import lowered_graph, lowered_node_types, operand_adder, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
-from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
@@ -25,12 +24,7 @@ def _pyramid_step(batch: int, channels: int, filters: int, fuse: int, flags: tup
     value is a model output too."""
     rng = np.random.default_rng(channels + filters)
     model = nnapi.Model()
-
-    def operand(code, shape, value=None):
-        index = model.add_operand(OperandType(code, shape))
-        if value is not None:
-            model.set_operand_value(index, value)
-        return index
+    operand = operand_adder(model)
 
     x = operand(T.TENSOR_FLOAT32, [batch, 5, 6, channels])
     resized = operand(T.TENSOR_FLOAT32, [batch, 10, 12, channels])

@@ -11,9 +11,8 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import lowered_node_types, reference_device, run_on  # noqa: E402
+from helpers import lowered_node_types, operand_adder, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
-from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
@@ -29,12 +28,7 @@ def _mixer(batch: int, fuses: tuple[int, ...] = (1, 0), output_inside: bool = Fa
     a model output too."""
     rng = np.random.default_rng(len(fuses))
     model = nnapi.Model()
-
-    def operand(code, shape, value=None):
-        index = model.add_operand(OperandType(code, shape))
-        if value is not None:
-            model.set_operand_value(index, value)
-        return index
+    operand = operand_adder(model)
 
     x = operand(T.TENSOR_FLOAT32, [batch, 1, TOKENS, CHANNELS])
     perm = operand(T.TENSOR_INT32, [4], np.array([0, 1, 3, 2], np.int32))
