@@ -49,57 +49,32 @@ from nnapi.codes import FuseCode, OperandCode, OperationCode, PaddingCode
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Model, Operand, OperandLifeTime, Operation, Subgraph
 from nnapi.hal.types import constant_array
-from nnapi.operations.common import (
-    activation_bounds_float,
-    activation_bounds_quantized,
-    implicit_padding,
-)
+from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized, implicit_padding
 
 T = OperandCode
-
-
 L = OperandLifeTime
-
-
 OPSET = 17
-
-
 MS_DOMAIN = "com.microsoft"
 
-
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
-
-
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
-
-
 #: operand types with an internal encoding as activations (the 8-bit symmetric weight types have
 #: one only as an operation's weights or DEQUANTIZE's input: their own int8 values)
 ACTIVATION_TYPES = (*FLOATS, *QUANT8, T.TENSOR_INT32, T.TENSOR_BOOL8, T.TENSOR_QUANT16_ASYMM)
-
-
 NHWC_TO_NCHW = [0, 3, 1, 2]
-
-
 NCHW_TO_NHWC = [0, 2, 3, 1]
-
-
 #: ORT runs float convolutions in a blocked layout (NCHWc) and keeps a tensor in it between
 #: operators it has blocked kernels for (Conv, pooling, Add, Relu, Concat, ...) when the
 #: channel count is a multiple of the block: 16 with AVX-512 (8 with AVX2). Any other
 #: operator costs a reorder out of the layout and one back in, about a pass each.
 NCHWC_BLOCK = 16
-
-
 #: consumers that reorder their input into NCHWc themselves (no anchor needed before them)
 _BLOCKED_CONSUMERS = (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.MAX_POOL_2D,
                       OperationCode.AVERAGE_POOL_2D)
 
 
-
 class Declined(Exception):
     """An operation (or operand) this device does not run; the message says why."""
-
 
 
 @dataclass
@@ -119,20 +94,16 @@ class Value:
         return len(self.dims)
 
 
-
 #: the ONNX element type of each internal kind (``Value.kind``)
 KIND_ELEM = {"float": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int32": TensorProto.INT32,
               "bool": TensorProto.BOOL, "uint16": TensorProto.UINT16, "int8": TensorProto.INT8,
               "int16": TensorProto.INT16}
-
-
 HAL_ELEM = {T.TENSOR_FLOAT32: TensorProto.FLOAT, T.TENSOR_FLOAT16: TensorProto.FLOAT16,
              T.TENSOR_QUANT8_ASYMM: TensorProto.UINT8, T.TENSOR_QUANT8_ASYMM_SIGNED: TensorProto.INT8,
              T.TENSOR_INT32: TensorProto.INT32, T.TENSOR_BOOL8: TensorProto.BOOL,
              T.TENSOR_QUANT16_ASYMM: TensorProto.UINT16,
              T.TENSOR_QUANT8_SYMM_PER_CHANNEL: TensorProto.INT8, T.TENSOR_QUANT8_SYMM: TensorProto.INT8,
              T.TENSOR_QUANT16_SYMM: TensorProto.INT16}
-
 
 
 def internal_kind(code: int) -> str:
@@ -153,10 +124,8 @@ def internal_kind(code: int) -> str:
     raise Declined(f"{type_name(code)} operands are not supported")
 
 
-
 #: the first ONNX Runtime release with an int16 Add on the CPU (pyproject accepts 1.16 on)
 INT16_ADD_VERSION = (1, 21)
-
 
 
 def probe_outputs(graph: onnx.GraphProto, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray] | None:
@@ -179,12 +148,10 @@ def probe_outputs(graph: onnx.GraphProto, feeds: dict[str, np.ndarray] | None = 
         return None
 
 
-
 def int16_add_supported() -> bool:
     """Whether the installed ONNX Runtime runs Add on int16 and uint8 (1.21 on): older ones
     refuse to load a graph with either (NOT_IMPLEMENTED), which was every int8-input model."""
     return onnxruntime_at_least(INT16_ADD_VERSION)
-
 
 
 def onnx_model(graph: onnx.GraphProto, ms_domain: bool = False, **attributes: Any) -> onnx.ModelProto:
@@ -196,7 +163,6 @@ def onnx_model(graph: onnx.GraphProto, ms_domain: bool = False, **attributes: An
     model = helper.make_model(graph, opset_imports=opsets, **attributes)
     model.ir_version = 8
     return model
-
 
 
 @functools.cache
@@ -214,10 +180,8 @@ def has_kernel(op_type: str, element: int, **attributes: Any) -> bool:
         return True
 
 
-
 def internal_zero_point(operand: Operand) -> int:
     return operand.zero_point + 128 if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED else operand.zero_point
-
 
 
 def type_name(code: int) -> str:
@@ -228,11 +192,9 @@ def type_name(code: int) -> str:
         return f"operand type {code}"
 
 
-
 def f32(g: GraphBuilder, value: float) -> str:
     """A float32 scalar constant of ``g`` holding ``value``."""
     return g.constant(np.array(value, np.float32))
-
 
 
 def i64(g: GraphBuilder, *values: int) -> str:
@@ -240,11 +202,9 @@ def i64(g: GraphBuilder, *values: int) -> str:
     return g.constant(np.array(values, np.int64))
 
 
-
 def scalar_i64(g: GraphBuilder, value: int) -> str:
     """An int64 scalar constant of ``g`` holding ``value``."""
     return g.constant(np.array(value, np.int64))
-
 
 
 class GraphBuilder:
@@ -504,7 +464,6 @@ class GraphBuilder:
         return self.one("QuantizeLinear", [name, *self.qparams(operand)])
 
 
-
 def encode(raw: np.ndarray, operand: Operand) -> np.ndarray:
     """A HAL constant in its internal encoding."""
     if operand.type in FLOATS:
@@ -520,12 +479,8 @@ def encode(raw: np.ndarray, operand: Operand) -> np.ndarray:
     raise Declined(f"{type_name(operand.type)} constants are not supported")
 
 
-
 Lowering = Callable[[GraphBuilder, Operation], None]
-
-
 LOWERINGS: dict[OperationCode, Lowering] = {}
-
 
 
 def lowers(*codes: OperationCode) -> Callable[[Lowering], Lowering]:
@@ -536,15 +491,11 @@ def lowers(*codes: OperationCode) -> Callable[[Lowering], Lowering]:
     return register
 
 
-
 #: the forms of operations whose parameters (or input shape) are known only at run time, by
 #: operation, each giving its output's name: registered by runtime_parameters.py, which
 #: imports this module as the other lowering modules do
 RunTimeForm = Callable[["GraphBuilder", Operation, Value], str]
-
-
 RUN_TIME_FORMS: dict[OperationCode, RunTimeForm] = {}
-
 
 
 def lowers_at_run_time(*codes: OperationCode) -> Callable[[RunTimeForm], RunTimeForm]:
@@ -555,14 +506,12 @@ def lowers_at_run_time(*codes: OperationCode) -> Callable[[RunTimeForm], RunTime
     return register
 
 
-
 def run_time_form(g: GraphBuilder, operation: Operation, x: Value) -> str:
     """``operation`` of ``x`` in its form for parameters known only at run time."""
     form = RUN_TIME_FORMS.get(OperationCode(operation.type))
     if form is None:  # runtime_parameters.py not loaded (the device module loads it)
         raise Declined(f"{OperationCode(operation.type).name} with parameters known only at run time")
     return form(g, operation, x)
-
 
 
 def check_types(g: GraphBuilder, operation: Operation, allowed: Sequence[int] = ACTIVATION_TYPES) -> None:
@@ -572,7 +521,6 @@ def check_types(g: GraphBuilder, operation: Operation, allowed: Sequence[int] = 
         code = g.operand(index).type
         if code not in allowed:
             raise Declined(f"{OperationCode(operation.type).name} on {type_name(code)} is not supported")
-
 
 
 def fused_activation(g: GraphBuilder, name: str, fuse: int, output: Operand) -> str:
@@ -596,15 +544,12 @@ def fused_activation(g: GraphBuilder, name: str, fuse: int, output: Operand) -> 
     raise Declined(f"fused activation on {type_name(output.type)}")
 
 
-
 def to_nchw(g: GraphBuilder, name: str, nchw: bool) -> str:
     return name if nchw else g.one("Transpose", [name], perm=NHWC_TO_NCHW)
 
 
-
 def from_nchw(g: GraphBuilder, name: str, nchw: bool) -> str:
     return name if nchw else g.one("Transpose", [name], perm=NCHW_TO_NHWC)
-
 
 
 def channel_scale(g: GraphBuilder, nchw_name: str, scales: np.ndarray) -> str:
@@ -615,12 +560,10 @@ def channel_scale(g: GraphBuilder, nchw_name: str, scales: np.ndarray) -> str:
     return g.one("Conv", [nchw_name, weights], group=channels, kernel_shape=[1, 1])
 
 
-
 def blocked(value_dims: list[int], kind: str) -> bool:
     """Whether an NHWC float value ORT can hold in NCHWc (rank 4, channels a block multiple,
     height and width known; the batch may be free: a 0 here, known only at run time)."""
     return kind == "float" and len(value_dims) == 4 and all(value_dims[1:]) and value_dims[3] % NCHWC_BLOCK == 0
-
 
 
 def keep_blocked(g: GraphBuilder, operation: Operation, name: str) -> str:
@@ -643,10 +586,8 @@ def keep_blocked(g: GraphBuilder, operation: Operation, name: str) -> str:
     return from_nchw(g, identity, False)
 
 
-
 def padded_channels(channels: int) -> int:
     return -(-channels // NCHWC_BLOCK) * NCHWC_BLOCK
-
 
 
 #: operations that take (and give) a float NHWC value with its channels padded with zeros
@@ -656,7 +597,6 @@ _PADDED_CONSUMERS = (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, Ope
                      OperationCode.RELU, OperationCode.RELU1, OperationCode.RELU6, OperationCode.PRELU,
                      OperationCode.RESIZE_BILINEAR, OperationCode.MEAN, OperationCode.MUL,
                      OperationCode.HARD_SWISH)
-
 
 
 def wants_padding(g: GraphBuilder, index: int) -> bool:
@@ -680,7 +620,6 @@ def wants_padding(g: GraphBuilder, index: int) -> bool:
         return False
     consumers = g.readers(index)
     return bool(consumers) and all(reads_padded(g, op, index) for op in consumers)
-
 
 
 def reads_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
@@ -731,7 +670,6 @@ def reads_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
     return True  # RELU, RELU1, RELU6
 
 
-
 def _padded_product(g: GraphBuilder, operation: Operation, position: int) -> bool:
     """Whether a float MUL takes its input ``position`` with channels padded to the NCHWc
     block: a squeeze-and-excitation block's scalings on 72 or 120 channels (MobileNet v3),
@@ -756,15 +694,12 @@ def _padded_product(g: GraphBuilder, operation: Operation, position: int) -> boo
     return dims == gate and mine[1] * mine[2] > 1
 
 
-
 def pad_value_is_zero(g: GraphBuilder, operation: Operation) -> bool:
     return operation.type == OperationCode.PAD or float(g.scalar(operation.inputs[2])) == 0.0
 
 
-
 def pool_layout_nchw(g: GraphBuilder, operation: Operation) -> bool:
     return bool(g.optional_scalar(operation, 10 if len(operation.inputs) in (10, 11) else 7, False))
-
 
 
 def pad_channels(g: GraphBuilder, name: str, extra: int) -> str:
@@ -773,11 +708,9 @@ def pad_channels(g: GraphBuilder, name: str, extra: int) -> str:
     return g.one("Pad", [name, pads, g.constant(np.array(0.0, np.float32))], mode="constant")
 
 
-
 def require_rank(value: Value, rank: int, what: str) -> None:
     if value.rank != rank:
         raise Declined(f"{what} must have rank {rank}")
-
 
 
 @dataclass
@@ -792,7 +725,6 @@ class ConvParams:
     fuse: int
     nchw: bool
     multiplier: int = 1
-
 
 
 def conv_params(g: GraphBuilder, operation: Operation, depthwise: bool) -> ConvParams:
@@ -836,7 +768,6 @@ def conv_params(g: GraphBuilder, operation: Operation, depthwise: bool) -> ConvP
                       multiplier)
 
 
-
 def same_pads(dims: list[int], nchw: bool, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
               ) -> list[int]:
     """NNAPI's SAME padding as explicit ONNX pads (top, left, bottom, right): the odd pixel
@@ -857,9 +788,7 @@ def same_pads(dims: list[int], nchw: bool, kernel: Sequence[int], strides: Seque
     return [top, left, bottom, right]
 
 
-
 CLAMPS = {OperationCode.RELU: (0.0, math.inf), OperationCode.RELU1: (-1.0, 1.0), OperationCode.RELU6: (0.0, 6.0)}
-
 
 
 def check_same_quantization(x: Value, output: Operand) -> None:
@@ -869,7 +798,6 @@ def check_same_quantization(x: Value, output: Operand) -> None:
         raise Declined("output quantization differs from the input's")
     if internal_kind(output.type) != x.kind:
         raise Declined("output type differs from the input's")
-
 
 
 def resize_in_rows(g: GraphBuilder, operation: Operation) -> bool:
@@ -886,13 +814,11 @@ def resize_in_rows(g: GraphBuilder, operation: Operation) -> bool:
             and index in g.subgraph.output_indexes and not g.readers(index))
 
 
-
 def constant_axis(g: GraphBuilder, index: int, rank: int) -> int:
     axis = int(g.scalar(index))
     if rank == 0 or not -rank <= axis < rank:
         raise Declined(f"axis {axis} is out of range for rank {rank}")
     return axis % rank
-
 
 
 def constant_ints(g: GraphBuilder, index: int, what: str) -> np.ndarray:
@@ -904,10 +830,8 @@ def constant_ints(g: GraphBuilder, index: int, what: str) -> np.ndarray:
     return np.asarray(value).reshape(-1).astype(np.int64)
 
 
-
 #: what a failed run-time check (``fail_unless``) names in its node, and the run's error reports
 CHECK_PREFIX = "nnapi check"
-
 
 
 def all_hold(g: GraphBuilder, conditions: Sequence[str]) -> str:
@@ -920,7 +844,6 @@ def all_hold(g: GraphBuilder, conditions: Sequence[str]) -> str:
         none = g.one("Equal", [failures, g.constant(np.array(0, np.int64))])
         holds = none if holds is None else g.one("And", [holds, none])
     return holds
-
 
 
 def fail_unless(g: GraphBuilder, condition: str, value: str, why: str = "") -> str:
@@ -936,7 +859,6 @@ def fail_unless(g: GraphBuilder, condition: str, value: str, why: str = "") -> s
     return g.one("Add", [value, zero])
 
 
-
 def check_failure(error: Exception) -> str | None:
     """The rule a run broke where ``error`` is ORT's refusal of a ``fail_unless`` check
     (e.g. "HASHTABLE_LOOKUP: input 1 (keys) must be sorted ascending"), else None."""
@@ -944,9 +866,7 @@ def check_failure(error: Exception) -> str | None:
     return found.group(1) if found else None
 
 
-
 NUMPY_KIND = {"float": np.float32, "int32": np.int32, "uint8": np.uint8, "bool": np.bool_}
-
 
 
 def read_counts(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
@@ -962,7 +882,6 @@ def read_counts(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
                 for name, count in read_counts(graph.node).items():
                     reads[name] = reads.get(name, 0) + count
     return reads
-
 
 
 def lower_operation(g: GraphBuilder, operation: Operation) -> None:

@@ -33,15 +33,10 @@ from nnapi.drivers.ort.builder import (
     type_name,
     wants_padding,
 )
-from nnapi.drivers.ort.quantization import (
-    quantize_half_away,
-)
+from nnapi.drivers.ort.quantization import quantize_half_away
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
-from nnapi.operations.common import (
-    activation_bounds_float,
-    transpose_conv_padding,
-)
+from nnapi.operations.common import activation_bounds_float, transpose_conv_padding
 
 #: the first release whose ConvTranspose gives the CTS's quantized TRANSPOSE_CONV_2D results
 #: (1.20 and 1.21 were 3 steps off on 16 vectors)
@@ -50,7 +45,6 @@ EXACT_CONV_TRANSPOSE_VERSION = (1, 22)
 
 #: float32's unit roundoff (round to nearest): what bounds a computed sum's error
 _UNIT_ROUNDOFF = 2.0 ** -24
-
 
 
 def value_range(g: GraphBuilder, index: int) -> tuple[float, float] | None:
@@ -72,7 +66,6 @@ def value_range(g: GraphBuilder, index: int) -> tuple[float, float] | None:
         if fuse in (FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6):
             return activation_bounds_float(fuse)
     return None
-
 
 
 def reachable_activation(g: GraphBuilder, fuse: int, source: int, weights: np.ndarray, bias: np.ndarray) -> int:
@@ -109,7 +102,6 @@ def reachable_activation(g: GraphBuilder, fuse: int, source: int, weights: np.nd
     return fuse
 
 
-
 def conv_attributes(params: ConvParams, kernel: list[int], group: int) -> dict:
     """The attributes of an ONNX Conv / QLinearConv / ConvInteger node for ``params``."""
     attributes: dict = {"strides": params.strides, "dilations": params.dilations, "kernel_shape": kernel,
@@ -121,7 +113,6 @@ def conv_attributes(params: ConvParams, kernel: list[int], group: int) -> dict:
     return attributes
 
 
-
 def _filter_to_oihw(g: GraphBuilder, index: int, depthwise: bool) -> tuple[str, np.ndarray | None, bool]:
     """The filter as [O, I, H, W] (depthwise: [C, 1, H, W]), for a constant its array, and
     whether quant8 weights were centered to int8 with zero point 0 (``centered_weights``)."""
@@ -131,7 +122,6 @@ def _filter_to_oihw(g: GraphBuilder, index: int, depthwise: bool) -> tuple[str, 
         return g.constant(array, "filter"), array, centered
     value = g.value(index)
     return g.one("Transpose", [value.name], perm=[3, 0, 1, 2] if depthwise else [0, 3, 1, 2]), None, False
-
 
 
 def constant_filter(g: GraphBuilder, index: int, depthwise: bool) -> tuple[np.ndarray, bool] | None:
@@ -149,7 +139,6 @@ def constant_filter(g: GraphBuilder, index: int, depthwise: bool) -> tuple[np.nd
     return np.ascontiguousarray(kept.transpose([3, 0, 1, 2] if depthwise else [0, 3, 1, 2])), centered
 
 
-
 def centered_weights(raw: np.ndarray, zero_point: int) -> np.ndarray | None:
     """Constant quant8 weights as int8 ``q - zero_point`` with zero point 0, where every
     value fits (None otherwise): the same integers enter every product, so QLinearConv's
@@ -160,7 +149,6 @@ def centered_weights(raw: np.ndarray, zero_point: int) -> np.ndarray | None:
     if centered.size == 0 or centered.min() < -128 or centered.max() > 127:
         return None
     return centered.astype(np.int8)
-
 
 
 def signed_weights(raw: np.ndarray, operand: Operand) -> tuple[np.ndarray, bool]:
@@ -178,7 +166,6 @@ def signed_weights(raw: np.ndarray, operand: Operand) -> tuple[np.ndarray, bool]
     return raw, False
 
 
-
 def filter_zero_point(operand: Operand, centered: bool) -> int:
     """The zero point of a constant quant8 filter as ``signed_weights`` stores it."""
     if centered or operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
@@ -186,7 +173,6 @@ def filter_zero_point(operand: Operand, centered: bool) -> int:
     if operand.type == T.TENSOR_QUANT8_ASYMM:
         return operand.zero_point - 128
     return operand.zero_point
-
 
 
 def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: int,
@@ -210,11 +196,9 @@ def _weight_quant(g: GraphBuilder, operand: Operand, depthwise: bool, channels: 
     raise Declined(f"{type_name(operand.type)} filters are not supported")
 
 
-
 #: ORT's symmetric quantized convolution kernels (MlasConvSym) take input channels in
 #: multiples of this; other counts fall back to im2col and a generic GEMM
 SYM_INPUT_CHANNEL_ALIGN = 4
-
 
 
 def _merged_columns(g: GraphBuilder, operation: Operation, params: ConvParams, array: np.ndarray,
@@ -311,7 +295,6 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: ConvParams, a
     return y
 
 
-
 #: how many times a convolution's multiply-adds _merged_columns may spend on 1-3 input
 #: channels: ORT's generic path there costs 2-4x its float Conv, so even 4x (stride 1 on
 #: one channel, 3x3 or 1x1) runs 3-4x faster (onnxruntime 1.32, one thread)
@@ -320,7 +303,6 @@ _MERGED_COST = 4
 
 #: output channels from which ORT's quantized 1x1 convolution is not merged (_merged_columns)
 FEW_OUTPUTS = 16
-
 
 
 def _few_outputs_factor(shape: tuple[int, ...], params: ConvParams, width: int) -> int:
@@ -335,7 +317,6 @@ def _few_outputs_factor(shape: tuple[int, ...], params: ConvParams, width: int) 
     while factor > 1 and width % factor:
         factor //= 2
     return factor
-
 
 
 def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool:
@@ -383,11 +364,9 @@ def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool
     return True
 
 
-
 #: element-wise operations whose output, read by a convolution in rows (_channels_in_rows),
 #: is an NHWC value as the graph's input is: an image's normalization (x * a + b)
 _ROWS_PRODUCERS = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
-
 
 
 def _channels_in_rows(g: GraphBuilder, operation: Operation, params: ConvParams, source: Value,
@@ -420,10 +399,8 @@ def _channels_in_rows(g: GraphBuilder, operation: Operation, params: ConvParams,
     return rows, g.constant(spread, "filter"), attributes
 
 
-
 #: below this many output pixels a convolution's multiply-adds cost less than a node more
 SINGLE_FILTER_MIN_PIXELS = 1024
-
 
 
 def _single_filter_conv(g: GraphBuilder, x: str, weights: np.ndarray, bias: np.ndarray, attributes: dict,
@@ -446,7 +423,6 @@ def _single_filter_conv(g: GraphBuilder, x: str, weights: np.ndarray, bias: np.n
     ones = g.constant(np.ones((1, channels, 1, 1), np.float32), "filter")
     total = g.constant(np.asarray(bias, np.float32).reshape(1), "w")
     return g.one("Conv", [products, ones, total], kernel_shape=[1, 1])
-
 
 
 @lowers(OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.GROUPED_CONV_2D)
@@ -532,10 +508,8 @@ def lower_conv(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], fused_activation(g, y, params.fuse, output))
 
 
-
 #: from how many rows a quantized FULLY_CONNECTED runs as one image's pixels
 _ROWS_AS_PIXELS = 8
-
 
 
 @lowers(OperationCode.FULLY_CONNECTED)
@@ -592,16 +566,12 @@ def lower_fully_connected(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
 
 
-
 #: operations whose float output ORT computes in its blocked layout (NCHWc), and the
 #: reshapes of one: what an image classifier's FULLY_CONNECTED reads
 _POOLED = (OperationCode.MEAN, OperationCode.AVERAGE_POOL_2D, OperationCode.MAX_POOL_2D, OperationCode.L2_POOL_2D,
            OperationCode.RESHAPE, OperationCode.SQUEEZE, OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D)
-
-
 #: weights from which ORT's 1x1 convolution beats its Gemm on one row (see _classifier_conv)
 CLASSIFIER_MIN_WEIGHTS = 1 << 18
-
 
 
 def _classifier_conv(g: GraphBuilder, operation: Operation, flat: str, units: int, depth: int) -> str | None:
@@ -627,7 +597,6 @@ def _classifier_conv(g: GraphBuilder, operation: Operation, flat: str, units: in
     return g.one("Reshape", [y, g.constant(np.array([1, units], np.int64))])
 
 
-
 def _record_convolution(g: GraphBuilder, index: int, nchw_name: str, fuse: int, nchw: bool) -> str:
     """``nchw_name`` (the output of the Conv node just made) back in NHWC, the pair
     recorded for _clamp_into_conv when the convolution has no activation of its own."""
@@ -636,7 +605,6 @@ def _record_convolution(g: GraphBuilder, index: int, nchw_name: str, fuse: int, 
     if fuse == FuseCode.FUSED_NONE and not nchw and not g.isolated and conv.output[0] == nchw_name:
         g.convolutions[index] = (conv, g.nodes[-1])
     return name
-
 
 
 @lowers(OperationCode.TRANSPOSE_CONV_2D)
@@ -720,7 +688,6 @@ def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
 
 
-
 def _shuffled_transpose_conv(g: GraphBuilder, operation: Operation, source: Value, raw: np.ndarray,
                              nchw: bool) -> str | None:
     """A quantized TRANSPOSE_CONV_2D whose kernel is its stride s, uncropped (a U-Net
@@ -764,12 +731,10 @@ def _shuffled_transpose_conv(g: GraphBuilder, operation: Operation, source: Valu
     return g.one("Transpose", [nhwc], perm=NHWC_TO_NCHW) if nchw else nhwc
 
 
-
 def _integers(g: GraphBuilder, value: Value) -> str:
     """A quant8 value's integers q - zero_point in float32 (exact)."""
     return g.one("DequantizeLinear", [value.name, g.constant(np.array(1.0, np.float32)),
                                       g.constant(np.array(value.zero_point, np.uint8))])
-
 
 
 def _quantized_transpose_filter(g: GraphBuilder, operation: Operation, raw: np.ndarray | None,
@@ -803,7 +768,6 @@ def _quantized_transpose_filter(g: GraphBuilder, operation: Operation, raw: np.n
         exact = g.one("Cast", [given.name], to=TensorProto.FLOAT) if given.kind == "int8" else _integers(g, given)
         return g.one("Transpose", [exact], perm=[3, 0, 1, 2]), multipliers
     return g.constant(np.ascontiguousarray(integers.astype(np.float32).transpose(3, 0, 1, 2)), "filter"), multipliers
-
 
 
 @lowers(OperationCode.BATCH_MATMUL)

@@ -74,9 +74,7 @@ def lower_reshape(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Reshape", [x.name, g.constant(shape)]))
 
 
-
 _BROADCASTING = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV)
-
 
 
 def _only_broadcast(g: GraphBuilder, index: int, x: Value, shape: list[int]) -> bool:
@@ -92,7 +90,6 @@ def _only_broadcast(g: GraphBuilder, index: int, x: Value, shape: list[int]) -> 
     return bool(readers) and all(
         op.type in _BROADCASTING and index in op.inputs[:2] and g.operand(op.outputs[0]).type == T.TENSOR_FLOAT32
         and len(g.operand(op.outputs[0]).dimensions) >= x.rank for op in readers)
-
 
 
 @lowers(OperationCode.CONCATENATION)
@@ -112,7 +109,6 @@ def lower_concatenation(g: GraphBuilder, operation: Operation) -> None:
             raise Declined("inputs of different types")
         y = g.one("Concat", [p.name for p in parts], axis=axis)
     g.set_output(operation.outputs[0], y)
-
 
 
 @lowers(OperationCode.PAD, OperationCode.PAD_V2)
@@ -159,7 +155,6 @@ def lower_pad(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
 
 
-
 def _non_negative(g: GraphBuilder, index: int) -> bool:
     """Whether every element of float operand ``index`` is >= 0 (NaN aside) because the
     operation computing it ends with a RELU / RELU6 (its own or a convolution's fused one)."""
@@ -176,7 +171,6 @@ def _non_negative(g: GraphBuilder, index: int) -> bool:
             return False
         return fuse in (FuseCode.FUSED_RELU, FuseCode.FUSED_RELU6)
     return False
-
 
 
 def pad_of_max_pool(g: GraphBuilder, operation: Operation) -> list[int] | None:
@@ -214,7 +208,6 @@ def pad_of_max_pool(g: GraphBuilder, operation: Operation) -> list[int] | None:
     return added
 
 
-
 def max_pool_padding(g: GraphBuilder, operation: Operation, dims: list[int]) -> tuple[list[int], list[int]]:
     """A MAX_POOL_2D's own padding (top, left, bottom, right) of an NHWC input of ``dims``
     and its kernel (height, width)."""
@@ -229,7 +222,6 @@ def max_pool_padding(g: GraphBuilder, operation: Operation, dims: list[int]) -> 
         raise Declined(f"padding scheme {scheme} is not valid")
     pads = same_pads(dims, False, (filter_h, filter_w), (stride_h, stride_w), (1, 1)) if scheme == 1 else [0, 0, 0, 0]
     return pads, [filter_h, filter_w]
-
 
 
 def _padded_pad(g: GraphBuilder, operation: Operation) -> bool:
@@ -259,7 +251,6 @@ def _padded_pad(g: GraphBuilder, operation: Operation) -> bool:
     return True
 
 
-
 @lowers(OperationCode.DEPTH_TO_SPACE, OperationCode.SPACE_TO_DEPTH)
 def lower_depth_space(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -276,7 +267,6 @@ def lower_depth_space(g: GraphBuilder, operation: Operation) -> None:
         raise Declined(f"this onnxruntime has no {op_type} kernel for {x.kind} values")
     y = g.one(op_type, [to_nchw(g, x.name, nchw)], blocksize=block, **extra)
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
-
 
 
 @lowers(OperationCode.STRIDED_SLICE)
@@ -333,7 +323,6 @@ def lower_strided_slice(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], keep_blocked(g, operation, y))
 
 
-
 def sliced_block(g: GraphBuilder, operation: Operation, dims: list[int]) -> tuple[int, int, int] | None:
     """(axis, start, stop) where STRIDED_SLICE ``operation`` of a ``dims`` tensor takes
     ``start:stop`` of one axis and all of the others, with unit strides and nothing shrunk;
@@ -355,7 +344,6 @@ def sliced_block(g: GraphBuilder, operation: Operation, dims: list[int]) -> tupl
         if (start, stop) != (0, size):
             cut.append((axis, start, stop))
     return cut[0] if len(cut) == 1 else None
-
 
 
 def _slices_as_split(g: GraphBuilder, operation: Operation, x: Value) -> bool:
@@ -403,7 +391,6 @@ def _slices_as_split(g: GraphBuilder, operation: Operation, x: Value) -> bool:
     return True
 
 
-
 @lowers(OperationCode.TRANSPOSE)
 def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -422,7 +409,6 @@ def lower_transpose(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Transpose", [x.name], perm=perm))
 
 
-
 @lowers(OperationCode.REVERSE)
 def lower_reverse(g: GraphBuilder, operation: Operation) -> None:
     """REVERSE as a Slice with step -1 along the axis (a constant in [0, rank))."""
@@ -434,7 +420,6 @@ def lower_reverse(g: GraphBuilder, operation: Operation) -> None:
     ends = np.iinfo(np.int64).min  # past the first element, walking backwards
     slices = [g.constant(np.array([v], np.int64)) for v in (-1, ends, axis, -1)]
     g.set_output(operation.outputs[0], g.one("Slice", [x.name, *slices]))
-
 
 
 @lowers(OperationCode.SQUEEZE)
@@ -472,7 +457,6 @@ def lower_squeeze(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Reshape", [x.name, g.constant(np.array(shape, np.int64))]))
 
 
-
 @lowers(OperationCode.EXPAND_DIMS)
 def lower_expand_dims(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -483,7 +467,6 @@ def lower_expand_dims(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("EXPAND_DIMS axis out of range")
     axis %= x.rank + 1
     g.set_output(operation.outputs[0], g.one("Unsqueeze", [x.name, g.constant(np.array([axis], np.int64))]))
-
 
 
 @lowers(OperationCode.CHANNEL_SHUFFLE)
@@ -506,7 +489,6 @@ def lower_channel_shuffle(g: GraphBuilder, operation: Operation) -> None:
     y = g.one("Reshape", [x.name, g.constant(np.array(split, np.int64))])
     y = g.one("Transpose", [y], perm=perm)
     g.set_output(operation.outputs[0], g.one("Reshape", [y, g.constant(np.array(x.dims, np.int64))]))
-
 
 
 @lowers(OperationCode.GATHER)
@@ -536,7 +518,6 @@ def lower_gather(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Gather", [x.name, indices], axis=axis))
 
 
-
 @lowers(OperationCode.SPLIT)
 def lower_split(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -553,7 +534,6 @@ def lower_split(g: GraphBuilder, operation: Operation) -> None:
     sizes = g.constant(np.full(count, x.dims[axis] // count, np.int64))
     for index, name in zip(operation.outputs, g.node("Split", [x.name, sizes], count, axis=axis)):
         g.set_output(index, name)
-
 
 
 def _split_rows(g: GraphBuilder, operation: Operation, x: Value, axis: int) -> bool:
@@ -614,7 +594,6 @@ def _split_rows(g: GraphBuilder, operation: Operation, x: Value, axis: int) -> b
     return True
 
 
-
 def _gate_splits(g: GraphBuilder, products: list[Operation]) -> tuple[list[Operation], list[int]] | None:
     """(the SPLITs, their block sizes) where each FULLY_CONNECTED result of ``products`` is
     read only by one float SPLIT of its last axis into the same number of blocks (not a
@@ -640,7 +619,6 @@ def _gate_splits(g: GraphBuilder, products: list[Operation]) -> tuple[list[Opera
     if count < 1 or units % count or any(len(split.outputs) != count for split in splits):
         return None
     return splits, [units // count] * count
-
 
 
 def _same_products(g: GraphBuilder, reshapes: list[Operation], products: list[list[Operation]],
@@ -677,7 +655,6 @@ def _same_products(g: GraphBuilder, reshapes: list[Operation], products: list[li
             return None
         biases.append(bias)
     return biases
-
 
 
 @lowers(OperationCode.SLICE)
@@ -718,7 +695,6 @@ def lower_slice(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
-
 @lowers(OperationCode.TILE)
 def lower_tile(g: GraphBuilder, operation: Operation) -> None:
     """Tile; multiples given at run time go to it as they are (ORT refuses a negative one,
@@ -737,7 +713,6 @@ def lower_tile(g: GraphBuilder, operation: Operation) -> None:
             raise Declined("multiples must be positive, one per dimension")
         multiples = g.constant(values)
     g.set_output(operation.outputs[0], g.one("Tile", [x.name, multiples]))
-
 
 
 @lowers(OperationCode.SPACE_TO_BATCH_ND, OperationCode.BATCH_TO_SPACE_ND)
@@ -788,7 +763,6 @@ def lower_space_batch(g: GraphBuilder, operation: Operation) -> None:
     y = g.one("Transpose", [y], perm=perm)
     y = g.one("Reshape", [y, g.constant(np.array(shape, np.int64))])
     g.set_output(operation.outputs[0], g.one("Transpose", [y], perm=NHWC_TO_NCHW) if nchw else y)
-
 
 
 def _space_batch_at_run_time(g: GraphBuilder, operation: Operation, x: Value, space_to_batch: bool) -> None:

@@ -38,20 +38,14 @@ from nnapi.drivers.ort.builder import (
 )
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
-from nnapi.operations.common import (
-    activation_bounds_float,
-    activation_bounds_quantized,
-    quantize_with_activation,
-)
+from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized, quantize_with_activation
 from nnapi.operations.quant_math import dequantize
 
 #: the first ONNX Runtime release with a uint8 Less on the CPU
 UINT8_LESS_VERSION = (1, 21)
 
-
 _BINARY = {OperationCode.ADD: ("Add", "QLinearAdd"), OperationCode.MUL: ("Mul", "QLinearMul"),
            OperationCode.SUB: ("Sub", None), OperationCode.DIV: ("Div", None)}
-
 
 
 @lowers(*_BINARY)
@@ -107,7 +101,6 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
 
 
-
 def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) -> tuple[str, str]:
     """The operands of a QLinearMul / QLinearAdd, a [N, 1, 1, C] value computed at run time
     (a squeeze-and-excitation gate) spread over the other's [N, H, W, C] by an Expand
@@ -124,12 +117,10 @@ def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) 
     return names[0], names[1]
 
 
-
 #: operations ORT computes outside its blocked layout: a MUL of their result (an attention's
 #: scaled scores, BATCH_MATMUL's) is a plain Mul, not a convolution between two Transposes
 _UNBLOCKED = (OperationCode.BATCH_MATMUL, OperationCode.FULLY_CONNECTED, OperationCode.TRANSPOSE,
               OperationCode.RESHAPE, OperationCode.SOFTMAX, OperationCode.GATHER)
-
 
 
 def _blocked_product(g: GraphBuilder, a: Value, b: Value) -> str | None:
@@ -157,7 +148,6 @@ def _blocked_product(g: GraphBuilder, a: Value, b: Value) -> str | None:
     return None
 
 
-
 def _scaled_padded(g: GraphBuilder, operation: Operation) -> bool:
     """Whether a float MUL lowers in the padded form: its input that is scaled (not the
     constant, not the [N, 1, 1, C] gate) was computed padded and takes that form (a padded
@@ -170,7 +160,6 @@ def _scaled_padded(g: GraphBuilder, operation: Operation) -> bool:
         if scaled and index in g.padded and reads_padded(g, operation, index):
             return True
     return False
-
 
 
 def _padded_mul(g: GraphBuilder, operation: Operation) -> tuple[str, int]:
@@ -207,14 +196,12 @@ def _padded_mul(g: GraphBuilder, operation: Operation) -> tuple[str, int]:
     raise Declined("no padded input")  # not reached: the caller checked
 
 
-
 #: the fewest channels from which _channel_product's depthwise convolution beats QLinearMul
 #: (process time alone, 1x1 depthwise against QLinearMul): by a factor per channel (ORT's
 #: broadcast path; 112x112x8: 276 -> 79 us, 56x56x16: 35 -> 19) and by one for all (a
 #: vectorized path: 56x56x32 21 / 21 us, x64 38 -> 26, 224x224x3 32 -> 450); one pixel
 #: (a squeeze-and-excitation gate's scaling) is left to QLinearMul too (1x1x96: 6.9 / 7.4)
 CHANNEL_PRODUCT_MIN_CHANNELS = {False: 8, True: 64}
-
 
 
 def _channel_product(g: GraphBuilder, operation: Operation, output: Operand, fuse: int) -> str | None:
@@ -261,7 +248,6 @@ def _channel_product(g: GraphBuilder, operation: Operation, output: Operand, fus
     return None
 
 
-
 def _channel_product_exact(x: Operand, factor: Operand, output: Operand, fuse: int, factors: np.ndarray,
                            weights: np.ndarray, weight_scales: np.ndarray) -> bool:
     """Whether _channel_product's QLinearConv gives the reference's MUL for every stored
@@ -277,7 +263,6 @@ def _channel_product_exact(x: Operand, factor: Operand, output: Operand, fuse: i
     low, high = activation_bounds_quantized(fuse, output)
     computed = np.clip(np.rint(accumulators * scales[None, :]).astype(np.int64) + output.zero_point, low, high)
     return bool(np.array_equal(computed, expected))
-
 
 
 def _clamped_add(g: GraphBuilder, operation: Operation, a: str, b: str, output: Operand, channels: int) -> str:
@@ -300,7 +285,6 @@ def _clamped_add(g: GraphBuilder, operation: Operation, a: str, b: str, output: 
         return fused_activation(g, total, fuse, output)
     identity = channel_scale(g, to_nchw(g, total, False), np.ones(channels, np.float32))
     return from_nchw(g, fused_activation(g, identity, fuse, output), False)
-
 
 
 def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse: int) -> str | None:
@@ -336,17 +320,13 @@ def _clamp_into_conv(g: GraphBuilder, operation: Operation, a: str, b: str, fuse
     return None
 
 
-
 _UNARY_FLOAT = {OperationCode.LOGISTIC: "Sigmoid", OperationCode.TANH: "Tanh", OperationCode.RELU: "Relu",
                 OperationCode.HARD_SWISH: "HardSwish", OperationCode.ABS: "Abs", OperationCode.EXP: "Exp",
                 OperationCode.FLOOR: "Floor", OperationCode.NEG: "Neg", OperationCode.SQRT: "Sqrt",
                 OperationCode.ELU: "Elu", OperationCode.LOG: "Log", OperationCode.SIN: "Sin"}
-
-
 #: the unary operations that also take TENSOR_INT32, wrapping as two's complement (|INT32_MIN|
 #: and -INT32_MIN are INT32_MIN), as ONNX Runtime's Abs and Neg do
 _UNARY_INT32 = (OperationCode.ABS, OperationCode.NEG)
-
 
 
 @lowers(*_UNARY_FLOAT, OperationCode.RELU1, OperationCode.RELU6, OperationCode.RSQRT)
@@ -407,7 +387,6 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
-
 def _is_gate(g: GraphBuilder, index: int, shifted: bool = True) -> bool:
     """Whether operand ``index`` is read only by MULs, inside the graph (a gate), or by
     an ADD or SUB whose result is such a gate (a GRU's 1 - z: an error e in the gate is
@@ -418,7 +397,6 @@ def _is_gate(g: GraphBuilder, index: int, shifted: bool = True) -> bool:
     return bool(readers) and all(op.type == OperationCode.MUL or (
         shifted and op.type in (OperationCode.ADD, OperationCode.SUB) and _is_gate(g, op.outputs[0], False))
         for op in readers)
-
 
 
 def _logistic(g: GraphBuilder, x: str) -> str:
@@ -438,7 +416,6 @@ def _logistic(g: GraphBuilder, x: str) -> str:
     return g.one("Reciprocal", [g.one("Add", [g.one("Exp", [g.one("Neg", [x])]), one])])
 
 
-
 def _elu(g: GraphBuilder, x: str, alpha: float) -> str:
     """ELU as relu(x) + alpha * (exp(min(x, 0)) - 1): ORT's Elu is a scalar loop (16x64x64:
     95 us), these five vectorized passes 35 us (misc_ops' ELU layer). exp(m) - 1 for m <= 0 is
@@ -448,7 +425,6 @@ def _elu(g: GraphBuilder, x: str, alpha: float) -> str:
     negative = g.one("Mul", [g.one("Sub", [exp, g.constant(np.array(1.0, np.float32))]),
                              g.constant(np.array(alpha, np.float32))])
     return g.one("Add", [g.one("Relu", [x]), negative])
-
 
 
 @lowers(OperationCode.PRELU)
@@ -491,7 +467,6 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
-
 def _prelu_blocked(g: GraphBuilder, x: Value, alpha: np.ndarray) -> str:
     """PRELU with a constant per-channel alpha on a value ORT holds in NCHWc, in operators
     it keeps there: relu(x) + (-alpha) * relu(-x), the two scalings as 1x1 depthwise
@@ -509,7 +484,6 @@ def _prelu_blocked(g: GraphBuilder, x: Value, alpha: np.ndarray) -> str:
     return from_nchw(g, y, False)
 
 
-
 def _prelu(g: GraphBuilder, x: str, alpha: str) -> str:
     """PRELU in float as relu(x) + min(x, 0) * alpha: the same values as ONNX PRelu (x
     where x >= 0, alpha * x below), but ORT runs PRelu's per-channel broadcast element
@@ -517,7 +491,6 @@ def _prelu(g: GraphBuilder, x: str, alpha: str) -> str:
     form, whose broadcast multiply is vectorized and whose ops stay in ORT's NCHWc layout)."""
     negative = g.one("Min", [x, g.constant(np.array(0.0, np.float32))])
     return g.one("Add", [g.one("Relu", [x]), g.one("Mul", [negative, alpha])])
-
 
 
 @lowers(OperationCode.MAXIMUM, OperationCode.MINIMUM)
@@ -547,7 +520,6 @@ def lower_maximum(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one(op_type, names))
 
 
-
 def _requantized(g: GraphBuilder, code: int, inputs: list[int], output: Operand) -> list[str]:
     """The 8-bit ``inputs`` of selection ``code`` each requantized into ``output``'s
     quantization as a Gather from the reference's table (requantize.py; one already in it as
@@ -567,11 +539,9 @@ def _requantized(g: GraphBuilder, code: int, inputs: list[int], output: Operand)
     return names
 
 
-
 _COMPARISONS = {OperationCode.EQUAL: "Equal", OperationCode.NOT_EQUAL: "Equal", OperationCode.GREATER: "Greater",
                 OperationCode.GREATER_EQUAL: "GreaterOrEqual", OperationCode.LESS: "Less",
                 OperationCode.LESS_EQUAL: "LessOrEqual"}
-
 
 
 @lowers(*_COMPARISONS)
@@ -594,7 +564,6 @@ def lower_comparison(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
-
 @lowers(OperationCode.SELECT)
 def lower_select(g: GraphBuilder, operation: Operation) -> None:
     """Where(condition, input1, input2); quantized inputs in another quantization than the
@@ -614,9 +583,7 @@ def lower_select(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], g.one("Where", [condition.name, *names]))
 
 
-
 _LOGICAL = {OperationCode.LOGICAL_AND: "And", OperationCode.LOGICAL_OR: "Or", OperationCode.LOGICAL_NOT: "Not"}
-
 
 
 @lowers(*_LOGICAL)
@@ -625,7 +592,6 @@ def lower_logical(g: GraphBuilder, operation: Operation) -> None:
     if any(v.kind != "bool" for v in inputs):
         raise Declined(f"{OperationCode(operation.type).name} takes BOOL8 tensors")
     g.set_output(operation.outputs[0], g.one(_LOGICAL[OperationCode(operation.type)], [v.name for v in inputs]))
-
 
 
 @lowers(OperationCode.POW)

@@ -86,7 +86,6 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
     return lowered, input_names, output_names
 
 
-
 def _composite(g: GraphBuilder, root: Operation, op_type: str, source: int, parameters: tuple) -> str:
     """A composite (composites.py) ending at ``root`` as ORT's one operator on ``source``;
     a quantized swish computes it on the dequantized values and quantizes into the root's
@@ -108,7 +107,6 @@ def _composite(g: GraphBuilder, root: Operation, op_type: str, source: int, para
     return fused_activation(g, g.quantize(swish, output), int(g.scalar(root.inputs[2])), output)
 
 
-
 def _drop_output_identities(g: GraphBuilder) -> None:
     """Let the node producing a graph output write it directly (no Identity copy) where the
     value is produced by a node and read by nothing else."""
@@ -123,7 +121,6 @@ def _drop_output_identities(g: GraphBuilder) -> None:
             continue
         producer.output[list(producer.output).index(source)] = node.output[0]
         g.nodes.remove(node)
-
 
 
 def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
@@ -156,7 +153,6 @@ def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
     return True
 
 
-
 def _drop_unread_nodes(g: GraphBuilder, outputs: list[str]) -> None:
     """Drop the nodes whose results nothing reads (a DEQUANTIZE whose only reader took the
     quantized value instead: _integer_mean); ORT would run them."""
@@ -166,7 +162,6 @@ def _drop_unread_nodes(g: GraphBuilder, outputs: list[str]) -> None:
         if len(kept) == len(g.nodes):
             return
         g.nodes[:] = kept
-
 
 
 def operation_support(model: Model, operation: Operation) -> str | None:

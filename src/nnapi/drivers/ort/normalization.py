@@ -23,9 +23,7 @@ from nnapi.drivers.ort.builder import (
     to_nchw,
     type_name,
 )
-from nnapi.drivers.ort.quantization import (
-    quantize_half_away,
-)
+from nnapi.drivers.ort.quantization import quantize_half_away
 from nnapi.hal import Operation
 
 
@@ -50,7 +48,6 @@ def empty_quantized_softmax_has_output() -> bool:
     return outputs is not None and len(outputs) == 1 and isinstance(outputs[0], np.ndarray)
 
 
-
 @lowers(OperationCode.SOFTMAX)
 def lower_softmax(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -71,7 +68,6 @@ def lower_softmax(g: GraphBuilder, operation: Operation) -> None:
     if output.type in QUANT8:
         y = g.quantize(y, output)
     g.set_output(operation.outputs[0], y)
-
 
 
 @lowers(OperationCode.L2_NORMALIZATION)
@@ -96,7 +92,6 @@ def lower_l2_normalization(g: GraphBuilder, operation: Operation) -> None:
     norm = g.one("Max", [g.one("Sqrt", [squares]), g.constant(np.array(1e-6, np.float32))])
     y = g.one("Div", [x.name, norm])
     g.set_output(operation.outputs[0], quantize_half_away(g, y, output) if output.type in QUANT8 else y)
-
 
 
 @lowers(OperationCode.LOCAL_RESPONSE_NORMALIZATION)
@@ -127,7 +122,6 @@ def lower_local_response_normalization(g: GraphBuilder, operation: Operation) ->
     g.set_output(operation.outputs[0], y)
 
 
-
 @lowers(OperationCode.INSTANCE_NORMALIZATION)
 def lower_instance_normalization(g: GraphBuilder, operation: Operation) -> None:
     """(x - mean) * gamma / sqrt(var + epsilon) + beta per image and channel: ONNX's
@@ -145,7 +139,6 @@ def lower_instance_normalization(g: GraphBuilder, operation: Operation) -> None:
     shift = g.constant(np.full(channels, beta, np.float32), "beta")
     y = g.one("InstanceNormalization", [to_nchw(g, x.name, nchw), scale, shift], epsilon=epsilon)
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
-
 
 
 @lowers(OperationCode.LOG_SOFTMAX)

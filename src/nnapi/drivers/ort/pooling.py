@@ -35,10 +35,7 @@ from nnapi.drivers.ort.builder import (
     to_nchw,
     type_name,
 )
-from nnapi.drivers.ort.data_movement import (
-    max_pool_padding,
-    pad_of_max_pool,
-)
+from nnapi.drivers.ort.data_movement import max_pool_padding, pad_of_max_pool
 from nnapi.hal import Operand, Operation
 
 
@@ -112,14 +109,10 @@ def lower_pool(g: GraphBuilder, operation: Operation) -> None:
         g.set_output(operation.outputs[0], y)
 
 
-
 #: the widest window whose quantized average _quantized_average_pool rounds exactly
 _NUDGED_TAPS = 1024
-
-
 #: how far it scales an average away from zero before rounding half to even: 2**-20
 _NUDGE = 2.0 ** -20
-
 
 
 def _quantized_average_pool(g: GraphBuilder, x: Value, output: Operand, attributes: dict, nchw: bool) -> str:
@@ -155,7 +148,6 @@ def _quantized_average_pool(g: GraphBuilder, x: Value, output: Operand, attribut
                                     g.constant(np.array(center, np.uint8))])
 
 
-
 def _summed_average_pool(g: GraphBuilder, x: Value, output: Operand, attributes: dict, nchw: bool) -> str | None:
     """_quantized_average_pool's average where every window lies inside the image (no
     padding, so every count is the window's area) as a depthwise QLinearConv of ones: the
@@ -181,7 +173,6 @@ def _summed_average_pool(g: GraphBuilder, x: Value, output: Operand, attributes:
                               g.constant(center, "zp")],
               kernel_shape=[kernel_h, kernel_w], strides=attributes["strides"], pads=[0, 0, 0, 0], group=channels)
     return from_nchw(g, y, nchw)
-
 
 
 @lowers(OperationCode.MEAN)
@@ -226,7 +217,6 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
-
 def _integer_mean(g: GraphBuilder, x: Value, keep: bool) -> str:
     """The float32 MEAN over NHWC's height and width of a DEQUANTIZE of the 8-bit ``x``
     (TFLite's quantized MEAN, imported as DEQUANTIZE, MEAN, QUANTIZE: the pool of an
@@ -247,7 +237,6 @@ def _integer_mean(g: GraphBuilder, x: Value, keep: bool) -> str:
     sums = g.one("Reshape", [sums, g.constant(np.array(shape, np.int64))])
     return g.one("DequantizeLinear", [sums, g.constant(np.array(x.scale / (height * width), np.float32)),
                                       g.constant(np.array(0, np.int32))])
-
 
 
 def _quantized_mean(g: GraphBuilder, x: Value, axes: list[int], keep: bool, offset: int) -> str:
@@ -272,7 +261,6 @@ def _quantized_mean(g: GraphBuilder, x: Value, axes: list[int], keep: bool, offs
     return rounded_mean(g, sums, count, offset)
 
 
-
 def rounded_mean(g: GraphBuilder, sums: str, count: int | str, offset: int) -> str:
     """The reference's quantized mean as an 8-bit value in its internal encoding: from the
     int32 (or int64) ``sums`` of ``count`` internal values each (a Python int, or an int64
@@ -295,7 +283,6 @@ def rounded_mean(g: GraphBuilder, sums: str, count: int | str, offset: int) -> s
     return g.one("Cast", [clipped], to=TensorProto.UINT8)
 
 
-
 def _reduce_mean(g: GraphBuilder, name: str, dims: list[int], axes: list[int], keep: bool) -> str:
     """ReduceMean over ``axes``. Adjacent axes after dimensions of 1 (a global pool over
     NHWC's height and width) reduce as the first axis of a [rows, columns] matrix: ORT's
@@ -313,13 +300,11 @@ def _reduce_mean(g: GraphBuilder, name: str, dims: list[int], axes: list[int], k
     return g.one("Reshape", [mean, g.constant(np.array(shape or [1], np.int64))])
 
 
-
 def _reduced(g: GraphBuilder, name: str, rank: int, axes: list[int], keep: bool) -> str:
     """NNAPI gives shape [1] where every dimension was reduced away (ONNX a scalar)."""
     if not keep and len(axes) == rank:
         return g.one("Reshape", [name, g.constant(np.array([1], np.int64))])
     return name
-
 
 
 @lowers(OperationCode.REDUCE_MAX, OperationCode.REDUCE_MIN, OperationCode.REDUCE_SUM, OperationCode.REDUCE_PROD,
@@ -387,7 +372,6 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], _reduced(g, y, x.rank, axes, keep))
 
 
-
 @lowers(OperationCode.ARGMAX, OperationCode.ARGMIN)
 def lower_argminmax(g: GraphBuilder, operation: Operation) -> None:
     """ArgMax / ArgMin (the first index of equal extremes, as the reference's numpy does) as
@@ -413,10 +397,8 @@ def lower_argminmax(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], _reduced(g, y, x.rank, [axis], False))
 
 
-
 #: the quantized ARG_MAX / ARG_MIN input size from which its ArgMax / ArgMin reads float32
 _FLOAT_ARGMAX_SIZE = 16384
-
 
 
 @lowers(OperationCode.TOPK_V2)

@@ -63,7 +63,6 @@ def lower_cast(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
-
 @lowers(OperationCode.QUANTIZE)
 def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
     x = g.value(operation.inputs[0])
@@ -90,7 +89,6 @@ def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], quantize_half_away(g, x.name, output))
 
 
-
 def _same_internal_quantization(source: Value, output: Operand) -> bool:
     """Whether QUANTIZE into ``output`` of the DEQUANTIZE of 8-bit ``source`` gives back
     ``source``'s internal values: one float32 scale and one internal zero point. With d = q -
@@ -102,9 +100,7 @@ def _same_internal_quantization(source: Value, output: Operand) -> bool:
             and source.zero_point == internal_zero_point(output))
 
 
-
 _LARGEST_FLOAT32 = float(np.finfo(np.float32).max)
-
 
 
 def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float | None = None) -> str:
@@ -141,10 +137,8 @@ def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float
                                     g.constant(np.array(zero_point, np.uint8))])
 
 
-
 #: the QUANTIZE size from which quantize_half_away takes the sign with a Mul and a Clip
 _CLIPPED_SIGN_SIZE = 4096
-
 
 
 @lowers(OperationCode.DEQUANTIZE)
@@ -183,7 +177,6 @@ def lower_dequantize(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined(f"DEQUANTIZE of a non-constant {type_name(operand.type)} is not supported")
     g.set_output(operation.outputs[0], y)
-
 
 
 def _dequantize_symmetric(g: GraphBuilder, x: Value, operand: Operand) -> str:

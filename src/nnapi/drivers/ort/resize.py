@@ -28,9 +28,7 @@ from nnapi.drivers.ort.builder import (
     type_name,
 )
 from nnapi.hal import Operand, Operation
-from nnapi.operations.common import (
-    nearest_indexes,
-)
+from nnapi.operations.common import nearest_indexes
 from nnapi.operations.resize import weighted_taps
 
 
@@ -92,19 +90,16 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
 
 
-
 #: a weight that is a multiple of 2**-6 of magnitude <= 2 makes every product of an 8-bit
 #: integer and two weights (<= 1020, a multiple of 2**-12) and every sum of four (< 2**12)
 #: exact in float32: the blend is then exact in any order
 _EXACT_WEIGHT_STEP = 2.0 ** -6
 
 
-
 def resize_mode(align_corners: bool, half_pixel: bool) -> str:
     """ONNX Resize's coordinate_transformation_mode for NNAPI's flags (half_pixel here is
     TF's: a length-1 output still samples from the half-pixel position)."""
     return "align_corners" if align_corners else "half_pixel" if half_pixel else "asymmetric"
-
 
 
 def exact_taps(*taps: tuple) -> bool:
@@ -114,7 +109,6 @@ def exact_taps(*taps: tuple) -> bool:
     weights = np.concatenate([np.asarray(t[2:], np.float64).ravel() for t in taps])
     steps = weights / _EXACT_WEIGHT_STEP
     return bool(np.all(steps == np.round(steps)) and np.all(np.abs(weights) <= 2))
-
 
 
 @functools.lru_cache(maxsize=64)
@@ -157,7 +151,6 @@ def resize_matches_taps(height: int, width: int, out_height: int, out_width: int
     cols = weighted_taps(width, out_width, align_corners, half_pixel)
     expected = bilinear_blend(probe.astype(np.float32), rows, cols)
     return bool(np.array_equal(ours, expected.transpose(NHWC_TO_NCHW) if nchw else expected))
-
 
 
 def _truncated_blend(g: GraphBuilder, x: Value, output: Operand, axes: tuple[int, int], sizes: tuple[int, int],
@@ -210,7 +203,6 @@ def _truncated_blend(g: GraphBuilder, x: Value, output: Operand, axes: tuple[int
     return _truncated(g, blend, signed)
 
 
-
 def _truncated(g: GraphBuilder, blend: str, signed: bool) -> str:
     """A float blend of stored integers as the internal uint8 value: truncated toward zero
     by a float to 8-bit Cast (C's conversion; every blend lies within the type's range),
@@ -218,7 +210,6 @@ def _truncated(g: GraphBuilder, blend: str, signed: bool) -> str:
     if signed:
         return g.shift_signed(g.one("Cast", [blend], to=TensorProto.INT8), to_unsigned=True)
     return g.one("Cast", [blend], to=TensorProto.UINT8)
-
 
 
 @lowers(OperationCode.RESIZE_NEAREST_NEIGHBOR)
