@@ -323,6 +323,24 @@ def test_fuzz_tells_an_ill_conditioned_graph_from_a_failure():
         assert "every operation passes alone: they differ only together" in outcome.message
 
 
+def test_fuzz_finds_no_failure_on_the_onnx_runtime_device(signatures):
+    """Random chains of CTS signatures on nnapi-ort-cpu: every difference from the
+    reference is ill-conditioned, never an operation or a fused lowering that fails
+    (the graphs of these seeds include quantized SUBs into finer scales and float16
+    EXP into SIN, which are)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from nnapi.drivers.ort import devices
+
+    (device,) = [d for d in devices() if d.name == "nnapi-ort-cpu"]
+    with only_devices(device):
+        outcomes = [o for seed in (3601, 3607) for o in fuzz("nnapi-ort-cpu", graphs=150, seed=seed,
+                                                              max_operations=6, signatures=signatures)]
+    assert [o.message for o in outcomes if o.status == "failed"] == []
+    assert sum(o.status == "passed" for o in outcomes) >= 290
+    assert any(o.status == "ill-conditioned" for o in outcomes)
+
+
 # --- commands -----------------------------------------------------------------------------
 @pytest.fixture
 def vector_file(tmp_path, signatures):
