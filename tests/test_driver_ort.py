@@ -16,7 +16,7 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import constant  # noqa: E402
+from helpers import constant, reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -107,10 +107,6 @@ def test_conv_block_agrees_with_the_reference(codes):
         assert np.abs(a - b).max() <= 1
 
 
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
-
-
 def _sampled_records(every: int, variant: str | None):
     count = 0
     for path in default_vector_files():
@@ -140,7 +136,7 @@ def test_claimed_cts_vectors_pass(ort_device, variant, every, least):
             declined += 1
             continue
         # partly claimed: the rest runs on the reference, and the split must agree too
-        outcome = run_record(record, [ort_device, _reference()] if reasons else ort_device)
+        outcome = run_record(record, [ort_device, reference_device()] if reasons else ort_device)
         ran += 1
         if not outcome.passed:
             failures.append(f"{outcome.test}: {outcome.message}")
@@ -192,7 +188,7 @@ def _records_by_operation() -> dict[str, list[dict]]:
 def _on_both(model, inputs, outputs, device):
     """The model's outputs (zeros like ``outputs``) on ``device`` alone and on the reference alone."""
     results = []
-    for target in (device, _reference()):
+    for target in (device, reference_device()):
         compilation = nnapi.Compilation(model, [target])
         compilation.finish()
         execution = nnapi.Execution(compilation)
@@ -429,7 +425,7 @@ def _run(compilation, image):
 
 def test_declined_operation_runs_on_the_reference(ort_device):
     model, _keep = _conv_then_declined_model()
-    split = nnapi.Compilation(model, [ort_device, _reference()])
+    split = nnapi.Compilation(model, [ort_device, reference_device()])
     split.finish()
     assert split.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
     image = np.random.default_rng(4).standard_normal((1, 6, 6, 3)).astype(np.float32)
@@ -443,7 +439,7 @@ def _compare_with_reference(model, inputs, output_shape, device):
     """The model's one output on ``device`` alone and on the reference alone."""
     on_ort = nnapi.Compilation(model, [device])
     on_ort.finish()
-    alone = nnapi.Compilation(model, [_reference()])
+    alone = nnapi.Compilation(model, [reference_device()])
     alone.finish()
     results = []
     for compilation in (on_ort, alone):
@@ -496,7 +492,7 @@ def test_batch_matmul_runs_on_ort(ort_device, code, adjoint):
     else:
         inputs = [rng.standard_normal(a_dims).astype(np.float32), rng.standard_normal(b_dims).astype(np.float32)]
     results = []
-    for chosen in ([ort_device], [_reference()]):
+    for chosen in ([ort_device], [reference_device()]):
         compilation = nnapi.Compilation(model, chosen)
         compilation.finish()
         execution = nnapi.Execution(compilation)
@@ -565,7 +561,7 @@ def test_logistic_gate_keeps_ort_sigmoid_and_a_read_result_is_accurate(ort_devic
     assert types.count("Sigmoid") == 1 and types.count("Reciprocal") == 1
     value = np.array([-7.0, -2.0, 0.5, 4.0], np.float32).reshape(1, 1, 1, 4)  # logits 3x: -21 .. 12
     results = {}
-    for name, chosen in (("ort", [ort_device]), ("reference", [_reference()])):
+    for name, chosen in (("ort", [ort_device]), ("reference", [reference_device()])):
         compilation = nnapi.Compilation(model, chosen)
         compilation.finish()
         execution = nnapi.Execution(compilation)
@@ -712,7 +708,7 @@ def test_a_small_island_after_a_declined_operation_stays_on_the_reference(ort_de
     model.identify_inputs_and_outputs([x, shrink], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [False, True]
-    compilation = nnapi.Compilation(model, [ort_device, _reference()])
+    compilation = nnapi.Compilation(model, [ort_device, reference_device()])
     compilation.finish()
     assert compilation.step_devices == ["nnapi-reference"]
     value = np.linspace(0.5, 3.0, 20, dtype=np.float32).reshape(1, 20)
@@ -765,7 +761,7 @@ def test_a_reverse_between_declined_operations_stays_on_the_reference(ort_device
     model.identify_inputs_and_outputs([x, shrink], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [False, True, False]
-    compilation = nnapi.Compilation(model, [ort_device, _reference()])
+    compilation = nnapi.Compilation(model, [ort_device, reference_device()])
     compilation.finish()
     assert compilation.step_devices == ["nnapi-reference"]
 
@@ -1157,7 +1153,7 @@ def _check_merged_columns(model, image, outputs, ort_device, monkeypatch) -> Non
     np.testing.assert_array_equal(ours[0], plain[0])
 
 def _reference_alone(model, image):
-    alone = nnapi.Compilation(model, [_reference()])
+    alone = nnapi.Compilation(model, [reference_device()])
     alone.finish()
     return _run(alone, image)
 
@@ -3316,7 +3312,7 @@ def test_transpose_by_a_perm_given_at_run_time(ort_device, code, rank, known):
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
     value = np.arange(-60, -60 + int(np.prod(shape))).reshape(shape).astype(dtype)
     compilations = []
-    for device in (ort_device, _reference()):
+    for device in (ort_device, reference_device()):
         compilation = nnapi.Compilation(model, [device])
         compilation.finish()
         compilations.append(compilation)

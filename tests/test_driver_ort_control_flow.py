@@ -13,6 +13,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -22,10 +23,6 @@ from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 MODELS = Path(__file__).parent / "data" / "models"
 WIDTH = 16
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
 
 
 def _constant(model: nnapi.Model, operand_type: OperandType, value) -> int:
@@ -116,7 +113,7 @@ def test_while_runs_as_one_loop_with_the_reference_values(ort_device, iterations
     inputs = [state, np.array([iterations], np.int32)]
     outputs = [np.zeros(1, np.int32), np.zeros((1, WIDTH), np.float32)]
     ours = _compute(_compiled(model, ort_device), inputs, outputs)
-    reference = _compute(_compiled(model, _reference()), inputs, outputs)
+    reference = _compute(_compiled(model, reference_device()), inputs, outputs)
     assert ours[0][0] == reference[0][0] == iterations
     np.testing.assert_allclose(ours[1], reference[1], rtol=1e-5, atol=1e-6)
     if iterations == 0:
@@ -132,7 +129,7 @@ def test_while_keeps_quantized_values_in_their_encoding(ort_device):
     inputs = [state, np.array([3], np.int32)]
     outputs = [np.zeros(1, np.int32), np.zeros((1, WIDTH), np.int8)]
     ours = _compute(_compiled(model, ort_device), inputs, outputs)
-    reference = _compute(_compiled(model, _reference()), inputs, outputs)
+    reference = _compute(_compiled(model, reference_device()), inputs, outputs)
     np.testing.assert_array_equal(ours[1], reference[1])
     assert ours[1].min() == -128 and ours[1].max() == 127
 
@@ -205,7 +202,7 @@ def test_if_runs_the_chosen_branch_with_the_reference_values(ort_device, chosen)
     ours = _compute(_compiled(model, ort_device), inputs, [value])[0]
     expected = np.tanh(value) if chosen else 1 / (1 + np.exp(-value.astype(np.float64)))
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
-    reference = _compute(_compiled(model, _reference()), inputs, [value])[0]
+    reference = _compute(_compiled(model, reference_device()), inputs, [value])[0]
     np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
 
 
@@ -218,7 +215,7 @@ def test_values_computed_outside_and_read_only_inside_are_kept(ort_device):
     for chosen in (True, False):
         inputs = [np.array([chosen]), value]
         ours = _compute(_compiled(model, ort_device), inputs, [value])[0]
-        reference = _compute(_compiled(model, _reference()), inputs, [value])[0]
+        reference = _compute(_compiled(model, reference_device()), inputs, [value])[0]
         np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
 
     condition_model, body = _loop_models(OperandType(T.TENSOR_FLOAT32, [1, WIDTH]), "dense")
@@ -240,7 +237,7 @@ def test_values_computed_outside_and_read_only_inside_are_kept(ort_device):
     inputs = [np.full((1, WIDTH), 0.5, np.float32), np.array([3], np.int32)]
     outputs = [np.zeros(1, np.int32), np.zeros((1, WIDTH), np.float32)]
     ours = _compute(_compiled(model, ort_device), inputs, outputs)
-    reference = _compute(_compiled(model, _reference()), inputs, outputs)
+    reference = _compute(_compiled(model, reference_device()), inputs, outputs)
     assert ours[0][0] == reference[0][0] == 6
     np.testing.assert_allclose(ours[1], reference[1], rtol=1e-5, atol=1e-6)
 

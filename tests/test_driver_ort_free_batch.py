@@ -11,15 +11,12 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
 
 
 def _run(model: nnapi.Model, device, x: np.ndarray, out_shape: tuple[int, ...] | None = None,
@@ -49,7 +46,7 @@ def test_prelu_on_a_free_batch_equals_the_reference(ort_device, alpha):
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
-    reference = _reference()
+    reference = reference_device()
     for batch in (1, 3):
         value = np.random.default_rng(batch).standard_normal((batch, 4, 3, 2)).astype(np.float32)
         ours = _run(model, ort_device, value)
@@ -77,7 +74,7 @@ def _one_operation(code: int, in_dims: list[int], params: list[tuple[OperandType
 def test_squeeze_and_reduce_of_known_axes_on_a_free_batch_equal_the_reference(ort_device):
     """openWakeWord's melspectrogram: SQUEEZE of its [?, 1, ?, 257] spectrogram's axis 1 and
     reductions over known axes, with the other dimensions known only at run time."""
-    reference = _reference()
+    reference = reference_device()
     axes = (OperandType(T.TENSOR_INT32, [1]), np.array([1], np.int32))
     squeeze = _one_operation(Op.SQUEEZE, [0, 1, 0, 5], [axes], [0, 0, 5])
     reduce_max = _one_operation(Op.REDUCE_MAX, [0, 3, 0], [(OperandType(T.TENSOR_INT32, [1]), np.array([-2], np.int32)),
@@ -132,7 +129,7 @@ def test_a_float_reduction_over_an_axis_known_only_at_run_time_equals_the_refere
         assert np.isfinite(ours).all()
     values = [np.full((2, 3), -np.inf, dtype), np.random.default_rng(2).standard_normal((2, 5)).astype(dtype)]
     for value in values:
-        ours, theirs = (_run(model, device, value, (2,), operand_code) for device in (ort_device, _reference()))
+        ours, theirs = (_run(model, device, value, (2,), operand_code) for device in (ort_device, reference_device()))
         np.testing.assert_allclose(ours, theirs, rtol=1e-3 if dtype == np.float16 else 1e-6)
 
 
@@ -157,7 +154,7 @@ def test_mean_over_height_and_width_on_a_free_batch_is_a_global_pool(ort_device)
     from nnapi.drivers.ort.lowering import lower_model
     from nnapi.runtime.model_builder import build_hal_model
 
-    reference = _reference()
+    reference = reference_device()
     for keep in (False, True):
         model = nnapi.Model()
         x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 5, 4, 3]))
@@ -262,7 +259,7 @@ def test_a_free_batch_keeps_the_blocked_lowerings_of_a_known_batch(ort_device):
     assert "Slice" not in ops and ops[0] == "Reshape"
     assert [16, 16, 1, 1] in [list(t.dims) for t in free.initializer]  # 12 filters computed as 16
     assert any(n.op_type == "Conv" and ("group", 32) in [(a.name, a.i) for a in n.attribute] for n in free.node)
-    model, reference = _blaze_block(0), _reference()
+    model, reference = _blaze_block(0), reference_device()
     assert all(model.get_supported_operations_for_devices([ort_device]))
     at_one = _run(_blaze_block(1), ort_device, np.ones((1, 8, 8, 3), np.float32), (1, 8, 8, 32))
     for batch in (1, 3):

@@ -12,6 +12,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -228,10 +229,6 @@ def _run(model: nnapi.Model, device: nnapi.Device, last_only: bool) -> list[np.n
     return outputs
 
 
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
-
-
 def _node_types(model: nnapi.Model) -> list[str]:
     return [node.op_type for node in lower_model(build_hal_model(model)[0])[0].graph.node]
 
@@ -262,7 +259,7 @@ def test_a_gru_loop_runs_as_one_gru_with_the_reference_values(ort_device, monkey
     types = _node_types(model)
     assert types.count("GRU") == 1 and "Loop" not in types
     fused = _run(model, ort_device, last_only)
-    reference = _run(model, _reference(), last_only)
+    reference = _run(model, reference_device(), last_only)
     assert fused[0][0] == fused[1][0] == STEPS
     np.testing.assert_array_equal(fused[4], reference[4])
     _agree(fused, reference)
@@ -289,7 +286,7 @@ def test_a_near_miss_keeps_the_loop(ort_device, miss):
                              relu=miss == "relu6_candidate")
     types = _node_types(model)
     assert "GRU" not in types and "Loop" in types
-    _agree(_run(model, ort_device, False), _run(model, _reference(), False))
+    _agree(_run(model, ort_device, False), _run(model, reference_device(), False))
 
 
 def test_a_gru_loop_with_open_output_shapes(ort_device):
@@ -300,4 +297,4 @@ def test_a_gru_loop_with_open_output_shapes(ort_device):
     assert _node_types(model).count("GRU") == 1
     fused = _run(model, ort_device, False)
     assert fused[0][0] == fused[1][0] == STEPS
-    _agree(fused, _run(model, _reference(), False))
+    _agree(fused, _run(model, reference_device(), False))

@@ -14,6 +14,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -33,10 +34,6 @@ def _counted_binds(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(OrtPreparedModel, "_bind", counted)
     return binds
-
-
-def _reference() -> nnapi.Device:
-    return [d for d in nnapi.get_devices() if d.name == "nnapi-reference"][0]
 
 
 def _two_outputs(declared: list[int]) -> nnapi.Model:
@@ -92,7 +89,7 @@ def test_outputs_of_open_shape_follow_the_input_shapes_in_place(ort_device, land
     the reference's and numpy's and reports its shape; only the first run at each batch
     copies its outputs from ORT's memory, later ones are written in place."""
     model = _two_outputs([0, 3])
-    ours, theirs = _compiled(model, ort_device), _compiled(model, _reference())
+    ours, theirs = _compiled(model, ort_device), _compiled(model, reference_device())
     bursts = (nnapi.Burst(ours), nnapi.Burst(theirs)) if how == "burst" else (None, None)
     rng = np.random.default_rng(0)
     copies = []

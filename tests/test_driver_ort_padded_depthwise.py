@@ -14,6 +14,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -25,10 +26,6 @@ from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 pytestmark = pytest.mark.usefixtures("calibration_file")
 
 _SAME = 1
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
 
 
 def _scalar(model: nnapi.Model, code: int, value) -> int:
@@ -174,7 +171,7 @@ def test_padded_chain_equals_the_plain_lowering_and_the_reference(ort_device, mo
     x = _image(activation, [1, 12, 12, 24])
     shapes = _shapes(channels, stride, None)
     ours = _run(model, ort_device, x, shapes)[0]
-    theirs = _run(model, _reference(), x, shapes)[0]
+    theirs = _run(model, reference_device(), x, shapes)[0]
     _near_reference(ours, theirs)
     _plain(monkeypatch)
     assert _groups(model) == [1, channels, 1]
@@ -198,7 +195,7 @@ def test_values_read_elsewhere(ort_device, monkeypatch, extra_reader, stride, gr
     x = _image(activation, [1, 12, 12, 24])
     shapes = _shapes(88, stride, extra_reader)
     ours = _run(model, ort_device, x, shapes)
-    theirs = _run(model, _reference(), x, shapes)
+    theirs = _run(model, reference_device(), x, shapes)
     for mine, reference in zip(ours, theirs):
         _near_reference(mine, reference)
     _plain(monkeypatch)

@@ -10,16 +10,12 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import operand_adder  # noqa: E402
+from helpers import operand_adder, reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
 
 
 def _model(rng: np.random.Generator, batch: int, size: int, units: int, given: bool, bias_range: int):
@@ -74,7 +70,7 @@ def test_quantized_16bit_lstm_is_the_reference_bit_for_bit(ort_device, seed, giv
     model, values = _model(rng, batch, size, units, given, bias_range=1 << (12 + 2 * (seed % 5)))
     assert OrtDevice().get_unsupported_reasons(build_hal_model(model)[0]) == [None]
     ours = _run(model, values, [batch, units], ort_device)
-    theirs = _run(model, values, [batch, units], _reference())
+    theirs = _run(model, values, [batch, units], reference_device())
     for mine, reference in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(mine, reference)
     assert len(np.unique(theirs[1])) > 1 or batch * units == 1

@@ -11,7 +11,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import constant  # noqa: E402
+from helpers import constant, reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -95,10 +95,6 @@ def _formula(chain: str, blend: np.ndarray, zero_point: int) -> np.ndarray:
     return np.copysign(np.floor(np.abs(y) + 0.5), y) + center
 
 
-def _reference():
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
-
-
 def _operators(model) -> list[str]:
     return [node.op_type for node in lower_model(build_hal_model(model)[0])[0].graph.node]
 
@@ -130,7 +126,7 @@ def test_a_rounding_resize_chain_is_one_resize_and_the_formula_bit_for_bit(ort_d
     blend = _blend(value, out_size, flags)
     expected = _formula(chain, blend, zero_point)
     np.testing.assert_array_equal(ours, expected)
-    theirs = _run(model, _reference(), value, shape_out, dtype)
+    theirs = _run(model, reference_device(), value, shape_out, dtype)
     halves = (blend - np.floor(blend)) == 0.5
     if out_size[0] > in_size[0] + 1:
         assert halves.any()  # the ties this is about
@@ -158,7 +154,7 @@ def test_other_taps_blend_in_float32_within_a_step(ort_device, chain, in_size, o
     clear = np.abs(blend - np.floor(blend) - 0.5) > 1e-3
     assert clear.mean() > 0.9
     np.testing.assert_array_equal(ours[clear], expected[clear])
-    theirs = _run(model, _reference(), value, shape_out, value.dtype)
+    theirs = _run(model, reference_device(), value, shape_out, value.dtype)
     assert np.abs(ours - expected).max() <= 1 and np.abs(ours - theirs).max() <= 1
 
 
@@ -172,7 +168,7 @@ def test_a_chain_that_is_not_the_importers_lowers_operation_by_operation(ort_dev
                                      out_scale=0.07 if case == "another scale" else 0.05, blend_out=blend_out)
     assert _PLAIN_ROUNDING & set(_operators(model))
     ours = _run(model, ort_device, value, shape_out, np.int8, blend_out)
-    theirs = _run(model, _reference(), value, shape_out, np.int8, blend_out)
+    theirs = _run(model, reference_device(), value, shape_out, np.int8, blend_out)
     assert np.abs(ours - theirs).max() <= 1 and len(np.unique(ours)) > 20
 
 

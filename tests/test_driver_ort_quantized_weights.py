@@ -15,6 +15,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -23,10 +24,6 @@ from nnapi.drivers.ort.versions import onnxruntime_at_least  # noqa: E402
 from nnapi.operand import SymmPerChannelQuantParams  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
 
 
 def _run(model: nnapi.Model, device: nnapi.Device, inputs: list[np.ndarray], output: np.ndarray) -> np.ndarray:
@@ -86,7 +83,7 @@ def _check(model_given, model_constant, ort_device, x, weights, bias, output):
     reference's within a step, and values enough to tell."""
     ours = _run(model_given, ort_device, [x, weights, bias], output)
     constant = _run(model_constant, ort_device, [x], output)
-    theirs = _run(model_given, _reference(), [x, weights, bias], output)
+    theirs = _run(model_given, reference_device(), [x, weights, bias], output)
     np.testing.assert_array_equal(ours, constant)
     assert np.abs(ours.astype(int) - theirs).max() <= 1
     assert len(np.unique(theirs)) > 20
@@ -236,6 +233,6 @@ def test_dequantize_of_symmetric_weights_given_at_run_time_equals_the_reference(
     model.finish()
     values = np.arange(-128, 128, dtype=np.int16).astype(np.int8).reshape(shape)
     output = np.zeros(shape, np.float32 if output_code == T.TENSOR_FLOAT32 else np.float16)
-    ours, theirs = (_run(model, device, [values], output) for device in (ort_device, _reference()))
+    ours, theirs = (_run(model, device, [values], output) for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(ours, theirs)
     assert len(np.unique(theirs)) > 200

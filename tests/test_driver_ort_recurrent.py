@@ -11,6 +11,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -28,10 +29,6 @@ from nnapi.operations.lstm_cell import (  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 NORM_COUNT = 4
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
 
 
 class _Builder:
@@ -120,7 +117,7 @@ def _assert_on_ort_as_the_reference(b: _Builder, outputs: list[list[int]], ort_d
     assert OrtDevice().get_unsupported_reasons(hal_model) == [None]
     specs = [(shape, b.dtype) for shape in outputs]
     ours = _run(b.model, b.values, specs, ort_device)
-    reference = _run(b.model, b.values, specs, _reference())
+    reference = _run(b.model, b.values, specs, reference_device())
     tolerance = float_tolerance(b.code)
     for mine, theirs in zip(ours, reference, strict=True):
         assert np.abs(theirs).max() > 0.01
@@ -226,8 +223,8 @@ def test_clipped_unidirectional_lstm_equals_the_reference(ort_device, clip, reac
     _assert_on_ort_as_the_reference(b, shapes, ort_device)
     unclipped, _ = model(0.0)
     specs = [(shape, np.float32) for shape in shapes]
-    with_clip = _run(b.model, b.values, specs, _reference())
-    without = _run(unclipped.model, unclipped.values, specs, _reference())
+    with_clip = _run(b.model, b.values, specs, reference_device())
+    without = _run(unclipped.model, unclipped.values, specs, reference_device())
     differs = max(np.abs(a - c).max() for a, c in zip(with_clip, without, strict=True))
     assert (differs > 1e-3) == reached
 
@@ -255,7 +252,7 @@ def test_the_clip_proof_holds_exactly_where_the_clip_is_not_reached(clip, proven
     next(a for a in branch.attribute if a.name == "else_branch").g.CopyFrom(zeros)
     session = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
     ours = session.run(None, dict(zip(input_names, b.values, strict=True)))[0]
-    reference = _run(b.model, b.values, [(shapes[0], np.float32)], _reference())[0]
+    reference = _run(b.model, b.values, [(shapes[0], np.float32)], reference_device())[0]
     if proven:
         assert within_tolerance(T.TENSOR_FLOAT32, reference, ours).all()
     else:
@@ -422,7 +419,7 @@ def test_svdf_equals_the_reference(ort_device, code, rank, memory, activation, b
     b.finish(Op.SVDF, inputs, [b.output(shape) for shape in shapes])
     if memory == 1:  # the new state is all zeros: compared apart
         ours = _run(b.model, b.values, [(shape, b.dtype) for shape in shapes], ort_device)
-        reference = _run(b.model, b.values, [(shape, b.dtype) for shape in shapes], _reference())
+        reference = _run(b.model, b.values, [(shape, b.dtype) for shape in shapes], reference_device())
         assert not ours[0].any() and not reference[0].any()
         assert within_tolerance(code, reference[1], ours[1], float_tolerance(code)).all()
         assert np.abs(reference[1]).max() > 0.01
@@ -479,7 +476,7 @@ def test_omitted_inputs_run_as_the_reference_runs_them(ort_device):
     hal_model, _ = build_hal_model(b.model)
     assert OrtDevice().get_unsupported_reasons(hal_model) == [None]
     compilations = {}
-    for device in (ort_device, _reference()):
+    for device in (ort_device, reference_device()):
         compilations[device.name] = nnapi.Compilation(b.model, [device])
         compilations[device.name].finish()
     results = {}

@@ -14,6 +14,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -23,10 +24,6 @@ from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
 
 
 def _run(model: nnapi.Model, device: nnapi.Device, values: list[np.ndarray], shape, dtype=np.float32):
@@ -88,13 +85,13 @@ def test_wrapped_indices_gather_as_one_node_equal_to_the_reference(ort_device, d
     model = _embedding_model(7, 7, dims=dims)
     assert _node_types(model) == ["Gather"]
     good = np.array([[0, 6, -1, -7, 3], [-3, 2, 5, -6, 1]], np.int32)
-    ours, theirs = (_run(model, device, [good], (2, 5, 3)) for device in (ort_device, _reference()))
+    ours, theirs = (_run(model, device, [good], (2, 5, 3)) for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(ours[0, 2], [18, 19, 20])  # -1: the last row
     for bad in (7, -8, 2 ** 31 - 1, -(2 ** 31)):
         values = good.copy()
         values[1, 4] = bad
-        ours, theirs = (_run(model, device, [values], (2, 5, 3)) for device in (ort_device, _reference()))
+        ours, theirs = (_run(model, device, [values], (2, 5, 3)) for device in (ort_device, reference_device()))
         assert isinstance(theirs, int) and ours == theirs
 
 
@@ -105,7 +102,7 @@ def test_other_wraps_keep_the_general_gather(ort_device, wrap_size, less_than):
     model = _embedding_model(7, wrap_size, less_than)
     assert "Where" in _node_types(model)
     values = np.array([[0, 6, -1, -6, 3], [-3, 2, 5, -2, 1]], np.int32)
-    ours, theirs = (_run(model, device, [values], (2, 5, 3)) for device in (ort_device, _reference()))
+    ours, theirs = (_run(model, device, [values], (2, 5, 3)) for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -154,7 +151,7 @@ def test_a_clamped_images_max_over_height_and_width_is_global_max_pool(ort_devic
     types = _node_types(model)
     assert "GlobalMaxPool" in types and "ReduceMax" not in types
     value = np.random.default_rng(6).normal(size=(1, 1, 9, 4)).astype(np.float32) * (0.1 if fuse == 2 else 0.5)
-    ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, _reference()))
+    ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, reference_device()))
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(builder.LOWERINGS, Op.REDUCE_MAX, pooling.lower_reduce)
         assert "ReduceMax" in _node_types(model)
@@ -172,7 +169,7 @@ def test_unclamped_images_and_other_axes_keep_reduce_max(ort_device, fuse, axes)
     assert "ReduceMax" in _node_types(model)
     value = np.random.default_rng(7).normal(size=(1, 1, 9, 4)).astype(np.float32)
     shape = tuple(1 if i in axes else d for i, d in enumerate([1, 1, 7, 16]))
-    ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, _reference()))
+    ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, reference_device()))
     assert within_tolerance(T.TENSOR_FLOAT32, theirs, ours, float_tolerance(T.TENSOR_FLOAT32)).all()
 
 
@@ -221,7 +218,7 @@ def test_a_concatenation_of_pooled_maxima_joins_the_pools(ort_device, pooled_sec
     sources = [producers[name].op_type for name in concat.input]
     assert (sources == ["GlobalMaxPool", "GlobalMaxPool"]) == pooled_second, sources
     value = np.random.default_rng(9).normal(size=(1, 1, 9, 4)).astype(np.float32)
-    ours, theirs = (_run(model, device, [value], (1, 24)) for device in (ort_device, _reference()))
+    ours, theirs = (_run(model, device, [value], (1, 24)) for device in (ort_device, reference_device()))
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(builder.LOWERINGS, Op.CONCATENATION, data_movement.lower_concatenation)
         patch.setitem(builder.LOWERINGS, Op.REDUCE_MAX, pooling.lower_reduce)
@@ -277,7 +274,7 @@ def test_an_enlarging_resize_takes_padded_channels_only_if_kept_padded(ort_devic
     assert shapes[resize.input[0]][1] == (32 if then_conv else 21)
     x = np.random.default_rng(2).standard_normal((1, 9, 9, 16)).astype(np.float32)
     shape, dtype = ((1, 33, 33, 4), np.float32) if then_conv else ((1, 33, 33), np.int32)
-    got, want = (_run(model, device, [x], shape, dtype) for device in (ort_device, _reference()))
+    got, want = (_run(model, device, [x], shape, dtype) for device in (ort_device, reference_device()))
     if then_conv:   # sums of 21 products rounded in another order: relative to the output's scale
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
     else:
@@ -310,7 +307,7 @@ def test_quantized_fully_connected_over_many_rows_runs_them_as_pixels(ort_device
     conv = next(node for node in graph.node if node.op_type == "QLinearConv")
     assert shapes[conv.input[0]] == ([1, 5, rows, 1] if rows >= 8 else [rows, 5, 1, 1])
     value = rng.integers(-128, 128, (rows, 5)).astype(np.int8)
-    got, want = (_run(model, device, [value], (rows, 4), np.int8) for device in (ort_device, _reference()))
+    got, want = (_run(model, device, [value], (rows, 4), np.int8) for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 10 or rows < 8
 
@@ -350,5 +347,5 @@ def test_a_conv1d_global_average_is_global_average_pool(ort_device, length, chan
     for steps in (5, 9) if not length else (length,):
         value = np.random.default_rng(steps).standard_normal((1, 1, steps, 3)).astype(np.float32)
         shape = (1, 1, channels) if keep else (1, channels)
-        ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, _reference()))
+        ours, theirs = (_run(model, device, [value], shape) for device in (ort_device, reference_device()))
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)

@@ -12,6 +12,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -22,10 +23,6 @@ from nnapi.operand import dtype_of  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
-
-
-def _reference() -> nnapi.Device:
-    return next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
 
 
 class _Model:
@@ -88,7 +85,8 @@ def _on_both(built: _Model, model: nnapi.Model, ort_device, values: list[np.ndar
     model runs on nnapi-ort-cpu alone (it claims every operation)."""
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
     values = built.values if values is None else values
-    return (_compute(model, ort_device, values, built.shapes), _compute(model, _reference(), values, built.shapes))
+    return (_compute(model, ort_device, values, built.shapes),
+            _compute(model, reference_device(), values, built.shapes))
 
 
 def _reasons(model: nnapi.Model) -> list[str | None]:
@@ -181,7 +179,7 @@ def _dynamic_runs(model: nnapi.Model, ort_device, runs: list[list[np.ndarray]], 
     and on the reference alone: [(ours, theirs)], each an array or the failure's result code."""
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
     compilations = []
-    for device in (ort_device, _reference()):
+    for device in (ort_device, reference_device()):
         compilation = nnapi.Compilation(model, [device])
         compilation.finish()
         compilations.append(compilation)
@@ -390,7 +388,7 @@ def test_hashtable_lookup_with_more_keys_than_rows_fails_as_on_the_reference(ort
     model = built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
     codes = []
-    for device in (ort_device, _reference()):
+    for device in (ort_device, reference_device()):
         compilation = nnapi.Compilation(model, [device])
         compilation.finish()
         execution = nnapi.Execution(compilation)
@@ -423,7 +421,7 @@ def test_hashtable_lookup_with_unsorted_keys_fails_on_both_devices(ort_device):
     naming the rule; sorted keys with equal neighbours still run, the same on both."""
     built, model = _unsorted_lookup()
     assert model.get_supported_operations_for_devices([ort_device]) == [True]
-    for device in (ort_device, _reference()):
+    for device in (ort_device, reference_device()):
         compilation = nnapi.Compilation(model, [device])
         compilation.finish()
         execution = nnapi.Execution(compilation)
@@ -466,7 +464,7 @@ def test_hashtable_lookup_with_large_unsorted_constant_keys_is_declined_naming_t
     model = built.operation(Op.HASHTABLE_LOOKUP, [lookup_index, key_index, values])
     assert model.get_supported_operations_for_devices([ort_device]) == [False]
     assert "sorted ascending" in _reasons(model)[0]
-    compilation = nnapi.Compilation(model, [ort_device, _reference()])
+    compilation = nnapi.Compilation(model, [ort_device, reference_device()])
     compilation.finish()
     execution = nnapi.Execution(compilation)
     execution.set_input(0, built.values[0])
@@ -575,7 +573,7 @@ def test_slice_of_an_input_whose_shape_is_known_at_run_time_checks_its_bounds_th
         value = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
         runs.append(([value], [OperandType(T.TENSOR_FLOAT32, list(shape))]))
     ours = _runs_with_input_types(model, ort_device, runs, T.TENSOR_FLOAT32)
-    theirs = _runs_with_input_types(model, _reference(), runs, T.TENSOR_FLOAT32)
+    theirs = _runs_with_input_types(model, reference_device(), runs, T.TENSOR_FLOAT32)
     for mine, expected, (values, _) in zip(ours[:2], theirs[:2], runs):
         np.testing.assert_array_equal(mine, values[0][1:3])
         np.testing.assert_array_equal(mine, expected)
@@ -601,7 +599,7 @@ def test_resize_bilinear_of_a_batch_known_at_run_time(ort_device, code):
         value = (rng.integers(0, 256, (batch, 2, 3, 2)) if quantized else rng.standard_normal((batch, 2, 3, 2)))
         runs.append(([value.astype(dtype_of(code))], [OperandType(code, [batch, 2, 3, 2], scale, zero_point)]))
     ours = _runs_with_input_types(model, ort_device, runs, code)
-    theirs = _runs_with_input_types(model, _reference(), runs, code)
+    theirs = _runs_with_input_types(model, reference_device(), runs, code)
     for mine, expected, batch in zip(ours, theirs, (1, 3)):
         assert mine.shape == expected.shape == (batch, 4, 5, 2)
         assert within_tolerance(code, expected, mine, float_tolerance(code)).all()
@@ -622,7 +620,7 @@ def test_gather_of_an_input_whose_shape_is_known_at_run_time_refuses_indices_out
     types = [OperandType(T.TENSOR_FLOAT32, [4, 3]), None]
     runs = [([value, np.array(chosen, np.int32)], types) for chosen in ([3, 1], [-1, 0], [0, 4])]
     ours = _runs_with_input_types(model, ort_device, runs, T.TENSOR_FLOAT32)
-    theirs = _runs_with_input_types(model, _reference(), runs, T.TENSOR_FLOAT32)
+    theirs = _runs_with_input_types(model, reference_device(), runs, T.TENSOR_FLOAT32)
     np.testing.assert_array_equal(ours[0], value[[3, 1]])
     np.testing.assert_array_equal(ours[0], theirs[0])
     assert ours[1] == theirs[1] == ours[2] == theirs[2] == nnapi.ResultCode.OP_FAILED
