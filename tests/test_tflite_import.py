@@ -405,6 +405,100 @@ def test_window_merge_with_a_projection_through_rank_6() -> None:
     want = (x.reshape(1, 2, 2, 2, 2, 3) @ w.T + b).transpose(0, 1, 3, 2, 4, 5).reshape(1, 4, 4, 5)
     _assert_exact_on_every_engine(data, {"x": x}, {"y": want.astype(np.float32)})
 
+def _split_model(kind: str, scale: float | None, branches: str) -> bytes:
+    """Attention's query / key / value split through rank 5, as converters write it: x
+    [1, 4, 24] RESHAPEd to [1, 4, 3, 2, 4] (tokens, q/k/v, heads, depth); ``branches``
+    "torch" (ai-edge-torch: TRANSPOSE (2, 0, 3, 1, 4), three SLICEs, RESHAPEs to [1, 2, 4,
+    4]), "onnx2tf" (three STRIDED_SLICEs of the q/k/v axis, one with a shrink mask, RESHAPEs to
+    [4, 2, 4]) or "reversed" (one STRIDED_SLICE with stride -1: no rank-4 slice gives it)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    q = {"scale": scale, "zero_point": -3} if scale is not None else {}
+    t = [Tensor("x", kind, [1, 4, 24], **q), Tensor("s5", "int32", [5], data=np.array([1, 4, 3, 2, 4], np.int32)),
+         Tensor("r", kind, [1, 4, 3, 2, 4], **q)]
+    ops = [Operator("RESHAPE", [0, 1], [2], ("ReshapeOptions", {"NewShape": [1, 4, 3, 2, 4]}))]
+
+    def add(tensor) -> int:
+        t.append(tensor)
+        return len(t) - 1
+
+    outputs = []
+    if branches == "torch":
+        perm = add(Tensor("perm", "int32", [5], data=np.array([2, 0, 3, 1, 4], np.int32)))
+        moved = add(Tensor("p", kind, [3, 1, 2, 4, 4], **q))
+        ops.append(Operator("TRANSPOSE", [2, perm], [moved]))
+        size = add(Tensor("size", "int32", [5], data=np.array([1, 1, 2, 4, 4], np.int32)))
+        shape = add(Tensor("s4", "int32", [4], data=np.array([1, 2, 4, 4], np.int32)))
+        for k in range(3):
+            begin = add(Tensor(f"b{k}", "int32", [5], data=np.array([k, 0, 0, 0, 0], np.int32)))
+            part = add(Tensor(f"part{k}", kind, [1, 1, 2, 4, 4], **q))
+            ops.append(Operator("SLICE", [moved, begin, size], [part]))
+            outputs.append(add(Tensor("qkv"[k], kind, [1, 2, 4, 4], **q)))
+            ops.append(Operator("RESHAPE", [part, shape], [outputs[-1]],
+                                ("ReshapeOptions", {"NewShape": [1, 2, 4, 4]})))
+    else:
+        shape = add(Tensor("s3", "int32", [3], data=np.array([4, 2, 4], np.int32)))
+        for k in range(1 if branches == "reversed" else 3):
+            stop = -4 if branches == "reversed" else k + 1
+            begin = add(Tensor(f"b{k}", "int32", [5], data=np.array([0, 0, k, 0, 0], np.int32)))
+            end = add(Tensor(f"e{k}", "int32", [5], data=np.array([1, 4, stop, 2, 4], np.int32)))
+            strides = add(Tensor(f"st{k}", "int32", [5], data=np.array(
+                [1, 1, 1, 1, -1 if branches == "reversed" else 1], np.int32)))
+            shrink = 4 if k == 1 else 0
+            part = add(Tensor(f"part{k}", kind, [1, 4, 2, 4] if shrink else [1, 4, 1, 2, 4], **q))
+            options = {"ShrinkAxisMask": shrink, "BeginMask": 16 if branches == "reversed" else 0,
+                       "EndMask": 16 if branches == "reversed" else 0}
+            ops.append(Operator("STRIDED_SLICE", [2, begin, end, strides], [part], ("StridedSliceOptions", options)))
+            outputs.append(add(Tensor("qkv"[k], kind, [4, 2, 4], **q)))
+            ops.append(Operator("RESHAPE", [part, shape], [outputs[-1]], ("ReshapeOptions", {"NewShape": [4, 2, 4]})))
+    return build(Subgraph(t, ops, [0], outputs))
+
+
+@pytest.mark.parametrize("branches", ["torch", "onnx2tf"])
+@pytest.mark.parametrize("kind, scale", [("float32", None), ("int8", 0.25)])
+def test_attention_split_through_rank_5_is_imported_exactly(branches: str, kind: str, scale) -> None:
+    """The query / key / value split through rank 5 (one RESHAPE read by three branches of
+    element moves) imports as one rank-4 RESHAPE / STRIDED_SLICE / TRANSPOSE / RESHAPE
+    plan per branch, exact on every engine."""
+    data = _split_model(kind, scale, branches)
+    lowerings = [str(lowering) for lowering in nnapi.load_tflite(data).lowerings]
+    assert len(lowerings) == 1 and "3 branches of element moves through rank 5" in lowerings[0], lowerings
+    rng = np.random.default_rng(9)
+    x = rng.integers(-128, 128, (1, 4, 24)).astype(np.int8) if kind == "int8" else \
+        rng.standard_normal((1, 4, 24)).astype(np.float32)
+    r = x.reshape(1, 4, 3, 2, 4)
+    if branches == "torch":
+        want = {name: r.transpose(2, 0, 3, 1, 4)[k].reshape(1, 2, 4, 4) for k, name in enumerate("qkv")}
+    else:
+        want = {name: r[0, :, k] for k, name in enumerate("qkv")}
+    _assert_exact_on_every_engine(data, {"x": x}, want)
+
+
+@pytest.mark.parametrize("shape, pick, found", [
+    ([1, 6, 24], lambda a: a.reshape(1, 6, 3, 2, 4).transpose(2, 0, 3, 1, 4)[1].reshape(1, 2, 6, 4), True),
+    ([4, 6], lambda a: a[1:3, 1:5].T, True), ([2, 6], lambda a: a[:, ::2], True),
+    ([3, 8], lambda a: a[:, 1:7:3].T[None], True), ([5], lambda a: a[3:4], True),
+    ([2, 3, 4], lambda a: a.transpose(2, 0, 1), True), ([4, 6], lambda a: a[:, ::-1], False),
+    ([4, 6], lambda a: a[:, [0, 0, 1]], False), ([6], lambda a: a[[0, 1, 3]], False)])
+def test_move_plan_gives_the_positions_or_none(shape: list[int], pick, found: bool) -> None:
+    """tflite_moves.move_plan: a strided box in any order is one rank-4 plan giving exactly
+    the positions; reversals, repeats and uneven picks have none."""
+    from nnapi.importers.tflite_moves import move_plan
+
+    source = np.arange(int(np.prod(shape)))
+    index = pick(source.reshape(shape))
+    plan = move_plan(shape, index)
+    assert (plan is not None) == found
+    if plan is not None:
+        assert np.array_equal(plan.apply(source, list(index.shape)), index)
+
+
+def test_reversing_branch_through_rank_5_is_still_refused() -> None:
+    """A branch that no rank-4 slice and transpose give (a reversal) keeps the refusal."""
+    with pytest.raises(nnapi.BadDataError, match=r"operator 1 \(STRIDED_SLICE\).*rank at most 4, got 5"):
+        nnapi.load_tflite(_split_model("float32", None, "reversed"))
+
+
 def test_rank_5_chain_that_computes_is_still_refused() -> None:
     """A rank-5 tensor read by anything but element moves stays refused, naming the rule."""
     from tflite_builder import Operator, Subgraph, Tensor, build

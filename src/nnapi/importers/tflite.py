@@ -27,6 +27,7 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.errors import BadDataError, NnapiError
 from nnapi.importers import ImportedModel, Lowering, SourceOp, StateSpec, TensorSpec, read_source
 from nnapi.importers.tflite_fold import folded_values
+from nnapi.importers.tflite_moves import move_plan
 from nnapi.importers.tflite_variables import (
     VariableError,
     assign_variable,
@@ -1691,7 +1692,7 @@ def _reshape(c: _Converter, op: _Operator) -> None:
         c.consts[op.outputs[0]] = _Const(const.data.reshape(static), const.code, const.scale, const.zero_point)
         c.lowered("a constant reshaped at import")
         return
-    if _high_rank_chain(c, op):
+    if _high_rank_chain(c, op) or _high_rank_tree(c, op):
         return
     x = c.input(0)
     if c.type_of(x).type not in _RESHAPE_TYPES:
@@ -2033,6 +2034,125 @@ def _high_rank_chain(c: _Converter, op: _Operator) -> bool:
     return True
 
 
+def _tree_step(c: _Converter, op: _Operator, index: np.ndarray) -> np.ndarray | None:
+    """``index`` moved by ``op`` as _chain_step does, and also by SQUEEZE, SLICE and
+    STRIDED_SLICE with constant parameters; None for any other operator."""
+    if op.name not in ("SQUEEZE", "SLICE", "STRIDED_SLICE"):
+        return _chain_step(c, op, index)
+    out, source = op.out_tensor(), op.tensor(0)
+    dims = _static_shape(c, out)
+    if op.custom is not None or len(op.outputs) != 1 or dims is None or \
+            (out.tfl_type, out.scales, out.zero_points) != (source.tfl_type, source.scales, source.zero_points):
+        return None
+    if op.name == "SQUEEZE":
+        return index.reshape(dims) if int(np.prod(dims)) == index.size else None
+    params = [c.const_of(op.inputs[k]) if op.has_input(k) else None for k in range(1, len(op.inputs))]
+    if any(p is None for p in params):
+        return None
+    values = [p.data.reshape(-1).astype(np.int64) for p in params]
+    if op.name == "SLICE":
+        begin, size = values
+        if len(begin) != index.ndim or len(size) != index.ndim or begin.min(initial=0) < 0:
+            return None
+        moved = index[tuple(slice(b, None if n < 0 else b + n) for b, n in zip(begin, size))]
+    else:
+        options = op.options("StridedSliceOptions")
+        if options is None or (hasattr(options, "Offset") and options.Offset()):
+            return None
+        begin, end = values[0], values[1]
+        strides = values[2] if len(values) > 2 else np.ones_like(begin)
+        try:
+            spec, begin_mask, end_mask, shrink, out_axes = _dense_slice_spec(
+                index.ndim, begin, end, strides, options.BeginMask(), options.EndMask(), options.ShrinkAxisMask(),
+                options.EllipsisMask(), options.NewAxisMask())
+        except UnsupportedOperator:
+            return None
+        picks: list[Any] = []
+        for axis, (b, e, s) in enumerate(spec):
+            if s == 0:
+                return None
+            if shrink >> axis & 1:
+                if begin_mask >> axis & 1 or not -index.shape[axis] <= b < index.shape[axis]:
+                    return None
+                picks.append(int(b))
+            else:
+                picks.append(slice(None if begin_mask >> axis & 1 else b, None if end_mask >> axis & 1 else e, s))
+        moved = index[tuple(picks)]
+        moved = moved.reshape([1 if new else d for new, d in zip(out_axes, dims)]) if \
+            len(out_axes) == len(dims) and int(np.prod(dims)) == moved.size else moved
+    return moved if list(moved.shape) == dims else None
+
+
+def _high_rank_tree(c: _Converter, op: _Operator) -> bool:
+    """Convert ``op`` and every operator after it when ``op`` lifts a tensor of rank <= 4
+    above NNAPI's rank 4 and the operators reading it (several, each a branch of element
+    moves: RESHAPE, TRANSPOSE, SLICE, STRIDED_SLICE, SQUEEZE, ... with constant parameters)
+    bring every branch back to rank <= 4, as attention's query / key / value split is
+    written (tflite_moves.py). Each branch's end is computed from ``op``'s input by one
+    RESHAPE / STRIDED_SLICE / TRANSPOSE / RESHAPE plan. False (nothing emitted) when a
+    branch does anything else or has no such plan."""
+    source, out = op.tensor(0), op.out_tensor()
+    shape = _static_shape(c, source)
+    if len(out.shape) <= _MAX_RANK or shape is None or len(source.shape) == 0 or \
+            len(source.shape) > _MAX_RANK or int(np.prod(shape)) > _CHAIN_ELEMENTS or \
+            (c.const_of(op.inputs[0]) is not None and op.inputs[0] not in c.operands):
+        return False
+    known = c.operands.get(op.inputs[0])
+    if known is not None and c.type_of(known).type not in (*_FLOAT_TYPES, *_QUANT8):
+        return False
+    first = _chain_step(c, op, np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape))
+    if first is None:
+        return False
+    pending, inner, leaves = [(op, first)], [op], []
+    while pending:
+        step, index = pending.pop()
+        if index.ndim <= _MAX_RANK:
+            leaves.append((step, index))
+            continue
+        tensor = step.outputs[0]
+        readers = c.readers(tensor)
+        if tensor in c.graph.outputs or not readers or any(slot != 0 for _, slot in readers):
+            return False
+        for reader, _ in readers:
+            moved = _tree_step(c, reader, index)
+            if moved is None:
+                return False
+            inner.append(reader)
+            pending.append((reader, moved))
+    plans = [(leaf, index, move_plan(shape, index)) for leaf, index in leaves]
+    if any(plan is None for _, _, plan in plans):
+        return False
+    x = c.input(0)
+    like = c.type_of(x)
+    for leaf, index, plan in sorted(plans, key=lambda item: item[0].index):
+        final = list(index.shape)
+        steps: list[tuple[Any, ...]] = []
+        if plan.sliced_from != shape:
+            steps.append((Op.RESHAPE, [c.vector(plan.sliced_from)], plan.sliced_from))
+        if plan.begin is not None:
+            kept = [len(range(b, e, s)) for b, e, s in zip(plan.begin, plan.end, plan.strides)]
+            steps.append((Op.STRIDED_SLICE, [c.vector(plan.begin), c.vector(plan.end), c.vector(plan.strides),
+                                             c.i32(0), c.i32(0), c.i32(0)], kept))
+        if plan.order is not None:
+            if (steps[-1][2] if steps else shape) != plan.moved_from:
+                steps.append((Op.RESHAPE, [c.vector(plan.moved_from)], plan.moved_from))
+            steps.append((Op.TRANSPOSE, [c.vector(plan.order)], [plan.moved_from[k] for k in plan.order]))
+        if (steps[-1][2] if steps else shape) != final:
+            steps.append((Op.RESHAPE, [c.vector(final)], final))
+        current = x
+        for k, (code, params, dims) in enumerate(steps):
+            target = _chain_output(c, leaf) if k == len(steps) - 1 else c.temp(like, dims)
+            c.emit(code, [current, *params], [target])
+            current = target
+        if not steps:
+            c.identity(x, _chain_output(c, leaf))
+    c.absorbed.update(step.index for step in inner[1:])
+    c.lowered(f"{len(leaves)} branches of element moves through rank "
+              f"{max(len(step.out_tensor().shape) for step in inner)} (operators "
+              f"{sorted(step.index for step in inner)}): each a rank-4 RESHAPE / STRIDED_SLICE / TRANSPOSE / RESHAPE")
+    return True
+
+
 def _rows_before(c: _Converter, fc: _Operator, index: np.ndarray, rows) -> tuple[_Operator, list[int]] | None:
     """(``fc``, its output's shape) when FULLY_CONNECTED ``fc`` keeps its input's rank
     (acting on each row of the last axis) and reads the chain's rows unmoved; else None."""
@@ -2164,7 +2284,7 @@ def _expand_dims(c: _Converter, op: _Operator) -> None:
     if op.inputs[0] in c.complex_parts:
         _reshape_complex(c, op)
         return
-    if _high_rank_chain(c, op):
+    if _high_rank_chain(c, op) or _high_rank_tree(c, op):
         return
     axis = int(c.const_values(1, "axis").reshape(-1)[0])
     x = c.input(0)
