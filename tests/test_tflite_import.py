@@ -499,6 +499,35 @@ def test_reversing_branch_through_rank_5_is_still_refused() -> None:
         nnapi.load_tflite(_split_model("float32", None, "reversed"))
 
 
+@pytest.mark.parametrize("mask_kind", ["input", "constant"])
+def test_window_mask_add_through_rank_5_is_computed_on_merged_axes(mask_kind: str) -> None:
+    """Swin's shifted-window attention as ai-edge-torch writes it: the scores [windows,
+    heads, n, n] RESHAPEd to [1, windows, heads, n, n], the mask [windows, n, n] to [1,
+    windows, 1, n, n], ADD, RESHAPE back: the ADD runs on merged axes ([2, 3, 16] + [2, 1,
+    16]), exact on every engine."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    rng = np.random.default_rng(10)
+    mask = rng.standard_normal((2, 4, 4)).astype(np.float32)
+    t = [Tensor("x", "float32", [2, 3, 4, 4]),
+         Tensor("m", "float32", [2, 4, 4], data=mask if mask_kind == "constant" else None),
+         Tensor("s5x", "int32", [5], data=np.array([1, 2, 3, 4, 4], np.int32)),
+         Tensor("s5m", "int32", [5], data=np.array([1, 2, 1, 4, 4], np.int32)),
+         Tensor("x5", "float32", [1, 2, 3, 4, 4]), Tensor("m5", "float32", [1, 2, 1, 4, 4]),
+         Tensor("sum", "float32", [1, 2, 3, 4, 4]),
+         Tensor("s4", "int32", [4], data=np.array([2, 3, 4, 4], np.int32)), Tensor("y", "float32", [2, 3, 4, 4])]
+    ops = [Operator("RESHAPE", [0, 2], [4], ("ReshapeOptions", {"NewShape": [1, 2, 3, 4, 4]})),
+           Operator("RESHAPE", [1, 3], [5], ("ReshapeOptions", {"NewShape": [1, 2, 1, 4, 4]})),
+           Operator("ADD", [4, 5], [6], ("AddOptions", {})),
+           Operator("RESHAPE", [6, 7], [8], ("ReshapeOptions", {"NewShape": [2, 3, 4, 4]}))]
+    data = build(Subgraph(t, ops, [0] if mask_kind == "constant" else [0, 1], [8]))
+    lowerings = [str(lowering) for lowering in nnapi.load_tflite(data).lowerings]
+    assert any("ADD of rank 5 on merged axes [2, 3, 16]" in text for text in lowerings), lowerings
+    x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    feeds = {"x": x} if mask_kind == "constant" else {"x": x, "m": mask}
+    _assert_exact_on_every_engine(data, feeds, {"y": x + mask[:, None]})
+
+
 def test_rank_5_chain_that_computes_is_still_refused() -> None:
     """A rank-5 tensor read by anything but element moves stays refused, naming the rule."""
     from tflite_builder import Operator, Subgraph, Tensor, build

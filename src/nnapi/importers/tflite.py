@@ -313,6 +313,11 @@ class _Converter:
         self.float_halves: dict[tuple[int, int], int] = {}
         # operators converted together with an earlier one (_high_rank_chain): skipped
         self.absorbed: set[int] = set()
+        #: tensors above NNAPI's rank 4 held as a rank <= 4 operand of the same elements in
+        #: the same order (tensor -> (operand, TFLite shape)): a RESHAPE up, or arithmetic on
+        #: such tensors computed on merged axes (_lift, _lifted_arithmetic). A reader that
+        #: needs the tensor itself gets the rank-5 RESHAPE then (and refuses it, as before).
+        self.lifted: dict[int, tuple[int, list[int]]] = {}
 
     # --- operands ----------------------------------------------------------------------
     def nn_type(self, info: _TensorInfo, shape: Sequence[int] | None = None) -> OperandType:
@@ -403,6 +408,12 @@ class _Converter:
         """The NNAPI operand of a TFLite tensor, creating it for a constant on first use."""
         if tensor in self.operands:
             return self.operands[tensor]
+        if tensor in self.lifted:
+            source, shape = self.lifted[tensor]
+            index = self.add(self.type_of(source).with_dimensions(shape))
+            self.emit(Op.RESHAPE, [source, self.vector(shape)], [index])
+            self.operands[tensor] = index
+            return index
         const = self.const_of(tensor)
         if const is None:
             info = self.graph.tensors[tensor]
@@ -596,7 +607,8 @@ class _Converter:
         outputs: list[int] = []
         for tensor in graph.outputs:
             info = graph.tensors[tensor]
-            index = self.operand(tensor) if tensor in self.operands or self.const_of(tensor) is not None else None
+            index = self.operand(tensor) if tensor in self.operands or tensor in self.lifted or \
+                self.const_of(tensor) is not None else None
             if index is None:
                 raise BadDataError(f"tflite subgraph {graph.subgraph}: output tensor {tensor} ({info.name}) "
                                    "is never written")
@@ -1214,6 +1226,8 @@ def _arithmetic(c: _Converter, op: _Operator) -> None:
             activation, lambda act, target: c.emit(Op.DIV, [*inputs, act], [target]), out))
         c.lowered("quantized DIV as DEQUANTIZE, DIV in float32, QUANTIZE (one rounding, as TFLite)")
         return
+    if len(op.out_tensor().shape) > _MAX_RANK and _lifted_arithmetic(c, op, code, activation):
+        return
     a, b = c.input(0), c.input(1)
     if code == Op.MUL and c.nn_type(op.out_tensor()).type in _QUANT8 and activation == 0:
         a_type, b_type, out_type = c.type_of(a), c.type_of(b), c.nn_type(op.out_tensor())
@@ -1692,7 +1706,7 @@ def _reshape(c: _Converter, op: _Operator) -> None:
         c.consts[op.outputs[0]] = _Const(const.data.reshape(static), const.code, const.scale, const.zero_point)
         c.lowered("a constant reshaped at import")
         return
-    if _high_rank_chain(c, op) or _high_rank_tree(c, op):
+    if _high_rank_chain(c, op) or _high_rank_tree(c, op) or _lift(c, op, static):
         return
     x = c.input(0)
     if c.type_of(x).type not in _RESHAPE_TYPES:
@@ -2150,6 +2164,99 @@ def _high_rank_tree(c: _Converter, op: _Operator) -> bool:
     c.lowered(f"{len(leaves)} branches of element moves through rank "
               f"{max(len(step.out_tensor().shape) for step in inner)} (operators "
               f"{sorted(step.index for step in inner)}): each a rank-4 RESHAPE / STRIDED_SLICE / TRANSPOSE / RESHAPE")
+    return True
+
+
+def _lift(c: _Converter, op: _Operator, static: list[int] | None) -> bool:
+    """RESHAPE ``op`` to above rank 4 (that no chain or tree of moves brings back) kept as
+    its input's operand (c.lifted) for readers that need no rank-5 operand: a RESHAPE back
+    down, arithmetic on merged axes. A RESHAPE of a lifted tensor is one RESHAPE of its
+    operand, or stays lifted. False where the RESHAPE is emitted as written."""
+    tensor = op.inputs[0]
+    if static is None or c.graph.propagate:
+        return False
+    if tensor in c.lifted and tensor not in c.operands:
+        source = c.lifted[tensor][0]
+        if len(static) > _MAX_RANK:
+            c.lifted[op.outputs[0]] = (source, static)
+        else:
+            c.emit(Op.RESHAPE, [source, c.vector(static)], [c.output()])
+        c.lowered("a RESHAPE of a tensor above rank 4, from the rank <= 4 operand holding its elements")
+        return True
+    if len(static) <= _MAX_RANK or tensor not in c.operands or \
+            c.type_of(c.operands[tensor]).type not in _RESHAPE_TYPES or \
+            len(c.type_of(c.operands[tensor]).dimensions) > _MAX_RANK:
+        return False
+    c.lifted[op.outputs[0]] = (c.operands[tensor], static)
+    return True
+
+
+def _merged_broadcast(shapes: list[list[int]], out: list[int]) -> list[list[int]] | None:
+    """Each input's shape, and the output's (last), with the output's size-1 axes dropped
+    and neighbouring axes merged where every input is either whole or broadcast on both;
+    None when an input's axis is neither the output's nor 1."""
+    aligned = [[1] * (len(out) - len(shape)) + list(shape) for shape in shapes]
+    groups: list[tuple[tuple[bool, ...], list[int]]] = []
+    for axis, size in enumerate(out):
+        if size == 1:
+            continue
+        if any(shape[axis] not in (1, size) for shape in aligned):
+            return None
+        pattern = tuple(shape[axis] == size for shape in aligned)
+        if groups and groups[-1][0] == pattern:
+            groups[-1][1].append(axis)
+        else:
+            groups.append((pattern, [axis]))
+    merged = [[int(np.prod([out[a] for a in axes])) if pattern[k] else 1 for pattern, axes in groups]
+              for k in range(len(shapes))]
+    return [shape or [1] for shape in merged] + [[int(np.prod([out[a] for a in axes])) for _, axes in groups]
+                                                 or [1]]
+
+
+def _lifted_arithmetic(c: _Converter, op: _Operator, code: OperationCode, activation: int) -> bool:
+    """Float ADD / SUB / MUL / DIV above rank 4 whose inputs are lifted tensors, constants or
+    operands of static shape: computed on merged axes (_merged_broadcast, rank <= 4) and
+    kept lifted, as attention adds its mask per window (Swin, through ai-edge-torch: two
+    RESHAPEs to rank 5, ADD, RESHAPE back). False (nothing emitted) otherwise."""
+    out = _static_shape(c, op.out_tensor())
+    if out is None or c.graph.propagate or op.out_tensor().tfl_type not in (_FLOAT32, _FLOAT16):
+        return False
+    sources, shapes = [], []
+    for position in (0, 1):
+        tensor = op.inputs[position]
+        info = op.tensor(position)
+        if tensor in c.lifted and tensor not in c.operands:
+            sources.append(c.lifted[tensor][0])
+        elif tensor in c.operands or c.const_of(tensor) is not None:
+            sources.append(None)
+        else:
+            return False
+        shape = _static_shape(c, info)
+        if shape is None:
+            return False
+        shapes.append(shape)
+    merged = _merged_broadcast(shapes, out)
+    if merged is None or any(len(shape) > _MAX_RANK for shape in merged):
+        return False
+    operands = []
+    for position, (source, shape) in enumerate(zip(sources, merged[:2])):
+        tensor = op.inputs[position]
+        const = c.const_of(tensor)
+        if source is None and const is not None and tensor not in c.operands:
+            data = const.data.reshape(shape)
+            operands.append(c.const_operand(data, OperandType(const.code, shape, const.scale, const.zero_point)))
+            continue
+        source = c.operand(tensor) if source is None else source
+        if list(c.type_of(source).dimensions) == shape:
+            operands.append(source)
+            continue
+        reshaped = c.temp(c.type_of(source), shape)
+        c.emit(Op.RESHAPE, [source, c.vector(shape)], [reshaped])
+        operands.append(reshaped)
+    result = c.add(c.nn_type(op.out_tensor()).with_dimensions(merged[2]))
+    c.with_activation(activation, lambda act, target: c.emit(code, [*operands, act], [target]), result)
+    c.lifted[op.outputs[0]] = (result, out)
+    c.lowered(f"{op.name} of rank {len(out)} on merged axes {merged[2]} (inputs {merged[0]} and {merged[1]})")
     return True
 
 
