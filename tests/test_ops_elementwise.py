@@ -88,6 +88,55 @@ def test_hard_swish_float_and_quantized():
     np.testing.assert_array_equal(out, [10, 10, 2, 10, 27, 85, 135])
 
 
+@pytest.mark.parametrize("kind, scales, values, expected", [
+    # LiteRT's (and Android's) int16 fixed-point kernel, recorded: where rounding the real
+    # value once gives one more (9, 73, 112 / 88, 93 / 209 for the tiny multiplier, whose
+    # rounding shift by 16 in int16 gives the sign's -1 or +1)
+    ("int8", (0.03243685141205788, -25, 0.020794300362467766, -110), [56, 92, 117, -25, -128, 127],
+     [8, 72, 111, -110, -110, 127]),
+    ("uint8", (0.05, 100, 0.04, 10), [162, 166, 170, 100, 0, 255], [87, 92, 97, 10, 10, 204]),
+    ("uint8", (0.0012682965025305748, 151, 0.9143238067626953, 209), [0, 150, 151, 255], [208, 208, 210, 210])])
+def test_quantized_hard_swish_is_the_fixed_point_kernel(kind, scales, values, expected):
+    in_scale, in_zero, out_scale, out_zero = scales
+    make = s8 if kind == "int8" else q8
+    out = unary(Op.HARD_SWISH, make([len(values)], in_scale, in_zero), make([len(values)], out_scale, out_zero),
+                values)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_quantized_hard_swish_equals_litert_on_every_stored_value():
+    """Against LiteRT's reference kernel on all 256 stored values of 40 random scale and
+    zero point pairs (int8 and uint8) that LiteRT accepts."""
+    pytest.importorskip("ai_edge_litert")
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    rng = np.random.default_rng(12)
+    checked = 0
+    while checked < 40:
+        kind = ("int8", "uint8")[checked % 2]
+        low, high = (-128, 127) if kind == "int8" else (0, 255)
+        in_scale, out_scale = (float(np.float32(10 ** rng.uniform(-3, 0))) for _ in range(2))
+        in_zero, out_zero = (int(rng.integers(low, high + 1)) for _ in range(2))
+        tensors = [Tensor("x", kind, [256], scale=in_scale, zero_point=in_zero),
+                   Tensor("y", kind, [256], scale=out_scale, zero_point=out_zero)]
+        data = build(Subgraph(tensors, [Operator("HARD_SWISH", [0], [1])], [0], [1]))
+        interpreter = Interpreter(model_content=data, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        try:
+            interpreter.allocate_tensors()
+        except RuntimeError:  # its output multiplier must be below one
+            continue
+        stored = np.arange(low, high + 1).astype(kind)
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], stored)
+        interpreter.invoke()
+        want = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+        make = s8 if kind == "int8" else q8
+        got = unary(Op.HARD_SWISH, make([256], in_scale, in_zero), make([256], out_scale, out_zero), stored)
+        np.testing.assert_array_equal(got, want, err_msg=f"{kind} {in_scale} {in_zero} -> {out_scale} {out_zero}")
+        checked += 1
+
+
 def test_hard_swish_has_no_rank_limit():
     x = np.linspace(-4, 4, 32, dtype=np.float32).reshape(1, 2, 2, 2, 2, 2)
     out = unary(Op.HARD_SWISH, f32(x.shape), f32(x.shape), x)

@@ -211,6 +211,36 @@ def rounding_divide_by_pot(x, exponent) -> np.ndarray:
     return (x >> exponent) + (remainder > threshold)
 
 
+def rounding_doubling_high_multiply16(a, b) -> np.ndarray:
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int16 values, element-wise:
+    trunc((a * b + nudge) / 2**15) with nudge 2**14, or 1 - 2**14 for negative products;
+    a product of two INT16_MIN saturates to INT16_MAX. Returns int64."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    product = a * b
+    nudged = product + np.where(product >= 0, 1 << 14, 1 - (1 << 14))
+    high = np.where(nudged >= 0, nudged >> 15, -((-nudged) >> 15))  # C division truncates
+    return np.where((a == -32768) & (b == -32768), 32767, high)
+
+
+def rounding_divide_by_pot16(x, exponent: int) -> np.ndarray:
+    """gemmlowp's RoundingDivideByPOT on int16 values: as ``rounding_divide_by_pot``, but
+    its mask 2**exponent - 1 is an int16 too, all ones from an exponent of 16 on (TFLite's
+    int16 kernels shift that far for tiny multipliers: the result is then the sign's -1 or
+    +1 as they compute it, never the 0 a wider mask gives). Returns int64."""
+    x = np.asarray(x, dtype=np.int64)
+    mask = (((1 << exponent) - 1 + 32768) & 0xFFFF) - 32768
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + ((x & mask) > threshold)
+
+
+def int16_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier then DownScaleInt32ToInt16Multiplier: (Q15 mantissa,
+    exponent), the Q31 mantissa rounded to 16 bits (halves up), at most INT16_MAX."""
+    fixed, exponent = quantize_multiplier(real)
+    return min(32767, (fixed + (1 << 15)) >> 16), exponent
+
+
 # --- the output stage of convolutions and matrix products -----------------------------------
 class OutputStage:
     """Int32 accumulators to quantized outputs, prepared once.

@@ -35,7 +35,12 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations import _jit
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
 from nnapi.operations.quant_math import multiply_by_quantized_multiplier as _multiply
-from nnapi.operations.quant_math import quantize_multiplier, rounding_divide_by_pot, rounding_doubling_high_multiply
+from nnapi.operations.quant_math import (
+    quantize_multiplier,
+    rounding_divide_by_pot,
+    rounding_doubling_high_multiply,
+    rounding_doubling_high_multiply16,
+)
 
 T = OperandCode
 
@@ -57,12 +62,7 @@ def _c_div(numerator: np.ndarray, denominator: int) -> np.ndarray:
     return np.where(numerator < 0, -quotient, quotient)
 
 
-def _srdhm16(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
-    """SaturatingRoundingDoublingHighMul for int16: round(a * b / 2^15), saturated."""
-    product = np.asarray(a, dtype=np.int64) * np.asarray(b, dtype=np.int64)
-    nudged = product + np.where(product >= 0, 1 << 14, 1 - (1 << 14))
-    high = _c_div(nudged, 1 << 15)
-    return np.where((np.asarray(a) == -32768) & (np.asarray(b) == -32768), 32767, high)
+_srdhm16 = rounding_doubling_high_multiply16  # SaturatingRoundingDoublingHighMul for int16
 
 
 def _saturating_mul_by_pot16(x: np.ndarray, exponent: int) -> np.ndarray:
