@@ -50,6 +50,7 @@ from nnapi.drivers.ort import (
     runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
     small_graphs,  # noqa: F401  (importing it registers its lowerings)
     transposed_dense,  # noqa: F401  (importing it registers its lowerings)
+    uniform_prelu,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.builder import Declined, check_failure
 from nnapi.drivers.ort.lowering import lower_model, operation_support

@@ -1,0 +1,147 @@
+"""nnapi-ort-cpu: a float PRELU whose constant alpha is one value (TFLite's LEAKY_RELU) is
+lowered as ONNX LeakyRelu (uniform_prelu.py), with the reference's values bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import nnapi  # noqa: E402
+from helpers import lowered_node_types, reference_device, run_on  # noqa: E402
+from nnapi import OperandCode as T  # noqa: E402
+from nnapi import OperandType  # noqa: E402
+from nnapi import OperationCode as Op  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("calibration_file")
+
+#: inputs every test sets somewhere: zeros of both signs, infinities, NaN
+_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, -1e-30, 1e-30, -3.0e38]
+
+
+def _prelu_model(shape: list[int], alpha: np.ndarray, code: int = T.TENSOR_FLOAT32) -> nnapi.Model:
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, shape))
+    a = model.add_operand(OperandType(code, list(alpha.shape)))
+    model.set_operand_value(a, alpha)
+    y = model.add_operand(OperandType(code, shape))
+    model.add_operation(Op.PRELU, [x, a], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+def _input(shape: list[int], seed: int) -> np.ndarray:
+    value = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 3
+    value.reshape(-1)[:len(_SPECIALS)] = _SPECIALS
+    return value
+
+
+@pytest.mark.parametrize("alpha", [
+    np.array([0.2], np.float32),                      # LEAKY_RELU as the importer writes it
+    np.full((1, 1, 24), -1.25, np.float32),           # one value per channel, all equal
+    np.array([[[1.5]]], np.float32),                  # above 1
+    np.array([0.0], np.float32),
+    np.array([1e-7], np.float32),                     # a tiny slope: no error that grows as alpha shrinks
+])
+@pytest.mark.parametrize("shape", [[1, 5, 6, 24], [2, 7, 24], [3, 24]])
+def test_uniform_prelu_is_leaky_relu_with_the_reference_values(ort_device, alpha, shape):
+    """LeakyRelu alone, no Relu / Max / Min / Mul / Conv pass, and every value (NaN, zeros of
+    both signs, infinities, alpha * x below zero) the reference's bit for bit."""
+    if alpha.ndim > len(shape):
+        alpha = alpha.reshape(alpha.shape[-len(shape):])
+    model = _prelu_model(shape, alpha)
+    types = lowered_node_types(model)
+    assert "LeakyRelu" in types
+    assert not {"Relu", "Max", "Min", "Mul", "Conv", "Where"} & set(types)
+    value = _input(shape, len(shape))
+    ours, theirs = (run_on(model, device, [value], [np.zeros(shape, np.float32)])[0]
+                    for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)
+    a = np.float32(alpha.reshape(-1)[0])
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.testing.assert_array_equal(ours, np.where(value >= 0, value, value * a))
+    assert np.signbit(ours.reshape(-1)[1])  # PRELU(-0) = -0
+
+
+def test_uniform_prelu_on_a_free_batch_equals_the_reference(ort_device):
+    """openWakeWord's embedding model: LEAKY_RELU on [?, H, W, C]; every batch a run gives."""
+    model = _prelu_model([0, 4, 3, 24], np.array([0.2], np.float32))
+    assert "LeakyRelu" in lowered_node_types(model)
+    for batch in (1, 3):
+        value = _input([batch, 4, 3, 24], batch)
+        ours, theirs = (run_on(model, device, [value], [np.zeros(value.shape, np.float32)], typed=True)[0]
+                        for device in (ort_device, reference_device()))
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def _conv_leaky_conv(channels: int, alpha: float) -> nnapi.Model:
+    """[1, 8, 8, 3] -> CONV_2D 3x3 to ``channels`` -> PRELU(alpha) -> CONV_2D 1x1 to 16: the
+    darknet block (the PRELU's input padded to the NCHWc block where ``channels`` is not a
+    multiple of 16)."""
+    rng = np.random.default_rng(channels)
+    model = nnapi.Model()
+
+    def operand(code, shape, value=None):
+        index = model.add_operand(OperandType(code, shape))
+        if value is not None:
+            model.set_operand_value(index, value)
+        return index
+
+    def conv(x, cin, cout, kernel):
+        w = operand(T.TENSOR_FLOAT32, [cout, kernel, kernel, cin],
+                    rng.standard_normal((cout, kernel, kernel, cin)).astype(np.float32))
+        b = operand(T.TENSOR_FLOAT32, [cout], rng.standard_normal(cout).astype(np.float32))
+        y = operand(T.TENSOR_FLOAT32, [1, 8, 8, cout])
+        scalars = [operand(T.INT32, [], np.int32(v)) for v in (1, 1, 1, 0)]  # SAME, strides 1, no activation
+        model.add_operation(Op.CONV_2D, [x, w, b, *scalars], [y])
+        return y
+
+    x = operand(T.TENSOR_FLOAT32, [1, 8, 8, 3])
+    h = conv(x, 3, channels, 3)
+    a = operand(T.TENSOR_FLOAT32, [1], np.array([alpha], np.float32))
+    p = operand(T.TENSOR_FLOAT32, [1, 8, 8, channels])
+    model.add_operation(Op.PRELU, [h, a], [p])
+    y = conv(p, channels, 16, 1)
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("channels", [16, 24])
+def test_leaky_relu_between_convolutions_equals_the_reference(ort_device, channels):
+    """A convolution, LEAKY_RELU 0.1, a convolution: LeakyRelu (which ORT fuses into the first
+    convolution) on the padded channels where there are some (no Slice back), the outputs the
+    reference's within float32 summation order."""
+    model = _conv_leaky_conv(channels, 0.1)
+    types = lowered_node_types(model)
+    assert types.count("LeakyRelu") == 1 and "Relu" not in types and "Slice" not in types
+    value = np.random.default_rng(1).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)
+    ours, theirs = (run_on(model, device, [value], [np.zeros((1, 8, 8, 16), np.float32)])[0]
+                    for device in (ort_device, reference_device()))
+    assert np.abs(ours - theirs).max() <= 2e-6 * np.abs(theirs).max()
+    assert len(np.unique(ours)) > 500
+
+
+@pytest.mark.parametrize("alpha", [
+    np.array([[[0.25, 0.5]]], np.float32),            # two values: the per-channel forms
+    np.array([np.inf], np.float32),                   # not finite: PRELU's own definition
+    np.array([np.nan], np.float32),
+])
+def test_other_alphas_keep_the_general_forms(ort_device, alpha):
+    model = _prelu_model([1, 4, 3, 2], alpha)
+    assert "LeakyRelu" not in lowered_node_types(model)
+    value = _input([1, 4, 3, 2], 5)
+    ours, theirs = (run_on(model, device, [value], [np.zeros(value.shape, np.float32)])[0]
+                    for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_uniform_alpha_wider_than_a_free_dimension_keeps_the_broadcast(ort_device):
+    """An alpha of 3 equal rows against a batch known only at run time: PRELU's broadcast
+    decides that run (the reference refuses a batch of 2), so no LeakyRelu, which would
+    accept it."""
+    model = _prelu_model([0, 2], np.full((3, 2), 0.5, np.float32))
+    assert "LeakyRelu" not in lowered_node_types(model)
