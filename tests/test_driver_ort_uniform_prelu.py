@@ -145,3 +145,88 @@ def test_uniform_alpha_wider_than_a_free_dimension_keeps_the_broadcast(ort_devic
     accept it."""
     model = _prelu_model([0, 2], np.full((3, 2), 0.5, np.float32))
     assert "LeakyRelu" not in lowered_node_types(model)
+
+
+def _leaky_floor_model(shape: list[int], alpha: float, floor: float, conv_channels: int | None = None,
+                       floor_first: bool = False) -> nnapi.Model:
+    """[CONV_2D 1x1 to ``conv_channels`` ->] PRELU(alpha) -> MAXIMUM(., floor) [-> CONV_2D 1x1
+    to 16]: openWakeWord's embedding blocks (LEAKY_RELU 0.2 floored at -0.4)."""
+    rng = np.random.default_rng(len(shape) + (conv_channels or 0))
+    model = nnapi.Model()
+
+    def operand(code, dims, value=None):
+        index = model.add_operand(OperandType(code, dims))
+        if value is not None:
+            model.set_operand_value(index, value)
+        return index
+
+    def conv(x, cin, cout):
+        w = operand(T.TENSOR_FLOAT32, [cout, 1, 1, cin], rng.standard_normal((cout, 1, 1, cin)).astype(np.float32))
+        b = operand(T.TENSOR_FLOAT32, [cout], rng.standard_normal(cout).astype(np.float32))
+        y = operand(T.TENSOR_FLOAT32, [*shape[:3], cout])
+        model.add_operation(Op.CONV_2D, [x, w, b, *[operand(T.INT32, [], np.int32(v)) for v in (1, 1, 1, 0)]], [y])
+        return y
+
+    x = operand(T.TENSOR_FLOAT32, shape)
+    h = conv(x, shape[3], conv_channels) if conv_channels else x
+    channels = conv_channels or shape[3]
+    leaky = operand(T.TENSOR_FLOAT32, [*shape[:3], channels])
+    model.add_operation(Op.PRELU, [h, operand(T.TENSOR_FLOAT32, [1], np.array([alpha], np.float32))], [leaky])
+    floored = operand(T.TENSOR_FLOAT32, [*shape[:3], channels])
+    c = operand(T.TENSOR_FLOAT32, [1], np.array([floor], np.float32))
+    model.add_operation(Op.MAXIMUM, [c, leaky] if floor_first else [leaky, c], [floored])
+    y = conv(floored, channels, 16) if conv_channels else floored
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("alpha, floor", [(0.2, -0.4), (0.1, -1.0), (1.5, -3.0)])
+@pytest.mark.parametrize("floor_first", [False, True])
+def test_floored_leaky_relu_stays_blocked_with_the_reference_values(ort_device, alpha, floor, floor_first):
+    """MAXIMUM(PRELU(x, alpha), c) with alpha * (c / alpha) rounding to c: relu(x) plus the
+    clipped negation scaled (Relu, Clip, Conv, Add: no Max, which leaves ORT's blocked
+    layout), and every value the reference's bit for bit: inputs around the threshold c /
+    alpha, far below it, zeros, infinities, NaN."""
+    shape = [1, 6, 5, 16]
+    model = _leaky_floor_model(shape, alpha, floor, floor_first=floor_first)
+    types = lowered_node_types(model)
+    assert "Clip" in types and not {"Max", "LeakyRelu"} & set(types)
+    t = np.float32(floor) / np.float32(alpha)
+    value = _input(shape, 3)
+    value.reshape(-1)[len(_SPECIALS):] *= abs(t) / 2  # about as many below the threshold as above
+    near = [np.nextafter(t, np.float32(-np.inf)), t, np.nextafter(t, np.float32(0)), t * 2, t / 2]
+    value.reshape(-1)[len(_SPECIALS):len(_SPECIALS) + len(near)] = near
+    ours, theirs = (run_on(model, device, [value], [np.zeros(shape, np.float32)])[0]
+                    for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)
+    assert (ours == np.float32(floor)).sum() > 10 and (ours < 0).sum() > (ours == np.float32(floor)).sum()
+
+
+@pytest.mark.parametrize("channels", [16, 24])
+def test_floored_leaky_relu_between_convolutions_equals_the_reference(ort_device, channels):
+    """The embedding model's block: a convolution, LEAKY_RELU 0.2, MAXIMUM -0.4, a convolution,
+    on 16 channels or 24 computed padded to 32 (no Slice back, no Max): the outputs the
+    reference's within float32 summation order."""
+    model = _leaky_floor_model([1, 6, 5, 8], 0.2, -0.4, conv_channels=channels)
+    types = lowered_node_types(model)
+    assert "Clip" in types and not {"Max", "Slice", "LeakyRelu"} & set(types)
+    value = np.random.default_rng(2).uniform(-3, 3, (1, 6, 5, 8)).astype(np.float32)
+    ours, theirs = (run_on(model, device, [value], [np.zeros((1, 6, 5, 16), np.float32)])[0]
+                    for device in (ort_device, reference_device()))
+    assert np.abs(ours - theirs).max() <= 2e-6 * np.abs(theirs).max()
+    assert len(np.unique(ours)) > 400
+
+
+@pytest.mark.parametrize("alpha, floor", [(0.01, -0.4), (0.2, 0.5), (-0.2, -0.4)])
+def test_other_floors_keep_leaky_relu_and_max(ort_device, alpha, floor):
+    """No input of 0.01 * t rounds to -0.4; a floor above zero; a negative slope: LeakyRelu
+    then Max, the reference's values bit for bit."""
+    shape = [1, 6, 5, 16]
+    model = _leaky_floor_model(shape, alpha, floor)
+    types = lowered_node_types(model)
+    assert "LeakyRelu" in types and "Max" in types
+    value = _input(shape, 4)
+    ours, theirs = (run_on(model, device, [value], [np.zeros(shape, np.float32)])[0]
+                    for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)
