@@ -230,3 +230,39 @@ def test_other_floors_keep_leaky_relu_and_max(ort_device, alpha, floor):
     ours, theirs = (run_on(model, device, [value], [np.zeros(shape, np.float32)])[0]
                     for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("quantization", [
+    # x scale, x zero point, stored alpha, alpha scale, alpha zero point, y scale, y zero point
+    (0.05, 120, 1, 0.2, 0, 0.04, 100),   # the importer's int8 LEAKY_RELU: alpha 1 step of scale 0.2
+    (0.1, 128, 3, 0.1, 0, 0.1, 128),
+    (0.02, 200, 100, 0.01, 120, 0.03, 20),  # a negative alpha, -0.2
+])
+def test_quantized_uniform_prelu_is_leaky_relu_in_float(ort_device, code, quantization):
+    """A quantized PRELU of one alpha: DequantizeLinear, LeakyRelu, QuantizeLinear (ORT makes
+    them one QLinearLeakyRelu table), in place of Relu / Min / Mul / Add: on every stored
+    value the float32 values of the general quantized form (x or alpha * x, rounded half to
+    even), as before, and within a step of the reference (which rounds float64 halves away)."""
+    xs, xz, a_raw, a_scale, a_zero, ys, yz = quantization
+    low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    dtype = np.int8 if low else np.uint8
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, [1, 16, 16, 1], xs, xz + low))
+    a = model.add_operand(OperandType(code, [1], a_scale, a_zero + low))
+    model.set_operand_value(a, np.array([a_raw + low], dtype))
+    y = model.add_operand(OperandType(code, [1, 16, 16, 1], ys, yz + low))
+    model.add_operation(Op.PRELU, [x, a], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    types = lowered_node_types(model)
+    assert types.count("LeakyRelu") == 1 and not {"Relu", "Min", "Mul"} & set(types)  # (Add: int8 I/O)
+    stored = (np.arange(256) + low).astype(dtype).reshape(1, 16, 16, 1)
+    ours, theirs = (run_on(model, device, [stored], [np.zeros_like(stored)])[0]
+                    for device in (ort_device, reference_device()))
+    real = (stored.astype(np.int32) - (xz + low)).astype(np.float32) * np.float32(xs)
+    alpha = np.float32(a_raw - a_zero) * np.float32(a_scale)
+    expected = np.clip(np.rint(np.where(real >= 0, real, real * alpha) / np.float32(ys)) + yz + low, low, low + 255)
+    np.testing.assert_array_equal(ours, expected.astype(dtype))
+    assert np.abs(ours.astype(np.int32) - theirs.astype(np.int32)).max() <= 1
+    assert len(np.unique(ours[real < 0])) > 10  # the negative side scaled, not clamped
