@@ -774,6 +774,23 @@ def test_fully_connected_on_a_run_time_batch(per_channel: bool) -> None:
         np.testing.assert_array_equal(single, got[:1])
 
 
+def test_per_channel_fully_connected_rows_are_one_image() -> None:
+    """Per-channel int8 FULLY_CONNECTED is a 1x1 CONV_2D over its rows as one image's
+    height ([1, rows, 1, depth]), not a batch of 1x1 images: ONNX Runtime's QLinearConv
+    runs a batch image by image (a ViT's 197 tokens: 197 matrix-vector products, ~6x the
+    time of one matrix product). The values stay LiteRT's (the case's own check)."""
+    from nnapi.codes import OperationCode
+    from nnapi.runtime.model_builder import build_hal_model
+    from tflite_cases import fully_connected_per_channel
+
+    hal_model, _ = build_hal_model(nnapi.load_tflite(fully_connected_per_channel()).model)
+    main = hal_model.main
+    convs = [op for op in main.operations if op.type == OperationCode.CONV_2D]
+    assert len(convs) == 1
+    assert list(main.operands[convs[0].inputs[0]].dimensions) == [1, 2, 1, 10]
+    assert list(main.operands[convs[0].outputs[0]].dimensions) == [1, 2, 1, 6]
+
+
 def _fully_connected_reference(data: bytes, x: np.ndarray) -> np.ndarray:
     """numpy's FULLY_CONNECTED of the synthetic model (weights read back from its import)."""
     from tflite_cases import _rng
