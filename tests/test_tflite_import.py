@@ -258,6 +258,42 @@ def test_lowering_agrees_with_litert(name: str) -> None:
     assert_agrees(got, expected, case.tolerance)
 
 
+def test_pad_folds_into_a_grouped_convolution() -> None:
+    """A spatial zero PAD read by a VALID grouped CONV_2D (onnx2tf's depthwise
+    convolutions) folds into GROUPED_CONV_2D's explicit padding: no padded copy; the values
+    are numpy's grouped convolution of the padded input on each device."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    rng = np.random.default_rng(14)
+    w = rng.standard_normal((6, 3, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    t = [Tensor("x", "float32", [1, 5, 5, 4]),
+         Tensor("pads", "int32", [4, 2], data=np.array([[0, 0], [1, 2], [2, 1], [0, 0]], np.int32)),
+         Tensor("padded", "float32", [1, 8, 8, 4]), Tensor("w", "float32", [6, 3, 3, 2], data=w),
+         Tensor("b", "float32", [6], data=b), Tensor("y", "float32", [1, 3, 6, 6])]
+    ops = [Operator("PAD", [0, 1], [2]),
+           Operator("CONV_2D", [2, 3, 4], [5], ("Conv2DOptions", {"Padding": 1, "StrideW": 1, "StrideH": 2,
+                                                                  "DilationWFactor": 1, "DilationHFactor": 1}))]
+    data = build(Subgraph(t, ops, [0], [5]))
+    imported = nnapi.load_tflite(data)
+    lowerings = [str(lowering) for lowering in imported.lowerings]
+    assert any("(PAD) -> constant: spatial zero padding folded" in text for text in lowerings), lowerings
+    assert any("as GROUPED_CONV_2D, reading a PAD folded" in text for text in lowerings), lowerings
+    x = rng.standard_normal((1, 5, 5, 4)).astype(np.float32)
+    padded = np.pad(x.astype(np.float64), [(0, 0), (1, 2), (2, 1), (0, 0)])
+    want = np.zeros((1, 3, 6, 6))
+    for o in range(6):
+        group = o // 3
+        for i in range(3):
+            for j in range(6):
+                window = padded[0, 2 * i:2 * i + 3, j:j + 3, 2 * group:2 * group + 2]
+                want[0, i, j, o] = (window * w[o]).sum() + b[o]
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        session = _session_on(data, device)
+        if session is not None:
+            np.testing.assert_allclose(session.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+
+
 def _session_on(model, device: str) -> nnapi.Session | None:
     """A session of ``model`` on ``device`` alone; None where this machine has no such
     device (nnapi-ort-cpu needs onnxruntime)."""
