@@ -13,7 +13,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import lowered_node_types, reference_device, run_on  # noqa: E402
+from helpers import constant, lowered_node_types, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -86,6 +86,70 @@ def test_a_pair_with_halves_keeps_the_general_lowering(ort_device):
     to the reference."""
     source, output = (T.TENSOR_QUANT8_ASYMM, 0.5, 3), (T.TENSOR_QUANT8_ASYMM, 1.0, 100)
     model = _requantize_model(source, output)
+    value = _every_value(source[0])
+    np.testing.assert_array_equal(_run(model, ort_device, value, output[0]),
+                                  _run(model, reference_device(), value, output[0]))
+    assert "Floor" in lowered_node_types(model)
+
+
+def _chain_model(source: tuple, output: tuple, silu: bool = True, logistic_output: bool = False) -> nnapi.Model:
+    """DEQUANTIZE, then MUL(x, LOGISTIC(x)) (PT2E's SiLU as ai-edge-torch writes it; with
+    ``logistic_output`` the LOGISTIC is a model output too) or RELU, then QUANTIZE, over a
+    [2, 256] tensor: (code, scale, zero point) each."""
+    model = nnapi.Model()
+    shape = [2, 256]
+    x = model.add_operand(OperandType(source[0], shape, source[1], source[2]))
+    real = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    activation = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    y = model.add_operand(OperandType(output[0], shape, output[1], output[2]))
+    model.add_operation(Op.DEQUANTIZE, [x], [real])
+    outputs = [y]
+    if silu:
+        gate = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+        model.add_operation(Op.LOGISTIC, [real], [gate])
+        model.add_operation(Op.MUL, [real, gate, constant(model, T.INT32, np.int32(0))], [activation])
+        if logistic_output:
+            outputs.append(gate)
+    else:
+        model.add_operation(Op.RELU, [real], [activation])
+    model.add_operation(Op.QUANTIZE, [activation], [y])
+    model.identify_inputs_and_outputs([x], outputs)
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("logistic_output", [False, True])
+@pytest.mark.parametrize(("source", "output"), [
+    ((T.TENSOR_QUANT8_ASYMM, 0.05, 3), (T.TENSOR_QUANT8_ASYMM, 0.03, 10)),
+    ((T.TENSOR_QUANT8_ASYMM_SIGNED, 0.04, -5), (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.021, -100)),
+    ((T.TENSOR_QUANT8_ASYMM_SIGNED, 0.0712, 17), (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.0389, -117)),
+])
+def test_a_silu_between_dequantize_and_quantize_is_proven_equal_to_the_reference(ort_device, source, output,
+                                                                                 logistic_output):
+    """PT2E's SiLU (DEQUANTIZE, LOGISTIC, MUL, QUANTIZE): equal to the reference on every
+    stored value, its QUANTIZE one QuantizeLinear (no Floor or Sign of the general
+    rounding); a LOGISTIC that is also an output keeps its own value."""
+    model = _chain_model(source, output, logistic_output=logistic_output)
+    value = _every_value(source[0])
+    outputs = [np.zeros(value.shape, dtype_of(output[0]))]
+    if logistic_output:
+        outputs.append(np.zeros(value.shape, np.float32))
+    got = run_on(model, ort_device, [value], [o.copy() for o in outputs])
+    want = run_on(model, reference_device(), [value], [o.copy() for o in outputs])
+    np.testing.assert_array_equal(got[0], want[0])
+    if logistic_output:
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    types = lowered_node_types(model)
+    assert "Floor" not in types and "Sign" not in types, types
+    assert types.count("QuantizeLinear") == 1, types
+
+
+def test_a_chain_with_halves_keeps_the_general_lowering(ort_device):
+    """RELU of a 0.5 scale into scale 1: every odd positive stored value is an exact half,
+    which QuantizeLinear rounds to even and the reference away from zero: the probe fails and
+    the general lowering (its Floor) stays, equal to the reference."""
+    source, output = (T.TENSOR_QUANT8_ASYMM, 0.5, 3), (T.TENSOR_QUANT8_ASYMM, 1.0, 100)
+    model = _chain_model(source, output, silu=False)
     value = _every_value(source[0])
     np.testing.assert_array_equal(_run(model, ort_device, value, output[0]),
                                   _run(model, reference_device(), value, output[0]))
