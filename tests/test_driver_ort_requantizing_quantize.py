@@ -128,7 +128,8 @@ def test_a_silu_between_dequantize_and_quantize_is_proven_equal_to_the_reference
                                                                                  logistic_output):
     """PT2E's SiLU (DEQUANTIZE, LOGISTIC, MUL, QUANTIZE): equal to the reference on every
     stored value, its QUANTIZE one QuantizeLinear (no Floor or Sign of the general
-    rounding); a LOGISTIC that is also an output keeps its own value."""
+    rounding) after one QuickGelu; a LOGISTIC that is also an output keeps its own value,
+    and the QuantizeLinear reads the chain's Mul."""
     model = _chain_model(source, output, logistic_output=logistic_output)
     value = _every_value(source[0])
     outputs = [np.zeros(value.shape, dtype_of(output[0]))]
@@ -142,6 +143,10 @@ def test_a_silu_between_dequantize_and_quantize_is_proven_equal_to_the_reference
     types = lowered_node_types(model)
     assert "Floor" not in types and "Sign" not in types, types
     assert types.count("QuantizeLinear") == 1, types
+    if logistic_output:  # the LOGISTIC read by the model: its own lowering and the Mul stay
+        assert "Mul" in types and "QuickGelu" not in types, types
+    else:  # read by nothing else: one QuickGelu in their place
+        assert types.count("QuickGelu") == 1 and "Sigmoid" not in types and "Mul" not in types, types
 
 
 def test_a_chain_with_halves_keeps_the_general_lowering(ort_device):

@@ -140,7 +140,8 @@ def probe_outputs(graph: onnx.GraphProto, feeds: dict[str, np.ndarray] | None = 
     from nnapi.drivers.ort.session import disabled_optimizers, session_options
 
     try:
-        session = onnxruntime.InferenceSession(onnx_model(graph).SerializeToString(), session_options(threads=1),
+        model = onnx_model(graph, any(node.domain == MS_DOMAIN for node in graph.node))
+        session = onnxruntime.InferenceSession(model.SerializeToString(), session_options(threads=1),
                                                providers=["CPUExecutionProvider"],
                                                disabled_optimizers=disabled_optimizers())
         return [] if feeds is None else list(session.run(None, feeds))

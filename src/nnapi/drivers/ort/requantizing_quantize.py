@@ -35,6 +35,10 @@ DEQUANTIZE, chain operations and QUANTIZE give, bit for bit. Otherwise (an exact
 two round differently, a form that is not element-wise) the general lowering. The chain's
 float values may have other readers: they keep their own lowering; only the QUANTIZE changes
 (torchvision efficientnet_b0 quantized with PT2E: 49 of its 56 QUANTIZEs, each ~8 nodes).
+A SiLU whose LOGISTIC and MUL nobody else reads becomes DequantizeLinear, com.microsoft
+QuickGelu (one pass instead of Sigmoid and Mul, each of which ORT gave a DequantizeLinear of
+its own) and QuantizeLinear, the Sigmoid and Mul dropped, where that form too is proven equal
+(efficientnet_b0 PT2E: 1.7x -> 1.23x LiteRT).
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.builder import QUANT8, GraphBuilder, internal_zero_point, lowers, probe_outputs
+from nnapi.drivers.ort.builder import MS_DOMAIN, QUANT8, GraphBuilder, internal_zero_point, lowers, probe_outputs
+from nnapi.drivers.ort.composites import QUANTIZED_SWISH
 from nnapi.drivers.ort.quantization import lower_quantize
 from nnapi.hal import Operand, OperandLifeTime, Operation
 from nnapi.operand import OperandType
@@ -183,9 +188,44 @@ def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> b
         [*(initializers[name] for name in sorted(needed)), numpy_helper.from_array(np.array(scale), "probe_scale"),
          numpy_helper.from_array(np.array(zero_point, np.uint8), "probe_zero_point")])
     expected = _reference_chain(g, root, operations, output)
-    if expected is None or not _probe_equals(probe.SerializeToString(), source.name, expected.tobytes()):
+    if expected is None:
+        return False
+    if _swish(g, operation, root, operations, nodes, probe, expected):
+        return True
+    if not _probe_equals(probe.SerializeToString(), source.name, expected.tobytes()):
         return False
     g.set_output(operation.outputs[0], g.quantize(x.name, output))
+    return True
+
+
+def _swish(g: GraphBuilder, operation: Operation, root: int, operations: list[Operation],
+           nodes: list[onnx.NodeProto], probe: onnx.GraphProto, expected: np.ndarray) -> bool:
+    """A SiLU chain (MUL(x, LOGISTIC(x)) lowered as DequantizeLinear, Sigmoid, Mul) whose
+    LOGISTIC and MUL nobody else reads, lowered as the dequantized x's QuickGelu (one pass:
+    ORT reads the dequantized x once, where the Sigmoid and the Mul each read it, and each
+    a DequantizeLinear of its own that ORT's QDQ passes duplicate) then QuantizeLinear, the
+    Sigmoid and Mul dropped, where that form too gives ``expected`` on all 256 values."""
+    if [node.op_type for node in nodes] != ["DequantizeLinear", "Sigmoid", "Mul"] or \
+            [OperationCode(op.type) for op in operations] != [OperationCode.LOGISTIC, OperationCode.MUL]:
+        return False
+    logistic, mul = operations
+    outputs = set(g.subgraph.output_indexes)
+    if logistic.inputs[0] != root or sorted(mul.inputs[:2]) != sorted([root, logistic.outputs[0]]) or \
+            g.readers(logistic.outputs[0]) != [mul] or g.readers(mul.outputs[0]) != [operation] or \
+            outputs & {logistic.outputs[0], mul.outputs[0]}:
+        return False
+    dequantized = nodes[0].output[0]
+    swish = helper.make_node("QuickGelu", [dequantized], [nodes[2].output[0]], domain=MS_DOMAIN, alpha=1.0)
+    form = onnx.GraphProto()
+    form.CopyFrom(probe)
+    del form.node[:]
+    form.node.extend([nodes[0], swish, probe.node[-1]])
+    if not _probe_equals(form.SerializeToString(), g.dequantized[root].name, expected.tobytes()):
+        return False
+    dropped = {id(node) for node in nodes[1:]}
+    g.nodes[:] = [node for node in g.nodes if id(node) not in dropped]
+    y = g.one(QUANTIZED_SWISH, [dequantized], MS_DOMAIN, alpha=1.0)
+    g.set_output(operation.outputs[0], g.quantize(y, g.operand(operation.outputs[0])))
     return True
 
 
