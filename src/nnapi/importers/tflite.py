@@ -1989,6 +1989,19 @@ def _merged_transpose(dims: Sequence[int], perm: Sequence[int]) -> tuple[list[in
     return merged, [by_input.index(g) for g in range(len(groups))]
 
 
+def _lifted_shape(c: _Converter, op: _Operator) -> list[int] | None:
+    """The static shape of ``op``'s input where ``op`` lifts a computed (or already
+    converted) tensor of rank 1-4 above NNAPI's rank 4 and it is small enough to trace
+    element by element; None otherwise."""
+    source, out = op.tensor(0), op.out_tensor()
+    shape = _static_shape(c, source)
+    if len(out.shape) <= _MAX_RANK or shape is None or len(source.shape) == 0 or \
+            len(source.shape) > _MAX_RANK or int(np.prod(shape)) > _CHAIN_ELEMENTS or \
+            (c.const_of(op.inputs[0]) is not None and op.inputs[0] not in c.operands):
+        return None
+    return shape
+
+
 def _high_rank_chain(c: _Converter, op: _Operator) -> bool:
     """Convert ``op`` and the operators after it when ``op`` lifts a tensor of rank <= 4
     above NNAPI's rank 4 and a chain of single readers (RESHAPE, EXPAND_DIMS, TILE,
@@ -2002,11 +2015,8 @@ def _high_rank_chain(c: _Converter, op: _Operator) -> bool:
     windows): it acts on each row of the last axis alone, so it runs on the rows as they
     are, [rows, depth], and the moves after it follow. False (nothing emitted) when there
     is no such chain or form."""
-    source, out = op.tensor(0), op.out_tensor()
-    shape = _static_shape(c, source)
-    if len(out.shape) <= _MAX_RANK or shape is None or len(source.shape) == 0 or \
-            len(source.shape) > _MAX_RANK or int(np.prod(shape)) > _CHAIN_ELEMENTS or \
-            (c.const_of(op.inputs[0]) is not None and op.inputs[0] not in c.operands):
+    shape = _lifted_shape(c, op)
+    if shape is None:
         return False
     # the operand type, before the trace (up to _CHAIN_ELEMENTS positions through every step)
     known = c.operands.get(op.inputs[0])
@@ -2111,11 +2121,8 @@ def _high_rank_tree(c: _Converter, op: _Operator) -> bool:
     written (tflite_moves.py). Each branch's end is computed from ``op``'s input by one
     RESHAPE / STRIDED_SLICE / TRANSPOSE / RESHAPE plan. False (nothing emitted) when a
     branch does anything else or has no such plan."""
-    source, out = op.tensor(0), op.out_tensor()
-    shape = _static_shape(c, source)
-    if len(out.shape) <= _MAX_RANK or shape is None or len(source.shape) == 0 or \
-            len(source.shape) > _MAX_RANK or int(np.prod(shape)) > _CHAIN_ELEMENTS or \
-            (c.const_of(op.inputs[0]) is not None and op.inputs[0] not in c.operands):
+    shape = _lifted_shape(c, op)
+    if shape is None:
         return False
     known = c.operands.get(op.inputs[0])
     if known is not None and c.type_of(known).type not in (*_FLOAT_TYPES, *_QUANT8):

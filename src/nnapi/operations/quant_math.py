@@ -188,16 +188,25 @@ def multiply_by_quantized_multiplier(values, multiplier, shift) -> np.ndarray:
     return rounding_divide_by_pot(rounding_doubling_high_multiply(x, multiplier), np.maximum(-shift, 0))
 
 
+def _doubling_high_multiply(a, b, bits: int) -> np.ndarray:
+    """gemmlowp's SaturatingRoundingDoublingHighMul on ``bits``-wide signed values:
+    trunc((a * b + nudge) / 2**(bits - 1)), the nudge 2**(bits - 2) or 1 - 2**(bits - 2) for
+    negative products; the product of two minimum values saturates to the maximum."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    low = -(1 << (bits - 1))
+    product = a * b
+    half = 1 << (bits - 2)
+    nudged = product + np.where(product >= 0, half, 1 - half)
+    high = np.where(nudged >= 0, nudged >> (bits - 1), -((-nudged) >> (bits - 1)))  # C division truncates
+    return np.where((a == low) & (b == low), -low - 1, high)
+
+
 def rounding_doubling_high_multiply(a, b) -> np.ndarray:
     """gemmlowp's SaturatingRoundingDoublingHighMul on int32 values, element-wise:
     trunc((a * b + nudge) / 2**31) with nudge 2**30, or 1 - 2**30 for negative products;
     a product of two INT32_MIN saturates to INT32_MAX. Returns int64."""
-    a = np.asarray(a, dtype=np.int64)
-    b = np.asarray(b, dtype=np.int64)
-    product = a * b
-    nudged = product + np.where(product >= 0, 1 << 30, 1 - (1 << 30))
-    high = np.where(nudged >= 0, nudged >> 31, -((-nudged) >> 31))  # C division truncates
-    return np.where((a == _INT32_MIN) & (b == _INT32_MIN), _INT32_MAX, high)
+    return _doubling_high_multiply(a, b, 32)
 
 
 def rounding_divide_by_pot(x, exponent) -> np.ndarray:
@@ -215,12 +224,7 @@ def rounding_doubling_high_multiply16(a, b) -> np.ndarray:
     """gemmlowp's SaturatingRoundingDoublingHighMul on int16 values, element-wise:
     trunc((a * b + nudge) / 2**15) with nudge 2**14, or 1 - 2**14 for negative products;
     a product of two INT16_MIN saturates to INT16_MAX. Returns int64."""
-    a = np.asarray(a, dtype=np.int64)
-    b = np.asarray(b, dtype=np.int64)
-    product = a * b
-    nudged = product + np.where(product >= 0, 1 << 14, 1 - (1 << 14))
-    high = np.where(nudged >= 0, nudged >> 15, -((-nudged) >> 15))  # C division truncates
-    return np.where((a == -32768) & (b == -32768), 32767, high)
+    return _doubling_high_multiply(a, b, 16)
 
 
 def rounding_divide_by_pot16(x, exponent: int) -> np.ndarray:
