@@ -13,6 +13,7 @@ onnxruntime = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import nnapi  # noqa: E402
+from helpers import reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -80,15 +81,7 @@ def test_quantize_of_a_one_channel_image_reads_widened_scalars(ort_device):
     assert shapes.get("Div") == [[1, 1]] and shapes.get("Add") == [[1, 1]], shapes
     image = np.random.default_rng(1).uniform(-0.2, 1.2, (2, 12, 10, 1)).astype(np.float32)
     image[0, 0, :4, 0] = [0.5 / 255, 1.5 / 255, -0.5 / 255, 254.5 / 255]  # halves
-    results = []
-    for device in (ort_device, next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")):
-        compilation = nnapi.Compilation(model, [device])
-        compilation.finish()
-        execution = nnapi.Execution(compilation)
-        execution.set_input(0, image)
-        out = np.zeros((2, 12, 10, 1), np.int8)
-        execution.set_output(0, out)
-        execution.compute()
-        results.append(out)
+    results = [run_on(model, device, [image], [np.zeros((2, 12, 10, 1), np.int8)])[0]
+               for device in (ort_device, reference_device())]
     np.testing.assert_array_equal(results[0], results[1])
     assert len(np.unique(results[0])) > 100

@@ -10,7 +10,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import lowered_node_types, reference_device, run_on  # noqa: E402
+from helpers import lowered_node_types, operand_adder, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -84,11 +84,7 @@ def _conv_leaky_conv(channels: int, alpha: float) -> nnapi.Model:
     rng = np.random.default_rng(channels)
     model = nnapi.Model()
 
-    def operand(code, shape, value=None):
-        index = model.add_operand(OperandType(code, shape))
-        if value is not None:
-            model.set_operand_value(index, value)
-        return index
+    operand = operand_adder(model)
 
     def conv(x, cin, cout, kernel):
         w = operand(T.TENSOR_FLOAT32, [cout, kernel, kernel, cin],
@@ -154,11 +150,7 @@ def _leaky_floor_model(shape: list[int], alpha: float, floor: float, conv_channe
     rng = np.random.default_rng(len(shape) + (conv_channels or 0))
     model = nnapi.Model()
 
-    def operand(code, dims, value=None):
-        index = model.add_operand(OperandType(code, dims))
-        if value is not None:
-            model.set_operand_value(index, value)
-        return index
+    operand = operand_adder(model)
 
     def conv(x, cin, cout):
         w = operand(T.TENSOR_FLOAT32, [cout, 1, 1, cin], rng.standard_normal((cout, 1, 1, cin)).astype(np.float32))
