@@ -159,3 +159,67 @@ def test_a_chain_with_halves_keeps_the_general_lowering(ort_device):
     np.testing.assert_array_equal(_run(model, ort_device, value, output[0]),
                                   _run(model, reference_device(), value, output[0]))
     assert "Floor" in lowered_node_types(model)
+
+
+def _gelu_model(code: str, source: tuple, output: tuple) -> nnapi.Model:
+    """TFLite's quantized GELU (erf form) on [2, 128] values, (scale, zero point) each: the
+    importer writes DEQUANTIZE, the 21 float32 operations of its erf form, QUANTIZE."""
+    from tflite_builder import Tensor, single_op
+
+    tensors = [Tensor("x", code, [2, 128], scale=source[0], zero_point=source[1]),
+               Tensor("y", code, [2, 128], scale=output[0], zero_point=output[1])]
+    return nnapi.load_tflite(single_op("GELU", tensors, [0], [1], ("GeluOptions", {"Approximate": False}))).model
+
+
+@pytest.mark.parametrize(("code", "source", "output"), [
+    ("int8", (4 / 127, 0), (0.02, -20)),
+    ("int8", (0.0473, -7), (0.0291, -111)),       # tinyvit PT2E's MLP: a wide input, outputs >= -0.17
+    ("uint8", (0.031, 140), (0.017, 12)),
+])
+def test_a_quantized_gelu_is_a_proven_gelu_and_one_quantize_equal_to_the_reference(ort_device, code, source, output):
+    """A quantized GELU (PT2E transformers' MLP) is ORT's Gelu on the dequantized values and
+    one QuantizeLinear (none of the general rounding's Floor, Abs, Div), equal to the
+    reference's 21 operations and QUANTIZE on every stored value."""
+    model = _gelu_model(code, source, output)
+    value = np.arange(256).astype(np.uint8).view(np.dtype(code)).reshape(2, 128)
+    want = _run(model, reference_device(), value, T.TENSOR_QUANT8_ASYMM_SIGNED if code == "int8"
+                else T.TENSOR_QUANT8_ASYMM)
+    got = _run(model, ort_device, value, T.TENSOR_QUANT8_ASYMM_SIGNED if code == "int8" else T.TENSOR_QUANT8_ASYMM)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 50  # the values span the output's range, not one saturated end
+    types = lowered_node_types(model)
+    assert types.count("Gelu") == 1 and types.count("QuantizeLinear") == 1, types
+    assert not {"Floor", "Abs", "Div", "Sign"} & set(types), types
+
+
+def _scaled_model(source: tuple, factor: float, output: tuple) -> nnapi.Model:
+    """DEQUANTIZE, MUL by a float32 constant of one element, QUANTIZE over [2, 256]."""
+    model = nnapi.Model()
+    shape = [2, 256]
+    x = model.add_operand(OperandType(source[0], shape, source[1], source[2]))
+    real = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    scaled = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    y = model.add_operand(OperandType(output[0], shape, output[1], output[2]))
+    model.add_operation(Op.DEQUANTIZE, [x], [real])
+    model.add_operation(Op.MUL, [real, constant(model, T.TENSOR_FLOAT32, np.array([factor], np.float32), [1]),
+                                 constant(model, T.INT32, np.int32(0))], [scaled])
+    model.add_operation(Op.QUANTIZE, [scaled], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize(("factor", "proven"), [(0.3, True), (0.5, False)])
+def test_a_chain_with_a_constant_is_proven_or_keeps_the_general_lowering(ort_device, factor, proven):
+    """A chain may read float32 constants of one element: x * 0.3 from scale 0.0473 into
+    scale 0.0291 is proven (one QuantizeLinear); x * 0.5 from scale 1 into scale 1 makes every odd
+    stored value an exact half, which the probe catches: the general lowering. Both equal
+    to the reference on every stored value."""
+    source = (T.TENSOR_QUANT8_ASYMM, 0.0473 if proven else 1.0, 3)
+    output = (T.TENSOR_QUANT8_ASYMM, 0.0291 if proven else 1.0, 100)
+    model = _scaled_model(source, factor, output)
+    value = _every_value(source[0])
+    np.testing.assert_array_equal(_run(model, ort_device, value, output[0]),
+                                  _run(model, reference_device(), value, output[0]))
+    types = lowered_node_types(model)
+    assert ("Floor" not in types) == proven, types
