@@ -1,4 +1,4 @@
-"""Operators whose inputs are all constants are folded at import (tflite_fold.py), with
+"""Operators whose inputs are all constants are folded at import (importers/tflite/fold.py), with
 TensorFlow's meaning: each case's folded value is checked against LiteRT computing the
 same operator at run time, and the NNAPI model keeps only the operation reading the
 model's input."""

@@ -517,9 +517,9 @@ def test_attention_split_through_rank_5_is_imported_exactly(branches: str, kind:
     ([2, 3, 4], lambda a: a.transpose(2, 0, 1), True), ([4, 6], lambda a: a[:, ::-1], False),
     ([4, 6], lambda a: a[:, [0, 0, 1]], False), ([6], lambda a: a[[0, 1, 3]], False)])
 def test_move_plan_gives_the_positions_or_none(shape: list[int], pick, found: bool) -> None:
-    """tflite_moves.move_plan: a strided box in any order is one rank-4 plan giving exactly
+    """moves.move_plan: a strided box in any order is one rank-4 plan giving exactly
     the positions; reversals, repeats and uneven picks have none."""
-    from nnapi.importers.tflite_moves import move_plan
+    from nnapi.importers.tflite.moves import move_plan
 
     source = np.arange(int(np.prod(shape)))
     index = pick(source.reshape(shape))

@@ -2,7 +2,7 @@
 writes it (LiteRT rounds; NNAPI's quantized kernel truncates), recognised as a chain and
 lowered to ONNX Runtime as one float Resize of the stored integers and one QuantizeLinear.
 
-The importer's chains (importers/tflite.py, ``_resize``):
+The importer's chains (importers/tflite/spatial.py, ``_resize``):
 
 - uint8: CAST (the stored integers to float32), RESIZE_BILINEAR in float32, ADD
   half_below(0.5), CAST to uint8: trunc(B + 0.5 - 2**-25) = floor(B + 1/2) of the blend B

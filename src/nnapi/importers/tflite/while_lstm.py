@@ -24,7 +24,8 @@ from nnapi.codes import OperationCode as Op
 from nnapi.operand import OperandType
 
 if TYPE_CHECKING:  # (the importer imports this module: no import at run time)
-    from nnapi.importers.tflite import _Converter, _Operator
+    from nnapi.importers.tflite.converter import _Converter
+    from nnapi.importers.tflite.reader import _Operator
 
 
 class _NoMatch(Exception):

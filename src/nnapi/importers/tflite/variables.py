@@ -23,7 +23,8 @@ import numpy as np
 from nnapi.importers import StateSpec
 
 if TYPE_CHECKING:  # (the importer imports this module: no import at run time)
-    from nnapi.importers.tflite import _Converter, _Operator
+    from nnapi.importers.tflite.converter import _Converter
+    from nnapi.importers.tflite.reader import _Operator
 
 
 class VariableError(Exception):

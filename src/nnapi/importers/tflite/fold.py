@@ -2,7 +2,7 @@
 
 TensorFlow writes shape arithmetic into its graphs (``tf.signal.frame``: SHAPE, SPLIT_V,
 FLOOR_DIV, PACK, RANGE, GATHER, REDUCE_PROD, ...). Once the shapes are static, SHAPE is a
-constant (tflite.py) and so is everything computed from it; several of those operators
+constant (shapes.py) and so is everything computed from it; several of those operators
 have no NNAPI operation at all (FLOOR_DIV, RANGE, PACK of scalars). Folding them here, in
 numpy with TensorFlow's meaning of each, leaves the NNAPI model only the work that depends
 on its inputs. Only unquantized int32 / int64 / float32 / bool values are folded, never a
@@ -20,9 +20,10 @@ from nnapi.codes import OperandCode
 from nnapi.codes import OperandCode as T
 
 if TYPE_CHECKING:
-    from nnapi.importers.tflite import _Converter, _Operator
+    from nnapi.importers.tflite.converter import _Converter
+    from nnapi.importers.tflite.reader import _Operator
 
-#: TFLite's tensor type codes (schema.fbs; tflite.py's constants, not imported: it imports this module)
+#: TFLite's tensor type codes (schema.fbs; the values of reader.py's constants)
 _FLOAT32, _INT32, _INT64, _BOOL = 0, 2, 4, 6
 #: TFLite tensor type -> (numpy dtype, NNAPI operand code of the folded constant); int64
 #: narrows to int32 as the importer's int64 constants do

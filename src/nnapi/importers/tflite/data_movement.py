@@ -1,0 +1,408 @@
+"""TFLite import: operators that move elements (TRANSPOSE, SLICE, STRIDED_SLICE, GATHER,
+SPLIT, PACK, CONCATENATION, TILE, ...) and the lookups (EMBEDDING_LOOKUP, ...).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode as T
+from nnapi.codes import OperationCode as Op
+from nnapi.importers.tflite.converter import _Converter, _converter
+from nnapi.importers.tflite.reader import _FLOAT_TYPES, _QUANT8, UnsupportedOperator, _operand_shape, _Operator
+from nnapi.operand import OperandType
+
+
+@_converter("CONCATENATION")
+def _concatenation(c: _Converter, op: _Operator) -> None:
+    options = op.options("ConcatenationOptions")
+    operands = [c.input(i) for i in range(len(op.inputs))]
+    axis = options.Axis()
+    if axis < 0:  # TFLite counts a negative axis from the end; NNAPI's axis is in [0, rank)
+        axis += c.type_of(operands[0]).rank
+    activation = options.FusedActivationFunction()
+    if activation == 0:
+        c.emit(Op.CONCATENATION, [*operands, c.i32(axis)], [c.output()])
+        return
+    temp = c.temp(c.nn_type(op.out_tensor()))
+    c.emit(Op.CONCATENATION, [*operands, c.i32(axis)], [temp])
+    c.activation_after(activation, temp)
+
+
+def _int_vector_input(c: _Converter, position: int) -> int:
+    const = c.const_of(c.current.inputs[position])
+    if const is not None:
+        return c.vector(const.data)
+    return c.input(position)
+
+
+@_converter("TRANSPOSE")
+def _transpose(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.TRANSPOSE, [c.input(0), _int_vector_input(c, 1)], [c.output()])
+
+
+@_converter("SLICE")
+def _slice(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.SLICE, [c.input(0), _int_vector_input(c, 1), _int_vector_input(c, 2)], [c.output()])
+
+
+@_converter("TILE")
+def _tile(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.TILE, [c.input(0), _int_vector_input(c, 1)], [c.output()])
+
+
+@_converter("REVERSE_V2")
+def _reverse(c: _Converter, op: _Operator) -> None:
+    axes = c.const_values(1, "axis").reshape(-1)
+    if axes.size != 1:
+        raise UnsupportedOperator("NNAPI REVERSE takes exactly one axis")
+    x = c.input(0)
+    x_type, out_type = c.type_of(x), c.nn_type(op.out_tensor())
+    if x_type.type in _QUANT8 and (x_type.scale, x_type.zero_point) != (out_type.scale, out_type.zero_point):
+        # TFLite's kernel copies the stored values whatever the two quantizations say (the
+        # converter writes such a pair in a bidirectional LSTM); NNAPI's REVERSE keeps the
+        # quantization, and CAST, which ignores it, carries the stored values over.
+        reversed_ = c.temp(x_type)
+        c.emit(Op.REVERSE, [x, c.vector(axes)], [reversed_])
+        c.emit(Op.CAST, [reversed_], [c.output()])
+        c.lowered("REVERSE_V2 between two quantizations: REVERSE + CAST of the stored values, as TFLite's kernel")
+        return
+    c.emit(Op.REVERSE, [x, c.vector(axes)], [c.output()])
+
+
+def _dense_slice_spec(rank: int, begin: np.ndarray, end: np.ndarray, strides: np.ndarray, begin_mask: int,
+                      end_mask: int, shrink: int, ellipsis: int, new_axis: int
+                      ) -> tuple[list[list[int]], int, int, int, list[bool]]:
+    """TensorFlow's sparse slice spec (an ellipsis, new axes, fewer entries than the
+    rank) made dense: one (begin, end, stride) and mask bit per input axis, and for each
+    output axis whether it is a new size-1 axis (True) or comes from the input (False)."""
+    count = len(begin)
+    if not ellipsis & ((1 << count) - 1):
+        ellipsis |= 1 << count  # a spec shorter than the rank ends in an implicit ellipsis
+        count += 1
+    elif bin(ellipsis & ((1 << count) - 1)).count("1") > 1:
+        raise UnsupportedOperator("STRIDED_SLICE with more than one ellipsis")
+    spec: list[list[int]] = []
+    dense_begin_mask = dense_end_mask = dense_shrink = 0
+    out_axes: list[bool] = []
+    for i in range(count):
+        bit = 1 << i
+        if ellipsis & bit:
+            # The ellipsis covers every input axis the entries after it do not name.
+            named_after = sum(1 for j in range(i + 1, count) if not new_axis >> j & 1)
+            covered = rank - len(spec) - named_after
+            if covered < 0:
+                raise UnsupportedOperator(f"STRIDED_SLICE names more axes than the input's {rank}")
+            for _ in range(covered):
+                dense_begin_mask |= 1 << len(spec)
+                dense_end_mask |= 1 << len(spec)
+                spec.append([0, 0, 1])
+                out_axes.append(False)
+        elif new_axis & bit:
+            out_axes.append(True)  # TensorFlow ignores begin, end, stride and shrink here
+        else:
+            if len(spec) >= rank:
+                raise UnsupportedOperator(f"STRIDED_SLICE names more axes than the input's {rank}")
+            axis = len(spec)
+            dense_begin_mask |= (begin_mask >> i & 1) << axis
+            dense_end_mask |= (end_mask >> i & 1) << axis
+            dense_shrink |= (shrink >> i & 1) << axis
+            spec.append([int(begin[i]), int(end[i]), int(strides[i])])
+            if not shrink >> i & 1:
+                out_axes.append(False)
+    if len(spec) != rank:
+        raise UnsupportedOperator(f"STRIDED_SLICE names {len(spec)} of the input's {rank} axes")
+    return spec, dense_begin_mask, dense_end_mask, dense_shrink, out_axes
+
+
+@_converter("STRIDED_SLICE")
+def _strided_slice(c: _Converter, op: _Operator) -> None:
+    options = op.options("StridedSliceOptions")
+    x = c.input(0)
+    in_shape = op.tensor(0).shape
+    begin = c.const_values(1, "begin").astype(np.int64).reshape(-1)
+    end = c.const_values(2, "end").astype(np.int64).reshape(-1)
+    strides = (c.const_values(3, "strides").astype(np.int64).reshape(-1) if op.has_input(3)
+               else np.ones_like(begin))
+    if not len(begin) == len(end) == len(strides):
+        raise UnsupportedOperator(f"STRIDED_SLICE with {len(begin)} begin, {len(end)} end and {len(strides)} "
+                                  "stride values")
+    ellipsis, new_axis = options.EllipsisMask(), options.NewAxisMask()
+    offset = bool(options.Offset()) if hasattr(options, "Offset") else False
+    notes = []
+    if offset:
+        # offset: each end counts from its (unresolved) begin; measured against LiteRT,
+        # a negative begin is not wrapped first. Added here once the indices are known.
+        if ellipsis or new_axis or options.BeginMask():
+            raise UnsupportedOperator("STRIDED_SLICE with offset together with ellipsis, new-axis or begin masks")
+        end = begin + end
+        notes.append("offset: end = begin + end computed at import")
+    rank = len(in_shape)
+    # Entries naming an input axis; fewer than the rank means an ellipsis somewhere.
+    named = len(begin) - bin(new_axis & ((1 << len(begin)) - 1)).count("1")
+    spec, begin_mask, end_mask, shrink, out_axes = _dense_slice_spec(
+        rank, begin, end, strides, options.BeginMask(), options.EndMask(), options.ShrinkAxisMask(), ellipsis,
+        new_axis)
+    begin = np.array([s[0] for s in spec], np.int64)
+    end = np.array([s[1] for s in spec], np.int64)
+    strides = np.array([s[2] for s in spec], np.int64)
+    reasons = []
+    for axis in range(rank):
+        if shrink >> axis & 1:
+            # TFLite ignores end (and stride) on a shrunk axis and takes begin alone;
+            # NNAPI reads them, so make the slice [begin, begin + 1) explicitly.
+            size = in_shape[axis]
+            start = begin[axis] if not begin_mask >> axis & 1 else 0
+            if start < 0:
+                if size < 0:
+                    raise UnsupportedOperator("shrinking an axis of unknown size from a negative index")
+                start += size
+            if end[axis] != start + 1 or strides[axis] != 1 or begin_mask >> axis & 1 or end_mask >> axis & 1:
+                reasons.append(axis)
+            begin[axis] = start
+            end[axis] = start + 1
+            strides[axis] = 1
+            begin_mask &= ~(1 << axis)
+            end_mask &= ~(1 << axis)
+    slice_inputs = [x, c.vector(begin), c.vector(end), c.vector(strides), c.i32(begin_mask), c.i32(end_mask),
+                    c.i32(shrink)]
+    if reasons:
+        notes.append(f"shrink axes {reasons}: TFLite ignores their end, NNAPI needs end = begin + 1; rewritten")
+    if ellipsis or named < rank:
+        notes.append("ellipsis (or fewer indices than the rank) expanded to full ranges of the axes it covers")
+    if any(out_axes):
+        out_info = op.out_tensor()
+        out_shape = list(out_info.shape)
+        if len(out_shape) != len(out_axes) or any(out_shape[i] not in (1, -1) for i, new in
+                                                  enumerate(out_axes) if new):
+            raise UnsupportedOperator(f"STRIDED_SLICE output shape {out_shape} does not match its new axes")
+        out_type = c.nn_type(out_info)
+        kept = [d for d, new in zip(out_type.dimensions, out_axes) if not new]
+        sliced = c.temp(out_type, kept or [1])
+        c.emit(Op.STRIDED_SLICE, slice_inputs, [sliced])
+        target = [-1 if d < 0 else 1 if new else d for d, new in zip(out_shape, out_axes)]
+        if target.count(-1) > 1:
+            raise UnsupportedOperator("new_axis_mask on an output with more than one unknown dimension")
+        c.emit(Op.RESHAPE, [sliced, c.vector(target)], [c.output()])
+        notes.append(f"new_axis_mask: STRIDED_SLICE + RESHAPE inserting size-1 axes at output positions "
+                     f"{[i for i, new in enumerate(out_axes) if new]}")
+    else:
+        c.emit(Op.STRIDED_SLICE, slice_inputs, [c.output()])
+    if notes:
+        c.lowered("; ".join(notes))
+
+
+@_converter("GATHER")
+def _gather(c: _Converter, op: _Operator) -> None:
+    options = op.options("GatherOptions")
+    axis = options.Axis() if options is not None else 0
+    if options is not None and options.BatchDims():
+        raise UnsupportedOperator("GATHER with batch_dims has no NNAPI equivalent")
+    x = c.input(0)
+    indices_info = op.tensor(1)
+    indices = c.input(1)
+    if c.type_of(indices).type != T.TENSOR_INT32:
+        raise UnsupportedOperator("GATHER indices must be int32 for NNAPI")
+    if len(indices_info.shape) > 0:
+        c.emit(Op.GATHER, [x, c.i32(axis), indices], [c.output()])
+        return
+    # A rank-0 index removes the axis; NNAPI's [1] index keeps it with size 1.
+    in_shape = list(_operand_shape(op.tensor(0).shape))
+    axis_n = axis % len(in_shape)
+    kept = [*in_shape[:axis_n], 1, *in_shape[axis_n + 1:]]
+    out_type = c.nn_type(op.out_tensor())
+    temp = c.temp(out_type, kept)
+    c.emit(Op.GATHER, [x, c.i32(axis), indices], [temp])
+    if out_type.type not in _FLOAT_TYPES + _QUANT8:
+        raise UnsupportedOperator(f"rank-0 GATHER index on {out_type.type.name} (no NNAPI RESHAPE for it)")
+    c.emit(Op.RESHAPE, [temp, c.vector(out_type.dimensions)], [c.output()])
+    c.lowered("rank-0 index: GATHER with a [1] index keeps the axis, so GATHER + RESHAPE drops it")
+
+
+@_converter("GATHER_ND")
+def _gather_nd(c: _Converter, op: _Operator) -> None:
+    """GATHER_ND as GATHER on the params with their first k axes merged: the row index
+    sum(index_j * stride_j) from the [..., k] indices (folded at import when constant;
+    else SLICE per column, MUL by the stride, ADD, in int32; -1 where any index is outside
+    its axis, so that the run fails as LiteRT's does), then RESHAPE to TFLite's output
+    shape."""
+    params_shape = list(_operand_shape(op.tensor(0).shape))
+    indices_shape = list(_operand_shape(op.tensor(1).shape))
+    out_type = c.nn_type(op.out_tensor())
+    if not indices_shape or 0 in indices_shape or 0 in params_shape or not out_type.is_fully_specified:
+        raise UnsupportedOperator("GATHER_ND needs static params and indices shapes")
+    k = indices_shape[-1]
+    if k > len(params_shape):
+        raise UnsupportedOperator(f"GATHER_ND index depth {k} above the params' rank {len(params_shape)}")
+    rows = int(np.prod(params_shape[:k]))
+    flat_shape = [rows, *params_shape[k:]]
+    strides = [int(np.prod(params_shape[j + 1:k])) for j in range(k)]
+    params_const = c.const_of(op.inputs[0])
+    x_type = c.nn_type(op.tensor(0))
+    if x_type.type not in _FLOAT_TYPES + _QUANT8:
+        raise UnsupportedOperator(f"GATHER_ND of {x_type.type.name} (no NNAPI RESHAPE for it)")
+    if params_const is not None:
+        flat = c.const_operand(np.asarray(params_const.data).reshape(flat_shape), x_type.with_dimensions(flat_shape))
+    elif flat_shape != params_shape:
+        flat = c.temp(x_type, flat_shape)
+        c.emit(Op.RESHAPE, [c.input(0), c.vector(flat_shape)], [flat])
+    else:
+        flat = c.input(0)
+    column_shape = [*indices_shape[:-1], 1]
+    indices_const = c.const_of(op.inputs[1])
+    if indices_const is not None:
+        values = np.asarray(indices_const.data).astype(np.int64).reshape(-1, k)
+        if (values < 0).any() or (values >= np.array(params_shape[:k])).any():
+            raise UnsupportedOperator("GATHER_ND constant index out of the params' range")
+        linear = c.const_operand((values @ np.array(strides, np.int64)).astype(np.int32).reshape(column_shape),
+                                 OperandType(T.TENSOR_INT32, column_shape))
+    else:
+        indices = c.input(1)
+        if c.type_of(indices).type != T.TENSOR_INT32:
+            raise UnsupportedOperator("GATHER_ND indices must be int32 for NNAPI")
+        linear = None
+        outside = None   # an index outside its axis (LiteRT fails the run): the row index -1 fails GATHER
+        int_type, bool_type = OperandType(T.TENSOR_INT32, column_shape), OperandType(T.TENSOR_BOOL8, column_shape)
+        for j in range(k):
+            if k == 1:
+                column = indices
+            else:
+                column = c.temp(int_type)
+                c.emit(Op.SLICE, [indices, c.vector([0] * (len(indices_shape) - 1) + [j]), c.vector(column_shape)],
+                       [column])
+            below, beyond, either = c.temp(bool_type), c.temp(bool_type), c.temp(bool_type)
+            c.emit(Op.LESS, [column, c.const_operand(np.array([0], np.int32), OperandType(T.TENSOR_INT32, [1]))],
+                   [below])
+            c.emit(Op.GREATER_EQUAL, [column, c.const_operand(np.array([params_shape[j]], np.int32),
+                                                              OperandType(T.TENSOR_INT32, [1]))], [beyond])
+            c.emit(Op.LOGICAL_OR, [below, beyond], [either])
+            if outside is not None:
+                joined = c.temp(bool_type)
+                c.emit(Op.LOGICAL_OR, [outside, either], [joined])
+                either = joined
+            outside = either
+            if strides[j] != 1:
+                scaled = c.temp(OperandType(T.TENSOR_INT32, column_shape))
+                c.emit(Op.MUL, [column, c.const_operand(np.array([strides[j]], np.int32),
+                                                        OperandType(T.TENSOR_INT32, [1])), c.i32(0)], [scaled])
+                column = scaled
+            if linear is None:
+                linear = column
+            else:
+                total = c.temp(OperandType(T.TENSOR_INT32, column_shape))
+                c.emit(Op.ADD, [linear, column, c.i32(0)], [total])
+                linear = total
+        checked = c.temp(int_type)
+        c.emit(Op.SELECT, [outside, c.const_operand(np.full(column_shape, -1, np.int32), int_type), linear], [checked])
+        linear = checked
+    gathered_shape = [*column_shape, *params_shape[k:]]
+    gathered = c.temp(out_type, gathered_shape)
+    c.emit(Op.GATHER, [flat, c.i32(0), linear], [gathered])
+    c.emit(Op.RESHAPE, [gathered, c.vector(list(out_type.dimensions) or [1])], [c.output()])
+    c.lowered(f"GATHER_ND (index depth {k}) as GATHER of the params with their first {k} axes merged, "
+              "the row index sum(index_j * stride_j) in int32 (SLICE, MUL, ADD; folded when constant; -1, failing "
+              "the run as LiteRT's, where an index is outside its axis), RESHAPE")
+
+
+@_converter("SPLIT")
+def _split(c: _Converter, op: _Operator) -> None:
+    axis = int(c.const_values(0, "axis").reshape(-1)[0])
+    x = c.operand(op.inputs[1])
+    outputs = [c.output(i) for i in range(len(op.outputs))]
+    c.emit(Op.SPLIT, [x, c.i32(axis), c.i32(len(outputs))], outputs)
+
+
+@_converter("SPLIT_V")
+def _split_v(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    sizes = c.const_values(1, "size_splits").astype(np.int64).reshape(-1)
+    axis = int(c.const_values(2, "axis").reshape(-1)[0])
+    shape = list(_operand_shape(op.tensor(0).shape))
+    axis %= len(shape)
+    if -1 in sizes:
+        sizes[list(sizes).index(-1)] = shape[axis] - (sizes.sum() + 1)
+    start = 0
+    for i, size in enumerate(sizes):
+        begin = [0] * len(shape)
+        begin[axis] = start
+        size_vector = [-1] * len(shape)
+        size_vector[axis] = int(size)
+        c.emit(Op.SLICE, [x, c.vector(begin), c.vector(size_vector)], [c.output(i)])
+        start += int(size)
+    c.lowered(f"SPLIT_V into {len(sizes)} parts as {len(sizes)} SLICE")
+
+
+@_converter("PACK")
+def _pack(c: _Converter, op: _Operator) -> None:
+    options = op.options("PackOptions")
+    operands = [c.input(i) for i in range(len(op.inputs))]
+    if all(len(op.tensor(i).shape) == 0 for i in range(len(op.inputs))):
+        # Rank-0 inputs are NNAPI [1] tensors: PACK would give [n, 1], TFLite's output is [n].
+        out = c.output()
+        out_type = c.type_of(out)
+        if out_type.type != T.TENSOR_INT32:
+            c.emit(Op.CONCATENATION, [*operands, c.i32(0)], [out])
+            c.lowered("PACK of rank-0 tensors (NNAPI [1] tensors) as CONCATENATION")
+            return
+        # int32 (index arithmetic: [row, column] for GATHER_ND): NNAPI's CONCATENATION takes
+        # no int32; each scalar times a constant one-hot vector, summed, is exact.
+        total = None
+        for i, x in enumerate(operands):
+            one_hot = np.zeros(len(operands), np.int32)
+            one_hot[i] = 1
+            term = out if len(operands) == 1 else c.temp(out_type)
+            c.emit(Op.MUL, [x, c.const_operand(one_hot, out_type), c.i32(0)], [term])
+            if total is None:
+                total = term
+                continue
+            target = out if i == len(operands) - 1 else c.temp(out_type)
+            c.emit(Op.ADD, [total, term, c.i32(0)], [target])
+            total = target
+        c.lowered("PACK of rank-0 int32 tensors as each times a one-hot vector (MUL), summed (ADD): NNAPI's "
+                  "CONCATENATION takes no int32")
+        return
+    c.emit(Op.PACK, [c.i32(options.Axis()), *operands], [c.output()])
+
+
+@_converter("UNPACK")
+def _unpack(c: _Converter, op: _Operator) -> None:
+    options = op.options("UnpackOptions")
+    x = c.input(0)
+    shape = list(_operand_shape(op.tensor(0).shape))
+    axis = options.Axis() % len(shape)
+    count = len(op.outputs)
+    x_type = c.type_of(x)
+    pieces_shape = [*shape[:axis], 1, *shape[axis + 1:]]
+    pieces = [c.temp(x_type, pieces_shape) for _ in range(count)]
+    c.emit(Op.SPLIT, [x, c.i32(axis), c.i32(count)], pieces)
+    for i, piece in enumerate(pieces):
+        out_shape = list(_operand_shape(op.out_tensor(i).shape))
+        c.emit(Op.RESHAPE, [piece, c.vector(out_shape)], [c.output(i)])
+    c.lowered(f"UNPACK as SPLIT into {count} + RESHAPE each (drops the axis)")
+
+
+@_converter("FILL")
+def _fill(c: _Converter, op: _Operator) -> None:
+    value = c.const_values(1, "value").reshape(-1)[0]
+    out_type = c.nn_type(op.out_tensor())
+    scalar = {T.TENSOR_FLOAT32: c.f32, T.TENSOR_FLOAT16: c.f16, T.TENSOR_INT32: c.i32}.get(out_type.type)
+    if scalar is None:
+        raise UnsupportedOperator(f"FILL of {out_type.type.name}")
+    c.emit(Op.FILL, [_int_vector_input(c, 0), scalar(value)], [c.output()])
+
+
+@_converter("EMBEDDING_LOOKUP")
+def _embedding_lookup(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.EMBEDDING_LOOKUP, [c.input(0), c.input(1)], [c.output()])
+
+
+@_converter("HASHTABLE_LOOKUP")
+def _hashtable_lookup(c: _Converter, op: _Operator) -> None:
+    c.emit(Op.HASHTABLE_LOOKUP, [c.input(0), c.input(1), c.input(2)], [c.output(0), c.output(1)])
+
+
+@_converter("LSH_PROJECTION")
+def _lsh(c: _Converter, op: _Operator) -> None:
+    kind = op.options("LSHProjectionOptions").Type()
+    weight = c.input(2) if op.has_input(2) else c.omitted(OperandType(T.TENSOR_FLOAT32, [0]))
+    c.emit(Op.LSH_PROJECTION, [c.input(0), c.input(1), weight, c.i32(kind)], [c.output()])

@@ -1,0 +1,390 @@
+"""TFLite import: elementwise operators (arithmetic, comparisons, activations, GELU, ...),
+broadcasting, and quantized ones computed in float32 where NNAPI has no exact form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from nnapi.codes import OperandCode as T
+from nnapi.codes import OperationCode
+from nnapi.codes import OperationCode as Op
+from nnapi.importers.tflite.converter import _Const, _Converter, _converter
+from nnapi.importers.tflite.high_rank import _MAX_RANK, _lifted_arithmetic
+from nnapi.importers.tflite.reader import (
+    _FLOAT_TYPES,
+    _QUANT8,
+    UnsupportedOperator,
+    _operand_shape,
+    _Operator,
+    _static_shape,
+)
+from nnapi.operand import OperandType
+from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC
+from nnapi.operations.quant_math import dequantize, multiply_by_quantized_multiplier, quantize, quantize_multiplier
+
+_ARITHMETIC = {"ADD": (Op.ADD, "AddOptions"), "SUB": (Op.SUB, "SubOptions"), "MUL": (Op.MUL, "MulOptions"),
+               "DIV": (Op.DIV, "DivOptions")}
+
+
+def _arithmetic(c: _Converter, op: _Operator) -> None:
+    code, options_name = _ARITHMETIC[op.name]
+    options = op.options(options_name)
+    activation = options.FusedActivationFunction() if options is not None else 0
+    if code == Op.DIV and c.nn_type(op.out_tensor()).type in _QUANT8 and activation in (0, 1, 2, 3):
+        # NNAPI's DIV takes no quantized tensors; TFLite's rounds the quotient once.
+        _in_float32(c, op, lambda inputs, out: c.with_activation(
+            activation, lambda act, target: c.emit(Op.DIV, [*inputs, act], [target]), out))
+        c.lowered("quantized DIV as DEQUANTIZE, DIV in float32, QUANTIZE (one rounding, as TFLite)")
+        return
+    if len(op.out_tensor().shape) > _MAX_RANK and _lifted_arithmetic(c, op, code, activation):
+        return
+    a, b = c.input(0), c.input(1)
+    if code == Op.MUL and c.nn_type(op.out_tensor()).type in _QUANT8 and activation == 0:
+        a_type, b_type, out_type = c.type_of(a), c.type_of(b), c.nn_type(op.out_tensor())
+        if not np.float32(out_type.scale) > np.float32(a_type.scale) * np.float32(b_type.scale):
+            # NNAPI's quantized MUL needs output_scale > input1_scale * input2_scale; TFLite's
+            # (a multiplier >= 1: yolov5's box decoding) takes any, with one rounding
+            if not _float_mul_matches_tflite(a_type, b_type, out_type):
+                raise UnsupportedOperator(
+                    f"quantized MUL whose output scale {out_type.scale} does not exceed the product of the "
+                    f"input scales ({a_type.scale} * {b_type.scale}), which NNAPI's MUL requires, and whose "
+                    "float32 form (DEQUANTIZE, MUL, QUANTIZE) differs from TFLite's integer MUL")
+            _in_float32(c, op, lambda inputs, out: c.emit(Op.MUL, [*inputs, c.i32(0)], [out]))
+            c.lowered("quantized MUL whose output scale does not exceed the product of the input scales "
+                      "(NNAPI's MUL requires it) as DEQUANTIZE, MUL in float32, QUANTIZE: equal to TFLite's "
+                      "integer MUL on every pair of stored values (checked at import)")
+            return
+    c.with_activation(activation, lambda act, out: c.emit(code, [a, b, act], [out]))
+
+
+def _float_mul_matches_tflite(a: OperandType, b: OperandType, out: OperandType) -> bool:
+    """Whether DEQUANTIZE, MUL, QUANTIZE in float32 (NNAPI's arithmetic: (q - zero point) *
+    scale, the product, round(p / scale) halves away from zero, saturated) give TFLite's
+    integer MUL without activation on all 65,536 pairs of 8-bit stored values: zero point +
+    MultiplyByQuantizedMultiplier((qa - za) * (qb - zb)) of the multiplier
+    scale_a * scale_b / scale_out, which TFLite computes in float32 (mul.cc); also in float64,
+    in case a build does, so that neither rounding of the multiplier is assumed."""
+    if not np.dtype(a.dtype) == np.dtype(b.dtype) == np.dtype(out.dtype):
+        return False
+    info = np.iinfo(a.dtype)
+    qa = np.arange(info.min, info.max + 1, dtype=np.int64)[:, None]
+    qb = np.arange(info.min, info.max + 1, dtype=np.int64)[None, :]
+    product = (qa - a.zero_point) * (qb - b.zero_point)
+    real = dequantize(qa, a.scale, a.zero_point, np.float32) * dequantize(qb, b.scale, b.zero_point, np.float32)
+    got = np.clip(quantize(real, out.scale, out.zero_point, np.float32), info.min, info.max)
+    multipliers = (float(np.float32(np.float32(a.scale) * np.float32(b.scale)) / np.float32(out.scale)),
+                   float(a.scale) * float(b.scale) / float(out.scale))
+    for real_multiplier in multipliers:
+        multiplier, shift = quantize_multiplier(real_multiplier)
+        want = np.clip(multiply_by_quantized_multiplier(product, multiplier, shift) + out.zero_point,
+                       info.min, info.max)
+        if not np.array_equal(got, want):
+            return False
+    return True
+
+
+for _name in _ARITHMETIC:
+    _converter(_name)(_arithmetic)
+
+@_converter("FLOOR_DIV", "FLOOR_MOD")
+def _floor_div_mod(c: _Converter, op: _Operator) -> None:
+    """int32: NNAPI's int32 DIV is floor division (FLOOR_DIV), FLOOR_MOD = a - (a div b) * b;
+    float FLOOR_DIV = FLOOR(a / b), as TFLite computes it. Float FLOOR_MOD refuses (TFLite's
+    is fmod-exact; a - floor(a / b) * b rounds)."""
+    a, b = c.input(0), c.input(1)
+    out = c.output()
+    out_type = c.type_of(out)
+    if out_type.type == T.TENSOR_INT32:
+        if op.name == "FLOOR_DIV":
+            c.emit(Op.DIV, [a, b, c.i32(0)], [out])
+            c.lowered("int32 FLOOR_DIV as DIV (NNAPI's int32 DIV is floor division)")
+            return
+        quotient, product = c.temp(out_type), c.temp(out_type)
+        c.emit(Op.DIV, [a, b, c.i32(0)], [quotient])
+        c.emit(Op.MUL, [quotient, b, c.i32(0)], [product])
+        c.emit(Op.SUB, [a, product, c.i32(0)], [out])
+        c.lowered("int32 FLOOR_MOD as a - (a DIV b) * b (NNAPI's int32 DIV is floor division)")
+        return
+    if out_type.type in _FLOAT_TYPES and op.name == "FLOOR_DIV":
+        ratio = c.temp(out_type)
+        c.emit(Op.DIV, [a, b, c.i32(0)], [ratio])
+        c.emit(Op.FLOOR, [ratio], [out])
+        c.lowered("float FLOOR_DIV as DIV + FLOOR")
+        return
+    raise UnsupportedOperator(f"{op.name} of {out_type.type.name} has no exact NNAPI sequence")
+
+
+_SIMPLE = {
+    "ABS": Op.ABS, "EXP": Op.EXP, "FLOOR": Op.FLOOR, "LOG": Op.LOG, "NEG": Op.NEG, "RSQRT": Op.RSQRT,
+    "SIN": Op.SIN, "SQRT": Op.SQRT, "LOGISTIC": Op.LOGISTIC, "TANH": Op.TANH, "RELU": Op.RELU,
+    "RELU6": Op.RELU6, "RELU_N1_TO_1": Op.RELU1, "HARD_SWISH": Op.HARD_SWISH, "LOGICAL_NOT": Op.LOGICAL_NOT,
+    "L2_NORMALIZATION": Op.L2_NORMALIZATION,
+    "MAXIMUM": Op.MAXIMUM, "MINIMUM": Op.MINIMUM, "POW": Op.POW, "PRELU": Op.PRELU,
+    "LESS": Op.LESS, "LESS_EQUAL": Op.LESS_EQUAL, "GREATER": Op.GREATER, "GREATER_EQUAL": Op.GREATER_EQUAL,
+    "EQUAL": Op.EQUAL, "NOT_EQUAL": Op.NOT_EQUAL, "LOGICAL_AND": Op.LOGICAL_AND, "LOGICAL_OR": Op.LOGICAL_OR,
+    "SELECT": Op.SELECT, "SELECT_V2": Op.SELECT, "BATCH_MATMUL": None,
+}
+
+
+def _simple(c: _Converter, op: _Operator) -> None:
+    code = _SIMPLE[op.name]
+    if op.name == "L2_NORMALIZATION":
+        options = op.options("L2NormOptions")
+        if options is not None and options.FusedActivationFunction():
+            raise UnsupportedOperator("L2_NORMALIZATION with a fused activation")
+    if op.name in ("SELECT", "SELECT_V2"):
+        dims = c.nn_type(op.out_tensor()).dimensions
+        if {c.type_of(c.input(i)).dimensions for i in range(3)} != {dims}:
+            if not all(d > 0 for d in dims):
+                raise UnsupportedOperator("NNAPI SELECT needs three tensors of one shape (no broadcasting); "
+                                          "the output's shape is not static")
+            c.emit(Op.SELECT, [_broadcast_to(c, op, i, dims) for i in range(3)], [c.output()])
+            c.lowered(f"SELECT_V2 broadcasting: inputs broadcast to {list(dims)} first (NNAPI's SELECT does not)")
+            return
+    if code in _RELU_FUSE and c.type_of(c.input(0)).type in _QUANT8:
+        x, out_type = c.input(0), c.nn_type(op.out_tensor())
+        x_type = c.type_of(x)
+        if (x_type.scale, x_type.zero_point) != (out_type.scale, out_type.zero_point):
+            # NNAPI's quantized RELU keeps the input's scale; TFLite's may requantize.
+            # x + 0 requantized into the output with the activation fused is that.
+            zero = c.const_operand(np.array([x_type.zero_point], x_type.dtype), x_type.with_dimensions([1]))
+            c.emit(Op.ADD, [x, zero, c.i32(_RELU_FUSE[code])], [c.output()])
+            c.lowered(f"requantizing {op.name} as ADD of 0 with the activation fused (NNAPI's {code.name} "
+                      "keeps the input's scale)")
+            return
+    if code in _FLOAT_ONLY and c.type_of(c.input(0)).type in _QUANT8:
+        _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
+        c.lowered(f"quantized {op.name} (NNAPI's {code.name} is float only) as DEQUANTIZE, {code.name}, QUANTIZE")
+        return
+    inputs = [c.input(i) for i in range(len(op.inputs))]
+    c.emit(code, inputs, [c.output()])
+
+
+#: NNAPI's activation operations and the fuse code that means the same
+_RELU_FUSE = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}
+#: the unary operations of _SIMPLE that NNAPI defines on float tensors only
+_FLOAT_ONLY = (Op.RSQRT, Op.SQRT, Op.EXP, Op.LOG, Op.SIN, Op.POW)
+
+
+
+@_converter("GELU")
+def _gelu(c: _Converter, op: _Operator) -> None:
+    options = op.options("GeluOptions")
+    approximate = bool(options.Approximate()) if options is not None else False
+    form = "tanh form" if approximate else "erf form, erf to 1.5e-7 by Abramowitz & Stegun 7.1.26"
+    if c.nn_type(op.out_tensor()).type in _QUANT8:
+        _in_float32(c, op, lambda inputs, out: _gelu_float(c, inputs[0], out, approximate))
+        c.lowered(f"quantized GELU ({form}) as DEQUANTIZE, elementwise float32 operations, QUANTIZE")
+        return
+    _gelu_float(c, c.input(0), c.output(), approximate)
+    c.lowered(f"GELU ({form}) as elementwise NNAPI operations (NNAPI has no GELU)")
+
+
+def _gelu_float(c: _Converter, x: int, out: int, approximate: bool) -> None:
+    """gelu(x) = x * Phi(x). Exact form: x * Phi(x) = relu(x) - |x| * erfc(|x| / sqrt 2) / 2
+    (erf is odd), with no select; approximate: x / 2 * (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+    x_type = c.type_of(x)
+
+    def k(value: float) -> int:
+        return c.const_operand(np.array([value], x_type.dtype), x_type.with_dimensions([1]))
+
+    def op2(code: OperationCode, a: int, b: int, target: int | None = None) -> int:
+        target = c.temp(x_type) if target is None else target
+        c.emit(code, [a, b, c.i32(0)], [target])
+        return target
+
+    def op1(code: OperationCode, a: int) -> int:
+        target = c.temp(x_type)
+        c.emit(code, [a], [target])
+        return target
+
+    if approximate:
+        cube = op2(Op.MUL, op2(Op.MUL, x, x), x)
+        inner = op2(Op.MUL, op2(Op.ADD, op2(Op.MUL, cube, k(GELU_TANH_CUBIC)), x), k(float(np.sqrt(2 / np.pi))))
+        op2(Op.MUL, op2(Op.MUL, x, k(0.5)), op2(Op.ADD, op1(Op.TANH, inner), k(1.0)), out)
+        return
+    magnitude = op1(Op.ABS, x)
+    t = op2(Op.DIV, k(1.0), op2(Op.ADD, op2(Op.MUL, magnitude, k(ERFC_P / np.sqrt(2))), k(1.0)))
+    poly = op2(Op.MUL, t, k(ERFC_A[4]))
+    for coefficient in reversed(ERFC_A[:4]):
+        poly = op2(Op.MUL, op2(Op.ADD, poly, k(coefficient)), t)
+    erfc = op2(Op.MUL, poly, op1(Op.EXP, op2(Op.MUL, op2(Op.MUL, x, x), k(-0.5))))
+    op2(Op.SUB, op1(Op.RELU, x), op2(Op.MUL, op2(Op.MUL, magnitude, erfc), k(0.5)), out)
+
+
+def _broadcast_to(c: _Converter, op: _Operator, position: int, dims: Sequence[int]) -> int:
+    """Input ``position`` broadcast to ``dims`` (NumPy's rule): a constant at import; a
+    bool by LOGICAL_AND with true; others by RESHAPE (EXPAND_DIMS for int32) and TILE."""
+    x = c.input(position)
+    x_type = c.type_of(x)
+    dims = list(dims)
+    if list(x_type.dimensions) == dims:
+        return x
+    const = c.const_of(op.inputs[position])
+    full = x_type.with_dimensions(dims)
+    if const is not None and const.channel is None:
+        return c.const_operand(np.broadcast_to(const.data.reshape(x_type.dimensions), dims), full)
+    if x_type.type == T.TENSOR_BOOL8:
+        out = c.temp(full)
+        c.emit(Op.LOGICAL_AND, [x, c.const_operand(np.ones(dims, np.bool_), full)], [out])
+        return out
+    source = [1] * (len(dims) - x_type.rank) + list(x_type.dimensions)
+    if len(source) != len(dims) or any(s not in (1, d) for s, d in zip(source, dims)):
+        raise UnsupportedOperator(f"input {position} of shape {list(x_type.dimensions)} does not broadcast to "
+                                  f"{dims}")
+    if x_type.rank < len(dims) and x_type.type == T.TENSOR_INT32:  # NNAPI's RESHAPE takes no int32
+        for rank in range(x_type.rank + 1, len(dims) + 1):
+            ranked = c.temp(x_type, source[len(dims) - rank:])
+            c.emit(Op.EXPAND_DIMS, [x, c.i32(0)], [ranked])
+            x = ranked
+    elif x_type.rank < len(dims):
+        ranked = c.temp(x_type, source)
+        c.emit(Op.RESHAPE, [x, c.vector(source)], [ranked])
+        x = ranked
+    out = c.temp(full)
+    c.emit(Op.TILE, [x, c.vector([d // s for s, d in zip(source, dims)])], [out])
+    return out
+
+
+for _name, _code in _SIMPLE.items():
+    if _code is not None:
+        _converter(_name)(_simple)
+
+
+@_converter("ELU")
+def _elu(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    c.emit(Op.ELU, [x, c.float_scalar(1.0, x)], [c.output()])
+
+
+@_converter("LEAKY_RELU")
+def _leaky_relu(c: _Converter, op: _Operator) -> None:
+    alpha = op.options("LeakyReluOptions").Alpha()
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if x_type.type in _FLOAT_TYPES:
+        slope = c.const_operand(np.array([alpha], x_type.dtype), OperandType(x_type.type, [1]))
+    elif x_type.type in _QUANT8 and alpha > 0:
+        # alpha is exactly representable as one step of a quantized tensor of scale alpha.
+        slope = c.const_operand(np.array([1], x_type.dtype), OperandType(x_type.type, [1], float(alpha), 0))
+    else:
+        raise UnsupportedOperator(f"LEAKY_RELU with alpha {alpha} on {x_type.type.name}")
+    c.emit(Op.PRELU, [x, slope], [c.output()])
+    c.lowered(f"LEAKY_RELU as PRELU with a constant slope {alpha:g}")
+
+
+@_converter("SQUARED_DIFFERENCE")
+def _squared_difference(c: _Converter, op: _Operator) -> None:
+    a, b = c.input(0), c.input(1)
+    out_type = c.nn_type(op.out_tensor())
+    if out_type.type in _QUANT8:
+        _in_float32(c, op, lambda inputs, out: _squared_difference_float(c, *inputs, out))
+        c.lowered("quantized SQUARED_DIFFERENCE as DEQUANTIZE, SUB + MUL in float32, QUANTIZE (one rounding, "
+                  "where TFLite's integer kernel rounds in fixed point: within a step of it)")
+        return
+    if out_type.type not in _FLOAT_TYPES:
+        raise UnsupportedOperator(f"SQUARED_DIFFERENCE of {out_type.type.name} has no NNAPI sequence")
+    _squared_difference_float(c, a, b, c.output())
+    c.lowered("SQUARED_DIFFERENCE as SUB + MUL")
+
+
+def _squared_difference_float(c: _Converter, a: int, b: int, out: int) -> None:
+    out_type = c.type_of(out)
+    difference = c.temp(out_type)
+    c.emit(Op.SUB, [a, b, c.i32(0)], [difference])
+    c.emit(Op.MUL, [difference, difference, c.i32(0)], [out])
+
+
+def _in_float32(c: _Converter, op: _Operator, build: Callable[[list[int], int], None]) -> None:
+    """A quantized operator computed in float32: every quantized input DEQUANTIZEd, ``build``
+    emits the float operation into a float32 temporary, QUANTIZE writes the output."""
+    inputs = []
+    for position in range(len(op.inputs)):
+        x = c.input(position)
+        x_type = c.type_of(x)
+        if x_type.type in _QUANT8:
+            real = c.temp(OperandType(T.TENSOR_FLOAT32, x_type.dimensions))
+            c.emit(Op.DEQUANTIZE, [x], [real])
+            x = real
+        inputs.append(x)
+    out = c.output()
+    real_out = c.temp(OperandType(T.TENSOR_FLOAT32, c.type_of(out).dimensions))
+    build(inputs, real_out)
+    c.emit(Op.QUANTIZE, [real_out], [out])
+
+
+@_converter("SQUARE")
+def _square(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    if c.type_of(x).type not in _FLOAT_TYPES + (T.TENSOR_INT32,):
+        raise UnsupportedOperator("quantized SQUARE")
+    c.emit(Op.MUL, [x, x, c.i32(0)], [c.output()])
+    c.lowered("SQUARE as MUL of the input by itself")
+
+
+@_converter("ADD_N")
+def _add_n(c: _Converter, op: _Operator) -> None:
+    operands = [c.input(i) for i in range(len(op.inputs))]
+    out_type = c.nn_type(op.out_tensor())
+    total = operands[0]
+    for i, operand in enumerate(operands[1:], 1):
+        target = c.output() if i == len(operands) - 1 else c.temp(out_type)
+        c.emit(Op.ADD, [total, operand, c.i32(0)], [target])
+        total = target
+    if len(operands) == 1:
+        c.identity(total, c.output())
+    c.lowered(f"ADD_N of {len(operands)} tensors as a chain of ADD")
+
+
+@_converter("BROADCAST_TO")
+def _broadcast_to_op(c: _Converter, op: _Operator) -> None:
+    dims = _static_shape(c, op.out_tensor())
+    if dims is None:
+        raise UnsupportedOperator("BROADCAST_TO an unknown shape has no NNAPI equivalent")
+    const = c.const_of(op.inputs[0])
+    if const is not None and const.channel is None and op.inputs[0] not in c.operands:
+        c.consts[op.outputs[0]] = _Const(np.broadcast_to(const.data.reshape(_operand_shape(const.data.shape)), dims)
+                                         .copy(), const.code, const.scale, const.zero_point)
+        c.lowered("BROADCAST_TO of a constant folded at import")
+        return
+    c.identity(_broadcast_to(c, op, 0, dims), c.output())
+    c.lowered(f"BROADCAST_TO {dims} as RESHAPE / EXPAND_DIMS and TILE (LOGICAL_AND for bool)")
+
+
+@_converter("CEIL")
+def _ceil(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if x_type.type not in _FLOAT_TYPES:
+        raise UnsupportedOperator(f"CEIL of {x_type.type.name}")
+    negated, floored = c.temp(x_type), c.temp(x_type)
+    c.emit(Op.NEG, [x], [negated])
+    c.emit(Op.FLOOR, [negated], [floored])
+    c.emit(Op.NEG, [floored], [c.output()])
+    c.lowered("CEIL as NEG, FLOOR, NEG (ceil(x) = -floor(-x))")
+
+
+@_converter("RELU_0_TO_1")
+def _relu_0_to_1(c: _Converter, op: _Operator) -> None:
+    x = c.input(0)
+    x_type = c.type_of(x)
+    out = c.output()
+    out_type = c.type_of(out)
+    if x_type.type not in (*_FLOAT_TYPES, *_QUANT8):
+        raise UnsupportedOperator(f"RELU_0_TO_1 of {x_type.type.name}")
+
+    def bound(value: float) -> int:
+        if out_type.type in _FLOAT_TYPES:
+            return c.const_operand(np.array([value], out_type.dtype), out_type.with_dimensions([1]))
+        # the bound in the output's quantization: the clamp of TFLite's kernel, on stored values
+        info = np.iinfo(out_type.dtype)
+        stored = np.clip(np.round(value / out_type.scale) + out_type.zero_point, info.min, info.max)
+        return c.const_operand(np.array([stored], out_type.dtype), out_type.with_dimensions([1]))
+
+    below = c.temp(out_type)
+    c.emit(Op.MINIMUM, [x, bound(1.0)], [below])
+    c.emit(Op.MAXIMUM, [below, bound(0.0)], [out])
+    c.lowered("RELU_0_TO_1 as MINIMUM 1, MAXIMUM 0 (NNAPI has no such activation)")

@@ -1,0 +1,127 @@
+"""TFLite import: reductions (MEAN, SUM, REDUCE_*), ARG_MAX / ARG_MIN, TOPK_V2 and CUMSUM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnapi.codes import OperandCode as T
+from nnapi.codes import OperationCode as Op
+from nnapi.importers.tflite.converter import _Converter, _converter
+from nnapi.importers.tflite.reader import _INT32, _INT64, _QUANT8, UnsupportedOperator, _operand_shape, _Operator
+from nnapi.operand import OperandType
+
+_REDUCERS = {"MEAN": Op.MEAN, "SUM": Op.REDUCE_SUM, "REDUCE_MAX": Op.REDUCE_MAX, "REDUCE_MIN": Op.REDUCE_MIN,
+             "REDUCE_PROD": Op.REDUCE_PROD, "REDUCE_ANY": Op.REDUCE_ANY, "REDUCE_ALL": Op.REDUCE_ALL}
+
+
+def _reduce(c: _Converter, op: _Operator) -> None:
+    code = _REDUCERS[op.name]
+    options = op.options("ReducerOptions")
+    keep = bool(options.KeepDims()) if options is not None else False
+    x = c.input(0)
+    axes = c.vector(c.const_values(1, "axes")) if c.const_of(op.inputs[1]) is not None else c.input(1)
+    keep_operand = c.i32(int(keep)) if code == Op.MEAN else c.boolean(keep)
+    x_type = c.type_of(x)
+    out_type = c.nn_type(op.out_tensor())
+    requantize = x_type.type in _QUANT8 and (x_type.scale, x_type.zero_point) != (out_type.scale,
+                                                                                   out_type.zero_point)
+    if not requantize:
+        c.emit(code, [x, axes, keep_operand], [c.output()])
+        return
+    if code != Op.MEAN:
+        # TFLite's own kernel refuses this too (its XNNPACK delegate copies the integers).
+        raise UnsupportedOperator(f"quantized {op.name} needs the output's scale and zero point equal to the "
+                                  "input's")
+    if code == Op.MEAN:
+        # NNAPI's quantized MEAN keeps the input's scale; TFLite rescales the sum to the
+        # output's. The float path computes the exact mean and rounds it once.
+        real = c.temp(OperandType(T.TENSOR_FLOAT32, x_type.dimensions))
+        c.emit(Op.DEQUANTIZE, [x], [real])
+        mean = c.temp(OperandType(T.TENSOR_FLOAT32, out_type.dimensions))
+        c.emit(Op.MEAN, [real, axes, keep_operand], [mean])
+        c.emit(Op.QUANTIZE, [mean], [c.output()])
+        c.lowered("quantized MEAN with an output scale other than the input's: DEQUANTIZE + float MEAN + "
+                  "QUANTIZE (one rounding, as TFLite)")
+        return
+
+
+for _name in _REDUCERS:
+    _converter(_name)(_reduce)
+
+
+#: the longest axis CUMSUM becomes a matrix for (its [n, n] weights: 4 MiB of float32)
+_CUMSUM_MAX = 1024
+
+
+@_converter("CUMSUM")
+def _cumsum(c: _Converter, op: _Operator) -> None:
+    """Float CUMSUM along a constant axis of a static shape as FULLY_CONNECTED by a
+    triangular 0 / 1 matrix (exclusive: strictly triangular; reverse: the other triangle),
+    the axis moved last by TRANSPOSE and back. Every product is exact; the sums round in
+    another order than a running sum's. NNAPI has no cumulative sum."""
+    options = op.options("CumsumOptions")
+    axis = int(c.const_values(1, "axis").reshape(-1)[0])
+    shape = list(_operand_shape(op.tensor(0).shape))
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if x_type.type != T.TENSOR_FLOAT32 or 0 in shape or not x_type.is_fully_specified:
+        raise UnsupportedOperator("CUMSUM other than of float32 of a static shape has no NNAPI sequence")
+    rank = len(shape)
+    axis %= rank
+    n = shape[axis]
+    if n > _CUMSUM_MAX:
+        raise UnsupportedOperator(f"CUMSUM along {n} elements (at most {_CUMSUM_MAX} as a matrix)")
+    exclusive = bool(options.Exclusive()) if options is not None else False
+    reverse = bool(options.Reverse()) if options is not None else False
+    out_index, in_index = np.indices((n, n))
+    # output j sums inputs i <= j (reverse: i >= j); exclusive leaves out i == j
+    weights = (in_index >= out_index) if reverse else (in_index <= out_index)
+    if exclusive:
+        weights &= in_index != out_index
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    moved_shape = [shape[d] for d in perm]
+    source = x
+    if perm != list(range(rank)):
+        source = c.temp(x_type, moved_shape)
+        c.emit(Op.TRANSPOSE, [x, c.vector(perm)], [source])
+    rows = int(np.prod(moved_shape[:-1]))
+    flat = c.temp(x_type, [rows, n])
+    c.emit(Op.RESHAPE, [source, c.vector([rows, n])], [flat])
+    summed = c.temp(x_type, [rows, n])
+    matrix = c.const_operand(weights.astype(np.float32), OperandType(T.TENSOR_FLOAT32, [n, n]))
+    no_bias = c.const_operand(np.zeros(n, np.float32), OperandType(T.TENSOR_FLOAT32, [n]))
+    c.emit(Op.FULLY_CONNECTED, [flat, matrix, no_bias, c.i32(0)], [summed])
+    if perm == list(range(rank)):
+        c.emit(Op.RESHAPE, [summed, c.vector(shape)], [c.output()])
+    else:
+        moved = c.temp(x_type, moved_shape)
+        c.emit(Op.RESHAPE, [summed, c.vector(moved_shape)], [moved])
+        c.emit(Op.TRANSPOSE, [moved, c.vector(list(np.argsort(perm)))], [c.output()])
+    c.lowered("CUMSUM as FULLY_CONNECTED by a triangular 0 / 1 matrix (the axis moved last by TRANSPOSE): "
+              "NNAPI has no cumulative sum")
+
+
+@_converter("ARG_MAX", "ARG_MIN")
+def _arg(c: _Converter, op: _Operator) -> None:
+    axis = int(c.const_values(1, "axis").reshape(-1)[0])
+    if op.out_tensor().tfl_type not in (_INT32, _INT64):
+        raise UnsupportedOperator(f"{op.name} with {op.out_tensor().type_name} output (NNAPI outputs int32)")
+    code = Op.ARGMAX if op.name == "ARG_MAX" else Op.ARGMIN
+    if op.out_tensor().tfl_type == _INT64:
+        # tf.argmax's default: an index always fits int32, which NNAPI outputs; the tensor
+        # stays int32 (readers take it as such; a model output is widened by Session)
+        tensor = op.outputs[0]
+        out = c.add(OperandType(T.TENSOR_INT32, _operand_shape(op.out_tensor().shape)))
+        c.operands[tensor] = out
+        c.narrowed.add(tensor)
+        c.emit(code, [c.input(0), c.i32(axis)], [out])
+        c.lowered(f"{op.name} with int64 output as int32 (an index fits; NNAPI outputs int32)")
+        return
+    c.emit(code, [c.input(0), c.i32(axis)], [c.output()])
+
+
+@_converter("TOPK_V2")
+def _topk(c: _Converter, op: _Operator) -> None:
+    k = int(c.const_values(1, "k").reshape(-1)[0])
+    c.emit(Op.TOPK_V2, [c.input(0), c.i32(k)], [c.output(0), c.output(1)])
