@@ -30,9 +30,11 @@ from nnapi.conformance import (  # noqa: E402
     run_record,
     within_tolerance,
 )
+from nnapi.drivers.ort import binding as ort_binding_module  # noqa: E402
 from nnapi.drivers.ort import calibration, devices  # noqa: E402
-from nnapi.drivers.ort import device as ort_device_module  # noqa: E402
+from nnapi.drivers.ort import compilation_cache as ort_cache_module  # noqa: E402
 from nnapi.drivers.ort import session as ort_session_module  # noqa: E402
+from nnapi.drivers.ort import signature as ort_signature_module  # noqa: E402
 from nnapi.drivers.ort.composites import find_composites  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice, OrtPreparedModel  # noqa: E402
 from nnapi.drivers.ort.versions import release  # noqa: E402
@@ -1177,7 +1179,7 @@ def test_split_plan_falls_back_to_the_cpu_when_ort_fails_to_execute(monkeypatch)
         raise RuntimeError("injected onnxruntime failure")
 
     # every run goes through what _run_with_iobinding gives a binding (made at the first run)
-    monkeypatch.setattr(ort_device_module, "_run_with_iobinding", lambda session, io: (broken_run, io))
+    monkeypatch.setattr(ort_binding_module, "_run_with_iobinding", lambda session, io: (broken_run, io))
     for _ in range(2):
         features, best = _run(default, image)
         np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
@@ -1279,7 +1281,7 @@ def test_cache_round_trip_and_refusals():
 def _rewritten_header(data: bytes, old: bytes, new: bytes) -> bytes:
     """An ORT cache file with ``old`` replaced by ``new`` in its JSON header (the header
     length field fixed), the payload and its checksum untouched."""
-    magic = len(ort_device_module._CACHE_MAGIC)
+    magic = len(ort_cache_module._CACHE_MAGIC)
     length = int.from_bytes(data[magic:magic + 4], "little")
     header = data[magic + 4:magic + 4 + length]
     assert old in header
@@ -1308,7 +1310,7 @@ def test_a_cache_file_whose_header_was_changed_is_refused(old, new):
         with pytest.raises(HalError, match="cache refused"):
             device.prepare_model_from_cache([changed.fileno()], [], token)
     with pytest.raises(ValueError):
-        ort_device_module.Signature.from_json({"inputs": [["x", "|O", [1]]], "outputs": []})
+        ort_signature_module.Signature.from_json({"inputs": [["x", "|O", [1]]], "outputs": []})
 
 
 def test_a_cache_that_cannot_be_written_never_fails_the_preparation(tmp_path, monkeypatch):
@@ -1411,9 +1413,9 @@ def test_buffers_bind_with_the_element_type_the_runtime_takes(monkeypatch, onnx_
     where onnxruntime takes one (1.20 on), else as the numpy dtype (1.16-1.19 refused the
     number: no execution ran): both give the reference's results, in bytes pools (bound
     by address) and in arrays of the operand's own type."""
-    if onnx_types and release(ort.__version__) < ort_device_module.ONNX_TYPES_BIND_VERSION:
+    if onnx_types and release(ort.__version__) < ort_signature_module.ONNX_TYPES_BIND_VERSION:
         pytest.skip("this onnxruntime binds numpy dtypes only")
-    monkeypatch.setattr(ort_device_module, "BINDS_ONNX_TYPES", onnx_types)
+    monkeypatch.setattr(ort_signature_module, "BINDS_ONNX_TYPES", onnx_types)
     model, request = calibration.calibration_model(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32)
     prepared = OrtDevice().prepare_model(model)
     assert all(isinstance(spec.element_type, np.dtype) != onnx_types

@@ -20,9 +20,11 @@ from helpers import add_model, run_in_threads  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.drivers.ort import binding as ort_binding_module  # noqa: E402
 from nnapi.drivers.ort import calibration, devices  # noqa: E402
-from nnapi.drivers.ort import device as ort_device_module  # noqa: E402
-from nnapi.drivers.ort.device import OrtDevice, _Binding  # noqa: E402
+from nnapi.drivers.ort import prepared_model as ort_prepared_module  # noqa: E402
+from nnapi.drivers.ort.binding import _Binding  # noqa: E402
+from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, RequestArgument  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402
@@ -306,14 +308,15 @@ def test_a_reusable_execution_keeps_the_arrays_it_bound():
 def test_onnxruntimes_public_methods_where_its_classes_hold_no_native_ones(monkeypatch):
     """The driver binds and runs through the C++ objects onnxruntime's Python classes hold;
     without them (another onnxruntime) it uses the public methods, with the same results."""
-    monkeypatch.setattr(ort_device_module, "_CPU_DEVICE", None)
+    monkeypatch.setattr(ort_binding_module, "_CPU_DEVICE", None)
+    monkeypatch.setattr(ort_prepared_module, "_CPU_DEVICE", None)
     public_runs = []
 
     def public(session, io):
         public_runs.append(io)
         return session.run_with_iobinding, io
 
-    monkeypatch.setattr(ort_device_module, "_run_with_iobinding", public)
+    monkeypatch.setattr(ort_binding_module, "_run_with_iobinding", public)
     public_binds = []
     original_bind = ort.IOBinding.bind_input
 
@@ -663,7 +666,7 @@ def test_watchdog_fires_every_deadline_whatever_the_order_armed():
     wake-up): no run bounded by a deadline or the loop timeout is left unstopped."""
     import time
 
-    from nnapi.drivers.ort.device import _Watchdog
+    from nnapi.drivers.ort.deadlines import _Watchdog
 
     watchdog = _Watchdog()
     now = time.monotonic_ns()

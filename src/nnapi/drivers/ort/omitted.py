@@ -11,7 +11,7 @@ operands (and a present one's unspecified dimensions completed from the request)
 lowered and opened as a session of its own on the first request with that pattern
 (the CTS gives its LSTM weights this way). Models without such inputs are prepared once,
 as before. With compilation caching, the cache file holds the HAL model and the graph of
-each pattern prepared so far (device.py's ``_PatternCache``).
+each pattern prepared so far (compilation_cache.py's ``_PatternCache``).
 
 The lowerings that take omitted operands register their optional input positions here
 (``optional_inputs``), and answer a support query (an isolated GraphBuilder) for an input
