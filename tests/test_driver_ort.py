@@ -1756,7 +1756,7 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
     the reference's values and the plain lowering's to float32 rounding. With a LOGISTIC
     gate instead (selfie_segmentation's; not padded, LOGISTIC(0) is 0.5) the gate alone is
     padded, by one Pad of its 72 values."""
-    from nnapi.drivers.ort import builder, convolutions, data_movement
+    from nnapi.drivers.ort import channel_padding, convolutions, data_movement
 
     rng = np.random.default_rng(41)
     model = nnapi.Model()
@@ -1794,7 +1794,7 @@ def test_a_squeeze_and_excitation_block_off_the_block_stays_padded_with_the_refe
     ours, theirs = _on_both(model, inputs, outputs, ort_device)
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 900
-    for module in (builder, convolutions, data_movement):  # the modules that read it
+    for module in (channel_padding, convolutions, data_movement):  # the modules that read it
         monkeypatch.setattr(module, "wants_padding", lambda *arguments: False)
     assert "ReduceMean" in [node.op_type for node in _lowered(model).graph.node]
     plain, _ = _on_both(model, inputs, outputs, ort_device)
@@ -1847,7 +1847,7 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     PAD of the skip connection, ADD + RELU, MAX_POOL, PRELU, 1x1 to 20 channels out) is
     lowered with its 28-channel values padded to 32 (zero filters, zero PAD channels): the
     reference's values and the unpadded lowering's to float32 rounding."""
-    from nnapi.drivers.ort import builder, convolutions, data_movement, lowering
+    from nnapi.drivers.ort import channel_padding, convolutions, data_movement, lowering
     from nnapi.runtime.model_builder import build_hal_model
 
     rng = np.random.default_rng(5)
@@ -1887,7 +1887,7 @@ def test_channels_padded_to_the_nchwc_block_give_the_reference_values(ort_device
     ours, theirs = _on_both(model, [image], outputs, ort_device)
     scale = np.abs(theirs[0]).max()  # sums of ~200 products: rounding relative to the largest
     assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * scale and len(np.unique(ours[0])) > 300
-    for module in (builder, convolutions, data_movement):  # the modules that read it
+    for module in (channel_padding, convolutions, data_movement):  # the modules that read it
         monkeypatch.setattr(module, "wants_padding", lambda *arguments: False)
     plain, _ = _on_both(model, [image], outputs, ort_device)
     assert np.abs(ours[0] - plain[0]).max() <= 1e-6 * scale
@@ -2109,7 +2109,7 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     channels: each is resized alone, zeros stay zeros), both ADDs in FusedConvs and the
     one-filter convolution as a depthwise one and a 1x1 sum of the channels. The
     reference's values to float32 rounding, and the plain lowering's."""
-    from nnapi.drivers.ort import builder, convolutions, data_movement, elementwise
+    from nnapi.drivers.ort import channel_padding, convolutions, data_movement, elementwise
 
     rng = np.random.default_rng(7)
     model = nnapi.Model()
@@ -2151,7 +2151,8 @@ def test_a_segmentation_head_stays_padded_and_blocked_with_the_reference_values(
     scale = np.abs(theirs[0]).max()
     assert np.abs(ours[0] - theirs[0]).max() <= 2e-6 * scale and len(np.unique(ours[0])) > 1000
     for module, name in ((elementwise, "_clamp_into_conv"), (convolutions, "_single_filter_conv"),
-                         (builder, "wants_padding"), (convolutions, "wants_padding"), (data_movement, "wants_padding")):
+                         (channel_padding, "wants_padding"), (convolutions, "wants_padding"),
+                         (data_movement, "wants_padding")):
         monkeypatch.setattr(module, name, lambda *arguments: None)
     plain_model = _lowered(model)
     assert not any(node.op_type == "FusedConv" for node in plain_model.graph.node)

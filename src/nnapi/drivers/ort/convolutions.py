@@ -27,12 +27,11 @@ from nnapi.drivers.ort.builder import (
     from_nchw,
     fused_activation,
     lowers,
-    padded_channels,
     require_rank,
     to_nchw,
     type_name,
-    wants_padding,
 )
+from nnapi.drivers.ort.channel_padding import padded_channels, set_channels, wants_padding
 from nnapi.drivers.ort.quantization import quantize_half_away
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
@@ -360,7 +359,7 @@ def _padded_conv(g: GraphBuilder, operation: Operation, depthwise: bool) -> bool
                       **attributes)
     y = _record_convolution(g, index, y, params.fuse, False)
     fuse = reachable_activation(g, params.fuse, inputs[0], weights, bias)
-    g.set_channels(index, fused_activation(g, y, fuse, output), channels)
+    set_channels(g, index, fused_activation(g, y, fuse, output), channels)
     return True
 
 

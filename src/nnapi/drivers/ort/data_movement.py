@@ -35,14 +35,17 @@ from nnapi.drivers.ort.builder import (
     internal_zero_point,
     keep_blocked,
     lowers,
-    pad_value_is_zero,
-    padded_channels,
-    pool_layout_nchw,
     require_rank,
     run_time_form,
     same_pads,
     to_nchw,
     type_name,
+)
+from nnapi.drivers.ort.channel_padding import (
+    pad_value_is_zero,
+    padded_channels,
+    pool_layout_nchw,
+    set_channels,
     wants_padding,
 )
 from nnapi.hal import Operation
@@ -247,7 +250,7 @@ def _padded_pad(g: GraphBuilder, operation: Operation) -> bool:
     pads = np.concatenate([paddings[:, 0], [*paddings[:3, 1], channels - x.dims[3]]])
     y = x.name if not pads.any() else g.one("Pad", [x.name, g.constant(pads), g.constant(np.array(0.0, np.float32))],
                                              mode="constant")
-    g.set_channels(index, y, channels)
+    set_channels(g, index, y, channels)
     return True
 
 

@@ -30,12 +30,11 @@ from nnapi.drivers.ort.builder import (
     has_kernel,
     internal_zero_point,
     lowers,
-    pad_channels,
     read_counts,
-    reads_padded,
     to_nchw,
     type_name,
 )
+from nnapi.drivers.ort.channel_padding import pad_channels, reads_padded, set_channels
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
 from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized, quantize_with_activation
@@ -61,11 +60,11 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
         a_name, b_name = (v.name if v.dims[3] == channels else pad_channels(g, v.name, channels - v.dims[3])
                           for v in (a, b))
         y = _clamped_add(g, operation, a_name, b_name, output, channels)
-        g.set_channels(operation.outputs[0], y, channels)
+        set_channels(g, operation.outputs[0], y, channels)
         return
     if code == OperationCode.MUL and output.type in FLOATS and _scaled_padded(g, operation):
         y, channels = _padded_mul(g, operation)
-        g.set_channels(operation.outputs[0], fused_activation(g, y, fuse, output), channels)
+        set_channels(g, operation.outputs[0], fused_activation(g, y, fuse, output), channels)
         return
     a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     float_op, quant_op = _BINARY[code]
@@ -338,11 +337,11 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
         low, high = CLAMPS[code]
         y = g.one("Relu", [x.name]) if high == math.inf else g.one(
             "Clip", [x.name, g.constant(np.array(low, np.float32)), g.constant(np.array(high, np.float32))])
-        g.set_channels(operation.outputs[0], y, x.dims[3])
+        set_channels(g, operation.outputs[0], y, x.dims[3])
         return
     if code == OperationCode.HARD_SWISH and output.type in FLOATS and operation.inputs[0] in g.padded:
         x = g.blocked_value(operation.inputs[0])  # channels padded to the block: 0 * relu6(0 + 3) / 6 = 0
-        g.set_channels(operation.outputs[0], g.one("HardSwish", [x.name]), x.dims[3])
+        set_channels(g, operation.outputs[0], g.one("HardSwish", [x.name]), x.dims[3])
         return
     x = g.value(operation.inputs[0])
     if code == OperationCode.ELU:
@@ -435,7 +434,7 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
         real = g.operand(operation.inputs[0]).dimensions[3]
         known = np.broadcast_to(g.raw_constant(operation.inputs[1]).astype(np.float32).reshape(-1), (real,))
         y = _prelu_blocked(g, x, np.pad(known, (0, x.dims[3] - real)))
-        g.set_channels(operation.outputs[0], y, x.dims[3])
+        set_channels(g, operation.outputs[0], y, x.dims[3])
         return
     x, alpha = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     if not all(alpha.dims) or alpha.rank > x.rank:

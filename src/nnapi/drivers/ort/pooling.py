@@ -27,14 +27,13 @@ from nnapi.drivers.ort.builder import (
     has_kernel,
     internal_zero_point,
     lowers,
-    pool_layout_nchw,
-    reads_padded,
     require_rank,
     run_time_form,
     same_pads,
     to_nchw,
     type_name,
 )
+from nnapi.drivers.ort.channel_padding import pool_layout_nchw, reads_padded, set_channels
 from nnapi.drivers.ort.data_movement import max_pool_padding, pad_of_max_pool
 from nnapi.hal import Operand, Operation
 
@@ -104,7 +103,7 @@ def lower_pool(g: GraphBuilder, operation: Operation) -> None:
     y = from_nchw(g, y, nchw)
     y = fused_activation(g, y, fuse, output)
     if padded:
-        g.set_channels(operation.outputs[0], y, x.dims[3])
+        set_channels(g, operation.outputs[0], y, x.dims[3])
     else:
         g.set_output(operation.outputs[0], y)
 
@@ -183,7 +182,7 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
         # the mean of zeros is zero
         x = g.blocked_value(operation.inputs[0])
         pooled = from_nchw(g, g.one("GlobalAveragePool", [to_nchw(g, x.name, False)]), False)
-        g.set_channels(operation.outputs[0], pooled, x.dims[3])
+        set_channels(g, operation.outputs[0], pooled, x.dims[3])
         return
     x = g.value(operation.inputs[0])
     if g.raw_constant(operation.inputs[1]) is None:  # the axes given at run time

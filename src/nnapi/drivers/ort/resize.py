@@ -27,6 +27,7 @@ from nnapi.drivers.ort.builder import (
     to_nchw,
     type_name,
 )
+from nnapi.drivers.ort.channel_padding import set_channels
 from nnapi.hal import Operand, Operation
 from nnapi.operations.common import nearest_indexes
 from nnapi.operations.resize import weighted_taps
@@ -85,7 +86,7 @@ def lower_resize_bilinear(g: GraphBuilder, operation: Operation) -> None:
     y = g.one("Resize", [to_nchw(g, x.name, nchw), "", "", sizes], mode="linear",
               coordinate_transformation_mode=mode)
     if padded:
-        g.set_channels(operation.outputs[0], from_nchw(g, y, nchw), channels)
+        set_channels(g, operation.outputs[0], from_nchw(g, y, nchw), channels)
         return
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
 

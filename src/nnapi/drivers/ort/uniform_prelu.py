@@ -47,6 +47,7 @@ from nnapi.drivers.ort.builder import (
     lowers,
     to_nchw,
 )
+from nnapi.drivers.ort.channel_padding import set_channels
 from nnapi.drivers.ort.elementwise import lower_prelu
 from nnapi.hal import Operation
 
@@ -99,7 +100,7 @@ def lower_uniform_prelu(g: GraphBuilder, operation: Operation) -> None:
         return
     if source in g.padded:  # every reader of it takes the padded form, this one too
         x = g.blocked_value(source)
-        g.set_channels(operation.outputs[0], g.one("LeakyRelu", [x.name], alpha=alpha), x.dims[3])
+        set_channels(g, operation.outputs[0], g.one("LeakyRelu", [x.name], alpha=alpha), x.dims[3])
         return
     g.set_output(operation.outputs[0], g.one("LeakyRelu", [g.value(source).name], alpha=alpha))
 
@@ -154,7 +155,7 @@ def _lower_clamped(g: GraphBuilder, operation: Operation, maximum: Operation, al
     y = g.one("Add", [channel_scale(g, floored, np.full(channels, -alpha, np.float32)), g.one("Relu", [nchw])])
     y = from_nchw(g, y, False)
     if source in g.padded:
-        g.set_channels(maximum.outputs[0], y, channels)
+        set_channels(g, maximum.outputs[0], y, channels)
     else:
         g.set_output(maximum.outputs[0], y)
     g.covered.add(id(maximum))
