@@ -529,6 +529,45 @@ def test_move_plan_gives_the_positions_or_none(shape: list[int], pick, found: bo
         assert np.array_equal(plan.apply(source, list(index.shape)), index)
 
 
+def test_quantized_split_through_rank_5_carries_its_quantize_and_dequantize() -> None:
+    """PT2E's query / key / value split as ai-edge-torch writes it (Swin): the int8 rows
+    RESHAPEd to rank 5, a requantizing QUANTIZE, the TRANSPOSE, then q SLICEd as int8 and
+    k / v after a DEQUANTIZE of the whole rank-5 tensor. The QUANTIZE / DEQUANTIZE act on
+    each element alone, so each branch moves the int8 source and applies them on its end;
+    the scales (0.25 -> 0.125) make the requantization exact: 2 (x + 3) + 5, clamped."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    q1, q2 = {"scale": 0.25, "zero_point": -3}, {"scale": 0.125, "zero_point": 5}
+    t = [Tensor("x", "int8", [1, 4, 24], **q1), Tensor("s5", "int32", [5], data=np.array([1, 4, 3, 2, 4], np.int32)),
+         Tensor("r", "int8", [1, 4, 3, 2, 4], **q1), Tensor("rq", "int8", [1, 4, 3, 2, 4], **q2),
+         Tensor("perm", "int32", [5], data=np.array([2, 0, 3, 1, 4], np.int32)),
+         Tensor("p", "int8", [3, 1, 2, 4, 4], **q2), Tensor("pf", "float32", [3, 1, 2, 4, 4]),
+         Tensor("size", "int32", [5], data=np.array([1, 1, 2, 4, 4], np.int32)),
+         Tensor("s4", "int32", [4], data=np.array([1, 2, 4, 4], np.int32))]
+    ops = [Operator("RESHAPE", [0, 1], [2], ("ReshapeOptions", {"NewShape": [1, 4, 3, 2, 4]})),
+           Operator("QUANTIZE", [2], [3]), Operator("TRANSPOSE", [3, 4], [5]), Operator("DEQUANTIZE", [5], [6])]
+    outputs = []
+    for k in range(3):
+        source, kind, q = (5, "int8", q2) if k == 0 else (6, "float32", {})
+        t.append(Tensor(f"b{k}", "int32", [5], data=np.array([k, 0, 0, 0, 0], np.int32)))
+        t.append(Tensor(f"part{k}", kind, [1, 1, 2, 4, 4], **q))
+        t.append(Tensor("qkv"[k], kind, [1, 2, 4, 4], **q))
+        ops.append(Operator("SLICE", [source, len(t) - 3, 7], [len(t) - 2]))
+        ops.append(Operator("RESHAPE", [len(t) - 2, 8], [len(t) - 1], ("ReshapeOptions", {"NewShape": [1, 2, 4, 4]})))
+        outputs.append(len(t) - 1)
+    data = build(Subgraph(t, ops, [0], outputs))
+    lowerings = [str(lowering) for lowering in nnapi.load_tflite(data).lowerings]
+    assert any("3 branches of element moves through rank 5" in text and
+               "then its DEQUANTIZE / QUANTIZE on the branch's end" in text for text in lowerings), lowerings
+    x = np.random.default_rng(11).integers(-128, 128, (1, 4, 24)).astype(np.int8)
+    requantized = np.clip(2 * (x.astype(np.int32) + 3) + 5, -128, 127)
+    moved = requantized.reshape(1, 4, 3, 2, 4).transpose(2, 0, 3, 1, 4)
+    want = {"q": moved[0].reshape(1, 2, 4, 4).astype(np.int8)}
+    want.update({name: ((moved[k] - 5) * 0.125).reshape(1, 2, 4, 4).astype(np.float32)
+                 for k, name in ((1, "k"), (2, "v"))})
+    _assert_exact_on_every_engine(data, {"x": x}, want)
+
+
 def test_reversing_branch_through_rank_5_is_still_refused() -> None:
     """A branch that no rank-4 slice and transpose give (a reversal) keeps the refusal."""
     with pytest.raises(nnapi.BadDataError, match=r"operator 1 \(STRIDED_SLICE\).*rank at most 4, got 5"):

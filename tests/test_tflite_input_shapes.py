@@ -110,3 +110,48 @@ def test_command_line_input_shape(tmp_path, capsys) -> None:
     assert "agree" in capsys.readouterr().out
     assert main(["run", str(path), "--input-shape", "audio=x"]) == 2
     assert "expected NAME=D1,D2,..." in capsys.readouterr().err
+
+
+def token_wrap_of_any_length() -> bytes:
+    """ids [1, -1] (the file's static shape: one token) wrapped as Keras writes an
+    embedding's negative ids (textcls_dynseq: LESS, ADD, SELECT_V2 of three [1, -1]
+    tensors), clipped by a SELECT_V2 with a scalar (GREATER, a broadcast 9), then GATHERed
+    from a [10, 3] table: every SELECT_V2's output shape is open in the file."""
+    i32 = lambda v: np.array(v, np.int32)  # noqa: E731
+    table = np.arange(30, dtype=np.float32).reshape(10, 3) / 4
+    open_ids = {"shape_signature": [1, -1]}
+    t = [Tensor("ids", "int32", [1, 1], **open_ids),                               # 0
+         Tensor("zero", "int32", [], data=i32(0)),                                 # 1
+         Tensor("ten", "int32", [], data=i32(10)),                                 # 2
+         Tensor("nine", "int32", [], data=i32(9)),                                 # 3
+         Tensor("negative", "bool", [1, 1], **open_ids),                           # 4
+         Tensor("shifted", "int32", [1, 1], **open_ids),                           # 5
+         Tensor("wrapped", "int32", [1, 1], **open_ids),                           # 6
+         Tensor("above", "bool", [1, 1], **open_ids),                              # 7
+         Tensor("clipped", "int32", [1, 1], **open_ids),                           # 8
+         Tensor("table", "float32", [10, 3], data=table),                          # 9
+         Tensor("rows", "float32", [1, 1, 3], shape_signature=[1, -1, 3])]         # 10
+    ops = [Operator("LESS", [0, 1], [4]), Operator("ADD", [0, 2], [5], ("AddOptions", {})),
+           Operator("SELECT_V2", [4, 5, 0], [6]), Operator("GREATER", [6, 3], [7]),
+           Operator("SELECT_V2", [7, 3, 6], [8]), Operator("GATHER", [9, 8], [10], ("GatherOptions", {"Axis": 0}))]
+    return build(Subgraph(t, ops, [0], [10]))
+
+
+def test_input_shapes_reach_select_v2_through_broadcasting_operators() -> None:
+    """The shapes after an input given a length are derived through element-wise
+    operators too (each output is its inputs' broadcast shape), so a SELECT_V2 of three
+    [1, -1] tensors, or of a scalar, sees its static shape: it imported only with --input
+    before (textcls_dynseq: "the output's shape is not static")."""
+    data = token_wrap_of_any_length()
+    table = np.arange(30, dtype=np.float32).reshape(10, 3) / 4
+    for length in (5, 37):
+        imported = nnapi.load_model(data, input_shapes={"ids": [1, length]})
+        assert imported.outputs[0].shape == (1, length, 3)
+        ids = np.random.default_rng(length).integers(-10, 14, (1, length)).astype(np.int32)
+        expected = table[np.minimum(np.where(ids < 0, ids + 10, ids), 9)]
+        np.testing.assert_array_equal(litert_outputs_resized(data, {"ids": ids})["rows"], expected)
+        for device in ("nnapi-reference", "nnapi-ort-cpu"):
+            if device not in [d.name for d in nnapi.get_devices()]:
+                continue
+            got = nnapi.Session(imported, device).run({"ids": ids})["rows"]
+            np.testing.assert_array_equal(got, expected)

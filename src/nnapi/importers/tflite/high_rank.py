@@ -4,7 +4,7 @@ and re-expressed at rank <= 4, RESHAPEs up lifted, arithmetic on merged axes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,7 @@ from nnapi.importers.tflite.converter import _Converter
 from nnapi.importers.tflite.convolutions import _fully_connected
 from nnapi.importers.tflite.data_movement import _dense_slice_spec
 from nnapi.importers.tflite.moves import move_plan
+from nnapi.importers.tflite.quantization import _dequantize_operand, _quantize_operand
 from nnapi.importers.tflite.reader import (
     _FLOAT16,
     _FLOAT32,
@@ -204,6 +205,21 @@ def _tree_step(c: _Converter, op: _Operator, index: np.ndarray) -> np.ndarray | 
     return moved if list(moved.shape) == dims else None
 
 
+#: per-tensor element-wise operators a branch of element moves may carry (_high_rank_tree):
+#: they commute with the moves, so each runs on the branch's end (operand, target) instead
+_TREE_ELEMENTWISE: dict[str, Callable[[_Converter, int, int], None]] = {
+    "QUANTIZE": _quantize_operand, "DEQUANTIZE": _dequantize_operand}
+
+
+def _elementwise_step(c: _Converter, op: _Operator, index: np.ndarray) -> bool:
+    """Whether ``op`` is a QUANTIZE / DEQUANTIZE of the branch's tensor (``index``'s
+    shape) that acts on each element alone: per-tensor scales, static shape kept."""
+    if op.name not in _TREE_ELEMENTWISE or op.custom is not None or len(op.outputs) != 1 or \
+            _static_shape(c, op.out_tensor()) != list(index.shape):
+        return False
+    return not op.tensor(0).per_channel and not op.out_tensor().per_channel
+
+
 def _high_rank_tree(c: _Converter, op: _Operator) -> bool:
     """Convert ``op`` and every operator after it when ``op`` lifts a tensor of rank <= 4
     above NNAPI's rank 4 and the operators reading it (several, each a branch of element
@@ -221,28 +237,33 @@ def _high_rank_tree(c: _Converter, op: _Operator) -> bool:
     first = _chain_step(c, op, np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape))
     if first is None:
         return False
-    pending, inner, leaves = [(op, first)], [op], []
+    pending: list[tuple[_Operator, np.ndarray, tuple[_Operator, ...]]] = [(op, first, ())]
+    inner, leaves = [op], []
     while pending:
-        step, index = pending.pop()
+        step, index, elementwise = pending.pop()
         if index.ndim <= _MAX_RANK:
-            leaves.append((step, index))
+            leaves.append((step, index, elementwise))
             continue
         tensor = step.outputs[0]
         readers = c.readers(tensor)
         if tensor in c.graph.outputs or not readers or any(slot != 0 for _, slot in readers):
             return False
         for reader, _ in readers:
+            if _elementwise_step(c, reader, index):
+                inner.append(reader)
+                pending.append((reader, index, (*elementwise, reader)))
+                continue
             moved = _tree_step(c, reader, index)
             if moved is None:
                 return False
             inner.append(reader)
-            pending.append((reader, moved))
-    plans = [(leaf, index, move_plan(shape, index)) for leaf, index in leaves]
-    if any(plan is None for _, _, plan in plans):
+            pending.append((reader, moved, elementwise))
+    plans = [(leaf, index, move_plan(shape, index), elementwise) for leaf, index, elementwise in leaves]
+    if any(plan is None for _, _, plan, _ in plans):
         return False
     x = c.input(0)
     like = c.type_of(x)
-    for leaf, index, plan in sorted(plans, key=lambda item: item[0].index):
+    for leaf, index, plan, elementwise in sorted(plans, key=lambda item: item[0].index):
         final = list(index.shape)
         steps: list[tuple[Any, ...]] = []
         if plan.sliced_from != shape:
@@ -257,17 +278,27 @@ def _high_rank_tree(c: _Converter, op: _Operator) -> bool:
             steps.append((Op.TRANSPOSE, [c.vector(plan.order)], [plan.moved_from[k] for k in plan.order]))
         if (steps[-1][2] if steps else shape) != final:
             steps.append((Op.RESHAPE, [c.vector(final)], final))
+        # the moves on the source's elements, then the branch's element-wise operators in
+        # order on its end (the last one writing the leaf's output)
         current = x
         for k, (code, params, dims) in enumerate(steps):
-            target = _chain_output(c, leaf) if k == len(steps) - 1 else c.temp(like, dims)
+            last = k == len(steps) - 1 and not elementwise
+            target = _chain_output(c, leaf) if last else c.temp(like, dims)
             c.emit(code, [current, *params], [target])
             current = target
-        if not steps:
+        if not steps and not elementwise:
             c.identity(x, _chain_output(c, leaf))
+        for k, step in enumerate(elementwise):
+            target = _chain_output(c, leaf) if k == len(elementwise) - 1 else \
+                c.add(c.nn_type(step.out_tensor(), final))
+            _TREE_ELEMENTWISE[step.name](c, current, target)
+            current = target
     c.absorbed.update(step.index for step in inner[1:])
+    carried = sorted({step.name for step in inner if step.name in _TREE_ELEMENTWISE})
     c.lowered(f"{len(leaves)} branches of element moves through rank "
               f"{max(len(step.out_tensor().shape) for step in inner)} (operators "
-              f"{sorted(step.index for step in inner)}): each a rank-4 RESHAPE / STRIDED_SLICE / TRANSPOSE / RESHAPE")
+              f"{sorted(step.index for step in inner)}): each a rank-4 RESHAPE / STRIDED_SLICE / TRANSPOSE / RESHAPE"
+              + (f", then its {' / '.join(carried)} on the branch's end" if carried else ""))
     return True
 
 

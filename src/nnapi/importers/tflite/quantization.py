@@ -32,11 +32,16 @@ def _requantize(c: _Converter, source: int, target: int) -> None:
 
 @_converter("QUANTIZE")
 def _quantize(c: _Converter, op: _Operator) -> None:
-    x = c.input(0)
+    _quantize_operand(c, c.input(0), c.output())
+
+
+def _quantize_operand(c: _Converter, x: int, target: int) -> None:
+    """TFLite's QUANTIZE of operand ``x`` into ``target``: NNAPI's QUANTIZE from float, a
+    requantization (DEQUANTIZE + QUANTIZE) from a quantized tensor."""
     if c.type_of(x).type in _FLOAT_TYPES:
-        c.emit(Op.QUANTIZE, [x], [c.output()])
+        c.emit(Op.QUANTIZE, [x], [target])
         return
-    _requantize(c, x, c.output())
+    _requantize(c, x, target)
     c.lowered("requantizing QUANTIZE (quantized input): DEQUANTIZE + QUANTIZE")
 
 
@@ -48,12 +53,16 @@ def _dequantize(c: _Converter, op: _Operator) -> None:
         c.consts[op.outputs[0]] = _dequantize_const(op.tensor(0), const)
         c.lowered(f"constant {op.tensor(0).type_name} tensor dequantized at import")
         return
-    x = c.input(0)
+    _dequantize_operand(c, c.input(0), c.output())
+
+
+def _dequantize_operand(c: _Converter, x: int, target: int) -> None:
+    """TFLite's DEQUANTIZE of operand ``x`` into ``target`` (CAST from float16)."""
     if c.type_of(x).type == T.TENSOR_FLOAT16:
-        c.emit(Op.CAST, [x], [c.output()])
+        c.emit(Op.CAST, [x], [target])
         c.lowered("DEQUANTIZE of a float16 tensor as CAST")
         return
-    c.emit(Op.DEQUANTIZE, [x], [c.output()])
+    c.emit(Op.DEQUANTIZE, [x], [target])
 
 
 @_converter("DENSIFY")
