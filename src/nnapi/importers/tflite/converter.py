@@ -21,6 +21,7 @@ from nnapi.importers.tflite.reader import (
     _ACT_NAMES,
     _ACT_TANH,
     _BOOL,
+    _BROADCASTING,
     _FLOAT16,
     _FLOAT32,
     _FLOAT64,
@@ -33,6 +34,7 @@ from nnapi.importers.tflite.reader import (
     _OPCODE_NAMES,
     _UINT8,
     UnsupportedOperator,
+    _derive_broadcast_shape,
     _derive_moved_shape,
     _Graph,
     _operand_shape,
@@ -362,6 +364,8 @@ class _Converter:
             self._lowering_reason = None
             if graph.propagate and op.custom is None and op.name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS"):
                 _derive_moved_shape(self, op)
+            elif graph.propagate and op.custom is None and op.name in _BROADCASTING:
+                _derive_broadcast_shape(op)
             try:
                 convert = _CONVERTERS.get(op.builtin) if op.custom is None else _CUSTOM_CONVERTERS.get(op.custom)
                 folded = op.custom is None and _fold_constants(self, op)

@@ -236,6 +236,29 @@ def _given_shape(name: str, static: tuple[int, ...], raw: Any, given: tuple[int,
     return given
 
 
+#: element-wise operators whose output has the shape their inputs broadcast to (numpy's rule)
+_BROADCASTING = frozenset({
+    "ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARED_DIFFERENCE", "FLOOR_DIV", "FLOOR_MOD",
+    "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL", "LOGICAL_AND", "LOGICAL_OR",
+    "SELECT", "SELECT_V2"})
+
+
+def _derive_broadcast_shape(op: _Operator) -> None:
+    """The output shape of an element-wise operator (_BROADCASTING) from its inputs' shapes,
+    before its converter reads it, where the file left dimensions of it open (propagated
+    shapes: the input shapes given fix it, as the moves' in _derive_moved_shape)."""
+    out = op.out_tensor()
+    shapes = [op.tensor(k).shape for k in range(len(op.inputs)) if op.has_input(k)]
+    if all(d >= 0 for d in out.shape) or any(d < 0 for shape in shapes for d in shape):
+        return
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:  # inputs that do not broadcast: the converter refuses them
+        return
+    if len(shape) == len(out.shape) and all(d < 0 or d == s for d, s in zip(out.shape, shape)):
+        out.shape = tuple(int(d) for d in shape)
+
+
 def _derive_moved_shape(c: _Converter, op: _Operator) -> None:
     """The output shape of RESHAPE / SQUEEZE / EXPAND_DIMS from its input's and its
     parameters, before its converter reads it, where the file left dimensions of it open
