@@ -995,6 +995,36 @@ def test_quantized_div_within_a_step_of_litert() -> None:
         assert np.abs(litert_outputs(data, feeds)["y"].astype(np.float64) - want).max() <= 1
 
 
+def test_constant_gather_nd_of_a_mask_through_rank_5_indices() -> None:
+    """BERT's attention mask through ai-edge-torch: the int32 mask [1, n] CAST to bool,
+    GATHER_ND by constant [1, 1, 1, n, 2] indices ([0, j]: every row once, in order, a
+    RESHAPE), then SELECT_V2 of two scalars; refused before (GATHER_ND of TENSOR_BOOL8;
+    rank-5 indices). Constant indices in another order (here reversed, of the int32 mask)
+    GATHER one flat list of rows, whatever the indices' rank."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    n = 8
+    in_order = np.stack([np.zeros(n, np.int32), np.arange(n, dtype=np.int32)], -1).reshape(1, 1, 1, n, 2)
+    reversed_ = in_order[..., ::-1, :].copy()
+    t = [Tensor("mask", "int32", [1, n]), Tensor("flag", "bool", [1, n]),                      # 0, 1
+         Tensor("order", "int32", [1, 1, 1, n, 2], data=in_order),                           # 2
+         Tensor("picked", "bool", [1, 1, 1, n]),                                             # 3
+         Tensor("one", "float32", [], data=np.array(1.5, np.float32)),                       # 4
+         Tensor("low", "float32", [], data=np.array(-2.0, np.float32)),                      # 5
+         Tensor("bias", "float32", [1, 1, 1, n]),                                            # 6
+         Tensor("back", "int32", [1, 1, 1, n, 2], data=reversed_),                           # 7
+         Tensor("flipped", "int32", [1, 1, 1, n])]                                           # 8
+    ops = [Operator("CAST", [0], [1]), Operator("GATHER_ND", [1, 2], [3]), Operator("SELECT_V2", [3, 4, 5], [6]),
+           Operator("GATHER_ND", [0, 7], [8])]
+    data = build(Subgraph(t, ops, [0], [6, 8]))
+    emitted = {lowering.source.index: lowering.operations for lowering in nnapi.load_tflite(data).lowerings}
+    assert "GATHER" not in emitted[1] and "RESHAPE" in emitted[1] and "GATHER" in emitted[3], emitted
+    mask = np.array([[1, 1, 0, 3, 0, 1, -4, 0]], np.int32) * 70000   # beyond float32's halves' 2**16
+    want = {"bias": np.where(mask != 0, 1.5, -2.0).astype(np.float32).reshape(1, 1, 1, n),
+            "flipped": mask[:, ::-1].reshape(1, 1, 1, n)}
+    _assert_exact_on_every_engine(data, {"mask": mask}, want)
+
+
 def test_gather_nd_index_outside_its_axis_fails_the_run() -> None:
     """A GATHER_ND index outside its own axis fails the run (as LiteRT's does), also where
     its merged row would be in range ([0, 7] of a [6, 7] map is row 7 = [1, 0])."""

@@ -238,7 +238,10 @@ def _gather_nd(c: _Converter, op: _Operator) -> None:
     flat_shape = [rows, *params_shape[k:]]
     strides = [int(np.prod(params_shape[j + 1:k])) for j in range(k)]
     params_const = c.const_of(op.inputs[0])
-    x_type = c.nn_type(op.tensor(0))
+    # the params operand's type: float32 where an int32 / bool tensor moves as float32
+    # (_through_float32)
+    x_type = c.nn_type(op.tensor(0)) if params_const is not None and op.inputs[0] not in c.operands else \
+        c.type_of(c.input(0))
     if x_type.type not in _FLOAT_TYPES + _QUANT8:
         raise UnsupportedOperator(f"GATHER_ND of {x_type.type.name} (no NNAPI RESHAPE for it)")
     if params_const is not None:
@@ -254,8 +257,16 @@ def _gather_nd(c: _Converter, op: _Operator) -> None:
         values = np.asarray(indices_const.data).astype(np.int64).reshape(-1, k)
         if (values < 0).any() or (values >= np.array(params_shape[:k])).any():
             raise UnsupportedOperator("GATHER_ND constant index out of the params' range")
-        linear = c.const_operand((values @ np.array(strides, np.int64)).astype(np.int32).reshape(column_shape),
-                                 OperandType(T.TENSOR_INT32, column_shape))
+        rows_picked = values @ np.array(strides, np.int64)
+        if np.array_equal(rows_picked, np.arange(rows)):
+            # every row once, in order (BERT's attention mask through ai-edge-torch: [1, n]
+            # picked by [1, 1, 1, n, 2] indices): the params' elements as they are
+            c.emit(Op.RESHAPE, [flat, c.vector(list(out_type.dimensions) or [1])], [c.output()])
+            c.lowered("GATHER_ND whose constant indices pick every row once, in order, as RESHAPE")
+            return
+        # constant indices: one flat list of rows (the indices' own rank does not matter)
+        column_shape = [len(rows_picked)]
+        linear = c.const_operand(rows_picked.astype(np.int32), OperandType(T.TENSOR_INT32, column_shape))
     else:
         indices = c.input(1)
         if c.type_of(indices).type != T.TENSOR_INT32:
@@ -296,7 +307,7 @@ def _gather_nd(c: _Converter, op: _Operator) -> None:
         c.emit(Op.SELECT, [outside, c.const_operand(np.full(column_shape, -1, np.int32), int_type), linear], [checked])
         linear = checked
     gathered_shape = [*column_shape, *params_shape[k:]]
-    gathered = c.temp(out_type, gathered_shape)
+    gathered = c.temp(x_type, gathered_shape)
     c.emit(Op.GATHER, [flat, c.i32(0), linear], [gathered])
     c.emit(Op.RESHAPE, [gathered, c.vector(list(out_type.dimensions) or [1])], [c.output()])
     c.lowered(f"GATHER_ND (index depth {k}) as GATHER of the params with their first {k} axes merged, "

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # (that module imports this one)
 #: NNAPI's versions take no TENSOR_INT32 / TENSOR_BOOL8, so those are moved as float32
 _MOVES_DATA: dict[str, tuple[int, ...] | None] = {
     "STRIDED_SLICE": (0,), "CONCATENATION": None, "TRANSPOSE": (0,), "SQUEEZE": (0,),
-    "SPACE_TO_DEPTH": (0,), "DEPTH_TO_SPACE": (0,), "SPLIT": (1,), "SPLIT_V": (0,)}
+    "SPACE_TO_DEPTH": (0,), "DEPTH_TO_SPACE": (0,), "SPLIT": (1,), "SPLIT_V": (0,), "GATHER_ND": (0,)}
 #: the same for operators whose NNAPI operation takes TENSOR_INT32 but not TENSOR_BOOL8
 _MOVES_BOOL: dict[str, tuple[int, ...] | None] = {
     "EXPAND_DIMS": (0,), "GATHER": (0,), "SLICE": (0,), "TILE": (0,), "PACK": None, "REVERSE_V2": (0,),
