@@ -1025,6 +1025,39 @@ def test_constant_gather_nd_of_a_mask_through_rank_5_indices() -> None:
     _assert_exact_on_every_engine(data, {"mask": mask}, want)
 
 
+@pytest.mark.parametrize("kind", ["int8", "uint8"])
+def test_quantized_tanh_and_logistic_at_any_output_scale(kind: str) -> None:
+    """PT2E quantizes TANH / LOGISTIC outputs at their calibrated range (BERT's pooler:
+    scale 0.0056, zero point 8), not at NNAPI's fixed 1/128 / 1/256: refused before
+    ("must have scale 1/128"); now DEQUANTIZE, the float operation, QUANTIZE, within a
+    step of the real function on all 256 inputs on every engine (LiteRT's too); at NNAPI's
+    own scales the operation stays as it is."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    shift = 128 if kind == "uint8" else 0
+    qx, qt, ql = ({"scale": 0.05, "zero_point": 3 + shift}, {"scale": 0.0056, "zero_point": 8 + shift},
+                  {"scale": 0.004, "zero_point": -100 + shift})
+    fixed = {"scale": 1 / 128, "zero_point": shift}
+    t = [Tensor("x", kind, [256], **qx), Tensor("t", kind, [256], **qt), Tensor("s", kind, [256], **ql),
+         Tensor("f", kind, [256], **fixed)]
+    data = build(Subgraph(t, [Operator("TANH", [0], [1]), Operator("LOGISTIC", [0], [2]),
+                              Operator("TANH", [0], [3])], [0], [1, 2, 3]))
+    lowered = {lowering.source.index for lowering in nnapi.load_tflite(data).lowerings}
+    assert lowered == {0, 1}, lowered
+    info = np.iinfo(kind)
+    x = np.arange(info.min, info.max + 1).astype(kind)
+    real = (x.astype(np.float64) - qx["zero_point"]) * qx["scale"]
+    want = {name: np.clip(np.round(f(real) / q["scale"]) + q["zero_point"], info.min, info.max)
+            for name, f, q in (("t", np.tanh, qt), ("s", lambda v: 1 / (1 + np.exp(-v)), ql), ("f", np.tanh, fixed))}
+    runs = [session.run({"x": x}) for device in ("nnapi-reference", "nnapi-ort-cpu")
+            if (session := _session_on(data, device)) is not None]
+    if Interpreter is not None:
+        runs.append(litert_outputs(data, {"x": x}))
+    for got in runs:
+        for name, expected in want.items():
+            assert np.abs(got[name].astype(np.float64) - expected).max() <= 1, name
+
+
 def test_gather_nd_index_outside_its_axis_fails_the_run() -> None:
     """A GATHER_ND index outside its own axis fails the run (as LiteRT's does), also where
     its merged row would be in range ([0, 7] of a [6, 7] map is row 7 = [1, 0])."""

@@ -159,12 +159,25 @@ def _simple(c: _Converter, op: _Operator) -> None:
         _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
         c.lowered(f"quantized {op.name} (NNAPI's {code.name} is float only) as DEQUANTIZE, {code.name}, QUANTIZE")
         return
+    if code in _FIXED_OUTPUT and c.type_of(c.input(0)).type in _QUANT8:
+        out_type = c.nn_type(op.out_tensor())
+        scale, zero_points = _FIXED_OUTPUT[code]
+        if (out_type.scale, out_type.zero_point) != (scale, zero_points[out_type.type]):
+            # PT2E quantizes them at their calibrated range; LiteRT's int8 kernels take any
+            _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
+            c.lowered(f"quantized {op.name} whose output is not at NNAPI's fixed scale {scale} / zero point "
+                      f"{zero_points[out_type.type]} as DEQUANTIZE, {code.name}, QUANTIZE")
+            return
     inputs = [c.input(i) for i in range(len(op.inputs))]
     c.emit(code, inputs, [c.output()])
 
 
 #: NNAPI's activation operations and the fuse code that means the same
 _RELU_FUSE = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}
+#: the output scale and zero points (by type) NNAPI's quantized LOGISTIC / TANH require
+_FIXED_OUTPUT = {
+    Op.LOGISTIC: (1 / 256, {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128}),
+    Op.TANH: (1 / 128, {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0})}
 #: the unary operations of _SIMPLE that NNAPI defines on float tensors only
 _FLOAT_ONLY = (Op.RSQRT, Op.SQRT, Op.EXP, Op.LOG, Op.SIN, Op.POW)
 
