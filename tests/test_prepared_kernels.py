@@ -279,38 +279,6 @@ def test_prepared_arithmetic_matches_reference(code, kind, shapes):
         _compare(code, [*tensors, _scalar(T.INT32, fuse)], out)
 
 
-def test_quantized_pair_table_is_the_generic_table():
-    """The ADD / SUB / MUL table made by quantized_pair_table (float64 work arrays reused,
-    clamped into the table) against pair_table of the operation's own function on stored
-    values, element for element: every pair of int8 / uint8 inputs, random scales and
-    zero points (ties of the rounding included: scales that are powers of two), each
-    fused activation."""
-    from nnapi.operations.arithmetic import BinaryArithmetic
-    from nnapi.operations.elementwise import pair_table
-
-    rng = np.random.default_rng(11)
-    for trial in range(24):
-        code = (Op.ADD, Op.SUB, Op.MUL)[trial % 3]
-        kinds = [(T.TENSOR_QUANT8_ASYMM, np.uint8, 0, 256), (T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8, -128, 128)]
-        kind, dtype, low, high = kinds[(trial // 3) % 2]
-        scales = [2.0 ** -int(rng.integers(1, 6)) if trial % 4 == 0 else float(rng.uniform(0.005, 0.2))
-                  for _ in range(3)]
-        if code == Op.MUL:
-            scales[2] = max(scales[2], scales[0] * scales[1] * 1.5)  # MUL's rule: out > in1 * in2
-        zeros = [int(rng.integers(low, high)) for _ in range(3)]
-        a = _tensor(kind, np.zeros((1, 16, 16, 1), dtype), scales[0], zeros[0])
-        b = _tensor(kind, np.zeros((1, 16, 16, 1), dtype), scales[1], zeros[1])
-        output = OperandType(kind, [1, 16, 16, 1], scales[2], zeros[2])
-        fuse = (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1, FuseCode.FUSED_RELU6)[trial % 4]
-        ctx = ExecutionContext(code, [a, b, _scalar(T.INT32, fuse)], [output])
-        operation = get_operation(code)
-        assert isinstance(operation, BinaryArithmetic)
-        fast = operation._pair_table(ctx)
-        generic = pair_table(operation._on_stored(ctx), dtype, dtype)
-        assert fast.dtype == generic.dtype == dtype
-        np.testing.assert_array_equal(fast, generic, err_msg=f"trial {trial}")
-
-
 @pytest.mark.parametrize("code, second", [(Op.RESHAPE, np.array([3, -1], np.int32)),
                                           (Op.SQUEEZE, np.array([1], np.int32)),
                                           (Op.EXPAND_DIMS, np.array(0, np.int32))])

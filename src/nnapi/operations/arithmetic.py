@@ -1,8 +1,10 @@
 """ADD, SUB, MUL, DIV: broadcasting element-wise arithmetic with a fused activation.
 
 Inputs: 0 and 1 are tensors of one type (quantized inputs may differ in scale and zero
-point), 2 is the INT32 FuseCode. Quantized results are computed on real values and
-quantized into the output's scale and zero point; TENSOR_INT32 requires FUSED_NONE and
+point), 2 is the INT32 FuseCode. Quantized results are computed as Android's CPU driver
+computes them, in fixed point (quant_math.FixedPointAdd / FixedPointMul: TFLite's integer
+kernels' arithmetic), which differs from the real result rounded once by a step on some
+pairs of stored values; TENSOR_INT32 requires FUSED_NONE and
 DIV on it is floor division (division by zero gives 0, as on Android). Quantized MUL
 requires output_scale > input1_scale * input2_scale (BAD_DATA otherwise).
 """
@@ -22,13 +24,8 @@ from nnapi.operations.common import (
     is_valid_fuse_code,
     quantize_with_activation,
 )
-from nnapi.operations.elementwise import (
-    all_stored_values,
-    map_quant8_pair,
-    prepared_quant8_pair,
-    quantized_pair_table,
-)
-from nnapi.operations.quant_math import dequantize
+from nnapi.operations.elementwise import map_quant8_pair, prepared_quant8_pair
+from nnapi.operations.quant_math import FixedPointAdd, FixedPointMul
 
 T = OperandCode
 
@@ -114,26 +111,16 @@ class BinaryArithmetic(Operation):
         return [quantize_with_activation(real, ctx.output(0), fuse)]
 
     def _on_stored(self, ctx: ExecutionContext):
-        """The quantized operation on stored values: computed on exact real values
-        (float64) and quantized into the output (through a table of every pair of
-        stored values when the tensors are large)."""
-        a, b = ctx.input(INPUT1), ctx.input(INPUT2)
-        output, fuse, math = ctx.output(0), ctx.scalar(ACTIVATION), _FLOAT_MATH[self.code]
-
-        def on_stored(stored_a: np.ndarray, stored_b: np.ndarray) -> np.ndarray:
-            real = math(dequantize(stored_a, a.scale, a.zero_point), dequantize(stored_b, b.scale, b.zero_point))
-            return quantize_with_activation(real, output, fuse)
-
-        return on_stored
-
-    def _pair_table(self, ctx: ExecutionContext) -> np.ndarray:
-        """``_on_stored``'s table of every pair of stored values (``quantized_pair_table``)."""
+        """The quantized operation on stored values, in Android's fixed-point arithmetic
+        (quant_math.FixedPointAdd for ADD / SUB, FixedPointMul for MUL), prepared for this
+        context's quantizations and fused activation."""
         a, b, output = ctx.input(INPUT1), ctx.input(INPUT2), ctx.output(0)
         low, high = activation_bounds_quantized(ctx.scalar(ACTIVATION), output)
-        return quantized_pair_table(_FLOAT_MATH[self.code],
-                                    dequantize(all_stored_values(dtype_of(a.type)), a.scale, a.zero_point),
-                                    dequantize(all_stored_values(dtype_of(b.type)), b.scale, b.zero_point),
-                                    output.scale, output.zero_point, low, high, dtype_of(output.type))
+        quantizations = ((a.scale, a.zero_point), (b.scale, b.zero_point), (output.scale, output.zero_point))
+        if self.code == OperationCode.MUL:
+            return FixedPointMul(*quantizations, low, high, dtype_of(output.type))
+        return FixedPointAdd(*quantizations, low, high, dtype_of(output.type),
+                             subtract=self.code == OperationCode.SUB)
 
     def plan(self, ctx: ExecutionContext):
         a, b = ctx.input(INPUT1), ctx.input(INPUT2)
@@ -145,7 +132,7 @@ class BinaryArithmetic(Operation):
             return lambda values: [integer_math(values[INPUT1], values[INPUT2]).astype(np.int32)]
         if code in _QUANT8_TYPES:
             return prepared_quant8_pair(self._on_stored(ctx), dtype_of(a.type), dtype_of(b.type), a.shape,
-                                        b.shape, lambda: self._pair_table(ctx))
+                                        b.shape)
         math = _FLOAT_MATH[self.code]
         fuse = ctx.scalar(ACTIVATION)
         bounds = activation_bounds_float(fuse) if fuse != FuseCode.FUSED_NONE else None

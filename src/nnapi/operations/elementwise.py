@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from nnapi.codes import OperandCode
-from nnapi.operations import _jit, quant_math
+from nnapi.operations import _jit
 from nnapi.operations.base import ExecutionContext, Shape, Tensor, ValidationContext
 from nnapi.operations.common import FLOAT_TENSORS as FLOAT_TENSORS  # re-exported
 from nnapi.operations.common import QUANT8_TENSORS as QUANT8_TENSORS  # re-exported
@@ -168,28 +168,6 @@ def pair_table(function, first_dtype, second_dtype) -> np.ndarray:
     seconds = all_stored_values(np.dtype(second_dtype))[None, :]
     return np.concatenate([function(firsts[start:start + _PAIR_TABLE_ROWS, None], seconds)
                            for start in range(0, 256, _PAIR_TABLE_ROWS)])
-
-
-def quantized_pair_table(math, first_reals: np.ndarray, second_reals: np.ndarray, scale: float, zero_point: int,
-                         low: int, high: int, dtype) -> np.ndarray:
-    """The ``pair_table`` of an arithmetic function on real values quantized into an 8-bit
-    output (``math``: a ufunc; ``first_reals`` / ``second_reals``: the real value of each
-    stored value of the two inputs, ``all_stored_values`` order): (256, 256) of
-    clip(quantize(math(first, second), scale, zero_point), low, high) as ``dtype``, what
-    ``quantize_with_activation`` gives. Each block of rows is worked in two float64
-    arrays reused from block to block and clamped straight into the table (at
-    preparation, one per ADD / SUB / MUL of a quantized model: the generic table's
-    temporaries cost more than its arithmetic)."""
-    table = np.empty((256, 256), dtype)
-    real = np.empty((_PAIR_TABLE_ROWS, 256))
-    scratch = np.empty_like(real)
-    second = second_reals[None, :]
-    for start in range(0, 256, _PAIR_TABLE_ROWS):
-        stop = min(start + _PAIR_TABLE_ROWS, 256)
-        block, work = real[:stop - start], scratch[:stop - start]
-        math(first_reals[start:stop, None], second, out=block)
-        quant_math.quantize_clamped(block, scale, zero_point, low, high, table[start:stop], work)
-    return table
 
 
 def map_quant8_pair(first: np.ndarray, second: np.ndarray, function) -> np.ndarray:

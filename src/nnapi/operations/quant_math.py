@@ -90,21 +90,6 @@ def quantize(real, scale: float, zero_point: int, dtype=np.float64, *, round_las
     return rounded
 
 
-def quantize_clamped(real: np.ndarray, scale: float, zero_point: int, low: int, high: int,
-                     out: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
-    """``np.clip(quantize(real, scale, zero_point), low, high)`` stored into ``out`` (its
-    dtype holds [low, high]): the same float64 operations, worked in place in ``real`` (a
-    float64 array the caller owns, overwritten) with ``scratch`` (float64, of its shape,
-    or a new array), and the clamp writing ``out`` in the pass that narrows."""
-    real /= np.float64(scale)
-    magnitude = np.abs(real, out=scratch)  # round_half_away, in place
-    magnitude += _HALF_BELOW_FLOAT
-    np.trunc(magnitude, out=magnitude)
-    np.copysign(magnitude, real, out=real)
-    real += np.float64(zero_point)
-    return np.clip(real, low, high, out=out, casting="unsafe")
-
-
 def quantize_scalar(real: float, scale: float, zero_point: int) -> float:
     """``quantize`` of one real in float64 (zero_point + round(real / scale)): the same
     IEEE double operations on Python floats, where numpy's scalar path costs ~10 us (an
@@ -335,3 +320,84 @@ class OutputStage:
         total = np.asarray(acc).astype(np.int64) + self.bias
         scaled = multiply_by_quantized_multiplier(total, self.multipliers, self.shifts)
         return np.clip(scaled + self.zero_point, self.low, self.high).astype(self.dtype)
+
+
+# --- quantized ADD / SUB / MUL as Android's CPU driver computes them -----------------------
+#: how far Android's 8-bit ADD / SUB shift each input's offset values left before rescaling
+#: them (its kernels' left_shift: room for the rescaled values' fraction in int32)
+ADD_LEFT_SHIFT = 20
+
+
+def _float32(value: float) -> np.float32:
+    """A scale as the NDK stores it (C float), for multipliers derived as Android does."""
+    return np.float32(value)
+
+
+class FixedPointAdd:
+    """Android's quantized ADD (and SUB, ``subtract``) of 8-bit stored values, prepared
+    once for two input quantizations and an output: each input's offset value (q - zero
+    point) shifted left by ``ADD_LEFT_SHIFT``, rescaled by the quantized multiplier of
+    scale / (2 * max input scale) (SaturatingRoundingDoublingHighMul, then
+    RoundingDivideByPOT), the two summed (SUB: the second's multiplier negated, which
+    rounds its negative ties as the doubling high multiply does, not as a negated sum),
+    then the output stage: the multiplier of 2 * max input scale / (2**20 * output scale),
+    plus the output zero point, clamped to [``low``, ``high``] (the type's range narrowed
+    by the fused activation). The multipliers are derived as Android's kernel does: float32
+    scales, 2 * max in float32, the ratios in double, QuantizeMultiplier.
+
+    Each input has 256 stored values, so its rescaled terms form a 256-entry int64 table
+    (``terms``, by the values' uint8 views); a call looks both up and runs the output stage
+    on their sums. Android's kernel refuses an output multiplier of 1 or more (an output
+    scale below 2 * max input scale / 2**20); here the output stage then shifts left, as
+    TFLite's MultiplyByQuantizedMultiplier does."""
+
+    def __init__(self, first: tuple[float, int], second: tuple[float, int], output: tuple[float, int],
+                 low: int, high: int, dtype, subtract: bool = False) -> None:
+        first_scale, second_scale, output_scale = (_float32(q[0]) for q in (first, second, output))
+        twice_max = np.float32(2) * max(first_scale, second_scale)
+        m1, s1 = quantize_multiplier(float(first_scale) / float(twice_max))
+        m2, s2 = quantize_multiplier(float(second_scale) / float(twice_max))
+        m_out, s_out = quantize_multiplier(float(twice_max) / float(np.float32(1 << ADD_LEFT_SHIFT) * output_scale))
+        self.multipliers = ((m1, s1), (-m2 if subtract else m2, s2), (m_out, s_out))
+        self.dtype = np.dtype(dtype)
+        stored = np.arange(256, dtype=np.uint8).view(self.dtype)
+        #: each input's rescaled offset values, by the stored values' uint8 views
+        self.terms = tuple(
+            multiply_by_quantized_multiplier((stored.astype(np.int64) - int(zero_point)) << ADD_LEFT_SHIFT, m, s)
+            for (_, zero_point), (m, s) in ((first, (m1, s1)), (second, self.multipliers[1])))
+        self.stage = OutputStage(m_out, s_out, None, int(output[1]), low, high, self.dtype).prepare()
+
+    def __call__(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        """The stored results of two arrays of stored values (broadcasting)."""
+        first, second = np.asarray(first), np.asarray(second)
+        total = self.terms[0][first.view(np.uint8)] + self.terms[1][second.view(np.uint8)]
+        return _staged(self.stage, total)
+
+
+class FixedPointMul:
+    """Android's quantized MUL of 8-bit stored values, prepared once: the two offset
+    values (q - zero point) multiplied in integers, rescaled once by the quantized
+    multiplier of s1 * s2 / output scale (the product of the float32 scales rounded to
+    float32, as Android's kernel computes it in C float, then divided in double), plus the
+    output zero point, clamped to [``low``, ``high``]."""
+
+    def __init__(self, first: tuple[float, int], second: tuple[float, int], output: tuple[float, int],
+                 low: int, high: int, dtype) -> None:
+        product = _float32(first[0]) * _float32(second[0])
+        self.multiplier = quantize_multiplier(float(product) / float(_float32(output[0])))
+        self.zero_points = (int(first[1]), int(second[1]))
+        self.stage = OutputStage(*self.multiplier, None, int(output[1]), low, high, dtype).prepare()
+
+    def __call__(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        """The stored results of two arrays of stored values (broadcasting)."""
+        product = np.subtract(first, self.zero_points[0], dtype=np.int64)
+        product = product * np.subtract(second, self.zero_points[1], dtype=np.int64)
+        return _staged(self.stage, product)
+
+
+def _staged(stage: OutputStage, values: np.ndarray) -> np.ndarray:
+    """``stage`` of int64 ``values`` of any shape (its per-channel constants are one
+    element: a rank-0 value would come back with a dimension)."""
+    if values.ndim:
+        return stage(values)
+    return stage(values.reshape(1)).reshape(())

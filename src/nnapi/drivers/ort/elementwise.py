@@ -37,8 +37,8 @@ from nnapi.drivers.ort.builder import (
 from nnapi.drivers.ort.channel_padding import pad_channels, reads_padded, set_channels
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
-from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized, quantize_with_activation
-from nnapi.operations.quant_math import dequantize
+from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized
+from nnapi.operations.quant_math import FixedPointMul, quantize_multiplier
 
 #: the first ONNX Runtime release with a uint8 Less on the CPU
 UINT8_LESS_VERSION = (1, 21)
@@ -213,8 +213,8 @@ def _channel_product(g: GraphBuilder, operation: Operation, output: Operand, fus
     us). The input has 256 stored values, so the result of every value in every channel
     is known at preparation: this form is taken only where ORT's requantization
     (round-half-even of the float32 accumulator times float32(x_scale * w_scale) / y_scale,
-    then the activation's clamp) gives the reference's result (the real product rounded
-    half away from zero) for all of them. None where it does not apply."""
+    then the activation's clamp) gives the reference's result (Android's fixed-point
+    product) for all of them. None where it does not apply."""
     if g.isolated or fuse not in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU, FuseCode.FUSED_RELU1,
                                   FuseCode.FUSED_RELU6):
         return None  # a support query: QLinearMul answers it the same
@@ -232,35 +232,118 @@ def _channel_product(g: GraphBuilder, operation: Operation, output: Operand, fus
         if dims[1] * dims[2] == 1 or channels < CHANNEL_PRODUCT_MIN_CHANNELS[raw.size == 1]:
             continue  # a single pixel, few channels: the kernel's cost per pixel outweighs the gain
         factors = np.broadcast_to(raw.reshape(-1).astype(np.int64) - factor.zero_point, (channels,))
-        weights = np.where(np.abs(factors) <= 127, factors, np.sign(factors)).astype(np.int8)
-        magnitudes = np.where(weights == 0, 1, factors // np.where(weights == 0, 1, weights))
-        weight_scales = (magnitudes * np.float64(factor.scale)).astype(np.float32)
-        if not _channel_product_exact(x, factor, output, fuse, factors, weights, weight_scales):
+        form = _channel_product_form(x, factor, output, fuse, factors)
+        if form is None:
             continue
+        weights, bias, weight_scales = form
         source = g.value(x_index)
         shape = [channels, 1, 1, 1]
         y = g.one("QLinearConv", [to_nchw(g, source.name, False), *g.qparams(source),
                                   g.constant(weights.reshape(shape), "weights"), g.constant(weight_scales, "wscale"),
-                                  g.constant(np.zeros(channels, np.int8), "wzp"), *g.qparams(output)],
+                                  g.constant(np.zeros(channels, np.int8), "wzp"), *g.qparams(output),
+                                  *([] if bias is None else [g.constant(bias, "bias")])],
                   kernel_shape=[1, 1], group=channels)
         return fused_activation(g, from_nchw(g, y, False), fuse, output)
     return None
 
 
-def _channel_product_exact(x: Operand, factor: Operand, output: Operand, fuse: int, factors: np.ndarray,
-                           weights: np.ndarray, weight_scales: np.ndarray) -> bool:
-    """Whether _channel_product's QLinearConv gives the reference's MUL for every stored
-    value of ``x`` in every channel (``factors``: the constant's values less its zero point)."""
-    stored = np.arange(*((-128, 128) if x.type == T.TENSOR_QUANT8_ASYMM_SIGNED else (0, 256)))[:, None]
-    real = dequantize(stored, x.scale, x.zero_point) * (factors[None, :] * np.float64(factor.scale))
-    expected = quantize_with_activation(real, output, fuse).astype(np.int64)
-    # ORT: the int32 accumulator as float32, times float32(x_scale * w_scale) / y_scale in
-    # float32, rounded half to even, plus the zero point, saturated (stored values: the
-    # int8 ones' +128 shift cancels between the input's zero point and the output's)
-    scales = (np.float32(x.scale) * weight_scales) / np.float32(output.scale)
-    accumulators = ((stored - x.zero_point) * weights[None, :].astype(np.int64)).astype(np.float32)
+def _stored_column(operand: Operand) -> np.ndarray:
+    """Every stored value of an 8-bit operand, as a (256, 1) int64 column."""
+    return np.arange(*((-128, 128) if operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED else (0, 256)))[:, None]
+
+
+def _reference_products(x: Operand, factor: Operand, output: Operand, fuse: int, factors: np.ndarray) -> np.ndarray:
+    """The reference's MUL (Android's fixed-point product, quant_math.FixedPointMul) of
+    every stored value of ``x`` (rows) by each channel's factor (columns; ``factors``: the
+    constant's values less its zero point), clamped by the fused activation: (256, C) int64."""
     low, high = activation_bounds_quantized(fuse, output)
-    computed = np.clip(np.rint(accumulators * scales[None, :]).astype(np.int64) + output.zero_point, low, high)
+    multiply = FixedPointMul((x.scale, x.zero_point), (factor.scale, factor.zero_point),
+                             (output.scale, output.zero_point), low, high, np.int64)
+    return multiply(_stored_column(x), factors[None, :] + factor.zero_point)
+
+
+def _channel_product_form(x: Operand, factor: Operand, output: Operand, fuse: int,
+                          factors: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray] | None:
+    """(int8 weights, int32 bias or None, float32 weight scales) of _channel_product's
+    QLinearConv that give the reference's MUL (``_reference_products``) for every stored
+    value of ``x`` in every channel, or None.
+
+    The reference's fixed-point product rounds twice (the doubling high multiply to an
+    integer, then the rounding right shift by r), which composes into one rounding of
+    |p| * M + 2**-(r + 1) for p = (x - zero point) * b: its thresholds sit a constant
+    2**-(r + 1) of a step from the real product's (1/256 at DenseNet-121's r = 7).
+    ORT rounds (acc + bias) * S once, acc = (x - zero point) * w, S = x_scale * w_scale /
+    y_scale. Each of the 256 accumulators bounds S (its result's rounding interval, open
+    on the side of a clamp the fused activation applies anyway); where the bounds meet,
+    their middle is taken. First the weights b - zero point (their sign past int8, the
+    magnitude in the scale) with no bias; where a channel's bounds do not meet (a
+    constant offset is no scale), weights of +-127 and a bias near the offset in their
+    units, 2**-(r + 1) * 127 / (|b| * M), and its neighbours. The result is then checked
+    as ORT computes it (``_channel_product_exact``)."""
+    low, high = activation_bounds_quantized(fuse, output)
+    expected = _reference_products(x, factor, output, fuse, factors)
+    stored = _stored_column(x) - x.zero_point
+    target = (expected - output.zero_point).astype(np.float64)
+    below = np.where(expected <= low, -np.inf, target - 0.5)  # (acc + bias) * S must lie in [below, above]
+    above = np.where(expected >= high, np.inf, target + 0.5)
+
+    def bounds(weights: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        shifted = stored * weights[None, :].astype(np.int64) + bias[None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            first, second = below / shifted, above / shifted
+        positive, negative = shifted > 0, shifted < 0
+        return (np.max(np.where(positive, first, np.where(negative, second, -np.inf)), axis=0),
+                np.min(np.where(positive, second, np.where(negative, first, np.inf)), axis=0))
+
+    multiplier, shift = quantize_multiplier(float(np.float32(x.scale) * np.float32(factor.scale))
+                                            / float(np.float32(output.scale)))
+    per_step = multiplier * 2.0 ** (shift - 31)  # the output steps per unit of p
+    sign = np.where(factors < 0, -1, 1)
+    plain = np.where(np.abs(factors) <= 127, factors, sign).astype(np.int8)
+    wide = np.where(factors == 0, 0, 127 * sign).astype(np.int8)
+    offset = 2.0 ** (shift - 1) * 127 / np.maximum(np.abs(factors) * per_step, 1e-300)  # shift <= 0
+    centre = np.round(np.minimum(offset, 2.0 ** 20)).astype(np.int64)
+    zeros = np.zeros(len(factors), np.int64)
+    candidates = [(plain, zeros)] + [(wide, np.maximum(centre + delta, 0)) for delta in (0, -1, 1, -2, 2, -3, 3)]
+    weights, bias = plain.copy(), zeros.copy()
+    lower, upper = bounds(plain, zeros)
+    for candidate_weights, candidate_bias in candidates[1:]:
+        open_channels = ~(lower < upper)
+        if not open_channels.any():
+            break
+        new_lower, new_upper = bounds(candidate_weights, candidate_bias)
+        take = open_channels & (new_lower < new_upper)
+        weights[take], bias[take] = candidate_weights[take], candidate_bias[take]
+        lower, upper = np.where(take, new_lower, lower), np.where(take, new_upper, upper)
+    if not np.all((lower < upper) | (factors == 0)):
+        return None
+    ratio = np.float64(output.scale) / np.float64(x.scale)
+    real = np.abs(factors) * per_step / np.maximum(np.abs(weights.astype(np.float64)), 1)
+    with np.errstate(invalid="ignore"):  # the middle of an unbounded side is not taken
+        middle = (lower + upper) / 2
+    scale = np.where(np.isfinite(lower) & np.isfinite(upper), middle, np.clip(real, lower, upper))
+    scale = np.where((factors == 0) | ~(scale > 0), real, scale)
+    weight_scales = np.where(scale > 0, scale, 1.0) * ratio
+    weight_scales = weight_scales.astype(np.float32)
+    bias_or_none = bias.astype(np.int32) if bias.any() else None
+    if not _channel_product_exact(x, output, fuse, weights, bias, weight_scales, expected):
+        return None
+    return weights, bias_or_none, weight_scales
+
+
+def _channel_product_exact(x: Operand, output: Operand, fuse: int, weights: np.ndarray, bias: np.ndarray,
+                           weight_scales: np.ndarray, expected: np.ndarray) -> bool:
+    """Whether _channel_product's QLinearConv gives ``expected`` (the reference's MUL,
+    _reference_products) for every stored value of ``x`` in every channel."""
+    low, high = activation_bounds_quantized(fuse, output)
+    # ORT: the int32 accumulator plus the bias as float32, times float32(x_scale * w_scale)
+    # / y_scale in float32, rounded half to even, plus the zero point, saturated (stored
+    # values: the int8 ones' +128 shift cancels between the input's zero point and the
+    # output's)
+    scales = (np.float32(x.scale) * weight_scales) / np.float32(output.scale)
+    accumulators = (_stored_column(x) - x.zero_point) * weights[None, :].astype(np.int64) + bias[None, :]
+    computed = np.clip(np.rint(accumulators.astype(np.float32) * scales[None, :]).astype(np.int64)
+                       + output.zero_point, low, high)
     return bool(np.array_equal(computed, expected))
 
 
