@@ -81,6 +81,32 @@ class TestQuant8Signed:
                      [out_type], [a, b])
         np.testing.assert_array_equal(out, [[1, 6, 11], [1, 6, -31]])
 
+    def test_concatenation_requantizes_as_androids_kernel(self):
+        """Every stored value of inputs in other quantizations, requantized as Android's
+        CONCATENATION computes it (written out here: int8 as uint8 + 128, C float
+        s = scale * (1 / out_scale), b = -zero_point * s, round(u * s + b) halves away from
+        zero, plus the output zero point, saturated). With scales of powers of two the real
+        values have ties, where rounding the float64 real value with the zero point inside
+        (another requantization order) differs."""
+        for code, dtype, shift in ((T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8, 128), (T.TENSOR_QUANT8_ASYMM, np.uint8, 0)):
+            values = np.arange(-shift, 256 - shift).astype(dtype).reshape(1, 256)
+            inputs = [(0.5, 131 - shift), (0.125, 121 - shift), (0.03, 148 - shift)]  # zero points 131, 121, 148
+            out_scale, out_zero = 0.25, 123 - shift  # in the uint8 domain
+            expected = []
+            for scale, zero in inputs:
+                factor = np.float32(scale) * (np.float32(1) / np.float32(out_scale))
+                bias = np.float32(-(zero + shift)) * factor
+                real = (values.astype(np.int64) + shift).astype(np.float32) * factor + bias
+                rounded = np.sign(real) * np.floor(np.abs(real).astype(np.float64) + 0.5)
+                expected.append(np.clip(rounded + out_zero + shift, 0, 255) - shift)
+            (out,) = run(Op.CONCATENATION,
+                         [*[(OperandType(code, [1, 256], scale, zero), None) for scale, zero in inputs], scalar(0)],
+                         [OperandType(code, [3, 256], out_scale, out_zero)], [values] * 3)
+            np.testing.assert_array_equal(out, np.concatenate(expected))
+            real_rounded = np.clip(np.floor((values.astype(np.float64) - inputs[1][1]) * 0.125 / out_scale + out_zero
+                                            + 0.5), -shift, 255 - shift)
+            assert np.any(real_rounded != expected[1])  # the ties this checks
+
     def test_split(self):
         outs = run(Op.SPLIT, [(q8s(2, 3, 4), None), scalar(-1), scalar(2)], [q8s(2, 3, 2), q8s(2, 3, 2)], [SIGNED])
         np.testing.assert_array_equal(outs[0], SIGNED[..., :2])

@@ -2,8 +2,9 @@
 
 Inputs 0..n-1 are tensors of one type and rank that agree on every dimension but the
 axis; input n is the INT32 axis in [0, rank). Quant8 inputs may each have their own
-scale and zero point: every input is requantized into the output's before joining
-(inputs that already match are copied exactly). Zero-sized inputs are allowed.
+scale and zero point: every input is requantized into the output's before joining, as
+Android's kernel does (quant_math.requantize_concatenated: C float arithmetic, inputs that
+already match copied exactly). Zero-sized inputs are allowed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._shape_common import DATA_TYPES
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import QUANT8_TENSORS
-from nnapi.operations.quant_math import requantize
+from nnapi.operations.quant_math import requantize_concatenated
 
 T = OperandCode
 
@@ -82,7 +83,7 @@ class Concatenation(Operation):
         axis = int(ctx.scalar(count))
         output = ctx.output(0)
         if output.type in QUANT8_TENSORS:
-            parts = [requantize(t.value, t.scale, t.zero_point, output.scale, output.zero_point)
+            parts = [requantize_concatenated(t.value, t.scale, t.zero_point, output.scale, output.zero_point)
                      for t in (ctx.input(index) for index in range(count))]
         else:
             parts = [ctx.value(index) for index in range(count)]

@@ -139,6 +139,28 @@ def _requantize(values, scale, zero_point, to_scale, to_zero_point, dtype) -> np
     return np.clip(scaled, info.min, info.max).astype(dtype)
 
 
+def requantize_concatenated(values: np.ndarray, scale: float, zero_point: int, to_scale: float,
+                            to_zero_point: int) -> np.ndarray:
+    """8-bit stored values re-expressed in another quantization as Android's CONCATENATION
+    does it (TFLite's legacy reference Concatenation with scales; int8 as uint8 + 128,
+    both zero points moved with it): unchanged where the quantizations are equal, else
+    round(u * s + b) + to_zero_point in C float, s = scale * (1 / to_scale) and
+    b = -zero_point * s each rounded to float32, u * s and the sum too, then C's round
+    (halves away from zero) and saturation. Differs from ``requantize`` (one rounding of
+    the float64 real value, the zero point inside it) on ties and near them. Through a
+    256-entry table of the values' own dtype."""
+    values = np.asarray(values)
+    if (float(scale), int(zero_point)) == (float(to_scale), int(to_zero_point)):
+        return values
+    shift = 128 if values.dtype == np.int8 else 0
+    unsigned = np.arange(256, dtype=np.float32)  # the uint8 domain's stored values
+    factor = np.float32(scale) * (np.float32(1) / np.float32(to_scale))
+    bias = np.float32(-(int(zero_point) + shift)) * factor
+    rounded = round_half_away(unsigned * factor + bias).astype(np.int64) + (int(to_zero_point) + shift)
+    table = (np.clip(rounded, 0, 255) - shift).astype(values.dtype)  # by the uint8 domain's value
+    return np.take(table, values.astype(np.int64) + shift)
+
+
 # --- fixed-point multipliers ---------------------------------------------------------------
 def quantize_multipliers(reals) -> tuple[np.ndarray, np.ndarray]:
     """Android's QuantizeMultiplier over an array of non-negative reals: int64 arrays of
