@@ -86,7 +86,63 @@ def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
         # (efficientnet_b0's 16 gates and head: ~0.3 ms of ~6)
         g.set_output(operation.outputs[0], g.quantize(x.name, output))
         return
+    if _after_a_reordered_sum(g, operation.inputs[0]):
+        # a float value ORT computes through a sum of its own order (a MatMul, ReduceMean or
+        # Softmax: PT2E transformers' attention, layer norms, RMS norms), so within a few
+        # ulps of the reference's, not equal to it: the reference's rounding of its own
+        # value and QuantizeLinear's of ORT's differ by a step wherever a half lies between
+        # the two or on ORT's, halves to even adding only values exactly on a half, so the
+        # result stays within a step of the reference as before, in one node where the
+        # general rounding takes eight (tinyvit PT2E: 13 of its 17 QUANTIZEs)
+        g.set_output(operation.outputs[0], g.quantize(x.name, output))
+        return
     g.set_output(operation.outputs[0], quantize_half_away(g, x.name, output))
+
+
+#: float32 operations that keep a value's inexactness (element-wise, or moves)
+_CARRIERS = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV, OperationCode.RSQRT,
+             OperationCode.SQRT, OperationCode.NEG, OperationCode.ABS, OperationCode.RESHAPE,
+             OperationCode.TRANSPOSE, OperationCode.SQUEEZE, OperationCode.EXPAND_DIMS)
+#: how many operations back the search goes
+_CARRIER_DEPTH = 12
+
+
+def _after_a_reordered_sum(g: GraphBuilder, index: int) -> bool:
+    """Whether float32 operand ``index`` is computed, through at most _CARRIER_DEPTH
+    element-wise operations or moves (_CARRIERS), from a sum of more than one term that ORT
+    orders otherwise than the reference: BATCH_MATMUL or FULLY_CONNECTED (MatMul, Gemm),
+    MEAN (ReduceMean), SOFTMAX (its exponentials' sum)."""
+    pending, seen = [index], set()
+    while pending and len(seen) < _CARRIER_DEPTH:
+        i = pending.pop()
+        operation = g.producer(i)
+        if operation is None or id(operation) in seen or g.operand(i).type != T.TENSOR_FLOAT32:
+            continue
+        seen.add(id(operation))
+        if _reordered_sum(g, operation):
+            return True
+        if operation.type in _CARRIERS:
+            pending.extend(operation.inputs[:2])
+    return False
+
+
+def _reordered_sum(g: GraphBuilder, operation: Operation) -> bool:
+    """Whether float32 ``operation`` sums more than one term (see _after_a_reordered_sum)."""
+    inputs = [g.operand(i) for i in operation.inputs]
+    if any(o.type != T.TENSOR_FLOAT32 for o in inputs[:1]) or not all(inputs[0].dimensions):
+        return False
+    dims = list(inputs[0].dimensions)
+    if operation.type == OperationCode.BATCH_MATMUL:  # the contracted axis is one of the last two
+        return len(dims) >= 2 and min(dims[-2:]) > 1
+    if operation.type == OperationCode.FULLY_CONNECTED:
+        return len(inputs[1].dimensions) == 2 and inputs[1].dimensions[1] > 1
+    if operation.type == OperationCode.MEAN:
+        output = g.operand(operation.outputs[0])
+        return all(output.dimensions) and math.prod(dims) > math.prod(output.dimensions)
+    if operation.type == OperationCode.SOFTMAX:
+        axis = int(g.scalar(operation.inputs[2])) if len(operation.inputs) > 2 else -1
+        return -len(dims) <= axis < len(dims) and dims[axis] > 1
+    return False
 
 
 def _same_internal_quantization(source: Value, output: Operand) -> bool:

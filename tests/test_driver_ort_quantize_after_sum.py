@@ -1,0 +1,107 @@
+"""nnapi-ort-cpu's QUANTIZE of a float value computed from a sum ORT orders otherwise than the
+reference (drivers/ort/quantization.py: BATCH_MATMUL, FULLY_CONNECTED, MEAN, SOFTMAX, through
+element-wise operations and moves): one QuantizeLinear, within a step of the reference (as
+the general rounding of ORT's value was: the float value itself differs in its last bits);
+a value computed exactly keeps the general rounding, equal to the reference bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import nnapi  # noqa: E402
+from helpers import constant, lowered_node_types, operand_adder, reference_device, run_on  # noqa: E402
+from nnapi import OperandCode as T  # noqa: E402
+from nnapi import OperationCode as Op  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("calibration_file")
+
+def _finish(model: nnapi.Model, inputs: list[int], real: int, shape: list[int], scale: float) -> nnapi.Model:
+    operand = operand_adder(model)
+    y = operand(T.TENSOR_QUANT8_ASYMM_SIGNED, shape, scale=scale, zero_point=-9)
+    model.add_operation(Op.QUANTIZE, [real], [y])
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    return model
+
+
+def _attention_model() -> nnapi.Model:
+    """SOFTMAX(a @ b^T) @ v over [2, 16, 24] float32 inputs, quantized (PT2E attention)."""
+    model = nnapi.Model()
+    operand = operand_adder(model)
+    a, b, v = (operand(T.TENSOR_FLOAT32, [2, 16, 24]) for _ in range(3))
+    scores, weights, mixed = (operand(T.TENSOR_FLOAT32, [2, 16, 16]), operand(T.TENSOR_FLOAT32, [2, 16, 16]),
+                              operand(T.TENSOR_FLOAT32, [2, 16, 24]))
+    model.add_operation(Op.BATCH_MATMUL, [a, b, constant(model, T.BOOL, False), constant(model, T.BOOL, True)],
+                        [scores])
+    model.add_operation(Op.SOFTMAX, [scores, constant(model, T.FLOAT32, np.float32(1.0))], [weights])
+    model.add_operation(Op.BATCH_MATMUL, [weights, v, constant(model, T.BOOL, False),
+                                          constant(model, T.BOOL, False)], [mixed])
+    return _finish(model, [a, b, v], mixed, [2, 16, 24], 0.0173)
+
+
+def _rms_model() -> nnapi.Model:
+    """RSQRT(MEAN(x * x) + eps) of [1, 64, 256] float32 values, reshaped to [1, 64, 1] and
+    quantized (the RMS norm of sdpa PT2E)."""
+    model = nnapi.Model()
+    operand = operand_adder(model)
+    x = operand(T.TENSOR_FLOAT32, [1, 64, 256])
+    square, mean, shifted, column, root = (operand(T.TENSOR_FLOAT32, d) for d in
+                                           ([1, 64, 256], [1, 64], [1, 64], [1, 64, 1], [1, 64, 1]))
+    none = constant(model, T.INT32, np.int32(0))
+    model.add_operation(Op.MUL, [x, x, none], [square])
+    model.add_operation(Op.MEAN, [square, constant(model, T.TENSOR_INT32, np.array([2], np.int32), [1]),
+                                  constant(model, T.INT32, np.int32(0))], [mean])
+    model.add_operation(Op.ADD, [mean, constant(model, T.TENSOR_FLOAT32, np.array([1e-6], np.float32), [1]),
+                                 none], [shifted])
+    model.add_operation(Op.RESHAPE, [shifted, constant(model, T.TENSOR_INT32, np.array([1, 64, 1], np.int32),
+                                                       [3])], [column])
+    model.add_operation(Op.RSQRT, [column], [root])
+    return _finish(model, [x], root, [1, 64, 1], 0.05)
+
+
+@pytest.mark.parametrize("build", [_attention_model, _rms_model])
+def test_a_quantize_after_a_reordered_sum_is_one_quantize_within_a_step(ort_device, build):
+    """Attention's output and an RMS norm's scale: one QuantizeLinear, none of the general
+    rounding's Floor / Abs; every value within a step of the reference, nearly all equal."""
+    model = build()
+    rng = np.random.default_rng(3)
+    model_inputs = [rng.normal(0, 1, d).astype(np.float32) for d in
+                    ([[2, 16, 24]] * 3 if build is _attention_model else [[1, 64, 256]])]
+    if build is _rms_model:
+        # rows of root mean squares 0.15 to 1: scales 1 to 6.7 over the output's steps
+        model_inputs = [model_inputs[0] * rng.uniform(0.15, 1.0, (1, 64, 1)).astype(np.float32)]
+    shape = [2, 16, 24] if build is _attention_model else [1, 64, 1]
+    got, want = (run_on(model, device, model_inputs, [np.zeros(shape, np.int8)])[0]
+                 for device in (ort_device, reference_device()))
+    difference = np.abs(got.astype(np.int64) - want)
+    assert difference.max() <= 1 and np.mean(difference == 0) > 0.97, difference.max()
+    assert len(np.unique(want)) > 10  # the values span the output's steps, not one saturated end
+    types = lowered_node_types(model)
+    assert "Floor" not in types and "Abs" not in types, types
+
+
+def test_a_quantize_of_exact_float_values_keeps_the_general_rounding(ort_device):
+    """DEQUANTIZE, ADD of two 8-bit inputs' real values, QUANTIZE: nothing summed beyond one
+    exact addition, so the general rounding (its Floor) stays, equal to the reference bit
+    for bit, halves included (scales 0.5 and 1: exact halves throughout)."""
+    model = nnapi.Model()
+    operand = operand_adder(model)
+    a, b = (operand(T.TENSOR_QUANT8_ASYMM, [2, 256], scale=0.5, zero_point=128) for _ in range(2))
+    ra, rb, total = (operand(T.TENSOR_FLOAT32, [2, 256]) for _ in range(3))
+    y = operand(T.TENSOR_QUANT8_ASYMM, [2, 256], scale=1.0, zero_point=128)
+    model.add_operation(Op.DEQUANTIZE, [a], [ra])
+    model.add_operation(Op.DEQUANTIZE, [b], [rb])
+    model.add_operation(Op.ADD, [ra, rb, constant(model, T.INT32, np.int32(0))], [total])
+    model.add_operation(Op.QUANTIZE, [total], [y])
+    model.identify_inputs_and_outputs([a, b], [y])
+    model.finish()
+    stored = np.arange(256, dtype=np.uint8)
+    values = [np.stack([stored, stored[::-1]]), np.stack([stored[::-1], np.roll(stored, 7)])]
+    got, want = (run_on(model, device, values, [np.zeros((2, 256), np.uint8)])[0]
+                 for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(got, want)
+    assert "Floor" in lowered_node_types(model)
