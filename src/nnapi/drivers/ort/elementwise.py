@@ -35,6 +35,7 @@ from nnapi.drivers.ort.builder import (
     type_name,
 )
 from nnapi.drivers.ort.channel_padding import pad_channels, reads_padded, set_channels
+from nnapi.drivers.ort.int32_moves import rejoined_move
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
 from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized
@@ -52,6 +53,8 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     code = OperationCode(operation.type)
     output = g.operand(operation.outputs[0])
     fuse = int(g.scalar(operation.inputs[2]))
+    if output.type == T.TENSOR_INT32 and rejoined_move(g, operation):
+        return
     if code == OperationCode.ADD and output.type in FLOATS and any(i in g.padded for i in operation.inputs[:2]) \
             and g.operand(operation.inputs[0]).dimensions == g.operand(operation.inputs[1]).dimensions:
         # channels padded to the NCHWc block (wants_padding): zeros + zeros stay zeros

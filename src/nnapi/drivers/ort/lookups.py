@@ -15,6 +15,9 @@ exact for every value type (rows are copied, never computed).
   find): as on the reference, keys given at run time out of order fail the run, and
   constant ones out of order are declined naming the rule (the reference refuses them).
 
+A QUANTIZE of an EMBEDDING_LOOKUP of a constant float32 table (``quantized_lookup``, called
+by the QUANTIZE lowering) gathers rows of the table quantized once at preparation.
+
 The device module imports this one, which registers these lowerings with ``lowering``.
 """
 
@@ -25,6 +28,7 @@ from onnx import TensorProto
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.builder import (
+    QUANT8,
     Declined,
     GraphBuilder,
     check_same_quantization,
@@ -33,8 +37,9 @@ from nnapi.drivers.ort.builder import (
     has_kernel,
     lowers,
 )
-from nnapi.hal import Operation
-from nnapi.operand import dtype_of
+from nnapi.hal import Operand, Operation
+from nnapi.operand import OperandType, dtype_of
+from nnapi.operations import ExecutionContext, Tensor, get_operation
 from nnapi.operations.lookup import UNSORTED_KEYS, keys_sorted
 
 T = OperandCode
@@ -62,6 +67,48 @@ def lower_embedding_lookup(g: GraphBuilder, operation: Operation) -> None:
     past = g.constant(np.array(np.iinfo(np.int32).max, np.int32))
     rows = g.one("Where", [g.one("Less", [lookups, g.constant(np.array(0, np.int32))]), past, lookups])
     g.set_output(operation.outputs[0], g.one("Gather", [values.name, rows], axis=0))
+
+
+#: the largest constant table (elements) quantized at preparation for quantized_lookup
+_QUANTIZED_TABLE_ELEMENTS = 1 << 24
+
+
+def quantized_lookup(g: GraphBuilder, operation: Operation) -> bool:
+    """Lowers QUANTIZE ``operation`` of an EMBEDDING_LOOKUP of a constant float32 table
+    (through RESHAPEs: PT2E language models quantize the token embeddings first) as a
+    Gather of the reference's own QUANTIZE of the whole table, computed once here: the
+    rows are copied, so each value is the reference's bit for bit, where the general
+    rounding took eight nodes over the gathered rows. False, with nothing emitted, where
+    the QUANTIZE reads anything else (or the table is larger than 16M values)."""
+    index, moves = operation.inputs[0], 0
+    producer = g.producer(index)
+    while producer is not None and producer.type == OperationCode.RESHAPE and moves < 4:
+        index, producer, moves = producer.inputs[0], g.producer(producer.inputs[0]), moves + 1
+    output = g.operand(operation.outputs[0])
+    if producer is None or producer.type != OperationCode.EMBEDDING_LOOKUP or output.type not in QUANT8 or \
+            not all(output.dimensions):
+        return False
+    table_operand = g.operand(producer.inputs[1])
+    table = g.raw_constant(producer.inputs[1])
+    if table_operand.type != T.TENSOR_FLOAT32 or table is None or table.size > _QUANTIZED_TABLE_ELEMENTS:
+        return False
+    gathered = g.value(producer.outputs[0]).name
+    gather = next((node for node in g.nodes if gathered in node.output), None)
+    if gather is None or gather.op_type != "Gather":
+        return False
+    quantized = _reference_quantize(table.reshape(tuple(table_operand.dimensions)), output)
+    rows = g.one("Gather", [g.constant(quantized, "table"), gather.input[1]], axis=0)
+    g.set_output(operation.outputs[0], g.one("Reshape", [rows, g.constant(np.array(output.dimensions, np.int64))]))
+    return True
+
+
+def _reference_quantize(table: np.ndarray, output: Operand) -> np.ndarray:
+    """The reference's QUANTIZE of float32 ``table`` into ``output``'s quantization, in its
+    internal encoding (uint8)."""
+    target = OperandType(output.type, list(table.shape), output.scale, output.zero_point)
+    stored = get_operation(OperationCode.QUANTIZE).execute(ExecutionContext(
+        OperationCode.QUANTIZE, [Tensor(T.TENSOR_FLOAT32, table.shape, 0.0, 0, None, table)], [target]))[0]
+    return encode(np.asarray(stored).reshape(table.shape), output)
 
 
 @lowers(OperationCode.HASHTABLE_LOOKUP)

@@ -57,6 +57,7 @@ from onnx import TensorProto, helper, numpy_helper
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.builder import MS_DOMAIN, QUANT8, GraphBuilder, internal_zero_point, lowers, probe_outputs
 from nnapi.drivers.ort.composites import QUANTIZED_SWISH
+from nnapi.drivers.ort.lookups import quantized_lookup
 from nnapi.drivers.ort.quantization import lower_quantize
 from nnapi.hal import Operand, OperandLifeTime, Operation
 from nnapi.operand import OperandType
@@ -72,7 +73,8 @@ def lower_requantizing_quantize(g: GraphBuilder, operation: Operation) -> None:
     ``quantization.lower_quantize``."""
     source = g.dequantized.get(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    if source is None and output.type in QUANT8 and _chain_quantize(g, operation, output):
+    if source is None and output.type in QUANT8 and (_chain_quantize(g, operation, output) or
+                                                     quantized_lookup(g, operation)):
         return
     same_scale = source is not None and np.float32(source.scale) == np.float32(output.scale)
     if source is None or output.type not in QUANT8 or (same_scale and source.zero_point == internal_zero_point(output)):
