@@ -3042,6 +3042,27 @@ def test_scaled_attention_scores_are_a_plain_mul(ort_device):
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-5)
 
 
+def test_scaled_dequantized_queries_are_a_plain_mul(ort_device):
+    """A PT2E attention's dequantized queries ([1, 4, 16, 16] int8, DEQUANTIZE) scaled by a
+    constant: one Mul, not a depthwise convolution between two Transposes (ORT holds a
+    DequantizeLinear's output in NHWC: the Transposes were passes of their own); the
+    reference's values bit for bit (one rounded product each)."""
+    model = nnapi.Model()
+    dims = [1, 4, 16, 16]
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, dims, 0.0371, -5))
+    real, scaled = (model.add_operand(OperandType(T.TENSOR_FLOAT32, dims)) for _ in range(2))
+    model.add_operation(Op.DEQUANTIZE, [x], [real])
+    model.add_operation(Op.MUL, [real, constant(model, T.TENSOR_FLOAT32, np.array([0.3535534], np.float32), [1]),
+                                 constant(model, T.INT32, np.int32(0))], [scaled])
+    model.identify_inputs_and_outputs([x], [scaled])
+    model.finish()
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert "Conv" not in kinds and "Transpose" not in kinds and kinds.count("Mul") == 1, kinds
+    value = np.arange(1024).astype(np.uint8).view(np.int8).reshape(dims)
+    ours, theirs = _on_both(model, [value], [np.zeros(dims, np.float32)], ort_device)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+
+
 def test_unrolled_steps_split_into_gates_are_cut_by_gate_then_by_step(ort_device):
     """Each step's input product SPLIT into three gate blocks (a GRU's z, r, h), every step
     alike: the whole sequence's product is cut into the blocks, then each block into the

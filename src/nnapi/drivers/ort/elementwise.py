@@ -72,7 +72,8 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
     float_op, quant_op = _BINARY[code]
     if output.type in FLOATS and code == OperationCode.MUL and not g.isolated and not any(
-            g.producer(i) is not None and g.producer(i).type in _UNBLOCKED for i in operation.inputs[:2]):
+            g.producer(i) is not None and g.producer(i).type in _UNBLOCKED for i in operation.inputs[:2]) and \
+            not _scaled_dequantized(g, operation):
         y = _blocked_product(g, a, b)
         if y is not None:
             g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
@@ -123,6 +124,19 @@ def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) 
 #: scaled scores, BATCH_MATMUL's) is a plain Mul, not a convolution between two Transposes
 _UNBLOCKED = (OperationCode.BATCH_MATMUL, OperationCode.FULLY_CONNECTED, OperationCode.TRANSPOSE,
               OperationCode.RESHAPE, OperationCode.SOFTMAX, OperationCode.GATHER)
+
+
+def _scaled_dequantized(g: GraphBuilder, operation: Operation) -> bool:
+    """Whether MUL ``operation`` scales a DEQUANTIZE's output by a constant (a PT2E
+    attention's queries and keys by 1 / sqrt(depth)): ORT holds a DequantizeLinear's output
+    in NHWC, so the depthwise convolution's Transposes would be passes of their own (sdpa
+    PT2E's [1, 4, 64, 64] queries: ~40 us each, where the Mul takes ~3)."""
+    for position in (0, 1):
+        x, factor = operation.inputs[position], operation.inputs[1 - position]
+        producer = g.producer(x)
+        if producer is not None and producer.type == OperationCode.DEQUANTIZE and g.raw_constant(factor) is not None:
+            return True
+    return False
 
 
 def _blocked_product(g: GraphBuilder, a: Value, b: Value) -> str | None:
