@@ -223,3 +223,47 @@ def test_a_chain_with_a_constant_is_proven_or_keeps_the_general_lowering(ort_dev
                                   _run(model, reference_device(), value, output[0]))
     types = lowered_node_types(model)
     assert ("Floor" not in types) == proven, types
+
+
+def _residual_model(code, first: tuple, second: tuple, output: tuple, operation=Op.ADD,
+                    sum_output: bool = False) -> nnapi.Model:
+    """DEQUANTIZE of two [256, 256] 8-bit tensors of ``code`` ((scale, zero point) each), ADD
+    (or ``operation``) of their real values, QUANTIZE into ``output``: a PT2E residual ADD;
+    with ``sum_output`` the float sum is a model output too."""
+    model = nnapi.Model()
+    shape = [256, 256]
+    a, b = (model.add_operand(OperandType(code, shape, *q)) for q in (first, second))
+    ra, rb, total = (model.add_operand(OperandType(T.TENSOR_FLOAT32, shape)) for _ in range(3))
+    y = model.add_operand(OperandType(code, shape, *output))
+    model.add_operation(Op.DEQUANTIZE, [a], [ra])
+    model.add_operation(Op.DEQUANTIZE, [b], [rb])
+    model.add_operation(operation, [ra, rb, constant(model, T.INT32, np.int32(0))], [total])
+    model.add_operation(Op.QUANTIZE, [total], [y])
+    model.identify_inputs_and_outputs([a, b], [y, total] if sum_output else [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("sum_output", [False, True])
+@pytest.mark.parametrize(("code", "first", "second", "output", "operation"), [
+    (T.TENSOR_QUANT8_ASYMM_SIGNED, (0.0473, -7), (0.0391, 12), (0.0517, -3), Op.ADD),   # a residual ADD
+    (T.TENSOR_QUANT8_ASYMM, (0.0213, 128), (0.0297, 100), (0.0421, 131), Op.ADD),
+    (T.TENSOR_QUANT8_ASYMM_SIGNED, (0.0473, -7), (0.00392, -128), (0.0291, 5), Op.MUL),  # x * a sigmoid gate
+])
+def test_two_dequantized_tensors_combined_are_proven_on_every_pair(ort_device, code, first, second, output,
+                                                                  operation, sum_output):
+    """A QUANTIZE of two DEQUANTIZEd 8-bit tensors' ADD (or MUL): every one of the 65,536
+    pairs of stored values gives the reference's result, through one QuantizeLinear (no
+    Floor); with the float sum a model output too (its Add then read twice, which ORT fuses
+    otherwise: the probe reads it as well), the sum keeps its values."""
+    model = _residual_model(code, first, second, output, operation, sum_output)
+    stored = np.arange(256).astype(np.uint8).view(dtype_of(code))
+    values = [np.repeat(stored, 256).reshape(256, 256), np.tile(stored, 256).reshape(256, 256)]
+    outputs = [np.zeros((256, 256), dtype_of(code))] + ([np.zeros((256, 256), np.float32)] if sum_output else [])
+    got = run_on(model, ort_device, values, [o.copy() for o in outputs])
+    want = run_on(model, reference_device(), values, [o.copy() for o in outputs])
+    np.testing.assert_array_equal(got[0], want[0])
+    if sum_output:
+        np.testing.assert_array_equal(got[1], want[1])
+    types = lowered_node_types(model)
+    assert "Floor" not in types and types.count("QuantizeLinear") == 1, types

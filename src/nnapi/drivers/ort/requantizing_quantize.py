@@ -39,6 +39,11 @@ A SiLU whose LOGISTIC and MUL nobody else reads becomes DequantizeLinear, com.mi
 QuickGelu (one pass instead of Sigmoid and Mul, each of which ORT gave a DequantizeLinear of
 its own) and QuantizeLinear, the Sigmoid and Mul dropped, where that form too is proven equal
 (efficientnet_b0 PT2E: 1.7x -> 1.23x LiteRT).
+A chain over two DEQUANTIZEd 8-bit tensors of the same shape (a residual ADD, a MUL by a
+gate) is proven the same way on all 65,536 pairs of their stored values. The probe holds the
+chain's values that the model reads elsewhere as outputs of its own, so that ORT's QDQ fusion
+(DequantizeLinear, Add, QuantizeLinear into QLinearAdd, whose arithmetic differs: 68 pairs of
+65,536 for one uint8 residual) happens in the probe exactly where it happens in the model.
 The chain may read float32 constants of one element and run to the 21 operations of the
 importer's quantized GELU (composites.py lowers them as one com.microsoft Gelu): a PT2E
 transformer's MLP is then DequantizeLinear, Gelu and one QuantizeLinear where proven, in
@@ -119,10 +124,10 @@ def _reference(scale: float, zero_point: int, output_code: int, output_scale: fl
 
 def _reference_quantize(real: np.ndarray, output_code: int, output_scale: float,
                         output_zero_point: int) -> np.ndarray:
-    """The reference's QUANTIZE of 256 float32 values, in the output's internal encoding."""
-    output = OperandType(output_code, [256], output_scale, output_zero_point)
+    """The reference's QUANTIZE of float32 values (a vector), in the output's internal encoding."""
+    output = OperandType(output_code, [real.size], output_scale, output_zero_point)
     stored = get_operation(OperationCode.QUANTIZE).execute(ExecutionContext(
-        OperationCode.QUANTIZE, [Tensor(T.TENSOR_FLOAT32, (256,), 0.0, 0, None, real)], [output]))[0]
+        OperationCode.QUANTIZE, [Tensor(T.TENSOR_FLOAT32, (real.size,), 0.0, 0, None, real)], [output]))[0]
     if output_code == T.TENSOR_QUANT8_ASYMM_SIGNED:
         return stored.view(np.uint8) ^ np.uint8(0x80)
     return stored.view(np.uint8)
@@ -179,36 +184,47 @@ _CHAIN_ONNX = ("DequantizeLinear", "Sigmoid", "Tanh", "Relu", "Clip", "Mul", "Ad
 #: bit), so that 256 values in a probe stand for any tensor
 _CHAIN_MS = ("Gelu", "QuickGelu")
 _CHAIN_NODES = 16
+#: DEQUANTIZEd tensors a chain may read: with two, the probe holds every pair of stored
+#: values (65,536), a residual ADD's of two 8-bit tensors
+_CHAIN_ROOTS = 2
 
 
 def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> bool:
     """Lowers ``operation`` as one QuantizeLinear of its lowered float32 input where that
-    input is a proven chain over one DEQUANTIZE (see the module's docstring); False, with
-    nothing emitted, otherwise."""
+    input is a proven chain over one or two DEQUANTIZEs (see the module's docstring); False,
+    with nothing emitted, otherwise."""
     chain = _float_chain(g, operation.inputs[0])
     if chain is None:
         return False
-    root, operations = chain
-    source = g.dequantized[root]
+    roots, operations = chain
+    sources = [g.dequantized[root] for root in roots]
     x = g.value(operation.inputs[0])
-    nodes = _onnx_chain(g, x.name, source.name)
+    nodes = _onnx_chain(g, x.name, {source.name for source in sources})
     if nodes is None:
         return False
     initializers = {t.name: t for t in g.initializers}
     needed = {name for node in nodes for name in node.input if name in initializers}
     scale, zero_point = np.float32(output.scale), internal_zero_point(output)
+    size = 256 ** len(roots)
+    # the chain's values that the model reads elsewhere are outputs of the probe too, so that
+    # ORT fuses (or not: a QDQ fusion needs a value read once) as it does in the model
+    read_elsewhere = [g.value(op.outputs[0]).name for op in operations
+                      if op.outputs[0] in g.subgraph.output_indexes or
+                      any(reader is not operation and reader not in operations for reader in g.readers(op.outputs[0]))]
     probe = helper.make_graph(
         [*nodes, helper.make_node("QuantizeLinear", [x.name, "probe_scale", "probe_zero_point"], ["probe_y"])],
-        "probe", [helper.make_tensor_value_info(source.name, TensorProto.UINT8, [256])],
-        [helper.make_tensor_value_info("probe_y", TensorProto.UINT8, [256])],
+        "probe", [helper.make_tensor_value_info(source.name, TensorProto.UINT8, [size]) for source in sources],
+        [helper.make_tensor_value_info("probe_y", TensorProto.UINT8, [size]),
+         *(helper.make_tensor_value_info(name, TensorProto.FLOAT, [size]) for name in read_elsewhere)],
         [*(initializers[name] for name in sorted(needed)), numpy_helper.from_array(np.array(scale), "probe_scale"),
          numpy_helper.from_array(np.array(zero_point, np.uint8), "probe_zero_point")])
-    expected = _reference_chain(g, root, operations, output)
+    expected = _reference_chain(g, roots, operations, output)
     if expected is None:
         return False
-    if _swish(g, operation, root, operations, nodes, probe, expected):
+    names = tuple(source.name for source in sources)
+    if len(roots) == 1 and _swish(g, operation, roots[0], operations, nodes, probe, expected):
         return True
-    if not _probe_equals(probe.SerializeToString(), source.name, expected.tobytes()):
+    if not _probe_equals(probe.SerializeToString(), names, expected.tobytes()):
         return False
     g.set_output(operation.outputs[0], g.quantize(x.name, output))
     return True
@@ -236,7 +252,7 @@ def _swish(g: GraphBuilder, operation: Operation, root: int, operations: list[Op
     form.CopyFrom(probe)
     del form.node[:]
     form.node.extend([nodes[0], swish, probe.node[-1]])
-    if not _probe_equals(form.SerializeToString(), g.dequantized[root].name, expected.tobytes()):
+    if not _probe_equals(form.SerializeToString(), (g.dequantized[root].name,), expected.tobytes()):
         return False
     dropped = {id(node) for node in nodes[1:]}
     g.nodes[:] = [node for node in g.nodes if id(node) not in dropped]
@@ -245,10 +261,11 @@ def _swish(g: GraphBuilder, operation: Operation, root: int, operations: list[Op
     return True
 
 
-def _float_chain(g: GraphBuilder, index: int) -> tuple[int, list[Operation]] | None:
-    """(root, operations in the subgraph's order) where float32 operand ``index`` is written
+def _float_chain(g: GraphBuilder, index: int) -> tuple[list[int], list[Operation]] | None:
+    """(roots, operations in the subgraph's order) where float32 operand ``index`` is written
     by at most _CHAIN_OPERATIONS chain operations whose only non-constant inputs are each
-    other's outputs and the one DEQUANTIZE output ``root``, all of its dimensions."""
+    other's outputs and one or two DEQUANTIZE outputs (the roots, in a fixed order) of
+    8-bit tensors, all of the same dimensions."""
     operations: dict[int, Operation] = {}
     roots: set[int] = set()
     pending = [index]
@@ -274,14 +291,15 @@ def _float_chain(g: GraphBuilder, index: int) -> tuple[int, list[Operation]] | N
         operations[id(producer)] = producer
         if len(operations) > _CHAIN_OPERATIONS:
             return None
-    if len(roots) != 1 or not operations:
+    if not 1 <= len(roots) <= _CHAIN_ROOTS or not operations:
         return None
-    root = roots.pop()
-    dims = list(g.operand(root).dimensions)
-    if g.operand(root).type != T.TENSOR_FLOAT32 or g.dequantized[root].kind != "uint8" or \
+    ordered = sorted(roots)
+    dims = list(g.operand(ordered[0]).dimensions)
+    if any(g.operand(root).type != T.TENSOR_FLOAT32 or g.dequantized[root].kind != "uint8" or
+           list(g.operand(root).dimensions) != dims for root in ordered) or \
             any(list(g.operand(op.outputs[0]).dimensions) != dims for op in operations.values()):
         return None
-    return root, [op for op in g.subgraph.operations if id(op) in operations]
+    return ordered, [op for op in g.subgraph.operations if id(op) in operations]
 
 
 def _scalar_constant(g: GraphBuilder, index: int) -> bool:
@@ -291,20 +309,21 @@ def _scalar_constant(g: GraphBuilder, index: int) -> bool:
         int(np.prod(operand.dimensions)) == 1
 
 
-def _onnx_chain(g: GraphBuilder, name: str, root: str) -> list[onnx.NodeProto] | None:
-    """The nodes emitted so far that compute ``name`` from the 8-bit value ``root`` and
-    scalar constants alone, each one of _CHAIN_ONNX, in order; None where there are others."""
+def _onnx_chain(g: GraphBuilder, name: str, roots: set[str]) -> list[onnx.NodeProto] | None:
+    """The nodes emitted so far that compute ``name`` from the 8-bit values ``roots`` (each
+    of them) and scalar constants alone, each one of _CHAIN_ONNX, in order; None where there
+    are others."""
     producers = {output: node for node in g.nodes for output in node.output}
     initializers = {t.name: t for t in g.initializers}
     needed: dict[int, onnx.NodeProto] = {}
-    pending, seen, reached = [name], set(), False
+    pending, seen, reached = [name], set(), set()
     while pending:
         n = pending.pop()
         if n in seen:
             continue
         seen.add(n)
-        if n == root:
-            reached = True
+        if n in roots:
+            reached.add(n)
             continue
         if n in initializers:
             if int(np.prod(initializers[n].dims)) != 1:
@@ -318,42 +337,55 @@ def _onnx_chain(g: GraphBuilder, name: str, root: str) -> list[onnx.NodeProto] |
         if len(needed) > _CHAIN_NODES:
             return None
         pending.extend(i for i in node.input if i)
-    if not reached:
+    if reached != roots:
         return None
     return [node for node in g.nodes if id(node) in needed]
 
 
-def _reference_chain(g: GraphBuilder, root: int, operations: list[Operation], output: Operand) -> np.ndarray | None:
-    """The reference's DEQUANTIZE, chain ``operations`` and QUANTIZE into ``output`` of every
-    internal value of ``root``'s source, in the output's internal encoding: its own kernels,
-    so its values exactly (None where one of them refuses)."""
-    source = g.dequantized[root]
-    values = {root: _reference_dequantize(source.scale, source.zero_point)}
+def _reference_chain(g: GraphBuilder, roots: list[int], operations: list[Operation],
+                     output: Operand) -> np.ndarray | None:
+    """The reference's DEQUANTIZEs, chain ``operations`` and QUANTIZE into ``output`` of every
+    internal value of the one root's source (or every pair of two roots' values: the first
+    root's value varying slowest, as _probe_feeds gives them), in the output's internal
+    encoding: its own kernels, so its values exactly (None where one of them refuses)."""
+    feeds = _probe_feeds(len(roots))
+    values = {root: _reference_dequantize(g.dequantized[root].scale, g.dequantized[root].zero_point)[feed]
+              for root, feed in zip(roots, feeds)}
+    size = 256 ** len(roots)
+    result = OperandType(T.TENSOR_FLOAT32, [size])
     try:
         for op in operations:
             inputs = []
             for i in op.inputs:
                 if i in values:
-                    inputs.append(Tensor(T.TENSOR_FLOAT32, (256,), 0.0, 0, None, values[i]))
+                    inputs.append(Tensor(T.TENSOR_FLOAT32, (size,), 0.0, 0, None, values[i]))
                     continue
                 operand = g.operand(i)
                 raw = np.asarray(g.raw_constant(i)).reshape(tuple(operand.dimensions))
                 inputs.append(Tensor(operand.type, raw.shape, operand.scale, operand.zero_point, None, raw))
             code = OperationCode(op.type)
-            values[op.outputs[0]] = get_operation(code).execute(ExecutionContext(code, inputs, [_FLOAT]))[0]
+            values[op.outputs[0]] = get_operation(code).execute(ExecutionContext(code, inputs, [result]))[0]
     except Exception:  # noqa: BLE001 - a chain the reference refuses: the general lowering
         return None
     return _reference_quantize(values[operations[-1].outputs[0]], output.type, output.scale, output.zero_point)
 
 
+@functools.cache
+def _probe_feeds(roots: int) -> tuple[np.ndarray, ...]:
+    """The internal values a probe of ``roots`` 8-bit inputs feeds: all 256, or every pair."""
+    if roots == 1:
+        return (_INTERNAL,)
+    return np.repeat(_INTERNAL, 256), np.tile(_INTERNAL, 256)
+
+
 @functools.lru_cache(maxsize=256)
-def _probe_equals(graph: bytes, input_name: str, expected: bytes) -> bool:
-    """Whether ONNX Runtime runs the serialized probe ``graph`` on all 256 internal values
-    to ``expected``."""
+def _probe_equals(graph: bytes, input_names: tuple[str, ...], expected: bytes) -> bool:
+    """Whether ONNX Runtime runs the serialized probe ``graph`` on all internal values of
+    its one or two inputs (_probe_feeds) to ``expected``."""
     probe = onnx.GraphProto()
     probe.ParseFromString(graph)
     try:
-        outputs = probe_outputs(probe, {input_name: _INTERNAL})
+        outputs = probe_outputs(probe, dict(zip(input_names, _probe_feeds(len(input_names)))))
     except ImportError:  # lowering without a runtime: the general lowering
         return False
     return bool(outputs) and outputs[0].tobytes() == expected
