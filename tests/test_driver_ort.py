@@ -3307,6 +3307,64 @@ def test_layer_norm_whose_mean_is_read_elsewhere_stays_element_wise(ort_device):
         assert within_tolerance(T.TENSOR_FLOAT32, reference, mine).all()
 
 
+def _torch_layer_norm_model(misaligned=False):
+    """torch's layer_norm as ai-edge-torch writes it (gamma 1, beta a scalar): MEANs over
+    axes 0 and 2 of [1, 6, 16] without their dimensions kept ([6]), each per-row value
+    RESHAPEd to [1, 6, 1] where it meets x: x * r + (beta - r * mean). ``misaligned``: x
+    [1, 6, 6] and the per-row values RESHAPEd to [1, 1, 6], so that they meet x's columns
+    (a valid model, not a layer normalization)."""
+    dims, rows = ([1, 6, 6] if misaligned else [1, 6, 16]), [6]
+    shape = [1, 1, 6] if misaligned else [1, 6, 1]
+    model = nnapi.Model()
+    x = _float_tensor(model, dims)
+    none = constant(model, T.INT32, np.int32(0))
+    axes_operand = constant(model, T.TENSOR_INT32, np.array([0, 2], np.int32), [2])
+    keep = constant(model, T.INT32, np.int32(0))
+    column = constant(model, T.TENSOR_INT32, np.array(shape, np.int32), [3])
+
+    def op(code, inputs, shape=dims):
+        out = _float_tensor(model, shape)
+        model.add_operation(code, inputs, [out])
+        return out
+
+    mean = op(Op.MEAN, [x, axes_operand, keep], rows)
+    difference = op(Op.SUB, [x, op(Op.RESHAPE, [mean, column], shape), none])
+    variance = op(Op.MEAN, [op(Op.MUL, [difference, difference, none]), axes_operand, keep], rows)
+    epsilon = _float_tensor(model, [1], np.array([1e-5], np.float32))
+    r = op(Op.RSQRT, [op(Op.ADD, [variance, epsilon, none], rows)], rows)
+    beta = _float_tensor(model, [1], np.array([0.25], np.float32))
+    shift = op(Op.SUB, [beta, op(Op.MUL, [r, mean, none], rows), none], rows)
+    scaled = op(Op.MUL, [x, op(Op.RESHAPE, [r, column], shape), none])
+    y = op(Op.ADD, [scaled, op(Op.RESHAPE, [shift, column], shape), none])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model, (np.random.default_rng(5).standard_normal(dims) * 2 + 3).astype(np.float32)
+
+
+def test_torch_layer_norm_through_reshapes_is_one_ort_layer_normalization(ort_device):
+    """ai-edge-torch's layer norm (PT2E and float ViTs: tinyvit's 9, vit_b_16's 25) lowers
+    to one LayerNormalization with the reference's values within the CTS float32 tolerance;
+    its per-row RESHAPEs are views."""
+    model, values = _torch_layer_norm_model()
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert kinds.count("LayerNormalization") == 1 and not {"ReduceMean", "Sqrt", "Mul", "Sub"} & set(kinds), kinds
+    ours, theirs = _on_both(model, [values], [np.zeros_like(values)], ort_device)
+    assert within_tolerance(T.TENSOR_FLOAT32, theirs[0], ours[0]).all()
+    assert np.abs(theirs[0]).max() > 1.0
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=5e-6)
+
+
+def test_torch_layer_norm_reshaped_across_the_rows_stays_element_wise(ort_device):
+    """Per-row values RESHAPEd so that they meet x's columns: not a layer normalization
+    (the rows would not line up); the reference's values through the operations' own
+    lowerings."""
+    model, values = _torch_layer_norm_model(misaligned=True)
+    kinds = [node.op_type for node in _lowered(model).graph.node]
+    assert "LayerNormalization" not in kinds and "ReduceMean" in kinds
+    ours, theirs = _on_both(model, [values], [np.zeros_like(values)], ort_device)
+    assert within_tolerance(T.TENSOR_FLOAT32, theirs[0], ours[0]).all()
+
+
 @pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
 def test_quantized_mean_of_summed_integers_is_quantized_by_one_node(ort_device, code):
     """The importer's quantized MEAN (DEQUANTIZE, MEAN over height and width, QUANTIZE to

@@ -12,10 +12,16 @@ two, so they agree far inside the CTS float32 tolerance (1e-5 absolute plus 1e-5
 for |x| > 6 both are below 2e-9 in size). Recognised by structure and by the very
 constants the importer writes (operations.common), every intermediate float32, each read
 only inside the composite, no fused activation.
+
+Layer normalization over the last axis (Keras' as TFLite writes it; torch's as ai-edge-torch
+does: MEANs without their dimensions kept, each per-row value RESHAPEd to [1, rows, 1] where
+it meets x, beta a scalar) as ORT's LayerNormalization, the RESHAPEs seen through as views
+where every per-row value lines up with x's rows.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -202,9 +208,23 @@ class _LayerNorm:
         self.model, self.subgraph, self.producers = model, subgraph, producers
         self.matched: list[Operation] = []
 
+    def view(self, index: int) -> int:
+        """The operand that ``index`` is a float32 RESHAPE of (through any number of them,
+        each recorded as matched), or ``index`` itself: ai-edge-torch's layer norm reduces to
+        [rows] (MEAN without its dimensions kept) and RESHAPEs each per-row value to [1,
+        rows, 1] where it meets x."""
+        while True:
+            operation = self.producers.get(index)
+            if operation is None or operation.type != Op.RESHAPE or \
+                    self.subgraph.operands[index].type != OperandCode.TENSOR_FLOAT32:
+                return index
+            self.matched.append(operation)
+            index = operation.inputs[0]
+
     def op(self, index: int, code: int) -> Operation | None:
         """The float32 operation ``code`` writing ``index`` (a binary one without a fused
-        activation), recorded as matched."""
+        activation; through RESHAPEs, see ``view``), recorded as matched."""
+        index = self.view(index)
         operation = self.producers.get(index)
         if operation is None or operation.type != code or \
                 self.subgraph.operands[index].type != OperandCode.TENSOR_FLOAT32:
@@ -229,15 +249,17 @@ class _LayerNorm:
         return np.broadcast_to(array.reshape(-1), (channels,)).astype(np.float32)
 
     def mean(self, index: int, rank: int) -> int | None:
-        """x where ``index`` is MEAN(x) over the last of ``rank`` axes, dimensions kept."""
+        """x where ``index`` is MEAN(x) over the last of ``rank`` axes (and axes of size 1),
+        dimensions kept or not (_consistent checks where the per-row values meet x)."""
         operation = self.op(index, Op.MEAN)
         if operation is None:
             return None
         axes, keep = (self.subgraph.operands[i] for i in operation.inputs[1:3])
         if any(o.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) for o in (axes, keep)):
             return None
+        dims = self.subgraph.operands[operation.inputs[0]].dimensions
         axes_value = {int(a) % rank for a in constant_array(self.model, axes).reshape(-1)} if rank else set()
-        if axes_value != {rank - 1} or int(constant_array(self.model, keep).reshape(-1)[0]) <= 0:
+        if len(dims) != rank or {a for a in axes_value if dims[a] != 1} != {rank - 1}:
             return None
         return operation.inputs[0]
 
@@ -275,7 +297,7 @@ class _LayerNorm:
         rank = len(self.subgraph.operands[x].dimensions)
         if difference is None or difference.inputs[0] != x or self.mean(difference.inputs[1], rank) != x:
             return None
-        return difference.inputs[1], gamma, float(epsilon.reshape(-1)[0])
+        return self.view(difference.inputs[1]), gamma, float(epsilon.reshape(-1)[0])
 
     def match(self, root: Operation) -> tuple[int, tuple, list[Operation]] | None:
         operands = self.subgraph.operands
@@ -297,20 +319,44 @@ class _LayerNorm:
                 if found is not None:
                     mean, gamma, epsilon = found
                     beta = self.shift(shift, mean, m, dims[-1])
-                    if beta is not None:
+                    if beta is not None and self.consistent(x):
                         return x, (gamma, beta, epsilon), self.matched
                 self.matched = saved
         return None
 
+    def consistent(self, x: int) -> bool:
+        """Whether every matched value is x-shaped or per-row (rows = x's elements over its
+        last axis), each per-row value meeting x shaped as x without its last axis (size 1
+        there, leading 1s aside), and per-row values meeting each other of equal shapes or
+        as a constant of one element: the rows then line up as LayerNormalization's do,
+        however the RESHAPEs between them (``view``) shape them."""
+        dims = list(self.subgraph.operands[x].dimensions)
+        rows = math.prod(dims[:-1])
+        row_shape = [*dims[:-1], 1]
+        for operation in self.matched:
+            out = list(self.subgraph.operands[operation.outputs[0]].dimensions)
+            if operation.type in (Op.MEAN, Op.RESHAPE):
+                continue  # MEAN: its axes checked; RESHAPE: its elements in order
+            inputs = [list(self.subgraph.operands[i].dimensions) for i in operation.inputs[:2]
+                      if self.subgraph.operands[i].lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)]
+            if out == dims:
+                if any(d != dims and [1] * (len(dims) - len(d)) + d != row_shape for d in inputs):
+                    return False
+            elif math.prod(out) != rows or any(d != out for d in inputs):
+                return False
+        return True
+
     def shift(self, index: int, mean: int, m: int, channels: int) -> np.ndarray | None:
         """beta where ``index`` is NEG(mean) * m (beta zero) or beta - mean * m."""
+        index = self.view(index)
         subtract = self.producers.get(index)
         if subtract is not None and subtract.type == Op.SUB:
             if self.op(index, Op.SUB) is None:
                 return None
             beta = self.channel_constant(subtract.inputs[0], channels)
             product = self.op(subtract.inputs[1], Op.MUL)
-            if beta is None or product is None or sorted(product.inputs[:2]) != sorted([mean, m]):
+            if beta is None or product is None or \
+                    sorted(self.view(i) for i in product.inputs[:2]) != sorted([mean, self.view(m)]):
                 return None
             return beta
         product = self.op(index, Op.MUL)
