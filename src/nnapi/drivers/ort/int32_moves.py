@@ -2,7 +2,7 @@
 Reshape.
 
 NNAPI's RESHAPE (SQUEEZE, EXPAND_DIMS) takes no TENSOR_INT32, so the importer moves an int32
-tensor t as two float32 tensors, exactly (importers/tflite.py, _through_float32 and
+tensor t as two float32 tensors, exactly (importers/tflite/float_moves.py, _through_float32 and
 _float_half): high = MINIMUM(FLOOR(CAST(t) * 2**-16), 2**15 - 1), low = CAST(t - CAST(high)
 * 2**16), each moved, then joined as CAST(high') * 2**16 + CAST(low'). That is t moved, for
 every int32 (high may be one off floor(t / 2**16) where float32 rounds t, low then absorbs
