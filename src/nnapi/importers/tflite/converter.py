@@ -102,6 +102,9 @@ class _Converter:
         #: int64 tensors held as TENSOR_INT32 (ARG_MAX / ARG_MIN indices, which fit)
         self.narrowed: set[int] = set()
         self.float_halves: dict[tuple[int, int], int] = {}
+        #: operands broadcast for operations that do not broadcast (_broadcast_to), by
+        #: (source operand, shape): a mask read by every layer's SELECT_V2 is broadcast once
+        self.broadcasts: dict[tuple[int, tuple[int, ...]], int] = {}
         # operators converted together with an earlier one (_high_rank_chain): skipped
         self.absorbed: set[int] = set()
         #: tensors above NNAPI's rank 4 held as a rank <= 4 operand of the same elements in

@@ -230,12 +230,21 @@ def _gelu_float(c: _Converter, x: int, out: int, approximate: bool) -> None:
 
 def _broadcast_to(c: _Converter, op: _Operator, position: int, dims: Sequence[int]) -> int:
     """Input ``position`` broadcast to ``dims`` (NumPy's rule): a constant at import; a
-    bool by LOGICAL_AND with true; others by RESHAPE (EXPAND_DIMS for int32) and TILE."""
+    bool by LOGICAL_AND with true; others by RESHAPE (EXPAND_DIMS for int32) and TILE.
+    Once per operand and shape (c.broadcasts): later readers share the first result."""
     x = c.input(position)
     x_type = c.type_of(x)
     dims = list(dims)
     if list(x_type.dimensions) == dims:
         return x
+    key = (x, tuple(dims))
+    if key not in c.broadcasts:
+        c.broadcasts[key] = _broadcast_once(c, op, position, x, dims)
+    return c.broadcasts[key]
+
+
+def _broadcast_once(c: _Converter, op: _Operator, position: int, x: int, dims: list[int]) -> int:
+    x_type = c.type_of(x)
     const = c.const_of(op.inputs[position])
     full = x_type.with_dimensions(dims)
     if const is not None and const.channel is None:
