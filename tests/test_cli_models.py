@@ -357,6 +357,25 @@ def test_compare_verdict_uses_litert_own_disagreement() -> None:
     assert not _verdict({"error": "shape [2] vs LiteRT's [3]"}, True, 1e-5, 2)
 
 
+def test_compare_top1_may_equal_either_litert_result() -> None:
+    """Where LiteRT's XNNPACK and builtin kernels rank a near tie differently, a top-1
+    equal to the builtin kernels' agrees (mobilebert int8: ours and builtin 68, XNNPACK
+    119); one differing from both does not, and every run must match one of them."""
+    from nnapi.cli.compare import _merge, _verdict
+
+    split = {"max_steps": 9, "builtin_difference": 9.0, "litert_own_difference": 9.0, "top1_equal": False,
+             "builtin_top1_equal": True, "top1_either": True, "top5_overlap": 5}
+    assert _verdict(split, False, 1e-5, 2)
+    assert not _verdict(dict(split, builtin_top1_equal=False, top1_either=False), False, 1e-5, 2)
+    # an entry from before the builtin kernels ran (no top1_either) keeps XNNPACK's alone
+    assert not _verdict({k: v for k, v in split.items() if k not in ("builtin_top1_equal", "top1_either")},
+                        False, 1e-5, 2)
+    merged = _merge(split, dict(split, top1_equal=True, builtin_top1_equal=False, top1_either=True))
+    assert merged["top1_either"] and not merged["top1_equal"] and not merged["builtin_top1_equal"]
+    assert _verdict(merged, False, 1e-5, 2)
+    assert not _verdict(_merge(split, dict(split, builtin_top1_equal=False, top1_either=False)), False, 1e-5, 2)
+
+
 def test_compare_detections_pairs_equal_scores_in_any_order() -> None:
     """Detections compared as sets: equal scores listed in another order pair up; a moved
     box or a missing detection does not; engines parting at one score (each kept another
