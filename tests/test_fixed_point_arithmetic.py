@@ -134,18 +134,23 @@ def _all_pairs(kind: T) -> tuple[np.ndarray, np.ndarray]:
     return values[:, None], values[None, :]
 
 
+def _executed(code: Op, kind: T, quant: list[tuple[float, int]], fuse: int = FuseCode.FUSED_NONE) -> np.ndarray:
+    """The reference kernel's ``execute`` on every pair of stored values (``_all_pairs``):
+    (scale, zero point) of each input and the output in ``quant``."""
+    a, b = _all_pairs(kind)
+    context = ExecutionContext(code, [_tensor(kind, a, *quant[0]), _tensor(kind, b, *quant[1]),
+                                      Tensor(T.INT32, (), 0.0, 0, None, np.array(fuse, np.int32))],
+                               [OperandType(kind, [256, 256], *quant[2])])
+    return get_operation(code).execute(context)[0]
+
+
 @pytest.mark.parametrize("code", [Op.ADD, Op.SUB, Op.MUL])
 def test_every_pair_is_androids_fixed_point_result(code):
     """The reference's kernel (``execute``: its 256 x 256 table on 65,536 pairs) equals the
     integer definition on every pair of stored values, for 60 quantizations per operation."""
-    operation = get_operation(code)
     for trial, (kind, quant, fuse) in enumerate(_triples(7 + int(code), 60, code)):
         a, b = _all_pairs(kind)
-        (s1, z1), (s2, z2), (so, zo) = quant
-        context = ExecutionContext(code, [_tensor(kind, a, s1, z1), _tensor(kind, b, s2, z2),
-                                          Tensor(T.INT32, (), 0.0, 0, None, np.array(fuse, np.int32))],
-                                   [OperandType(kind, [256, 256], so, zo)])
-        got = operation.execute(context)[0]
+        got = _executed(code, kind, quant, fuse)
         expected = _expected(code, a, b, quant, fuse, kind)
         assert got.dtype == expected.dtype and got.shape == (256, 256)
         np.testing.assert_array_equal(got, expected, err_msg=f"trial {trial}: {kind.name} {quant} fuse {fuse}")
@@ -158,10 +163,7 @@ def test_fixed_point_differs_from_the_rounded_real_result():
     kind = T.TENSOR_QUANT8_ASYMM_SIGNED
     quant = [(0.020245200023055077, -128), (0.0011099022813141346, -128), (0.0043408749625086784, -128)]
     a, b = _all_pairs(kind)
-    context = ExecutionContext(Op.MUL, [_tensor(kind, a, *quant[0]), _tensor(kind, b, *quant[1]),
-                                        Tensor(T.INT32, (), 0.0, 0, None, np.array(0, np.int32))],
-                               [OperandType(kind, [256, 256], *quant[2])])
-    got = get_operation(Op.MUL).execute(context)[0]
+    got = _executed(Op.MUL, kind, quant)
     np.testing.assert_array_equal(got, _expected(Op.MUL, a, b, quant, 0, kind))
     real = (a.astype(np.float64) + 128) * quant[0][0] * (b.astype(np.float64) + 128) * quant[1][0]
     scaled = real / np.float32(quant[2][0])
@@ -231,10 +233,7 @@ def test_mul_multiplier_is_from_the_float32_product_of_the_scales():
     kind = T.TENSOR_QUANT8_ASYMM
     quant = [(0.005252982955425978, 0), (0.16759651899337769, 0), (0.17840562760829926, 0)]
     a, b = _all_pairs(kind)
-    context = ExecutionContext(Op.MUL, [_tensor(kind, a, *quant[0]), _tensor(kind, b, *quant[1]),
-                                        Tensor(T.INT32, (), 0.0, 0, None, np.array(0, np.int32))],
-                               [OperandType(kind, [256, 256], *quant[2])])
-    got = get_operation(Op.MUL).execute(context)[0]
+    got = _executed(Op.MUL, kind, quant)
     np.testing.assert_array_equal(got, _expected(Op.MUL, a, b, quant, FuseCode.FUSED_NONE, kind))
     exact = _multiplier(quant[0][0] * quant[1][0] / quant[2][0])
     assert exact == (1356445257, -7)
@@ -251,10 +250,7 @@ def test_sub_negates_the_second_multiplier_not_its_term():
     kind = T.TENSOR_QUANT8_ASYMM
     quant = [(1.0, 96), (float(np.float32(0.75 + 2**-21)), 193), (0.5, 81)]
     a, b = _all_pairs(kind)
-    context = ExecutionContext(Op.SUB, [_tensor(kind, a, *quant[0]), _tensor(kind, b, *quant[1]),
-                                        Tensor(T.INT32, (), 0.0, 0, None, np.array(0, np.int32))],
-                               [OperandType(kind, [256, 256], *quant[2])])
-    got = get_operation(Op.SUB).execute(context)[0]
+    got = _executed(Op.SUB, kind, quant)
     np.testing.assert_array_equal(got, _expected(Op.SUB, a, b, quant, FuseCode.FUSED_NONE, kind))
     m1, e1 = _multiplier(quant[0][0] / 2)
     m2, e2 = _multiplier(quant[1][0] / 2)
