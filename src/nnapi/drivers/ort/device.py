@@ -26,27 +26,7 @@ import onnxruntime as ort
 from nnapi import vlog
 from nnapi._version import __version__
 from nnapi.codes import DeviceTypeCode, FeatureLevelCode, OperationCode
-from nnapi.drivers.ort import (
-    calibration,
-    control_flow,  # noqa: F401  (importing it registers its lowerings)
-    detection,  # noqa: F401  (importing it registers its lowerings)
-    gru_loop,  # noqa: F401  (importing it registers its lowerings)
-    integer_div,  # noqa: F401  (importing it registers its lowerings)
-    lookups,  # noqa: F401  (importing it registers its lowerings)
-    mirror_pad_pack,  # noqa: F401  (importing it registers its lowerings)
-    nms,  # noqa: F401  (importing it registers its lowerings)
-    padded_depthwise,  # noqa: F401  (importing it registers its lowerings)
-    quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
-    quantized_resize,  # noqa: F401  (importing it registers its lowerings)
-    quantized_softmax,  # noqa: F401  (importing it registers its lowerings)
-    recurrent,  # noqa: F401  (importing it registers its lowerings)
-    requantizing_quantize,  # noqa: F401  (importing it registers its lowerings)
-    resize_pointwise,  # noqa: F401  (importing it registers its lowerings)
-    runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
-    small_graphs,  # noqa: F401  (importing it registers its lowerings)
-    transposed_dense,  # noqa: F401  (importing it registers its lowerings)
-    uniform_prelu,  # noqa: F401  (importing it registers its lowerings)
-)
+from nnapi.drivers.ort import calibration
 from nnapi.drivers.ort.builder import Declined
 from nnapi.drivers.ort.compilation_cache import (
     CACHE_VERSION,  # noqa: F401  (importable from here as before)

@@ -15,14 +15,35 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+# every module that registers lowerings, so that lower_model sees them all whoever imports
+# it first (the device, a test, a tool); a specialised module imports the family lowering
+# it wraps, which orders the registration
 from nnapi.drivers.ort import (
+    control_flow,  # noqa: F401  (importing it registers its lowerings)
     convolutions,  # noqa: F401  (importing it registers its lowerings)
     data_movement,  # noqa: F401  (importing it registers its lowerings)
+    detection,  # noqa: F401  (importing it registers its lowerings)
     elementwise,  # noqa: F401  (importing it registers its lowerings)
+    gru_loop,  # noqa: F401  (importing it registers its lowerings)
+    integer_div,  # noqa: F401  (importing it registers its lowerings)
+    lookups,  # noqa: F401  (importing it registers its lowerings)
+    mirror_pad_pack,  # noqa: F401  (importing it registers its lowerings)
+    nms,  # noqa: F401  (importing it registers its lowerings)
     normalization,  # noqa: F401  (importing it registers its lowerings)
+    padded_depthwise,  # noqa: F401  (importing it registers its lowerings)
     pooling,  # noqa: F401  (importing it registers its lowerings)
     quantization,  # noqa: F401  (importing it registers its lowerings)
+    quantized_recurrent,  # noqa: F401  (importing it registers its lowerings)
+    quantized_resize,  # noqa: F401  (importing it registers its lowerings)
+    quantized_softmax,  # noqa: F401  (importing it registers its lowerings)
+    recurrent,  # noqa: F401  (importing it registers its lowerings)
+    requantizing_quantize,  # noqa: F401  (importing it registers its lowerings)
     resize,  # noqa: F401  (importing it registers its lowerings)
+    resize_pointwise,  # noqa: F401  (importing it registers its lowerings)
+    runtime_parameters,  # noqa: F401  (importing it registers its lowerings)
+    small_graphs,  # noqa: F401  (importing it registers its lowerings)
+    transposed_dense,  # noqa: F401  (importing it registers its lowerings)
+    uniform_prelu,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.builder import (
     HAL_ELEM,
