@@ -63,18 +63,76 @@ def _rms_model() -> nnapi.Model:
     return _finish(model, [x], root, [1, 64, 1], 0.05)
 
 
-@pytest.mark.parametrize("build", [_attention_model, _rms_model])
+def _gate_model() -> nnapi.Model:
+    """An LSTM step's hidden output as PT2E leaves it in float: FULLY_CONNECTED of a [1, 48]
+    float32 input into [1, 128], SLICEd into two gates, LOGISTIC(first) * TANH(second),
+    quantized."""
+    model = nnapi.Model()
+    operand = operand_adder(model)
+    rng = np.random.default_rng(5)
+    x = operand(T.TENSOR_FLOAT32, [1, 48])
+    weights = operand(T.TENSOR_FLOAT32, [128, 48], rng.normal(0, 0.3, (128, 48)).astype(np.float32))
+    bias = operand(T.TENSOR_FLOAT32, [128], rng.normal(0, 0.1, 128).astype(np.float32))
+    product, first, second, gate, cell, hidden = (operand(T.TENSOR_FLOAT32, d) for d in
+                                                  ([1, 128], [1, 64], [1, 64], [1, 64], [1, 64], [1, 64]))
+    none = constant(model, T.INT32, np.int32(0))
+    model.add_operation(Op.FULLY_CONNECTED, [x, weights, bias, none], [product])
+    for begin, part in ((0, first), (64, second)):
+        model.add_operation(Op.SLICE, [product, constant(model, T.TENSOR_INT32, np.array([0, begin], np.int32), [2]),
+                                       constant(model, T.TENSOR_INT32, np.array([1, 64], np.int32), [2])], [part])
+    model.add_operation(Op.LOGISTIC, [first], [gate])
+    model.add_operation(Op.TANH, [second], [cell])
+    model.add_operation(Op.MUL, [gate, cell, none], [hidden])
+    return _finish(model, [x], hidden, [1, 64], 1 / 256)
+
+
+def _norm_chain_model() -> nnapi.Model:
+    """A group norm's centring (x - MEAN(x) over the last axis of [1, 16, 300] float32
+    values), then 20 element-wise operations (ten MUL / ADD pairs by scalar constants), EXP
+    and RELU of the result added, quantized: the reordered sum lies 23 operations back, past
+    the old search's 12."""
+    model = nnapi.Model()
+    operand = operand_adder(model)
+    shape = [1, 16, 300]
+    x = operand(T.TENSOR_FLOAT32, shape)
+    mean = operand(T.TENSOR_FLOAT32, [1, 16, 1])
+    none = constant(model, T.INT32, np.int32(0))
+    model.add_operation(Op.MEAN, [x, constant(model, T.TENSOR_INT32, np.array([2], np.int32), [1]),
+                                  constant(model, T.INT32, np.int32(1))], [mean])
+    value = operand(T.TENSOR_FLOAT32, shape)
+    model.add_operation(Op.SUB, [x, mean, none], [value])
+    for step in range(10):
+        for code, factor in ((Op.MUL, 1.1 - 0.03 * step), (Op.ADD, 0.01 * (step - 5))):
+            following = operand(T.TENSOR_FLOAT32, shape)
+            model.add_operation(code, [value, constant(model, T.TENSOR_FLOAT32, np.array([factor], np.float32), [1]),
+                                       none], [following])
+            value = following
+    grown, clamped, total = (operand(T.TENSOR_FLOAT32, shape) for _ in range(3))
+    model.add_operation(Op.EXP, [value], [grown])
+    model.add_operation(Op.RELU, [value], [clamped])
+    model.add_operation(Op.ADD, [grown, clamped, none], [total])
+    return _finish(model, [x], total, shape, 0.031)
+
+
+_INPUT_SHAPES = {"_attention_model": [[2, 16, 24]] * 3, "_rms_model": [[1, 64, 256]], "_gate_model": [[1, 48]],
+                 "_norm_chain_model": [[1, 16, 300]]}
+_OUTPUT_SHAPES = {"_attention_model": [2, 16, 24], "_rms_model": [1, 64, 1], "_gate_model": [1, 64],
+                  "_norm_chain_model": [1, 16, 300]}
+
+
+@pytest.mark.parametrize("build", [_attention_model, _rms_model, _gate_model, _norm_chain_model])
 def test_a_quantize_after_a_reordered_sum_is_one_quantize_within_a_step(ort_device, build):
-    """Attention's output and an RMS norm's scale: one QuantizeLinear, none of the general
-    rounding's Floor / Abs; every value within a step of the reference, nearly all equal."""
+    """Attention's output, an RMS norm's scale, an LSTM step's gated output (through SLICE,
+    LOGISTIC, TANH) and a group norm's centring 23 element-wise operations back (through EXP
+    and RELU): one QuantizeLinear, none of the general rounding's Floor / Abs; every value
+    within a step of the reference, nearly all equal."""
     model = build()
     rng = np.random.default_rng(3)
-    model_inputs = [rng.normal(0, 1, d).astype(np.float32) for d in
-                    ([[2, 16, 24]] * 3 if build is _attention_model else [[1, 64, 256]])]
+    model_inputs = [rng.normal(0, 1, d).astype(np.float32) for d in _INPUT_SHAPES[build.__name__]]
     if build is _rms_model:
         # rows of root mean squares 0.15 to 1: scales 1 to 6.7 over the output's steps
         model_inputs = [model_inputs[0] * rng.uniform(0.15, 1.0, (1, 64, 1)).astype(np.float32)]
-    shape = [2, 16, 24] if build is _attention_model else [1, 64, 1]
+    shape = _OUTPUT_SHAPES[build.__name__]
     got, want = (run_on(model, device, model_inputs, [np.zeros(shape, np.int8)])[0]
                  for device in (ort_device, reference_device()))
     difference = np.abs(got.astype(np.int64) - want)
