@@ -13,7 +13,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import constant, lowered_node_types, reference_device, run_on  # noqa: E402
+from helpers import constant, lowered_node_types, operand_adder, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -267,3 +267,161 @@ def test_two_dequantized_tensors_combined_are_proven_on_every_pair(ort_device, c
         np.testing.assert_array_equal(got[1], want[1])
     types = lowered_node_types(model)
     assert "Floor" not in types and types.count("QuantizeLinear") == 1, types
+
+
+def _per_channel_model(code, source: tuple, output: tuple, shape: list[int], steps: list[tuple],
+                       roots: int = 1) -> nnapi.Model:
+    """DEQUANTIZE of one (or two, ADDed) 8-bit tensor(s) of ``shape`` and ``code`` ((scale,
+    zero point) each), then ``steps`` in order, each (operation, constant array) for a MUL /
+    ADD / SUB by a float32 constant (per channel: it broadcasts along some axes) or
+    (operation, None) for a unary one, then QUANTIZE into ``output``: a batch norm PT2E
+    leaves in float, a layer scale."""
+    model = nnapi.Model()
+    operand = operand_adder(model)
+    inputs = [operand(code, shape, scale=source[0], zero_point=source[1]) for _ in range(roots)]
+    reals = [operand(T.TENSOR_FLOAT32, shape) for _ in inputs]
+    for x, real in zip(inputs, reals):
+        model.add_operation(Op.DEQUANTIZE, [x], [real])
+    value = reals[0]
+    none = constant(model, T.INT32, np.int32(0))
+    if roots == 2:
+        value = operand(T.TENSOR_FLOAT32, shape)
+        model.add_operation(Op.ADD, [reals[0], reals[1], none], [value])
+    for operation, array in steps:
+        following = operand(T.TENSOR_FLOAT32, shape)
+        if array is None:
+            model.add_operation(operation, [value], [following])
+        else:
+            array = np.asarray(array, np.float32)
+            model.add_operation(operation, [value, constant(model, T.TENSOR_FLOAT32, array, list(array.shape)), none],
+                                [following])
+        value = following
+    y = operand(code, shape, scale=output[0], zero_point=output[1])
+    model.add_operation(Op.QUANTIZE, [value], [y])
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    return model
+
+
+def _every_value_per_channel(code, shape: list[int], axis: int, offset: int = 0) -> np.ndarray:
+    """An 8-bit tensor of ``shape`` whose every lane along ``axis`` (a channel) holds all 256
+    stored values, shifted by 37 (and ``offset``) from channel to channel: the position
+    along the other axes of size > 1 counts 0 to 255."""
+    positions = np.arange(int(np.prod(shape))).reshape(shape)
+    channel = (positions // int(np.prod(shape[axis + 1:]))) % shape[axis]
+    others = [d for i, d in enumerate(shape) if i != axis]
+    assert int(np.prod(others)) == 256, shape
+    count = np.moveaxis(np.arange(256).reshape([d for i, d in enumerate(shape) if i != axis] + [1]), -1, axis)
+    stored = (count + 37 * channel + offset) % 256
+    return stored.astype(np.uint8).view(dtype_of(code))
+
+
+_SIGNED = T.TENSOR_QUANT8_ASYMM_SIGNED
+
+
+@pytest.mark.parametrize(("shape", "axis", "steps"), [
+    # [1, T, C]: a batch norm's MUL and ADD along the last axis, then RELU
+    ([1, 256, 24], 2, [(Op.MUL, np.linspace(0.41, 1.73, 24)), (Op.ADD, np.linspace(-0.31, 0.27, 24)),
+                       (Op.RELU, None)]),
+    # [1, C, T] (wav2vec2's layout): constants [C, 1]
+    ([1, 12, 256], 1, [(Op.SUB, np.linspace(-0.2, 0.3, 12).reshape(12, 1)),
+                       (Op.MUL, np.linspace(0.77, 1.31, 12).reshape(12, 1))]),
+    # NHWC with 32 channels, which ORT holds blocked: the MUL of a non-DEQUANTIZE value is a
+    # 1x1 depthwise Conv between Transposes (builder.channel_scale) in the probe too
+    ([1, 16, 16, 32], 3, [(Op.ADD, np.linspace(-0.4, 0.35, 32).reshape(1, 1, 1, 32)),
+                          (Op.MUL, np.linspace(0.53, 1.47, 32)), (Op.RELU6, None)]),
+])
+def test_a_per_channel_chain_is_proven_on_every_stored_value_of_every_channel(ort_device, shape, axis, steps):
+    """Constants that broadcast along one axis (per channel): the chain is proven on a probe
+    of every channel's 256 stored values and lowered as one QuantizeLinear (none of the
+    general rounding's Floor, Sign, Div), equal to the reference on every stored value of
+    every channel."""
+    model = _per_channel_model(_SIGNED, (0.0473, -7), (0.0291, -20), shape, steps)
+    value = _every_value_per_channel(_SIGNED, shape, axis)
+    output = np.zeros(shape, np.int8)
+    got, want = (run_on(model, device, [value], [output.copy()])[0] for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 100  # the values span the output's steps
+    types = lowered_node_types(model)
+    assert types.count("QuantizeLinear") == 1 and not {"Floor", "Sign", "Div"} & set(types), types
+    if len(shape) == 4:
+        assert "Conv" in types, types  # the blocked channel scale, proven as it is emitted
+
+
+def test_a_per_channel_chain_with_halves_in_one_channel_keeps_the_general_lowering(ort_device):
+    """Scales 1 -> 1 and a MUL by 0.5 in one channel of eight (1.0 in the others): that
+    channel's odd stored values are exact halves, which QuantizeLinear rounds to even and
+    the reference away from zero: the probe refuses, the general lowering (its Floor) stays,
+    equal to the reference on every value of every channel."""
+    factors = np.ones(8, np.float32)
+    factors[5] = 0.5
+    shape = [1, 256, 8]
+    model = _per_channel_model(T.TENSOR_QUANT8_ASYMM, (1.0, 128), (1.0, 128), shape, [(Op.MUL, factors)])
+    value = _every_value_per_channel(T.TENSOR_QUANT8_ASYMM, shape, 2)
+    output = np.zeros(shape, np.uint8)
+    got, want = (run_on(model, device, [value], [output.copy()])[0] for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(got, want)
+    assert "Floor" in lowered_node_types(model)
+
+
+def test_a_two_root_per_channel_chain_is_proven_on_every_pair_or_bounded(ort_device):
+    """A residual ADD of two 8-bit tensors then a per-channel MUL (a post-add batch norm):
+    with 8 channels the probe holds every pair of stored values in each (524,288 values)
+    and proves it (one QuantizeLinear, equal to the reference on every pair of every
+    channel); with 32 channels it would hold 2,097,152, past the bound (2**20): the general
+    lowering, still equal."""
+    for channels, proven in ((8, True), (32, False)):
+        shape = [256, 256, channels]
+        factors = np.linspace(0.61, 1.39, channels)
+        model = _per_channel_model(_SIGNED, (0.0473, -7), (0.0517, -3), shape, [(Op.MUL, factors)], roots=2)
+        stored = np.arange(256).astype(np.uint8).view(np.int8)
+        first = np.broadcast_to(stored.reshape(256, 1, 1), shape)
+        second = np.broadcast_to(stored.reshape(1, 256, 1), shape)
+        values = [np.ascontiguousarray(first), np.ascontiguousarray(second)]
+        output = np.zeros(shape, np.int8)
+        got, want = (run_on(model, device, values, [output.copy()])[0] for device in (ort_device, reference_device()))
+        np.testing.assert_array_equal(got, want)
+        types = lowered_node_types(model)
+        assert ("Floor" not in types) == proven, (channels, types)
+
+
+@pytest.mark.parametrize(("dims", "constants", "channels", "axis"), [
+    ([1, 300, 24], [[24], [1]], [1, 1, 24], 0),              # per channel along the last axis
+    ([1, 12, 300], [[12, 1]], [1, 12, 1], 0),                # [C, 1] over [1, C, T]
+    ([4, 12, 300], [[12, 1], [1, 1, 300]], [1, 12, 300], 0),  # two axes: the stored values on the first free one
+    ([1, 16, 16, 32], [[1, 1, 1, 32], [32]], [1, 1, 1, 32], 0),
+    ([6, 5], [[6, 1]], [6, 1], 1),                           # the first axis varies: values along the second
+    ([1, 12, 300], [[12, 1], [300]], [1, 12, 300], 0),       # every axis > 1 varies: the batch of 1 takes them
+    ([1, 300, 24], [[1], [1, 1, 1]], None, 0),               # one element each: the scalar probe
+])
+def test_the_per_channel_probe_layout(dims, constants, channels, axis):
+    """Where the probe puts the stored values and which axes keep their extent, and that
+    every constant broadcasts over it (shape.fits)."""
+    from nnapi.drivers.ort.requantizing_quantize import _chain_shape
+
+    shape = _chain_shape(dims, constants)
+    assert shape is not None and shape.channels == channels and shape.axis == axis
+    if channels is None:
+        assert shape.probe_dims(256) == [256]
+        return
+    probe = shape.probe_dims(256)
+    assert probe[axis] == 256 and len(probe) == len(dims)
+    assert all(shape.fits(c) for c in constants)
+    for c in constants:
+        np.broadcast_shapes(tuple(c), tuple(probe))  # raises where it would not broadcast
+    spread = shape.spread(np.arange(256, dtype=np.uint8))
+    assert list(spread.shape) == probe and spread.flags.c_contiguous
+    assert np.array_equal(np.moveaxis(spread, axis, 0).reshape(256, -1)[:, -1], np.arange(256))
+
+
+@pytest.mark.parametrize(("dims", "constants"), [
+    ([6, 5], [[6, 5]]),             # a constant of the whole shape: no axis left for the values
+    ([1, 12, 300], [[12]]),          # 12 does not broadcast over 300
+    ([12, 300], [[1, 12, 300]]),     # a constant of higher rank than the chain
+])
+def test_the_per_channel_probe_layout_refuses_what_it_cannot_hold(dims, constants):
+    """No probe layout where constants cover every axis, do not broadcast, or have a higher
+    rank than the chain: the general lowering."""
+    from nnapi.drivers.ort.requantizing_quantize import _chain_shape
+
+    assert _chain_shape(dims, constants) is None

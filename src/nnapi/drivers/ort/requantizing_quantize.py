@@ -49,18 +49,38 @@ importer's quantized GELU (composites.py lowers them as one com.microsoft Gelu):
 transformer's MLP is then DequantizeLinear, Gelu and one QuantizeLinear where proven, in
 place of the general rounding's eight nodes over [197, 768] values (tinyvit PT2E: 3.13 ->
 2.69 ms in ORT, ~3 ms of probes at preparation for its four GELUs).
+Constants may also be per channel (a batch norm PT2E leaves in float after a residual ADD
+or a pool, a layer scale): broadcast along some axes of the chain's tensor, each element
+is a function of its stored value(s) and its coordinates along those axes alone, so the
+probe keeps those axes at the model's extent and lays the 256 stored values (65,536 pairs)
+along another: every channel's every value, up to 2**20 values (_PROBE_VALUES; 0.03 s at
+preparation for 11 operations over 4,096 channels). A per-channel MUL of a blocked 4-D
+value, a 1x1 depthwise Conv between Transposes (builder.channel_scale), is copied into
+the probe as emitted. Proofs are cached by the digests of the probe graph and of the
+reference chain (quantizations, operations, constants' bytes).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.builder import MS_DOMAIN, QUANT8, GraphBuilder, internal_zero_point, lowers, probe_outputs
+from nnapi.drivers.ort.builder import (
+    MS_DOMAIN,
+    NCHW_TO_NHWC,
+    NHWC_TO_NCHW,
+    QUANT8,
+    GraphBuilder,
+    internal_zero_point,
+    lowers,
+    probe_outputs,
+)
 from nnapi.drivers.ort.composites import QUANTIZED_SWISH
 from nnapi.drivers.ort.lookups import quantized_lookup
 from nnapi.drivers.ort.quantization import lower_quantize
@@ -168,14 +188,16 @@ def _pair_proven(scale: float, zero_point: int, output_code: int, output_scale: 
 
 #: the float32 operations a chain may hold (those of PT2E's SiLU and ReLU, TANH, and those of
 #: the importer's GELU: ABS, EXP and the four arithmetic ones): one input, or two (each from
-#: the chain or a float32 constant of one element) and a constant fused activation
+#: the chain or a float32 constant: of one element, or per channel, see _ChainShape) and a
+#: constant fused activation
 _CHAIN_UNARY = (OperationCode.LOGISTIC, OperationCode.TANH, OperationCode.RELU, OperationCode.RELU6,
                 OperationCode.ABS, OperationCode.EXP)
 _CHAIN_BINARY = (OperationCode.MUL, OperationCode.ADD, OperationCode.SUB, OperationCode.DIV)
 #: the importer writes GELU's erf form as 21 operations (composites.py)
 _CHAIN_OPERATIONS = 24
-#: the ONNX operators their lowerings emit (element-wise, scalar constants only), so that the
-#: copied nodes compute the same on a probe of 256 values as on the model's tensor
+#: the ONNX operators their lowerings emit (element-wise; constants broadcast as the model's
+#: do, see _ChainShape), so that the copied nodes compute the same on the probe as on the
+#: model's tensor
 _CHAIN_ONNX = ("DequantizeLinear", "Sigmoid", "Tanh", "Relu", "Clip", "Mul", "Add", "Sub", "Div", "Abs", "Exp",
                "Neg", "Reciprocal")
 #: com.microsoft operators the composites emit for a whole chain (composites.py: the GELU
@@ -187,6 +209,79 @@ _CHAIN_NODES = 16
 #: DEQUANTIZEd tensors a chain may read: with two, the probe holds every pair of stored
 #: values (65,536), a residual ADD's of two 8-bit tensors
 _CHAIN_ROOTS = 2
+#: the most values a probe holds: 256 (or 65,536 pairs) times the channels of per-channel
+#: constants (4,096 channels, or 16 for two roots). Measured at preparation (load ~3), 11
+#: operations per channel over 256 stored values: 0.03 s for 4,096 channels (2**20 values:
+#: the reference's kernels and one ORT run over 4 MB of float32 per value), 0.24-0.49 s for
+#: 8,192 (2**21, past the bound); once per chain, quantizations and constants (_PROVEN)
+_PROBE_VALUES = 2 ** 20
+
+
+class _ChainShape:
+    """Where a chain's probe puts its values. A chain whose constants have one element each
+    is probed on a vector of every stored value (every pair for two roots): ``dims`` is
+    None. One whose constants broadcast along some axes of the chain's tensor (a per-channel
+    MUL / ADD: a batch norm PT2E left in float, a layer scale) is, per element, a function of
+    the stored value(s) and the element's coordinates along those axes alone: its probe keeps
+    the tensor's rank, those axes at full length (``channels``: the model's extent there, 1
+    elsewhere) and the stored values along the first other axis (``axis``), so that every
+    constant broadcasts over it exactly as over the model's tensor and every element of the
+    model has one in the probe with the same stored value(s) and the same constants."""
+
+    def __init__(self, dims: list[int] | None = None, channels: list[int] | None = None, axis: int = 0) -> None:
+        self.rank_dims = dims
+        self.channels = channels
+        self.axis = axis
+
+    def probe_dims(self, size: int) -> list[int]:
+        """The probe's dimensions for ``size`` stored values (or pairs)."""
+        if self.channels is None:
+            return [size]
+        dims = list(self.channels)
+        dims[self.axis] = size
+        return dims
+
+    def spread(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (one per stored value or pair) laid along the probe's stored axis and
+        repeated over its channels, C-contiguous."""
+        if self.channels is None:
+            return values
+        shape = [1] * len(self.channels)
+        shape[self.axis] = values.size
+        return np.ascontiguousarray(np.broadcast_to(values.reshape(shape), self.probe_dims(values.size)))
+
+    def fits(self, dims: Sequence[int]) -> bool:
+        """Whether a constant of ``dims`` broadcasts over the probe as over the model: one
+        element, or (per channel) at most the chain's rank, each extent 1 or the probe's
+        channel extent on that axis."""
+        if int(np.prod(dims)) == 1:
+            return True
+        if self.channels is None or len(dims) > len(self.channels):
+            return False
+        return all(d == 1 or d == c for d, c in zip(dims, self.channels[len(self.channels) - len(dims):]))
+
+
+def _chain_shape(dims: list[int], constants: list[list[int]]) -> _ChainShape | None:
+    """The probe layout of a chain over a tensor of ``dims`` reading constants of the given
+    dimensions: scalar for constants of one element; per channel where each broadcasts along
+    axes of ``dims`` (right-aligned) and one axis varies in none of them; None otherwise."""
+    wide = [c for c in constants if int(np.prod(c)) > 1]
+    if not wide:
+        return _ChainShape()
+    rank = len(dims)
+    if any(len(c) > rank for c in wide):
+        return None
+    varying = set()
+    for c in wide:
+        for axis, extent in zip(range(rank - len(c), rank), c):
+            if extent != 1:
+                if extent != dims[axis]:
+                    return None
+                varying.add(axis)
+    free = [axis for axis in range(rank) if axis not in varying]
+    if not free:
+        return None
+    return _ChainShape(dims, [dims[axis] if axis in varying else 1 for axis in range(rank)], free[0])
 
 
 def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> bool:
@@ -196,16 +291,19 @@ def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> b
     chain = _float_chain(g, operation.inputs[0])
     if chain is None:
         return False
-    roots, operations = chain
+    roots, operations, shape = chain
     sources = [g.dequantized[root] for root in roots]
+    size = 256 ** len(roots)
+    if size * int(np.prod(shape.probe_dims(1))) > _PROBE_VALUES:
+        return False
     x = g.value(operation.inputs[0])
-    nodes = _onnx_chain(g, x.name, {source.name for source in sources})
+    nodes = _onnx_chain(g, x.name, {source.name for source in sources}, shape)
     if nodes is None:
         return False
     initializers = {t.name: t for t in g.initializers}
     needed = {name for node in nodes for name in node.input if name in initializers}
     scale, zero_point = np.float32(output.scale), internal_zero_point(output)
-    size = 256 ** len(roots)
+    dims = shape.probe_dims(size)
     # the chain's values that the model reads elsewhere are outputs of the probe too, so that
     # ORT fuses (or not: a QDQ fusion needs a value read once) as it does in the model
     read_elsewhere = [g.value(op.outputs[0]).name for op in operations
@@ -213,30 +311,30 @@ def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> b
                       any(reader is not operation and reader not in operations for reader in g.readers(op.outputs[0]))]
     probe = helper.make_graph(
         [*nodes, helper.make_node("QuantizeLinear", [x.name, "probe_scale", "probe_zero_point"], ["probe_y"])],
-        "probe", [helper.make_tensor_value_info(source.name, TensorProto.UINT8, [size]) for source in sources],
-        [helper.make_tensor_value_info("probe_y", TensorProto.UINT8, [size]),
-         *(helper.make_tensor_value_info(name, TensorProto.FLOAT, [size]) for name in read_elsewhere)],
+        "probe", [helper.make_tensor_value_info(source.name, TensorProto.UINT8, dims) for source in sources],
+        [helper.make_tensor_value_info("probe_y", TensorProto.UINT8, dims),
+         *(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims) for name in read_elsewhere)],
         [*(initializers[name] for name in sorted(needed)), numpy_helper.from_array(np.array(scale), "probe_scale"),
          numpy_helper.from_array(np.array(zero_point, np.uint8), "probe_zero_point")])
-    expected = _reference_chain(g, roots, operations, output)
-    if expected is None:
-        return False
     names = tuple(source.name for source in sources)
-    if len(roots) == 1 and _swish(g, operation, roots[0], operations, nodes, probe, expected):
+    reference = _ReferenceChain(g, roots, operations, output, shape)
+    if len(roots) == 1 and shape.channels is None and \
+            _swish(g, operation, roots[0], operations, nodes, probe, reference):
         return True
-    if not _probe_equals(probe.SerializeToString(), names, expected.tobytes()):
+    if not _proven(probe, names, shape, reference):
         return False
     g.set_output(operation.outputs[0], g.quantize(x.name, output))
     return True
 
 
 def _swish(g: GraphBuilder, operation: Operation, root: int, operations: list[Operation],
-           nodes: list[onnx.NodeProto], probe: onnx.GraphProto, expected: np.ndarray) -> bool:
+           nodes: list[onnx.NodeProto], probe: onnx.GraphProto, reference: _ReferenceChain) -> bool:
     """A SiLU chain (MUL(x, LOGISTIC(x)) lowered as DequantizeLinear, Sigmoid, Mul) whose
     LOGISTIC and MUL nobody else reads, lowered as the dequantized x's QuickGelu (one pass:
     ORT reads the dequantized x once, where the Sigmoid and the Mul each read it, and each
     a DequantizeLinear of its own that ORT's QDQ passes duplicate) then QuantizeLinear, the
-    Sigmoid and Mul dropped, where that form too gives ``expected`` on all 256 values."""
+    Sigmoid and Mul dropped, where that form too gives the reference's result on all 256
+    values."""
     if [node.op_type for node in nodes] != ["DequantizeLinear", "Sigmoid", "Mul"] or \
             [OperationCode(op.type) for op in operations] != [OperationCode.LOGISTIC, OperationCode.MUL]:
         return False
@@ -252,7 +350,7 @@ def _swish(g: GraphBuilder, operation: Operation, root: int, operations: list[Op
     form.CopyFrom(probe)
     del form.node[:]
     form.node.extend([nodes[0], swish, probe.node[-1]])
-    if not _probe_equals(form.SerializeToString(), (g.dequantized[root].name,), expected.tobytes()):
+    if not _proven(form, (g.dequantized[root].name,), _ChainShape(), reference):
         return False
     dropped = {id(node) for node in nodes[1:]}
     g.nodes[:] = [node for node in g.nodes if id(node) not in dropped]
@@ -261,13 +359,15 @@ def _swish(g: GraphBuilder, operation: Operation, root: int, operations: list[Op
     return True
 
 
-def _float_chain(g: GraphBuilder, index: int) -> tuple[list[int], list[Operation]] | None:
-    """(roots, operations in the subgraph's order) where float32 operand ``index`` is written
-    by at most _CHAIN_OPERATIONS chain operations whose only non-constant inputs are each
-    other's outputs and one or two DEQUANTIZE outputs (the roots, in a fixed order) of
-    8-bit tensors, all of the same dimensions."""
+def _float_chain(g: GraphBuilder, index: int) -> tuple[list[int], list[Operation], _ChainShape] | None:
+    """(roots, operations in the subgraph's order, the probe's layout) where float32 operand
+    ``index`` is written by at most _CHAIN_OPERATIONS chain operations whose only
+    non-constant inputs are each other's outputs and one or two DEQUANTIZE outputs (the
+    roots, in a fixed order) of 8-bit tensors, all of the same dimensions, and whose
+    constants have one element or broadcast per channel (_chain_shape)."""
     operations: dict[int, Operation] = {}
     roots: set[int] = set()
+    constants: list[list[int]] = []
     pending = [index]
     while pending:
         i = pending.pop()
@@ -275,7 +375,8 @@ def _float_chain(g: GraphBuilder, index: int) -> tuple[list[int], list[Operation
             roots.add(i)
             continue
         producer = g.producer(i)
-        if producer is None and _scalar_constant(g, i):
+        if producer is None and _float_constant(g, i):
+            constants.append(list(g.operand(i).dimensions))
             continue
         if producer is None or g.operand(i).type != T.TENSOR_FLOAT32:
             return None
@@ -299,20 +400,25 @@ def _float_chain(g: GraphBuilder, index: int) -> tuple[list[int], list[Operation
            list(g.operand(root).dimensions) != dims for root in ordered) or \
             any(list(g.operand(op.outputs[0]).dimensions) != dims for op in operations.values()):
         return None
-    return ordered, [op for op in g.subgraph.operations if id(op) in operations]
+    shape = _chain_shape(dims, constants) if all(dims) else None
+    if shape is None:
+        return None
+    return ordered, [op for op in g.subgraph.operations if id(op) in operations], shape
 
 
-def _scalar_constant(g: GraphBuilder, index: int) -> bool:
-    """Whether operand ``index`` is a float32 constant of one element (a chain's coefficient)."""
+def _float_constant(g: GraphBuilder, index: int) -> bool:
+    """Whether operand ``index`` is a float32 constant of known dimensions (a chain's
+    coefficient: one element, or one per channel)."""
     operand = g.operand(index)
     return operand.type == T.TENSOR_FLOAT32 and operand.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) and \
-        int(np.prod(operand.dimensions)) == 1
+        all(operand.dimensions)
 
 
-def _onnx_chain(g: GraphBuilder, name: str, roots: set[str]) -> list[onnx.NodeProto] | None:
+def _onnx_chain(g: GraphBuilder, name: str, roots: set[str], shape: _ChainShape) -> list[onnx.NodeProto] | None:
     """The nodes emitted so far that compute ``name`` from the 8-bit values ``roots`` (each
-    of them) and scalar constants alone, each one of _CHAIN_ONNX, in order; None where there
-    are others."""
+    of them) and constants that broadcast over the probe as over the model (``shape.fits``)
+    alone, each one of _CHAIN_ONNX or a per-channel scale (_channel_scales), in order; None
+    where there are others."""
     producers = {output: node for node in g.nodes for output in node.output}
     initializers = {t.name: t for t in g.initializers}
     needed: dict[int, onnx.NodeProto] = {}
@@ -326,11 +432,9 @@ def _onnx_chain(g: GraphBuilder, name: str, roots: set[str]) -> list[onnx.NodePr
             reached.add(n)
             continue
         if n in initializers:
-            if int(np.prod(initializers[n].dims)) != 1:
-                return None
             continue
         node = producers.get(n)
-        if node is None or node.op_type not in (_CHAIN_MS if node.domain else _CHAIN_ONNX) or \
+        if node is None or node.op_type not in (_CHAIN_MS if node.domain else _CHAIN_ONNX + _CHANNEL_SCALE) or \
                 node.domain not in ("", MS_DOMAIN):
             return None
         needed[id(node)] = node
@@ -339,35 +443,134 @@ def _onnx_chain(g: GraphBuilder, name: str, roots: set[str]) -> list[onnx.NodePr
         pending.extend(i for i in node.input if i)
     if reached != roots:
         return None
-    return [node for node in g.nodes if id(node) in needed]
-
-
-def _reference_chain(g: GraphBuilder, roots: list[int], operations: list[Operation],
-                     output: Operand) -> np.ndarray | None:
-    """The reference's DEQUANTIZEs, chain ``operations`` and QUANTIZE into ``output`` of every
-    internal value of the one root's source (or every pair of two roots' values: the first
-    root's value varying slowest, as _probe_feeds gives them), in the output's internal
-    encoding: its own kernels, so its values exactly (None where one of them refuses)."""
-    feeds = _probe_feeds(len(roots))
-    values = {root: _reference_dequantize(g.dequantized[root].scale, g.dequantized[root].zero_point)[feed]
-              for root, feed in zip(roots, feeds)}
-    size = 256 ** len(roots)
-    result = OperandType(T.TENSOR_FLOAT32, [size])
-    try:
-        for op in operations:
-            inputs = []
-            for i in op.inputs:
-                if i in values:
-                    inputs.append(Tensor(T.TENSOR_FLOAT32, (size,), 0.0, 0, None, values[i]))
-                    continue
-                operand = g.operand(i)
-                raw = np.asarray(g.raw_constant(i)).reshape(tuple(operand.dimensions))
-                inputs.append(Tensor(operand.type, raw.shape, operand.scale, operand.zero_point, None, raw))
-            code = OperationCode(op.type)
-            values[op.outputs[0]] = get_operation(code).execute(ExecutionContext(code, inputs, [result]))[0]
-    except Exception:  # noqa: BLE001 - a chain the reference refuses: the general lowering
+    nodes = [node for node in g.nodes if id(node) in needed]
+    weights = _channel_scales(nodes, initializers, shape)
+    if weights is None:
         return None
-    return _reference_quantize(values[operations[-1].outputs[0]], output.type, output.scale, output.zero_point)
+    if any(i in initializers and i not in weights and not shape.fits(list(initializers[i].dims))
+           for node in nodes for i in node.input):
+        return None
+    return nodes
+
+
+#: the nodes of builder.channel_scale (a float MUL by a per-channel constant of a 4-D value
+#: ORT holds blocked: Transpose to NCHW, a 1x1 depthwise Conv, Transpose back), which
+#: computes x * w[c] per element, one rounded product as Mul
+_CHANNEL_SCALE = ("Transpose", "Conv")
+
+
+def _channel_scales(nodes: list[onnx.NodeProto], initializers: dict[str, onnx.TensorProto],
+                    shape: _ChainShape) -> set[str] | None:
+    """The weights of the per-channel scales among ``nodes`` (an empty set where there are
+    none), or None where a Transpose or Conv among them is not one: each Conv a 1x1
+    depthwise one without bias (no other attribute than group and kernel_shape) whose
+    [C, 1, 1, 1] weights scale the probe's last axis, C = its channel extent, reading a
+    Transpose to NCHW of an NHWC value and read only by Transposes back; each Transpose
+    one of those. Between the Transposes the values are NCHW and no other node reads
+    them, so the other nodes' constants broadcast over NHWC values only."""
+    producers = {output: node for node in nodes for output in node.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for i in node.input:
+            readers.setdefault(i, []).append(node)
+    weights: set[str] = set()
+    for node in nodes:
+        if node.op_type == "Conv":
+            attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            channels = shape.channels
+            if channels is None or len(channels) != 4 or shape.axis == 3 or len(node.input) != 2 or \
+                    set(attributes) != {"group", "kernel_shape"} or list(attributes["kernel_shape"]) != [1, 1] or \
+                    attributes["group"] != channels[3] or node.input[1] not in initializers or \
+                    list(initializers[node.input[1]].dims) != [channels[3], 1, 1, 1]:
+                return None
+            source = producers.get(node.input[0])
+            if source is None or not _transpose(source, NHWC_TO_NCHW) or \
+                    not all(_transpose(reader, NCHW_TO_NHWC) for reader in readers.get(node.output[0], [])):
+                return None
+            weights.add(node.input[1])
+        elif node.op_type == "Transpose":
+            if _transpose(node, NHWC_TO_NCHW):
+                if not readers.get(node.output[0]) or any(r.op_type != "Conv" for r in readers[node.output[0]]) or \
+                        (node.input[0] in producers and producers[node.input[0]].op_type == "Conv"):
+                    return None
+            elif not _transpose(node, NCHW_TO_NHWC) or node.input[0] not in producers or \
+                    producers[node.input[0]].op_type != "Conv":
+                return None
+    return weights
+
+
+def _transpose(node: onnx.NodeProto, perm: list[int]) -> bool:
+    """Whether ``node`` is a Transpose by ``perm``."""
+    return node.op_type == "Transpose" and [list(helper.get_attribute_value(a)) for a in node.attribute
+                                            if a.name == "perm"] == [perm]
+
+
+class _ReferenceChain:
+    """The reference's DEQUANTIZEs, chain operations and QUANTIZE into the output of every
+    internal value of the one root's source (or every pair of two roots' values: the first
+    root's value varying slowest, as _probe_feeds gives them), laid out as the probe's
+    values (_ChainShape), in the output's internal encoding: its own kernels, so its values
+    exactly. ``key`` digests everything they depend on; ``expected`` runs them once (None
+    where one of them refuses)."""
+
+    def __init__(self, g: GraphBuilder, roots: list[int], operations: list[Operation], output: Operand,
+                 shape: _ChainShape) -> None:
+        self.roots = roots
+        self.operations = operations
+        self.output = output
+        self.shape = shape
+        self.g = g
+        self._expected: np.ndarray | None = None
+        self._ran = False
+        digest = hashlib.sha256()
+        position = {root: f"r{n}" for n, root in enumerate(roots)}
+        for n, op in enumerate(operations):
+            position[op.outputs[0]] = f"o{n}"
+        for root in roots:
+            digest.update(repr((g.dequantized[root].scale, g.dequantized[root].zero_point)).encode())
+        for op in operations:
+            digest.update(repr((int(op.type), [position.get(i) for i in op.inputs])).encode())
+            for i in op.inputs:
+                if i not in position:
+                    operand = g.operand(i)
+                    digest.update(repr((int(operand.type), list(operand.dimensions))).encode())
+                    digest.update(np.ascontiguousarray(g.raw_constant(i)).tobytes())
+        digest.update(repr((int(output.type), float(output.scale), int(output.zero_point), shape.channels,
+                            shape.axis)).encode())
+        self.key = digest.digest()
+
+    def expected(self) -> np.ndarray | None:
+        if not self._ran:
+            self._ran = True
+            self._expected = self._run()
+        return self._expected
+
+    def _run(self) -> np.ndarray | None:
+        g, shape = self.g, self.shape
+        feeds = _probe_feeds(len(self.roots))
+        size = 256 ** len(self.roots)
+        dims = tuple(shape.probe_dims(size))
+        values = {root: shape.spread(_reference_dequantize(g.dequantized[root].scale,
+                                                           g.dequantized[root].zero_point)[feed])
+                  for root, feed in zip(self.roots, feeds)}
+        result = OperandType(T.TENSOR_FLOAT32, list(dims))
+        try:
+            for op in self.operations:
+                inputs = []
+                for i in op.inputs:
+                    if i in values:
+                        inputs.append(Tensor(T.TENSOR_FLOAT32, dims, 0.0, 0, None, values[i]))
+                        continue
+                    operand = g.operand(i)
+                    raw = np.asarray(g.raw_constant(i)).reshape(tuple(operand.dimensions))
+                    inputs.append(Tensor(operand.type, raw.shape, operand.scale, operand.zero_point, None, raw))
+                code = OperationCode(op.type)
+                values[op.outputs[0]] = get_operation(code).execute(ExecutionContext(code, inputs, [result]))[0]
+        except Exception:  # noqa: BLE001 - a chain the reference refuses: the general lowering
+            return None
+        output = self.output
+        return _reference_quantize(np.asarray(values[self.operations[-1].outputs[0]], np.float32).reshape(-1),
+                                   output.type, output.scale, output.zero_point)
 
 
 @functools.cache
@@ -378,14 +581,29 @@ def _probe_feeds(roots: int) -> tuple[np.ndarray, ...]:
     return np.repeat(_INTERNAL, 256), np.tile(_INTERNAL, 256)
 
 
-@functools.lru_cache(maxsize=256)
-def _probe_equals(graph: bytes, input_names: tuple[str, ...], expected: bytes) -> bool:
-    """Whether ONNX Runtime runs the serialized probe ``graph`` on all internal values of
-    its one or two inputs (_probe_feeds) to ``expected``."""
-    probe = onnx.GraphProto()
-    probe.ParseFromString(graph)
-    try:
-        outputs = probe_outputs(probe, dict(zip(input_names, _probe_feeds(len(input_names)))))
-    except ImportError:  # lowering without a runtime: the general lowering
-        return False
-    return bool(outputs) and outputs[0].tobytes() == expected
+#: proofs already made (the probe graph's and the reference chain's digests): a model
+#: prepared again, or a chain repeated with the same quantizations and constants, probes once
+_PROVEN: dict[bytes, bool] = {}
+_PROVEN_LIMIT = 4096
+
+
+def _proven(probe: onnx.GraphProto, input_names: tuple[str, ...], shape: _ChainShape,
+            reference: _ReferenceChain) -> bool:
+    """Whether ONNX Runtime runs ``probe`` on all internal values of its one or two inputs
+    (_probe_feeds, laid out by ``shape``) to the reference's result, bit for bit."""
+    key = hashlib.sha256(probe.SerializeToString() + repr(input_names).encode() + reference.key).digest()
+    if key in _PROVEN:
+        return _PROVEN[key]
+    expected = reference.expected()
+    proven = False
+    if expected is not None:
+        feeds = {name: shape.spread(feed) for name, feed in zip(input_names, _probe_feeds(len(input_names)))}
+        try:
+            outputs = probe_outputs(probe, feeds)
+        except ImportError:  # lowering without a runtime: the general lowering
+            outputs = None
+        proven = bool(outputs) and outputs[0].tobytes() == expected.tobytes()
+    if len(_PROVEN) >= _PROVEN_LIMIT:
+        _PROVEN.clear()
+    _PROVEN[key] = proven
+    return proven
