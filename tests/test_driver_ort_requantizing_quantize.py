@@ -348,6 +348,23 @@ def test_a_per_channel_chain_is_proven_on_every_stored_value_of_every_channel(or
         assert "Conv" in types, types  # the blocked channel scale, proven as it is emitted
 
 
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_chain_over_a_free_batch_is_proven(ort_device, per_channel):
+    """A free batch dimension (0: known at run time) takes no part in the probe: a chain of
+    scalar constants and one of per-channel constants over [0, 256, 8] are proven (one
+    QuantizeLinear), equal to the reference on every stored value of every channel in a
+    batch of two."""
+    factors = np.linspace(0.61, 1.39, 8) if per_channel else np.array([0.83])
+    model = _per_channel_model(_SIGNED, (0.0473, -7), (0.0291, -20), [0, 256, 8],
+                               [(Op.MUL, factors), (Op.RELU, None)])
+    value = np.concatenate([_every_value_per_channel(_SIGNED, [1, 256, 8], 2, offset) for offset in (0, 101)])
+    output = np.zeros(value.shape, np.int8)
+    got, want = (run_on(model, device, [value], [output.copy()])[0] for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(got, want)
+    types = lowered_node_types(model)
+    assert types.count("QuantizeLinear") == 1 and "Floor" not in types, types
+
+
 def test_a_per_channel_chain_with_halves_in_one_channel_keeps_the_general_lowering(ort_device):
     """Scales 1 -> 1 and a MUL by 0.5 in one channel of eight (1.0 in the others): that
     channel's odd stored values are exact halves, which QuantizeLinear rounds to even and

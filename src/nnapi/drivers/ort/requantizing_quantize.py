@@ -228,8 +228,7 @@ class _ChainShape:
     constant broadcasts over it exactly as over the model's tensor and every element of the
     model has one in the probe with the same stored value(s) and the same constants."""
 
-    def __init__(self, dims: list[int] | None = None, channels: list[int] | None = None, axis: int = 0) -> None:
-        self.rank_dims = dims
+    def __init__(self, channels: list[int] | None = None, axis: int = 0) -> None:
         self.channels = channels
         self.axis = axis
 
@@ -281,7 +280,7 @@ def _chain_shape(dims: list[int], constants: list[list[int]]) -> _ChainShape | N
     free = [axis for axis in range(rank) if axis not in varying]
     if not free:
         return None
-    return _ChainShape(dims, [dims[axis] if axis in varying else 1 for axis in range(rank)], free[0])
+    return _ChainShape([dims[axis] if axis in varying else 1 for axis in range(rank)], free[0])
 
 
 def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> bool:
@@ -400,7 +399,7 @@ def _float_chain(g: GraphBuilder, index: int) -> tuple[list[int], list[Operation
            list(g.operand(root).dimensions) != dims for root in ordered) or \
             any(list(g.operand(op.outputs[0]).dimensions) != dims for op in operations.values()):
         return None
-    shape = _chain_shape(dims, constants) if all(dims) else None
+    shape = _chain_shape(dims, constants)  # (a free dimension, 0, only where no constant varies)
     if shape is None:
         return None
     return ordered, [op for op in g.subgraph.operations if id(op) in operations], shape
