@@ -715,6 +715,20 @@ def test_corrupted_models_raise_only_nnapi_errors() -> None:
             pass  # anything else escaping is the bug this test looks for
 
 
+@pytest.mark.parametrize("static_shapes", [None, False, True])
+def test_truncated_model_names_the_flatbuffer_error(static_shapes: bool | None) -> None:
+    # A file cut short (a partial download) fails in the flatbuffer reader, before there is
+    # an importer to retry at static shapes: the reader's own reason is the message, not an
+    # error of the import's retry logic.
+    data = (MODELS / "hand_recrop.tflite").read_bytes()
+    with pytest.raises(nnapi.BadDataError) as info:
+        nnapi.load_tflite(data[:4096], static_shapes=static_shapes)
+    message = str(info.value)
+    assert message.startswith("not a valid TensorFlow Lite model (error: unpack_from requires a buffer")
+    assert "(actual buffer size is 4096)" in message
+    assert "UnboundLocalError" not in message
+
+
 def test_session_runs_a_plain_model() -> None:
     model = nnapi.Model()
     f32 = nnapi.OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [0])  # any length

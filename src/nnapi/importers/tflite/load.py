@@ -84,12 +84,15 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
             imported, importer, derived = _import_static(data, keep_loops)
             fixed_reason = f"static shapes asked for{derived}" if _has_open_dimensions(importer.reader) else None
         else:
+            importer = None
             try:
                 importer = _Importer(data, keep_loops)
                 imported = _Converter(importer, 0, top_level=True).convert()
                 fixed_reason = None
             except (UnsupportedOperator, BadDataError) as error:
-                if static_shapes is not None or not _has_open_dimensions(importer.reader):
+                # importer is None where the file itself could not be read (a truncated or
+                # corrupt flatbuffer): that error is the answer, there are no shapes to retry at
+                if static_shapes is not None or importer is None or not _has_open_dimensions(importer.reader):
                     raise
                 # LiteRT itself runs such a model at its static shape until it is resized
                 try:
