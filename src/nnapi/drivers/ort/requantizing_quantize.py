@@ -299,7 +299,7 @@ def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> b
     nodes = _onnx_chain(g, x.name, {source.name for source in sources}, shape)
     if nodes is None:
         return False
-    initializers = {t.name: t for t in g.initializers}
+    initializers = g.initializer_index().by_key
     needed = {name for node in nodes for name in node.input if name in initializers}
     scale, zero_point = np.float32(output.scale), internal_zero_point(output)
     dims = shape.probe_dims(size)
@@ -418,8 +418,9 @@ def _onnx_chain(g: GraphBuilder, name: str, roots: set[str], shape: _ChainShape)
     of them) and constants that broadcast over the probe as over the model (``shape.fits``)
     alone, each one of _CHAIN_ONNX or a per-channel scale (_channel_scales), in order; None
     where there are others."""
-    producers = {output: node for node in g.nodes for output in node.output}
-    initializers = {t.name: t for t in g.initializers}
+    index = g.node_index()  # (read only here: nothing is emitted until the nodes are returned)
+    producers = index.by_key
+    initializers = g.initializer_index().by_key
     needed: dict[int, onnx.NodeProto] = {}
     pending, seen, reached = [name], set(), set()
     while pending:
@@ -442,7 +443,7 @@ def _onnx_chain(g: GraphBuilder, name: str, roots: set[str], shape: _ChainShape)
         pending.extend(i for i in node.input if i)
     if reached != roots:
         return None
-    nodes = [node for node in g.nodes if id(node) in needed]
+    nodes = sorted(needed.values(), key=lambda node: index.position[id(node)])
     weights = _channel_scales(nodes, initializers, shape)
     if weights is None:
         return None
