@@ -20,6 +20,7 @@ from helpers import add_model, run_in_threads  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.drivers.ort import array_execution as ort_array_module  # noqa: E402
 from nnapi.drivers.ort import binding as ort_binding_module  # noqa: E402
 from nnapi.drivers.ort import calibration, devices  # noqa: E402
 from nnapi.drivers.ort import prepared_model as ort_prepared_module  # noqa: E402
@@ -310,6 +311,7 @@ def test_onnxruntimes_public_methods_where_its_classes_hold_no_native_ones(monke
     without them (another onnxruntime) it uses the public methods, with the same results."""
     monkeypatch.setattr(ort_binding_module, "_CPU_DEVICE", None)
     monkeypatch.setattr(ort_prepared_module, "_CPU_DEVICE", None)
+    monkeypatch.setattr(ort_array_module, "_CPU_DEVICE", None)
     public_runs = []
 
     def public(session, io):

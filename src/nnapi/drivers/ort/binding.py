@@ -1,10 +1,12 @@
 """A request's memory bound to an ORT IOBinding: pools as bytes and addresses, the binding
-and what is bound to it, onnxruntime's native binding and run methods where it has them.
+and what is bound to it, onnxruntime's native binding and run methods where it has them,
+and what a run reports (its failure, no timing).
 """
 
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,8 +14,21 @@ import numpy as np
 import onnxruntime as ort
 from onnx import helper
 
+from nnapi.drivers.ort.builder import check_failure
 from nnapi.drivers.ort.signature import IoSpec, Signature
-from nnapi.hal import DataLocation, ErrorStatus, HalError, Request
+from nnapi.hal import DataLocation, ErrorStatus, HalError, Request, Timing
+
+
+def _run_failure(error: Exception) -> HalError:
+    """A failed run as the HAL reports it: the NNAPI rule a value given at run time broke
+    where a lowering's check refused it, else ORT's own message."""
+    rule = check_failure(error)
+    return HalError(ErrorStatus.GENERAL_FAILURE, rule if rule is not None else f"onnxruntime: {error}")
+
+
+_LATE = object()  # an output bound for ORT to allocate (its shape known only after the run)
+_REF = weakref.ref  # what an argument bound as a numpy array is remembered by (see _Binding)
+_UNTIMED = Timing()  # what a run without measure_timing reports (shared, never mutated)
 
 
 def _pool_bytes(pool: object, writable: bool) -> memoryview:

@@ -10,7 +10,8 @@ after the run) and runs it.
 This module holds OrtDevice (capabilities, support, preparation, from the cache too);
 beside it: compilation_cache.py (the cache files), signature.py (what a graph binds),
 binding.py (a request's memory bound to an IOBinding), prepared_model.py
-(OrtPreparedModel, OrtExecution) and deadlines.py (the deadline watchdog).
+(OrtPreparedModel, OrtExecution; its array paths in array_execution.py, its outputs of
+open shape in learned_shapes.py) and deadlines.py (the deadline watchdog).
 """
 
 from __future__ import annotations

@@ -1,5 +1,12 @@
-"""OrtPreparedModel and OrtExecution: binding a request, running the session, landing the
-outputs whose shapes only the run tells, timing and deadlines.
+"""OrtPreparedModel and OrtExecution: binding a request, running the session, timing and
+deadlines.
+
+Beside it, as mixins of OrtPreparedModel (its methods, moved unchanged, on the state its
+__init__ sets): array_execution.py (execute_arrays and execute_open_arrays, the runtime's
+usual Execution's arrays found bound by identity) and learned_shapes.py (outputs whose
+shapes only the run tells: landed from ORT's memory, their shapes learned per input shape
+and bound in place from then on). binding.py holds the IOBinding and what a run reports;
+deadlines.py the watchdog and the loop timeout.
 """
 
 from __future__ import annotations
@@ -7,25 +14,26 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-import weakref
-from collections.abc import Callable
-from typing import NamedTuple
 
 import numpy as np
 import onnxruntime as ort
 
+from nnapi.drivers.ort.array_execution import ArrayExecution
 from nnapi.drivers.ort.binding import (
     _CPU_DEVICE,
+    _LATE,
+    _REF,
+    _UNTIMED,
     _address,
     _Binding,
-    _bound_shape,
     _onnx_type,
     _pool_at,
     _pool_bytes,
+    _run_failure,
     _whole_array,
 )
-from nnapi.drivers.ort.builder import check_failure
 from nnapi.drivers.ort.deadlines import _WATCHDOG, _loop_deadline
+from nnapi.drivers.ort.learned_shapes import LearnedShapes, _learned_placement, _LearnedShapes
 from nnapi.drivers.ort.signature import IoSpec, Signature, _nbytes
 from nnapi.hal import (
     DataLocation,
@@ -39,14 +47,6 @@ from nnapi.hal import (
     Timing,
 )
 
-
-def _run_failure(error: Exception) -> HalError:
-    """A failed run as the HAL reports it: the NNAPI rule a value given at run time broke
-    where a lowering's check refused it, else ORT's own message."""
-    rule = check_failure(error)
-    return HalError(ErrorStatus.GENERAL_FAILURE, rule if rule is not None else f"onnxruntime: {error}")
-
-
 # --- execution --------------------------------------------------------------------------
 #
 # What an execution costs beside ORT's own work is Python run between two model runs, when
@@ -58,37 +58,8 @@ def _run_failure(error: Exception) -> HalError:
 # with ctypes (no numpy view), and it is bound again only when it moved. A reusable
 # execution (create_reusable_execution) checks and binds its request once.
 
-_LATE = object()  # an output bound for ORT to allocate (its shape known only after the run)
-_REF = weakref.ref  # what an argument bound as a numpy array is remembered by (see _Binding)
-_UNTIMED = Timing()  # what a run without measure_timing reports (shared, never mutated)
 
-
-class _LearnedShapes(NamedTuple):
-    """What a run told of a model's outputs at given input shapes (see
-    OrtPreparedModel._learned_shapes)."""
-
-    #: per output, its shape and byte count (0: empty)
-    outputs: tuple[tuple[tuple[int, ...], int], ...]
-    #: the OutputShapes such a run reports
-    reported: list[OutputShape]
-
-
-def _learned_placement(learned: _LearnedShapes | None, position: int, room: int | None
-                       ) -> tuple[tuple[int, ...], int] | None:
-    """Where output ``position`` of open shape is written, given ``room`` bytes for it
-    (None: the request omits it): the (shape, byte count) a run with these input shapes
-    gave, to bind it at in the request's memory; or None to let ORT allocate it, its bytes
-    copied into the request after the run (_land). ORT allocates an output whose shape no
-    run told yet (or ``learned`` is None: the model binds no learned shape), an empty one
-    (no bytes to bind), an omitted one, and one whose buffer is too small (the run tells the
-    shape needed: OUTPUT_INSUFFICIENT_SIZE)."""
-    if learned is None or room is None:
-        return None
-    placement = learned.outputs[position]
-    return placement if placement[1] and room >= placement[1] else None
-
-
-class OrtPreparedModel(IPreparedModel):
+class OrtPreparedModel(ArrayExecution, LearnedShapes, IPreparedModel):
     """An ORT session and the order of its inputs and outputs."""
 
     def __init__(self, session: ort.InferenceSession, signature: Signature) -> None:
@@ -159,191 +130,6 @@ class OrtPreparedModel(IPreparedModel):
         except Exception as error:
             raise _run_failure(error) from None
         return self._shapes.copy(), _UNTIMED
-
-    def array_executor(self) -> Callable[[list, int | None], tuple[list[OutputShape], Timing]] | None:
-        """execute_arrays where the signature fixes every shape and the session reads the
-        caller's memory (a provider that copies its inputs binds them before every run:
-        execute does)."""
-        if self.copies_inputs:
-            return None
-        if self._array_arguments is not None:
-            return self.execute_arrays
-        return self.execute_open_arrays
-
-    def execute_open_arrays(self, arrays: list[np.ndarray], deadline_ns: int | None = None
-                            ) -> tuple[list[OutputShape], Timing]:
-        """execute_arrays for a model with an input or output of open shape: an input's
-        array gives its dimensions, an output's array is its buffer (its shape the run's).
-        Where every output array is where _learned_placement puts its output (the shape a
-        run with these input shapes gave), the arrays bound on this thread's binding at
-        those shapes are found by identity and the rest checked and bound, as
-        execute_arrays does (the outputs written in place); anything else is the request
-        the arrays make, through execute."""
-        binding = getattr(self._local, "binding", None)
-        specs = self._specs
-        if binding is not None and deadline_ns is None and not self.signature.loops and len(arrays) == len(specs) \
-                and (self._binds_learned_shapes or not self._has_open_outputs):
-            input_shapes = tuple([arrays[position].shape for position in self._open_inputs])
-            learned = self._learned_shapes.get(input_shapes) if self._has_open_outputs else self._static_shapes
-            if learned is not None:
-                count = self._input_count
-                bound, array_shapes = binding.bound, binding.array_shapes
-                position = 0
-                for array in arrays:
-                    shape = array.shape
-                    if position < count:
-                        spec = specs[position]
-                        if shape != spec.shape and (spec.nbytes is not None or shape not in self._accepted[position]):
-                            break
-                    else:
-                        placement = _learned_placement(learned, position - count, array.nbytes)
-                        if placement is None or shape != placement[0]:
-                            break  # ORT allocates it, or the array is not the output's shape: execute binds it
-                    previous = bound[position]
-                    if (previous.__class__ is not _REF or previous() is not array
-                            or array_shapes[position] != shape) and not self._bind_open_array(binding, position, array):
-                        break
-                    position += 1
-                else:
-                    binding.at_learned_shape, binding.input_shapes, binding.late = self._open_outputs, input_shapes, []
-                    try:
-                        binding.run(binding.native, None)
-                    except Exception as error:
-                        if not self._has_open_outputs:
-                            raise _run_failure(error) from None
-                        # ORT refused a learned shape that moved, or the run failed: the run
-                        # again, with the outputs allocated, tells which
-                        return self._run_again_allocating(binding, self._open_request(arrays), [], False, None, 0)
-                    return learned.reported.copy(), _UNTIMED
-        return self.execute(self._open_request(arrays), False, deadline_ns)
-
-    def _bind_open_array(self, binding: _Binding, position: int, array: np.ndarray) -> bool:
-        """Bind ``array`` (its shape checked by the caller) at ``position`` as _bind_array
-        does; False, having bound nothing, for one that is not a C-contiguous numpy array
-        of the spec's dtype."""
-        spec = self._specs[position]
-        if array.__class__ is not np.ndarray or array.dtype is not spec.dtype or not array.flags.c_contiguous:
-            return False
-        self._bind_whole(binding, position, array, array.shape)
-        binding.array_shapes[position] = array.shape
-        return True
-
-    def _open_request(self, arrays: list[np.ndarray]) -> Request:
-        """The request execute_open_arrays's arrays make: argument k the whole of array k,
-        an input of open shape at the array's shape, every other argument at its spec's
-        dimensions."""
-        count = self._input_count
-        if len(arrays) != len(self._specs):
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, "the request's inputs or outputs do not match the model")
-        arguments = []
-        for position, (spec, array) in enumerate(zip(self._specs, arrays, strict=True)):
-            if not isinstance(array, np.ndarray):
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"argument {position} is not a numpy array")
-            dims = list(array.shape) if position < count and spec.nbytes is None else list(spec.dimensions)
-            arguments.append(RequestArgument(False, DataLocation(position, 0, array.nbytes), dims))
-        return Request(arguments[:count], arguments[count:], list(arrays))
-
-    def execute_arrays(self, arrays: list[np.ndarray], deadline_ns: int | None = None
-                       ) -> tuple[list[OutputShape], Timing]:
-        """execute for a request whose argument k is the whole of numpy array k (inputs, then
-        outputs), as the runtime's usual Execution gives it (see array_executor): the arrays
-        bound at their positions on this thread's binding are found by identity, and only
-        one that is not (a new input image) is checked, as _bind checks an array pool (the
-        spec's dtype, shape and C strides; an output writable), and bound. Anything else
-        (an array of another layout, a deadline, the thread's first run) is the request
-        the arrays make, through execute.
-
-        Why: between two model runs each step of Python costs ~10x what it does back to
-        back (see the note above _LATE); _bind reads every argument's request fields and
-        its pool, where an app's loop changes one array."""
-        binding = getattr(self._local, "binding", None)
-        if binding is not None and deadline_ns is None:
-            bound = binding.bound
-            if len(arrays) == len(bound):
-                position = 0
-                for array in arrays:
-                    previous = bound[position]
-                    if previous.__class__ is not _REF or previous() is not array:
-                        binding = self._other(binding, arrays)
-                        break
-                    position += 1
-                else:
-                    binding.again = True
-                if binding is not None:
-                    if self.signature.loops:  # bounded by the (default) loop timeout
-                        self._run(binding, _loop_deadline(None, None))
-                        return self._shapes.copy(), _UNTIMED
-                    try:
-                        binding.run(binding.native, None)
-                    except Exception as error:
-                        raise _run_failure(error) from None
-                    return self._shapes.copy(), _UNTIMED
-        if self._array_arguments is None:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, "the model has an output or input of unspecified shape: "
-                                                         "arrays alone do not make its request")
-        return self.execute(Request(*self._array_arguments, list(arrays)), False, deadline_ns)
-
-    def _other(self, binding: _Binding, arrays: list[np.ndarray]) -> _Binding | None:
-        """The binding for ``arrays``, which this thread's binding does not hold: its kept
-        one (``partner``) where that holds them all; else this thread's binding bound to
-        them, each array it does not hold checked and bound (see _bind_array; None, what
-        was bound staying recorded, for one that is not the whole of its argument). Arrays
-        that ran twice in a row on it (an app's buffers it keeps) are kept on the partner
-        first, the binding taking the partner's place: a kept array run between new ones
-        (or two buffers in turn) binds nothing again."""
-        kept = binding.partner
-        if kept is not None:
-            bound = kept.bound
-            for position, array in enumerate(arrays):
-                previous = bound[position]
-                if previous.__class__ is not _REF or previous() is not array:
-                    break
-            else:
-                return kept
-        if binding.again:
-            if kept is None:
-                kept = _Binding(self.session, self.signature)
-            binding.partner, kept.partner = None, binding
-            binding = self._local.binding = kept
-        binding.again = False
-        bound = binding.bound
-        for position, array in enumerate(arrays):
-            previous = bound[position]
-            if (previous.__class__ is not _REF or previous() is not array) \
-                    and not self._bind_array(binding, position, array):
-                return None
-        return binding
-
-    def _bind_array(self, binding: _Binding, position: int, array: np.ndarray) -> bool:
-        """Bind ``array`` at ``position`` (inputs, then outputs) of ``binding`` when it is
-        the whole of that argument as _whole_array tells (an output writable too, else
-        INVALID_ARGUMENT); False, having bound nothing, for any other array."""
-        spec = self._specs[position]
-        if array.__class__ is not np.ndarray or array.dtype is not spec.dtype or array.shape != spec.shape \
-                or array.strides != spec.strides:
-            return False
-        self._bind_whole(binding, position, array, spec.shape)
-        return True
-
-    def _bind_whole(self, binding: _Binding, position: int, array: np.ndarray, shape: tuple[int, ...]) -> None:
-        """Bind the checked ``array`` as the whole argument at ``position`` in ``shape`` (an
-        output must be writable: INVALID_ARGUMENT otherwise, as any binding refused)."""
-        spec = self._specs[position]
-        bound = binding.bound
-        bound[position] = None
-        try:
-            if position < self._input_count:
-                binding.bind_array(spec.name, array)
-            else:
-                if not array.flags.writeable:
-                    raise HalError(ErrorStatus.INVALID_ARGUMENT, "an output pool is read-only")
-                binding.bind_output(spec.name, _CPU_DEVICE, spec.element_type, shape,
-                                    ctypes.addressof(ctypes.c_char.from_buffer(array)))
-        except HalError:
-            raise
-        except Exception as error:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot bind the request: {error}") from None
-        bound[position] = _REF(array)
 
     def create_reusable_execution(self, request: Request, measure_timing: bool = False,
                                   loop_timeout_ns: int | None = None) -> IExecution:
@@ -539,82 +325,6 @@ class OrtPreparedModel(IPreparedModel):
         if not measure_timing:
             return shapes, _UNTIMED
         return shapes, Timing(run_end - run_start, time.monotonic_ns() - start)
-
-    def _shapes_as_bound(self, binding: _Binding) -> list[OutputShape]:
-        """The shapes of a run at learned shapes that were forgotten since it was bound (the
-        table full, or cleared by another thread's run): the shapes the outputs are bound at."""
-        first = len(self.signature.inputs)
-        shapes = self._shapes.copy()
-        for position in binding.at_learned_shape:
-            shapes[position] = OutputShape(list(_bound_shape(binding, first + position)))
-        return shapes
-
-    def _run_again_allocating(self, binding: _Binding, request: Request, late: list[int], measure_timing: bool,
-                              deadline_ns: int | None, start: int) -> tuple[list[OutputShape], Timing]:
-        """The run again with the outputs bound at learned shapes left to ORT, after ORT
-        refused the run. Either an output's shape follows from input values too and moved
-        (then no output is bound at a learned shape any more: see _binds_learned_shapes),
-        or the run failed for another reason, which the run again reports."""
-        at_learned_shape, first = binding.at_learned_shape, len(self.signature.inputs)
-        bound_shapes = [_bound_shape(binding, first + position) for position in at_learned_shape]
-        for position in at_learned_shape:
-            binding.bound[first + position] = _LATE
-        binding.at_learned_shape = []
-        binding.late = late = sorted([*late, *at_learned_shape])
-
-        def stop_if_moved(shapes: list[OutputShape]) -> None:
-            if [tuple(shapes[position].dimensions) for position in at_learned_shape] != bound_shapes:
-                self._binds_learned_shapes = False
-                self._learned_shapes.clear()
-
-        try:
-            shapes, timing = self._finish(binding, request, late, measure_timing, deadline_ns, start)
-        except HalError as error:
-            if error.output_shapes:
-                stop_if_moved(error.output_shapes)
-            raise
-        stop_if_moved(shapes)
-        return shapes, timing
-
-    def _land(self, binding: _Binding, request: Request, late: list[int], shapes: list[OutputShape]) -> None:
-        """Copy the outputs ORT allocated into the request (one memmove each from ORT's
-        memory); learn the output shapes of these input shapes (_learn)."""
-        native = binding.io._iobinding if hasattr(binding.io, "_iobinding") else binding.io
-        values = native.get_outputs()
-        outputs, specs = request.outputs, self.signature.outputs
-        landed = []
-        for position in late:
-            value = values[position]
-            if value.element_type() != self._element_types[position]:
-                raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime gave output {position} as ONNX type "
-                                                            f"{value.element_type()}, not the operand's")
-            dims = list(value.shape())
-            argument = outputs[position]
-            nbytes = _nbytes(specs[position], dims)
-            shapes[position] = OutputShape(dims, argument.has_no_value or argument.location.length >= nbytes)
-            landed.append((position, value, nbytes))
-        if self._binds_learned_shapes and binding.input_shapes is not None:
-            self._learn(binding.input_shapes, shapes)
-        if not all(shape.is_sufficient for shape in shapes):
-            raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
-        views: dict[int, tuple[memoryview, int]] = {}
-        for position, value, nbytes in landed:
-            argument = outputs[position]
-            if argument.has_no_value or not nbytes:
-                continue
-            address = self._located(request, views, argument.location, nbytes, True, f"output {position}")
-            ctypes.memmove(address, value.data_ptr(), nbytes)
-
-    def _learn(self, input_shapes: tuple, shapes: list[OutputShape]) -> None:
-        """Remember the output shapes a run with these input shapes gave (_learned_shapes)."""
-        if input_shapes in self._learned_shapes:
-            return
-        if len(self._learned_shapes) >= 64:  # a model run at ever new shapes: the latest kept
-            self._learned_shapes.clear()
-        outputs = tuple((tuple(shape.dimensions), _nbytes(spec, shape.dimensions))
-                        for spec, shape in zip(self.signature.outputs, shapes, strict=True))
-        self._learned_shapes[input_shapes] = _LearnedShapes(outputs, [OutputShape(list(shape.dimensions))
-                                                                      for shape in shapes])
 
     def _run(self, binding: _Binding, deadline_ns: int | None) -> None:
         options = None
