@@ -16,7 +16,7 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import constant, reference_device  # noqa: E402
+from helpers import constant, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -189,18 +189,8 @@ def _records_by_operation() -> dict[str, list[dict]]:
 
 def _on_both(model, inputs, outputs, device):
     """The model's outputs (zeros like ``outputs``) on ``device`` alone and on the reference alone."""
-    results = []
-    for target in (device, reference_device()):
-        compilation = nnapi.Compilation(model, [target])
-        compilation.finish()
-        execution = nnapi.Execution(compilation)
-        for position, value in enumerate(inputs):
-            execution.set_input(position, value)
-        results.append([np.zeros_like(o) for o in outputs])
-        for position, array in enumerate(results[-1]):
-            execution.set_output(position, array)
-        execution.compute()
-    return results
+    return [run_on(model, target, inputs, [np.zeros_like(o) for o in outputs])
+            for target in (device, reference_device())]
 
 
 def test_slice_tile_and_reductions_with_constant_parameters_equal_the_reference(ort_device):
@@ -425,16 +415,22 @@ def _run(compilation, image):
     return features, best
 
 
-def test_declined_operation_runs_on_the_reference(ort_device):
-    model, _keep = _conv_then_declined_model()
-    split = nnapi.Compilation(model, [ort_device, reference_device()])
-    split.finish()
-    assert split.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
-    image = np.random.default_rng(4).standard_normal((1, 6, 6, 3)).astype(np.float32)
-    features, best = _run(split, image)
+def _check_split(model, compilation, seed: int) -> None:
+    """``compilation`` of _conv_then_declined_model's ``model`` puts the convolution on
+    nnapi-ort-cpu and the TRANSPOSE it declines on nnapi-reference, and its outputs for a
+    random image (``seed``) equal the reference alone's within the CTS tolerance."""
+    compilation.finish()
+    assert compilation.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
+    image = np.random.default_rng(seed).standard_normal((1, 6, 6, 3)).astype(np.float32)
+    features, best = _run(compilation, image)
     expected_features, expected_best = _reference_alone(model, image)
     np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(best, expected_best, rtol=1e-5, atol=1e-5)
+
+
+def test_declined_operation_runs_on_the_reference(ort_device):
+    model, _keep = _conv_then_declined_model()
+    _check_split(model, nnapi.Compilation(model, [ort_device, reference_device()]), seed=4)
 
 
 def _compare_with_reference(model, inputs, output_shape, device):
@@ -1103,14 +1099,7 @@ def test_default_compilation_splits_across_ort_and_the_reference():
     to nnapi-ort-cpu (measured faster), the TRANSPOSE it declines to nnapi-reference, and the
     results equal the reference alone's within the CTS tolerance."""
     model, _keep = _conv_then_declined_model()
-    default = nnapi.Compilation(model)
-    default.finish()
-    assert default.step_devices == ["nnapi-ort-cpu", "nnapi-reference"]
-    image = np.random.default_rng(5).standard_normal((1, 6, 6, 3)).astype(np.float32)
-    features, best = _run(default, image)
-    expected_features, expected_best = _reference_alone(model, image)
-    np.testing.assert_allclose(features, expected_features, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(best, expected_best, rtol=1e-5, atol=1e-5)
+    _check_split(model, nnapi.Compilation(model), seed=5)
 
 
 @pytest.mark.parametrize("declined", [False, True])
@@ -3288,10 +3277,17 @@ def test_layer_norm_is_one_ort_layer_normalization_with_the_reference_values(ort
     (between Reshapes to rows, so that ORT does not fuse the Add before it into its slower
     SkipLayerNormalization); its values are the reference's within the CTS float32
     tolerance, a mean far from zero (offset 20 against a spread of 3) included."""
-    model, values = _layer_norm_model(with_beta, gamma_first, offset=offset)
+    _check_one_layer_norm(*_layer_norm_model(with_beta, gamma_first, offset=offset), ort_device)
+
+
+def _check_one_layer_norm(model, values, device) -> None:
+    """``model`` (a layer normalization of ``values``) lowers to one LayerNormalization and
+    none of the element-wise operations it replaces, and its values on ``device`` are the
+    reference's within the CTS float32 tolerance (and 5e-6), on outputs beyond +-1."""
     kinds = [node.op_type for node in _lowered(model).graph.node]
-    assert kinds.count("LayerNormalization") == 1 and not {"ReduceMean", "Sqrt", "Neg", "Mul", "Sub"} & set(kinds)
-    ours, theirs = _on_both(model, [values], [np.zeros_like(values)], ort_device)
+    assert kinds.count("LayerNormalization") == 1 and not {"ReduceMean", "Sqrt", "Neg", "Mul", "Sub"} & set(kinds), \
+        kinds
+    ours, theirs = _on_both(model, [values], [np.zeros_like(values)], device)
     assert within_tolerance(T.TENSOR_FLOAT32, theirs[0], ours[0]).all()
     assert np.abs(theirs[0]).max() > 1.0
     np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=5e-6)
@@ -3345,13 +3341,7 @@ def test_torch_layer_norm_through_reshapes_is_one_ort_layer_normalization(ort_de
     """ai-edge-torch's layer norm (PT2E and float ViTs: tinyvit's 9, vit_b_16's 25) lowers
     to one LayerNormalization with the reference's values within the CTS float32 tolerance;
     its per-row RESHAPEs are views."""
-    model, values = _torch_layer_norm_model()
-    kinds = [node.op_type for node in _lowered(model).graph.node]
-    assert kinds.count("LayerNormalization") == 1 and not {"ReduceMean", "Sqrt", "Mul", "Sub"} & set(kinds), kinds
-    ours, theirs = _on_both(model, [values], [np.zeros_like(values)], ort_device)
-    assert within_tolerance(T.TENSOR_FLOAT32, theirs[0], ours[0]).all()
-    assert np.abs(theirs[0]).max() > 1.0
-    np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=5e-6)
+    _check_one_layer_norm(*_torch_layer_norm_model(), ort_device)
 
 
 def test_torch_layer_norm_reshaped_across_the_rows_stays_element_wise(ort_device):

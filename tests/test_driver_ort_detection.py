@@ -13,6 +13,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import constant  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -57,9 +58,7 @@ class _Model:
         return index
 
     def scalar(self, code: int, value) -> int:
-        index = self.model.add_operand(OperandType(code))
-        self.model.set_operand_value(index, value)
-        return index
+        return constant(self.model, code, value)
 
     def output(self, code: int, shape: list[int], **quant) -> int:
         index = self.model.add_operand(OperandType(code, shape, **quant))

@@ -10,6 +10,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
+from helpers import run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -32,15 +33,7 @@ def _values(code: int, shape: tuple[int, ...], rng) -> np.ndarray:
 
 
 def _run(model: nnapi.Model, device, inputs: list[np.ndarray], output_type: OperandType) -> np.ndarray:
-    compilation = nnapi.Compilation(model, [device])
-    compilation.finish()
-    execution = nnapi.Execution(compilation)
-    for position, value in enumerate(inputs):
-        execution.set_input(position, value)
-    out = np.zeros(output_type.dimensions, dtype_of(output_type.type))
-    execution.set_output(0, out)
-    execution.compute()
-    return out
+    return run_on(model, device, inputs, [np.zeros(output_type.dimensions, dtype_of(output_type.type))])[0]
 
 
 def _both(model: nnapi.Model, ort_device, inputs, output_type) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import operand_adder, reference_device  # noqa: E402
+from helpers import operand_adder, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -47,16 +47,7 @@ def _model(rng: np.random.Generator, batch: int, size: int, units: int, given: b
 
 
 def _run(model, values, shape, device):
-    compilation = nnapi.Compilation(model, [device])
-    compilation.finish()
-    execution = nnapi.Execution(compilation)
-    for position, value in enumerate(values):
-        execution.set_input(position, value)
-    results = [np.zeros(shape, np.int16), np.zeros(shape, np.uint8)]
-    for position, array in enumerate(results):
-        execution.set_output(position, array)
-    execution.compute()
-    return results
+    return run_on(model, device, values, [np.zeros(shape, np.int16), np.zeros(shape, np.uint8)])
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -11,7 +11,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import reference_device  # noqa: E402
+from helpers import constant, reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -59,9 +59,7 @@ class _Builder:
         return index
 
     def scalar(self, code: int, value) -> int:
-        index = self.model.add_operand(OperandType(code))
-        self.model.set_operand_value(index, value)
-        return index
+        return constant(self.model, code, value)
 
     def output(self, shape: list[int]) -> int:
         return self.model.add_operand(OperandType(self.code, shape))

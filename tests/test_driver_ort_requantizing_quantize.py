@@ -22,17 +22,29 @@ from nnapi.operand import dtype_of  # noqa: E402
 pytestmark = pytest.mark.usefixtures("calibration_file")
 
 
-def _requantize_model(source: tuple, output: tuple) -> nnapi.Model:
-    """DEQUANTIZE then QUANTIZE of a [2, 256] tensor: (code, scale, zero point) each."""
+_SHAPE = [2, 256]
+
+
+def _around(source: tuple, output: tuple, middle=None) -> nnapi.Model:
+    """DEQUANTIZE of a [2, 256] tensor, ``middle(model, real)`` of its float32 values (the
+    float32 operand it writes, and the further model outputs it adds), QUANTIZE of that:
+    (code, scale, zero point) each; without ``middle`` the QUANTIZE reads the DEQUANTIZE's
+    output."""
     model = nnapi.Model()
-    x = model.add_operand(OperandType(source[0], [2, 256], source[1], source[2]))
-    real = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 256]))
-    y = model.add_operand(OperandType(output[0], [2, 256], output[1], output[2]))
+    x = model.add_operand(OperandType(source[0], _SHAPE, source[1], source[2]))
+    real = model.add_operand(OperandType(T.TENSOR_FLOAT32, _SHAPE))
     model.add_operation(Op.DEQUANTIZE, [x], [real])
-    model.add_operation(Op.QUANTIZE, [real], [y])
-    model.identify_inputs_and_outputs([x], [y])
+    activation, extra = middle(model, real) if middle is not None else (real, [])
+    y = model.add_operand(OperandType(output[0], _SHAPE, output[1], output[2]))
+    model.add_operation(Op.QUANTIZE, [activation], [y])
+    model.identify_inputs_and_outputs([x], [y, *extra])
     model.finish()
     return model
+
+
+def _requantize_model(source: tuple, output: tuple) -> nnapi.Model:
+    """DEQUANTIZE then QUANTIZE of a [2, 256] tensor: (code, scale, zero point) each."""
+    return _around(source, output)
 
 
 def _run(model: nnapi.Model, device: nnapi.Device, value: np.ndarray, code) -> np.ndarray:
@@ -96,26 +108,16 @@ def _chain_model(source: tuple, output: tuple, silu: bool = True, logistic_outpu
     """DEQUANTIZE, then MUL(x, LOGISTIC(x)) (PT2E's SiLU as ai-edge-torch writes it; with
     ``logistic_output`` the LOGISTIC is a model output too) or RELU, then QUANTIZE, over a
     [2, 256] tensor: (code, scale, zero point) each."""
-    model = nnapi.Model()
-    shape = [2, 256]
-    x = model.add_operand(OperandType(source[0], shape, source[1], source[2]))
-    real = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
-    activation = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
-    y = model.add_operand(OperandType(output[0], shape, output[1], output[2]))
-    model.add_operation(Op.DEQUANTIZE, [x], [real])
-    outputs = [y]
-    if silu:
-        gate = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
+    def middle(model: nnapi.Model, real: int) -> tuple[int, list[int]]:
+        activation = model.add_operand(OperandType(T.TENSOR_FLOAT32, _SHAPE))
+        if not silu:
+            model.add_operation(Op.RELU, [real], [activation])
+            return activation, []
+        gate = model.add_operand(OperandType(T.TENSOR_FLOAT32, _SHAPE))
         model.add_operation(Op.LOGISTIC, [real], [gate])
         model.add_operation(Op.MUL, [real, gate, constant(model, T.INT32, np.int32(0))], [activation])
-        if logistic_output:
-            outputs.append(gate)
-    else:
-        model.add_operation(Op.RELU, [real], [activation])
-    model.add_operation(Op.QUANTIZE, [activation], [y])
-    model.identify_inputs_and_outputs([x], outputs)
-    model.finish()
-    return model
+        return activation, [gate] if logistic_output else []
+    return _around(source, output, middle)
 
 
 @pytest.mark.parametrize("logistic_output", [False, True])
@@ -194,19 +196,12 @@ def test_a_quantized_gelu_is_a_proven_gelu_and_one_quantize_equal_to_the_referen
 
 def _scaled_model(source: tuple, factor: float, output: tuple) -> nnapi.Model:
     """DEQUANTIZE, MUL by a float32 constant of one element, QUANTIZE over [2, 256]."""
-    model = nnapi.Model()
-    shape = [2, 256]
-    x = model.add_operand(OperandType(source[0], shape, source[1], source[2]))
-    real = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
-    scaled = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
-    y = model.add_operand(OperandType(output[0], shape, output[1], output[2]))
-    model.add_operation(Op.DEQUANTIZE, [x], [real])
-    model.add_operation(Op.MUL, [real, constant(model, T.TENSOR_FLOAT32, np.array([factor], np.float32), [1]),
-                                 constant(model, T.INT32, np.int32(0))], [scaled])
-    model.add_operation(Op.QUANTIZE, [scaled], [y])
-    model.identify_inputs_and_outputs([x], [y])
-    model.finish()
-    return model
+    def middle(model: nnapi.Model, real: int) -> tuple[int, list[int]]:
+        scaled = model.add_operand(OperandType(T.TENSOR_FLOAT32, _SHAPE))
+        model.add_operation(Op.MUL, [real, constant(model, T.TENSOR_FLOAT32, np.array([factor], np.float32), [1]),
+                                     constant(model, T.INT32, np.int32(0))], [scaled])
+        return scaled, []
+    return _around(source, output, middle)
 
 
 @pytest.mark.parametrize(("factor", "proven"), [(0.3, True), (0.5, False)])
