@@ -267,6 +267,27 @@ def litert_outputs(model: bytes | Path, feeds: dict[str, np.ndarray]) -> dict[st
     return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
 
 
+def litert_builtin_output(model: bytes, feed: np.ndarray) -> np.ndarray:
+    """The output of a one-input, one-output .tflite model on LiteRT's builtin kernels
+    without its default delegate (BUILTIN_WITHOUT_DEFAULT_DELEGATES: TFLite's own integer
+    kernels, not XNNPACK's), single-threaded; ai_edge_litert must be installed."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(model_content=model, num_threads=1,
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], feed)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
+def imported_output(model: bytes, feed: np.ndarray, device: str = "nnapi-reference") -> np.ndarray:
+    """The output of a one-input, one-output .tflite model imported by nnapi.load_tflite and
+    run on ``device``."""
+    session = nnapi.Session(model, devices=[device])
+    return next(iter(session.run({session.inputs[0].name: feed}).values()))
+
+
 def run_in_threads(worker: Callable[[int], None], count: int) -> None:
     """``worker(seed)`` for seeds 0 .. count - 1, each in its own thread, all at once;
     returns when every one has ended (workers record their failures themselves)."""

@@ -224,18 +224,21 @@ def test_other_floors_keep_leaky_relu_and_max(ort_device, alpha, floor):
     np.testing.assert_array_equal(ours, theirs)
 
 
-@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
-@pytest.mark.parametrize("quantization", [
-    # x scale, x zero point, stored alpha, alpha scale, alpha zero point, y scale, y zero point
-    (0.05, 120, 1, 0.2, 0, 0.04, 100),   # the importer's int8 LEAKY_RELU: alpha 1 step of scale 0.2
+#: x scale, x zero point, stored alpha, alpha scale, alpha zero point, y scale, y zero point
+_UNIFORM_QUANTIZATIONS = [
+    (0.05, 120, 1, 0.2, 0, 0.04, 100),  # the importer's int8 LEAKY_RELU: alpha 1 step of scale 0.2
     (0.1, 128, 3, 0.1, 0, 0.1, 128),
     (0.02, 200, 100, 0.01, 120, 0.03, 20),  # a negative alpha, -0.2
-])
-def test_quantized_uniform_prelu_is_leaky_relu_in_float(ort_device, code, quantization):
+]
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("quantization", _UNIFORM_QUANTIZATIONS)
+def test_quantized_uniform_prelu_is_the_references_fixed_point(ort_device, code, quantization):
     """A quantized PRELU of one alpha: DequantizeLinear, LeakyRelu, QuantizeLinear (ORT makes
-    them one QLinearLeakyRelu table), in place of Relu / Min / Mul / Add: on every stored
-    value the float32 values of the general quantized form (x or alpha * x, rounded half to
-    even), as before, and within a step of the reference (which rounds float64 halves away)."""
+    them one QLinearLeakyRelu table) where a probe shows that float form gives the
+    reference's fixed point (Android's two quantized multipliers) on every stored value,
+    else a Gather from the reference's table; the reference's values either way."""
     xs, xz, a_raw, a_scale, a_zero, ys, yz = quantization
     low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
     dtype = np.int8 if low else np.uint8
@@ -248,13 +251,27 @@ def test_quantized_uniform_prelu_is_leaky_relu_in_float(ort_device, code, quanti
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
     types = lowered_node_types(model)
-    assert types.count("LeakyRelu") == 1 and not {"Relu", "Min", "Mul"} & set(types)  # (Add: int8 I/O)
     stored = (np.arange(256) + low).astype(dtype).reshape(1, 16, 16, 1)
     ours, theirs = (run_on(model, device, [stored], [np.zeros_like(stored)])[0]
                     for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)
     real = (stored.astype(np.int32) - (xz + low)).astype(np.float32) * np.float32(xs)
     alpha = np.float32(a_raw - a_zero) * np.float32(a_scale)
-    expected = np.clip(np.rint(np.where(real >= 0, real, real * alpha) / np.float32(ys)) + yz + low, low, low + 255)
-    np.testing.assert_array_equal(ours, expected.astype(dtype))
-    assert np.abs(ours.astype(np.int32) - theirs.astype(np.int32)).max() <= 1
+    rounded_once = np.clip(np.rint(np.where(real >= 0, real, real * alpha) / np.float32(ys)) + yz + low, low, low + 255)
+    if np.array_equal(theirs, rounded_once.astype(dtype)):
+        assert types.count("LeakyRelu") == 1 and not {"Relu", "Min", "Mul", "Gather"} & set(types)
+    else:  # the float form rounds once where the fixed point rounds twice: the table
+        assert "Gather" in types and "LeakyRelu" not in types
     assert len(np.unique(ours[real < 0])) > 10  # the negative side scaled, not clamped
+
+
+def test_quantized_uniform_prelu_forms_both_occur():
+    """Of the quantizations above, the float form is exact for some and not others (so
+    both branches of the test above run)."""
+    from nnapi.drivers.ort.uniform_prelu import _leaky_relu_proven
+
+    proven = {_leaky_relu_proven((int(T.TENSOR_QUANT8_ASYMM), xs, xz), (int(T.TENSOR_QUANT8_ASYMM), a_scale, a_zero),
+                                 a_raw, float(np.float32(a_raw - a_zero) * np.float32(a_scale)),
+                                 (int(T.TENSOR_QUANT8_ASYMM), ys, yz))
+              for xs, xz, a_raw, a_scale, a_zero, ys, yz in _UNIFORM_QUANTIZATIONS}
+    assert proven == {True, False}

@@ -16,6 +16,7 @@ from nnapi import OperandCode as T
 from nnapi import OperandType, SymmPerChannelQuantParams
 from nnapi import OperationCode as Op
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, get_operation
+from nnapi.operations.quant_math import multiply_by_quantized_multiplier, quantize_multiplier
 
 INT32 = OperandType(T.INT32)
 
@@ -442,7 +443,13 @@ def test_large_quantized_binary_ops_match_elementwise_math():
     want = np.clip(_quantize_reference(real_a + real_b, 0.11, 100, 0, 255), 100, 100 + round(6 / 0.11))
     np.testing.assert_array_equal(got, want)
     got = binary(Op.PRELU, ta, tb, out, a, b)
-    want = _quantize_reference(np.where(real_a >= 0, real_a, real_a * real_b), 0.11, 100, 0, 255)
+    # Android's fixed point: x - 120 by the multiplier of 0.07 / 0.11 (float32 quotient),
+    # (x - 120) * (alpha - 10) by that of float32(0.07 * 0.03) / 0.11 (double quotient)
+    positive = quantize_multiplier(float(np.float32(0.07) / np.float32(0.11)))
+    negative = quantize_multiplier(float(np.float32(0.07) * np.float32(0.03)) / float(np.float32(0.11)))
+    x, alpha = a.astype(np.int64) - 120, b.astype(np.int64) - 10
+    want = np.clip(np.where(x >= 0, multiply_by_quantized_multiplier(x, *positive),
+                            multiply_by_quantized_multiplier(x * alpha, *negative)) + 100, 0, 255)
     np.testing.assert_array_equal(got, want)
     sa, sb = a.view(np.int8), b.view(np.int8)
     got = binary(Op.MINIMUM, s8(shape, 0.07, -8), s8(shape[-1:], 0.03, 10), s8(shape, 0.11, 3), sa, sb)

@@ -11,6 +11,13 @@
 - ``multiply_by_quantized_multiplier``: TFLite's MultiplyByQuantizedMultiplier step by step
   (saturating left shift, rounding doubling high multiply, rounding right shift), the
   definition the fast output stage is tested against.
+- ``inverse_sqrt_multipliers`` / ``l2_normalize_fixed_point``: 8-bit L2_NORMALIZATION as
+  Android's kernels compute it (an int32 sum of squares, its inverse square root by
+  Newton's iteration in gemmlowp fixed point, one rescale per element).
+- ``prelu_fixed_point``: 8-bit PRELU as Android's kernel computes it (two quantized
+  multipliers, one for x >= 0 and one for the product x * alpha).
+- ``mean_multiplier``: the fixed-point multiplier with which TFLite's 8-bit Mean rescales
+  its int32 sum when the output's quantization differs from the input's.
 - ``OutputStage``: the quantized output stage of convolutions and matrix products
   (int32 accumulators + bias -> MultiplyByQuantizedMultiplier per channel -> + zero point
   -> activation clamp) with everything that depends on constants computed once, and the
@@ -250,6 +257,131 @@ def int16_multiplier(real: float) -> tuple[int, int]:
     exponent), the Q31 mantissa rounded to 16 bits (halves up), at most INT16_MAX."""
     fixed, exponent = quantize_multiplier(real)
     return min(32767, (fixed + (1 << 15)) >> 16), exponent
+
+
+def saturating_shift_left(x, exponent: int) -> np.ndarray:
+    """gemmlowp's SaturatingRoundingMultiplyByPOT for a positive ``exponent`` on int32
+    values: x * 2**exponent, saturated to INT32_MIN / INT32_MAX where |x| exceeds
+    2**(31 - exponent) - 1. Returns int64."""
+    x = np.asarray(x, dtype=np.int64)
+    threshold = (1 << (31 - exponent)) - 1
+    return np.where(x > threshold, _INT32_MAX, np.where(x < -threshold, _INT32_MIN, x << exponent))
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    """int64 values reduced to int32 as two's complement wraps them (gemmlowp's raw
+    subtraction of fixed-point values does not saturate)."""
+    return ((x - _INT32_MIN) & 0xFFFFFFFF) + _INT32_MIN
+
+
+#: gemmlowp's fixed-point constants of the inverse square root: 1.5 with 3 integer bits
+#: (Q3.28) and sqrt(2) / 2 with none (Q0.31), and the Q3.28 one
+_HALF_THREE_Q3 = (1 << 28) + (1 << 27)
+_HALF_SQRT2_Q0 = 1518500250
+_ONE_Q3 = 1 << 28
+
+
+def inverse_sqrt_multipliers(sums) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's GetInvSqrtQuantizedMultiplierExp (used by Android's 8-bit L2_NORMALIZATION)
+    over an array of non-negative int32 sums: (Q31 multipliers, right shifts >= 0) with
+    multiplier * 2**-(31 + shift) close to 1 / sqrt(sum).
+
+    Sums of 0 or 1 give (INT32_MAX, 0). Otherwise the sum is brought into [2**27, 2**29)
+    by dividing by 4 (truncating) or shifting left by pairs of bits, the shift tracked from
+    11; its inverse square root is five Newton steps x <- 1.5 x - (sum / 2) x**3 in Q3.28
+    fixed point from x = 1 (products: SaturatingRoundingDoublingHighMul; the cube rescaled
+    by a saturating shift of 6, the step's result by 3, their difference wrapping as
+    int32), times sqrt(2) / 2 in Q0.31; a negative shift is moved into the multiplier."""
+    x = np.atleast_1d(np.asarray(sums, dtype=np.int64)).copy()
+    trivial = x <= 1
+    shift = np.full(x.shape, 11, dtype=np.int64)
+    while np.any(big := x >= (1 << 29)):
+        x = np.where(big, x // 4, x)
+        shift += big
+    x = np.where(trivial, 1 << 27, x)  # any value in range; replaced below
+    # left shift by pairs of bits, one pair fewer than the leading zeros allow
+    leading_zeros = 32 - _bit_length(x)
+    pairs = (leading_zeros - 1) // 2 - 1
+    shift -= pairs
+    x <<= 2 * pairs
+    half_input = rounding_divide_by_pot(x >> 1, 1)  # x / 2 in Q3.28 (x itself is Q3.28 of x >> 1)
+    estimate = np.full(x.shape, _ONE_Q3, dtype=np.int64)
+    for _ in range(5):
+        cube = rounding_doubling_high_multiply(rounding_doubling_high_multiply(estimate, estimate), estimate)
+        cube = saturating_shift_left(cube, 6)
+        step = _wrap32(rounding_doubling_high_multiply(_HALF_THREE_Q3, estimate)
+                       - rounding_doubling_high_multiply(half_input, cube))
+        estimate = saturating_shift_left(step, 3)
+    multiplier = rounding_doubling_high_multiply(estimate, _HALF_SQRT2_Q0)
+    negative = shift < 0
+    multiplier = np.where(negative, _wrap32(multiplier << np.where(negative, -shift, 0)), multiplier)
+    shift = np.where(negative, 0, shift)
+    return np.where(trivial, _INT32_MAX, multiplier), np.where(trivial, 0, shift)
+
+
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """Bit lengths of non-negative int64 values below 2**53 (exact through float64's
+    exponent)."""
+    return np.where(x > 0, np.frexp(x.astype(np.float64))[1], 0).astype(np.int64)
+
+
+def l2_normalize_fixed_point(offsets: np.ndarray, output_zero_point: int, low: int, high: int,
+                             shift_into_multiplier: bool = False) -> np.ndarray:
+    """Android's 8-bit L2_NORMALIZATION along the last axis of ``offsets`` (the stored
+    values minus the input zero point, integers): the int32 sum of squares per vector,
+    its ``inverse_sqrt_multipliers`` (m, right shift r), then each offset x rescaled onto
+    the output's 1/128 scale, plus the output zero point (128 or 0), clamped to [``low``,
+    ``high``]. Returns int64.
+
+    Android rescales in two ways: x * 128 by m then divided by 2**r
+    (SaturatingRoundingDoublingHighMul, RoundingDivideByPOT: its uint8 kernels and its
+    int8 one along an axis other than the last), or, with ``shift_into_multiplier`` (int8
+    along the last axis: TFLite's integer kernel, which LiteRT runs too),
+    MultiplyByQuantizedMultiplier(x, m, 7 - r), the 2**7 folded into the exponent (a left
+    shift before the high multiply where 7 > r), which rounds differently. The sum would
+    wrap as int32 only past 33,000 elements of 255; it is kept in int64."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    sums = np.einsum("...i,...i->...", offsets, offsets)
+    multiplier, shift = inverse_sqrt_multipliers(sums.reshape(-1))
+    multiplier = multiplier.reshape(sums.shape)[..., None]
+    shift = shift.reshape(sums.shape)[..., None]
+    if shift_into_multiplier:
+        scaled = multiply_by_quantized_multiplier(offsets, multiplier, 7 - shift)
+    else:
+        scaled = rounding_divide_by_pot(rounding_doubling_high_multiply(offsets * 128, multiplier), shift)
+    return np.clip(scaled + output_zero_point, low, high)
+
+
+def prelu_fixed_point(x_offsets, alpha_offsets, input_scale: float, alpha_scale: float, output_scale: float,
+                      output_zero_point: int, low: int, high: int) -> np.ndarray:
+    """Android's 8-bit PRELU (TFLite's integer PReLU too) on offset values x = q - zero
+    point and alpha = q_alpha - alpha zero point (broadcasting): x >= 0 rescaled by the
+    quantized multiplier of input scale / output scale, x < 0 the int32 product x * alpha
+    rescaled by that of (input scale * alpha scale) / output scale (both in C float from
+    the float32 scales, the product kept in float32 and divided in double, as Android's
+    kernel does), plus the output zero point, saturated to [``low``, ``high``]. Returns
+    int64."""
+    s_in, s_alpha, s_out = (np.float32(s) for s in (input_scale, alpha_scale, output_scale))
+    positive = quantize_multiplier(float(s_in / s_out))
+    negative = quantize_multiplier(float(s_in * s_alpha) / float(s_out))
+    x = np.asarray(x_offsets, dtype=np.int64)
+    alpha = np.asarray(alpha_offsets, dtype=np.int64)
+    result = np.where(x >= 0, multiply_by_quantized_multiplier(x, *positive),
+                      multiply_by_quantized_multiplier(x * alpha, *negative))
+    return np.clip(result + output_zero_point, low, high)
+
+
+def mean_multiplier(input_scale: float, output_scale: float, count: int) -> tuple[int, int]:
+    """TFLite's 8-bit Mean (LiteRT's builtin kernel) with an output quantization other than
+    its input's: the int32 sum of (q - input zero point) over ``count`` elements becomes
+    MultiplyByQuantizedMultiplier(sum, m, e) + output zero point, with (m, e) derived here:
+    QuantizeMultiplier of input scale / output scale (float32 scales, double quotient), then
+    m shifted left by k = min(floor(log2 count), 32, 31 + e) bits and divided by ``count``
+    in integers (truncating), e lowered by k. The mantissa may fall below 2**30 (it is
+    not renormalized), so no QuantizeMultiplier of a real gives it in general."""
+    fixed, exponent = quantize_multiplier(float(np.float32(input_scale)) / float(np.float32(output_scale)))
+    shift = min(int(count).bit_length() - 1, 32, 31 + exponent)
+    return (fixed << shift) // int(count), exponent - shift
 
 
 # --- the output stage of convolutions and matrix products -----------------------------------

@@ -38,8 +38,9 @@ from nnapi.drivers.ort.channel_padding import pad_channels, reads_padded, set_ch
 from nnapi.drivers.ort.int32_moves import rejoined_move
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
+from nnapi.operand import OperandType
 from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized
-from nnapi.operations.quant_math import FixedPointMul, quantize_multiplier
+from nnapi.operations.quant_math import FixedPointMul, prelu_fixed_point, quantize_multiplier
 
 #: the first ONNX Runtime release with a uint8 Less on the CPU
 UINT8_LESS_VERSION = (1, 21)
@@ -559,11 +560,39 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
         else:  # alpha given at execution, or not finite: PRELU's own definition
             zero = g.constant(np.array(0.0, np.float32))
             y = g.one("Where", [g.one("GreaterOrEqual", [x.name, zero]), x.name, g.one("Mul", [x.name, alpha.name])])
-    elif output.type in QUANT8:
-        y = g.quantize(_prelu(g, g.dequantize(x), g.dequantize(alpha)), output)
+    elif output.type in QUANT8 and x.kind == "uint8":
+        y = _quantized_uniform_prelu(g, operation, x, output)
     else:
         raise Declined(f"PRELU on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
+
+
+def _quantized_uniform_prelu(g: GraphBuilder, operation: Operation, x: Value, output: Operand) -> str:
+    """8-bit PRELU whose alpha is one constant value (TFLite's LEAKY_RELU as the importer
+    writes it) as a Gather from the 256-entry table of the reference's fixed point
+    (``quant_math.prelu_fixed_point``, Android's two quantized multipliers), indexed by the
+    internal stored value. Other alphas are declined: their results depend on each pair
+    of stored values through the int32 product x * alpha, which no ONNX quantized operator
+    rounds as the fixed point does."""
+    known = g.raw_constant(operation.inputs[1])
+    if known is None or known.size == 0 or np.any(known != known.reshape(-1)[0]):
+        raise Declined("quantized PRELU needs one constant alpha value (Android's fixed point has no ONNX form)")
+    table = uniform_prelu_table(g.operand(operation.inputs[0]), g.operand(operation.inputs[1]),
+                                int(known.reshape(-1)[0]), output)
+    positions = g.one("Cast", [x.name], to=TensorProto.INT32)
+    return g.one("Gather", [g.constant(table, "table"), positions], axis=0)
+
+
+def uniform_prelu_table(source: Operand | OperandType, alpha: Operand | OperandType, alpha_stored: int,
+                        output: Operand | OperandType) -> np.ndarray:
+    """The reference's 8-bit PRELU (``quant_math.prelu_fixed_point``) of each internal
+    value of ``source`` (uint8; int8 as + 128) by one stored alpha value, in ``output``'s
+    internal encoding."""
+    stored = requantize.stored_values(source)
+    info = np.iinfo(np.uint8 if output.type == T.TENSOR_QUANT8_ASYMM else np.int8)
+    table = prelu_fixed_point(stored.astype(np.int64) - source.zero_point, alpha_stored - alpha.zero_point,
+                              source.scale, alpha.scale, output.scale, output.zero_point, info.min, info.max)
+    return encode(table.astype(info.dtype), output)
 
 
 def _prelu_blocked(g: GraphBuilder, x: Value, alpha: np.ndarray) -> str:

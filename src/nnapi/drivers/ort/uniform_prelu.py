@@ -19,11 +19,12 @@ value computed with its channels padded to the NCHWc block (wants_padding) stays
 padded: LeakyRelu keeps the padding zeros zero.
 
 A quantized PRELU of one alpha (an int8 / uint8 LEAKY_RELU) likewise: DequantizeLinear,
-LeakyRelu, QuantizeLinear, the float32 values of lower_prelu's quantized form (relu(x) +
-min(x, 0) * alpha: x, or alpha * x rounded once) quantized as it does, in three nodes where
-that form has six; ORT fuses them into QLinearLeakyRelu, a table of those same values
-(generated ESRGAN int8, 11 LEAKY_RELU: 6.34 -> 5.34 ms in an interleaved A/B, load ~7,
-outputs identical).
+LeakyRelu, QuantizeLinear, which ORT fuses into QLinearLeakyRelu, a table of the float
+values rounded once (generated ESRGAN int8, 11 LEAKY_RELU: 6.34 -> 5.34 ms in an
+interleaved A/B, load ~7) -- where a probe of that form on all 256 stored values gives the
+reference's fixed-point PRELU (Android's two quantized multipliers, which round twice:
+they differ by a step on ~3% of values of random quantizations); elsewhere a Gather from
+the reference's table (elementwise.py's lower_prelu).
 
 A float32 LEAKY_RELU read only by a MAXIMUM with a negative constant c (openWakeWord's
 embedding model floors each at -0.4) is lowered with it, where some t has alpha * t rounding
@@ -35,7 +36,10 @@ A/B, load ~7, outputs identical).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+from onnx import TensorProto, helper
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.builder import (
@@ -44,12 +48,16 @@ from nnapi.drivers.ort.builder import (
     GraphBuilder,
     channel_scale,
     from_nchw,
+    internal_zero_point,
     lowers,
+    probe_outputs,
     to_nchw,
 )
 from nnapi.drivers.ort.channel_padding import set_channels
-from nnapi.drivers.ort.elementwise import lower_prelu
+from nnapi.drivers.ort.elementwise import lower_prelu, uniform_prelu_table
+from nnapi.drivers.ort.requantize import quantization
 from nnapi.hal import Operation
+from nnapi.operand import OperandType
 
 T = OperandCode
 
@@ -94,8 +102,12 @@ def lower_uniform_prelu(g: GraphBuilder, operation: Operation) -> None:
         return
     source = operation.inputs[0]
     output = g.operand(operation.outputs[0])
-    if output.type in QUANT8:  # in float, as lower_prelu's quantized form (same values)
-        real = g.one("LeakyRelu", [g.dequantize(g.value(source))], alpha=alpha)
+    if output.type in QUANT8:
+        x = g.value(source)
+        if x.kind != "uint8" or not _leaky_relu_exact(g, operation, alpha):
+            lower_prelu(g, operation)  # the reference's table, or declined
+            return
+        real = g.one("LeakyRelu", [g.dequantize(x)], alpha=alpha)
         g.set_output(operation.outputs[0], g.quantize(real, output))
         return
     if source in g.padded:  # every reader of it takes the padded form, this one too
@@ -103,6 +115,36 @@ def lower_uniform_prelu(g: GraphBuilder, operation: Operation) -> None:
         set_channels(g, operation.outputs[0], g.one("LeakyRelu", [x.name], alpha=alpha), x.dims[3])
         return
     g.set_output(operation.outputs[0], g.one("LeakyRelu", [g.value(source).name], alpha=alpha))
+
+
+def _leaky_relu_exact(g: GraphBuilder, operation: Operation, alpha: float) -> bool:
+    """Whether DequantizeLinear, LeakyRelu, QuantizeLinear in ONNX Runtime give the
+    reference's PRELU of 8-bit PRELU ``operation`` (one constant alpha) for every stored
+    value."""
+    source, slope, output = (g.operand(i) for i in (operation.inputs[0], operation.inputs[1], operation.outputs[0]))
+    alpha_stored = int(g.raw_constant(operation.inputs[1]).reshape(-1)[0])
+    return _leaky_relu_proven(quantization(source), quantization(slope), alpha_stored, alpha, quantization(output))
+
+
+@functools.cache
+def _leaky_relu_proven(source: tuple, slope: tuple, alpha_stored: int, alpha: float, output: tuple) -> bool:
+    operands = [OperandType(code, [256], scale, zero_point) for code, scale, zero_point in (source, slope, output)]
+    expected = uniform_prelu_table(*operands[:2], alpha_stored, operands[2])
+    qparams = []
+    for operand in (operands[0], operands[2]):
+        qparams.append([helper.make_tensor(f"s{len(qparams)}", TensorProto.FLOAT, [], [operand.scale]),
+                        helper.make_tensor(f"z{len(qparams)}", TensorProto.UINT8, [], [internal_zero_point(operand)])])
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s0", "z0"], ["real"]),
+             helper.make_node("LeakyRelu", ["real"], ["leaky"], alpha=alpha),
+             helper.make_node("QuantizeLinear", ["leaky", "s1", "z1"], ["y"])]
+    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.UINT8, [256])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [256])],
+                              [tensor for pair in qparams for tensor in pair])
+    try:
+        outputs = probe_outputs(graph, {"x": np.arange(256, dtype=np.uint8)})
+    except ImportError:  # lowering without a runtime: the table
+        return False
+    return outputs is not None and bool(np.array_equal(outputs[0], expected))
 
 
 def _clamping_maximum(g: GraphBuilder, operation: Operation, alpha: float) -> tuple[Operation, float] | None:
