@@ -148,12 +148,7 @@ def _simple(c: _Converter, op: _Operator) -> None:
         x, out_type = c.input(0), c.nn_type(op.out_tensor())
         x_type = c.type_of(x)
         if (x_type.scale, x_type.zero_point) != (out_type.scale, out_type.zero_point):
-            # NNAPI's quantized RELU keeps the input's scale; TFLite's may requantize.
-            # x + 0 requantized into the output with the activation fused is that.
-            zero = c.const_operand(np.array([x_type.zero_point], x_type.dtype), x_type.with_dimensions([1]))
-            c.emit(Op.ADD, [x, zero, c.i32(_RELU_FUSE[code])], [c.output()])
-            c.lowered(f"requantizing {op.name} as ADD of 0 with the activation fused (NNAPI's {code.name} "
-                      "keeps the input's scale)")
+            _requantizing_relu(c, op, code, x, x_type, out_type)
             return
     if code in _FLOAT_ONLY and c.type_of(c.input(0)).type in _QUANT8:
         _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
@@ -170,6 +165,37 @@ def _simple(c: _Converter, op: _Operator) -> None:
             return
     inputs = [c.input(i) for i in range(len(op.inputs))]
     c.emit(code, inputs, [c.output()])
+
+
+def _requantizing_relu(c: _Converter, op: _Operator, code: OperationCode, x: int, x_type: OperandType,
+                       out_type: OperandType) -> None:
+    """A quantized RELU / RELU1 / RELU6 whose output quantization differs from its input's.
+
+    NNAPI's keeps the input's scale; TFLite's rescales x - zero point by the quantized
+    multiplier of s_in / s_out = m * 2**e, adds the output zero point and clamps. NNAPI's
+    8-bit MUL by a constant 2**k (stored 2**k above its zero point, scale 2**-k, k =
+    max(e, 0)) with the activation fused is that: its product (x - z) * 2**k rescaled by
+    m * 2**(e - k) is TFLite's one high multiply of (x - z) << e when e > 0, and the same
+    multiply and rounding shift when e <= 0 (Android derives the multiplier by a double
+    division of the float32 scales, TFLite by a float one: the Q31 mantissas may differ in
+    their last bits). An ADD of 0 (the earlier lowering) rescales each input onto a common
+    2**-20 finer scale first and rounds twice: a step off on ~1.5% of stored values. Kept
+    for multipliers of 128 and more, where 2**k has no 8-bit constant."""
+    exponent = quantize_multiplier(float(np.float32(x_type.scale)) / float(np.float32(out_type.scale)))[1]
+    shift = max(exponent, 0)
+    fuse = c.i32(_RELU_FUSE[code])
+    if shift <= 7:
+        zero_point = 0 if x_type.type == T.TENSOR_QUANT8_ASYMM else -128
+        factor = c.const_operand(np.array([zero_point + (1 << shift)], x_type.dtype),
+                                 OperandType(x_type.type, [1], 2.0 ** -shift, zero_point))
+        c.emit(Op.MUL, [x, factor, fuse], [c.output()])
+        c.lowered(f"requantizing {op.name} as MUL by a constant {2 ** shift} (scale 2**-{shift}) with the "
+                  f"activation fused (NNAPI's {code.name} keeps the input's scale)")
+        return
+    zero = c.const_operand(np.array([x_type.zero_point], x_type.dtype), x_type.with_dimensions([1]))
+    c.emit(Op.ADD, [x, zero, fuse], [c.output()])
+    c.lowered(f"requantizing {op.name} (scale ratio 128 or more) as ADD of 0 with the activation fused "
+              f"(NNAPI's {code.name} keeps the input's scale)")
 
 
 #: NNAPI's activation operations and the fuse code that means the same
