@@ -124,3 +124,25 @@ def test_requantizing_mean_is_closer_to_litert_than_the_float_path():
         values += want.size
         differing += int(np.count_nonzero(got != want))
     assert differing <= values // 200, (differing, values)
+
+
+@pytest.mark.parametrize("kind", ["uint8", "int8"])
+def test_leaky_relu_equals_litert_on_every_stored_value(kind):
+    """LEAKY_RELU, imported as PRELU by one constant slope, is the reference's fixed-point
+    PRELU: TFLite's two quantized multipliers (identity and alpha)."""
+    pytest.importorskip("ai_edge_litert")
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    rng = np.random.default_rng(13)
+    low, high = _RANGES[kind]
+    stored = np.arange(low, high + 1).astype(kind)
+    for _ in range(20):
+        (in_scale, in_zero), (out_scale, out_zero) = ((_scale(rng), int(rng.integers(low, high + 1))) for _ in "ab")
+        alpha = float(np.float32(rng.choice([0.01, 0.1, 0.2, 0.3])))
+        tensors = [
+            Tensor("x", kind, [256], scale=in_scale, zero_point=in_zero),
+            Tensor("y", kind, [256], scale=out_scale, zero_point=out_zero),
+        ]
+        options = ("LeakyReluOptions", {"Alpha": alpha})
+        data = build(Subgraph(tensors, [Operator("LEAKY_RELU", [0], [1], options)], [0], [1]))
+        np.testing.assert_array_equal(imported_output(data, stored), litert_builtin_output(data, stored))
