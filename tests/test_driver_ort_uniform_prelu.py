@@ -275,3 +275,32 @@ def test_quantized_uniform_prelu_forms_both_occur():
                                  (int(T.TENSOR_QUANT8_ASYMM), ys, yz))
               for xs, xz, a_raw, a_scale, a_zero, ys, yz in _UNIFORM_QUANTIZATIONS}
     assert proven == {True, False}
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("alpha_shape", [[4], [1, 1, 4], [16, 1]])
+def test_quantized_prelu_of_several_alphas_is_the_references_table(ort_device, code, alpha_shape):
+    """A quantized PRELU of a constant alpha with several values: a Gather from the
+    reference's table of every stored value against every alpha value, indexed by the
+    internal value times their count plus alpha's position (broadcast as PRELU does);
+    the reference's values for every stored value against every alpha."""
+    low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    dtype = np.int8 if low else np.uint8
+    rng = np.random.default_rng(9)
+    alpha_values = (rng.integers(0, 256, size=alpha_shape) + low).astype(dtype)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, [1, 16, 16, 4], 0.05, 120 + low))
+    a = model.add_operand(OperandType(code, alpha_shape, 0.01, 100 + low))
+    model.set_operand_value(a, alpha_values)
+    y = model.add_operand(OperandType(code, [1, 16, 16, 4], 0.03, 90 + low))
+    model.add_operation(Op.PRELU, [x, a], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    types = lowered_node_types(model)
+    assert "Gather" in types and "LeakyRelu" not in types and "QuantizeLinear" not in types
+    # pixel p holds stored value p in all 4 channels: every value against every alpha
+    feed = np.repeat((np.arange(256) + low).astype(dtype), 4).reshape(1, 16, 16, 4)
+    ours, theirs = (run_on(model, device, [feed], [np.zeros_like(feed)])[0]
+                    for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)
+    assert len(np.unique(theirs)) > 100  # the negative side scaled by several alphas

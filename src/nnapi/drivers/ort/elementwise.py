@@ -561,37 +561,52 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
             zero = g.constant(np.array(0.0, np.float32))
             y = g.one("Where", [g.one("GreaterOrEqual", [x.name, zero]), x.name, g.one("Mul", [x.name, alpha.name])])
     elif output.type in QUANT8 and x.kind == "uint8":
-        y = _quantized_uniform_prelu(g, operation, x, output)
+        y = _quantized_prelu(g, operation, x, output)
     else:
         raise Declined(f"PRELU on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
 
 
-def _quantized_uniform_prelu(g: GraphBuilder, operation: Operation, x: Value, output: Operand) -> str:
-    """8-bit PRELU whose alpha is one constant value (TFLite's LEAKY_RELU as the importer
-    writes it) as a Gather from the 256-entry table of the reference's fixed point
-    (``quant_math.prelu_fixed_point``, Android's two quantized multipliers), indexed by the
-    internal stored value. Other alphas are declined: their results depend on each pair
-    of stored values through the int32 product x * alpha, which no ONNX quantized operator
-    rounds as the fixed point does."""
+#: the most constant alpha values a quantized PRELU's table covers (256 entries each)
+_PRELU_TABLE_ALPHAS = 4096
+
+
+def _quantized_prelu(g: GraphBuilder, operation: Operation, x: Value, output: Operand) -> str:
+    """8-bit PRELU with a constant alpha as a Gather from the table of the reference's
+    fixed point (``quant_math.prelu_fixed_point``, Android's two quantized multipliers)
+    of every internal stored value against every alpha value: 256 entries per alpha value,
+    indexed by u * A + k for the internal value u and alpha's flat position k (a constant
+    of alpha's shape, broadcast against the input as PRELU broadcasts). One alpha value
+    (TFLite's LEAKY_RELU as the importer writes it) needs only u. An alpha given at run
+    time is declined: the results depend on each pair of stored values through the int32
+    product x * alpha, which no ONNX quantized operator rounds as the fixed point does."""
     known = g.raw_constant(operation.inputs[1])
-    if known is None or known.size == 0 or np.any(known != known.reshape(-1)[0]):
-        raise Declined("quantized PRELU needs one constant alpha value (Android's fixed point has no ONNX form)")
-    table = uniform_prelu_table(g.operand(operation.inputs[0]), g.operand(operation.inputs[1]),
-                                int(known.reshape(-1)[0]), output)
+    if known is None or known.size == 0 or known.size > _PRELU_TABLE_ALPHAS:
+        raise Declined(f"quantized PRELU needs a constant alpha of at most {_PRELU_TABLE_ALPHAS} values "
+                       "(Android's fixed point has no ONNX form)")
+    alpha = g.operand(operation.inputs[1])
+    flat = known.reshape(-1)
+    uniform = bool(np.all(flat == flat[0]))
+    values = flat[:1] if uniform else flat
+    table = prelu_table(g.operand(operation.inputs[0]), alpha, values, output)
     positions = g.one("Cast", [x.name], to=TensorProto.INT32)
-    return g.one("Gather", [g.constant(table, "table"), positions], axis=0)
+    if not uniform:
+        count = np.array(values.size, np.int32)
+        offsets = np.arange(values.size, dtype=np.int32).reshape(known.shape)
+        positions = g.one("Add", [g.one("Mul", [positions, g.constant(count)]), g.constant(offsets, "alpha_index")])
+    return g.one("Gather", [g.constant(table.reshape(-1), "table"), positions], axis=0)
 
 
-def uniform_prelu_table(source: Operand | OperandType, alpha: Operand | OperandType, alpha_stored: int,
-                        output: Operand | OperandType) -> np.ndarray:
+def prelu_table(source: Operand | OperandType, alpha: Operand | OperandType, alpha_stored: np.ndarray,
+                output: Operand | OperandType) -> np.ndarray:
     """The reference's 8-bit PRELU (``quant_math.prelu_fixed_point``) of each internal
-    value of ``source`` (uint8; int8 as + 128) by one stored alpha value, in ``output``'s
-    internal encoding."""
-    stored = requantize.stored_values(source)
+    value of ``source`` (uint8; int8 as + 128) by each stored alpha value: [256, alpha
+    values] in ``output``'s internal encoding."""
+    stored = requantize.stored_values(source).astype(np.int64)[:, None]
+    alphas = np.asarray(alpha_stored, dtype=np.int64).reshape(1, -1)
     info = np.iinfo(np.uint8 if output.type == T.TENSOR_QUANT8_ASYMM else np.int8)
-    table = prelu_fixed_point(stored.astype(np.int64) - source.zero_point, alpha_stored - alpha.zero_point,
-                              source.scale, alpha.scale, output.scale, output.zero_point, info.min, info.max)
+    table = prelu_fixed_point(stored - source.zero_point, alphas - alpha.zero_point, source.scale, alpha.scale,
+                              output.scale, output.zero_point, info.min, info.max)
     return encode(table.astype(info.dtype), output)
 
 

@@ -24,7 +24,7 @@ values rounded once (generated ESRGAN int8, 11 LEAKY_RELU: 6.34 -> 5.34 ms in an
 interleaved A/B, load ~7) -- where a probe of that form on all 256 stored values gives the
 reference's fixed-point PRELU (Android's two quantized multipliers, which round twice:
 they differ by a step on ~3% of values of random quantizations); elsewhere a Gather from
-the reference's table (elementwise.py's lower_prelu).
+the reference's table (elementwise.py's lower_prelu, which takes any constant alpha so).
 
 A float32 LEAKY_RELU read only by a MAXIMUM with a negative constant c (openWakeWord's
 embedding model floors each at -0.4) is lowered with it, where some t has alpha * t rounding
@@ -54,7 +54,7 @@ from nnapi.drivers.ort.builder import (
     to_nchw,
 )
 from nnapi.drivers.ort.channel_padding import set_channels
-from nnapi.drivers.ort.elementwise import lower_prelu, uniform_prelu_table
+from nnapi.drivers.ort.elementwise import lower_prelu, prelu_table
 from nnapi.drivers.ort.requantize import quantization
 from nnapi.hal import Operation
 from nnapi.operand import OperandType
@@ -129,7 +129,7 @@ def _leaky_relu_exact(g: GraphBuilder, operation: Operation, alpha: float) -> bo
 @functools.cache
 def _leaky_relu_proven(source: tuple, slope: tuple, alpha_stored: int, alpha: float, output: tuple) -> bool:
     operands = [OperandType(code, [256], scale, zero_point) for code, scale, zero_point in (source, slope, output)]
-    expected = uniform_prelu_table(*operands[:2], alpha_stored, operands[2])
+    expected = prelu_table(*operands[:2], np.array([alpha_stored]), operands[2]).reshape(-1)
     qparams = []
     for operand in (operands[0], operands[2]):
         qparams.append([helper.make_tensor(f"s{len(qparams)}", TensorProto.FLOAT, [], [operand.scale]),
