@@ -304,3 +304,22 @@ def test_quantized_prelu_of_several_alphas_is_the_references_table(ort_device, c
                     for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(ours, theirs)
     assert len(np.unique(theirs)) > 100  # the negative side scaled by several alphas
+
+
+def test_quantized_prelu_of_an_alpha_given_at_run_time_is_the_pair_table(ort_device):
+    """An alpha the model receives (or computes) indexes the table of every pair of stored
+    values: the reference's values for all 65,536 pairs."""
+    code = T.TENSOR_QUANT8_ASYMM_SIGNED
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(code, [256, 256], 0.05, -8))
+    a = model.add_operand(OperandType(code, [256, 256], 0.01, 20))
+    y = model.add_operand(OperandType(code, [256, 256], 0.03, -38))
+    model.add_operation(Op.PRELU, [x, a], [y])
+    model.identify_inputs_and_outputs([x, a], [y])
+    model.finish()
+    assert "Gather" in lowered_node_types(model)
+    stored = np.arange(-128, 128).astype(np.int8)
+    xs, alphas = (np.ascontiguousarray(v) for v in np.meshgrid(stored, stored, indexing="ij"))
+    ours, theirs = (run_on(model, device, [xs, alphas], [np.zeros_like(xs)])[0]
+                    for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)

@@ -577,14 +577,23 @@ def _quantized_prelu(g: GraphBuilder, operation: Operation, x: Value, output: Op
     of every internal stored value against every alpha value: 256 entries per alpha value,
     indexed by u * A + k for the internal value u and alpha's flat position k (a constant
     of alpha's shape, broadcast against the input as PRELU broadcasts). One alpha value
-    (TFLite's LEAKY_RELU as the importer writes it) needs only u. An alpha given at run
-    time is declined: the results depend on each pair of stored values through the int32
-    product x * alpha, which no ONNX quantized operator rounds as the fixed point does."""
+    (TFLite's LEAKY_RELU as the importer writes it) needs only u. An alpha computed at run
+    time (or of more values) indexes the 65,536-entry table of every pair of stored values
+    by u * 256 + its own internal value. (The results depend on each pair through the int32
+    product x * alpha, which no ONNX quantized operator rounds as the fixed point does.)"""
     known = g.raw_constant(operation.inputs[1])
-    if known is None or known.size == 0 or known.size > _PRELU_TABLE_ALPHAS:
-        raise Declined(f"quantized PRELU needs a constant alpha of at most {_PRELU_TABLE_ALPHAS} values "
-                       "(Android's fixed point has no ONNX form)")
     alpha = g.operand(operation.inputs[1])
+    if known is None or known.size > _PRELU_TABLE_ALPHAS:
+        given = g.value(operation.inputs[1])
+        if given.kind != "uint8":
+            raise Declined("a quantized PRELU's alpha must be quantized as 8 bits")
+        table = prelu_table(g.operand(operation.inputs[0]), alpha, requantize.stored_values(alpha), output)
+        positions = g.one("Add", [g.one("Mul", [g.one("Cast", [x.name], to=TensorProto.INT32),
+                                                g.constant(np.array(256, np.int32))]),
+                                  g.one("Cast", [given.name], to=TensorProto.INT32)])
+        return g.one("Gather", [g.constant(table.reshape(-1), "table"), positions], axis=0)
+    if known.size == 0:
+        raise Declined("a quantized PRELU's alpha has no values")
     flat = known.reshape(-1)
     uniform = bool(np.all(flat == flat[0]))
     values = flat[:1] if uniform else flat
