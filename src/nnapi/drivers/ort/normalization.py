@@ -14,16 +14,19 @@ from nnapi.drivers.ort.builder import (
     QUANT8,
     Declined,
     GraphBuilder,
+    T,
+    Value,
     constant_axis,
     from_nchw,
+    internal_zero_point,
     lowers,
     probe_outputs,
     require_rank,
     to_nchw,
     type_name,
 )
-from nnapi.drivers.ort.quantization import quantize_half_away
-from nnapi.hal import Operation
+from nnapi.hal import Operand, Operation
+from nnapi.operations.quant_math import inverse_sqrt_multipliers
 
 
 @functools.cache
@@ -72,25 +75,74 @@ def lower_softmax(g: GraphBuilder, operation: Operation) -> None:
 @lowers(OperationCode.L2_NORMALIZATION)
 def lower_l2_normalization(g: GraphBuilder, operation: Operation) -> None:
     """x / max(sqrt(sum(x * x)), 1e-6) along the axis in float32, as the reference and
-    Android compute it. Quantized inputs are declined: the reference computes them in
-    Android's fixed point (an inverse square root by Newton's iteration in gemmlowp's
-    Q3.28, ``quant_math.l2_normalize_fixed_point``), which differs from the float
-    quotient rounded once by a step on 0.35% of uint8 and 22% of int8 values measured."""
+    Android compute it; quantized inputs in the reference's fixed point
+    (``_quantized_l2_normalization``)."""
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    if output.type in QUANT8:
-        raise Declined("quantized L2_NORMALIZATION (the reference's fixed-point inverse square root has no ONNX "
-                       "form)")
-    if output.type not in FLOATS or x.kind != "float":
+    if (output.type not in FLOATS or x.kind != "float") and (output.type not in QUANT8 or x.kind != "uint8"):
         raise Declined(f"L2_NORMALIZATION on {type_name(output.type)} is not supported")
     axis = int(g.optional_scalar(operation, 1, -1))
     if not 1 <= x.rank <= 4 or not -x.rank <= axis < x.rank:
         raise Declined("L2_NORMALIZATION needs rank 1 to 4 and an axis in range")
+    if output.type in QUANT8:
+        g.set_output(operation.outputs[0], _quantized_l2_normalization(g, operation, x, output, axis % x.rank))
+        return
     squares = g.one("ReduceSum", [g.one("Mul", [x.name, x.name]), g.constant(np.array([axis % x.rank], np.int64))],
                     keepdims=1)
     norm = g.one("Max", [g.one("Sqrt", [squares]), g.constant(np.array(1e-6, np.float32))])
     y = g.one("Div", [x.name, norm])
-    g.set_output(operation.outputs[0], quantize_half_away(g, y, output) if output.type in QUANT8 else y)
+    g.set_output(operation.outputs[0], y)
+
+
+#: the most sums of squares _quantized_l2_normalization tabulates (16 elements of 128)
+_L2_SUMS_MAX = 1 << 18
+
+
+def _quantized_l2_normalization(g: GraphBuilder, operation: Operation, x: Value, output: Operand, axis: int) -> str:
+    """8-bit L2_NORMALIZATION in the reference's fixed point (Android's kernels,
+    ``quant_math.l2_normalize_fixed_point``) with exact integer operators: the offsets d
+    and their int32 sum of squares S along the axis; from tables indexed by S (built at
+    preparation by ``quant_math.inverse_sqrt_multipliers``), the multiplier m and the
+    powers of two before and after the high multiply (128 and 2**r, or for int8 along the
+    last axis 2**max(7 - r, 0) and 2**max(r - 7, 0)); then in int64 the doubling high
+    multiply, |p + nudge| // 2**31 with p's sign, and the rounding division
+    (|h| + 2**r // 2) // 2**r with h's sign, as the reference rounds (halves away from
+    zero), plus the zero point, clamped. Declined where the sums could exceed the tables
+    (``_L2_SUMS_MAX``: 16 elements of up to 128 from the zero point)."""
+    count = x.dims[axis]
+    largest = max(x.zero_point, 255 - x.zero_point)
+    if not count or count * largest * largest > _L2_SUMS_MAX:
+        raise Declined("quantized L2_NORMALIZATION whose sums of squares could pass the fixed point's tables "
+                       f"({_L2_SUMS_MAX} entries)")
+    sums = np.arange(count * largest * largest + 1)
+    multipliers, shifts = inverse_sqrt_multipliers(sums)
+    source = g.operand(operation.inputs[0])
+    if source.type == T.TENSOR_QUANT8_ASYMM_SIGNED and axis == x.rank - 1:  # TFLite's int8 kernel
+        before, after = 1 << np.maximum(7 - shifts, 0), 1 << np.maximum(shifts - 7, 0)
+    else:
+        before, after = np.full(sums.shape, 128), 1 << shifts
+    offsets = g.one("Sub", [g.one("Cast", [x.name], to=TensorProto.INT32),
+                            g.constant(np.array(x.zero_point, np.int32))])
+    total = g.one("ReduceSum", [g.one("Mul", [offsets, offsets]), g.constant(np.array([axis], np.int64))],
+                  keepdims=1)
+
+    def looked_up(table: np.ndarray, name: str) -> str:
+        return g.one("Cast", [g.one("Gather", [g.constant(table.astype(np.int32), name), total], axis=0)],
+                     to=TensorProto.INT64)
+
+    def int64(value: int) -> str:
+        return g.constant(np.array(value, np.int64))
+
+    product = g.one("Mul", [g.one("Mul", [g.one("Cast", [offsets], to=TensorProto.INT64), looked_up(before, "pre")]),
+                            looked_up(multipliers, "multiplier")])
+    nudged = g.one("Add", [product, g.one("Where", [g.one("Less", [product, int64(0)]), int64(1 - (1 << 30)),
+                                                    int64(1 << 30)])])
+    high = g.one("Mul", [g.one("Sign", [nudged]), g.one("Div", [g.one("Abs", [nudged]), int64(1 << 31)])])
+    power = looked_up(after, "post")
+    rounded = g.one("Div", [g.one("Add", [g.one("Abs", [high]), g.one("Div", [power, int64(2)])]), power])
+    result = g.one("Add", [g.one("Mul", [g.one("Sign", [high]), rounded]), int64(internal_zero_point(output))])
+    clamped = g.one("Min", [g.one("Max", [result, int64(0)]), int64(255)])
+    return g.one("Cast", [clamped], to=TensorProto.UINT8)
 
 
 @lowers(OperationCode.LOCAL_RESPONSE_NORMALIZATION)
