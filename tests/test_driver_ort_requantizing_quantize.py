@@ -163,6 +163,37 @@ def test_a_chain_with_halves_keeps_the_general_lowering(ort_device):
     assert "Floor" in lowered_node_types(model)
 
 
+def test_a_refuted_chain_through_a_logistic_keeps_a_general_rounding_that_is_exact(ort_device):
+    """x / 2 + 0 * LOGISTIC(x) of a scale-1 input into scale 1: every odd stored value is an
+    exact half (QuantizeLinear rounds it to even, the reference away from zero), so the probe
+    refutes one QuantizeLinear; the chain holds a LOGISTIC (a function ORT approximates
+    otherwise, after which quantization.py would take one QuantizeLinear), but the probe
+    finds the general rounding of ORT's value equal to the reference on every stored value:
+    it stays (its Floor), equal to the reference."""
+    source, output = (T.TENSOR_QUANT8_ASYMM, 1.0, 128), (T.TENSOR_QUANT8_ASYMM, 1.0, 128)
+    model = nnapi.Model()
+    operand = operand_adder(model)
+    x = operand(source[0], [2, 256], scale=source[1], zero_point=source[2])
+    real, half, gate, nothing, total = (operand(T.TENSOR_FLOAT32, [2, 256]) for _ in range(5))
+    none = constant(model, T.INT32, np.int32(0))
+    model.add_operation(Op.DEQUANTIZE, [x], [real])
+    model.add_operation(Op.MUL, [real, constant(model, T.TENSOR_FLOAT32, np.array([0.5], np.float32), [1]), none],
+                        [half])
+    model.add_operation(Op.LOGISTIC, [real], [gate])
+    model.add_operation(Op.MUL, [gate, constant(model, T.TENSOR_FLOAT32, np.array([0.0], np.float32), [1]), none],
+                        [nothing])
+    model.add_operation(Op.ADD, [half, nothing, none], [total])
+    y = operand(output[0], [2, 256], scale=output[1], zero_point=output[2])
+    model.add_operation(Op.QUANTIZE, [total], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    value = _every_value(source[0])
+    want = _run(model, reference_device(), value, output[0])
+    np.testing.assert_array_equal(_run(model, ort_device, value, output[0]), want)
+    assert len(np.unique(want)) > 100
+    assert "Floor" in lowered_node_types(model)
+
+
 def _gelu_model(code: str, source: tuple, output: tuple) -> nnapi.Model:
     """TFLite's quantized GELU (erf form) on [2, 128] values, (scale, zero point) each: the
     importer writes DEQUANTIZE, the 21 float32 operations of its erf form, QUANTIZE."""

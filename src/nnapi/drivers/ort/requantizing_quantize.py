@@ -58,6 +58,14 @@ preparation for 11 operations over 4,096 channels). A per-channel MUL of a block
 value, a 1x1 depthwise Conv between Transposes (builder.channel_scale), is copied into
 the probe as emitted. Proofs are cached by the digests of the probe graph and of the
 reference chain (quantizations, operations, constants' bytes).
+A chain that the probe refutes goes to quantization.py, which takes one QuantizeLinear
+after a function ORT approximates otherwise (LOGISTIC, TANH, EXP: within a step, as the
+general rounding of ORT's value was). Where the probe holds every value the model can
+(one or two roots, within the bound), that rounding is probed too (quantize_half_away's
+nodes in place of the QuantizeLinear): where it gives the reference's result on every
+value, it stays, so that only a general rounding that is not the reference's bit for bit
+gives way. Chains past the bound, or over three roots, are not probed: quantization.py's
+rule alone decides.
 """
 
 from __future__ import annotations
@@ -83,7 +91,7 @@ from nnapi.drivers.ort.builder import (
 )
 from nnapi.drivers.ort.composites import QUANTIZED_SWISH
 from nnapi.drivers.ort.lookups import quantized_lookup
-from nnapi.drivers.ort.quantization import lower_quantize
+from nnapi.drivers.ort.quantization import computed_otherwise, lower_quantize, quantize_half_away
 from nnapi.hal import Operand, OperandLifeTime, Operation
 from nnapi.operand import OperandType
 from nnapi.operations import ExecutionContext, Tensor, get_operation
@@ -98,9 +106,13 @@ def lower_requantizing_quantize(g: GraphBuilder, operation: Operation) -> None:
     ``quantization.lower_quantize``."""
     source = g.dequantized.get(operation.inputs[0])
     output = g.operand(operation.outputs[0])
-    if source is None and output.type in QUANT8 and (_chain_quantize(g, operation, output) or
-                                                     quantized_lookup(g, operation)):
-        return
+    if source is None and output.type in QUANT8:
+        chain = _chain_quantize(g, operation, output)
+        if chain is _GENERAL:
+            g.set_output(operation.outputs[0], quantize_half_away(g, g.value(operation.inputs[0]).name, output))
+            return
+        if chain or quantized_lookup(g, operation):
+            return
     same_scale = source is not None and np.float32(source.scale) == np.float32(output.scale)
     if source is None or output.type not in QUANT8 or (same_scale and source.zero_point == internal_zero_point(output)):
         lower_quantize(g, operation)  # one quantization: it passes the stored values on
@@ -283,10 +295,11 @@ def _chain_shape(dims: list[int], constants: list[list[int]]) -> _ChainShape | N
     return _ChainShape([dims[axis] if axis in varying else 1 for axis in range(rank)], free[0])
 
 
-def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> bool:
+def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> bool | str:
     """Lowers ``operation`` as one QuantizeLinear of its lowered float32 input where that
-    input is a proven chain over one or two DEQUANTIZEs (see the module's docstring); False,
-    with nothing emitted, otherwise."""
+    input is a proven chain over one or two DEQUANTIZEs (see the module's docstring);
+    _GENERAL, with nothing emitted, where the probe refutes that but proves the general
+    rounding; False, with nothing emitted, otherwise."""
     chain = _float_chain(g, operation.inputs[0])
     if chain is None:
         return False
@@ -321,9 +334,37 @@ def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> b
             _swish(g, operation, roots[0], operations, nodes, probe, reference):
         return True
     if not _proven(probe, names, shape, reference):
+        # refuted: quantization.py takes one QuantizeLinear after a function ORT approximates
+        # otherwise (within a step: the general rounding of ORT's value was only that), but
+        # where the probe shows the general rounding equal to the reference on every value
+        # the model can hold, the general rounding stays
+        if computed_otherwise(g, operation.inputs[0]) and _general_exact(g, probe, names, shape, reference, output):
+            return _GENERAL
         return False
     g.set_output(operation.outputs[0], g.quantize(x.name, output))
     return True
+
+
+#: _chain_quantize's answer where the general rounding is proven and must stay
+_GENERAL = "general"
+
+
+def _general_exact(g: GraphBuilder, probe: onnx.GraphProto, input_names: tuple[str, ...], shape: _ChainShape,
+                   reference: _ReferenceChain, output: Operand) -> bool:
+    """Whether the general rounding (quantization.quantize_half_away, emitted into a scratch
+    builder) of ``probe``'s float value gives the reference's result on every probed value:
+    the probe with its QuantizeLinear replaced by those nodes."""
+    quantize = probe.node[-1]
+    scratch = GraphBuilder(g.model, g.subgraph)
+    scratch.prefix = "probe_general_"
+    rounded = quantize_half_away(scratch, quantize.input[0], output)
+    form = onnx.GraphProto()
+    form.CopyFrom(probe)
+    del form.node[-1]
+    form.node.extend(scratch.nodes)
+    form.node.extend([helper.make_node("Identity", [rounded], [quantize.output[0]])])
+    form.initializer.extend(scratch.initializers)
+    return _proven(form, input_names, shape, reference)
 
 
 def _swish(g: GraphBuilder, operation: Operation, root: int, operations: list[Operation],
