@@ -4,6 +4,7 @@ MINIMUM, POW, comparisons, SELECT and the logical operations."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -30,6 +31,7 @@ from nnapi.drivers.ort.builder import (
     has_kernel,
     internal_zero_point,
     lowers,
+    probe_outputs,
     read_counts,
     to_nchw,
     type_name,
@@ -39,6 +41,7 @@ from nnapi.drivers.ort.int32_moves import rejoined_move
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
 from nnapi.operand import OperandType
+from nnapi.operations import ExecutionContext, Tensor, get_operation
 from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized
 from nnapi.operations.quant_math import FixedPointMul, prelu_fixed_point, quantize_multiplier
 
@@ -90,12 +93,18 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
         if scaled is not None:
             g.set_output(operation.outputs[0], scaled)
             return
+        start = len(g.nodes)
         if quant_op is not None:
             a_name, b_name = spread_channel_factor(g, a, b, list(output.dimensions))
             y = g.one(quant_op, [a_name, *g.qparams(a), b_name, *g.qparams(b), *g.qparams(output)],
                       domain=MS_DOMAIN)
         else:
             y = g.quantize(g.one(float_op, [g.dequantize(a), g.dequantize(b)]), output)
+        source = _scalar_operand_source(g, operation)
+        if source is not None:
+            fast = fused_activation(g, y, fuse, output)
+            g.set_output(operation.outputs[0], proven_or_table(g, operation, source, start, fast))
+            return
     elif output.type == T.TENSOR_INT32 and code in (OperationCode.ADD, OperationCode.MUL, OperationCode.SUB):
         if fuse != FuseCode.FUSED_NONE:
             raise Declined("a fused activation on int32")
@@ -481,7 +490,10 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
             if y == x.name:
                 y = g.one("Identity", [x.name])
         else:
+            start = len(g.nodes)
             y = g.quantize(apply(g.dequantize(x)), output)
+            if code == OperationCode.HARD_SWISH:
+                y = proven_or_table(g, operation, operation.inputs[0], start, y)
     else:
         raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
@@ -588,22 +600,22 @@ def _quantized_prelu(g: GraphBuilder, operation: Operation, x: Value, output: Op
         if given.kind != "uint8":
             raise Declined("a quantized PRELU's alpha must be quantized as 8 bits")
         table = prelu_table(g.operand(operation.inputs[0]), alpha, requantize.stored_values(alpha), output)
-        positions = g.one("Add", [g.one("Mul", [g.one("Cast", [x.name], to=TensorProto.INT32),
+        positions = g.one("Add", [g.one("Mul", [stored_positions(g, x.name),
                                                 g.constant(np.array(256, np.int32))]),
                                   g.one("Cast", [given.name], to=TensorProto.INT32)])
-        return g.one("Gather", [g.constant(table.reshape(-1), "table"), positions], axis=0)
+        return gather_table(g, table, positions)
     if known.size == 0:
         raise Declined("a quantized PRELU's alpha has no values")
     flat = known.reshape(-1)
     uniform = bool(np.all(flat == flat[0]))
     values = flat[:1] if uniform else flat
     table = prelu_table(g.operand(operation.inputs[0]), alpha, values, output)
-    positions = g.one("Cast", [x.name], to=TensorProto.INT32)
+    positions = stored_positions(g, x.name)
     if not uniform:
         count = np.array(values.size, np.int32)
         offsets = np.arange(values.size, dtype=np.int32).reshape(known.shape)
         positions = g.one("Add", [g.one("Mul", [positions, g.constant(count)]), g.constant(offsets, "alpha_index")])
-    return g.one("Gather", [g.constant(table.reshape(-1), "table"), positions], axis=0)
+    return gather_table(g, table, positions)
 
 
 def prelu_table(source: Operand | OperandType, alpha: Operand | OperandType, alpha_stored: np.ndarray,
@@ -617,6 +629,162 @@ def prelu_table(source: Operand | OperandType, alpha: Operand | OperandType, alp
     table = prelu_fixed_point(stored - source.zero_point, alphas - alpha.zero_point, source.scale, alpha.scale,
                               output.scale, output.zero_point, info.min, info.max)
     return encode(table.astype(info.dtype), output)
+
+
+def stored_positions(g: GraphBuilder, name: str) -> str:
+    """An 8-bit value's internal stored values (uint8; int8 as + 128) as int32 Gather indices."""
+    return g.one("Cast", [name], to=TensorProto.INT32)
+
+
+def gather_table(g: GraphBuilder, table: np.ndarray, positions: str) -> str:
+    """The entries of a constant table (flattened) at int32 ``positions``."""
+    return g.one("Gather", [g.constant(table.reshape(-1), "table"), positions], axis=0)
+
+
+#: the binary operations whose 8-bit form with a one-element constant operand is a table
+_TABLE_BINARY = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL)
+
+
+def _scalar_operand_source(g: GraphBuilder, operation: Operation) -> int | None:
+    """The operand index of the 8-bit value that 8-bit ADD / SUB / MUL ``operation``
+    combines with a constant of one element (the importer's requantizing RELU, a MUL by
+    2**k with the activation fused; a scaling or offset of a tensor), or None."""
+    if operation.type not in _TABLE_BINARY or g.isolated:
+        return None
+    for position in (0, 1):
+        source, other = operation.inputs[position], operation.inputs[1 - position]
+        if g.operand(other).type not in QUANT8 or g.operand(source).type not in QUANT8:
+            return None
+        known = g.raw_constant(other)
+        if known is not None and known.size == 1 and g.raw_constant(source) is None \
+                and g.value(source).kind == "uint8":
+            return source
+    return None
+
+
+def _reference_table(g: GraphBuilder, operation: Operation, source: int) -> tuple[bytes, np.ndarray | None]:
+    """(key, table): the reference's own kernel of ``operation`` run on every internal
+    value of its 8-bit input ``source`` (its other inputs constants), in the output's
+    internal encoding (256 entries; None where the reference refuses). ``key`` digests
+    everything the table depends on (quantizations, constants, the operation)."""
+    digest = hashlib.sha256(repr(int(operation.type)).encode())
+    inputs = []
+    for index in operation.inputs:
+        operand = g.operand(index)
+        digest.update(repr((index == source, int(operand.type), float(operand.scale),
+                            int(operand.zero_point))).encode())
+        if index == source:
+            inputs.append(Tensor(operand.type, (256,), operand.scale, operand.zero_point, None,
+                                 requantize.stored_values(operand)))
+            continue
+        raw = np.asarray(g.raw_constant(index))
+        digest.update(np.ascontiguousarray(raw).tobytes())
+        shape = () if not operand.dimensions else (raw.size,)  # broadcast over the 256 values
+        inputs.append(Tensor(operand.type, shape, operand.scale, operand.zero_point, None, raw.reshape(shape)))
+    output = g.operand(operation.outputs[0])
+    digest.update(repr((int(output.type), float(output.scale), int(output.zero_point))).encode())
+    key = digest.digest()
+    if key in _TABLES:
+        return key, _TABLES[key]
+    code = OperationCode(operation.type)
+    result = OperandType(output.type, [256], output.scale, output.zero_point)
+    try:
+        values = np.asarray(get_operation(code).execute(ExecutionContext(code, inputs, [result]))[0])
+        table = encode(values.reshape(-1).astype(values.dtype), output) if values.size == 256 else None
+    except Exception:  # noqa: BLE001 - values the reference refuses: the ONNX form as it is
+        table = None
+    if len(_TABLES) < _TABLE_LIMIT:
+        _TABLES[key] = table
+    return key, table
+
+
+#: the reference's tables (by _reference_table's key) and the values on which the ONNX
+#: forms miss them (None: the Gather): a model prepared again, or an operation repeated
+#: with the same quantizations and constants, runs the reference and probes once
+_TABLES: dict[bytes, np.ndarray | None] = {}
+_FORM_PROVEN: dict[bytes, np.ndarray | None] = {}
+_TABLE_LIMIT = 4096
+
+
+def proven_or_table(g: GraphBuilder, operation: Operation, source: int, start: int, fast: str) -> str:
+    """8-bit ``operation``, a function of its one input ``source``'s stored value (the
+    others constants): its ONNX form ``fast`` (the nodes emitted from ``start``: a
+    QLinearMul / QLinearAdd of a constant, ORT's quantized HardSwish), where that form run
+    on all 256 internal values in ONNX Runtime with the device's session options gives the
+    reference's values bit for bit. Where it misses on a few values (_CORRECTIONS at most),
+    each of them is set right by a Where(Equal(x, v), the reference's value, ...) after it,
+    where a probe of that proves it. Otherwise those nodes are dropped for a Gather from
+    the reference's own results on the 256 values (QLinearMul's float rescale is not
+    Android's fixed-point product: it differs by a step on a few values of most
+    quantizations). A Gather costs ~7x ORT's quantized HardSwish, one correction about as
+    much as the HardSwish (1x112x112x16 uint8, one thread: HardSwish 77 us, with one
+    correction 150, Gather 525). A support query (``g.isolated``: no constants' bytes)
+    keeps ``fast``."""
+    if g.isolated:
+        return fast
+    key, table = _reference_table(g, operation, source)
+    if table is None:
+        return fast
+    x = g.value(source).name
+    if key not in _FORM_PROVEN:
+        found = _probe(g, x, start, fast)
+        misses = None
+        if found is not None:
+            misses = np.flatnonzero(found != table)
+            if 0 < misses.size <= _CORRECTIONS:
+                end = len(g.nodes)
+                corrected = _corrected(g, x, fast, misses, table)
+                checked = _probe(g, x, start, corrected)
+                del g.nodes[end:]
+                if checked is None or not np.array_equal(checked, table):
+                    misses = None
+            elif misses.size:
+                misses = None
+        if len(_FORM_PROVEN) < _TABLE_LIMIT:
+            _FORM_PROVEN[key] = misses
+    else:
+        misses = _FORM_PROVEN[key]
+    if misses is None:
+        del g.nodes[start:]
+        return gather_table(g, table, stored_positions(g, x))
+    return _corrected(g, x, fast, misses, table)
+
+
+#: the most values on which proven_or_table corrects a form rather than take the Gather
+_CORRECTIONS = 4
+
+
+def _corrected(g: GraphBuilder, x: str, y: str, misses: np.ndarray, table: np.ndarray) -> str:
+    """``y`` with its value where ``x`` (internal values) is each of ``misses`` replaced by
+    ``table``'s."""
+    for value in misses:
+        equal = g.one("Equal", [x, g.constant(np.array(value, np.uint8))])
+        y = g.one("Where", [equal, g.constant(np.array(table[value], np.uint8)), y])
+    return y
+
+
+def _probe(g: GraphBuilder, source: str, start: int, result: str) -> np.ndarray | None:
+    """The 256 values ``result`` takes in ONNX Runtime when the nodes emitted from ``start``
+    are copied into a probe with ``source`` a uint8 vector of all 256 internal values;
+    None where they read a value the copy lacks or the runtime refuses them."""
+    nodes = list(g.nodes[start:])
+    produced = {name for node in nodes for name in node.output}
+    initializers = g.initializer_index().by_key
+    needed = {name for node in nodes for name in node.input if name and name not in produced and name != source}
+    if any(name not in initializers for name in needed):
+        return None
+    if result == source:
+        return np.arange(256)
+    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info(source, TensorProto.UINT8, [256])],
+                              [helper.make_tensor_value_info(result, TensorProto.UINT8, None)],
+                              [initializers[name] for name in sorted(needed)])
+    try:
+        outputs = probe_outputs(graph, {source: np.arange(256, dtype=np.uint8)})
+    except ImportError:  # lowering without a runtime: the table
+        return None
+    if not outputs or outputs[0].size != 256:
+        return None
+    return outputs[0].reshape(-1)
 
 
 def _prelu_blocked(g: GraphBuilder, x: Value, alpha: np.ndarray) -> str:
