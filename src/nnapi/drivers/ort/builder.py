@@ -209,6 +209,16 @@ def scalar_i64(g: GraphBuilder, value: int) -> str:
     return g.constant(np.array(value, np.int64))
 
 
+def middle_axes_sums(g: GraphBuilder, name: str, dims: Sequence[int], zero_point: int = 0) -> str:
+    """The int32 sums of an 8-bit [N, M..., C] value ``name`` (uint8 internal values, less
+    ``zero_point``) over its middle axes, shaped [N, 1, C]: a MatMulInteger of a row of ones
+    with each batch's [M, C] matrix, exact, the 8-bit values read once in their own layout."""
+    batch, middle, channels = dims[0], int(np.prod(dims[1:-1])), dims[-1]
+    rows = g.one("Reshape", [name, g.constant(np.array([batch, middle, channels], np.int64))])
+    return g.one("MatMulInteger", [g.constant(np.ones((1, middle), np.uint8), "ones"), rows,
+                                   g.constant(np.array(0, np.uint8)), g.constant(np.array(zero_point, np.uint8))])
+
+
 class GrowingIndex:
     """Lookups over one of a builder's growing lists (its nodes, its initializers), brought
     up to date when asked by indexing only what changed since the last time, where a dict

@@ -28,6 +28,7 @@ from nnapi.drivers.ort.builder import (
     fused_activation,
     internal_zero_point,
     lowers,
+    middle_axes_sums,
     require_rank,
     to_nchw,
     type_name,
@@ -565,10 +566,8 @@ def _sums_before_transpose(g: GraphBuilder, index: int, depth: int) -> str | Non
             or list(perm.reshape(-1)) != [0, rank - 1, *range(1, rank - 1)]
             or int(np.prod(x.dims[1:-1])) != depth):
         return None
-    batch, channels = x.dims[0], x.dims[-1]
-    matrices = g.one("Reshape", [x.name, g.constant(np.array([batch, depth, channels], np.int64))])
-    sums = g.one("MatMulInteger", [g.constant(np.ones((1, depth), np.uint8), "ones"), matrices])
-    return g.one("Reshape", [sums, g.constant(np.array([batch * channels, 1], np.int64))])
+    sums = middle_axes_sums(g, x.name, x.dims)
+    return g.one("Reshape", [sums, g.constant(np.array([x.dims[0] * x.dims[-1], 1], np.int64))])
 
 
 @lowers(OperationCode.FULLY_CONNECTED)

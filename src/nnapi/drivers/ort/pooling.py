@@ -27,6 +27,7 @@ from nnapi.drivers.ort.builder import (
     has_kernel,
     internal_zero_point,
     lowers,
+    middle_axes_sums,
     require_rank,
     run_time_form,
     same_pads,
@@ -227,9 +228,7 @@ def _integer_mean(g: GraphBuilder, x: Value, keep: bool) -> str:
     dequantized values, better rounded (one float32 product of the exact sum). The
     DEQUANTIZE's node, read by nothing else, is dropped (_drop_unread_nodes)."""
     n, height, width, channels = x.dims
-    rows = g.one("Reshape", [x.name, g.constant(np.array([n, height * width, channels], np.int64))])
-    sums = g.one("MatMulInteger", [g.constant(np.ones((1, height * width), np.uint8), "ones"), rows,
-                                   g.constant(np.array(0, np.uint8)), g.constant(np.array(x.zero_point, np.uint8))])
+    sums = middle_axes_sums(g, x.name, x.dims, x.zero_point)
     # reshaped before the scaling: ORT's QDQ propagation would move a DequantizeLinear of
     # int32 past the Reshape as an int32 QuantizeLinear, which it then refuses
     shape = [n, 1, 1, channels] if keep else [n, channels]
