@@ -1039,6 +1039,20 @@ def test_constant_gather_nd_of_a_mask_through_rank_5_indices() -> None:
     _assert_exact_on_every_engine(data, {"mask": mask}, want)
 
 
+def test_gather_nd_of_constant_int32_params_moves_each_half() -> None:
+    """GATHER_ND of constant int32 params by run-time indices (moved through float32 as
+    their high and low 16 bits): each half gathers its own half, not the raw values (which
+    joined as v * 65537 before)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    params = ((np.arange(12, dtype=np.int32) + 1) * 70001).reshape(4, 3)
+    t = [Tensor("params", "int32", [4, 3], data=params), Tensor("rows", "int32", [2, 1]),
+         Tensor("picked", "int32", [2, 3])]
+    data = build(Subgraph(t, [Operator("GATHER_ND", [0, 1], [2])], [1], [2]))
+    rows = np.array([[2], [0]], np.int32)
+    _assert_exact_on_every_engine(data, {"rows": rows}, {"picked": params[[2, 0]]})
+
+
 def test_a_mask_read_by_every_layer_is_broadcast_once() -> None:
     """Keras's masked softmax: every layer's SELECT_V2 (twice per layer) reads the same
     [1, 1, 1, n] mask and a scalar; NNAPI's SELECT does not broadcast, so the mask is

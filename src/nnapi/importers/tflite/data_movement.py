@@ -237,11 +237,11 @@ def _gather_nd(c: _Converter, op: _Operator) -> None:
     rows = int(np.prod(params_shape[:k]))
     flat_shape = [rows, *params_shape[k:]]
     strides = [int(np.prod(params_shape[j + 1:k])) for j in range(k)]
-    params_const = c.const_of(op.inputs[0])
-    # the params operand's type: float32 where an int32 / bool tensor moves as float32
-    # (_through_float32)
-    x_type = c.nn_type(op.tensor(0)) if params_const is not None and op.inputs[0] not in c.operands else \
-        c.type_of(c.input(0))
+    # constant params are read as data only while no operand stands for them: an int32 /
+    # bool tensor moved as float32 (_through_float32) stands as each of its halves, which
+    # the raw data is not
+    params_const = None if op.inputs[0] in c.operands else c.const_of(op.inputs[0])
+    x_type = c.nn_type(op.tensor(0)) if params_const is not None else c.type_of(c.input(0))
     if x_type.type not in _FLOAT_TYPES + _QUANT8:
         raise UnsupportedOperator(f"GATHER_ND of {x_type.type.name} (no NNAPI RESHAPE for it)")
     if params_const is not None:
