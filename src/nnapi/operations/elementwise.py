@@ -183,19 +183,17 @@ def map_quant8_pair(first: np.ndarray, second: np.ndarray, function) -> np.ndarr
 
 
 def prepared_quant8_pair(function, first_dtype, second_dtype, first_shape: Shape,
-                         second_shape: Shape, table: Callable[[], np.ndarray] | None = None
-                         ) -> Callable[[list], list[np.ndarray]]:
+                         second_shape: Shape) -> Callable[[list], list[np.ndarray]]:
     """``map_quant8_pair`` prepared for inputs of ``first_shape`` and ``second_shape``: the
     table of every pair of stored values is computed once, at preparation (unless the
     output is tiny), and each execution only looks the pairs up; the returned kernel maps
     [first, second] to [result]. Compiled (``nnapi[fast]``) where the inputs have one shape
     or one broadcasts along leading axes only (``_period``: a per-channel constant, a
-    squeeze-and-excitation scale), that one read with its period; else numpy's broadcast.
-    ``table``: makes the same table as ``pair_table`` of ``function`` does, faster."""
+    squeeze-and-excitation scale), that one read with its period; else numpy's broadcast."""
     shape = tuple(broadcast_shapes(first_shape, second_shape))
     if math.prod(shape) < 256:
         return lambda values: [function(values[0], values[1])]
-    table = (pair_table(function, first_dtype, second_dtype) if table is None else table()).reshape(-1)
+    table = pair_table(function, first_dtype, second_dtype).reshape(-1)
     compiled = _compiled_pairs(table)
     shapes = (tuple(first_shape), tuple(second_shape))
     # which input repeats: the second (the table as it is), or the first (the transposed table)

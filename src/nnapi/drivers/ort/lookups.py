@@ -93,16 +93,16 @@ def quantized_lookup(g: GraphBuilder, operation: Operation) -> bool:
     if table_operand.type != T.TENSOR_FLOAT32 or table is None or table.size > _QUANTIZED_TABLE_ELEMENTS:
         return False
     gathered = g.value(producer.outputs[0]).name
-    gather = next((node for node in g.nodes if gathered in node.output), None)
+    gather = g.node_index().by_key.get(gathered)
     if gather is None or gather.op_type != "Gather":
         return False
-    quantized = _reference_quantize(table.reshape(tuple(table_operand.dimensions)), output)
+    quantized = reference_quantize(table.reshape(tuple(table_operand.dimensions)), output)
     rows = g.one("Gather", [g.constant(quantized, "table"), gather.input[1]], axis=0)
     g.set_output(operation.outputs[0], g.one("Reshape", [rows, g.constant(np.array(output.dimensions, np.int64))]))
     return True
 
 
-def _reference_quantize(table: np.ndarray, output: Operand) -> np.ndarray:
+def reference_quantize(table: np.ndarray, output: Operand | OperandType) -> np.ndarray:
     """The reference's QUANTIZE of float32 ``table`` into ``output``'s quantization, in its
     internal encoding (uint8)."""
     target = OperandType(output.type, list(table.shape), output.scale, output.zero_point)

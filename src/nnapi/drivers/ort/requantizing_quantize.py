@@ -90,7 +90,7 @@ from nnapi.drivers.ort.builder import (
     probe_outputs,
 )
 from nnapi.drivers.ort.composites import QUANTIZED_SWISH
-from nnapi.drivers.ort.lookups import quantized_lookup
+from nnapi.drivers.ort.lookups import quantized_lookup, reference_quantize
 from nnapi.drivers.ort.quantization import computed_otherwise, lower_quantize, quantize_half_away
 from nnapi.hal import Operand, OperandLifeTime, Operation
 from nnapi.operand import OperandType
@@ -150,19 +150,8 @@ def _reference(scale: float, zero_point: int, output_code: int, output_scale: fl
                output_zero_point: int) -> np.ndarray:
     """The reference's DEQUANTIZE then QUANTIZE of every internal value, in the output's
     internal encoding."""
-    return _reference_quantize(_reference_dequantize(scale, zero_point), output_code, output_scale,
-                               output_zero_point)
-
-
-def _reference_quantize(real: np.ndarray, output_code: int, output_scale: float,
-                        output_zero_point: int) -> np.ndarray:
-    """The reference's QUANTIZE of float32 values (a vector), in the output's internal encoding."""
-    output = OperandType(output_code, [real.size], output_scale, output_zero_point)
-    stored = get_operation(OperationCode.QUANTIZE).execute(ExecutionContext(
-        OperationCode.QUANTIZE, [Tensor(T.TENSOR_FLOAT32, (real.size,), 0.0, 0, None, real)], [output]))[0]
-    if output_code == T.TENSOR_QUANT8_ASYMM_SIGNED:
-        return stored.view(np.uint8) ^ np.uint8(0x80)
-    return stored.view(np.uint8)
+    return reference_quantize(_reference_dequantize(scale, zero_point),
+                              OperandType(output_code, [256], output_scale, output_zero_point))
 
 
 @functools.cache
@@ -610,8 +599,7 @@ class _ReferenceChain:
         except Exception:  # noqa: BLE001 - a chain the reference refuses: the general lowering
             return None
         output = self.output
-        return _reference_quantize(np.asarray(values[self.operations[-1].outputs[0]], np.float32).reshape(-1),
-                                   output.type, output.scale, output.zero_point)
+        return reference_quantize(np.asarray(values[self.operations[-1].outputs[0]], np.float32).reshape(-1), output)
 
 
 @functools.cache
