@@ -55,6 +55,7 @@ from nnapi.operations.elementwise import (
     map_quant8,
     map_quant8_pair,
     prepared_quant8,
+    prepared_quant8_pair,
     select_by_bits,
     tile_trailing,
 )
@@ -335,20 +336,25 @@ class PRelu(Operation):
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         return [broadcast_output_shape(ctx)]
 
+    @staticmethod
+    def _on_stored(ctx: ExecutionContext):
+        """The quantized PRELU on stored values (x, alpha), in Android's fixed point
+        (quant_math.prelu_fixed_point) for this context's quantizations."""
+        x, alpha, output = ctx.input(INPUT), ctx.input(PRELU_ALPHA), ctx.output(0)
+        info = np.iinfo(ctx.output_dtype(0))
+
+        def on_stored(stored_x: np.ndarray, stored_alpha: np.ndarray) -> np.ndarray:
+            result = prelu_fixed_point(np.subtract(stored_x, x.zero_point, dtype=np.int64),
+                                       np.subtract(stored_alpha, alpha.zero_point, dtype=np.int64),
+                                       x.scale, alpha.scale, output.scale, output.zero_point, info.min, info.max)
+            return result.astype(info.dtype)
+
+        return on_stored
+
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, alpha = ctx.input(INPUT), ctx.input(PRELU_ALPHA)
         if x.type in QUANT8_TENSORS:
-            output = ctx.output(0)
-
-            info = np.iinfo(ctx.output_dtype(0))
-
-            def on_stored(stored_x: np.ndarray, stored_alpha: np.ndarray) -> np.ndarray:
-                result = prelu_fixed_point(np.subtract(stored_x, x.zero_point, dtype=np.int64),
-                                           np.subtract(stored_alpha, alpha.zero_point, dtype=np.int64),
-                                           x.scale, alpha.scale, output.scale, output.zero_point, info.min, info.max)
-                return result.astype(info.dtype)
-
-            return [map_quant8_pair(x.value, alpha.value, on_stored)]
+            return [map_quant8_pair(x.value, alpha.value, self._on_stored(ctx))]
         a, b = float_input(x), float_input(alpha)
         with np.errstate(over="ignore", invalid="ignore"):
             result = select_by_bits(a >= 0, a, a * b)
@@ -358,9 +364,12 @@ class PRelu(Operation):
         """Float32 with a constant alpha: the compiled one-pass kernel (``nnapi[fast]``);
         without it two or four full passes (``_prelu_by_maximum``) where numpy's maximum is
         known to keep its second argument on ties; otherwise one multiply by a slope that
-        is 1 where x >= 0 (x * 1 is x, NaN included) and alpha elsewhere. Quantized inputs
-        run ``execute`` (its pair table)."""
+        is 1 where x >= 0 (x * 1 is x, NaN included) and alpha elsewhere. Quantized inputs:
+        the table of every (x, alpha) pair of stored values, made once here."""
         x, alpha = ctx.input(INPUT), ctx.input(PRELU_ALPHA)
+        if x.type in QUANT8_TENSORS:
+            return prepared_quant8_pair(self._on_stored(ctx), dtype_of(x.type), dtype_of(alpha.type), x.shape,
+                                        alpha.shape)
         if x.type != T.TENSOR_FLOAT32 or not isinstance(alpha.value, np.ndarray):
             return None
         slope_alpha = np.asarray(alpha.value, dtype=np.float32)
