@@ -1316,3 +1316,20 @@ def test_quantized_mul_whose_float_form_differs_from_tflite_is_refused() -> None
     data = _quantized_mul("int8", (0.9011374115943909, -125), (1.701359510421753, -123), (1.1747018098831177, -65))
     with pytest.raises(nnapi.BadDataError, match="MUL.*differs from TFLite's integer MUL"):
         nnapi.load_tflite(data)
+
+
+def test_int32_div_truncates_toward_zero() -> None:
+    """TFLite's int32 DIV truncates toward zero (-7 / 2 = -3); NNAPI's int32 DIV floors
+    (-4): the import gave the floor quotient for every negative inexact quotient before
+    (tools/import_vs_litert.py). Same-shape and broadcast divisors, the int32 extremes."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    a = np.array([7, -7, 7, -7, 6, -6, 0, -20, 2**31 - 1, -2**31, -1, 1], np.int32)
+    b = np.array([2, 2, -2, -2, 3, 3, 5, 3, -7, 3, 4, -4], np.int32)
+    for divisor in (b, b[1:2]):
+        t = [Tensor("a", "int32", [12]), Tensor("b", "int32", list(divisor.shape)), Tensor("q", "int32", [12])]
+        data = build(Subgraph(t, [Operator("DIV", [0, 1], [2], ("DivOptions", {"FusedActivationFunction": 0}))],
+                              [0, 1], [2]))
+        quotient = np.abs(a.astype(np.int64)) // np.abs(divisor.astype(np.int64)) * \
+            np.sign(a.astype(np.int64)) * np.sign(divisor.astype(np.int64))
+        _assert_exact_on_every_engine(data, {"a": a, "b": divisor}, {"q": quotient.astype(np.int32)})

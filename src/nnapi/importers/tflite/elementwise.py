@@ -39,6 +39,9 @@ def _arithmetic(c: _Converter, op: _Operator) -> None:
             activation, lambda act, target: c.emit(Op.DIV, [*inputs, act], [target]), out))
         c.lowered("quantized DIV as DEQUANTIZE, DIV in float32, QUANTIZE (one rounding, as TFLite)")
         return
+    if code == Op.DIV and c.nn_type(op.out_tensor()).type == T.TENSOR_INT32 and activation == 0:
+        _truncating_int32_div(c, op)
+        return
     if len(op.out_tensor().shape) > _MAX_RANK and _lifted_arithmetic(c, op, code, activation):
         return
     a, b = c.input(0), c.input(1)
@@ -58,6 +61,33 @@ def _arithmetic(c: _Converter, op: _Operator) -> None:
                       "integer MUL on every pair of stored values (checked at import)")
             return
     c.with_activation(activation, lambda act, out: c.emit(code, [a, b, act], [out]))
+
+
+def _truncating_int32_div(c: _Converter, op: _Operator) -> None:
+    """TFLite's int32 DIV truncates toward zero (C++ ``/``: -7 / 2 = -3); NNAPI's int32 DIV
+    is floor division (-4). The floor quotient q is one below the truncated one exactly where
+    the quotient is negative and inexact: a - q * b != 0 and q < 0; there it is q + 1."""
+    if len(op.out_tensor().shape) > _MAX_RANK:
+        raise UnsupportedOperator(f"int32 DIV of rank {len(op.out_tensor().shape)} (TFLite's truncating division "
+                                  f"is lowered at rank {_MAX_RANK} at most)")
+    a, b = c.input(0), c.input(1)
+    out = c.output()
+    out_type = c.type_of(out)
+    flags = OperandType(T.TENSOR_BOOL8, out_type.dimensions)
+    zero = c.const_operand(np.zeros([1], np.int32), OperandType(T.TENSOR_INT32, [1]))
+    one = c.const_operand(np.ones([1], np.int32), OperandType(T.TENSOR_INT32, [1]))
+    floor_q, product, remainder, q_plus_one = (c.temp(out_type) for _ in range(4))
+    inexact, negative, both = (c.temp(flags) for _ in range(3))
+    c.emit(Op.DIV, [a, b, c.i32(0)], [floor_q])
+    c.emit(Op.MUL, [floor_q, b, c.i32(0)], [product])
+    c.emit(Op.SUB, [a, product, c.i32(0)], [remainder])
+    c.emit(Op.NOT_EQUAL, [remainder, zero], [inexact])
+    c.emit(Op.LESS, [floor_q, zero], [negative])
+    c.emit(Op.LOGICAL_AND, [inexact, negative], [both])
+    c.emit(Op.ADD, [floor_q, one, c.i32(0)], [q_plus_one])
+    c.emit(Op.SELECT, [both, q_plus_one, floor_q], [out])
+    c.lowered("int32 DIV (TFLite truncates toward zero) as NNAPI's floor DIV, plus one where the quotient is "
+              "negative and inexact")
 
 
 def _float_mul_matches_tflite(a: OperandType, b: OperandType, out: OperandType) -> bool:
