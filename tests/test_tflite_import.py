@@ -1333,3 +1333,15 @@ def test_int32_div_truncates_toward_zero() -> None:
         quotient = np.abs(a.astype(np.int64)) // np.abs(divisor.astype(np.int64)) * \
             np.sign(a.astype(np.int64)) * np.sign(divisor.astype(np.int64))
         _assert_exact_on_every_engine(data, {"a": a, "b": divisor}, {"q": quotient.astype(np.int32)})
+
+
+def test_rank_of_a_rank0_tensor_is_0() -> None:
+    """RANK is the input's rank in the file: 0 for a scalar, which NNAPI holds as [1] (its
+    RANK said 1 before; tools/import_vs_litert.py)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    t = [Tensor("s", "float32", []), Tensor("x", "float32", [2, 1, 3]), Tensor("s_rank", "int32", []),
+         Tensor("x_rank", "int32", [])]
+    data = build(Subgraph(t, [Operator("RANK", [0], [2]), Operator("RANK", [1], [3])], [0, 1], [2, 3]))
+    feeds = {"s": np.array(1.5, np.float32), "x": np.ones([2, 1, 3], np.float32)}
+    _assert_exact_on_every_engine(data, feeds, {"s_rank": np.array(0, np.int32), "x_rank": np.array(3, np.int32)})

@@ -991,7 +991,7 @@ CASES: dict[str, Case] = {
     "strided_slice_ellipsis": Case(strided_slice_ellipsis, "ellipsis"),
     "strided_slice_new_axis": Case(strided_slice_new_axis, "new_axis_mask", 0),
     "strided_slice_ellipsis_new_axes": Case(strided_slice_ellipsis_new_axes, "new_axis_mask", 0),
-    "rank": Case(rank, "FILL", 0),
+    "rank": Case(rank, "RANK folded", 0),
     "strided_slice_offset": Case(strided_slice_offset, "offset"),
     "strided_slice_offset_shrink": Case(strided_slice_offset_shrink, "offset"),
     "gather_scalar_index": Case(gather_scalar_index, "rank-0"),

@@ -18,7 +18,6 @@ from nnapi.importers.tflite.reader import (
     _Operator,
     _static_shape,
 )
-from nnapi.operand import OperandType
 
 
 def _reshape_complex(c: _Converter, op: _Operator) -> None:
@@ -101,13 +100,13 @@ def _expand_dims(c: _Converter, op: _Operator) -> None:
 
 @_converter("RANK")
 def _rank(c: _Converter, op: _Operator) -> None:
+    """A TFLite tensor's rank is in the file even where its dimensions are not, so RANK is a
+    constant. (NNAPI's RANK would say 1 for a rank-0 tensor, which it holds as [1].)"""
     if op.out_tensor().tfl_type != _INT32:
         raise UnsupportedOperator(f"RANK with {op.out_tensor().type_name} output (NNAPI's RANK gives int32)")
-    rank = c.add(OperandType(T.INT32))
-    c.emit(Op.RANK, [c.input(0)], [rank])
-    # TFLite's rank-0 int32 tensor is a [1] tensor here; FILL turns NNAPI's scalar into it.
-    c.emit(Op.FILL, [c.vector([1]), rank], [c.output()])
-    c.lowered("RANK gives an INT32 scalar; FILL of shape [1] makes it the rank-0 tensor TFLite outputs")
+    rank = len(op.tensor(0).shape)
+    c.consts[op.outputs[0]] = _Const(np.array(rank, np.int32), T.TENSOR_INT32)
+    c.lowered(f"RANK folded to the constant {rank} (the input's rank in the file)")
 
 
 @_converter("SHAPE")
