@@ -1345,3 +1345,16 @@ def test_rank_of_a_rank0_tensor_is_0() -> None:
     data = build(Subgraph(t, [Operator("RANK", [0], [2]), Operator("RANK", [1], [3])], [0, 1], [2, 3]))
     feeds = {"s": np.array(1.5, np.float32), "x": np.ones([2, 1, 3], np.float32)}
     _assert_exact_on_every_engine(data, feeds, {"s_rank": np.array(0, np.int32), "x_rank": np.array(3, np.int32)})
+
+
+def test_topk_lists_equal_values_lower_index_first() -> None:
+    """TFLite's TOPK_V2 lists equal values lower index first, Android's higher index first:
+    the import gave Android's order of ties before (tools/import_vs_litert.py)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    x = np.array([[3, 7, 3, 7, 1, 3], [5, 5, 5, 5, 5, 5], [-2, 9, 0, 9, 9, -2]], np.int8)
+    t = [Tensor("x", "int8", [3, 6], scale=0.5, zero_point=1), Tensor("k", "int32", [], data=np.array(4, np.int32)),
+         Tensor("values", "int8", [3, 4], scale=0.5, zero_point=1), Tensor("indices", "int32", [3, 4])]
+    data = build(Subgraph(t, [Operator("TOPK_V2", [0, 1], [2, 3])], [0], [2, 3]))
+    order = np.argsort(-x.astype(np.int32), axis=1, kind="stable")[:, :4].astype(np.int32)
+    _assert_exact_on_every_engine(data, {"x": x}, {"values": np.take_along_axis(x, order, 1), "indices": order})

@@ -1056,7 +1056,7 @@ CASES: dict[str, Case] = {
     "dynamic_batch_add": Case(dynamic_batch_add, None),
     "mirror_pad_padv2": Case(mirror_pad_padv2, None),
     "shape_ops": Case(shape_ops, None),
-    "split_pack_arg": Case(split_pack_arg, None),
+    "split_pack_arg": Case(split_pack_arg, "TOPK_V2 of the row reversed"),
     "quantized_activations_uint8": Case(quantized_activations_uint8, None, 1),
     "float_activations": Case(float_activations, None),
     "transpose_conv": Case(transpose_conv, None),

@@ -190,5 +190,26 @@ def _arg(c: _Converter, op: _Operator) -> None:
 
 @_converter("TOPK_V2")
 def _topk(c: _Converter, op: _Operator) -> None:
+    """Of equal values TFLite's TOPK_V2 lists the lower index first (topk_v2.cc); Android's
+    the higher one (TopK_V2.cpp sorts (value, index) pairs and reverses them). TOPK_V2 of the
+    row reversed (a GATHER of the indices n-1 .. 0) lists the lower original index first;
+    n - 1 - index maps its indices back."""
     k = int(c.const_values(1, "k").reshape(-1)[0])
-    c.emit(Op.TOPK_V2, [c.input(0), c.i32(k)], [c.output(0), c.output(1)])
+    x = c.input(0)
+    x_type = c.type_of(x)
+    n = op.tensor(0).shape[-1] if len(op.tensor(0).shape) else -1
+    if n < 0:
+        raise UnsupportedOperator("TOPK_V2 of rows of unknown length (TFLite's order of equal values, lower "
+                                  "index first, is reproduced by reversing the row, which needs its length)")
+    if n == 1:
+        c.emit(Op.TOPK_V2, [x, c.i32(k)], [c.output(0), c.output(1)])
+        return
+    reversed_x = c.temp(x_type)
+    c.emit(Op.GATHER, [x, c.i32(x_type.rank - 1), c.vector(np.arange(n - 1, -1, -1))], [reversed_x])
+    indices = c.output(1)
+    reversed_indices = c.temp(c.type_of(indices))
+    c.emit(Op.TOPK_V2, [reversed_x, c.i32(k)], [c.output(0), reversed_indices])
+    last = c.const_operand(np.array([n - 1], np.int32), OperandType(T.TENSOR_INT32, [1]))
+    c.emit(Op.SUB, [last, reversed_indices, c.i32(0)], [indices])
+    c.lowered("TOPK_V2 of the row reversed (GATHER), its indices mapped back: equal values lower index first, "
+              "as TFLite (Android's TOPK_V2 lists the higher index first)")
