@@ -1358,3 +1358,20 @@ def test_topk_lists_equal_values_lower_index_first() -> None:
     data = build(Subgraph(t, [Operator("TOPK_V2", [0, 1], [2, 3])], [0], [2, 3]))
     order = np.argsort(-x.astype(np.int32), axis=1, kind="stable")[:, :4].astype(np.int32)
     _assert_exact_on_every_engine(data, {"x": x}, {"values": np.take_along_axis(x, order, 1), "indices": order})
+
+
+def test_select_with_a_rank1_condition_picks_rows() -> None:
+    """TFLite's SELECT (version 1) with a rank-1 condition of x's first dimension picks
+    rows; the condition broadcast by NumPy's rule (along the last axis) raised inside the
+    import before, or picked columns (tools/import_vs_litert.py). A run-time condition and
+    a constant one."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    cond = np.array([True, False, True])
+    a = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    for constant in (False, True):
+        t = [Tensor("cond", "bool", [3], data=cond if constant else None), Tensor("a", "float32", [3, 2, 2]),
+             Tensor("b", "float32", [3, 2, 2]), Tensor("y", "float32", [3, 2, 2])]
+        data = build(Subgraph(t, [Operator("SELECT", [0, 1, 2], [3])], [1, 2] if constant else [0, 1, 2], [3]))
+        feeds = {"a": a, "b": -a} if constant else {"cond": cond, "a": a, "b": -a}
+        _assert_exact_on_every_engine(data, feeds, {"y": np.where(cond[:, None, None], a, -a)})

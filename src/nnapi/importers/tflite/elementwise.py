@@ -165,6 +165,9 @@ def _simple(c: _Converter, op: _Operator) -> None:
         options = op.options("L2NormOptions")
         if options is not None and options.FusedActivationFunction():
             raise UnsupportedOperator("L2_NORMALIZATION with a fused activation")
+    if op.name == "SELECT" and len(op.tensor(0).shape) == 1 and len(op.out_tensor().shape) > 1:
+        _select_by_rows(c, op)
+        return
     if op.name in ("SELECT", "SELECT_V2"):
         dims = c.nn_type(op.out_tensor()).dimensions
         if {c.type_of(c.input(i)).dimensions for i in range(3)} != {dims}:
@@ -195,6 +198,40 @@ def _simple(c: _Converter, op: _Operator) -> None:
             return
     inputs = [c.input(i) for i in range(len(op.inputs))]
     c.emit(code, inputs, [c.output()])
+
+
+def _select_by_rows(c: _Converter, op: _Operator) -> None:
+    """TFLite's SELECT (version 1) with a rank-1 condition of x's first dimension picks whole
+    rows (select.cc's RankOneSelect), where NumPy's rule would align it with the last one.
+    The condition is broadcast along the leading axis: a constant at import; a run-time one
+    as SELECT of int32 1 / 0, EXPAND_DIMS to [n, 1, ...], TILE and NOT_EQUAL 0 (NNAPI has no
+    RESHAPE or TILE of bool)."""
+    dims = _static_shape(c, op.out_tensor())
+    if dims is None or not all(d > 0 for d in dims):
+        raise UnsupportedOperator("SELECT of a rank-1 condition over rows needs a static, non-empty output shape")
+    dims = list(dims)
+    rows = [dims[0]] + [1] * (len(dims) - 1)
+    full = OperandType(T.TENSOR_BOOL8, dims)
+    const = c.const_of(op.inputs[0])
+    if const is not None and op.inputs[0] not in c.operands:
+        cond = c.const_operand(np.broadcast_to(np.asarray(const.data, np.bool_).reshape(rows), dims), full)
+    else:
+        flags = OperandType(T.TENSOR_INT32, [dims[0]])
+        ones = c.const_operand(np.ones([dims[0]], np.int32), flags)
+        zeros = c.const_operand(np.zeros([dims[0]], np.int32), flags)
+        as_int = c.temp(flags)
+        c.emit(Op.SELECT, [c.input(0), ones, zeros], [as_int])
+        for rank in range(2, len(dims) + 1):
+            ranked = c.temp(flags, rows[:rank])
+            c.emit(Op.EXPAND_DIMS, [as_int, c.i32(-1)], [ranked])
+            as_int = ranked
+        tiled = c.temp(flags, dims)
+        c.emit(Op.TILE, [as_int, c.vector([1] + dims[1:])], [tiled])
+        cond = c.temp(full)
+        c.emit(Op.NOT_EQUAL, [tiled, c.const_operand(np.zeros([1], np.int32), flags.with_dimensions([1]))], [cond])
+    c.emit(Op.SELECT, [cond, _broadcast_to(c, op, 1, dims), _broadcast_to(c, op, 2, dims)], [c.output()])
+    c.lowered("SELECT with a rank-1 condition: the condition broadcast along the first dimension (TFLite "
+              "selects rows)")
 
 
 def _requantizing_relu(c: _Converter, op: _Operator, code: OperationCode, x: int, x_type: OperandType,
