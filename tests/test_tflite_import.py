@@ -1375,3 +1375,16 @@ def test_select_with_a_rank1_condition_picks_rows() -> None:
         data = build(Subgraph(t, [Operator("SELECT", [0, 1, 2], [3])], [1, 2] if constant else [0, 1, 2], [3]))
         feeds = {"a": a, "b": -a} if constant else {"cond": cond, "a": a, "b": -a}
         _assert_exact_on_every_engine(data, feeds, {"y": np.where(cond[:, None, None], a, -a)})
+
+
+def test_rank3_batch_to_space_with_crops_is_refused_cleanly() -> None:
+    """A rank-3 BATCH_TO_SPACE_ND with crops (TFLite takes it; NNAPI's is rank 4) is refused
+    with the reason, not an IndexError inside the import (tools/import_vs_litert.py)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    t = [Tensor("x", "float32", [2, 3, 1]), Tensor("block", "int32", [1], data=np.array([2], np.int32)),
+         Tensor("crops", "int32", [1, 2], data=np.array([[1, 0]], np.int32)), Tensor("y", "float32", [1, 5, 1])]
+    data = build(Subgraph(t, [Operator("BATCH_TO_SPACE_ND", [0, 1, 2], [3])], [0], [3]))
+    with pytest.raises(nnapi.NnapiError, match="rank-3 tensor") as error:
+        nnapi.load_tflite(data)
+    assert "malformed" not in str(error.value)

@@ -10,7 +10,7 @@ from nnapi.codes import OperandCode as T
 from nnapi.codes import OperationCode as Op
 from nnapi.importers.tflite.converter import _Converter, _converter
 from nnapi.importers.tflite.elementwise import _in_float32
-from nnapi.importers.tflite.reader import _QUANT8, _Operator
+from nnapi.importers.tflite.reader import _QUANT8, UnsupportedOperator, _Operator
 from nnapi.operand import OperandType
 from nnapi.operations.quant_math import half_below
 
@@ -74,6 +74,9 @@ def _space_to_batch(c: _Converter, op: _Operator) -> None:
 
 @_converter("BATCH_TO_SPACE_ND")
 def _batch_to_space(c: _Converter, op: _Operator) -> None:
+    if len(op.tensor(0).shape) != 4:
+        raise UnsupportedOperator(f"BATCH_TO_SPACE_ND of a rank-{len(op.tensor(0).shape)} tensor (NNAPI's takes "
+                                  "rank 4)")
     block = c.vector(c.const_values(1, "block shape"))
     crops = c.const_values(2, "crops").astype(np.int64) if op.has_input(2) else np.zeros((2, 2), np.int64)
     if not crops.any():
