@@ -1388,3 +1388,17 @@ def test_rank3_batch_to_space_with_crops_is_refused_cleanly() -> None:
     with pytest.raises(nnapi.NnapiError, match="rank-3 tensor") as error:
         nnapi.load_tflite(data)
     assert "malformed" not in str(error.value)
+
+
+def test_broadcast_of_an_empty_tensor_is_refused_cleanly() -> None:
+    """BROADCAST_TO of an empty tensor (a SLICE of size 0) is refused with the reason, not a
+    ZeroDivisionError inside the import (tools/import_vs_litert.py)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    t = [Tensor("x", "float32", [2, 4]), Tensor("begin", "int32", [2], data=np.array([0, 1], np.int32)),
+         Tensor("size", "int32", [2], data=np.array([1, 0], np.int32)), Tensor("empty", "float32", [1, 0]),
+         Tensor("shape", "int32", [3], data=np.array([3, 1, 0], np.int32)), Tensor("y", "float32", [3, 1, 0])]
+    data = build(Subgraph(t, [Operator("SLICE", [0, 1, 2], [3]), Operator("BROADCAST_TO", [3, 4], [5])], [0], [5]))
+    with pytest.raises(nnapi.NnapiError, match="empty tensor") as error:
+        nnapi.load_tflite(data)
+    assert "malformed" not in str(error.value)

@@ -340,16 +340,16 @@ def _broadcast_once(c: _Converter, op: _Operator, position: int, x: int, dims: l
     x_type = c.type_of(x)
     const = c.const_of(op.inputs[position])
     full = x_type.with_dimensions(dims)
+    source = [1] * (len(dims) - x_type.rank) + list(x_type.dimensions)
+    if len(source) != len(dims) or any(s not in (1, d) for s, d in zip(source, dims)) or 0 in source:
+        raise UnsupportedOperator(f"input {position} of shape {list(x_type.dimensions)} does not broadcast to "
+                                  f"{dims}" + (" (an empty tensor)" if 0 in source else ""))
     if const is not None and const.channel is None:
         return c.const_operand(np.broadcast_to(const.data.reshape(x_type.dimensions), dims), full)
     if x_type.type == T.TENSOR_BOOL8:
         out = c.temp(full)
         c.emit(Op.LOGICAL_AND, [x, c.const_operand(np.ones(dims, np.bool_), full)], [out])
         return out
-    source = [1] * (len(dims) - x_type.rank) + list(x_type.dimensions)
-    if len(source) != len(dims) or any(s not in (1, d) for s, d in zip(source, dims)):
-        raise UnsupportedOperator(f"input {position} of shape {list(x_type.dimensions)} does not broadcast to "
-                                  f"{dims}")
     if x_type.rank < len(dims) and x_type.type == T.TENSOR_INT32:  # NNAPI's RESHAPE takes no int32
         for rank in range(x_type.rank + 1, len(dims) + 1):
             ranked = c.temp(x_type, source[len(dims) - rank:])
