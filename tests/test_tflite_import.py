@@ -1402,3 +1402,19 @@ def test_broadcast_of_an_empty_tensor_is_refused_cleanly() -> None:
     with pytest.raises(nnapi.NnapiError, match="empty tensor") as error:
         nnapi.load_tflite(data)
     assert "malformed" not in str(error.value)
+
+
+def test_rows_of_an_unpack_read_by_another_operation_lower_on_ort() -> None:
+    """UNPACK into rows (SPLIT + RESHAPE to [1, row]) each read by a TILE: the ORT device's
+    search for one common FULLY_CONNECTED product of the rows indexed the reader's fourth
+    input before checking it was a FULLY_CONNECTED (an IndexError that declined the SPLIT;
+    tools/import_vs_litert.py)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    t = [Tensor("x", "float32", [1, 2, 3]), Tensor("r0", "float32", [1, 3]), Tensor("r1", "float32", [1, 3]),
+         Tensor("m", "int32", [2], data=np.array([2, 1], np.int32)), Tensor("y0", "float32", [2, 3]),
+         Tensor("y1", "float32", [2, 3])]
+    data = build(Subgraph(t, [Operator("UNPACK", [0], [1, 2], ("UnpackOptions", {"Num": 2, "Axis": 1})),
+                              Operator("TILE", [1, 3], [4]), Operator("TILE", [2, 3], [5])], [0], [4, 5]))
+    x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+    _assert_exact_on_every_engine(data, {"x": x}, {"y0": np.tile(x[:, 0], [2, 1]), "y1": np.tile(x[:, 1], [2, 1])})

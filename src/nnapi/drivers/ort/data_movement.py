@@ -633,8 +633,10 @@ def _same_products(g: GraphBuilder, reshapes: list[Operation], products: list[li
         operand = g.operand(index)
         return None if operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) else g.raw_constant(index)
 
+    if first.type != OperationCode.FULLY_CONNECTED or len(first.inputs) != 4:
+        return None  # the rows are read by something else (a TILE, an ADD): no common product
     weights, fuse = constant(first.inputs[1]), constant(first.inputs[3])
-    if len(first.inputs) != 4 or weights is None or fuse is None or weights.ndim != 2 or \
+    if weights is None or fuse is None or weights.ndim != 2 or \
             g.operand(first.outputs[0]).type != T.TENSOR_FLOAT32 or \
             weights.shape[1] != g.operand(reshapes[0].outputs[0]).dimensions[1]:
         return None
