@@ -1418,3 +1418,46 @@ def test_rows_of_an_unpack_read_by_another_operation_lower_on_ort() -> None:
                               Operator("TILE", [1, 3], [4]), Operator("TILE", [2, 3], [5])], [0], [4, 5]))
     x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
     _assert_exact_on_every_engine(data, {"x": x}, {"y0": np.tile(x[:, 0], [2, 1]), "y1": np.tile(x[:, 1], [2, 1])})
+
+
+def _tflite_compared_value(q: int, scale: float, zero_point: int) -> int:
+    """What TFLite's 8-bit comparisons compare for stored value ``q`` (comparisons.cc):
+    ((q - zero point) << 8) times the Q31 multiplier of the scale, rounded twice (the
+    doubling high multiply, the rounding right shift)."""
+    import math
+
+    mantissa, exponent = math.frexp(float(np.float32(scale)))
+    multiplier = int(math.floor(abs(mantissa) * 2**31 + 0.5))
+    product = (q - zero_point) * 256 * multiplier
+    nudge = 2**30 if product >= 0 else 1 - 2**30
+    high = abs(product + nudge) // 2**31 * (1 if product + nudge >= 0 else -1)
+    shift = -exponent
+    mask = (1 << shift) - 1
+    threshold = (mask >> 1) + (1 if high < 0 else 0)
+    return (high >> shift) + (1 if (high & mask) > threshold else 0)
+
+
+def test_quantized_comparisons_compare_tflites_fixed_point_values() -> None:
+    """TFLite's 8-bit comparisons compare about round(256 * real) (two roundings), not the
+    real values NNAPI's compare: at scale 0.002, 1 == 2 and -5 == -6 but 100 != 101. The
+    import used NNAPI's comparison, a wrong answer on 1-2% of pairs of close values
+    (tools/import_vs_litert.py). Every pair of stored values; run-time and constant inputs."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    assert [_tflite_compared_value(q, 0.002, 0) for q in (1, 2, -5, -6, 100, 101)] == [1, 1, -3, -3, 51, 52]
+    for kind, (sa, za), (sb, zb), name, compare in (
+            ("int8", (0.002, 0), (0.002, 0), "EQUAL", np.equal),
+            ("int8", (0.24313540756702423, 92), (0.016018200665712357, 84), "GREATER_EQUAL", np.greater_equal),
+            ("uint8", (0.0123, 130), (0.0071, 7), "LESS", np.less)):
+        info = np.iinfo(kind)
+        stored = np.arange(info.min, info.max + 1)
+        a, b = np.repeat(stored, 256).astype(kind), np.tile(stored, 256).astype(kind)
+        values_a = {int(q): _tflite_compared_value(int(q), sa, za) for q in stored}
+        values_b = {int(q): _tflite_compared_value(int(q), sb, zb) for q in stored}
+        want = compare(np.array([values_a[int(q)] for q in a]), np.array([values_b[int(q)] for q in b]))
+        for constant in (False, True):
+            t = [Tensor("a", kind, [65536], scale=sa, zero_point=za),
+                 Tensor("b", kind, [65536], data=b if constant else None, scale=sb, zero_point=zb),
+                 Tensor("y", "bool", [65536])]
+            data = build(Subgraph(t, [Operator(name, [0, 1], [2])], [0] if constant else [0, 1], [2]))
+            _assert_exact_on_every_engine(data, {"a": a} if constant else {"a": a, "b": b}, {"y": want})

@@ -177,6 +177,10 @@ def _simple(c: _Converter, op: _Operator) -> None:
             c.emit(Op.SELECT, [_broadcast_to(c, op, i, dims) for i in range(3)], [c.output()])
             c.lowered(f"SELECT_V2 broadcasting: inputs broadcast to {list(dims)} first (NNAPI's SELECT does not)")
             return
+    if code in _COMPARISONS and c.type_of(c.input(0)).type in _QUANT8 and \
+            not _comparison_matches_tflite(code, c.type_of(c.input(0)), c.type_of(c.input(1))):
+        _quantized_comparison(c, op, code)
+        return
     if code in _RELU_FUSE and c.type_of(c.input(0)).type in _QUANT8:
         x, out_type = c.input(0), c.nn_type(op.out_tensor())
         x_type = c.type_of(x)
@@ -198,6 +202,78 @@ def _simple(c: _Converter, op: _Operator) -> None:
             return
     inputs = [c.input(i) for i in range(len(op.inputs))]
     c.emit(code, inputs, [c.output()])
+
+
+_COMPARISONS = {Op.EQUAL: np.equal, Op.NOT_EQUAL: np.not_equal, Op.LESS: np.less, Op.LESS_EQUAL: np.less_equal,
+                Op.GREATER: np.greater, Op.GREATER_EQUAL: np.greater_equal}
+
+
+def _tflite_comparison_values(x_type: OperandType) -> np.ndarray:
+    """What TFLite's 8-bit comparisons compare for each stored value of ``x_type``, ascending
+    (comparisons.cc, ComparisonWithScaling): (q - zero point) << 8 multiplied by the
+    quantized multiplier of the scale itself, one rounding; about round(256 * real), so
+    real values closer than ~1/256 compare equal."""
+    info = np.iinfo(x_type.dtype)
+    stored = np.arange(info.min, info.max + 1, dtype=np.int64)
+    multiplier, shift = quantize_multiplier(float(np.float32(x_type.scale)))
+    return multiply_by_quantized_multiplier((stored - x_type.zero_point) * 256, multiplier, shift)
+
+
+def _comparison_matches_tflite(code: OperationCode, a: OperandType, b: OperandType) -> bool:
+    """Whether NNAPI's quantized comparison (of the real values, dequantized in float32)
+    gives TFLite's answer on every pair of stored values of ``a`` and ``b``."""
+    if a.type not in _QUANT8 or b.type != a.type:
+        return False
+    compare = _COMPARISONS[code]
+    info = np.iinfo(a.dtype)
+    stored = np.arange(info.min, info.max + 1, dtype=np.int64)
+    real_a = (stored - a.zero_point).astype(np.float32) * np.float32(a.scale)
+    real_b = (stored - b.zero_point).astype(np.float32) * np.float32(b.scale)
+    return bool(np.array_equal(compare(real_a[:, None], real_b[None, :]),
+                               compare(_tflite_comparison_values(a)[:, None], _tflite_comparison_values(b)[None, :])))
+
+
+def _quantized_comparison(c: _Converter, op: _Operator, code: OperationCode) -> None:
+    """An 8-bit comparison on TFLite's values (_tflite_comparison_values: two roundings, no
+    float32 formula gives them), where NNAPI's comparison of the real values differs on
+    some pair of stored values: each input's stored value recovered as an int32 index
+    (DEQUANTIZE, MUL by 1 / scale, + zero point - lowest + 0.5, FLOOR, CAST; checked at
+    import to give every stored value), its value in TFLite's table (GATHER of an int32
+    constant), the int32 values compared; a constant input is its table values at import."""
+    inputs = []
+    for position in range(2):
+        x = c.input(position)
+        x_type = c.type_of(x)
+        if x_type.type not in _QUANT8:
+            raise UnsupportedOperator(f"{op.name} of {x_type.type.name} and an 8-bit quantized tensor")
+        table = _tflite_comparison_values(x_type).astype(np.int32)
+        lowest = int(np.iinfo(x_type.dtype).min)
+        int_type = OperandType(T.TENSOR_INT32, x_type.dimensions)
+        const = c.const_of(op.inputs[position])
+        if const is not None and const.channel is None and op.inputs[position] not in c.operands:
+            inputs.append(c.const_operand(table[np.asarray(const.data).astype(np.int64) - lowest], int_type))
+            continue
+        stored = np.arange(lowest, lowest + 256, dtype=np.int64)
+        inverse = np.float32(1 / np.float32(x_type.scale))
+        offset = np.float32(x_type.zero_point - lowest + 0.5)
+        real = (stored - x_type.zero_point).astype(np.float32) * np.float32(x_type.scale)
+        if not np.array_equal(np.floor(real * inverse + offset), stored - lowest):
+            raise UnsupportedOperator(f"quantized {op.name}: the stored values of input {position} are not "
+                                      "recovered exactly from float32")
+        float_type = OperandType(T.TENSOR_FLOAT32, x_type.dimensions)
+        scalar = OperandType(T.TENSOR_FLOAT32, [1])
+        real_x, unscaled, shifted, floored = (c.temp(float_type) for _ in range(4))
+        index, value = c.temp(int_type), c.temp(int_type)
+        c.emit(Op.DEQUANTIZE, [x], [real_x])
+        c.emit(Op.MUL, [real_x, c.const_operand(np.array([inverse], np.float32), scalar), c.i32(0)], [unscaled])
+        c.emit(Op.ADD, [unscaled, c.const_operand(np.array([offset], np.float32), scalar), c.i32(0)], [shifted])
+        c.emit(Op.FLOOR, [shifted], [floored])
+        c.emit(Op.CAST, [floored], [index])
+        c.emit(Op.GATHER, [c.const_operand(table, OperandType(T.TENSOR_INT32, [256])), c.i32(0), index], [value])
+        inputs.append(value)
+    c.emit(code, inputs, [c.output()])
+    c.lowered(f"quantized {op.name} on TFLite's fixed-point values (about round(256 * real)) by a table of the "
+              "stored values: NNAPI's compares the real values, which differ on some pair of stored values")
 
 
 def _select_by_rows(c: _Converter, op: _Operator) -> None:
