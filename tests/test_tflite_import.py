@@ -1461,3 +1461,22 @@ def test_quantized_comparisons_compare_tflites_fixed_point_values() -> None:
                  Tensor("y", "bool", [65536])]
             data = build(Subgraph(t, [Operator(name, [0, 1], [2])], [0] if constant else [0, 1], [2]))
             _assert_exact_on_every_engine(data, {"a": a} if constant else {"a": a, "b": b}, {"y": want})
+
+
+def test_int8_mean_over_the_last_two_axes_of_a_rank3_tensor_lowers_on_ort() -> None:
+    """An int8 MEAN over axes 1 and 2 of a rank-3 tensor: the ORT device took it for NHWC's
+    height and width (the integer-sum form of a rank-4 pool) and raised unpacking three
+    dimensions into four, which declined the MEAN (tools/import_vs_litert.py). Both devices
+    give the mean of the real values within a step, and the same stored values."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    t = [Tensor("x", "int8", [5, 1, 1], scale=0.08370251, zero_point=12),
+         Tensor("axes", "int32", [2], data=np.array([2, -2], np.int32)),
+         Tensor("y", "int8", [5], scale=0.03678592, zero_point=-11)]
+    data = build(Subgraph(t, [Operator("MEAN", [0, 1], [2], ("ReducerOptions", {"KeepDims": False}))], [0], [2]))
+    x = np.array([-100, -20, 0, 13, 50], np.int8).reshape(5, 1, 1)
+    want = np.clip(((x.astype(np.float64) - 12) * 0.08370251).mean(axis=(1, 2)) / 0.03678592 - 11, -128, 127)
+    results = [session.run({"x": x})["y"] for device in ("nnapi-reference", "nnapi-ort-cpu")
+               if (session := _session_on(data, device)) is not None]
+    assert results and all(np.array_equal(r, results[0]) for r in results)
+    assert np.abs(results[0].astype(np.float64) - want).max() <= 0.5 + 1e-6

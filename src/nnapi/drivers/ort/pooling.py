@@ -195,7 +195,7 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
         raise Declined("MEAN axes out of range")
     axes = sorted({int(a) % x.rank for a in axes})
     source = g.dequantized.get(operation.inputs[0])
-    if output.type == T.TENSOR_FLOAT32 and axes == [1, 2] and source is not None and all(x.dims):
+    if output.type == T.TENSOR_FLOAT32 and axes == [1, 2] and x.rank == 4 and source is not None and all(x.dims):
         y = _integer_mean(g, source, keep)
         g.integer_means.add(operation.outputs[0])
     elif output.type in FLOATS and axes == [1, 2] and blocked(x.dims, x.kind) and not g.isolated:
