@@ -1480,3 +1480,18 @@ def test_int8_mean_over_the_last_two_axes_of_a_rank3_tensor_lowers_on_ort() -> N
                if (session := _session_on(data, device)) is not None]
     assert results and all(np.array_equal(r, results[0]) for r in results)
     assert np.abs(results[0].astype(np.float64) - want).max() <= 0.5 + 1e-6
+
+
+def test_quantized_sqrt_rounds_down_as_tflite() -> None:
+    """TFLite's int8 SQRT is floor(sqrt(real) / output scale) + zero point; the import
+    rounded to nearest (DEQUANTIZE, SQRT, QUANTIZE): a step above LiteRT on ~a third of the
+    stored values (tools/import_vs_litert.py). Every stored value of the domain."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    for (si, so, zo) in ((0.0371, 0.0213, -60), (0.2, 0.05, 3), (0.0093, 0.0417, -128)):
+        t = [Tensor("x", "int8", [256], scale=si, zero_point=-128), Tensor("y", "int8", [256], scale=so, zero_point=zo)]
+        data = build(Subgraph(t, [Operator("SQRT", [0], [1])], [0], [1]))
+        x = np.arange(-128, 128).astype(np.int8)
+        real = np.float32(si) * (x.astype(np.float32) + 128)
+        want = np.clip(np.floor(np.sqrt(real) / np.float32(so)) + zo, -128, 127).astype(np.int8)
+        _assert_exact_on_every_engine(data, {"x": x}, {"y": want})

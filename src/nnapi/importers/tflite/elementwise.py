@@ -187,6 +187,9 @@ def _simple(c: _Converter, op: _Operator) -> None:
         if (x_type.scale, x_type.zero_point) != (out_type.scale, out_type.zero_point):
             _requantizing_relu(c, op, code, x, x_type, out_type)
             return
+    if code == Op.SQRT and c.type_of(c.input(0)).type in _QUANT8:
+        _quantized_sqrt(c, op)
+        return
     if code in _FLOAT_ONLY and c.type_of(c.input(0)).type in _QUANT8:
         _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
         c.lowered(f"quantized {op.name} (NNAPI's {code.name} is float only) as DEQUANTIZE, {code.name}, QUANTIZE")
@@ -274,6 +277,28 @@ def _quantized_comparison(c: _Converter, op: _Operator, code: OperationCode) -> 
     c.emit(code, inputs, [c.output()])
     c.lowered(f"quantized {op.name} on TFLite's fixed-point values (about round(256 * real)) by a table of the "
               "stored values: NNAPI's compares the real values, which differ on some pair of stored values")
+
+
+def _quantized_sqrt(c: _Converter, op: _Operator) -> None:
+    """TFLite's 8-bit SQRT rounds down: floor(sqrt(real) / output scale) + zero point (LiteRT's
+    builtin and reference kernels alike, on every stored value of random quantizations), where
+    DEQUANTIZE, SQRT, QUANTIZE rounds to nearest (a step above on ~a third of the values):
+    DEQUANTIZE, SQRT, DIV by the output scale, FLOOR, MUL by it, QUANTIZE (which gives back
+    the whole number of steps exactly)."""
+    out_type = c.nn_type(op.out_tensor())
+    scale = c.const_operand(np.array([out_type.scale], np.float32), OperandType(T.TENSOR_FLOAT32, [1]))
+
+    def build(inputs: list[int], out: int) -> None:
+        float_type = c.type_of(out)
+        root, steps, whole = c.temp(float_type), c.temp(float_type), c.temp(float_type)
+        c.emit(Op.SQRT, inputs, [root])
+        c.emit(Op.DIV, [root, scale, c.i32(0)], [steps])
+        c.emit(Op.FLOOR, [steps], [whole])
+        c.emit(Op.MUL, [whole, scale, c.i32(0)], [out])
+
+    _in_float32(c, op, build)
+    c.lowered("quantized SQRT as DEQUANTIZE, SQRT, DIV by the output scale, FLOOR, MUL, QUANTIZE (TFLite's rounds "
+              "down)")
 
 
 def _select_by_rows(c: _Converter, op: _Operator) -> None:
