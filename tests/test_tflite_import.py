@@ -1495,3 +1495,17 @@ def test_quantized_sqrt_rounds_down_as_tflite() -> None:
         real = np.float32(si) * (x.astype(np.float32) + 128)
         want = np.clip(np.floor(np.sqrt(real) / np.float32(so)) + zo, -128, 127).astype(np.int8)
         _assert_exact_on_every_engine(data, {"x": x}, {"y": want})
+
+
+def test_reverse_v2_of_negative_and_several_axes() -> None:
+    """REVERSE_V2 over a negative axis (counted from the end) and over two axes, which
+    LiteRT runs: refused before ("axis -1 is out of range", "exactly one axis";
+    tools/import_vs_litert.py); now one NNAPI REVERSE per axis."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for axes in ([-1], [1, 2], [-2, -1]):  # LiteRT takes neighbouring axes only
+        t = [Tensor("x", "float32", [2, 3, 4]), Tensor("axes", "int32", [len(axes)], data=np.array(axes, np.int32)),
+             Tensor("y", "float32", [2, 3, 4])]
+        data = build(Subgraph(t, [Operator("REVERSE_V2", [0, 1], [2])], [0], [2]))
+        _assert_exact_on_every_engine(data, {"x": x}, {"y": np.flip(x, axis=tuple(axes))})

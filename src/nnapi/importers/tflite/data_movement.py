@@ -53,21 +53,28 @@ def _tile(c: _Converter, op: _Operator) -> None:
 
 @_converter("REVERSE_V2")
 def _reverse(c: _Converter, op: _Operator) -> None:
-    axes = c.const_values(1, "axis").reshape(-1)
-    if axes.size != 1:
-        raise UnsupportedOperator("NNAPI REVERSE takes exactly one axis")
+    """TFLite's axes may be negative (counted from the end) and several; NNAPI's REVERSE takes
+    one axis in [0, rank): one REVERSE per axis, each counted from the start."""
+    rank = len(op.tensor(0).shape)
+    axes = [int(a) + rank if a < 0 else int(a) for a in c.const_values(1, "axis").reshape(-1)]
+    if not axes or any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
+        raise UnsupportedOperator(f"REVERSE_V2 axes {axes} of a rank-{rank} tensor")
     x = c.input(0)
     x_type, out_type = c.type_of(x), c.nn_type(op.out_tensor())
+    for axis in axes[:-1]:
+        step = c.temp(x_type)
+        c.emit(Op.REVERSE, [x, c.vector([axis])], [step])
+        x = step
     if x_type.type in _QUANT8 and (x_type.scale, x_type.zero_point) != (out_type.scale, out_type.zero_point):
         # TFLite's kernel copies the stored values whatever the two quantizations say (the
         # converter writes such a pair in a bidirectional LSTM); NNAPI's REVERSE keeps the
         # quantization, and CAST, which ignores it, carries the stored values over.
         reversed_ = c.temp(x_type)
-        c.emit(Op.REVERSE, [x, c.vector(axes)], [reversed_])
+        c.emit(Op.REVERSE, [x, c.vector(axes[-1:])], [reversed_])
         c.emit(Op.CAST, [reversed_], [c.output()])
         c.lowered("REVERSE_V2 between two quantizations: REVERSE + CAST of the stored values, as TFLite's kernel")
         return
-    c.emit(Op.REVERSE, [x, c.vector(axes)], [c.output()])
+    c.emit(Op.REVERSE, [x, c.vector(axes[-1:])], [c.output()])
 
 
 def _dense_slice_spec(rank: int, begin: np.ndarray, end: np.ndarray, strides: np.ndarray, begin_mask: int,
