@@ -362,8 +362,12 @@ def quantize(g: Graph, x: Val) -> list[Val]:
 def _binary(name: str, kinds, options: str | None = None, out: str = "free", domain: str = "",
             same_quant: bool = False):
     def gen(g: Graph, x: Val) -> list[Val]:
+        if out == "bool" and x.quant is not None and x.quant[0] >= 1:
+            raise Skip  # TFLite's 8-bit comparisons need scales below 1 (QuantizeMultiplierSmallerThanOneExp)
         shape = broadcast_partner(g, x.shape)
         yq = x.quant if same_quant else g.quant(x.kind, x.quant)
+        if out == "bool" and yq is not None and yq[0] >= 1:
+            yq = (float(np.float32(yq[0] / 4)) if yq[0] / 4 < 1 else 0.5, yq[1])
         other = g.value(x.kind, shape, yq, domain=domain)
         a, b = (x, other) if g.chance(0.7) else (other, x)
         if out == "bool":
