@@ -682,12 +682,23 @@ def test_prepared_concatenation_matches_reference(kind, axis):
                      OperandType(code_type, shape, scale, zero))
 
 
-def test_concatenation_requantizing_inputs_runs_execute():
-    first = _copy_input("quant8", (2, 3))
-    other = Tensor(T.TENSOR_QUANT8_ASYMM, (2, 3), 0.25, 7, None, first.value)
-    context = ExecutionContext(Op.CONCATENATION, [first, other, _scalar(T.INT32, 0)],
-                               [OperandType(T.TENSOR_QUANT8_ASYMM, [4, 3], 0.5, 7)])
-    assert get_operation(Op.CONCATENATION).plan(context) is None
+@pytest.mark.parametrize("code, dtype", [(T.TENSOR_QUANT8_ASYMM, np.uint8), (T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8)])
+def test_prepared_requantizing_concatenation_matches_reference(code, dtype):
+    """Inputs of other scales and zero points than the output's go through tables the plan
+    makes once: every stored value of each, bit for bit as ``execute``; an input of the
+    output's quantization is copied as it is."""
+    every = np.arange(256, dtype=np.uint8).view(dtype).reshape(2, 128)
+    inputs = [_tensor(code, every, 0.5, 7), _tensor(code, every[::-1], 1.0, 7),
+              _tensor(code, every, 0.013, -20 if dtype == np.int8 else 200), _scalar(T.INT32, 0)]
+    output = OperandType(code, [6, 128], 1.0, 7)
+    _compare_exactly(Op.CONCATENATION, inputs, output)
+    prepared, _ = _planned_and_executed(Op.CONCATENATION, inputs, [output])
+    joined = prepared[0].astype(np.int64)
+    # (q - 7) * 0.5 + 7, halves away from zero: 8 -> 7.5 -> 8, 6 -> 6.5 -> 6; then the copy
+    position = {int(v): i for i, v in enumerate(every.reshape(-1))}
+    assert joined.reshape(-1)[position[8]] == 8 and joined.reshape(-1)[position[6]] == 6
+    assert joined.reshape(-1)[position[11]] == 9 and joined.reshape(-1)[position[3]] == 5
+    np.testing.assert_array_equal(joined[2:4], every[::-1])
 
 
 @pytest.mark.parametrize("kind", list(_COPY_KINDS))

@@ -4,7 +4,8 @@ Inputs 0..n-1 are tensors of one type and rank that agree on every dimension but
 axis; input n is the INT32 axis in [0, rank). Quant8 inputs may each have their own
 scale and zero point: every input is requantized into the output's before joining, as
 Android's kernel does (quant_math.requantize_concatenated: C float arithmetic, inputs that
-already match copied exactly). Zero-sized inputs are allowed.
+already match copied exactly; the plan makes each input's 256-entry table once). Zero-sized
+inputs are allowed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._shape_common import DATA_TYPES
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import QUANT8_TENSORS
-from nnapi.operations.quant_math import requantize_concatenated
+from nnapi.operations.elementwise import prepared_quant8
+from nnapi.operations.quant_math import concatenation_table, requantize_concatenated
 
 T = OperandCode
 
@@ -90,18 +92,28 @@ class Concatenation(Operation):
         return [np.concatenate(parts, axis=axis).astype(ctx.output_dtype(0), copy=False)]
 
     def plan(self, ctx: ExecutionContext):
-        """Inputs of the output's type that need no requantization: one concatenate with
-        the axis read once. Quant8 inputs of other scales run ``execute``."""
+        """One concatenate with the axis read once; quant8 inputs of another scale or zero
+        point than the output's go through their ``concatenation_table``, made here once
+        (``execute`` makes it on every call)."""
         count = len(ctx.inputs) - 1
         output = ctx.output(0)
-        if output.type in QUANT8_TENSORS and any(
-                (ctx.input(i).scale, ctx.input(i).zero_point) != (output.scale, output.zero_point)
-                for i in range(count)):
-            return None
         if any(ctx.input(i).type != output.type for i in range(count)):
             return None
         axis = int(ctx.scalar(count))
-        return lambda values: [np.concatenate(values[:count], axis=axis)]
+        lookups = [None] * count
+        if output.type in QUANT8_TENSORS:
+            dtype = ctx.output_dtype(0)
+            lookups = [None if table is None else prepared_quant8(table) for table in (
+                concatenation_table(dtype, ctx.input(i).scale, ctx.input(i).zero_point, output.scale,
+                                    output.zero_point) for i in range(count))]
+        if not any(lookups):
+            return lambda values: [np.concatenate(values[:count], axis=axis)]
+
+        def requantizing(values: list) -> list[np.ndarray]:
+            return [np.concatenate([value if lookup is None else lookup(value)
+                                    for value, lookup in zip(values[:count], lookups, strict=True)], axis=axis)]
+
+        return requantizing
 
     def plan_dynamic(self, ctx: ExecutionContext):
         """Inputs whose shapes are known only at run time (pieces of a loop body's buffer

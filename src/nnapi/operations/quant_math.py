@@ -154,18 +154,29 @@ def requantize_concatenated(values: np.ndarray, scale: float, zero_point: int, t
     round(u * s + b) + to_zero_point in C float, s = scale * (1 / to_scale) and
     b = -zero_point * s each rounded to float32, u * s and the sum too, then C's round
     (halves away from zero) and saturation. Differs from ``requantize`` (one rounding of
-    the float64 real value, the zero point inside it) on ties and near them. Through a
-    256-entry table of the values' own dtype."""
+    the float64 real value, the zero point inside it) on ties and near them. Through the
+    256-entry ``concatenation_table``."""
     values = np.asarray(values)
+    table = concatenation_table(values.dtype, scale, zero_point, to_scale, to_zero_point)
+    return values if table is None else np.take(table, values.view(np.uint8))
+
+
+def concatenation_table(dtype, scale: float, zero_point: int, to_scale: float,
+                        to_zero_point: int) -> np.ndarray | None:
+    """``requantize_concatenated``'s result for each of the 256 values of the 8-bit
+    ``dtype``, by bit pattern (index: the value's uint8 view), in that dtype; None where
+    the quantizations are equal (the values are kept as they are). Prepared kernels
+    make it once, at preparation."""
     if (float(scale), int(zero_point)) == (float(to_scale), int(to_zero_point)):
-        return values
-    shift = 128 if values.dtype == np.int8 else 0
-    unsigned = np.arange(256, dtype=np.float32)  # the uint8 domain's stored values
+        return None
+    dtype = np.dtype(dtype)
+    shift = 128 if dtype == np.int8 else 0
+    # the uint8 domain's stored value of each bit pattern
+    unsigned = (np.arange(256, dtype=np.uint8).view(dtype).astype(np.int64) + shift).astype(np.float32)
     factor = np.float32(scale) * (np.float32(1) / np.float32(to_scale))
     bias = np.float32(-(int(zero_point) + shift)) * factor
     rounded = round_half_away(unsigned * factor + bias).astype(np.int64) + (int(to_zero_point) + shift)
-    table = (np.clip(rounded, 0, 255) - shift).astype(values.dtype)  # by the uint8 domain's value
-    return np.take(table, values.astype(np.int64) + shift)
+    return (np.clip(rounded, 0, 255) - shift).astype(dtype)
 
 
 # --- fixed-point multipliers ---------------------------------------------------------------
