@@ -169,6 +169,38 @@ def test_prepared_depthwise_matches_reference(kind, multiplier, stride, nchw, di
         _compare(Op.DEPTHWISE_CONV_2D, [x, w, b, *args], out_type(shape))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("in_ch, multiplier, stride, nchw", [(6, 1, 1, False), (6, 2, 2, False), (5, 3, 1, True),
+                                                             (64, 1, 1, False)])
+def test_prepared_grouped_conv_of_one_channel_per_group_matches_reference(kind, in_ch, multiplier, stride, nchw):
+    """GROUPED_CONV_2D with as many groups as input channels (a depthwise convolution in
+    grouped form) through DEPTHWISE_CONV_2D's prepared kernel against ``execute``; the
+    per-channel filter's scales (channelDim 0 there) follow its output channels."""
+    batches, size = 2, 9
+    out_ch = in_ch * multiplier
+    x_shape = (batches, in_ch, size, size) if nchw else (batches, size, size, in_ch)
+    x, w, b, out_type = _quant_case(kind, x_shape, (out_ch, 3, 3, 1), out_ch, 0, 9)
+    out = (size - 3 + 2 + stride) // stride
+    for fuse in (FuseCode.FUSED_NONE, FuseCode.FUSED_RELU6):
+        args = [_scalar(T.INT32, v) for v in (1, 1, 1, 1, stride, stride, in_ch, fuse)] + [_scalar(T.BOOL, nchw)]
+        shape = [batches, out_ch, out, out] if nchw else [batches, out, out, out_ch]
+        if kind != "float16":
+            _compare(Op.GROUPED_CONV_2D, [x, w, b, *args], out_type(shape))
+            continue
+        # float16: the float32 sums (BLAS's order against the depthwise kernel's) may
+        # round to neighbouring float16 values: one float16 step apart at most
+        (fast,), (slow,) = _planned_and_executed(Op.GROUPED_CONV_2D, [x, w, b, *args], [out_type(shape)])
+        assert fast.dtype == slow.dtype == np.float16 and fast.shape == slow.shape == tuple(shape)
+        np.testing.assert_allclose(fast.astype(np.float32), slow.astype(np.float32), rtol=2.0**-10, atol=2.0**-14)
+
+
+def test_grouped_conv_of_several_channels_per_group_runs_execute():
+    x, w, b, out_type = _quant_case("quant8", (1, 5, 5, 4), (6, 3, 3, 2), 6, 0, 18)
+    args = [_scalar(T.INT32, v) for v in (1, 1, 1, 1, 1, 1, 2, FuseCode.FUSED_NONE)] + [_scalar(T.BOOL, False)]
+    context = ExecutionContext(Op.GROUPED_CONV_2D, [x, w, b, *args], [out_type([1, 5, 5, 6])])
+    assert get_operation(Op.GROUPED_CONV_2D).plan(context) is None
+
+
 @pytest.mark.parametrize("code", [Op.MAX_POOL_2D, Op.AVERAGE_POOL_2D, Op.L2_POOL_2D])
 @pytest.mark.parametrize("kind", ["float32", "float16", "quant8", "quant8_signed"])
 @pytest.mark.parametrize("filt, stride, pad, nchw, batches", [
