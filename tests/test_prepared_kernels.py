@@ -554,6 +554,28 @@ def test_prepared_sequence_lstm_leaves_peephole_to_execute():
     assert get_operation(Op.UNIDIRECTIONAL_SEQUENCE_LSTM).plan(context) is None
 
 
+@pytest.mark.parametrize("batch, input_size, units", [(1, 5, 4), (3, 16, 24)])
+def test_prepared_quantized_16bit_lstm_matches_reference(batch, input_size, units):
+    """Constant weights and biases: the stacked product matrix, biases and multiplier made
+    once by the plan; the new cell state and output bit for bit as ``execute``'s."""
+    weights_scale = 0.0078125 * 0.37
+
+    def q8(shape, scale=weights_scale, zero=131):
+        return _tensor(T.TENSOR_QUANT8_ASYMM, RNG.integers(0, 256, shape).astype(np.uint8), scale, zero)
+
+    inputs = [q8((batch, input_size), 1 / 128, 128), *(q8((units, input_size)) for _ in range(4)),
+              *(q8((units, units)) for _ in range(4)),
+              *(_tensor(T.TENSOR_INT32, RNG.integers(-9000, 9000, units).astype(np.int32), weights_scale / 128)
+                for _ in range(4)),
+              _tensor(T.TENSOR_QUANT16_SYMM, RNG.integers(-30000, 30000, (batch, units)).astype(np.int16), 2.0**-11),
+              q8((batch, units), 1 / 128, 128)]
+    outputs = [OperandType(T.TENSOR_QUANT16_SYMM, [batch, units], 2.0**-11),
+               OperandType(T.TENSOR_QUANT8_ASYMM, [batch, units], 1 / 128, 128)]
+    _compare(Op.QUANTIZED_16BIT_LSTM, inputs, outputs)
+    prepared, _ = _planned_and_executed(Op.QUANTIZED_16BIT_LSTM, inputs, outputs)
+    assert len(np.unique(prepared[1])) > 3 and len(np.unique(prepared[0])) > 3  # not saturated to a constant
+
+
 @pytest.mark.parametrize(("constant_shape", "shape"), [((8,), (1, 128, 128, 8)), ((1, 1, 3), (2, 5, 7, 3)),
                                                        ((5, 1, 1), (2, 5, 7, 3)), ((), (4, 4)), ((3,), (3,)),
                                                        ((2, 1), (2, 300))])

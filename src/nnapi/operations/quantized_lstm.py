@@ -280,30 +280,59 @@ class Quantized16BitLstm(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x, h, c = self._setup(ctx)
-        # Gate order of the stacked product: input, cell (modulation), forget, output.
-        order = [(Q16_INPUT_WEIGHTS + gate, Q16_RECURRENT_WEIGHTS + gate, Q16_BIASES + gate)
-                 for gate in (Q16_INPUT_GATE, Q16_CELL_GATE, Q16_FORGET_GATE, Q16_OUTPUT_GATE)]
-        weights_zero = ctx.input(Q16_INPUT_WEIGHTS).zero_point
-        # Android assembles each gate's row block as [recurrent weights | input weights] and
-        # multiplies it by [input, previous output]; the CTS vectors (input size 2, output
-        # size 4) expect exactly that pairing, so it is kept.
-        stacked = np.concatenate([np.concatenate([ctx.value(wh), ctx.value(wx)], axis=1) for wx, wh, _ in order])
-        biases = np.concatenate([ctx.value(b) for _, _, b in order]).astype(np.int64)
-        activations = np.concatenate([x.value, h.value], axis=1).astype(np.int64) - 128
-        accumulator = _int_matmul(activations, (stacked.astype(np.int64) - weights_zero).T) + biases
-        # Rescale the int32 accumulator (scale bias_scale) to Q3.12 (scale 2^-12).
-        multiplier, shift = float32_multiplier(4096 * float(np.float32(ctx.input(Q16_BIASES).scale)))
-        gates = _clamp16(_multiply(accumulator, multiplier, shift))
-        # One logistic over all four blocks (the cell block's is unused) costs less than
-        # three calls on the separate blocks.
-        input_gate, _, forget_gate, output_gate = np.split(logistic16(gates, 3), 4, axis=1)
-        modulation = tanh16(np.split(gates, 4, axis=1)[1], 3)
-        previous_cell = np.asarray(c.value, dtype=np.int64)  # Q4.11
-        new_cell = _clamp16(_saturating_mul_by_pot16(_srdhm16(input_gate, modulation), -4)
-                            + _srdhm16(forget_gate, previous_cell))
-        hidden = _srdhm16(output_gate, tanh16(_saturating_mul_by_pot16(new_cell, 1), 3))
-        output = np.clip(rounding_divide_by_pot(hidden, 8), -128, 127) + 128
-        return [new_cell.astype(np.int16), output.astype(np.uint8)]
+        return _q16_cell(x.value, h.value, c.value, *_q16_constants(ctx))
+
+    def plan(self, ctx: ExecutionContext):
+        """Constant weights and biases: their stacked, zero-point-shifted product matrix,
+        the biases and the gates' multiplier made once (``execute`` makes them on every
+        call); the cell itself as ``execute`` runs it."""
+        if not all(isinstance(ctx.value(index), np.ndarray) for index in range(Q16_INPUT_WEIGHTS, Q16_CELL_IN)):
+            return None
+        constants = _q16_constants(ctx)
+
+        def cell(values: list) -> list[np.ndarray]:
+            return _q16_cell(values[Q16_INPUT], values[Q16_OUTPUT_IN], values[Q16_CELL_IN], *constants)
+
+        return cell
+
+
+def _q16_constants(ctx: ExecutionContext) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """What QUANTIZED_16BIT_LSTM's cell computes from its weights and biases alone: the
+    transposed float64 product matrix of the four gates' (weights - zero point), the stacked int64
+    biases and the multiplier and shift from the accumulators' scale to Q3.12."""
+    # Gate order of the stacked product: input, cell (modulation), forget, output.
+    order = [(Q16_INPUT_WEIGHTS + gate, Q16_RECURRENT_WEIGHTS + gate, Q16_BIASES + gate)
+             for gate in (Q16_INPUT_GATE, Q16_CELL_GATE, Q16_FORGET_GATE, Q16_OUTPUT_GATE)]
+    weights_zero = ctx.input(Q16_INPUT_WEIGHTS).zero_point
+    # Android assembles each gate's row block as [recurrent weights | input weights] and
+    # multiplies it by [input, previous output]; the CTS vectors (input size 2, output
+    # size 4) expect exactly that pairing, so it is kept.
+    stacked = np.concatenate([np.concatenate([ctx.value(wh), ctx.value(wx)], axis=1) for wx, wh, _ in order])
+    biases = np.concatenate([ctx.value(b) for _, _, b in order]).astype(np.int64)
+    # Rescale the int32 accumulator (scale bias_scale) to Q3.12 (scale 2^-12).
+    multiplier, shift = float32_multiplier(4096 * float(np.float32(ctx.input(Q16_BIASES).scale)))
+    # in float64, as ``_int_matmul`` multiplies (|w - zero point| < 2**9: exact)
+    weights = np.ascontiguousarray((stacked.astype(np.int64) - weights_zero).T, dtype=np.float64)
+    return weights, biases, multiplier, shift
+
+
+def _q16_cell(x: np.ndarray, h: np.ndarray, c: np.ndarray, weights: np.ndarray, biases: np.ndarray,
+              multiplier: int, shift: int) -> list[np.ndarray]:
+    """One QUANTIZED_16BIT_LSTM step from the stored input, previous output and cell
+    state, with ``_q16_constants``: [new cell state (int16), output (uint8)]."""
+    activations = np.concatenate([x, h], axis=1).astype(np.int64) - 128
+    accumulator = _int_matmul(activations, weights) + biases
+    gates = _clamp16(_multiply(accumulator, multiplier, shift))
+    # One logistic over all four blocks (the cell block's is unused) costs less than
+    # three calls on the separate blocks.
+    input_gate, _, forget_gate, output_gate = np.split(logistic16(gates, 3), 4, axis=1)
+    modulation = tanh16(np.split(gates, 4, axis=1)[1], 3)
+    previous_cell = np.asarray(c, dtype=np.int64)  # Q4.11
+    new_cell = _clamp16(_saturating_mul_by_pot16(_srdhm16(input_gate, modulation), -4)
+                        + _srdhm16(forget_gate, previous_cell))
+    hidden = _srdhm16(output_gate, tanh16(_saturating_mul_by_pot16(new_cell, 1), 3))
+    output = np.clip(rounding_divide_by_pot(hidden, 8), -128, 127) + 128
+    return [new_cell.astype(np.int16), output.astype(np.uint8)]
 
 
 # --- QUANTIZED_LSTM ----------------------------------------------------------------------
