@@ -546,6 +546,42 @@ def test_prepared_sequence_lstm_matches_reference(variant, time_major, activatio
         np.testing.assert_array_equal(fast, slow)  # the same float32 operations
 
 
+@pytest.mark.parametrize("variant", ["plain", "cifg", "projection", "peephole", "layer_norm"])
+@pytest.mark.parametrize("kind", ["float32", "float16"])
+def test_prepared_lstm_step_matches_reference(variant, kind):
+    """LSTM (one time step) with constant weights of every variant: the stacked matrices
+    made once by the plan; all four outputs (the scratch buffer's gate values included)
+    bit for bit as ``execute``'s, with the states fed at run time."""
+    code, dtype = (T.TENSOR_FLOAT32, np.float32) if kind == "float32" else (T.TENSOR_FLOAT16, np.float16)
+    batch, size, units = 2, 3, 4
+    out = 3 if variant == "projection" else units
+
+    def tensor(shape, scale=0.5):
+        return _tensor(code, (RNG.standard_normal(shape) * scale).astype(dtype))
+
+    omitted = Tensor(code, (0,), 0.0, 0, None, None)
+    cifg, peephole, norm = variant == "cifg", variant == "peephole", variant == "layer_norm"
+    weights = [omitted if cifg else tensor((units, size))] + [tensor((units, size)) for _ in range(3)]
+    weights += [omitted if cifg else tensor((units, out))] + [tensor((units, out)) for _ in range(3)]
+    weights += [tensor((units,)) for _ in range(3)] if peephole else [omitted] * 3
+    weights += [omitted if cifg else tensor((units,))] + [tensor((units,)) for _ in range(3)]
+    weights += [tensor((out, units)), tensor((out,))] if variant == "projection" else [omitted, omitted]
+    scalar = T.FLOAT32 if kind == "float32" else T.FLOAT16
+    clips = [Tensor(scalar, (), 0.0, 0, None, np.array(value, dtype)) for value in (3.0, 0.0)]
+    inputs = [tensor((batch, size), 2.0), *weights, tensor((batch, out)), tensor((batch, units)),
+              _scalar(T.INT32, 4), *clips]
+    if norm:
+        inputs += [tensor((units,)) for _ in range(4)]
+    outputs = [OperandType(code, [batch, units * (3 if cifg else 4)]), OperandType(code, [batch, out]),
+               OperandType(code, [batch, units]), OperandType(code, [batch, out])]
+    prepared, reference = _planned_and_executed(Op.LSTM, inputs, outputs)
+    assert len(prepared) == len(reference) == 4
+    for fast, slow in zip(prepared, reference, strict=True):
+        assert fast.dtype == slow.dtype == dtype and fast.shape == slow.shape
+        np.testing.assert_array_equal(fast.view(np.uint8), slow.view(np.uint8))
+    assert np.unique(reference[0]).size > 4 and np.unique(reference[3]).size > 2
+
+
 def test_prepared_sequence_lstm_leaves_peephole_to_execute():
     inputs, output_types = _sequence_lstm_inputs("plain", True, 4)
     for index in (9, 10, 11):  # cell_to_input / forget / output

@@ -25,6 +25,7 @@ from nnapi.operations.lstm_cell import (
     PreparedLstm,
     check_direction,
     from_time_major,
+    lstm_stacks,
     read_direction,
     run_lstm,
     to_time_major,
@@ -134,7 +135,7 @@ class Lstm(Operation):
         for index in (OUTPUT_STATE_IN, CELL_STATE_IN):
             ctx.check_input_rank(index, 2)
 
-    def _direction(self, ctx: ExecutionContext):
+    def _direction(self, ctx: ExecutionContext, read_states: bool = True):
         ctx.require(not ctx.is_omitted(INPUT), "input must be present")
         x = ctx.input(INPUT)
         ctx.require(x.rank == 2, f"input must be 2-D, got rank {x.rank}")
@@ -142,22 +143,41 @@ class Lstm(Operation):
         d = read_direction(ctx, layout, int(ctx.scalar(ACTIVATION)), *_clips(ctx, CELL_CLIP, PROJ_CLIP))
         check_direction(ctx, d, x.shape[1], None)
         batch = x.shape[0]
-        h0 = _state(ctx, OUTPUT_STATE_IN, (batch, d.output_size), "output state in")
-        c0 = _state(ctx, CELL_STATE_IN, (batch, d.num_units), "cell state in")
+        h0 = _state(ctx, OUTPUT_STATE_IN, (batch, d.output_size), "output state in", read_states)
+        c0 = _state(ctx, CELL_STATE_IN, (batch, d.num_units), "cell state in", read_states)
         return d, h0, c0
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        d, h0, c0 = self._direction(ctx)
-        batch = h0.shape[0]
+        d, _, _ = self._direction(ctx, read_states=False)
+        batch = ctx.input(INPUT).shape[0]
         scratch = (batch, d.num_units * len(d.gates()))
-        return [scratch, h0.shape, c0.shape, h0.shape]
+        return [scratch, (batch, d.output_size), (batch, d.num_units), (batch, d.output_size)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         d, h0, c0 = self._direction(ctx)
-        x = np.asarray(ctx.value(INPUT), dtype=np.float32)[np.newaxis]
-        outputs, h, c, scratch = run_lstm(d, x, h0, c0)
-        dtype = ctx.output_dtype(0)
-        return [scratch.astype(dtype), h.astype(dtype), c.astype(dtype), outputs[0].astype(dtype)]
+        return _lstm_step(d, ctx.value(INPUT), h0, c0, ctx.output_dtype(0))
+
+    plan_sees_omitted = True
+
+    def plan(self, ctx: ExecutionContext):
+        """Constant weights (any variant): ``run_lstm``'s stacked matrices and biases
+        (``lstm_stacks``) built once, where ``execute`` builds them at every step (about
+        as much work as the step's products); the step itself is ``execute``'s."""
+        d, _, _ = self._direction(ctx, read_states=False)
+        stacks, dtype = lstm_stacks(d), ctx.output_dtype(0)
+
+        def step(values: list) -> list[np.ndarray]:
+            h0 = np.asarray(values[OUTPUT_STATE_IN], dtype=np.float32)
+            c0 = np.asarray(values[CELL_STATE_IN], dtype=np.float32)
+            return _lstm_step(d, values[INPUT], h0, c0, dtype, stacks)
+
+        return step
+
+
+def _lstm_step(d, x, h0: np.ndarray, c0: np.ndarray, dtype, stacks=None) -> list[np.ndarray]:
+    """LSTM's outputs (scratch, output state, cell state, output) of one time step."""
+    outputs, h, c, scratch = run_lstm(d, np.asarray(x, dtype=np.float32)[np.newaxis], h0, c0, stacks=stacks)
+    return [scratch.astype(dtype), h.astype(dtype), c.astype(dtype), outputs[0].astype(dtype)]
 
 
 @register(OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM, omitted_operands=True)

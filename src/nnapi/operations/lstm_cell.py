@@ -211,9 +211,36 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarr
     return centered / np.sqrt(variance + _LAYER_NORM_EPSILON) * weight + bias
 
 
+@dataclass
+class LstmStacks:
+    """What ``run_lstm`` multiplies by, built from one direction's weights alone: the
+    gates' input weights stacked and transposed, the recurrent ones likewise, the biases
+    and (with auxiliary weights) the auxiliary ones. A plan builds them once."""
+
+    input_t: np.ndarray
+    recurrent: np.ndarray
+    biases: np.ndarray
+    aux_t: np.ndarray | None
+
+
+def lstm_stacks(d: LstmDirection) -> LstmStacks:
+    """``LstmStacks`` of direction ``d``: one stacked matrix per source, the gates' rows
+    side by side, so each time step needs a single recurrent matrix product."""
+    w = d.weights
+    gates = d.gates()
+    stacked_input = np.concatenate([w[f"input_to_{g}"] for g in gates], axis=0)
+    stacked_recurrent = np.concatenate([w[f"recurrent_to_{g}"] for g in gates], axis=0).T.copy()
+    biases = np.concatenate([w[f"{g}_bias"] for g in gates])
+    aux_t = None
+    if d.has_aux_weights:
+        aux_t = np.ascontiguousarray(np.concatenate([w[f"aux_to_{g}"] for g in gates], axis=0).T)
+    return LstmStacks(np.ascontiguousarray(stacked_input.T), stacked_recurrent, biases, aux_t)
+
+
 def run_lstm(d: LstmDirection, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarray,
-             aux: np.ndarray | None = None, reverse: bool = False, check=None):
-    """Unroll one direction over a time-major float32 sequence ``inputs`` [T, B, in].
+             aux: np.ndarray | None = None, reverse: bool = False, check=None, stacks: LstmStacks | None = None):
+    """Unroll one direction over a time-major float32 sequence ``inputs`` [T, B, in];
+    ``stacks``: ``lstm_stacks(d)`` when a plan made them (else made here).
 
     Returns (outputs [T, B, out], last output state, last cell state, last gate values
     [B, G * units] in Android's scratch layout).
@@ -221,15 +248,12 @@ def run_lstm(d: LstmDirection, inputs: np.ndarray, h0: np.ndarray, c0: np.ndarra
     w = d.weights
     gates = d.gates()
     units = d.num_units
-    # One stacked matrix per source: the gates' rows side by side, so each time step needs
-    # a single recurrent matrix product.
-    stacked_input = np.concatenate([w[f"input_to_{g}"] for g in gates], axis=0)
-    stacked_recurrent = np.concatenate([w[f"recurrent_to_{g}"] for g in gates], axis=0).T.copy()
-    biases = np.concatenate([w[f"{g}_bias"] for g in gates])
-    pre = input_products(inputs, np.ascontiguousarray(stacked_input.T))
-    if aux is not None and d.has_aux_weights:
-        stacked_aux = np.concatenate([w[f"aux_to_{g}"] for g in gates], axis=0)
-        pre = pre + input_products(aux, np.ascontiguousarray(stacked_aux.T))
+    if stacks is None:
+        stacks = lstm_stacks(d)
+    stacked_recurrent, biases = stacks.recurrent, stacks.biases
+    pre = input_products(inputs, stacks.input_t)
+    if aux is not None and stacks.aux_t is not None:
+        pre = pre + input_products(aux, stacks.aux_t)
     if not d.use_layer_norm:
         # Without layer normalization the bias joins the pre-activation directly.
         pre = pre + biases
