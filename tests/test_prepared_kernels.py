@@ -582,12 +582,67 @@ def test_prepared_lstm_step_matches_reference(variant, kind):
     assert np.unique(reference[0]).size > 4 and np.unique(reference[3]).size > 2
 
 
-def test_prepared_sequence_lstm_leaves_peephole_to_execute():
+def _as_float16(tensors: list[Tensor]) -> list[Tensor]:
+    """The same float32 tensors and scalars as float16 ones (other inputs as they are)."""
+    kinds = {T.TENSOR_FLOAT32: T.TENSOR_FLOAT16, T.FLOAT32: T.FLOAT16}
+    return [Tensor(kinds[t.type], t.shape, 0.0, 0, None, None if t.value is None else t.value.astype(np.float16))
+            if t.type in kinds else t for t in tensors]
+
+
+def _assert_same_bits(prepared: list, reference: list) -> None:
+    assert len(prepared) == len(reference)
+    for fast, slow in zip(prepared, reference, strict=True):
+        assert fast.dtype == slow.dtype and fast.shape == slow.shape
+        np.testing.assert_array_equal(fast.view(np.uint8), slow.view(np.uint8))
+
+
+@pytest.mark.parametrize("variant", ["peephole", "layer_norm", "float16"])
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_prepared_sequence_lstm_of_execute_s_variants_matches_reference(variant, outputs):
+    """Peephole, layer normalization and float16: ``execute``'s loop (no PreparedLstm)
+    with the stacked matrices made once by the plan, bit for bit."""
     inputs, output_types = _sequence_lstm_inputs("plain", True, 4)
-    for index in (9, 10, 11):  # cell_to_input / forget / output
-        inputs[index] = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal(4).astype(np.float32))
-    context = ExecutionContext(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, output_types)
-    assert get_operation(Op.UNIDIRECTIONAL_SEQUENCE_LSTM).plan(context) is None
+    if variant == "peephole":
+        for index in (9, 10, 11):  # cell_to_input / forget / output
+            inputs[index] = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal(4).astype(np.float32))
+    if variant == "layer_norm":
+        for index in (24, 25, 26, 27):
+            inputs[index] = _tensor(T.TENSOR_FLOAT32, RNG.uniform(0.5, 1.5, 4).astype(np.float32))
+    if variant == "float16":
+        inputs = _as_float16(inputs)
+        output_types = [OperandType(T.TENSOR_FLOAT16, t.dimensions) for t in output_types]
+    prepared, reference = _planned_and_executed(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, output_types[:outputs])
+    _assert_same_bits(prepared, reference)
+
+
+@pytest.mark.parametrize("linking", ["parallel", "cross", "peephole"])
+@pytest.mark.parametrize("merge, outputs", [(True, 1), (False, 6)])
+def test_prepared_bidirectional_lstm_of_execute_s_variants_matches_reference(linking, merge, outputs):
+    """An auxiliary input (replacing the backward input, or through auxiliary weights of
+    both directions) and peephole directions: ``execute``'s two loops with both
+    directions' stacked matrices made once by the plan, bit for bit."""
+    forward, types = _sequence_lstm_inputs("plain", True, 4)
+    backward, _ = _sequence_lstm_inputs("plain", True, 4)
+    omitted = Tensor(T.TENSOR_FLOAT32, (0,), 0.0, 0, None, None)
+    aux, aux_weights = omitted, [omitted] * 8
+    if linking != "peephole":  # (parallel: the backward direction's input, of the input's size)
+        size = 6 if linking == "cross" else 3
+        aux = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal((5, 2, size)).astype(np.float32))
+    if linking == "cross":
+        aux_weights = [_tensor(T.TENSOR_FLOAT32, (RNG.standard_normal((4, 6)) * 0.5).astype(np.float32))
+                       for _ in range(8)]
+    if linking == "peephole":
+        for direction in (forward, backward):
+            for index in (9, 10, 11):
+                direction[index] = _tensor(T.TENSOR_FLOAT32, RNG.standard_normal(4).astype(np.float32))
+    inputs = [forward[0], *forward[1:18], *backward[1:18], forward[18], forward[19], backward[18], backward[19],
+              aux, *aux_weights, *forward[20:23], _scalar(T.BOOL, merge), _scalar(T.BOOL, True), *[omitted] * 8]
+    sequence, state, cell = types
+    declared = ([OperandType(T.TENSOR_FLOAT32, [*sequence.dimensions[:2], 2 * sequence.dimensions[2]])] if merge
+                else [sequence, sequence])
+    declared = (declared + [state, cell, state, cell])[:outputs]
+    prepared, reference = _planned_and_executed(Op.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, declared)
+    _assert_same_bits(prepared, reference)
 
 
 @pytest.mark.parametrize("batch, input_size, units", [(1, 5, 4), (3, 16, 24)])

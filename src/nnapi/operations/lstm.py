@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, check_deadline, register
 from nnapi.operations.common import FLOAT_TENSORS
 from nnapi.operations.lstm_cell import (
     AUX_NAMES,
@@ -214,14 +214,22 @@ class UnidirectionalSequenceLstm(Operation):
 
     def plan(self, ctx: ExecutionContext):
         """Float32 with constant weights (plain, CIFG or projection variants): the time
-        loop of ``PreparedLstm``, its stacked weights built once."""
+        loop of ``PreparedLstm``, its stacked weights built once. Other constant weights
+        (peephole, layer normalization, float16): ``execute``'s loop with its stacked
+        matrices (``lstm_stacks``) built once."""
         x = ctx.input(INPUT)
-        if x.type != T.TENSOR_FLOAT32 or ctx.output_dtype(0) != np.float32:
-            return None
         d, time_major, _, _ = self._setup(ctx, read_states=False)
-        if not PreparedLstm.supports(d):
-            return None
-        cell, count = PreparedLstm(d), len(ctx.outputs)
+        count = len(ctx.outputs)
+        if x.type != T.TENSOR_FLOAT32 or ctx.output_dtype(0) != np.float32 or not PreparedLstm.supports(d):
+            stacks, dtype = lstm_stacks(d), ctx.output_dtype(0)
+
+            def unrolled(values: list) -> list[np.ndarray]:
+                return _unidirectional(d, values[INPUT], np.asarray(values[OUTPUT_STATE_IN], dtype=np.float32),
+                                       np.asarray(values[CELL_STATE_IN], dtype=np.float32), time_major, dtype,
+                                       count, check_deadline, stacks)
+
+            return unrolled
+        cell = PreparedLstm(d)
 
         def kernel(values: list) -> list[np.ndarray]:
             sequence = to_time_major(np.asarray(values[INPUT], dtype=np.float32), time_major)
@@ -232,11 +240,16 @@ class UnidirectionalSequenceLstm(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         d, time_major, h0, c0 = self._setup(ctx)
-        x = to_time_major(np.asarray(ctx.value(INPUT), dtype=np.float32), time_major)
-        outputs, h, c, _ = run_lstm(d, x, h0, c0, check=ctx.check_deadline)
-        dtype = ctx.output_dtype(0)
-        results = [from_time_major(outputs, time_major).astype(dtype), h.astype(dtype), c.astype(dtype)]
-        return results[: len(ctx.outputs)]
+        return _unidirectional(d, ctx.value(INPUT), h0, c0, time_major, ctx.output_dtype(0), len(ctx.outputs),
+                               ctx.check_deadline)
+
+
+def _unidirectional(d, x, h0: np.ndarray, c0: np.ndarray, time_major: bool, dtype, count: int, check,
+                    stacks=None) -> list[np.ndarray]:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM's first ``count`` outputs through ``run_lstm``."""
+    x = to_time_major(np.asarray(x, dtype=np.float32), time_major)
+    outputs, h, c, _ = run_lstm(d, x, h0, c0, check=check, stacks=stacks)
+    return [from_time_major(outputs, time_major).astype(dtype), h.astype(dtype), c.astype(dtype)][:count]
 
 
 @register(OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM, omitted_operands=True)
@@ -305,14 +318,22 @@ class BidirectionalSequenceLstm(Operation):
     def plan(self, ctx: ExecutionContext):
         """Float32 with constant weights, no auxiliary input, each direction a plain, CIFG
         or projection one: the two time loops of ``PreparedLstm`` (the backward one over
-        the sequence in reverse), their stacked weights built once."""
+        the sequence in reverse), their stacked weights built once. Other constant
+        weights: ``execute``'s loops with both directions' ``lstm_stacks`` built once."""
         x = ctx.input(INPUT)
-        if x.type != T.TENSOR_FLOAT32 or ctx.output_dtype(0) != np.float32:
-            return None
-        fw, bw, merge, time_major, _, has_aux_input, _ = self._setup(ctx, read_states=False)
-        if has_aux_input or not (PreparedLstm.supports(fw) and PreparedLstm.supports(bw)):
-            return None
-        forward, backward, count = PreparedLstm(fw), PreparedLstm(bw), len(ctx.outputs)
+        fw, bw, merge, time_major, parallel, has_aux_input, _ = self._setup(ctx, read_states=False)
+        count = len(ctx.outputs)
+        if (x.type != T.TENSOR_FLOAT32 or ctx.output_dtype(0) != np.float32 or has_aux_input
+                or not (PreparedLstm.supports(fw) and PreparedLstm.supports(bw))):
+            stacks, dtype = (lstm_stacks(fw), lstm_stacks(bw)), ctx.output_dtype(0)
+
+            def unrolled(values: list) -> list[np.ndarray]:
+                states = [np.asarray(values[index], dtype=np.float32) for index in (*BIDI_FW_STATE, *BIDI_BW_STATE)]
+                return _bidirectional(fw, bw, values[INPUT], values[BIDI_AUX_INPUT] if has_aux_input else None,
+                                      states, merge, time_major, parallel, dtype, count, check_deadline, stacks)
+
+            return unrolled
+        forward, backward = PreparedLstm(fw), PreparedLstm(bw)
 
         def kernel(values: list) -> list[np.ndarray]:
             sequence = to_time_major(np.asarray(values[INPUT], dtype=np.float32), time_major)
@@ -328,22 +349,29 @@ class BidirectionalSequenceLstm(Operation):
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         fw, bw, merge, time_major, parallel, has_aux_input, states = self._setup(ctx)
-        x = to_time_major(np.asarray(ctx.value(INPUT), dtype=np.float32), time_major)
-        aux = None
-        if has_aux_input:
-            aux = to_time_major(np.asarray(ctx.value(BIDI_AUX_INPUT), dtype=np.float32), time_major)
-        fw_out, fw_h, fw_c, _ = run_lstm(fw, x, states[0], states[1], aux=None if parallel else aux,
-                                         check=ctx.check_deadline)
-        bw_input = aux if parallel else x
-        bw_out, bw_h, bw_c, _ = run_lstm(bw, bw_input, states[2], states[3], aux=None if parallel else aux,
-                                         reverse=True, check=ctx.check_deadline)
-        dtype = ctx.output_dtype(0)
-        results = []
-        if merge:
-            results.append(from_time_major(np.concatenate([fw_out, bw_out], axis=-1), time_major).astype(dtype))
-        else:
-            results += [from_time_major(fw_out, time_major).astype(dtype),
-                        from_time_major(bw_out, time_major).astype(dtype)]
-        if len(ctx.outputs) > 2:
-            results += [s.astype(dtype) for s in (fw_h, fw_c, bw_h, bw_c)]
-        return results
+        return _bidirectional(fw, bw, ctx.value(INPUT), ctx.value(BIDI_AUX_INPUT) if has_aux_input else None,
+                              states, merge, time_major, parallel, ctx.output_dtype(0), len(ctx.outputs),
+                              ctx.check_deadline)
+
+
+def _bidirectional(fw, bw, x, aux, states: list[np.ndarray], merge: bool, time_major: bool, parallel: bool, dtype,
+                   count: int, check, stacks=(None, None)) -> list[np.ndarray]:
+    """BIDIRECTIONAL_SEQUENCE_LSTM's ``count`` outputs through ``run_lstm`` forward and in
+    reverse (``aux``: the auxiliary input's value, None when omitted)."""
+    x = to_time_major(np.asarray(x, dtype=np.float32), time_major)
+    if aux is not None:
+        aux = to_time_major(np.asarray(aux, dtype=np.float32), time_major)
+    fw_out, fw_h, fw_c, _ = run_lstm(fw, x, states[0], states[1], aux=None if parallel else aux, check=check,
+                                     stacks=stacks[0])
+    bw_input = aux if parallel else x
+    bw_out, bw_h, bw_c, _ = run_lstm(bw, bw_input, states[2], states[3], aux=None if parallel else aux,
+                                     reverse=True, check=check, stacks=stacks[1])
+    results = []
+    if merge:
+        results.append(from_time_major(np.concatenate([fw_out, bw_out], axis=-1), time_major).astype(dtype))
+    else:
+        results += [from_time_major(fw_out, time_major).astype(dtype),
+                    from_time_major(bw_out, time_major).astype(dtype)]
+    if count > 2:
+        results += [s.astype(dtype) for s in (fw_h, fw_c, bw_h, bw_c)]
+    return results
