@@ -667,6 +667,52 @@ def test_prepared_quantized_16bit_lstm_matches_reference(batch, input_size, unit
     assert len(np.unique(prepared[1])) > 3 and len(np.unique(prepared[0])) > 3  # not saturated to a constant
 
 
+@pytest.mark.parametrize("code, linking", [(Op.RNN, None), (Op.UNIDIRECTIONAL_SEQUENCE_RNN, None),
+                                           (Op.BIDIRECTIONAL_SEQUENCE_RNN, None),
+                                           (Op.BIDIRECTIONAL_SEQUENCE_RNN, "parallel"),
+                                           (Op.BIDIRECTIONAL_SEQUENCE_RNN, "cross")])
+@pytest.mark.parametrize("kind", ["float32", "float16"])
+@pytest.mark.parametrize("full", [False, True])  # every output, or the fewest
+def test_prepared_rnn_matches_reference(code, linking, kind, full):
+    """The RNN family with constant weights: the recurrent matrices transposed once by the
+    plan, the inputs and hidden states fed at run time; every output bit for bit as
+    ``execute``'s (time-major and batch-major, merged or not)."""
+    tensor_code, dtype = (T.TENSOR_FLOAT32, np.float32) if kind == "float32" else (T.TENSOR_FLOAT16, np.float16)
+    steps, batch, size, units, aux_size = 4, 2, 3, 5, 3 if linking == "parallel" else 6
+
+    def tensor(*shape, scale=0.5):
+        return _tensor(tensor_code, (RNG.standard_normal(shape) * scale).astype(dtype))
+
+    omitted = Tensor(tensor_code, (0,), 0.0, 0, None, None)
+    activation = _scalar(T.INT32, 4 if full else 1)  # tanh, relu
+    if code == Op.RNN:
+        inputs = [tensor(batch, size, scale=2), tensor(units, size), tensor(units, units), tensor(units),
+                  tensor(batch, units), activation]
+        outputs = [OperandType(tensor_code, [batch, units])] * 2
+    elif code == Op.UNIDIRECTIONAL_SEQUENCE_RNN:
+        x_shape = (steps, batch, size) if full else (batch, steps, size)
+        inputs = [tensor(*x_shape, scale=2), tensor(units, size), tensor(units, units), tensor(units),
+                  tensor(batch, units), activation, _scalar(T.INT32, int(full))]
+        outputs = [OperandType(tensor_code, [*x_shape[:2], units]), OperandType(tensor_code, [batch, units])]
+        outputs = outputs if full else outputs[:1]
+    else:
+        merge = not full
+        cell = [tensor(units, size), tensor(units, units), tensor(units), tensor(batch, units)]
+        backward = [tensor(units, aux_size if linking == "parallel" else size), tensor(units, units), tensor(units),
+                    tensor(batch, units)]
+        aux = tensor(steps, batch, aux_size) if linking else omitted
+        aux_weights = [tensor(units, aux_size), tensor(units, aux_size)] if linking == "cross" else [omitted] * 2
+        inputs = [tensor(steps, batch, size, scale=2), *cell, *backward, aux, *aux_weights, activation,
+                  _scalar(T.BOOL, True), _scalar(T.BOOL, merge)]
+        outputs = ([OperandType(tensor_code, [steps, batch, 2 * units])] if merge
+                   else [OperandType(tensor_code, [steps, batch, units])] * 2)
+        if full:
+            outputs += [OperandType(tensor_code, [batch, units])] * 2
+    prepared, reference = _planned_and_executed(code, inputs, outputs)
+    _assert_same_bits(prepared, reference)
+    assert np.unique(reference[0]).size > 4
+
+
 @pytest.mark.parametrize(("constant_shape", "shape"), [((8,), (1, 128, 128, 8)), ((1, 1, 3), (2, 5, 7, 3)),
                                                        ((5, 1, 1), (2, 5, 7, 3)), ((), (4, 4)), ((3,), (3,)),
                                                        ((2, 1), (2, 300))])

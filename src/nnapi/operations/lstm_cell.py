@@ -516,14 +516,16 @@ def _sigmoid_in_place(x: np.ndarray) -> None:
 
 def run_rnn(inputs: np.ndarray, weights: np.ndarray, recurrent: np.ndarray, bias: np.ndarray, h0: np.ndarray,
             activation: int, aux: np.ndarray | None = None, aux_weights: np.ndarray | None = None,
-            reverse: bool = False, check=None) -> tuple[np.ndarray, np.ndarray]:
-    """Basic RNN over a time-major float32 sequence: h = act(x W' + aux A' + h R' + b).
+            reverse: bool = False, check=None, recurrent_t: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Basic RNN over a time-major float32 sequence: h = act(x W' + aux A' + h R' + b);
+    ``recurrent_t``: R' as a C-ordered array when a plan made it (else made here).
 
     Returns (outputs [T, B, units], last hidden state)."""
     pre = np.matmul(inputs, weights.T) + bias
     if aux is not None and aux_weights is not None:
         pre = pre + np.matmul(aux, aux_weights.T)
-    recurrent_t = recurrent.T.copy()
+    if recurrent_t is None:
+        recurrent_t = recurrent.T.copy()
     outputs = np.empty(pre.shape, dtype=np.float32)
     h = h0.astype(np.float32)
     order = range(pre.shape[0] - 1, -1, -1) if reverse else range(pre.shape[0])

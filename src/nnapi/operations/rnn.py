@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
+from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, check_deadline, register
 from nnapi.operations.common import FLOAT_TENSORS
 from nnapi.operations.lstm_cell import ACTIVATIONS, from_time_major, run_rnn, to_time_major
 
@@ -58,30 +58,54 @@ def _value(ctx: ExecutionContext, index: int, what: str) -> np.ndarray:
     return np.asarray(ctx.value(index), dtype=np.float32)
 
 
+def _shape(ctx: ExecutionContext, index: int, what: str) -> Shape:
+    """The shape of a required input (its value is not read: shape inference needs only
+    the shape, so inputs fed at run time keep the output shapes static)."""
+    ctx.require(not ctx.is_omitted(index), f"{what} must be present")
+    return tuple(ctx.input(index).shape)
+
+
 class _Cell:
-    """One direction's weights, checked against the input size and batch."""
+    """One direction's weights, checked against the input size and batch, and the shape
+    of its hidden state (whose value ``state`` reads)."""
 
     def __init__(self, ctx: ExecutionContext, indexes: tuple[int, int, int, int], input_size: int, batch: int,
                  label: str):
-        weights, recurrent, bias, state = (_value(ctx, i, f"{label} {name}") for i, name in
-                                           zip(indexes, ("weights", "recurrent weights", "bias", "hidden state"),
-                                               strict=True))
-        ctx.require(weights.ndim == 2 and recurrent.ndim == 2 and bias.ndim == 1 and state.ndim == 2,
+        weights, recurrent, bias = (_value(ctx, i, f"{label} {name}") for i, name in
+                                    zip(indexes[:3], ("weights", "recurrent weights", "bias"), strict=True))
+        state = _shape(ctx, indexes[3], f"{label} hidden state")
+        ctx.require(weights.ndim == 2 and recurrent.ndim == 2 and bias.ndim == 1 and len(state) == 2,
                     f"{label} weights, recurrent weights, bias and hidden state must be 2-D, 2-D, 1-D, 2-D")
         units = weights.shape[0]
         ctx.require(weights.shape[1] == input_size,
                     f"{label} weights have {weights.shape[1]} columns, input size is {input_size}")
         ctx.require(recurrent.shape == (units, units), f"{label} recurrent weights must be [{units}, {units}]")
         ctx.require(bias.shape == (units,), f"{label} bias must be [{units}]")
-        ctx.require(state.shape == (batch, units), f"{label} hidden state must be [{batch}, {units}]")
-        self.weights, self.recurrent, self.bias, self.state = weights, recurrent, bias, state
+        ctx.require(state == (batch, units), f"{label} hidden state must be [{batch}, {units}]")
+        self.weights, self.recurrent, self.bias, self.state_shape = weights, recurrent, bias, state
+        self.state_index = indexes[3]
         self.units = units
+
+    def state(self, values: list) -> np.ndarray:
+        """The hidden state's value among an operation's input ``values``, as float32."""
+        return np.asarray(values[self.state_index], dtype=np.float32)
+
+    def run(self, x: np.ndarray, state: np.ndarray, activation: int, recurrent_t: np.ndarray | None = None,
+            **options) -> tuple[np.ndarray, np.ndarray]:
+        """``run_rnn`` of this cell over the time-major sequence ``x`` from ``state``."""
+        return run_rnn(x, self.weights, self.recurrent, self.bias, state, activation, recurrent_t=recurrent_t,
+                       **options)
 
 
 def _activation(ctx: ExecutionContext, index: int) -> int:
     code = int(ctx.scalar(index))
     ctx.require(code in ACTIVATIONS, f"unsupported activation {code}")
     return code
+
+
+def _values(ctx: ExecutionContext) -> list:
+    """The input values of an ``execute`` call, as a plan's kernel receives them."""
+    return [tensor.value for tensor in ctx.inputs]
 
 
 @register(OperationCode.RNN)
@@ -92,22 +116,36 @@ class Rnn(Operation):
         for index, rank in _CELL_RANKS:
             ctx.check_input_rank(index, rank)
 
-    def _cell(self, ctx: ExecutionContext) -> tuple[np.ndarray, _Cell]:
-        x = _value(ctx, INPUT, "input")
-        ctx.require(x.ndim == 2, "input must be 2-D")
-        return x, _Cell(ctx, CELL, x.shape[1], x.shape[0], "")
+    def _cell(self, ctx: ExecutionContext) -> _Cell:
+        x = _shape(ctx, INPUT, "input")
+        ctx.require(len(x) == 2, "input must be 2-D")
+        return _Cell(ctx, CELL, x[1], x[0], "")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        _, cell = self._cell(ctx)
+        cell = self._cell(ctx)
         _activation(ctx, ACTIVATION)
-        return [cell.state.shape, cell.state.shape]
+        return [cell.state_shape, cell.state_shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        x, cell = self._cell(ctx)
-        outputs, h = run_rnn(x[np.newaxis], cell.weights, cell.recurrent, cell.bias, cell.state,
-                             _activation(ctx, ACTIVATION))
-        result = h.astype(ctx.output_dtype(0))
-        return [result, result.copy()]
+        return self._kernel(ctx, recurrent_t=None)(_values(ctx))
+
+    def plan(self, ctx: ExecutionContext):
+        """Constant weights: the recurrent matrix transposed once (``run_rnn`` copies it
+        at every call otherwise)."""
+        cell = self._cell(ctx)
+        return self._kernel(ctx, cell.recurrent.T.copy(), cell)
+
+    def _kernel(self, ctx: ExecutionContext, recurrent_t: np.ndarray | None, cell: _Cell | None = None):
+        cell = cell if cell is not None else self._cell(ctx)
+        activation, dtype = _activation(ctx, ACTIVATION), ctx.output_dtype(0)
+
+        def step(values: list) -> list[np.ndarray]:
+            x = np.asarray(values[INPUT], dtype=np.float32)
+            _, h = cell.run(x[np.newaxis], cell.state(values), activation, recurrent_t)
+            result = h.astype(dtype)
+            return [result, result.copy()]
+
+        return step
 
 
 @register(OperationCode.UNIDIRECTIONAL_SEQUENCE_RNN)
@@ -118,25 +156,37 @@ class UnidirectionalSequenceRnn(Operation):
         for index, rank in _CELL_RANKS:
             ctx.check_input_rank(index, 3 if index == INPUT else rank)
 
-    def _setup(self, ctx: ExecutionContext):
-        x = _value(ctx, INPUT, "input")
-        ctx.require(x.ndim == 3, "input must be 3-D")
+    def _setup(self, ctx: ExecutionContext) -> tuple[Shape, bool, _Cell]:
+        x = _shape(ctx, INPUT, "input")
+        ctx.require(len(x) == 3, "input must be 3-D")
         time_major = int(ctx.scalar(SEQ_TIME_MAJOR))
         ctx.require(time_major in (0, 1), f"time_major must be 0 or 1, got {time_major}")
-        batch = x.shape[1] if time_major else x.shape[0]
-        return x, bool(time_major), _Cell(ctx, CELL, x.shape[2], batch, "")
+        batch = x[1] if time_major else x[0]
+        return x, bool(time_major), _Cell(ctx, CELL, x[2], batch, "")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         x, _, cell = self._setup(ctx)
         _activation(ctx, ACTIVATION)
-        return [(*x.shape[:2], cell.units), cell.state.shape][: len(ctx.outputs)]
+        return [(*x[:2], cell.units), cell.state_shape][: len(ctx.outputs)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        x, time_major, cell = self._setup(ctx)
-        outputs, h = run_rnn(to_time_major(x, time_major), cell.weights, cell.recurrent, cell.bias, cell.state,
-                             _activation(ctx, ACTIVATION), check=ctx.check_deadline)
-        dtype = ctx.output_dtype(0)
-        return [from_time_major(outputs, time_major).astype(dtype), h.astype(dtype)][: len(ctx.outputs)]
+        return self._kernel(ctx, None, ctx.check_deadline)(_values(ctx))
+
+    def plan(self, ctx: ExecutionContext):
+        """Constant weights: the recurrent matrix transposed once."""
+        _, _, cell = self._setup(ctx)
+        return self._kernel(ctx, cell.recurrent.T.copy(), check_deadline)
+
+    def _kernel(self, ctx: ExecutionContext, recurrent_t: np.ndarray | None, check):
+        _, time_major, cell = self._setup(ctx)
+        activation, dtype, count = _activation(ctx, ACTIVATION), ctx.output_dtype(0), len(ctx.outputs)
+
+        def run(values: list) -> list[np.ndarray]:
+            x = to_time_major(np.asarray(values[INPUT], dtype=np.float32), time_major)
+            outputs, h = cell.run(x, cell.state(values), activation, recurrent_t, check=check)
+            return [from_time_major(outputs, time_major).astype(dtype), h.astype(dtype)][:count]
+
+        return run
 
 
 @register(OperationCode.BIDIRECTIONAL_SEQUENCE_RNN, omitted_operands=True)
@@ -151,14 +201,14 @@ class BidirectionalSequenceRnn(Operation):
             ctx.check_input_rank(index, rank)
 
     def _setup(self, ctx: ExecutionContext):
-        x = _value(ctx, INPUT, "input")
-        ctx.require(x.ndim == 3, "input must be 3-D")
+        x = _shape(ctx, INPUT, "input")
+        ctx.require(len(x) == 3, "input must be 3-D")
         time_major = bool(ctx.scalar(BIDI_TIME_MAJOR))
         merge = bool(ctx.scalar(BIDI_MERGE_OUTPUTS))
         expected = (1, 3) if merge else (2, 4)
         ctx.require(len(ctx.outputs) in expected,
                     f"{len(ctx.outputs)} outputs do not fit merge_outputs={merge} (expected {expected})")
-        batch = x.shape[1] if time_major else x.shape[0]
+        batch = x[1] if time_major else x[0]
         has_aux = not ctx.is_omitted(BIDI_AUX_INPUT)
         aux_weights = [not ctx.is_omitted(i) for i in (BIDI_FW_AUX_WEIGHTS, BIDI_BW_AUX_WEIGHTS)]
         ctx.require(all(aux_weights) or not any(aux_weights),
@@ -168,46 +218,58 @@ class BidirectionalSequenceRnn(Operation):
         parallel = has_aux and not cross
         aux = None
         if has_aux:
-            aux = _value(ctx, BIDI_AUX_INPUT, "auxiliary input")
-            ctx.require(aux.ndim == 3 and aux.shape[:2] == x.shape[:2],
-                        f"auxiliary input shape {list(aux.shape)} does not match input {list(x.shape)}")
-        fw = _Cell(ctx, CELL, x.shape[2], batch, "forward")
-        bw = _Cell(ctx, BIDI_BW_CELL, aux.shape[2] if parallel else x.shape[2], batch, "backward")
+            aux = _shape(ctx, BIDI_AUX_INPUT, "auxiliary input")
+            ctx.require(len(aux) == 3 and aux[:2] == x[:2],
+                        f"auxiliary input shape {list(aux)} does not match input {list(x)}")
+        fw = _Cell(ctx, CELL, x[2], batch, "forward")
+        bw = _Cell(ctx, BIDI_BW_CELL, aux[2] if parallel else x[2], batch, "backward")  # type: ignore[index]
         fw_aux = bw_aux = None
         if cross:
             fw_aux = _value(ctx, BIDI_FW_AUX_WEIGHTS, "forward aux weights")
             bw_aux = _value(ctx, BIDI_BW_AUX_WEIGHTS, "backward aux weights")
             for cell, weights, label in ((fw, fw_aux, "forward"), (bw, bw_aux, "backward")):
-                ctx.require(weights.shape == (cell.units, aux.shape[2]),  # type: ignore[union-attr]
+                ctx.require(weights.shape == (cell.units, aux[2]),  # type: ignore[index]
                             f"{label} auxiliary weights have shape {list(weights.shape)}")
-        return x, aux, time_major, merge, parallel, fw, bw, fw_aux, bw_aux
+        return x, has_aux, time_major, merge, parallel, fw, bw, fw_aux, bw_aux
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         x, _, _, merge, _, fw, bw, _, _ = self._setup(ctx)
         _activation(ctx, BIDI_ACTIVATION)
-        lead = x.shape[:2]
+        lead = x[:2]
         shapes: list[Shape] = [(*lead, fw.units + bw.units)] if merge else [(*lead, fw.units), (*lead, bw.units)]
         if len(ctx.outputs) > len(shapes):
-            shapes += [fw.state.shape, bw.state.shape]
+            shapes += [fw.state_shape, bw.state_shape]
         return shapes
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        x, aux, time_major, merge, parallel, fw, bw, fw_aux, bw_aux = self._setup(ctx)
-        activation = _activation(ctx, BIDI_ACTIVATION)
-        x = to_time_major(x, time_major)
-        if aux is not None:
-            aux = to_time_major(aux, time_major)
-        fw_out, fw_h = run_rnn(x, fw.weights, fw.recurrent, fw.bias, fw.state, activation,
-                               aux=aux, aux_weights=fw_aux, check=ctx.check_deadline)
-        bw_input = aux if parallel else x
-        bw_out, bw_h = run_rnn(bw_input, bw.weights, bw.recurrent, bw.bias, bw.state, activation,  # type: ignore[arg-type]
-                               aux=aux, aux_weights=bw_aux, reverse=True, check=ctx.check_deadline)
-        dtype = ctx.output_dtype(0)
-        if merge:
-            results = [from_time_major(np.concatenate([fw_out, bw_out], axis=-1), time_major).astype(dtype)]
-        else:
-            results = [from_time_major(fw_out, time_major).astype(dtype),
-                       from_time_major(bw_out, time_major).astype(dtype)]
-        if len(ctx.outputs) > len(results):
-            results += [fw_h.astype(dtype), bw_h.astype(dtype)]
-        return results
+        return self._kernel(ctx, (None, None), ctx.check_deadline)(_values(ctx))
+
+    plan_sees_omitted = True  # the auxiliary input and weights are optional
+
+    def plan(self, ctx: ExecutionContext):
+        """Constant weights: both cells' recurrent matrices transposed once."""
+        _, _, _, _, _, fw, bw, _, _ = self._setup(ctx)
+        return self._kernel(ctx, (fw.recurrent.T.copy(), bw.recurrent.T.copy()), check_deadline)
+
+    def _kernel(self, ctx: ExecutionContext, recurrent_t: tuple, check):
+        _, has_aux, time_major, merge, parallel, fw, bw, fw_aux, bw_aux = self._setup(ctx)
+        activation, dtype, count = _activation(ctx, BIDI_ACTIVATION), ctx.output_dtype(0), len(ctx.outputs)
+
+        def run(values: list) -> list[np.ndarray]:
+            x = to_time_major(np.asarray(values[INPUT], dtype=np.float32), time_major)
+            aux = to_time_major(np.asarray(values[BIDI_AUX_INPUT], dtype=np.float32), time_major) if has_aux else None
+            fw_out, fw_h = fw.run(x, fw.state(values), activation, recurrent_t[0], aux=aux, aux_weights=fw_aux,
+                                  check=check)
+            bw_input = aux if parallel else x
+            bw_out, bw_h = bw.run(bw_input, bw.state(values), activation, recurrent_t[1],  # type: ignore[arg-type]
+                                  aux=aux, aux_weights=bw_aux, reverse=True, check=check)
+            if merge:
+                results = [from_time_major(np.concatenate([fw_out, bw_out], axis=-1), time_major).astype(dtype)]
+            else:
+                results = [from_time_major(fw_out, time_major).astype(dtype),
+                           from_time_major(bw_out, time_major).astype(dtype)]
+            if count > len(results):
+                results += [fw_h.astype(dtype), bw_h.astype(dtype)]
+            return results
+
+        return run
