@@ -1509,3 +1509,19 @@ def test_reverse_v2_of_negative_and_several_axes() -> None:
              Tensor("y", "float32", [2, 3, 4])]
         data = build(Subgraph(t, [Operator("REVERSE_V2", [0, 1], [2])], [0], [2]))
         _assert_exact_on_every_engine(data, {"x": x}, {"y": np.flip(x, axis=tuple(axes))})
+
+
+def test_a_bool_move_above_rank_4_is_refused_cleanly() -> None:
+    """A bool EXPAND_DIMS to rank 5 and a RESHAPE back (bool moves run on float32 halves,
+    which the moves above rank 4 keep no operand for): refused with the reason, not a
+    KeyError inside the import shown as a malformed operator (tools/import_vs_litert.py)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    t = [Tensor("a", "float32", [1, 1, 2, 1]), Tensor("b", "float32", [1, 1, 1, 1]), Tensor("ne", "bool", [1, 1, 2, 1]),
+         Tensor("axis", "int32", [], data=np.array(0, np.int32)), Tensor("up", "bool", [1, 1, 1, 2, 1]),
+         Tensor("shape", "int32", [2], data=np.array([1, 2], np.int32)), Tensor("y", "bool", [1, 2])]
+    data = build(Subgraph(t, [Operator("NOT_EQUAL", [0, 1], [2]), Operator("EXPAND_DIMS", [2, 3], [4]),
+                              Operator("RESHAPE", [4, 5], [6])], [0, 1], [6]))
+    with pytest.raises(nnapi.NnapiError, match="above rank 4") as error:
+        nnapi.load_tflite(data)
+    assert "malformed" not in str(error.value)

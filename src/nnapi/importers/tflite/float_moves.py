@@ -149,6 +149,11 @@ def _through_float32(c: _Converter, op: _Operator, positions: tuple[int, ...] | 
     moved = [op.inputs[p] for p in positions if p < len(op.inputs) and op.inputs[p] >= 0]
     if any(c.graph.tensors[t].tfl_type != out_info.tfl_type for t in moved):
         raise UnsupportedOperator("its inputs and output differ in type")
+    if any(len(c.graph.tensors[t].shape) > 4 for t in op.outputs):
+        # the moves above rank 4 (high_rank.py) keep no operand for such an output
+        raise UnsupportedOperator(f"{op.name} of {out_info.type_name} to above rank 4 (NNAPI's data moves take "
+                                  "no int32 / bool; they run on float32 halves, which the moves above rank 4 "
+                                  "do not)")
     results: list[list[int]] = []
     for half in (0,) if is_bool else (0, 1):
         saved = {t: c.operands[t] for t in moved if t in c.operands}
