@@ -713,6 +713,27 @@ def test_prepared_rnn_matches_reference(code, linking, kind, full):
     assert np.unique(reference[0]).size > 4
 
 
+@pytest.mark.parametrize("kind", ["float32", "float16"])
+@pytest.mark.parametrize("rank, with_bias", [(1, True), (2, False)])
+def test_prepared_svdf_matches_reference(kind, rank, with_bias):
+    """SVDF with constant weights: converted and checked once by the plan, the input and
+    state fed at run time; the new state and output bit for bit as ``execute``'s."""
+    code, dtype = (T.TENSOR_FLOAT32, np.float32) if kind == "float32" else (T.TENSOR_FLOAT16, np.float16)
+    batch, size, units, memory = 2, 5, 3, 4
+    filters = units * rank
+
+    def tensor(*shape):
+        return _tensor(code, RNG.standard_normal(shape).astype(dtype))
+
+    bias = tensor(units) if with_bias else Tensor(code, (0,), 0.0, 0, None, None)
+    inputs = [tensor(batch, size), tensor(filters, size), tensor(filters, memory), bias,
+              tensor(batch, memory * filters), _scalar(T.INT32, rank), _scalar(T.INT32, 4 if with_bias else 0)]
+    outputs = [OperandType(code, [batch, memory * filters]), OperandType(code, [batch, units])]
+    prepared, reference = _planned_and_executed(Op.SVDF, inputs, outputs)
+    _assert_same_bits(prepared, reference)
+    assert np.unique(reference[1]).size > 2 and np.unique(reference[0]).size > 4
+
+
 @pytest.mark.parametrize(("constant_shape", "shape"), [((8,), (1, 128, 128, 8)), ((1, 1, 3), (2, 5, 7, 3)),
                                                        ((5, 1, 1), (2, 5, 7, 3)), ((), (4, 4)), ((3,), (3,)),
                                                        ((2, 1), (2, 300))])

@@ -46,45 +46,66 @@ class Svdf(Operation):
             ctx.check_input_rank(index, 2)
 
     def _setup(self, ctx: ExecutionContext):
+        """The weights (float32), bias, rank, activation and units, checked against the
+        input's and state's shapes (their values are not read: inputs fed at run time keep
+        the output shapes static)."""
         for index, what in ((INPUT_TENSOR, "input"), (WEIGHTS_FEATURE_TENSOR, "weights_feature"),
                             (WEIGHTS_TIME_TENSOR, "weights_time"), (STATE_IN_TENSOR, "state")):
             ctx.require(not ctx.is_omitted(index), f"{what} must be present")
-        x, features, times, state = (np.asarray(ctx.value(i), dtype=np.float32) for i in _MATRICES)
+        x, state = ctx.input(INPUT_TENSOR).shape, ctx.input(STATE_IN_TENSOR).shape
+        features, times = (np.asarray(ctx.value(i), dtype=np.float32) for i in (WEIGHTS_FEATURE_TENSOR,
+                                                                               WEIGHTS_TIME_TENSOR))
         rank = int(ctx.scalar(RANK_PARAM))
         activation = int(ctx.scalar(ACTIVATION_PARAM))
         ctx.require(activation in ACTIVATIONS, f"unsupported activation {activation}")
-        ctx.require(x.ndim == 2 and features.ndim == 2 and times.ndim == 2 and state.ndim == 2,
+        ctx.require(len(x) == 2 and features.ndim == 2 and times.ndim == 2 and len(state) == 2,
                     "input, weights_feature, weights_time and state must be 2-D")
-        batch, input_size = x.shape
+        batch, input_size = x
         filters = features.shape[0]
         ctx.require(rank > 0 and filters % rank == 0, f"rank {rank} must divide the {filters} filters")
         ctx.require(features.shape[1] == input_size,
                     f"weights_feature has {features.shape[1]} columns, input size is {input_size}")
         ctx.require(times.shape[0] == filters, f"weights_time must have {filters} rows")
         memory = times.shape[1]
-        ctx.require(state.shape == (batch, memory * filters),
-                    f"state has shape {list(state.shape)}, expected {[batch, memory * filters]}")
+        ctx.require(tuple(state) == (batch, memory * filters),
+                    f"state has shape {list(state)}, expected {[batch, memory * filters]}")
         units = filters // rank
         bias = None if ctx.is_omitted(BIAS_TENSOR) else np.asarray(ctx.value(BIAS_TENSOR), dtype=np.float32)
         if bias is not None:
             ctx.require(bias.shape == (units,), f"bias must have shape [{units}]")
-        return x, features, times, bias, state, rank, activation, units
+        return features, times, bias, rank, activation, units
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
-        x, _, _, _, state, _, _, units = self._setup(ctx)
-        return [state.shape, (x.shape[0], units)]
+        units = self._setup(ctx)[-1]
+        return [tuple(ctx.input(STATE_IN_TENSOR).shape), (ctx.input(INPUT_TENSOR).shape[0], units)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        x, features, times, bias, state, rank, activation, units = self._setup(ctx)
-        batch, filters, memory = x.shape[0], features.shape[0], times.shape[1]
-        memory_state = state.reshape(batch, filters, memory).copy()
-        memory_state[:, :, -1] = np.matmul(x, features.T)
-        per_filter = np.einsum("bfm,fm->bf", memory_state, times)
-        output = per_filter.reshape(batch, units, rank).sum(axis=-1)
-        if bias is not None:
-            output = output + bias
-        output = activate(output, activation)
-        shifted = np.zeros_like(memory_state)
-        shifted[:, :, :-1] = memory_state[:, :, 1:]
+        return self._kernel(ctx)([tensor.value for tensor in ctx.inputs])
+
+    plan_sees_omitted = True  # the bias is optional
+
+    def plan(self, ctx: ExecutionContext):
+        """Constant weights: converted and checked once (``execute`` does it every call);
+        the step is ``execute``'s."""
+        return self._kernel(ctx)
+
+    def _kernel(self, ctx: ExecutionContext):
+        features, times, bias, rank, activation, units = self._setup(ctx)
         dtype = ctx.output_dtype(0)
-        return [shifted.reshape(state.shape).astype(dtype), output.astype(dtype)]
+
+        def step(values: list) -> list[np.ndarray]:
+            x = np.asarray(values[INPUT_TENSOR], dtype=np.float32)
+            state = np.asarray(values[STATE_IN_TENSOR], dtype=np.float32)
+            batch, filters, memory = x.shape[0], features.shape[0], times.shape[1]
+            memory_state = state.reshape(batch, filters, memory).copy()
+            memory_state[:, :, -1] = np.matmul(x, features.T)
+            per_filter = np.einsum("bfm,fm->bf", memory_state, times)
+            output = per_filter.reshape(batch, units, rank).sum(axis=-1)
+            if bias is not None:
+                output = output + bias
+            output = activate(output, activation)
+            shifted = np.zeros_like(memory_state)
+            shifted[:, :, :-1] = memory_state[:, :, 1:]
+            return [shifted.reshape(state.shape).astype(dtype), output.astype(dtype)]
+
+        return step
