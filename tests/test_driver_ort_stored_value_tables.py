@@ -131,3 +131,35 @@ def test_quantized_binary_of_a_scalar_constant_equals_the_reference(ort_device, 
         model = _binary_model(code, kind, (scales[0], zeros[0]), (scales[1], zeros[1], zeros[2]),
                               (scales[2], zeros[3]), fuse)
         _every_stored_value(model, ort_device, kind)
+
+
+@pytest.mark.parametrize("kind", ["uint8", "int8"])
+def test_corrected_form_is_the_same_graph_on_first_and_later_preparations(kind, monkeypatch):
+    """The Where(Equal) corrections are emitted once, whether proven now (a first
+    preparation: probed as they stand) or recalled from the cache: both lowerings are the
+    same graph, names included."""
+    from helpers import lowered_graph
+    from nnapi.drivers.ort import elementwise
+
+    monkeypatch.setattr(elementwise, "_FORM_PROVEN", {})
+    model = nnapi.load_tflite(_model("HARD_SWISH", kind, _HARD_SWISH_DIFFERING[kind][1])).model
+    first = lowered_graph(model)
+    assert "Where" in [node.op_type for node in first.node]  # the corrected form
+    assert len(elementwise._FORM_PROVEN) == 1
+    assert lowered_graph(model).SerializeToString() == first.SerializeToString()
+
+
+def test_stored_value_caches_stay_bounded(monkeypatch):
+    """The reference's tables and the probes' findings are cached up to a bound; a full
+    cache is emptied to take the newest (it keeps working in bounded memory)."""
+    from nnapi.drivers.ort import elementwise
+
+    monkeypatch.setattr(elementwise, "_TABLE_LIMIT", 2)
+    monkeypatch.setattr(elementwise, "_TABLES", {})
+    monkeypatch.setattr(elementwise, "_FORM_PROVEN", {})
+    sizes = []
+    for quant in _HARD_SWISH_DIFFERING["uint8"] + _HARD_SWISH_DIFFERING["int8"][1:]:
+        data = _model("HARD_SWISH", "uint8", (quant[0], quant[1] % 256, quant[2], quant[3] % 256))
+        _form(data)
+        sizes.append((len(elementwise._TABLES), len(elementwise._FORM_PROVEN)))
+    assert sizes == [(1, 1), (2, 2), (1, 1)]

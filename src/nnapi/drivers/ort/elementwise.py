@@ -693,8 +693,7 @@ def _reference_table(g: GraphBuilder, operation: Operation, source: int) -> tupl
         table = encode(values.reshape(-1).astype(values.dtype), output) if values.size == 256 else None
     except Exception:  # noqa: BLE001 - values the reference refuses: the ONNX form as it is
         table = None
-    if len(_TABLES) < _TABLE_LIMIT:
-        _TABLES[key] = table
+    _remember(_TABLES, key, table)
     return key, table
 
 
@@ -704,6 +703,14 @@ def _reference_table(g: GraphBuilder, operation: Operation, source: int) -> tupl
 _TABLES: dict[bytes, np.ndarray | None] = {}
 _FORM_PROVEN: dict[bytes, np.ndarray | None] = {}
 _TABLE_LIMIT = 4096
+
+
+def _remember(cache: dict[bytes, np.ndarray | None], key: bytes, value: np.ndarray | None) -> None:
+    """``cache[key] = value``, the cache emptied first when it holds _TABLE_LIMIT entries (a
+    process preparing ever new quantizations keeps caching the newest, in bounded memory)."""
+    if len(cache) >= _TABLE_LIMIT:
+        cache.clear()
+    cache[key] = value
 
 
 def proven_or_table(g: GraphBuilder, operation: Operation, source: int, start: int, fast: str) -> str:
@@ -726,28 +733,29 @@ def proven_or_table(g: GraphBuilder, operation: Operation, source: int, start: i
     if table is None:
         return fast
     x = g.value(source).name
-    if key not in _FORM_PROVEN:
+    y = fast
+    if key in _FORM_PROVEN:
+        misses = _FORM_PROVEN[key]
+        if misses is not None:
+            y = _corrected(g, x, fast, misses, table)
+    else:
         found = _probe(g, x, start, fast)
         misses = None
         if found is not None:
             misses = np.flatnonzero(found != table)
             if 0 < misses.size <= _CORRECTIONS:
-                end = len(g.nodes)
-                corrected = _corrected(g, x, fast, misses, table)
-                checked = _probe(g, x, start, corrected)
-                del g.nodes[end:]
+                # the corrections emitted once: probed as they stand, kept where proven
+                y = _corrected(g, x, fast, misses, table)
+                checked = _probe(g, x, start, y)
                 if checked is None or not np.array_equal(checked, table):
                     misses = None
             elif misses.size:
                 misses = None
-        if len(_FORM_PROVEN) < _TABLE_LIMIT:
-            _FORM_PROVEN[key] = misses
-    else:
-        misses = _FORM_PROVEN[key]
+        _remember(_FORM_PROVEN, key, misses)
     if misses is None:
         del g.nodes[start:]
         return gather_table(g, table, stored_positions(g, x))
-    return _corrected(g, x, fast, misses, table)
+    return y
 
 
 #: the most values on which proven_or_table corrects a form rather than take the Gather
