@@ -150,6 +150,29 @@ def probe_outputs(graph: onnx.GraphProto, feeds: dict[str, np.ndarray] | None = 
         return None
 
 
+def probe_form(nodes: Iterable[onnx.NodeProto], initializers: Iterable[onnx.TensorProto],
+               feeds: dict[str, np.ndarray], outputs: Sequence[tuple[str, int, Sequence[int] | None]]
+               ) -> list[np.ndarray] | None:
+    """A candidate ONNX form proven at preparation: ``nodes`` (reading ``initializers`` and the
+    ``feeds``: every stored value of an 8-bit input, or every pair of two) as a probe graph
+    whose inputs are the feeds (their element types and shapes) and whose outputs are
+    ``outputs`` (name, ONNX element type, dimensions or None), run once by probe_outputs.
+    Its outputs, for the caller to compare with the reference's values; None where
+    onnxruntime refuses or fails it, or is absent (a lowering without a runtime): each
+    caller then keeps the form it knows to be the reference's."""
+    graph = helper.make_graph(
+        list(nodes), "probe",
+        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), list(value.shape))
+         for name, value in feeds.items()],
+        [helper.make_tensor_value_info(name, element, None if dims is None else list(dims))
+         for name, element, dims in outputs],
+        list(initializers))
+    try:
+        return probe_outputs(graph, feeds)
+    except ImportError:
+        return None
+
+
 def int16_add_supported() -> bool:
     """Whether the installed ONNX Runtime runs Add on int16 and uint8 (1.21 on): older ones
     refuse to load a graph with either (NOT_IMPLEMENTED), which was every int8-input model."""

@@ -31,7 +31,7 @@ from nnapi.drivers.ort.builder import (
     has_kernel,
     internal_zero_point,
     lowers,
-    probe_outputs,
+    probe_form,
     read_counts,
     to_nchw,
     type_name,
@@ -783,14 +783,9 @@ def _probe(g: GraphBuilder, source: str, start: int, result: str) -> np.ndarray 
         return None
     if result == source:
         return np.arange(256)
-    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info(source, TensorProto.UINT8, [256])],
-                              [helper.make_tensor_value_info(result, TensorProto.UINT8, None)],
-                              [initializers[name] for name in sorted(needed)])
-    try:
-        outputs = probe_outputs(graph, {source: np.arange(256, dtype=np.uint8)})
-    except ImportError:  # lowering without a runtime: the table
-        return None
-    if not outputs or outputs[0].size != 256:
+    outputs = probe_form(nodes, [initializers[name] for name in sorted(needed)],
+                         {source: np.arange(256, dtype=np.uint8)}, [(result, TensorProto.UINT8, None)])
+    if not outputs or outputs[0].size != 256:  # (None: refused, or no runtime: the table)
         return None
     return outputs[0].reshape(-1)
 

@@ -73,6 +73,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -87,7 +88,7 @@ from nnapi.drivers.ort.builder import (
     GraphBuilder,
     internal_zero_point,
     lowers,
-    probe_outputs,
+    probe_form,
 )
 from nnapi.drivers.ort.composites import QUANTIZED_SWISH
 from nnapi.drivers.ort.lookups import quantized_lookup, reference_quantize
@@ -172,16 +173,10 @@ def _pair_proven(scale: float, zero_point: int, output_code: int, output_scale: 
                     numpy_helper.from_array(np.array(zero_point, np.uint8), "z"),
                     numpy_helper.from_array(np.array(output_scale, np.float32), "os"),
                     numpy_helper.from_array(np.array(internal_output_zero_point, np.uint8), "oz")]
-    graph = helper.make_graph(
-        [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["real"]),
-         helper.make_node("QuantizeLinear", ["real", "os", "oz"], ["y"])], "probe",
-        [helper.make_tensor_value_info("x", TensorProto.UINT8, [256])],
-        [helper.make_tensor_value_info("y", TensorProto.UINT8, [256])], initializers)
-    try:
-        outputs = probe_outputs(graph, {"x": _INTERNAL})
-    except ImportError:  # lowering without a runtime: the general lowering
-        return False
-    if not outputs:  # a runtime that refuses the probe: the general lowering
+    outputs = probe_form([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["real"]),
+                          helper.make_node("QuantizeLinear", ["real", "os", "oz"], ["y"])],
+                         initializers, {"x": _INTERNAL}, [("y", TensorProto.UINT8, [256])])
+    if not outputs:  # a runtime that refuses the probe, or none: the general lowering
         return False
     return bool(np.array_equal(outputs[0], _reference(scale, zero_point, output_code, output_scale,
                                                       output_zero_point)))
@@ -310,13 +305,11 @@ def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> b
     read_elsewhere = [g.value(op.outputs[0]).name for op in operations
                       if op.outputs[0] in g.subgraph.output_indexes or
                       any(reader is not operation and reader not in operations for reader in g.readers(op.outputs[0]))]
-    probe = helper.make_graph(
+    probe = _Probe(
         [*nodes, helper.make_node("QuantizeLinear", [x.name, "probe_scale", "probe_zero_point"], ["probe_y"])],
-        "probe", [helper.make_tensor_value_info(source.name, TensorProto.UINT8, dims) for source in sources],
-        [helper.make_tensor_value_info("probe_y", TensorProto.UINT8, dims),
-         *(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims) for name in read_elsewhere)],
         [*(initializers[name] for name in sorted(needed)), numpy_helper.from_array(np.array(scale), "probe_scale"),
-         numpy_helper.from_array(np.array(zero_point, np.uint8), "probe_zero_point")])
+         numpy_helper.from_array(np.array(zero_point, np.uint8), "probe_zero_point")],
+        [("probe_y", TensorProto.UINT8, dims), *((name, TensorProto.FLOAT, dims) for name in read_elsewhere)])
     names = tuple(source.name for source in sources)
     reference = _ReferenceChain(g, roots, operations, output, shape)
     if len(roots) == 1 and shape.channels is None and \
@@ -338,26 +331,22 @@ def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> b
 _GENERAL = "general"
 
 
-def _general_exact(g: GraphBuilder, probe: onnx.GraphProto, input_names: tuple[str, ...], shape: _ChainShape,
+def _general_exact(g: GraphBuilder, probe: _Probe, input_names: tuple[str, ...], shape: _ChainShape,
                    reference: _ReferenceChain, output: Operand) -> bool:
     """Whether the general rounding (quantization.quantize_half_away, emitted into a scratch
     builder) of ``probe``'s float value gives the reference's result on every probed value:
     the probe with its QuantizeLinear replaced by those nodes."""
-    quantize = probe.node[-1]
+    quantize = probe.nodes[-1]
     scratch = GraphBuilder(g.model, g.subgraph)
     scratch.prefix = "probe_general_"
     rounded = quantize_half_away(scratch, quantize.input[0], output)
-    form = onnx.GraphProto()
-    form.CopyFrom(probe)
-    del form.node[-1]
-    form.node.extend(scratch.nodes)
-    form.node.extend([helper.make_node("Identity", [rounded], [quantize.output[0]])])
-    form.initializer.extend(scratch.initializers)
+    form = _Probe([*probe.nodes[:-1], *scratch.nodes, helper.make_node("Identity", [rounded], [quantize.output[0]])],
+                  [*probe.initializers, *scratch.initializers], probe.outputs)
     return _proven(form, input_names, shape, reference)
 
 
 def _swish(g: GraphBuilder, operation: Operation, root: int, operations: list[Operation],
-           nodes: list[onnx.NodeProto], probe: onnx.GraphProto, reference: _ReferenceChain) -> bool:
+           nodes: list[onnx.NodeProto], probe: _Probe, reference: _ReferenceChain) -> bool:
     """A SiLU chain (MUL(x, LOGISTIC(x)) lowered as DequantizeLinear, Sigmoid, Mul) whose
     LOGISTIC and MUL nobody else reads, lowered as the dequantized x's QuickGelu (one pass:
     ORT reads the dequantized x once, where the Sigmoid and the Mul each read it, and each
@@ -375,10 +364,7 @@ def _swish(g: GraphBuilder, operation: Operation, root: int, operations: list[Op
         return False
     dequantized = nodes[0].output[0]
     swish = helper.make_node("QuickGelu", [dequantized], [nodes[2].output[0]], domain=MS_DOMAIN, alpha=1.0)
-    form = onnx.GraphProto()
-    form.CopyFrom(probe)
-    del form.node[:]
-    form.node.extend([nodes[0], swish, probe.node[-1]])
+    form = _Probe([nodes[0], swish, probe.nodes[-1]], probe.initializers, probe.outputs)
     if not _proven(form, (g.dequantized[root].name,), _ChainShape(), reference):
         return False
     dropped = {id(node) for node in nodes[1:]}
@@ -602,6 +588,25 @@ class _ReferenceChain:
         return reference_quantize(np.asarray(values[self.operations[-1].outputs[0]], np.float32).reshape(-1), output)
 
 
+class _Probe(NamedTuple):
+    """A chain's probe as builder.probe_form takes it (its feeds aside): the nodes, the
+    initializers they read, the outputs (the quantized result first, then the chain's
+    values the model reads elsewhere)."""
+
+    nodes: list[onnx.NodeProto]
+    initializers: list[onnx.TensorProto]
+    outputs: list[tuple[str, int, list[int]]]
+
+    def digest(self) -> bytes:
+        """A digest of everything the probe holds (_PROVEN's key, with the feeds' names and
+        the reference chain's)."""
+        digest = hashlib.sha256(repr(self.outputs).encode())
+        for item in (*self.nodes, *self.initializers):
+            serialized = item.SerializeToString()
+            digest.update(len(serialized).to_bytes(8, "little") + serialized)
+        return digest.digest()
+
+
 @functools.cache
 def _probe_feeds(roots: int) -> tuple[np.ndarray, ...]:
     """The internal values a probe of ``roots`` 8-bit inputs feeds: all 256, or every pair."""
@@ -616,21 +621,17 @@ _PROVEN: dict[bytes, bool] = {}
 _PROVEN_LIMIT = 4096
 
 
-def _proven(probe: onnx.GraphProto, input_names: tuple[str, ...], shape: _ChainShape,
-            reference: _ReferenceChain) -> bool:
+def _proven(probe: _Probe, input_names: tuple[str, ...], shape: _ChainShape, reference: _ReferenceChain) -> bool:
     """Whether ONNX Runtime runs ``probe`` on all internal values of its one or two inputs
     (_probe_feeds, laid out by ``shape``) to the reference's result, bit for bit."""
-    key = hashlib.sha256(probe.SerializeToString() + repr(input_names).encode() + reference.key).digest()
+    key = hashlib.sha256(probe.digest() + repr(input_names).encode() + reference.key).digest()
     if key in _PROVEN:
         return _PROVEN[key]
     expected = reference.expected()
     proven = False
     if expected is not None:
         feeds = {name: shape.spread(feed) for name, feed in zip(input_names, _probe_feeds(len(input_names)))}
-        try:
-            outputs = probe_outputs(probe, feeds)
-        except ImportError:  # lowering without a runtime: the general lowering
-            outputs = None
+        outputs = probe_form(probe.nodes, probe.initializers, feeds, probe.outputs)  # (None: the general lowering)
         proven = bool(outputs) and outputs[0].tobytes() == expected.tobytes()
     if len(_PROVEN) >= _PROVEN_LIMIT:
         _PROVEN.clear()

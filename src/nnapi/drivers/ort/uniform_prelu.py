@@ -50,7 +50,7 @@ from nnapi.drivers.ort.builder import (
     from_nchw,
     internal_zero_point,
     lowers,
-    probe_outputs,
+    probe_form,
     to_nchw,
 )
 from nnapi.drivers.ort.channel_padding import set_channels
@@ -137,14 +137,9 @@ def _leaky_relu_proven(source: tuple, slope: tuple, alpha_stored: int, alpha: fl
     nodes = [helper.make_node("DequantizeLinear", ["x", "s0", "z0"], ["real"]),
              helper.make_node("LeakyRelu", ["real"], ["leaky"], alpha=alpha),
              helper.make_node("QuantizeLinear", ["leaky", "s1", "z1"], ["y"])]
-    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.UINT8, [256])],
-                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [256])],
-                              [tensor for pair in qparams for tensor in pair])
-    try:
-        outputs = probe_outputs(graph, {"x": np.arange(256, dtype=np.uint8)})
-    except ImportError:  # lowering without a runtime: the table
-        return False
-    return outputs is not None and bool(np.array_equal(outputs[0], expected))
+    outputs = probe_form(nodes, [tensor for pair in qparams for tensor in pair], {"x": np.arange(256, dtype=np.uint8)},
+                         [("y", TensorProto.UINT8, [256])])
+    return outputs is not None and bool(np.array_equal(outputs[0], expected))  # (None, no runtime: the table)
 
 
 def _clamping_maximum(g: GraphBuilder, operation: Operation, alpha: float) -> tuple[Operation, float] | None:
