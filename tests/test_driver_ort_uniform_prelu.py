@@ -232,49 +232,69 @@ _UNIFORM_QUANTIZATIONS = [
 ]
 
 
-@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
-@pytest.mark.parametrize("quantization", _UNIFORM_QUANTIZATIONS)
-def test_quantized_uniform_prelu_is_the_references_fixed_point(ort_device, code, quantization):
-    """A quantized PRELU of one alpha: DequantizeLinear, LeakyRelu, QuantizeLinear (ORT makes
-    them one QLinearLeakyRelu table) where a probe shows that float form gives the
-    reference's fixed point (Android's two quantized multipliers) on every stored value,
-    else a Gather from the reference's table; the reference's values either way."""
+def _uniform_quantized_model(code: int, quantization: tuple, alpha_shape: list[int]) -> nnapi.Model:
     xs, xz, a_raw, a_scale, a_zero, ys, yz = quantization
     low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
-    dtype = np.int8 if low else np.uint8
+    channels = alpha_shape[-1]
     model = nnapi.Model()
-    x = model.add_operand(OperandType(code, [1, 16, 16, 1], xs, xz + low))
-    a = model.add_operand(OperandType(code, [1], a_scale, a_zero + low))
-    model.set_operand_value(a, np.array([a_raw + low], dtype))
-    y = model.add_operand(OperandType(code, [1, 16, 16, 1], ys, yz + low))
+    x = model.add_operand(OperandType(code, [1, 16, 16, channels], xs, xz + low))
+    a = model.add_operand(OperandType(code, alpha_shape, a_scale, a_zero + low))
+    model.set_operand_value(a, np.full(alpha_shape, a_raw + low, np.int8 if low else np.uint8))
+    y = model.add_operand(OperandType(code, [1, 16, 16, channels], ys, yz + low))
     model.add_operation(Op.PRELU, [x, a], [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
+    return model
+
+
+def _uniform_form(types: list[str]) -> str:
+    """The form of a quantized PRELU of one alpha value: the float form as it is, corrected
+    on a few values (Where), or the reference's table (Gather)."""
+    return "table" if "Gather" in types else "corrected" if "Where" in types else "leaky_relu"
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("quantization", _UNIFORM_QUANTIZATIONS)
+@pytest.mark.parametrize("alpha_shape", [[1], [1, 1, 3]])  # one value, or one value in every channel
+def test_quantized_uniform_prelu_is_the_references_fixed_point(ort_device, code, quantization, alpha_shape):
+    """A quantized PRELU of one alpha value: DequantizeLinear, LeakyRelu, QuantizeLinear (ORT
+    makes them one QLinearLeakyRelu table) where a probe shows that float form gives the
+    reference's fixed point (Android's two quantized multipliers) on every stored value;
+    where it misses on a few values (elementwise.proven_or_table), that form with each of
+    them set by a Where; else a Gather from the reference's table; the reference's values
+    every way."""
+    from nnapi.drivers.ort.elementwise import _CORRECTIONS
+
+    xs, xz, a_raw, a_scale, a_zero, ys, yz = quantization
+    low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    dtype = np.int8 if low else np.uint8
+    model = _uniform_quantized_model(code, quantization, alpha_shape)
     types = lowered_node_types(model)
-    stored = (np.arange(256) + low).astype(dtype).reshape(1, 16, 16, 1)
+    channels = alpha_shape[-1]
+    stored = np.repeat((np.arange(256) + low).astype(dtype), channels).reshape(1, 16, 16, channels)
     ours, theirs = (run_on(model, device, [stored], [np.zeros_like(stored)])[0]
                     for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(ours, theirs)
     real = (stored.astype(np.int32) - (xz + low)).astype(np.float32) * np.float32(xs)
     alpha = np.float32(a_raw - a_zero) * np.float32(a_scale)
     rounded_once = np.clip(np.rint(np.where(real >= 0, real, real * alpha) / np.float32(ys)) + yz + low, low, low + 255)
-    if np.array_equal(theirs, rounded_once.astype(dtype)):
-        assert types.count("LeakyRelu") == 1 and not {"Relu", "Min", "Mul", "Gather"} & set(types)
-    else:  # the float form rounds once where the fixed point rounds twice: the table
+    differing = np.unique(stored[rounded_once.astype(dtype) != theirs])
+    if differing.size == 0:
+        assert types.count("LeakyRelu") == 1 and not {"Relu", "Min", "Mul", "Gather", "Where"} & set(types)
+    elif differing.size <= _CORRECTIONS:  # the float form rounds once where the fixed point rounds twice
+        assert types.count("LeakyRelu") == 1 and types.count("Where") == differing.size and "Gather" not in types
+    else:
         assert "Gather" in types and "LeakyRelu" not in types
     assert len(np.unique(ours[real < 0])) > 10  # the negative side scaled, not clamped
 
 
-def test_quantized_uniform_prelu_forms_both_occur():
-    """Of the quantizations above, the float form is exact for some and not others (so
-    both branches of the test above run)."""
-    from nnapi.drivers.ort.uniform_prelu import _leaky_relu_proven
-
-    proven = {_leaky_relu_proven((int(T.TENSOR_QUANT8_ASYMM), xs, xz), (int(T.TENSOR_QUANT8_ASYMM), a_scale, a_zero),
-                                 a_raw, float(np.float32(a_raw - a_zero) * np.float32(a_scale)),
-                                 (int(T.TENSOR_QUANT8_ASYMM), ys, yz))
-              for xs, xz, a_raw, a_scale, a_zero, ys, yz in _UNIFORM_QUANTIZATIONS}
-    assert proven == {True, False}
+def test_quantized_uniform_prelu_forms_all_occur():
+    """Of the quantizations above, the float form is exact for one, corrected on a few
+    values for another, and replaced by the table for the third (so every branch of the
+    test above runs)."""
+    forms = [_uniform_form(lowered_node_types(_uniform_quantized_model(T.TENSOR_QUANT8_ASYMM, quantization, [1])))
+             for quantization in _UNIFORM_QUANTIZATIONS]
+    assert forms == ["table", "corrected", "leaky_relu"]
 
 
 @pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])

@@ -664,9 +664,10 @@ def _scalar_operand_source(g: GraphBuilder, operation: Operation) -> int | None:
 
 def _reference_table(g: GraphBuilder, operation: Operation, source: int) -> tuple[bytes, np.ndarray | None]:
     """(key, table): the reference's own kernel of ``operation`` run on every internal
-    value of its 8-bit input ``source`` (its other inputs constants), in the output's
-    internal encoding (256 entries; None where the reference refuses). ``key`` digests
-    everything the table depends on (quantizations, constants, the operation)."""
+    value of its 8-bit input ``source`` (its other inputs constants of one element, or of
+    one value repeated), in the output's internal encoding (256 entries; None where the
+    reference refuses). ``key`` digests everything the table depends on (quantizations,
+    constants, the operation)."""
     digest = hashlib.sha256(repr(int(operation.type)).encode())
     inputs = []
     for index in operation.inputs:
@@ -679,6 +680,8 @@ def _reference_table(g: GraphBuilder, operation: Operation, source: int) -> tupl
             continue
         raw = np.asarray(g.raw_constant(index))
         digest.update(np.ascontiguousarray(raw).tobytes())
+        if raw.size > 1 and np.all(raw == raw.reshape(-1)[0]):
+            raw = raw.reshape(-1)[:1]  # one value in every position (a PRELU's one alpha in C channels)
         shape = () if not operand.dimensions else (raw.size,)  # broadcast over the 256 values
         inputs.append(Tensor(operand.type, shape, operand.scale, operand.zero_point, None, raw.reshape(shape)))
     output = g.operand(operation.outputs[0])
