@@ -69,3 +69,24 @@ def test_quantized_l2_normalization_of_long_vectors_is_declined(ort_device):
         [ort_device]) == [False]
     assert _model(T.TENSOR_QUANT8_ASYMM, [2, 8], 0.1, 128, None).get_supported_operations_for_devices(
         [ort_device]) == [True]
+
+
+@pytest.mark.parametrize("code, axis", [(T.TENSOR_QUANT8_ASYMM, None), (T.TENSOR_QUANT8_ASYMM_SIGNED, None),
+                                        (T.TENSOR_QUANT8_ASYMM_SIGNED, 0)])
+def test_quantized_l2_normalization_of_every_pair_equals_the_reference(ort_device, code, axis):
+    """Every pair of stored values as a vector of two: two tables, the multiplier (with the
+    factor before the high multiply: int8 along the last axis) and the power after it (a
+    factor of 128 is folded into the high multiply's shift, not looked up); the reference's
+    values on all 65,536."""
+    low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    dtype = np.int8 if low else np.uint8
+    stored = (np.arange(256) + low).astype(dtype)
+    pairs = np.stack(np.meshgrid(stored, stored, indexing="ij"), axis=-1).reshape(-1, 2)
+    if axis == 0:
+        pairs = np.ascontiguousarray(pairs.T)
+    model = _model(code, list(pairs.shape), 0.02, 128 + low, axis)
+    assert lowered_node_types(model).count("Gather") == 2
+    ours, theirs = (run_on(model, device, [pairs], [np.zeros_like(pairs)])[0]
+                    for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)
+    assert len(np.unique(theirs)) > 200
