@@ -17,6 +17,7 @@ channel) triples, one QuantizeLinear on 9, one step each."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 from onnx import TensorProto
@@ -157,6 +158,14 @@ def computed_otherwise(g: GraphBuilder, index: int) -> bool:
         if operation.type in _CARRIERS:
             pending.extend(operation.inputs[:2])
     return False
+
+
+def approximated(operations: Iterable[Operation]) -> bool:
+    """Whether one of ``operations`` is a function ORT approximates otherwise (_OWN_FUNCTIONS):
+    computed_otherwise's answer for the value of element-wise float32 operations whose other
+    inputs are constants and DEQUANTIZE outputs (requantizing_quantize.py's chains), where its
+    walk meets these operations and no sum."""
+    return any(operation.type in _OWN_FUNCTIONS for operation in operations)
 
 
 def _reordered_sum(g: GraphBuilder, operation: Operation) -> bool:

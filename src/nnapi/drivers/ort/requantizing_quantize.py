@@ -92,7 +92,7 @@ from nnapi.drivers.ort.builder import (
 )
 from nnapi.drivers.ort.composites import QUANTIZED_SWISH
 from nnapi.drivers.ort.lookups import quantized_lookup, reference_quantize
-from nnapi.drivers.ort.quantization import computed_otherwise, lower_quantize, quantize_half_away
+from nnapi.drivers.ort.quantization import approximated, lower_quantize, quantize_half_away
 from nnapi.hal import Operand, OperandLifeTime, Operation
 from nnapi.operand import OperandType
 from nnapi.operations import ExecutionContext, Tensor, get_operation
@@ -108,11 +108,7 @@ def lower_requantizing_quantize(g: GraphBuilder, operation: Operation) -> None:
     source = g.dequantized.get(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     if source is None and output.type in QUANT8:
-        chain = _chain_quantize(g, operation, output)
-        if chain is _GENERAL:
-            g.set_output(operation.outputs[0], quantize_half_away(g, g.value(operation.inputs[0]).name, output))
-            return
-        if chain or quantized_lookup(g, operation):
+        if _chain_quantize(g, operation, output) or quantized_lookup(g, operation):
             return
     same_scale = source is not None and np.float32(source.scale) == np.float32(output.scale)
     if source is None or output.type not in QUANT8 or (same_scale and source.zero_point == internal_zero_point(output)):
@@ -279,11 +275,12 @@ def _chain_shape(dims: list[int], constants: list[list[int]]) -> _ChainShape | N
     return _ChainShape([dims[axis] if axis in varying else 1 for axis in range(rank)], free[0])
 
 
-def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> bool | str:
+def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> bool:
     """Lowers ``operation`` as one QuantizeLinear of its lowered float32 input where that
-    input is a proven chain over one or two DEQUANTIZEs (see the module's docstring);
-    _GENERAL, with nothing emitted, where the probe refutes that but proves the general
-    rounding; False, with nothing emitted, otherwise."""
+    input is a proven chain over one or two DEQUANTIZEs (see the module's docstring), or
+    as the general rounding where the probe refutes that but proves the general rounding
+    (which quantization.py would otherwise give up for one QuantizeLinear); True then.
+    False, with nothing emitted, otherwise."""
     chain = _float_chain(g, operation.inputs[0])
     if chain is None:
         return False
@@ -319,16 +316,14 @@ def _chain_quantize(g: GraphBuilder, operation: Operation, output: Operand) -> b
         # refuted: quantization.py takes one QuantizeLinear after a function ORT approximates
         # otherwise (within a step: the general rounding of ORT's value was only that), but
         # where the probe shows the general rounding equal to the reference on every value
-        # the model can hold, the general rounding stays
-        if computed_otherwise(g, operation.inputs[0]) and _general_exact(g, probe, names, shape, reference, output):
-            return _GENERAL
+        # the model can hold, the general rounding stays (computed_otherwise of the chain's
+        # value: a walk back through these very operations, element-wise, to the DEQUANTIZEs)
+        if approximated(operations) and _general_exact(g, probe, names, shape, reference, output):
+            g.set_output(operation.outputs[0], quantize_half_away(g, x.name, output))
+            return True
         return False
     g.set_output(operation.outputs[0], g.quantize(x.name, output))
     return True
-
-
-#: _chain_quantize's answer where the general rounding is proven and must stay
-_GENERAL = "general"
 
 
 def _general_exact(g: GraphBuilder, probe: _Probe, input_names: tuple[str, ...], shape: _ChainShape,
