@@ -356,6 +356,14 @@ class GraphBuilder:
         """The subgraph's operation that writes operand ``index`` (None for an input or a constant)."""
         return self._producers.get(index)
 
+    def position(self, operation: Operation) -> int:
+        """``operation``'s place among the subgraph's operations (their order of execution)."""
+        return self._positions[id(operation)]
+
+    @functools.cached_property
+    def _positions(self) -> dict[int, int]:
+        return {id(operation): n for n, operation in enumerate(self.subgraph.operations)}
+
     @functools.cached_property
     def _producers(self) -> dict[int, Operation]:
         return {index: operation for operation in self.subgraph.operations for index in operation.outputs}

@@ -413,7 +413,7 @@ def _float_chain(g: GraphBuilder, index: int) -> tuple[list[int], list[Operation
     shape = _chain_shape(dims, constants)  # (a free dimension, 0, only where no constant varies)
     if shape is None:
         return None
-    return ordered, [op for op in g.subgraph.operations if id(op) in operations], shape
+    return ordered, sorted(operations.values(), key=g.position), shape
 
 
 def _float_constant(g: GraphBuilder, index: int) -> bool:
