@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # (that module imports this one)
 
 
 #: Cache file layout version; a cache written by another version is refused.
-CACHE_VERSION = 2  # 2: the checksum covers the header too
+CACHE_VERSION = 3  # 2: the checksum covers the header too; 3: graphs optimized without DoubleQDQPairsRemover
 _CACHE_MAGIC = b"NNAPI-ORT\0"
 
 

@@ -74,9 +74,22 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
 GATHER_SLICE_FUSION_VERSION = (1, 22)
 
 
-def disabled_optimizers() -> list[str] | None:
-    """ORT's graph optimizers a session must not run here: before 1.22, fusing Gathers /
-    Slices of one tensor into a Split twice in a graph gives both nodes the same name and
-    ORT then refuses its own optimized model ("two nodes with same node name
-    (/GatherSliceToSplitFusion/)": the NMS lowering's Loop bodies on 1.19-1.21)."""
-    return None if onnxruntime_at_least(GATHER_SLICE_FUSION_VERSION) else ["GatherSliceToSplitFusion"]
+#: ORT's optimizer that replaces QuantizeLinear > DequantizeLinear > QuantizeLinear >
+#: DequantizeLinear of two quantizations by one pair of a third scale and zero point
+#: spanning the ranges' intersection: a requantization (DEQUANTIZE > QUANTIZE into another
+#: scale) between a QUANTIZE and a DEQUANTIZE then rounds to that third grid, not to the
+#: two of the model (241 of 256 int8 values a step of it off the reference's; found by
+#: tools/import_vs_litert.py, SQUARED_DIFFERENCE > QUANTIZE > LOGISTIC)
+DOUBLE_QDQ_REMOVER = "DoubleQDQPairsRemover"
+
+
+def disabled_optimizers() -> list[str]:
+    """ORT's graph optimizers a session must not run here: DoubleQDQPairsRemover, which
+    changes the values of a requantization (``DOUBLE_QDQ_REMOVER``); before 1.22,
+    GatherSliceToSplitFusion too: fusing Gathers / Slices of one tensor into a Split twice
+    in a graph gives both nodes the same name and ORT then refuses its own optimized model
+    ("two nodes with same node name (/GatherSliceToSplitFusion/)": the NMS lowering's Loop
+    bodies on 1.19-1.21)."""
+    if onnxruntime_at_least(GATHER_SLICE_FUSION_VERSION):
+        return [DOUBLE_QDQ_REMOVER]
+    return [DOUBLE_QDQ_REMOVER, "GatherSliceToSplitFusion"]
