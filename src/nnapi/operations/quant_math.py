@@ -279,7 +279,7 @@ def saturating_shift_left(x, exponent: int) -> np.ndarray:
     return np.where(x > threshold, _INT32_MAX, np.where(x < -threshold, _INT32_MIN, x << exponent))
 
 
-def _wrap32(x: np.ndarray) -> np.ndarray:
+def wrap32(x: np.ndarray) -> np.ndarray:
     """int64 values reduced to int32 as two's complement wraps them (gemmlowp's raw
     subtraction of fixed-point values does not saturate)."""
     return ((x - _INT32_MIN) & 0xFFFFFFFF) + _INT32_MIN
@@ -293,9 +293,9 @@ _ONE_Q3 = 1 << 28
 
 
 def inverse_sqrt_multipliers(sums) -> tuple[np.ndarray, np.ndarray]:
-    """TFLite's GetInvSqrtQuantizedMultiplierExp (used by Android's 8-bit L2_NORMALIZATION)
-    over an array of non-negative int32 sums: (Q31 multipliers, right shifts >= 0) with
-    multiplier * 2**-(31 + shift) close to 1 / sqrt(sum).
+    """TFLite's GetInvSqrtQuantizedMultiplierExp (used by Android's 8-bit L2_NORMALIZATION
+    and QUANTIZED_LSTM's layer normalization) over an array of non-negative int32 sums:
+    (Q31 multipliers, right shifts >= 0) with multiplier * 2**-(31 + shift) close to 1 / sqrt(sum).
 
     Sums of 0 or 1 give (INT32_MAX, 0). Otherwise the sum is brought into [2**27, 2**29)
     by dividing by 4 (truncating) or shifting left by pairs of bits, the shift tracked from
@@ -320,12 +320,12 @@ def inverse_sqrt_multipliers(sums) -> tuple[np.ndarray, np.ndarray]:
     for _ in range(5):
         cube = rounding_doubling_high_multiply(rounding_doubling_high_multiply(estimate, estimate), estimate)
         cube = saturating_shift_left(cube, 6)
-        step = _wrap32(rounding_doubling_high_multiply(_HALF_THREE_Q3, estimate)
-                       - rounding_doubling_high_multiply(half_input, cube))
+        step = wrap32(rounding_doubling_high_multiply(_HALF_THREE_Q3, estimate)
+                      - rounding_doubling_high_multiply(half_input, cube))
         estimate = saturating_shift_left(step, 3)
     multiplier = rounding_doubling_high_multiply(estimate, _HALF_SQRT2_Q0)
     negative = shift < 0
-    multiplier = np.where(negative, _wrap32(multiplier << np.where(negative, -shift, 0)), multiplier)
+    multiplier = np.where(negative, wrap32(multiplier << np.where(negative, -shift, 0)), multiplier)
     shift = np.where(negative, 0, shift)
     return np.where(trivial, _INT32_MAX, multiplier), np.where(trivial, 0, shift)
 

@@ -34,13 +34,14 @@ import numpy as np
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations import _jit
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
-from nnapi.operations.quant_math import multiply_by_quantized_multiplier as _multiply
 from nnapi.operations.quant_math import (
+    inverse_sqrt_multipliers,
     quantize_multiplier,
     rounding_divide_by_pot,
-    rounding_doubling_high_multiply,
     rounding_doubling_high_multiply16,
+    wrap32,
 )
+from nnapi.operations.quant_math import multiply_by_quantized_multiplier as _multiply
 
 T = OperandCode
 
@@ -379,51 +380,6 @@ def _f32_ratio(a: float, b: float, c: float) -> float:
     return float(np.float32(np.float32(a) * np.float32(b)) / np.float32(c))
 
 
-def _wrap32(x: np.ndarray | int):
-    return ((x + 2**31) & 0xFFFFFFFF) - 2**31
-
-
-def _srdhm32(a: int, b: int) -> int:
-    """gemmlowp SaturatingRoundingDoublingHighMul on int32 (Python ints)."""
-    return int(rounding_doubling_high_multiply(a, b))
-
-
-def _saturating_pot32(x: int, exponent: int) -> int:
-    """gemmlowp SaturatingRoundingMultiplyByPOT on int32, exponent >= 0."""
-    threshold = (1 << (31 - exponent)) - 1
-    if x > threshold:
-        return 2**31 - 1
-    if x < -threshold:
-        return -(2**31)
-    return _wrap32(x << exponent)
-
-
-def _inverse_sqrt_multiplier(value: int) -> tuple[int, int]:
-    """1 / sqrt(value) as (multiplier, shift) for multiply_by_quantized_multiplier,
-    computed as Android's GetInvSqrtQuantizedMultiplierExp does: five Newton-Raphson
-    steps in Q3.28 fixed point. Its last bits differ from the exactly rounded value,
-    and the layer-normalized gates (hence the cell state) follow them."""
-    if value <= 1:  # 0 and 1 both give "multiply by one"
-        return 2**31 - 1, 0
-    shift = 11
-    while value >= 1 << 29:
-        value //= 4
-        shift += 1
-    pairs = (32 - value.bit_length() - 1) // 2 - 1
-    shift -= pairs
-    value <<= 2 * pairs
-    half_input = int(rounding_divide_by_pot(np.int64(value >> 1), 1))
-    half_three = (1 << 28) + (1 << 27)  # 1.5 in Q3.28
-    x = 1 << 28  # 1.0 in Q3.28
-    for _ in range(5):
-        x3 = _saturating_pot32(_srdhm32(_srdhm32(x, x), x), 6)  # Q9 -> Q3
-        x = _saturating_pot32(_wrap32(_srdhm32(half_three, x) - _srdhm32(half_input, x3)), 3)  # Q6 -> Q3
-    x = _srdhm32(x, 1518500250)  # * sqrt(2) / 2 in Q0.31
-    if shift < 0:
-        x, shift = _wrap32(x << -shift), 0
-    return x, -shift
-
-
 def _accumulate(gate: np.ndarray, values: np.ndarray, weights: Tensor, effective_scale: float,
                 bias: np.ndarray | None = None) -> np.ndarray:
     """gate += rescale(values . weights' (+ bias)), saturating to int16 (Android's
@@ -448,12 +404,12 @@ def _layer_norm(gate: np.ndarray, weights: Tensor, bias: np.ndarray) -> np.ndarr
     # the usual small scales; 0 and 1 both mean "divide by one" below.
     limit = min(1, int(np.float32(10000) * np.float32(weights.scale)))
     variance = np.where(variance < 1, limit, variance)
-    inverse = [_inverse_sqrt_multiplier(int(v)) for v in variance]
-    multipliers = np.array([m for m, _ in inverse], dtype=np.int64)[:, np.newaxis]
-    shifts = np.array([s for _, s in inverse], dtype=np.int64)[:, np.newaxis]
-    normalized = _multiply(1024 * gate - mean[:, np.newaxis], multipliers, shifts)
+    # 1 / sqrt(variance) by Android's fixed-point Newton steps, not exactly rounded: the
+    # layer-normalized gates (hence the cell state) follow its last bits
+    multipliers, right_shifts = inverse_sqrt_multipliers(variance)
+    normalized = _multiply(1024 * gate - mean[:, np.newaxis], multipliers[:, np.newaxis], -right_shifts[:, np.newaxis])
     # Android: the weighted value wraps in int32 (its own note says "saturate this").
-    scaled = _wrap32(normalized * np.asarray(weights.value, dtype=np.int64) + bias)
+    scaled = wrap32(normalized * np.asarray(weights.value, dtype=np.int64) + bias)
     scaled = _c_div(scaled + np.where(scaled > 0, 512, -512), 1024)
     multiplier, shift = quantize_multiplier(float(np.float32(weights.scale)))
     return _clamp16(_multiply(scaled, multiplier, shift + 12))
