@@ -19,8 +19,9 @@ from nnapi import FuseCode, OperandType, PaddingCode, SymmPerChannelQuantParams
 from nnapi import OperandCode as T
 from nnapi import OperationCode as Op
 from nnapi.operations import get_operation
-from nnapi.operations._conv_common import output_multipliers, output_stage, requantize_accumulators
+from nnapi.operations._conv_common import output_stage, requantize_accumulators
 from nnapi.operations.base import ExecutionContext, Tensor
+from nnapi.operations.quant_math import rescale_multipliers
 
 RNG = np.random.default_rng(1234)
 
@@ -492,7 +493,7 @@ def test_bad_values_fail_at_compute():
 # --- the folded fixed-point output stage -------------------------------------------------------
 def test_requantize_fast_path_matches_step_by_step_pipeline():
     out = q8s(1, scale=0.07, zero_point=-9)
-    multipliers, shifts = output_multipliers(0.013, np.array([0.5, 0.031, 0.0007, 0.25], np.float32), 0.07)
+    multipliers, shifts = rescale_multipliers(0.013, np.array([0.5, 0.031, 0.0007, 0.25], np.float32), 0.07)
     assert np.all(shifts <= 0)
     acc = np.concatenate([np.arange(-5000, 5000), RNG.integers(-2**24, 2**24, 20000)]).reshape(-1, 4)
     bias = np.array([-77, 0, 12345, 3])

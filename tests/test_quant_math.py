@@ -19,6 +19,8 @@ from nnapi.operations.quant_math import (
     quantize_multipliers,
     quantize_scalar,
     requantize,
+    rescale_multiplier,
+    rescale_multipliers,
     round_half_away,
     rounding_divide_by_pot,
     rounding_doubling_high_multiply,
@@ -82,6 +84,25 @@ def test_quantize_multiplier_matches_android_definition():
     for real, m, e in zip(reals, fixed, exponents, strict=True):
         assert (int(m), int(e)) == _quantize_multiplier(real), real
         assert quantize_multiplier(real) == _quantize_multiplier(real)
+
+
+def test_rescale_multipliers_derive_from_float32_scales_as_android_writes_it():
+    """float(s1) * float(s2) / (double) float(s3), or a float quotient: the two C forms the
+    kernels use, each against the definition; they disagree on most random scales."""
+    scales = [(float(a), float(b), float(c)) for a, b, c in 10 ** RNG.uniform(-6, 1, (500, 3))]
+    disagree = 0
+    for a, b, c in scales:
+        f = np.float32
+        double = _quantize_multiplier(float(f(a) * f(b)) / float(f(c)))
+        single = _quantize_multiplier(float(f(f(a) * f(b)) / f(c)))
+        assert rescale_multiplier(a, b, c) == double
+        assert rescale_multiplier(a, b, c, float32_quotient=True) == single
+        disagree += double != single
+    assert disagree > 400
+    fixed, exponents = rescale_multipliers(scales[0][0], np.array([s[1] for s in scales]), scales[0][2])
+    assert fixed.shape == exponents.shape == (500,)
+    for (_, b, _), m, e in zip(scales, fixed, exponents, strict=True):
+        assert (int(m), int(e)) == rescale_multiplier(scales[0][0], b, scales[0][2])
 
 
 def test_tiny_multipliers_flush_to_zero():

@@ -7,10 +7,10 @@ GROUPED_CONV_2D, TRANSPOSE_CONV_2D, the 2-D poolings, FULLY_CONNECTED).
   execution alike.
 - ``padded`` / ``window_view`` / ``conv_accumulate`` / ``depthwise_accumulate`` compute
   convolutions through im2col-style strided views and BLAS matrix products.
-- ``output_multipliers`` / ``requantize_accumulators`` reproduce Android's integer
-  output stage (int32 accumulators, a fixed-point multiplier and a rounding shift; the
-  arithmetic lives in ``quant_math``) so that quantized results match its kernels bit
-  for bit.
+- ``output_stage`` / ``requantize_accumulators`` reproduce Android's integer output
+  stage (int32 accumulators, a fixed-point multiplier and a rounding shift; the
+  arithmetic, the multipliers' derivation included, lives in ``quant_math``) so that
+  quantized results match its kernels bit for bit.
 - This is the reference path, run when shapes are only known at execution;
   ``_conv_fast`` holds the kernels prepared once for static shapes and constant weights.
 - ``validate_conv_tensors`` checks the input / filter / bias / output type
@@ -38,7 +38,7 @@ from nnapi.operations.common import (
     implicit_padding,
     is_valid_fuse_code,
 )
-from nnapi.operations.quant_math import OutputStage, quantize_multipliers
+from nnapi.operations.quant_math import OutputStage, rescale_multipliers
 
 T = OperandCode
 
@@ -393,16 +393,6 @@ def filter_scales(weights: Tensor, channels: int) -> np.ndarray:
     return np.full(channels, weights.scale, dtype=np.float32)
 
 
-def output_multipliers(input_scale: float, weight_scales: np.ndarray, output_scale: float
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Fixed-point multipliers and shifts (arrays, one per channel) for
-    input_scale * weight_scale / output_scale, computed as Android does: the scale
-    product in float32, the quotient in float64, then QuantizeMultiplier."""
-    real = (np.float32(input_scale) * weight_scales.astype(np.float32)).astype(np.float64) / np.float64(
-        np.float32(output_scale))
-    return quantize_multipliers(real)
-
-
 def output_stage(multipliers: np.ndarray, shifts: np.ndarray, output, fuse: int,
                  bias: np.ndarray | None) -> OutputStage:
     """The quantized output stage into ``output`` (its zero point, dtype and the fused
@@ -452,5 +442,5 @@ def convolve(ctx: ExecutionContext, sp: Spatial, out_hw: tuple[int, int], accumu
         shifted_input -= work(data.zero_point)
     # the float sums are exact integers (see quantized_conv_dtype)
     acc = accumulate(shifted_input, shifted(weights, work))
-    multipliers, shifts = output_multipliers(data.scale, filter_scales(weights, channels), output.scale)
+    multipliers, shifts = rescale_multipliers(data.scale, filter_scales(weights, channels), output.scale)
     return from_nhwc(requantize_accumulators(acc, multipliers, shifts, output, sp.fuse, bias.value), sp.nchw)

@@ -36,13 +36,13 @@ from nnapi.operations._conv_common import (
     Spatial,
     exact_float_dtype,
     filter_scales,
-    output_multipliers,
     output_stage,
     spatial_dims,
     window_view,
 )
 from nnapi.operations.base import ExecutionContext, Tensor, check_deadline
 from nnapi.operations.common import FLOAT_TENSORS, activation_bounds_float, integer_range
+from nnapi.operations.quant_math import rescale_multipliers
 
 if TYPE_CHECKING:
     from nnapi.operations._numba_igemm import Form
@@ -88,7 +88,7 @@ class _Epilogue:
         self.dtype = dtype_of(output.type)
         self.quantized = data.type not in FLOAT_TENSORS
         if self.quantized:
-            multipliers, shifts = output_multipliers(data.scale, filter_scales(weights, channels), output.scale)
+            multipliers, shifts = rescale_multipliers(data.scale, filter_scales(weights, channels), output.scale)
             stage = self.stage = output_stage(multipliers, shifts, output, fuse, bias.value)
             compiled = _jit.kernels()
             if fused and compiled is not None and _jit.compilable(stage):

@@ -16,7 +16,6 @@ from nnapi.codes import FuseCode, OperandCode, OperationCode
 from nnapi.operations import _jit
 from nnapi.operations._conv_common import (
     exact_float_dtype,
-    output_multipliers,
     output_stage,
     quantized_conv_dtype,
     requantize_accumulators,
@@ -24,7 +23,7 @@ from nnapi.operations._conv_common import (
 )
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.elementwise import check_output_shape
-from nnapi.operations.quant_math import OutputStage
+from nnapi.operations.quant_math import OutputStage, rescale_multipliers
 
 T = OperandCode
 
@@ -101,7 +100,7 @@ class BatchMatmul(Operation):
         inner = a.shape[-2] if adj_a else a.shape[-1]
         work = quantized_conv_dtype(a, b, inner)
         acc = np.matmul(oriented(shifted(a, work), adj_a), oriented(shifted(b, work), adj_b))
-        multipliers, shifts = output_multipliers(a.scale, np.array([b.scale]), ctx.output(0).scale)
+        multipliers, shifts = rescale_multipliers(a.scale, np.array([b.scale]), ctx.output(0).scale)
         result = requantize_accumulators(acc, multipliers, shifts, ctx.output(0),
                                          FuseCode.FUSED_NONE)
         return [result.reshape(shape)]
@@ -127,7 +126,7 @@ class BatchMatmul(Operation):
         bound = inner * max(abs(low - a.zero_point), abs(high - a.zero_point)) * max(
             abs(low - b.zero_point), abs(high - b.zero_point), 1)
         work = exact_float_dtype(bound)
-        multipliers, shifts = output_multipliers(a.scale, np.array([b.scale]), ctx.output(0).scale)
+        multipliers, shifts = rescale_multipliers(a.scale, np.array([b.scale]), ctx.output(0).scale)
         stage = output_stage(multipliers, shifts, ctx.output(0), FuseCode.FUSED_NONE, None)
         zero_a, zero_b = work(a.zero_point), work(b.zero_point)
         fused = _fused_stage(stage, work, shape[-1] if shape else 0, bound)

@@ -17,7 +17,6 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations._conv_common import (
     CONV_INPUT_TYPES,
     FLOAT_TENSORS,
-    output_multipliers,
     quantized_conv_dtype,
     requantize_accumulators,
     shifted,
@@ -26,6 +25,7 @@ from nnapi.operations._conv_common import (
 from nnapi.operations._conv_fast import PreparedFullyConnected
 from nnapi.operations.base import ExecutionContext, Operation, Shape, ValidationContext, register
 from nnapi.operations.common import apply_activation_float, is_valid_fuse_code
+from nnapi.operations.quant_math import rescale_multipliers
 
 T = OperandCode
 
@@ -104,7 +104,7 @@ class FullyConnected(Operation):
         work = quantized_conv_dtype(data, weights, input_size)
         rows = shifted(data, work).reshape(-1, input_size)
         acc = rows @ shifted(weights, work).T  # exact integers
-        multipliers, shifts = output_multipliers(data.scale, np.array([weights.scale]), output.scale)
+        multipliers, shifts = rescale_multipliers(data.scale, np.array([weights.scale]), output.scale)
         return [requantize_accumulators(acc, multipliers, shifts, output, fuse, bias.value)]
 
     def plan(self, ctx: ExecutionContext) -> PreparedFullyConnected:

@@ -8,6 +8,9 @@
 - ``quantize_multiplier(s)``: a real multiplier as an int32 Q31 mantissa and a power of
   two exponent, exactly as Android's QuantizeMultiplier (frexp, round, carry, flush to
   zero below 2**-31).
+- ``rescale_multiplier(s)``: that of an effective scale scale * factor / output scale,
+  derived from the float32 scales as Android's kernels do (a float product, a double or,
+  where the kernel says so, a float quotient): every quantized operation's multiplier.
 - ``multiply_by_quantized_multiplier``: TFLite's MultiplyByQuantizedMultiplier step by step
   (saturating left shift, rounding doubling high multiply, rounding right shift), the
   definition the fast output stage is tested against.
@@ -200,6 +203,32 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     return int(fixed), int(exponent)
 
 
+def rescale_multipliers(scale, factor, output_scale, *,
+                        float32_quotient: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Android's QuantizeMultiplier (``quantize_multipliers``) of the effective scale
+    scale * factor / output_scale, derived from the NDK's float32 scales as Android's
+    kernels write it in C: the product scale * factor in float (rounded to float32; a
+    ``factor`` of 1 leaves the scale as it is), divided by the output scale in double (the
+    product held in a double first: convolutions, FULLY_CONNECTED, BATCH_MATMUL, MUL, ADD,
+    PRELU's negative side, Mean's rescale) or, with ``float32_quotient``, in float (PRELU's
+    positive side divides two floats before the double; QUANTIZED_LSTM's effective scales
+    and TFLite's MUL are float throughout). The two quotients differ in the multiplier's
+    last bits, so the choice is each kernel's, not ours. ``factor`` may be an array (one
+    per channel, or candidates); returns int64 arrays of its shape (0-d for scalars)."""
+    product = np.float32(scale) * np.asarray(factor, dtype=np.float32)
+    if float32_quotient:
+        real = np.asarray(product / np.float32(output_scale), dtype=np.float64)
+    else:
+        real = np.asarray(product, dtype=np.float64) / np.float64(np.float32(output_scale))
+    return quantize_multipliers(real)
+
+
+def rescale_multiplier(scale, factor, output_scale, *, float32_quotient: bool = False) -> tuple[int, int]:
+    """``rescale_multipliers`` of one scale product: (int32 Q31 mantissa, exponent)."""
+    fixed, exponent = rescale_multipliers(scale, factor, output_scale, float32_quotient=float32_quotient)
+    return int(fixed), int(exponent)
+
+
 def multiply_by_quantized_multiplier(values, multiplier, shift) -> np.ndarray:
     """TFLite's MultiplyByQuantizedMultiplier, element-wise (``multiplier`` and ``shift``
     may be arrays that broadcast against ``values``): x saturated to int32 after a left
@@ -372,9 +401,8 @@ def prelu_fixed_point(x_offsets, alpha_offsets, input_scale: float, alpha_scale:
     the float32 scales, the product kept in float32 and divided in double, as Android's
     kernel does), plus the output zero point, saturated to [``low``, ``high``]. Returns
     int64."""
-    s_in, s_alpha, s_out = (np.float32(s) for s in (input_scale, alpha_scale, output_scale))
-    positive = quantize_multiplier(float(s_in / s_out))
-    negative = quantize_multiplier(float(s_in * s_alpha) / float(s_out))
+    positive = rescale_multiplier(input_scale, 1, output_scale, float32_quotient=True)
+    negative = rescale_multiplier(input_scale, alpha_scale, output_scale)
     x = np.asarray(x_offsets, dtype=np.int64)
     alpha = np.asarray(alpha_offsets, dtype=np.int64)
     result = np.where(x >= 0, multiply_by_quantized_multiplier(x, *positive),
@@ -390,7 +418,7 @@ def mean_multiplier(input_scale: float, output_scale: float, count: int) -> tupl
     m shifted left by k = min(floor(log2 count), 32, 31 + e) bits and divided by ``count``
     in integers (truncating), e lowered by k. The mantissa may fall below 2**30 (it is
     not renormalized), so no QuantizeMultiplier of a real gives it in general."""
-    fixed, exponent = quantize_multiplier(float(np.float32(input_scale)) / float(np.float32(output_scale)))
+    fixed, exponent = rescale_multiplier(input_scale, 1, output_scale)
     shift = min(int(count).bit_length() - 1, 32, 31 + exponent)
     return (fixed << shift) // int(count), exponent - shift
 
@@ -520,9 +548,9 @@ class FixedPointAdd:
                  low: int, high: int, dtype, subtract: bool = False) -> None:
         first_scale, second_scale, output_scale = (_float32(q[0]) for q in (first, second, output))
         twice_max = np.float32(2) * max(first_scale, second_scale)
-        m1, s1 = quantize_multiplier(float(first_scale) / float(twice_max))
-        m2, s2 = quantize_multiplier(float(second_scale) / float(twice_max))
-        m_out, s_out = quantize_multiplier(float(twice_max) / float(np.float32(1 << ADD_LEFT_SHIFT) * output_scale))
+        m1, s1 = rescale_multiplier(first_scale, 1, twice_max)
+        m2, s2 = rescale_multiplier(second_scale, 1, twice_max)
+        m_out, s_out = rescale_multiplier(twice_max, 1, np.float32(1 << ADD_LEFT_SHIFT) * output_scale)
         self.multipliers = ((m1, s1), (-m2 if subtract else m2, s2), (m_out, s_out))
         self.dtype = np.dtype(dtype)
         stored = np.arange(256, dtype=np.uint8).view(self.dtype)
@@ -548,8 +576,7 @@ class FixedPointMul:
 
     def __init__(self, first: tuple[float, int], second: tuple[float, int], output: tuple[float, int],
                  low: int, high: int, dtype) -> None:
-        product = _float32(first[0]) * _float32(second[0])
-        self.multiplier = quantize_multiplier(float(product) / float(_float32(output[0])))
+        self.multiplier = rescale_multiplier(first[0], second[0], output[0])
         self.zero_points = (int(first[1]), int(second[1]))
         self.stage = OutputStage(*self.multiplier, None, int(output[1]), low, high, dtype).prepare()
 

@@ -37,6 +37,7 @@ from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, Va
 from nnapi.operations.quant_math import (
     inverse_sqrt_multipliers,
     quantize_multiplier,
+    rescale_multiplier,
     rounding_divide_by_pot,
     rounding_doubling_high_multiply16,
     wrap32,
@@ -375,19 +376,21 @@ _VECTORS = (*CELL_TO_WEIGHTS.values(), *GATE_BIAS.values(), PROJECTION_BIAS, *LA
 _CELL_SHIFTS = range(-15, -8)
 
 
-def _f32_ratio(a: float, b: float, c: float) -> float:
-    """a * b / c in float32 arithmetic, as Android computes its effective scales."""
-    return float(np.float32(np.float32(a) * np.float32(b)) / np.float32(c))
+def _effective_multiplier(scale: float, factor: float, target: float) -> tuple[int, int]:
+    """The multiplier of scale * factor / target: Android computes QUANTIZED_LSTM's
+    effective scales in float32 throughout (the quotient too)."""
+    return rescale_multiplier(scale, factor, target, float32_quotient=True)
 
 
-def _accumulate(gate: np.ndarray, values: np.ndarray, weights: Tensor, effective_scale: float,
+def _accumulate(gate: np.ndarray, values: np.ndarray, weights: Tensor, rescale: tuple[int, int],
                 bias: np.ndarray | None = None) -> np.ndarray:
     """gate += rescale(values . weights' (+ bias)), saturating to int16 (Android's
-    MatrixBatchVectorMultiplyAccumulate into an int16 gate buffer)."""
+    MatrixBatchVectorMultiplyAccumulate into an int16 gate buffer); ``rescale`` is the
+    (multiplier, shift) of the effective scale."""
     accumulator = _int_matmul(values, np.asarray(weights.value).T)
     if bias is not None:
         accumulator = accumulator + bias
-    multiplier, shift = quantize_multiplier(effective_scale)
+    multiplier, shift = rescale
     return _clamp16(gate + _multiply(accumulator, multiplier, shift))
 
 
@@ -500,14 +503,14 @@ class QuantizedLstm(Operation):
             bias = np.asarray(ctx.value(GATE_BIAS[gate]), dtype=np.int64)
             result = np.zeros((batch, units), dtype=np.int64)
             input_weights, recurrent_weights = ctx.input(INPUT_TO_WEIGHTS[gate]), ctx.input(RECURRENT_TO_WEIGHTS[gate])
-            result = _accumulate(result, x_values, input_weights, _f32_ratio(input_weights.scale, x.scale, target),
+            result = _accumulate(result, x_values, input_weights,
+                                 _effective_multiplier(input_weights.scale, x.scale, target),
                                  None if layer_norm else bias)
             result = _accumulate(result, h_values, recurrent_weights,
-                                 _f32_ratio(recurrent_weights.scale, h.scale, target))
+                                 _effective_multiplier(recurrent_weights.scale, h.scale, target))
             if peephole and gate in CELL_TO_WEIGHTS:
                 weights = ctx.input(CELL_TO_WEIGHTS[gate])
-                multiplier, shift = quantize_multiplier(
-                    float(np.float32(2.0**cell_shift * np.float32(weights.scale) / np.float32(target))))
+                multiplier, shift = _effective_multiplier(2.0**cell_shift, weights.scale, target)
                 product = cell * np.asarray(weights.value, dtype=np.int64)
                 result = _clamp16(result + _multiply(product, multiplier, shift))
             if layer_norm:
@@ -552,7 +555,7 @@ class QuantizedLstm(Operation):
             if not ctx.is_omitted(PROJECTION_BIAS):
                 bias = bias + np.asarray(ctx.value(PROJECTION_BIAS), dtype=np.int64)
             accumulator = _int_matmul(hidden, weights.T) + bias
-            multiplier, shift = quantize_multiplier(_f32_ratio(projection.scale, hidden_scale, h.scale))
+            multiplier, shift = _effective_multiplier(projection.scale, hidden_scale, h.scale)
             output = np.clip(_multiply(accumulator, multiplier, shift) + h.zero_point, -128, 127)
             # Android: the threshold is in units of the projection *weights'* scale and
             # clips symmetrically around 0, not around the output's zero point.
@@ -660,12 +663,11 @@ class PreparedQuantizedLstm:
             folded = -x.zero_point * wx.sum(axis=1)
             input_biases.append(folded if layer_norm else folded + bias)  # layer norm adds it later
             recurrent_biases.append(-h.zero_point * wh.sum(axis=1))
-            input_scales.append(quantize_multiplier(_f32_ratio(input_weights.scale, x.scale, target)))
-            recurrent_scales.append(quantize_multiplier(_f32_ratio(recurrent_weights.scale, h.scale, target)))
+            input_scales.append(_effective_multiplier(input_weights.scale, x.scale, target))
+            recurrent_scales.append(_effective_multiplier(recurrent_weights.scale, h.scale, target))
             if peephole and gate in CELL_TO_WEIGHTS:
                 weights = ctx.input(CELL_TO_WEIGHTS[gate])
-                multiplier, shift = quantize_multiplier(
-                    float(np.float32(2.0**cell_shift * np.float32(weights.scale) / np.float32(target))))
+                multiplier, shift = _effective_multiplier(2.0**cell_shift, weights.scale, target)
                 self.peepholes[gate] = (np.asarray(weights.value, dtype=np.int64), _Rescale(multiplier, shift))
             if layer_norm:
                 weights = ctx.input(LAYER_NORM_WEIGHTS[gate])
@@ -695,7 +697,7 @@ class PreparedQuantizedLstm:
             if not ctx.is_omitted(PROJECTION_BIAS):
                 bias = bias + np.asarray(ctx.value(PROJECTION_BIAS), dtype=np.int64)
             self.projection = (weights.T.astype(np.float64), bias,
-                               _Rescale(*quantize_multiplier(_f32_ratio(projection.scale, hidden_scale, h.scale))),
+                               _Rescale(*_effective_multiplier(projection.scale, hidden_scale, h.scale)),
                                h.zero_point, _clip_limit(ctx, PROJECTION_CLIP, projection.scale, 127))
         self.logistic = table16(fixed_logistic, 3)
         self.tanh = table16(fixed_tanh, 3)

@@ -37,8 +37,9 @@ from nnapi.drivers.ort.channel_padding import padded_channels, set_channels, wan
 from nnapi.drivers.ort.quantization import quantize_half_away
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
-from nnapi.operations._conv_common import output_multipliers, requantize_accumulators
+from nnapi.operations._conv_common import requantize_accumulators
 from nnapi.operations.common import activation_bounds_float, transpose_conv_padding
+from nnapi.operations.quant_math import rescale_multipliers
 
 #: the first release whose ConvTranspose gives the CTS's quantized TRANSPOSE_CONV_2D results
 #: (1.20 and 1.21 were 3 steps off on 16 vectors)
@@ -539,7 +540,7 @@ def _quantized_sum_by_table(g: GraphBuilder, operation: Operation, source, flat:
     # internal values u = q - zero point + internal zero point: the row's sum of q - zero point
     # is sum(u) - depth * internal zero point
     sums = np.arange(255 * depth + 1, dtype=np.int64) - depth * internal_zero_point(x)
-    multipliers, shifts = output_multipliers(x.scale, np.array([weights_operand.scale]), output.scale)
+    multipliers, shifts = rescale_multipliers(x.scale, np.array([weights_operand.scale]), output.scale)
     table = requantize_accumulators(sums * factor, multipliers, shifts, output, fuse, bias.astype(np.int64))
     total = _sums_before_transpose(g, operation.inputs[0], depth)
     if total is None:

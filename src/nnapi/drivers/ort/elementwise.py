@@ -43,7 +43,7 @@ from nnapi.hal import Operand, Operation
 from nnapi.operand import OperandType
 from nnapi.operations import ExecutionContext, Tensor, get_operation
 from nnapi.operations.common import activation_bounds_float, activation_bounds_quantized
-from nnapi.operations.quant_math import FixedPointMul, prelu_fixed_point, quantize_multiplier
+from nnapi.operations.quant_math import FixedPointMul, prelu_fixed_point, rescale_multiplier
 
 #: the first ONNX Runtime release with a uint8 Less on the CPU
 UINT8_LESS_VERSION = (1, 21)
@@ -322,8 +322,7 @@ def _channel_product_form(x: Operand, factor: Operand, output: Operand, fuse: in
         return (np.max(np.where(positive, first, np.where(negative, second, -np.inf)), axis=0),
                 np.min(np.where(positive, second, np.where(negative, first, np.inf)), axis=0))
 
-    multiplier, shift = quantize_multiplier(float(np.float32(x.scale) * np.float32(factor.scale))
-                                            / float(np.float32(output.scale)))
+    multiplier, shift = rescale_multiplier(x.scale, factor.scale, output.scale)
     per_step = multiplier * 2.0 ** (shift - 31)  # the output steps per unit of p
     sign = np.where(factors < 0, -1, 1)
     plain = np.where(np.abs(factors) <= 127, factors, sign).astype(np.int8)

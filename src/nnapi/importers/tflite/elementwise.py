@@ -23,7 +23,13 @@ from nnapi.importers.tflite.reader import (
 )
 from nnapi.operand import OperandType
 from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC
-from nnapi.operations.quant_math import dequantize, multiply_by_quantized_multiplier, quantize, quantize_multiplier
+from nnapi.operations.quant_math import (
+    dequantize,
+    multiply_by_quantized_multiplier,
+    quantize,
+    quantize_multiplier,
+    rescale_multiplier,
+)
 
 _ARITHMETIC = {"ADD": (Op.ADD, "AddOptions"), "SUB": (Op.SUB, "SubOptions"), "MUL": (Op.MUL, "MulOptions"),
                "DIV": (Op.DIV, "DivOptions")}
@@ -105,10 +111,9 @@ def _float_mul_matches_tflite(a: OperandType, b: OperandType, out: OperandType) 
     product = (qa - a.zero_point) * (qb - b.zero_point)
     real = dequantize(qa, a.scale, a.zero_point, np.float32) * dequantize(qb, b.scale, b.zero_point, np.float32)
     got = np.clip(quantize(real, out.scale, out.zero_point, np.float32), info.min, info.max)
-    multipliers = (float(np.float32(np.float32(a.scale) * np.float32(b.scale)) / np.float32(out.scale)),
-                   float(a.scale) * float(b.scale) / float(out.scale))
-    for real_multiplier in multipliers:
-        multiplier, shift = quantize_multiplier(real_multiplier)
+    multipliers = (rescale_multiplier(a.scale, b.scale, out.scale, float32_quotient=True),
+                   quantize_multiplier(float(a.scale) * float(b.scale) / float(out.scale)))
+    for multiplier, shift in multipliers:
         want = np.clip(multiply_by_quantized_multiplier(product, multiplier, shift) + out.zero_point,
                        info.min, info.max)
         if not np.array_equal(got, want):
@@ -349,7 +354,7 @@ def _requantizing_relu(c: _Converter, op: _Operator, code: OperationCode, x: int
     their last bits). An ADD of 0 (the earlier lowering) rescales each input onto a common
     2**-20 finer scale first and rounds twice: a step off on ~1.5% of stored values. Kept
     for multipliers of 128 and more, where 2**k has no 8-bit constant."""
-    exponent = quantize_multiplier(float(np.float32(x_type.scale)) / float(np.float32(out_type.scale)))[1]
+    exponent = rescale_multiplier(x_type.scale, 1, out_type.scale)[1]
     shift = max(exponent, 0)
     fuse = c.i32(_RELU_FUSE[code])
     if shift <= 7:

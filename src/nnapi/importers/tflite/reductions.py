@@ -10,7 +10,7 @@ from nnapi.codes import OperationCode as Op
 from nnapi.importers.tflite.converter import _Converter, _converter
 from nnapi.importers.tflite.reader import _INT32, _INT64, _QUANT8, UnsupportedOperator, _operand_shape, _Operator
 from nnapi.operand import OperandType
-from nnapi.operations.quant_math import mean_multiplier, quantize_multipliers
+from nnapi.operations.quant_math import mean_multiplier, rescale_multipliers
 
 _REDUCERS = {"MEAN": Op.MEAN, "SUM": Op.REDUCE_SUM, "REDUCE_MAX": Op.REDUCE_MAX, "REDUCE_MIN": Op.REDUCE_MIN,
              "REDUCE_PROD": Op.REDUCE_PROD, "REDUCE_ANY": Op.REDUCE_ANY, "REDUCE_ALL": Op.REDUCE_ALL}
@@ -107,8 +107,7 @@ def _nearest_weight_scale(input_scale: float, output_scale: float, target: float
     steps = np.arange(-_WEIGHT_SCALE_SEARCH, _WEIGHT_SCALE_SEARCH + 1)
     # float32 neighbours by their bit patterns (positive finite scales: consecutive integers)
     candidates = (np.int64(ideal.view(np.int32)) + steps).astype(np.int32).view(np.float32)
-    products = (s_in * candidates).astype(np.float64) / float(s_out)
-    fixed, exponent = quantize_multipliers(products)
+    fixed, exponent = rescale_multipliers(s_in, candidates, s_out)
     errors = np.abs(fixed * np.exp2(exponent.astype(np.float64) - 31) - target)
     return float(candidates[int(np.argmin(errors))])
 
