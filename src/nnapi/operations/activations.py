@@ -79,11 +79,19 @@ Op = OperationCode
 
 _ALL_TYPES = FLOAT_TENSORS + QUANT8_TENSORS
 _RELU_FUSE = {Op.RELU: FuseCode.FUSED_RELU, Op.RELU1: FuseCode.FUSED_RELU1, Op.RELU6: FuseCode.FUSED_RELU6}
-#: (scale, zero point) the specification prescribes for quantized outputs, per input type
-_FIXED_OUTPUT_QUANT = {
+#: (scale, zero point) the specification prescribes for LOGISTIC's and TANH's quantized
+#: outputs, per type (the input's and the output's: they must be equal); the TFLite
+#: importer reads it too
+FIXED_OUTPUT_QUANT = {
     Op.LOGISTIC: {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)},
     Op.TANH: {T.TENSOR_QUANT8_ASYMM: (1.0 / 128, 128), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 128, 0)},
 }
+
+
+def has_quantization(scale: float, zero_point: int, required: tuple[float, int]) -> bool:
+    """Whether an operand's ``scale`` and ``zero_point`` are the ``required`` pair; scales
+    compare in float32, the precision the NDK stores them in."""
+    return np.float32(scale) == np.float32(required[0]) and zero_point == required[1]
 _MAX_RANK = 4
 
 
@@ -215,13 +223,12 @@ class Activation(Operation):
         if self.code in _RELU_FUSE:
             scale, zero_point = ctx.inputs[INPUT].scale, ctx.inputs[INPUT].zero_point
             required = "the input's scale and zero point"
-        elif self.code in _FIXED_OUTPUT_QUANT:
-            scale, zero_point = _FIXED_OUTPUT_QUANT[self.code][code]
+        elif self.code in FIXED_OUTPUT_QUANT:
+            scale, zero_point = FIXED_OUTPUT_QUANT[self.code][code]
             required = f"scale 1/{round(1 / scale)} and zero point {zero_point}"
         else:
             return  # HARD_SWISH may requantize freely
-        # Scales compare in float32, the precision the NDK stores them in.
-        if np.float32(output.scale) != np.float32(scale) or output.zero_point != zero_point:
+        if not has_quantization(output.scale, output.zero_point, (scale, zero_point)):
             ctx.fail(f"output 0 of {code.name} must have {required}, got scale {output.scale} and "
                      f"zero point {output.zero_point}")
 

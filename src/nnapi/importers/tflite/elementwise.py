@@ -22,6 +22,7 @@ from nnapi.importers.tflite.reader import (
     _static_shape,
 )
 from nnapi.operand import OperandType
+from nnapi.operations.activations import FIXED_OUTPUT_QUANT, has_quantization
 from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC
 from nnapi.operations.quant_math import (
     dequantize,
@@ -199,14 +200,14 @@ def _simple(c: _Converter, op: _Operator) -> None:
         _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
         c.lowered(f"quantized {op.name} (NNAPI's {code.name} is float only) as DEQUANTIZE, {code.name}, QUANTIZE")
         return
-    if code in _FIXED_OUTPUT and c.type_of(c.input(0)).type in _QUANT8:
+    if code in FIXED_OUTPUT_QUANT and c.type_of(c.input(0)).type in _QUANT8:
         out_type = c.nn_type(op.out_tensor())
-        scale, zero_points = _FIXED_OUTPUT[code]
-        if (out_type.scale, out_type.zero_point) != (scale, zero_points[out_type.type]):
+        scale, zero_point = FIXED_OUTPUT_QUANT[code][out_type.type]
+        if not has_quantization(out_type.scale, out_type.zero_point, (scale, zero_point)):
             # PT2E quantizes them at their calibrated range; LiteRT's int8 kernels take any
             _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
             c.lowered(f"quantized {op.name} whose output is not at NNAPI's fixed scale {scale} / zero point "
-                      f"{zero_points[out_type.type]} as DEQUANTIZE, {code.name}, QUANTIZE")
+                      f"{zero_point} as DEQUANTIZE, {code.name}, QUANTIZE")
             return
     inputs = [c.input(i) for i in range(len(op.inputs))]
     c.emit(code, inputs, [c.output()])
@@ -373,10 +374,6 @@ def _requantizing_relu(c: _Converter, op: _Operator, code: OperationCode, x: int
 
 #: NNAPI's activation operations and the fuse code that means the same
 _RELU_FUSE = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}
-#: the output scale and zero points (by type) NNAPI's quantized LOGISTIC / TANH require
-_FIXED_OUTPUT = {
-    Op.LOGISTIC: (1 / 256, {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128}),
-    Op.TANH: (1 / 128, {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0})}
 #: the unary operations of _SIMPLE that NNAPI defines on float tensors only
 _FLOAT_ONLY = (Op.RSQRT, Op.SQRT, Op.EXP, Op.LOG, Op.SIN, Op.POW)
 
