@@ -151,6 +151,21 @@ def test_output_stage_fast_path_matches_definition(shift_range):
         assert fast.dtype == np.dtype(dtype)
 
 
+@pytest.mark.parametrize("shift", [-3, 2])  # the folded form, and the definition's (a left shift)
+def test_output_stage_keeps_the_accumulators_shape(shift):
+    """One multiplier for all channels (as a scalar or one element, as FULLY_CONNECTED
+    passes it) adds no dimension, not even to a 0-d accumulator (ADD / MUL of scalars)."""
+    for multiplier, bias in ((1518500250, None), (np.array([1518500250]), np.array([-7]))):
+        stage = OutputStage(multiplier, np.full(np.shape(multiplier), shift), bias, 3, -128, 127, np.int8)
+        for acc in (np.array(-1234), np.array([77]), np.arange(-30, 30).reshape(3, 4, 5) * 41):
+            got = stage(acc)
+            assert isinstance(got, np.ndarray) and got.shape == acc.shape and got.dtype == np.int8
+            b = 0 if bias is None else int(bias[0])
+            want = [min(max(_multiply(int(a) + b, 1518500250, shift) + 3, -128), 127) for a in acc.reshape(-1)]
+            np.testing.assert_array_equal(got.reshape(-1), want)
+            assert stage.reference(acc).shape == acc.shape
+
+
 def test_requantize_matches_android_requantize():
     """Android (OperationsUtils.cpp requantize): round((q - zp) * scale / new_scale + new_zp)
     in double, saturated; every uint8 / int8 value, several scale pairs (ties included)."""

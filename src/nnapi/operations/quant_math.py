@@ -427,7 +427,8 @@ def mean_multiplier(input_scale: float, output_scale: float, count: int) -> tupl
 class OutputStage:
     """Int32 accumulators to quantized outputs, prepared once.
 
-    ``multipliers`` / ``shifts`` (one per output channel, channels last, or one for all),
+    ``multipliers`` / ``shifts`` (one per output channel, channels last, or one for all:
+    then held 0-d, so that the outputs keep the accumulators' shape, a 0-d one included),
     ``bias`` (int32 per channel or None), the output ``zero_point``, the clamp range
     [``low``, ``high``] (the type's range narrowed by the fused activation) and the output
     ``dtype``. Applying it equals, element by element,
@@ -444,9 +445,9 @@ class OutputStage:
     """
 
     def __init__(self, multipliers, shifts, bias, zero_point: int, low: int, high: int, dtype) -> None:
-        self.multipliers = np.atleast_1d(np.asarray(multipliers, dtype=np.int64))
-        self.shifts = np.atleast_1d(np.asarray(shifts, dtype=np.int64))
-        self.bias = np.zeros(1, np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
+        self.multipliers = _per_channel(multipliers)
+        self.shifts = _per_channel(shifts)
+        self.bias = _per_channel(0 if bias is None else bias)
         self.zero_point, self.low, self.high = int(zero_point), int(low), int(high)
         self.dtype = np.dtype(dtype)
         # The folded form's constants (``_folded``) are made at the first call, or by
@@ -469,7 +470,7 @@ class OutputStage:
         half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
         m = self.multipliers
         constant = self.bias * m + (1 << 30) + (half << 31) + (np.int64(self.zero_point) << (31 + right))
-        uniform_right = int(right[0]) if np.all(right == right[0]) else None
+        uniform_right = int(right.flat[0]) if np.all(right == right.flat[0]) else None
         total_shift = 31 + uniform_right if uniform_right is not None else 31 + right
         # x * m < -2**30 with x = acc + bias  <=>  acc * m < -2**30 - bias * m
         threshold = np.where(right > 0, -(1 << 30) - self.bias * m, np.iinfo(np.int64).min)
@@ -505,14 +506,23 @@ class OutputStage:
             p >>= total_shift
         if out is None:
             out = np.empty(p.shape, self.dtype)
-        # clamp and narrow in one pass (the clamped values fit the output dtype)
-        return np.clip(p, low64, high64, out=out, casting="unsafe")
+        # clamp and narrow in one pass (the clamped values fit the output dtype); ``out``
+        # itself is returned (numpy's clip gives a scalar for a 0-d one)
+        np.clip(p, low64, high64, out=out, casting="unsafe")
+        return out
 
     def reference(self, acc: np.ndarray) -> np.ndarray:
         """The same stage by its definition (any shifts, no folding)."""
         total = np.asarray(acc).astype(np.int64) + self.bias
         scaled = multiply_by_quantized_multiplier(total, self.multipliers, self.shifts)
-        return np.clip(scaled + self.zero_point, self.low, self.high).astype(self.dtype)
+        return np.asarray(np.clip(scaled + self.zero_point, self.low, self.high).astype(self.dtype))
+
+
+def _per_channel(values) -> np.ndarray:
+    """An output stage's constants as int64: one value for all channels 0-d (it then
+    broadcasts against accumulators of any shape without adding a dimension)."""
+    values = np.asarray(values, dtype=np.int64)
+    return values.reshape(()) if values.size == 1 else values
 
 
 # --- quantized ADD / SUB / MUL as Android's CPU driver computes them -----------------------
@@ -564,7 +574,7 @@ class FixedPointAdd:
         """The stored results of two arrays of stored values (broadcasting)."""
         first, second = np.asarray(first), np.asarray(second)
         total = self.terms[0][first.view(np.uint8)] + self.terms[1][second.view(np.uint8)]
-        return _staged(self.stage, total)
+        return self.stage(total)
 
 
 class FixedPointMul:
@@ -584,12 +594,4 @@ class FixedPointMul:
         """The stored results of two arrays of stored values (broadcasting)."""
         product = np.subtract(first, self.zero_points[0], dtype=np.int64)
         product = product * np.subtract(second, self.zero_points[1], dtype=np.int64)
-        return _staged(self.stage, product)
-
-
-def _staged(stage: OutputStage, values: np.ndarray) -> np.ndarray:
-    """``stage`` of int64 ``values`` of any shape (its per-channel constants are one
-    element: a rank-0 value would come back with a dimension)."""
-    if values.ndim:
-        return stage(values)
-    return stage(values.reshape(1)).reshape(())
+        return self.stage(product)
