@@ -30,12 +30,12 @@ from nnapi.importers.tflite.reader import (
     _INT16,
     _INT32,
     _INT64,
+    _MOVES,
     _NUMPY,
     _OPCODE_NAMES,
     _UINT8,
     UnsupportedOperator,
-    _derive_broadcast_shape,
-    _derive_moved_shape,
+    _derive_output_shape,
     _Graph,
     _operand_shape,
     _Operator,
@@ -365,10 +365,8 @@ class _Converter:
             self.current = op
             self._emitted = []
             self._lowering_reason = None
-            if graph.propagate and op.custom is None and op.name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS"):
-                _derive_moved_shape(self, op)
-            elif graph.propagate and op.custom is None and op.name in _BROADCASTING:
-                _derive_broadcast_shape(op)
+            if graph.propagate and op.custom is None and (op.name in _MOVES or op.name in _BROADCASTING):
+                _derive_output_shape(self, op)
             try:
                 convert = _CONVERTERS.get(op.builtin) if op.custom is None else _CUSTOM_CONVERTERS.get(op.custom)
                 folded = op.custom is None and _fold_constants(self, op)

@@ -243,57 +243,54 @@ _BROADCASTING = frozenset({
     "SELECT", "SELECT_V2"})
 
 
-def _derive_broadcast_shape(op: _Operator) -> None:
-    """The output shape of an element-wise operator (_BROADCASTING) from its inputs' shapes,
-    before its converter reads it, where the file left dimensions of it open (propagated
-    shapes: the input shapes given fix it, as the moves' in _derive_moved_shape)."""
+#: operators whose output shape moves their input's elements: RESHAPE, SQUEEZE, EXPAND_DIMS
+_MOVES = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
+
+
+def _derive_output_shape(c: _Converter, op: _Operator) -> None:
+    """The output shape of an element-wise operator (_BROADCASTING: its inputs' shapes
+    broadcast) or of a move (_MOVES: from its input's shape and its parameters), before its
+    converter reads it, where the file left dimensions of it open and the inputs' shapes are
+    known (propagated shapes: the input shapes given fix them). Nothing is derived from
+    inputs or parameters that do not fit (their converter refuses them), and a derived
+    shape replaces only open dimensions."""
     out = op.out_tensor()
-    shapes = [op.tensor(k).shape for k in range(len(op.inputs)) if op.has_input(k)]
-    if all(d >= 0 for d in out.shape) or any(d < 0 for shape in shapes for d in shape):
+    sources = [op.tensor(k).shape for k in range(len(op.inputs)) if op.has_input(k)] \
+        if op.name in _BROADCASTING else [op.tensor(0).shape]
+    if all(d >= 0 for d in out.shape) or any(d < 0 for shape in sources for d in shape):
         return
     try:
-        shape = np.broadcast_shapes(*shapes)
-    except ValueError:  # inputs that do not broadcast: the converter refuses them
+        shape = np.broadcast_shapes(*sources) if op.name in _BROADCASTING else _moved_shape(c, op, sources[0])
+    except (ValueError, TypeError, ZeroDivisionError):
         return
-    if len(shape) == len(out.shape) and all(d < 0 or d == s for d, s in zip(out.shape, shape)):
+    if shape is not None and len(shape) == len(out.shape) and all(d < 0 or d == s for d, s in zip(out.shape, shape)):
         out.shape = tuple(int(d) for d in shape)
 
 
-def _derive_moved_shape(c: _Converter, op: _Operator) -> None:
-    """The output shape of RESHAPE / SQUEEZE / EXPAND_DIMS from its input's and its
-    parameters, before its converter reads it, where the file left dimensions of it open
-    (propagated shapes: they are known once the input's are)."""
-    out = op.out_tensor()
-    source = op.tensor(0)
-    if all(d >= 0 for d in out.shape) or any(d < 0 for d in source.shape):
-        return
-    size = int(np.prod(source.shape, dtype=np.int64))
-    try:
-        if op.name == "RESHAPE":
-            const = c.const_of(op.inputs[1]) if op.has_input(1) else None
-            options = op.options("ReshapeOptions")
-            new = const.data.reshape(-1) if const is not None else \
-                options.NewShapeAsNumpy() if options is not None and options.NewShapeLength() else None
-            if new is None:
-                return
-            shape = np.empty(size, np.int8).reshape([int(d) for d in new]).shape
-        elif op.name == "SQUEEZE":
-            options = op.options("SqueezeOptions")
-            rank = len(source.shape)
-            axes = {int(d) % rank for d in options.SqueezeDimsAsNumpy()} if options is not None and \
-                options.SqueezeDimsLength() else {i for i, d in enumerate(source.shape) if d == 1}
-            shape = tuple(d for i, d in enumerate(source.shape) if i not in axes)
-        else:
-            const = c.const_of(op.inputs[1])
-            if const is None:
-                return
-            axis = int(const.data.reshape(-1)[0])
-            axis = axis + len(source.shape) + 1 if axis < 0 else axis
-            shape = (*source.shape[:axis], 1, *source.shape[axis:])
-    except (ValueError, TypeError, ZeroDivisionError):  # parameters that do not fit the input: its converter refuses
-        return
-    if len(shape) == len(out.shape) and all(d < 0 or d == s for d, s in zip(out.shape, shape)):
-        out.shape = tuple(int(d) for d in shape)
+def _moved_shape(c: _Converter, op: _Operator, source: tuple[int, ...]) -> tuple[int, ...] | None:
+    """RESHAPE's, SQUEEZE's or EXPAND_DIMS's output shape from its input's (all known) and
+    its parameters; None where a parameter is given at run time only."""
+    if op.name == "RESHAPE":
+        const = c.const_of(op.inputs[1]) if op.has_input(1) else None
+        options = op.options("ReshapeOptions")
+        new = const.data.reshape(-1) if const is not None else \
+            options.NewShapeAsNumpy() if options is not None and options.NewShapeLength() else None
+        if new is None:
+            return None
+        size = int(np.prod(source, dtype=np.int64))
+        return np.empty(size, np.int8).reshape([int(d) for d in new]).shape
+    if op.name == "SQUEEZE":
+        options = op.options("SqueezeOptions")
+        rank = len(source)
+        axes = {int(d) % rank for d in options.SqueezeDimsAsNumpy()} if options is not None and \
+            options.SqueezeDimsLength() else {i for i, d in enumerate(source) if d == 1}
+        return tuple(d for i, d in enumerate(source) if i not in axes)
+    const = c.const_of(op.inputs[1])
+    if const is None:
+        return None
+    axis = int(const.data.reshape(-1)[0])
+    axis = axis + len(source) + 1 if axis < 0 else axis
+    return (*source[:axis], 1, *source[axis:])
 
 
 def _static_shape(c: _Converter, info: _TensorInfo) -> list[int] | None:
