@@ -12,7 +12,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import nnapi  # noqa: E402
-from helpers import reference_device  # noqa: E402
+from helpers import build_single_op_model, reference_device  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
@@ -278,6 +278,21 @@ def test_strided_slice_masks_given_at_run_time_are_declined():
     _, model, _ = _strided_slice_model(T.TENSOR_FLOAT32, (0, 0, 1), given_masks=True)
     (reason,) = _reasons(model)
     assert "begin_mask" in reason and "run time" in reason
+
+
+def test_an_empty_strided_slice_is_declined_as_empty():
+    """A STRIDED_SLICE selecting nothing along an axis (begin 2, end 1, stride 1: the
+    reference's output is zero-sized, as TFLite's) is declined naming the empty result,
+    not the output operand (which allows it)."""
+    model, _, _keep = build_single_op_model(Op.STRIDED_SLICE, [
+        (OperandType(T.TENSOR_FLOAT32, [2, 3]), None),
+        (OperandType(T.TENSOR_INT32, [2]), [0, 2]), (OperandType(T.TENSOR_INT32, [2]), [2, 1]),
+        (OperandType(T.TENSOR_INT32, [2]), [1, 1]),
+        (OperandType(T.INT32), 0), (OperandType(T.INT32), 0), (OperandType(T.INT32), 0)],
+        [OperandType(T.TENSOR_FLOAT32, [2, 0])])
+    (reason,) = _reasons(model)
+    assert reason is not None and "selects no element" in reason and "[2, 0]" in reason
+    assert "output operand" not in reason
 
 
 def _mean_model(code, rank_shape, keep, given_keep=False):
