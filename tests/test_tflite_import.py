@@ -1360,6 +1360,46 @@ def test_topk_lists_equal_values_lower_index_first() -> None:
     _assert_exact_on_every_engine(data, {"x": x}, {"values": np.take_along_axis(x, order, 1), "indices": order})
 
 
+def test_topk_of_rank5_maps_indices_back() -> None:
+    """TOPK_V2's indices are mapped back by a GATHER, which NNAPI takes above rank 4 (a SUB
+    does not: the rank-5 TOPK_V2 that imported before was refused by the tie-order fix)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    x = np.random.default_rng(5).integers(-3, 3, [2, 1, 2, 3, 5]).astype(np.float32)
+    t = [Tensor("x", "float32", [2, 1, 2, 3, 5]), Tensor("k", "int32", [], data=np.array(3, np.int32)),
+         Tensor("values", "float32", [2, 1, 2, 3, 3]), Tensor("indices", "int32", [2, 1, 2, 3, 3])]
+    data = build(Subgraph(t, [Operator("TOPK_V2", [0, 1], [2, 3])], [0], [2, 3]))
+    order = np.argsort(-x, axis=-1, kind="stable")[..., :3].astype(np.int32)
+    _assert_exact_on_every_engine(data, {"x": x}, {"values": np.take_along_axis(x, order, -1), "indices": order})
+
+
+def test_select_rank1_condition_of_another_length_is_refused_cleanly() -> None:
+    """A constant rank-1 condition not as long as x's first dimension (LiteRT refuses it too)
+    is refused with TFLite's rule, not a ValueError inside the import."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    t = [Tensor("cond", "bool", [3], data=np.array([True, False, True])), Tensor("a", "float32", [2, 3]),
+         Tensor("b", "float32", [2, 3]), Tensor("y", "float32", [2, 3])]
+    data = build(Subgraph(t, [Operator("SELECT", [0, 1, 2], [3])], [1, 2], [3]))
+    with pytest.raises(nnapi.NnapiError, match="first dimension") as error:
+        nnapi.load_tflite(data)
+    assert "malformed" not in str(error.value)
+
+
+def test_rank5_comparison_of_two_quantizations_is_refused_cleanly() -> None:
+    """An 8-bit LESS above rank 4 whose quantizations need TFLite's fixed-point values (the
+    table lowering's DEQUANTIZE is rank 4 at most) is refused naming the rule, not NNAPI's
+    check of an inner operation."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    t = [Tensor("a", "int8", [2, 1, 3, 1, 4], scale=0.002, zero_point=3),
+         Tensor("b", "int8", [3, 2, 1], scale=0.0031, zero_point=-7), Tensor("o", "bool", [2, 1, 3, 2, 4])]
+    data = build(Subgraph(t, [Operator("LESS", [0, 1], [2])], [0, 1], [2]))
+    with pytest.raises(nnapi.NnapiError, match="LESS of rank 5") as error:
+        nnapi.load_tflite(data)
+    assert "add_operation" not in str(error.value)
+
+
 def test_select_with_a_rank1_condition_picks_rows() -> None:
     """TFLite's SELECT (version 1) with a rank-1 condition of x's first dimension picks
     rows; the condition broadcast by NumPy's rule (along the last axis) raised inside the

@@ -249,6 +249,11 @@ def _quantized_comparison(c: _Converter, op: _Operator, code: OperationCode) -> 
     (DEQUANTIZE, MUL by 1 / scale, + zero point - lowest + 0.5, FLOOR, CAST; checked at
     import to give every stored value), its value in TFLite's table (GATHER of an int32
     constant), the int32 values compared; a constant input is its table values at import."""
+    rank = max(len(op.tensor(position).shape) for position in range(2))
+    if rank > _MAX_RANK:
+        raise UnsupportedOperator(f"quantized {op.name} of rank {rank} whose quantizations NNAPI's comparison of the "
+                                  "real values does not compare as TFLite's fixed-point values do (that lowering's "
+                                  f"DEQUANTIZE is limited to rank {_MAX_RANK})")
     inputs = []
     for position in range(2):
         x = c.input(position)
@@ -317,6 +322,9 @@ def _select_by_rows(c: _Converter, op: _Operator) -> None:
     if dims is None or not all(d > 0 for d in dims):
         raise UnsupportedOperator("SELECT of a rank-1 condition over rows needs a static, non-empty output shape")
     dims = list(dims)
+    if list(op.tensor(0).shape) != dims[:1]:
+        raise UnsupportedOperator(f"SELECT's rank-1 condition of shape {list(op.tensor(0).shape)} must be as long "
+                                  f"as x's first dimension ({dims[0]}), TFLite's rule for selecting rows")
     rows = [dims[0]] + [1] * (len(dims) - 1)
     full = OperandType(T.TENSOR_BOOL8, dims)
     const = c.const_of(op.inputs[0])

@@ -192,7 +192,7 @@ def _topk(c: _Converter, op: _Operator) -> None:
     """Of equal values TFLite's TOPK_V2 lists the lower index first (topk_v2.cc); Android's
     the higher one (TopK_V2.cpp sorts (value, index) pairs and reverses them). TOPK_V2 of the
     row reversed (a GATHER of the indices n-1 .. 0) lists the lower original index first;
-    n - 1 - index maps its indices back."""
+    a GATHER from n-1 .. 0 maps its indices back (n - 1 - index)."""
     k = int(c.const_values(1, "k").reshape(-1)[0])
     x = c.input(0)
     x_type = c.type_of(x)
@@ -208,7 +208,8 @@ def _topk(c: _Converter, op: _Operator) -> None:
     indices = c.output(1)
     reversed_indices = c.temp(c.type_of(indices))
     c.emit(Op.TOPK_V2, [reversed_x, c.i32(k)], [c.output(0), reversed_indices])
-    last = c.const_operand(np.array([n - 1], np.int32), OperandType(T.TENSOR_INT32, [1]))
-    c.emit(Op.SUB, [last, reversed_indices, c.i32(0)], [indices])
+    # n - 1 - index as a GATHER from [n - 1 .. 0]: SUB is limited to rank 4, GATHER is not
+    original = c.const_operand(np.arange(n - 1, -1, -1, dtype=np.int32), OperandType(T.TENSOR_INT32, [n]))
+    c.emit(Op.GATHER, [original, c.i32(0), reversed_indices], [indices])
     c.lowered("TOPK_V2 of the row reversed (GATHER), its indices mapped back: equal values lower index first, "
               "as TFLite (Android's TOPK_V2 lists the higher index first)")
