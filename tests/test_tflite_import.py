@@ -1551,6 +1551,19 @@ def test_reverse_v2_of_negative_and_several_axes() -> None:
         _assert_exact_on_every_engine(data, {"x": x}, {"y": np.flip(x, axis=tuple(axes))})
 
 
+def test_reverse_v2_refusals_name_the_axes_given_and_the_rule() -> None:
+    """An out-of-range axis is reported as the file gives it with the range, a repeated one as
+    repeated (the message printed the axes after adding the rank, without the rule)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    for axes, rule in (([-5], r"\[-5\] of a rank-3 tensor: each must lie in \[-3, 3\)"), ([1, -2], "twice")):
+        t = [Tensor("x", "float32", [2, 3, 4]), Tensor("axes", "int32", [len(axes)], data=np.array(axes, np.int32)),
+             Tensor("y", "float32", [2, 3, 4])]
+        data = build(Subgraph(t, [Operator("REVERSE_V2", [0, 1], [2])], [0], [2]))
+        with pytest.raises(nnapi.NnapiError, match=rule):
+            nnapi.load_tflite(data)
+
+
 def test_a_bool_move_above_rank_4_is_refused_cleanly() -> None:
     """A bool EXPAND_DIMS to rank 5 and a RESHAPE back (bool moves run on float32 halves,
     which the moves above rank 4 keep no operand for): refused with the reason, not a

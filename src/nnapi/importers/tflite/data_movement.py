@@ -56,9 +56,15 @@ def _reverse(c: _Converter, op: _Operator) -> None:
     """TFLite's axes may be negative (counted from the end) and several; NNAPI's REVERSE takes
     one axis in [0, rank): one REVERSE per axis, each counted from the start."""
     rank = len(op.tensor(0).shape)
-    axes = [int(a) + rank if a < 0 else int(a) for a in c.const_values(1, "axis").reshape(-1)]
-    if not axes or any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
-        raise UnsupportedOperator(f"REVERSE_V2 axes {axes} of a rank-{rank} tensor")
+    given = [int(a) for a in c.const_values(1, "axis").reshape(-1)]
+    if not given:
+        raise UnsupportedOperator("REVERSE_V2 with no axes")
+    if any(not -rank <= a < rank for a in given):
+        raise UnsupportedOperator(f"REVERSE_V2 axes {given} of a rank-{rank} tensor: each must lie in "
+                                  f"[{-rank}, {rank})")
+    axes = [a + rank if a < 0 else a for a in given]
+    if len(set(axes)) != len(axes):
+        raise UnsupportedOperator(f"REVERSE_V2 axes {given} of a rank-{rank} tensor name an axis twice")
     x = c.input(0)
     x_type, out_type = c.type_of(x), c.nn_type(op.out_tensor())
     for axis in axes[:-1]:
