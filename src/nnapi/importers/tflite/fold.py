@@ -126,6 +126,19 @@ def _floor_div(op, v):
     return [np.floor(a / b) if a.dtype == np.float32 else np.floor_divide(a, b)]
 
 
+@_folder("DIV")
+def _div(op, v):
+    """int32 DIV only (TFLite's truncates toward zero); float quotients stay with the devices.
+    A zero divisor, or INT32_MIN by -1, is left to the model."""
+    _activation_none(op, "DivOptions")
+    a, b = (np.asarray(x, np.int64) for x in v)
+    if v[0].dtype != np.int32 or v[1].dtype != np.int32 or np.any(b == 0) or \
+            np.any((a == -2**31) & (b == -1)):
+        raise _NotFoldable
+    quotient = np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)
+    return [quotient.astype(np.int32)]
+
+
 @_folder("MAXIMUM", "MINIMUM")
 def _extremum(op, v):
     a, b = v
