@@ -58,3 +58,25 @@ def test_cases_are_reproducible_and_a_planted_difference_is_reported() -> None:
         assert tool.classify(case, perturbed, "nnapi-reference")[0] == "DIFFER", case.label
         checked += 1
     assert checked >= 5
+
+
+def test_vs_reference_holds_a_device_to_the_reference_exactly() -> None:
+    """--vs-reference: a quantized output one step from the reference's is a DIFFER (LiteRT's
+    two-step tolerance would call it agree: how ORT's DoubleQDQPairsRemover went unseen),
+    equal outputs keep their class, and a refusal where the reference ran is "declined"."""
+    checked = 0
+    for number in range(60):
+        case = tool.make_case(9, number, ["ADD", "MUL", "QUANTIZE"])
+        if isinstance(case, str) or case.kind not in tool.QUANT:
+            continue
+        reference = tool.device_outputs(case, tool.REFERENCE)
+        if reference[2] is None or not any(o.dtype.kind in "iu" and o.size for o in reference[2]):
+            continue
+        assert tool._against_reference(case, tool.REFERENCE, "agree", "", reference) == ("agree", "")
+        moved = [np.where(o == np.iinfo(o.dtype).max, o - 1, o + 1).astype(o.dtype) if o.dtype.kind in "iu" else o
+                 for o in reference[2]]
+        cls, detail = tool._against_reference(case, tool.REFERENCE, "agree", "", ("ran", "", moved))
+        assert cls == "DIFFER" and ("1 steps" in detail or "1 off" in detail), detail
+        assert tool._against_reference(case, tool.REFERENCE, "refused", "why", reference) == ("declined", "why")
+        checked += 1
+    assert checked >= 3

@@ -22,6 +22,11 @@ delegate) and through ``nnapi.Session`` on each ``--device``; per device it is o
               Python exception's text (an importer error masked as "not a valid model")
     CRASH     the worker process died (or hung) in the case
 
+``--vs-reference`` also holds every other device to nnapi-reference's own values (integers
+and quantized values exactly, floats within the tolerance): a lowering one step off the
+reference hides inside the two steps LiteRT is allowed. A device that declines where the
+reference runs is then counted as "declined", with its reason.
+
 For a DIFFER the verbose output also says whether TFLite's reference kernels
 (OpResolverType.BUILTIN_REF) agree with the device, which tells LiteRT's own deviations.
 Cases are seeded by (seed, case number), so ``--case N`` reproduces one.
@@ -59,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from tflite_builder import Operator, Subgraph, Tensor, build  # noqa: E402
 
 DEVICES = ("nnapi-reference", "nnapi-ort-cpu")
+REFERENCE = "nnapi-reference"
 #: nnapi compare's defaults (src/nnapi/cli/compare.py)
 RTOL, HYBRID_RTOL, STEPS = 1e-5, 5e-2, 2
 #: an NnapiError message that is really a Python exception's text (as tools/fuzz_api.py)
@@ -74,6 +80,8 @@ CASE_TIMEOUT_S = 60
 POSITIVE = {"LOG", "SQRT", "RSQRT", "POW"}
 #: whether cases chain two or three operators (--single: no)
 CHAINS = True
+#: --vs-reference: every other device held to nnapi-reference's values too
+VS_REFERENCE = False
 
 
 class Skip(Exception):
@@ -1032,29 +1040,36 @@ def make_case(seed: int, number: int, only: list[str]) -> Case | str:
     return Case(number, g.names, kind, " > ".join(g.labels), model, g.feeds, g.hybrid)
 
 
-def classify(case: Case, theirs: list[np.ndarray], device: str) -> tuple[str, str]:
-    """(class, detail) of ``case`` on ``device`` against LiteRT's outputs."""
+def device_outputs(case: Case, device: str) -> tuple[str, str, list[np.ndarray] | None]:
+    """(class, detail, outputs) of ``case`` run on ``device``: ("ran", "", outputs), or
+    "refused" / "RAW" with the reason and None."""
     import nnapi
 
     try:
         session = nnapi.Session(case.model, devices=[device])
         names = [i.name for i in session.inputs]
-        got = list(session.run(dict(zip(names, case.feeds))).values())
+        return "ran", "", list(session.run(dict(zip(names, case.feeds))).values())
     except nnapi.NnapiError as error:
         text = str(error)
         if _INTERNAL.search(text):
-            return "RAW", f"NnapiError carrying {text[:300]}"
-        return "refused", text
+            return "RAW", f"NnapiError carrying {text[:300]}", None
+        return "refused", text, None
     except Exception as error:  # noqa: BLE001 - what the fuzzer looks for
-        return "RAW", f"{type(error).__name__}: {error} | " + traceback.format_exc().strip().splitlines()[-3][:200]
+        where = traceback.format_exc().strip().splitlines()[-3][:200]
+        return "RAW", f"{type(error).__name__}: {error} | {where}", None
+
+
+def differences(case: Case, got: list[np.ndarray], theirs: list[np.ndarray], steps: int, whose: str) -> list[str]:
+    """What makes ``got`` differ from ``theirs`` (``whose`` outputs): floats beyond the relative
+    tolerance, quantized values beyond ``steps``, other integers and bools at all."""
     if len(got) != len(theirs):
-        return "DIFFER", f"{len(got)} outputs, LiteRT {len(theirs)}"
+        return [f"{len(got)} outputs, {whose} {len(theirs)}"]
     worst = []
     for i, (a, b) in enumerate(zip(got, theirs)):
         if a.shape != b.shape:
-            return "DIFFER", f"output {i}: shape {list(a.shape)} vs LiteRT {list(b.shape)}"
+            return [f"output {i}: shape {list(a.shape)} vs {whose} {list(b.shape)}"]
         if a.dtype != b.dtype:
-            return "DIFFER", f"output {i}: dtype {a.dtype} vs LiteRT {b.dtype}"
+            return [f"output {i}: dtype {a.dtype} vs {whose} {b.dtype}"]
         if not b.size:
             continue
         if b.dtype.kind == "f":
@@ -1073,14 +1088,21 @@ def classify(case: Case, theirs: list[np.ndarray], device: str) -> tuple[str, st
             if not rel <= tol:
                 worst.append(f"output {i}: rel {rel:.3g} (abs {diff:.3g})")
         else:
-            steps = int(np.abs(a.astype(np.int64) - b.astype(np.int64)).max())
+            off = int(np.abs(a.astype(np.int64) - b.astype(np.int64)).max())
             quantized = b.dtype in (np.int8, np.uint8, np.int16) and case.kind in QUANT or b.dtype in (np.uint8,)
-            if steps > (STEPS if quantized else 0):
-                worst.append(f"output {i}: {steps} {'steps' if quantized else 'off'} "
+            if off > (steps if quantized else 0):
+                worst.append(f"output {i}: {off} {'steps' if quantized else 'off'} "
                              f"({int(np.count_nonzero(a != b))} of {b.size})")
-    if worst:
-        return "DIFFER", "; ".join(worst)
-    return "agree", ""
+    return worst
+
+
+def classify(case: Case, theirs: list[np.ndarray], device: str) -> tuple[str, str]:
+    """(class, detail) of ``case`` on ``device`` against LiteRT's outputs."""
+    cls, detail, got = device_outputs(case, device)
+    if got is None:
+        return cls, detail
+    worst = differences(case, got, theirs, STEPS, "LiteRT")
+    return ("DIFFER", "; ".join(worst)) if worst else ("agree", "")
 
 
 def run_case(seed: int, number: int, only: list[str], devices: list[str], report) -> dict:
@@ -1094,10 +1116,16 @@ def run_case(seed: int, number: int, only: list[str], devices: list[str], report
     except (RuntimeError, ValueError) as error:
         return {"number": number, "skipped": f"litert: {str(error).strip().splitlines()[0][:90]}"}
     record = {"number": number, "ops": made.ops, "kind": made.kind, "label": made.label, "results": {}}
+    reference = None
+    if VS_REFERENCE and REFERENCE in devices:
+        report(("stage", number, REFERENCE))
+        reference = device_outputs(made, REFERENCE)
     for device in devices:
         report(("stage", number, device))
         cls, detail = classify(made, theirs, device)
-        if cls == "DIFFER":
+        if reference is not None and device != REFERENCE:
+            cls, detail = _against_reference(made, device, cls, detail, reference)
+        if cls == "DIFFER" and not detail.startswith("vs nnapi-reference"):
             try:
                 ref = litert(made.model, made.feeds, reference=True)
                 ref_cls, _ = classify(made, ref, device)
@@ -1111,15 +1139,32 @@ def run_case(seed: int, number: int, only: list[str], devices: list[str], report
     return record
 
 
+def _against_reference(case: Case, device: str, cls: str, detail: str,
+                       reference: tuple[str, str, list[np.ndarray] | None]) -> tuple[str, str]:
+    """``--vs-reference``: a device that runs where nnapi-reference runs must give the
+    reference's values (integers and quantized values exactly, floats within the relative
+    tolerance), whatever LiteRT says, as the devices promise each other; one that declines
+    where the reference runs is "declined" (counted with its reason, not a failure)."""
+    if reference[2] is None or cls == "RAW":
+        return cls, detail
+    if cls == "refused":
+        return "declined", detail
+    _, _, got = device_outputs(case, device)
+    worst = differences(case, got, reference[2], 0, REFERENCE) if got is not None else []
+    if worst:
+        return "DIFFER", f"vs {REFERENCE} (LiteRT: {cls}): " + "; ".join(worst)
+    return cls, detail
+
+
 def _worker(seed: int, numbers: list[int], only: list[str], devices: list[str], out, steps: int,
-            chains: bool) -> None:
+            chains: bool, vs_reference: bool) -> None:
     import faulthandler
     import warnings
 
     faulthandler.enable()  # a crash prints the Python stack of the call that made it
     warnings.filterwarnings("ignore")
-    global STEPS, CHAINS
-    STEPS, CHAINS = steps, chains
+    global STEPS, CHAINS, VS_REFERENCE
+    STEPS, CHAINS, VS_REFERENCE = steps, chains, vs_reference
     for number in numbers:
         out.put(("begin", number, "generate"))
         out.put(("done", number, run_case(seed, number, only, devices, out.put)))
@@ -1147,6 +1192,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=STEPS,
                         help=f"quantized tolerance in steps (default {STEPS}, nnapi compare's; 0 shows biases)")
     parser.add_argument("--single", action="store_true", help="one operator per case, no chains")
+    parser.add_argument("--vs-reference", action="store_true",
+                        help="also hold every other device to nnapi-reference's values (integers exactly) and count "
+                             "what it declines where the reference runs")
     args = parser.parse_args()
     unknown = [o for o in args.ops if o not in OPS]
     if unknown:
@@ -1167,7 +1215,7 @@ def main() -> int:
     while pending:
         q = ctx.Queue()
         proc = ctx.Process(target=_worker, args=(args.seed, pending, args.ops, devices, q, args.steps,
-                                                 not args.single), daemon=True)
+                                                 not args.single, args.vs_reference), daemon=True)
         proc.start()
         current, stage, last = None, "", time.time()
         while True:
@@ -1212,7 +1260,7 @@ def main() -> int:
                     totals[f"{device} {cls}"] += 1
                     for op in set(record["ops"]):
                         rows[(op, record["kind"])][f"{device} {cls}"] += 1
-                    if cls == "refused":
+                    if cls in ("refused", "declined"):
                         refusals[reason_key(detail)] += 1
                     if cls in ("DIFFER", "RAW"):
                         line = f"case {number} {device} {cls}: {record['kind']} {record['label']}\n    {detail}"
@@ -1232,7 +1280,8 @@ def main() -> int:
           f"{totals['CRASH']} crashes, {totals['HANG']} hangs")
     for device in devices:
         print(f"  {device:16s} " + "  ".join(f"{c} {totals[f'{device} {c}']}"
-                                             for c in ("agree", "DIFFER", "refused", "RAW")))
+                                             for c in ("agree", "DIFFER", "refused", "RAW"))
+              + (f"  declined {totals[f'{device} declined']}" if totals[f"{device} declined"] else ""))
     print(f"\n{'operator':30s} {'type':8s} {'cases':>5s}  " + "  ".join(
         f"{d.replace('nnapi-', ''):>9s} agree/DIFF/refused/RAW" for d in devices))
     for (op, kind), c in sorted(rows.items()):
