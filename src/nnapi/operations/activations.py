@@ -229,7 +229,7 @@ class Activation(Operation):
         else:
             return  # HARD_SWISH may requantize freely
         if not has_quantization(output.scale, output.zero_point, (scale, zero_point)):
-            ctx.fail(f"output 0 of {code.name} must have {required}, got scale {output.scale} and "
+            ctx.fail(f"output 0 ({code.name}) must have {required}, got scale {output.scale} and "
                      f"zero point {output.zero_point}")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
