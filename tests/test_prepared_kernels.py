@@ -7,6 +7,7 @@ results to rounding."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -46,35 +47,113 @@ def _without_integer_products(monkeypatch) -> None:
     monkeypatch.setattr(_jit, "integer_products", lambda: None)
 
 
-def _planned_and_executed(code: Op, inputs: list[Tensor], outputs: list[OperandType]) -> tuple[list, list]:
-    """The outputs of the operation's plan and of ``execute`` on the same inputs."""
+#: the inputs an operation is fed at run time in these tests (its other inputs are the
+#: model's constants: weights, biases, parameters); any other operation: its first input
+_RUN_TIME = {Op.LSTM: (0, 18, 19), Op.UNIDIRECTIONAL_SEQUENCE_LSTM: (0, 18, 19),
+             Op.BIDIRECTIONAL_SEQUENCE_LSTM: (0, 35, 36, 37, 38, 39), Op.QUANTIZED_16BIT_LSTM: (0, 13, 14),
+             Op.RNN: (0, 4), Op.UNIDIRECTIONAL_SEQUENCE_RNN: (0, 4), Op.BIDIRECTIONAL_SEQUENCE_RNN: (0, 4, 8, 9),
+             Op.SVDF: (0, 4)}
+_BOTH_OPERANDS = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAXIMUM, Op.MINIMUM, Op.POW, Op.EQUAL, Op.NOT_EQUAL,
+                  Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL, Op.LOGICAL_AND, Op.LOGICAL_OR,
+                  Op.BATCH_MATMUL}
+
+
+def _run_time_positions(code: Op, inputs: list[Tensor]) -> list[int]:
+    """The positions of ``inputs`` that hold run-time values (never omitted ones)."""
+    if code in _RUN_TIME:
+        positions = _RUN_TIME[code]
+    elif code == Op.CONCATENATION:  # every tensor but the axis
+        positions = range(len(inputs) - 1)
+    elif code == Op.PACK:  # every tensor after the axis
+        positions = range(1, len(inputs))
+    elif code in _BOTH_OPERANDS:
+        positions = (0, 1)
+    else:
+        positions = (0,)
+    return [i for i in positions if i < len(inputs) and inputs[i].value is not None]
+
+
+def _unreadable_run_time_values(code: Op, inputs: list[Tensor]) -> list[Tensor]:
+    """``inputs`` as preparation sees them: the driver's unreadable marker (any use raises)
+    in place of each run-time value, so ``prepare`` and ``plan`` can only read constants."""
+    from nnapi.drivers.reference import _UNKNOWN
+
+    runtime = _run_time_positions(code, inputs)
+    return [dataclasses.replace(tensor, value=_UNKNOWN) if i in runtime else tensor
+            for i, tensor in enumerate(inputs)]
+
+
+def _fresh_values(code: Op, inputs: list[Tensor]) -> list[Tensor]:
+    """``inputs`` with new random run-time values (of each value's dtype, shape and range)."""
+    fresh = list(inputs)
+    for i in _run_time_positions(code, inputs):
+        value = np.asarray(inputs[i].value)
+        if value.dtype.kind == "f":
+            finite = np.abs(value[np.isfinite(value)])
+            scale = float(finite.max()) if finite.size else 1.0
+            new = (RNG.standard_normal(value.shape) * max(scale, 0.1)).astype(value.dtype)
+        elif value.dtype.kind == "b":
+            new = RNG.integers(0, 2, value.shape).astype(np.bool_)
+        else:  # quantized values over their stored range; plain integers (indices) within theirs
+            info = np.iinfo(value.dtype)
+            widen = 5 if inputs[i].type != T.TENSOR_INT32 else 0
+            low = max(info.min, int(value.min()) - widen) if value.size else 0
+            high = min(info.max, int(value.max()) + widen) if value.size else 0
+            new = RNG.integers(low, high + 1, value.shape).astype(value.dtype)
+        fresh[i] = dataclasses.replace(inputs[i], value=new)
+    return fresh
+
+
+def _plan_of_constants(code: Op, inputs: list[Tensor], outputs: list[OperandType]):
+    """The operation's output shapes and plan prepared as the driver prepares them: from
+    the constants, the run-time inputs unreadable (``_UNKNOWN``)."""
     operation = get_operation(code)
-    reference = operation.execute(ExecutionContext(code, inputs, outputs))
-    kernel = operation.plan(ExecutionContext(code, inputs, outputs))
+    prepared_inputs = _unreadable_run_time_values(code, inputs)
+    shapes = operation.prepare(ExecutionContext(code, prepared_inputs, outputs))
+    kernel = operation.plan(ExecutionContext(code, prepared_inputs, outputs))
     assert kernel is not None
-    return kernel([tensor.value for tensor in inputs]), reference
+    return [tuple(int(d) for d in shape) for shape in shapes], kernel
+
+
+def _runs_of_one_plan(code: Op, inputs: list[Tensor], outputs: list[OperandType]):
+    """(plan's outputs, ``execute``'s outputs, output shapes) of one plan run on the test's
+    run-time values, then on fresh ones: a plan that kept a run-time value of its
+    preparation or of an earlier run disagrees with ``execute`` on one of them."""
+    operation = get_operation(code)
+    shapes, kernel = _plan_of_constants(code, inputs, outputs)
+    runs = []
+    for values in (inputs, _fresh_values(code, inputs)):
+        reference = operation.execute(ExecutionContext(code, values, outputs))
+        runs.append((kernel([tensor.value for tensor in values]), reference, shapes))
+    return runs
+
+
+def _planned_and_executed(code: Op, inputs: list[Tensor], outputs: list[OperandType],
+                          agree: Callable[[list, list], None] | None = None) -> tuple[list, list]:
+    """The outputs of the operation's plan (prepared from the constants only) and of
+    ``execute`` on the test's inputs, after ``agree`` (default: ``_assert_same_bits``)
+    checked the same plan against ``execute`` on fresh run-time values."""
+    (prepared, reference, _), (fresh, fresh_reference, _) = _runs_of_one_plan(code, inputs, outputs)
+    (agree or _assert_same_bits)(fresh, fresh_reference)
+    return prepared, reference
 
 
 def _compare(code: Op, inputs: list[Tensor], output: OperandType | list[OperandType]) -> None:
-    operation = get_operation(code)
+    """The plan (prepared from the constants only) against ``execute``, on the test's
+    run-time values and on fresh ones: float results to rounding, others exactly."""
     outputs = output if isinstance(output, list) else [output]
-    reference_ctx = ExecutionContext(code, inputs, outputs)
-    shapes = operation.prepare(reference_ctx)
-    reference = operation.execute(reference_ctx)
-    kernel = operation.plan(ExecutionContext(code, inputs, outputs))
-    assert kernel is not None
-    prepared = kernel([tensor.value for tensor in inputs])
-    assert len(prepared) == len(reference) == len(shapes)
-    for fast, slow, shape in zip(prepared, reference, shapes, strict=True):
-        assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(shape)
-        if fast.dtype.kind == "f":
-            # The tolerance scales with the finite values only: an inf in the result (an
-            # inf input) would make atol infinite and let any finite value pass.
-            finite = np.abs(slow[np.isfinite(slow)])
-            scale = float(finite.max()) if finite.size else 1.0
-            np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=1e-4 * max(1.0, scale))
-        else:
-            np.testing.assert_array_equal(fast, slow)
+    for prepared, reference, shapes in _runs_of_one_plan(code, inputs, outputs):
+        assert len(prepared) == len(reference) == len(shapes)
+        for fast, slow, shape in zip(prepared, reference, shapes, strict=True):
+            assert fast.dtype == slow.dtype and fast.shape == slow.shape == tuple(shape)
+            if fast.dtype.kind == "f":
+                # The tolerance scales with the finite values only: an inf in the result (an
+                # inf input) would make atol infinite and let any finite value pass.
+                finite = np.abs(slow[np.isfinite(slow)])
+                scale = float(finite.max()) if finite.size else 1.0
+                np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=1e-4 * max(1.0, scale))
+            else:
+                np.testing.assert_array_equal(fast, slow)
 
 
 def _quant_case(kind: str, x_shape, w_shape, channels: int, channel_dim: int, taps: int):
@@ -189,9 +268,15 @@ def test_prepared_grouped_conv_of_one_channel_per_group_matches_reference(kind, 
             continue
         # float16: the float32 sums (BLAS's order against the depthwise kernel's) may
         # round to neighbouring float16 values: one float16 step apart at most
-        (fast,), (slow,) = _planned_and_executed(Op.GROUPED_CONV_2D, [x, w, b, *args], [out_type(shape)])
-        assert fast.dtype == slow.dtype == np.float16 and fast.shape == slow.shape == tuple(shape)
-        np.testing.assert_allclose(fast.astype(np.float32), slow.astype(np.float32), rtol=2.0**-10, atol=2.0**-14)
+
+        def one_step_apart(prepared: list, reference: list, shape: tuple = tuple(shape)) -> None:
+            (fast,), (slow,) = prepared, reference
+            assert fast.dtype == slow.dtype == np.float16 and fast.shape == slow.shape == shape
+            np.testing.assert_allclose(fast.astype(np.float32), slow.astype(np.float32), rtol=2.0**-10,
+                                       atol=2.0**-14)
+
+        one_step_apart(*_planned_and_executed(Op.GROUPED_CONV_2D, [x, w, b, *args], [out_type(shape)],
+                                              one_step_apart))
 
 
 def test_grouped_conv_of_several_channels_per_group_runs_execute():
