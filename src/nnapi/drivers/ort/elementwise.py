@@ -686,8 +686,9 @@ def _reference_table(g: GraphBuilder, operation: Operation, source: int) -> tupl
     output = g.operand(operation.outputs[0])
     digest.update(repr((int(output.type), float(output.scale), int(output.zero_point))).encode())
     key = digest.digest()
-    if key in _TABLES:
-        return key, _TABLES[key]
+    cached = _TABLES.get(key, _MISSING)  # one read: another thread may empty the cache between two
+    if cached is not _MISSING:
+        return key, cached
     code = OperationCode(operation.type)
     result = OperandType(output.type, [256], output.scale, output.zero_point)
     try:
@@ -705,6 +706,8 @@ def _reference_table(g: GraphBuilder, operation: Operation, source: int) -> tupl
 _TABLES: dict[bytes, np.ndarray | None] = {}
 _FORM_PROVEN: dict[bytes, np.ndarray | None] = {}
 _TABLE_LIMIT = 4096
+#: a key the caches do not hold (their values may be None)
+_MISSING = object()
 
 
 def _remember(cache: dict[bytes, np.ndarray | None], key: bytes, value: np.ndarray | None) -> None:
@@ -736,8 +739,8 @@ def proven_or_table(g: GraphBuilder, operation: Operation, source: int, start: i
         return fast
     x = g.value(source).name
     y = fast
-    if key in _FORM_PROVEN:
-        misses = _FORM_PROVEN[key]
+    misses = _FORM_PROVEN.get(key, _MISSING)  # one read (see _reference_table)
+    if misses is not _MISSING:
         if misses is not None:
             y = _corrected(g, x, fast, misses, table)
     else:
