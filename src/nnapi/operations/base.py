@@ -303,6 +303,11 @@ class ExecutionContext:
     def value(self, index: int) -> Any:
         return self.inputs[index].value
 
+    def values(self) -> list[Any]:
+        """Every input's value, as a plan's kernel receives them (``execute`` running its
+        operation's kernel)."""
+        return [tensor.value for tensor in self.inputs]
+
     def scalar(self, index: int) -> Any:
         """The Python value of scalar input ``index``."""
         return self.inputs[index].item()

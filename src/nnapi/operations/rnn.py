@@ -103,11 +103,6 @@ def _activation(ctx: ExecutionContext, index: int) -> int:
     return code
 
 
-def _values(ctx: ExecutionContext) -> list:
-    """The input values of an ``execute`` call, as a plan's kernel receives them."""
-    return [tensor.value for tensor in ctx.inputs]
-
-
 @register(OperationCode.RNN)
 class Rnn(Operation):
     def validate(self, ctx: ValidationContext) -> None:
@@ -127,7 +122,7 @@ class Rnn(Operation):
         return [cell.state_shape, cell.state_shape]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return self._kernel(ctx, recurrent_t=None)(_values(ctx))
+        return self._kernel(ctx, recurrent_t=None)(ctx.values())
 
     def plan(self, ctx: ExecutionContext):
         """Constant weights: the recurrent matrix transposed once (``run_rnn`` copies it
@@ -170,15 +165,17 @@ class UnidirectionalSequenceRnn(Operation):
         return [(*x[:2], cell.units), cell.state_shape][: len(ctx.outputs)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return self._kernel(ctx, None, ctx.check_deadline)(_values(ctx))
+        return self._kernel(ctx, None, ctx.check_deadline)(ctx.values())
 
     def plan(self, ctx: ExecutionContext):
         """Constant weights: the recurrent matrix transposed once."""
-        _, _, cell = self._setup(ctx)
-        return self._kernel(ctx, cell.recurrent.T.copy(), check_deadline)
+        setup = self._setup(ctx)
+        return self._kernel(ctx, setup[2].recurrent.T.copy(), check_deadline, setup)
 
-    def _kernel(self, ctx: ExecutionContext, recurrent_t: np.ndarray | None, check):
-        _, time_major, cell = self._setup(ctx)
+    def _kernel(self, ctx: ExecutionContext, recurrent_t: np.ndarray | None, check,
+                setup: tuple[Shape, bool, _Cell] | None = None):
+        """``setup``: ``_setup``'s result where the caller has it (its weights converted once)."""
+        _, time_major, cell = setup if setup is not None else self._setup(ctx)
         activation, dtype, count = _activation(ctx, ACTIVATION), ctx.output_dtype(0), len(ctx.outputs)
 
         def run(values: list) -> list[np.ndarray]:
@@ -242,17 +239,20 @@ class BidirectionalSequenceRnn(Operation):
         return shapes
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return self._kernel(ctx, (None, None), ctx.check_deadline)(_values(ctx))
+        return self._kernel(ctx, (None, None), ctx.check_deadline)(ctx.values())
 
     plan_sees_omitted = True  # the auxiliary input and weights are optional
 
     def plan(self, ctx: ExecutionContext):
         """Constant weights: both cells' recurrent matrices transposed once."""
-        _, _, _, _, _, fw, bw, _, _ = self._setup(ctx)
-        return self._kernel(ctx, (fw.recurrent.T.copy(), bw.recurrent.T.copy()), check_deadline)
+        setup = self._setup(ctx)
+        fw, bw = setup[5], setup[6]
+        return self._kernel(ctx, (fw.recurrent.T.copy(), bw.recurrent.T.copy()), check_deadline, setup)
 
-    def _kernel(self, ctx: ExecutionContext, recurrent_t: tuple, check):
-        _, has_aux, time_major, merge, parallel, fw, bw, fw_aux, bw_aux = self._setup(ctx)
+    def _kernel(self, ctx: ExecutionContext, recurrent_t: tuple, check, setup: tuple | None = None):
+        """``setup``: ``_setup``'s result where the caller has it (its weights converted once)."""
+        setup = setup if setup is not None else self._setup(ctx)
+        _, has_aux, time_major, merge, parallel, fw, bw, fw_aux, bw_aux = setup
         activation, dtype, count = _activation(ctx, BIDI_ACTIVATION), ctx.output_dtype(0), len(ctx.outputs)
 
         def run(values: list) -> list[np.ndarray]:

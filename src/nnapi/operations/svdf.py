@@ -80,7 +80,7 @@ class Svdf(Operation):
         return [tuple(ctx.input(STATE_IN_TENSOR).shape), (ctx.input(INPUT_TENSOR).shape[0], units)]
 
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
-        return self._kernel(ctx)([tensor.value for tensor in ctx.inputs])
+        return self._kernel(ctx)(ctx.values())
 
     plan_sees_omitted = True  # the bias is optional
 
