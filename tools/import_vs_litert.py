@@ -1199,7 +1199,20 @@ def main() -> int:
     unknown = [o for o in args.ops if o not in OPS]
     if unknown:
         parser.error(f"no generator for {', '.join(unknown)} (have: {', '.join(sorted(OPS))})")
-    devices = args.device or list(DEVICES)
+    try:
+        import ai_edge_litert.interpreter  # noqa: F401
+        import tflite  # noqa: F401
+    except ImportError as error:
+        print(f"import_vs_litert.py needs ai-edge-litert and tflite (pip install -e '.[test]'): {error}",
+              file=sys.stderr)
+        return 2
+    import nnapi
+
+    present = {device.name for device in nnapi.get_devices()}
+    absent = [d for d in args.device or [] if d not in present]
+    if absent:
+        parser.error(f"no device named {', '.join(absent)} (devices: {', '.join(sorted(present))})")
+    devices = args.device or [d for d in DEVICES if d in present]
     numbers = [args.case] if args.case is not None else list(range(args.count))
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
