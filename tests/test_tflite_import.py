@@ -1564,6 +1564,17 @@ def test_reverse_v2_refusals_name_the_axes_given_and_the_rule() -> None:
             nnapi.load_tflite(data)
 
 
+def test_quantized_logistic_into_float_is_refused_cleanly() -> None:
+    """A LOGISTIC of a quantized input declaring a float output (a malformed file: TFLite
+    keeps the type) is refused naming both types, not a KeyError inside the import."""
+    from tflite_builder import Tensor, single_op
+
+    t = [Tensor("x", "uint8", [4], scale=0.1, zero_point=128), Tensor("y", "float32", [4])]
+    with pytest.raises(nnapi.NnapiError, match="LOGISTIC of TENSOR_QUANT8_ASYMM into TENSOR_FLOAT32") as error:
+        nnapi.load_tflite(single_op("LOGISTIC", t, [0], [1]))
+    assert "malformed" not in str(error.value)
+
+
 def test_a_bool_move_above_rank_4_is_refused_cleanly() -> None:
     """A bool EXPAND_DIMS to rank 5 and a RESHAPE back (bool moves run on float32 halves,
     which the moves above rank 4 keep no operand for): refused with the reason, not a

@@ -202,6 +202,9 @@ def _simple(c: _Converter, op: _Operator) -> None:
         return
     if code in FIXED_OUTPUT_QUANT and c.type_of(c.input(0)).type in _QUANT8:
         out_type = c.nn_type(op.out_tensor())
+        if out_type.type not in FIXED_OUTPUT_QUANT[code]:
+            raise UnsupportedOperator(f"quantized {op.name} of {c.type_of(c.input(0)).type.name} into "
+                                      f"{out_type.type.name} (TFLite keeps the input's type)")
         scale, zero_point = FIXED_OUTPUT_QUANT[code][out_type.type]
         if not has_quantization(out_type.scale, out_type.zero_point, (scale, zero_point)):
             # PT2E quantizes them at their calibrated range; LiteRT's int8 kernels take any
