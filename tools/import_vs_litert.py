@@ -1096,13 +1096,18 @@ def differences(case: Case, got: list[np.ndarray], theirs: list[np.ndarray], ste
     return worst
 
 
-def classify(case: Case, theirs: list[np.ndarray], device: str) -> tuple[str, str]:
-    """(class, detail) of ``case`` on ``device`` against LiteRT's outputs."""
-    cls, detail, got = device_outputs(case, device)
+def judged(case: Case, ran: tuple[str, str, list[np.ndarray] | None], theirs: list[np.ndarray]) -> tuple[str, str]:
+    """(class, detail) of a device's run of ``case`` (``device_outputs``) against LiteRT's outputs."""
+    cls, detail, got = ran
     if got is None:
         return cls, detail
     worst = differences(case, got, theirs, STEPS, "LiteRT")
     return ("DIFFER", "; ".join(worst)) if worst else ("agree", "")
+
+
+def classify(case: Case, theirs: list[np.ndarray], device: str) -> tuple[str, str]:
+    """(class, detail) of ``case`` on ``device`` against LiteRT's outputs."""
+    return judged(case, device_outputs(case, device), theirs)
 
 
 def run_case(seed: int, number: int, only: list[str], devices: list[str], report) -> dict:
@@ -1116,19 +1121,19 @@ def run_case(seed: int, number: int, only: list[str], devices: list[str], report
     except (RuntimeError, ValueError) as error:
         return {"number": number, "skipped": f"litert: {str(error).strip().splitlines()[0][:90]}"}
     record = {"number": number, "ops": made.ops, "kind": made.kind, "label": made.label, "results": {}}
-    reference = None
-    if VS_REFERENCE and REFERENCE in devices:
-        report(("stage", number, REFERENCE))
-        reference = device_outputs(made, REFERENCE)
-    for device in devices:
+    ran = {}
+    for device in devices:  # each device runs the case once; every comparison reads its outputs
         report(("stage", number, device))
-        cls, detail = classify(made, theirs, device)
+        ran[device] = device_outputs(made, device)
+    reference = ran.get(REFERENCE) if VS_REFERENCE else None
+    for device in devices:
+        cls, detail = judged(made, ran[device], theirs)
         if reference is not None and device != REFERENCE:
-            cls, detail = _against_reference(made, device, cls, detail, reference)
+            cls, detail = _against_reference(made, ran[device][2], cls, detail, reference)
         if cls == "DIFFER" and not detail.startswith("vs nnapi-reference"):
             try:
                 ref = litert(made.model, made.feeds, reference=True)
-                ref_cls, _ = classify(made, ref, device)
+                ref_cls, _ = judged(made, ran[device], ref)
                 detail += f" [BUILTIN_REF: device {'agrees' if ref_cls == 'agree' else 'differs too'}]"
             except (RuntimeError, ValueError):
                 detail += " [BUILTIN_REF refuses]"
@@ -1139,17 +1144,17 @@ def run_case(seed: int, number: int, only: list[str], devices: list[str], report
     return record
 
 
-def _against_reference(case: Case, device: str, cls: str, detail: str,
+def _against_reference(case: Case, got: list[np.ndarray] | None, cls: str, detail: str,
                        reference: tuple[str, str, list[np.ndarray] | None]) -> tuple[str, str]:
-    """``--vs-reference``: a device that runs where nnapi-reference runs must give the
-    reference's values (integers and quantized values exactly, floats within the relative
-    tolerance), whatever LiteRT says, as the devices promise each other; one that declines
-    where the reference runs is "declined" (counted with its reason, not a failure)."""
+    """``--vs-reference``: a device's outputs ``got`` (judged ``cls`` against LiteRT) must be
+    nnapi-reference's where it runs (integers and quantized values exactly, floats within
+    the relative tolerance), whatever LiteRT says, as the devices promise each other; a
+    device that declines where the reference runs is "declined" (counted with its reason,
+    not a failure)."""
     if reference[2] is None or cls == "RAW":
         return cls, detail
     if cls == "refused":
         return "declined", detail
-    _, _, got = device_outputs(case, device)
     worst = differences(case, got, reference[2], 0, REFERENCE) if got is not None else []
     if worst:
         return "DIFFER", f"vs {REFERENCE} (LiteRT: {cls}): " + "; ".join(worst)
