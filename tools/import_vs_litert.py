@@ -1218,6 +1218,8 @@ def main() -> int:
     if absent:
         parser.error(f"no device named {', '.join(absent)} (devices: {', '.join(sorted(present))})")
     devices = args.device or [d for d in DEVICES if d in present]
+    if args.vs_reference and REFERENCE not in devices:
+        devices.insert(0, REFERENCE)  # the values the others are held to
     numbers = [args.case] if args.case is not None else list(range(args.count))
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
