@@ -202,3 +202,43 @@ def test_a_cache_directory_no_file_can_be_named_in_is_bad_data(tmp_path):
             compilation.set_caching(directory, TOKEN)
     np.testing.assert_array_equal(run(compile_cached(model, BytesPath(os.fsencode(tmp_path)))), X + W_A)
     assert compile_cached(model, str(tmp_path)).prepared_from_cache == 1
+
+
+def test_a_cached_constant_without_dimensions_is_refused(tmp_path):
+    """A cache whose constant operand lost its dimensions (the checksums rewritten to match,
+    as another writer or an attacker would): validate_model refuses a constant of
+    unspecified dimensions (set_operand_value does), where the reference raised a raw
+    ValueError ('cannot reshape array of size 16 into shape ()') across the HAL."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from nnapi.hal.validation import validate_model
+
+    hal_model, _ = build_hal_model(model_of(Op.ADD, W_A))
+    model_bytes, data_bytes = cache_format.pack(hal_model, TOKEN)
+    header_line, _, body = model_bytes[len(cache_format.MAGIC):].partition(b"\n")
+    plain = json.loads(body)
+    weights = next(o for o in plain["main"]["operands"] if o["lifetime"] == 3 and o["dimensions"] == [4])
+    for dims in ([], [0]):
+        weights["dimensions"] = dims
+        body = json.dumps(plain).encode()
+        header = {**json.loads(header_line), "body_sha256": hashlib.sha256(body).hexdigest()}
+        tampered = cache_format.MAGIC + json.dumps(header).encode() + b"\n" + body
+        with pytest.raises(HalError, match="operand 1: constant of TENSOR_FLOAT32.* unspecified dimensions"):
+            validate_model(cache_format.unpack(tampered, data_bytes, TOKEN))
+        fds = [os.memfd_create(name) for name in ("m", "d")]
+        try:
+            os.write(fds[0], tampered)
+            os.write(fds[1], data_bytes)
+            with pytest.raises(HalError, match="unspecified dimensions"):
+                ReferenceDevice().prepare_model_from_cache([fds[0]], [fds[1]], TOKEN)
+        finally:
+            for fd in fds:
+                os.close(fd)
+    # the same through a HAL model built directly
+    main = hal_model.main
+    operands = [dataclasses.replace(o, dimensions=[]) if o.dimensions == [4] and o.lifetime == 3 else o
+                for o in main.operands]
+    with pytest.raises(HalError, match="unspecified dimensions"):
+        validate_model(dataclasses.replace(hal_model, main=dataclasses.replace(main, operands=operands)))

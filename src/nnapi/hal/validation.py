@@ -147,9 +147,11 @@ def _validate_operand(where: str, operand: Operand, model: Model, pool_sizes: li
                 op_type = operand.operand_type()
             if op_type.type == OperandCode.MODEL:
                 raise _invalid(f"{where}: a MODEL operand must have lifetime SUBGRAPH")
-            # A constant's location holds exactly its value when its size is known
-            # (unknown dimensions: nothing to compare, as before this merge).
-            if op_type.is_fully_specified and location.length != op_type.byte_size():
+            # A constant's location holds exactly its value, whose dimensions are known
+            # (set_operand_value refuses unspecified ones; a driver shapes the bytes by them).
+            if not op_type.is_fully_specified:
+                raise _invalid(f"{where}: constant of {op_type.describe()} has unspecified dimensions")
+            if location.length != op_type.byte_size():
                 raise _invalid(f"{where}: constant length {location.length} is not the {op_type.byte_size()} "
                                f"bytes of {op_type.describe()}")
     elif lifetime == L.SUBGRAPH:
