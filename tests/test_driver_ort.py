@@ -1328,6 +1328,63 @@ def test_a_cache_that_cannot_be_written_never_fails_the_preparation(tmp_path, mo
         assert bytes(request.pools[1]) == expected and os.fstat(cache.fileno()).st_size == 0
 
 
+def _resealed(data: bytes, change, payload: bytes | None = None) -> bytes:
+    """An ORT cache file with its JSON header changed by ``change`` (and its payload
+    replaced by ``payload``), its checksum rewritten to match: what another writer, or an
+    attacker, produces; the checksum no longer tells."""
+    import json
+
+    magic = len(ort_cache_module._CACHE_MAGIC)
+    length = int.from_bytes(data[magic:magic + 4], "little")
+    header = json.loads(data[magic + 4:magic + 4 + length])
+    payload = data[magic + 4 + length:] if payload is None else payload
+    change(header)
+    header["sha256"] = ort_cache_module._checksum(header, payload)
+    encoded = json.dumps(header, sort_keys=True).encode()
+    return data[:magic] + len(encoded).to_bytes(4, "little") + encoded + payload
+
+
+def test_a_resealed_cache_file_that_cannot_bind_is_refused():
+    """A cache file whose checksum was rewritten after its signature or graph changed: a
+    signature of another JSON kind raised a raw AttributeError across the HAL; a graph
+    replaced by another valid ONNX model (the quantized model's under the float one's
+    signature), a signature naming no output or an input twice, loaded and failed every
+    execution ('Unexpected input data type', 'At least one output should be requested')
+    where the runtime compiles afresh from a refused cache."""
+    device = OrtDevice()
+    token = bytes(range(32))
+    files = []
+    for code, filter_code in ((T.TENSOR_FLOAT32, T.TENSOR_FLOAT32),
+                              (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL)):
+        model, request = calibration.calibration_model(code, filter_code)
+        with tempfile.TemporaryFile() as cache:
+            device.prepare_model(model, model_cache=[cache.fileno()], data_cache=[], token=token)
+            cache.seek(0)
+            files.append(cache.read())
+    good, other = files
+    with _file_with(other) as other_file:
+        other_graph = ort_cache_module._read_cache(other_file.fileno(), token, device)[1]
+
+    def set_signature(value):
+        return lambda header: header.__setitem__("signature", value)
+
+    def no_outputs(header):
+        header["signature"]["outputs"] = []
+
+    def input_twice(header):
+        header["signature"]["inputs"] *= 2
+
+    changed = [(_resealed(good, set_signature(value)), "bad header") for value in ([], 3, "x", None)]
+    changed += [(_resealed(good, lambda header: None, other_graph), "of ONNX type"),
+                (_resealed(good, no_outputs), "no output"), (_resealed(good, input_twice), "twice"),
+                (_resealed(good, lambda header: None, other_graph[:len(other_graph) // 2]), "cache refused")]
+    with _file_with(_resealed(good, lambda header: None)) as intact:
+        assert isinstance(device.prepare_model_from_cache([intact.fileno()], [], token), IPreparedModel)
+    for data, message in changed:
+        with _file_with(data) as cache, pytest.raises(HalError, match=message):
+            device.prepare_model_from_cache([cache.fileno()], [], token)
+
+
 def _file_with(data: bytes):
     handle = tempfile.TemporaryFile()
     handle.write(data)

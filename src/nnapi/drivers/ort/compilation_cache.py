@@ -75,13 +75,16 @@ def _decoded(decode: Callable[[], _Decoded]) -> _Decoded:
         return decode()
     except HalError:
         raise
-    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as error:
-        raise _cache_refused(f"bad header: {error}") from None
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError) as error:
+        # (UnicodeDecodeError is a ValueError; AttributeError: a field of another JSON kind,
+        # a signature that is a list or a number)
+        raise _cache_refused(f"bad header: {type(error).__name__}: {error}") from None
 
 
 def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[dict, bytes]:
     """(header, payload) of a cache file written for this device, version and token, its
-    payload's checksum checked; HalError otherwise."""
+    payload's checksum checked and a graph's inputs and outputs its signature's
+    (``check_graph``); HalError otherwise."""
     try:
         size = os.fstat(fd).st_size
         os.lseek(fd, 0, os.SEEK_SET)
@@ -114,7 +117,65 @@ def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[dict, bytes]:
             raise _cache_refused("checksum mismatch")
         return header
 
-    return _decoded(header_of), data[start + length:]
+    header, payload = _decoded(header_of), data[start + length:]
+    if header.get("kind", "graph") == "graph":
+        check_graph(_decoded(lambda: Signature.from_json(header["signature"])), payload)
+    return header, payload
+
+
+def check_graph(signature: Signature, graph: bytes) -> None:
+    """Refuse a cached graph that does not bind as its signature says: every input and
+    output the signature names is the graph's, of that element type, of those dimensions
+    where both know them, and the graph has no input the signature does not feed. (A graph
+    replaced by another valid ONNX model, or a signature changed, with the checksum
+    rewritten: it was loaded, and every execution failed where the runtime could have
+    compiled afresh.)"""
+    from onnx import ModelProto, helper
+    from onnx.onnx_ml_pb2 import TensorProto
+
+    try:
+        graph_proto = ModelProto.FromString(graph).graph
+    except Exception as error:  # noqa: BLE001 - protobuf's DecodeError and whatever else it raises
+        raise _cache_refused(f"the cached graph is not an ONNX model ({type(error).__name__})") from None
+
+    def declared(values) -> dict[str, tuple[int, list[int | None] | None]]:
+        found = {}
+        for value in values:
+            tensor = value.type.tensor_type
+            shape = ([d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+                     if tensor.HasField("shape") else None)
+            found[value.name] = (tensor.elem_type, shape)
+        return found
+
+    if not signature.outputs:
+        raise _cache_refused("the cached signature has no output")
+    for side, specs in (("input", signature.inputs), ("output", signature.outputs)):
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            raise _cache_refused(f"the cached signature names an {side} twice")
+    initializers = {tensor.name for tensor in graph_proto.initializer}
+    inputs = {name: spec for name, spec in declared(graph_proto.input).items() if name not in initializers}
+    outputs = declared(graph_proto.output)
+    for side, specs, graph_side in (("input", signature.inputs, inputs), ("output", signature.outputs, outputs)):
+        for spec in specs:
+            if spec.name not in graph_side:
+                raise _cache_refused(f"the cached graph has no {side} {spec.name!r}")
+            elem_type, shape = graph_side[spec.name]
+            try:
+                expected = helper.np_dtype_to_tensor_dtype(spec.dtype)
+            except (KeyError, ValueError, TypeError):
+                expected = TensorProto.UNDEFINED
+            if elem_type != expected:
+                raise _cache_refused(f"the cached graph's {side} {spec.name!r} is of ONNX type {elem_type}, "
+                                     f"its signature says {spec.dtype}")
+            if shape is not None and spec.dimensions:
+                if len(shape) != len(spec.dimensions) or any(
+                        known and wanted and known != wanted for known, wanted in zip(shape, spec.dimensions)):
+                    raise _cache_refused(f"the cached graph's {side} {spec.name!r} has shape {shape}, its "
+                                         f"signature says {spec.dimensions}")
+    unfed = sorted(set(inputs) - {spec.name for spec in signature.inputs})
+    if unfed:
+        raise _cache_refused(f"the cached graph has inputs its signature does not feed: {unfed[:4]}")
 
 
 def _cached_session_options() -> ort.SessionOptions:
@@ -195,6 +256,12 @@ def _decode_patterns(header: dict, payload: bytes, token: bytes
     graphs = {}
     offset = model_size + data_size
     for key, signature, size in patterns:
-        graphs[key] = (signature, payload[offset:offset + size])
+        graph = payload[offset:offset + size]
         offset += size
+        try:
+            check_graph(signature, graph)
+        except HalError as error:  # that pattern is lowered afresh, the others still come from the file
+            vlog.driver.info("a cached pattern's graph is left out: %s", error)
+            continue
+        graphs[key] = (signature, graph)
     return model, graphs
