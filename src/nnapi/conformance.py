@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,14 +56,196 @@ class Outcome:
     declined: bool = False
 
 
+class VectorFileError(ValueError):
+    """A vector file that is not one: its message names the file, the line and the rule."""
+
+
 def load_records(path: str | Path) -> Iterator[dict]:
-    """Every record of a ``.jsonl.gz`` (or plain ``.jsonl``) vector file."""
+    """Every record of a ``.jsonl.gz`` (or plain ``.jsonl``) vector file, each checked by
+    ``check_record``; VectorFileError ("FILE:LINE: rule") for a line that is not a record
+    (its vector would otherwise fail as if the device had, or stop the run with a raw
+    exception), OSError for an unreadable file."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as handle:  # type: ignore[operator]
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
+    number = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as error:
+                    raise VectorFileError(f"{path}:{number}: not a JSON record ({error})") from None
+                try:
+                    check_record(record)
+                except ValueError as error:
+                    raise VectorFileError(f"{path}:{number}: {error}") from None
+                yield record
+    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise VectorFileError(f"{path}:{number + 1}: unreadable ({error})") from None
+
+
+_LIFETIMES = frozenset({"TEMPORARY_VARIABLE", "SUBGRAPH_INPUT", "SUBGRAPH_OUTPUT", "CONSTANT_COPY",
+                        "CONSTANT_REFERENCE", "NO_VALUE", "SUBGRAPH"})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_record(record: Any) -> None:
+    """Raise ValueError naming the rule a vector record breaks: its structure (fields and
+    their kinds, operand types and lifetimes, indexes in range, referenced subgraphs) and
+    its data (values of the operand's type, as many as its dimensions hold). What the
+    model means is not checked: a vector may expect its model refused (expectFailure)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
+    if not isinstance(record.get("test"), str):
+        raise ValueError("the record has no test name (a string)")
+    for key in ("isRelaxed", "expectFailure"):
+        if not isinstance(record.get(key, False), bool):
+            raise ValueError(f"{key} must be true or false")
+    tolerance = record.get("multinomialTolerance", 0.0)
+    if not _is_number(tolerance) or not 0 <= tolerance < float("inf"):
+        raise ValueError("multinomialTolerance must be a non-negative number")
+    referenced = record.get("referenced", [])
+    if not isinstance(referenced, list):
+        raise ValueError("referenced must be a list of subgraphs")
+    for name, subgraph in [("main", record.get("main")), *((f"referenced[{i}]", s) for i, s in enumerate(referenced))]:
+        _check_subgraph(name, subgraph, len(referenced))
+    _check_references(record)
+    if tolerance > 0:  # what _multinomial_check reads
+        main = record["main"]
+        if not main["inputIndexes"] or not main["outputIndexes"]:
+            raise ValueError("a multinomial record needs an input (the logits) and an output (the samples)")
+        logits = main["operands"][main["inputIndexes"][0]]
+        samples = main["operands"][main["outputIndexes"][0]]
+        if (logits["type"] not in ("TENSOR_FLOAT32", "TENSOR_FLOAT16") or len(logits["dimensions"]) != 2
+                or not all(logits["dimensions"]) or not logits["data"]):
+            raise ValueError("a multinomial record's first input is float logits [batches, classes] with data")
+        if (samples["type"] != "TENSOR_INT32" or len(samples["dimensions"]) != 2 or not all(samples["dimensions"])
+                or samples["dimensions"][0] != logits["dimensions"][0]):
+            raise ValueError("a multinomial record's first output is TENSOR_INT32 samples [batches, count]")
+
+
+def _check_references(record: dict) -> None:
+    """No referenced subgraph reaches itself through SUBGRAPH operands (build_model would
+    recurse without end)."""
+    subgraphs = [record["main"], *record.get("referenced", [])]
+    targets = [{o["data"][0] for o in s["operands"] if o["lifetime"] == "SUBGRAPH"} for s in subgraphs]
+    done: set[int] = set()
+
+    def visit(number: int, path: tuple[int, ...]) -> None:
+        if number in path:
+            raise ValueError(f"referenced[{number}] refers to itself through its SUBGRAPH operands")
+        if number not in done:
+            for target in targets[number + 1]:
+                visit(target, (*path, number))
+            done.add(number)
+
+    for number in range(len(subgraphs) - 1):
+        visit(number, ())
+
+
+def _check_subgraph(name: str, subgraph: Any, referenced: int) -> None:
+    if not isinstance(subgraph, dict):
+        raise ValueError(f"{name}: a subgraph is a JSON object")
+    operands = subgraph.get("operands")
+    if not isinstance(operands, list):
+        raise ValueError(f"{name}: operands must be a list")
+    for index, operand in enumerate(operands):
+        _check_operand(f"{name} operand {index}", operand, referenced)
+
+    def indexes(value: Any, what: str) -> None:
+        if not isinstance(value, list) or not all(_is_int(i) and 0 <= i < len(operands) for i in value):
+            raise ValueError(f"{name}: {what} must be a list of operand indexes (0 to {len(operands) - 1})")
+
+    for key, lifetime in (("inputIndexes", "SUBGRAPH_INPUT"), ("outputIndexes", "SUBGRAPH_OUTPUT")):
+        indexes(subgraph.get(key), key)
+        listed = set(subgraph[key])
+        # (the data of an input or output is read by its position in the list)
+        for index, operand in enumerate(operands):
+            if (index in listed) != (operand["lifetime"] == lifetime):
+                raise ValueError(f"{name} operand {index}: lifetime {operand['lifetime']}, "
+                                 f"{'' if index in listed else 'not '}in {key}")
+        if len(listed) != len(subgraph[key]):
+            raise ValueError(f"{name}: {key} lists an operand twice")
+    operations = subgraph.get("operations")
+    if not isinstance(operations, list):
+        raise ValueError(f"{name}: operations must be a list")
+    for number, operation in enumerate(operations):
+        where = f"{name} operation {number}"
+        if not isinstance(operation, dict) or not isinstance(operation.get("type"), str):
+            raise ValueError(f"{where}: an operation is an object with a type name")
+        indexes(operation.get("inputs"), f"operation {number} inputs")
+        indexes(operation.get("outputs"), f"operation {number} outputs")
+
+
+def _check_operand(where: str, operand: Any, referenced: int) -> None:
+    if not isinstance(operand, dict):
+        raise ValueError(f"{where}: an operand is a JSON object")
+    type_name = operand.get("type")
+    if not isinstance(type_name, str) or type_name not in T.__members__:
+        raise ValueError(f"{where}: unknown operand type {type_name!r}"[:200])
+    code = T[type_name]
+    dims = operand.get("dimensions")
+    if not isinstance(dims, list) or not all(_is_int(d) and 0 <= d <= 0xFFFFFFFF for d in dims):
+        raise ValueError(f"{where}: dimensions must be a list of unsigned 32-bit integers")
+    if not _is_number(operand.get("scale", 0.0)) or not _is_int(operand.get("zeroPoint", 0)):
+        raise ValueError(f"{where}: scale must be a number and zeroPoint an integer")
+    quant = operand.get("channelQuant")
+    if quant is not None and not (isinstance(quant, dict) and _is_int(quant.get("channelDim"))
+                                  and isinstance(quant.get("scales"), list)
+                                  and all(_is_number(v) for v in quant["scales"])):
+        raise ValueError(f"{where}: channelQuant must be null or {{channelDim: integer, scales: [numbers]}}")
+    lifetime = operand.get("lifetime")
+    if not isinstance(lifetime, str) or lifetime not in _LIFETIMES:
+        raise ValueError(f"{where}: unknown lifetime {lifetime!r}"[:200])
+    data = operand.get("data")
+    if lifetime == "SUBGRAPH":
+        if not (isinstance(data, list) and len(data) == 1 and _is_int(data[0]) and 0 <= data[0] < referenced):
+            raise ValueError(f"{where}: a SUBGRAPH operand's data is [index of a referenced subgraph] "
+                             + (f"(0 to {referenced - 1})" if referenced else "(the record references none)"))
+        return
+    if lifetime in ("TEMPORARY_VARIABLE", "NO_VALUE") and data is None:
+        return
+    if not isinstance(data, list):
+        raise ValueError(f"{where}: data must be a list of values")
+    if code not in DTYPES:
+        if data:
+            raise ValueError(f"{where}: a {type_name} operand holds no data")
+        return
+    kinds = {type(v) for v in data}  # (per value isinstance checks would triple the load time)
+    dtype = np.dtype(DTYPES[code])
+    if dtype.kind == "b" and not kinds <= {bool}:
+        raise ValueError(f"{where}: {type_name} data must be true / false values")
+    if dtype.kind in "iu":
+        if not kinds <= {int}:  # (numpy would truncate a fraction)
+            raise ValueError(f"{where}: {type_name} data must be integers")
+        limits = np.iinfo(dtype)
+        if data and not limits.min <= min(data) <= max(data) <= limits.max:
+            raise ValueError(f"{where}: {type_name} data must lie in [{limits.min}, {limits.max}]")
+    if dtype.kind == "f" and kinds <= {int, float} and data:
+        largest = max(max(data), -min(data))
+        if float(np.finfo(dtype).max) < largest < math.inf:  # (numpy would make it an infinity)
+            raise ValueError(f"{where}: {type_name} data holds {largest!r}, beyond the type's range")
+    elif dtype.kind == "f":
+        for value in data:
+            if not _is_number(value):
+                try:
+                    float(value)  # "nan", "inf": as _array reads them
+                except (TypeError, ValueError):
+                    raise ValueError(f"{where}: {type_name} data must be numbers, got {value!r}"[:200]) from None
+    if all(d > 0 for d in dims):
+        count = math.prod(dims)
+        omittable = lifetime == "SUBGRAPH_INPUT" and not data  # an input the request omits
+        if len(data) != count and not omittable and lifetime != "TEMPORARY_VARIABLE":
+            raise ValueError(f"{where}: {len(data)} values for dimensions {dims} ({count} values)")
 
 
 def operations_of(record: dict) -> set[str]:
@@ -189,6 +373,8 @@ def _multinomial_check(record: dict, outputs: dict[int, np.ndarray]) -> str | No
     probabilities /= probabilities.sum(axis=1, keepdims=True)
     samples = next(iter(outputs.values())).reshape(batches, -1)
     tolerance = record["multinomialTolerance"]
+    if samples.size and (samples.min() < 0 or samples.max() >= probabilities.shape[1]):
+        return f"samples outside [0, {probabilities.shape[1]}): {samples.min()} to {samples.max()}"
     for batch in range(batches):
         frequency = np.bincount(samples[batch], minlength=probabilities.shape[1]) / samples.shape[1]
         if np.any(np.abs(frequency[: probabilities.shape[1]] - probabilities[batch]) > tolerance):
@@ -436,14 +622,14 @@ def variant_quant8_signed(record: dict) -> dict | None:
     for subgraph in [changed["main"], *changed.get("referenced", [])]:
         for operation in subgraph["operations"]:
             # PAD_V2's pad value for a quantized tensor is an INT32 scalar in quantized units.
-            if operation["type"] == "PAD_V2" and \
+            if operation["type"] == "PAD_V2" and len(operation["inputs"]) == 3 and \
                     subgraph["operands"][operation["inputs"][0]]["type"] == "TENSOR_QUANT8_ASYMM":
                 pad_value = subgraph["operands"][operation["inputs"][2]]
                 pad_value["data"] = [v - 128 for v in pad_value["data"]]
         for operand in subgraph["operands"]:
             if operand["type"] == "TENSOR_QUANT8_ASYMM":
                 operand["type"] = "TENSOR_QUANT8_ASYMM_SIGNED"
-                operand["zeroPoint"] -= 128
+                operand["zeroPoint"] = operand.get("zeroPoint", 0) - 128
                 if operand["data"]:
                     operand["data"] = [v - 128 for v in operand["data"]]
                 converted = True

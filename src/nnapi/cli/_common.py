@@ -139,12 +139,14 @@ def load_model(path: str, keep_loops: bool = False, shapes: list[str] | None = N
     writes failing graphs)."""
     file = check_model_file(path)
     if file.name.endswith((".jsonl", ".jsonl.gz")):
-        from nnapi.conformance import build_model, load_records
+        from nnapi.conformance import VectorFileError, build_model, load_records
 
         try:
             record = next(iter(load_records(file)))
         except StopIteration:
             raise CliError(f"{path}: no vector in the file") from None
+        except VectorFileError as error:  # names the file, the line and the rule
+            raise CliError(str(error)) from None
         except (OSError, ValueError) as error:
             raise CliError(f"{path}: not a CTS vector file ({error})") from None
         keep: list = []

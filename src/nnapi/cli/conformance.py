@@ -37,7 +37,7 @@ def _wanted_operations(ops: str | None) -> set[str] | None:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from nnapi.conformance import run_conformance, select_records
+    from nnapi.conformance import VectorFileError, run_conformance, select_records
 
     device = find_device(args.device)
     wanted = _wanted_operations(args.ops)
@@ -46,6 +46,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             raise CliError(f"{name} does not exist")
     try:
         records = select_records(args.files or None, wanted, args.variant)
+    except VectorFileError as error:  # names the file, the line and the rule
+        raise CliError(str(error)) from None
     except (OSError, ValueError, KeyError) as error:
         raise CliError(f"cannot read the vectors: {type(error).__name__}: {error}") from None
     if not records:

@@ -1,0 +1,118 @@
+"""Vector files are read as untrusted data: a record that breaks a rule of the format is
+refused with one line naming the file, the line and the rule (conformance.check_record),
+never run as if the device had failed it, and never a traceback."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from nnapi.cli import main
+from nnapi.conformance import VectorFileError, default_vector_files, load_records, variant_quant8_signed
+
+GOOD = next(r for r in load_records(default_vector_files()[0]) if r["test"] == "add")
+MULTINOMIAL = next(r for r in load_records(default_vector_files()[2]) if r["test"] == "random_multinomial")
+
+
+def _changed(change, record=GOOD):
+    record = copy.deepcopy(record)
+    change(record)
+    return record
+
+
+def _operand(index, **fields):
+    return lambda r: r["main"]["operands"][index].update(fields)
+
+
+def _self_reference(r):
+    r["referenced"] = [copy.deepcopy(r["main"])]
+    r["referenced"][0]["operands"][2].update(lifetime="SUBGRAPH", type="MODEL", dimensions=[], data=[0])
+
+
+# (change, the rule named): before, the first five failed as if the device had (RAW KeyError
+# 'FOO', RAW ValueError 'cannot reshape', RAW ValueError 'could not convert string to
+# float', RAW IndexError, RAW OverflowError), the sixth too (BadDataError 'operand index 9
+# out of range'), the next two stopped `nnapi conformance` with a traceback (KeyError
+# 'main', TypeError), a self-reference recursed without end (RAW RecursionError once
+# reached), 1e39 became an infinity and 1.5 an INT32 1 silently, and an input listed with
+# another lifetime ran as one
+BROKEN = [
+    (_operand(0, type="FOO"), "main operand 0: unknown operand type 'FOO'"),
+    (_operand(0, data=[1.0]), r"main operand 0: 1 values for dimensions \[2\] \(2 values\)"),
+    (_operand(0, data="abc"), "main operand 0: data must be a list of values"),
+    (_operand(2, lifetime="SUBGRAPH"), "main operand 2: a SUBGRAPH operand's data is .* references none"),
+    (_operand(2, data=[2**40]), r"main operand 2: INT32 data must lie in \[-2147483648, 2147483647\]"),
+    (lambda r: r["main"]["operations"][0].update(inputs=[0, 9, 2]), "main: operation 0 inputs must be a list of"),
+    (lambda r: r.pop("main"), "main: a subgraph is a JSON object"),
+    (lambda r: r["main"].update(operations=[[0, 1]]), "main operation 0: an operation is an object"),
+    (_self_reference, r"referenced\[0\] refers to itself"),
+    (_operand(0, data=[1e39, 1.0]), "main operand 0: TENSOR_FLOAT32 data holds 1e\\+39, beyond the type's range"),
+    (_operand(2, data=[1.5]), "main operand 2: INT32 data must be integers"),
+    (_operand(1, lifetime="TEMPORARY_VARIABLE"), "main operand 1: lifetime TEMPORARY_VARIABLE, in inputIndexes"),
+    (_operand(0, dimensions=[-1]), "main operand 0: dimensions must be a list of unsigned 32-bit integers"),
+    (lambda r: r.update(expectFailure="yes"), "expectFailure must be true or false"),
+]
+
+
+@pytest.mark.parametrize("change, rule", BROKEN, ids=[rule[:40] for _, rule in BROKEN])
+def test_a_broken_record_is_refused_naming_file_line_and_rule(tmp_path, change, rule):
+    path = tmp_path / "vectors.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n\n" + json.dumps(_changed(change)) + "\n")
+    with pytest.raises(VectorFileError, match=f"^{path}:3: {rule}"):
+        list(load_records(path))
+
+
+def test_unreadable_lines_and_files_name_the_line(tmp_path):
+    path = tmp_path / "vectors.jsonl"
+    path.write_text(json.dumps(GOOD) + '\n{"x": 1\n')
+    with pytest.raises(VectorFileError, match=f"^{path}:2: not a JSON record"):
+        list(load_records(path))
+    path.write_text("[1, 2]\n")
+    with pytest.raises(VectorFileError, match=f"^{path}:1: a record is a JSON object, not list"):
+        list(load_records(path))
+    gz = tmp_path / "vectors.jsonl.gz"
+    gz.write_bytes(gzip.compress((json.dumps(GOOD) + "\n").encode() * 3)[:-30])
+    with pytest.raises(VectorFileError, match=f"^{gz}:[0-9]+: unreadable"):
+        list(load_records(gz))
+
+
+def test_the_cli_prints_one_line(tmp_path, capsys):
+    path = tmp_path / "vectors.jsonl"
+    path.write_text(json.dumps(_changed(_operand(0, type="FOO"))) + "\n")
+    assert main(["conformance", "-q", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"nnapi conformance: {path}:1: main operand 0: unknown operand type 'FOO'\n"
+    assert main(["conformance", "-q", "--device", "nnapi-reference", str(path).replace("vectors", "missing")]) == 2
+
+
+def test_multinomial_records_and_samples_are_checked(tmp_path):
+    """A multinomial record whose output is not integer samples raised a raw TypeError out
+    of run_record (np.bincount of floats); samples a device gives outside [0, classes)
+    raised a raw ValueError ('negative' bincount): now a failed vector naming them."""
+    def float_samples(r):
+        r["main"]["operands"][r["main"]["outputIndexes"][0]]["type"] = "TENSOR_FLOAT32"
+
+    path = tmp_path / "vectors.jsonl"
+    path.write_text(json.dumps(_changed(float_samples, MULTINOMIAL)) + "\n")
+    with pytest.raises(VectorFileError, match=":1: a multinomial record's first output is TENSOR_INT32 samples"):
+        list(load_records(path))
+    from nnapi.conformance import _multinomial_check
+
+    samples = {0: -np.ones((1, 128), np.int32)}
+    assert _multinomial_check(MULTINOMIAL, samples) == "samples outside [0, 1024): -1 to -1"
+
+
+def test_a_quant8_variant_of_a_record_without_zero_point_is_derived():
+    """variant_quant8_signed read operand["zeroPoint"], which the format leaves optional
+    (build_model reads it with a default): a raw KeyError out of `--variant quant8_signed`."""
+    record = next(r for r in load_records(default_vector_files()[0]) if r["test"] == "add_quant8")
+    for operand in record["main"]["operands"]:
+        operand.pop("zeroPoint")
+    variant = variant_quant8_signed(record)
+    assert variant is not None
+    assert {o["zeroPoint"] for o in variant["main"]["operands"] if o["type"] == "TENSOR_QUANT8_ASYMM_SIGNED"} \
+        == {-128}
