@@ -242,3 +242,69 @@ def test_a_cached_constant_without_dimensions_is_refused(tmp_path):
                 for o in main.operands]
     with pytest.raises(HalError, match="unspecified dimensions"):
         validate_model(dataclasses.replace(hal_model, main=dataclasses.replace(main, operands=operands)))
+
+
+def _resealed(model_bytes: bytes, data_bytes: bytes, header_line: bytes | None = None) -> bytes:
+    """The model cache file over ``data_bytes``, its checksums rewritten to match (what
+    another writer, or an attacker, produces): only what the driver checks beyond the
+    checksums stands between the file and the prepared model."""
+    import hashlib
+    import json
+
+    line, _, body = model_bytes[len(cache_format.MAGIC):].partition(b"\n")
+    header = {**json.loads(line), "body_sha256": hashlib.sha256(body).hexdigest(),
+              "data_sha256": hashlib.sha256(data_bytes).hexdigest()}
+    return cache_format.MAGIC + (header_line or json.dumps(header).encode()) + b"\n" + body
+
+
+def _npz(entries: dict[str, bytes], compression: int = 0) -> bytes:
+    import io
+    import zipfile
+
+    stream = io.BytesIO()
+    with zipfile.ZipFile(stream, "w", compression=compression) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return stream.getvalue()
+
+
+def _npy(array: np.ndarray) -> bytes:
+    import io
+
+    stream = io.BytesIO()
+    np.save(stream, array)
+    return stream.getvalue()
+
+
+def test_a_data_file_is_read_no_larger_than_it_is():
+    """The data file is read only as pack writes it (stored .npy entries of 1-D uint8 whose
+    headers say their size): an entry whose 60-byte header claims 2**40 elements raised a
+    raw MemoryError across the HAL (np.load allocates what the header says), and a deflated
+    entry was inflated (a 3 MB file became 3 GiB); a JSON header nested past the parser's
+    depth raised a raw RecursionError."""
+    import io
+    import zipfile
+
+    hal_model, _ = build_hal_model(model_of(Op.ADD, W_A))
+    model_bytes, data_bytes = cache_format.pack(hal_model, TOKEN)
+    assert cache_format.unpack(_resealed(model_bytes, data_bytes), data_bytes, TOKEN).main.operations
+    blob = np.load(io.BytesIO(data_bytes))["b0"]
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False, "shape": (2**40,)})
+    zeros = np.zeros(1 << 20, np.uint8)  # deflated to ~1 KiB
+    broken = {
+        "claims a terabyte": _npz({"b0.npy": header.getvalue() + bytes(16)}),
+        "deflated": _npz({"b0.npy": _npy(blob)}, zipfile.ZIP_DEFLATED),
+        "a bomb": _npz({"b0.npy": _npy(zeros)}, zipfile.ZIP_DEFLATED),
+        "not .npy": _npz({"b0": _npy(blob)}),
+        "int8": _npz({"b0.npy": _npy(blob.view(np.int8))}),
+        "2-D": _npz({"b0.npy": _npy(blob.reshape(2, -1))}),
+        "longer than its header": _npz({"b0.npy": _npy(blob) + b"\0"}),
+        "an object array": _npz({"b0.npy": _npy(np.array([b"a", 1], dtype=object))}),
+        "not a zip": b"PK\x03\x04" + bytes(40),
+    }
+    for data in broken.values():
+        with pytest.raises(HalError, match="cache rejected"):
+            cache_format.unpack(_resealed(model_bytes, data), data, TOKEN)
+    with pytest.raises(HalError, match="unreadable header"):
+        cache_format.unpack(_resealed(model_bytes, data_bytes, b"[" * 100_000), data_bytes, TOKEN)

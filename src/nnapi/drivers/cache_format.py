@@ -4,8 +4,9 @@ Two files, never pickled:
 - model cache: ``MAGIC`` + a JSON header line (format version, nnapi version, the cache
   token, SHA-256 of the body and of the data file) + the JSON body: the validated HAL model
   as plain data (``hal.serialize``), its byte blobs replaced by references into the data file;
-- data cache: an ``.npz`` archive (numpy, ``allow_pickle=False``) of the constant blob and
-  the constant pools.
+- data cache: an ``.npz`` archive (``np.savez``: uncompressed ``.npy`` entries) of the
+  constant blob and the constant pools, read back entry by entry (``_arrays``), never
+  pickled, never inflated, never larger than the file.
 
 ``unpack`` trusts nothing: a wrong magic, version or token, a checksum mismatch (a
 truncated, tampered or swapped file), or a malformed body raises HalError, and the runtime
@@ -64,7 +65,7 @@ def unpack(model_bytes: bytes, data_bytes: bytes, token: bytes) -> Model:
         raise _bad("truncated header")
     try:
         header = json.loads(header_line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # (RecursionError: arrays nested past the parser's depth)
         raise _bad("unreadable header") from None
     if not isinstance(header, dict):
         raise _bad("unreadable header")
@@ -78,10 +79,9 @@ def unpack(model_bytes: bytes, data_bytes: bytes, token: bytes) -> Model:
         raise _bad("the data cache file is damaged or belongs to another model")
     try:
         plain = _unhexify(json.loads(body))
-        with np.load(io.BytesIO(data_bytes), allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except (ValueError, UnicodeDecodeError, KeyError, OSError, zipfile.BadZipFile, EOFError) as error:
-        raise _bad(f"unreadable content: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise _bad(f"unreadable content: {type(error).__name__}: {error}") from None
+    arrays = _arrays(data_bytes)
 
     def unblob(ref: Any) -> bytes:
         if not isinstance(ref, dict) or not isinstance(ref.get("$blob"), str) or ref["$blob"] not in arrays:
@@ -95,6 +95,41 @@ def unpack(model_bytes: bytes, data_bytes: bytes, token: bytes) -> Model:
         raise _bad("the body is not a model")
     plain["operand_values"] = unblob(plain["operand_values"])
     return model_from_plain(plain, decode_pool=unblob)
+
+
+def _arrays(data: bytes) -> dict[str, np.ndarray]:
+    """The data file's arrays, read only in the form ``pack`` writes them: uncompressed
+    (stored) ``.npy`` entries of 1-D uint8 whose header's size is the entry's, together no
+    larger than the file. np.load allocated what an entry's header claims before reading
+    it (a 1 TiB MemoryError from a 60-byte header) and inflated compressed entries (a 3 MB
+    file held 3 GiB); nothing read here is larger than the file."""
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            entries = archive.infolist()
+            if sum(entry.file_size for entry in entries) > len(data):
+                raise _bad("the data file's entries are larger than the file")
+            for entry in entries:
+                if entry.compress_type != zipfile.ZIP_STORED or not entry.filename.endswith(".npy"):
+                    raise _bad(f"the data file's entry {entry.filename[:40]!r} is not a stored .npy array")
+                raw = archive.read(entry)
+                stream = io.BytesIO(raw)
+                version = np.lib.format.read_magic(stream)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+                else:
+                    raise _bad(f"the data file's entry {entry.filename[:40]!r} is .npy version {version}")
+                if dtype != np.uint8 or len(shape) != 1 or shape[0] != len(raw) - stream.tell():
+                    raise _bad("a blob has the wrong type")
+                arrays[entry.filename[:-4]] = np.frombuffer(raw, np.uint8, offset=stream.tell())
+    except HalError:
+        raise
+    except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile, NotImplementedError, TypeError,
+            SyntaxError) as error:  # (a damaged archive or .npy header; the header is a Python literal)
+        raise _bad(f"unreadable data file: {type(error).__name__}: {error}") from None
+    return arrays
 
 
 def _hexify(value: Any) -> Any:
