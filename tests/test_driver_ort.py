@@ -1380,6 +1380,8 @@ def test_a_resealed_cache_file_that_cannot_bind_is_refused():
                 (_resealed(good, lambda header: None, other_graph[:len(other_graph) // 2]), "cache refused")]
     with _file_with(_resealed(good, lambda header: None)) as intact:
         assert isinstance(device.prepare_model_from_cache([intact.fileno()], [], token), IPreparedModel)
+    nested = b"[" * 100_000  # past the JSON parser's depth: a raw RecursionError
+    changed.append((ort_cache_module._CACHE_MAGIC + len(nested).to_bytes(4, "little") + nested, "bad header"))
     for data, message in changed:
         with _file_with(data) as cache, pytest.raises(HalError, match=message):
             device.prepare_model_from_cache([cache.fileno()], [], token)

@@ -116,3 +116,19 @@ def test_a_quant8_variant_of_a_record_without_zero_point_is_derived():
     assert variant is not None
     assert {o["zeroPoint"] for o in variant["main"]["operands"] if o["type"] == "TENSOR_QUANT8_ASYMM_SIGNED"} \
         == {-128}
+
+
+def test_nesting_past_the_parsers_is_refused(tmp_path):
+    """A JSON line nested past the parser's depth raised a raw RecursionError; so did
+    referenced subgraphs nested hundreds deep, in build_model."""
+    path = tmp_path / "vectors.jsonl"
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(VectorFileError, match=f"^{path}:1: not a JSON record"):
+        list(load_records(path))
+    record = copy.deepcopy(GOOD)
+    record["referenced"] = [copy.deepcopy(GOOD["main"]) for _ in range(500)]
+    for number, subgraph in enumerate([record["main"], *record["referenced"][:-1]]):
+        subgraph["operands"][2].update(lifetime="SUBGRAPH", type="MODEL", dimensions=[], data=[number])
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(VectorFileError, match=f"^{path}:1: referenced subgraphs nest more than 64 deep"):
+        list(load_records(path))

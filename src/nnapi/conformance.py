@@ -75,7 +75,7 @@ def load_records(path: str | Path) -> Iterator[dict]:
                     continue
                 try:
                     record = json.loads(line)
-                except ValueError as error:
+                except (ValueError, RecursionError) as error:  # (arrays nested past the parser's depth)
                     raise VectorFileError(f"{path}:{number}: not a JSON record ({error})") from None
                 try:
                     check_record(record)
@@ -133,6 +133,9 @@ def check_record(record: Any) -> None:
             raise ValueError("a multinomial record's first output is TENSOR_INT32 samples [batches, count]")
 
 
+_MAX_NESTING = 64
+
+
 def _check_references(record: dict) -> None:
     """No referenced subgraph reaches itself through SUBGRAPH operands (build_model would
     recurse without end)."""
@@ -143,6 +146,8 @@ def _check_references(record: dict) -> None:
     def visit(number: int, path: tuple[int, ...]) -> None:
         if number in path:
             raise ValueError(f"referenced[{number}] refers to itself through its SUBGRAPH operands")
+        if len(path) >= _MAX_NESTING:  # (build_model recurses once per level)
+            raise ValueError(f"referenced subgraphs nest more than {_MAX_NESTING} deep")
         if number not in done:
             for target in targets[number + 1]:
                 visit(target, (*path, number))

@@ -75,9 +75,10 @@ def _decoded(decode: Callable[[], _Decoded]) -> _Decoded:
         return decode()
     except HalError:
         raise
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError) as error:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, RecursionError) as error:
         # (UnicodeDecodeError is a ValueError; AttributeError: a field of another JSON kind,
-        # a signature that is a list or a number)
+        # a signature that is a list or a number; RecursionError: JSON nested past the
+        # parser's depth)
         raise _cache_refused(f"bad header: {type(error).__name__}: {error}") from None
 
 
