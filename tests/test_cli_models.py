@@ -524,3 +524,20 @@ def test_compare_resizes_litert_for_an_input_of_another_run_time_size(capsys, tm
     assert code == 0
     report = json.loads(out)
     assert report["ok"] and report["outputs"]["y"]["max_abs"] == 0
+
+
+def test_an_input_file_claiming_more_than_it_holds_is_one_line(tmp_path: Path, capsys) -> None:
+    """An .npy file (or .npz entry) whose header claims 4 TiB: np.load allocated that
+    before reading and the command ended in a MemoryError traceback."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (2**40,)})
+    (tmp_path / "x.npy").write_bytes(header.getvalue() + bytes(16))
+    with zipfile.ZipFile(tmp_path / "x.npz", "w") as archive:
+        archive.writestr(f"{LSTM_INPUT}.npy", header.getvalue() + bytes(16))
+    code, _, err = run_cli(capsys, "run", LSTM, "--input", f"{LSTM_INPUT}={tmp_path / 'x.npy'}")
+    assert_one_line_error(code, err, "its header claims 4398046511104 bytes, the file holds")
+    code, _, err = run_cli(capsys, "run", LSTM, "--input", str(tmp_path / "x.npz"))
+    assert_one_line_error(code, err, f"the header of {LSTM_INPUT}.npy claims 4398046511104 bytes, the entry holds")

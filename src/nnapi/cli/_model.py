@@ -5,7 +5,10 @@ LiteRT as the yardstick, latency statistics."""
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import time
+import zipfile
 from importlib import resources
 from typing import Any
 
@@ -62,6 +65,8 @@ def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[d
         if name not in names:
             raise CliError(f"--input {spec}: the model has no input {name!r} (inputs: {', '.join(names)})")
         try:
+            if problem := _overclaimed(file):
+                raise ValueError(problem)
             value = np.load(file, allow_pickle=False)
         except FileNotFoundError:
             raise CliError(f"--input {spec}: {file}: no such file") from None
@@ -83,10 +88,43 @@ def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[d
     return given, origin
 
 
+def _overclaimed(file: str) -> str | None:
+    """Why an array header of an .npy file (or of an .npz file's entry) claims more bytes
+    than the file (the entry) holds, else None: np.load allocates what a header claims
+    before reading (a 60-byte file claiming 4 TiB raised a raw MemoryError). A file this
+    cannot read is left for np.load to judge."""
+    def claimed(stream) -> int | None:
+        version = np.lib.format.read_magic(stream)
+        readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        if version not in readers:
+            return None
+        shape, _, dtype = readers[version](stream)
+        return math.prod(shape) * dtype.itemsize
+
+    try:
+        if zipfile.is_zipfile(file):
+            with zipfile.ZipFile(file) as archive:
+                for entry in archive.infolist():
+                    with archive.open(entry) as stream:
+                        size = claimed(stream)
+                    if size is not None and size > entry.file_size:
+                        return f"the header of {entry.filename} claims {size} bytes, the entry holds {entry.file_size}"
+            return None
+        with open(file, "rb") as stream:
+            size, held = claimed(stream), os.fstat(stream.fileno()).st_size
+        if size is not None and size > held:
+            return f"its header claims {size} bytes, the file holds {held}"
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError):
+        pass  # np.load says what is wrong, in its words
+    return None
+
+
 def _read_npz(session: Session, file: str, given: dict[str, np.ndarray], origin: dict[str, str]) -> None:
     """``--input FILE.npz``: every array of the file is the input of the same name."""
     names = [info.name for info in session.inputs]
     try:
+        if problem := _overclaimed(file):
+            raise ValueError(problem)
         with np.load(file, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
     except FileNotFoundError:
