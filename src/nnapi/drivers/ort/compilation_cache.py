@@ -131,8 +131,7 @@ def check_graph(signature: Signature, graph: bytes) -> None:
     replaced by another valid ONNX model, or a signature changed, with the checksum
     rewritten: it was loaded, and every execution failed where the runtime could have
     compiled afresh.)"""
-    from onnx import ModelProto, helper
-    from onnx.onnx_ml_pb2 import TensorProto
+    from onnx import ModelProto, TensorProto, helper
 
     try:
         graph_proto = ModelProto.FromString(graph).graph
