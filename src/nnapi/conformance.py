@@ -248,8 +248,10 @@ def _check_operand(where: str, operand: Any, referenced: int) -> None:
                     raise ValueError(f"{where}: {type_name} data must be numbers, got {value!r}"[:200]) from None
     if all(d > 0 for d in dims):
         count = math.prod(dims)
-        omittable = lifetime == "SUBGRAPH_INPUT" and not data  # an input the request omits
-        if len(data) != count and not omittable and lifetime != "TEMPORARY_VARIABLE":
+        # no data: an input the request omits, an output with no expected values (a model
+        # the tools read: dump, placement, bisect)
+        unvalued = lifetime in ("SUBGRAPH_INPUT", "SUBGRAPH_OUTPUT") and not data
+        if len(data) != count and not unvalued and lifetime != "TEMPORARY_VARIABLE":
             raise ValueError(f"{where}: {len(data)} values for dimensions {dims} ({count} values)")
 
 
