@@ -48,6 +48,7 @@ from nnapi.drivers.ort.builder import (
     lowers,
     type_name,
 )
+from nnapi.drivers.ort.fixed_point import multiply_by_quantized_multiplier
 from nnapi.hal import Operand, Operation
 from nnapi.operations.detection_common import BOX_SCALE, BOX_ZERO_POINT
 from nnapi.operations.quant_math import HALF_BELOW_FLOAT32, quantize_multiplier
@@ -571,25 +572,10 @@ def _integer_roi_align(g: GraphBuilder, x: Value, output: Operand, weights: str,
     def per_region(table: list[int]) -> str:
         return g.one("Gather", [g.constant(np.array(table, np.int64)), which], axis=0)
 
-    int32_min, int32_max = g.constant(np.array(-(2 ** 31), np.int64)), g.constant(np.array(2 ** 31 - 1, np.int64))
-    shifted = g.one("Min", [g.one("Max", [g.one("Mul", [sums, per_region(lefts)]), int32_min]), int32_max])
-    product = g.one("Mul", [shifted, per_region(multipliers)])
-    zero = g.constant(np.array(0, np.int64))
-    nudge = g.one("Where", [g.one("GreaterOrEqual", [product, zero]), g.constant(np.array(1 << 30, np.int64)),
-                            g.constant(np.array(1 - (1 << 30), np.int64))])
-    nudged = g.one("Add", [product, nudge])
-    scale31 = g.constant(np.array(1 << 31, np.int64))
-    magnitude = g.one("Abs", [nudged])
-    # C's division truncates: sign(n) * floor(|n| / 2**31), the floor exact as (|n| - |n| mod d) / d
-    high = g.one("Mul", [g.one("Sign", [nudged]),
-                         g.one("Div", [g.one("Sub", [magnitude, g.one("Mod", [magnitude, scale31])]), scale31])])
-    divisor = per_region(rights)
-    remainder = g.one("Mod", [high, divisor])                                          # floor modulo: >= 0
-    floor = g.one("Div", [g.one("Sub", [high, remainder]), divisor])
-    threshold = g.one("Add", [g.one("Div", [g.one("Sub", [divisor, g.constant(np.array(1, np.int64))]),
-                                            g.constant(np.array(2, np.int64))]),
-                              g.one("Cast", [g.one("Less", [high, zero])], to=TensorProto.INT64)])
-    rounded = g.one("Add", [floor, g.one("Cast", [g.one("Greater", [remainder, threshold])], to=TensorProto.INT64)])
+    # QuantizeMultiplier's mantissas are positive: no saturating product of two INT32_MIN
+    rounded = multiply_by_quantized_multiplier(g, sums, per_region(multipliers), per_region(lefts),
+                                               per_region(rights), saturating=False)
     stored = g.one("Add", [rounded, g.constant(np.array(internal_zero_point(output), np.int64))])
-    clamped = g.one("Min", [g.one("Max", [stored, zero]), g.constant(np.array(255, np.int64))])
+    clamped = g.one("Min", [g.one("Max", [stored, g.constant(np.array(0, np.int64))]),
+                            g.constant(np.array(255, np.int64))])
     return g.one("Cast", [clamped], to=TensorProto.UINT8)

@@ -25,6 +25,7 @@ from nnapi.drivers.ort.builder import (
     to_nchw,
     type_name,
 )
+from nnapi.drivers.ort.fixed_point import rounding_divide_by_pot, rounding_high_multiply
 from nnapi.hal import Operand, Operation
 from nnapi.operations.quant_math import inverse_sqrt_multipliers
 
@@ -105,10 +106,10 @@ def _quantized_l2_normalization(g: GraphBuilder, operation: Operation, x: Value,
     preparation by ``quant_math.inverse_sqrt_multipliers``), the multiplier m and the
     powers of two before and after the high multiply (128 and 2**r, or for int8 along the
     last axis 2**max(7 - r, 0) and 2**max(r - 7, 0)); then in int64 the doubling high
-    multiply, |p + nudge| // 2**31 with p's sign, and the rounding division
-    (|h| + 2**r // 2) // 2**r with h's sign, as the reference rounds (halves away from
-    zero), plus the zero point, clamped. Declined where the sums could exceed the tables
-    (``_L2_SUMS_MAX``: 16 elements of up to 128 from the zero point).
+    multiply's rounding and the rounding division by the power after it (fixed_point.py's
+    ``rounding_high_multiply`` and ``rounding_divide_by_pot``: halves away from zero, as
+    the reference rounds), plus the zero point, clamped. Declined where the sums could
+    exceed the tables (``_L2_SUMS_MAX``: 16 elements of up to 128 from the zero point).
 
     The factor before the high multiply comes with m: one int64 table of 2**max(7 - r, 0)
     * m for int8 along the last axis; where it is 128, folded into the high multiply's
@@ -143,12 +144,13 @@ def _quantized_l2_normalization(g: GraphBuilder, operation: Operation, x: Value,
         product = g.one("Mul", [wide, g.one("Cast", [looked_up(multipliers.astype(np.int32), "multiplier")],
                                             to=TensorProto.INT64)])
         after, bits = 1 << shifts, 24
-    nudged = g.one("Add", [product, g.one("Where", [g.one("Less", [product, int64(0)]), int64(1 - (1 << (bits - 1))),
-                                                    int64(1 << (bits - 1))])])
-    high = g.one("Mul", [g.one("Sign", [nudged]), g.one("Div", [g.one("Abs", [nudged]), int64(1 << bits)])])
+    # fixed_point's multiply_by_quantized_multiplier in its parts: the power before the
+    # high multiply is inside the product (an int64 table, or the shift's 2**24), and
+    # d * 2**7 needs no saturation to int32 (|d| <= 255)
+    high = rounding_high_multiply(g, product, bits)
     power = g.one("Cast", [looked_up(after.astype(np.int32), "post")], to=TensorProto.INT64)
-    rounded = g.one("Div", [g.one("Add", [g.one("Abs", [high]), g.one("Div", [power, int64(2)])]), power])
-    result = g.one("Add", [g.one("Mul", [g.one("Sign", [high]), rounded]), int64(internal_zero_point(output))])
+    rounded = rounding_divide_by_pot(g, high, power)
+    result = g.one("Add", [rounded, int64(internal_zero_point(output))])
     clamped = g.one("Min", [g.one("Max", [result, int64(0)]), int64(255)])
     return g.one("Cast", [clamped], to=TensorProto.UINT8)
 
