@@ -73,7 +73,8 @@ def _arithmetic(c: _Converter, op: _Operator) -> None:
 def _truncating_int32_div(c: _Converter, op: _Operator) -> None:
     """TFLite's int32 DIV truncates toward zero (C++ ``/``: -7 / 2 = -3); NNAPI's int32 DIV
     is floor division (-4). The floor quotient q is one below the truncated one exactly where
-    the quotient is negative and inexact: a - q * b != 0 and q < 0; there it is q + 1."""
+    the quotient is negative and inexact: a - q * b != 0 (FLOOR_MOD's remainder, from the
+    same ``_floor_quotient_remainder``) and q < 0; there it is q + 1."""
     if len(op.out_tensor().shape) > _MAX_RANK:
         raise UnsupportedOperator(f"int32 DIV of rank {len(op.out_tensor().shape)} (TFLite's truncating division "
                                   f"is lowered at rank {_MAX_RANK} at most)")
@@ -83,11 +84,9 @@ def _truncating_int32_div(c: _Converter, op: _Operator) -> None:
     flags = OperandType(T.TENSOR_BOOL8, out_type.dimensions)
     zero = c.const_operand(np.zeros([1], np.int32), OperandType(T.TENSOR_INT32, [1]))
     one = c.const_operand(np.ones([1], np.int32), OperandType(T.TENSOR_INT32, [1]))
-    floor_q, product, remainder, q_plus_one = (c.temp(out_type) for _ in range(4))
+    floor_q, remainder = _floor_quotient_remainder(c, a, b, out_type)
+    q_plus_one = c.temp(out_type)
     inexact, negative, both = (c.temp(flags) for _ in range(3))
-    c.emit(Op.DIV, [a, b, c.i32(0)], [floor_q])
-    c.emit(Op.MUL, [floor_q, b, c.i32(0)], [product])
-    c.emit(Op.SUB, [a, product, c.i32(0)], [remainder])
     c.emit(Op.NOT_EQUAL, [remainder, zero], [inexact])
     c.emit(Op.LESS, [floor_q, zero], [negative])
     c.emit(Op.LOGICAL_AND, [inexact, negative], [both])
@@ -95,6 +94,21 @@ def _truncating_int32_div(c: _Converter, op: _Operator) -> None:
     c.emit(Op.SELECT, [both, q_plus_one, floor_q], [out])
     c.lowered("int32 DIV (TFLite truncates toward zero) as NNAPI's floor DIV, plus one where the quotient is "
               "negative and inexact")
+
+
+def _floor_quotient_remainder(c: _Converter, a: int, b: int, out_type: OperandType,
+                              remainder: int | None = None) -> tuple[int, int]:
+    """NNAPI's int32 DIV of ``a`` by ``b`` (floor division) and the remainder a - (a DIV b)
+    * b, which is FLOOR_MOD's result and, for the truncating DIV, zero exactly where the
+    division is exact: the quotient and the remainder (written into ``remainder`` where
+    given), by DIV, MUL, SUB."""
+    quotient, product = c.temp(out_type), c.temp(out_type)
+    if remainder is None:
+        remainder = c.temp(out_type)
+    c.emit(Op.DIV, [a, b, c.i32(0)], [quotient])
+    c.emit(Op.MUL, [quotient, b, c.i32(0)], [product])
+    c.emit(Op.SUB, [a, product, c.i32(0)], [remainder])
+    return quotient, remainder
 
 
 def _float_mul_matches_tflite(a: OperandType, b: OperandType, out: OperandType) -> bool:
@@ -138,10 +152,7 @@ def _floor_div_mod(c: _Converter, op: _Operator) -> None:
             c.emit(Op.DIV, [a, b, c.i32(0)], [out])
             c.lowered("int32 FLOOR_DIV as DIV (NNAPI's int32 DIV is floor division)")
             return
-        quotient, product = c.temp(out_type), c.temp(out_type)
-        c.emit(Op.DIV, [a, b, c.i32(0)], [quotient])
-        c.emit(Op.MUL, [quotient, b, c.i32(0)], [product])
-        c.emit(Op.SUB, [a, product, c.i32(0)], [out])
+        _floor_quotient_remainder(c, a, b, out_type, out)
         c.lowered("int32 FLOOR_MOD as a - (a DIV b) * b (NNAPI's int32 DIV is floor division)")
         return
     if out_type.type in _FLOAT_TYPES and op.name == "FLOOR_DIV":
