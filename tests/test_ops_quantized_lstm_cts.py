@@ -218,23 +218,33 @@ def test_prepared_quantized_lstm_equals_execute_bit_for_bit(variant, seed, compi
 
 @pytest.mark.parametrize("shift", [-12, -5, -2, -1, 0, 1, 3])
 def test_prepared_rescale_equals_the_definition(shift):
-    """_Rescale (in place, floors) against multiply_by_quantized_multiplier on every value
-    of a range, where ties of both roundings are frequent (multiplier 2^30 is one half),
-    values beyond int32, and per-column multipliers and shifts mixing 0 with rounding."""
+    """The prepared rescale (quant_math's OutputStage saturating int64 sums) against
+    multiply_by_quantized_multiplier on every value of a range, where ties of both
+    roundings are frequent (multiplier 2^30 is one half), values beyond int32 (float64
+    products too), per-column multipliers and shifts mixing 0 with rounding, and with a
+    bias, a zero point and a clamp (the hidden state's and the projection's form)."""
     from nnapi.operations.quant_math import multiply_by_quantized_multiplier
-    from nnapi.operations.quantized_lstm import _Rescale
+    from nnapi.operations.quantized_lstm import _rescale
 
     rng = np.random.default_rng(shift + 100)
     values = np.concatenate([np.arange(-70000, 70000), rng.integers(-(2**33), 2**33, 20000),
                              [-(2**31), 2**31 - 1, -(2**31) - 1, 2**31]]).astype(np.int64)
     for multiplier in (1 << 30, (1 << 30) + 1, (1 << 31) - 1, int(rng.integers(1 << 30, 1 << 31)), 0):
         expected = multiply_by_quantized_multiplier(values, multiplier, shift)
-        np.testing.assert_array_equal(_Rescale(multiplier, shift)(values.copy()), expected)
+        np.testing.assert_array_equal(_rescale(multiplier, shift)(values), expected)
+        np.testing.assert_array_equal(_rescale(multiplier, shift)(values.astype(np.float64)), expected)
+        np.testing.assert_array_equal(_rescale(multiplier, shift, 1234, -7, -128, 127)(values),
+                                      np.clip(multiply_by_quantized_multiplier(values + 1234, multiplier, shift) - 7,
+                                              -128, 127))
     columns = values[:139998].reshape(-1, 6)
     multipliers = np.array([1 << 30, (1 << 30) + 7, 1 << 30, (1 << 31) - 1, 1 << 30, 1 << 30], dtype=np.int64)
     shifts = np.array([shift, 0, -3, shift, 2, -1], dtype=np.int64)
-    np.testing.assert_array_equal(_Rescale(multipliers, shifts)(columns.copy()),
+    bias = np.array([0, -5, 2**31, 7, -(2**20), 1], dtype=np.int64)
+    np.testing.assert_array_equal(_rescale(multipliers, shifts)(columns),
                                   multiply_by_quantized_multiplier(columns, multipliers, shifts))
+    np.testing.assert_array_equal(_rescale(multipliers, shifts, bias, 0, -32768, 32767)(columns),
+                                  np.clip(multiply_by_quantized_multiplier(columns + bias, multipliers, shifts),
+                                          -32768, 32767))
 
 
 def test_prepared_round_shift_equals_rounding_divide_by_pot():

@@ -34,6 +34,7 @@ import math
 import numpy as np
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 # --- rounding, (de)quantization ---------------------------------------------------------
@@ -442,14 +443,22 @@ class OutputStage:
     applied after the first shift by 31 so no step can overflow. The correction only
     changes results at or below the zero point, so it is skipped when the clamp maps all
     of those to the zero point (fused ReLU / ReLU6).
+
+    With ``saturate`` (accumulators that may pass int32: QUANTIZED_LSTM's int64 sums) or
+    any shift > 0, x = acc + bias is formed first, shifted left by max(shift, 0) and
+    saturated to int32, as the definition does, and the same folded rounding follows
+    (the bias then out of the constant; a left-shifted channel has r = 0).
     """
 
-    def __init__(self, multipliers, shifts, bias, zero_point: int, low: int, high: int, dtype) -> None:
+    def __init__(self, multipliers, shifts, bias, zero_point: int, low: int, high: int, dtype, *,
+                 saturate: bool = False) -> None:
         self.multipliers = _per_channel(multipliers)
         self.shifts = _per_channel(shifts)
         self.bias = _per_channel(0 if bias is None else bias)
         self.zero_point, self.low, self.high = int(zero_point), int(low), int(high)
         self.dtype = np.dtype(dtype)
+        #: x = acc + bias saturated to int32 before the multiply (see the class)
+        self.saturating = bool(saturate) or bool(np.any(self.shifts > 0))
         # The folded form's constants (``_folded``) are made at the first call, or by
         # ``prepare``: a stage that a compiled kernel runs (``_jit.FusedOutputStage``, which
         # reads only the fields above) never needs them, and each costs a few numpy calls.
@@ -462,19 +471,22 @@ class OutputStage:
         return self
 
     def _folded(self) -> tuple:
-        """(fast, constant, rounds, right shifts, total shift, uniform right shift or None,
-        correction threshold, clamp bounds as int64): the folded form (see the class)."""
+        """(fast, left shifts or None, constant, rounds, right shifts, total shift, uniform
+        right shift or None, correction threshold, clamp bounds as int64): the folded form
+        (see the class)."""
         right = np.maximum(-self.shifts, 0)
         # the folded form shifts the zero point left by 31 + r: it must fit in int64
-        fast = not np.any(self.shifts > 0) and 32 + int(right.max()) + abs(self.zero_point).bit_length() < 63
+        fast = 32 + int(right.max()) + abs(self.zero_point).bit_length() < 63
+        left = np.maximum(self.shifts, 0) if np.any(self.shifts > 0) else None
         half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
         m = self.multipliers
-        constant = self.bias * m + (1 << 30) + (half << 31) + (np.int64(self.zero_point) << (31 + right))
+        folded_bias = 0 if self.saturating else self.bias  # else added before the saturation
+        constant = folded_bias * m + (1 << 30) + (half << 31) + (np.int64(self.zero_point) << (31 + right))
         uniform_right = int(right.flat[0]) if np.all(right == right.flat[0]) else None
         total_shift = 31 + uniform_right if uniform_right is not None else 31 + right
         # x * m < -2**30 with x = acc + bias  <=>  acc * m < -2**30 - bias * m
-        threshold = np.where(right > 0, -(1 << 30) - self.bias * m, np.iinfo(np.int64).min)
-        return (fast, constant, bool(np.any(right > 0)), right, total_shift, uniform_right, threshold,
+        threshold = np.where(right > 0, -(1 << 30) - folded_bias * m, np.iinfo(np.int64).min)
+        return (fast, left, constant, bool(np.any(right > 0)), right, total_shift, uniform_right, threshold,
                 np.int64(self.low), np.int64(self.high))
 
     def __call__(self, acc: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -483,15 +495,22 @@ class OutputStage:
         folding = self._folding
         if folding is None:  # two threads may both compute it: equal values
             folding = self._folding = self._folded()
-        fast, constant, rounds, right, total_shift, uniform_right, threshold, low64, high64 = folding
+        fast, left, constant, rounds, right, total_shift, uniform_right, threshold, low64, high64 = folding
         if not fast:
             result = self.reference(acc)
             if out is None:
                 return result
             out[...] = result
             return out
-        # one pass: the accumulators (exact integers) cast to int64 and multiplied
-        p = np.multiply(acc, self.multipliers, dtype=np.int64, casting="unsafe")
+        if self.saturating:  # x = acc + bias, shifted left, saturated to int32, then multiplied
+            p = np.asarray(np.add(acc, self.bias, dtype=np.int64, casting="unsafe"))  # (0-d: an array too)
+            if left is not None:
+                p <<= left
+            np.maximum(p, _INT32_MIN, out=p)
+            np.minimum(p, _INT32_MAX, out=p)
+            p *= self.multipliers
+        else:  # one pass: the accumulators (exact integers) cast to int64 and multiplied
+            p = np.multiply(acc, self.multipliers, dtype=np.int64, casting="unsafe")
         # The negative-tie correction only moves results at or below the zero point; when
         # the clamp (a fused ReLU) sends all of those to the zero point it can be skipped.
         correct = rounds and self.low < self.zero_point
@@ -504,6 +523,14 @@ class OutputStage:
             p >>= uniform_right if uniform_right is not None else right
         else:  # the nested floors compose into one shift
             p >>= total_shift
+        if out is None and self.dtype == np.int64 and isinstance(p, np.ndarray):
+            # int64 results: clamped in place, each bound only where it can bind (two ufunc
+            # calls cost less than np.clip's wrapper on a recurrent step's few hundred values)
+            if self.low > _INT64_MIN:
+                np.maximum(p, low64, out=p)
+            if self.high < _INT64_MAX:
+                np.minimum(p, high64, out=p)
+            return p
         if out is None:
             out = np.empty(p.shape, self.dtype)
         # clamp and narrow in one pass (the clamped values fit the output dtype); ``out``

@@ -35,6 +35,7 @@ from nnapi.codes import OperandCode, OperationCode
 from nnapi.operations import _jit
 from nnapi.operations.base import ExecutionContext, Operation, Shape, Tensor, ValidationContext, register
 from nnapi.operations.quant_math import (
+    OutputStage,
     inverse_sqrt_multipliers,
     quantize_multiplier,
     rescale_multiplier,
@@ -584,49 +585,22 @@ def _clip_in_place(values: np.ndarray, low: int, high: int) -> np.ndarray:
     return np.minimum(values, high, out=values)
 
 
-class _Rescale:
-    """multiply_by_quantized_multiplier(values, multipliers, shifts) with the multipliers
-    and shifts (one per column, or one for all) prepared once, worked in place on an int64
-    array the caller owns. The rounding doubling high multiply trunc((x * m + nudge) / 2^31)
-    (nudge 2^30, or 1 - 2^30 for negative products) equals floor((x * m + 2^30) / 2^31)
-    for every product, and the rounding right shift by r (halves away from zero) equals
-    floor((v + 2^(r - 1) - [v < 0]) / 2^r): five in-place passes instead of the
-    definition's dozen (multipliers are never INT32_MIN: no saturating case)."""
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
-    def __init__(self, multipliers, shifts) -> None:
-        shifts = np.asarray(shifts, dtype=np.int64)
-        self.multipliers = np.asarray(multipliers, dtype=np.int64)
-        self.shifts = shifts
-        self.left = np.maximum(shifts, 0) if np.any(shifts > 0) else None
-        self.right = right = np.maximum(-shifts, 0)
-        self.half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
-        # which columns round (a shift of 0 adds nothing, not even the negative correction)
-        self.rounds = None if np.all(right > 0) else (right > 0)
 
-    def parameters(self, columns: int) -> np.ndarray:
-        """int64 [4, columns]: multiplier, left shift, right shift and half of 2^right per
-        column (the compiled step's form)."""
-        rows = (self.multipliers, np.maximum(self.shifts, 0), self.right, self.half)
-        return np.ascontiguousarray(np.stack([np.broadcast_to(row, (columns,)) for row in rows]), dtype=np.int64)
-
-    def __call__(self, values: np.ndarray) -> np.ndarray:
-        if self.left is not None:
-            values <<= self.left
-        _clip_in_place(values, -(2**31), 2**31 - 1)
-        values *= self.multipliers
-        values += 1 << 30
-        values >>= 31
-        negative = values < 0
-        if self.rounds is not None:
-            negative &= self.rounds
-        values += self.half
-        values -= negative
-        values >>= self.right
-        return values
+def _rescale(multipliers, shifts, bias=None, zero_point: int = 0, low: int = _INT64_MIN,
+             high: int = _INT64_MAX) -> OutputStage:
+    """quant_math's OutputStage, prepared: clip(multiply_by_quantized_multiplier(acc + bias,
+    multipliers, shifts) + zero_point, low, high) of int64 sums (one multiplier and shift
+    per column, or one for all), x = acc + bias saturated to int32 as the definition does
+    (``saturate``: the exact int64 sums may pass it where Android's int32 ones would wrap).
+    The default range is int64's: no clamp, for a value added to another before saturating."""
+    return OutputStage(multipliers, shifts, bias, zero_point, low, high, np.int64, saturate=True).prepare()
 
 
 def _round_shift(values: np.ndarray, exponent: int) -> np.ndarray:
-    """rounding_divide_by_pot(values, exponent) for one exponent > 0, as in ``_Rescale``."""
+    """rounding_divide_by_pot(values, exponent) for one exponent > 0, in OutputStage's floor
+    form: floor((v + 2^(e - 1) - [v < 0]) / 2^e)."""
     return (values + ((1 << (exponent - 1)) - (values < 0))) >> exponent
 
 
@@ -668,7 +642,7 @@ class PreparedQuantizedLstm:
             if peephole and gate in CELL_TO_WEIGHTS:
                 weights = ctx.input(CELL_TO_WEIGHTS[gate])
                 multiplier, shift = _effective_multiplier(2.0**cell_shift, weights.scale, target)
-                self.peepholes[gate] = (np.asarray(weights.value, dtype=np.int64), _Rescale(multiplier, shift))
+                self.peepholes[gate] = (np.asarray(weights.value, dtype=np.int64), _rescale(multiplier, shift))
             if layer_norm:
                 weights = ctx.input(LAYER_NORM_WEIGHTS[gate])
                 constant = Tensor(weights.type, weights.shape, weights.scale, weights.zero_point, None,
@@ -679,16 +653,20 @@ class PreparedQuantizedLstm:
         self.input_bias = np.concatenate(input_biases)
         self.recurrent_bias = np.concatenate(recurrent_biases)
 
-        def per_column(pairs: list[tuple[int, int]]) -> _Rescale:
-            return _Rescale(np.repeat(np.array([m for m, _ in pairs], dtype=np.int64), units),
-                            np.repeat(np.array([s for _, s in pairs], dtype=np.int64), units))
+        def per_column(pairs: list[tuple[int, int]], bias: np.ndarray, **clamp: int) -> OutputStage:
+            return _rescale(np.repeat(np.array([m for m, _ in pairs], dtype=np.int64), units),
+                            np.repeat(np.array([s for _, s in pairs], dtype=np.int64), units), bias, **clamp)
 
-        self.input_rescale = per_column(input_scales)
-        self.recurrent_rescale = per_column(recurrent_scales)
+        # the input product's rescale saturates to int16 (the gate buffer), the recurrent
+        # one's is added to it first
+        self.input_rescale = per_column(input_scales, self.input_bias, low=-32768, high=32767)
+        self.recurrent_rescale = per_column(recurrent_scales, self.recurrent_bias)
         self.cell_limit = _clip_limit(ctx, CELL_CLIP, c.scale, 32767)
         hidden_scale = float(ctx.scalar(HIDDEN_STATE_SCALE))
         self.hidden_zero = int(ctx.scalar(HIDDEN_STATE_ZERO_POINT))
-        self.hidden_rescale = _Rescale(*quantize_multiplier(float(np.float32(2.0**-15 / hidden_scale * 2.0**-15))))
+        # the hidden state's int8 values (v - zero point, clamped)
+        self.hidden_rescale = _rescale(*quantize_multiplier(float(np.float32(2.0**-15 / hidden_scale * 2.0**-15))),
+                                       zero_point=-self.hidden_zero, low=-128, high=127)
         self.projection = None
         if not ctx.is_omitted(PROJECTION_WEIGHTS):
             projection = ctx.input(PROJECTION_WEIGHTS)
@@ -696,9 +674,10 @@ class PreparedQuantizedLstm:
             bias = self.hidden_zero * weights.sum(axis=1)
             if not ctx.is_omitted(PROJECTION_BIAS):
                 bias = bias + np.asarray(ctx.value(PROJECTION_BIAS), dtype=np.int64)
-            self.projection = (weights.T.astype(np.float64), bias,
-                               _Rescale(*_effective_multiplier(projection.scale, hidden_scale, h.scale)),
-                               h.zero_point, _clip_limit(ctx, PROJECTION_CLIP, projection.scale, 127))
+            self.projection = (weights.T.astype(np.float64),
+                               _rescale(*_effective_multiplier(projection.scale, hidden_scale, h.scale), bias,
+                                        h.zero_point, -128, 127),
+                               _clip_limit(ctx, PROJECTION_CLIP, projection.scale, 127))
         self.logistic = table16(fixed_logistic, 3)
         self.tanh = table16(fixed_tanh, 3)
         self.cell_tanh = table16(fixed_tanh, cell_shift + 15)
@@ -716,12 +695,20 @@ class PreparedQuantizedLstm:
         offsets = np.array([self.slices[g].start if g in self.slices else -1
                             for g in ("forget", "cell", "input", "output")], dtype=np.int64)
         weights = (np.ascontiguousarray(self.input_weights), np.ascontiguousarray(self.recurrent_weights))
-        constants = (np.ascontiguousarray(self.input_bias, dtype=np.int64),
-                     np.ascontiguousarray(self.recurrent_bias, dtype=np.int64),
-                     self.input_rescale.parameters(columns), self.recurrent_rescale.parameters(columns), offsets)
+        if not all(_jit.compilable(stage) for stage in (self.input_rescale, self.recurrent_rescale,
+                                                         self.hidden_rescale)):
+            return None
+
+        def packed(stage: OutputStage, count: int) -> tuple[np.ndarray, np.int64, np.int64]:
+            # _jit.stage_parameters' saturating form as one [6, count] block (bias,
+            # multipliers, left shifts, right shifts, offsets, negatives) and the clamp range:
+            # one array argument per stage (each costs the compiled call's dispatch)
+            bias, multipliers, lefts, rights, offsets, negatives, _, low, high, _ = _jit.stage_parameters(stage, count)
+            return np.stack([bias, multipliers.astype(np.int64), lefts, rights, offsets, negatives]), low, high
+
+        constants = (*packed(self.input_rescale, columns), *packed(self.recurrent_rescale, columns), offsets)
         tables = (self.logistic, self.tanh, self.cell_tanh)
-        hidden = (int(self.cell_shift), int(self.cell_limit), self.hidden_rescale.parameters(1)[:, 0].copy(),
-                  int(self.hidden_zero))
+        hidden = (int(self.cell_shift), int(self.cell_limit), *packed(self.hidden_rescale, 1))
 
         def step(x: np.ndarray, h: np.ndarray, previous_cell: np.ndarray, cell: np.ndarray,
                  hidden_values: np.ndarray) -> None:
@@ -741,12 +728,9 @@ class PreparedQuantizedLstm:
             return self._compiled_call(values)
         x, h = values[INPUT_TENSOR], values[PREV_OUTPUT_TENSOR]
         previous_cell = np.asarray(values[PREV_CELL_STATE_TENSOR], dtype=np.int64)
-        accumulator = np.matmul(x.astype(np.float64), self.input_weights).astype(np.int64)
-        accumulator += self.input_bias
-        gates = _clip_in_place(self.input_rescale(accumulator), -32768, 32767)
-        accumulator = np.matmul(h.astype(np.float64), self.recurrent_weights).astype(np.int64)
-        accumulator += self.recurrent_bias
-        gates += self.recurrent_rescale(accumulator)
+        # the products are exact integers in float64: the stages cast them
+        gates = self.input_rescale(np.matmul(x.astype(np.float64), self.input_weights))
+        gates += self.recurrent_rescale(np.matmul(h.astype(np.float64), self.recurrent_weights))
         _clip_in_place(gates, -32768, 32767)
 
         def preactivation(gate: str, cell: np.ndarray) -> np.ndarray:
@@ -774,8 +758,6 @@ class PreparedQuantizedLstm:
             _clip_in_place(cell, -self.cell_limit, self.cell_limit)
         output_gate = self.logistic[preactivation("output", cell)]
         hidden = self.hidden_rescale(output_gate * self.cell_tanh[cell + 32768])
-        hidden -= self.hidden_zero
-        _clip_in_place(hidden, -128, 127)
         return self._outputs(hidden, cell.astype(np.int16))
 
     def _compiled_call(self, values: list) -> list[np.ndarray]:
@@ -795,12 +777,8 @@ class PreparedQuantizedLstm:
         if self.projection is None:
             output = hidden
         else:
-            weights, bias, rescale, zero_point, limit = self.projection
-            accumulator = np.matmul(hidden.astype(np.float64), weights).astype(np.int64)
-            accumulator += bias
-            output = rescale(accumulator)
-            output += zero_point
-            _clip_in_place(output, -128, 127)
+            weights, rescale, limit = self.projection
+            output = rescale(np.matmul(hidden.astype(np.float64), weights))
             if limit:
                 _clip_in_place(output, -limit, limit)
         output = output.astype(np.int8)
