@@ -36,6 +36,9 @@ class TestOperandTypes:
         OperandType(T.TENSOR_FLOAT32, [-1]),                        # negative dimension
         OperandType(T.TENSOR_QUANT8_ASYMM, [2], float("nan"), 0),
         OperandType(T.TENSOR_INT32, [2], 0.0, 3),                   # int32 tensor zero point
+        OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1e39, 0),           # inf as the NDK's float
+        OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1e-50, 0),          # 0 as the NDK's float
+        OperandType(T.TENSOR_INT32, [2], 1e39, 0),
     ])
     def test_invalid_operand_types_are_bad_data(self, op_type):
         with pytest.raises(nnapi.BadDataError):
@@ -151,7 +154,8 @@ class TestOperandValues:
         model.set_operand_symm_per_channel_quant_params(per_channel, params)
         assert model.operand_type(per_channel).channel_quant == params
 
-    @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), float("-inf")])
+    # 1e39 is inf and 1e-50 is 0 in the NDK's float field
+    @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), float("-inf"), 1e39, 1e-50])
     @pytest.mark.parametrize("channels", [3, 64])  # a few scales, and many (checked vectorized)
     def test_per_channel_scales_must_be_positive_and_finite(self, bad, channels):
         model = nnapi.Model()

@@ -259,6 +259,21 @@ def _extension_code(value: object) -> ExtensionOperandCode:
     raise BadDataError(f"unknown operand type {value!r}")
 
 
+def _as_float32(value: float) -> float:
+    """``value`` as the NDK's ``float`` field holds it (past FLT_MAX it is inf, below the smallest
+    subnormal 0): a scale is valid only as that value."""
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.float32(value))
+
+
+def _finite_as_float32(value: float) -> bool:
+    return math.isfinite(_as_float32(value))
+
+
+def _positive_as_float32(value: float) -> bool:
+    return 0 < _as_float32(value) < math.inf
+
+
 def validate_operand_type(op_type: OperandType, where: str, allow_unspecified: bool = True) -> None:
     """The NDK's rules for a valid ANeuralNetworksOperandType; raises BadDataError."""
     code = op_type.type
@@ -274,12 +289,14 @@ def validate_operand_type(op_type: OperandType, where: str, allow_unspecified: b
     elif not allow_unspecified and not op_type.is_fully_specified:
         raise BadDataError(f"{where}: {code.name} must be fully specified")
     scale, zero_point = op_type.scale, op_type.zero_point
-    if not math.isfinite(scale) or scale < 0:
-        raise BadDataError(f"{where}: scale must be finite and non-negative, got {scale}")
+    if not _finite_as_float32(scale) or scale < 0:
+        raise BadDataError(f"{where}: scale must be finite and non-negative as a float32 (the NDK's type), "
+                           f"got {scale}")
     if code in ZERO_POINT_RANGES:
         low, high = ZERO_POINT_RANGES[code]
-        if scale <= 0:
-            raise BadDataError(f"{where}: {code.name} needs a positive scale, got {scale}")
+        if not _positive_as_float32(scale):
+            raise BadDataError(f"{where}: {code.name} needs a positive scale (as a float32, the NDK's type), "
+                               f"got {scale}")
         if not low <= zero_point <= high:
             raise BadDataError(f"{where}: {code.name} zero_point must be in [{low}, {high}], got {zero_point}")
     elif code == T.TENSOR_INT32:
@@ -333,9 +350,10 @@ def validate_channel_quant(op_type: OperandType, params: SymmPerChannelQuantPara
         )
     scales = params.scales
     if len(scales) > 16:  # a filter of a thousand channels: one vectorized test, not a Python loop
-        array = np.asarray(scales, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            array = np.asarray(scales, dtype=np.float64).astype(np.float32)
         valid = bool(np.all((array > 0) & (array < np.inf)))  # NaN fails both
     else:
-        valid = all(math.isfinite(s) and s > 0 for s in scales)
+        valid = all(_positive_as_float32(s) for s in scales)
     if not valid:
-        raise BadDataError(f"{where}: per-channel scales must be positive")
+        raise BadDataError(f"{where}: per-channel scales must be positive and finite as float32 (the NDK's type)")
