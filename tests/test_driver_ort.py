@@ -4,6 +4,7 @@ reference, partitioning around what it declines, caching, execution edge cases."
 from __future__ import annotations
 
 import functools
+import json
 import os
 import tempfile
 import time
@@ -86,6 +87,17 @@ def test_capabilities_are_measured_and_cached(calibration_file):
     again = OrtDevice().get_capabilities()
     assert time.perf_counter() - start < 0.5
     assert again.performance_for(T.TENSOR_FLOAT32) == capabilities.performance_for(T.TENSOR_FLOAT32)
+
+
+def test_a_calibration_file_nested_past_the_json_parser_is_measured_again(calibration_file):
+    """A calibration file is another process's output: JSON nested past the parser's depth
+    (a RecursionError, not a ValueError) is no figures, never a traceback from get_devices."""
+    path = calibration.cache_path()
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    capabilities = OrtDevice().get_capabilities()
+    assert 0 < capabilities.performance_for(T.TENSOR_FLOAT32).exec_time < 1.0
+    stored = json.loads(path.read_text())  # measured again and stored over it
+    assert isinstance(stored, dict) and any("float32" in ratios for ratios in stored.values())
 
 
 @pytest.mark.parametrize("codes", [(T.TENSOR_FLOAT32, T.TENSOR_FLOAT32), (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM),

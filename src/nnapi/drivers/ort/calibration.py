@@ -110,7 +110,7 @@ def _load(device: OrtDevice) -> dict[str, float] | None:
         if set(ratios) == {*FAMILIES, *CONTROL_FLOW, STEP_COST} and all(
                 isinstance(v, float) and 0 < v < math.inf for v in ratios.values()):
             return ratios
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # JSON nested past the parser's depth
         pass
     return None
 
@@ -122,7 +122,7 @@ def _store(device: OrtDevice, ratios: dict[str, float]) -> None:
             stored = json.loads(path.read_text())
             if not isinstance(stored, dict):
                 stored = {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             stored = {}
         stored[_key(device)] = ratios
         path.parent.mkdir(parents=True, exist_ok=True)
