@@ -450,7 +450,7 @@ class Service:
         priority = Priority(get_int(args.get("prio", 1), "priority", 0, 2))
         deadline = get_opt_int(args.get("deadline"), "deadline", 0)
         model_cache, data_cache = self._cache_fds(args, fds)
-        token = wire.get_bytes(args.get("token"), "token", allow_none=True)
+        token = wire.get_token(args.get("token"), "token", allow_none=True)
         if model_cache or data_cache or token is not None:
             prepared = device.prepare_model(model, preference, priority, deadline, model_cache=model_cache,
                                             data_cache=data_cache, token=token)
@@ -463,7 +463,7 @@ class Service:
     def _prepare_from_cache(self, args: dict, fds: list[int], session: _Session) -> int:
         device = self._device(args)
         model_cache, data_cache = self._cache_fds(args, fds)
-        token = wire.get_bytes(args.get("token"), "token")
+        token = wire.get_token(args.get("token"), "token")
         deadline = get_opt_int(args.get("deadline"), "deadline", 0)
         if not hasattr(device, "prepare_model_from_cache"):
             raise HalError(ErrorStatus.GENERAL_FAILURE, "compilation caching not supported")
@@ -589,9 +589,9 @@ class Service:
     def _release(self, args: dict, fds: list[int], session: _Session) -> None:
         tables = {"prepared": session.prepared, "burst": session.bursts, "buffer": session.buffers,
                   "execution": session.executions, "fenced": session.fenced}
-        kind = args.get("kind")
+        kind = wire.get_str(args.get("kind"), "release kind", 16)
         if kind not in tables:
-            raise WireError(f"unknown kind {kind!r}")
+            raise WireError(f"release kind: {kind!r} is not one of {', '.join(tables)}")
         handle = get_int(args.get("h"), "handle", 0)
         tables[kind].pop(handle, None)
         if kind not in ("buffer", "fenced"):

@@ -27,7 +27,7 @@ from typing import Any
 
 import msgpack
 
-from nnapi.codes import OperandCode
+from nnapi.codes import BYTE_SIZE_OF_CACHE_TOKEN, OperandCode
 from nnapi.hal.types import (
     Capabilities,
     DataLocation,
@@ -182,12 +182,31 @@ def pack(message: Any) -> bytes:
     return msgpack.packb(message, use_bin_type=True)
 
 
+def _unpack_failure(error: Exception) -> str:
+    """What is wrong with a payload msgpack refused, in the schema's words (msgpack's own
+    exceptions are several Python types whose names say nothing to the peer)."""
+    text = str(error)
+    if isinstance(error, msgpack.ExtraData):
+        return "extra bytes after the packed value"
+    if isinstance(error, msgpack.StackError):
+        return "nested too deep"
+    if isinstance(error, UnicodeDecodeError):
+        return "a string that is not valid UTF-8"
+    if isinstance(error, TypeError) and "unhashable" in text:
+        return "a map key that is a list or a map"
+    if "incomplete input" in text:
+        return "truncated (the packed value ends past the payload)"
+    if "exceeds max_" in text:
+        return "a length past the end of the payload"
+    return "not valid msgpack"
+
+
 def unpack(payload: bytes, kind: type = dict) -> Any:
     """Decode a payload into a map (or ``kind``); WireError for anything else."""
     try:
         message = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as error:  # msgpack raises several types for malformed input
-        raise WireError(f"malformed message: {type(error).__name__}: {error}") from None
+        raise WireError(f"malformed message: {_unpack_failure(error)}") from None
     if not isinstance(message, kind):
         raise WireError("a message must be a map" if kind is dict else f"expected a packed {kind.__name__}")
     return message
@@ -230,6 +249,14 @@ def get_bytes(value: Any, what: str, allow_none: bool = False) -> bytes | None:
     if not isinstance(value, bytes):
         raise WireError(f"{what}: expected bytes, got {type(value).__name__}")
     return value
+
+
+def get_token(value: Any, what: str, allow_none: bool = False) -> bytes | None:
+    """A compilation cache token: exactly BYTE_SIZE_OF_CACHE_TOKEN bytes."""
+    token = get_bytes(value, what, allow_none)
+    if token is not None and len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
+        raise WireError(f"{what}: must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
+    return token
 
 
 def get_list(value: Any, what: str, length: int | None = None, limit: int = 1 << 24) -> list:
