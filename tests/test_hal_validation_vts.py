@@ -139,6 +139,8 @@ MODEL_CASES = [
      ["main operand 1", "pool index"]),
     ("constant length mismatch", _set("main.operands.1.location", DataLocation(0, 0, 4)),
      ["main operand 1", "length 4"]),
+    ("constant of unspecified dimensions", _set("main.operands.1.dimensions", [0]),
+     ["main operand 1", "has unspecified dimensions"]),
     ("negative offset", _set("main.operands.1.location", DataLocation(0, -4, 8)), ["main operand 1"]),
     ("reference to a missing pool", _set("main.operands.1.lifetime", L.CONSTANT_REFERENCE),
      ["main operand 1", "pool 0 does not exist"]),

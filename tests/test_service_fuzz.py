@@ -100,3 +100,17 @@ def test_a_cache_token_of_the_wrong_length_is_malformed():
         assert (reply["ok"], reply["status"]) == (False, int(ErrorStatus.INVALID_ARGUMENT)), reply
         assert "token: must be 32 bytes" in reply["msg"]
     assert _ask(service, session, "prepare", {"dev": 0, "model": plain, "token": bytes(32)})["ok"] is True
+
+
+def test_a_constant_of_unspecified_dimensions_is_refused_before_the_driver():
+    """HAL validation let a constant with a dimension 0 (or no dimensions) through; the
+    reference driver then failed with 'ValueError: cannot reshape array of size 16 into
+    shape (0,)' as GENERAL_FAILURE. Android's rule: a constant's length is the size its
+    dimensions give, so its dimensions must be known."""
+    service, session = Service([ReferenceDevice()], "/nonexistent"), _Session()
+    for dims in ([0], [], [4, 0]):
+        plain = serialize.model_to_plain(build_hal_model(_add_model())[0])
+        plain["main"]["operands"][1]["dimensions"] = dims
+        reply = _ask(service, session, "prepare", {"dev": 0, "model": plain})
+        assert (reply["ok"], reply["status"]) == (False, int(ErrorStatus.INVALID_ARGUMENT)), reply
+        assert "operand 1: constant of" in reply["msg"] and "has unspecified dimensions" in reply["msg"], reply
