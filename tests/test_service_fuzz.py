@@ -8,6 +8,7 @@ the other tests are the bugs it found, one each."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +20,13 @@ import nnapi  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.codes import ResultCode  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.drivers.service import wire  # noqa: E402
+from nnapi.drivers.service.client import connect_devices  # noqa: E402
 from nnapi.drivers.service.server import Service, _Session  # noqa: E402
-from nnapi.hal import ErrorStatus, serialize  # noqa: E402
+from nnapi.hal import ErrorStatus, HalError, serialize  # noqa: E402
+from nnapi.runtime import manager  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 
@@ -114,3 +118,224 @@ def test_a_constant_of_unspecified_dimensions_is_refused_before_the_driver():
         reply = _ask(service, session, "prepare", {"dev": 0, "model": plain})
         assert (reply["ok"], reply["status"]) == (False, int(ErrorStatus.INVALID_ARGUMENT)), reply
         assert "operand 1: constant of" in reply["msg"] and "has unspecified dimensions" in reply["msg"], reply
+
+
+# --- the client's reading of replies (a man in the middle mutates one) ----------------------------
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory):
+    work = tmp_path_factory.mktemp("svcreply")
+    running = fuzz.ServiceProcess(str(work / "up.sock"))
+    yield running, str(work)
+    running.stop()
+
+
+@pytest.fixture
+def middle(upstream):
+    """A proxy to the service whose replies pass through ``edit(op, reply) -> reply | None``
+    (None: as the service sent it); yields (path, a setter for ``edit``)."""
+    running, work = upstream
+    edits = {}
+
+    def on_reply(request, reply):
+        edit = edits.get("edit")
+        if edit is None or not isinstance(request, dict):
+            return None
+        changed = edit(request.get("op"), wire.unpack(reply))
+        return None if changed is None else ("payload", wire.pack(changed))
+
+    path = os.path.join(work, f"mitm{len(os.listdir(work))}.sock")
+    proxy = fuzz.Proxy(path, running.path, on_reply=on_reply)
+    yield path, lambda edit: edits.__setitem__("edit", edit)
+    proxy.stop()
+
+
+def _remote_device(path: str):
+    hal = connect_devices(path)[0]
+    hal._link.timeout_s = 10.0
+    manager.register_device(hal)
+    return next(d for d in nnapi.get_devices() if d.name == hal.name)
+
+
+@pytest.fixture
+def registered():
+    names = []
+    yield names
+    for name in names:
+        manager.unregister_device(name)
+
+
+def _compute_add(device, x=None):
+    compilation = nnapi.Compilation(_add_model(), [device])
+    compilation.finish()
+    x = np.array([10, 20, 30, 40], np.float32) if x is None else x
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, x)
+    y = np.zeros(4, np.float32)
+    execution.set_output(0, y)
+    execution.set_measure_timing(True)
+    execution.compute()
+    return execution, y
+
+
+def _on_execute(change):
+    def edit(op, reply):
+        if op == "execute" and reply.get("ok"):
+            change(reply["r"])
+            return reply
+        return None
+    return edit
+
+
+@pytest.mark.parametrize(("change", "rule"), [
+    (lambda r: r[0].__setitem__(0, [[3], True]), "output 0: shape [3] does not match [4]"),
+    (lambda r: r[0].__setitem__(0, [[4, 1], True]), "output 0: shape [4, 1] does not match [4]"),
+    (lambda r: r[0].__setitem__(0, [[], True]), "output 0: shape [] does not match [4]"),
+    (lambda r: r[0].append(r[0][0]), "output shapes: 2 for 1 outputs"),
+    (lambda r: r[0].__setitem__(0, [[4], False]), "output 0: insufficient in a successful execution"),
+    (lambda r: r.__setitem__(1, [-1, 5]), "time on device: -1 out of range"),
+    (lambda r: r.__setitem__(1, ["1", 5]), "time on device: expected an integer"),
+    (lambda r: r[0].__setitem__(0, [[-4], True]), "output shape[0]: -4 out of range"),
+])
+def test_an_execution_result_that_disagrees_with_the_request_is_a_driver_failure(middle, registered, change, rule):
+    """Before, shapes that disagreed with the outputs were a success (the runtime then
+    reported dimensions [3] for a [4] output and copied back 12 of its 16 bytes, or []
+    and 4 bytes), and a malformed shape or timing was INVALID_ARGUMENT, so the caller
+    saw BAD_DATA, as if its own arguments were wrong."""
+    path, set_edit = middle
+    device = _remote_device(path)
+    registered.append(device.name)
+    execution, y = _compute_add(device)  # right, unmutated
+    np.testing.assert_array_equal(y, [10, 21, 32, 43])
+    set_edit(_on_execute(change))
+    with pytest.raises(nnapi.OpFailedError) as caught:
+        _compute_add(device)
+    assert caught.value.code == ResultCode.OP_FAILED
+    assert "sent a bad reply to execute" in str(caught.value) and rule in str(caught.value), str(caught.value)
+
+
+def test_a_failure_reply_without_a_failure_status(middle, registered):
+    """{"ok": False, "status": 0} raised HalError(NONE): a failure the runtime reported as
+    NO_ERROR; a status out of range or of another type was taken as GENERAL_FAILURE but
+    malformed shapes beside it were BAD_DATA."""
+    path, set_edit = middle
+    device = _remote_device(path)
+    registered.append(device.name)
+    for status, shapes, rule in ((0, [], "status: 0 out of range [1, 10000]"),
+                                 ("2", [], "status: expected an integer"),
+                                 (99, [], "status: 99 is no ErrorStatus"),
+                                 (3, [[[-1], False]], "output shape[0]: -1 out of range")):
+        def failure(op, reply, status=status, shapes=shapes):
+            if op != "execute":
+                return None
+            return {"v": reply["v"], "id": reply["id"], "ok": False, "status": status, "msg": "no", "shapes": shapes}
+
+        set_edit(failure)
+        with pytest.raises(nnapi.OpFailedError) as caught:
+            _compute_add(device)
+        assert rule in str(caught.value), str(caught.value)
+    # a well-formed failure is passed on with its status
+    set_edit(lambda op, reply: None if op != "execute" else {
+        "v": reply["v"], "id": reply["id"], "ok": False, "status": 7, "msg": "busy", "shapes": []})
+    with pytest.raises(nnapi.NnapiError) as caught:
+        _compute_add(device)
+    assert caught.value.code == ResultCode.RESOURCE_EXHAUSTED_TRANSIENT and "busy" in str(caught.value)
+
+
+@pytest.mark.parametrize(("change", "rule"), [
+    (lambda d: d.pop("name"), "device 0 name: expected a string"),
+    (lambda d: d.__setitem__("name", ""), "device 0 name: must not be empty"),
+    (lambda d: d.__setitem__("type", 99), "device 0 type: 99 is not a valid DeviceTypeCode"),
+    (lambda d: d.__setitem__("cache", [1]), "device 0 cache files: expected 2 counts"),
+    (lambda d: d.__setitem__("ext", [["x", [[1, "yes", 4]]]]), "device 0 extensions"),
+    (lambda d: d["caps"].__setitem__("rs", [float("nan"), 1.0]), "performance: must be numbers >= 0"),
+])
+def test_a_bad_hello_is_a_driver_failure_at_discovery(middle, change, rule):
+    """A device without a name raised KeyError out of connect_devices (so discovery listed
+    'KeyError: name'); a capability of the wrong type was INVALID_ARGUMENT; extensions were
+    taken unchecked and failed later in get_supported_extensions."""
+    path, set_edit = middle
+
+    def edit(op, reply):
+        if op == "hello":
+            change(reply["r"]["devices"][0])
+            return reply
+        return None
+
+    set_edit(edit)
+    with pytest.raises(HalError) as caught:
+        connect_devices(path)
+    assert caught.value.status == ErrorStatus.GENERAL_FAILURE
+    assert "sent a bad reply to hello" in str(caught.value) and rule in str(caught.value), str(caught.value)
+
+
+def test_other_bad_results_are_driver_failures(middle, registered):
+    """A 'supported' answer of the wrong type, a prepared model's number of the wrong type
+    and a fenced execution's info of the wrong shape were INVALID_ARGUMENT (BAD_DATA)."""
+    path, set_edit = middle
+    device = _remote_device(path)
+    registered.append(device.name)
+    hal_model = build_hal_model(_add_model())[0]
+    set_edit(lambda op, reply: dict(reply, r=["yes"]) if op == "supported" else None)
+    with pytest.raises(HalError) as caught:
+        device._hal.get_supported_operations(hal_model)
+    assert caught.value.status == ErrorStatus.GENERAL_FAILURE and "supported: expected a boolean" in str(caught.value)
+    set_edit(lambda op, reply: dict(reply, r=[None, None]) if op == "reasons" else None)
+    with pytest.raises(HalError) as caught:
+        device._hal.get_unsupported_reasons(hal_model)
+    assert caught.value.status == ErrorStatus.GENERAL_FAILURE and "2 answers for 1 operations" in str(caught.value)
+    set_edit(lambda op, reply: dict(reply, r=str(reply["r"])) if op == "prepare" else None)
+    with pytest.raises(nnapi.OpFailedError, match="handle: expected an integer"):
+        nnapi.Compilation(_add_model(), [device]).finish()
+
+
+def test_a_bound_execution_whose_first_result_is_missing(middle, registered):
+    """A reusable execution remembered its last result to skip decoding a repeat, starting
+    from None: a first reply without a result (None) matched it and the decoded None was
+    unpacked, 'TypeError: cannot unpack non-iterable NoneType object' as OP_FAILED."""
+    path, set_edit = middle
+    device = _remote_device(path)
+    registered.append(device.name)
+    compilation = nnapi.Compilation(_add_model(), [device])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_reusable(True)
+    execution.set_input(0, np.ones(4, np.float32))
+    y = np.zeros(4, np.float32)
+    execution.set_output(0, y)
+    set_edit(lambda op, reply: {k: v for k, v in reply.items() if k != "r"} if op == "run" else None)
+    with pytest.raises(nnapi.OpFailedError) as caught:
+        execution.compute()
+    assert "sent a bad reply to run: execution result: expected a list, got NoneType" in str(caught.value)
+    set_edit(lambda op, reply: None)
+    execution.compute()
+    np.testing.assert_array_equal(y, [1, 2, 3, 4])
+
+
+def test_results_of_an_omitted_output_and_a_dynamic_one_are_accepted(middle, registered):
+    """The checks of an execution's result leave alone what the request does not pin: an
+    omitted output (no buffer, but a shape) and the dimensions a model leaves open."""
+    path, _ = middle
+    device = _remote_device(path)
+    registered.append(device.name)
+    model = nnapi.Model()
+    a = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    b = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    fuse = model.add_operand(OperandType(T.INT32))
+    total = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0]))  # dimension left open
+    product = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(Op.ADD, [a, b, fuse], [total])
+    model.add_operation(Op.MUL, [a, b, fuse], [product])
+    model.identify_inputs_and_outputs([a, b], [total, product])
+    model.finish()
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, np.array([1, 2, 3, 4], np.float32))
+    execution.set_input(1, np.array([10, 20, 30, 40], np.float32))
+    y = np.zeros(4, np.float32)
+    execution.set_output(0, y)
+    execution.set_output(1, None)
+    execution.compute()
+    np.testing.assert_array_equal(y, [11, 22, 33, 44])
+    assert execution.get_output_operand_dimensions(0) == [4]

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nnapi.codes import DeviceTypeCode, FeatureLevelCode
 from nnapi.drivers.service import channel as fast
 from nnapi.drivers.service import wire
 from nnapi.hal import (
@@ -45,7 +44,7 @@ from nnapi.hal import (
 from nnapi.hal import types as hal_types
 from nnapi.hal.interfaces import wait_for_fences
 from nnapi.memory import memory_of, when_released
-from nnapi.operand import dtype_of
+from nnapi.operand import dtype_of, is_tensor
 
 #: Seconds a call without a deadline may wait for the service before it counts as hung
 #: (NNAPI_SERVICE_TIMEOUT overrides).
@@ -60,6 +59,12 @@ _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 def _dead(message: str) -> HalError:
     return HalError(ErrorStatus.DEAD_OBJECT, message)
+
+
+def _bad_reply(path: str, op: str, problem: str) -> HalError:
+    """A reply that breaks the schema or disagrees with its request: the driver failed
+    (GENERAL_FAILURE), never the caller's INVALID_ARGUMENT."""
+    return HalError(ErrorStatus.GENERAL_FAILURE, f"the driver service {path} sent a bad reply to {op}: {problem}")
 
 
 def _byte_view(pool: Any) -> memoryview:
@@ -137,11 +142,10 @@ class ServiceLink:
             self.dead = False
             self._fd_pools.clear()
             try:
-                info = self._call_locked("hello", {"v": wire.PROTOCOL_VERSION}, (), None)
+                devices = self._call_locked("hello", {"v": wire.PROTOCOL_VERSION}, (), None, wire.decode_hello)
             except HalError:
                 self._drop()
                 raise
-            devices = wire.get_list(wire.get_map(info, "hello").get("devices"), "devices")
             if self.devices_info and [d["name"] for d in devices] != [d["name"] for d in self.devices_info]:
                 self._drop()
                 raise _dead("the service came back with other devices")
@@ -195,16 +199,18 @@ class ServiceLink:
             self._last_attempt = now
             try:
                 self.connect()
-            except (OSError, HalError, wire.WireError, KeyError, TypeError):
+            except (OSError, HalError):
                 self._drop()
                 return False
             return True
 
     # --- calls -----------------------------------------------------------------------------
     def call(self, op: str, args: dict, fds: Sequence[int] = (), deadline_ns: int | None = None,
-             generation: int | None = None) -> Any:
-        """Send one request and wait for its reply. HalError with the driver's status, or
-        DEAD_OBJECT when the service is gone, hung, or restarted since ``generation``."""
+             generation: int | None = None, decode: Any = None) -> Any:
+        """Send one request and wait for its reply: its result, through ``decode`` when
+        given (which checks it: a WireError there is a bad reply, GENERAL_FAILURE).
+        HalError with the driver's status, or DEAD_OBJECT when the service is gone, hung,
+        or restarted since ``generation``."""
         with self._lock:
             if self.dead and not self.ensure():
                 raise _dead(f"the driver service {self.path} is not running")
@@ -212,9 +218,10 @@ class ServiceLink:
                 raise _dead(f"the driver service {self.path} restarted; prepare the model again")
             if self._garbage:
                 self._flush_garbage()
-            return self._call_locked(op, args, fds, deadline_ns)
+            return self._call_locked(op, args, fds, deadline_ns, decode)
 
-    def _call_locked(self, op: str, args: dict, fds: Sequence[int], deadline_ns: int | None) -> Any:
+    def _call_locked(self, op: str, args: dict, fds: Sequence[int], deadline_ns: int | None,
+                     decode: Any = None) -> Any:
         message_id = next(self._ids)
         assert self._sock is not None and self._reader is not None
         timeout = self.timeout_s
@@ -244,14 +251,28 @@ class ServiceLink:
         except wire.WireError as error:
             self._drop()
             raise _dead(f"the driver service {self.path} sent a bad reply: {error}") from None
-        if reply.get("ok"):
-            return reply.get("r")
+        ok = reply.get("ok")
+        if ok is True:
+            if decode is None:
+                return reply.get("r")
+            try:
+                return decode(reply.get("r"))
+            except wire.WireError as error:
+                raise _bad_reply(self.path, op, str(error)) from None
+        # A failure: the status the driver reported (never NONE, which is no failure) and,
+        # for OUTPUT_INSUFFICIENT_SIZE, the shapes it needs.
+        status = reply.get("status")
+        message = reply.get("msg")
         try:
-            status = ErrorStatus(reply.get("status"))
-        except ValueError:
-            status = ErrorStatus.GENERAL_FAILURE
-        shapes = wire.decode_shapes(reply.get("shapes", []))
-        raise HalError(status, str(reply.get("msg", "")), shapes)
+            if ok is not False:
+                raise wire.WireError(f"ok: expected a boolean, got {type(ok).__name__}")
+            status = ErrorStatus(wire.get_int(status, "status", 1, int(ErrorStatus.DEAD_OBJECT)))
+            shapes = wire.decode_shapes(reply.get("shapes", []))
+            message = wire.get_str(message, "msg", 1 << 16)
+        except (wire.WireError, ValueError) as error:
+            problem = str(error) if isinstance(error, wire.WireError) else f"status: {status!r} is no ErrorStatus"
+            raise _bad_reply(self.path, op, problem) from None
+        raise HalError(status, message, shapes)
 
     def _through_channel(self, channel: fast.Channel, payload: bytes, timeout: float) -> bytes:
         """One request and its reply through the shared-memory channel: the reply's bytes.
@@ -493,30 +514,128 @@ class _Staging:
 
 
 def _call_with_pools(link: ServiceLink, staging: _Staging, op: str, args: dict, deadline_ns: int | None = None,
-                     generation: int | None = None, extra_fds: Sequence[int] = ()) -> Any:
+                     generation: int | None = None, extra_fds: Sequence[int] = (), decode: Any = None) -> Any:
     """Register new pools (in the same round trip when there are none to map) and call."""
     with link._lock:
         if staging.new:
             link.call("map", staging.map_args(), staging.fds, None, generation)
         fds = list(extra_fds)
-        return link.call(op, args, fds, deadline_ns, generation)
+        return link.call(op, args, fds, deadline_ns, generation, decode)
+
+
+# --- what a reply may hold -------------------------------------------------------------------
+# Each decoder checks a reply's result (the service is another process: untrusted) and
+# raises WireError on anything else, which ServiceLink.call turns into GENERAL_FAILURE.
+def _handle(value: Any) -> int:
+    """A number the service gave an object it made (prepared model, burst, execution...)."""
+    return wire.get_int(value, "handle", 1)
+
+
+def _buffer_token(value: Any) -> int:
+    return wire.get_int(value, "buffer token", 1, (1 << 32) - 1)
+
+
+def _flags(count: int, value: Any) -> list[bool]:
+    flags = [wire.get_bool(v, "supported") for v in wire.get_list(value, "supported")]
+    if len(flags) != count:
+        raise wire.WireError(f"supported: {len(flags)} answers for {count} operations")
+    return flags
+
+
+def _reasons(count: int, value: Any) -> list[str | None]:
+    reasons = [None if r is None else wire.get_str(r, "reason") for r in wire.get_list(value, "reasons")]
+    if len(reasons) != count:
+        raise wire.WireError(f"reasons: {len(reasons)} answers for {count} operations")
+    return reasons
+
+
+def _fenced_info(value: Any) -> tuple:
+    status_v, launched_v, fenced_v = wire.get_list(value, "fenced info", 3)
+    try:
+        status = ErrorStatus(wire.get_int(status_v, "fenced status", 0, int(ErrorStatus.DEAD_OBJECT)))
+    except ValueError:
+        raise wire.WireError(f"fenced status: {status_v} is no ErrorStatus") from None
+    return status, wire.decode_timing(launched_v), wire.decode_timing(fenced_v)
+
+
+_NOTHING = object()
+
+
+class _Results:
+    """Checks an execution's result against its request: one shape per output, each
+    sufficient, of the rank and dimensions the request (or else the model) specifies,
+    and no larger than the output's buffer; a success that says otherwise would have the
+    runtime report shapes the outputs do not hold, or copy back bytes never written."""
+
+    def __init__(self, model, request) -> None:
+        main = model.main if model is not None else None
+        #: per output: (dimensions to match, 0 = any; None: nothing known), element
+        #: size (None: unknown), bytes of its buffer (None: omitted, or device memory,
+        #: which its device sizes)
+        self.rules: list[tuple[list[int] | None, int | None, int | None]] = []
+        for position, argument in enumerate(request.outputs):
+            dims: list[int] | None = list(argument.dimensions) or None
+            size = None
+            if main is not None and position < len(main.output_indexes):
+                operand = main.operands[main.output_indexes[position]]
+                if dims is None and (operand.dimensions or not (hal_types.is_extension_type(int(operand.type))
+                                                                or is_tensor(operand.type))):
+                    dims = list(operand.dimensions)
+                size = _element_size(model, position)
+            omitted = argument.has_no_value or _is_device_memory(request, argument)
+            length = None if omitted else int(argument.location.length)
+            self.rules.append((dims, size, length))
+        #: the last result as received and as checked: a bound request's repeat is not
+        #: decoded again
+        self._last: tuple[Any, Any] = (_NOTHING, None)
+
+    def __call__(self, value: Any) -> tuple[list, Any]:
+        raw, decoded = self._last
+        if raw is not _NOTHING and value == raw:
+            return decoded
+        decoded = self._check(value)
+        self._last = value, decoded
+        return decoded
+
+    def _check(self, value: Any) -> tuple[list, Any]:
+        shapes_v, timing_v = wire.get_list(value, "execution result", 2)
+        shapes = wire.decode_shapes(shapes_v)
+        if len(shapes) != len(self.rules):
+            raise wire.WireError(f"output shapes: {len(shapes)} for {len(self.rules)} outputs")
+        for position, (shape, (dims, size, length)) in enumerate(zip(shapes, self.rules, strict=True)):
+            got = list(shape.dimensions)
+            if not shape.is_sufficient:
+                raise wire.WireError(f"output {position}: insufficient in a successful execution")
+            if dims is not None and (len(got) != len(dims) or any(d and d != g for d, g in zip(dims, got,
+                                                                                               strict=True))):
+                raise wire.WireError(f"output {position}: shape {got} does not match {dims}")
+            if size is not None and length is not None and size * math.prod(got) > length:
+                raise wire.WireError(f"output {position}: shape {got} needs {size * math.prod(got)} bytes, "
+                                     f"its buffer has {length}")
+        return shapes, wire.decode_timing(timing_v)
+
+
+def _is_device_memory(request, argument) -> bool:
+    token = getattr(hal_types, "BufferToken", None)
+    pools = request.pools
+    index = argument.location.pool_index
+    return token is not None and 0 <= index < len(pools) and isinstance(pools[index], token)
 
 
 class RemoteDevice(IDevice):
     """A device of a driver service, as the runtime sees it."""
 
     def __init__(self, link: ServiceLink, index: int) -> None:
-        info = link.devices_info[index]
+        info = link.devices_info[index]  # checked by wire.decode_hello
         self._link = link
         self._index = index
-        self.name = f"{wire.get_str(info['name'], 'device name')}@{link.service_name}"
-        self.version_string = wire.get_str(info["version"], "version")
-        self.device_type = DeviceTypeCode(wire.get_int(info["type"], "device type"))
-        self.feature_level = FeatureLevelCode(wire.get_int(info["level"], "feature level"))
-        self._capabilities = wire.decode_capabilities(info["caps"])
-        cache = wire.get_ints(info.get("cache", [0, 0]), "cache files", 0, 32)
-        self._cache_files = (cache[0], cache[1]) if len(cache) == 2 else (0, 0)
-        self._extensions = info.get("ext", [])
+        self.name = f"{info['name']}@{link.service_name}"
+        self.version_string = info["version"]
+        self.device_type = info["type"]
+        self.feature_level = info["level"]
+        self._capabilities = info["caps"]
+        self._cache_files = info["cache"]
+        self._extensions = info["ext"]
 
     @property
     def is_dead(self) -> bool:
@@ -527,12 +646,7 @@ class RemoteDevice(IDevice):
         return self._capabilities
 
     def get_supported_extensions(self) -> list:
-        extension = getattr(hal_types, "Extension", None)
-        info = getattr(hal_types, "ExtensionOperandTypeInformation", None)
-        if extension is None or info is None:
-            return []
-        return [extension(name, [info(t, tensor, size) for t, tensor, size in types])
-                for name, types in self._extensions]
+        return list(self._extensions)
 
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:
         return self._cache_files
@@ -549,9 +663,10 @@ class RemoteDevice(IDevice):
             plain["operand_values"] = refs[-1]
         return {"dev": self._index, "model": plain}
 
-    def _model_call(self, op: str, model, extra: dict | None = None, deadline_ns: int | None = None,
+    def _model_call(self, op: str, model, decode, extra: dict | None = None, deadline_ns: int | None = None,
                     fds: Sequence[int] = (), keep_arena: bool = False):
         staging = _Staging(self._link)
+        kept = False
         try:
             with self._link._lock:
                 if not self._link.ensure():
@@ -560,32 +675,32 @@ class RemoteDevice(IDevice):
                 args = self._model_args(model, staging)
                 if extra:
                     args.update(extra)
-                result = _call_with_pools(self._link, staging, op, args, deadline_ns, generation, fds)
+                result = _call_with_pools(self._link, staging, op, args, deadline_ns, generation, fds, decode)
+                kept = keep_arena
                 return result, generation, staging
         finally:
-            if not keep_arena:
+            if not kept:
                 staging.done()
 
     def get_supported_operations(self, model) -> list[bool]:
         try:
-            result, _, _ = self._model_call("supported", model)
+            flags, _, _ = self._model_call("supported", model, functools.partial(
+                _flags, len(model.main.operations)))
         except HalError as error:
             if error.status == ErrorStatus.DEAD_OBJECT:
                 return [False] * len(model.main.operations)  # a dead device runs nothing: CPU fallback
             raise
-        flags = [wire.get_bool(v, "supported") for v in wire.get_list(result, "supported")]
-        if len(flags) != len(model.main.operations):
-            raise HalError(ErrorStatus.GENERAL_FAILURE, "the service answered for another number of operations")
         return flags
 
     def get_unsupported_reasons(self, model) -> list[str | None]:
         try:
-            result, _, _ = self._model_call("reasons", model)
+            reasons, _, _ = self._model_call("reasons", model, functools.partial(
+                _reasons, len(model.main.operations)))
         except HalError as error:
             if error.status == ErrorStatus.DEAD_OBJECT:
                 return [f"the driver service is dead: {error}"] * len(model.main.operations)
             raise
-        return [None if r is None else wire.get_str(r, "reason") for r in wire.get_list(result, "reasons")]
+        return reasons
 
     def prepare_model(self, model, preference=ExecutionPreference.FAST_SINGLE_ANSWER, priority=Priority.MEDIUM,
                       deadline_ns=None, model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
@@ -595,8 +710,9 @@ class RemoteDevice(IDevice):
                  "mc": list(range(len(model_cache))), "dc": list(range(len(model_cache), len(fds))),
                  "token": None if token is None else bytes(token)}
         # The staged model pools stay mapped in the service as long as the prepared model.
-        result, generation, staging = self._model_call("prepare", model, extra, deadline_ns, fds, keep_arena=True)
-        return RemotePreparedModel(self._link, wire.get_int(result, "prepared model", 1), generation, model, staging)
+        handle, generation, staging = self._model_call("prepare", model, _handle, extra, deadline_ns, fds,
+                                                       keep_arena=True)
+        return RemotePreparedModel(self._link, handle, generation, model, staging)
 
     def prepare_model_from_cache(self, model_cache: Sequence[int], data_cache: Sequence[int], token: bytes,
                                  deadline_ns: int | None = None) -> IPreparedModel:
@@ -605,9 +721,8 @@ class RemoteDevice(IDevice):
         handle = self._link.call("prepare_cache", {
             "dev": self._index, "mc": list(range(len(model_cache))),
             "dc": list(range(len(model_cache), len(fds))), "token": bytes(token), "deadline": deadline_ns},
-            fds, deadline_ns)
-        return RemotePreparedModel(self._link, wire.get_int(handle, "prepared model", 1), generation, None,
-                                   _Staging(self._link))
+            fds, deadline_ns, decode=_handle)
+        return RemotePreparedModel(self._link, handle, generation, None, _Staging(self._link))
 
     def allocate(self, desc, prepared_models, input_roles, output_roles):
         handles = []
@@ -620,8 +735,7 @@ class RemoteDevice(IDevice):
             "dev": self._index, "dims": [int(d) for d in desc.dimensions], "prepared": handles,
             "in": [[r.model_index, r.io_index, float(r.probability)] for r in input_roles],
             "out": [[r.model_index, r.io_index, float(r.probability)] for r in output_roles]},
-            generation=generation)
-        token = wire.get_int(token, "buffer token", 1, (1 << 32) - 1)
+            generation=generation, decode=_buffer_token)
         return RemoteBuffer(self._link, token, generation), token
 
     def wait(self) -> None:
@@ -658,11 +772,10 @@ class RemotePreparedModel(IPreparedModel):
                 refs = staging.refs(request.pools, copy_in=copy_in)
                 args = {key: handle, "r": wire.encode_request(refs, request),
                         "timing": bool(measure_timing), "deadline": deadline_ns, "loop": loop_timeout_ns}
-                result = _call_with_pools(self._link, staging, op, args, deadline_ns, self._generation)
-            shapes_v, timing_v = wire.get_list(result, "execution result", 2)
-            shapes = wire.decode_shapes(shapes_v)
+                shapes, timing = _call_with_pools(self._link, staging, op, args, deadline_ns, self._generation,
+                                                  decode=_Results(self._model, request))
             staging.copy_back(request, shapes, sizes)
-            return shapes, wire.decode_timing(timing_v)
+            return shapes, timing
         finally:
             staging.done()
 
@@ -711,9 +824,8 @@ class RemotePreparedModel(IPreparedModel):
                 args = {"h": self._handle, "r": wire.encode_request(refs, request), "timing": bool(measure_timing),
                         "deadline": deadline_ns, "loop": loop_timeout_ns, "after": timeout_after_fence_ns,
                         "w": list(range(len(wait_for))), "done": len(wait_for)}
-                result = _call_with_pools(link, staging, "execute_fenced", args, None, self._generation,
-                                          [*wait_for, done])
-            handle = wire.get_int(result, "fenced execution", 1)
+                handle = _call_with_pools(link, staging, "execute_fenced", args, None, self._generation,
+                                          [*wait_for, done], _handle)
             callback = _RemoteFencedCallback(link, handle, self._generation, os.dup(done))
         except BaseException:
             os.close(done)
@@ -723,9 +835,8 @@ class RemotePreparedModel(IPreparedModel):
         return done, callback
 
     def configure_burst(self) -> IBurst:
-        handle = wire.get_int(self._link.call("burst", {"h": self._handle}, generation=self._generation),
-                              "burst", 1)
-        return RemoteBurst(self, handle)
+        return RemoteBurst(self, self._link.call("burst", {"h": self._handle}, generation=self._generation,
+                                                 decode=_handle))
 
     def create_reusable_execution(self, request, measure_timing=False, loop_timeout_ns=None) -> IExecution:
         return RemoteExecution(self, "h", self._handle, request, measure_timing, loop_timeout_ns)
@@ -767,8 +878,8 @@ class RemoteExecution(IExecution):
                 refs = staging.refs(request.pools, copy_in=copy_in)
                 args = {key: handle, "r": wire.encode_request(refs, request),
                         "timing": bool(measure_timing), "loop": loop_timeout_ns}
-                result = _call_with_pools(link, staging, "bind", args, None, self._generation)
-            self._handle = wire.get_int(result, "execution", 1)
+                self._handle = _call_with_pools(link, staging, "bind", args, None, self._generation,
+                                                decode=_handle)
         except BaseException:
             staging.done()
             raise
@@ -779,8 +890,7 @@ class RemoteExecution(IExecution):
         self._copy_out = [(position, mine, arena, _element_size(model, position))
                           for position, mine, arena in copy_out]
         self._run_args = {"x": self._handle, "deadline": None}
-        #: the last result as received and as decoded: a repeat is not decoded again
-        self._last: tuple[Any, Any] = (None, None)
+        self._results = _Results(model, request)
         weakref.finalize(self, _release, link, "execution", self._handle, self._generation, staging)
 
     def execute(self, deadline_ns: int | None = None):
@@ -793,13 +903,7 @@ class RemoteExecution(IExecution):
                 link.staged_bytes += len(mine)
             args = self._run_args
             args["deadline"] = deadline_ns
-            result = link.call("run", args, (), deadline_ns, self._generation)
-        raw, decoded = self._last
-        if result != raw:
-            shapes_v, timing_v = wire.get_list(result, "execution result", 2)
-            decoded = wire.decode_shapes(shapes_v), wire.decode_timing(timing_v)
-            self._last = result, decoded
-        shapes, timing = decoded
+            shapes, timing = link.call("run", args, (), deadline_ns, self._generation, self._results)
         for position, mine, arena, size in self._copy_out:
             count = len(mine)
             if size is not None and position < len(shapes):
@@ -878,13 +982,10 @@ class _RemoteFencedCallback(IFencedExecutionCallback):
             except HalError:
                 return ErrorStatus.DEAD_OBJECT, hal_types.Timing(), hal_types.Timing()
             try:
-                status_v, launched_v, fenced_v = wire.get_list(self._link.call(
-                    "fenced_info", {"f": self._handle}, generation=self._generation), "fenced info", 3)
-                status = ErrorStatus(wire.get_int(status_v, "status"))
-                self._info = status, wire.decode_timing(launched_v), wire.decode_timing(fenced_v)
-            except (HalError, ValueError) as error:
-                status = error.status if isinstance(error, HalError) else ErrorStatus.GENERAL_FAILURE
-                return status, hal_types.Timing(), hal_types.Timing()
+                self._info = self._link.call("fenced_info", {"f": self._handle}, generation=self._generation,
+                                             decode=_fenced_info)
+            except HalError as error:
+                return error.status, hal_types.Timing(), hal_types.Timing()
         return self._info
 
 

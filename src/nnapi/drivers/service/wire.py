@@ -324,7 +324,7 @@ def encode_shapes(shapes: list[OutputShape]) -> list:
 
 def decode_shapes(value: Any) -> list[OutputShape]:
     return [OutputShape(get_ints(dims, "output shape", 0, (1 << 32) - 1), get_bool(ok, "sufficient"))
-            for dims, ok in (get_list(v, "output shape", 2) for v in get_list(value, "output shapes"))]
+            for dims, ok in (get_list(v, "output shape", 2) for v in get_list(value, "output shapes", limit=1 << 16))]
 
 
 def encode_timing(timing: Timing) -> list:
@@ -332,8 +332,9 @@ def encode_timing(timing: Timing) -> list:
 
 
 def decode_timing(value: Any) -> Timing:
+    """Nanoseconds, UINT64_MAX where not measured (the HAL's Timing)."""
     on_device, in_driver = get_list(value, "timing", 2)
-    return Timing(get_int(on_device, "time on device"), get_int(in_driver, "time in driver"))
+    return Timing(get_int(on_device, "time on device", 0), get_int(in_driver, "time in driver", 0))
 
 
 def encode_capabilities(c: Capabilities) -> dict:
@@ -350,7 +351,10 @@ def decode_capabilities(value: Any) -> Capabilities:
 
     def perf(v: Any) -> PerformanceInfo:
         exec_time, power = get_list(v, "performance", 2)
-        return PerformanceInfo(get_float(exec_time, "exec time"), get_float(power, "power usage"))
+        info = PerformanceInfo(get_float(exec_time, "exec time"), get_float(power, "power usage"))
+        if not (info.exec_time >= 0 and info.power_usage >= 0):  # NaN fails too
+            raise WireError(f"performance: must be numbers >= 0, got {info.exec_time}, {info.power_usage}")
+        return info
 
     operand_performance = {}
     for entry in get_list(fields.get("ops"), "operand performance"):
@@ -361,3 +365,34 @@ def decode_capabilities(value: Any) -> Capabilities:
         raise WireError(f"step cost: must be a finite number of seconds >= 0, got {step_cost}")
     return Capabilities(perf(fields.get("rs")), perf(fields.get("rt")), operand_performance,
                         perf(fields.get("if")), perf(fields.get("while")), step_cost)
+
+
+def decode_hello(value: Any) -> list[dict]:
+    """The service's answer to ``hello``: per device its name, version string, type,
+    feature level, capabilities, cache file counts and extensions, each checked."""
+    from nnapi.codes import DeviceTypeCode, FeatureLevelCode
+    from nnapi.hal import serialize
+
+    devices = []
+    for index, entry in enumerate(get_list(get_map(value, "hello").get("devices"), "devices", limit=256)):
+        where = f"device {index}"
+        info = get_map(entry, where)
+        cache = get_ints(info.get("cache", [0, 0]), f"{where} cache files", 0, 32)
+        if len(cache) != 2:
+            raise WireError(f"{where} cache files: expected 2 counts, got {len(cache)}")
+        try:
+            extensions = serialize.extensions_from_plain(info.get("ext", []))
+        except HalError as error:
+            raise WireError(f"{where} extensions: {error}") from None
+        name = get_str(info.get("name"), f"{where} name", 256)
+        if not name:
+            raise WireError(f"{where} name: must not be empty")
+        devices.append({"name": name,
+                        "version": get_str(info.get("version"), f"{where} version"),
+                        "type": _enum(DeviceTypeCode, info.get("type"), f"{where} type"),
+                        "level": _enum(FeatureLevelCode, info.get("level"), f"{where} feature level"),
+                        "caps": decode_capabilities(info.get("caps")),
+                        "cache": (cache[0], cache[1]), "ext": extensions})
+    if not devices:
+        raise WireError("devices: the service serves none")
+    return devices
