@@ -572,6 +572,8 @@ class Recording:
 
     def __init__(self) -> None:
         self.messages: list[tuple[bytes, list[int]]] = []
+        #: the recorded workload's objects: alive, so the replayed session's stay valid
+        self.keep: list = []
 
     def add(self, payload: bytes, fds: list[int]) -> None:
         self.messages.append((payload, [os.dup(fd) for fd in fds]))
@@ -627,6 +629,7 @@ def record_workload(service_path: str, work: str) -> Recording:
                 execution.set_output(0, np.zeros((1, 4), np.float32))
                 execution.compute()
                 execution.compute()
+                keep.append(execution)  # bound in the service: run names it
                 execution = nnapi.Execution(compilation)
                 execution.set_input(0, x)
                 execution.set_output(0, np.zeros((1, 4), np.float32))
@@ -683,7 +686,20 @@ def record_workload(service_path: str, work: str) -> Recording:
         os.close(fence)
         keep += [prepared, callback, pools]
         hal._link.call("wait", {"dev": 0})
-        del keep, execution, burst
+        # what the replay names stays alive (the recording keeps it); throwaway objects are
+        # released, so that the recording holds release and forget messages too
+        recording.keep = keep
+        del execution, burst
+        throwaway = nnapi.Compilation(_models()["quant8"][0], [device])
+        throwaway.finish()
+        execution = nnapi.Execution(throwaway)
+        execution.set_reusable(True)
+        for index, value in enumerate(_models()["quant8"][1]):
+            execution.set_input(index, value)
+        execution.set_output(0, np.zeros((1, 4), np.uint8))
+        execution.burst_compute(nnapi.Burst(throwaway))
+        execution.compute()
+        del throwaway, execution
         gc.collect()
         hal._link.call("wait", {"dev": 0})  # carries the releases of what was collected
     finally:
@@ -844,6 +860,30 @@ def classify_reply(reply: dict | None) -> tuple[str, bool]:
     return f"refused {name}", False
 
 
+#: the release kind of the object each operation names, and the argument naming it
+_NAMED = {"execute": ("prepared", "h"), "burst": ("prepared", "h"), "bind": ("prepared", "h"),
+          "execute_fenced": ("prepared", "h"), "burst_execute": ("burst", "b"), "run": ("execution", "x"),
+          "copy_to": ("buffer", "buf"), "copy_from": ("buffer", "buf"), "fenced_info": ("fenced", "f")}
+
+
+def _free_first(rng: random.Random, message: dict) -> tuple[str, dict] | None:
+    """The message that frees what ``message`` uses (its object, the pools of its
+    request, or every pool), or None."""
+    args = message.get("a", {})
+    named = _NAMED.get(message.get("op"))
+    choice = rng.randrange(3)
+    if choice == 0 and named is not None and isinstance(args.get(named[1]), int):
+        return "release", {"kind": named[0], "h": args[named[1]]}
+    request = _packed(args.get("r"))
+    if choice == 1 and request and isinstance(request[0], list):
+        pools = [ref[1] for ref in request[0] if isinstance(ref, list) and len(ref) == 4 and ref[0] == 0]
+        if pools:
+            return "forget", {"pools": pools}
+    if choice == 2 and message.get("op") not in ("hello", "map", "forget", "release"):
+        return "forget", {"pools": list(range(1, 64))}  # a bound execution's pools too
+    return None
+
+
 def _raw_frame_case(rng: random.Random, path: str, payload: bytes) -> str:
     """Garbage framing on a throwaway connection: the service may close it or wait for
     the rest; the outcome is noted, the service's health is checked by the caller."""
@@ -916,8 +956,15 @@ def fuzz_to_service(cases: int, seed: int, work: str, verbose: bool = False, dri
             message = dict(message, id=connection.next_id)
             connection.next_id += 1
             mutated = message
-            for _ in range(rng.choice([1, 1, 1, 2, 3])):
-                mutated = mutate_tree(rng, mutated, notes)
+            freed = _free_first(rng, message)
+            if freed is not None and rng.random() < 0.1:
+                # use after free: the object the message names is released first (or its
+                # pools forgotten), and the message is sent as it was
+                connection.ask(wire.pack({"v": wire.PROTOCOL_VERSION, "id": 1, "op": freed[0], "a": freed[1]}))
+                notes.append(f"after {freed[0]} {freed[1]}")
+            else:
+                for _ in range(rng.choice([1, 1, 1, 2, 3])):
+                    mutated = mutate_tree(rng, mutated, notes)
             what = f"case {case}: {message.get('op')} {'; '.join(notes)}"
             try:
                 payload = wire.pack(mutated)
