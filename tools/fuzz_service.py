@@ -224,9 +224,13 @@ def _close(expected, got) -> bool:
 # --- a proxy between a client and the service ----------------------------------------------------
 class Proxy:
     """Listens on ``path`` and forwards every connection to ``upstream``, frame by frame.
-    ``on_request(payload, fds)`` sees each request; ``on_reply(connection, request, reply)``
-    may return what to send back instead (see ``ReplyAction``). The ``channel`` message is
-    answered here, and requests through the channel go upstream by socket."""
+    ``on_request(payload, fds)`` sees each request; ``on_reply(request, reply)`` (the
+    decoded request, the reply's payload) may return what to do instead of passing the
+    reply on: ("payload", bytes) to send, ("close", None), ("silence", seconds) then
+    close, ("raw", bytes) for the socket as they are, ("truncated", bytes) then close, or
+    ("channel-raw", (sequence delta, length word, bytes)) for a request that came through
+    the channel. The ``channel`` message is answered here (the channel ends at the proxy),
+    and requests through the channel go upstream by socket."""
 
     def __init__(self, path: str, upstream: str, on_request=None, on_reply=None) -> None:
         self.path, self.upstream = path, upstream
@@ -235,8 +239,7 @@ class Proxy:
         self.listener.bind(path)
         self.listener.listen(16)
         self.stopping = False
-        self.threads: list[threading.Thread] = []
-        self.connections: list[socket.socket] = []
+        self.connections: set[socket.socket] = set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -245,10 +248,8 @@ class Proxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            self.connections.append(client)
-            thread = threading.Thread(target=self._serve, args=(client,), daemon=True)
-            thread.start()
-            self.threads.append(thread)
+            self.connections.add(client)
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def stop(self) -> None:
         self.stopping = True
@@ -257,7 +258,7 @@ class Proxy:
         except OSError:
             pass
         self.listener.close()
-        for connection in self.connections:
+        for connection in list(self.connections):
             try:
                 connection.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -330,6 +331,7 @@ class Proxy:
                 state["channel"].close()
             up.close()
             client.close()
+            self.connections.discard(client)
 
     def _exchange(self, client, up, up_reader, payload: bytes, fds: list[int], through) -> bool:
         wire = _wire()
