@@ -363,3 +363,20 @@ def test_results_of_an_omitted_output_and_a_dynamic_one_are_accepted(middle, reg
     execution.compute()
     np.testing.assert_array_equal(y, [11, 22, 33, 44])
     assert execution.get_output_operand_dimensions(0) == [4]
+
+
+def test_discovery_through_the_environment_names_a_bad_hello(middle):
+    """``nnapi devices`` with NNAPI_REMOTE_DEVICES naming a service whose hello lacks a
+    device's name listed the load failure as "KeyError: 'name'"."""
+    import subprocess
+    import sys
+
+    path, set_edit = middle
+    set_edit(lambda op, reply: (reply["r"]["devices"][0].pop("name"), reply)[1] if op == "hello" else None)
+    env = dict(os.environ, NNAPI_REMOTE_DEVICES=path)
+    result = subprocess.run([sys.executable, "-m", "nnapi", "devices"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"FAILED to load {path} (NNAPI_REMOTE_DEVICES)" in result.stdout
+    assert "sent a bad reply to hello: device 0 name: expected a string" in result.stdout, result.stdout
+    assert "KeyError" not in result.stdout
