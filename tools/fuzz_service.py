@@ -595,6 +595,11 @@ def record_workload(service_path: str, work: str) -> Recording:
     saved = os.environ.get("NNAPI_SERVICE_CHANNEL")
     os.environ["NNAPI_SERVICE_CHANNEL"] = "0"
     registered = []
+    # Objects in reference cycles are released when the collector runs: only at the end,
+    # so that the same seed records the same messages
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
     try:
         hal_devices = connect_devices(proxy.path)
         for hal in hal_devices:
@@ -705,6 +710,8 @@ def record_workload(service_path: str, work: str) -> Recording:
         gc.collect()
         hal._link.call("wait", {"dev": 0})  # carries the releases of what was collected
     finally:
+        if collecting:
+            gc.enable()
         for name in registered:
             manager.unregister_device(name)
         if saved is None:
