@@ -105,6 +105,21 @@ def test_undecodable_payloads_are_named_not_python_errors(payload, rule):
     assert not fuzz.INTERNAL.search(reply["msg"]), reply["msg"]
 
 
+def test_a_payload_that_decodes_into_too_many_values():
+    """A payload of 2 MiB of empty lists decoded into 3 million Python lists (about 200
+    MiB; 64 MiB of them, the frame limit, would have been gigabytes: the long fuzz run saw
+    the service's peak memory grow 1,189 MiB from one 'map' message)."""
+    import msgpack
+
+    payload = msgpack.packb({"v": 3, "a": [[[]] * 1000] * 3000})
+    with pytest.raises(wire.WireError, match=f"malformed message: more than {wire.MAX_VALUES} values"):
+        wire.unpack(payload)
+    with pytest.raises(wire.WireError, match="a list or map of more than"):
+        wire.unpack(msgpack.packb([0] * (wire.MAX_VALUES + 1)), list)
+    model = [[{"type": 3, "dimensions": [1, 4], "scale": 0.0}] * 10_000]  # a large model's worth: decoded
+    assert wire.unpack(msgpack.packb(model), list) == model
+
+
 def test_release_of_a_kind_that_is_not_a_string():
     """A list as ``kind`` was looked up in a dict: GENERAL_FAILURE 'TypeError: unhashable type'."""
     service, session = Service([ReferenceDevice()], "/nonexistent"), _Session()

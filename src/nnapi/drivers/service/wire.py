@@ -52,6 +52,12 @@ HEADER = struct.Struct("<4sII")
 MAX_PAYLOAD = 64 << 20
 #: Most descriptors in one frame (the kernel's SCM_MAX_FD).
 MAX_FDS = 253
+#: Most values (list entries, map keys and values) one payload may decode into: a byte
+#: of msgpack can become a 56-byte empty list, so a frame of MAX_PAYLOAD bytes could
+#: otherwise take gigabytes (a model of 10,000 operands is about 200,000 values).
+MAX_VALUES = 1 << 21
+#: Payloads up to this size are decoded without counting (they cannot grow past a few MiB).
+_COUNTED_FROM = 64 << 10
 _ANCILLARY_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
 _U64 = (1 << 64) - 1
 _I64 = 1 << 63
@@ -197,14 +203,45 @@ def _unpack_failure(error: Exception) -> str:
     if "incomplete input" in text:
         return "truncated (the packed value ends past the payload)"
     if "exceeds max_" in text:
-        return "a length past the end of the payload"
+        return f"a length past the end of the payload, or a list or map of more than {MAX_VALUES} entries"
+    if isinstance(error, _TooManyValues):
+        return f"more than {MAX_VALUES} values"
     return "not valid msgpack"
+
+
+class _TooManyValues(Exception):
+    pass
+
+
+def _unpack_counted(payload: bytes) -> Any:
+    """msgpack.unpackb with at most MAX_VALUES values in all: each list and map is counted
+    as it is made, and none may be longer than the whole budget."""
+    left = [MAX_VALUES]
+
+    def spend(count: int) -> None:
+        left[0] -= count + 1
+        if left[0] < 0:
+            raise _TooManyValues
+
+    def array(items: list) -> list:
+        spend(len(items))
+        return items
+
+    def mapping(pairs: list) -> dict:
+        spend(2 * len(pairs))
+        return dict(pairs)
+
+    return msgpack.unpackb(payload, raw=False, strict_map_key=False, list_hook=array, object_pairs_hook=mapping,
+                           max_array_len=MAX_VALUES, max_map_len=MAX_VALUES // 2)
 
 
 def unpack(payload: bytes, kind: type = dict) -> Any:
     """Decode a payload into a map (or ``kind``); WireError for anything else."""
     try:
-        message = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        if len(payload) < _COUNTED_FROM:
+            message = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        else:
+            message = _unpack_counted(payload)
     except Exception as error:  # msgpack raises several types for malformed input
         raise WireError(f"malformed message: {_unpack_failure(error)}") from None
     if not isinstance(message, kind):
