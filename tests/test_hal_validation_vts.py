@@ -141,6 +141,8 @@ MODEL_CASES = [
      ["main operand 1", "length 4"]),
     ("constant of unspecified dimensions", _set("main.operands.1.dimensions", [0]),
      ["main operand 1", "has unspecified dimensions"]),
+    ("size overflowing uint32", _set("main.operands.0.dimensions", [65536, 32768]),
+     ["main operand 0", "larger than 4 GiB (its size overflows uint32)"]),
     ("negative offset", _set("main.operands.1.location", DataLocation(0, -4, 8)), ["main operand 1"]),
     ("reference to a missing pool", _set("main.operands.1.lifetime", L.CONSTANT_REFERENCE),
      ["main operand 1", "pool 0 does not exist"]),

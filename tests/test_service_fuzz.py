@@ -159,6 +159,26 @@ def test_a_constant_of_unspecified_dimensions_is_refused_before_the_driver():
         assert "operand 1: constant of" in reply["msg"] and "has unspecified dimensions" in reply["msg"], reply
 
 
+def test_an_operand_of_thousands_of_dimensions_is_refused_quickly():
+    """The product of 3,690 dimensions of 40,000 became a number of 17,000 digits, which
+    the constant length check's message could not print: 'malformed model: ValueError:
+    Exceeds the limit (4300 digits) for integer string conversion' (2 million dimensions
+    of 2 would have taken minutes to multiply). Android's limit, a size within uint32, is
+    checked multiplying only until it is passed."""
+    import time
+
+    service, session = Service([ReferenceDevice()], "/nonexistent"), _Session()
+    for operand, dims in ((1, [40000] * 3690), (0, [2] * 1_000_000), (1, [65536, 65536])):
+        plain = serialize.model_to_plain(build_hal_model(_add_model())[0])
+        plain["main"]["operands"][operand]["dimensions"] = dims
+        start = time.monotonic()
+        reply = _ask(service, session, "prepare", {"dev": 0, "model": plain})
+        assert time.monotonic() - start < 10
+        assert (reply["ok"], reply["status"]) == (False, int(ErrorStatus.INVALID_ARGUMENT)), reply
+        assert f"operand {operand}: TENSOR_FLOAT32 of {len(dims)} dimensions" in reply["msg"], reply["msg"][:300]
+        assert "larger than 4 GiB (its size overflows uint32)" in reply["msg"]
+
+
 # --- the client's reading of replies (a man in the middle mutates one) ----------------------------
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
