@@ -1150,6 +1150,9 @@ class ReplyMutator:
         if isinstance(original, int) and not isinstance(original, bool) and isinstance(handle, int) \
                 and not isinstance(handle, bool) and handle != original and handle >= 1:
             self.other_handle = True
+        if op == "fenced_info" and isinstance(handle, list) and handle and type(handle[0]) is int \
+                and 0 < handle[0] and handle[0] in set(ErrorStatus):
+            self.status = handle[0]  # a well-formed status of the fenced execution: passed on
         try:
             return "payload", wire.pack(decoded)
         except (OverflowError, ValueError, TypeError):
