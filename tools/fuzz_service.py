@@ -1395,6 +1395,16 @@ def _run_client_case(path: str, scenario, work: str) -> tuple[str, str]:
             link._arenas.pop().close()
 
 
+def _descriptor_kinds() -> dict[str, int]:
+    kinds: collections.Counter[str] = collections.Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            kinds[os.readlink(f"/proc/self/fd/{fd}").split(":")[0].split("[")[0]] += 1
+        except OSError:
+            pass
+    return dict(kinds)
+
+
 def fuzz_to_client(cases: int, seed: int, work: str, verbose: bool = False, driver: str = "reference",
                    log=print) -> tuple[collections.Counter, list[str]]:
     """``cases`` scenarios each with one mutated reply; (count per outcome, bug reports)."""
@@ -1479,7 +1489,8 @@ def fuzz_to_client(cases: int, seed: int, work: str, verbose: bool = False, driv
                 now = len(os.listdir("/proc/self/fd"))
                 if now > descriptors + 100:
                     counts["descriptor leak"] += 1
-                    bugs.append(f"descriptor leak: {now - descriptors} more open after {what}")
+                    bugs.append(f"descriptor leak: {now - descriptors} more open after {what}: {_descriptor_kinds()}, "
+                                f"{threading.active_count()} threads")
                     descriptors = now
     finally:
         proxy.stop()
