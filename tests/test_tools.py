@@ -323,6 +323,39 @@ def test_fuzz_tells_an_ill_conditioned_graph_from_a_failure():
         assert "every operation passes alone: they differ only together" in outcome.message
 
 
+def _beside(first: dict, second: dict, name: str) -> dict:
+    """Two fuzz records as one graph of two independent branches."""
+    shift = len(first["main"]["operands"])
+    moved = [{"type": op["type"], "inputs": [i + shift for i in op["inputs"]],
+              "outputs": [i + shift for i in op["outputs"]]} for op in second["main"]["operations"]]
+    main = {"name": None, "operands": first["main"]["operands"] + copy.deepcopy(second["main"]["operands"]),
+            "operations": first["main"]["operations"] + moved,
+            "inputIndexes": first["main"]["inputIndexes"] + [i + shift for i in second["main"]["inputIndexes"]],
+            "outputIndexes": first["main"]["outputIndexes"] + [i + shift for i in second["main"]["outputIndexes"]]}
+    return {**first, "test": name, "main": main}
+
+
+def test_fuzz_judges_the_conditioning_of_the_outputs_that_differ_only():
+    """A fused bug in a float branch stays a failure beside a quantized branch the device
+    computes right: that branch's outputs move two steps when the reference's values move
+    by one (its input, then its copy), which says nothing of the float difference (found
+    triaging seed 5125 graph 371, whose float16 SIN was judged by a TRANSPOSE_CONV_2D's
+    uint8 output)."""
+    from nnapi.tools.fuzz import judge
+
+    floats = _chain(["RELU", "RELU"], "TENSOR_FLOAT32", [-1.0, 0.5, 2.0], "floats")
+    quantized = _chain(["RELU", "RELU"], "TENSOR_QUANT8_ASYMM", list(range(100, 140)), "quantized")
+    for operand in quantized["main"]["operands"]:
+        operand["scale"] = 0.5
+    record = _beside(floats, quantized, "relu_relu_beside_quantized")
+    with only_devices(RoundingDevice("fused-bug", [Op.RELU], together=True)):
+        devices = {d.name: d for d in nnapi.get_devices()}
+        outcome = judge(record, devices["fused-bug"], devices["nnapi-reference"], np.random.default_rng(0))
+    assert outcome.status == "failed", outcome.message
+    assert "op1_output0: 3/3 values differ" in outcome.message
+    assert "every operation passes alone: they differ only together" in outcome.message
+
+
 def test_fuzz_finds_no_failure_on_the_onnx_runtime_device(signatures):
     """Random chains of CTS signatures on nnapi-ort-cpu: every difference from the
     reference is ill-conditioned, never an operation or a fused lowering that fails

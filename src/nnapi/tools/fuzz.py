@@ -225,15 +225,16 @@ def alone(record: dict, position: int, values: dict[int, np.ndarray]) -> dict:
                      "inputIndexes": inputs, "outputIndexes": [remap[i] for i in operation["outputs"]]}}
 
 
-def _check(record: dict, devices: list[nnapi.Device]) -> list[str]:
-    """What differs when ``record`` runs on ``devices`` (the reference's outputs stored in it)."""
+def _check(record: dict, devices: list[nnapi.Device]) -> dict[int | None, str]:
+    """What differs when ``record`` runs on ``devices`` (the reference's outputs stored in
+    it), by output operand index; under None when the run itself failed."""
     main = record["main"]
     try:
         actual = _run(record, devices)
     except nnapi.NnapiError as error:
-        return [f"{devices[0].name}: {type(error).__name__}: {error}"]
-    return [problem for index, value in zip(main["outputIndexes"], actual)
-            if (problem := compare(record, main["operands"][index], value))]
+        return {None: f"{devices[0].name}: {type(error).__name__}: {error}"}
+    return {index: problem for index, value in zip(main["outputIndexes"], actual)
+            if (problem := compare(record, main["operands"][index], value))}
 
 
 def _moved(value: np.ndarray, operand_type: str, rng: np.random.Generator) -> np.ndarray:
@@ -251,11 +252,14 @@ def _moved(value: np.ndarray, operand_type: str, rng: np.random.Generator) -> np
     return value
 
 
-def _ill_conditioned(record: dict, reference: nnapi.Device, rng: np.random.Generator) -> str | None:
-    """How far the reference's own outputs move past the CTS tolerance when every value it
-    reads or writes moves by one step (a float's last place, a quantized step) — the
-    graph's inputs, then each operation's outputs: roundings a device may make
-    differently; None when they stay within it."""
+def _ill_conditioned(record: dict, reference: nnapi.Device, rng: np.random.Generator,
+                     differing: list[int]) -> str | None:
+    """How far the reference's own ``differing`` outputs (those the device got wrong)
+    move past the CTS tolerance when every value it reads or writes moves by one step (a
+    float's last place, a quantized step) — the graph's inputs, then each operation's
+    outputs: roundings a device may make differently; None when they stay within it.
+    Only those outputs count: another output moving (a quantized copy moves two steps)
+    says nothing of the difference."""
     main = record["main"]
     # boxes, anchors and regions keep their values: a moved box may break its ordering rules
     kept = {i for operation in main["operations"] if operation["type"] in FIXED_OPERATIONS
@@ -276,7 +280,7 @@ def _ill_conditioned(record: dict, reference: nnapi.Device, rng: np.random.Gener
                               for index, value in zip(operation["outputs"], outputs))
         except nnapi.NnapiError:  # a value moved out of an operation's domain: no verdict
             continue
-        problems = [problem for index in main["outputIndexes"]
+        problems = [problem for index in differing
                     if (problem := compare(record, main["operands"][index], values[index]))]
         if problems:
             return problems[0]
@@ -323,16 +327,16 @@ def judge(record: dict, device: nnapi.Device, reference: nnapi.Device, rng: np.r
     problems = _check(record, devices)
     if not problems:
         return FuzzOutcome(record["test"], names, "passed")
-    status, message, culprits = "failed", "; ".join(problems), []
-    if not problems[0].startswith(f"{device.name}: "):
+    status, message, culprits = "failed", "; ".join(problems.values()), []
+    if None not in problems:
         values = _intermediates(record, reference)
         for position, operation in enumerate(main["operations"]):
             single = alone(record, position, values)
             if alone_problems := _check(single, devices):
                 culprits.append(single)
-                message += f"; operation #{position} {operation['type']} alone: {alone_problems[0]}"
+                message += f"; operation #{position} {operation['type']} alone: {next(iter(alone_problems.values()))}"
         if not culprits:
-            if spread := _ill_conditioned(record, reference, rng):
+            if spread := _ill_conditioned(record, reference, rng, list(problems)):
                 status = "ill-conditioned"
                 message += (f"; every operation passes alone, and the reference itself moves past the "
                             f"tolerance when its values move by one step ({spread})")
