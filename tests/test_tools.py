@@ -323,6 +323,54 @@ def test_fuzz_tells_an_ill_conditioned_graph_from_a_failure():
         assert "every operation passes alone: they differ only together" in outcome.message
 
 
+class ConstantAddDevice(WrongDevice):
+    """Runs ADD only where its second operand is a constant, and gets it 0.25 wrong (a bug
+    of a lowering specialized on constants)."""
+
+    def _supports(self, model, subgraph, operation) -> bool:
+        second = subgraph.operands[operation.inputs[1]]
+        return (operation.type == Op.ADD and second.lifetime.name.startswith("CONSTANT")
+                and super()._supports(model, subgraph, operation))
+
+
+def test_fuzz_with_constants_reaches_a_lowering_of_constant_operands(tmp_path, signatures):
+    """The CTS signatures' data inputs are run-time ones: a bug only in an ADD by a constant
+    is out of reach until ``constants`` makes some of them constants; the operation that
+    fails alone is then written with its constant, and still fails when replayed."""
+    from nnapi.conformance import load_records, run_record
+
+    adds = {"ADD": [r for r in signatures["ADD"] if r["main"]["operands"][0]["type"] == "TENSOR_FLOAT32"]}
+    with only_devices(ConstantAddDevice("constant-add", [Op.ADD])):
+        plain = list(fuzz("constant-add", graphs=12, seed=2, signatures=adds))
+        assert [o.status for o in plain] == ["passed"] * 12
+        outcomes = list(fuzz("constant-add", graphs=12, seed=2, signatures=adds, constants=0.5, out_dir=tmp_path))
+        failed = [o for o in outcomes if o.status == "failed" and "alone" in o.message]
+        assert failed, [o.message for o in outcomes]
+        # the same graphs, some inputs constants: the graph of each number is the seed's own
+        assert [o.operations for o in outcomes] == [o.operations for o in plain]
+        (single,) = load_records(failed[0].path)
+        operands = single["main"]["operands"]
+        (add,) = single["main"]["operations"]
+        assert operands[add["inputs"][1]]["lifetime"] == "CONSTANT_COPY"
+        devices = {d.name: d for d in nnapi.get_devices()}
+        assert not run_record(single, devices["constant-add"]).passed
+        assert run_record(single, devices["nnapi-reference"]).passed
+
+
+def test_fuzz_alone_keeps_an_input_when_every_input_is_a_constant():
+    """An operation whose inputs all became constants is checked alone with its first data
+    input given at run time (a model needs an input)."""
+    from nnapi.tools.fuzz import alone
+
+    record = _chain(["RELU", "EXP"], "TENSOR_FLOAT32", [-1.0, 0.5, 2.0], "relu_exp")
+    record["main"]["operands"][0]["lifetime"] = "CONSTANT_COPY"
+    record["main"]["inputIndexes"] = []
+    single = alone(record, 0, {})
+    assert single["main"]["inputIndexes"] == [0]
+    assert single["main"]["operands"][0]["lifetime"] == "SUBGRAPH_INPUT"
+    assert single["main"]["operands"][0]["data"] == [-1.0, 0.5, 2.0]
+
+
 def _beside(first: dict, second: dict, name: str) -> dict:
     """Two fuzz records as one graph of two independent branches."""
     shift = len(first["main"]["operands"])
@@ -426,6 +474,10 @@ def test_cli_fuzz_exit_codes(capsys, wrong_conv_device):
     assert main(["fuzz", "--device", "nope"]) == 2
     assert "no device named 'nope'" in capsys.readouterr().err
     assert main(["fuzz", "--device", "nnapi-reference", "--graphs", "0"]) == 2
+    assert main(["fuzz", "--device", "nnapi-reference", "--constants", "1.5"]) == 2
+    assert "--constants must be between 0 and 1" in capsys.readouterr().err
+    assert main(["fuzz", "--device", "nnapi-reference", "--graphs", "5", "--constants", "0.5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["passed"] >= 4
 
 
 def test_cli_bad_model_files_give_one_line_errors(tmp_path, capsys):

@@ -18,6 +18,9 @@ def register(commands, common) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--max-operations", type=int, default=5, metavar="K",
                         help="operations per graph, at most (default 5)")
+    parser.add_argument("--constants", type=float, default=0.0, metavar="P",
+                        help="make about this share (0-1) of the graphs' run-time data inputs constants, to "
+                             "reach the lowerings a device specializes on constant operands (default 0)")
     parser.add_argument("--out", metavar="DIR", help="write each failing graph here as a replayable CTS vector")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=cmd_fuzz)
@@ -28,9 +31,12 @@ def cmd_fuzz(args) -> int:
 
     if args.graphs < 1 or args.max_operations < 1:
         raise CliError("--graphs and --max-operations must be at least 1")
+    if not 0.0 <= args.constants <= 1.0:
+        raise CliError("--constants must be between 0 and 1")
     device = find_device(args.device)
     outcomes = []
-    for outcome in progress(fuzz(device, args.graphs, args.seed, args.out, args.max_operations), args.graphs,
+    for outcome in progress(fuzz(device, args.graphs, args.seed, args.out, args.max_operations,
+                                 constants=args.constants), args.graphs,
                             f"fuzz {device.name}"):
         outcomes.append(outcome)
         if outcome.status in ("failed", "ill-conditioned") and not args.json:

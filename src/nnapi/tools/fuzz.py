@@ -9,7 +9,9 @@ on the device under test (beside the reference, which takes the operations the d
 refuses) and on ``nnapi-reference`` alone; the CTS criteria judge the difference. A
 failing graph is written as a CTS vector (the reference's outputs as expected values),
 so ``nnapi conformance FILE`` with the device loaded replays it (no ``--device``: as in
-the fuzz run, the operations the device refuses go to the reference).
+the fuzz run, the operations the device refuses go to the reference). With ``constants``
+some data inputs become constants of their random values (``with_constants``), which
+reaches the lowerings a device specializes on constant operands.
 
 A graph whose outputs differ is then explained. Each operation runs alone on the device,
 on the inputs the reference computed for it: one that fails there is the culprit, and its
@@ -156,6 +158,23 @@ def generate(signatures: dict[str, list[dict]], rng: np.random.Generator, max_op
             "minSupportedVersion": "V1_0"}
 
 
+def with_constants(record: dict, rng: np.random.Generator, share: float) -> dict:
+    """``record`` with about ``share`` of its run-time data inputs made constants of the same
+    values (one input stays): the lowerings a device specializes on a constant operand (a
+    quantized ADD / MUL by a constant, a PRELU's constant alpha, ...) are then tried, which
+    the CTS signatures, whose data inputs are mostly run-time ones, rarely reach."""
+    record = copy.deepcopy(record)
+    main = record["main"]
+    chosen = [i for i in main["inputIndexes"]
+              if main["operands"][i]["type"] in DATA_TYPES and rng.random() < share]
+    if len(chosen) == len(main["inputIndexes"]):
+        chosen = chosen[1:]
+    for index in chosen:
+        main["operands"][index]["lifetime"] = "CONSTANT_COPY"
+    main["inputIndexes"] = [i for i in main["inputIndexes"] if i not in chosen]
+    return record
+
+
 def _json_value(value: float | int | bool) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # the vector format's spelling of nan / inf
@@ -218,6 +237,12 @@ def alone(record: dict, position: int, values: dict[int, np.ndarray]) -> dict:
         remap[old] = len(operands)
         operands.append(operand)
     inputs = [i for i, operand in enumerate(operands) if operand["lifetime"] == "SUBGRAPH_INPUT"]
+    if not inputs:  # every input a constant (with_constants): a model needs one, its first data input
+        first = next((i for i, operand in enumerate(operands) if operand["type"] in DATA_TYPES
+                      and operand["lifetime"] == "CONSTANT_COPY"), None)
+        if first is not None:
+            operands[first] = {**operands[first], "lifetime": "SUBGRAPH_INPUT"}
+            inputs = [first]
     return {**record, "test": f"{record['test']}_op{position}",
             "main": {"name": None, "operands": operands,
                      "operations": [{"type": operation["type"], "inputs": [remap[i] for i in operation["inputs"]],
@@ -355,10 +380,13 @@ def judge(record: dict, device: nnapi.Device, reference: nnapi.Device, rng: np.r
 
 
 def fuzz(device: nnapi.Device | str, graphs: int = 100, seed: int = 0, out_dir: str | Path | None = None,
-         max_operations: int = 5, signatures: dict[str, list[dict]] | None = None) -> Iterator[FuzzOutcome]:
+         max_operations: int = 5, signatures: dict[str, list[dict]] | None = None,
+         constants: float = 0.0) -> Iterator[FuzzOutcome]:
     """Generate and check ``graphs`` random graphs on ``device``; yields one outcome per graph
     (see ``judge``) and writes each failing graph, and the operations that fail alone, to
-    ``out_dir`` as ``<name>.jsonl`` / ``<name>_op<K>.jsonl``."""
+    ``out_dir`` as ``<name>.jsonl`` / ``<name>_op<K>.jsonl``. ``constants``: the share of
+    run-time data inputs made constants (``with_constants``); the graphs are otherwise
+    the seed's own."""
     device, reference = device_and_reference(device, "fuzz")
     signatures = signatures if signatures is not None else load_signatures()
     if not signatures:
@@ -366,6 +394,8 @@ def fuzz(device: nnapi.Device | str, graphs: int = 100, seed: int = 0, out_dir: 
     rng = np.random.default_rng(seed)
     for number in range(graphs):
         record = generate(signatures, rng, max_operations, name=f"fuzz_seed{seed}_graph{number}")
+        if constants:
+            record = with_constants(record, np.random.default_rng([seed, number, 1]), constants)
         # the one-ulp moves draw from their own generator: the graphs a seed makes never
         # depend on how the device did
         yield judge(record, device, reference, np.random.default_rng([seed, number]), out_dir)
