@@ -197,6 +197,27 @@ def test_fuzz_signatures_cover_most_operations(signatures):
     assert all(len(record["main"]["operations"]) == 1 for records in signatures.values() for record in records)
 
 
+def test_fuzz_keeps_the_omitted_inputs_of_an_lstm_signature_omitted(signatures):
+    """The CTS LSTM vectors omit optional inputs as model inputs of no value, some of a
+    zero-sized shape: they are signatures (they were skipped as zero-sized), and their
+    graphs omit the same inputs (NO_VALUE), so the reference runs every one (an LSTM whose
+    omitted input weights were filled in beside an omitted zero-sized cell_to_input was
+    invalid)."""
+    from nnapi.tools.fuzz import generate, judge
+
+    assert len(signatures["LSTM"]) >= 20 and len(signatures["UNIDIRECTIONAL_SEQUENCE_LSTM"]) >= 8
+    lstms = {"LSTM": signatures["LSTM"], "UNIDIRECTIONAL_SEQUENCE_LSTM": signatures["UNIDIRECTIONAL_SEQUENCE_LSTM"]}
+    reference = next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+    rng = np.random.default_rng(1)
+    omitted = 0
+    for number in range(12):
+        record = generate(lstms, rng, 2, name=f"lstm{number}")
+        omitted += sum(o["lifetime"] == "NO_VALUE" for o in record["main"]["operands"])
+        outcome = judge(record, reference, reference, np.random.default_rng(number))
+        assert outcome.status == "passed", outcome.message
+    assert omitted > 0
+
+
 def test_fuzz_reference_against_itself_passes(signatures):
     outcomes = list(fuzz("nnapi-reference", graphs=30, seed=3, signatures=signatures))
     assert len(outcomes) == 30

@@ -72,10 +72,23 @@ def _signatures(files: tuple[Path, ...]) -> dict[str, list[dict]]:
             main = record["main"]
             if (record.get("expectFailure") or record.get("referenced") or record.get("isRelaxed")
                     or len(main["operations"]) != 1 or main["operations"][0]["type"] in RANDOM_OPERATIONS
-                    or any(0 in o["dimensions"] for o in main["operands"])):
+                    or any(0 in o["dimensions"] for i, o in enumerate(main["operands"])
+                           if i not in _omitted(main))):
                 continue
             signatures.setdefault(main["operations"][0]["type"], []).append(record)
     return signatures
+
+
+def _omitted(main: dict) -> set[int]:
+    """The optional inputs a single-operation CTS vector omits (model inputs of no value,
+    given as null at execution), where one has a zero in its shape (an LSTM's CIFG or
+    peephole weights): all of them, so that the graphs keep the vector's variant (an LSTM
+    whose input weights were filled in but not its zero-sized cell_to_input is invalid),
+    as NO_VALUE operands, their meaning. Elsewhere none: an omitted input of a full shape
+    takes random values like any other (the variant that has it; a bidirectional LSTM's)."""
+    empty = {i for i, operand in enumerate(main["operands"])
+             if operand["lifetime"] == "SUBGRAPH_INPUT" and not operand["data"]}
+    return empty if any(0 in main["operands"][i]["dimensions"] for i in empty) else set()
 
 
 def _key(operand: dict) -> tuple:
@@ -100,8 +113,9 @@ def _free_inputs(main: dict) -> set[int]:
     if operation["type"] in FIXED_OPERATIONS:
         return set()
     inputs = operation["inputs"][:1] if operation["type"] in BOX_OPERATIONS else operation["inputs"]
+    omitted = _omitted(main)
     return {i for i in inputs if main["operands"][i]["lifetime"] == "SUBGRAPH_INPUT"
-            and main["operands"][i]["type"] in DATA_TYPES}
+            and main["operands"][i]["type"] in DATA_TYPES and i not in omitted}
 
 
 def generate(signatures: dict[str, list[dict]], rng: np.random.Generator, max_operations: int = 5,
@@ -126,6 +140,7 @@ def generate(signatures: dict[str, list[dict]], rng: np.random.Generator, max_op
         record, links = choice  # type: ignore[misc]
         main = record["main"]
         free = _free_inputs(main)
+        omitted = _omitted(main)
         remap: dict[int, int] = {}
         for old, operand in enumerate(main["operands"]):
             if old in links and rng.random() < 0.9:
@@ -133,6 +148,8 @@ def generate(signatures: dict[str, list[dict]], rng: np.random.Generator, max_op
                 remap[old] = options[int(rng.integers(len(options)))]
                 continue
             fresh = copy.deepcopy(operand)
+            if old in omitted:
+                fresh.update(lifetime="NO_VALUE", data=None)
             if old in free:
                 fresh["data"] = _random_values(fresh, rng)
             if fresh["lifetime"] == "SUBGRAPH_OUTPUT":
