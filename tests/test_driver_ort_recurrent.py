@@ -625,3 +625,22 @@ def test_bidirectional_lstm_directions_unlike_equal_the_reference(ort_device, ba
     shapes = [[batch, steps, units + bw_units]]
     b.finish(Op.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, [b.output(shape) for shape in shapes])
     _assert_on_ort_as_the_reference(b, shapes, ort_device)
+
+
+def test_an_lstm_whose_output_is_a_graph_output_and_whose_state_feeds_another_lstm(ort_device):
+    """tests/data/fuzz/lstm_into_lstm.jsonl (``nnapi fuzz`` seed 1's LSTM signatures, graph
+    52): the first LSTM's output is a graph output while its state feeds the second. Its
+    output was an Identity into the graph output of a value other nodes read, which ORT's
+    EliminateIdentity (onnxruntime 1.32) turned into an invalid graph ("Node input 'mul_22'
+    is not a graph input, initializer, or output of a previous node"): preparing failed.
+    The node computing the value now writes the graph output, which its readers read."""
+    from pathlib import Path
+
+    from nnapi.conformance import load_records, run_record
+
+    (record,) = load_records(Path(__file__).parent / "data" / "fuzz" / "lstm_into_lstm.jsonl")
+    assert [o["type"] for o in record["main"]["operations"]] == ["LSTM", "LSTM", "ADD"]
+    devices = {d.name: d for d in nnapi.get_devices()}
+    outcome = run_record(record, devices["nnapi-ort-cpu"])
+    assert outcome.passed, outcome.message
+    assert run_record(record, devices["nnapi-reference"]).passed

@@ -130,18 +130,44 @@ def _composite(g: GraphBuilder, root: Operation, op_type: str, source: int, para
 
 def _drop_output_identities(g: GraphBuilder) -> None:
     """Let the node producing a graph output write it directly (no Identity copy) where the
-    value is produced by a node and read by nothing else."""
-    producers = {output: node for node in g.nodes for output in node.output}
-    reads = read_counts(g.nodes)
-    for node in list(g.nodes):
-        if node.op_type != "Identity" or not node.output[0].startswith("out_"):
-            continue
-        source = node.input[0]
-        producer = producers.get(source)
-        if producer is None or reads.get(source, 0) != 1 or source.startswith("out_"):
-            continue
-        producer.output[list(producer.output).index(source)] = node.output[0]
-        g.nodes.remove(node)
+    value is produced by a node, its other readers then reading the output. Not only a
+    saved copy: ORT's EliminateIdentity (onnxruntime 1.32, basic level) made an invalid
+    graph of an Identity into a graph output whose value other nodes also read (an LSTM
+    whose output is a graph output and whose state feeds a second LSTM: "Node input
+    'mul_22' is not a graph input, initializer, or output of a previous node"; found by
+    ``nnapi fuzz`` once LSTM signatures were in it). A value a control-flow body reads by
+    its outer name keeps its name."""
+    captured = _body_reads(g.nodes)
+    renamed = True
+    while renamed:  # again after a rename: an Identity of an Identity now writes an output
+        renamed = False
+        producers = {output: node for node in g.nodes for output in node.output}
+        for node in list(g.nodes):
+            if node.op_type != "Identity" or not node.output[0].startswith("out_"):
+                continue
+            source, output = node.input[0], node.output[0]
+            producer = producers.get(source)
+            if producer is None or source.startswith("out_") or source in captured:
+                continue
+            producer.output[list(producer.output).index(source)] = output
+            g.nodes.remove(node)
+            for reader in g.nodes:
+                reader.input[:] = [output if name == source else name for name in reader.input]
+            producers[output] = producer
+            renamed = True
+
+
+def _body_reads(nodes) -> set[str]:
+    """The value names read inside the subgraph attributes (If / Loop bodies) of ``nodes``,
+    at any depth: outer values a body captures by name."""
+    names: set[str] = set()
+    for node in nodes:
+        for attribute in node.attribute:
+            bodies = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+            for body in bodies:
+                names.update(name for inner in body.node for name in inner.input)
+                names |= _body_reads(body.node)
+    return names
 
 
 def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
