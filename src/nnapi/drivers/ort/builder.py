@@ -144,7 +144,7 @@ def probe_outputs(graph: onnx.GraphProto, feeds: dict[str, np.ndarray] | None = 
         model = onnx_model(graph, any(node.domain == MS_DOMAIN for node in graph.node))
         session = onnxruntime.InferenceSession(model.SerializeToString(), session_options(threads=1),
                                                providers=["CPUExecutionProvider"],
-                                               disabled_optimizers=disabled_optimizers())
+                                               disabled_optimizers=disabled_optimizers(graph))
         return [] if feeds is None else list(session.run(None, feeds))
     except Exception:  # noqa: BLE001 - any refusal or failure: the form cannot be trusted here
         return None

@@ -22,6 +22,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 
+import onnx
 import onnxruntime as ort
 
 from nnapi import vlog
@@ -164,7 +165,7 @@ class OrtDevice(IDevice):
             except OSError as error:
                 vlog.driver.info("%s: not cached (no temporary file for the optimized model: %s)", self.name, error)
         try:
-            session = self._session(onnx_model.SerializeToString(), options)
+            session = self._session(onnx_model.SerializeToString(), options, onnx_model.graph)
             if optimized_path is not None:
                 try:
                     with open(optimized_path, "rb") as handle:
@@ -229,10 +230,13 @@ class OrtDevice(IDevice):
         signature = _decoded(lambda: Signature.from_json(header["signature"]))
         return OrtPreparedModel(self._session(payload, _cached_session_options()), signature)
 
-    def _session(self, model_bytes: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
+    def _session(self, model_bytes: bytes, options: ort.SessionOptions,
+                 graph: onnx.GraphProto | None = None) -> ort.InferenceSession:
+        """A session of ``model_bytes`` (``graph``: its graph, which decides the optimizers
+        disabled; None for a cached graph, already optimized and loaded as it is)."""
         try:
             session = ort.InferenceSession(model_bytes, options, providers=[self.provider],
-                                           disabled_optimizers=disabled_optimizers())
+                                           disabled_optimizers=disabled_optimizers(graph))
         except Exception as error:  # ORT's own exception types carry no status
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name}: onnxruntime refused the model: "
                                                         f"{error}") from None

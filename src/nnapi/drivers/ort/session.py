@@ -10,6 +10,7 @@ import functools
 import os
 import platform
 
+import onnx
 import onnxruntime as ort
 
 from nnapi.drivers.ort.versions import onnxruntime_at_least
@@ -82,14 +83,27 @@ GATHER_SLICE_FUSION_VERSION = (1, 22)
 #: tools/import_vs_litert.py, SQUARED_DIFFERENCE > QUANTIZE > LOGISTIC)
 DOUBLE_QDQ_REMOVER = "DoubleQDQPairsRemover"
 
+#: ORT's optimizer that drops a DequantizeLinear > QuantizeLinear pair of one quantization:
+#: where an If / Loop body reads that QuantizeLinear's value by its outer name, onnxruntime
+#: 1.32 aborts the whole process in it (a std::vector index assertion; an int8
+#: RESIZE_BILINEAR into a TRANSPOSE of a run-time permutation, whose lowering picks the
+#: permutation in nested Ifs: tools/import_vs_litert.py seed 520 case 308). Disabled only
+#: in graphs with such bodies, where the pair it would drop costs a pass over a value.
+QDQ_FINAL_CLEANUP = "QDQFinalCleanupTransformer"
 
-def disabled_optimizers() -> list[str]:
-    """ORT's graph optimizers a session must not run here: DoubleQDQPairsRemover, which
-    changes the values of a requantization (``DOUBLE_QDQ_REMOVER``); before 1.22,
-    GatherSliceToSplitFusion too: fusing Gathers / Slices of one tensor into a Split twice
-    in a graph gives both nodes the same name and ORT then refuses its own optimized model
-    ("two nodes with same node name (/GatherSliceToSplitFusion/)": the NMS lowering's Loop
-    bodies on 1.19-1.21)."""
-    if onnxruntime_at_least(GATHER_SLICE_FUSION_VERSION):
-        return [DOUBLE_QDQ_REMOVER]
-    return [DOUBLE_QDQ_REMOVER, "GatherSliceToSplitFusion"]
+
+def disabled_optimizers(graph: onnx.GraphProto | None = None) -> list[str]:
+    """ORT's graph optimizers a session of ``graph`` must not run here: DoubleQDQPairsRemover,
+    which changes the values of a requantization (``DOUBLE_QDQ_REMOVER``); in a graph with
+    If / Loop / Scan bodies, QDQFinalCleanupTransformer, which can abort the process there
+    (``QDQ_FINAL_CLEANUP``); before 1.22, GatherSliceToSplitFusion too: fusing Gathers /
+    Slices of one tensor into a Split twice in a graph gives both nodes the same name and
+    ORT then refuses its own optimized model ("two nodes with same node name
+    (/GatherSliceToSplitFusion/)": the NMS lowering's Loop bodies on 1.19-1.21)."""
+    disabled = [DOUBLE_QDQ_REMOVER]
+    if graph is not None and any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                 for node in graph.node for attribute in node.attribute):
+        disabled.append(QDQ_FINAL_CLEANUP)
+    if not onnxruntime_at_least(GATHER_SLICE_FUSION_VERSION):
+        disabled.append("GatherSliceToSplitFusion")
+    return disabled
