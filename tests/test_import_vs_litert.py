@@ -80,3 +80,48 @@ def test_vs_reference_holds_a_device_to_the_reference_exactly() -> None:
         assert tool._against_reference(case, None, "refused", "why", reference) == ("declined", "why")
         checked += 1
     assert checked >= 3
+
+
+_CRASHING = '''
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.environ["TOOLS_DIR"])
+import import_vs_litert as tool  # noqa: E402
+
+_real = tool.make_case
+
+
+def make_case(seed, number, only):
+    if number == 2:  # a segfault while generating case 2 (as LiteRT's on some empty tensors)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return _real(seed, number, only)
+
+
+tool.make_case = make_case  # in the spawned worker too, which imports this module again
+if __name__ == "__main__":
+    sys.argv = ["import_vs_litert.py", "--count", "4", "--seed", "11", "--device", "nnapi-reference"]
+    sys.exit(tool.main())
+'''
+
+
+def test_a_crash_is_blamed_on_the_case_and_stage_it_happened_in(tmp_path) -> None:
+    """A worker that dies while generating case 2 is reported as case 2 crashing in
+    generate, and case 1 is counted: the messages were sent through a Queue, whose feeder
+    thread had not yet written the last ones when the worker died, so such a crash was
+    blamed on case 1's last stage ("case 1: CRASH (exit -11) in nnapi-reference", case 1
+    lost; seen as LiteRT segfaults reported "in nnapi-ort-cpu", seeds 503 and 512)."""
+    import os
+
+    script = tmp_path / "crashing.py"
+    script.write_text(_CRASHING)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TOOLS_DIR": str(TOOLS)})
+    crashes = [line for line in run.stdout.splitlines() if "CRASH" in line and line.startswith("case")]
+    assert crashes == ["case 2: CRASH (exit -11) in generate"], run.stdout[-3000:]
+    summary = next(line for line in run.stdout.splitlines() if line.startswith("4 cases (seed 11)"))
+    assert "1 crashes" in summary
+    valid = int(summary.split(": ")[1].split(" valid")[0])
+    skipped = sum(int(part.split()[0]) for part in summary.split(", ")[1:5])
+    assert valid + skipped == 3, summary  # cases 0, 1 and 3 all counted

@@ -1171,9 +1171,9 @@ def _worker(seed: int, numbers: list[int], only: list[str], devices: list[str], 
     global STEPS, CHAINS, VS_REFERENCE
     STEPS, CHAINS, VS_REFERENCE = steps, chains, vs_reference
     for number in numbers:
-        out.put(("begin", number, "generate"))
-        out.put(("done", number, run_case(seed, number, only, devices, out.put)))
-    out.put(("finished", None, None))
+        out.send(("begin", number, "generate"))
+        out.send(("done", number, run_case(seed, number, only, devices, out.send)))
+    out.send(("finished", None, None))
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -1233,15 +1233,21 @@ def main() -> int:
     pending = list(numbers)
     start = time.time()
     while pending:
-        q = ctx.Queue()
-        proc = ctx.Process(target=_worker, args=(args.seed, pending, args.ops, devices, q, args.steps,
+        # a pipe, not a Queue: a Queue's feeder thread sends later, and a crash lost the last
+        # messages (a LiteRT segfault while generating the next case was blamed on the
+        # previous case's last stage, "in nnapi-ort-cpu"); each send here is written at once
+        reader, writer = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker, args=(args.seed, pending, args.ops, devices, writer, args.steps,
                                                  not args.single, args.vs_reference), daemon=True)
         proc.start()
+        writer.close()  # the worker's end only: reading then sees the end when it dies
         current, stage, last = None, "", time.time()
         while True:
             try:
-                kind, number, payload = q.get(timeout=1)
-            except queue.Empty:
+                if not reader.poll(1):
+                    raise queue.Empty
+                kind, number, payload = reader.recv()
+            except (queue.Empty, EOFError):
                 if not proc.is_alive() or time.time() - last > CASE_TIMEOUT_S:
                     what = "CRASH" if not proc.is_alive() else "HANG"
                     proc.kill()
