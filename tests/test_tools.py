@@ -425,6 +425,25 @@ def test_fuzz_judges_the_conditioning_of_the_outputs_that_differ_only():
     assert "every operation passes alone: they differ only together" in outcome.message
 
 
+def test_fuzz_finds_the_near_tie_a_keypoint_flips_on():
+    """tests/data/fuzz/heatmap_near_tie.jsonl (seed 5417 graph 9, on nnapi-ort-cpu): a
+    float16 SIN into HEATMAP_MAX_KEYPOINT, whose maximum is a near tie that the device's
+    roundings, each within tolerance, flip (keypoint 7 for 5). Three random one-step moves
+    of the reference's values missed the flip and the graph was called a failure of
+    operations together; the reference's own keypoint moves as far within the moves drawn."""
+    from pathlib import Path
+
+    from nnapi.conformance import load_records
+    from nnapi.tools.fuzz import _ill_conditioned
+
+    (record,) = load_records(Path(__file__).parent / "data" / "fuzz" / "heatmap_near_tie.jsonl")
+    main = record["main"]
+    (keypoint,) = [i for i in main["outputIndexes"] if main["operands"][i]["name"] == "op7_keypoint2"]
+    reference = next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+    spread = _ill_conditioned(record, reference, np.random.default_rng([5417, 9]), [keypoint])
+    assert spread is not None and spread.startswith("op7_keypoint2")
+
+
 def test_fuzz_finds_no_failure_on_the_onnx_runtime_device(signatures):
     """Random chains of CTS signatures on nnapi-ort-cpu: every difference from the
     reference is ill-conditioned, never an operation or a fused lowering that fails

@@ -212,8 +212,9 @@ def _run(record: dict, devices: list[nnapi.Device]) -> list[np.ndarray]:
     return list(session.run(feeds).values())
 
 
-#: Perturbed reference runs that look for an ill-conditioned graph.
-PERTURBATIONS = 3
+#: Perturbed reference runs that look for an ill-conditioned graph (a near tie that a
+#: device's roundings flip needs the moves that flip it: 3 missed seed 5417 graph 9's).
+PERTURBATIONS = 20
 
 
 def _with_values(operand: dict, value: np.ndarray, lifetime: str) -> dict:
