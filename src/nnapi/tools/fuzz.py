@@ -285,10 +285,11 @@ def _moved(value: np.ndarray, operand_type: str, rng: np.random.Generator) -> np
     a quantized step (the CTS tolerance of a quantized value) of a quantized type."""
     up = rng.random(value.shape) < 0.5
     if operand_type in ("TENSOR_FLOAT32", "TENSOR_FLOAT16"):
-        with np.errstate(over="ignore"):
+        # (a zero moves to the smallest subnormal: numpy calls that an underflow)
+        with np.errstate(over="ignore", under="ignore"):
             moved = np.nextafter(value, np.where(up, np.inf, -np.inf).astype(value.dtype))
-        # the largest finite value moves toward zero, never to an infinity
-        return np.where(np.isinf(moved) & np.isfinite(value), np.nextafter(value, value.dtype.type(0)), moved)
+            # the largest finite value moves toward zero, never to an infinity
+            return np.where(np.isinf(moved) & np.isfinite(value), np.nextafter(value, value.dtype.type(0)), moved)
     if operand_type in DATA_TYPES:  # the quantized ones
         info = np.iinfo(value.dtype)
         return np.clip(value.astype(np.int64) + np.where(up, 1, -1), info.min, info.max).astype(value.dtype)
