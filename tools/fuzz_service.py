@@ -313,7 +313,12 @@ class Proxy:
                         self.on_request(payload, [])
                     reply = wire.pack({"v": wire.PROTOCOL_VERSION, "id": message.get("id"), "ok": True, "r": None})
                     new = fast.Channel(mapping, capacity, reply_bell, request_bell)
-                    if not self._answer(client, message, reply, None):
+                    try:
+                        answered = self._answer(client, message, reply, None)
+                    except BaseException:
+                        new.close()
+                        raise
+                    if not answered:
                         new.close()
                         return
                     state["channel"], state["seq"] = new, 0
@@ -329,6 +334,8 @@ class Proxy:
         finally:
             if state["channel"] is not None:
                 state["channel"].close()
+            reader.close()  # descriptors of a frame never handed out
+            up_reader.close()
             up.close()
             client.close()
             self.connections.discard(client)
