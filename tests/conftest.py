@@ -7,6 +7,22 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_records(tmp_path_factory):
+    """The drivers' private record of the cache files they wrote (drivers/cache_record.py)
+    in a temporary directory for the whole run (the environment, so the processes the tests
+    start use it too): the tests never read nor write ~/.cache/nnapi."""
+    import os
+
+    previous = os.environ.get("NNAPI_CACHE_RECORDS")
+    os.environ["NNAPI_CACHE_RECORDS"] = str(tmp_path_factory.mktemp("cache-records"))
+    yield os.environ["NNAPI_CACHE_RECORDS"]
+    if previous is None:
+        del os.environ["NNAPI_CACHE_RECORDS"]
+    else:
+        os.environ["NNAPI_CACHE_RECORDS"] = previous
+
+
 @pytest.fixture
 def register():
     """Register devices for one test: the runtime chooses among them and nnapi-reference

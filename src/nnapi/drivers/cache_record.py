@@ -1,0 +1,225 @@
+"""The drivers' private record of the compilation cache files they wrote, and the check that
+prepareModelFromCache uses only those.
+
+A cache file's own checksums can be recomputed by whoever writes the file: a file resealed
+over another valid model (another scale, constant or graph) passes them. The HAL asks a
+driver to check the model cache before preparing from it (IDevice::getNumberOfCacheFilesNeeded:
+the model cache is security-sensitive), and Android's drivers keep a hash of each cache in
+their own storage. Here: when a driver writes a cache for a token it records an HMAC-SHA256
+(a per-user random key) of its name, the token and the *seal* of what it wrote (the SHA-256
+digests its file format computes over every byte it later uses); preparing from a cache
+requires that record. A cache written on another machine, by another user, or changed since
+has none and is recompiled, which the NDK allows.
+
+The record lives where the cache's client does not hand it over: ``$NNAPI_CACHE_RECORDS``,
+else ``$XDG_CACHE_HOME/nnapi/cache-records``, else ``~/.cache/nnapi/cache-records``; a
+directory of mode 0700 holding ``key`` (32 random bytes) and one ``<name>.rec`` file per
+(driver, token) of 64 hex digits, written atomically (a temporary file renamed), never
+unpickled, at most ``MAX_RECORDS`` of them (the least recently used are dropped). A
+directory that is missing, unusable, not the user's, or writable by others, a key or record
+that is unreadable or corrupt: no record (the cache is recompiled), never an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from pathlib import Path
+
+from nnapi import vlog
+from nnapi.hal.types import ErrorStatus, HalError
+
+#: the environment variable naming the record directory
+ENVIRONMENT = "NNAPI_CACHE_RECORDS"
+#: records kept; past this the least recently written or used are deleted
+MAX_RECORDS = 4096
+_KEY_FILE = "key"
+_KEY_BYTES = 32
+_SUFFIX = ".rec"
+_DIGEST_CHARS = 64
+#: a temporary file left by a process that died between writing and renaming it
+_STALE_TEMPORARY_S = 3600.0
+
+
+def directory() -> Path:
+    """The private record directory (not created here)."""
+    configured = os.environ.get(ENVIRONMENT)
+    if configured:
+        return Path(configured)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "nnapi" / "cache-records"
+
+
+def _encoded(*parts: bytes) -> bytes:
+    # length-prefixed, so no two different part lists encode alike
+    return b"".join(b"%d:" % len(part) + part for part in parts)
+
+
+def _record_name(device: str, token: bytes) -> str:
+    return hashlib.sha256(_encoded(b"nnapi-cache-record-name-1", device.encode(), bytes(token))).hexdigest()[:40] \
+        + _SUFFIX
+
+
+def _record_value(key: bytes, device: str, token: bytes, seal: str) -> bytes:
+    message = _encoded(b"nnapi-cache-record-1", device.encode(), bytes(token), seal.encode())
+    return hmac.new(key, message, hashlib.sha256).hexdigest().encode()
+
+
+def _usable(path: Path, create: bool) -> bool:
+    """Whether ``path`` is a directory this user owns and no one else may write (created,
+    mode 0700, when ``create``)."""
+    try:
+        if create:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status = path.stat()
+    except (OSError, ValueError):  # (ValueError: a path with a NUL character)
+        return False
+    if not path.is_dir() or status.st_mode & 0o022:
+        return False
+    return not hasattr(os, "getuid") or status.st_uid == os.getuid()
+
+
+def _read_small(path: Path, size: int) -> bytes | None:
+    """The file's bytes when it holds exactly ``size`` of them (no link followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, size + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) == size else None
+
+
+def _temporary(folder: Path, data: bytes) -> Path:
+    """``data`` in a new temporary file of ``folder`` (mode 0600)."""
+    path = folder / f".{os.getpid()}-{secrets.token_hex(8)}.tmp"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
+    return path
+
+
+def _key(folder: Path, create: bool) -> bytes | None:
+    """The per-user key; a missing or corrupt one is replaced when ``create`` (which makes
+    every earlier record unusable: their caches are recompiled)."""
+    path = folder / _KEY_FILE
+    key = _read_small(path, _KEY_BYTES)
+    if key is not None or not create:
+        return key
+    try:
+        temporary = _temporary(folder, secrets.token_bytes(_KEY_BYTES))
+    except OSError:
+        return None
+    try:
+        try:
+            os.link(temporary, path)  # (atomic, and never over a key another process just made)
+        except FileExistsError:
+            key = _read_small(path, _KEY_BYTES)
+            if key is not None:
+                return key
+            os.replace(temporary, path)  # the existing one is corrupt
+    except OSError:
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+    return _read_small(path, _KEY_BYTES)
+
+
+def remember(device: str, token: bytes, seal: str) -> bool:
+    """Record that ``device`` wrote, for ``token``, the cache whose content ``seal`` names
+    (the SHA-256 digests its format computed over everything it wrote); whether it was
+    recorded. (The write side of the HAL's prepareModel with cache handles.) A failure only
+    means the cache will be recompiled: logged, never raised."""
+    folder = directory()
+    if not _usable(folder, create=True):
+        vlog.driver.info("%s: the cache is not recorded (%s is not a private directory of this user)",
+                         device, folder)
+        return False
+    key = _key(folder, create=True)
+    if key is None:
+        vlog.driver.info("%s: the cache is not recorded (no key in %s)", device, folder)
+        return False
+    try:
+        temporary = _temporary(folder, _record_value(key, device, token, seal))
+        try:
+            os.replace(temporary, folder / _record_name(device, token))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+    except OSError as error:
+        vlog.driver.info("%s: the cache is not recorded: %s", device, error)
+        return False
+    _prune(folder)
+    return True
+
+
+def holds(device: str, token: bytes, seal: str) -> bool:
+    """Whether the record holds ``seal`` as what ``device`` last wrote for ``token``
+    (the record is then marked as used, for the pruning)."""
+    folder = directory()
+    if not _usable(folder, create=False):
+        return False
+    key = _key(folder, create=False)
+    if key is None:
+        return False
+    path = folder / _record_name(device, token)
+    stored = _read_small(path, _DIGEST_CHARS)
+    if stored is None or not hmac.compare_digest(stored, _record_value(key, device, token, seal)):
+        return False
+    with contextlib.suppress(OSError):
+        os.utime(path)
+    return True
+
+
+def require(device: str, token: bytes, seal: str) -> None:
+    """HalError(GENERAL_FAILURE) unless the record holds ``seal`` for ``device`` and
+    ``token`` (prepareModelFromCache's check of the model cache; the runtime then compiles
+    afresh)."""
+    if not holds(device, token, seal):
+        # (the record's path is left out: a served driver's errors go to its clients)
+        raise HalError(ErrorStatus.GENERAL_FAILURE,
+                       f"cache refused: {device} has no record of writing it for this token (written by another "
+                       f"user or machine, or changed since)")
+
+
+def _prune(folder: Path) -> None:
+    """Delete the least recently used records past MAX_RECORDS, and stale temporary files."""
+    records: list[tuple[float, str]] = []
+    now = time.time()
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    if entry.name.endswith(_SUFFIX):
+                        records.append((entry.stat(follow_symlinks=False).st_mtime, entry.name))
+                    elif entry.name.endswith(".tmp") and \
+                            now - entry.stat(follow_symlinks=False).st_mtime > _STALE_TEMPORARY_S:
+                        os.unlink(entry.path)
+                except OSError:
+                    continue
+    except OSError:
+        return
+    if len(records) <= MAX_RECORDS:
+        return
+    records.sort()
+    for _, name in records[:len(records) - MAX_RECORDS]:
+        with contextlib.suppress(OSError):
+            os.unlink(folder / name)
