@@ -1356,13 +1356,26 @@ def _resealed(data: bytes, change, payload: bytes | None = None) -> bytes:
     return data[:magic] + len(encoded).to_bytes(4, "little") + encoded + payload
 
 
+def _split(data: bytes) -> tuple[dict, bytes]:
+    """(header, payload) of an ORT cache file."""
+    import json
+
+    start = len(ort_cache_module._CACHE_MAGIC) + 4
+    end = start + int.from_bytes(data[start - 4:start], "little")
+    return json.loads(data[start:end]), data[end:]
+
+
 def test_a_resealed_cache_file_that_cannot_bind_is_refused():
-    """A cache file whose checksum was rewritten after its signature or graph changed: a
-    signature of another JSON kind raised a raw AttributeError across the HAL; a graph
-    replaced by another valid ONNX model (the quantized model's under the float one's
-    signature), a signature naming no output or an input twice, loaded and failed every
-    execution ('Unexpected input data type', 'At least one output should be requested')
-    where the runtime compiles afresh from a refused cache."""
+    """A cache file whose checksum was rewritten after its signature or graph changed: the
+    device has no record of writing it (drivers/cache_record.py) and refuses it. Behind
+    that record (each file granted one here, as if the device had written it): a signature
+    of another JSON kind raised a raw AttributeError across the HAL; a graph replaced by
+    another valid ONNX model (the quantized model's under the float one's signature), a
+    signature naming no output or an input twice, loaded and failed every execution
+    ('Unexpected input data type', 'At least one output should be requested') where the
+    runtime compiles afresh from a refused cache."""
+    from nnapi.drivers import cache_record
+
     device = OrtDevice()
     token = bytes(range(32))
     files = []
@@ -1374,8 +1387,7 @@ def test_a_resealed_cache_file_that_cannot_bind_is_refused():
             cache.seek(0)
             files.append(cache.read())
     good, other = files
-    with _file_with(other) as other_file:
-        other_graph = ort_cache_module._read_cache(other_file.fileno(), token, device)[1]
+    other_graph = _split(other)[1]
 
     def set_signature(value):
         return lambda header: header.__setitem__("signature", value)
@@ -1390,11 +1402,18 @@ def test_a_resealed_cache_file_that_cannot_bind_is_refused():
     changed += [(_resealed(good, lambda header: None, other_graph), "of ONNX type"),
                 (_resealed(good, no_outputs), "no output"), (_resealed(good, input_twice), "twice"),
                 (_resealed(good, lambda header: None, other_graph[:len(other_graph) // 2]), "cache refused")]
+    # (the device recorded the last file it wrote for this token, the quantized model's)
+    cache_record.remember(device.name, token, _split(good)[0]["sha256"])
     with _file_with(_resealed(good, lambda header: None)) as intact:
         assert isinstance(device.prepare_model_from_cache([intact.fileno()], [], token), IPreparedModel)
+    for data, _ in changed:
+        with _file_with(data) as cache, pytest.raises(HalError, match="nnapi-ort-cpu has no record of writing it"):
+            device.prepare_model_from_cache([cache.fileno()], [], token)
     nested = b"[" * 100_000  # past the JSON parser's depth: a raw RecursionError
     changed.append((ort_cache_module._CACHE_MAGIC + len(nested).to_bytes(4, "little") + nested, "bad header"))
-    for data, message in changed:
+    for number, (data, message) in enumerate(changed):
+        if number < len(changed) - 1:  # (the last one's header is unreadable: no checksum to record)
+            cache_record.remember(device.name, token, _split(data)[0]["sha256"])
         with _file_with(data) as cache, pytest.raises(HalError, match=message):
             device.prepare_model_from_cache([cache.fileno()], [], token)
 

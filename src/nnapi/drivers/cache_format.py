@@ -11,7 +11,10 @@ Two files, never pickled:
 ``unpack`` trusts nothing: a wrong magic, version or token, a checksum mismatch (a
 truncated, tampered or swapped file), or a malformed body raises HalError, and the runtime
 then compiles afresh. Both files are read once into memory before checking, so a file
-swapped during the read cannot mix two versions.
+swapped during the read cannot mix two versions. The checksums only catch damage (anyone
+can recompute them): a driver reading its own cache files also asks ``cache_record`` whether
+it wrote them (``record`` after writing, ``unpack(..., recorded_by=name)``), before the body
+is parsed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from nnapi._version import __version__
+from nnapi.drivers import cache_record
 from nnapi.hal.serialize import model_from_plain, model_to_plain
 from nnapi.hal.types import ErrorStatus, HalError, Model, pool_view
 
@@ -56,8 +60,24 @@ def pack(model: Model, token: bytes) -> tuple[bytes, bytes]:
     return MAGIC + json.dumps(header).encode() + b"\n" + body, data
 
 
-def unpack(model_bytes: bytes, data_bytes: bytes, token: bytes) -> Model:
-    """The model ``pack`` wrote, after checking everything; HalError otherwise."""
+def _seal(header: dict) -> str:
+    """What the private record binds: the format, version and the SHA-256 of the body and
+    the data file (every byte ``unpack`` uses past the header's checked fields)."""
+    return f"nnapi-reference-cache/{header.get('format')}/{header.get('nnapi')}/{header.get('body_sha256')}/" \
+           f"{header.get('data_sha256')}"
+
+
+def record(device: str, model_bytes: bytes, token: bytes) -> bool:
+    """Record in ``device``'s private record (cache_record) that it wrote the cache whose
+    model file is ``model_bytes`` (as ``pack`` made it) for ``token``; whether it was."""
+    header = json.loads(model_bytes[len(MAGIC):].partition(b"\n")[0])
+    return cache_record.remember(device, token, _seal(header))
+
+
+def unpack(model_bytes: bytes, data_bytes: bytes, token: bytes, recorded_by: str | None = None) -> Model:
+    """The model ``pack`` wrote, after checking everything; HalError otherwise.
+    ``recorded_by``: a driver's name, whose private record must hold this cache for
+    ``token`` (``record``); None for a cache inside a file a driver checked itself."""
     if not model_bytes.startswith(MAGIC):
         raise _bad("not an nnapi-reference cache file")
     header_line, newline, body = model_bytes[len(MAGIC):].partition(b"\n")
@@ -77,6 +97,8 @@ def unpack(model_bytes: bytes, data_bytes: bytes, token: bytes) -> Model:
         raise _bad("the model cache file is damaged")
     if header.get("data_sha256") != hashlib.sha256(data_bytes).hexdigest():
         raise _bad("the data cache file is damaged or belongs to another model")
+    if recorded_by is not None:
+        cache_record.require(recorded_by, token, _seal(header))
     try:
         plain = _unhexify(json.loads(body))
     except (ValueError, RecursionError) as error:

@@ -267,12 +267,12 @@ class ReferenceDevice(IDevice):
             self._write_cache(model, model_cache[0], data_cache[0], token)
         return prepared
 
-    # --- compilation caching: the validated model, checksummed (see cache_format) ---
+    # --- compilation caching: the validated model, checksummed and recorded (see cache_format) ---
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:
         return (1, 1)
 
     def _write_cache(self, model: Model, model_fd: int, data_fd: int, token: bytes) -> None:
-        from nnapi.drivers.cache_format import pack
+        from nnapi.drivers.cache_format import pack, record
         from nnapi.hal.interfaces import write_fd
 
         model_bytes, data_bytes = pack(model, token)
@@ -280,7 +280,8 @@ class ReferenceDevice(IDevice):
             write_fd(data_fd, data_bytes)
             write_fd(model_fd, model_bytes)
         except OSError:
-            pass  # a cache that cannot be written is no cache; the preparation stands
+            return  # a cache that cannot be written is no cache; the preparation stands
+        record(self.name, model_bytes, token)  # what prepare_model_from_cache will require
 
     def prepare_model_from_cache(self, model_cache, data_cache, token, deadline_ns=None) -> IPreparedModel:
         from nnapi.drivers.cache_format import unpack
@@ -292,7 +293,7 @@ class ReferenceDevice(IDevice):
             model_bytes, data_bytes = read_fd(model_cache[0]), read_fd(data_cache[0])
         except (OSError, TypeError, ValueError) as error:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot read the cache: {error}") from None
-        model = unpack(model_bytes, data_bytes, token)
+        model = unpack(model_bytes, data_bytes, token, recorded_by=self.name)
         return self.prepare_model(model, deadline_ns=deadline_ns)
 
     def allocate(self, desc, prepared_models, input_roles, output_roles):

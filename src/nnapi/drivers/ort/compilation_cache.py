@@ -1,6 +1,11 @@
 """The ONNX Runtime devices' compilation cache files: their layout (magic, JSON header,
 checksum, payload), writing and reading them, and the file of a model prepared per pattern
 of omitted inputs.
+
+The checksum catches damage; that the device wrote the file (a file resealed over another
+valid graph passes a checksum anyone can recompute) is the private record's to say
+(drivers/cache_record.py): each file written is recorded by its checksum, and a file read
+must be recorded before its graph or HAL model is parsed.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import onnxruntime as ort
 
 from nnapi import vlog
 from nnapi._version import __version__
+from nnapi.drivers import cache_record
 from nnapi.drivers.ort.omitted import PatternKey
 from nnapi.drivers.ort.session import session_options
 from nnapi.drivers.ort.signature import Signature
@@ -60,6 +66,8 @@ def _write_cache(fd: int, token: bytes, device: OrtDevice, payload: bytes, field
             view = view[os.write(fd, view):]
     except OSError as error:
         raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot write the cache file: {error}") from None
+    # the checksum covers the header and the payload: the record binds all of the file
+    cache_record.remember(device.name, token, header["sha256"])
 
 
 def _cache_refused(why: str) -> HalError:
@@ -84,8 +92,9 @@ def _decoded(decode: Callable[[], _Decoded]) -> _Decoded:
 
 def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[dict, bytes]:
     """(header, payload) of a cache file written for this device, version and token, its
-    payload's checksum checked and a graph's inputs and outputs its signature's
-    (``check_graph``); HalError otherwise."""
+    payload's checksum checked, the file in the device's private record of what it wrote
+    (cache_record) and a graph's inputs and outputs its signature's (``check_graph``);
+    HalError otherwise."""
     try:
         size = os.fstat(fd).st_size
         os.lseek(fd, 0, os.SEEK_SET)
@@ -119,6 +128,7 @@ def _read_cache(fd: int, token: bytes, device: OrtDevice) -> tuple[dict, bytes]:
         return header
 
     header, payload = _decoded(header_of), data[start + length:]
+    cache_record.require(device.name, token, header["sha256"])
     if header.get("kind", "graph") == "graph":
         check_graph(_decoded(lambda: Signature.from_json(header["signature"])), payload)
     return header, payload
