@@ -95,23 +95,24 @@ def test_a_record_binds_device_token_and_seal(records):
 
 
 def test_the_record_is_bounded_least_recently_used_first(records, monkeypatch):
-    """Past MAX_RECORDS the least recently written or used records are deleted (a record
-    used by a compilation from the cache counts as recent), and stale temporary files of a
-    process that died mid-write with them."""
-    monkeypatch.setattr(cache_record, "MAX_RECORDS", 3)
-    tokens = [bytes([n]) * 32 for n in range(5)]
-    for age, token in zip((50, 40, 30), tokens[:3]):  # (the clock's grain is coarser than a write)
+    """Past MAX_RECORDS the least recently written or used records are deleted, down to
+    7/8 of it (a record used by a compilation from the cache counts as recent), and stale
+    temporary files of a process that died mid-write with them."""
+    monkeypatch.setattr(cache_record, "MAX_RECORDS", 8)
+    monkeypatch.setattr(cache_record, "PRUNE_EVERY", 1)
+    tokens = [bytes([n]) * 32 for n in range(9)]
+    for number, token in enumerate(tokens[:8]):  # (the clock's grain is coarser than a write)
         before = set(_records_in(records)) if records.exists() else set()
         cache_record.remember("dev", token, "s")
         (name,) = set(_records_in(records)) - before
-        os.utime(records / name, (time.time() - age,) * 2)  # oldest first: token 0, 1, 2
+        os.utime(records / name, (time.time() - 80 + 10 * number,) * 2)  # oldest first: token 0, 1, ...
     stale = records / ".123-abc.tmp"
     stale.write_bytes(b"x")
     os.utime(stale, (time.time() - 7200,) * 2)
     assert cache_record.holds("dev", tokens[0], "s")  # token 0 is used: now the newest
-    cache_record.remember("dev", tokens[3], "s")
-    assert len(_records_in(records)) == 3 and not stale.exists()
-    assert [cache_record.holds("dev", t, "s") for t in tokens[:4]] == [True, False, True, True]
+    cache_record.remember("dev", tokens[8], "s")
+    assert len(_records_in(records)) == 7 and not stale.exists()
+    assert [cache_record.holds("dev", t, "s") for t in tokens] == [True, False, False] + [True] * 6
 
 
 def _reference_cache(directory) -> tuple[str, str]:
@@ -227,6 +228,7 @@ def test_a_full_record_drops_the_least_recently_used_cache(records, tmp_path, mo
     """Two models cached with a record of one entry: the first one's record is dropped
     (its cache recompiled, then recorded again), the second's stands."""
     monkeypatch.setattr(cache_record, "MAX_RECORDS", 1)
+    monkeypatch.setattr(cache_record, "PRUNE_EVERY", 1)
     devices = reference_devices()
     first, second = model_of(Op.ADD, W_A), model_of(Op.ADD, W_B)
     assert compile_and_run(first, devices, tmp_path)[0] == 0
