@@ -295,3 +295,19 @@ def test_a_resealed_ort_cache_of_another_graph_is_recompiled(records, tmp_path, 
     from_cache, y = compile_and_run(model_of(Op.ADD, W_A), [ort_cpu], files[0].parent)
     assert from_cache == 1
     np.testing.assert_array_equal(y, X + W_B)
+
+
+def test_no_home_directory_means_no_record(monkeypatch):
+    """No record directory named and no home directory to put one in: nothing is recorded,
+    nothing held, no exception (the cache is recompiled)."""
+    import pathlib
+
+    def no_home() -> pathlib.Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv(cache_record.ENVIRONMENT, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(pathlib.Path, "home", staticmethod(no_home))
+    assert not cache_record.remember("dev", TOKEN, "s") and not cache_record.holds("dev", TOKEN, "s")
+    with pytest.raises(HalError, match="no record"):
+        cache_record.require("dev", TOKEN, "s")

@@ -50,7 +50,8 @@ _writes = 0
 
 
 def directory() -> Path:
-    """The private record directory (not created here)."""
+    """The private record directory (not created here; RuntimeError when no environment
+    variable names it and the user has no home directory)."""
     configured = os.environ.get(ENVIRONMENT)
     if configured:
         return Path(configured)
@@ -151,7 +152,10 @@ def remember(device: str, token: bytes, seal: str) -> bool:
     (the SHA-256 digests its format computed over everything it wrote); whether it was
     recorded. (The write side of the HAL's prepareModel with cache handles.) A failure only
     means the cache will be recompiled: logged, never raised."""
-    folder = directory()
+    try:
+        folder = directory()
+    except (RuntimeError, KeyError, OSError):  # (Path.home() without HOME nor a password entry)
+        return False
     if not _usable(folder, create=True):
         vlog.driver.info("%s: the cache is not recorded (%s is not a private directory of this user)",
                          device, folder)
@@ -181,7 +185,10 @@ def remember(device: str, token: bytes, seal: str) -> bool:
 def holds(device: str, token: bytes, seal: str) -> bool:
     """Whether the record holds ``seal`` as what ``device`` last wrote for ``token``
     (the record is then marked as used, for the pruning)."""
-    folder = directory()
+    try:
+        folder = directory()
+    except (RuntimeError, KeyError, OSError):
+        return False
     if not _usable(folder, create=False):
         return False
     key = _key(folder, create=False)
