@@ -165,9 +165,10 @@ def remember(device: str, token: bytes, seal: str) -> bool:
         vlog.driver.info("%s: the cache is not recorded (no key in %s)", device, folder)
         return False
     try:
+        name = _record_name(device, token)
         temporary = _temporary(folder, _record_value(key, device, token, seal))
         try:
-            os.replace(temporary, folder / _record_name(device, token))
+            os.replace(temporary, folder / name)
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
@@ -177,7 +178,7 @@ def remember(device: str, token: bytes, seal: str) -> bool:
         return False
     global _writes
     if _writes % PRUNE_EVERY == 0:
-        _prune(folder)
+        _prune(folder, name)
     _writes += 1
     return True
 
@@ -214,10 +215,11 @@ def require(device: str, token: bytes, seal: str) -> None:
                        f"user or machine, or changed since)")
 
 
-def _prune(folder: Path) -> None:
+def _prune(folder: Path, written: str) -> None:
     """Past MAX_RECORDS, delete the least recently used records down to 7/8 of it (the
-    ages are read only then: reading 4,096 of them took 11 ms), and stale temporary files
-    of a process that died mid-write."""
+    ages are read only then: reading 4,096 of them took 11 ms), never ``written`` (the
+    record just written: file times are as coarse as the kernel's tick, and it could tie
+    with an older one), and stale temporary files of a process that died mid-write."""
     try:
         names = os.listdir(folder)
     except OSError:
@@ -233,9 +235,11 @@ def _prune(folder: Path) -> None:
         return
     records: list[tuple[float, str]] = []
     for name in names:
-        with contextlib.suppress(OSError):
-            records.append((os.lstat(folder / name).st_mtime, name))
+        if name != written:
+            with contextlib.suppress(OSError):
+                records.append((os.lstat(folder / name).st_mtime, name))
     records.sort()
-    for _, name in records[:len(records) - max(1, MAX_RECORDS * 7 // 8)]:
+    # (the written record is one of those kept)
+    for _, name in records[:len(records) + 1 - max(1, MAX_RECORDS * 7 // 8)]:
         with contextlib.suppress(OSError):
             os.unlink(folder / name)
