@@ -366,6 +366,50 @@ def mutate_arrays(rng: random.Random, arrays: dict[str, np.ndarray]) -> dict[str
     return arrays
 
 
+def mutate_zip_headers(rng: random.Random, data: bytes) -> bytes:
+    """The archive ``data`` with one zip header field of one entry changed: its general
+    purpose flags (bit 0 "encrypted" made zipfile raise a raw RuntimeError), its sizes, in
+    the central directory or the local header, or its extra field (rewritten through
+    zipfile, or its length alone changed)."""
+    import struct
+    import zipfile
+
+    central = [i for i in range(len(data)) if data.startswith(b"PK\x01\x02", i)]
+    local = [i for i in range(len(data)) if data.startswith(b"PK\x03\x04", i)]
+    if not central or not local:
+        return data
+    out = bytearray(data)
+    kind = rng.randrange(4)
+    if kind == 0:  # flags: encrypted, data descriptor, patched data, strong encryption, UTF-8 names
+        at = rng.choice(central) + 8 if rng.random() < 0.7 else rng.choice(local) + 6
+        flags = struct.unpack_from("<H", out, at)[0] | rng.choice([1, 8, 0x20, 0x40, 0x800, 0x2000])
+        struct.pack_into("<H", out, at, flags)
+    elif kind == 1:  # compressed or uncompressed size
+        if rng.random() < 0.7:
+            at = rng.choice(central) + rng.choice([20, 24])
+        else:
+            at = rng.choice(local) + rng.choice([18, 22])
+        size = struct.unpack_from("<I", out, at)[0]
+        new_size = rng.choice([0, 1, max(size - 1, 0), size + 1, size * 2, 0xFFFFFFFF])
+        struct.pack_into("<I", out, at, new_size & 0xFFFFFFFF)
+    elif kind == 2:  # an extra field: a ZIP64 record, short or claiming huge sizes, or noise
+        extra = rng.choice([b"\x01\x00\x08\x00" + b"\xff" * 8, b"\x01\x00\x02\x00ab", b"\x01\x00",
+                            bytes(rng.randrange(256) for _ in range(rng.randrange(1, 12)))])
+        stream = io.BytesIO()
+        with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(stream, "w") as archive:
+            victim = rng.randrange(len(source.infolist()))
+            for number, entry in enumerate(source.infolist()):
+                info = zipfile.ZipInfo(entry.filename, entry.date_time)
+                if number == victim:
+                    info.extra = extra
+                archive.writestr(info, source.read(entry))
+        return stream.getvalue()
+    else:  # the extra field's length alone
+        at = rng.choice(central) + 30 if rng.random() < 0.7 else rng.choice(local) + 28
+        struct.pack_into("<H", out, at, rng.choice([1, 4, 20, 0xFFFF]))
+    return bytes(out)
+
+
 # --- nnapi-reference's cache files --------------------------------------------------------
 def split_reference_cache(model_bytes: bytes, data_bytes: bytes) -> tuple[dict, Any, dict[str, np.ndarray]]:
     """(header, body JSON tree, npz arrays) of good reference cache files."""
@@ -449,8 +493,10 @@ def fuzz_reference_cache(seed: int, cases: int, directory: str, log: Callable[[s
         data = good_data
         if what < 0.6:
             body = mutate_body(rng, body)
-        elif what < 0.8:
+        elif what < 0.7:
             data = npz_bytes(mutate_arrays(rng, arrays))
+        elif what < 0.8:
+            data = mutate_zip_headers(rng, npz_bytes(mutate_arrays(rng, arrays)) if rng.random() < 0.3 else good_data)
         elif what < 0.9:
             body = mutate_body(rng, body)
             data = npz_bytes(mutate_arrays(rng, arrays))

@@ -134,6 +134,8 @@ def _arrays(data: bytes) -> dict[str, np.ndarray]:
             for entry in entries:
                 if entry.compress_type != zipfile.ZIP_STORED or not entry.filename.endswith(".npy"):
                     raise _bad(f"the data file's entry {entry.filename[:40]!r} is not a stored .npy array")
+                if entry.flag_bits & 1:  # (zipfile's read raises a raw RuntimeError asking for a password)
+                    raise _bad(f"the data file's entry {entry.filename[:40]!r} is encrypted; pack writes none")
                 raw = archive.read(entry)
                 stream = io.BytesIO(raw)
                 version = np.lib.format.read_magic(stream)
