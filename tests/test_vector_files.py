@@ -89,6 +89,18 @@ def test_the_cli_prints_one_line(tmp_path, capsys):
     assert main(["conformance", "-q", "--device", "nnapi-reference", str(path).replace("vectors", "missing")]) == 2
 
 
+@pytest.mark.parametrize("command", [["dump"], ["placement"], ["bisect", "--device", "nnapi-reference"],
+                                     ["conformance", "-q"]])
+def test_an_unknown_operation_type_is_refused_by_the_tools(tmp_path, capsys, command):
+    """An operation type that is no OperationCode passed check_record (a string) and ended
+    `nnapi dump`, `placement` and `bisect` in a KeyError traceback (build_model's lookup)."""
+    path = tmp_path / "vectors.jsonl"
+    path.write_text(json.dumps(_changed(lambda r: r["main"]["operations"][0].update(type="NOT_AN_OP"))) + "\n")
+    assert main([*command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"nnapi {command[0]}: {path}:1: main operation 0: unknown operation type 'NOT_AN_OP'\n"
+
+
 def test_multinomial_records_and_samples_are_checked(tmp_path):
     """A multinomial record whose output is not integer samples raised a raw TypeError out
     of run_record (np.bincount of floats); samples a device gives outside [0, classes)

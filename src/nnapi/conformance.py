@@ -187,6 +187,8 @@ def _check_subgraph(name: str, subgraph: Any, referenced: int) -> None:
         where = f"{name} operation {number}"
         if not isinstance(operation, dict) or not isinstance(operation.get("type"), str):
             raise ValueError(f"{where}: an operation is an object with a type name")
+        if operation["type"] not in OperationCode.__members__:  # (build_model looks the name up)
+            raise ValueError(f"{where}: unknown operation type {operation['type']!r}"[:200])
         indexes(operation.get("inputs"), f"operation {number} inputs")
         indexes(operation.get("outputs"), f"operation {number} outputs")
 
