@@ -50,7 +50,15 @@ BROKEN = [
     (lambda r: r.pop("main"), "main: a subgraph is a JSON object"),
     (lambda r: r["main"].update(operations=[[0, 1]]), "main operation 0: an operation is an object"),
     (_self_reference, r"referenced\[0\] refers to itself"),
-    (_operand(0, data=[1e39, 1.0]), "main operand 0: TENSOR_FLOAT32 data holds 1e\\+39, beyond the type's range"),
+    (_operand(0, data=[1e39, 1.0]),
+     "main operand 0: TENSOR_FLOAT32 data holds 1e\\+39, which TENSOR_FLOAT32 rounds to an infinity"),
+    # a NaN or a string hid the value from the range check (loaded as a silent infinity);
+    # an integer past float64 raised a raw OverflowError
+    (_operand(0, data=[float("nan"), 1e39]), "main operand 0: TENSOR_FLOAT32 data holds 1e\\+39, which"),
+    (_operand(0, data=["1e39", "1e39"]), "main operand 0: TENSOR_FLOAT32 data holds 1e\\+39, which"),
+    (_operand(0, data=["nan", 10**400]), "main operand 0: TENSOR_FLOAT32 data holds an integer beyond the type's "
+                                         "largest finite value"),
+    (_operand(0, data=["x", 1.0]), "main operand 0: TENSOR_FLOAT32 data must be numbers, got 'x'"),
     (_operand(2, data=[1.5]), "main operand 2: INT32 data must be integers"),
     (_operand(1, lifetime="TEMPORARY_VARIABLE"), "main operand 1: lifetime TEMPORARY_VARIABLE, in inputIndexes"),
     (_operand(0, dimensions=[-1]), "main operand 0: dimensions must be a list of unsigned 32-bit integers"),
@@ -63,6 +71,23 @@ def test_a_broken_record_is_refused_naming_file_line_and_rule(tmp_path, change, 
     path = tmp_path / "vectors.jsonl"
     path.write_text(json.dumps(GOOD) + "\n\n" + json.dumps(_changed(change)) + "\n")
     with pytest.raises(VectorFileError, match=f"^{path}:3: {rule}"):
+        list(load_records(path))
+
+
+def test_a_float_that_rounds_to_the_largest_finite_value_is_kept(tmp_path):
+    """65510 is float16 65504 (the largest finite value), not an infinity; 65520 is one."""
+    def float16(*values):
+        def change(r):
+            for operand in r["main"]["operands"][:2] + r["main"]["operands"][3:]:
+                operand["type"] = "TENSOR_FLOAT16"
+            r["main"]["operands"][0]["data"] = list(values)
+        return _changed(change)
+
+    path = tmp_path / "vectors.jsonl"
+    path.write_text(json.dumps(float16(65510.0, "-65510")) + "\n")
+    assert list(load_records(path))[0]["main"]["operands"][0]["data"] == [65510.0, "-65510"]
+    path.write_text(json.dumps(float16(1.0, -65520)) + "\n")
+    with pytest.raises(VectorFileError, match="TENSOR_FLOAT16 data holds 65520.0, which TENSOR_FLOAT16 rounds to an"):
         list(load_records(path))
 
 

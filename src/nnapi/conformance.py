@@ -237,17 +237,35 @@ def _check_operand(where: str, operand: Any, referenced: int) -> None:
         limits = np.iinfo(dtype)
         if data and not limits.min <= min(data) <= max(data) <= limits.max:
             raise ValueError(f"{where}: {type_name} data must lie in [{limits.min}, {limits.max}]")
-    if dtype.kind == "f" and kinds <= {int, float} and data:
-        largest = max(max(data), -min(data))
-        if float(np.finfo(dtype).max) < largest < math.inf:  # (numpy would make it an infinity)
-            raise ValueError(f"{where}: {type_name} data holds {largest!r}, beyond the type's range")
-    elif dtype.kind == "f":
-        for value in data:
-            if not _is_number(value):
-                try:
-                    float(value)  # "nan", "inf": as _array reads them
-                except (TypeError, ValueError):
-                    raise ValueError(f"{where}: {type_name} data must be numbers, got {value!r}"[:200]) from None
+    if dtype.kind == "f" and data:
+        if not kinds <= {int, float}:
+            numbers = []
+            for value in data:
+                number = value
+                if isinstance(value, str):  # "nan", "inf": as _array reads them
+                    try:
+                        number = float(value)
+                    except ValueError:
+                        pass
+                if not _is_number(number):
+                    raise ValueError(f"{where}: {type_name} data must be numbers, got {value!r}"[:200])
+                numbers.append(number)
+            data = numbers
+        # Converted first: a string ("1e39") or a NaN (whose comparisons are all false) hid
+        # a value beyond the range from max(), and an integer past float64 raised a raw
+        # OverflowError.
+        try:
+            values = np.array(data, np.float64)
+        except OverflowError:
+            raise ValueError(f"{where}: {type_name} data holds an integer beyond the type's largest finite value") \
+                from None
+        finite = np.abs(values[np.isfinite(values)])
+        largest = float(finite.max()) if finite.size else 0.0
+        if largest > float(np.finfo(dtype).max):
+            with np.errstate(over="ignore"):
+                if np.isinf(dtype.type(largest)):  # (numpy would make it an infinity: 65510 is float16 65504)
+                    raise ValueError(f"{where}: {type_name} data holds {largest!r}, which {type_name} rounds to "
+                                     "an infinity")
     if all(d > 0 for d in dims):
         count = math.prod(dims)
         # no data: an input the request omits, an output with no expected values (a model
