@@ -373,6 +373,7 @@ def mutate_zip_headers(rng: random.Random, data: bytes) -> bytes:
     zipfile, or its length alone changed)."""
     import struct
     import zipfile
+    import zlib
 
     central = [i for i in range(len(data)) if data.startswith(b"PK\x01\x02", i)]
     local = [i for i in range(len(data)) if data.startswith(b"PK\x03\x04", i)]
@@ -396,13 +397,16 @@ def mutate_zip_headers(rng: random.Random, data: bytes) -> bytes:
         extra = rng.choice([b"\x01\x00\x08\x00" + b"\xff" * 8, b"\x01\x00\x02\x00ab", b"\x01\x00",
                             bytes(rng.randrange(256) for _ in range(rng.randrange(1, 12)))])
         stream = io.BytesIO()
-        with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(stream, "w") as archive:
-            victim = rng.randrange(len(source.infolist()))
-            for number, entry in enumerate(source.infolist()):
-                info = zipfile.ZipInfo(entry.filename, entry.date_time)
-                if number == victim:
-                    info.extra = extra
-                archive.writestr(info, source.read(entry))
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(stream, "w") as archive:
+                victim = rng.randrange(len(source.infolist()))
+                for number, entry in enumerate(source.infolist()):
+                    info = zipfile.ZipInfo(entry.filename, entry.date_time)
+                    if number == victim:
+                        info.extra = extra
+                    archive.writestr(info, source.read(entry))
+        except (RuntimeError, ValueError, OSError, EOFError, zipfile.BadZipFile, NotImplementedError, zlib.error):
+            return data  # (an archive already mutated that zipfile cannot rewrite)
         return stream.getvalue()
     else:  # the extra field's length alone
         at = rng.choice(central) + 30 if rng.random() < 0.7 else rng.choice(local) + 28

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 import zipfile
+import zlib
 from importlib import resources
 from typing import Any
 
 import numpy as np
 
 import nnapi
+from nnapi._npy import read_npy_header
 from nnapi.cli._common import CliError, find_device, import_model, input_shapes
 from nnapi.session import Session, random_inputs
 
@@ -67,12 +68,15 @@ def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[d
         try:
             if problem := _overclaimed(file):
                 raise ValueError(problem)
-            value = np.load(file, allow_pickle=False)
+            value = np.load(file, mmap_mode="r", allow_pickle=False)
+            if isinstance(value, np.ndarray):
+                value = np.array(value)  # (read now, not mapped: a header claiming more was refused)
         except FileNotFoundError:
             raise CliError(f"--input {spec}: {file}: no such file") from None
-        except (OSError, ValueError, EOFError) as error:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError, zlib.error) as error:
             raise CliError(f"--input {spec}: {file}: not a .npy array ({error})") from None
         if not isinstance(value, np.ndarray):
+            value.close()
             raise CliError(f"--input {spec}: {file}: holds several arrays (.npz); give one .npy array")
         info = session.inputs[names.index(name)]
         try:
@@ -89,32 +93,25 @@ def read_inputs(session: Session, specs: list[str] | None, seed: int) -> tuple[d
 
 
 def _overclaimed(file: str) -> str | None:
-    """Why an array header of an .npy file (or of an .npz file's entry) claims more bytes
-    than the file (the entry) holds, else None: np.load allocates what a header claims
-    before reading (a 60-byte file claiming 4 TiB raised a raw MemoryError). A file this
-    cannot read is left for np.load to judge."""
-    def claimed(stream) -> int | None:
-        version = np.lib.format.read_magic(stream)
-        readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-        if version not in readers:
-            return None
-        shape, _, dtype = readers[version](stream)
-        return math.prod(shape) * dtype.itemsize
-
+    """Why an .npz file's entry cannot be read safely, else None: it is encrypted (zipfile
+    raised a raw RuntimeError asking for a password) or its array header claims more bytes
+    than the entry holds (np.load allocates what a header claims before reading: a 60-byte
+    entry claiming 4 TiB raised a raw MemoryError). An .npy file needs no look: np.load's
+    mmap_mode refuses a header claiming more than the file holds. A file this cannot read
+    is left for np.load to judge."""
     try:
-        if zipfile.is_zipfile(file):
-            with zipfile.ZipFile(file) as archive:
-                for entry in archive.infolist():
-                    with archive.open(entry) as stream:
-                        size = claimed(stream)
-                    if size is not None and size > entry.file_size:
-                        return f"the header of {entry.filename} claims {size} bytes, the entry holds {entry.file_size}"
+        if not zipfile.is_zipfile(file):
             return None
-        with open(file, "rb") as stream:
-            size, held = claimed(stream), os.fstat(stream.fileno()).st_size
-        if size is not None and size > held:
-            return f"its header claims {size} bytes, the file holds {held}"
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError):
+        with zipfile.ZipFile(file) as archive:
+            for entry in archive.infolist():
+                if entry.flag_bits & 1:
+                    return f"{entry.filename} is encrypted"
+                with archive.open(entry) as stream:
+                    shape, dtype = read_npy_header(stream)
+                size = math.prod(shape) * dtype.itemsize
+                if size > entry.file_size:
+                    return f"the header of {entry.filename} claims {size} bytes, the entry holds {entry.file_size}"
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError, zlib.error):
         pass  # np.load says what is wrong, in its words
     return None
 
@@ -129,7 +126,7 @@ def _read_npz(session: Session, file: str, given: dict[str, np.ndarray], origin:
             arrays = {key: archive[key] for key in archive.files}
     except FileNotFoundError:
         raise CliError(f"--input {file}: no such file") from None
-    except (OSError, ValueError, EOFError) as error:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError, zlib.error) as error:
         raise CliError(f"--input {file}: not a .npz archive ({error})") from None
     for name, value in arrays.items():
         if name not in names:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from nnapi._npy import read_npy_header
 from nnapi._version import __version__
 from nnapi.drivers import cache_record
 from nnapi.hal.serialize import model_from_plain, model_to_plain
@@ -138,13 +139,10 @@ def _arrays(data: bytes) -> dict[str, np.ndarray]:
                     raise _bad(f"the data file's entry {entry.filename[:40]!r} is encrypted; pack writes none")
                 raw = archive.read(entry)
                 stream = io.BytesIO(raw)
-                version = np.lib.format.read_magic(stream)
-                if version == (1, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
-                elif version == (2, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
-                else:
-                    raise _bad(f"the data file's entry {entry.filename[:40]!r} is .npy version {version}")
+                try:
+                    shape, dtype = read_npy_header(stream)
+                except ValueError as error:
+                    raise _bad(f"the data file's entry {entry.filename[:40]!r}: {error}") from None
                 if dtype != np.uint8 or len(shape) != 1 or shape[0] != len(raw) - stream.tell():
                     raise _bad("a blob has the wrong type")
                 arrays[entry.filename[:-4]] = np.frombuffer(raw, np.uint8, offset=stream.tell())
