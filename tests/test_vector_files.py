@@ -63,6 +63,17 @@ BROKEN = [
     (_operand(1, lifetime="TEMPORARY_VARIABLE"), "main operand 1: lifetime TEMPORARY_VARIABLE, in inputIndexes"),
     (_operand(0, dimensions=[-1]), "main operand 0: dimensions must be a list of unsigned 32-bit integers"),
     (lambda r: r.update(expectFailure="yes"), "expectFailure must be true or false"),
+    # one per rule no other case reached (each rule turned off, the suite still passed)
+    (lambda r: r["main"]["operations"][0].update(outputs=[9]), "main: operation 0 outputs must be a list of"),
+    (lambda r: r["main"].update(inputIndexes=[0, 1, 0]), "main: inputIndexes lists an operand twice"),
+    (_operand(2, type="BOOL", data=[1]), "main operand 2: BOOL data must be true / false values"),
+    (lambda r: r.update(isRelaxed=1), "isRelaxed must be true or false"),
+    (_operand(2, data=[0, 0]), r"main operand 2: 2 values for dimensions \[\] \(1 values\)"),
+    (_operand(3, lifetime="TEMPORARY_VARIABLE"), "main operand 3: lifetime TEMPORARY_VARIABLE, in outputIndexes"),
+    (_operand(0, scale="0.5"), "main operand 0: scale must be a number and zeroPoint an integer"),
+    (lambda r: r.update(test=["add"]), r"the record has no test name \(a string\)"),
+    (_operand(0, channelQuant={"channelDim": "0", "scales": [1.0]}), "main operand 0: channelQuant must be null or"),
+    (lambda r: r.update(referenced={}), "referenced must be a list of subgraphs"),
 ]
 
 
