@@ -449,6 +449,38 @@ def _claiming(arrays: dict[str, np.ndarray], size: int) -> bytes:
     return stream.getvalue()
 
 
+def nested_npz(depth: int, inner: int = 64) -> bytes:
+    """An archive of stored uint8 .npy entries nested one in the next: each entry's array
+    body holds the next entry's local header and data, so ``depth`` entries of a file of n
+    bytes add up to about depth * n / 2 (zipfile, Python 3.11.7, reads overlapping entries)."""
+    import struct
+    import zlib
+
+    def npy_header(count: int) -> bytes:
+        stream = io.BytesIO()
+        np.lib.format.write_array_header_1_0(stream, {"descr": "|u1", "fortran_order": False, "shape": (count,)})
+        return stream.getvalue()
+
+    def local_header(name: bytes, data: bytes) -> bytes:
+        return struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 0, 0, 0x21, zlib.crc32(data), len(data),
+                           len(data), len(name), 0) + name
+
+    names = [f"b{i}.npy".encode() for i in range(depth)]
+    datas = [b""] * depth
+    datas[-1] = npy_header(inner) + bytes(inner)
+    for i in range(depth - 1, 0, -1):
+        body = local_header(names[i], datas[i]) + datas[i]
+        datas[i - 1] = npy_header(len(body)) + body
+    offsets = [0]  # entry i + 1's local header lies in entry i's data, after its .npy header
+    for i in range(depth - 1):
+        offsets.append(offsets[-1] + 30 + len(names[i]) + len(datas[i]) - 30 - len(names[i + 1]) - len(datas[i + 1]))
+    files = local_header(names[0], datas[0]) + datas[0]
+    central = b"".join(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0x21, zlib.crc32(data),
+                                   len(data), len(data), len(name), 0, 0, 0, 0, 0, offset) + name
+                       for name, data, offset in zip(names, datas, offsets, strict=True))
+    return files + central + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, depth, depth, len(central), len(files), 0)
+
+
 def _npy(array: np.ndarray) -> bytes:
     stream = io.BytesIO()
     np.save(stream, array)
@@ -507,7 +539,8 @@ def fuzz_reference_cache(seed: int, cases: int, directory: str, log: Callable[[s
         else:
             data = rng.choice([b"", b"PK\x03\x04" + bytes(20), good_data[: rng.randrange(len(good_data))],
                                npz_bytes({"b0": np.zeros(3, np.uint8)}), npz_bytes({}), _compressed(arrays),
-                               _claiming(arrays, rng.choice([2**20, 2**40])), good_data + good_data[-22:]])
+                               _claiming(arrays, rng.choice([2**20, 2**40])), good_data + good_data[-22:],
+                               nested_npz(rng.choice([2, 3, 40]))])
         model_bytes = pack_reference_cache(header, body, data)
         changed = model_bytes != good_model or data != good_data
         # the driver, the file granted a record: HalError or a prepared model, never a raw exception

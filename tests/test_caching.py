@@ -278,6 +278,24 @@ def _npy(array: np.ndarray) -> bytes:
     return stream.getvalue()
 
 
+def test_data_file_entries_overlapping_past_its_size_are_refused():
+    """Stored entries nested one in the next (each a valid uint8 .npy; zipfile reads each):
+    40 entries of an 8.8 KB file held 136 KB, growing with the square of the file's size;
+    only the sum of the entries' sizes against the file's refuses them."""
+    import io
+    import zipfile
+
+    from file_fuzz import nested_npz
+
+    data = nested_npz(40)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        held = sum(len(archive.read(entry)) for entry in archive.infolist())
+    assert held > 10 * len(data)
+    with pytest.raises(HalError, match="^cache rejected: the data file's entries are larger than the file$"):
+        cache_format._arrays(data)
+    assert set(cache_format._arrays(nested_npz(1))) == {"b0"}
+
+
 def test_a_data_file_is_read_no_larger_than_it_is():
     """The data file is read only as pack writes it (stored .npy entries of 1-D uint8 whose
     headers say their size): an entry whose 60-byte header claims 2**40 elements raised a
