@@ -136,6 +136,19 @@ def check_record(record: Any) -> None:
 _MAX_NESTING = 64
 
 
+def _data_kind(dtype: np.dtype) -> tuple[str, tuple[float, float]]:
+    if dtype.kind in "iu":
+        return dtype.kind, (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    if dtype.kind == "f":
+        return "f", (-float(np.finfo(dtype).max), float(np.finfo(dtype).max))
+    return dtype.kind, (0, 0)
+
+
+# per operand type: its numpy kind and the range of its values (np.iinfo built per operand
+# was 32,636 calls loading the shipped vectors)
+_DATA_KINDS = {code: _data_kind(np.dtype(dtype)) for code, dtype in DTYPES.items()}
+
+
 def _check_references(record: dict) -> None:
     """No referenced subgraph reaches itself through SUBGRAPH operands (build_model would
     recurse without end)."""
@@ -227,17 +240,16 @@ def _check_operand(where: str, operand: Any, referenced: int) -> None:
         if data:
             raise ValueError(f"{where}: a {type_name} operand holds no data")
         return
-    kinds = {type(v) for v in data}  # (per value isinstance checks would triple the load time)
-    dtype = np.dtype(DTYPES[code])
-    if dtype.kind == "b" and not kinds <= {bool}:
+    kinds = set(map(type, data))  # (per value isinstance checks would triple the load time)
+    kind, limits = _DATA_KINDS[code]
+    if kind == "b" and not kinds <= {bool}:
         raise ValueError(f"{where}: {type_name} data must be true / false values")
-    if dtype.kind in "iu":
+    if kind in "iu":
         if not kinds <= {int}:  # (numpy would truncate a fraction)
             raise ValueError(f"{where}: {type_name} data must be integers")
-        limits = np.iinfo(dtype)
-        if data and not limits.min <= min(data) <= max(data) <= limits.max:
-            raise ValueError(f"{where}: {type_name} data must lie in [{limits.min}, {limits.max}]")
-    if dtype.kind == "f" and data:
+        if data and not limits[0] <= min(data) <= max(data) <= limits[1]:
+            raise ValueError(f"{where}: {type_name} data must lie in [{limits[0]}, {limits[1]}]")
+    if kind == "f" and data:
         if not kinds <= {int, float}:
             numbers = []
             for value in data:
@@ -261,9 +273,9 @@ def _check_operand(where: str, operand: Any, referenced: int) -> None:
                 from None
         finite = np.abs(values[np.isfinite(values)])
         largest = float(finite.max()) if finite.size else 0.0
-        if largest > float(np.finfo(dtype).max):
+        if largest > limits[1]:
             with np.errstate(over="ignore"):
-                if np.isinf(dtype.type(largest)):  # (numpy would make it an infinity: 65510 is float16 65504)
+                if np.isinf(DTYPES[code].type(largest)):  # (numpy would make it an infinity: 65510 is float16 65504)
                     raise ValueError(f"{where}: {type_name} data holds {largest!r}, which {type_name} rounds to "
                                      "an infinity")
     if all(d > 0 for d in dims):
