@@ -45,6 +45,7 @@ MUTATIONS = {
     "unknown operation": lambda m: setattr(m.main.operations[0], "type", 999),
     "wrong operand count": lambda m: setattr(m.main.operations[0], "inputs", [0, 1]),
     "wrong operand type": lambda m: setattr(m.main.operands[2], "type", T.FLOAT32),
+    "constant of rank 65": lambda m: setattr(m.main.operands[1], "dimensions", [1] * 64 + [2]),
     "model output never written": lambda m: setattr(m.main.operations[1], "outputs", [3]) or
         m.main.operations.pop(),
 }

@@ -39,6 +39,7 @@ class TestOperandTypes:
         OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1e39, 0),           # inf as the NDK's float
         OperandType(T.TENSOR_QUANT8_ASYMM, [2], 1e-50, 0),          # 0 as the NDK's float
         OperandType(T.TENSOR_INT32, [2], 1e39, 0),
+        OperandType(T.TENSOR_FLOAT32, [1] * 65),                    # past numpy's 64 dimensions
     ])
     def test_invalid_operand_types_are_bad_data(self, op_type):
         with pytest.raises(nnapi.BadDataError):

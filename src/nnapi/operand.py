@@ -259,6 +259,11 @@ def _extension_code(value: object) -> ExtensionOperandCode:
     raise BadDataError(f"unknown operand type {value!r}")
 
 
+#: The largest rank an operand may have: the NDK sets none, numpy's arrays stop here (a
+#: constant of more dimensions could not even be read for validation).
+MAX_RANK = 64
+
+
 def _as_float32(value: float) -> float:
     """``value`` as the NDK's ``float`` field holds it (past FLT_MAX it is inf, below the smallest
     subnormal 0): a scale is valid only as that value."""
@@ -280,6 +285,9 @@ def validate_operand_type(op_type: OperandType, where: str, allow_unspecified: b
     dims = op_type.dimensions  # ints (OperandType made them so): two C loops, not generators
     if dims and (min(dims) < 0 or max(dims) > 0xFFFFFFFF):
         raise BadDataError(f"{where}: dimensions must be non-negative 32-bit values, got {list(op_type.dimensions)}")
+    if len(dims) > MAX_RANK:
+        raise BadDataError(f"{where}: rank {len(dims)} is above {MAX_RANK}, the most nnapi holds (numpy's limit on "
+                           "an array's dimensions)")
     if is_extension(code):
         _validate_extension_type(op_type, where, allow_unspecified)
         return
