@@ -358,7 +358,7 @@ def validate_channel_quant(op_type: OperandType, params: SymmPerChannelQuantPara
         )
     scales = params.scales
     if len(scales) > 16:  # a filter of a thousand channels: one vectorized test, not a Python loop
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", under="ignore"):
             array = np.asarray(scales, dtype=np.float64).astype(np.float32)
         valid = bool(np.all((array > 0) & (array < np.inf)))  # NaN fails both
     else:
