@@ -553,23 +553,29 @@ def fuzz_reference_cache(seed: int, cases: int, directory: str, log: Callable[[s
         # the public API: uses the cache only as the driver wrote it, else recompiles afresh
         _write(model_path, model_bytes)
         _write(data_path, data)
-        try:
-            from_cache, outputs = compile_and_run(case, devices, cache_dir)
-        except Exception as error:
-            raise AssertionError(f"seed {seed} case {number} ({case.name}): {error!r} at the public API") \
-                from error
-        same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(outputs, case.outputs, strict=True))
-        if from_cache and changed:
-            raise AssertionError(f"seed {seed} case {number} ({case.name}): a changed cache was used "
-                                 f"(outputs {'the same' if same else 'different'})")
-        if not same:
-            raise AssertionError(f"seed {seed} case {number} ({case.name}): outputs differ from a fresh compilation "
-                                 f"(from cache: {from_cache})")
-        else:
-            counts["same outputs" + (" from cache" if from_cache else " recompiled")] += 1
+        counts[_public_api_outcome(case, devices, cache_dir, changed, f"seed {seed} case {number}", "cache")] += 1
         if log is not None and number % 200 == 0:
             log(f"{number} {dict(counts)}")
     return counts
+
+
+def _public_api_outcome(case: Case, devices: list[nnapi.Device], cache_dir: str, changed: bool, where: str,
+                        what: str) -> str:
+    """Compile ``case`` with the cache in ``cache_dir`` and run it: the property every target
+    holds to is that a changed ``what`` is never used and the outputs are a fresh
+    compilation's. Returns the outcome's count name; raises AssertionError on a break."""
+    try:
+        from_cache, outputs = compile_and_run(case, devices, cache_dir)
+    except Exception as error:
+        raise AssertionError(f"{where} ({case.name}): {error!r} at the public API") from error
+    same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(outputs, case.outputs, strict=True))
+    if from_cache and changed:
+        raise AssertionError(f"{where} ({case.name}): a changed {what} was used "
+                             f"(outputs {'the same' if same else 'different'})")
+    if not same:
+        raise AssertionError(f"{where} ({case.name}): outputs differ from a fresh compilation "
+                             f"(from cache: {from_cache})")
+    return "same outputs" + (" from cache" if from_cache else " recompiled")
 
 
 def _driver_outcome(driver: Any, model_bytes: bytes, data: bytes, token: bytes) -> str:
@@ -724,20 +730,7 @@ def fuzz_ort_cache(seed: int, cases: int, directory: str, log: Callable[[str], N
         counts[outcome] += 1
         # the public API: uses the file only as the driver wrote it, else recompiles afresh
         _write(path, file_bytes)
-        try:
-            from_cache, outputs = compile_and_run(case, devices, cache_dir)
-        except Exception as error:
-            raise AssertionError(f"seed {seed} case {number} ({case.name}): {error!r} at the public API") \
-                from error
-        same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(outputs, case.outputs, strict=True))
-        if from_cache and changed:
-            raise AssertionError(f"seed {seed} case {number} ({case.name}): a changed cache file was used "
-                                 f"(outputs {'the same' if same else 'different'})")
-        if not same:
-            raise AssertionError(f"seed {seed} case {number} ({case.name}): outputs differ from a fresh compilation "
-                                 f"(from cache: {from_cache})")
-        else:
-            counts["same outputs" + (" from cache" if from_cache else " recompiled")] += 1
+        counts[_public_api_outcome(case, devices, cache_dir, changed, f"seed {seed} case {number}", "cache file")] += 1
         if log is not None and number % 200 == 0:
             log(f"{number} {dict(counts)}")
     return counts
