@@ -1515,6 +1515,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=20, help="bug reports printed per direction (default 20)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every case")
     args = parser.parse_args(argv)
+    try:
+        import msgpack  # noqa: F401
+    except ImportError as error:
+        print(f"fuzz_service.py needs nnapi[service] (pip install -e '.[service]'): {error}", file=sys.stderr)
+        return 2
     failed = False
     with tempfile.TemporaryDirectory(prefix="nnapi-fuzz-service-") as work:
         directions = ["to-service", "to-client"] if args.direction == "both" else [args.direction]
