@@ -26,6 +26,7 @@ from nnapi.drivers.service import wire  # noqa: E402
 from nnapi.drivers.service.client import connect_devices  # noqa: E402
 from nnapi.drivers.service.server import Service, _Session  # noqa: E402
 from nnapi.hal import ErrorStatus, HalError, serialize  # noqa: E402
+from nnapi.operand import MAX_RANK  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
@@ -168,15 +169,15 @@ def test_an_operand_of_thousands_of_dimensions_is_refused_quickly():
     import time
 
     service, session = Service([ReferenceDevice()], "/nonexistent"), _Session()
-    for operand, dims in ((1, [40000] * 3690), (0, [2] * 1_000_000), (1, [65536, 65536]), (1, [65536] * 64)):
+    for operand, dims in ((1, [40000] * 3690), (0, [2] * 1_000_000), (1, [65536, 65536]), (1, [65536] * MAX_RANK)):
         plain = serialize.model_to_plain(build_hal_model(_add_model())[0])
         plain["main"]["operands"][operand]["dimensions"] = dims
         start = time.monotonic()
         reply = _ask(service, session, "prepare", {"dev": 0, "model": plain})
         assert time.monotonic() - start < 10
         assert (reply["ok"], reply["status"]) == (False, int(ErrorStatus.INVALID_ARGUMENT)), reply
-        if len(dims) > 64:  # numpy's limit on an array's dimensions, checked before the size
-            assert f"operand {operand}: rank {len(dims)} is above 64" in reply["msg"], reply["msg"][:300]
+        if len(dims) > MAX_RANK:  # numpy's limit on an array's dimensions, checked before the size
+            assert f"operand {operand}: rank {len(dims)} is above {MAX_RANK}" in reply["msg"], reply["msg"][:300]
         else:
             assert f"operand {operand}: TENSOR_FLOAT32 of {len(dims)} dimensions" in reply["msg"], reply["msg"][:300]
             assert "larger than 4 GiB (its size overflows uint32)" in reply["msg"]

@@ -259,9 +259,17 @@ def _extension_code(value: object) -> ExtensionOperandCode:
     raise BadDataError(f"unknown operand type {value!r}")
 
 
-#: The largest rank an operand may have: the NDK sets none, numpy's arrays stop here (a
-#: constant of more dimensions could not even be read for validation).
-MAX_RANK = 64
+def _numpy_max_rank() -> int:
+    try:
+        np.empty((1,) * 64)
+    except ValueError:
+        return 32  # numpy 1.x
+    return 64
+
+
+#: The largest rank an operand may have: the NDK sets none, numpy's arrays stop here (64 in
+#: numpy 2, 32 before; a constant of more dimensions could not even be read for validation).
+MAX_RANK = _numpy_max_rank()
 
 
 def _as_float32(value: float) -> float:

@@ -509,6 +509,8 @@ def _converter(*names: str):
     codes = {name: code for code, name in _OPCODE_NAMES.items()}
 
     def wrap(function):
+        if not codes:  # no tflite package (the extra nnapi[tflite]): nothing can be imported, nothing to register
+            return function
         for name in names:
             _CONVERTERS[codes[name]] = function
         return function
