@@ -106,12 +106,15 @@ def test_the_record_is_bounded_least_recently_used_first(records, monkeypatch):
         cache_record.remember("dev", token, "s")
         (name,) = set(_records_in(records)) - before
         os.utime(records / name, (time.time() - 80 + 10 * number,) * 2)  # oldest first: token 0, 1, ...
-    stale = records / ".123-abc.tmp"
-    stale.write_bytes(b"x")
-    os.utime(stale, (time.time() - 7200,) * 2)
+    stale = records / ".123-0123456789abcdef.tmp"  # (named as the module names its temporary files)
+    foreign = records / "notes.tmp"
+    for path in (stale, foreign):
+        path.write_bytes(b"x")
+        os.utime(path, (time.time() - 7200,) * 2)
     assert cache_record.holds("dev", tokens[0], "s")  # token 0 is used: now the newest
     cache_record.remember("dev", tokens[8], "s")
     assert len(_records_in(records)) == 7 and not stale.exists()
+    assert foreign.read_bytes() == b"x"  # a name the module never writes is never deleted
     assert [cache_record.holds("dev", t, "s") for t in tokens] == [True, False, False] + [True] * 6
 
 
@@ -311,3 +314,52 @@ def test_no_home_directory_means_no_record(monkeypatch):
     assert not cache_record.remember("dev", TOKEN, "s") and not cache_record.holds("dev", TOKEN, "s")
     with pytest.raises(HalError, match="no record"):
         cache_record.require("dev", TOKEN, "s")
+
+
+def test_a_directory_of_other_files_or_a_link_is_never_written(tmp_path, monkeypatch):
+    """The variable pointed at a folder of the user's own files (private or not), or at a
+    link to a private empty folder: no record is written there, nothing there is replaced or
+    deleted (found by reviewer R2: a 24-byte 'key' was replaced and an old 'notes.tmp'
+    deleted)."""
+    own = tmp_path / "own"
+    own.mkdir(mode=0o700)
+    (own / "key").write_bytes(b"the user's own 24 bytes.")
+    (own / "notes.tmp").write_bytes(b"notes")
+    os.utime(own / "notes.tmp", (time.time() - 7200,) * 2)
+    home_like = tmp_path / "home"
+    home_like.mkdir(mode=0o755)
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(empty, target_is_directory=True)
+    for folder in (own, home_like, link):
+        monkeypatch.setenv(cache_record.ENVIRONMENT, str(folder))
+        assert not cache_record.remember("dev", TOKEN, "s")
+        assert not cache_record.holds("dev", TOKEN, "s")
+    assert (own / "key").read_bytes() == b"the user's own 24 bytes." and (own / "notes.tmp").exists()
+    assert sorted(os.listdir(own)) == ["key", "notes.tmp"] and os.listdir(home_like) == []
+    assert os.listdir(empty) == []
+    monkeypatch.setenv(cache_record.ENVIRONMENT, str(empty))  # the folder itself, empty and private: used
+    assert cache_record.remember("dev", TOKEN, "s") and cache_record.holds("dev", TOKEN, "s")
+
+
+def test_a_directory_of_another_user_is_not_used(records, monkeypatch):
+    """A record directory owned by another user (who could forge records in it) is neither
+    read nor written."""
+    assert cache_record.remember("dev", TOKEN, "s")
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(records).st_uid + 1)
+    assert not cache_record.holds("dev", TOKEN, "s")
+    assert not cache_record.remember("dev", bytes(32), "s")
+
+
+def test_a_record_copied_under_another_tokens_name_is_not_held(records):
+    """The record's value binds the token (and the device), not only its file name."""
+    other = bytes([7]) * 32
+    assert cache_record.remember("dev", TOKEN, "s")
+    assert cache_record.remember("dev", other, "t")
+    (name,) = [n for n in _records_in(records) if n == cache_record._record_name("dev", TOKEN)]
+    value = (records / name).read_bytes()
+    (records / cache_record._record_name("dev", other)).write_bytes(value)
+    assert not cache_record.holds("dev", other, "s")
+    (records / cache_record._record_name("dev2", TOKEN)).write_bytes(value)
+    assert not cache_record.holds("dev2", TOKEN, "s")

@@ -13,7 +13,9 @@ has none and is recompiled, which the NDK allows.
 
 The record lives where the cache's client does not hand it over: ``$NNAPI_CACHE_RECORDS``,
 else ``$XDG_CACHE_HOME/nnapi/cache-records``, else ``~/.cache/nnapi/cache-records``; a
-directory of mode 0700 holding ``key`` (32 random bytes) and one ``<name>.rec`` file per
+directory (not a link) of mode 0700, marked by a ``nnapi-cache-records`` file written when it
+was made (a folder holding other files is never used: nothing of the user's is replaced or
+deleted), holding ``key`` (32 random bytes) and one ``<name>.rec`` file per
 (driver, token) of 64 hex digits, written atomically (a temporary file renamed), never
 unpickled, at most ``MAX_RECORDS`` of them (past that the least recently used are dropped). A
 directory that is missing, unusable, not the user's, or writable by others, a key or record
@@ -26,7 +28,9 @@ import contextlib
 import hashlib
 import hmac
 import os
+import re
 import secrets
+import stat
 import time
 from pathlib import Path
 
@@ -38,6 +42,12 @@ ENVIRONMENT = "NNAPI_CACHE_RECORDS"
 #: records kept; past this the least recently written or used are deleted (down to 7/8 of it)
 MAX_RECORDS = 4096
 _KEY_FILE = "key"
+#: the file that marks a directory as this module's (only such a directory is written to)
+_MARKER_FILE = "nnapi-cache-records"
+_MARKER = b"nnapi cache records 1\n"
+#: the only names this module writes, and so the only ones its pruning deletes
+_RECORD_NAME = re.compile(r"[0-9a-f]{40}\.rec")
+_TEMPORARY_NAME = re.compile(r"\.[0-9]+-[0-9a-f]{16}\.tmp")
 _KEY_BYTES = 32
 _SUFFIX = ".rec"
 _DIGEST_CHARS = 64
@@ -75,17 +85,35 @@ def _record_value(key: bytes, device: str, token: bytes, seal: str) -> bytes:
 
 
 def _usable(path: Path, create: bool) -> bool:
-    """Whether ``path`` is a directory this user owns and no one else may write (created,
-    mode 0700, when ``create``)."""
+    """Whether ``path`` is a record directory: a directory itself (not a link to one) that
+    this user owns, only this user may read or write (mode 0700), and that holds this
+    module's marker. ``create`` makes it (or marks an empty private one); a directory of other
+    files (a home, a folder the variable was pointed at by mistake) is never used, so that
+    nothing there is replaced or deleted."""
     try:
         if create:
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        status = path.stat()
+            with contextlib.suppress(FileExistsError):
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.mkdir(path, 0o700)
+        status = os.lstat(path)
     except (OSError, ValueError):  # (ValueError: a path with a NUL character)
         return False
-    if not path.is_dir() or status.st_mode & 0o022:
+    if not stat.S_ISDIR(status.st_mode) or status.st_mode & 0o077:
         return False
-    return not hasattr(os, "getuid") or status.st_uid == os.getuid()
+    if hasattr(os, "getuid") and status.st_uid != os.getuid():
+        return False
+    if _read_small(path / _MARKER_FILE, len(_MARKER)) == _MARKER:
+        return True
+    if not create:
+        return False
+    try:
+        if os.listdir(path):
+            return False
+        temporary = _temporary(path, _MARKER)
+        os.replace(temporary, path / _MARKER_FILE)
+    except OSError:
+        return False
+    return _read_small(path / _MARKER_FILE, len(_MARKER)) == _MARKER
 
 
 def _read_small(path: Path, size: int) -> bytes | None:
@@ -226,11 +254,11 @@ def _prune(folder: Path, written: str) -> None:
         return
     now = time.time()
     for name in names:
-        if name.endswith(".tmp"):
+        if _TEMPORARY_NAME.fullmatch(name):
             with contextlib.suppress(OSError):
                 if now - os.lstat(folder / name).st_mtime > _STALE_TEMPORARY_S:
                     os.unlink(folder / name)
-    names = [name for name in names if name.endswith(_SUFFIX)]
+    names = [name for name in names if _RECORD_NAME.fullmatch(name)]
     if len(names) <= MAX_RECORDS:
         return
     records: list[tuple[float, str]] = []
