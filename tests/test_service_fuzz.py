@@ -276,6 +276,40 @@ def test_an_execution_result_that_disagrees_with_the_request_is_a_driver_failure
     assert "sent a bad reply to execute" in str(caught.value) and rule in str(caught.value), str(caught.value)
 
 
+def test_an_open_output_shape_past_its_buffer_is_a_driver_failure(middle, registered):
+    """An output of open dimension, a 16-byte buffer: a reply that the output holds 400 or
+    4,000,000 values (which would need more than the buffer) is the driver's failure, never
+    a success reporting those dimensions (found by reviewer R2 with the check removed: every
+    test passed); the true shape [4] is a success."""
+    path, set_edit = middle
+    device = _remote_device(path)
+    registered.append(device.name)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    fuse = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(fuse, np.int32(0))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0]))
+    model.add_operation(Op.ADD, [x, x, fuse], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    for shape in ([4], [400], [4_000_000]):
+        set_edit(_on_execute(lambda r, shape=shape: r[0].__setitem__(0, [shape, True])))
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, np.arange(4, dtype=np.float32))
+        out = np.zeros(4, np.float32)
+        execution.set_output(0, out)
+        if shape == [4]:
+            execution.compute()
+            assert execution.get_output_operand_dimensions(0) == [4]
+            np.testing.assert_array_equal(out, [0, 2, 4, 6])
+            continue
+        with pytest.raises(nnapi.OpFailedError) as caught:
+            execution.compute()
+        assert f"shape {shape} needs {4 * shape[0]} bytes, its buffer has 16" in str(caught.value), str(caught.value)
+
+
 def test_a_failure_reply_without_a_failure_status(middle, registered):
     """{"ok": False, "status": 0} raised HalError(NONE): a failure the runtime reported as
     NO_ERROR; a status out of range or of another type was taken as GENERAL_FAILURE but
