@@ -20,7 +20,7 @@ import nnapi  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
-from nnapi.codes import ResultCode  # noqa: E402
+from nnapi.codes import DurationCode, ResultCode  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.drivers.service import wire  # noqa: E402
 from nnapi.drivers.service.client import connect_devices  # noqa: E402
@@ -308,6 +308,36 @@ def test_an_open_output_shape_past_its_buffer_is_a_driver_failure(middle, regist
         with pytest.raises(nnapi.OpFailedError) as caught:
             execution.compute()
         assert f"shape {shape} needs {4 * shape[0]} bytes, its buffer has 16" in str(caught.value), str(caught.value)
+
+
+def test_a_reusable_execution_reports_each_replys_timing(middle, registered):
+    """The client keeps the last reply it checked so that a bound request's repeat is not
+    decoded again: a reply that differs (here its timing) must be decoded afresh (reviewer
+    R2: reusing the first decoded result for every later reply passed every test)."""
+    path, set_edit = middle
+    device = _remote_device(path)
+    registered.append(device.name)
+    compilation = nnapi.Compilation(_add_model(), [device])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_reusable(True)
+    execution.set_input(0, np.array([10, 20, 30, 40], np.float32))
+    y = np.zeros(4, np.float32)
+    execution.set_output(0, y)
+    execution.set_measure_timing(True)
+    durations = []
+    for microseconds in (111, 222, 222, 333):
+        def timing(op, reply, us=microseconds):
+            if op in ("execute", "run") and reply.get("ok"):
+                reply["r"][1] = [us, us + 1]
+                return reply
+            return None
+
+        set_edit(timing)
+        execution.compute()
+        durations.append(execution.get_duration(DurationCode.DURATION_ON_HARDWARE))
+        np.testing.assert_array_equal(y, [10, 21, 32, 43])
+    assert durations == [111, 222, 222, 333]
 
 
 def test_a_failure_reply_without_a_failure_status(middle, registered):
