@@ -262,3 +262,30 @@ def test_islands_of_heavy_operations_and_devices_without_a_step_cost_stay(regist
     plain = nnapi.Compilation(add_sub_add_model([3]))
     plain.finish()
     assert plain.step_devices == ["sample-free", "nnapi-reference", "sample-free"]
+
+
+def test_a_driver_that_cannot_answer_is_named_with_its_failure(monkeypatch):
+    """finish's BAD_DATA 'no device supports' gives each device's reason: a driver whose
+    getSupportedOperations fails says so with its error (it read 'nnapi-reference: None'
+    when the driver's failure was swallowed, seen by reviewer R2 through a broken served
+    driver), and one whose second answer differs from its first reads 'declined by the
+    driver', never None."""
+    from helpers import add_model, reference_device
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.hal import ErrorStatus, HalError
+
+    device = reference_device()
+
+    def lost(self, model):
+        raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, "device lost")
+
+    monkeypatch.setattr(ReferenceDevice, "get_supported_operations", lost)
+    with pytest.raises(nnapi.BadDataError) as caught:
+        nnapi.Compilation(add_model(), [device]).finish()
+    assert ("nnapi-reference: the driver could not say which operations it supports (device lost)"
+            in str(caught.value)), str(caught.value)
+    answers = iter([[False], [True], [True]])
+    monkeypatch.setattr(ReferenceDevice, "get_supported_operations", lambda self, model: next(answers))
+    with pytest.raises(nnapi.BadDataError) as caught:
+        nnapi.Compilation(add_model(), [device]).finish()
+    assert str(caught.value).endswith("nnapi-reference: declined by the driver"), str(caught.value)

@@ -174,10 +174,10 @@ def _ineligibility(model: Model, device: IDevice) -> list[str | None]:
     return reasons
 
 
-def _ask(model: Model, device: IDevice, query) -> list:
+def _ask(model: Model, device: IDevice, query, failures: list[str] | None = None) -> list:
     """``query(device, model_slice)`` for the operations ``device`` is given (see
     supported_operations), spread back over every operation; None where not asked or
-    where the driver's answer is unusable."""
+    where the driver's answer is unusable (why, appended to ``failures`` when given)."""
     main = model.main
     ineligible = _ineligibility(model, device)
     positions = [i for i, reason in enumerate(ineligible) if reason is None]
@@ -187,9 +187,13 @@ def _ask(model: Model, device: IDevice, query) -> list:
     sliced = model if len(positions) == len(main.operations) else slice_model(model, positions)
     try:
         flags = list(query(device, _for_level(sliced, _level_of(device))))
-    except Exception:
+    except Exception as error:  # noqa: BLE001 - a driver's failure: it supports nothing
+        if failures is not None:
+            failures.append(str(error) or type(error).__name__)
         return answers
     if len(flags) != len(positions):
+        if failures is not None:
+            failures.append(f"its answer covers {len(flags)} operations, not {len(positions)}")
         return answers
     for position, flag in zip(positions, flags, strict=True):
         answers[position] = flag
@@ -210,13 +214,16 @@ def unsupported_reasons(model: Model, device: IDevice) -> list[str | None]:
     ineligible = _ineligibility(model, device)
     asked = _ask(model, device, lambda d, m: [reason if reason is None else str(reason)
                                               for reason in d.get_unsupported_reasons(m)])
-    supported = supported_operations(model, device)
+    failures: list[str] = []
+    supported = [bool(flag) for flag in _ask(model, device, lambda d, m: d.get_supported_operations(m), failures)]
     reasons: list[str | None] = []
     for position, ok in enumerate(supported):
         if ok:
             reasons.append(None)
         elif ineligible[position]:
             reasons.append(ineligible[position])
+        elif failures:
+            reasons.append(f"the driver could not say which operations it supports ({failures[0]})")
         else:
             reasons.append(asked[position] or "declined by the driver")
     return reasons
@@ -268,7 +275,9 @@ def assign_devices(model: Model, devices: Sequence[IDevice],
             if missing is not None:
                 hint = f"; none of them supports vendor extension {missing}"
             else:  # each device's reason (asked only now: this is the failure path)
-                hint = "; " + "; ".join(f"{d.name}: {unsupported_reasons(model, d)[index]}" for d in devices)
+                # (a driver whose second answer differs from its first gives no reason now)
+                hint = "; " + "; ".join(f"{d.name}: {unsupported_reasons(model, d)[index] or 'declined by the driver'}"
+                                        for d in devices)
             raise BadDataError(f"finish: no device among {names} supports operation {index} ({name}){hint}")
         # min() keeps the first of equals: the order devices were given breaks ties.
         chosen.append(min(able, key=lambda d: _performance(d, model, operation, preference)))
