@@ -363,3 +363,17 @@ def test_a_record_copied_under_another_tokens_name_is_not_held(records):
     assert not cache_record.holds("dev", other, "s")
     (records / cache_record._record_name("dev2", TOKEN)).write_bytes(value)
     assert not cache_record.holds("dev2", TOKEN, "s")
+
+
+def test_a_record_directory_made_before_the_marker_is_still_used(records):
+    """A directory holding only what this module writes (a 32-byte key, records), made
+    before directories were marked, is marked and used: its records stand."""
+    assert cache_record.remember("dev", TOKEN, "s")
+    (records / cache_record._MARKER_FILE).unlink()
+    assert not cache_record.holds("dev", TOKEN, "s")  # (reading never marks)
+    assert cache_record.remember("dev", bytes(32), "t")
+    assert cache_record.holds("dev", TOKEN, "s") and cache_record.holds("dev", bytes(32), "t")
+    (records / cache_record._MARKER_FILE).unlink()
+    (records / "key").write_bytes(b"24 bytes, not a key ....")
+    assert not cache_record.remember("dev", TOKEN, "s")
+    assert (records / "key").read_bytes() == b"24 bytes, not a key ...."

@@ -14,8 +14,8 @@ has none and is recompiled, which the NDK allows.
 The record lives where the cache's client does not hand it over: ``$NNAPI_CACHE_RECORDS``,
 else ``$XDG_CACHE_HOME/nnapi/cache-records``, else ``~/.cache/nnapi/cache-records``; a
 directory (not a link) of mode 0700, marked by a ``nnapi-cache-records`` file written when it
-was made (a folder holding other files is never used: nothing of the user's is replaced or
-deleted), holding ``key`` (32 random bytes) and one ``<name>.rec`` file per
+was made, or holding only names it writes (a folder holding other files is never used:
+nothing of the user's is replaced or deleted), holding ``key`` (32 random bytes) and one ``<name>.rec`` file per
 (driver, token) of 64 hex digits, written atomically (a temporary file renamed), never
 unpickled, at most ``MAX_RECORDS`` of them (past that the least recently used are dropped). A
 directory that is missing, unusable, not the user's, or writable by others, a key or record
@@ -107,8 +107,13 @@ def _usable(path: Path, create: bool) -> bool:
     if not create:
         return False
     try:
-        if os.listdir(path):
+        # empty, or made before the marker existed: nothing in it but what this module writes
+        names = os.listdir(path)
+        if not all(name == _KEY_FILE or _RECORD_NAME.fullmatch(name) or _TEMPORARY_NAME.fullmatch(name)
+                   for name in names):
             return False
+        if _KEY_FILE in names and _read_small(path / _KEY_FILE, _KEY_BYTES) is None:
+            return False  # a 'key' of another size is not one this module made
         temporary = _temporary(path, _MARKER)
         os.replace(temporary, path / _MARKER_FILE)
     except OSError:
