@@ -49,6 +49,7 @@ from nnapi.drivers import cache_format, cache_record
 from nnapi.hal import HalError
 from nnapi.hal.interfaces import IPreparedModel
 from nnapi.hal.serialize import model_digest
+from nnapi.tools.plain_tree import get, paths, replace
 
 TOKEN = bytes(range(32))
 _INTS = [0, 1, 2, 3, -1, -2, 4, 7, 255, 256, 2**15, 2**16, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1,
@@ -183,30 +184,6 @@ def granted(directory: str, device: str, token: bytes, seal: str | None) -> Iter
 
 
 # --- mutations of plain data ------------------------------------------------------------
-def _nodes(tree: Any, path: tuple = ()) -> list[tuple]:
-    found = [path]
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            found += _nodes(value, (*path, key))
-    elif isinstance(tree, list):
-        for position, value in enumerate(tree):
-            found += _nodes(value, (*path, position))
-    return found
-
-
-def _get(tree: Any, path: tuple) -> Any:
-    for key in path:
-        tree = tree[key]
-    return tree
-
-
-def _set(tree: Any, path: tuple, value: Any) -> Any:
-    if not path:
-        return value
-    _get(tree, path[:-1])[path[-1]] = value
-    return tree
-
-
 def _mutated_value(rng: random.Random, value: Any, tree: Any) -> Any:
     """Another value for a node: of its own kind mostly, sometimes of another."""
     if rng.random() < 0.12:  # another kind altogether
@@ -249,7 +226,7 @@ def _mutated_value(rng: random.Random, value: Any, tree: Any) -> Any:
 
 
 def _nodes_values(tree: Any) -> list:
-    return [_get(tree, path) for path in _nodes(tree)[:200]]
+    return [get(tree, path) for path in paths(tree)[:200]]
 
 
 def _as_list(value: Any) -> list:
@@ -324,20 +301,27 @@ def _semantic(rng: random.Random, body: dict) -> None:
             body["referenced"].append(copy.deepcopy(body.get("main")))
 
 
-def mutate_body(rng: random.Random, body: dict) -> dict:
-    """1 to 3 mutations of a cache body (the JSON tree as written: $hex / $blob included)."""
-    body = copy.deepcopy(body)
+def _mutate_tree(rng: random.Random, tree: Any, semantic: Callable[[random.Random, Any], None],
+                 semantic_share: float) -> Any:
+    """1 to 3 mutations of a copy of ``tree``: ``semantic`` ones (a rule's field aimed at)
+    ``semantic_share`` of the time, else any node but the root given another value."""
+    tree = copy.deepcopy(tree)
     for _ in range(rng.randrange(1, 4)):
-        if rng.random() < 0.55:
+        if rng.random() < semantic_share:
             try:
-                _semantic(rng, body)
+                semantic(rng, tree)
             except (TypeError, KeyError, AttributeError, IndexError, ValueError):
                 pass  # a tree an earlier mutation left without the field aimed at
         else:
-            paths = _nodes(body)
-            path = rng.choice(paths[1:] if len(paths) > 1 else paths)
-            body = _set(body, path, _mutated_value(rng, _get(body, path), body))
-    return body
+            nodes = paths(tree)
+            path = rng.choice(nodes[1:] if len(nodes) > 1 else nodes)
+            tree = replace(tree, path, _mutated_value(rng, get(tree, path), tree))
+    return tree
+
+
+def mutate_body(rng: random.Random, body: dict) -> dict:
+    """1 to 3 mutations of a cache body (the JSON tree as written: $hex / $blob included)."""
+    return _mutate_tree(rng, body, _semantic, 0.55)
 
 
 def mutate_arrays(rng: random.Random, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -811,18 +795,8 @@ def _record_semantic(rng: random.Random, record: dict) -> None:
 
 
 def mutate_record(rng: random.Random, record: dict) -> Any:
-    record = copy.deepcopy(record)
-    for _ in range(rng.randrange(1, 4)):
-        if rng.random() < 0.6:
-            try:
-                _record_semantic(rng, record)
-            except (TypeError, KeyError, AttributeError, IndexError, ValueError):
-                pass
-        else:
-            paths = _nodes(record)
-            path = rng.choice(paths[1:])
-            record = _set(record, path, _mutated_value(rng, _get(record, path), record))
-    return record
+    """1 to 3 mutations of a vector file's record."""
+    return _mutate_tree(rng, record, _record_semantic, 0.6)
 
 
 def _vector_file(rng: random.Random, path: str, records: list[Any]) -> str:

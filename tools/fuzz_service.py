@@ -52,6 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from nnapi.tools.plain_tree import get, paths, replace
+
 #: A reply text that is really a Python exception's (a bug: the field and rule must be named).
 INTERNAL = re.compile(r"\b(AttributeError|TypeError|ValueError|KeyError|IndexError|ZeroDivisionError|"
                       r"OverflowError|FloatingPointError|MemoryError|RuntimeError|AssertionError|"
@@ -447,31 +449,6 @@ def _junk(rng: random.Random, depth: int = 0) -> Any:
     return rng.choice([0, 1, 2, 5, 100, 1000, 65535, 65536])
 
 
-def _paths(tree: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every node's path (keys / indexes from the root)."""
-    found = [prefix]
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(tree, list):
-        for index, value in enumerate(tree):
-            found += _paths(value, (*prefix, index))
-    return found
-
-
-def _get(tree: Any, path: tuple) -> Any:
-    for key in path:
-        tree = tree[key]
-    return tree
-
-
-def _set(tree: Any, path: tuple, value: Any) -> Any:
-    if not path:
-        return value
-    _get(tree, path[:-1])[path[-1]] = value
-    return tree
-
-
 def _packed(value: Any) -> Any:
     """A msgpack blob's decoded list (the packed request of an execution), or None."""
     if not isinstance(value, bytes) or len(value) < 2 or value[0] not in (0x93, 0x92, 0x94, 0xdc):
@@ -490,29 +467,29 @@ def mutate_tree(rng: random.Random, tree: Any, notes: list[str], depth: int = 0)
     import msgpack
 
     tree = copy.deepcopy(tree)
-    paths = _paths(tree)
+    nodes = paths(tree)
     # leaves and small containers first: most of the schema is there
-    path = rng.choice(paths if rng.random() < 0.3 else [p for p in paths if p] or paths)
-    node = _get(tree, path)
+    path = rng.choice(nodes if rng.random() < 0.3 else [p for p in nodes if p] or nodes)
+    node = get(tree, path)
     where = "/".join(str(p) for p in path) or "<root>"
     inner = _packed(node)
     if inner is not None and depth < 2 and rng.random() < 0.8:
         notes.append(f"{where}: inside the packed blob")
-        return _set(tree, path, msgpack.packb(mutate_tree(rng, inner, notes, depth + 1), use_bin_type=True))
+        return replace(tree, path, msgpack.packb(mutate_tree(rng, inner, notes, depth + 1), use_bin_type=True))
     kind = rng.randrange(10)
     if isinstance(node, bool) or kind == 0:
         value = _junk(rng)
         notes.append(f"{where} = {_short(value)}")
-        return _set(tree, path, value)
+        return replace(tree, path, value)
     if isinstance(node, int):
         value = rng.choice([node + 1, node - 1, -node - 1, node * 2**rng.randrange(1, 40), 0, -1, 2**32 - 1,
                             2**63 - 1, 2**64 - 1, node + rng.randrange(1, 1 << 20), float(node), str(node)])
         notes.append(f"{where}: {node} -> {_short(value)}")
-        return _set(tree, path, value)
+        return replace(tree, path, value)
     if isinstance(node, float):
         value = rng.choice([float("nan"), float("inf"), -node, int(node) if math.isfinite(node) else 0, 1e308, -1.0])
         notes.append(f"{where}: {node} -> {value}")
-        return _set(tree, path, value)
+        return replace(tree, path, value)
     if isinstance(node, list) and node:
         action = rng.randrange(6)
         index = rng.randrange(len(node))
@@ -564,10 +541,10 @@ def mutate_tree(rng: random.Random, tree: Any, notes: list[str], depth: int = 0)
             for _ in range(rng.randrange(1, 4)):
                 data[rng.randrange(len(data))] = rng.randrange(256)
             notes.append(f"{where}: bytes flipped")
-        return _set(tree, path, bytes(data))
+        return replace(tree, path, bytes(data))
     value = _junk(rng)
     notes.append(f"{where} = {_short(value)}")
-    return _set(tree, path, value)
+    return replace(tree, path, value)
 
 
 def _short(value: Any) -> str:
