@@ -296,3 +296,17 @@ def run_in_threads(worker: Callable[[int], None], count: int) -> None:
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def model_of(op: nnapi.OperationCode, weights: np.ndarray) -> nnapi.Model:
+    """y = op(x, weights) of four floats, weights a constant (the caching tests' model)."""
+    model = nnapi.Model()
+    tensor = OperandType(nnapi.OperandCode.TENSOR_FLOAT32, [4])
+    x, w = model.add_operand(tensor), model.add_operand(tensor)
+    act, y = model.add_operand(OperandType(nnapi.OperandCode.INT32)), model.add_operand(tensor)
+    model.set_operand_value(w, weights)
+    model.set_operand_value(act, 0)
+    model.add_operation(op, [x, w, act], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model

@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 
 import nnapi
-from helpers import reference_devices
-from nnapi import OperandCode as T
-from nnapi import OperandType
+from helpers import model_of, reference_devices
 from nnapi import OperationCode as Op
 from nnapi.drivers import cache_format, cache_record
 from nnapi.drivers.reference import ReferenceDevice
@@ -36,20 +34,6 @@ def records(tmp_path, monkeypatch):
     path = tmp_path / "records"
     monkeypatch.setenv(cache_record.ENVIRONMENT, str(path))
     return path
-
-
-def model_of(op: Op, weights: np.ndarray) -> nnapi.Model:
-    """y = op(x, weights)."""
-    model = nnapi.Model()
-    tensor = OperandType(T.TENSOR_FLOAT32, [4])
-    x, w = model.add_operand(tensor), model.add_operand(tensor)
-    act, y = model.add_operand(OperandType(T.INT32)), model.add_operand(tensor)
-    model.set_operand_value(w, weights)
-    model.set_operand_value(act, 0)
-    model.add_operation(op, [x, w, act], [y])
-    model.identify_inputs_and_outputs([x], [y])
-    model.finish()
-    return model
 
 
 def compile_and_run(model: nnapi.Model, devices, directory) -> tuple[int, np.ndarray]:
