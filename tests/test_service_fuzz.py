@@ -310,10 +310,9 @@ def test_an_open_output_shape_past_its_buffer_is_a_driver_failure(middle, regist
         assert f"shape {shape} needs {4 * shape[0]} bytes, its buffer has 16" in str(caught.value), str(caught.value)
 
 
-def test_a_reusable_execution_reports_each_replys_timing(middle, registered):
-    """The client keeps the last reply it checked so that a bound request's repeat is not
-    decoded again: a reply that differs (here its timing) must be decoded afresh (reviewer
-    R2: reusing the first decoded result for every later reply passed every test)."""
+def _reusable_add(middle, registered, x: np.ndarray) -> tuple:
+    """(set_edit, a reusable Execution of _add_model on ``x`` through the man in the middle,
+    its output array)."""
     path, set_edit = middle
     device = _remote_device(path)
     registered.append(device.name)
@@ -321,15 +320,23 @@ def test_a_reusable_execution_reports_each_replys_timing(middle, registered):
     compilation.finish()
     execution = nnapi.Execution(compilation)
     execution.set_reusable(True)
-    execution.set_input(0, np.array([10, 20, 30, 40], np.float32))
+    execution.set_input(0, x)
     y = np.zeros(4, np.float32)
     execution.set_output(0, y)
+    return set_edit, execution, y
+
+
+def test_a_reusable_execution_reports_each_replys_timing(middle, registered):
+    """The client keeps the last reply it checked so that a bound request's repeat is not
+    decoded again: a reply that differs (here its timing) must be decoded afresh (reviewer
+    R2: reusing the first decoded result for every later reply passed every test)."""
+    set_edit, execution, y = _reusable_add(middle, registered, np.array([10, 20, 30, 40], np.float32))
     execution.set_measure_timing(True)
     durations = []
-    for microseconds in (111, 222, 222, 333):
-        def timing(op, reply, us=microseconds):
+    for nanoseconds in (111, 222, 222, 333):
+        def timing(op, reply, ns=nanoseconds):
             if op in ("execute", "run") and reply.get("ok"):
-                reply["r"][1] = [us, us + 1]
+                reply["r"][1] = [ns, ns + 1]
                 return reply
             return None
 
@@ -419,16 +426,7 @@ def test_a_bound_execution_whose_first_result_is_missing(middle, registered):
     """A reusable execution remembered its last result to skip decoding a repeat, starting
     from None: a first reply without a result (None) matched it and the decoded None was
     unpacked, 'TypeError: cannot unpack non-iterable NoneType object' as OP_FAILED."""
-    path, set_edit = middle
-    device = _remote_device(path)
-    registered.append(device.name)
-    compilation = nnapi.Compilation(_add_model(), [device])
-    compilation.finish()
-    execution = nnapi.Execution(compilation)
-    execution.set_reusable(True)
-    execution.set_input(0, np.ones(4, np.float32))
-    y = np.zeros(4, np.float32)
-    execution.set_output(0, y)
+    set_edit, execution, y = _reusable_add(middle, registered, np.ones(4, np.float32))
     set_edit(lambda op, reply: {k: v for k, v in reply.items() if k != "r"} if op == "run" else None)
     with pytest.raises(nnapi.OpFailedError) as caught:
         execution.compute()
