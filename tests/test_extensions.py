@@ -151,6 +151,21 @@ def test_extension_operands_follow_the_declared_type_information(fib_device):
     assert code_of(excinfo) == ResultCode.BAD_DATA
 
 
+def test_extension_tensor_types_follow_the_uint32_size_rule(fib_device):
+    """The rule base types follow (validateTensorDimensions), with the declared element
+    size: 8 bytes times the specified dimensions must fit in uint32."""
+    model = nnapi.Model()
+    quant64 = model.get_extension_operand_type(EXTENSION_NAME, EXAMPLE_TENSOR_QUANT64_ASYMM)
+    model.add_operand(OperandType(quant64, [65536, 0, 8191]))  # 2**32 - 2**19 bytes known
+    for dims in ([65536, 8192], [65536, 0, 8192]):  # 2**32 bytes, specified or not
+        with pytest.raises(nnapi.NnapiError) as excinfo:
+            model.add_operand(OperandType(quant64, dims))
+        assert code_of(excinfo) == ResultCode.BAD_DATA
+        assert f"add_operand(1): {OperandType(quant64).type.name} of {len(dims)} dimensions" in str(excinfo.value)
+        assert "its size overflows uint32: 8-byte elements" in str(excinfo.value)
+    assert model.operand_count == 1
+
+
 def test_extension_operand_values_have_the_declared_size(fib_device):
     model = nnapi.Model()
     int64 = model.get_extension_operand_type(EXTENSION_NAME, EXAMPLE_INT64)

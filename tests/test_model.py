@@ -53,6 +53,32 @@ class TestOperandTypes:
         with pytest.raises(nnapi.UnexpectedNullError):
             nnapi.Model().add_operand(None)
 
+    @pytest.mark.parametrize("op_type", [
+        OperandType(T.TENSOR_FLOAT32, [65536, 16384]),             # 4 * 2**30 = 2**32 bytes
+        OperandType(T.TENSOR_FLOAT32, [65536, 0, 16384]),          # unspecified: counts as 1
+        OperandType(T.TENSOR_QUANT8_ASYMM, [65536, 65537], 0.5, 0),  # 2**32 + 2**16 bytes
+        OperandType(T.TENSOR_INT32, [0, 2**31, 2]),
+    ])
+    def test_a_type_whose_size_overflows_uint32_is_bad_data(self, op_type):
+        """ANeuralNetworksModel_addOperand applies Android's size rule (validateTensorDimensions):
+        the element size times the specified dimensions must fit in uint32."""
+        model = nnapi.Model()
+        model.add_operand(f32(1))
+        with pytest.raises(nnapi.BadDataError) as excinfo:
+            model.add_operand(op_type)
+        assert code_of(excinfo) == ResultCode.BAD_DATA
+        message = str(excinfo.value)
+        assert message.startswith(f"add_operand(1): {op_type.type.name} of {op_type.rank} dimensions")
+        assert "larger than 4 GiB (its size overflows uint32" in message
+        assert model.operand_count == 1
+
+    def test_a_type_of_exactly_uint32_max_bytes_is_accepted(self):
+        model = nnapi.Model()
+        model.add_operand(OperandType(T.TENSOR_BOOL8, [65535, 65537]))  # 2**32 - 1 one-byte elements
+        model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 65535, 0, 16384]))  # 2**32 - 2**16 bytes known
+        model.add_operand(OperandType(T.TENSOR_FLOAT32, [0] * 64))
+        assert model.operand_count == 3
+
     def test_valid_quant_types(self):
         model = nnapi.Model()
         model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, [2], 0.5, 255))

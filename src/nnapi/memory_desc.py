@@ -24,8 +24,7 @@ from nnapi.errors import (
 )
 from nnapi.hal import BufferDesc, BufferRole, ErrorStatus, HalError, IDevice, IPreparedModel
 from nnapi.memory import MemorySource
-from nnapi.operand import OperandType
-from nnapi.operations.base import MAX_OPERAND_BYTES
+from nnapi.operand import MAX_OPERAND_BYTES, OperandType
 from nnapi.runtime.device_memory import DeviceMemoryPool
 from nnapi.runtime.execution_plan import contain
 

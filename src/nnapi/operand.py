@@ -267,6 +267,39 @@ def _numpy_max_rank() -> int:
     return 64
 
 
+#: The most bytes an operand may hold: Android's sizes of data are uint32 (the HAL's
+#: DataLocation.length, ANeuralNetworksMemoryDesc's byte size).
+MAX_OPERAND_BYTES = 0xFFFFFFFF
+
+
+def size_overflows_uint32(op_type: OperandType) -> bool:
+    """Android's rule for an operand type's size (validateTensorDimensions, which
+    ANeuralNetworksModel_addOperand and the HAL's model validation both apply): a tensor's
+    element size times its specified dimensions -- an unspecified one (0) counts as 1 --
+    must fit in uint32. Multiplied only until the limit is passed: thousands of dimensions
+    from another process would otherwise make a number too long to print and slow to make."""
+    if not op_type.is_tensor or not op_type.dimensions:
+        return False
+    try:
+        size = op_type.dtype.itemsize
+    except BadDataError:  # an extension type no extension declares (refused before this is asked)
+        return False
+    for dim in op_type.dimensions:
+        if dim:
+            size *= dim
+            if size > MAX_OPERAND_BYTES:
+                return True
+    return False
+
+
+def _size_message(op_type: OperandType, where: str) -> str:
+    dims = op_type.dimensions
+    shown = "[" + ", ".join(str(d) for d in dims[:8]) + (", ...]" if len(dims) > 8 else "]")
+    return (f"{where}: {op_type.type.name} of {len(dims)} dimensions {shown} is larger than 4 GiB (its size "
+            f"overflows uint32: {op_type.dtype.itemsize}-byte elements times the specified dimensions must be at "
+            f"most {MAX_OPERAND_BYTES} bytes)")
+
+
 #: The largest rank an operand may have: the NDK sets none, numpy's arrays stop here (64 in
 #: numpy 2, 32 before; a constant of more dimensions could not even be read for validation).
 MAX_RANK = _numpy_max_rank()
@@ -304,6 +337,8 @@ def validate_operand_type(op_type: OperandType, where: str, allow_unspecified: b
             raise BadDataError(f"{where}: scalar type {code.name} must have no dimensions")
     elif not allow_unspecified and not op_type.is_fully_specified:
         raise BadDataError(f"{where}: {code.name} must be fully specified")
+    elif size_overflows_uint32(op_type):
+        raise BadDataError(_size_message(op_type, where))
     scale, zero_point = op_type.scale, op_type.zero_point
     if not _finite_as_float32(scale) or scale < 0:
         raise BadDataError(f"{where}: scale must be finite and non-negative as a float32 (the NDK's type), "
@@ -348,8 +383,8 @@ def _validate_extension_type(op_type: OperandType, where: str, allow_unspecified
                            "(its parameters go in set_operand_extension_data)")
     if op_type.channel_quant is not None:
         raise BadDataError(f"{where}: per-channel quantization is only for TENSOR_QUANT8_SYMM_PER_CHANNEL")
-    if info.is_tensor and op_type.is_fully_specified and op_type.byte_size() > 0xFFFFFFFF:
-        raise BadDataError(f"{where}: {op_type.describe()} is larger than 4 GiB")
+    if info.is_tensor and size_overflows_uint32(op_type):
+        raise BadDataError(_size_message(op_type, where))
 
 
 def validate_channel_quant(op_type: OperandType, params: SymmPerChannelQuantParams, where: str) -> None:

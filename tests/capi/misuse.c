@@ -44,6 +44,14 @@ static void model_misuse(void) {
     EXPECT_CODE(BAD, ANeuralNetworksModel_addOperand(model, &quant_bad_zero));
     ANeuralNetworksOperandType null_dims = {ANEURALNETWORKS_TENSOR_FLOAT32, 2, NULL, 0.0f, 0};
     EXPECT_CODE(BAD, ANeuralNetworksModel_addOperand(model, &null_dims));
+    /* Android's size rule: the element size times the specified dimensions (an unspecified
+     * one counts as 1) fits in uint32 -- 2**32 bytes does not, 2**32 - 1 does. */
+    static const uint32_t too_large_dims[3] = {65536, 0, 16384};
+    ANeuralNetworksOperandType too_large = tensor_type(ANEURALNETWORKS_TENSOR_FLOAT32, 3, too_large_dims);
+    EXPECT_CODE(BAD, ANeuralNetworksModel_addOperand(model, &too_large));
+    static const uint32_t at_limit_dims[2] = {65535, 65537};
+    ANeuralNetworksOperandType at_limit = tensor_type(ANEURALNETWORKS_TENSOR_BOOL8, 2, at_limit_dims);
+    CHECK(ANeuralNetworksModel_addOperand(model, &at_limit));
     ANeuralNetworksModel_free(model);
 
     model = unfinished_add();

@@ -34,8 +34,7 @@ from nnapi.hal.types import (
     is_extension_type,
     pool_view,
 )
-from nnapi.operand import dtype_of, is_tensor
-from nnapi.operations.base import MAX_OPERAND_BYTES
+from nnapi.operand import MAX_OPERAND_BYTES, dtype_of, is_tensor
 
 #: largest token a buffer gets (the HAL's token is a uint32)
 _MAX_TOKEN = (1 << 32) - 1

@@ -39,10 +39,9 @@ from nnapi.hal import (
 )
 from nnapi.hal.types import constant_array, is_extension_type, operation_name
 from nnapi.hal.validation import validate_model, validate_request
-from nnapi.operand import TENSOR_TYPES, constant_value, dtype_of
+from nnapi.operand import MAX_OPERAND_BYTES, TENSOR_TYPES, constant_value, dtype_of
 from nnapi.operations import ExecutionContext, OperationFailed, Tensor, ValidationContext, _jit, get_operation
 from nnapi.operations.base import (
-    MAX_OPERAND_BYTES,
     Operation,
     Shape,
     SubgraphSignature,

@@ -7,7 +7,6 @@ subgraph, operand, operation or argument — never a raw exception."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from numbers import Integral
 
 from nnapi.codes import OperandCode, OperationCode
@@ -77,30 +76,6 @@ def validate_model(model: Model) -> None:
         raise _invalid(f"malformed model: {type(error).__name__}: {error}") from None
 
 
-def _size_overflows(op_type: OperandType) -> bool:
-    """Android's nonExtensionOperandSizeOfDataOverflowsUInt32 (its CpuExecutor refuses
-    such an operand), multiplied out only until it passes 2^32: thousands of dimensions
-    from another process would otherwise make a number too long to print (a raw
-    ValueError formatting the constant length check's message) and slow to multiply."""
-    if not op_type.is_tensor or not op_type.dimensions:
-        return False
-    try:
-        size = op_type.dtype.itemsize
-    except (TypeError, ValueError, KeyError):
-        size = 1
-    for dim in op_type.dimensions:
-        size *= dim
-        if size == 0:
-            return False
-        if size > _UINT32_MAX:
-            return True
-    return False
-
-
-def _some(dims: Sequence[int]) -> str:
-    return "[" + ", ".join(str(d) for d in dims[:8]) + (", ...]" if len(dims) > 8 else "]")
-
-
 def _checked_type(where: str, operand: Operand, code: OperandCode, checked: dict) -> OperandType:
     """The operand's OperandType, checked by the NDK's rules (and its per-channel
     parameters by theirs): once per distinct type in a subgraph (``checked``, by its
@@ -114,10 +89,7 @@ def _checked_type(where: str, operand: Operand, code: OperandCode, checked: dict
         return known
     try:
         op_type = operand.operand_type()
-        validate_operand_type(op_type, where)
-        if _size_overflows(op_type):
-            raise _invalid(f"{where}: {code.name} of {len(op_type.dimensions)} dimensions "
-                           f"{_some(op_type.dimensions)} is larger than 4 GiB (its size overflows uint32)")
+        validate_operand_type(op_type, where)  # the NDK's rules, its size within uint32 among them
         if code == OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL:
             if operand.channel_quant is None:
                 raise _invalid(f"{where}: TENSOR_QUANT8_SYMM_PER_CHANNEL without per-channel parameters")

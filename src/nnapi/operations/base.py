@@ -43,10 +43,6 @@ from nnapi.operand import OperandType, SymmPerChannelQuantParams, dtype_of
 Shape = tuple[int, ...]
 T = OperandCode
 
-
-#: NNAPI sizes are uint32: no operand holds more bytes than this (Android rejects more).
-MAX_OPERAND_BYTES = 2**32 - 1
-
 #: The running execution's deadline check, for kernel helpers that have no context.
 _DEADLINE_CHECK: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
     "nnapi_deadline_check", default=None)
