@@ -515,6 +515,51 @@ def test_reusable_execution_is_bound_once_in_the_service(remote):
     assert caught.value.code == ResultCode.DEAD_OBJECT
 
 
+def test_reply_rules_of_the_model_are_made_once_at_preparation(remote, monkeypatch):
+    """What an execution's reply is checked against and depends only on the prepared model
+    (its outputs' element sizes, static shapes) is made when the model is prepared: an
+    execution, plain, in a burst or reusable, adds only its request's part."""
+    from nnapi.drivers.service import client
+
+    _, devices = remote("svcrules")
+    compilation = nnapi.Compilation(build_demo_model(), [devices["nnapi-reference@svcrules"]])
+    compilation.finish()
+    looked_up = []
+    element_size = client._element_size
+    monkeypatch.setattr(client, "_element_size",
+                        lambda model, position: looked_up.append(position) or element_size(model, position))
+    burst = nnapi.Burst(compilation)
+    for seed in range(3):
+        x, y = _run_demo(compilation, demo_input(seed))
+        np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, x)
+        execution.set_output(0, y)
+        execution.burst_compute(burst)
+        np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+    reusable = nnapi.Execution(compilation)
+    reusable.set_reusable(True)
+    reusable.set_input(0, x)
+    reusable.set_output(0, y)
+    reusable.compute()
+    assert looked_up == []
+    # the rules still hold: a reply whose shape disagrees with the model's output is refused
+    link = devices["nnapi-reference@svcrules"]._hal._link
+    call = link.call
+
+    def wrong_shape(op, args, fds=(), deadline_ns=None, generation=None, decode=None):
+        if op == "execute":  # the service's reply, its shape changed before the client reads it
+            check = decode
+            decode = lambda value: check([[[[1, 3], True]], value[1]])  # noqa: E731
+        return call(op, args, fds, deadline_ns, generation, decode)
+
+    monkeypatch.setattr(link, "call", wrong_shape)
+    with pytest.raises(nnapi.NnapiError) as caught:
+        _run_demo(compilation)
+    assert caught.value.code == ResultCode.OP_FAILED
+    assert "output 0: shape [1, 3] does not match [1, 4]" in str(caught.value)
+
+
 def test_tensors_in_shared_memory_cross_without_copies(remote):
     _, devices = remote("svccopy")
     device = devices["nnapi-reference@svccopy"]

@@ -561,30 +561,58 @@ def _fenced_info(value: Any) -> tuple:
 _NOTHING = object()
 
 
+class _OutputFacts:
+    """What a prepared model says of its outputs, for checking every execution's result
+    (built once, when the model is prepared): per output, the dimensions a result must
+    match (0 = any; None: nothing known, a tensor of unknown rank or an extension type)
+    and its element size (None: unknown). Nothing is known of a model prepared from a
+    cache (``model`` None)."""
+
+    __slots__ = ("static", "sizes")
+
+    def __init__(self, model) -> None:
+        static: list[tuple[list[int] | None, int | None]] = []
+        if model is not None:
+            main = model.main
+            for position, index in enumerate(main.output_indexes):
+                operand = main.operands[index]
+                dims = None
+                if operand.dimensions or not (hal_types.is_extension_type(int(operand.type))
+                                              or is_tensor(operand.type)):
+                    dims = list(operand.dimensions)
+                static.append((dims, _element_size(model, position)))
+        self.static = tuple(static)
+        #: bytes per element of each output; None unless every one is known
+        sizes = [size for _, size in static]
+        self.sizes: list[int] | None = sizes if model is not None and None not in sizes else None
+
+
+_UNKNOWN_OUTPUT = (None, None)
+
+
 class _Results:
     """Checks an execution's result against its request: one shape per output, each
     sufficient, of the rank and dimensions the request (or else the model) specifies,
     and no larger than the output's buffer; a success that says otherwise would have the
-    runtime report shapes the outputs do not hold, or copy back bytes never written."""
+    runtime report shapes the outputs do not hold, or copy back bytes never written. The
+    model's part of the rules (``outputs``) is made once per prepared model; only the
+    request's (its dimensions, buffer lengths) per execution."""
 
-    def __init__(self, model, request) -> None:
-        main = model.main if model is not None else None
+    def __init__(self, outputs: _OutputFacts, request) -> None:
+        static = outputs.static
+        known = len(static)
+        pools = request.pools
         #: per output: (dimensions to match, 0 = any; None: nothing known), element
         #: size (None: unknown), bytes of its buffer (None: omitted, or device memory,
         #: which its device sizes)
         self.rules: list[tuple[list[int] | None, int | None, int | None]] = []
         for position, argument in enumerate(request.outputs):
-            dims: list[int] | None = list(argument.dimensions) or None
-            size = None
-            if main is not None and position < len(main.output_indexes):
-                operand = main.operands[main.output_indexes[position]]
-                if dims is None and (operand.dimensions or not (hal_types.is_extension_type(int(operand.type))
-                                                                or is_tensor(operand.type))):
-                    dims = list(operand.dimensions)
-                size = _element_size(model, position)
-            omitted = argument.has_no_value or _is_device_memory(request, argument)
-            length = None if omitted else int(argument.location.length)
-            self.rules.append((dims, size, length))
+            dims, size = static[position] if position < known else _UNKNOWN_OUTPUT
+            if argument.dimensions:
+                dims = list(argument.dimensions)
+            location = argument.location
+            omitted = argument.has_no_value or _is_device_pool(pools, location.pool_index)
+            self.rules.append((dims, size, None if omitted else int(location.length)))
         #: the last result as received and as checked: a bound request's repeat is not
         #: decoded again
         self._last: tuple[Any, Any] = (_NOTHING, None)
@@ -615,11 +643,11 @@ class _Results:
         return shapes, wire.decode_timing(timing_v)
 
 
-def _is_device_memory(request, argument) -> bool:
-    token = getattr(hal_types, "BufferToken", None)
-    pools = request.pools
-    index = argument.location.pool_index
-    return token is not None and 0 <= index < len(pools) and isinstance(pools[index], token)
+_BUFFER_TOKEN = getattr(hal_types, "BufferToken", None)
+
+
+def _is_device_pool(pools, index: int) -> bool:
+    return _BUFFER_TOKEN is not None and 0 <= index < len(pools) and isinstance(pools[index], _BUFFER_TOKEN)
 
 
 class RemoteDevice(IDevice):
@@ -751,10 +779,10 @@ class RemotePreparedModel(IPreparedModel):
         self._generation = generation
         self._model = model
         self._model_staging = staging  # keeps the staged model pools' arena until released
+        #: what every execution's result is checked against, as far as the model says
+        self._outputs = _OutputFacts(model)
         #: bytes per element of each output (None: not known, e.g. prepared from a cache)
-        sizes = [_element_size(model, position) for position in range(len(model.main.output_indexes))] \
-            if model is not None else None
-        self._output_sizes = sizes if sizes is not None and None not in sizes else None
+        self._output_sizes = self._outputs.sizes
         weakref.finalize(self, _release, link, "prepared", handle, generation, staging)
 
     def _run(self, op: str, key: str, handle: int, request, measure_timing, deadline_ns, loop_timeout_ns):
@@ -773,7 +801,7 @@ class RemotePreparedModel(IPreparedModel):
                 args = {key: handle, "r": wire.encode_request(refs, request),
                         "timing": bool(measure_timing), "deadline": deadline_ns, "loop": loop_timeout_ns}
                 shapes, timing = _call_with_pools(self._link, staging, op, args, deadline_ns, self._generation,
-                                                  decode=_Results(self._model, request))
+                                                  decode=_Results(self._outputs, request))
             staging.copy_back(request, shapes, sizes)
             return shapes, timing
         finally:
@@ -886,11 +914,11 @@ class RemoteExecution(IExecution):
         self._copy_in, copy_out = staging.argument_copies(request)
         # an output's bytes past its result (a dynamic shape) stay the caller's: copy the
         # result's size when the model says how big an element is
-        model = prepared._model
-        self._copy_out = [(position, mine, arena, _element_size(model, position))
+        static = prepared._outputs.static
+        self._copy_out = [(position, mine, arena, static[position][1] if position < len(static) else None)
                           for position, mine, arena in copy_out]
         self._run_args = {"x": self._handle, "deadline": None}
-        self._results = _Results(model, request)
+        self._results = _Results(prepared._outputs, request)
         weakref.finalize(self, _release, link, "execution", self._handle, self._generation, staging)
 
     def execute(self, deadline_ns: int | None = None):
