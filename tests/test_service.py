@@ -560,6 +560,52 @@ def test_reply_rules_of_the_model_are_made_once_at_preparation(remote, monkeypat
     assert "output 0: shape [1, 3] does not match [1, 4]" in str(caught.value)
 
 
+def _still_open(opened: dict[int, tuple[int, int]]) -> list[int]:
+    """Which of ``opened`` (fd -> its file's (device, inode) then) are still that file."""
+    still = []
+    for fd, identity in opened.items():
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) == identity:
+            still.append(fd)
+    return sorted(still)
+
+
+def test_an_unregistered_device_is_freed_with_its_last_user(service):
+    """manager.unregister_device leaves the runtime no reference to the device: the driver
+    service's connection -- its socket, the shared-memory channel's doorbells, the staging
+    arenas -- is closed once no Compilation uses it, and one that still does keeps working
+    (as Android's compilations hold their device)."""
+    import gc
+    import weakref
+
+    running = service("svcfree")
+    (device,) = connect_devices(str(running.path))
+    manager.register_device(device)
+    name = device.name
+    compilation = nnapi.Compilation(build_demo_model(), [next(d for d in nnapi.get_devices() if d.name == name)])
+    compilation.finish()
+    _run_demo(compilation)  # plain buffers: staged in an arena the link keeps for the next run
+    link = device._link
+    fds = [link._sock.fileno(), link._channel.to_peer, link._channel.from_peer, *(a.fd for a in link._arenas)]
+    assert len(fds) >= 4, fds
+    opened = {fd: (os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in fds}
+    link_alive = weakref.ref(link)
+    del device, link
+    manager.unregister_device(name)
+    assert name not in [d.name for d in nnapi.get_devices()]
+    gc.collect()
+    assert link_alive() is not None and _still_open(opened) == sorted(opened)  # the compilation uses it
+    x, y = _run_demo(compilation, demo_input(4))
+    np.testing.assert_allclose(y, demo_expected(x), rtol=1e-5, atol=1e-6)
+    del compilation
+    gc.collect()
+    assert link_alive() is None
+    assert _still_open(opened) == []
+
+
 def test_tensors_in_shared_memory_cross_without_copies(remote):
     _, devices = remote("svccopy")
     device = devices["nnapi-reference@svccopy"]

@@ -154,3 +154,31 @@ def test_device_memory_never_reaches_another_device_of_the_service(remote):
         first._hal.allocate(BufferDesc([]), [request_to_second], [BufferRole(0, 0)], [])
     assert excinfo.value.status == ErrorStatus.INVALID_ARGUMENT and "another device" in str(excinfo.value)
     np.testing.assert_array_equal(run_add(on_first, memory, [1, 1]), [2, 3])
+
+
+def test_device_memory_of_an_unregistered_device_keeps_working_until_freed(tmp_path):
+    """A device Memory holds its served device like a Compilation does: after
+    manager.unregister_device it still copies in and out, and the driver service's
+    connection goes only when the Memory goes too."""
+    import gc
+    import weakref
+
+    running = Service(tmp_path / "svcgone.sock").start()
+    try:
+        (hal_device,) = connect_devices(str(running.path))
+        manager.register_device(hal_device)
+        name = hal_device.name
+        compilation = compile_model(add_model(), [next(d for d in nnapi.get_devices() if d.name == name)])
+        memory = device_memory([(compilation, "input", 0)])
+        link_alive = weakref.ref(hal_device._link)
+        del hal_device, compilation
+        manager.unregister_device(name)
+        gc.collect()
+        assert link_alive() is not None
+        nnapi.Memory.copy(shared([3, 4]), memory)
+        np.testing.assert_array_equal(read(memory), [3, 4])
+        del memory
+        gc.collect()
+        assert link_alive() is None
+    finally:
+        running.kill()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from nnapi.codes import DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, DeviceTypeCode, FeatureLevelCode
 from nnapi.errors import NotConstructibleError, UnexpectedNullError
 from nnapi.hal import Capabilities, IDevice
@@ -75,8 +77,11 @@ class Device:
         return f"Device(name={self.name!r}, type={self.type.name}, feature_level={self.feature_level.name})"
 
 
-#: One Device per driver device, so get_devices() hands out the same objects each time.
-_wrappers: dict[int, Device] = {}
+#: One Device per driver device while anyone holds it, so get_devices() hands out the same
+#: objects each time. Weak: a device unregistered (manager.unregister_device) is not kept
+#: here -- a driver service's connection, its shared memory and sockets, goes with the last
+#: Compilation or Memory still using it.
+_wrappers: weakref.WeakValueDictionary[int, Device] = weakref.WeakValueDictionary()
 
 
 def get_devices() -> list[Device]:

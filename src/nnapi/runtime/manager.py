@@ -195,8 +195,16 @@ def register_device(device: IDevice) -> None:
 
 
 def unregister_device(name: str) -> None:
+    """Forget the device named ``name`` (never nnapi-reference): get_devices() no longer
+    lists it and the runtime keeps no reference to it, so its driver's resources (a driver
+    service's connection, shared memory and sockets) are freed once no Compilation or
+    Memory uses it; those that still do keep working, as Android's compilations hold
+    their device."""
     with _lock:
         _devices[:] = [d for d in _devices if d.name != name or d.name == "nnapi-reference"]
+        for spec, devices in list(_loaded_specs.items()):
+            if any(d.name == name for d in devices):
+                del _loaded_specs[spec]  # loading the spec again makes its devices afresh
 
 
 def resolve_factory(spec: str) -> Callable:

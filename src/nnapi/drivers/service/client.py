@@ -84,6 +84,9 @@ class _Arena:
         self.view = memoryview(self.mapping)
         self.pool_id: int | None = None
         self.generation = -1
+        #: the memfd is closed by close(), or when the arena is collected unclosed (a free
+        #: arena of a link nobody holds any more)
+        self._close_fd = weakref.finalize(self, os.close, self.fd)
 
     def close(self) -> None:
         self.view.release()
@@ -91,7 +94,7 @@ class _Arena:
             self.mapping.close()
         except BufferError:
             pass  # views of it are still referenced; the mapping goes with the last
-        os.close(self.fd)
+        self._close_fd()
 
 
 class ServiceLink:
@@ -115,6 +118,9 @@ class ServiceLink:
         self._garbage: list[tuple[str, int, int]] = []  # (kind, handle, generation) to release
         #: the shared-memory channel of this connection (None: every message by socket)
         self._channel: fast.Channel | None = None
+        #: what closes this connection's socket, reader and channel (finalizers: they also
+        #: run when the link is collected without being dropped)
+        self._closing: list[weakref.finalize] = []
         self._channel_seq = 0
         self.timeout_s = float(os.environ.get("NNAPI_SERVICE_TIMEOUT", DEFAULT_TIMEOUT_S))
         #: tensor bytes copied between callers' buffers and staging arenas (plain buffers
@@ -138,6 +144,9 @@ class ServiceLink:
             sock.settimeout(None)
             self._applied_timeout = None
             self._sock, self._reader = sock, wire.FrameReader(sock, descriptors=False)
+            # the connection is closed by _drop, or when the link is collected (unregistered
+            # and no longer used): nothing of it outlives the link
+            self._closing.append(weakref.finalize(self, _close_connection, sock, self._reader))
             self.generation += 1
             self.dead = False
             self._fd_pools.clear()
@@ -171,20 +180,15 @@ class ServiceLink:
         assert self._sock is not None
         channel.watch(self._sock.fileno())
         self._channel, self._channel_seq = channel, 0
+        self._closing.append(weakref.finalize(self, channel.close))
 
     def _drop(self) -> None:
         self.dead = True
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-        if self._reader is not None:
-            self._reader.close()
+        closing, self._closing = self._closing, []
+        for close in closing:  # the socket, its reader, the channel
+            close()
         self._sock = self._reader = None
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        self._channel = None
         self._fd_pools.clear()
         self._garbage.clear()
 
@@ -352,7 +356,9 @@ class ServiceLink:
             self._fd_pools[key] = pool_id
             # The service lets go of its mapping when the Memory is freed (its mapping
             # keeps the memory's pages alive); the oldest goes past 1,024 in any case.
-            when_released(pool, functools.partial(self._forget_pool, key, pool_id, self.generation))
+            # (A weak reference: a Memory outliving every user of this link must not keep
+            # the link, its connection and arenas, alive.)
+            when_released(pool, functools.partial(_forget_pool, weakref.ref(self), key, pool_id, self.generation))
             if len(self._fd_pools) > 1024:
                 old_key = next(iter(self._fd_pools))
                 self._garbage.append(("pools", self._fd_pools.pop(old_key), self.generation))
@@ -386,6 +392,20 @@ class ServiceLink:
             new.append([arena.pool_id, len(fds), True])
             fds.append(arena.fd)
         return arena.pool_id
+
+
+def _close_connection(sock: socket.socket, reader: wire.FrameReader) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+    reader.close()
+
+
+def _forget_pool(link_ref: weakref.ref, key: tuple, pool_id: int, generation: int) -> None:
+    link = link_ref()
+    if link is not None:
+        link._forget_pool(key, pool_id, generation)
 
 
 def _descriptor_of(pool: Any, writable: bool) -> tuple[int, int, int, bool, tuple] | None:
