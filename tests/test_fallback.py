@@ -206,3 +206,150 @@ def test_unregistered_device_disappears(register):
     register(FaultyDevice("gone"))
     manager.unregister_device("gone")
     assert "gone" not in [d.name for d in nnapi.get_devices()]
+
+
+# --- a driver's broken answers (a driver is another party: nothing it says is trusted) ------
+class Answering(FaultyDevice):
+    """A FaultyDevice whose answers to the partitioner and to prepare_model / execute are
+    replaced: ``supported(model)``, ``reasons(model)``, ``capabilities()``, ``prepare()``
+    (its result is what prepare_model returns), ``execute_error`` (raised by execute)."""
+
+    def __init__(self, name, *, supported=None, reasons=None, capabilities=None, prepare=None, execute_error=None):
+        super().__init__(name)
+        self.answers = {"supported": supported, "reasons": reasons, "capabilities": capabilities,
+                        "prepare": prepare}
+        self.execute_error = execute_error
+
+    def get_supported_operations(self, model):
+        answer = self.answers["supported"]
+        return super().get_supported_operations(model) if answer is None else answer(model)
+
+    def get_unsupported_reasons(self, model):
+        answer = self.answers["reasons"]
+        return super().get_unsupported_reasons(model) if answer is None else answer(model)
+
+    def get_capabilities(self):
+        answer = self.answers["capabilities"]
+        return super().get_capabilities() if answer is None else answer()
+
+    def prepare_model(self, *args, **kwargs):
+        if self.answers["prepare"] is not None:
+            return self.answers["prepare"]()
+        prepared = super().prepare_model(*args, **kwargs)
+        if self.execute_error is not None:
+            error = self.execute_error
+
+            def execute(*args, **kwargs):
+                raise error
+
+            prepared.execute = execute
+        return prepared
+
+
+def each(value):
+    return lambda model: [value] * len(model.main.operations)
+
+
+@pytest.mark.parametrize("answer, kind", [
+    (each(np.array([True, False])), "ndarray"),  # its truth value raises
+    (each("no"), "str"),                         # truthy
+    (each(1), "int"),
+    (each(None), "NoneType"),
+])
+def test_a_support_answer_that_is_not_bools_counts_as_supporting_nothing(register, answer, kind):
+    """get_supported_operations answers a bool per operation; anything else is unusable (it
+    used to raise from bool() or count as True): the CPU runs the model, and with only that
+    device the failure says what the driver answered."""
+    register(Answering("odd", supported=answer))
+    compilation = compile_(add_mul_model())
+    assert compilation.step_devices == ["nnapi-reference"]
+    np.testing.assert_array_equal(run(compilation), EXPECTED)
+    with pytest.raises(nnapi.BadDataError) as caught:
+        compile_(add_mul_model(), [device_named("odd")])
+    assert str(caught.value) == (
+        "finish: no device among ['odd'] supports operation 0 (ADD); odd: the driver could not say which "
+        f"operations it supports (its answer for operation 0 is a {kind}, not a bool)")
+
+
+def test_a_reason_that_is_no_string_is_not_printed(register):
+    register(Answering("terse", supported=each(False), reasons=each(object())))
+    with pytest.raises(nnapi.BadDataError) as caught:
+        compile_(add_mul_model(), [device_named("terse")])
+    assert str(caught.value) == ("finish: no device among ['terse'] supports operation 0 (ADD); "
+                                 "terse: declined by the driver")
+
+
+@pytest.mark.parametrize("capabilities", [
+    lambda: None,
+    lambda: nnapi.hal.Capabilities.uniform(nnapi.hal.PerformanceInfo("fast", "low")),
+    lambda: nnapi.hal.Capabilities.uniform(nnapi.hal.PerformanceInfo(float("nan"), float("nan"))),
+    lambda: nnapi.hal.Capabilities.uniform(nnapi.hal.PerformanceInfo(-1.0, -1.0)),
+])
+def test_unreadable_capabilities_rank_the_device_last(register, capabilities):
+    """A device whose performance is no number >= 0 (or whose capabilities raise) is chosen
+    only where no other device can run an operation: the partitioner used to raise
+    AttributeError / TypeError, or let NaN decide by the order of comparisons."""
+    register(Answering("unrated", capabilities=capabilities))
+    compilation = compile_(add_mul_model())
+    assert compilation.step_devices == ["nnapi-reference"]
+    np.testing.assert_array_equal(run(compilation), EXPECTED)
+    alone = compile_(add_mul_model(), [device_named("unrated")])
+    assert alone.step_devices == ["unrated"]
+    np.testing.assert_array_equal(run(alone), EXPECTED)
+
+
+@pytest.mark.parametrize("status", [42, None, "GENERAL_FAILURE", nnapi.hal.ErrorStatus.NONE])
+def test_a_hal_error_without_the_status_of_a_failure_is_op_failed(register, status):
+    """A driver's HalError whose status is no failing ErrorStatus: OP_FAILED naming the device
+    and the status (it used to raise AttributeError, or NnapiError with NO_ERROR for NONE),
+    at preparation and at execution; without explicit devices the CPU takes over."""
+    from nnapi.hal import HalError
+
+    register(Answering("vague-prepare", prepare=lambda: (_ for _ in ()).throw(HalError(status, "no luck"))))
+    assert compile_(add_mul_model()).step_devices == ["nnapi-reference"]
+    with pytest.raises(nnapi.OpFailedError) as caught:
+        compile_(add_mul_model(), [device_named("vague-prepare")])
+    assert str(caught.value) == (f"finish: vague-prepare: prepare_model failed with status {status!r}, not the "
+                                 "ErrorStatus of a failure: no luck")
+    manager.unregister_device("vague-prepare")
+    register(Answering("vague-execute", execute_error=HalError(status, "no luck")))
+    compilation = compile_(add_mul_model(), [device_named("vague-execute")])
+    with pytest.raises(nnapi.OpFailedError) as caught:
+        run(compilation)
+    assert caught.value.code == nnapi.ResultCode.OP_FAILED
+    assert f"vague-execute: execute failed with status {status!r}" in str(caught.value)
+    fallback = compile_(add_mul_model())
+    assert fallback.step_devices == ["vague-execute"]
+    np.testing.assert_array_equal(run(fallback), EXPECTED)  # re-run on the CPU
+
+
+def test_a_failure_names_its_device_once(register):
+    register(Answering("blank", prepare=lambda: None))
+    register(FaultyDevice("failing", fail_prepare=True))
+    for name, expected in (("blank", "finish: blank: prepare_model returned NoneType"),
+                           ("failing", "finish: failing: injected failure in prepare_model")):
+        with pytest.raises(nnapi.OpFailedError) as caught:
+            compile_(add_mul_model(), [device_named(name)])
+        assert str(caught.value) == expected
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("name", None, "a device without a name (name None)"),
+    ("name", "", "a device without a name (name '')"),
+    ("version_string", None, "device 'shady': version_string is a NoneType, not a str"),
+    ("device_type", 99, "device 'shady': device_type 99 is no DeviceTypeCode"),
+    ("feature_level", "x", "device 'shady': feature_level 'x' is no FeatureLevelCode"),
+    ("feature_level", True, "device 'shady': feature_level True is no FeatureLevelCode"),
+])
+def test_a_device_whose_identity_does_not_validate_is_not_registered(register, field, value, problem):
+    """What ANeuralNetworksDevice_getName / _getVersion / _getType / _getFeatureLevel return
+    comes from the driver: a device that says it is something no NDK value is stays out (as
+    Android refuses to register it), where it used to make Device.type raise ValueError or
+    name a device None in every message."""
+    device = FaultyDevice("shady")
+    setattr(device, field, value)
+    with pytest.raises(ValueError) as caught:
+        register(device)
+    assert str(caught.value) == f"register_device: {problem}"
+    assert [d.name for d in nnapi.get_devices()] == ["nnapi-reference"]
+    assert all(repr(d) for d in nnapi.get_devices())

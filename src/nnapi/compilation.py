@@ -181,7 +181,8 @@ class Compilation(NnapiObject):
                 step.prepared = self._prepare(step.device, step.model, preference, priority, deadline)
             except HalError as error:
                 if fallback is None or step.device is fallback:
-                    raise error_for(error.status.to_result_code(), f"finish: {step.device.name}: {error}") from None
+                    raise error_for(error.status.to_result_code(),
+                                    f"finish: {_named(step.device.name, error)}") from None
                 self._prepare_failures.append((step.device.name, str(error), list(step.operations)))
                 vlog.compilation.debug("%s failed to prepare operations %s (%s); falling back to %s",
                                        step.device.name, step.operations, error, fallback.name)
@@ -196,7 +197,7 @@ class Compilation(NnapiObject):
                         steps[0].prepared = self._prepare(fallback, hal_model, preference, priority, deadline)
                     except HalError as cpu_error:
                         raise error_for(cpu_error.status.to_result_code(),
-                                        f"finish: {fallback.name}: {cpu_error}") from None
+                                        f"finish: {_named(fallback.name, cpu_error)}") from None
                     break
         self._plan = ExecutionPlan(hal_model, steps, fallback, preference, priority)
         #: the model's input and output types, which every Execution checks its arguments against
@@ -329,6 +330,13 @@ class Compilation(NnapiObject):
     def _release(self) -> None:
         self._plan = None
         self._execution_table = None  # and the arrays its bound request holds
+
+
+def _named(device_name: str, error: HalError) -> str:
+    """A driver's failure with its device's name in front, once (contain() and
+    _call_prepare name it already)."""
+    text = str(error)
+    return text if text.startswith(f"{device_name}: ") else f"{device_name}: {text}"
 
 
 def _array_arguments(types) -> dict[int, tuple[np.dtype, dict[tuple[int, ...], tuple[int, ...]], tuple[int, ...]]]:

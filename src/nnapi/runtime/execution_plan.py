@@ -174,10 +174,23 @@ def _ineligibility(model: Model, device: IDevice) -> list[str | None]:
     return reasons
 
 
-def _ask(model: Model, device: IDevice, query, failures: list[str] | None = None) -> list:
+def _is_flag(answer: object) -> bool:
+    return isinstance(answer, bool | np.bool_)
+
+
+def _is_reason(answer: object) -> bool:
+    return answer is None or isinstance(answer, str)
+
+
+def _ask(model: Model, device: IDevice, query, failures: list[str] | None = None, valid=_is_flag,
+         kind: str = "a bool") -> list:
     """``query(device, model_slice)`` for the operations ``device`` is given (see
     supported_operations), spread back over every operation; None where not asked or
-    where the driver's answer is unusable (why, appended to ``failures`` when given)."""
+    where the driver's answer is unusable -- it raised, covers another number of
+    operations, or one of its answers is not ``valid`` (``kind`` names what it must be) --
+    why, appended to ``failures`` when given. A driver is another party: its answer is
+    checked before anything reads it (a numpy array's truth value raises, a string would
+    count as "supported")."""
     main = model.main
     ineligible = _ineligibility(model, device)
     positions = [i for i, reason in enumerate(ineligible) if reason is None]
@@ -195,6 +208,12 @@ def _ask(model: Model, device: IDevice, query, failures: list[str] | None = None
         if failures is not None:
             failures.append(f"its answer covers {len(flags)} operations, not {len(positions)}")
         return answers
+    for number, flag in enumerate(flags):
+        if not valid(flag):
+            if failures is not None:
+                failures.append(f"its answer for operation {positions[number]} is a {type(flag).__name__}, not "
+                                f"{kind}")
+            return answers
     for position, flag in zip(positions, flags, strict=True):
         answers[position] = flag
     return answers
@@ -212,8 +231,8 @@ def unsupported_reasons(model: Model, device: IDevice) -> list[str | None]:
     """Per main-subgraph operation: None where ``device`` is given it and supports it,
     else why not (the runtime's reason, or the driver's own from get_unsupported_reasons)."""
     ineligible = _ineligibility(model, device)
-    asked = _ask(model, device, lambda d, m: [reason if reason is None else str(reason)
-                                              for reason in d.get_unsupported_reasons(m)])
+    asked = _ask(model, device, lambda d, m: d.get_unsupported_reasons(m), valid=_is_reason,
+                 kind="a str or None")
     failures: list[str] = []
     supported = [bool(flag) for flag in _ask(model, device, lambda d, m: d.get_supported_operations(m), failures)]
     reasons: list[str | None] = []
@@ -238,12 +257,24 @@ def _for_level(model: Model, level: int) -> Model:
 
 
 def _performance(device: IDevice, model: Model, operation: Operation, preference: ExecutionPreference) -> float:
+    """The device's reported cost of ``operation`` (lower is better); inf -- the device is
+    chosen last -- when its capabilities cannot be read or the value is not a number >= 0
+    (a driver's answer: a string would break the comparison, NaN would make it meaningless)."""
     try:
-        capabilities = device.get_capabilities()
-    except Exception:
+        value = _reported_performance(device, model, operation, preference)
+    except Exception:  # noqa: BLE001 - a driver's broken capabilities
         return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        return math.inf
+    value = float(value)
+    return value if value >= 0 else math.inf  # NaN fails too
 
-    def pick(info) -> float:
+
+def _reported_performance(device: IDevice, model: Model, operation: Operation,
+                          preference: ExecutionPreference) -> object:
+    capabilities = device.get_capabilities()
+
+    def pick(info) -> object:
         return info.power_usage if preference == ExecutionPreference.LOW_POWER else info.exec_time
 
     if operation.type == OperationCode.IF:
@@ -476,10 +507,23 @@ def _step_model(model: Model, operations: list[int], step_inputs: list[int], ste
 
 # --- preparing --------------------------------------------------------------------------
 def contain(device_name: str, call: str, error: Exception) -> HalError:
-    """A driver's failure as a HalError: a HalError as it is, anything else (a raw Python
-    exception escaping the driver) as GENERAL_FAILURE naming the device."""
+    """A driver's failure as a HalError: a HalError with the ErrorStatus of a failure as
+    it is; anything else -- a raw Python exception escaping the driver, a HalError whose
+    status is NONE (no failure) or no ErrorStatus at all -- as GENERAL_FAILURE naming the
+    device."""
     if isinstance(error, HalError):
-        return error
+        status = error.status
+        if status.__class__ is not ErrorStatus and isinstance(status, int) and not isinstance(status, bool):
+            try:
+                status = ErrorStatus(status)
+            except ValueError:
+                pass
+        if isinstance(status, ErrorStatus) and status != ErrorStatus.NONE:
+            if status is error.status:
+                return error
+            return HalError(status, str(error), error.output_shapes)
+        return HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: {call} failed with status {status!r}, "
+                                                     f"not the ErrorStatus of a failure: {error}")
     return HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: {call} raised {type(error).__name__}: {error}")
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nnapi import vlog
+from nnapi.codes import DeviceTypeCode, FeatureLevelCode
 from nnapi.hal import IDevice
 from nnapi.runtime import type_manager
 
@@ -145,12 +146,37 @@ def _call_factory(name: str, factory: Callable) -> list[IDevice]:
     return devices
 
 
+def identity_problem(device: IDevice) -> str | None:
+    """What is wrong with what ``device`` says it is -- its name, version string, type and
+    feature level, which ANeuralNetworksDevice_getName / _getVersion / _getType /
+    _getFeatureLevel hand to applications as they are -- or None when nothing is (Android
+    refuses to register a driver whose device information does not validate)."""
+    try:
+        name, version = device.name, device.version_string
+        device_type, level = device.device_type, device.feature_level
+    except Exception as error:  # noqa: BLE001 - a driver's broken attribute
+        return f"its identity cannot be read ({type(error).__name__}: {error})"
+    if not isinstance(name, str) or not name:
+        return f"a device without a name (name {name!r})"
+    if not isinstance(version, str):
+        return f"device {name!r}: version_string is a {type(version).__name__}, not a str"
+    for field, value, kind in (("device_type", device_type, DeviceTypeCode),
+                               ("feature_level", level, FeatureLevelCode)):
+        try:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError
+            kind(value)
+        except ValueError:
+            return f"device {name!r}: {field} {value!r} is no {kind.__name__}"
+    return None
+
+
 def _register_all(name: str, devices: list[IDevice]) -> None:
     """Register every device of one plug-in, or none of them (a clash is the plug-in's failure)."""
     taken = {device.name for device in _devices}
     for device in devices:
-        if not isinstance(getattr(device, "name", None), str) or not device.name:
-            raise DriverLoadError(f"{name}: a device without a name")
+        if (problem := identity_problem(device)) is not None:
+            raise DriverLoadError(f"{name}: {problem}")
         if device.name in taken:
             raise DriverLoadError(f"{name}: a device named {device.name!r} is already registered")
         taken.add(device.name)
@@ -186,6 +212,10 @@ def load_failures() -> list[LoadFailure]:
 
 def register_device(device: IDevice) -> None:
     """Make a driver's device visible to get_devices() and to compilations."""
+    if not isinstance(device, IDevice):
+        raise ValueError(f"register_device: expected an IDevice, got {type(device).__name__}")
+    if (problem := identity_problem(device)) is not None:
+        raise ValueError(f"register_device: {problem}")
     with _lock:
         _ensure_reference()
         if any(existing.name == device.name for existing in _devices):
