@@ -603,18 +603,116 @@ def test_window_mask_add_through_rank_5_is_computed_on_merged_axes(mask_kind: st
     _assert_exact_on_every_engine(data, feeds, {"y": x + mask[:, None]})
 
 
+def _group_norm_model(quantized: bool, rank5: bool = True) -> bytes:
+    """GroupNormalization as Keras 3 writes it (float: RESHAPE [1, 4, 4, 8] to [1, 4, 4, 2,
+    4] groups, MEAN over h, w and each group's channels, NEG, SUB, SQUARE, MEAN, ADD eps,
+    RSQRT, MUL, MUL, ADD, RESHAPE back). quantized: its int8 form (requantizing MEANs,
+    SUB, MUL d * d, DEQUANTIZE, RSQRT in float, QUANTIZE, MUL d * r). rank5=False: the
+    same operators on the rank-4 view [1, 16, 2, 4] (MEAN over axes 1 and 3)."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    big = [1, 4, 4, 2, 4] if rank5 else [1, 16, 2, 4]
+    small = [1, 1, 1, 2, 1] if rank5 else [1, 1, 2, 1]
+    axes = [1, 2, 4] if rank5 else [1, 3]
+    t = [Tensor("x", "int8" if quantized else "float32", [1, 4, 4, 8], scale=0.05 if quantized else None,
+                zero_point=0 if quantized else None),
+         Tensor("s5", "int32", [len(big)], data=np.array(big, np.int32)),
+         Tensor("axes", "int32", [len(axes)], data=np.array(axes, np.int32)),
+         Tensor("s4", "int32", [4], data=np.array([1, 4, 4, 8], np.int32))]
+
+    def tensor(name: str, shape: list[int], dtype: str = "float32", **quant) -> int:
+        t.append(Tensor(name, dtype, shape, **quant))
+        return len(t) - 1
+
+    def reshape(source: int, shape: int, target: int, new: list[int]) -> Operator:
+        return Operator("RESHAPE", [source, shape], [target], ("ReshapeOptions", {"NewShape": new}))
+
+    mean = ("ReducerOptions", {"KeepDims": True})
+    if quantized:
+        q = {"dtype": "int8"}
+        x5 = tensor("x5", big, scale=0.05, zero_point=0, **q)
+        m = tensor("m", small, scale=0.01, zero_point=3, **q)
+        d = tensor("d", big, scale=0.05, zero_point=-2, **q)
+        dd = tensor("dd", big, scale=0.04, zero_point=-128, **q)
+        v = tensor("v", small, scale=0.02, zero_point=-128, **q)
+        vf, rf = tensor("vf", small), tensor("rf", small)
+        r = tensor("r", small, scale=0.03, zero_point=-128, **q)
+        y5 = tensor("y5", big, scale=0.03, zero_point=1, **q)
+        y = tensor("y", [1, 4, 4, 8], scale=0.03, zero_point=1, **q)
+        ops = [reshape(0, 1, x5, big), Operator("MEAN", [x5, 2], [m], mean),
+               Operator("SUB", [x5, m], [d], ("SubOptions", {})), Operator("MUL", [d, d], [dd], ("MulOptions", {})),
+               Operator("MEAN", [dd, 2], [v], mean), Operator("DEQUANTIZE", [v], [vf]),
+               Operator("RSQRT", [vf], [rf]), Operator("QUANTIZE", [rf], [r]),
+               Operator("MUL", [d, r], [y5], ("MulOptions", {})), reshape(y5, 3, y, [1, 4, 4, 8])]
+        return build(Subgraph(t, ops, [0], [y]))
+    x5, m, n, d, dd, v = (tensor(name, shape) for name, shape in
+                          (("x5", big), ("m", small), ("n", small), ("d", big), ("dd", big), ("v", small)))
+    eps = len(t)
+    t.append(Tensor("eps", "float32", [], data=np.array(1e-3, np.float32)))
+    ve, r, a, b, y5, y = (tensor(name, shape) for name, shape in
+                          (("ve", small), ("r", small), ("a", big), ("b", small), ("y5", big), ("y", [1, 4, 4, 8])))
+    ops = [reshape(0, 1, x5, big), Operator("MEAN", [x5, 2], [m], mean), Operator("NEG", [m], [n]),
+           Operator("SUB", [x5, m], [d], ("SubOptions", {})), Operator("SQUARE", [d], [dd]),
+           Operator("MEAN", [dd, 2], [v], mean), Operator("ADD", [v, eps], [ve], ("AddOptions", {})),
+           Operator("RSQRT", [ve], [r]), Operator("MUL", [x5, r], [a], ("MulOptions", {})),
+           Operator("MUL", [n, r], [b], ("MulOptions", {})), Operator("ADD", [a, b], [y5], ("AddOptions", {})),
+           reshape(y5, 3, y, [1, 4, 4, 8])]
+    return build(Subgraph(t, ops, [0], [y]))
+
+
+def test_group_norm_through_rank_5_reduces_on_merged_axes() -> None:
+    """Keras' GroupNormalization: the MEANs of the rank-5 groups run on merged axes ([16, 2,
+    4] over axes 0 and 2), NEG / SQUARE / RSQRT of rank-5 tensors on their rank-4 operands,
+    the arithmetic on merged axes; no operand above rank 4. It was refused (MEAN: rank at
+    most 4, got 5)."""
+    data = _group_norm_model(quantized=False)
+    lowerings = [str(lowering) for lowering in nnapi.load_tflite(data).lowerings]
+    assert any("MEAN of rank 5 on merged axes: over axes [0, 2] of [16, 2, 4]" in text for text in lowerings), \
+        lowerings
+    assert any("NEG of rank 5 on the rank-3 operand holding its elements" in text for text in lowerings), lowerings
+    x = np.random.default_rng(12).standard_normal((1, 4, 4, 8)).astype(np.float32)
+    groups = x.astype(np.float64).reshape(1, 4, 4, 2, 4)
+    mean = groups.mean(axis=(1, 2, 4), keepdims=True)
+    variance = ((groups - mean) ** 2).mean(axis=(1, 2, 4), keepdims=True)
+    want = {"y": ((groups - mean) / np.sqrt(variance + 1e-3)).reshape(1, 4, 4, 8).astype(np.float32)}
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        session = _session_on(data, device)
+        if session is not None:
+            assert_agrees(session.run({"x": x}), want, 1e-5)
+    if Interpreter is not None:
+        assert_agrees(litert_outputs(data, {"x": x}), want, 1e-5)
+
+
+def test_int8_group_norm_through_rank_5_equals_its_rank_4_form() -> None:
+    """The int8 GroupNormalization: requantizing MEANs, SUB and MUL of the rank-5 tensors,
+    DEQUANTIZE / QUANTIZE around a float RSQRT, all on rank <= 4 operands; its outputs are
+    those of the same operators written on the rank-4 view, and within a step of LiteRT's."""
+    data = _group_norm_model(quantized=True)
+    twin = _group_norm_model(quantized=True, rank5=False)
+    x = np.random.default_rng(13).integers(-128, 128, (1, 4, 4, 8)).astype(np.int8)
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        session = _session_on(data, device)
+        if session is not None:
+            got = session.run({"x": x})
+            assert_agrees(got, _session_on(twin, device).run({"x": x}), 0)
+            assert len(np.unique(got["y"])) > 20  # a real normalization, not a saturated constant
+            if Interpreter is not None:
+                assert_agrees(got, litert_outputs(data, {"x": x}), 1)
+
+
 def test_rank_5_chain_that_computes_is_still_refused() -> None:
-    """A rank-5 tensor read by anything but element moves stays refused, naming the rule."""
+    """A rank-5 tensor read by an operator of its axes (SOFTMAX), not element moves or
+    element-wise operators, stays refused, naming the rule."""
     from tflite_builder import Operator, Subgraph, Tensor, build
 
     t = [Tensor("x", "float32", [1, 2, 2, 2]), Tensor("s", "int32", [5], data=np.array([1, 2, 1, 2, 2], np.int32)),
          Tensor("r", "float32", [1, 2, 1, 2, 2]), Tensor("a", "float32", [1, 2, 1, 2, 2]),
          Tensor("s4", "int32", [4], data=np.array([1, 2, 2, 2], np.int32)), Tensor("y", "float32", [1, 2, 2, 2])]
     data = build(Subgraph(t, [Operator("RESHAPE", [0, 1], [2], ("ReshapeOptions", {"NewShape": [1, 2, 1, 2, 2]})),
-                              Operator("ABS", [2], [3]),
+                              Operator("SOFTMAX", [2], [3], ("SoftmaxOptions", {"Beta": 1.0})),
                               Operator("RESHAPE", [3, 4], [5], ("ReshapeOptions", {"NewShape": [1, 2, 2, 2]}))],
                           [0], [5]))
-    with pytest.raises(nnapi.BadDataError, match=r"operator 2 \(RESHAPE\).*rank at most 4, got 5"):
+    with pytest.raises(nnapi.BadDataError, match=r"operator 1 \(SOFTMAX\).*rank at most 4, got 5"):
         nnapi.load_tflite(data)
 
 

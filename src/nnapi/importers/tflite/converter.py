@@ -378,6 +378,8 @@ class _Converter:
                 if folded or \
                         op.name == "CONCATENATION" and moved_type == _INT32 and _int32_concatenation(self, op):
                     pass
+                elif convert is not None and any(first(self, op, convert) for first in _FIRST_CONVERTERS):
+                    pass
                 elif op.name in _MOVES_DATA and moved_type in (_INT32, _BOOL) or \
                         op.name in _MOVES_BOOL and moved_type == _BOOL:
                     _through_float32(self, op, {**_MOVES_DATA, **_MOVES_BOOL}[op.name], convert)
@@ -480,6 +482,9 @@ class _Converter:
 _CONVERTERS: dict[int, Callable[[_Converter, _Operator], None]] = {}
 #: custom operators (by custom code) whose meaning one NNAPI operation has
 _CUSTOM_CONVERTERS: dict[str, Callable[[_Converter, _Operator], None]] = {}
+#: converters for a class of operators, tried before an operator's own (given to them):
+#: True when one converted it (high_rank's element-wise operators of lifted tensors)
+_FIRST_CONVERTERS: list[Callable[[_Converter, _Operator, Callable[[_Converter, _Operator], None]], bool]] = []
 
 
 def _fold_constants(c: _Converter, op: _Operator) -> bool:

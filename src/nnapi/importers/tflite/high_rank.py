@@ -11,7 +11,7 @@ import numpy as np
 
 from nnapi.codes import OperationCode
 from nnapi.codes import OperationCode as Op
-from nnapi.importers.tflite.converter import _Converter
+from nnapi.importers.tflite.converter import _FIRST_CONVERTERS, _Converter
 from nnapi.importers.tflite.convolutions import _fully_connected
 from nnapi.importers.tflite.data_movement import _dense_slice_spec
 from nnapi.importers.tflite.moves import move_plan
@@ -352,9 +352,21 @@ def _lifted_arithmetic(c: _Converter, op: _Operator, code: OperationCode, activa
     """Float ADD / SUB / MUL / DIV above rank 4 whose inputs are lifted tensors, constants or
     operands of static shape: computed on merged axes (_merged_broadcast, rank <= 4) and
     kept lifted, as attention adds its mask per window (Swin, through ai-edge-torch: two
-    RESHAPEs to rank 5, ADD, RESHAPE back). False (nothing emitted) otherwise."""
+    RESHAPEs to rank 5, ADD, RESHAPE back); quantized ADD / SUB, and MUL whose scales meet
+    NNAPI's condition, likewise (an int8 GroupNormalization's statistics). False (nothing
+    emitted) otherwise."""
     out = _static_shape(c, op.out_tensor())
-    if out is None or c.graph.propagate or op.out_tensor().tfl_type not in (_FLOAT32, _FLOAT16):
+    if out is None or c.graph.propagate:
+        return False
+    out_type = c.nn_type(op.out_tensor())
+    if out_type.type in _QUANT8:
+        # quantized ADD / SUB are NNAPI's as written; MUL where NNAPI's own condition on the
+        # scales holds (else _arithmetic's float32 form, which needs the operand at rank 5)
+        a_type, b_type = c.nn_type(op.tensor(0)), c.nn_type(op.tensor(1))
+        if code not in (Op.ADD, Op.SUB, Op.MUL) or code == Op.MUL and \
+                not np.float32(out_type.scale) > np.float32(a_type.scale) * np.float32(b_type.scale):
+            return False
+    elif op.out_tensor().tfl_type not in (_FLOAT32, _FLOAT16):
         return False
     sources, shapes = [], []
     for position in (0, 1):
@@ -388,7 +400,7 @@ def _lifted_arithmetic(c: _Converter, op: _Operator, code: OperationCode, activa
         reshaped = c.temp(c.type_of(source), shape)
         c.emit(Op.RESHAPE, [source, c.vector(shape)], [reshaped])
         operands.append(reshaped)
-    result = c.add(c.nn_type(op.out_tensor()).with_dimensions(merged[2]))
+    result = c.add(out_type.with_dimensions(merged[2]))
     c.with_activation(activation, lambda act, target: c.emit(code, [*operands, act], [target]), result)
     c.lifted[op.outputs[0]] = (result, out)
     c.lowered(f"{op.name} of rank {len(out)} on merged axes {merged[2]} (inputs {merged[0]} and {merged[1]})")
@@ -502,3 +514,103 @@ def _emit_transpose(c: _Converter, last: _Operator, x: int, shape: list[int], in
     if moved != final:
         c.emit(Op.RESHAPE, [target, c.vector(final)], [_chain_output(c, last)])
     return f"RESHAPE to {merged}, TRANSPOSE {order}, RESHAPE to {final}"
+
+
+def _merged_reduction(dims: Sequence[int], axes: Sequence[int]) -> tuple[list[int], list[int]] | None:
+    """``dims`` with its size-1 axes dropped and neighbouring axes merged where all are
+    reduced or all kept, and the merged shape's reduced axes: a reduction over ``axes``
+    of ``dims`` is the reduction over those of the merged shape, on the same elements in
+    the same order. None where the merged shape is above rank 4 or nothing is reduced."""
+    groups: list[list[Any]] = []
+    for axis, size in enumerate(dims):
+        if size == 1:
+            continue
+        reduced = axis in axes
+        if groups and groups[-1][0] == reduced:
+            groups[-1][1] *= size
+        else:
+            groups.append([reduced, size])
+    merged_axes = [k for k, (reduced, _) in enumerate(groups) if reduced]
+    if len(groups) > _MAX_RANK or not merged_axes:
+        return None
+    return [size for _, size in groups], merged_axes
+
+
+def _lifted_reduction(c: _Converter, op: _Operator) -> tuple[int, list[int], int] | None:
+    """For a reduction (MEAN, SUM, REDUCE_*) with constant axes over a lifted tensor above
+    rank 4 (GroupNormalization: RESHAPE to [n, h, w, groups, channels per group], MEAN over
+    h, w and the channels of each group): (the lifted operand reshaped to the merged shape
+    of _merged_reduction, the merged axes, a new operand for the result with those axes
+    kept as 1). The result holds the output's elements in order; _finish_lifted gives it
+    to the output. None (nothing emitted) otherwise."""
+    tensor = op.inputs[0]
+    axes_const = c.const_of(op.inputs[1])
+    dims = _static_shape(c, op.tensor(0))
+    if tensor not in c.lifted or tensor in c.operands or axes_const is None or dims is None or \
+            c.graph.propagate or _static_shape(c, op.out_tensor()) is None:
+        return None
+    rank = len(dims)
+    axes = {int(a) % rank for a in np.asarray(axes_const.data).reshape(-1)}
+    plan = _merged_reduction(dims, sorted(axes))
+    if plan is None:
+        return None
+    merged, merged_axes = plan
+    source = c.lifted[tensor][0]
+    if list(c.type_of(source).dimensions) != merged:
+        reshaped = c.temp(c.type_of(source), merged)
+        c.emit(Op.RESHAPE, [source, c.vector(merged)], [reshaped])
+        source = reshaped
+    kept = [1 if k in merged_axes else size for k, size in enumerate(merged)]
+    return source, merged_axes, c.add(c.nn_type(op.out_tensor()).with_dimensions(kept))
+
+
+def _finish_lifted(c: _Converter, op: _Operator, result: int) -> None:
+    """Give ``result`` (the output's elements, in order, at rank <= 4) to ``op``'s output:
+    kept lifted where the output is above rank 4, else RESHAPEd to it."""
+    out = _static_shape(c, op.out_tensor())
+    assert out is not None
+    if len(out) > _MAX_RANK:
+        c.lifted[op.outputs[0]] = (result, out)
+    else:
+        c.emit(Op.RESHAPE, [result, c.vector(out or [1])], [c.output()])
+
+
+#: element-wise operators of one input whose converters see only operand types: on a lifted
+#: tensor they run on its rank <= 4 operand and the output stays lifted (_lifted_unary)
+_LIFTABLE_UNARY = frozenset({
+    "ABS", "EXP", "FLOOR", "LOG", "NEG", "RSQRT", "SIN", "COS", "SQRT", "SQUARE", "LOGISTIC", "TANH", "RELU",
+    "RELU6", "RELU_N1_TO_1", "HARD_SWISH", "GELU", "LEAKY_RELU", "ELU", "QUANTIZE", "DEQUANTIZE",
+})
+
+
+def _lifted_unary(c: _Converter, op: _Operator, convert: Callable[[_Converter, _Operator], None]) -> bool:
+    """Convert element-wise ``op`` (_LIFTABLE_UNARY) of a lifted tensor above rank 4 on the
+    rank <= 4 operand holding its elements (GroupNormalization's NEG, SQUARE and RSQRT of
+    its rank-5 statistics): the same elements in the same order; the output stays lifted.
+    False (nothing done) where the input is not lifted."""
+    if op.name not in _LIFTABLE_UNARY or len(op.inputs) != 1 or len(op.outputs) != 1:
+        return False
+    tensor = op.inputs[0]
+    if tensor not in c.lifted or tensor in c.operands or c.graph.propagate:
+        return False
+    source, shape = c.lifted[tensor]
+    out_info, in_info = op.out_tensor(), op.tensor(0)
+    if _static_shape(c, out_info) != shape:
+        return False
+    dims = tuple(c.type_of(source).dimensions)
+    saved = in_info.shape, out_info.shape
+    # the converter sees the rank <= 4 operand, and writes an output of its shape
+    c.operands[tensor] = source
+    in_info.shape, out_info.shape = dims, dims
+    try:
+        convert(c, op)
+    finally:
+        del c.operands[tensor]
+        in_info.shape, out_info.shape = saved
+    c.lifted[op.outputs[0]] = (c.operands.pop(op.outputs[0]), shape)
+    if c._lowering_reason is None:
+        c.lowered(f"{op.name} of rank {len(shape)} on the rank-{len(dims)} operand holding its elements")
+    return True
+
+
+_FIRST_CONVERTERS.append(_lifted_unary)

@@ -8,6 +8,7 @@ import numpy as np
 from nnapi.codes import OperandCode as T
 from nnapi.codes import OperationCode as Op
 from nnapi.importers.tflite.converter import _Converter, _converter
+from nnapi.importers.tflite.high_rank import _MAX_RANK, _finish_lifted, _lifted_reduction
 from nnapi.importers.tflite.reader import _INT32, _INT64, _QUANT8, UnsupportedOperator, _operand_shape, _Operator
 from nnapi.operand import OperandType
 from nnapi.operations.quant_math import mean_multiplier, rescale_multipliers
@@ -20,46 +21,58 @@ def _reduce(c: _Converter, op: _Operator) -> None:
     code = _REDUCERS[op.name]
     options = op.options("ReducerOptions")
     keep = bool(options.KeepDims()) if options is not None else False
-    x = c.input(0)
-    axes = c.vector(c.const_values(1, "axes")) if c.const_of(op.inputs[1]) is not None else c.input(1)
+    lifted = _lifted_reduction(c, op) if len(op.tensor(0).shape) > _MAX_RANK else None
+    if lifted is not None:
+        # above rank 4: on merged axes, the axes kept as 1 (the result's elements are the
+        # output's, in order)
+        x, axes_values, out = lifted
+        keep = True
+        axes = c.vector(axes_values)
+    else:
+        x = c.input(0)
+        axes_const = c.const_of(op.inputs[1])
+        axes_values = None if axes_const is None else np.asarray(axes_const.data).reshape(-1).tolist()
+        axes = c.vector(axes_values) if axes_values is not None else c.input(1)
+        out = None
     keep_operand = c.i32(int(keep)) if code == Op.MEAN else c.boolean(keep)
     x_type = c.type_of(x)
     out_type = c.nn_type(op.out_tensor())
     requantize = x_type.type in _QUANT8 and (x_type.scale, x_type.zero_point) != (out_type.scale,
                                                                                    out_type.zero_point)
-    if not requantize:
-        c.emit(code, [x, axes, keep_operand], [c.output()])
-        return
-    if code != Op.MEAN:
+    if requantize and code != Op.MEAN:
         # TFLite's own kernel refuses this too (its XNNPACK delegate copies the integers).
         raise UnsupportedOperator(f"quantized {op.name} needs the output's scale and zero point equal to the "
                                   "input's")
-    if code == Op.MEAN:
-        if _mean_as_fully_connected(c, op, x, x_type, out_type, keep):
-            return
+    out = c.output() if out is None else out
+    if not requantize:
+        c.emit(code, [x, axes, keep_operand], [out])
+    elif not _mean_as_fully_connected(c, x, x_type, out_type, axes_values, keep, out):
         # NNAPI's quantized MEAN keeps the input's scale; TFLite rescales the sum to the
         # output's. The float path computes the exact mean and rounds it once.
         real = c.temp(OperandType(T.TENSOR_FLOAT32, x_type.dimensions))
         c.emit(Op.DEQUANTIZE, [x], [real])
-        mean = c.temp(OperandType(T.TENSOR_FLOAT32, out_type.dimensions))
+        mean = c.temp(OperandType(T.TENSOR_FLOAT32, c.type_of(out).dimensions))
         c.emit(Op.MEAN, [real, axes, keep_operand], [mean])
-        c.emit(Op.QUANTIZE, [mean], [c.output()])
+        c.emit(Op.QUANTIZE, [mean], [out])
         c.lowered("quantized MEAN with an output scale other than the input's: DEQUANTIZE + float MEAN + "
                   "QUANTIZE (one rounding, as TFLite)")
-        return
+    if lifted is not None:
+        _finish_lifted(c, op, out)
+        c.lowered(f"{op.name} of rank {len(op.tensor(0).shape)} on merged axes: over axes {axes_values} of "
+                  f"{list(x_type.dimensions)}" + (f"; {c._lowering_reason}" if c._lowering_reason else ""))
 
 
 #: how many float32 neighbours of the ideal weight scale _mean_as_fully_connected tries
 _WEIGHT_SCALE_SEARCH = 64
 
 
-def _mean_as_fully_connected(c: _Converter, op: _Operator, x: int, x_type: OperandType, out_type: OperandType,
-                             keep: bool) -> bool:
+def _mean_as_fully_connected(c: _Converter, x: int, x_type: OperandType, out_type: OperandType,
+                             axes_values: list[int] | None, keep: bool, out: int) -> bool:
     """A quantized MEAN whose output quantization differs from its input's, with constant
     axes and a static shape, as TFLite's kernel computes it up to its multiplier: the
     reduced axes moved last (TRANSPOSE), a FULLY_CONNECTED by one unit of weights all 1
     (zero point 0), whose int32 accumulator is TFLite's sum of q - zero point, its output
-    stage the rescale, then RESHAPE to the output's shape. TFLite's multiplier
+    stage the rescale, then RESHAPE to ``out``'s shape. TFLite's multiplier
     (``quant_math.mean_multiplier``) is matched as closely as the weight scale allows:
     NNAPI derives FULLY_CONNECTED's from float32(input scale * weight scale) / output
     scale, so the float32 weight scales next to the ideal one are tried and the nearest
@@ -68,12 +81,11 @@ def _mean_as_fully_connected(c: _Converter, op: _Operator, x: int, x_type: Opera
     random quantizations: 7 of 3,098 values a step off (the float path: 38). False (the
     float path instead) for open shapes, axes given at run time, or a multiplier of 1 or
     more."""
-    axes_const = c.const_of(op.inputs[1])
     dims = list(x_type.dimensions)
-    if axes_const is None or not dims or not all(d > 0 for d in dims):
+    if axes_values is None or not dims or not all(d > 0 for d in dims):
         return False
     rank = len(dims)
-    axes = sorted({int(a) % rank for a in np.asarray(axes_const.data).reshape(-1)})
+    axes = sorted({int(a) % rank for a in axes_values})
     count = int(np.prod([dims[a] for a in axes]))
     fixed, exponent = mean_multiplier(x_type.scale, out_type.scale, count)
     target = fixed * 2.0 ** (exponent - 31)
@@ -92,7 +104,7 @@ def _mean_as_fully_connected(c: _Converter, op: _Operator, x: int, x_type: Opera
     summed = c.temp(out_type, [rows, 1])
     c.emit(Op.FULLY_CONNECTED, [source, weights, bias, c.i32(0)], [summed])
     shape = [1 if a in axes else d for a, d in enumerate(dims)] if keep else [dims[a] for a in kept]
-    c.emit(Op.RESHAPE, [summed, c.vector(shape or [1])], [c.output()])
+    c.emit(Op.RESHAPE, [summed, c.vector(shape or [1])], [out])
     c.lowered("quantized MEAN with an output scale other than the input's as FULLY_CONNECTED by ones (the "
               "reduced axes moved last): TFLite's int32 sum rescaled once, its multiplier matched to the nearest "
               "NNAPI one")
