@@ -11,7 +11,7 @@ from nnapi.importers.tflite.converter import _Converter, _converter
 from nnapi.importers.tflite.high_rank import _MAX_RANK, _finish_lifted, _lifted_reduction
 from nnapi.importers.tflite.reader import _INT32, _INT64, _QUANT8, UnsupportedOperator, _operand_shape, _Operator
 from nnapi.operand import OperandType
-from nnapi.operations.quant_math import mean_multiplier, rescale_multipliers
+from nnapi.operations.quant_math import mean_multiplier, multiply_by_quantized_multiplier, rescale_multipliers
 
 _REDUCERS = {"MEAN": Op.MEAN, "SUM": Op.REDUCE_SUM, "REDUCE_MAX": Op.REDUCE_MAX, "REDUCE_MIN": Op.REDUCE_MIN,
              "REDUCE_PROD": Op.REDUCE_PROD, "REDUCE_ANY": Op.REDUCE_ANY, "REDUCE_ALL": Op.REDUCE_ALL}
@@ -46,7 +46,8 @@ def _reduce(c: _Converter, op: _Operator) -> None:
     out = c.output() if out is None else out
     if not requantize:
         c.emit(code, [x, axes, keep_operand], [out])
-    elif not _mean_as_fully_connected(c, x, x_type, out_type, axes_values, keep, out):
+    elif not (not _tflite_mean_4d(c, op) and _mean_as_table(c, x, x_type, out_type, axes_values, keep, out) or
+              _mean_as_fully_connected(c, x, x_type, out_type, axes_values, keep, out)):
         # NNAPI's quantized MEAN keeps the input's scale; TFLite rescales the sum to the
         # output's. The float path computes the exact mean and rounds it once.
         real = c.temp(OperandType(T.TENSOR_FLOAT32, x_type.dimensions))
@@ -60,6 +61,76 @@ def _reduce(c: _Converter, op: _Operator) -> None:
         _finish_lifted(c, op, out)
         c.lowered(f"{op.name} of rank {len(op.tensor(0).shape)} on merged axes: over axes {axes_values} of "
                   f"{list(x_type.dimensions)}" + (f"; {c._lowering_reason}" if c._lowering_reason else ""))
+
+
+def _tflite_mean_4d(c: _Converter, op: _Operator) -> bool:
+    """Whether LiteRT runs quantized MEAN ``op`` with its 4-D kernel (keep_dims, rank 4, axes
+    exactly 1 and 2: a global average pool), which rounds otherwise than its general one.
+    Such a MEAN keeps the FULLY_CONNECTED lowering: its results are those of LiteRT's
+    default XNNPACK delegate on the shared int8 MobileNets (0 steps; within one step of
+    the builtin 4-D kernel), which a table of the builtin kernel's would move a step away."""
+    options = op.options("ReducerOptions")
+    axes = c.const_of(op.inputs[1])
+    return options is not None and bool(options.KeepDims()) and len(op.tensor(0).shape) == 4 and \
+        axes is not None and sorted(np.asarray(axes.data).reshape(-1).tolist()) == [1, 2]
+
+
+#: the most entries _mean_as_table's table of outputs holds (one per possible integer sum)
+_MEAN_TABLE_MAX = 1 << 20
+
+
+def _mean_as_table(c: _Converter, x: int, x_type: OperandType, out_type: OperandType,
+                   axes_values: list[int] | None, keep: bool, out: int) -> bool:
+    """A quantized MEAN whose output quantization differs from its input's, with constant
+    axes and a static shape, exactly as LiteRT's general kernel computes it (every MEAN but
+    _tflite_mean_4d's). Its output is a function of the integer sum S of (q - input zero
+    point) alone, MultiplyByQuantizedMultiplier(S, m, e) + output zero point with TFLite's
+    multiplier (``quant_math.mean_multiplier``: its mantissa is not renormalized, so no
+    NNAPI requantization reproduces it), so the outputs of every possible S are a table
+    made here, and the operations compute S and GATHER from it. S comes exactly from
+    float32: DEQUANTIZE gives (q - zero point) * scale within 2**-23 relative, MUL by 1 /
+    scale, ADD 0.5 and FLOOR give the integer q - zero point back (|q - zero point| <= 255:
+    the error stays below 1e-4), REDUCE_SUM adds integers exactly (|S| < 2**24 for tables
+    up to _MEAN_TABLE_MAX), ADD of -min(S) and CAST to int32 give the table's index. False
+    (nothing emitted) for open shapes, axes given at run time or a table above
+    _MEAN_TABLE_MAX entries."""
+    dims = list(x_type.dimensions)
+    if axes_values is None or not dims or not all(d > 0 for d in dims) or \
+            not all(d > 0 for d in c.type_of(out).dimensions):
+        return False
+    rank = len(dims)
+    axes = sorted({int(a) % rank for a in axes_values})
+    count = int(np.prod([dims[a] for a in axes]))
+    info = np.iinfo(x_type.dtype)
+    low, high = count * (int(info.min) - x_type.zero_point), count * (int(info.max) - x_type.zero_point)
+    if not axes or high - low + 1 > _MEAN_TABLE_MAX:
+        return False
+    sums = np.arange(low, high + 1, dtype=np.int64)
+    fixed, exponent = mean_multiplier(x_type.scale, out_type.scale, count)
+    outputs = multiply_by_quantized_multiplier(sums, fixed, exponent) + out_type.zero_point
+    out_info = np.iinfo(out_type.dtype)
+    table = np.clip(outputs, out_info.min, out_info.max)
+    f32 = OperandType(T.TENSOR_FLOAT32, dims)
+    real, scaled, halves, offsets = (c.temp(f32) for _ in range(4))
+    c.emit(Op.DEQUANTIZE, [x], [real])
+    c.emit(Op.MUL, [real, c.const_operand(np.float32(1.0) / np.float32(x_type.scale),
+                                          OperandType(T.TENSOR_FLOAT32, [1])), c.i32(0)], [scaled])
+    c.emit(Op.ADD, [scaled, c.const_operand(np.float32(0.5), OperandType(T.TENSOR_FLOAT32, [1])), c.i32(0)],
+           [halves])
+    c.emit(Op.FLOOR, [halves], [offsets])
+    out_dims = list(c.type_of(out).dimensions)
+    total, shifted = (c.temp(OperandType(T.TENSOR_FLOAT32, out_dims)) for _ in range(2))
+    c.emit(Op.REDUCE_SUM, [offsets, c.vector(axes), c.boolean(keep)], [total])
+    c.emit(Op.ADD, [total, c.const_operand(np.float32(-low), OperandType(T.TENSOR_FLOAT32, [1])), c.i32(0)],
+           [shifted])
+    index = c.temp(OperandType(T.TENSOR_INT32, out_dims))
+    c.emit(Op.CAST, [shifted], [index])
+    values = c.const_operand(table, OperandType(out_type.type, [table.size], out_type.scale, out_type.zero_point))
+    c.emit(Op.GATHER, [values, c.i32(0), index], [out])
+    c.lowered(f"quantized MEAN with an output scale other than the input's as LiteRT's general kernel computes "
+              f"it: the integer sum of the {count} values (DEQUANTIZE, MUL by 1 / scale, ADD 0.5, FLOOR, "
+              f"REDUCE_SUM), its output looked up in a table of the {table.size} possible sums (GATHER)")
+    return True
 
 
 #: how many float32 neighbours of the ideal weight scale _mean_as_fully_connected tries
