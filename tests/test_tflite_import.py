@@ -1687,3 +1687,22 @@ def test_a_bool_move_above_rank_4_is_refused_cleanly() -> None:
     with pytest.raises(nnapi.NnapiError, match="above rank 4") as error:
         nnapi.load_tflite(data)
     assert "malformed" not in str(error.value)
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_one_hot_is_equal_and_select(axis: int) -> None:
+    """ONE_HOT (no NNAPI operation; it was refused) as EQUAL of the indices to the positions
+    and SELECT of on / off values, along any axis; an index outside [0, depth) is all off."""
+    from tflite_builder import Tensor, single_op
+
+    dims = [2, 3]
+    out = list(dims)
+    out.insert(axis % 3, 4)
+    t = [Tensor("i", "int32", dims), Tensor("depth", "int32", [], data=np.array(4, np.int32)),
+         Tensor("on", "float32", [], data=np.array(2.5, np.float32)),
+         Tensor("off", "float32", [], data=np.array(-1.0, np.float32)), Tensor("y", "float32", out)]
+    data = single_op("ONE_HOT", t, [0, 1, 2, 3], [4], ("OneHotOptions", {"Axis": axis}))
+    i = np.array([[0, 3, 1], [5, -1, 2]], np.int32)
+    want = np.moveaxis(np.where(i[..., None] == np.arange(4), 2.5, -1.0), -1, axis % 3).astype(np.float32)
+    _assert_exact_on_every_engine(data, {"i": i}, {"y": want})
+

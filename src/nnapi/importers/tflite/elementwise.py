@@ -628,3 +628,35 @@ def _relu_0_to_1(c: _Converter, op: _Operator) -> None:
     c.emit(Op.MINIMUM, [x, bound(1.0)], [below])
     c.emit(Op.MAXIMUM, [below, bound(0.0)], [out])
     c.lowered("RELU_0_TO_1 as MINIMUM 1, MAXIMUM 0 (NNAPI has no such activation)")
+
+
+@_converter("ONE_HOT")
+def _one_hot(c: _Converter, op: _Operator) -> None:
+    """ONE_HOT of int32 indices with a constant depth: EQUAL of the indices (EXPAND_DIMS at
+    the new axis) and the constant positions 0 .. depth - 1 shaped to broadcast along it,
+    then SELECT of on_value / off_value broadcast to the output (NNAPI has no ONE_HOT; an
+    index outside [0, depth) matches no position: all off_value, as TFLite's)."""
+    options = op.options("OneHotOptions")
+    indices = c.input(0)
+    i_type = c.type_of(indices)
+    if i_type.type != T.TENSOR_INT32:
+        raise UnsupportedOperator(f"ONE_HOT of {i_type.type.name} indices (NNAPI's comparisons here take int32)")
+    depth = int(np.asarray(c.const_values(1, "depth")).reshape(-1)[0])
+    dims = _static_shape(c, op.out_tensor())
+    if dims is None or depth <= 0:
+        raise UnsupportedOperator("ONE_HOT to an output of unknown shape or an empty depth")
+    out_type = c.nn_type(op.out_tensor())
+    if out_type.type not in (*_FLOAT_TYPES, *_QUANT8, T.TENSOR_INT32):
+        raise UnsupportedOperator(f"ONE_HOT of {out_type.type.name} values (NNAPI's SELECT takes none)")
+    rank = len(dims)
+    axis = (options.Axis() if options is not None else -1) % rank
+    expanded = c.temp(i_type, dims[:axis] + [1] + dims[axis + 1:])
+    c.emit(Op.EXPAND_DIMS, [indices, c.i32(axis)], [expanded])
+    positions = c.const_operand(np.arange(depth, dtype=np.int32).reshape([depth] + [1] * (rank - 1 - axis)),
+                                OperandType(T.TENSOR_INT32, [depth] + [1] * (rank - 1 - axis)))
+    hot = c.temp(OperandType(T.TENSOR_BOOL8, dims))
+    c.emit(Op.EQUAL, [expanded, positions], [hot])
+    c.emit(Op.SELECT, [hot, _broadcast_to(c, op, 2, dims), _broadcast_to(c, op, 3, dims)], [c.output()])
+    c.lowered(f"ONE_HOT (depth {depth}, axis {axis}) as EXPAND_DIMS, EQUAL to the positions and SELECT of "
+              "on_value / off_value")
+
