@@ -1706,3 +1706,18 @@ def test_one_hot_is_equal_and_select(axis: int) -> None:
     want = np.moveaxis(np.where(i[..., None] == np.arange(4), 2.5, -1.0), -1, axis % 3).astype(np.float32)
     _assert_exact_on_every_engine(data, {"i": i}, {"y": want})
 
+
+def test_sign_is_two_selects() -> None:
+    """SIGN (no NNAPI operation; it was refused) as LiteRT computes it: zeros give 0, NaN
+    stays NaN, infinities and the smallest subnormals give +-1."""
+    from tflite_builder import Tensor, single_op
+
+    data = single_op("SIGN", [Tensor("x", "float32", [2, 4]), Tensor("y", "float32", [2, 4])], [0], [1])
+    x = np.array([[1.5, -2.0, 0.0, -0.0], [np.nan, np.inf, -1e-45, 1e-45]], np.float32)
+    want = np.array([[1, -1, 0, 0], [np.nan, 1, -1, 1]], np.float32)
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        session = _session_on(data, device)
+        if session is not None:
+            np.testing.assert_array_equal(session.run({"x": x})["y"], want)
+    if Interpreter is not None:
+        np.testing.assert_array_equal(litert_outputs(data, {"x": x})["y"], want)

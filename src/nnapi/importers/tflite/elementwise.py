@@ -660,3 +660,30 @@ def _one_hot(c: _Converter, op: _Operator) -> None:
     c.lowered(f"ONE_HOT (depth {depth}, axis {axis}) as EXPAND_DIMS, EQUAL to the positions and SELECT of "
               "on_value / off_value")
 
+
+@_converter("SIGN")
+def _sign(c: _Converter, op: _Operator) -> None:
+    """SIGN of a float or int32 tensor of static shape, as LiteRT computes it (1 above 0, -1
+    below, zeros kept, NaN kept): SELECT of 1 where GREATER 0, else SELECT of -1 where
+    LESS 0, else the input times 0 (0 for zeros, NaN for NaN). NNAPI has no SIGN; the
+    constants are of the input's shape, as SELECT takes no broadcasting."""
+    x = c.input(0)
+    x_type = c.type_of(x)
+    dims = list(x_type.dimensions)
+    if x_type.type not in (*_FLOAT_TYPES, T.TENSOR_INT32) or not all(d > 0 for d in dims):
+        raise UnsupportedOperator(f"SIGN of {x_type.type.name}" + ("" if all(d > 0 for d in dims) else
+                                                                    " of an unknown shape") +
+                                  " has no NNAPI sequence")
+    flags = OperandType(T.TENSOR_BOOL8, dims)
+    positive, negative, kept, rest = c.temp(flags), c.temp(flags), c.temp(x_type), c.temp(x_type)
+    zero = c.const_operand(np.zeros([1], x_type.dtype), x_type.with_dimensions([1]))
+    c.emit(Op.GREATER, [x, zero], [positive])
+    c.emit(Op.LESS, [x, zero], [negative])
+    c.emit(Op.MUL, [x, zero, c.i32(0)], [kept])
+
+    def full(value: int) -> int:
+        return c.const_operand(np.full(dims, value, x_type.dtype), x_type)
+
+    c.emit(Op.SELECT, [negative, full(-1), kept], [rest])
+    c.emit(Op.SELECT, [positive, full(1), rest], [c.output()])
+    c.lowered("SIGN as GREATER / LESS than 0 and two SELECTs of 1, -1 and the input times 0")
