@@ -183,3 +183,30 @@ def test_leaky_relu_equals_litert_on_every_stored_value(kind):
         options = ("LeakyReluOptions", {"Alpha": alpha})
         data = build(Subgraph(tensors, [Operator("LEAKY_RELU", [0], [1], options)], [0], [1]))
         np.testing.assert_array_equal(imported_output(data, stored), litert_builtin_output(data, stored))
+
+
+def test_quantized_abs_equals_litert_on_every_stored_value():
+    """Quantized ABS (NNAPI's takes no quantized tensors; it was refused) as a table of
+    TFLite's integer kernel: equal to LiteRT's builtin ABS on every int8 stored value, with
+    the output scale equal to the input's and not, on each device; uint8 (which LiteRT's
+    ABS refuses too) is refused, naming the rule."""
+    pytest.importorskip("ai_edge_litert")
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    rng = np.random.default_rng(31)
+    low, high = _RANGES["int8"]
+    stored = np.arange(low, high + 1).astype(np.int8)
+    for case in range(12):
+        in_scale, in_zero = _scale(rng), int(rng.integers(low, high + 1))
+        out_scale, out_zero = (in_scale, in_zero) if case == 0 else \
+            (float(np.float32(in_scale * rng.uniform(0.6, 1.8))), int(rng.integers(low, 0)))
+        tensors = [Tensor("x", "int8", [256], scale=in_scale, zero_point=in_zero),
+                   Tensor("y", "int8", [256], scale=out_scale, zero_point=out_zero)]
+        data = build(Subgraph(tensors, [Operator("ABS", [0], [1])], [0], [1]))
+        want = litert_builtin_output(data, stored)
+        assert len(np.unique(want)) > 8
+        for device in ("nnapi-reference", "nnapi-ort-cpu"):
+            np.testing.assert_array_equal(imported_output(data, stored, device), want, err_msg=f"{device} {case}")
+    tensors = [Tensor("x", "uint8", [4], scale=0.1, zero_point=128), Tensor("y", "uint8", [4], scale=0.1, zero_point=0)]
+    with pytest.raises(nnapi.BadDataError, match=r"ABS of TENSOR_QUANT8_ASYMM \(TFLite's kernel takes int8"):
+        nnapi.load_tflite(build(Subgraph(tensors, [Operator("ABS", [0], [1])], [0], [1])))

@@ -207,6 +207,9 @@ def _simple(c: _Converter, op: _Operator) -> None:
     if code == Op.SQRT and c.type_of(c.input(0)).type in _QUANT8:
         _quantized_sqrt(c, op)
         return
+    if code == Op.ABS and c.type_of(c.input(0)).type in _QUANT8:
+        _quantized_abs(c, op)
+        return
     if code in _FLOAT_ONLY and c.type_of(c.input(0)).type in _QUANT8:
         _in_float32(c, op, lambda inputs, out: c.emit(code, inputs, [out]))
         c.lowered(f"quantized {op.name} (NNAPI's {code.name} is float only) as DEQUANTIZE, {code.name}, QUANTIZE")
@@ -687,3 +690,51 @@ def _sign(c: _Converter, op: _Operator) -> None:
     c.emit(Op.SELECT, [negative, full(-1), kept], [rest])
     c.emit(Op.SELECT, [positive, full(1), rest], [c.output()])
     c.lowered("SIGN as GREATER / LESS than 0 and two SELECTs of 1, -1 and the input times 0")
+
+
+def _lookup_stored_values(c: _Converter, x: int, table: np.ndarray, out: int) -> None:
+    """``out`` = ``table``[q - the type's lowest value] for each stored value q of quantized
+    ``x`` (a table of the operator's output for every stored value, made at import). The
+    index comes exactly from float32: DEQUANTIZE gives (q - zero point) * scale within
+    2**-23 relative, MUL by 1 / scale gives q - zero point within 1e-4 (|q - zero point| <=
+    255), ADD of 0.5 + zero point - lowest value and FLOOR round it to the index, CAST makes
+    it int32, GATHER reads the table."""
+    x_type = c.type_of(x)
+    f32 = OperandType(T.TENSOR_FLOAT32, x_type.dimensions)
+    real, scaled, shifted, whole = (c.temp(f32) for _ in range(4))
+    start = 0.5 + x_type.zero_point - int(np.iinfo(x_type.dtype).min)
+
+    def scalar(value: float) -> int:
+        return c.const_operand(np.float32(value), OperandType(T.TENSOR_FLOAT32, [1]))
+
+    c.emit(Op.DEQUANTIZE, [x], [real])
+    c.emit(Op.MUL, [real, scalar(np.float32(1.0) / np.float32(x_type.scale)), c.i32(0)], [scaled])
+    c.emit(Op.ADD, [scaled, scalar(start), c.i32(0)], [shifted])
+    c.emit(Op.FLOOR, [shifted], [whole])
+    index = c.temp(OperandType(T.TENSOR_INT32, x_type.dimensions))
+    c.emit(Op.CAST, [whole], [index])
+    out_type = c.type_of(out)
+    values = c.const_operand(table, OperandType(out_type.type, [table.size], out_type.scale, out_type.zero_point))
+    c.emit(Op.GATHER, [values, c.i32(0), index], [out])
+
+
+def _quantized_abs(c: _Converter, op: _Operator) -> None:
+    """Quantized ABS (NNAPI's takes float and int32 only) as TFLite's integer kernel: |q -
+    input zero point|, rescaled by MultiplyByQuantizedMultiplier(QuantizeMultiplier(float32
+    input scale / output scale)) where the scales differ, plus the output zero point,
+    clamped: a table of every stored value (_lookup_stored_values)."""
+    x = c.input(0)
+    x_type, out_type = c.type_of(x), c.nn_type(op.out_tensor())
+    if x_type.type != T.TENSOR_QUANT8_ASYMM_SIGNED:
+        raise UnsupportedOperator(f"ABS of {x_type.type.name} (TFLite's kernel takes int8 and int16 only, "
+                                  "NNAPI's no quantized tensors)")
+    info = np.iinfo(x_type.dtype)
+    magnitudes = np.abs(np.arange(int(info.min), int(info.max) + 1, dtype=np.int64) - x_type.zero_point)
+    if np.float32(x_type.scale) != np.float32(out_type.scale):
+        fixed, exponent = quantize_multiplier(float(np.float32(x_type.scale) / np.float32(out_type.scale)))
+        magnitudes = multiply_by_quantized_multiplier(magnitudes, fixed, exponent)
+    out_info = np.iinfo(out_type.dtype)
+    table = np.clip(magnitudes + out_type.zero_point, out_info.min, out_info.max)
+    _lookup_stored_values(c, x, table, c.output())
+    c.lowered("quantized ABS as TFLite's integer kernel: a table of its output for every stored value (DEQUANTIZE, "
+              "MUL by 1 / scale, ADD, FLOOR, CAST, GATHER)")
