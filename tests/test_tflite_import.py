@@ -1721,3 +1721,24 @@ def test_sign_is_two_selects() -> None:
             np.testing.assert_array_equal(session.run({"x": x})["y"], want)
     if Interpreter is not None:
         np.testing.assert_array_equal(litert_outputs(data, {"x": x})["y"], want)
+
+
+def test_gather_with_batch_dims_is_one_gather_on_merged_rows() -> None:
+    """GATHER with batch_dims 1 along axis 1 (no NNAPI form before: refused) as one GATHER
+    on the params' [batch * n, ...] rows by each index plus its batch's first row; an
+    index outside [0, n) fails the run as LiteRT's does, also where its merged row exists."""
+    from tflite_builder import Tensor, single_op
+
+    t = [Tensor("p", "float32", [3, 5, 2]), Tensor("i", "int32", [3, 4]), Tensor("y", "float32", [3, 4, 2])]
+    data = single_op("GATHER", t, [0, 1], [2], ("GatherOptions", {"Axis": 1, "BatchDims": 1}))
+    rng = np.random.default_rng(14)
+    p = rng.standard_normal((3, 5, 2)).astype(np.float32)
+    i = np.array([[0, 4, 4, 1], [2, 2, 0, 3], [4, 1, 0, 0]], np.int32)
+    _assert_exact_on_every_engine(data, {"p": p, "i": i}, {"y": np.stack([p[b][i[b]] for b in range(3)])})
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        session = _session_on(data, device)
+        if session is None:
+            continue
+        for bad in (5, -1):
+            with pytest.raises(nnapi.NnapiError):
+                session.run({"p": p, "i": np.where(np.arange(12).reshape(3, 4) == 5, bad, i).astype(np.int32)})

@@ -9,7 +9,15 @@ import numpy as np
 from nnapi.codes import OperandCode as T
 from nnapi.codes import OperationCode as Op
 from nnapi.importers.tflite.converter import _Converter, _converter
-from nnapi.importers.tflite.reader import _FLOAT_TYPES, _QUANT8, UnsupportedOperator, _operand_shape, _Operator
+from nnapi.importers.tflite.reader import (
+    _FLOAT_TYPES,
+    _QUANT8,
+    _RESHAPE_TYPES,
+    UnsupportedOperator,
+    _operand_shape,
+    _Operator,
+    _static_shape,
+)
 from nnapi.operand import OperandType
 
 
@@ -210,7 +218,8 @@ def _gather(c: _Converter, op: _Operator) -> None:
     options = op.options("GatherOptions")
     axis = options.Axis() if options is not None else 0
     if options is not None and options.BatchDims():
-        raise UnsupportedOperator("GATHER with batch_dims has no NNAPI equivalent")
+        _gather_batched(c, op, axis, options.BatchDims())
+        return
     x = c.input(0)
     indices_info = op.tensor(1)
     indices = c.input(1)
@@ -230,6 +239,46 @@ def _gather(c: _Converter, op: _Operator) -> None:
         raise UnsupportedOperator(f"rank-0 GATHER index on {out_type.type.name} (no NNAPI RESHAPE for it)")
     c.emit(Op.RESHAPE, [temp, c.vector(out_type.dimensions)], [c.output()])
     c.lowered("rank-0 index: GATHER with a [1] index keeps the axis, so GATHER + RESHAPE drops it")
+
+
+def _gather_batched(c: _Converter, op: _Operator, axis: int, batch_dims: int) -> None:
+    """GATHER with batch_dims b gathering along axis b (the first axis after the batch):
+    one GATHER on the params with their batch axes and the gathered one merged, [B * n,
+    ...], by the indices plus each batch's first row (b * n, a constant broadcast over the
+    indices; -1 where an index is outside [0, n), so that the run fails as LiteRT's does).
+    The output, [B..., indices..., rest...], is TFLite's."""
+    x, indices = c.input(0), c.input(1)
+    x_type, i_type = c.type_of(x), c.type_of(indices)
+    params, index_dims = _static_shape(c, op.tensor(0)), _static_shape(c, op.tensor(1))
+    if i_type.type != T.TENSOR_INT32 or params is None or index_dims is None:
+        raise UnsupportedOperator("GATHER with batch_dims needs int32 indices and static shapes")
+    batch = batch_dims % len(index_dims) if batch_dims < 0 else batch_dims
+    if axis % len(params) != batch or batch >= len(params) or params[:batch] != index_dims[:batch]:
+        raise UnsupportedOperator(f"GATHER with batch_dims {batch_dims} along axis {axis} (only the axis right "
+                                  "after the batch axes has an NNAPI form here)")
+    if x_type.type not in _RESHAPE_TYPES:
+        raise UnsupportedOperator(f"GATHER with batch_dims of {x_type.type.name} params (NNAPI's RESHAPE takes none)")
+    count, rows = int(np.prod(params[:batch])), params[batch]
+    merged = [count * rows, *params[batch + 1:]]
+    flat = c.temp(x_type, merged)
+    c.emit(Op.RESHAPE, [x, c.vector(merged)], [flat])
+    starts_shape = index_dims[:batch] + [1] * (len(index_dims) - batch)
+    starts = c.const_operand((np.arange(count, dtype=np.int32) * rows).reshape(starts_shape),
+                             OperandType(T.TENSOR_INT32, starts_shape))
+    flags = OperandType(T.TENSOR_BOOL8, index_dims)
+    low, high, inside, shifted, checked = c.temp(flags), c.temp(flags), c.temp(flags), c.temp(i_type), c.temp(i_type)
+
+    def scalar(value: int) -> int:
+        return c.const_operand(np.array([value], np.int32), OperandType(T.TENSOR_INT32, [1]))
+
+    c.emit(Op.GREATER_EQUAL, [indices, scalar(0)], [low])
+    c.emit(Op.LESS, [indices, scalar(rows)], [high])
+    c.emit(Op.LOGICAL_AND, [low, high], [inside])
+    c.emit(Op.ADD, [indices, starts, c.i32(0)], [shifted])
+    c.emit(Op.SELECT, [inside, shifted, c.const_operand(np.full(index_dims, -1, np.int32), i_type)], [checked])
+    c.emit(Op.GATHER, [flat, c.i32(0), checked], [c.output()])
+    c.lowered(f"GATHER with batch_dims {batch} as one GATHER on the params' merged batch and gathered axes "
+              f"{merged} by the indices plus each batch's first row (-1 outside the axis)")
 
 
 @_converter("GATHER_ND")
