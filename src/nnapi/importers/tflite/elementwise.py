@@ -738,3 +738,34 @@ def _quantized_abs(c: _Converter, op: _Operator) -> None:
     _lookup_stored_values(c, x, table, c.output())
     c.lowered("quantized ABS as TFLite's integer kernel: a table of its output for every stored value (DEQUANTIZE, "
               "MUL by 1 / scale, ADD, FLOOR, CAST, GATHER)")
+
+
+@_converter("ROUND")
+def _round(c: _Converter, op: _Operator) -> None:
+    """Float ROUND, TFLite's round half to even (NNAPI has no ROUND; it was refused), exactly:
+    f = FLOOR(x), d = x - f (exact), the result f + 1 where d > 0.5 or d == 0.5 with f odd
+    (f - 2 * FLOOR(f / 2) == 1, exact), else f (also for infinities and NaN, whose d is
+    NaN)."""
+    x = c.input(0)
+    x_type = c.type_of(x)
+    if x_type.type not in _FLOAT_TYPES:
+        raise UnsupportedOperator(f"ROUND of {x_type.type.name} has no NNAPI sequence")
+    flags = OperandType(T.TENSOR_BOOL8, x_type.dimensions)
+
+    def scalar(value: float) -> int:
+        return c.const_operand(np.array([value], x_type.dtype), x_type.with_dimensions([1]))
+
+    def emit(code: OperationCode, inputs: list[int], like: OperandType) -> int:
+        out = c.temp(like)
+        c.emit(code, inputs, [out])
+        return out
+
+    floor = emit(Op.FLOOR, [x], x_type)
+    fraction = emit(Op.SUB, [x, floor, c.i32(0)], x_type)
+    halves = emit(Op.FLOOR, [emit(Op.MUL, [floor, scalar(0.5), c.i32(0)], x_type)], x_type)
+    parity = emit(Op.SUB, [floor, emit(Op.ADD, [halves, halves, c.i32(0)], x_type), c.i32(0)], x_type)
+    tie_up = emit(Op.LOGICAL_AND, [emit(Op.EQUAL, [fraction, scalar(0.5)], flags),
+                                   emit(Op.EQUAL, [parity, scalar(1.0)], flags)], flags)
+    up = emit(Op.LOGICAL_OR, [emit(Op.GREATER, [fraction, scalar(0.5)], flags), tie_up], flags)
+    c.emit(Op.SELECT, [up, emit(Op.ADD, [floor, scalar(1.0), c.i32(0)], x_type), floor], [c.output()])
+    c.lowered("ROUND (half to even) as FLOOR, the fraction's comparisons with 0.5 and the floor's parity, SELECT")
