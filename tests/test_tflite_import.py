@@ -1761,3 +1761,17 @@ def test_round_is_half_to_even_exactly() -> None:
             np.testing.assert_array_equal(session.run({"x": x})["y"], want)
     if Interpreter is not None:
         np.testing.assert_array_equal(litert_outputs(data, {"x": x})["y"], want)
+
+
+def test_quantized_reduce_prod_is_refused_naming_its_rule() -> None:
+    """A quantized REDUCE_PROD is refused with its own reason (it read as if equal scales
+    would do, though NNAPI's REDUCE_PROD takes no quantized tensor at all)."""
+    from tflite_builder import Tensor, single_op
+
+    for out_scale in (0.5, 0.25):
+        t = [Tensor("x", "int8", [2, 3], scale=0.5, zero_point=0),
+             Tensor("a", "int32", [1], data=np.array([1], np.int32)),
+             Tensor("y", "int8", [2], scale=out_scale, zero_point=0)]
+        with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(REDUCE_PROD\): quantized REDUCE_PROD: NNAPI's "
+                                                     r"REDUCE_PROD takes float tensors only"):
+            nnapi.load_tflite(single_op("REDUCE_PROD", t, [0, 1], [2], ("ReducerOptions", {"KeepDims": False})))

@@ -39,6 +39,10 @@ def _reduce(c: _Converter, op: _Operator) -> None:
     out_type = c.nn_type(op.out_tensor())
     requantize = x_type.type in _QUANT8 and (x_type.scale, x_type.zero_point) != (out_type.scale,
                                                                                    out_type.zero_point)
+    if code == Op.REDUCE_PROD and x_type.type in _QUANT8:
+        raise UnsupportedOperator("quantized REDUCE_PROD: NNAPI's REDUCE_PROD takes float tensors only, and "
+                                  "TFLite's integer product rescales after every multiplication, which no "
+                                  "NNAPI sequence reproduces")
     if requantize and code != Op.MEAN:
         # TFLite's own kernel refuses this too (its XNNPACK delegate copies the integers).
         raise UnsupportedOperator(f"quantized {op.name} needs the output's scale and zero point equal to the "
