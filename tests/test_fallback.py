@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -353,3 +355,44 @@ def test_a_device_whose_identity_does_not_validate_is_not_registered(register, f
     assert str(caught.value) == f"register_device: {problem}"
     assert [d.name for d in nnapi.get_devices()] == ["nnapi-reference"]
     assert all(repr(d) for d in nnapi.get_devices())
+
+
+@pytest.mark.parametrize("answer, problem", [
+    (None, "returned NoneType, not (output shapes, timing)"),
+    ((None, None), "returned NoneType for the output shapes of 1 outputs"),
+    (([], nnapi.hal.Timing()), "returned list of 0 for the output shapes of 1 outputs"),
+    (([nnapi.hal.OutputShape("abc", True)], nnapi.hal.Timing()), "output 0: dimensions 'abc' are not unsigned "
+                                                                 "32-bit integers"),
+    (([nnapi.hal.OutputShape([3], False)], nnapi.hal.Timing()), "output 0: is_sufficient False in a successful "
+                                                                "execution"),
+    (([nnapi.hal.OutputShape([3], True)], "x"), "timing 'x' is not two unsigned 64-bit durations"),
+    (([nnapi.hal.OutputShape([-3], True)], nnapi.hal.Timing()), "output 0: dimensions [-3] are not unsigned "
+                                                                "32-bit integers"),
+])
+@pytest.mark.parametrize("how", ["compute", "reusable", "burst"])
+def test_a_malformed_answer_to_a_successful_execution_is_op_failed(register, answer, problem, how):
+    """A driver's answer to a successful execution is checked before the runtime reports
+    it: it used to surface as a raw TypeError / IndexError / AttributeError, as dimensions
+    ['a', 'b', 'c'], or as a success whose shapes read "the last computation failed"."""
+    register(Answering("garbled"))
+    for explicit in (True, False):
+        compilation = compile_(add_mul_model(), [device_named("garbled")] if explicit else None)
+        assert compilation.step_devices == ["garbled"]
+        compilation._plan.single.execute = lambda *args, **kwargs: answer
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, X)
+        y = np.zeros(3, np.float32)
+        execution.set_output(0, y)
+        if how == "reusable":
+            execution.set_reusable(True)
+        burst = nnapi.Burst(compilation) if how == "burst" else None
+        run = execution.compute if burst is None else functools.partial(execution.burst_compute, burst)
+        if explicit:
+            with pytest.raises(nnapi.OpFailedError) as caught:
+                run()
+            assert str(caught.value).endswith(f"garbled: {'burst ' if how == 'burst' else ''}"
+                                              f"{'reusable ' if how == 'reusable' else ''}execute {problem}")
+        else:  # re-run on the CPU
+            run()
+            np.testing.assert_array_equal(y, EXPECTED)
+            assert execution.get_output_operand_dimensions(0) == [3]

@@ -43,6 +43,7 @@ from nnapi.memory import Memory
 from nnapi.memory_desc import check_input_memory
 from nnapi.model import as_bytes_view
 from nnapi.operand import OperandType, dtype_of
+from nnapi.runtime.execution_plan import checked_answer
 
 #: get_duration's value when no duration is available (UINT64_MAX).
 DURATION_UNAVAILABLE = NO_TIMING
@@ -145,19 +146,25 @@ class _Table:
         path gets the arrays themselves (no request, nothing kept here). A failure is the
         plan's, as through ExecutionPlan.execute: maybe re-run on the CPU."""
         direct = self.direct
+        plan = self.plan
         if direct is not None:
             try:
-                return direct(arrays, deadline_ns)
+                answer = direct(arrays, deadline_ns)
+                if plan.answers_checked:
+                    return answer
+                return checked_answer(answer, plan.output_count, plan.steps[0].device.name, "execute")
             except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
-                return self.plan._fallback(error, self.request_of(arrays), deadline_ns, loop_timeout_ns)
+                return plan._fallback(error, self.request_of(arrays), deadline_ns, loop_timeout_ns)
         if self.open:  # a request of its own (the plan's fallback inside)
-            return self.plan.execute(self.request_of(arrays), False, deadline_ns, loop_timeout_ns)
+            return plan.execute(self.request_of(arrays), False, deadline_ns, loop_timeout_ns)
         key = tuple(map(id, arrays))
         cached = self.cached
-        plan = self.plan
         if cached is not None and cached[0] == key and self.lock.acquire(False):
             try:
-                return cached[2].execute(deadline_ns)
+                answer = cached[2].execute(deadline_ns)
+                if plan.answers_checked:
+                    return answer
+                return checked_answer(answer, plan.output_count, plan.steps[0].device.name, "reusable execute")
             except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
                 return plan._fallback(error, cached[3], deadline_ns, loop_timeout_ns)
             finally:
@@ -177,10 +184,16 @@ class _Table:
                 bound = single.create_reusable_execution(request, False, loop_timeout_ns)
                 with self.lock:
                     self.cached = (key, list(arrays), bound, request)
-                    return bound.execute(deadline_ns)
+                    answer = bound.execute(deadline_ns)
+                if plan.answers_checked:
+                    return answer
+                return checked_answer(answer, plan.output_count, plan.steps[0].device.name, "reusable execute")
             # new arrays (or the bound ones while another thread runs them): a request of their own
             self.pending = (key, list(map(weakref.ref, arrays)))
-            return single.execute(request, False, deadline_ns, loop_timeout_ns)
+            answer = single.execute(request, False, deadline_ns, loop_timeout_ns)
+            if plan.answers_checked:
+                return answer
+            return checked_answer(answer, plan.output_count, plan.steps[0].device.name, "execute")
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
             return plan._fallback(error, request, deadline_ns, loop_timeout_ns)
 

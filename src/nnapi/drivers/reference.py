@@ -310,6 +310,8 @@ class ReferenceDevice(IDevice):
 class ReferencePreparedModel(IPreparedModel):
     """A model prepared as one execution plan per subgraph (see ``_SubgraphPlan``)."""
 
+    answers_checked = True  # the runtime's own driver (see IPreparedModel.answers_checked)
+
     def __init__(self, model: Model, buffers: device_memory.BufferTracker | None = None,
                  inferred: dict[int, list[list[Shape] | None]] | None = None) -> None:
         """``inferred``: per subgraph number, each operation's output shapes as the

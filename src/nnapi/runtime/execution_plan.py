@@ -527,6 +527,69 @@ def contain(device_name: str, call: str, error: Exception) -> HalError:
     return HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: {call} raised {type(error).__name__}: {error}")
 
 
+_UINT64_MAX = 2**64 - 1
+
+
+def _is_count(value: object, high: int) -> bool:
+    return (value.__class__ is int or (isinstance(value, int | np.integer) and not isinstance(value, bool))) and \
+        0 <= value <= high
+
+
+def _answer_problem(answer: object, count: int) -> str | None:
+    """What is wrong with a driver's answer to a successful execution -- it must be
+    (``count`` output shapes, Timing): each shape a list of dimensions in uint32 and
+    sufficient, the timing two durations in uint64 -- or None when nothing is."""
+    if not isinstance(answer, tuple | list) or len(answer) != 2:
+        return f"returned {type(answer).__name__}, not (output shapes, timing)"
+    shapes, timing = answer
+    if not isinstance(shapes, list | tuple) or len(shapes) != count:
+        length = f" of {len(shapes)}" if isinstance(shapes, list | tuple) else ""
+        return f"returned {type(shapes).__name__}{length} for the output shapes of {count} outputs"
+    for position, shape in enumerate(shapes):
+        if not isinstance(shape, OutputShape):
+            return f"output {position}: a {type(shape).__name__}, not an OutputShape"
+        dims = shape.dimensions
+        if not isinstance(dims, list | tuple) or not all(_is_count(d, 0xFFFFFFFF) for d in dims):
+            return f"output {position}: dimensions {dims!r:.100} are not unsigned 32-bit integers"
+        if shape.is_sufficient is not True and shape.is_sufficient is not np.True_:
+            return f"output {position}: is_sufficient {shape.is_sufficient!r:.40} in a successful execution"
+    if not isinstance(timing, Timing) or not (_is_count(timing.time_on_device, _UINT64_MAX)
+                                              and _is_count(timing.time_in_driver, _UINT64_MAX)):
+        return f"timing {timing!r:.100} is not two unsigned 64-bit durations"
+    return None
+
+
+def checked_answer(answer, count: int, device_name: str, call: str) -> tuple[list[OutputShape], Timing]:
+    """A driver's answer to a successful execution, checked (``_answer_problem``) before the
+    runtime reports it: a driver is another party, and its malformed answer used to surface
+    as a raw TypeError, as dimensions ['a', 'b'] or as NO_ERROR from a failed run.
+    HalError(GENERAL_FAILURE) naming the device and the rule otherwise (a failed execution:
+    retried on the CPU where the plan may fall back)."""
+    if answer.__class__ is tuple and len(answer) == 2:  # the common case, checked inline (~0.5 us)
+        shapes, timing = answer
+        if shapes.__class__ is list and len(shapes) == count and timing.__class__ is Timing and \
+                timing.time_on_device.__class__ is int and timing.time_in_driver.__class__ is int and \
+                0 <= timing.time_on_device <= _UINT64_MAX and 0 <= timing.time_in_driver <= _UINT64_MAX:
+            for shape in shapes:
+                if shape.__class__ is not OutputShape or shape.is_sufficient is not True or \
+                        shape.dimensions.__class__ is not list:
+                    break
+                for d in shape.dimensions:
+                    if d.__class__ is not int or not 0 <= d <= 0xFFFFFFFF:
+                        break
+                else:
+                    continue
+                break
+            else:
+                return answer
+    problem = _answer_problem(answer, count)
+    if problem is None:  # well formed, of other sequence and integer classes
+        shapes, timing = answer
+        return [OutputShape([int(d) for d in s.dimensions], True) for s in shapes], \
+            Timing(int(timing.time_on_device), int(timing.time_in_driver))
+    raise HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: {call} {problem}")
+
+
 # --- the plan ---------------------------------------------------------------------------
 class ExecutionPlan:
     """What a finished compilation runs: one step (the whole model on one device) or many.
@@ -541,6 +604,11 @@ class ExecutionPlan:
         self.model = model
         self.steps = steps
         self.single = steps[0].prepared if len(steps) == 1 else None
+        #: the model's outputs: how many output shapes a successful execution answers
+        self.output_count = len(model.main.output_indexes)
+        #: whether the single step's driver's answers are well formed by construction
+        #: (IPreparedModel.answers_checked): else each is checked (checked_answer)
+        self.answers_checked = self.single is not None and getattr(self.single, "answers_checked", False) is True
         # Falling back is pointless when everything already runs on the fallback device.
         self.fallback_device = fallback_device if any(s.device is not fallback_device for s in steps) else None
         self._preference = preference
@@ -565,13 +633,18 @@ class ExecutionPlan:
                 loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
         try:
             if self.single is not None:
-                staging = staged(request, self.steps[0].device) if request.pools else None
+                device = self.steps[0].device
+                staging = staged(request, device) if request.pools else None
                 if staging is not None:  # device memory of another device (see device_memory)
-                    return staging.run(self.single.execute, measure_timing, deadline_ns, loop_timeout_ns)
-                if tracing.state.enabled:
-                    with tracing.span(f"{self.steps[0].device.name}: execute", "driver"):
-                        return self.single.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
-                return self.single.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+                    answer = staging.run(self.single.execute, measure_timing, deadline_ns, loop_timeout_ns)
+                elif tracing.state.enabled:
+                    with tracing.span(f"{device.name}: execute", "driver"):
+                        answer = self.single.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+                else:
+                    answer = self.single.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+                if self.answers_checked:
+                    return answer
+                return checked_answer(answer, self.output_count, device.name, "execute")
             return self._execute_steps(request, measure_timing, deadline_ns, loop_timeout_ns)
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
             return self._fallback(error, request, deadline_ns, loop_timeout_ns)
@@ -692,9 +765,11 @@ class ExecutionPlan:
                 # no span made per step untraced (a generator and its name, ~5 us between two steps)
                 with tracing.span(f"step {number}: {step.device.name}: execute", "driver") \
                         if tracing.state.enabled else _UNTRACED:
-                    step_shapes, timing = execute_on(step.device, step.prepared.execute,
-                                                     Request(inputs, outputs, pools), measure_timing, deadline_ns,
-                                                     loop_timeout_ns)
+                    answer = execute_on(step.device, step.prepared.execute, Request(inputs, outputs, pools),
+                                        measure_timing, deadline_ns, loop_timeout_ns)
+                    if getattr(step.prepared, "answers_checked", False) is not True:
+                        answer = checked_answer(answer, len(step.outputs), step.device.name, "execute")
+                    step_shapes, timing = answer
             except HalError as error:
                 if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or len(error.output_shapes) != len(
                         step.outputs):
@@ -810,9 +885,13 @@ class _PlanBurst(IBurst):
     def execute(self, request, measure_timing=False, deadline_ns=None, loop_timeout_ns=None):
         if self._burst is None:
             return self._plan.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+        plan = self._plan
+        device = plan.steps[0].device
         try:
-            return execute_on(self._plan.steps[0].device, self._burst.execute, request, measure_timing, deadline_ns,
-                              loop_timeout_ns)
+            answer = execute_on(device, self._burst.execute, request, measure_timing, deadline_ns, loop_timeout_ns)
+            if plan.answers_checked:
+                return answer
+            return checked_answer(answer, plan.output_count, device.name, "burst execute")
         except Exception as error:  # noqa: BLE001
             return self._plan._fallback(error, request, deadline_ns, loop_timeout_ns)
 
@@ -844,9 +923,14 @@ class _PlanExecution(IExecution):
             if bound is None:
                 bound = self._bound = self._source.create_reusable_execution(self._request, self._measure,
                                                                              self._loop_timeout_ns)
+            name = plan.steps[0].device.name
             if tracing.state.enabled:
-                with tracing.span(f"{plan.steps[0].device.name}: execute", "driver"):
-                    return bound.execute(deadline_ns)
-            return bound.execute(deadline_ns)
+                with tracing.span(f"{name}: execute", "driver"):
+                    answer = bound.execute(deadline_ns)
+            else:
+                answer = bound.execute(deadline_ns)
+            if plan.answers_checked:
+                return answer
+            return checked_answer(answer, plan.output_count, name, "reusable execute")
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
             return plan._fallback(error, self._request, deadline_ns, self._loop_timeout_ns)

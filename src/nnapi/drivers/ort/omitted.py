@@ -108,6 +108,8 @@ class PatternPreparedModel(IPreparedModel):
     operands) fails every request showing it with the reason (GENERAL_FAILURE: the runtime
     may run the model elsewhere)."""
 
+    answers_checked = True  # its variants are the ORT driver's (see IPreparedModel.answers_checked)
+
     def __init__(self, model: Model, omittable: frozenset[int],
                  prepare: Callable[[Model, PatternKey], IPreparedModel]) -> None:
         self._model = model

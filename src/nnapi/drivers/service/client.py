@@ -793,6 +793,8 @@ class RemoteDevice(IDevice):
 
 
 class RemotePreparedModel(IPreparedModel):
+    answers_checked = True  # every reply is checked here (_Results), as strictly
+
     def __init__(self, link: ServiceLink, handle: int, generation: int, model, staging: _Staging) -> None:
         self._link = link
         self._handle = handle
