@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 import pytest
@@ -396,3 +397,40 @@ def test_a_malformed_answer_to_a_successful_execution_is_op_failed(register, ans
             run()
             np.testing.assert_array_equal(y, EXPECTED)
             assert execution.get_output_operand_dimensions(0) == [3]
+
+
+@pytest.mark.parametrize("info, problem", [
+    ((42, nnapi.hal.Timing(), nnapi.hal.Timing()), "the execution failed with status 42"),
+    ((nnapi.hal.ErrorStatus.NONE, None, None), "the fenced execution's callback answered"),
+    (None, "the fenced execution's callback answered None, not (status, timing, timing)"),
+])
+def test_a_malformed_fenced_execution_report_is_op_failed(register, info, problem):
+    """What a driver's fenced execution callback reports (status, timings) is checked: a
+    status of 42 used to escape as a raw AttributeError, a missing timing as a TypeError."""
+    from nnapi.hal.interfaces import IFencedExecutionCallback
+
+    class Report(IFencedExecutionCallback):
+        def get_execution_info(self):
+            return info
+
+    register(Answering("fenced"))
+    compilation = compile_(add_mul_model(), [device_named("fenced")])
+    compilation._plan.single.execute_fenced = lambda *args, **kwargs: (None, Report())
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, X)
+    execution.set_output(0, np.zeros(3, np.float32))
+    event = execution.start_compute_with_dependencies([])
+    outcome: list = []
+
+    def wait() -> None:
+        try:
+            event.wait()
+        except Exception as error:  # noqa: BLE001 - what the waiter gets is the outcome
+            outcome.append(error)
+
+    waiter = threading.Thread(target=wait, daemon=True)  # the raw exception used to leave it waiting forever
+    waiter.start()
+    waiter.join(60)
+    assert not waiter.is_alive(), "the event was never signalled"
+    assert len(outcome) == 1 and isinstance(outcome[0], nnapi.OpFailedError), outcome
+    assert problem in str(outcome[0])

@@ -43,7 +43,7 @@ from nnapi.memory import Memory
 from nnapi.memory_desc import check_input_memory
 from nnapi.model import as_bytes_view
 from nnapi.operand import OperandType, dtype_of
-from nnapi.runtime.execution_plan import checked_answer
+from nnapi.runtime.execution_plan import checked_answer, contain
 
 #: get_duration's value when no duration is available (UINT64_MAX).
 DURATION_UNAVAILABLE = NO_TIMING
@@ -690,6 +690,9 @@ class Execution(NnapiObject):
         self._timing = _UNMEASURED
         self._output_shapes = None
         if isinstance(caught, HalError):
+            # a status that is no failing ErrorStatus (a driver's own HalError not contained
+            # on its way here, the fenced callback's status): GENERAL_FAILURE
+            caught = contain("the driver", "the execution", caught)
             # An in-process driver may carry the exact result code the HAL status stands for.
             code = getattr(caught, "result_code", None) or caught.status.to_result_code()
             if caught.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
@@ -728,7 +731,12 @@ class Execution(NnapiObject):
                 wait_for_fences([fence])
             finally:
                 os.close(fence)
-        status, launched, fenced_timing = callback.get_execution_info()
+        info = callback.get_execution_info()
+        if not (isinstance(info, tuple | list) and len(info) == 3 and isinstance(info[1], Timing)
+                and isinstance(info[2], Timing)):  # a driver's answer: (status, timing launched, timing fenced)
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"the fenced execution's callback answered {info!r:.100}, "
+                                                        "not (status, timing, timing)")
+        status, launched, fenced_timing = info
         if status != ErrorStatus.NONE:
             raise HalError(status, "the fenced execution failed")
         self._fenced_timing = fenced_timing
