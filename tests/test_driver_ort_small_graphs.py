@@ -285,8 +285,8 @@ def test_an_enlarging_resize_takes_padded_channels_only_if_kept_padded(ort_devic
 def test_quantized_fully_connected_over_many_rows_runs_them_as_pixels(ort_device, rows):
     """A quantized FULLY_CONNECTED over many rows (a per-pixel dense layer) runs as one
     image of rows x 1 pixels (QLinearConv [1, depth, rows, 1]; as its batch, each row was an
-    image of its own: ~200x slower at 76,800 rows); a few rows stay the batch. Bit for bit
-    the reference's either way."""
+    image of its own: ~200x slower at 76,800 rows); a few rows are one QGemm of the rows as
+    they are. Bit for bit the reference's either way."""
     import onnx
 
     rng = np.random.default_rng(rows)
@@ -304,8 +304,9 @@ def test_quantized_fully_connected_over_many_rows_runs_them_as_pixels(ort_device
     model.finish()
     graph = onnx.shape_inference.infer_shapes(lower_model(build_hal_model(model)[0])[0]).graph
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.value_info}
-    conv = next(node for node in graph.node if node.op_type == "QLinearConv")
-    assert shapes[conv.input[0]] == ([1, 5, rows, 1] if rows >= 8 else [rows, 5, 1, 1])
+    product = next(node for node in graph.node if node.op_type in ("QLinearConv", "QGemm"))
+    assert (product.op_type, shapes[product.input[0]]) == (("QLinearConv", [1, 5, rows, 1]) if rows >= 8 else
+                                                           ("QGemm", [rows, 5]))
     value = rng.integers(-128, 128, (rows, 5)).astype(np.int8)
     got, want = (_run(model, device, [value], (rows, 4), np.int8) for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(got, want)

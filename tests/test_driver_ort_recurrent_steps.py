@@ -1,0 +1,163 @@
+"""nnapi-ort-cpu's forms for the operations of an unrolled recurrent layer's steps, which
+run on tiny values where ONNX Runtime's cost per node is most of the run: a quantized
+product of one pixel or of few rows as one QGemm (no Reshapes to and from an image). Each
+model's lowered nodes are counted, and its outputs compared with the general form's and
+nnapi-reference's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import nnapi  # noqa: E402
+from helpers import constant, lowered_node_types, operand_adder, reference_device, run_on  # noqa: E402
+from nnapi import OperandCode as T  # noqa: E402
+from nnapi import OperationCode as Op  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("calibration_file")
+
+_CODES = {"uint8": T.TENSOR_QUANT8_ASYMM, "int8": T.TENSOR_QUANT8_ASYMM_SIGNED}
+_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+#: the nodes that carry an int8 model input / output to and from the driver's uint8
+_SHIFTS = ("Cast", "Add")
+
+
+def _both(model: nnapi.Model, ort_device: nnapi.Device, inputs: list[np.ndarray],
+          outputs: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``model``'s outputs on nnapi-ort-cpu and on nnapi-reference."""
+    ours = run_on(model, ort_device, inputs, [np.zeros_like(o) for o in outputs])
+    theirs = run_on(model, reference_device(), inputs, [np.zeros_like(o) for o in outputs])
+    return ours, theirs
+
+
+def _computing(types: list[str]) -> list[str]:
+    """The lowered node types less the int8 input / output shifts."""
+    return [t for t in types if t not in _SHIFTS]
+
+
+# --- a quantized product of one pixel, or of few rows, as QGemm ---------------------------
+
+def _one_pixel_model(kind: str, per_channel: bool, fuse: int, rng: np.random.Generator,
+                     reshaped_output: bool = True, image: tuple[int, int, int] = (2, 1, 1)
+                     ) -> tuple[nnapi.Model, np.ndarray, tuple[int, ...]]:
+    """RESHAPE [2, K] -> [2, 1, 1, K], CONV_2D 1x1 (SAME), RESHAPE -> [2, N] (a TFLite
+    int8 recurrent step's product), or the CONV_2D's output itself; ``image``: the
+    [batch, height, width] the rows are reshaped to (the same products on other pixels)."""
+    depth, units, code = 12, 20, _CODES[kind]
+    low, high = _RANGES[kind]
+    model = nnapi.Model()
+    inputs: list[int] = []
+    values: list[np.ndarray] = []
+    op = operand_adder(model, inputs, values)
+    x = op(code, [2, depth], rng.integers(low, high + 1, (2, depth)).astype(kind), 0.02, low + 100, given=True)
+    x4 = op(code, [*image, depth], scale=0.02, zero_point=low + 100)
+    model.add_operation(Op.RESHAPE, [x, op(T.TENSOR_INT32, [4], np.array([*image, depth], np.int32))], [x4])
+    if per_channel:
+        w = model.add_operand(nnapi.OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [units, 1, 1, depth]))
+        scales = rng.uniform(0.002, 0.02, units).astype(np.float32)
+        model.set_operand_symm_per_channel_quant_params(w, nnapi.SymmPerChannelQuantParams(0, scales.tolist()))
+        model.set_operand_value(w, rng.integers(-127, 128, (units, 1, 1, depth)).astype(np.int8))
+        bias = op(T.TENSOR_INT32, [units], rng.integers(-3000, 3000, units).astype(np.int32))
+    else:
+        w = op(code, [units, 1, 1, depth], rng.integers(low, high + 1, (units, 1, 1, depth)).astype(kind),
+               0.01, low + 140)
+        bias = op(T.TENSOR_INT32, [units], rng.integers(-3000, 3000, units).astype(np.int32), 0.02 * 0.01)
+    scalars = [constant(model, T.INT32, v) for v in (1, 1, 1, fuse)]  # SAME, strides 1, 1, fuse
+    y4 = op(code, [*image, units], scale=0.05, zero_point=low + 120)
+    model.add_operation(Op.CONV_2D, [x4, w, bias, *scalars], [y4])
+    if reshaped_output:
+        y = op(code, [2, units], scale=0.05, zero_point=low + 120)
+        model.add_operation(Op.RESHAPE, [y4, op(T.TENSOR_INT32, [2], np.array([2, units], np.int32))], [y])
+    else:
+        y = y4
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    shape = (2, units) if reshaped_output else (*image, units)
+    return model, values[0], shape
+
+
+@pytest.mark.parametrize("kind", ["uint8", "int8"])
+@pytest.mark.parametrize("per_channel", [True, False])
+@pytest.mark.parametrize("fuse", [0, 1])
+def test_one_pixel_convolution_is_one_qgemm(ort_device, kind, per_channel, fuse):
+    """A 1x1 CONV_2D of 1x1 images between RESHAPEs: one QGemm of the rows, no Reshape or
+    QLinearConv (the two RESHAPEs and the image's were three ORT nodes per step). Its
+    values are bit for bit those of the same products as a QLinearConv (the rows as two
+    pixels of one image: the general lowering), over many inputs; the reference's within
+    a step (QLinearConv's float32 rescale, not Android's fixed point, is a step off on a
+    few values, as before)."""
+    if kind == "uint8" and per_channel:
+        pytest.skip("per-channel weights go with int8 activations")
+    model, _, shape = _one_pixel_model(kind, per_channel, fuse, np.random.default_rng(7))
+    types = _computing(lowered_node_types(model))
+    assert types == ["QGemm"] + (["Clip"] if fuse else []), types
+    twin, _, _ = _one_pixel_model(kind, per_channel, fuse, np.random.default_rng(7), image=(1, 2, 1))
+    assert "QLinearConv" in lowered_node_types(twin)
+    rng = np.random.default_rng(17)
+    low, high = _RANGES[kind]
+    for _ in range(20):
+        x = rng.integers(low, high + 1, (2, 12)).astype(kind)
+        ours, theirs = _both(model, ort_device, [x], [np.zeros(shape, kind)])
+        conv = run_on(twin, ort_device, [x], [np.zeros(shape, kind)])
+        np.testing.assert_array_equal(ours[0], conv[0])
+        assert np.abs(ours[0].astype(np.int32) - theirs[0]).max() <= 1
+
+
+def test_one_pixel_convolution_read_as_an_image_keeps_its_shape(ort_device):
+    """The product's output read as the [N, 1, 1, units] image itself (a graph output here):
+    QGemm and one Reshape to the image; the reference's values bit for bit."""
+    rng = np.random.default_rng(8)
+    model, x, shape = _one_pixel_model("uint8", False, 0, rng, reshaped_output=False)
+    assert _computing(lowered_node_types(model)) == ["QGemm", "Reshape"]
+    ours, theirs = _both(model, ort_device, [x], [np.zeros(shape, np.uint8)])
+    np.testing.assert_array_equal(ours[0], theirs[0])
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_fully_connected_of_few_rows_is_one_qgemm(ort_device, rows):
+    """A quantized FULLY_CONNECTED of fewer rows than _ROWS_AS_PIXELS: one QGemm where a
+    Reshape, a 1x1 QLinearConv and a Reshape were three nodes; bit for bit the reference's."""
+    rng = np.random.default_rng(9)
+    depth, units = 16, 10
+    model = nnapi.Model()
+    inputs: list[int] = []
+    values: list[np.ndarray] = []
+    op = operand_adder(model, inputs, values)
+    x = op(T.TENSOR_QUANT8_ASYMM, [rows, depth], None, 0.03, 120, given=True)
+    w = op(T.TENSOR_QUANT8_ASYMM, [units, depth], rng.integers(0, 256, (units, depth)).astype(np.uint8), 0.01, 131)
+    bias = op(T.TENSOR_INT32, [units], rng.integers(-2000, 2000, units).astype(np.int32), 0.03 * 0.01)
+    y = op(T.TENSOR_QUANT8_ASYMM, [rows, units], scale=0.08, zero_point=100)
+    model.add_operation(Op.FULLY_CONNECTED, [x, w, bias, constant(model, T.INT32, 0)], [y])
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    assert lowered_node_types(model) == ["QGemm"]
+    for _ in range(20):
+        feed = rng.integers(0, 256, (rows, depth)).astype(np.uint8)
+        ours, theirs = _both(model, ort_device, [feed], [np.zeros((rows, units), np.uint8)])
+        np.testing.assert_array_equal(ours[0], theirs[0])
+
+
+def test_large_one_row_products_keep_the_convolution():
+    """From CLASSIFIER_MIN_WEIGHTS weights (a classifier's 1024 x 1001) the 1x1 QLinearConv
+    stays, as fast as QGemm there or faster: a FULLY_CONNECTED of one row by [512, 512]
+    weights, and one by [511, 512] below the bound as QGemm."""
+    from nnapi.drivers.ort.convolutions import CLASSIFIER_MIN_WEIGHTS
+
+    assert 512 * 512 >= CLASSIFIER_MIN_WEIGHTS > 511 * 512
+    for units, expected, other in ((512, "QLinearConv", "QGemm"), (511, "QGemm", "QLinearConv")):
+        model = nnapi.Model()
+        inputs: list[int] = []
+        values: list[np.ndarray] = []
+        op = operand_adder(model, inputs, values)
+        x = op(T.TENSOR_QUANT8_ASYMM, [1, 512], None, 0.03, 120, given=True)
+        w = op(T.TENSOR_QUANT8_ASYMM, [units, 512], np.full((units, 512), 131, np.uint8), 0.01, 128)
+        bias = op(T.TENSOR_INT32, [units], np.zeros(units, np.int32), 0.03 * 0.01)
+        y = op(T.TENSOR_QUANT8_ASYMM, [1, units], scale=0.08, zero_point=100)
+        model.add_operation(Op.FULLY_CONNECTED, [x, w, bias, constant(model, T.INT32, 0)], [y])
+        model.identify_inputs_and_outputs(inputs, [y])
+        model.finish()
+        types = lowered_node_types(model)
+        assert expected in types and other not in types, types
