@@ -1,8 +1,9 @@
 """nnapi-ort-cpu's forms for the operations of an unrolled recurrent layer's steps, which
 run on tiny values where ONNX Runtime's cost per node is most of the run: a quantized
-product of one pixel or of few rows as one QGemm (no Reshapes to and from an image). Each
-model's lowered nodes are counted, and its outputs compared with the general form's and
-nnapi-reference's."""
+product of one pixel or of few rows as one QGemm (no Reshapes to and from an image), the
+steps' rows of an 8-bit SPLIT cut by one Split, an 8-bit RESHAPE that only drops leading
+1s before a broadcasting ADD / MUL left out. Each model's lowered nodes are counted, and
+its outputs compared with the general form's and nnapi-reference's."""
 
 from __future__ import annotations
 
@@ -161,3 +162,68 @@ def test_large_one_row_products_keep_the_convolution():
         model.finish()
         types = lowered_node_types(model)
         assert expected in types and other not in types, types
+
+# --- the steps' rows and their broadcast products -------------------------------------------
+
+@pytest.mark.parametrize("kind", ["uint8", "int8"])
+def test_split_rows_of_8_bit_steps_are_one_split(ort_device, kind):
+    """An 8-bit [T, 1, K] SPLIT into its T rows, each RESHAPEd to [1, K] (an unrolled int8
+    layer's time steps): one Reshape and one Split (there were a Split and a Reshape per
+    step); the rows bit for bit."""
+    steps, depth, code = 5, 6, _CODES[kind]
+    low, high = _RANGES[kind]
+    model = nnapi.Model()
+    inputs: list[int] = []
+    values: list[np.ndarray] = []
+    op = operand_adder(model, inputs, values)
+    x = op(code, [steps, 1, depth], None, 0.1, low + 3, given=True)
+    parts = [op(code, [1, 1, depth], scale=0.1, zero_point=low + 3) for _ in range(steps)]
+    model.add_operation(Op.SPLIT, [x, constant(model, T.INT32, 0), constant(model, T.INT32, steps)], parts)
+    rows = [op(code, [1, depth], scale=0.1, zero_point=low + 3) for _ in range(steps)]
+    for part, row in zip(parts, rows):
+        model.add_operation(Op.RESHAPE, [part, op(T.TENSOR_INT32, [2], np.array([1, depth], np.int32))], [row])
+    model.identify_inputs_and_outputs(inputs, rows)
+    model.finish()
+    assert _computing(lowered_node_types(model)) == ["Reshape", "Split"]
+    feed = np.random.default_rng(3).integers(low, high + 1, (steps, 1, depth)).astype(kind)
+    ours, theirs = _both(model, ort_device, [feed], [np.zeros((1, depth), kind) for _ in range(steps)])
+    for step in range(steps):
+        np.testing.assert_array_equal(ours[step], feed[step])
+        np.testing.assert_array_equal(theirs[step], feed[step])
+
+
+def _broadcast_model(code: int, reshaped: bool) -> nnapi.Model:
+    """ADD / MUL of an 8-bit [1, K] value, RESHAPEd to [K] first or not, and a [1, K] one."""
+    depth = 32
+    model = nnapi.Model()
+    inputs: list[int] = []
+    values: list[np.ndarray] = []
+    op = operand_adder(model, inputs, values)
+    a = op(T.TENSOR_QUANT8_ASYMM, [1, depth], None, 0.05, 120, given=True)
+    b = op(T.TENSOR_QUANT8_ASYMM, [1, depth], None, 0.07, 130, given=True)
+    if reshaped:
+        flat = op(T.TENSOR_QUANT8_ASYMM, [depth], scale=0.05, zero_point=120)
+        model.add_operation(Op.RESHAPE, [a, op(T.TENSOR_INT32, [1], np.array([depth], np.int32))], [flat])
+        a = flat
+    y = op(T.TENSOR_QUANT8_ASYMM, [1, depth], scale=0.1, zero_point=128)
+    model.add_operation(code, [a, b, constant(model, T.INT32, 0)], [y])
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("code", [Op.ADD, Op.MUL])
+def test_8_bit_reshape_dropping_leading_ones_before_a_broadcast_runs_nothing(ort_device, code):
+    """An 8-bit [1, K] value RESHAPEd to [K] and read only by a quantized ADD / MUL with a
+    [1, K] value (an unrolled int8 LSTM's recurrent product before its ADD): the [1, K]
+    value itself broadcasts to the same elements, no Reshape; the values bit for bit those
+    of the operation on the [1, K] value (and the reference's within a step, QLinearAdd's
+    as ever)."""
+    model, twin = _broadcast_model(code, True), _broadcast_model(code, False)
+    assert lowered_node_types(model) == ["QLinearAdd" if code == Op.ADD else "QLinearMul"]
+    rng = np.random.default_rng(4)
+    for _ in range(10):
+        feeds = [rng.integers(0, 256, (1, 32)).astype(np.uint8) for _ in range(2)]
+        ours, theirs = _both(model, ort_device, feeds, [np.zeros((1, 32), np.uint8)])
+        np.testing.assert_array_equal(ours[0], run_on(twin, ort_device, feeds, [np.zeros((1, 32), np.uint8)])[0])
+        assert np.abs(ours[0].astype(np.int32) - theirs[0]).max() <= 1

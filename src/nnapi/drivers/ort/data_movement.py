@@ -82,17 +82,19 @@ _BROADCASTING = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, Operat
 
 def _only_broadcast(g: GraphBuilder, index: int, x: Value, shape: list[int]) -> bool:
     """Whether RESHAPE output ``index`` (``x`` to ``shape``) only drops leading 1s and is
-    read only by element-wise float operations whose outputs have at least ``x``'s rank:
-    broadcasting ``x`` itself there gives the same elements in the same places (an
-    unrolled LSTM's [1, 4n] product reshaped to [4n] before its ADD, once per step)."""
-    if g.isolated or x.kind != "float" or not x.dims or not all(x.dims) or len(shape) >= x.rank \
+    read only by element-wise float (or 8-bit: QLinearAdd / QLinearMul broadcast alike)
+    operations whose outputs have at least ``x``'s rank: broadcasting ``x`` itself there
+    gives the same elements in the same places (an unrolled LSTM's [1, 4n] product
+    reshaped to [4n] before its ADD, once per step)."""
+    if g.isolated or x.kind not in ("float", "uint8") or not x.dims or not all(x.dims) or len(shape) >= x.rank \
             or x.dims[x.rank - len(shape):] != shape or any(d != 1 for d in x.dims[:x.rank - len(shape)]) \
             or index in g.subgraph.output_indexes or index in g.padded:
         return False
     readers = g.readers(index)
     return bool(readers) and all(
-        op.type in _BROADCASTING and index in op.inputs[:2] and g.operand(op.outputs[0]).type == T.TENSOR_FLOAT32
-        and len(g.operand(op.outputs[0]).dimensions) >= x.rank for op in readers)
+        op.type in _BROADCASTING and index in op.inputs[:2] and len(g.operand(op.outputs[0]).dimensions) >= x.rank
+        and (g.operand(op.outputs[0]).type == T.TENSOR_FLOAT32 if x.kind == "float" else
+             g.operand(op.outputs[0]).type in QUANT8) for op in readers)
 
 
 @lowers(OperationCode.CONCATENATION)
@@ -546,15 +548,15 @@ def lower_split(g: GraphBuilder, operation: Operation) -> None:
 
 def _split_rows(g: GraphBuilder, operation: Operation, x: Value, axis: int) -> bool:
     """A SPLIT into single rows each read only by a RESHAPE to [1, row] (an unrolled RNN's
-    time steps, the Keras way): the rows of one Reshape of the input to [steps, row], cut
-    by one Split; and where each step's row is read only by a FULLY_CONNECTED with the
+    time steps, the Keras way; float or 8-bit): the rows of one Reshape of the input to
+    [steps, row], cut by one Split; and where each step's row is read only by a FULLY_CONNECTED with the
     same weights, bias and activation (the input's product of every step), that one
     product of the whole matrix, cut into the steps' results. Two or three nodes instead
     of two or three per step; each row's product is the same dot products (FULLY_CONNECTED
     leaves their order of summation open). The SPLIT's and RESHAPEs' own outputs are then
     never computed (nothing else reads them)."""
     subgraph = g.subgraph
-    if g.isolated or any(d != 1 for d in x.dims[:axis]) or x.kind != "float":
+    if g.isolated or any(d != 1 for d in x.dims[:axis]) or x.kind not in ("float", "uint8"):
         return False
     row = math.prod(x.dims[axis + 1:])
     reshapes = []
