@@ -2,8 +2,10 @@
 run on tiny values where ONNX Runtime's cost per node is most of the run: a quantized
 product of one pixel or of few rows as one QGemm (no Reshapes to and from an image), the
 steps' rows of an 8-bit SPLIT cut by one Split, an 8-bit RESHAPE that only drops leading
-1s before a broadcasting ADD / MUL left out. Each model's lowered nodes are counted, and
-its outputs compared with the general form's and nnapi-reference's."""
+1s before a broadcasting ADD / MUL left out, 8-bit TANH as one QLinearSigmoid (where a
+probe of all 256 stored values proves it). Each model's lowered nodes are counted, and
+its outputs compared with the general form's and nnapi-reference's (TANH bit for bit on
+every stored value)."""
 
 from __future__ import annotations
 
@@ -227,3 +229,67 @@ def test_8_bit_reshape_dropping_leading_ones_before_a_broadcast_runs_nothing(ort
         ours, theirs = _both(model, ort_device, feeds, [np.zeros((1, 32), np.uint8)])
         np.testing.assert_array_equal(ours[0], run_on(twin, ort_device, feeds, [np.zeros((1, 32), np.uint8)])[0])
         assert np.abs(ours[0].astype(np.int32) - theirs[0]).max() <= 1
+
+
+# --- 8-bit TANH and SUB of a constant, each one node where proven -------------------------
+
+def _quantizations(kind: str, seed: int, count: int = 6) -> list[tuple[float, int]]:
+    rng = np.random.default_rng(seed)
+    low, high = _RANGES[kind]
+    return [(float(np.float32(10 ** rng.uniform(-3, 0))), int(rng.integers(low, high + 1))) for _ in range(count)]
+
+
+def _unary_model(kind: str, code: int, scale: float, zero_point: int, output: tuple[float, int],
+                 fuse: int = 0, constant_first: bool = True, value: int = 0) -> nnapi.Model:
+    """TANH of an 8-bit [256] input, or SUB of it and a one-element constant ``value``
+    (``constant_first``: c - x), ``output`` the result's scale and zero point."""
+    model = nnapi.Model()
+    inputs: list[int] = []
+    values: list[np.ndarray] = []
+    op = operand_adder(model, inputs, values)
+    tensor = _CODES[kind]
+    x = op(tensor, [256], None, scale, zero_point, given=True)
+    y = op(tensor, [256], scale=output[0], zero_point=output[1])
+    if code == Op.TANH:
+        model.add_operation(Op.TANH, [x], [y])
+    else:
+        c = op(tensor, [1], np.array([value], kind), 0.25 * scale + 0.001, zero_point // 2)
+        model.add_operation(Op.SUB, [*([c, x] if constant_first else [x, c]), constant(model, T.INT32, fuse)], [y])
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    return model
+
+
+def _every_stored_value(model: nnapi.Model, ort_device: nnapi.Device, kind: str) -> None:
+    low, high = _RANGES[kind]
+    stored = np.arange(low, high + 1).astype(kind)
+    ours, theirs = _both(model, ort_device, [stored], [np.zeros(256, kind)])
+    np.testing.assert_array_equal(ours[0], theirs[0])
+
+
+@pytest.mark.parametrize("kind", ["uint8", "int8"])
+def test_8_bit_tanh_is_one_quantized_sigmoid(ort_device, kind):
+    """8-bit TANH: one QLinearSigmoid of the input on twice its scale (tanh(x) =
+    2 sigmoid(2x) - 1 on TANH's fixed output quantization), where DequantizeLinear, Tanh
+    and QuantizeLinear were three nodes; the reference's value for every stored value."""
+    output = (1.0 / 128, 128 if kind == "uint8" else 0)
+    for scale, zero_point in _quantizations(kind, 11):
+        model = _unary_model(kind, Op.TANH, scale, zero_point, output)
+        assert _computing(lowered_node_types(model)) == ["QLinearSigmoid"], (scale, zero_point)
+        _every_stored_value(model, ort_device, kind)
+
+
+def test_unproven_forms_keep_the_general_lowering(ort_device, monkeypatch):
+    """Where the probe does not give the reference's values (here: made to fail), TANH
+    keeps DequantizeLinear > Tanh > QuantizeLinear and SUB the Gather of the reference's
+    table; the reference's values still."""
+    from nnapi.drivers.ort import elementwise
+
+    monkeypatch.setattr(elementwise, "_probe", lambda *arguments: None)
+    monkeypatch.setattr(elementwise, "_FORM_PROVEN", {})
+    tanh = _unary_model("int8", Op.TANH, 0.02, -3, (1.0 / 128, 0))
+    assert _computing(lowered_node_types(tanh)) == ["DequantizeLinear", "Tanh", "QuantizeLinear"]
+    _every_stored_value(tanh, ort_device, "int8")
+    sub = _unary_model("uint8", Op.SUB, 0.02, 100, (0.03, 90), 0, True, 200)
+    assert "Gather" in lowered_node_types(sub) and "QLinearAdd" not in lowered_node_types(sub)
+    _every_stored_value(sub, ort_device, "uint8")

@@ -490,12 +490,33 @@ def lower_unary(g: GraphBuilder, operation: Operation) -> None:
                 y = g.one("Identity", [x.name])
         else:
             start = len(g.nodes)
+            if code == OperationCode.TANH:
+                y = _tanh_as_sigmoid(g, x, output)
+                if y is not None and proven_form(g, operation, operation.inputs[0], start, y, "sigmoid"):
+                    g.set_output(operation.outputs[0], y)
+                    return
             y = g.quantize(apply(g.dequantize(x)), output)
             if code == OperationCode.HARD_SWISH:
                 y = proven_or_table(g, operation, operation.inputs[0], start, y)
     else:
         raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], y)
+
+
+def _tanh_as_sigmoid(g: GraphBuilder, x: Value, output: Operand) -> str | None:
+    """8-bit TANH as one QLinearSigmoid (ORT's table of its 256 values): tanh(x) =
+    2 * sigmoid(2 x) - 1, and on TANH's fixed output quantization (scale 1/128, internal
+    zero point 128) round(128 * tanh(x)) + 128 = round(256 * sigmoid(2 x)): the sigmoid of
+    the input on twice its scale (exact in float32), quantized with scale 1/256 and zero
+    point 0. One node where DequantizeLinear > Tanh > QuantizeLinear are three, ORT having
+    no quantized Tanh to fuse them into (an unrolled int8 GRU: 48 of them, ~0.2 us a node
+    at its [1, 48]); taken where proven (proven_form). None where the output's quantization
+    is not TANH's."""
+    if output.scale != 1.0 / 128 or internal_zero_point(output) != 128:
+        return None
+    doubled = g.constant(np.array(np.float32(x.scale) * np.float32(2), np.float32), "scale")
+    y_scale, y_zero = g.constant(np.array(1.0 / 256, np.float32), "scale"), g.constant(np.array(0, np.uint8), "zp")
+    return g.one("QLinearSigmoid", [x.name, doubled, g.qparams(x)[1], y_scale, y_zero], domain=MS_DOMAIN)
 
 
 def _is_gate(g: GraphBuilder, index: int, shifted: bool = True) -> bool:
@@ -765,6 +786,31 @@ def proven_or_table(g: GraphBuilder, operation: Operation, source: int, start: i
 
 #: the most values on which proven_or_table corrects a form rather than take the Gather
 _CORRECTIONS = 4
+
+
+def proven_form(g: GraphBuilder, operation: Operation, source: int, start: int, result: str, form: str) -> bool:
+    """Whether the nodes emitted from ``start`` (computing ``result``, a form named ``form``
+    of 8-bit ``operation``, a function of its input ``source``'s stored value) give the
+    reference's values (_reference_table) bit for bit on all 256 internal values in ONNX
+    Runtime with the device's session options; if not, those nodes are dropped, for the
+    caller's general form. Proven once per table and form (a model prepared again, or an
+    operation repeated with the same quantizations and constants, probes once). A support
+    query (``g.isolated``) keeps the nodes: the general form answers it the same."""
+    if g.isolated:
+        return True
+    key, table = _reference_table(g, operation, source)
+    proven = False
+    if table is not None:
+        key = key + form.encode()
+        known = _FORM_PROVEN.get(key, _MISSING)  # one read (see _reference_table)
+        if known is _MISSING:
+            found = _probe(g, g.value(source).name, start, result)
+            known = None if found is None or not np.array_equal(found, table) else np.zeros(0, np.int64)
+            _remember(_FORM_PROVEN, key, known)
+        proven = known is not None
+    if not proven:
+        del g.nodes[start:]
+    return proven
 
 
 def _corrected(g: GraphBuilder, x: str, y: str, misses: np.ndarray, table: np.ndarray) -> str:
