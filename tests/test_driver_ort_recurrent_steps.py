@@ -2,10 +2,11 @@
 run on tiny values where ONNX Runtime's cost per node is most of the run: a quantized
 product of one pixel or of few rows as one QGemm (no Reshapes to and from an image), the
 steps' rows of an 8-bit SPLIT cut by one Split, an 8-bit RESHAPE that only drops leading
-1s before a broadcasting ADD / MUL left out, 8-bit TANH as one QLinearSigmoid (where a
-probe of all 256 stored values proves it). Each model's lowered nodes are counted, and
-its outputs compared with the general form's and nnapi-reference's (TANH bit for bit on
-every stored value)."""
+1s before a broadcasting ADD / MUL left out, 8-bit TANH as one QLinearSigmoid and 8-bit
+SUB of a one-element constant as one QLinearAdd (each where a probe of all 256 stored
+values proves it). Each model's lowered nodes are counted, and its outputs compared with
+the general form's and nnapi-reference's (TANH and SUB bit for bit on every stored
+value)."""
 
 from __future__ import annotations
 
@@ -276,6 +277,24 @@ def test_8_bit_tanh_is_one_quantized_sigmoid(ort_device, kind):
     for scale, zero_point in _quantizations(kind, 11):
         model = _unary_model(kind, Op.TANH, scale, zero_point, output)
         assert _computing(lowered_node_types(model)) == ["QLinearSigmoid"], (scale, zero_point)
+        _every_stored_value(model, ort_device, kind)
+
+
+@pytest.mark.parametrize("fuse", [0, 1, 3])
+@pytest.mark.parametrize("constant_first", [True, False])
+@pytest.mark.parametrize("kind", ["uint8", "int8"])
+def test_8_bit_sub_of_a_constant_is_one_quantized_add(ort_device, kind, constant_first, fuse):
+    """8-bit SUB of an input and a one-element constant (a GRU's 1 - z), either order, any
+    fused activation: one QLinearAdd with the subtrahend's scale negated, where the
+    DequantizeLinear of each (ORT does not fold the constant's), Sub and QuantizeLinear were
+    four nodes; the reference's value for every stored value."""
+    low, high = _RANGES[kind]
+    rng = np.random.default_rng(12)
+    for (scale, zero_point), output in zip(_quantizations(kind, 13), _quantizations(kind, 14)):
+        model = _unary_model(kind, Op.SUB, scale, zero_point, output, fuse, constant_first,
+                             int(rng.integers(low, high + 1)))
+        types = _computing(lowered_node_types(model))
+        assert types == ["QLinearAdd"] + (["Clip"] if "Clip" in types else []), types
         _every_stored_value(model, ort_device, kind)
 
 

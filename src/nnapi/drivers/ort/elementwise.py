@@ -94,13 +94,18 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
             g.set_output(operation.outputs[0], scaled)
             return
         start = len(g.nodes)
+        source = _scalar_operand_source(g, operation)
+        if code == OperationCode.SUB and source is not None:
+            y = fused_activation(g, _negated_add(g, a, b, output), fuse, output)
+            if proven_form(g, operation, source, start, y, "negated add"):
+                g.set_output(operation.outputs[0], y)
+                return
         if quant_op is not None:
             a_name, b_name = spread_channel_factor(g, a, b, list(output.dimensions))
             y = g.one(quant_op, [a_name, *g.qparams(a), b_name, *g.qparams(b), *g.qparams(output)],
                       domain=MS_DOMAIN)
         else:
             y = g.quantize(g.one(float_op, [g.dequantize(a), g.dequantize(b)]), output)
-        source = _scalar_operand_source(g, operation)
         if source is not None:
             fast = fused_activation(g, y, fuse, output)
             g.set_output(operation.outputs[0], proven_or_table(g, operation, source, start, fast))
@@ -112,6 +117,16 @@ def lower_binary(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined(f"{code.name} on {type_name(output.type)} is not supported")
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
+
+
+def _negated_add(g: GraphBuilder, a: Value, b: Value, output: Operand) -> str:
+    """8-bit a - b as one QLinearAdd of a and b on the negated scale (exact in float32):
+    the same real sum, where DequantizeLinear of both (ORT keeps a constant's: it does not
+    fold DequantizeLinear), Sub and QuantizeLinear are four nodes (a GRU's 1 - z, once per
+    step); for SUB with a one-element constant, taken where proven (proven_form)."""
+    negated = g.constant(np.array(-np.float32(b.scale), np.float32), "scale")
+    return g.one("QLinearAdd", [a.name, *g.qparams(a), b.name, negated, g.qparams(b)[1], *g.qparams(output)],
+                 domain=MS_DOMAIN)
 
 
 def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) -> tuple[str, str]:
