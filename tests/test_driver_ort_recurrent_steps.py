@@ -4,9 +4,9 @@ product of one pixel or of few rows as one QGemm (no Reshapes to and from an ima
 steps' rows of an 8-bit SPLIT cut by one Split, an 8-bit RESHAPE that only drops leading
 1s before a broadcasting ADD / MUL left out, 8-bit TANH as one QLinearSigmoid and 8-bit
 SUB of a one-element constant as one QLinearAdd (each where a probe of all 256 stored
-values proves it). Each model's lowered nodes are counted, and its outputs compared with
-the general form's and nnapi-reference's (TANH and SUB bit for bit on every stored
-value)."""
+values proves it), PACK as one Concat and a Reshape. Each model's lowered nodes are
+counted, and its outputs compared with the general form's and nnapi-reference's (TANH
+and SUB bit for bit on every stored value, PACK exactly)."""
 
 from __future__ import annotations
 
@@ -312,3 +312,29 @@ def test_unproven_forms_keep_the_general_lowering(ort_device, monkeypatch):
     sub = _unary_model("uint8", Op.SUB, 0.02, 100, (0.03, 90), 0, True, 200)
     assert "Gather" in lowered_node_types(sub) and "QLinearAdd" not in lowered_node_types(sub)
     _every_stored_value(sub, ort_device, "uint8")
+
+
+# --- PACK --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_pack_before_the_last_axis_is_one_concat(ort_device, axis):
+    """PACK of three [1, 48] float tensors (an unrolled layer's outputs) on axis 0 or 1: one
+    Concat and a Reshape (one Unsqueeze per tensor before); on the last axis the Unsqueezes
+    stay. The reference's values exactly (nothing is computed)."""
+    model = nnapi.Model()
+    inputs: list[int] = []
+    values: list[np.ndarray] = []
+    op = operand_adder(model, inputs, values)
+    rng = np.random.default_rng(5)
+    parts = [op(T.TENSOR_FLOAT32, [1, 48], rng.standard_normal((1, 48)).astype(np.float32), given=True)
+             for _ in range(3)]
+    shape = [[3, 1, 48], [1, 3, 48], [1, 48, 3]][axis]
+    y = op(T.TENSOR_FLOAT32, shape)
+    model.add_operation(Op.PACK, [constant(model, T.INT32, axis), *parts], [y])
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    expected = ["Concat", "Reshape"] if axis < 2 else ["Unsqueeze"] * 3 + ["Concat"]
+    assert lowered_node_types(model) == expected
+    ours, theirs = _both(model, ort_device, values, [np.zeros(shape, np.float32)])
+    np.testing.assert_array_equal(ours[0], np.stack(values, axis=axis).reshape(shape))
+    np.testing.assert_array_equal(theirs[0], ours[0])
