@@ -369,6 +369,15 @@ def test_a_device_whose_identity_does_not_validate_is_not_registered(register, f
     (([nnapi.hal.OutputShape([3], True)], "x"), "timing 'x' is not two unsigned 64-bit durations"),
     (([nnapi.hal.OutputShape([-3], True)], nnapi.hal.Timing()), "output 0: dimensions [-3] are not unsigned "
                                                                 "32-bit integers"),
+    # Android's isUpdatable: a shape that is not the output's is no answer (it was reported)
+    (([nnapi.hal.OutputShape([5], True)], nnapi.hal.Timing()), "output 0: dimensions [5] do not fit the output's "
+                                                               "[3] (the same rank, each known dimension equal)"),
+    (([nnapi.hal.OutputShape([3, 1], True)], nnapi.hal.Timing()), "output 0: dimensions [3, 1] do not fit the "
+                                                                  "output's [3] (the same rank, each known "
+                                                                  "dimension equal)"),
+    (((nnapi.hal.OutputShape((np.uint32(4),), True),), nnapi.hal.Timing()), "output 0: dimensions [4] do not fit "
+                                                                           "the output's [3] (the same rank, each "
+                                                                           "known dimension equal)"),
 ])
 @pytest.mark.parametrize("how", ["compute", "reusable", "burst"])
 def test_a_malformed_answer_to_a_successful_execution_is_op_failed(register, answer, problem, how):
@@ -397,6 +406,32 @@ def test_a_malformed_answer_to_a_successful_execution_is_op_failed(register, ans
             run()
             np.testing.assert_array_equal(y, EXPECTED)
             assert execution.get_output_operand_dimensions(0) == [3]
+
+
+def test_a_step_answering_a_shape_that_is_not_its_outputs_falls_back(register):
+    """A step of a partitioned plan whose driver reports a shape its output cannot have
+    ([5] for the ADD's [3]) failed (Android's isUpdatable), so the plan re-runs on the CPU:
+    the answer was taken as it was."""
+    register(FaultyDevice("lying-add", supported={Op.ADD}))
+    register(FaultyDevice("good-mul", supported={Op.MUL}))
+    compilation = compile_(add_mul_model())
+    assert compilation.step_devices == ["lying-add", "good-mul"]
+    step = compilation._plan.steps[0]
+    honest = step.prepared.execute
+
+    def lying(*args, **kwargs):
+        _, timing = honest(*args, **kwargs)
+        return [nnapi.hal.OutputShape([5], True)], timing
+
+    step.prepared.execute = lying
+    np.testing.assert_array_equal(run(compilation), EXPECTED)
+    assert compilation._plan.fallback_count == 1
+    named = compile_(add_mul_model(), [device_named("lying-add"), device_named("good-mul")])
+    named._plan.steps[0].prepared.execute = lying
+    with pytest.raises(nnapi.OpFailedError) as caught:
+        run(named)
+    assert str(caught.value).endswith("lying-add: execute output 0: dimensions [5] do not fit the output's [3] "
+                                      "(the same rank, each known dimension equal)")
 
 
 @pytest.mark.parametrize("info, problem", [

@@ -152,7 +152,7 @@ class _Table:
                 answer = direct(arrays, deadline_ns)
                 if plan.answers_checked:
                     return answer
-                return checked_answer(answer, plan.output_count, plan.steps[0].device.name, "execute")
+                return checked_answer(answer, plan.output_dims, plan.steps[0].device.name, "execute")
             except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
                 return plan._fallback(error, self.request_of(arrays), deadline_ns, loop_timeout_ns)
         if self.open:  # a request of its own (the plan's fallback inside)
@@ -164,7 +164,7 @@ class _Table:
                 answer = cached[2].execute(deadline_ns)
                 if plan.answers_checked:
                     return answer
-                return checked_answer(answer, plan.output_count, plan.steps[0].device.name, "reusable execute")
+                return checked_answer(answer, plan.output_dims, plan.steps[0].device.name, "reusable execute")
             except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
                 return plan._fallback(error, cached[3], deadline_ns, loop_timeout_ns)
             finally:
@@ -187,13 +187,13 @@ class _Table:
                     answer = bound.execute(deadline_ns)
                 if plan.answers_checked:
                     return answer
-                return checked_answer(answer, plan.output_count, plan.steps[0].device.name, "reusable execute")
+                return checked_answer(answer, plan.output_dims, plan.steps[0].device.name, "reusable execute")
             # new arrays (or the bound ones while another thread runs them): a request of their own
             self.pending = (key, list(map(weakref.ref, arrays)))
             answer = single.execute(request, False, deadline_ns, loop_timeout_ns)
             if plan.answers_checked:
                 return answer
-            return checked_answer(answer, plan.output_count, plan.steps[0].device.name, "execute")
+            return checked_answer(answer, plan.output_dims, plan.steps[0].device.name, "execute")
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
             return plan._fallback(error, request, deadline_ns, loop_timeout_ns)
 

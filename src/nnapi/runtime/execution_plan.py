@@ -535,10 +535,26 @@ def _is_count(value: object, high: int) -> bool:
         0 <= value <= high
 
 
-def _answer_problem(answer: object, count: int) -> str | None:
+def _fits(dims: Sequence[int], expected: tuple[int, ...]) -> bool:
+    """Whether a reported shape can be the value of an output whose known dimensions are
+    ``expected`` (Android's isUpdatable: no rank known, or the same rank and every known
+    dimension equal)."""
+    if not expected:
+        return True
+    if len(dims) != len(expected):
+        return False
+    for known, reported in zip(expected, dims):
+        if known and known != reported:
+            return False
+    return True
+
+
+def _answer_problem(answer: object, expected: tuple[tuple[int, ...], ...]) -> str | None:
     """What is wrong with a driver's answer to a successful execution -- it must be
-    (``count`` output shapes, Timing): each shape a list of dimensions in uint32 and
-    sufficient, the timing two durations in uint64 -- or None when nothing is."""
+    (an output shape per output, Timing): each shape a list of dimensions in uint32 that
+    fits the output's known dimensions (``expected``) and sufficient, the timing two
+    durations in uint64 -- or None when nothing is."""
+    count = len(expected)
     if not isinstance(answer, tuple | list) or len(answer) != 2:
         return f"returned {type(answer).__name__}, not (output shapes, timing)"
     shapes, timing = answer
@@ -551,6 +567,9 @@ def _answer_problem(answer: object, count: int) -> str | None:
         dims = shape.dimensions
         if not isinstance(dims, list | tuple) or not all(_is_count(d, 0xFFFFFFFF) for d in dims):
             return f"output {position}: dimensions {dims!r:.100} are not unsigned 32-bit integers"
+        if not _fits(dims, expected[position]):
+            return (f"output {position}: dimensions {[int(d) for d in dims][:8]} do not fit the output's "
+                    f"{list(expected[position])[:8]} (the same rank, each known dimension equal)")
         if shape.is_sufficient is not True and shape.is_sufficient is not np.True_:
             return f"output {position}: is_sufficient {shape.is_sufficient!r:.40} in a successful execution"
     if not isinstance(timing, Timing) or not (_is_count(timing.time_on_device, _UINT64_MAX)
@@ -559,18 +578,21 @@ def _answer_problem(answer: object, count: int) -> str | None:
     return None
 
 
-def checked_answer(answer, count: int, device_name: str, call: str) -> tuple[list[OutputShape], Timing]:
+def checked_answer(answer, expected: tuple[tuple[int, ...], ...], device_name: str, call: str
+                   ) -> tuple[list[OutputShape], Timing]:
     """A driver's answer to a successful execution, checked (``_answer_problem``) before the
     runtime reports it: a driver is another party, and its malformed answer used to surface
-    as a raw TypeError, as dimensions ['a', 'b'] or as NO_ERROR from a failed run.
+    as a raw TypeError, as dimensions ['a', 'b'] or as NO_ERROR from a failed run, and a
+    shape that is not the output's (a [5] for a [3]) was reported as it was. ``expected``:
+    each output's dimensions as the model knows them (0: unknown; () for no known rank).
     HalError(GENERAL_FAILURE) naming the device and the rule otherwise (a failed execution:
     retried on the CPU where the plan may fall back)."""
     if answer.__class__ is tuple and len(answer) == 2:  # the common case, checked inline (~0.5 us)
         shapes, timing = answer
-        if shapes.__class__ is list and len(shapes) == count and timing.__class__ is Timing and \
+        if shapes.__class__ is list and len(shapes) == len(expected) and timing.__class__ is Timing and \
                 timing.time_on_device.__class__ is int and timing.time_in_driver.__class__ is int and \
                 0 <= timing.time_on_device <= _UINT64_MAX and 0 <= timing.time_in_driver <= _UINT64_MAX:
-            for shape in shapes:
+            for shape, known in zip(shapes, expected):
                 if shape.__class__ is not OutputShape or shape.is_sufficient is not True or \
                         shape.dimensions.__class__ is not list:
                     break
@@ -578,16 +600,24 @@ def checked_answer(answer, count: int, device_name: str, call: str) -> tuple[lis
                     if d.__class__ is not int or not 0 <= d <= 0xFFFFFFFF:
                         break
                 else:
-                    continue
+                    if known == () or _fits(shape.dimensions, known):
+                        continue
                 break
             else:
                 return answer
-    problem = _answer_problem(answer, count)
+    problem = _answer_problem(answer, expected)
     if problem is None:  # well formed, of other sequence and integer classes
         shapes, timing = answer
         return [OutputShape([int(d) for d in s.dimensions], True) for s in shapes], \
             Timing(int(timing.time_on_device), int(timing.time_in_driver))
     raise HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: {call} {problem}")
+
+
+def output_dims(model: Model, indexes: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """The known dimensions of the main subgraph's operands ``indexes`` (what a driver's
+    output shapes must fit: checked_answer)."""
+    operands = model.main.operands
+    return tuple(tuple(operands[i].dimensions) for i in indexes)
 
 
 # --- the plan ---------------------------------------------------------------------------
@@ -604,8 +634,11 @@ class ExecutionPlan:
         self.model = model
         self.steps = steps
         self.single = steps[0].prepared if len(steps) == 1 else None
-        #: the model's outputs: how many output shapes a successful execution answers
-        self.output_count = len(model.main.output_indexes)
+        #: the model's outputs' known dimensions: what the output shapes of a successful
+        #: execution must fit (one per output)
+        self.output_dims = output_dims(model, model.main.output_indexes)
+        #: each step's outputs' known dimensions, as output_dims
+        self.step_output_dims = {id(step): output_dims(model, step.outputs) for step in steps}
         #: whether the single step's driver's answers are well formed by construction
         #: (IPreparedModel.answers_checked): else each is checked (checked_answer)
         self.answers_checked = self.single is not None and getattr(self.single, "answers_checked", False) is True
@@ -644,7 +677,7 @@ class ExecutionPlan:
                     answer = self.single.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
                 if self.answers_checked:
                     return answer
-                return checked_answer(answer, self.output_count, device.name, "execute")
+                return checked_answer(answer, self.output_dims, device.name, "execute")
             return self._execute_steps(request, measure_timing, deadline_ns, loop_timeout_ns)
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
             return self._fallback(error, request, deadline_ns, loop_timeout_ns)
@@ -768,7 +801,8 @@ class ExecutionPlan:
                     answer = execute_on(step.device, step.prepared.execute, Request(inputs, outputs, pools),
                                         measure_timing, deadline_ns, loop_timeout_ns)
                     if getattr(step.prepared, "answers_checked", False) is not True:
-                        answer = checked_answer(answer, len(step.outputs), step.device.name, "execute")
+                        answer = checked_answer(answer, self.step_output_dims[id(step)], step.device.name,
+                                                "execute")
                     step_shapes, timing = answer
             except HalError as error:
                 if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or len(error.output_shapes) != len(
@@ -891,7 +925,7 @@ class _PlanBurst(IBurst):
             answer = execute_on(device, self._burst.execute, request, measure_timing, deadline_ns, loop_timeout_ns)
             if plan.answers_checked:
                 return answer
-            return checked_answer(answer, plan.output_count, device.name, "burst execute")
+            return checked_answer(answer, plan.output_dims, device.name, "burst execute")
         except Exception as error:  # noqa: BLE001
             return self._plan._fallback(error, request, deadline_ns, loop_timeout_ns)
 
@@ -931,6 +965,6 @@ class _PlanExecution(IExecution):
                 answer = bound.execute(deadline_ns)
             if plan.answers_checked:
                 return answer
-            return checked_answer(answer, plan.output_count, name, "reusable execute")
+            return checked_answer(answer, plan.output_dims, name, "reusable execute")
         except Exception as error:  # noqa: BLE001 - contained, maybe retried on the CPU
             return plan._fallback(error, self._request, deadline_ns, self._loop_timeout_ns)
