@@ -159,3 +159,148 @@ def test_same_padding_at_stride_1_needs_no_input_size(ort_device, strides, dilat
             execution.compute()
             results.append(out)
         np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
+
+
+# --- sizes only a run gives, the other dimensions fixed by the operation ---------------------
+def _nms_outputs(model: nnapi.Model) -> list[int]:
+    """BOX_WITH_NMS_LIMIT's four outputs (scores, boxes, classes, batch indexes), declared of
+    unknown dimensions."""
+    return [model.add_operand(OperandType(code, dims)) for code, dims in (
+        (T.TENSOR_FLOAT32, [0]), (T.TENSOR_FLOAT32, [0, 0]), (T.TENSOR_INT32, [0]), (T.TENSOR_INT32, [0]))]
+
+
+def _detections(model: nnapi.Model, rois: int) -> tuple[list[int], int, int]:
+    """BOX_WITH_NMS_LIMIT of run-time scores [rois, 2], boxes [rois, 8] and batch indexes
+    (the inputs), as a dynamic_outputs model declares it: its kept boxes and their batch
+    indexes temporaries of unknown dimensions, its scores and classes outputs. Returns
+    (inputs, boxes, batch indexes)."""
+    scores = model.add_operand(OperandType(T.TENSOR_FLOAT32, [rois, 2]))
+    boxes = model.add_operand(OperandType(T.TENSOR_FLOAT32, [rois, 8]))
+    batches = model.add_operand(OperandType(T.TENSOR_INT32, [rois]))
+    kept = _nms_outputs(model)
+    parameters = [_scalar(model, T.FLOAT32, 0.3), _scalar(model, T.INT32, -1), _scalar(model, T.INT32, 0),
+                  _scalar(model, T.FLOAT32, 0.4), _scalar(model, T.FLOAT32, 1.0), _scalar(model, T.FLOAT32, 0.3)]
+    model.add_operation(Op.BOX_WITH_NMS_LIMIT, [scores, boxes, batches, *parameters], kept)
+    return [scores, boxes, batches, kept[0], kept[2]], kept[1], kept[3]
+
+
+def _roi_align(model: nnapi.Model, feature: int, boxes: int, batches: int) -> int:
+    """ROI_ALIGN to 2 x 2 (NHWC, scale 1, sampling 2), its output of unknown dimensions."""
+    aligned = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0, 0, 0]))
+    parameters = [_scalar(model, T.INT32, 2), _scalar(model, T.INT32, 2), _scalar(model, T.FLOAT32, 1.0),
+                  _scalar(model, T.FLOAT32, 1.0), _scalar(model, T.INT32, 2), _scalar(model, T.INT32, 2),
+                  _scalar(model, T.BOOL, False)]
+    model.add_operation(Op.ROI_ALIGN, [feature, boxes, batches, *parameters], [aligned])
+    return aligned
+
+
+def _detection_inputs(rng: np.random.Generator, rois: int, threshold_passed: bool) -> list[np.ndarray]:
+    """Scores (above NMS's 0.3 where ``threshold_passed``, else none), boxes on an 8 x 8
+    image (x1 <= x2, y1 <= y2), one image."""
+    scores = rng.uniform(0.35, 1.0, (rois, 2)) if threshold_passed else rng.uniform(0.0, 0.25, (rois, 2))
+    corners = np.sort(rng.uniform(0.0, 8.0, (rois, 2, 2, 2)), axis=2)  # [roi, class, (lo, hi), (x, y)]
+    boxes = np.concatenate([corners[:, :, 0, :], corners[:, :, 1, :]], axis=2).reshape(rois, 8)
+    return [scores.astype(np.float32), boxes.astype(np.float32), np.zeros(rois, np.int32)]
+
+
+def _run_on_both(ort_device, model: nnapi.Model, inputs: list[np.ndarray], outputs: list[tuple]) -> list[list]:
+    """The outputs (``(dtype, room)`` each, cut to the dimensions the execution reports) on
+    nnapi-ort-cpu alone and on the reference."""
+    reference = next(d for d in nnapi.get_devices() if d.name == "nnapi-reference")
+    results = []
+    for device in (ort_device, reference):
+        compilation = nnapi.Compilation(model, [device])
+        compilation.finish()
+        execution = nnapi.Execution(compilation)
+        for position, value in enumerate(inputs):
+            execution.set_input(position, value)
+        arrays = [np.zeros(room, dtype) for dtype, room in outputs]
+        for position, array in enumerate(arrays):
+            execution.set_output(position, array)
+        execution.compute()
+        shapes = [execution.get_output_operand_dimensions(p) for p in range(len(outputs))]
+        results.append([a.reshape(-1)[:int(np.prod(s))].reshape(s) for a, s in zip(arrays, shapes)])
+    return results
+
+
+@pytest.mark.parametrize("resize", [Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR], ids=["bilinear", "nearest"])
+def test_roi_align_output_height_and_width_are_known_for_a_resize(ort_device, resize):
+    """BOX_WITH_NMS_LIMIT -> ROI_ALIGN -> RESIZE with every temporary declared of unknown
+    dimensions (Android's dynamic-output-shape tests): the kept boxes are [n, 4] and the
+    aligned regions [n, 2, 2, 3] whatever n, so the resize's input height and width are known
+    and nnapi-ort-cpu takes the whole model (it declined the resize before); 3 x 3 regions
+    as the reference's, for some boxes kept and for none (zero-sized)."""
+    rng = np.random.default_rng(8)
+    model = nnapi.Model()
+    inputs, boxes, batches = _detections(model, 6)
+    feature = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 8, 8, 3]))
+    aligned = _roi_align(model, feature, boxes, batches)
+    resized = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0, 0, 0]))
+    model.add_operation(resize, [aligned, _scalar(model, T.INT32, 3), _scalar(model, T.INT32, 3),
+                                 _scalar(model, T.BOOL, False)], [resized])
+    model.identify_inputs_and_outputs([*inputs[:3], feature], [*inputs[3:], resized])
+    model.finish()
+    hal = build_hal_model(model)[0]
+    shaped = infer_temporary_shapes(hal).main.operands
+    assert shaped[boxes].dimensions == [0, 4] and shaped[batches].dimensions == [0]
+    assert shaped[aligned].dimensions == [0, 2, 2, 3]
+    assert OrtDevice().get_unsupported_reasons(hal) == [None] * 3
+    kept = 0
+    for threshold_passed in (True, True, False):
+        values = [*_detection_inputs(rng, 6, threshold_passed), rng.standard_normal((1, 8, 8, 3)).astype(np.float32)]
+        ort_results, reference_results = _run_on_both(ort_device, model, values, [
+            (np.float32, 12), (np.int32, 12), (np.float32, 12 * 27)])
+        for got, want in zip(ort_results, reference_results, strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        kept += len(reference_results[0])
+        assert reference_results[2].shape == (len(reference_results[0]), 3, 3, 3)
+    assert kept > 0
+
+
+def test_fully_connected_units_give_a_detection_its_class_count(ort_device):
+    """Two stages of detection as Android's bbox_graph test: regions of the kept boxes
+    (ROI_ALIGN), per region FULLY_CONNECTED class scores [n, 3] and box deltas [n, 12],
+    AXIS_ALIGNED_BBOX_TRANSFORM, then BOX_WITH_NMS_LIMIT again; every temporary declared of
+    unknown dimensions. The units give the second NMS its class count (3), so
+    nnapi-ort-cpu takes the whole model (it declined the second NMS before); selections as
+    the reference's. Weights in sixteenths and a constant feature map keep the sums exact."""
+    rng = np.random.default_rng(9)
+    model = nnapi.Model()
+    inputs, boxes, batches = _detections(model, 5)
+    feature = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 8, 8, 3]))
+    aligned = _roi_align(model, feature, boxes, batches)
+    stage = []
+    for units in (3, 12):
+        weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [units, 12]))
+        model.set_operand_value(weights, (rng.integers(-4, 5, (units, 12)) / 16).astype(np.float32))
+        bias = model.add_operand(OperandType(T.TENSOR_FLOAT32, [units]))
+        model.set_operand_value(bias, (rng.integers(0, 16, units) / 16).astype(np.float32))
+        out = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0]))
+        model.add_operation(Op.FULLY_CONNECTED, [aligned, weights, bias, _scalar(model, T.INT32, 0)], [out])
+        stage.append(out)
+    image = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 2]))
+    model.set_operand_value(image, np.array([8, 8], np.float32))
+    refined = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0]))
+    model.add_operation(Op.AXIS_ALIGNED_BBOX_TRANSFORM, [boxes, stage[1], batches, image], [refined])
+    final = _nms_outputs(model)
+    parameters = [_scalar(model, T.FLOAT32, 0.1), _scalar(model, T.INT32, -1), _scalar(model, T.INT32, 0),
+                  _scalar(model, T.FLOAT32, 0.5), _scalar(model, T.FLOAT32, 1.0), _scalar(model, T.FLOAT32, 0.1)]
+    model.add_operation(Op.BOX_WITH_NMS_LIMIT, [stage[0], refined, batches, *parameters], final)
+    model.identify_inputs_and_outputs([*inputs[:3], feature], [*inputs[3:], *final])
+    model.finish()
+    hal = build_hal_model(model)[0]
+    shaped = infer_temporary_shapes(hal).main.operands
+    assert [shaped[i].dimensions for i in (aligned, *stage, refined)] == [[0, 2, 2, 3], [0, 3], [0, 12], [0, 12]]
+    assert OrtDevice().get_unsupported_reasons(hal) == [None] * 6
+    selected = 0
+    for threshold_passed in (True, True, False):
+        values = [*_detection_inputs(rng, 5, threshold_passed),
+                  np.broadcast_to(rng.integers(0, 4, 3) / 4, (1, 8, 8, 3)).astype(np.float32)]
+        ort_results, reference_results = _run_on_both(ort_device, model, values, [
+            (np.float32, 10), (np.int32, 10), (np.float32, 40), (np.float32, 160), (np.int32, 40), (np.int32, 40)])
+        for got, want in zip(ort_results, reference_results, strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        selected += len(reference_results[2])
+    assert selected > 0
