@@ -13,7 +13,9 @@ k << num_bits for hash function k, except in the deprecated sparse type).
 
 Fingerprint64 is implemented here in numpy (uint64 arithmetic wraps as in C), vectorized
 over all keys at once: every key of one execution has the same length, so every key
-takes the same branch of the hash.
+takes the same branch of the hash. ``hash_keys`` runs it on any keys object with the
+``_Keys`` interface whose loads support uint64 arithmetic: nnapi-ort-cpu runs it on
+symbolic values that write the same arithmetic as ONNX nodes (drivers/ort/lsh.py).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class _Keys:
 
     def __init__(self, keys: np.ndarray):
         self.bytes = np.ascontiguousarray(keys, dtype=np.uint8)
-        self.length = self.bytes.shape[1]
+        self.count, self.length = self.bytes.shape
 
     def fetch64(self, offset: int) -> np.ndarray:
         return np.ascontiguousarray(self.bytes[:, offset:offset + 8]).view("<u8")[:, 0].astype(_U64)
@@ -73,7 +75,7 @@ class _Keys:
 
 def _len_0_to_16(k: _Keys) -> np.ndarray:
     n = k.length
-    count = k.bytes.shape[0]
+    count = k.count
     if n >= 8:
         mul = _K2 + _U64(n * 2)
         a = k.fetch64(0) + _K2
@@ -133,7 +135,7 @@ def _weak_hash_32(k: _Keys, offset: int, a: np.ndarray, b: np.ndarray) -> tuple[
 
 def _len_over_64(k: _Keys) -> np.ndarray:
     n = k.length
-    count = k.bytes.shape[0]
+    count = k.count
     seed = _U64(81)
     zeros = np.zeros(count, dtype=_U64)
     x = np.full(count, seed, dtype=_U64)
@@ -173,7 +175,14 @@ def _len_over_64(k: _Keys) -> np.ndarray:
 
 def fingerprint64(keys: np.ndarray) -> np.ndarray:
     """FarmHash Fingerprint64 of each row of ``keys`` (uint8 [count, length]), as uint64."""
-    k = _Keys(keys)
+    return hash_keys(_Keys(keys))
+
+
+def hash_keys(k: _Keys) -> np.ndarray:
+    """FarmHash Fingerprint64 of ``k``'s keys: a ``_Keys`` or an object with its ``count``,
+    ``length``, ``fetch64`` and ``fetch32`` (and ``bytes`` for keys shorter than 4 bytes)
+    whose loads support the uint64 operators used here with numpy uint64 scalars and
+    arrays of ``count`` elements."""
     with np.errstate(over="ignore"):
         if k.length <= 16:
             return _len_0_to_16(k)

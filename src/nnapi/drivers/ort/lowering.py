@@ -27,6 +27,7 @@ from nnapi.drivers.ort import (
     gru_loop,  # noqa: F401  (importing it registers its lowerings)
     integer_div,  # noqa: F401  (importing it registers its lowerings)
     lookups,  # noqa: F401  (importing it registers its lowerings)
+    lsh,  # noqa: F401  (importing it registers its lowerings)
     mirror_pad_pack,  # noqa: F401  (importing it registers its lowerings)
     nms,  # noqa: F401  (importing it registers its lowerings)
     normalization,  # noqa: F401  (importing it registers its lowerings)
