@@ -661,3 +661,19 @@ def test_int32_div_is_floor_division_as_on_the_reference(ort_device) -> None:
         floor = np.floor_divide(left.astype(np.int64), np.where(right == 0, 1, right)).astype(np.int32)
         np.testing.assert_array_equal(got[0], np.where(right == 0, 0, floor))
 
+
+
+def test_random_multinomial_is_declined_naming_the_run_time_seeds():
+    """The samples follow the seeds given at run time, which ONNX's Multinomial (a seed
+    attribute, its generator advancing from run to run) cannot: declined with that reason."""
+    model = nnapi.Model()
+    logits = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 4]))
+    count = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(count, 8)
+    seeds = model.add_operand(OperandType(T.TENSOR_INT32, [2]))
+    out = model.add_operand(OperandType(T.TENSOR_INT32, [1, 8]))
+    model.add_operation(Op.RANDOM_MULTINOMIAL, [logits, count, seeds], [out])
+    model.identify_inputs_and_outputs([logits, seeds], [out])
+    model.finish()
+    [why] = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])
+    assert why is not None and "seeds given at run time" in why and "Multinomial" in why

@@ -29,6 +29,7 @@ from nnapi.drivers.ort import (
     lookups,  # noqa: F401  (importing it registers its lowerings)
     lsh,  # noqa: F401  (importing it registers its lowerings)
     mirror_pad_pack,  # noqa: F401  (importing it registers its lowerings)
+    multinomial,  # noqa: F401  (importing it registers its lowerings)
     nms,  # noqa: F401  (importing it registers its lowerings)
     normalization,  # noqa: F401  (importing it registers its lowerings)
     padded_depthwise,  # noqa: F401  (importing it registers its lowerings)
