@@ -2,8 +2,10 @@
 uint64 arithmetic gives the reference's signatures bit for bit, for keys of every length
 branch of the hash (up to 16 bytes, 17-32, 33-64, and past 64 in one and in several 64-byte
 blocks), int32 and 8-bit inputs, the dense, sparse and deprecated sparse types, with and
-without weights, float32 and float16 seeds. Seeds or a float input given at run time stay
-declined, naming the missing bit cast."""
+without weights, float32 and float16 seeds. Float32 seeds given at run time (a model
+input) are bound as their bits, NaN payloads included, and compiled through the cache too;
+computed seeds, float16 seeds and a float input given at run time stay declined with the
+reason."""
 
 from __future__ import annotations
 
@@ -61,12 +63,15 @@ def _input(rng: np.random.Generator, input_type: int, row_shape: tuple[int, ...]
     return value
 
 
-def _outputs(model: nnapi.Model, feeds: list[np.ndarray], size: int) -> list[np.ndarray]:
-    """The output on nnapi-ort-cpu alone and on the reference."""
+def _outputs(model: nnapi.Model, feeds: list[np.ndarray], size: int, cache: str | None = None) -> list[np.ndarray]:
+    """The output on nnapi-ort-cpu alone (compiled with caching in ``cache`` where given)
+    and on the reference."""
     found = {d.name: d for d in nnapi.get_devices()}
     results = []
     for name in ("nnapi-ort-cpu", "nnapi-reference"):
         compilation = nnapi.Compilation(model, [found[name]])
+        if cache is not None and name == "nnapi-ort-cpu":
+            compilation.set_caching(cache, bytes(range(32)))
         compilation.finish()
         execution = nnapi.Execution(compilation)
         for position, value in enumerate(feeds):
@@ -116,8 +121,55 @@ def test_lsh_projection_sparse_signatures_of_32_bits_wrap_as_int32(ort_device):
     assert signs == {True, False}
 
 
-@pytest.mark.parametrize("seeds_at_run_time, input_type", [(True, T.TENSOR_INT32), (False, T.TENSOR_FLOAT32)])
-def test_lsh_projection_of_float_bits_given_at_run_time_is_declined(seeds_at_run_time, input_type):
-    model = _lsh_model(np.random.default_rng(0), input_type, (2,), DENSE, True, seeds_at_run_time=seeds_at_run_time)
-    [why] = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])
-    assert why is not None and "bit cast" in why and ("seeds" in why if seeds_at_run_time else "input" in why)
+def test_lsh_projection_seeds_given_at_run_time_are_bound_as_their_bits(ort_device, tmp_path):
+    """Float32 seeds as a model input: the graph takes them as uint32 (the request's bytes
+    as they are), so NaNs of different payloads, -0.0 and 0.0 hash as on the reference; the
+    same again from a cached compilation (its signature binds them as uint32 too)."""
+    rng = np.random.default_rng(5)
+    model = _lsh_model(rng, T.TENSOR_INT32, (2,), DENSE, True, seeds_at_run_time=True)
+    assert OrtDevice().get_unsupported_reasons(build_hal_model(model)[0]) == [None]
+    seed_bits = np.array([0x7FC00000, 0x7FC00001, 0xFFC12345, 0x7F800001, 0x80000000, 0x00000000,
+                          0x00000001, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF7FFFFF, 0x12345678], np.uint32)
+    seeds = seed_bits.view(np.float32).reshape(4, 3)
+    for cache in (None, str(tmp_path), str(tmp_path)):  # the second cached compilation loads the cache
+        for _ in range(3):
+            feeds = [seeds, _input(rng, T.TENSOR_INT32, (2,)), rng.standard_normal(3).astype(np.float32)]
+            got, want = _outputs(model, feeds, 12, cache)
+            np.testing.assert_array_equal(got, want)
+    # (the comparison's power: seeds 0 and 1, quiet NaNs of two payloads, hash apart on the reference)
+    differ = 0
+    for _ in range(8):
+        row = _input(rng, T.TENSOR_INT32, (2,))
+        _, want = _outputs(model, [seeds, row, np.ones(3, np.float32)], 12)
+        differ += int(want[0] != want[1])
+    assert differ > 0
+
+
+def test_lsh_projection_seeds_computed_or_float16_or_a_float_input_at_run_time_are_declined():
+    """Seeds computed in the model (an ADD's output) have no bytes to bind; float16 seeds
+    given at run time and a float input given at run time are not lowered: each names why."""
+    rng = np.random.default_rng(0)
+    model = nnapi.Model()
+    given = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 2]))
+    zero = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1]))
+    model.set_operand_value(zero, np.zeros(1, np.float32))
+    none = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(none, 0)
+    seeds = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 2]))
+    model.add_operation(Op.ADD, [given, zero, none], [seeds])
+    data = model.add_operand(OperandType(T.TENSOR_INT32, [3, 2]))
+    weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [3]))
+    kind = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(kind, DENSE)
+    out = model.add_operand(OperandType(T.TENSOR_INT32, [4]))
+    model.add_operation(Op.LSH_PROJECTION, [seeds, data, weights, kind], [out])
+    model.identify_inputs_and_outputs([given, data, weights], [out])
+    model.finish()
+    reasons = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])
+    assert reasons[0] is None and "computed at run time" in reasons[1] and "bit cast" in reasons[1]
+    half = _lsh_model(rng, T.TENSOR_INT32, (2,), DENSE, True, T.TENSOR_FLOAT16, seeds_at_run_time=True)
+    [why] = OrtDevice().get_unsupported_reasons(build_hal_model(half)[0])
+    assert why is not None and "float16 seeds" in why
+    floats = _lsh_model(rng, T.TENSOR_FLOAT32, (2,), DENSE, True)
+    [why] = OrtDevice().get_unsupported_reasons(build_hal_model(floats)[0])
+    assert why is not None and "input" in why and "bit cast" in why

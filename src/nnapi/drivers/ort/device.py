@@ -152,7 +152,7 @@ class OrtDevice(IDevice):
             onnx_model, input_names, output_names = lower_model(model, shaped=shaped)
         except Declined as reason:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name}: {reason}") from None
-        signature = Signature.of(model, input_names, output_names)
+        signature = Signature.of(model, input_names, output_names, onnx_model.graph)
         options = session_options()
         optimized_path = None
         if (model_cache and token is not None) or optimized is not None:

@@ -12,10 +12,14 @@ fixed by the shapes). The signatures are then read as
 int64 and double, weighted, summed per seed and signed, as the reference does.
 
 The key's bytes come from integer values: a constant's at preparation, a TENSOR_INT32 or
-TENSOR_QUANT8_ASYMM input's by shifts and masks. What stays declined, and why: float
-seeds or a float input given at run time (the hash reads their float32 / float16 bits, and
-the driver's ONNX opset 17 has no bit cast, BitCast being opset 26; arithmetic recovers
-the bits of every float but a NaN, whose payload no ONNX operator before BitCast reads);
+TENSOR_QUANT8_ASYMM input's by shifts and masks, float32 seeds given as a model input from
+their bits, the graph input declared uint32 so that execution binds the request's bytes
+as they are (Signature.of). What stays declined, and why: seeds computed in the model and
+a float input given at run time (the hash reads their float32 / float16 bits, and the
+driver's ONNX opset 17 has no bit cast, BitCast being opset 26; arithmetic recovers the
+bits of every float but a NaN, whose payload no ONNX operator before BitCast reads);
+float16 seeds given at run time (their float32 conversion's bits: not written here; a
+signalling NaN is quieted by Android's hardware conversion, kept by numpy's);
 inputs of unknown shape (the key length decides the hash's branch); shapes the reference
 refuses at run time (more than 32 bits per hash function, sparse signatures needing more
 than 32 bits, weights not one per row).
@@ -28,11 +32,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from nnapi.codes import OperandCode, OperationCode
 from nnapi.drivers.ort.builder import FLOATS, Declined, GraphBuilder, i64, lowers, type_name
 from nnapi.drivers.ort.omitted import optional_inputs, presence
+from nnapi.hal import OperandLifeTime as L
 from nnapi.hal import Operation
 from nnapi.operations.lsh_projection import hash_keys
 
@@ -190,6 +195,42 @@ def _row_bytes(g: GraphBuilder, index: int, rows: int, row_bytes: int) -> str:
     return g.one("Reshape", [octets, i64(g, rows, row_bytes)])
 
 
+def _seed_bits(g: GraphBuilder, operation: Operation, index: int) -> str:
+    """The bits of float32 seeds given at run time: the model input's graph input declared
+    uint32 instead, so that execution binds the request's bytes as they are (Signature.of)
+    and no bit cast is needed. Only for seeds that are a
+    model input read by this operation alone (a computed float has no bits ONNX opset 17
+    can read: no bit cast, BitCast being opset 26; another reader would need the float)."""
+    operand = g.operand(index)
+    if operand.lifetime != L.SUBGRAPH_INPUT:
+        raise Declined(f"LSH_PROJECTION's seeds are computed at run time: {_NO_BIT_CAST}")
+    if operand.type != T.TENSOR_FLOAT32:
+        # their float32 bits would be a float16 -> float32 conversion of bits, not written here
+        # (a signalling NaN: Android's hardware conversion quiets it, numpy's, the reference's, not)
+        raise Declined("LSH_PROJECTION's float16 seeds given at run time are not lowered: the hash reads the bits "
+                       "of their float32 conversion")
+    if [reader is operation for reader in g.readers(index)] != [True] or index in g.subgraph.output_indexes:
+        raise Declined("LSH_PROJECTION's seeds given at run time must be read by it alone (their bytes are bound "
+                       f"as integers): {_NO_BIT_CAST}")
+    name = f"in_{index}"
+    for value in g.inputs:
+        if value.name == name:  # declared float32 by lower_model, and read by no node yet
+            value.type.tensor_type.elem_type = TensorProto.UINT32
+            break
+    else:  # (a support query, whose builder makes inputs as it reads them)
+        g.inputs.append(helper.make_tensor_value_info(name, TensorProto.UINT32, operand.dimensions))
+    g.values.pop(index, None)
+    return name
+
+
+def _float32_bytes(g: GraphBuilder, bits: str) -> str:
+    """The bytes of float32 seeds given as their bits (uint32 [h, b]): uint64 [h * b, 1, 4],
+    little-endian."""
+    words = g.one("Cast", [g.one("Reshape", [bits, i64(g, -1, 1, 1)])], to=TensorProto.UINT64)
+    top = g.one("BitShift", [words, g.constant(np.array([56, 48, 40, 32], np.uint64))], direction="LEFT")
+    return g.one("BitShift", [top, g.constant(np.array(56, np.uint64))], direction="RIGHT")
+
+
 def _packed(g: GraphBuilder, bits: str, kind: int, num_hash: int, num_bits: int) -> str:
     """The int32 output of the 0/1 ``bits`` (int64 [num_hash * num_bits]): dense as they
     are, sparse packed per hash function (first bit highest), plus k << num_bits for
@@ -226,8 +267,7 @@ def lower_lsh_projection(g: GraphBuilder, operation: Operation) -> None:
         raise Declined(f"LSH_PROJECTION takes at most 32 bits per hash function, not {num_bits}")
     if kind == _SPARSE and num_hash > 1 and num_bits + int(np.ceil(np.log2(num_hash))) > 32:
         raise Declined("LSH_PROJECTION's sparse signatures would need more than 32 bits")
-    if seeds_raw is None:
-        raise Declined(f"LSH_PROJECTION's seeds are given at run time: {_NO_BIT_CAST}")
+    seed_bits = None if seeds_raw is not None else _seed_bits(g, operation, hash_index)
     data = g.operand(input_index)
     if not data.dimensions or not all(data.dimensions):
         raise Declined("LSH_PROJECTION needs its input's shape (the key length decides the hash's branch)")
@@ -239,17 +279,21 @@ def lower_lsh_projection(g: GraphBuilder, operation: Operation) -> None:
     weighted = presence(g, weight_index) is not False
     if weighted and g.operand(weight_index).dimensions != [rows]:
         raise Declined(f"LSH_PROJECTION's weights must have shape [{rows}]")
-    seeds = np.asarray(seeds_raw, np.float32).reshape(-1)
-    count = seeds.size * rows
+    seed_count = num_hash * num_bits
+    count = seed_count * rows
     keys = _row_bytes(g, input_index, rows, row_bytes)
-    seed_bytes = g.constant(seeds.view(np.uint8).reshape(-1, 1, 4).astype(np.uint64), "seed_bytes")
+    if seed_bits is None:
+        seeds = np.asarray(seeds_raw, np.float32).reshape(-1)
+        seed_bytes = g.constant(seeds.view(np.uint8).reshape(-1, 1, 4).astype(np.uint64), "seed_bytes")
+    else:
+        seed_bytes = _float32_bytes(g, seed_bits)
     # keys[seed, row] = the seed's 4 bytes, then the row's
-    keys = g.one("Concat", [g.one("Expand", [seed_bytes, i64(g, seeds.size, rows, 4)]),
+    keys = g.one("Concat", [g.one("Expand", [seed_bytes, i64(g, seed_count, rows, 4)]),
                             g.one("Expand", [g.one("Unsqueeze", [keys, i64(g, 0)]),
-                                             i64(g, seeds.size, rows, row_bytes)])], axis=2)
+                                             i64(g, seed_count, rows, row_bytes)])], axis=2)
     keys = g.one("Reshape", [keys, i64(g, count, 4 + row_bytes)])
     signatures = hash_keys(_SymbolicKeys(g, keys, count, 4 + row_bytes))
-    values = g.one("Cast", [g.one("Cast", [g.one("Reshape", [signatures.name, i64(g, seeds.size, rows)])],
+    values = g.one("Cast", [g.one("Cast", [g.one("Reshape", [signatures.name, i64(g, seed_count, rows)])],
                                   to=TensorProto.INT64)], to=TensorProto.DOUBLE)
     if weighted:
         weights = g.one("Cast", [g.value(weight_index).name], to=TensorProto.DOUBLE)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 from onnx import helper
 
 from nnapi.codes import OperationCode
@@ -58,11 +59,24 @@ class Signature:
     loops: bool = False
 
     @classmethod
-    def of(cls, model: Model, input_names: list[str], output_names: list[str]) -> Signature:
+    def of(cls, model: Model, input_names: list[str], output_names: list[str],
+           graph: onnx.GraphProto | None = None) -> Signature:
+        """The signature of ``model`` lowered with these input and output names; an input
+        ``graph`` declares of another element type of the same size (a float's bits as
+        unsigned integers: lsh.py) is bound as that type, its bytes as they are."""
         main = model.main
+        declared = {} if graph is None else {value.name: value.type.tensor_type.elem_type for value in graph.input}
+
+        def dtype(index: int, name: str) -> np.dtype:
+            own = dtype_of(main.operands[index].type)
+            elem = declared.get(name)
+            if elem is None or elem == helper.np_dtype_to_tensor_dtype(own):
+                return own
+            bound = helper.tensor_dtype_to_np_dtype(elem)
+            return bound if bound.itemsize == own.itemsize else own
 
         def specs(indexes: Sequence[int], names: list[str]) -> list[IoSpec]:
-            return [IoSpec(name, dtype_of(main.operands[i].type), list(main.operands[i].dimensions))
+            return [IoSpec(name, dtype(i, name), list(main.operands[i].dimensions))
                     for i, name in zip(indexes, names, strict=True)]
         loops = any(operation.type == OperationCode.WHILE
                     for subgraph in (main, *model.referenced) for operation in subgraph.operations)
