@@ -22,24 +22,27 @@ float16 seeds given at run time (their float32 conversion's bits: not written he
 signalling NaN is quieted by Android's hardware conversion, kept by numpy's);
 inputs of unknown shape (the key length decides the hash's branch); shapes the reference
 refuses at run time (more than 32 bits per hash function, sparse signatures needing more
-than 32 bits, weights not one per row).
+than 32 bits, weights not one per row); an onnxruntime without exact uint64 kernels for the
+hash (1.19 has no uint64 Add: found by a probe run once, _uint64_arithmetic).
 
 The device module imports this one, which registers the lowering with ``lowering``.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto, helper
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.builder import FLOATS, Declined, GraphBuilder, i64, lowers, type_name
+from nnapi.drivers.ort.builder import FLOATS, Declined, GraphBuilder, i64, lowers, probe_form, type_name
 from nnapi.drivers.ort.omitted import optional_inputs, presence
 from nnapi.hal import OperandLifeTime as L
 from nnapi.hal import Operation
-from nnapi.operations.lsh_projection import hash_keys
+from nnapi.operations.lsh_projection import fingerprint64, hash_keys
 
 T = OperandCode
 _SPARSE_DEPRECATED, _DENSE, _SPARSE = 1, 2, 3
@@ -171,6 +174,50 @@ class _SymbolicKeys:
         return self._load(4, offset)
 
 
+class _ProbeBuilder:
+    """The two GraphBuilder methods _U64 and _SymbolicKeys use, for the kernel probe."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def constant(self, array: np.ndarray, hint: str = "c") -> str:
+        name = f"{hint}_{len(self.initializers)}"
+        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def one(self, op_type: str, inputs: list[str], **attributes: Any) -> str:
+        name = f"t_{len(self.nodes)}"
+        self.nodes.append(helper.make_node(op_type, inputs, [name], **attributes))
+        return name
+
+
+@functools.cache
+def _uint64_arithmetic() -> bool:
+    """Whether the installed ONNX Runtime computes this lowering's uint64 arithmetic as
+    C does (its Add, Mul, Sub, BitShift and Cast kernels on uint64: 1.19 has no uint64 Add),
+    proven once on keys of every byte value through the longest branch of the hash, and
+    the casts between int32, int64, uint64 and double this lowering uses."""
+    keys = (np.arange(3 * 70, dtype=np.uint64) * np.uint64(97) % np.uint64(256)).astype(np.uint8).reshape(3, 70)
+    words = np.array([-1, 0, 2**31 - 1, -2**31], np.int32)
+    g = _ProbeBuilder()
+    hashed = hash_keys(_SymbolicKeys(g, g.one("Cast", ["keys"], to=TensorProto.UINT64), 3, 70))
+    widened = g.one("Cast", [g.one("Cast", ["words"], to=TensorProto.INT64)], to=TensorProto.UINT64)
+    doubled = g.one("Cast", [g.one("Cast", [hashed.name], to=TensorProto.INT64)], to=TensorProto.DOUBLE)
+    outputs = [(hashed.name, TensorProto.UINT64, [3]), (widened, TensorProto.UINT64, [4]),
+               (doubled, TensorProto.DOUBLE, [3])]
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:  # lowering without a runtime (nothing will load the graph here)
+        return True
+    got = probe_form(g.nodes, g.initializers, {"keys": keys, "words": words}, outputs)
+    if got is None:
+        return False
+    expected = fingerprint64(keys)
+    return (np.array_equal(got[0], expected) and np.array_equal(got[1], words.astype(np.int64).astype(np.uint64))
+            and np.array_equal(got[2], expected.view(np.int64).astype(np.float64)))
+
+
 def _row_bytes(g: GraphBuilder, index: int, rows: int, row_bytes: int) -> str:
     """Input ``index``'s rows as their bytes, uint64 [rows, row_bytes], little-endian."""
     operand = g.operand(index)
@@ -255,6 +302,9 @@ def lower_lsh_projection(g: GraphBuilder, operation: Operation) -> None:
     Fingerprint64 of each (seed, row) key read as int64 and double, weighted by the rows'
     weights (where given) and summed; the bit is whether the sum is positive."""
     hash_index, input_index, weight_index, type_index = operation.inputs[:4]
+    if not _uint64_arithmetic():
+        raise Declined("this onnxruntime has no exact uint64 Add / Mul / Sub / BitShift / Cast kernels for the hash "
+                       "(1.19 has no uint64 Add)")
     kind = int(g.scalar(type_index))
     if kind not in (_SPARSE_DEPRECATED, _DENSE, _SPARSE):
         raise Declined(f"LSH_PROJECTION's projection type {kind} is not 1, 2 or 3")
