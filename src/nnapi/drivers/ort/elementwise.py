@@ -125,8 +125,9 @@ def _negated_add(g: GraphBuilder, a: Value, b: Value, output: Operand) -> str:
     fold DequantizeLinear), Sub and QuantizeLinear are four nodes (a GRU's 1 - z, once per
     step); for SUB with a one-element constant, taken where proven (proven_form)."""
     negated = g.constant(np.array(-np.float32(b.scale), np.float32), "scale")
-    return g.one("QLinearAdd", [a.name, *g.qparams(a), b.name, negated, g.qparams(b)[1], *g.qparams(output)],
-                 domain=MS_DOMAIN)
+    rank = len(output.dimensions)
+    return g.one("QLinearAdd", [at_rank(g, a, rank), *g.qparams(a), at_rank(g, b, rank), negated, g.qparams(b)[1],
+                                *g.qparams(output)], domain=MS_DOMAIN)
 
 
 def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) -> tuple[str, str]:
@@ -134,15 +135,30 @@ def spread_channel_factor(g: GraphBuilder, a: Value, b: Value, dims: list[int]) 
     (a squeeze-and-excitation gate) spread over the other's [N, H, W, C] by an Expand
     first: ORT's broadcast kernel runs the C values of each pixel as a call of its own
     (~0.35 ns per element at C = 32, 0.12 at 16 / 0.05 as one Expand and a Mul of equal
-    shapes). The same values in the same products."""
-    names = [a.name, b.name]
+    shapes). The same values in the same products. A constant of lower rank comes at the
+    output's (at_rank)."""
+    names = [at_rank(g, a, len(dims)), at_rank(g, b, len(dims))]
     if g.isolated or len(dims) != 4 or not all(dims) or dims[1] * dims[2] == 1:
-        return a.name, b.name
+        return names[0], names[1]
     for position, (x, factor) in enumerate(((a, b), (b, a))):
         if x.dims == dims and factor.const is None and factor.dims == [dims[0], 1, 1, dims[3]]:
             names[1 - position] = g.one("Expand", [factor.name, g.constant(np.array(dims, np.int64))])
             break
     return names[0], names[1]
+
+
+def at_rank(g: GraphBuilder, x: Value, rank: int) -> str:
+    """The name of ``x``, or where ``x`` is a constant of lower rank than ``rank``, of the
+    same constant with leading 1s up to it (the same broadcast, the same values): ONNX
+    Runtime broadcasts a lower-rank operand over a tensor whose last axis is 1 element by
+    element (a [1] factor over [1, 96, 96, 1] uint8, one thread, best of 15: QLinearMul
+    177 us, at rank 4 5 us; QLinearAdd likewise; other shapes measured the same either
+    way). scalar_broadcast.widen_scalars does this for the float operators after lowering,
+    from ONNX's shape inference, which knows no QLinearAdd / QLinearMul (nor the shapes
+    after a QLinearConv), so their operands get it here, from the operands' own shapes."""
+    if g.isolated or x.const is None or x.rank >= rank:
+        return x.name
+    return g.constant(x.const.reshape([1] * (rank - x.const.ndim) + list(x.const.shape)))
 
 
 #: operations ORT computes outside its blocked layout: a MUL of their result (an attention's
