@@ -91,7 +91,7 @@ def test_requantizing_mean_is_a_table_of_tflites_integer_rescale():
     # multiplier is (2**30 << 2) // 6 = 715827882 with exponent 2 - 2 = 0, a real 1/3 - 2e-10
     data = _mean_model("int8", [2, 2, 3], [0, 2], (0.5, 3, 0.25, -1), keep=True)
     emitted = [name for lowering in nnapi.load_tflite(data).lowerings for name in lowering.operations]
-    assert emitted == ["DEQUANTIZE", "MUL", "ADD", "FLOOR", "REDUCE_SUM", "ADD", "CAST", "GATHER"]
+    assert emitted == ["DEQUANTIZE", "REDUCE_SUM", "MUL", "ADD", "FLOOR", "ADD", "CAST", "GATHER"]
     x = np.array([[[4, 5, 6], [3, 3, 3]], [[9, 3, 3], [10, 2, 3]]], np.int8)
     # sums of q - 3 at axis-1 index 0: 1+2+3+6+0+0 = 12 -> 4.0 - 1e-8 -> 4, + zero point -1 = 3;
     # at index 1: 0+0+0+7-1+0 = 6 -> 2, 1
@@ -118,23 +118,36 @@ def test_requantizing_mean_equals_litert_on_every_sum():
     sums), and on random tensors of other shapes, axes and zero points."""
     pytest.importorskip("ai_edge_litert")
     rng = np.random.default_rng(21)
+    # rows of every sum: 48 values (summed before FLOOR), 127 (the most summed so) with the
+    # zero point at the end of the range (|q - zero point| up to 255), 160 (FLOOR first)
     cases = [("int8", [12241, 48], [1], (0.0112, -5, 0.000587, 11), False),
-             ("uint8", [12241, 48], [1], (0.05, 130, 0.004, 200), True)]
+             ("uint8", [12241, 48], [1], (0.05, 130, 0.004, 200), True),
+             ("uint8", [32386, 127], [1], (0.0371, 0, 0.0009, 3), False),
+             ("int8", [40801, 160], [1], (0.0093, 127, 0.00071, -20), True)]
     for case in range(40):
         kind = ("uint8", "int8")[case % 2]
         low, high = _RANGES[kind]
         shape, axes, keep = [([1, 7, 5, 8], [1, 2], False), ([4, 33], [1], True), ([3, 4, 5], [0, 2], True),
-                             ([1, 17, 48], [2], True), ([2, 3, 4, 5], [3], True)][case % 5]
+                             ([1, 17, 48], [2], True), ([2, 3, 4, 5], [3], True), ([3, 200], [1], False)][case % 6]
         cases.append((kind, shape, axes, (_scale(rng, -2, 0), int(rng.integers(low, high + 1)), _scale(rng, -2, 0),
                                           int(rng.integers(low, high + 1))), keep))
+    lowerings = set()
     for kind, shape, axes, quant, keep in cases:
         low, high = _RANGES[kind]
         data = _mean_model(kind, shape, axes, quant, keep)
-        feed = _rows_of_every_sum(kind, shape[1], quant[1]) if shape[0] == 12241 else \
+        every_sum = shape[0] == shape[1] * (high - low) + 1
+        feed = _rows_of_every_sum(kind, shape[1], quant[1]) if every_sum else \
             rng.integers(low, high + 1, size=shape).astype(kind)
+        text = str(nnapi.load_tflite(data).lowerings[0])
+        kind_of = "exact FULLY_CONNECTED" if "checked at import" in text else \
+            "table, summed first" if "REDUCE_SUM, MUL" in text else "table, FLOOR first"
+        if kind_of != "exact FULLY_CONNECTED":
+            assert (kind_of == "table, summed first") == (int(np.prod([shape[a] for a in axes])) <= 127)
+        lowerings.add(kind_of)
         want = litert_builtin_output(data, feed)
         for device in ("nnapi-reference", "nnapi-ort-cpu"):
             np.testing.assert_array_equal(imported_output(data, feed, device), want, err_msg=f"{device} {quant}")
+    assert lowerings == {"exact FULLY_CONNECTED", "table, summed first", "table, FLOOR first"}, lowerings
 
 
 def test_requantizing_global_average_mean_keeps_the_fully_connected_rescale():

@@ -50,7 +50,9 @@ def _reduce(c: _Converter, op: _Operator) -> None:
     out = c.output() if out is None else out
     if not requantize:
         c.emit(code, [x, axes, keep_operand], [out])
-    elif not (not _tflite_mean_4d(c, op) and _mean_as_table(c, x, x_type, out_type, axes_values, keep, out) or
+    elif not (not _tflite_mean_4d(c, op) and (
+            _mean_as_fully_connected(c, x, x_type, out_type, axes_values, keep, out, exact=True) or
+            _mean_as_table(c, x, x_type, out_type, axes_values, keep, out)) or
               _mean_as_fully_connected(c, x, x_type, out_type, axes_values, keep, out)):
         # NNAPI's quantized MEAN keeps the input's scale; TFLite rescales the sum to the
         # output's. The float path computes the exact mean and rounds it once.
@@ -92,10 +94,14 @@ def _mean_as_table(c: _Converter, x: int, x_type: OperandType, out_type: Operand
     multiplier (``quant_math.mean_multiplier``: its mantissa is not renormalized, so no
     NNAPI requantization reproduces it), so the outputs of every possible S are a table
     made here, and the operations compute S and GATHER from it. S comes exactly from
-    float32: DEQUANTIZE gives (q - zero point) * scale within 2**-23 relative, MUL by 1 /
-    scale, ADD 0.5 and FLOOR give the integer q - zero point back (|q - zero point| <= 255:
-    the error stays below 1e-4), REDUCE_SUM adds integers exactly (|S| < 2**24 for tables
-    up to _MEAN_TABLE_MAX), ADD of -min(S) and CAST to int32 give the table's index. False
+    float32: DEQUANTIZE gives (q - zero point) * scale within 2**-24 relative; for up to
+    127 values REDUCE_SUM of those (in any order: within (count + 1) * 2**-24 of the sum of
+    magnitudes), MUL by 1 / scale, ADD 0.5 and FLOOR give S (the error stays below 0.25:
+    count * (count + 2) * 255 < 2**22), one pass over the input besides DEQUANTIZE; for more,
+    MUL by 1 / scale, ADD 0.5 and FLOOR give each integer q - zero point back (|q - zero
+    point| <= 255: the error stays below 1e-4) and REDUCE_SUM adds integers exactly (|S| <
+    2**24 for tables up to _MEAN_TABLE_MAX). ADD of -min(S) and CAST to int32 give the
+    table's index. False
     (nothing emitted) for open shapes, axes given at run time or a table above
     _MEAN_TABLE_MAX entries."""
     dims = list(x_type.dimensions)
@@ -114,26 +120,33 @@ def _mean_as_table(c: _Converter, x: int, x_type: OperandType, out_type: Operand
     outputs = multiply_by_quantized_multiplier(sums, fixed, exponent) + out_type.zero_point
     out_info = np.iinfo(out_type.dtype)
     table = np.clip(outputs, out_info.min, out_info.max)
-    f32 = OperandType(T.TENSOR_FLOAT32, dims)
-    real, scaled, halves, offsets = (c.temp(f32) for _ in range(4))
+    out_dims = list(c.type_of(out).dimensions)
+    real = c.temp(OperandType(T.TENSOR_FLOAT32, dims))
     c.emit(Op.DEQUANTIZE, [x], [real])
-    c.emit(Op.MUL, [real, c.const_operand(np.float32(1.0) / np.float32(x_type.scale),
-                                          OperandType(T.TENSOR_FLOAT32, [1])), c.i32(0)], [scaled])
+    early = count * (count + 2) * 255 < 1 << 22
+    # sum first where its float32 error stays below 0.25 of a unit (_mean_as_table)
+    summed_dims = out_dims if early else dims
+    scaled, halves, whole = (c.temp(OperandType(T.TENSOR_FLOAT32, summed_dims)) for _ in range(3))
+    total, shifted = (c.temp(OperandType(T.TENSOR_FLOAT32, out_dims)) for _ in range(2))
+    if early:
+        c.emit(Op.REDUCE_SUM, [real, c.vector(axes), c.boolean(keep)], [total])
+    c.emit(Op.MUL, [total if early else real, c.const_operand(np.float32(1.0) / np.float32(x_type.scale),
+                                                              OperandType(T.TENSOR_FLOAT32, [1])), c.i32(0)], [scaled])
     c.emit(Op.ADD, [scaled, c.const_operand(np.float32(0.5), OperandType(T.TENSOR_FLOAT32, [1])), c.i32(0)],
            [halves])
-    c.emit(Op.FLOOR, [halves], [offsets])
-    out_dims = list(c.type_of(out).dimensions)
-    total, shifted = (c.temp(OperandType(T.TENSOR_FLOAT32, out_dims)) for _ in range(2))
-    c.emit(Op.REDUCE_SUM, [offsets, c.vector(axes), c.boolean(keep)], [total])
-    c.emit(Op.ADD, [total, c.const_operand(np.float32(-low), OperandType(T.TENSOR_FLOAT32, [1])), c.i32(0)],
-           [shifted])
+    c.emit(Op.FLOOR, [halves], [whole])
+    if not early:
+        c.emit(Op.REDUCE_SUM, [whole, c.vector(axes), c.boolean(keep)], [total])
+    c.emit(Op.ADD, [whole if early else total, c.const_operand(np.float32(-low), OperandType(T.TENSOR_FLOAT32, [1])),
+                    c.i32(0)], [shifted])
     index = c.temp(OperandType(T.TENSOR_INT32, out_dims))
     c.emit(Op.CAST, [shifted], [index])
     values = c.const_operand(table, OperandType(out_type.type, [table.size], out_type.scale, out_type.zero_point))
     c.emit(Op.GATHER, [values, c.i32(0), index], [out])
+    steps = "REDUCE_SUM, MUL by 1 / scale, ADD 0.5, FLOOR" if early else "MUL by 1 / scale, ADD 0.5, FLOOR, REDUCE_SUM"
     c.lowered(f"quantized MEAN with an output scale other than the input's as LiteRT's general kernel computes "
-              f"it: the integer sum of the {count} values (DEQUANTIZE, MUL by 1 / scale, ADD 0.5, FLOOR, "
-              f"REDUCE_SUM), its output looked up in a table of the {table.size} possible sums (GATHER)")
+              f"it: the integer sum of the {count} values (DEQUANTIZE, {steps}), its output looked up in a table "
+              f"of the {table.size} possible sums (GATHER)")
     return True
 
 
@@ -142,7 +155,7 @@ _WEIGHT_SCALE_SEARCH = 64
 
 
 def _mean_as_fully_connected(c: _Converter, x: int, x_type: OperandType, out_type: OperandType,
-                             axes_values: list[int] | None, keep: bool, out: int) -> bool:
+                             axes_values: list[int] | None, keep: bool, out: int, exact: bool = False) -> bool:
     """A quantized MEAN whose output quantization differs from its input's, with constant
     axes and a static shape, as TFLite's kernel computes it up to its multiplier: the
     reduced axes moved last (TRANSPOSE), a FULLY_CONNECTED by one unit of weights all 1
@@ -153,9 +166,11 @@ def _mean_as_fully_connected(c: _Converter, x: int, x_type: OperandType, out_typ
     scale, so the float32 weight scales next to the ideal one are tried and the nearest
     multiplier kept; TFLite's own is not renormalized (its mantissa may lie below 2**30),
     which no NNAPI multiplier reproduces. Measured against LiteRT's builtin Mean on 400
-    random quantizations: 7 of 3,098 values a step off (the float path: 38). False (the
-    float path instead) for open shapes, axes given at run time, or a multiplier of 1 or
-    more."""
+    random quantizations: 7 of 3,098 values a step off (the float path: 38). ``exact``: only
+    with a weight scale whose multiplier gives TFLite's output on every possible sum
+    (_exact_weight_scale: a ViT's LayerNormalization variances, not its means), which
+    costs ORT a third of _mean_as_table's nodes. False (nothing emitted) for open shapes,
+    axes given at run time, a multiplier of 1 or more, or (``exact``) no such scale."""
     dims = list(x_type.dimensions)
     if axes_values is None or not dims or not all(d > 0 for d in dims):
         return False
@@ -166,7 +181,11 @@ def _mean_as_fully_connected(c: _Converter, x: int, x_type: OperandType, out_typ
     target = fixed * 2.0 ** (exponent - 31)
     if not axes or not 0 < target < 1:
         return False
-    weight_scale = _nearest_weight_scale(x_type.scale, out_type.scale, target)
+    found = _exact_weight_scale(x_type, out_type, count, fixed, exponent, target) if exact else \
+        _nearest_weight_scale(x_type.scale, out_type.scale, target)
+    if found is None:
+        return False
+    weight_scale = found
     kept = [a for a in range(rank) if a not in axes]
     source = x
     if kept + axes != list(range(rank)):
@@ -181,9 +200,42 @@ def _mean_as_fully_connected(c: _Converter, x: int, x_type: OperandType, out_typ
     shape = [1 if a in axes else d for a, d in enumerate(dims)] if keep else [dims[a] for a in kept]
     c.emit(Op.RESHAPE, [summed, c.vector(shape or [1])], [out])
     c.lowered("quantized MEAN with an output scale other than the input's as FULLY_CONNECTED by ones (the "
-              "reduced axes moved last): TFLite's int32 sum rescaled once, its multiplier matched to the nearest "
-              "NNAPI one")
+              "reduced axes moved last): TFLite's int32 sum rescaled once, " +
+              ("by a multiplier giving TFLite's output on every possible sum (checked at import)" if exact else
+               "its multiplier matched to the nearest NNAPI one"))
     return True
+
+
+#: how many sums _exact_weight_scale rescales in all (candidates checked times possible sums)
+_EXACT_CHECK_BUDGET = 4_000_000
+
+
+def _exact_weight_scale(x_type: OperandType, out_type: OperandType, count: int, fixed: int, exponent: int,
+                        target: float) -> float | None:
+    """A float32 weight scale among _nearest_weight_scale's candidates (nearest first) whose
+    NNAPI multiplier gives TFLite's general kernel's output (``fixed``, ``exponent``: its
+    mean multiplier) on every possible sum of ``count`` values; None where none does within
+    the checks allowed (_EXACT_CHECK_BUDGET sums in all: a few tens of ms per MEAN)."""
+    info, out_info = np.iinfo(x_type.dtype), np.iinfo(out_type.dtype)
+    low, high = count * (int(info.min) - x_type.zero_point), count * (int(info.max) - x_type.zero_point)
+    if high - low + 1 > _MEAN_TABLE_MAX:
+        return None
+    sums = np.arange(low, high + 1, dtype=np.int64)
+    want = np.clip(multiply_by_quantized_multiplier(sums, fixed, exponent) + out_type.zero_point,
+                   out_info.min, out_info.max)
+    s_in, s_out = np.float32(x_type.scale), np.float32(out_type.scale)
+    ideal = np.float32(target * float(s_out) / float(s_in))
+    steps = np.arange(-_WEIGHT_SCALE_SEARCH, _WEIGHT_SCALE_SEARCH + 1)
+    candidates = (np.int64(ideal.view(np.int32)) + steps).astype(np.int32).view(np.float32)
+    multipliers, exponents = rescale_multipliers(s_in, candidates, s_out)
+    errors = np.abs(multipliers * np.exp2(exponents.astype(np.float64) - 31) - target)
+    checks = max(1, _EXACT_CHECK_BUDGET // sums.size)
+    for k in np.argsort(errors, kind="stable")[:checks]:
+        got = np.clip(multiply_by_quantized_multiplier(sums, int(multipliers[k]), int(exponents[k])) +
+                      out_type.zero_point, out_info.min, out_info.max)
+        if np.array_equal(got, want):
+            return float(candidates[k])
+    return None
 
 
 def _nearest_weight_scale(input_scale: float, output_scale: float, target: float) -> float:
