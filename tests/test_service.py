@@ -606,6 +606,40 @@ def test_an_unregistered_device_is_freed_with_its_last_user(service):
     assert _still_open(opened) == []
 
 
+def test_a_shared_memory_outliving_the_unregistered_device_does_not_keep_its_connection(service):
+    """A shared Memory the link has mapped for the service outlives every Compilation of
+    the unregistered device: its release callback must not hold the link (the driver
+    service's socket, doorbells and arenas), which goes with the compilation; the Memory
+    is freed later without error."""
+    import gc
+    import weakref
+
+    running = service("svcmapped")
+    (device,) = connect_devices(str(running.path))
+    manager.register_device(device)
+    name = device.name
+    compilation = nnapi.Compilation(build_demo_model(), [next(d for d in nnapi.get_devices() if d.name == name)])
+    compilation.finish()
+    size = demo_input(0).nbytes
+    shared_in, shared_out = nnapi.Memory.create_shared(size), nnapi.Memory.create_shared(16)
+    np.frombuffer(shared_in.buffer, np.float32)[...] = demo_input(2).ravel()
+    execution = nnapi.Execution(compilation)
+    execution.set_input_from_memory(0, shared_in, 0, size)
+    execution.set_output_from_memory(0, shared_out, 0, 16)
+    execution.compute()
+    np.testing.assert_allclose(np.frombuffer(shared_out.buffer, np.float32).reshape(1, 4),
+                               demo_expected(demo_input(2)), rtol=1e-5, atol=1e-6)
+    link = device._link
+    assert link._fd_pools, "the link maps the shared memories it sends"
+    link_alive = weakref.ref(link)
+    del device, link, execution, compilation
+    manager.unregister_device(name)
+    gc.collect()
+    assert link_alive() is None
+    del shared_in, shared_out
+    gc.collect()
+
+
 def test_tensors_in_shared_memory_cross_without_copies(remote):
     _, devices = remote("svccopy")
     device = devices["nnapi-reference@svccopy"]
