@@ -28,6 +28,11 @@ PLUGIN_SOURCE = textwrap.dedent('''
         return SampleDevice("acme-dsp", operations=[OperationCode.MUL])
 
 
+    def pair():
+        return [SampleDevice("acme-left", operations=[OperationCode.ADD]),
+                SampleDevice("acme-right", operations=[OperationCode.MUL])]
+
+
     def broken():
         raise RuntimeError("firmware not found")
 
@@ -166,6 +171,29 @@ def test_driver_option_in_process(tmp_path, monkeypatch, capsys):
     finally:
         manager.unregister_device("acme-dsp")
         manager._loaded_specs.pop("acme_inproc.driver:second", None)
+
+
+def test_a_plugin_loads_again_after_one_of_its_devices_is_unregistered(tmp_path, monkeypatch):
+    """unregister_device of one of a plug-in's devices, then loading the plug-in again:
+    the unregistered one is made and registered again, its sibling still registered is
+    kept. (The reload raised 'a device named acme-right is already registered'; before
+    that, it returned the unregistered device without registering it.)"""
+    _write_plugin(tmp_path, "acme_pair")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = "acme_pair.driver:pair"
+    try:
+        left, right = manager.load_driver_spec(spec)
+        manager.unregister_device("acme-left")
+        assert "acme-left" not in [d.name for d in manager.hal_devices()]
+        again_left, again_right = manager.load_driver_spec(spec)
+        assert again_right is right and again_left is not left and again_left.name == "acme-left"
+        names = [d.name for d in manager.hal_devices()]
+        assert names.count("acme-left") == 1 and names.count("acme-right") == 1
+        assert manager.load_driver_spec(spec) == [again_left, right]
+    finally:
+        for name in ("acme-left", "acme-right"):
+            manager.unregister_device(name)
+        manager._loaded_specs.pop(spec, None)
 
 
 def test_shipped_short_names():

@@ -278,7 +278,8 @@ def load_driver_spec(spec: str) -> list[IDevice]:
     DriverLoadError naming the spec and the cause; nothing is registered then. Loading the
     same spec again returns the devices already loaded, and so does naming a driver already
     discovered (an entry point such as ``ort``): its devices, same names and classes, are
-    registered already."""
+    registered already. One of its devices unregistered since is made and registered again;
+    its siblings still registered stay as they are."""
     with _lock:
         if spec in _loaded_specs:
             return list(_loaded_specs[spec])
@@ -288,9 +289,11 @@ def load_driver_spec(spec: str) -> list[IDevice]:
         _discover()
         registered = {device.name: device for device in _devices}
         same = [registered.get(device.name) for device in devices]
-        if devices and all(old is not None and type(old) is type(new) for old, new in zip(same, devices, strict=True)):
-            devices = [old for old in same if old is not None]
-        else:
-            _register_all(spec, devices)
+        # A device already registered under the same name and class is this spec's (loaded
+        # before, or discovered): kept. The others -- all of them the first time, one that
+        # was unregistered since -- are registered, all or none.
+        _register_all(spec, [new for old, new in zip(same, devices, strict=True)
+                             if old is None or type(old) is not type(new)])
+        devices = [new if old is None else old for old, new in zip(same, devices, strict=True)]
         _loaded_specs[spec] = devices
     return devices
