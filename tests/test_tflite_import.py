@@ -1707,6 +1707,25 @@ def test_one_hot_is_equal_and_select(axis: int) -> None:
     _assert_exact_on_every_engine(data, {"i": i}, {"y": want})
 
 
+def test_quantized_one_hot_copies_the_stored_values() -> None:
+    """TFLite's ONE_HOT copies on_value's / off_value's stored values into the output,
+    whatever their quantization (LiteRT: 100 and -5 here); SELECT of the real values
+    requantized them (-108 and -128, the output's scale 0.5 and zero point -128)."""
+    from tflite_builder import Tensor, single_op
+
+    t = [Tensor("i", "int32", [3]), Tensor("depth", "int32", [], data=np.array(4, np.int32)),
+         Tensor("on", "int8", [], data=np.array(100, np.int8), scale=0.1, zero_point=0),
+         Tensor("off", "int8", [], data=np.array(-5, np.int8), scale=0.3, zero_point=7),
+         Tensor("y", "int8", [3, 4], scale=0.5, zero_point=-128)]
+    data = single_op("ONE_HOT", t, [0, 1, 2, 3], [4], ("OneHotOptions", {"Axis": -1}))
+    i = np.array([0, 2, 7], np.int32)
+    _assert_exact_on_every_engine(data, {"i": i}, {"y": np.where(i[:, None] == np.arange(4), 100, -5).astype(np.int8)})
+    t[2] = Tensor("on", "int8", [], scale=0.1, zero_point=0)  # computed at run time: no NNAPI form
+    data = single_op("ONE_HOT", t, [0, 1, 2, 3], [4], ("OneHotOptions", {"Axis": -1}))
+    with pytest.raises(nnapi.BadDataError, match="on_value is computed at run time in a quantization other than"):
+        nnapi.load_tflite(data)
+
+
 def test_sign_is_two_selects() -> None:
     """SIGN (no NNAPI operation; it was refused) as LiteRT computes it: zeros give 0, NaN
     stays NaN, infinities and the smallest subnormals give +-1."""

@@ -659,9 +659,33 @@ def _one_hot(c: _Converter, op: _Operator) -> None:
                                 OperandType(T.TENSOR_INT32, [depth] + [1] * (rank - 1 - axis)))
     hot = c.temp(OperandType(T.TENSOR_BOOL8, dims))
     c.emit(Op.EQUAL, [expanded, positions], [hot])
-    c.emit(Op.SELECT, [hot, _broadcast_to(c, op, 2, dims), _broadcast_to(c, op, 3, dims)], [c.output()])
+    c.emit(Op.SELECT, [hot, _one_hot_value(c, op, 2, out_type, dims), _one_hot_value(c, op, 3, out_type, dims)],
+           [c.output()])
     c.lowered(f"ONE_HOT (depth {depth}, axis {axis}) as EXPAND_DIMS, EQUAL to the positions and SELECT of "
               "on_value / off_value")
+
+
+def _one_hot_value(c: _Converter, op: _Operator, position: int, out_type: OperandType, dims: list[int]) -> int:
+    """ONE_HOT's on_value / off_value (input ``position``) broadcast to ``dims``. TFLite's
+    kernel copies the stored value into the output, whatever the two quantizations: a
+    quantized constant becomes a constant of the output's type holding that stored value
+    (SELECT would keep the real value, requantized); a run-time one must already share
+    the output's quantization, as no NNAPI operation moves stored values between two."""
+    if out_type.type not in _QUANT8:
+        return _broadcast_to(c, op, position, dims)
+    const = c.const_of(op.inputs[position])
+    name = ("on_value", "off_value")[position - 2]
+    if const is not None and const.channel is None:
+        stored = np.asarray(const.data).reshape(-1)
+        if stored.size != 1 or const.code != out_type.type:
+            raise UnsupportedOperator(f"quantized ONE_HOT: {name} must be one value of the output's type")
+        return c.const_operand(np.full(dims, stored[0], out_type.dtype), out_type.with_dimensions(dims))
+    x_type = c.type_of(c.input(position))
+    if (x_type.type, np.float32(x_type.scale), x_type.zero_point) != \
+            (out_type.type, np.float32(out_type.scale), out_type.zero_point):
+        raise UnsupportedOperator(f"quantized ONE_HOT: {name} is computed at run time in a quantization other than "
+                                  "the output's (TFLite copies its stored value; NNAPI's SELECT keeps the real value)")
+    return _broadcast_to(c, op, position, dims)
 
 
 @_converter("SIGN")
