@@ -1707,6 +1707,20 @@ def test_one_hot_is_equal_and_select(axis: int) -> None:
     _assert_exact_on_every_engine(data, {"i": i}, {"y": want})
 
 
+@pytest.mark.parametrize("index", [2, 4, -1])
+def test_one_hot_of_a_rank_0_index(index: int) -> None:
+    """ONE_HOT of a rank-0 index (LiteRT runs it; the import failed inside: EXPAND_DIMS of
+    NNAPI's [1] gave [1, 1], not the [1] declared) is a [depth] vector."""
+    from tflite_builder import Tensor, single_op
+
+    t = [Tensor("i", "int32", []), Tensor("depth", "int32", [], data=np.array(4, np.int32)),
+         Tensor("on", "float32", [], data=np.array(2.5, np.float32)),
+         Tensor("off", "float32", [], data=np.array(-1, np.float32)), Tensor("y", "float32", [4])]
+    data = single_op("ONE_HOT", t, [0, 1, 2, 3], [4], ("OneHotOptions", {"Axis": -1}))
+    want = np.where(np.arange(4) == index, 2.5, -1).astype(np.float32)
+    _assert_exact_on_every_engine(data, {"i": np.array(index, np.int32)}, {"y": want})
+
+
 def test_quantized_one_hot_copies_the_stored_values() -> None:
     """TFLite's ONE_HOT copies on_value's / off_value's stored values into the output,
     whatever their quantization (LiteRT: 100 and -5 here); SELECT of the real values

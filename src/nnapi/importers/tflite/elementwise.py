@@ -653,8 +653,11 @@ def _one_hot(c: _Converter, op: _Operator) -> None:
         raise UnsupportedOperator(f"ONE_HOT of {out_type.type.name} values (NNAPI's SELECT takes none)")
     rank = len(dims)
     axis = (options.Axis() if options is not None else -1) % rank
-    expanded = c.temp(i_type, dims[:axis] + [1] + dims[axis + 1:])
-    c.emit(Op.EXPAND_DIMS, [indices, c.i32(axis)], [expanded])
+    if len(op.tensor(0).shape) == 0:
+        expanded = indices  # a rank-0 index is an NNAPI [1]: it broadcasts along the depth as it is
+    else:
+        expanded = c.temp(i_type, dims[:axis] + [1] + dims[axis + 1:])
+        c.emit(Op.EXPAND_DIMS, [indices, c.i32(axis)], [expanded])
     positions = c.const_operand(np.arange(depth, dtype=np.int32).reshape([depth] + [1] * (rank - 1 - axis)),
                                 OperandType(T.TENSOR_INT32, [depth] + [1] * (rank - 1 - axis)))
     hot = c.temp(OperandType(T.TENSOR_BOOL8, dims))
