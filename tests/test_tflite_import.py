@@ -1741,19 +1741,20 @@ def test_quantized_one_hot_copies_the_stored_values() -> None:
 
 
 def test_sign_is_two_selects() -> None:
-    """SIGN (no NNAPI operation; it was refused) as LiteRT computes it: zeros give 0, NaN
-    stays NaN, infinities and the smallest subnormals give +-1."""
+    """SIGN (no NNAPI operation; it was refused) as LiteRT computes it: either zero gives +0
+    (the input times 0 gave -0 for -0), NaN stays NaN, infinities and the smallest
+    subnormals give +-1, bit for bit."""
     from tflite_builder import Tensor, single_op
 
     data = single_op("SIGN", [Tensor("x", "float32", [2, 4]), Tensor("y", "float32", [2, 4])], [0], [1])
     x = np.array([[1.5, -2.0, 0.0, -0.0], [np.nan, np.inf, -1e-45, 1e-45]], np.float32)
-    want = np.array([[1, -1, 0, 0], [np.nan, 1, -1, 1]], np.float32)
+    want = np.array([[1, -1, 0, 0], [np.nan, 1, -1, 1]], np.float32)  # +0 for -0: bits compared
     for device in ("nnapi-reference", "nnapi-ort-cpu"):
         session = _session_on(data, device)
         if session is not None:
-            np.testing.assert_array_equal(session.run({"x": x})["y"], want)
+            np.testing.assert_array_equal(session.run({"x": x})["y"].view(np.uint32), want.view(np.uint32))
     if Interpreter is not None:
-        np.testing.assert_array_equal(litert_outputs(data, {"x": x})["y"], want)
+        np.testing.assert_array_equal(litert_outputs(data, {"x": x})["y"].view(np.uint32), want.view(np.uint32))
 
 
 def test_gather_with_batch_dims_is_one_gather_on_merged_rows() -> None:

@@ -695,7 +695,7 @@ def _one_hot_value(c: _Converter, op: _Operator, position: int, out_type: Operan
 def _sign(c: _Converter, op: _Operator) -> None:
     """SIGN of a float or int32 tensor of static shape, as LiteRT computes it (1 above 0, -1
     below, zeros kept, NaN kept): SELECT of 1 where GREATER 0, else SELECT of -1 where
-    LESS 0, else the input times 0 (0 for zeros, NaN for NaN). NNAPI has no SIGN; the
+    LESS 0, else the input minus itself (+0 for either zero, NaN for NaN). NNAPI has no SIGN; the
     constants are of the input's shape, as SELECT takes no broadcasting."""
     x = c.input(0)
     x_type = c.type_of(x)
@@ -709,14 +709,15 @@ def _sign(c: _Converter, op: _Operator) -> None:
     zero = c.const_operand(np.zeros([1], x_type.dtype), x_type.with_dimensions([1]))
     c.emit(Op.GREATER, [x, zero], [positive])
     c.emit(Op.LESS, [x, zero], [negative])
-    c.emit(Op.MUL, [x, zero, c.i32(0)], [kept])
+    # x - x: +0 for either zero (as LiteRT's SIGN gives; x * 0 kept -0's sign), NaN for NaN
+    c.emit(Op.SUB, [x, x, c.i32(0)], [kept])
 
     def full(value: int) -> int:
         return c.const_operand(np.full(dims, value, x_type.dtype), x_type)
 
     c.emit(Op.SELECT, [negative, full(-1), kept], [rest])
     c.emit(Op.SELECT, [positive, full(1), rest], [c.output()])
-    c.lowered("SIGN as GREATER / LESS than 0 and two SELECTs of 1, -1 and the input times 0")
+    c.lowered("SIGN as GREATER / LESS than 0 and two SELECTs of 1, -1 and the input minus itself")
 
 
 def _lookup_stored_values(c: _Converter, x: int, table: np.ndarray, out: int) -> None:
