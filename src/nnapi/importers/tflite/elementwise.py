@@ -773,7 +773,7 @@ def _round(c: _Converter, op: _Operator) -> None:
     """Float ROUND, TFLite's round half to even (NNAPI has no ROUND; it was refused), exactly:
     f = FLOOR(x), d = x - f (exact), the result f + 1 where d > 0.5 or d == 0.5 with f odd
     (f - 2 * FLOOR(f / 2) == 1, exact), else f (also for infinities and NaN, whose d is
-    NaN)."""
+    NaN); a zero result is x * 0, the zero of the input's sign, as LiteRT's."""
     x = c.input(0)
     x_type = c.type_of(x)
     if x_type.type not in _FLOAT_TYPES:
@@ -795,5 +795,13 @@ def _round(c: _Converter, op: _Operator) -> None:
     tie_up = emit(Op.LOGICAL_AND, [emit(Op.EQUAL, [fraction, scalar(0.5)], flags),
                                    emit(Op.EQUAL, [parity, scalar(1.0)], flags)], flags)
     up = emit(Op.LOGICAL_OR, [emit(Op.GREATER, [fraction, scalar(0.5)], flags), tie_up], flags)
-    c.emit(Op.SELECT, [up, emit(Op.ADD, [floor, scalar(1.0), c.i32(0)], x_type), floor], [c.output()])
-    c.lowered("ROUND (half to even) as FLOOR, the fraction's comparisons with 0.5 and the floor's parity, SELECT")
+    rounded = emit(Op.SELECT, [up, emit(Op.ADD, [floor, scalar(1.0), c.i32(0)], x_type), floor], x_type)
+    # a zero takes the input's sign (LiteRT: -0 for x in [-0.5, 0], where floor + 1 gave +0):
+    # x * 0. It is SELECT's third operand, as ONNX Runtime's Where (1.32) gives +0 for a -0
+    # taken from its second (it merges the two sides by "the first where nonzero"); and the
+    # condition is |r| > 0, not NOT_EQUAL: nnapi-ort-cpu's Equal + Not is fused by ORT's
+    # optimizer into a Where of swapped sides, which put x * 0 second again
+    nonzero = emit(Op.GREATER, [emit(Op.ABS, [rounded], x_type), scalar(0.0)], flags)
+    c.emit(Op.SELECT, [nonzero, rounded, emit(Op.MUL, [x, scalar(0.0), c.i32(0)], x_type)], [c.output()])
+    c.lowered("ROUND (half to even) as FLOOR, the fraction's comparisons with 0.5 and the floor's parity, SELECT; "
+              "a zero of the input's sign")
