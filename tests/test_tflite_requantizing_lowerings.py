@@ -225,3 +225,25 @@ def test_quantized_abs_equals_litert_on_every_stored_value():
     tensors = [Tensor("x", "uint8", [4], scale=0.1, zero_point=128), Tensor("y", "uint8", [4], scale=0.1, zero_point=0)]
     with pytest.raises(nnapi.BadDataError, match=r"ABS of TENSOR_QUANT8_ASYMM \(TFLite's kernel takes int8"):
         nnapi.load_tflite(build(Subgraph(tensors, [Operator("ABS", [0], [1])], [0], [1])))
+
+
+@pytest.mark.parametrize("scale", [1e37, 1e-39])
+def test_table_lowerings_refuse_scales_that_float32_cannot_recover(scale):
+    """int8 ABS and the requantizing MEAN read a table by each stored value recovered in
+    float32 (DEQUANTIZE, MUL by 1 / scale, ADD, FLOOR): with an input scale of 1e37, 255 *
+    scale overflows to inf (the import succeeded, the run failed with GATHER index 256); with
+    1e-39 (subnormal) its inverse does. Checked at import over all 256 values: refused, naming the rule."""
+    from tflite_builder import Operator, Subgraph, Tensor, build
+
+    tensors = [Tensor("x", "int8", [4], scale=scale, zero_point=-128),
+               Tensor("y", "int8", [4], scale=scale * 2, zero_point=0)]
+    abs_model = build(Subgraph(tensors, [Operator("ABS", [0], [1])], [0], [1]))
+    mean_model = _mean_model("int8", [2, 4], [1], (scale, -128, scale * 2, 0))
+    for data in (abs_model, mean_model):
+        with pytest.raises(nnapi.BadDataError, match="stored values are not recovered exactly in float32"):
+            nnapi.load_tflite(data)
+    # the check refuses no ordinary scale: these import
+    tensors = [Tensor("x", "int8", [4], scale=1e-3, zero_point=-128),
+               Tensor("y", "int8", [4], scale=2e-3, zero_point=0)]
+    nnapi.load_tflite(build(Subgraph(tensors, [Operator("ABS", [0], [1])], [0], [1])))
+    nnapi.load_tflite(_mean_model("int8", [2, 4], [1], (1e-3, -128, 2e-3, 0)))

@@ -13,6 +13,7 @@ from nnapi.codes import OperationCode
 from nnapi.codes import OperationCode as Op
 from nnapi.importers.tflite.converter import _Const, _Converter, _converter
 from nnapi.importers.tflite.high_rank import _MAX_RANK, _lifted_arithmetic
+from nnapi.importers.tflite.quantization import _check_stored_values_recovered
 from nnapi.importers.tflite.reader import (
     _FLOAT_TYPES,
     _QUANT8,
@@ -726,11 +727,14 @@ def _lookup_stored_values(c: _Converter, x: int, table: np.ndarray, out: int) ->
     index comes exactly from float32: DEQUANTIZE gives (q - zero point) * scale within
     2**-23 relative, MUL by 1 / scale gives q - zero point within 1e-4 (|q - zero point| <=
     255), ADD of 0.5 + zero point - lowest value and FLOOR round it to the index, CAST makes
-    it int32, GATHER reads the table."""
+    it int32, GATHER reads the table; refused at import where an extreme scale breaks that
+    (_check_stored_values_recovered)."""
     x_type = c.type_of(x)
+    shift = x_type.zero_point - int(np.iinfo(x_type.dtype).min)
+    _check_stored_values_recovered(x_type, shift, f"quantized {c.current.name}")
     f32 = OperandType(T.TENSOR_FLOAT32, x_type.dimensions)
     real, scaled, shifted, whole = (c.temp(f32) for _ in range(4))
-    start = 0.5 + x_type.zero_point - int(np.iinfo(x_type.dtype).min)
+    start = 0.5 + shift
 
     def scalar(value: float) -> int:
         return c.const_operand(np.float32(value), OperandType(T.TENSOR_FLOAT32, [1]))

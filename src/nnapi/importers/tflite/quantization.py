@@ -161,3 +161,22 @@ def _cast(c: _Converter, op: _Operator) -> None:
         c.lowered("CAST of bool as SELECT(x, 1, 0) (NNAPI's CAST takes no TENSOR_BOOL8)")
         return
     c.emit(Op.CAST, [x], [c.output()])
+
+
+def _check_stored_values_recovered(x_type: OperandType, shift: int, what: str) -> None:
+    """Refuse (naming ``what``) where the float32 chain that recovers an 8-bit tensor's
+    stored values as whole numbers, DEQUANTIZE ((q - zero point) * scale), MUL by
+    float32(1 / scale), ADD of shift + 0.5, FLOOR, does not give q - zero point + shift
+    exactly for every stored value q: the same float32 arithmetic the devices do, over
+    all 256 values, at import. An extreme scale (1e37: 255 * scale overflows to inf; or
+    one whose inverse does) makes an index out of range, which only failed the run."""
+    info = np.iinfo(x_type.dtype)
+    stored = np.arange(int(info.min), int(info.max) + 1, dtype=np.int64)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        real = (stored - x_type.zero_point).astype(np.float32) * np.float32(x_type.scale)
+        scaled = real * (np.float32(1.0) / np.float32(x_type.scale))
+        whole = np.floor(scaled + np.float32(shift + 0.5))
+    if not np.array_equal(whole, (stored - x_type.zero_point + shift).astype(np.float32)):
+        raise UnsupportedOperator(f"{what}: the input's stored values are not recovered exactly in float32 "
+                                  f"(DEQUANTIZE, MUL by 1 / scale, ADD, FLOOR) with its scale {x_type.scale}, which "
+                                  "the lowering's table lookup needs")

@@ -9,6 +9,7 @@ from nnapi.codes import OperandCode as T
 from nnapi.codes import OperationCode as Op
 from nnapi.importers.tflite.converter import _Converter, _converter
 from nnapi.importers.tflite.high_rank import _MAX_RANK, _finish_lifted, _lifted_reduction
+from nnapi.importers.tflite.quantization import _check_stored_values_recovered
 from nnapi.importers.tflite.reader import _INT32, _INT64, _QUANT8, UnsupportedOperator, _operand_shape, _Operator
 from nnapi.operand import OperandType
 from nnapi.operations.quant_math import mean_multiplier, multiply_by_quantized_multiplier, rescale_multipliers
@@ -115,6 +116,7 @@ def _mean_as_table(c: _Converter, x: int, x_type: OperandType, out_type: Operand
     low, high = count * (int(info.min) - x_type.zero_point), count * (int(info.max) - x_type.zero_point)
     if not axes or high - low + 1 > _MEAN_TABLE_MAX:
         return False
+    _check_stored_values_recovered(x_type, 0, "quantized MEAN with an output scale other than the input's")
     sums = np.arange(low, high + 1, dtype=np.int64)
     fixed, exponent = mean_multiplier(x_type.scale, out_type.scale, count)
     outputs = multiply_by_quantized_multiplier(sums, fixed, exponent) + out_type.zero_point
