@@ -1778,6 +1778,40 @@ def test_gather_with_batch_dims_is_one_gather_on_merged_rows() -> None:
                 session.run({"p": p, "i": np.where(np.arange(12).reshape(3, 4) == 5, bad, i).astype(np.int32)})
 
 
+def test_gather_with_batch_dims_of_int32_params_is_exact() -> None:
+    """GATHER with batch_dims of int32 params (refused: 'NNAPI's RESHAPE takes none') on the
+    params' exact float32 halves: values over the whole int32 range, as LiteRT gives."""
+    from tflite_builder import Tensor, single_op
+
+    t = [Tensor("p", "int32", [3, 5, 2]), Tensor("i", "int32", [3, 4]), Tensor("y", "int32", [3, 4, 2])]
+    data = single_op("GATHER", t, [0, 1], [2], ("GatherOptions", {"Axis": 1, "BatchDims": 1}))
+    p = np.random.default_rng(15).integers(-2**31, 2**31, size=(3, 5, 2), dtype=np.int64).astype(np.int32)
+    p[0, 0] = [-2**31, 2**31 - 1]
+    i = np.array([[0, 4, 4, 1], [2, 2, 0, 3], [4, 1, 0, 0]], np.int32)
+    _assert_exact_on_every_engine(data, {"p": p, "i": i}, {"y": np.stack([p[b][i[b]] for b in range(3)])})
+
+
+def test_gather_with_a_negative_batch_dims_follows_tflites_rule() -> None:
+    """A negative batch_dims counts from the indices' rank (TFLite's gather.cc): -1 of rank-2
+    indices is batch 1, of rank-1 indices batch 0; of a rank-0 index it is -1, which LiteRT
+    refuses (it was taken as batch 0, and the run failed): refused at import, naming the rule."""
+    from tflite_builder import Tensor, single_op
+
+    p = np.arange(15, dtype=np.float32).reshape(3, 5)
+    t = [Tensor("p", "float32", [3, 5]), Tensor("i", "int32", [3, 2]), Tensor("y", "float32", [3, 2])]
+    data = single_op("GATHER", t, [0, 1], [2], ("GatherOptions", {"Axis": 1, "BatchDims": -1}))
+    i = np.array([[2, 0], [1, 1], [4, 3]], np.int32)
+    _assert_exact_on_every_engine(data, {"p": p, "i": i}, {"y": np.take_along_axis(p, i, 1)})
+    t = [Tensor("p", "float32", [3, 5]), Tensor("i", "int32", []), Tensor("y", "float32", [5])]
+    data = single_op("GATHER", t, [0, 1], [2], ("GatherOptions", {"Axis": 0, "BatchDims": -1}))
+    with pytest.raises(nnapi.BadDataError, match=r"GATHER with batch_dims -1 of rank-2 params and rank-0 indices "
+                                                 r"\(TFLite needs 0 <= batch_dims"):
+        nnapi.load_tflite(data)
+    if Interpreter is not None:
+        with pytest.raises(RuntimeError, match="batch_dims"):
+            litert_outputs(data, {"p": p, "i": np.array(2, np.int32)})
+
+
 def test_round_is_half_to_even_exactly() -> None:
     """ROUND (no NNAPI operation; it was refused) as TFLite's half-to-even rounding, exact
     on ties of both signs and parities, the largest float below a half, integers beyond

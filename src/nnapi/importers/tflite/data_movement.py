@@ -9,6 +9,7 @@ import numpy as np
 from nnapi.codes import OperandCode as T
 from nnapi.codes import OperationCode as Op
 from nnapi.importers.tflite.converter import _Converter, _converter
+from nnapi.importers.tflite.float_moves import _through_float32
 from nnapi.importers.tflite.reader import (
     _FLOAT_TYPES,
     _QUANT8,
@@ -252,10 +253,22 @@ def _gather_batched(c: _Converter, op: _Operator, axis: int, batch_dims: int) ->
     params, index_dims = _static_shape(c, op.tensor(0)), _static_shape(c, op.tensor(1))
     if i_type.type != T.TENSOR_INT32 or params is None or index_dims is None:
         raise UnsupportedOperator("GATHER with batch_dims needs int32 indices and static shapes")
-    batch = batch_dims % len(index_dims) if batch_dims < 0 else batch_dims
-    if axis % len(params) != batch or batch >= len(params) or params[:batch] != index_dims[:batch]:
+    # TFLite's rule (gather.cc): a negative batch_dims counts from the indices' rank, and
+    # then 0 <= batch_dims < the params' rank, batch_dims <= the indices' rank (a rank-0
+    # index, NNAPI's [1], has none: batch_dims -1 is refused, not batch 0)
+    index_rank, params_rank = len(op.tensor(1).shape), len(op.tensor(0).shape)
+    batch = batch_dims + index_rank if batch_dims < 0 else batch_dims
+    if not 0 <= batch < params_rank or batch > index_rank:
+        raise UnsupportedOperator(f"GATHER with batch_dims {batch_dims} of rank-{params_rank} params and rank-"
+                                  f"{index_rank} indices (TFLite needs 0 <= batch_dims, after adding the indices' "
+                                  "rank to a negative one, < the params' rank and <= the indices' rank)")
+    if axis % len(params) != batch or params[:batch] != index_dims[:batch]:
         raise UnsupportedOperator(f"GATHER with batch_dims {batch_dims} along axis {axis} (only the axis right "
                                   "after the batch axes has an NNAPI form here)")
+    if x_type.type in (T.TENSOR_INT32, T.TENSOR_BOOL8):
+        # NNAPI's RESHAPE takes neither: the same GATHER on the params' exact float32 halves
+        _through_float32(c, op, (0,), lambda c, op: _gather_batched(c, op, axis, batch_dims))
+        return
     if x_type.type not in _RESHAPE_TYPES:
         raise UnsupportedOperator(f"GATHER with batch_dims of {x_type.type.name} params (NNAPI's RESHAPE takes none)")
     count, rows = int(np.prod(params[:batch])), params[batch]
