@@ -1846,3 +1846,36 @@ def test_quantized_reduce_prod_is_refused_naming_its_rule() -> None:
         with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(REDUCE_PROD\): quantized REDUCE_PROD: NNAPI's "
                                                      r"REDUCE_PROD takes float tensors only"):
             nnapi.load_tflite(single_op("REDUCE_PROD", t, [0, 1], [2], ("ReducerOptions", {"KeepDims": False})))
+
+
+def test_quantized_mul_scale_rule_is_one_rule() -> None:
+    """NNAPI's quantized MUL needs output scale > input1 scale * input2 scale in float32
+    (quantized_mul_scales_allowed, the one statement of it): at an output scale equal to
+    the float32 product, which exceeds the float64 one, the model is refused and the
+    TFLite importer takes its float32 form; one float32 step above, both take MUL."""
+    from helpers import build_single_op_model, s8
+    from nnapi.operations.arithmetic import quantized_mul_scales_allowed
+    from tflite_builder import Tensor, single_op
+
+    a, b = np.float32(0.6405921), np.float32(0.27708885)
+    product = a * b
+    assert float(product) > float(a) * float(b)  # float64 would allow an output scale of product
+    for out, allowed in ((product, False), (np.nextafter(product, np.float32(1)), True)):
+        assert quantized_mul_scales_allowed(float(a), float(b), float(out)) is allowed
+        inputs = [(s8([4], float(a), 0), None), (s8([4], float(b), 0), None),
+                  (nnapi.OperandType(nnapi.OperandCode.INT32), 0)]
+        if allowed:
+            build_single_op_model(nnapi.OperationCode.MUL, inputs, [s8([4], float(out), 0)])
+        else:
+            with pytest.raises(nnapi.BadDataError, match="must exceed the product of the input scales"):
+                build_single_op_model(nnapi.OperationCode.MUL, inputs, [s8([4], float(out), 0)])
+        t = [Tensor("a", "int8", [4], scale=float(a), zero_point=0), Tensor("b", "int8", [4], scale=float(b),
+                                                                            zero_point=0),
+             Tensor("y", "int8", [4], scale=float(out), zero_point=0)]
+        try:
+            imported = nnapi.load_tflite(single_op("MUL", t, [0, 1], [2]))
+        except nnapi.BadDataError as error:  # the float32 form differs from TFLite's: refused by that rule
+            assert not allowed and "does not exceed the product" in str(error)
+            continue
+        emitted = [name for lowering in imported.lowerings for name in lowering.operations]
+        assert ("DEQUANTIZE" in emitted) is not allowed, emitted

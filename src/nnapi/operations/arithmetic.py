@@ -65,6 +65,14 @@ def _floor_divide_int32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(zero, 0, quotient).astype(np.int32)
 
 
+def quantized_mul_scales_allowed(a_scale: float, b_scale: float, out_scale: float) -> bool:
+    """NNAPI's condition on a quantized MUL's scales (ANeuralNetworksModel_addOperation
+    with ANEURALNETWORKS_MUL): output scale > input1 scale * input2 scale, on float32
+    scales as the NDK stores them. The one statement of the rule: the validation here and
+    the TFLite importer (which takes another form where it fails) ask it."""
+    return bool(np.float32(out_scale) > np.float32(a_scale) * np.float32(b_scale))
+
+
 @register(OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV, zero_sized_inputs=True)
 class BinaryArithmetic(Operation):
     def validate(self, ctx: ValidationContext) -> None:
@@ -77,12 +85,10 @@ class BinaryArithmetic(Operation):
         if a and b and 0 not in a and 0 not in b and broadcast_shapes(a, b) is None:
             ctx.fail(f"input shapes {list(a)} and {list(b)} do not broadcast")
         if self.code == OperationCode.MUL and ctx.input_type(INPUT1) in _QUANT8_TYPES:
-            # The NDK requires output_scale > input1_scale * input2_scale for quantized MUL
-            # (float32 scales, as the NDK stores them).
-            product = np.float32(ctx.inputs[INPUT1].scale) * np.float32(ctx.inputs[INPUT2].scale)
-            if not np.float32(ctx.outputs[0].scale) > product:
-                ctx.fail(f"output 0 scale {ctx.outputs[0].scale} must exceed the product of the input "
-                         f"scales ({product})")
+            a_scale, b_scale, out_scale = ctx.inputs[INPUT1].scale, ctx.inputs[INPUT2].scale, ctx.outputs[0].scale
+            if not quantized_mul_scales_allowed(a_scale, b_scale, out_scale):
+                ctx.fail(f"output 0 scale {out_scale} must exceed the product of the input "
+                         f"scales ({np.float32(a_scale) * np.float32(b_scale)})")
 
     def prepare(self, ctx: ExecutionContext) -> list[Shape]:
         a, b = ctx.input(INPUT1).shape, ctx.input(INPUT2).shape

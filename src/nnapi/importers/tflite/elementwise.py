@@ -24,6 +24,7 @@ from nnapi.importers.tflite.reader import (
 )
 from nnapi.operand import OperandType
 from nnapi.operations.activations import FIXED_OUTPUT_QUANT, has_quantization
+from nnapi.operations.arithmetic import quantized_mul_scales_allowed
 from nnapi.operations.common import ERFC_A, ERFC_P, GELU_TANH_CUBIC
 from nnapi.operations.quant_math import (
     dequantize,
@@ -55,7 +56,7 @@ def _arithmetic(c: _Converter, op: _Operator) -> None:
     a, b = c.input(0), c.input(1)
     if code == Op.MUL and c.nn_type(op.out_tensor()).type in _QUANT8 and activation == 0:
         a_type, b_type, out_type = c.type_of(a), c.type_of(b), c.nn_type(op.out_tensor())
-        if not np.float32(out_type.scale) > np.float32(a_type.scale) * np.float32(b_type.scale):
+        if not quantized_mul_scales_allowed(a_type.scale, b_type.scale, out_type.scale):
             # NNAPI's quantized MUL needs output_scale > input1_scale * input2_scale; TFLite's
             # (a multiplier >= 1: yolov5's box decoding) takes any, with one rounding
             if not _float_mul_matches_tflite(a_type, b_type, out_type):

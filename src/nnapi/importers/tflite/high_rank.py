@@ -27,6 +27,7 @@ from nnapi.importers.tflite.reader import (
     _static_shape,
 )
 from nnapi.operand import OperandType
+from nnapi.operations.arithmetic import quantized_mul_scales_allowed
 from nnapi.operations.common import nearest_indexes
 
 #: NNAPI's tensors have rank 4 at most (RESHAPE, TILE, TRANSPOSE, ...)
@@ -364,7 +365,7 @@ def _lifted_arithmetic(c: _Converter, op: _Operator, code: OperationCode, activa
         # scales holds (else _arithmetic's float32 form, which needs the operand at rank 5)
         a_type, b_type = c.nn_type(op.tensor(0)), c.nn_type(op.tensor(1))
         if code not in (Op.ADD, Op.SUB, Op.MUL) or code == Op.MUL and \
-                not np.float32(out_type.scale) > np.float32(a_type.scale) * np.float32(b_type.scale):
+                not quantized_mul_scales_allowed(a_type.scale, b_type.scale, out_type.scale):
             return False
     elif op.out_tensor().tfl_type not in (_FLOAT32, _FLOAT16):
         return False
