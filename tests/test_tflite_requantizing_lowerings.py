@@ -232,13 +232,16 @@ def test_table_lowerings_refuse_scales_that_float32_cannot_recover(scale):
     """int8 ABS and the requantizing MEAN read a table by each stored value recovered in
     float32 (DEQUANTIZE, MUL by 1 / scale, ADD, FLOOR): with an input scale of 1e37, 255 *
     scale overflows to inf (the import succeeded, the run failed with GATHER index 256); with
-    1e-39 (subnormal) its inverse does. Checked at import over all 256 values: refused, naming the rule."""
+    1e-39 (subnormal) its inverse does. Checked at import over all 256 values: refused,
+    naming the rule. (A MEAN of ViT's LayerNormalization quantization, whose FULLY_CONNECTED
+    form is not exact, so that the table is taken, scaled up to 5e37.)"""
     from tflite_builder import Operator, Subgraph, Tensor, build
 
     tensors = [Tensor("x", "int8", [4], scale=scale, zero_point=-128),
                Tensor("y", "int8", [4], scale=scale * 2, zero_point=0)]
     abs_model = build(Subgraph(tensors, [Operator("ABS", [0], [1])], [0], [1]))
-    mean_model = _mean_model("int8", [2, 4], [1], (scale, -128, scale * 2, 0))
+    factor = 5e37 / 0.0112 if scale > 1 else 1e-39 / 0.0112
+    mean_model = _mean_model("int8", [3, 48], [1], (0.0112 * factor, -5, 0.000587 * factor, 11))
     for data in (abs_model, mean_model):
         with pytest.raises(nnapi.BadDataError, match="stored values are not recovered exactly in float32"):
             nnapi.load_tflite(data)
@@ -246,4 +249,22 @@ def test_table_lowerings_refuse_scales_that_float32_cannot_recover(scale):
     tensors = [Tensor("x", "int8", [4], scale=1e-3, zero_point=-128),
                Tensor("y", "int8", [4], scale=2e-3, zero_point=0)]
     nnapi.load_tflite(build(Subgraph(tensors, [Operator("ABS", [0], [1])], [0], [1])))
-    nnapi.load_tflite(_mean_model("int8", [2, 4], [1], (1e-3, -128, 2e-3, 0)))
+    nnapi.load_tflite(_mean_model("int8", [3, 48], [1], (0.0112, -5, 0.000587, 11)))
+
+
+@pytest.mark.parametrize("factor", [1e37, 1e-36])
+def test_requantizing_mean_table_of_extreme_scales_recovers_each_value_first(factor):
+    """The table's sum of up to 127 values is taken before FLOOR where its float32 error
+    bound holds: not where the sum of the reals overflows (48 * 255 * 1.12e35) or the
+    reals are subnormal (a scale of 1.12e-38); there each stored value is recovered first
+    and the integers summed, equal to LiteRT's builtin kernel on every sum, on each
+    device."""
+    pytest.importorskip("ai_edge_litert")
+    quant = (0.0112 * factor, -5, 0.000587 * factor, 11)
+    data = _mean_model("int8", [12241, 48], [1], quant)
+    emitted = [name for lowering in nnapi.load_tflite(data).lowerings for name in lowering.operations]
+    assert emitted == ["DEQUANTIZE", "MUL", "ADD", "FLOOR", "REDUCE_SUM", "ADD", "CAST", "GATHER"]
+    feed = _rows_of_every_sum("int8", 48, quant[1])
+    want = litert_builtin_output(data, feed)
+    for device in ("nnapi-reference", "nnapi-ort-cpu"):
+        np.testing.assert_array_equal(imported_output(data, feed, device), want, err_msg=device)

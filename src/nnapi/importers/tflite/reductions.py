@@ -125,7 +125,13 @@ def _mean_as_table(c: _Converter, x: int, x_type: OperandType, out_type: Operand
     out_dims = list(c.type_of(out).dimensions)
     real = c.temp(OperandType(T.TENSOR_FLOAT32, dims))
     c.emit(Op.DEQUANTIZE, [x], [real])
-    early = count * (count + 2) * 255 < 1 << 22
+    scale = np.float32(x_type.scale)
+    with np.errstate(over="ignore"):
+        largest = np.float32(max(-low, high)) * scale * np.float32(2)
+        # the error bound of summing first holds for normal float32 values whose sum stays
+        # finite (and its product by 1 / scale): else each value is recovered first
+        early = count * (count + 2) * 255 < 1 << 22 and scale >= np.finfo(np.float32).tiny and \
+            bool(np.isfinite(largest * (np.float32(1.0) / scale)))
     # sum first where its float32 error stays below 0.25 of a unit (_mean_as_table)
     summed_dims = out_dims if early else dims
     scaled, halves, whole = (c.temp(OperandType(T.TENSOR_FLOAT32, summed_dims)) for _ in range(3))
