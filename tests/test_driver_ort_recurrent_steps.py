@@ -20,6 +20,8 @@ import nnapi  # noqa: E402
 from helpers import constant, lowered_node_types, operand_adder, reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
+from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
 
@@ -338,3 +340,35 @@ def test_pack_before_the_last_axis_is_one_concat(ort_device, axis):
     ours, theirs = _both(model, ort_device, values, [np.zeros(shape, np.float32)])
     np.testing.assert_array_equal(ours[0], np.stack(values, axis=axis).reshape(shape))
     np.testing.assert_array_equal(theirs[0], ours[0])
+
+
+def test_one_pixel_convolution_of_unknown_depth_is_claimed(ort_device):
+    """A 1x1 CONV_2D of 1x1 images whose input depth is unknown at preparation ([2, 1, 1, 0])
+    and a constant [5, 1, 1, 3] filter: claimed (the depth is the filter's), the reference's
+    values bit for bit (the one-pixel form reshaped the filter to [5, 0] and declined with
+    numpy's ValueError)."""
+    rng = np.random.default_rng(11)
+    model = nnapi.Model()
+    op = operand_adder(model)
+    x = model.add_operand(nnapi.OperandType(T.TENSOR_QUANT8_ASYMM, [2, 1, 1, 0], 0.02, 100))
+    w = op(T.TENSOR_QUANT8_ASYMM, [5, 1, 1, 3], rng.integers(0, 256, (5, 1, 1, 3)).astype(np.uint8), 0.01, 140)
+    bias = op(T.TENSOR_INT32, [5], rng.integers(-3000, 3000, 5).astype(np.int32), 0.02 * 0.01)
+    scalars = [constant(model, T.INT32, v) for v in (1, 1, 1, 0)]  # SAME, strides 1, 1, no activation
+    y = op(T.TENSOR_QUANT8_ASYMM, [2, 1, 1, 5], scale=0.05, zero_point=120)
+    model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    assert OrtDevice().get_unsupported_reasons(build_hal_model(model)[0]) == [None]
+    rows = rng.integers(0, 256, (2, 1, 1, 3)).astype(np.uint8)
+    results = []
+    for device in (ort_device, reference_device()):
+        compilation = nnapi.Compilation(model, [device])
+        compilation.finish()
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, rows, nnapi.OperandType(T.TENSOR_QUANT8_ASYMM, [2, 1, 1, 3], 0.02, 100))
+        out = np.zeros((2, 1, 1, 5), np.uint8)
+        execution.set_output(0, out)
+        execution.compute()
+        results.append(out)
+    np.testing.assert_array_equal(results[0], results[1])
+    assert len(set(results[1].ravel().tolist())) > 2  # real products, not a constant

@@ -523,12 +523,13 @@ def _one_pixel_product(g: GraphBuilder, operation: Operation, params: ConvParams
     classifier's, where the convolution is as fast). ``quantized_product`` says why."""
     source, output = g.value(operation.inputs[0]), g.operand(operation.outputs[0])
     if (operation.type != OperationCode.CONV_2D or params.nchw or kernel != [1, 1] or source.kind != "uint8"
-            or array.size >= CLASSIFIER_MIN_WEIGHTS or len(source.dims) != 4
+            or not 0 < array.size < CLASSIFIER_MIN_WEIGHTS or len(source.dims) != 4
             or source.dims[1:3] != [1, 1] or not source.dims[0] or list(output.dimensions[1:3]) != [1, 1]
             or (params.pads is not None and any(params.pads))):
         return False
-    batch, depth = source.dims[0], source.dims[3]
+    # the depth is the filter's: the input's may be unknown (0) at preparation
     units = array.shape[0]
+    batch, depth = source.dims[0], array.size // units
     rows = source.name
     producer = g.producer(operation.inputs[0])
     if producer is not None and producer.type == OperationCode.RESHAPE:
