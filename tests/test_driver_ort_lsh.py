@@ -21,6 +21,7 @@ from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.drivers.ort import lsh  # noqa: E402
 from nnapi.drivers.ort.device import OrtDevice  # noqa: E402
+from nnapi.operations.lsh_projection import fingerprint64  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
@@ -180,3 +181,58 @@ def test_lsh_projection_seeds_computed_or_float16_or_a_float_input_at_run_time_a
     floats = _lsh_model(rng, T.TENSOR_FLOAT32, (2,), DENSE, True)
     [why] = OrtDevice().get_unsupported_reasons(build_hal_model(floats)[0])
     assert why is not None and "input" in why and "bit cast" in why
+
+
+def _in_order_bits(seeds: np.ndarray, rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The dense bits as Android's runningSignBit computes them: per seed, each row's
+    Fingerprint64 as a double times its weight as a double, added to the score row after
+    row (a plain loop in Python floats, which are doubles)."""
+    row_bytes = rows.reshape(rows.shape[0], -1).view(np.uint8)
+    bits = []
+    for seed in seeds.astype(np.float32).ravel():
+        score = 0.0
+        for row, weight in zip(row_bytes, weights):
+            key = np.concatenate([np.frombuffer(seed.tobytes(), np.uint8), row])[np.newaxis]
+            score += float(weight) * float(fingerprint64(key).view(np.int64)[0])
+        bits.append(int(score > 0))
+    return np.array(bits, np.int32)
+
+
+def _weighted_lsh(seeds: np.ndarray, rows: int) -> nnapi.Model:
+    """Dense LSH_PROJECTION of constant ``seeds``, int32 rows [rows, 2] and float32 weights [rows]
+    both given at run time."""
+    model = nnapi.Model()
+    hashes = model.add_operand(OperandType(T.TENSOR_FLOAT32, list(seeds.shape)))
+    model.set_operand_value(hashes, seeds)
+    data = model.add_operand(OperandType(T.TENSOR_INT32, [rows, 2]))
+    weights = model.add_operand(OperandType(T.TENSOR_FLOAT32, [rows]))
+    kind = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(kind, DENSE)
+    out = model.add_operand(OperandType(T.TENSOR_INT32, [seeds.size]))
+    model.add_operation(Op.LSH_PROJECTION, [hashes, data, weights, kind], [out])
+    model.identify_inputs_and_outputs([data, weights], [out])
+    model.finish()
+    return model
+
+
+@needs_uint64
+def test_lsh_projection_adds_weighted_rows_in_order(ort_device):
+    """Rows whose weighted hashes cancel ([A, A, B] weighted [1, -1, 1e-30]; 200 rows where
+    the first and the 151st cancel, the rest weighted 1e-30) set the bits Android's in-order
+    double sum sets, on nnapi-ort-cpu and on the reference: the sum is then that of the
+    small rows after the cancellation, which a pairwise sum, a matmul or ORT's ReduceSum
+    (other orders) absorbs into the large ones and loses."""
+    rng = np.random.default_rng(12)
+    seeds = rng.standard_normal((4, 8)).astype(np.float32)
+    a, b = rng.integers(-2**31, 2**31, (2, 2), dtype=np.int64).astype(np.int32)
+    short = (np.stack([a, a, b]), np.array([1, -1, 1e-30], np.float32))
+    many = rng.integers(-2**31, 2**31, (200, 2), dtype=np.int64).astype(np.int32)
+    many[150] = many[0]
+    weights = np.full(200, 1e-30, np.float32)
+    weights[0], weights[150] = 1, -1
+    for rows, weight in (short, (many, weights)):
+        want = _in_order_bits(seeds, rows, weight)
+        assert 0 < want.sum() < want.size  # both signs: the small rows decide
+        got, reference = _outputs(_weighted_lsh(seeds, len(rows)), [rows, weight], seeds.size)
+        np.testing.assert_array_equal(reference, want)
+        np.testing.assert_array_equal(got, want)

@@ -244,7 +244,11 @@ class LshProjection(Operation):
                                    np.broadcast_to(row_bytes, (seeds.size, *row_bytes.shape))], axis=2)
             signatures = fingerprint64(keys.reshape(seeds.size * rows, -1)).view(np.int64)
             values = signatures.astype(np.float64).reshape(seeds.size, rows)
-            scores = values.sum(axis=1) if weights is None else np.matmul(values, weights)
+            if weights is not None:
+                values = values * np.asarray(weights, np.float64)
+            # summed row after row in double, as Android's runningSignBit adds them: np.sum
+            # (pairwise) and np.matmul add in other orders, and cancelling rows then round apart
+            scores = np.add.accumulate(values, axis=1)[:, -1]
             bits = (scores > 0).astype(np.int64)
         if kind == _DENSE:
             return [bits.astype(np.int32)]

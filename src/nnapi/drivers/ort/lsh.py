@@ -38,7 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import OperandCode, OperationCode
-from nnapi.drivers.ort.builder import FLOATS, Declined, GraphBuilder, i64, lowers, probe_form, type_name
+from nnapi.drivers.ort.builder import FLOATS, Declined, GraphBuilder, i64, lowers, probe_form, scalar_i64, type_name
 from nnapi.drivers.ort.omitted import optional_inputs, presence
 from nnapi.hal import OperandLifeTime as L
 from nnapi.hal import Operation
@@ -348,7 +348,11 @@ def lower_lsh_projection(g: GraphBuilder, operation: Operation) -> None:
     if weighted:
         weights = g.one("Cast", [g.value(weight_index).name], to=TensorProto.DOUBLE)
         values = g.one("Mul", [values, weights])
-    scores = g.one("ReduceSum", [values, i64(g, 1)], keepdims=0)
+    # summed row after row, as Android adds them: ORT's CumSum adds each slice along the axis
+    # to the sum of those before it, where ReduceSum adds in another order (cancelling rows
+    # then round apart); its last column is the sum
+    sums = g.one("CumSum", [values, scalar_i64(g, 1)])
+    scores = g.one("Reshape", [g.one("Slice", [sums, i64(g, rows - 1), i64(g, rows), i64(g, 1)]), i64(g, seed_count)])
     bits = g.one("Cast", [g.one("Greater", [scores, g.constant(np.array(0.0, np.float64))])], to=TensorProto.INT64)
     g.set_output(operation.outputs[0], _packed(g, bits, kind, num_hash, num_bits))
 
