@@ -5,7 +5,8 @@ blocks), int32 and 8-bit inputs, the dense, sparse and deprecated sparse types, 
 without weights, float32 and float16 seeds. Float32 seeds given at run time (a model
 input) are bound as their bits, NaN payloads included, and compiled through the cache too;
 computed seeds, float16 seeds and a float input given at run time stay declined with the
-reason."""
+reason, and so is every LSH_PROJECTION where the probe of ORT's uint64 kernels fails. The
+weighted hashes are summed row after row, as Android adds them."""
 
 from __future__ import annotations
 
@@ -236,3 +237,21 @@ def test_lsh_projection_adds_weighted_rows_in_order(ort_device):
         got, reference = _outputs(_weighted_lsh(seeds, len(rows)), [rows, weight], seeds.size)
         np.testing.assert_array_equal(reference, want)
         np.testing.assert_array_equal(got, want)
+
+
+def test_lsh_projection_is_declined_where_onnxruntime_lacks_exact_uint64_kernels(monkeypatch):
+    """The probe of ORT's uint64 arithmetic fails where onnxruntime refuses the graph (1.19
+    has no uint64 Add: probe_form gives None) or computes other values; LSH_PROJECTION is
+    then declined, naming why, where the device claims it on an onnxruntime that passes."""
+    probe = lsh._uint64_arithmetic.__wrapped__
+    if lsh._uint64_arithmetic():
+        assert probe() is True
+    monkeypatch.setattr(lsh, "probe_form", lambda *args: None)
+    assert probe() is False
+    wrong = [np.zeros(3, np.uint64), np.zeros(4, np.uint64), np.zeros(3, np.float64)]  # shaped, not the hashes
+    monkeypatch.setattr(lsh, "probe_form", lambda *args: wrong)
+    assert probe() is False
+    monkeypatch.setattr(lsh, "_uint64_arithmetic", lambda: False)
+    model = _lsh_model(np.random.default_rng(1), T.TENSOR_INT32, (2,), DENSE, True)
+    [why] = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])
+    assert why is not None and "uint64" in why and "1.19 has no uint64 Add" in why
