@@ -304,3 +304,63 @@ def test_fully_connected_units_give_a_detection_its_class_count(ort_device):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         selected += len(reference_results[2])
     assert selected > 0
+
+
+def _proposals_pooled_resized(model: nnapi.Model) -> tuple[list[int], list[int], int, int, int]:
+    """GENERATE_PROPOSALS of run-time scores [1, 2, 2, 2] and deltas [1, 2, 2, 8] (two
+    constant anchors on an 8 x 8 image), its three outputs declared of unknown rank (as a
+    dynamic_outputs model may), ROI_POOLING of a run-time [1, 8, 8, 3] feature map to 2 x 2
+    in its boxes, RESIZE_BILINEAR of the regions to 3 x 3 (both of unknown dimensions).
+    Returns (inputs, outputs, proposal boxes, pooled regions, resized regions)."""
+    scores = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 2, 2, 2]))
+    deltas = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 2, 2, 8]))
+    anchors = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 4]))
+    model.set_operand_value(anchors, np.array([[0, 0, 4, 4], [1, 1, 6, 5]], np.float32))
+    image = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 2]))
+    model.set_operand_value(image, np.array([8, 8], np.float32))
+    parameters = [_scalar(model, T.FLOAT32, 4.0), _scalar(model, T.FLOAT32, 4.0), _scalar(model, T.INT32, -1),
+                  _scalar(model, T.INT32, -1), _scalar(model, T.FLOAT32, 0.5), _scalar(model, T.FLOAT32, 1.0),
+                  _scalar(model, T.BOOL, False)]
+    kept, boxes, batches = (model.add_operand(OperandType(code, [])) for code in (
+        T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.TENSOR_INT32))
+    model.add_operation(Op.GENERATE_PROPOSALS, [scores, deltas, anchors, image, *parameters], [kept, boxes, batches])
+    feature = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 8, 8, 3]))
+    pooled = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0, 0, 0]))
+    model.add_operation(Op.ROI_POOLING, [feature, boxes, batches, _scalar(model, T.INT32, 2),
+                                         _scalar(model, T.INT32, 2), _scalar(model, T.FLOAT32, 1.0),
+                                         _scalar(model, T.FLOAT32, 1.0), _scalar(model, T.BOOL, False)], [pooled])
+    resized = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0, 0, 0]))
+    model.add_operation(Op.RESIZE_BILINEAR, [pooled, _scalar(model, T.INT32, 3), _scalar(model, T.INT32, 3),
+                                             _scalar(model, T.BOOL, False)], [resized])
+    return [scores, deltas, feature], [kept, resized], boxes, pooled, resized
+
+
+def test_proposal_boxes_and_pooled_regions_get_their_known_dimensions(ort_device):
+    """GENERATE_PROPOSALS -> ROI_POOLING -> RESIZE_BILINEAR, every temporary of unknown
+    dimensions (the proposals' of unknown rank): the proposal boxes are [n, 4] and the
+    pooled regions [n, 2, 2, 3] whatever n (shapes._PARTIAL), so nnapi-ort-cpu takes the
+    whole model (without the proposals' entry ROI_POOLING reads boxes of unknown rank, without
+    ROI_POOLING's the resize has no height and width: each declined); the reference's
+    values. (None kept is no case: ROI_POOLING refuses zero-sized boxes, as Android's.)"""
+    rng = np.random.default_rng(10)
+    model = nnapi.Model()
+    inputs, outputs, boxes, pooled, resized = _proposals_pooled_resized(model)
+    model.identify_inputs_and_outputs(inputs, outputs)
+    model.finish()
+    hal = build_hal_model(model)[0]
+    shaped = infer_temporary_shapes(hal).main.operands
+    assert shaped[boxes].dimensions == [0, 4] and shaped[pooled].dimensions == [0, 2, 2, 3]
+    assert OrtDevice().get_unsupported_reasons(hal) == [None] * 3
+    kept = []
+    for _ in range(3):
+        values = [rng.uniform(0, 1, (1, 2, 2, 2)).astype(np.float32),
+                  rng.uniform(-0.5, 0.5, (1, 2, 2, 8)).astype(np.float32),
+                  rng.standard_normal((1, 8, 8, 3)).astype(np.float32)]
+        ort_results, reference_results = _run_on_both(ort_device, model, values, [(np.float32, 8),
+                                                                                  (np.float32, 8 * 27)])
+        for got, want in zip(ort_results, reference_results, strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert reference_results[1].shape == (len(reference_results[0]), 3, 3, 3)
+        kept.append(len(reference_results[0]))
+    assert min(kept) > 0
