@@ -434,6 +434,57 @@ def test_a_step_answering_a_shape_that_is_not_its_outputs_falls_back(register):
                                       "(the same rank, each known dimension equal)")
 
 
+@pytest.mark.parametrize("shapes, problem", [
+    (None, "list of 0 for the output shapes of 1 outputs"),
+    ("zz", "str for the output shapes of 1 outputs"),
+    ([nnapi.hal.OutputShape(["x"], False)], "output 0: dimensions ['x'] are not unsigned 32-bit integers"),
+    ([nnapi.hal.OutputShape([5], False)], "output 0: dimensions [5] do not fit the output's [3] (the same rank, "
+                                          "each known dimension equal)"),
+    ([nnapi.hal.OutputShape([3], True)], "no output marked insufficient"),
+    ([nnapi.hal.OutputShape([3], "no")], "output 0: is_sufficient 'no' is no bool"),
+])
+def test_a_malformed_output_insufficient_size_is_op_failed(register, shapes, problem):
+    """The output shapes a driver's OUTPUT_INSUFFICIENT_SIZE carries are checked as Android's
+    validateOutputShapesFromDriver does (one per output, each fitting the output, at least
+    one insufficient): they used to escape as a raw AttributeError ("zz"), BadDataError from
+    compute leaving the execution unfinished (["x"]), or an IndexError from
+    get_output_operand_dimensions (none). With the device named it is OP_FAILED naming the
+    rule; otherwise the run is re-done on the CPU."""
+    register(Answering("short", execute_error=nnapi.hal.HalError(
+        nnapi.hal.ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "too small", shapes)))
+    for explicit in (True, False):
+        compilation = compile_(add_mul_model(), [device_named("short")] if explicit else None)
+        assert compilation.step_devices == ["short"]
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, X)
+        y = np.zeros(3, np.float32)
+        execution.set_output(0, y)
+        if explicit:
+            with pytest.raises(nnapi.OpFailedError) as caught:
+                execution.compute()
+            assert str(caught.value) == f"short: execute failed with OUTPUT_INSUFFICIENT_SIZE but {problem}"
+            with pytest.raises(nnapi.BadStateError, match="the last computation failed"):
+                execution.get_output_operand_dimensions(0)
+        else:
+            execution.compute()
+            np.testing.assert_array_equal(y, EXPECTED)
+
+
+def test_a_well_formed_output_insufficient_size_is_reported(register):
+    """A driver's OUTPUT_INSUFFICIENT_SIZE whose shapes pass the rules reaches the app as
+    the NDK's OUTPUT_INSUFFICIENT_SIZE with the dimensions the output needs."""
+    register(Answering("short", execute_error=nnapi.hal.HalError(
+        nnapi.hal.ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "too small", [nnapi.hal.OutputShape([3], np.False_)])))
+    compilation = compile_(add_mul_model(), [device_named("short")])
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, X)
+    execution.set_output(0, np.zeros(3, np.float32))
+    with pytest.raises(nnapi.OutputInsufficientSizeError):
+        execution.compute()
+    with pytest.raises(nnapi.OutputInsufficientSizeError, match=r"it needs dimensions \[3\]"):
+        execution.get_output_operand_dimensions(0)
+
+
 @pytest.mark.parametrize("info, problem", [
     ((42, nnapi.hal.Timing(), nnapi.hal.Timing()), "the execution failed with status 42"),
     ((nnapi.hal.ErrorStatus.NONE, None, None), "the fenced execution's callback answered"),

@@ -578,6 +578,44 @@ def _answer_problem(answer: object, expected: tuple[tuple[int, ...], ...]) -> st
     return None
 
 
+def _insufficient_problem(shapes: object, expected: tuple[tuple[int, ...], ...]) -> str | None:
+    """What is wrong with the output shapes a driver's OUTPUT_INSUFFICIENT_SIZE carries --
+    Android's validateOutputShapesFromDriver: one per output, each of uint32 dimensions that
+    fit the output's known ones (``expected``) and marked sufficient or not, at least one
+    not -- or None when nothing is."""
+    if not isinstance(shapes, list | tuple) or len(shapes) != len(expected):
+        length = f" of {len(shapes)}" if isinstance(shapes, list | tuple) else ""
+        return f"{type(shapes).__name__}{length} for the output shapes of {len(expected)} outputs"
+    for position, shape in enumerate(shapes):
+        if not isinstance(shape, OutputShape):
+            return f"output {position}: a {type(shape).__name__}, not an OutputShape"
+        dims = shape.dimensions
+        if not isinstance(dims, list | tuple) or not all(_is_count(d, 0xFFFFFFFF) for d in dims):
+            return f"output {position}: dimensions {dims!r:.100} are not unsigned 32-bit integers"
+        if not _fits(dims, expected[position]):
+            return (f"output {position}: dimensions {[int(d) for d in dims][:8]} do not fit the output's "
+                    f"{list(expected[position])[:8]} (the same rank, each known dimension equal)")
+        if not isinstance(shape.is_sufficient, bool | np.bool_):
+            return f"output {position}: is_sufficient {shape.is_sufficient!r:.40} is no bool"
+    if all(shape.is_sufficient for shape in shapes):
+        return "no output marked insufficient"
+    return None
+
+
+def checked_insufficient(error: HalError, expected: tuple[tuple[int, ...], ...], device_name: str) -> HalError:
+    """A driver's OUTPUT_INSUFFICIENT_SIZE, its output shapes checked (``_insufficient_problem``)
+    before the runtime reports them (they become get_output_operand_dimensions' answer and
+    the error's message): the error with its shapes as plain lists and bools, or
+    HalError(GENERAL_FAILURE) naming the device and the rule. A driver's malformed shapes
+    used to escape as a raw AttributeError, IndexError or BadDataError."""
+    problem = _insufficient_problem(error.output_shapes, expected)
+    if problem is not None:
+        return HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: execute failed with OUTPUT_INSUFFICIENT_SIZE "
+                                                     f"but {problem}")
+    shapes = [OutputShape([int(d) for d in s.dimensions], bool(s.is_sufficient)) for s in error.output_shapes]
+    return HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, str(error), shapes)
+
+
 def checked_answer(answer, expected: tuple[tuple[int, ...], ...], device_name: str, call: str
                    ) -> tuple[list[OutputShape], Timing]:
     """A driver's answer to a successful execution, checked (``_answer_problem``) before the
@@ -684,7 +722,10 @@ class ExecutionPlan:
 
     def _fallback(self, error: Exception, request: Request, deadline_ns, loop_timeout_ns
                   ) -> tuple[list[OutputShape], Timing]:
-        hal_error = contain(self.steps[0].device.name if self.single is not None else "plan", "execute", error)
+        name = self.steps[0].device.name if self.single is not None else "plan"
+        hal_error = contain(name, "execute", error)
+        if hal_error.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+            hal_error = checked_insufficient(hal_error, self.output_dims, name)
         if self.fallback_device is None or hal_error.status in _NO_FALLBACK:
             raise hal_error from None
         cpu = self._cpu_model()
@@ -805,9 +846,11 @@ class ExecutionPlan:
                                                 "execute")
                     step_shapes, timing = answer
             except HalError as error:
-                if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or len(error.output_shapes) != len(
-                        step.outputs):
+                if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
                     raise
+                error = checked_insufficient(error, self.step_output_dims[id(step)], step.device.name)
+                if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                    raise error from None
                 caller_short = False
                 for k, (index, shape) in enumerate(zip(step.outputs, error.output_shapes, strict=True)):
                     if index in layout.output_position:
