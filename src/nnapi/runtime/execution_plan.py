@@ -549,18 +549,15 @@ def _fits(dims: Sequence[int], expected: tuple[int, ...]) -> bool:
     return True
 
 
-def _answer_problem(answer: object, expected: tuple[tuple[int, ...], ...]) -> str | None:
-    """What is wrong with a driver's answer to a successful execution -- it must be
-    (an output shape per output, Timing): each shape a list of dimensions in uint32 that
-    fits the output's known dimensions (``expected``) and sufficient, the timing two
-    durations in uint64 -- or None when nothing is."""
-    count = len(expected)
-    if not isinstance(answer, tuple | list) or len(answer) != 2:
-        return f"returned {type(answer).__name__}, not (output shapes, timing)"
-    shapes, timing = answer
-    if not isinstance(shapes, list | tuple) or len(shapes) != count:
+def _shapes_problem(shapes: object, expected: tuple[tuple[int, ...], ...], succeeded: bool, count_lead: str = ""
+                    ) -> str | None:
+    """What is wrong with the output shapes a driver answers -- one per output, each of
+    uint32 dimensions that fit the output's known ones (``expected``; Android's isUpdatable)
+    and marked sufficient (``succeeded``: every one; else each a bool) -- or None when
+    nothing is. ``count_lead`` starts the message of a wrong count."""
+    if not isinstance(shapes, list | tuple) or len(shapes) != len(expected):
         length = f" of {len(shapes)}" if isinstance(shapes, list | tuple) else ""
-        return f"returned {type(shapes).__name__}{length} for the output shapes of {count} outputs"
+        return f"{count_lead}{type(shapes).__name__}{length} for the output shapes of {len(expected)} outputs"
     for position, shape in enumerate(shapes):
         if not isinstance(shape, OutputShape):
             return f"output {position}: a {type(shape).__name__}, not an OutputShape"
@@ -570,8 +567,23 @@ def _answer_problem(answer: object, expected: tuple[tuple[int, ...], ...]) -> st
         if not _fits(dims, expected[position]):
             return (f"output {position}: dimensions {[int(d) for d in dims][:8]} do not fit the output's "
                     f"{list(expected[position])[:8]} (the same rank, each known dimension equal)")
-        if shape.is_sufficient is not True and shape.is_sufficient is not np.True_:
-            return f"output {position}: is_sufficient {shape.is_sufficient!r:.40} in a successful execution"
+        if succeeded:
+            if shape.is_sufficient is not True and shape.is_sufficient is not np.True_:
+                return f"output {position}: is_sufficient {shape.is_sufficient!r:.40} in a successful execution"
+        elif not isinstance(shape.is_sufficient, bool | np.bool_):
+            return f"output {position}: is_sufficient {shape.is_sufficient!r:.40} is no bool"
+    return None
+
+
+def _answer_problem(answer: object, expected: tuple[tuple[int, ...], ...]) -> str | None:
+    """What is wrong with a driver's answer to a successful execution -- it must be
+    (output shapes, Timing): the shapes as ``_shapes_problem`` asks, each sufficient, the
+    timing two durations in uint64 -- or None when nothing is."""
+    if not isinstance(answer, tuple | list) or len(answer) != 2:
+        return f"returned {type(answer).__name__}, not (output shapes, timing)"
+    shapes, timing = answer
+    if (problem := _shapes_problem(shapes, expected, True, "returned ")) is not None:
+        return problem
     if not isinstance(timing, Timing) or not (_is_count(timing.time_on_device, _UINT64_MAX)
                                               and _is_count(timing.time_in_driver, _UINT64_MAX)):
         return f"timing {timing!r:.100} is not two unsigned 64-bit durations"
@@ -580,23 +592,10 @@ def _answer_problem(answer: object, expected: tuple[tuple[int, ...], ...]) -> st
 
 def _insufficient_problem(shapes: object, expected: tuple[tuple[int, ...], ...]) -> str | None:
     """What is wrong with the output shapes a driver's OUTPUT_INSUFFICIENT_SIZE carries --
-    Android's validateOutputShapesFromDriver: one per output, each of uint32 dimensions that
-    fit the output's known ones (``expected``) and marked sufficient or not, at least one
-    not -- or None when nothing is."""
-    if not isinstance(shapes, list | tuple) or len(shapes) != len(expected):
-        length = f" of {len(shapes)}" if isinstance(shapes, list | tuple) else ""
-        return f"{type(shapes).__name__}{length} for the output shapes of {len(expected)} outputs"
-    for position, shape in enumerate(shapes):
-        if not isinstance(shape, OutputShape):
-            return f"output {position}: a {type(shape).__name__}, not an OutputShape"
-        dims = shape.dimensions
-        if not isinstance(dims, list | tuple) or not all(_is_count(d, 0xFFFFFFFF) for d in dims):
-            return f"output {position}: dimensions {dims!r:.100} are not unsigned 32-bit integers"
-        if not _fits(dims, expected[position]):
-            return (f"output {position}: dimensions {[int(d) for d in dims][:8]} do not fit the output's "
-                    f"{list(expected[position])[:8]} (the same rank, each known dimension equal)")
-        if not isinstance(shape.is_sufficient, bool | np.bool_):
-            return f"output {position}: is_sufficient {shape.is_sufficient!r:.40} is no bool"
+    Android's validateOutputShapesFromDriver: the shapes as ``_shapes_problem`` asks, at
+    least one not sufficient -- or None when nothing is."""
+    if (problem := _shapes_problem(shapes, expected, False)) is not None:
+        return problem
     if all(shape.is_sufficient for shape in shapes):
         return "no output marked insufficient"
     return None
