@@ -203,7 +203,9 @@ def _models() -> dict[str, Any]:
     return models
 
 
-def _compute(compilation, inputs, outputs_like, **options):
+def _execution(compilation, inputs, outputs_like):
+    """An Execution of ``compilation`` with ``inputs`` set and a zeroed output like each of
+    ``outputs_like`` set: (the execution, its outputs)."""
     import nnapi
 
     execution = nnapi.Execution(compilation)
@@ -212,6 +214,11 @@ def _compute(compilation, inputs, outputs_like, **options):
     outputs = [np.zeros_like(o) for o in outputs_like]
     for index, value in enumerate(outputs):
         execution.set_output(index, value)
+    return execution, outputs
+
+
+def _compute(compilation, inputs, outputs_like, **options):
+    execution, outputs = _execution(compilation, inputs, outputs_like)
     if options.get("timing"):
         execution.set_measure_timing(True)
     execution.compute()
@@ -1180,12 +1187,7 @@ def _scenarios() -> dict[str, Any]:
     def compute(device, work, name="demo"):
         _, inputs, expected, _ = models[name]
         compilation = compiled(device, name)
-        execution = nnapi.Execution(compilation)
-        for index, value in enumerate(inputs):
-            execution.set_input(index, value)
-        outputs = [np.zeros_like(o) for o in expected]
-        for index, value in enumerate(outputs):
-            execution.set_output(index, value)
+        execution, outputs = _execution(compilation, inputs, expected)
         execution.set_measure_timing(True)
         execution.compute()
         check(expected, outputs, f"{name} compute")
@@ -1223,10 +1225,7 @@ def _scenarios() -> dict[str, Any]:
         compilation = compiled(device)
         burst = nnapi.Burst(compilation)
         for _ in range(2):
-            execution = nnapi.Execution(compilation)
-            execution.set_input(0, inputs[0])
-            y = np.zeros((1, 4), np.float32)
-            execution.set_output(0, y)
+            execution, (y,) = _execution(compilation, inputs, expected)
             execution.burst_compute(burst)
             check(expected, [y], "burst")
             check_shapes(execution, expected, "burst")
@@ -1234,11 +1233,8 @@ def _scenarios() -> dict[str, Any]:
     def reusable(device, work):
         _, inputs, expected, _ = models["demo"]
         compilation = compiled(device)
-        execution = nnapi.Execution(compilation)
+        execution, (y,) = _execution(compilation, inputs, expected)
         execution.set_reusable(True)
-        execution.set_input(0, inputs[0])
-        y = np.zeros((1, 4), np.float32)
-        execution.set_output(0, y)
         for _ in range(3):
             y[:] = 0
             execution.compute()
@@ -1249,10 +1245,7 @@ def _scenarios() -> dict[str, Any]:
         _, inputs, expected, _ = models["demo"]
         compilation = compiled(device)
         for fenced in (False, True):
-            execution = nnapi.Execution(compilation)
-            execution.set_input(0, inputs[0])
-            y = np.zeros((1, 4), np.float32)
-            execution.set_output(0, y)
+            execution, (y,) = _execution(compilation, inputs, expected)
             event = execution.start_compute_with_dependencies([]) if fenced else execution.start_compute()
             event.wait()
             check(expected, [y], "asynchronous")
