@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import threading
 
 import numpy as np
@@ -14,6 +15,7 @@ from nnapi import OperandType
 from nnapi import OperationCode as Op
 from nnapi.codes import FeatureLevelCode, PreferenceCode
 from nnapi.drivers.sample import FaultyDevice
+from nnapi.hal.interfaces import _DoneCallback
 from nnapi.runtime import manager
 
 
@@ -520,3 +522,66 @@ def test_a_malformed_fenced_execution_report_is_op_failed(register, info, proble
     assert not waiter.is_alive(), "the event was never signalled"
     assert len(outcome) == 1 and isinstance(outcome[0], nnapi.OpFailedError), outcome
     assert problem in str(outcome[0])
+
+
+_DONE = _DoneCallback(nnapi.hal.ErrorStatus.NONE, nnapi.hal.Timing(), nnapi.hal.Timing())
+
+
+def _closed_descriptor() -> int:
+    read, write = os.pipe()
+    os.close(read)
+    os.close(write)
+    return read
+
+
+@pytest.mark.parametrize("answer, problem", [
+    (lambda: None, "returned NoneType, not (sync fence, callback)"),
+    (lambda: (None, _DONE, 3), "returned tuple, not (sync fence, callback)"),
+    (lambda: (None, None), "returned NoneType for its callback, not an IFencedExecutionCallback"),
+    (lambda: (None, object()), "returned object for its callback, not an IFencedExecutionCallback"),
+    (lambda: ("3", _DONE), "returned the sync fence '3', not None or a file descriptor"),
+    (lambda: (True, _DONE), "returned the sync fence True, not None or a file descriptor"),  # not descriptor 1
+    (lambda: (-1, _DONE), "returned the sync fence -1, not None or a file descriptor"),
+    (lambda: (_closed_descriptor(), _DONE), "which is no open file descriptor"),
+])
+def test_a_malformed_fenced_execution_answer_is_op_failed(register, answer, problem):
+    """What a driver's execute_fenced returns is checked as Android's HAL adapters convert it
+    (a sync fence that is none or a descriptor, a callback that is one): with the device named
+    it is OP_FAILED naming the device and the rule (it was a raw TypeError or AttributeError,
+    and a fence of True was waited on and closed as descriptor 1); otherwise the CPU runs it."""
+    register(Answering("fenced"))
+    for explicit in (True, False):
+        compilation = compile_(add_mul_model(), [device_named("fenced")] if explicit else None)
+        assert compilation.step_devices == ["fenced"]
+        compilation._plan.single.execute_fenced = lambda *args, **kwargs: answer()
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, X)
+        y = np.zeros(3, np.float32)
+        execution.set_output(0, y)
+        event = execution.start_compute_with_dependencies([])
+        if explicit:
+            with pytest.raises(nnapi.OpFailedError) as caught:
+                event.wait()
+            assert str(caught.value).startswith("fenced: execute_fenced ")
+            assert problem in str(caught.value)
+        else:
+            event.wait()
+            np.testing.assert_array_equal(y, EXPECTED)
+            assert compilation._plan.fallback_count == 1
+
+
+def test_the_fence_of_a_fenced_answer_with_no_callback_is_closed(register):
+    """The caller owns the sync fence a driver returns: when the answer is refused for its
+    callback, the fence is closed, not leaked."""
+    register(Answering("fenced"))
+    compilation = compile_(add_mul_model(), [device_named("fenced")])
+    read, write = os.pipe()
+    os.close(write)
+    compilation._plan.single.execute_fenced = lambda *args, **kwargs: (read, None)
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, X)
+    execution.set_output(0, np.zeros(3, np.float32))
+    with pytest.raises(nnapi.OpFailedError, match="not an IFencedExecutionCallback"):
+        execution.start_compute_with_dependencies([]).wait()
+    with pytest.raises(OSError):
+        os.fstat(read)

@@ -150,3 +150,20 @@ def test_malformed_fenced_messages_get_errors(remote):  # noqa: F811 (the fixtur
             time.sleep(0.01)
         assert info["ok"] and info["r"][0] == int(ErrorStatus.NONE)
         np.testing.assert_array_equal(np.frombuffer(memory.buffer, np.float32), [2, 4, 6, 8])
+
+
+def test_a_fenced_execution_on_arrays_runs_in_the_client_and_is_reported(remote):  # noqa: F811
+    """Arrays cannot cross by descriptor, so the client waits and executes itself: its report
+    is an IFencedExecutionCallback the runtime accepts (checked_fenced), not a failure the
+    runtime re-runs on the CPU."""
+    _, devices = remote("svcarrays")
+    compilation = nnapi.Compilation(add_model((4,)), [devices["nnapi-reference@svcarrays"]])
+    compilation.finish()
+    execution = nnapi.Execution(compilation)
+    execution.set_input(0, np.float32([1, 2, 3, 4]))
+    execution.set_input(1, np.float32([10, 20, 30, 40]))
+    out = np.zeros(4, np.float32)
+    execution.set_output(0, out)
+    execution.start_compute_with_dependencies([]).wait()
+    np.testing.assert_array_equal(out, [11, 22, 33, 44])
+    assert compilation._plan.fallback_count == 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -650,6 +651,35 @@ def checked_answer(answer, expected: tuple[tuple[int, ...], ...], device_name: s
     raise HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: {call} {problem}")
 
 
+def checked_fenced(answer: object, device_name: str) -> tuple[int | None, IFencedExecutionCallback]:
+    """A driver's answer to execute_fenced, checked before the runtime waits on it: (a sync
+    fence -- None or an open file descriptor -- , an IFencedExecutionCallback), as Android's
+    HAL adapters convert it (an unconvertible fence or a null callback is GENERAL_FAILURE).
+    HalError(GENERAL_FAILURE) naming the device and the rule otherwise, the fence closed
+    when it is one (the caller owns it); a malformed pair used to escape as a raw TypeError
+    or AttributeError, and a fence of True was waited on and closed as descriptor 1."""
+    if not isinstance(answer, tuple | list) or len(answer) != 2:
+        problem = f"returned {type(answer).__name__}, not (sync fence, callback)"
+    else:
+        fence, callback = answer
+        problem = None
+        if fence is not None:
+            if isinstance(fence, bool) or not isinstance(fence, int | np.integer) or fence < 0:
+                problem = f"returned the sync fence {fence!r:.60}, not None or a file descriptor"
+            else:
+                try:
+                    os.fstat(int(fence))
+                except OSError as error:
+                    problem = f"returned the sync fence {int(fence)}, which is no open file descriptor ({error})"
+        if problem is None and not isinstance(callback, IFencedExecutionCallback):
+            problem = f"returned {type(callback).__name__} for its callback, not an IFencedExecutionCallback"
+            if fence is not None:
+                os.close(int(fence))
+        if problem is None:
+            return (None if fence is None else int(fence)), callback
+    raise HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: execute_fenced {problem}")
+
+
 def output_dims(model: Model, indexes: Sequence[int]) -> tuple[tuple[int, ...], ...]:
     """The known dimensions of the main subgraph's operands ``indexes`` (what a driver's
     output shapes must fit: checked_answer)."""
@@ -887,21 +917,27 @@ class ExecutionPlan:
                        deadline_ns: int | None = None, loop_timeout_ns: int | None = None,
                        timeout_after_fence_ns: int | None = None) -> tuple[int | None, IFencedExecutionCallback]:
         """IPreparedModel.execute_fenced for the plan: a single step hands it to its
-        driver; otherwise (or on a failure that may fall back) the plan waits for the
-        fences and runs synchronously."""
+        driver (its answer checked: checked_fenced); otherwise the plan waits for the
+        fences and runs synchronously, and so does a driver's failure that may fall back,
+        on the fallback device (Android's CPU fallback of a fenced execution)."""
+        failed: HalError | None = None
         if self.single is not None and not needs_staging(request, self.steps[0].device):
+            name = self.steps[0].device.name
             try:
-                return self.single.execute_fenced(request, wait_for, measure_timing, deadline_ns, loop_timeout_ns,
-                                                  timeout_after_fence_ns)
+                return checked_fenced(self.single.execute_fenced(request, wait_for, measure_timing, deadline_ns,
+                                                                 loop_timeout_ns, timeout_after_fence_ns), name)
             except Exception as error:  # noqa: BLE001
-                hal_error = contain(self.steps[0].device.name, "execute_fenced", error)
-                if self.fallback_device is None or hal_error.status in _NO_FALLBACK:
-                    raise hal_error from None
+                failed = contain(name, "execute_fenced", error)
+                if self.fallback_device is None or failed.status in _NO_FALLBACK:
+                    raise failed from None
         wait_for_fences(wait_for, deadline_ns)
         if timeout_after_fence_ns is not None:
             after = time.monotonic_ns() + timeout_after_fence_ns
             deadline_ns = after if deadline_ns is None else min(deadline_ns, after)
-        _, timing = self.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
+        if failed is not None:
+            _, timing = self._fallback(failed, request, deadline_ns, loop_timeout_ns)
+        else:
+            _, timing = self.execute(request, measure_timing, deadline_ns, loop_timeout_ns)
         return None, _DoneCallback(ErrorStatus.NONE, timing, timing)
 
     def configure_burst(self) -> IBurst:

@@ -1006,7 +1006,9 @@ def _element_size(model, position: int) -> int | None:
         return None
 
 
-class _FencedDone:
+class _FencedDone(IFencedExecutionCallback):
+    """The report of a fenced execution the client ran itself (waited, then executed)."""
+
     def __init__(self, timing) -> None:
         self._timing = timing
 
