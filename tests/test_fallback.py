@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 
@@ -585,3 +586,80 @@ def test_the_fence_of_a_fenced_answer_with_no_callback_is_closed(register):
         execution.start_compute_with_dependencies([]).wait()
     with pytest.raises(OSError):
         os.fstat(read)
+
+
+_INF = nnapi.hal.PerformanceInfo(float("inf"), float("inf"))
+
+
+def _uniform(exec_time, power_usage=0.5, **fields):
+    capabilities = nnapi.hal.Capabilities.uniform(nnapi.hal.PerformanceInfo(exec_time, power_usage))
+    for name, value in fields.items():
+        setattr(capabilities, name, value)
+    return lambda: capabilities
+
+
+@pytest.mark.parametrize("answer, problem", [
+    (lambda: None, ": answered a NoneType, not a Capabilities"),
+    (lambda: 1 / 0, " raised ZeroDivisionError: division by zero"),
+    (_uniform("fast"), ": operand_performance[FLOAT32].exec_time is a str, not a number"),
+    (_uniform(float("nan")), ": operand_performance[FLOAT32].exec_time is nan, not greater than 0"),
+    (_uniform(0.0), ": operand_performance[FLOAT32].exec_time is 0.0, not greater than 0"),  # Android: > 0
+    (_uniform(0.5, -1), ": operand_performance[FLOAT32].power_usage is -1.0, not greater than 0"),
+    (_uniform(0.5, operand_performance={"x": _INF}), ": operand_performance has a key of type str, not an operand "
+                                                       "type"),
+    (_uniform(0.5, operand_performance={9999: _INF}), ": operand_performance has the key 9999, which is no operand "
+                                                       "type"),
+    (_uniform(0.5, operand_performance=[]), ": operand_performance is a list, not a dict"),
+    (_uniform(0.5, if_performance=(1.0, 1.0)), ": if_performance is a tuple, not a PerformanceInfo"),
+    (_uniform(0.5, step_cost_s=float("inf")), ": step_cost_s inf is not a finite number of seconds >= 0"),
+    (_uniform(0.5, step_cost_s="1"), ": step_cost_s '1' is not a finite number of seconds >= 0"),
+])
+def test_capabilities_that_do_not_validate_are_no_performance_information(register, capsys, answer, problem):
+    """A driver's capabilities are validated as Android validates getCapabilities (every
+    figure > 0, the table's keys operand types) once, where the runtime reads them: one that
+    does not validate is "no performance information" (every figure infinite: the device is
+    chosen last), its problem shown by Device.capabilities_problem and `nnapi devices`, which
+    crashed on it (AttributeError, ValueError from a str figure, the driver's exception)."""
+    from nnapi.cli import main
+
+    register(Answering("odd", capabilities=answer))
+    device = device_named("odd")
+    assert device.capabilities == nnapi.hal.Capabilities.uniform(_INF)
+    assert device.capabilities_problem == f"odd: get_capabilities{problem}"
+    assert compile_(add_mul_model()).step_devices == ["nnapi-reference"]
+    alone = compile_(add_mul_model(), [device])
+    np.testing.assert_array_equal(run(alone), EXPECTED)
+    assert main(["devices", "-v"]) == 0
+    assert f"  capabilities:  no performance information ({device.capabilities_problem})" in capsys.readouterr().out
+    assert main(["devices", "--json"]) == 0
+    listed = {d["name"]: d for d in json.loads(capsys.readouterr().out)["devices"]}
+    assert listed["odd"]["capabilities_problem"] == device.capabilities_problem
+    assert listed["nnapi-reference"]["capabilities_problem"] is None
+
+
+def test_capabilities_are_read_once_and_kept_as_plain_numbers(register, capsys):
+    """The runtime asks a driver for its capabilities once (as Android reads them when it
+    makes the device) and keeps them validated: numpy figures become floats, an extension
+    operand type is a valid key and `nnapi devices -v` names it (it raised AttributeError)."""
+    from nnapi.cli import main
+
+    calls = []
+    table = {T.TENSOR_FLOAT32: nnapi.hal.PerformanceInfo(np.float32(0.25), np.int64(2)),
+             (1 << 16) | 3: nnapi.hal.PerformanceInfo(0.5, 0.5)}
+
+    def answer():
+        calls.append(1)
+        return nnapi.hal.Capabilities(operand_performance=table)
+
+    register(Answering("counted", capabilities=answer))
+    for _ in range(3):
+        assert compile_(add_mul_model()).step_devices == ["counted"]
+    device = device_named("counted")
+    assert device.capabilities_problem is None
+    performance = device.capabilities.operand_performance
+    assert performance[T.TENSOR_FLOAT32] == nnapi.hal.PerformanceInfo(0.25, 2.0)
+    assert type(performance[T.TENSOR_FLOAT32].exec_time) is float
+    assert type(performance[T.TENSOR_FLOAT32].power_usage) is float
+    assert main(["devices", "-v"]) == 0
+    assert "extension operand type 3 (prefix 1)" in capsys.readouterr().out
+    assert len(calls) == 1

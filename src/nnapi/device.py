@@ -7,6 +7,7 @@ import weakref
 from nnapi.codes import DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, DeviceTypeCode, FeatureLevelCode
 from nnapi.errors import NotConstructibleError, UnexpectedNullError
 from nnapi.hal import Capabilities, IDevice
+from nnapi.runtime import capabilities as _capabilities
 from nnapi.runtime import manager
 
 
@@ -44,7 +45,17 @@ class Device:
 
     @property
     def capabilities(self) -> Capabilities:
-        return self._hal.get_capabilities()
+        """The device's performance figures (no NDK call: what the partitioner weighs), as
+        the runtime validated its driver's answer once (runtime.capabilities): "no
+        performance information" -- every figure infinite -- where it did not validate
+        (``capabilities_problem`` says why)."""
+        return _capabilities.of(self._hal)
+
+    @property
+    def capabilities_problem(self) -> str | None:
+        """What was wrong with the capabilities the device's driver answered; None when
+        nothing was."""
+        return _capabilities.read(self._hal)[1]
 
     def get_extension_support(self, extension_name: str) -> bool:
         """ANeuralNetworksDevice_getExtensionSupport: whether the device's driver supports

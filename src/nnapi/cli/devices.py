@@ -7,6 +7,7 @@ import argparse
 
 import nnapi
 from nnapi.cli._common import print_json
+from nnapi.hal.types import operand_type_name
 
 
 def register(commands, common) -> None:
@@ -29,8 +30,9 @@ def _as_json(device: nnapi.Device) -> dict:
     capabilities = device.capabilities
     return {"name": device.name, "type": device.type.name, "version": device.version,
             "feature_level": int(device.feature_level), "extensions": _extensions(device),
+            "capabilities_problem": device.capabilities_problem,
             "relaxed_float32_to_float16_tensor": vars(capabilities.relaxed_float32_to_float16_tensor),
-            "operand_performance": {code.name: vars(info)
+            "operand_performance": {operand_type_name(code): vars(info)
                                     for code, info in sorted(capabilities.operand_performance.items())}}
 
 
@@ -51,11 +53,14 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if _extensions(device):
             print(f"  extensions:    {', '.join(_extensions(device))}")
         capabilities = device.capabilities
+        if device.capabilities_problem is not None:
+            print(f"  capabilities:  no performance information ({device.capabilities_problem})")
         print(f"  relaxed float32 tensor perf: exec_time={capabilities.relaxed_float32_to_float16_tensor.exec_time:g} "
               f"power_usage={capabilities.relaxed_float32_to_float16_tensor.power_usage:g}")
         if args.verbose:
             for code, info in sorted(capabilities.operand_performance.items()):
-                print(f"    {code.name:<34} exec_time={info.exec_time:g} power_usage={info.power_usage:g}")
+                print(f"    {operand_type_name(code):<34} exec_time={info.exec_time:g} "
+                      f"power_usage={info.power_usage:g}")
         from nnapi.operations import implemented_operations
 
         if device.name == "nnapi-reference":

@@ -57,6 +57,7 @@ from nnapi.hal import (
     OperandLifeTime,
     Operation,
     OutputShape,
+    PerformanceInfo,
     Priority,
     Request,
     RequestArgument,
@@ -66,6 +67,7 @@ from nnapi.hal import (
 from nnapi.hal.interfaces import IFencedExecutionCallback, _DoneCallback, wait_for_fences
 from nnapi.hal.types import NO_TIMING, extension_prefix, is_extension_type, operation_name
 from nnapi.operand import TENSOR_TYPES, dtype_of, is_tensor, value_byte_size
+from nnapi.runtime.capabilities import of as device_capabilities
 from nnapi.runtime.device_memory import DeviceMemoryPool, execute_on, needs_staging, staged
 
 L = OperandLifeTime
@@ -258,24 +260,12 @@ def _for_level(model: Model, level: int) -> Model:
 
 
 def _performance(device: IDevice, model: Model, operation: Operation, preference: ExecutionPreference) -> float:
-    """The device's reported cost of ``operation`` (lower is better); inf -- the device is
-    chosen last -- when its capabilities cannot be read or the value is not a number >= 0
-    (a driver's answer: a string would break the comparison, NaN would make it meaningless)."""
-    try:
-        value = _reported_performance(device, model, operation, preference)
-    except Exception:  # noqa: BLE001 - a driver's broken capabilities
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        return math.inf
-    value = float(value)
-    return value if value >= 0 else math.inf  # NaN fails too
+    """The device's reported cost of ``operation`` (lower is better), from its capabilities
+    as the runtime validated them (runtime.capabilities: every figure a number > 0;
+    infinite -- the device is chosen last -- where its driver's answer did not validate)."""
+    capabilities = device_capabilities(device)
 
-
-def _reported_performance(device: IDevice, model: Model, operation: Operation,
-                          preference: ExecutionPreference) -> object:
-    capabilities = device.get_capabilities()
-
-    def pick(info) -> object:
+    def pick(info: PerformanceInfo) -> float:
         return info.power_usage if preference == ExecutionPreference.LOW_POWER else info.exec_time
 
     if operation.type == OperationCode.IF:
@@ -340,11 +330,7 @@ LIGHT_OPERATIONS = frozenset(OperationCode[name] for name in (
 
 
 def _step_cost(device: IDevice) -> float:
-    try:
-        cost = float(getattr(device.get_capabilities(), "step_cost_s", 0.0))
-    except Exception:
-        return 0.0
-    return cost if 0.0 < cost < math.inf else 0.0
+    return device_capabilities(device).step_cost_s  # validated: finite, >= 0
 
 
 def _light_time(model: Model, operation: Operation) -> float | None:

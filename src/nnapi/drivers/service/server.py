@@ -31,6 +31,7 @@ from nnapi.drivers.service.wire import WireError, get_bool, get_int, get_list, g
 from nnapi.hal import ErrorStatus, ExecutionPreference, HalError, IDevice, Priority, Timing, serialize
 from nnapi.hal import Model as HalModel
 from nnapi.hal.validation import validate_model, validate_request
+from nnapi.runtime import capabilities
 
 _MAX_HANDLES = 1 << 16
 #: Decoded, validated requests a session keeps, keyed by their packed bytes.
@@ -406,12 +407,14 @@ class Service:
             raise WireError(f"client speaks protocol {version}, this service {wire.PROTOCOL_VERSION}")
         devices = []
         for device in self.devices:
+            # capabilities as the runtime validated them: a hosted driver's malformed
+            # answer is "no performance information", not a hello the client refuses
             cache = device.get_number_of_cache_files_needed() if hasattr(
                 device, "get_number_of_cache_files_needed") else (0, 0)
             extensions = device.get_supported_extensions() if hasattr(device, "get_supported_extensions") else []
             devices.append({
                 "name": device.name, "version": device.version_string, "type": int(device.device_type),
-                "level": int(device.feature_level), "caps": wire.encode_capabilities(device.get_capabilities()),
+                "level": int(device.feature_level), "caps": wire.encode_capabilities(capabilities.of(device)),
                 "cache": [int(cache[0]), int(cache[1])],
                 "ext": [[e.name, [[int(t.type), bool(t.is_tensor), int(t.byte_size)] for t in e.operand_types]]
                         for e in extensions],
