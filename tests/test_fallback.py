@@ -663,3 +663,90 @@ def test_capabilities_are_read_once_and_kept_as_plain_numbers(register, capsys):
     assert main(["devices", "-v"]) == 0
     assert "extension operand type 3 (prefix 1)" in capsys.readouterr().out
     assert len(calls) == 1
+
+
+def rankless_output_model():
+    """y = x + x, y a tensor of unknown rank."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [3]))
+    act = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(act, 0)
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, None))
+    model.add_operation(Op.ADD, [x, x, act], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("how", ["compute", "reusable", "burst"])
+def test_a_successful_answer_needs_a_known_rank_for_a_tensor_output(register, how):
+    """Android's validateOutputShapesFromDriver: after a successful execution every tensor
+    output's shape has a known rank. A driver answering [] for an output the model leaves
+    of unknown rank failed (OP_FAILED naming the rule; the CPU re-runs it where the plan
+    falls back): it was reported as a tensor of rank 0, while [3] is a success."""
+    register(Answering("rankless"))
+    for explicit, dims in ((True, []), (False, []), (True, [3])):
+        compilation = compile_(rankless_output_model(), [device_named("rankless")] if explicit else None)
+        assert compilation.step_devices == ["rankless"]
+        honest = compilation._plan.single.execute
+
+        def answer(*args, dims=dims, honest=honest, **kwargs):
+            _, timing = honest(*args, **kwargs)
+            return [nnapi.hal.OutputShape(list(dims), True)], timing
+
+        compilation._plan.single.execute = answer
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, X)
+        y = np.zeros(3, np.float32)
+        execution.set_output(0, y, OperandType(T.TENSOR_FLOAT32, [3]) if how == "reusable" else None)
+        if how == "reusable":
+            execution.set_reusable(True)
+        burst = nnapi.Burst(compilation) if how == "burst" else None
+        run = execution.compute if burst is None else functools.partial(execution.burst_compute, burst)
+        if explicit and not dims:
+            with pytest.raises(nnapi.OpFailedError) as caught:
+                run()
+            assert str(caught.value).endswith("output 0: a tensor of unknown rank (dimensions []) in a successful "
+                                              "execution")
+            continue
+        run()
+        np.testing.assert_array_equal(y, X + X)
+        assert execution.get_output_operand_dimensions(0) == [3]
+        assert compilation._plan.fallback_count == (0 if dims else 1)
+
+
+def test_a_step_answering_no_rank_for_a_temporary_falls_back(register):
+    """The same rule per step of a partitioned plan: an ADD step answering [] for its
+    temporary of unknown rank failed, and the plan re-runs on the CPU (with the devices
+    named, the failure names the step's rule; it was the next step's, on a rank-0 input)."""
+    register(FaultyDevice("rankless-add", supported={Op.ADD}))
+    register(FaultyDevice("good-mul", supported={Op.MUL}))
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [3]))
+    act = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(act, 0)
+    doubled = model.add_operand(OperandType(T.TENSOR_FLOAT32, None))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [3]))
+    model.add_operation(Op.ADD, [x, x, act], [doubled])
+    model.add_operation(Op.MUL, [doubled, x, act], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    compilation = compile_(model)
+    assert compilation.step_devices == ["rankless-add", "good-mul"]
+    step = compilation._plan.steps[0]
+    honest = step.prepared.execute
+
+    def rankless(*args, **kwargs):
+        _, timing = honest(*args, **kwargs)
+        return [nnapi.hal.OutputShape([], True)], timing
+
+    step.prepared.execute = rankless
+    np.testing.assert_array_equal(run(compilation), EXPECTED)
+    assert compilation._plan.fallback_count == 1
+    named = compile_(model, [device_named("rankless-add"), device_named("good-mul")])
+    honest = named._plan.steps[0].prepared.execute
+    named._plan.steps[0].prepared.execute = rankless
+    with pytest.raises(nnapi.OpFailedError) as caught:  # the next step's failure on a rank-0 input, before
+        run(named)
+    assert str(caught.value).endswith("rankless-add: execute output 0: a tensor of unknown rank (dimensions []) in "
+                                      "a successful execution")

@@ -310,6 +310,39 @@ def test_an_open_output_shape_past_its_buffer_is_a_driver_failure(middle, regist
         assert f"shape {shape} needs {4 * shape[0]} bytes, its buffer has 16" in str(caught.value), str(caught.value)
 
 
+def test_a_tensor_output_of_unknown_rank_needs_a_rank_in_a_success(middle, registered):
+    """Android's validateOutputShapesFromDriver: a successful result gives every tensor output
+    a known rank. For an output the model leaves of unknown rank, a reply of [] is the
+    driver's failure (it was a success reporting a tensor of rank 0); [4] is a success."""
+    path, set_edit = middle
+    device = _remote_device(path)
+    registered.append(device.name)
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    fuse = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(fuse, np.int32(0))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, None))
+    model.add_operation(Op.ADD, [x, x, fuse], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    compilation = nnapi.Compilation(model, [device])
+    compilation.finish()
+    for shape in ([4], []):
+        set_edit(_on_execute(lambda r, shape=shape: r[0].__setitem__(0, [shape, True])))
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, np.arange(4, dtype=np.float32))
+        out = np.zeros(4, np.float32)
+        execution.set_output(0, out)
+        if shape:
+            execution.compute()
+            assert execution.get_output_operand_dimensions(0) == [4]
+            np.testing.assert_array_equal(out, [0, 2, 4, 6])
+            continue
+        with pytest.raises(nnapi.OpFailedError) as caught:
+            execution.compute()
+        assert "output 0: a tensor of unknown rank (dimensions []) in a successful execution" in str(caught.value)
+
+
 def _reusable_add(middle, registered, x: np.ndarray) -> tuple:
     """(set_edit, a reusable Execution of _add_model on ``x`` through the man in the middle,
     its output array)."""

@@ -515,6 +515,8 @@ def contain(device_name: str, call: str, error: Exception) -> HalError:
 
 
 _UINT64_MAX = 2**64 - 1
+#: Per output of a model or step: its dimensions as the model knows them (output_dims).
+OutputDims = tuple[tuple[int, ...] | None, ...]
 
 
 def _is_count(value: object, high: int) -> bool:
@@ -522,10 +524,10 @@ def _is_count(value: object, high: int) -> bool:
         0 <= value <= high
 
 
-def _fits(dims: Sequence[int], expected: tuple[int, ...]) -> bool:
+def _fits(dims: Sequence[int], expected: tuple[int, ...] | None) -> bool:
     """Whether a reported shape can be the value of an output whose known dimensions are
     ``expected`` (Android's isUpdatable: no rank known, or the same rank and every known
-    dimension equal)."""
+    dimension equal; None: not a tensor)."""
     if not expected:
         return True
     if len(dims) != len(expected):
@@ -536,11 +538,11 @@ def _fits(dims: Sequence[int], expected: tuple[int, ...]) -> bool:
     return True
 
 
-def _shapes_problem(shapes: object, expected: tuple[tuple[int, ...], ...], succeeded: bool, count_lead: str = ""
-                    ) -> str | None:
+def _shapes_problem(shapes: object, expected: OutputDims, succeeded: bool, count_lead: str = "") -> str | None:
     """What is wrong with the output shapes a driver answers -- one per output, each of
     uint32 dimensions that fit the output's known ones (``expected``; Android's isUpdatable)
-    and marked sufficient (``succeeded``: every one; else each a bool) -- or None when
+    and marked sufficient (``succeeded``: every one, and each tensor's of a known rank, as
+    Android's validateOutputShapesFromDriver asks; else each a bool) -- or None when
     nothing is. ``count_lead`` starts the message of a wrong count."""
     if not isinstance(shapes, list | tuple) or len(shapes) != len(expected):
         length = f" of {len(shapes)}" if isinstance(shapes, list | tuple) else ""
@@ -557,12 +559,14 @@ def _shapes_problem(shapes: object, expected: tuple[tuple[int, ...], ...], succe
         if succeeded:
             if shape.is_sufficient is not True and shape.is_sufficient is not np.True_:
                 return f"output {position}: is_sufficient {shape.is_sufficient!r:.40} in a successful execution"
+            if not dims and expected[position] is not None:
+                return f"output {position}: a tensor of unknown rank (dimensions []) in a successful execution"
         elif not isinstance(shape.is_sufficient, bool | np.bool_):
             return f"output {position}: is_sufficient {shape.is_sufficient!r:.40} is no bool"
     return None
 
 
-def _answer_problem(answer: object, expected: tuple[tuple[int, ...], ...]) -> str | None:
+def _answer_problem(answer: object, expected: OutputDims) -> str | None:
     """What is wrong with a driver's answer to a successful execution -- it must be
     (output shapes, Timing): the shapes as ``_shapes_problem`` asks, each sufficient, the
     timing two durations in uint64 -- or None when nothing is."""
@@ -577,7 +581,7 @@ def _answer_problem(answer: object, expected: tuple[tuple[int, ...], ...]) -> st
     return None
 
 
-def _insufficient_problem(shapes: object, expected: tuple[tuple[int, ...], ...]) -> str | None:
+def _insufficient_problem(shapes: object, expected: OutputDims) -> str | None:
     """What is wrong with the output shapes a driver's OUTPUT_INSUFFICIENT_SIZE carries --
     Android's validateOutputShapesFromDriver: the shapes as ``_shapes_problem`` asks, at
     least one not sufficient -- or None when nothing is."""
@@ -588,7 +592,7 @@ def _insufficient_problem(shapes: object, expected: tuple[tuple[int, ...], ...])
     return None
 
 
-def checked_insufficient(error: HalError, expected: tuple[tuple[int, ...], ...], device_name: str) -> HalError:
+def checked_insufficient(error: HalError, expected: OutputDims, device_name: str) -> HalError:
     """A driver's OUTPUT_INSUFFICIENT_SIZE, its output shapes checked (``_insufficient_problem``)
     before the runtime reports them (they become get_output_operand_dimensions' answer and
     the error's message): the error with its shapes as plain lists and bools, or
@@ -602,13 +606,12 @@ def checked_insufficient(error: HalError, expected: tuple[tuple[int, ...], ...],
     return HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, str(error), shapes)
 
 
-def checked_answer(answer, expected: tuple[tuple[int, ...], ...], device_name: str, call: str
-                   ) -> tuple[list[OutputShape], Timing]:
+def checked_answer(answer, expected: OutputDims, device_name: str, call: str) -> tuple[list[OutputShape], Timing]:
     """A driver's answer to a successful execution, checked (``_answer_problem``) before the
     runtime reports it: a driver is another party, and its malformed answer used to surface
     as a raw TypeError, as dimensions ['a', 'b'] or as NO_ERROR from a failed run, and a
-    shape that is not the output's (a [5] for a [3]) was reported as it was. ``expected``:
-    each output's dimensions as the model knows them (0: unknown; () for no known rank).
+    shape that is not the output's (a [5] for a [3]) was reported as it was, and a tensor
+    of unknown rank as one of rank 0. ``expected``: output_dims.
     HalError(GENERAL_FAILURE) naming the device and the rule otherwise (a failed execution:
     retried on the CPU where the plan may fall back)."""
     if answer.__class__ is tuple and len(answer) == 2:  # the common case, checked inline (~0.5 us)
@@ -624,7 +627,10 @@ def checked_answer(answer, expected: tuple[tuple[int, ...], ...], device_name: s
                     if d.__class__ is not int or not 0 <= d <= 0xFFFFFFFF:
                         break
                 else:
-                    if known == () or _fits(shape.dimensions, known):
+                    if known == ():  # a tensor of unknown rank: any shape of a known rank
+                        if shape.dimensions:
+                            continue
+                    elif known is None or _fits(shape.dimensions, known):
                         continue
                 break
             else:
@@ -666,11 +672,12 @@ def checked_fenced(answer: object, device_name: str) -> tuple[int | None, IFence
     raise HalError(ErrorStatus.GENERAL_FAILURE, f"{device_name}: execute_fenced {problem}")
 
 
-def output_dims(model: Model, indexes: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+def output_dims(model: Model, indexes: Sequence[int]) -> OutputDims:
     """The known dimensions of the main subgraph's operands ``indexes`` (what a driver's
-    output shapes must fit: checked_answer)."""
+    output shapes must fit: checked_answer): per operand its dimensions (0: unknown; ():
+    a tensor of unknown rank), None where it is not a tensor."""
     operands = model.main.operands
-    return tuple(tuple(operands[i].dimensions) for i in indexes)
+    return tuple(tuple(operands[i].dimensions) if is_tensor(operands[i].type) else None for i in indexes)
 
 
 # --- the plan ---------------------------------------------------------------------------

@@ -581,12 +581,17 @@ def _fenced_info(value: Any) -> tuple:
 _NOTHING = object()
 
 
+#: The dimensions of a tensor output of unknown rank: a successful result must give it
+#: some rank (Android's validateOutputShapesFromDriver); compared by identity.
+_SOME_RANK: list[int] = []
+
+
 class _OutputFacts:
     """What a prepared model says of its outputs, for checking every execution's result
     (built once, when the model is prepared): per output, the dimensions a result must
-    match (0 = any; None: nothing known, a tensor of unknown rank or an extension type)
-    and its element size (None: unknown). Nothing is known of a model prepared from a
-    cache (``model`` None)."""
+    match (0 = any; _SOME_RANK: a tensor of unknown rank; None: nothing known, an
+    extension type) and its element size (None: unknown). Nothing is known of a model
+    prepared from a cache (``model`` None)."""
 
     __slots__ = ("static", "sizes")
 
@@ -600,6 +605,8 @@ class _OutputFacts:
                 if operand.dimensions or not (hal_types.is_extension_type(int(operand.type))
                                               or is_tensor(operand.type)):
                     dims = list(operand.dimensions)
+                elif is_tensor(operand.type):
+                    dims = _SOME_RANK
                 static.append((dims, _element_size(model, position)))
         self.static = tuple(static)
         #: bytes per element of each output; None unless every one is known
@@ -654,8 +661,12 @@ class _Results:
             got = list(shape.dimensions)
             if not shape.is_sufficient:
                 raise wire.WireError(f"output {position}: insufficient in a successful execution")
-            if dims is not None and (len(got) != len(dims) or any(d and d != g for d, g in zip(dims, got,
-                                                                                               strict=True))):
+            if dims is _SOME_RANK:
+                if not got:
+                    raise wire.WireError(f"output {position}: a tensor of unknown rank (dimensions []) in a "
+                                         "successful execution")
+            elif dims is not None and (len(got) != len(dims) or any(d and d != g for d, g in zip(dims, got,
+                                                                                                 strict=True))):
                 raise wire.WireError(f"output {position}: shape {got} does not match {dims}")
             if size is not None and length is not None and size * math.prod(got) > length:
                 raise wire.WireError(f"output {position}: shape {got} needs {size * math.prod(got)} bytes, "
