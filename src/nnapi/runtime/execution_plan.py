@@ -396,6 +396,10 @@ def keep_islands_with_neighbours(model: Model, chosen: list[IDevice], supports: 
 
 
 # --- steps ------------------------------------------------------------------------------
+#: Per output of a model or step: its dimensions as the model knows them (output_dims).
+OutputDims = tuple[tuple[int, ...] | None, ...]
+
+
 @dataclass
 class Step:
     device: IDevice
@@ -404,6 +408,9 @@ class Step:
     outputs: list[int] = field(default_factory=list)  # main-subgraph operands it produces for others
     model: Model | None = None
     prepared: IPreparedModel | None = None
+    #: its outputs' known dimensions (output_dims), what its driver's answers must fit: set
+    #: by the ExecutionPlan
+    output_dims: OutputDims = ()
 
 
 def partition(model: Model, devices: Sequence[IDevice],
@@ -515,8 +522,6 @@ def contain(device_name: str, call: str, error: Exception) -> HalError:
 
 
 _UINT64_MAX = 2**64 - 1
-#: Per output of a model or step: its dimensions as the model knows them (output_dims).
-OutputDims = tuple[tuple[int, ...] | None, ...]
 
 
 def _is_count(value: object, high: int) -> bool:
@@ -697,8 +702,8 @@ class ExecutionPlan:
         #: the model's outputs' known dimensions: what the output shapes of a successful
         #: execution must fit (one per output)
         self.output_dims = output_dims(model, model.main.output_indexes)
-        #: each step's outputs' known dimensions, as output_dims
-        self.step_output_dims = {id(step): output_dims(model, step.outputs) for step in steps}
+        for step in steps:  # what each step's answers must fit
+            step.output_dims = output_dims(model, step.outputs)
         #: whether the single step's driver's answers are well formed by construction
         #: (IPreparedModel.answers_checked): else each is checked (checked_answer)
         self.answers_checked = self.single is not None and getattr(self.single, "answers_checked", False) is True
@@ -864,13 +869,13 @@ class ExecutionPlan:
                     answer = execute_on(step.device, step.prepared.execute, Request(inputs, outputs, pools),
                                         measure_timing, deadline_ns, loop_timeout_ns)
                     if getattr(step.prepared, "answers_checked", False) is not True:
-                        answer = checked_answer(answer, self.step_output_dims[id(step)], step.device.name,
+                        answer = checked_answer(answer, step.output_dims, step.device.name,
                                                 "execute")
                     step_shapes, timing = answer
             except HalError as error:
                 if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
                     raise
-                error = checked_insufficient(error, self.step_output_dims[id(step)], step.device.name)
+                error = checked_insufficient(error, step.output_dims, step.device.name)
                 if error.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
                     raise error from None
                 caller_short = False
