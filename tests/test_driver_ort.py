@@ -619,7 +619,7 @@ def test_prelu_equals_the_reference_exactly(ort_device, alphas, shape):
 def test_prelu_with_non_finite_or_runtime_alpha_equals_the_reference(ort_device, alphas, shape, alpha_given):
     """An infinite or NaN alpha times the zeros of x >= 0 would be NaN in the faster forms;
     PRELU gives x there (and alpha * 0 where x is a zero): the reference's values bit for
-    bit, alpha a constant or an input."""
+    bit, the sign of each zero too, alpha a constant or an input."""
     model = nnapi.Model()
     x = model.add_operand(OperandType(T.TENSOR_FLOAT32, shape))
     alpha = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 1, 3]))
@@ -638,6 +638,9 @@ def test_prelu_with_non_finite_or_runtime_alpha_equals_the_reference(ort_device,
     values = [value] if alpha_given == "constant" else [value, alpha_value]
     ours, theirs = _compare_with_reference(model, values, shape, ort_device)
     np.testing.assert_array_equal(ours, theirs)
+    zeros = theirs == 0  # and the sign of each zero: x = -0 gives -0 (ORT's Where made it +0)
+    np.testing.assert_array_equal(np.signbit(ours[zeros]), np.signbit(theirs[zeros]))
+    assert np.signbit(theirs[zeros]).any()
     positive = value > 0
     np.testing.assert_array_equal(ours[positive], value[positive])  # x where x > 0, whatever alpha
 

@@ -371,10 +371,13 @@ def test_embedding_lookup_copies_the_reference_rows_and_refuses_rows_out_of_rang
 def test_hashtable_lookup_gives_the_reference_rows_hits_and_zeros(ort_device, code):
     """HASHTABLE_LOOKUP: each lookup's row where a key equals it (the first of equal keys,
     as the reference's binary search finds), stored zeros where none does (0, not the zero
-    point), and the hits as TENSOR_QUANT8_ASYMM 1 / 0: both outputs bit for bit."""
+    point; +0), and the hits as TENSOR_QUANT8_ASYMM 1 / 0: both outputs bit for bit, a
+    found -0 kept."""
     quantized = code == T.TENSOR_QUANT8_ASYMM
     keys = np.array([-50, 3, 3, 7, 2 ** 31 - 1], np.int32)
     table = (np.arange(10).reshape(5, 2) * 7 + 20).astype(dtype_of(code))
+    if code == T.TENSOR_FLOAT32:
+        table[0] = [-0.0, np.inf]  # a -0 found stays -0 (ORT's Where made it +0)
     lookups = np.array([7, 8, 3, -50, 0, 2 ** 31 - 1, -(2 ** 31)], np.int32)
     built = _Model()
     lookup_index = built.given(OperandType(T.TENSOR_INT32, [7]), lookups)
@@ -389,6 +392,8 @@ def test_hashtable_lookup_gives_the_reference_rows_hits_and_zeros(ort_device, co
     for mine, expected in zip(ours, theirs):
         assert mine.dtype == expected.dtype
         np.testing.assert_array_equal(mine, expected)
+    if code == T.TENSOR_FLOAT32:
+        np.testing.assert_array_equal(np.signbit(ours[0][:, 0]), [False, False, False, True, False, False, False])
 
 
 def test_hashtable_lookup_with_more_keys_than_rows_fails_as_on_the_reference(ort_device):
@@ -677,3 +682,67 @@ def test_random_multinomial_is_declined_naming_the_run_time_seeds():
     model.finish()
     [why] = OrtDevice().get_unsupported_reasons(build_hal_model(model)[0])
     assert why is not None and "seeds given at run time" in why and "Multinomial" in why
+
+
+def _bits(array: np.ndarray) -> np.ndarray:
+    return array.view(np.int32 if array.dtype == np.float32 else np.int16)
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])
+@pytest.mark.parametrize("condition_from", ["input", "EQUAL", "NOT_EQUAL"])
+@pytest.mark.parametrize("constants, constant_zeros", [
+    (None, "-0"), ("first", "-0"), ("second", "-0"), ("both", "-0"),
+    ("first", "+0 only"), ("second", "+0 only"), ("both", "+0 only")])
+def test_float_select_keeps_the_sign_of_a_zero(ort_device, code, condition_from, constants, constant_zeros):
+    """SELECT picks its values bit for bit, -0 included: ONNX Runtime's Where (1.32) gives +0
+    where it picks -0 from its first value input, and its optimizer turns Where(Not(c), a, b)
+    into Where(c, b, a), so a condition from NOT_EQUAL (Not(Equal)) loses -0 from the other
+    input (a TFLite ONE_HOT with off_value -0 is SELECT(EQUAL(...), on, -0)). Compared with
+    the reference bit for bit: values picked from either side, given at run time or constant
+    (with -0s, or +0s only: exact_where's Where forms), with a condition given, from EQUAL or
+    from NOT_EQUAL."""
+    dtype = dtype_of(code)
+    count = 64
+    rng = np.random.default_rng(5)
+    special = np.array([-0.0, 0.0, -1.5, 2.0, np.inf, -np.inf, np.nan, -0.0], dtype)
+    first = np.where(np.arange(count) % 2 == 0, -0.0, np.resize(special, count)).astype(dtype)
+    second = np.where(np.arange(count) % 3 == 0, -0.0, np.resize(special[::-1], count)).astype(dtype)
+    model = nnapi.Model()
+    inputs, values = [], []
+
+    def given(operand_type, value):
+        index = model.add_operand(operand_type)
+        inputs.append(index)
+        values.append(value)
+        return index
+
+    tensor = OperandType(code, [count])
+    left = rng.integers(0, 3, count).astype(np.int32)
+    right = rng.integers(0, 3, count).astype(np.int32)
+    if condition_from == "input":
+        condition = given(OperandType(T.TENSOR_BOOL8, [count]), left > right)
+    else:
+        a, b = given(OperandType(T.TENSOR_INT32, [count]), left), given(OperandType(T.TENSOR_INT32, [count]), right)
+        condition = model.add_operand(OperandType(T.TENSOR_BOOL8, [count]))
+        model.add_operation(Op[condition_from], [a, b], [condition])
+    picked = []
+    for which, value in (("first", first), ("second", second)):
+        if constants in (which, "both"):
+            if constant_zeros == "+0 only":
+                value = np.where((value == 0) & np.signbit(value), 3.0, value).astype(dtype)
+            index = model.add_operand(tensor)
+            model.set_operand_value(index, value)
+        else:
+            index = given(tensor, value)
+        picked.append(index)
+    output = model.add_operand(tensor)
+    model.add_operation(Op.SELECT, [condition, *picked], [output])
+    model.identify_inputs_and_outputs(inputs, [output])
+    model.finish()
+    assert model.get_supported_operations_for_devices([ort_device]) == [True] * model.operation_count
+    shapes = [(tensor, (count,))]
+    ours, theirs = _compute(model, ort_device, values, shapes), _compute(model, reference_device(), values, shapes)
+    np.testing.assert_array_equal(_bits(ours[0]), _bits(theirs[0]))
+    zeros = theirs[0] == 0
+    assert np.signbit(theirs[0][zeros]).any() == ((constants, constant_zeros) != ("both", "+0 only"))
+    assert not np.signbit(theirs[0][zeros]).all()

@@ -620,9 +620,10 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
             y = g.one("Max", [x.name, g.one("Mul", [x.name, alpha.name])])
         elif finite:
             y = _prelu(g, x.name, alpha.name)
-        else:  # alpha given at execution, or not finite: PRELU's own definition
+        else:  # alpha given at execution, or not finite: PRELU's own definition (x = -0 gives -0)
             zero = g.constant(np.array(0.0, np.float32))
-            y = g.one("Where", [g.one("GreaterOrEqual", [x.name, zero]), x.name, g.one("Mul", [x.name, alpha.name])])
+            scaled = Value(g.one("Mul", [x.name, alpha.name]), "float", list(x.dims))
+            y = exact_where(g, g.one("GreaterOrEqual", [x.name, zero]), x, scaled)
     elif output.type in QUANT8 and x.kind == "uint8":
         y = _quantized_prelu(g, operation, x, output)
     else:
@@ -971,11 +972,54 @@ def lower_comparison(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], y)
 
 
+def _never_negative_zero(value: Value) -> bool:
+    """Whether ``value`` holds no -0: not a float, or a constant without one."""
+    return value.kind != "float" or (value.const is not None
+                                     and not bool(np.any((value.const == 0) & np.signbit(value.const))))
+
+
+def _from_not(g: GraphBuilder, name: str) -> str | None:
+    """The input of the Not node that writes ``name`` (ORT's optimizer would fuse it into a
+    Where reading ``name``); None where no Not writes it."""
+    node = g.node_index().by_key.get(name)
+    return node.input[0] if node is not None and node.op_type == "Not" else None
+
+
+def exact_where(g: GraphBuilder, condition: str, first: Value, second: Value) -> str:
+    """Where(condition, first, second) with every picked value's bits kept. ONNX Runtime's
+    float Where (1.32) gives +0 where it picks -0 from ``first`` (its X input: it merges the
+    two sides by testing X's pick against zero), and its optimizer rewrites Where(Not(c),
+    a, b) as Where(c, b, a). So Where serves where X can hold no -0: both sides constants
+    without one; ``first`` such a constant (the condition fed as no Not's output, so that
+    it stays X); ``second`` such a constant (Where of the negated condition, ``second`` as
+    X: the Not's input where a Not wrote the condition, else Xor with true, which ORT does
+    not fuse). Otherwise GatherElements picks from the two stacked (a copy of the bits): on
+    a [1, 112, 112, 16] SELECT ~0.33 ms whatever the condition, where Where takes ~1.9 ms
+    on a random one (it branches per element) and ~0.13 ms on runs of 8; ~2 us more on a
+    few elements."""
+    safe_first, safe_second = _never_negative_zero(first), _never_negative_zero(second)
+    if safe_first and safe_second:
+        return g.one("Where", [condition, first.name, second.name])
+    if safe_first:
+        if _from_not(g, condition) is not None:
+            condition = g.one("Xor", [condition, g.constant(np.array(False))])
+        return g.one("Where", [condition, first.name, second.name])
+    if safe_second:
+        negated = _from_not(g, condition)
+        if negated is None or _from_not(g, negated) is not None:
+            negated = g.one("Xor", [condition, g.constant(np.array(True))])
+        return g.one("Where", [negated, second.name, first.name])
+    axis = g.constant(np.array([0], np.int64))
+    stacked = g.one("Concat", [g.one("Unsqueeze", [side.name, axis]) for side in (second, first)], axis=0)
+    picks = g.one("Unsqueeze", [g.one("Cast", [condition], to=TensorProto.INT64), axis])  # 1: first
+    return g.one("Squeeze", [g.one("GatherElements", [stacked, picks], axis=0), axis])
+
+
 @lowers(OperationCode.SELECT)
 def lower_select(g: GraphBuilder, operation: Operation) -> None:
-    """Where(condition, input1, input2); quantized inputs in another quantization than the
-    output's are requantized first by the reference's table (_requantized: QuantizeLinear
-    would round halves to even)."""
+    """Where(condition, input1, input2) (exact_where: a float -0 is kept); quantized inputs
+    in another quantization than the output's are requantized first by the reference's
+    table (_requantized: QuantizeLinear would round halves to even)."""
     condition, a, b = (g.value(i) for i in operation.inputs[:3])
     output = g.operand(operation.outputs[0])
     if condition.kind != "bool":
@@ -984,10 +1028,11 @@ def lower_select(g: GraphBuilder, operation: Operation) -> None:
     if output.type in QUANT8 and a.kind == b.kind == "uint8" and any(
             v.scale != output.scale or v.zero_point != internal_zero_point(output) for v in (a, b)):
         names = _requantized(g, operation.type, operation.inputs[1:3], output)
-    else:
-        for v in (a, b):
-            check_same_quantization(v, output)
-    g.set_output(operation.outputs[0], g.one("Where", [condition.name, *names]))
+        g.set_output(operation.outputs[0], g.one("Where", [condition.name, *names]))
+        return
+    for v in (a, b):
+        check_same_quantization(v, output)
+    g.set_output(operation.outputs[0], exact_where(g, condition.name, a, b))
 
 
 _LOGICAL = {OperationCode.LOGICAL_AND: "And", OperationCode.LOGICAL_OR: "Or", OperationCode.LOGICAL_NOT: "Not"}
