@@ -225,10 +225,19 @@ def test_other_floors_keep_leaky_relu_and_max(ort_device, alpha, floor):
 
 
 #: x scale, x zero point, stored alpha, alpha scale, alpha zero point, y scale, y zero point
+#: (unsigned; int8 takes each zero point and stored value less 128), and the ORT form
 _UNIFORM_QUANTIZATIONS = [
-    (0.05, 120, 1, 0.2, 0, 0.04, 100),  # the importer's int8 LEAKY_RELU: alpha 1 step of scale 0.2
-    (0.1, 128, 3, 0.1, 0, 0.1, 128),
-    (0.02, 200, 100, 0.01, 120, 0.03, 20),  # a negative alpha, -0.2
+    # the importer's LEAKY_RELU (alpha one step of scale alpha): the fixed point rounds the
+    # negative side twice (exponent -2 and -3), where one table rounds once (the float form
+    # of the model's scales missed 26 values here and 17 on YOLO's, so the Gather ran)
+    ((0.05, 120, 1, 0.2, 0, 0.04, 100), "two tables"),
+    ((0.011826866306364536, 131, 1, 0.1, 0, 0.006353872362524271, 24), "two tables"),  # yolo_tiny_int8's first
+    ((0.1, 128, 3, 0.1, 0, 0.1, 128), "one table"),  # the model's scales missed 2 values (2 Where)
+    ((0.0038, 197, 125, 0.00562, 122, 0.0013, 115), "one table corrected"),  # alpha of 3 steps: no two tables
+    ((0.028, 146, 148, 0.00962, 83, 0.0762, 186), "table"),  # 65 steps: no table within 4 values
+    ((0.02, 200, 100, 0.01, 120, 0.03, 20), "leaky_relu"),  # a negative alpha, -0.2: exact as it is
+    ((0.0119, 78, 0, 0.00997, 12, 0.0096, 28), "leaky_relu corrected"),  # negative, 1-4 values off
+    ((0.0812, 145, 7, 0.00479, 105, 0.1823, 170), "table"),  # negative, more off
 ]
 
 
@@ -248,53 +257,131 @@ def _uniform_quantized_model(code: int, quantization: tuple, alpha_shape: list[i
 
 
 def _uniform_form(types: list[str]) -> str:
-    """The form of a quantized PRELU of one alpha value: the float form as it is, corrected
-    on a few values (Where), or the reference's table (Gather)."""
-    return "table" if "Gather" in types else "corrected" if "Where" in types else "leaky_relu"
+    """The form of a quantized PRELU of one alpha value: leaky_tables.py's QLinearLeakyRelu
+    tables (one or two), the float form of the model's scales as it is (LeakyRelu), either
+    corrected on a few values (Where), or the reference's table (Gather)."""
+    if "Gather" in types:
+        return "table"
+    tables = types.count("QLinearLeakyRelu")
+    form = {0: "leaky_relu", 1: "one table", 2: "two tables"}[tables]
+    assert types.count("LeakyRelu") == (0 if tables else 1)
+    return form + " corrected" if "Where" in types else form
+
+
+def _all_stored(code: int, channels: int) -> np.ndarray:
+    """Pixel p holds stored value p in every channel: [1, 16, 16, channels]."""
+    low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    dtype = np.int8 if low else np.uint8
+    return np.repeat((np.arange(256) + low).astype(dtype), channels).reshape(1, 16, 16, channels)
 
 
 @pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
-@pytest.mark.parametrize("quantization", _UNIFORM_QUANTIZATIONS)
+@pytest.mark.parametrize(("quantization", "form"), _UNIFORM_QUANTIZATIONS)
 @pytest.mark.parametrize("alpha_shape", [[1], [1, 1, 3]])  # one value, or one value in every channel
-def test_quantized_uniform_prelu_is_the_references_fixed_point(ort_device, code, quantization, alpha_shape):
-    """A quantized PRELU of one alpha value: DequantizeLinear, LeakyRelu, QuantizeLinear (ORT
-    makes them one QLinearLeakyRelu table) where a probe shows that float form gives the
-    reference's fixed point (Android's two quantized multipliers) on every stored value;
-    where it misses on a few values (elementwise.proven_or_table), that form with each of
-    them set by a Where; else a Gather from the reference's table; the reference's values
-    every way."""
-    from nnapi.drivers.ort.elementwise import _CORRECTIONS
-
-    xs, xz, a_raw, a_scale, a_zero, ys, yz = quantization
-    low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
-    dtype = np.int8 if low else np.uint8
+def test_quantized_uniform_prelu_is_the_references_fixed_point(ort_device, code, quantization, form, alpha_shape):
+    """A quantized PRELU of one alpha value: one or two QLinearLeakyRelu tables whose
+    float parameters leaky_tables.py searched (some with a few values corrected by Where),
+    else DequantizeLinear, LeakyRelu, QuantizeLinear at the model's scales (ORT makes them one
+    QLinearLeakyRelu table), as it is or corrected, else a Gather from the reference's
+    table; each where a probe of all 256 stored values in ORT shows it gives the
+    reference's fixed point (Android's two quantized multipliers), which it then equals on
+    every stored value."""
     model = _uniform_quantized_model(code, quantization, alpha_shape)
-    types = lowered_node_types(model)
-    channels = alpha_shape[-1]
-    stored = np.repeat((np.arange(256) + low).astype(dtype), channels).reshape(1, 16, 16, channels)
+    assert _uniform_form(lowered_node_types(model)) == form
+    stored = _all_stored(code, alpha_shape[-1])
     ours, theirs = (run_on(model, device, [stored], [np.zeros_like(stored)])[0]
                     for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(ours, theirs)
-    real = (stored.astype(np.int32) - (xz + low)).astype(np.float32) * np.float32(xs)
-    alpha = np.float32(a_raw - a_zero) * np.float32(a_scale)
-    rounded_once = np.clip(np.rint(np.where(real >= 0, real, real * alpha) / np.float32(ys)) + yz + low, low, low + 255)
-    differing = np.unique(stored[rounded_once.astype(dtype) != theirs])
-    if differing.size == 0:
-        assert types.count("LeakyRelu") == 1 and not {"Relu", "Min", "Mul", "Gather", "Where"} & set(types)
-    elif differing.size <= _CORRECTIONS:  # the float form rounds once where the fixed point rounds twice
-        assert types.count("LeakyRelu") == 1 and types.count("Where") == differing.size and "Gather" not in types
-    else:
-        assert "Gather" in types and "LeakyRelu" not in types
-    assert len(np.unique(ours[real < 0])) > 10  # the negative side scaled, not clamped
+    xs, xz, a_raw, a_scale, a_zero, ys, yz = quantization
+    assert len(np.unique(ours[stored.astype(np.int32) - stored.min() < xz])) > 10  # the negative side scaled
 
 
-def test_quantized_uniform_prelu_forms_all_occur():
-    """Of the quantizations above, the float form is exact for one, corrected on a few
-    values for another, and replaced by the table for the third (so every branch of the
-    test above runs)."""
-    forms = [_uniform_form(lowered_node_types(_uniform_quantized_model(T.TENSOR_QUANT8_ASYMM, quantization, [1])))
-             for quantization in _UNIFORM_QUANTIZATIONS]
-    assert forms == ["table", "corrected", "leaky_relu"]
+def test_the_model_scales_miss_where_the_tables_are_taken():
+    """The quantizations above where tables are taken are ones the float form of the
+    model's own scales (one rounding, as ORT's QLinearLeakyRelu of them computes) misses on
+    some stored values: the two-table ones on more than the 4 that Where corrects (so
+    before leaky_tables.py the Gather ran), the one-table one on a few."""
+    from nnapi.operations.quant_math import prelu_fixed_point
+
+    for (xs, xz, a_raw, a_scale, a_zero, ys, yz), form in _UNIFORM_QUANTIZATIONS:
+        offsets = np.arange(256) - xz
+        reference = prelu_fixed_point(offsets, a_raw - a_zero, xs, a_scale, ys, yz, 0, 255)
+        real = offsets.astype(np.float32) * np.float32(xs)
+        alpha = np.float32(a_raw - a_zero) * np.float32(a_scale)
+        rounded_once = np.clip(np.rint(np.where(real >= 0, real, real * alpha) / np.float32(ys)) + yz, 0, 255)
+        misses = int(np.sum(rounded_once != reference))
+        if form == "two tables":
+            assert misses > 4
+        elif form.endswith("table") or form.endswith("corrected"):
+            assert misses > 0
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+def test_the_importers_leaky_relu_is_tables_on_random_quantizations(ort_device, code):
+    """The importer's quantized LEAKY_RELU (alpha one step of scale alpha) on random
+    quantizations and slopes: one or two tables every time, no correction and no Gather,
+    with the reference's values on all 256 stored values."""
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        xs = float(10 ** rng.uniform(-3, -0.5))
+        quantization = (xs, int(rng.integers(0, 256)), 1, float(rng.choice([0.01, 0.05, 0.1, 0.2, 0.3])), 0,
+                        xs * float(10 ** rng.uniform(-0.7, 0.7)), int(rng.integers(0, 256)))
+        model = _uniform_quantized_model(code, quantization, [1])
+        assert _uniform_form(lowered_node_types(model)) in ("one table", "two tables"), quantization
+        stored = _all_stored(code, 1)
+        ours, theirs = (run_on(model, device, [stored], [np.zeros_like(stored)])[0]
+                        for device in (ort_device, reference_device()))
+        np.testing.assert_array_equal(ours, theirs, err_msg=str(quantization))
+
+
+def test_leaky_tables_give_the_fixed_point_in_their_float_arithmetic():
+    """leaky_tables.py on its own (no ONNX Runtime): for 300 random quantizations of the
+    importer's LEAKY_RELU, tables are found, without corrections, and their float32
+    arithmetic (ORT's, copied) gives quant_math.prelu_fixed_point on every stored value;
+    two tables exactly where a side's multiplier exponent is negative and one rounding
+    misses; none for an alpha <= 0."""
+    from nnapi.drivers.ort.leaky_tables import apply_tables, leaky_tables
+    from nnapi.operations.quant_math import prelu_fixed_point
+
+    rng = np.random.default_rng(11)
+    counts = {1: 0, 2: 0}
+    for _ in range(300):
+        xs = float(np.float32(10 ** rng.uniform(-3, -0.5)))
+        ys = float(np.float32(xs * 10 ** rng.uniform(-0.7, 0.7)))
+        a_scale = float(np.float32(rng.choice([0.01, 0.05, 0.1, 0.2, 0.3])))
+        xz, yz = int(rng.integers(0, 256)), int(rng.integers(0, 256))
+        table = prelu_fixed_point(np.arange(256) - xz, 1, xs, a_scale, ys, yz, 0, 255)
+        found = leaky_tables(table, xz, yz, 1, xs, a_scale, ys)
+        assert found is not None and found[1].size == 0, (xs, xz, a_scale, ys, yz)
+        tables = found[0]
+        np.testing.assert_array_equal(apply_tables(tables, np.arange(256)), table)
+        counts[len(tables)] += 1
+        assert leaky_tables(table, xz, yz, 0, xs, a_scale, ys, 4) is None
+        assert leaky_tables(table, xz, yz, -1, xs, a_scale, ys, 4) is None
+    assert counts[1] > 50 and counts[2] > 50
+
+
+def test_tables_are_taken_only_where_onnx_runtime_proves_them(ort_device, monkeypatch):
+    """Tables whose float copy is right but which ORT computes otherwise are never taken:
+    with the search answering a table of a slope a step off, the probe in ORT differs from
+    the reference and the PRELU keeps the Gather, with the reference's values."""
+    from nnapi.drivers.ort import uniform_prelu
+
+    def off(*args, **kwargs):
+        found = uniform_prelu_leaky_tables(*args, **kwargs)
+        alpha, scale, zero_point, output_zero_point = found[0][-1]
+        return [*found[0][:-1], (alpha * 1.25, scale, zero_point, output_zero_point)], found[1]
+
+    uniform_prelu_leaky_tables = uniform_prelu.leaky_tables
+    monkeypatch.setattr(uniform_prelu, "leaky_tables", off)
+    monkeypatch.setattr(uniform_prelu, "_TABLES_PROVEN", {})
+    code = T.TENSOR_QUANT8_ASYMM_SIGNED
+    model = _uniform_quantized_model(code, _UNIFORM_QUANTIZATIONS[0][0], [1])
+    assert _uniform_form(lowered_node_types(model)) == "table"
+    stored = _all_stored(code, 1)
+    ours, theirs = (run_on(model, device, [stored], [np.zeros_like(stored)])[0]
+                    for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])

@@ -393,6 +393,15 @@ def l2_normalize_fixed_point(offsets: np.ndarray, output_zero_point: int, low: i
     return np.clip(scaled + output_zero_point, low, high)
 
 
+def prelu_multipliers(input_scale: float, alpha_scale: float, output_scale: float
+                      ) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The (Q31 mantissa, exponent) pairs of ``prelu_fixed_point``'s two rescales: x >= 0
+    by input scale / output scale (a float quotient), x < 0 the product x * alpha by
+    (input scale * alpha scale) / output scale (divided in double)."""
+    return (rescale_multiplier(input_scale, 1, output_scale, float32_quotient=True),
+            rescale_multiplier(input_scale, alpha_scale, output_scale))
+
+
 def prelu_fixed_point(x_offsets, alpha_offsets, input_scale: float, alpha_scale: float, output_scale: float,
                       output_zero_point: int, low: int, high: int) -> np.ndarray:
     """Android's 8-bit PRELU (TFLite's integer PReLU too) on offset values x = q - zero
@@ -402,8 +411,7 @@ def prelu_fixed_point(x_offsets, alpha_offsets, input_scale: float, alpha_scale:
     the float32 scales, the product kept in float32 and divided in double, as Android's
     kernel does), plus the output zero point, saturated to [``low``, ``high``]. Returns
     int64."""
-    positive = rescale_multiplier(input_scale, 1, output_scale, float32_quotient=True)
-    negative = rescale_multiplier(input_scale, alpha_scale, output_scale)
+    positive, negative = prelu_multipliers(input_scale, alpha_scale, output_scale)
     x = np.asarray(x_offsets, dtype=np.int64)
     alpha = np.asarray(alpha_offsets, dtype=np.int64)
     result = np.where(x >= 0, multiply_by_quantized_multiplier(x, *positive),

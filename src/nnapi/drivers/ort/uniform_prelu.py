@@ -18,16 +18,20 @@ time, so no run can fail PRELU's broadcast); anything else keeps elementwise.py'
 value computed with its channels padded to the NCHWc block (wants_padding) stays
 padded: LeakyRelu keeps the padding zeros zero.
 
-A quantized PRELU of one alpha (an int8 / uint8 LEAKY_RELU) likewise: DequantizeLinear,
-LeakyRelu, QuantizeLinear, which ORT fuses into QLinearLeakyRelu, a table of the float
-values rounded once (generated ESRGAN int8, 11 LEAKY_RELU: 6.34 -> 5.34 ms in an
-interleaved A/B, load ~7) -- where a probe of that form on all 256 stored values gives the
-reference's fixed-point PRELU (Android's two quantized multipliers, which round twice:
-they differ by a step on ~3% of values of random quantizations). As for the other
-functions of one stored value, elementwise.proven_or_table decides: where the form misses
-on a few values, each is set right by a Where (4 of them after the LeakyRelu: 351 us per
-[1, 112, 112, 16] uint8 run against 529 for the Gather, one thread, load ~1.7); elsewhere a
-Gather from the reference's table.
+A quantized PRELU of one alpha (an int8 / uint8 LEAKY_RELU) is first one or two
+com.microsoft QLinearLeakyRelu tables whose float parameters leaky_tables.py searched to give
+the reference's fixed point (Android's two quantized multipliers, which round twice where a
+multiplier's exponent is negative: YOLO's LEAKY_RELU 0.1), with at most _CORRECTIONS values
+set right by a Where, where a probe of all 256 stored values in ONNX Runtime proves them
+(yolo_tiny_int8 through bench_ort, load ~4.7: 4.06x -> 1.83x LiteRT). Elsewhere (an alpha <=
+0, or of many steps) DequantizeLinear, LeakyRelu, QuantizeLinear at the model's scales,
+which ORT fuses into QLinearLeakyRelu, a table of the float values rounded once (generated
+ESRGAN int8, 11 LEAKY_RELU: 6.34 -> 5.34 ms in an interleaved A/B, load ~7), where that
+probe shows it equals the reference; as for the other functions of one stored value,
+elementwise.proven_or_table decides: where the form misses on a few values, each is set
+right by a Where (4 of them after the LeakyRelu: 351 us per [1, 112, 112, 16] uint8 run
+against 529 for the Gather, one thread, load ~1.7); elsewhere a Gather from the reference's
+table.
 
 A float32 LEAKY_RELU read only by a MAXIMUM with a negative constant c (openWakeWord's
 embedding model floors each at -0.4) is lowered with it, where some t has alpha * t rounding
@@ -46,13 +50,25 @@ from nnapi.drivers.ort.builder import (
     FLOATS,
     QUANT8,
     GraphBuilder,
+    Value,
     channel_scale,
     from_nchw,
+    internal_zero_point,
     lowers,
     to_nchw,
 )
 from nnapi.drivers.ort.channel_padding import set_channels
-from nnapi.drivers.ort.elementwise import lower_prelu, proven_or_table
+from nnapi.drivers.ort.elementwise import (
+    _CORRECTIONS,
+    _MISSING,
+    _corrected,
+    _probe,
+    _reference_table,
+    _remember,
+    lower_prelu,
+    proven_or_table,
+)
+from nnapi.drivers.ort.leaky_tables import Table, emit_tables, leaky_tables
 from nnapi.hal import Operation
 
 T = OperandCode
@@ -103,6 +119,10 @@ def lower_uniform_prelu(g: GraphBuilder, operation: Operation) -> None:
         if x.kind != "uint8":
             lower_prelu(g, operation)  # declined
             return
+        tables = _proven_tables(g, operation, x)
+        if tables is not None:
+            g.set_output(operation.outputs[0], tables)
+            return
         start = len(g.nodes)
         leaky = g.quantize(g.one("LeakyRelu", [g.dequantize(x)], alpha=alpha), output)
         g.set_output(operation.outputs[0], proven_or_table(g, operation, source, start, leaky))
@@ -112,6 +132,43 @@ def lower_uniform_prelu(g: GraphBuilder, operation: Operation) -> None:
         set_channels(g, operation.outputs[0], g.one("LeakyRelu", [x.name], alpha=alpha), x.dims[3])
         return
     g.set_output(operation.outputs[0], g.one("LeakyRelu", [g.value(source).name], alpha=alpha))
+
+
+#: the tables (leaky_tables.py) proven for a quantized PRELU (by elementwise's reference
+#: table key), with the values they correct, or None where none were: a model prepared again,
+#: or an operation repeated with the same quantizations, searches and probes once
+_TABLES_PROVEN: dict[bytes, tuple[list[Table], np.ndarray] | None] = {}
+
+
+def _proven_tables(g: GraphBuilder, operation: Operation, x: Value) -> str | None:
+    """Quantized PRELU ``operation`` of one alpha as leaky_tables.py's QLinearLeakyRelu
+    tables (with Where corrections of at most _CORRECTIONS values) where they give the
+    reference's values on all 256 stored values in ONNX Runtime; None otherwise, nothing
+    emitted (and for a support query, ``g.isolated``: the other forms answer it the same)."""
+    if g.isolated:
+        return None
+    key, table = _reference_table(g, operation, operation.inputs[0])
+    if table is None:
+        return None
+    found = _TABLES_PROVEN.get(key, _MISSING)  # one read: another thread may empty the cache
+    start = len(g.nodes)
+    if found is not _MISSING:
+        if found is None:
+            return None
+        return _corrected(g, x.name, emit_tables(g, x.name, found[0]), found[1], table)
+    source, alpha, output = (g.operand(i) for i in (operation.inputs[0], operation.inputs[1], operation.outputs[0]))
+    step = int(g.raw_constant(operation.inputs[1]).reshape(-1)[0]) - alpha.zero_point
+    found = leaky_tables(table, internal_zero_point(source), internal_zero_point(output), step,
+                         source.scale, alpha.scale, output.scale, _CORRECTIONS)
+    y = None
+    if found is not None:
+        y = _corrected(g, x.name, emit_tables(g, x.name, found[0]), found[1], table)
+        probed = _probe(g, x.name, start, y)
+        if probed is None or not np.array_equal(probed, table):
+            del g.nodes[start:]
+            found, y = None, None
+    _remember(_TABLES_PROVEN, key, found)
+    return y
 
 
 def _clamping_maximum(g: GraphBuilder, operation: Operation, alpha: float) -> tuple[Operation, float] | None:
