@@ -430,3 +430,78 @@ def test_quantized_prelu_of_an_alpha_given_at_run_time_is_the_pair_table(ort_dev
     ours, theirs = (run_on(model, device, [xs, alphas], [np.zeros_like(xs)])[0]
                     for device in (ort_device, reference_device()))
     np.testing.assert_array_equal(ours, theirs)
+def _pooled_prelu_model(code: int, alpha_step: int, scheme: int, filter_size: int, fuse: int = 0,
+                        prelu_is_output: bool = False) -> nnapi.Model:
+    """PRELU (the importer's LEAKY_RELU quantization, alpha ``alpha_step`` steps of 0.1) of
+    [1, 16, 16, 3], then MAX_POOL_2D of ``filter_size`` stride 2 (padding ``scheme``: 1 SAME,
+    2 VALID) with fused activation ``fuse``."""
+    low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    dtype = np.int8 if low else np.uint8
+    model = nnapi.Model()
+    operand = operand_adder(model)
+    x = operand(code, [1, 16, 16, 3], scale=0.011826866306364536, zero_point=131 + low)
+    alpha = operand(code, [1], np.array([alpha_step + 100 + low], dtype), 0.1, 100 + low)
+    y = operand(code, [1, 16, 16, 3], scale=0.006353872362524271, zero_point=24 + low)
+    model.add_operation(Op.PRELU, [x, alpha], [y])
+    side = 8 if scheme == 1 else (16 - filter_size) // 2 + 1
+    pooled = operand(code, [1, side, side, 3], scale=0.006353872362524271, zero_point=24 + low)
+    scalars = [operand(T.INT32, [], np.array(v, np.int32)) for v in (scheme, 2, 2, filter_size, filter_size, fuse)]
+    model.add_operation(Op.MAX_POOL_2D, [y, *scalars], [pooled])
+    model.identify_inputs_and_outputs([x], [pooled, y] if prelu_is_output else [pooled])
+    model.finish()
+    return model
+
+
+def _every_stored_value_in_every_window(code: int) -> np.ndarray:
+    """[1, 16, 16, 3] holding each stored value 3 times, shuffled (seeded)."""
+    low = -128 if code == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    values = np.random.default_rng(4).permutation(np.repeat(np.arange(256), 3)) + low
+    return values.astype(np.int8 if low else np.uint8).reshape(1, 16, 16, 3)
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize(("scheme", "filter_size"), [(2, 2), (1, 3), (2, 3)])
+@pytest.mark.parametrize("alpha_step", [1, 0])
+def test_a_max_pool_of_a_quantized_leaky_relu_runs_first(ort_device, code, scheme, filter_size, alpha_step):
+    """pooled_prelu.py: MAX_POOL_2D(PRELU(x)) of an 8-bit PRELU of one alpha >= 0 runs as
+    PRELU(MAX_POOL_2D(x)) (a non-decreasing function of the stored value commutes with the
+    largest of a window; SAME padding's edges take no padding value): the pool first in the
+    lowered graph, its tables on the pooled values, the reference's values."""
+    model = _pooled_prelu_model(code, alpha_step, scheme, filter_size)
+    types = lowered_node_types(model)
+    assert "MaxPool" in types and types.index("MaxPool") < _first_prelu_node(types)
+    x = _every_stored_value_in_every_window(code)
+    out = np.zeros(_pooled_shape(model), x.dtype)
+    ours, theirs = (run_on(model, device, [x], [np.zeros_like(out)])[0] for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(ours, theirs)
+    assert len(np.unique(theirs)) > 20
+
+
+def _first_prelu_node(types: list[str]) -> int:
+    """The position of the first node of a quantized PRELU's forms (tables, the float form
+    of the model's scales, the Gather of the reference's table)."""
+    return min(k for k, t in enumerate(types) if t in ("QLinearLeakyRelu", "DequantizeLinear", "Gather"))
+
+
+def _pooled_shape(model: nnapi.Model) -> list[int]:
+    return list(model.operand_type(model.outputs[0]).dimensions)
+
+
+@pytest.mark.parametrize(("alpha_step", "fuse", "prelu_is_output"), [
+    (-1, 0, False),  # a negative alpha: PRELU decreases on the negative side, max does not commute
+    (1, 1, False),   # the pool's fused RELU
+    (1, 0, True),    # the PRELU's values read elsewhere too (a model output)
+])
+def test_other_max_pools_of_a_quantized_prelu_stay_after_it(ort_device, alpha_step, fuse, prelu_is_output):
+    """Where the order matters or the PRELU's values are needed as they are, the PRELU runs
+    first, with the reference's values."""
+    code = T.TENSOR_QUANT8_ASYMM_SIGNED
+    model = _pooled_prelu_model(code, alpha_step, 2, 2, fuse, prelu_is_output)
+    types = lowered_node_types(model)
+    assert "MaxPool" in types and _first_prelu_node(types) < types.index("MaxPool")
+    x = _every_stored_value_in_every_window(code)
+    outputs = [np.zeros(_pooled_shape(model), x.dtype)] + ([np.zeros_like(x)] if prelu_is_output else [])
+    ours, theirs = (run_on(model, device, [x], [np.zeros_like(o) for o in outputs])
+                    for device in (ort_device, reference_device()))
+    for mine, reference in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(mine, reference)

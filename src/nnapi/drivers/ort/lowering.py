@@ -60,6 +60,7 @@ from nnapi.drivers.ort.builder import (
 )
 from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_composites
 from nnapi.drivers.ort.padded_add import split_padded_adds
+from nnapi.drivers.ort.pooled_prelu import pool_before_prelu
 from nnapi.drivers.ort.scalar_broadcast import widen_scalars
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.ort.twins import merge_twin_branches
@@ -71,7 +72,8 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
     input / output, in order). Raises Declined if any part cannot be lowered.
     ``shaped``: infer_temporary_shapes(model) when the caller has it already (the device
     computes it to check the operations), not computed again."""
-    model = split_padded_adds(merge_twin_branches(infer_temporary_shapes(model) if shaped is None else shaped))
+    model = infer_temporary_shapes(model) if shaped is None else shaped
+    model = split_padded_adds(merge_twin_branches(pool_before_prelu(model)))
     subgraph = model.main
     g = GraphBuilder(model, subgraph)
     for index in subgraph.input_indexes:
