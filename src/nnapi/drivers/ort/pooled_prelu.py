@@ -9,11 +9,13 @@ x * a <= 0, non-decreasing in x; the zero point and the clamp keep the order), a
 largest of f(v) over a window is f of the largest v, so both orders give the same stored
 values (a window never holds only padding, which the pool leaves out). YOLO-style blocks
 (CONV_2D, LEAKY_RELU, 2x2 MAX_POOL_2D of stride 2) then run the PRELU's tables on a quarter of
-the values. The pool reads x in its own quantization (a new temporary of x's type, scale and
-zero point, of the pool's output shape), the PRELU writes the pool's output. Only a PRELU
-whose output nothing else reads (not a model output), of 8-bit values with a constant alpha
-of one value that broadcasts to the input without changing its shape, and a pool without a
-fused activation, of known output shape.
+the values (yolo_tiny_int8, 3 of its 8 LEAKY_RELU moved: 0.25 -> 0.20 ms, 2.03x -> 1.59x
+LiteRT, bench_ort --runs 20, load ~7, outputs identical). The pool reads x in its own
+quantization (a new temporary of x's type, scale and zero point, of the pool's output
+shape), the PRELU writes the pool's output. Only a PRELU whose output nothing else reads
+(not a model output), of 8-bit values with a constant alpha of one value that broadcasts
+to the input and to the pooled shape without changing them, and a pool without a fused
+activation, of known output shape.
 """
 
 from __future__ import annotations

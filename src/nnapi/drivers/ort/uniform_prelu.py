@@ -23,7 +23,7 @@ com.microsoft QLinearLeakyRelu tables whose float parameters leaky_tables.py sea
 the reference's fixed point (Android's two quantized multipliers, which round twice where a
 multiplier's exponent is negative: YOLO's LEAKY_RELU 0.1), with at most _CORRECTIONS values
 set right by a Where, where a probe of all 256 stored values in ONNX Runtime proves them
-(yolo_tiny_int8 through bench_ort, load ~4.7: 4.06x -> 1.83x LiteRT). Elsewhere (an alpha <=
+(yolo_tiny_int8 through bench_ort, load ~7: 0.60 -> 0.25 ms, 4.05x -> 2.03x LiteRT). Elsewhere (an alpha <=
 0, or of many steps) DequantizeLinear, LeakyRelu, QuantizeLinear at the model's scales,
 which ORT fuses into QLinearLeakyRelu, a table of the float values rounded once (generated
 ESRGAN int8, 11 LEAKY_RELU: 6.34 -> 5.34 ms in an interleaved A/B, load ~7), where that
