@@ -787,9 +787,8 @@ def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
     else:
         raise Declined("TRANSPOSE_CONV_2D takes 9 or 11 inputs")
     raw = g.raw_constant(inputs[1])
-    if (quantized and kernel_h == kernel_w == stride_h == stride_w and not any((left, right, top, bottom))
-            and raw is not None and not g.isolated):
-        y = _shuffled_transpose_conv(g, operation, source, raw, nchw)
+    if quantized and raw is not None and not g.isolated:
+        y = _phased_transpose_conv(g, operation, source, raw, nchw, (stride_h, stride_w), (top, left, bottom, right))
         if y is not None:
             g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
             return
@@ -821,46 +820,103 @@ def lower_transpose_conv(g: GraphBuilder, operation: Operation) -> None:
     g.set_output(operation.outputs[0], fused_activation(g, y, fuse, output))
 
 
-def _shuffled_transpose_conv(g: GraphBuilder, operation: Operation, source: Value, raw: np.ndarray,
-                             nchw: bool) -> str | None:
-    """A quantized TRANSPOSE_CONV_2D whose kernel is its stride s, uncropped (a U-Net
-    decoder's 2x2 stride-2 upsampling): its windows do not overlap, so each output pixel
-    is one input pixel times one filter tap: a 1x1 convolution to s*s*C channels, (ky * s
-    + kx) * C + c holding tap (ky, kx) of channel c, whose NHWC rows are then moved into
-    place (Reshape, Transpose, Reshape: 0.5 ms less than DepthToSpace's uint8 NCHW
-    shuffle on unet_like_int8). The same sums as ConvTranspose's, as a QLinearConv
-    requantized as every quantized CONV_2D here (within a step of Android's fixed-point
-    stage, as the ConvTranspose form's halves-away rounding was), where ORT has no
-    quantized ConvTranspose and the integer form took a DequantizeLinear, a float
-    ConvTranspose and eight elementwise passes: unet_like_int8's ORT run 3.6-5.1 -> 2.5-2.6
-    ms, its output now equal to LiteRT's (was a step off). Float layers keep ConvTranspose
-    (this form made unet_like_float 0.93x -> 1.01x LiteRT). The result in the operation's
-    layout; None where the bias is not constant."""
+def _phase_taps(kernel: int, stride: int, size: int, head: int, tail: int) -> tuple[int, int, int, int] | None:
+    """Along one axis of a TRANSPOSE_CONV_2D (filter ``kernel``, ``stride``, input ``size``,
+    cropped by ``head`` / ``tail``, a negative tail extending it): the taps T of every
+    phase's filter, the phased convolution's pads before / after the input, and the rows its
+    rearranged output has before the first one kept. Output row o = q * stride + p (phase p)
+    sums x[q - t] * w[p + stride * t] over t < T = ceil(kernel / stride): a convolution of
+    T taps with filter f[u] = w[p + stride * (T - 1 - u)] on the input padded by T - 1 in
+    front; only rows q from head // stride on are computed. None where that front pad
+    would be negative (a crop of more than T strides)."""
+    taps = -(-kernel // stride)
+    first = head // stride
+    before = taps - 1 - first
+    if before < 0:
+        return None
+    kept_end = (size - 1) * stride + kernel - tail  # one past the last output row kept
+    after = max(0, -(-kept_end // stride) - size)
+    return taps, before, after, head - first * stride
+
+
+def _phased_transpose_conv(g: GraphBuilder, operation: Operation, source: Value, raw: np.ndarray, nchw: bool,
+                           strides: tuple[int, int], pads: tuple[int, int, int, int]) -> str | None:
+    """A quantized TRANSPOSE_CONV_2D with a constant filter and bias as one QLinearConv of
+    its phases: output pixel (q * s + p) of phase p = (py, px) sums input pixels q - t times
+    filter taps p + s * t (_phase_taps), so a convolution of ceil(K / s) taps per axis on
+    the input to s_h * s_w * C channels, (py * s_w + px) * C + c holding phase (py, px) of
+    channel c (zero taps where p + s * t passes the kernel), computes every output pixel's
+    integer sum from the very products ConvTranspose adds; its NHWC rows are then moved
+    into place (Reshape, Transpose, Reshape: 0.5 ms less than DepthToSpace's uint8 NCHW
+    shuffle on unet_like_int8) and the crop sliced off. Requantized as every quantized
+    CONV_2D here (QLinearConv's float32 rescale, within a step of Android's fixed-point
+    stage, as the ConvTranspose form's halves-away rounding was). ORT has no quantized
+    ConvTranspose: the float form took a DequantizeLinear, a float ConvTranspose and eight
+    elementwise passes. A U-Net decoder's 2x2 stride-2 upsampling (one tap per phase):
+    unet_like_int8's ORT run 3.6-5.1 -> 2.5-2.6 ms, its output now equal to LiteRT's (was a
+    step off); a 3x3 stride-2 SAME layer (2x2 taps, 16 products per input pixel where the
+    kernel has 9) ... Float layers keep ConvTranspose (the 2x2 form made unet_like_float
+    0.93x -> 1.01x LiteRT). The result in the operation's layout; None where the bias is
+    not constant, a dimension unknown or a crop too deep (_phase_taps)."""
     inputs = operation.inputs
     filter_operand, output = g.operand(inputs[1]), g.operand(operation.outputs[0])
-    channels_out, stride = filter_operand.dimensions[0], filter_operand.dimensions[1]
+    channels_out, kernel_h, kernel_w, depth = filter_operand.dimensions
+    stride_h, stride_w = strides
+    top, left, bottom, right = pads
     bias = g.raw_constant(inputs[2])
     batches, height, width = source.dims[0], source.dims[2 if nchw else 1], source.dims[3 if nchw else 2]
     if bias is None or not (batches and height and width):
         return None
-    # [Cout, ky, kx, Cin] -> [ky, kx, Cout, Cin]: the 1x1 filter's rows in the order moved below
+    rows_h = _phase_taps(kernel_h, stride_h, height, top, bottom)
+    rows_w = _phase_taps(kernel_w, stride_w, width, left, right)
+    if rows_h is None or rows_w is None:
+        return None
+    (taps_h, before_h, after_h, skip_h), (taps_w, before_w, after_w, skip_w) = rows_h, rows_w
+    out_h = (height - 1) * stride_h + kernel_h - top - bottom
+    out_w = (width - 1) * stride_w + kernel_w - left - right
+    if out_h < 1 or out_w < 1:
+        return None
     kept, centered = signed_weights(raw, filter_operand) if filter_operand.type in QUANT8 else (raw, False)
-    rows = np.ascontiguousarray(kept.transpose(1, 2, 0, 3).reshape(-1, kept.shape[3], 1, 1))
-    taps = stride * stride
+    # [Cout, ky, kx, Cin] -> [py, px, Cout, Cin, u, v]: phase (py, px)'s filter at tap (u, v)
+    # is the kernel's (py + s_h * (T_h - 1 - u), px + s_w * (T_w - 1 - v)); past the kernel the
+    # stored zero point, a product of nothing (q - 128 weights store it as zero point - 128)
+    phased = np.full((stride_h, stride_w, channels_out, depth, taps_h, taps_w),
+                     filter_zero_point(filter_operand, centered), kept.dtype)
+    for py in range(stride_h):
+        for u in range(taps_h):
+            ky = py + stride_h * (taps_h - 1 - u)
+            if ky >= kernel_h:
+                continue
+            for px in range(stride_w):
+                for v in range(taps_w):
+                    kx = px + stride_w * (taps_w - 1 - v)
+                    if kx < kernel_w:
+                        phased[py, px, :, :, u, v] = kept[:, ky, kx, :]
+    phases = stride_h * stride_w
+    weights = np.ascontiguousarray(phased.reshape(phases * channels_out, depth, taps_h, taps_w))
     scale, zero = _weight_quant(g, filter_operand, False, channels_out, True, centered)
-    if filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:  # one scale per output channel, per tap
-        scale = g.constant(np.tile(np.asarray(filter_operand.channel_quant.scales, np.float32), taps), "wscale")
-        zero = g.constant(np.zeros(taps * channels_out, np.int8), "wzp")
-    y = g.one("QLinearConv", [to_nchw(g, source.name, nchw), *g.qparams(source), g.constant(rows, "filter"), scale,
-                              zero, *g.qparams(output), g.constant(np.tile(bias.astype(np.int32), taps), "bias")],
-              kernel_shape=[1, 1])
-    if stride == 1:
+    if filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:  # one scale per output channel, per phase
+        scale = g.constant(np.tile(np.asarray(filter_operand.channel_quant.scales, np.float32), phases), "wscale")
+        zero = g.constant(np.zeros(phases * channels_out, np.int8), "wzp")
+    y = g.one("QLinearConv", [to_nchw(g, source.name, nchw), *g.qparams(source), g.constant(weights, "filter"), scale,
+                              zero, *g.qparams(output), g.constant(np.tile(bias.astype(np.int32), phases), "bias")],
+              kernel_shape=[taps_h, taps_w], pads=[before_h, before_w, after_h, after_w])
+    computed_h = height + before_h + after_h - taps_h + 1
+    computed_w = width + before_w + after_w - taps_w + 1
+    cropped = (skip_h, skip_w, computed_h * stride_h, computed_w * stride_w) != (0, 0, out_h, out_w)
+    if phases == 1 and not cropped:
         return from_nchw(g, y, nchw)
-    blocks = g.one("Reshape", [from_nchw(g, y, False),
-                               g.constant(np.array([batches, height, width, stride, stride, channels_out], np.int64))])
-    moved = g.one("Transpose", [blocks], perm=[0, 1, 3, 2, 4, 5])
-    shape = [batches, height * stride, width * stride, channels_out]
-    nhwc = g.one("Reshape", [moved, g.constant(np.array(shape, np.int64))])
+    nhwc = from_nchw(g, y, False)
+    if phases > 1:
+        blocks = g.one("Reshape", [nhwc, g.constant(np.array([batches, computed_h, computed_w, stride_h, stride_w,
+                                                              channels_out], np.int64))])
+        moved = g.one("Transpose", [blocks], perm=[0, 1, 3, 2, 4, 5])
+        nhwc = g.one("Reshape", [moved, g.constant(np.array(
+            [batches, computed_h * stride_h, computed_w * stride_w, channels_out], np.int64))])
+    if cropped:
+        nhwc = g.one("Slice", [nhwc, g.constant(np.array([skip_h, skip_w], np.int64)),
+                               g.constant(np.array([skip_h + out_h, skip_w + out_w], np.int64)),
+                               g.constant(np.array([1, 2], np.int64))])
     return g.one("Transpose", [nhwc], perm=NHWC_TO_NCHW) if nchw else nhwc
 
 
