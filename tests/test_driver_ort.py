@@ -1692,6 +1692,60 @@ def test_pointwise_convolution_to_few_channels_merges_pixels(ort_device, monkeyp
     _check_merged_columns(model, image, outputs, ort_device, monkeypatch)
 
 
+@pytest.mark.parametrize("channels_out, kernel, width, padding, per_channel, fuse, factor", [
+    (3, 3, 16, "same", True, 0, 8), (1, 3, 12, (1, 1, 1, 1), False, 1, 4), (8, 5, 16, "same", True, 3, 2),
+    (4, 3, 16, (1, 1, 0, 2), True, 0, 4), (2, 3, 9, "same", True, 0, 1), (3, 3, 16, "valid", True, 0, 1),
+    (16, 3, 16, "same", True, 0, 1), (12, 2, 16, (0, 1, 0, 1), False, 2, 2), (9, 3, 16, "same", True, 0, 1)])
+def test_convolution_to_few_channels_merges_pixels_for_any_kernel(ort_device, monkeypatch, channels_out, kernel,
+                                                                  width, padding, per_channel, fuse, factor):
+    """A quantized stride-1 CONV_2D of a kernel larger than 1x1 to fewer than 16 channels
+    (an autoencoder's or super-resolution net's last layer to RGB, a segmentation head)
+    runs on ORT with m adjacent pixels as one, the filter spread over the merged columns
+    it reaches (m the smallest power of two giving 16 channels that divides the width):
+    the same integer sums, so the outputs equal the plain QLinearConv's bit for bit and the
+    reference's within a step; per-channel or centered per-tensor weights, SAME and
+    explicit paddings, fused activations. Not where the output is narrower than the input
+    (VALID), no power of two divides the width, at 16 channels, or at an odd count above 8
+    (ORT runs 2 x 9 = 18 channels slower than 9)."""
+    from nnapi.drivers.ort import lowering
+    from nnapi.runtime.model_builder import build_hal_model
+
+    rng = np.random.default_rng(channels_out * kernel + width)
+    height, depth = 6, 16
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, height, width, depth], scale=0.03,
+                                      zero_point=-5))
+    shape = [channels_out, kernel, kernel, depth]
+    if per_channel:
+        w = model.add_operand(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, shape))
+        scales = rng.uniform(0.002, 0.02, channels_out).astype(np.float32)
+        model.set_operand_symm_per_channel_quant_params(w, nnapi.SymmPerChannelQuantParams(0, scales.tolist()))
+        model.set_operand_value(w, rng.integers(-127, 128, shape).astype(np.int8))
+    else:
+        w = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, shape, scale=0.01, zero_point=0))
+        model.set_operand_value(w, rng.integers(-128, 128, shape).astype(np.int8))
+    bias = model.add_operand(OperandType(T.TENSOR_INT32, [channels_out], scale=0.0 if per_channel else 0.0003))
+    model.set_operand_value(bias, rng.integers(-500, 500, channels_out).astype(np.int32))
+    if padding in ("same", "valid"):
+        scalars = [constant(model, T.INT32, v) for v in (1 if padding == "same" else 2, 1, 1, fuse)]
+        out_height, out_width = (height, width) if padding == "same" else (height - kernel + 1, width - kernel + 1)
+    else:
+        left, right, top, bottom = padding
+        scalars = [constant(model, T.INT32, v) for v in (left, right, top, bottom, 1, 1, fuse)]
+        out_height, out_width = height + top + bottom - kernel + 1, width + left + right - kernel + 1
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [2, out_height, out_width, channels_out],
+                                      scale=0.1, zero_point=3))
+    model.add_operation(Op.CONV_2D, [x, w, bias, *scalars], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model, _, _ = lowering.lower_model(build_hal_model(model)[0])
+    filters = [list(t.dims) for t in onnx_model.graph.initializer if len(t.dims) == 4]
+    assert [f[:2] for f in filters] == [[factor * channels_out, factor * depth]], filters
+    image = rng.integers(-128, 128, (2, height, width, depth)).astype(np.int8)
+    outputs = [np.zeros((2, out_height, out_width, channels_out), np.int8)]
+    _check_merged_columns(model, image, outputs, ort_device, monkeypatch)
+
+
 @pytest.mark.parametrize("depth, stride, kernel, padding, dilation, channels_out, then_conv, rows", [
     (3, 2, 3, "same", (1, 1), 32, False, True), (3, 1, 5, (2, 1, 2, 3), (1, 1), 16, False, True),
     (2, 2, 3, "valid", (1, 1), 8, False, True), (3, 1, 3, "same", (1, 2), 16, False, True),

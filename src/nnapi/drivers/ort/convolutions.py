@@ -218,8 +218,9 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: ConvParams, a
     whose cost ORT pays per pixel more than per product: m adjacent pixels as one, m the
     smallest power of two giving 16 output channels that divides the width (m times the
     multiply-adds, of a block-diagonal filter; a U-Net's 128x128x16 -> 2 head 96 -> 36 us,
-    32 -> 4 100 -> 66 us, 24 -> 12 36 -> 20 us). None where it does not apply (then the
-    plain QLinearConv is used).
+    32 -> 4 100 -> 66 us, 24 -> 12 36 -> 20 us), and so one of a larger kernel, SAME
+    (_few_outputs_factor: 64x64x16 3x3 to 3 104 -> 49 us). None where it does not apply
+    (then the plain QLinearConv is used).
 
     With 1-3 input channels the batch may be open, and the width need not be a multiple of
     m nor the output's width the input's / stride (VALID padding, odd widths): the input is
@@ -309,13 +310,31 @@ _MERGED_COST = 4
 FEW_OUTPUTS = 16
 
 
+def few_outputs(channels_out: int, params: ConvParams) -> bool:
+    """Whether a quantized CONV_2D to ``channels_out`` channels is one _merged_columns
+    merges pixels of (given symmetric weights and a width m divides): stride 1, no
+    dilation, fewer than FEW_OUTPUTS channels, any kernel."""
+    return params.strides == [1, 1] and params.dilations == [1, 1] and channels_out < FEW_OUTPUTS
+
+
 def _few_outputs_factor(shape: tuple[int, ...], params: ConvParams, width: int) -> int:
-    """How many adjacent pixels _merged_columns merges for a 1x1 convolution of stride 1
-    to fewer than FEW_OUTPUTS channels (filter ``shape`` [O, C, 1, 1]): the smallest
-    power of two m with m * O >= FEW_OUTPUTS, halved until it divides ``width``; 1 where
-    that does not apply."""
-    channels_out, _, kernel_h, kernel_w = shape
-    if (kernel_h, kernel_w) != (1, 1) or params.strides != [1, 1] or channels_out >= FEW_OUTPUTS:
+    """How many adjacent pixels _merged_columns merges for a convolution of stride 1 to
+    fewer than FEW_OUTPUTS channels (filter ``shape`` [O, C, H, W], ``few_outputs``): the
+    smallest power of two m with m * O >= FEW_OUTPUTS, halved until it divides ``width``;
+    1 where that does not apply. ORT's quantized kernel pays a 16-channel block per pixel
+    whatever the channels (64x64x16 3x3 to 3 or to 12 channels: 104 / 103 us), so m pixels
+    as one cost m times the multiply-adds and still run faster, a 3x3 or 5x5 filter spread
+    over 3 merged columns: onnxruntime 1.32, one thread, int8, SAME, load ~4: 64x64x16 3x3
+    to 3 104 -> 49 us, to 1 96 -> 37, to 8 98 -> 48, to 12 103 -> 62; 64x64x16 5x5 to 3
+    212 -> 76; 64x64x64 to 3 247 -> 174; 64x64x128 to 3 425 -> 342; 128x128x32 to 3 670 ->
+    349; 32x32x256 to 2 203 -> 130 (an autoencoder's or super-resolution net's last
+    layer to RGB, a segmentation head's classes). Not for an odd count above 8 (2 pixels
+    then make 18-30 channels, which ORT runs slower than 16: 32x32x64 3x3 to 9 62 -> 72,
+    to 11 65 -> 71, to 13 65 -> 74, to 15 68 -> 74 us, where 10 and 12 gain, 146 -> 102
+    at 64x64x32 and 63 -> 48; load ~10): an ESPCN's 3x3 to 9 before its 3x upscale."""
+    channels_out = shape[0]
+    if not few_outputs(channels_out, params) or (shape[2] * shape[3] > 1 and channels_out > FEW_OUTPUTS // 2
+                                                 and channels_out % 2):
         return 1
     factor = 1 << math.ceil(math.log2(FEW_OUTPUTS / channels_out))
     while factor > 1 and width % factor:

@@ -44,10 +44,10 @@ from nnapi.drivers.ort.builder import (
     to_nchw,
 )
 from nnapi.drivers.ort.convolutions import (
-    FEW_OUTPUTS,
     SYM_INPUT_CHANNEL_ALIGN,
     constant_filter,
     conv_attributes,
+    few_outputs,
     filter_zero_point,
     lower_conv,
 )
@@ -73,8 +73,9 @@ def _off_block(dims: list[int]) -> bool:
 def takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
     """Whether ``operation`` reads operand ``index`` in the padded form (_padded_conv
     below lowers it so): a quantized NHWC CONV_2D / DEPTHWISE_CONV_2D (multiplier 1) with
-    a constant filter and bias, ``index`` its input only. A 1x1 stride-1 CONV_2D to fewer
-    than FEW_OUTPUTS channels keeps its merged-columns form (not padded)."""
+    a constant filter and bias, ``index`` its input only. A stride-1 CONV_2D to fewer than
+    FEW_OUTPUTS channels (convolutions.few_outputs) keeps its merged-columns form (not
+    padded)."""
     if operation.type not in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D) or list(operation.inputs).count(index) != 1 \
             or operation.inputs[0] != index:
         return False
@@ -97,19 +98,22 @@ def takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
     dims = filter_operand.dimensions
     if params.nchw or len(dims) != 4 or (depthwise and (params.multiplier != 1 or dims[0] != 1)):
         return False
-    if not depthwise and dims[1:3] == [1, 1] and params.strides == [1, 1] and dims[0] < FEW_OUTPUTS:
+    if not depthwise and few_outputs(dims[0], params):
         return False
     return True
 
 
 def _merges_columns(g: GraphBuilder, operation: Operation) -> bool:
     """Whether the plain lowering runs this CONV_2D in its merged-columns form (an image's
-    3 channels, or a 1x1 stride-1 layer to fewer than FEW_OUTPUTS channels): kept, and its
+    3 channels, or a stride-1 layer to fewer than FEW_OUTPUTS channels): kept, and its
     output not padded (MobileNet-like stems: 31 us merged against 81 us plain)."""
     if operation.type != Op.CONV_2D:
         return False
-    dims = g.operand(operation.inputs[1]).dimensions
-    few = dims[1:3] == [1, 1] and dims[0] < FEW_OUTPUTS
+    try:
+        params = conv_params(g, operation, False)
+    except (Declined, ValueError, TypeError, IndexError):
+        return False
+    few = few_outputs(g.operand(operation.inputs[1]).dimensions[0], params)
     return g.operand(operation.inputs[0]).dimensions[3] % SYM_INPUT_CHANNEL_ALIGN != 0 or few
 
 
