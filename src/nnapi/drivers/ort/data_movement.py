@@ -71,6 +71,16 @@ def lower_reshape(g: GraphBuilder, operation: Operation) -> None:
     if x.dims and all(x.dims) and x.dims == shape.tolist():
         g.set_output(operation.outputs[0], x.name)  # the same shape: nothing to run
         return
+    producer = g.producer(operation.inputs[0])
+    if producer is not None and producer.type == OperationCode.RESHAPE and not g.isolated:
+        # a RESHAPE back to the shape before the one it reads (a Conv1D's [N, 1, T, C] ->
+        # [N, T, C] -> [N, 1, T, C] between two layers): that value itself. ORT merges the
+        # two Reshapes into one that changes nothing but still runs, and keeps a float value
+        # out of its blocked layout there (a ReorderOutput and a ReorderInput per layer)
+        before = g.value(producer.inputs[0])
+        if before.kind == x.kind and before.dims and all(before.dims) and before.dims == shape.tolist():
+            g.set_output(operation.outputs[0], before.name)
+            return
     if _only_broadcast(g, operation.outputs[0], x, shape.tolist()):
         g.values[operation.outputs[0]] = Value(x.name, x.kind, list(x.dims), x.scale, x.zero_point)
         return

@@ -59,6 +59,7 @@ from nnapi.drivers.ort.builder import (
     read_counts,
 )
 from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_composites
+from nnapi.drivers.ort.pad_into_conv import fold_pads_into_convs
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.pooled_prelu import pool_before_prelu
 from nnapi.drivers.ort.scalar_broadcast import widen_scalars
@@ -73,7 +74,7 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
     ``shaped``: infer_temporary_shapes(model) when the caller has it already (the device
     computes it to check the operations), not computed again."""
     model = infer_temporary_shapes(model) if shaped is None else shaped
-    model = split_padded_adds(merge_twin_branches(pool_before_prelu(model)))
+    model = split_padded_adds(merge_twin_branches(pool_before_prelu(fold_pads_into_convs(model))))
     subgraph = model.main
     g = GraphBuilder(model, subgraph)
     for index in subgraph.input_indexes:
