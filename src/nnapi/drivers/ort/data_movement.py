@@ -48,6 +48,7 @@ from nnapi.drivers.ort.channel_padding import (
     set_channels,
     wants_padding,
 )
+from nnapi.drivers.ort.mean_table import lower_table_mean
 from nnapi.hal import Operation
 
 
@@ -548,7 +549,11 @@ def lower_gather(g: GraphBuilder, operation: Operation) -> None:
     would count a negative one from the end: constant indices are checked here, indices
     given at run time are sent out of range when negative, so that the run fails as the
     reference's does instead of reading another element (past any size where the size is
-    known only at run time; Gather refuses an index past the end in the same way)."""
+    known only at run time; Gather refuses an index past the end in the same way). The
+    importer's quantized MEAN as a table reads its index from the exact integer sum
+    (mean_table.py)."""
+    if lower_table_mean(g, operation):
+        return
     x = g.value(operation.inputs[0])
     output = g.operand(operation.outputs[0])
     check_same_quantization(x, output)
