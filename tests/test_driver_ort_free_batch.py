@@ -54,6 +54,36 @@ def test_prelu_on_a_free_batch_equals_the_reference(ort_device, alpha):
         np.testing.assert_array_equal(ours, np.where(value >= 0, value, value * alpha))
 
 
+
+def test_prelu_of_an_alpha_given_at_run_time_broadcasts_a_free_batch_of_one(ort_device):
+    """A run-time alpha of [2, 3] against x of [?, 3] given [1, 3]: the output is [2, 3], x
+    broadcast along the batch (R1: the sign-keeping pick once joined x's [1, 3] with the
+    product's [2, 3] and failed the run)."""
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 3]))
+    a = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3]))
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [0, 0]))
+    model.add_operation(Op.PRELU, [x, a], [y])
+    model.identify_inputs_and_outputs([x, a], [y])
+    model.finish()
+    value = np.array([[-1.0, -0.0, 2.0]], np.float32)
+    alpha = np.array([[0.5, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    outputs = []
+    for device in (ort_device, reference_device()):
+        compilation = nnapi.Compilation(model, [device])
+        compilation.finish()
+        execution = nnapi.Execution(compilation)
+        execution.set_input(0, value, OperandType(T.TENSOR_FLOAT32, [1, 3]))
+        execution.set_input(1, alpha)
+        out = np.full((2, 3), 7.0, np.float32)
+        execution.set_output(0, out)
+        execution.compute()
+        assert execution.get_output_operand_dimensions(0) == [2, 3]
+        outputs.append(out)
+    np.testing.assert_array_equal(outputs[0], [[-0.5, -0.0, 2.0], [-4.0, -0.0, 2.0]])
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    np.testing.assert_array_equal(np.signbit(outputs[0]), np.signbit(outputs[1]))
+
 def _one_operation(code: int, in_dims: list[int], params: list[tuple[OperandType, object]],
                    out_dims: list[int], operand_code: int = T.TENSOR_FLOAT32, scale: float = 0.0,
                    zero_point: int = 0) -> nnapi.Model:

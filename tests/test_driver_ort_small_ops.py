@@ -689,7 +689,7 @@ def _bits(array: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("code", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])
-@pytest.mark.parametrize("condition_from", ["input", "EQUAL", "NOT_EQUAL"])
+@pytest.mark.parametrize("condition_from", ["input", "EQUAL", "NOT_EQUAL", "LOGICAL_NOT of NOT_EQUAL"])
 @pytest.mark.parametrize("constants, constant_zeros", [
     (None, "-0"), ("first", "-0"), ("second", "-0"), ("both", "-0"),
     ("first", "+0 only"), ("second", "+0 only"), ("both", "+0 only")])
@@ -700,7 +700,8 @@ def test_float_select_keeps_the_sign_of_a_zero(ort_device, code, condition_from,
     input (a TFLite ONE_HOT with off_value -0 is SELECT(EQUAL(...), on, -0)). Compared with
     the reference bit for bit: values picked from either side, given at run time or constant
     (with -0s, or +0s only: exact_where's Where forms), with a condition given, from EQUAL or
-    from NOT_EQUAL."""
+    from NOT_EQUAL, or from a LOGICAL_NOT of NOT_EQUAL (two Nots: the Where of the negated
+    condition must not read the inner Not's input)."""
     dtype = dtype_of(code)
     count = 64
     rng = np.random.default_rng(5)
@@ -724,7 +725,10 @@ def test_float_select_keeps_the_sign_of_a_zero(ort_device, code, condition_from,
     else:
         a, b = given(OperandType(T.TENSOR_INT32, [count]), left), given(OperandType(T.TENSOR_INT32, [count]), right)
         condition = model.add_operand(OperandType(T.TENSOR_BOOL8, [count]))
-        model.add_operation(Op[condition_from], [a, b], [condition])
+        model.add_operation(Op[condition_from.split()[-1]], [a, b], [condition])
+        if condition_from.startswith("LOGICAL_NOT"):
+            negated, condition = condition, model.add_operand(OperandType(T.TENSOR_BOOL8, [count]))
+            model.add_operation(Op.LOGICAL_NOT, [negated], [condition])
     picked = []
     for which, value in (("first", first), ("second", second)):
         if constants in (which, "both"):

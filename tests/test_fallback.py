@@ -613,6 +613,12 @@ def _uniform(exec_time, power_usage=0.5, **fields):
     (_uniform(0.5, if_performance=(1.0, 1.0)), ": if_performance is a tuple, not a PerformanceInfo"),
     (_uniform(0.5, step_cost_s=float("inf")), ": step_cost_s inf is not a finite number of seconds >= 0"),
     (_uniform(0.5, step_cost_s="1"), ": step_cost_s '1' is not a finite number of seconds >= 0"),
+    # R1: ints beyond any float raised a raw OverflowError out of Compilation and `nnapi devices`
+    (_uniform(10**400), ": operand_performance[FLOAT32].exec_time is an integer beyond any float"),
+    (_uniform(0.5, step_cost_s=10**400), ": step_cost_s 1000000000000000000000000000000000000000 is not a finite "
+                                         "number of seconds >= 0"),
+    (_uniform(0.5, operand_performance={2**70: _INF}), f": operand_performance has the key {2**70}, which is no "
+                                                       "operand type"),  # (an extension type is a uint32)
 ])
 def test_capabilities_that_do_not_validate_are_no_performance_information(register, capsys, answer, problem):
     """A driver's capabilities are validated as Android validates getCapabilities (every

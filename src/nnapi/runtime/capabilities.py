@@ -35,7 +35,10 @@ def _figure(value: object, what: str) -> float:
     """A performance figure as a float; ValueError naming ``what`` unless a number > 0."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise ValueError(f"{what} is a {type(value).__name__}, not a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ValueError(f"{what} is an integer beyond any float") from None
     if not number > 0.0:  # NaN fails too
         raise ValueError(f"{what} is {number!r}, not greater than 0")
     return number
@@ -54,7 +57,7 @@ def _operand_type(code: object) -> int:
     try:
         return OperandCode(int(code))
     except ValueError:
-        if is_extension_type(int(code)):
+        if is_extension_type(int(code)) and int(code) < 1 << 32:  # a uint32, as in the NDK
             return int(code)
         raise ValueError(f"operand_performance has the key {int(code)}, which is no operand type") from None
 
@@ -74,8 +77,11 @@ def validated(capabilities: object) -> Capabilities:
         key = _operand_type(code)
         operand_performance[key] = _performance(info, f"operand_performance[{getattr(key, 'name', key)}]")
     step = capabilities.step_cost_s
-    if isinstance(step, bool) or not isinstance(step, int | float | np.integer | np.floating) or \
-            not 0.0 <= float(step) < math.inf:
+    try:
+        seconds = math.nan if isinstance(step, bool) else float(step)  # (float of a non-number: TypeError)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond any float
+        seconds = math.nan
+    if not isinstance(step, int | float | np.integer | np.floating) or not 0.0 <= seconds < math.inf:
         raise ValueError(f"step_cost_s {step!r:.40} is not a finite number of seconds >= 0")
     return Capabilities(
         _performance(capabilities.relaxed_float32_to_float16_scalar, "relaxed_float32_to_float16_scalar"),
@@ -83,7 +89,7 @@ def validated(capabilities: object) -> Capabilities:
         operand_performance,
         _performance(capabilities.if_performance, "if_performance"),
         _performance(capabilities.while_performance, "while_performance"),
-        float(step))
+        seconds)
 
 
 def _read_once(device: IDevice) -> tuple[Capabilities, str | None]:

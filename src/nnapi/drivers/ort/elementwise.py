@@ -622,8 +622,13 @@ def lower_prelu(g: GraphBuilder, operation: Operation) -> None:
             y = _prelu(g, x.name, alpha.name)
         else:  # alpha given at execution, or not finite: PRELU's own definition (x = -0 gives -0)
             zero = g.constant(np.array(0.0, np.float32))
-            scaled = Value(g.one("Mul", [x.name, alpha.name]), "float", list(x.dims))
-            y = exact_where(g, g.one("GreaterOrEqual", [x.name, zero]), x, scaled)
+            scaled = g.one("Mul", [x.name, alpha.name])
+            if any(d == 0 and a > 1 for a, d in zip(alpha.dims[::-1], x.dims[::-1])):
+                # a dimension of x known only at run time may be 1 where alpha's is larger:
+                # exact_where's sides must have the output's shape, the product's
+                x = Value(g.one("Expand", [x.name, g.one("Shape", [scaled])]), "float", list(x.dims))
+            y = exact_where(g, g.one("GreaterOrEqual", [x.name, zero]), x,
+                            Value(scaled, "float", list(x.dims)))
     elif output.type in QUANT8 and x.kind == "uint8":
         y = _quantized_prelu(g, operation, x, output)
     else:
