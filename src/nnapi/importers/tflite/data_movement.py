@@ -233,12 +233,15 @@ def _gather(c: _Converter, op: _Operator) -> None:
     in_shape = list(_operand_shape(op.tensor(0).shape))
     axis_n = axis % len(in_shape)
     kept = [*in_shape[:axis_n], 1, *in_shape[axis_n + 1:]]
-    out_type = c.nn_type(op.out_tensor())
-    temp = c.temp(out_type, kept)
-    c.emit(Op.GATHER, [x, c.i32(axis), indices], [temp])
+    # the output operand's type, not the tensor's: a bool / int32 GATHER moved through
+    # float32 (_through_float32) gathers float32 (a masked RNN's per-step mask)
+    out = c.output()
+    out_type = c.type_of(out)
     if out_type.type not in _FLOAT_TYPES + _QUANT8:
         raise UnsupportedOperator(f"rank-0 GATHER index on {out_type.type.name} (no NNAPI RESHAPE for it)")
-    c.emit(Op.RESHAPE, [temp, c.vector(out_type.dimensions)], [c.output()])
+    temp = c.temp(out_type, kept)
+    c.emit(Op.GATHER, [x, c.i32(axis), indices], [temp])
+    c.emit(Op.RESHAPE, [temp, c.vector(out_type.dimensions)], [out])
     c.lowered("rank-0 index: GATHER with a [1] index keeps the axis, so GATHER + RESHAPE drops it")
 
 
