@@ -42,3 +42,68 @@ def test_bool_gather_by_a_rank0_index(device: str) -> None:
     for i in range(5):
         got = _run(model, {"mask": mask, "x": x, "i": np.array(i, np.int32)}, device)["y"]
         np.testing.assert_array_equal(got, x[i] if mask[i, 0, 0] else np.zeros((1, 3), np.float32))
+
+
+def _sum_model(kind: str, rows: int, quant: tuple[float, int, float, int], keep: bool = False) -> bytes:
+    in_scale, in_zero, out_scale, out_zero = quant
+    t = [Tensor("x", kind, [rows, 2, 3], scale=in_scale, zero_point=in_zero),
+         Tensor("axes", "int32", [2], data=np.array([1, -1], np.int32)),
+         Tensor("y", kind, [rows, 1, 1] if keep else [rows], scale=out_scale, zero_point=out_zero)]
+    return build(Subgraph(t, [Operator("SUM", [0, 1], [2], ("ReducerOptions", {"KeepDims": keep}))], [0], [2]))
+
+
+def _pairs(kind: str, rows: int) -> np.ndarray:
+    low = -128 if kind == "int8" else 0
+    q = np.zeros((rows, 2, 3), np.int64)
+    q[:, 0, 0] = np.arange(rows) % 256 + low
+    q[:, 1, 2] = (np.arange(rows) * 37) % 256 + low
+    q[:, 0, 1] = (np.arange(rows) * 11) % 256 + low
+    return q.astype(kind)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("quant", [(0.05, 3, 0.02, -10), (0.05, 3, 0.2, -10), (0.05, 3, 0.4, 7)])
+def test_requantizing_int8_sum_is_tflites_rescale(device: str, quant) -> None:
+    # LiteRT's 8-bit SUM into another quantization: round(sum of q * (in scale / out
+    # scale) - zero point * 6 * that), half away from zero, + output zero point, saturated.
+    # Refused before ("needs the output's scale and zero point equal to the input's").
+    model = _sum_model("int8", 256, quant)
+    x = _pairs("int8", 256)
+    got = _run(model, {"x": x}, device)["y"]
+    assert got.dtype == np.int8 and got.shape == (256,)
+    raw = x.astype(np.int64).sum(axis=(1, 2))
+    def at(total: int) -> int:
+        return int(got[raw == total][0])
+
+    if quant == (0.05, 3, 0.02, -10):
+        # hand-computed: 2.5 * sum - 45 - 10, saturated
+        assert (at(2), at(20), at(-63), at(132)) == (-50, -5, -128, 127)
+    if quant == (0.05, 3, 0.2, -10):
+        # ties of 0.25 * sum - 4.5 round half away from zero: 2.5 -> 3, -5.5 -> -6
+        assert (at(28), at(-4), at(-2)) == (3 - 10, -6 - 10, -5 - 10)
+    try:
+        from helpers import litert_builtin_output
+        want = litert_builtin_output(model, x)
+    except ImportError:
+        return
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_requantizing_uint8_sum_keep_dims(device: str) -> None:
+    model = _sum_model("uint8", 256, (0.01, 128, 0.03, 120), keep=True)
+    x = _pairs("uint8", 256)
+    got = _run(model, {"x": x}, device)["y"]
+    assert got.shape == (256, 1, 1) and got.dtype == np.uint8
+    raw = x.astype(np.int64).sum(axis=(1, 2))
+    value = (raw - 128 * 6) / 3
+    # away from ties float64 gives TFLite's float32 result
+    clear = np.abs(np.abs(value) % 1 - 0.5) > 1e-3
+    want = np.clip(np.sign(value) * np.floor(np.abs(value) + 0.5) + 120, 0, 255)
+    np.testing.assert_array_equal(got.reshape(-1)[clear], want[clear])
+    try:
+        from helpers import litert_builtin_output
+        want = litert_builtin_output(model, x)
+    except ImportError:
+        return
+    np.testing.assert_array_equal(got, want)
