@@ -107,3 +107,20 @@ def test_requantizing_uint8_sum_keep_dims(device: str) -> None:
     except ImportError:
         return
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cos(device: str) -> None:
+    # rotary position embeddings and sin / cos features compute COS at run time; it was
+    # refused ("this builtin operator has no NNAPI equivalent")
+    t = [Tensor("x", "float32", [4, 256]), Tensor("y", "float32", [4, 256])]
+    model = build(Subgraph(t, [Operator("COS", [0], [1])], [0], [1]))
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-4, 4, 256), rng.uniform(-1e3, 1e3, 256), np.linspace(-1e-3, 1e-3, 256),
+                        np.arange(256) * np.float32(np.pi / 8)]).astype(np.float32).reshape(4, 256)
+    got = _run(model, {"x": x}, device)["y"]
+    want = np.cos(x.astype(np.float64))
+    # a few units of float32's last place of 1, however large x is
+    assert float(np.abs(got - want).max()) < 1e-6
+    imported = nnapi.load_tflite(model)
+    assert any("COS as 1 - 2 SIN(x / 2)^2" in str(lowering) for lowering in imported.lowerings)
