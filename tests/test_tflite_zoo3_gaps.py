@@ -124,3 +124,92 @@ def test_cos(device: str) -> None:
     assert float(np.abs(got - want).max()) < 1e-6
     imported = nnapi.load_tflite(model)
     assert any("COS as 1 - 2 SIN(x / 2)^2" in str(lowering) for lowering in imported.lowerings)
+
+
+def _scatter_model(kind: str, indices: np.ndarray, shape: list[int], updates_shape: list[int]) -> bytes:
+    quant = {"scale": 0.1, "zero_point": 5} if kind == "int8" else {}
+    t = [Tensor("indices", "int32", list(indices.shape), data=indices.astype(np.int32)),
+         Tensor("u", kind, updates_shape, **quant),
+         Tensor("shape", "int32", [len(shape)], data=np.array(shape, np.int32)),
+         Tensor("y", kind, shape, **quant)]
+    return build(Subgraph(t, [Operator("SCATTER_ND", [0, 1, 2], [3])], [1], [3]))
+
+
+def _numpy_scatter(indices: np.ndarray, updates: np.ndarray, shape: list[int]) -> np.ndarray:
+    out = np.zeros(shape, updates.dtype)
+    k = indices.shape[-1]
+    for index, update in zip(indices.reshape(-1, k), updates.reshape(-1, *shape[k:]), strict=True):
+        out[tuple(index)] += update
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scatter_nd_constant_indices_sums_repeats_in_order(device: str) -> None:
+    # (2, 1) three times, (0, 2) twice: TFLite adds them into zeros in index order
+    indices = np.array([[2, 1], [0, 2], [2, 1], [3, 0], [0, 2], [2, 1]])
+    model = _scatter_model("float32", indices, [4, 3, 2], [6, 2])
+    u = np.random.default_rng(4).standard_normal((6, 2)).astype(np.float32) * 100
+    got = _run(model, {"u": u}, device)["y"]
+    np.testing.assert_array_equal(got, _numpy_scatter(indices, u, [4, 3, 2]))
+    assert (got[1] == 0).all() and got[2, 1, 0] == np.float32(np.float32(u[0, 0] + u[2, 0]) + u[5, 0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scatter_nd_int8_leaves_stored_zeros(device: str) -> None:
+    # TFLite's output starts as zero bytes: stored 0, real (0 - 5) * 0.1, not the zero point
+    indices = np.array([[3], [0]])
+    model = _scatter_model("int8", indices, [5, 2, 2], [2, 2, 2])
+    u = np.arange(-4, 4, dtype=np.int8).reshape(2, 2, 2) * 30
+    got = _run(model, {"u": u}, device)["y"]
+    np.testing.assert_array_equal(got, _numpy_scatter(indices, u, [5, 2, 2]))
+
+
+def test_scatter_nd_refusals() -> None:
+    with pytest.raises(nnapi.BadDataError, match="quantized SCATTER_ND with repeated indices"):
+        nnapi.load_tflite(_scatter_model("int8", np.array([[1], [1]]), [3, 2], [2, 2]))
+    with pytest.raises(nnapi.BadDataError, match="constant index outside the output's shape"):
+        nnapi.load_tflite(_scatter_model("float32", np.array([[1], [3]]), [3, 2], [2, 2]))
+
+
+def _reverse_sequence_model(kind: str, shape: list[int], lengths: list[int], seq: int, batch: int) -> bytes:
+    quant = {"scale": 0.1, "zero_point": 5} if kind == "uint8" or kind == "int8" else {}
+    t = [Tensor("x", kind, shape, **quant), Tensor("lengths", "int32", [len(lengths)],
+                                                   data=np.array(lengths, np.int32)),
+         Tensor("y", kind, shape, **quant)]
+    return build(Subgraph(t, [Operator("REVERSE_SEQUENCE", [0, 1], [2],
+                                       ("ReverseSequenceOptions", {"SeqDim": seq, "BatchDim": batch}))], [0], [2]))
+
+
+def _numpy_reverse_sequence(x: np.ndarray, lengths: list[int], seq: int, batch: int) -> np.ndarray:
+    out = x.copy()
+    for b, length in enumerate(lengths):
+        index = [slice(None)] * x.ndim
+        index[batch] = b
+        index[seq] = slice(0, length)
+        source = x[tuple(index)]
+        out[tuple(index)] = np.flip(source, axis=seq - (1 if batch < seq else 0))
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind, shape, lengths, seq, batch", [
+    ("float32", [1, 7, 3], [5], 1, 0),              # Keras' masked backward RNN: one sequence
+    ("float32", [3, 6, 2], [6, 0, 3], 1, 0),        # lengths per batch entry (0: unchanged)
+    ("uint8", [5, 2, 3], [4, 2], 0, 1),             # batch after the sequence axis
+])
+def test_reverse_sequence_constant_lengths(device: str, kind, shape, lengths, seq, batch) -> None:
+    model = _reverse_sequence_model(kind, shape, lengths, seq, batch)
+    x = np.arange(int(np.prod(shape))).reshape(shape).astype(kind)
+    got = _run(model, {"x": x}, device)["y"]
+    np.testing.assert_array_equal(got, _numpy_reverse_sequence(x, lengths, seq, batch))
+    try:
+        from helpers import litert_outputs
+        want = litert_outputs(model, {"x": x})["y"]
+    except ImportError:
+        return
+    np.testing.assert_array_equal(got, want)
+
+
+def test_reverse_sequence_int8_is_refused_as_litert_refuses_it() -> None:
+    with pytest.raises(nnapi.BadDataError, match="REVERSE_SEQUENCE of TENSOR_QUANT8_ASYMM_SIGNED"):
+        nnapi.load_tflite(_reverse_sequence_model("int8", [1, 4, 2], [3], 1, 0))

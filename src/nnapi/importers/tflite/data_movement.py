@@ -393,6 +393,111 @@ def _gather_nd(c: _Converter, op: _Operator) -> None:
               "the run as LiteRT's, where an index is outside its axis), RESHAPE")
 
 
+@_converter("SCATTER_ND")
+def _scatter_nd(c: _Converter, op: _Operator) -> None:
+    """SCATTER_ND with constant indices and shape, as TFLite computes it: an output of zeros
+    (its bytes: a quantized output's stored 0, not its zero point) to which each update is
+    added in index order. The updates as [n, slice] rows and one row of zeros
+    (CONCATENATION), GATHERed once per occurrence depth: the first update of each output
+    row (or the zeros), then ADD of the second (or zeros), ...: TFLite's sums in its order.
+    Repeated indices of 8-bit updates (TFLite adds their stored values) are refused."""
+    indices_const, shape_const = c.const_of(op.inputs[0]), c.const_of(op.inputs[2])
+    if indices_const is None or shape_const is None:
+        raise UnsupportedOperator("SCATTER_ND with indices or shape given at run time (no NNAPI form)")
+    shape = [int(d) for d in np.asarray(shape_const.data).reshape(-1)]
+    indices = np.asarray(indices_const.data).astype(np.int64)
+    k = indices.shape[-1] if indices.ndim else 0
+    if not shape or not 1 <= k <= len(shape) or 0 in shape or indices.size == 0:
+        raise UnsupportedOperator(f"SCATTER_ND of index depth {k} into shape {shape}")
+    indices = indices.reshape(-1, k)
+    if (indices < 0).any() or (indices >= np.array(shape[:k])).any():
+        # LiteRT fails the run ("Invalid indices")
+        raise UnsupportedOperator("SCATTER_ND constant index outside the output's shape")
+    updates = c.input(1)
+    u_type = c.type_of(updates)
+    if u_type.type not in _FLOAT_TYPES + _QUANT8:
+        raise UnsupportedOperator(f"SCATTER_ND of {u_type.type.name} updates")
+    count, rows, width = len(indices), int(np.prod(shape[:k])), int(np.prod(shape[k:]))
+    if int(np.prod(u_type.dimensions)) != count * width:
+        raise UnsupportedOperator(f"SCATTER_ND updates of shape {list(u_type.dimensions)} for {count} indices "
+                                  f"of slices of {width}")
+    flat = np.ravel_multi_index(tuple(indices.T), shape[:k])
+    occurrences: list[list[int]] = [[] for _ in range(rows)]
+    for position, row in enumerate(flat.tolist()):
+        occurrences[row].append(position)
+    depth = max(len(found) for found in occurrences)
+    if depth > 1 and u_type.type in _QUANT8:
+        raise UnsupportedOperator("quantized SCATTER_ND with repeated indices (TFLite adds the stored values)")
+    table_dims = [count + 1, width]
+    as_rows = c.temp(u_type, [count, width])
+    c.emit(Op.RESHAPE, [updates, c.vector([count, width])], [as_rows])
+    zeros = c.const_operand(np.zeros((1, width), u_type.dtype), u_type.with_dimensions([1, width]))
+    table = c.temp(u_type, table_dims)
+    c.emit(Op.CONCATENATION, [as_rows, zeros, c.i32(0)], [table])
+    total = None
+    for level in range(depth):
+        picks = np.array([found[level] if len(found) > level else count for found in occurrences], np.int32)
+        picked = c.temp(u_type, [rows, width])
+        c.emit(Op.GATHER, [table, c.i32(0), c.const_operand(picks, OperandType(T.TENSOR_INT32, [rows]))], [picked])
+        if total is not None:
+            summed = c.temp(u_type, [rows, width])
+            c.emit(Op.ADD, [total, picked, c.i32(0)], [summed])
+            picked = summed
+        total = picked
+    c.emit(Op.RESHAPE, [total, c.vector(shape)], [c.output()])
+    c.lowered(f"SCATTER_ND with constant indices as RESHAPE of the updates to rows, CONCATENATION of a row of "
+              f"zeros, GATHER of each output row's update ({depth} deep: ADD in TFLite's order), RESHAPE")
+
+
+@_converter("REVERSE_SEQUENCE")
+def _reverse_sequence(c: _Converter, op: _Operator) -> None:
+    """REVERSE_SEQUENCE with constant lengths: per batch entry, a GATHER along the sequence
+    axis by the constant order (the first length[b] elements reversed, the rest in place);
+    several batch entries are SPLIT apart along the batch axis and joined again."""
+    options = op.options("ReverseSequenceOptions")
+    lengths_const = c.const_of(op.inputs[1])
+    x = c.input(0)
+    x_type = c.type_of(x)
+    dims = list(x_type.dimensions)
+    if lengths_const is None or not dims or not all(d > 0 for d in dims):
+        raise UnsupportedOperator("REVERSE_SEQUENCE with lengths given at run time or an open shape")
+    if x_type.type not in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM):
+        # LiteRT's kernel takes float32, uint8, int16, int32 and int64 (not int8, float16)
+        raise UnsupportedOperator(f"REVERSE_SEQUENCE of {x_type.type.name} (LiteRT's kernel refuses int8 and float16; "
+                                  "int16 / int32 / int64 have no NNAPI GATHER + SPLIT form here)")
+    rank = len(dims)
+    seq_axis = options.SeqDim() % rank if options is not None else 0
+    batch_axis = options.BatchDim() % rank if options is not None else 0
+    lengths = np.asarray(lengths_const.data).astype(np.int64).reshape(-1)
+    if seq_axis == batch_axis or len(lengths) != dims[batch_axis] or (lengths < 0).any() or \
+            (lengths > dims[seq_axis]).any():
+        # TFLite's kernel checks the same (its run fails)
+        raise UnsupportedOperator(f"REVERSE_SEQUENCE lengths {lengths.tolist()} for sequence axis {seq_axis} of "
+                                  f"{dims} and batch axis {batch_axis}")
+
+    def order(length: int) -> np.ndarray:
+        return np.concatenate([np.arange(length)[::-1], np.arange(length, dims[seq_axis])]).astype(np.int32)
+
+    def gather(source: int, length: int, target: int) -> None:
+        c.emit(Op.GATHER, [source, c.i32(seq_axis), c.const_operand(order(int(length)), OperandType(
+            T.TENSOR_INT32, [dims[seq_axis]]))], [target])
+
+    if len(set(lengths.tolist())) == 1:
+        gather(x, int(lengths[0]), c.output())
+    else:
+        part = [d if a != batch_axis else 1 for a, d in enumerate(dims)]
+        parts = [c.temp(x_type, part) for _ in lengths]
+        c.emit(Op.SPLIT, [x, c.i32(batch_axis), c.i32(len(lengths))], parts)
+        done = []
+        for source, length in zip(parts, lengths, strict=True):
+            target = c.temp(x_type, part)
+            gather(source, int(length), target)
+            done.append(target)
+        c.emit(Op.CONCATENATION, [*done, c.i32(batch_axis)], [c.output()])
+    c.lowered("REVERSE_SEQUENCE with constant lengths as GATHER along the sequence axis by the constant order "
+              "(per batch entry: SPLIT, GATHER, CONCATENATION)")
+
+
 @_converter("SPLIT")
 def _split(c: _Converter, op: _Operator) -> None:
     axis = int(c.const_values(0, "axis").reshape(-1)[0])
