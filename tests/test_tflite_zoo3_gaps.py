@@ -213,3 +213,23 @@ def test_reverse_sequence_constant_lengths(device: str, kind, shape, lengths, se
 def test_reverse_sequence_int8_is_refused_as_litert_refuses_it() -> None:
     with pytest.raises(nnapi.BadDataError, match="REVERSE_SEQUENCE of TENSOR_QUANT8_ASYMM_SIGNED"):
         nnapi.load_tflite(_reverse_sequence_model("int8", [1, 4, 2], [3], 1, 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int64_argmax_indices_reshaped_and_gathered(device: str) -> None:
+    # tf.argmax's int64 indices read by moves (argmax(...)[0], reshape): they fit int32 as
+    # ARG_MAX's own output does; the RESHAPE / GATHER of them were refused ("type INT64")
+    t = [Tensor("x", "float32", [2, 5, 3]), Tensor("axis", "int32", [1], data=np.array([2], np.int32)),
+         Tensor("idx", "int64", [2, 5]), Tensor("shape", "int32", [1], data=np.array([10], np.int32)),
+         Tensor("flat", "int64", [10]), Tensor("pick", "int32", [3], data=np.array([9, 0, 4], np.int32)),
+         Tensor("picked", "int64", [3])]
+    ops = [Operator("ARG_MAX", [0, 1], [2], ("ArgMaxOptions", {"OutputType": 4})),
+           Operator("RESHAPE", [2, 3], [4]),
+           Operator("GATHER", [4, 5], [6], ("GatherOptions", {"Axis": 0}))]
+    model = build(Subgraph(t, ops, [0], [4, 6]))
+    x = np.random.default_rng(6).standard_normal((2, 5, 3)).astype(np.float32)
+    got = _run(model, {"x": x}, device)
+    flat = np.argmax(x, axis=2).reshape(10)
+    assert got["flat"].dtype == np.int64 and got["picked"].dtype == np.int64
+    np.testing.assert_array_equal(got["flat"], flat)
+    np.testing.assert_array_equal(got["picked"], flat[[9, 0, 4]])

@@ -117,6 +117,8 @@ class _Converter:
     def nn_type(self, info: _TensorInfo, shape: Sequence[int] | None = None) -> OperandType:
         dims = _operand_shape(info.shape if shape is None else shape)
         t = info.tfl_type
+        if t == _INT64 and info.index in self.narrowed:
+            return OperandType(T.TENSOR_INT32, dims)
         if t == _FLOAT32:
             return OperandType(T.TENSOR_FLOAT32, dims)
         if t == _FLOAT16:
@@ -374,7 +376,11 @@ class _Converter:
                     raise UnsupportedOperator(f"custom operator '{op.custom}' has no NNAPI equivalent")
                 if convert is None and not folded:
                     raise UnsupportedOperator("this builtin operator has no NNAPI equivalent")
+                if op.custom is None:
+                    _narrow_moved_indices(self, op)
                 moved_type = op.out_tensor().tfl_type if op.custom is None and op.outputs else None
+                if moved_type == _INT64 and op.outputs[0] in self.narrowed:
+                    moved_type = _INT32
                 if folded or \
                         op.name == "CONCATENATION" and moved_type == _INT32 and _int32_concatenation(self, op):
                     pass
@@ -476,6 +482,26 @@ class _Converter:
         op_type = self.nn_type(info)
         return TensorSpec(info.name, op_type.type, info.shape, op_type.scale, op_type.zero_point,
                           op_type.dimensions)
+
+
+#: operators that only move elements: where every int64 tensor they move is an index held
+#: as int32 (narrowed: ARG_MAX / ARG_MIN's), their int64 outputs are held as int32 too
+_INDEX_MOVES = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "STRIDED_SLICE", "SLICE", "GATHER", "GATHER_ND",
+                          "TRANSPOSE", "CONCATENATION", "PACK", "UNPACK", "SPLIT", "SPLIT_V", "TILE",
+                          "REVERSE_V2", "BROADCAST_TO"})
+
+
+def _narrow_moved_indices(c: _Converter, op: _Operator) -> None:
+    """Mark the int64 outputs of ``op`` narrowed (held as TENSOR_INT32, widened back to
+    int64 by Session where they are model outputs) when ``op`` only moves elements and
+    every int64 tensor it reads is a narrowed one computed at run time: tf.argmax's int64
+    indices sliced, reshaped or gathered keep fitting int32. (An int64 constant among its
+    inputs leaves it alone: refused as before.)"""
+    if op.name not in _INDEX_MOVES or not any(c.graph.tensors[t].tfl_type == _INT64 for t in op.outputs):
+        return
+    moved = [t for t in op.inputs if t >= 0 and c.graph.tensors[t].tfl_type == _INT64]
+    if moved and all(t in c.narrowed and c.const_of(t) is None for t in moved):
+        c.narrowed.update(t for t in op.outputs if c.graph.tensors[t].tfl_type == _INT64)
 
 
 # === operator converters ================================================================
