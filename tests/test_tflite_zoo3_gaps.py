@@ -165,7 +165,7 @@ def test_scatter_nd_int8_leaves_stored_zeros(device: str) -> None:
 
 
 def test_scatter_nd_refusals() -> None:
-    with pytest.raises(nnapi.BadDataError, match="quantized SCATTER_ND with repeated indices"):
+    with pytest.raises(nnapi.BadDataError, match=r"\(SCATTER_ND\): repeated indices of 8-bit values"):
         nnapi.load_tflite(_scatter_model("int8", np.array([[1], [1]]), [3, 2], [2, 2]))
     with pytest.raises(nnapi.BadDataError, match="constant index outside the output's shape"):
         nnapi.load_tflite(_scatter_model("float32", np.array([[1], [3]]), [3, 2], [2, 2]))
@@ -233,3 +233,49 @@ def test_int64_argmax_indices_reshaped_and_gathered(device: str) -> None:
     assert got["flat"].dtype == np.int64 and got["picked"].dtype == np.int64
     np.testing.assert_array_equal(got["flat"], flat)
     np.testing.assert_array_equal(got["picked"], flat[[9, 0, 4]])
+
+
+def _numpy_segments(name: str, data: np.ndarray, ids: np.ndarray, segments: int) -> np.ndarray:
+    init = {"SUM": 0.0, "PROD": 1.0, "MAX": np.finfo(np.float32).min, "MIN": np.finfo(np.float32).max}
+    combine = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
+    kind = name.rsplit("_", 1)[1]
+    out = np.full((segments, *data.shape[1:]), init[kind], np.float32)
+    for row, segment in zip(data, ids, strict=True):
+        if segment >= 0:
+            out[segment] = combine[kind](out[segment], row)
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["SEGMENT_SUM", "UNSORTED_SEGMENT_SUM", "UNSORTED_SEGMENT_PROD",
+                                  "UNSORTED_SEGMENT_MAX", "UNSORTED_SEGMENT_MIN"])
+def test_segment_reductions_with_constant_ids(device: str, name: str) -> None:
+    # were refused ("no NNAPI equivalent"); ids repeat up to 3 times (in any order when
+    # unsorted: segments 1, 3 and 5 are empty and keep their initial value; -1 drops a row)
+    if name == "SEGMENT_SUM":
+        ids, segments = np.array([0, 0, 1, 2, 2, 2, 3]), 4
+    else:
+        ids, segments = np.array([2, 0, -1, 2, 4, 0, 2]), 6
+    t = [Tensor("data", "float32", [7, 2, 3]), Tensor("ids", "int32", [7], data=ids.astype(np.int32))]
+    inputs = [0, 1]
+    if name != "SEGMENT_SUM":
+        t.append(Tensor("n", "int32", [], data=np.array(segments, np.int32)))
+        inputs.append(2)
+    t.append(Tensor("y", "float32", [segments, 2, 3]))
+    model = build(Subgraph(t, [Operator(name, inputs, [len(t) - 1])], [0], [len(t) - 1]))
+    data = np.random.default_rng(8).standard_normal((7, 2, 3)).astype(np.float32) * 10
+    got = _run(model, {"data": data}, device)["y"]
+    np.testing.assert_array_equal(got, _numpy_segments(name, data, ids, segments))
+    try:
+        from helpers import litert_outputs
+        want = litert_outputs(model, {"data": data})["y"]
+    except ImportError:
+        return
+    np.testing.assert_array_equal(got, want)
+
+
+def test_segment_sum_ids_litert_cannot_run_are_refused() -> None:
+    t = [Tensor("data", "float32", [3, 2]), Tensor("ids", "int32", [3], data=np.array([0, 2, 2], np.int32)),
+         Tensor("y", "float32", [3, 2])]
+    with pytest.raises(nnapi.BadDataError, match=r"\(SEGMENT_SUM\): SEGMENT_SUM segment ids must start at 0"):
+        nnapi.load_tflite(build(Subgraph(t, [Operator("SEGMENT_SUM", [0, 1], [2])], [0], [2])))

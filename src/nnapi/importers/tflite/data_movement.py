@@ -393,6 +393,90 @@ def _gather_nd(c: _Converter, op: _Operator) -> None:
               "the run as LiteRT's, where an index is outside its axis), RESHAPE")
 
 
+def _accumulate_rows(c: _Converter, data: int, data_type: OperandType, count: int, width: int,
+                     targets: list[int], rows: int, initial: np.ndarray, combine: Op,
+                     quantized_repeats: bool = True) -> tuple[int, int]:
+    """``rows`` output rows of ``width`` elements, each ``initial`` combined (ADD, MAXIMUM,
+    MINIMUM, MUL) with the data rows sent to it (``targets[i]``: data row i's output row, or
+    -1: dropped) in their order, as TFLite's scatter / segment kernels loop: the data as
+    [count, width] rows with ``initial`` as one more row (RESHAPE, CONCATENATION), GATHERed
+    once per depth of repetition (a row's first data row, or ``initial``; then its second
+    ...), each combined into the running rows. (The first GATHER stands for initial
+    combined with the first row: x itself for ADD of zeros, MAXIMUM of the lowest value,
+    MUL by 1.) Returns the [rows, width] operand and the depth. Repeated targets of
+    8-bit data are refused unless ``quantized_repeats``."""
+    occurrences: list[list[int]] = [[] for _ in range(rows)]
+    for position, row in enumerate(targets):
+        if row >= 0:
+            occurrences[row].append(position)
+    depth = max(1, max(len(found) for found in occurrences))
+    if depth > 1 and data_type.type in _QUANT8 and not quantized_repeats:
+        raise UnsupportedOperator("repeated indices of 8-bit values (TFLite combines the stored values)")
+    as_rows = c.temp(data_type, [count, width])
+    c.emit(Op.RESHAPE, [data, c.vector([count, width])], [as_rows])
+    extra = c.const_operand(np.asarray(initial, data_type.dtype).reshape(1, width),
+                            data_type.with_dimensions([1, width]))
+    table = c.temp(data_type, [count + 1, width])
+    c.emit(Op.CONCATENATION, [as_rows, extra, c.i32(0)], [table])
+    total = None
+    for level in range(depth):
+        picks = np.array([found[level] if len(found) > level else count for found in occurrences], np.int32)
+        picked = c.temp(data_type, [rows, width])
+        c.emit(Op.GATHER, [table, c.i32(0), c.const_operand(picks, OperandType(T.TENSOR_INT32, [rows]))], [picked])
+        if total is not None:
+            combined = c.temp(data_type, [rows, width])
+            c.emit(combine, [total, picked] + ([c.i32(0)] if combine in (Op.ADD, Op.MUL) else []), [combined])
+            picked = combined
+        total = picked
+    assert total is not None
+    return total, depth
+
+
+_SEGMENT_COMBINE = {"SEGMENT_SUM": Op.ADD, "UNSORTED_SEGMENT_SUM": Op.ADD, "UNSORTED_SEGMENT_PROD": Op.MUL,
+                    "UNSORTED_SEGMENT_MAX": Op.MAXIMUM, "UNSORTED_SEGMENT_MIN": Op.MINIMUM}
+
+
+@_converter(*_SEGMENT_COMBINE)
+def _segment(c: _Converter, op: _Operator) -> None:
+    """SEGMENT_SUM / UNSORTED_SEGMENT_SUM / _PROD / _MAX / _MIN of float32 data with constant
+    segment ids (and number of segments) as TFLite loops: each output row starts at 0 / 1 /
+    the lowest / the highest float32 and is combined with its data rows in their order
+    (_accumulate_rows); a negative id drops its row (TFLite's unsorted kernels skip it)."""
+    ids_const = c.const_of(op.inputs[1])
+    data = c.input(0)
+    d_type = c.type_of(data)
+    dims = list(d_type.dimensions)
+    if ids_const is None or not dims or not all(d > 0 for d in dims):
+        raise UnsupportedOperator(f"{op.name} with segment ids given at run time or an open shape")
+    if d_type.type != T.TENSOR_FLOAT32:
+        raise UnsupportedOperator(f"{op.name} of {d_type.type.name} (float32 only here)")
+    ids = np.asarray(ids_const.data).astype(np.int64)
+    k = max(ids.ndim, 1)
+    ids = ids.reshape(-1)
+    if list(np.asarray(ids_const.data).shape or [1]) != dims[:k]:
+        raise UnsupportedOperator(f"{op.name} segment ids of shape {list(np.asarray(ids_const.data).shape)} for data "
+                                  f"of shape {dims}")
+    if op.name == "SEGMENT_SUM":
+        if ids[0] != 0 or not np.isin(np.diff(ids), (0, 1)).all():
+            # LiteRT's kernel fails the run on other ids (segment_sum.cc: the first 0, each
+            # next equal to the one before or one more)
+            raise UnsupportedOperator("SEGMENT_SUM segment ids must start at 0, each equal to the one before or one "
+                                      "more (LiteRT fails the run)")
+        segments = int(ids.max()) + 1
+    else:
+        segments = int(c.const_values(2, "num_segments").reshape(-1)[0])
+        if (ids >= segments).any():
+            raise UnsupportedOperator(f"{op.name} segment id at or above num_segments {segments}")
+    width = int(np.prod(dims[k:]))
+    initial = {Op.ADD: 0.0, Op.MUL: 1.0, Op.MAXIMUM: float(np.finfo(np.float32).min),
+               Op.MINIMUM: float(np.finfo(np.float32).max)}[_SEGMENT_COMBINE[op.name]]
+    total, depth = _accumulate_rows(c, data, d_type, int(np.prod(dims[:k])), width, ids.tolist(), segments,
+                                    np.full(width, initial, np.float32), _SEGMENT_COMBINE[op.name])
+    c.emit(Op.RESHAPE, [total, c.vector([segments, *dims[k:]])], [c.output()])
+    c.lowered(f"{op.name} with constant segment ids as RESHAPE of the data to rows, CONCATENATION of the initial "
+              f"row, GATHER of each segment's rows ({depth} deep, combined in TFLite's order), RESHAPE")
+
+
 @_converter("SCATTER_ND")
 def _scatter_nd(c: _Converter, op: _Operator) -> None:
     """SCATTER_ND with constant indices and shape, as TFLite computes it: an output of zeros
@@ -422,28 +506,8 @@ def _scatter_nd(c: _Converter, op: _Operator) -> None:
         raise UnsupportedOperator(f"SCATTER_ND updates of shape {list(u_type.dimensions)} for {count} indices "
                                   f"of slices of {width}")
     flat = np.ravel_multi_index(tuple(indices.T), shape[:k])
-    occurrences: list[list[int]] = [[] for _ in range(rows)]
-    for position, row in enumerate(flat.tolist()):
-        occurrences[row].append(position)
-    depth = max(len(found) for found in occurrences)
-    if depth > 1 and u_type.type in _QUANT8:
-        raise UnsupportedOperator("quantized SCATTER_ND with repeated indices (TFLite adds the stored values)")
-    table_dims = [count + 1, width]
-    as_rows = c.temp(u_type, [count, width])
-    c.emit(Op.RESHAPE, [updates, c.vector([count, width])], [as_rows])
-    zeros = c.const_operand(np.zeros((1, width), u_type.dtype), u_type.with_dimensions([1, width]))
-    table = c.temp(u_type, table_dims)
-    c.emit(Op.CONCATENATION, [as_rows, zeros, c.i32(0)], [table])
-    total = None
-    for level in range(depth):
-        picks = np.array([found[level] if len(found) > level else count for found in occurrences], np.int32)
-        picked = c.temp(u_type, [rows, width])
-        c.emit(Op.GATHER, [table, c.i32(0), c.const_operand(picks, OperandType(T.TENSOR_INT32, [rows]))], [picked])
-        if total is not None:
-            summed = c.temp(u_type, [rows, width])
-            c.emit(Op.ADD, [total, picked, c.i32(0)], [summed])
-            picked = summed
-        total = picked
+    total, depth = _accumulate_rows(c, updates, u_type, count, width, flat.tolist(), rows,
+                                    np.zeros(width, u_type.dtype), Op.ADD, quantized_repeats=False)
     c.emit(Op.RESHAPE, [total, c.vector(shape)], [c.output()])
     c.lowered(f"SCATTER_ND with constant indices as RESHAPE of the updates to rows, CONCATENATION of a row of "
               f"zeros, GATHER of each output row's update ({depth} deep: ADD in TFLite's order), RESHAPE")
