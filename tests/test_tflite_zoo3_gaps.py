@@ -279,3 +279,12 @@ def test_segment_sum_ids_litert_cannot_run_are_refused() -> None:
          Tensor("y", "float32", [3, 2])]
     with pytest.raises(nnapi.BadDataError, match=r"\(SEGMENT_SUM\): SEGMENT_SUM segment ids must start at 0"):
         nnapi.load_tflite(build(Subgraph(t, [Operator("SEGMENT_SUM", [0, 1], [2])], [0], [2])))
+
+
+def test_flex_operator_is_refused_as_a_tensorflow_operator() -> None:
+    # the converter's SELECT_TF_OPS writes TensorFlow operators as custom 'Flex<name>'
+    t = [Tensor("x", "float32", [2, 3]), Tensor("y", "float32", [2, 3])]
+    model = build(Subgraph(t, [Operator("CUSTOM", [0], [1], custom="FlexCumprod", custom_options=b"\x00")], [0], [1]))
+    with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(CUSTOM FlexCumprod\): TensorFlow operator 'Cumprod' "
+                                                 r"\(a Flex / SELECT_TF_OPS operator"):
+        nnapi.load_tflite(model)

@@ -373,6 +373,10 @@ class _Converter:
                 convert = _CONVERTERS.get(op.builtin) if op.custom is None else _CUSTOM_CONVERTERS.get(op.custom)
                 folded = op.custom is None and _fold_constants(self, op)
                 if op.custom is not None and convert is None:
+                    if op.custom.startswith("Flex"):
+                        # the converter's SELECT_TF_OPS: LiteRT itself needs its Flex delegate
+                        raise UnsupportedOperator(f"TensorFlow operator '{op.custom[4:]}' (a Flex / SELECT_TF_OPS "
+                                                  "operator, run by TensorFlow's own kernels) has no NNAPI equivalent")
                     raise UnsupportedOperator(f"custom operator '{op.custom}' has no NNAPI equivalent")
                 if convert is None and not folded:
                     raise UnsupportedOperator("this builtin operator has no NNAPI equivalent")
