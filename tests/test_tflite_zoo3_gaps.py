@@ -288,3 +288,34 @@ def test_flex_operator_is_refused_as_a_tensorflow_operator() -> None:
     with pytest.raises(nnapi.BadDataError, match=r"operator 0 \(CUSTOM FlexCumprod\): TensorFlow operator 'Cumprod' "
                                                  r"\(a Flex / SELECT_TF_OPS operator"):
         nnapi.load_tflite(model)
+
+
+def _two_signatures() -> bytes:
+    # 'scale' (subgraph 0): y = x * 3; 'shift' (subgraph 1): z = w + 1.5
+    g0 = Subgraph([Tensor("scale_x", "float32", [2, 3]), Tensor("k", "float32", [1], data=np.array([3], np.float32)),
+                   Tensor("scale_y", "float32", [2, 3])], [Operator("MUL", [0, 1], [2])], [0], [2], name="scale")
+    g1 = Subgraph([Tensor("shift_w", "float32", [4]), Tensor("b", "float32", [1], data=np.array([1.5], np.float32)),
+                   Tensor("shift_z", "float32", [4])], [Operator("ADD", [0, 1], [2])], [0], [2], name="shift")
+    return build(g0, g1, signatures=[("scale", 0, {"x": 0}, {"y": 2}), ("shift", 1, {"w": 0}, {"z": 2})])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_signature_picks_its_subgraph(device: str) -> None:
+    # a file with several signatures: only subgraph 0 could be imported before
+    model = _two_signatures()
+    shift = nnapi.load_tflite(model, signature="shift")
+    assert shift.signature_names == {"shift_w": "w", "shift_z": "z"}
+    got = nnapi.Session(shift, devices=[device]).run({"shift_w": np.arange(4, dtype=np.float32)})
+    np.testing.assert_array_equal(got["shift_z"], np.arange(4, dtype=np.float32) + 1.5)
+    scale = nnapi.load_tflite(model)          # no signature: subgraph 0, as LiteRT's Interpreter
+    assert scale.signature_names == {"scale_x": "x", "scale_y": "y"}
+    got = nnapi.Session(scale, devices=[device]).run({"scale_x": np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(got["scale_y"], np.full((2, 3), 3, np.float32))
+    with pytest.raises(nnapi.BadDataError, match=r"no signature 'nope' \(the file's: 'scale', 'shift'\)"):
+        nnapi.load_tflite(model, signature="nope")
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        return
+    runner = Interpreter(model_content=model).get_signature_runner("shift")
+    np.testing.assert_array_equal(runner(w=np.arange(4, dtype=np.float32))["z"], np.arange(4, dtype=np.float32) + 1.5)

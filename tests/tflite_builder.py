@@ -222,11 +222,44 @@ def _subgraph(state: _State, graph: Subgraph) -> int:
     return tflite.SubGraphEnd(b)
 
 
-def build(*subgraphs: Subgraph) -> bytes:
-    """The .tflite flatbuffer of ``subgraphs`` (the first is the main one)."""
+def _signature(b: flatbuffers.Builder, key: str, subgraph: int, inputs: dict[str, int],
+               outputs: dict[str, int]) -> int:
+    maps = []
+    for names in (inputs, outputs):
+        entries = []
+        for name, tensor in names.items():
+            name_offset = b.CreateString(name)
+            tflite.TensorMapStart(b)
+            tflite.TensorMapAddName(b, name_offset)
+            tflite.TensorMapAddTensorIndex(b, tensor)
+            entries.append(tflite.TensorMapEnd(b))
+        b.StartVector(4, len(entries), 4)
+        for entry in reversed(entries):
+            b.PrependUOffsetTRelative(entry)
+        maps.append(b.EndVector())
+    key_offset = b.CreateString(key)
+    tflite.SignatureDefStart(b)
+    tflite.SignatureDefAddInputs(b, maps[0])
+    tflite.SignatureDefAddOutputs(b, maps[1])
+    tflite.SignatureDefAddSignatureKey(b, key_offset)
+    tflite.SignatureDefAddSubgraphIndex(b, subgraph)
+    return tflite.SignatureDefEnd(b)
+
+
+def build(*subgraphs: Subgraph, signatures: list[tuple[str, int, dict[str, int], dict[str, int]]] | None = None
+          ) -> bytes:
+    """The .tflite flatbuffer of ``subgraphs`` (the first is the main one); ``signatures``:
+    SignatureDefs as (key, subgraph index, {input key: tensor}, {output key: tensor})."""
     state = _State(flatbuffers.Builder(1024))
     b = state.builder
     graphs = [_subgraph(state, g) for g in subgraphs]
+    signature_vec = None
+    if signatures:
+        defs = [_signature(b, *signature) for signature in signatures]
+        tflite.ModelStartSignatureDefsVector(b, len(defs))
+        for item in reversed(defs):
+            b.PrependUOffsetTRelative(item)
+        signature_vec = b.EndVector()
     codes = []
     for builtin, custom in state.opcodes:
         custom_offset = b.CreateString(custom) if custom is not None else None
@@ -268,6 +301,8 @@ def build(*subgraphs: Subgraph) -> bytes:
     tflite.ModelAddSubgraphs(b, graphs_vec)
     tflite.ModelAddBuffers(b, buffers_vec)
     tflite.ModelAddDescription(b, description)
+    if signature_vec is not None:
+        tflite.ModelAddSignatureDefs(b, signature_vec)
     model = tflite.ModelEnd(b)
     b.Finish(model, file_identifier=b"TFL3")
     return bytes(b.Output())

@@ -133,6 +133,9 @@ class ImportedModel:
     #: (boxes, classes, scores, number of detections). Its detections come out in
     #: descending score order, equal scores in an order LiteRT and NNAPI break differently.
     detections: list[tuple[str, str, str, str]] = field(default_factory=list)
+    #: {input / output tensor name: its key in the imported subgraph's SignatureDef} (a
+    #: TFLite file's signature runner names them by key); empty where the file has none.
+    signature_names: dict[str, str] = field(default_factory=dict)
     #: Buffers the model's constants refer to: they must live as long as the model.
     _keep_alive: list[Any] = field(default_factory=list, repr=False)
 
@@ -166,7 +169,8 @@ def _sniff(data: bytes) -> str | None:
 
 def load_model(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
                static_shapes: bool | None = None,
-               input_shapes: dict[str, Sequence[int]] | None = None) -> ImportedModel:
+               input_shapes: dict[str, Sequence[int]] | None = None,
+               signature: str | None = None) -> ImportedModel:
     """Load a model file of any supported format (TensorFlow Lite today) as an ImportedModel.
 
     ``keep_loops``: import a WHILE loop that is Keras 3's LSTM layer as written (see
@@ -174,7 +178,8 @@ def load_model(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     dimensions the file leaves open (a dynamic batch) become its static shape (see
     ``load_tflite``; None: only where the model cannot be expressed with them open).
     ``input_shapes``: {input name: shape} fixes those inputs' open dimensions, as LiteRT's
-    ``resize_tensor_input`` (see ``load_tflite``).
+    ``resize_tensor_input`` (see ``load_tflite``). ``signature``: the signature key whose
+    subgraph to import, in a file with several (see ``load_tflite``).
 
     Raises BadDataError with a one-line message for a missing file or an unknown format.
     """
@@ -184,7 +189,7 @@ def load_model(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
         from nnapi.importers.tflite import load_tflite
 
         return load_tflite(data if path is None else path, keep_loops=keep_loops, static_shapes=static_shapes,
-                           input_shapes=input_shapes)
+                           input_shapes=input_shapes, signature=signature)
     where = path or "the given bytes"
     raise BadDataError(f"{where}: not a model nnapi can import (expected a TensorFlow Lite .tflite flatbuffer)")
 

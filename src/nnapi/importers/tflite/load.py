@@ -16,8 +16,12 @@ from nnapi.importers.tflite.reader import UnsupportedOperator, _Reader, _require
 
 class _Importer:
     def __init__(self, data: bytes, keep_loops: bool = False, static_shapes: bool = False,
-                 propagate: bool = False, input_shapes: dict[str, tuple[int, ...]] | None = None) -> None:
+                 propagate: bool = False, input_shapes: dict[str, tuple[int, ...]] | None = None,
+                 signature: str | None = None) -> None:
         self.reader = _Reader(data)
+        #: the subgraph imported as the model: 0, or the one ``signature`` names
+        self.top = _signature_subgraph(self.reader, signature)
+        self.signature = signature
         self.keep_loops = keep_loops
         self.static_shapes = static_shapes
         self.propagate = propagate
@@ -27,8 +31,9 @@ class _Importer:
 
     def subgraph(self, index: int) -> ImportedModel:
         """The finished Model of a referenced subgraph (IF / WHILE), converted once."""
-        if not 0 < index < self.reader.subgraph_count:
-            raise UnsupportedOperator(f"references subgraph {index}, which does not exist")
+        if not 0 <= index < self.reader.subgraph_count or index == self.top:
+            raise UnsupportedOperator(f"references subgraph {index}, which does not exist" if index != self.top else
+                                      f"references subgraph {index}, the model's own")
         if index in self.subgraph_models:
             return self.subgraph_models[index]
         if index in self.in_progress:
@@ -42,7 +47,8 @@ class _Importer:
 
 def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
                 static_shapes: bool | None = None,
-                input_shapes: dict[str, Sequence[int]] | None = None) -> ImportedModel:
+                input_shapes: dict[str, Sequence[int]] | None = None,
+                signature: str | None = None) -> ImportedModel:
     """Import a TensorFlow Lite model (a path or the flatbuffer's bytes) as an ImportedModel.
 
     A WHILE loop that is Keras 3's LSTM layer becomes one UNIDIRECTIONAL_SEQUENCE_LSTM
@@ -61,6 +67,11 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     shape after the inputs is then derived from them (a raw-audio model whose file declares
     one sample, a batch of 8). ``static_shapes`` does not apply then.
 
+    ``signature``: the signature (its key, e.g. 'decode') whose subgraph to import, in a
+    file with several (a SavedModel converted with several signature_keys); None imports
+    subgraph 0, as LiteRT's Interpreter runs by default. Inputs and outputs keep their
+    tensors' names (``ImportedModel.signature_names`` maps them to the signature's keys).
+
     Raises BadDataError naming the TFLite operator (index and name) and the reason when
     the model uses something NNAPI cannot express (a custom operator, an unsupported type).
     """
@@ -71,8 +82,9 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     try:
         if input_shapes:
             given = _input_shapes(input_shapes)
-            importer = _Importer(data, keep_loops, static_shapes=True, propagate=True, input_shapes=given)
-            converter = _Converter(importer, 0, top_level=True)
+            importer = _Importer(data, keep_loops, static_shapes=True, propagate=True, input_shapes=given,
+                                 signature=signature)
+            converter = _Converter(importer, importer.top, top_level=True)
             names = [converter.graph.tensors[t].name for t in converter.graph.inputs]
             if set(given) - set(names):
                 raise BadDataError(f"input_shapes names {sorted(set(given) - set(names))}, which the model's "
@@ -81,13 +93,13 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
             fixed_reason = "input shapes given (" + ", ".join(f"{name} {list(shape)}" for name, shape in
                                                                given.items()) + "); the shapes after them derived"
         elif static_shapes:
-            imported, importer, derived = _import_static(data, keep_loops)
+            imported, importer, derived = _import_static(data, keep_loops, signature)
             fixed_reason = f"static shapes asked for{derived}" if _has_open_dimensions(importer.reader) else None
         else:
             importer = None
             try:
-                importer = _Importer(data, keep_loops)
-                imported = _Converter(importer, 0, top_level=True).convert()
+                importer = _Importer(data, keep_loops, signature=signature)
+                imported = _Converter(importer, importer.top, top_level=True).convert()
                 fixed_reason = None
             except (UnsupportedOperator, BadDataError) as error:
                 # importer is None where the file itself could not be read (a truncated or
@@ -96,11 +108,13 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
                     raise
                 # LiteRT itself runs such a model at its static shape until it is resized
                 try:
-                    imported, importer, derived = _import_static(data, keep_loops)
+                    imported, importer, derived = _import_static(data, keep_loops, signature)
                 except (UnsupportedOperator, BadDataError) as static_error:
                     raise BadDataError(f"{_message(error)}; nor at the file's static shapes (which it declares for "
                                        f"its open dimensions): {_message(static_error)}") from None
                 fixed_reason = f"with its open dimensions the model cannot be expressed ({error}){derived}"
+        # inside the try: a corrupt SignatureDef fails as a bad file, not a raw struct.error
+        signature_names = _signature_names(importer.reader, signature)
     except NnapiError:
         raise
     except UnsupportedOperator as error:
@@ -111,28 +125,30 @@ def load_tflite(source: str | os.PathLike | bytes, *, keep_loops: bool = False,
     imported.path = path
     imported.fixed_shapes = fixed_reason
     imported.submodels = [importer.subgraph_models[i] for i in sorted(importer.subgraph_models)]
+    imported.signature_names = signature_names
     imported._keep_alive.append(data)
     for sub in imported.submodels:
         imported._keep_alive.extend(sub._keep_alive)
     return imported
 
 
-def _import_static(data: bytes, keep_loops: bool) -> tuple[ImportedModel, _Importer, str]:
+def _import_static(data: bytes, keep_loops: bool, signature: str | None = None
+                   ) -> tuple[ImportedModel, _Importer, str]:
     """The model at the file's static shapes, with the importer and what else was done
     (empty, or why the shapes were derived). Where an operation computes another shape
     than the file declares (placeholders the converter wrote for open dimensions, as
     BirdNET's analyzer has: [1, 1] for a slice of [1, 144000]), at the inputs' static shapes
     with every open dimension after them derived from the operation writing it, as LiteRT
     does when it allocates tensors."""
-    importer = _Importer(data, keep_loops, static_shapes=True)
+    importer = _Importer(data, keep_loops, static_shapes=True, signature=signature)
     try:
-        return _Converter(importer, 0, top_level=True).convert(), importer, ""
+        return _Converter(importer, importer.top, top_level=True).convert(), importer, ""
     except (UnsupportedOperator, BadDataError) as error:
         if not _has_open_dimensions(importer.reader):
             raise
-        derived = _Importer(data, keep_loops, static_shapes=True, propagate=True)
+        derived = _Importer(data, keep_loops, static_shapes=True, propagate=True, signature=signature)
         try:
-            imported = _Converter(derived, 0, top_level=True).convert()
+            imported = _Converter(derived, derived.top, top_level=True).convert()
         except (UnsupportedOperator, BadDataError) as derived_error:
             if _message(derived_error) == _message(error):
                 raise error from None
@@ -140,6 +156,49 @@ def _import_static(data: bytes, keep_loops: bool) -> tuple[ImportedModel, _Impor
                                f"shapes: {_message(derived_error)}") from None
         return imported, derived, (f"; the shapes after its inputs derived from them (the file's static shapes "
                                    f"disagree with its operations: {_message(error)})")
+
+
+def _signatures(reader: _Reader) -> list[Any]:
+    """The file's SignatureDefs (none in files without them)."""
+    model = reader.model
+    count = model.SignatureDefsLength() if hasattr(model, "SignatureDefsLength") else 0
+    return [model.SignatureDefs(i) for i in range(count)]
+
+
+def _signature_subgraph(reader: _Reader, signature: str | None) -> int:
+    """The subgraph ``signature`` names (0 without one); BadDataError naming the file's
+    signatures when it has no such one."""
+    if signature is None:
+        return 0
+    defs = _signatures(reader)
+    keys = [d.SignatureKey().decode() if d.SignatureKey() is not None else "" for d in defs]
+    if signature not in keys:
+        raise BadDataError(f"tflite: no signature {signature!r} (the file's: "
+                           f"{', '.join(repr(k) for k in keys) if keys else 'none'})")
+    index = int(defs[keys.index(signature)].SubgraphIndex())
+    if not 0 <= index < reader.subgraph_count:
+        raise BadDataError(f"tflite: signature {signature!r} names subgraph {index}, which does not exist")
+    return index
+
+
+def _signature_names(reader: _Reader, signature: str | None) -> dict[str, str]:
+    """{tensor name: signature key} of the imported subgraph's signature inputs and
+    outputs (the first signature of subgraph 0 when none was asked for); empty without."""
+    top = _signature_subgraph(reader, signature)
+    for definition in _signatures(reader):
+        key = definition.SignatureKey().decode() if definition.SignatureKey() is not None else ""
+        if int(definition.SubgraphIndex()) != top or (signature is not None and key != signature):
+            continue
+        subgraph = reader.model.Subgraphs(top)
+        names = {}
+        for count, get in ((definition.InputsLength(), definition.Inputs),
+                           (definition.OutputsLength(), definition.Outputs)):
+            for i in range(count):
+                entry = get(i)
+                tensor = subgraph.Tensors(int(entry.TensorIndex()))
+                names[tensor.Name().decode()] = entry.Name().decode()
+        return names
+    return {}
 
 
 def _input_shapes(given: Any) -> dict[str, tuple[int, ...]]:
