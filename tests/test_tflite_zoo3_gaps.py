@@ -319,3 +319,66 @@ def test_a_signature_picks_its_subgraph(device: str) -> None:
         return
     runner = Interpreter(model_content=model).get_signature_runner("shift")
     np.testing.assert_array_equal(runner(w=np.arange(4, dtype=np.float32))["z"], np.arange(4, dtype=np.float32) + 1.5)
+
+
+def _litert_or_none(model: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    try:
+        from helpers import litert_outputs
+        return litert_outputs(model, feeds)
+    except ImportError:
+        return None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["float32", "int8"])
+def test_matrix_diag(device: str, kind: str) -> None:
+    # were refused ("no NNAPI equivalent"); an int8 output's off-diagonal is stored 0
+    quant = {"scale": 0.05, "zero_point": 7} if kind == "int8" else {}
+    t = [Tensor("x", kind, [2, 3, 4], **quant), Tensor("y", kind, [2, 3, 4, 4], **quant)]
+    model = build(Subgraph(t, [Operator("MATRIX_DIAG", [0], [1])], [0], [1]))
+    x = (np.arange(24).reshape(2, 3, 4) * 5 - 60).astype(kind)
+    got = _run(model, {"x": x}, device)["y"]
+    want = np.zeros((2, 3, 4, 4), kind)
+    for i in range(4):
+        want[..., i, i] = x[..., i]
+    np.testing.assert_array_equal(got, want)
+    litert = _litert_or_none(model, {"x": x})
+    if litert is not None:
+        np.testing.assert_array_equal(got, litert["y"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind, shape", [("float32", [2, 5, 3]), ("float32", [3, 4]), ("int8", [2, 3, 4])])
+def test_matrix_set_diag(device: str, kind: str, shape: list[int]) -> None:
+    # int8: three quantizations, TFLite copies the stored values
+    q = [{"scale": s, "zero_point": z} if kind == "int8" else {} for s, z in ((0.05, 7), (0.1, -3), (0.02, 0))]
+    k = min(shape[-2:])
+    t = [Tensor("x", kind, shape, **q[0]), Tensor("d", kind, [*shape[:-2], k], **q[1]),
+         Tensor("y", kind, shape, **q[2])]
+    model = build(Subgraph(t, [Operator("MATRIX_SET_DIAG", [0, 1], [2])], [0, 1], [2]))
+    x = (np.arange(int(np.prod(shape))).reshape(shape) % 97 - 40).astype(kind)
+    d = (-np.arange(int(np.prod(shape[:-2])) * k).reshape(*shape[:-2], k) - 1).astype(kind)
+    got = _run(model, {"x": x, "d": d}, device)["y"]
+    want = x.copy()
+    for i in range(k):
+        want[..., i, i] = d[..., i]
+    np.testing.assert_array_equal(got, want)
+    litert = _litert_or_none(model, {"x": x, "d": d})
+    if litert is not None:
+        np.testing.assert_array_equal(got, litert["y"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bucketize(device: str) -> None:
+    # was refused ("no NNAPI equivalent"): the count of boundaries at or below each value
+    boundaries = [-1.0, 0.0, 0.5, 2.0]
+    t = [Tensor("x", "float32", [2, 6]), Tensor("y", "int32", [2, 6])]
+    options = ("BucketizeOptions", {"Boundaries": np.array(boundaries, np.float32)})
+    model = build(Subgraph(t, [Operator("BUCKETIZE", [0], [1], options)], [0], [1]))
+    x = np.array([[-3, -1, -0.5, 0, 0.25, 0.5], [0.75, 2, 3, -1e-7, 1e-7, 1.999]], np.float32)
+    got = _run(model, {"x": x}, device)["y"]
+    np.testing.assert_array_equal(got, np.searchsorted(boundaries, x, side="right").astype(np.int32))
+    np.testing.assert_array_equal(got, [[0, 1, 1, 2, 2, 3], [3, 4, 4, 1, 2, 3]])
+    litert = _litert_or_none(model, {"x": x})
+    if litert is not None:
+        np.testing.assert_array_equal(got, litert["y"])

@@ -91,6 +91,9 @@ def _generic_vector(builder: flatbuffers.Builder, values, kind: str = "int32") -
 def _options(state: _State, name: str, fields: dict[str, Any]) -> tuple[int, int]:
     b = state.builder
     vectors = {key: _generic_vector(b, value) for key, value in fields.items() if isinstance(value, list)}
+    # a float32 numpy array: a float vector (BucketizeOptions' boundaries)
+    vectors.update({key: _generic_vector(b, value.tolist(), "float32") for key, value in fields.items()
+                    if isinstance(value, np.ndarray) and value.dtype == np.float32})
     vectors.update({key: b.CreateString(value) for key, value in fields.items() if isinstance(value, str)})
     getattr(tflite, f"{name}Start")(b)
     for key, value in fields.items():

@@ -477,6 +477,85 @@ def _segment(c: _Converter, op: _Operator) -> None:
               f"row, GATHER of each segment's rows ({depth} deep, combined in TFLite's order), RESHAPE")
 
 
+def _diagonal_mask(dims: list[int]) -> np.ndarray:
+    """True on the diagonal of the last two axes of ``dims``."""
+    rows, cols = dims[-2], dims[-1]
+    return np.broadcast_to(np.eye(rows, cols, dtype=np.bool_), dims).copy()
+
+
+@_converter("MATRIX_DIAG")
+def _matrix_diag(c: _Converter, op: _Operator) -> None:
+    """MATRIX_DIAG ([..., n] -> [..., n, n], the values on the diagonal, 0 elsewhere; an
+    8-bit output's stored 0, as TFLite writes T(0)): RESHAPE to [..., 1, n], TILE to
+    [..., n, n], SELECT by the constant diagonal against zeros."""
+    x = c.input(0)
+    x_type = c.type_of(x)
+    dims = list(x_type.dimensions)
+    out_type = c.nn_type(op.out_tensor())
+    if not dims or not all(d > 0 for d in dims) or len(dims) + 1 > 4 or x_type.type not in _FLOAT_TYPES + _QUANT8:
+        raise UnsupportedOperator(f"MATRIX_DIAG of {x_type.type.name} {dims} (static, rank 3 at most, float or 8-bit)")
+    if (out_type.scale, out_type.zero_point) != (x_type.scale, x_type.zero_point):
+        raise UnsupportedOperator("MATRIX_DIAG into another quantization (TFLite copies the stored values)")
+    n = dims[-1]
+    full = [*dims, n]
+    row = c.temp(x_type, [*dims[:-1], 1, n])
+    c.emit(Op.RESHAPE, [x, c.vector([*dims[:-1], 1, n])], [row])
+    tiled = c.temp(x_type, full)
+    c.emit(Op.TILE, [row, c.vector([1] * (len(dims) - 1) + [n, 1])], [tiled])
+    zeros = c.const_operand(np.zeros(full, x_type.dtype), x_type.with_dimensions(full))
+    mask = c.const_operand(_diagonal_mask(full), OperandType(T.TENSOR_BOOL8, full))
+    c.emit(Op.SELECT, [mask, tiled, zeros], [c.output()])
+    c.lowered("MATRIX_DIAG as RESHAPE + TILE of the values and SELECT by the constant diagonal against zeros")
+
+
+@_converter("MATRIX_SET_DIAG")
+def _matrix_set_diag(c: _Converter, op: _Operator) -> None:
+    """MATRIX_SET_DIAG ([..., m, n] with the diagonal [..., min(m, n)] replaced): the
+    diagonal PADded to m, RESHAPEd to [..., m, 1], TILEd to [..., m, n], SELECTed by the
+    constant diagonal mask over the input. 8-bit tensors of other quantizations: TFLite
+    copies the stored values, so the diagonal is CAST (which carries stored values over)
+    to the input's quantization first and the result to the output's."""
+    x, diagonal = c.input(0), c.input(1)
+    x_type, d_type = c.type_of(x), c.type_of(diagonal)
+    dims = list(x_type.dimensions)
+    out_type = c.nn_type(op.out_tensor())
+    if len(dims) < 2 or not all(d > 0 for d in dims) or x_type.type not in _FLOAT_TYPES + _QUANT8:
+        raise UnsupportedOperator(f"MATRIX_SET_DIAG of {x_type.type.name} {dims} (static, rank 2 to 4, float or "
+                                  "8-bit)")
+    if d_type.type != x_type.type or out_type.type != x_type.type:
+        raise UnsupportedOperator(f"MATRIX_SET_DIAG of {x_type.type.name}, {d_type.type.name} into "
+                                  f"{out_type.type.name}")
+    requantized = x_type.type in _QUANT8 and len({(t.scale, t.zero_point) for t in (x_type, d_type, out_type)}) > 1
+    if requantized and (d_type.scale, d_type.zero_point) != (x_type.scale, x_type.zero_point):
+        stored = c.temp(x_type, list(d_type.dimensions))
+        c.emit(Op.CAST, [diagonal], [stored])
+        diagonal, d_type = stored, c.type_of(stored)
+    m, n = dims[-2], dims[-1]
+    k = min(m, n)
+    if list(d_type.dimensions) != [*dims[:-2], k]:
+        raise UnsupportedOperator(f"MATRIX_SET_DIAG diagonal of shape {list(d_type.dimensions)} for {dims}")
+    source = diagonal
+    if m > k:
+        padded = c.temp(d_type, [*dims[:-2], m])
+        pads = np.zeros((len(dims) - 1, 2), np.int32)
+        pads[-1, 1] = m - k
+        c.emit(Op.PAD, [diagonal, c.const_operand(pads, OperandType(T.TENSOR_INT32, list(pads.shape)))], [padded])
+        source = padded
+    column = c.temp(d_type, [*dims[:-2], m, 1])
+    c.emit(Op.RESHAPE, [source, c.vector([*dims[:-2], m, 1])], [column])
+    tiled = c.temp(x_type, dims)
+    c.emit(Op.TILE, [column, c.vector([1] * (len(dims) - 1) + [n])], [tiled])
+    mask = c.const_operand(_diagonal_mask(dims), OperandType(T.TENSOR_BOOL8, dims))
+    if requantized and (out_type.scale, out_type.zero_point) != (x_type.scale, x_type.zero_point):
+        selected = c.temp(x_type)
+        c.emit(Op.SELECT, [mask, tiled, x], [selected])
+        c.emit(Op.CAST, [selected], [c.output()])
+    else:
+        c.emit(Op.SELECT, [mask, tiled, x], [c.output()])
+    c.lowered("MATRIX_SET_DIAG as the diagonal (PAD), RESHAPE + TILE along the rows, SELECT by the constant diagonal "
+              "over the input")
+
+
 @_converter("SCATTER_ND")
 def _scatter_nd(c: _Converter, op: _Operator) -> None:
     """SCATTER_ND with constant indices and shape, as TFLite computes it: an output of zeros

@@ -635,6 +635,38 @@ def _cos(c: _Converter, op: _Operator) -> None:
     c.lowered("COS as 1 - 2 SIN(x / 2)^2 (MUL, SIN, MUL, MUL, SUB)")
 
 
+@_converter("BUCKETIZE")
+def _bucketize(c: _Converter, op: _Operator) -> None:
+    """BUCKETIZE of float32 (TFLite: the number of boundaries at or below each value, its
+    std::upper_bound): per boundary GREATER_EQUAL and SELECT of 1.0 / 0.0, ADDed, CAST to
+    int32 (the counts are exact in float32)."""
+    options = op.options("BucketizeOptions")
+    x = c.input(0)
+    x_type = c.type_of(x)
+    boundaries = [float(options.Boundaries(i)) for i in range(options.BoundariesLength())] if options else []
+    if x_type.type != T.TENSOR_FLOAT32 or not x_type.is_fully_specified:
+        raise UnsupportedOperator(f"BUCKETIZE of {x_type.type.name} (float32 of a static shape only here)")
+    if not boundaries or any(b > a for b, a in zip(boundaries, boundaries[1:], strict=False)):
+        raise UnsupportedOperator("BUCKETIZE boundaries must be given and sorted (TFLite refuses others)")
+    dims = list(x_type.dimensions)
+    ones = c.const_operand(np.ones(dims, np.float32), x_type)
+    zeros = c.const_operand(np.zeros(dims, np.float32), x_type)
+    total = None
+    for boundary in boundaries:
+        above = c.temp(OperandType(T.TENSOR_BOOL8, dims))
+        c.emit(Op.GREATER_EQUAL, [x, c.const_operand(np.array([boundary], np.float32),
+                                                     OperandType(T.TENSOR_FLOAT32, [1]))], [above])
+        counted = c.temp(x_type)
+        c.emit(Op.SELECT, [above, ones, zeros], [counted])
+        if total is not None:
+            summed = c.temp(x_type)
+            c.emit(Op.ADD, [total, counted, c.i32(0)], [summed])
+            counted = summed
+        total = counted
+    c.emit(Op.CAST, [total], [c.output()])
+    c.lowered(f"BUCKETIZE as GREATER_EQUAL + SELECT 1 / 0 per boundary ({len(boundaries)}), ADD, CAST to int32")
+
+
 @_converter("RELU_0_TO_1")
 def _relu_0_to_1(c: _Converter, op: _Operator) -> None:
     x = c.input(0)
