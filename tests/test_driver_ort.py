@@ -863,10 +863,11 @@ def test_sessions_before_1_22_skip_the_gather_slice_fusion(monkeypatch):
     optimized model (the NMS lowering's Loop bodies): sessions there run without it."""
     from nnapi.drivers.ort import session
 
-    assert session.disabled_optimizers() == (["DoubleQDQPairsRemover"] if session.onnxruntime_at_least((1, 22))
-                                             else ["DoubleQDQPairsRemover", "GatherSliceToSplitFusion"])
+    always = ["DoubleQDQPairsRemover", "SkipLayerNormFusion"]
+    assert session.disabled_optimizers() == (always if session.onnxruntime_at_least((1, 22))
+                                             else [*always, "GatherSliceToSplitFusion"])
     monkeypatch.setattr(session, "onnxruntime_at_least", lambda version: version < (1, 22))
-    assert session.disabled_optimizers() == ["DoubleQDQPairsRemover", "GatherSliceToSplitFusion"]
+    assert session.disabled_optimizers() == [*always, "GatherSliceToSplitFusion"]
 
 
 def test_a_mean_over_every_axis_gives_shape_one():
@@ -3424,8 +3425,8 @@ def _layer_norm_model(with_beta, gamma_first=False, mean_is_output=False, offset
 def test_layer_norm_is_one_ort_layer_normalization_with_the_reference_values(ort_device, with_beta, gamma_first,
                                                                            offset):
     """A layer normalization as TFLite writes it lowers to ORT's one LayerNormalization
-    (between Reshapes to rows, so that ORT does not fuse the Add before it into its slower
-    SkipLayerNormalization); its values are the reference's within the CTS float32
+    (over the last axis in the input's shape: the sessions do not fuse the Add before it into
+    ORT's slower SkipLayerNormalization); its values are the reference's within the CTS float32
     tolerance, a mean far from zero (offset 20 against a spread of 3) included."""
     _check_one_layer_norm(*_layer_norm_model(with_beta, gamma_first, offset=offset), ort_device)
 

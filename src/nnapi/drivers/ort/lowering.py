@@ -62,6 +62,7 @@ from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_compo
 from nnapi.drivers.ort.pad_into_conv import fold_pads_into_convs
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.pooled_prelu import pool_before_prelu
+from nnapi.drivers.ort.reshape_views import simplify_reshapes
 from nnapi.drivers.ort.scalar_broadcast import widen_scalars
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.ort.twins import merge_twin_branches
@@ -108,7 +109,7 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
     _drop_output_identities(g)
     graph = helper.make_graph(g.nodes, "nnapi", g.inputs, outputs, g.initializers)
     lowered = onnx_model(graph, g.uses_ms_domain, producer_name="nnapi")
-    widen_scalars(lowered)
+    widen_scalars(lowered, simplify_reshapes(lowered))
     return lowered, input_names, output_names
 
 
@@ -118,14 +119,12 @@ def _composite(g: GraphBuilder, root: Operation, op_type: str, source: int, para
     output with its fused activation."""
     x = g.value(source)
     if op_type == LAYER_NORM:
-        # on a [rows, channels] view: ORT fuses an Add before a LayerNormalization of the
-        # same shape into its SkipLayerNormalization, ~6x slower on CPU (onnxruntime 1.32,
-        # 128 x 128: 79 us against 6 + 12 for the Add and the norm); the Reshapes are views
+        # over the last axis in x's own shape: the sessions run without ORT's fusion of an
+        # Add before it into SkipLayerNormalization (session.SKIP_LAYER_NORM_FUSION), which
+        # Reshapes to [rows, channels] used to stop (two nodes each, now left to reshape_views)
         gamma, beta, epsilon = parameters
-        rows = g.one("Reshape", [x.name, g.constant(np.array([-1, x.dims[-1]], np.int64))])
-        norm = g.one(LAYER_NORM, [rows, g.constant(gamma, "gamma"), g.constant(beta, "beta")], axis=-1,
+        return g.one(LAYER_NORM, [x.name, g.constant(gamma, "gamma"), g.constant(beta, "beta")], axis=-1,
                      epsilon=epsilon)
-        return g.one("Reshape", [norm, g.constant(np.array(x.dims, np.int64))])
     if op_type != QUANTIZED_SWISH:
         return g.one(op_type, [x.name], domain=MS_DOMAIN)
     output = g.operand(root.outputs[0])

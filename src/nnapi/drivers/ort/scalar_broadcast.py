@@ -29,18 +29,18 @@ BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod"
 _KEPT_ELEMENTS = 64
 
 
-def widen_scalars(model: onnx.ModelProto) -> None:
+def widen_scalars(model: onnx.ModelProto, shapes: dict[str, list[int | None]] | None = None) -> None:
     """Rewrite ``model``'s graph in place: a broadcasting operator's rank-0 or rank-1 size-1
     initializer, where another input's inferred shape has rank >= 2 and ends in 1, is read
     as a [1, 1] copy (added once per constant). Nothing changes where shapes cannot be
-    inferred."""
+    inferred. ``shapes``: ``inferred_shapes(model)`` where the caller has it already."""
     graph = model.graph
     scalars = {t.name: t for t in graph.initializer if len(t.dims) <= 1 and math.prod(t.dims) == 1}
     candidates = [node for node in graph.node
                   if node.op_type in BROADCASTING and not node.domain and any(n in scalars for n in node.input)]
     if not candidates:
         return
-    shapes = _inferred_shapes(model)
+    shapes = inferred_shapes(model) if shapes is None else shapes
     if not shapes:
         return
     widened: dict[str, str] = {}
@@ -63,7 +63,7 @@ def widen_scalars(model: onnx.ModelProto) -> None:
             node.input[position] = widened[name]
 
 
-def _inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+def inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     """Every value's shape that ONNX shape inference finds (None for a dimension it knows
     only by name), on a copy of the graph whose large initializers are typed inputs (their
     bytes are not copied)."""
