@@ -66,12 +66,14 @@ def widen_scalars(model: onnx.ModelProto, shapes: dict[str, list[int | None]] | 
 def inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     """Every value's shape that ONNX shape inference finds (None for a dimension it knows
     only by name), on a copy of the graph whose large initializers are typed inputs (their
-    bytes are not copied)."""
+    bytes are not copied) and whose com.microsoft operators of known shape rules (which ONNX
+    does not know, so that inference stopped at them) are stand-ins of those shapes."""
     graph = model.graph
     kept = [t for t in graph.initializer if math.prod(t.dims) <= _KEPT_ELEMENTS]
     declared = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                 for t in graph.initializer if math.prod(t.dims) > _KEPT_ELEMENTS]
-    light = helper.make_graph(graph.node, "shapes", [*graph.input, *declared], graph.output, kept)
+    nodes = [_stand_in(node) for node in graph.node]
+    light = helper.make_graph(nodes, "shapes", [*graph.input, *declared], graph.output, kept)
     copy = helper.make_model(light, opset_imports=model.opset_import)
     copy.ir_version = model.ir_version
     try:
@@ -86,3 +88,24 @@ def inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     for t in kept:
         shapes[t.name] = list(t.dims)
     return shapes
+
+
+#: com.microsoft operators whose one output has their first input's shape
+_SAME_SHAPE = frozenset({"Gelu", "QuickGelu", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax"})
+#: com.microsoft operators broadcasting two of their inputs as Add does (their positions)
+_BROADCAST_PAIRS = {"QLinearAdd": (0, 3), "QLinearMul": (0, 3), "FastGelu": (0, 1)}
+
+
+def _stand_in(node: onnx.NodeProto) -> onnx.NodeProto:
+    """A standard operator of ``node``'s output shape where ``node`` is a com.microsoft one
+    with a known rule (for shape inference only), else ``node``."""
+    if node.domain != "com.microsoft" or len(node.output) != 1:
+        return node
+    if node.op_type in _SAME_SHAPE:
+        return helper.make_node("Identity", [node.input[0]], list(node.output))
+    pair = _BROADCAST_PAIRS.get(node.op_type)
+    if pair is not None:
+        inputs = [node.input[i] for i in pair if i < len(node.input) and node.input[i]]
+        return helper.make_node("Add", inputs, list(node.output)) if len(inputs) == 2 else \
+            helper.make_node("Identity", inputs[:1], list(node.output))
+    return node
