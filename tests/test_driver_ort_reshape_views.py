@@ -302,3 +302,20 @@ def test_shapes_are_known_past_com_microsoft_operators():
     x = rng.standard_normal((1, 4, 1, 12)).astype(np.float32)
     old = onnxruntime.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_array_equal(old[0], _run(model, {"x": x})[0])
+
+
+def test_a_failing_rewrite_leaves_the_graph_as_lowered(monkeypatch):
+    """The pass is an optimization: should a rewrite fail halfway (here after dropping a
+    node and adding an initializer), the graph is restored as it was and no shapes are
+    returned; lowering goes on with it."""
+    model = _residual_graph()
+    before = model.SerializeToString()
+
+    def broken(self):
+        del self.graph.node[0]
+        self._constant(np.zeros(3, np.float32), "left_behind")
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(reshape_views._Rewrite, "run", broken)
+    assert reshape_views.simplify_reshapes(model) is None
+    assert model.SerializeToString() == before

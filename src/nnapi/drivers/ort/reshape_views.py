@@ -71,7 +71,15 @@ def simplify_reshapes(model: onnx.ModelProto) -> dict[str, list[int | None]] | N
     inferred = inferred_shapes(model)
     if not inferred:
         return None
-    _Rewrite(graph, _static_shapes(model, inferred), inferred).run()
+    nodes, initializers = [onnx.NodeProto.FromString(node.SerializeToString()) for node in graph.node], \
+        len(graph.initializer)
+    try:
+        _Rewrite(graph, _static_shapes(model, inferred), inferred).run()
+    except Exception:  # noqa: BLE001 - an optimization only: a failure leaves the graph as lowered
+        graph.ClearField("node")
+        graph.node.extend(nodes)
+        del graph.initializer[initializers:]
+        return None
     return inferred
 
 
@@ -94,6 +102,7 @@ class _Rewrite:
             for name in dict.fromkeys(node.input):
                 self.readers.setdefault(name, []).append(node)
         self.position = {_key(node): position for position, node in enumerate(graph.node)}
+        self.was_read = set(self.readers) | self.captured
 
     def find(self, name: str) -> str:
         root = self.parent.setdefault(name, name)
@@ -130,6 +139,17 @@ class _Rewrite:
                 changed = True
         if changed:
             _sort_topologically(self.graph)
+            self._drop_unread_constants()
+
+    def _drop_unread_constants(self) -> None:
+        """Drop the initializers the rewrite left unread (a removed Reshape's shape, a
+        constant read now in another shape)."""
+        read = {name for node in self.graph.node for name in node.input} | _body_reads(self.graph.node) | \
+            self.outputs
+        kept = [t for t in self.graph.initializer if t.name in read or t.name not in self.was_read]
+        if len(kept) != len(self.graph.initializer):
+            del self.graph.initializer[:]
+            self.graph.initializer.extend(kept)
 
     # -- which nodes belong to a class -------------------------------------------------
     def _data(self, node: onnx.NodeProto) -> list[str]:
@@ -203,9 +223,17 @@ class _Rewrite:
         """The shape of the class of ``nodes`` leaving the fewest Reshapes, and that count."""
         members = {name for node in nodes for name in (*self._data(node), node.output[0])}
         limits = {self.limits[_key(node)] for node in nodes} - {0}
+        # ORT broadcasts a constant over a tensor whose last dimension is 1 one element per
+        # inner loop (scalar_broadcast.py; the int8 shift of a [1, n, 1] waveform runs flat
+        # for it): no class shape ending in 1 where a constant broadcasts over one that does not
+        broadcast = any(self.shapes[node.output[0]][-1:] != (1,) and any(
+            name in self.constants and math.prod(self.constants[name].dims) < math.prod(self.shapes[node.output[0]])
+            for name in (node.input[i] for i in self.role[_key(node)])) for node in nodes if not _is_view(node))
         best = None
         for shape in sorted({self.shapes[name] for name in members}):
             if any(not shape or shape[-1] != limit for limit in limits):
+                continue
+            if broadcast and shape[-1:] == (1,) and math.prod(shape) > 1:
                 continue
             count = len(self._plan(nodes, shape, make=False)[0])
             if best is None or count < best[1]:
