@@ -17,9 +17,10 @@ from helpers import reference_device, run_on  # noqa: E402
 from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
+from nnapi.drivers.ort import reshape_views  # noqa: E402
 from nnapi.drivers.ort.builder import onnx_model  # noqa: E402
 from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
-from nnapi.drivers.ort.scalar_broadcast import widen_scalars  # noqa: E402
+from nnapi.drivers.ort.scalar_broadcast import inferred_shapes, widen_scalars  # noqa: E402
 from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 
@@ -93,7 +94,10 @@ def test_quantized_product_with_a_one_channel_map_reads_a_full_rank_constant(ort
     16, 1] map (a super-resolution output, a mask) and a [1] constant: the QLinearMul /
     QLinearAdd / Min reads the constant as [1, 1, 1, 1], which
     ONNX Runtime broadcasts 35x faster (ESPCN int8: 0.31 -> 0.15 ms); shape inference does
-    not reach QLinear operators, so widen_scalars could not. The reference's values."""
+    not reach QLinear operators, so widen_scalars could not. Or, where reshape_views runs
+    the product on the flat [256] of the int8 shifts around it, reads it as one value over
+    a tensor not ending in 1 (as fast: 14.0 against 13.6 us over 65,536 values, 1,257 for
+    [1] over [1, 256, 256, 1]). The reference's values."""
     selection = code == Op.MINIMUM  # (in the inputs' quantization: no requantizing table)
     model = nnapi.Model()
     x = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 16, 16, 1], scale=0.02, zero_point=-3))
@@ -114,7 +118,11 @@ def test_quantized_product_with_a_one_channel_map_reads_a_full_rank_constant(ort
     initializers = {t.name: list(t.dims) for t in lowered.graph.initializer}
     nodes = [node for node in lowered.graph.node if node.op_type in ("QLinearMul", "QLinearAdd", "Min")]
     position = 1 if selection else 3
-    assert [initializers.get(node.input[position]) for node in nodes] == [[1, 1, 1, 1]], nodes
+    shapes = reshape_views._static_shapes(lowered, inferred_shapes(lowered))
+    [node] = nodes
+    tensor = shapes[node.input[0]]
+    assert initializers.get(node.input[position]) == [1, 1, 1, 1] or (
+        len(initializers.get(node.input[position])) <= 1 and tensor[-1] != 1), (node, tensor)
     image = np.random.default_rng(2).integers(-128, 128, (1, 16, 16, 1)).astype(np.int8)
     results = [run_on(model, device, [image], [np.zeros((1, 16, 16, 1), np.int8)])[0]
                for device in (ort_device, reference_device())]
