@@ -249,6 +249,32 @@ def test_a_feed_forward_block_loses_its_reshapes_and_keeps_its_values(ort_device
         assert within_tolerance(T.TENSOR_FLOAT32, theirs[0], ours[0]).all()
 
 
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_a_softmax_naming_its_last_axis_from_the_front_keeps_it_in_the_class_shape(ort_device, axis):
+    """x [1, T, C] -> RESHAPE [T, C] -> SOFTMAX(axis) -> RESHAPE [1, T, C] -> ADD x: the class
+    is computed in [1, T, C], where SOFTMAX's axis 1 (the last of [T, C]) would be T's (R2:
+    it normalised over the tokens, 0.48 off the reference); it is written as -1."""
+    model = nnapi.Model()
+    inputs: list[int] = []
+    values: list[np.ndarray] = []
+    operand = operand_adder(model, inputs, values)
+    x = operand(T.TENSOR_FLOAT32, [1, T_, C], np.random.default_rng(4).standard_normal((1, T_, C)).astype(np.float32),
+                given=True)
+    rows, soft, back, y = (operand(T.TENSOR_FLOAT32, shape) for shape in ([T_, C], [T_, C], [1, T_, C], [1, T_, C]))
+    model.add_operation(Op.RESHAPE, [x, operand(T.TENSOR_INT32, [2], np.array([T_, C], np.int32))], [rows])
+    model.add_operation(Op.SOFTMAX, [rows, operand(T.FLOAT32, None, np.float32(1.0)),
+                                     operand(T.INT32, None, np.int32(axis))], [soft])
+    model.add_operation(Op.RESHAPE, [soft, operand(T.TENSOR_INT32, [3], np.array([1, T_, C], np.int32))], [back])
+    model.add_operation(Op.ADD, [back, x, operand(T.INT32, None, np.int32(0))], [y])
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    lowered = lowering.lower_model(build_hal_model(model)[0])[0]
+    assert _reshapes(lowered) == 0, [node.op_type for node in lowered.graph.node]  # the class took [1, T, C]
+    ours = run_on(model, ort_device, values, [np.zeros((1, T_, C), np.float32)])[0]
+    theirs = run_on(model, reference_device(), values, [np.zeros((1, T_, C), np.float32)])[0]
+    assert within_tolerance(T.TENSOR_FLOAT32, theirs, ours).all(), np.abs(ours - theirs).max()
+
 def test_sessions_run_without_the_skip_layer_norm_fusion():
     """An Add before a LayerNormalization of the same shape stays two nodes in the device's
     sessions (ORT's SkipLayerNormalization is slower on CPU)."""

@@ -187,6 +187,9 @@ class _Rewrite:
             axis = _attribute(node, "axis", -1)
             if axis not in (-1, len(shape) - 1) or len(shape) < 1:
                 return None
+            if axis != -1:  # the last axis named from the front would be another in a class shape of another rank
+                node.attribute.remove(next(a for a in node.attribute if a.name == "axis"))
+                node.attribute.append(helper.make_attribute("axis", -1))
             data, others = [0], node.input[1:]
             if node.op_type == "LayerNormalization" and any(
                     name not in self.constants or tuple(self.constants[name].dims) != shape[-1:] for name in others):
