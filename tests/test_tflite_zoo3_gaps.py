@@ -382,3 +382,22 @@ def test_bucketize(device: str) -> None:
     litert = _litert_or_none(model, {"x": x})
     if litert is not None:
         np.testing.assert_array_equal(got, litert["y"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bucketize_of_nan_and_infinities_is_upper_bound(device: str) -> None:
+    # std::upper_bound counts a boundary b unless x < b: NaN counts every boundary (LiteRT 3
+    # of 3), where GREATER_EQUAL(NaN, b) counted none
+    boundaries = np.array([-1.0, 0.0, 2.0], np.float32)
+    t = [Tensor("x", "float32", [6]), Tensor("y", "int32", [6])]
+    model = build(Subgraph(t, [Operator("BUCKETIZE", [0], [1], ("BucketizeOptions", {"Boundaries": boundaries}))],
+                           [0], [1]))
+    x = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -np.nan], np.float32)
+    got = _run(model, {"x": x}, device)["y"]
+    with np.errstate(invalid="ignore"):
+        want = (~(x[:, None] < boundaries[None, :])).sum(axis=1).astype(np.int32)
+    np.testing.assert_array_equal(want, [3, 0, 3, 2, 2, 3])
+    np.testing.assert_array_equal(got, want)
+    litert = _litert_or_none(model, {"x": x})
+    if litert is not None:
+        np.testing.assert_array_equal(got, litert["y"])

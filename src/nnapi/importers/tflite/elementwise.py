@@ -638,8 +638,9 @@ def _cos(c: _Converter, op: _Operator) -> None:
 @_converter("BUCKETIZE")
 def _bucketize(c: _Converter, op: _Operator) -> None:
     """BUCKETIZE of float32 (TFLite: the number of boundaries at or below each value, its
-    std::upper_bound): per boundary GREATER_EQUAL and SELECT of 1.0 / 0.0, ADDed, CAST to
-    int32 (the counts are exact in float32)."""
+    std::upper_bound): per boundary LESS and SELECT of 0.0 / 1.0, ADDed, CAST to int32 (the
+    counts are exact in float32). upper_bound counts a boundary b unless x < b, so a NaN
+    counts every boundary: GREATER_EQUAL(NaN, b), false, would count none."""
     options = op.options("BucketizeOptions")
     x = c.input(0)
     x_type = c.type_of(x)
@@ -653,18 +654,18 @@ def _bucketize(c: _Converter, op: _Operator) -> None:
     zeros = c.const_operand(np.zeros(dims, np.float32), x_type)
     total = None
     for boundary in boundaries:
-        above = c.temp(OperandType(T.TENSOR_BOOL8, dims))
-        c.emit(Op.GREATER_EQUAL, [x, c.const_operand(np.array([boundary], np.float32),
-                                                     OperandType(T.TENSOR_FLOAT32, [1]))], [above])
+        below = c.temp(OperandType(T.TENSOR_BOOL8, dims))
+        c.emit(Op.LESS, [x, c.const_operand(np.array([boundary], np.float32),
+                                            OperandType(T.TENSOR_FLOAT32, [1]))], [below])
         counted = c.temp(x_type)
-        c.emit(Op.SELECT, [above, ones, zeros], [counted])
+        c.emit(Op.SELECT, [below, zeros, ones], [counted])
         if total is not None:
             summed = c.temp(x_type)
             c.emit(Op.ADD, [total, counted, c.i32(0)], [summed])
             counted = summed
         total = counted
     c.emit(Op.CAST, [total], [c.output()])
-    c.lowered(f"BUCKETIZE as GREATER_EQUAL + SELECT 1 / 0 per boundary ({len(boundaries)}), ADD, CAST to int32")
+    c.lowered(f"BUCKETIZE as LESS + SELECT 0 / 1 per boundary ({len(boundaries)}), ADD, CAST to int32")
 
 
 @_converter("RELU_0_TO_1")
