@@ -236,8 +236,11 @@ def test_int64_argmax_indices_reshaped_and_gathered(device: str) -> None:
 
 
 def _numpy_segments(name: str, data: np.ndarray, ids: np.ndarray, segments: int) -> np.ndarray:
+    """TFLite's loops: out = 0 / 1 / lowest / highest, then out += x, out *= x,
+    std::max(out, x) (x where out < x: a NaN skipped), std::min(out, x) (x where x < out)."""
     init = {"SUM": 0.0, "PROD": 1.0, "MAX": np.finfo(np.float32).min, "MIN": np.finfo(np.float32).max}
-    combine = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
+    combine = {"SUM": np.add, "PROD": np.multiply, "MAX": lambda out, x: np.where(out < x, x, out),
+               "MIN": lambda out, x: np.where(x < out, x, out)}
     kind = name.rsplit("_", 1)[1]
     out = np.full((segments, *data.shape[1:]), init[kind], np.float32)
     for row, segment in zip(data, ids, strict=True):
@@ -401,3 +404,52 @@ def test_bucketize_of_nan_and_infinities_is_upper_bound(device: str) -> None:
     litert = _litert_or_none(model, {"x": x})
     if litert is not None:
         np.testing.assert_array_equal(got, litert["y"])
+
+
+def _same_bits_or_both_nan(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    keep = ~np.isnan(want)
+    np.testing.assert_array_equal(got[keep].view(np.int32), want[keep].view(np.int32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["SEGMENT_SUM", "UNSORTED_SEGMENT_SUM", "UNSORTED_SEGMENT_PROD",
+                                  "UNSORTED_SEGMENT_MAX", "UNSORTED_SEGMENT_MIN"])
+def test_segment_reductions_of_nan_infinities_and_signed_zeros(device: str, name: str) -> None:
+    # TFLite combines each row into its initial value: std::max(lowest, -inf) is the lowest
+    # float and std::max skips a NaN (MAXIMUM of the raw first row gave -inf / NaN); a single
+    # -0 summed into 0 is +0 (the raw first row gave -0)
+    inf, nan = np.inf, np.nan
+    data = np.array([[-inf, nan, -0.0, inf, 1.0], [-inf, 1.0, -0.0, inf, nan], [5.0, nan, 3.0, -inf, -0.0],
+                     [-0.0, -0.0, inf, -inf, 2.0]], np.float32)
+    ids, segments = np.array([0, 0, 1, 2]), 3
+    t = [Tensor("data", "float32", [4, 5]), Tensor("ids", "int32", [4], data=ids.astype(np.int32))]
+    inputs = [0, 1]
+    if name != "SEGMENT_SUM":
+        t.append(Tensor("n", "int32", [], data=np.array(segments, np.int32)))
+        inputs.append(2)
+    t.append(Tensor("y", "float32", [segments, 5]))
+    model = build(Subgraph(t, [Operator(name, inputs, [len(t) - 1])], [0], [len(t) - 1]))
+    got = _run(model, {"data": data}, device)["y"]
+    with np.errstate(invalid="ignore"):
+        want = _numpy_segments(name, data, ids, segments)
+    _same_bits_or_both_nan(got, want)
+    litert = _litert_or_none(model, {"data": data})
+    if litert is not None:
+        _same_bits_or_both_nan(got, litert["y"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scatter_nd_single_negative_zero_is_added_into_zeros(device: str) -> None:
+    # TFLite adds each update into zeros: a row's one -0 update is +0
+    indices = np.array([[1], [0], [3], [3]])
+    model = _scatter_model("float32", indices, [4, 2], [4, 2])
+    u = np.array([[-0.0, 2.0], [-0.0, -0.0], [-0.0, 1.0], [-0.0, -1.0]], np.float32)
+    got = _run(model, {"u": u}, device)["y"]
+    want = _numpy_scatter(indices, u, [4, 2])
+    assert not np.signbit(want).any()
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    litert = _litert_or_none(model, {"u": u})
+    if litert is not None:
+        np.testing.assert_array_equal(got.view(np.int32), litert["y"].view(np.int32))

@@ -401,10 +401,14 @@ def _accumulate_rows(c: _Converter, data: int, data_type: OperandType, count: in
     -1: dropped) in their order, as TFLite's scatter / segment kernels loop: the data as
     [count, width] rows with ``initial`` as one more row (RESHAPE, CONCATENATION), GATHERed
     once per depth of repetition (a row's first data row, or ``initial``; then its second
-    ...), each combined into the running rows. (The first GATHER stands for initial
-    combined with the first row: x itself for ADD of zeros, MAXIMUM of the lowest value,
-    MUL by 1.) Returns the [rows, width] operand and the depth. Repeated targets of
-    8-bit data are refused unless ``quantized_repeats``."""
+    ...), each combined into the running rows. The first level is combined with
+    ``initial`` too where that changes a value: float ADD of zeros (-0 + 0 is TFLite's +0),
+    MAXIMUM / MINIMUM as TFLite's std::max / std::min: SELECT(LESS(total, x), x, total) /
+    SELECT(LESS(x, total), x, total), which skips a NaN and keeps the lowest float over
+    -inf as they do (NNAPI's MAXIMUM propagates NaN). MUL by 1 is x itself; 8-bit ADD's
+    initial row is the stored 0 of rows that receive nothing. Returns the [rows, width]
+    operand and the depth. Repeated targets of 8-bit data are refused unless
+    ``quantized_repeats``."""
     occurrences: list[list[int]] = [[] for _ in range(rows)]
     for position, row in enumerate(targets):
         if row >= 0:
@@ -423,9 +427,22 @@ def _accumulate_rows(c: _Converter, data: int, data_type: OperandType, count: in
         picks = np.array([found[level] if len(found) > level else count for found in occurrences], np.int32)
         picked = c.temp(data_type, [rows, width])
         c.emit(Op.GATHER, [table, c.i32(0), c.const_operand(picks, OperandType(T.TENSOR_INT32, [rows]))], [picked])
-        if total is not None:
+        if combine in (Op.MAXIMUM, Op.MINIMUM):
+            current = total if total is not None else c.const_operand(
+                np.broadcast_to(np.asarray(initial, data_type.dtype).reshape(1, width), (rows, width)).copy(),
+                data_type.with_dimensions([rows, width]))
+            take = c.temp(OperandType(T.TENSOR_BOOL8, [rows, width]))
+            c.emit(Op.LESS, [current, picked] if combine == Op.MAXIMUM else [picked, current], [take])
             combined = c.temp(data_type, [rows, width])
-            c.emit(combine, [total, picked] + ([c.i32(0)] if combine in (Op.ADD, Op.MUL) else []), [combined])
+            c.emit(Op.SELECT, [take, picked, current], [combined])
+            picked = combined
+        elif total is not None:
+            combined = c.temp(data_type, [rows, width])
+            c.emit(combine, [total, picked, c.i32(0)], [combined])
+            picked = combined
+        elif combine == Op.ADD and data_type.type in _FLOAT_TYPES:
+            combined = c.temp(data_type, [rows, width])
+            c.emit(Op.ADD, [picked, extra, c.i32(0)], [combined])
             picked = combined
         total = picked
     assert total is not None
