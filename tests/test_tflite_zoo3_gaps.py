@@ -453,3 +453,33 @@ def test_scatter_nd_single_negative_zero_is_added_into_zeros(device: str) -> Non
     litert = _litert_or_none(model, {"u": u})
     if litert is not None:
         np.testing.assert_array_equal(got.view(np.int32), litert["y"].view(np.int32))
+
+
+def _litert_fails(model: bytes, feeds: dict[str, np.ndarray]) -> None:
+    """LiteRT (where installed) refuses ``model`` too."""
+    try:
+        from helpers import litert_outputs
+    except ImportError:
+        return
+    with pytest.raises(Exception):  # noqa: B017 (LiteRT raises RuntimeError / ValueError by version)
+        litert_outputs(model, feeds)
+
+
+@pytest.mark.parametrize("seq, batch", [(-1, 0), (1, -2)])
+def test_reverse_sequence_negative_axes_are_refused_as_litert_refuses_them(seq: int, batch: int) -> None:
+    # they were taken modulo the rank and imported; LiteRT fails 'seq_dim >= 0'
+    model = _reverse_sequence_model("float32", [2, 4], [3, 4], seq, batch)
+    with pytest.raises(nnapi.BadDataError, match=r"\(REVERSE_SEQUENCE\): REVERSE_SEQUENCE seq_dim .* must be in "
+                                                 r"\[0, 2\) \(LiteRT fails the run on negative axes\)"):
+        nnapi.load_tflite(model)
+    _litert_fails(model, {"x": np.zeros((2, 4), np.float32)})
+
+
+def test_scatter_nd_updates_of_another_shape_are_refused_as_litert_refuses_them() -> None:
+    # updates [4] for indices [2, 1] into [2, 2] hold 2 x 2 values but are not [2, 2]: LiteRT
+    # fails 'indices.Dims(i) != updates.Dims(i)'; they were imported by their element count
+    model = _scatter_model("float32", np.array([[0], [1]]), [2, 2], [4])
+    with pytest.raises(nnapi.BadDataError, match=r"\(SCATTER_ND\): SCATTER_ND updates of shape \[4\] for indices of "
+                                                 r"shape \[2, 1\] into \[2, 2\] \(must be \[2, 2\]"):
+        nnapi.load_tflite(model)
+    _litert_fails(model, {"u": np.zeros(4, np.float32)})

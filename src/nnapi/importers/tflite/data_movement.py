@@ -586,6 +586,7 @@ def _scatter_nd(c: _Converter, op: _Operator) -> None:
         raise UnsupportedOperator("SCATTER_ND with indices or shape given at run time (no NNAPI form)")
     shape = [int(d) for d in np.asarray(shape_const.data).reshape(-1)]
     indices = np.asarray(indices_const.data).astype(np.int64)
+    indices_shape = list(indices.shape)
     k = indices.shape[-1] if indices.ndim else 0
     if not shape or not 1 <= k <= len(shape) or 0 in shape or indices.size == 0:
         raise UnsupportedOperator(f"SCATTER_ND of index depth {k} into shape {shape}")
@@ -598,9 +599,11 @@ def _scatter_nd(c: _Converter, op: _Operator) -> None:
     if u_type.type not in _FLOAT_TYPES + _QUANT8:
         raise UnsupportedOperator(f"SCATTER_ND of {u_type.type.name} updates")
     count, rows, width = len(indices), int(np.prod(shape[:k])), int(np.prod(shape[k:]))
-    if int(np.prod(u_type.dimensions)) != count * width:
-        raise UnsupportedOperator(f"SCATTER_ND updates of shape {list(u_type.dimensions)} for {count} indices "
-                                  f"of slices of {width}")
+    if list(u_type.dimensions) != [*indices_shape[:-1], *shape[k:]]:
+        # LiteRT's kernel checks the updates' dimensions, not only their count
+        raise UnsupportedOperator(f"SCATTER_ND updates of shape {list(u_type.dimensions)} for indices of shape "
+                                  f"{indices_shape} into {shape} (must be {[*indices_shape[:-1], *shape[k:]]}, "
+                                  "as LiteRT checks)")
     flat = np.ravel_multi_index(tuple(indices.T), shape[:k])
     total, depth = _accumulate_rows(c, updates, u_type, count, width, flat.tolist(), rows,
                                     np.zeros(width, u_type.dtype), Op.ADD, quantized_repeats=False)
@@ -626,8 +629,12 @@ def _reverse_sequence(c: _Converter, op: _Operator) -> None:
         raise UnsupportedOperator(f"REVERSE_SEQUENCE of {x_type.type.name} (LiteRT's kernel refuses int8 and float16; "
                                   "int16 / int32 / int64 have no NNAPI GATHER + SPLIT form here)")
     rank = len(dims)
-    seq_axis = options.SeqDim() % rank if options is not None else 0
-    batch_axis = options.BatchDim() % rank if options is not None else 0
+    seq_axis = options.SeqDim() if options is not None else 0
+    batch_axis = options.BatchDim() if options is not None else 0
+    if not (0 <= seq_axis < rank and 0 <= batch_axis < rank):
+        # LiteRT's kernel checks seq_dim >= 0 and batch_dim >= 0 (no negative axes) below the rank
+        raise UnsupportedOperator(f"REVERSE_SEQUENCE seq_dim {seq_axis} / batch_dim {batch_axis} must be in "
+                                  f"[0, {rank}) (LiteRT fails the run on negative axes)")
     lengths = np.asarray(lengths_const.data).astype(np.int64).reshape(-1)
     if seq_axis == batch_axis or len(lengths) != dims[batch_axis] or (lengths < 0).any() or \
             (lengths > dims[seq_axis]).any():
