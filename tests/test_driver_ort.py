@@ -870,6 +870,36 @@ def test_sessions_before_1_22_skip_the_gather_slice_fusion(monkeypatch):
     assert session.disabled_optimizers() == [*always, "GatherSliceToSplitFusion"]
 
 
+def test_adding_a_constant_of_zeros_turns_negative_zero_positive():
+    """NNAPI's ADD(x, 0) is +0 for x = -0 (and the TFLite importer adds a row of zeros to
+    SCATTER_ND / SEGMENT_SUM rows for that); ORT's NoopElimination dropped the Add of a
+    one-element zeros initializer, leaving -0: graphs adding a constant of zeros run without it."""
+    from nnapi.drivers.ort import session
+    from nnapi.drivers.ort.lowering import lower_model
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model = nnapi.Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    rows = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 1]))
+    model.add_operation(Op.RESHAPE, [x, constant(model, T.TENSOR_INT32, np.array([4, 1], np.int32), [2])], [rows])
+    zeros = constant(model, T.TENSOR_FLOAT32, np.zeros((1, 1), np.float32), [1, 1])
+    total = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 1]))
+    model.add_operation(Op.ADD, [rows, zeros, constant(model, T.INT32, np.int32(0))], [total])
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    model.add_operation(Op.RESHAPE, [total, constant(model, T.TENSOR_INT32, np.array([4], np.int32), [1])], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    feed = np.array([-0.0, 2.0, -0.0, -1.0], np.float32)
+    want = run_on(model, reference_device(), [feed], [np.zeros(4, np.float32)])[0]
+    np.testing.assert_array_equal(np.signbit(want), [False, False, False, True])
+    ort_device = [d for d in nnapi.get_devices() if d.name == "nnapi-ort-cpu"][0]
+    got = run_on(model, ort_device, [feed], [np.zeros(4, np.float32)])[0]
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    hal, _ = build_hal_model(model)
+    assert "NoopElimination" in session.disabled_optimizers(lower_model(hal)[0].graph)
+    assert "NoopElimination" not in session.disabled_optimizers()
+
+
 def test_a_mean_over_every_axis_gives_shape_one():
     """MEAN of every axis without keep_dims is NNAPI's [1] (b/155508675), not ONNX's scalar:
     the graph's output has shape (1,) (onnxruntime before 1.32 checks it and failed the run)."""

@@ -453,6 +453,11 @@ def test_scatter_nd_single_negative_zero_is_added_into_zeros(device: str) -> Non
     litert = _litert_or_none(model, {"u": u})
     if litert is not None:
         np.testing.assert_array_equal(got.view(np.int32), litert["y"].view(np.int32))
+    # slices of one value: the zeros row is one element, which ORT's NoopElimination dropped
+    model = _scatter_model("float32", np.array([[1], [0]]), [3], [2])
+    u = np.array([-0.0, 2.0], np.float32)
+    got = _run(model, {"u": u}, device)["y"]
+    np.testing.assert_array_equal(got.view(np.int32), np.array([2.0, 0.0, 0.0], np.float32).view(np.int32))
 
 
 def _litert_fails(model: bytes, feeds: dict[str, np.ndarray]) -> None:

@@ -99,6 +99,23 @@ QDQ_FINAL_CLEANUP = "QDQFinalCleanupTransformer"
 SKIP_LAYER_NORM_FUSION = "SkipLayerNormFusion"
 
 
+#: ORT's optimizer that drops x + 0, x - 0, x * 1 and x / 1 of a constant: x + 0 is not x
+#: where x is -0 (NNAPI's ADD, and TFLite's sums into zeros, give +0: the importer's
+#: SCATTER_ND / SEGMENT_SUM add a row of zeros for that), so graphs with a float Add of a
+#: constant of zeros run without it (the other three are exact)
+NOOP_ELIMINATION = "NoopElimination"
+
+_FLOAT_ELEMENTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+
+
+def _adds_constant_zeros(graph: onnx.GraphProto) -> bool:
+    """Whether a float Add of ``graph`` reads an initializer of zeros (NoopElimination's x + 0)."""
+    added = {name for node in graph.node if node.op_type == "Add" and node.domain in ("", "ai.onnx")
+             for name in node.input}
+    return any(initializer.name in added and initializer.data_type in _FLOAT_ELEMENTS
+               and not onnx.numpy_helper.to_array(initializer).any() for initializer in graph.initializer)
+
+
 def disabled_optimizers(graph: onnx.GraphProto | None = None) -> list[str]:
     """ORT's graph optimizers a session of ``graph`` must not run here: DoubleQDQPairsRemover,
     which changes the values of a requantization (``DOUBLE_QDQ_REMOVER``); SkipLayerNormFusion,
@@ -107,8 +124,12 @@ def disabled_optimizers(graph: onnx.GraphProto | None = None) -> list[str]:
     (``QDQ_FINAL_CLEANUP``); before 1.22, GatherSliceToSplitFusion too: fusing Gathers /
     Slices of one tensor into a Split twice in a graph gives both nodes the same name and
     ORT then refuses its own optimized model ("two nodes with same node name
-    (/GatherSliceToSplitFusion/)": the NMS lowering's Loop bodies on 1.19-1.21)."""
+    (/GatherSliceToSplitFusion/)": the NMS lowering's Loop bodies on 1.19-1.21); in a graph
+    adding a float constant of zeros, NoopElimination, which turns -0 + 0 into -0
+    (``NOOP_ELIMINATION``)."""
     disabled = [DOUBLE_QDQ_REMOVER, SKIP_LAYER_NORM_FUSION]
+    if graph is not None and _adds_constant_zeros(graph):
+        disabled.append(NOOP_ELIMINATION)
     if graph is not None and any(attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                                  for node in graph.node for attribute in node.attribute):
         disabled.append(QDQ_FINAL_CLEANUP)
