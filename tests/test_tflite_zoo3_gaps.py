@@ -488,3 +488,62 @@ def test_scatter_nd_updates_of_another_shape_are_refused_as_litert_refuses_them(
                                                  r"shape \[2, 1\] into \[2, 2\] \(must be \[2, 2\]"):
         nnapi.load_tflite(model)
     _litert_fails(model, {"u": np.zeros(4, np.float32)})
+
+
+def test_empty_segment_and_scatter_outputs_are_refused_naming_why() -> None:
+    # num_segments 0 raised "malformed operator (ValueError: max() arg is an empty sequence)";
+    # empty constant SCATTER_ND indices were called "given at run time"
+    t = [Tensor("data", "float32", [2, 3]), Tensor("ids", "int32", [2], data=np.array([-1, -1], np.int32)),
+         Tensor("n", "int32", [], data=np.array(0, np.int32)), Tensor("y", "float32", [0, 3])]
+    with pytest.raises(nnapi.BadDataError, match=r"\(UNSORTED_SEGMENT_MAX\): UNSORTED_SEGMENT_MAX with num_segments 0 "
+                                                 r"\(an empty output"):
+        nnapi.load_tflite(build(Subgraph(t, [Operator("UNSORTED_SEGMENT_MAX", [0, 1, 2], [3])], [0], [3])))
+    with pytest.raises(nnapi.BadDataError, match=r"\(SCATTER_ND\): SCATTER_ND with no indices \(indices of shape "
+                                                 r"\[0, 1\]"):
+        nnapi.load_tflite(_scatter_model("float32", np.zeros((0, 1), np.int32), [3], [0]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reverse_sequence_int32_of_one_length_is_one_gather(device: str) -> None:
+    # refused as int32 ("no NNAPI GATHER + SPLIT form"): one length for every batch entry
+    # needs only GATHER, which takes int32; differing lengths need CONCATENATION, which does not
+    model = _reverse_sequence_model("int32", [2, 5, 3], [4, 4], 1, 0)
+    x = (np.arange(30, dtype=np.int32).reshape(2, 5, 3) - 15) * 100_000_007
+    got = _run(model, {"x": x}, device)["y"]
+    np.testing.assert_array_equal(got, _numpy_reverse_sequence(x, [4, 4], 1, 0))
+    litert = _litert_or_none(model, {"x": x})
+    if litert is not None:
+        np.testing.assert_array_equal(got, litert["y"])
+    with pytest.raises(nnapi.BadDataError, match="REVERSE_SEQUENCE of TENSOR_INT32 with lengths that differ by "
+                                                 r"batch entry \(their parts are joined by CONCATENATION, which "
+                                                 "takes no int32"):
+        nnapi.load_tflite(_reverse_sequence_model("int32", [2, 5, 3], [4, 2], 1, 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_8bit_matrix_diag_and_scatter_nd_copy_stored_values_into_another_quantization(device: str) -> None:
+    # TFLite copies the stored values whatever the output's quantization (its zeros stored 0):
+    # MATRIX_DIAG was refused and SCATTER_ND failed inside on a RESHAPE between quantizations
+    t = [Tensor("x", "int8", [2, 3], scale=0.1, zero_point=2), Tensor("y", "int8", [2, 3, 3], scale=0.2,
+                                                                      zero_point=-1)]
+    model = build(Subgraph(t, [Operator("MATRIX_DIAG", [0], [1])], [0], [1]))
+    x = np.array([[-128, 5, 127], [0, -7, 2]], np.int8)
+    got = _run(model, {"x": x}, device)["y"]
+    want = np.zeros((2, 3, 3), np.int8)
+    for i in range(3):
+        want[:, i, i] = x[:, i]
+    np.testing.assert_array_equal(got, want)
+    litert = _litert_or_none(model, {"x": x})
+    if litert is not None:
+        np.testing.assert_array_equal(got, litert["y"])
+    t = [Tensor("indices", "int32", [2, 1], data=np.array([[2], [0]], np.int32)),
+         Tensor("u", "int8", [2, 2], scale=0.1, zero_point=5),
+         Tensor("shape", "int32", [2], data=np.array([4, 2], np.int32)),
+         Tensor("y", "int8", [4, 2], scale=0.2, zero_point=-3)]
+    model = build(Subgraph(t, [Operator("SCATTER_ND", [0, 1, 2], [3])], [1], [3]))
+    u = np.array([[10, -128], [127, -3]], np.int8)
+    got = _run(model, {"u": u}, device)["y"]
+    np.testing.assert_array_equal(got, [[127, -3], [0, 0], [10, -128], [0, 0]])
+    litert = _litert_or_none(model, {"u": u})
+    if litert is not None:
+        np.testing.assert_array_equal(got, litert["y"])

@@ -482,6 +482,10 @@ def _segment(c: _Converter, op: _Operator) -> None:
         segments = int(ids.max()) + 1
     else:
         segments = int(c.const_values(2, "num_segments").reshape(-1)[0])
+        if segments <= 0:
+            # LiteRT returns an empty [0, ...] output for 0; an NNAPI operand holds no zero-sized axis
+            raise UnsupportedOperator(f"{op.name} with num_segments {segments} (an empty output: NNAPI operands "
+                                      "have no zero-sized axis)")
         if (ids >= segments).any():
             raise UnsupportedOperator(f"{op.name} segment id at or above num_segments {segments}")
     width = int(np.prod(dims[k:]))
@@ -504,15 +508,16 @@ def _diagonal_mask(dims: list[int]) -> np.ndarray:
 def _matrix_diag(c: _Converter, op: _Operator) -> None:
     """MATRIX_DIAG ([..., n] -> [..., n, n], the values on the diagonal, 0 elsewhere; an
     8-bit output's stored 0, as TFLite writes T(0)): RESHAPE to [..., 1, n], TILE to
-    [..., n, n], SELECT by the constant diagonal against zeros."""
+    [..., n, n], SELECT by the constant diagonal against zeros; CAST into an 8-bit output of
+    another quantization (TFLite copies the stored values)."""
     x = c.input(0)
     x_type = c.type_of(x)
     dims = list(x_type.dimensions)
     out_type = c.nn_type(op.out_tensor())
     if not dims or not all(d > 0 for d in dims) or len(dims) + 1 > 4 or x_type.type not in _FLOAT_TYPES + _QUANT8:
         raise UnsupportedOperator(f"MATRIX_DIAG of {x_type.type.name} {dims} (static, rank 3 at most, float or 8-bit)")
-    if (out_type.scale, out_type.zero_point) != (x_type.scale, x_type.zero_point):
-        raise UnsupportedOperator("MATRIX_DIAG into another quantization (TFLite copies the stored values)")
+    if out_type.type != x_type.type:
+        raise UnsupportedOperator(f"MATRIX_DIAG of {x_type.type.name} into {out_type.type.name}")
     n = dims[-1]
     full = [*dims, n]
     row = c.temp(x_type, [*dims[:-1], 1, n])
@@ -521,7 +526,14 @@ def _matrix_diag(c: _Converter, op: _Operator) -> None:
     c.emit(Op.TILE, [row, c.vector([1] * (len(dims) - 1) + [n, 1])], [tiled])
     zeros = c.const_operand(np.zeros(full, x_type.dtype), x_type.with_dimensions(full))
     mask = c.const_operand(_diagonal_mask(full), OperandType(T.TENSOR_BOOL8, full))
-    c.emit(Op.SELECT, [mask, tiled, zeros], [c.output()])
+    if (out_type.scale, out_type.zero_point) != (x_type.scale, x_type.zero_point):
+        # TFLite copies the stored values (and writes a stored 0) whatever the output's
+        # quantization: CAST between 8-bit operands carries the stored values, as MATRIX_SET_DIAG
+        selected = c.temp(x_type, full)
+        c.emit(Op.SELECT, [mask, tiled, zeros], [selected])
+        c.emit(Op.CAST, [selected], [c.output()])
+    else:
+        c.emit(Op.SELECT, [mask, tiled, zeros], [c.output()])
     c.lowered("MATRIX_DIAG as RESHAPE + TILE of the values and SELECT by the constant diagonal against zeros")
 
 
@@ -580,8 +592,13 @@ def _scatter_nd(c: _Converter, op: _Operator) -> None:
     added in index order. The updates as [n, slice] rows and one row of zeros
     (CONCATENATION), GATHERed once per occurrence depth: the first update of each output
     row (or the zeros), then ADD of the second (or zeros), ...: TFLite's sums in its order.
-    Repeated indices of 8-bit updates (TFLite adds their stored values) are refused."""
+    Repeated indices of 8-bit updates (TFLite adds their stored values) are refused; an
+    8-bit output of another quantization gets the stored values (CAST), as TFLite copies them."""
     indices_const, shape_const = c.const_of(op.inputs[0]), c.const_of(op.inputs[2])
+    if 0 in op.tensor(0).shape:
+        # an empty constant has no buffer, so const_of sees none
+        raise UnsupportedOperator(f"SCATTER_ND with no indices (indices of shape {list(op.tensor(0).shape)}: an "
+                                  "output of zeros only, no NNAPI form here)")
     if indices_const is None or shape_const is None:
         raise UnsupportedOperator("SCATTER_ND with indices or shape given at run time (no NNAPI form)")
     shape = [int(d) for d in np.asarray(shape_const.data).reshape(-1)]
@@ -605,9 +622,19 @@ def _scatter_nd(c: _Converter, op: _Operator) -> None:
                                   f"{indices_shape} into {shape} (must be {[*indices_shape[:-1], *shape[k:]]}, "
                                   "as LiteRT checks)")
     flat = np.ravel_multi_index(tuple(indices.T), shape[:k])
+    out_type = c.nn_type(op.out_tensor())
+    if out_type.type != u_type.type:
+        raise UnsupportedOperator(f"SCATTER_ND of {u_type.type.name} updates into {out_type.type.name}")
     total, depth = _accumulate_rows(c, updates, u_type, count, width, flat.tolist(), rows,
                                     np.zeros(width, u_type.dtype), Op.ADD, quantized_repeats=False)
-    c.emit(Op.RESHAPE, [total, c.vector(shape)], [c.output()])
+    if u_type.type in _QUANT8 and (out_type.scale, out_type.zero_point) != (u_type.scale, u_type.zero_point):
+        # TFLite copies the stored values (no repeats here: no sum) into the output's
+        # quantization; CAST between 8-bit operands carries the stored values over
+        moved = c.temp(u_type, shape)
+        c.emit(Op.RESHAPE, [total, c.vector(shape)], [moved])
+        c.emit(Op.CAST, [moved], [c.output()])
+    else:
+        c.emit(Op.RESHAPE, [total, c.vector(shape)], [c.output()])
     c.lowered(f"SCATTER_ND with constant indices as RESHAPE of the updates to rows, CONCATENATION of a row of "
               f"zeros, GATHER of each output row's update ({depth} deep: ADD in TFLite's order), RESHAPE")
 
@@ -624,10 +651,10 @@ def _reverse_sequence(c: _Converter, op: _Operator) -> None:
     dims = list(x_type.dimensions)
     if lengths_const is None or not dims or not all(d > 0 for d in dims):
         raise UnsupportedOperator("REVERSE_SEQUENCE with lengths given at run time or an open shape")
-    if x_type.type not in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM):
+    if x_type.type not in (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_INT32):
         # LiteRT's kernel takes float32, uint8, int16, int32 and int64 (not int8, float16)
         raise UnsupportedOperator(f"REVERSE_SEQUENCE of {x_type.type.name} (LiteRT's kernel refuses int8 and float16; "
-                                  "int16 / int32 / int64 have no NNAPI GATHER + SPLIT form here)")
+                                  "int16 / int64 have no NNAPI operand type here)")
     rank = len(dims)
     seq_axis = options.SeqDim() if options is not None else 0
     batch_axis = options.BatchDim() if options is not None else 0
@@ -651,6 +678,10 @@ def _reverse_sequence(c: _Converter, op: _Operator) -> None:
 
     if len(set(lengths.tolist())) == 1:
         gather(x, int(lengths[0]), c.output())
+    elif x_type.type == T.TENSOR_INT32:
+        raise UnsupportedOperator("REVERSE_SEQUENCE of TENSOR_INT32 with lengths that differ by batch entry (their "
+                                  "parts are joined by CONCATENATION, which takes no int32; one length for all is "
+                                  "one GATHER)")
     else:
         part = [d if a != batch_axis else 1 for a, d in enumerate(dims)]
         parts = [c.temp(x_type, part) for _ in lengths]
