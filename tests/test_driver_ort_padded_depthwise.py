@@ -223,3 +223,56 @@ def test_image_stem_keeps_its_merged_columns(ort_device, monkeypatch):
     _plain(monkeypatch)
     assert _groups(model) == [1, 24, 1]
     np.testing.assert_array_equal(_run(model, ort_device, x, shapes)[0], ours)
+
+
+def _conv_to_depthwise(channels: int, kernel: int, width: int = 16) -> nnapi.Model:
+    """int8 [1, 16, width, 16] -> CONV_2D kernel x kernel stride 1 SAME to ``channels`` ->
+    3x3 DEPTHWISE_CONV_2D (multiplier 1)."""
+    rng = np.random.default_rng(11)
+    model = nnapi.Model()
+
+    def q8(shape: list[int], scale: float) -> int:
+        return model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, shape, scale=scale, zero_point=-3))
+
+    def layer(x: int, k: int, cin: int, depthwise: bool, scale: float) -> int:
+        shape = [1, k, k, channels] if depthwise else [channels, k, k, cin]
+        w, _ = _filter(model, rng, shape, 3 if depthwise else 0, True)
+        y = q8([1, 16, width, channels], scale)
+        options = [_SAME, 1, 1] + ([1] if depthwise else []) + [0]
+        model.add_operation(Op.DEPTHWISE_CONV_2D if depthwise else Op.CONV_2D,
+                            [x, w, _bias(model, rng, channels, 0.0), *(_scalar(model, T.INT32, v) for v in options)],
+                            [y])
+        return y
+
+    x = q8([1, 16, width, 16], 0.05)
+    y = layer(layer(x, kernel, 16, False, 0.2), 3, channels, True, 0.4)
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("channels, kernel, width, merged", [
+    (9, 3, 16, False),   # an odd count above 8 of a 3x3 kernel: _few_outputs_factor does not merge it
+    (10, 3, 15, False),  # a width no factor above 1 divides
+    (9, 1, 16, True),    # a 1x1 kernel merges at any count below 16
+    (10, 3, 16, True),
+])
+def test_a_few_output_convolution_is_padded_unless_its_pixels_merge(ort_device, channels, kernel, width,
+                                                                    merged):
+    """A stride-1 CONV_2D to fewer than 16 channels feeding a depthwise layer: where the
+    lowering merges its pixels, it keeps that form and the depthwise layer pads its input
+    (a Pad); where it runs plain (convolutions.merges_few_outputs false), it computes the
+    padded channels itself and no Pad runs. few_outputs() alone said 'merged' for all four,
+    and the first two paid a Pad (reviewer R2). Values within the usual steps of the
+    reference's."""
+    model = _conv_to_depthwise(channels, kernel, width)
+    types = _node_types(model)
+    convs = [t for t in types if t in ("QLinearConv", "Pad", "Slice")]
+    if merged:
+        assert convs == ["QLinearConv", "Pad", "QLinearConv", "Slice"], types
+    else:
+        assert convs == ["QLinearConv", "QLinearConv", "Slice"], types
+        assert _groups(model) == [1, 16]
+    x = np.random.default_rng(3).integers(-128, 128, (1, 16, width, 16)).astype(np.int8)
+    shape = [[1, 16, width, channels]]
+    _near_reference(_run(model, ort_device, x, shape)[0], _run(model, reference_device(), x, shape)[0])

@@ -234,15 +234,14 @@ def _merged_columns(g: GraphBuilder, operation: Operation, params: ConvParams, a
     A DEPTHWISE_CONV_2D of one input channel (``array`` [multiplier, 1, H, W]) is such a
     convolution too (a fingerprint model's 180x180x1 5x5 stride 2 to 8: 153 -> 51 us)."""
     filter_operand = g.operand(operation.inputs[1])
-    symmetric = centered or filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL or (
-        filter_operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED and filter_operand.zero_point == 0)
+    symmetric = _symmetric_filter(filter_operand, centered)
     source, output = g.value(operation.inputs[0]), g.operand(operation.outputs[0])
     bias = g.raw_constant(operation.inputs[2])
     if len(source.dims) != 4 or len(output.dimensions) != 4:
         return None
     batches, height, width, depth = source.dims
     channels_out, _, kernel_h, kernel_w = array.shape
-    few_factor = _few_outputs_factor(array.shape, params, width) if depth % SYM_INPUT_CHANNEL_ALIGN == 0 else 1
+    few_factor = _few_outputs_merge(g, operation, params, array.shape, centered, source.dims)
     few_outputs = few_factor > 1
     if (not symmetric or bias is None or not all(source.dims[1:]) or (depth % SYM_INPUT_CHANNEL_ALIGN == 0
                                                                        and not few_outputs)
@@ -311,10 +310,55 @@ FEW_OUTPUTS = 16
 
 
 def few_outputs(channels_out: int, params: ConvParams) -> bool:
-    """Whether a quantized CONV_2D to ``channels_out`` channels is one _merged_columns
-    merges pixels of (given symmetric weights and a width m divides): stride 1, no
-    dilation, fewer than FEW_OUTPUTS channels, any kernel."""
+    """Whether a quantized CONV_2D to ``channels_out`` channels is of the kind whose pixels
+    _merged_columns may merge: stride 1, no dilation, fewer than FEW_OUTPUTS channels, any
+    kernel. Whether it does is _few_outputs_merge's answer (merges_few_outputs)."""
     return params.strides == [1, 1] and params.dilations == [1, 1] and channels_out < FEW_OUTPUTS
+
+
+def _symmetric_filter(filter_operand: Operand, centered: bool) -> bool:
+    """Whether a quantized filter's stored values are symmetric (zero point 0, or centered
+    by signed_weights), as ORT's symmetric kernels and _merged_columns need."""
+    return centered or filter_operand.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL or (
+        filter_operand.type == T.TENSOR_QUANT8_ASYMM_SIGNED and filter_operand.zero_point == 0)
+
+
+def _few_outputs_merge(g: GraphBuilder, operation: Operation, params: ConvParams, shape: tuple[int, ...],
+                       centered: bool, source_dims: list[int]) -> int:
+    """The m adjacent pixels _merged_columns merges as one for a quantized NHWC CONV_2D of
+    stride 1 to fewer than FEW_OUTPUTS channels (filter ``shape`` [O, C, H, W], input
+    ``source_dims``), or 1 where it runs plain: input channels a multiple of
+    SYM_INPUT_CHANNEL_ALIGN (fewer take the few-input form), _few_outputs_factor > 1,
+    symmetric weights, a constant bias, known sizes, the output as wide as the input and
+    a merged column's taps reaching the output (explicit pads)."""
+    output = g.operand(operation.outputs[0])
+    if len(source_dims) != 4 or len(output.dimensions) != 4 or not all(source_dims[1:]) \
+            or not all(output.dimensions[1:]) or source_dims[3] % SYM_INPUT_CHANNEL_ALIGN:
+        return 1
+    width = source_dims[2]
+    factor = _few_outputs_factor(shape, params, width)
+    left = params.pads[1] if params.pads is not None else 0
+    if factor == 1 or not _symmetric_filter(g.operand(operation.inputs[1]), centered) \
+            or g.raw_constant(operation.inputs[2]) is None or output.dimensions[2] != width \
+            or (factor - 1 - left + shape[3] - 1) // factor < 0:
+        return 1
+    return factor
+
+
+def merges_few_outputs(g: GraphBuilder, operation: Operation, params: ConvParams) -> bool:
+    """Whether the quantized lowering runs this NHWC CONV_2D to fewer than FEW_OUTPUTS
+    channels with adjacent pixels merged (_merged_columns, _few_outputs_merge): its input
+    is then read unpadded (padded_depthwise). False for other operations and layouts."""
+    if operation.type != OperationCode.CONV_2D or params.nchw \
+            or not few_outputs(g.operand(operation.inputs[1]).dimensions[0], params):
+        return False
+    source_dims = list(g.operand(operation.inputs[0]).dimensions)
+    if len(source_dims) == 4 and source_dims[3] % SYM_INPUT_CHANNEL_ALIGN:
+        return True  # the few-input merged form reads it unpadded (as before _few_outputs_merge)
+    known = constant_filter(g, operation.inputs[1], False)
+    if known is None:
+        return False
+    return _few_outputs_merge(g, operation, params, known[0].shape, known[1], source_dims) > 1
 
 
 def _few_outputs_factor(shape: tuple[int, ...], params: ConvParams, width: int) -> int:
@@ -328,10 +372,11 @@ def _few_outputs_factor(shape: tuple[int, ...], params: ConvParams, width: int) 
     to 3 104 -> 49 us, to 1 96 -> 37, to 8 98 -> 48, to 12 103 -> 62; 64x64x16 5x5 to 3
     212 -> 76; 64x64x64 to 3 247 -> 174; 64x64x128 to 3 425 -> 342; 128x128x32 to 3 670 ->
     349; 32x32x256 to 2 203 -> 130 (an autoencoder's or super-resolution net's last
-    layer to RGB, a segmentation head's classes). Not for an odd count above 8 (2 pixels
-    then make 18-30 channels, which ORT runs slower than 16: 32x32x64 3x3 to 9 62 -> 72,
-    to 11 65 -> 71, to 13 65 -> 74, to 15 68 -> 74 us, where 10 and 12 gain, 146 -> 102
-    at 64x64x32 and 63 -> 48; load ~10): an ESPCN's 3x3 to 9 before its 3x upscale."""
+    layer to RGB, a segmentation head's classes). Not for an odd count above 8 with a
+    kernel larger than 1x1 (2 pixels then make 18-30 channels, which ORT runs slower than
+    16: 32x32x64 3x3 to 9 62 -> 72, to 11 65 -> 71, to 13 65 -> 74, to 15 68 -> 74 us,
+    where 10 and 12 gain, 146 -> 102 at 64x64x32 and 63 -> 48; load ~10): an ESPCN's 3x3
+    to 9 before its 3x upscale. 1x1 filters merge at any count below 16."""
     channels_out = shape[0]
     if not few_outputs(channels_out, params) or (shape[2] * shape[3] > 1 and channels_out > FEW_OUTPUTS // 2
                                                  and channels_out % 2):

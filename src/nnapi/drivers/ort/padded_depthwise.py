@@ -47,9 +47,9 @@ from nnapi.drivers.ort.convolutions import (
     SYM_INPUT_CHANNEL_ALIGN,
     constant_filter,
     conv_attributes,
-    few_outputs,
     filter_zero_point,
     lower_conv,
+    merges_few_outputs,
 )
 from nnapi.hal import Operation
 
@@ -74,8 +74,10 @@ def takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
     """Whether ``operation`` reads operand ``index`` in the padded form (_padded_conv
     below lowers it so): a quantized NHWC CONV_2D / DEPTHWISE_CONV_2D (multiplier 1) with
     a constant filter and bias, ``index`` its input only. A stride-1 CONV_2D to fewer than
-    FEW_OUTPUTS channels (convolutions.few_outputs) keeps its merged-columns form (not
-    padded)."""
+    FEW_OUTPUTS channels that the lowering runs with pixels merged
+    (convolutions.merges_few_outputs) reads its input unpadded; one it runs plain (an odd
+    count above 8 of a kernel larger than 1x1, a width the factor does not divide, weights
+    not symmetric, ...) takes it padded."""
     if operation.type not in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D) or list(operation.inputs).count(index) != 1 \
             or operation.inputs[0] != index:
         return False
@@ -98,22 +100,23 @@ def takes_padded(g: GraphBuilder, operation: Operation, index: int) -> bool:
     dims = filter_operand.dimensions
     if params.nchw or len(dims) != 4 or (depthwise and (params.multiplier != 1 or dims[0] != 1)):
         return False
-    if not depthwise and few_outputs(dims[0], params):
+    if not depthwise and merges_few_outputs(g, operation, params):
         return False
     return True
 
 
 def _merges_columns(g: GraphBuilder, operation: Operation) -> bool:
     """Whether the plain lowering runs this CONV_2D in its merged-columns form (an image's
-    3 channels, or a stride-1 layer to fewer than FEW_OUTPUTS channels): kept, and its
-    output not padded (MobileNet-like stems: 31 us merged against 81 us plain)."""
+    3 channels, or a stride-1 layer to fewer than FEW_OUTPUTS channels whose pixels it
+    merges: convolutions.merges_few_outputs): kept, and its output not padded
+    (MobileNet-like stems: 31 us merged against 81 us plain)."""
     if operation.type != Op.CONV_2D:
         return False
     try:
         params = conv_params(g, operation, False)
     except (Declined, ValueError, TypeError, IndexError):
         return False
-    few = few_outputs(g.operand(operation.inputs[1]).dimensions[0], params)
+    few = merges_few_outputs(g, operation, params)
     return g.operand(operation.inputs[0]).dimensions[3] % SYM_INPUT_CHANNEL_ALIGN != 0 or few
 
 
