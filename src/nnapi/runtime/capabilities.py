@@ -31,14 +31,22 @@ _lock = threading.Lock()
 _read: weakref.WeakKeyDictionary[IDevice, tuple[Capabilities, str | None]] = weakref.WeakKeyDictionary()
 
 
+def _real(value: object) -> float | None:
+    """``value`` as a float where it is a real number (not a bool), else None; OverflowError
+    for an int beyond any float."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return None
+    return float(value)
+
+
 def _figure(value: object, what: str) -> float:
     """A performance figure as a float; ValueError naming ``what`` unless a number > 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"{what} is a {type(value).__name__}, not a number")
     try:
-        number = float(value)
-    except OverflowError:  # an int beyond any float
+        number = _real(value)
+    except OverflowError:
         raise ValueError(f"{what} is an integer beyond any float") from None
+    if number is None:
+        raise ValueError(f"{what} is a {type(value).__name__}, not a number")
     if not number > 0.0:  # NaN fails too
         raise ValueError(f"{what} is {number!r}, not greater than 0")
     return number
@@ -78,10 +86,10 @@ def validated(capabilities: object) -> Capabilities:
         operand_performance[key] = _performance(info, f"operand_performance[{getattr(key, 'name', key)}]")
     step = capabilities.step_cost_s
     try:
-        seconds = math.nan if isinstance(step, bool) else float(step)  # (float of a non-number: TypeError)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond any float
-        seconds = math.nan
-    if not isinstance(step, int | float | np.integer | np.floating) or not 0.0 <= seconds < math.inf:
+        seconds = _real(step)
+    except OverflowError:
+        seconds = None
+    if seconds is None or not 0.0 <= seconds < math.inf:
         raise ValueError(f"step_cost_s {step!r:.40} is not a finite number of seconds >= 0")
     return Capabilities(
         _performance(capabilities.relaxed_float32_to_float16_scalar, "relaxed_float32_to_float16_scalar"),
