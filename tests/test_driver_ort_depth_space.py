@@ -1,6 +1,8 @@
 """nnapi-ort-cpu's 8-bit NHWC DEPTH_TO_SPACE / SPACE_TO_DEPTH as a Reshape, one Transpose and
-a Reshape (data_movement._depth_space_rows): the reference's values bit for bit (TF's channel
-order), no DepthToSpace / SpaceToDepth node; float and NCHW ones keep the ONNX operators."""
+a Reshape (data_movement._depth_space_rows) and its float DEPTH_TO_SPACE as two Transposes of
+NCHW planes (data_movement._depth_to_space_planes): the reference's values bit for bit (TF's
+channel order), no DepthToSpace / SpaceToDepth node; float SPACE_TO_DEPTH and the other 8-bit
+ones keep the ONNX operators."""
 
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ _DTYPES = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_QUANT8_ASYMM: np.uint8, T.TENS
     (True, 3, False, 1), (False, 2, False, 3)])
 def test_depth_space_moves_rows(ort_device, code, to_space, block, nchw, channels):
     """Batch 2, distinct values everywhere (a channel or pixel out of place shows): the
-    reference's output exactly; fewer than 4 channels per block position (ESPCN's one) keep
-    the operators."""
+    reference's output exactly; 8-bit values of fewer than 4 channels per block position
+    (ESPCN's one) or in NCHW keep the operators, float SPACE_TO_DEPTH too."""
     height, width = 3 * block, 2 * block
     space, depth = [2, height, width, channels], [2, height // block, width // block, channels * block * block]
     shape_in, shape_out = (depth, space) if to_space else (space, depth)
@@ -44,9 +46,17 @@ def test_depth_space_moves_rows(ort_device, code, to_space, block, nchw, channel
     model.add_operation(Op.DEPTH_TO_SPACE if to_space else Op.SPACE_TO_DEPTH, inputs, [y])
     model.identify_inputs_and_outputs([x], [y])
     model.finish()
-    operators = [node.op_type for node in lower_model(build_hal_model(model)[0])[0].graph.node]
+    graph = lower_model(build_hal_model(model)[0])[0].graph
+    operators = [node.op_type for node in graph.node]
     onnx_op = "DepthToSpace" if to_space else "SpaceToDepth"
-    assert (onnx_op in operators) == (code == T.TENSOR_FLOAT32 or nchw or channels < 4), operators
+    if code == T.TENSOR_FLOAT32:
+        assert (onnx_op in operators) == (not to_space), operators
+    else:
+        assert (onnx_op in operators) == (nchw or channels < 4), operators
+    if code == T.TENSOR_FLOAT32 and to_space:
+        # the planes form: block rows moved with their image rows, then the column phases
+        perms = [list(node.attribute[0].ints) for node in graph.node if node.op_type == "Transpose"]
+        assert [0, 2, 3, 1, 4] in perms and [0, 2, 1] in perms, perms
     dtype = _DTYPES[code]
     value = (np.arange(np.prod(shape_in)) % 251 - (128 if dtype == np.int8 else 0)).astype(dtype).reshape(shape_in)
     ours = run_on(model, ort_device, [value], [np.zeros(shape_out, dtype)])[0]

@@ -283,10 +283,34 @@ def lower_depth_space(g: GraphBuilder, operation: Operation) -> None:
             x.dims[3] // (block * block) if operation.type == OperationCode.DEPTH_TO_SPACE else x.dims[3]) >= 4:
         g.set_output(operation.outputs[0], _depth_space_rows(g, x, block, op_type == "DepthToSpace"))
         return
+    if x.kind == "float" and op_type == "DepthToSpace" and x.dims and all(x.dims):
+        g.set_output(operation.outputs[0], from_nchw(g, _depth_to_space_planes(g, to_nchw(g, x.name, nchw), [
+            x.dims[i] for i in ((0, 1, 2, 3) if nchw else (0, 3, 1, 2))], block), nchw))
+        return
     if not has_kernel(op_type, KIND_ELEM[x.kind], blocksize=2, **extra):
         raise Declined(f"this onnxruntime has no {op_type} kernel for {x.kind} values")
     y = g.one(op_type, [to_nchw(g, x.name, nchw)], blocksize=block, **extra)
     g.set_output(operation.outputs[0], from_nchw(g, y, nchw))
+
+
+def _depth_to_space_planes(g: GraphBuilder, x: str, dims: list[int], block: int) -> str:
+    """DEPTH_TO_SPACE of a float NCHW value ``x`` of ``dims`` [N, b * b * C, H, W] (TF's
+    channel order, ONNX's DCR: channel (by * b + bx) * C + c of pixel (h, w) is pixel (h * b +
+    by, w * b + bx)'s channel c) as two Transposes, where ORT's DepthToSpace moves each float
+    alone: [N, by, bx, C * H, W] -> [N, bx, C * H, by, W] moves rows of W floats (the rows
+    of each block row next to their image row), then [N, bx, M] -> [N, M, bx] interleaves
+    the b column phases (ORT's transpose of a matrix with its own kernel). The same values
+    (a permutation). onnxruntime 1.32, one thread, load ~1: [1, 64, 48, 48] to [1, 16, 96,
+    96] 169 -> 60 us, [1, 64, 24, 24] 47 -> 17, [1, 27, 32, 32] to 3 channels 27 -> 13;
+    SpaceToDepth keeps ORT's operator (3-10x faster than the inverse Transposes)."""
+    batches, depth, height, width = dims
+    channels = depth // (block * block)
+    rows = g.one("Transpose", [g.one("Reshape", [x, g.constant(np.array(
+        [batches, block, block, channels * height, width], np.int64))])], perm=[0, 2, 3, 1, 4])
+    columns = g.one("Transpose", [g.one("Reshape", [rows, g.constant(np.array(
+        [batches, block, channels * height * block * width], np.int64))])], perm=[0, 2, 1])
+    return g.one("Reshape", [columns, g.constant(np.array([batches, channels, height * block, width * block],
+                                                          np.int64))])
 
 
 def _depth_space_rows(g: GraphBuilder, x: Value, block: int, to_space: bool) -> str:
