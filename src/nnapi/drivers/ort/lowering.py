@@ -47,6 +47,7 @@ from nnapi.drivers.ort import (
     transposed_dense,  # noqa: F401  (importing it registers its lowerings)
     uniform_prelu,  # noqa: F401  (importing it registers its lowerings)
 )
+from nnapi.drivers.ort.activated_depth_space import activate_before_depth_to_space
 from nnapi.drivers.ort.builder import (
     HAL_ELEM,
     MS_DOMAIN,
@@ -75,7 +76,8 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
     ``shaped``: infer_temporary_shapes(model) when the caller has it already (the device
     computes it to check the operations), not computed again."""
     model = infer_temporary_shapes(model) if shaped is None else shaped
-    model = split_padded_adds(merge_twin_branches(pool_before_prelu(fold_pads_into_convs(model))))
+    model = split_padded_adds(merge_twin_branches(pool_before_prelu(activate_before_depth_to_space(
+        fold_pads_into_convs(model)))))
     subgraph = model.main
     g = GraphBuilder(model, subgraph)
     for index in subgraph.input_indexes:
