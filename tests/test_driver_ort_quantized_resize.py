@@ -137,6 +137,22 @@ def test_a_rounding_resize_chain_is_one_resize_and_the_formula_bit_for_bit(ort_d
         assert np.abs(theirs - ours).max() <= 1
 
 
+@pytest.mark.parametrize("chain, zero_point", [("uint8", 0), ("int8", -128), ("int8", 5), ("requantized uint8", 77)])
+@pytest.mark.parametrize("out_size, flags", [((16, 16), (False, True)), ((7, 5), (False, False)),
+                                             ((9, 3), (True, False))])
+def test_a_one_pixel_chain_is_the_pixel_expanded(ort_device, chain, zero_point, out_size, flags):
+    """DeepLab's image-pooling branch: a chain blending a 1x1 input is one Expand (no Resize,
+    DequantizeLinear or QuantizeLinear), every output pixel the input's stored value, the
+    reference's values bit for bit (its blend of v with itself rounds back to v)."""
+    model, value, shape_out = _chain(chain, (1, 1), out_size, 24, flags, zero_point)
+    operators = _operators(model)
+    assert "Expand" in operators
+    assert not {"Resize", "DequantizeLinear", "QuantizeLinear"} & set(operators), operators
+    ours = _run(model, ort_device, value, shape_out, value.dtype)
+    np.testing.assert_array_equal(ours, np.broadcast_to(value.astype(np.float64), shape_out))
+    np.testing.assert_array_equal(ours, _run(model, reference_device(), value, shape_out, value.dtype))
+
+
 @pytest.mark.parametrize("chain", ["uint8", "int8"])
 @pytest.mark.parametrize("in_size, out_size, flags", [((13, 11), (40, 31), (False, True)),
                                                       ((5, 7), (9, 12), (True, False)),

@@ -169,6 +169,16 @@ def _lower_chain(g: GraphBuilder, resize: Operation, x: Value, center: int, afte
     if (align_corners and half_pixel) or width <= 0 or height <= 0:
         return False  # the operation's own lowering declines them, naming why
     batch, in_height, in_width, channels = x.dims
+    if in_height == in_width == 1:
+        # one pixel (DeepLab's image-pooling branch, global average then 1x1 convolution,
+        # blended back to the feature map's size): every output pixel blends the stored
+        # integer v with itself, weights summing to 1, v (1 +- a few ulp), which both chains
+        # round back to v (a step's error would need |v| * 2**-22 >= 1/2): v repeated, one
+        # Expand where DequantizeLinear / Resize / QuantizeLinear took three nodes
+        g.set_output(after[-1].outputs[0], g.one("Expand", [x.name, g.constant(np.array(
+            [batch, height, width, channels], np.int64))]))
+        g.covered.update(id(operation) for operation in after)
+        return True
     rows = weighted_taps(in_height, height, align_corners, half_pixel)
     cols = weighted_taps(in_width, width, align_corners, half_pixel)
     nchw = channels == 1  # see below
