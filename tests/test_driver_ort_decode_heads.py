@@ -115,3 +115,129 @@ def test_depthwise_without_spread(ort_device, channels, multiplier):
     assert "Gather" not in [n.op_type for n in lowered_graph(model).node]
     ours, theirs = _run_both(model, ort_device, code, [1, 9, 9, channels], [1, 9, 9, channels * multiplier])
     assert np.abs(ours.astype(np.int32) - theirs.astype(np.int32)).max() <= 1
+
+
+def _decode_head(guarded_index: bool = False, negative_column: bool = False,
+                 scale_input: bool = False) -> tuple[nnapi.Model, list[int]]:
+    """A keypoint decode head as TensorFlow writes it: ARGMAX over a [1, 16, 3] heatmap's
+    16 cells, row = index // 4, column = index - row * 4 (its floor remainder), the row
+    scaled by 0.5, floored, clamped and cast back to int32, the column bounds-checked
+    (LESS 0, GREATER_EQUAL 4, LOGICAL_OR, SELECT 0) before a GATHER from an offset table
+    given at run time. Outputs: the gathered offsets, the cast row, the checked column.
+    ``guarded_index``: the column read from a model input (no bounds: the checks stay);
+    ``negative_column``: the column less 2, which the check at 0 does not decide and the
+    DIV by 2 after it may see negative; ``scale_input``: the row's scale given at run time
+    (its CAST keeps the saturating form)."""
+    model = nnapi.Model()
+    inputs: list[int] = []
+
+    def tensor(code: int, shape: list[int], value=None, given: bool = False) -> int:
+        index = model.add_operand(OperandType(code, shape))
+        if given:
+            inputs.append(index)
+        elif value is not None:
+            model.set_operand_value(index, np.asarray(value, {T.TENSOR_FLOAT32: np.float32,
+                                                              T.TENSOR_INT32: np.int32}[code]))
+        return index
+
+    def scalar(value: int) -> int:
+        return _scalar(model, value)
+
+    heatmap = tensor(T.TENSOR_FLOAT32, [1, 16, 3], given=True)
+    table = tensor(T.TENSOR_FLOAT32, [4, 2], given=True)
+    index = tensor(T.TENSOR_INT32, [1, 3])
+    model.add_operation(Op.ARGMAX, [heatmap, scalar(1)], [index])
+    four = tensor(T.TENSOR_INT32, [1], [4])
+    row, product, column = (tensor(T.TENSOR_INT32, [1, 3]) for _ in range(3))
+    model.add_operation(Op.DIV, [index, four, scalar(0)], [row])
+    model.add_operation(Op.MUL, [row, four, scalar(0)], [product])
+    model.add_operation(Op.SUB, [index, product, scalar(0)], [column])
+    if guarded_index:
+        column = tensor(T.TENSOR_INT32, [1, 3], given=True)
+    if negative_column:
+        shifted = tensor(T.TENSOR_INT32, [1, 3])
+        model.add_operation(Op.SUB, [column, tensor(T.TENSOR_INT32, [1], [2]), scalar(0)], [shifted])
+        halved = tensor(T.TENSOR_INT32, [1, 3])
+        model.add_operation(Op.DIV, [shifted, tensor(T.TENSOR_INT32, [1], [2]), scalar(0)], [halved])
+        column = halved
+    real_row, scaled, floored, clamped = (tensor(T.TENSOR_FLOAT32, [1, 3]) for _ in range(4))
+    model.add_operation(Op.CAST, [row], [real_row])
+    scale = tensor(T.TENSOR_FLOAT32, [1], given=True) if scale_input else tensor(T.TENSOR_FLOAT32, [1], [0.5])
+    model.add_operation(Op.MUL, [real_row, scale, scalar(0)], [scaled])
+    model.add_operation(Op.FLOOR, [scaled], [floored])
+    model.add_operation(Op.MINIMUM, [floored, tensor(T.TENSOR_FLOAT32, [1], [1.0])], [clamped])
+    cast_row = tensor(T.TENSOR_INT32, [1, 3])
+    model.add_operation(Op.CAST, [clamped], [cast_row])
+    below, above, outside = (model.add_operand(OperandType(T.TENSOR_BOOL8, [1, 3])) for _ in range(3))
+    model.add_operation(Op.LESS, [column, tensor(T.TENSOR_INT32, [1], [0])], [below])
+    model.add_operation(Op.GREATER_EQUAL, [column, four], [above])
+    model.add_operation(Op.LOGICAL_OR, [below, above], [outside])
+    checked = tensor(T.TENSOR_INT32, [1, 3])
+    model.add_operation(Op.SELECT, [outside, tensor(T.TENSOR_INT32, [1, 3], [[0, 0, 0]]), column], [checked])
+    offsets = tensor(T.TENSOR_FLOAT32, [1, 3, 2])
+    model.add_operation(Op.GATHER, [table, scalar(0), checked], [offsets])
+    model.identify_inputs_and_outputs(inputs, [offsets, cast_row, checked])
+    model.finish()
+    return model, inputs
+
+
+def _head_feeds(model_inputs: int, seed: int, guarded_index: bool, scale_input: bool) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = [rng.standard_normal([1, 16, 3]).astype(np.float32), rng.standard_normal([4, 2]).astype(np.float32)]
+    if guarded_index:
+        feeds.append(rng.integers(-3, 7, [1, 3]).astype(np.int32))
+    if scale_input:
+        feeds.append(np.array([rng.choice([0.5, np.nan, 1e30, -2.0])], np.float32))
+    assert len(feeds) == model_inputs
+    return feeds
+
+
+def _head_outputs() -> list[np.ndarray]:
+    return [np.zeros([1, 3, 2], np.float32), np.zeros([1, 3], np.int32), np.zeros([1, 3], np.int32)]
+
+
+def _compare_head(model: nnapi.Model, inputs: list[int], ort_device, guarded_index=False, scale_input=False):
+    for seed in range(12):
+        feeds = _head_feeds(len(inputs), seed, guarded_index, scale_input)
+        ours = run_on(model, ort_device, feeds, _head_outputs())
+        theirs = run_on(model, reference_device(), feeds, _head_outputs())
+        for a, b in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_decode_head_checks_fold_by_bounds(ort_device):
+    """The column's bounds checks are constants (no Less, GreaterOrEqual, Or, Where left),
+    the SELECT gives the column itself, index // 4 is one int32 Div (no Mod), the floored
+    row one Cast (no IsNaN / Clip guard), the GATHER reads the column unguarded; the
+    reference's values bit for bit."""
+    from nnapi.drivers.ort.value_ranges import operand_ranges
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model, inputs = _decode_head()
+    types = [n.op_type for n in lowered_graph(model).node]
+    for gone in ("Less", "GreaterOrEqual", "Or", "Where", "Mod", "IsNaN", "Clip"):
+        assert gone not in types, (gone, types)
+    assert types.count("Div") == 1 and types.count("Cast") == 3  # ArgMax's int64, row to float, back
+    hal = build_hal_model(model)[0]
+    ranges = operand_ranges(hal, hal.main)
+    argmax, div, _, remainder = hal.main.operations[:4]
+    assert [ranges[argmax.outputs[0]][side].max() for side in (0, 1)] == [0, 15]
+    assert [ranges[div.outputs[0]][side].max() for side in (0, 1)] == [0, 3]
+    assert [ranges[remainder.outputs[0]][side].max() for side in (0, 1)] == [0, 3]  # not [-12, 15]
+    _compare_head(model, inputs, ort_device)
+
+
+@pytest.mark.parametrize(("guarded_index", "negative_column", "scale_input", "kept"), [
+    (True, False, False, ("Less", "GreaterOrEqual", "Or", "Where")),
+    (False, True, False, ("Mod", "Less", "Or")),
+    (False, False, True, ("IsNaN", "Clip")),
+])
+def test_decode_head_without_bounds_keeps_guards(ort_device, guarded_index, negative_column, scale_input, kept):
+    """What the bounds do not prove keeps its general form: checks of an index given at run
+    time, a check the bounds leave open and a DIV of a value that may be negative, a CAST
+    of a value scaled at run time (NaN, 1e30: saturated as the reference does)."""
+    model, inputs = _decode_head(guarded_index, negative_column, scale_input)
+    types = [n.op_type for n in lowered_graph(model).node]
+    for op_type in kept:
+        assert op_type in types, (op_type, types)
+    _compare_head(model, inputs, ort_device, guarded_index, scale_input)

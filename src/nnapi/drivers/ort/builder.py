@@ -352,6 +352,15 @@ class GraphBuilder:
         """The subgraph's operations that read operand ``index`` (each once, in order)."""
         return self._readers.get(index, [])
 
+    @functools.cached_property
+    def ranges(self) -> dict:
+        """The bounds value_ranges.py proves for the subgraph's int32, float32 and boolean
+        operands, by index (none for an isolated builder: its operands' producers are not
+        lowered with it)."""
+        from nnapi.drivers.ort.value_ranges import operand_ranges
+
+        return {} if self.isolated else operand_ranges(self.model, self.subgraph)
+
     def producer(self, index: int) -> Operation | None:
         """The subgraph's operation that writes operand ``index`` (None for an input or a constant)."""
         return self._producers.get(index)

@@ -588,7 +588,10 @@ def lower_gather(g: GraphBuilder, operation: Operation) -> None:
     known = g.raw_constant(operation.inputs[2])
     if known is not None and known.size and not bool(np.all((known >= 0) & (known < (size or np.inf)))):
         raise Declined(f"indices must be in [0, {size or 'the size'})")
-    if known is not None and size:
+    bounds = g.ranges.get(operation.inputs[2])
+    if (known is not None and size) or (bounds is not None and bounds[0].min() >= 0):
+        # constant, or never negative by the bounds value_ranges.py proves (a decode head's
+        # index, its own checks folded): Gather refuses one past the end as the reference does
         indices = g.value(operation.inputs[2]).name
     else:
         given = g.value(operation.inputs[2]).name

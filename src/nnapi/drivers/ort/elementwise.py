@@ -38,6 +38,7 @@ from nnapi.drivers.ort.builder import (
 )
 from nnapi.drivers.ort.channel_padding import pad_channels, reads_padded, set_channels
 from nnapi.drivers.ort.int32_moves import rejoined_move
+from nnapi.drivers.ort.value_ranges import decided
 from nnapi.drivers.ort.versions import onnxruntime_at_least
 from nnapi.hal import Operand, Operation
 from nnapi.operand import OperandType
@@ -957,12 +958,29 @@ _COMPARISONS = {OperationCode.EQUAL: "Equal", OperationCode.NOT_EQUAL: "Equal", 
                 OperationCode.LESS_EQUAL: "LessOrEqual"}
 
 
+def decided_constant(g: GraphBuilder, operation: Operation) -> bool:
+    """A boolean operation whose result value_ranges.py decides for every input (a bounds
+    check of an index whose bounds lie inside: a decode head's gather_nd guards) as that
+    constant, its output set; False where it is not decided or its shape is not known."""
+    index = operation.outputs[0]
+    known = decided(g.ranges.get(index))
+    dims = list(g.operand(index).dimensions)
+    if known is None or not all(dims):
+        return False
+    array = np.broadcast_to(known, dims).copy()
+    g.values[index] = Value(g.constant(array, "decided"), "bool", dims, const=array)
+    return True
+
+
 @lowers(*_COMPARISONS)
 def lower_comparison(g: GraphBuilder, operation: Operation) -> None:
     """Broadcasting comparisons to BOOL8. Quantized inputs sharing one quantization compare
     their stored integers (as int32); with different ones their real values, dequantized in
-    float32 as (q - zero_point) * scale like the reference; booleans compare as 0 / 1."""
+    float32 as (q - zero_point) * scale like the reference; booleans compare as 0 / 1. One
+    the inputs' bounds decide is a constant (decided_constant)."""
     a, b = g.value(operation.inputs[0]), g.value(operation.inputs[1])
+    if a.kind == b.kind and decided_constant(g, operation):
+        return
     if a.kind != b.kind:
         raise Declined("the inputs have different types")
     if a.kind == "uint8" and (a.scale, a.zero_point) != (b.scale, b.zero_point):
@@ -1029,6 +1047,16 @@ def lower_select(g: GraphBuilder, operation: Operation) -> None:
     output = g.operand(operation.outputs[0])
     if condition.kind != "bool":
         raise Declined("the condition must be BOOL8")
+    known = decided(g.ranges.get(operation.inputs[0]))
+    if known is not None and (known.all() or not known.any()):
+        # a condition value_ranges.py decides, the same for every element: the input it
+        # picks, where that is the output as it stands (its shape, its quantization)
+        picked = a if known.all() else b
+        if (picked.dims == list(output.dimensions) and all(picked.dims)
+                and (output.type not in QUANT8 or (picked.scale, picked.zero_point)
+                     == (output.scale, internal_zero_point(output)))):
+            g.values[operation.outputs[0]] = picked
+            return
     names = [a.name, b.name]
     if output.type in QUANT8 and a.kind == b.kind == "uint8" and any(
             v.scale != output.scale or v.zero_point != internal_zero_point(output) for v in (a, b)):
@@ -1048,6 +1076,8 @@ def lower_logical(g: GraphBuilder, operation: Operation) -> None:
     inputs = [g.value(i) for i in operation.inputs]
     if any(v.kind != "bool" for v in inputs):
         raise Declined(f"{OperationCode(operation.type).name} takes BOOL8 tensors")
+    if decided_constant(g, operation):
+        return
     g.set_output(operation.outputs[0], g.one(_LOGICAL[OperationCode(operation.type)], [v.name for v in inputs]))
 
 

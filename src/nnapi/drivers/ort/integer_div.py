@@ -6,8 +6,9 @@ In int64: the floor remainder (ONNX Mod with fmod=0 takes the divisor's sign, as
 division's remainder does) subtracted first makes the truncating Div exact, so
 ``(a - mod(a, b)) / b`` is floor(a / b). A divisor of 0 gives 0, as the reference device
 (and Android) does, without dividing by it; int64 keeps INT32_MIN / -1 from trapping, and
-the Cast back to int32 wraps it to INT32_MIN as C's int32 arithmetic does. Other types
-keep the element-wise lowering.
+the Cast back to int32 wraps it to INT32_MIN as C's int32 arithmetic does. A non-negative
+value by a positive one (bounds value_ranges.py proves) is one int32 Div: truncation is
+the floor there. Other types keep the element-wise lowering.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from nnapi.hal import Operation
 def lower_div(g: GraphBuilder, operation: Operation) -> None:
     if g.operand(operation.outputs[0]).type != OperandCode.TENSOR_INT32:
         lower_binary(g, operation)
+        return
+    numerator, divisor = (g.ranges.get(i) for i in operation.inputs[:2])
+    if numerator is not None and divisor is not None and numerator[0].min() >= 0 and divisor[0].min() > 0 \
+            and int(g.scalar(operation.inputs[2])) == 0:
+        # bounds value_ranges.py proves (a decode head's index // width): a non-negative
+        # value by a positive one, where truncation is the floor, in int32, one node
+        g.set_output(operation.outputs[0], g.one("Div", [g.value(i).name for i in operation.inputs[:2]]))
         return
     a, b = (g.one("Cast", [g.value(i).name], to=TensorProto.INT64) for i in operation.inputs[:2])
     zero = g.constant(np.array(0, np.int64))
