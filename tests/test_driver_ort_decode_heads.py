@@ -241,3 +241,116 @@ def test_decode_head_without_bounds_keeps_guards(ort_device, guarded_index, nega
     for op_type in kept:
         assert op_type in types, (op_type, types)
     _compare_head(model, inputs, ort_device, guarded_index, scale_input)
+
+
+def test_floor_mod_by_float_folds_to_its_input(ort_device):
+    """TensorFlow's FLOOR_MOD of an index by 65536 as the converter writes it in float
+    (x - floor(x * 2^-16) * 65536): the bounds fix floor(x * 2^-16) at 0 for an index below
+    16, so the int32 quotient and product are constants and x - 0 is x itself: no Floor,
+    no Mul, no Sub left; the reference's values."""
+    model = nnapi.Model()
+    heatmap = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 16, 3]))
+    index, quotient, product, remainder = (model.add_operand(OperandType(T.TENSOR_INT32, [1, 3])) for _ in range(4))
+    real, scaled, floored = (model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 3])) for _ in range(3))
+    model.add_operation(Op.ARGMAX, [heatmap, _scalar(model, 1)], [index])
+    model.add_operation(Op.CAST, [index], [real])
+    tiny = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1]))
+    model.set_operand_value(tiny, np.array([2.0 ** -16], np.float32))
+    model.add_operation(Op.MUL, [real, tiny, _scalar(model, 0)], [scaled])
+    model.add_operation(Op.FLOOR, [scaled], [floored])
+    model.add_operation(Op.CAST, [floored], [quotient])
+    big = model.add_operand(OperandType(T.TENSOR_INT32, [1]))
+    model.set_operand_value(big, np.array([65536], np.int32))
+    model.add_operation(Op.MUL, [quotient, big, _scalar(model, 0)], [product])
+    model.add_operation(Op.SUB, [index, product, _scalar(model, 0)], [remainder])
+    model.identify_inputs_and_outputs([heatmap], [remainder])
+    model.finish()
+    types = [n.op_type for n in lowered_graph(model).node]
+    assert types == ["ArgMax", "Cast"], types
+    for seed in range(6):
+        feed = np.random.default_rng(seed).standard_normal([1, 16, 3]).astype(np.float32)
+        ours = run_on(model, ort_device, [feed], [np.zeros([1, 3], np.int32)])[0]
+        theirs = run_on(model, reference_device(), [feed], [np.zeros([1, 3], np.int32)])[0]
+        np.testing.assert_array_equal(ours, theirs)
+        np.testing.assert_array_equal(ours, feed.argmax(axis=1))
+
+
+def _diagonal_pack(code: int, scales: tuple[float, float] = (0.05, 0.05), second_source: bool = False,
+                   join: int = Op.PACK) -> nnapi.Model:
+    """[1, 3, 3, 2] (a model input) -> STRIDED_SLICE [0, i, i, :] shrinking axes 1 and 2
+    for i = 0, 1, 2 -> PACK on axis 1 (or CONCATENATION on axis 0) into [1, 3, 2] ([3, 2]).
+    ``scales``: the pieces' and the output's scale (8-bit); ``second_source``: the last
+    piece cut from another input."""
+    model = nnapi.Model()
+    quantized = code != T.TENSOR_FLOAT32
+
+    def operand(shape: list[int], scale: float) -> int:
+        return model.add_operand(OperandType(code, shape, scale if quantized else 0.0, 3 if quantized else 0))
+
+    def vector(values: list[int]) -> int:
+        index = model.add_operand(OperandType(T.TENSOR_INT32, [len(values)]))
+        model.set_operand_value(index, np.array(values, np.int32))
+        return index
+
+    sources = [operand([1, 3, 3, 2], scales[0]) for _ in range(2 if second_source else 1)]
+    pieces = []
+    for i in range(3):
+        piece = operand([1, 2], scales[0])
+        source = sources[-1] if i == 2 else sources[0]
+        model.add_operation(Op.STRIDED_SLICE, [source, vector([0, i, i, 0]), vector([1, i + 1, i + 1, 2]),
+                                               vector([1, 1, 1, 1]), _scalar(model, 0), _scalar(model, 0),
+                                               _scalar(model, 6)], [piece])
+        pieces.append(piece)
+    if join == Op.PACK:
+        out = operand([1, 3, 2], scales[1])
+        model.add_operation(Op.PACK, [_scalar(model, 1), *pieces], [out])
+    else:
+        out = operand([3, 2], scales[1])
+        model.add_operation(Op.CONCATENATION, [*pieces, _scalar(model, 0)], [out])
+    model.identify_inputs_and_outputs(sources, [out])
+    model.finish()
+    return model
+
+
+def _run_diagonal(model: nnapi.Model, ort_device, code: int, inputs: int, shape: list[int]) -> None:
+    rng = np.random.default_rng(3)
+    dtype = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8}[code]
+    feeds = [(rng.standard_normal([1, 3, 3, 2]) * 50).astype(dtype) for _ in range(inputs)]
+    ours = run_on(model, ort_device, feeds, [np.zeros(shape, dtype)])[0]
+    theirs = run_on(model, reference_device(), feeds, [np.zeros(shape, dtype)])[0]
+    np.testing.assert_array_equal(ours, theirs)
+    if inputs == 1:
+        np.testing.assert_array_equal(ours.reshape(3, 2), feeds[0][0, [0, 1, 2], [0, 1, 2], :])
+
+
+@pytest.mark.parametrize("code", [T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_FLOAT32])
+@pytest.mark.parametrize("join", [Op.PACK, Op.CONCATENATION])
+def test_diagonal_pack_is_one_gather(ort_device, code, join):
+    """A PACK / CONCATENATION of STRIDED_SLICEs of one tensor (a decode head's diagonal
+    pick): one Gather of the flattened source at constant positions, no Slice, Squeeze or
+    Concat; the reference's values bit for bit."""
+    model = _diagonal_pack(code, join=join)
+    graph = lowered_graph(model)
+    types = [n.op_type for n in graph.node]
+    assert "Slice" not in types and "Concat" not in types and types.count("Gather") == 1, types
+    gather = next(n for n in graph.node if n.op_type == "Gather")
+    positions = next(np.frombuffer(t.raw_data, np.int64) for t in graph.initializer if t.name == gather.input[1])
+    assert positions.tolist() == [0, 1, 8, 9, 16, 17]
+    _run_diagonal(model, ort_device, code, 1, [1, 3, 2] if join == Op.PACK else [3, 2])
+
+
+@pytest.mark.parametrize(("scales", "second_source"), [((0.05, 0.07), False), ((0.05, 0.05), True)])
+def test_pack_of_other_pieces_keeps_its_form(ort_device, scales, second_source):
+    """A CONCATENATION into another quantization (it requantizes) and pieces of two sources
+    keep the Slices and the join; the reference's values (within a step where requantized)."""
+    code = T.TENSOR_QUANT8_ASYMM_SIGNED
+    join = Op.CONCATENATION if scales[0] != scales[1] else Op.PACK
+    model = _diagonal_pack(code, scales, second_source, join)
+    types = [n.op_type for n in lowered_graph(model).node]
+    assert "Slice" in types and "Concat" in types, types
+    rng = np.random.default_rng(4)
+    feeds = [rng.integers(-128, 128, [1, 3, 3, 2]).astype(np.int8) for _ in range(2 if second_source else 1)]
+    shape = [3, 2] if join == Op.CONCATENATION else [1, 3, 2]
+    ours = run_on(model, ort_device, feeds, [np.zeros(shape, np.int8)])[0]
+    theirs = run_on(model, reference_device(), feeds, [np.zeros(shape, np.int8)])[0]
+    assert np.abs(ours.astype(np.int32) - theirs.astype(np.int32)).max() <= 1

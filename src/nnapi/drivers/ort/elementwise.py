@@ -958,6 +958,62 @@ _COMPARISONS = {OperationCode.EQUAL: "Equal", OperationCode.NOT_EQUAL: "Equal", 
                 OperationCode.LESS_EQUAL: "LessOrEqual"}
 
 
+#: operations whose result is a function of their inputs' values alone, never a run-time
+#: error: one the bounds fix completely may be a constant
+_FOLDABLE = (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV, OperationCode.CAST,
+             OperationCode.MINIMUM, OperationCode.MAXIMUM, OperationCode.FLOOR, OperationCode.NEG, OperationCode.ABS,
+             OperationCode.SELECT, OperationCode.RESHAPE, OperationCode.SQUEEZE, OperationCode.EXPAND_DIMS,
+             OperationCode.STRIDED_SLICE, OperationCode.SLICE, OperationCode.TRANSPOSE, OperationCode.TILE,
+             OperationCode.CONCATENATION, OperationCode.PACK, *_COMPARISONS, *(OperationCode.LOGICAL_AND,
+                                                                                 OperationCode.LOGICAL_OR,
+                                                                                 OperationCode.LOGICAL_NOT))
+
+
+def fixed_by_bounds(g: GraphBuilder, operation: Operation) -> bool:
+    """An operation whose one output value_ranges.py fixes element by element (low ==
+    high: a decode head's x // 65536 of an index below 256, its product and the rest of
+    TensorFlow's FLOOR_MOD of it) as that constant, its output set: int32 and booleans, and
+    floats without a zero (whose sign, -0 or +0, the bounds do not tell). False otherwise."""
+    if operation.type not in _FOLDABLE or len(operation.outputs) != 1:
+        return False
+    index = operation.outputs[0]
+    operand = g.operand(index)
+    known = g.ranges.get(index)
+    dims = list(operand.dimensions)
+    if (known is None or not dims or not all(dims) or not np.array_equal(known[0], known[1])
+            or operand.type not in (T.TENSOR_INT32, T.TENSOR_BOOL8, T.TENSOR_FLOAT32)
+            or (operand.type == T.TENSOR_FLOAT32 and not np.all(known[0] != 0))):
+        return False
+    kind = {T.TENSOR_INT32: "int32", T.TENSOR_BOOL8: "bool", T.TENSOR_FLOAT32: "float"}[operand.type]
+    array = np.broadcast_to(known[0], dims).astype({"int32": np.int32, "bool": np.bool_, "float": np.float32}[kind])
+    g.values[index] = Value(g.constant(array, "fixed"), kind, dims, const=array)
+    return True
+
+
+def identity_by_bounds(g: GraphBuilder, operation: Operation) -> bool:
+    """An int32 ADD / SUB of 0 or MUL by 1 (the operand the bounds fix so, value_ranges.py:
+    the folded rest of a decode head's FLOOR_MOD) as its other input itself, its output
+    set; False where it does not apply (floats: x + 0 turns -0 into +0)."""
+    code = operation.type
+    if code not in (OperationCode.ADD, OperationCode.SUB, OperationCode.MUL) or len(operation.inputs) != 3:
+        return False
+    output = g.operand(operation.outputs[0])
+    if output.type != T.TENSOR_INT32 or g.raw_constant(operation.inputs[2]) is None \
+            or int(g.scalar(operation.inputs[2])) != 0:
+        return False
+    neutral = 1 if code == OperationCode.MUL else 0
+    sides = (0, 1) if code != OperationCode.SUB else (0,)  # x - 0 only
+    for kept in sides:
+        other = g.ranges.get(operation.inputs[1 - kept])
+        if other is None or not (np.all(other[0] == neutral) and np.all(other[1] == neutral)):
+            continue
+        value = g.value(operation.inputs[kept])
+        if value.dims == list(output.dimensions) and all(value.dims):
+            g.values[operation.outputs[0]] = value
+            return True
+    return False
+
+
 def decided_constant(g: GraphBuilder, operation: Operation) -> bool:
     """A boolean operation whose result value_ranges.py decides for every input (a bounds
     check of an index whose bounds lie inside: a decode head's gather_nd guards) as that
