@@ -72,7 +72,10 @@ def gathered_moves(g: GraphBuilder, operation: Operation) -> bool:
         return False
     if positions is None or list(positions.shape) != list(output.dimensions):
         return False
-    flat = g.one("Reshape", [g.value(source).name, g.constant(np.array([-1], np.int64))])
+    value = g.value(source)
+    if value.dims != list(origin.dimensions):
+        return False  # held in another shape (a product's rows): its element order is not asserted
+    flat = g.one("Reshape", [value.name, g.constant(np.array([-1], np.int64))])
     g.set_output(operation.outputs[0],
                  g.one("Gather", [flat, g.constant(positions.astype(np.int64), "positions")], axis=0))
     return True
