@@ -354,3 +354,63 @@ def test_pack_of_other_pieces_keeps_its_form(ort_device, scales, second_source):
     ours = run_on(model, ort_device, feeds, [np.zeros(shape, np.int8)])[0]
     theirs = run_on(model, reference_device(), feeds, [np.zeros(shape, np.int8)])[0]
     assert np.abs(ours.astype(np.int32) - theirs.astype(np.int32)).max() <= 1
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_whole_strided_slice_is_its_input(ort_device, full):
+    """A STRIDED_SLICE of the whole [1, 5, 1] tensor (the converter's slice of a decode
+    head's scores) lowers to no node; one that cuts keeps its Slice; the reference's values."""
+    model = nnapi.Model()
+    code = T.TENSOR_QUANT8_ASYMM_SIGNED
+    x = model.add_operand(OperandType(code, [1, 5, 1], 0.05, 3))
+    y = model.add_operand(OperandType(code, [1, 5 if full else 4, 1], 0.05, 3))
+
+    def vector(values: list[int]) -> int:
+        index = model.add_operand(OperandType(T.TENSOR_INT32, [3]))
+        model.set_operand_value(index, np.array(values, np.int32))
+        return index
+
+    end = [1, 5, 1] if full else [1, 4, 1]
+    model.add_operation(Op.STRIDED_SLICE, [x, vector([0, 0, 0]), vector(end), vector([1, 1, 1]),
+                                           _scalar(model, 0), _scalar(model, 0), _scalar(model, 0)], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    assert ("Slice" in [n.op_type for n in lowered_graph(model).node]) != full
+    feed = np.arange(-2, 3, dtype=np.int8).reshape(1, 5, 1) * 40
+    shape = [1, 5 if full else 4, 1]
+    ours = run_on(model, ort_device, [feed], [np.zeros(shape, np.int8)])[0]
+    theirs = run_on(model, reference_device(), [feed], [np.zeros(shape, np.int8)])[0]
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(ours, feed[:, :shape[1]])
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_quantize_of_a_bounded_index_rounds_halves_up(ort_device, bounded):
+    """QUANTIZE into a zero point above the bottom of a float the bounds keep non-negative
+    (an ARGMAX index cast to float): halves away from zero are halves up, Floor(x / s + 0.5)
+    without the Abs / Sign form; a float given at run time keeps it. Scale 2: the odd
+    indices land on halves; the reference's values bit for bit."""
+    model = nnapi.Model()
+    if bounded:
+        heatmap = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 16, 3]))
+    real = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 3]))
+    if bounded:
+        inputs = [heatmap]
+        index = model.add_operand(OperandType(T.TENSOR_INT32, [1, 3]))
+        model.add_operation(Op.ARGMAX, [heatmap, _scalar(model, 1)], [index])
+        model.add_operation(Op.CAST, [index], [real])
+    else:
+        inputs = [real]
+    y = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 3], 2.0, -5))
+    model.add_operation(Op.QUANTIZE, [real], [y])
+    model.identify_inputs_and_outputs(inputs, [y])
+    model.finish()
+    types = [n.op_type for n in lowered_graph(model).node]
+    assert ("Abs" in types or "Sign" in types) != bounded, types
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        feed = rng.standard_normal([1, 16, 3]).astype(np.float32) if bounded else \
+            rng.integers(-9, 10, [1, 3]).astype(np.float32)
+        ours = run_on(model, ort_device, [feed], [np.zeros([1, 3], np.int8)])[0]
+        theirs = run_on(model, reference_device(), [feed], [np.zeros([1, 3], np.int8)])[0]
+        np.testing.assert_array_equal(ours, theirs)

@@ -115,3 +115,30 @@ def _run(g: GraphBuilder, operation: Operation, given: dict[int, np.ndarray]) ->
                                   operand.channel_quant, array))
     out = OperandType(OperandCode.TENSOR_INT32, list(g.operand(operation.outputs[0]).dimensions))
     return np.asarray(get_operation(operation.type).execute(ExecutionContext(operation.type, tensors, [out]))[0])
+
+
+def identity_move(g: GraphBuilder, operation: Operation) -> bool:
+    """A STRIDED_SLICE / SLICE / TRANSPOSE that keeps every element where it is (the whole
+    tensor, the converter's slice [0:n] of a decode head's [1, K, 1] scores: ORT runs it as a
+    node) as its input itself, its output set: the reference's own operation on the
+    element positions gives them back unchanged, the shape and quantization kept. False
+    where it does not apply."""
+    if g.isolated or operation.type not in (Op.STRIDED_SLICE, Op.SLICE, Op.TRANSPOSE) or len(operation.outputs) != 1:
+        return False
+    source, output = g.operand(operation.inputs[0]), g.operand(operation.outputs[0])
+    if (list(source.dimensions) != list(output.dimensions) or not _small(output.dimensions)
+            or (source.type, source.scale, source.zero_point) != (output.type, output.scale, output.zero_point)
+            or any(g.operand(i).lifetime not in _CONSTANT for i in operation.inputs[1:])):
+        return False
+    value = g.value(operation.inputs[0])
+    if value.dims != list(output.dimensions):
+        return False
+    start = np.arange(int(np.prod(output.dimensions)), dtype=np.int32).reshape(output.dimensions)
+    try:
+        moved = _run(g, operation, {0: start})
+    except Exception:  # noqa: BLE001  (the reference refuses it: its lowering says why)
+        return False
+    if moved.shape != start.shape or not np.array_equal(moved, start):
+        return False
+    g.values[operation.outputs[0]] = value
+    return True

@@ -61,7 +61,7 @@ from nnapi.drivers.ort.builder import (
 )
 from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_composites
 from nnapi.drivers.ort.elementwise import fixed_by_bounds, identity_by_bounds
-from nnapi.drivers.ort.gathered_moves import gathered_moves
+from nnapi.drivers.ort.gathered_moves import gathered_moves, identity_move
 from nnapi.drivers.ort.pad_into_conv import fold_pads_into_convs
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.pooled_prelu import pool_before_prelu
@@ -92,7 +92,7 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
         fused = composites.roots.get(id(operation))
         if fused is None and (fixed_by_bounds(g, operation) or identity_by_bounds(g, operation)):
             continue  # a constant, or its input, by the bounds value_ranges.py proves
-        if fused is None and gathered_moves(g, operation):
+        if fused is None and (gathered_moves(g, operation) or identity_move(g, operation)):
             continue
         if fused is not None:
             g.set_output(operation.outputs[0], _composite(g, operation, *fused))

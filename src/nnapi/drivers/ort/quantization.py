@@ -119,7 +119,9 @@ def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
         # its 17 QUANTIZEs)
         g.set_output(operation.outputs[0], g.quantize(x.name, output))
         return
-    g.set_output(operation.outputs[0], quantize_half_away(g, x.name, output))
+    known = g.ranges.get(operation.inputs[0])
+    g.set_output(operation.outputs[0], quantize_half_away(g, x.name, output,
+                                                          nonnegative=known is not None and known[0].min() >= 0))
 
 
 #: float32 operations that keep a value's inexactness (element-wise, or moves): besides the
@@ -209,7 +211,8 @@ def _same_internal_quantization(source: Value, output: Operand) -> bool:
 _LARGEST_FLOAT32 = float(np.finfo(np.float32).max)
 
 
-def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float | None = None) -> str:
+def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float | None = None,
+                       nonnegative: bool = False) -> str:
     """Float ``name`` quantized to ``output`` in its internal encoding as Android rounds:
     halves away from zero (std::round), where QuantizeLinear rounds half to even; round(x /
     scale) that way (the output's scale unless given), then the zero point added and
@@ -220,12 +223,13 @@ def quantize_half_away(g: GraphBuilder, name: str, output: Operand, scale: float
     per node (vit_tiny_int8's 39 QUANTIZE). The "0.5" added is the float32 just below it
     (quant_math.half_below, as the reference rounds): with 0.5 itself, 0.5 - 2**-25 + 0.5
     rounds up to 1.0 in float32 and the value to 1, where C's round gives 0; exact for
-    every float32, at no extra node."""
+    every float32, at no extra node. ``nonnegative``: ``name`` is known to hold no value
+    below 0 (value_ranges.py's bounds), where halves away from zero are halves up too."""
     scale = output.scale if scale is None else scale
     scaled = name if scale == 1.0 else g.one("Div", [name, g.constant(np.array(scale, np.float32))])
     half = g.constant(np.array(HALF_BELOW_FLOAT32, np.float32))
     zero_point = internal_zero_point(output)
-    if zero_point == 0:
+    if zero_point == 0 or nonnegative:
         rounded = g.one("Floor", [g.one("Add", [scaled, half])])
     else:
         magnitude = g.one("Floor", [g.one("Add", [g.one("Abs", [scaled]), half])])
