@@ -42,6 +42,7 @@ from nnapi.drivers.ort.versions import release  # noqa: E402
 from nnapi.drivers.reference import ReferenceDevice  # noqa: E402
 from nnapi.hal import DataLocation, ErrorStatus, HalError, IPreparedModel, Request, RequestArgument  # noqa: E402
 from nnapi.runtime import manager  # noqa: E402
+from nnapi.runtime.model_builder import build_hal_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("calibration_file")
 
@@ -53,20 +54,53 @@ def test_factory_gives_a_cpu_device_per_provider():
     assert "onnxruntime" in found[0].version_string
 
 
-def test_sessions_run_without_the_memory_pattern():
-    """Every session the device prepares takes its intermediate values from the arena as
-    they are computed (no memory pattern: faster on MobileNet's large early layers), single
-    threaded, and computes the model all the same."""
+def _two_adds(dims: list[int]) -> nnapi.Model:
+    """y = (x + x) + x, float32 ``dims``: one temporary of that shape."""
+    model = nnapi.Model()
+    tensor = OperandType(T.TENSOR_FLOAT32, dims)
+    x, t, y = (model.add_operand(tensor) for _ in range(3))
+    fuse = constant(model, T.INT32, 0)
+    model.add_operation(Op.ADD, [x, x, fuse], [t])
+    model.add_operation(Op.ADD, [t, x, fuse], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("dims, planned", [([1, 64, 64, 8], True), ([1, 64, 64, 9], False), ([0, 8, 8, 8], False)])
+def test_plans_memory_for_small_temporaries_only(dims, planned):
+    """session.plans_memory: ORT's memory pattern where every temporary has known dimensions
+    and none is larger than MEM_PATTERN_LARGEST bytes (64x64x8 float32 is 128 KiB exactly)."""
+    hal_model, _ = build_hal_model(_two_adds(dims))
+    assert ort_session_module.plans_memory(hal_model) is planned
+
+
+def test_sessions_plan_memory_only_for_small_models(ort_device):
+    """A small model's session runs with ORT's memory pattern (one planned block: small
+    models skip an allocation per node), a model with a larger temporary without it
+    (MobileNet's large early layers run faster from the arena), single threaded either way,
+    and a session opened from the cache file as the model's was; the values are the same."""
     model, request = calibration.calibration_model(T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL)
-    prepared = OrtDevice().prepare_model(model)
-    options = prepared.session.get_session_options()
-    assert options.enable_mem_pattern is False and options.intra_op_num_threads == 1
+    device = OrtDevice()
+    token = bytes(range(32))
+    with tempfile.TemporaryFile() as cache:
+        prepared = device.prepare_model(model, model_cache=[cache.fileno()], data_cache=[], token=token)
+        from_cache = device.prepare_model_from_cache([cache.fileno()], [], token)
+    for session in (prepared.session, from_cache.session):
+        options = session.get_session_options()
+        assert options.enable_mem_pattern is True and options.intra_op_num_threads == 1
     prepared.execute(request)
     ours = bytes(request.pools[1])
     ReferenceDevice().prepare_model(model).execute(request)
     theirs = bytes(request.pools[1])
     assert any(theirs)
     assert np.abs(np.frombuffer(ours, np.int8).astype(int) - np.frombuffer(theirs, np.int8)).max() <= 1
+    large = device.prepare_model(build_hal_model(_two_adds([1, 96, 96, 8]))[0])
+    options = large.session.get_session_options()
+    assert options.enable_mem_pattern is False and options.intra_op_num_threads == 1
+    x = np.random.default_rng(0).standard_normal((1, 96, 96, 8)).astype(np.float32)
+    [y] = run_on(_two_adds([1, 96, 96, 8]), ort_device, [x], [np.zeros_like(x)])
+    np.testing.assert_array_equal(y, (x + x) + x)
 
 
 def test_capabilities_are_measured_and_cached(calibration_file):

@@ -188,9 +188,11 @@ def check_graph(signature: Signature, graph: bytes) -> None:
         raise _cache_refused(f"the cached graph has inputs its signature does not feed: {unfed[:4]}")
 
 
-def _cached_session_options() -> ort.SessionOptions:
-    """A cached graph is already optimized for this machine: loaded as it is."""
-    options = session_options()
+def _cached_session_options(mem_pattern: bool = False) -> ort.SessionOptions:
+    """A cached graph is already optimized for this machine: loaded as it is (with ORT's
+    memory pattern where its header says the model's was planned: session.plans_memory;
+    a pattern file's graphs run without it)."""
+    options = session_options(mem_pattern=mem_pattern)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return options
 

@@ -47,7 +47,7 @@ from nnapi.drivers.ort.prepared_model import (
     OrtExecution,  # noqa: F401  (importable from here as before)
     OrtPreparedModel,
 )
-from nnapi.drivers.ort.session import ORT_LOG_SEVERITY, disabled_optimizers, session_options
+from nnapi.drivers.ort.session import ORT_LOG_SEVERITY, disabled_optimizers, plans_memory, session_options
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
 from nnapi.drivers.ort.signature import Signature
 from nnapi.drivers.reference import supports_operation
@@ -153,7 +153,8 @@ class OrtDevice(IDevice):
         except Declined as reason:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name}: {reason}") from None
         signature = Signature.of(model, input_names, output_names, onnx_model.graph)
-        options = session_options()
+        mem_pattern = plans_memory(model)
+        options = session_options(mem_pattern=mem_pattern)
         optimized_path = None
         if (model_cache and token is not None) or optimized is not None:
             # (the HAL: an error saving to the cache must not fail the preparation, here
@@ -173,7 +174,8 @@ class OrtDevice(IDevice):
                     if optimized is not None:
                         optimized.append(payload)
                     if model_cache and token is not None:
-                        _write_cache(model_cache[0], token, self, payload, {"signature": signature.to_json()})
+                        _write_cache(model_cache[0], token, self, payload,
+                                     {"signature": signature.to_json(), "mem_pattern": mem_pattern})
                 except (OSError, HalError) as error:
                     vlog.driver.info("%s: the cache file was not written: %s", self.name, error)
         finally:
@@ -228,7 +230,8 @@ class OrtDevice(IDevice):
                 raise _cache_refused("the cached model has no input a request may omit")
             return self._prepare_patterns(model, omittable, model_cache, token, graphs)
         signature = _decoded(lambda: Signature.from_json(header["signature"]))
-        return OrtPreparedModel(self._session(payload, _cached_session_options()), signature)
+        options = _cached_session_options(mem_pattern=header.get("mem_pattern") is True)
+        return OrtPreparedModel(self._session(payload, options), signature)
 
     def _session(self, model_bytes: bytes, options: ort.SessionOptions,
                  graph: onnx.GraphProto | None = None) -> ort.InferenceSession:

@@ -14,6 +14,9 @@ import onnx
 import onnxruntime as ort
 
 from nnapi.drivers.ort.versions import onnxruntime_at_least
+from nnapi.errors import NnapiError
+from nnapi.hal import Model, OperandLifeTime
+from nnapi.operand import value_byte_size
 
 #: ORT's log level, for the device's sessions and the probes alike: fatal only. Failures
 #: reach the caller as HalErrors (or a probe's False), not as log lines (at 3, "error",
@@ -41,19 +44,19 @@ def u8s8_products_saturate() -> bool:
     return not flags & {"avx512_vnni", "avx_vnni"}
 
 
-def session_options(threads: int | None = None) -> ort.SessionOptions:
+def session_options(threads: int | None = None, mem_pattern: bool = False) -> ort.SessionOptions:
     """Single-threaded by default (NNAPI_ORT_THREADS overrides): one execution, one core,
     as the benchmarks compare engines.
 
-    Without ORT's memory pattern: each intermediate value then comes from the CPU arena as
-    it is computed, mostly into the block its predecessor just freed (warm in the caches),
-    where the pattern's one planned block put MobileNet v1 int8's 112x112 layers elsewhere
-    (its 112x112x64 stride-2 depthwise 127 -> 70 us, 112x112x32 -> 64 pointwise 139 -> 103
-    per-node medians). Through the runtime, two sessions of each interleaved with LiteRT
-    (60 rounds, process time, load ~7): v1 int8 1.26 / 1.26x -> 1.22 / 1.19x, float
-    MobileNet v2 and face_landmark unchanged within the sessions' spread. On an x86 CPU
-    without VNNI, int8 weights run through ORT's exact uint8 kernels
-    (``u8s8_products_saturate``)."""
+    Without ORT's memory pattern unless ``mem_pattern`` (``plans_memory``): each intermediate
+    value then comes from the CPU arena as it is computed, mostly into the block its
+    predecessor just freed (warm in the caches), where the pattern's one planned block put
+    MobileNet v1 int8's 112x112 layers elsewhere (its 112x112x64 stride-2 depthwise 127 ->
+    70 us, 112x112x32 -> 64 pointwise 139 -> 103 per-node medians). Through the runtime, two
+    sessions of each interleaved with LiteRT (60 rounds, process time, load ~7): v1 int8
+    1.26 / 1.26x -> 1.22 / 1.19x, float MobileNet v2 and face_landmark unchanged within the
+    sessions' spread. On an x86 CPU without VNNI, int8 weights run through ORT's exact
+    uint8 kernels (``u8s8_products_saturate``)."""
     options = ort.SessionOptions()
     count = threads if threads is not None else int(os.environ.get("NNAPI_ORT_THREADS", "1"))
     options.intra_op_num_threads = count
@@ -61,7 +64,7 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = ORT_LOG_SEVERITY
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.enable_mem_pattern = False
+    options.enable_mem_pattern = mem_pattern
     if u8s8_products_saturate():
         # ORT then stores constant int8 weights as uint8 (+128, the zero point with them:
         # the same products) for its uint8 x uint8 kernels, which do not saturate; ~2.4x
@@ -69,6 +72,37 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
         # ORT applies it too: hence only here)
         options.add_session_config_entry(X64_QUANT_PRECISION, "1")
     return options
+
+
+#: the largest intermediate value (bytes) of a model whose sessions plan their memory
+#: (``plans_memory``)
+MEM_PATTERN_LARGEST = 1 << 17
+
+
+def plans_memory(model: Model) -> bool:
+    """Whether sessions of ``model`` run with ORT's memory pattern (one block planned for
+    every intermediate value, allocated once): where every temporary of every subgraph has
+    known dimensions and none holds more than MEM_PATTERN_LARGEST bytes. Small models then
+    skip the arena's allocation per node, and their values sit in the caches wherever the
+    plan puts them: ORT's own run, the two sessions interleaved (15 rounds, process-time
+    medians, onnxruntime 1.32, load ~1-6): zoo3 mnv2_035 int8 203 -> 196 us, mnv2_035 uint8
+    213 -> 208, vgg_small int8 192 -> 187, effv2b1 int8 1797 -> 1749, zoo2 yolo_tiny int8
+    200 -> 191, yolo_topk int8 261 -> 250, the shared fused LSTM 237 -> 230, WHILE LSTM 59.1
+    -> 56.8. Larger values (MobileNet's 224x224 layers: 784 KiB and more) keep the arena
+    (``session_options``)."""
+    for subgraph in (model.main, *model.referenced):
+        for operand in subgraph.operands:
+            if operand.lifetime != OperandLifeTime.TEMPORARY_VARIABLE:
+                continue
+            if not operand.dimensions or not all(operand.dimensions):
+                return False
+            try:
+                size = value_byte_size(operand.type, operand.dimensions)
+            except NnapiError:  # (an extension type: its size is not known here)
+                return False
+            if size > MEM_PATTERN_LARGEST:
+                return False
+    return True
 
 
 #: the first ONNX Runtime release whose GatherSliceToSplitFusion names each fused node apart
