@@ -68,6 +68,7 @@ from nnapi.drivers.ort.pooled_prelu import pool_before_prelu
 from nnapi.drivers.ort.reshape_views import simplify_reshapes
 from nnapi.drivers.ort.scalar_broadcast import widen_constants
 from nnapi.drivers.ort.shapes import infer_temporary_shapes
+from nnapi.drivers.ort.sliced_columns import merge_sliced_columns
 from nnapi.drivers.ort.twins import merge_twin_branches
 from nnapi.hal import Model, Operation
 
@@ -117,7 +118,7 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
     _drop_output_identities(g)
     graph = helper.make_graph(g.nodes, "nnapi", g.inputs, outputs, g.initializers)
     lowered = onnx_model(graph, g.uses_ms_domain, producer_name="nnapi")
-    widen_constants(lowered, simplify_reshapes(lowered))
+    merge_sliced_columns(lowered, widen_constants(lowered, simplify_reshapes(lowered)))
     return lowered, input_names, output_names
 
 

@@ -82,14 +82,18 @@ _SPREAD_MAX = 1 << 16
 _MS_BROADCASTING = {"QLinearAdd": (0, 3), "QLinearMul": (0, 3)}
 
 
-def widen_constants(model: onnx.ModelProto, shapes: dict[str, list[int | None]] | None = None) -> None:
+def widen_constants(model: onnx.ModelProto, shapes: dict[str, list[int | None]] | None = None
+                    ) -> dict[str, list[int | None]] | None:
     """widen_scalars, then spread_inner_constants, on ``model``'s graph in place, with one
-    shape inference between them (``shapes`` where the caller has it)."""
+    shape inference between them (``shapes`` where the caller has it). Returns the shapes
+    used (None where none were needed), as the passes leave them (a spread constant's
+    DequantizeLinear gives its new shape)."""
     if shapes is None and (_scalar_candidates(model.graph) or _spread_candidates(model.graph)):
         shapes = inferred_shapes(model)
     if shapes:
         widen_scalars(model, shapes)
         spread_inner_constants(model, shapes)
+    return shapes
 
 
 def _spread_candidates(graph: onnx.GraphProto) -> list[tuple[onnx.NodeProto, list[int]]]:
@@ -204,6 +208,7 @@ def spread_inner_constants(model: onnx.ModelProto, shapes: dict[str, list[int | 
             shape = _spread_shape(list(initializers[dequantize.input[0]].dims), out)
             if shape is not None:
                 dequantize.input[0] = spread_copy(dequantize.input[0], shape)
+                shapes[name] = shape
 
 
 #: operators through which _near_inputs follows a graph input: element-wise ones and casts
