@@ -2387,6 +2387,36 @@ def test_a_one_filter_convolution_splits_where_its_output_is_large(ort_device, s
     assert ((ours[0] == 0) == (theirs[0] == 0)).all()
 
 
+@pytest.mark.parametrize("filters", [2, 3, 4])
+def test_a_few_filter_convolution_splits_over_copies_of_its_input(ort_device, filters):
+    """CONV_2D with two or three 3x3 filters on 16 channels at 48x48 (a super-resolution net's
+    last layer to RGB): the input's channels once per filter (Concat), a depthwise
+    convolution of every filter's slices and a 1x1 one summing each copy's channels with the
+    bias and the fused RELU; four filters keep the plain Conv. The reference's values to
+    float32 rounding."""
+    rng = np.random.default_rng(filters)
+    model = nnapi.Model()
+    x = _float_tensor(model, [1, 48, 48, 16])
+    y = _conv_op(model, rng, x, [filters, 3, 3, 16], [1, 48, 48, filters], fuse=1)
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    onnx_model = _lowered(model)
+    shapes = {t.name: list(t.dims) for t in onnx_model.graph.initializer}
+    filter_shapes = [shapes[node.input[1]] for node in onnx_model.graph.node if node.op_type == "Conv"]
+    kinds = [node.op_type for node in onnx_model.graph.node]
+    if filters <= 3:
+        assert filter_shapes == [[filters * 16, 1, 3, 3], [filters, filters * 16, 1, 1]] and "Concat" in kinds
+    else:
+        assert filter_shapes == [[4, 16, 3, 3]] and "Concat" not in kinds
+    image = rng.uniform(-1, 1, (1, 48, 48, 16)).astype(np.float32)
+    ours, theirs = _on_both(model, [image], [np.zeros((1, 48, 48, filters), np.float32)], ort_device)
+    scale = np.abs(theirs[0]).max()
+    assert np.abs(ours[0] - theirs[0]).max() <= 1e-6 * scale and (ours[0] == 0).sum() > 10
+    assert ((ours[0] == 0) == (theirs[0] == 0)).all()
+    for channel in range(filters):  # each output its own filter's (a copy summed into another shows)
+        assert np.corrcoef(ours[0][..., channel].ravel(), theirs[0][..., channel].ravel())[0, 1] > 0.999
+
+
 @pytest.mark.parametrize("keep", [1, 0])
 def test_a_squeeze_and_excitation_block_stays_in_the_blocked_layout(ort_device, monkeypatch, keep):
     """MobileNetV3's squeeze-and-excitation block on 32 channels: MEAN over height and
