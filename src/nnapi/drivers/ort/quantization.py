@@ -107,6 +107,7 @@ def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
         # (efficientnet_b0's 16 gates and head: ~0.3 ms of ~6)
         g.set_output(operation.outputs[0], g.quantize(x.name, output))
         return
+    name = _nan_as_infinity(g, operation.inputs[0], x.name)
     if computed_otherwise(g, operation.inputs[0]):
         # a float value ORT computes through a sum of its own order (a MatMul, ReduceMean
         # or Softmax: PT2E transformers' attention, layer norms, RMS norms) or a
@@ -117,11 +118,22 @@ def lower_quantize(g: GraphBuilder, operation: Operation) -> None:
         # values exactly on a half, so the result stays within a step of the reference as
         # before, in one node where the general rounding takes eight (tinyvit PT2E: 13 of
         # its 17 QUANTIZEs)
-        g.set_output(operation.outputs[0], g.quantize(x.name, output))
+        g.set_output(operation.outputs[0], g.quantize(name, output))
         return
     known = g.ranges.get(operation.inputs[0])
-    g.set_output(operation.outputs[0], quantize_half_away(g, x.name, output,
+    g.set_output(operation.outputs[0], quantize_half_away(g, name, output,
                                                           nonnegative=known is not None and known[0].min() >= 0))
+
+
+def _nan_as_infinity(g: GraphBuilder, index: int, name: str) -> str:
+    """Float ``name`` (operand ``index``) with NaN replaced by +inf, which QuantizeLinear
+    saturates to the top of the range: Android's QUANTIZE clamps as max(low, min(high, zero
+    point + round(x / scale))) and std::min(high, NaN) is high (255 for uint8, 127 for int8),
+    where QuantizeLinear gives NaN the zero point. A DEQUANTIZE's output holds no NaN, nor
+    does a value of known bounds (value_ranges.py), so those go through as they are."""
+    if index in g.dequantized or index in g.ranges:
+        return name
+    return g.one("Where", [g.one("IsNaN", [name]), g.constant(np.array(np.inf, np.float32)), name])
 
 
 #: float32 operations that keep a value's inexactness (element-wise, or moves): besides the
