@@ -56,3 +56,103 @@ def test_quantize_of_nan_is_the_top_of_the_range(ort_device_or_none, code, zero_
         assert out[:6].tolist() == expected, device.name
         assert (out[6:] == zero_point).all(), device.name
 
+
+def _single(code: Op, inputs: list[tuple[OperandType, object]], outputs: list[OperandType]) -> nnapi.Model:
+    """A model of one operation: inputs with a value None are the model's inputs, the others
+    constants."""
+    model = nnapi.Model()
+    given, indexes = [], []
+    for operand_type, value in inputs:
+        index = model.add_operand(operand_type)
+        if value is None:
+            given.append(index)
+        else:
+            model.set_operand_value(index, value)
+        indexes.append(index)
+    results = [model.add_operand(operand_type) for operand_type in outputs]
+    model.add_operation(code, indexes, results)
+    model.identify_inputs_and_outputs(given, results)
+    model.finish()
+    return model
+
+
+def _android_arg(rows: np.ndarray, smallest: bool) -> list[int]:
+    """ArgMinMax.cpp's scan of each row: the first value, then value > best (< for ARGMIN)."""
+    found = []
+    for row in rows:
+        best, index = row[0], 0
+        for i in range(1, row.size):
+            if (row[i] < best) if smallest else (row[i] > best):
+                best, index = row[i], i
+        found.append(index)
+    return found
+
+
+@pytest.mark.parametrize("code", [Op.ARGMAX, Op.ARGMIN])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("repeat", [1, 40])
+def test_argmax_argmin_never_take_a_later_nan(ort_device_or_none, code, dtype, repeat):
+    """ARGMAX / ARGMIN as ArgMinMax.cpp scans: a NaN at index 0 stays (no comparison with it
+    holds), a later NaN is never taken (the reference took the first NaN, as np.argmax does),
+    ties give the first index (-0 and +0 too), an all -inf / +inf row index 0. ``repeat``
+    40 gives the reference's compiled row scan (where nnapi[fast] is installed) rows enough."""
+    nan, inf = np.nan, np.inf
+    rows = np.array([[1, nan, 3, 2, 0], [nan, 1, 3, 2, 0], [1, 3, nan, 5, 0], [nan, nan, nan, nan, nan],
+                     [2, nan, nan, nan, nan], [-inf, nan, -inf, nan, -inf], [inf, nan, inf, nan, inf],
+                     [-0.0, 0.0, -1, 1, 0.0], [0.0, -0.0, 1, -1, -0.0], [3, 1, 3, 1, 3]], dtype)
+    rows = np.tile(rows, (repeat, 1))
+    code_type = T.TENSOR_FLOAT32 if dtype == np.float32 else T.TENSOR_FLOAT16
+    model = _single(code, [(OperandType(code_type, list(rows.shape)), None), (OperandType(T.INT32), np.int32(1))],
+                    [OperandType(T.TENSOR_INT32, [rows.shape[0]])])
+    expected = _android_arg(rows, code == Op.ARGMIN)
+    assert expected[:3] == ([2, 0, 3] if code == Op.ARGMAX else [4, 0, 4])
+    for device in _targets(ort_device_or_none):
+        out = run_on(model, device, [rows], [np.zeros(rows.shape[0], np.int32)])[0]
+        assert out.tolist() == expected, device.name
+    transposed = _single(code, [(OperandType(code_type, list(rows.T.shape)), None),
+                                (OperandType(T.INT32), np.int32(0))], [OperandType(T.TENSOR_INT32, [rows.shape[0]])])
+    for device in _targets(ort_device_or_none):
+        out = run_on(transposed, device, [np.ascontiguousarray(rows.T)], [np.zeros(rows.shape[0], np.int32)])[0]
+        assert out.tolist() == expected, device.name
+
+
+def _heatmap_model(maps: np.ndarray) -> nnapi.Model:
+    boxes = np.array([[0, 0, 10, 10]] * maps.shape[0], np.float32)
+    n, size, _, k = maps.shape
+    return _single(Op.HEATMAP_MAX_KEYPOINT,
+                   [(OperandType(T.TENSOR_FLOAT32, list(maps.shape)), None),
+                    (OperandType(T.TENSOR_FLOAT32, [n, 4]), boxes), (OperandType(T.BOOL), np.bool_(False))],
+                   [OperandType(T.TENSOR_FLOAT32, [n, k]), OperandType(T.TENSOR_FLOAT32, [n, k, 2])])
+
+
+def test_heatmap_max_keypoint_peak_and_step_as_android(ort_device_or_none):
+    """HEATMAP_MAX_KEYPOINT as HeatmapMaxKeypoint.cpp: the peak is the first value above
+    -FLT_MAX (its scan starts there and takes maxScore < value), so a NaN, even at index 0,
+    is never the peak (the reference took the first NaN); a NaN in the peak's neighbourhood
+    makes the Taylor step NaN (|det| < tolerance is false for NaN, so Android goes on: both
+    devices left the pixel maximum)."""
+    nan = np.nan
+    plain = np.array([[0.1, 0.2, 0.5, 0.0], [0.2, 0.3, 0.1, 0.2], [0.0, 0.3, 0.9, 0.4], [0.1, 0.2, 0.6, 0.3]],
+                     np.float32)
+    maps = np.stack([plain, plain, plain])[..., None]
+    maps[0, 0, 0] = nan                    # NaN first, outside the 3x3 around the peak 0.9 at (2, 2)
+    maps[2, 0, 0], maps[2, 0, 1] = 1.0, nan  # peak 1.0 at (0, 0), a NaN beside it
+    for device in _targets(ort_device_or_none):
+        score, keypoint = run_on(_heatmap_model(maps), device, [maps],
+                                 [np.zeros((3, 1), np.float32), np.zeros((3, 1, 2), np.float32)])
+        assert np.isfinite(score[:2]).all() and np.isfinite(keypoint[:2]).all(), device.name
+        np.testing.assert_array_equal(score[0], score[1], err_msg=device.name)  # the same 3x3 around (2, 2)
+        np.testing.assert_array_equal(keypoint[0], keypoint[1], err_msg=device.name)
+        assert (np.abs(keypoint[1, 0] - 2.5 / 4 * 10) <= 1.5 * 10 / 4).all(), device.name
+        assert np.isnan(score[2]).all() and np.isnan(keypoint[2]).all(), device.name
+
+
+def test_heatmap_max_keypoint_of_only_nan_and_minus_infinity(ort_device_or_none):
+    """A heatmap of NaN and -inf only: Android's scan takes nothing (index 0, score -FLT_MAX
+    before the step); its neighbourhood gives a NaN determinant, so the score and the
+    keypoint are NaN on both devices, not an error."""
+    maps = np.array([[[-np.inf, np.nan], [np.nan, -np.inf]]], np.float32)[..., None]
+    for device in _targets(ort_device_or_none):
+        score, keypoint = run_on(_heatmap_model(maps), device, [maps],
+                                 [np.zeros((1, 1), np.float32), np.zeros((1, 1, 2), np.float32)])
+        assert np.isnan(score).all() and np.isnan(keypoint).all(), device.name

@@ -1377,8 +1377,9 @@ def test_quantize_matches_numpy(kind, scale, zero_point, monkeypatch):
 @pytest.mark.parametrize("kind", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
 @pytest.mark.parametrize("axis", [-1, 1])
 def test_argmax_rows_match_numpy(code, kind, axis, monkeypatch):
-    """The compiled row scan: ties (the first index wins), NaN (the first NaN wins), -0
-    against 0, infinities, along the last axis and a middle one."""
+    """The compiled row scan: ties (the first index wins), NaN (first in a row: index 0;
+    later: never taken, as Android's scan), -0 against 0, infinities, along the last axis
+    and a middle one."""
     if kind == T.TENSOR_FLOAT32:
         value = RNG.integers(-3, 4, (6, 21, 13)).astype(np.float32)  # many ties
         value[0, :, 0] = np.nan

@@ -3,7 +3,9 @@
 Inputs: 0 a non-empty tensor of rank >= 1, 1 the INT32 axis (negative counts from the
 end). The output is TENSOR_INT32 without the axis dimension ([1] for a 1-D input);
 ties resolve to the first (smallest) index. Quantized inputs compare stored integers,
-which order like their real values since the scale is positive.
+which order like their real values since the scale is positive. NaN as Android's scan
+(ArgMinMax.cpp: the first value, then each later one taken where value > best, or < for
+ARGMIN): a NaN first stays (no comparison with it holds), a later NaN is never taken.
 """
 
 from __future__ import annotations
@@ -42,18 +44,18 @@ class ArgMinMax(Operation):
     def execute(self, ctx: ExecutionContext) -> list[np.ndarray]:
         x = ctx.value(INPUT)
         axis = axis_value(ctx, AXIS, x.ndim)
-        find = np.argmax if self.code == OperationCode.ARGMAX else np.argmin
+        find = _finder(self.code)
         return [find(x, axis=axis).astype(np.int32).reshape(self.prepare(ctx)[0])]
 
     def plan(self, ctx: ExecutionContext):
         """The axis and output shape resolved once. Along a short axis (numpy spends ~60 ns
         per row on it) of a float32 or 8-bit tensor, the compiled row scan of ``nnapi[fast]``
-        on float32 values (8-bit ones convert exactly; ARGMIN scans the negated values, which
-        keeps the first NaN and the first of equal values)."""
+        on float32 values (8-bit ones convert exactly; ARGMIN scans the negated values: -v >
+        -best where v < best, NaN staying NaN)."""
         tensor = ctx.input(INPUT)
         axis = axis_value(ctx, AXIS, tensor.rank)
         shape = self.prepare(ctx)[0]
-        find = np.argmax if self.code == OperationCode.ARGMAX else np.argmin
+        find = _finder(self.code)
         length = tensor.shape[axis]
         compiled = None
         if 1 < length <= _SHORT_AXIS and math.prod(shape) > 1 and tensor.type in _SCANNED:
@@ -74,6 +76,25 @@ class ArgMinMax(Operation):
             compiled(x.reshape(-1, length), out.reshape(-1))
             return [out]
         return scan
+
+
+def _finder(code: OperationCode):
+    """np.argmax / np.argmin as Android's scan treats NaN: NumPy takes the first NaN, Android
+    keeps a NaN at index 0 and never takes a later one. A later NaN becomes -inf for ARGMAX
+    (+inf for ARGMIN), which is taken only where every value is -inf (+inf), index 0 first
+    among them; a NaN at index 0 stays, and NumPy returns it as the first NaN."""
+    find, fill = (np.argmax, -np.inf) if code == OperationCode.ARGMAX else (np.argmin, np.inf)
+
+    def scan(x: np.ndarray, axis: int) -> np.ndarray:
+        if x.dtype.kind == "f" and x.shape[axis] > 1:
+            later = np.isnan(x)
+            first = [slice(None)] * x.ndim
+            first[axis] = 0
+            later[tuple(first)] = False  # a NaN at index 0 stays
+            if later.any():
+                x = np.where(later, x.dtype.type(fill), x)
+        return find(x, axis=axis)
+    return scan
 
 
 #: axes up to this long take the compiled row scan

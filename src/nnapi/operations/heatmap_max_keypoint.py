@@ -73,8 +73,13 @@ class HeatmapMaxKeypoint(Operation):
                     "every box needs x1 <= x2 and y1 <= y2")
         tolerance = np.float32(1e-3 if ctx.input(HEATMAP_TENSOR).type == T.TENSOR_FLOAT16 else 1e-5)
         per_keypoint = np.moveaxis(heat, 3, 1).reshape(num_boxes, keypoints, size * size)
-        peak = np.argmax(per_keypoint, axis=2)                       # first maximum, [n, k]
-        peak_score = np.take_along_axis(per_keypoint, peak[..., None], axis=2)[..., 0]
+        # Android's scan (HeatmapMaxKeypoint.cpp) starts from index 0 and a score of -FLT_MAX
+        # and takes a value where maxScore < value: NaN and values up to -FLT_MAX are never
+        # taken; as -inf they lose to every other value, and where all are, np.argmax gives 0
+        lowest = np.float32(-np.finfo(np.float32).max)
+        candidates = np.where(per_keypoint > lowest, per_keypoint, np.float32(-np.inf))
+        peak = np.argmax(candidates, axis=2)                         # first maximum, [n, k]
+        peak_score = np.maximum(np.take_along_axis(candidates, peak[..., None], axis=2)[..., 0], lowest)
         peak_row, peak_col = np.divmod(peak, size)
         # The 3x3 neighbourhood; out-of-range rows/columns mirror to index 1 / size - 2.
         offsets = np.arange(-1, 2)
@@ -109,12 +114,15 @@ def _taylor_refine(grid: np.ndarray, tolerance: np.float32, peak_score: np.ndarr
     a11 = grid[..., 0, 1] - two * center + grid[..., 2, 1]
     cross = a00 * a11
     det = cross - a01 * a01
-    solvable = np.abs(det) >= tolerance + tolerance * cross
+    # Android's comparisons as written (solveForDelta): it gives up where |det| < tolerance
+    # and clips where |d0| > 1.5 || |d1| > 1.5 by std::max(|d0|, |d1|), so a NaN det
+    # goes on to NaN steps and a NaN |d0| takes the clip's scale from it
+    solvable = ~(np.abs(det) < tolerance + tolerance * cross)
     safe_det = np.where(solvable, det, np.float32(1))
     d0 = np.where(solvable, (a11 * b0 - a01 * b1) / safe_det, np.float32(0)).astype(np.float32)
     d1 = np.where(solvable, (a00 * b1 - a01 * b0) / safe_det, np.float32(0)).astype(np.float32)
-    largest = np.maximum(np.abs(d0), np.abs(d1))
-    too_far = largest > limit
+    largest = np.where(np.abs(d0) < np.abs(d1), np.abs(d1), np.abs(d0))
+    too_far = (np.abs(d0) > limit) | (np.abs(d1) > limit)
     shrink = np.where(too_far, limit / np.where(too_far, largest, np.float32(1)), np.float32(1)).astype(np.float32)
     d0, d1 = d0 * shrink, d1 * shrink
     refined = center - b0 * d0 - b1 * d1 + ((a00 * d0 + a01 * d1) * d0 + (a01 * d0 + a11 * d1) * d1) / two

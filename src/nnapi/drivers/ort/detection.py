@@ -395,9 +395,17 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
     leading = g.one("Shape", [maps], start=0, end=2)                              # [N, K]
     flat = g.one("Reshape", [maps, g.one("Concat", [leading, g.one("Mul", [size, size])], axis=0)])
     x1, y1, x2, y2 = (g.one("Unsqueeze", [column, i64(g, 2)]) for column in _columns(g, real_values(g, boxes), 4))
-    peak = g.one("ArgMax", [flat], axis=2, keepdims=1, select_last_index=0)      # [N, K, 1], first maximum
+
+    def op(kind: str, *names: str) -> str:
+        return g.one(kind, list(names))
+
+    # Android's scan takes a value where -FLT_MAX (its start) < value: NaN and values up to
+    # -FLT_MAX become -inf, never the first maximum unless all are (index 0, score -FLT_MAX)
+    lowest = f32(g, float(-np.finfo(np.float32).max))
+    candidates = op("Where", op("Greater", flat, lowest), flat, f32(g, -np.inf))
+    peak = g.one("ArgMax", [candidates], axis=2, keepdims=1, select_last_index=0)  # [N, K, 1], first maximum
     peak = fail_unless(g, all_hold(g, [square, large, corners_ordered(g, x1, y1, x2, y2)]), peak)
-    peak_score = g.one("GatherElements", [flat, peak], axis=2)
+    peak_score = op("Max", g.one("GatherElements", [candidates, peak], axis=2), lowest)
     row, col = g.one("Div", [peak, size]), g.one("Mod", [peak, size])
 
     def mirrored(centre: str) -> str:
@@ -417,9 +425,6 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
     def at(a: int, b: int) -> str:
         return grid[a * 3 + b]
 
-    def op(kind: str, *names: str) -> str:
-        return g.one(kind, list(names))
-
     two, four, half, zero, one = f32(g, 2.0), f32(g, 4.0), f32(g, 0.5), f32(g, 0.0), f32(g, 1.0)
     limit = f32(g, 1.5)
     tolerance = f32(g, 1e-3 if g.operand(heatmap).type == T.TENSOR_FLOAT16 else 1e-5)
@@ -431,12 +436,14 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
     a11 = op("Add", op("Sub", at(0, 1), op("Mul", two, center)), at(2, 1))
     cross = op("Mul", a00, a11)
     det = op("Sub", cross, op("Mul", a01, a01))
-    solvable = op("GreaterOrEqual", op("Abs", det), op("Add", tolerance, op("Mul", tolerance, cross)))
+    # Android's comparisons as written (see the reference's _taylor_refine): NaN goes on
+    solvable = op("Not", op("Less", op("Abs", det), op("Add", tolerance, op("Mul", tolerance, cross))))
     safe_det = op("Where", solvable, det, one)
     d0 = op("Where", solvable, op("Div", op("Sub", op("Mul", a11, b0), op("Mul", a01, b1)), safe_det), zero)
     d1 = op("Where", solvable, op("Div", op("Sub", op("Mul", a00, b1), op("Mul", a01, b0)), safe_det), zero)
-    largest = op("Max", op("Abs", d0), op("Abs", d1))
-    too_far = op("Greater", largest, limit)
+    size0, size1 = op("Abs", d0), op("Abs", d1)
+    largest = op("Where", op("Less", size0, size1), size1, size0)
+    too_far = op("Or", op("Greater", size0, limit), op("Greater", size1, limit))
     shrink = op("Where", too_far, op("Div", limit, op("Where", too_far, largest, one)), one)
     d0, d1 = op("Mul", d0, shrink), op("Mul", d1, shrink)
     quadratic = op("Add", op("Mul", op("Add", op("Mul", a00, d0), op("Mul", a01, d1)), d0),
