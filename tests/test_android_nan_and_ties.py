@@ -156,3 +156,50 @@ def test_heatmap_max_keypoint_of_only_nan_and_minus_infinity(ort_device_or_none)
         score, keypoint = run_on(_heatmap_model(maps), device, [maps],
                                  [np.zeros((1, 1), np.float32), np.zeros((1, 1, 2), np.float32)])
         assert np.isnan(score).all() and np.isnan(keypoint).all(), device.name
+
+
+def _android_fold(x: np.ndarray, axes: tuple[int, ...], largest: bool) -> np.ndarray:
+    """Reduce.cpp's REDUCE_MAX / MIN: each output from the type's lowest / highest finite
+    value, acc = std::max(acc, v) (acc < v ? v : acc) or std::min (v < acc ? v : acc) over
+    the input in row-major order."""
+    info = np.finfo(x.dtype)
+    kept = [a for a in range(x.ndim) if a not in axes]
+    out = np.full([x.shape[a] for a in kept], info.min if largest else info.max, x.dtype)
+    for index in np.ndindex(*x.shape):
+        at = tuple(index[a] for a in kept)
+        acc, v = out[at], x[index]
+        out[at] = (v if acc < v else acc) if largest else (v if v < acc else acc)
+    return out
+
+
+@pytest.mark.parametrize("code", [Op.REDUCE_MAX, Op.REDUCE_MIN])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("axes", [(2, 3), (1,), (0, 1), (2,), (0, 2)])
+def test_float_reduce_max_min_fold_as_android(ort_device_or_none, code, dtype, axes):
+    """REDUCE_MAX / MIN as Reduce.cpp folds: a NaN never enters, a group of only -inf (+inf
+    for MIN) or NaN gives the lowest (highest) finite value of the type (float16's 65504),
+    equal zeros keep the first in scan order.
+    The reference gave NaN and -inf / +inf, numpy's choice of zero; nnapi-ort-cpu ORT's."""
+    nan, inf = np.nan, np.inf
+    groups = [[-inf, -inf, -inf, -inf], [1, nan, 3, nan], [nan, 1, 3, 2], [-0.0, 0.0, -1, -0.0],
+              [0.0, -0.0, -1, 0.0], [inf, inf, inf, inf], [nan, nan, nan, nan], [-0.0, 2, -0.0, 0.0],
+              [0.0, -0.0, 1, 0.0], [-0.0, 0.0, 1, 0.0], [-1, -2, -inf, nan], [nan, -inf, inf, 0.0]]
+    x = np.array(groups, dtype).reshape(3, 4, 2, 2)  # the groups along axes (2, 3); mixed along others
+    x = np.concatenate([x, -x], axis=0)              # MIN's cases: the negated groups
+    model = nnapi.Model()
+    code_type = T.TENSOR_FLOAT32 if dtype == np.float32 else T.TENSOR_FLOAT16
+    given = model.add_operand(OperandType(code_type, list(x.shape)))
+    axes_operand = model.add_operand(OperandType(T.TENSOR_INT32, [len(axes)]))
+    model.set_operand_value(axes_operand, np.array(axes, np.int32))
+    keep = model.add_operand(OperandType(T.BOOL))
+    model.set_operand_value(keep, np.bool_(False))
+    expected = _android_fold(x, axes, code == Op.REDUCE_MAX)
+    y = model.add_operand(OperandType(code_type, list(expected.shape)))
+    model.add_operation(code, [given, axes_operand, keep], [y])
+    model.identify_inputs_and_outputs([given], [y])
+    model.finish()
+    assert np.isnan(x).any() and not np.isnan(expected).any()
+    for device in _targets(ort_device_or_none):
+        out = run_on(model, device, [x], [np.zeros(expected.shape, dtype)])[0]
+        np.testing.assert_array_equal(out, expected, err_msg=device.name)
+        np.testing.assert_array_equal(np.signbit(out), np.signbit(expected), err_msg=device.name)

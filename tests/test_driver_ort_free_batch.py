@@ -132,7 +132,7 @@ _REDUCE_AXIS_1 = [(OperandType(T.TENSOR_INT32, [1]), np.array([1], np.int32)), (
 def test_a_float_reduction_over_an_axis_known_only_at_run_time_equals_the_reference(ort_device, code, operand_code):
     """The reduced axis may be empty at run time: the reference gives the lowest / highest
     finite value for a maximum / minimum of nothing (ONNX -inf / inf), 0 and 1 for a sum and
-    a product; an axis of only -inf still has the maximum -inf."""
+    a product; an axis of only -inf has the maximum of Android's fold, the lowest finite value."""
     dtype = np.float16 if operand_code == T.TENSOR_FLOAT16 else np.float32
     model = _one_operation(code, [2, 0], _REDUCE_AXIS_1, [2], operand_code)
     assert model.get_supported_operations_for_devices([ort_device]) == [True]

@@ -129,6 +129,27 @@ def _compiled_mean(shape: Shape, axes: tuple[int, ...], out_shape: Shape):
     return mean
 
 
+def _folded_extreme(x: np.ndarray, axes: tuple[int, ...], largest: bool, initial) -> np.ndarray:
+    """Float REDUCE_MAX / MIN as Android's kernel folds (Reduce.cpp through tflite's
+    ReduceGeneric: each output starts at the type's lowest / highest finite value and takes
+    std::max(acc, x) / std::min(acc, x) in the input's order): a NaN never enters (the
+    comparison fails), a group of only -inf (+inf) or NaN gives the starting value, and of
+    equal values the first stays, which for a maximum of zero is the first -0 or +0 in
+    scan order. np.fmax / np.fmin skip NaN; the zero's sign is taken from the group's first
+    zero (numpy's choice among equal zeros is its own)."""
+    result = (np.fmax if largest else np.fmin).reduce(x, axis=axes, initial=initial)
+    zero = result == 0
+    if axes and zero.any():
+        reduced = sorted(set(axes))
+        kept = [n for axis, n in enumerate(x.shape) if axis not in reduced]
+        # the reduced axes last, in their order: each group's values in scan order
+        groups = np.moveaxis(x, reduced, range(x.ndim - len(reduced), x.ndim)).reshape(*kept, -1)
+        first = np.argmax(groups == 0, axis=-1)[..., None]
+        negative = np.signbit(np.take_along_axis(groups, first, axis=-1)[..., 0])
+        result = np.where(zero, np.where(negative, x.dtype.type(-0.0), x.dtype.type(0.0)), result)
+    return result
+
+
 def _block_sums(x: np.ndarray, axes: tuple[int, ...], work) -> np.ndarray | None:
     """The sums of ``x`` over ``axes`` as one matrix product with a vector of ones, in
     ``work`` (float32 or float64), when the axes are adjacent dimensions (numpy's
@@ -166,14 +187,11 @@ def _reduce(code: OperationCode, x: np.ndarray, axes, out_shape: Shape, dtype: n
             result = np.clip(round_half_away(mean), low, high).astype(dtype)
     elif code in (_CODE.REDUCE_MAX, _CODE.REDUCE_MIN):
         largest = code == _CODE.REDUCE_MAX
-        reducer = np.max if largest else np.min
-        if any(x.shape[axis] == 0 for axis in axes) or x.dtype.kind != "f":
-            initial = _extreme(x.dtype, not largest)
+        initial = _extreme(x.dtype, not largest)
+        if x.dtype.kind != "f":
+            result = (np.max if largest else np.min)(x, axis=axes, initial=initial)
         else:
-            # infinity, not the largest finite value: an all -inf row has maximum
-            # -inf (a starting value also takes numpy's faster reduction loop)
-            initial = -np.inf if largest else np.inf
-        result = reducer(x, axis=axes, initial=initial)
+            result = _folded_extreme(x, axes, largest, initial)
     elif code == _CODE.REDUCE_SUM:
         result = np.sum(x, axis=axes, dtype=np.float32).astype(dtype)
     elif code == _CODE.REDUCE_PROD:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from nnapi.codes import OperationCode
 from nnapi.drivers.ort.builder import (
@@ -305,6 +305,78 @@ def _reduced(g: GraphBuilder, name: str, rank: int, axes: list[int], keep: bool)
     return name
 
 
+def _folded_extreme(g: GraphBuilder, largest: bool, x: Value, axes: list[int], keep: bool, half: bool) -> str:
+    """Float REDUCE_MAX / MIN as Android folds them (Reduce.cpp: from the type's lowest /
+    highest finite value, std::max(acc, x) / std::min(acc, x) in scan order; the reference's
+    reduce._folded_extreme): NaN never enters, a group of only -inf / NaN (+inf / NaN for
+    MIN) gives the starting value, and a zero result is the group's first zero, -0 or +0.
+    ORT's ReduceMax / Min start from -inf / inf (clamped here to the starting value: Max /
+    Min), pick among equal zeros by their own order, and beside a NaN give NaN or, in their
+    vector loops, a value that skipped others (a random search: finite results below the
+    maximum of the values that are not NaN). So where the input holds a NaN (its sum is NaN:
+    one ReduceSum) or a result is zero, an If runs the exact form: NaN as -inf (+inf) first
+    (Where keeps a -0 of its third input), and the sign of a zero result the first zero's,
+    the least key 2 * position + sign over the group's zeros (int32), applied as +0 times
+    +-1; elsewhere the clamped ReduceMax / Min stands. Over no axes each value is folded
+    alone: NaN and -inf (+inf) become the starting value."""
+    info = np.finfo(np.float16 if half else np.float32)
+    start = g.constant(np.array(info.min if largest else info.max, np.float32))
+    skipped = g.constant(np.array(-np.inf if largest else np.inf, np.float32))
+    reducer, clamp = ("ReduceMax", "Max") if largest else ("ReduceMin", "Min")
+    if not axes:
+        return g.one(clamp, [g.one("Where", [g.one("IsNaN", [x.name]), skipped, x.name]), start])
+    zero = g.constant(np.array(0.0, np.float32))
+    fast = g.one(clamp, [g.one(reducer, [x.name], axes=axes, keepdims=1), start])
+    # the sum is NaN where a NaN is inside (or infinities of both signs: the exact form too)
+    unsure = g.one("Or", [g.one("IsNaN", [g.one("ReduceSum", [x.name], keepdims=0)]),
+                          g.one("Equal", [g.one("ReduceMin", [g.one("Abs", [fast])], keepdims=0), zero])])
+    exact = g.nested(g.subgraph, "folded")
+    clean = exact.one("Where", [exact.one("IsNaN", [x.name]), skipped, x.name])
+    y = exact.one(clamp, [exact.one(reducer, [clean], axes=axes, keepdims=1), start])
+    keys = _scan_positions(g, x, axes)
+    negative = exact.one("Less", [exact.one("Reciprocal", [x.name]), zero])  # -0 (1 / -0 is -inf)
+    signed = exact.one("Add", [keys, exact.one("Cast", [negative], to=TensorProto.INT32)])
+    none = g.constant(np.array(np.iinfo(np.int32).max, np.int32))
+    first = exact.one("ReduceMin", [exact.one("Where", [exact.one("Equal", [x.name, zero]), signed, none])],
+                      axes=axes, keepdims=1)
+    minus = exact.one("Equal", [exact.one("Mod", [first, g.constant(np.array(2, np.int32))]),
+                                g.constant(np.array(1, np.int32))])
+    at_zero = exact.one("Equal", [y, zero])
+    plain = exact.one("Where", [at_zero, zero, y])  # +0 where zero, y's bits elsewhere
+    factor = exact.one("Where", [exact.one("And", [at_zero, minus]), g.constant(np.array(-1.0, np.float32)),
+                                 g.constant(np.array(1.0, np.float32))])
+    result = exact.one("Mul", [plain, factor])
+    then_graph = helper.make_graph(exact.nodes, f"{exact.prefix}graph", [],
+                                   [helper.make_tensor_value_info(result, TensorProto.FLOAT, None)], exact.initializers)
+    plain_branch = g.nested(g.subgraph, "clamped")
+    kept = plain_branch.one("Identity", [fast])
+    else_graph = helper.make_graph(plain_branch.nodes, f"{plain_branch.prefix}graph", [],
+                                   [helper.make_tensor_value_info(kept, TensorProto.FLOAT, None)])
+    y = g.node("If", [unsure], 1, then_branch=then_graph, else_branch=else_graph)[0]
+    if not keep:
+        y = g.one("Squeeze", [y, g.constant(np.array(axes, np.int64))])
+    return y
+
+
+def _scan_positions(g: GraphBuilder, x: Value, axes: list[int]) -> str:
+    """Int32 twice each element's position in its group's scan order (the reduced axes in
+    order, row-major), shaped to broadcast against ``x``: a constant where the reduced sizes
+    are known; a Range over one reduced axis known only at run time."""
+    sizes = [x.dims[a] for a in axes]
+    shape = [x.dims[a] if a in axes else 1 for a in range(x.rank)]
+    if all(sizes):
+        if 2 * math.prod(sizes) >= 2 ** 31:
+            raise Declined("a group too large for int32 positions")
+        return g.constant((2 * np.arange(math.prod(sizes), dtype=np.int32)).reshape(shape))
+    if len(axes) > 1:
+        raise Declined("float REDUCE_MAX / MIN over several axes, one of a size known only at run time")
+    size = g.one("Cast", [g.one("Shape", [x.name], start=axes[0], end=axes[0] + 1)], to=TensorProto.INT32)
+    steps = g.one("Range", [g.constant(np.array(0, np.int32)), g.one("Mul", [g.one("Squeeze", [size]), g.constant(
+        np.array(2, np.int32))]), g.constant(np.array(2, np.int32))])
+    around = [a for a in range(x.rank) if a != axes[0]]
+    return g.one("Unsqueeze", [steps, g.constant(np.array(around, np.int64))]) if around else steps
+
+
 @lowers(OperationCode.REDUCE_MAX, OperationCode.REDUCE_MIN, OperationCode.REDUCE_SUM, OperationCode.REDUCE_PROD,
         OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL)
 def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
@@ -341,6 +413,11 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
         check_same_quantization(x, output)
     elif x.kind != "float":
         raise Declined(f"{code.name} takes float tensors")
+    if code in (OperationCode.REDUCE_MAX, OperationCode.REDUCE_MIN) and x.kind == "float":
+        half = g.operand(operation.inputs[0]).type == T.TENSOR_FLOAT16
+        y = _folded_extreme(g, code == OperationCode.REDUCE_MAX, x, axes, keep, half)
+        g.set_output(operation.outputs[0], _reduced(g, y, x.rank, axes, keep))
+        return
     if not axes:
         g.set_output(operation.outputs[0], g.one("Identity", [x.name]))
         return
