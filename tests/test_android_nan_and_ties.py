@@ -203,3 +203,55 @@ def test_float_reduce_max_min_fold_as_android(ort_device_or_none, code, dtype, a
         out = run_on(model, device, [x], [np.zeros(expected.shape, dtype)])[0]
         np.testing.assert_array_equal(out, expected, err_msg=device.name)
         np.testing.assert_array_equal(np.signbit(out), np.signbit(expected), err_msg=device.name)
+
+
+def _android_roi_max(feature: np.ndarray, bins: int) -> np.ndarray:
+    """RoiPooling.cpp's maximum of each of the bins x bins 2x2 bins of a 4x4 [1, 4, 4, C] map
+    under the region [0, 0, 3, 3] at scale 1: the first value in row-major order, then each
+    value > the maximum so far."""
+    out = np.zeros((1, bins, bins, feature.shape[3]), feature.dtype)
+    for i, j, k in np.ndindex(bins, bins, feature.shape[3]):
+        first, best = True, feature.dtype.type(0)
+        for h in range(2 * i, 2 * i + 2):
+            for w in range(2 * j, 2 * j + 2):
+                value = feature[0, h, w, k]
+                if first or value > best:
+                    best, first = value, False
+        out[0, i, j, k] = best
+    return out
+
+
+@pytest.mark.parametrize("open_shape", [False, True])
+def test_roi_pooling_keeps_the_first_maximum(open_shape):
+    """ROI_POOLING's bins on the reference as RoiPooling.cpp scans them: of -0 and +0 the
+    first in row-major order (np.max gave +0 or -0 by its own order), a NaN first stays, a
+    later NaN is never taken (np.max gave NaN). The map's shape known, and given only at run
+    time. (nnapi-ort-cpu's bin maxima, ReduceMax over the columns then the rows, still give
+    ORT's zero and NaN here: not covered.)"""
+    nan = np.nan
+    patterns = [[-0.0, 0.0, -1, 0.0], [0.0, -0.0, -1, -0.0], [-1, -0.0, 0.0, -2], [nan, 1, 3, 2],
+                [1, nan, 3, 2], [nan, nan, nan, nan], [-np.inf, nan, -np.inf, nan], [2, 2, nan, -0.0]]
+    feature = np.zeros((1, 4, 4, len(patterns)), np.float32)
+    for h, w, k in np.ndindex(4, 4, len(patterns)):  # each 2x2 bin holds the patterns in scan order
+        feature[0, h, w, k] = patterns[k][2 * (h % 2) + w % 2]
+    channels = feature.shape[3]
+    model = nnapi.Model()
+    declared = [0, 0, 0, channels] if open_shape else list(feature.shape)
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, declared))
+    operands = [x]
+    for code, value, shape in ((T.TENSOR_FLOAT32, np.array([[0, 0, 3, 3]], np.float32), [1, 4]),
+                               (T.TENSOR_INT32, np.array([0], np.int32), [1]), (T.INT32, np.int32(2), None),
+                               (T.INT32, np.int32(2), None), (T.FLOAT32, np.float32(1), None),
+                               (T.FLOAT32, np.float32(1), None), (T.BOOL, np.bool_(False), None)):
+        index = model.add_operand(OperandType(code, shape) if shape else OperandType(code))
+        model.set_operand_value(index, value)
+        operands.append(index)
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 2, 2, channels]))
+    model.add_operation(Op.ROI_POOLING, operands, [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    expected = _android_roi_max(feature, 2)
+    assert np.signbit(expected[0, 0, 0, :2]).tolist() == [True, False]
+    out = run_on(model, reference_device(), [feature], [np.zeros(expected.shape, np.float32)], typed=open_shape)[0]
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(expected))

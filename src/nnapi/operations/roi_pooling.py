@@ -91,9 +91,26 @@ class RoiPooling(Operation):
             part = slice(first, first + chunk)
             index = (batch_ids[part, None, None, None, None] * (height * width)
                      + rows[part, :, :, None, None] * width + cols[part, None, None, :, :])
-            pooled = flat[index].max(axis=(2, 4))                      # [r, i, kh, j, kw, c] -> [r, i, j, c]
+            pooled = _first_maximum(flat[index])                        # [r, i, kh, j, kw, c] -> [r, i, j, c]
             out[part] = np.where(empty[part, :, :, None], empty_value, pooled)
         return [from_nhwc(out, nchw)]
+
+
+def _first_maximum(windows: np.ndarray) -> np.ndarray:
+    """The maximum over axes 2 and 4 of [r, i, kh, j, kw, c] as Android's scan picks it
+    (RoiPooling.cpp: the first value in row-major order, then each value > the maximum so
+    far): of equal values the first, which tells -0 from +0; a NaN first stays, a later NaN
+    is never taken (np.max gives NaN for any and either zero). 8-bit values: their max."""
+    if windows.dtype.kind != "f":
+        return windows.max(axis=(2, 4))
+    r, i, kh, j, kw, c = windows.shape
+    scan = windows.transpose(0, 1, 3, 2, 4, 5).reshape(r, i, j, kh * kw, c)   # each bin in scan order
+    later = np.isnan(scan)
+    later[:, :, :, 0] = False
+    if later.any():
+        scan = np.where(later, scan.dtype.type(-np.inf), scan)  # taken only where all are -inf: the first
+    first = np.argmax(scan, axis=3)[:, :, :, None]               # the first maximum (a NaN at 0 included)
+    return np.take_along_axis(scan, first, axis=3)[:, :, :, 0]
 
 
 def _bins(start: np.ndarray, stop: np.ndarray, bins: int, size: int) -> tuple[np.ndarray, np.ndarray]:
