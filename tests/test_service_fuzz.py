@@ -414,12 +414,16 @@ def test_a_failure_reply_without_a_failure_status(middle, registered):
     (lambda d: d.__setitem__("type", 99), "device 0 type: 99 is not a valid DeviceTypeCode"),
     (lambda d: d.__setitem__("cache", [1]), "device 0 cache files: expected 2 counts"),
     (lambda d: d.__setitem__("ext", [["x", [[1, "yes", 4]]]]), "device 0 extensions"),
-    (lambda d: d["caps"].__setitem__("rs", [float("nan"), 1.0]), "performance: must be numbers >= 0"),
+    (lambda d: d["caps"].__setitem__("rs", [float("nan"), 1.0]), "performance: must be numbers > 0"),
+    (lambda d: d["caps"].__setitem__("rt", [1.0, 0.0]), "performance: must be numbers > 0, got 1.0, 0.0"),
+    (lambda d: d["caps"].__setitem__("ops", [[0, 0.0, 1.0]]), "performance: must be numbers > 0, got 0.0, 1.0"),
+    (lambda d: d["caps"].__setitem__("while", [-1.0, 1.0]), "performance: must be numbers > 0, got -1.0"),
 ])
 def test_a_bad_hello_is_a_driver_failure_at_discovery(middle, change, rule):
     """A device without a name raised KeyError out of connect_devices (so discovery listed
     'KeyError: name'); a capability of the wrong type was INVALID_ARGUMENT; extensions were
-    taken unchecked and failed later in get_supported_extensions."""
+    taken unchecked and failed later in get_supported_extensions; a performance figure of 0
+    was taken, and the runtime then gave the whole device no performance information."""
     path, set_edit = middle
 
     def edit(op, reply):

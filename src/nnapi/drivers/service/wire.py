@@ -389,8 +389,11 @@ def decode_capabilities(value: Any) -> Capabilities:
     def perf(v: Any) -> PerformanceInfo:
         exec_time, power = get_list(v, "performance", 2)
         info = PerformanceInfo(get_float(exec_time, "exec time"), get_float(power, "power usage"))
-        if not (info.exec_time >= 0 and info.power_usage >= 0):  # NaN fails too
-            raise WireError(f"performance: must be numbers >= 0, got {info.exec_time}, {info.power_usage}")
+        # Android's validateCapabilities: every figure greater than 0 (infinity: no
+        # information); a 0 taken here would leave the whole device without performance
+        # information in the runtime's check (capabilities.validated). NaN fails too.
+        if not (info.exec_time > 0 and info.power_usage > 0):
+            raise WireError(f"performance: must be numbers > 0, got {info.exec_time}, {info.power_usage}")
         return info
 
     operand_performance = {}
