@@ -547,3 +547,18 @@ def test_8bit_matrix_diag_and_scatter_nd_copy_stored_values_into_another_quantiz
     litert = _litert_or_none(model, {"u": u})
     if litert is not None:
         np.testing.assert_array_equal(got, litert["y"])
+
+
+def test_rank5_reverse_sequence_and_scatter_nd_are_refused_naming_the_rule() -> None:
+    # both failed inside the importer on an internal 'input 0 must have rank at most 4'
+    # (CONCATENATION's, RESHAPE's); one length for every batch entry stays one GATHER
+    with pytest.raises(nnapi.BadDataError, match=r"\(REVERSE_SEQUENCE\): REVERSE_SEQUENCE of rank 5 with lengths "
+                                                 r"that differ by batch entry \(their parts are joined by "
+                                                 "CONCATENATION, which takes rank at most 4"):
+        nnapi.load_tflite(_reverse_sequence_model("float32", [2, 3, 2, 2, 2], [3, 1], 1, 0))
+    with pytest.raises(nnapi.BadDataError, match=r"\(SCATTER_ND\): SCATTER_ND of rank-5 updates \(they are RESHAPEd "
+                                                 "to rows, and NNAPI's RESHAPE takes rank at most 4\\)"):
+        nnapi.load_tflite(_scatter_model("float32", np.array([[0], [1]]), [2, 2, 2, 2, 2], [2, 2, 2, 2, 2]))
+    x = np.arange(48, dtype=np.float32).reshape(2, 3, 2, 2, 2)
+    got = _run(_reverse_sequence_model("float32", [2, 3, 2, 2, 2], [3, 3], 1, 0), {"x": x}, "nnapi-reference")["y"]
+    np.testing.assert_array_equal(got, _numpy_reverse_sequence(x, [3, 3], 1, 0))

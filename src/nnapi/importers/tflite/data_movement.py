@@ -621,6 +621,9 @@ def _scatter_nd(c: _Converter, op: _Operator) -> None:
         raise UnsupportedOperator(f"SCATTER_ND updates of shape {list(u_type.dimensions)} for indices of shape "
                                   f"{indices_shape} into {shape} (must be {[*indices_shape[:-1], *shape[k:]]}, "
                                   "as LiteRT checks)")
+    if len(u_type.dimensions) > 4:
+        raise UnsupportedOperator(f"SCATTER_ND of rank-{len(u_type.dimensions)} updates (they are RESHAPEd to "
+                                  "rows, and NNAPI's RESHAPE takes rank at most 4)")
     flat = np.ravel_multi_index(tuple(indices.T), shape[:k])
     out_type = c.nn_type(op.out_tensor())
     if out_type.type != u_type.type:
@@ -682,6 +685,10 @@ def _reverse_sequence(c: _Converter, op: _Operator) -> None:
         raise UnsupportedOperator("REVERSE_SEQUENCE of TENSOR_INT32 with lengths that differ by batch entry (their "
                                   "parts are joined by CONCATENATION, which takes no int32; one length for all is "
                                   "one GATHER)")
+    elif rank > 4:
+        raise UnsupportedOperator(f"REVERSE_SEQUENCE of rank {rank} with lengths that differ by batch entry (their "
+                                  "parts are joined by CONCATENATION, which takes rank at most 4; one length for "
+                                  "all is one GATHER)")
     else:
         part = [d if a != batch_axis else 1 for a, d in enumerate(dims)]
         parts = [c.temp(x_type, part) for _ in lengths]
