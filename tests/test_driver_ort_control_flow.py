@@ -333,3 +333,53 @@ def test_sessions_of_graphs_with_bodies_skip_the_final_qdq_cleanup():
     assert session.QDQ_FINAL_CLEANUP in session.disabled_optimizers(branching)
     assert session.QDQ_FINAL_CLEANUP not in session.disabled_optimizers(flat)
     assert session.QDQ_FINAL_CLEANUP not in session.disabled_optimizers()
+
+
+def _zero_adding_branch(add_zero: bool) -> nnapi.Model:
+    """[4] -> RESHAPE [4, 1] -> ADD of a [1, 1] zero (or MUL by one) -> RESHAPE [4]."""
+    branch = nnapi.Model()
+    x = branch.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    rows = branch.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 1]))
+    branch.add_operation(Op.RESHAPE, [x, _constant(branch, OperandType(T.TENSOR_INT32, [2]),
+                                                   np.array([4, 1], np.int32))], [rows])
+    other = np.full((1, 1), 0.0 if add_zero else 1.0, np.float32)
+    total = branch.add_operand(OperandType(T.TENSOR_FLOAT32, [4, 1]))
+    branch.add_operation(Op.ADD if add_zero else Op.MUL,
+                         [rows, _constant(branch, OperandType(T.TENSOR_FLOAT32, [1, 1]), other),
+                          _constant(branch, OperandType(T.INT32), np.int32(0))], [total])
+    y = branch.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    branch.add_operation(Op.RESHAPE, [total, _constant(branch, OperandType(T.TENSOR_INT32, [1]),
+                                                       np.array([4], np.int32))], [y])
+    branch.identify_inputs_and_outputs([x], [y])
+    branch.finish()
+    return branch
+
+
+@pytest.mark.parametrize("chosen", [True, False])
+def test_a_branch_adding_a_constant_zero_keeps_the_sign_of_zero(ort_device, chosen):
+    """NNAPI's ADD(-0, 0) is +0; ORT's NoopElimination drops x + 0 of a zeros constant
+    (leaving -0), and sessions ran without it only where the top graph held such an Add:
+    an IF branch's was dropped (-0 where the reference gives +0). MUL by one keeps -0."""
+    from nnapi.drivers.ort import session
+    from nnapi.drivers.ort.lowering import lower_model
+
+    branches = [_zero_adding_branch(True), _zero_adding_branch(False)]
+    model = nnapi.Model()
+    condition = model.add_operand(OperandType(T.TENSOR_BOOL8, [1]))
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    references = [model.add_operand(OperandType(T.MODEL)) for _ in branches]
+    for reference, branch in zip(references, branches, strict=True):
+        model.set_operand_value_from_model(reference, branch)
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [4]))
+    model.add_operation(Op.IF, [condition, *references, x], [y])
+    model.identify_inputs_and_outputs([condition, x], [y])
+    model.finish()
+    assert OrtDevice().get_unsupported_reasons(build_hal_model(model)[0]) == [None]
+    feeds = [np.array([chosen]), np.array([-0.0, 2.0, -0.0, -1.0], np.float32)]
+    want = _compute(_compiled(model, reference_device()), feeds, [feeds[1]])[0]
+    np.testing.assert_array_equal(np.signbit(want), [not chosen, False, not chosen, True])
+    got = _compute(_compiled(model, ort_device), feeds, [feeds[1]])[0]
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    graph = lower_model(build_hal_model(model)[0])[0].graph
+    assert not any(node.op_type == "Add" for node in graph.node)  # the Add is in a body
+    assert session.NOOP_ELIMINATION in session.disabled_optimizers(graph)

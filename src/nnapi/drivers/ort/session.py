@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+from collections.abc import Iterator
 
 import onnx
 import onnxruntime as ort
@@ -142,12 +143,29 @@ NOOP_ELIMINATION = "NoopElimination"
 _FLOAT_ELEMENTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
 
 
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every If / Loop / Scan body in it, however deep."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for body in attribute.graphs:
+                    yield from _graphs(body)
+
+
 def _adds_constant_zeros(graph: onnx.GraphProto) -> bool:
-    """Whether a float Add of ``graph`` reads an initializer of zeros (NoopElimination's x + 0)."""
-    added = {name for node in graph.node if node.op_type == "Add" and node.domain in ("", "ai.onnx")
-             for name in node.input}
+    """Whether a float Add of ``graph`` or of a body in it reads an initializer of zeros
+    (NoopElimination's x + 0; ORT optimizes bodies too). Names are taken across all the
+    graphs: a body reads its outer graphs' values by name, and a name of another scope
+    taken too only disables the optimizer."""
+    graphs = list(_graphs(graph))
+    added = {name for body in graphs for node in body.node if node.op_type == "Add"
+             and node.domain in ("", "ai.onnx") for name in node.input}
     return any(initializer.name in added and initializer.data_type in _FLOAT_ELEMENTS
-               and not onnx.numpy_helper.to_array(initializer).any() for initializer in graph.initializer)
+               and not onnx.numpy_helper.to_array(initializer).any()
+               for body in graphs for initializer in body.initializer)
 
 
 def disabled_optimizers(graph: onnx.GraphProto | None = None) -> list[str]:
@@ -159,8 +177,8 @@ def disabled_optimizers(graph: onnx.GraphProto | None = None) -> list[str]:
     Slices of one tensor into a Split twice in a graph gives both nodes the same name and
     ORT then refuses its own optimized model ("two nodes with same node name
     (/GatherSliceToSplitFusion/)": the NMS lowering's Loop bodies on 1.19-1.21); in a graph
-    adding a float constant of zeros, NoopElimination, which turns -0 + 0 into -0
-    (``NOOP_ELIMINATION``)."""
+    adding a float constant of zeros (in it or in a body), NoopElimination, which turns
+    -0 + 0 into -0 (``NOOP_ELIMINATION``)."""
     disabled = [DOUBLE_QDQ_REMOVER, SKIP_LAYER_NORM_FUSION]
     if graph is not None and _adds_constant_zeros(graph):
         disabled.append(NOOP_ELIMINATION)
