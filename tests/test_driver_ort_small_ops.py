@@ -750,3 +750,58 @@ def test_float_select_keeps_the_sign_of_a_zero(ort_device, code, condition_from,
     zeros = theirs[0] == 0
     assert np.signbit(theirs[0][zeros]).any() == ((constants, constant_zeros) != ("both", "+0 only"))
     assert not np.signbit(theirs[0][zeros]).all()
+
+
+_SPECIAL = np.array([np.nan, -0.0, 0.0, 1.0, -1.0, 2.5, np.inf, -np.inf], np.float32)
+
+
+@pytest.mark.parametrize("operation", [Op.MAXIMUM, Op.MINIMUM])
+@pytest.mark.parametrize("form, node", [
+    ("both given", "GatherElements"),   # a -0 on either side: the bits picked exactly
+    ("given row over given", "GatherElements"),
+    ("+0", None),                       # MAXIMUM: Relu, MINIMUM: Clip
+    ("-0", "Clip"), ("2.5", "Clip"), ("NaN", "Where"),
+    ("constants with +0 and NaN", "Where"), ("constants without", None),
+    ("constant first", "GatherElements"),  # it holds a -0
+])
+def test_float_maximum_minimum_are_std_max_min_on_nan_and_signed_zeros(ort_device, operation, form, node):
+    """Float MAXIMUM / MINIMUM as Android's std::max / std::min (a NaN second input gives
+    the first, a NaN first NaN, of -0 and +0 the first): ONNX's Max / Min gave NaN for
+    either NaN and of equal values the second (or the scalar). Every pair of special
+    values, against the reference's bits; the fast forms where no NaN or tie of zeros can
+    differ (Relu, Clip, Max)."""
+    a_values = np.repeat(_SPECIAL, _SPECIAL.size).reshape(_SPECIAL.size, _SPECIAL.size)
+    b_values = np.tile(_SPECIAL, _SPECIAL.size).reshape(_SPECIAL.size, _SPECIAL.size)
+    shape = [_SPECIAL.size, _SPECIAL.size]
+    built = _Model()
+    kind = OperandType(T.TENSOR_FLOAT32, shape)
+    row = OperandType(T.TENSOR_FLOAT32, [_SPECIAL.size])
+    one = OperandType(T.TENSOR_FLOAT32, [1])
+    if form == "both given":
+        inputs = [built.given(kind, a_values), built.given(kind, b_values)]
+    elif form == "given row over given":
+        inputs = [built.given(kind, a_values), built.given(row, _SPECIAL)]
+    elif form in ("+0", "-0", "2.5", "NaN"):
+        inputs = [built.given(kind, a_values), built.constant(one, [float(form.lower())])]
+    elif form == "constants with +0 and NaN":
+        inputs = [built.given(kind, a_values), built.constant(row, np.abs(_SPECIAL))]
+    elif form == "constants without":
+        inputs = [built.given(kind, a_values), built.constant(row, [3.0, -1.0, 2.0, 1e-30, -7.0, 1.0, 9.0, -np.inf])]
+    else:
+        inputs = [built.constant(row, _SPECIAL), built.given(kind, a_values)]
+    built.output(kind)
+    model = built.operation(operation, inputs)
+    ours, theirs = _on_both(built, model, ort_device)
+    np.testing.assert_array_equal(ours[0].view(np.uint32), theirs[0].view(np.uint32))
+    if form == "both given":
+        want = np.where(a_values < b_values, b_values, a_values) if operation == Op.MAXIMUM else \
+            np.where(b_values < a_values, b_values, a_values)
+        np.testing.assert_array_equal(ours[0].view(np.uint32), want.view(np.uint32))
+        assert ours[0][3, 0] == 1.0 and np.isnan(ours[0][0, 3]) and np.signbit(ours[0][1, 2])
+    graph = lower_model(build_hal_model(model)[0])[0].graph
+    types = {n.op_type for n in graph.node}
+    if node is None:
+        node = {("+0", Op.MAXIMUM): "Relu", ("+0", Op.MINIMUM): "Clip"}.get(
+            (form, operation), "Max" if operation == Op.MAXIMUM else "Min")
+    assert node in types, types
+    assert ("Max" in types or "Min" in types) == (form == "constants without"), types

@@ -205,6 +205,31 @@ def test_maximum_minimum_quant8_signed_with_three_quantizations():
     np.testing.assert_array_equal(binary(Op.MINIMUM, a, b, out_type, [-3, 5, 10], [2, 0, 30]), [-3, -2, 4])
 
 
+def _std_max_min(code, a, b):
+    """Android's maximum_minimum.cpp: std::max(a, b) is (a < b) ? b : a, std::min(a, b)
+    (b < a) ? b : a, element by element."""
+    pick = (lambda x, y: y if x < y else x) if code == Op.MAXIMUM else (lambda x, y: y if y < x else x)
+    return np.array([pick(x, y) for x, y in zip(a.tolist(), b.tolist(), strict=True)], a.dtype)
+
+
+@pytest.mark.parametrize("kind", [f32, f16])
+@pytest.mark.parametrize("code", [Op.MAXIMUM, Op.MINIMUM])
+def test_maximum_minimum_float_nan_and_signed_zeros_as_std_max_min(code, kind):
+    # np.maximum / np.minimum gave NaN for either NaN: Android's std::max(1, NaN) is 1,
+    # std::max(NaN, 1) NaN, and of -0 and +0 (equal) the first
+    special = [np.nan, -0.0, 0.0, 1.0, -1.0, np.inf, -np.inf]
+    a, b = (np.array(v, kind([1]).dtype) for v in zip(*[(x, y) for x in special for y in special], strict=True))
+    out = binary(code, kind([a.size]), kind([a.size]), kind([a.size]), a, b)
+    np.testing.assert_array_equal(out.view(np.uint16 if out.dtype == np.float16 else np.uint32),
+                                  _std_max_min(code, a, b).view(out.view(np.uint16 if out.dtype == np.float16
+                                                                         else np.uint32).dtype))
+    def at(x: int, y: int) -> float:  # the result for special[x], special[y]
+        return out[x * len(special) + y]
+
+    assert at(3, 0) == 1.0 and np.isnan(at(0, 3))  # (1, NaN) and (NaN, 1)
+    assert np.signbit(at(1, 2)) and not np.signbit(at(2, 1))  # (-0, +0) and (+0, -0)
+
+
 def test_maximum_int32_broadcast_unspecified_output():
     out = binary(Op.MAXIMUM, i32([2, 1]), i32([3]), i32([]), [[0], [5]], [1, 4, 9])
     np.testing.assert_array_equal(out, [[1, 4, 9], [5, 5, 9]])

@@ -2,7 +2,9 @@
 activation.
 
 POW takes float tensors only (base ** exponent, computed in float32; a negative base with
-a non-integer exponent gives NaN, as C's pow does). MAXIMUM and MINIMUM also take
+a non-integer exponent gives NaN, as C's pow does). Float MAXIMUM and MINIMUM are
+Android's std::max / std::min (MAXIMUM(a, b) is b where a < b, else a: a NaN second input
+gives the first, a NaN first input NaN, of -0 and +0 the first). They also take
 TENSOR_INT32 and quantized tensors; quantized inputs may each have their own scale and
 zero point, and the output its own: the larger / smaller real value is quantized into the
 output (the same as requantizing both first, since requantizing is monotonic).
@@ -48,6 +50,23 @@ _TYPES = {
 _FUNCTIONS = {Op.POW: np.power, Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum}
 
 
+def _android_maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """std::max(a, b) as Android's kernel computes it: b where a < b, else a (a NaN ``b``
+    gives ``a``, a NaN ``a`` NaN, MAXIMUM(-0, +0) -0), where np.maximum gives NaN for
+    either NaN."""
+    return np.where(a < b, b, a)
+
+
+def _android_minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """std::min(a, b) as Android's kernel computes it: b where b < a, else a."""
+    return np.where(b < a, b, a)
+
+
+#: the float functions (integers and real values of quantized ones have no NaN or -0, and
+#: the NumPy functions are faster there)
+_FLOAT_FUNCTIONS = {Op.POW: np.power, Op.MAXIMUM: _android_maximum, Op.MINIMUM: _android_minimum}
+
+
 @register(Op.POW, Op.MAXIMUM, Op.MINIMUM)
 class BinaryMath(Operation):
     def validate(self, ctx: ValidationContext) -> None:
@@ -68,7 +87,7 @@ class BinaryMath(Operation):
         if a.type in QUANT8_TENSORS:
             return [map_quant8_pair(a.value, b.value, self._on_stored(ctx))]
         with np.errstate(all="ignore"):
-            result = function(float_input(a), float_input(b))
+            result = _FLOAT_FUNCTIONS[self.code](float_input(a), float_input(b))
         return [result.astype(ctx.output_dtype(0), copy=False)]
 
     def _on_stored(self, ctx: ExecutionContext):
@@ -95,6 +114,7 @@ class BinaryMath(Operation):
                                         b.shape)
         if a.type != T.TENSOR_FLOAT32:
             return None
+        function = _FLOAT_FUNCTIONS[self.code]
         return lambda values: [function(values[INPUT1], values[INPUT2])]  # under the driver's np.errstate
 
     def _requantizing_is_identity(self, ctx: ExecutionContext) -> bool:

@@ -33,7 +33,7 @@ right by a Where (4 of them after the LeakyRelu: 351 us per [1, 112, 112, 16] ui
 against 529 for the Gather, one thread, load ~1.7); elsewhere a Gather from the reference's
 table.
 
-A float32 LEAKY_RELU read only by a MAXIMUM with a negative constant c (openWakeWord's
+A float32 LEAKY_RELU read only by a MAXIMUM (as its first input) with a negative constant c (openWakeWord's
 embedding model floors each at -0.4) is lowered with it, where some t has alpha * t rounding
 to exactly c, as relu(x) + (-alpha) * clip(-x, 0, -t) (_lower_clamped): three passes in the
 blocked layout in place of the fused LeakyRelu, a ReorderOutput, a Slice of the padded
@@ -172,8 +172,9 @@ def _proven_tables(g: GraphBuilder, operation: Operation, x: Value) -> str | Non
 
 
 def _clamping_maximum(g: GraphBuilder, operation: Operation, alpha: float) -> tuple[Operation, float] | None:
-    """The MAXIMUM that alone reads PRELU ``operation``'s output with a constant c < 0 (a
-    LEAKY_RELU whose output is floored at c: openWakeWord's embedding model, 0.2 and -0.4),
+    """The MAXIMUM that alone reads PRELU ``operation``'s output, as its first input, with a
+    constant c < 0 (a LEAKY_RELU whose output is floored at c: openWakeWord's embedding
+    model, 0.2 and -0.4),
     and the input t below which alpha * x rounds to c or less: t = c / alpha where that
     product rounds to exactly c, so max(alpha * x, c) is alpha * max(x, t) for every x < 0
     (rounding is monotone). None where there is no such pair."""
@@ -185,9 +186,9 @@ def _clamping_maximum(g: GraphBuilder, operation: Operation, alpha: float) -> tu
     if g.isolated or alpha <= 0 or len(readers) != 1 or index in g.subgraph.output_indexes:
         return None
     maximum = readers[0]
-    if maximum.type != OperationCode.MAXIMUM or list(maximum.inputs).count(index) != 1:
-        return None
-    other = maximum.inputs[1] if maximum.inputs[0] == index else maximum.inputs[0]
+    if maximum.type != OperationCode.MAXIMUM or list(maximum.inputs).count(index) != 1 or maximum.inputs[0] != index:
+        return None  # MAXIMUM(c, NaN) is c (Android's std::max keeps its first input), not NaN
+    other = maximum.inputs[1]
     known = g.raw_constant(other)
     output = g.operand(maximum.outputs[0])
     if (known is None or known.size != 1 or output.type != g.operand(index).type
