@@ -580,3 +580,48 @@ def test_a_damaged_compressed_npz_entry_is_one_line(tmp_path: Path, capsys) -> N
     path.write_bytes(bytes(data))
     code, _, err = run_cli(capsys, "run", LSTM, "--input", str(path))
     assert_one_line_error(code, err, "not a .npz archive (Error -3 while decompressing data")
+
+
+def test_signature_picks_the_subgraph_each_model_command_loads(capsys, tmp_path) -> None:
+    """--signature KEY imports that signature's subgraph (load_tflite's ``signature``), in
+    every command that loads a .tflite: without it, subgraph 0 as LiteRT's Interpreter."""
+    from tflite_cases import two_signatures
+
+    path = tmp_path / "two.tflite"
+    path.write_bytes(two_signatures())
+    w = tmp_path / "w.npy"
+    np.save(w, np.arange(4, dtype=np.float32))
+    code, out, _ = run_cli(capsys, "run", str(path), "--signature", "shift", "--input", f"shift_w={w}",
+                           "--save", str(tmp_path / "z.npz"))
+    assert code == 0 and "output shift_z: float32[4]" in out, out
+    np.testing.assert_array_equal(np.load(tmp_path / "z.npz")["shift_z"], np.arange(4, dtype=np.float32) + 1.5)
+    code, out, _ = run_cli(capsys, "run", str(path))
+    assert code == 0 and "output scale_y: float32[2, 3]" in out, out
+    code, out, _ = run_cli(capsys, "dump", str(path), "--signature", "shift")
+    assert code == 0 and "ADD" in out and "MUL" not in out, out
+    code, out, _ = run_cli(capsys, "inspect", str(path), "--signature", "shift")
+    assert code == 0 and "shift_w" in out and "scale_x" not in out, out
+    code, out, _ = run_cli(capsys, "bench", str(path), "--signature", "shift", "--iterations", "2", "--warmup", "1",
+                           "--no-litert", "--json")
+    assert code == 0 and json.loads(out)["nnapi"]["runs"] == 2
+    code, _, err = run_cli(capsys, "run", str(path), "--signature", "nope")
+    assert_one_line_error(code, err, "no signature 'nope' (the file's: 'scale', 'shift')")
+
+
+def test_compare_runs_litert_through_the_same_signature(capsys, tmp_path) -> None:
+    """compare --signature KEY: LiteRT runs get_signature_runner(KEY), fed and read by the
+    tensors the imported signature names (its keys differ from them)."""
+    pytest.importorskip("ai_edge_litert")
+    from tflite_cases import two_signatures
+
+    path = tmp_path / "two.tflite"
+    path.write_bytes(two_signatures())
+    code, out, _ = run_cli(capsys, "compare", str(path), "--signature", "shift", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] and list(report["outputs"]) == ["shift_z"]
+    assert report["outputs"]["shift_z"]["max_abs"] == 0
+    code, out, _ = run_cli(capsys, "bench", str(path), "--signature", "shift", "--iterations", "2", "--warmup", "1",
+                           "--json")
+    assert code == 0 and json.loads(out)["litert"]["runs"] == 2
+    code, out, _ = run_cli(capsys, "compare", str(path), "--json")
+    assert code == 0 and list(json.loads(out)["outputs"]) == ["scale_y"]

@@ -14,6 +14,7 @@ import nnapi
 pytest.importorskip("tflite")
 
 from tflite_builder import Operator, Subgraph, Tensor, build  # noqa: E402
+from tflite_cases import two_signatures  # noqa: E402
 
 DEVICES = ("nnapi-reference", "nnapi-ort-cpu")
 
@@ -283,19 +284,10 @@ def test_flex_operator_is_refused_as_a_tensorflow_operator() -> None:
         nnapi.load_tflite(model)
 
 
-def _two_signatures() -> bytes:
-    # 'scale' (subgraph 0): y = x * 3; 'shift' (subgraph 1): z = w + 1.5
-    g0 = Subgraph([Tensor("scale_x", "float32", [2, 3]), Tensor("k", "float32", [1], data=np.array([3], np.float32)),
-                   Tensor("scale_y", "float32", [2, 3])], [Operator("MUL", [0, 1], [2])], [0], [2], name="scale")
-    g1 = Subgraph([Tensor("shift_w", "float32", [4]), Tensor("b", "float32", [1], data=np.array([1.5], np.float32)),
-                   Tensor("shift_z", "float32", [4])], [Operator("ADD", [0, 1], [2])], [0], [2], name="shift")
-    return build(g0, g1, signatures=[("scale", 0, {"x": 0}, {"y": 2}), ("shift", 1, {"w": 0}, {"z": 2})])
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_signature_picks_its_subgraph(device: str) -> None:
     # a file with several signatures: only subgraph 0 could be imported before
-    model = _two_signatures()
+    model = two_signatures()
     shift = nnapi.load_tflite(model, signature="shift")
     assert shift.signature_names == {"shift_w": "w", "shift_z": "z"}
     got = nnapi.Session(shift, devices=[device]).run({"shift_w": np.arange(4, dtype=np.float32)})

@@ -518,6 +518,16 @@ def dynamic_batch_add() -> bytes:
     return single_op("ADD", t, [0, 1], [2], ("AddOptions", {}))
 
 
+def two_signatures() -> bytes:
+    """'scale' (subgraph 0): y = x * 3; 'shift' (subgraph 1): z = w + 1.5 (each signature's
+    keys other than its tensors' names)."""
+    g0 = Subgraph([Tensor("scale_x", "float32", [2, 3]), Tensor("k", "float32", [1], data=np.array([3], np.float32)),
+                   Tensor("scale_y", "float32", [2, 3])], [Operator("MUL", [0, 1], [2])], [0], [2], name="scale")
+    g1 = Subgraph([Tensor("shift_w", "float32", [4]), Tensor("b", "float32", [1], data=np.array([1.5], np.float32)),
+                   Tensor("shift_z", "float32", [4])], [Operator("ADD", [0, 1], [2])], [0], [2], name="shift")
+    return build(g0, g1, signatures=[("scale", 0, {"x": 0}, {"y": 2}), ("shift", 1, {"w": 0}, {"z": 2})])
+
+
 def fully_connected_dynamic_batch(per_channel: bool) -> bytes:
     """FULLY_CONNECTED on a batch known at run time (shape signature -1): per-channel int8
     weights (a 1x1 CONV_2D between RESHAPEs), or float keeping the input's rank."""

@@ -44,6 +44,9 @@ def common_parser() -> argparse.ArgumentParser:
     common.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
                         help="fix an input's open dimensions to this shape, as LiteRT's resize_tensor_input (a raw-"
                              "audio model's length, a batch); every shape after it is derived (repeatable)")
+    common.add_argument("--signature", metavar="KEY",
+                        help="in a .tflite file with several signatures, import the subgraph of this one (LiteRT's "
+                             "get_signature_runner(KEY)); default: subgraph 0, as LiteRT's Interpreter runs")
     return common
 
 
@@ -119,13 +122,15 @@ def input_shapes(specs: list[str] | None) -> dict[str, list[int]] | None:
     return shapes
 
 
-def import_model(path: str, keep_loops: bool = False, shapes: list[str] | None = None) -> nnapi.ImportedModel:
-    """``nnapi.load_model(path, keep_loops=..., input_shapes=...)`` (``shapes``: the
-    ``--input-shape`` options) with its failures (missing file, LiteRT's schema not
-    installed, a file that is not a model) as one-line CliErrors naming the file."""
+def import_model(path: str, keep_loops: bool = False, shapes: list[str] | None = None,
+                 signature: str | None = None) -> nnapi.ImportedModel:
+    """``nnapi.load_model(path, keep_loops=..., input_shapes=..., signature=...)``
+    (``shapes``: the ``--input-shape`` options, ``signature``: ``--signature``) with its
+    failures (missing file, LiteRT's schema not installed, a file that is not a model, no
+    such signature) as one-line CliErrors naming the file."""
     check_model_file(path)
     try:
-        return nnapi.load_model(path, keep_loops=keep_loops, input_shapes=input_shapes(shapes))
+        return nnapi.load_model(path, keep_loops=keep_loops, input_shapes=input_shapes(shapes), signature=signature)
     except ImportError as error:
         raise CliError(f"{path}: {error} (pip install 'nnapi[tflite]')") from None
     except nnapi.BadDataError as error:
@@ -133,12 +138,15 @@ def import_model(path: str, keep_loops: bool = False, shapes: list[str] | None =
         raise CliError(message if message.startswith(path) else f"{path}: {message}") from None
 
 
-def load_model(path: str, keep_loops: bool = False, shapes: list[str] | None = None) -> LoadedModel:
-    """A ``.tflite`` model (imported; its Keras LSTM loops as written with ``keep_loops``),
-    or a CTS vector file (``.jsonl`` / ``.jsonl.gz``, its first record: how ``nnapi fuzz``
-    writes failing graphs)."""
+def load_model(path: str, keep_loops: bool = False, shapes: list[str] | None = None,
+               signature: str | None = None) -> LoadedModel:
+    """A ``.tflite`` model (imported; its Keras LSTM loops as written with ``keep_loops``,
+    the subgraph of ``signature`` where given), or a CTS vector file (``.jsonl`` /
+    ``.jsonl.gz``, its first record: how ``nnapi fuzz`` writes failing graphs)."""
     file = check_model_file(path)
     if file.name.endswith((".jsonl", ".jsonl.gz")):
+        if signature is not None:
+            raise CliError(f"{path}: --signature applies to .tflite models, not CTS vector files")
         from nnapi.conformance import VectorFileError, build_model, load_records
 
         try:
@@ -153,7 +161,7 @@ def load_model(path: str, keep_loops: bool = False, shapes: list[str] | None = N
         model = build_model(record, keep=keep)
         names = {i: operand["name"] for i, operand in enumerate(record["main"]["operands"]) if operand.get("name")}
         return LoadedModel(model, path, names, None, keep)
-    imported = import_model(path, keep_loops, shapes)
+    imported = import_model(path, keep_loops, shapes, signature)
     model = imported.model
     names = {model.inputs[k]: spec.name for k, spec in enumerate(imported.inputs)}
     names.update({model.outputs[k]: spec.name for k, spec in enumerate(imported.outputs)})

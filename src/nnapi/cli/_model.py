@@ -28,11 +28,11 @@ def builtin_model_path() -> str:
 
 
 def open_session(path: str, device_names: list[str] | None = None, keep_loops: bool = False,
-                 shapes: list[str] | None = None) -> Session:
-    """Import (``shapes``: the ``--input-shape`` options) and compile ``path``; file problems
-    are one-line CliErrors."""
+                 shapes: list[str] | None = None, signature: str | None = None) -> Session:
+    """Import (``shapes``: the ``--input-shape`` options, ``signature``: ``--signature``) and
+    compile ``path``; file problems are one-line CliErrors."""
     devices = [find_device(name) for name in device_names] if device_names else None
-    return Session(import_model(path, keep_loops, shapes), devices)
+    return Session(import_model(path, keep_loops, shapes, signature), devices)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,11 +139,40 @@ def _read_npz(session: Session, file: str, given: dict[str, np.ndarray], origin:
         origin[name] = f"{file}[{name}]"
 
 
+class LiteRTSignature:
+    """LiteRT's SignatureRunner of one signature, fed and read by the tensor names nnapi's
+    imported model uses (``names``: ImportedModel.signature_names, {tensor name: key}).
+    Each call resizes the inputs to the values given and allocates (SignatureRunner's
+    __call__ does both), which a timing of it includes."""
+
+    def __init__(self, runner: Any, names: dict[str, str]) -> None:
+        self.runner = runner
+        self.keys = names
+        self.names = {key: name for name, key in names.items()}
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        inputs = self.runner.get_input_details()
+        given = {}
+        for name, value in feeds.items():
+            key = self.keys.get(name)
+            if key not in inputs:
+                raise CliError(f"LiteRT's signature has no input {name!r}")
+            given[key] = value
+        try:
+            outputs = self.runner(**given)
+        except (RuntimeError, ValueError) as error:
+            raise CliError(f"LiteRT cannot run these inputs ({str(error).splitlines()[0]})") from None
+        return {self.names.get(key, key): value for key, value in outputs.items()}
+
+
 def litert_interpreter(path: str, builtin_kernels: bool = False, threads: int = 1,
-                       shapes: list[str] | None = None) -> Any | None:
+                       shapes: list[str] | None = None, signature: str | None = None,
+                       names: dict[str, str] | None = None) -> Any | None:
     """A LiteRT interpreter for ``path`` with ``threads`` threads (its default XNNPACK
     delegate, or only its builtin kernels), its inputs resized as ``--input-shape`` says
-    (``shapes``), or None if LiteRT is absent."""
+    (``shapes``), or None if LiteRT is absent. With ``signature``: a LiteRTSignature of that
+    signature's runner, whose inputs and outputs are the tensors ``names`` maps to its keys
+    (the imported model's signature_names)."""
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:
@@ -151,6 +180,9 @@ def litert_interpreter(path: str, builtin_kernels: bool = False, threads: int = 
     try:
         resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_kernels else OpResolverType.AUTO
         interpreter = Interpreter(model_path=path, num_threads=threads, experimental_op_resolver_type=resolver)
+        if signature is not None:
+            # (each call resizes to the values given: ``shapes`` needs no resize here)
+            return LiteRTSignature(interpreter.get_signature_runner(signature), names or {})
         by_name = {d["name"]: d["index"] for d in interpreter.get_input_details()}
         for name, shape in (input_shapes(shapes) or {}).items():
             if name in by_name:
@@ -162,6 +194,9 @@ def litert_interpreter(path: str, builtin_kernels: bool = False, threads: int = 
 
 
 def litert_run(interpreter: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """LiteRT's outputs for ``feeds`` (by tensor name), from litert_interpreter's answer."""
+    if isinstance(interpreter, LiteRTSignature):
+        return interpreter.run(feeds)
     by_name = {d["name"]: d for d in interpreter.get_input_details()}
     for name in feeds:
         if name not in by_name:

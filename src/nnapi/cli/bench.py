@@ -59,7 +59,7 @@ def _each_device(args: argparse.Namespace, feeds: dict) -> dict[str, dict]:
     results: dict[str, dict] = {}
     for name in names:
         try:
-            session = open_session(args.model, [name], args.keep_loops, args.input_shape)
+            session = open_session(args.model, [name], args.keep_loops, args.input_shape, args.signature)
         except nnapi.NnapiError as error:
             results[name] = {"error": f"cannot run the whole model: {error}"}
             continue
@@ -118,7 +118,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace, blas: str) -> int:
     start = time.perf_counter()
-    session = open_session(args.model, args.device, args.keep_loops, args.input_shape)
+    session = open_session(args.model, args.device, args.keep_loops, args.input_shape, args.signature)
     load_and_compile = time.perf_counter() - start
     feeds, _ = read_inputs(session, args.input, args.seed)
     nnapi_stats = latency_stats(time_runs(lambda: session.run(feeds), args.iterations, args.warmup))
@@ -126,8 +126,9 @@ def _bench(args: argparse.Namespace, blas: str) -> int:
               "iterations": args.iterations, "warmup": args.warmup, "threads": args.threads, "blas": blas,
               "import_and_compile_ms": load_and_compile * 1e3, "compile_ms": session.compile_seconds * 1e3,
               "quantized_products": quantized_products(), "nnapi": nnapi_stats, "litert": None}
+    signature = {"signature": args.signature, "names": session.imported.signature_names}
     interpreter = None if args.no_litert else litert_interpreter(args.model, threads=args.threads,
-                                                                 shapes=args.input_shape)
+                                                                 shapes=args.input_shape, **signature)
     if interpreter is not None:
         litert_stats = latency_stats(time_runs(lambda: litert_run(interpreter, feeds), args.iterations,
                                                args.warmup))
@@ -138,7 +139,8 @@ def _bench(args: argparse.Namespace, blas: str) -> int:
         report["per_device"] = _each_device(args, feeds)
         try:
             builtin = None if args.no_litert else litert_interpreter(args.model, builtin_kernels=True,
-                                                                      threads=args.threads, shapes=args.input_shape)
+                                                                      threads=args.threads, shapes=args.input_shape,
+                                                                      **signature)
         except CliError as error:  # a model only the XNNPACK delegate runs (a custom operator of its own)
             builtin = None
             report["litert_builtin_error"] = str(error).split(": ", 1)[-1]

@@ -40,7 +40,7 @@ def cmd_bisect(args) -> int:
     if args.quant_steps < 0:
         raise CliError("--quant-steps must not be negative")
     device = find_device(args.device)
-    loaded = load_model(args.model, args.keep_loops, args.input_shape)
+    loaded = load_model(args.model, args.keep_loops, args.input_shape, args.signature)
     result = bisect(loaded.model, device, seed=args.seed, tolerance=tolerance, quant_limit=args.quant_steps)
     if args.json:
         print_json(result.as_dict())

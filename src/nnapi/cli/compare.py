@@ -230,12 +230,14 @@ def _judge(entry: dict, float_output: bool, rtol: float, steps: int, hybrid_rtol
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    session = open_session(args.model, args.device, args.keep_loops, args.input_shape)
-    interpreter = litert_interpreter(args.model, shapes=args.input_shape)
+    session = open_session(args.model, args.device, args.keep_loops, args.input_shape, args.signature)
+    # with --signature, LiteRT runs that signature's runner, fed and read by the same tensors
+    signature = {"signature": args.signature, "names": session.imported.signature_names}
+    interpreter = litert_interpreter(args.model, shapes=args.input_shape, **signature)
     if interpreter is None:
         raise CliError("comparing needs LiteRT: pip install 'nnapi[litert]'")
     try:
-        builtin = litert_interpreter(args.model, builtin_kernels=True, shapes=args.input_shape)
+        builtin = litert_interpreter(args.model, builtin_kernels=True, shapes=args.input_shape, **signature)
     except CliError:
         builtin = None  # a model only the XNNPACK delegate can run
     worst: dict[str, dict] = {}

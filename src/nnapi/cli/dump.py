@@ -25,7 +25,7 @@ def register(commands, common) -> None:
 def cmd_dump(args) -> int:
     from nnapi.tools.graph_dump import graph_dump, render_svg, to_dot
 
-    loaded = load_model(args.model, args.keep_loops, args.input_shape)
+    loaded = load_model(args.model, args.keep_loops, args.input_shape, args.signature)
     compilation = None
     if not args.no_compile:
         compilation = nnapi.Compilation(loaded.model, devices_named(args.device))

@@ -42,7 +42,7 @@ def _placement(session: nnapi.Session) -> list[str]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    session = open_session(args.model, args.device, args.keep_loops, args.input_shape)
+    session = open_session(args.model, args.device, args.keep_loops, args.input_shape, args.signature)
     imported = session.imported
     devices = _placement(session)
     histogram = imported.operation_histogram()

@@ -20,7 +20,7 @@ def register(commands, common) -> None:
 def cmd_placement(args) -> int:
     from nnapi.tools.placement import format_placement
 
-    loaded = load_model(args.model, args.keep_loops, args.input_shape)
+    loaded = load_model(args.model, args.keep_loops, args.input_shape, args.signature)
     compilation = nnapi.Compilation(loaded.model, devices_named(args.device))
     compilation.finish()
     report = compilation.placement()

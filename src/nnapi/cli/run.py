@@ -68,7 +68,7 @@ def _summary(value: np.ndarray, info: TensorSpec) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     path = args.model or builtin_model_path()
-    session = open_session(path, args.device, args.keep_loops, args.input_shape)
+    session = open_session(path, args.device, args.keep_loops, args.input_shape, args.signature)
     feeds, origin = read_inputs(session, args.input, args.seed)
     results: dict = {}
 
