@@ -16,6 +16,7 @@ from nnapi import OperandCode as T  # noqa: E402
 from nnapi import OperandType  # noqa: E402
 from nnapi import OperationCode as Op  # noqa: E402
 from nnapi.drivers.ort import quantized_resize  # noqa: E402
+from nnapi.drivers.ort.builder import int16_add_supported  # noqa: E402
 from nnapi.drivers.ort.lowering import lower_model  # noqa: E402
 from nnapi.operations.quant_math import HALF_BELOW_FLOAT32  # noqa: E402
 from nnapi.operations.resize import weighted_taps  # noqa: E402
@@ -143,11 +144,14 @@ def test_a_rounding_resize_chain_is_one_resize_and_the_formula_bit_for_bit(ort_d
 def test_a_one_pixel_chain_is_the_pixel_expanded(ort_device, chain, zero_point, out_size, flags):
     """DeepLab's image-pooling branch: a chain blending a 1x1 input is one Expand (no Resize,
     DequantizeLinear or QuantizeLinear), every output pixel the input's stored value, the
-    reference's values bit for bit (its blend of v with itself rounds back to v)."""
+    reference's values bit for bit (its blend of v with itself rounds back to v). The int8
+    input's shift to uint8 and back is a DequantizeLinear / QuantizeLinear pair each way
+    where ONNX Runtime has no uint8 Add (before 1.21), no part of the chain."""
     model, value, shape_out = _chain(chain, (1, 1), out_size, 24, flags, zero_point)
     operators = _operators(model)
-    assert "Expand" in operators
-    assert not {"Resize", "DequantizeLinear", "QuantizeLinear"} & set(operators), operators
+    assert operators.count("Expand") == 1 and "Resize" not in operators, operators
+    shifts = 2 if chain == "int8" and not int16_add_supported() else 0
+    assert operators.count("DequantizeLinear") == operators.count("QuantizeLinear") == shifts, operators
     ours = _run(model, ort_device, value, shape_out, value.dtype)
     np.testing.assert_array_equal(ours, np.broadcast_to(value.astype(np.float64), shape_out))
     np.testing.assert_array_equal(ours, _run(model, reference_device(), value, shape_out, value.dtype))
