@@ -276,6 +276,72 @@ def test_floor_mod_by_float_folds_to_its_input(ort_device):
         np.testing.assert_array_equal(ours, feed.argmax(axis=1))
 
 
+def _constant(model: nnapi.Model, code: int, value: np.ndarray) -> int:
+    index = model.add_operand(OperandType(code, list(value.shape)))
+    model.set_operand_value(index, value)
+    return index
+
+
+@pytest.mark.parametrize("move", [Op.GATHER, Op.SLICE], ids=["GATHER", "SLICE"])
+def test_a_move_at_a_run_time_position_keeps_its_failure(ort_device, move):
+    """A GATHER / SLICE of a constant of one value at an index or begin given at run time:
+    no bounds for its output (every value would be 5, and the CAST + ADD after it folded to
+    the constant 6, the move dropped), so that an index out of range fails the run
+    (OP_FAILED) on both devices, as Android's executor does; it gave [6] before."""
+    from nnapi.drivers.ort.value_ranges import operand_ranges
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model = nnapi.Model()
+    data = _constant(model, T.TENSOR_INT32, np.array([5, 5, 5], np.int32))
+    where = model.add_operand(OperandType(T.TENSOR_INT32, [1]))
+    picked = model.add_operand(OperandType(T.TENSOR_INT32, [1]))
+    if move == Op.GATHER:
+        model.add_operation(Op.GATHER, [data, _scalar(model, 0), where], [picked])
+    else:
+        model.add_operation(Op.SLICE, [data, where, _constant(model, T.TENSOR_INT32, np.array([1], np.int32))],
+                            [picked])
+    real, y = (model.add_operand(OperandType(T.TENSOR_FLOAT32, [1])) for _ in range(2))
+    model.add_operation(Op.CAST, [picked], [real])
+    model.add_operation(Op.ADD, [real, _constant(model, T.TENSOR_FLOAT32, np.array([1], np.float32)),
+                                 _scalar(model, 0)], [y])
+    model.identify_inputs_and_outputs([where], [y])
+    model.finish()
+    hal = build_hal_model(model)[0]
+    assert hal.main.operations[0].outputs[0] not in operand_ranges(hal, hal.main)
+    for device in (ort_device, reference_device()):
+        out = run_on(model, device, [np.array([1], np.int32)], [np.zeros([1], np.float32)])[0]
+        np.testing.assert_array_equal(out, [6.0])
+        with pytest.raises(nnapi.OpFailedError):
+            run_on(model, device, [np.array([7], np.int32)], [np.zeros([1], np.float32)])
+
+
+def test_a_gather_at_topk_indices_keeps_its_bounds(ort_device):
+    """A GATHER at TOPK_V2's indices (a YOLO head's picks) cannot fail: the indices lie in
+    [0, the last dimension), so its output keeps the union of the data's bounds; the
+    reference's values."""
+    from nnapi.drivers.ort.value_ranges import operand_ranges
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model = nnapi.Model()
+    scores = model.add_operand(OperandType(T.TENSOR_FLOAT32, [6]))
+    values = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2]))
+    picks, classes = (model.add_operand(OperandType(T.TENSOR_INT32, [2])) for _ in range(2))
+    model.add_operation(Op.TOPK_V2, [scores, _scalar(model, 2)], [values, picks])
+    table = _constant(model, T.TENSOR_INT32, np.array([4, 9, 7, 5, 8, 6], np.int32))
+    model.add_operation(Op.GATHER, [table, _scalar(model, 0), picks], [classes])
+    model.identify_inputs_and_outputs([scores], [classes])
+    model.finish()
+    hal = build_hal_model(model)[0]
+    ranges = operand_ranges(hal, hal.main)
+    assert [ranges[picks][side].tolist() for side in (0, 1)] == [[0, 0], [5, 5]]
+    assert (int(ranges[classes][0].min()), int(ranges[classes][1].max())) == (4, 9)
+    for seed in range(4):
+        feed = np.random.default_rng(seed).permutation(6).astype(np.float32)
+        ours = run_on(model, ort_device, [feed], [np.zeros([2], np.int32)])[0]
+        np.testing.assert_array_equal(ours, run_on(model, reference_device(), [feed], [np.zeros([2], np.int32)])[0])
+        np.testing.assert_array_equal(ours, np.array([4, 9, 7, 5, 8, 6])[np.argsort(-feed)[:2]])
+
+
 def _diagonal_pack(code: int, scales: tuple[float, float] = (0.05, 0.05), second_source: bool = False,
                    join: int = Op.PACK) -> nnapi.Model:
     """[1, 3, 3, 2] (a model input) -> STRIDED_SLICE [0, i, i, :] shrinking axes 1 and 2

@@ -88,6 +88,12 @@ class _Ranges:
         for operation in subgraph.operations:
             for output in operation.outputs:
                 self.producers[output] = operation
+            if operation.type == Op.TOPK_V2 and len(operation.outputs) == 2:
+                # its indices: positions along the input's last axis
+                dims = self.operands[operation.inputs[0]].dimensions
+                if dims and dims[-1]:
+                    self.bounds[operation.outputs[1]] = self._fitted((np.asarray(0), np.asarray(dims[-1] - 1)),
+                                                                     self.operands[operation.outputs[1]])
             if len(operation.outputs) != 1 or self.operands[operation.outputs[0]].type not in _BOUNDED_TYPES:
                 continue
             try:
@@ -168,13 +174,20 @@ class _Ranges:
 
     def _move(self, operation: Operation, known: list[Bounds | None]) -> Bounds | None:
         """A move's bounds: the reference's operation on each bound where every data input's
-        bounds are per element and the parameters constant; else the data inputs' union
-        (every output value is one of theirs)."""
+        bounds are per element; else the data inputs' union (every output value is one of
+        theirs). None where a parameter is given at run time (GATHER's indices, SLICE's
+        begin): the move may fail there (an index out of range, OP_FAILED), and bounds that
+        fix its output would fold the failing operation away; unless their bounds show that
+        it cannot fail (_within)."""
         code, inputs = operation.type, operation.inputs
         positions = _MOVES[code]
         data = list(range(len(inputs) - 1)) if positions is None else (
             list(range(1, len(inputs))) if code == Op.PACK else list(positions))
         if any(known[p] is None for p in data):
+            return None
+        if any(self.operands[index].lifetime not in (*_CONSTANT, OperandLifeTime.NO_VALUE)
+               and not self._within(operation, position, known)
+               for position, index in enumerate(inputs) if position not in data):
             return None
         output = self.operands[operation.outputs[0]]
         per_element = _small(output) and all(
@@ -189,7 +202,7 @@ class _Ranges:
                         value = known[position][side].astype(self._storage(operand.type))
                     else:
                         value = self._constant(index)
-                        if value is None:  # a parameter given at run time (GATHER's indices)
+                        if value is None:  # an omitted optional parameter
                             return self._union(known, data)
                     tensors.append(Tensor(operand.type, tuple(value.shape), operand.scale, operand.zero_point,
                                           operand.channel_quant, value))
@@ -197,6 +210,18 @@ class _Ranges:
                 results.append(self._typed(get_operation(code).execute(context)[0], output.type))
             return results[0], results[1]
         return self._union(known, data)
+
+    def _within(self, operation: Operation, position: int, known: list[Bounds | None]) -> bool:
+        """Whether a parameter given at run time cannot make the move fail: a GATHER's
+        indices whose bounds lie in [0, the axis's dimension) (TOPK_V2's, YOLO's picks)."""
+        inputs = operation.inputs
+        if operation.type != Op.GATHER or position != 2 or known[2] is None:
+            return False
+        dims, axis = self.operands[inputs[0]].dimensions, self._constant(inputs[1])
+        if axis is None or axis.size != 1 or not dims:
+            return False
+        size = dims[int(axis.reshape(-1)[0]) % len(dims)]
+        return bool(size and known[2][0].min() >= 0 and known[2][1].max() < size)
 
     @staticmethod
     def _union(known: list[Bounds | None], data: list[int]) -> Bounds:
