@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from nnapi.drivers.ort.builder import has_kernel
 from nnapi.drivers.ort.scalar_broadcast import inferred_shapes
 
 #: operators a chain may hold: each output element a function of the same input element
@@ -208,6 +209,9 @@ def _parts(concat, constants, producers, readers, shapes):
         parts.append(_Chain(nodes[0], columns[0], columns[1], nodes[1:]))
     if expected != dims[-1]:
         return None
+    if len({part.signature(constants) for part in parts}) > 1 and not (has_kernel("Min", elem)
+                                                                       and has_kernel("Max", elem)):
+        return None  # the picks' 8-bit Min / Max: onnxruntime 1.20 and older have none
     return source, parts, list(dims), elem
 
 
