@@ -3742,3 +3742,24 @@ def test_probes_open_their_sessions_as_the_device_does(monkeypatch):
     (options,) = opened
     assert options.get_session_config_entry(ort_session_module.X64_QUANT_PRECISION) == "1"
     assert options.intra_op_num_threads == 1 and not options.enable_mem_pattern
+
+
+def test_a_gather_nothing_reads_still_fails_on_an_index_out_of_range(ort_device):
+    """A GATHER at an index given at run time whose output nothing reads runs all the same:
+    an index out of range fails the run (OP_FAILED) on both devices, as Android's executor
+    runs every operation (the lowering dropped the unread Gather and the run succeeded)."""
+    model = nnapi.Model()
+    table = model.add_operand(OperandType(T.TENSOR_FLOAT32, [3, 2]))
+    index = model.add_operand(OperandType(T.TENSOR_INT32, [1]))
+    picked = model.add_operand(OperandType(T.TENSOR_FLOAT32, [1, 2]))
+    model.add_operation(Op.GATHER, [table, constant(model, T.INT32, np.int32(0)), index], [picked])
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, [3, 2]))
+    model.add_operation(Op.ABS, [table], [y])
+    model.identify_inputs_and_outputs([table, index], [y])
+    model.finish()
+    values = -np.arange(6, dtype=np.float32).reshape(3, 2)
+    for device in (ort_device, reference_device()):
+        out = run_on(model, device, [values, np.array([2], np.int32)], [np.zeros([3, 2], np.float32)])[0]
+        np.testing.assert_array_equal(out, np.abs(values))
+        with pytest.raises(nnapi.OpFailedError):
+            run_on(model, device, [values, np.array([7], np.int32)], [np.zeros([3, 2], np.float32)])

@@ -213,12 +213,20 @@ def _quantize_to_int8(g: GraphBuilder, name: str, output: str) -> bool:
     return True
 
 
+#: ONNX operators that fail a run on an index out of range
+_INDEXING = frozenset({"Gather", "GatherElements", "GatherND"})
+
+
 def _drop_unread_nodes(g: GraphBuilder, outputs: list[str]) -> None:
     """Drop the nodes whose results nothing reads (a DEQUANTIZE whose only reader took the
-    quantized value instead: _integer_mean); ORT would run them."""
+    quantized value instead: _integer_mean); ORT would run them. Kept: a gather at indices
+    given at run time (an NNAPI GATHER whose output nothing reads, a fail_unless check),
+    which may fail the run, as Android's executor runs every operation."""
+    constants = {tensor.name for tensor in g.initializers}
     while True:
         read = set(outputs).union(read_counts(g.nodes))
-        kept = [node for node in g.nodes if any(name in read for name in node.output)]
+        kept = [node for node in g.nodes if any(name in read for name in node.output) or (
+            node.op_type in _INDEXING and not node.domain and node.input[1] not in constants)]
         if len(kept) == len(g.nodes):
             return
         g.nodes[:] = kept
