@@ -625,3 +625,27 @@ def test_compare_runs_litert_through_the_same_signature(capsys, tmp_path) -> Non
     assert code == 0 and json.loads(out)["litert"]["runs"] == 2
     code, out, _ = run_cli(capsys, "compare", str(path), "--json")
     assert code == 0 and list(json.loads(out)["outputs"]) == ["scale_y"]
+
+
+def test_a_signature_only_litert_xnnpack_runs_drops_the_builtin_kernels(capsys, tmp_path) -> None:
+    """With --signature, a model whose custom operator only LiteRT's XNNPACK delegate has
+    (MediaPipe's Convolution2DTransposeBias): compare and bench drop the builtin kernels'
+    runner, as without a signature (the runner, allocated on its first call only, made both
+    stop at their first run: 'LiteRT cannot run these inputs')."""
+    pytest.importorskip("ai_edge_litert")
+    from tflite_cases import transpose_conv_bias
+
+    path = tmp_path / "up.tflite"
+    path.write_bytes(transpose_conv_bias(1, 2, 3, 4, 8, signature="up")())
+    with only_devices():
+        code, out, _ = run_cli(capsys, "compare", str(path), "--signature", "up", "--json")
+        assert code == 0, out
+        report = json.loads(out)
+        assert report["ok"] and list(report["outputs"]) == ["y"]
+        assert "builtin_difference" not in report["outputs"]["y"]
+        code, out, _ = run_cli(capsys, "bench", str(path), "--signature", "up", "--iterations", "1", "--warmup", "0",
+                               "--each-device", "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["litert"]["runs"] == 1 and report["litert_builtin"] is None
+    assert "Convolution2DTransposeBias" in report["litert_builtin_error"]

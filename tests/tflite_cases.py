@@ -370,10 +370,12 @@ def pad_kept_for_other_readers() -> bytes:
     return build(Subgraph(t, ops, [0], [5, 6, 9]))
 
 
-def transpose_conv_bias(padding: int, stride: int, kernel: int, size: int, out: int) -> Callable[[], bytes]:
+def transpose_conv_bias(padding: int, stride: int, kernel: int, size: int, out: int,
+                        signature: str | None = None) -> Callable[[], bytes]:
     """MediaPipe's custom Convolution2DTransposeBias (custom options: the raw C struct
     TfLiteTransposeConvParams: padding 1 SAME / 2 VALID, stride_w, stride_h). LiteRT runs
-    it through its default XNNPACK delegate."""
+    it through its default XNNPACK delegate. ``signature``: the subgraph is also that
+    signature (keys 'image' and 'mask')."""
     def make() -> bytes:
         rng = _rng()
         t = [Tensor("x", "float32", [1, size, size, 3]),
@@ -383,7 +385,9 @@ def transpose_conv_bias(padding: int, stride: int, kernel: int, size: int, out: 
              Tensor("y", "float32", [1, out, out, 2])]
         options = np.array([padding, stride, stride], "<i4").tobytes()
         ops = [Operator("CUSTOM", [0, 1, 2], [3], custom="Convolution2DTransposeBias", custom_options=options)]
-        return build(Subgraph(t, ops, [0], [3]))
+        if signature is None:
+            return build(Subgraph(t, ops, [0], [3]))
+        return build(Subgraph(t, ops, [0], [3], name=signature), signatures=[(signature, 0, {"image": 0}, {"mask": 3})])
     return make
 
 
