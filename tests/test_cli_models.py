@@ -608,6 +608,23 @@ def test_signature_picks_the_subgraph_each_model_command_loads(capsys, tmp_path)
     assert_one_line_error(code, err, "no signature 'nope' (the file's: 'scale', 'shift')")
 
 
+@pytest.mark.parametrize("argv", [["conformance"], ["fuzz", "--device", "nnapi-reference"], ["devices"],
+                                  ["capi", "--signature=shift", "include"], ["serve", "--socket", "/none/s.sock"]])
+def test_commands_that_load_no_tflite_refuse_signature(capsys, argv) -> None:
+    """--signature belongs to the commands that load a .tflite model (run, compare, bench,
+    inspect, dump, placement, bisect); the others refuse it as an unknown option (they took
+    it and ignored it). Parsing only: nothing runs."""
+    from nnapi.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv if "--signature=shift" in argv else [*argv, "--signature=shift"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --signature=shift" in capsys.readouterr().err
+    for command in (["run"], ["compare", "m.tflite"], ["bench", "m.tflite"], ["inspect", "m.tflite"],
+                    ["dump", "m.tflite"], ["placement", "m.tflite"], ["bisect", "m.tflite", "--device", "d"]):
+        assert build_parser().parse_args([*command, "--signature=shift"]).signature == "shift"
+
+
 def test_compare_runs_litert_through_the_same_signature(capsys, tmp_path) -> None:
     """compare --signature KEY: LiteRT runs get_signature_runner(KEY), fed and read by the
     tensors the imported signature names (its keys differ from them)."""

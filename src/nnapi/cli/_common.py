@@ -44,10 +44,15 @@ def common_parser() -> argparse.ArgumentParser:
     common.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
                         help="fix an input's open dimensions to this shape, as LiteRT's resize_tensor_input (a raw-"
                              "audio model's length, a batch); every shape after it is derived (repeatable)")
-    common.add_argument("--signature", metavar="KEY",
+    return common
+
+
+def add_signature(parser: argparse.ArgumentParser) -> None:
+    """``--signature KEY``, for the commands that load a .tflite model (the others would
+    take it and ignore it)."""
+    parser.add_argument("--signature", metavar="KEY",
                         help="in a .tflite file with several signatures, import the subgraph of this one (LiteRT's "
                              "get_signature_runner(KEY)); default: subgraph 0, as LiteRT's Interpreter runs")
-    return common
 
 
 def load_drivers(specs: list[str]) -> None:

@@ -19,7 +19,7 @@ import os
 import time
 
 import nnapi
-from nnapi.cli._common import CliError, print_json
+from nnapi.cli._common import CliError, add_signature, print_json
 from nnapi.cli._model import (
     add_run_arguments,
     format_stats,
@@ -37,6 +37,7 @@ from nnapi.cli._model import (
 def register(commands, common) -> None:
     parser = commands.add_parser("bench", parents=[common],
                                  help="latency statistics of a model, side by side with LiteRT (single-threaded)")
+    add_signature(parser)
     parser.add_argument("model", help="a .tflite model")
     parser.add_argument("--iterations", type=positive, default=10, help="timed executions (default 10)")
     parser.add_argument("--warmup", type=non_negative, default=2, help="untimed executions first (default 2)")

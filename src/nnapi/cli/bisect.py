@@ -3,7 +3,7 @@ reference beyond the CTS tolerance."""
 
 from __future__ import annotations
 
-from nnapi.cli._common import EXIT_FAILED, CliError, find_device, load_model, print_json
+from nnapi.cli._common import EXIT_FAILED, CliError, add_signature, find_device, load_model, print_json
 
 
 def _tolerance(text: str | None) -> tuple[float, float] | None:
@@ -22,6 +22,7 @@ def register(commands, common) -> None:
     parser = commands.add_parser("bisect", parents=[common],
                                  help="find the first operation whose output differs between DEVICE and "
                                       "nnapi-reference (exit 1 when one does)")
+    add_signature(parser)
     parser.add_argument("model", help="a .tflite model or a CTS vector file (.jsonl[.gz])")
     parser.add_argument("--device", required=True, metavar="NAME", help="the device under test")
     parser.add_argument("--tolerance", metavar="ATOL[,RTOL]",

@@ -36,7 +36,7 @@ import argparse
 
 import numpy as np
 
-from nnapi.cli._common import EXIT_FAILED, CliError, print_json
+from nnapi.cli._common import EXIT_FAILED, CliError, add_signature, print_json
 from nnapi.cli._model import add_run_arguments, litert_interpreter, litert_run, open_session, positive, read_inputs
 
 
@@ -44,6 +44,7 @@ def register(commands, common) -> None:
     parser = commands.add_parser("compare", parents=[common],
                                  help="outputs of a model in nnapi vs LiteRT on the same inputs (needs "
                                       "ai-edge-litert)")
+    add_signature(parser)
     parser.add_argument("model", help="a .tflite model")
     add_run_arguments(parser)
     parser.add_argument("--runs", type=positive, default=1,

@@ -6,13 +6,14 @@ import json
 import sys
 
 import nnapi
-from nnapi.cli._common import CliError, devices_named, load_model
+from nnapi.cli._common import CliError, add_signature, devices_named, load_model
 
 
 def register(commands, common) -> None:
     parser = commands.add_parser("dump", parents=[common],
                                  help="the model's graph (operands, operations, subgraphs, devices) as DOT, SVG "
                                       "or JSON")
+    add_signature(parser)
     parser.add_argument("model", help="a .tflite model or a CTS vector file (.jsonl[.gz])")
     parser.add_argument("--format", choices=["dot", "svg", "json"], default="dot", help="output format (default dot)")
     parser.add_argument("-o", "--out", help="write to this file instead of standard output")

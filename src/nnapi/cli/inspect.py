@@ -8,7 +8,7 @@ import argparse
 from collections import Counter
 
 import nnapi
-from nnapi.cli._common import print_json
+from nnapi.cli._common import add_signature, print_json
 from nnapi.cli._model import open_session
 
 
@@ -16,6 +16,7 @@ def register(commands, common) -> None:
     parser = commands.add_parser("inspect", parents=[common],
                                  help="a model's inputs, outputs, operation histogram, lowerings and the device "
                                       "each operation would run on")
+    add_signature(parser)
     parser.add_argument("model", help="a .tflite model")
     parser.add_argument("--device", action="append", metavar="NAME",
                         help="candidate devices (repeatable; default: every device)")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import nnapi
-from nnapi.cli._common import devices_named, load_model, print_json
+from nnapi.cli._common import add_signature, devices_named, load_model, print_json
 
 
 def register(commands, common) -> None:
     parser = commands.add_parser("placement", parents=[common],
                                  help="each operation's device, the devices that refused it and why, partitions, "
                                       "bytes moved between devices")
+    add_signature(parser)
     parser.add_argument("model", help="a .tflite model or a CTS vector file (.jsonl[.gz])")
     parser.add_argument("--device", action="append", metavar="NAME",
                         help="candidate devices (repeatable; default: every device, with CPU fallback)")

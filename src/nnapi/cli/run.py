@@ -7,7 +7,7 @@ import argparse
 
 import numpy as np
 
-from nnapi.cli._common import print_json
+from nnapi.cli._common import add_signature, print_json
 from nnapi.cli._model import (
     add_run_arguments,
     builtin_model_path,
@@ -24,6 +24,7 @@ def register(commands, common) -> None:
     parser = commands.add_parser("run", parents=[common],
                                  help="run a model (default: the built-in MediaPipe hand re-crop model) and print "
                                       "its outputs and latency")
+    add_signature(parser)
     parser.add_argument("model", nargs="?", help="a .tflite model (default: the built-in one)")
     add_run_arguments(parser)
     parser.add_argument("--iterations", type=positive, default=1, help="executions to time (default 1)")
