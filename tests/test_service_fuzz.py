@@ -414,10 +414,15 @@ def test_a_failure_reply_without_a_failure_status(middle, registered):
     (lambda d: d.__setitem__("type", 99), "device 0 type: 99 is not a valid DeviceTypeCode"),
     (lambda d: d.__setitem__("cache", [1]), "device 0 cache files: expected 2 counts"),
     (lambda d: d.__setitem__("ext", [["x", [[1, "yes", 4]]]]), "device 0 extensions"),
-    (lambda d: d["caps"].__setitem__("rs", [float("nan"), 1.0]), "performance: must be numbers > 0"),
-    (lambda d: d["caps"].__setitem__("rt", [1.0, 0.0]), "performance: must be numbers > 0, got 1.0, 0.0"),
-    (lambda d: d["caps"].__setitem__("ops", [[0, 0.0, 1.0]]), "performance: must be numbers > 0, got 0.0, 1.0"),
-    (lambda d: d["caps"].__setitem__("while", [-1.0, 1.0]), "performance: must be numbers > 0, got -1.0"),
+    (lambda d: d["caps"].__setitem__("rs", [float("nan"), 1.0]),
+     "relaxed_float32_to_float16_scalar.exec_time: must be a number > 0, got nan"),
+    (lambda d: d["caps"].__setitem__("rt", [1.0, 0.0]),
+     "relaxed_float32_to_float16_tensor.power_usage: must be a number > 0, got 0.0"),
+    (lambda d: d["caps"].__setitem__("ops", [[0, 0.0, 1.0]]),
+     "operand_performance[FLOAT32].exec_time: must be a number > 0, got 0.0"),
+    (lambda d: d["caps"].__setitem__("if", [1.0, -2.0]), "if_performance.power_usage: must be a number > 0, got -2.0"),
+    (lambda d: d["caps"].__setitem__("while", [-1.0, 1.0]),
+     "while_performance.exec_time: must be a number > 0, got -1.0"),
 ])
 def test_a_bad_hello_is_a_driver_failure_at_discovery(middle, change, rule):
     """A device without a name raised KeyError out of connect_devices (so discovery listed

@@ -386,25 +386,30 @@ def encode_capabilities(c: Capabilities) -> dict:
 def decode_capabilities(value: Any) -> Capabilities:
     fields = get_map(value, "capabilities")
 
-    def perf(v: Any) -> PerformanceInfo:
+    def perf(v: Any, what: str) -> PerformanceInfo:
         exec_time, power = get_list(v, "performance", 2)
         info = PerformanceInfo(get_float(exec_time, "exec time"), get_float(power, "power usage"))
         # Android's validateCapabilities: every figure greater than 0 (infinity: no
         # information); a 0 taken here would leave the whole device without performance
-        # information in the runtime's check (capabilities.validated). NaN fails too.
-        if not (info.exec_time > 0 and info.power_usage > 0):
-            raise WireError(f"performance: must be numbers > 0, got {info.exec_time}, {info.power_usage}")
+        # information in the runtime's check (capabilities.validated, whose field names the
+        # message uses). NaN fails too.
+        for figure, number in (("exec_time", info.exec_time), ("power_usage", info.power_usage)):
+            if not number > 0:
+                raise WireError(f"{what}.{figure}: must be a number > 0, got {number}")
         return info
 
     operand_performance = {}
     for entry in get_list(fields.get("ops"), "operand performance"):
         code, exec_time, power = get_list(entry, "operand performance", 3)
-        operand_performance[_enum(OperandCode, code, "operand type", extension_ok=True)] = perf([exec_time, power])
+        key = _enum(OperandCode, code, "operand type", extension_ok=True)
+        operand_performance[key] = perf([exec_time, power], f"operand_performance[{getattr(key, 'name', key)}]")
     step_cost = get_float(fields.get("step", 0.0), "step cost")  # absent from older services
     if not 0.0 <= step_cost < float("inf"):
         raise WireError(f"step cost: must be a finite number of seconds >= 0, got {step_cost}")
-    return Capabilities(perf(fields.get("rs")), perf(fields.get("rt")), operand_performance,
-                        perf(fields.get("if")), perf(fields.get("while")), step_cost)
+    return Capabilities(perf(fields.get("rs"), "relaxed_float32_to_float16_scalar"),
+                        perf(fields.get("rt"), "relaxed_float32_to_float16_tensor"), operand_performance,
+                        perf(fields.get("if"), "if_performance"), perf(fields.get("while"), "while_performance"),
+                        step_cost)
 
 
 def decode_hello(value: Any) -> list[dict]:
