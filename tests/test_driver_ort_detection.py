@@ -382,3 +382,42 @@ def test_roi_operations_take_zero_regions(operation, code, ratios):
     [result] = session.run(None, dict(zip(inputs, [m.values[0], regions, np.zeros(0, np.int32)], strict=True)))
     assert result.shape == (0, 3, 2, 4) and result.dtype == DTYPES[code]
 
+
+
+@pytest.mark.parametrize("unknown", [(), (1, 2)])
+def test_roi_pooling_keeps_a_negative_zero_maximum(unknown):
+    """A bin whose largest value is -0 pools to -0 as on the reference (the largest of its
+    values); where the map's shape is known only at run time, the mask's Where gave +0 (ORT's
+    Where turns a -0 it picks from its X input into +0)."""
+    feature = np.full((1, 4, 4, 2), -1.0, np.float32)
+    feature[0, :2, :2, :] = -0.0
+    m = _Model()
+    inputs = [m.tensor(T.TENSOR_FLOAT32, feature, unknown=unknown),
+              m.tensor(T.TENSOR_FLOAT32, np.array([[0.0, 0.0, 3.0, 3.0]])), m.tensor(T.TENSOR_INT32, [0]),
+              m.scalar(T.INT32, 2), m.scalar(T.INT32, 2), m.scalar(T.FLOAT32, 1.0), m.scalar(T.FLOAT32, 1.0),
+              m.scalar(T.BOOL, False)]
+    m.output(T.TENSOR_FLOAT32, [1, 2, 2, 2])
+    m.finish(Op.ROI_POOLING, inputs)
+    expected = m.assert_as_the_reference()[0]
+    assert np.signbit(expected[0, 0, 0]).all() and expected[0, 0, 0, 0] == 0 and (expected[0, 1, 1] == -1).all()
+    got = m.run(_devices()[1])[0]
+    np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_heatmap_max_keypoint_keeps_a_negative_zero_score():
+    """Maxima of -0 whose Taylor step gives a score of -0 (found by a search of heatmaps of
+    -0 and small negatives): the reference's bits. ORT's Where gave +0 for the -0 it
+    picked for the refined score and for a step d0 (whose sign reaches the score)."""
+    maps = np.array([[[-0.5, -0.5, -3.0], [-0.5, -0.0, -0.5], [-3.0, -0.5, -0.0]],
+                     [[-0.0, -1.0, -0.5], [-0.0, -1.0, -0.5], [-1.0, -0.0, -0.0]]], np.float32)[..., None]
+    m = _Model()
+    inputs = [m.tensor(T.TENSOR_FLOAT32, maps), m.tensor(T.TENSOR_FLOAT32, [[0, 0, 10, 10], [0, 0, 10, 10]]),
+              m.scalar(T.BOOL, False)]
+    m.output(T.TENSOR_FLOAT32, [2, 1])
+    m.output(T.TENSOR_FLOAT32, [2, 1, 2])
+    m.finish(Op.HEATMAP_MAX_KEYPOINT, inputs)
+    scores, points = m.assert_as_the_reference()
+    assert np.signbit(scores).all() and (scores == 0).all()
+    got = m.run(_devices()[1])
+    np.testing.assert_array_equal(got[0].view(np.uint32), scores.view(np.uint32))
+    np.testing.assert_array_equal(got[1].view(np.uint32), points.view(np.uint32))

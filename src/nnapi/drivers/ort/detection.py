@@ -48,6 +48,7 @@ from nnapi.drivers.ort.builder import (
     lowers,
     type_name,
 )
+from nnapi.drivers.ort.elementwise import exact_where
 from nnapi.drivers.ort.fixed_point import multiply_by_quantized_multiplier
 from nnapi.hal import Operand, Operation
 from nnapi.operations.detection_common import BOX_SCALE, BOX_ZERO_POINT
@@ -358,15 +359,21 @@ def _masked_maximum(g: GraphBuilder, x: Value, nchw: bool, ids: str, rows: tuple
     """[R, C, oh, ow]: the maximum over each bin, every pixel of the map outside it masked
     with the lowest value (the map's shape known only at run time)."""
     feature = x.name if nchw else g.one("Transpose", [x.name], perm=NHWC_TO_NCHW)
-    lowest = f32(g, -np.inf) if x.kind == "float" else g.constant(np.array(0, np.uint8))
+    low = np.array(-np.inf, np.float32) if x.kind == "float" else np.array(0, np.uint8)
+    lowest = Value(g.constant(low), x.kind, [], const=low)
+
+    def masked(mask: str, values: str) -> str:
+        # the picked values' bits kept (a -0 maximum stays -0: exact_where)
+        return exact_where(g, mask, Value(values, x.kind, []), lowest)
+
     regions = g.one("Gather", [feature, ids], axis=0)                                    # [R, C, H, W]
     in_columns = _in_bins(g, *cols, run_time_dim(g, feature, 3))                                 # [R, ow, W]
     columns = g.one("Unsqueeze", [in_columns, i64(g, 1, 2)])                              # [R, 1, 1, ow, W]
-    wide = g.one("Where", [columns, g.one("Unsqueeze", [regions, i64(g, 3)]), lowest])   # [R, C, H, ow, W]
+    wide = masked(columns, g.one("Unsqueeze", [regions, i64(g, 3)]))                      # [R, C, H, ow, W]
     by_columns = g.one("ReduceMax", [wide], axes=[4], keepdims=0)                          # [R, C, H, ow]
     in_rows = _in_bins(g, *rows, run_time_dim(g, feature, 2))                                    # [R, oh, H]
     row_mask = g.one("Unsqueeze", [in_rows, i64(g, 1, 4)])                                # [R, 1, oh, H, 1]
-    tall = g.one("Where", [row_mask, g.one("Unsqueeze", [by_columns, i64(g, 2)]), lowest])  # [R, C, oh, H, ow]
+    tall = masked(row_mask, g.one("Unsqueeze", [by_columns, i64(g, 2)]))                  # [R, C, oh, H, ow]
     return g.one("ReduceMax", [tall], axes=[3], keepdims=0)                                # [R, C, oh, ow]
 
 
@@ -402,7 +409,10 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
     # Android's scan takes a value where -FLT_MAX (its start) < value: NaN and values up to
     # -FLT_MAX become -inf, never the first maximum unless all are (index 0, score -FLT_MAX)
     lowest = f32(g, float(-np.finfo(np.float32).max))
-    candidates = op("Where", op("Greater", flat, lowest), flat, f32(g, -np.inf))
+    minus_inf = np.array(-np.inf, np.float32)
+    # a -0 peak stays -0 (exact_where: ORT's Where gives +0 for a -0 from its X input)
+    candidates = exact_where(g, op("Greater", flat, lowest), Value(flat, "float", []),
+                             Value(g.constant(minus_inf), "float", [], const=minus_inf))
     peak = g.one("ArgMax", [candidates], axis=2, keepdims=1, select_last_index=0)  # [N, K, 1], first maximum
     peak = fail_unless(g, all_hold(g, [square, large, corners_ordered(g, x1, y1, x2, y2)]), peak)
     peak_score = op("Max", g.one("GatherElements", [candidates, peak], axis=2), lowest)
@@ -439,8 +449,14 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
     # Android's comparisons as written (see the reference's _taylor_refine): NaN goes on
     solvable = op("Not", op("Less", op("Abs", det), op("Add", tolerance, op("Mul", tolerance, cross))))
     safe_det = op("Where", solvable, det, one)
-    d0 = op("Where", solvable, op("Div", op("Sub", op("Mul", a11, b0), op("Mul", a01, b1)), safe_det), zero)
-    d1 = op("Where", solvable, op("Div", op("Sub", op("Mul", a00, b1), op("Mul", a01, b0)), safe_det), zero)
+    zero_value = Value(zero, "float", [], const=np.array(0.0, np.float32))
+
+    def kept(condition: str, first: str, second: Value) -> str:
+        # a -0 picked from ``first`` stays -0, as the reference's np.where keeps it (exact_where)
+        return exact_where(g, condition, Value(first, "float", []), second)
+
+    d0 = kept(solvable, op("Div", op("Sub", op("Mul", a11, b0), op("Mul", a01, b1)), safe_det), zero_value)
+    d1 = kept(solvable, op("Div", op("Sub", op("Mul", a00, b1), op("Mul", a01, b0)), safe_det), zero_value)
     size0, size1 = op("Abs", d0), op("Abs", d1)
     largest = op("Where", op("Less", size0, size1), size1, size0)
     too_far = op("Or", op("Greater", size0, limit), op("Greater", size1, limit))
@@ -449,7 +465,7 @@ def lower_heatmap_max_keypoint(g: GraphBuilder, operation: Operation) -> None:
     quadratic = op("Add", op("Mul", op("Add", op("Mul", a00, d0), op("Mul", a01, d1)), d0),
                    op("Mul", op("Add", op("Mul", a01, d0), op("Mul", a11, d1)), d1))
     refined = op("Add", op("Sub", op("Sub", center, op("Mul", b0, d0)), op("Mul", b1, d1)), op("Div", quadratic, two))
-    score = op("Where", solvable, refined, peak_score)                            # [N, K, 1]
+    score = kept(solvable, refined, Value(peak_score, "float", []))                # [N, K, 1]
     side = g.one("Cast", [size], to=TensorProto.FLOAT)
 
     def keypoint(pixel: str, delta: str, start: str, end: str) -> str:
