@@ -175,6 +175,20 @@ def _summed_average_pool(g: GraphBuilder, x: Value, output: Operand, attributes:
     return from_nchw(g, y, nchw)
 
 
+def nonempty(g: GraphBuilder, operation: Operation, source: str, dims: list[int], y: str) -> str:
+    """``y``, the result of reduction ``operation`` of ``source``, where ``source`` has no
+    dimension of 0; otherwise the run fails, as Android's CPU executor fails MEAN and the
+    REDUCE_* operations of a zero-sized input (they are not among those allowing one). A
+    check only where a dimension is known only at run time."""
+    if dims and all(dims):
+        return y
+    sizes = g.one("Shape", [source])
+    holds = g.one("Greater", [g.one("ReduceMin", [sizes], keepdims=0), g.constant(np.array(0, np.int64))])
+    name = OperationCode(operation.type).name
+    shape = fail_unless(g, holds, g.one("Shape", [y]), f"input 0 is zero-sized, which {name} does not support")
+    return g.one("Reshape", [y, shape])
+
+
 @lowers(OperationCode.MEAN)
 def lower_mean(g: GraphBuilder, operation: Operation) -> None:
     output = g.operand(operation.outputs[0])
@@ -182,12 +196,13 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
         # channels padded to the NCHWc block (wants_padding; the height and width, kept):
         # the mean of zeros is zero
         x = g.blocked_value(operation.inputs[0])
-        pooled = from_nchw(g, g.one("GlobalAveragePool", [to_nchw(g, x.name, False)]), False)
+        nchw = to_nchw(g, x.name, False)
+        pooled = nonempty(g, operation, nchw, x.dims, from_nchw(g, g.one("GlobalAveragePool", [nchw]), False))
         set_channels(g, operation.outputs[0], pooled, x.dims[3])
         return
     x = g.value(operation.inputs[0])
     if g.raw_constant(operation.inputs[1]) is None:  # the axes given at run time
-        g.set_output(operation.outputs[0], run_time_form(g, operation, x))
+        g.set_output(operation.outputs[0], nonempty(g, operation, x.name, x.dims, run_time_form(g, operation, x)))
         return
     axes = np.atleast_1d(np.asarray(g.scalar(operation.inputs[1]))).astype(np.int64)
     keep = int(g.scalar(operation.inputs[2])) != 0
@@ -214,7 +229,7 @@ def lower_mean(g: GraphBuilder, operation: Operation) -> None:
         y = run_time_form(g, operation, x)
     else:
         raise Declined(f"MEAN on {type_name(output.type)} is not supported")
-    g.set_output(operation.outputs[0], y)
+    g.set_output(operation.outputs[0], nonempty(g, operation, x.name, x.dims, y))
 
 
 def _integer_mean(g: GraphBuilder, x: Value, keep: bool) -> str:
@@ -396,10 +411,8 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
         if int(axis) % x.rank not in axes:
             axes.append(int(axis) % x.rank)
     axes.sort()
-    # An axis reduced of a size known only at run time may be empty there: float sums and
-    # products give ONNX's and the reference's identities (0, 1); a float maximum / minimum
-    # gives ONNX's -inf / inf where the reference gives the lowest / highest finite value,
-    # so that case is selected in the graph; the others need each reduced size known.
+    # An axis reduced of a size known only at run time may be empty there, where the run
+    # fails (nonempty); the others need each reduced size known.
     open_axes = not all(x.dims[a] for a in axes)
     if open_axes and (x.kind != "float" or code in (OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL)):
         raise Declined(f"{code.name} needs the size of each axis it reduces")
@@ -416,10 +429,10 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
     if code in (OperationCode.REDUCE_MAX, OperationCode.REDUCE_MIN) and x.kind == "float":
         half = g.operand(operation.inputs[0]).type == T.TENSOR_FLOAT16
         y = _folded_extreme(g, code == OperationCode.REDUCE_MAX, x, axes, keep, half)
-        g.set_output(operation.outputs[0], _reduced(g, y, x.rank, axes, keep))
+        g.set_output(operation.outputs[0], nonempty(g, operation, x.name, x.dims, _reduced(g, y, x.rank, axes, keep)))
         return
     if not axes:
-        g.set_output(operation.outputs[0], g.one("Identity", [x.name]))
+        g.set_output(operation.outputs[0], nonempty(g, operation, x.name, x.dims, g.one("Identity", [x.name])))
         return
     attributes = {"axes": axes, "keepdims": int(keep)}
     if code in (OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL):
@@ -437,14 +450,7 @@ def lower_reduce(g: GraphBuilder, operation: Operation) -> None:
         y = g.one("Where", [any_zero, g.constant(np.array(0.0, np.float32)), product])
     else:
         y = g.one("ReduceMax" if code == OperationCode.REDUCE_MAX else "ReduceMin", [x.name], **attributes)
-        if open_axes:
-            extent = g.one("ReduceProd", [g.one("Gather", [g.one("Shape", [x.name]),
-                                                           g.constant(np.array(axes, np.int64))], axis=0)], keepdims=0)
-            empty = g.one("Equal", [extent, g.constant(np.array(0, np.int64))])
-            finfo = np.finfo(np.float16 if g.operand(operation.inputs[0]).type == T.TENSOR_FLOAT16 else np.float32)
-            identity = np.array(finfo.min if code == OperationCode.REDUCE_MAX else finfo.max, np.float32)
-            y = g.one("Where", [empty, g.constant(identity), y])
-    g.set_output(operation.outputs[0], _reduced(g, y, x.rank, axes, keep))
+    g.set_output(operation.outputs[0], nonempty(g, operation, x.name, x.dims, _reduced(g, y, x.rank, axes, keep)))
 
 
 @lowers(OperationCode.ARGMAX, OperationCode.ARGMIN)

@@ -41,7 +41,7 @@ from nnapi.drivers.ort.builder import (
     lowers,
 )
 from nnapi.drivers.ort.data_movement import lower_concatenation, lower_gather
-from nnapi.drivers.ort.pooling import lower_mean, lower_reduce
+from nnapi.drivers.ort.pooling import lower_mean, lower_reduce, nonempty
 from nnapi.hal import OperandLifeTime, Operation
 
 T = OperandCode
@@ -198,7 +198,8 @@ def lower_mean_of_reshaped_image(g: GraphBuilder, operation: Operation) -> None:
     nchw = g.one("Transpose", [g.value(image).name], perm=[0, 3, 1, 2])
     pooled = g.one("GlobalAveragePool", [nchw])  # [N, C, 1, 1]: in memory the output's [N, (1,) C]
     shape = g.constant(np.array(g.operand(operation.outputs[0]).dimensions, np.int64))
-    g.set_output(operation.outputs[0], g.one("Reshape", [pooled, shape]))
+    y = g.one("Reshape", [pooled, shape])
+    g.set_output(operation.outputs[0], nonempty(g, operation, nchw, list(g.operand(image).dimensions), y))
 
 
 def _averaged_image(g: GraphBuilder, operation: Operation) -> int | None:
