@@ -6,7 +6,8 @@ pooling.py, normalization.py, quantization.py, data_movement.py, resize.py, on t
 core builder.py), each registered once by importing its module here; the more specialised
 forms (padded_depthwise.py, small_graphs.py, ...) register over them when device.py
 imports them. This module adds what belongs to the whole graph: the composites ORT runs as
-one operator (composites.py), the outputs' external encodings, and the nodes nothing reads.
+one operator (composites.py, attention.py), the outputs' external encodings, and the nodes
+nothing reads.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from nnapi.drivers.ort import (
     uniform_prelu,  # noqa: F401  (importing it registers its lowerings)
 )
 from nnapi.drivers.ort.activated_depth_space import activate_before_depth_to_space
+from nnapi.drivers.ort.attention import find_attention, lower_attention
 from nnapi.drivers.ort.builder import (
     HAL_ELEM,
     MS_DOMAIN,
@@ -87,10 +89,15 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
         g.value(index)
     input_names = [i.name for i in g.inputs]
     composites = find_composites(model, subgraph)
+    attention = find_attention(model, subgraph)
     for operation in subgraph.operations:
-        if id(operation) in composites.inner:
+        if id(operation) in composites.inner or id(operation) in attention.inner:
             continue  # computed by its composite's one operator, at the composite's last operation
         fused = composites.roots.get(id(operation))
+        block = attention.roots.get(id(operation))
+        if block is not None:
+            g.set_output(operation.outputs[0], lower_attention(g, block))
+            continue
         if fused is None and (fixed_by_bounds(g, operation) or identity_by_bounds(g, operation)):
             continue  # a constant, or its input, by the bounds value_ranges.py proves
         if fused is None and (gathered_moves(g, operation) or identity_move(g, operation)):

@@ -426,6 +426,9 @@ def _own_rule(node: onnx.NodeProto, shapes: dict[str, Shape], constants: dict) -
         return _broadcast([first, second])
     if node.op_type in _BINARY:
         return None if any(shape is None for shape in known) else _broadcast(known)
+    if node.domain == MS_DOMAIN and node.op_type == "Attention" and len(known) > 2 and \
+            known[0] is not None and known[2] is not None:
+        return (*known[0][:-1], known[2][0] // 3)  # [B, S, features] -> [B, S, hidden]: bias [3 * hidden]
     if node.op_type == "Reshape" and known and known[0] is not None and node.input[1] in constants:
         target = [int(d) for d in numpy_helper.to_array(constants[node.input[1]])]
         if _attribute(node, "allowzero", 0) == 0:
