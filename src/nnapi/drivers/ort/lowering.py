@@ -64,6 +64,7 @@ from nnapi.drivers.ort.builder import (
 from nnapi.drivers.ort.composites import LAYER_NORM, QUANTIZED_SWISH, find_composites
 from nnapi.drivers.ort.elementwise import fixed_by_bounds, identity_by_bounds
 from nnapi.drivers.ort.gathered_moves import gathered_moves, identity_move
+from nnapi.drivers.ort.mask_round_trips import find_mask_round_trips
 from nnapi.drivers.ort.pad_into_conv import fold_pads_into_convs
 from nnapi.drivers.ort.padded_add import split_padded_adds
 from nnapi.drivers.ort.pooled_prelu import pool_before_prelu
@@ -90,6 +91,7 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
     input_names = [i.name for i in g.inputs]
     composites = find_composites(model, subgraph)
     attention = find_attention(model, subgraph)
+    round_trips = find_mask_round_trips(model, subgraph)
     for operation in subgraph.operations:
         if id(operation) in composites.inner or id(operation) in attention.inner:
             continue  # computed by its composite's one operator, at the composite's last operation
@@ -102,7 +104,12 @@ def lower_model(model: Model, shaped: Model | None = None) -> tuple[onnx.ModelPr
             continue  # a constant, or its input, by the bounds value_ranges.py proves
         if fused is None and (gathered_moves(g, operation) or identity_move(g, operation)):
             continue
-        if fused is not None:
+        if id(operation) in round_trips:
+            mask, same = round_trips[id(operation)]
+            dims = g.constant(np.array(subgraph.operands[operation.outputs[0]].dimensions, np.int64))
+            viewed = g.one("Reshape", [g.value(mask).name, dims])
+            g.set_output(operation.outputs[0], viewed if same else g.one("Not", [viewed]))
+        elif fused is not None:
             g.set_output(operation.outputs[0], _composite(g, operation, *fused))
         else:
             lower_operation(g, operation)
