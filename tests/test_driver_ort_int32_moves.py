@@ -113,3 +113,37 @@ def test_a_quantized_lookup_of_an_id_out_of_range_fails_as_the_reference(ort_dev
         with pytest.raises(nnapi.NnapiError):
             run_on(model, device, [np.array([0, 1, 2, 12, 4, 5], np.int32)],
                    [np.zeros((1, 6, 8), np.uint8), np.zeros((6, 8), np.float32)])
+
+
+def _int32_slice_model(end: list[int]) -> nnapi.Model:
+    """TFLite STRIDED_SLICE of an int32 [2, 1, 16] input from [0, 0, 0] to ``end``, stride 1,
+    as the importer writes it (through float32 halves, as BERT-like models slice their mask)."""
+    from tflite_builder import Tensor, single_op
+
+    out = [e - b for b, e in zip([0, 0, 0], end)]
+    tensors = [Tensor("x", "int32", [2, 1, 16]), Tensor("begin", "int32", [3], data=np.zeros(3, np.int32)),
+               Tensor("end", "int32", [3], data=np.array(end, np.int32)),
+               Tensor("strides", "int32", [3], data=np.ones(3, np.int32)), Tensor("y", "int32", out)]
+    return nnapi.load_tflite(single_op("STRIDED_SLICE", tensors, [0, 1, 2, 3], [4],
+                                       ("StridedSliceOptions", {}))).model
+
+
+@pytest.mark.parametrize("end, whole", [([2, 1, 16], True), ([1, 1, 16], False), ([2, 1, 9], False)])
+def test_an_int32_slice_of_the_whole_tensor_through_float_halves_is_one_reshape(ort_device, end, whole):
+    """A STRIDED_SLICE keeping the whole tensor moves every element in order: one Reshape, the
+    reference's values at every int32 edge; a slice of part of it keeps the halves' nodes (a
+    Reshape would move the wrong elements), with the reference's values too."""
+    from nnapi.runtime.model_builder import build_hal_model
+
+    model = _int32_slice_model(end)
+    hal = build_hal_model(model)[0]
+    assert sum(op.type == Op.FLOOR for op in hal.main.operations) == 1  # the importer's halves are there
+    rng = np.random.default_rng(6)
+    value = np.concatenate([_EDGES, rng.integers(-(2 ** 31), 2 ** 31, 16, dtype=np.int64).astype(np.int32)])
+    value = value.reshape(2, 1, 16)
+    got, want = (run_on(model, device, [value], [np.zeros(end, np.int32)])[0]
+                 for device in (ort_device, reference_device()))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, value[:end[0], :end[1], :end[2]])
+    types = lowered_node_types(model)
+    assert (types == ["Reshape"]) == whole, types

@@ -10,8 +10,9 @@ it; the clamp keeps high * 2**16 inside int32), in 14 operations, which ORT ran 
 (each float-to-int32 CAST saturates and maps NaN: six nodes): ~50 us of sdpa PT2E's
 ~470 (its token ids, [1, 64] -> [64], before the EMBEDDING_LOOKUP). Recognised at the
 joining ADD by the operations and constants the importer writes, the two moves the same
-operation with the same parameters; the halves' own nodes, read by nothing else then, are
-dropped with the graph's unread nodes (lowering.py).
+operation with the same parameters (a reshape, or a STRIDED_SLICE of the whole tensor); the
+halves' own nodes, read by nothing else then, are dropped with the graph's unread nodes
+(lowering.py).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def rejoined_move(g: GraphBuilder, operation: Operation) -> bool:
         high_move, low_move = (_producer(g, i, Op.CAST) for i in (high, low))
         if high_move is None or low_move is None:
             continue
-        moves = [_producer(g, cast.inputs[0], *_MOVES) for cast in (high_move, low_move)]
-        if None in moves or not _same_move(g, *moves):
+        moves = [_producer(g, cast.inputs[0], *_MOVES, Op.STRIDED_SLICE) for cast in (high_move, low_move)]
+        if None in moves or not _same_move(g, *moves) or not all(map(_reshapes, [g] * 2, moves)):
             continue
         source = _split(g, moves[0].inputs[0], moves[1].inputs[0])
         if source is None or list(g.operand(source).dimensions) == [] or not all(g.operand(source).dimensions):
@@ -52,6 +53,19 @@ def rejoined_move(g: GraphBuilder, operation: Operation) -> bool:
         g.set_output(operation.outputs[0], g.one("Reshape", [g.value(source).name, shape]))
         return True
     return False
+
+
+def _reshapes(g: GraphBuilder, move: Operation) -> bool:
+    """Whether ``move`` moves every element in order: a reshape (_MOVES), or a
+    STRIDED_SLICE of stride 1 that keeps every dimension (BERT-like models slice their
+    [1, 1, T] mask whole), whose output is then its input as it is."""
+    if move.type != Op.STRIDED_SLICE:
+        return True
+    strides = g.raw_constant(move.inputs[3])
+    shrink = g.raw_constant(move.inputs[6]) if len(move.inputs) > 6 else np.zeros(1, np.int32)
+    return strides is not None and shrink is not None and bool(np.all(strides == 1)) and \
+        not int(shrink.reshape(-1)[0]) and \
+        list(g.operand(move.inputs[0]).dimensions) == list(g.operand(move.outputs[0]).dimensions)
 
 
 def _producer(g: GraphBuilder, index: int | None, *codes: int) -> Operation | None:
