@@ -192,3 +192,19 @@ def test_attention_with_no_scale_multiply_uses_scale_one(ort_device):
     kinds = lowered_node_types(model)
     assert kinds.count("Attention") == 1, kinds
     _check_reference_values(model, values, ort_device)
+
+
+def test_a_runtime_whose_attention_fails_the_probe_keeps_the_explicit_block(ort_device, monkeypatch):
+    """The installed ONNX Runtime passes the one-off probe of each bias form used here; where
+    the probe fails (an older release naming or broadcasting the bias otherwise), the block
+    keeps its explicit operations, with the reference's values."""
+    from nnapi.drivers.ort import attention
+
+    assert all(attention.attention_runs(bias) for bias in (None, (1, 1), (1, HEADS), (BATCH, 1)))
+    monkeypatch.setattr(attention, "attention_runs", lambda bias: bias is None)
+    model, values = _attention_model("select", mask_dims=(1, 1, TOKENS, TOKENS))
+    kinds = lowered_node_types(model)
+    assert "Attention" not in kinds and "Softmax" in kinds, kinds
+    _check_reference_values(model, values, ort_device)
+    unmasked = lowered_node_types(_attention_model()[0])
+    assert unmasked.count("Attention") == 1, unmasked

@@ -23,18 +23,22 @@ all true) reads m' (the AND only broadcast it over the heads). ADD of a float bi
 ORT's attention bias itself, Expanded to [b, n, S, T] (ORT takes 1 or the full size on
 the first two axes only). The matched values must be float32, every inner value read
 only inside the block (not a model output), the shapes static; anything else keeps the
-explicit operations. Decided once, at preparation, from constants and static shapes.
+explicit operations. Decided once, at preparation, from constants and static shapes; a
+one-off probe of the installed ONNX Runtime (``attention_runs``, per bias form) keeps the
+explicit operations where its Attention does not compute the form as written.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
+from onnx import TensorProto, helper, numpy_helper
 
 from nnapi.codes import FuseCode, OperandCode, OperationCode
-from nnapi.drivers.ort.builder import MS_DOMAIN, GraphBuilder
+from nnapi.drivers.ort.builder import MS_DOMAIN, GraphBuilder, probe_form
 from nnapi.hal import Model, OperandLifeTime, Operation, Subgraph
 from nnapi.hal.types import constant_array
 
@@ -286,8 +290,55 @@ class AttentionBlocks:
     inner: set[int]
 
 
+def bias_dims(block: AttentionBlock, subgraph: Subgraph) -> tuple[int, int] | None:
+    """The first two dimensions of ``block``'s attention bias as lower_attention gives it (1
+    or the batch, 1 or the heads), None for a block without a mask."""
+    if block.mask is None:
+        return None
+    batch, _, heads, _ = block.output_dims
+    dims = list(subgraph.operands[block.mask[1]].dimensions)
+    dims = [1] * (4 - len(dims)) + dims
+    return (batch if dims[0] != 1 else 1, heads if dims[1] != 1 else 1)
+
+
+@functools.cache
+def attention_runs(bias: tuple[int, int] | None) -> bool:
+    """Whether the installed ONNX Runtime runs com.microsoft Attention as lower_attention
+    writes it (a one-off probe: batch 2, 3 tokens, 2 heads of 2, scale 0.5; with an
+    attention bias whose first two dimensions are ``bias`` when given) to within 1e-5 of
+    numpy's float64 form of the same math: older releases name or broadcast that input
+    otherwise. True without onnxruntime (lowering alone: nothing will load the graph)."""
+    batch, tokens, heads, size = 2, 3, 2, 2
+    hidden = heads * size
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (batch, tokens, hidden)).astype(np.float32)
+    weights = rng.uniform(-1, 1, (hidden, 3 * hidden)).astype(np.float32)
+    offsets = rng.uniform(-1, 1, 3 * hidden).astype(np.float32)
+    inputs = ["x", "w", "b"]
+    initializers = [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(offsets, "b")]
+    added = np.zeros((1, 1, tokens, tokens))
+    if bias is not None:
+        added = rng.uniform(-2, 2, (*bias, tokens, tokens)).astype(np.float32)
+        initializers.append(numpy_helper.from_array(added, "bias"))
+        inputs += ["", "", "bias"]
+    node = helper.make_node(ATTENTION, inputs, ["y"], domain=MS_DOMAIN, num_heads=heads, scale=0.5)
+    try:
+        got = probe_form([node], initializers, {"x": x}, [("y", TensorProto.FLOAT, None)])
+    except ImportError:
+        return True
+    if got is None:
+        return False
+    q, k, v = (part.reshape(batch, tokens, heads, size).transpose(0, 2, 1, 3)
+               for part in np.split(x.astype(np.float64) @ weights + offsets, 3, axis=-1))
+    scores = q @ k.transpose(0, 1, 3, 2) * 0.5 + added
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    want = ((e / e.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(batch, tokens, hidden)
+    return got[0].shape == want.shape and bool(np.allclose(got[0], want, rtol=1e-5, atol=1e-5))
+
+
 def find_attention(model: Model, subgraph: Subgraph) -> AttentionBlocks:
-    """The self-attention blocks of ``subgraph`` (see the module's docstring)."""
+    """The self-attention blocks of ``subgraph`` (see the module's docstring) that the
+    installed ONNX Runtime runs as written (``attention_runs``)."""
     found = AttentionBlocks({}, set())
     if not any(op.type == Op.SOFTMAX for op in subgraph.operations):
         return found
@@ -296,7 +347,7 @@ def find_attention(model: Model, subgraph: Subgraph) -> AttentionBlocks:
         if op.type != Op.SOFTMAX:
             continue
         matched = blocks.match(op)
-        if matched is None:
+        if matched is None or not attention_runs(bias_dims(matched[0], subgraph)):
             continue
         block, root, inner = matched
         ids = {id(o) for o in inner}
