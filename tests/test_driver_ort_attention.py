@@ -208,3 +208,19 @@ def test_a_runtime_whose_attention_fails_the_probe_keeps_the_explicit_block(ort_
     _check_reference_values(model, values, ort_device)
     unmasked = lowered_node_types(_attention_model()[0])
     assert unmasked.count("Attention") == 1, unmasked
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_a_full_mask_over_another_head_count_still_becomes_attention(ort_device, monkeypatch, heads):
+    """attention_runs probes bias forms at 2 heads: a mask over every head of a block of 1 or
+    4 heads is probed by its form (a bias over the heads), not by its count, so it fuses
+    too (reviewer R2: it stayed explicit, the probe failing on a count it never built)."""
+    import sys
+
+    here = sys.modules[__name__]
+    monkeypatch.setattr(here, "HEADS", heads)
+    monkeypatch.setattr(here, "HIDDEN", heads * SIZE)
+    model, values = _attention_model("add", mask_dims=(1, heads, TOKENS, TOKENS))
+    kinds = lowered_node_types(model)
+    assert kinds.count("Attention") == 1 and not EXPLICIT & set(kinds), kinds
+    _check_reference_values(model, values, ort_device)

@@ -15,10 +15,11 @@ and the product with V, in float32 (the zoo transformer's ORT run 23.2 -> 18.2 u
 output identical to the explicit form's).
 
 The mask: SELECT(m, scores, c) picks c where m is false; c a constant of one value at or
-below -1e30 (Keras writes -0.7 * float32's largest) or -inf, so the scores it replaces
-are below 1e22 in size wherever scores + c rounds to c itself, which makes an attention
+below -1e30 (Keras writes -0.7 * float32's largest) or -inf. Wherever the scores it
+replaces are below 1e22 in size, scores + c rounds to c itself, which makes an attention
 bias of Where(m, 0, c) added to the scores the same values exactly (a fully masked row
-included: all of it c either way). A SELECT whose mask is LOGICAL_AND(m', a constant of
+included: all of it c either way); masked scores beyond that (inputs near float32's
+limits, or an infinite score) can give other values than the explicit block (reviewer R2). A SELECT whose mask is LOGICAL_AND(m', a constant of
 all true) reads m' (the AND only broadcast it over the heads). ADD of a float bias is
 ORT's attention bias itself, Expanded to [b, n, S, T] (ORT takes 1 or the full size on
 the first two axes only). The matched values must be float32, every inner value read
@@ -291,14 +292,14 @@ class AttentionBlocks:
 
 
 def bias_dims(block: AttentionBlock, subgraph: Subgraph) -> tuple[int, int] | None:
-    """The first two dimensions of ``block``'s attention bias as lower_attention gives it (1
-    or the batch, 1 or the heads), None for a block without a mask."""
+    """The form of ``block``'s attention bias for attention_runs' probe (batch 2, 2 heads):
+    2 where the bias runs over the batch / the heads, 1 where it broadcasts; None for a
+    block without a mask. (The block's own counts would not match the probe's.)"""
     if block.mask is None:
         return None
-    batch, _, heads, _ = block.output_dims
     dims = list(subgraph.operands[block.mask[1]].dimensions)
     dims = [1] * (4 - len(dims)) + dims
-    return (batch if dims[0] != 1 else 1, heads if dims[1] != 1 else 1)
+    return (2 if dims[0] != 1 else 1, 2 if dims[1] != 1 else 1)
 
 
 @functools.cache

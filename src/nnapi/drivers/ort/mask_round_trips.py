@@ -48,8 +48,10 @@ def find_mask_round_trips(model: Model, subgraph: Subgraph) -> dict[int, tuple[i
         """A STRIDED_SLICE of stride 1 that keeps every dimension (so the whole tensor)."""
         strides = constant(op.inputs[3], numbers=False)
         shrink = constant(op.inputs[6], numbers=False) if len(op.inputs) > 6 else np.zeros(1)
+        # every size known: two open shapes compare equal whatever the run-time begin cuts
         return strides is not None and shrink is not None and bool(np.all(strides == 1)) and \
-            not int(shrink.reshape(-1)[0]) and dims(op.inputs[0]) == dims(op.outputs[0])
+            not int(shrink.reshape(-1)[0]) and dims(op.inputs[0]) == dims(op.outputs[0]) and \
+            all(dims(op.inputs[0]))
 
     found: dict[int, tuple[int, bool]] = {}
     for op in subgraph.operations:
