@@ -54,11 +54,13 @@ def test_factory_gives_a_cpu_device_per_provider():
     assert "onnxruntime" in found[0].version_string
 
 
-def _two_adds(dims: list[int]) -> nnapi.Model:
-    """y = (x + x) + x, float32 ``dims``: one temporary of that shape."""
+def _two_adds(dims: list[int], temporary: list[int] | None = None) -> nnapi.Model:
+    """y = (x + x) + x, float32 ``dims``: one temporary of that shape (declared
+    ``temporary`` where given)."""
     model = nnapi.Model()
     tensor = OperandType(T.TENSOR_FLOAT32, dims)
-    x, t, y = (model.add_operand(tensor) for _ in range(3))
+    x, y = (model.add_operand(tensor) for _ in range(2))
+    t = model.add_operand(tensor if temporary is None else OperandType(T.TENSOR_FLOAT32, temporary))
     fuse = constant(model, T.INT32, 0)
     model.add_operation(Op.ADD, [x, x, fuse], [t])
     model.add_operation(Op.ADD, [t, x, fuse], [y])
@@ -98,6 +100,9 @@ def test_sessions_plan_memory_only_for_small_models(ort_device):
     large = device.prepare_model(build_hal_model(_two_adds([1, 96, 96, 8]))[0])
     options = large.session.get_session_options()
     assert options.enable_mem_pattern is False and options.intra_op_num_threads == 1
+    # a temporary declared of unknown size that the shapes fix at 8 KiB: planned as that
+    inferred = device.prepare_model(build_hal_model(_two_adds([1, 16, 16, 8], [0, 0, 0, 0]))[0])
+    assert inferred.session.get_session_options().enable_mem_pattern is True
     x = np.random.default_rng(0).standard_normal((1, 96, 96, 8)).astype(np.float32)
     [y] = run_on(_two_adds([1, 96, 96, 8]), ort_device, [x], [np.zeros_like(x)])
     np.testing.assert_array_equal(y, (x + x) + x)

@@ -153,7 +153,9 @@ class OrtDevice(IDevice):
         except Declined as reason:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name}: {reason}") from None
         signature = Signature.of(model, input_names, output_names, onnx_model.graph)
-        mem_pattern = plans_memory(model)
+        # (the shaped model: a temporary declared of unknown size that the shapes fix
+        # counts as the size it has)
+        mem_pattern = plans_memory(shaped if shaped is not None else model)
         options = session_options(mem_pattern=mem_pattern)
         optimized_path = None
         if (model_cache and token is not None) or optimized is not None:
