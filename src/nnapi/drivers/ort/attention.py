@@ -20,14 +20,14 @@ replaces are below 1e22 in size, scores + c rounds to c itself, which makes an a
 bias of Where(m, 0, c) added to the scores the same values exactly (a fully masked row
 included: all of it c either way); masked scores beyond that (inputs near float32's
 limits, or an infinite score) can give other values than the explicit block (reviewer
-R2). A SELECT whose mask is LOGICAL_AND(m', a constant of all true) reads m' (the AND only broadcast it over the heads). ADD of a float bias is
-ORT's attention bias itself, Expanded to [b, n, S, T] (ORT takes 1 or the full size on
-the first two axes only). The matched values must be float32, every inner value read
-only inside the block (not a model output), the shapes static; anything else keeps the
-explicit operations. Decided once, at preparation, from constants and static shapes; a
-one-off probe of the installed ONNX Runtime (``attention_runs``, per bias form) keeps the
-explicit operations where its Attention does not compute the form as written.
-"""
+R2). A SELECT whose mask is LOGICAL_AND(m', a constant of all true) reads m' (the AND
+only broadcast it over the heads). ADD of a float bias is ORT's attention bias itself,
+Expanded to [b, n, S, T] (ORT takes 1 or the full size on the first two axes only). The
+matched values must be float32, every inner value read only inside the block (not a
+model output), the shapes static; anything else keeps the explicit operations. Decided
+once, at preparation, from constants and static shapes; a one-off probe of the installed
+ONNX Runtime (``attention_runs``, per bias form) keeps the explicit operations where its
+Attention does not compute the form as written. """
 
 from __future__ import annotations
 
