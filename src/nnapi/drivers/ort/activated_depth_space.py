@@ -84,10 +84,7 @@ class _Rewriter(HalRewriter):
             replaced[act_position] = []
         if not replaced:
             return None
-        emitted = []
-        for position, operation in enumerate(operations):
-            emitted.extend(replaced.get(position, [operation]))
-        return self.rewritten(emitted)
+        return self.rewritten(self.replacing(replaced))
 
 
 def activate_before_depth_to_space(model: Model) -> Model:

@@ -71,6 +71,12 @@ class HalRewriter:
         return (operand.type == OperandCode.TENSOR_FLOAT32 and len(dims) == 4 and all(dims)
                 and dims[3] % CHANNEL_MULTIPLE == 0 and operand.lifetime not in CONSTANTS)
 
+    def replacing(self, replaced: dict[int, list[Operation]]) -> list[Operation]:
+        """The main subgraph's operations in order, each position ``replaced`` names replaced by
+        its list (an empty list drops the operation)."""
+        return [new for position, operation in enumerate(self.subgraph.operations)
+                for new in replaced.get(position, [operation])]
+
     def rewritten(self, emitted: list[Operation]) -> Model:
         """The model with ``emitted`` as its main subgraph's operations."""
         subgraph = Subgraph(self.operands, emitted, list(self.subgraph.input_indexes),

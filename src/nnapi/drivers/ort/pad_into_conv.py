@@ -156,11 +156,7 @@ class _Rewriter(HalRewriter):
                 dropped.add(self.producer[conv.inputs[0]])
         if not replaced:
             return None
-        emitted = []
-        for position, operation in enumerate(operations):
-            if position not in dropped:
-                emitted.extend(replaced.get(position, [operation]))
-        return self.rewritten(emitted)
+        return self.rewritten(self.replacing({**replaced, **{position: [] for position in dropped}}))
 
 
 def fold_pads_into_convs(model: Model) -> Model:

@@ -79,9 +79,7 @@ class _Rewriter(HalRewriter):
                 break
         if not replaced:
             return None
-        emitted = []
-        for position, operation in enumerate(operations):
-            emitted.extend(replaced.get(position, [operation]))
+        emitted = self.replacing(replaced)
         # a PAD no longer read goes too
         read = {index for operation in emitted for index in operation.inputs} | set(self.subgraph.output_indexes)
         emitted = [op for op in emitted if op.type not in (Op.PAD, Op.PAD_V2) or op.outputs[0] in read]

@@ -94,10 +94,7 @@ class _Rewriter(HalRewriter):
                                        Operation(Op.PRELU, [pooled, prelu.inputs[1]], list(pool.outputs))]
         if not replaced:
             return None
-        emitted = []
-        for position, operation in enumerate(operations):
-            emitted.extend(replaced.get(position, [operation]))
-        return self.rewritten(emitted)
+        return self.rewritten(self.replacing(replaced))
 
 
 def pool_before_prelu(model: Model) -> Model:
